@@ -1,0 +1,59 @@
+"""The chain-member protocol: what a model must offer to sit in a speculative chain.
+
+A member owns its own KV cache (or whatever state stands in for one). The decoder only
+ever appends new tokens, reads next-token logits, and cuts the cache back after a rejection.
+"""
+
+from __future__ import annotations
+
+from typing import Protocol, runtime_checkable
+
+import torch
+
+
+@runtime_checkable
+class ChainMember(Protocol):
+    """A model in a chain. Implementations: `HFMember`, `NGramMember`, `TableMember`.
+
+    Attributes:
+        name: Shown in statistics and error messages.
+        vocab_size: Number of logits `forward` returns per position (padded rows included;
+            see `valid_vocab_size`).
+        valid_vocab_size: Ids `>= valid_vocab_size` are padding and are masked to -inf.
+        eos_token_id: The end-of-sequence id, or None.
+        max_context: The longest sequence the member can hold, or None when unbounded.
+    """
+
+    name: str
+    vocab_size: int
+    valid_vocab_size: int
+    eos_token_id: int | None
+    max_context: int | None
+
+    @property
+    def cache_length(self) -> int:
+        """Number of tokens whose keys/values are in the cache."""
+        ...
+
+    def forward(self, new_ids: torch.Tensor) -> torch.Tensor:
+        """Append `new_ids` (shape `(k,)`, int64, k >= 1) to the cache.
+
+        Returns logits of shape `(k, vocab_size)`: row `j` is the next-token distribution
+        after `new_ids[j]`.
+        """
+        ...
+
+    def crop(self, length: int) -> None:
+        """Cut the cache back to its first `length` tokens (`0 <= length <= cache_length`)."""
+        ...
+
+    def reset(self) -> None:
+        """Empty the cache, ready for a new prompt."""
+        ...
+
+    def token_map(self) -> dict[str, int] | None:
+        """The token-to-id map used to check that members share a vocabulary.
+
+        None for members that have no tokenizer of their own (they adopt the chain's).
+        """
+        ...

@@ -1,0 +1,23 @@
+"""The `polyplan` command line: thin typer commands over the library API.
+
+Each command group lives in `polyplan/commands/<group>.py`; this module only assembles them.
+"""
+
+from __future__ import annotations
+
+import typer
+
+app = typer.Typer(
+    name="polyplan",
+    help="Plan, run and validate polybasic (multi-drafter) speculative decoding chains.",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+)
+
+# Command registration (one line per command module; keep alphabetical).
+
+
+def main() -> None:
+    """Console-script entry point."""
+    app()

@@ -1,0 +1,51 @@
+"""Small helpers every CLI command shares: clean failures and JSON output."""
+
+from __future__ import annotations
+
+import functools
+import json
+import math
+from typing import Any, Callable, TypeVar
+
+import typer
+
+from polyplan.errors import PolyplanError
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+def fails_cleanly(command: F) -> F:
+    """Turn a `PolyplanError` raised by `command` into one line on stderr and exit code 2.
+
+    Typer reads the wrapped function's signature through `functools.wraps`, so options are
+    declared on the command as usual.
+    """
+
+    @functools.wraps(command)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        try:
+            return command(*args, **kwargs)
+        except PolyplanError as error:
+            typer.echo(f"error: {error}", err=True)
+            raise typer.Exit(code=2) from None
+        except KeyboardInterrupt:
+            typer.echo("interrupted: results measured so far are kept", err=True)
+            raise typer.Exit(code=130) from None
+
+    return wrapper  # type: ignore[return-value]
+
+
+def _finite(value: Any) -> Any:
+    """JSON has no NaN or infinity: write them as null rather than invalid JSON."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    if isinstance(value, dict):
+        return {key: _finite(item) for key, item in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_finite(item) for item in value]
+    return value
+
+
+def echo_json(payload: Any) -> None:
+    """Print one JSON object (strict: no NaN) on stdout."""
+    typer.echo(json.dumps(_finite(payload), indent=2, allow_nan=False))
