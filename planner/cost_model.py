@@ -1,0 +1,184 @@
+"""The exact cost model: expected wall time per emitted token of a chain of any length.
+
+It models the staged-verification recursion (the decoder's contract, see DESIGN.md):
+
+- `draft(n, K)`: M_n runs K forward passes of one token each and returns exactly K tokens.
+- `draft(i, K)`, 1 < i < n: repeat rounds until >= K tokens are gathered; a round takes
+  m ~ X_{i+1} = draft(i+1, K_i) tokens, costs cost(draft(i+1, K_i)) + T_i(m + 1) and gathers
+  min(A_i, m) + 1 tokens, A_i = acceptances before the first rejection (success prob
+  α_{i,i+1} per token, i.i.d.). It returns everything gathered, so X_i >= K is random.
+- the top level repeats rounds of draft(2, K_1) verified by M_1 the same way.
+
+Every token a lower level produced for a round is paid for, whether or not the level above
+accepts it, which is how wasted work enters the cost.
+
+Fast form: a dynamic program over the distribution of X_i (finite support). For draft(i, K)
+the state is the number of tokens gathered so far (0 … K−1); rounds are i.i.d., so
+E[cost of draft(i, K)] = E[rounds] · E[round cost] (Wald), and X_i's pmf is the mass that
+first reaches >= K. The top level is a renewal-reward process: cost per token =
+E[round cost] / E[tokens per round]. `planner.simulate` is the Monte-Carlo reference.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Sequence, Union
+
+import numpy as np
+
+from polyplan.errors import PolyplanError
+from polyplan.planner.capped_geometric import check_acceptance, check_block_size
+from polyplan.planner.latency import LatencyCurve, constant_curve
+
+CurveLike = Union[LatencyCurve, float]
+
+
+@dataclass(frozen=True)
+class ChainPrediction:
+    """What the exact model predicts for one chain (models M_1 … M_n, levels 1 … n−1).
+
+    Attributes:
+        cost_per_token: expected seconds per token emitted by M_1.
+        speedup: T_1(1) / cost_per_token.
+        forwards_per_token: expected forward passes of each M_i per emitted token (the
+            measured counterpart of the paper's φ_i / N), M_1 first.
+        time_per_token: expected seconds spent in each M_i per emitted token (sums to the cost).
+        tokens_per_verification: per verifying level i, E[min(A_i, m) + 1], the tokens one
+            verification by M_i gathers (level 1: tokens emitted per target forward).
+        drafted_per_verification: per level, E[m], the tokens handed up for one verification.
+        wasted_per_verification: per level, E[m − min(A_i, m)], drafted tokens rejected (the
+            work spent producing them is lost).
+        drafted_pmf: per level, P(m = j) for j = 0 … (index = j), the distribution of tokens
+            handed to that level for one verification.
+    """
+
+    cost_per_token: float
+    speedup: float
+    forwards_per_token: tuple[float, ...]
+    time_per_token: tuple[float, ...]
+    tokens_per_verification: tuple[float, ...]
+    drafted_per_verification: tuple[float, ...]
+    wasted_per_verification: tuple[float, ...]
+    drafted_pmf: tuple[tuple[float, ...], ...]
+
+
+@dataclass(frozen=True)
+class _Draft:
+    """draft(i, K) summarised: the pmf of its token count and expectations per call."""
+
+    pmf: np.ndarray  # [max_count + 1], P(X_i = j)
+    cost: float  # E[seconds of all forwards below and at level i]
+    forwards: tuple[float, ...]  # E[forwards of M_i … M_n per call]
+    times: tuple[float, ...]  # E[seconds in M_i … M_n per call]
+    level_stats: tuple[tuple[float, float, float, np.ndarray], ...]  # per level i … n−1 (E[g], E[m], E[waste], pmf m)
+
+
+def _gathered_given_drafted(acceptance: float, max_drafted: int) -> np.ndarray:
+    """G[m, j] = P(min(A, m) + 1 = j) for m = 0 … max_drafted, j = 0 … max_drafted + 1."""
+    table = np.zeros((max_drafted + 1, max_drafted + 2))
+    for m in range(max_drafted + 1):
+        j = np.arange(1, m + 1)
+        table[m, 1 : m + 1] = acceptance ** (j - 1) * (1 - acceptance)
+        table[m, m + 1] = acceptance**m
+    return table
+
+
+def _as_curve(curve: CurveLike, name: str) -> LatencyCurve:
+    if isinstance(curve, LatencyCurve):
+        return curve
+    try:
+        return constant_curve(float(curve))
+    except (TypeError, ValueError):
+        raise PolyplanError(f"{name}: must be a latency curve or a time in seconds, got {curve!r}") from None
+
+
+def _level_round(acceptance: float, drafted_pmf: np.ndarray, verify: LatencyCurve) -> tuple[np.ndarray, float, tuple]:
+    """One verification round given the pmf of drafted tokens: gathered pmf, forward time, stats."""
+    counts = np.arange(len(drafted_pmf), dtype=float)
+    table = _gathered_given_drafted(acceptance, len(drafted_pmf) - 1)
+    gathered = drafted_pmf @ table  # [max_drafted + 2]
+    verify_time = float(drafted_pmf @ verify.many(counts + 1))
+    mean_gathered = float(gathered @ np.arange(len(gathered)))
+    mean_drafted = float(drafted_pmf @ counts)
+    # waste = m − accepted = m − (g − 1)
+    stats = (mean_gathered, mean_drafted, mean_drafted - (mean_gathered - 1.0), drafted_pmf)
+    return gathered, verify_time, stats
+
+
+def _draft(level: int, k: int, acceptances: Sequence[float], curves: Sequence[LatencyCurve], blocks: Sequence[int]) -> _Draft:
+    """Summarise draft(level, k) (0-based level: 0 is the target, len(curves) − 1 the smallest)."""
+    last = len(curves) - 1
+    if level == last:
+        pmf = np.zeros(k + 1)
+        pmf[k] = 1.0
+        seconds = k * curves[last](1)
+        return _Draft(pmf=pmf, cost=seconds, forwards=(float(k),), times=(seconds,), level_stats=())
+    below = _draft(level + 1, blocks[level], acceptances, curves, blocks)
+    gathered, verify_time, stats = _level_round(acceptances[level], below.pmf, curves[level])
+    max_gain = len(gathered) - 1
+    visit = np.zeros(k)  # visit[s] = P(a round starts with s tokens gathered)
+    visit[0] = 1.0
+    final = np.zeros(k + max_gain)  # P(X = t)
+    for s in range(k):
+        if visit[s] == 0.0:
+            continue
+        spread = visit[s] * gathered[1:]  # gains 1 … max_gain
+        targets = s + np.arange(1, max_gain + 1)
+        inside = targets < k
+        np.add.at(visit, targets[inside], spread[inside])
+        np.add.at(final, targets[~inside], spread[~inside])
+    rounds = float(visit.sum())
+    round_cost = below.cost + verify_time
+    return _Draft(
+        pmf=final,
+        cost=rounds * round_cost,
+        forwards=(rounds,) + tuple(rounds * f for f in below.forwards),
+        times=(rounds * verify_time,) + tuple(rounds * t for t in below.times),
+        level_stats=(stats,) + tuple(below.level_stats),
+    )
+
+
+def predict_chain(
+    acceptances: Sequence[float],
+    curves: Sequence[CurveLike],
+    block_sizes: Sequence[int],
+) -> ChainPrediction:
+    """Exact expected cost per emitted token of the chain M_1 … M_n.
+
+    Args:
+        acceptances: α_{i,i+1} for i = 1 … n−1: the per-token acceptance rate of M_{i+1}'s
+            samples under M_i (adjacent pairs only), each in [0, 1).
+        curves: T_1 … T_n as `LatencyCurve`s (or constant times in seconds).
+        block_sizes: K_1 … K_{n−1}, each >= 1 (empty for n = 1).
+    """
+    n = len(curves)
+    if n < 1:
+        raise PolyplanError("curves: a chain needs at least the target model")
+    if len(acceptances) != n - 1:
+        raise PolyplanError(f"acceptances: need {n - 1} (one per adjacent pair), got {len(acceptances)}")
+    if len(block_sizes) != n - 1:
+        raise PolyplanError(f"block_sizes: need {n - 1} (one per verifying level), got {len(block_sizes)}")
+    alphas = [check_acceptance(a, f"acceptances[{i}]") for i, a in enumerate(acceptances)]
+    blocks = [check_block_size(k, f"block_sizes[{i}]") for i, k in enumerate(block_sizes)]
+    lat = [_as_curve(c, f"curves[{i}]") for i, c in enumerate(curves)]
+    baseline = lat[0](1)
+    if n == 1:
+        return ChainPrediction(baseline, 1.0, (1.0,), (baseline,), (), (), (), ())
+
+    below = _draft(1, blocks[0], alphas, lat, blocks)
+    gathered, verify_time, stats = _level_round(alphas[0], below.pmf, lat[0])
+    tokens = stats[0]
+    round_cost = below.cost + verify_time
+    cost = round_cost / tokens
+    level_stats = (stats,) + below.level_stats
+    return ChainPrediction(
+        cost_per_token=cost,
+        speedup=baseline / cost,
+        forwards_per_token=(1.0 / tokens,) + tuple(f / tokens for f in below.forwards),
+        time_per_token=(verify_time / tokens,) + tuple(t / tokens for t in below.times),
+        tokens_per_verification=tuple(s[0] for s in level_stats),
+        drafted_per_verification=tuple(s[1] for s in level_stats),
+        wasted_per_verification=tuple(s[2] for s in level_stats),
+        drafted_pmf=tuple(tuple(float(p) for p in s[3]) for s in level_stats),
+    )
+

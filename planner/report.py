@@ -1,0 +1,161 @@
+"""The theory report: the paper's formulas and the exact model side by side on one profile.
+
+For the shipped example (the paper's Table 1) this reproduces the paper's reasoning: Lemma 3.1's
+ideal time for the dualistic chain (target, cheapest drafter) and for each three-model chain
+(target, intermediate, cheapest drafter), Theorem 3.2's verdict on inserting the intermediate,
+the exact model's speedups, and the paper's errata evaluated numerically.
+
+The block size K is the one the profile's decoded μ of (target, cheapest drafter) was measured
+at (the first listed), else 4; the paper's scaling factor α is taken as K (see
+`planner.paper_model`). Times are T_i(1).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from polyplan.errors import PolyplanError
+from polyplan.planner.capped_geometric import (
+    capped_geometric_mean,
+    capped_geometric_variance,
+    paper_a2_variance,
+    paper_eq3_mean,
+    paper_eq3_mean_literal,
+    paper_eq4_relative_variability,
+    relative_variability,
+)
+from polyplan.planner.insertion import InsertionAnalysis, analyze_insertion
+from polyplan.planner.search import ChainPlan, Recommendation, evaluate_chain, recommend
+from polyplan.profile import Profile
+from polyplan.planner.latency import curve_from_profile
+
+
+@dataclass(frozen=True)
+class Erratum:
+    """One place where the paper as printed and the exact value differ."""
+
+    name: str
+    printed: float  # NaN where the printed formula is undefined
+    exact: float
+    note: str
+
+
+@dataclass(frozen=True)
+class InsertionReport:
+    """Theorem 3.2 for inserting `model` between the target and the cheapest drafter."""
+
+    model: str
+    with_alpha: InsertionAnalysis  # α = K: verdict from the exact eq. 2 − eq. 1
+    theorem_only: InsertionAnalysis  # no α: verdict from the printed conditions
+
+
+@dataclass(frozen=True)
+class TheoryReport:
+    """Everything `polyplan theory report` prints."""
+
+    source: str
+    sampling: str
+    block_size: int
+    times: tuple[tuple[str, float], ...]  # (model, T(1) seconds), by cost
+    two_model: ChainPlan
+    three_model: tuple[ChainPlan, ...]
+    insertions: tuple[InsertionReport, ...]
+    errata: tuple[Erratum, ...]
+    search: Recommendation  # the exact model's best chains over block sizes 1 … 8
+
+
+def _report_block_size(profile: Profile, sampling: str, verifier: str, drafter: str) -> int:
+    stats = profile.stats(verifier, drafter, sampling)
+    return stats.decoded[0].k if stats.decoded else 4
+
+
+def theory_report(profile: Profile, *, source: str = "profile", sampling: str = "greedy") -> TheoryReport:
+    """Build the theory report for `profile` (see the module docstring)."""
+    step = {model.name: curve_from_profile(model)(1) for model in profile.models}
+    target = profile.target
+    drafters = sorted((name for name in step if name != target and step[name] < step[target]), key=lambda n: -step[n])
+    if not drafters:
+        raise PolyplanError(f"{source}: models: the theory report needs a drafter faster than the target {target!r}")
+    cheapest = drafters[-1]
+    k = _report_block_size(profile, sampling, target, cheapest)
+    two = evaluate_chain(profile, (target, cheapest), (k,), sampling=sampling)
+    threes = tuple(evaluate_chain(profile, (target, mid, cheapest), (k, k), sampling=sampling) for mid in drafters[:-1])
+    insertions = []
+    for plan in threes:
+        arguments = dict(
+            t1=step[target],
+            t2=step[cheapest],
+            t2_new=step[plan.chain[1]],
+            l1=two.paper.mean_lengths[0],
+            l1_new=plan.paper.mean_lengths[0],
+            l2_new=plan.paper.mean_lengths[1],
+        )
+        insertions.append(
+            InsertionReport(
+                model=plan.chain[1],
+                with_alpha=analyze_insertion(**arguments, alpha_scale=float(k)),
+                theorem_only=analyze_insertion(**arguments),
+            )
+        )
+    return TheoryReport(
+        source=source,
+        sampling=sampling,
+        block_size=k,
+        times=tuple((name, step[name]) for name in [target] + drafters),
+        two_model=two,
+        three_model=threes,
+        insertions=tuple(insertions),
+        errata=_errata(two, k, insertions),
+        search=recommend(profile, max_levels=min(4, len(drafters) + 1), sampling=sampling),
+    )
+
+
+def _errata(two: ChainPlan, k: int, insertions: list[InsertionReport]) -> tuple[Erratum, ...]:
+    rows = [
+        Erratum(
+            "A.2 variance, p = 0.3, n = 2",
+            paper_a2_variance(0.3, 2),
+            capped_geometric_variance(0.7, 1),
+            "the printed Var(N) is negative; the true variance of N (capped at n = 2 trials) is 0.21",
+        ),
+        Erratum(
+            "A.2 variance, p = 0.3, n = 3",
+            paper_a2_variance(0.3, 3),
+            capped_geometric_variance(0.7, 2),
+            "negative again; the true variance is 0.7539",
+        ),
+    ]
+    acceptance = two.acceptances[0]
+    rows.append(
+        Erratum(
+            f"eq. 3 with alpha read as the failure probability (acceptance {acceptance:.4g}, K = {k})",
+            paper_eq3_mean_literal(acceptance, k),
+            capped_geometric_mean(acceptance, k),
+            "eq. 3 is the token count only when alpha is the ACCEPTANCE rate (Leviathan et al.); "
+            f"with it, eq. 3 gives {paper_eq3_mean(acceptance, k):.4g}",
+        )
+    )
+    printed = paper_eq4_relative_variability(acceptance, k)
+    rows.append(
+        Erratum(
+            f"eq. 4 sigma/mu (alpha = {acceptance:.4g}, n = K = {k})",
+            printed,
+            relative_variability(acceptance, k),
+            "the printed radicand is negative, so eq. 4 is undefined"
+            if math.isnan(printed)
+            else "eq. 4 uses the wrong variance and divides by (1 - alpha^n) instead of (1 - alpha^(n+1))",
+        )
+    )
+    for item in insertions:
+        analysis = item.with_alpha
+        rows.append(
+            Erratum(
+                f"Theorem 3.2 bound for {item.model}: ceiling replaced by 2 (real ceiling {analysis.ceiling})",
+                analysis.paper_bound_difference,
+                analysis.exact_difference,
+                "eq. 2 - eq. 1 in seconds per token: the proof's bound vs the exact value; "
+                "equal when the ceiling is 2, the bound is only sufficient otherwise",
+            )
+        )
+    return tuple(rows)

@@ -1,0 +1,289 @@
+"""Search: the best chain and block sizes for a profile, with both models' predictions.
+
+`recommend(profile)` enumerates every chain that is an ordered subset of the candidate
+drafters below the target (members ordered by cost T_i(1), cheapest last), chooses the
+per-level block sizes K_1 … K_{n−1} that minimise the exact model's cost per token (a full
+grid over 1 … k_max when the grid is small, else optuna's TPE sampler with a fixed seed),
+and ranks the chains by exact speedup. Each plan also carries the paper's Lemma 3.1
+prediction (see `planner.paper_model`), and each candidate model gets one line saying why
+it is in or out of the best chain: Theorem 3.2 applied locally to its insertion between its
+neighbours, plus the exact model's speedup with and without it.
+"""
+
+from __future__ import annotations
+
+import itertools
+from dataclasses import dataclass
+from typing import Callable, Sequence
+
+from polyplan.errors import PolyplanError
+from polyplan.planner.cost_model import ChainPrediction, predict_chain
+from polyplan.planner.insertion import analyze_insertion
+from polyplan.planner.latency import LatencyCurve, curve_from_profile
+from polyplan.planner.paper_model import PaperPrediction, mean_length, paper_prediction
+from polyplan.profile import Profile, SamplingStats
+
+SEARCH_MODES = ("auto", "grid", "optuna")
+
+
+@dataclass(frozen=True)
+class ChainPlan:
+    """One chain (target first) with its block sizes and both models' predictions."""
+
+    chain: tuple[str, ...]
+    block_sizes: tuple[int, ...]
+    acceptances: tuple[float, ...]  # α_{i,i+1} per level
+    exact: ChainPrediction
+    paper: PaperPrediction
+    search: str  # how the block sizes were chosen: "grid", "optuna" or "given"
+
+    @property
+    def exact_speedup(self) -> float:
+        return self.exact.speedup
+
+    @property
+    def paper_speedup(self) -> float:
+        return self.paper.speedup
+
+    def label(self) -> str:
+        return " > ".join(self.chain)
+
+
+@dataclass(frozen=True)
+class InsertionNote:
+    """Why one candidate model is in or out of the best chain."""
+
+    model: str
+    included: bool
+    line: str
+    exact_speedup_with: float | None
+    exact_speedup_without: float | None
+    theorem_verdict: str | None  # Theorem 3.2 on the local insertion; None when it does not apply
+
+
+@dataclass(frozen=True)
+class Recommendation:
+    """The result of `recommend`: the best plan, every chain ranked, and the insertion notes."""
+
+    best: ChainPlan
+    ranked: tuple[ChainPlan, ...]  # best first, by exact speedup
+    insertions: tuple[InsertionNote, ...]
+    target: str
+    device: str
+    sampling: str
+    max_levels: int
+    k_max: int
+    fingerprints: tuple[tuple[str, str], ...]  # (model name, fingerprint) for every model
+
+
+class _Context:
+    """Profile lookups shared by every chain evaluation."""
+
+    def __init__(self, profile: Profile, sampling: str, context_length: int | None) -> None:
+        self.profile = profile
+        self.sampling = sampling
+        self.curves: dict[str, LatencyCurve] = {
+            model.name: curve_from_profile(model, context_length) for model in profile.models
+        }
+
+    def stats(self, verifier: str, drafter: str) -> SamplingStats:
+        return self.profile.stats(verifier, drafter, self.sampling)
+
+    def step_time(self, name: str) -> float:
+        return self.curves[name](1)
+
+
+def _evaluate(context: _Context, chain: Sequence[str], blocks: Sequence[int], search: str) -> ChainPlan:
+    pair_stats = [context.stats(upper, lower) for upper, lower in zip(chain, chain[1:])]
+    acceptances = tuple(stats.alpha for stats in pair_stats)
+    exact = predict_chain(acceptances, [context.curves[name] for name in chain], blocks)
+    paper = paper_prediction(pair_stats, [context.step_time(name) for name in chain], blocks)
+    return ChainPlan(tuple(chain), tuple(blocks), acceptances, exact, paper, search)
+
+
+def evaluate_chain(
+    profile: Profile,
+    chain: Sequence[str],
+    block_sizes: Sequence[int],
+    *,
+    sampling: str = "greedy",
+    context_length: int | None = None,
+) -> ChainPlan:
+    """Both models' predictions for one given chain (target first) and block sizes."""
+    if not chain or chain[0] != profile.target:
+        raise PolyplanError(f"chain: must start with the target {profile.target!r}, got {list(chain)}")
+    for name in chain:
+        profile.model(name)
+    if len(block_sizes) != len(chain) - 1:
+        raise PolyplanError(f"block_sizes: need {len(chain) - 1} for a chain of {len(chain)}, got {len(block_sizes)}")
+    return _evaluate(_Context(profile, sampling, context_length), chain, block_sizes, "given")
+
+
+def _best_blocks_grid(cost: Callable[[tuple[int, ...]], float], levels: int, k_max: int) -> tuple[int, ...]:
+    grid = itertools.product(range(1, k_max + 1), repeat=levels)
+    return min(grid, key=lambda blocks: (cost(blocks), blocks))
+
+
+def _best_blocks_optuna(cost: Callable[[tuple[int, ...]], float], levels: int, k_max: int, trials: int, seed: int) -> tuple[int, ...]:
+    import optuna  # slow to import: only when the space is too large for a grid
+
+    verbosity = optuna.logging.get_verbosity()
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    try:
+        study = optuna.create_study(direction="minimize", sampler=optuna.samplers.TPESampler(seed=seed))
+        study.optimize(
+            lambda trial: cost(tuple(trial.suggest_int(f"k{level + 1}", 1, k_max) for level in range(levels))),
+            n_trials=trials,
+        )
+    finally:
+        optuna.logging.set_verbosity(verbosity)
+    return tuple(int(study.best_params[f"k{level + 1}"]) for level in range(levels))
+
+
+def recommend(
+    profile: Profile,
+    *,
+    max_levels: int = 4,
+    k_max: int = 8,
+    block_sizes: str = "auto",
+    sampling: str = "greedy",
+    candidates: Sequence[str] | None = None,
+    context_length: int | None = None,
+    grid_limit: int = 1024,
+    optuna_trials: int = 200,
+    seed: int = 0,
+) -> Recommendation:
+    """Rank every chain (target on top) with its best block sizes; see the module docstring.
+
+    Args:
+        profile: a validated profile.
+        max_levels: the longest chain considered, counting the target (>= 1).
+        k_max: block sizes are searched in 1 … k_max.
+        block_sizes: "grid" (exhaustive), "optuna" (TPE, `optuna_trials` trials, `seed`), or
+            "auto" (grid when k_max^(levels) <= grid_limit for that chain, else optuna).
+        sampling: the profile's sampling-mode key ("greedy", "t1.0", …).
+        candidates: drafters to consider (default: every model but the target).
+        context_length: latency context (default: average over the measured ones).
+    """
+    if isinstance(max_levels, bool) or not isinstance(max_levels, int) or max_levels < 1:
+        raise PolyplanError(f"max_levels: must be an integer >= 1, got {max_levels!r}")
+    if isinstance(k_max, bool) or not isinstance(k_max, int) or k_max < 1:
+        raise PolyplanError(f"k_max: block size must be an integer >= 1, got {k_max!r}")
+    if block_sizes not in SEARCH_MODES:
+        raise PolyplanError(f"block_sizes: must be one of {', '.join(SEARCH_MODES)}, got {block_sizes!r}")
+    context = _Context(profile, sampling, context_length)
+    target = profile.target
+    names = [name for name in profile.model_names() if name != target] if candidates is None else list(candidates)
+    for name in names:
+        if name == target:
+            raise PolyplanError(f"candidates: {target!r} is the target, not a drafter")
+        profile.model(name)
+    target_step = context.step_time(target)
+    usable = sorted((name for name in names if context.step_time(name) < target_step), key=lambda n: -context.step_time(n))
+
+    plans: dict[tuple[str, ...], ChainPlan] = {}
+    for size in range(0, min(max_levels - 1, len(usable)) + 1):
+        for subset in itertools.combinations(usable, size):
+            chain = (target,) + subset
+            levels = len(chain) - 1
+            if levels == 0:
+                plans[chain] = _evaluate(context, chain, (), "grid")
+                continue
+            pair_stats = [context.stats(upper, lower) for upper, lower in zip(chain, chain[1:])]
+            alphas = [stats.alpha for stats in pair_stats]
+            curves = [context.curves[name] for name in chain]
+
+            def cost(blocks: tuple[int, ...], alphas=alphas, curves=curves) -> float:
+                return predict_chain(alphas, curves, blocks).cost_per_token
+
+            use_grid = block_sizes == "grid" or (block_sizes == "auto" and k_max**levels <= grid_limit)
+            if use_grid:
+                best_blocks, how = _best_blocks_grid(cost, levels, k_max), "grid"
+            else:
+                best_blocks, how = _best_blocks_optuna(cost, levels, k_max, optuna_trials, seed), "optuna"
+            plans[chain] = _evaluate(context, chain, best_blocks, how)
+
+    ranked = tuple(sorted(plans.values(), key=lambda plan: (-plan.exact_speedup, len(plan.chain), plan.chain)))
+    best = ranked[0]
+    notes = tuple(
+        _insertion_note(context, plans, best, name, usable, max_levels) for name in names
+    )
+    return Recommendation(
+        best=best,
+        ranked=ranked,
+        insertions=notes,
+        target=target,
+        device=profile.device,
+        sampling=sampling,
+        max_levels=max_levels,
+        k_max=k_max,
+        fingerprints=tuple((model.name, model.fingerprint) for model in profile.models),
+    )
+
+
+def _insertion_note(
+    context: _Context,
+    plans: dict[tuple[str, ...], ChainPlan],
+    best: ChainPlan,
+    name: str,
+    usable: list[str],
+    max_levels: int,
+) -> InsertionNote:
+    if name not in usable:
+        line = (
+            f"out: {name} is not faster than the target "
+            f"(T(1) = {context.step_time(name) * 1e3:.3g} ms vs {context.step_time(best.chain[0]) * 1e3:.3g} ms)"
+        )
+        return InsertionNote(name, False, line, None, best.exact_speedup, None)
+    included = name in best.chain
+    if included:
+        with_plan = best
+        without_chain = tuple(member for member in best.chain if member != name)
+        without_plan = plans[without_chain]
+    else:
+        with_chain = tuple(member for member in usable if member in best.chain or member == name)
+        with_chain = (best.chain[0],) + with_chain
+        without_plan = best
+        if with_chain not in plans:
+            line = f"out: adding {name} to {best.label()} would exceed max_levels = {max_levels}"
+            return InsertionNote(name, False, line, None, best.exact_speedup, None)
+        with_plan = plans[with_chain]
+    delta = with_plan.exact_speedup - without_plan.exact_speedup
+    theorem, theorem_text = _local_theorem(context, with_plan, without_plan, name)
+    verb = "in" if included else "out"
+    line = (
+        f"{verb}: {name}: exact model {with_plan.exact_speedup:.3f}x with it "
+        f"({with_plan.label()}) vs {without_plan.exact_speedup:.3f}x without ({without_plan.label()}), "
+        f"delta {delta:+.3f}x; {theorem_text}"
+    )
+    return InsertionNote(name, included, line, with_plan.exact_speedup, without_plan.exact_speedup, theorem)
+
+
+def _local_theorem(context: _Context, with_plan: ChainPlan, without_plan: ChainPlan, name: str) -> tuple[str | None, str]:
+    """Theorem 3.2 on the insertion of `name` between its neighbours in `with_plan`."""
+    chain = with_plan.chain
+    position = chain.index(name)
+    if position == len(chain) - 1:
+        return None, "Theorem 3.2 does not apply (it would be the smallest drafter, not an intermediate)"
+    upper, lower = chain[position - 1], chain[position + 1]
+    old_level = without_plan.chain.index(upper)
+    l1, _ = mean_length(context.stats(upper, lower), without_plan.block_sizes[old_level])
+    l1_new, _ = mean_length(context.stats(upper, name), with_plan.block_sizes[position - 1])
+    l2_new, _ = mean_length(context.stats(name, lower), with_plan.block_sizes[position])
+    analysis = analyze_insertion(
+        t1=context.step_time(upper),
+        t2=context.step_time(lower),
+        t2_new=context.step_time(name),
+        l1=l1,
+        l1_new=l1_new,
+        l2_new=l2_new,
+        alpha_scale=with_plan.block_sizes[position],
+    )
+    c1 = analysis.condition1
+    text = (
+        f"Theorem 3.2 between {upper} and {lower}: {analysis.verdict} "
+        f"(condition 1 {c1.lhs:.3g} {'<' if c1.holds else '>='} {c1.rhs:.3g}, "
+        f"assumptions {'hold' if analysis.assumptions_hold else 'fail'}, "
+        f"eq.2 - eq.1 = {analysis.exact_difference * 1e3:+.3g} ms/token)"
+    )
+    return analysis.verdict, text
