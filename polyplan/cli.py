@@ -7,6 +7,9 @@ from __future__ import annotations
 
 import typer
 
+from polyplan.commands import recommend
+from polyplan.commands import theory
+
 app = typer.Typer(
     name="polyplan",
     help="Plan, run and validate polybasic (multi-drafter) speculative decoding chains.",
@@ -16,6 +19,8 @@ app = typer.Typer(
 )
 
 # Command registration (one line per command module; keep alphabetical).
+app.command("recommend")(recommend.recommend)
+app.add_typer(theory.app, name="theory")
 
 
 def main() -> None:
