@@ -186,6 +186,11 @@ def report_lines(report: TheoryReport) -> list[str]:
     ]
     for plan in (report.two_model,) + report.three_model:
         lines += _chain_lines(plan)
+    if report.three_model:
+        lines.append(
+            "  (for 3+ models Lemma 3.1's phi_i/N are not the forward counts of the staged "
+            "recursion: compare phi_i/N with the exact forwards/token)"
+        )
     for item in report.insertions:
         lines += ["", f"Theorem 3.2: insert {item.model} (T in seconds)"]
         lines += _insertion_lines(item.with_alpha, " s")
