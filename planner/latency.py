@@ -66,7 +66,7 @@ def curve_from_profile(model: ModelProfile, context_length: int | None = None) -
         by_context.setdefault(point.context_length, {})[point.k] = point.median_s
     contexts = sorted(by_context)
     if not contexts:
-        raise PolyplanError(f"profile: models[{model.name!r}].latency: no points")
+        raise PolyplanError(f"models[{model.name!r}].latency: no points")
     curves = [_curve(by_context[c]) for c in contexts]
     ks = sorted({k for points in by_context.values() for k in points})
     grid = np.asarray(ks, dtype=float)

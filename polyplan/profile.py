@@ -179,13 +179,15 @@ class Profile:
     created: str | None = None
     notes: str | None = None
     meta: dict[str, Any] = field(default_factory=dict)
+    # Where the profile came from (the path `load` read), for error messages; not saved.
+    source: str = field(default="profile", compare=False, repr=False)
 
     def model(self, name: str) -> ModelProfile:
         """The model called `name`; `PolyplanError` if the profile has none."""
         for model in self.models:
             if model.name == name:
                 return model
-        raise PolyplanError(f"profile: models: no model named {name!r}")
+        raise PolyplanError(f"{self.source}: models: no model named {name!r}")
 
     def model_names(self) -> list[str]:
         return [model.name for model in self.models]
@@ -202,7 +204,7 @@ class Profile:
         pair = self.pair(verifier, drafter)
         if pair is None or sampling not in pair.sampling:
             raise PolyplanError(
-                f"profile: pairs: no entry for verifier {verifier!r}, drafter {drafter!r} "
+                f"{self.source}: pairs: no entry for verifier {verifier!r}, drafter {drafter!r} "
                 f"under sampling {sampling!r} (a chain with {drafter!r} right below "
                 f"{verifier!r} needs it)"
             )
@@ -264,7 +266,9 @@ def load(path: str | os.PathLike[str]) -> Profile:
 def from_json_dict(payload: Any, *, label: str = "profile") -> Profile:
     """Validate a parsed JSON object and build the `Profile` (errors are prefixed `label`)."""
     _Validator(label).profile(payload)
-    return _profile_from_dict(payload)
+    profile = _profile_from_dict(payload)
+    profile.source = label
+    return profile
 
 
 # --------------------------------------------------------------------------- validation

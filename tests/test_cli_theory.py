@@ -111,7 +111,7 @@ def test_bad_input_gives_one_line_and_exit_2(tmp_path):
     payload = json.loads(EXAMPLE.read_text())
     payload["pairs"] = [pair for pair in payload["pairs"] if pair["verifier"] != "vicuna-7b-w4"]
     missing_pair.write_text(json.dumps(payload))
-    _fails(["recommend", "--profile", str(missing_pair), "--out", out], "no entry for verifier 'vicuna-7b-w4', drafter 'eagle'")
+    _fails(["recommend", "--profile", str(missing_pair), "--out", out], "missing.json: pairs: no entry for verifier 'vicuna-7b-w4', drafter 'eagle'")
     nan = _bad_profile(tmp_path, '"alpha": 0.813996', '"alpha": NaN')
     _fails(["recommend", "--profile", nan, "--out", out], "pairs[1].sampling.greedy.alpha: must be a finite number, got NaN")
     zero = _bad_profile(tmp_path, '"median_s": 0.007', '"median_s": 0')
