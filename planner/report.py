@@ -26,9 +26,9 @@ from polyplan.planner.capped_geometric import (
     relative_variability,
 )
 from polyplan.planner.insertion import InsertionAnalysis, analyze_insertion
+from polyplan.planner.latency import curve_from_profile
 from polyplan.planner.search import ChainPlan, Recommendation, evaluate_chain, recommend
 from polyplan.profile import Profile
-from polyplan.planner.latency import curve_from_profile
 
 
 @dataclass(frozen=True)
