@@ -1,0 +1,26 @@
+"""The n-level lossless speculative decoding chain and the members that can sit in it.
+
+    from polyplan.decoder import HFMember, Sampling, generate
+    result = generate([HFMember(target), HFMember(draft)], prompt_ids, max_new_tokens=64,
+                      block_sizes=[4], sampling=Sampling(temperature=0.0))
+    result.token_ids, result.levels[0].tokens_per_verification
+"""
+
+from polyplan.decoder.chain import generate
+from polyplan.decoder.hf import HFMember
+from polyplan.decoder.member import ChainMember
+from polyplan.decoder.ngram import NGramMember
+from polyplan.decoder.result import GenerationResult, LevelStats
+from polyplan.decoder.sampling import Sampling
+from polyplan.decoder.table import TableMember
+
+__all__ = [
+    "ChainMember",
+    "GenerationResult",
+    "HFMember",
+    "LevelStats",
+    "NGramMember",
+    "Sampling",
+    "TableMember",
+    "generate",
+]

@@ -35,11 +35,13 @@ class ChainMember(Protocol):
         """Number of tokens whose keys/values are in the cache."""
         ...
 
-    def forward(self, new_ids: torch.Tensor) -> torch.Tensor:
+    def forward(self, new_ids: torch.Tensor, keep_last: int | None = None) -> torch.Tensor:
         """Append `new_ids` (shape `(k,)`, int64, k >= 1) to the cache.
 
-        Returns logits of shape `(k, vocab_size)`: row `j` is the next-token distribution
-        after `new_ids[j]`.
+        Returns float logits of shape `(k, vocab_size)`: row `j` is the next-token
+        distribution after `new_ids[j]`. With `keep_last = r` only the last `r` rows are
+        returned, shape `(r, vocab_size)`: the decoder never needs the logits of a prompt's
+        earlier positions, and a language-model head over a long prompt is not free.
         """
         ...
 

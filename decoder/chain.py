@@ -1,0 +1,319 @@
+"""The n-level chain: staged speculative decoding, lossless for any n >= 1.
+
+This is the recursion of `helpers/recursion.md` / DESIGN.md ("The decoder"):
+
+- `draft(n, K)`: the last member M_n samples K tokens autoregressively.
+- `draft(i, K)`, 1 < i < n: rounds of { `draft(i+1, K_i)` → m tokens; ONE forward pass of M_i
+  over [pending tokens, d_1..d_m]; verify left to right; emit a recovered or bonus token;
+  cut every member M_i..M_n back to the committed prefix } until ≥ K tokens are gathered.
+  Every gathered token is an exact sample of M_i and travels up with q_i, M_i's distribution
+  at its position, which the level above uses as p.
+- The top level runs the same rounds with M_1 until `max_new_tokens` or EOS.
+
+State is one token buffer shared by all levels: level i's working sequence is always a
+prefix of level i+1's, so a level only tracks where its sequence ends. Each member's cache
+holds a prefix of that sequence; the tokens it has not seen yet ("pending") are fed with its
+next forward pass.
+
+Device synchronisation: drafting by the last member never leaves the device; each
+verification moves its (m+1) emitted candidates and m accept flags to the host in one
+transfer (the number accepted decides the control flow).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+
+import torch
+
+from polyplan.decoder.member import ChainMember
+from polyplan.decoder.result import GenerationResult, LevelStats
+from polyplan.decoder.sampling import Sampling, probabilities, sample
+from polyplan.decoder.verify import verify_greedy, verify_sampled
+from polyplan.errors import PolyplanError
+
+
+def generate(
+    chain: Sequence[ChainMember],
+    prompt_ids: Sequence[int] | torch.Tensor,
+    *,
+    max_new_tokens: int,
+    block_sizes: Sequence[int] = (),
+    sampling: Sampling = Sampling(),
+    generator: torch.Generator | None = None,
+    eos_token_id: int | Sequence[int] | None = None,
+) -> GenerationResult:
+    """Generate with the chain M_1 (target, `chain[0]`) … M_n (cheapest, `chain[-1]`).
+
+    Args:
+        chain: n >= 1 members sharing one vocabulary. n = 1 is plain autoregressive
+            decoding, n = 2 classic speculative decoding, n >= 3 staged verification.
+        prompt_ids: The prompt, 1-D (or 2-D with one row); batches are not supported.
+        max_new_tokens: Exactly this many tokens are returned unless EOS comes first.
+        block_sizes: K_1 … K_{n-1}: level i asks the sub-chain below for K_i tokens per round.
+        sampling: Temperature (0 = greedy), top-k and top-p, applied at every level.
+        generator: Every random draw comes from it (put it on the members' device); the
+            same seed gives the same tokens.
+        eos_token_id: Stop after emitting this token (or any of these); None never stops early.
+            Pass `chain[0].eos_token_id` to stop where the target's tokenizer does.
+
+    Returns:
+        The new tokens and per-level statistics.
+
+    Raises:
+        PolyplanError: naming the argument or member at fault.
+    """
+    members = list(chain)
+    prompt = _check_prompt(prompt_ids)
+    vocab = _check_chain(members)
+    blocks = _check_blocks(block_sizes, len(members))
+    if not isinstance(max_new_tokens, int) or max_new_tokens < 1:
+        raise PolyplanError(f"max_new_tokens: {max_new_tokens!r} must be an integer >= 1")
+    if max(prompt) >= vocab or min(prompt) < 0:
+        raise PolyplanError(f"prompt_ids: token ids must lie in [0, {vocab}), got {min(prompt)}..{max(prompt)}")
+    lookahead = _lookahead(blocks)
+    _check_context(members, len(prompt), max_new_tokens, lookahead)
+    eos = None if eos_token_id is None else frozenset([eos_token_id] if isinstance(eos_token_id, int) else eos_token_id)
+
+    started = time.perf_counter()
+    with torch.inference_mode():
+        for member in members:
+            member.reset()
+        run = _Run(members, blocks, sampling, generator, vocab, prompt, len(prompt) + max_new_tokens + lookahead)
+        end, stopped_at_eos = run.top(len(prompt), max_new_tokens, eos)
+        for member in members:
+            if member.cache_length > end:
+                member.crop(end)
+        new_tokens = tuple(run.buf[len(prompt) : end].tolist())
+    elapsed = time.perf_counter() - started
+    return GenerationResult(new_tokens, run.statistics(), elapsed, stopped_at_eos)
+
+
+class _Run:
+    """Mutable state of one `generate` call: the token buffer and the per-level counters."""
+
+    def __init__(
+        self,
+        members: list[ChainMember],
+        blocks: tuple[int, ...],
+        sampling: Sampling,
+        generator: torch.Generator | None,
+        vocab: int,
+        prompt: list[int],
+        capacity: int,
+    ) -> None:
+        self.members = members
+        self.last = len(members) - 1
+        self.blocks = blocks
+        self.sampling = sampling
+        self.greedy = sampling.greedy
+        self.generator = generator
+        self.vocab = vocab
+        # Members may expose `device` (HFMember does); the generator must live there too.
+        device = generator.device if generator is not None else getattr(members[0], "device", torch.device("cpu"))
+        self.buf = torch.zeros(capacity, dtype=torch.int64, device=device)  # (capacity,)
+        self.buf[: len(prompt)] = torch.tensor(prompt, dtype=torch.int64)
+        n = len(members)
+        self.passes = [0] * n
+        self.proposed = [0] * n
+        self.accepted = [0] * n
+        self.per_verification: list[list[int]] = [[] for _ in range(n)]
+        self.seconds = [0.0] * n
+
+    def statistics(self) -> tuple[LevelStats, ...]:
+        return tuple(
+            LevelStats(m.name, self.passes[i], self.proposed[i], self.accepted[i], tuple(self.per_verification[i]), self.seconds[i])
+            for i, m in enumerate(self.members)
+        )
+
+    def top(self, start: int, want: int, eos: frozenset[int] | None) -> tuple[int, bool]:
+        """Run M_1 until `want` new tokens or EOS; returns (end of sequence, stopped at EOS)."""
+        if self.last == 0:
+            end, _ = self._autoregress(0, start, want, eos)
+            return end, eos is not None and int(self.buf[end - 1]) in eos
+        return self._rounds(0, start, want, eos)
+
+    def _forward(self, i: int, end: int, keep_last: int) -> torch.Tensor:
+        """Feed member i its pending tokens buf[cache_length:end]; logits of the last rows `(keep_last, V)`."""
+        member = self.members[i]
+        began = time.perf_counter()
+        logits = member.forward(self.buf[member.cache_length : end], keep_last=keep_last)
+        self.seconds[i] += time.perf_counter() - began
+        self.passes[i] += 1
+        return logits[:, : self.vocab]
+
+    def _draft(self, i: int, start: int, want: int) -> tuple[int, torch.Tensor | None]:
+        """≥ `want` exact samples of M_i written at buf[start:]: (count, q_i rows or None if greedy)."""
+        if i == self.last:
+            end, probs = self._autoregress(i, start, want, None)
+            return end - start, probs
+        end, probs = self._rounds(i, start, want, None)
+        return end - start, probs
+
+    def _autoregress(
+        self, i: int, start: int, want: int, eos: frozenset[int] | None
+    ) -> tuple[int, torch.Tensor | None]:
+        """M_i samples `want` tokens one at a time (stopping at EOS when given); (end, rows)."""
+        rows = []
+        pos = start
+        for _ in range(want):
+            logits = self._forward(i, pos, 1)  # (1, V)
+            if self.greedy:
+                token = logits.argmax(dim=-1)  # (1,)
+            else:
+                probs = probabilities(logits, self.sampling)  # (1, V)
+                token = sample(probs, self.generator)
+                rows.append(probs)
+            self.buf[pos : pos + 1] = token
+            pos += 1
+            if eos is not None and int(token) in eos:  # a host sync per token, only when stopping on EOS
+                break
+        return pos, (torch.cat(rows) if rows else None)
+
+    def _rounds(self, i: int, start: int, want: int, eos: frozenset[int] | None):
+        """Verification rounds of M_i over drafts of the sub-chain below it.
+
+        For i > 0 returns (end, q_i rows of every gathered token or None if greedy); for the
+        top level (i = 0) returns (end, stopped at EOS) with the output cut at `want` / EOS.
+        """
+        block = self.blocks[i]
+        rows = []
+        pos = start
+        while pos - start < want:
+            m, p = self._draft(i + 1, pos, block)  # drafted tokens at buf[pos : pos + m]
+            logits = self._forward(i, pos + m, m + 1)  # (m+1, V)
+            draft = self.buf[pos : pos + m]
+            if self.greedy:
+                accepted, emitted = verify_greedy(logits, draft)
+                q = None
+            else:
+                q = probabilities(logits, self.sampling)  # (m+1, V)
+                accepted, emitted = verify_sampled(p, q, draft, self.generator)
+            # The one device-to-host transfer of this step: [emitted (m+1), accepted (m), draft (m)].
+            host = torch.cat([emitted, accepted.long(), draft]).tolist()
+            flags = host[m + 1 : 2 * m + 1]
+            a = flags.index(0) if 0 in flags else m
+            self.buf[pos + a : pos + a + 1] = emitted[a : a + 1]
+            for j in range(i, len(self.members)):  # cut M_i..M_n back to the committed prefix
+                if self.members[j].cache_length > pos + a:
+                    self.members[j].crop(pos + a)
+            self.proposed[i] += m
+            self.accepted[i] += a
+            self.per_verification[i].append(a + 1)
+            if q is not None and i > 0:
+                rows.append(q[: a + 1])
+            if i == 0 and eos is not None:
+                new = host[2 * m + 1 : 2 * m + 1 + a] + [host[a]]
+                hits = [k for k, token in enumerate(new) if token in eos]
+                limit = want - (pos - start)
+                if hits and hits[0] < limit:
+                    return pos + hits[0] + 1, True
+            pos += a + 1
+        if i == 0:
+            return min(pos, start + want), False
+        return pos, (torch.cat(rows) if rows else None)
+
+
+def _check_prompt(prompt_ids: Sequence[int] | torch.Tensor) -> list[int]:
+    if isinstance(prompt_ids, torch.Tensor):
+        if prompt_ids.dim() == 2:
+            if prompt_ids.shape[0] != 1:
+                raise PolyplanError(
+                    f"prompt_ids: batch size {prompt_ids.shape[0]} is not supported; generate one sequence at a time"
+                )
+            prompt_ids = prompt_ids[0]
+        if prompt_ids.dim() != 1:
+            raise PolyplanError(f"prompt_ids: expected a 1-D sequence of token ids, got shape {tuple(prompt_ids.shape)}")
+        prompt = prompt_ids.tolist()
+    else:
+        prompt = list(prompt_ids)
+        if prompt and isinstance(prompt[0], (list, tuple)):
+            if len(prompt) != 1:
+                raise PolyplanError(f"prompt_ids: batch size {len(prompt)} is not supported; generate one sequence at a time")
+            prompt = list(prompt[0])
+    if not prompt:
+        raise PolyplanError("prompt_ids: empty; give at least one token")
+    if not all(isinstance(t, int) for t in prompt):
+        raise PolyplanError("prompt_ids: token ids must be integers")
+    return prompt
+
+
+def _check_chain(members: list[ChainMember]) -> int:
+    """Validate the chain and return its common vocabulary size."""
+    if not members:
+        raise PolyplanError("chain: empty; give at least the target model")
+    target = members[0]
+    vocab = target.valid_vocab_size
+    reference, reference_name = None, None
+    for index, member in enumerate(members):
+        label = f"chain member {index} ({member.name!r})"
+        if member.valid_vocab_size != vocab:
+            raise PolyplanError(
+                f"{label}: vocabulary of {member.valid_vocab_size} tokens differs from the target's {vocab}"
+            )
+        if member.vocab_size < vocab:
+            raise PolyplanError(f"{label}: returns {member.vocab_size} logits, fewer than the {vocab}-token vocabulary")
+        mapping = member.token_map()
+        if mapping is None:
+            continue
+        if reference is None:
+            reference, reference_name = mapping, member.name
+            continue
+        difference = first_difference(reference, mapping)
+        if difference is not None:
+            raise PolyplanError(f"{label}: vocabulary differs from {reference_name!r}: {difference}")
+    return vocab
+
+
+def first_difference(reference: dict[str, int], other: dict[str, int]) -> str | None:
+    """Describe the first token whose id differs between two token-to-id maps (None if equal)."""
+    if reference == other:
+        return None
+    for token, index in reference.items():
+        if other.get(token) != index:
+            return f"token {token!r} has id {index} there but {other.get(token)} here"
+    extra = next(token for token in other if token not in reference)
+    return f"token {extra!r} (id {other[extra]}) is missing there"
+
+
+def _check_blocks(block_sizes: Sequence[int], n: int) -> tuple[int, ...]:
+    blocks = tuple(block_sizes)
+    if len(blocks) != n - 1:
+        raise PolyplanError(
+            f"block_sizes: a chain of {n} members needs {n - 1} block size(s) (one per verifying level), got {len(blocks)}"
+        )
+    for index, block in enumerate(blocks):
+        if not isinstance(block, int) or block < 1:
+            raise PolyplanError(f"block_sizes[{index}]: {block!r} must be an integer >= 1")
+    return blocks
+
+
+def _lookahead(blocks: tuple[int, ...]) -> int:
+    """Most tokens a top-level round can hold beyond the committed prefix: B_2(K_1).
+
+    draft(n, K) returns K tokens; draft(i, K) at most K + B_{i+1}(K_i) (its last round
+    starts below K and adds up to B_{i+1}(K_i) + 1).
+    """
+    if not blocks:
+        return 0
+    bound = blocks[-1]
+    for block in reversed(blocks[:-1]):
+        bound = block + bound
+    return bound
+
+
+def _check_context(members: list[ChainMember], prompt_length: int, max_new_tokens: int, lookahead: int) -> None:
+    for index, member in enumerate(members):
+        if member.max_context is None:
+            continue
+        label = f"chain member {index} ({member.name!r})"
+        if prompt_length > member.max_context:
+            raise PolyplanError(
+                f"prompt_ids: {prompt_length} tokens is longer than the context of {label} ({member.max_context} tokens)"
+            )
+        if prompt_length + max_new_tokens + lookahead > member.max_context:
+            raise PolyplanError(
+                f"max_new_tokens: prompt ({prompt_length}) + {max_new_tokens} new tokens + {lookahead} drafted ahead "
+                f"exceeds the context of {label} ({member.max_context} tokens)"
+            )

@@ -1,0 +1,100 @@
+"""Derived variants of a Hugging Face causal LM: an int8 copy and an early-exit copy.
+
+Which reduced precision has a fast kernel where (torch 2.13):
+
+| quantize | CPU                                                   | CUDA                     |
+|----------|-------------------------------------------------------|--------------------------|
+| int8     | yes: dynamic int8 `Linear` (fbgemm / onednn kernels)  | no (CPU-only kernels)    |
+| bf16     | no fast kernel on CPUs without AVX512-BF16/AMX; refused | yes                    |
+| int4     | no (weight-only int4 needs torchao / GPU kernels)     | no kernel in plain torch |
+
+`supported_quantization(kind, device)` is the single place that decides, so the schema check
+and the loader give the same answer.
+"""
+
+from __future__ import annotations
+
+import copy
+import warnings
+
+import torch
+from torch import nn
+
+from polyplan.errors import PolyplanError
+
+QUANTIZATIONS = ("int8", "int4", "bf16")
+
+# Why each refused combination is refused, in one line (shown to the user).
+_REFUSED = {
+    ("int8", "cuda"): "dynamic int8 quantization has CPU kernels only",
+    ("int4", "cpu"): "plain torch has no int4 matmul kernel on CPU",
+    ("int4", "cuda"): "plain torch has no int4 matmul kernel (it needs torchao)",
+    ("bf16", "cpu"): "bf16 matmul has no fast CPU kernel here (it is slower than fp32)",
+}
+
+
+def supported_quantization(kind: str, device: str) -> str | None:
+    """None when `kind` runs fast on `device` ('cpu' or 'cuda...'), else the reason why not."""
+    if kind not in QUANTIZATIONS:
+        return f"unknown quantization {kind!r} (choose one of {', '.join(QUANTIZATIONS)})"
+    family = "cuda" if device.startswith("cuda") else device
+    if family not in ("cpu", "cuda"):
+        return f"unknown device {device!r}"
+    return _REFUSED.get((kind, family))
+
+
+def quantize_model(model: nn.Module, kind: str, device: str = "cpu") -> nn.Module:
+    """A quantized copy of `model` (the original is left untouched).
+
+    int8 is torch's dynamic quantization of every `nn.Linear` (weights int8 per tensor,
+    activations quantized on the fly), the path with a fast CPU kernel.
+    """
+    reason = supported_quantization(kind, device)
+    if reason is not None:
+        raise PolyplanError(f"quantize: {kind} on {device}: {reason}")
+    if kind == "bf16":
+        return copy.deepcopy(model).to(torch.bfloat16)
+    with warnings.catch_warnings():
+        # torch 2.13 deprecates the eager quantization API in favour of torchao, which is
+        # not installed; the API still works and is the int8 path with a fast CPU kernel.
+        warnings.filterwarnings("ignore", message=".*torch.ao.quantization.*")
+        warnings.filterwarnings("ignore", category=DeprecationWarning)
+        warnings.filterwarnings("ignore", category=UserWarning, module="torch.ao")
+        return torch.ao.quantization.quantize_dynamic(
+            copy.deepcopy(model).float(), {nn.Linear}, dtype=torch.qint8
+        )
+
+
+def num_layers(model: nn.Module) -> int:
+    """The number of decoder layers of a Llama-style HF causal LM."""
+    return int(model.config.num_hidden_layers)
+
+
+def early_exit_model(model: nn.Module, layers: int) -> nn.Module:
+    """A copy of `model` that runs only its first `layers` decoder layers.
+
+    The copy keeps the final norm and the LM head and SHARES the kept layers' weights with
+    `model` (no extra memory). HF decoder models iterate `self.layers[:num_hidden_layers]`,
+    so a shallow copy with a shorter layer list and config is a complete model.
+    """
+    total = num_layers(model)
+    if not 1 <= layers <= total:
+        raise PolyplanError(f"layers: {layers} is outside 1..{total} (the model has {total} layers)")
+    inner_name = getattr(model, "base_model_prefix", "model")
+    inner = getattr(model, inner_name, None)
+    if inner is None or not hasattr(inner, "layers"):
+        raise PolyplanError(f"layers: model {type(model).__name__} has no decoder layer list")
+    config = copy.deepcopy(model.config)
+    config.num_hidden_layers = layers
+    if getattr(config, "layer_types", None) is not None:
+        config.layer_types = list(config.layer_types)[:layers]
+    shallow_inner = copy.copy(inner)
+    # nn.Module keeps submodules in _modules: copy that dict so the original is untouched.
+    shallow_inner._modules = dict(inner._modules)
+    shallow_inner._modules["layers"] = nn.ModuleList(list(inner.layers)[:layers])
+    shallow_inner.config = config
+    shallow = copy.copy(model)
+    shallow._modules = dict(model._modules)
+    shallow._modules[inner_name] = shallow_inner
+    shallow.config = config
+    return shallow

@@ -1,0 +1,88 @@
+"""Load a chain of local model folders and check that they share one tokenizer.
+
+Only local folders (as written by `save_pretrained`): nothing is downloaded.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+
+from polyplan.decoder.chain import first_difference
+from polyplan.decoder.hf import HFMember
+from polyplan.errors import PolyplanError
+
+
+@dataclass(frozen=True)
+class LoadedChain:
+    """Members (target first) and the tokenizer that encodes prompts and decodes output."""
+
+    members: tuple[HFMember, ...]
+    tokenizer: object
+
+
+def load_chain(folders: Sequence[str | Path], *, device: str = "cpu", dtype: torch.dtype | None = None) -> LoadedChain:
+    """Load every folder as an `HFMember` with its tokenizer; the first is the target.
+
+    Raises:
+        PolyplanError: a folder is missing or unreadable, or a member's vocabulary or special
+            tokens differ from the target's.
+    """
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    if not folders:
+        raise PolyplanError("chain: empty; give at least the target model folder")
+    members, tokenizers = [], []
+    for index, folder in enumerate(folders):
+        path = Path(folder)
+        label = f"chain member {index} ({str(folder)!r})"
+        if not path.is_dir():
+            raise PolyplanError(f"{label}: no such model folder")
+        try:
+            tokenizer = AutoTokenizer.from_pretrained(path, local_files_only=True)
+        except (OSError, ValueError) as error:
+            raise PolyplanError(f"{label}: cannot load its tokenizer ({_first_line(error)})") from None
+        try:
+            model = AutoModelForCausalLM.from_pretrained(path, local_files_only=True, dtype=dtype).to(device)
+        except (OSError, ValueError) as error:
+            raise PolyplanError(f"{label}: cannot load a causal language model ({_first_line(error)})") from None
+        members.append(HFMember(model, name=path.name or str(path), tokenizer=tokenizer))
+        tokenizers.append(tokenizer)
+    check_same_tokenizer(tokenizers, [m.name for m in members])
+    return LoadedChain(tuple(members), tokenizers[0])
+
+
+def check_same_tokenizer(tokenizers: Sequence[object], names: Sequence[str]) -> None:
+    """Raise `PolyplanError` naming the first member whose token map or special tokens differ
+    from the target's (index 0)."""
+    reference = tokenizers[0].get_vocab()
+    specials = _specials(tokenizers[0])
+    for index in range(1, len(tokenizers)):
+        label = f"chain member {index} ({names[index]!r})"
+        difference = first_difference(reference, tokenizers[index].get_vocab())
+        if difference is not None:
+            raise PolyplanError(f"{label}: vocabulary differs from the target {names[0]!r}: {difference}")
+        other = _specials(tokenizers[index])
+        if other != specials:
+            kind = next(key for key in sorted(set(specials) | set(other)) if specials.get(key) != other.get(key))
+            raise PolyplanError(
+                f"{label}: special token {kind} is {other.get(kind)!r}, the target {names[0]!r} has {specials.get(kind)!r}"
+            )
+
+
+def _specials(tokenizer: object) -> dict[str, object]:
+    """Special-token name → (token, id), e.g. {'eos_token': ('</s>', 2)}."""
+    result = {}
+    for key in ("bos_token", "eos_token", "unk_token", "pad_token"):
+        token = getattr(tokenizer, key, None)
+        if token is not None:
+            result[key] = (str(token), tokenizer.convert_tokens_to_ids(str(token)))
+    return result
+
+
+def _first_line(error: Exception) -> str:
+    text = str(error).strip()
+    return text.splitlines()[0] if text else type(error).__name__

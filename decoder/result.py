@@ -1,0 +1,68 @@
+"""What one run of a chain returns: the new tokens and the per-level counts the theory predicts."""
+
+from __future__ import annotations
+
+import statistics
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class LevelStats:
+    """Counts for one chain member M_i over one `generate` call.
+
+    The verification counts belong to the *verifier*: level i's `tokens_proposed` are the
+    tokens the sub-chain below handed M_i to verify. The last member M_n verifies nothing,
+    so its verification fields are zero and empty (as is M_1's when n = 1).
+
+    Attributes:
+        model: The member's name.
+        forward_passes: Forward passes of this member (φ_i), the prompt prefill included
+            (it is fused with the member's first pass).
+        tokens_proposed: Drafted tokens this member verified.
+        tokens_accepted: Of those, the accepted ones.
+        tokens_per_verification: Tokens each verification produced (accepted + 1 recovered
+            or bonus), in order: the samples of L_i from which μ and σ come. The top level's
+            last entry counts every token the step produced, even those cut off by
+            `max_new_tokens` or EOS.
+        wall_time_s: Time spent inside this member's `forward` (on an asynchronous device
+            this is launch time unless the member synchronises).
+    """
+
+    model: str
+    forward_passes: int
+    tokens_proposed: int
+    tokens_accepted: int
+    tokens_per_verification: tuple[int, ...]
+    wall_time_s: float
+
+    @property
+    def verifications(self) -> int:
+        """Number of verification steps this member ran."""
+        return len(self.tokens_per_verification)
+
+    @property
+    def acceptance_rate(self) -> float:
+        """Accepted / proposed (NaN when nothing was proposed)."""
+        return self.tokens_accepted / self.tokens_proposed if self.tokens_proposed else float("nan")
+
+    @property
+    def mean_tokens_per_verification(self) -> float:
+        """μ: mean tokens per verification (NaN without verifications)."""
+        return statistics.fmean(self.tokens_per_verification) if self.tokens_per_verification else float("nan")
+
+
+@dataclass(frozen=True)
+class GenerationResult:
+    """The outcome of `generate`.
+
+    Attributes:
+        token_ids: The new tokens only (not the prompt), EOS included when it stopped there.
+        levels: One `LevelStats` per chain member, target first.
+        wall_time_s: Wall time of the whole call.
+        stopped_at_eos: True when generation ended on an EOS token rather than the length.
+    """
+
+    token_ids: tuple[int, ...]
+    levels: tuple[LevelStats, ...]
+    wall_time_s: float
+    stopped_at_eos: bool

@@ -1,0 +1,92 @@
+"""Shared fixtures: tiny random-initialised Llama models and a tiny word-level tokenizer.
+
+Everything is built in-process from a fixed seed; nothing is downloaded.
+"""
+
+from __future__ import annotations
+
+import copy
+from pathlib import Path
+
+import pytest
+import torch
+
+TINY_VOCAB = 64
+
+
+def tiny_llama(seed: int = 0, *, layers: int = 2, hidden: int = 32, vocab: int = TINY_VOCAB, init: float = 0.2, max_context: int = 256):
+    """A random-initialised float32 `LlamaForCausalLM` (CPU, eval mode).
+
+    `init` is the initialiser's standard deviation: larger than Llama's 0.02 so the layers
+    matter and the logits are spread out (fewer near-ties between float32 orderings).
+    """
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    config = LlamaConfig(
+        vocab_size=vocab,
+        hidden_size=hidden,
+        intermediate_size=2 * hidden,
+        num_hidden_layers=layers,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        max_position_embeddings=max_context,
+        initializer_range=init,
+        bos_token_id=1,
+        eos_token_id=2,
+        pad_token_id=0,
+        tie_word_embeddings=False,
+    )
+    torch.manual_seed(seed)  # the models' initialisers draw from the global generator
+    return LlamaForCausalLM(config).float().eval()
+
+
+def perturbed_copy(model, noise: float, seed: int):
+    """A copy of `model` with Gaussian noise of relative size `noise` added to every weight."""
+    clone = copy.deepcopy(model)
+    generator = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for parameter in clone.parameters():
+            parameter.add_(noise * parameter.std() * torch.randn(parameter.shape, generator=generator))
+    return clone
+
+
+def truncated_copy(model, layers: int):
+    """A layer-skip drafter: the first `layers` decoder layers of `model`, same embeddings and head."""
+    clone = copy.deepcopy(model)
+    clone.model.layers = clone.model.layers[:layers]
+    clone.config.num_hidden_layers = layers
+    return clone
+
+
+def tiny_tokenizer(vocab: int = TINY_VOCAB):
+    """A word-level fast tokenizer: <pad> <s> </s> <unk> then words w4 … w{vocab-1}."""
+    from tokenizers import Tokenizer, models, pre_tokenizers
+    from transformers import PreTrainedTokenizerFast
+
+    words = {"<pad>": 0, "<s>": 1, "</s>": 2, "<unk>": 3}
+    words.update({f"w{i}": i for i in range(4, vocab)})
+    backend = Tokenizer(models.WordLevel(vocab=words, unk_token="<unk>"))
+    backend.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
+    return PreTrainedTokenizerFast(
+        tokenizer_object=backend, pad_token="<pad>", bos_token="<s>", eos_token="</s>", unk_token="<unk>"
+    )
+
+
+def save_model(folder: Path, model, tokenizer) -> Path:
+    """Save `model` and `tokenizer` with `save_pretrained` into `folder`."""
+    folder.mkdir(parents=True, exist_ok=True)
+    model.save_pretrained(folder)
+    tokenizer.save_pretrained(folder)
+    return folder
+
+
+@pytest.fixture(scope="session")
+def llama_factory():
+    """`tiny_llama` for tests that want it as a fixture."""
+    return tiny_llama
+
+
+@pytest.fixture(scope="session")
+def tokenizer_factory():
+    """`tiny_tokenizer` for tests that want it as a fixture."""
+    return tiny_tokenizer
