@@ -1,0 +1,268 @@
+"""Training the zoo family: target with an early-exit auxiliary loss, then a distilled drafter.
+
+`train_family(recipe, out, seed)` runs the whole recipe and writes the family into `out`
+(one HF folder per trained model plus `family.json` with the measured numbers). It works in a
+temporary sibling folder and renames it at the very end, so a killed run never leaves a
+folder that looks complete.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import shutil
+import time
+from collections.abc import Callable
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+from torch import nn
+from transformers import LlamaForCausalLM, PreTrainedTokenizerFast
+
+from polyplan.decoder.derive import early_exit_model, quantize_model
+from polyplan.errors import PolyplanError
+from polyplan.zoo.corpus import read_texts, split_stdlib
+from polyplan.zoo.recipe import Recipe, Schedule
+from polyplan.zoo.tokenizer import encode_corpus, save_tokenizer, train_tokenizer
+
+FAMILY_FILE = "family.json"
+TARGET, DRAFTER = "target", "drafter"
+
+Log = Callable[[str], None]
+
+
+@dataclass(frozen=True)
+class FamilyReport:
+    """What one run of the recipe measured (also written to `family.json`)."""
+
+    recipe: str
+    seed: int
+    parameters: dict[str, int]
+    validation_loss: dict[str, float]
+    greedy_agreement_with_target: dict[str, float]
+    train_tokens: int
+    validation_tokens: int
+    wall_seconds: dict[str, float]
+
+
+def _windows(stream: torch.Tensor, seq_len: int, batch: int, generator: torch.Generator) -> torch.Tensor:
+    """`batch` random windows of `seq_len + 1` tokens: shape (batch, seq_len + 1)."""
+    starts = torch.randint(0, stream.numel() - seq_len - 1, (batch,), generator=generator)
+    offsets = torch.arange(seq_len + 1)
+    return stream[starts[:, None] + offsets[None, :]].long()
+
+
+def eval_windows(stream: torch.Tensor, seq_len: int, count: int) -> torch.Tensor:
+    """`count` evenly spaced held-out windows (deterministic): shape (count, seq_len + 1)."""
+    last = stream.numel() - seq_len - 1
+    starts = torch.linspace(0, last, count).long()
+    offsets = torch.arange(seq_len + 1)
+    return stream[starts[:, None] + offsets[None, :]].long()
+
+
+def _learning_rate(step: int, schedule: Schedule) -> float:
+    if step < schedule.warmup_steps:
+        return schedule.learning_rate * (step + 1) / schedule.warmup_steps
+    progress = (step - schedule.warmup_steps) / max(1, schedule.steps - schedule.warmup_steps)
+    return schedule.learning_rate * (0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * progress)))
+
+
+def _optimizer(model: nn.Module, schedule: Schedule) -> torch.optim.Optimizer:
+    decay = [p for n, p in model.named_parameters() if p.ndim >= 2]
+    no_decay = [p for n, p in model.named_parameters() if p.ndim < 2]
+    groups = [
+        {"params": decay, "weight_decay": schedule.weight_decay},
+        {"params": no_decay, "weight_decay": 0.0},
+    ]
+    return torch.optim.AdamW(groups, lr=schedule.learning_rate, betas=(0.9, 0.95))
+
+
+def train_pair(
+    recipe: Recipe, train: torch.Tensor, target_config, drafter_config, seed: int, log: Log
+) -> tuple[LlamaForCausalLM, LlamaForCausalLM]:
+    """Train the target and, on the same batches, the drafter distilled from it online.
+
+    Target loss: corpus cross-entropy + `early_exit_weight` x the cross-entropy of its first
+    `early_exit_layers` layers read through the final norm and LM head (so that the
+    early-exit copy is a drafter worth having).
+
+    Drafter loss: w x KL(target || drafter) + (1 - w) x corpus cross-entropy, where w ramps
+    from 0 to `distill_weight` over the first half of training (the target's outputs are
+    noise at first). Distilling from the logits the target computes anyway costs only the
+    drafter's own forward and backward pass: on 2 CPU cores a separate distillation pass
+    through the target would cost a third of the target's training again.
+    """
+    torch.manual_seed(seed)  # HF initialises weights from the global generator
+    target = LlamaForCausalLM(target_config).train()
+    drafter = LlamaForCausalLM(drafter_config).train()
+    target_schedule, drafter_schedule = recipe.target_schedule, recipe.drafter_schedule
+    if drafter_schedule.steps != target_schedule.steps or drafter_schedule.batch_size != target_schedule.batch_size:
+        raise PolyplanError("recipe: the drafter trains on the target's batches; steps and batch_size must match")
+    target_optimizer = _optimizer(target, target_schedule)
+    drafter_optimizer = _optimizer(drafter, drafter_schedule)
+    generator = torch.Generator().manual_seed(seed + 1)
+    captured: dict[str, torch.Tensor] = {}
+    hook = target.model.layers[recipe.early_exit_layers - 1].register_forward_hook(
+        lambda _module, _inputs, output: captured.__setitem__(
+            "hidden", output[0] if isinstance(output, tuple) else output
+        )
+    )
+    started = time.perf_counter()
+    try:
+        for step in range(target_schedule.steps):
+            batch = _windows(train, recipe.seq_len, target_schedule.batch_size, generator)
+            inputs, labels = batch[:, :-1], batch[:, 1:].flatten()  # (B, L), (B*L,)
+            logits = target(inputs).logits.flatten(0, 1)  # (B*L, V)
+            loss = F.cross_entropy(logits, labels)
+            early = target.lm_head(target.model.norm(captured["hidden"])).flatten(0, 1)
+            early_loss = F.cross_entropy(early, labels)
+            _step(target, target_optimizer, loss + recipe.early_exit_weight * early_loss,
+                  _learning_rate(step, target_schedule))
+
+            weight = recipe.distill_weight * min(1.0, step / max(1, target_schedule.steps // 2))
+            drafter_logits = drafter(inputs).logits.flatten(0, 1)  # (B*L, V)
+            drafter_loss = F.cross_entropy(drafter_logits, labels)
+            teacher = F.log_softmax(logits.detach(), dim=-1)
+            kl = F.kl_div(F.log_softmax(drafter_logits, dim=-1), teacher, log_target=True,
+                          reduction="batchmean")
+            _step(drafter, drafter_optimizer, weight * kl + (1 - weight) * drafter_loss,
+                  _learning_rate(step, drafter_schedule))
+            if step % 10 == 0 or step == target_schedule.steps - 1:
+                log(
+                    f"step {step}/{target_schedule.steps} target {loss.item():.3f} "
+                    f"early-exit {early_loss.item():.3f} drafter {drafter_loss.item():.3f} "
+                    f"kl {kl.item():.3f} ({time.perf_counter() - started:.0f}s)"
+                )
+    finally:
+        hook.remove()
+    return target.eval(), drafter.eval()
+
+
+def _step(model: nn.Module, optimizer: torch.optim.Optimizer, loss: torch.Tensor, lr: float) -> None:
+    for group in optimizer.param_groups:
+        group["lr"] = lr
+    optimizer.zero_grad(set_to_none=True)
+    loss.backward()
+    nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+    optimizer.step()
+
+
+@torch.inference_mode()
+def validation_loss(model: nn.Module, windows: torch.Tensor, batch_size: int = 8) -> float:
+    """Mean next-token cross-entropy (nats) over held-out `windows` (count, L + 1)."""
+    total, count = 0.0, 0
+    for chunk in windows.split(batch_size):
+        logits = model(chunk[:, :-1]).logits.float()
+        total += F.cross_entropy(logits.flatten(0, 1), chunk[:, 1:].flatten(), reduction="sum").item()
+        count += chunk[:, 1:].numel()
+    return total / count
+
+
+@torch.inference_mode()
+def greedy_agreement(reference: nn.Module, other: nn.Module, windows: torch.Tensor, batch_size: int = 8) -> float:
+    """Fraction of held-out positions where both models' argmax next tokens agree."""
+    same, count = 0, 0
+    for chunk in windows.split(batch_size):
+        a = reference(chunk[:, :-1]).logits.argmax(-1)
+        b = other(chunk[:, :-1]).logits.argmax(-1)
+        same += int((a == b).sum())
+        count += a.numel()
+    return same / count
+
+
+def _round_trip_half(model: nn.Module) -> nn.Module:
+    """Round the weights through float16, as they are shipped, so numbers match the files."""
+    with torch.no_grad():
+        for parameter in model.parameters():
+            parameter.copy_(parameter.half().float())
+    return model
+
+
+def _save_model(model: LlamaForCausalLM, tokenizer: PreTrainedTokenizerFast, folder: Path) -> None:
+    folder.mkdir(parents=True)
+    model.to(torch.float16).save_pretrained(str(folder), safe_serialization=True)
+    model.to(torch.float32)
+    save_tokenizer(tokenizer, folder)
+
+
+def train_family(recipe: Recipe, out: Path, seed: int = 0, log: Log = print) -> FamilyReport:
+    """Run `recipe` with `seed` and write the family into `out` (which must not exist)."""
+    out = Path(out)
+    if out.exists():
+        raise PolyplanError(f"--out: {out} already exists; choose a new folder")
+    work = out.parent / f".{out.name}.partial-{os.getpid()}"
+    if work.exists():
+        shutil.rmtree(work)
+    work.mkdir(parents=True)
+    previous_threads = torch.get_num_threads()
+    torch.set_num_threads(recipe.threads)
+    clock: dict[str, float] = {}
+    try:
+        started = time.perf_counter()
+        split = split_stdlib(held_out_every=recipe.held_out_every)
+        train_texts = read_texts(split.root, split.train, recipe.max_train_chars)
+        validation_texts = read_texts(split.root, split.validation)
+        tokenizer = train_tokenizer(train_texts, recipe.vocab_size)
+        train = torch.from_numpy(encode_corpus(tokenizer, train_texts))
+        validation = torch.from_numpy(encode_corpus(tokenizer, validation_texts))
+        clock["tokenizer"] = time.perf_counter() - started
+        log(f"corpus: {len(split.train)} train files ({train.numel()} tokens), "
+            f"{len(split.validation)} held-out files ({validation.numel()} tokens)")
+        eos = tokenizer.eos_token_id
+        vocab = len(tokenizer)
+
+        started = time.perf_counter()
+        target, drafter = train_pair(
+            recipe,
+            train,
+            recipe.target.config(vocab, recipe.max_context, eos),
+            recipe.drafter.config(vocab, recipe.max_context, eos),
+            seed,
+            log,
+        )
+        _round_trip_half(target)
+        _round_trip_half(drafter)
+        clock["training"] = time.perf_counter() - started
+        _save_model(target, tokenizer, work / TARGET)
+        _save_model(drafter, tokenizer, work / DRAFTER)
+
+        started = time.perf_counter()
+        windows = eval_windows(validation, recipe.seq_len, recipe.eval_batches * 8)
+        variants = {
+            TARGET: target,
+            "target-int8": quantize_model(target, "int8"),
+            f"target-exit{recipe.early_exit_layers}": early_exit_model(target, recipe.early_exit_layers),
+            DRAFTER: drafter,
+        }
+        losses = {name: validation_loss(model, windows) for name, model in variants.items()}
+        agreement = {
+            name: greedy_agreement(target, model, windows)
+            for name, model in variants.items() if name != TARGET
+        }
+        clock["evaluation"] = time.perf_counter() - started
+        report = FamilyReport(
+            recipe=recipe.name,
+            seed=seed,
+            parameters={TARGET: sum(p.numel() for p in target.parameters()),
+                        DRAFTER: sum(p.numel() for p in drafter.parameters())},
+            validation_loss=losses,
+            greedy_agreement_with_target=agreement,
+            train_tokens=int(train.numel()),
+            validation_tokens=int(validation.numel()),
+            wall_seconds=clock,
+        )
+        payload = {"report": asdict(report), "recipe": asdict(recipe),
+                   "eval_windows": {"count": int(windows.shape[0]), "seq_len": recipe.seq_len}}
+        (work / FAMILY_FILE).write_text(json.dumps(payload, indent=2) + "\n")
+        log(json.dumps(asdict(report), indent=2))
+        os.replace(work, out)
+    except BaseException:
+        shutil.rmtree(work, ignore_errors=True)
+        raise
+    finally:
+        torch.set_num_threads(previous_threads)
+    return report
