@@ -1,15 +1,8 @@
 """Derived variants of a Hugging Face causal LM: an int8 copy and an early-exit copy.
 
-Which reduced precision has a fast kernel where (torch 2.13):
-
-| quantize | CPU                                                   | CUDA                     |
-|----------|-------------------------------------------------------|--------------------------|
-| int8     | yes: dynamic int8 `Linear` (fbgemm / onednn kernels)  | no (CPU-only kernels)    |
-| bf16     | no fast kernel on CPUs without AVX512-BF16/AMX; refused | yes                    |
-| int4     | no (weight-only int4 needs torchao / GPU kernels)     | no kernel in plain torch |
-
-`supported_quantization(kind, device)` is the single place that decides, so the schema check
-and the loader give the same answer.
+Which reduced precision has a fast kernel on which device is decided in one place,
+`polyplan.candidates.supported_quantization`, so the schema check and this module agree:
+int8 (dynamic, per-tensor weights) on CPU; bf16 on CUDA; int4 nowhere with plain torch.
 """
 
 from __future__ import annotations
@@ -20,27 +13,8 @@ import warnings
 import torch
 from torch import nn
 
+from polyplan.candidates import supported_quantization
 from polyplan.errors import PolyplanError
-
-QUANTIZATIONS = ("int8", "int4", "bf16")
-
-# Why each refused combination is refused, in one line (shown to the user).
-_REFUSED = {
-    ("int8", "cuda"): "dynamic int8 quantization has CPU kernels only",
-    ("int4", "cpu"): "plain torch has no int4 matmul kernel on CPU",
-    ("int4", "cuda"): "plain torch has no int4 matmul kernel (it needs torchao)",
-    ("bf16", "cpu"): "bf16 matmul has no fast CPU kernel here (it is slower than fp32)",
-}
-
-
-def supported_quantization(kind: str, device: str) -> str | None:
-    """None when `kind` runs fast on `device` ('cpu' or 'cuda...'), else the reason why not."""
-    if kind not in QUANTIZATIONS:
-        return f"unknown quantization {kind!r} (choose one of {', '.join(QUANTIZATIONS)})"
-    family = "cuda" if device.startswith("cuda") else device
-    if family not in ("cpu", "cuda"):
-        return f"unknown device {device!r}"
-    return _REFUSED.get((kind, family))
 
 
 def quantize_model(model: nn.Module, kind: str, device: str = "cpu") -> nn.Module:
@@ -57,9 +31,8 @@ def quantize_model(model: nn.Module, kind: str, device: str = "cpu") -> nn.Modul
     with warnings.catch_warnings():
         # torch 2.13 deprecates the eager quantization API in favour of torchao, which is
         # not installed; the API still works and is the int8 path with a fast CPU kernel.
-        warnings.filterwarnings("ignore", message=".*torch.ao.quantization.*")
-        warnings.filterwarnings("ignore", category=DeprecationWarning)
-        warnings.filterwarnings("ignore", category=UserWarning, module="torch.ao")
+        warnings.filterwarnings("ignore", message="torch.ao.quantization is deprecated", category=DeprecationWarning)
+        warnings.filterwarnings("ignore", message="torch.quantize_per_tensor, torch.quantize_per_channel", category=UserWarning)
         return torch.ao.quantization.quantize_dynamic(
             copy.deepcopy(model).float(), {nn.Linear}, dtype=torch.qint8
         )

@@ -35,12 +35,13 @@ def load_chain(folders: Sequence[str | Path], *, device: str = "cpu", dtype: tor
 
     if not folders:
         raise PolyplanError("chain: empty; give at least the target model folder")
+    for index, folder in enumerate(folders):  # fail before spending time loading the others
+        if not Path(folder).is_dir():
+            raise PolyplanError(f"chain member {index} ({str(folder)!r}): no such model folder")
     members, tokenizers = [], []
     for index, folder in enumerate(folders):
         path = Path(folder)
         label = f"chain member {index} ({str(folder)!r})"
-        if not path.is_dir():
-            raise PolyplanError(f"{label}: no such model folder")
         try:
             tokenizer = AutoTokenizer.from_pretrained(path, local_files_only=True)
         except (OSError, ValueError) as error:

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import typer
 
+from polyplan.commands import generate
 from polyplan.commands import recommend
 from polyplan.commands import theory
 
@@ -19,6 +20,7 @@ app = typer.Typer(
 )
 
 # Command registration (one line per command module; keep alphabetical).
+app.command("generate")(generate.generate)
 app.command("recommend")(recommend.recommend)
 app.add_typer(theory.app, name="theory")
 
