@@ -8,8 +8,10 @@ from __future__ import annotations
 import typer
 
 from polyplan.commands import generate
+from polyplan.commands import models
 from polyplan.commands import recommend
 from polyplan.commands import theory
+from polyplan.commands import zoo
 
 app = typer.Typer(
     name="polyplan",
@@ -21,8 +23,10 @@ app = typer.Typer(
 
 # Command registration (one line per command module; keep alphabetical).
 app.command("generate")(generate.generate)
+app.add_typer(models.app, name="models")
 app.command("recommend")(recommend.recommend)
 app.add_typer(theory.app, name="theory")
+app.add_typer(zoo.app, name="zoo")
 
 
 def main() -> None:

@@ -25,11 +25,11 @@ from transformers import LlamaForCausalLM, PreTrainedTokenizerFast
 
 from polyplan.decoder.derive import early_exit_model, quantize_model
 from polyplan.errors import PolyplanError
+from polyplan.zoo.builtin import FAMILY_FILE
 from polyplan.zoo.corpus import read_texts, split_stdlib
 from polyplan.zoo.recipe import Recipe, Schedule
 from polyplan.zoo.tokenizer import encode_corpus, save_tokenizer, train_tokenizer
 
-FAMILY_FILE = "family.json"
 TARGET, DRAFTER = "target", "drafter"
 
 Log = Callable[[str], None]

@@ -1,0 +1,339 @@
+"""The `models.yaml` schema: the candidate models of a chain, strictly validated.
+
+    candidates:
+      - name: target                  # unique; shown in every table and error
+        source: builtin:target        # a local folder (relative to this file), a hub id
+        target: true                  #   (org/name, only where a network exists) or
+        dtype: float32                #   builtin:<name> for the embedded zoo family
+        device: cpu
+      - name: target-int8
+        derive: {from: target, quantize: int8}     # int8 | int4 | bf16
+      - name: target-exit2
+        derive: {from: target, layers: 2}          # keep the first k decoder layers
+      - name: drafter
+        source: builtin:drafter
+      - name: ngram
+        derive: {kind: ngram, max_n: 4, min_n: 1}  # prompt lookup, no weights
+      - name: padded
+        source: ./models/padded
+        padded_vocab: true            # the model has more logit rows than tokens: mask them
+
+Rules (each violation is a `PolyplanError` whose one line names the entry):
+- top level: a mapping with the single key `candidates`, a non-empty list of mappings;
+- entry keys: `name`, `source` xor `derive`, optional `target`, `dtype` (float32, float16,
+  bfloat16), `device` (cpu, cuda, cuda:N), `padded_vocab`; nothing else;
+- exactly one entry has `target: true`, and it is a `source` entry;
+- names are unique; a local `source` folder exists;
+- `derive.from` names another entry; derivations form no cycle; `layers` is an integer
+  >= 1 (checked against the model's depth when it is loaded); `quantize` must have a fast
+  kernel on the entry's device (see `supported_quantization`);
+- `derive: {kind: ngram}` takes `max_n` and `min_n` (1 <= min_n <= max_n) and nothing else.
+
+A derived entry runs on its base's device unless it names its own.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from polyplan.errors import PolyplanError
+
+BUILTIN_PREFIX = "builtin:"
+DTYPES = ("float32", "float16", "bfloat16")
+QUANTIZATIONS = ("int8", "int4", "bf16")
+
+_ENTRY_KEYS = frozenset({"name", "source", "derive", "target", "dtype", "device", "padded_vocab"})
+_HUB_ID = re.compile(r"^[A-Za-z0-9][\w.-]*/[\w.-]+$")
+_DEVICE = re.compile(r"^(cpu|cuda(:\d+)?)$")
+
+# Which reduced precision has a fast kernel where, with plain torch 2.13:
+#   int8  CPU: yes, dynamic int8 Linear (fbgemm/onednn); CUDA: no (those kernels are CPU-only)
+#   bf16  CPU: refused, no fast matmul without AVX512-BF16/AMX (slower than fp32); CUDA: yes
+#   int4  CPU and CUDA: refused, plain torch has no int4 matmul kernel (it needs torchao)
+_REFUSED = {
+    ("int8", "cuda"): "dynamic int8 quantization has CPU kernels only",
+    ("int4", "cpu"): "plain torch has no int4 matmul kernel on CPU",
+    ("int4", "cuda"): "plain torch has no int4 matmul kernel (it needs torchao)",
+    ("bf16", "cpu"): "bf16 matmul has no fast CPU kernel (it runs slower than float32)",
+}
+
+
+def supported_quantization(kind: str, device: str) -> str | None:
+    """None when quantization `kind` has a fast kernel on `device`, else the reason why not."""
+    if kind not in QUANTIZATIONS:
+        return f"unknown quantization {kind!r} (choose one of {', '.join(QUANTIZATIONS)})"
+    family = "cuda" if device.startswith("cuda") else device
+    return _REFUSED.get((kind, family))
+
+
+@dataclass(frozen=True)
+class Quantize:
+    """A copy of entry `base` with its linear layers quantized to `kind`."""
+
+    base: str
+    kind: str
+
+
+@dataclass(frozen=True)
+class EarlyExit:
+    """A copy of entry `base` that keeps its first `layers` decoder layers, final norm and head."""
+
+    base: str
+    layers: int
+
+
+@dataclass(frozen=True)
+class NGram:
+    """A prompt-lookup drafter (no weights) matching n-grams from `max_n` down to `min_n`."""
+
+    max_n: int = 3
+    min_n: int = 1
+
+
+Derivation = Quantize | EarlyExit | NGram
+
+
+@dataclass(frozen=True)
+class Candidate:
+    """One validated entry of models.yaml.
+
+    Attributes:
+        source: For weight entries: "builtin:<name>", a resolved local folder, or a hub id;
+            None for derived entries.
+        source_kind: "builtin", "local", "hub", or "derived".
+    """
+
+    name: str
+    source: str | None
+    source_kind: str
+    derive: Derivation | None
+    is_target: bool
+    dtype: str
+    device: str
+    padded_vocab: bool
+
+
+@dataclass(frozen=True)
+class CandidateSet:
+    """All candidates of one models.yaml, target first, then in file order."""
+
+    candidates: tuple[Candidate, ...]
+    origin: str
+
+    @property
+    def target(self) -> Candidate:
+        """The entry marked `target: true`."""
+        return self.candidates[0]
+
+    def by_name(self, name: str) -> Candidate:
+        """The entry called `name`."""
+        for candidate in self.candidates:
+            if candidate.name == name:
+                return candidate
+        raise PolyplanError(f"{self.origin}: no candidate named {name!r}")
+
+
+def read_candidates(path: str | Path) -> CandidateSet:
+    """Read and validate a models.yaml file; local sources resolve relative to its folder."""
+    import yaml
+
+    path = Path(path)
+    if not path.is_file():
+        raise PolyplanError(f"--candidates: file {path} not found")
+    try:
+        data = yaml.safe_load(path.read_text(encoding="utf-8"))
+    except yaml.YAMLError as error:
+        mark = getattr(error, "problem_mark", None)
+        where = f" at line {mark.line + 1}" if mark is not None else ""
+        raise PolyplanError(f"{path}: not valid YAML{where}") from None
+    return parse_candidates(data, base_dir=path.parent, origin=str(path))
+
+
+def parse_candidates(data: Any, *, base_dir: Path, origin: str = "models.yaml") -> CandidateSet:
+    """Validate the parsed YAML `data` (see the module docstring for the rules)."""
+    if not isinstance(data, dict) or set(data) != {"candidates"}:
+        keys = sorted(data) if isinstance(data, dict) else type(data).__name__
+        raise PolyplanError(f"{origin}: expected one top-level key 'candidates', got {keys}")
+    entries = data["candidates"]
+    if not isinstance(entries, list) or not entries:
+        raise PolyplanError(f"{origin}: 'candidates' must be a non-empty list of entries")
+    candidates: list[Candidate] = []
+    seen: set[str] = set()
+    for index, entry in enumerate(entries):
+        candidate = _parse_entry(entry, index, base_dir, origin)
+        if candidate.name in seen:
+            raise PolyplanError(f"{origin}: candidate {candidate.name!r}: duplicate name")
+        seen.add(candidate.name)
+        candidates.append(candidate)
+    targets = [c for c in candidates if c.is_target]
+    if not targets:
+        raise PolyplanError(f"{origin}: no candidate has 'target: true'; mark exactly one")
+    if len(targets) > 1:
+        names = ", ".join(repr(c.name) for c in targets)
+        raise PolyplanError(f"{origin}: candidate {targets[1].name!r}: a second target ({names}); mark exactly one")
+    if targets[0].derive is not None:
+        raise PolyplanError(f"{origin}: candidate {targets[0].name!r}: the target must have a 'source', not 'derive'")
+    by_name = {c.name: c for c in candidates}
+    _check_derivations(by_name, origin)
+    candidates = [_inherit_device(c, by_name) for c in candidates]
+    for candidate in candidates:
+        if isinstance(candidate.derive, Quantize):
+            reason = supported_quantization(candidate.derive.kind, candidate.device)
+            if reason is not None:
+                raise PolyplanError(
+                    f"{origin}: candidate {candidate.name!r}: quantize {candidate.derive.kind} on "
+                    f"{candidate.device}: {reason}"
+                )
+    target = next(c for c in candidates if c.is_target)
+    return CandidateSet((target,) + tuple(c for c in candidates if not c.is_target), origin)
+
+
+def _parse_entry(entry: Any, index: int, base_dir: Path, origin: str) -> Candidate:
+    if not isinstance(entry, dict):
+        raise PolyplanError(f"{origin}: candidates[{index}]: expected a mapping, got {type(entry).__name__}")
+    name = entry.get("name")
+    if not isinstance(name, str) or not name.strip():
+        raise PolyplanError(f"{origin}: candidates[{index}]: missing 'name' (a non-empty string)")
+    label = f"{origin}: candidate {name!r}"
+    unknown = sorted(set(entry) - _ENTRY_KEYS)
+    if unknown:
+        raise PolyplanError(f"{label}: unknown key {unknown[0]!r} (allowed: {', '.join(sorted(_ENTRY_KEYS))})")
+    has_source, has_derive = "source" in entry, "derive" in entry
+    if has_source == has_derive:
+        raise PolyplanError(f"{label}: give exactly one of 'source' and 'derive'")
+    is_target = _boolean(entry, "target", label)
+    padded_vocab = _boolean(entry, "padded_vocab", label)
+    dtype = entry.get("dtype", "float32")
+    if dtype not in DTYPES:
+        raise PolyplanError(f"{label}: dtype {dtype!r} is not one of {', '.join(DTYPES)}")
+    device = entry.get("device", "")
+    if device != "" and (not isinstance(device, str) or not _DEVICE.match(device)):
+        raise PolyplanError(f"{label}: device {device!r} is not cpu, cuda or cuda:N")
+    if has_source:
+        source, kind = _resolve_source(entry["source"], base_dir, label)
+        derive = None
+    else:
+        source, kind = None, "derived"
+        derive = _parse_derive(entry["derive"], label)
+        if isinstance(derive, NGram) and (padded_vocab or "dtype" in entry):
+            raise PolyplanError(f"{label}: an ngram drafter has no weights: drop 'dtype'/'padded_vocab'")
+    return Candidate(name, source, kind, derive, is_target, dtype, device, padded_vocab)
+
+
+def _boolean(entry: dict, key: str, label: str) -> bool:
+    value = entry.get(key, False)
+    if not isinstance(value, bool):
+        raise PolyplanError(f"{label}: {key!r} must be true or false, got {value!r}")
+    return value
+
+
+def _resolve_source(source: Any, base_dir: Path, label: str) -> tuple[str, str]:
+    if not isinstance(source, str) or not source.strip():
+        raise PolyplanError(f"{label}: 'source' must be a folder, a hub id or builtin:<name>")
+    if source.startswith(BUILTIN_PREFIX):
+        name = source[len(BUILTIN_PREFIX):]
+        if not name:
+            raise PolyplanError(f"{label}: 'builtin:' needs a model name, e.g. builtin:target")
+        return source, "builtin"
+    path = Path(source).expanduser()
+    path = path if path.is_absolute() else base_dir / path
+    if path.is_dir():
+        return str(path), "local"
+    looks_local = source.startswith((".", "/", "~")) or path.exists() or not _HUB_ID.match(source)
+    if looks_local:
+        raise PolyplanError(f"{label}: source folder {source!r} not found (looked in {path})")
+    return source, "hub"
+
+
+def _parse_derive(derive: Any, label: str) -> Derivation:
+    if not isinstance(derive, dict):
+        raise PolyplanError(f"{label}: 'derive' must be a mapping")
+    keys = set(derive)
+    if derive.get("kind") == "ngram":
+        unknown = sorted(keys - {"kind", "max_n", "min_n"})
+        if unknown:
+            raise PolyplanError(f"{label}: derive: unknown key {unknown[0]!r} for kind ngram (allowed: max_n, min_n)")
+        max_n, min_n = derive.get("max_n", 3), derive.get("min_n", 1)
+        if not all(isinstance(v, int) and not isinstance(v, bool) for v in (max_n, min_n)) or not 1 <= min_n <= max_n:
+            raise PolyplanError(f"{label}: derive: need integers 1 <= min_n <= max_n, got min_n={min_n!r}, max_n={max_n!r}")
+        return NGram(max_n=max_n, min_n=min_n)
+    if "kind" in keys:
+        raise PolyplanError(f"{label}: derive: unknown kind {derive['kind']!r} (only 'ngram')")
+    base = derive.get("from")
+    if not isinstance(base, str):
+        raise PolyplanError(f"{label}: derive: needs 'from: <entry name>' (or kind: ngram)")
+    operations = sorted(keys - {"from"})
+    if operations not in (["quantize"], ["layers"]):
+        raise PolyplanError(
+            f"{label}: derive: give exactly one of 'quantize' and 'layers' besides 'from', got {operations}"
+        )
+    if operations == ["quantize"]:
+        kind = derive["quantize"]
+        if kind not in QUANTIZATIONS:
+            raise PolyplanError(f"{label}: derive: quantize {kind!r} is not one of {', '.join(QUANTIZATIONS)}")
+        return Quantize(base=base, kind=kind)
+    layers = derive["layers"]
+    if not isinstance(layers, int) or isinstance(layers, bool) or layers < 1:
+        raise PolyplanError(f"{label}: derive: layers must be an integer >= 1, got {layers!r}")
+    return EarlyExit(base=base, layers=layers)
+
+
+def _base(candidate: Candidate) -> str | None:
+    return candidate.derive.base if isinstance(candidate.derive, (Quantize, EarlyExit)) else None
+
+
+def _check_derivations(by_name: dict[str, Candidate], origin: str) -> None:
+    for candidate in by_name.values():
+        base = _base(candidate)
+        if base is None:
+            continue
+        if base not in by_name:
+            raise PolyplanError(f"{origin}: candidate {candidate.name!r}: derive from unknown entry {base!r}")
+        if isinstance(by_name[base].derive, NGram):
+            raise PolyplanError(f"{origin}: candidate {candidate.name!r}: cannot derive from the ngram drafter {base!r}")
+    for candidate in by_name.values():
+        path = [candidate.name]
+        current = _base(candidate)
+        while current is not None:
+            if current in path:
+                cycle = " -> ".join(path[path.index(current):] + [current])
+                raise PolyplanError(f"{origin}: candidate {candidate.name!r}: derive cycle {cycle}")
+            path.append(current)
+            current = _base(by_name[current])
+
+
+def _inherit_device(candidate: Candidate, by_name: dict[str, Candidate]) -> Candidate:
+    """Fill in the device: the entry's own, else its base's (recursively), else cpu."""
+    current: Candidate | None = candidate
+    while current is not None and current.device == "":
+        base = _base(current)
+        current = by_name[base] if base is not None else None
+    device = current.device if current is not None else "cpu"
+    if device == candidate.device:
+        return candidate
+    return Candidate(
+        candidate.name, candidate.source, candidate.source_kind, candidate.derive,
+        candidate.is_target, candidate.dtype, device, candidate.padded_vocab,
+    )
+
+
+def base_chain(candidates: CandidateSet, name: str) -> tuple[Candidate, ...]:
+    """The entry `name` and the entries it derives from, root (a `source` entry) last."""
+    chain = [candidates.by_name(name)]
+    while (base := _base(chain[-1])) is not None:
+        chain.append(candidates.by_name(base))
+    return tuple(chain)
+
+
+def default_candidates_path() -> Path:
+    """`examples/zoo.yaml`: under the working directory, else in the source checkout that
+    this package was installed from (editable installs), so the default works from anywhere
+    inside a clone."""
+    relative = Path("examples") / "zoo.yaml"
+    for root in (Path.cwd(), Path(__file__).resolve().parent.parent):
+        if (root / relative).is_file():
+            return root / relative
+    raise PolyplanError("--candidates: examples/zoo.yaml not found here; pass --candidates models.yaml")
