@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import typer
 
+from polyplan.commands import bench
 from polyplan.commands import generate
 from polyplan.commands import models
 from polyplan.commands import recommend
@@ -22,6 +23,7 @@ app = typer.Typer(
 )
 
 # Command registration (one line per command module; keep alphabetical).
+app.add_typer(bench.app, name="bench")
 app.command("generate")(generate.generate)
 app.add_typer(models.app, name="models")
 app.command("recommend")(recommend.recommend)
