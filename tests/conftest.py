@@ -90,3 +90,16 @@ def llama_factory():
 def tokenizer_factory():
     """`tiny_tokenizer` for tests that want it as a fixture."""
     return tiny_tokenizer
+
+
+@pytest.fixture
+def single_thread():
+    """Run a test with one torch thread, then restore the previous setting.
+
+    On a small shared machine, waking a second OpenMP thread for tiny tensors costs up to a
+    millisecond per op; the decoder tests run thousands of tiny ops.
+    """
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
