@@ -111,6 +111,12 @@ def load_candidates(candidates: CandidateSet, *, require_compatible: bool = True
         if isinstance(candidate.derive, NGram):
             continue
         model = _load_model(candidate, candidates, models)
+        rows, tokens = model.model.get_output_embeddings().out_features, len(model.tokenizer)
+        if rows < tokens:
+            raise PolyplanError(
+                f"{candidates.origin}: candidate {candidate.name!r}: its tokenizer has {tokens} tokens "
+                f"but the model only {rows} logit rows"
+            )
         member = HFMember(model.model, name=candidate.name, tokenizer=model.tokenizer)
         loss = cached_validation_loss(model.folder, model.variant) if model.variant and model.folder else None
         loaded.append(LoadedCandidate(candidate, member, model.parameters, model.dtype, candidate.device, loss))
