@@ -27,6 +27,7 @@ seconds and must be > 0; unknown keys are rejected (free-form extras go under ``
           "prefill": [                       # optional: prompt processing time
             {"context_length": 128, "median_s": 0.031, "iqr_s": 0.001, "repeats": 5}
           ],
+          "latency_fingerprint": "sha256:..",  # optional: model + latency settings + device
           "meta": {...}                      # optional
         }
       ],
@@ -38,18 +39,32 @@ seconds and must be > 0; unknown keys are rejected (free-form extras go under ``
             "greedy": {
               "alpha": 0.78,                 # per-token acceptance rate, in [0, 1)
               "alpha_samples": 4096,         # optional: tokens alpha was averaged over
+              "alpha_ci": [0.75, 0.81],      # optional: confidence interval of alpha
               "alpha_distribution": {        # optional: spread of the per-position rate
                 "mean": 0.78, "std": 0.31, "samples": 4096,
-                "quantiles": {"0.1": 0.2, "0.5": 0.93, "0.9": 1.0}
+                "quantiles": {"0.1": 0.2, "0.5": 0.93, "0.9": 1.0},
+                "autocorrelation": 0.12      # optional: lag-1, in [-1, 1]
               },
+              "implied": [                   # optional: mu(K) implied by the distributions
+                {"k": 5, "mu": 3.6, "mu_positional": 3.9}
+              ],                             # mu: i.i.d. formula from alpha; positional: from
+                                             # the per-position rates (both in [1, k + 1])
               "decoded": [                   # optional: measured by dualistic decoding
-                {"k": 5, "mu": 4.34, "sigma": 1.2, "samples": 300}
-              ]                              # 1 <= mu <= k + 1; sigma, samples optional
+                {"k": 5, "mu": 4.34, "sigma": 1.2, "samples": 300,
+                 "mu_ci": [4.1, 4.5], "sigma_ci": [1.0, 1.4],   # optional intervals
+                 "prompts": 16, "fingerprint": "sha256:.."}     # optional
+              ],                             # 1 <= mu <= k + 1; sigma, samples optional
+              "fingerprint": "sha256:..",    # optional: what alpha/implied were computed from
+              "warnings": ["..."]            # optional: e.g. decoded and implied mu disagree
             }
           }
         }
       ]
     }
+
+Fingerprints (all optional, opaque non-empty strings) let the profiler reuse an entry only
+when everything it was measured from is unchanged; confidence intervals are ``[low, high]``
+with ``low <= high``.
 
 Sampling-mode keys: ``"greedy"`` for temperature 0 (argmax at every level; α is then the
 argmax agreement rate), otherwise ``"t"`` followed by the temperature as Python writes the
@@ -119,6 +134,8 @@ class ModelProfile:
     latency: list[LatencyPoint] = field(default_factory=list)
     prefill: list[PrefillPoint] = field(default_factory=list)
     meta: dict[str, Any] = field(default_factory=dict)
+    # Fingerprint of (model, latency settings, device) the latency and prefill were measured with.
+    latency_fingerprint: str | None = None
 
 
 @dataclass
@@ -129,6 +146,22 @@ class AlphaDistribution:
     std: float
     quantiles: dict[str, float] = field(default_factory=dict)
     samples: int | None = None
+    # Lag-1 autocorrelation of the per-position rate along a sequence (0 for i.i.d. positions).
+    autocorrelation: float | None = None
+
+
+@dataclass
+class ImpliedStats:
+    """Tokens per verification at block size `k` implied by the distribution-based rates.
+
+    `mu` is eq. 3 with i.i.d. acceptance, (1 − α^(k+1)) / (1 − α); `mu_positional` averages
+    1 + Σ_j Π_{t<j} α_(s+t) over start positions s, so it keeps how the rate varies along a
+    sequence (what the i.i.d. formula ignores).
+    """
+
+    k: int
+    mu: float
+    mu_positional: float | None = None
 
 
 @dataclass
@@ -139,6 +172,10 @@ class DecodedStats:
     mu: float
     sigma: float | None = None
     samples: int | None = None
+    mu_ci: tuple[float, float] | None = None
+    sigma_ci: tuple[float, float] | None = None
+    prompts: int | None = None
+    fingerprint: str | None = None
 
 
 @dataclass
@@ -149,6 +186,11 @@ class SamplingStats:
     alpha_samples: int | None = None
     alpha_distribution: AlphaDistribution | None = None
     decoded: list[DecodedStats] = field(default_factory=list)
+    alpha_ci: tuple[float, float] | None = None
+    implied: list[ImpliedStats] = field(default_factory=list)
+    # Fingerprint of what alpha, its distribution and `implied` were computed from.
+    fingerprint: str | None = None
+    warnings: list[str] = field(default_factory=list)
 
     def decoded_at(self, k: int) -> DecodedStats | None:
         """The decoded statistics measured at block size `k`, if any."""
@@ -274,13 +316,16 @@ def from_json_dict(payload: Any, *, label: str = "profile") -> Profile:
 # --------------------------------------------------------------------------- validation
 
 _PROFILE_KEYS = {"schema_version", "target", "device", "created", "notes", "meta", "models", "pairs"}
-_MODEL_KEYS = {"name", "fingerprint", "latency", "prefill", "meta"}
+_MODEL_KEYS = {"name", "fingerprint", "latency", "prefill", "meta", "latency_fingerprint"}
 _LATENCY_KEYS = {"context_length", "k", "median_s", "iqr_s", "repeats"}
 _PREFILL_KEYS = {"context_length", "median_s", "iqr_s", "repeats"}
 _PAIR_KEYS = {"verifier", "drafter", "sampling"}
-_SAMPLING_KEYS = {"alpha", "alpha_samples", "alpha_distribution", "decoded"}
-_DISTRIBUTION_KEYS = {"mean", "std", "quantiles", "samples"}
-_DECODED_KEYS = {"k", "mu", "sigma", "samples"}
+_SAMPLING_KEYS = {
+    "alpha", "alpha_samples", "alpha_distribution", "decoded", "alpha_ci", "implied", "fingerprint", "warnings"
+}
+_DISTRIBUTION_KEYS = {"mean", "std", "quantiles", "samples", "autocorrelation"}
+_IMPLIED_KEYS = {"k", "mu", "mu_positional"}
+_DECODED_KEYS = {"k", "mu", "sigma", "samples", "mu_ci", "sigma_ci", "prompts", "fingerprint"}
 
 
 class _Validator:
@@ -344,6 +389,17 @@ class _Validator:
         if not 0.0 <= number < 1.0:
             self.fail(where, f"must be in [0, 1), got {number:g}")
         return number
+
+    def interval(self, value: Any, where: str, low: float | None = None, high: float | None = None) -> None:
+        """A confidence interval `[low, high]` of finite numbers, optionally within bounds."""
+        if not isinstance(value, list) or len(value) != 2:
+            self.fail(where, f"must be a [low, high] array of two numbers, got {_show(value)}")
+        lo, hi = self.number(value[0], f"{where}[0]"), self.number(value[1], f"{where}[1]")
+        if lo > hi:
+            self.fail(where, f"low {lo:g} is above high {hi:g}")
+        if (low is not None and lo < low) or (high is not None and hi > high):
+            bounds = f"[{'-inf' if low is None else f'{low:g}'}, {'inf' if high is None else f'{high:g}'}]"
+            self.fail(where, f"must lie within {bounds}, got [{lo:g}, {hi:g}]")
 
     def array(self, value: Any, where: str) -> list:
         if not isinstance(value, list):
@@ -435,6 +491,8 @@ class _Validator:
                 self.non_negative(point["iqr_s"], f"{at}.iqr_s")
             if point.get("repeats") is not None:
                 self.integer(point["repeats"], f"{at}.repeats", 1)
+        if model.get("latency_fingerprint") is not None:
+            self.text(model["latency_fingerprint"], f"{where}.latency_fingerprint")
         if "meta" in model:
             self.meta(model["meta"], f"{where}.meta")
 
@@ -481,6 +539,31 @@ class _Validator:
                 quantile = self.number(value, f"{at}.quantiles.{level}")
                 if not 0.0 <= quantile <= 1.0:
                     self.fail(f"{at}.quantiles.{level}", f"must be in [0, 1], got {quantile:g}")
+            if spread.get("autocorrelation") is not None:
+                correlation = self.number(spread["autocorrelation"], f"{at}.autocorrelation")
+                if not -1.0 <= correlation <= 1.0:
+                    self.fail(f"{at}.autocorrelation", f"must be in [-1, 1], got {correlation:g}")
+        if stats.get("alpha_ci") is not None:
+            self.interval(stats["alpha_ci"], f"{where}.alpha_ci", 0.0, 1.0)
+        if stats.get("fingerprint") is not None:
+            self.text(stats["fingerprint"], f"{where}.fingerprint")
+        warnings = self.array(stats.get("warnings", []), f"{where}.warnings")
+        for index, warning in enumerate(warnings):
+            self.text(warning, f"{where}.warnings[{index}]")
+        implied_ks: set[int] = set()
+        for index, implied in enumerate(self.array(stats.get("implied", []), f"{where}.implied")):
+            at = f"{where}.implied[{index}]"
+            self.obj(implied, at, _IMPLIED_KEYS, {"k", "mu"})
+            k = self.integer(implied["k"], f"{at}.k", 1)
+            for name in ("mu", "mu_positional"):
+                if implied.get(name) is None:
+                    continue
+                mu = self.number(implied[name], f"{at}.{name}")
+                if not 1.0 <= mu <= k + 1:
+                    self.fail(f"{at}.{name}", f"must be in [1, k + 1] = [1, {k + 1}], got {mu:g}")
+            if k in implied_ks:
+                self.fail(at, f"duplicate entry for k {k}")
+            implied_ks.add(k)
         seen: set[int] = set()
         for index, decoded in enumerate(self.array(stats.get("decoded", []), f"{where}.decoded")):
             at = f"{where}.decoded[{index}]"
@@ -493,6 +576,14 @@ class _Validator:
                 self.non_negative(decoded["sigma"], f"{at}.sigma")
             if decoded.get("samples") is not None:
                 self.integer(decoded["samples"], f"{at}.samples", 1)
+            if decoded.get("mu_ci") is not None:
+                self.interval(decoded["mu_ci"], f"{at}.mu_ci", 1.0, k + 1.0)
+            if decoded.get("sigma_ci") is not None:
+                self.interval(decoded["sigma_ci"], f"{at}.sigma_ci", 0.0)
+            if decoded.get("prompts") is not None:
+                self.integer(decoded["prompts"], f"{at}.prompts", 1)
+            if decoded.get("fingerprint") is not None:
+                self.text(decoded["fingerprint"], f"{at}.fingerprint")
             if k in seen:
                 self.fail(at, f"duplicate entry for k {k}")
             seen.add(k)
@@ -556,6 +647,7 @@ def _profile_from_dict(payload: dict[str, Any]) -> Profile:
                     for point in model.get("prefill", [])
                 ],
                 meta=dict(model.get("meta", {})),
+                latency_fingerprint=model.get("latency_fingerprint"),
             )
             for model in payload["models"]
         ],
@@ -582,6 +674,7 @@ def _sampling_from_dict(stats: dict[str, Any]) -> SamplingStats:
             std=float(spread["std"]),
             quantiles={str(level): float(value) for level, value in spread.get("quantiles", {}).items()},
             samples=None if spread.get("samples") is None else int(spread["samples"]),
+            autocorrelation=None if spread.get("autocorrelation") is None else float(spread["autocorrelation"]),
         ),
         decoded=[
             DecodedStats(
@@ -589,10 +682,29 @@ def _sampling_from_dict(stats: dict[str, Any]) -> SamplingStats:
                 mu=float(item["mu"]),
                 sigma=None if item.get("sigma") is None else float(item["sigma"]),
                 samples=None if item.get("samples") is None else int(item["samples"]),
+                mu_ci=_interval(item.get("mu_ci")),
+                sigma_ci=_interval(item.get("sigma_ci")),
+                prompts=None if item.get("prompts") is None else int(item["prompts"]),
+                fingerprint=item.get("fingerprint"),
             )
             for item in stats.get("decoded", [])
         ],
+        alpha_ci=_interval(stats.get("alpha_ci")),
+        implied=[
+            ImpliedStats(
+                k=int(item["k"]),
+                mu=float(item["mu"]),
+                mu_positional=None if item.get("mu_positional") is None else float(item["mu_positional"]),
+            )
+            for item in stats.get("implied", [])
+        ],
+        fingerprint=stats.get("fingerprint"),
+        warnings=[str(warning) for warning in stats.get("warnings", [])],
     )
+
+
+def _interval(value: Any) -> tuple[float, float] | None:
+    return None if value is None else (float(value[0]), float(value[1]))
 
 
 def _drop_none(mapping: dict[str, Any]) -> dict[str, Any]:
@@ -641,6 +753,8 @@ def _profile_to_dict(profile: Profile) -> dict[str, Any]:
                 )
                 for point in model.prefill
             ]
+        if model.latency_fingerprint is not None:
+            entry["latency_fingerprint"] = model.latency_fingerprint
         if model.meta:
             entry["meta"] = model.meta
         payload["models"].append(entry)
@@ -659,14 +773,41 @@ def _sampling_to_dict(stats: SamplingStats) -> dict[str, Any]:
     entry: dict[str, Any] = {"alpha": stats.alpha}
     if stats.alpha_samples is not None:
         entry["alpha_samples"] = stats.alpha_samples
+    if stats.alpha_ci is not None:
+        entry["alpha_ci"] = list(stats.alpha_ci)
     if stats.alpha_distribution is not None:
         spread = stats.alpha_distribution
         entry["alpha_distribution"] = _drop_none(
-            {"mean": spread.mean, "std": spread.std, "quantiles": dict(spread.quantiles), "samples": spread.samples}
+            {
+                "mean": spread.mean,
+                "std": spread.std,
+                "quantiles": dict(spread.quantiles),
+                "samples": spread.samples,
+                "autocorrelation": spread.autocorrelation,
+            }
         )
+    if stats.implied:
+        entry["implied"] = [
+            _drop_none({"k": item.k, "mu": item.mu, "mu_positional": item.mu_positional}) for item in stats.implied
+        ]
     if stats.decoded:
         entry["decoded"] = [
-            _drop_none({"k": item.k, "mu": item.mu, "sigma": item.sigma, "samples": item.samples})
+            _drop_none(
+                {
+                    "k": item.k,
+                    "mu": item.mu,
+                    "sigma": item.sigma,
+                    "samples": item.samples,
+                    "mu_ci": None if item.mu_ci is None else list(item.mu_ci),
+                    "sigma_ci": None if item.sigma_ci is None else list(item.sigma_ci),
+                    "prompts": item.prompts,
+                    "fingerprint": item.fingerprint,
+                }
+            )
             for item in stats.decoded
         ]
+    if stats.fingerprint is not None:
+        entry["fingerprint"] = stats.fingerprint
+    if stats.warnings:
+        entry["warnings"] = list(stats.warnings)
     return entry

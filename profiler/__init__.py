@@ -1,0 +1,48 @@
+"""polyplan.profiler: latency curves T_i(k) and pairwise acceptance statistics, resumably.
+
+    from polyplan.profiler import ProfiledModel, profile_models, builtin_prompts, encode_prompts
+    prompts = encode_prompts(builtin_prompts(), tokenizer)
+    outcome = profile_models([ProfiledModel("target", target_member, fp1), ...], prompts, "profile.json")
+
+- `latency`: T_i(k) with a warm KV cache at several context lengths, prefill times.
+- `acceptance`: α from one teacher-forced pass per model (every pair at once) and decoded μ, σ
+  from n = 2 speculative decoding, with bootstrap intervals.
+- `prompts`: the built-in held-out Python prompt set; text, JSONL and Spec-Bench files.
+- `run`: the resumable run that writes the profile after every entry.
+- `summary`: the closing table.
+"""
+
+from polyplan.profiler.acceptance import DecodedMeasurement, PairAlpha, implied_mu, measure_decoded, pair_alpha
+from polyplan.profiler.fingerprint import fingerprint_files, fingerprint_module, fingerprint_settings
+from polyplan.profiler.latency import LatencyMeasurement, LatencySettings, measure_latency
+from polyplan.profiler.prompts import EncodedPrompt, Prompt, builtin_prompts, encode_prompts, read_prompt_file
+from polyplan.profiler.settings import AcceptanceSettings, ProfileSettings
+from polyplan.profiler.run import ProfiledModel, ProfileOutcome, Progress, Step, profile_models
+from polyplan.profiler.summary import summary_lines
+
+__all__ = [
+    "AcceptanceSettings",
+    "DecodedMeasurement",
+    "EncodedPrompt",
+    "LatencyMeasurement",
+    "LatencySettings",
+    "PairAlpha",
+    "ProfileOutcome",
+    "ProfileSettings",
+    "ProfiledModel",
+    "Progress",
+    "Prompt",
+    "Step",
+    "builtin_prompts",
+    "encode_prompts",
+    "fingerprint_files",
+    "fingerprint_module",
+    "fingerprint_settings",
+    "implied_mu",
+    "measure_decoded",
+    "measure_latency",
+    "pair_alpha",
+    "profile_models",
+    "read_prompt_file",
+    "summary_lines",
+]

@@ -1,0 +1,141 @@
+"""`polyplan profile`: measure T_i(k) and pairwise acceptance of the candidates into a profile."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated, Optional
+
+import typer
+
+from polyplan.cli_support import echo_json, fails_cleanly
+from polyplan.errors import PolyplanError
+
+
+def _numbers(text: str, option: str, kind: type) -> tuple:
+    try:
+        values = tuple(kind(part) for part in text.split(",") if part.strip())
+    except ValueError:
+        raise PolyplanError(f"{option}: expected comma-separated numbers, got {text!r}") from None
+    if not values:
+        raise PolyplanError(f"{option}: give at least one value")
+    return values
+
+
+class _Bar:
+    """Draws a rich progress bar on stderr from the run's `Progress` callbacks."""
+
+    def __init__(self, progress) -> None:
+        self.progress = progress
+        self.task = progress.add_task("profiling", total=None)
+
+    def total(self, steps: int) -> None:
+        self.progress.update(self.task, total=steps)
+
+    def start(self, step) -> None:
+        self.progress.update(self.task, description=step.label)
+
+    def done(self, step, reused: bool) -> None:
+        self.progress.update(self.task, advance=1, description=("reused " if reused else "") + step.label)
+
+
+@fails_cleanly
+def profile(
+    candidates: Annotated[Optional[Path], typer.Option("--candidates", help="models.yaml (default: examples/zoo.yaml).")] = None,
+    out: Annotated[Path, typer.Option("--out", help="Profile JSON to write (resumed when it exists).")] = Path("profile.json"),
+    prompts: Annotated[
+        Optional[Path],
+        typer.Option("--prompts", help="Prompt file: *.jsonl (strings, or objects with turns/prompt/text) or text "
+                     "(blank-line separated). Default: the built-in held-out Python snippets."),
+    ] = None,
+    max_prompts: Annotated[Optional[int], typer.Option("--max-prompts", help="Use only the first N prompts.")] = None,
+    new_tokens: Annotated[int, typer.Option("--new-tokens", help="Tokens generated per prompt.")] = 48,
+    block_sizes: Annotated[str, typer.Option("--block-sizes", help="K for the decoded mu, comma-separated.")] = "2,4",
+    temperatures: Annotated[str, typer.Option("--temperatures", help="Sampling modes, comma-separated (0 = greedy).")] = "0,1",
+    decoded_prompts: Annotated[int, typer.Option("--decoded-prompts", help="Prompts per decoded run (the first N).")] = 8,
+    decoded: Annotated[bool, typer.Option("--decoded/--no-decoded", help="Measure the decoded mu (the slow part).")] = True,
+    latency_ks: Annotated[str, typer.Option("--latency-ks", help="k of T(k), comma-separated.")] = "1,2,3,4,6,8,12,16",
+    context_lengths: Annotated[str, typer.Option("--context-lengths", help="Cached tokens for T(k), comma-separated.")] = "128,384",
+    repeats: Annotated[int, typer.Option("--repeats", help="Timed repeats per latency point.")] = 15,
+    warmup: Annotated[int, typer.Option("--warmup", help="Untimed warm-up rounds per context length.")] = 3,
+    device: Annotated[Optional[str], typer.Option("--device", help="Put every model on this device (default: as in models.yaml).")] = None,
+    threads: Annotated[Optional[int], typer.Option("--threads", help="torch CPU threads for the run (default: torch's).")] = None,
+    seed: Annotated[int, typer.Option("--seed", help="Prompt i is sampled with seed + i.")] = 0,
+    json_output: Annotated[bool, typer.Option("--json", help="Print one JSON object instead of the table.")] = False,
+) -> None:
+    """Measure latency curves and pairwise acceptance; write OUT after every measurement.
+
+    A rerun reuses every entry whose models and settings are unchanged and measures the rest.
+    """
+    from rich.console import Console
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+    from polyplan.candidates import default_candidates_path
+    from polyplan.profiler.candidates import load_models
+    from polyplan.profiler.latency import LatencySettings
+    from polyplan.profiler.prompts import builtin_prompts, encode_prompts, read_prompt_file
+    from polyplan.profiler.run import profile_models
+    from polyplan.profiler.settings import AcceptanceSettings, ProfileSettings
+    from polyplan.profiler.summary import model_rows, pair_rows, summary_lines
+
+    settings = ProfileSettings(
+        latency=LatencySettings(
+            ks=_numbers(latency_ks, "--latency-ks", int),
+            context_lengths=_numbers(context_lengths, "--context-lengths", int),
+            repeats=repeats,
+            warmup=warmup,
+        ),
+        acceptance=AcceptanceSettings(
+            temperatures=_numbers(temperatures, "--temperatures", float),
+            block_sizes=_numbers(block_sizes, "--block-sizes", int),
+            new_tokens=new_tokens,
+            decoded_prompts=decoded_prompts,
+            decoded=decoded,
+            seed=seed,
+        ),
+    )
+    if threads is not None:
+        if threads < 1:
+            raise PolyplanError(f"--threads: must be >= 1, got {threads}")
+        import torch
+
+        torch.set_num_threads(threads)
+    prompt_set = read_prompt_file(prompts) if prompts is not None else builtin_prompts()
+    if max_prompts is not None:
+        if max_prompts < 1:
+            raise PolyplanError(f"--max-prompts: must be >= 1, got {max_prompts}")
+        prompt_set = prompt_set[:max_prompts]
+    loaded = load_models(candidates if candidates is not None else default_candidates_path(), device=device)
+    encoded = encode_prompts(prompt_set, loaded.tokenizer)
+    console = Console(stderr=True)
+    columns = (TextColumn("{task.description:<48}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn())
+    with Progress(*columns, console=console, transient=True, disable=json_output) as bar:
+        outcome = profile_models(loaded.models, encoded, out, settings, device=loaded.device, progress=_Bar(bar))
+    if json_output:
+        echo_json(
+            {
+                "profile": str(out),
+                "measured": [step.label for step in outcome.measured],
+                "reused": [step.label for step in outcome.reused],
+                "wall_time_s": outcome.wall_time_s,
+                "models": [{"name": r.name, "step_s": r.step_s, "relative_iqr": r.relative_iqr} for r in model_rows(outcome.profile)],
+                "pairs": [
+                    {
+                        "verifier": r.verifier,
+                        "drafter": r.drafter,
+                        "sampling": r.sampling,
+                        "alpha": r.alpha,
+                        "best_k": r.best_k,
+                        "mu_best": r.mu_best,
+                        "mu_best_source": r.mu_best_source,
+                        "warnings": list(r.warnings),
+                    }
+                    for r in pair_rows(outcome.profile)
+                ],
+            }
+        )
+        return
+    typer.echo("\n".join(summary_lines(outcome.profile)))
+    typer.echo(
+        f"\nwrote {out}: {len(outcome.measured)} entries measured, {len(outcome.reused)} reused, "
+        f"{outcome.wall_time_s:.1f} s"
+    )

@@ -1,0 +1,255 @@
+"""Acceptance statistics of a (verifier, drafter) pair, measured two ways.
+
+Notation (DESIGN.md): the drafter's distribution is p, the verifier's q; a drafted token is
+accepted with probability min(1, q/p), so the per-token acceptance rate at one position is
+α_t = Σ_x min(p_t(x), q_t(x)) (greedy: 1 when the argmaxes agree, else 0).
+
+1. **From distributions** (`teacher_forced`, `pair_alpha`): the target generates a
+   continuation of every prompt; each model then runs ONE teacher-forced forward pass over
+   prompt + continuation, which gives its distribution at every continuation position. Any
+   two models' distributions give α_t for every position, so n models cost n passes for all
+   n² pairs. α is the mean of α_t; its interval is a bootstrap over prompts. The μ(K) this
+   implies is eq. 3 under i.i.d. acceptance, (1 − α^(K+1)) / (1 − α), and, keeping how α_t
+   varies along a sequence, the positional mean of 1 + Σ_j Π_{t<j} α_(s+t) over starts s.
+2. **Decoded** (`measure_decoded`): run the decoder's n = 2 mode (classic speculative
+   decoding) at block size K over the prompts and collect the tokens emitted per
+   verification: μ, σ and their bootstrap intervals over prompts.
+
+The contexts of way 1 are the *target's* continuations for every pair (the prefixes a chain
+commits); a decoded run of a pair whose verifier is not the target follows the verifier's
+own samples instead, one source of disagreement between the two ways.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+
+from polyplan.decoder.chain import generate
+from polyplan.decoder.member import ChainMember
+from polyplan.decoder.sampling import Sampling, probabilities
+from polyplan.profiler.stats import Interval, cluster_bootstrap, lag1_autocorrelation, quantile_summary
+
+
+@dataclass(frozen=True)
+class TeacherForced:
+    """One model's next-token choice or distribution at every continuation position.
+
+    Greedy: `argmax[i]` holds the argmax token at each position of prompt i (shape `(L_i,)`),
+    `probs` is None. Sampled: `probs[i]` is the distribution, shape `(L_i, V)` float32 on CPU.
+    """
+
+    argmax: tuple[torch.Tensor, ...] | None
+    probs: tuple[torch.Tensor, ...] | None
+
+
+@dataclass(frozen=True)
+class PairAlpha:
+    """Distribution-based acceptance of one pair under one sampling mode.
+
+    Attributes:
+        alpha: the mean per-position acceptance rate, capped just below 1 (see `cap_alpha`).
+        raw_alpha: the mean before capping.
+        samples: positions averaged over.
+        interval: bootstrap interval of the mean over prompts.
+        std, quantiles, autocorrelation: the spread of α_t over positions (quantile keys
+            "0.1" … "0.9") and its lag-1 autocorrelation along a sequence (None if undefined).
+        per_prompt: α_t for each prompt (float64 arrays), for the positional μ.
+    """
+
+    alpha: float
+    raw_alpha: float
+    samples: int
+    interval: Interval
+    std: float
+    quantiles: dict[str, float]
+    autocorrelation: float | None
+    per_prompt: tuple[np.ndarray, ...]
+
+    def implied_mu(self, k: int) -> float:
+        """Eq. 3 under i.i.d. acceptance at rate `alpha`: (1 − α^(k+1)) / (1 − α)."""
+        return implied_mu(self.alpha, k)
+
+    def positional_mu(self, k: int) -> float | None:
+        """Mean over start positions s of 1 + Σ_{j=1..k} Π_{t<j} α_(s+t) (None if no window fits)."""
+        return positional_mu(self.per_prompt, k)
+
+
+@dataclass(frozen=True)
+class DecodedMeasurement:
+    """Tokens emitted per verification by n = 2 decoding at block size `k`.
+
+    Attributes:
+        per_prompt: the tokens per verification of each prompt's run, in order.
+        mu, sigma: mean and standard deviation (ddof = 1) over all verifications.
+        mu_interval, sigma_interval: bootstrap intervals over prompts.
+        verifications: total verifications (the sample size).
+    """
+
+    k: int
+    per_prompt: tuple[tuple[int, ...], ...]
+    mu: float
+    sigma: float
+    mu_interval: Interval
+    sigma_interval: Interval
+    verifications: int
+
+
+def cap_alpha(alpha: float, samples: int) -> float:
+    """α capped at 1 − 1/(2·samples): profiles need α < 1, and an empirical rate of 1 over n
+    samples is evidence of α ≥ 1 − O(1/n), not of α = 1 (a continuity correction)."""
+    return min(alpha, 1.0 - 0.5 / max(samples, 1))
+
+
+def implied_mu(alpha: float, k: int) -> float:
+    """(1 − α^(k+1)) / (1 − α), with the limit k + 1 at α = 1."""
+    if alpha >= 1.0:
+        return float(k + 1)
+    return float((1.0 - alpha ** (k + 1)) / (1.0 - alpha))
+
+
+def positional_mu(per_prompt: Sequence[np.ndarray], k: int) -> float | None:
+    """Mean of 1 + Σ_{j=1..k} Π_{t<j} α_(s+t) over every start s with a full window of k."""
+    values = []
+    for rates in per_prompt:
+        rates = np.asarray(rates, dtype=float)
+        if rates.size < k:
+            continue
+        windows = np.lib.stride_tricks.sliding_window_view(rates, k)  # (L − k + 1, k)
+        values.append(1.0 + np.cumprod(windows, axis=1).sum(axis=1))
+    if not values:
+        return None
+    return float(np.concatenate(values).mean())
+
+
+def target_continuations(
+    target: ChainMember,
+    prompts: Sequence[Sequence[int]],
+    *,
+    new_tokens: int,
+    temperature: float,
+    seed: int,
+) -> tuple[tuple[int, ...], ...]:
+    """The target's own continuation of each prompt (`new_tokens` each, EOS not honoured).
+
+    Prompt i is sampled with a generator seeded `seed + i`, so one prompt's continuation does
+    not depend on the others.
+    """
+    sampling = Sampling(temperature=temperature)
+    device = getattr(target, "device", torch.device("cpu"))
+    continuations = []
+    for index, prompt in enumerate(prompts):
+        generator = torch.Generator(device=device).manual_seed(seed + index)
+        result = generate([target], list(prompt), max_new_tokens=new_tokens, sampling=sampling, generator=generator)
+        continuations.append(result.token_ids)
+    return tuple(continuations)
+
+
+def teacher_forced(
+    member: ChainMember,
+    prompts: Sequence[Sequence[int]],
+    continuations: Sequence[Sequence[int]],
+    *,
+    temperature: float,
+    vocab: int,
+) -> TeacherForced:
+    """One forward pass of `member` over each prompt + continuation (see the module docstring).
+
+    Position j of prompt i is the distribution of continuation token j given the prompt and
+    continuation tokens before it. `vocab` is the chain's common (valid) vocabulary size.
+    """
+    sampling = Sampling(temperature=temperature)
+    device = getattr(member, "device", torch.device("cpu"))
+    argmaxes, probs = [], []
+    with torch.inference_mode():
+        for prompt, continuation in zip(prompts, continuations):
+            ids = torch.tensor(list(prompt) + list(continuation[:-1]), dtype=torch.int64, device=device)
+            member.reset()
+            logits = member.forward(ids, keep_last=len(continuation))[:, :vocab]  # (L, V)
+            if sampling.greedy:
+                argmaxes.append(logits.argmax(dim=-1).cpu())
+            else:
+                probs.append(probabilities(logits, sampling).float().cpu())
+        member.reset()
+    if sampling.greedy:
+        return TeacherForced(argmax=tuple(argmaxes), probs=None)
+    return TeacherForced(argmax=None, probs=tuple(probs))
+
+
+def pair_alpha(
+    verifier: TeacherForced,
+    drafter: TeacherForced,
+    *,
+    resamples: int = 1000,
+    level: float = 0.95,
+    rng: np.random.Generator,
+) -> PairAlpha:
+    """α_t of the pair at every position (greedy: argmax agreement; else Σ min(p, q))."""
+    if verifier.argmax is not None and drafter.argmax is not None:
+        per_prompt = tuple((v == d).double().numpy() for v, d in zip(verifier.argmax, drafter.argmax))
+    elif verifier.probs is not None and drafter.probs is not None:
+        per_prompt = tuple(torch.minimum(q, p).sum(dim=-1).double().clamp(0.0, 1.0).numpy() for q, p in zip(verifier.probs, drafter.probs))
+    else:
+        raise ValueError("pair_alpha: verifier and drafter were teacher-forced under different sampling modes")
+    pooled = np.concatenate(per_prompt)
+    raw = float(pooled.mean())
+    interval = cluster_bootstrap(per_prompt, np.mean, resamples=resamples, level=level, rng=rng)
+    return PairAlpha(
+        alpha=cap_alpha(raw, pooled.size),
+        raw_alpha=raw,
+        samples=int(pooled.size),
+        interval=interval,
+        std=float(pooled.std()),
+        quantiles=quantile_summary(pooled),
+        autocorrelation=lag1_autocorrelation(per_prompt),
+        per_prompt=per_prompt,
+    )
+
+
+def measure_decoded(
+    verifier: ChainMember,
+    drafter: ChainMember,
+    prompts: Sequence[Sequence[int]],
+    *,
+    k: int,
+    temperature: float,
+    new_tokens: int,
+    seed: int,
+    resamples: int = 1000,
+    level: float = 0.95,
+    rng: np.random.Generator,
+) -> DecodedMeasurement:
+    """Run [verifier, drafter] with block size `k` on every prompt; tokens per verification.
+
+    Prompt i uses a generator seeded `seed + i`; EOS is not honoured, so every prompt
+    contributes `new_tokens` tokens. The last verification of a prompt counts every token it
+    produced, also those past `new_tokens` (the decoder's convention), so μ is not biased
+    down by the cut.
+    """
+    sampling = Sampling(temperature=temperature)
+    device = getattr(verifier, "device", torch.device("cpu"))
+    per_prompt = []
+    for index, prompt in enumerate(prompts):
+        generator = torch.Generator(device=device).manual_seed(seed + index)
+        result = generate(
+            [verifier, drafter], list(prompt), max_new_tokens=new_tokens, block_sizes=[k], sampling=sampling, generator=generator
+        )
+        per_prompt.append(result.levels[0].tokens_per_verification)
+    pooled = np.concatenate([np.asarray(counts, dtype=float) for counts in per_prompt])
+    sigma = _std(pooled)
+    return DecodedMeasurement(
+        k=k,
+        per_prompt=tuple(tuple(counts) for counts in per_prompt),
+        mu=float(pooled.mean()),
+        sigma=sigma,
+        mu_interval=cluster_bootstrap(per_prompt, np.mean, resamples=resamples, level=level, rng=rng),
+        sigma_interval=cluster_bootstrap(per_prompt, _std, resamples=resamples, level=level, rng=rng),
+        verifications=int(pooled.size),
+    )
+
+
+def _std(values: np.ndarray) -> float:
+    return float(values.std(ddof=1)) if values.size > 1 else 0.0

@@ -1,0 +1,85 @@
+"""From a models.yaml to the models a profiling run measures, each with its fingerprint.
+
+Loading is the zoo/candidates loader's job (`polyplan.decoder.candidates_loader`); this module
+adds the fingerprint that keys a candidate's profile entries:
+- a `source` entry: the contents of its folder (config, weights, tokenizer), or the hub id
+  when it has no local folder, plus its dtype, device and `padded_vocab`;
+- a derived entry: its derivation and device on top of its base's fingerprint;
+- an n-gram drafter: its parameters and the target's fingerprint (it uses that vocabulary).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+from pathlib import Path
+
+from polyplan.candidates import Candidate, CandidateSet, NGram, read_candidates
+from polyplan.profiler.fingerprint import fingerprint_files, fingerprint_settings
+from polyplan.profiler.run import ProfiledModel
+
+
+@dataclass(frozen=True)
+class LoadedModels:
+    """The models to profile (target first) and the tokenizer that encodes the prompts."""
+
+    models: tuple[ProfiledModel, ...]
+    tokenizer: object
+    device: str
+
+
+def candidate_fingerprints(candidates: CandidateSet) -> dict[str, str]:
+    """The fingerprint of every candidate, by name (see the module docstring)."""
+    cache: dict[str, str] = {}
+    for candidate in candidates.candidates:
+        _fingerprint(candidate, candidates, cache)
+    return cache
+
+
+def _fingerprint(candidate: Candidate, candidates: CandidateSet, cache: dict[str, str]) -> str:
+    if candidate.name in cache:
+        return cache[candidate.name]
+    derive = candidate.derive
+    if isinstance(derive, NGram):
+        value = fingerprint_settings("ngram", dataclasses.asdict(derive), _fingerprint(candidates.target, candidates, cache))
+    elif derive is not None:
+        base = _fingerprint(candidates.by_name(derive.base), candidates, cache)
+        value = fingerprint_settings(type(derive).__name__, dataclasses.asdict(derive), base, candidate.device)
+    else:
+        value = fingerprint_settings(
+            "source", _source_fingerprint(candidate), candidate.dtype, candidate.device, candidate.padded_vocab
+        )
+    cache[candidate.name] = value
+    return value
+
+
+def _source_fingerprint(candidate: Candidate) -> str:
+    if candidate.source_kind == "builtin":
+        from polyplan.zoo.builtin import builtin_folder
+
+        return fingerprint_files([builtin_folder(candidate.source.split(":", 1)[1])])
+    if candidate.source_kind == "local":
+        return fingerprint_files([Path(candidate.source)])
+    return f"hub:{candidate.source}"
+
+
+def with_device(candidates: CandidateSet, device: str) -> CandidateSet:
+    """The same candidates, every one placed on `device` (the n-gram drafter stays on the CPU)."""
+    moved = tuple(
+        c if isinstance(c.derive, NGram) else dataclasses.replace(c, device=device) for c in candidates.candidates
+    )
+    return CandidateSet(moved, candidates.origin)
+
+
+def load_models(path: str | Path, *, device: str | None = None) -> LoadedModels:
+    """Read `path` (models.yaml), load every candidate (`device` overrides the file's) and
+    fingerprint it; `PolyplanError` naming the entry that cannot be loaded."""
+    from polyplan.decoder.candidates_loader import load_candidates
+
+    candidates = read_candidates(path)
+    if device is not None:
+        candidates = with_device(candidates, device)
+    fingerprints = candidate_fingerprints(candidates)
+    loaded = load_candidates(candidates)
+    models = tuple(ProfiledModel(item.candidate.name, item.member, fingerprints[item.candidate.name]) for item in loaded.candidates)
+    return LoadedModels(models, loaded.tokenizer, candidates.target.device)

@@ -1,0 +1,85 @@
+"""Measurements as profile entries (the schema's types), and the disagreement warnings."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from polyplan.profile import AlphaDistribution, DecodedStats, ImpliedStats, LatencyPoint, ModelProfile, PrefillPoint, SamplingStats
+from polyplan.profiler.acceptance import DecodedMeasurement, PairAlpha
+from polyplan.profiler.latency import LatencyMeasurement
+
+
+def model_entry(name: str, fingerprint: str, measurement: LatencyMeasurement, key: str) -> ModelProfile:
+    """A model's profile entry from its latency measurement (`key`: the latency fingerprint)."""
+    return ModelProfile(
+        name=name,
+        fingerprint=fingerprint,
+        latency=[
+            LatencyPoint(p.context_length, p.k, p.time.median, p.time.iqr, p.time.repeats) for p in measurement.points
+        ],
+        prefill=[PrefillPoint(p.context_length, p.time.median, p.time.iqr, p.time.repeats) for p in measurement.prefill],
+        latency_fingerprint=key,
+    )
+
+
+def sampling_entry(estimate: PairAlpha, key: str, ks: Sequence[int]) -> SamplingStats:
+    """A pair's statistics under one sampling mode from its α estimate; implied μ at each of `ks`."""
+    return SamplingStats(
+        alpha=estimate.alpha,
+        alpha_samples=estimate.samples,
+        alpha_ci=(estimate.interval.low, estimate.interval.high),
+        alpha_distribution=AlphaDistribution(
+            mean=estimate.raw_alpha,
+            std=estimate.std,
+            quantiles=estimate.quantiles,
+            samples=estimate.samples,
+            autocorrelation=estimate.autocorrelation,
+        ),
+        implied=[ImpliedStats(k, estimate.implied_mu(k), estimate.positional_mu(k)) for k in ks],
+        fingerprint=key,
+    )
+
+
+def decoded_entry(measurement: DecodedMeasurement, prompts: int, key: str) -> DecodedStats:
+    """A decoded-μ entry measured over `prompts` prompts."""
+    return DecodedStats(
+        k=measurement.k,
+        mu=measurement.mu,
+        sigma=measurement.sigma,
+        samples=measurement.verifications,
+        mu_ci=(measurement.mu_interval.low, measurement.mu_interval.high),
+        sigma_ci=(measurement.sigma_interval.low, measurement.sigma_interval.high),
+        prompts=prompts,
+        fingerprint=key,
+    )
+
+
+def disagreement_warning(stats: SamplingStats, decoded: DecodedStats, threshold: float, *, own_output: str | None = None) -> str | None:
+    """One line when the decoded μ and the μ implied by α differ by more than `threshold`,
+    with what can explain it. `own_output` names the verifier when it is not the target (its
+    decoded run follows its own output, while α is measured on the target's)."""
+    implied = next((item for item in stats.implied if item.k == decoded.k), None)
+    if implied is None:
+        return None
+    gap = (implied.mu - decoded.mu) / decoded.mu
+    if abs(gap) <= threshold:
+        return None
+    interval = "" if decoded.mu_ci is None else f" [{decoded.mu_ci[0]:.2f}, {decoded.mu_ci[1]:.2f}]"
+    line = (
+        f"K={decoded.k}: decoded mu {decoded.mu:.2f}{interval} vs {implied.mu:.2f} implied by alpha "
+        f"{stats.alpha:.3f} ({gap:+.0%})"
+    )
+    reasons = []
+    if decoded.mu_ci is not None and decoded.mu_ci[0] <= implied.mu <= decoded.mu_ci[1]:
+        reasons.append("inside the decoded interval, so sampling noise can explain it")
+    if implied.mu_positional is not None and abs(implied.mu_positional - decoded.mu) <= threshold * decoded.mu:
+        reasons.append(f"the positional mu {implied.mu_positional:.2f} agrees: acceptance varies along sequences")
+    if own_output is not None:
+        reasons.append(f"the decoded run follows {own_output}'s own output, alpha the target's")
+    return line + ("; " + "; ".join(reasons) if reasons else "")
+
+
+def refresh_warnings(stats: SamplingStats, threshold: float, own_output: str | None) -> None:
+    """Recompute `stats.warnings` from its decoded and implied μ."""
+    lines = [disagreement_warning(stats, decoded, threshold, own_output=own_output) for decoded in stats.decoded]
+    stats.warnings = [line for line in lines if line is not None]

@@ -1,0 +1,485 @@
+"""The resumable profiling run: measure what is missing, write the profile after every entry.
+
+A profile entry is one of
+- a model's latency curve and prefill times (`latency`);
+- a pair's distribution-based α under one sampling mode, with its spread and implied μ (`alpha`);
+- a pair's decoded μ, σ at one block size under one sampling mode (`decoded`).
+
+Each carries a fingerprint of everything it was measured from: the model files (the
+`ProfiledModel.fingerprint` the caller computes), the settings and prompts, the device. A run
+first reads the profile already at `out` (if any) and keeps every entry whose models still
+have the same fingerprint; then it measures, in this order, each entry whose fingerprint
+is missing or differs, and saves the whole profile atomically (`Profile.save`) after each
+one. So an interrupted run (Ctrl-C, kill, a crash) loses at most the entry in progress, and a
+rerun measures only what is missing or stale. Latency comes first and α second, so the file
+is usable by `polyplan recommend` long before the slower decoded entries are done.
+
+Pairs: every ordered (verifier, drafter) whose drafter is cheaper, by the measured T(1)
+averaged over context lengths (the planner's reading of a latency curve).
+"""
+
+from __future__ import annotations
+
+import datetime
+import os
+import platform
+import tempfile
+import time
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Protocol
+
+import numpy as np
+import torch
+
+from polyplan.decoder.chain import first_difference
+from polyplan.decoder.member import ChainMember
+from polyplan.errors import PolyplanError
+from polyplan.planner.latency import curve_from_profile
+from polyplan.profile import SCHEMA_VERSION, Profile, load, sampling_key
+from polyplan.profiler.acceptance import TeacherForced, measure_decoded, pair_alpha, target_continuations, teacher_forced
+from polyplan.profiler.entries import decoded_entry, model_entry, refresh_warnings, sampling_entry
+from polyplan.profiler.fingerprint import fingerprint_settings, fingerprint_tokens
+from polyplan.profiler.latency import measure_latency
+from polyplan.profiler.prompts import EncodedPrompt, check_fits
+from polyplan.profiler.settings import ProfileSettings
+
+IMPLIED_KS = tuple(range(1, 9))  # μ(K) implied by α is stored for these K (and every decoded K)
+
+
+@dataclass(frozen=True)
+class ProfiledModel:
+    """A candidate to profile: its profile name, its chain member and its fingerprint."""
+
+    name: str
+    member: ChainMember
+    fingerprint: str
+
+
+@dataclass(frozen=True)
+class Step:
+    """One profile entry: `kind` is "latency", "alpha" or "decoded"; `label` names it."""
+
+    kind: str
+    label: str
+
+
+class Progress(Protocol):
+    """What a run reports while it works (the CLI draws a progress bar from it)."""
+
+    def total(self, steps: int) -> None:
+        """The number of entries this run will go through (measured or reused)."""
+
+    def start(self, step: Step) -> None:
+        """A measurement begins."""
+
+    def done(self, step: Step, reused: bool) -> None:
+        """An entry is in the saved profile (`reused`: it was already there)."""
+
+
+class _Silent:
+    def total(self, steps: int) -> None:
+        pass
+
+    def start(self, step: Step) -> None:
+        pass
+
+    def done(self, step: Step, reused: bool) -> None:
+        pass
+
+
+@dataclass(frozen=True)
+class ProfileOutcome:
+    """What a run did: the final profile, and which entries it measured or reused."""
+
+    profile: Profile
+    path: Path
+    measured: tuple[Step, ...]
+    reused: tuple[Step, ...]
+    wall_time_s: float
+
+
+def describe_device(device: str | torch.device) -> str:
+    """A human label of the device latency is measured on (GPU name, or CPU and threads)."""
+    device = torch.device(device)
+    if device.type == "cuda":
+        return f"{device} {torch.cuda.get_device_name(device)}"
+    processor = _cpu_name() or platform.machine() or "cpu"
+    threads = torch.get_num_threads()
+    return f"cpu {processor} ({threads} thread{'s' if threads > 1 else ''})"
+
+
+def _cpu_name() -> str | None:
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8") as stream:
+            for line in stream:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        return None
+    return platform.processor() or None
+
+
+def profile_models(
+    models: Sequence[ProfiledModel],
+    prompts: Sequence[EncodedPrompt],
+    out: str | os.PathLike[str],
+    settings: ProfileSettings = ProfileSettings(),
+    *,
+    device: str = "cpu",
+    progress: Progress | None = None,
+) -> ProfileOutcome:
+    """Profile `models` (the first is the target) into `out`, resuming what is there.
+
+    Raises:
+        PolyplanError: `out` cannot be written or holds a profile this polyplan cannot
+            extend; models that cannot share a chain; a prompt that does not fit a model.
+    """
+    started = time.perf_counter()
+    if not models:
+        raise PolyplanError("candidates: none to profile")
+    if not prompts:
+        raise PolyplanError("prompts: none to profile with")
+    out = Path(out)
+    progress = progress or _Silent()
+    _check_models(models)
+    _check_fits(models, prompts, settings)
+    existing = _read_existing(out)
+    _check_writable(out)
+    run = _Run(models, prompts, out, settings, describe_device(device), existing, progress)
+    run.execute()
+    return ProfileOutcome(run.profile, out, tuple(run.measured), tuple(run.reused), time.perf_counter() - started)
+
+
+# --------------------------------------------------------------------------- checks
+
+
+def _check_models(models: Sequence[ProfiledModel]) -> None:
+    names = [model.name for model in models]
+    for name in names:
+        if names.count(name) > 1:
+            raise PolyplanError(f"candidates: duplicate name {name!r}")
+    target = models[0].member
+    reference = target.token_map()
+    for model in models[1:]:
+        member = model.member
+        if member.valid_vocab_size != target.valid_vocab_size:
+            raise PolyplanError(
+                f"candidate {model.name!r}: vocabulary of {member.valid_vocab_size} tokens differs from the target "
+                f"{models[0].name!r} ({target.valid_vocab_size})"
+            )
+        mapping = member.token_map()
+        if reference is not None and mapping is not None:
+            difference = first_difference(reference, mapping)
+            if difference is not None:
+                raise PolyplanError(f"candidate {model.name!r}: vocabulary differs from the target {models[0].name!r}: {difference}")
+
+
+def _check_fits(models: Sequence[ProfiledModel], prompts: Sequence[EncodedPrompt], settings: ProfileSettings) -> None:
+    acceptance = settings.acceptance
+    extra = acceptance.new_tokens + (max(acceptance.block_sizes) if acceptance.decoded else 0)
+    for model in models:
+        limit = model.member.max_context
+        check_fits(prompts, model.name, limit, extra)
+        if limit is not None and settings.latency.tokens_needed > limit:
+            raise PolyplanError(
+                f"--context-lengths: {max(settings.latency.context_lengths)} cached + {max(settings.latency.ks)} new "
+                f"tokens does not fit the context of {model.name!r} ({limit} tokens)"
+            )
+
+
+def _read_existing(out: Path) -> Profile | None:
+    if out.is_dir():
+        raise PolyplanError(f"--out: {out} is a folder; give a file path")
+    if not out.exists():
+        return None
+    try:
+        return load(out)
+    except PolyplanError as error:
+        text = str(error)
+        if "schema_version" in text:
+            raise PolyplanError(
+                f"--out: {out} holds a profile of another schema version (this polyplan writes version "
+                f"{SCHEMA_VERSION}); move it away or choose another --out"
+            ) from None
+        raise PolyplanError(f"--out: {out} exists but is not a valid profile ({text}); move it away or choose another --out") from None
+
+
+def _check_writable(out: Path) -> None:
+    folder = out.parent if str(out.parent) else Path(".")
+    if not folder.is_dir():
+        raise PolyplanError(f"--out: cannot write {out} (folder {folder} does not exist)")
+    try:
+        handle, probe = tempfile.mkstemp(prefix=f".{out.name}.", suffix=".probe", dir=folder)
+    except OSError as error:
+        raise PolyplanError(f"--out: cannot write {out} ({error.strerror or error})") from None
+    os.close(handle)
+    os.unlink(probe)
+    if out.exists() and not os.access(out, os.W_OK):
+        raise PolyplanError(f"--out: cannot write {out} (permission denied)")
+
+
+# --------------------------------------------------------------------------- the run
+
+
+class _Run:
+    """The state of one profiling run: the profile being built and the lazily computed inputs."""
+
+    def __init__(self, models, prompts, out, settings, device_label, existing, progress) -> None:
+        self.models: list[ProfiledModel] = list(models)
+        self.by_name = {model.name: model for model in self.models}
+        self.order = {model.name: index for index, model in enumerate(self.models)}
+        self.target = self.models[0]
+        self.prompts = [prompt.ids for prompt in prompts]
+        self.out = out
+        self.settings = settings
+        self.device_label = device_label
+        self.progress = progress
+        self.measured: list[Step] = []
+        self.reused: list[Step] = []
+        acceptance = settings.acceptance
+        count = len(self.prompts) if acceptance.decoded_prompts is None else min(acceptance.decoded_prompts, len(self.prompts))
+        self.decoded_prompts = self.prompts[:count]
+        self.prompts_fingerprint = fingerprint_tokens(self.prompts)
+        self.decoded_prompts_fingerprint = fingerprint_tokens(self.decoded_prompts)
+        self.stream = _token_stream(self.prompts, settings.latency.tokens_needed)
+        self.continuations: dict[float, tuple[tuple[int, ...], ...]] = {}
+        self.forced: dict[tuple[float, str], TeacherForced] = {}
+        self.profile = self._start_profile(existing)
+
+    # ---- keys
+    def latency_key(self, model: ProfiledModel) -> str:
+        return fingerprint_settings(
+            "latency", model.fingerprint, asdict(self.settings.latency), self.device_label, fingerprint_tokens([self.stream])
+        )
+
+    def _acceptance_common(self) -> dict:
+        acceptance = self.settings.acceptance
+        return {"new_tokens": acceptance.new_tokens, "seed": acceptance.seed, "resamples": acceptance.resamples, "confidence": acceptance.confidence}
+
+    def alpha_key(self, verifier: str, drafter: str, temperature: float) -> str:
+        return fingerprint_settings(
+            "alpha",
+            self.by_name[verifier].fingerprint,
+            self.by_name[drafter].fingerprint,
+            self.target.fingerprint,
+            sampling_key(temperature),
+            self.prompts_fingerprint,
+            self._acceptance_common(),
+        )
+
+    def decoded_key(self, verifier: str, drafter: str, temperature: float, k: int) -> str:
+        return fingerprint_settings(
+            "decoded",
+            self.by_name[verifier].fingerprint,
+            self.by_name[drafter].fingerprint,
+            sampling_key(temperature),
+            k,
+            self.decoded_prompts_fingerprint,
+            self._acceptance_common(),
+        )
+
+    # ---- profile bookkeeping
+    def _start_profile(self, existing: Profile | None) -> Profile:
+        acceptance = self.settings.acceptance
+        profile = Profile(
+            target=self.target.name,
+            device=self.device_label,
+            created=datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
+            notes=(
+                "Measured by polyplan profile. alpha: distribution-based (teacher-forced over target "
+                "continuations; greedy = argmax agreement, sampled = E[sum min(p, q)]); decoded: n = 2 "
+                "speculative decoding, tokens per verification, bootstrap intervals over prompts."
+            ),
+            meta={
+                "profiler": {
+                    "latency": asdict(self.settings.latency),
+                    "acceptance": asdict(acceptance),
+                    "prompts": len(self.prompts),
+                    "decoded_prompts": len(self.decoded_prompts),
+                    "torch": torch.__version__,
+                }
+            },
+        )
+        if existing is None:
+            return profile
+        fingerprints = {model.name: model.fingerprint for model in self.models}
+        # Entries of models that are gone or whose files changed describe something else: drop
+        # them now. Entries measured with other settings stay until they are replaced.
+        profile.models = [m for m in existing.models if fingerprints.get(m.name) == m.fingerprint]
+        kept = {m.name for m in profile.models}
+        profile.pairs = [p for p in existing.pairs if p.verifier in kept and p.drafter in kept]
+        self._sort(profile)
+        return profile
+
+    def _sort(self, profile: Profile) -> None:
+        profile.models.sort(key=lambda m: self.order[m.name])
+        profile.pairs.sort(key=lambda p: (self.order[p.verifier], self.order[p.drafter]))
+
+    def save(self) -> None:
+        if not any(m.name == self.target.name for m in self.profile.models):
+            return  # not yet a valid profile: the previous file (if any) stays as it was
+        self._sort(self.profile)
+        try:
+            self.profile.save(self.out)
+        except OSError as error:
+            raise PolyplanError(f"--out: cannot write {self.out} ({error.strerror or error})") from None
+
+    def _finish(self, step: Step, reused: bool) -> None:
+        (self.reused if reused else self.measured).append(step)
+        self.progress.done(step, reused)
+
+    # ---- phases
+    def execute(self) -> None:
+        acceptance = self.settings.acceptance
+        n = len(self.models)
+        per_pair = len(acceptance.temperatures) * (1 + (len(acceptance.block_sizes) if acceptance.decoded else 0))
+        self.progress.total(n + n * (n - 1) // 2 * per_pair)
+        for model in self.models:
+            self._latency(model)
+        pairs = self._pairs()
+        self.progress.total(n + len(pairs) * per_pair)
+        for temperature in acceptance.temperatures:
+            for verifier, drafter in pairs:
+                self._alpha(verifier, drafter, temperature)
+        if acceptance.decoded:
+            for temperature in acceptance.temperatures:
+                for verifier, drafter in pairs:
+                    for k in acceptance.block_sizes:
+                        self._decoded(verifier, drafter, temperature, k)
+        self._prune(pairs)
+        self.save()
+
+    def _latency(self, model: ProfiledModel) -> None:
+        step = Step("latency", f"latency {model.name}")
+        key = self.latency_key(model)
+        entry = next((m for m in self.profile.models if m.name == model.name), None)
+        if entry is not None and entry.latency_fingerprint == key:
+            self._finish(step, reused=True)
+            return
+        self.progress.start(step)
+        measurement = measure_latency(model.member, self.stream, self.settings.latency)
+        fresh = model_entry(model.name, model.fingerprint, measurement, key)
+        if entry is None:
+            self.profile.models.append(fresh)
+        else:
+            entry.latency, entry.prefill, entry.latency_fingerprint = fresh.latency, fresh.prefill, key
+        self.save()
+        self._finish(step, reused=False)
+
+    def _pairs(self) -> list[tuple[str, str]]:
+        step_time = {m.name: curve_from_profile(m)(1) for m in self.profile.models}
+        return [
+            (verifier.name, drafter.name)
+            for verifier in self.models
+            for drafter in self.models
+            if verifier is not drafter and step_time[drafter.name] < step_time[verifier.name]
+        ]
+
+    def _alpha(self, verifier: str, drafter: str, temperature: float) -> None:
+        mode = sampling_key(temperature)
+        step = Step("alpha", f"alpha {verifier} <- {drafter} [{mode}]")
+        key = self.alpha_key(verifier, drafter, temperature)
+        pair = self.profile.pair(verifier, drafter)
+        old = None if pair is None else pair.sampling.get(mode)
+        if old is not None and old.fingerprint == key:
+            self._finish(step, reused=True)
+            return
+        self.progress.start(step)
+        acceptance = self.settings.acceptance
+        estimate = pair_alpha(
+            self._forced(temperature, verifier),
+            self._forced(temperature, drafter),
+            resamples=acceptance.resamples,
+            level=acceptance.confidence,
+            rng=np.random.default_rng(_seed_of(key)),
+        )
+        stats = sampling_entry(estimate, key, sorted(set(IMPLIED_KS) | set(acceptance.block_sizes)))
+        if old is not None:
+            stats.decoded = old.decoded  # decoded entries carry their own fingerprints
+        refresh_warnings(stats, acceptance.disagreement, self._own(verifier))
+        self.profile.add_pair(verifier, drafter).sampling[mode] = stats
+        self.save()
+        self._finish(step, reused=False)
+
+    def _decoded(self, verifier: str, drafter: str, temperature: float, k: int) -> None:
+        mode = sampling_key(temperature)
+        step = Step("decoded", f"decoded {verifier} <- {drafter} [{mode}] K={k}")
+        key = self.decoded_key(verifier, drafter, temperature, k)
+        stats = self.profile.stats(verifier, drafter, mode)
+        old = stats.decoded_at(k)
+        if old is not None and old.fingerprint == key:
+            self._finish(step, reused=True)
+            return
+        self.progress.start(step)
+        acceptance = self.settings.acceptance
+        measurement = measure_decoded(
+            self.by_name[verifier].member,
+            self.by_name[drafter].member,
+            self.decoded_prompts,
+            k=k,
+            temperature=temperature,
+            new_tokens=acceptance.new_tokens,
+            seed=acceptance.seed,
+            resamples=acceptance.resamples,
+            level=acceptance.confidence,
+            rng=np.random.default_rng(_seed_of(key)),
+        )
+        stats.decoded = sorted([d for d in stats.decoded if d.k != k] + [decoded_entry(measurement, len(self.decoded_prompts), key)], key=lambda d: d.k)
+        refresh_warnings(stats, acceptance.disagreement, self._own(verifier))
+        self.save()
+        self._finish(step, reused=False)
+
+    def _prune(self, pairs: list[tuple[str, str]]) -> None:
+        """Drop what a complete run leaves stale: other pairs, and entries of other settings."""
+        wanted = set(pairs)
+        self.profile.pairs = [p for p in self.profile.pairs if (p.verifier, p.drafter) in wanted]
+        for pair in self.profile.pairs:
+            for mode in list(pair.sampling):
+                temperature = 0.0 if mode == "greedy" else float(mode[1:])
+                stats = pair.sampling[mode]
+                if stats.fingerprint != self.alpha_key(pair.verifier, pair.drafter, temperature):
+                    del pair.sampling[mode]
+                    continue
+                stats.decoded = [
+                    d for d in stats.decoded if d.fingerprint == self.decoded_key(pair.verifier, pair.drafter, temperature, d.k)
+                ]
+                refresh_warnings(stats, self.settings.acceptance.disagreement, self._own(pair.verifier))
+
+    def _own(self, verifier: str) -> str | None:
+        return None if verifier == self.target.name else verifier
+
+    # ---- lazily computed inputs
+    def _continuations(self, temperature: float) -> tuple[tuple[int, ...], ...]:
+        if temperature not in self.continuations:
+            acceptance = self.settings.acceptance
+            self.continuations[temperature] = target_continuations(
+                self.target.member, self.prompts, new_tokens=acceptance.new_tokens, temperature=temperature, seed=acceptance.seed
+            )
+        return self.continuations[temperature]
+
+    def _forced(self, temperature: float, name: str) -> TeacherForced:
+        if (temperature, name) not in self.forced:
+            self.forced[(temperature, name)] = teacher_forced(
+                self.by_name[name].member,
+                self.prompts,
+                self._continuations(temperature),
+                temperature=temperature,
+                vocab=self.target.member.valid_vocab_size,
+            )
+        return self.forced[(temperature, name)]
+
+
+# --------------------------------------------------------------------------- conversions
+
+
+def _token_stream(prompts: Sequence[Sequence[int]], length: int) -> tuple[int, ...]:
+    """`length` real tokens: the prompts one after another, repeated if they are too few."""
+    flat = [token for prompt in prompts for token in prompt]
+    repeats = -(-length // len(flat))
+    return tuple((flat * repeats)[:length])
+
+
+def _seed_of(key: str) -> int:
+    return int(key.split(":", 1)[-1][:16], 16)

@@ -1,0 +1,65 @@
+"""The settings of a profiling run (besides the models and the prompts)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from polyplan.errors import PolyplanError
+from polyplan.profile import sampling_key
+from polyplan.profiler.latency import LatencySettings
+
+__all__ = ["AcceptanceSettings", "LatencySettings", "ProfileSettings"]
+
+
+@dataclass(frozen=True)
+class AcceptanceSettings:
+    """How acceptance is measured.
+
+    Attributes:
+        temperatures: sampling modes (0 = greedy); each gets its own α and decoded μ.
+        block_sizes: K at which the decoded μ is measured.
+        new_tokens: tokens the target generates per prompt (the teacher-forced contexts) and
+            tokens each decoded run produces per prompt.
+        decoded_prompts: decoded runs use the first this-many prompts (None: all).
+        decoded: measure decoded μ at all (False: distribution-based α only).
+        seed: prompt i is generated with seed + i.
+        resamples, confidence: the bootstrap (resamples over prompts, interval level).
+        disagreement: relative gap between decoded and implied μ above which a pair is flagged.
+    """
+
+    temperatures: tuple[float, ...] = (0.0, 1.0)
+    block_sizes: tuple[int, ...] = (2, 4)
+    new_tokens: int = 48
+    decoded_prompts: int | None = 8
+    decoded: bool = True
+    seed: int = 0
+    resamples: int = 1000
+    confidence: float = 0.95
+    disagreement: float = 0.10
+
+    def __post_init__(self) -> None:
+        if not self.temperatures:
+            raise PolyplanError("temperatures: give at least one (0 is greedy)")
+        keys = [sampling_key(t) for t in self.temperatures]
+        if len(set(keys)) != len(keys):
+            raise PolyplanError(f"temperatures: duplicate values in {list(self.temperatures)}")
+        if not self.block_sizes or any(isinstance(k, bool) or not isinstance(k, int) or k < 1 for k in self.block_sizes):
+            raise PolyplanError(f"block_sizes: need integers >= 1, got {list(self.block_sizes)}")
+        if len(set(self.block_sizes)) != len(self.block_sizes):
+            raise PolyplanError(f"block_sizes: duplicate values in {list(self.block_sizes)}")
+        if self.new_tokens < 2:
+            raise PolyplanError(f"new_tokens: must be >= 2, got {self.new_tokens}")
+        if self.decoded_prompts is not None and self.decoded_prompts < 1:
+            raise PolyplanError(f"decoded_prompts: must be >= 1, got {self.decoded_prompts}")
+        if not 0.0 < self.confidence < 1.0:
+            raise PolyplanError(f"confidence: must be in (0, 1), got {self.confidence}")
+        if self.resamples < 10:
+            raise PolyplanError(f"resamples: must be >= 10, got {self.resamples}")
+
+
+@dataclass(frozen=True)
+class ProfileSettings:
+    """Everything a profiling run is parameterised by (besides models and prompts)."""
+
+    latency: LatencySettings = field(default_factory=LatencySettings)
+    acceptance: AcceptanceSettings = field(default_factory=AcceptanceSettings)

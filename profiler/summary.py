@@ -1,0 +1,117 @@
+"""The short table a profiling run ends with: T_i(1) per model, α and μ(K*) per pair.
+
+K* is the block size that minimises the exact cost model's time per token of the two-model
+chain (verifier, drafter), searched in 1 … `k_max`. μ(K*) is the decoded μ when one was
+measured at K*, else the μ that α implies (marked "(α)").
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from polyplan.planner.cost_model import predict_chain
+from polyplan.planner.latency import curve_from_profile
+from polyplan.profile import Profile
+
+
+@dataclass(frozen=True)
+class ModelRow:
+    """One model: T(1) (seconds, averaged over context lengths) and its worst relative IQR."""
+
+    name: str
+    step_s: float
+    relative_iqr: float
+    repeats: int | None
+
+
+@dataclass(frozen=True)
+class PairRow:
+    """One pair under one sampling mode."""
+
+    verifier: str
+    drafter: str
+    sampling: str
+    alpha: float
+    alpha_ci: tuple[float, float] | None
+    best_k: int
+    mu_best: float
+    mu_best_source: str  # "decoded" or "alpha"
+    decoded: tuple[tuple[int, float, float], ...]  # (K, decoded μ, implied μ) per decoded K
+    speedup: float  # exact-model speedup of the pair at K* over the verifier alone
+    warnings: tuple[str, ...]
+
+
+def model_rows(profile: Profile) -> tuple[ModelRow, ...]:
+    """T(1) per model (as the planner reads it) and the largest IQR/median over contexts."""
+    rows = []
+    for model in profile.models:
+        ones = [p for p in model.latency if p.k == 1]
+        worst = max((p.iqr_s / p.median_s for p in ones), default=float("nan"))
+        repeats = min((p.repeats for p in ones if p.repeats is not None), default=None)
+        rows.append(ModelRow(model.name, curve_from_profile(model)(1), worst, repeats))
+    return tuple(rows)
+
+
+def pair_rows(profile: Profile, k_max: int = 8) -> tuple[PairRow, ...]:
+    """One row per (pair, sampling mode), in profile order."""
+    curves = {model.name: curve_from_profile(model) for model in profile.models}
+    rows = []
+    for pair in profile.pairs:
+        for mode, stats in pair.sampling.items():
+            chain_curves = [curves[pair.verifier], curves[pair.drafter]]
+            costs = {k: predict_chain([stats.alpha], chain_curves, [k]) for k in range(1, k_max + 1)}
+            best_k = min(costs, key=lambda k: (costs[k].cost_per_token, k))
+            measured = stats.decoded_at(best_k)
+            implied = {item.k: item.mu for item in stats.implied}
+            if measured is not None:
+                mu_best, source = measured.mu, "decoded"
+            else:
+                mu_best, source = costs[best_k].tokens_per_verification[0], "alpha"
+            rows.append(
+                PairRow(
+                    verifier=pair.verifier,
+                    drafter=pair.drafter,
+                    sampling=mode,
+                    alpha=stats.alpha,
+                    alpha_ci=stats.alpha_ci,
+                    best_k=best_k,
+                    mu_best=mu_best,
+                    mu_best_source=source,
+                    decoded=tuple((d.k, d.mu, implied.get(d.k, float("nan"))) for d in stats.decoded),
+                    speedup=costs[best_k].speedup,
+                    warnings=tuple(stats.warnings),
+                )
+            )
+    return tuple(rows)
+
+
+def summary_lines(profile: Profile, k_max: int = 8) -> list[str]:
+    """The closing table, as text lines."""
+    lines = [f"Models on {profile.device} (target {profile.target}):", f"  {'model':<22} {'T(1) ms':>9} {'IQR/median':>10}"]
+    for row in model_rows(profile):
+        lines.append(f"  {row.name[:22]:<22} {1e3 * row.step_s:>9.3f} {row.relative_iqr:>10.1%}")
+    rows = pair_rows(profile, k_max)
+    if not rows:
+        lines.append("No pairs (no candidate is cheaper than another).")
+        return lines
+    lines += [
+        "",
+        "Pairs (verifier <- drafter); K* minimises the exact model's time per token; "
+        "decoded mu vs mu implied by alpha:",
+        f"  {'pair':<34} {'mode':<7} {'alpha':>6} {'95% CI':>13} {'K*':>3} {'mu(K*)':>10} {'speedup':>8}  decoded vs implied",
+    ]
+    flagged = []
+    for row in rows:
+        interval = "" if row.alpha_ci is None else f"[{row.alpha_ci[0]:.3f},{row.alpha_ci[1]:.3f}]"
+        mu = f"{row.mu_best:.2f}" + ("" if row.mu_best_source == "decoded" else "(α)")
+        comparison = "  ".join(f"K{k}: {d:.2f}/{i:.2f}" for k, d, i in row.decoded) or "-"
+        mark = " !" if row.warnings else ""
+        label = f"{row.verifier} <- {row.drafter}"
+        lines.append(
+            f"  {label[:34]:<34} {row.sampling:<7} {row.alpha:>6.3f} {interval:>13} {row.best_k:>3} {mu:>10} "
+            f"{row.speedup:>7.2f}x  {comparison}{mark}"
+        )
+        flagged += [f"  ! {label} [{row.sampling}] {warning}" for warning in row.warnings]
+    if flagged:
+        lines += ["", "Decoded and distribution-based mu disagree (> threshold) for:"] + flagged
+    return lines
