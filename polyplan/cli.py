@@ -10,6 +10,7 @@ import typer
 from polyplan.commands import bench
 from polyplan.commands import generate
 from polyplan.commands import models
+from polyplan.commands import profile
 from polyplan.commands import recommend
 from polyplan.commands import theory
 from polyplan.commands import zoo
