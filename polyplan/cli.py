@@ -27,6 +27,7 @@ app = typer.Typer(
 app.add_typer(bench.app, name="bench")
 app.command("generate")(generate.generate)
 app.add_typer(models.app, name="models")
+app.command("profile")(profile.profile)
 app.command("recommend")(recommend.recommend)
 app.add_typer(theory.app, name="theory")
 app.add_typer(zoo.app, name="zoo")
