@@ -92,12 +92,13 @@ def tokenizer_factory():
     return tiny_tokenizer
 
 
-@pytest.fixture
+@pytest.fixture(scope="module")
 def single_thread():
-    """Run a test with one torch thread, then restore the previous setting.
+    """Run a test module with one torch thread, then restore the previous setting.
 
-    On a small shared machine, waking a second OpenMP thread for tiny tensors costs up to a
-    millisecond per op; the decoder tests run thousands of tiny ops.
+    On a small shared, loaded machine, waking a second OpenMP thread for tiny tensors costs up
+    to a millisecond per op (a tiny Llama forward went from 4 ms to 140 ms); the decoder tests
+    run thousands of tiny ops. Module fixtures that run models should request it too.
     """
     before = torch.get_num_threads()
     torch.set_num_threads(1)
