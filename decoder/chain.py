@@ -270,7 +270,7 @@ def first_difference(reference: dict[str, int], other: dict[str, int]) -> str | 
     """Describe the first token whose id differs between two token-to-id maps (None if equal)."""
     if reference == other:
         return None
-    for token, index in reference.items():
+    for token, index in sorted(reference.items(), key=lambda item: item[1]):  # lowest id first
         if other.get(token) != index:
             return f"token {token!r} has id {index} there but {other.get(token)} here"
     extra = next(token for token in other if token not in reference)

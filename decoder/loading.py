@@ -31,6 +31,18 @@ def load_chain(folders: Sequence[str | Path], *, device: str = "cpu", dtype: tor
         PolyplanError: a folder is missing or unreadable, or a member's vocabulary or special
             tokens differ from the target's.
     """
+    from transformers.utils import logging as hf_logging
+
+    bars = hf_logging.is_progress_bar_enabled()
+    hf_logging.disable_progress_bar()  # a "Loading weights" bar per member drowns the output
+    try:
+        return _load(folders, device, dtype)
+    finally:
+        if bars:
+            hf_logging.enable_progress_bar()
+
+
+def _load(folders: Sequence[str | Path], device: str, dtype: torch.dtype | None) -> LoadedChain:
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     if not folders:

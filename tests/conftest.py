@@ -58,17 +58,24 @@ def truncated_copy(model, layers: int):
     return clone
 
 
-def tiny_tokenizer(vocab: int = TINY_VOCAB):
-    """A word-level fast tokenizer: <pad> <s> </s> <unk> then words w4 … w{vocab-1}."""
+def tiny_tokenizer(vocab: int = TINY_VOCAB, *, swap: tuple[int, int] | None = None, eos_token: str = "</s>"):
+    """A word-level fast tokenizer: <pad> <s> </s> <unk> then words w4 … w{vocab-1}.
+
+    `swap=(i, j)` exchanges the ids of two words (same size, different token map);
+    `eos_token` picks another end-of-sequence token (same map, different special tokens).
+    """
     from tokenizers import Tokenizer, models, pre_tokenizers
     from transformers import PreTrainedTokenizerFast
 
     words = {"<pad>": 0, "<s>": 1, "</s>": 2, "<unk>": 3}
     words.update({f"w{i}": i for i in range(4, vocab)})
+    if swap is not None:
+        first, second = (next(word for word, index in words.items() if index == i) for i in swap)
+        words[first], words[second] = words[second], words[first]
     backend = Tokenizer(models.WordLevel(vocab=words, unk_token="<unk>"))
     backend.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
     return PreTrainedTokenizerFast(
-        tokenizer_object=backend, pad_token="<pad>", bos_token="<s>", eos_token="</s>", unk_token="<unk>"
+        tokenizer_object=backend, pad_token="<pad>", bos_token="<s>", eos_token=eos_token, unk_token="<unk>"
     )
 
 
