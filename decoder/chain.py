@@ -128,14 +128,17 @@ class _Run:
         )
 
     def top(self, start: int, want: int, eos: frozenset[int] | None) -> tuple[int, bool]:
-        """Run M_1 until `want` new tokens or EOS; returns (end of sequence, stopped at EOS)."""
-        if self.last == 0:
-            end, _ = self._autoregress(0, start, want, eos)
-            return end, eos is not None and int(self.buf[end - 1]) in eos
-        return self._rounds(0, start, want, eos)
+        """Run M_1 until `want` new tokens or EOS; returns (end of the output, stopped at EOS)."""
+        run_level = self._autoregress if self.last == 0 else self._rounds
+        end, _, stopped = run_level(0, start, want, eos)
+        return min(end, start + want), stopped  # the last round may overshoot `want`
 
     def _forward(self, i: int, end: int, keep_last: int) -> torch.Tensor:
-        """Feed member i its pending tokens buf[cache_length:end]; logits of the last rows `(keep_last, V)`."""
+        """Feed member i its pending tokens buf[cache_length:end]; logits of the last rows `(keep_last, V)`.
+
+        On an asynchronous device the time measured here is mostly launch time; the
+        per-verification transfer in `_rounds` is where the device catches up.
+        """
         member = self.members[i]
         began = time.perf_counter()
         logits = member.forward(self.buf[member.cache_length : end], keep_last=keep_last)
@@ -144,17 +147,16 @@ class _Run:
         return logits[:, : self.vocab]
 
     def _draft(self, i: int, start: int, want: int) -> tuple[int, torch.Tensor | None]:
-        """≥ `want` exact samples of M_i written at buf[start:]: (count, q_i rows or None if greedy)."""
-        if i == self.last:
-            end, probs = self._autoregress(i, start, want, None)
-            return end - start, probs
-        end, probs = self._rounds(i, start, want, None)
-        return end - start, probs
+        """draft(i, want): ≥ `want` exact samples of M_i written at buf[start:]; returns their
+        count and their q_i rows `(count, V)` (None when greedy)."""
+        run_level = self._autoregress if i == self.last else self._rounds
+        end, rows, _ = run_level(i, start, want, None)
+        return end - start, rows
 
     def _autoregress(
         self, i: int, start: int, want: int, eos: frozenset[int] | None
-    ) -> tuple[int, torch.Tensor | None]:
-        """M_i samples `want` tokens one at a time (stopping at EOS when given); (end, rows)."""
+    ) -> tuple[int, torch.Tensor | None, bool]:
+        """M_i samples `want` tokens one at a time; returns (end, q_i rows or None, hit EOS)."""
         rows = []
         pos = start
         for _ in range(want):
@@ -168,16 +170,17 @@ class _Run:
             self.buf[pos : pos + 1] = token
             pos += 1
             if eos is not None and int(token) in eos:  # a host sync per token, only when stopping on EOS
-                break
-        return pos, (torch.cat(rows) if rows else None)
+                return pos, None, True
+        return pos, (torch.cat(rows) if rows else None), False
 
-    def _rounds(self, i: int, start: int, want: int, eos: frozenset[int] | None):
-        """Verification rounds of M_i over drafts of the sub-chain below it.
-
-        For i > 0 returns (end, q_i rows of every gathered token or None if greedy); for the
-        top level (i = 0) returns (end, stopped at EOS) with the output cut at `want` / EOS.
-        """
+    def _rounds(
+        self, i: int, start: int, want: int, eos: frozenset[int] | None
+    ) -> tuple[int, torch.Tensor | None, bool]:
+        """Verification rounds of M_i over drafts of the sub-chain below, until ≥ `want` tokens
+        (or an emitted EOS within the first `want`); returns (end, q_i rows of every gathered
+        token or None, hit EOS). Rows are only kept below the top level, where someone uses them."""
         block = self.blocks[i]
+        keep_rows = i > 0 and not self.greedy
         rows = []
         pos = start
         while pos - start < want:
@@ -186,7 +189,6 @@ class _Run:
             draft = self.buf[pos : pos + m]
             if self.greedy:
                 accepted, emitted = verify_greedy(logits, draft)
-                q = None
             else:
                 q = probabilities(logits, self.sampling)  # (m+1, V)
                 accepted, emitted = verify_sampled(p, q, draft, self.generator)
@@ -194,25 +196,22 @@ class _Run:
             host = torch.cat([emitted, accepted.long(), draft]).tolist()
             flags = host[m + 1 : 2 * m + 1]
             a = flags.index(0) if 0 in flags else m
-            self.buf[pos + a : pos + a + 1] = emitted[a : a + 1]
+            self.buf[pos + a : pos + a + 1] = emitted[a : a + 1]  # the recovered or bonus token
             for j in range(i, len(self.members)):  # cut M_i..M_n back to the committed prefix
                 if self.members[j].cache_length > pos + a:
                     self.members[j].crop(pos + a)
             self.proposed[i] += m
             self.accepted[i] += a
             self.per_verification[i].append(a + 1)
-            if q is not None and i > 0:
+            if keep_rows:
                 rows.append(q[: a + 1])
-            if i == 0 and eos is not None:
+            if eos is not None:
                 new = host[2 * m + 1 : 2 * m + 1 + a] + [host[a]]
                 hits = [k for k, token in enumerate(new) if token in eos]
-                limit = want - (pos - start)
-                if hits and hits[0] < limit:
-                    return pos + hits[0] + 1, True
+                if hits and hits[0] < want - (pos - start):
+                    return pos + hits[0] + 1, None, True
             pos += a + 1
-        if i == 0:
-            return min(pos, start + want), False
-        return pos, (torch.cat(rows) if rows else None)
+        return pos, (torch.cat(rows) if rows else None), False
 
 
 def _check_prompt(prompt_ids: Sequence[int] | torch.Tensor) -> list[int]:
