@@ -1,0 +1,165 @@
+"""Acceptance two ways: teacher-forced α against exact enumeration, decoded μ against theory.
+
+Statistical tests here are z-tests at significance level 0.001 (|z| < 3.29) with the sample
+sizes stated in each test; each has a negative control that the same test must reject.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+import torch
+
+from conftest import perturbed_copy, tiny_llama
+from polyplan.decoder import HFMember, NGramMember, TableMember
+from polyplan.planner import capped_geometric_mean, capped_geometric_variance
+from polyplan.profiler.acceptance import (
+    cap_alpha,
+    implied_mu,
+    measure_decoded,
+    pair_alpha,
+    positional_mu,
+    target_continuations,
+    teacher_forced,
+)
+
+pytestmark = pytest.mark.usefixtures("single_thread")
+
+Z_CRITICAL = 3.29  # two-sided, significance level 0.001
+
+
+def test_implied_mu_is_the_capped_geometric_mean():
+    for alpha in (0.0, 0.3, 0.75, 0.99):
+        for k in (1, 2, 5, 8):
+            assert implied_mu(alpha, k) == pytest.approx(capped_geometric_mean(alpha, k), rel=1e-12)
+    assert implied_mu(1.0, 4) == 5.0
+
+
+def test_positional_mu_keeps_how_the_rate_varies():
+    constant = [np.full(30, 0.6)]
+    assert positional_mu(constant, 3) == pytest.approx(implied_mu(0.6, 3))
+    # Same mean rate 0.5, but in long runs of 1s and 0s: much longer accepted runs than i.i.d.
+    bursty = [np.repeat([1.0, 0.0], 10)]
+    assert positional_mu(bursty, 4) > implied_mu(0.5, 4) + 1.0
+    assert positional_mu([np.ones(2)], 4) is None  # no window of 4 fits
+
+
+def test_cap_alpha_keeps_profiles_valid():
+    assert cap_alpha(1.0, 100) == pytest.approx(0.995)
+    assert cap_alpha(0.7, 100) == 0.7
+
+
+def _tables(vocab: int = 6, seed: int = 0) -> tuple[TableMember, TableMember]:
+    generator = torch.Generator().manual_seed(seed)
+    verifier = TableMember.random(vocab, 1, generator, name="q")
+    return verifier, verifier.perturbed(1.0, generator, name="p")
+
+
+def test_teacher_forced_alpha_equals_exact_enumeration():
+    verifier, drafter = _tables()
+    prompts = [[0, 3], [5], [1, 2, 4]]
+    continuations = target_continuations(verifier, prompts, new_tokens=7, temperature=1.0, seed=3)
+    assert [len(c) for c in continuations] == [7, 7, 7]
+    for temperature in (1.0, 0.5):
+        estimate = pair_alpha(
+            teacher_forced(verifier, prompts, continuations, temperature=temperature, vocab=6),
+            teacher_forced(drafter, prompts, continuations, temperature=temperature, vocab=6),
+            resamples=50,
+            rng=np.random.default_rng(0),
+        )
+        expected = []
+        for prompt, continuation in zip(prompts, continuations):
+            context = list(prompt)
+            for token in continuation:
+                q = torch.softmax(verifier.next_logits(context).double() / temperature, -1)
+                p = torch.softmax(drafter.next_logits(context).double() / temperature, -1)
+                expected.append(float(torch.minimum(p, q).sum()))
+                context.append(token)
+        assert np.concatenate(estimate.per_prompt) == pytest.approx(expected, abs=1e-6)
+        assert estimate.raw_alpha == pytest.approx(np.mean(expected), abs=1e-6)
+        assert estimate.samples == 21
+        assert estimate.interval.low <= estimate.raw_alpha <= estimate.interval.high
+        assert set(estimate.quantiles) == {"0.1", "0.25", "0.5", "0.75", "0.9"}
+
+
+def test_greedy_alpha_is_argmax_agreement_and_ngram_works_as_drafter():
+    verifier, drafter = _tables(seed=1)
+    prompts = [[0, 1, 2, 0, 1]]
+    continuations = target_continuations(verifier, prompts, new_tokens=6, temperature=0.0, seed=0)
+    ngram = NGramMember(6, max_n=2)
+    for other in (drafter, ngram):
+        estimate = pair_alpha(
+            teacher_forced(verifier, prompts, continuations, temperature=0.0, vocab=6),
+            teacher_forced(other, prompts, continuations, temperature=0.0, vocab=6),
+            resamples=20,
+            rng=np.random.default_rng(0),
+        )
+        context, agree = list(prompts[0]), []
+        for token in continuations[0]:
+            other.reset()
+            guess = int(other.forward(torch.tensor(context), keep_last=1).argmax())
+            agree.append(float(guess == int(verifier.next_logits(context).argmax())))
+            context.append(token)
+        assert estimate.per_prompt[0].tolist() == agree
+
+
+def test_decoded_mu_matches_theory_when_acceptance_is_iid():
+    """Context-free members: every drafted token is accepted with the same probability α, so
+    tokens per verification are exactly capped-geometric. 24 prompts x 60 tokens at K = 4
+    give about 600 verifications."""
+    generator = torch.Generator().manual_seed(5)
+    q_row, p_row = torch.randn(6, generator=generator, dtype=torch.float64), torch.randn(6, generator=generator, dtype=torch.float64)
+    verifier = TableMember(q_row.repeat(7, 1), name="q")  # order 1, every row the same
+    drafter = TableMember(p_row.repeat(7, 1), name="p")
+    alpha = float(torch.minimum(torch.softmax(q_row, 0), torch.softmax(p_row, 0)).sum())
+    k = 4
+    measured = measure_decoded(
+        verifier, drafter, [[0]] * 24, k=k, temperature=1.0, new_tokens=60, seed=11, resamples=200, rng=np.random.default_rng(0)
+    )
+    n = measured.verifications
+    assert n > 400
+    standard_error = math.sqrt(capped_geometric_variance(alpha, k) / n)
+    z = (measured.mu - capped_geometric_mean(alpha, k)) / standard_error
+    assert abs(z) < Z_CRITICAL
+    assert measured.sigma == pytest.approx(math.sqrt(capped_geometric_variance(alpha, k)), rel=0.15)
+    assert measured.mu_interval.low <= measured.mu <= measured.mu_interval.high
+    # Negative control: the μ of a rate 0.08 lower is rejected by the same test.
+    wrong = (measured.mu - capped_geometric_mean(alpha - 0.08, k)) / standard_error
+    assert abs(wrong) > Z_CRITICAL
+
+
+def test_greedy_decoding_reproduces_the_teacher_forced_runs_exactly():
+    """With the target as verifier and greedy decoding, the decoded run commits the target's
+    greedy continuation, so its tokens per verification are the runs of argmax agreement in
+    the teacher-forced pass (capped at K), the last verification of each prompt excepted (it
+    drafts past the continuation)."""
+    target = tiny_llama(0)
+    drafter = perturbed_copy(target, 0.6, seed=2)
+    verifier_member, drafter_member = HFMember(target, name="t"), HFMember(drafter, name="d")
+    generator = torch.Generator().manual_seed(0)
+    prompts = [torch.randint(4, 64, (10,), generator=generator).tolist() for _ in range(4)]
+    new_tokens, k = 24, 3
+    continuations = target_continuations(verifier_member, prompts, new_tokens=new_tokens, temperature=0.0, seed=0)
+    agreement = pair_alpha(
+        teacher_forced(verifier_member, prompts, continuations, temperature=0.0, vocab=64),
+        teacher_forced(drafter_member, prompts, continuations, temperature=0.0, vocab=64),
+        resamples=20,
+        rng=np.random.default_rng(0),
+    ).per_prompt
+    decoded = measure_decoded(
+        verifier_member, drafter_member, prompts, k=k, temperature=0.0, new_tokens=new_tokens, seed=0, resamples=20, rng=np.random.default_rng(0)
+    )
+    runs_seen = set()
+    for agree, counts in zip(agreement, decoded.per_prompt):
+        expected, position = [], 0
+        while position < new_tokens:
+            run = 0
+            while run < k and position + run < new_tokens and agree[position + run] == 1.0:
+                run += 1
+            expected.append(run + 1)
+            position += run + 1
+        assert list(counts[:-1]) == expected[: len(counts) - 1]
+        runs_seen.update(counts)
+    assert len(runs_seen) >= 2  # the pair is neither always right nor always wrong

@@ -1,0 +1,132 @@
+"""Latency measurement: procedure (warm-up untimed, crop back, prefill), device sync, errors.
+
+A fake member advances a fake clock by a known cost per call, so medians are exact and
+nothing here depends on the machine's speed.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from conftest import tiny_llama
+from polyplan.decoder import HFMember, NGramMember
+from polyplan.errors import PolyplanError
+from polyplan.profiler import latency as latency_module
+from polyplan.profiler.latency import LatencySettings, measure_latency
+from polyplan.profiler.stats import spread
+
+
+class FakeClock:
+    def __init__(self) -> None:
+        self.now = 0.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+class CostMember:
+    """A chain member whose forward costs `base + per_token * k + per_cached * cache` fake
+    seconds, plus `first_extra` on its first ever call (lazy initialisation)."""
+
+    name = "fake"
+    vocab_size = valid_vocab_size = 8
+    eos_token_id = None
+
+    def __init__(self, clock: FakeClock, *, max_context: int | None = None, device: str | None = None) -> None:
+        self.clock = clock
+        self.max_context = max_context
+        if device is not None:
+            self.device = torch.device(device)
+        self.length = 0
+        self.calls: list[tuple[int, int, int | None]] = []  # (cache before, k, keep_last)
+        self.first_extra = 1.0
+
+    @property
+    def cache_length(self) -> int:
+        return self.length
+
+    def forward(self, new_ids, keep_last=None):
+        k = new_ids.shape[0]
+        self.calls.append((self.length, k, keep_last))
+        self.clock.now += 0.001 + 0.0005 * k + 0.00001 * self.length + self.first_extra
+        self.first_extra = 0.0
+        self.length += k
+        return torch.zeros(keep_last or k, 8)
+
+    def crop(self, length):
+        assert 0 <= length <= self.length
+        self.length = length
+
+    def reset(self):
+        self.length = 0
+
+    def token_map(self):
+        return None
+
+
+SETTINGS = LatencySettings(ks=(1, 2, 4), context_lengths=(10, 20), repeats=5, warmup=2, prefill_repeats=3)
+
+
+def test_procedure_with_a_fake_clock():
+    clock = FakeClock()
+    member = CostMember(clock)
+    result = measure_latency(member, list(range(24)), SETTINGS, clock=clock)
+    for context in (10, 20):
+        for k in (1, 2, 4):
+            timing = result.at(context, k)
+            assert timing.median == pytest.approx(0.001 + 0.0005 * k + 0.00001 * context)
+            assert timing.iqr == pytest.approx(0.0, abs=1e-12)  # the lazy first call was not timed
+            assert timing.repeats == 5
+    assert [(p.context_length, p.time.repeats) for p in result.prefill] == [(10, 3), (20, 3)]
+    assert result.prefill[1].time.median == pytest.approx(0.001 + 0.0005 * 20)
+    steps = [call for call in member.calls if call[1] in (1, 2, 4) and call[0] in (10, 20)]
+    # every step starts from the context (cropped back), returns the logits of all k rows
+    assert all(keep == k for _, k, keep in steps)
+    assert len(steps) == 2 * (2 + 5) * 3
+    assert member.cache_length == 0  # reset afterwards
+
+
+def test_real_member_gives_positive_times_for_every_point(single_thread):
+    member = HFMember(tiny_llama(0), name="tiny")
+    settings = LatencySettings(ks=(1, 3), context_lengths=(4, 12), repeats=3, warmup=1, prefill_repeats=2)
+    result = measure_latency(member, list(range(4, 40)), settings)
+    assert {(p.context_length, p.k) for p in result.points} == {(4, 1), (4, 3), (12, 1), (12, 3)}
+    assert all(p.time.median > 0 and p.time.iqr >= 0 for p in result.points)
+    ngram = measure_latency(NGramMember(64), list(range(4, 40)), settings)
+    assert all(p.time.median > 0 for p in ngram.points)
+
+
+def test_cuda_members_are_synchronised_around_every_timed_call(monkeypatch):
+    synced: list[torch.device] = []
+    monkeypatch.setattr(latency_module.torch.cuda, "synchronize", lambda device=None: synced.append(device))
+    clock = FakeClock()
+    member = CostMember(clock, device="cuda:0")
+    # The fake member ignores the tensor's device; the stream is built on the member's
+    # device, which this CPU-only machine cannot allocate, so build it on the CPU instead.
+    monkeypatch.setattr(latency_module.torch, "as_tensor", lambda data, dtype, device: torch.tensor(data, dtype=dtype))
+    measure_latency(member, list(range(24)), SETTINGS, clock=clock)
+    timed_calls = 2 * ((SETTINGS.prefill_repeats + 1) + (SETTINGS.warmup + SETTINGS.repeats) * 3)
+    assert len(synced) == 2 * timed_calls
+    assert set(synced) == {torch.device("cuda:0")}
+    assert latency_module.synchronizer(CostMember(clock))() is None  # CPU: nothing to wait for
+
+
+def test_bad_settings_and_contexts_are_named():
+    with pytest.raises(PolyplanError, match=r"^ks: 0 must be an integer >= 1$"):
+        LatencySettings(ks=(0, 1))
+    with pytest.raises(PolyplanError, match=r"^context_lengths: duplicate values"):
+        LatencySettings(context_lengths=(8, 8))
+    with pytest.raises(PolyplanError, match=r"^repeats: must be >= 1"):
+        LatencySettings(repeats=0)
+    clock = FakeClock()
+    with pytest.raises(PolyplanError, match=r"^context_lengths: 20 cached \+ 4 new tokens is longer than the context of 'fake' \(16 tokens\)$"):
+        measure_latency(CostMember(clock, max_context=16), list(range(24)), SETTINGS, clock=clock)
+    with pytest.raises(PolyplanError, match=r"^latency: need 24 prompt tokens"):
+        measure_latency(CostMember(clock), list(range(5)), SETTINGS, clock=clock)
+
+
+def test_spread_is_median_and_interquartile_range():
+    summary = spread([1.0, 2.0, 3.0, 4.0, 100.0])
+    assert (summary.median, summary.iqr, summary.repeats) == (3.0, 2.0, 5)
+    assert summary.relative_iqr == pytest.approx(2 / 3)

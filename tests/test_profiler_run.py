@@ -1,0 +1,235 @@
+"""The resumable profiling run: a complete profile, resume after interruption, reuse, bad input."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import torch
+
+from conftest import perturbed_copy, tiny_llama, truncated_copy
+from polyplan.decoder import HFMember, NGramMember
+from polyplan.errors import PolyplanError
+from polyplan.planner.search import recommend
+from polyplan.profile import load
+from polyplan.profiler import (
+    AcceptanceSettings,
+    LatencySettings,
+    ProfiledModel,
+    ProfileSettings,
+    fingerprint_module,
+    profile_models,
+)
+from polyplan.profiler.prompts import EncodedPrompt, Prompt
+
+VOCAB = 64
+
+
+pytestmark = pytest.mark.usefixtures("single_thread")
+
+
+@pytest.fixture(scope="module")
+def models(single_thread) -> list[ProfiledModel]:
+    """A target, its 1-of-4-layer early exit and an n-gram drafter: costs far enough apart
+    that the measured order (hence the pair set) does not depend on timing noise."""
+    target = tiny_llama(0, layers=4, hidden=64)
+    early = truncated_copy(target, 1)
+    return [
+        ProfiledModel("target", HFMember(target, name="target"), fingerprint_module(target)),
+        ProfiledModel("early", HFMember(early, name="early"), fingerprint_module(early)),
+        ProfiledModel("ngram", NGramMember(VOCAB, max_n=3), "ngram:3"),
+    ]
+
+
+def _prompts(count: int = 4, length: int = 24, seed: int = 0) -> list[EncodedPrompt]:
+    generator = torch.Generator().manual_seed(seed)
+    return [
+        EncodedPrompt(Prompt("", "user", f"prompts.txt:{i + 1}"), tuple(torch.randint(4, VOCAB, (length,), generator=generator).tolist()))
+        for i in range(count)
+    ]
+
+
+SETTINGS = ProfileSettings(
+    latency=LatencySettings(ks=(1, 2, 4), context_lengths=(8, 24), repeats=3, warmup=1, prefill_repeats=2),
+    acceptance=AcceptanceSettings(block_sizes=(2, 3), new_tokens=10, decoded_prompts=2, resamples=100),
+)
+ENTRIES = 3 + 3 * 2 * 3  # latency of 3 models; 3 pairs x 2 modes x (alpha + decoded at 2 K)
+
+
+class Counter:
+    """Records the run's progress; raises `Interrupt` once `stop_after` entries are measured."""
+
+    def __init__(self, stop_after: int | None = None) -> None:
+        self.stop_after = stop_after
+        self.totals: list[int] = []
+        self.started: list[str] = []
+        self.measured: list[str] = []
+        self.reused: list[str] = []
+
+    def total(self, steps: int) -> None:
+        self.totals.append(steps)
+
+    def start(self, step) -> None:
+        self.started.append(step.label)
+
+    def done(self, step, reused: bool) -> None:
+        (self.reused if reused else self.measured).append(step.label)
+        if self.stop_after is not None and len(self.measured) == self.stop_after:
+            raise Interrupt
+
+
+class Interrupt(Exception):
+    """Stands in for Ctrl-C / a kill between two measurements."""
+
+
+def _entries(profile) -> dict[str, object]:
+    """Every acceptance entry of a profile (the deterministic part), by a readable key."""
+    found = {}
+    for pair in profile.pairs:
+        for mode, stats in pair.sampling.items():
+            found[f"alpha {pair.verifier}<-{pair.drafter} {mode}"] = (stats.alpha, stats.alpha_ci, stats.fingerprint)
+            for decoded in stats.decoded:
+                found[f"decoded {pair.verifier}<-{pair.drafter} {mode} {decoded.k}"] = (decoded.mu, decoded.sigma, decoded.mu_ci)
+    return found
+
+
+@pytest.fixture(scope="module")
+def complete(single_thread, models, tmp_path_factory) -> tuple[Path, Counter]:
+    """One uninterrupted run: the reference for the other tests."""
+    out = tmp_path_factory.mktemp("complete") / "profile.json"
+    counter = Counter()
+    profile_models(models, _prompts(), out, SETTINGS, progress=counter)
+    return out, counter
+
+
+def test_complete_run_writes_a_profile_that_recommend_accepts(complete):
+    out, counter = complete
+    profile = load(out)
+    assert profile.target == "target"
+    assert profile.model_names() == ["target", "early", "ngram"]
+    assert len(counter.measured) == ENTRIES and counter.reused == []
+    assert counter.totals == [ENTRIES, ENTRIES]
+    assert [(p.verifier, p.drafter) for p in profile.pairs] == [("target", "early"), ("target", "ngram"), ("early", "ngram")]
+    for model in profile.models:
+        assert {(p.context_length, p.k) for p in model.latency} == {(c, k) for c in (8, 24) for k in (1, 2, 4)}
+        assert [p.context_length for p in model.prefill] == [8, 24]
+        assert model.latency_fingerprint and all(p.repeats == 3 for p in model.latency)
+    step = {m.name: min(p.median_s for p in m.latency if p.k == 1) for m in profile.models}
+    for pair in profile.pairs:
+        assert set(pair.sampling) == {"greedy", "t1.0"}
+        for stats in pair.sampling.values():
+            assert [d.k for d in stats.decoded] == [2, 3]
+            assert stats.alpha_samples == 4 * 10 and stats.alpha_ci[0] <= stats.alpha_distribution.mean <= stats.alpha_ci[1]
+            assert {i.k for i in stats.implied} >= {1, 2, 3, 8}
+            for decoded in stats.decoded:
+                assert decoded.prompts == 2 and decoded.mu_ci[0] <= decoded.mu <= decoded.mu_ci[1]
+    assert step["ngram"] < step["early"] < step["target"]
+    plan = recommend(profile, sampling="greedy")
+    assert plan.best.chain[0] == "target"
+    assert recommend(profile, sampling="t1.0").ranked
+
+
+def test_interrupted_run_resumes_without_remeasuring(models, tmp_path):
+    out = tmp_path / "profile.json"
+    first = Counter(stop_after=5)  # 3 latency entries, then 2 alpha entries
+    with pytest.raises(Interrupt):
+        profile_models(models, _prompts(), out, SETTINGS, progress=first)
+    saved = load(out)
+    assert len(saved.models) == 3 and sum(len(p.sampling) for p in saved.pairs) == 2
+
+    # The reference: the same latency entries, everything else measured without interruption.
+    reference = tmp_path / "reference.json"
+    saved.pairs = []
+    saved.save(reference)
+    profile_models(models, _prompts(), reference, SETTINGS)
+
+    second = Counter()
+    profile_models(models, _prompts(), out, SETTINGS, progress=second)
+    assert sorted(second.reused) == sorted(first.measured)  # nothing measured twice
+    assert len(second.measured) == ENTRIES - 5
+    assert not set(second.started) & set(first.measured)
+    # Acceptance entries are deterministic: resuming gives exactly the uninterrupted numbers.
+    assert _entries(load(out)) == _entries(load(reference))
+
+    third = Counter()
+    profile_models(models, _prompts(), out, SETTINGS, progress=third)
+    assert third.measured == [] and len(third.reused) == ENTRIES
+
+
+def test_interrupt_during_decoded_phase_keeps_a_usable_profile(models, tmp_path):
+    out = tmp_path / "profile.json"
+    with pytest.raises(Interrupt):
+        profile_models(models, _prompts(), out, SETTINGS, progress=Counter(stop_after=3 + 6 + 1))
+    profile = load(out)
+    assert sum(len(s.decoded) for p in profile.pairs for s in p.sampling.values()) == 1
+    assert recommend(profile).best.chain[0] == "target"
+
+
+def test_changed_settings_and_models_remeasure_only_what_they_affect(models, complete, tmp_path):
+    out = tmp_path / "profile.json"
+    out.write_text(complete[0].read_text())
+    more_blocks = ProfileSettings(SETTINGS.latency, AcceptanceSettings(block_sizes=(2, 3, 4), new_tokens=10, decoded_prompts=2, resamples=100))
+    counter = Counter()
+    profile_models(models, _prompts(), out, more_blocks, progress=counter)
+    assert counter.measured and all(label.startswith("decoded") and label.endswith("K=4") for label in counter.measured)
+    assert len(counter.measured) == 3 * 2
+
+    retrained = perturbed_copy(models[1].member.model, 0.5, seed=7)
+    changed = models[:1] + [ProfiledModel("early", HFMember(retrained, name="early"), fingerprint_module(retrained))] + models[2:]
+    counter = Counter()
+    profile_models(changed, _prompts(), out, more_blocks, progress=counter)
+    assert "latency early" in counter.measured
+    assert all("early" in label for label in counter.measured)
+    assert not any(label.startswith("latency") and "early" not in label for label in counter.measured)
+
+
+def test_fewer_block_sizes_keep_the_valid_entries_only(models, complete, tmp_path):
+    out = tmp_path / "profile.json"
+    out.write_text(complete[0].read_text())
+    fewer = ProfileSettings(SETTINGS.latency, AcceptanceSettings(block_sizes=(2,), new_tokens=10, decoded_prompts=2, resamples=100))
+    counter = Counter()
+    profile_models(models, _prompts(), out, fewer, progress=counter)
+    assert counter.measured == []
+    # K = 3 was measured with the same models and settings: it stays (its fingerprint matches).
+    assert all([d.k for d in s.decoded] == [2, 3] for p in load(out).pairs for s in p.sampling.values())
+
+
+def test_existing_profile_of_another_schema_version_is_refused_and_kept(models, complete, tmp_path):
+    out = tmp_path / "profile.json"
+    payload = json.loads(complete[0].read_text())
+    payload["schema_version"] = 2
+    out.write_text(json.dumps(payload))
+    before = out.read_text()
+    with pytest.raises(PolyplanError, match=r"--out: .*profile.json holds a profile of another schema version"):
+        profile_models(models, _prompts(), out, SETTINGS)
+    assert out.read_text() == before
+
+
+def test_unwritable_out_is_named_before_measuring(models, tmp_path):
+    blocker = tmp_path / "file"
+    blocker.write_text("not a folder")
+    counter = Counter()
+    with pytest.raises(PolyplanError, match=r"^--out: cannot write .*file/profile.json \(folder .* does not exist\)$"):
+        profile_models(models, _prompts(), blocker / "profile.json", SETTINGS, progress=counter)
+    assert counter.started == []
+    with pytest.raises(PolyplanError, match=r"^--out: .* is a folder"):
+        profile_models(models, _prompts(), tmp_path, SETTINGS)
+
+
+def test_prompt_longer_than_a_context_is_named(models, tmp_path):
+    long = [EncodedPrompt(Prompt("", "user", "mine.jsonl:3"), tuple([5] * 300))]
+    with pytest.raises(PolyplanError, match=r"^mine.jsonl:3: prompt of 300 tokens is longer than the context of 'target' \(256 tokens\)$"):
+        profile_models(models, long, tmp_path / "p.json", SETTINGS)
+    almost = [EncodedPrompt(Prompt("", "user", "mine.jsonl:4"), tuple([5] * 250))]
+    with pytest.raises(PolyplanError, match=r"^mine.jsonl:4: prompt of 250 tokens \+ 13 generated/drafted tokens does not fit"):
+        profile_models(models, almost, tmp_path / "p.json", SETTINGS)
+    assert not (tmp_path / "p.json").exists()
+
+
+def test_models_that_cannot_share_a_chain_are_named(models, tmp_path):
+    with pytest.raises(PolyplanError, match=r"^candidates: duplicate name 'target'$"):
+        profile_models(models + models[:1], _prompts(), tmp_path / "p.json", SETTINGS)
+    wide = NGramMember(VOCAB + 8, name="wide")
+    with pytest.raises(PolyplanError, match=r"^candidate 'wide': vocabulary of 72 tokens differs from the target 'target' \(64\)$"):
+        profile_models(models + [ProfiledModel("wide", wide, "w")], _prompts(), tmp_path / "p.json", SETTINGS)
