@@ -17,6 +17,10 @@ the state is the number of tokens gathered so far (0 … K−1); rounds are i.i.
 E[cost of draft(i, K)] = E[rounds] · E[round cost] (Wald), and X_i's pmf is the mass that
 first reaches >= K. The top level is a renewal-reward process: cost per token =
 E[round cost] / E[tokens per round]. `planner.simulate` is the Monte-Carlo reference.
+
+Optionally the decoding loop's own cost (`planner.overhead.LoopOverhead`) is added: each
+autoregressive step of M_n pays `per_step_s` on top of T_n(1), each verification round at
+any level pays `per_round_s`, and the baseline (M_1 alone) pays `per_step_s` per token too.
 """
 
 from __future__ import annotations
@@ -29,6 +33,7 @@ import numpy as np
 from polyplan.errors import PolyplanError
 from polyplan.planner.capped_geometric import check_acceptance, check_block_size
 from polyplan.planner.latency import LatencyCurve, constant_curve
+from polyplan.planner.overhead import NO_OVERHEAD, LoopOverhead
 
 CurveLike = Union[LatencyCurve, float]
 
@@ -38,11 +43,13 @@ class ChainPrediction:
     """What the exact model predicts for one chain (models M_1 … M_n, levels 1 … n−1).
 
     Attributes:
-        cost_per_token: expected seconds per token emitted by M_1.
-        speedup: T_1(1) / cost_per_token.
+        cost_per_token: expected seconds per token emitted by M_1 (forward passes plus the
+            loop overhead, when one is given).
+        speedup: (T_1(1) + per-step overhead) / cost_per_token: over M_1 decoding alone.
         forwards_per_token: expected forward passes of each M_i per emitted token (the
             measured counterpart of the paper's φ_i / N), M_1 first.
-        time_per_token: expected seconds spent in each M_i per emitted token (sums to the cost).
+        time_per_token: expected seconds spent in each M_i's forward passes per emitted token
+            (sums to the cost, together with `overhead_per_token`).
         tokens_per_verification: per verifying level i, E[min(A_i, m) + 1], the tokens one
             verification by M_i gathers (level 1: tokens emitted per target forward).
         drafted_per_verification: per level, E[m], the tokens handed up for one verification.
@@ -60,6 +67,7 @@ class ChainPrediction:
     drafted_per_verification: tuple[float, ...]
     wasted_per_verification: tuple[float, ...]
     drafted_pmf: tuple[tuple[float, ...], ...]
+    overhead_per_token: float = 0.0  # expected seconds of the decoding loop per emitted token
 
 
 @dataclass(frozen=True)
@@ -67,7 +75,8 @@ class _Draft:
     """draft(i, K) summarised: the pmf of its token count and expectations per call."""
 
     pmf: np.ndarray  # [max_count + 1], P(X_i = j)
-    cost: float  # E[seconds of all forwards below and at level i]
+    cost: float  # E[seconds of all forwards below and at level i, loop overhead included]
+    overhead: float  # E[seconds of loop overhead in that cost]
     forwards: tuple[float, ...]  # E[forwards of M_i … M_n per call]
     times: tuple[float, ...]  # E[seconds in M_i … M_n per call]
     level_stats: tuple[tuple[float, float, float, np.ndarray], ...]  # per level i … n−1 (E[g], E[m], E[waste], pmf m)
@@ -105,15 +114,23 @@ def _level_round(acceptance: float, drafted_pmf: np.ndarray, verify: LatencyCurv
     return gathered, verify_time, stats
 
 
-def _draft(level: int, k: int, acceptances: Sequence[float], curves: Sequence[LatencyCurve], blocks: Sequence[int]) -> _Draft:
+def _draft(
+    level: int,
+    k: int,
+    acceptances: Sequence[float],
+    curves: Sequence[LatencyCurve],
+    blocks: Sequence[int],
+    overhead: LoopOverhead,
+) -> _Draft:
     """Summarise draft(level, k) (0-based level: 0 is the target, len(curves) − 1 the smallest)."""
     last = len(curves) - 1
     if level == last:
         pmf = np.zeros(k + 1)
         pmf[k] = 1.0
         seconds = k * curves[last](1)
-        return _Draft(pmf=pmf, cost=seconds, forwards=(float(k),), times=(seconds,), level_stats=())
-    below = _draft(level + 1, blocks[level], acceptances, curves, blocks)
+        loop = k * overhead.per_step_s
+        return _Draft(pmf=pmf, cost=seconds + loop, overhead=loop, forwards=(float(k),), times=(seconds,), level_stats=())
+    below = _draft(level + 1, blocks[level], acceptances, curves, blocks, overhead)
     gathered, verify_time, stats = _level_round(acceptances[level], below.pmf, curves[level])
     max_gain = len(gathered) - 1
     visit = np.zeros(k)  # visit[s] = P(a round starts with s tokens gathered)
@@ -128,10 +145,11 @@ def _draft(level: int, k: int, acceptances: Sequence[float], curves: Sequence[La
         np.add.at(visit, targets[inside], spread[inside])
         np.add.at(final, targets[~inside], spread[~inside])
     rounds = float(visit.sum())
-    round_cost = below.cost + verify_time
+    round_cost = below.cost + verify_time + overhead.per_round_s
     return _Draft(
         pmf=final,
         cost=rounds * round_cost,
+        overhead=rounds * (below.overhead + overhead.per_round_s),
         forwards=(rounds,) + tuple(rounds * f for f in below.forwards),
         times=(rounds * verify_time,) + tuple(rounds * t for t in below.times),
         level_stats=(stats,) + tuple(below.level_stats),
@@ -142,6 +160,7 @@ def predict_chain(
     acceptances: Sequence[float],
     curves: Sequence[CurveLike],
     block_sizes: Sequence[int],
+    overhead: LoopOverhead | None = None,
 ) -> ChainPrediction:
     """Exact expected cost per emitted token of the chain M_1 … M_n.
 
@@ -150,6 +169,7 @@ def predict_chain(
             samples under M_i (adjacent pairs only), each in [0, 1).
         curves: T_1 … T_n as `LatencyCurve`s (or constant times in seconds).
         block_sizes: K_1 … K_{n−1}, each >= 1 (empty for n = 1).
+        overhead: the decoding loop's own cost per step and per round (None: none).
     """
     n = len(curves)
     if n < 1:
@@ -161,14 +181,15 @@ def predict_chain(
     alphas = [check_acceptance(a, f"acceptances[{i}]") for i, a in enumerate(acceptances)]
     blocks = [check_block_size(k, f"block_sizes[{i}]") for i, k in enumerate(block_sizes)]
     lat = [_as_curve(c, f"curves[{i}]") for i, c in enumerate(curves)]
-    baseline = lat[0](1)
+    loop = NO_OVERHEAD if overhead is None else overhead
+    baseline = lat[0](1) + loop.per_step_s
     if n == 1:
-        return ChainPrediction(baseline, 1.0, (1.0,), (baseline,), (), (), (), ())
+        return ChainPrediction(baseline, 1.0, (1.0,), (lat[0](1),), (), (), (), (), loop.per_step_s)
 
-    below = _draft(1, blocks[0], alphas, lat, blocks)
+    below = _draft(1, blocks[0], alphas, lat, blocks, loop)
     gathered, verify_time, stats = _level_round(alphas[0], below.pmf, lat[0])
     tokens = stats[0]
-    round_cost = below.cost + verify_time
+    round_cost = below.cost + verify_time + loop.per_round_s
     cost = round_cost / tokens
     level_stats = (stats,) + below.level_stats
     return ChainPrediction(
@@ -180,5 +201,6 @@ def predict_chain(
         drafted_per_verification=tuple(s[1] for s in level_stats),
         wasted_per_verification=tuple(s[2] for s in level_stats),
         drafted_pmf=tuple(tuple(float(p) for p in s[3]) for s in level_stats),
+        overhead_per_token=(below.overhead + loop.per_round_s) / tokens,
     )
 

@@ -9,25 +9,33 @@ Format (``plan_version`` 1)::
       "sampling": "greedy",                  # the profile key the plan was made for
       "chain": ["vicuna-7b", "w4", "eagle"], # from the target down (M_1 … M_n)
       "block_sizes": [7, 1],                 # K_1 … K_{n-1}
-      "fingerprints": {"vicuna-7b": "...", …},   # of every chain member, from the profile
+      "fingerprints": {"vicuna-7b": "...", …},   # of every profiled model, from the profile
       "profile": {"path": "profile.json", "schema_version": 1},
+      "candidates": {"path": "/abs/models.yaml", "yaml": {...}},   # optional: how to load the
+                                             # models again (the file and its parsed contents)
+      "loop_overhead": {"per_step_s": ..., "per_round_s": ...},    # or null: see planner.overhead
       "predicted": {                         # the exact model (planner.cost_model)
         "speedup": 2.32, "cost_per_token_s": 0.0107,
         "forwards_per_token": [...], "time_per_token_s": [...],
         "tokens_per_verification": [...], "drafted_per_verification": [...],
-        "wasted_per_verification": [...], "acceptances": [...]
+        "wasted_per_verification": [...], "acceptances": [...], "overhead_per_token_s": ...
       },
       "paper": {                             # Lemma 3.1 (planner.paper_model)
         "speedup": 4.54, "time_per_token_s": ..., "phi_per_token": [...],
         "mean_lengths": [...], "length_sources": ["decoded", "eq3"], "alpha_scale": 1
       },
-      "alternatives": [{"chain": [...], "block_sizes": [...], "exact_speedup": ..., "paper_speedup": ...}],
+      "alternatives": [                      # every ranked chain, best first (the plan's is first)
+        {"chain": [...], "block_sizes": [...], "exact_speedup": ..., "paper_speedup": ...,
+         "acceptances": [...], "exact": {<as "predicted">}, "paper": {<as "paper">},
+         "theorem_3_2": [{"model": "w4", "verdict": "helps"}]}   # per intermediate model
+      ],
       "insertions": ["in: w4: ...", ...],
       "search": {"max_levels": 4, "k_max": 8, "method": "grid"}
     }
 
 `write_plan` writes atomically; `read_plan` validates the fields a consumer needs and raises
-`PolyplanError` naming the file and the field.
+`PolyplanError` naming the file and the field; `planned_chains` reads the ranked chains with
+their predictions (for `polyplan validate`).
 """
 
 from __future__ import annotations
@@ -41,7 +49,9 @@ from pathlib import Path
 from typing import Any
 
 from polyplan.errors import PolyplanError
-from polyplan.planner.search import ChainPlan, Recommendation
+from polyplan.planner.overhead import LoopOverhead, overhead_from_json, profile_overhead
+from polyplan.planner.search import ChainPlan, Recommendation, recommend
+from polyplan.profile import Profile
 
 PLAN_VERSION = 1
 
@@ -60,21 +70,56 @@ class PlanFile:
     payload: dict[str, Any]  # the whole JSON object, for anything else
 
 
+def _exact_json(plan: ChainPlan) -> dict[str, Any]:
+    exact = plan.exact
+    return {
+        "speedup": exact.speedup,
+        "cost_per_token_s": exact.cost_per_token,
+        "forwards_per_token": list(exact.forwards_per_token),
+        "time_per_token_s": list(exact.time_per_token),
+        "tokens_per_verification": list(exact.tokens_per_verification),
+        "drafted_per_verification": list(exact.drafted_per_verification),
+        "wasted_per_verification": list(exact.wasted_per_verification),
+        "acceptances": list(plan.acceptances),
+        "overhead_per_token_s": exact.overhead_per_token,
+    }
+
+
+def _paper_json(plan: ChainPlan) -> dict[str, Any]:
+    paper = plan.paper
+    return {
+        "speedup": paper.speedup,
+        "time_per_token_s": paper.time_per_token,
+        "phi_per_token": list(paper.phi_per_token),
+        "mean_lengths": list(paper.mean_lengths),
+        "length_sources": list(paper.length_sources),
+        "alpha_scale": paper.alpha_scale,
+    }
+
+
 def _summary(plan: ChainPlan) -> dict[str, Any]:
     return {
         "chain": list(plan.chain),
         "block_sizes": list(plan.block_sizes),
         "exact_speedup": plan.exact_speedup,
         "paper_speedup": plan.paper_speedup,
+        "acceptances": list(plan.acceptances),
+        "exact": _exact_json(plan),
+        "paper": _paper_json(plan),
+        "theorem_3_2": [{"model": model, "verdict": verdict} for model, verdict in plan.insertion_verdicts],
     }
 
 
-def plan_to_json_dict(result: Recommendation, *, profile_path: str | None = None) -> dict[str, Any]:
-    """The plan.json object for a recommendation."""
+def plan_to_json_dict(
+    result: Recommendation, *, profile_path: str | None = None, candidates: dict[str, Any] | None = None
+) -> dict[str, Any]:
+    """The plan.json object for a recommendation.
+
+    `candidates` ({"path": ..., "yaml": ...}) records the models.yaml the profile was made
+    from, so that `polyplan validate` can load the same models later.
+    """
     best = result.best
     prints = dict(result.fingerprints)
-    exact = best.exact
-    paper = best.paper
     return {
         "plan_version": PLAN_VERSION,
         "target": result.target,
@@ -82,36 +127,29 @@ def plan_to_json_dict(result: Recommendation, *, profile_path: str | None = None
         "sampling": result.sampling,
         "chain": list(best.chain),
         "block_sizes": list(best.block_sizes),
-        "fingerprints": {name: prints[name] for name in best.chain},
+        "fingerprints": dict(prints),
         "profile": {"path": profile_path, "schema_version": 1},
-        "predicted": {
-            "speedup": exact.speedup,
-            "cost_per_token_s": exact.cost_per_token,
-            "forwards_per_token": list(exact.forwards_per_token),
-            "time_per_token_s": list(exact.time_per_token),
-            "tokens_per_verification": list(exact.tokens_per_verification),
-            "drafted_per_verification": list(exact.drafted_per_verification),
-            "wasted_per_verification": list(exact.wasted_per_verification),
-            "acceptances": list(best.acceptances),
-        },
-        "paper": {
-            "speedup": paper.speedup,
-            "time_per_token_s": paper.time_per_token,
-            "phi_per_token": list(paper.phi_per_token),
-            "mean_lengths": list(paper.mean_lengths),
-            "length_sources": list(paper.length_sources),
-            "alpha_scale": paper.alpha_scale,
-        },
+        "candidates": candidates,
+        "loop_overhead": None if result.overhead is None else result.overhead.to_json_dict(),
+        "predicted": _exact_json(best),
+        "paper": _paper_json(best),
         "alternatives": [_summary(plan) for plan in result.ranked],
         "insertions": [note.line for note in result.insertions],
         "search": {"max_levels": result.max_levels, "k_max": result.k_max, "method": best.search},
     }
 
 
-def write_plan(result: Recommendation, path: str | os.PathLike[str], *, profile_path: str | None = None) -> None:
+def write_plan(
+    result: Recommendation,
+    path: str | os.PathLike[str],
+    *,
+    profile_path: str | None = None,
+    candidates: dict[str, Any] | None = None,
+) -> None:
     """Write plan.json atomically (temporary file in the same folder, then os.replace)."""
     path = Path(path)
-    text = json.dumps(plan_to_json_dict(result, profile_path=profile_path), indent=2, allow_nan=False) + "\n"
+    payload = plan_to_json_dict(result, profile_path=profile_path, candidates=candidates)
+    text = json.dumps(payload, indent=2, allow_nan=False) + "\n"
     directory = path.parent if str(path.parent) else Path(".")
     if not directory.is_dir():
         raise PolyplanError(f"{path}: folder {directory} does not exist")
@@ -124,6 +162,26 @@ def write_plan(result: Recommendation, path: str | os.PathLike[str], *, profile_
         if os.path.exists(temporary):
             os.unlink(temporary)
         raise
+
+
+def plan_from_profile(
+    profile: Profile,
+    out: str | os.PathLike[str] | None,
+    *,
+    profile_path: str | None,
+    candidates: dict[str, Any] | None = None,
+    sampling: str = "greedy",
+    **search_options: Any,
+) -> Recommendation:
+    """`recommend` with the loop overhead the profile records (if any), written to `out`.
+
+    `search_options` go to `planner.search.recommend` (max_levels, k_max, block_sizes, seed, …).
+    """
+    overhead = profile_overhead(profile.meta, sampling, profile.source)
+    result = recommend(profile, sampling=sampling, overhead=overhead, **search_options)
+    if out is not None:
+        write_plan(result, out, profile_path=profile_path, candidates=candidates)
+    return result
 
 
 def read_plan(path: str | os.PathLike[str]) -> PlanFile:
@@ -176,3 +234,84 @@ def read_plan(path: str | os.PathLike[str]) -> PlanFile:
         paper_speedup=speeds[1],
         payload=payload,
     )
+
+
+@dataclass(frozen=True)
+class PlannedChain:
+    """One ranked chain of a plan with what both models predicted for it (models M_1 first)."""
+
+    chain: tuple[str, ...]
+    block_sizes: tuple[int, ...]
+    exact_speedup: float
+    paper_speedup: float
+    acceptances: tuple[float, ...]  # α_{i,i+1} per level
+    forwards_per_token: tuple[float, ...]  # exact model, per model
+    tokens_per_verification: tuple[float, ...]  # exact model, per verifying level
+    time_per_token_s: tuple[float, ...]  # exact model: seconds in each model's forwards per token
+    paper_phi_per_token: tuple[float, ...]  # Lemma 3.1's φ_i / N, per model
+    paper_mean_lengths: tuple[float, ...]  # Lemma 3.1's E[L_i], per verifying level
+    overhead_per_token_s: float  # the loop overhead the exact model included (0 when none)
+
+    def label(self) -> str:
+        return " > ".join(self.chain)
+
+
+def _numbers(value: Any, length: int, where: str) -> tuple[float, ...]:
+    if not isinstance(value, list) or len(value) != length:
+        raise PolyplanError(f"{where}: must list {length} numbers")
+    for item in value:
+        if isinstance(item, bool) or not isinstance(item, (int, float)) or not math.isfinite(item):
+            raise PolyplanError(f"{where}: must hold finite numbers, got {item!r}")
+    return tuple(float(item) for item in value)
+
+
+def planned_chains(plan: PlanFile, label: str = "plan.json") -> tuple[PlannedChain, ...]:
+    """The plan's ranked chains (best first) with both models' predictions.
+
+    Raises:
+        PolyplanError: naming `label` and the field, e.g. for a plan written before the
+            alternatives carried their predictions.
+    """
+    entries = plan.payload.get("alternatives")
+    if not isinstance(entries, list) or not entries:
+        raise PolyplanError(f"{label}: alternatives: must be a non-empty list of ranked chains")
+    chains = []
+    for index, entry in enumerate(entries):
+        where = f"{label}: alternatives[{index}]"
+        if not isinstance(entry, dict) or not isinstance(entry.get("exact"), dict) or not isinstance(entry.get("paper"), dict):
+            raise PolyplanError(f"{where}: no predictions recorded (a plan from an older polyplan?); re-run polyplan recommend")
+        chain = entry.get("chain")
+        if not isinstance(chain, list) or not chain or not all(isinstance(name, str) for name in chain) or chain[0] != plan.target:
+            raise PolyplanError(f"{where}.chain: must be a list of model names starting with the target {plan.target!r}")
+        blocks = entry.get("block_sizes")
+        if not isinstance(blocks, list) or len(blocks) != len(chain) - 1 or not all(
+            isinstance(k, int) and not isinstance(k, bool) and k >= 1 for k in blocks
+        ):
+            raise PolyplanError(f"{where}.block_sizes: must list {len(chain) - 1} integers >= 1")
+        exact, paper = entry["exact"], entry["paper"]
+        levels = len(chain) - 1
+        speeds = _numbers([exact.get("speedup"), paper.get("speedup")], 2, f"{where}: speedups")
+        chains.append(
+            PlannedChain(
+                chain=tuple(chain),
+                block_sizes=tuple(blocks),
+                exact_speedup=speeds[0],
+                paper_speedup=speeds[1],
+                acceptances=_numbers(exact.get("acceptances"), levels, f"{where}.exact.acceptances"),
+                forwards_per_token=_numbers(exact.get("forwards_per_token"), len(chain), f"{where}.exact.forwards_per_token"),
+                tokens_per_verification=_numbers(
+                    exact.get("tokens_per_verification"), levels, f"{where}.exact.tokens_per_verification"
+                ),
+                time_per_token_s=_numbers(exact.get("time_per_token_s"), len(chain), f"{where}.exact.time_per_token_s"),
+                paper_phi_per_token=_numbers(paper.get("phi_per_token"), len(chain), f"{where}.paper.phi_per_token"),
+                paper_mean_lengths=_numbers(paper.get("mean_lengths"), levels, f"{where}.paper.mean_lengths"),
+                overhead_per_token_s=_numbers([exact.get("overhead_per_token_s", 0.0)], 1, f"{where}.exact.overhead_per_token_s")[0],
+            )
+        )
+    return tuple(chains)
+
+
+def plan_overhead(plan: PlanFile, label: str = "plan.json") -> LoopOverhead | None:
+    """The loop overhead the plan's exact predictions included (None when none)."""
+    value = plan.payload.get("loop_overhead")
+    return None if value is None else overhead_from_json(value, f"{label}: loop_overhead")

@@ -12,6 +12,7 @@ neighbours, plus the exact model's speedup with and without it.
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 from dataclasses import dataclass
 from typing import Callable, Sequence
@@ -20,6 +21,7 @@ from polyplan.errors import PolyplanError
 from polyplan.planner.cost_model import ChainPrediction, predict_chain
 from polyplan.planner.insertion import analyze_insertion
 from polyplan.planner.latency import LatencyCurve, curve_from_profile
+from polyplan.planner.overhead import LoopOverhead
 from polyplan.planner.paper_model import PaperPrediction, mean_length, paper_prediction
 from polyplan.profile import Profile, SamplingStats
 
@@ -36,6 +38,9 @@ class ChainPlan:
     exact: ChainPrediction
     paper: PaperPrediction
     search: str  # how the block sizes were chosen: "grid", "optuna" or "given"
+    # Theorem 3.2 on each intermediate model (not the last drafter) against this chain
+    # without it: (model, "helps" / "no_gain"); empty for chains of fewer than 3 models.
+    insertion_verdicts: tuple[tuple[str, str], ...] = ()
 
     @property
     def exact_speedup(self) -> float:
@@ -74,14 +79,16 @@ class Recommendation:
     max_levels: int
     k_max: int
     fingerprints: tuple[tuple[str, str], ...]  # (model name, fingerprint) for every model
+    overhead: LoopOverhead | None = None  # the decoding loop's cost the exact model included
 
 
 class _Context:
     """Profile lookups shared by every chain evaluation."""
 
-    def __init__(self, profile: Profile, sampling: str, context_length: int | None) -> None:
+    def __init__(self, profile: Profile, sampling: str, context_length: int | None, overhead: LoopOverhead | None = None) -> None:
         self.profile = profile
         self.sampling = sampling
+        self.overhead = overhead
         self.curves: dict[str, LatencyCurve] = {
             model.name: curve_from_profile(model, context_length) for model in profile.models
         }
@@ -96,7 +103,7 @@ class _Context:
 def _evaluate(context: _Context, chain: Sequence[str], blocks: Sequence[int], search: str) -> ChainPlan:
     pair_stats = [context.stats(upper, lower) for upper, lower in zip(chain, chain[1:])]
     acceptances = tuple(stats.alpha for stats in pair_stats)
-    exact = predict_chain(acceptances, [context.curves[name] for name in chain], blocks)
+    exact = predict_chain(acceptances, [context.curves[name] for name in chain], blocks, context.overhead)
     paper = paper_prediction(pair_stats, [context.step_time(name) for name in chain], blocks)
     return ChainPlan(tuple(chain), tuple(blocks), acceptances, exact, paper, search)
 
@@ -108,15 +115,17 @@ def evaluate_chain(
     *,
     sampling: str = "greedy",
     context_length: int | None = None,
+    overhead: LoopOverhead | None = None,
 ) -> ChainPlan:
-    """Both models' predictions for one given chain (target first) and block sizes."""
+    """Both models' predictions for one given chain (target first) and block sizes
+    (`overhead`: the decoding loop's own cost, added to the exact model only)."""
     if not chain or chain[0] != profile.target:
         raise PolyplanError(f"chain: must start with the target {profile.target!r}, got {list(chain)}")
     for name in chain:
         profile.model(name)
     if len(block_sizes) != len(chain) - 1:
         raise PolyplanError(f"block_sizes: need {len(chain) - 1} for a chain of {len(chain)}, got {len(block_sizes)}")
-    return _evaluate(_Context(profile, sampling, context_length), chain, block_sizes, "given")
+    return _evaluate(_Context(profile, sampling, context_length, overhead), chain, block_sizes, "given")
 
 
 def _best_blocks_grid(cost: Callable[[tuple[int, ...]], float], levels: int, k_max: int) -> tuple[int, ...]:
@@ -152,6 +161,7 @@ def recommend(
     grid_limit: int = 1024,
     optuna_trials: int = 200,
     seed: int = 0,
+    overhead: LoopOverhead | None = None,
 ) -> Recommendation:
     """Rank every chain (target on top) with its best block sizes; see the module docstring.
 
@@ -164,6 +174,8 @@ def recommend(
         sampling: the profile's sampling-mode key ("greedy", "t1.0", …).
         candidates: drafters to consider (default: every model but the target).
         context_length: latency context (default: average over the measured ones).
+        overhead: the decoding loop's own cost per step and per round, added to the exact
+            model (and so to the block-size search); the paper's model never sees it.
     """
     if isinstance(max_levels, bool) or not isinstance(max_levels, int) or max_levels < 1:
         raise PolyplanError(f"max_levels: must be an integer >= 1, got {max_levels!r}")
@@ -171,7 +183,7 @@ def recommend(
         raise PolyplanError(f"k_max: block size must be an integer >= 1, got {k_max!r}")
     if block_sizes not in SEARCH_MODES:
         raise PolyplanError(f"block_sizes: must be one of {', '.join(SEARCH_MODES)}, got {block_sizes!r}")
-    context = _Context(profile, sampling, context_length)
+    context = _Context(profile, sampling, context_length, overhead)
     target = profile.target
     names = [name for name in profile.model_names() if name != target] if candidates is None else list(candidates)
     for name in names:
@@ -194,7 +206,7 @@ def recommend(
             curves = [context.curves[name] for name in chain]
 
             def cost(blocks: tuple[int, ...], alphas=alphas, curves=curves) -> float:
-                return predict_chain(alphas, curves, blocks).cost_per_token
+                return predict_chain(alphas, curves, blocks, overhead).cost_per_token
 
             use_grid = block_sizes == "grid" or (block_sizes == "auto" and k_max**levels <= grid_limit)
             if use_grid:
@@ -203,6 +215,12 @@ def recommend(
                 best_blocks, how = _best_blocks_optuna(cost, levels, k_max, optuna_trials, seed), "optuna"
             plans[chain] = _evaluate(context, chain, best_blocks, how)
 
+    for chain, plan in plans.items():
+        verdicts = tuple(
+            (name, _local_theorem(context, plan, plans[tuple(m for m in chain if m != name)], name)[0])
+            for name in chain[1:-1]
+        )
+        plans[chain] = dataclasses.replace(plan, insertion_verdicts=verdicts)
     ranked = tuple(sorted(plans.values(), key=lambda plan: (-plan.exact_speedup, len(plan.chain), plan.chain)))
     best = ranked[0]
     notes = tuple(
@@ -218,6 +236,7 @@ def recommend(
         max_levels=max_levels,
         k_max=k_max,
         fingerprints=tuple((model.name, model.fingerprint) for model in profile.models),
+        overhead=overhead,
     )
 
 

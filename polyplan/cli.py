@@ -8,11 +8,13 @@ from __future__ import annotations
 import typer
 
 from polyplan.commands import bench
+from polyplan.commands import demo
 from polyplan.commands import generate
 from polyplan.commands import models
 from polyplan.commands import profile
 from polyplan.commands import recommend
 from polyplan.commands import theory
+from polyplan.commands import validate
 from polyplan.commands import zoo
 
 app = typer.Typer(
@@ -25,11 +27,13 @@ app = typer.Typer(
 
 # Command registration (one line per command module; keep alphabetical).
 app.add_typer(bench.app, name="bench")
+app.command("demo")(demo.demo)
 app.command("generate")(generate.generate)
 app.add_typer(models.app, name="models")
 app.command("profile")(profile.profile)
 app.command("recommend")(recommend.recommend)
 app.add_typer(theory.app, name="theory")
+app.command("validate")(validate.validate)
 app.add_typer(zoo.app, name="zoo")
 
 

@@ -46,6 +46,11 @@ def _finite(value: Any) -> Any:
     return value
 
 
+def json_safe(payload: Any) -> Any:
+    """`payload` with every NaN or infinity replaced by None (JSON has neither)."""
+    return _finite(payload)
+
+
 def echo_json(payload: Any) -> None:
     """Print one JSON object (strict: no NaN) on stdout."""
     typer.echo(json.dumps(_finite(payload), indent=2, allow_nan=False))

@@ -1,4 +1,9 @@
-"""`polyplan recommend`: the best chain and block sizes for a profile (no models, no torch)."""
+"""`polyplan recommend`: the best chain and block sizes, from a profile or from the models.
+
+With `--profile` alone it reads numbers only (no models, no torch). With `--candidates` it
+first profiles whatever the profile (`--profile`, else the user cache) lacks, then plans;
+torch is imported only then.
+"""
 
 from __future__ import annotations
 
@@ -8,24 +13,35 @@ from typing import Annotated, Optional
 import typer
 
 from polyplan.cli_support import echo_json, fails_cleanly
-from polyplan.planner.plan_file import plan_to_json_dict, write_plan
-from polyplan.planner.search import Recommendation, recommend as recommend_chains
-from polyplan.profile import load
+from polyplan.errors import PolyplanError
+from polyplan.planner.plan_file import plan_to_json_dict
+from polyplan.planner.search import ChainPlan, Recommendation
+
+
+def _verdicts(plan: ChainPlan) -> str:
+    return ", ".join(f"{model}: {verdict}" for model, verdict in plan.insertion_verdicts) or "-"
 
 
 def table_lines(result: Recommendation) -> list[str]:
     """The ranked table and the insertion lines."""
-    header = f"{'rank':>4}  {'exact':>8}  {'paper':>8}  {'block sizes':<14} {'paper phi_i/N':<28} chain"
+    header = (
+        f"{'rank':>4}  {'exact':>8}  {'paper':>8}  {'block sizes':<14} {'paper phi_i/N':<28} "
+        f"{'Thm 3.2 per insertion':<34} chain"
+    )
+    overhead = result.overhead
     lines = [
         f"Chains for target {result.target} on {result.device} (sampling {result.sampling}, "
         f"max {result.max_levels} levels, K in 1..{result.k_max}); speedups over {result.target} alone",
+        "exact model with the decoding loop's own cost: "
+        + (f"{overhead.per_step_s * 1e6:.0f} us per step, {overhead.per_round_s * 1e6:.0f} us per verification round"
+           if overhead is not None else "none recorded in the profile (forward passes only)"),
         header,
     ]
     for rank, plan in enumerate(result.ranked, start=1):
         phi = "[" + ", ".join(f"{value:.3g}" for value in plan.paper.phi_per_token) + "]"
         lines.append(
             f"{rank:>4}  {plan.exact_speedup:>7.3f}x  {plan.paper_speedup:>7.3f}x  "
-            f"{str(list(plan.block_sizes)):<14} {phi:<28} {plan.label()}"
+            f"{str(list(plan.block_sizes)):<14} {phi:<28} {_verdicts(plan):<34} {plan.label()}"
         )
     best = result.best
     lines += [
@@ -40,26 +56,93 @@ def table_lines(result: Recommendation) -> list[str]:
     return lines
 
 
+def _temperature(sampling: str) -> float:
+    if sampling == "greedy":
+        return 0.0
+    try:
+        return float(sampling[1:]) if sampling.startswith("t") else float("nan")
+    except ValueError:
+        return float("nan")
+
+
 @fails_cleanly
 def recommend(
-    profile: Annotated[Path, typer.Option("--profile", help="Profile JSON written by the profiler.")],
+    profile: Annotated[
+        Optional[Path],
+        typer.Option("--profile", help="Profile JSON. With --candidates: resumed and completed (default: the user cache)."),
+    ] = None,
+    candidates: Annotated[
+        Optional[Path], typer.Option("--candidates", help="models.yaml: profile what is missing, then plan.")
+    ] = None,
     max_levels: Annotated[int, typer.Option("--max-levels", help="Longest chain, counting the target.")] = 4,
     k_max: Annotated[int, typer.Option("--k-max", help="Search block sizes 1..k_max.")] = 8,
     search: Annotated[str, typer.Option("--search", help="Block-size search: auto, grid or optuna.")] = "auto",
     sampling: Annotated[str, typer.Option("--sampling", help="Profile sampling key: 'greedy' or 't<temperature>'.")] = "greedy",
     seed: Annotated[int, typer.Option("--seed", help="Seed of optuna's TPE sampler.")] = 0,
     out: Annotated[Optional[Path], typer.Option("--out", help="Where to write the plan JSON.")] = Path("plan.json"),
+    prompts: Annotated[
+        Optional[Path], typer.Option("--prompts", help="With --candidates: prompt file to profile with (default: built-in).")
+    ] = None,
+    cache_dir: Annotated[
+        Optional[Path], typer.Option("--cache-dir", help="Profile cache folder (default: $POLYPLAN_CACHE_DIR or ~/.cache/polyplan).")
+    ] = None,
+    device: Annotated[Optional[str], typer.Option("--device", help="With --candidates: put every model on this device.")] = None,
+    threads: Annotated[Optional[int], typer.Option("--threads", help="With --candidates: torch CPU threads.")] = None,
     json_output: Annotated[bool, typer.Option("--json", help="Print the plan as one JSON object.")] = False,
 ) -> None:
-    """Rank every chain of the profile's models with its best block sizes and write the plan."""
-    result = recommend_chains(
-        load(profile), max_levels=max_levels, k_max=k_max, block_sizes=search, sampling=sampling, seed=seed
-    )
-    if out is not None:
-        write_plan(result, out, profile_path=str(profile))
+    """Rank every chain of the profiled models with its best block sizes and write the plan.
+
+    Give --profile (numbers only), --candidates (profile what is missing, then plan), or both
+    (the profile file is resumed and completed).
+    """
+    from polyplan.planner.plan_file import plan_from_profile
+    from polyplan.profile import load
+
+    options = dict(max_levels=max_levels, k_max=k_max, block_sizes=search, sampling=sampling, seed=seed)
+    if candidates is None:
+        if profile is None:
+            raise PolyplanError("--profile: give a profile JSON, or --candidates models.yaml to profile the models first")
+        result = plan_from_profile(load(profile), out, profile_path=str(profile), **options)
+        profile_path = str(profile)
+    else:
+        profiled = _profile_candidates(candidates, profile, sampling, prompts, cache_dir, device, threads, quiet=json_output)
+        profile_path = str(profiled.path)
+        result = plan_from_profile(profiled.profile, out, profile_path=profile_path, candidates=profiled.record, **options)
+        if not json_output:
+            typer.echo(f"profile {profiled.path}: {profiled.measured} entries measured, {profiled.reused} reused")
     if json_output:
-        echo_json(plan_to_json_dict(result, profile_path=str(profile)))
+        record = None if candidates is None else profiled.record
+        echo_json(plan_to_json_dict(result, profile_path=profile_path, candidates=record))
         return
     typer.echo("\n".join(table_lines(result)))
     if out is not None:
         typer.echo(f"\nwrote {out}")
+
+
+def _profile_candidates(candidates, profile, sampling, prompts, cache_dir, device, threads, *, quiet):
+    """Profile what is missing for `sampling` (torch is imported only here)."""
+    from polyplan.commands.progress import profile_bar
+    from polyplan.profiler.pipeline import profile_candidates, prompt_set
+    from polyplan.profiler.settings import AcceptanceSettings, ProfileSettings
+
+    temperature = _temperature(sampling)
+    if temperature != temperature:  # NaN: not a sampling key
+        raise PolyplanError(f"--sampling: {sampling!r} is neither 'greedy' nor 't<temperature>' (e.g. 't1.0')")
+    set_threads(threads)
+    settings = ProfileSettings(acceptance=AcceptanceSettings(temperatures=(temperature,)))
+    with profile_bar(disable=quiet) as progress:
+        return profile_candidates(
+            candidates, profile_path=profile, settings=settings, prompts=prompt_set(prompts), cache_dir=cache_dir,
+            device=device, progress=progress,
+        )
+
+
+def set_threads(threads: int | None) -> None:
+    """Set torch's CPU threads for this process (`--threads`); None keeps torch's default."""
+    if threads is None:
+        return
+    if threads < 1:
+        raise PolyplanError(f"--threads: must be >= 1, got {threads}")
+    import torch
+
+    torch.set_num_threads(threads)

@@ -1,0 +1,57 @@
+"""`polyplan demo`: profile → recommend → validate on the embedded family, ending with one table."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Annotated, Optional
+
+import typer
+
+from polyplan.cli_support import echo_json, fails_cleanly
+
+
+@fails_cleanly
+def demo(
+    quick: Annotated[bool, typer.Option("--quick", help="The tiny family of `zoo train --quick` (trained once into the cache) "
+                                        "and reduced profiling: a CI-sized demo.")] = False,
+    candidates: Annotated[Optional[Path], typer.Option("--candidates", help="models.yaml (default: examples/zoo.yaml).")] = None,
+    prompts_per_kind: Annotated[int, typer.Option("--prompts-per-kind", help="Validation prompts of each of the 4 kinds.")] = 4,
+    new_tokens: Annotated[int, typer.Option("--new-tokens", help="Tokens generated per prompt and chain.")] = 128,
+    repeats: Annotated[int, typer.Option("--repeats", help="Validation passes over the prompts.")] = 3,
+    top: Annotated[int, typer.Option("--top", help="Alternatives validated besides the recommended chain.")] = 3,
+    max_levels: Annotated[int, typer.Option("--max-levels", help="Longest chain, counting the target.")] = 4,
+    out: Annotated[Path, typer.Option("--out", help="Folder for plan.json, the report and the plots.")] = Path("polyplan-demo"),
+    cache_dir: Annotated[
+        Optional[Path], typer.Option("--cache-dir", help="Profile cache (default: $POLYPLAN_CACHE_DIR or ~/.cache/polyplan).")
+    ] = None,
+    threads: Annotated[Optional[int], typer.Option("--threads", help="torch CPU threads (default: torch's).")] = None,
+    json_output: Annotated[bool, typer.Option("--json", help="Print the report's JSON twin instead of the table.")] = False,
+) -> None:
+    """Profile the embedded family, recommend a chain, validate it against target-only decoding,
+    the best two-model chain and the runners-up, and print one table with the report's paths."""
+    from polyplan.commands.progress import profile_bar, validation_bar
+    from polyplan.commands.recommend import set_threads
+    from polyplan.commands.validate import result_lines
+    from polyplan.profiler.demo import DemoSettings, run_demo
+
+    set_threads(threads)
+    settings = DemoSettings(
+        candidates=candidates, quick=quick, prompts_per_kind=prompts_per_kind, new_tokens=new_tokens, repeats=repeats,
+        top=top, max_levels=max_levels, out=out, cache_dir=cache_dir,
+    )
+    log = (lambda line: None) if json_output else (lambda line: typer.echo(line, err=True))
+    with profile_bar(disable=json_output) as profiling, validation_bar(disable=json_output) as validating:
+        result = run_demo(settings, profile_progress=profiling, validation_progress=validating, log=log)
+    if json_output:
+        echo_json(json.loads(result.files.json.read_text(encoding="utf-8")))
+        return
+    best = result.recommendation.best
+    typer.echo(
+        f"profile {result.profile_path}: {result.profile_measured} entries measured, {result.profile_reused} reused "
+        f"({result.profile_seconds:.0f} s)\n"
+        f"plan {result.plan_path}: {best.label()} K = {list(best.block_sizes)}, predicted {best.exact_speedup:.2f}x "
+        f"(exact model), {best.paper_speedup:.2f}x (Lemma 3.1)\n"
+    )
+    typer.echo("\n".join(result_lines(result.validation, result.files)))
+    typer.echo(f"\ndemo finished in {result.wall_time_s:.0f} s")

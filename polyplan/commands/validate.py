@@ -1,0 +1,91 @@
+"""`polyplan validate`: run a plan's chains side by side and compare measured with predicted."""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+from typing import Annotated, Optional
+
+import typer
+
+from polyplan.cli_support import echo_json, fails_cleanly
+
+_THREADS = re.compile(r"\((\d+) threads?\)")
+
+
+def plan_threads(device_label: str) -> int | None:
+    """The CPU thread count in a profile's device label ("cpu … (2 threads)"), if any."""
+    match = _THREADS.search(device_label) if device_label.startswith("cpu") else None
+    return int(match.group(1)) if match else None
+
+
+def result_lines(validation, files) -> list[str]:
+    """The table, the headline and where the report went."""
+    from polyplan.profiler.validation_report import table_lines
+
+    lines = table_lines(validation)
+    lines += [f"note: {note}" for note in validation.notes]
+    lines += ["", f"report: {files.report}", f"json:   {files.json}"]
+    lines += [f"plot:   {path}" for _, path in files.plots]
+    return lines
+
+
+@fails_cleanly
+def validate(
+    plan: Annotated[Path, typer.Option("--plan", help="plan.json written by polyplan recommend.")],
+    prompts: Annotated[
+        Optional[Path],
+        typer.Option("--prompts", help="Prompt file (*.jsonl or blank-line separated text). Default: built-in "
+                     "prompts held out from profiling."),
+    ] = None,
+    top: Annotated[int, typer.Option("--top", help="Also validate the plan's next N chains.")] = 3,
+    new_tokens: Annotated[int, typer.Option("--new-tokens", help="Tokens generated per prompt and chain.")] = 128,
+    repeats: Annotated[int, typer.Option("--repeats", help="Passes over the prompts (error bars over repeats).")] = 3,
+    prompts_per_kind: Annotated[int, typer.Option("--prompts-per-kind", help="Built-in prompts of each kind.")] = 4,
+    max_prompts: Annotated[Optional[int], typer.Option("--max-prompts", help="Use only the first N prompts.")] = None,
+    seed: Annotated[int, typer.Option("--seed", help="Prompt i is decoded with seed + i.")] = 0,
+    out: Annotated[Path, typer.Option("--out", help="Folder for report.md, report.json and the plots.")] = Path("validation"),
+    candidates: Annotated[
+        Optional[Path], typer.Option("--candidates", help="models.yaml, if not the one recorded in the plan.")
+    ] = None,
+    threads: Annotated[
+        Optional[int], typer.Option("--threads", help="torch CPU threads (default: as the plan was profiled).")
+    ] = None,
+    json_output: Annotated[bool, typer.Option("--json", help="Print the report's JSON twin instead of the table.")] = False,
+) -> None:
+    """Run the recommended chain, the next --top chains, target-only and the best two-model chain
+    on the same prompts and seeds, interleaved; report measured against predicted speedups."""
+    from polyplan.commands.progress import validation_bar
+    from polyplan.commands.recommend import set_threads
+    from polyplan.planner.plan_file import read_plan
+    from polyplan.profiler.pipeline import encode_for, load_plan_models, validation_prompt_set
+    from polyplan.profiler.run import describe_device
+    from polyplan.profiler.validate import ValidationSettings, select_chains, validate_plan
+    from polyplan.profiler.validation_report import write_report
+
+    settings = ValidationSettings(new_tokens=new_tokens, repeats=repeats, top=top, seed=seed)
+    planned = read_plan(plan)
+    select_chains(planned, top, str(plan))  # a bad --top fails before any model loads
+    prompt_set = validation_prompt_set(prompts, per_kind=prompts_per_kind, max_prompts=max_prompts)
+    set_threads(threads if threads is not None else plan_threads(str(planned.payload.get("device", ""))))
+    loaded = load_plan_models(planned, str(plan), candidates)
+    members = {item.candidate.name: item.member for item in loaded.candidates}
+    target = members[planned.target]
+    with validation_bar(disable=json_output) as progress:
+        validation = validate_plan(
+            planned,
+            members,
+            encode_for(prompt_set, loaded.tokenizer),
+            settings,
+            device_label=describe_device(getattr(target, "device", "cpu")),
+            plan_path=str(plan),
+            prompt_source=prompt_set.source,
+            truncate_prompts=prompt_set.truncate,
+            progress=progress,
+        )
+    files = write_report(validation, out)
+    if json_output:
+        echo_json(json.loads(files.json.read_text(encoding="utf-8")))
+        return
+    typer.echo("\n".join(result_lines(validation, files)))

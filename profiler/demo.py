@@ -1,0 +1,155 @@
+"""`polyplan demo`: the closed loop on the embedded family, profile → recommend → validate.
+
+1. Profile the candidates (default `examples/zoo.yaml`, the shipped family) on the built-in
+   prompts, resuming the profile in the user cache, and measure the decoding loop's overhead.
+2. Recommend a chain and its block sizes with the exact model; write plan.json.
+3. Validate the plan on built-in prompts the profile never saw, in one interleaved run, and
+   write report.md, report.json and the plots.
+
+`quick=True` swaps in the tiny family of `polyplan zoo train --quick` (trained once into the
+cache) and reduced profiling settings, for CI; the models then have a 256-token context,
+so the built-in prompts are cut from the left to fit.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from polyplan.candidates import default_candidates_path
+from polyplan.errors import PolyplanError
+from polyplan.planner.plan_file import plan_from_profile, read_plan
+from polyplan.planner.search import Recommendation
+from polyplan.profiler.latency import LatencySettings
+from polyplan.profiler.pipeline import cache_root, encode_for, profile_candidates, prompt_set, validation_prompt_set
+from polyplan.profiler.run import describe_device
+from polyplan.profiler.settings import AcceptanceSettings, ProfileSettings
+from polyplan.profiler.validate import ValidationSettings, validate_plan
+from polyplan.profiler.validation import Validation
+from polyplan.profiler.validation_report import ReportFiles, write_report
+
+QUICK_FOLDER = "quick-family"
+PLAN_FILE = "plan.json"
+
+
+@dataclass(frozen=True)
+class DemoSettings:
+    """What `polyplan demo` runs (defaults: the full demo on the shipped family)."""
+
+    candidates: Path | None = None  # None: examples/zoo.yaml, or the quick family with `quick`
+    quick: bool = False
+    prompts_per_kind: int = 4  # validation prompts of each of the 4 kinds
+    new_tokens: int = 128
+    repeats: int = 3
+    top: int = 3
+    max_levels: int = 4
+    out: Path = Path("polyplan-demo")
+    cache_dir: Path | None = None
+
+
+@dataclass(frozen=True)
+class DemoResult:
+    """Where everything went and what was found."""
+
+    candidates: Path
+    profile_path: Path
+    plan_path: Path
+    recommendation: Recommendation
+    validation: Validation
+    files: ReportFiles
+    profile_measured: int
+    profile_reused: int
+    profile_seconds: float
+    wall_time_s: float
+
+
+def profile_settings(quick: bool) -> ProfileSettings:
+    """Greedy only (the demo validates greedy decoding); smaller everything for the quick family."""
+    if quick:
+        return ProfileSettings(
+            latency=LatencySettings(ks=(1, 2, 4, 8), context_lengths=(32, 96), repeats=5, warmup=1, prefill_repeats=2),
+            acceptance=AcceptanceSettings(temperatures=(0.0,), block_sizes=(2,), new_tokens=24, decoded_prompts=2, resamples=200),
+        )
+    return ProfileSettings(acceptance=AcceptanceSettings(temperatures=(0.0,)))
+
+
+def quick_candidates(cache_dir: Path | None, log=lambda line: None) -> Path:
+    """models.yaml of the quick family in the cache, training it first if it is not there."""
+    from polyplan.zoo.recipe import QUICK
+    from polyplan.zoo.train import train_family
+
+    folder = cache_root(cache_dir) / QUICK_FOLDER
+    if not (folder / "family.json").is_file():
+        folder.parent.mkdir(parents=True, exist_ok=True)
+        if folder.exists():
+            raise PolyplanError(f"--cache-dir: {folder} exists but holds no trained family; remove it")
+        log(f"training the quick family into {folder} (once)")
+        train_family(QUICK, folder, seed=0, log=lambda line: None)
+    candidates = folder / "models.yaml"
+    candidates.write_text(
+        "candidates:\n"
+        "  - {name: target, source: ./target, target: true, dtype: float32, device: cpu}\n"
+        "  - {name: target-int8, derive: {from: target, quantize: int8}}\n"
+        "  - {name: drafter, source: ./drafter}\n"
+        f"  - {{name: target-exit{QUICK.early_exit_layers}, derive: {{from: target, layers: {QUICK.early_exit_layers}}}}}\n"
+        f"  - {{name: ngram, derive: {{kind: ngram, max_n: {QUICK.ngram_max_n}, min_n: {QUICK.ngram_min_n}}}}}\n",
+        encoding="utf-8",
+    )
+    return candidates
+
+
+def run_demo(settings: DemoSettings, *, profile_progress=None, validation_progress=None, log=lambda line: None) -> DemoResult:
+    """Profile, recommend and validate (see the module docstring)."""
+    started = time.perf_counter()
+    if settings.quick and settings.candidates is not None:
+        raise PolyplanError("--quick: uses its own tiny family; drop --candidates (or --quick)")
+    if settings.quick:
+        candidates = quick_candidates(settings.cache_dir, log)
+    else:
+        candidates = settings.candidates if settings.candidates is not None else default_candidates_path()
+    validation_settings = ValidationSettings(new_tokens=settings.new_tokens, repeats=settings.repeats, top=settings.top)
+    held_out = validation_prompt_set(per_kind=settings.prompts_per_kind)
+    out = Path(settings.out)
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+    except OSError as error:
+        raise PolyplanError(f"--out: cannot create the folder {out} ({error.strerror or error})") from None
+
+    profiled = profile_candidates(
+        candidates,
+        settings=profile_settings(settings.quick),
+        prompts=prompt_set(per_kind=1 if settings.quick else 4),
+        cache_dir=settings.cache_dir,
+        progress=profile_progress,
+    )
+    plan_path = out / PLAN_FILE
+    recommendation = plan_from_profile(
+        profiled.profile, plan_path, profile_path=str(profiled.path), candidates=profiled.record, max_levels=settings.max_levels
+    )
+    plan = read_plan(plan_path)
+    members = {model.name: model.member for model in profiled.models}
+    validation = validate_plan(
+        plan,
+        members,
+        encode_for(held_out, profiled.tokenizer),
+        validation_settings,
+        device_label=describe_device(getattr(members[plan.target], "device", "cpu")),
+        plan_path=str(plan_path),
+        prompt_source=held_out.source,
+        truncate_prompts=held_out.truncate,
+        progress=validation_progress,
+    )
+    files = write_report(validation, out)
+    return DemoResult(
+        candidates=Path(candidates),
+        profile_path=profiled.path,
+        plan_path=plan_path,
+        recommendation=recommendation,
+        validation=validation,
+        files=files,
+        profile_measured=profiled.measured,
+        profile_reused=profiled.reused,
+        profile_seconds=profiled.wall_time_s,
+        wall_time_s=time.perf_counter() - started,
+    )

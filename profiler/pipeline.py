@@ -1,0 +1,234 @@
+"""The closed loop's plumbing: candidates → cached profile → plan, and plan → the same models.
+
+- `profile_candidates`: load a models.yaml, profile whatever the cached profile lacks through
+  the profiler's resumable run (`profiler.run.profile_models`), then measure the decoding
+  loop's own overhead (`profiler.overhead`) and store it in the profile's meta.
+  Planning then is `planner.plan_file.plan_from_profile`, with `candidates=record` so that
+  plan.json says which models.yaml (path, contents, device) it was made from.
+- `load_plan_models`: load the models a plan names again, refusing models whose fingerprints
+  changed since the plan was made.
+
+The profile cache lives in a user cache folder, never inside the installed package:
+`--cache-dir`, else `$POLYPLAN_CACHE_DIR`, else `$XDG_CACHE_HOME/polyplan`, else
+`~/.cache/polyplan`. A cached profile is named by a hash of the candidates' fingerprints and
+the device, so changed weights or another thread count start (or resume) another file.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from polyplan.candidates import CandidateSet, parse_candidates, read_candidates
+from polyplan.errors import PolyplanError
+from polyplan.planner.overhead import META_KEY
+from polyplan.planner.plan_file import PlanFile
+from polyplan.profile import Profile, sampling_key
+from polyplan.profiler.candidates import candidate_fingerprints, with_device
+from polyplan.profiler.fingerprint import fingerprint_settings
+from polyplan.profiler.prompts import EncodedPrompt, Prompt, builtin_prompts, encode_prompts, read_prompt_file
+from polyplan.profiler.settings import ProfileSettings
+
+CACHE_ENV = "POLYPLAN_CACHE_DIR"
+
+
+def cache_root(override: str | os.PathLike[str] | None = None) -> Path:
+    """The cache folder (see the module docstring for the order of precedence)."""
+    if override is not None:
+        return Path(override).expanduser()
+    if os.environ.get(CACHE_ENV):
+        return Path(os.environ[CACHE_ENV]).expanduser()
+    if os.environ.get("XDG_CACHE_HOME"):
+        return Path(os.environ["XDG_CACHE_HOME"]).expanduser() / "polyplan"
+    return Path.home() / ".cache" / "polyplan"
+
+
+def _ensure_folder(folder: Path, option: str) -> Path:
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+    except OSError as error:
+        raise PolyplanError(f"{option}: cannot create {folder} ({error.strerror or error})") from None
+    return folder
+
+
+def read_candidate_set(path: str | os.PathLike[str], device: str | None = None) -> tuple[CandidateSet, dict[str, Any]]:
+    """The validated candidates (on `device` if given) and the plan's record of them."""
+    import yaml
+
+    candidates = read_candidates(path)
+    record = {
+        "path": str(Path(path).resolve()),
+        "yaml": yaml.safe_load(Path(path).read_text(encoding="utf-8")),
+        "device": device,
+    }
+    return (with_device(candidates, device) if device is not None else candidates), record
+
+
+@dataclass(frozen=True)
+class PromptSet:
+    """Prompts for a run: the raw prompts, where they came from, and whether they may be cut."""
+
+    prompts: tuple[Prompt, ...]
+    source: str
+    truncate: bool  # built-in prompts are cut from the left to fit a small model; a user's are not
+
+
+PROFILE_PER_KIND = 4  # the profiler's default built-in set: the first 4 prompts of each kind
+
+
+def prompt_set(
+    prompt_file: str | os.PathLike[str] | None = None,
+    *,
+    per_kind: int = PROFILE_PER_KIND,
+    skip_per_kind: int = 0,
+    max_prompts: int | None = None,
+) -> PromptSet:
+    """A user's prompt file, or built-in prompts: `per_kind` of each kind after the first
+    `skip_per_kind` (validation skips the ones the profile was measured on)."""
+    if max_prompts is not None and max_prompts < 1:
+        raise PolyplanError(f"--max-prompts: must be >= 1, got {max_prompts}")
+    if per_kind < 1:
+        raise PolyplanError(f"--prompts-per-kind: must be >= 1, got {per_kind}")
+    if prompt_file is not None:
+        return PromptSet(tuple(read_prompt_file(prompt_file)[:max_prompts]), str(prompt_file), False)
+    ranked = builtin_prompts(skip_per_kind + per_kind)
+    by_kind: dict[str, list[Prompt]] = {}
+    for prompt in ranked:
+        by_kind.setdefault(prompt.kind, []).append(prompt)
+    kept = {kind: prompts[skip_per_kind:] for kind, prompts in by_kind.items()}
+    interleaved = [kept[kind][i] for i in range(per_kind) for kind in by_kind if i < len(kept[kind])]
+    if not interleaved:
+        raise PolyplanError(f"built-in prompts: none left after skipping the first {skip_per_kind} of each kind")
+    label = "built-in prompts" + (f" (held out from profiling: ranks {skip_per_kind + 1}..{skip_per_kind + per_kind} of each kind)"
+                                  if skip_per_kind else "")
+    return PromptSet(tuple(interleaved[:max_prompts]), label, True)
+
+
+def validation_prompt_set(prompt_file: str | os.PathLike[str] | None = None, *, per_kind: int = 4, max_prompts: int | None = None) -> PromptSet:
+    """What validation runs on: a user's file, else built-in prompts the profile never saw."""
+    return prompt_set(prompt_file, per_kind=per_kind, skip_per_kind=PROFILE_PER_KIND, max_prompts=max_prompts)
+
+
+@dataclass(frozen=True)
+class ProfiledCandidates:
+    """A profile of the candidates (complete for `settings`), where it is, and the loaded models."""
+
+    profile: Profile
+    path: Path
+    models: tuple  # profiler.run.ProfiledModel (target first)
+    tokenizer: object
+    record: dict[str, Any]  # the plan's `candidates` entry
+    measured: int
+    reused: int
+    wall_time_s: float
+
+
+def cached_profile_path(fingerprints: dict[str, str], device_label: str, cache_dir: str | os.PathLike[str] | None) -> Path:
+    """The cache file for these candidates on this device."""
+    key = fingerprint_settings("profile-cache", sorted(fingerprints.items()), device_label).split(":", 1)[1][:20]
+    return _ensure_folder(cache_root(cache_dir) / "profiles", "--cache-dir") / f"{key}.json"
+
+
+def profile_candidates(
+    candidates_path: str | os.PathLike[str],
+    *,
+    profile_path: str | os.PathLike[str] | None = None,
+    settings: ProfileSettings = ProfileSettings(),
+    prompts: PromptSet | None = None,
+    cache_dir: str | os.PathLike[str] | None = None,
+    device: str | None = None,
+    progress=None,
+) -> ProfiledCandidates:
+    """Profile what is missing (resuming `profile_path`, else the cache), then the loop overhead.
+
+    Raises:
+        PolyplanError: a bad models.yaml or prompt file, models that cannot share a chain,
+            no prompt that fits, an unwritable profile or cache folder.
+    """
+    from polyplan.profiler.candidates import load_models
+    from polyplan.profiler.run import describe_device, profile_models
+    from polyplan.profiler.validate import fit_prompts
+
+    _, record = read_candidate_set(candidates_path, device)
+    loaded = load_models(candidates_path, device=device)
+    models, target_device = loaded.models, loaded.device
+    fingerprints = {model.name: model.fingerprint for model in models}
+    prompts = prompts or prompt_set()
+    acceptance = settings.acceptance
+    reserve = acceptance.new_tokens + (max(acceptance.block_sizes) if acceptance.decoded else 0)
+    limits = [model.member.max_context for model in models if model.member.max_context is not None]
+    fitted = fit_prompts(
+        encode_prompts(prompts.prompts, loaded.tokenizer), min(limits) if limits else None, reserve,
+        truncate=prompts.truncate, source=prompts.source,
+    )
+    path = Path(profile_path) if profile_path is not None else cached_profile_path(fingerprints, describe_device(target_device), cache_dir)
+    outcome = profile_models(models, fitted.prompts, path, settings, device=target_device, progress=progress)
+    profile = outcome.profile
+    profile.meta[META_KEY] = {
+        sampling_key(temperature): loop_overhead_entry(models[0].member, temperature) for temperature in acceptance.temperatures
+    }
+    profile.save(path)
+    return ProfiledCandidates(
+        profile, path, models, loaded.tokenizer, record, len(outcome.measured), len(outcome.reused), outcome.wall_time_s
+    )
+
+
+def loop_overhead_entry(target, temperature: float) -> dict[str, Any]:
+    """The loop overhead measured for the target's vocabulary and device (profile meta entry)."""
+    import torch
+
+    from polyplan.decoder.sampling import Sampling
+    from polyplan.profiler.overhead import measure_loop_overhead
+
+    overhead = measure_loop_overhead(
+        target.valid_vocab_size, sampling=Sampling(temperature=temperature), device=getattr(target, "device", "cpu")
+    )
+    return {**overhead.to_json_dict(), "vocab": target.valid_vocab_size, "threads": torch.get_num_threads(),
+            "method": "stand-in members with free forward passes (profiler.overhead)"}
+
+
+def load_plan_models(plan: PlanFile, label: str, candidates_path: str | os.PathLike[str] | None = None):
+    """Load the models of `plan` (its recorded models.yaml, or `candidates_path`).
+
+    Returns `decoder.candidates_loader.LoadedCandidates`.
+
+    Raises:
+        PolyplanError: the plan records no models.yaml and none was given; a model of the plan
+            is missing; a model's files or derivation changed since the plan was made.
+    """
+    from polyplan.decoder.candidates_loader import load_candidates
+
+    record = plan.payload.get("candidates")
+    device = record.get("device") if isinstance(record, dict) else None
+    if candidates_path is not None:
+        candidates, _ = read_candidate_set(candidates_path, device)
+    elif isinstance(record, dict) and isinstance(record.get("path"), str):
+        if Path(record["path"]).is_file():
+            candidates, _ = read_candidate_set(record["path"], device)
+        else:  # the file moved: its recorded contents, relative sources resolved where it was
+            candidates = parse_candidates(record.get("yaml"), base_dir=Path(record["path"]).parent, origin=record["path"])
+            candidates = with_device(candidates, device) if device is not None else candidates
+    else:
+        raise PolyplanError(
+            f"{label}: candidates: the plan does not record its models.yaml (made by `recommend --profile` alone); "
+            "pass --candidates models.yaml"
+        )
+    now = candidate_fingerprints(candidates)
+    recorded = plan.payload.get("fingerprints") or {}
+    for name, fingerprint in sorted(recorded.items()):
+        if name not in now:
+            raise PolyplanError(f"{label}: model {name!r} of the plan is not in {candidates.origin}")
+        if now[name] != fingerprint:
+            raise PolyplanError(
+                f"{label}: model {name!r} changed since the plan was made (fingerprint {fingerprint[:19]}… in the plan, "
+                f"{now[name][:19]}… now); re-run polyplan recommend"
+            )
+    return load_candidates(candidates)
+
+
+def encode_for(prompts: PromptSet, tokenizer) -> Sequence[EncodedPrompt]:
+    """The prompt set under the chain's tokenizer."""
+    return encode_prompts(prompts.prompts, tokenizer)

@@ -1,0 +1,69 @@
+"""A chain member whose prompt is already in its cache, so a timed run measures decoding only.
+
+`generate` empties every member's cache and processes the prompt inside its first forward
+pass (the prefill is fused with the first decoding step). The exact model predicts the
+steady state, T_i(k) with a warm cache, so `polyplan validate` times the prefill on its own
+and decodes from a primed cache: `prime(prompt[:-1])` runs the member over all but the last
+prompt token (timed, returned), and the member's `reset` then crops back to that primed
+prefix instead of emptying the cache. `generate` reads `cache_length` to decide which
+tokens are pending, so its first pass feeds only the last prompt token (plus any drafts),
+exactly as every later step does.
+"""
+
+from __future__ import annotations
+
+import time
+
+import torch
+
+from polyplan.decoder.member import ChainMember
+
+
+class PrimedMember:
+    """Wraps a `ChainMember`; `reset` returns to the primed prompt prefix (see the module docstring)."""
+
+    def __init__(self, member: ChainMember) -> None:
+        self.member = member
+        self.name = member.name
+        self.vocab_size = member.vocab_size
+        self.valid_vocab_size = member.valid_vocab_size
+        self.eos_token_id = member.eos_token_id
+        self.max_context = member.max_context
+        self.device = getattr(member, "device", torch.device("cpu"))
+        self._base = 0
+
+    def prime(self, prefix: torch.Tensor, sync=lambda: None) -> float:
+        """Empty the cache and process `prefix` (shape `(L,)`); returns the seconds it took."""
+        self.member.reset()
+        self._base = 0
+        if prefix.shape[0] == 0:
+            return 0.0
+        sync()
+        began = time.perf_counter()
+        self.member.forward(prefix.to(self.device), keep_last=1)
+        sync()
+        elapsed = time.perf_counter() - began
+        self._base = int(prefix.shape[0])
+        return elapsed
+
+    @property
+    def cache_length(self) -> int:
+        return self.member.cache_length
+
+    def forward(self, new_ids: torch.Tensor, keep_last: int | None = None) -> torch.Tensor:
+        return self.member.forward(new_ids, keep_last=keep_last)
+
+    def crop(self, length: int) -> None:
+        if length < self._base:
+            raise ValueError(f"crop({length}) below the primed prompt prefix ({self._base} tokens)")
+        self.member.crop(length)
+
+    def reset(self) -> None:
+        """Back to the primed prefix (the member's cache keeps the prompt)."""
+        if self.member.cache_length > self._base:
+            self.member.crop(self._base)
+        elif self.member.cache_length < self._base:
+            raise ValueError(f"{self.name}: cache of {self.member.cache_length} tokens is shorter than the primed prefix")
+
+    def token_map(self) -> dict[str, int] | None:
+        return self.member.token_map()

@@ -1,0 +1,443 @@
+"""What `polyplan validate` found: measured against predicted, per chain, and the headline.
+
+Pure Python and numpy (no torch): `summarise` turns the raw runs of `profiler.validate` into
+frozen results that the report, the plots and `--json` read.
+
+Measured quantities (decoding only; each member's prompt prefill is timed on its own):
+- speedup of a chain in repeat r = Σ_prompts T_target-only / Σ_prompts T_chain, both from the
+  same repeat (the chains run interleaved, so machine noise hits them alike); the reported
+  speedup is the mean over repeats and its error bar the standard deviation over repeats;
+- φ_i / N: forward passes of each model per emitted token (the prefill not counted);
+- μ, σ: mean and standard deviation of the tokens one verification at each level produced;
+- the loop's own time: decode time minus the time inside forward passes.
+A chain whose greedy output differs from target-only decoding in the same repeat is lossy:
+it gets no measured speedup (`measured_speedup` is None) and no place in the headline.
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+from dataclasses import dataclass
+from typing import Any, Sequence
+
+from polyplan.planner.plan_file import PlannedChain
+
+ROLE_RECOMMENDED = "recommended"
+ROLE_ALTERNATIVE = "alternative"
+ROLE_TWO_MODEL = "best two-model"
+ROLE_TARGET_ONLY = "target only"
+
+PREDICTION_TOLERANCE = 0.10  # the exact model's promise: within 10% of the measured speedup
+TARGET_SPEEDUP = 2.0  # the recommended chain over target-only decoding
+TARGET_OVER_TWO_MODEL = 1.15  # the recommended chain over the best two-model chain
+
+
+@dataclass(frozen=True)
+class ChainSpec:
+    """A chain to validate: the plan's entry, why it is validated, and its rank in the plan."""
+
+    planned: PlannedChain
+    roles: tuple[str, ...]
+    rank: int  # 1-based position in the plan's ranking
+
+    @property
+    def recommended(self) -> bool:
+        return ROLE_RECOMMENDED in self.roles
+
+
+@dataclass(frozen=True)
+class RunRecord:
+    """One timed `generate` call of one chain on one prompt in one repeat (members M_1 first)."""
+
+    chain: int  # index into the validated specs
+    repeat: int
+    prompt: int
+    decode_s: float
+    prefill_s: float
+    token_ids: tuple[int, ...]
+    forward_passes: tuple[int, ...]
+    forward_seconds: tuple[float, ...]
+    tokens_per_verification: tuple[tuple[int, ...], ...]
+    tokens_proposed: tuple[int, ...]
+    tokens_accepted: tuple[int, ...]
+
+
+@dataclass(frozen=True)
+class Repeated:
+    """A quantity measured once per repeat: the samples, their mean and standard deviation."""
+
+    samples: tuple[float, ...]
+
+    @property
+    def mean(self) -> float:
+        return statistics.fmean(self.samples)
+
+    @property
+    def std(self) -> float | None:
+        """Sample standard deviation over repeats (None with a single repeat)."""
+        return statistics.stdev(self.samples) if len(self.samples) > 1 else None
+
+    @property
+    def stderr(self) -> float | None:
+        std = self.std
+        return None if std is None else std / math.sqrt(len(self.samples))
+
+
+@dataclass(frozen=True)
+class LevelResult:
+    """One model of a validated chain: measured next to both models' predictions."""
+
+    model: str
+    forwards_per_token: float  # measured φ_i / N
+    predicted_forwards_per_token: float  # exact model
+    paper_phi_per_token: float  # Lemma 3.1
+    seconds_per_token: float  # measured time inside this model's forward passes per token
+    predicted_seconds_per_token: float  # exact model
+    mu: float | None  # tokens per verification at this level (None: it verifies nothing)
+    sigma: float | None
+    predicted_mu: float | None  # exact model
+    paper_mu: float | None  # Lemma 3.1's E[L_i]
+    acceptance_rate: float | None  # accepted / proposed at this level
+    predicted_acceptance: float | None  # α_{i,i+1} the plan used
+
+
+@dataclass(frozen=True)
+class ChainResult:
+    """One validated chain."""
+
+    chain: tuple[str, ...]
+    block_sizes: tuple[int, ...]
+    roles: tuple[str, ...]
+    rank: int
+    recommended: bool
+    predicted_exact: float
+    predicted_paper: float
+    greedy_equal: bool | None  # None when sampling (outputs are random; losslessness is tested statistically)
+    first_difference: str | None  # where a lossy chain first left the target's output
+    speedup: Repeated  # per repeat, over target-only decoding
+    end_to_end_speedup: float  # prefill included, over all repeats
+    tokens_per_second: float
+    seconds_per_token: float  # decoding
+    loop_seconds_per_token: float  # decoding minus time inside forward passes
+    predicted_loop_seconds_per_token: float
+    levels: tuple[LevelResult, ...]
+
+    @property
+    def lossless(self) -> bool:
+        return self.greedy_equal is not False
+
+    @property
+    def measured_speedup(self) -> float | None:
+        """Mean speedup over repeats; None for a lossy chain (never reported)."""
+        return self.speedup.mean if self.lossless else None
+
+    @property
+    def exact_error(self) -> float | None:
+        """(exact prediction − measured) / measured; None for a lossy chain."""
+        measured = self.measured_speedup
+        return None if measured is None else self.predicted_exact / measured - 1.0
+
+    @property
+    def paper_error(self) -> float | None:
+        measured = self.measured_speedup
+        return None if measured is None else self.predicted_paper / measured - 1.0
+
+    def label(self) -> str:
+        return " > ".join(self.chain)
+
+
+@dataclass(frozen=True)
+class Check:
+    """One of the targets polyplan is held to, with the measured value and whether it is met."""
+
+    name: str
+    value: float | None
+    threshold: float
+    passed: bool | None  # None when it cannot be decided (e.g. no lossless chain of that kind)
+    detail: str
+
+
+@dataclass(frozen=True)
+class Headline:
+    """The recommended chain's measured result and how it compares."""
+
+    recommended: str
+    measured_speedup: float | None
+    speedup_std: float | None
+    predicted_exact: float
+    predicted_paper: float
+    over_two_model: Repeated | None  # per repeat: T(best two-model) / T(recommended)
+    two_model: str | None
+    fastest: str | None
+    fastest_speedup: float | None
+    recommended_within_noise: bool | None
+    checks: tuple[Check, ...]
+    line: str
+
+
+@dataclass(frozen=True)
+class Validation:
+    """Everything `polyplan validate` measured, with the settings it ran under."""
+
+    chains: tuple[ChainResult, ...]
+    headline: Headline
+    sampling: str
+    prompts: int
+    prompt_sources: tuple[str, ...]
+    dropped_prompts: tuple[str, ...]
+    truncated_prompts: int
+    new_tokens: int
+    repeats: int
+    seed: int
+    device: str  # where it ran now
+    plan_device: str  # where the plan's profile was measured
+    plan_path: str | None
+    wall_time_s: float
+    notes: tuple[str, ...]
+
+
+def _pooled(values: Sequence[Sequence[int]]) -> tuple[float | None, float | None]:
+    flat = [v for group in values for v in group]
+    if not flat:
+        return None, None
+    return statistics.fmean(flat), (statistics.stdev(flat) if len(flat) > 1 else 0.0)
+
+
+def _first_difference(reference: tuple[int, ...], other: tuple[int, ...], prompt: int, repeat: int) -> str | None:
+    if reference == other:
+        return None
+    position = next((i for i, (a, b) in enumerate(zip(reference, other)) if a != b), min(len(reference), len(other)))
+    return f"prompt {prompt + 1}, repeat {repeat + 1}: token {position + 1} differs from target-only decoding"
+
+
+def summarise_chain(spec: ChainSpec, runs: Sequence[RunRecord], baseline: Sequence[RunRecord], greedy: bool) -> ChainResult:
+    """Aggregate one chain's runs against the target-only runs of the same repeats."""
+    planned = spec.planned
+    base = {(run.repeat, run.prompt): run for run in baseline}
+    repeats = sorted({run.repeat for run in runs})
+    speedups = []
+    for repeat in repeats:
+        mine = [run for run in runs if run.repeat == repeat]
+        theirs = sum(base[(repeat, run.prompt)].decode_s for run in mine)
+        speedups.append(theirs / sum(run.decode_s for run in mine))
+    difference = None
+    if greedy:
+        for run in runs:
+            difference = _first_difference(base[(run.repeat, run.prompt)].token_ids, run.token_ids, run.prompt, run.repeat)
+            if difference is not None:
+                break
+    tokens = sum(len(run.token_ids) for run in runs)
+    decode = sum(run.decode_s for run in runs)
+    inside = sum(sum(run.forward_seconds) for run in runs)
+    base_total = sum(base[(run.repeat, run.prompt)].decode_s + base[(run.repeat, run.prompt)].prefill_s for run in runs)
+    levels = []
+    for i, model in enumerate(planned.chain):
+        verifies = i < len(planned.chain) - 1
+        mu, sigma = _pooled([run.tokens_per_verification[i] for run in runs]) if verifies else (None, None)
+        proposed = sum(run.tokens_proposed[i] for run in runs)
+        levels.append(
+            LevelResult(
+                model=model,
+                forwards_per_token=sum(run.forward_passes[i] for run in runs) / tokens,
+                predicted_forwards_per_token=planned.forwards_per_token[i],
+                paper_phi_per_token=planned.paper_phi_per_token[i],
+                seconds_per_token=sum(run.forward_seconds[i] for run in runs) / tokens,
+                predicted_seconds_per_token=planned.time_per_token_s[i],
+                mu=mu,
+                sigma=sigma,
+                predicted_mu=planned.tokens_per_verification[i] if verifies else None,
+                paper_mu=planned.paper_mean_lengths[i] if verifies else None,
+                acceptance_rate=(sum(run.tokens_accepted[i] for run in runs) / proposed) if verifies and proposed else None,
+                predicted_acceptance=planned.acceptances[i] if verifies else None,
+            )
+        )
+    return ChainResult(
+        chain=planned.chain,
+        block_sizes=planned.block_sizes,
+        roles=spec.roles,
+        rank=spec.rank,
+        recommended=spec.recommended,
+        predicted_exact=planned.exact_speedup,
+        predicted_paper=planned.paper_speedup,
+        greedy_equal=(difference is None) if greedy else None,
+        first_difference=difference,
+        speedup=Repeated(tuple(speedups)),
+        end_to_end_speedup=base_total / sum(run.decode_s + run.prefill_s for run in runs),
+        tokens_per_second=tokens / decode,
+        seconds_per_token=decode / tokens,
+        loop_seconds_per_token=(decode - inside) / tokens,
+        predicted_loop_seconds_per_token=planned.overhead_per_token_s,
+        levels=tuple(levels),
+    )
+
+
+def _ratio(numerator: Repeated, denominator: Repeated) -> Repeated:
+    return Repeated(tuple(a / b for a, b in zip(numerator.samples, denominator.samples)))
+
+
+def headline(chains: Sequence[ChainResult]) -> Headline:
+    """Compare the recommended chain with target-only decoding, the best two-model chain and
+    the fastest measured chain; evaluate the targets."""
+    recommended = next(chain for chain in chains if chain.recommended)
+    lossless = [chain for chain in chains if chain.lossless]
+    two = next((chain for chain in chains if ROLE_TWO_MODEL in chain.roles), None)
+    fastest = max(lossless, key=lambda chain: chain.speedup.mean) if lossless else None
+    over_two = _ratio(recommended.speedup, two.speedup) if two is not None and two.lossless and recommended.lossless else None
+    within = None
+    if fastest is not None and recommended.lossless:
+        if fastest is recommended:
+            within = True
+        else:
+            gap = _ratio(fastest.speedup, recommended.speedup)
+            noise = gap.stderr
+            within = gap.mean - 1.0 <= (2.0 * noise if noise is not None else 0.0)
+    checks = _checks(recommended, lossless, over_two, two, fastest, within)
+    if recommended.lossless:
+        std = recommended.speedup.std
+        line = (
+            f"recommended {recommended.label()} (K = {list(recommended.block_sizes)}): measured "
+            f"{recommended.speedup.mean:.2f}x{f' ± {std:.2f}' if std is not None else ''} over target-only decoding "
+            f"(exact model predicted {recommended.predicted_exact:.2f}x, {recommended.exact_error:+.1%}; "
+            f"paper's Lemma 3.1 {recommended.predicted_paper:.2f}x, {recommended.paper_error:+.1%})"
+        )
+        if over_two is not None and two is not recommended:
+            line += f"; {over_two.mean:.2f}x over the best two-model chain {two.label()}"
+        if fastest is not None and fastest is not recommended:
+            line += f"; fastest measured: {fastest.label()} at {fastest.speedup.mean:.2f}x" + (
+                " (within noise)" if within else ""
+            )
+    else:
+        line = f"recommended {recommended.label()}: LOSSY ({recommended.first_difference}); no speedup reported"
+    return Headline(
+        recommended=recommended.label(),
+        measured_speedup=recommended.measured_speedup,
+        speedup_std=recommended.speedup.std if recommended.lossless else None,
+        predicted_exact=recommended.predicted_exact,
+        predicted_paper=recommended.predicted_paper,
+        over_two_model=over_two,
+        two_model=None if two is None else two.label(),
+        fastest=None if fastest is None else fastest.label(),
+        fastest_speedup=None if fastest is None else fastest.speedup.mean,
+        recommended_within_noise=within,
+        checks=checks,
+        line=line,
+    )
+
+
+def _checks(recommended, lossless, over_two, two, fastest, within) -> tuple[Check, ...]:
+    errors = [(chain, chain.exact_error) for chain in lossless if chain.exact_error is not None]
+    worst = max(errors, key=lambda item: abs(item[1]), default=None)
+    checks = [
+        Check(
+            "exact model within 10% of the measured speedup (every lossless chain)",
+            None if worst is None else abs(worst[1]),
+            PREDICTION_TOLERANCE,
+            None if worst is None else all(abs(error) <= PREDICTION_TOLERANCE for _, error in errors),
+            "no lossless chain" if worst is None else f"worst: {worst[0].label()} {worst[1]:+.1%}",
+        ),
+        Check(
+            "recommended chain is the fastest measured (or within noise)",
+            None if fastest is None else fastest.speedup.mean,
+            0.0,
+            within,
+            "no lossless chain" if fastest is None else f"fastest: {fastest.label()} {fastest.speedup.mean:.2f}x",
+        ),
+        Check(
+            f"recommended chain >= {TARGET_SPEEDUP:g}x over target-only decoding",
+            recommended.measured_speedup,
+            TARGET_SPEEDUP,
+            None if recommended.measured_speedup is None else recommended.measured_speedup >= TARGET_SPEEDUP,
+            "lossy" if recommended.measured_speedup is None else f"{recommended.measured_speedup:.2f}x",
+        ),
+        Check(
+            f"recommended chain >= {TARGET_OVER_TWO_MODEL:g}x over the best two-model chain",
+            None if over_two is None else over_two.mean,
+            TARGET_OVER_TWO_MODEL,
+            None if over_two is None else over_two.mean >= TARGET_OVER_TWO_MODEL,
+            "no lossless two-model chain" if over_two is None else f"{over_two.mean:.2f}x over {two.label()}",
+        ),
+    ]
+    return tuple(checks)
+
+
+# --------------------------------------------------------------------------- JSON
+
+
+def _level_json(level: LevelResult) -> dict[str, Any]:
+    return {
+        "model": level.model,
+        "forwards_per_token": {"measured": level.forwards_per_token, "exact": level.predicted_forwards_per_token,
+                               "paper": level.paper_phi_per_token},
+        "seconds_per_token": {"measured": level.seconds_per_token, "exact": level.predicted_seconds_per_token},
+        "tokens_per_verification": None
+        if level.mu is None
+        else {"mu": level.mu, "sigma": level.sigma, "exact": level.predicted_mu, "paper": level.paper_mu},
+        "acceptance": None
+        if level.predicted_acceptance is None
+        else {"measured": level.acceptance_rate, "predicted_alpha": level.predicted_acceptance},
+    }
+
+
+def chain_json(chain: ChainResult) -> dict[str, Any]:
+    """One entry of the JSON twin's `chains` list."""
+    return {
+        "chain": list(chain.chain),
+        "block_sizes": list(chain.block_sizes),
+        "predicted_speedup": {"exact": chain.predicted_exact, "paper": chain.predicted_paper},
+        "measured_speedup": chain.measured_speedup,
+        "greedy_equal": chain.greedy_equal,
+        "recommended": chain.recommended,
+        "roles": list(chain.roles),
+        "rank": chain.rank,
+        "speedup_std": chain.speedup.std if chain.lossless else None,
+        "speedup_per_repeat": list(chain.speedup.samples) if chain.lossless else None,
+        "error": {"exact": chain.exact_error, "paper": chain.paper_error},
+        "end_to_end_speedup": chain.end_to_end_speedup if chain.lossless else None,
+        "tokens_per_second": chain.tokens_per_second,
+        "seconds_per_token": chain.seconds_per_token,
+        "loop_seconds_per_token": {"measured": chain.loop_seconds_per_token, "exact": chain.predicted_loop_seconds_per_token},
+        "first_difference": chain.first_difference,
+        "levels": [_level_json(level) for level in chain.levels],
+    }
+
+
+def validation_json(validation: Validation, files: dict[str, str] | None = None) -> dict[str, Any]:
+    """The JSON twin of the report (what `polyplan validate --json` prints)."""
+    head = validation.headline
+    return {
+        "chains": [chain_json(chain) for chain in validation.chains],
+        "headline": {
+            "line": head.line,
+            "recommended": head.recommended,
+            "measured_speedup": head.measured_speedup,
+            "speedup_std": head.speedup_std,
+            "predicted_speedup": {"exact": head.predicted_exact, "paper": head.predicted_paper},
+            "over_two_model": None
+            if head.over_two_model is None
+            else {"mean": head.over_two_model.mean, "std": head.over_two_model.std, "chain": head.two_model},
+            "fastest": head.fastest,
+            "fastest_speedup": head.fastest_speedup,
+            "recommended_within_noise": head.recommended_within_noise,
+        },
+        "checks": [
+            {"name": check.name, "value": check.value, "threshold": check.threshold, "passed": check.passed, "detail": check.detail}
+            for check in head.checks
+        ],
+        "settings": {
+            "sampling": validation.sampling,
+            "prompts": validation.prompts,
+            "prompt_sources": list(validation.prompt_sources),
+            "dropped_prompts": list(validation.dropped_prompts),
+            "truncated_prompts": validation.truncated_prompts,
+            "new_tokens": validation.new_tokens,
+            "repeats": validation.repeats,
+            "seed": validation.seed,
+            "device": validation.device,
+            "plan_device": validation.plan_device,
+            "plan": validation.plan_path,
+            "wall_time_s": validation.wall_time_s,
+        },
+        "notes": list(validation.notes),
+        "files": dict(files or {}),
+    }

@@ -1,0 +1,178 @@
+"""The validation report: one table for the terminal, report.md, its JSON twin and the plots.
+
+`write_report(validation, folder)` writes `report.md`, `report.json` (the object
+`polyplan validate --json` prints) and the three PNG plots of `profiler.plots` into `folder`.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+
+from polyplan.cli_support import json_safe
+from polyplan.errors import PolyplanError
+from polyplan.profiler.plots import write_plots
+from polyplan.profiler.validation import (
+    ROLE_ALTERNATIVE,
+    ROLE_RECOMMENDED,
+    ROLE_TARGET_ONLY,
+    ROLE_TWO_MODEL,
+    ChainResult,
+    Validation,
+    validation_json,
+)
+
+REPORT_FILE = "report.md"
+JSON_FILE = "report.json"
+_ROLE_MARKS = {ROLE_RECOMMENDED: "*", ROLE_TWO_MODEL: "2", ROLE_TARGET_ONLY: "1", ROLE_ALTERNATIVE: ""}
+
+
+@dataclass(frozen=True)
+class ReportFiles:
+    """Where the report went."""
+
+    report: Path
+    json: Path
+    plots: tuple[tuple[str, Path], ...]  # (plot name, path)
+
+
+def _pct(value: float | None) -> str:
+    return "-" if value is None else f"{value:+.1%}"
+
+
+def _speed(chain: ChainResult) -> str:
+    if not chain.lossless:
+        return "LOSSY"
+    std = chain.speedup.std
+    return f"{chain.speedup.mean:.2f}x" + (f" ± {std:.2f}" if std is not None else "")
+
+
+def _greedy(chain: ChainResult) -> str:
+    return {True: "equal", False: "DIFFERS", None: "n/a"}[chain.greedy_equal]
+
+
+def _role(chain: ChainResult) -> str:
+    marks = "".join(_ROLE_MARKS[role] for role in chain.roles)
+    return marks or f"#{chain.rank}"
+
+
+def table_lines(validation: Validation) -> list[str]:
+    """The chains table (predicted next to measured) and the headline."""
+    header = (
+        f"{'':>3} {'chain':<44} {'K':<10} {'exact':>7} {'paper':>7} {'measured':>14} "
+        f"{'err exact':>9} {'err paper':>9} {'greedy':>7} {'tok/s':>8}"
+    )
+    lines = [header]
+    for chain in validation.chains:
+        lines.append(
+            f"{_role(chain):>3} {chain.label():<44} {str(list(chain.block_sizes)):<10} {chain.predicted_exact:>6.2f}x "
+            f"{chain.predicted_paper:>6.2f}x {_speed(chain):>14} {_pct(chain.exact_error):>9} {_pct(chain.paper_error):>9} "
+            f"{_greedy(chain):>7} {chain.tokens_per_second:>8.1f}"
+        )
+    lines.append("(* recommended, 2 best two-model chain, 1 target only, #r rank r in the plan; speedups over target-only "
+                 f"decoding, mean ± sd over {validation.repeats} repeat(s) of {validation.prompts} prompts x "
+                 f"{validation.new_tokens} tokens; err = predicted / measured − 1)")
+    lines.append("")
+    lines.append(validation.headline.line)
+    return lines
+
+
+def _check_lines(validation: Validation) -> list[str]:
+    lines = []
+    for check in validation.headline.checks:
+        verdict = {True: "met", False: "NOT met", None: "undecided"}[check.passed]
+        lines.append(f"- {check.name}: **{verdict}** ({check.detail})")
+    return lines
+
+
+def _level_table(chain: ChainResult) -> list[str]:
+    lines = [
+        "| model | φ/N measured | φ/N exact | φ/N paper | ms/token measured | ms/token exact | μ ± σ measured | μ exact | E[L] paper | acceptance measured | α |",
+        "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |",
+    ]
+    for level in chain.levels:
+        mu = "-" if level.mu is None else f"{level.mu:.2f} ± {level.sigma:.2f}"
+        lines.append(
+            f"| {level.model} | {level.forwards_per_token:.3f} | {level.predicted_forwards_per_token:.3f} | "
+            f"{level.paper_phi_per_token:.3f} | {level.seconds_per_token * 1e3:.3f} | {level.predicted_seconds_per_token * 1e3:.3f} | "
+            f"{mu} | {'-' if level.predicted_mu is None else f'{level.predicted_mu:.2f}'} | "
+            f"{'-' if level.paper_mu is None else f'{level.paper_mu:.2f}'} | "
+            f"{'-' if level.acceptance_rate is None else f'{level.acceptance_rate:.3f}'} | "
+            f"{'-' if level.predicted_acceptance is None else f'{level.predicted_acceptance:.3f}'} |"
+        )
+    lines.append(
+        f"| (decoding loop) | | | | {chain.loop_seconds_per_token * 1e3:.3f} | {chain.predicted_loop_seconds_per_token * 1e3:.3f} | | | | | |"
+    )
+    return lines
+
+
+def report_markdown(validation: Validation, plots: dict[str, str]) -> str:
+    """report.md: settings, the table, the targets, per-model detail and the plots."""
+    head = validation.headline
+    lines = [
+        "# polyplan validation report",
+        "",
+        f"**{head.line}**",
+        "",
+        f"- plan: `{validation.plan_path}`; sampling `{validation.sampling}`",
+        f"- device: {validation.device} (plan profiled on: {validation.plan_device or 'unknown'})",
+        f"- {validation.prompts} prompts x {validation.new_tokens} new tokens x {validation.repeats} repeat(s), seed "
+        f"{validation.seed}; chains interleaved round-robin per prompt; prefill timed apart, speedups are decoding only",
+        f"- wall time {validation.wall_time_s:.1f} s",
+    ]
+    lines += [f"- note: {note}" for note in validation.notes]
+    lines += ["", "## Chains", "", "```", *table_lines(validation)[:-2], "```", "", "## Targets", "", *_check_lines(validation)]
+    lines += ["", "## Per model: forward passes per token (φ_i / N), time, tokens per verification", ""]
+    for chain in validation.chains:
+        e2e = "-" if not chain.lossless else f"{chain.end_to_end_speedup:.2f}x"
+        lines += [
+            f"### {chain.label()}  (K = {list(chain.block_sizes)}; {', '.join(chain.roles)})",
+            "",
+            f"measured {_speed(chain)} (decoding), {e2e} with the prompt prefill; {chain.tokens_per_second:.1f} tokens/s; "
+            f"greedy output {_greedy(chain)}" + (f" ({chain.first_difference})" if chain.first_difference else ""),
+            "",
+            *_level_table(chain),
+            "",
+        ]
+    lines += ["## Plots", ""]
+    titles = {
+        "predicted_vs_measured": "Predicted vs measured speedup (exact model and Lemma 3.1, identity line)",
+        "measured_speedup": "Measured speedup per chain (error bars: sd over repeats)",
+        "phi": "Paper φ_i vs measured φ_i",
+    }
+    for name, file in plots.items():
+        lines += [f"![{titles.get(name, name)}]({file})", ""]
+    return "\n".join(lines)
+
+
+def _write_text(path: Path, text: str) -> None:
+    handle, temporary = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(handle, "w", encoding="utf-8") as stream:
+            stream.write(text)
+        os.replace(temporary, path)
+    except BaseException:
+        if os.path.exists(temporary):
+            os.unlink(temporary)
+        raise
+
+
+def write_report(validation: Validation, folder: str | os.PathLike[str]) -> ReportFiles:
+    """Write report.md, report.json and the plots into `folder` (created if needed)."""
+    folder = Path(folder)
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+    except OSError as error:
+        raise PolyplanError(f"--out: cannot create the folder {folder} ({error.strerror or error})") from None
+    if not os.access(folder, os.W_OK):
+        raise PolyplanError(f"--out: cannot write into {folder} (permission denied)")
+    plots = write_plots(validation, folder)
+    report, twin = folder / REPORT_FILE, folder / JSON_FILE
+    files = {"report": str(report), "json": str(twin), **{name: str(path) for name, path in plots.items()}}
+    payload = json_safe(validation_json(validation, files))
+    _write_text(twin, json.dumps(payload, indent=2, allow_nan=False) + "\n")
+    _write_text(report, report_markdown(validation, {name: path.name for name, path in plots.items()}) + "\n")
+    return ReportFiles(report, twin, tuple(plots.items()))
