@@ -247,6 +247,7 @@ class PlannedChain:
     acceptances: tuple[float, ...]  # α_{i,i+1} per level
     forwards_per_token: tuple[float, ...]  # exact model, per model
     tokens_per_verification: tuple[float, ...]  # exact model, per verifying level
+    drafted_per_verification: tuple[float, ...]  # exact model: E[m], tokens handed up per verification
     time_per_token_s: tuple[float, ...]  # exact model: seconds in each model's forwards per token
     paper_phi_per_token: tuple[float, ...]  # Lemma 3.1's φ_i / N, per model
     paper_mean_lengths: tuple[float, ...]  # Lemma 3.1's E[L_i], per verifying level
@@ -301,6 +302,9 @@ def planned_chains(plan: PlanFile, label: str = "plan.json") -> tuple[PlannedCha
                 forwards_per_token=_numbers(exact.get("forwards_per_token"), len(chain), f"{where}.exact.forwards_per_token"),
                 tokens_per_verification=_numbers(
                     exact.get("tokens_per_verification"), levels, f"{where}.exact.tokens_per_verification"
+                ),
+                drafted_per_verification=_numbers(
+                    exact.get("drafted_per_verification"), levels, f"{where}.exact.drafted_per_verification"
                 ),
                 time_per_token_s=_numbers(exact.get("time_per_token_s"), len(chain), f"{where}.exact.time_per_token_s"),
                 paper_phi_per_token=_numbers(paper.get("phi_per_token"), len(chain), f"{where}.paper.phi_per_token"),

@@ -6,9 +6,9 @@
 3. Validate the plan on built-in prompts the profile never saw, in one interleaved run, and
    write report.md, report.json and the plots.
 
-`quick=True` swaps in the tiny family of `polyplan zoo train --quick` (trained once into the
-cache) and reduced profiling settings, for CI; the models then have a 256-token context,
-so the built-in prompts are cut from the left to fit.
+`quick=True` reduces the profiling settings (CI-sized) and, unless candidates are given,
+swaps in the tiny family of `polyplan zoo train --quick` (trained once into the cache);
+those models have a 256-token context, so the built-in prompts are cut from the left to fit.
 """
 
 from __future__ import annotations
@@ -38,7 +38,7 @@ class DemoSettings:
     """What `polyplan demo` runs (defaults: the full demo on the shipped family)."""
 
     candidates: Path | None = None  # None: examples/zoo.yaml, or the quick family with `quick`
-    quick: bool = False
+    quick: bool = False  # reduced profiling settings (and the quick family without `candidates`)
     prompts_per_kind: int = 4  # validation prompts of each of the 4 kinds
     new_tokens: int = 128
     repeats: int = 3
@@ -102,9 +102,7 @@ def quick_candidates(cache_dir: Path | None, log=lambda line: None) -> Path:
 def run_demo(settings: DemoSettings, *, profile_progress=None, validation_progress=None, log=lambda line: None) -> DemoResult:
     """Profile, recommend and validate (see the module docstring)."""
     started = time.perf_counter()
-    if settings.quick and settings.candidates is not None:
-        raise PolyplanError("--quick: uses its own tiny family; drop --candidates (or --quick)")
-    if settings.quick:
+    if settings.quick and settings.candidates is None:
         candidates = quick_candidates(settings.cache_dir, log)
     else:
         candidates = settings.candidates if settings.candidates is not None else default_candidates_path()

@@ -8,7 +8,7 @@ sampling settings, so the loop does exactly its usual work while the models cost
 
 1. one stand-in alone (plain decoding): loop time / steps = `per_step_s`;
 2. a stand-in verifying a stand-in at block size 4, the drafter proposing a rejected token
-   at every fifth position (so rounds both accept and reject): (loop time − drafting steps ×
+   at every seventh position (so rounds both accept and reject): (loop time − drafting steps ×
    `per_step_s`) / rounds = `per_round_s`.
 
 Each is the median over repeats, after a warm-up call. Member-specific work the stand-ins
@@ -29,7 +29,7 @@ from polyplan.decoder.sampling import Sampling
 from polyplan.planner.overhead import LoopOverhead
 
 _BLOCK = 4
-_REJECT_EVERY = 5
+_REJECT_EVERY = 7
 
 
 class StandIn:

@@ -5,7 +5,7 @@
   loop's own overhead (`profiler.overhead`) and store it in the profile's meta.
   Planning then is `planner.plan_file.plan_from_profile`, with `candidates=record` so that
   plan.json says which models.yaml (path, contents, device) it was made from.
-- `load_plan_models`: load the models a plan names again, refusing models whose fingerprints
+- `plan_candidates`: the models.yaml a plan names, refusing models whose fingerprints
   changed since the plan was made.
 
 The profile cache lives in a user cache folder, never inside the installed package:
@@ -16,6 +16,7 @@ the device, so changed weights or another thread count start (or resume) another
 
 from __future__ import annotations
 
+import functools
 import os
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -94,7 +95,7 @@ def prompt_set(
         raise PolyplanError(f"--prompts-per-kind: must be >= 1, got {per_kind}")
     if prompt_file is not None:
         return PromptSet(tuple(read_prompt_file(prompt_file)[:max_prompts]), str(prompt_file), False)
-    ranked = builtin_prompts(skip_per_kind + per_kind)
+    ranked = _builtin(max(2 * PROFILE_PER_KIND, skip_per_kind + per_kind))
     by_kind: dict[str, list[Prompt]] = {}
     for prompt in ranked:
         by_kind.setdefault(prompt.kind, []).append(prompt)
@@ -105,6 +106,12 @@ def prompt_set(
     label = "built-in prompts" + (f" (held out from profiling: ranks {skip_per_kind + 1}..{skip_per_kind + per_kind} of each kind)"
                                   if skip_per_kind else "")
     return PromptSet(tuple(interleaved[:max_prompts]), label, True)
+
+
+@functools.lru_cache(maxsize=2)
+def _builtin(per_kind: int) -> tuple[Prompt, ...]:
+    # Parsing the held-out stdlib files takes seconds; the demo needs the set twice.
+    return builtin_prompts(per_kind)
 
 
 def validation_prompt_set(prompt_file: str | os.PathLike[str] | None = None, *, per_kind: int = 4, max_prompts: int | None = None) -> PromptSet:
@@ -132,17 +139,47 @@ def cached_profile_path(fingerprints: dict[str, str], device_label: str, cache_d
     return _ensure_folder(cache_root(cache_dir) / "profiles", "--cache-dir") / f"{key}.json"
 
 
+def resumed_settings(path: str | os.PathLike[str] | None, temperature: float | None = None) -> ProfileSettings:
+    """The settings the profile at `path` was measured with (its meta), else the defaults
+    (with only `temperature` as sampling mode, when given); `temperature` is always among the
+    modes. Resuming with other settings would re-measure every entry, since each entry's
+    fingerprint includes its settings."""
+    import dataclasses
+
+    from polyplan.profile import load
+    from polyplan.profiler.latency import LatencySettings
+    from polyplan.profiler.settings import AcceptanceSettings
+
+    settings = ProfileSettings() if temperature is None else ProfileSettings(acceptance=AcceptanceSettings(temperatures=(temperature,)))
+    if path is not None and Path(path).is_file():
+        recorded = load(path).meta.get("profiler") or {}
+        try:
+            latency = {key: tuple(value) if isinstance(value, list) else value for key, value in recorded["latency"].items()}
+            acceptance = {key: tuple(value) if isinstance(value, list) else value for key, value in recorded["acceptance"].items()}
+            settings = ProfileSettings(latency=LatencySettings(**latency), acceptance=AcceptanceSettings(**acceptance))
+        except (KeyError, TypeError, AttributeError, PolyplanError):
+            pass  # written by another polyplan: measure afresh with the defaults
+    if temperature is not None and temperature not in settings.acceptance.temperatures:
+        acceptance = dataclasses.replace(settings.acceptance, temperatures=settings.acceptance.temperatures + (temperature,))
+        settings = dataclasses.replace(settings, acceptance=acceptance)
+    return settings
+
+
 def profile_candidates(
     candidates_path: str | os.PathLike[str],
     *,
     profile_path: str | os.PathLike[str] | None = None,
-    settings: ProfileSettings = ProfileSettings(),
+    settings: ProfileSettings | None = None,
     prompts: PromptSet | None = None,
     cache_dir: str | os.PathLike[str] | None = None,
     device: str | None = None,
+    temperature: float | None = None,
     progress=None,
 ) -> ProfiledCandidates:
     """Profile what is missing (resuming `profile_path`, else the cache), then the loop overhead.
+
+    `settings` None: as the profile being resumed was measured (`resumed_settings`, which
+    adds the sampling `temperature` if given).
 
     Raises:
         PolyplanError: a bad models.yaml or prompt file, models that cannot share a chain,
@@ -156,6 +193,9 @@ def profile_candidates(
     loaded = load_models(candidates_path, device=device)
     models, target_device = loaded.models, loaded.device
     fingerprints = {model.name: model.fingerprint for model in models}
+    path = Path(profile_path) if profile_path is not None else cached_profile_path(fingerprints, describe_device(target_device), cache_dir)
+    if settings is None:
+        settings = resumed_settings(path, temperature)
     prompts = prompts or prompt_set()
     acceptance = settings.acceptance
     reserve = acceptance.new_tokens + (max(acceptance.block_sizes) if acceptance.decoded else 0)
@@ -164,7 +204,6 @@ def profile_candidates(
         encode_prompts(prompts.prompts, loaded.tokenizer), min(limits) if limits else None, reserve,
         truncate=prompts.truncate, source=prompts.source,
     )
-    path = Path(profile_path) if profile_path is not None else cached_profile_path(fingerprints, describe_device(target_device), cache_dir)
     outcome = profile_models(models, fitted.prompts, path, settings, device=target_device, progress=progress)
     profile = outcome.profile
     profile.meta[META_KEY] = {
@@ -190,17 +229,14 @@ def loop_overhead_entry(target, temperature: float) -> dict[str, Any]:
             "method": "stand-in members with free forward passes (profiler.overhead)"}
 
 
-def load_plan_models(plan: PlanFile, label: str, candidates_path: str | os.PathLike[str] | None = None):
-    """Load the models of `plan` (its recorded models.yaml, or `candidates_path`).
-
-    Returns `decoder.candidates_loader.LoadedCandidates`.
+def plan_candidates(plan: PlanFile, label: str, candidates_path: str | os.PathLike[str] | None = None) -> CandidateSet:
+    """The candidates of `plan` (its recorded models.yaml, or `candidates_path`), checked
+    against the fingerprints the plan recorded (nothing is loaded yet).
 
     Raises:
         PolyplanError: the plan records no models.yaml and none was given; a model of the plan
             is missing; a model's files or derivation changed since the plan was made.
     """
-    from polyplan.decoder.candidates_loader import load_candidates
-
     record = plan.payload.get("candidates")
     device = record.get("device") if isinstance(record, dict) else None
     if candidates_path is not None:
@@ -226,7 +262,7 @@ def load_plan_models(plan: PlanFile, label: str, candidates_path: str | os.PathL
                 f"{label}: model {name!r} changed since the plan was made (fingerprint {fingerprint[:19]}… in the plan, "
                 f"{now[name][:19]}… now); re-run polyplan recommend"
             )
-    return load_candidates(candidates)
+    return candidates
 
 
 def encode_for(prompts: PromptSet, tokenizer) -> Sequence[EncodedPrompt]:

@@ -98,8 +98,9 @@ class LevelResult:
     sigma: float | None
     predicted_mu: float | None  # exact model
     paper_mu: float | None  # Lemma 3.1's E[L_i]
-    acceptance_rate: float | None  # accepted / proposed at this level
-    predicted_acceptance: float | None  # α_{i,i+1} the plan used
+    accepted_fraction: float | None  # drafted tokens accepted / drafted tokens verified at this level
+    predicted_accepted_fraction: float | None  # exact model: E[min(A, m)] / E[m]
+    alpha: float | None  # α_{i,i+1} the plan used (per-token acceptance under i.i.d. draws)
 
 
 @dataclass(frozen=True)
@@ -248,8 +249,11 @@ def summarise_chain(spec: ChainSpec, runs: Sequence[RunRecord], baseline: Sequen
                 sigma=sigma,
                 predicted_mu=planned.tokens_per_verification[i] if verifies else None,
                 paper_mu=planned.paper_mean_lengths[i] if verifies else None,
-                acceptance_rate=(sum(run.tokens_accepted[i] for run in runs) / proposed) if verifies and proposed else None,
-                predicted_acceptance=planned.acceptances[i] if verifies else None,
+                accepted_fraction=(sum(run.tokens_accepted[i] for run in runs) / proposed) if verifies and proposed else None,
+                predicted_accepted_fraction=(planned.tokens_per_verification[i] - 1.0) / planned.drafted_per_verification[i]
+                if verifies and planned.drafted_per_verification[i] > 0
+                else None,
+                alpha=planned.acceptances[i] if verifies else None,
             )
         )
     return ChainResult(
@@ -373,9 +377,9 @@ def _level_json(level: LevelResult) -> dict[str, Any]:
         "tokens_per_verification": None
         if level.mu is None
         else {"mu": level.mu, "sigma": level.sigma, "exact": level.predicted_mu, "paper": level.paper_mu},
-        "acceptance": None
-        if level.predicted_acceptance is None
-        else {"measured": level.acceptance_rate, "predicted_alpha": level.predicted_acceptance},
+        "accepted_fraction": None
+        if level.alpha is None
+        else {"measured": level.accepted_fraction, "exact": level.predicted_accepted_fraction, "alpha": level.alpha},
     }
 
 

@@ -88,10 +88,14 @@ def _check_lines(validation: Validation) -> list[str]:
     return lines
 
 
+def _number(value: float | None) -> str:
+    return "-" if value is None else f"{value:.3f}"
+
+
 def _level_table(chain: ChainResult) -> list[str]:
     lines = [
-        "| model | φ/N measured | φ/N exact | φ/N paper | ms/token measured | ms/token exact | μ ± σ measured | μ exact | E[L] paper | acceptance measured | α |",
-        "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |",
+        "| model | φ/N measured | φ/N exact | φ/N paper | ms/token measured | ms/token exact | μ ± σ measured | μ exact | E[L] paper | accepted/drafted measured | accepted/drafted exact | α |",
+        "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |",
     ]
     for level in chain.levels:
         mu = "-" if level.mu is None else f"{level.mu:.2f} ± {level.sigma:.2f}"
@@ -100,11 +104,10 @@ def _level_table(chain: ChainResult) -> list[str]:
             f"{level.paper_phi_per_token:.3f} | {level.seconds_per_token * 1e3:.3f} | {level.predicted_seconds_per_token * 1e3:.3f} | "
             f"{mu} | {'-' if level.predicted_mu is None else f'{level.predicted_mu:.2f}'} | "
             f"{'-' if level.paper_mu is None else f'{level.paper_mu:.2f}'} | "
-            f"{'-' if level.acceptance_rate is None else f'{level.acceptance_rate:.3f}'} | "
-            f"{'-' if level.predicted_acceptance is None else f'{level.predicted_acceptance:.3f}'} |"
+            f"{_number(level.accepted_fraction)} | {_number(level.predicted_accepted_fraction)} | {_number(level.alpha)} |"
         )
     lines.append(
-        f"| (decoding loop) | | | | {chain.loop_seconds_per_token * 1e3:.3f} | {chain.predicted_loop_seconds_per_token * 1e3:.3f} | | | | | |"
+        f"| (decoding loop) | | | | {chain.loop_seconds_per_token * 1e3:.3f} | {chain.predicted_loop_seconds_per_token * 1e3:.3f} | | | | | | |"
     )
     return lines
 

@@ -13,8 +13,8 @@ from polyplan.cli_support import echo_json, fails_cleanly
 
 @fails_cleanly
 def demo(
-    quick: Annotated[bool, typer.Option("--quick", help="The tiny family of `zoo train --quick` (trained once into the cache) "
-                                        "and reduced profiling: a CI-sized demo.")] = False,
+    quick: Annotated[bool, typer.Option("--quick", help="Reduced profiling (a CI-sized demo); without --candidates, on the "
+                                        "tiny family of `zoo train --quick`, trained once into the cache.")] = False,
     candidates: Annotated[Optional[Path], typer.Option("--candidates", help="models.yaml (default: examples/zoo.yaml).")] = None,
     prompts_per_kind: Annotated[int, typer.Option("--prompts-per-kind", help="Validation prompts of each of the 4 kinds.")] = 4,
     new_tokens: Annotated[int, typer.Option("--new-tokens", help="Tokens generated per prompt and chain.")] = 128,
@@ -30,7 +30,7 @@ def demo(
 ) -> None:
     """Profile the embedded family, recommend a chain, validate it against target-only decoding,
     the best two-model chain and the runners-up, and print one table with the report's paths."""
-    from polyplan.commands.progress import profile_bar, validation_bar
+    from polyplan.commands.progress import progress_bars
     from polyplan.commands.recommend import set_threads
     from polyplan.commands.validate import result_lines
     from polyplan.profiler.demo import DemoSettings, run_demo
@@ -41,7 +41,7 @@ def demo(
         top=top, max_levels=max_levels, out=out, cache_dir=cache_dir,
     )
     log = (lambda line: None) if json_output else (lambda line: typer.echo(line, err=True))
-    with profile_bar(disable=json_output) as profiling, validation_bar(disable=json_output) as validating:
+    with progress_bars(disable=json_output) as (profiling, validating):
         result = run_demo(settings, profile_progress=profiling, validation_progress=validating, log=log)
     if json_output:
         echo_json(json.loads(result.files.json.read_text(encoding="utf-8")))

@@ -1,4 +1,9 @@
-"""Progress bars on stderr for the long commands (profiling, validation), drawn with rich."""
+"""Progress bars on stderr for the long commands (profiling, validation), drawn with rich.
+
+A bar appears only when its work reports its size (`total`), so an error found before any
+measurement leaves stderr with nothing but its one line. Bars of one command share one
+display (rich allows one live display at a time).
+"""
 
 from __future__ import annotations
 
@@ -6,52 +11,69 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 
 
-class _ProfileBar:
-    """`profiler.run.Progress` callbacks drawn as one bar."""
+class _Display:
+    """One rich `Progress`, started when the first bar needs it."""
 
-    def __init__(self, progress) -> None:
-        self.progress = progress
-        self.task = progress.add_task("profiling", total=None)
+    def __init__(self, disable: bool) -> None:
+        self.disable = disable
+        self.progress = None
 
-    def total(self, steps: int) -> None:
-        self.progress.update(self.task, total=steps)
+    def add(self, label: str, size: int):
+        if self.progress is None:
+            from rich.console import Console
+            from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+            columns = (TextColumn("{task.description:<56}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn())
+            self.progress = Progress(*columns, console=Console(stderr=True), transient=True, disable=self.disable)
+            self.progress.start()
+        return self.progress.add_task(label, total=size)
+
+    def stop(self) -> None:
+        if self.progress is not None:
+            self.progress.stop()
+
+
+class _Bar:
+    """One task of a display, created on the first `total` call."""
+
+    def __init__(self, display: _Display, label: str) -> None:
+        self.display = display
+        self.label = label
+        self.task = None
+
+    def total(self, size: int) -> None:
+        if self.task is None:
+            self.task = self.display.add(self.label, size)
+        else:
+            self.display.progress.update(self.task, total=size)
+
+    def update(self, description: str, advance: int) -> None:
+        if self.task is not None:
+            self.display.progress.update(self.task, advance=advance, description=description)
+
+
+class _ProfileBar(_Bar):
+    """`profiler.run.Progress` callbacks."""
 
     def start(self, step) -> None:
-        self.progress.update(self.task, description=f"profile: {step.label}")
+        self.update(f"profile: {step.label}", 0)
 
     def done(self, step, reused: bool) -> None:
-        self.progress.update(self.task, advance=1, description=("profile: reused " if reused else "profile: ") + step.label)
+        self.update(("profile: reused " if reused else "profile: ") + step.label, 1)
 
 
-class _ValidationBar:
-    """`profiler.validate.ValidationProgress` callbacks drawn as one bar."""
-
-    def __init__(self, progress) -> None:
-        self.progress = progress
-        self.task = progress.add_task("validating", total=None)
-
-    def total(self, runs: int) -> None:
-        self.progress.update(self.task, total=runs)
+class _ValidationBar(_Bar):
+    """`profiler.validate.ValidationProgress` callbacks."""
 
     def advance(self, label: str) -> None:
-        self.progress.update(self.task, advance=1, description=f"validate: {label}")
+        self.update(f"validate: {label}", 1)
 
 
 @contextmanager
-def _bar(kind, disable: bool) -> Iterator:
-    from rich.console import Console
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
-
-    columns = (TextColumn("{task.description:<56}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn())
-    with Progress(*columns, console=Console(stderr=True), transient=True, disable=disable) as progress:
-        yield kind(progress)
-
-
-def profile_bar(disable: bool = False):
-    """A context manager yielding profiling progress callbacks (a bar on stderr unless disabled)."""
-    return _bar(_ProfileBar, disable)
-
-
-def validation_bar(disable: bool = False):
-    """A context manager yielding validation progress callbacks (a bar on stderr unless disabled)."""
-    return _bar(_ValidationBar, disable)
+def progress_bars(disable: bool = False) -> Iterator[tuple[_ProfileBar, _ValidationBar]]:
+    """Profiling and validation callbacks `(profile, validation)` drawn on one display on stderr."""
+    display = _Display(disable)
+    try:
+        yield _ProfileBar(display, "profiling"), _ValidationBar(display, "validating")
+    finally:
+        display.stop()

@@ -121,19 +121,17 @@ def recommend(
 
 def _profile_candidates(candidates, profile, sampling, prompts, cache_dir, device, threads, *, quiet):
     """Profile what is missing for `sampling` (torch is imported only here)."""
-    from polyplan.commands.progress import profile_bar
+    from polyplan.commands.progress import progress_bars
     from polyplan.profiler.pipeline import profile_candidates, prompt_set
-    from polyplan.profiler.settings import AcceptanceSettings, ProfileSettings
 
     temperature = _temperature(sampling)
     if temperature != temperature:  # NaN: not a sampling key
         raise PolyplanError(f"--sampling: {sampling!r} is neither 'greedy' nor 't<temperature>' (e.g. 't1.0')")
     set_threads(threads)
-    settings = ProfileSettings(acceptance=AcceptanceSettings(temperatures=(temperature,)))
-    with profile_bar(disable=quiet) as progress:
+    with progress_bars(disable=quiet) as (progress, _):
         return profile_candidates(
-            candidates, profile_path=profile, settings=settings, prompts=prompt_set(prompts), cache_dir=cache_dir,
-            device=device, progress=progress,
+            candidates, profile_path=profile, prompts=prompt_set(prompts), cache_dir=cache_dir, device=device,
+            temperature=temperature, progress=progress,
         )
 
 

@@ -56,23 +56,25 @@ def validate(
 ) -> None:
     """Run the recommended chain, the next --top chains, target-only and the best two-model chain
     on the same prompts and seeds, interleaved; report measured against predicted speedups."""
-    from polyplan.commands.progress import validation_bar
+    from polyplan.commands.progress import progress_bars
     from polyplan.commands.recommend import set_threads
     from polyplan.planner.plan_file import read_plan
-    from polyplan.profiler.pipeline import encode_for, load_plan_models, validation_prompt_set
+    from polyplan.decoder.candidates_loader import load_candidates
+    from polyplan.profiler.pipeline import encode_for, plan_candidates, validation_prompt_set
     from polyplan.profiler.run import describe_device
     from polyplan.profiler.validate import ValidationSettings, select_chains, validate_plan
     from polyplan.profiler.validation_report import write_report
 
     settings = ValidationSettings(new_tokens=new_tokens, repeats=repeats, top=top, seed=seed)
     planned = read_plan(plan)
-    select_chains(planned, top, str(plan))  # a bad --top fails before any model loads
+    select_chains(planned, top, str(plan))  # cheap checks first: a bad --top or changed model loads nothing
+    candidate_set = plan_candidates(planned, str(plan), candidates)
     prompt_set = validation_prompt_set(prompts, per_kind=prompts_per_kind, max_prompts=max_prompts)
     set_threads(threads if threads is not None else plan_threads(str(planned.payload.get("device", ""))))
-    loaded = load_plan_models(planned, str(plan), candidates)
+    loaded = load_candidates(candidate_set)
     members = {item.candidate.name: item.member for item in loaded.candidates}
     target = members[planned.target]
-    with validation_bar(disable=json_output) as progress:
+    with progress_bars(disable=json_output) as (_, progress):
         validation = validate_plan(
             planned,
             members,

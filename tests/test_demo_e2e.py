@@ -1,0 +1,69 @@
+"""`polyplan demo`, reduced (`--quick` profiling, one prompt of each kind, few tokens), end to end:
+profile → recommend → validate, the printed table, the report's structure and the greedy flags."""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from conftest import perturbed_copy, save_model, tiny_llama, tiny_tokenizer
+from polyplan.cli import app
+
+pytestmark = pytest.mark.usefixtures("single_thread")
+
+
+@pytest.fixture(scope="module")
+def family(tmp_path_factory) -> Path:
+    """A small local family: a target, a separately initialised drafter, an early exit, n-grams."""
+    root = tmp_path_factory.mktemp("demo_family")
+    save_model(root / "target", tiny_llama(0, layers=4, hidden=64), tiny_tokenizer())
+    save_model(root / "drafter", perturbed_copy(tiny_llama(0, layers=1, hidden=32), 0.2, seed=1), tiny_tokenizer())
+    (root / "models.yaml").write_text(
+        "candidates:\n"
+        "  - {name: target, source: ./target, target: true}\n"
+        "  - {name: drafter, source: ./drafter}\n"
+        "  - {name: target-exit1, derive: {from: target, layers: 1}}\n"
+        "  - {name: ngram, derive: {kind: ngram, max_n: 3}}\n"
+    )
+    return root / "models.yaml"
+
+
+def _demo(family: Path, tmp: Path, *extra: str):
+    args = ["demo", "--quick", "--candidates", str(family), "--prompts-per-kind", "1", "--new-tokens", "16", "--repeats", "2",
+            "--top", "1", "--cache-dir", str(tmp / "cache"), "--out", str(tmp / "demo"), "--threads", "1", *extra]
+    return CliRunner().invoke(app, args)
+
+
+def test_reduced_demo_prints_one_table_and_writes_a_complete_report(family, tmp_path):
+    result = _demo(family, tmp_path)
+    assert result.exit_code == 0, result.output
+    out = result.stdout
+    assert re.search(r"profile .*: \d+ entries measured, 0 reused", out)
+    assert "exact" in out and "paper" in out and "measured" in out and "greedy" in out
+    table = [line for line in out.splitlines() if re.match(r"^\s*(\*|#|1|2)\S*\s+target", line)]
+    assert table and sum(line.lstrip().startswith("*") for line in table) == 1
+    assert all(" equal " in f" {line} " for line in table)
+    folder = tmp_path / "demo"
+    for name in ("report.md", "report.json", "plan.json", "predicted_vs_measured.png", "measured_speedup.png",
+                 "phi_paper_vs_measured.png"):
+        assert (folder / name).is_file(), name
+    assert f"report: {folder / 'report.md'}" in out and f"plot:   {folder / 'measured_speedup.png'}" in out
+    report = (folder / "report.md").read_text()
+    for heading in ("# polyplan validation report", "## Chains", "## Targets", "## Per model", "## Plots"):
+        assert heading in report
+    payload = json.loads((folder / "report.json").read_text())
+    assert [entry["greedy_equal"] for entry in payload["chains"]] == [True] * len(payload["chains"])
+    assert [entry["recommended"] for entry in payload["chains"]].count(True) == 1
+    assert any(entry["chain"] == ["target"] for entry in payload["chains"])
+    assert len(payload["checks"]) == 4 and all(check["passed"] in (True, False, None) for check in payload["checks"])
+    assert all(source.startswith("stdlib:") for source in payload["settings"]["prompt_sources"])
+    profile_file = Path(json.loads((folder / "plan.json").read_text())["profile"]["path"])
+    assert profile_file.parent == tmp_path / "cache" / "profiles"  # the user's cache, never the package
+
+    again = _demo(family, tmp_path)
+    assert again.exit_code == 0, again.output
+    assert re.search(r"profile .*: 0 entries measured, \d+ reused", again.stdout)  # the warm cache is reused

@@ -1,0 +1,144 @@
+"""`polyplan recommend --candidates` and `polyplan validate` through typer's CliRunner on a tiny
+local family (built here, never downloaded), and every bad input they promise one line for."""
+
+from __future__ import annotations
+
+import json
+import re
+import shutil
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from conftest import perturbed_copy, save_model, tiny_llama, tiny_tokenizer
+from polyplan.cli import app
+
+pytestmark = pytest.mark.usefixtures("single_thread")
+
+PROFILE_FAST = [
+    "--new-tokens", "8", "--latency-ks", "1,2,4", "--context-lengths", "8,16", "--repeats", "3", "--warmup", "1",
+    "--decoded-prompts", "2", "--block-sizes", "2", "--temperatures", "0", "--threads", "1",
+]
+VALIDATE_FAST = ["--new-tokens", "12", "--repeats", "2", "--top", "1"]
+
+
+def _invoke(*args: str):
+    return CliRunner().invoke(app, list(args))
+
+
+@pytest.fixture(scope="module")
+def workspace(tmp_path_factory) -> Path:
+    root = tmp_path_factory.mktemp("validate_cli")
+    target = tiny_llama(0, layers=4, hidden=64)
+    save_model(root / "target", target, tiny_tokenizer())
+    save_model(root / "small", perturbed_copy(tiny_llama(0, layers=1, hidden=32), 0.2, seed=1), tiny_tokenizer())
+    (root / "models.yaml").write_text(
+        "candidates:\n"
+        "  - {name: target, source: ./target, target: true}\n"
+        "  - {name: small, source: ./small}\n"
+        "  - {name: ngram, derive: {kind: ngram, max_n: 3}}\n"
+    )
+    lines = [json.dumps({"turns": [" ".join(f"w{(7 * i + j) % 60 + 4}" for j in range(20))]}) for i in range(3)]
+    (root / "prompts.jsonl").write_text("\n".join(lines) + "\n")
+    result = _invoke("profile", "--candidates", str(root / "models.yaml"), "--prompts", str(root / "prompts.jsonl"),
+                     "--out", str(root / "profile.json"), *PROFILE_FAST)
+    assert result.exit_code == 0, result.output
+    return root
+
+
+@pytest.fixture(scope="module")
+def planned(workspace) -> Path:
+    plan = workspace / "plan.json"
+    result = _invoke("recommend", "--candidates", str(workspace / "models.yaml"), "--profile", str(workspace / "profile.json"),
+                     "--prompts", str(workspace / "prompts.jsonl"), "--out", str(plan), "--threads", "1")
+    assert result.exit_code == 0, result.output
+    return plan
+
+
+def test_recommend_with_candidates_reuses_the_profile_and_records_the_models(workspace, planned):
+    payload = json.loads(planned.read_text())
+    assert payload["candidates"]["path"] == str((workspace / "models.yaml").resolve())
+    assert payload["candidates"]["yaml"]["candidates"][0]["name"] == "target"
+    assert set(payload["fingerprints"]) == {"target", "small", "ngram"}
+    assert set(payload["loop_overhead"]) == {"per_step_s", "per_round_s"}
+    assert all({"exact", "paper", "theorem_3_2"} <= set(entry) for entry in payload["alternatives"])
+    again = _invoke("recommend", "--candidates", str(workspace / "models.yaml"), "--profile", str(workspace / "profile.json"),
+                    "--prompts", str(workspace / "prompts.jsonl"), "--out", str(workspace / "again.json"), "--threads", "1")
+    assert again.exit_code == 0, again.output
+    assert "profile " in again.stdout and ": 0 entries measured" in again.stdout  # the settings were resumed
+    assert "Thm 3.2 per insertion" in again.stdout and "per verification round" in again.stdout
+
+
+def test_validate_json_has_one_entry_per_chain_and_greedy_outputs_equal(workspace, planned, tmp_path):
+    result = _invoke("validate", "--plan", str(planned), "--prompts", str(workspace / "prompts.jsonl"), *VALIDATE_FAST,
+                     "--out", str(tmp_path / "report"), "--json")
+    assert result.exit_code == 0, result.output
+    payload = json.loads(result.stdout)
+    chains = payload["chains"]
+    assert [entry["recommended"] for entry in chains].count(True) == 1
+    assert chains[0]["chain"] == json.loads(planned.read_text())["chain"]
+    assert ["target"] in [entry["chain"] for entry in chains]
+    for entry in chains:
+        assert entry["greedy_equal"] is True
+        assert entry["measured_speedup"] > 0 and len(entry["speedup_per_repeat"]) == 2
+        assert set(entry["predicted_speedup"]) == {"exact", "paper"}
+        assert [level["model"] for level in entry["levels"]] == entry["chain"]
+    assert payload["settings"]["prompts"] == 3 and payload["settings"]["repeats"] == 2
+    for name in ("report.md", "report.json", "predicted_vs_measured.png", "measured_speedup.png", "phi_paper_vs_measured.png"):
+        assert (tmp_path / "report" / name).is_file()
+    assert (tmp_path / "report" / "measured_speedup.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert json.loads((tmp_path / "report" / "report.json").read_text())["chains"] == chains
+
+
+def _plan_copy(planned: Path, tmp_path: Path, **changes) -> Path:
+    payload = json.loads(planned.read_text())
+    payload.update(changes)
+    path = tmp_path / "plan.json"
+    path.write_text(json.dumps(payload))
+    return path
+
+
+def test_a_plan_whose_models_changed_is_refused(workspace, planned, tmp_path):
+    family = tmp_path / "family"
+    shutil.copytree(workspace / "target", family / "target")
+    shutil.copy(workspace / "models.yaml", family / "models.yaml")
+    moved = json.loads(planned.read_text())
+    moved["candidates"]["path"] = str(family / "models.yaml")
+    save_model(family / "small", perturbed_copy(tiny_llama(0, layers=1, hidden=32), 0.3, seed=2), tiny_tokenizer())
+    plan = _plan_copy(planned, tmp_path, candidates=moved["candidates"])
+    result = _invoke("validate", "--plan", str(plan), "--out", str(tmp_path / "r"))
+    assert result.exit_code == 2
+    assert result.stderr.startswith("error: ") and result.stderr.count("\n") == 1
+    assert "model 'small' changed since the plan was made" in result.stderr and "re-run polyplan recommend" in result.stderr
+
+
+@pytest.mark.parametrize(
+    ("case", "message"),
+    [
+        ("version", r"plan_version: unsupported version 2; this polyplan reads 1"),
+        ("top", r"--top: 99 is more than the \d+ alternative chains in "),
+        ("long_prompts", r"long.txt: no usable prompt: all 2 are longer than the \d+ tokens that fit"),
+        ("empty_prompts", r"empty.txt: no prompts \(the file is empty\)"),
+        ("no_candidates", r"candidates: the plan does not record its models.yaml .* pass --candidates models.yaml"),
+    ],
+)
+def test_bad_input_gets_one_line_and_exit_2(workspace, planned, tmp_path, case, message):
+    plan, extra = planned, []
+    if case == "version":
+        plan = _plan_copy(planned, tmp_path, plan_version=2)
+    elif case == "top":
+        extra = ["--top", "99"]
+    elif case == "long_prompts":
+        words = " ".join(f"w{4 + i % 60}" for i in range(400))
+        (tmp_path / "long.txt").write_text(f"{words}\n\n{words}\n")
+        extra = ["--prompts", str(tmp_path / "long.txt")]
+    elif case == "empty_prompts":
+        (tmp_path / "empty.txt").write_text("")
+        extra = ["--prompts", str(tmp_path / "empty.txt")]
+    elif case == "no_candidates":
+        plan = _plan_copy(planned, tmp_path, candidates=None)
+    result = _invoke("validate", "--plan", str(plan), *VALIDATE_FAST[:4], *extra, "--out", str(tmp_path / "r"))
+    assert result.exit_code == 2, result.output
+    assert result.stderr.startswith("error: ") and result.stderr.count("\n") == 1
+    assert re.search(message, result.stderr), result.stderr

@@ -1,0 +1,184 @@
+"""Validation without models: chain selection, prompt fitting, aggregation, headline, JSON, and
+the exact model's loop-overhead term. Everything here is deterministic arithmetic."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from polyplan.errors import PolyplanError
+from polyplan.planner.cost_model import predict_chain
+from polyplan.planner.overhead import LoopOverhead, profile_overhead
+from polyplan.planner.plan_file import plan_from_profile, planned_chains, read_plan
+from polyplan.profile import load
+from polyplan.profiler.prompts import EncodedPrompt, Prompt
+from polyplan.profiler.validate import fit_prompts, select_chains
+from polyplan.profiler.validation import (
+    ROLE_ALTERNATIVE,
+    ROLE_RECOMMENDED,
+    ROLE_TARGET_ONLY,
+    ROLE_TWO_MODEL,
+    ChainSpec,
+    RunRecord,
+    headline,
+    summarise_chain,
+    validation_json,
+)
+
+EXAMPLE = Path(__file__).resolve().parent.parent / "examples" / "paper_table1_profile.json"
+
+
+@pytest.fixture(scope="module")
+def plan(tmp_path_factory):
+    """The paper's Table 1 profile planned with a loop overhead: 4 ranked chains."""
+    profile = load(EXAMPLE)
+    profile.meta["loop_overhead"] = {"greedy": {"per_step_s": 1e-4, "per_round_s": 3e-4}}
+    path = tmp_path_factory.mktemp("plan") / "plan.json"
+    plan_from_profile(profile, path, profile_path=str(EXAMPLE))
+    return read_plan(path)
+
+
+def test_overhead_adds_per_step_and_per_round_costs_exactly():
+    curves, alphas, blocks = [0.025, 0.007, 0.004], [0.8, 0.7], [4, 3]
+    overhead = LoopOverhead(per_step_s=2e-4, per_round_s=5e-4)
+    bare = predict_chain(alphas, curves, blocks)
+    loaded = predict_chain(alphas, curves, blocks, overhead)
+    phi = bare.forwards_per_token
+    # Every round at a verifying level is one forward of that level's model; every forward of
+    # the last model is one autoregressive step.
+    expected = overhead.per_round_s * sum(phi[:-1]) + overhead.per_step_s * phi[-1]
+    assert loaded.overhead_per_token == pytest.approx(expected, rel=1e-12)
+    assert loaded.cost_per_token == pytest.approx(bare.cost_per_token + expected, rel=1e-12)
+    assert loaded.forwards_per_token == bare.forwards_per_token
+    assert loaded.speedup == pytest.approx((0.025 + 2e-4) / loaded.cost_per_token)
+    alone = predict_chain([], [0.025], [], overhead)
+    assert alone.speedup == 1.0 and alone.cost_per_token == pytest.approx(0.025 + 2e-4)
+
+
+def test_plan_records_overhead_predictions_and_verdicts_for_every_ranked_chain(plan):
+    chains = planned_chains(plan)
+    assert [c.chain for c in chains][0] == plan.chain
+    assert {c.chain for c in chains} == {
+        ("vicuna-7b",), ("vicuna-7b", "eagle"), ("vicuna-7b", "vicuna-7b-w4"), ("vicuna-7b", "vicuna-7b-w4", "eagle")
+    }
+    assert all(c.overhead_per_token_s > 0 for c in chains)
+    assert plan.payload["loop_overhead"] == {"per_step_s": 1e-4, "per_round_s": 3e-4}
+    three = next(a for a in plan.payload["alternatives"] if len(a["chain"]) == 3)
+    assert three["theorem_3_2"] == [{"model": "vicuna-7b-w4", "verdict": "helps"}]
+    assert profile_overhead({}, "greedy") is None
+
+
+def test_old_plan_without_per_chain_predictions_is_refused(plan, tmp_path):
+    payload = dict(plan.payload, alternatives=[{"chain": list(plan.chain), "block_sizes": list(plan.block_sizes)}])
+    path = tmp_path / "old.json"
+    path.write_text(json.dumps(payload))
+    with pytest.raises(PolyplanError, match=r"alternatives\[0\]: no predictions recorded .* re-run polyplan recommend"):
+        planned_chains(read_plan(path), str(path))
+
+
+def test_select_chains_gives_each_chain_every_role_it_plays(plan):
+    specs = select_chains(plan, top=1)
+    roles = {spec.planned.chain: spec.roles for spec in specs}
+    assert roles[plan.chain] == (ROLE_RECOMMENDED,)
+    second = planned_chains(plan)[1].chain
+    assert len(second) == 2 and roles[second] == (ROLE_ALTERNATIVE, ROLE_TWO_MODEL)
+    assert roles[("vicuna-7b",)] == (ROLE_TARGET_ONLY,)
+    assert len(specs) == 3 and [s.rank for s in specs] == sorted(s.rank for s in specs)
+    assert len(select_chains(plan, top=3)) == 4
+
+
+def test_top_larger_than_the_alternatives_is_one_clear_error(plan):
+    with pytest.raises(PolyplanError, match=r"^--top: 4 is more than the 3 alternative chains in plan.json$"):
+        select_chains(plan, top=4)
+
+
+def _prompts(*lengths):
+    return [EncodedPrompt(Prompt(f"p{n}", "user", f"file:{i + 1}"), tuple(range(n))) for i, n in enumerate(lengths)]
+
+
+def test_fit_prompts_drops_or_truncates_and_names_the_file_when_none_fit():
+    kept = fit_prompts(_prompts(5, 50, 10), limit=40, reserve=20, truncate=False, source="p.txt")
+    assert [len(p.ids) for p in kept.prompts] == [5, 10] and kept.dropped == ("file:2",)
+    cut = fit_prompts(_prompts(5, 50), limit=40, reserve=20, truncate=True, source="builtin")
+    assert [p.ids for p in cut.prompts][1] == tuple(range(30, 50)) and cut.truncated == 1
+    with pytest.raises(PolyplanError, match=r"^p.txt: no usable prompt: all 2 are longer than the 20 tokens that fit"):
+        fit_prompts(_prompts(30, 50), limit=40, reserve=20, truncate=False, source="p.txt")
+    assert len(fit_prompts(_prompts(500), limit=None, reserve=20, truncate=False, source="x").prompts) == 1
+
+
+def _record(chain, repeat, prompt, decode, tokens=(1, 2, 3, 4), levels=1):
+    return RunRecord(
+        chain=chain, repeat=repeat, prompt=prompt, decode_s=decode, prefill_s=0.01, token_ids=tuple(tokens),
+        forward_passes=(2,) * levels, forward_seconds=(decode / 2,) * levels,
+        tokens_per_verification=((2, 2),) + ((),) * (levels - 1), tokens_proposed=(4,) + (0,) * (levels - 1),
+        tokens_accepted=(2,) + (0,) * (levels - 1),
+    )
+
+
+def test_speedups_are_paired_per_repeat_and_a_lossy_chain_gets_none(plan):
+    specs = {spec.planned.chain: spec for spec in select_chains(plan, top=3)}
+    target = specs[("vicuna-7b",)]
+    base = [_record(0, r, p, 1.0 + r) for r in range(3) for p in range(2)]  # repeat r is (1 + r) slow
+    best = specs[plan.chain]
+    fast = [_record(1, r, p, (1.0 + r) / 2.5, levels=3) for r in range(3) for p in range(2)]
+    result = summarise_chain(best, fast, base, greedy=True)
+    assert result.speedup.samples == pytest.approx((2.5, 2.5, 2.5)) and result.speedup.std == pytest.approx(0.0)
+    assert result.greedy_equal is True and result.measured_speedup == pytest.approx(2.5)
+    assert result.exact_error == pytest.approx(result.predicted_exact / 2.5 - 1)
+    assert result.levels[0].forwards_per_token == pytest.approx(0.5) and result.levels[0].mu == 2.0
+    two = next(spec for spec in specs.values() if ROLE_TWO_MODEL in spec.roles)
+    lossy_runs = [_record(2, r, p, (1.0 + r) / 4, tokens=(1, 2, 9, 4), levels=2) for r in range(3) for p in range(2)]
+    lossy = summarise_chain(two, lossy_runs, base, greedy=True)
+    assert lossy.greedy_equal is False and lossy.measured_speedup is None and lossy.exact_error is None
+    assert lossy.first_difference == "prompt 1, repeat 1: token 3 differs from target-only decoding"
+    alone = summarise_chain(target, base, base, greedy=True)
+    head = headline([result, lossy, alone])
+    assert head.fastest == result.label()  # the lossy chain looks 4x faster but is excluded
+    assert head.over_two_model is None and head.measured_speedup == pytest.approx(2.5)
+    # checks: prediction within 10%, recommended fastest, >= 2x, >= 1.15x over the two-model chain
+    assert [check.passed for check in head.checks][1:] == [True, True, None]
+    sampled = summarise_chain(two, lossy_runs, base, greedy=False)
+    assert sampled.greedy_equal is None and sampled.measured_speedup == pytest.approx(4.0)
+
+
+def test_recommended_within_noise_of_the_fastest_uses_the_paired_ratio(plan):
+    specs = select_chains(plan, top=3)
+    base = [_record(0, r, 0, 1.0) for r in range(4)]
+    noisy = [1 / 2.0, 1 / 2.2, 1 / 1.9, 1 / 2.1]
+    rec = summarise_chain(specs[0], [_record(1, r, 0, t, levels=3) for r, t in enumerate(noisy)], base, greedy=True)
+    slightly = summarise_chain(specs[1], [_record(2, r, 0, t * 0.99, levels=2) for r, t in enumerate(noisy)], base, greedy=True)
+    clearly = summarise_chain(specs[1], [_record(2, r, 0, t * 0.8, levels=2) for r, t in enumerate(noisy)], base, greedy=True)
+    alone = summarise_chain(specs[-1], base, base, greedy=True)
+    # A constant 1% gap in every repeat is not noise; neither is 25%: the paired ratio has no spread.
+    assert headline([rec, slightly, alone]).recommended_within_noise is False
+    wobble = [t * f for t, f in zip(noisy, (0.97, 1.03, 0.98, 1.02))]
+    close = summarise_chain(specs[1], [_record(2, r, 0, t, levels=2) for r, t in enumerate(wobble)], base, greedy=True)
+    assert headline([rec, close, alone]).recommended_within_noise is True
+    assert headline([rec, clearly, alone]).fastest == clearly.label()
+
+
+def test_json_twin_has_the_documented_shape(plan):
+    from polyplan.profiler.validation import Validation
+
+    specs = select_chains(plan, top=1)
+    base = [_record(0, 0, 0, 1.0)]
+    chains = tuple(
+        summarise_chain(spec, [_record(i, 0, 0, 0.5, levels=len(spec.planned.chain))], base, greedy=True)
+        for i, spec in enumerate(specs)
+    )
+    validation = Validation(
+        chains=chains, headline=headline(chains), sampling="greedy", prompts=1, prompt_sources=("x",), dropped_prompts=(),
+        truncated_prompts=0, new_tokens=4, repeats=1, seed=0, device="cpu", plan_device="cpu", plan_path="plan.json",
+        wall_time_s=1.0, notes=(),
+    )
+    payload = validation_json(validation)
+    json.dumps(payload, allow_nan=False)
+    assert set(payload) >= {"chains", "headline", "checks", "settings"}
+    for entry in payload["chains"]:
+        assert set(entry) >= {"chain", "block_sizes", "predicted_speedup", "measured_speedup", "greedy_equal", "recommended"}
+        assert set(entry["predicted_speedup"]) == {"exact", "paper"}
+        assert len(entry["block_sizes"]) == len(entry["chain"]) - 1
+    assert [entry["recommended"] for entry in payload["chains"]].count(True) == 1
+    assert payload["chains"][0]["chain"] == list(plan.chain)
