@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Optional
 
 import typer
 
@@ -29,3 +29,52 @@ def train(
 
     report = train_family(QUICK if quick else FULL, out, seed=seed, log=typer.echo)
     typer.echo(f"wrote {out}: " + ", ".join(f"{name} loss {loss:.3f}" for name, loss in report.validation_loss.items()))
+
+
+@app.command("measure")
+@fails_cleanly
+def measure(
+    family: Annotated[Optional[Path], typer.Option("--family", help="A trained family folder (default: the shipped one).")] = None,
+    threads: Annotated[int, typer.Option("--threads", help="torch threads while timing.")] = 2,
+    repeats: Annotated[int, typer.Option("--repeats", help="Timed decode steps per model.")] = 200,
+    prompt: Annotated[str, typer.Option("--prompt", help="Prompt of the greedy sample.")] = "def read_config(path):\n",
+    new_tokens: Annotated[int, typer.Option("--new-tokens", help="Length of the greedy sample.")] = 80,
+) -> None:
+    """Decode-step latency of target, int8 copy, early-exit copy and drafter side by side
+    (ratio to the target), their held-out numbers from family.json, and a greedy sample."""
+    import json
+
+    import torch
+
+    from polyplan.errors import PolyplanError
+    from polyplan.zoo.builtin import weights_root
+    from polyplan.zoo.measure import decode_step_ms, family_variants, greedy_sample
+
+    folder = family if family is not None else weights_root()
+    if not (folder / "family.json").is_file():
+        raise PolyplanError(f"--family: {folder} has no family.json; train one with `polyplan zoo train`")
+    payload = json.loads((folder / "family.json").read_text())
+    report = payload["report"]
+    previous = torch.get_num_threads()
+    torch.set_num_threads(threads)
+    try:
+        variants = family_variants(folder, payload["recipe"]["early_exit_layers"])
+        timings = {name: decode_step_ms(model, name, repeats=repeats) for name, model in variants.items()}
+        from transformers import AutoTokenizer
+
+        tokenizer = AutoTokenizer.from_pretrained(folder / "target", local_files_only=True)
+        sample = greedy_sample(variants["target"], tokenizer, prompt, new_tokens)
+    finally:
+        torch.set_num_threads(previous)
+    base = timings["target"].median_ms
+    typer.echo(f"family: {folder}  (threads {threads}, {repeats} one-token steps each, warm cache of 64 tokens)")
+    typer.echo(f"{'model':<14} {'step ms':>8} {'IQR ms':>13} {'target/this':>11} {'val loss':>8} {'agree w/ target':>15}")
+    for name, timing in timings.items():
+        loss = report["validation_loss"].get(name)
+        agree = report["greedy_agreement_with_target"].get(name)
+        typer.echo(
+            f"{name:<14} {timing.median_ms:>8.3f} {f'{timing.q1_ms:.2f}-{timing.q3_ms:.2f}':>13} {base / timing.median_ms:>11.2f} "
+            f"{'-' if loss is None else f'{loss:.3f}':>8} {'-' if agree is None else f'{agree:.3f}':>15}"
+        )
+    typer.echo(f"greedy sample of the target after {prompt!r}:")
+    typer.echo(prompt + sample)

@@ -82,15 +82,15 @@ FULL = Recipe(
     held_out_every=20,
     max_train_chars=None,
     target=ModelShape(hidden_size=384, num_layers=8, num_heads=6, intermediate_size=768),
-    target_schedule=Schedule(steps=520, batch_size=8, learning_rate=2e-3, warmup_steps=30),
+    target_schedule=Schedule(steps=1200, batch_size=8, learning_rate=2e-3, warmup_steps=30),
     early_exit_layers=2,
     early_exit_weight=0.3,
     drafter=ModelShape(hidden_size=128, num_layers=1, num_heads=4, intermediate_size=384),
-    drafter_schedule=Schedule(steps=520, batch_size=8, learning_rate=3e-3, warmup_steps=30),
+    drafter_schedule=Schedule(steps=1200, batch_size=8, learning_rate=3e-3, warmup_steps=30),
     distill_weight=0.7,
     ngram_max_n=4,
     ngram_min_n=1,
-    eval_batches=24,
+    eval_batches=8,
     threads=2,
 )
 

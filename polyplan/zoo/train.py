@@ -165,13 +165,19 @@ def validation_loss(model: nn.Module, windows: torch.Tensor, batch_size: int = 8
 @torch.inference_mode()
 def greedy_agreement(reference: nn.Module, other: nn.Module, windows: torch.Tensor, batch_size: int = 8) -> float:
     """Fraction of held-out positions where both models' argmax next tokens agree."""
-    same, count = 0, 0
-    for chunk in windows.split(batch_size):
-        a = reference(chunk[:, :-1]).logits.argmax(-1)
-        b = other(chunk[:, :-1]).logits.argmax(-1)
-        same += int((a == b).sum())
-        count += a.numel()
-    return same / count
+    return agreement_with(greedy_tokens(reference, windows, batch_size), other, windows, batch_size)
+
+
+@torch.inference_mode()
+def greedy_tokens(model: nn.Module, windows: torch.Tensor, batch_size: int = 8) -> torch.Tensor:
+    """The argmax next token at every position of `windows` (count, L + 1): shape (count, L)."""
+    return torch.cat([model(chunk[:, :-1]).logits.argmax(-1) for chunk in windows.split(batch_size)])
+
+
+@torch.inference_mode()
+def agreement_with(reference: torch.Tensor, other: nn.Module, windows: torch.Tensor, batch_size: int = 8) -> float:
+    """Fraction of positions where `other`'s argmax equals the `reference` tokens (count, L)."""
+    return float((greedy_tokens(other, windows, batch_size) == reference).float().mean())
 
 
 def _round_trip_half(model: nn.Module) -> nn.Module:
@@ -239,8 +245,9 @@ def train_family(recipe: Recipe, out: Path, seed: int = 0, log: Log = print) -> 
             DRAFTER: drafter,
         }
         losses = {name: validation_loss(model, windows) for name, model in variants.items()}
+        reference = greedy_tokens(target, windows)
         agreement = {
-            name: greedy_agreement(target, model, windows)
+            name: agreement_with(reference, model, windows)
             for name, model in variants.items() if name != TARGET
         }
         clock["evaluation"] = time.perf_counter() - started

@@ -1,0 +1,86 @@
+"""Side-by-side measurements of a trained family: decode-step latency and a greedy sample.
+
+`decode_step_ms` times what one speculative-decoding draft step costs: an HF forward pass of
+ONE new token against a warm `DynamicCache`, median of many (model load and warm-up never
+timed). Timings on a shared CPU are noisy, so compare the ratios within one run.
+"""
+
+from __future__ import annotations
+
+import statistics
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+from torch import nn
+
+from polyplan.decoder.derive import early_exit_model, quantize_model
+
+
+@dataclass(frozen=True)
+class StepTiming:
+    """Median and quartiles (ms) of `repeats` one-token decode steps of model `name`."""
+
+    name: str
+    median_ms: float
+    q1_ms: float
+    q3_ms: float
+    repeats: int
+
+
+@torch.inference_mode()
+def decode_step_ms(model: nn.Module, name: str, *, context: int = 64, repeats: int = 100, warmup: int = 10) -> StepTiming:
+    """Time one-token forward passes with a warm cache of `context` tokens.
+
+    The cache is cropped back after every step so each timed step sees the same context length.
+    """
+    from transformers import DynamicCache
+
+    generator = torch.Generator().manual_seed(0)
+    vocab = model.config.vocab_size
+    prompt = torch.randint(0, vocab, (1, context), generator=generator)
+    cache = DynamicCache(config=model.config)
+    model(input_ids=prompt, past_key_values=cache, use_cache=True)
+    token = torch.tensor([[1]])
+    position = torch.tensor([[context]])
+    samples = []
+    for index in range(warmup + repeats):
+        started = time.perf_counter()
+        model(input_ids=token, position_ids=position, past_key_values=cache, use_cache=True)
+        elapsed = time.perf_counter() - started
+        cache.crop(context)
+        if index >= warmup:
+            samples.append(elapsed * 1e3)
+    q1, median, q3 = statistics.quantiles(samples, n=4)
+    return StepTiming(name, median, q1, q3, repeats)
+
+
+def family_variants(folder: Path, early_exit_layers: int) -> dict[str, nn.Module]:
+    """target, target-int8, target-exit<k> and drafter of the family in `folder` (float32, CPU)."""
+    from transformers import AutoModelForCausalLM
+
+    target = AutoModelForCausalLM.from_pretrained(folder / "target", local_files_only=True, dtype=torch.float32).eval()
+    drafter = AutoModelForCausalLM.from_pretrained(folder / "drafter", local_files_only=True, dtype=torch.float32).eval()
+    return {
+        "target": target,
+        "target-int8": quantize_model(target, "int8"),
+        f"target-exit{early_exit_layers}": early_exit_model(target, early_exit_layers),
+        "drafter": drafter,
+    }
+
+
+@torch.inference_mode()
+def greedy_sample(model: nn.Module, tokenizer, prompt: str, new_tokens: int) -> str:
+    """The model's greedy continuation of `prompt` (plain HF loop with a cache)."""
+    from transformers import DynamicCache
+
+    ids = torch.tensor([tokenizer(prompt)["input_ids"]])
+    cache = DynamicCache(config=model.config)
+    logits = model(input_ids=ids, past_key_values=cache, use_cache=True).logits[:, -1]
+    out = []
+    for _ in range(new_tokens):
+        token = logits.argmax(-1, keepdim=True)  # (1, 1)
+        out.append(int(token))
+        logits = model(input_ids=token, past_key_values=cache, use_cache=True).logits[:, -1]
+    return tokenizer.decode(out)
