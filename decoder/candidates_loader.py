@@ -194,7 +194,8 @@ def _load_source(candidate: Candidate, label: str):
     except Exception as error:  # noqa: BLE001 - safetensors, HF hub and OS errors share no base class
         if candidate.source_kind == "hub" and local_only:
             raise PolyplanError(
-                f"{label}: hub id {where!r} is not in the local cache and this machine is offline (HF_HUB_OFFLINE)"
+                f"{label}: hub id {where!r} is not in the local cache and this machine is offline "
+                f"(HF_HUB_OFFLINE); if it is meant as a local folder, that folder does not exist"
             ) from None
         reason = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
         kind = "corrupt or unreadable weights" if "safetensor" in type(error).__name__.lower() else "cannot load"
