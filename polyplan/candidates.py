@@ -21,7 +21,8 @@
 Rules (each violation is a `PolyplanError` whose one line names the entry):
 - top level: a mapping with the single key `candidates`, a non-empty list of mappings;
 - entry keys: `name`, `source` xor `derive`, optional `target`, `dtype` (float32, float16,
-  bfloat16), `device` (cpu, cuda, cuda:N), `padded_vocab`; nothing else;
+  bfloat16), `device` (cpu, cuda, cuda:N), `padded_vocab`; nothing else (a derived entry
+  takes its base's dtype and padded_vocab and may not set them);
 - exactly one entry has `target: true`, and it is a `source` entry;
 - names are unique; a local `source` folder exists;
 - `derive.from` names another entry; derivations form no cycle; `layers` is an integer
@@ -218,8 +219,10 @@ def _parse_entry(entry: Any, index: int, base_dir: Path, origin: str) -> Candida
     else:
         source, kind = None, "derived"
         derive = _parse_derive(entry["derive"], label)
-        if isinstance(derive, NGram) and (padded_vocab or "dtype" in entry):
-            raise PolyplanError(f"{label}: an ngram drafter has no weights: drop 'dtype'/'padded_vocab'")
+        if "dtype" in entry or padded_vocab:
+            raise PolyplanError(
+                f"{label}: 'dtype' and 'padded_vocab' belong to source entries; a derived entry keeps its base's"
+            )
     return Candidate(name, source, kind, derive, is_target, dtype, device, padded_vocab)
 
 
@@ -306,17 +309,19 @@ def _check_derivations(by_name: dict[str, Candidate], origin: str) -> None:
 
 
 def _inherit_device(candidate: Candidate, by_name: dict[str, Candidate]) -> Candidate:
-    """Fill in the device: the entry's own, else its base's (recursively), else cpu."""
+    """Fill in the device (the entry's own, else its base's, recursively, else cpu) and give a
+    derived entry its root's dtype and padded_vocab."""
     current: Candidate | None = candidate
     while current is not None and current.device == "":
         base = _base(current)
         current = by_name[base] if base is not None else None
     device = current.device if current is not None else "cpu"
-    if device == candidate.device:
-        return candidate
+    root = candidate
+    while (base := _base(root)) is not None:
+        root = by_name[base]
     return Candidate(
         candidate.name, candidate.source, candidate.source_kind, candidate.derive,
-        candidate.is_target, candidate.dtype, device, candidate.padded_vocab,
+        candidate.is_target, root.dtype, device, root.padded_vocab,
     )
 
 

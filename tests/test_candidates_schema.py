@@ -52,6 +52,7 @@ def test_valid_file_parses_into_frozen_candidates(folders):
     assert result.by_name("small").source == str(folders / "small")
     assert [result.by_name(n).source_kind for n in ("big", "zoo", "hub", "exit")] == ["local", "builtin", "hub", "derived"]
     assert result.by_name("small").dtype == "float16" and result.by_name("big").dtype == "float32"
+    assert result.by_name("exit-int8").dtype == "float32"
     assert all(c.device == "cpu" for c in result.candidates)
     assert [c.name for c in base_chain(result, "exit-int8")] == ["exit-int8", "exit", "big"]
     with pytest.raises(AttributeError):
@@ -105,6 +106,7 @@ BAD = {
         [{**e, "target": False} for e in good()[:1]] + [{"name": "q", "derive": {"from": "big", "quantize": "int8"}, "target": True}],
         "candidate 'q': the target must have a 'source'",
     ),
+    "dtype on a derived entry": (_edit(1, dtype="float16"), "candidate 'big-int8': 'dtype' and 'padded_vocab' belong to source entries"),
     "bad dtype": (_edit(2, dtype="float8"), "candidate 'small': dtype 'float8'"),
     "bad device": (_edit(2, device="tpu"), "candidate 'small': device 'tpu'"),
     "target not boolean": (_edit(0, target="yes"), "candidate 'big': 'target' must be true or false"),
@@ -141,12 +143,12 @@ def test_invalid_yaml_and_missing_file(folders):
 
 def test_derived_entries_inherit_their_base_device(folders):
     entries = [
-        {"name": "big", "source": "big", "target": True, "device": "cuda:1"},
+        {"name": "big", "source": "big", "target": True, "device": "cuda:1", "dtype": "bfloat16"},
         {"name": "exit", "derive": {"from": "big", "layers": 1}},
         {"name": "ngram", "derive": {"kind": "ngram"}},
     ]
     result = parse(entries, folders)
-    assert result.by_name("exit").device == "cuda:1"
+    assert result.by_name("exit").device == "cuda:1" and result.by_name("exit").dtype == "bfloat16"
     assert result.by_name("ngram").device == "cpu"
 
 
