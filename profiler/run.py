@@ -90,6 +90,15 @@ class _Silent:
 
 
 @dataclass(frozen=True)
+class PhaseSeconds:
+    """Wall time spent measuring each kind of entry (the inputs they needed included)."""
+
+    latency: float
+    alpha: float
+    decoded: float
+
+
+@dataclass(frozen=True)
 class ProfileOutcome:
     """What a run did: the final profile, and which entries it measured or reused."""
 
@@ -98,6 +107,7 @@ class ProfileOutcome:
     measured: tuple[Step, ...]
     reused: tuple[Step, ...]
     wall_time_s: float
+    phases: PhaseSeconds
 
 
 def describe_device(device: str | torch.device) -> str:
@@ -149,7 +159,8 @@ def profile_models(
     _check_writable(out)
     run = _Run(models, prompts, out, settings, describe_device(device), existing, progress)
     run.execute()
-    return ProfileOutcome(run.profile, out, tuple(run.measured), tuple(run.reused), time.perf_counter() - started)
+    phases = PhaseSeconds(**run.seconds)
+    return ProfileOutcome(run.profile, out, tuple(run.measured), tuple(run.reused), time.perf_counter() - started, phases)
 
 
 # --------------------------------------------------------------------------- checks
@@ -237,6 +248,8 @@ class _Run:
         self.device_label = device_label
         self.progress = progress
         self.measured: list[Step] = []
+        self.seconds = {"latency": 0.0, "alpha": 0.0, "decoded": 0.0}
+        self._began = 0.0
         self.reused: list[Step] = []
         acceptance = settings.acceptance
         count = len(self.prompts) if acceptance.decoded_prompts is None else min(acceptance.decoded_prompts, len(self.prompts))
@@ -326,7 +339,13 @@ class _Run:
         except OSError as error:
             raise PolyplanError(f"--out: cannot write {self.out} ({error.strerror or error})") from None
 
+    def _begin(self, step: Step) -> None:
+        self._began = time.perf_counter()
+        self.progress.start(step)
+
     def _finish(self, step: Step, reused: bool) -> None:
+        if not reused:
+            self.seconds[step.kind] += time.perf_counter() - self._began
         (self.reused if reused else self.measured).append(step)
         self.progress.done(step, reused)
 
@@ -358,7 +377,7 @@ class _Run:
         if entry is not None and entry.latency_fingerprint == key:
             self._finish(step, reused=True)
             return
-        self.progress.start(step)
+        self._begin(step)
         measurement = measure_latency(model.member, self.stream, self.settings.latency)
         fresh = model_entry(model.name, model.fingerprint, measurement, key)
         if entry is None:
@@ -386,7 +405,7 @@ class _Run:
         if old is not None and old.fingerprint == key:
             self._finish(step, reused=True)
             return
-        self.progress.start(step)
+        self._begin(step)
         acceptance = self.settings.acceptance
         estimate = pair_alpha(
             self._forced(temperature, verifier),
@@ -412,7 +431,7 @@ class _Run:
         if old is not None and old.fingerprint == key:
             self._finish(step, reused=True)
             return
-        self.progress.start(step)
+        self._begin(step)
         acceptance = self.settings.acceptance
         measurement = measure_decoded(
             self.by_name[verifier].member,

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from polyplan.planner.capped_geometric import relative_variability
 from polyplan.planner.cost_model import predict_chain
 from polyplan.planner.latency import curve_from_profile
 from polyplan.profile import Profile
@@ -25,6 +26,19 @@ class ModelRow:
 
 
 @dataclass(frozen=True)
+class DecodedRow:
+    """A decoded μ beside what α implies, and σ/μ (Theorem 3.3's relative variability)
+    measured and as i.i.d. acceptance at rate α would give it."""
+
+    k: int
+    mu: float
+    implied_mu: float | None
+    positional_mu: float | None
+    relative_variability: float | None
+    iid_relative_variability: float
+
+
+@dataclass(frozen=True)
 class PairRow:
     """One pair under one sampling mode."""
 
@@ -36,7 +50,7 @@ class PairRow:
     best_k: int
     mu_best: float
     mu_best_source: str  # "decoded" or "alpha"
-    decoded: tuple[tuple[int, float, float], ...]  # (K, decoded μ, implied μ) per decoded K
+    decoded: tuple[DecodedRow, ...]
     speedup: float  # exact-model speedup of the pair at K* over the verifier alone
     warnings: tuple[str, ...]
 
@@ -62,7 +76,7 @@ def pair_rows(profile: Profile, k_max: int = 8) -> tuple[PairRow, ...]:
             costs = {k: predict_chain([stats.alpha], chain_curves, [k]) for k in range(1, k_max + 1)}
             best_k = min(costs, key=lambda k: (costs[k].cost_per_token, k))
             measured = stats.decoded_at(best_k)
-            implied = {item.k: item.mu for item in stats.implied}
+            implied = {item.k: item for item in stats.implied}
             if measured is not None:
                 mu_best, source = measured.mu, "decoded"
             else:
@@ -77,7 +91,17 @@ def pair_rows(profile: Profile, k_max: int = 8) -> tuple[PairRow, ...]:
                     best_k=best_k,
                     mu_best=mu_best,
                     mu_best_source=source,
-                    decoded=tuple((d.k, d.mu, implied.get(d.k, float("nan"))) for d in stats.decoded),
+                    decoded=tuple(
+                        DecodedRow(
+                            k=d.k,
+                            mu=d.mu,
+                            implied_mu=implied[d.k].mu if d.k in implied else None,
+                            positional_mu=implied[d.k].mu_positional if d.k in implied else None,
+                            relative_variability=None if d.sigma is None else d.sigma / d.mu,
+                            iid_relative_variability=relative_variability(stats.alpha, d.k),
+                        )
+                        for d in stats.decoded
+                    ),
                     speedup=costs[best_k].speedup,
                     warnings=tuple(stats.warnings),
                 )
@@ -104,7 +128,9 @@ def summary_lines(profile: Profile, k_max: int = 8) -> list[str]:
     for row in rows:
         interval = "" if row.alpha_ci is None else f"[{row.alpha_ci[0]:.3f},{row.alpha_ci[1]:.3f}]"
         mu = f"{row.mu_best:.2f}" + ("" if row.mu_best_source == "decoded" else "(α)")
-        comparison = "  ".join(f"K{k}: {d:.2f}/{i:.2f}" for k, d, i in row.decoded) or "-"
+        comparison = "  ".join(
+            f"K{d.k}: {d.mu:.2f}/" + ("-" if d.implied_mu is None else f"{d.implied_mu:.2f}") for d in row.decoded
+        ) or "-"
         mark = " !" if row.warnings else ""
         label = f"{row.verifier} <- {row.drafter}"
         lines.append(

@@ -117,6 +117,7 @@ def profile(
                 "measured": [step.label for step in outcome.measured],
                 "reused": [step.label for step in outcome.reused],
                 "wall_time_s": outcome.wall_time_s,
+                "phase_seconds": {"latency": outcome.phases.latency, "alpha": outcome.phases.alpha, "decoded": outcome.phases.decoded},
                 "models": [{"name": r.name, "step_s": r.step_s, "relative_iqr": r.relative_iqr} for r in model_rows(outcome.profile)],
                 "pairs": [
                     {
@@ -127,6 +128,19 @@ def profile(
                         "best_k": r.best_k,
                         "mu_best": r.mu_best,
                         "mu_best_source": r.mu_best_source,
+                        "alpha_ci": r.alpha_ci,
+                        "decoded": [
+                            {
+                                "k": d.k,
+                                "mu": d.mu,
+                                "implied_mu": d.implied_mu,
+                                "positional_mu": d.positional_mu,
+                                "relative_variability": d.relative_variability,
+                                "iid_relative_variability": d.iid_relative_variability,
+                            }
+                            for d in r.decoded
+                        ],
+                        "speedup_at_best_k": r.speedup,
                         "warnings": list(r.warnings),
                     }
                     for r in pair_rows(outcome.profile)
@@ -135,7 +149,9 @@ def profile(
         )
         return
     typer.echo("\n".join(summary_lines(outcome.profile)))
+    phases = outcome.phases
     typer.echo(
-        f"\nwrote {out}: {len(outcome.measured)} entries measured, {len(outcome.reused)} reused, "
-        f"{outcome.wall_time_s:.1f} s"
+        f"\nwrote {out}: {len(outcome.measured)} entries measured, {len(outcome.reused)} reused in "
+        f"{outcome.wall_time_s:.1f} s (latency {phases.latency:.1f} s, alpha {phases.alpha:.1f} s, "
+        f"decoded {phases.decoded:.1f} s)"
     )
