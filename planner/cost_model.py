@@ -34,8 +34,10 @@ from polyplan.errors import PolyplanError
 from polyplan.planner.capped_geometric import check_acceptance, check_block_size
 from polyplan.planner.latency import LatencyCurve, constant_curve
 from polyplan.planner.overhead import NO_OVERHEAD, LoopOverhead
+from polyplan.planner.runs import RunSurvival
 
 CurveLike = Union[LatencyCurve, float]
+Acceptance = Union[float, RunSurvival]  # i.i.d. rate α, or measured acceptance runs
 
 
 @dataclass(frozen=True)
@@ -82,13 +84,19 @@ class _Draft:
     level_stats: tuple[tuple[float, float, float, np.ndarray], ...]  # per level i … n−1 (E[g], E[m], E[waste], pmf m)
 
 
-def _gathered_given_drafted(acceptance: float, max_drafted: int) -> np.ndarray:
-    """G[m, j] = P(min(A, m) + 1 = j) for m = 0 … max_drafted, j = 0 … max_drafted + 1."""
+def _gathered_given_drafted(acceptance: Acceptance, max_drafted: int) -> np.ndarray:
+    """G[m, j] = P(min(A, m) + 1 = j) for m = 0 … max_drafted, j = 0 … max_drafted + 1.
+
+    A's law: geometric (P(A >= a) = α^a) for a float α, else the measured run survival.
+    """
+    if isinstance(acceptance, RunSurvival):
+        survival = acceptance(max_drafted + 1)  # S(0 … max_drafted + 1)
+    else:
+        survival = acceptance ** np.arange(max_drafted + 2, dtype=float)
     table = np.zeros((max_drafted + 1, max_drafted + 2))
     for m in range(max_drafted + 1):
-        j = np.arange(1, m + 1)
-        table[m, 1 : m + 1] = acceptance ** (j - 1) * (1 - acceptance)
-        table[m, m + 1] = acceptance**m
+        table[m, 1 : m + 1] = survival[:m] - survival[1 : m + 1]  # rejected after a = j − 1 acceptances
+        table[m, m + 1] = survival[m]
     return table
 
 
@@ -101,7 +109,7 @@ def _as_curve(curve: CurveLike, name: str) -> LatencyCurve:
         raise PolyplanError(f"{name}: must be a latency curve or a time in seconds, got {curve!r}") from None
 
 
-def _level_round(acceptance: float, drafted_pmf: np.ndarray, verify: LatencyCurve) -> tuple[np.ndarray, float, tuple]:
+def _level_round(acceptance: Acceptance, drafted_pmf: np.ndarray, verify: LatencyCurve) -> tuple[np.ndarray, float, tuple]:
     """One verification round given the pmf of drafted tokens: gathered pmf, forward time, stats."""
     counts = np.arange(len(drafted_pmf), dtype=float)
     table = _gathered_given_drafted(acceptance, len(drafted_pmf) - 1)
@@ -117,7 +125,7 @@ def _level_round(acceptance: float, drafted_pmf: np.ndarray, verify: LatencyCurv
 def _draft(
     level: int,
     k: int,
-    acceptances: Sequence[float],
+    acceptances: Sequence[Acceptance],
     curves: Sequence[LatencyCurve],
     blocks: Sequence[int],
     overhead: LoopOverhead,
@@ -157,7 +165,7 @@ def _draft(
 
 
 def predict_chain(
-    acceptances: Sequence[float],
+    acceptances: Sequence[Acceptance],
     curves: Sequence[CurveLike],
     block_sizes: Sequence[int],
     overhead: LoopOverhead | None = None,
@@ -166,7 +174,8 @@ def predict_chain(
 
     Args:
         acceptances: α_{i,i+1} for i = 1 … n−1: the per-token acceptance rate of M_{i+1}'s
-            samples under M_i (adjacent pairs only), each in [0, 1).
+            samples under M_i (adjacent pairs only), each in [0, 1); or, per level, the
+            measured `planner.runs.RunSurvival` of the pair at that level's block size.
         curves: T_1 … T_n as `LatencyCurve`s (or constant times in seconds).
         block_sizes: K_1 … K_{n−1}, each >= 1 (empty for n = 1).
         overhead: the decoding loop's own cost per step and per round (None: none).
@@ -178,7 +187,7 @@ def predict_chain(
         raise PolyplanError(f"acceptances: need {n - 1} (one per adjacent pair), got {len(acceptances)}")
     if len(block_sizes) != n - 1:
         raise PolyplanError(f"block_sizes: need {n - 1} (one per verifying level), got {len(block_sizes)}")
-    alphas = [check_acceptance(a, f"acceptances[{i}]") for i, a in enumerate(acceptances)]
+    alphas = [a if isinstance(a, RunSurvival) else check_acceptance(a, f"acceptances[{i}]") for i, a in enumerate(acceptances)]
     blocks = [check_block_size(k, f"block_sizes[{i}]") for i, k in enumerate(block_sizes)]
     lat = [_as_curve(c, f"curves[{i}]") for i, c in enumerate(curves)]
     loop = NO_OVERHEAD if overhead is None else overhead

@@ -30,7 +30,8 @@ Format (``plan_version`` 1)::
          "theorem_3_2": [{"model": "w4", "verdict": "helps"}]}   # per intermediate model
       ],
       "insertions": ["in: w4: ...", ...],
-      "search": {"max_levels": 4, "k_max": 8, "method": "grid"}
+      "search": {"max_levels": 4, "k_max": 8, "method": "grid", "context_length": null,
+                 "acceptance_model": "iid"}   # or "runs": see planner.runs
     }
 
 `write_plan` writes atomically; `read_plan` validates the fields a consumer needs and raises
@@ -135,7 +136,10 @@ def plan_to_json_dict(
         "paper": _paper_json(best),
         "alternatives": [_summary(plan) for plan in result.ranked],
         "insertions": [note.line for note in result.insertions],
-        "search": {"max_levels": result.max_levels, "k_max": result.k_max, "method": best.search},
+        "search": {
+            "max_levels": result.max_levels, "k_max": result.k_max, "method": best.search,
+            "context_length": result.context_length, "acceptance_model": result.acceptance_model,
+        },
     }
 
 

@@ -22,10 +22,12 @@ from polyplan.planner.cost_model import ChainPrediction, predict_chain
 from polyplan.planner.insertion import analyze_insertion
 from polyplan.planner.latency import LatencyCurve, curve_from_profile
 from polyplan.planner.overhead import LoopOverhead
+from polyplan.planner.runs import RunSurvival, run_survival, runs_from_meta
 from polyplan.planner.paper_model import PaperPrediction, mean_length, paper_prediction
 from polyplan.profile import Profile, SamplingStats
 
 SEARCH_MODES = ("auto", "grid", "optuna")
+ACCEPTANCE_MODELS = ("auto", "iid", "runs")
 
 
 @dataclass(frozen=True)
@@ -80,15 +82,31 @@ class Recommendation:
     k_max: int
     fingerprints: tuple[tuple[str, str], ...]  # (model name, fingerprint) for every model
     overhead: LoopOverhead | None = None  # the decoding loop's cost the exact model included
+    context_length: int | None = None  # where the latency curves were read (None: their average)
+    acceptance_model: str = "iid"  # "iid" (rate α per token) or "runs" (measured acceptance runs)
 
 
 class _Context:
     """Profile lookups shared by every chain evaluation."""
 
-    def __init__(self, profile: Profile, sampling: str, context_length: int | None, overhead: LoopOverhead | None = None) -> None:
+    def __init__(
+        self,
+        profile: Profile,
+        sampling: str,
+        context_length: int | None,
+        overhead: LoopOverhead | None = None,
+        acceptance_model: str = "iid",
+    ) -> None:
+        if acceptance_model not in ACCEPTANCE_MODELS:
+            raise PolyplanError(f"acceptance_model: must be one of {', '.join(ACCEPTANCE_MODELS)}, got {acceptance_model!r}")
         self.profile = profile
         self.sampling = sampling
         self.overhead = overhead
+        self.runs = {} if acceptance_model == "iid" else runs_from_meta(profile.meta, sampling, profile.source)
+        if acceptance_model == "runs" and not self.runs:
+            raise PolyplanError(f"{profile.source}: meta.acceptance_runs: none recorded for sampling {sampling!r}")
+        self.acceptance_model = "runs" if self.runs else "iid"
+        self._survivals: dict[tuple[str, str, int], RunSurvival] = {}
         self.curves: dict[str, LatencyCurve] = {
             model.name: curve_from_profile(model, context_length) for model in profile.models
         }
@@ -99,11 +117,23 @@ class _Context:
     def step_time(self, name: str) -> float:
         return self.curves[name](1)
 
+    def acceptance(self, verifier: str, drafter: str, block: int) -> float | RunSurvival:
+        """What the exact model reads for the pair at a level of block size `block`: the
+        measured acceptance runs when the profile has them, else the i.i.d. rate α."""
+        sequences = self.runs.get((verifier, drafter))
+        if sequences is None:
+            return self.stats(verifier, drafter).alpha
+        key = (verifier, drafter, block)
+        if key not in self._survivals:
+            self._survivals[key] = run_survival(sequences, block)
+        return self._survivals[key]
+
 
 def _evaluate(context: _Context, chain: Sequence[str], blocks: Sequence[int], search: str) -> ChainPlan:
     pair_stats = [context.stats(upper, lower) for upper, lower in zip(chain, chain[1:])]
     acceptances = tuple(stats.alpha for stats in pair_stats)
-    exact = predict_chain(acceptances, [context.curves[name] for name in chain], blocks, context.overhead)
+    read = [context.acceptance(upper, lower, k) for upper, lower, k in zip(chain, chain[1:], blocks)]
+    exact = predict_chain(read, [context.curves[name] for name in chain], blocks, context.overhead)
     paper = paper_prediction(pair_stats, [context.step_time(name) for name in chain], blocks)
     return ChainPlan(tuple(chain), tuple(blocks), acceptances, exact, paper, search)
 
@@ -116,6 +146,7 @@ def evaluate_chain(
     sampling: str = "greedy",
     context_length: int | None = None,
     overhead: LoopOverhead | None = None,
+    acceptance_model: str = "auto",
 ) -> ChainPlan:
     """Both models' predictions for one given chain (target first) and block sizes
     (`overhead`: the decoding loop's own cost, added to the exact model only)."""
@@ -125,7 +156,7 @@ def evaluate_chain(
         profile.model(name)
     if len(block_sizes) != len(chain) - 1:
         raise PolyplanError(f"block_sizes: need {len(chain) - 1} for a chain of {len(chain)}, got {len(block_sizes)}")
-    return _evaluate(_Context(profile, sampling, context_length, overhead), chain, block_sizes, "given")
+    return _evaluate(_Context(profile, sampling, context_length, overhead, acceptance_model), chain, block_sizes, "given")
 
 
 def _best_blocks_grid(cost: Callable[[tuple[int, ...]], float], levels: int, k_max: int) -> tuple[int, ...]:
@@ -162,6 +193,7 @@ def recommend(
     optuna_trials: int = 200,
     seed: int = 0,
     overhead: LoopOverhead | None = None,
+    acceptance_model: str = "auto",
 ) -> Recommendation:
     """Rank every chain (target on top) with its best block sizes; see the module docstring.
 
@@ -176,6 +208,9 @@ def recommend(
         context_length: latency context (default: average over the measured ones).
         overhead: the decoding loop's own cost per step and per round, added to the exact
             model (and so to the block-size search); the paper's model never sees it.
+        acceptance_model: how the exact model reads acceptance: "iid" (rate α per token),
+            "runs" (the measured acceptance runs of `planner.runs`, greedy profiles), or "auto"
+            (runs where the profile records them, else α).
     """
     if isinstance(max_levels, bool) or not isinstance(max_levels, int) or max_levels < 1:
         raise PolyplanError(f"max_levels: must be an integer >= 1, got {max_levels!r}")
@@ -183,7 +218,7 @@ def recommend(
         raise PolyplanError(f"k_max: block size must be an integer >= 1, got {k_max!r}")
     if block_sizes not in SEARCH_MODES:
         raise PolyplanError(f"block_sizes: must be one of {', '.join(SEARCH_MODES)}, got {block_sizes!r}")
-    context = _Context(profile, sampling, context_length, overhead)
+    context = _Context(profile, sampling, context_length, overhead, acceptance_model)
     target = profile.target
     names = [name for name in profile.model_names() if name != target] if candidates is None else list(candidates)
     for name in names:
@@ -201,12 +236,12 @@ def recommend(
             if levels == 0:
                 plans[chain] = _evaluate(context, chain, (), "grid")
                 continue
-            pair_stats = [context.stats(upper, lower) for upper, lower in zip(chain, chain[1:])]
-            alphas = [stats.alpha for stats in pair_stats]
+            pairs = list(zip(chain, chain[1:]))
             curves = [context.curves[name] for name in chain]
 
-            def cost(blocks: tuple[int, ...], alphas=alphas, curves=curves) -> float:
-                return predict_chain(alphas, curves, blocks, overhead).cost_per_token
+            def cost(blocks: tuple[int, ...], pairs=pairs, curves=curves) -> float:
+                read = [context.acceptance(upper, lower, k) for (upper, lower), k in zip(pairs, blocks)]
+                return predict_chain(read, curves, blocks, overhead).cost_per_token
 
             use_grid = block_sizes == "grid" or (block_sizes == "auto" and k_max**levels <= grid_limit)
             if use_grid:
@@ -237,6 +272,8 @@ def recommend(
         k_max=k_max,
         fingerprints=tuple((model.name, model.fingerprint) for model in profile.models),
         overhead=overhead,
+        context_length=context_length,
+        acceptance_model=context.acceptance_model,
     )
 
 

@@ -64,14 +64,20 @@ class DemoResult:
     wall_time_s: float
 
 
-def profile_settings(quick: bool) -> ProfileSettings:
-    """Greedy only (the demo validates greedy decoding); smaller everything for the quick family."""
+def profile_settings(quick: bool, new_tokens: int) -> ProfileSettings:
+    """Greedy only (the demo validates greedy decoding), and acceptance measured over target
+    continuations as long as the validated generations (`new_tokens`): how often a drafter
+    agrees changes along a generation (small models drift into repetition, which n-gram
+    lookup loves), so a shorter profile would describe other text than the one validated.
+    Smaller everything for the quick family."""
     if quick:
         return ProfileSettings(
             latency=LatencySettings(ks=(1, 2, 4, 8), context_lengths=(32, 96), repeats=5, warmup=1, prefill_repeats=2),
-            acceptance=AcceptanceSettings(temperatures=(0.0,), block_sizes=(2,), new_tokens=24, decoded_prompts=2, resamples=200),
+            acceptance=AcceptanceSettings(
+                temperatures=(0.0,), block_sizes=(2,), new_tokens=new_tokens, decoded_prompts=2, resamples=200
+            ),
         )
-    return ProfileSettings(acceptance=AcceptanceSettings(temperatures=(0.0,)))
+    return ProfileSettings(acceptance=AcceptanceSettings(temperatures=(0.0,), new_tokens=new_tokens, decoded_prompts=4))
 
 
 def quick_candidates(cache_dir: Path | None, log=lambda line: None) -> Path:
@@ -99,6 +105,12 @@ def quick_candidates(cache_dir: Path | None, log=lambda line: None) -> Path:
     return candidates
 
 
+def typical_context(prompts, new_tokens: int) -> int:
+    """The mean number of cached tokens while decoding: prompt length + half the new tokens
+    (the latency curves are read there; T_i(k) grows with the context)."""
+    return round(sum(len(prompt.ids) for prompt in prompts) / len(prompts) + new_tokens / 2)
+
+
 def run_demo(settings: DemoSettings, *, profile_progress=None, validation_progress=None, log=lambda line: None) -> DemoResult:
     """Profile, recommend and validate (see the module docstring)."""
     started = time.perf_counter()
@@ -116,21 +128,23 @@ def run_demo(settings: DemoSettings, *, profile_progress=None, validation_progre
 
     profiled = profile_candidates(
         candidates,
-        settings=profile_settings(settings.quick),
+        settings=profile_settings(settings.quick, settings.new_tokens),
         prompts=prompt_set(per_kind=1 if settings.quick else 4),
         cache_dir=settings.cache_dir,
         progress=profile_progress,
     )
     plan_path = out / PLAN_FILE
+    encoded = encode_for(held_out, profiled.tokenizer)
     recommendation = plan_from_profile(
-        profiled.profile, plan_path, profile_path=str(profiled.path), candidates=profiled.record, max_levels=settings.max_levels
+        profiled.profile, plan_path, profile_path=str(profiled.path), candidates=profiled.record, max_levels=settings.max_levels,
+        context_length=typical_context(encoded, settings.new_tokens),
     )
     plan = read_plan(plan_path)
     members = {model.name: model.member for model in profiled.models}
     validation = validate_plan(
         plan,
         members,
-        encode_for(held_out, profiled.tokenizer),
+        encoded,
         validation_settings,
         device_label=describe_device(getattr(members[plan.target], "device", "cpu")),
         plan_path=str(plan_path),

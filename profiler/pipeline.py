@@ -2,7 +2,8 @@
 
 - `profile_candidates`: load a models.yaml, profile whatever the cached profile lacks through
   the profiler's resumable run (`profiler.run.profile_models`), then measure the decoding
-  loop's own overhead (`profiler.overhead`) and store it in the profile's meta.
+  loop's own overhead (`profiler.overhead`) and, for greedy decoding, every pair's agreement
+  sequence (`profiler.runs`, the exact model's acceptance runs), both in the profile's meta.
   Planning then is `planner.plan_file.plan_from_profile`, with `candidates=record` so that
   plan.json says which models.yaml (path, contents, device) it was made from.
 - `plan_candidates`: the models.yaml a plan names, refusing models whose fingerprints
@@ -18,6 +19,7 @@ from __future__ import annotations
 
 import functools
 import os
+import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -26,6 +28,7 @@ from typing import Any
 from polyplan.candidates import CandidateSet, parse_candidates, read_candidates
 from polyplan.errors import PolyplanError
 from polyplan.planner.overhead import META_KEY
+from polyplan.planner.runs import META_KEY as RUNS_KEY
 from polyplan.planner.plan_file import PlanFile
 from polyplan.profile import Profile, sampling_key
 from polyplan.profiler.candidates import candidate_fingerprints, with_device
@@ -187,6 +190,9 @@ def profile_candidates(
     """
     from polyplan.profiler.candidates import load_models
     from polyplan.profiler.run import describe_device, profile_models
+    from polyplan.profiler.runs import ensure_agreement
+
+    started = time.perf_counter()
     from polyplan.profiler.validate import fit_prompts
 
     _, record = read_candidate_set(candidates_path, device)
@@ -204,15 +210,32 @@ def profile_candidates(
         encode_prompts(prompts.prompts, loaded.tokenizer), min(limits) if limits else None, reserve,
         truncate=prompts.truncate, source=prompts.source,
     )
+    previous = _previous_runs(path)
     outcome = profile_models(models, fitted.prompts, path, settings, device=target_device, progress=progress)
     profile = outcome.profile
+    measured = len(outcome.measured)
+    if 0.0 in acceptance.temperatures:
+        ids = [prompt.ids for prompt in fitted.prompts]
+        measured += ensure_agreement(profile, previous, models, ids, new_tokens=acceptance.new_tokens, seed=acceptance.seed)
     profile.meta[META_KEY] = {
         sampling_key(temperature): loop_overhead_entry(models[0].member, temperature) for temperature in acceptance.temperatures
     }
     profile.save(path)
     return ProfiledCandidates(
-        profile, path, models, loaded.tokenizer, record, len(outcome.measured), len(outcome.reused), outcome.wall_time_s
+        profile, path, models, loaded.tokenizer, record, measured, len(outcome.reused), time.perf_counter() - started
     )
+
+
+def _previous_runs(path: Path) -> dict[str, Any] | None:
+    """The acceptance-runs entry of the profile at `path` before a run rewrites its meta."""
+    from polyplan.profile import load
+
+    if not path.is_file():
+        return None
+    try:
+        return (load(path).meta.get(RUNS_KEY) or {}).get("greedy")
+    except PolyplanError:
+        return None  # the profiling run reports what is wrong with the file
 
 
 def loop_overhead_entry(target, temperature: float) -> dict[str, Any]:

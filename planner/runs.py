@@ -1,0 +1,123 @@
+"""Acceptance runs: how many drafted tokens in a row a verifier accepts, from measured sequences.
+
+The exact model's default reads a pair's acceptance as i.i.d. per token at rate α, so a
+verification accepts at least j tokens with probability α^j. Real acceptance is bursty: an
+n-gram drafter copying a repeated block is right many times in a row, then wrong many times
+(the profiles of the embedded family show a lag-1 autocorrelation of about 0.6 for it), and
+the i.i.d. reading then misjudges the tokens per verification by tens of percent.
+
+Under greedy decoding the exact sequence of agreements is measurable: along a target
+continuation, position t agrees when the drafter's argmax equals the target's token t (one
+teacher-forced pass of each model, `profiler.runs`). Speculative decoding of the pair at block
+size K walks that sequence deterministically: a verification starting at position s accepts
+the r consecutive agreements from s, up to K, and the next one starts at s + min(r, K) + 1.
+`run_survival` walks every measured sequence that way and estimates, over the verification
+starts it visits, S(j) = P(at least j consecutive agreements from a start), with the product
+of per-step continuation rates (a run cut off by the end of a sequence counts as surviving
+only as far as it was observed). The cost model then uses P(min(A, m) = a) = S(a) − S(a + 1)
+(a < m) and S(m) (all m accepted) instead of the geometric law; rounds are still taken as
+independent of each other. Beyond the longest observed run, S continues with the last
+continuation rate.
+
+The sequences travel in the profile's `meta["acceptance_runs"][sampling]` (written by
+`profiler.pipeline`), one string of 0/1 per prompt and pair.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from polyplan.errors import PolyplanError
+
+META_KEY = "acceptance_runs"
+
+
+@dataclass(frozen=True)
+class RunSurvival:
+    """S(j) = P(a verification accepts at least j drafted tokens), j = 0 … len(values) − 1.
+
+    `tail` is the continuation rate used beyond the last value; `starts` the verification
+    starts the estimate is over (its sample size).
+    """
+
+    values: tuple[float, ...]
+    tail: float
+    starts: int
+
+    def __call__(self, max_j: int) -> np.ndarray:
+        """S(0 … max_j) as float64 (length max_j + 1)."""
+        known = np.asarray(self.values[: max_j + 1], dtype=float)
+        if len(known) > max_j:
+            return known
+        extra = known[-1] * self.tail ** np.arange(1, max_j + 2 - len(known))
+        return np.concatenate([known, extra])
+
+    @property
+    def mean_rate(self) -> float:
+        """S(1): the probability that the first drafted token of a verification is accepted."""
+        return self.values[1] if len(self.values) > 1 else self.tail
+
+
+def run_survival(sequences: tuple[tuple[bool, ...], ...], block: int) -> RunSurvival:
+    """Walk each agreement sequence as decoding at block size `block` does (module docstring)
+    and estimate the survival of the run from each verification start."""
+    if block < 1:
+        raise PolyplanError(f"block size must be >= 1, got {block}")
+    # at_risk[j]: starts known to have a run >= j and whether it goes on past j;
+    # going_on[j]: of those, the ones whose run reached j + 1
+    at_risk: list[int] = []
+    going_on: list[int] = []
+    starts = 0
+    for sequence in sequences:
+        length, position = len(sequence), 0
+        while position < length:
+            run = 0
+            while position + run < length and sequence[position + run]:
+                run += 1
+            censored = position + run == length  # still agreeing where the measurement ends
+            if censored and run < block:
+                break  # this verification would reach past the measured sequence
+            starts += 1
+            while len(at_risk) <= run:
+                at_risk.append(0)
+                going_on.append(0)
+            for j in range(run):
+                at_risk[j] += 1
+                going_on[j] += 1
+            if not censored:
+                at_risk[run] += 1  # seen to end at `run`
+            position += min(run, block) + 1
+    if starts == 0:
+        raise PolyplanError("acceptance runs: no complete verification in the measured sequences")
+    values, rate = [1.0], 0.0
+    for j in range(len(at_risk)):
+        if at_risk[j] == 0:
+            break
+        rate = going_on[j] / at_risk[j]
+        values.append(values[-1] * rate)
+    return RunSurvival(tuple(values), min(rate, 1.0 - 1e-9), starts)
+
+
+def runs_from_meta(meta: dict[str, Any], sampling: str, source: str = "profile") -> dict[tuple[str, str], tuple[tuple[bool, ...], ...]]:
+    """The agreement sequences a profile's meta records for `sampling`, by (verifier, drafter)."""
+    table = (meta.get(META_KEY) or {}).get(sampling)
+    if table is None:
+        return {}
+    where = f"{source}: meta.{META_KEY}.{sampling}"
+    pairs = table.get("pairs") if isinstance(table, dict) else None
+    if not isinstance(pairs, list):
+        raise PolyplanError(f"{where}.pairs: must be a list")
+    result = {}
+    for index, entry in enumerate(pairs):
+        try:
+            key = (str(entry["verifier"]), str(entry["drafter"]))
+            sequences = tuple(tuple(bit == "1" for bit in text) for text in entry["agreement"])
+        except (KeyError, TypeError):
+            raise PolyplanError(f"{where}.pairs[{index}]: needs verifier, drafter and agreement (strings of 0/1)") from None
+        if any(set(text) - {"0", "1"} for text in entry["agreement"]):
+            raise PolyplanError(f"{where}.pairs[{index}].agreement: strings of 0 and 1 only")
+        result[key] = sequences
+    return result
