@@ -285,4 +285,21 @@ def validate_plan(
         plan_path=plan_path,
         wall_time_s=time.perf_counter() - started,
         notes=tuple(notes),
+        exact_model=exact_model_description(plan),
     )
+
+
+def exact_model_description(plan: PlanFile) -> str:
+    """One line on what the plan's exact predictions include (acceptance law, loop, context)."""
+    search = plan.payload.get("search") or {}
+    runs = search.get("acceptance_model") == "runs"
+    acceptance = "measured acceptance runs (planner.runs)" if runs else "i.i.d. acceptance at rate alpha"
+    overhead = plan.payload.get("loop_overhead")
+    loop = (
+        f"decoding loop {overhead['per_step_s'] * 1e6:.0f} us/step + {overhead['per_round_s'] * 1e6:.0f} us/round"
+        if isinstance(overhead, dict)
+        else "no decoding-loop overhead"
+    )
+    context = search.get("context_length")
+    where = f"latency read at context {context}" if context else "latency averaged over the profiled contexts"
+    return f"{acceptance}; {loop}; {where}"

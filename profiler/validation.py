@@ -196,6 +196,7 @@ class Validation:
     plan_path: str | None
     wall_time_s: float
     notes: tuple[str, ...]
+    exact_model: str = ""  # what the plan's exact predictions were computed with
 
 
 def _pooled(values: Sequence[Sequence[int]]) -> tuple[float | None, float | None]:
@@ -441,6 +442,7 @@ def validation_json(validation: Validation, files: dict[str, str] | None = None)
             "plan_device": validation.plan_device,
             "plan": validation.plan_path,
             "wall_time_s": validation.wall_time_s,
+            "exact_model": validation.exact_model,
         },
         "notes": list(validation.notes),
         "files": dict(files or {}),

@@ -124,6 +124,7 @@ def report_markdown(validation: Validation, plots: dict[str, str]) -> str:
         f"- device: {validation.device} (plan profiled on: {validation.plan_device or 'unknown'})",
         f"- {validation.prompts} prompts x {validation.new_tokens} new tokens x {validation.repeats} repeat(s), seed "
         f"{validation.seed}; chains interleaved round-robin per prompt; prefill timed apart, speedups are decoding only",
+        f"- exact model: {validation.exact_model}",
         f"- wall time {validation.wall_time_s:.1f} s",
     ]
     lines += [f"- note: {note}" for note in validation.notes]

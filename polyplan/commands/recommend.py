@@ -34,7 +34,9 @@ def table_lines(result: Recommendation) -> list[str]:
         f"max {result.max_levels} levels, K in 1..{result.k_max}); speedups over {result.target} alone",
         "exact model with the decoding loop's own cost: "
         + (f"{overhead.per_step_s * 1e6:.0f} us per step, {overhead.per_round_s * 1e6:.0f} us per verification round"
-           if overhead is not None else "none recorded in the profile (forward passes only)"),
+           if overhead is not None else "none recorded in the profile (forward passes only)")
+        + ("; acceptance from the measured agreement runs" if result.acceptance_model == "runs"
+           else "; acceptance i.i.d. at each pair's rate alpha"),
         header,
     ]
     for rank, plan in enumerate(result.ranked, start=1):
