@@ -179,7 +179,8 @@ def profile_candidates(
     temperature: float | None = None,
     progress=None,
 ) -> ProfiledCandidates:
-    """Profile what is missing (resuming `profile_path`, else the cache), then the loop overhead.
+    """Profile what is missing (resuming `profile_path`, else the cache), then the greedy
+    agreement sequences (reused when unchanged) and the loop overhead, into the profile's meta.
 
     `settings` None: as the profile being resumed was measured (`resumed_settings`, which
     adds the sampling `temperature` if given).
@@ -191,10 +192,9 @@ def profile_candidates(
     from polyplan.profiler.candidates import load_models
     from polyplan.profiler.run import describe_device, profile_models
     from polyplan.profiler.runs import ensure_agreement
-
-    started = time.perf_counter()
     from polyplan.profiler.validate import fit_prompts
 
+    started = time.perf_counter()
     _, record = read_candidate_set(candidates_path, device)
     loaded = load_models(candidates_path, device=device)
     models, target_device = loaded.models, loaded.device

@@ -182,3 +182,34 @@ def test_json_twin_has_the_documented_shape(plan):
         assert len(entry["block_sizes"]) == len(entry["chain"]) - 1
     assert [entry["recommended"] for entry in payload["chains"]].count(True) == 1
     assert payload["chains"][0]["chain"] == list(plan.chain)
+
+
+def test_cache_root_prefers_the_option_then_the_environment_and_never_the_package(monkeypatch, tmp_path):
+    from polyplan.profiler.pipeline import cache_root
+
+    monkeypatch.delenv("POLYPLAN_CACHE_DIR", raising=False)
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
+    assert cache_root() == tmp_path / "xdg" / "polyplan"
+    monkeypatch.setenv("POLYPLAN_CACHE_DIR", str(tmp_path / "env"))
+    assert cache_root() == tmp_path / "env"
+    assert cache_root(tmp_path / "option") == tmp_path / "option"
+    monkeypatch.delenv("POLYPLAN_CACHE_DIR")
+    monkeypatch.delenv("XDG_CACHE_HOME")
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    assert cache_root() == tmp_path / "home" / ".cache" / "polyplan"
+
+
+def test_validate_runs_with_the_thread_count_the_plan_was_profiled_with():
+    from polyplan.commands.validate import plan_threads
+
+    assert plan_threads("cpu AMD EPYC (2 threads)") == 2 and plan_threads("cpu x (1 thread)") == 1
+    assert plan_threads("cuda:0 NVIDIA H100 (3 threads)") is None and plan_threads("the paper's Table 1") is None
+
+
+def test_held_out_prompts_never_overlap_the_profiling_prompts():
+    from polyplan.profiler.pipeline import prompt_set, validation_prompt_set
+
+    profiled, held_out = prompt_set(), validation_prompt_set(per_kind=2)
+    assert len(profiled.prompts) == 16 and len(held_out.prompts) == 8
+    assert not {p.source for p in profiled.prompts} & {p.source for p in held_out.prompts}
+    assert [p.kind for p in held_out.prompts[:4]] == ["function_body", "docstring", "repetitive_edit", "long_context"]
