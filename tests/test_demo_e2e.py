@@ -67,3 +67,18 @@ def test_reduced_demo_prints_one_table_and_writes_a_complete_report(family, tmp_
     again = _demo(family, tmp_path)
     assert again.exit_code == 0, again.output
     assert re.search(r"profile .*: 0 entries measured, \d+ reused", again.stdout)  # the warm cache is reused
+
+
+@pytest.mark.slow
+def test_quick_demo_trains_the_quick_family_once_into_the_cache(tmp_path):
+    args = ["demo", "--quick", "--prompts-per-kind", "1", "--new-tokens", "16", "--repeats", "1", "--top", "1",
+            "--cache-dir", str(tmp_path / "cache"), "--out", str(tmp_path / "demo"), "--threads", "1"]
+    first = CliRunner().invoke(app, args)
+    assert first.exit_code == 0, first.output
+    family = tmp_path / "cache" / "quick-family"
+    assert (family / "family.json").is_file() and (family / "models.yaml").is_file()
+    stamp = (family / "target" / "model.safetensors").stat().st_mtime_ns
+    second = CliRunner().invoke(app, args)
+    assert second.exit_code == 0, second.output
+    assert (family / "target" / "model.safetensors").stat().st_mtime_ns == stamp  # not trained again
+    assert re.search(r"profile .*: 0 entries measured", second.stdout)
