@@ -112,6 +112,40 @@ def _level_table(chain: ChainResult) -> list[str]:
     return lines
 
 
+def limit_lines(validation: Validation) -> list[str]:
+    """Where each chain's decoding time goes, measured: what bounds its speedup.
+
+    Per lossless chain: tokens per target pass (1 / φ_1), the time of one target pass
+    relative to a target-only step (verification cost growth), and the time per token in the
+    target, in the drafters and in the loop. "Free drafters" is the speedup the chain would
+    reach if its drafters and their loop steps cost nothing: target-only time per token over
+    the chain's target time plus loop time per token.
+    """
+    base = next((chain for chain in validation.chains if len(chain.chain) == 1), None)
+    if base is None:
+        return []
+    step = base.levels[0].seconds_per_token  # one target-only forward per token
+    lines = [
+        "| chain | tokens per target pass | target pass / target-only step | target ms/token | drafters ms/token | "
+        "loop ms/token | measured speedup | with free drafters |",
+        "| --- | --- | --- | --- | --- | --- | --- | --- |",
+    ]
+    for chain in validation.chains:
+        if len(chain.chain) == 1 or not chain.lossless:
+            continue
+        target = chain.levels[0]
+        per_pass = target.seconds_per_token / target.forwards_per_token
+        drafters = sum(level.seconds_per_token for level in chain.levels[1:])
+        rest = target.seconds_per_token + chain.loop_seconds_per_token
+        bound = f"{base.seconds_per_token / rest:.2f}x" if rest > 0 else "-"
+        lines.append(
+            f"| {chain.label()} | {1 / target.forwards_per_token:.2f} | {per_pass / step:.2f}x | "
+            f"{target.seconds_per_token * 1e3:.3f} | {drafters * 1e3:.3f} | {chain.loop_seconds_per_token * 1e3:.3f} | "
+            f"{chain.speedup.mean:.2f}x | {bound} |"
+        )
+    return lines
+
+
 def report_markdown(validation: Validation, plots: dict[str, str]) -> str:
     """report.md: settings, the table, the targets, per-model detail and the plots."""
     head = validation.headline
@@ -129,6 +163,13 @@ def report_markdown(validation: Validation, plots: dict[str, str]) -> str:
     ]
     lines += [f"- note: {note}" for note in validation.notes]
     lines += ["", "## Chains", "", "```", *table_lines(validation)[:-2], "```", "", "## Targets", "", *_check_lines(validation)]
+    limits = limit_lines(validation)
+    if limits:
+        lines += ["", "## What limits the speedup (measured)", "",
+                  f"Target-only decoding: {next(c for c in validation.chains if len(c.chain) == 1).seconds_per_token * 1e3:.3f} "
+                  "ms/token. "
+                  "A chain is bounded by its target passes: tokens per pass against the cost of a pass that verifies "
+                  "several tokens; the drafters and the loop take the rest.", "", *limits]
     lines += ["", "## Per model: forward passes per token (φ_i / N), time, tokens per verification", ""]
     for chain in validation.chains:
         e2e = "-" if not chain.lossless else f"{chain.end_to_end_speedup:.2f}x"
