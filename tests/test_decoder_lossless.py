@@ -9,7 +9,7 @@ so each test is deterministic.
 Sample sizes: every sample is a full `generate` call (0.6–3 ms on one core for n = 2–4), so
 the default run draws DEFAULT_SAMPLES = 4 000 per chain and the `slow` tests draw
 FULL_SAMPLES = 100 000 per chain (`python -m pytest -m slow tests/test_decoder_lossless.py`,
-about 15 minutes). Two negative controls must fail the same test at the same sample size:
+about 15 minutes of one idle core). Two negative controls must fail the same test at the same sample size:
 a verifier that always accepts, and a subtler one that recovers from q instead of
 norm(max(0, q − p)). At 2 000 samples both already give p-values below 1e-40, so the
 default size keeps ample power.
