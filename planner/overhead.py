@@ -13,6 +13,11 @@ more than the 10% polyplan promises, so the exact model can take them into accou
 Both are measured on their own (`polyplan.profiler.overhead`), with stand-in members whose
 forward passes cost nothing, never fitted to a chain's measured speed. They are stored in
 the profile's `meta["loop_overhead"]`, keyed by sampling mode.
+
+A chain also switches between models, and a model's first forward pass after another
+model's is slower than in the profiler's tight loop (its weights and Python state were
+evicted from the CPU caches). That *switch cost* is per model, measured by
+`polyplan.profiler.switching` and stored as `meta["switch_cost"]["models"][name]` (seconds).
 """
 
 from __future__ import annotations
@@ -24,6 +29,7 @@ from typing import Any
 from polyplan.errors import PolyplanError
 
 META_KEY = "loop_overhead"
+SWITCH_KEY = "switch_cost"
 
 
 @dataclass(frozen=True)
@@ -67,3 +73,16 @@ def profile_overhead(meta: dict[str, Any], sampling: str, source: str = "profile
     if entry is None:
         return None
     return overhead_from_json(entry, f"{source}: meta.{META_KEY}.{sampling}")
+
+
+def profile_switch_costs(meta: dict[str, Any], source: str = "profile") -> dict[str, float]:
+    """Per model, the switch cost a profile's `meta` records ({} when none)."""
+    table = (meta.get(SWITCH_KEY) or {}).get("models", {})
+    if not isinstance(table, dict):
+        raise PolyplanError(f"{source}: meta.{SWITCH_KEY}.models: must map model names to seconds")
+    costs = {}
+    for name, value in table.items():
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value < 0:
+            raise PolyplanError(f"{source}: meta.{SWITCH_KEY}.models.{name}: must be a finite number of seconds >= 0")
+        costs[str(name)] = float(value)
+    return costs

@@ -21,7 +21,7 @@ from polyplan.errors import PolyplanError
 from polyplan.planner.cost_model import ChainPrediction, predict_chain
 from polyplan.planner.insertion import analyze_insertion
 from polyplan.planner.latency import LatencyCurve, curve_from_profile
-from polyplan.planner.overhead import LoopOverhead
+from polyplan.planner.overhead import LoopOverhead, profile_switch_costs
 from polyplan.planner.runs import RunSurvival, run_survival, runs_from_meta
 from polyplan.planner.paper_model import PaperPrediction, mean_length, paper_prediction
 from polyplan.profile import Profile, SamplingStats
@@ -107,6 +107,7 @@ class _Context:
             raise PolyplanError(f"{profile.source}: meta.acceptance_runs: none recorded for sampling {sampling!r}")
         self.acceptance_model = "runs" if self.runs else "iid"
         self._survivals: dict[tuple[str, str, int], RunSurvival] = {}
+        self.switches = profile_switch_costs(profile.meta, profile.source)
         self.curves: dict[str, LatencyCurve] = {
             model.name: curve_from_profile(model, context_length) for model in profile.models
         }
@@ -116,6 +117,10 @@ class _Context:
 
     def step_time(self, name: str) -> float:
         return self.curves[name](1)
+
+    def switch_costs(self, chain: Sequence[str]) -> list[float]:
+        """Per model of `chain`, its measured switch cost (0 where none is recorded)."""
+        return [self.switches.get(name, 0.0) for name in chain]
 
     def acceptance(self, verifier: str, drafter: str, block: int) -> float | RunSurvival:
         """What the exact model reads for the pair at a level of block size `block`: the
@@ -133,7 +138,7 @@ def _evaluate(context: _Context, chain: Sequence[str], blocks: Sequence[int], se
     pair_stats = [context.stats(upper, lower) for upper, lower in zip(chain, chain[1:])]
     acceptances = tuple(stats.alpha for stats in pair_stats)
     read = [context.acceptance(upper, lower, k) for upper, lower, k in zip(chain, chain[1:], blocks)]
-    exact = predict_chain(read, [context.curves[name] for name in chain], blocks, context.overhead)
+    exact = predict_chain(read, [context.curves[name] for name in chain], blocks, context.overhead, context.switch_costs(chain))
     paper = paper_prediction(pair_stats, [context.step_time(name) for name in chain], blocks)
     return ChainPlan(tuple(chain), tuple(blocks), acceptances, exact, paper, search)
 
@@ -238,10 +243,11 @@ def recommend(
                 continue
             pairs = list(zip(chain, chain[1:]))
             curves = [context.curves[name] for name in chain]
+            switches = context.switch_costs(chain)
 
-            def cost(blocks: tuple[int, ...], pairs=pairs, curves=curves) -> float:
+            def cost(blocks: tuple[int, ...], pairs=pairs, curves=curves, switches=switches) -> float:
                 read = [context.acceptance(upper, lower, k) for (upper, lower), k in zip(pairs, blocks)]
-                return predict_chain(read, curves, blocks, overhead).cost_per_token
+                return predict_chain(read, curves, blocks, overhead, switches).cost_per_token
 
             use_grid = block_sizes == "grid" or (block_sizes == "auto" and k_max**levels <= grid_limit)
             if use_grid:

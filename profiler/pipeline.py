@@ -3,7 +3,8 @@
 - `profile_candidates`: load a models.yaml, profile whatever the cached profile lacks through
   the profiler's resumable run (`profiler.run.profile_models`), then measure the decoding
   loop's own overhead (`profiler.overhead`) and, for greedy decoding, every pair's agreement
-  sequence (`profiler.runs`, the exact model's acceptance runs), both in the profile's meta.
+  sequence (`profiler.runs`, the exact model's acceptance runs) and each model's switch cost
+  (`profiler.switching`), all in the profile's meta.
   Planning then is `planner.plan_file.plan_from_profile`, with `candidates=record` so that
   plan.json says which models.yaml (path, contents, device) it was made from.
 - `plan_candidates`: the models.yaml a plan names, refusing models whose fingerprints
@@ -192,6 +193,7 @@ def profile_candidates(
     from polyplan.profiler.candidates import load_models
     from polyplan.profiler.run import describe_device, profile_models
     from polyplan.profiler.runs import ensure_agreement
+    from polyplan.profiler.switching import measure_switch_costs, store_switch_costs
     from polyplan.profiler.validate import fit_prompts
 
     started = time.perf_counter()
@@ -220,6 +222,10 @@ def profile_candidates(
     profile.meta[META_KEY] = {
         sampling_key(temperature): loop_overhead_entry(models[0].member, temperature) for temperature in acceptance.temperatures
     }
+    context = min(settings.latency.context_lengths)
+    flat = [token for prompt in fitted.prompts for token in prompt.ids]
+    stream = (flat * (context // max(len(flat), 1) + 2))[: context + 1]
+    store_switch_costs(profile, measure_switch_costs(models, stream, context=context), context)
     profile.save(path)
     return ProfiledCandidates(
         profile, path, models, loaded.tokenizer, record, measured, len(outcome.reused), time.perf_counter() - started

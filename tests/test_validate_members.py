@@ -63,3 +63,14 @@ def test_loop_overhead_is_measured_from_rounds_that_accept_and_reject():
     assert min(counts) < 5 and max(counts) == 5  # some rounds reject, some accept every draft
     overhead = measure_loop_overhead(64, tokens=64, repeats=3)
     assert 0 < overhead.per_step_s < 0.05 and 0 <= overhead.per_round_s < 0.05
+
+
+def test_switch_costs_are_measured_for_every_model_and_leave_caches_empty(pair):
+    from polyplan.profiler.run import ProfiledModel
+    from polyplan.profiler.switching import measure_switch_costs
+
+    target, draft = pair
+    models = [ProfiledModel("target", target, "a"), ProfiledModel("exit1", draft, "b"), ProfiledModel("ngram", NGramMember(64), "c")]
+    costs = measure_switch_costs(models, list(range(4, 60)), context=32, repeats=3)
+    assert set(costs) == {"target", "exit1", "ngram"} and all(0.0 <= c < 0.05 for c in costs.values())
+    assert target.cache_length == 0 and draft.cache_length == 0

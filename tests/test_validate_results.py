@@ -57,6 +57,21 @@ def test_overhead_adds_per_step_and_per_round_costs_exactly():
     assert alone.speedup == 1.0 and alone.cost_per_token == pytest.approx(0.025 + 2e-4)
 
 
+def test_switch_costs_are_paid_once_per_verification_pass_and_per_drafting_call():
+    curves, alphas, blocks = [0.025, 0.007, 0.004], [0.8, 0.7], [4, 3]
+    bare = predict_chain(alphas, curves, blocks)
+    switched = predict_chain(alphas, curves, blocks, switch_costs=[1e-3, 5e-4, 2e-4])
+    phi = bare.forwards_per_token
+    # M_1 and M_2 pay on each of their passes (all follow another model's); M_3 once per call of
+    # its drafting loop, i.e. once per M_2 pass.
+    extra = [1e-3 * phi[0], 5e-4 * phi[1], 2e-4 * phi[1]]
+    assert switched.cost_per_token == pytest.approx(bare.cost_per_token + sum(extra), rel=1e-12)
+    assert [a - b for a, b in zip(switched.time_per_token, bare.time_per_token)] == pytest.approx(extra, rel=1e-9)
+    assert predict_chain([], [0.025], [], switch_costs=[1.0]).cost_per_token == 0.025  # alone: never switches
+    with pytest.raises(PolyplanError, match="switch_costs: need 3 finite times >= 0"):
+        predict_chain(alphas, curves, blocks, switch_costs=[1e-3, -1.0, 0.0])
+
+
 def test_plan_records_overhead_predictions_and_verdicts_for_every_ranked_chain(plan):
     chains = planned_chains(plan)
     assert [c.chain for c in chains][0] == plan.chain
