@@ -84,6 +84,7 @@ class Recommendation:
     overhead: LoopOverhead | None = None  # the decoding loop's cost the exact model included
     context_length: int | None = None  # where the latency curves were read (None: their average)
     acceptance_model: str = "iid"  # "iid" (rate α per token) or "runs" (measured acceptance runs)
+    switch_costs: tuple[tuple[str, float], ...] = ()  # (model, seconds) the exact model included
 
 
 class _Context:
@@ -280,6 +281,7 @@ def recommend(
         overhead=overhead,
         context_length=context_length,
         acceptance_model=context.acceptance_model,
+        switch_costs=tuple(sorted(context.switches.items())),
     )
 
 

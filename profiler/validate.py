@@ -300,6 +300,9 @@ def exact_model_description(plan: PlanFile) -> str:
         if isinstance(overhead, dict)
         else "no decoding-loop overhead"
     )
+    switches = plan.payload.get("switch_costs") or {}
+    if switches:
+        loop += "; switch costs " + ", ".join(f"{name} {seconds * 1e6:.0f} us" for name, seconds in sorted(switches.items()))
     context = search.get("context_length")
     where = f"latency read at context {context}" if context else "latency averaged over the profiled contexts"
     return f"{acceptance}; {loop}; {where}"
