@@ -20,7 +20,8 @@ class AcceptanceSettings:
         block_sizes: K at which the decoded μ is measured.
         new_tokens: tokens the target generates per prompt (the teacher-forced contexts) and
             tokens each decoded run produces per prompt.
-        decoded_prompts: decoded runs use the first this-many prompts (None: all).
+        decoded_prompts: decoded runs use the first this-many prompts (None: all, the same
+            prompts as α, so that the two ways are compared on the same contexts).
         decoded: measure decoded μ at all (False: distribution-based α only).
         seed: prompt i is generated with seed + i.
         resamples, confidence: the bootstrap (resamples over prompts, interval level).
@@ -29,8 +30,8 @@ class AcceptanceSettings:
 
     temperatures: tuple[float, ...] = (0.0, 1.0)
     block_sizes: tuple[int, ...] = (2, 4)
-    new_tokens: int = 48
-    decoded_prompts: int | None = 8
+    new_tokens: int = 32
+    decoded_prompts: int | None = None
     decoded: bool = True
     seed: int = 0
     resamples: int = 1000

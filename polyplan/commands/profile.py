@@ -48,10 +48,12 @@ def profile(
                      "(blank-line separated). Default: the built-in held-out Python snippets."),
     ] = None,
     max_prompts: Annotated[Optional[int], typer.Option("--max-prompts", help="Use only the first N prompts.")] = None,
-    new_tokens: Annotated[int, typer.Option("--new-tokens", help="Tokens generated per prompt.")] = 48,
+    new_tokens: Annotated[int, typer.Option("--new-tokens", help="Tokens generated per prompt.")] = 32,
     block_sizes: Annotated[str, typer.Option("--block-sizes", help="K for the decoded mu, comma-separated.")] = "2,4",
     temperatures: Annotated[str, typer.Option("--temperatures", help="Sampling modes, comma-separated (0 = greedy).")] = "0,1",
-    decoded_prompts: Annotated[int, typer.Option("--decoded-prompts", help="Prompts per decoded run (the first N).")] = 8,
+    decoded_prompts: Annotated[
+        Optional[int], typer.Option("--decoded-prompts", help="Prompts per decoded run: the first N (default: all).")
+    ] = None,
     decoded: Annotated[bool, typer.Option("--decoded/--no-decoded", help="Measure the decoded mu (the slow part).")] = True,
     latency_ks: Annotated[str, typer.Option("--latency-ks", help="k of T(k), comma-separated.")] = "1,2,3,4,6,8,12,16",
     context_lengths: Annotated[str, typer.Option("--context-lengths", help="Cached tokens for T(k), comma-separated.")] = "128,384",
