@@ -323,6 +323,9 @@ class _Run:
         profile.models = [m for m in existing.models if fingerprints.get(m.name) == m.fingerprint]
         kept = {m.name for m in profile.models}
         profile.pairs = [p for p in existing.pairs if p.verifier in kept and p.drafter in kept]
+        # Meta entries other tools added (e.g. the loop overhead `recommend --candidates`
+        # measures) are theirs to keep current; only the profiler's own record is replaced.
+        profile.meta = {**{k: v for k, v in existing.meta.items() if k != "profiler"}, **profile.meta}
         self._sort(profile)
         return profile
 

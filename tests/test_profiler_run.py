@@ -233,3 +233,14 @@ def test_models_that_cannot_share_a_chain_are_named(models, tmp_path):
     wide = NGramMember(VOCAB + 8, name="wide")
     with pytest.raises(PolyplanError, match=r"^candidate 'wide': vocabulary of 72 tokens differs from the target 'target' \(64\)$"):
         profile_models(models + [ProfiledModel("wide", wide, "w")], _prompts(), tmp_path / "p.json", SETTINGS)
+
+
+def test_meta_added_by_other_tools_survives_a_rerun(models, complete, tmp_path):
+    out = tmp_path / "profile.json"
+    profile = load(complete[0])
+    profile.meta["loop_overhead"] = {"greedy": {"per_step_s": 0.0001}}
+    profile.save(out)
+    profile_models(models, _prompts(), out, SETTINGS)
+    again = load(out)
+    assert again.meta["loop_overhead"] == {"greedy": {"per_step_s": 0.0001}}
+    assert again.meta["profiler"]["acceptance"]["block_sizes"] == [2, 3]
