@@ -84,12 +84,17 @@ def sample_counts(chain, blocks, sampling: Sampling, samples: int, seed: int) ->
 
 
 def chi_square_pvalue(counts: np.ndarray, probabilities: np.ndarray) -> float:
-    """Goodness of fit; cells with expected count < 5 are pooled into one."""
+    """Goodness of fit. A sample in a cell of probability 0 fails outright (p = 0); among the
+    other cells, those with expected count < 5 are pooled into one."""
     expected = probabilities.ravel() * counts.sum()
     observed = counts.ravel()
+    if observed[expected == 0].any():
+        return 0.0
+    observed, expected = observed[expected > 0], expected[expected > 0]
     small = expected < 5
-    expected = np.append(expected[~small], expected[small].sum())
-    observed = np.append(observed[~small], observed[small].sum())
+    if small.any():
+        expected = np.append(expected[~small], expected[small].sum())
+        observed = np.append(observed[~small], observed[small].sum())
     return float(stats.chisquare(observed, expected * observed.sum() / expected.sum()).pvalue)
 
 
@@ -99,10 +104,11 @@ def test_enumeration_is_a_distribution():
     assert len(list(itertools.product(range(VOCAB), repeat=3))) == joint.size
 
 
-@pytest.mark.parametrize("n", [2, 3, 4])
-def test_chain_samples_the_target_joint(n):
+@pytest.mark.parametrize(
+    ("n", "sampling"), [(2, Sampling(1.0)), (3, Sampling(1.0)), (4, Sampling(1.0)), (3, Sampling(0.8, top_k=5, top_p=0.9))], ids=str
+)
+def test_chain_samples_the_target_joint(n, sampling):
     chain = toy_chain(n)
-    sampling = Sampling(1.0)
     counts = sample_counts(chain, BLOCKS[n], sampling, DEFAULT_SAMPLES, seed=n)
     assert chi_square_pvalue(counts, target_joint(chain[0], sampling)) > ALPHA
 
