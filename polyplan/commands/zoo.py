@@ -59,7 +59,7 @@ def measure(
     torch.set_num_threads(threads)
     try:
         variants = family_variants(folder, payload["recipe"]["early_exit_layers"])
-        timings = {name: decode_step_ms(model, name, repeats=repeats) for name, model in variants.items()}
+        timings = decode_step_ms(variants, repeats=repeats)
         from transformers import AutoTokenizer
 
         tokenizer = AutoTokenizer.from_pretrained(folder / "target", local_files_only=True)
@@ -67,7 +67,7 @@ def measure(
     finally:
         torch.set_num_threads(previous)
     base = timings["target"].median_ms
-    typer.echo(f"family: {folder}  (threads {threads}, {repeats} one-token steps each, warm cache of 64 tokens)")
+    typer.echo(f"family: {folder}  (threads {threads}, {repeats} interleaved one-token steps each, warm cache of 64 tokens)")
     typer.echo(f"{'model':<14} {'step ms':>8} {'IQR ms':>13} {'target/this':>11} {'val loss':>8} {'agree w/ target':>15}")
     for name, timing in timings.items():
         loss = report["validation_loss"].get(name)

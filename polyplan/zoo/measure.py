@@ -2,7 +2,8 @@
 
 `decode_step_ms` times what one speculative-decoding draft step costs: an HF forward pass of
 ONE new token against a warm `DynamicCache`, median of many (model load and warm-up never
-timed). Timings on a shared CPU are noisy, so compare the ratios within one run.
+timed), the models interleaved step by step. Timings on a shared CPU are noisy, so compare
+the ratios within one run.
 """
 
 from __future__ import annotations
@@ -30,30 +31,39 @@ class StepTiming:
 
 
 @torch.inference_mode()
-def decode_step_ms(model: nn.Module, name: str, *, context: int = 64, repeats: int = 100, warmup: int = 10) -> StepTiming:
-    """Time one-token forward passes with a warm cache of `context` tokens.
+def decode_step_ms(
+    models: dict[str, nn.Module], *, context: int = 64, repeats: int = 100, warmup: int = 10
+) -> dict[str, StepTiming]:
+    """Time one-token forward passes of every model with a warm cache of `context` tokens.
 
-    The cache is cropped back after every step so each timed step sees the same context length.
+    The models take turns step by step (target, drafter, target, …) so that load from other
+    processes on a shared machine hits all of them alike and the ratios stay fair; each
+    cache is cropped back after every step so every timed step sees the same context.
     """
     from transformers import DynamicCache
 
     generator = torch.Generator().manual_seed(0)
-    vocab = model.config.vocab_size
-    prompt = torch.randint(0, vocab, (1, context), generator=generator)
-    cache = DynamicCache(config=model.config)
-    model(input_ids=prompt, past_key_values=cache, use_cache=True)
+    caches = {}
+    for name, model in models.items():
+        prompt = torch.randint(0, model.config.vocab_size, (1, context), generator=generator)
+        caches[name] = DynamicCache(config=model.config)
+        model(input_ids=prompt, past_key_values=caches[name], use_cache=True)
     token = torch.tensor([[1]])
     position = torch.tensor([[context]])
-    samples = []
+    samples: dict[str, list[float]] = {name: [] for name in models}
     for index in range(warmup + repeats):
-        started = time.perf_counter()
-        model(input_ids=token, position_ids=position, past_key_values=cache, use_cache=True)
-        elapsed = time.perf_counter() - started
-        cache.crop(-1)  # transformers 5.x: a negative value drops that many tokens
-        if index >= warmup:
-            samples.append(elapsed * 1e3)
-    q1, median, q3 = statistics.quantiles(samples, n=4)
-    return StepTiming(name, median, q1, q3, repeats)
+        for name, model in models.items():
+            started = time.perf_counter()
+            model(input_ids=token, position_ids=position, past_key_values=caches[name], use_cache=True)
+            elapsed = time.perf_counter() - started
+            caches[name].crop(-1)  # transformers 5.x: a negative value drops that many tokens
+            if index >= warmup:
+                samples[name].append(elapsed * 1e3)
+    timings = {}
+    for name, values in samples.items():
+        q1, median, q3 = statistics.quantiles(values, n=4)
+        timings[name] = StepTiming(name, median, q1, q3, repeats)
+    return timings
 
 
 def family_variants(folder: Path, early_exit_layers: int) -> dict[str, nn.Module]:
