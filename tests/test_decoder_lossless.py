@@ -109,7 +109,9 @@ def test_enumeration_is_a_distribution():
 )
 def test_chain_samples_the_target_joint(n, sampling):
     chain = toy_chain(n)
-    counts = sample_counts(chain, BLOCKS[n], sampling, DEFAULT_SAMPLES, seed=n)
+    # top-k/top-p leave only 23 of the 512 cells possible, so fewer samples keep the power
+    samples = DEFAULT_SAMPLES if sampling.top_k is None else DEFAULT_SAMPLES // 2
+    counts = sample_counts(chain, BLOCKS[n], sampling, samples, seed=n)
     assert chi_square_pvalue(counts, target_joint(chain[0], sampling)) > ALPHA
 
 
