@@ -119,6 +119,11 @@ class _Context:
     def step_time(self, name: str) -> float:
         return self.curves[name](1)
 
+    def order_time(self, name: str) -> float:
+        """T(1) averaged over the profiled contexts: what orders a chain (costliest first) and
+        decides who may draft for whom, as the profiler decides which pairs to measure."""
+        return curve_from_profile(self.profile.model(name))(1)
+
     def switch_costs(self, chain: Sequence[str]) -> list[float]:
         """Per model of `chain`, its measured switch cost (0 where none is recorded)."""
         return [self.switches.get(name, 0.0) for name in chain]
@@ -231,8 +236,8 @@ def recommend(
         if name == target:
             raise PolyplanError(f"candidates: {target!r} is the target, not a drafter")
         profile.model(name)
-    target_step = context.step_time(target)
-    usable = sorted((name for name in names if context.step_time(name) < target_step), key=lambda n: -context.step_time(n))
+    target_step = context.order_time(target)
+    usable = sorted((name for name in names if context.order_time(name) < target_step), key=lambda n: -context.order_time(n))
 
     plans: dict[tuple[str, ...], ChainPlan] = {}
     for size in range(0, min(max_levels - 1, len(usable)) + 1):
@@ -296,7 +301,7 @@ def _insertion_note(
     if name not in usable:
         line = (
             f"out: {name} is not faster than the target "
-            f"(T(1) = {context.step_time(name) * 1e3:.3g} ms vs {context.step_time(best.chain[0]) * 1e3:.3g} ms)"
+            f"(T(1) = {context.order_time(name) * 1e3:.3g} ms vs {context.order_time(best.chain[0]) * 1e3:.3g} ms)"
         )
         return InsertionNote(name, False, line, None, best.exact_speedup, None)
     included = name in best.chain

@@ -25,7 +25,11 @@ def demo(
     cache_dir: Annotated[
         Optional[Path], typer.Option("--cache-dir", help="Profile cache (default: $POLYPLAN_CACHE_DIR or ~/.cache/polyplan).")
     ] = None,
-    threads: Annotated[Optional[int], typer.Option("--threads", help="torch CPU threads (default: torch's).")] = None,
+    threads: Annotated[
+        Optional[int],
+        typer.Option("--threads", help="torch CPU threads (default 1 on CPU: on a small, shared machine more OpenMP "
+                     "threads contend with any other load and make every timing erratic)."),
+    ] = 1,
     json_output: Annotated[bool, typer.Option("--json", help="Print the report's JSON twin instead of the table.")] = False,
 ) -> None:
     """Profile the embedded family, recommend a chain, validate it against target-only decoding,
