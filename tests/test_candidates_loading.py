@@ -55,6 +55,11 @@ def test_every_kind_loads_with_its_facts(family):
     assert facts["ngram"].member.vocab_size == 64
 
 
+@pytest.fixture(scope="module")
+def loaded_full(family):
+    return load(FULL, family)
+
+
 @pytest.mark.parametrize(
     "chain, blocks",
     [
@@ -65,8 +70,8 @@ def test_every_kind_loads_with_its_facts(family):
         (["target", "target-int8", "exit1-int8", "ngram"], [4, 2, 2]),
     ],
 )
-def test_derived_members_run_in_a_lossless_chain(family, chain, blocks):
-    loaded = load(FULL, family)
+def test_derived_members_run_in_a_lossless_chain(loaded_full, chain, blocks):
+    loaded = loaded_full
     prompt = loaded.tokenizer("w5 w9 w11 w5 w9")["input_ids"]
     greedy = Sampling(temperature=0.0)
     reference = generate(loaded.chain(["target"]), prompt, max_new_tokens=24, sampling=greedy).token_ids
