@@ -221,18 +221,26 @@ def measure_decoded(
     resamples: int = 1000,
     level: float = 0.95,
     rng: np.random.Generator,
+    enough: int | None = None,
+    min_prompts: int = 1,
 ) -> DecodedMeasurement:
-    """Run [verifier, drafter] with block size `k` on every prompt; tokens per verification.
+    """Run [verifier, drafter] with block size `k` on the prompts in order; tokens per verification.
 
     Prompt i uses a generator seeded `seed + i`; EOS is not honoured, so every prompt
     contributes `new_tokens` tokens. The last verification of a prompt counts every token it
     produced, also those past `new_tokens` (the decoder's convention), so μ is not biased
     down by the cut.
+
+    With `enough` set, the run stops taking prompts once it has `enough` verifications from
+    at least `min_prompts` prompts: a pair that emits few tokens per verification reaches a
+    given precision on fewer prompts (and costs the most per prompt).
     """
     sampling = Sampling(temperature=temperature)
     device = getattr(verifier, "device", torch.device("cpu"))
-    per_prompt = []
+    per_prompt: list[tuple[int, ...]] = []
     for index, prompt in enumerate(prompts):
+        if enough is not None and len(per_prompt) >= min_prompts and sum(map(len, per_prompt)) >= enough:
+            break
         generator = torch.Generator(device=device).manual_seed(seed + index)
         result = generate(
             [verifier, drafter], list(prompt), max_new_tokens=new_tokens, block_sizes=[k], sampling=sampling, generator=generator

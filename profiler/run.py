@@ -283,6 +283,7 @@ class _Run:
         )
 
     def decoded_key(self, verifier: str, drafter: str, temperature: float, k: int) -> str:
+        acceptance = self.settings.acceptance
         return fingerprint_settings(
             "decoded",
             self.by_name[verifier].fingerprint,
@@ -291,6 +292,7 @@ class _Run:
             k,
             self.decoded_prompts_fingerprint,
             self._acceptance_common(),
+            {"verifications": acceptance.decoded_verifications, "min_prompts": acceptance.decoded_min_prompts},
         )
 
     # ---- profile bookkeeping
@@ -447,8 +449,11 @@ class _Run:
             resamples=acceptance.resamples,
             level=acceptance.confidence,
             rng=np.random.default_rng(_seed_of(key)),
+            enough=acceptance.decoded_verifications,
+            min_prompts=acceptance.decoded_min_prompts,
         )
-        stats.decoded = sorted([d for d in stats.decoded if d.k != k] + [decoded_entry(measurement, len(self.decoded_prompts), key)], key=lambda d: d.k)
+        entry = decoded_entry(measurement, len(measurement.per_prompt), key)
+        stats.decoded = sorted([d for d in stats.decoded if d.k != k] + [entry], key=lambda d: d.k)
         refresh_warnings(stats, acceptance.disagreement, self._own(verifier))
         self.save()
         self._finish(step, reused=False)

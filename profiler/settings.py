@@ -22,6 +22,10 @@ class AcceptanceSettings:
             tokens each decoded run produces per prompt.
         decoded_prompts: decoded runs use the first this-many prompts (None: all, the same
             prompts as α, so that the two ways are compared on the same contexts).
+        decoded_verifications, decoded_min_prompts: a decoded run stops taking prompts once it
+            has this many verifications from at least `decoded_min_prompts` prompts (None:
+            every decoded prompt). Pairs with few tokens per verification reach the same
+            precision on fewer prompts, and they cost the most per prompt.
         decoded: measure decoded μ at all (False: distribution-based α only).
         seed: prompt i is generated with seed + i.
         resamples, confidence: the bootstrap (resamples over prompts, interval level).
@@ -32,6 +36,8 @@ class AcceptanceSettings:
     block_sizes: tuple[int, ...] = (2, 4)
     new_tokens: int = 32
     decoded_prompts: int | None = None
+    decoded_verifications: int | None = 160
+    decoded_min_prompts: int = 8
     decoded: bool = True
     seed: int = 0
     resamples: int = 1000
@@ -52,6 +58,10 @@ class AcceptanceSettings:
             raise PolyplanError(f"new_tokens: must be >= 2, got {self.new_tokens}")
         if self.decoded_prompts is not None and self.decoded_prompts < 1:
             raise PolyplanError(f"decoded_prompts: must be >= 1, got {self.decoded_prompts}")
+        if self.decoded_verifications is not None and self.decoded_verifications < 1:
+            raise PolyplanError(f"decoded_verifications: must be >= 1, got {self.decoded_verifications}")
+        if self.decoded_min_prompts < 1:
+            raise PolyplanError(f"decoded_min_prompts: must be >= 1, got {self.decoded_min_prompts}")
         if not 0.0 < self.confidence < 1.0:
             raise PolyplanError(f"confidence: must be in (0, 1), got {self.confidence}")
         if self.resamples < 10:

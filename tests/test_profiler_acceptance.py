@@ -163,3 +163,17 @@ def test_greedy_decoding_reproduces_the_teacher_forced_runs_exactly():
         assert list(counts[:-1]) == expected[: len(counts) - 1]
         runs_seen.update(counts)
     assert len(runs_seen) >= 2  # the pair is neither always right nor always wrong
+
+
+def test_decoded_run_stops_taking_prompts_once_it_has_enough_verifications():
+    verifier, drafter = _tables(seed=2)
+    prompts = [[i % 6] for i in range(10)]
+    common = dict(k=2, temperature=1.0, new_tokens=12, seed=0, resamples=20)
+    full = measure_decoded(verifier, drafter, prompts, rng=np.random.default_rng(0), **common)
+    assert len(full.per_prompt) == 10
+    short = measure_decoded(verifier, drafter, prompts, rng=np.random.default_rng(0), enough=20, min_prompts=3, **common)
+    used = len(short.per_prompt)
+    counts = [len(c) for c in full.per_prompt]
+    assert used == next(i for i in range(3, 11) if sum(counts[:i]) >= 20)
+    assert short.per_prompt == full.per_prompt[:used]  # the same runs, fewer of them
+    assert short.verifications >= 20

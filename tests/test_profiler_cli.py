@@ -119,11 +119,13 @@ def test_cli_defaults_are_the_library_defaults():
     assert (defaults["repeats"], defaults["warmup"]) == (latency.repeats, latency.warmup)
     assert defaults["block_sizes"] == ",".join(map(str, acceptance.block_sizes))
     assert tuple(float(t) for t in defaults["temperatures"].split(",")) == acceptance.temperatures
-    assert (defaults["new_tokens"], defaults["decoded_prompts"], defaults["seed"]) == (
+    assert (defaults["new_tokens"], defaults["decoded_prompts"], defaults["seed"], defaults["decoded_verifications"]) == (
         acceptance.new_tokens,
         acceptance.decoded_prompts,
         acceptance.seed,
+        acceptance.decoded_verifications,
     )
+    assert acceptance.decoded_min_prompts == 8  # as the --decoded-verifications help says
 
 
 def test_ctrl_c_keeps_what_was_measured_and_the_rerun_finishes_it(workspace, tmp_path, monkeypatch):

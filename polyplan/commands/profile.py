@@ -54,6 +54,11 @@ def profile(
     decoded_prompts: Annotated[
         Optional[int], typer.Option("--decoded-prompts", help="Prompts per decoded run: the first N (default: all).")
     ] = None,
+    decoded_verifications: Annotated[
+        int,
+        typer.Option("--decoded-verifications", help="A decoded run stops taking prompts once it has this many "
+                     "verifications from at least 8 prompts (0: use every prompt)."),
+    ] = 160,
     decoded: Annotated[bool, typer.Option("--decoded/--no-decoded", help="Measure the decoded mu (the slow part).")] = True,
     latency_ks: Annotated[str, typer.Option("--latency-ks", help="k of T(k), comma-separated.")] = "1,2,3,4,6,8,12,16",
     context_lengths: Annotated[str, typer.Option("--context-lengths", help="Cached tokens for T(k), comma-separated.")] = "128,384",
@@ -91,6 +96,7 @@ def profile(
             block_sizes=_numbers(block_sizes, "--block-sizes", int),
             new_tokens=new_tokens,
             decoded_prompts=decoded_prompts,
+            decoded_verifications=decoded_verifications or None,
             decoded=decoded,
             seed=seed,
         ),
