@@ -1,7 +1,9 @@
 """`polyplan demo`: the closed loop on the embedded family, profile → recommend → validate.
 
 1. Profile the candidates (default `examples/zoo.yaml`, the shipped family) on the built-in
-   prompts, resuming the profile in the user cache, and measure the decoding loop's overhead.
+   prompts, resuming the profile in the user cache: the acceptance statistics are reused,
+   the latency curves are re-timed (they go stale with the machine's load), and the decoding
+   loop's overhead and the models' switch costs are measured again.
 2. Recommend a chain and its block sizes with the exact model; write plan.json.
 3. Validate the plan on built-in prompts the profile never saw, in one interleaved run, and
    write report.md, report.json and the plots.
@@ -131,6 +133,7 @@ def run_demo(settings: DemoSettings, *, profile_progress=None, validation_progre
         settings=profile_settings(settings.quick, settings.new_tokens),
         prompts=prompt_set(per_kind=1 if settings.quick else 4),
         cache_dir=settings.cache_dir,
+        fresh_latency=True,
         progress=profile_progress,
     )
     plan_path = out / PLAN_FILE
@@ -151,6 +154,7 @@ def run_demo(settings: DemoSettings, *, profile_progress=None, validation_progre
         prompt_source=held_out.source,
         truncate_prompts=held_out.truncate,
         progress=validation_progress,
+        profile=profiled.profile,
     )
     files = write_report(validation, out)
     return DemoResult(

@@ -6,12 +6,13 @@ cache crops, bookkeeping. Here the loop runs with stand-in members whose forward
 returns rows of a fixed logit table, over the chain's vocabulary size and with the plan's
 sampling settings, so the loop does exactly its usual work while the models cost nothing:
 
-1. one stand-in alone (plain decoding): loop time / steps = `per_step_s`;
-2. a stand-in verifying a stand-in at block size 4, the drafter proposing a rejected token
-   at every seventh position (so rounds both accept and reject): (loop time − drafting steps ×
-   `per_step_s`) / rounds = `per_round_s`.
+1. one stand-in alone (plain decoding): steps only;
+2. a stand-in verifying a stand-in at block sizes 1, 2, 4 and 8, the drafter proposing a
+   rejected token at every seventh position (so rounds both accept and reject): steps and
+   rounds in different proportions.
 
-Each is the median over repeats, after a warm-up call. Member-specific work the stand-ins
+Loop time = steps × `per_step_s` + rounds × `per_round_s` is fitted (non-negative least
+squares) to the median loop time of each configuration, after a warm-up call of each. Member-specific work the stand-ins
 do not do (an HF cache crop costs some tens of microseconds after a rejection) is left out.
 """
 
@@ -22,6 +23,7 @@ import statistics
 from collections.abc import Iterator
 from contextlib import contextmanager
 
+import numpy as np
 import torch
 
 from polyplan.decoder.chain import generate
@@ -100,29 +102,45 @@ def measure_loop_overhead(
     tokens: int = 256,
     repeats: int = 5,
     seed: int = 0,
+    verifier=None,
 ) -> LoopOverhead:
     """The loop's cost per autoregressive step and per verification round (module docstring).
+
+    Runs plain decoding and a stand-in pair at block sizes 1, 2, 4 and 8, interleaved,
+    `repeats` times each; per configuration the median loop time, then a non-negative least
+    squares fit of loop time = steps × per_step + rounds × per_round over the configurations
+    (one subtraction of two noisy medians can go negative on a busy machine; the fit uses all).
 
     Args:
         vocab: the chain's vocabulary size (token choice and verification scan it).
         sampling: the sampling settings the chain will run with.
         device: where the chain's members live.
         tokens: tokens generated per timed call.
-        repeats: timed calls per quantity (the median is kept).
+        repeats: timed calls per configuration.
+        verifier: a real chain member (normally the target) to decode and verify with instead
+            of a stand-in: its passes are still excluded, but the loop then runs as it does
+            around real passes (its cache crops, and the loop's own code and data evicted from
+            the CPU caches by each pass). Its cache is reset afterwards.
     """
-    plain = [StandIn(vocab, (0,), device=device)]
-    pair = [StandIn(vocab, (0,), device=device, name="verifier"),
-            StandIn(vocab, (0,) * (_REJECT_EVERY - 1) + (1,), device=device, name="drafter")]
-    steps, rounds = [], []
+    from scipy.optimize import nnls
+
+    top = StandIn(vocab, (0,), device=device, name="verifier") if verifier is None else verifier
+    plain = [top]
+    pair = [top, StandIn(vocab, (0,) * (_REJECT_EVERY - 1) + (1,), device=device, name="drafter")]
+    configurations = [(plain, ())] + [(pair, (k,)) for k in (1, 2, _BLOCK, 8)]
+    loops: list[list[float]] = [[] for _ in configurations]
+    counts: list[tuple[int, int]] = []
     with torch.inference_mode(), collector_paused():
-        _loop_seconds(plain, tokens, (), sampling, seed)  # warm-up: lazy initialisation
-        _loop_seconds(pair, tokens, (_BLOCK,), sampling, seed)
+        for chain, blocks in configurations:  # warm-up (lazy initialisation) and the counts
+            _, result = _loop_seconds(chain, tokens, blocks, sampling, seed)
+            levels = result.levels
+            counts.append((levels[-1].forward_passes, levels[0].verifications if len(levels) > 1 else 0))
         for repeat in range(repeats):
-            seconds, result = _loop_seconds(plain, tokens, (), sampling, seed + repeat)
-            steps.append(seconds / result.levels[0].forward_passes)
-        per_step = statistics.median(steps)
-        for repeat in range(repeats):
-            seconds, result = _loop_seconds(pair, tokens, (_BLOCK,), sampling, seed + repeat)
-            drafting = result.levels[1].forward_passes * per_step
-            rounds.append((seconds - drafting) / result.levels[0].verifications)
-    return LoopOverhead(per_step_s=max(per_step, 0.0), per_round_s=max(statistics.median(rounds), 0.0))
+            for index, (chain, blocks) in enumerate(configurations):
+                seconds, _ = _loop_seconds(chain, tokens, blocks, sampling, seed)
+                loops[index].append(seconds)
+    top.reset()
+    design = np.asarray(counts, dtype=float)  # (configurations, 2): steps, rounds
+    target = np.asarray([statistics.median(times) for times in loops])
+    (per_step, per_round), _ = nnls(design, target)
+    return LoopOverhead(per_step_s=float(per_step), per_round_s=float(per_round))

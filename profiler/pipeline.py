@@ -178,13 +178,16 @@ def profile_candidates(
     cache_dir: str | os.PathLike[str] | None = None,
     device: str | None = None,
     temperature: float | None = None,
+    fresh_latency: bool = False,
     progress=None,
 ) -> ProfiledCandidates:
     """Profile what is missing (resuming `profile_path`, else the cache), then the greedy
     agreement sequences (reused when unchanged) and the loop overhead, into the profile's meta.
 
     `settings` None: as the profile being resumed was measured (`resumed_settings`, which
-    adds the sampling `temperature` if given).
+    adds the sampling `temperature` if given). `fresh_latency`: re-time every latency curve
+    even when cached (latency is the part of a profile that goes stale with the machine's
+    load; acceptance statistics do not), keeping everything else.
 
     Raises:
         PolyplanError: a bad models.yaml or prompt file, models that cannot share a chain,
@@ -213,6 +216,8 @@ def profile_candidates(
         truncate=prompts.truncate, source=prompts.source,
     )
     previous = _previous_runs(path)
+    if fresh_latency:
+        _forget_latency(path)
     outcome = profile_models(models, fitted.prompts, path, settings, device=target_device, progress=progress)
     profile = outcome.profile
     measured = len(outcome.measured)
@@ -230,6 +235,21 @@ def profile_candidates(
     return ProfiledCandidates(
         profile, path, models, loaded.tokenizer, record, measured, len(outcome.reused), time.perf_counter() - started
     )
+
+
+def _forget_latency(path: Path) -> None:
+    """Drop the latency fingerprints of the profile at `path`, so the run re-times the curves."""
+    from polyplan.profile import load
+
+    if not path.is_file():
+        return
+    try:
+        profile = load(path)
+    except PolyplanError:
+        return  # the profiling run reports what is wrong with the file
+    for model in profile.models:
+        model.latency_fingerprint = None
+    profile.save(path)
 
 
 def _previous_runs(path: Path) -> dict[str, Any] | None:
@@ -252,10 +272,12 @@ def loop_overhead_entry(target, temperature: float) -> dict[str, Any]:
     from polyplan.profiler.overhead import measure_loop_overhead
 
     overhead = measure_loop_overhead(
-        target.valid_vocab_size, sampling=Sampling(temperature=temperature), device=getattr(target, "device", "cpu")
+        target.valid_vocab_size, sampling=Sampling(temperature=temperature), device=getattr(target, "device", "cpu"),
+        tokens=64, repeats=3, verifier=target,
     )
     return {**overhead.to_json_dict(), "vocab": target.valid_vocab_size, "threads": torch.get_num_threads(),
-            "method": "stand-in members with free forward passes (profiler.overhead)"}
+            "method": "decoding loop time outside forward passes, the target verifying a stand-in drafter "
+                      "at block sizes 1..8 and decoding alone, fitted per step and per round (profiler.overhead)"}
 
 
 def plan_candidates(plan: PlanFile, label: str, candidates_path: str | os.PathLike[str] | None = None) -> CandidateSet:

@@ -43,7 +43,7 @@ def plot_predicted_vs_measured(validation: Validation, path: Path) -> None:
     chains = [chain for chain in validation.chains if chain.lossless]
     figure = _figure(6.4, 5.6)
     axes = figure.add_subplot()
-    values = [v for chain in chains for v in (chain.speedup.mean, chain.predicted_exact, chain.predicted_paper)]
+    values = [v for chain in chains for v in (chain.speedup.mean, chain.predicted_exact, chain.predicted_paper, chain.retimed_exact or 0.0)]
     low, high = 0.0, max(values + [1.0]) * 1.1
     grid = [low, high]
     axes.fill_between(grid, [0.9 * x for x in grid], [1.1 * x for x in grid], color="tab:blue", alpha=0.08, label="±10% of measured")
@@ -52,8 +52,12 @@ def plot_predicted_vs_measured(validation: Validation, path: Path) -> None:
         error = chain.speedup.std or 0.0
         axes.errorbar(chain.speedup.mean, chain.predicted_exact, xerr=error, fmt="o", color="tab:blue", capsize=3)
         axes.errorbar(chain.speedup.mean, chain.predicted_paper, xerr=error, fmt="^", color="tab:orange", capsize=3)
+        if chain.retimed_exact is not None:
+            axes.plot(chain.speedup.mean, chain.retimed_exact, "o", markerfacecolor="none", color="tab:blue")
         axes.annotate(_short(chain), (chain.speedup.mean, chain.predicted_exact), textcoords="offset points", xytext=(5, -10), fontsize=7)
     axes.plot([], [], "o", color="tab:blue", label="exact model")
+    if any(chain.retimed_exact is not None for chain in chains):
+        axes.plot([], [], "o", markerfacecolor="none", color="tab:blue", label="exact model, latency re-timed in the run")
     axes.plot([], [], "^", color="tab:orange", label="paper (Lemma 3.1)")
     axes.set_xlabel("measured speedup over target-only decoding")
     axes.set_ylabel("predicted speedup")

@@ -25,10 +25,12 @@ from polyplan.decoder.chain import generate
 from polyplan.decoder.member import ChainMember
 from polyplan.decoder.sampling import Sampling
 from polyplan.errors import PolyplanError
-from polyplan.planner.plan_file import PlanFile, PlannedChain, planned_chains
+from polyplan.planner.plan_file import PlanFile, PlannedChain, plan_overhead, planned_chains
+from polyplan.profile import Profile
 from polyplan.profiler.latency import synchronizer
 from polyplan.profiler.overhead import collector_paused
 from polyplan.profiler.primed import PrimedMember
+from polyplan.profiler.retime import PassTiming, retimed_speedups, time_passes
 from polyplan.profiler.prompts import EncodedPrompt
 from polyplan.profiler.validation import (
     ROLE_ALTERNATIVE,
@@ -178,8 +180,14 @@ def measure_chains(
     settings: ValidationSettings,
     sampling: Sampling,
     progress: ValidationProgress | None = None,
-) -> tuple[RunRecord, ...]:
-    """Run every chain on every prompt, `settings.repeats` times, interleaved (module docstring)."""
+    retime: bool = False,
+) -> tuple[tuple[RunRecord, ...], tuple[PassTiming, ...]]:
+    """Run every chain on every prompt, `settings.repeats` times, interleaved (module docstring).
+
+    With `retime`, after the chains of each prompt and repeat every model's passes are timed
+    too (`profiler.retime`), on the target-only continuation of that prompt. Returns the runs
+    and those pass timings.
+    """
     progress = progress or _Silent()
     missing = sorted({name for spec in specs for name in spec.planned.chain} - set(members))
     if missing:
@@ -189,6 +197,9 @@ def measure_chains(
     sync = synchronizer(primed[specs[0].planned.chain[0]])
     tensors = [torch.tensor(list(prompt), dtype=torch.int64, device=device) for prompt in prompts]  # (L,) each
     records: list[RunRecord] = []
+    timings: list[PassTiming] = []
+    baseline = next((i for i, spec in enumerate(specs) if len(spec.planned.chain) == 1), None)
+    raw = {name: wrapper.member for name, wrapper in primed.items()}
     progress.total(len(specs) * len(prompts) * settings.repeats)
     with torch.inference_mode(), collector_paused():
         for spec in specs:
@@ -201,9 +212,19 @@ def measure_chains(
                     run = _run(specs[chain], primed, prompt, index, settings.new_tokens, settings.seed + index, sampling, sync)
                     records.append(RunRecord(chain, repeat, index, *run))
                     progress.advance(specs[chain].planned.label())
+                if retime and baseline is not None:
+                    continuation = torch.tensor(records[-len(specs) + _position(records[-len(specs):], baseline)].token_ids,
+                                                dtype=torch.int64, device=device)
+                    half = continuation.shape[0] // 2
+                    context = torch.cat([prompt, continuation[:half]])
+                    timings.extend(time_passes(raw, context, continuation[half:], sync))
     for member in primed.values():
         member.member.reset()
-    return tuple(records)
+    return tuple(records), tuple(timings)
+
+
+def _position(records: Sequence[RunRecord], chain: int) -> int:
+    return next(i for i, record in enumerate(records) if record.chain == chain)
 
 
 def _run(spec: ChainSpec, primed, prompt: torch.Tensor, index: int, tokens: int, seed: int, sampling: Sampling, sync):
@@ -235,6 +256,7 @@ def validate_plan(
     prompt_source: str = "prompts",
     truncate_prompts: bool = False,
     progress: ValidationProgress | None = None,
+    profile: Profile | None = None,
 ) -> Validation:
     """Validate `plan`: select the chains, fit the prompts, run, and compare with the predictions.
 
@@ -244,6 +266,8 @@ def validate_plan(
         prompts: encoded prompts; those that do not fit the context are left out (or, with
             `truncate_prompts`, shortened from the left).
         device_label: where this runs (compared with the plan's device in the notes).
+        profile: the profile the plan was made from; with it, every model's passes are also
+            timed during the run and the exact model re-evaluated on them (`profiler.retime`).
     """
     started = time.perf_counter()
     label = plan_path or "plan.json"
@@ -252,11 +276,22 @@ def validate_plan(
         prompts, context_limit(members, specs), reserve_for(specs, settings.new_tokens), truncate=truncate_prompts, source=prompt_source
     )
     sampling = sampling_of(plan.sampling)
-    records = measure_chains(specs, members, [p.ids for p in fitted.prompts], settings, sampling, progress)
+    records, timings = measure_chains(
+        specs, members, [p.ids for p in fitted.prompts], settings, sampling, progress, retime=profile is not None
+    )
+    retimed: dict[tuple[str, ...], float] = {}
+    if profile is not None and timings:
+        search = plan.payload.get("search") or {}
+        retimed = retimed_speedups(
+            profile, timings, [(spec.planned.chain, spec.planned.block_sizes) for spec in specs], sampling=plan.sampling,
+            overhead=plan_overhead(plan, label), acceptance_model=str(search.get("acceptance_model", "iid")),
+        )
     baseline_index = next(i for i, spec in enumerate(specs) if ROLE_TARGET_ONLY in spec.roles)
     baseline = [run for run in records if run.chain == baseline_index]
     chains = tuple(
-        summarise_chain(spec, [run for run in records if run.chain == index], baseline, sampling.greedy)
+        summarise_chain(
+            spec, [run for run in records if run.chain == index], baseline, sampling.greedy, retimed.get(spec.planned.chain)
+        )
         for index, spec in enumerate(specs)
     )
     plan_device = str(plan.payload.get("device", ""))

@@ -59,14 +59,20 @@ def test_reduced_demo_prints_one_table_and_writes_a_complete_report(family, tmp_
     assert [entry["greedy_equal"] for entry in payload["chains"]] == [True] * len(payload["chains"])
     assert [entry["recommended"] for entry in payload["chains"]].count(True) == 1
     assert any(entry["chain"] == ["target"] for entry in payload["chains"])
-    assert len(payload["checks"]) == 4 and all(check["passed"] in (True, False, None) for check in payload["checks"])
+    assert len(payload["checks"]) == 5 and all(check["passed"] in (True, False, None) for check in payload["checks"])
     assert all(source.startswith("stdlib:") for source in payload["settings"]["prompt_sources"])
     profile_file = Path(json.loads((folder / "plan.json").read_text())["profile"]["path"])
     assert profile_file.parent == tmp_path / "cache" / "profiles"  # the user's cache, never the package
 
+    assert all(entry["predicted_speedup"]["exact_retimed"] > 0 for entry in payload["chains"])
+
     again = _demo(family, tmp_path)
     assert again.exit_code == 0, again.output
-    assert re.search(r"profile .*: 0 entries measured, \d+ reused", again.stdout)  # the warm cache is reused
+    # the warm cache is reused: the latency curves are re-timed (4), acceptance entries reused
+    # (a pair whose drafter's re-timed T(1) now ranks differently is measured anew)
+    first_measured = int(re.search(r"profile .*: (\d+) entries measured", out).group(1))
+    measured, reused = map(int, re.search(r"profile .*: (\d+) entries measured, (\d+) reused", again.stdout).groups())
+    assert 4 <= measured < first_measured and reused > 0
 
 
 @pytest.mark.slow
@@ -81,4 +87,4 @@ def test_quick_demo_trains_the_quick_family_once_into_the_cache(tmp_path):
     second = CliRunner().invoke(app, args)
     assert second.exit_code == 0, second.output
     assert (family / "target" / "model.safetensors").stat().st_mtime_ns == stamp  # not trained again
-    assert re.search(r"profile .*: 0 entries measured", second.stdout)
+    assert re.search(r"profile .*: \d+ entries measured, [1-9]\d* reused", second.stdout)

@@ -82,7 +82,8 @@ def test_validate_json_has_one_entry_per_chain_and_greedy_outputs_equal(workspac
     for entry in chains:
         assert entry["greedy_equal"] is True
         assert entry["measured_speedup"] > 0 and len(entry["speedup_per_repeat"]) == 2
-        assert set(entry["predicted_speedup"]) == {"exact", "paper"}
+        assert set(entry["predicted_speedup"]) == {"exact", "paper", "exact_retimed"}
+        assert entry["predicted_speedup"]["exact_retimed"] > 0  # the plan's profile is still there
         assert [level["model"] for level in entry["levels"]] == entry["chain"]
     assert payload["settings"]["prompts"] == 3 and payload["settings"]["repeats"] == 2
     for name in ("report.md", "report.json", "predicted_vs_measured.png", "measured_speedup.png", "phi_paper_vs_measured.png"):

@@ -20,6 +20,21 @@ def plan_threads(device_label: str) -> int | None:
     return int(match.group(1)) if match else None
 
 
+def plan_profile(planned):
+    """The profile the plan was made from, if its file is still readable (for the re-timed
+    prediction); None otherwise."""
+    from polyplan.errors import PolyplanError
+    from polyplan.profile import load
+
+    path = (planned.payload.get("profile") or {}).get("path")
+    if not isinstance(path, str) or not Path(path).is_file():
+        return None
+    try:
+        return load(path)
+    except PolyplanError:
+        return None
+
+
 def result_lines(validation, files) -> list[str]:
     """The table, the headline and where the report went."""
     from polyplan.profiler.validation_report import table_lines
@@ -85,6 +100,7 @@ def validate(
             prompt_source=prompt_set.source,
             truncate_prompts=prompt_set.truncate,
             progress=progress,
+            profile=plan_profile(planned),
         )
     files = write_report(validation, out)
     if json_output:
