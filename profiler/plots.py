@@ -62,7 +62,7 @@ def plot_predicted_vs_measured(validation: Validation, path: Path) -> None:
     axes.set_xlabel("measured speedup over target-only decoding")
     axes.set_ylabel("predicted speedup")
     axes.set_title("Predicted vs measured speedup (same run, error bars: sd over repeats)", fontsize=9)
-    axes.legend(fontsize=8, loc="upper left")
+    axes.legend(fontsize=8, loc="lower right")
     figure.tight_layout()
     figure.savefig(path)
 
@@ -77,6 +77,10 @@ def plot_measured_speedup(validation: Validation, path: Path) -> None:
     axes.bar(positions, [c.speedup.mean for c in chains], yerr=[c.speedup.std or 0.0 for c in chains], color=colours, capsize=4,
              label="measured (sd over repeats)")
     axes.plot(positions, [c.predicted_exact for c in chains], "o", color="tab:blue", label="exact model")
+    retimed = [(x, c.retimed_exact) for x, c in zip(positions, chains) if c.retimed_exact is not None]
+    if retimed:
+        axes.plot([x for x, _ in retimed], [y for _, y in retimed], "o", markerfacecolor="none", color="tab:blue",
+                  markersize=9, label="exact model, latency re-timed in the run")
     axes.plot(positions, [c.predicted_paper for c in chains], "^", color="tab:orange", label="paper (Lemma 3.1)")
     axes.axhline(1.0, color="0.4", linewidth=1)
     axes.set_xticks(positions)
