@@ -65,7 +65,11 @@ def profile(
     repeats: Annotated[int, typer.Option("--repeats", help="Timed repeats per latency point.")] = 15,
     warmup: Annotated[int, typer.Option("--warmup", help="Untimed warm-up rounds per context length.")] = 3,
     device: Annotated[Optional[str], typer.Option("--device", help="Put every model on this device (default: as in models.yaml).")] = None,
-    threads: Annotated[Optional[int], typer.Option("--threads", help="torch CPU threads for the run (default: torch's).")] = None,
+    threads: Annotated[
+        int,
+        typer.Option("--threads", help="torch CPU threads (default 1, as `polyplan demo`: on a small shared machine more "
+                     "OpenMP threads contend with any other load and make every timing erratic; 0 keeps torch's choice)."),
+    ] = 1,
     seed: Annotated[int, typer.Option("--seed", help="Prompt i is sampled with seed + i.")] = 0,
     json_output: Annotated[bool, typer.Option("--json", help="Print one JSON object instead of the table.")] = False,
 ) -> None:
@@ -101,9 +105,9 @@ def profile(
             seed=seed,
         ),
     )
-    if threads is not None:
-        if threads < 1:
-            raise PolyplanError(f"--threads: must be >= 1, got {threads}")
+    if threads < 0:
+        raise PolyplanError(f"--threads: must be >= 0, got {threads}")
+    if threads > 0:
         import torch
 
         torch.set_num_threads(threads)
