@@ -23,7 +23,6 @@ from __future__ import annotations
 import datetime
 import os
 import platform
-import tempfile
 import time
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
@@ -33,16 +32,16 @@ from typing import Protocol
 import numpy as np
 import torch
 
-from polyplan.decoder.chain import first_difference
 from polyplan.decoder.member import ChainMember
 from polyplan.errors import PolyplanError
 from polyplan.planner.latency import curve_from_profile
-from polyplan.profile import SCHEMA_VERSION, Profile, load, sampling_key
+from polyplan.profile import Profile, sampling_key
 from polyplan.profiler.acceptance import TeacherForced, measure_decoded, pair_alpha, target_continuations, teacher_forced
 from polyplan.profiler.entries import decoded_entry, model_entry, refresh_warnings, sampling_entry
 from polyplan.profiler.fingerprint import fingerprint_settings, fingerprint_tokens
 from polyplan.profiler.latency import measure_latency
-from polyplan.profiler.prompts import EncodedPrompt, check_fits
+from polyplan.profiler.checks import check_inputs_fit, check_models, check_writable, read_existing
+from polyplan.profiler.prompts import EncodedPrompt
 from polyplan.profiler.settings import ProfileSettings
 
 IMPLIED_KS = tuple(range(1, 9))  # μ(K) implied by α is stored for these K (and every decoded K)
@@ -153,82 +152,14 @@ def profile_models(
         raise PolyplanError("prompts: none to profile with")
     out = Path(out)
     progress = progress or _Silent()
-    _check_models(models)
-    _check_fits(models, prompts, settings)
-    existing = _read_existing(out)
-    _check_writable(out)
+    check_models(models)
+    check_inputs_fit(models, prompts, settings)
+    existing = read_existing(out)
+    check_writable(out)
     run = _Run(models, prompts, out, settings, describe_device(device), existing, progress)
     run.execute()
     phases = PhaseSeconds(**run.seconds)
     return ProfileOutcome(run.profile, out, tuple(run.measured), tuple(run.reused), time.perf_counter() - started, phases)
-
-
-# --------------------------------------------------------------------------- checks
-
-
-def _check_models(models: Sequence[ProfiledModel]) -> None:
-    names = [model.name for model in models]
-    for name in names:
-        if names.count(name) > 1:
-            raise PolyplanError(f"candidates: duplicate name {name!r}")
-    target = models[0].member
-    reference = target.token_map()
-    for model in models[1:]:
-        member = model.member
-        if member.valid_vocab_size != target.valid_vocab_size:
-            raise PolyplanError(
-                f"candidate {model.name!r}: vocabulary of {member.valid_vocab_size} tokens differs from the target "
-                f"{models[0].name!r} ({target.valid_vocab_size})"
-            )
-        mapping = member.token_map()
-        if reference is not None and mapping is not None:
-            difference = first_difference(reference, mapping)
-            if difference is not None:
-                raise PolyplanError(f"candidate {model.name!r}: vocabulary differs from the target {models[0].name!r}: {difference}")
-
-
-def _check_fits(models: Sequence[ProfiledModel], prompts: Sequence[EncodedPrompt], settings: ProfileSettings) -> None:
-    acceptance = settings.acceptance
-    extra = acceptance.new_tokens + (max(acceptance.block_sizes) if acceptance.decoded else 0)
-    for model in models:
-        limit = model.member.max_context
-        check_fits(prompts, model.name, limit, extra)
-        if limit is not None and settings.latency.tokens_needed > limit:
-            raise PolyplanError(
-                f"--context-lengths: {max(settings.latency.context_lengths)} cached + {max(settings.latency.ks)} new "
-                f"tokens does not fit the context of {model.name!r} ({limit} tokens)"
-            )
-
-
-def _read_existing(out: Path) -> Profile | None:
-    if out.is_dir():
-        raise PolyplanError(f"--out: {out} is a folder; give a file path")
-    if not out.exists():
-        return None
-    try:
-        return load(out)
-    except PolyplanError as error:
-        text = str(error)
-        if "schema_version" in text:
-            raise PolyplanError(
-                f"--out: {out} holds a profile of another schema version (this polyplan writes version "
-                f"{SCHEMA_VERSION}); move it away or choose another --out"
-            ) from None
-        raise PolyplanError(f"--out: {out} exists but is not a valid profile ({text}); move it away or choose another --out") from None
-
-
-def _check_writable(out: Path) -> None:
-    folder = out.parent if str(out.parent) else Path(".")
-    if not folder.is_dir():
-        raise PolyplanError(f"--out: cannot write {out} (folder {folder} does not exist)")
-    try:
-        handle, probe = tempfile.mkstemp(prefix=f".{out.name}.", suffix=".probe", dir=folder)
-    except OSError as error:
-        raise PolyplanError(f"--out: cannot write {out} ({error.strerror or error})") from None
-    os.close(handle)
-    os.unlink(probe)
-    if out.exists() and not os.access(out, os.W_OK):
-        raise PolyplanError(f"--out: cannot write {out} (permission denied)")
 
 
 # --------------------------------------------------------------------------- the run

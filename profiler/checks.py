@@ -1,0 +1,87 @@
+"""What a profiling run checks before it measures anything (so bad input never costs a result)."""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from collections.abc import Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from polyplan.decoder.chain import first_difference
+from polyplan.errors import PolyplanError
+from polyplan.profile import SCHEMA_VERSION, Profile, load
+from polyplan.profiler.prompts import EncodedPrompt, check_fits
+from polyplan.profiler.settings import ProfileSettings
+
+if TYPE_CHECKING:
+    from polyplan.profiler.run import ProfiledModel
+
+
+def check_models(models: Sequence[ProfiledModel]) -> None:
+    """Unique names; every model shares the target's vocabulary (size and token map)."""
+    names = [model.name for model in models]
+    for name in names:
+        if names.count(name) > 1:
+            raise PolyplanError(f"candidates: duplicate name {name!r}")
+    target = models[0].member
+    reference = target.token_map()
+    for model in models[1:]:
+        member = model.member
+        if member.valid_vocab_size != target.valid_vocab_size:
+            raise PolyplanError(
+                f"candidate {model.name!r}: vocabulary of {member.valid_vocab_size} tokens differs from the target "
+                f"{models[0].name!r} ({target.valid_vocab_size})"
+            )
+        mapping = member.token_map()
+        if reference is not None and mapping is not None:
+            difference = first_difference(reference, mapping)
+            if difference is not None:
+                raise PolyplanError(f"candidate {model.name!r}: vocabulary differs from the target {models[0].name!r}: {difference}")
+
+
+def check_inputs_fit(models: Sequence[ProfiledModel], prompts: Sequence[EncodedPrompt], settings: ProfileSettings) -> None:
+    """Every prompt (plus the generated and drafted tokens) and the latency contexts fit every model."""
+    acceptance = settings.acceptance
+    extra = acceptance.new_tokens + (max(acceptance.block_sizes) if acceptance.decoded else 0)
+    for model in models:
+        limit = model.member.max_context
+        check_fits(prompts, model.name, limit, extra)
+        if limit is not None and settings.latency.tokens_needed > limit:
+            raise PolyplanError(
+                f"--context-lengths: {max(settings.latency.context_lengths)} cached + {max(settings.latency.ks)} new "
+                f"tokens does not fit the context of {model.name!r} ({limit} tokens)"
+            )
+
+
+def read_existing(out: Path) -> Profile | None:
+    """The profile already at `out` (None if there is none); refuses anything it must not overwrite."""
+    if out.is_dir():
+        raise PolyplanError(f"--out: {out} is a folder; give a file path")
+    if not out.exists():
+        return None
+    try:
+        return load(out)
+    except PolyplanError as error:
+        text = str(error)
+        if "schema_version" in text:
+            raise PolyplanError(
+                f"--out: {out} holds a profile of another schema version (this polyplan writes version "
+                f"{SCHEMA_VERSION}); move it away or choose another --out"
+            ) from None
+        raise PolyplanError(f"--out: {out} exists but is not a valid profile ({text}); move it away or choose another --out") from None
+
+
+def check_writable(out: Path) -> None:
+    """`out` can be created or replaced (probed with a temporary file in its folder)."""
+    folder = out.parent if str(out.parent) else Path(".")
+    if not folder.is_dir():
+        raise PolyplanError(f"--out: cannot write {out} (folder {folder} does not exist)")
+    try:
+        handle, probe = tempfile.mkstemp(prefix=f".{out.name}.", suffix=".probe", dir=folder)
+    except OSError as error:
+        raise PolyplanError(f"--out: cannot write {out} ({error.strerror or error})") from None
+    os.close(handle)
+    os.unlink(probe)
+    if out.exists() and not os.access(out, os.W_OK):
+        raise PolyplanError(f"--out: cannot write {out} (permission denied)")
