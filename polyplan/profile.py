@@ -47,8 +47,9 @@ seconds and must be > 0; unknown keys are rejected (free-form extras go under ``
               },
               "implied": [                   # optional: mu(K) implied by the distributions
                 {"k": 5, "mu": 3.6, "mu_positional": 3.9}
-              ],                             # mu: i.i.d. formula from alpha; positional: from
-                                             # the per-position rates (both in [1, k + 1])
+              ],                             # mu: i.i.d. formula from alpha; positional: the
+                                             # per-position rates walked as decoding does
+                                             # (both in [1, k + 1])
               "decoded": [                   # optional: measured by dualistic decoding
                 {"k": 5, "mu": 4.34, "sigma": 1.2, "samples": 300,
                  "mu_ci": [4.1, 4.5], "sigma_ci": [1.0, 1.4],   # optional intervals
@@ -154,9 +155,10 @@ class AlphaDistribution:
 class ImpliedStats:
     """Tokens per verification at block size `k` implied by the distribution-based rates.
 
-    `mu` is eq. 3 with i.i.d. acceptance, (1 − α^(k+1)) / (1 − α); `mu_positional` averages
-    1 + Σ_j Π_{t<j} α_(s+t) over start positions s, so it keeps how the rate varies along a
-    sequence (what the i.i.d. formula ignores).
+    `mu` is eq. 3 with i.i.d. acceptance, (1 − α^(k+1)) / (1 − α); `mu_positional` walks the
+    per-position rates α_t verification by verification as decoding does (expected tokens over
+    expected verifications), so it keeps how the rate varies along a sequence (what the i.i.d.
+    formula ignores).
     """
 
     k: int

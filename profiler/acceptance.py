@@ -10,7 +10,8 @@ accepted with probability min(1, q/p), so the per-token acceptance rate at one p
    two models' distributions give α_t for every position, so n models cost n passes for all
    n² pairs. α is the mean of α_t; its interval is a bootstrap over prompts. The μ(K) this
    implies is eq. 3 under i.i.d. acceptance, (1 − α^(K+1)) / (1 − α), and, keeping how α_t
-   varies along a sequence, the positional mean of 1 + Σ_j Π_{t<j} α_(s+t) over starts s.
+   varies along a sequence, the *positional* μ: the rates walked verification by
+   verification as decoding does (`positional_mu`).
 2. **Decoded** (`measure_decoded`): run the decoder's n = 2 mode (classic speculative
    decoding) at block size K over the prompts and collect the tokens emitted per
    verification: μ, σ and their bootstrap intervals over prompts.
@@ -74,7 +75,7 @@ class PairAlpha:
         return implied_mu(self.alpha, k)
 
     def positional_mu(self, k: int) -> float | None:
-        """Mean over start positions s of 1 + Σ_{j=1..k} Π_{t<j} α_(s+t) (None if no window fits)."""
+        """μ from the per-position rates walked as decoding does (see `positional_mu`)."""
         return positional_mu(self.per_prompt, k)
 
 
@@ -112,17 +113,35 @@ def implied_mu(alpha: float, k: int) -> float:
 
 
 def positional_mu(per_prompt: Sequence[np.ndarray], k: int) -> float | None:
-    """Mean of 1 + Σ_{j=1..k} Π_{t<j} α_(s+t) over every start s with a full window of k."""
-    values = []
+    """μ at block size `k` from the per-position rates, walked along each sequence as decoding does.
+
+    A verification starting at position s accepts j drafted tokens with probability
+    Π_{t<j} α_(s+t) · (1 − α_(s+j)) (j < k; all k with Π_{t<k} α_(s+t)), emits j + 1 tokens and
+    the next verification starts after them. A dynamic program over s gives the expected
+    tokens and the expected verifications of each sequence; μ is their ratio over all
+    sequences (a renewal-reward mean). Positions past a sequence's end take its mean rate.
+    With greedy 0/1 rates this is exactly the decoded run over the same contexts; unlike eq. 3
+    it keeps how the rate varies and clusters along a sequence. None without positions.
+    """
+    tokens = verifications = 0.0
     for rates in per_prompt:
         rates = np.asarray(rates, dtype=float)
-        if rates.size < k:
+        length = rates.size
+        if length == 0:
             continue
-        windows = np.lib.stride_tricks.sliding_window_view(rates, k)  # (L − k + 1, k)
-        values.append(1.0 + np.cumprod(windows, axis=1).sum(axis=1))
-    if not values:
-        return None
-    return float(np.concatenate(values).mean())
+        padded = np.concatenate([rates, np.full(k, rates.mean())])  # (L + k,)
+        expected_tokens = np.zeros(length + k + 2)
+        expected_verifications = np.zeros(length + k + 2)
+        emitted = np.arange(1, k + 2)  # tokens emitted when j = 0..k drafted tokens are accepted
+        for s in range(length - 1, -1, -1):
+            reach = np.concatenate([[1.0], np.cumprod(padded[s : s + k])])  # P(first j accepted), j = 0..k
+            runs = np.append(reach[:k] * (1.0 - padded[s : s + k]), reach[k])  # P(exactly j accepted)
+            following = s + emitted
+            expected_tokens[s] = runs @ (emitted + expected_tokens[following])
+            expected_verifications[s] = 1.0 + runs @ expected_verifications[following]
+        tokens += expected_tokens[0]
+        verifications += expected_verifications[0]
+    return tokens / verifications if verifications > 0 else None
 
 
 def target_continuations(

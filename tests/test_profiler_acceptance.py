@@ -37,13 +37,18 @@ def test_implied_mu_is_the_capped_geometric_mean():
     assert implied_mu(1.0, 4) == 5.0
 
 
-def test_positional_mu_keeps_how_the_rate_varies():
-    constant = [np.full(30, 0.6)]
-    assert positional_mu(constant, 3) == pytest.approx(implied_mu(0.6, 3))
-    # Same mean rate 0.5, but in long runs of 1s and 0s: much longer accepted runs than i.i.d.
+def test_positional_mu_walks_the_rates_as_decoding_does():
+    # Greedy 0/1 rates, K = 3: verifications accept 2, 3 (capped), 0, 0, 1 -> 3+4+1+1+2 tokens in 5.
+    assert positional_mu([np.array([1, 1, 0, 1, 1, 1, 1, 0, 0, 1, 0], dtype=float)], 3) == pytest.approx(11 / 5)
+    # A constant rate gives eq. 3 exactly (Wald: i.i.d. verifications, stopping at the end).
+    for alpha, k in ((0.6, 3), (0.9, 5)):
+        assert positional_mu([np.full(40, alpha), np.full(7, alpha)], k) == pytest.approx(implied_mu(alpha, k))
+    # Mean rate 0.5 in two long runs: 2 verifications emit 10 tokens, then 10 emit 1 each, so
+    # 20 tokens in 12 verifications, well below eq. 3's 1.94 at the same mean rate.
     bursty = [np.repeat([1.0, 0.0], 10)]
-    assert positional_mu(bursty, 4) > implied_mu(0.5, 4) + 1.0
-    assert positional_mu([np.ones(2)], 4) is None  # no window of 4 fits
+    assert positional_mu(bursty, 4) == pytest.approx(20 / 12)
+    assert implied_mu(0.5, 4) == pytest.approx(1.9375)
+    assert positional_mu([np.zeros(0)], 4) is None
 
 
 def test_cap_alpha_keeps_profiles_valid():
@@ -162,6 +167,8 @@ def test_greedy_decoding_reproduces_the_teacher_forced_runs_exactly():
             position += run + 1
         assert list(counts[:-1]) == expected[: len(counts) - 1]
         runs_seen.update(counts)
+        if agree[-1] == 0.0:  # the walk then never reads past the end: it is the decoded run
+            assert positional_mu([agree], k) == pytest.approx(sum(expected) / len(expected))
     assert len(runs_seen) >= 2  # the pair is neither always right nor always wrong
 
 
