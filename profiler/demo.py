@@ -134,6 +134,7 @@ def run_demo(settings: DemoSettings, *, profile_progress=None, validation_progre
         prompts=prompt_set(per_kind=1 if settings.quick else 4),
         cache_dir=settings.cache_dir,
         fresh_latency=True,
+        calibration_tokens=24 if settings.quick else 64,
         progress=profile_progress,
     )
     plan_path = out / PLAN_FILE

@@ -179,6 +179,7 @@ def profile_candidates(
     device: str | None = None,
     temperature: float | None = None,
     fresh_latency: bool = False,
+    calibration_tokens: int = 64,
     progress=None,
 ) -> ProfiledCandidates:
     """Profile what is missing (resuming `profile_path`, else the cache), then the greedy
@@ -187,7 +188,8 @@ def profile_candidates(
     `settings` None: as the profile being resumed was measured (`resumed_settings`, which
     adds the sampling `temperature` if given). `fresh_latency`: re-time every latency curve
     even when cached (latency is the part of a profile that goes stale with the machine's
-    load; acceptance statistics do not), keeping everything else.
+    load; acceptance statistics do not), keeping everything else. `calibration_tokens`: tokens
+    per timed call of the loop-overhead calibration (fewer: faster, noisier).
 
     Raises:
         PolyplanError: a bad models.yaml or prompt file, models that cannot share a chain,
@@ -225,7 +227,8 @@ def profile_candidates(
         ids = [prompt.ids for prompt in fitted.prompts]
         measured += ensure_agreement(profile, previous, models, ids, new_tokens=acceptance.new_tokens, seed=acceptance.seed)
     profile.meta[META_KEY] = {
-        sampling_key(temperature): loop_overhead_entry(models[0].member, temperature) for temperature in acceptance.temperatures
+        sampling_key(temperature): loop_overhead_entry(models[0].member, temperature, calibration_tokens)
+        for temperature in acceptance.temperatures
     }
     context = min(settings.latency.context_lengths)
     flat = [token for prompt in fitted.prompts for token in prompt.ids]
@@ -264,7 +267,7 @@ def _previous_runs(path: Path) -> dict[str, Any] | None:
         return None  # the profiling run reports what is wrong with the file
 
 
-def loop_overhead_entry(target, temperature: float) -> dict[str, Any]:
+def loop_overhead_entry(target, temperature: float, tokens: int = 64) -> dict[str, Any]:
     """The loop overhead measured for the target's vocabulary and device (profile meta entry)."""
     import torch
 
@@ -273,7 +276,7 @@ def loop_overhead_entry(target, temperature: float) -> dict[str, Any]:
 
     overhead = measure_loop_overhead(
         target.valid_vocab_size, sampling=Sampling(temperature=temperature), device=getattr(target, "device", "cpu"),
-        tokens=64, repeats=3, verifier=target,
+        tokens=tokens, repeats=3, verifier=target,
     )
     return {**overhead.to_json_dict(), "vocab": target.valid_vocab_size, "threads": torch.get_num_threads(),
             "method": "decoding loop time outside forward passes, the target verifying a stand-in drafter "

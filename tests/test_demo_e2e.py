@@ -1,5 +1,6 @@
-"""`polyplan demo`, reduced (`--quick` profiling, one prompt of each kind, few tokens), end to end:
-profile → recommend → validate, the printed table, the report's structure and the greedy flags."""
+"""`polyplan demo` on the shipped family, reduced (`--quick` profiling, one prompt of each kind,
+few tokens), end to end: profile → recommend → validate, the printed table, the report's
+structure and the greedy flags."""
 
 from __future__ import annotations
 
@@ -10,26 +11,18 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from conftest import perturbed_copy, save_model, tiny_llama, tiny_tokenizer
 from polyplan.cli import app
 
 pytestmark = pytest.mark.usefixtures("single_thread")
 
 
+EXAMPLE_FAMILY = Path(__file__).resolve().parent.parent / "examples" / "zoo.yaml"
+
+
 @pytest.fixture(scope="module")
-def family(tmp_path_factory) -> Path:
-    """A small local family: a target, a separately initialised drafter, an early exit, n-grams."""
-    root = tmp_path_factory.mktemp("demo_family")
-    save_model(root / "target", tiny_llama(0, layers=4, hidden=64), tiny_tokenizer())
-    save_model(root / "drafter", perturbed_copy(tiny_llama(0, layers=1, hidden=32), 0.2, seed=1), tiny_tokenizer())
-    (root / "models.yaml").write_text(
-        "candidates:\n"
-        "  - {name: target, source: ./target, target: true}\n"
-        "  - {name: drafter, source: ./drafter}\n"
-        "  - {name: target-exit1, derive: {from: target, layers: 1}}\n"
-        "  - {name: ngram, derive: {kind: ngram, max_n: 3}}\n"
-    )
-    return root / "models.yaml"
+def family() -> Path:
+    """The shipped embedded family (examples/zoo.yaml: target, int8, early exit, drafter, n-grams)."""
+    return EXAMPLE_FAMILY
 
 
 def _demo(family: Path, tmp: Path, *extra: str):
@@ -66,13 +59,13 @@ def test_reduced_demo_prints_one_table_and_writes_a_complete_report(family, tmp_
 
     assert all(entry["predicted_speedup"]["exact_retimed"] > 0 for entry in payload["chains"])
 
-    again = _demo(family, tmp_path)
+    again = _demo(family, tmp_path, "--repeats", "1")
     assert again.exit_code == 0, again.output
-    # the warm cache is reused: the latency curves are re-timed (4), acceptance entries reused
+    # the warm cache is reused: the 5 latency curves are re-timed, acceptance entries reused
     # (a pair whose drafter's re-timed T(1) now ranks differently is measured anew)
     first_measured = int(re.search(r"profile .*: (\d+) entries measured", out).group(1))
     measured, reused = map(int, re.search(r"profile .*: (\d+) entries measured, (\d+) reused", again.stdout).groups())
-    assert 4 <= measured < first_measured and reused > 0
+    assert 5 <= measured < first_measured and reused > 0
 
 
 @pytest.mark.slow
