@@ -145,7 +145,7 @@ def measure_latency(
     points: list[TimedPoint] = []
     prefill: list[PrefillTiming] = []
     try:
-        with torch.inference_mode(), _collector_paused():
+        with torch.inference_mode(), collector_paused():
             for context in settings.context_lengths:
                 prefill.append(PrefillTiming(context, _time_prefill(member, stream[:context], settings, sync, clock)))
                 samples = _time_steps(member, stream, context, settings, sync, clock)
@@ -189,7 +189,7 @@ def _time_steps(member, stream, context, settings, sync, clock) -> dict[int, lis
 
 
 @contextmanager
-def _collector_paused() -> Iterator[None]:
+def collector_paused() -> Iterator[None]:
     """Pause Python's cyclic garbage collector (a collection inside a timed pass is noise)."""
     was_enabled = gc.isenabled()
     gc.collect()

@@ -18,10 +18,7 @@ do not do (an HF cache crop costs some tens of microseconds after a rejection) i
 
 from __future__ import annotations
 
-import gc
 import statistics
-from collections.abc import Iterator
-from contextlib import contextmanager
 
 import numpy as np
 import torch
@@ -29,6 +26,7 @@ import torch
 from polyplan.decoder.chain import generate
 from polyplan.decoder.sampling import Sampling
 from polyplan.planner.overhead import LoopOverhead
+from polyplan.profiler.latency import collector_paused
 
 _BLOCK = 4
 _REJECT_EVERY = 7
@@ -73,19 +71,6 @@ class StandIn:
 
     def token_map(self) -> None:
         return None
-
-
-@contextmanager
-def collector_paused() -> Iterator[None]:
-    """Pause Python's cyclic garbage collector around timed work (a collection is noise)."""
-    was_enabled = gc.isenabled()
-    gc.collect()
-    gc.disable()
-    try:
-        yield
-    finally:
-        if was_enabled:
-            gc.enable()
 
 
 def _loop_seconds(chain, tokens: int, blocks: tuple[int, ...], sampling: Sampling, seed: int):

@@ -21,7 +21,7 @@ import torch
 from polyplan.planner.overhead import SWITCH_KEY
 from polyplan.profile import Profile
 from polyplan.profiler.latency import synchronizer
-from polyplan.profiler.overhead import collector_paused
+from polyplan.profiler.latency import collector_paused
 
 
 def measure_switch_costs(models: Sequence, tokens: Sequence[int], *, context: int = 128, repeats: int = 15) -> dict[str, float]:

@@ -25,10 +25,10 @@ from polyplan.decoder.chain import generate
 from polyplan.decoder.member import ChainMember
 from polyplan.decoder.sampling import Sampling
 from polyplan.errors import PolyplanError
-from polyplan.planner.plan_file import PlanFile, PlannedChain, plan_overhead, planned_chains
+from polyplan.planner.plan_file import PlanFile, plan_overhead, planned_chains
 from polyplan.profile import Profile
 from polyplan.profiler.latency import synchronizer
-from polyplan.profiler.overhead import collector_paused
+from polyplan.profiler.latency import collector_paused
 from polyplan.profiler.primed import PrimedMember
 from polyplan.profiler.retime import PassTiming, retimed_speedups, time_passes
 from polyplan.profiler.prompts import EncodedPrompt
