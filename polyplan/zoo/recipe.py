@@ -52,7 +52,9 @@ class Recipe:
     The target is trained on the corpus with an auxiliary loss on its first
     `early_exit_layers` layers (so its early-exit copy is a useful drafter); the drafter is
     alongside on the same batches, distilled online from the target (`distill_weight` of KL to
-    the target's next-token distribution, the rest cross-entropy on the corpus).
+    the target's next-token distribution, the rest cross-entropy on the corpus). When
+    `drafter_refine` is set, the drafter is then distilled further from the finished, frozen
+    target (`polyplan.zoo.refine`: total variation plus KL, aimed at the acceptance rate).
     """
 
     name: str
@@ -72,6 +74,7 @@ class Recipe:
     ngram_min_n: int
     eval_batches: int
     threads: int
+    drafter_refine: Schedule | None = None
 
 
 FULL = Recipe(
@@ -92,6 +95,7 @@ FULL = Recipe(
     ngram_min_n=1,
     eval_batches=8,
     threads=2,
+    drafter_refine=Schedule(steps=1500, batch_size=8, learning_rate=1.5e-3, warmup_steps=30),
 )
 
 QUICK = Recipe(
@@ -112,4 +116,5 @@ QUICK = Recipe(
     ngram_min_n=1,
     eval_batches=2,
     threads=2,
+    drafter_refine=Schedule(steps=4, batch_size=8, learning_rate=1e-3, warmup_steps=1),
 )

@@ -9,7 +9,6 @@ folder that looks complete.
 from __future__ import annotations
 
 import json
-import math
 import os
 import shutil
 import time
@@ -17,17 +16,18 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-import numpy as np
 import torch
 import torch.nn.functional as F
 from torch import nn
-from transformers import LlamaForCausalLM, PreTrainedTokenizerFast
+from transformers import AutoTokenizer, LlamaForCausalLM, PreTrainedTokenizerFast
 
 from polyplan.decoder.derive import early_exit_model, quantize_model
 from polyplan.errors import PolyplanError
 from polyplan.zoo.builtin import FAMILY_FILE
 from polyplan.zoo.corpus import read_texts, split_stdlib
+from polyplan.zoo.optim import adamw, eval_windows, learning_rate, optimizer_step, random_windows
 from polyplan.zoo.recipe import Recipe, Schedule
+from polyplan.zoo.refine import RefineMetrics, refine_drafter
 from polyplan.zoo.tokenizer import encode_corpus, save_tokenizer, train_tokenizer
 
 TARGET, DRAFTER = "target", "drafter"
@@ -47,38 +47,6 @@ class FamilyReport:
     train_tokens: int
     validation_tokens: int
     wall_seconds: dict[str, float]
-
-
-def _windows(stream: torch.Tensor, seq_len: int, batch: int, generator: torch.Generator) -> torch.Tensor:
-    """`batch` random windows of `seq_len + 1` tokens: shape (batch, seq_len + 1)."""
-    starts = torch.randint(0, stream.numel() - seq_len - 1, (batch,), generator=generator)
-    offsets = torch.arange(seq_len + 1)
-    return stream[starts[:, None] + offsets[None, :]].long()
-
-
-def eval_windows(stream: torch.Tensor, seq_len: int, count: int) -> torch.Tensor:
-    """`count` evenly spaced held-out windows (deterministic): shape (count, seq_len + 1)."""
-    last = stream.numel() - seq_len - 1
-    starts = torch.linspace(0, last, count).long()
-    offsets = torch.arange(seq_len + 1)
-    return stream[starts[:, None] + offsets[None, :]].long()
-
-
-def _learning_rate(step: int, schedule: Schedule) -> float:
-    if step < schedule.warmup_steps:
-        return schedule.learning_rate * (step + 1) / schedule.warmup_steps
-    progress = (step - schedule.warmup_steps) / max(1, schedule.steps - schedule.warmup_steps)
-    return schedule.learning_rate * (0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * progress)))
-
-
-def _optimizer(model: nn.Module, schedule: Schedule) -> torch.optim.Optimizer:
-    decay = [p for n, p in model.named_parameters() if p.ndim >= 2]
-    no_decay = [p for n, p in model.named_parameters() if p.ndim < 2]
-    groups = [
-        {"params": decay, "weight_decay": schedule.weight_decay},
-        {"params": no_decay, "weight_decay": 0.0},
-    ]
-    return torch.optim.AdamW(groups, lr=schedule.learning_rate, betas=(0.9, 0.95))
 
 
 def train_pair(
@@ -102,8 +70,8 @@ def train_pair(
     target_schedule, drafter_schedule = recipe.target_schedule, recipe.drafter_schedule
     if drafter_schedule.steps != target_schedule.steps or drafter_schedule.batch_size != target_schedule.batch_size:
         raise PolyplanError("recipe: the drafter trains on the target's batches; steps and batch_size must match")
-    target_optimizer = _optimizer(target, target_schedule)
-    drafter_optimizer = _optimizer(drafter, drafter_schedule)
+    target_optimizer = adamw(target, target_schedule)
+    drafter_optimizer = adamw(drafter, drafter_schedule)
     generator = torch.Generator().manual_seed(seed + 1)
     captured: dict[str, torch.Tensor] = {}
     hook = target.model.layers[recipe.early_exit_layers - 1].register_forward_hook(
@@ -114,14 +82,14 @@ def train_pair(
     started = time.perf_counter()
     try:
         for step in range(target_schedule.steps):
-            batch = _windows(train, recipe.seq_len, target_schedule.batch_size, generator)
+            batch = random_windows(train, recipe.seq_len, target_schedule.batch_size, generator)
             inputs, labels = batch[:, :-1], batch[:, 1:].flatten()  # (B, L), (B*L,)
             logits = target(inputs).logits.flatten(0, 1)  # (B*L, V)
             loss = F.cross_entropy(logits, labels)
             early = target.lm_head(target.model.norm(captured["hidden"])).flatten(0, 1)
             early_loss = F.cross_entropy(early, labels)
-            _step(target, target_optimizer, loss + recipe.early_exit_weight * early_loss,
-                  _learning_rate(step, target_schedule))
+            optimizer_step(target, target_optimizer, loss + recipe.early_exit_weight * early_loss,
+                  learning_rate(step, target_schedule))
 
             weight = recipe.distill_weight * min(1.0, step / max(1, target_schedule.steps // 2))
             drafter_logits = drafter(inputs).logits.flatten(0, 1)  # (B*L, V)
@@ -129,8 +97,8 @@ def train_pair(
             teacher = F.log_softmax(logits.detach(), dim=-1)
             kl = F.kl_div(F.log_softmax(drafter_logits, dim=-1), teacher, log_target=True,
                           reduction="batchmean")
-            _step(drafter, drafter_optimizer, weight * kl + (1 - weight) * drafter_loss,
-                  _learning_rate(step, drafter_schedule))
+            optimizer_step(drafter, drafter_optimizer, weight * kl + (1 - weight) * drafter_loss,
+                  learning_rate(step, drafter_schedule))
             if step % 10 == 0 or step == target_schedule.steps - 1:
                 log(
                     f"step {step}/{target_schedule.steps} target {loss.item():.3f} "
@@ -140,15 +108,6 @@ def train_pair(
     finally:
         hook.remove()
     return target.eval(), drafter.eval()
-
-
-def _step(model: nn.Module, optimizer: torch.optim.Optimizer, loss: torch.Tensor, lr: float) -> None:
-    for group in optimizer.param_groups:
-        group["lr"] = lr
-    optimizer.zero_grad(set_to_none=True)
-    loss.backward()
-    nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-    optimizer.step()
 
 
 @torch.inference_mode()
@@ -180,7 +139,7 @@ def agreement_with(reference: torch.Tensor, other: nn.Module, windows: torch.Ten
     return float((greedy_tokens(other, windows, batch_size) == reference).float().mean())
 
 
-def _round_trip_half(model: nn.Module) -> nn.Module:
+def round_trip_half(model: nn.Module) -> nn.Module:
     """Round the weights through float16, as they are shipped, so numbers match the files."""
     with torch.no_grad():
         for parameter in model.parameters():
@@ -188,7 +147,7 @@ def _round_trip_half(model: nn.Module) -> nn.Module:
     return model
 
 
-def _save_model(model: LlamaForCausalLM, tokenizer: PreTrainedTokenizerFast, folder: Path) -> None:
+def save_model(model: LlamaForCausalLM, tokenizer: PreTrainedTokenizerFast, folder: Path) -> None:
     folder.mkdir(parents=True)
     model.to(torch.float16).save_pretrained(str(folder), safe_serialization=True)
     model.to(torch.float32)
@@ -230,14 +189,19 @@ def train_family(recipe: Recipe, out: Path, seed: int = 0, log: Log = print) -> 
             seed,
             log,
         )
-        _round_trip_half(target)
-        _round_trip_half(drafter)
+        round_trip_half(target)
         clock["training"] = time.perf_counter() - started
-        _save_model(target, tokenizer, work / TARGET)
-        _save_model(drafter, tokenizer, work / DRAFTER)
+        windows = eval_windows(validation, recipe.seq_len, recipe.eval_batches * 8)
+        refined = None
+        if recipe.drafter_refine is not None:
+            refined = refine_drafter(target, drafter, train, windows, recipe.drafter_refine,
+                                     seq_len=recipe.seq_len, seed=seed, log=log)
+            clock["refine"] = refined.seconds
+        round_trip_half(drafter)
+        save_model(target, tokenizer, work / TARGET)
+        save_model(drafter, tokenizer, work / DRAFTER)
 
         started = time.perf_counter()
-        windows = eval_windows(validation, recipe.seq_len, recipe.eval_batches * 8)
         variants = {
             TARGET: target,
             "target-int8": quantize_model(target, "int8"),
@@ -262,7 +226,8 @@ def train_family(recipe: Recipe, out: Path, seed: int = 0, log: Log = print) -> 
             validation_tokens=int(validation.numel()),
             wall_seconds=clock,
         )
-        payload = {"report": asdict(report), "recipe": asdict(recipe),
+        payload = {"report": asdict(report) | ({"refine": asdict(refined)} if refined else {}),
+                   "recipe": asdict(recipe),
                    "eval_windows": {"count": int(windows.shape[0]), "seq_len": recipe.seq_len}}
         (work / FAMILY_FILE).write_text(json.dumps(payload, indent=2) + "\n")
         log(json.dumps(asdict(report), indent=2))
@@ -273,3 +238,52 @@ def train_family(recipe: Recipe, out: Path, seed: int = 0, log: Log = print) -> 
     finally:
         torch.set_num_threads(previous_threads)
     return report
+
+
+def refine_family(family: Path, out: Path, schedule: Schedule, *, seed: int = 0, threads: int = 1, log: Log = print) -> RefineMetrics:
+    """Refine the drafter of the trained family in `family`; write the result into `out`.
+
+    `out` (which must not exist) gets a copy of the family with the refined drafter, and a
+    `family.json` whose recipe records the refine schedule and whose report holds the
+    drafter's new held-out numbers. Like training, it works in a hidden sibling folder and
+    renames it at the very end, so a killed run never leaves a folder that looks complete.
+    """
+    family, out = Path(family), Path(out)
+    meta_path = family / FAMILY_FILE
+    if not meta_path.is_file():
+        raise PolyplanError(f"--family: {family} has no {FAMILY_FILE}; train one with `polyplan zoo train`")
+    if out.exists():
+        raise PolyplanError(f"--out: {out} already exists; choose a new folder")
+    payload = json.loads(meta_path.read_text())
+    recipe = payload["recipe"]
+    work = out.parent / f".{out.name}.partial-{os.getpid()}"
+    shutil.rmtree(work, ignore_errors=True)
+    previous_threads = torch.get_num_threads()
+    torch.set_num_threads(threads)
+    try:
+        shutil.copytree(family, work)
+        tokenizer = AutoTokenizer.from_pretrained(family / TARGET, local_files_only=True)
+        target = LlamaForCausalLM.from_pretrained(family / TARGET, dtype=torch.float32).eval()
+        drafter = LlamaForCausalLM.from_pretrained(family / DRAFTER, dtype=torch.float32)
+        split = split_stdlib(held_out_every=recipe["held_out_every"])
+        train = torch.from_numpy(encode_corpus(tokenizer, read_texts(split.root, split.train, recipe["max_train_chars"])))
+        validation = torch.from_numpy(encode_corpus(tokenizer, read_texts(split.root, split.validation)))
+        windows = eval_windows(validation, recipe["seq_len"], payload["eval_windows"]["count"])
+        metrics = refine_drafter(target, drafter, train, windows, schedule, seq_len=recipe["seq_len"], seed=seed, log=log)
+        round_trip_half(drafter)
+        shutil.rmtree(work / DRAFTER)
+        save_model(drafter, tokenizer, work / DRAFTER)
+        report = payload["report"]
+        report["validation_loss"][DRAFTER] = validation_loss(drafter, windows)
+        report["greedy_agreement_with_target"][DRAFTER] = agreement_with(greedy_tokens(target, windows), drafter, windows)
+        report["wall_seconds"]["refine"] = metrics.seconds
+        report["refine"] = asdict(metrics)
+        recipe["drafter_refine"] = asdict(schedule)
+        (work / FAMILY_FILE).write_text(json.dumps(payload, indent=2) + "\n")
+        os.replace(work, out)
+    except BaseException:
+        shutil.rmtree(work, ignore_errors=True)
+        raise
+    finally:
+        torch.set_num_threads(previous_threads)
+    return metrics
