@@ -12,7 +12,8 @@ import json
 import os
 import shutil
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
@@ -47,6 +48,7 @@ class FamilyReport:
     train_tokens: int
     validation_tokens: int
     wall_seconds: dict[str, float]
+    refine: RefineMetrics | None = None
 
 
 def train_pair(
@@ -156,17 +158,8 @@ def save_model(model: LlamaForCausalLM, tokenizer: PreTrainedTokenizerFast, fold
 
 def train_family(recipe: Recipe, out: Path, seed: int = 0, log: Log = print) -> FamilyReport:
     """Run `recipe` with `seed` and write the family into `out` (which must not exist)."""
-    out = Path(out)
-    if out.exists():
-        raise PolyplanError(f"--out: {out} already exists; choose a new folder")
-    work = out.parent / f".{out.name}.partial-{os.getpid()}"
-    if work.exists():
-        shutil.rmtree(work)
-    work.mkdir(parents=True)
-    previous_threads = torch.get_num_threads()
-    torch.set_num_threads(recipe.threads)
     clock: dict[str, float] = {}
-    try:
+    with building(out) as work, torch_threads(recipe.threads):
         started = time.perf_counter()
         split = split_stdlib(held_out_every=recipe.held_out_every)
         train_texts = read_texts(split.root, split.train, recipe.max_train_chars)
@@ -225,18 +218,12 @@ def train_family(recipe: Recipe, out: Path, seed: int = 0, log: Log = print) -> 
             train_tokens=int(train.numel()),
             validation_tokens=int(validation.numel()),
             wall_seconds=clock,
+            refine=refined,
         )
-        payload = {"report": asdict(report) | ({"refine": asdict(refined)} if refined else {}),
-                   "recipe": asdict(recipe),
+        payload = {"report": asdict(report), "recipe": asdict(recipe),
                    "eval_windows": {"count": int(windows.shape[0]), "seq_len": recipe.seq_len}}
         (work / FAMILY_FILE).write_text(json.dumps(payload, indent=2) + "\n")
         log(json.dumps(asdict(report), indent=2))
-        os.replace(work, out)
-    except BaseException:
-        shutil.rmtree(work, ignore_errors=True)
-        raise
-    finally:
-        torch.set_num_threads(previous_threads)
     return report
 
 
@@ -252,16 +239,10 @@ def refine_family(family: Path, out: Path, schedule: Schedule, *, seed: int = 0,
     meta_path = family / FAMILY_FILE
     if not meta_path.is_file():
         raise PolyplanError(f"--family: {family} has no {FAMILY_FILE}; train one with `polyplan zoo train`")
-    if out.exists():
-        raise PolyplanError(f"--out: {out} already exists; choose a new folder")
     payload = json.loads(meta_path.read_text())
     recipe = payload["recipe"]
-    work = out.parent / f".{out.name}.partial-{os.getpid()}"
-    shutil.rmtree(work, ignore_errors=True)
-    previous_threads = torch.get_num_threads()
-    torch.set_num_threads(threads)
-    try:
-        shutil.copytree(family, work)
+    with building(out) as work, torch_threads(threads):
+        shutil.copytree(family, work, dirs_exist_ok=True)
         tokenizer = AutoTokenizer.from_pretrained(family / TARGET, local_files_only=True)
         target = LlamaForCausalLM.from_pretrained(family / TARGET, dtype=torch.float32).eval()
         drafter = LlamaForCausalLM.from_pretrained(family / DRAFTER, dtype=torch.float32)
@@ -280,10 +261,34 @@ def refine_family(family: Path, out: Path, schedule: Schedule, *, seed: int = 0,
         report["refine"] = asdict(metrics)
         recipe["drafter_refine"] = asdict(schedule)
         (work / FAMILY_FILE).write_text(json.dumps(payload, indent=2) + "\n")
+    return metrics
+
+
+@contextmanager
+def building(out: Path) -> Iterator[Path]:
+    """An empty hidden sibling folder of `out` (which must not exist), renamed to `out` when
+    the block ends normally and removed when it raises (Ctrl-C included), so that a folder
+    named `out` is always complete."""
+    out = Path(out)
+    if out.exists():
+        raise PolyplanError(f"--out: {out} already exists; choose a new folder")
+    work = out.parent / f".{out.name}.partial-{os.getpid()}"
+    shutil.rmtree(work, ignore_errors=True)
+    work.mkdir(parents=True)
+    try:
+        yield work
         os.replace(work, out)
     except BaseException:
         shutil.rmtree(work, ignore_errors=True)
         raise
+
+
+@contextmanager
+def torch_threads(count: int) -> Iterator[None]:
+    """torch's intra-op thread count set to `count` for the block, restored after."""
+    previous = torch.get_num_threads()
+    torch.set_num_threads(count)
+    try:
+        yield
     finally:
-        torch.set_num_threads(previous_threads)
-    return metrics
+        torch.set_num_threads(previous)
