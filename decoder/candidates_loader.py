@@ -19,7 +19,7 @@ from pathlib import Path
 
 import torch
 
-from polyplan.candidates import Candidate, CandidateSet, EarlyExit, NGram, Quantize, base_chain
+from polyplan.candidates import Candidate, CandidateSet, EarlyExit, NGram, Quantize
 from polyplan.decoder.chain import first_difference
 from polyplan.decoder.derive import early_exit_model, num_layers, quantize_model
 from polyplan.decoder.hf import HFMember

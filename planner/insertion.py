@@ -24,7 +24,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from polyplan.errors import PolyplanError
+from polyplan.planner.lemma31 import check_positive
 
 
 @dataclass(frozen=True)
@@ -66,16 +66,6 @@ class InsertionAnalysis:
     verdict_basis: str  # "exact_difference" or "theorem_3_2"
 
 
-def _positive(value: float, name: str) -> float:
-    try:
-        number = float(value)
-    except (TypeError, ValueError):
-        raise PolyplanError(f"{name}: must be a number > 0, got {value!r}") from None
-    if not (math.isfinite(number) and number > 0):
-        raise PolyplanError(f"{name}: must be a finite number > 0, got {value!r}")
-    return number
-
-
 def analyze_insertion(
     *,
     t1: float,
@@ -97,13 +87,13 @@ def analyze_insertion(
         alpha_scale: the paper's scaling factor α (> 0); None leaves condition 2's rhs and the
             exact difference undetermined.
     """
-    t1 = _positive(t1, "t1")
-    t2 = _positive(t2, "t2")
-    t2_new = _positive(t2_new, "t2_new")
-    l1 = _positive(l1, "l1")
-    l1_new = _positive(l1_new, "l1_new")
-    l2_new = _positive(l2_new, "l2_new")
-    scale = None if alpha_scale is None else _positive(alpha_scale, "alpha")
+    t1 = check_positive(t1, "t1")
+    t2 = check_positive(t2, "t2")
+    t2_new = check_positive(t2_new, "t2_new")
+    l1 = check_positive(l1, "l1")
+    l1_new = check_positive(l1_new, "l1_new")
+    l2_new = check_positive(l2_new, "l2_new")
+    scale = None if alpha_scale is None else check_positive(alpha_scale, "alpha")
 
     lhs1 = t2_new / t1
     rhs1 = 2 * l2_new * (1 / l1 - 1 / l1_new)

@@ -35,7 +35,8 @@ class IdealTime:
     ceilings: tuple[int, ...]  # ⌈E[L_{i−1}]/E[L_i]⌉ per verifying level (1 for i = 1)
 
 
-def _positive(value: float, name: str) -> float:
+def check_positive(value: float, name: str) -> float:
+    """`value` as a float, or a PolyplanError naming `name` unless it is a finite number > 0."""
     try:
         number = float(value)
     except (TypeError, ValueError):
@@ -66,10 +67,10 @@ def ideal_time(
         raise PolyplanError(f"times: Lemma 3.1 needs at least 2 models, got {n}")
     if len(mean_lengths) != n - 1:
         raise PolyplanError(f"mean_lengths: need {n - 1} values (one per verifying level), got {len(mean_lengths)}")
-    lengths = [_positive(value, f"mean_lengths[{index}]") for index, value in enumerate(mean_lengths)]
-    t = [_positive(value, f"times[{index}]") for index, value in enumerate(times)]
-    scale = _positive(alpha_scale, "alpha_scale")
-    big_n = _positive(n_tokens, "n_tokens")
+    lengths = [check_positive(value, f"mean_lengths[{index}]") for index, value in enumerate(mean_lengths)]
+    t = [check_positive(value, f"times[{index}]") for index, value in enumerate(times)]
+    scale = check_positive(alpha_scale, "alpha_scale")
+    big_n = check_positive(n_tokens, "n_tokens")
 
     phi: list[float] = [big_n / lengths[0]]
     ceilings: list[int] = [1]

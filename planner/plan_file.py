@@ -45,11 +45,11 @@ from __future__ import annotations
 import json
 import math
 import os
-import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from polyplan.atomic import write_text_atomically
 from polyplan.errors import PolyplanError
 from polyplan.planner.overhead import LoopOverhead, overhead_from_json, profile_overhead
 from polyplan.planner.search import ChainPlan, Recommendation, recommend
@@ -155,19 +155,7 @@ def write_plan(
     """Write plan.json atomically (temporary file in the same folder, then os.replace)."""
     path = Path(path)
     payload = plan_to_json_dict(result, profile_path=profile_path, candidates=candidates)
-    text = json.dumps(payload, indent=2, allow_nan=False) + "\n"
-    directory = path.parent if str(path.parent) else Path(".")
-    if not directory.is_dir():
-        raise PolyplanError(f"{path}: folder {directory} does not exist")
-    handle, temporary = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=directory)
-    try:
-        with os.fdopen(handle, "w", encoding="utf-8") as stream:
-            stream.write(text)
-        os.replace(temporary, path)
-    except BaseException:
-        if os.path.exists(temporary):
-            os.unlink(temporary)
-        raise
+    write_text_atomically(path, json.dumps(payload, indent=2, allow_nan=False) + "\n")
 
 
 def plan_from_profile(

@@ -83,11 +83,11 @@ from __future__ import annotations
 import json
 import math
 import os
-import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from polyplan.atomic import write_text_atomically
 from polyplan.errors import PolyplanError
 
 SCHEMA_VERSION = 1
@@ -271,19 +271,7 @@ class Profile:
         path = Path(path)
         payload = self.to_json_dict()
         _Validator(str(path)).profile(payload)
-        text = json.dumps(payload, indent=2, allow_nan=False) + "\n"
-        directory = path.parent if str(path.parent) else Path(".")
-        handle, temporary = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=directory)
-        try:
-            with os.fdopen(handle, "w", encoding="utf-8") as stream:
-                stream.write(text)
-                stream.flush()
-                os.fsync(stream.fileno())
-            os.replace(temporary, path)
-        except BaseException:
-            if os.path.exists(temporary):
-                os.unlink(temporary)
-            raise
+        write_text_atomically(path, json.dumps(payload, indent=2, allow_nan=False) + "\n")
 
 
 # --------------------------------------------------------------------------- load

@@ -8,10 +8,10 @@ from __future__ import annotations
 
 import json
 import os
-import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
+from polyplan.atomic import write_text_atomically
 from polyplan.cli_support import json_safe
 from polyplan.errors import PolyplanError
 from polyplan.profiler.plots import write_plots
@@ -195,18 +195,6 @@ def report_markdown(validation: Validation, plots: dict[str, str]) -> str:
     return "\n".join(lines)
 
 
-def _write_text(path: Path, text: str) -> None:
-    handle, temporary = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    try:
-        with os.fdopen(handle, "w", encoding="utf-8") as stream:
-            stream.write(text)
-        os.replace(temporary, path)
-    except BaseException:
-        if os.path.exists(temporary):
-            os.unlink(temporary)
-        raise
-
-
 def write_report(validation: Validation, folder: str | os.PathLike[str]) -> ReportFiles:
     """Write report.md, report.json and the plots into `folder` (created if needed)."""
     folder = Path(folder)
@@ -220,6 +208,6 @@ def write_report(validation: Validation, folder: str | os.PathLike[str]) -> Repo
     report, twin = folder / REPORT_FILE, folder / JSON_FILE
     files = {"report": str(report), "json": str(twin), **{name: str(path) for name, path in plots.items()}}
     payload = json_safe(validation_json(validation, files))
-    _write_text(twin, json.dumps(payload, indent=2, allow_nan=False) + "\n")
-    _write_text(report, report_markdown(validation, {name: path.name for name, path in plots.items()}) + "\n")
+    write_text_atomically(twin, json.dumps(payload, indent=2, allow_nan=False) + "\n")
+    write_text_atomically(report, report_markdown(validation, {name: path.name for name, path in plots.items()}) + "\n")
     return ReportFiles(report, twin, tuple(plots.items()))

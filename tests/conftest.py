@@ -111,3 +111,21 @@ def single_thread():
     torch.set_num_threads(1)
     yield
     torch.set_num_threads(before)
+
+
+def write_candidate_workspace(root: Path) -> Path:
+    """A small candidate set in `root`: a 4-layer target, a perturbed 1-layer drafter and
+    prompt lookup, listed in `models.yaml`, plus three word prompts in `prompts.jsonl`."""
+    import json
+
+    save_model(root / "target", tiny_llama(0, layers=4, hidden=64), tiny_tokenizer())
+    save_model(root / "small", perturbed_copy(tiny_llama(0, layers=1, hidden=32), 0.2, seed=1), tiny_tokenizer())
+    (root / "models.yaml").write_text(
+        "candidates:\n"
+        "  - {name: target, source: ./target, target: true}\n"
+        "  - {name: small, source: ./small}\n"
+        "  - {name: ngram, derive: {kind: ngram, max_n: 3}}\n"
+    )
+    lines = [json.dumps({"turns": [" ".join(f"w{(7 * i + j) % 60 + 4}" for j in range(20))]}) for i in range(3)]
+    (root / "prompts.jsonl").write_text("\n".join(lines) + "\n")
+    return root

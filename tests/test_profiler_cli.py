@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from conftest import perturbed_copy, save_model, tiny_llama, tiny_tokenizer
+from conftest import write_candidate_workspace
 from polyplan.cli import app
 from polyplan.profile import load
 from polyplan.profiler.latency import LatencySettings
@@ -25,20 +25,7 @@ FAST = [
 
 @pytest.fixture(scope="module")
 def workspace(tmp_path_factory) -> Path:
-    root = tmp_path_factory.mktemp("profile_cli")
-    target = tiny_llama(0, layers=4, hidden=64)
-    save_model(root / "target", target, tiny_tokenizer())
-    save_model(root / "small", perturbed_copy(tiny_llama(0, layers=1, hidden=32), 0.2, seed=1), tiny_tokenizer())
-    (root / "models.yaml").write_text(
-        "candidates:\n"
-        "  - {name: target, source: ./target, target: true}\n"
-        "  - {name: small, source: ./small}\n"
-        "  - {name: ngram, derive: {kind: ngram, max_n: 3}}\n"
-    )
-    (root / "prompts.jsonl").write_text(
-        "\n".join(json.dumps({"turns": [" ".join(f"w{(7 * i + j) % 60 + 4}" for j in range(20))]}) for i in range(3))
-    )
-    return root
+    return write_candidate_workspace(tmp_path_factory.mktemp("profile_cli"))
 
 
 def _invoke(*args: str):

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from conftest import perturbed_copy, save_model, tiny_llama, tiny_tokenizer
+from conftest import perturbed_copy, save_model, tiny_llama, tiny_tokenizer, write_candidate_workspace
 from polyplan.cli import app
 
 pytestmark = pytest.mark.usefixtures("single_thread")
@@ -29,18 +29,7 @@ def _invoke(*args: str):
 
 @pytest.fixture(scope="module")
 def workspace(tmp_path_factory) -> Path:
-    root = tmp_path_factory.mktemp("validate_cli")
-    target = tiny_llama(0, layers=4, hidden=64)
-    save_model(root / "target", target, tiny_tokenizer())
-    save_model(root / "small", perturbed_copy(tiny_llama(0, layers=1, hidden=32), 0.2, seed=1), tiny_tokenizer())
-    (root / "models.yaml").write_text(
-        "candidates:\n"
-        "  - {name: target, source: ./target, target: true}\n"
-        "  - {name: small, source: ./small}\n"
-        "  - {name: ngram, derive: {kind: ngram, max_n: 3}}\n"
-    )
-    lines = [json.dumps({"turns": [" ".join(f"w{(7 * i + j) % 60 + 4}" for j in range(20))]}) for i in range(3)]
-    (root / "prompts.jsonl").write_text("\n".join(lines) + "\n")
+    root = write_candidate_workspace(tmp_path_factory.mktemp("validate_cli"))
     result = _invoke("profile", "--candidates", str(root / "models.yaml"), "--prompts", str(root / "prompts.jsonl"),
                      "--out", str(root / "profile.json"), *PROFILE_FAST)
     assert result.exit_code == 0, result.output

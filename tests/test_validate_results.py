@@ -20,7 +20,6 @@ from polyplan.profiler.validation import (
     ROLE_RECOMMENDED,
     ROLE_TARGET_ONLY,
     ROLE_TWO_MODEL,
-    ChainSpec,
     RunRecord,
     headline,
     summarise_chain,
