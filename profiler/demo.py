@@ -27,8 +27,8 @@ from polyplan.profiler.latency import LatencySettings
 from polyplan.profiler.pipeline import cache_root, encode_for, profile_candidates, prompt_set, validation_prompt_set
 from polyplan.profiler.run import describe_device
 from polyplan.profiler.settings import AcceptanceSettings, ProfileSettings
-from polyplan.profiler.validate import ValidationSettings, validate_plan
-from polyplan.profiler.validation import Validation
+from polyplan.profiler.validation_runs import ValidationSettings, validate_plan
+from polyplan.profiler.validation_results import Validation
 from polyplan.profiler.validation_report import ReportFiles, write_report
 
 QUICK_FOLDER = "quick-family"

@@ -199,7 +199,7 @@ def profile_candidates(
     from polyplan.profiler.run import describe_device, profile_models
     from polyplan.profiler.runs import ensure_agreement
     from polyplan.profiler.switching import measure_switch_costs, store_switch_costs
-    from polyplan.profiler.validate import fit_prompts
+    from polyplan.profiler.validation_runs import fit_prompts
 
     started = time.perf_counter()
     _, record = read_candidate_set(candidates_path, device)

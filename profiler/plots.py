@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from polyplan.profiler.validation import ChainResult, Validation
+from polyplan.profiler.validation_results import ChainResult, Validation
 
 PLOT_FILES = {
     "predicted_vs_measured": "predicted_vs_measured.png",

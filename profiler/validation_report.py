@@ -15,7 +15,7 @@ from polyplan.atomic import write_text_atomically
 from polyplan.cli_support import json_safe
 from polyplan.errors import PolyplanError
 from polyplan.profiler.plots import write_plots
-from polyplan.profiler.validation import (
+from polyplan.profiler.validation_results import (
     ROLE_ALTERNATIVE,
     ROLE_RECOMMENDED,
     ROLE_TARGET_ONLY,

@@ -14,8 +14,8 @@ from polyplan.planner.overhead import LoopOverhead, profile_overhead
 from polyplan.planner.plan_file import plan_from_profile, planned_chains, read_plan
 from polyplan.profile import load
 from polyplan.profiler.prompts import EncodedPrompt, Prompt
-from polyplan.profiler.validate import fit_prompts, select_chains
-from polyplan.profiler.validation import (
+from polyplan.profiler.validation_runs import fit_prompts, select_chains
+from polyplan.profiler.validation_results import (
     ROLE_ALTERNATIVE,
     ROLE_RECOMMENDED,
     ROLE_TARGET_ONLY,
@@ -174,7 +174,7 @@ def test_recommended_within_noise_of_the_fastest_uses_the_paired_ratio(plan):
 
 
 def test_json_twin_has_the_documented_shape(plan):
-    from polyplan.profiler.validation import Validation
+    from polyplan.profiler.validation_results import Validation
 
     specs = select_chains(plan, top=1)
     base = [_record(0, 0, 0, 1.0)]

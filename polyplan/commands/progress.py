@@ -63,7 +63,7 @@ class _ProfileBar(_Bar):
 
 
 class _ValidationBar(_Bar):
-    """`profiler.validate.ValidationProgress` callbacks."""
+    """`profiler.validation_runs.ValidationProgress` callbacks."""
 
     def advance(self, label: str) -> None:
         self.update(f"validate: {label}", 1)

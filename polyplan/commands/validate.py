@@ -77,7 +77,7 @@ def validate(
     from polyplan.decoder.candidates_loader import load_candidates
     from polyplan.profiler.pipeline import encode_for, plan_candidates, validation_prompt_set
     from polyplan.profiler.run import describe_device
-    from polyplan.profiler.validate import ValidationSettings, select_chains, validate_plan
+    from polyplan.profiler.validation_runs import ValidationSettings, select_chains, validate_plan
     from polyplan.profiler.validation_report import write_report
 
     settings = ValidationSettings(new_tokens=new_tokens, repeats=repeats, top=top, seed=seed)

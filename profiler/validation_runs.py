@@ -8,7 +8,7 @@ member's prompt is prefilled first and timed on its own (`profiler.primed`), so 
 `generate` call is decoding only, what the exact model predicts. The garbage collector is
 paused while timing (it runs between prompts), and every chain runs once untimed first.
 
-`summarise` (in `profiler.validation`) turns the runs into measured-vs-predicted results.
+`summarise` (in `profiler.validation_results`) turns the runs into measured-vs-predicted results.
 """
 
 from __future__ import annotations
@@ -32,7 +32,7 @@ from polyplan.profiler.latency import collector_paused
 from polyplan.profiler.primed import PrimedMember
 from polyplan.profiler.retime import PassTiming, retimed_speedups, time_passes
 from polyplan.profiler.prompts import EncodedPrompt
-from polyplan.profiler.validation import (
+from polyplan.profiler.validation_results import (
     ROLE_ALTERNATIVE,
     ROLE_RECOMMENDED,
     ROLE_TARGET_ONLY,

@@ -1,6 +1,6 @@
 """What `polyplan validate` found: measured against predicted, per chain, and the headline.
 
-Pure Python and numpy (no torch): `summarise` turns the raw runs of `profiler.validate` into
+Pure Python and numpy (no torch): `summarise` turns the raw runs of `profiler.validation_runs` into
 frozen results that the report, the plots and `--json` read.
 
 Measured quantities (decoding only; each member's prompt prefill is timed on its own):
