@@ -19,7 +19,18 @@ def model_entry(name: str, fingerprint: str, measurement: LatencyMeasurement, ke
         ],
         prefill=[PrefillPoint(p.context_length, p.time.median, p.time.iqr, p.time.repeats) for p in measurement.prefill],
         latency_fingerprint=key,
+        meta=reference_meta(measurement),
     )
+
+
+def reference_meta(measurement: LatencyMeasurement) -> dict[str, float]:
+    """The machine's noise floor during this model's timing, for the model's `meta`."""
+    if measurement.reference is None or not measurement.reference.median > 0:
+        return {}
+    return {
+        "reference_median_s": measurement.reference.median,
+        "reference_relative_iqr": measurement.reference.relative_iqr,
+    }
 
 
 def sampling_entry(estimate: PairAlpha, key: str, ks: Sequence[int]) -> SamplingStats:

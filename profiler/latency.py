@@ -8,6 +8,12 @@ each repeat, so a burst of background load spreads over every k instead of disto
 point of the curve. Warm-up rounds run first (lazy initialisation, allocator growth and any
 compilation happen there and are never timed); the garbage collector is paused while timing.
 
+Each round also times a fixed *reference workload* (the same matrix products every time, no
+model involved). Its spread is the machine's own noise floor during the measurement: on a
+shared virtual machine even a fixed loop of arithmetic varies by tens of percent from one
+run to the next, and a model's T(1) cannot be steadier than that. The profile records it
+beside each model's curve so that a wide IQR can be told apart from a flaw in the procedure.
+
 On CUDA (and MPS) the device is synchronised before starting and before stopping the clock,
 so the time is the kernels' and not their launch.
 """
@@ -83,10 +89,12 @@ class PrefillTiming:
 
 @dataclass(frozen=True)
 class LatencyMeasurement:
-    """Every timed point of one member, plus its prefill times."""
+    """Every timed point of one member, its prefill times, and the reference workload's
+    timings taken in the same rounds (None when not measured)."""
 
     points: tuple[TimedPoint, ...]
     prefill: tuple[PrefillTiming, ...]
+    reference: Spread | None = None
 
     def at(self, context_length: int, k: int) -> Spread:
         """The timing at (`context_length`, `k`)."""
@@ -115,6 +123,7 @@ def measure_latency(
     settings: LatencySettings,
     *,
     clock: Callable[[], float] = time.perf_counter,
+    workload: Callable[[], None] | None = None,
 ) -> LatencyMeasurement:
     """Time `member`'s forward passes (see the module docstring for the procedure).
 
@@ -124,6 +133,7 @@ def measure_latency(
             the context, the next k are the new tokens.
         settings: block sizes, context lengths, repeats.
         clock: the timer (tests inject a fake one).
+        workload: the reference workload (default: `reference_workload` on the member's device).
 
     Raises:
         PolyplanError: the token stream is too short, or a context does not fit the member.
@@ -144,15 +154,36 @@ def measure_latency(
     sync = synchronizer(member)
     points: list[TimedPoint] = []
     prefill: list[PrefillTiming] = []
+    reference: list[float] = []
+    workload = workload if workload is not None else reference_workload(device)
     try:
         with torch.inference_mode(), collector_paused():
             for context in settings.context_lengths:
                 prefill.append(PrefillTiming(context, _time_prefill(member, stream[:context], settings, sync, clock)))
-                samples = _time_steps(member, stream, context, settings, sync, clock)
+                samples = _time_steps(member, stream, context, settings, sync, clock, workload)
                 points.extend(TimedPoint(context, k, spread(samples[k])) for k in settings.ks)
+                reference.extend(samples[REFERENCE])
     finally:
         member.reset()
-    return LatencyMeasurement(tuple(points), tuple(prefill))
+    return LatencyMeasurement(tuple(points), tuple(prefill), spread(reference))
+
+
+REFERENCE = "reference"  # the key of the reference workload's samples in `_time_steps`
+
+
+def reference_workload(device: torch.device | str, size: int = 128, products: int = 8) -> Callable[[], None]:
+    """A fixed amount of arithmetic on `device`: `products` chained (size x size) matrix
+    products (about a millisecond on one CPU core at the defaults). Same inputs every call."""
+    generator = torch.Generator().manual_seed(0)
+    left = torch.randn(size, size, generator=generator).div_(size**0.5).to(device)
+    right = torch.randn(size, size, generator=generator).div_(size**0.5).to(device)
+
+    def run() -> None:
+        product = left
+        for _ in range(products):
+            product = product @ right
+
+    return run
 
 
 def _time_prefill(member, context_ids, settings, sync, clock) -> Spread:
@@ -168,12 +199,14 @@ def _time_prefill(member, context_ids, settings, sync, clock) -> Spread:
     return spread(times)
 
 
-def _time_steps(member, stream, context, settings, sync, clock) -> dict[int, list[float]]:
-    """Cache holds `context` tokens on entry (the prefill); times forward passes of k tokens."""
+def _time_steps(member, stream, context, settings, sync, clock, workload) -> dict[int | str, list[float]]:
+    """Cache holds `context` tokens on entry (the prefill); times forward passes of k tokens,
+    and the reference `workload` once per round (under the key `REFERENCE`)."""
     if member.cache_length != context:
         member.reset()
         member.forward(stream[:context], keep_last=1)
-    samples: dict[int, list[float]] = {k: [] for k in settings.ks}
+    samples: dict[int | str, list[float]] = {k: [] for k in settings.ks}
+    samples[REFERENCE] = []
     for round_index in range(settings.warmup + settings.repeats):
         for k in settings.ks:
             new = stream[context : context + k]  # (k,)
@@ -185,6 +218,12 @@ def _time_steps(member, stream, context, settings, sync, clock) -> dict[int, lis
             member.crop(context)
             if round_index >= settings.warmup:
                 samples[k].append(elapsed)
+        sync()
+        began = clock()
+        workload()
+        sync()
+        if round_index >= settings.warmup:
+            samples[REFERENCE].append(clock() - began)
     return samples
 
 

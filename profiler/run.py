@@ -320,6 +320,7 @@ class _Run:
             self.profile.models.append(fresh)
         else:
             entry.latency, entry.prefill, entry.latency_fingerprint = fresh.latency, fresh.prefill, key
+            entry.meta = {**entry.meta, **fresh.meta}
         self.save()
         self._finish(step, reused=False)
 

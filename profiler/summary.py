@@ -17,12 +17,15 @@ from polyplan.profile import Profile
 
 @dataclass(frozen=True)
 class ModelRow:
-    """One model: T(1) (seconds, averaged over context lengths) and its worst relative IQR."""
+    """One model: T(1) (seconds, averaged over context lengths), its worst relative IQR, and
+    the relative IQR of the fixed reference workload timed in the same rounds (the machine's
+    noise floor; None when the profile does not record it)."""
 
     name: str
     step_s: float
     relative_iqr: float
     repeats: int | None
+    reference_relative_iqr: float | None = None
 
 
 @dataclass(frozen=True)
@@ -62,7 +65,9 @@ def model_rows(profile: Profile) -> tuple[ModelRow, ...]:
         ones = [p for p in model.latency if p.k == 1]
         worst = max((p.iqr_s / p.median_s for p in ones), default=float("nan"))
         repeats = min((p.repeats for p in ones if p.repeats is not None), default=None)
-        rows.append(ModelRow(model.name, curve_from_profile(model)(1), worst, repeats))
+        floor = model.meta.get("reference_relative_iqr")
+        rows.append(ModelRow(model.name, curve_from_profile(model)(1), worst, repeats,
+                             None if floor is None else float(floor)))
     return tuple(rows)
 
 
@@ -111,9 +116,14 @@ def pair_rows(profile: Profile, k_max: int = 8) -> tuple[PairRow, ...]:
 
 def summary_lines(profile: Profile, k_max: int = 8) -> list[str]:
     """The closing table, as text lines."""
-    lines = [f"Models on {profile.device} (target {profile.target}):", f"  {'model':<22} {'T(1) ms':>9} {'IQR/median':>10}"]
+    lines = [
+        f"Models on {profile.device} (target {profile.target}); machine floor: IQR/median of a fixed "
+        "workload timed in the same rounds:",
+        f"  {'model':<22} {'T(1) ms':>9} {'IQR/median':>10} {'machine floor':>13}",
+    ]
     for row in model_rows(profile):
-        lines.append(f"  {row.name[:22]:<22} {1e3 * row.step_s:>9.3f} {row.relative_iqr:>10.1%}")
+        floor = "-" if row.reference_relative_iqr is None else f"{row.reference_relative_iqr:.1%}"
+        lines.append(f"  {row.name[:22]:<22} {1e3 * row.step_s:>9.3f} {row.relative_iqr:>10.1%} {floor:>13}")
     rows = pair_rows(profile, k_max)
     if not rows:
         lines.append("No pairs (no candidate is cheaper than another).")

@@ -85,6 +85,30 @@ def test_procedure_with_a_fake_clock():
     assert all(keep == k for _, k, keep in steps)
     assert len(steps) == 2 * (2 + 5) * 3
     assert member.cache_length == 0  # reset afterwards
+    assert result.reference is None or result.reference.median == 0  # the default workload leaves a fake clock alone
+
+
+def test_reference_workload_is_timed_once_per_timed_round_and_recorded():
+    from polyplan.profiler.entries import model_entry
+
+    clock = FakeClock()
+    costs = iter([0.002, 0.002, 0.003] * 20)
+
+    def workload() -> None:
+        clock.now += next(costs)
+
+    result = measure_latency(CostMember(clock), list(range(24)), SETTINGS, clock=clock, workload=workload)
+    # 2 contexts x (2 warm-up + 5 timed) rounds; only the timed ones count
+    assert result.reference.repeats == 2 * 5
+    assert result.reference.median == pytest.approx(0.002)
+    meta = model_entry("fake", "sha256:x", result, "sha256:y").meta
+    assert meta["reference_median_s"] == pytest.approx(0.002)
+    assert meta["reference_relative_iqr"] == pytest.approx(result.reference.iqr / 0.002)
+
+
+def test_default_reference_workload_runs_on_the_cpu():
+    workload = latency_module.reference_workload("cpu", size=16, products=2)
+    assert workload() is None
 
 
 def test_real_member_gives_positive_times_for_every_point(single_thread):
@@ -105,8 +129,9 @@ def test_cuda_members_are_synchronised_around_every_timed_call(monkeypatch):
     # The fake member ignores the tensor's device; the stream is built on the member's
     # device, which this CPU-only machine cannot allocate, so build it on the CPU instead.
     monkeypatch.setattr(latency_module.torch, "as_tensor", lambda data, dtype, device: torch.tensor(data, dtype=dtype))
-    measure_latency(member, list(range(24)), SETTINGS, clock=clock)
-    timed_calls = 2 * ((SETTINGS.prefill_repeats + 1) + (SETTINGS.warmup + SETTINGS.repeats) * 3)
+    measure_latency(member, list(range(24)), SETTINGS, clock=clock, workload=lambda: None)
+    # per context: the prefills, then every round's 3 block sizes and its reference workload
+    timed_calls = 2 * ((SETTINGS.prefill_repeats + 1) + (SETTINGS.warmup + SETTINGS.repeats) * (3 + 1))
     assert len(synced) == 2 * timed_calls
     assert set(synced) == {torch.device("cuda:0")}
     assert latency_module.synchronizer(CostMember(clock))() is None  # CPU: nothing to wait for

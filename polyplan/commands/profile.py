@@ -130,7 +130,7 @@ def profile(
                 "reused": [step.label for step in outcome.reused],
                 "wall_time_s": outcome.wall_time_s,
                 "phase_seconds": {"latency": outcome.phases.latency, "alpha": outcome.phases.alpha, "decoded": outcome.phases.decoded},
-                "models": [{"name": r.name, "step_s": r.step_s, "relative_iqr": r.relative_iqr} for r in model_rows(outcome.profile)],
+                "models": [{"name": r.name, "step_s": r.step_s, "relative_iqr": r.relative_iqr, "reference_relative_iqr": r.reference_relative_iqr} for r in model_rows(outcome.profile)],
                 "pairs": [
                     {
                         "verifier": r.verifier,
