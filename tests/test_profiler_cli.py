@@ -42,12 +42,15 @@ def test_profile_writes_a_profile_recommend_accepts_and_reruns_reuse_it(workspac
     profile = load(out)
     assert profile.model_names() == ["target", "small", "ngram"]
     assert all(m.fingerprint.startswith("sha256:") for m in profile.models)
+    assert "machine floor" in result.stdout
+    assert all(m.meta["reference_relative_iqr"] >= 0 and m.meta["reference_median_s"] > 0 for m in profile.models)
 
     again = _invoke(*args, "--json")
     assert again.exit_code == 0, again.output
     report = json.loads(again.stdout)
     assert report["measured"] == [] and len(report["reused"]) == 3 + 3 * 2 * 2
     assert {row["sampling"] for row in report["pairs"]} == {"greedy", "t1.0"}
+    assert all(row["reference_relative_iqr"] >= 0 for row in report["models"])
 
     planned = CliRunner().invoke(app, ["recommend", "--profile", str(out), "--out", str(tmp_path / "plan.json")])
     assert planned.exit_code == 0, planned.output
