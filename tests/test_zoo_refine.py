@@ -64,6 +64,8 @@ def test_refine_writes_a_family_with_a_new_drafter_and_the_same_target(refined):
     assert "drafter alpha" in output and "greedy agreement" in output
     assert _digest(out / "target") == _digest(family / "target")
     assert _digest(out / "drafter") != _digest(family / "drafter")
+    for name in ("tokenizer.json", "tokenizer_config.json"):  # the token map stays exactly the same
+        assert (out / "drafter" / name).read_bytes() == (family / "drafter" / name).read_bytes()
     payload = json.loads((out / "family.json").read_text())
     assert payload["recipe"]["drafter_refine"]["steps"] == 3
     refine = payload["report"]["refine"]

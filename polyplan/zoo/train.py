@@ -150,10 +150,16 @@ def round_trip_half(model: nn.Module) -> nn.Module:
 
 
 def save_model(model: LlamaForCausalLM, tokenizer: PreTrainedTokenizerFast, folder: Path) -> None:
+    """A new HF folder: float16 weights, config and tokenizer."""
     folder.mkdir(parents=True)
+    save_weights(model, folder)
+    save_tokenizer(tokenizer, folder)
+
+
+def save_weights(model: LlamaForCausalLM, folder: Path) -> None:
+    """The model's config and float16 weights into `folder` (the model stays float32)."""
     model.to(torch.float16).save_pretrained(str(folder), safe_serialization=True)
     model.to(torch.float32)
-    save_tokenizer(tokenizer, folder)
 
 
 def train_family(recipe: Recipe, out: Path, seed: int = 0, log: Log = print) -> FamilyReport:
@@ -243,7 +249,7 @@ def refine_family(family: Path, out: Path, schedule: Schedule, *, seed: int = 0,
     recipe = payload["recipe"]
     with building(out) as work, torch_threads(threads):
         shutil.copytree(family, work, dirs_exist_ok=True)
-        tokenizer = AutoTokenizer.from_pretrained(family / TARGET, local_files_only=True)
+        tokenizer = AutoTokenizer.from_pretrained(family / TARGET, local_files_only=True)  # to encode the corpus
         target = LlamaForCausalLM.from_pretrained(family / TARGET, dtype=torch.float32).eval()
         drafter = LlamaForCausalLM.from_pretrained(family / DRAFTER, dtype=torch.float32)
         split = split_stdlib(held_out_every=recipe["held_out_every"])
@@ -252,8 +258,7 @@ def refine_family(family: Path, out: Path, schedule: Schedule, *, seed: int = 0,
         windows = eval_windows(validation, recipe["seq_len"], payload["eval_windows"]["count"])
         metrics = refine_drafter(target, drafter, train, windows, schedule, seq_len=recipe["seq_len"], seed=seed, log=log)
         round_trip_half(drafter)
-        shutil.rmtree(work / DRAFTER)
-        save_model(drafter, tokenizer, work / DRAFTER)
+        save_weights(drafter, work / DRAFTER)  # the tokenizer files stay the copied ones
         report = payload["report"]
         report["validation_loss"][DRAFTER] = validation_loss(drafter, windows)
         report["greedy_agreement_with_target"][DRAFTER] = agreement_with(greedy_tokens(target, windows), drafter, windows)
