@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+from dataclasses import asdict
 from pathlib import Path
 
 import pytest
@@ -13,8 +14,8 @@ from typer.testing import CliRunner
 
 from polyplan.cli import app
 from polyplan.zoo import train as train_module
-from polyplan.zoo.recipe import QUICK, Schedule
-from polyplan.zoo.refine import acceptance_on, distillation_loss
+from polyplan.zoo.recipe import QUICK
+from polyplan.zoo.refine import acceptance_on, distillation_loss, greedy_continuations, on_policy_windows
 from conftest import perturbed_copy, tiny_llama
 
 runner = CliRunner()
@@ -39,10 +40,23 @@ def test_loss_vanishes_only_when_the_drafter_matches():
 def test_acceptance_of_a_model_with_itself_is_one():
     model = tiny_llama(0)
     windows = torch.randint(0, 64, (3, 17), generator=torch.Generator().manual_seed(2))
-    alpha, agreement = acceptance_on(model, model, windows)
-    assert alpha == pytest.approx(1.0, abs=1e-5) and agreement == 1.0
-    alpha, agreement = acceptance_on(model, perturbed_copy(model, 0.5, seed=3), windows)
-    assert 0 < alpha < 1 and 0 <= agreement <= 1
+    fit = acceptance_on(model, model, windows)
+    assert fit.alpha == pytest.approx(1.0, abs=1e-5) and fit.agreement == 1.0
+    fit = acceptance_on(model, perturbed_copy(model, 0.5, seed=3), windows)
+    assert 0 < fit.alpha < 1 and 0 <= fit.agreement <= 1
+
+
+def test_greedy_continuations_are_what_the_model_picks_one_token_at_a_time():
+    model = tiny_llama(0)
+    prompts = torch.randint(4, 64, (3, 5), generator=torch.Generator().manual_seed(4))
+    rows = greedy_continuations(model, prompts, 6)
+    assert rows.shape == (3, 11) and torch.equal(rows[:, :5], prompts)
+    with torch.inference_mode():
+        for row in rows:  # no cache: the full sequence's argmax at each position
+            argmax = model(row[None, :-1]).logits[0].argmax(-1)
+            assert torch.equal(argmax[4:], row[5:])
+    windows = on_policy_windows(model, torch.arange(4, 64).repeat(3), 5, 4, 9, torch.Generator().manual_seed(5), batch_size=2)
+    assert windows.shape == (5, 9)
 
 
 def _digest(folder: Path) -> str:
@@ -61,24 +75,25 @@ def refined(tmp_path_factory) -> tuple[Path, Path, str]:
 
 def test_refine_writes_a_family_with_a_new_drafter_and_the_same_target(refined):
     family, out, output = refined
-    assert "drafter alpha" in output and "greedy agreement" in output
+    assert "held-out corpus" in output and "target's own continuations" in output
     assert _digest(out / "target") == _digest(family / "target")
     assert _digest(out / "drafter") != _digest(family / "drafter")
     for name in ("tokenizer.json", "tokenizer_config.json"):  # the token map stays exactly the same
         assert (out / "drafter" / name).read_bytes() == (family / "drafter" / name).read_bytes()
     payload = json.loads((out / "family.json").read_text())
-    assert payload["recipe"]["drafter_refine"]["steps"] == 3
+    assert payload["recipe"]["drafter_refine"]["schedule"]["steps"] == 3
     refine = payload["report"]["refine"]
-    assert 0 < refine["alpha_before"] < 1 and 0 < refine["alpha_after"] < 1
-    assert payload["report"]["greedy_agreement_with_target"]["drafter"] == pytest.approx(refine["agreement_after"])
+    for key in ("corpus_before", "corpus_after", "on_policy_before", "on_policy_after"):
+        assert 0 < refine[key]["alpha"] < 1 and 0 <= refine[key]["agreement"] <= 1
+    assert payload["report"]["greedy_agreement_with_target"]["drafter"] == pytest.approx(refine["corpus_after"]["agreement"])
     assert not [p for p in out.parent.iterdir() if "partial" in p.name]
 
 
 def test_the_quick_recipe_runs_the_refine_stage(refined):
     family, _, _ = refined
     payload = json.loads((family / "family.json").read_text())
-    assert payload["recipe"]["drafter_refine"] == {**Schedule(4, 8, 1e-3, 1).__dict__}
-    assert payload["report"]["refine"]["seconds"] > 0
+    assert payload["recipe"]["drafter_refine"] == asdict(QUICK.drafter_refine)
+    assert payload["report"]["refine"]["seconds"] > 0 and payload["report"]["refine"]["generation_seconds"] > 0
 
 
 def test_refine_refuses_an_existing_out_and_a_folder_without_a_family(refined, tmp_path):

@@ -37,6 +37,7 @@ def refine(
     out: Annotated[Path, typer.Option("--out", help="New folder for the refined family (must not exist).")],
     family: Annotated[Optional[Path], typer.Option("--family", help="A trained family folder (default: the shipped one).")] = None,
     steps: Annotated[Optional[int], typer.Option("--steps", help="Distillation batches (default: the full recipe's).")] = None,
+    continuations: Annotated[Optional[int], typer.Option("--continuations", help="On-policy sequences the target writes (default: the full recipe's).")] = None,
     threads: Annotated[int, typer.Option("--threads", help="torch CPU threads.")] = 1,
     seed: Annotated[int, typer.Option("--seed", help="Seed of the batch sampler.")] = 0,
 ) -> None:
@@ -52,16 +53,26 @@ def refine(
     from polyplan.zoo.recipe import FULL
     from polyplan.zoo.train import refine_family
 
-    schedule = FULL.drafter_refine
+    refinement = FULL.drafter_refine
     if steps is not None:
         if steps < 1:
             raise PolyplanError(f"--steps: must be >= 1, got {steps}")
-        schedule = replace(schedule, steps=steps, warmup_steps=min(schedule.warmup_steps, steps))
-    metrics = refine_family(family if family is not None else weights_root(), out, schedule,
+        schedule = replace(refinement.schedule, steps=steps, warmup_steps=min(refinement.schedule.warmup_steps, steps))
+        refinement = replace(refinement, schedule=schedule)
+    if continuations is not None:
+        if continuations < 1:
+            raise PolyplanError(f"--continuations: must be >= 1, got {continuations}")
+        refinement = replace(refinement, continuations=continuations)
+    metrics = refine_family(family if family is not None else weights_root(), out, refinement,
                             seed=seed, threads=threads, log=typer.echo)
-    typer.echo(f"wrote {out}: drafter alpha {metrics.alpha_before:.3f} -> {metrics.alpha_after:.3f}, "
-               f"greedy agreement {metrics.agreement_before:.3f} -> {metrics.agreement_after:.3f} "
-               f"({metrics.seconds:.0f} s)")
+    typer.echo(
+        f"wrote {out}: drafter under the target, before -> after (alpha at temperature 1, greedy agreement)\n"
+        f"  held-out corpus:           {metrics.corpus_before.alpha:.3f} -> {metrics.corpus_after.alpha:.3f}, "
+        f"{metrics.corpus_before.agreement:.3f} -> {metrics.corpus_after.agreement:.3f}\n"
+        f"  target's own continuations: {metrics.on_policy_before.alpha:.3f} -> {metrics.on_policy_after.alpha:.3f}, "
+        f"{metrics.on_policy_before.agreement:.3f} -> {metrics.on_policy_after.agreement:.3f}\n"
+        f"  ({metrics.generation_seconds:.0f} s generating, {metrics.seconds:.0f} s distilling)"
+    )
 
 
 @app.command("measure")

@@ -46,6 +46,21 @@ class Schedule:
 
 
 @dataclass(frozen=True)
+class Refinement:
+    """The drafter's refinement against the finished target (`polyplan.zoo.refine`).
+
+    Each batch is half corpus windows and half *on-policy* windows: `continuations` sequences
+    that the frozen target wrote itself, greedily, after `prompt_tokens` of corpus text (up to
+    the training window length). Decoding verifies the drafter on the target's own output,
+    which a small target makes repetitive in ways the corpus is not.
+    """
+
+    schedule: Schedule
+    continuations: int
+    prompt_tokens: int
+
+
+@dataclass(frozen=True)
 class Recipe:
     """Everything `polyplan zoo train` needs to reproduce a family from a seed.
 
@@ -74,7 +89,7 @@ class Recipe:
     ngram_min_n: int
     eval_batches: int
     threads: int
-    drafter_refine: Schedule | None = None
+    drafter_refine: Refinement | None = None
 
 
 FULL = Recipe(
@@ -95,7 +110,8 @@ FULL = Recipe(
     ngram_min_n=1,
     eval_batches=8,
     threads=2,
-    drafter_refine=Schedule(steps=1500, batch_size=8, learning_rate=1.5e-3, warmup_steps=30),
+    drafter_refine=Refinement(Schedule(steps=1500, batch_size=8, learning_rate=1.5e-3, warmup_steps=30),
+                              continuations=512, prompt_tokens=64),
 )
 
 QUICK = Recipe(
@@ -116,5 +132,6 @@ QUICK = Recipe(
     ngram_min_n=1,
     eval_batches=2,
     threads=2,
-    drafter_refine=Schedule(steps=4, batch_size=8, learning_rate=1e-3, warmup_steps=1),
+    drafter_refine=Refinement(Schedule(steps=4, batch_size=8, learning_rate=1e-3, warmup_steps=1),
+                              continuations=8, prompt_tokens=16),
 )

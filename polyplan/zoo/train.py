@@ -27,7 +27,7 @@ from polyplan.errors import PolyplanError
 from polyplan.zoo.builtin import FAMILY_FILE
 from polyplan.zoo.corpus import read_texts, split_stdlib
 from polyplan.zoo.optim import adamw, eval_windows, learning_rate, optimizer_step, random_windows
-from polyplan.zoo.recipe import Recipe, Schedule
+from polyplan.zoo.recipe import Recipe, Refinement
 from polyplan.zoo.refine import RefineMetrics, refine_drafter
 from polyplan.zoo.tokenizer import encode_corpus, save_tokenizer, train_tokenizer
 
@@ -233,11 +233,11 @@ def train_family(recipe: Recipe, out: Path, seed: int = 0, log: Log = print) -> 
     return report
 
 
-def refine_family(family: Path, out: Path, schedule: Schedule, *, seed: int = 0, threads: int = 1, log: Log = print) -> RefineMetrics:
+def refine_family(family: Path, out: Path, refinement: Refinement, *, seed: int = 0, threads: int = 1, log: Log = print) -> RefineMetrics:
     """Refine the drafter of the trained family in `family`; write the result into `out`.
 
     `out` (which must not exist) gets a copy of the family with the refined drafter, and a
-    `family.json` whose recipe records the refine schedule and whose report holds the
+    `family.json` whose recipe records the refinement and whose report holds the
     drafter's new held-out numbers. Like training, it works in a hidden sibling folder and
     renames it at the very end, so a killed run never leaves a folder that looks complete.
     """
@@ -256,15 +256,15 @@ def refine_family(family: Path, out: Path, schedule: Schedule, *, seed: int = 0,
         train = torch.from_numpy(encode_corpus(tokenizer, read_texts(split.root, split.train, recipe["max_train_chars"])))
         validation = torch.from_numpy(encode_corpus(tokenizer, read_texts(split.root, split.validation)))
         windows = eval_windows(validation, recipe["seq_len"], payload["eval_windows"]["count"])
-        metrics = refine_drafter(target, drafter, train, windows, schedule, seq_len=recipe["seq_len"], seed=seed, log=log)
+        metrics = refine_drafter(target, drafter, train, windows, refinement, seq_len=recipe["seq_len"], seed=seed, log=log)
         round_trip_half(drafter)
         save_weights(drafter, work / DRAFTER)  # the tokenizer files stay the copied ones
         report = payload["report"]
         report["validation_loss"][DRAFTER] = validation_loss(drafter, windows)
-        report["greedy_agreement_with_target"][DRAFTER] = agreement_with(greedy_tokens(target, windows), drafter, windows)
+        report["greedy_agreement_with_target"][DRAFTER] = metrics.corpus_after.agreement
         report["wall_seconds"]["refine"] = metrics.seconds
         report["refine"] = asdict(metrics)
-        recipe["drafter_refine"] = asdict(schedule)
+        recipe["drafter_refine"] = asdict(refinement)
         (work / FAMILY_FILE).write_text(json.dumps(payload, indent=2) + "\n")
     return metrics
 
