@@ -21,14 +21,14 @@ E[round cost] / E[tokens per round]. `planner.simulate` is the Monte-Carlo refer
 Optionally the decoding loop's own cost (`planner.overhead.LoopOverhead`) is added: each
 autoregressive step of M_n pays `per_step_s` on top of T_n(1), each verification round at
 any level pays `per_round_s`, and the baseline (M_1 alone) pays `per_step_s` per token too.
-Optionally each model's *switch cost* (its first pass after another model's is slower: its
-weights and state left the CPU caches) is added to every verification pass and to each call
-of the last model's drafting loop; plain decoding with M_1 alone never switches.
+Optionally each model's *switch cost* (its first passes after another model's are slower:
+its weights and state left the CPU caches) is added: its 1st-pass excess to every
+verification pass, and the excess of the first K passes to each drafting loop of K steps of
+the last model; plain decoding with M_1 alone never switches.
 """
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 from typing import Sequence, Union
 
@@ -37,7 +37,7 @@ import numpy as np
 from polyplan.errors import PolyplanError
 from polyplan.planner.capped_geometric import check_acceptance, check_block_size
 from polyplan.planner.latency import LatencyCurve, constant_curve
-from polyplan.planner.overhead import NO_OVERHEAD, LoopOverhead
+from polyplan.planner.overhead import NO_OVERHEAD, NO_SWITCH, LoopOverhead, SwitchCost, switch_cost, switch_total
 from polyplan.planner.runs import RunSurvival
 
 CurveLike = Union[LatencyCurve, float]
@@ -136,18 +136,18 @@ def _draft(
     curves: Sequence[LatencyCurve],
     blocks: Sequence[int],
     overhead: LoopOverhead,
-    switch: Sequence[float],
+    switch: Sequence[SwitchCost],
 ) -> _Draft:
     """Summarise draft(level, k) (0-based level: 0 is the target, len(curves) − 1 the smallest)."""
     last = len(curves) - 1
     if level == last:
         pmf = np.zeros(k + 1)
         pmf[k] = 1.0
-        seconds = k * curves[last](1) + switch[last]  # the first step follows the verifier's pass: cold
+        seconds = k * curves[last](1) + switch_total(switch[last], k)  # the loop follows the verifier's pass: cold
         loop = k * overhead.per_step_s
         return _Draft(pmf=pmf, cost=seconds + loop, overhead=loop, forwards=(float(k),), times=(seconds,), level_stats=())
     below = _draft(level + 1, blocks[level], acceptances, curves, blocks, overhead, switch)
-    gathered, verify_time, stats = _level_round(acceptances[level], below.pmf, curves[level], switch[level])
+    gathered, verify_time, stats = _level_round(acceptances[level], below.pmf, curves[level], switch[level][0])
     max_gain = len(gathered) - 1
     visit = np.zeros(k)  # visit[s] = P(a round starts with s tokens gathered)
     visit[0] = 1.0
@@ -177,7 +177,7 @@ def predict_chain(
     curves: Sequence[CurveLike],
     block_sizes: Sequence[int],
     overhead: LoopOverhead | None = None,
-    switch_costs: Sequence[float] | None = None,
+    switch_costs: Sequence[float | Sequence[float]] | None = None,
 ) -> ChainPrediction:
     """Exact expected cost per emitted token of the chain M_1 … M_n.
 
@@ -188,10 +188,11 @@ def predict_chain(
         curves: T_1 … T_n as `LatencyCurve`s (or constant times in seconds).
         block_sizes: K_1 … K_{n−1}, each >= 1 (empty for n = 1).
         overhead: the decoding loop's own cost per step and per round (None: none).
-        switch_costs: per model, the extra seconds of its first forward pass after another
-            model ran (its weights and state were evicted from the CPU caches): every
-            verification pass pays it, and each call of the last model's drafting loop pays
-            it once. None: none (every pass as fast as in a tight loop).
+        switch_costs: per model, the extra seconds of its 1st, 2nd, … forward pass after
+            another model ran (its weights and state were evicted from the CPU caches), as
+            a sequence (or one number: the 1st pass only). Every verification pass pays the
+            1st; a drafting loop of K steps of the last model pays the first K. None: none
+            (every pass as fast as in a tight loop).
     """
     n = len(curves)
     if n < 1:
@@ -203,16 +204,16 @@ def predict_chain(
     alphas = [a if isinstance(a, RunSurvival) else check_acceptance(a, f"acceptances[{i}]") for i, a in enumerate(acceptances)]
     blocks = [check_block_size(k, f"block_sizes[{i}]") for i, k in enumerate(block_sizes)]
     lat = [_as_curve(c, f"curves[{i}]") for i, c in enumerate(curves)]
-    switch = [0.0] * n if switch_costs is None else [float(c) for c in switch_costs]
-    if len(switch) != n or any(not (math.isfinite(c) and c >= 0) for c in switch):
-        raise PolyplanError(f"switch_costs: need {n} finite times >= 0 (one per model), got {switch_costs!r}")
+    if switch_costs is not None and len(switch_costs) != n:
+        raise PolyplanError(f"switch_costs: need {n} (one per model), got {len(switch_costs)}")
+    switch = [NO_SWITCH] * n if switch_costs is None else [switch_cost(c, f"switch_costs[{i}]") for i, c in enumerate(switch_costs)]
     loop = NO_OVERHEAD if overhead is None else overhead
     baseline = lat[0](1) + loop.per_step_s
     if n == 1:
         return ChainPrediction(baseline, 1.0, (1.0,), (lat[0](1),), (), (), (), (), loop.per_step_s)
 
     below = _draft(1, blocks[0], alphas, lat, blocks, loop, switch)
-    gathered, verify_time, stats = _level_round(alphas[0], below.pmf, lat[0], switch[0])
+    gathered, verify_time, stats = _level_round(alphas[0], below.pmf, lat[0], switch[0][0])
     tokens = stats[0]
     round_cost = below.cost + verify_time + loop.per_round_s
     cost = round_cost / tokens

@@ -14,10 +14,13 @@ Both are measured on their own (`polyplan.profiler.overhead`), with stand-in mem
 forward passes cost nothing, never fitted to a chain's measured speed. They are stored in
 the profile's `meta["loop_overhead"]`, keyed by sampling mode.
 
-A chain also switches between models, and a model's first forward pass after another
-model's is slower than in the profiler's tight loop (its weights and Python state were
-evicted from the CPU caches). That *switch cost* is per model, measured by
-`polyplan.profiler.switching` and stored as `meta["switch_cost"]["models"][name]` (seconds).
+A chain also switches between models, and a model's first forward passes after another
+model's are slower than in the profiler's tight loop (its weights and Python state were
+evicted from the CPU caches and come back over a few passes). That *switch cost* is per
+model and per position after the switch: the extra seconds of the 1st, 2nd, … consecutive
+pass, measured by `polyplan.profiler.switching` and stored as
+`meta["switch_cost"]["models"][name]` (a list of seconds; a single number means the 1st pass
+only). A verification pass is always a 1st pass; a drafting loop of K passes pays the first K.
 """
 
 from __future__ import annotations
@@ -75,14 +78,26 @@ def profile_overhead(meta: dict[str, Any], sampling: str, source: str = "profile
     return overhead_from_json(entry, f"{source}: meta.{META_KEY}.{sampling}")
 
 
-def profile_switch_costs(meta: dict[str, Any], source: str = "profile") -> dict[str, float]:
+SwitchCost = tuple[float, ...]  # extra seconds of the 1st, 2nd, … consecutive pass after a switch
+NO_SWITCH: SwitchCost = (0.0,)
+
+
+def switch_cost(value: Any, where: str) -> SwitchCost:
+    """A switch cost from JSON: seconds >= 0, one number (1st pass only) or a non-empty list."""
+    values = value if isinstance(value, (list, tuple)) else [value]
+    if not values or any(isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) or v < 0 for v in values):
+        raise PolyplanError(f"{where}: must be a finite number of seconds >= 0, or a non-empty list of them")
+    return tuple(float(v) for v in values)
+
+
+def switch_total(cost: SwitchCost, passes: int) -> float:
+    """Extra seconds of `passes` consecutive passes right after a switch."""
+    return float(sum(cost[:passes]))
+
+
+def profile_switch_costs(meta: dict[str, Any], source: str = "profile") -> dict[str, SwitchCost]:
     """Per model, the switch cost a profile's `meta` records ({} when none)."""
     table = (meta.get(SWITCH_KEY) or {}).get("models", {})
     if not isinstance(table, dict):
         raise PolyplanError(f"{source}: meta.{SWITCH_KEY}.models: must map model names to seconds")
-    costs = {}
-    for name, value in table.items():
-        if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value < 0:
-            raise PolyplanError(f"{source}: meta.{SWITCH_KEY}.models.{name}: must be a finite number of seconds >= 0")
-        costs[str(name)] = float(value)
-    return costs
+    return {str(name): switch_cost(value, f"{source}: meta.{SWITCH_KEY}.models.{name}") for name, value in table.items()}

@@ -14,7 +14,8 @@ Format (``plan_version`` 1)::
       "candidates": {"path": "/abs/models.yaml", "yaml": {...}},   # optional: how to load the
                                              # models again (the file and its parsed contents)
       "loop_overhead": {"per_step_s": ..., "per_round_s": ...},    # or null: see planner.overhead
-      "switch_costs": {"eagle": 0.0002, …},  # seconds per model (planner.overhead); {} when none
+      "switch_costs": {"eagle": [0.0002, 0.00005], …},  # per model: extra seconds of the 1st, 2nd, …
+                                             # pass after a switch (planner.overhead); {} when none
       "predicted": {                         # the exact model (planner.cost_model)
         "speedup": 2.32, "cost_per_token_s": 0.0107,
         "forwards_per_token": [...], "time_per_token_s": [...],
@@ -133,7 +134,7 @@ def plan_to_json_dict(
         "profile": {"path": profile_path, "schema_version": 1},
         "candidates": candidates,
         "loop_overhead": None if result.overhead is None else result.overhead.to_json_dict(),
-        "switch_costs": dict(result.switch_costs),
+        "switch_costs": {name: list(cost) for name, cost in result.switch_costs},
         "predicted": _exact_json(best),
         "paper": _paper_json(best),
         "alternatives": [_summary(plan) for plan in result.ranked],

@@ -21,7 +21,7 @@ from polyplan.errors import PolyplanError
 from polyplan.planner.cost_model import ChainPrediction, predict_chain
 from polyplan.planner.insertion import analyze_insertion
 from polyplan.planner.latency import LatencyCurve, curve_from_profile
-from polyplan.planner.overhead import LoopOverhead, profile_switch_costs
+from polyplan.planner.overhead import NO_SWITCH, LoopOverhead, SwitchCost, profile_switch_costs
 from polyplan.planner.runs import RunSurvival, run_survival, runs_from_meta
 from polyplan.planner.paper_model import PaperPrediction, mean_length, paper_prediction
 from polyplan.profile import Profile, SamplingStats
@@ -84,7 +84,7 @@ class Recommendation:
     overhead: LoopOverhead | None = None  # the decoding loop's cost the exact model included
     context_length: int | None = None  # where the latency curves were read (None: their average)
     acceptance_model: str = "iid"  # "iid" (rate α per token) or "runs" (measured acceptance runs)
-    switch_costs: tuple[tuple[str, float], ...] = ()  # (model, seconds) the exact model included
+    switch_costs: tuple[tuple[str, SwitchCost], ...] = ()  # (model, seconds per pass after a switch) the exact model included
 
 
 class _Context:
@@ -124,9 +124,9 @@ class _Context:
         decides who may draft for whom, as the profiler decides which pairs to measure."""
         return curve_from_profile(self.profile.model(name))(1)
 
-    def switch_costs(self, chain: Sequence[str]) -> list[float]:
+    def switch_costs(self, chain: Sequence[str]) -> list[SwitchCost]:
         """Per model of `chain`, its measured switch cost (0 where none is recorded)."""
-        return [self.switches.get(name, 0.0) for name in chain]
+        return [self.switches.get(name, NO_SWITCH) for name in chain]
 
     def acceptance(self, verifier: str, drafter: str, block: int) -> float | RunSurvival:
         """What the exact model reads for the pair at a level of block size `block`: the

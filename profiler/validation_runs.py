@@ -337,7 +337,10 @@ def exact_model_description(plan: PlanFile) -> str:
     )
     switches = plan.payload.get("switch_costs") or {}
     if switches:
-        loop += "; switch costs " + ", ".join(f"{name} {seconds * 1e6:.0f} us" for name, seconds in sorted(switches.items()))
+        loop += "; switch costs (extra us of the 1st, 2nd, … pass after another model's) " + ", ".join(
+            f"{name} {'/'.join(f'{s * 1e6:.0f}' for s in (cost if isinstance(cost, list) else [cost]))}"
+            for name, cost in sorted(switches.items())
+        )
     context = search.get("context_length")
     where = f"latency read at context {context}" if context else "latency averaged over the profiled contexts"
     return f"{acceptance}; {loop}; {where}"

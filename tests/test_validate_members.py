@@ -72,5 +72,6 @@ def test_switch_costs_are_measured_for_every_model_and_leave_caches_empty(pair):
     target, draft = pair
     models = [ProfiledModel("target", target, "a"), ProfiledModel("exit1", draft, "b"), ProfiledModel("ngram", NGramMember(64), "c")]
     costs = measure_switch_costs(models, list(range(4, 60)), context=32, repeats=3)
-    assert set(costs) == {"target", "exit1", "ngram"} and all(0.0 <= c < 0.05 for c in costs.values())
+    assert set(costs) == {"target", "exit1", "ngram"}
+    assert all(len(cost) == 4 and all(0.0 <= c < 0.05 for c in cost) for cost in costs.values())
     assert target.cache_length == 0 and draft.cache_length == 0

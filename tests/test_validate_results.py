@@ -56,7 +56,7 @@ def test_overhead_adds_per_step_and_per_round_costs_exactly():
     assert alone.speedup == 1.0 and alone.cost_per_token == pytest.approx(0.025 + 2e-4)
 
 
-def test_switch_costs_are_paid_once_per_verification_pass_and_per_drafting_call():
+def test_switch_costs_are_paid_on_every_verification_pass_and_on_the_first_k_drafting_steps():
     curves, alphas, blocks = [0.025, 0.007, 0.004], [0.8, 0.7], [4, 3]
     bare = predict_chain(alphas, curves, blocks)
     switched = predict_chain(alphas, curves, blocks, switch_costs=[1e-3, 5e-4, 2e-4])
@@ -67,8 +67,15 @@ def test_switch_costs_are_paid_once_per_verification_pass_and_per_drafting_call(
     assert switched.cost_per_token == pytest.approx(bare.cost_per_token + sum(extra), rel=1e-12)
     assert [a - b for a, b in zip(switched.time_per_token, bare.time_per_token)] == pytest.approx(extra, rel=1e-9)
     assert predict_chain([], [0.025], [], switch_costs=[1.0]).cost_per_token == 0.025  # alone: never switches
-    with pytest.raises(PolyplanError, match="switch_costs: need 3 finite times >= 0"):
+    with pytest.raises(PolyplanError, match=r"switch_costs\[1\]: must be a finite number of seconds >= 0"):
         predict_chain(alphas, curves, blocks, switch_costs=[1e-3, -1.0, 0.0])
+    with pytest.raises(PolyplanError, match="switch_costs: need 3"):
+        predict_chain(alphas, curves, blocks, switch_costs=[1e-3, 0.0])
+    # Per position after a switch: a verifier pays its 1st-pass excess only; the last model's
+    # drafting loop of K_2 = 3 steps pays its first three (the 4th value is never reached).
+    tail = predict_chain(alphas, curves, blocks, switch_costs=[[1e-3, 9.0], [5e-4, 9.0], [2e-4, 1e-4, 5e-5, 9.0]])
+    extra = [1e-3 * phi[0], 5e-4 * phi[1], (2e-4 + 1e-4 + 5e-5) * phi[1]]
+    assert tail.cost_per_token == pytest.approx(bare.cost_per_token + sum(extra), rel=1e-12)
 
 
 def test_plan_records_overhead_predictions_and_verdicts_for_every_ranked_chain(plan):
