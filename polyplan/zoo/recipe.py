@@ -49,13 +49,15 @@ class Schedule:
 class Refinement:
     """The drafter's refinement against the finished target (`polyplan.zoo.refine`).
 
-    Each batch is half corpus windows and half *on-policy* windows: `continuations` sequences
-    that the frozen target wrote itself, greedily, after `prompt_tokens` of corpus text (up to
-    the training window length). Decoding verifies the drafter on the target's own output,
-    which a small target makes repetitive in ways the corpus is not.
+    Each batch (`schedule.batch_size` windows of `window` tokens) is half corpus windows and
+    half *on-policy* windows: `continuations` sequences that the frozen target wrote itself,
+    greedily, after `prompt_tokens` of corpus text, up to `window` tokens. Decoding verifies
+    the drafter on the target's own output, which a small target makes repetitive in ways the
+    corpus is not, and at every position up to the context, hence the long windows.
     """
 
     schedule: Schedule
+    window: int
     continuations: int
     prompt_tokens: int
 
@@ -110,8 +112,8 @@ FULL = Recipe(
     ngram_min_n=1,
     eval_batches=8,
     threads=2,
-    drafter_refine=Refinement(Schedule(steps=1500, batch_size=8, learning_rate=1.5e-3, warmup_steps=30),
-                              continuations=512, prompt_tokens=64),
+    drafter_refine=Refinement(Schedule(steps=1500, batch_size=2, learning_rate=1.5e-3, warmup_steps=30),
+                              window=1024, continuations=256, prompt_tokens=768),
 )
 
 QUICK = Recipe(
@@ -132,6 +134,6 @@ QUICK = Recipe(
     ngram_min_n=1,
     eval_batches=2,
     threads=2,
-    drafter_refine=Refinement(Schedule(steps=4, batch_size=8, learning_rate=1e-3, warmup_steps=1),
-                              continuations=8, prompt_tokens=16),
+    drafter_refine=Refinement(Schedule(steps=4, batch_size=4, learning_rate=1e-3, warmup_steps=1),
+                              window=128, continuations=8, prompt_tokens=96),
 )

@@ -12,10 +12,13 @@ what speculative decoding pays for:
   mass on the target's choice (TV's gradient is flat there), and so serves greedy agreement.
 
 Its data is half corpus windows and half *on-policy* windows, text the frozen target wrote
-itself (greedy continuations of corpus prompts): speculative decoding verifies the drafter
-on the target's own output, and a small target's output is more repetitive than the corpus
-(a drafter distilled on corpus text alone gained 0.11 in alpha at temperature 1 but lost
-0.03 in greedy agreement on the target's continuations).
+itself (greedy continuations of long corpus prompts): speculative decoding verifies the
+drafter on the target's own output, which is more repetitive than the corpus. The windows
+are as long as the family's context (1024 tokens), four times the pre-training windows:
+decoding reads the drafter at every position up to the context, and a drafter refined on
+256-token windows gained 0.08 in greedy agreement on the target's continuations of short
+prompts but lost up to 0.35 on the long-context prompts (positions it never trained at,
+and copying from far back, which short windows never show).
 
 Only the drafter's forward and backward pass and the target's forward pass run per step, so
 the target's weights (and every fingerprint and profile entry that depends on them) stay
@@ -32,7 +35,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from polyplan.zoo.optim import adamw, learning_rate, optimizer_step, random_windows
+from polyplan.zoo.optim import adamw, eval_windows, learning_rate, optimizer_step, random_windows
 from polyplan.zoo.recipe import Refinement
 
 Log = Callable[[str], None]
@@ -123,22 +126,23 @@ def refine_drafter(
     validation: torch.Tensor,
     refinement: Refinement,
     *,
-    seq_len: int,
+    eval_windows_count: int,
     seed: int,
     log: Log,
 ) -> RefineMetrics:
     """Distil `drafter` (in place) from the frozen `target` for `refinement.schedule.steps` batches.
 
     `train` is the token stream corpus windows and on-policy prompts are cut from;
-    `validation` is (count, seq_len + 1) held-out corpus windows: the before/after numbers
-    are measured on them and on as many on-policy windows continued from their first
-    `prompt_tokens` tokens.
+    `validation` the held-out stream: the before/after numbers are measured on
+    `eval_windows_count` evenly spaced windows of it (`refinement.window` tokens), and on as
+    many on-policy windows continued from their first `prompt_tokens` tokens.
     """
     schedule = refinement.schedule
     target.eval()
     generator = torch.Generator().manual_seed(seed + 2)
     started = time.perf_counter()
-    window = seq_len + 1
+    window = refinement.window
+    validation = eval_windows(validation, window - 1, eval_windows_count)  # (count, window)
     generated = on_policy_windows(target, train, refinement.continuations, refinement.prompt_tokens, window, generator)
     held_out = torch.cat([greedy_continuations(target, chunk[:, : refinement.prompt_tokens], window - refinement.prompt_tokens)
                           for chunk in validation.split(64)])
@@ -153,7 +157,7 @@ def refine_drafter(
     started = time.perf_counter()
     for index in range(schedule.steps):
         picked = torch.randint(0, generated.shape[0], (schedule.batch_size // 2,), generator=generator)
-        batch = torch.cat([random_windows(train, seq_len, corpus_rows, generator), generated[picked]])
+        batch = torch.cat([random_windows(train, window - 1, corpus_rows, generator), generated[picked]])
         inputs = batch[:, :-1]  # (B, L)
         with torch.inference_mode():
             teacher = target(inputs).logits.flatten(0, 1)  # (B*L, V)

@@ -193,8 +193,8 @@ def train_family(recipe: Recipe, out: Path, seed: int = 0, log: Log = print) -> 
         windows = eval_windows(validation, recipe.seq_len, recipe.eval_batches * 8)
         refined = None
         if recipe.drafter_refine is not None:
-            refined = refine_drafter(target, drafter, train, windows, recipe.drafter_refine,
-                                     seq_len=recipe.seq_len, seed=seed, log=log)
+            refined = refine_drafter(target, drafter, train, validation, recipe.drafter_refine,
+                                     eval_windows_count=windows.shape[0], seed=seed, log=log)
             clock["refine"] = refined.seconds
         round_trip_half(drafter)
         save_model(target, tokenizer, work / TARGET)
@@ -256,7 +256,8 @@ def refine_family(family: Path, out: Path, refinement: Refinement, *, seed: int 
         train = torch.from_numpy(encode_corpus(tokenizer, read_texts(split.root, split.train, recipe["max_train_chars"])))
         validation = torch.from_numpy(encode_corpus(tokenizer, read_texts(split.root, split.validation)))
         windows = eval_windows(validation, recipe["seq_len"], payload["eval_windows"]["count"])
-        metrics = refine_drafter(target, drafter, train, windows, refinement, seq_len=recipe["seq_len"], seed=seed, log=log)
+        metrics = refine_drafter(target, drafter, train, validation, refinement,
+                                 eval_windows_count=payload["eval_windows"]["count"], seed=seed, log=log)
         round_trip_half(drafter)
         save_weights(drafter, work / DRAFTER)  # the tokenizer files stay the copied ones
         report = payload["report"]
