@@ -15,7 +15,7 @@ from typer.testing import CliRunner
 from polyplan.cli import app
 from polyplan.zoo import train as train_module
 from polyplan.zoo.recipe import QUICK
-from polyplan.zoo.refine import acceptance_on, distillation_loss, greedy_continuations, on_policy_windows
+from polyplan.zoo.refine import acceptance_on, distillation_loss, greedy_continuations
 from conftest import perturbed_copy, tiny_llama
 
 runner = CliRunner()
@@ -55,8 +55,6 @@ def test_greedy_continuations_are_what_the_model_picks_one_token_at_a_time():
         for row in rows:  # no cache: the full sequence's argmax at each position
             argmax = model(row[None, :-1]).logits[0].argmax(-1)
             assert torch.equal(argmax[4:], row[5:])
-    windows = on_policy_windows(model, torch.arange(4, 64).repeat(3), 5, 4, 9, torch.Generator().manual_seed(5), batch_size=2)
-    assert windows.shape == (5, 9)
 
 
 def _digest(folder: Path) -> str:

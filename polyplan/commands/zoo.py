@@ -37,7 +37,6 @@ def refine(
     out: Annotated[Path, typer.Option("--out", help="New folder for the refined family (must not exist).")],
     family: Annotated[Optional[Path], typer.Option("--family", help="A trained family folder (default: the shipped one).")] = None,
     steps: Annotated[Optional[int], typer.Option("--steps", help="Distillation batches (default: the full recipe's).")] = None,
-    continuations: Annotated[Optional[int], typer.Option("--continuations", help="On-policy sequences the target writes (default: the full recipe's).")] = None,
     threads: Annotated[int, typer.Option("--threads", help="torch CPU threads.")] = 1,
     seed: Annotated[int, typer.Option("--seed", help="Seed of the batch sampler.")] = 0,
 ) -> None:
@@ -59,10 +58,6 @@ def refine(
             raise PolyplanError(f"--steps: must be >= 1, got {steps}")
         schedule = replace(refinement.schedule, steps=steps, warmup_steps=min(refinement.schedule.warmup_steps, steps))
         refinement = replace(refinement, schedule=schedule)
-    if continuations is not None:
-        if continuations < 1:
-            raise PolyplanError(f"--continuations: must be >= 1, got {continuations}")
-        refinement = replace(refinement, continuations=continuations)
     metrics = refine_family(family if family is not None else weights_root(), out, refinement,
                             seed=seed, threads=threads, log=typer.echo)
     typer.echo(

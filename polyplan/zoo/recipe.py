@@ -47,19 +47,16 @@ class Schedule:
 
 @dataclass(frozen=True)
 class Refinement:
-    """The drafter's refinement against the finished target (`polyplan.zoo.refine`).
-
-    Each batch (`schedule.batch_size` windows of `window` tokens) is half corpus windows and
-    half *on-policy* windows: `continuations` sequences that the frozen target wrote itself,
-    greedily, after `prompt_tokens` of corpus text, up to `window` tokens. Decoding verifies
-    the drafter on the target's own output, which a small target makes repetitive in ways the
-    corpus is not, and at every position up to the context, hence the long windows.
-    """
+    """The drafter's refinement against the finished target (`polyplan.zoo.refine`): batches
+    of `schedule.batch_size` corpus windows of `window` tokens (the family's context: the
+    drafter is read at every position up to it). Scored before and after on held-out windows
+    and on the target's greedy continuation (`eval_continuation_tokens`) of their first
+    `eval_prompt_tokens` tokens."""
 
     schedule: Schedule
     window: int
-    continuations: int
-    prompt_tokens: int
+    eval_prompt_tokens: int
+    eval_continuation_tokens: int
 
 
 @dataclass(frozen=True)
@@ -113,7 +110,7 @@ FULL = Recipe(
     eval_batches=8,
     threads=2,
     drafter_refine=Refinement(Schedule(steps=1500, batch_size=2, learning_rate=1.5e-3, warmup_steps=30),
-                              window=1024, continuations=256, prompt_tokens=768),
+                              window=1024, eval_prompt_tokens=64, eval_continuation_tokens=192),
 )
 
 QUICK = Recipe(
@@ -135,5 +132,5 @@ QUICK = Recipe(
     eval_batches=2,
     threads=2,
     drafter_refine=Refinement(Schedule(steps=4, batch_size=4, learning_rate=1e-3, warmup_steps=1),
-                              window=128, continuations=8, prompt_tokens=96),
+                              window=128, eval_prompt_tokens=16, eval_continuation_tokens=16),
 )

@@ -11,14 +11,14 @@ what speculative decoding pays for:
 - plus the forward KL(p || q), which keeps the gradient informative where q puts almost no
   mass on the target's choice (TV's gradient is flat there), and so serves greedy agreement.
 
-Its data is half corpus windows and half *on-policy* windows, text the frozen target wrote
-itself (greedy continuations of long corpus prompts): speculative decoding verifies the
-drafter on the target's own output, which is more repetitive than the corpus. The windows
-are as long as the family's context (1024 tokens), four times the pre-training windows:
-decoding reads the drafter at every position up to the context, and a drafter refined on
-256-token windows gained 0.08 in greedy agreement on the target's continuations of short
-prompts but lost up to 0.35 on the long-context prompts (positions it never trained at,
-and copying from far back, which short windows never show).
+Its data are windows of the training corpus as long as the family's context (1024 tokens),
+four times the pre-training windows: decoding reads the drafter at every position up to the
+context, and a drafter refined on 256-token windows agreed more often with the target's
+greedy continuations of short prompts (+0.08) but far less on long-context prompts (down by
+up to 0.35: positions it never trained at, and copying from far back, which short windows
+never show). Besides held-out corpus windows, the result is scored *on-policy*, on text the
+frozen target wrote itself (greedy continuations of held-out prompts), since speculative
+decoding verifies the drafter on the target's own output.
 
 Only the drafter's forward and backward pass and the target's forward pass run per step, so
 the target's weights (and every fingerprint and profile entry that depends on them) stay
@@ -59,8 +59,8 @@ class RefineMetrics:
     corpus_after: DrafterFit
     on_policy_before: DrafterFit
     on_policy_after: DrafterFit
-    generation_seconds: float
-    seconds: float
+    generation_seconds: float  # writing the on-policy evaluation windows
+    seconds: float  # distilling
 
 
 def distillation_loss(target_logits: torch.Tensor, drafter_logits: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -108,17 +108,6 @@ def greedy_continuations(target: nn.Module, prompts: torch.Tensor, new_tokens: i
     return torch.cat(pieces, dim=1)
 
 
-def on_policy_windows(
-    target: nn.Module, stream: torch.Tensor, count: int, prompt_tokens: int, length: int,
-    generator: torch.Generator, batch_size: int = 64,
-) -> torch.Tensor:
-    """`count` windows of `length` tokens: `prompt_tokens` of `stream` at random places, then
-    the target's greedy continuation. Shape (count, length)."""
-    starts = torch.randint(0, stream.numel() - prompt_tokens, (count,), generator=generator)
-    prompts = stream[starts[:, None] + torch.arange(prompt_tokens)[None, :]].long()  # (count, P)
-    return torch.cat([greedy_continuations(target, chunk, length - prompt_tokens) for chunk in prompts.split(batch_size)])
-
-
 def refine_drafter(
     target: nn.Module,
     drafter: nn.Module,
@@ -130,35 +119,29 @@ def refine_drafter(
     seed: int,
     log: Log,
 ) -> RefineMetrics:
-    """Distil `drafter` (in place) from the frozen `target` for `refinement.schedule.steps` batches.
+    """Distil `drafter` (in place) from the frozen `target` for `refinement.schedule.steps`
+    batches of `refinement.window`-token windows of the `train` token stream.
 
-    `train` is the token stream corpus windows and on-policy prompts are cut from;
-    `validation` the held-out stream: the before/after numbers are measured on
-    `eval_windows_count` evenly spaced windows of it (`refinement.window` tokens), and on as
-    many on-policy windows continued from their first `prompt_tokens` tokens.
+    `validation` is the held-out stream: the before/after numbers are measured on
+    `eval_windows_count` evenly spaced windows of it, and on as many on-policy windows (the
+    target's greedy continuation of each window's first `eval_prompt_tokens` tokens).
     """
-    schedule = refinement.schedule
+    schedule, window = refinement.schedule, refinement.window
     target.eval()
-    generator = torch.Generator().manual_seed(seed + 2)
     started = time.perf_counter()
-    window = refinement.window
-    validation = eval_windows(validation, window - 1, eval_windows_count)  # (count, window)
-    generated = on_policy_windows(target, train, refinement.continuations, refinement.prompt_tokens, window, generator)
-    held_out = torch.cat([greedy_continuations(target, chunk[:, : refinement.prompt_tokens], window - refinement.prompt_tokens)
-                          for chunk in validation.split(64)])
+    corpus = eval_windows(validation, window - 1, eval_windows_count)  # (count, window)
+    prompt = refinement.eval_prompt_tokens
+    on_policy = torch.cat([greedy_continuations(target, chunk[:, :prompt], refinement.eval_continuation_tokens)
+                           for chunk in corpus.split(16)])  # (count, prompt + continuation)
     generation_seconds = time.perf_counter() - started
-    log(f"refine: {generated.shape[0]} target continuations of {window - refinement.prompt_tokens} tokens "
-        f"({generation_seconds:.0f}s)")
-    corpus_before, on_policy_before = acceptance_on(target, drafter.eval(), validation), acceptance_on(target, drafter, held_out)
+    corpus_before, on_policy_before = acceptance_on(target, drafter.eval(), corpus), acceptance_on(target, drafter, on_policy)
     log(f"refine: before, {_fit_line(corpus_before, on_policy_before)}")
     drafter.train()
     drafter_optimizer = adamw(drafter, schedule)
-    corpus_rows = schedule.batch_size - schedule.batch_size // 2
+    generator = torch.Generator().manual_seed(seed + 2)
     started = time.perf_counter()
     for index in range(schedule.steps):
-        picked = torch.randint(0, generated.shape[0], (schedule.batch_size // 2,), generator=generator)
-        batch = torch.cat([random_windows(train, window - 1, corpus_rows, generator), generated[picked]])
-        inputs = batch[:, :-1]  # (B, L)
+        inputs = random_windows(train, window - 1, schedule.batch_size, generator)[:, :-1]  # (B, window - 1)
         with torch.inference_mode():
             teacher = target(inputs).logits.flatten(0, 1)  # (B*L, V)
         loss, tv = distillation_loss(teacher.clone(), drafter(inputs).logits.flatten(0, 1))
@@ -168,7 +151,7 @@ def refine_drafter(
                 f"({time.perf_counter() - started:.0f}s)")
     seconds = time.perf_counter() - started
     drafter.eval()
-    corpus_after, on_policy_after = acceptance_on(target, drafter, validation), acceptance_on(target, drafter, held_out)
+    corpus_after, on_policy_after = acceptance_on(target, drafter, corpus), acceptance_on(target, drafter, on_policy)
     log(f"refine: after, {_fit_line(corpus_after, on_policy_after)}")
     return RefineMetrics(corpus_before, corpus_after, on_policy_before, on_policy_after, generation_seconds, seconds)
 
