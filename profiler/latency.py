@@ -160,15 +160,12 @@ def measure_latency(
         with torch.inference_mode(), collector_paused():
             for context in settings.context_lengths:
                 prefill.append(PrefillTiming(context, _time_prefill(member, stream[:context], settings, sync, clock)))
-                samples = _time_steps(member, stream, context, settings, sync, clock, workload)
+                samples, reference_samples = _time_steps(member, stream, context, settings, sync, clock, workload)
                 points.extend(TimedPoint(context, k, spread(samples[k])) for k in settings.ks)
-                reference.extend(samples[REFERENCE])
+                reference.extend(reference_samples)
     finally:
         member.reset()
     return LatencyMeasurement(tuple(points), tuple(prefill), spread(reference))
-
-
-REFERENCE = "reference"  # the key of the reference workload's samples in `_time_steps`
 
 
 def reference_workload(device: torch.device | str, size: int = 128, products: int = 8) -> Callable[[], None]:
@@ -199,32 +196,42 @@ def _time_prefill(member, context_ids, settings, sync, clock) -> Spread:
     return spread(times)
 
 
-def _time_steps(member, stream, context, settings, sync, clock, workload) -> dict[int | str, list[float]]:
+def _time_steps(member, stream, context, settings, sync, clock, workload) -> tuple[dict[int, list[float]], list[float]]:
     """Cache holds `context` tokens on entry (the prefill); times forward passes of k tokens,
-    and the reference `workload` once per round (under the key `REFERENCE`)."""
+    and the reference `workload` once per round. Returns (seconds per k, reference seconds)."""
     if member.cache_length != context:
         member.reset()
         member.forward(stream[:context], keep_last=1)
-    samples: dict[int | str, list[float]] = {k: [] for k in settings.ks}
-    samples[REFERENCE] = []
+    samples: dict[int, list[float]] = {k: [] for k in settings.ks}
+    reference: list[float] = []
     for round_index in range(settings.warmup + settings.repeats):
+        timed = round_index >= settings.warmup
         for k in settings.ks:
-            new = stream[context : context + k]  # (k,)
-            sync()
-            began = clock()
-            member.forward(new, keep_last=k)
-            sync()
-            elapsed = clock() - began
-            member.crop(context)
-            if round_index >= settings.warmup:
+            elapsed = timed_pass(member, stream[context : context + k], sync, clock)
+            if timed:
                 samples[k].append(elapsed)
         sync()
         began = clock()
         workload()
         sync()
-        if round_index >= settings.warmup:
-            samples[REFERENCE].append(clock() - began)
-    return samples
+        if timed:
+            reference.append(clock() - began)
+    return samples, reference
+
+
+def timed_pass(member: ChainMember, new_ids: torch.Tensor, sync: Callable[[], None],
+               clock: Callable[[], float] = time.perf_counter) -> float:
+    """Seconds of one forward pass of `member` over `new_ids` (k,), asking for all k rows of
+    logits as a verification does, the device synchronised around it; the member's cache is
+    cut back to what it held before, outside the timed region."""
+    before = member.cache_length
+    sync()
+    began = clock()
+    member.forward(new_ids, keep_last=new_ids.shape[0])
+    sync()
+    elapsed = clock() - began
+    member.crop(before)
+    return elapsed
 
 
 @contextmanager

@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import copy
 import statistics
-import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
@@ -26,6 +25,7 @@ from polyplan.decoder.member import ChainMember
 from polyplan.planner.overhead import LoopOverhead
 from polyplan.planner.search import evaluate_chain
 from polyplan.profile import LatencyPoint, Profile
+from polyplan.profiler.latency import timed_pass
 
 CALIBRATION_KS = (1, 2, 4, 8, 16)
 
@@ -49,14 +49,8 @@ def time_passes(
         member.reset()
         member.forward(context, keep_last=1)
         for k in ks:
-            if k > new.shape[0]:
-                continue
-            sync()
-            began = time.perf_counter()
-            member.forward(new[:k], keep_last=k)
-            sync()
-            timings.append(PassTiming(name, k, int(context.shape[0]), time.perf_counter() - began))
-            member.crop(int(context.shape[0]))
+            if k <= new.shape[0]:
+                timings.append(PassTiming(name, k, int(context.shape[0]), timed_pass(member, new[:k], sync)))
         member.reset()
     return timings
 

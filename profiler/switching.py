@@ -15,15 +15,13 @@ the profile's `meta["switch_cost"]["models"]` (see `planner.overhead`).
 from __future__ import annotations
 
 import statistics
-import time
 from collections.abc import Sequence
 
 import torch
 
 from polyplan.planner.overhead import SWITCH_KEY
 from polyplan.profile import Profile
-from polyplan.profiler.latency import synchronizer
-from polyplan.profiler.latency import collector_paused
+from polyplan.profiler.latency import collector_paused, synchronizer, timed_pass
 
 PASSES_AFTER = 4  # positions after a switch that are timed; later passes count as warm
 
@@ -59,8 +57,8 @@ def measure_switch_costs(
                 warm: list[float] = []
                 sync = synchronizer(member)
                 for round_index in range(repeats + 1):  # the first round warms up
-                    _pass(members[other], stream, context, synchronizer(members[other]))
-                    times = [_pass(member, stream, context, sync) for _ in range(2 * after)]
+                    timed_pass(members[other], stream[context:], synchronizer(members[other]))
+                    times = [timed_pass(member, stream[context:], sync) for _ in range(2 * after)]
                     if round_index > 0:
                         for position in range(after):
                             cold[position].append(times[position])
@@ -71,17 +69,6 @@ def measure_switch_costs(
         for member in members.values():
             member.reset()
     return costs
-
-
-def _pass(member, stream: torch.Tensor, context: int, sync) -> float:
-    """Seconds of one pass over one new token at `context` cached tokens; the cache is cut back."""
-    sync()
-    began = time.perf_counter()
-    member.forward(stream[context : context + 1], keep_last=1)
-    sync()
-    elapsed = time.perf_counter() - began
-    member.crop(context)
-    return elapsed
 
 
 def _size(member) -> int:

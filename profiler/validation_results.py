@@ -340,26 +340,27 @@ def headline(chains: Sequence[ChainResult]) -> Headline:
     )
 
 
+def _prediction_check(name: str, errors: list[tuple[ChainResult, float]], missing: str) -> Check:
+    """Every (chain, prediction error) within PREDICTION_TOLERANCE; `missing` when there is none."""
+    worst = max(errors, key=lambda item: abs(item[1]), default=None)
+    if worst is None:
+        return Check(name, None, PREDICTION_TOLERANCE, None, missing)
+    return Check(
+        name,
+        abs(worst[1]),
+        PREDICTION_TOLERANCE,
+        all(abs(error) <= PREDICTION_TOLERANCE for _, error in errors),
+        f"worst: {worst[0].label()} {worst[1]:+.1%}",
+    )
+
+
 def _checks(recommended, lossless, over_two, two, fastest, within) -> tuple[Check, ...]:
     errors = [(chain, chain.exact_error) for chain in lossless if chain.exact_error is not None]
-    worst = max(errors, key=lambda item: abs(item[1]), default=None)
     retimed = [(chain, chain.retimed_error) for chain in lossless if chain.retimed_error is not None]
-    worst_retimed = max(retimed, key=lambda item: abs(item[1]), default=None)
     checks = [
-        Check(
-            "exact model within 10% of the measured speedup (every lossless chain)",
-            None if worst is None else abs(worst[1]),
-            PREDICTION_TOLERANCE,
-            None if worst is None else all(abs(error) <= PREDICTION_TOLERANCE for _, error in errors),
-            "no lossless chain" if worst is None else f"worst: {worst[0].label()} {worst[1]:+.1%}",
-        ),
-        Check(
-            "exact model on latency re-timed during the run within 10% (every lossless chain)",
-            None if worst_retimed is None else abs(worst_retimed[1]),
-            PREDICTION_TOLERANCE,
-            None if worst_retimed is None else all(abs(error) <= PREDICTION_TOLERANCE for _, error in retimed),
-            "not re-timed (no profile)" if worst_retimed is None else f"worst: {worst_retimed[0].label()} {worst_retimed[1]:+.1%}",
-        ),
+        _prediction_check("exact model within 10% of the measured speedup (every lossless chain)", errors, "no lossless chain"),
+        _prediction_check("exact model on latency re-timed during the run within 10% (every lossless chain)", retimed,
+                          "not re-timed (no profile)"),
         Check(
             "recommended chain is the fastest measured (or within noise)",
             None if fastest is None else fastest.speedup.mean,

@@ -25,6 +25,7 @@ from polyplan.decoder.chain import generate
 from polyplan.decoder.member import ChainMember
 from polyplan.decoder.sampling import Sampling
 from polyplan.errors import PolyplanError
+from polyplan.planner.overhead import switch_cost
 from polyplan.planner.plan_file import PlanFile, plan_overhead, planned_chains
 from polyplan.profile import Profile
 from polyplan.profiler.latency import synchronizer
@@ -338,7 +339,7 @@ def exact_model_description(plan: PlanFile) -> str:
     switches = plan.payload.get("switch_costs") or {}
     if switches:
         loop += "; switch costs (extra us of the 1st, 2nd, … pass after another model's) " + ", ".join(
-            f"{name} {'/'.join(f'{s * 1e6:.0f}' for s in (cost if isinstance(cost, list) else [cost]))}"
+            f"{name} {'/'.join(f'{s * 1e6:.0f}' for s in switch_cost(cost, f'plan.json: switch_costs.{name}'))}"
             for name, cost in sorted(switches.items())
         )
     context = search.get("context_length")

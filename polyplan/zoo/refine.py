@@ -142,9 +142,9 @@ def refine_drafter(
     started = time.perf_counter()
     for index in range(schedule.steps):
         inputs = random_windows(train, window - 1, schedule.batch_size, generator)[:, :-1]  # (B, window - 1)
-        with torch.inference_mode():
+        with torch.no_grad():
             teacher = target(inputs).logits.flatten(0, 1)  # (B*L, V)
-        loss, tv = distillation_loss(teacher.clone(), drafter(inputs).logits.flatten(0, 1))
+        loss, tv = distillation_loss(teacher, drafter(inputs).logits.flatten(0, 1))
         optimizer_step(drafter, drafter_optimizer, loss, learning_rate(index, schedule))
         if index % 25 == 0 or index == schedule.steps - 1:
             log(f"refine step {index}/{schedule.steps} tv {tv.item():.3f} loss {loss.item():.3f} "
