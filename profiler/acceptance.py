@@ -19,7 +19,8 @@ accepted with probability min(1, q/p), so the per-token acceptance rate at one p
 Way 1 also gives the acceptance under the *engines'* rule (vLLM, llama.cpp): the drafter
 proposes its argmax x̂ = argmax p_t and the verifier accepts it with probability q_t(x̂), so
 the per-position rate is q_t(argmax p_t) (`PairAlpha.engine`; greedy: argmax agreement, the
-same as α_t). It never exceeds Σ min(p_t, q_t) by much and is often well below it at T > 0.
+same as α_t; a one-hot drafter such as n-gram lookup: also α_t). At T > 0 it is usually below
+Σ min(p_t, q_t), though not always (when q puts more mass on x̂ than p does).
 
 The contexts of way 1 are the *target's* continuations for every pair (the prefixes a chain
 commits); a decoded run of a pair whose verifier is not the target follows the verifier's
