@@ -23,6 +23,7 @@ import statistics
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 
 import torch
 
@@ -242,12 +243,34 @@ def peers_json(bench: PeersBenchmark) -> dict:
     }
 
 
+def plan_candidates_greedy(candidates_path, *, log=lambda line: None) -> Path:
+    """Profile what the cache lacks for `candidates_path` (built-in profiling prompts, greedy)
+    and write the recommended plan next to the cached profile; its path."""
+    from polyplan.planner.plan_file import plan_from_profile
+    from polyplan.profiler.pipeline import profile_candidates
+
+    profiled = profile_candidates(candidates_path, temperature=0.0)
+    out = profiled.path.with_name(profiled.path.stem + "-plan.json")
+    plan_from_profile(profiled.profile, out, profile_path=str(profiled.path), candidates=profiled.record)
+    log(f"profile {profiled.path}: {profiled.measured} entries measured, {profiled.reused} reused; plan {out}")
+    return out
+
+
 def run_peers(
-    plan_path, *, prompts_path=None, candidates_path=None, repeats: int = 3, new_tokens: int = 64, max_prompts: int | None = None
+    plan_path=None,
+    *,
+    prompts_path=None,
+    candidates_path=None,
+    repeats: int = 3,
+    new_tokens: int = 64,
+    max_prompts: int | None = None,
+    log=lambda line: None,
 ) -> PeersBenchmark:
     """Load the plan's models (or `candidates_path`'s), export the plan to HF for each drafter's
     K and predicted speedup, and race every configuration on the prompts (default: built-in
-    prompts held out from profiling)."""
+    prompts held out from profiling). Without a plan, `candidates_path` is profiled (greedy,
+    built-in profiling prompts, resumed from the cache) and planned first, as
+    `polyplan recommend --candidates` does."""
     from polyplan.decoder.candidates_loader import load_candidates
     from polyplan.planner.plan_file import read_plan
     from polyplan.profiler.export import export_from_files
@@ -255,6 +278,10 @@ def run_peers(
 
     if repeats < 1 or new_tokens < 1:
         raise PolyplanError("--repeats and --new-tokens must be >= 1")
+    if plan_path is None:
+        if candidates_path is None:
+            raise PolyplanError("--plan: give a plan.json, or --candidates models.yaml to profile and plan first")
+        plan_path = plan_candidates_greedy(candidates_path, log=log)
     plan = read_plan(plan_path)
     if plan.sampling != "greedy":
         raise PolyplanError(f"{plan_path}: sampling {plan.sampling!r}: bench peers compares greedy outputs; use a greedy plan")

@@ -74,7 +74,10 @@ def decoder(
 @app.command("peers")
 @fails_cleanly
 def peers(
-    plan: Annotated[Path, typer.Option("--plan", help="plan.json (greedy) written by polyplan recommend.")],
+    plan: Annotated[
+        Optional[Path], typer.Option("--plan", help="plan.json (greedy) written by polyplan recommend. Default: "
+                                     "profile and plan --candidates first (cached).")
+    ] = None,
     prompts: Annotated[
         Optional[Path], typer.Option("--prompts", help="Prompt file (Spec-Bench question.jsonl: per-category tables). "
                                      "Default: built-in prompts held out from profiling.")
@@ -94,7 +97,7 @@ def peers(
 
     set_threads(threads)
     bench = run_peers(plan, prompts_path=prompts, candidates_path=candidates, repeats=repeats, new_tokens=new_tokens,
-                      max_prompts=max_prompts)
+                      max_prompts=max_prompts, log=lambda line: typer.echo(line, err=True))
     if json_output:
         echo_json(peers_json(bench))
     else:
