@@ -127,7 +127,7 @@ def loadable(engine: str, candidate: Candidate, builtin_folder: str | None = Non
         return "ngram", "", None
     if isinstance(candidate.derive, Quantize):
         return "", "", (
-            f"a {candidate.derive.kind} copy of {candidate.derive.base!r} that polyplan quantizes in torch at load time; "
+            f"a copy of {candidate.derive.base!r} that polyplan quantizes to {candidate.derive.kind} in torch at load time; "
             f"{engine} cannot load it (quantize with the engine's own tools instead)"
         )
     if isinstance(candidate.derive, EarlyExit):
@@ -196,7 +196,7 @@ def export_plan(
             options.append(EngineOption(pair.drafter, "", FULL, None, None, None, "", f"not in {candidates.origin}", None))
             continue
         method, source, reason = loadable(engine, candidate, builtin_folders.get(candidate.source or ""))
-        rule = FULL if engine == "hf" and method == "draft_model" else ARGMAX
+        rule = FULL if engine == "hf" and method != "ngram" else ARGMAX  # (an unloadable model: as if it were loaded)
         sizes = (candidate.derive.min_n, candidate.derive.max_n) if isinstance(candidate.derive, NGram) else None
         alpha = stats.alpha if (rule == FULL or greedy or method == "ngram") else stats.engine_alpha
         if reason is None and alpha is None:
@@ -235,7 +235,8 @@ def export_plan(
 def engine_config(export: EngineExport) -> dict | None:
     """The engine's own configuration for the chosen drafter (JSON edge), None without one.
 
-    HF: `generate` keyword arguments; vLLM: the `--speculative-config` object; llama.cpp: the
+    HF: `generate` keyword arguments (of which `num_assistant_tokens`, its schedule and
+    `assistant_confidence_threshold` belong on the assistant's generation config); vLLM: the `--speculative-config` object; llama.cpp: the
     `llama-server` arguments as a list.
     """
     option = export.chosen
@@ -270,6 +271,9 @@ def engine_config(export: EngineExport) -> dict | None:
 
 
 
+_ASSISTANT_KEYS = ("num_assistant_tokens", "num_assistant_tokens_schedule", "assistant_confidence_threshold")
+
+
 def config_text(export: EngineExport) -> str:
     """What to type: Python for HF, the vllm serve option, the llama-server command line."""
     config = engine_config(export)
@@ -279,7 +283,11 @@ def config_text(export: EngineExport) -> str:
         arguments = dict(config)
         lines = []
         if "assistant_model" in arguments:
+            # transformers reads K, its schedule and the early-exit threshold from the
+            # ASSISTANT's generation config (5.x ignores them as generate() arguments)
             lines.append(f"assistant = AutoModelForCausalLM.from_pretrained({arguments.pop('assistant_model')!r})")
+            for key in _ASSISTANT_KEYS:
+                lines.append(f"assistant.generation_config.{key} = {arguments.pop(key)!r}")
             arguments = {"assistant_model": "assistant", **arguments}
         rendered = ", ".join(f"{key}={value if key == 'assistant_model' else repr(value)}" for key, value in arguments.items())
         lines.append(f"model.generate(**inputs, {rendered})")
@@ -301,7 +309,8 @@ def export_lines(export: EngineExport) -> list[str]:
             f"(alpha {option.alpha:.3f}, {rule}; {option.prediction.tokens_per_verification[0]:.2f} tokens per target pass)"
         )
         lines.append(
-            f"polyplan's chain {chain}: {export.polyplan_speedup:.2f}x; the export gives up {export.loss:+.1%} of it"
+            f"polyplan's chain {chain}: {export.polyplan_speedup:.2f}x; the export "
+            + (f"gives up {export.loss:.1%} of it" if export.loss >= 0 else f"is {-export.loss:.1%} faster")
         )
         if option.speedup < 1.0:
             lines.append(f"note: slower than the target alone (1.00x) on {export.engine}: leave speculative decoding off")

@@ -98,7 +98,7 @@ def test_old_profiles_without_the_engine_rate_still_load():
         ("llama.cpp", "draft", "", "not a GGUF file"),
         ("llama.cpp", "draft-gguf", "draft_model", None),
         ("vllm", "draft-gguf", "", "is a GGUF file"),
-        ("hf", "target-int8", "", "quantizes in torch"),
+        ("hf", "target-int8", "", "quantizes to int8 in torch"),
         ("vllm", "target-exit2", "", "early-exit copy"),
         ("llama.cpp", "ngram", "ngram", None),
     ],
@@ -131,7 +131,7 @@ def test_export_picks_the_best_drafter_under_each_engines_rule(files):
     assert hf.loss == pytest.approx(1 - hf.chosen.speedup / read_plan(plan).predicted_speedup)
     # unloadable members are listed with their reason, never chosen
     reasons = {o.drafter: o.reason for o in hf.options}
-    assert "quantizes in torch" in reasons["target-int8"] and "early-exit" in reasons["target-exit2"]
+    assert "quantizes to int8 in torch" in reasons["target-int8"] and "early-exit" in reasons["target-exit2"]
     assert engine_config(hf)["num_assistant_tokens"] == best and engine_config(hf)["do_sample"] is True
     assert engine_config(vllm) == {"method": "ngram", "num_speculative_tokens": vllm.chosen.block_size,
                                    "prompt_lookup_max": 4, "prompt_lookup_min": 2}
@@ -155,7 +155,8 @@ def test_export_cli_prints_what_to_type_and_json(files):
     plan, root = files
     result = _invoke("export", "--plan", plan, "--engine", "hf")
     assert result.exit_code == 0, result.output
-    assert "assistant = AutoModelForCausalLM.from_pretrained(" in result.stdout and "num_assistant_tokens=" in result.stdout
+    assert "assistant = AutoModelForCausalLM.from_pretrained(" in result.stdout
+    assert "assistant.generation_config.num_assistant_tokens = " in result.stdout and "assistant_model=assistant" in result.stdout
     assert "target-int8" in result.stdout and "early-exit" in result.stdout
     payload = json.loads(_invoke("export", "--plan", plan, "--engine", "vllm", "--json").stdout)
     assert payload["config"]["method"] == "ngram" and payload["loss"] is not None
