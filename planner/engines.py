@@ -285,7 +285,9 @@ def config_text(export: EngineExport) -> str:
         if "assistant_model" in arguments:
             # transformers reads K, its schedule and the early-exit threshold from the
             # ASSISTANT's generation config (5.x ignores them as generate() arguments)
-            lines.append(f"assistant = AutoModelForCausalLM.from_pretrained({arguments.pop('assistant_model')!r})")
+            source = Path(arguments.pop("assistant_model"))
+            where = f"{str(source.parent)!r}, gguf_file={source.name!r}" if source.suffix.lower() == ".gguf" else repr(str(source))
+            lines.append(f"assistant = AutoModelForCausalLM.from_pretrained({where})")
             for key in _ASSISTANT_KEYS:
                 lines.append(f"assistant.generation_config.{key} = {arguments.pop(key)!r}")
             arguments = {"assistant_model": "assistant", **arguments}

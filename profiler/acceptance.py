@@ -228,7 +228,7 @@ def pair_alpha(
     else:
         raise ValueError("pair_alpha: verifier and drafter were teacher-forced under different sampling modes")
     summary = _summarise(per_prompt, resamples, level, rng)
-    return replace(summary, engine=_summarise(engine, resamples, level, rng))
+    return replace(summary, engine=summary if engine is per_prompt else _summarise(engine, resamples, level, rng))
 
 
 def _summarise(per_prompt: tuple[np.ndarray, ...], resamples: int, level: float, rng: np.random.Generator) -> PairAlpha:

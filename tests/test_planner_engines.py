@@ -181,3 +181,19 @@ def test_bad_input_is_one_line_and_exit_2(files, engine, change, message):
     assert result.exit_code == 2
     lines = result.stderr.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("error: ") and message in lines[0], result.stderr
+
+
+def test_a_gguf_drafter_is_loaded_by_hf_through_gguf_file_and_refused_by_vllm(files):
+    import dataclasses
+
+    from polyplan.candidates import CandidateSet
+
+    plan, root = files
+    candidates = _candidates(root)
+    gguf = dataclasses.replace(candidates.by_name("draft"), source=str(root / "draft-q8.gguf"), source_kind="gguf")
+    swapped = CandidateSet(tuple(gguf if c.name == "draft" else c for c in candidates.candidates), "models.yaml")
+    hf = export_plan(read_plan(plan), _profile(), swapped, "hf")
+    assert hf.chosen.drafter == "draft"
+    assert f"from_pretrained({str(root)!r}, gguf_file='draft-q8.gguf')" in config_text(hf)
+    vllm = export_plan(read_plan(plan), _profile(), swapped, "vllm")
+    assert "is a GGUF file" in next(o for o in vllm.options if o.drafter == "draft").reason
