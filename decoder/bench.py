@@ -104,6 +104,33 @@ def random_llama_pair(
     return target, draft
 
 
+def configure_assistant(draft, block_size: int) -> None:
+    """Make HF assisted generation draft exactly `block_size` tokens per round with `draft`:
+    transformers 5.x reads K and its schedule from the *assistant's* generation config, and its
+    confidence-threshold early exit is switched off."""
+    assistant = draft.generation_config
+    assistant.num_assistant_tokens = block_size
+    assistant.num_assistant_tokens_schedule = "constant"
+    assistant.assistant_confidence_threshold = 0.0
+
+
+def hf_generate(target, prompt: Sequence[int], *, max_new_tokens: int, eos, pad: int, **extra) -> list[int]:
+    """Greedy `target.generate` on one prompt (extra: assistant_model, prompt_lookup_num_tokens, …);
+    the new token ids only."""
+    ids = torch.tensor([list(prompt)], device=target.device)
+    with torch.inference_mode():
+        out = target.generate(
+            ids,
+            attention_mask=torch.ones_like(ids),
+            do_sample=False,
+            max_new_tokens=max_new_tokens,
+            eos_token_id=eos,
+            pad_token_id=pad,
+            **extra,
+        )
+    return out[0, len(prompt) :].tolist()  # .tolist() synchronises an asynchronous device
+
+
 def benchmark_decoder(
     target,
     draft,
@@ -124,12 +151,8 @@ def benchmark_decoder(
     eos = target.generation_config.eos_token_id
     pad = target.generation_config.pad_token_id
     pad = pad if pad is not None else 0
-    assistant = draft.generation_config
-    assistant.num_assistant_tokens = block_size
-    assistant.num_assistant_tokens_schedule = "constant"
-    assistant.assistant_confidence_threshold = 0.0
+    configure_assistant(draft, block_size)
     members = [HFMember(target, name=target_name), HFMember(draft, name=draft_name)]
-    device = members[0].device
     greedy = Sampling(temperature=0.0)
 
     per_verification: list[int] = []
@@ -144,18 +167,7 @@ def benchmark_decoder(
 
     def theirs(**extra) -> Callable[[list[int]], list[int]]:
         def run(prompt: list[int]) -> list[int]:
-            ids = torch.tensor([prompt], device=device)
-            with torch.inference_mode():
-                out = target.generate(
-                    ids,
-                    attention_mask=torch.ones_like(ids),
-                    do_sample=False,
-                    max_new_tokens=max_new_tokens,
-                    eos_token_id=eos,
-                    pad_token_id=pad,
-                    **extra,
-                )
-            return out[0, len(prompt) :].tolist()  # .tolist() synchronises an asynchronous device
+            return hf_generate(target, prompt, max_new_tokens=max_new_tokens, eos=eos, pad=pad, **extra)
 
         return run
 

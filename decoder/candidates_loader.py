@@ -190,7 +190,7 @@ def _load_source(candidate: Candidate, label: str):
     hf_logging.disable_progress_bar()  # one "Loading weights" bar per model would drown the table
     try:
         tokenizer = AutoTokenizer.from_pretrained(where, local_files_only=local_only)
-        model = AutoModelForCausalLM.from_pretrained(where, local_files_only=local_only, dtype=dtype)
+        model = AutoModelForCausalLM.from_pretrained(where, local_files_only=local_only, dtype=dtype, **_placement(candidate))
     except Exception as error:  # noqa: BLE001 - safetensors, HF hub and OS errors share no base class
         if candidate.source_kind == "hub" and local_only:
             raise PolyplanError(
@@ -203,7 +203,19 @@ def _load_source(candidate: Candidate, label: str):
     finally:
         if bar_was_on:
             hf_logging.enable_progress_bar()
-    return folder, model.to(candidate.device).eval(), tokenizer
+    placed = model if candidate.device_map is not None else model.to(candidate.device)  # accelerate placed its layers
+    return folder, placed.eval(), tokenizer
+
+
+def _placement(candidate: Candidate) -> dict:
+    """`from_pretrained` arguments of a `device_map: auto` entry (accelerate), else none."""
+    if candidate.device_map is None:
+        return {}
+    from polyplan.profiler.pipeline import cache_root
+
+    folder = candidate.offload_folder or str(cache_root() / "offload" / candidate.name)
+    limits = {device: limit for device, limit in candidate.max_memory}
+    return {"device_map": candidate.device_map, "offload_folder": folder, **({"max_memory": limits} if limits else {})}
 
 
 def _offline() -> bool:

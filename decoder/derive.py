@@ -70,4 +70,20 @@ def early_exit_model(model: nn.Module, layers: int) -> nn.Module:
     shallow._modules = dict(model._modules)
     shallow._modules[inner_name] = shallow_inner
     shallow.config = config
+    _rebind_accelerate_hook(shallow_inner)
+    _rebind_accelerate_hook(shallow)
     return shallow
+
+
+def _rebind_accelerate_hook(module: nn.Module) -> None:
+    """Re-attach accelerate's hook (a `device_map` model) to a shallow copy: the copied
+    `forward` is bound to the ORIGINAL module, which would run every layer with its own
+    config and cache."""
+    hook = module.__dict__.get("_hf_hook")
+    if hook is None:
+        return
+    from accelerate.hooks import add_hook_to_module
+
+    for key in ("forward", "_old_forward", "_hf_hook"):
+        module.__dict__.pop(key, None)
+    add_hook_to_module(module, hook)

@@ -66,3 +66,10 @@ class GenerationResult:
     levels: tuple[LevelStats, ...]
     wall_time_s: float
     stopped_at_eos: bool
+
+    @property
+    def tokens_per_target_pass(self) -> float:
+        """New tokens per forward pass of the target (Spec-Bench's mean accepted tokens, τ);
+        the prefill counts as a pass, as it is fused with the first one. NaN without passes."""
+        passes = self.levels[0].forward_passes if self.levels else 0
+        return len(self.token_ids) / passes if passes else float("nan")

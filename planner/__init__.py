@@ -11,6 +11,7 @@ imports torch, so `polyplan recommend` runs on a machine without any model.
 - `paper_model`: Lemma 3.1 fed from a profile.
 - `search`: `recommend(profile)`, every chain and block sizes, ranked.
 - `plan_file`: plan.json; `report`: the theory report.
+- `engines`: a plan exported to HF transformers, vLLM or llama.cpp under their acceptance rules.
 """
 
 from polyplan.planner.capped_geometric import (

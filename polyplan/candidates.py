@@ -17,6 +17,12 @@
       - name: padded
         source: ./models/padded
         padded_vocab: true            # the model has more logit rows than tokens: mask them
+      - name: big
+        source: ./models/big
+        device_map: auto              # accelerate spreads the layers over GPUs, CPU and disk
+        max_memory: {0: 20GiB, cpu: 60GiB}   # optional: per-device limits (accelerate's)
+        offload_folder: ./offload     # optional: where layers beyond them go on disk
+                                      #   (default: <polyplan cache>/offload/<name>)
 
 Rules (each violation is a `PolyplanError` whose one line names the entry):
 - top level: a mapping with the single key `candidates`, a non-empty list of mappings;
@@ -28,7 +34,12 @@ Rules (each violation is a `PolyplanError` whose one line names the entry):
 - `derive.from` names another entry; derivations form no cycle; `layers` is an integer
   >= 1 (checked against the model's depth when it is loaded); `quantize` must have a fast
   kernel on the entry's device (see `supported_quantization`);
-- `derive: {kind: ngram}` takes `max_n` and `min_n` (1 <= min_n <= max_n) and nothing else.
+- `derive: {kind: ngram}` takes `max_n` and `min_n` (1 <= min_n <= max_n) and nothing else;
+- `device_map` is `auto` only, on a `source` entry without `device`; `max_memory` (device →
+  bytes or a size like "2GiB") and `offload_folder` only with it. A derived entry runs where
+  its base's layers are: an early-exit copy of a split model works, a `quantize` copy does not
+  (quantization needs every weight in memory, and a split model keeps some on other devices
+  or on disk).
 
 A derived entry runs on its base's device unless it names its own.
 """
@@ -46,7 +57,9 @@ BUILTIN_PREFIX = "builtin:"
 DTYPES = ("float32", "float16", "bfloat16")
 QUANTIZATIONS = ("int8", "int4", "bf16")
 
-_ENTRY_KEYS = frozenset({"name", "source", "derive", "target", "dtype", "device", "padded_vocab"})
+_ENTRY_KEYS = frozenset(
+    {"name", "source", "derive", "target", "dtype", "device", "padded_vocab", "device_map", "max_memory", "offload_folder"}
+)
 _HUB_ID = re.compile(r"^[A-Za-z0-9][\w.-]*/[\w.-]+$")
 _DEVICE = re.compile(r"^(cpu|cuda(:\d+)?)$")
 
@@ -105,6 +118,9 @@ class Candidate:
         source: For weight entries: "builtin:<name>", a resolved local folder, or a hub id;
             None for derived entries.
         source_kind: "builtin", "local", "hub", or "derived".
+        device_map: "auto" to let accelerate split the model over devices, else None.
+        max_memory: accelerate's per-device limits, as (device, bytes or size) pairs.
+        offload_folder: where accelerate offloads layers to disk (None: the polyplan cache).
     """
 
     name: str
@@ -115,6 +131,9 @@ class Candidate:
     dtype: str
     device: str
     padded_vocab: bool
+    device_map: str | None = None
+    max_memory: tuple[tuple[str | int, str | int], ...] = ()
+    offload_folder: str | None = None
 
 
 @dataclass(frozen=True)
@@ -181,6 +200,11 @@ def parse_candidates(data: Any, *, base_dir: Path, origin: str = "models.yaml") 
     _check_derivations(by_name, origin)
     candidates = [_inherit_device(c, by_name) for c in candidates]
     for candidate in candidates:
+        if isinstance(candidate.derive, Quantize) and _root(candidate, by_name).device_map is not None:
+            raise PolyplanError(
+                f"{origin}: candidate {candidate.name!r}: cannot quantize {candidate.derive.base!r}, which uses "
+                "device_map: auto (quantization needs every weight in memory; a split model keeps some elsewhere)"
+            )
         if isinstance(candidate.derive, Quantize):
             reason = supported_quantization(candidate.derive.kind, candidate.device)
             if reason is not None:
@@ -223,7 +247,35 @@ def _parse_entry(entry: Any, index: int, base_dir: Path, origin: str) -> Candida
             raise PolyplanError(
                 f"{label}: 'dtype' and 'padded_vocab' belong to source entries; a derived entry keeps its base's"
             )
-    return Candidate(name, source, kind, derive, is_target, dtype, device, padded_vocab)
+    split = _parse_device_map(entry, has_source, device, base_dir, label)
+    return Candidate(name, source, kind, derive, is_target, dtype, device, padded_vocab, *split)
+
+
+def _parse_device_map(entry: dict, has_source: bool, device: str, base_dir: Path, label: str):
+    """(device_map, max_memory, offload_folder) of an entry (see the module docstring)."""
+    if "device_map" not in entry:
+        extra = sorted({"max_memory", "offload_folder"} & set(entry))
+        if extra:
+            raise PolyplanError(f"{label}: {extra[0]!r} needs 'device_map: auto'")
+        return None, (), None
+    if not has_source:
+        raise PolyplanError(f"{label}: 'device_map' belongs to source entries; a derived entry runs where its base's layers are")
+    if entry["device_map"] != "auto":
+        raise PolyplanError(f"{label}: device_map {entry['device_map']!r} is not supported (only 'auto')")
+    if device:
+        raise PolyplanError(f"{label}: give 'device' or 'device_map: auto', not both (device_map places the layers itself)")
+    limits = entry.get("max_memory", {})
+    if not isinstance(limits, dict) or not all(
+        isinstance(value, (int, str)) and not isinstance(value, bool) for value in limits.values()
+    ):
+        raise PolyplanError(f"{label}: max_memory must map devices (0, 1, cpu, ...) to bytes or sizes like '2GiB'")
+    folder = entry.get("offload_folder")
+    if folder is not None:
+        if not isinstance(folder, str) or not folder.strip():
+            raise PolyplanError(f"{label}: offload_folder must be a folder path")
+        path = Path(folder).expanduser()
+        folder = str(path if path.is_absolute() else base_dir / path)
+    return "auto", tuple(limits.items()), folder
 
 
 def _boolean(entry: dict, key: str, label: str) -> bool:
@@ -308,6 +360,13 @@ def _check_derivations(by_name: dict[str, Candidate], origin: str) -> None:
             current = _base(by_name[current])
 
 
+def _root(candidate: Candidate, by_name: dict[str, Candidate]) -> Candidate:
+    """The `source` entry `candidate` derives from (itself for a source entry)."""
+    while (base := _base(candidate)) is not None:
+        candidate = by_name[base]
+    return candidate
+
+
 def _inherit_device(candidate: Candidate, by_name: dict[str, Candidate]) -> Candidate:
     """Fill in the device (the entry's own, else its base's, recursively, else cpu) and give a
     derived entry its root's dtype and padded_vocab."""
@@ -316,12 +375,11 @@ def _inherit_device(candidate: Candidate, by_name: dict[str, Candidate]) -> Cand
         base = _base(current)
         current = by_name[base] if base is not None else None
     device = current.device if current is not None else "cpu"
-    root = candidate
-    while (base := _base(root)) is not None:
-        root = by_name[base]
+    root = _root(candidate, by_name)
     return Candidate(
         candidate.name, candidate.source, candidate.source_kind, candidate.derive,
         candidate.is_target, root.dtype, device, root.padded_vocab,
+        candidate.device_map, candidate.max_memory, candidate.offload_folder,
     )
 
 

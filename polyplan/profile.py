@@ -40,6 +40,8 @@ seconds and must be > 0; unknown keys are rejected (free-form extras go under ``
               "alpha": 0.78,                 # per-token acceptance rate, in [0, 1)
               "alpha_samples": 4096,         # optional: tokens alpha was averaged over
               "alpha_ci": [0.75, 0.81],      # optional: confidence interval of alpha
+              "engine_alpha": 0.74,          # optional: the engines' rule (see below), in [0, 1)
+              "engine_alpha_ci": [0.70, 0.78],  # optional: its confidence interval
               "alpha_distribution": {        # optional: spread of the per-position rate
                 "mean": 0.78, "std": 0.31, "samples": 4096,
                 "quantiles": {"0.1": 0.2, "0.5": 0.93, "0.9": 1.0},
@@ -66,6 +68,13 @@ seconds and must be > 0; unknown keys are rejected (free-form extras go under ``
 Fingerprints (all optional, opaque non-empty strings) let the profiler reuse an entry only
 when everything it was measured from is unchanged; confidence intervals are ``[low, high]``
 with ``low <= high``.
+
+``engine_alpha`` is the acceptance rate under the rule vLLM and llama.cpp use: the drafter
+proposes its argmax x̂ = argmax p (p: the drafter's distribution, q: the verifier's, as in
+DESIGN.md) and the verifier accepts it with probability q(x̂) (vLLM's one-hot draft
+distribution; llama.cpp's exact match with the verifier's sample), i.e. E[q(argmax p)] over
+the same teacher-forced positions as ``alpha``. At greedy it equals ``alpha``. Profiles
+written before it existed lack it; re-profiling adds it (the α entry is then re-measured).
 
 Sampling-mode keys: ``"greedy"`` for temperature 0 (argmax at every level; α is then the
 argmax agreement rate), otherwise ``"t"`` followed by the temperature as Python writes the
@@ -193,6 +202,10 @@ class SamplingStats:
     # Fingerprint of what alpha, its distribution and `implied` were computed from.
     fingerprint: str | None = None
     warnings: list[str] = field(default_factory=list)
+    # E[q(argmax p)]: acceptance when the drafter proposes its argmax and the verifier accepts
+    # with its probability of that token (vLLM, llama.cpp); None in profiles from before it.
+    engine_alpha: float | None = None
+    engine_alpha_ci: tuple[float, float] | None = None
 
     def decoded_at(self, k: int) -> DecodedStats | None:
         """The decoded statistics measured at block size `k`, if any."""
@@ -311,7 +324,8 @@ _LATENCY_KEYS = {"context_length", "k", "median_s", "iqr_s", "repeats"}
 _PREFILL_KEYS = {"context_length", "median_s", "iqr_s", "repeats"}
 _PAIR_KEYS = {"verifier", "drafter", "sampling"}
 _SAMPLING_KEYS = {
-    "alpha", "alpha_samples", "alpha_distribution", "decoded", "alpha_ci", "implied", "fingerprint", "warnings"
+    "alpha", "alpha_samples", "alpha_distribution", "decoded", "alpha_ci", "implied", "fingerprint", "warnings",
+    "engine_alpha", "engine_alpha_ci",
 }
 _DISTRIBUTION_KEYS = {"mean", "std", "quantiles", "samples", "autocorrelation"}
 _IMPLIED_KEYS = {"k", "mu", "mu_positional"}
@@ -535,6 +549,10 @@ class _Validator:
                     self.fail(f"{at}.autocorrelation", f"must be in [-1, 1], got {correlation:g}")
         if stats.get("alpha_ci") is not None:
             self.interval(stats["alpha_ci"], f"{where}.alpha_ci", 0.0, 1.0)
+        if stats.get("engine_alpha") is not None:
+            self.probability(stats["engine_alpha"], f"{where}.engine_alpha")
+        if stats.get("engine_alpha_ci") is not None:
+            self.interval(stats["engine_alpha_ci"], f"{where}.engine_alpha_ci", 0.0, 1.0)
         if stats.get("fingerprint") is not None:
             self.text(stats["fingerprint"], f"{where}.fingerprint")
         warnings = self.array(stats.get("warnings", []), f"{where}.warnings")
@@ -690,6 +708,8 @@ def _sampling_from_dict(stats: dict[str, Any]) -> SamplingStats:
         ],
         fingerprint=stats.get("fingerprint"),
         warnings=[str(warning) for warning in stats.get("warnings", [])],
+        engine_alpha=None if stats.get("engine_alpha") is None else float(stats["engine_alpha"]),
+        engine_alpha_ci=_interval(stats.get("engine_alpha_ci")),
     )
 
 
@@ -765,6 +785,10 @@ def _sampling_to_dict(stats: SamplingStats) -> dict[str, Any]:
         entry["alpha_samples"] = stats.alpha_samples
     if stats.alpha_ci is not None:
         entry["alpha_ci"] = list(stats.alpha_ci)
+    if stats.engine_alpha is not None:
+        entry["engine_alpha"] = stats.engine_alpha
+    if stats.engine_alpha_ci is not None:
+        entry["engine_alpha_ci"] = list(stats.engine_alpha_ci)
     if stats.alpha_distribution is not None:
         spread = stats.alpha_distribution
         entry["alpha_distribution"] = _drop_none(

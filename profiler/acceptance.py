@@ -16,6 +16,12 @@ accepted with probability min(1, q/p), so the per-token acceptance rate at one p
    decoding) at block size K over the prompts and collect the tokens emitted per
    verification: μ, σ and their bootstrap intervals over prompts.
 
+Way 1 also gives the acceptance under the *engines'* rule (vLLM, llama.cpp): the drafter
+proposes its argmax x̂ = argmax p_t and the verifier accepts it with probability q_t(x̂), so
+the per-position rate is q_t(argmax p_t) (`PairAlpha.engine`; greedy: argmax agreement, the
+same as α_t; a one-hot drafter such as n-gram lookup: also α_t). At T > 0 it is usually below
+Σ min(p_t, q_t), though not always (when q puts more mass on x̂ than p does).
+
 The contexts of way 1 are the *target's* continuations for every pair (the prefixes a chain
 commits); a decoded run of a pair whose verifier is not the target follows the verifier's
 own samples instead, one source of disagreement between the two ways.
@@ -24,7 +30,7 @@ own samples instead, one source of disagreement between the two ways.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 import torch
@@ -59,6 +65,7 @@ class PairAlpha:
         std, quantiles, autocorrelation: the spread of α_t over positions (quantile keys
             "0.1" … "0.9") and its lag-1 autocorrelation along a sequence (None if undefined).
         per_prompt: α_t for each prompt (float64 arrays), for the positional μ.
+        engine: the same summary of the engines' rule q_t(argmax p_t) (None inside it).
     """
 
     alpha: float
@@ -69,6 +76,7 @@ class PairAlpha:
     quantiles: dict[str, float]
     autocorrelation: float | None
     per_prompt: tuple[np.ndarray, ...]
+    engine: PairAlpha | None = None
 
     def implied_mu(self, k: int) -> float:
         """Eq. 3 under i.i.d. acceptance at rate `alpha`: (1 − α^(k+1)) / (1 − α)."""
@@ -206,13 +214,25 @@ def pair_alpha(
     level: float = 0.95,
     rng: np.random.Generator,
 ) -> PairAlpha:
-    """α_t of the pair at every position (greedy: argmax agreement; else Σ min(p, q))."""
+    """α_t of the pair at every position (greedy: argmax agreement; else Σ min(p, q)), and the
+    engines' rule q_t(argmax p_t) summarised the same way in `engine`."""
     if verifier.argmax is not None and drafter.argmax is not None:
         per_prompt = tuple((v == d).double().numpy() for v, d in zip(verifier.argmax, drafter.argmax))
+        engine = per_prompt  # q one-hot: q(argmax p) is argmax agreement
     elif verifier.probs is not None and drafter.probs is not None:
         per_prompt = tuple(torch.minimum(q, p).sum(dim=-1).double().clamp(0.0, 1.0).numpy() for q, p in zip(verifier.probs, drafter.probs))
+        engine = tuple(
+            q.gather(-1, p.argmax(dim=-1, keepdim=True)).squeeze(-1).double().clamp(0.0, 1.0).numpy()  # (L,)
+            for q, p in zip(verifier.probs, drafter.probs)
+        )
     else:
         raise ValueError("pair_alpha: verifier and drafter were teacher-forced under different sampling modes")
+    summary = _summarise(per_prompt, resamples, level, rng)
+    return replace(summary, engine=summary if engine is per_prompt else _summarise(engine, resamples, level, rng))
+
+
+def _summarise(per_prompt: tuple[np.ndarray, ...], resamples: int, level: float, rng: np.random.Generator) -> PairAlpha:
+    """Mean (capped), bootstrap interval over prompts and spread of per-position rates."""
     pooled = np.concatenate(per_prompt)
     raw = float(pooled.mean())
     interval = cluster_bootstrap(per_prompt, np.mean, resamples=resamples, level=level, rng=rng)

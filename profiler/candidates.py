@@ -46,8 +46,11 @@ def _fingerprint(candidate: Candidate, candidates: CandidateSet, cache: dict[str
         base = _fingerprint(candidates.by_name(derive.base), candidates, cache)
         value = fingerprint_settings(type(derive).__name__, dataclasses.asdict(derive), base, candidate.device)
     else:
+        # A split model (device_map) times differently: its placement joins the key (only
+        # when set, so fingerprints of unsplit models stay what they were).
+        split = () if candidate.device_map is None else ({"device_map": candidate.device_map, "max_memory": [list(item) for item in candidate.max_memory]},)
         value = fingerprint_settings(
-            "source", _source_fingerprint(candidate), candidate.dtype, candidate.device, candidate.padded_vocab
+            "source", _source_fingerprint(candidate), candidate.dtype, candidate.device, candidate.padded_vocab, *split
         )
     cache[candidate.name] = value
     return value
@@ -64,9 +67,17 @@ def _source_fingerprint(candidate: Candidate) -> str:
 
 
 def with_device(candidates: CandidateSet, device: str) -> CandidateSet:
-    """The same candidates, every one placed on `device` (the n-gram drafter stays on the CPU)."""
+    """The same candidates, every one placed on `device` (the n-gram drafter stays on the CPU, and
+    a `device_map: auto` model and its derived copies where accelerate puts their layers)."""
+    by_name = {c.name: c for c in candidates.candidates}
+
+    def split(candidate) -> bool:
+        while candidate.derive is not None and not isinstance(candidate.derive, NGram):
+            candidate = by_name[candidate.derive.base]
+        return candidate.device_map is not None
+
     moved = tuple(
-        c if isinstance(c.derive, NGram) else dataclasses.replace(c, device=device) for c in candidates.candidates
+        c if isinstance(c.derive, NGram) or split(c) else dataclasses.replace(c, device=device) for c in candidates.candidates
     )
     return CandidateSet(moved, candidates.origin)
 

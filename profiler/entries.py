@@ -48,6 +48,8 @@ def sampling_entry(estimate: PairAlpha, key: str, ks: Sequence[int]) -> Sampling
         ),
         implied=[ImpliedStats(k, estimate.implied_mu(k), estimate.positional_mu(k)) for k in ks],
         fingerprint=key,
+        engine_alpha=None if estimate.engine is None else estimate.engine.alpha,
+        engine_alpha_ci=None if estimate.engine is None else (estimate.engine.interval.low, estimate.engine.interval.high),
     )
 
 

@@ -339,7 +339,8 @@ class _Run:
         key = self.alpha_key(verifier, drafter, temperature)
         pair = self.profile.pair(verifier, drafter)
         old = None if pair is None else pair.sampling.get(mode)
-        if old is not None and old.fingerprint == key:
+        # An entry from before the engines' rate was recorded is re-measured to add it.
+        if old is not None and old.fingerprint == key and old.engine_alpha is not None:
             self._finish(step, reused=True)
             return
         self._begin(step)

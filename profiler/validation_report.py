@@ -148,6 +148,16 @@ def limit_lines(validation: Validation) -> list[str]:
     return lines
 
 
+def _acceptance_lines(chain: ChainResult) -> list[str]:
+    """Acceptance as users of other engines read it: tokens per target pass, drafted/accepted."""
+    levels = [
+        f"{level.model} verified {level.tokens_drafted} drafted tokens, accepted {level.tokens_accepted}"
+        + (f" ({level.tokens_accepted / level.tokens_drafted:.1%})" if level.tokens_drafted else "")
+        for level in chain.levels[:-1]
+    ]
+    return [f"acceptance: {chain.tokens_per_target_pass:.2f} tokens per target pass" + "".join(f"; {line}" for line in levels), ""]
+
+
 def report_markdown(validation: Validation, plots: dict[str, str]) -> str:
     """report.md: settings, the table, the targets, per-model detail and the plots."""
     head = validation.headline
@@ -183,6 +193,7 @@ def report_markdown(validation: Validation, plots: dict[str, str]) -> str:
             "",
             *_level_table(chain),
             "",
+            *_acceptance_lines(chain),
         ]
     lines += ["## Plots", ""]
     titles = {

@@ -101,6 +101,8 @@ class LevelResult:
     accepted_fraction: float | None  # drafted tokens accepted / drafted tokens verified at this level
     predicted_accepted_fraction: float | None  # exact model: E[min(A, m)] / E[m]
     alpha: float | None  # α_{i,i+1} the plan used (per-token acceptance under i.i.d. draws)
+    tokens_drafted: int = 0  # drafted tokens this level verified, over every run (0: it verifies nothing)
+    tokens_accepted: int = 0  # of those, the accepted ones
 
 
 @dataclass(frozen=True)
@@ -128,6 +130,11 @@ class ChainResult:
     @property
     def lossless(self) -> bool:
         return self.greedy_equal is not False
+
+    @property
+    def tokens_per_target_pass(self) -> float:
+        """Emitted tokens per forward pass of the target (Spec-Bench's mean accepted tokens)."""
+        return 1.0 / self.levels[0].forwards_per_token
 
     @property
     def measured_speedup(self) -> float | None:
@@ -264,6 +271,8 @@ def summarise_chain(
                 if verifies and planned.drafted_per_verification[i] > 0
                 else None,
                 alpha=planned.acceptances[i] if verifies else None,
+                tokens_drafted=proposed,
+                tokens_accepted=sum(run.tokens_accepted[i] for run in runs),
             )
         )
     return ChainResult(
@@ -401,6 +410,8 @@ def _level_json(level: LevelResult) -> dict[str, Any]:
         "accepted_fraction": None
         if level.alpha is None
         else {"measured": level.accepted_fraction, "exact": level.predicted_accepted_fraction, "alpha": level.alpha},
+        "tokens_drafted": level.tokens_drafted,
+        "tokens_accepted": level.tokens_accepted,
     }
 
 
@@ -424,6 +435,7 @@ def chain_json(chain: ChainResult) -> dict[str, Any]:
         "loop_seconds_per_token": {"measured": chain.loop_seconds_per_token, "exact": chain.predicted_loop_seconds_per_token},
         "first_difference": chain.first_difference,
         "levels": [_level_json(level) for level in chain.levels],
+        "tokens_per_target_pass": chain.tokens_per_target_pass,
     }
 
 

@@ -75,6 +75,13 @@ def test_generate_json_matches_greedy_target(folders):
     assert all(1 <= count <= 5 for count in top["tokens_per_verification"])  # default K = 4
     assert draft["tokens_per_verification"] == [] and draft["forward_passes"] >= 4
     assert payload["wall_time_s"] > 0
+    # the readable acceptance metrics agree with the raw counts
+    assert top["tokens_drafted"] == top["tokens_proposed"] >= top["tokens_accepted"]
+    assert top["acceptance_rate"] == pytest.approx(top["tokens_accepted"] / top["tokens_proposed"])
+    assert top["verifications"] == len(top["tokens_per_verification"])
+    assert top["mean_tokens_per_verification"] == pytest.approx(sum(top["tokens_per_verification"]) / top["verifications"])
+    assert payload["tokens_per_target_pass"] == pytest.approx(len(expected) / top["forward_passes"])
+    assert draft["acceptance_rate"] is None  # nothing verified at the last level (NaN becomes null)
 
 
 def test_generate_sampling_is_seeded(folders):

@@ -244,3 +244,23 @@ def test_meta_added_by_other_tools_survives_a_rerun(models, complete, tmp_path):
     again = load(out)
     assert again.meta["loop_overhead"] == {"greedy": {"per_step_s": 0.0001}}
     assert again.meta["profiler"]["acceptance"]["block_sizes"] == [2, 3]
+
+
+def test_a_profile_without_the_engine_rate_gets_it_on_a_rerun_and_nothing_else(models, complete, tmp_path):
+    out = tmp_path / "profile.json"
+    payload = json.loads(complete[0].read_text())
+    for pair in payload["pairs"]:
+        for stats in pair["sampling"].values():
+            stats.pop("engine_alpha"), stats.pop("engine_alpha_ci")  # as an older polyplan wrote it
+    out.write_text(json.dumps(payload))
+    counter = Counter()
+    profile_models(models, _prompts(), out, SETTINGS, progress=counter)
+    assert counter.measured and all(label.startswith("alpha") for label in counter.measured)  # decoded entries kept
+    assert len(counter.measured) == 3 * 2
+    rerun, reference = load(out), load(complete[0])
+    assert _entries(rerun) == _entries(reference)
+    for pair in rerun.pairs:
+        for mode, stats in pair.sampling.items():
+            assert stats.engine_alpha == reference.stats(pair.verifier, pair.drafter, mode).engine_alpha
+            if mode == "greedy" or pair.drafter == "ngram":
+                assert stats.engine_alpha == stats.alpha  # q or p one-hot: the rules agree

@@ -149,6 +149,9 @@ def test_speedups_are_paired_per_repeat_and_a_lossy_chain_gets_none(plan):
     assert result.greedy_equal is True and result.measured_speedup == pytest.approx(2.5)
     assert result.exact_error == pytest.approx(result.predicted_exact / 2.5 - 1)
     assert result.levels[0].forwards_per_token == pytest.approx(0.5) and result.levels[0].mu == 2.0
+    # acceptance as engines report it: 4 tokens per 2 target passes; 6 runs x 4 drafted, 2 accepted
+    assert result.tokens_per_target_pass == pytest.approx(2.0)
+    assert (result.levels[0].tokens_drafted, result.levels[0].tokens_accepted) == (24, 12)
     two = next(spec for spec in specs.values() if ROLE_TWO_MODEL in spec.roles)
     lossy_runs = [_record(2, r, p, (1.0 + r) / 4, tokens=(1, 2, 9, 4), levels=2) for r in range(3) for p in range(2)]
     lossy = summarise_chain(two, lossy_runs, base, greedy=True)
@@ -201,6 +204,8 @@ def test_json_twin_has_the_documented_shape(plan):
         assert set(entry) >= {"chain", "block_sizes", "predicted_speedup", "measured_speedup", "greedy_equal", "recommended"}
         assert set(entry["predicted_speedup"]) == {"exact", "paper", "exact_retimed"}
         assert len(entry["block_sizes"]) == len(entry["chain"]) - 1
+        assert entry["tokens_per_target_pass"] == pytest.approx(2.0)
+        assert {"tokens_drafted", "tokens_accepted"} <= set(entry["levels"][0])
     assert [entry["recommended"] for entry in payload["chains"]].count(True) == 1
     assert payload["chains"][0]["chain"] == list(plan.chain)
 

@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Annotated, Optional
 
 import typer
 
 from polyplan.cli_support import echo_json, fails_cleanly
+from polyplan.errors import PolyplanError
 
 app = typer.Typer(help="Benchmarks printing side-by-side ratios measured in one run.", no_args_is_help=True)
 
@@ -67,3 +69,38 @@ def decoder(
         )
         return
     typer.echo("\n".join(report_lines(bench)))
+
+
+@app.command("peers")
+@fails_cleanly
+def peers(
+    plan: Annotated[
+        Optional[Path], typer.Option("--plan", help="plan.json (greedy) written by polyplan recommend. Default: "
+                                     "profile and plan --candidates first (cached).")
+    ] = None,
+    prompts: Annotated[
+        Optional[Path], typer.Option("--prompts", help="Prompt file (Spec-Bench question.jsonl: per-category tables). "
+                                     "Default: built-in prompts held out from profiling.")
+    ] = None,
+    candidates: Annotated[
+        Optional[Path], typer.Option("--candidates", help="models.yaml, if not the one recorded in the plan.")
+    ] = None,
+    new_tokens: Annotated[int, typer.Option("--new-tokens", help="New tokens per prompt (EOS stops earlier).")] = 64,
+    repeats: Annotated[int, typer.Option("--repeats", help="Timed runs per prompt and configuration.")] = 3,
+    max_prompts: Annotated[Optional[int], typer.Option("--max-prompts", help="Use only the first N prompts.")] = None,
+    threads: Annotated[Optional[int], typer.Option("--threads", help="torch CPU threads (default: torch's choice).")] = None,
+    json_output: Annotated[bool, typer.Option("--json", help="Print one JSON object.")] = False,
+) -> None:
+    """Race HF generate (plain, assisted per drafter, prompt lookup) against polyplan's chain, greedy."""
+    from polyplan.commands.recommend import set_threads
+    from polyplan.profiler.peers import peers_json, peers_lines, run_peers
+
+    set_threads(threads)
+    bench = run_peers(plan, prompts_path=prompts, candidates_path=candidates, repeats=repeats, new_tokens=new_tokens,
+                      max_prompts=max_prompts, log=lambda line: typer.echo(line, err=True))
+    if json_output:
+        echo_json(peers_json(bench))
+    else:
+        typer.echo("\n".join(peers_lines(bench)))
+    if bench.mismatches:
+        raise PolyplanError(f"greedy outputs differ from target-only in {len(bench.mismatches)} run(s): {bench.mismatches[0]}")

@@ -35,6 +35,7 @@ def stats_lines(result) -> list[str]:
             f"{level.wall_time_s:>8.3f}"
         )
     tokens = len(result.token_ids)
+    lines.append(f"mean tokens per target pass: {result.tokens_per_target_pass:.2f}")
     lines.append(
         f"{tokens} new tokens in {result.wall_time_s:.3f} s ({tokens / result.wall_time_s:.1f} tokens/s)"
         + (", stopped at EOS" if result.stopped_at_eos else "")
@@ -86,9 +87,14 @@ def generate(
                         "tokens_accepted": level.tokens_accepted,
                         "tokens_per_verification": list(level.tokens_per_verification),
                         "wall_time_s": level.wall_time_s,
+                        "tokens_drafted": level.tokens_proposed,
+                        "verifications": level.verifications,
+                        "acceptance_rate": level.acceptance_rate,
+                        "mean_tokens_per_verification": level.mean_tokens_per_verification,
                     }
                     for level in result.levels
                 ],
+                "tokens_per_target_pass": result.tokens_per_target_pass,
                 "wall_time_s": result.wall_time_s,
                 "stopped_at_eos": result.stopped_at_eos,
             }

@@ -1,0 +1,360 @@
+"""Export a plan to the engines users deploy on: HF transformers, vLLM and llama.cpp.
+
+Each engine runs ONE drafter (a draft model, or n-gram prompt lookup) with a block size K, so
+the best chain an engine can express is the target and one drafter it can load. Engines also
+accept drafts by different rules. Notation as everywhere in polyplan (DESIGN.md): p is the
+DRAFTER's distribution, q the VERIFIER's (the target's here).
+
+- ``full`` (polyplan's own rule, and HF assisted generation with a draft model: when sampling
+  it draws the draft from p and accepts x with min(1, q(x)/p(x))): the profile's α = E[Σ min(p, q)].
+- ``argmax`` (vLLM: the draft is argmax p and q is compared with a one-hot draft
+  distribution, so x̂ is accepted with probability q(x̂); llama.cpp: the draft is argmax p and
+  is kept only when it equals the target's sample, also probability q(x̂); HF prompt lookup:
+  the n-gram's one-hot proposal): the profile's ``engine_alpha`` = E[q(argmax p)].
+At greedy both are the argmax agreement rate. For an n-gram drafter p is one-hot, so both
+rules give the same rate.
+
+For every drafter the engine can load, the best K under that engine's rule comes from the
+exact cost model (`planner.cost_model.predict_chain`) with the profile's latency curves,
+loop overhead and switch costs, as the plan's own chains; the loss is measured against the
+plan's predicted speedup. A member an engine cannot load is listed with the reason, never
+exported. Pure: no torch, no I/O.
+"""
+
+from __future__ import annotations
+
+import json
+import shlex
+from dataclasses import dataclass
+from pathlib import Path
+
+from polyplan.candidates import Candidate, CandidateSet, EarlyExit, NGram, Quantize
+from polyplan.errors import PolyplanError
+from polyplan.planner.cost_model import ChainPrediction, predict_chain
+from polyplan.planner.latency import curve_from_profile
+from polyplan.planner.overhead import NO_SWITCH, profile_overhead, profile_switch_costs
+from polyplan.planner.plan_file import PlanFile
+from polyplan.profile import Profile
+
+ENGINES = ("hf", "vllm", "llama.cpp")
+FULL, ARGMAX = "full", "argmax"
+
+
+@dataclass(frozen=True)
+class EngineOption:
+    """One drafter under one engine: its rule, rate, best K and prediction, or why not.
+
+    Attributes:
+        drafter: the candidate's name.
+        method: "draft_model" or "ngram"; "" when the engine cannot run it at all.
+        rule: FULL or ARGMAX (see the module docstring).
+        alpha: the per-token acceptance under `rule` (None: not measured, see `reason`).
+        block_size: the best K under the exact model (None when not exportable).
+        prediction: the exact model's prediction at that K (None when not exportable).
+        source: what to hand the engine (a folder, hub id or GGUF file; "" for n-gram).
+        reason: None when exportable, else one line saying why not.
+        ngram_sizes: (min_n, max_n) of an n-gram drafter, else None.
+    """
+
+    drafter: str
+    method: str
+    rule: str
+    alpha: float | None
+    block_size: int | None
+    prediction: ChainPrediction | None
+    source: str
+    reason: str | None
+    ngram_sizes: tuple[int, int] | None = None
+
+    @property
+    def speedup(self) -> float | None:
+        return None if self.prediction is None else self.prediction.speedup
+
+
+@dataclass(frozen=True)
+class EngineExport:
+    """The best chain `engine` can express for a plan, and every drafter considered.
+
+    Attributes:
+        chosen: the exportable option with the highest predicted speedup (None: none is).
+        options: every drafter of the profile under this engine, best first, then the others.
+        polyplan_speedup: the plan's own predicted speedup (its chain may have several drafters).
+        temperature: the sampling temperature the plan was made for (0: greedy).
+    """
+
+    engine: str
+    target: str
+    target_source: str
+    sampling: str
+    temperature: float
+    chosen: EngineOption | None
+    options: tuple[EngineOption, ...]
+    polyplan_chain: tuple[str, ...]
+    polyplan_speedup: float
+
+    @property
+    def loss(self) -> float | None:
+        """Fraction of polyplan's predicted speedup the export gives up: 1 − engine / polyplan."""
+        if self.chosen is None or self.chosen.speedup is None:
+            return None
+        return 1.0 - self.chosen.speedup / self.polyplan_speedup
+
+
+def check_engine(engine: str) -> str:
+    """`engine` if polyplan knows it, else a `PolyplanError` naming the known ones."""
+    if engine not in ENGINES:
+        raise PolyplanError(f"--engine: unknown engine {engine!r} (choose one of {', '.join(ENGINES)})")
+    return engine
+
+
+def _temperature(sampling: str) -> float:
+    return 0.0 if sampling == "greedy" else float(sampling[1:])
+
+
+def _is_gguf(candidate: Candidate) -> bool:
+    return candidate.source is not None and (candidate.source_kind == "gguf" or candidate.source.lower().endswith(".gguf"))
+
+
+def _weights_source(candidate: Candidate, builtin_folder: str | None) -> str:
+    if candidate.source_kind == "builtin" and builtin_folder is not None:
+        return builtin_folder
+    return candidate.source or ""
+
+
+def loadable(engine: str, candidate: Candidate, builtin_folder: str | None = None) -> tuple[str, str, str | None]:
+    """How `engine` runs `candidate`: (method, source to pass, None) or ("", "", reason)."""
+    if isinstance(candidate.derive, NGram):
+        return "ngram", "", None
+    if isinstance(candidate.derive, Quantize):
+        return "", "", (
+            f"a copy of {candidate.derive.base!r} that polyplan quantizes to {candidate.derive.kind} in torch at load time; "
+            f"{engine} cannot load it (quantize with the engine's own tools instead)"
+        )
+    if isinstance(candidate.derive, EarlyExit):
+        return "", "", (
+            f"an early-exit copy (the first {candidate.derive.layers} layers of {candidate.derive.base!r}) that exists only "
+            f"inside polyplan; {engine} cannot load it"
+        )
+    source = _weights_source(candidate, builtin_folder)
+    if engine == "llama.cpp" and not _is_gguf(candidate):
+        return "", "", f"{candidate.source!r} is not a GGUF file; llama.cpp loads only GGUF (convert it with convert_hf_to_gguf.py)"
+    if engine == "vllm" and _is_gguf(candidate):
+        return "", "", f"{candidate.source!r} is a GGUF file; give vLLM the model's HF folder or hub id"
+    return "draft_model", source, None
+
+
+def _best_block(prediction_at, k_max: int) -> tuple[int, ChainPrediction]:
+    best = None
+    for k in range(1, k_max + 1):
+        prediction = prediction_at(k)
+        if best is None or prediction.speedup > best[1].speedup:
+            best = (k, prediction)
+    return best
+
+
+def export_plan(
+    plan: PlanFile,
+    profile: Profile,
+    candidates: CandidateSet,
+    engine: str,
+    *,
+    builtin_folders: dict[str, str] | None = None,
+    k_max: int | None = None,
+) -> EngineExport:
+    """The best chain `engine` can express for `plan`, predicted under the engine's rule.
+
+    Args:
+        builtin_folders: the folder of each `builtin:<name>` source (engines load folders).
+        k_max: largest K searched (default: the plan's own search limit, else 8).
+
+    Raises:
+        PolyplanError: unknown engine; the engine cannot load the target; the profile lacks
+            the plan's target.
+    """
+    check_engine(engine)
+    builtin_folders = builtin_folders or {}
+    target = candidates.by_name(plan.target)
+    method, target_source, reason = loadable(engine, target, builtin_folders.get(target.source or ""))
+    if reason is not None:
+        raise PolyplanError(f"--engine {engine}: cannot load the plan's target {target.name!r}: {reason}")
+    if k_max is None:
+        k_max = int((plan.payload.get("search") or {}).get("k_max") or 8)
+    sampling = plan.sampling
+    context_length = (plan.payload.get("search") or {}).get("context_length")
+    overhead = profile_overhead(profile.meta, sampling, profile.source)
+    switches = profile_switch_costs(profile.meta, profile.source)
+    target_curve = curve_from_profile(profile.model(plan.target), context_length)
+    greedy = sampling == "greedy"
+    options = []
+    for pair in profile.pairs:
+        if pair.verifier != plan.target or sampling not in pair.sampling:
+            continue
+        stats = pair.sampling[sampling]
+        try:
+            candidate = candidates.by_name(pair.drafter)
+        except PolyplanError:
+            options.append(EngineOption(pair.drafter, "", FULL, None, None, None, "", f"not in {candidates.origin}", None))
+            continue
+        method, source, reason = loadable(engine, candidate, builtin_folders.get(candidate.source or ""))
+        rule = FULL if engine == "hf" and method != "ngram" else ARGMAX  # (an unloadable model: as if it were loaded)
+        sizes = (candidate.derive.min_n, candidate.derive.max_n) if isinstance(candidate.derive, NGram) else None
+        alpha = stats.alpha if (rule == FULL or greedy or method == "ngram") else stats.engine_alpha
+        if reason is None and alpha is None:
+            reason = (
+                f"the profile has no engine-rule acceptance (E[q(argmax p)]) for it at {sampling} "
+                "(made by an older polyplan); re-run polyplan profile to add it"
+            )
+        if reason is not None:
+            options.append(EngineOption(pair.drafter, method, rule, alpha, None, None, source, reason, sizes))
+            continue
+        curves = [target_curve, curve_from_profile(profile.model(pair.drafter), context_length)]
+        costs = [switches.get(plan.target, NO_SWITCH), switches.get(pair.drafter, NO_SWITCH)]
+        k, prediction = _best_block(lambda k: predict_chain([alpha], curves, [k], overhead, costs), k_max)
+        options.append(EngineOption(pair.drafter, method, rule, alpha, k, prediction, source, None, sizes))
+    ranked = sorted((o for o in options if o.reason is None), key=lambda o: -o.speedup)
+    others = [o for o in options if o.reason is not None]
+    if not ranked:
+        why = "; ".join(f"{o.drafter}: {o.reason}" for o in others) or f"the profile has no drafter for {plan.target!r}"
+        raise PolyplanError(f"--engine {engine}: no drafter of the plan's profile can be exported ({why})")
+    return EngineExport(
+        engine=engine,
+        target=plan.target,
+        target_source=target_source,
+        sampling=sampling,
+        temperature=_temperature(sampling),
+        chosen=ranked[0] if ranked else None,
+        options=tuple(ranked + others),
+        polyplan_chain=plan.chain,
+        polyplan_speedup=plan.predicted_speedup,
+    )
+
+
+# --------------------------------------------------------------------------- what to type
+
+
+def engine_config(export: EngineExport) -> dict | None:
+    """The engine's own configuration for the chosen drafter (JSON edge), None without one.
+
+    HF: `generate` keyword arguments (of which `num_assistant_tokens`, its schedule and
+    `assistant_confidence_threshold` belong on the assistant's generation config); vLLM: the `--speculative-config` object; llama.cpp: the
+    `llama-server` arguments as a list.
+    """
+    option = export.chosen
+    if option is None:
+        return None
+    k = option.block_size
+    sampled = export.temperature > 0
+    if export.engine == "hf":
+        sampling = {"do_sample": True, "temperature": export.temperature} if sampled else {"do_sample": False}
+        if option.method == "ngram":
+            return {"prompt_lookup_num_tokens": k, "max_matching_ngram_size": option.ngram_sizes[1], **sampling}
+        return {
+            "assistant_model": option.source,
+            "num_assistant_tokens": k,
+            "num_assistant_tokens_schedule": "constant",
+            "assistant_confidence_threshold": 0.0,
+            **sampling,
+        }
+    if export.engine == "vllm":
+        if option.method == "ngram":
+            low, high = option.ngram_sizes
+            return {"method": "ngram", "num_speculative_tokens": k, "prompt_lookup_max": high, "prompt_lookup_min": low}
+        return {"method": "draft_model", "model": option.source, "num_speculative_tokens": k}
+    flags = ["-m", export.target_source]
+    if option.method == "ngram":
+        flags += ["--spec-type", "ngram-simple"]
+    else:
+        flags += ["-md", option.source]
+    flags += ["--draft-max", str(k), "--draft-min", str(k), "--draft-p-min", "0"]
+    flags += ["--temp", f"{export.temperature:g}"] if sampled else ["--temp", "0"]
+    return {"llama_server_args": flags}
+
+
+
+_ASSISTANT_KEYS = ("num_assistant_tokens", "num_assistant_tokens_schedule", "assistant_confidence_threshold")
+
+
+def config_text(export: EngineExport) -> str:
+    """What to type: Python for HF, the vllm serve option, the llama-server command line."""
+    config = engine_config(export)
+    if config is None:
+        return ""
+    if export.engine == "hf":
+        arguments = dict(config)
+        lines = []
+        if "assistant_model" in arguments:
+            # transformers reads K, its schedule and the early-exit threshold from the
+            # ASSISTANT's generation config (5.x ignores them as generate() arguments)
+            source = Path(arguments.pop("assistant_model"))
+            where = f"{str(source.parent)!r}, gguf_file={source.name!r}" if source.suffix.lower() == ".gguf" else repr(str(source))
+            lines.append(f"assistant = AutoModelForCausalLM.from_pretrained({where})")
+            for key in _ASSISTANT_KEYS:
+                lines.append(f"assistant.generation_config.{key} = {arguments.pop(key)!r}")
+            arguments = {"assistant_model": "assistant", **arguments}
+        rendered = ", ".join(f"{key}={value if key == 'assistant_model' else repr(value)}" for key, value in arguments.items())
+        lines.append(f"model.generate(**inputs, {rendered})")
+        return "\n".join(lines)
+    if export.engine == "vllm":
+        return f"vllm serve {shlex.quote(export.target_source)} --speculative-config {shlex.quote(json.dumps(config))}"
+    return "llama-server " + " ".join(shlex.quote(part) for part in config["llama_server_args"])
+
+
+def export_lines(export: EngineExport) -> list[str]:
+    """The human report of `polyplan export`."""
+    chain = " > ".join(export.polyplan_chain)
+    lines = [f"engine {export.engine}, target {export.target}, sampling {export.sampling}"]
+    option = export.chosen
+    if option is not None:
+        rule = "full rule, E[sum min(p, q)]" if option.rule == FULL else "engine rule, E[q(argmax p)]"
+        lines.append(
+            f"best: {option.drafter} ({option.method}) K={option.block_size}: predicted speedup {option.speedup:.2f}x "
+            f"(alpha {option.alpha:.3f}, {rule}; {option.prediction.tokens_per_verification[0]:.2f} tokens per target pass)"
+        )
+        lines.append(
+            f"polyplan's chain {chain}: {export.polyplan_speedup:.2f}x; the export "
+            + (f"gives up {export.loss:.1%} of it" if export.loss >= 0 else f"is {-export.loss:.1%} faster")
+        )
+        if option.speedup < 1.0:
+            lines.append(f"note: slower than the target alone (1.00x) on {export.engine}: leave speculative decoding off")
+        lines += ["", "what to type:"] + ["  " + line for line in config_text(export).splitlines()]
+    lines += ["", f"{'drafter':<20} {'method':<12} {'rule':<7} {'alpha':>6} {'K':>3} {'speedup':>8}  note"]
+    for item in export.options:
+        alpha = "-" if item.alpha is None else f"{item.alpha:.3f}"
+        k = "-" if item.block_size is None else str(item.block_size)
+        speed = "-" if item.speedup is None else f"{item.speedup:.2f}x"
+        note = item.reason if item.reason is not None else ("exported" if item is option else "")
+        lines.append(f"{item.drafter[:20]:<20} {item.method or '-':<12} {item.rule:<7} {alpha:>6} {k:>3} {speed:>8}  {note}")
+    return lines
+
+
+def export_to_json(export: EngineExport) -> dict:
+    """The JSON object of `polyplan export --json`."""
+
+    def option_json(item: EngineOption) -> dict:
+        prediction = item.prediction
+        return {
+            "drafter": item.drafter,
+            "method": item.method or None,
+            "rule": item.rule,
+            "alpha": item.alpha,
+            "block_size": item.block_size,
+            "predicted_speedup": item.speedup,
+            "tokens_per_target_pass": None if prediction is None else prediction.tokens_per_verification[0],
+            "source": item.source or None,
+            "exportable": item.reason is None,
+            "reason": item.reason,
+        }
+
+    chosen = export.chosen
+    return {
+        "engine": export.engine,
+        "target": export.target,
+        "target_source": export.target_source,
+        "sampling": export.sampling,
+        "chosen": None if chosen is None else option_json(chosen),
+        "config": engine_config(export),
+        "command": config_text(export) or None,
+        "polyplan": {"chain": list(export.polyplan_chain), "predicted_speedup": export.polyplan_speedup},
+        "loss": export.loss,
+        "options": [option_json(item) for item in export.options],
+    }

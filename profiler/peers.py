@@ -1,0 +1,296 @@
+"""`polyplan bench peers`: HF transformers' own speculative decoding against polyplan's chain.
+
+One interleaved run on the same prompts, greedy (so every configuration must emit the target's
+own output, token for token):
+- target-only HF `generate` (the baseline);
+- HF assisted generation with each drafter HF can load, at the K the HF export predicts best
+  for it (`planner.engines`, HF's rule), drafting exactly K per round (`decoder.bench.configure_assistant`);
+- HF prompt lookup (`prompt_lookup_num_tokens`) for each n-gram candidate, at its exported K;
+- polyplan's recommended chain (the plan's chain and block sizes) in polyplan's decoder.
+Prompts are taken round-robin: for each prompt and repeat every configuration runs once, in an
+order rotated by one each time, so machine noise hits all alike; each prompt first runs once
+untimed per configuration (warm-up, and the equality check).
+
+Speedup is Spec-Bench's: a configuration's tokens/s (its new tokens over its wall time, summed
+over the prompts of a category) over the baseline's. Tokens per target pass are new tokens
+over forward calls of the target model (a forward hook counts HF's calls; polyplan's decoder
+counts its own, the prefill included in both).
+"""
+
+from __future__ import annotations
+
+import statistics
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+
+from polyplan.decoder.bench import configure_assistant, hf_generate
+from polyplan.decoder.chain import generate
+from polyplan.decoder.sampling import Sampling
+from polyplan.errors import PolyplanError
+from polyplan.planner.engines import EngineExport
+from polyplan.planner.plan_file import PlanFile
+from polyplan.profiler.prompts import EncodedPrompt
+
+BASELINE = "target only (HF generate)"
+
+
+@dataclass(frozen=True)
+class PeerConfig:
+    """One configuration of the race: `run(prompt ids)` → (new token ids, target passes)."""
+
+    label: str
+    predicted_speedup: float | None  # the HF export's prediction (None: baseline, polyplan)
+    run: Callable[[Sequence[int]], tuple[list[int], int]]
+
+
+@dataclass(frozen=True)
+class PeerRow:
+    """One configuration's totals over the prompts of one category (or all: category "all")."""
+
+    label: str
+    category: str
+    tokens: int
+    seconds: float
+    target_passes: int
+    speedup: float  # Spec-Bench: (tokens / seconds) / baseline's (tokens / seconds)
+    predicted_speedup: float | None
+    speedup_sd: float | None = None  # standard deviation of the same ratio over repeats (None: 1 repeat)
+
+    @property
+    def tokens_per_target_pass(self) -> float:
+        return self.tokens / self.target_passes if self.target_passes else float("nan")
+
+
+@dataclass(frozen=True)
+class PeersBenchmark:
+    """Every configuration per category and overall, and whether outputs were all equal."""
+
+    rows: tuple[PeerRow, ...]
+    categories: tuple[str, ...]
+    mismatches: tuple[str, ...]  # "<config>: prompt i: first differing token j" for each unequal output
+    prompts: int
+    new_tokens: int
+    repeats: int
+    threads: int
+
+
+def _category(prompt: EncodedPrompt) -> str:
+    kind = prompt.prompt.kind
+    return kind.split(":", 1)[1] if kind.startswith("spec_bench:") else kind
+
+
+class _PassCounter:
+    """Counts forward calls of an HF model (one per target pass of `generate`)."""
+
+    def __init__(self, model) -> None:
+        self.calls = 0
+        self.handle = model.register_forward_hook(self._count)
+
+    def _count(self, module, inputs, output) -> None:
+        self.calls += 1
+
+
+def peer_configs(plan: PlanFile, export: EngineExport, members, eos, *, new_tokens: int) -> tuple[PeerConfig, ...]:
+    """The race's configurations: baseline, HF assisted per loadable drafter, HF prompt lookup,
+    polyplan's chain. `members`: candidate name → loaded chain member; `export`: the HF export."""
+    target = members[plan.target].model
+    pad = target.generation_config.pad_token_id
+    pad = pad if pad is not None else 0
+    counter = _PassCounter(target)
+
+    def hf(**extra) -> Callable[[Sequence[int]], tuple[list[int], int]]:
+        def run(prompt: Sequence[int]) -> tuple[list[int], int]:
+            before = counter.calls
+            tokens = hf_generate(target, prompt, max_new_tokens=new_tokens, eos=eos, pad=pad, **extra)
+            return tokens, counter.calls - before
+
+        return run
+
+    configs = [PeerConfig(BASELINE, None, hf())]
+    for option in export.options:
+        if option.reason is not None:
+            continue
+        if option.method == "ngram":
+            lookup = dict(prompt_lookup_num_tokens=option.block_size, max_matching_ngram_size=option.ngram_sizes[1])
+            configs.append(PeerConfig(f"HF prompt lookup {option.drafter} K={option.block_size}", option.speedup, hf(**lookup)))
+            continue
+        draft = getattr(members[option.drafter], "model", None)
+        if draft is None:
+            continue
+        configure_assistant(draft, option.block_size)
+        label = f"HF assisted {option.drafter} K={option.block_size}"
+        configs.append(PeerConfig(label, option.speedup, hf(assistant_model=draft)))
+    chain = [members[name] for name in plan.chain]
+    greedy = Sampling(temperature=0.0)
+
+    def ours(prompt: Sequence[int]) -> tuple[list[int], int]:
+        result = generate(chain, list(prompt), max_new_tokens=new_tokens, block_sizes=list(plan.block_sizes), sampling=greedy,
+                          eos_token_id=eos)
+        return list(result.token_ids), result.levels[0].forward_passes
+
+    label = "polyplan " + " > ".join(plan.chain) + (f" K={list(plan.block_sizes)}" if plan.block_sizes else "")
+    configs.append(PeerConfig(label, plan.predicted_speedup, ours))
+    return tuple(configs)
+
+
+def race_peers(configs: Sequence[PeerConfig], prompts: Sequence[EncodedPrompt], *, repeats: int, new_tokens: int) -> PeersBenchmark:
+    """Run `configs` (the first is the baseline) round-robin per prompt; see the module docstring."""
+    if repeats < 1 or new_tokens < 1:
+        raise PolyplanError("--repeats and --new-tokens must be >= 1")
+    if not prompts:
+        raise PolyplanError("--prompts: no prompts")
+    count = len(configs)
+    totals = {}  # (config, category) -> [tokens, seconds, passes]
+    mismatches = []
+    turn = 0
+    for index, prompt in enumerate(prompts):
+        category = _category(prompt)
+        reference = None
+        for position, config in enumerate(configs):  # warm-up and equality check
+            tokens, _ = config.run(prompt.ids)
+            if reference is None:
+                reference = tokens
+            elif tokens != reference:
+                where = next((j for j, (a, b) in enumerate(zip(tokens, reference)) if a != b), min(len(tokens), len(reference)))
+                mismatches.append(f"{config.label}: prompt {index + 1}: output differs from target-only from token {where}")
+        for repeat in range(repeats):
+            for step in range(count):
+                position = (step + turn) % count
+                config = configs[position]
+                began = time.perf_counter()
+                tokens, passes = config.run(prompt.ids)
+                seconds = time.perf_counter() - began
+                for key in ((position, category), (position, "all"), (position, category, repeat), (position, "all", repeat)):
+                    entry = totals.setdefault(key, [0, 0.0, 0])
+                    entry[0] += len(tokens)
+                    entry[1] += seconds
+                    entry[2] += passes
+            turn += 1
+    categories = tuple(dict.fromkeys(_category(p) for p in prompts)) + ("all",)
+    rows = []
+    for category in categories:
+        base_tokens, base_seconds, _ = totals[(0, category)]
+        base_rate = base_tokens / base_seconds
+        for position, config in enumerate(configs):
+            tokens, seconds, passes = totals[(position, category)]
+            ratios = [
+                (totals[(position, category, r)][0] / totals[(position, category, r)][1])
+                / (totals[(0, category, r)][0] / totals[(0, category, r)][1])
+                for r in range(repeats)
+            ]
+            spread = statistics.stdev(ratios) if repeats > 1 else None
+            rows.append(
+                PeerRow(config.label, category, tokens, seconds, passes, (tokens / seconds) / base_rate, config.predicted_speedup, spread)
+            )
+    return PeersBenchmark(tuple(rows), categories, tuple(mismatches), len(prompts), new_tokens, repeats, torch.get_num_threads())
+
+
+def peers_lines(bench: PeersBenchmark) -> list[str]:
+    """The tables `polyplan bench peers` prints: per category, then overall with predictions."""
+    lines = [
+        f"{bench.prompts} prompts x {bench.repeats} repeats, greedy, {bench.new_tokens} new tokens max, torch threads "
+        f"{bench.threads}; configurations interleaved round-robin per prompt; speedup = tokens/s over target-only (Spec-Bench)"
+    ]
+    for category in bench.categories:
+        lines += ["", f"[{category}]", f"{'configuration':<44} {'tokens/s':>9} {'speedup ± sd':>14} {'tokens/pass':>11} {'predicted':>9} {'error':>7}"]
+        for row in (r for r in bench.rows if r.category == category):
+            predicted = "-" if row.predicted_speedup is None or category != "all" else f"{row.predicted_speedup:.2f}x"
+            error = "-" if row.predicted_speedup is None or category != "all" else f"{row.predicted_speedup / row.speedup - 1:+.0%}"
+            lines.append(
+                f"{row.label[:44]:<44} {row.tokens / row.seconds:>9.1f} {_speed(row):>14} {row.tokens_per_target_pass:>11.2f} "
+                f"{predicted:>9} {error:>7}"
+            )
+    if bench.mismatches:
+        lines += ["", f"OUTPUTS DIFFER in {len(bench.mismatches)} run(s) (greedy outputs must all equal target-only):"]
+        lines += [f"  ! {line}" for line in bench.mismatches]
+    else:
+        lines += ["", "greedy outputs: identical in every configuration"]
+    return lines
+
+
+def _speed(row: PeerRow) -> str:
+    return f"{row.speedup:.2f}x" + ("" if row.speedup_sd is None else f" ± {row.speedup_sd:.2f}")
+
+
+def peers_json(bench: PeersBenchmark) -> dict:
+    """The JSON object of `polyplan bench peers --json`."""
+    return {
+        "prompts": bench.prompts,
+        "new_tokens": bench.new_tokens,
+        "repeats": bench.repeats,
+        "threads": bench.threads,
+        "outputs_equal": not bench.mismatches,
+        "mismatches": list(bench.mismatches),
+        "rows": [
+            {
+                "configuration": row.label,
+                "category": row.category,
+                "tokens": row.tokens,
+                "seconds": row.seconds,
+                "target_passes": row.target_passes,
+                "tokens_per_second": row.tokens / row.seconds,
+                "speedup": row.speedup,
+                "speedup_sd": row.speedup_sd,
+                "tokens_per_target_pass": row.tokens_per_target_pass,
+                "predicted_speedup": row.predicted_speedup,
+            }
+            for row in bench.rows
+        ],
+    }
+
+
+def plan_candidates_greedy(candidates_path, *, log=lambda line: None) -> Path:
+    """Profile what the cache lacks for `candidates_path` (built-in profiling prompts, greedy)
+    and write the recommended plan next to the cached profile; its path."""
+    from polyplan.planner.plan_file import plan_from_profile
+    from polyplan.profiler.pipeline import profile_candidates
+
+    profiled = profile_candidates(candidates_path, temperature=0.0)
+    out = profiled.path.with_name(profiled.path.stem + "-plan.json")
+    plan_from_profile(profiled.profile, out, profile_path=str(profiled.path), candidates=profiled.record)
+    log(f"profile {profiled.path}: {profiled.measured} entries measured, {profiled.reused} reused; plan {out}")
+    return out
+
+
+def run_peers(
+    plan_path=None,
+    *,
+    prompts_path=None,
+    candidates_path=None,
+    repeats: int = 3,
+    new_tokens: int = 64,
+    max_prompts: int | None = None,
+    log=lambda line: None,
+) -> PeersBenchmark:
+    """Load the plan's models (or `candidates_path`'s), export the plan to HF for each drafter's
+    K and predicted speedup, and race every configuration on the prompts (default: built-in
+    prompts held out from profiling). Without a plan, `candidates_path` is profiled (greedy,
+    built-in profiling prompts, resumed from the cache) and planned first, as
+    `polyplan recommend --candidates` does."""
+    from polyplan.decoder.candidates_loader import load_candidates
+    from polyplan.planner.plan_file import read_plan
+    from polyplan.profiler.export import export_from_files
+    from polyplan.profiler.pipeline import encode_for, plan_candidates, validation_prompt_set
+
+    if repeats < 1 or new_tokens < 1:
+        raise PolyplanError("--repeats and --new-tokens must be >= 1")
+    if plan_path is None:
+        if candidates_path is None:
+            raise PolyplanError("--plan: give a plan.json, or --candidates models.yaml to profile and plan first")
+        plan_path = plan_candidates_greedy(candidates_path, log=log)
+    plan = read_plan(plan_path)
+    if plan.sampling != "greedy":
+        raise PolyplanError(f"{plan_path}: sampling {plan.sampling!r}: bench peers compares greedy outputs; use a greedy plan")
+    export = export_from_files(plan_path, "hf", candidates_path=candidates_path)
+    candidates = plan_candidates(plan, str(plan_path), candidates_path)
+    prompts = validation_prompt_set(prompts_path, max_prompts=max_prompts)
+    loaded = load_candidates(candidates)
+    members = {item.candidate.name: item.member for item in loaded.candidates}
+    target = members[plan.target]
+    eos = target.model.generation_config.eos_token_id
+    configs = peer_configs(plan, export, members, eos, new_tokens=new_tokens)
+    return race_peers(configs, encode_for(prompts, loaded.tokenizer), repeats=repeats, new_tokens=new_tokens)

@@ -1,0 +1,96 @@
+"""`polyplan bench peers` end to end on the shipped family (examples/zoo.yaml), tiny settings:
+a plan made from a synthetic profile of those very models (their real fingerprints), two
+Spec-Bench prompts, a few tokens. Checks the configurations raced, the per-category tables,
+the equality of greedy outputs and the pass counting; never a timing."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import yaml
+from typer.testing import CliRunner
+
+from polyplan.candidates import read_candidates
+from polyplan.cli import app
+from polyplan.planner.plan_file import write_plan
+from polyplan.planner.search import recommend
+from polyplan.profile import LatencyPoint, ModelProfile, Profile, SamplingStats
+from polyplan.profiler.candidates import candidate_fingerprints
+
+pytestmark = pytest.mark.usefixtures("single_thread")
+
+ZOO = Path(__file__).resolve().parents[1] / "examples" / "zoo.yaml"
+TIMES = {"target": 0.01, "target-int8": 0.006, "target-exit2": 0.003, "drafter": 0.002, "ngram": 0.0002}
+ALPHA = {"target-int8": 0.95, "target-exit2": 0.5, "drafter": 0.7, "ngram": 0.3}
+
+
+@pytest.fixture(scope="module")
+def plan(tmp_path_factory) -> Path:
+    root = tmp_path_factory.mktemp("peers")
+    prints = candidate_fingerprints(read_candidates(ZOO))
+    profile = Profile(target="target", device="synthetic")
+    for name, seconds in TIMES.items():
+        points = [LatencyPoint(64, k, seconds * (1 + 0.1 * (k - 1))) for k in (1, 2, 4, 8)]
+        profile.models.append(ModelProfile(name, prints[name], points))
+    for name, alpha in ALPHA.items():
+        profile.add_pair("target", name).sampling["greedy"] = SamplingStats(alpha=alpha, engine_alpha=alpha)
+    profile.save(root / "profile.json")
+    path = root / "plan.json"
+    write_plan(recommend(profile, max_levels=2, k_max=4), path, profile_path=str(root / "profile.json"),
+               candidates={"path": str(ZOO), "yaml": yaml.safe_load(ZOO.read_text())})
+    lines = [
+        {"question_id": 1, "category": "coding", "turns": ["def add(a, b):\n    return"]},
+        {"question_id": 2, "category": "writing", "turns": ["The module defines a class that"]},
+    ]
+    (root / "question.jsonl").write_text("".join(json.dumps(line) + "\n" for line in lines))
+    return path
+
+
+def test_bench_peers_races_hf_and_polyplan_per_category_with_equal_outputs(plan):
+    result = CliRunner().invoke(app, ["bench", "peers", "--plan", str(plan), "--prompts", str(plan.parent / "question.jsonl"),
+                                      "--new-tokens", "6", "--repeats", "1", "--threads", "1", "--json"])
+    assert result.exit_code == 0, result.output
+    payload = json.loads(result.stdout)
+    assert payload["outputs_equal"] is True and payload["mismatches"] == []
+    configs = list(dict.fromkeys(row["configuration"] for row in payload["rows"]))
+    assert configs[0] == "target only (HF generate)"
+    assert any(c.startswith("HF assisted drafter K=") for c in configs)
+    assert any(c.startswith("HF prompt lookup ngram K=") for c in configs)
+    assert configs[-1].startswith("polyplan target > ")
+    # the int8 and early-exit copies cannot be loaded by HF: never raced
+    assert not any("target-int8" in c or "target-exit2" in c for c in configs)
+    assert {row["category"] for row in payload["rows"]} == {"coding", "writing", "all"}
+    for row in payload["rows"]:
+        assert row["tokens"] > 0 and row["target_passes"] >= 1
+        if row["configuration"] == configs[0]:
+            assert row["speedup"] == 1.0
+            assert row["target_passes"] == row["tokens"]  # plain greedy: one pass per token, prefill fused
+        else:
+            assert row["tokens_per_target_pass"] >= 1.0
+    overall = [row for row in payload["rows"] if row["category"] == "all"]
+    assert all(row["predicted_speedup"] is not None for row in overall[1:])
+
+
+def test_a_sampled_plan_is_refused_in_one_line(plan, tmp_path):
+    payload = json.loads(plan.read_text())
+    payload["sampling"] = "t1.0"
+    other = tmp_path / "plan.json"
+    other.write_text(json.dumps(payload))
+    result = CliRunner().invoke(app, ["bench", "peers", "--plan", str(other)])
+    assert result.exit_code == 2 and result.stderr.count("\n") == 1 and "greedy" in result.stderr
+
+
+def test_negative_control_a_configuration_with_other_output_is_reported():
+    from polyplan.profiler.peers import PeerConfig, peers_lines, race_peers
+    from polyplan.profiler.prompts import EncodedPrompt, Prompt
+
+    prompts = [EncodedPrompt(Prompt("x", "spec_bench:math", "q:1"), (1, 2, 3))]
+    same = PeerConfig("base", None, lambda ids: ([5, 6, 7], 3))
+    other = PeerConfig("lossy", 2.0, lambda ids: ([5, 9, 7], 1))
+    bench = race_peers([same, other], prompts, repeats=2, new_tokens=3)
+    assert bench.mismatches == ("lossy: prompt 1: output differs from target-only from token 1",)
+    assert "OUTPUTS DIFFER" in "\n".join(peers_lines(bench))
+    row = next(r for r in bench.rows if r.label == "lossy" and r.category == "math")
+    assert row.tokens_per_target_pass == 3.0 and row.tokens == 6

@@ -1,0 +1,199 @@
+"""planner.engines and `polyplan export`: engine acceptance rules, loadability, the best
+engine-expressible chain, and one clear line for every bad input. No models run here except
+the engine-rate check on hand-made distributions."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+from typer.testing import CliRunner
+
+from polyplan.candidates import Candidate, parse_candidates
+from polyplan.cli import app
+from polyplan.errors import PolyplanError
+from polyplan.planner.cost_model import predict_chain
+from polyplan.planner.engines import config_text, engine_config, export_plan, export_to_json, loadable
+from polyplan.planner.latency import curve_from_profile
+from polyplan.planner.plan_file import read_plan, write_plan
+from polyplan.planner.search import recommend
+from polyplan.profile import LatencyPoint, ModelProfile, Profile, SamplingStats, from_json_dict
+from polyplan.profiler.candidates import candidate_fingerprints
+from polyplan.profiler.acceptance import TeacherForced, pair_alpha
+
+YAML = {
+    "candidates": [
+        {"name": "target", "source": "./target", "target": True},
+        {"name": "draft", "source": "./draft"},
+        {"name": "target-int8", "derive": {"from": "target", "quantize": "int8"}},
+        {"name": "target-exit2", "derive": {"from": "target", "layers": 2}},
+        {"name": "ngram", "derive": {"kind": "ngram", "max_n": 4, "min_n": 2}},
+    ]
+}
+TIMES = {"target": 0.1, "target-int8": 0.05, "target-exit2": 0.03, "draft": 0.01, "ngram": 0.0005}
+# (alpha under the full rule, alpha under the engines' argmax rule) at t1.0
+ALPHAS = {"target-int8": (0.95, 0.9), "target-exit2": (0.8, 0.7), "draft": (0.8, 0.3), "ngram": (0.4, 0.4)}
+
+
+def _profile(engine_rate: bool = True) -> Profile:
+    profile = Profile(target="target", device="synthetic")
+    for name, seconds in TIMES.items():
+        points = [LatencyPoint(64, k, seconds * (1 + 0.1 * (k - 1))) for k in (1, 2, 4, 8)]
+        profile.models.append(ModelProfile(name, f"fp-{name}", points))
+    for name, (full, argmax) in ALPHAS.items():
+        profile.add_pair("target", name).sampling["t1.0"] = SamplingStats(
+            alpha=full, engine_alpha=argmax if engine_rate else None
+        )
+    return profile
+
+
+@pytest.fixture()
+def files(tmp_path) -> tuple[Path, Path]:
+    for folder in ("target", "draft"):
+        (tmp_path / folder).mkdir()
+    profile = _profile()
+    prints = candidate_fingerprints(_candidates(tmp_path))  # as `recommend --candidates` records them
+    for model in profile.models:
+        model.fingerprint = prints[model.name]
+    result = recommend(profile, sampling="t1.0", max_levels=2, k_max=8)
+    plan = tmp_path / "plan.json"
+    write_plan(result, plan, profile_path=str(tmp_path / "profile.json"),
+               candidates={"path": str(tmp_path / "models.yaml"), "yaml": YAML})
+    profile.save(tmp_path / "profile.json")
+    return plan, tmp_path
+
+
+def _candidates(root: Path):
+    return parse_candidates(YAML, base_dir=root, origin="models.yaml")
+
+
+def test_engine_rate_is_the_verifiers_probability_of_the_drafters_argmax():
+    q = torch.tensor([[0.6, 0.3, 0.1], [0.2, 0.2, 0.6]])  # verifier, (L=2, V=3)
+    p = torch.tensor([[0.2, 0.5, 0.3], [0.1, 0.1, 0.8]])  # drafter: argmax 1, then 2
+    estimate = pair_alpha(TeacherForced(None, (q,)), TeacherForced(None, (p,)), resamples=20, rng=np.random.default_rng(0))
+    assert estimate.raw_alpha == pytest.approx(((0.2 + 0.3 + 0.1) + (0.1 + 0.1 + 0.6)) / 2)
+    assert estimate.engine.raw_alpha == pytest.approx((0.3 + 0.6) / 2)  # q(argmax p) per position
+    # greedy: both rules are argmax agreement
+    greedy = pair_alpha(TeacherForced((torch.tensor([1, 2]),), None), TeacherForced((torch.tensor([1, 0]),), None),
+                        resamples=20, rng=np.random.default_rng(0))
+    assert greedy.engine.raw_alpha == greedy.raw_alpha == 0.5
+
+
+def test_old_profiles_without_the_engine_rate_still_load():
+    payload = _profile(engine_rate=False).to_json_dict()
+    assert "engine_alpha" not in payload["pairs"][0]["sampling"]["t1.0"]
+    assert from_json_dict(payload).pairs[0].sampling["t1.0"].engine_alpha is None
+    fresh = from_json_dict(_profile().to_json_dict())
+    assert fresh.stats("target", "draft", "t1.0").engine_alpha == 0.3
+
+
+@pytest.mark.parametrize(
+    ("engine", "name", "method", "why"),
+    [
+        ("hf", "draft", "draft_model", None),
+        ("vllm", "draft", "draft_model", None),
+        ("llama.cpp", "draft", "", "not a GGUF file"),
+        ("llama.cpp", "draft-gguf", "draft_model", None),
+        ("vllm", "draft-gguf", "", "is a GGUF file"),
+        ("hf", "target-int8", "", "quantizes to int8 in torch"),
+        ("vllm", "target-exit2", "", "early-exit copy"),
+        ("llama.cpp", "ngram", "ngram", None),
+    ],
+)
+def test_loadability(tmp_path, engine, name, method, why):
+    (tmp_path / "target").mkdir(), (tmp_path / "draft").mkdir()
+    gguf = Candidate("draft-gguf", str(tmp_path / "d.gguf"), "gguf", None, False, "float32", "cpu", False)
+    candidate = gguf if name == "draft-gguf" else _candidates(tmp_path).by_name(name)
+    got_method, _, reason = loadable(engine, candidate)
+    assert got_method == method
+    assert (reason is None) if why is None else (why in reason)
+
+
+def test_export_picks_the_best_drafter_under_each_engines_rule(files):
+    plan, root = files
+    profile, candidates = _profile(), _candidates(root)
+    hf = export_plan(read_plan(plan), profile, candidates, "hf")
+    vllm = export_plan(read_plan(plan), profile, candidates, "vllm")
+    # HF assisted generation samples the draft: the full rule, where the draft model wins.
+    assert hf.chosen.drafter == "draft" and hf.chosen.alpha == 0.8
+    # vLLM's argmax rule cuts the draft model to 0.3: the cheaper n-gram lookup wins.
+    assert vllm.chosen.drafter == "ngram" and vllm.chosen.alpha == 0.4
+    draft_vllm = next(o for o in vllm.options if o.drafter == "draft")
+    assert draft_vllm.alpha == 0.3 and draft_vllm.speedup < hf.chosen.speedup
+    # the chosen K is the exact model's best one under that alpha
+    curves = [curve_from_profile(profile.model("target")), curve_from_profile(profile.model("draft"))]
+    best = max(range(1, 9), key=lambda k: predict_chain([0.8], curves, [k]).speedup)
+    assert hf.chosen.block_size == best
+    assert hf.chosen.speedup == pytest.approx(predict_chain([0.8], curves, [best]).speedup)
+    assert hf.loss == pytest.approx(1 - hf.chosen.speedup / read_plan(plan).predicted_speedup)
+    # unloadable members are listed with their reason, never chosen
+    reasons = {o.drafter: o.reason for o in hf.options}
+    assert "quantizes to int8 in torch" in reasons["target-int8"] and "early-exit" in reasons["target-exit2"]
+    assert engine_config(hf)["num_assistant_tokens"] == best and engine_config(hf)["do_sample"] is True
+    assert engine_config(vllm) == {"method": "ngram", "num_speculative_tokens": vllm.chosen.block_size,
+                                   "prompt_lookup_max": 4, "prompt_lookup_min": 2}
+    assert "--speculative-config" in config_text(vllm)
+    assert export_to_json(hf)["chosen"]["drafter"] == "draft"
+
+
+def test_negative_control_without_the_engine_rate_vllm_cannot_use_the_draft_model(files):
+    plan, root = files
+    export = export_plan(read_plan(plan), _profile(engine_rate=False), _candidates(root), "vllm")
+    draft = next(o for o in export.options if o.drafter == "draft")
+    assert draft.block_size is None and "re-run polyplan profile" in draft.reason
+    assert export.chosen.drafter == "ngram"  # its one-hot proposal needs no engine rate
+
+
+def _invoke(*args):
+    return CliRunner().invoke(app, [str(a) for a in args])
+
+
+def test_export_cli_prints_what_to_type_and_json(files):
+    plan, root = files
+    result = _invoke("export", "--plan", plan, "--engine", "hf")
+    assert result.exit_code == 0, result.output
+    assert "assistant = AutoModelForCausalLM.from_pretrained(" in result.stdout
+    assert "assistant.generation_config.num_assistant_tokens = " in result.stdout and "assistant_model=assistant" in result.stdout
+    assert "target-int8" in result.stdout and "early-exit" in result.stdout
+    payload = json.loads(_invoke("export", "--plan", plan, "--engine", "vllm", "--json").stdout)
+    assert payload["config"]["method"] == "ngram" and payload["loss"] is not None
+
+
+@pytest.mark.parametrize(
+    ("engine", "change", "message"),
+    [
+        ("tensorrt", None, "unknown engine 'tensorrt'"),
+        ("llama.cpp", None, "cannot load the plan's target 'target'"),
+        ("hf", "missing-drafter", "source folder './draft' not found"),
+        ("hf", "missing-profile", "not found; pass --profile"),
+    ],
+)
+def test_bad_input_is_one_line_and_exit_2(files, engine, change, message):
+    plan, root = files
+    if change == "missing-drafter":
+        (root / "draft").rmdir()
+    if change == "missing-profile":
+        (root / "profile.json").unlink()
+    result = _invoke("export", "--plan", plan, "--engine", engine)
+    assert result.exit_code == 2
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: ") and message in lines[0], result.stderr
+
+
+def test_a_gguf_drafter_is_loaded_by_hf_through_gguf_file_and_refused_by_vllm(files):
+    import dataclasses
+
+    from polyplan.candidates import CandidateSet
+
+    plan, root = files
+    candidates = _candidates(root)
+    gguf = dataclasses.replace(candidates.by_name("draft"), source=str(root / "draft-q8.gguf"), source_kind="gguf")
+    swapped = CandidateSet(tuple(gguf if c.name == "draft" else c for c in candidates.candidates), "models.yaml")
+    hf = export_plan(read_plan(plan), _profile(), swapped, "hf")
+    assert hf.chosen.drafter == "draft"
+    assert f"from_pretrained({str(root)!r}, gguf_file='draft-q8.gguf')" in config_text(hf)
+    vllm = export_plan(read_plan(plan), _profile(), swapped, "vllm")
+    assert "is a GGUF file" in next(o for o in vllm.options if o.drafter == "draft").reason
