@@ -8,7 +8,7 @@ from polyplan.profile import AlphaDistribution, DecodedStats, ImpliedStats, Late
 from polyplan.profiler.acceptance import DecodedMeasurement, PairAlpha
 from polyplan.profiler.latency import LatencyMeasurement
 
-NOISE_BUDGET_KEY = "noise_budget_exhausted"  # model meta: the floor was still noisy when the budget ran out
+from polyplan.planner.timing_health import NOISE_BUDGET_KEY  # model meta: the floor was still noisy when the budget ran out
 
 
 def model_entry(name: str, fingerprint: str, measurement: LatencyMeasurement, key: str) -> ModelProfile:
@@ -39,6 +39,8 @@ def reference_meta(measurement: LatencyMeasurement) -> dict[str, float | int | b
     }
     if measurement.budget_exhausted:
         meta[NOISE_BUDGET_KEY] = True
+    if measurement.threads is not None and measurement.cpus is not None:
+        meta["threads"], meta["cpus"] = measurement.threads, measurement.cpus
     return meta
 
 

@@ -29,6 +29,7 @@ so (`budget_exhausted`) and the profile and plan carry the warning.
 from __future__ import annotations
 
 import gc
+import os
 import time
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
@@ -116,6 +117,8 @@ class LatencyMeasurement:
     prefill: tuple[PrefillTiming, ...]
     reference: Spread | None = None
     budget_exhausted: bool = False
+    threads: int | None = None  # torch's CPU threads while timing
+    cpus: int | None = None  # CPU cores this process may run on
 
     def at(self, context_length: int, k: int) -> Spread:
         """The timing at (`context_length`, `k`)."""
@@ -188,7 +191,16 @@ def measure_latency(
                 exhausted = exhausted or noisy
     finally:
         member.reset()
-    return LatencyMeasurement(tuple(points), tuple(prefill), robust_spread(reference), exhausted)
+    return LatencyMeasurement(tuple(points), tuple(prefill), robust_spread(reference), exhausted,
+                              torch.get_num_threads(), available_cpus())
+
+
+def available_cpus() -> int:
+    """CPU cores this process may run on (its affinity where the OS tells, else os.cpu_count)."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # macOS and Windows have no sched_getaffinity
+        return os.cpu_count() or 1
 
 
 def reference_workload(device: torch.device | str, size: int = 128, products: int = 8) -> Callable[[], None]:
