@@ -53,7 +53,7 @@ class ValidationSettings:
     Attributes:
         new_tokens: tokens every chain generates per prompt (EOS is not honoured, so every
             run produces exactly this many and all chains do the same work).
-        repeats: passes over the prompt set; speedups get error bars over repeats.
+        repeats: passes over the prompt set; each prompt's paired ratio is the median over repeats.
         top: alternatives validated besides the recommended chain (the plan's next best).
         seed: prompt i is decoded with a generator seeded seed + i, for every chain.
         warmup_tokens: tokens of the untimed first run of each chain.
@@ -305,6 +305,7 @@ def validate_plan(
         notes.append(f"{len(fitted.dropped)} prompt(s) left out: longer than the context allows")
     if fitted.truncated:
         notes.append(f"{fitted.truncated} prompt(s) shortened from the left to fit the context")
+    notes += [f"timing warning from the plan: {line}" for line in plan.payload.get("warnings") or [] if isinstance(line, str)]
     return Validation(
         chains=chains,
         headline=headline(chains),
