@@ -40,6 +40,10 @@ def result_lines(validation, files) -> list[str]:
     from polyplan.profiler.validation_report import table_lines
 
     lines = table_lines(validation)
+    lines += ["", "checks:"] + [
+        f"  {({True: 'met', False: 'NOT met', None: 'undecided'})[check.passed]}: {check.name} ({check.detail})"
+        for check in validation.headline.checks
+    ]
     lines += [f"note: {note}" for note in validation.notes]
     lines += ["", f"report: {files.report}", f"json:   {files.json}"]
     lines += [f"plot:   {path}" for _, path in files.plots]
