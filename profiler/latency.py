@@ -162,37 +162,64 @@ def measure_latency(
     Raises:
         PolyplanError: the token stream is too short, or a context does not fit the member.
     """
+    return measure_latencies([member], tokens, settings, clock=clock, workload=workload)[0]
+
+
+def measure_latencies(
+    members: Sequence[ChainMember],
+    tokens: Sequence[int],
+    settings: LatencySettings,
+    *,
+    clock: Callable[[], float] = time.perf_counter,
+    workload: Callable[[], None] | None = None,
+) -> tuple[LatencyMeasurement, ...]:
+    """Time several members' forward passes *interleaved*: in every round each member (in an
+    order rotated from round to round) runs one untimed pass to bring its weights back into
+    the caches, then its timed passes over every k; the reference workload runs once per
+    round. Background load then falls on every member's curve alike, so the ratios of their
+    T's, which decide the chain, hold even while the load changes. One member: as
+    `measure_latency` (no re-warming pass). Arguments as `measure_latency`; one measurement
+    per member, in order, all with the same floor."""
+    if not members:
+        raise PolyplanError("latency: no model to time")
     if len(tokens) < settings.tokens_needed:
         raise PolyplanError(
             f"latency: need {settings.tokens_needed} prompt tokens for context "
             f"{max(settings.context_lengths)} + k {max(settings.ks)}, got {len(tokens)}"
         )
-    limit = member.max_context
-    if limit is not None and settings.tokens_needed > limit:
-        raise PolyplanError(
-            f"context_lengths: {max(settings.context_lengths)} cached + {max(settings.ks)} new tokens is longer "
-            f"than the context of {member.name!r} ({limit} tokens)"
-        )
-    device = getattr(member, "device", torch.device("cpu"))
-    stream = torch.as_tensor(list(tokens[: settings.tokens_needed]), dtype=torch.int64, device=device)  # (L,)
-    sync = synchronizer(member)
-    points: list[TimedPoint] = []
-    prefill: list[PrefillTiming] = []
+    for member in members:
+        limit = member.max_context
+        if limit is not None and settings.tokens_needed > limit:
+            raise PolyplanError(
+                f"context_lengths: {max(settings.context_lengths)} cached + {max(settings.ks)} new tokens is longer "
+                f"than the context of {member.name!r} ({limit} tokens)"
+            )
+    ids = list(tokens[: settings.tokens_needed])
+    streams = [torch.as_tensor(ids, dtype=torch.int64, device=getattr(m, "device", torch.device("cpu"))) for m in members]  # (L,)
+    syncs = [synchronizer(member) for member in members]
+    points: list[list[TimedPoint]] = [[] for _ in members]
+    prefill: list[list[PrefillTiming]] = [[] for _ in members]
     reference: list[float] = []
     exhausted = False
-    workload = workload if workload is not None else reference_workload(device)
+    workload = workload if workload is not None else reference_workload(getattr(members[0], "device", torch.device("cpu")))
     try:
         with torch.inference_mode(), collector_paused():
             for context in settings.context_lengths:
-                prefill.append(PrefillTiming(context, _time_prefill(member, stream[:context], settings, sync, clock)))
-                samples, reference_samples, noisy = _time_steps(member, stream, context, settings, sync, clock, workload)
-                points.extend(TimedPoint(context, k, robust_spread(samples[k])) for k in settings.ks)
+                for i, member in enumerate(members):
+                    prefill[i].append(PrefillTiming(context, _time_prefill(member, streams[i][:context], settings, syncs[i], clock)))
+                samples, reference_samples, noisy = _time_steps(members, streams, context, settings, syncs, clock, workload)
+                for i in range(len(members)):
+                    points[i].extend(TimedPoint(context, k, robust_spread(samples[i][k])) for k in settings.ks)
                 reference.extend(reference_samples)
                 exhausted = exhausted or noisy
     finally:
-        member.reset()
-    return LatencyMeasurement(tuple(points), tuple(prefill), robust_spread(reference), exhausted,
-                              torch.get_num_threads(), available_cpus())
+        for member in members:
+            member.reset()
+    floor = robust_spread(reference)
+    threads, cpus = torch.get_num_threads(), available_cpus()
+    return tuple(
+        LatencyMeasurement(tuple(points[i]), tuple(prefill[i]), floor, exhausted, threads, cpus) for i in range(len(members))
+    )
 
 
 def available_cpus() -> int:
@@ -237,17 +264,20 @@ def floor_noise(reference: Sequence[float]) -> float:
     return robust_spread(reference).relative_iqr
 
 
-def _time_steps(member, stream, context, settings, sync, clock, workload) -> tuple[dict[int, list[float]], list[float], bool]:
-    """Cache holds `context` tokens on entry (the prefill); times forward passes of k tokens,
-    and the reference `workload` once per round; after `settings.repeats` rounds, goes on
-    while the floor is noisier than `settings.max_noise` and the budget lasts. Returns
-    (seconds per k, reference seconds, whether the budget ran out with the floor still noisy)."""
-    if member.cache_length != context:
-        member.reset()
-        member.forward(stream[:context], keep_last=1)
-    samples: dict[int, list[float]] = {k: [] for k in settings.ks}
+def _time_steps(members, streams, context, settings, syncs, clock, workload) -> tuple[list[dict[int, list[float]]], list[float], bool]:
+    """Each member's cache holds `context` tokens on entry (the prefill); times forward passes of
+    k tokens, member after member within a round (rotated), and the reference `workload` once
+    per round; after `settings.repeats` rounds, goes on while the floor is noisier than
+    `settings.max_noise` and the budget lasts. Returns (per member: seconds per k, reference
+    seconds, whether the budget ran out with the floor still noisy)."""
+    for member, stream in zip(members, streams):
+        if member.cache_length != context:
+            member.reset()
+            member.forward(stream[:context], keep_last=1)
+    samples: list[dict[int, list[float]]] = [{k: [] for k in settings.ks} for _ in members]
     reference: list[float] = []
     round_index, extra_began = 0, None
+    rewarm = len(members) > 1
     while True:
         if round_index >= settings.warmup + settings.repeats:
             if not floor_noise(reference) > settings.max_noise:  # NaN (a zero median) cannot be judged: stop
@@ -258,15 +288,20 @@ def _time_steps(member, stream, context, settings, sync, clock, workload) -> tup
             if clock() - extra_began >= settings.noise_budget_s:
                 return samples, reference, True
         timed = round_index >= settings.warmup
+        order = [(round_index + step) % len(members) for step in range(len(members))]
         round_index += 1
-        for k in settings.ks:
-            elapsed = timed_pass(member, stream[context : context + k], sync, clock)
-            if timed:
-                samples[k].append(elapsed)
-        sync()
+        for i in order:
+            member, stream, sync = members[i], streams[i], syncs[i]
+            if rewarm:  # untimed: the weights come back into the caches after another model ran
+                timed_pass(member, stream[context : context + 1], sync, clock)
+            for k in settings.ks:
+                elapsed = timed_pass(member, stream[context : context + k], sync, clock)
+                if timed:
+                    samples[i][k].append(elapsed)
+        syncs[0]()
         began = clock()
         workload()
-        sync()
+        syncs[0]()
         if timed:
             reference.append(clock() - began)
 

@@ -217,3 +217,43 @@ def test_a_slowed_pass_is_dropped_as_an_outlier_and_counted():
     assert timing.median == pytest.approx(0.001 + 0.0005 + 0.0001)
     point = model_entry("fake", "sha256:x", result, "sha256:y").latency[0]
     assert point.outliers == 1 and len(point.samples_s) == 19
+
+
+class LoadedMember(CostMember):
+    """A CostMember whose passes cost `factor` times more once the fake clock passes `burst`
+    (a background job starting partway through the profiling)."""
+
+    def __init__(self, clock, scale, burst, factor=2.0):
+        super().__init__(clock)
+        self.scale, self.burst, self.factor = scale, burst, factor
+        self.first_extra = 0.0
+
+    def forward(self, new_ids, keep_last=None):
+        before = self.clock.now
+        result = super().forward(new_ids, keep_last)
+        cost = (self.clock.now - before) * self.scale
+        self.clock.now = before + cost * (self.factor if before >= self.burst else 1.0)
+        return result
+
+
+def test_models_timed_together_keep_their_ratio_when_the_load_changes():
+    """A load doubling every pass starts 0.35 fake s in (before the target's timed passes are half
+    done when timed alone; about a quarter into the interleaved run). Timed interleaved, the target's and the
+    drafter's T(1) are both doubled and their ratio (what decides the chain) stays 5; timed one
+    after the other (the negative control) the drafter alone is doubled and the ratio is off 2x."""
+    from polyplan.profiler.latency import measure_latencies
+
+    settings = LatencySettings(ks=(1,), context_lengths=(10,), repeats=20, warmup=0, prefill_repeats=1, noise_budget_s=0.0)
+
+    def ratio(together: bool) -> float:
+        clock = FakeClock()
+        target, drafter = LoadedMember(clock, 10.0, 0.35), LoadedMember(clock, 2.0, 0.35)
+        if together:
+            a, b = measure_latencies([target, drafter], list(range(24)), settings, clock=clock)
+        else:
+            a = measure_latency(target, list(range(24)), settings, clock=clock)
+            b = measure_latency(drafter, list(range(24)), settings, clock=clock)
+        return a.at(10, 1).median / b.at(10, 1).median
+
+    assert ratio(True) == pytest.approx(5.0, rel=0.01)
+    assert ratio(False) == pytest.approx(2.5, rel=0.05)
