@@ -29,34 +29,23 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from polyplan.planner.prediction_interval import SpeedupInterval
+
 PAIRED_RESAMPLES = 1000
 PAIRED_LEVEL = 0.95
 PAIRED_SEED = 0
 
 
 @dataclass(frozen=True)
-class PairedSpeedup:
-    """A measured speedup over target-only decoding with its bootstrap CI.
+class PairedSpeedup(SpeedupInterval):
+    """A measured speedup over target-only decoding with its bootstrap CI (`point`, `low`,
+    `high`, `level`, printed as `1.76x [1.70, 1.83]` like a predicted interval).
 
     `per_prompt`: 1 / ρ_p for each prompt; `replicates`: the bootstrap speedups (paired across
     the chains of one validation; not written to JSON)."""
 
-    point: float
-    low: float
-    high: float
-    level: float
-    per_prompt: tuple[float, ...]
+    per_prompt: tuple[float, ...] = ()
     replicates: tuple[float, ...] = field(default=(), repr=False, compare=False)
-
-    def text(self) -> str:
-        """`1.76x [1.70, 1.83]`."""
-        return f"{self.point:.2f}x [{self.low:.2f}, {self.high:.2f}]"
-
-    def contains(self, value: float) -> bool:
-        return self.low <= value <= self.high
-
-    def overlaps(self, other: "PairedSpeedup") -> bool:
-        return self.low <= other.high and other.low <= self.high
 
 
 def _speedup(ratios: np.ndarray, base: np.ndarray) -> np.ndarray:
