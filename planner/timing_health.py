@@ -10,9 +10,11 @@ one line per problem, what makes the predictions doubtful, so that `recommend`, 
 Rules (each stated in its line):
 - floor noise: the fixed workload's IQR/median above `MAX_FLOOR_NOISE` while a model was timed;
 - budget: the profiler's extra rounds ran out with the floor still noisy;
-- oversubscription: more torch threads than available cores (a 2-thread run on a loaded
-  2-core machine once timed a target's T(1) at 193 ms against 9.5 ms on 1 thread, and the
-  plan then recommended target-only decoding);
+- oversubscription: more torch threads than available cores, or several threads claiming
+  every core (an OpenMP region waits for its slowest thread, so any other process on any
+  core stalls all of them: a 2-thread run on a loaded 2-core machine once timed a target's
+  T(1) at 193 ms against 9.5 ms on 1 thread, and the plan then recommended target-only
+  decoding with no warning), or a load average above the cores when timing began;
 - floor shift: the fixed workload was more than `MAX_FLOOR_SHIFT` times slower while one model
   was timed than while another was (the load changed between models, so their curves are not
   comparable: the ratio of T's, which decides the chain, is off);
@@ -42,10 +44,13 @@ def timing_warnings(profile: Profile) -> tuple[str, ...]:
         if meta.get(NOISE_BUDGET_KEY):
             lines.append(f"{model.name}: the time budget for repeating noisy rounds ran out with the floor still noisy "
                          f"(re-profile on a quieter machine or with a larger --noise-budget)")
-        threads, cpus = meta.get("threads"), meta.get("cpus")
-        if isinstance(threads, int) and isinstance(cpus, int) and threads > cpus:
-            lines.append(f"{model.name}: timed with {threads} torch threads on {cpus} available core(s); threads contend "
-                         f"and every timing is inflated erratically (re-profile with --threads 1)")
+        threads, cpus, load = meta.get("threads"), meta.get("cpus"), meta.get("load_average")
+        if isinstance(threads, int) and isinstance(cpus, int) and threads > 1 and threads >= cpus:
+            lines.append(f"{model.name}: timed with {threads} torch threads on {cpus} available core(s); any other process "
+                         f"stalls the threads and every timing is inflated erratically (re-profile with --threads 1)")
+        elif isinstance(load, (int, float)) and isinstance(cpus, int) and load > cpus:
+            lines.append(f"{model.name}: the machine was overloaded when it was timed (load average {load:.1f} on {cpus} "
+                         f"core(s)); its latency curve reflects the load, not the model")
         dropped, taken = meta.get("latency_outliers"), meta.get("latency_timings")
         if isinstance(dropped, int) and isinstance(taken, int) and taken > 0 and dropped / taken > MAX_OUTLIER_SHARE:
             lines.append(f"{model.name}: {dropped} of {taken} timings were outliers (dropped, > {MAX_OUTLIER_SHARE:.0%}): "

@@ -41,6 +41,8 @@ def reference_meta(measurement: LatencyMeasurement) -> dict[str, float | int | b
         meta[NOISE_BUDGET_KEY] = True
     if measurement.threads is not None and measurement.cpus is not None:
         meta["threads"], meta["cpus"] = measurement.threads, measurement.cpus
+    if measurement.load_average is not None:
+        meta["load_average"] = round(measurement.load_average, 2)
     return meta
 
 

@@ -119,6 +119,7 @@ class LatencyMeasurement:
     budget_exhausted: bool = False
     threads: int | None = None  # torch's CPU threads while timing
     cpus: int | None = None  # CPU cores this process may run on
+    load_average: float | None = None  # the machine's 1-minute load average when timing began (None: unknown)
 
     def at(self, context_length: int, k: int) -> Spread:
         """The timing at (`context_length`, `k`)."""
@@ -194,6 +195,7 @@ def measure_latencies(
                 f"context_lengths: {max(settings.context_lengths)} cached + {max(settings.ks)} new tokens is longer "
                 f"than the context of {member.name!r} ({limit} tokens)"
             )
+    load_average = machine_load()
     ids = list(tokens[: settings.tokens_needed])
     streams = [torch.as_tensor(ids, dtype=torch.int64, device=getattr(m, "device", torch.device("cpu"))) for m in members]  # (L,)
     syncs = [synchronizer(member) for member in members]
@@ -218,8 +220,17 @@ def measure_latencies(
     floor = robust_spread(reference)
     threads, cpus = torch.get_num_threads(), available_cpus()
     return tuple(
-        LatencyMeasurement(tuple(points[i]), tuple(prefill[i]), floor, exhausted, threads, cpus) for i in range(len(members))
+        LatencyMeasurement(tuple(points[i]), tuple(prefill[i]), floor, exhausted, threads, cpus, load_average)
+        for i in range(len(members))
     )
+
+
+def machine_load() -> float | None:
+    """The 1-minute load average (runnable processes, this one included), None where unknown."""
+    try:
+        return float(os.getloadavg()[0])
+    except (AttributeError, OSError):
+        return None
 
 
 def available_cpus() -> int:

@@ -33,10 +33,17 @@ def test_a_quiet_profile_has_no_warning():
     assert timing_warnings(_profile(target={}, drafter={})) == ()  # older profiles record nothing
 
 
-def test_more_threads_than_cores_is_warned_about():
+@pytest.mark.parametrize("threads", [2, 4])
+def test_threads_claiming_every_core_are_warned_about(threads):
     """The issue's case: 2 threads on a loaded 2-core machine timed T(1) at 193 ms against 9.5 ms."""
-    lines = timing_warnings(_profile(target={**QUIET, "threads": 4, "cpus": 2}, drafter=QUIET))
-    assert len(lines) == 1 and "4 torch threads on 2 available core(s)" in lines[0] and "--threads 1" in lines[0]
+    lines = timing_warnings(_profile(target={**QUIET, "threads": threads, "cpus": 2}, drafter=QUIET))
+    assert len(lines) == 1 and f"{threads} torch threads on 2 available core(s)" in lines[0] and "--threads 1" in lines[0]
+    assert timing_warnings(_profile(target={**QUIET, "threads": 2, "cpus": 8}, drafter=QUIET)) == ()  # room to spare
+
+
+def test_an_overloaded_machine_is_warned_about():
+    lines = timing_warnings(_profile(target={**QUIET, "load_average": 3.5}, drafter=QUIET))
+    assert len(lines) == 1 and "load average 3.5 on 2 core(s)" in lines[0]
 
 
 @pytest.mark.parametrize(

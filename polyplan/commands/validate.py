@@ -60,7 +60,7 @@ def validate(
     ] = None,
     top: Annotated[int, typer.Option("--top", help="Also validate the plan's next N chains.")] = 3,
     new_tokens: Annotated[int, typer.Option("--new-tokens", help="Tokens generated per prompt and chain.")] = 128,
-    repeats: Annotated[int, typer.Option("--repeats", help="Passes over the prompts (error bars over repeats).")] = 3,
+    repeats: Annotated[int, typer.Option("--repeats", help="Passes over the prompts (per prompt, the median over repeats enters the paired speedup).")] = 3,
     prompts_per_kind: Annotated[int, typer.Option("--prompts-per-kind", help="Built-in prompts of each kind.")] = 4,
     max_prompts: Annotated[Optional[int], typer.Option("--max-prompts", help="Use only the first N prompts.")] = None,
     seed: Annotated[int, typer.Option("--seed", help="Prompt i is decoded with seed + i.")] = 0,
