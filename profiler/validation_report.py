@@ -99,14 +99,15 @@ def error_source_lines(validation: Validation) -> list[str]:
     if not rows:
         return []
     lines = [
-        "| chain | total error | latency (profile vs re-timed T) | after latency (re-timed vs measured) | "
-        "acceptance (tokens per target pass, predicted vs measured) | validation noise (CI half-width) |",
-        "| --- | --- | --- | --- | --- | --- |",
+        "| chain | total error | latency (profile vs re-timed T) | acceptance (profile vs validation prompts) | "
+        "residual (model and noise) | validation noise (CI half-width) | tokens per target pass (predicted vs measured) |",
+        "| --- | --- | --- | --- | --- | --- | --- |",
     ]
     for chain, sources in rows:
         lines.append(
-            f"| {chain.label()} | {_pct(sources.total)} | {_pct(sources.latency)} | {_pct(sources.after_latency)} | "
-            f"{_pct(sources.acceptance)} | ±{sources.noise:.1%} |"
+            f"| {chain.label()} | {_pct(sources.total)} | {_pct(sources.latency)} | {_pct(sources.acceptance)} | "
+            f"{_pct(sources.residual if sources.residual is not None else sources.after_latency)} | ±{sources.noise:.1%} | "
+            f"{_pct(sources.tokens_per_pass)} |"
         )
     return lines
 
@@ -189,10 +190,14 @@ def report_markdown(validation: Validation, plots: dict[str, str]) -> str:
     sources = error_source_lines(validation)
     if sources:
         lines += ["", "## Where the prediction error comes from", "",
-                  "Each column is predicted / measured − 1 for one source: latency, the profile's timings against the "
-                  "same passes re-timed during this run; after latency, what the re-timed model still misses; "
-                  "acceptance, the tokens per target pass the plan expected against those measured on these prompts; "
-                  "noise, what this validation's own CI allows.", "", *sources]
+                  "The exact model is re-evaluated step by step: on the profile (the plan), on latency re-timed "
+                  "during this run, then also on the greedy acceptance measured on these validation prompts. "
+                  "Each column is the ratio of consecutive steps − 1, so (1 + latency)(1 + acceptance)"
+                  "(1 + residual) = 1 + total error: latency is what the machine changed since profiling, "
+                  "acceptance what the other prompts changed, the residual the model's own error plus noise, "
+                  "which the CI's half-width bounds. (Residual falls back to re-timed vs measured when "
+                  "acceptance was not re-measured: sampling runs.) The last column is the acceptance effect in "
+                  "plain terms.", "", *sources]
     limits = limit_lines(validation)
     if limits:
         lines += ["", "## What limits the speedup (measured)", "",

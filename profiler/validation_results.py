@@ -124,8 +124,13 @@ class ErrorSources:
         during this run (None when not re-timed): how far the profile's timings had drifted.
     after_latency: the re-timed exact model against the measured speedup (what latency does not
         explain: acceptance, the loop's cost and noise).
-    acceptance: tokens per target pass, predicted against measured (level 1, the quantity the
-        speedup is most directly proportional to): profile prompts against validation prompts.
+    acceptance: the re-timed exact model against the same with the acceptance measured on the
+        validation prompts (greedy; None otherwise): profile prompts against validation prompts.
+    residual: the exact model on re-timed latency and validation acceptance against the
+        measured speedup: the model's own error (loop, switches, rounds taken as independent)
+        plus validation noise. (1 + latency)(1 + acceptance)(1 + residual) = 1 + total.
+    tokens_per_pass: tokens per target pass, predicted against measured (level 1), the
+        acceptance effect in the simplest terms (always available).
     noise: half the width of the measured speedup's CI, relative to it (what validation noise
         alone can account for).
     """
@@ -134,6 +139,8 @@ class ErrorSources:
     latency: float | None
     after_latency: float | None
     acceptance: float | None
+    residual: float | None
+    tokens_per_pass: float | None
     noise: float
 
 
@@ -173,6 +180,8 @@ class ChainResult:
     paired: PairedSpeedup | None = None  # the paired per-prompt speedup and its CI (profiler.paired)
     predicted_interval: tuple[float, float] | None = None  # the plan's interval of predicted_exact
     prompts: tuple[PromptRecord, ...] = ()
+    # the exact model on re-timed latency and on acceptance measured on the validation prompts (greedy)
+    reaccepted_exact: float | None = None
 
     @property
     def lossless(self) -> bool:
@@ -209,15 +218,18 @@ class ChainResult:
         if measured is None or len(self.chain) == 1:
             return None
         level = self.levels[0]
-        acceptance = None
+        per_pass = None
         if level.mu and level.predicted_mu:
-            acceptance = level.predicted_mu / level.mu - 1.0
+            per_pass = level.predicted_mu / level.mu - 1.0
         noise = 0.0 if self.paired is None else (self.paired.high - self.paired.low) / 2 / measured
+        both = self.retimed_exact is not None and self.reaccepted_exact is not None
         return ErrorSources(
             total=self.predicted_exact / measured - 1.0,
             latency=None if self.retimed_exact is None else self.predicted_exact / self.retimed_exact - 1.0,
             after_latency=None if self.retimed_exact is None else self.retimed_exact / measured - 1.0,
-            acceptance=acceptance,
+            acceptance=self.retimed_exact / self.reaccepted_exact - 1.0 if both else None,
+            residual=self.reaccepted_exact / measured - 1.0 if self.reaccepted_exact is not None else None,
+            tokens_per_pass=per_pass,
             noise=noise,
         )
 
@@ -322,7 +334,8 @@ def _first_difference(reference: tuple[int, ...], other: tuple[int, ...], prompt
 
 
 def summarise_chain(
-    spec: ChainSpec, runs: Sequence[RunRecord], baseline: Sequence[RunRecord], greedy: bool, retimed: float | None = None
+    spec: ChainSpec, runs: Sequence[RunRecord], baseline: Sequence[RunRecord], greedy: bool, retimed: float | None = None,
+    reaccepted: float | None = None,
 ) -> ChainResult:
     """Aggregate one chain's runs against the target-only runs of the same repeats
     (`retimed`: the exact model's speedup on latency timed during the run, if any)."""
@@ -390,6 +403,7 @@ def summarise_chain(
         paired=paired,
         predicted_interval=planned.exact_interval,
         prompts=prompts,
+        reaccepted_exact=reaccepted,
     )
 
 
@@ -562,6 +576,8 @@ def chain_json(chain: ChainResult) -> dict[str, Any]:
         "chain": list(chain.chain),
         "block_sizes": list(chain.block_sizes),
         "predicted_speedup": {"exact": chain.predicted_exact, "paper": chain.predicted_paper, "exact_retimed": chain.retimed_exact},
+        # the exact model on re-timed latency and acceptance measured on the validation prompts (greedy; else null)
+        "exact_retimed_reaccepted": chain.reaccepted_exact,
         "measured_speedup": chain.measured_speedup,
         "greedy_equal": chain.greedy_equal,
         "recommended": chain.recommended,
