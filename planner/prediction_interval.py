@@ -50,6 +50,7 @@ DEFAULT_LEVEL = 0.95
 MEDIAN_EFFICIENCY = 1.2533  # sd(median) / sd(mean) for Gaussian samples: sqrt(pi / 2)
 IQR_TO_SD = 1.349  # IQR of a standard normal
 Z95 = 1.96
+TIES_SHOWN = 3  # chains named in the ranking line (the plan lists them all)
 
 
 @dataclass(frozen=True)
@@ -123,7 +124,9 @@ class PredictionIntervals:
             return (f"ranking: {' > '.join(best.chain)} is ahead of every other chain "
                     f"(no {level} interval overlaps {best.speedup.text()})")
         names = "; ".join(f"{' > '.join(item.chain)} {item.speedup.text()} (faster in {item.beats_best:.0%} of resamples)"
-                          for item in tied)
+                          for item in tied[:TIES_SHOWN])
+        if len(tied) > TIES_SHOWN:
+            names += f"; and {len(tied) - TIES_SHOWN} more"
         return (f"ranking: cannot tell {' > '.join(best.chain)} {best.speedup.text()} apart from: {names} "
                 f"({level} intervals overlap)")
 

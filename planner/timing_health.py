@@ -32,8 +32,10 @@ NOISE_BUDGET_KEY = "noise_budget_exhausted"
 
 
 def timing_warnings(profile: Profile) -> tuple[str, ...]:
-    """One line per reason the profile's timings are doubtful (empty when none is recorded)."""
+    """One line per reason the profile's timings are doubtful (empty when none is recorded).
+    A machine-wide reason (threads, load average) is one line naming every model it hit."""
     lines: list[str] = []
+    machine: dict[str, list[str]] = {}  # reason -> models
     floors: dict[str, float] = {}
     for model in profile.models:
         meta = model.meta
@@ -46,11 +48,13 @@ def timing_warnings(profile: Profile) -> tuple[str, ...]:
                          f"(re-profile on a quieter machine or with a larger --noise-budget)")
         threads, cpus, load = meta.get("threads"), meta.get("cpus"), meta.get("load_average")
         if isinstance(threads, int) and isinstance(cpus, int) and threads > 1 and threads >= cpus:
-            lines.append(f"{model.name}: timed with {threads} torch threads on {cpus} available core(s); any other process "
-                         f"stalls the threads and every timing is inflated erratically (re-profile with --threads 1)")
+            reason = (f"timed with {threads} torch threads on {cpus} available core(s); any other process stalls the "
+                      f"threads and every timing is inflated erratically (re-profile with --threads 1)")
+            machine.setdefault(reason, []).append(model.name)
         elif isinstance(load, (int, float)) and isinstance(cpus, int) and load > cpus:
-            lines.append(f"{model.name}: the machine was overloaded when it was timed (load average {load:.1f} on {cpus} "
-                         f"core(s)); its latency curve reflects the load, not the model")
+            reason = (f"the machine was overloaded when timed (load average {load:.1f} on {cpus} core(s)); the latency "
+                      f"curves reflect the load, not the models")
+            machine.setdefault(reason, []).append(model.name)
         dropped, taken = meta.get("latency_outliers"), meta.get("latency_timings")
         if isinstance(dropped, int) and isinstance(taken, int) and taken > 0 and dropped / taken > MAX_OUTLIER_SHARE:
             lines.append(f"{model.name}: {dropped} of {taken} timings were outliers (dropped, > {MAX_OUTLIER_SHARE:.0%}): "
@@ -58,6 +62,7 @@ def timing_warnings(profile: Profile) -> tuple[str, ...]:
         median = meta.get("reference_median_s")
         if isinstance(median, (int, float)) and median > 0:
             floors[model.name] = float(median)
+    lines = [f"{', '.join(names)}: {reason}" for reason, names in machine.items()] + lines
     if len(floors) >= 2:
         slow = max(floors, key=floors.__getitem__)
         fast = min(floors, key=floors.__getitem__)
