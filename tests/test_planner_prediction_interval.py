@@ -163,3 +163,20 @@ def test_bad_settings_are_one_clear_error():
         prediction_intervals(profile, [(("target",), (), 1.0)], resamples=5)
     with pytest.raises(PolyplanError, match="level"):
         prediction_intervals(profile, [(("target",), (), 1.0)], level=1.5)
+
+
+def test_stored_timings_round_trip_and_bad_ones_are_one_clear_error(tmp_path):
+    from polyplan.profile import load
+
+    profile = drawn_profile(np.random.default_rng(8), repeats=4)
+    profile.models[0].latency[0].outliers = 1
+    path = tmp_path / "profile.json"
+    profile.save(path)
+    again = load(path)
+    assert again.models[0].latency[0].samples_s == profile.models[0].latency[0].samples_s
+    assert again.models[0].latency[0].outliers == 1
+    payload = json.loads(path.read_text())
+    payload["models"][0]["latency"][0]["samples_s"] = [0.01, -0.5]
+    path.write_text(json.dumps(payload))
+    with pytest.raises(PolyplanError, match=r"models\[0\]\.latency\[0\]\.samples_s\[1\]: must be > 0"):
+        load(path)
