@@ -108,16 +108,6 @@ def cluster_bootstrap(
     return Interval(low=float(low), high=float(high), level=level)
 
 
-def bootstrap_interval(values: np.ndarray, level: float) -> Interval:
-    """The percentile interval at `level` of bootstrap replicates `values` (NaNs ignored)."""
-    finite = np.asarray(values, dtype=float)
-    finite = finite[np.isfinite(finite)]
-    if finite.size == 0:
-        raise ValueError("bootstrap_interval: no finite replicate")
-    low, high = np.percentile(finite, [100 * (1 - level) / 2, 100 * (1 + level) / 2])
-    return Interval(low=float(low), high=float(high), level=level)
-
-
 def quantile_summary(values: np.ndarray, levels: Sequence[float] = QUANTILE_LEVELS) -> dict[str, float]:
     """Quantiles of `values` keyed by the level as a string ("0.1", "0.5", …)."""
     points = np.quantile(np.asarray(values, dtype=float), list(levels))
