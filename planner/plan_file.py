@@ -20,8 +20,9 @@ Format (``plan_version`` 1)::
         "speedup": 2.32, "cost_per_token_s": 0.0107,
         "forwards_per_token": [...], "time_per_token_s": [...],
         "tokens_per_verification": [...], "drafted_per_verification": [...],
-        "wasted_per_verification": [...], "acceptances": [...], "overhead_per_token_s": ...
-      },
+        "wasted_per_verification": [...], "acceptances": [...], "overhead_per_token_s": ...,
+        "interval": [2.18, 2.41]             # optional: bootstrap interval of "speedup"
+      },                                     # (planner.prediction_interval)
       "paper": {                             # Lemma 3.1 (planner.paper_model)
         "speedup": 4.54, "time_per_token_s": ..., "phi_per_token": [...],
         "mean_lengths": [...], "length_sources": ["decoded", "eq3"], "alpha_scale": 1
@@ -32,6 +33,14 @@ Format (``plan_version`` 1)::
          "theorem_3_2": [{"model": "w4", "verdict": "helps"}]}   # per intermediate model
       ],
       "insertions": ["in: w4: ...", ...],
+      "prediction_intervals": {              # optional (absent in older plans)
+        "level": 0.95, "resamples": 200, "seed": 0,
+        "latency_source": "samples", "acceptance_source": "runs",
+        "tied_with_best": [["vicuna-7b", "eagle"]],   # chains whose interval overlaps the best's
+        "ranking": "ranking: cannot tell ... apart from: ..."
+      },
+      "warnings": ["..."],                   # optional: why the timings are doubtful
+                                             # (planner.timing_health); [] when none
       "search": {"max_levels": 4, "k_max": 8, "method": "grid", "context_length": null,
                  "acceptance_model": "iid"}   # or "runs": see planner.runs
     }
@@ -43,6 +52,7 @@ their predictions (for `polyplan validate`).
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 import os
@@ -53,7 +63,9 @@ from typing import Any
 from polyplan.atomic import write_text_atomically
 from polyplan.errors import PolyplanError
 from polyplan.planner.overhead import LoopOverhead, overhead_from_json, profile_overhead
+from polyplan.planner.prediction_interval import DEFAULT_RESAMPLES, PredictionIntervals, prediction_intervals
 from polyplan.planner.search import ChainPlan, Recommendation, recommend
+from polyplan.planner.timing_health import timing_warnings
 from polyplan.profile import Profile
 
 PLAN_VERSION = 1
@@ -73,8 +85,10 @@ class PlanFile:
     payload: dict[str, Any]  # the whole JSON object, for anything else
 
 
-def _exact_json(plan: ChainPlan) -> dict[str, Any]:
+def _exact_json(plan: ChainPlan, intervals: PredictionIntervals | None = None) -> dict[str, Any]:
     exact = plan.exact
+    found = None if intervals is None else intervals.of(plan.chain)
+    interval = None if found is None else {"interval": [found.speedup.low, found.speedup.high]}
     return {
         "speedup": exact.speedup,
         "cost_per_token_s": exact.cost_per_token,
@@ -85,6 +99,7 @@ def _exact_json(plan: ChainPlan) -> dict[str, Any]:
         "wasted_per_verification": list(exact.wasted_per_verification),
         "acceptances": list(plan.acceptances),
         "overhead_per_token_s": exact.overhead_per_token,
+        **(interval or {}),
     }
 
 
@@ -100,14 +115,14 @@ def _paper_json(plan: ChainPlan) -> dict[str, Any]:
     }
 
 
-def _summary(plan: ChainPlan) -> dict[str, Any]:
+def _summary(plan: ChainPlan, intervals: PredictionIntervals | None) -> dict[str, Any]:
     return {
         "chain": list(plan.chain),
         "block_sizes": list(plan.block_sizes),
         "exact_speedup": plan.exact_speedup,
         "paper_speedup": plan.paper_speedup,
         "acceptances": list(plan.acceptances),
-        "exact": _exact_json(plan),
+        "exact": _exact_json(plan, intervals),
         "paper": _paper_json(plan),
         "theorem_3_2": [{"model": model, "verdict": verdict} for model, verdict in plan.insertion_verdicts],
     }
@@ -135,14 +150,28 @@ def plan_to_json_dict(
         "candidates": candidates,
         "loop_overhead": None if result.overhead is None else result.overhead.to_json_dict(),
         "switch_costs": {name: list(cost) for name, cost in result.switch_costs},
-        "predicted": _exact_json(best),
+        "predicted": _exact_json(best, result.intervals),
         "paper": _paper_json(best),
-        "alternatives": [_summary(plan) for plan in result.ranked],
+        "alternatives": [_summary(plan, result.intervals) for plan in result.ranked],
         "insertions": [note.line for note in result.insertions],
+        "prediction_intervals": None if result.intervals is None else _intervals_json(result.intervals),
+        "warnings": list(result.warnings),
         "search": {
             "max_levels": result.max_levels, "k_max": result.k_max, "method": best.search,
             "context_length": result.context_length, "acceptance_model": result.acceptance_model,
         },
+    }
+
+
+def _intervals_json(intervals: PredictionIntervals) -> dict[str, Any]:
+    return {
+        "level": intervals.level,
+        "resamples": intervals.resamples,
+        "seed": intervals.seed,
+        "latency_source": intervals.latency_source,
+        "acceptance_source": intervals.acceptance_source,
+        "tied_with_best": [list(item.chain) for item in intervals.tied_with_best()],
+        "ranking": intervals.ranking_line(),
     }
 
 
@@ -166,14 +195,25 @@ def plan_from_profile(
     profile_path: str | None,
     candidates: dict[str, Any] | None = None,
     sampling: str = "greedy",
+    resamples: int = DEFAULT_RESAMPLES,
     **search_options: Any,
 ) -> Recommendation:
-    """`recommend` with the loop overhead the profile records (if any), written to `out`.
+    """`recommend` with the loop overhead the profile records (if any), the bootstrap
+    intervals of every ranked chain's exact speedup (`resamples` replicates; 0: none) and the
+    profile's timing warnings, written to `out`.
 
     `search_options` go to `planner.search.recommend` (max_levels, k_max, block_sizes, seed, …).
     """
     overhead = profile_overhead(profile.meta, sampling, profile.source)
     result = recommend(profile, sampling=sampling, overhead=overhead, **search_options)
+    intervals = None
+    if resamples:
+        intervals = prediction_intervals(
+            profile, [(plan.chain, plan.block_sizes, plan.exact_speedup) for plan in result.ranked], sampling=sampling,
+            context_length=result.context_length, overhead=overhead, acceptance_model=result.acceptance_model,
+            resamples=resamples, seed=int(search_options.get("seed", 0)),
+        )
+    result = dataclasses.replace(result, intervals=intervals, warnings=timing_warnings(profile))
     if out is not None:
         write_plan(result, out, profile_path=profile_path, candidates=candidates)
     return result
@@ -247,6 +287,7 @@ class PlannedChain:
     paper_phi_per_token: tuple[float, ...]  # Lemma 3.1's φ_i / N, per model
     paper_mean_lengths: tuple[float, ...]  # Lemma 3.1's E[L_i], per verifying level
     overhead_per_token_s: float  # the loop overhead the exact model included (0 when none)
+    exact_interval: tuple[float, float] | None = None  # bootstrap interval of exact_speedup (None: older plan)
 
     def label(self) -> str:
         return " > ".join(self.chain)
@@ -305,9 +346,18 @@ def planned_chains(plan: PlanFile, label: str = "plan.json") -> tuple[PlannedCha
                 paper_phi_per_token=_numbers(paper.get("phi_per_token"), len(chain), f"{where}.paper.phi_per_token"),
                 paper_mean_lengths=_numbers(paper.get("mean_lengths"), levels, f"{where}.paper.mean_lengths"),
                 overhead_per_token_s=_numbers([exact.get("overhead_per_token_s", 0.0)], 1, f"{where}.exact.overhead_per_token_s")[0],
+                exact_interval=None if exact.get("interval") is None
+                else _interval(_numbers(exact["interval"], 2, f"{where}.exact.interval"), f"{where}.exact.interval"),
             )
         )
     return tuple(chains)
+
+
+def _interval(values: tuple[float, ...], where: str) -> tuple[float, float]:
+    low, high = values
+    if low > high:
+        raise PolyplanError(f"{where}: low {low:g} is above high {high:g}")
+    return low, high
 
 
 def plan_overhead(plan: PlanFile, label: str = "plan.json") -> LoopOverhead | None:

@@ -61,35 +61,49 @@ class RunSurvival:
         return self.values[1] if len(self.values) > 1 else self.tail
 
 
-def run_survival(sequences: tuple[tuple[bool, ...], ...], block: int) -> RunSurvival:
-    """Walk each agreement sequence as decoding at block size `block` does (module docstring)
-    and estimate the survival of the run from each verification start."""
+@dataclass(frozen=True)
+class RunCounts:
+    """What one agreement sequence contributes to `run_survival` at one block size:
+    at_risk[j] starts seen with a run of at least j whose continuation past j is known,
+    going_on[j] of those whose run reached j + 1, and the number of verification starts.
+    Counts add over sequences, which is what lets the planner's bootstrap resample prompts
+    with a matrix product instead of walking the sequences again."""
+
+    at_risk: tuple[int, ...]
+    going_on: tuple[int, ...]
+    starts: int
+
+
+def run_counts(sequence: tuple[bool, ...], block: int) -> RunCounts:
+    """Walk one agreement sequence as decoding at block size `block` does (module docstring)."""
     if block < 1:
         raise PolyplanError(f"block size must be >= 1, got {block}")
-    # at_risk[j]: starts known to have a run >= j and whether it goes on past j;
-    # going_on[j]: of those, the ones whose run reached j + 1
     at_risk: list[int] = []
     going_on: list[int] = []
     starts = 0
-    for sequence in sequences:
-        length, position = len(sequence), 0
-        while position < length:
-            run = 0
-            while position + run < length and sequence[position + run]:
-                run += 1
-            censored = position + run == length  # still agreeing where the measurement ends
-            if censored and run < block:
-                break  # this verification would reach past the measured sequence
-            starts += 1
-            while len(at_risk) <= run:
-                at_risk.append(0)
-                going_on.append(0)
-            for j in range(run):
-                at_risk[j] += 1
-                going_on[j] += 1
-            if not censored:
-                at_risk[run] += 1  # seen to end at `run`
-            position += min(run, block) + 1
+    length, position = len(sequence), 0
+    while position < length:
+        run = 0
+        while position + run < length and sequence[position + run]:
+            run += 1
+        censored = position + run == length  # still agreeing where the measurement ends
+        if censored and run < block:
+            break  # this verification would reach past the measured sequence
+        starts += 1
+        while len(at_risk) <= run:
+            at_risk.append(0)
+            going_on.append(0)
+        for j in range(run):
+            at_risk[j] += 1
+            going_on[j] += 1
+        if not censored:
+            at_risk[run] += 1  # seen to end at `run`
+        position += min(run, block) + 1
+    return RunCounts(tuple(at_risk), tuple(going_on), starts)
+
+
+def survival_from_counts(at_risk: np.ndarray, going_on: np.ndarray, starts: int) -> RunSurvival:
+    """The product-limit survival from pooled counts (arrays indexed by run length j)."""
     if starts == 0:
         raise PolyplanError("acceptance runs: no complete verification in the measured sequences")
     values, rate = [1.0], 0.0
@@ -98,7 +112,28 @@ def run_survival(sequences: tuple[tuple[bool, ...], ...], block: int) -> RunSurv
             break
         rate = going_on[j] / at_risk[j]
         values.append(values[-1] * rate)
-    return RunSurvival(tuple(values), min(rate, 1.0 - 1e-9), starts)
+    return RunSurvival(tuple(float(v) for v in values), float(min(rate, 1.0 - 1e-9)), int(starts))
+
+
+def count_matrix(sequences: tuple[tuple[bool, ...], ...], block: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Per sequence (rows), its `run_counts` padded to a common length: (at_risk, going_on, starts)."""
+    counts = [run_counts(sequence, block) for sequence in sequences]
+    width = max((len(c.at_risk) for c in counts), default=0)
+    at_risk = np.zeros((len(counts), width))
+    going_on = np.zeros((len(counts), width))
+    for row, c in enumerate(counts):
+        at_risk[row, : len(c.at_risk)] = c.at_risk
+        going_on[row, : len(c.going_on)] = c.going_on
+    return at_risk, going_on, np.asarray([c.starts for c in counts], dtype=float)
+
+
+def run_survival(sequences: tuple[tuple[bool, ...], ...], block: int) -> RunSurvival:
+    """Walk each agreement sequence as decoding at block size `block` does (module docstring)
+    and estimate the survival of the run from each verification start."""
+    if block < 1:
+        raise PolyplanError(f"block size must be >= 1, got {block}")
+    at_risk, going_on, starts = count_matrix(sequences, block)
+    return survival_from_counts(at_risk.sum(axis=0), going_on.sum(axis=0), int(starts.sum()))
 
 
 def runs_from_meta(meta: dict[str, Any], sampling: str, source: str = "profile") -> dict[tuple[str, str], tuple[tuple[bool, ...], ...]]:

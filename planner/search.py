@@ -24,6 +24,7 @@ from polyplan.planner.latency import LatencyCurve, curve_from_profile
 from polyplan.planner.overhead import NO_SWITCH, LoopOverhead, SwitchCost, profile_switch_costs
 from polyplan.planner.runs import RunSurvival, run_survival, runs_from_meta
 from polyplan.planner.paper_model import PaperPrediction, mean_length, paper_prediction
+from polyplan.planner.prediction_interval import PredictionIntervals
 from polyplan.profile import Profile, SamplingStats
 
 SEARCH_MODES = ("auto", "grid", "optuna")
@@ -85,6 +86,8 @@ class Recommendation:
     context_length: int | None = None  # where the latency curves were read (None: their average)
     acceptance_model: str = "iid"  # "iid" (rate α per token) or "runs" (measured acceptance runs)
     switch_costs: tuple[tuple[str, SwitchCost], ...] = ()  # (model, seconds per pass after a switch) the exact model included
+    intervals: PredictionIntervals | None = None  # bootstrap intervals of the exact speedups (planner.prediction_interval)
+    warnings: tuple[str, ...] = ()  # what makes the profile's timings doubtful (noisy floor, budget run out)
 
 
 class _Context:

@@ -22,7 +22,10 @@ seconds and must be > 0; unknown keys are rejected (free-form extras go under ``
           "fingerprint": "sha256:1f2e...",   # non-empty; the profiler keys its cache by it
           "latency": [                       # T_i(k): >= 1 point; one per (context_length, k)
             {"context_length": 128, "k": 1, "median_s": 0.025, "iqr_s": 0.0004,
-             "repeats": 20}                  # iqr_s >= 0; repeats optional (>= 1)
+             "repeats": 20,                  # iqr_s >= 0; repeats optional (>= 1)
+             "samples_s": [0.0251, …],       # optional: the kept timings (> 0), what the
+             "outliers": 1}                  # planner's bootstrap resamples; outliers: timings
+                                             # dropped by the profiler's rule (>= 0, optional)
           ],
           "prefill": [                       # optional: prompt processing time
             {"context_length": 128, "median_s": 0.031, "iqr_s": 0.001, "repeats": 5}
@@ -123,6 +126,10 @@ class LatencyPoint:
     median_s: float
     iqr_s: float = 0.0
     repeats: int | None = None
+    # The timings kept after outlier rejection (seconds), for the planner's bootstrap; None in
+    # profiles written before they were recorded (the planner then uses median and IQR).
+    samples_s: tuple[float, ...] | None = None
+    outliers: int | None = None  # timings dropped as outliers (profiler.stats.robust_spread)
 
 
 @dataclass
@@ -320,7 +327,7 @@ def from_json_dict(payload: Any, *, label: str = "profile") -> Profile:
 
 _PROFILE_KEYS = {"schema_version", "target", "device", "created", "notes", "meta", "models", "pairs"}
 _MODEL_KEYS = {"name", "fingerprint", "latency", "prefill", "meta", "latency_fingerprint"}
-_LATENCY_KEYS = {"context_length", "k", "median_s", "iqr_s", "repeats"}
+_LATENCY_KEYS = {"context_length", "k", "median_s", "iqr_s", "repeats", "samples_s", "outliers"}
 _PREFILL_KEYS = {"context_length", "median_s", "iqr_s", "repeats"}
 _PAIR_KEYS = {"verifier", "drafter", "sampling"}
 _SAMPLING_KEYS = {
@@ -483,6 +490,14 @@ class _Validator:
                 self.non_negative(point["iqr_s"], f"{at}.iqr_s")
             if point.get("repeats") is not None:
                 self.integer(point["repeats"], f"{at}.repeats", 1)
+            if point.get("samples_s") is not None:
+                samples = self.array(point["samples_s"], f"{at}.samples_s")
+                if not samples:
+                    self.fail(f"{at}.samples_s", "must hold at least one timing")
+                for index_s, value in enumerate(samples):
+                    self.positive(value, f"{at}.samples_s[{index_s}]")
+            if point.get("outliers") is not None:
+                self.integer(point["outliers"], f"{at}.outliers", 0)
             if (context, k) in seen:
                 self.fail(at, f"duplicate point for context_length {context}, k {k}")
             seen.add((context, k))
@@ -642,6 +657,8 @@ def _profile_from_dict(payload: dict[str, Any]) -> Profile:
                         median_s=float(point["median_s"]),
                         iqr_s=float(point.get("iqr_s", 0.0)),
                         repeats=None if point.get("repeats") is None else int(point["repeats"]),
+                        samples_s=None if point.get("samples_s") is None else tuple(float(v) for v in point["samples_s"]),
+                        outliers=None if point.get("outliers") is None else int(point["outliers"]),
                     )
                     for point in model["latency"]
                 ],
@@ -746,6 +763,8 @@ def _profile_to_dict(profile: Profile) -> dict[str, Any]:
                         "median_s": point.median_s,
                         "iqr_s": point.iqr_s,
                         "repeats": point.repeats,
+                        "samples_s": None if point.samples_s is None else list(point.samples_s),
+                        "outliers": point.outliers,
                     }
                 )
                 for point in model.latency

@@ -33,6 +33,7 @@ from polyplan.profiler.validation_report import ReportFiles, write_report
 
 QUICK_FOLDER = "quick-family"
 PLAN_FILE = "plan.json"
+QUICK_NOISE_BUDGET_S = 2.0  # --quick: a CI-sized run spends at most 2 s per context on a noisy floor
 
 
 @dataclass(frozen=True)
@@ -74,7 +75,8 @@ def profile_settings(quick: bool, new_tokens: int) -> ProfileSettings:
     Smaller everything for the quick family."""
     if quick:
         return ProfileSettings(
-            latency=LatencySettings(ks=(1, 2, 4, 8), context_lengths=(32, 96), repeats=5, warmup=1, prefill_repeats=2),
+            latency=LatencySettings(ks=(1, 2, 4, 8), context_lengths=(32, 96), repeats=5, warmup=1, prefill_repeats=2,
+                                    noise_budget_s=QUICK_NOISE_BUDGET_S),
             acceptance=AcceptanceSettings(
                 temperatures=(0.0,), block_sizes=(2,), new_tokens=new_tokens, decoded_prompts=2, resamples=200
             ),

@@ -8,6 +8,8 @@ from polyplan.profile import AlphaDistribution, DecodedStats, ImpliedStats, Late
 from polyplan.profiler.acceptance import DecodedMeasurement, PairAlpha
 from polyplan.profiler.latency import LatencyMeasurement
 
+from polyplan.planner.timing_health import NOISE_BUDGET_KEY  # model meta: the floor was still noisy when the budget ran out
+
 
 def model_entry(name: str, fingerprint: str, measurement: LatencyMeasurement, key: str) -> ModelProfile:
     """A model's profile entry from its latency measurement (`key`: the latency fingerprint)."""
@@ -15,7 +17,8 @@ def model_entry(name: str, fingerprint: str, measurement: LatencyMeasurement, ke
         name=name,
         fingerprint=fingerprint,
         latency=[
-            LatencyPoint(p.context_length, p.k, p.time.median, p.time.iqr, p.time.repeats) for p in measurement.points
+            LatencyPoint(p.context_length, p.k, p.time.median, p.time.iqr, p.time.repeats, p.time.kept or None, p.time.outliers)
+            for p in measurement.points
         ],
         prefill=[PrefillPoint(p.context_length, p.time.median, p.time.iqr, p.time.repeats) for p in measurement.prefill],
         latency_fingerprint=key,
@@ -23,14 +26,24 @@ def model_entry(name: str, fingerprint: str, measurement: LatencyMeasurement, ke
     )
 
 
-def reference_meta(measurement: LatencyMeasurement) -> dict[str, float]:
-    """The machine's noise floor during this model's timing, for the model's `meta`."""
+def reference_meta(measurement: LatencyMeasurement) -> dict[str, float | int | bool]:
+    """The machine's noise floor during this model's timing, the outliers dropped, and whether
+    the budget for repeating noisy rounds ran out, for the model's `meta`."""
     if measurement.reference is None or not measurement.reference.median > 0:
         return {}
-    return {
+    meta: dict[str, float | int | bool] = {
         "reference_median_s": measurement.reference.median,
         "reference_relative_iqr": measurement.reference.relative_iqr,
+        "latency_outliers": sum(point.time.outliers for point in measurement.points),
+        "latency_timings": sum(point.time.repeats + point.time.outliers for point in measurement.points),
     }
+    if measurement.budget_exhausted:
+        meta[NOISE_BUDGET_KEY] = True
+    if measurement.threads is not None and measurement.cpus is not None:
+        meta["threads"], meta["cpus"] = measurement.threads, measurement.cpus
+    if measurement.load_average is not None:
+        meta["load_average"] = round(measurement.load_average, 2)
+    return meta
 
 
 def sampling_entry(estimate: PairAlpha, key: str, ks: Sequence[int]) -> SamplingStats:

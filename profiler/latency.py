@@ -16,11 +16,20 @@ beside each model's curve so that a wide IQR can be told apart from a flaw in th
 
 On CUDA (and MPS) the device is synchronised before starting and before stopping the clock,
 so the time is the kernels' and not their launch.
+
+Robust statistics: each point's summary is the median and IQR of the timings kept after
+Tukey's far-out fences (`profiler.stats.robust_spread`, Q1 − 3 IQR … Q3 + 3 IQR); dropped
+timings are counted and recorded (`outliers`), never averaged in, and the kept timings go
+into the profile for the planner's bootstrap. When the floor is noisy (the reference
+workload's IQR/median above `max_noise`) more rounds are timed, up to `noise_budget_s`
+extra seconds per context length; if the floor is still noisy then, the measurement says
+so (`budget_exhausted`) and the profile and plan carry the warning.
 """
 
 from __future__ import annotations
 
 import gc
+import os
 import time
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
@@ -30,10 +39,11 @@ import torch
 
 from polyplan.decoder.member import ChainMember
 from polyplan.errors import PolyplanError
-from polyplan.profiler.stats import Spread, spread
+from polyplan.profiler.stats import Spread, robust_spread
 
 DEFAULT_KS = (1, 2, 3, 4, 6, 8, 12, 16)
 DEFAULT_CONTEXT_LENGTHS = (128, 384)
+MAX_ROUNDS_FACTOR = 10  # extra rounds for a noisy floor stop at 10x the planned repeats, budget or not
 
 
 @dataclass(frozen=True)
@@ -47,6 +57,10 @@ class LatencySettings:
         repeats: timed forward passes per (context length, k).
         warmup: untimed rounds over every k before timing, per context length.
         prefill_repeats: timed prefills per context length (after one untimed prefill).
+        max_noise: the floor is acceptable when the reference workload's IQR/median is at
+            most this; above it, more rounds are timed.
+        noise_budget_s: extra seconds per context length spent on more rounds while the
+            floor is not acceptable (0: never repeat).
     """
 
     ks: tuple[int, ...] = DEFAULT_KS
@@ -54,6 +68,8 @@ class LatencySettings:
     repeats: int = 15
     warmup: int = 3
     prefill_repeats: int = 5
+    max_noise: float = 0.10
+    noise_budget_s: float = 20.0
 
     def __post_init__(self) -> None:
         _positive_ints(self.ks, "ks")
@@ -63,6 +79,10 @@ class LatencySettings:
                 raise PolyplanError(f"{name}: must be >= 1, got {getattr(self, name)}")
         if self.warmup < 0:
             raise PolyplanError(f"warmup: must be >= 0, got {self.warmup}")
+        if not self.max_noise > 0:
+            raise PolyplanError(f"max_noise: must be > 0, got {self.max_noise}")
+        if not 0 <= self.noise_budget_s < float("inf"):
+            raise PolyplanError(f"noise_budget_s: must be a finite number >= 0, got {self.noise_budget_s}")
 
     @property
     def tokens_needed(self) -> int:
@@ -90,11 +110,16 @@ class PrefillTiming:
 @dataclass(frozen=True)
 class LatencyMeasurement:
     """Every timed point of one member, its prefill times, and the reference workload's
-    timings taken in the same rounds (None when not measured)."""
+    timings taken in the same rounds (None when not measured). `budget_exhausted`: the floor
+    was still above `max_noise` when the extra rounds' budget ran out."""
 
     points: tuple[TimedPoint, ...]
     prefill: tuple[PrefillTiming, ...]
     reference: Spread | None = None
+    budget_exhausted: bool = False
+    threads: int | None = None  # torch's CPU threads while timing
+    cpus: int | None = None  # CPU cores this process may run on
+    load_average: float | None = None  # the machine's 1-minute load average when timing began (None: unknown)
 
     def at(self, context_length: int, k: int) -> Spread:
         """The timing at (`context_length`, `k`)."""
@@ -138,34 +163,82 @@ def measure_latency(
     Raises:
         PolyplanError: the token stream is too short, or a context does not fit the member.
     """
+    return measure_latencies([member], tokens, settings, clock=clock, workload=workload)[0]
+
+
+def measure_latencies(
+    members: Sequence[ChainMember],
+    tokens: Sequence[int],
+    settings: LatencySettings,
+    *,
+    clock: Callable[[], float] = time.perf_counter,
+    workload: Callable[[], None] | None = None,
+) -> tuple[LatencyMeasurement, ...]:
+    """Time several members' forward passes *interleaved*: in every round each member (in an
+    order rotated from round to round) runs one untimed pass to bring its weights back into
+    the caches, then its timed passes over every k; the reference workload runs once per
+    round. Background load then falls on every member's curve alike, so the ratios of their
+    T's, which decide the chain, hold even while the load changes. One member: as
+    `measure_latency` (no re-warming pass). Arguments as `measure_latency`; one measurement
+    per member, in order, all with the same floor."""
+    if not members:
+        raise PolyplanError("latency: no model to time")
     if len(tokens) < settings.tokens_needed:
         raise PolyplanError(
             f"latency: need {settings.tokens_needed} prompt tokens for context "
             f"{max(settings.context_lengths)} + k {max(settings.ks)}, got {len(tokens)}"
         )
-    limit = member.max_context
-    if limit is not None and settings.tokens_needed > limit:
-        raise PolyplanError(
-            f"context_lengths: {max(settings.context_lengths)} cached + {max(settings.ks)} new tokens is longer "
-            f"than the context of {member.name!r} ({limit} tokens)"
-        )
-    device = getattr(member, "device", torch.device("cpu"))
-    stream = torch.as_tensor(list(tokens[: settings.tokens_needed]), dtype=torch.int64, device=device)  # (L,)
-    sync = synchronizer(member)
-    points: list[TimedPoint] = []
-    prefill: list[PrefillTiming] = []
+    for member in members:
+        limit = member.max_context
+        if limit is not None and settings.tokens_needed > limit:
+            raise PolyplanError(
+                f"context_lengths: {max(settings.context_lengths)} cached + {max(settings.ks)} new tokens is longer "
+                f"than the context of {member.name!r} ({limit} tokens)"
+            )
+    load_average = machine_load()
+    ids = list(tokens[: settings.tokens_needed])
+    streams = [torch.as_tensor(ids, dtype=torch.int64, device=getattr(m, "device", torch.device("cpu"))) for m in members]  # (L,)
+    syncs = [synchronizer(member) for member in members]
+    points: list[list[TimedPoint]] = [[] for _ in members]
+    prefill: list[list[PrefillTiming]] = [[] for _ in members]
     reference: list[float] = []
-    workload = workload if workload is not None else reference_workload(device)
+    exhausted = False
+    workload = workload if workload is not None else reference_workload(getattr(members[0], "device", torch.device("cpu")))
     try:
         with torch.inference_mode(), collector_paused():
             for context in settings.context_lengths:
-                prefill.append(PrefillTiming(context, _time_prefill(member, stream[:context], settings, sync, clock)))
-                samples, reference_samples = _time_steps(member, stream, context, settings, sync, clock, workload)
-                points.extend(TimedPoint(context, k, spread(samples[k])) for k in settings.ks)
+                for i, member in enumerate(members):
+                    prefill[i].append(PrefillTiming(context, _time_prefill(member, streams[i][:context], settings, syncs[i], clock)))
+                samples, reference_samples, noisy = _time_steps(members, streams, context, settings, syncs, clock, workload)
+                for i in range(len(members)):
+                    points[i].extend(TimedPoint(context, k, robust_spread(samples[i][k])) for k in settings.ks)
                 reference.extend(reference_samples)
+                exhausted = exhausted or noisy
     finally:
-        member.reset()
-    return LatencyMeasurement(tuple(points), tuple(prefill), spread(reference))
+        for member in members:
+            member.reset()
+    floor = robust_spread(reference)
+    threads, cpus = torch.get_num_threads(), available_cpus()
+    return tuple(
+        LatencyMeasurement(tuple(points[i]), tuple(prefill[i]), floor, exhausted, threads, cpus, load_average)
+        for i in range(len(members))
+    )
+
+
+def machine_load() -> float | None:
+    """The 1-minute load average (runnable processes, this one included), None where unknown."""
+    try:
+        return float(os.getloadavg()[0])
+    except (AttributeError, OSError):
+        return None
+
+
+def available_cpus() -> int:
+    """CPU cores this process may run on (its affinity where the OS tells, else os.cpu_count)."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # macOS and Windows have no sched_getaffinity
+        return os.cpu_count() or 1
 
 
 def reference_workload(device: torch.device | str, size: int = 128, products: int = 8) -> Callable[[], None]:
@@ -193,30 +266,55 @@ def _time_prefill(member, context_ids, settings, sync, clock) -> Spread:
         sync()
         if repeat > 0:
             times.append(clock() - began)
-    return spread(times)
+    return robust_spread(times)
 
 
-def _time_steps(member, stream, context, settings, sync, clock, workload) -> tuple[dict[int, list[float]], list[float]]:
-    """Cache holds `context` tokens on entry (the prefill); times forward passes of k tokens,
-    and the reference `workload` once per round. Returns (seconds per k, reference seconds)."""
-    if member.cache_length != context:
-        member.reset()
-        member.forward(stream[:context], keep_last=1)
-    samples: dict[int, list[float]] = {k: [] for k in settings.ks}
+def floor_noise(reference: Sequence[float]) -> float:
+    """The machine floor's noise: IQR/median of the reference workload's timings (after the
+    outlier rule), the figure `LatencySettings.max_noise` bounds."""
+    return robust_spread(reference).relative_iqr
+
+
+def _time_steps(members, streams, context, settings, syncs, clock, workload) -> tuple[list[dict[int, list[float]]], list[float], bool]:
+    """Each member's cache holds `context` tokens on entry (the prefill); times forward passes of
+    k tokens, member after member within a round (rotated), and the reference `workload` once
+    per round; after `settings.repeats` rounds, goes on while the floor is noisier than
+    `settings.max_noise` and the budget lasts. Returns (per member: seconds per k, reference
+    seconds, whether the budget ran out with the floor still noisy)."""
+    for member, stream in zip(members, streams):
+        if member.cache_length != context:
+            member.reset()
+            member.forward(stream[:context], keep_last=1)
+    samples: list[dict[int, list[float]]] = [{k: [] for k in settings.ks} for _ in members]
     reference: list[float] = []
-    for round_index in range(settings.warmup + settings.repeats):
+    round_index, extra_began = 0, None
+    rewarm = len(members) > 1
+    while True:
+        if round_index >= settings.warmup + settings.repeats:
+            if not floor_noise(reference) > settings.max_noise:  # NaN (a zero median) cannot be judged: stop
+                return samples, reference, False
+            if round_index >= settings.warmup + MAX_ROUNDS_FACTOR * settings.repeats:
+                return samples, reference, True
+            extra_began = clock() if extra_began is None else extra_began
+            if clock() - extra_began >= settings.noise_budget_s:
+                return samples, reference, True
         timed = round_index >= settings.warmup
-        for k in settings.ks:
-            elapsed = timed_pass(member, stream[context : context + k], sync, clock)
-            if timed:
-                samples[k].append(elapsed)
-        sync()
+        order = [(round_index + step) % len(members) for step in range(len(members))]
+        round_index += 1
+        for i in order:
+            member, stream, sync = members[i], streams[i], syncs[i]
+            if rewarm:  # untimed: the weights come back into the caches after another model ran
+                timed_pass(member, stream[context : context + 1], sync, clock)
+            for k in settings.ks:
+                elapsed = timed_pass(member, stream[context : context + k], sync, clock)
+                if timed:
+                    samples[i][k].append(elapsed)
+        syncs[0]()
         began = clock()
         workload()
-        sync()
+        syncs[0]()
         if timed:
             reference.append(clock() - began)
-    return samples, reference
 
 
 def timed_pass(member: ChainMember, new_ids: torch.Tensor, sync: Callable[[], None],

@@ -38,44 +38,60 @@ def _identity(axes, low: float, high: float) -> None:
     axes.set_ylim(low, high)
 
 
+def _measured_error(chain: ChainResult) -> list[list[float]]:
+    """Asymmetric error bar [[below], [above]]: the paired CI (zero when none was computed)."""
+    if chain.paired is None:
+        return [[chain.speedup.std or 0.0], [chain.speedup.std or 0.0]]
+    return [[chain.measured_speedup - chain.paired.low], [chain.paired.high - chain.measured_speedup]]
+
+
+def _predicted_error(chain: ChainResult) -> list[list[float]] | None:
+    if chain.predicted_interval is None:
+        return None
+    return [[chain.predicted_exact - chain.predicted_interval[0]], [chain.predicted_interval[1] - chain.predicted_exact]]
+
+
 def plot_predicted_vs_measured(validation: Validation, path: Path) -> None:
     """Predicted (exact model and Lemma 3.1) against measured speedup, one point per chain."""
     chains = [chain for chain in validation.chains if chain.lossless]
     figure = _figure(6.4, 5.6)
     axes = figure.add_subplot()
-    values = [v for chain in chains for v in (chain.speedup.mean, chain.predicted_exact, chain.predicted_paper, chain.retimed_exact or 0.0)]
+    values = [v for chain in chains for v in (chain.measured_speedup, chain.predicted_exact, chain.predicted_paper,
+                                              chain.retimed_exact or 0.0)]
     low, high = 0.0, max(values + [1.0]) * 1.1
     grid = [low, high]
     axes.fill_between(grid, [0.9 * x for x in grid], [1.1 * x for x in grid], color="tab:blue", alpha=0.08, label="±10% of measured")
     _identity(axes, low, high)
     for chain in chains:
-        error = chain.speedup.std or 0.0
-        axes.errorbar(chain.speedup.mean, chain.predicted_exact, xerr=error, fmt="o", color="tab:blue", capsize=3)
-        axes.errorbar(chain.speedup.mean, chain.predicted_paper, xerr=error, fmt="^", color="tab:orange", capsize=3)
+        error, measured = _measured_error(chain), chain.measured_speedup
+        axes.errorbar(measured, chain.predicted_exact, xerr=error, yerr=_predicted_error(chain), fmt="o", color="tab:blue",
+                      capsize=3)
+        axes.errorbar(measured, chain.predicted_paper, xerr=error, fmt="^", color="tab:orange", capsize=3)
         if chain.retimed_exact is not None:
-            axes.plot(chain.speedup.mean, chain.retimed_exact, "o", markerfacecolor="none", color="tab:blue")
-        axes.annotate(_short(chain), (chain.speedup.mean, chain.predicted_exact), textcoords="offset points", xytext=(5, -10), fontsize=7)
+            axes.plot(measured, chain.retimed_exact, "o", markerfacecolor="none", color="tab:blue")
+        axes.annotate(_short(chain), (measured, chain.predicted_exact), textcoords="offset points", xytext=(5, -10), fontsize=7)
     axes.plot([], [], "o", color="tab:blue", label="exact model")
     if any(chain.retimed_exact is not None for chain in chains):
         axes.plot([], [], "o", markerfacecolor="none", color="tab:blue", label="exact model, latency re-timed in the run")
     axes.plot([], [], "^", color="tab:orange", label="paper (Lemma 3.1)")
     axes.set_xlabel("measured speedup over target-only decoding")
     axes.set_ylabel("predicted speedup")
-    axes.set_title("Predicted vs measured speedup (same run, error bars: sd over repeats)", fontsize=9)
+    axes.set_title("Predicted vs measured speedup (same run; bars: measured 95% CI, predicted 95% interval)", fontsize=9)
     axes.legend(fontsize=8, loc="lower right")
     figure.tight_layout()
     figure.savefig(path)
 
 
 def plot_measured_speedup(validation: Validation, path: Path) -> None:
-    """Measured speedup per chain with error bars over repeats, predictions as markers."""
+    """Measured speedup per chain with its paired 95% CI, predictions as markers."""
     chains = [chain for chain in validation.chains if chain.lossless]
     figure = _figure(max(6.4, 1.1 * len(chains) + 2), 4.8)
     axes = figure.add_subplot()
     positions = list(range(len(chains)))
     colours = ["tab:green" if chain.recommended else "tab:gray" for chain in chains]
-    axes.bar(positions, [c.speedup.mean for c in chains], yerr=[c.speedup.std or 0.0 for c in chains], color=colours, capsize=4,
-             label="measured (sd over repeats)")
+    errors = [_measured_error(c) for c in chains]
+    axes.bar(positions, [c.measured_speedup for c in chains], yerr=[[e[0][0] for e in errors], [e[1][0] for e in errors]],
+             color=colours, capsize=4, label="measured (paired 95% CI)")
     axes.plot(positions, [c.predicted_exact for c in chains], "o", color="tab:blue", label="exact model")
     retimed = [(x, c.retimed_exact) for x, c in zip(positions, chains) if c.retimed_exact is not None]
     if retimed:

@@ -88,3 +88,40 @@ def retimed_speedups(
         chain: evaluate_chain(retimed, chain, blocks, sampling=sampling, overhead=overhead, acceptance_model=model).exact_speedup
         for chain, blocks in chains
     }
+
+
+def reaccepted_profile(profile: Profile, timings: Sequence[PassTiming], agreement: dict) -> Profile:
+    """The re-timed profile (`retimed_profile`) with the greedy acceptance measured on the
+    validation's own prompts: `agreement` is a `profiler.runs.measure_agreement` entry; it
+    replaces the profile's agreement sequences, and each pair's α becomes its agreement rate
+    there (what the i.i.d. reading uses). Pairs it does not cover keep the profile's values."""
+    from polyplan.planner.runs import META_KEY
+
+    revised = retimed_profile(profile, timings)
+    revised.meta = {**revised.meta, META_KEY: {**revised.meta.get(META_KEY, {}), "greedy": agreement}}
+    for entry in agreement["pairs"]:
+        pair = revised.pair(entry["verifier"], entry["drafter"])
+        text = "".join(entry["agreement"])
+        if pair is not None and "greedy" in pair.sampling and text:
+            pair.sampling["greedy"].alpha = min(text.count("1") / len(text), 1.0 - 1e-6)
+    return revised
+
+
+def reaccepted_speedups(
+    profile: Profile,
+    timings: Sequence[PassTiming],
+    agreement: dict,
+    chains: Sequence[tuple[tuple[str, ...], tuple[int, ...]]],
+    *,
+    overhead: LoopOverhead | None,
+    acceptance_model: str,
+) -> dict[tuple[str, ...], float]:
+    """The exact model's speedup of each chain on latency re-timed in the run AND acceptance
+    measured on the validation prompts (greedy): what is left of its error is the model's own
+    (the loop, switches, independence of rounds) and the validation's noise."""
+    revised = reaccepted_profile(profile, timings, agreement)
+    model = "runs" if acceptance_model == "runs" else "iid"
+    return {
+        chain: evaluate_chain(revised, chain, blocks, sampling="greedy", overhead=overhead, acceptance_model=model).exact_speedup
+        for chain, blocks in chains
+    }

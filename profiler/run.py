@@ -39,7 +39,7 @@ from polyplan.profile import Profile, sampling_key
 from polyplan.profiler.acceptance import TeacherForced, measure_decoded, pair_alpha, target_continuations, teacher_forced
 from polyplan.profiler.entries import decoded_entry, model_entry, refresh_warnings, sampling_entry
 from polyplan.profiler.fingerprint import fingerprint_settings, fingerprint_tokens
-from polyplan.profiler.latency import measure_latency
+from polyplan.profiler.latency import measure_latencies
 from polyplan.profiler.checks import check_inputs_fit, check_models, check_writable, read_existing
 from polyplan.profiler.prompts import EncodedPrompt
 from polyplan.profiler.settings import ProfileSettings
@@ -291,8 +291,7 @@ class _Run:
         n = len(self.models)
         per_pair = len(acceptance.temperatures) * (1 + (len(acceptance.block_sizes) if acceptance.decoded else 0))
         self.progress.total(n + n * (n - 1) // 2 * per_pair)
-        for model in self.models:
-            self._latency(model)
+        self._latencies(self.models)
         pairs = self._pairs()
         self.progress.total(n + len(pairs) * per_pair)
         for temperature in acceptance.temperatures:
@@ -306,23 +305,34 @@ class _Run:
         self._prune(pairs)
         self.save()
 
-    def _latency(self, model: ProfiledModel) -> None:
-        step = Step("latency", f"latency {model.name}")
-        key = self.latency_key(model)
-        entry = next((m for m in self.profile.models if m.name == model.name), None)
-        if entry is not None and entry.latency_fingerprint == key:
-            self._finish(step, reused=True)
+    def _latencies(self, models: Sequence[ProfiledModel]) -> None:
+        """Every model whose curve is missing or stale, timed together, interleaved round by round
+        (`profiler.latency.measure_latencies`): the load falls on all of them alike."""
+        stale = []
+        for model in models:
+            step = Step("latency", f"latency {model.name}")
+            entry = next((m for m in self.profile.models if m.name == model.name), None)
+            if entry is not None and entry.latency_fingerprint == self.latency_key(model):
+                self._finish(step, reused=True)
+            else:
+                stale.append((model, step, entry))
+        if not stale:
             return
-        self._begin(step)
-        measurement = measure_latency(model.member, self.stream, self.settings.latency)
-        fresh = model_entry(model.name, model.fingerprint, measurement, key)
-        if entry is None:
-            self.profile.models.append(fresh)
-        else:
-            entry.latency, entry.prefill, entry.latency_fingerprint = fresh.latency, fresh.prefill, key
-            entry.meta = {**entry.meta, **fresh.meta}
+        self._begin(stale[0][1])
+        measurements = measure_latencies([model.member for model, _, _ in stale], self.stream, self.settings.latency)
+        for (model, step, entry), measurement in zip(stale, measurements):
+            key = self.latency_key(model)
+            fresh = model_entry(model.name, model.fingerprint, measurement, key)
+            if entry is None:
+                self.profile.models.append(fresh)
+            else:
+                entry.latency, entry.prefill, entry.latency_fingerprint = fresh.latency, fresh.prefill, key
+                entry.meta = {**entry.meta, **fresh.meta}
         self.save()
-        self._finish(step, reused=False)
+        share = (time.perf_counter() - self._began) / len(stale)
+        for model, step, _ in stale:
+            self._began = time.perf_counter() - share  # each model's step gets its share of the joint time
+            self._finish(step, reused=False)
 
     def _pairs(self) -> list[tuple[str, str]]:
         step_time = {m.name: curve_from_profile(m)(1) for m in self.profile.models}

@@ -15,13 +15,21 @@ import numpy as np
 QUANTILE_LEVELS = (0.1, 0.25, 0.5, 0.75, 0.9)
 
 
+OUTLIER_FENCE = 3.0  # Tukey's "far out" fences: Q1 − 3 IQR, Q3 + 3 IQR
+
+
 @dataclass(frozen=True)
 class Spread:
-    """Median and interquartile range of repeated timings (seconds)."""
+    """Median and interquartile range of repeated timings (seconds).
+
+    From `robust_spread`: the median and IQR of the timings kept (`kept`), `outliers` of the
+    `repeats + outliers` taken having been dropped by the fence rule."""
 
     median: float
     iqr: float
     repeats: int
+    outliers: int = 0
+    kept: tuple[float, ...] = ()
 
     @property
     def relative_iqr(self) -> float:
@@ -36,6 +44,32 @@ def spread(samples: Sequence[float]) -> Spread:
         raise ValueError("spread: need at least one sample")
     q1, median, q3 = np.percentile(values, [25, 50, 75])
     return Spread(median=float(median), iqr=float(q3 - q1), repeats=int(values.size))
+
+
+def outlier_mask(samples: Sequence[float], fence: float = OUTLIER_FENCE) -> np.ndarray:
+    """True for each sample outside Tukey's fences [Q1 − fence·IQR, Q3 + fence·IQR].
+
+    The stated rule for timings: a pass slowed by a burst of background load lands far above
+    Q3 and is dropped instead of averaged in. With fewer than 4 samples nothing is flagged
+    (quartiles of 3 values say nothing about tails)."""
+    values = np.asarray(samples, dtype=float)
+    if values.size < 4:
+        return np.zeros(values.shape, dtype=bool)
+    q1, q3 = np.percentile(values, [25, 75])
+    width = q3 - q1
+    return (values < q1 - fence * width) | (values > q3 + fence * width)
+
+
+def robust_spread(samples: Sequence[float], fence: float = OUTLIER_FENCE) -> Spread:
+    """`spread` of the samples inside the fences of `outlier_mask`, with the dropped count and
+    the kept samples (what the planner's bootstrap resamples)."""
+    values = np.asarray(samples, dtype=float)
+    if values.size == 0:
+        raise ValueError("robust_spread: need at least one sample")
+    outside = outlier_mask(values, fence)
+    kept = values[~outside]
+    summary = spread(kept)
+    return Spread(summary.median, summary.iqr, summary.repeats, int(outside.sum()), tuple(float(v) for v in kept))
 
 
 @dataclass(frozen=True)

@@ -44,10 +44,11 @@ def _pct(value: float | None) -> str:
 
 
 def _speed(chain: ChainResult) -> str:
-    if not chain.lossless:
-        return "LOSSY"
-    std = chain.speedup.std
-    return f"{chain.speedup.mean:.2f}x" + (f" ± {std:.2f}" if std is not None else "")
+    return chain.measured_text()
+
+
+def _holds(chain: ChainResult) -> str:
+    return {True: "yes", False: "NO", None: "-"}[chain.prediction_holds]
 
 
 def _greedy(chain: ChainResult) -> str:
@@ -62,21 +63,23 @@ def _role(chain: ChainResult) -> str:
 def table_lines(validation: Validation) -> list[str]:
     """The chains table (predicted next to measured) and the headline."""
     header = (
-        f"{'':>3} {'chain':<40} {'K':<10} {'exact':>6} {'retimed':>7} {'paper':>6} {'measured':>13} "
-        f"{'err exact':>9} {'retimed':>7} {'paper':>7} {'greedy':>7} {'tok/s':>6}"
+        f"{'':>3} {'chain':<40} {'K':<10} {'exact [interval]':>20} {'retimed':>7} {'paper':>6} {'measured [CI]':>20} "
+        f"{'err exact':>9} {'retimed':>7} {'paper':>7} {'holds':>5} {'greedy':>7} {'tok/s':>6}"
     )
     lines = [header]
     for chain in validation.chains:
         retimed = "-" if chain.retimed_exact is None else f"{chain.retimed_exact:.2f}x"
         lines.append(
-            f"{_role(chain):>3} {chain.label():<40} {str(list(chain.block_sizes)):<10} {chain.predicted_exact:>5.2f}x "
-            f"{retimed:>7} {chain.predicted_paper:>5.2f}x {_speed(chain):>13} {_pct(chain.exact_error):>9} "
-            f"{_pct(chain.retimed_error):>7} {_pct(chain.paper_error):>7} {_greedy(chain):>7} {chain.tokens_per_second:>6.1f}"
+            f"{_role(chain):>3} {chain.label():<40} {str(list(chain.block_sizes)):<10} {chain.predicted_text():>20} "
+            f"{retimed:>7} {chain.predicted_paper:>5.2f}x {_speed(chain):>20} {_pct(chain.exact_error):>9} "
+            f"{_pct(chain.retimed_error):>7} {_pct(chain.paper_error):>7} {_holds(chain):>5} {_greedy(chain):>7} "
+            f"{chain.tokens_per_second:>6.1f}"
         )
     lines.append("(* recommended, 2 best two-model chain, 1 target only, #r rank r in the plan; speedups over target-only "
-                 f"decoding, mean ± sd over {validation.repeats} repeat(s) of {validation.prompts} prompts x "
-                 f"{validation.new_tokens} tokens; exact: the plan's exact model; retimed: the same on latency timed "
-                 "during this run; paper: Lemma 3.1; err = predicted / measured − 1)")
+                 f"decoding: paired per-prompt ratio (median over {validation.repeats} repeat(s)) of {validation.prompts} "
+                 f"prompts x {validation.new_tokens} tokens with its 95% bootstrap CI; exact: the plan's exact model "
+                 "with its 95% prediction interval; retimed: the same on latency timed during this run; paper: Lemma 3.1; "
+                 "err = predicted / measured − 1; holds: measured inside the interval and within 10%)")
     lines.append("")
     lines.append(validation.headline.line)
     return lines
@@ -87,6 +90,25 @@ def _check_lines(validation: Validation) -> list[str]:
     for check in validation.headline.checks:
         verdict = {True: "met", False: "NOT met", None: "undecided"}[check.passed]
         lines.append(f"- {check.name}: **{verdict}** ({check.detail})")
+    return lines
+
+
+def error_source_lines(validation: Validation) -> list[str]:
+    """The exact model's error per chain split by source (`ErrorSources`), as a markdown table."""
+    rows = [(chain, chain.error_sources) for chain in validation.chains if chain.error_sources is not None]
+    if not rows:
+        return []
+    lines = [
+        "| chain | total error | latency (profile vs re-timed T) | acceptance (profile vs validation prompts) | "
+        "residual (model and noise) | validation noise (CI half-width) | tokens per target pass (predicted vs measured) |",
+        "| --- | --- | --- | --- | --- | --- | --- |",
+    ]
+    for chain, sources in rows:
+        lines.append(
+            f"| {chain.label()} | {_pct(sources.total)} | {_pct(sources.latency)} | {_pct(sources.acceptance)} | "
+            f"{_pct(sources.residual if sources.residual is not None else sources.after_latency)} | ±{sources.noise:.1%} | "
+            f"{_pct(sources.tokens_per_pass)} |"
+        )
     return lines
 
 
@@ -143,7 +165,7 @@ def limit_lines(validation: Validation) -> list[str]:
         lines.append(
             f"| {chain.label()} | {1 / target.forwards_per_token:.2f} | {per_pass / step:.2f}x | "
             f"{target.seconds_per_token * 1e3:.3f} | {drafters * 1e3:.3f} | {chain.loop_seconds_per_token * 1e3:.3f} | "
-            f"{chain.speedup.mean:.2f}x | {bound} |"
+            f"{chain.measured_speedup:.2f}x | {bound} |"
         )
     return lines
 
@@ -175,6 +197,17 @@ def report_markdown(validation: Validation, plots: dict[str, str]) -> str:
     ]
     lines += [f"- note: {note}" for note in validation.notes]
     lines += ["", "## Chains", "", "```", *table_lines(validation)[:-2], "```", "", "## Targets", "", *_check_lines(validation)]
+    sources = error_source_lines(validation)
+    if sources:
+        lines += ["", "## Where the prediction error comes from", "",
+                  "The exact model is re-evaluated step by step: on the profile (the plan), on latency re-timed "
+                  "during this run, then also on the greedy acceptance measured on these validation prompts. "
+                  "Each column is the ratio of consecutive steps − 1, so (1 + latency)(1 + acceptance)"
+                  "(1 + residual) = 1 + total error: latency is what the machine changed since profiling, "
+                  "acceptance what the other prompts changed, the residual the model's own error plus noise, "
+                  "which the CI's half-width bounds. (Residual falls back to re-timed vs measured when "
+                  "acceptance was not re-measured: sampling runs.) The last column is the acceptance effect in "
+                  "plain terms.", "", *sources]
     limits = limit_lines(validation)
     if limits:
         lines += ["", "## What limits the speedup (measured)", "",
@@ -198,7 +231,7 @@ def report_markdown(validation: Validation, plots: dict[str, str]) -> str:
     lines += ["## Plots", ""]
     titles = {
         "predicted_vs_measured": "Predicted vs measured speedup (exact model and Lemma 3.1, identity line)",
-        "measured_speedup": "Measured speedup per chain (error bars: sd over repeats)",
+        "measured_speedup": "Measured speedup per chain (error bars: paired 95% CI)",
         "phi": "Paper φ_i vs measured φ_i",
     }
     for name, file in plots.items():

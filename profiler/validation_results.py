@@ -4,9 +4,17 @@ Pure Python and numpy (no torch): `summarise` turns the raw runs of `profiler.va
 frozen results that the report, the plots and `--json` read.
 
 Measured quantities (decoding only; each member's prompt prefill is timed on its own):
-- speedup of a chain in repeat r = Σ_prompts T_target-only / Σ_prompts T_chain, both from the
-  same repeat (the chains run interleaved, so machine noise hits them alike); the reported
-  speedup is the mean over repeats and its error bar the standard deviation over repeats;
+- the speedup of a chain is the paired per-prompt ratio of `profiler.paired`: per (prompt,
+  repeat) the chain's time over target-only decoding's in the same repeat, the median over
+  repeats per prompt (robust to one slowed pass), combined over prompts weighted by the
+  target-only time, with a 95% two-stage bootstrap CI (prompts, then repeats within a prompt);
+  the per-repeat ratios Σ_prompts T_target-only / Σ_prompts T_chain are kept beside it;
+- a prediction holds when the measured speedup lies inside the plan's interval for that chain
+  and within 10% of its point value; the ranking check passes when the recommended chain is the
+  fastest measured or the 95% CI of the fastest chain's paired speedup over it contains 1;
+- the error of the exact model split by source (`ErrorSources`): latency (profile T against T
+  re-timed during the run), acceptance (tokens per target pass predicted against measured) and
+  validation noise (half the CI width);
 - φ_i / N: forward passes of each model per emitted token (the prefill not counted);
 - μ, σ: mean and standard deviation of the tokens one verification at each level produced;
 - the loop's own time: decode time minus the time inside forward passes.
@@ -16,12 +24,16 @@ it gets no measured speedup (`measured_speedup` is None) and no place in the hea
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import statistics
 from dataclasses import dataclass
 from typing import Any, Sequence
 
+import numpy as np
+
 from polyplan.planner.plan_file import PlannedChain
+from polyplan.profiler.paired import PairedSpeedup, RatioInterval, paired_speedup, ratio_interval
 
 ROLE_RECOMMENDED = "recommended"
 ROLE_ALTERNATIVE = "alternative"
@@ -106,6 +118,47 @@ class LevelResult:
 
 
 @dataclass(frozen=True)
+class ErrorSources:
+    """Where a chain's prediction error comes from (each relative, signed as predicted / measured − 1).
+
+    total: the plan's exact model against the measured speedup.
+    latency: the exact model on the profile's latency against the same model on latency re-timed
+        during this run (None when not re-timed): how far the profile's timings had drifted.
+    after_latency: the re-timed exact model against the measured speedup (what latency does not
+        explain: acceptance, the loop's cost and noise).
+    acceptance: the re-timed exact model against the same with the acceptance measured on the
+        validation prompts (greedy; None otherwise): profile prompts against validation prompts.
+    residual: the exact model on re-timed latency and validation acceptance against the
+        measured speedup: the model's own error (loop, switches, rounds taken as independent)
+        plus validation noise. (1 + latency)(1 + acceptance)(1 + residual) = 1 + total.
+    tokens_per_pass: tokens per target pass, predicted against measured (level 1), the
+        acceptance effect in the simplest terms (always available).
+    noise: half the width of the measured speedup's CI, relative to it (what validation noise
+        alone can account for).
+    """
+
+    total: float
+    latency: float | None
+    after_latency: float | None
+    acceptance: float | None
+    residual: float | None
+    tokens_per_pass: float | None
+    noise: float
+
+
+@dataclass(frozen=True)
+class PromptRecord:
+    """One prompt of one chain, summarised over repeats (medians), for per-category tables."""
+
+    prompt: int
+    tokens: int
+    target_passes: float
+    decode_s: float
+    target_only_s: float
+    speedup: float  # 1 / median over repeats of the paired time ratio
+
+
+@dataclass(frozen=True)
 class ChainResult:
     """One validated chain."""
 
@@ -126,6 +179,11 @@ class ChainResult:
     loop_seconds_per_token: float  # decoding minus time inside forward passes
     predicted_loop_seconds_per_token: float
     levels: tuple[LevelResult, ...]
+    paired: PairedSpeedup | None = None  # the paired per-prompt speedup and its CI (profiler.paired)
+    predicted_interval: tuple[float, float] | None = None  # the plan's interval of predicted_exact
+    prompts: tuple[PromptRecord, ...] = ()
+    # the exact model on re-timed latency and on acceptance measured on the validation prompts (greedy)
+    reaccepted_exact: float | None = None
 
     @property
     def lossless(self) -> bool:
@@ -138,8 +196,63 @@ class ChainResult:
 
     @property
     def measured_speedup(self) -> float | None:
-        """Mean speedup over repeats; None for a lossy chain (never reported)."""
-        return self.speedup.mean if self.lossless else None
+        """The paired per-prompt speedup (mean over repeats where none was computed); None for
+        a lossy chain (never reported)."""
+        if not self.lossless:
+            return None
+        return self.paired.point if self.paired is not None else self.speedup.mean
+
+    @property
+    def inside_interval(self) -> bool | None:
+        """The measured speedup lies inside the plan's predicted interval (None: no interval, lossy)."""
+        measured = self.measured_speedup
+        if measured is None or self.predicted_interval is None:
+            return None
+        return self.predicted_interval[0] <= measured <= self.predicted_interval[1]
+
+    @property
+    def prediction_holds(self) -> bool | None:
+        """Inside the predicted interval and within PREDICTION_TOLERANCE of the point prediction."""
+        inside, error = self.inside_interval, self.exact_error
+        if inside is None or error is None:
+            return None
+        return inside and abs(error) <= PREDICTION_TOLERANCE
+
+    @property
+    def error_sources(self) -> ErrorSources | None:
+        """The exact model's error split by source (None for a lossy chain or target-only)."""
+        measured = self.measured_speedup
+        if measured is None or len(self.chain) == 1:
+            return None
+        level = self.levels[0]
+        per_pass = None
+        if level.mu and level.predicted_mu:
+            per_pass = level.predicted_mu / level.mu - 1.0
+        noise = 0.0 if self.paired is None else (self.paired.high - self.paired.low) / 2 / measured
+        both = self.retimed_exact is not None and self.reaccepted_exact is not None
+        return ErrorSources(
+            total=self.predicted_exact / measured - 1.0,
+            latency=None if self.retimed_exact is None else self.predicted_exact / self.retimed_exact - 1.0,
+            after_latency=None if self.retimed_exact is None else self.retimed_exact / measured - 1.0,
+            acceptance=self.retimed_exact / self.reaccepted_exact - 1.0 if both else None,
+            residual=self.reaccepted_exact / measured - 1.0 if self.reaccepted_exact is not None else None,
+            tokens_per_pass=per_pass,
+            noise=noise,
+        )
+
+    def measured_text(self) -> str:
+        """`1.76x [1.70, 1.83]` (or the mean when no CI was computed; LOSSY for a lossy chain)."""
+        if not self.lossless:
+            return "LOSSY"
+        if self.paired is not None:
+            return self.paired.text()
+        return f"{self.speedup.mean:.2f}x"
+
+    def predicted_text(self) -> str:
+        """`2.01x [1.88, 2.15]` (the point alone when the plan has no interval)."""
+        if self.predicted_interval is None:
+            return f"{self.predicted_exact:.2f}x"
+        return f"{self.predicted_exact:.2f}x [{self.predicted_interval[0]:.2f}, {self.predicted_interval[1]:.2f}]"
 
     @property
     def exact_error(self) -> float | None:
@@ -188,6 +301,7 @@ class Headline:
     recommended_within_noise: bool | None
     checks: tuple[Check, ...]
     line: str
+    fastest_over_recommended: RatioInterval | None = None  # paired: the fastest chain's speedup over the recommended's
 
 
 @dataclass(frozen=True)
@@ -227,7 +341,8 @@ def _first_difference(reference: tuple[int, ...], other: tuple[int, ...], prompt
 
 
 def summarise_chain(
-    spec: ChainSpec, runs: Sequence[RunRecord], baseline: Sequence[RunRecord], greedy: bool, retimed: float | None = None
+    spec: ChainSpec, runs: Sequence[RunRecord], baseline: Sequence[RunRecord], greedy: bool, retimed: float | None = None,
+    reaccepted: float | None = None,
 ) -> ChainResult:
     """Aggregate one chain's runs against the target-only runs of the same repeats
     (`retimed`: the exact model's speedup on latency timed during the run, if any)."""
@@ -239,6 +354,7 @@ def summarise_chain(
         mine = [run for run in runs if run.repeat == repeat]
         theirs = sum(base[(repeat, run.prompt)].decode_s for run in mine)
         speedups.append(theirs / sum(run.decode_s for run in mine))
+    paired, prompts = _paired(runs, base)
     difference = None
     if greedy:
         for run in runs:
@@ -293,7 +409,36 @@ def summarise_chain(
         loop_seconds_per_token=(decode - inside) / tokens,
         predicted_loop_seconds_per_token=planned.overhead_per_token_s,
         levels=tuple(levels),
+        paired=paired,
+        predicted_interval=planned.exact_interval,
+        prompts=prompts,
+        reaccepted_exact=reaccepted,
     )
+
+
+def _paired(runs: Sequence[RunRecord], base: dict[tuple[int, int], RunRecord]) -> tuple[PairedSpeedup | None, tuple[PromptRecord, ...]]:
+    """The paired speedup over the complete (prompt × repeat) grid of `runs`, and per-prompt records."""
+    prompts = sorted({run.prompt for run in runs})
+    repeats = sorted({run.repeat for run in runs})
+    cells = {(run.prompt, run.repeat): run for run in runs}
+    if len(cells) != len(prompts) * len(repeats) or any((r, p) not in base for p, r in cells):
+        return None, ()
+    grid = [[cells[(p, r)] for r in repeats] for p in prompts]
+    chain_s = np.array([[run.decode_s for run in row] for row in grid])  # [P, R]
+    base_s = np.array([[base[(run.repeat, run.prompt)].decode_s for run in row] for row in grid])  # [P, R]
+    paired = paired_speedup(chain_s, base_s)
+    records = tuple(
+        PromptRecord(
+            prompt=p,
+            tokens=int(np.median([len(run.token_ids) for run in row])),
+            target_passes=float(np.median([run.forward_passes[0] for run in row])),
+            decode_s=float(np.median(chain_s[i])),
+            target_only_s=float(np.median(base_s[i])),
+            speedup=paired.per_prompt[i],
+        )
+        for i, (p, row) in enumerate(zip(prompts, grid))
+    )
+    return paired, records
 
 
 def _ratio(numerator: Repeated, denominator: Repeated) -> Repeated:
@@ -306,29 +451,31 @@ def headline(chains: Sequence[ChainResult]) -> Headline:
     recommended = next(chain for chain in chains if chain.recommended)
     lossless = [chain for chain in chains if chain.lossless]
     two = next((chain for chain in chains if ROLE_TWO_MODEL in chain.roles), None)
-    fastest = max(lossless, key=lambda chain: chain.speedup.mean) if lossless else None
+    fastest = max(lossless, key=lambda chain: chain.measured_speedup) if lossless else None
     over_two = _ratio(recommended.speedup, two.speedup) if two is not None and two.lossless and recommended.lossless else None
-    within = None
+    within, gap = None, None
     if fastest is not None and recommended.lossless:
         if fastest is recommended:
             within = True
+        elif fastest.paired is not None and recommended.paired is not None:
+            gap = ratio_interval(fastest.paired, recommended.paired)
+            within = gap.includes_one
         else:
-            gap = _ratio(fastest.speedup, recommended.speedup)
-            noise = gap.stderr
-            within = gap.mean - 1.0 <= (2.0 * noise if noise is not None else 0.0)
-    checks = _checks(recommended, lossless, over_two, two, fastest, within)
+            gap_repeats = _ratio(fastest.speedup, recommended.speedup)
+            noise = gap_repeats.stderr
+            within = gap_repeats.mean - 1.0 <= (2.0 * noise if noise is not None else 0.0)
+    checks = _checks(recommended, lossless, over_two, two, fastest, within, gap)
     if recommended.lossless:
-        std = recommended.speedup.std
         line = (
             f"recommended {recommended.label()} (K = {list(recommended.block_sizes)}): measured "
-            f"{recommended.speedup.mean:.2f}x{f' ± {std:.2f}' if std is not None else ''} over target-only decoding "
-            f"(exact model predicted {recommended.predicted_exact:.2f}x, {recommended.exact_error:+.1%}; "
+            f"{recommended.measured_text()} over target-only decoding "
+            f"(exact model predicted {recommended.predicted_text()}, {recommended.exact_error:+.1%}; "
             f"paper's Lemma 3.1 {recommended.predicted_paper:.2f}x, {recommended.paper_error:+.1%})"
         )
         if over_two is not None and two is not recommended:
             line += f"; {over_two.mean:.2f}x over the best two-model chain {two.label()}"
         if fastest is not None and fastest is not recommended:
-            line += f"; fastest measured: {fastest.label()} at {fastest.speedup.mean:.2f}x" + (
+            line += f"; fastest measured: {fastest.label()} at {fastest.measured_text()}" + (
                 " (within noise)" if within else ""
             )
     else:
@@ -342,10 +489,11 @@ def headline(chains: Sequence[ChainResult]) -> Headline:
         over_two_model=over_two,
         two_model=None if two is None else two.label(),
         fastest=None if fastest is None else fastest.label(),
-        fastest_speedup=None if fastest is None else fastest.speedup.mean,
+        fastest_speedup=None if fastest is None else fastest.measured_speedup,
         recommended_within_noise=within,
         checks=checks,
         line=line,
+        fastest_over_recommended=gap,
     )
 
 
@@ -363,19 +511,36 @@ def _prediction_check(name: str, errors: list[tuple[ChainResult, float]], missin
     )
 
 
-def _checks(recommended, lossless, over_two, two, fastest, within) -> tuple[Check, ...]:
+def _holds_check(lossless: Sequence[ChainResult]) -> Check:
+    """Every lossless chain's measured speedup inside its predicted interval and within 10%."""
+    judged = [chain for chain in lossless if chain.prediction_holds is not None]
+    name = "every prediction holds: measured speedup inside its predicted interval and within 10% of the point"
+    if not judged:
+        return Check(name, None, PREDICTION_TOLERANCE, None, "the plan has no prediction intervals (re-run polyplan recommend)")
+    failing = [chain for chain in judged if not chain.prediction_holds]
+    detail = "; ".join(
+        f"{chain.label()}: measured {chain.measured_speedup:.2f}x vs {chain.predicted_text()}" for chain in failing
+    ) or f"{len(judged)} chain(s) hold"
+    return Check(name, float(len(failing)), 0.0, not failing, detail)
+
+
+def _checks(recommended, lossless, over_two, two, fastest, within, gap=None) -> tuple[Check, ...]:
     errors = [(chain, chain.exact_error) for chain in lossless if chain.exact_error is not None]
     retimed = [(chain, chain.retimed_error) for chain in lossless if chain.retimed_error is not None]
+    ranking = "no lossless chain" if fastest is None else f"fastest: {fastest.label()} {fastest.measured_text()}"
+    if gap is not None:
+        ranking += (f"; its paired speedup over the recommended chain {gap.point:.3f}x, "
+                    f"{gap.level:.0%} CI [{gap.low:.3f}, {gap.high:.3f}] {'contains' if gap.includes_one else 'excludes'} 1")
     checks = [
         _prediction_check("exact model within 10% of the measured speedup (every lossless chain)", errors, "no lossless chain"),
         _prediction_check("exact model on latency re-timed during the run within 10% (every lossless chain)", retimed,
                           "not re-timed (no profile)"),
         Check(
-            "recommended chain is the fastest measured (or within noise)",
-            None if fastest is None else fastest.speedup.mean,
+            "recommended chain is the fastest measured (or tied: the paired CI of the fastest over it contains 1)",
+            None if fastest is None else fastest.measured_speedup,
             0.0,
             within,
-            "no lossless chain" if fastest is None else f"fastest: {fastest.label()} {fastest.speedup.mean:.2f}x",
+            ranking,
         ),
         Check(
             f"recommended chain >= {TARGET_SPEEDUP:g}x over target-only decoding",
@@ -391,6 +556,7 @@ def _checks(recommended, lossless, over_two, two, fastest, within) -> tuple[Chec
             None if over_two is None else over_two.mean >= TARGET_OVER_TWO_MODEL,
             "no lossless two-model chain" if over_two is None else f"{over_two.mean:.2f}x over {two.label()}",
         ),
+        _holds_check(lossless),
     ]
     return tuple(checks)
 
@@ -421,6 +587,8 @@ def chain_json(chain: ChainResult) -> dict[str, Any]:
         "chain": list(chain.chain),
         "block_sizes": list(chain.block_sizes),
         "predicted_speedup": {"exact": chain.predicted_exact, "paper": chain.predicted_paper, "exact_retimed": chain.retimed_exact},
+        # the exact model on re-timed latency and acceptance measured on the validation prompts (greedy; else null)
+        "exact_retimed_reaccepted": chain.reaccepted_exact,
         "measured_speedup": chain.measured_speedup,
         "greedy_equal": chain.greedy_equal,
         "recommended": chain.recommended,
@@ -436,6 +604,15 @@ def chain_json(chain: ChainResult) -> dict[str, Any]:
         "first_difference": chain.first_difference,
         "levels": [_level_json(level) for level in chain.levels],
         "tokens_per_target_pass": chain.tokens_per_target_pass,
+        "predicted_interval": None if chain.predicted_interval is None else list(chain.predicted_interval),
+        "measured_ci": None
+        if chain.paired is None or not chain.lossless
+        else {"low": chain.paired.low, "high": chain.paired.high, "level": chain.paired.level,
+              "method": "paired per-prompt ratio, median over repeats, two-stage bootstrap (profiler.paired)"},
+        "inside_interval": chain.inside_interval,
+        "prediction_holds": chain.prediction_holds,
+        "error_sources": None if chain.error_sources is None else dataclasses.asdict(chain.error_sources),
+        "per_prompt": [dataclasses.asdict(record) for record in chain.prompts],
     }
 
 
@@ -456,6 +633,9 @@ def validation_json(validation: Validation, files: dict[str, str] | None = None)
             "fastest": head.fastest,
             "fastest_speedup": head.fastest_speedup,
             "recommended_within_noise": head.recommended_within_noise,
+            "fastest_over_recommended": None
+            if head.fastest_over_recommended is None
+            else dataclasses.asdict(head.fastest_over_recommended),
         },
         "checks": [
             {"name": check.name, "value": check.value, "threshold": check.threshold, "passed": check.passed, "detail": check.detail}

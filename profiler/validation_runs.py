@@ -31,7 +31,7 @@ from polyplan.profile import Profile
 from polyplan.profiler.latency import synchronizer
 from polyplan.profiler.latency import collector_paused
 from polyplan.profiler.primed import PrimedMember
-from polyplan.profiler.retime import PassTiming, retimed_speedups, time_passes
+from polyplan.profiler.retime import PassTiming, reaccepted_speedups, retimed_speedups, time_passes
 from polyplan.profiler.prompts import EncodedPrompt
 from polyplan.profiler.validation_results import (
     ROLE_ALTERNATIVE,
@@ -53,7 +53,7 @@ class ValidationSettings:
     Attributes:
         new_tokens: tokens every chain generates per prompt (EOS is not honoured, so every
             run produces exactly this many and all chains do the same work).
-        repeats: passes over the prompt set; speedups get error bars over repeats.
+        repeats: passes over the prompt set; each prompt's paired ratio is the median over repeats.
         top: alternatives validated besides the recommended chain (the plan's next best).
         seed: prompt i is decoded with a generator seeded seed + i, for every chain.
         warmup_tokens: tokens of the untimed first run of each chain.
@@ -281,17 +281,25 @@ def validate_plan(
         specs, members, [p.ids for p in fitted.prompts], settings, sampling, progress, retime=profile is not None
     )
     retimed: dict[tuple[str, ...], float] = {}
+    reaccepted: dict[tuple[str, ...], float] = {}
     if profile is not None and timings:
         search = plan.payload.get("search") or {}
+        chains_run = [(spec.planned.chain, spec.planned.block_sizes) for spec in specs]
+        acceptance_model = str(search.get("acceptance_model", "iid"))
         retimed = retimed_speedups(
-            profile, timings, [(spec.planned.chain, spec.planned.block_sizes) for spec in specs], sampling=plan.sampling,
-            overhead=plan_overhead(plan, label), acceptance_model=str(search.get("acceptance_model", "iid")),
+            profile, timings, chains_run, sampling=plan.sampling, overhead=plan_overhead(plan, label),
+            acceptance_model=acceptance_model,
         )
+        if sampling.greedy:
+            agreement = validation_agreement(specs, members, [p.ids for p in fitted.prompts], settings)
+            reaccepted = reaccepted_speedups(profile, timings, agreement, chains_run, overhead=plan_overhead(plan, label),
+                                             acceptance_model=acceptance_model)
     baseline_index = next(i for i, spec in enumerate(specs) if ROLE_TARGET_ONLY in spec.roles)
     baseline = [run for run in records if run.chain == baseline_index]
     chains = tuple(
         summarise_chain(
-            spec, [run for run in records if run.chain == index], baseline, sampling.greedy, retimed.get(spec.planned.chain)
+            spec, [run for run in records if run.chain == index], baseline, sampling.greedy, retimed.get(spec.planned.chain),
+            reaccepted.get(spec.planned.chain),
         )
         for index, spec in enumerate(specs)
     )
@@ -305,6 +313,7 @@ def validate_plan(
         notes.append(f"{len(fitted.dropped)} prompt(s) left out: longer than the context allows")
     if fitted.truncated:
         notes.append(f"{fitted.truncated} prompt(s) shortened from the left to fit the context")
+    notes += [f"timing warning from the plan: {line}" for line in plan.payload.get("warnings") or [] if isinstance(line, str)]
     return Validation(
         chains=chains,
         headline=headline(chains),
@@ -323,6 +332,26 @@ def validate_plan(
         notes=tuple(notes),
         exact_model=exact_model_description(plan),
     )
+
+
+def validation_agreement(specs: Sequence[ChainSpec], members: Mapping[str, ChainMember], prompts: Sequence[Sequence[int]],
+                         settings: ValidationSettings) -> dict:
+    """Greedy agreement sequences of every adjacent pair of the validated chains on the
+    validation prompts (`profiler.runs.measure_agreement`: the target's continuation of
+    `settings.new_tokens` tokens, one teacher-forced pass per model), untimed."""
+    from types import SimpleNamespace
+
+    from polyplan.profiler.runs import measure_agreement
+
+    target = specs[0].planned.chain[0]
+    names = [target] + sorted({name for spec in specs for name in spec.planned.chain} - {target})
+    models = [SimpleNamespace(name=name, member=members[name], fingerprint=name) for name in names]
+    pairs = sorted({pair for spec in specs for pair in zip(spec.planned.chain, spec.planned.chain[1:])})
+    with torch.inference_mode():
+        entry = measure_agreement(models, pairs, prompts, new_tokens=settings.new_tokens, seed=settings.seed)
+    for member in members.values():
+        member.reset()
+    return entry
 
 
 def exact_model_description(plan: PlanFile) -> str:

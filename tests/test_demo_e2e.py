@@ -52,7 +52,7 @@ def test_reduced_demo_prints_one_table_and_writes_a_complete_report(family, tmp_
     assert [entry["greedy_equal"] for entry in payload["chains"]] == [True] * len(payload["chains"])
     assert [entry["recommended"] for entry in payload["chains"]].count(True) == 1
     assert any(entry["chain"] == ["target"] for entry in payload["chains"])
-    assert len(payload["checks"]) == 5 and all(check["passed"] in (True, False, None) for check in payload["checks"])
+    assert len(payload["checks"]) == 6 and all(check["passed"] in (True, False, None) for check in payload["checks"])
     assert all(source.startswith("stdlib:") for source in payload["settings"]["prompt_sources"])
     profile_file = Path(json.loads((folder / "plan.json").read_text())["profile"]["path"])
     assert profile_file.parent == tmp_path / "cache" / "profiles"  # the user's cache, never the package

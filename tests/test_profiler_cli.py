@@ -18,7 +18,7 @@ from polyplan.profiler.settings import AcceptanceSettings
 pytestmark = pytest.mark.usefixtures("single_thread")
 
 FAST = [
-    "--new-tokens", "8", "--latency-ks", "1,2", "--context-lengths", "8,16", "--repeats", "3", "--warmup", "1",
+    "--new-tokens", "8", "--latency-ks", "1,2", "--context-lengths", "8,16", "--repeats", "3", "--warmup", "1", "--noise-budget", "0",
     "--decoded-prompts", "2", "--block-sizes", "2",
 ]
 

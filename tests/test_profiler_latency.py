@@ -97,8 +97,9 @@ def test_reference_workload_is_timed_once_per_timed_round_and_recorded():
     def workload() -> None:
         clock.now += next(costs)
 
-    result = measure_latency(CostMember(clock), list(range(24)), SETTINGS, clock=clock, workload=workload)
-    # 2 contexts x (2 warm-up + 5 timed) rounds; only the timed ones count
+    quiet = LatencySettings(ks=(1, 2, 4), context_lengths=(10, 20), repeats=5, warmup=2, prefill_repeats=3, noise_budget_s=0.0)
+    result = measure_latency(CostMember(clock), list(range(24)), quiet, clock=clock, workload=workload)
+    # 2 contexts x (2 warm-up + 5 timed) rounds; only the timed ones count (no budget for more)
     assert result.reference.repeats == 2 * 5
     assert result.reference.median == pytest.approx(0.002)
     meta = model_entry("fake", "sha256:x", result, "sha256:y").meta
@@ -155,3 +156,104 @@ def test_spread_is_median_and_interquartile_range():
     summary = spread([1.0, 2.0, 3.0, 4.0, 100.0])
     assert (summary.median, summary.iqr, summary.repeats) == (3.0, 2.0, 5)
     assert summary.relative_iqr == pytest.approx(2 / 3)
+
+
+def _workload(clock: FakeClock, costs):
+    stream = iter(costs)
+
+    def run() -> None:
+        clock.now += next(stream)
+
+    return run
+
+
+def test_a_noisy_floor_is_repeated_until_it_settles():
+    """Floor timings alternate 1 and 3 ms for the first 10 rounds (IQR/median far above 10%),
+    then stay at 2 ms: more rounds are timed until the floor's IQR/median is acceptable."""
+    clock = FakeClock()
+    settings = LatencySettings(ks=(1,), context_lengths=(10,), repeats=6, warmup=0, prefill_repeats=1, noise_budget_s=60.0)
+    costs = [0.001, 0.003] * 5 + [0.002] * 200
+    result = measure_latency(CostMember(clock), list(range(24)), settings, clock=clock, workload=_workload(clock, costs))
+    assert result.reference.repeats + result.reference.outliers > 6
+    assert result.reference.relative_iqr <= settings.max_noise
+    assert not result.budget_exhausted
+
+
+def test_a_floor_that_stays_noisy_exhausts_the_budget_and_says_so():
+    """Negative control: the floor alternates 1 and 3 ms forever; the budget (0.05 fake s)
+    runs out and the measurement is flagged, in the profile entry's meta too."""
+    from polyplan.profiler.entries import NOISE_BUDGET_KEY, model_entry
+
+    clock = FakeClock()
+    settings = LatencySettings(ks=(1,), context_lengths=(10,), repeats=6, warmup=0, prefill_repeats=1, noise_budget_s=0.05)
+    result = measure_latency(CostMember(clock), list(range(24)), settings, clock=clock,
+                             workload=_workload(clock, [0.001, 0.003] * 1000))
+    assert result.budget_exhausted
+    assert result.reference.relative_iqr > settings.max_noise
+    assert model_entry("fake", "sha256:x", result, "sha256:y").meta[NOISE_BUDGET_KEY] is True
+
+
+def test_a_slowed_pass_is_dropped_as_an_outlier_and_counted():
+    """One timed pass of 20 (k=1, context 10) is 50 ms slower: the outlier rule drops it, the
+    median is the undisturbed cost and the profile entry keeps the count and the kept samples."""
+    from polyplan.profiler.entries import model_entry
+
+    clock = FakeClock()
+    member = CostMember(clock)
+    original = member.forward
+    calls = {"n": 0}
+
+    def forward(new_ids, keep_last=None):
+        calls["n"] += 1
+        if calls["n"] == 12:  # a timed step pass, past prefill and warm-up
+            clock.now += 0.05
+        return original(new_ids, keep_last)
+
+    member.forward = forward
+    settings = LatencySettings(ks=(1,), context_lengths=(10,), repeats=20, warmup=1, prefill_repeats=1, noise_budget_s=0.0)
+    result = measure_latency(member, list(range(24)), settings, clock=clock)
+    timing = result.at(10, 1)
+    assert timing.outliers == 1 and timing.repeats == 19
+    assert timing.median == pytest.approx(0.001 + 0.0005 + 0.0001)
+    point = model_entry("fake", "sha256:x", result, "sha256:y").latency[0]
+    assert point.outliers == 1 and len(point.samples_s) == 19
+
+
+class LoadedMember(CostMember):
+    """A CostMember whose passes cost `factor` times more once the fake clock passes `burst`
+    (a background job starting partway through the profiling)."""
+
+    def __init__(self, clock, scale, burst, factor=2.0):
+        super().__init__(clock)
+        self.scale, self.burst, self.factor = scale, burst, factor
+        self.first_extra = 0.0
+
+    def forward(self, new_ids, keep_last=None):
+        before = self.clock.now
+        result = super().forward(new_ids, keep_last)
+        cost = (self.clock.now - before) * self.scale
+        self.clock.now = before + cost * (self.factor if before >= self.burst else 1.0)
+        return result
+
+
+def test_models_timed_together_keep_their_ratio_when_the_load_changes():
+    """A load doubling every pass starts 0.35 fake s in (before the target's timed passes are half
+    done when timed alone; about a quarter into the interleaved run). Timed interleaved, the target's and the
+    drafter's T(1) are both doubled and their ratio (what decides the chain) stays 5; timed one
+    after the other (the negative control) the drafter alone is doubled and the ratio is off 2x."""
+    from polyplan.profiler.latency import measure_latencies
+
+    settings = LatencySettings(ks=(1,), context_lengths=(10,), repeats=20, warmup=0, prefill_repeats=1, noise_budget_s=0.0)
+
+    def ratio(together: bool) -> float:
+        clock = FakeClock()
+        target, drafter = LoadedMember(clock, 10.0, 0.35), LoadedMember(clock, 2.0, 0.35)
+        if together:
+            a, b = measure_latencies([target, drafter], list(range(24)), settings, clock=clock)
+        else:
+            a = measure_latency(target, list(range(24)), settings, clock=clock)
+            b = measure_latency(drafter, list(range(24)), settings, clock=clock)
+        return a.at(10, 1).median / b.at(10, 1).median
+
+    assert ratio(True) == pytest.approx(5.0, rel=0.01)
+    assert ratio(False) == pytest.approx(2.5, rel=0.05)

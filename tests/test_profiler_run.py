@@ -51,7 +51,7 @@ def _prompts(count: int = 4, length: int = 24, seed: int = 0) -> list[EncodedPro
 
 
 SETTINGS = ProfileSettings(
-    latency=LatencySettings(ks=(1, 2, 4), context_lengths=(8, 24), repeats=3, warmup=1, prefill_repeats=2),
+    latency=LatencySettings(ks=(1, 2, 4), context_lengths=(8, 24), repeats=3, warmup=1, prefill_repeats=2, noise_budget_s=0.0),
     acceptance=AcceptanceSettings(block_sizes=(2, 3), new_tokens=10, decoded_prompts=2, resamples=100),
 )
 ENTRIES = 3 + 3 * 2 * 3  # latency of 3 models; 3 pairs x 2 modes x (alpha + decoded at 2 K)

@@ -17,7 +17,7 @@ from polyplan.cli import app
 pytestmark = pytest.mark.usefixtures("single_thread")
 
 PROFILE_FAST = [
-    "--new-tokens", "8", "--latency-ks", "1,2,4", "--context-lengths", "8,16", "--repeats", "3", "--warmup", "1",
+    "--new-tokens", "8", "--latency-ks", "1,2,4", "--context-lengths", "8,16", "--repeats", "3", "--warmup", "1", "--noise-budget", "0",
     "--decoded-prompts", "2", "--block-sizes", "2", "--temperatures", "0", "--threads", "1",
 ]
 VALIDATE_FAST = ["--new-tokens", "12", "--repeats", "2", "--top", "1"]

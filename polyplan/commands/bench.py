@@ -104,3 +104,54 @@ def peers(
         typer.echo("\n".join(peers_lines(bench)))
     if bench.mismatches:
         raise PolyplanError(f"greedy outputs differ from target-only in {len(bench.mismatches)} run(s): {bench.mismatches[0]}")
+
+
+@app.command("load")
+@fails_cleanly
+def load(
+    seconds: Annotated[float, typer.Option("--seconds", help="How long the load runs (it then stops by itself; at most 4 h).")],
+    cores: Annotated[int, typer.Option("--cores", help="Cores kept busy (one process each).")] = 1,
+) -> None:
+    """Keep CPU cores busy with matrix products for --seconds, then stop (a bounded, documented load).
+
+    Each load process is one thread multiplying 256 x 256 matrices; it exits at its time limit,
+    when this command ends, or when its parent dies. Prints the products each process ran.
+    """
+    from polyplan.profiler.load import run_load_processes
+
+    for index, report in enumerate(run_load_processes(seconds, cores), start=1):
+        typer.echo(f"load process {index}: {report.products} matrix products in {report.seconds:.1f} s "
+                   f"({report.products_per_second:.0f}/s)")
+
+
+@app.command("loop")
+@fails_cleanly
+def loop(
+    quick: Annotated[bool, typer.Option("--quick", help="Reduced profiling on the tiny quick family (as `demo --quick`).")] = False,
+    candidates: Annotated[Optional[Path], typer.Option("--candidates", help="models.yaml (default: examples/zoo.yaml).")] = None,
+    prompts_per_kind: Annotated[int, typer.Option("--prompts-per-kind", help="Validation prompts of each of the 4 kinds.")] = 4,
+    new_tokens: Annotated[int, typer.Option("--new-tokens", help="Tokens generated per prompt and chain.")] = 128,
+    repeats: Annotated[int, typer.Option("--repeats", help="Validation passes over the prompts.")] = 3,
+    top: Annotated[int, typer.Option("--top", help="Alternatives validated besides the recommended chain.")] = 3,
+    cores: Annotated[int, typer.Option("--cores", help="Cores the load keeps busy in the loaded run.")] = 1,
+    out: Annotated[Path, typer.Option("--out", help="Folder for the two runs (quiet/, loaded/).")] = Path("polyplan-loop"),
+    cache_dir: Annotated[
+        Optional[Path], typer.Option("--cache-dir", help="Profile cache (default: $POLYPLAN_CACHE_DIR or ~/.cache/polyplan).")
+    ] = None,
+    threads: Annotated[int, typer.Option("--threads", help="torch CPU threads (default 1).")] = 1,
+) -> None:
+    """Run profile -> recommend -> validate twice, quiet and under a background load, and print
+    per run and chain: predicted [interval], measured [CI], error, inside, and the ranking check."""
+    from polyplan.commands.progress import progress_bars
+    from polyplan.commands.recommend import set_threads
+    from polyplan.profiler.demo import DemoSettings
+    from polyplan.profiler.load_loop import loop_lines, run_load_loop
+
+    set_threads(threads)
+    settings = DemoSettings(candidates=candidates, quick=quick, prompts_per_kind=prompts_per_kind, new_tokens=new_tokens,
+                            repeats=repeats, top=top, out=out, cache_dir=cache_dir)
+    with progress_bars() as (profiling, validating):
+        bench = run_load_loop(settings, cores=cores, log=lambda line: typer.echo(line, err=True),
+                              profile_progress=profiling, validation_progress=validating)
+    typer.echo("\n".join(loop_lines(bench)))
+    typer.echo(f"\nreports: {', '.join(str(run.result.files.report) for run in bench.runs)}")

@@ -50,12 +50,20 @@ def demo(
     if json_output:
         echo_json(json.loads(result.files.json.read_text(encoding="utf-8")))
         return
-    best = result.recommendation.best
+    from polyplan.commands.recommend import warning_lines
+
+    recommendation = result.recommendation
+    best = recommendation.best
+    found = None if recommendation.intervals is None else recommendation.intervals.of(best.chain)
+    predicted = f"{best.exact_speedup:.2f}x" if found is None else found.speedup.text()
+    ranking = "" if recommendation.intervals is None else recommendation.intervals.ranking_line() + "\n"
     typer.echo(
         f"profile {result.profile_path}: {result.profile_measured} entries measured, {result.profile_reused} reused "
         f"({result.profile_seconds:.0f} s)\n"
-        f"plan {result.plan_path}: {best.label()} K = {list(best.block_sizes)}, predicted {best.exact_speedup:.2f}x "
-        f"(exact model), {best.paper_speedup:.2f}x (Lemma 3.1)\n"
+        f"plan {result.plan_path}: {best.label()} K = {list(best.block_sizes)}, predicted {predicted} "
+        f"(exact model), {best.paper_speedup:.2f}x (Lemma 3.1)\n{ranking}"
     )
+    for line in warning_lines(recommendation.warnings):
+        typer.echo(line)
     typer.echo("\n".join(result_lines(result.validation, result.files)))
     typer.echo(f"\ndemo finished in {result.wall_time_s:.0f} s")

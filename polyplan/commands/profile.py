@@ -64,6 +64,13 @@ def profile(
     context_lengths: Annotated[str, typer.Option("--context-lengths", help="Cached tokens for T(k), comma-separated.")] = "128,384",
     repeats: Annotated[int, typer.Option("--repeats", help="Timed repeats per latency point.")] = 15,
     warmup: Annotated[int, typer.Option("--warmup", help="Untimed warm-up rounds per context length.")] = 3,
+    max_noise: Annotated[
+        float, typer.Option("--max-noise", help="Acceptable machine floor: IQR/median of a fixed workload timed in the same rounds.")
+    ] = 0.10,
+    noise_budget: Annotated[
+        float, typer.Option("--noise-budget", help="Extra seconds per context length for more rounds while the floor is above "
+                            "--max-noise (0: never; when it runs out the profile and the plan say so).")
+    ] = 20.0,
     device: Annotated[Optional[str], typer.Option("--device", help="Put every model on this device (default: as in models.yaml).")] = None,
     threads: Annotated[
         int,
@@ -94,6 +101,8 @@ def profile(
             context_lengths=_numbers(context_lengths, "--context-lengths", int),
             repeats=repeats,
             warmup=warmup,
+            max_noise=max_noise,
+            noise_budget_s=noise_budget,
         ),
         acceptance=AcceptanceSettings(
             temperatures=_numbers(temperatures, "--temperatures", float),
@@ -122,6 +131,8 @@ def profile(
     columns = (TextColumn("{task.description:<48}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn())
     with Progress(*columns, console=console, transient=True, disable=json_output) as bar:
         outcome = profile_models(loaded.models, encoded, out, settings, device=loaded.device, progress=_Bar(bar))
+    from polyplan.planner.timing_health import timing_warnings
+
     if json_output:
         echo_json(
             {
@@ -129,6 +140,7 @@ def profile(
                 "measured": [step.label for step in outcome.measured],
                 "reused": [step.label for step in outcome.reused],
                 "wall_time_s": outcome.wall_time_s,
+                "warnings": list(timing_warnings(outcome.profile)),
                 "phase_seconds": {"latency": outcome.phases.latency, "alpha": outcome.phases.alpha, "decoded": outcome.phases.decoded},
                 "models": [{"name": r.name, "step_s": r.step_s, "relative_iqr": r.relative_iqr, "reference_relative_iqr": r.reference_relative_iqr} for r in model_rows(outcome.profile)],
                 "pairs": [
@@ -160,7 +172,9 @@ def profile(
             }
         )
         return
-    typer.echo("\n".join(summary_lines(outcome.profile)))
+    from polyplan.commands.recommend import warning_lines
+
+    typer.echo("\n".join(summary_lines(outcome.profile) + warning_lines(timing_warnings(outcome.profile))))
     phases = outcome.phases
     typer.echo(
         f"\nwrote {out}: {len(outcome.measured)} entries measured, {len(outcome.reused)} reused in "

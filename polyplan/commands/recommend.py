@@ -24,8 +24,10 @@ def _verdicts(plan: ChainPlan) -> str:
 
 def table_lines(result: Recommendation) -> list[str]:
     """The ranked table and the insertion lines."""
+    intervals = result.intervals
+    level = "" if intervals is None else f" ({intervals.level:.0%} interval)"
     header = (
-        f"{'rank':>4}  {'exact':>8}  {'paper':>8}  {'block sizes':<14} {'paper phi_i/N':<28} "
+        f"{'rank':>4}  {'exact' + level:<26}  {'paper':>8}  {'block sizes':<14} {'paper phi_i/N':<28} "
         f"{'Thm 3.2 per insertion':<34} chain"
     )
     overhead = result.overhead
@@ -41,21 +43,39 @@ def table_lines(result: Recommendation) -> list[str]:
     ]
     for rank, plan in enumerate(result.ranked, start=1):
         phi = "[" + ", ".join(f"{value:.3g}" for value in plan.paper.phi_per_token) + "]"
+        found = None if intervals is None else intervals.of(plan.chain)
+        exact = f"{plan.exact_speedup:.3f}x" if found is None else found.speedup.text()
         lines.append(
-            f"{rank:>4}  {plan.exact_speedup:>7.3f}x  {plan.paper_speedup:>7.3f}x  "
+            f"{rank:>4}  {exact:<26}  {plan.paper_speedup:>7.3f}x  "
             f"{str(list(plan.block_sizes)):<14} {phi:<28} {_verdicts(plan):<34} {plan.label()}"
         )
     best = result.best
+    found = None if intervals is None else intervals.of(best.chain)
     lines += [
         "",
-        f"best: {best.label()}  K = {list(best.block_sizes)}  exact {best.exact_speedup:.3f}x "
+        f"best: {best.label()}  K = {list(best.block_sizes)}  exact "
+        f"{best.exact_speedup:.3f}x{'' if found is None else f' [{found.speedup.low:.2f}, {found.speedup.high:.2f}]'} "
         f"(forwards/token {[round(f, 3) for f in best.exact.forwards_per_token]}, "
         f"tokens/verification {[round(t, 3) for t in best.exact.tokens_per_verification]})",
         "",
         "Why each model is in or out:",
     ]
     lines += [f"  {note.line}" for note in result.insertions] or ["  (no candidate drafters)"]
+    if intervals is not None:
+        lines += ["", intervals.ranking_line(),
+                  f"  (bootstrap: {intervals.resamples} resamples of the latency timings ({intervals.latency_source}) and "
+                  f"the acceptance data ({intervals.acceptance_source}); block sizes held at their chosen values)"]
+    lines += warning_lines(result.warnings)
     return lines
+
+
+def warning_lines(warnings) -> list[str]:
+    """The timing warnings, one `warning:` line each (nothing when there is none)."""
+    if not warnings:
+        return []
+    return ["", "Timing warnings (the predictions above may not hold on this machine):"] + [
+        f"  warning: {line}" for line in warnings
+    ]
 
 
 def _temperature(sampling: str) -> float:
@@ -91,6 +111,9 @@ def recommend(
     device: Annotated[Optional[str], typer.Option("--device", help="With --candidates: put every model on this device.")] = None,
     threads: Annotated[Optional[int], typer.Option("--threads", help="With --candidates: torch CPU threads.")] = None,
     json_output: Annotated[bool, typer.Option("--json", help="Print the plan as one JSON object.")] = False,
+    resamples: Annotated[
+        int, typer.Option("--resamples", help="Bootstrap resamples for each predicted speedup's 95% interval (0: none).")
+    ] = 200,
 ) -> None:
     """Rank every chain of the profiled models with its best block sizes and write the plan.
 
@@ -100,7 +123,9 @@ def recommend(
     from polyplan.planner.plan_file import plan_from_profile
     from polyplan.profile import load
 
-    options = dict(max_levels=max_levels, k_max=k_max, block_sizes=search, sampling=sampling, seed=seed)
+    if resamples != 0 and resamples < 20:
+        raise PolyplanError(f"--resamples: must be 0 (no intervals) or >= 20, got {resamples}")
+    options = dict(max_levels=max_levels, k_max=k_max, block_sizes=search, sampling=sampling, seed=seed, resamples=resamples)
     if candidates is None:
         if profile is None:
             raise PolyplanError("--profile: give a profile JSON, or --candidates models.yaml to profile the models first")

@@ -40,6 +40,10 @@ def result_lines(validation, files) -> list[str]:
     from polyplan.profiler.validation_report import table_lines
 
     lines = table_lines(validation)
+    lines += ["", "checks:"] + [
+        f"  {({True: 'met', False: 'NOT met', None: 'undecided'})[check.passed]}: {check.name} ({check.detail})"
+        for check in validation.headline.checks
+    ]
     lines += [f"note: {note}" for note in validation.notes]
     lines += ["", f"report: {files.report}", f"json:   {files.json}"]
     lines += [f"plot:   {path}" for _, path in files.plots]
@@ -56,7 +60,7 @@ def validate(
     ] = None,
     top: Annotated[int, typer.Option("--top", help="Also validate the plan's next N chains.")] = 3,
     new_tokens: Annotated[int, typer.Option("--new-tokens", help="Tokens generated per prompt and chain.")] = 128,
-    repeats: Annotated[int, typer.Option("--repeats", help="Passes over the prompts (error bars over repeats).")] = 3,
+    repeats: Annotated[int, typer.Option("--repeats", help="Passes over the prompts (per prompt, the median over repeats enters the paired speedup).")] = 3,
     prompts_per_kind: Annotated[int, typer.Option("--prompts-per-kind", help="Built-in prompts of each kind.")] = 4,
     max_prompts: Annotated[Optional[int], typer.Option("--max-prompts", help="Use only the first N prompts.")] = None,
     seed: Annotated[int, typer.Option("--seed", help="Prompt i is decoded with seed + i.")] = 0,

@@ -1,0 +1,304 @@
+"""Prediction intervals: how far the exact model's speedup can move with the measurement noise.
+
+A predicted speedup is a function of measured inputs: each model's latency curve T_i(k) and
+each pair's acceptance (the rate α, or the measured agreement runs). Both are estimates from
+finite, noisy samples, so the prediction has a sampling distribution. This module propagates
+it by bootstrap: B replicates of the inputs, each drawn as the profiler's own sampling would
+have varied, the exact model (`planner.cost_model.predict_chain`) re-evaluated on each with
+the chain's block sizes fixed, and the percentile interval of the B speedups reported.
+
+How each input is resampled (per replicate, independently):
+
+- latency point (context c, k): its kept timings (`samples_s`, after the profiler's outlier
+  rule) resampled with replacement, the replicate's T(k) their median, exactly as the
+  profiler summarises. Profiles written before the timings were stored give only median and
+  IQR: the median is then drawn from its asymptotic normal law, standard error
+  1.2533 · (IQR / 1.349) / sqrt(repeats) (Gaussian timings; a stated approximation).
+- acceptance, with agreement runs in the profile (greedy): the prompts are the clusters, as
+  the acceptance is correlated along a prompt; each replicate draws the prompts with
+  replacement and re-estimates the run survival (`planner.runs`) from their pooled counts;
+  α (for the i.i.d. reading) is scaled by the replicate's agreement rate over the full one.
+- acceptance otherwise: α drawn from a normal law matching its 95% interval `alpha_ci`
+  (clipped to [0, 1)), else from the binomial standard error sqrt(α(1 − α)/alpha_samples);
+  with neither, α is held fixed and the result says so.
+
+The loop overhead and switch costs are held fixed (they are small, measured on their own).
+Lemma 3.1 is not resampled: it stays a point prediction beside the exact model.
+
+Every replicate's speedups of all chains come from the same inputs, so chains are compared
+pairwise on replicates too: `overlaps_best` (the plain criterion: intervals overlap) and
+`beats_best` (the share of replicates in which a chain beats the best one).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+from typing import Sequence
+
+import numpy as np
+
+from polyplan.errors import PolyplanError
+from polyplan.planner.cost_model import predict_chain
+from polyplan.planner.latency import LatencyCurve, curve_from_profile
+from polyplan.planner.overhead import NO_SWITCH, LoopOverhead, profile_switch_costs
+from polyplan.planner.runs import count_matrix, runs_from_meta, survival_from_counts
+from polyplan.profile import ModelProfile, Profile
+
+DEFAULT_RESAMPLES = 200
+DEFAULT_LEVEL = 0.95
+MEDIAN_EFFICIENCY = 1.2533  # sd(median) / sd(mean) for Gaussian samples: sqrt(pi / 2)
+IQR_TO_SD = 1.349  # IQR of a standard normal
+Z95 = 1.96
+TIES_SHOWN = 3  # chains named in the ranking line (the plan lists them all)
+
+
+@dataclass(frozen=True)
+class SpeedupInterval:
+    """A predicted speedup with its bootstrap percentile interval at `level`."""
+
+    point: float
+    low: float
+    high: float
+    level: float
+
+    def text(self) -> str:
+        """`2.01x [1.88, 2.15]`."""
+        return f"{self.point:.2f}x [{self.low:.2f}, {self.high:.2f}]"
+
+    def contains(self, value: float) -> bool:
+        return self.low <= value <= self.high
+
+    def overlaps(self, other: "SpeedupInterval") -> bool:
+        return self.low <= other.high and other.low <= self.high
+
+
+@dataclass(frozen=True)
+class ChainInterval:
+    """One chain's interval and how it compares with the best chain on the same replicates."""
+
+    chain: tuple[str, ...]
+    block_sizes: tuple[int, ...]
+    speedup: SpeedupInterval
+    overlaps_best: bool  # its interval overlaps the best chain's (cannot be told apart)
+    beats_best: float  # share of replicates where it is faster than the best chain (0 for the best)
+
+
+@dataclass(frozen=True)
+class PredictionIntervals:
+    """Intervals for ranked chains (best first) and what was resampled to get them."""
+
+    chains: tuple[ChainInterval, ...]
+    resamples: int
+    level: float
+    seed: int
+    latency_source: str  # "samples" (stored timings), "median_iqr" (normal approximation) or "mixed"
+    acceptance_source: str  # "runs" (prompts resampled), "alpha_ci", "alpha_samples", "fixed" or "mixed"
+
+    def of(self, chain: Sequence[str]) -> ChainInterval | None:
+        for item in self.chains:
+            if item.chain == tuple(chain):
+                return item
+        return None
+
+    @property
+    def without_noise(self) -> bool:
+        """Every interval has zero width: the profile gave the bootstrap nothing to resample."""
+        return all(item.speedup.low == item.speedup.high for item in self.chains)
+
+    def tied_with_best(self) -> tuple[ChainInterval, ...]:
+        """Chains other than the best whose interval overlaps the best's."""
+        return tuple(item for item in self.chains[1:] if item.overlaps_best)
+
+    def ranking_line(self) -> str:
+        """One line saying whether the top of the ranking can be told apart."""
+        if not self.chains:
+            return "no chain"
+        best = self.chains[0]
+        tied = self.tied_with_best()
+        level = f"{self.level:.0%}"
+        if self.without_noise:
+            return ("ranking: not judged: every interval has zero width because the profile records no measurement "
+                    "noise (no timings or IQR, no acceptance interval or runs)")
+        if not tied:
+            return (f"ranking: {' > '.join(best.chain)} is ahead of every other chain "
+                    f"(no {level} interval overlaps {best.speedup.text()})")
+        names = "; ".join(f"{' > '.join(item.chain)} {item.speedup.text()} (faster in {item.beats_best:.0%} of resamples)"
+                          for item in tied[:TIES_SHOWN])
+        if len(tied) > TIES_SHOWN:
+            names += f"; and {len(tied) - TIES_SHOWN} more"
+        return (f"ranking: cannot tell {' > '.join(best.chain)} {best.speedup.text()} apart from: {names} "
+                f"({level} intervals overlap)")
+
+
+def _latency_replicates(model: ModelProfile, resamples: int, rng: np.random.Generator) -> tuple[np.ndarray, str]:
+    """[resamples, points] replicate medians for each latency point of `model`, and the source."""
+    columns, sources = [], set()
+    for point in model.latency:
+        if point.samples_s:
+            samples = np.asarray(point.samples_s, dtype=float)
+            picks = rng.integers(0, samples.size, size=(resamples, samples.size))
+            columns.append(np.median(samples[picks], axis=1))
+            sources.add("samples")
+        else:
+            repeats = point.repeats or 1
+            error = MEDIAN_EFFICIENCY * (point.iqr_s / IQR_TO_SD) / np.sqrt(repeats)
+            draws = point.median_s + error * rng.standard_normal(resamples)
+            columns.append(np.maximum(draws, point.median_s * 1e-3))  # a time stays > 0
+            sources.add("median_iqr")
+    return np.stack(columns, axis=1), _merge(sources)
+
+
+def _curve_replicates(profile: Profile, names: Sequence[str], resamples: int, rng: np.random.Generator,
+                      context_length: int | None) -> tuple[dict[str, list[LatencyCurve]], str]:
+    curves, sources = {}, set()
+    for name in names:
+        model = profile.model(name)
+        medians, source = _latency_replicates(model, resamples, rng)
+        sources.add(source)
+        curves[name] = [
+            curve_from_profile(
+                dataclasses.replace(model, latency=[dataclasses.replace(point, median_s=float(value))
+                                                    for point, value in zip(model.latency, row)]),
+                context_length,
+            )
+            for row in medians
+        ]
+    return curves, _merge(sources)
+
+
+def _merge(sources: set[str]) -> str:
+    return next(iter(sources)) if len(sources) == 1 else "mixed"
+
+
+def _prompt_weights(prompts: int, resamples: int, rng: np.random.Generator) -> np.ndarray:
+    """[resamples, prompts]: how often each prompt is drawn in each cluster resample."""
+    picks = rng.integers(0, prompts, size=(resamples, prompts))
+    weights = np.zeros((resamples, prompts))
+    np.add.at(weights, (np.arange(resamples)[:, None], picks), 1.0)
+    return weights
+
+
+class _AcceptanceReplicates:
+    """Per (verifier, drafter): what the exact model reads in each replicate."""
+
+    def __init__(self, profile: Profile, sampling: str, acceptance_model: str, resamples: int, rng: np.random.Generator):
+        self.profile, self.sampling, self.resamples, self.rng = profile, sampling, resamples, rng
+        self.runs = runs_from_meta(profile.meta, sampling, profile.source) if acceptance_model == "runs" or \
+            acceptance_model == "auto" else {}
+        self.read_runs = acceptance_model != "iid" and bool(self.runs)
+        self._weights: dict[tuple[str, str], np.ndarray] = {}
+        self._alphas: dict[tuple[str, str], np.ndarray] = {}
+        self._survivals: dict[tuple[str, str, int], list] = {}
+        self.sources: set[str] = set()
+
+    def weights(self, pair: tuple[str, str]) -> np.ndarray:
+        if pair not in self._weights:
+            self._weights[pair] = _prompt_weights(len(self.runs[pair]), self.resamples, self.rng)
+        return self._weights[pair]
+
+    def alphas(self, pair: tuple[str, str]) -> np.ndarray:
+        if pair in self._alphas:
+            return self._alphas[pair]
+        stats = self.profile.stats(*pair, self.sampling)
+        alpha = stats.alpha
+        if pair in self.runs and self.runs[pair]:
+            agree = np.asarray([sum(seq) for seq in self.runs[pair]], dtype=float)
+            length = np.asarray([len(seq) for seq in self.runs[pair]], dtype=float)
+            weights = self.weights(pair)
+            full = agree.sum() / max(length.sum(), 1.0)
+            rates = (weights @ agree) / np.maximum(weights @ length, 1.0)
+            values = alpha * rates / full if full > 0 else np.full(self.resamples, alpha)
+            self.sources.add("runs")
+        elif stats.alpha_ci is not None:
+            values = alpha + (stats.alpha_ci[1] - stats.alpha_ci[0]) / (2 * Z95) * self.rng.standard_normal(self.resamples)
+            self.sources.add("alpha_ci")
+        elif stats.alpha_samples:
+            values = alpha + np.sqrt(alpha * (1 - alpha) / stats.alpha_samples) * self.rng.standard_normal(self.resamples)
+            self.sources.add("alpha_samples")
+        else:
+            values = np.full(self.resamples, alpha)
+            self.sources.add("fixed")
+        self._alphas[pair] = np.clip(values, 0.0, 1.0 - 1e-6)
+        return self._alphas[pair]
+
+    def read(self, pair: tuple[str, str], block: int) -> list:
+        """The exact model's acceptance input for each replicate."""
+        if not (self.read_runs and pair in self.runs):
+            return list(self.alphas(pair))
+        key = pair + (block,)
+        if key not in self._survivals:
+            at_risk, going_on, starts = count_matrix(self.runs[pair], block)
+            weights = self.weights(pair)
+            pooled_risk, pooled_on, pooled_starts = weights @ at_risk, weights @ going_on, weights @ starts
+            self._survivals[key] = [
+                survival_from_counts(pooled_risk[b], pooled_on[b], int(pooled_starts[b])) if pooled_starts[b] > 0
+                else survival_from_counts(at_risk.sum(axis=0), going_on.sum(axis=0), int(starts.sum()))
+                for b in range(self.resamples)
+            ]
+            self.sources.add("runs")
+        return self._survivals[key]
+
+
+def prediction_intervals(
+    profile: Profile,
+    chains: Sequence[tuple[Sequence[str], Sequence[int], float]],
+    *,
+    sampling: str = "greedy",
+    context_length: int | None = None,
+    overhead: LoopOverhead | None = None,
+    acceptance_model: str = "auto",
+    resamples: int = DEFAULT_RESAMPLES,
+    level: float = DEFAULT_LEVEL,
+    seed: int = 0,
+) -> PredictionIntervals:
+    """Bootstrap intervals of the exact model's speedup for `chains` (see the module docstring).
+
+    Args:
+        profile: the profile the predictions were made from.
+        chains: (chain, block sizes, point speedup) per chain, best first (the point is the
+            prediction on the profile as measured; the interval comes from the replicates).
+        acceptance_model: as in `planner.search.recommend` ("auto", "iid" or "runs").
+        resamples: bootstrap replicates B (>= 20).
+        level: interval coverage, in (0, 1).
+        seed: of the numpy Generator every draw comes from.
+    """
+    if isinstance(resamples, bool) or not isinstance(resamples, int) or resamples < 20:
+        raise PolyplanError(f"resamples: must be an integer >= 20, got {resamples!r}")
+    if not 0 < level < 1:
+        raise PolyplanError(f"level: must be in (0, 1), got {level!r}")
+    if not chains:
+        raise PolyplanError("chains: give at least one chain")
+    rng = np.random.default_rng(seed)
+    names = sorted({name for chain, _, _ in chains for name in chain})
+    curves, latency_source = _curve_replicates(profile, names, resamples, rng, context_length)
+    acceptance = _AcceptanceReplicates(profile, sampling, acceptance_model, resamples, rng)
+    switches = profile_switch_costs(profile.meta, profile.source)
+    speedups = np.empty((len(chains), resamples))
+    for row, (chain, blocks, _) in enumerate(chains):
+        pairs = list(zip(chain, chain[1:]))
+        reads = [acceptance.read(pair, k) for pair, k in zip(pairs, blocks)]
+        switch = [switches.get(name, NO_SWITCH) for name in chain]
+        for b in range(resamples):
+            speedups[row, b] = predict_chain(
+                [read[b] for read in reads], [curves[name][b] for name in chain], list(blocks), overhead, switch
+            ).speedup
+    tail = 100 * (1 - level) / 2
+    bounds = np.percentile(speedups, [tail, 100 - tail], axis=1)  # [2, chains]
+    intervals = [
+        SpeedupInterval(float(point), min(float(bounds[0, i]), float(point)), max(float(bounds[1, i]), float(point)), level)
+        for i, (_, _, point) in enumerate(chains)
+    ]
+    best = intervals[0]
+    items = tuple(
+        ChainInterval(
+            chain=tuple(chain),
+            block_sizes=tuple(int(k) for k in blocks),
+            speedup=interval,
+            overlaps_best=i > 0 and interval.overlaps(best),
+            beats_best=0.0 if i == 0 else float(np.mean(speedups[i] > speedups[0])),
+        )
+        for i, ((chain, blocks, _), interval) in enumerate(zip(chains, intervals))
+    )
+    return PredictionIntervals(items, resamples, level, seed, latency_source,
+                               _merge(acceptance.sources) if acceptance.sources else "fixed")

@@ -1,0 +1,74 @@
+"""Whether a profile's timings can be planned on: the warnings a plan carries when they cannot.
+
+The profiler records, beside each model's latency curve (`ModelProfile.meta`), the machine
+floor measured in the same rounds (IQR/median of a fixed matrix-product workload, and its
+median), the outliers it dropped, whether its budget for repeating noisy rounds ran out, and
+the torch threads it timed with against the cores available. This module reads them and says,
+one line per problem, what makes the predictions doubtful, so that `recommend`, plan.json,
+`validate` and the demo warn instead of planning silently. Pure Python (no torch).
+
+Rules (each stated in its line):
+- floor noise: the fixed workload's IQR/median above `MAX_FLOOR_NOISE` while a model was timed;
+- budget: the profiler's extra rounds ran out with the floor still noisy;
+- oversubscription: more torch threads than available cores, or several threads claiming
+  every core (an OpenMP region waits for its slowest thread, so any other process on any
+  core stalls all of them: a 2-thread run on a loaded 2-core machine once timed a target's
+  T(1) at 193 ms against 9.5 ms on 1 thread, and the plan then recommended target-only
+  decoding with no warning), or a load average above the cores when timing began;
+- floor shift: the fixed workload was more than `MAX_FLOOR_SHIFT` times slower while one model
+  was timed than while another was (the load changed between models, so their curves are not
+  comparable: the ratio of T's, which decides the chain, is off);
+- outliers: more than `MAX_OUTLIER_SHARE` of a model's timings dropped as outliers.
+"""
+
+from __future__ import annotations
+
+from polyplan.profile import Profile
+
+MAX_FLOOR_NOISE = 0.10
+MAX_FLOOR_SHIFT = 1.5
+MAX_OUTLIER_SHARE = 0.10
+NOISE_BUDGET_KEY = "noise_budget_exhausted"
+
+
+def timing_warnings(profile: Profile) -> tuple[str, ...]:
+    """One line per reason the profile's timings are doubtful (empty when none is recorded).
+    A machine-wide reason (threads, load average) is one line naming every model it hit."""
+    lines: list[str] = []
+    machine: dict[str, list[str]] = {}  # reason -> models
+    floors: dict[str, float] = {}
+    for model in profile.models:
+        meta = model.meta
+        noise = meta.get("reference_relative_iqr")
+        if isinstance(noise, (int, float)) and noise > MAX_FLOOR_NOISE:
+            lines.append(f"{model.name}: the machine floor was noisy while it was timed (a fixed workload's IQR/median "
+                         f"{noise:.0%}, acceptable <= {MAX_FLOOR_NOISE:.0%}); its latency curve is uncertain")
+        if meta.get(NOISE_BUDGET_KEY):
+            lines.append(f"{model.name}: the time budget for repeating noisy rounds ran out with the floor still noisy "
+                         f"(re-profile on a quieter machine or with a larger --noise-budget)")
+        threads, cpus, load = meta.get("threads"), meta.get("cpus"), meta.get("load_average")
+        if isinstance(threads, int) and isinstance(cpus, int) and threads > 1 and threads >= cpus:
+            reason = (f"timed with {threads} torch threads on {cpus} available core(s); any other process stalls the "
+                      f"threads and every timing is inflated erratically (re-profile with --threads 1)")
+            machine.setdefault(reason, []).append(model.name)
+        elif isinstance(load, (int, float)) and isinstance(cpus, int) and load > cpus:
+            reason = (f"the machine was overloaded when timed (load average {load:.1f} on {cpus} core(s)); the latency "
+                      f"curves reflect the load, not the models")
+            machine.setdefault(reason, []).append(model.name)
+        dropped, taken = meta.get("latency_outliers"), meta.get("latency_timings")
+        if isinstance(dropped, int) and isinstance(taken, int) and taken > 0 and dropped / taken > MAX_OUTLIER_SHARE:
+            lines.append(f"{model.name}: {dropped} of {taken} timings were outliers (dropped, > {MAX_OUTLIER_SHARE:.0%}): "
+                         f"the machine was disturbed while it was timed")
+        median = meta.get("reference_median_s")
+        if isinstance(median, (int, float)) and median > 0:
+            floors[model.name] = float(median)
+    lines = [f"{', '.join(names)}: {reason}" for reason, names in machine.items()] + lines
+    if len(floors) >= 2:
+        slow = max(floors, key=floors.__getitem__)
+        fast = min(floors, key=floors.__getitem__)
+        shift = floors[slow] / floors[fast]
+        if shift > MAX_FLOOR_SHIFT:
+            lines.append(f"the machine floor (a fixed workload) was {shift:.1f}x slower while {slow} was timed than while "
+                         f"{fast} was (> {MAX_FLOOR_SHIFT:g}x): the load changed between models, so their latency curves "
+                         f"are not comparable and the ranking may be wrong")
+    return tuple(lines)

@@ -1,0 +1,122 @@
+"""Paired per-prompt speedups with bootstrap confidence intervals (what `validate` reports).
+
+Validation runs every chain next to target-only decoding, prompt by prompt, in every repeat
+(interleaved), so each (prompt p, repeat r) gives a *paired* time ratio
+
+    ρ[p, r] = T_chain[p, r] / T_target-only[p, r]
+
+that background load, hitting both runs of the pair alike, mostly cancels out of. The
+estimate is robust to a single slowed pass:
+
+- per prompt, ρ_p = median over repeats of ρ[p, r] (one disturbed repeat of three cannot move a
+  median; a mean of ratios is what once turned (4.82, 1.77, 1.66) into 2.75x);
+- over prompts, the cost ratio is the target-only-time-weighted mean Σ_p B_p ρ_p / Σ_p B_p,
+  B_p = median over repeats of the target-only time (so, with no noise, exactly the ratio of
+  total times, what a user sees over the whole prompt set);
+- the speedup is its inverse.
+
+The confidence interval is a two-stage percentile bootstrap: prompts are drawn with
+replacement (they are the independent units: acceptance differs from prompt to prompt), and
+within each drawn prompt its repeats are drawn with replacement (timing noise). With a fixed
+seed and the same (prompts, repeats) shape, every chain of one validation gets the *same*
+draws, so replicates pair up across chains: `ratio_interval` gives the CI of one chain's
+speedup over another's on the same draws (the ranking check).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from polyplan.planner.prediction_interval import SpeedupInterval
+
+PAIRED_RESAMPLES = 1000
+PAIRED_LEVEL = 0.95
+PAIRED_SEED = 0
+
+
+@dataclass(frozen=True)
+class PairedSpeedup(SpeedupInterval):
+    """A measured speedup over target-only decoding with its bootstrap CI (`point`, `low`,
+    `high`, `level`, printed as `1.76x [1.70, 1.83]` like a predicted interval).
+
+    `per_prompt`: 1 / ρ_p for each prompt; `replicates`: the bootstrap speedups (paired across
+    the chains of one validation; not written to JSON)."""
+
+    per_prompt: tuple[float, ...] = ()
+    replicates: tuple[float, ...] = field(default=(), repr=False, compare=False)
+
+
+def _speedup(ratios: np.ndarray, base: np.ndarray) -> np.ndarray:
+    """Speedup from paired ratios ρ[..., P, R] and target-only times B[..., P, R] (module docstring)."""
+    per_prompt = np.median(ratios, axis=-1)  # [..., P]
+    weights = np.median(base, axis=-1)  # [..., P]
+    return (weights.sum(axis=-1)) / (weights * per_prompt).sum(axis=-1)
+
+
+def paired_speedup(
+    chain_s: np.ndarray,
+    base_s: np.ndarray,
+    *,
+    resamples: int = PAIRED_RESAMPLES,
+    level: float = PAIRED_LEVEL,
+    seed: int = PAIRED_SEED,
+) -> PairedSpeedup:
+    """The paired speedup of a chain over target-only decoding and its CI.
+
+    Args:
+        chain_s: [prompts, repeats] decoding seconds of the chain.
+        base_s: [prompts, repeats] decoding seconds of target-only decoding, same cells.
+        resamples, level, seed: the two-stage bootstrap (module docstring).
+    """
+    chain_s = np.asarray(chain_s, dtype=float)
+    base_s = np.asarray(base_s, dtype=float)
+    if chain_s.shape != base_s.shape or chain_s.ndim != 2 or chain_s.size == 0:
+        raise ValueError(f"paired_speedup: need two [prompts, repeats] arrays of one shape, got {chain_s.shape}, {base_s.shape}")
+    if not (np.all(chain_s > 0) and np.all(base_s > 0)):
+        raise ValueError("paired_speedup: times must be > 0")
+    ratios = chain_s / base_s
+    point = float(_speedup(ratios, base_s))
+    prompts, repeats = chain_s.shape
+    rng = np.random.default_rng(seed)
+    prompt_picks = rng.integers(0, prompts, size=(resamples, prompts))  # [B, P]
+    repeat_picks = rng.integers(0, repeats, size=(resamples, prompts, repeats))  # [B, P, R]
+    rows = prompt_picks[:, :, None]
+    replicates = _speedup(ratios[rows, repeat_picks], base_s[rows, repeat_picks])  # [B]
+    tail = 100 * (1 - level) / 2
+    low, high = np.percentile(replicates, [tail, 100 - tail])
+    return PairedSpeedup(
+        point=point,
+        low=min(float(low), point),
+        high=max(float(high), point),
+        level=level,
+        per_prompt=tuple(float(1.0 / value) for value in np.median(ratios, axis=1)),
+        replicates=tuple(float(value) for value in replicates),
+    )
+
+
+@dataclass(frozen=True)
+class RatioInterval:
+    """How much faster chain A ran than chain B on the same draws: point and CI."""
+
+    point: float
+    low: float
+    high: float
+    level: float
+
+    @property
+    def includes_one(self) -> bool:
+        return self.low <= 1.0 <= self.high
+
+
+def ratio_interval(a: PairedSpeedup, b: PairedSpeedup) -> RatioInterval:
+    """A's speedup over B's, with the percentile CI of the paired replicate ratios (both from
+    `paired_speedup` with the same seed and shape, so their replicates share draws)."""
+    point = a.point / b.point
+    if not a.replicates or len(a.replicates) != len(b.replicates):
+        return RatioInterval(point, point, point, a.level)
+    ratios = np.asarray(a.replicates) / np.asarray(b.replicates)
+    tail = 100 * (1 - a.level) / 2
+    low, high = np.percentile(ratios, [tail, 100 - tail])
+    return RatioInterval(point, min(float(low), point), max(float(high), point), a.level)

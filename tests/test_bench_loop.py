@@ -1,0 +1,47 @@
+"""`polyplan bench loop`: its per-chain lines and goals (fast, from built validation results),
+and the whole quiet + loaded loop on the shipped family at tiny settings (slow)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+from typer.testing import CliRunner
+
+from polyplan.cli import app
+from polyplan.profiler.load import LoadReport
+from polyplan.profiler.load_loop import LOADED, QUIET, LoopBenchmark, LoopRun, loop_lines
+
+from test_validate_paired import _validate
+
+
+def _run(label, recommended, other, load=()):
+    chains, head = _validate(recommended, other)
+    validation = SimpleNamespace(chains=tuple(chains), headline=head, notes=("timing warning from the plan: x",))
+    return LoopRun(label, SimpleNamespace(validation=validation), load)
+
+
+def test_loop_lines_give_every_chain_and_the_goals_per_run():
+    bench = LoopBenchmark((_run(QUIET, 1.76, 1.70), _run(LOADED, 1.76, 2.75, (LoadReport(1000, 2.0),))), cores=1)
+    lines = loop_lines(bench)
+    rows = [line for line in lines if line.startswith((QUIET, LOADED)) and " > " in line.split(":")[0]]
+    assert len(rows) == 4  # two chains per run, target-only left out
+    assert any("1.75x [1.60, 1.90]" in row and "yes" in row for row in rows if row.startswith(QUIET))
+    goals = {line.split(":")[0]: line for line in lines if ": exact model within 10%" in line}
+    assert "recommended fastest or tied: yes" in goals[QUIET]
+    assert "recommended fastest or tied: NO" in goals[LOADED]  # 1.76x recommended against 2.75x
+    assert "load: 1 process(es), 500 matrix products/s" in goals[LOADED]
+    assert f"{LOADED}: warning: timing warning from the plan: x" in lines
+
+
+@pytest.mark.slow
+def test_bench_loop_runs_quiet_then_loaded_end_to_end(tmp_path, single_thread):
+    family = Path(__file__).resolve().parent.parent / "examples" / "zoo.yaml"
+    args = ["bench", "loop", "--quick", "--candidates", str(family), "--prompts-per-kind", "1", "--new-tokens", "16",
+            "--repeats", "2", "--top", "1", "--cache-dir", str(tmp_path / "cache"), "--out", str(tmp_path / "loop")]
+    result = CliRunner().invoke(app, args)
+    assert result.exit_code == 0, result.output
+    for label in (QUIET, LOADED):
+        assert (tmp_path / "loop" / label / "report.json").is_file()
+        assert f"{label}: exact model within 10% on every chain:" in result.stdout

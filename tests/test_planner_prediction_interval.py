@@ -1,0 +1,182 @@
+"""Bootstrap prediction intervals of the exact model's speedup (planner.prediction_interval).
+
+Statistical tests: the profiles are drawn from known distributions (timings Gaussian around a
+known T(k), agreement sequences Bernoulli(α) per token), so the true speedup is known exactly.
+Coverage is checked over 40 independent profiles at the 95% level; the pass threshold (at
+least 30 of 40) fails with probability < 1e-4 for a correct 95% interval (binomial(40, 0.95)),
+and the negative control (inputs held fixed, no noise propagated) must fail it.
+"""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+from polyplan.errors import PolyplanError
+from polyplan.planner.cost_model import predict_chain
+from polyplan.planner.latency import LatencyCurve
+from polyplan.planner.plan_file import plan_from_profile, planned_chains, read_plan
+from polyplan.planner.prediction_interval import prediction_intervals
+from polyplan.planner.runs import run_survival
+from polyplan.profile import LatencyPoint, ModelProfile, Profile, SamplingStats
+
+KS = (1, 2, 4, 8)
+T1 = {"target": 0.010, "drafter": 0.002}
+ALPHA = 0.75
+BLOCK = 4
+NOISE = 0.08  # relative sd of one timing
+
+
+def true_t(name: str, k: int) -> float:
+    return T1[name] * (1 + 0.1 * (k - 1))
+
+
+def drawn_profile(rng: np.random.Generator, *, repeats: int = 15, prompts: int = 12, length: int = 120,
+                  keep_samples: bool = True, alpha: float = ALPHA) -> Profile:
+    """A profile measured from the known truth with noise (module docstring)."""
+    profile = Profile(target="target", device="synthetic")
+    for name in T1:
+        points = []
+        for k in KS:
+            samples = true_t(name, k) * (1 + NOISE * rng.standard_normal(repeats))
+            q1, q3 = np.percentile(samples, [25, 75])
+            points.append(LatencyPoint(128, k, float(np.median(samples)), float(q3 - q1), repeats,
+                                       tuple(float(v) for v in samples) if keep_samples else None))
+        profile.models.append(ModelProfile(name, f"fp-{name}", points))
+    sequences = ["".join("1" if hit else "0" for hit in rng.random(length) < alpha) for _ in range(prompts)]
+    rate = sum(s.count("1") for s in sequences) / (prompts * length)
+    profile.add_pair("target", "drafter").sampling["greedy"] = SamplingStats(alpha=min(rate, 0.999))
+    profile.meta["acceptance_runs"] = {"greedy": {"pairs": [{"verifier": "target", "drafter": "drafter",
+                                                             "agreement": sequences}]}}
+    return profile
+
+
+def point_speedup(profile: Profile) -> float:
+    from polyplan.planner.search import evaluate_chain
+
+    return evaluate_chain(profile, ("target", "drafter"), (BLOCK,)).exact_speedup
+
+
+def true_speedup() -> float:
+    curves = [LatencyCurve(KS, tuple(true_t(name, k) for k in KS)) for name in T1]
+    return predict_chain([ALPHA], curves, [BLOCK]).speedup
+
+
+def interval_of(profile: Profile, resamples: int = 100, seed: int = 0):
+    point = point_speedup(profile)
+    result = prediction_intervals(profile, [(("target", "drafter"), (BLOCK,), point)], resamples=resamples, seed=seed)
+    return result.chains[0].speedup
+
+
+def test_the_interval_covers_the_true_speedup_at_its_level():
+    """n = 40 profiles, 95% intervals: at least 30 must cover the truth (see module docstring)."""
+    truth = true_speedup()
+    rng = np.random.default_rng(7)
+    covered = sum(interval_of(drawn_profile(rng)).contains(truth) for _ in range(40))
+    assert covered >= 30
+
+
+def test_negative_control_fixed_inputs_do_not_cover():
+    """Negative control: with one timing per point, no IQR and no acceptance data to resample
+    the interval has zero width, and fails the coverage test above."""
+    truth = true_speedup()
+    rng = np.random.default_rng(7)
+    covered = 0
+    for _ in range(40):
+        profile = drawn_profile(rng)
+        for model in profile.models:
+            model.latency = [LatencyPoint(p.context_length, p.k, p.median_s, 0.0, 1, None) for p in model.latency]
+        profile.meta = {}
+        interval = interval_of(profile)
+        assert interval.low == interval.high
+        covered += interval.contains(truth)
+    assert covered < 30
+
+
+def test_more_measurements_give_a_narrower_interval():
+    rng = np.random.default_rng(3)
+    few = interval_of(drawn_profile(rng, repeats=5, prompts=4))
+    many = interval_of(drawn_profile(rng, repeats=60, prompts=48))
+    assert many.high - many.low < few.high - few.low
+
+
+def test_old_profiles_without_stored_timings_use_median_and_iqr():
+    rng = np.random.default_rng(5)
+    profile = drawn_profile(rng, keep_samples=False)
+    point = point_speedup(profile)
+    result = prediction_intervals(profile, [(("target", "drafter"), (BLOCK,), point)], resamples=50)
+    assert result.latency_source == "median_iqr"
+    assert result.chains[0].speedup.low < point < result.chains[0].speedup.high
+
+
+def test_bootstrapped_runs_agree_with_the_planner_survival_on_the_full_sample():
+    """The count-matrix route of the bootstrap reproduces run_survival when every prompt is drawn once."""
+    from polyplan.planner.runs import count_matrix, survival_from_counts, runs_from_meta
+
+    profile = drawn_profile(np.random.default_rng(11))
+    sequences = runs_from_meta(profile.meta, "greedy")[("target", "drafter")]
+    at_risk, going_on, starts = count_matrix(sequences, BLOCK)
+    pooled = survival_from_counts(at_risk.sum(axis=0), going_on.sum(axis=0), int(starts.sum()))
+    assert pooled == run_survival(sequences, BLOCK)
+
+
+def test_chains_that_cannot_be_told_apart_are_reported_as_tied():
+    """The same chain listed twice with the same prediction is tied with itself; target-only
+    (1.00x, far below) is not."""
+    profile = drawn_profile(np.random.default_rng(2))
+    point = point_speedup(profile)
+    chains = [(("target", "drafter"), (BLOCK,), point), (("target", "drafter"), (BLOCK,), point), (("target",), (), 1.0)]
+    result = prediction_intervals(profile, chains, resamples=60)
+    assert [item.overlaps_best for item in result.chains] == [False, True, False]
+    assert "cannot tell" in result.ranking_line()
+    alone = prediction_intervals(profile, [chains[0], chains[2]], resamples=60)
+    assert "ahead of every other chain" in alone.ranking_line()
+
+
+def test_plan_json_carries_the_intervals_and_reads_them_back(tmp_path):
+    profile = drawn_profile(np.random.default_rng(4))
+    out = tmp_path / "plan.json"
+    result = plan_from_profile(profile, out, profile_path="profile.json", resamples=40, k_max=4)
+    payload = json.loads(out.read_text())
+    low, high = payload["predicted"]["interval"]
+    assert low <= payload["predicted"]["speedup"] <= high
+    assert payload["prediction_intervals"]["resamples"] == 40
+    chains = planned_chains(read_plan(out))
+    assert chains[0].exact_interval == (low, high)
+    assert result.intervals is not None and result.intervals.chains[0].speedup.low == low
+
+
+def test_a_plan_without_intervals_is_still_read(tmp_path):
+    profile = drawn_profile(np.random.default_rng(4))
+    out = tmp_path / "plan.json"
+    plan_from_profile(profile, out, profile_path="profile.json", resamples=0, k_max=4)
+    payload = json.loads(out.read_text())
+    assert "interval" not in payload["predicted"] and payload["prediction_intervals"] is None
+    assert planned_chains(read_plan(out))[0].exact_interval is None
+
+
+def test_bad_settings_are_one_clear_error():
+    profile = drawn_profile(np.random.default_rng(4))
+    with pytest.raises(PolyplanError, match="resamples"):
+        prediction_intervals(profile, [(("target",), (), 1.0)], resamples=5)
+    with pytest.raises(PolyplanError, match="level"):
+        prediction_intervals(profile, [(("target",), (), 1.0)], level=1.5)
+
+
+def test_stored_timings_round_trip_and_bad_ones_are_one_clear_error(tmp_path):
+    from polyplan.profile import load
+
+    profile = drawn_profile(np.random.default_rng(8), repeats=4)
+    profile.models[0].latency[0].outliers = 1
+    path = tmp_path / "profile.json"
+    profile.save(path)
+    again = load(path)
+    assert again.models[0].latency[0].samples_s == profile.models[0].latency[0].samples_s
+    assert again.models[0].latency[0].outliers == 1
+    payload = json.loads(path.read_text())
+    payload["models"][0]["latency"][0]["samples_s"] = [0.01, -0.5]
+    path.write_text(json.dumps(payload))
+    with pytest.raises(PolyplanError, match=r"models\[0\]\.latency\[0\]\.samples_s\[1\]: must be > 0"):
+        load(path)
