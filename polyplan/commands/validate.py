@@ -10,6 +10,7 @@ from typing import Annotated, Optional
 import typer
 
 from polyplan.cli_support import echo_json, fails_cleanly
+from polyplan.commands.options import RawPrompts
 
 _THREADS = re.compile(r"\((\d+) threads?\)")
 
@@ -59,6 +60,7 @@ def validate(
     repeats: Annotated[int, typer.Option("--repeats", help="Passes over the prompts (error bars over repeats).")] = 3,
     prompts_per_kind: Annotated[int, typer.Option("--prompts-per-kind", help="Built-in prompts of each kind.")] = 4,
     max_prompts: Annotated[Optional[int], typer.Option("--max-prompts", help="Use only the first N prompts.")] = None,
+    raw_prompts: RawPrompts = False,
     seed: Annotated[int, typer.Option("--seed", help="Prompt i is decoded with seed + i.")] = 0,
     out: Annotated[Path, typer.Option("--out", help="Folder for report.md, report.json and the plots.")] = Path("validation"),
     candidates: Annotated[
@@ -84,7 +86,7 @@ def validate(
     planned = read_plan(plan)
     select_chains(planned, top, str(plan))  # cheap checks first: a bad --top or changed model loads nothing
     candidate_set = plan_candidates(planned, str(plan), candidates)
-    prompt_set = validation_prompt_set(prompts, per_kind=prompts_per_kind, max_prompts=max_prompts)
+    prompt_set = validation_prompt_set(prompts, per_kind=prompts_per_kind, max_prompts=max_prompts, raw=raw_prompts)
     set_threads(threads if threads is not None else plan_threads(str(planned.payload.get("device", ""))))
     loaded = load_candidates(candidate_set)
     members = {item.candidate.name: item.member for item in loaded.candidates}
