@@ -149,6 +149,11 @@ def _convert(path: Path, out: Path, sha256: str, info: GGUFInfo) -> None:
         if bars:
             hf_logging.enable_progress_bar()
     model.generation_config.eos_token_id = list(end_of_generation_ids(path, model.generation_config.eos_token_id))
+    # The weights are plain float32 tensors by now; transformers still marks the model as "gguf
+    # quantized" and refuses to save it, so drop that mark (and its config entry).
+    model.hf_quantizer = None
+    if hasattr(model.config, "quantization_config"):
+        del model.config.quantization_config
     try:
         model.save_pretrained(out)
         tokenizer.save_pretrained(out)
