@@ -117,6 +117,7 @@ def hf_folder_for_gguf(
     partial = Path(tempfile.mkdtemp(prefix=f".{folder.name}.partial-", dir=folder.parent))
     try:
         _convert(path, partial, sha256, info)
+        _honour_umask(partial)
         try:
             os.rename(partial, folder)
         except OSError:
@@ -174,6 +175,16 @@ def end_of_generation_ids(path: Path, eos: int | list[int] | None) -> tuple[int,
         if key in fields:
             ids.append(int(fields[key].contents()))
     return tuple(dict.fromkeys(ids))
+
+
+def _honour_umask(folder: Path) -> None:
+    """mkdtemp makes a private (0700) folder; give it, and its files, the modes of ordinary
+    files and folders under the user's umask (the cache may be shared)."""
+    umask = os.umask(0)
+    os.umask(umask)
+    os.chmod(folder, 0o777 & ~umask)
+    for file in folder.iterdir():
+        os.chmod(file, 0o666 & ~umask)
 
 
 def _first_line(error: BaseException) -> str:

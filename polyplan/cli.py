@@ -9,6 +9,7 @@ import typer
 
 from polyplan.commands import bench
 from polyplan.commands import demo
+from polyplan.commands import fetch
 from polyplan.commands import generate
 from polyplan.commands import models
 from polyplan.commands import profile
@@ -28,6 +29,7 @@ app = typer.Typer(
 # Command registration (one line per command module; keep alphabetical).
 app.add_typer(bench.app, name="bench")
 app.command("demo")(demo.demo)
+app.command("fetch")(fetch.fetch)
 app.command("generate")(generate.generate)
 app.add_typer(models.app, name="models")
 app.command("profile")(profile.profile)
