@@ -28,6 +28,7 @@ from polyplan.errors import PolyplanError
 from polyplan.planner.overhead import switch_cost
 from polyplan.planner.plan_file import PlanFile, plan_overhead, planned_chains
 from polyplan.profile import Profile
+from polyplan.profiler.categories import chain_categories
 from polyplan.profiler.latency import synchronizer
 from polyplan.profiler.latency import collector_paused
 from polyplan.profiler.primed import PrimedMember
@@ -322,6 +323,7 @@ def validate_plan(
         wall_time_s=time.perf_counter() - started,
         notes=tuple(notes),
         exact_model=exact_model_description(plan),
+        categories=chain_categories(specs, records, [p.prompt.kind for p in fitted.prompts], baseline_index),
     )
 
 

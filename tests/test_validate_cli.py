@@ -132,3 +132,21 @@ def test_bad_input_gets_one_line_and_exit_2(workspace, planned, tmp_path, case, 
     assert result.exit_code == 2, result.output
     assert result.stderr.startswith("error: ") and result.stderr.count("\n") == 1
     assert re.search(message, result.stderr), result.stderr
+
+
+def test_validate_breaks_results_down_by_spec_bench_category(workspace, planned, tmp_path):
+    rows = [json.loads(line) for line in (workspace / "prompts.jsonl").read_text().splitlines()]
+    for row, category in zip(rows, ("writing", "math", "writing")):
+        row.update(question_id=len(category), category=category)
+    prompts = tmp_path / "question.jsonl"
+    prompts.write_text("\n".join(json.dumps(row) for row in rows) + "\n")
+    result = _invoke("validate", "--plan", str(planned), "--prompts", str(prompts), *VALIDATE_FAST, "--out", str(tmp_path / "r"))
+    assert result.exit_code == 0, result.output
+    assert "per category, " in result.stdout and "writing" in result.stdout
+    payload = json.loads((tmp_path / "r" / "report.json").read_text())
+    assert len(payload["categories"]) == len(payload["chains"]) - 1  # every chain but target-only
+    for item in payload["categories"]:
+        assert [row["category"] for row in item["rows"]] == ["writing", "math", "all"]
+        assert [row["runs"] for row in item["rows"]] == [4, 2, 6]  # prompts x 2 repeats
+        assert all(row["speedup"] > 0 and row["tokens_per_target_pass"] >= 1 for row in item["rows"])
+    assert "## Per category" in (tmp_path / "r" / "report.md").read_text()

@@ -38,10 +38,16 @@ def plan_profile(planned):
 
 def result_lines(validation, files) -> list[str]:
     """The table, the headline and where the report went."""
+    from polyplan.profiler.categories import category_lines
     from polyplan.profiler.validation_report import table_lines
 
     lines = table_lines(validation)
     lines += [f"note: {note}" for note in validation.notes]
+    # the recommended chain's breakdown (the first other chain's when target-only is recommended)
+    shown = next((item for item in validation.categories if item.label == validation.headline.recommended),
+                 validation.categories[0] if validation.categories else None)
+    if shown is not None and len(shown.rows) > 2:  # more than one kind besides "all"
+        lines += ["", *category_lines(shown.label, shown.rows)]
     lines += ["", f"report: {files.report}", f"json:   {files.json}"]
     lines += [f"plot:   {path}" for _, path in files.plots]
     return lines
