@@ -106,3 +106,17 @@ def test_profile_cli_bad_inputs_are_one_line_and_keep_the_profile(tmp_path, sing
     for result in (too_long, odd):
         assert "Traceback" not in result.output and result.output.strip().count("\n") == 0
     assert out.read_text() == "keep me"
+
+
+def test_demo_splits_a_prompt_file_alternately_between_profiling_and_validation(tmp_path):
+    from polyplan.profiler.demo import DemoSettings, demo_prompt_sets
+
+    path = tmp_path / "q.jsonl"
+    path.write_text("\n".join(json.dumps({"category": c, "turns": [f"w{i + 4}"]}) for i, c in enumerate("aabbc")) + "\n")
+    profiling, held_out = demo_prompt_sets(DemoSettings(prompts=path, raw_prompts=True))
+    assert [p.text for p in profiling.prompts] == ["w4", "w6", "w8"] and [p.text for p in held_out.prompts] == ["w5", "w7"]
+    assert [p.kind for p in profiling.prompts] == ["a", "b", "c"] and profiling.raw and held_out.raw
+    assert not profiling.truncate and "held out" in held_out.source
+    path.write_text(json.dumps("only one") + "\n")
+    with pytest.raises(PolyplanError, match=r"q\.jsonl: the demo needs at least 2 prompts"):
+        demo_prompt_sets(DemoSettings(prompts=path))
