@@ -22,6 +22,7 @@ from polyplan.candidates import Candidate, CandidateSet, EarlyExit, NGram, Quant
 from polyplan.decoder.chain import first_difference
 from polyplan.decoder.derive import early_exit_model, num_layers, quantize_model
 from polyplan.decoder.hf import HFMember
+from polyplan.decoder.reduced_vocab import with_saved_subset
 from polyplan.decoder.sources import source_folder
 from polyplan.decoder.member import ChainMember
 from polyplan.decoder.ngram import NGramMember
@@ -191,7 +192,7 @@ def _load_source(candidate: Candidate, label: str):
     finally:
         if bar_was_on:
             hf_logging.enable_progress_bar()
-    return folder, model.to(candidate.device).eval(), tokenizer
+    return folder, with_saved_subset(model, folder).to(candidate.device).eval(), tokenizer
 
 
 def _specials(tokenizer: object) -> dict[str, tuple[str, int]]:

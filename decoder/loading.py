@@ -14,6 +14,7 @@ import torch
 
 from polyplan.decoder.chain import first_difference
 from polyplan.decoder.hf import HFMember
+from polyplan.decoder.reduced_vocab import with_saved_subset
 from polyplan.errors import PolyplanError
 
 
@@ -62,7 +63,7 @@ def _load(folders: Sequence[str | Path], device: str, dtype: torch.dtype | None)
         except (OSError, ValueError) as error:
             raise PolyplanError(f"{label}: cannot load its tokenizer ({_first_line(error)})") from None
         try:
-            model = AutoModelForCausalLM.from_pretrained(path, local_files_only=True, dtype=dtype).to(device)
+            model = with_saved_subset(AutoModelForCausalLM.from_pretrained(path, local_files_only=True, dtype=dtype), path).to(device)
         except (OSError, ValueError) as error:
             raise PolyplanError(f"{label}: cannot load a causal language model ({_first_line(error)})") from None
         members.append(HFMember(model, name=names[index], tokenizer=tokenizer))

@@ -18,12 +18,16 @@ Shapes: V the full vocabulary, N = |S|, H the hidden size.
 from __future__ import annotations
 
 import copy
+import json
 from collections.abc import Iterable
+from pathlib import Path
 
 import torch
 from torch import nn
 
 from polyplan.errors import PolyplanError
+
+REDUCED_VOCAB_FILE = "polyplan-reduced-vocab.json"  # in a model folder: {"kept_ids": [...], ...}
 
 
 def restrict_logits(subset_logits: torch.Tensor, keep: torch.Tensor, vocab: int) -> torch.Tensor:
@@ -89,3 +93,21 @@ def restrict_head(model: nn.Module, keep: torch.Tensor) -> nn.Module:
     shallow._modules = dict(model._modules)  # so the original keeps its own head
     shallow.set_output_embeddings(reduced)
     return shallow
+
+
+def with_saved_subset(model: nn.Module, folder: str | Path) -> nn.Module:
+    """`model` loaded from `folder`, with its reduced head restored when the folder holds a
+    `REDUCED_VOCAB_FILE` (as `polyplan drafter distill` writes); else `model` unchanged.
+
+    Raises:
+        PolyplanError: the file is not valid JSON or its ids are not a subset of the vocabulary.
+    """
+    path = Path(folder) / REDUCED_VOCAB_FILE
+    if not path.is_file():
+        return model
+    try:
+        kept = json.loads(path.read_text(encoding="utf-8"))["kept_ids"]
+        keep = torch.tensor(kept, dtype=torch.int64)
+    except (ValueError, KeyError, TypeError) as error:
+        raise PolyplanError(f"{path}: not a reduced-vocabulary record ({error})") from None
+    return restrict_head(model, keep)
