@@ -54,3 +54,9 @@ def test_quick_distill_writes_a_drafter_that_chains_losslessly(tmp_path):
         generate([target], prompt, max_new_tokens=12).token_ids
     again = CliRunner().invoke(app, ["drafter", "distill", "--quick", "--out", str(out)])
     assert again.exit_code == 2 and "error: --out: " in again.output and "already exists" in again.output
+
+
+def test_quick_refuses_size_options(tmp_path):
+    result = CliRunner().invoke(app, ["drafter", "distill", "--quick", "--vocab", "64", "--out", str(tmp_path / "d")])
+    assert result.exit_code == 2 and "error: --quick: sets every size itself; drop --vocab" in result.output
+    assert not (tmp_path / "d").exists()

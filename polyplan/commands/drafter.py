@@ -18,15 +18,15 @@ def distill(
     out: Annotated[Path, typer.Option("--out", help="New folder for the drafter (must not exist).")],
     candidates: Annotated[Optional[Path], typer.Option("--candidates", help="models.yaml (default: examples/zoo.yaml).")] = None,
     target: Annotated[Optional[str], typer.Option("--target", help="Candidate to distil from (default: the target).")] = None,
-    vocab: Annotated[int, typer.Option("--vocab", help="N: the drafter's head covers the N most frequent target tokens.")] = 8192,
-    layers: Annotated[int, typer.Option("--layers", help="Drafter decoder layers.")] = 2,
-    hidden: Annotated[int, typer.Option("--hidden", help="Drafter hidden size (a multiple of 32).")] = 256,
-    steps: Annotated[int, typer.Option("--steps", help="Distillation steps.")] = 300,
-    batch_size: Annotated[int, typer.Option("--batch-size", help="Windows per step.")] = 4,
-    window: Annotated[int, typer.Option("--window", help="Tokens per training window.")] = 256,
+    vocab: Annotated[Optional[int], typer.Option("--vocab", help="N: the drafter's head covers the N most frequent target tokens [default: 8192].")] = None,
+    layers: Annotated[Optional[int], typer.Option("--layers", help="Drafter decoder layers [default: 2].")] = None,
+    hidden: Annotated[Optional[int], typer.Option("--hidden", help="Drafter hidden size, a multiple of 32 [default: 256].")] = None,
+    steps: Annotated[Optional[int], typer.Option("--steps", help="Distillation steps [default: 300].")] = None,
+    batch_size: Annotated[Optional[int], typer.Option("--batch-size", help="Windows per step [default: 4].")] = None,
+    window: Annotated[Optional[int], typer.Option("--window", help="Tokens per training window [default: 256].")] = None,
     seed: Annotated[int, typer.Option("--seed", help="Seed of the initialisation and the batches.")] = 0,
     threads: Annotated[int, typer.Option("--threads", help="torch CPU threads.")] = 1,
-    quick: Annotated[bool, typer.Option("--quick", help="Tiny settings (tests, smoke runs); the size options are ignored.")] = False,
+    quick: Annotated[bool, typer.Option("--quick", help="Tiny settings for tests and smoke runs (no size options with it).")] = False,
 ) -> None:
     """Distil a small drafter with a reduced-vocabulary head from the target; print its α."""
     from polyplan.candidates import default_candidates_path
@@ -36,8 +36,11 @@ def distill(
 
     if threads < 1:
         raise PolyplanError(f"--threads: must be >= 1, got {threads}")
-    settings = QUICK if quick else DistillSettings(vocab=vocab, layers=layers, hidden=hidden, steps=steps,
-                                                   batch_size=batch_size, window=window, seed=seed)
+    sizes = {"vocab": vocab, "layers": layers, "hidden": hidden, "steps": steps, "batch_size": batch_size, "window": window}
+    given = {name: value for name, value in sizes.items() if value is not None}
+    if quick and given:
+        raise PolyplanError(f"--quick: sets every size itself; drop --{next(iter(given)).replace('_', '-')}")
+    settings = QUICK if quick else DistillSettings(seed=seed, **given)
     with torch_threads(threads):
         result = distill_drafter(candidates if candidates is not None else default_candidates_path(), out, settings,
                                  target_name=target, log=lambda line: typer.echo(line, err=True))
