@@ -120,3 +120,14 @@ def test_demo_splits_a_prompt_file_alternately_between_profiling_and_validation(
     path.write_text(json.dumps("only one") + "\n")
     with pytest.raises(PolyplanError, match=r"q\.jsonl: the demo needs at least 2 prompts"):
         demo_prompt_sets(DemoSettings(prompts=path))
+
+
+def test_prompt_sets_carry_the_raw_choice_to_encoding(tmp_path):
+    from polyplan.profiler.pipeline import encode_for, prompt_set
+
+    path = tmp_path / "p.jsonl"
+    path.write_text(json.dumps({"category": "qa", "turns": ["w10 w11"]}) + "\n")
+    tokenizer = chat_tokenizer()
+    wrapped, raw = encode_for(prompt_set(path), tokenizer), encode_for(prompt_set(path, raw=True), tokenizer)
+    assert wrapped[0].ids == tuple(encode_prompt(tokenizer, "w10 w11")) and len(wrapped[0].ids) == 6
+    assert raw[0].ids == tuple(encode_prompt(tokenizer, "w10 w11", raw=True)) and wrapped[0].prompt.kind == "qa"
