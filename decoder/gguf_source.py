@@ -32,7 +32,6 @@ from polyplan.errors import PolyplanError
 
 GGUF_FOLDER = "gguf"
 SOURCE_RECORD = "polyplan-gguf.json"  # written into the folder: which file it came from
-_MAGIC = b"GGUF"
 _CHUNK = 1 << 20
 
 
@@ -43,6 +42,7 @@ class GGUFInfo:
     architecture: str
     tensors: int
     supported: bool
+    metadata: dict  # scalar and string metadata values by key (arrays left out)
 
 
 def file_sha256(path: str | os.PathLike[str]) -> str:
@@ -55,31 +55,36 @@ def file_sha256(path: str | os.PathLike[str]) -> str:
 
 
 def read_gguf_info(path: str | os.PathLike[str]) -> GGUFInfo:
-    """Read and check a GGUF file's header and tensor table (no tensor is dequantized).
+    """Read and check a GGUF file's header and tensor table (`decoder.gguf_header`: no tensor
+    is read, the tokenizer's arrays are skipped, so it takes well under a second).
 
     Raises:
-        PolyplanError: no such file, not a GGUF file, or truncated/corrupt (the tensor table
-            points past the end of the file).
+        PolyplanError: no such file, not a GGUF file, or truncated/corrupt (the header cannot
+            be parsed, or the tensor table points past the end of the file).
     """
-    from gguf import GGUFReader
     from transformers.modeling_gguf_pytorch_utils import GGUF_SUPPORTED_ARCHITECTURES
+
+    from polyplan.decoder.gguf_header import HeaderError, read_header
 
     path = Path(path)
     if not path.is_file():
         raise PolyplanError(f"{path}: no such GGUF file")
-    with path.open("rb") as stream:
-        if stream.read(4) != _MAGIC:
-            raise PolyplanError(f"{path}: not a GGUF file (it does not start with 'GGUF')")
     try:
-        reader = GGUFReader(path)
-        field = reader.fields.get("general.architecture")
-        architecture = field.contents() if field is not None else None
-    except (ValueError, IndexError, KeyError, OSError) as error:  # numpy/memmap errors of a cut file
-        raise PolyplanError(f"{path}: truncated or corrupt GGUF file ({_first_line(error)})") from None
-    if not isinstance(architecture, str):
-        raise PolyplanError(f"{path}: corrupt GGUF file (no general.architecture)")
+        header = read_header(path)
+    except HeaderError as error:
+        if str(error).startswith("it does not start"):
+            raise PolyplanError(f"{path}: not a GGUF file ({error})") from None
+        raise PolyplanError(f"{path}: truncated or corrupt GGUF file ({error})") from None
+    except OSError as error:
+        raise PolyplanError(f"{path}: cannot read the GGUF file ({error.strerror or error})") from None
+    size = path.stat().st_size
+    if header.data_end > size:
+        raise PolyplanError(f"{path}: truncated or corrupt GGUF file (its tensors need {header.data_end} bytes, the file has {size})")
+    architecture = header.architecture
+    if architecture is None:
+        raise PolyplanError(f"{path}: truncated or corrupt GGUF file (no general.architecture)")
     supported = architecture in GGUF_SUPPORTED_ARCHITECTURES or architecture.replace("-", "_") in GGUF_SUPPORTED_ARCHITECTURES
-    return GGUFInfo(architecture, len(reader.tensors), supported)
+    return GGUFInfo(architecture, header.tensors, supported, header.metadata)
 
 
 def cached_folder(sha256: str, cache_dir: str | os.PathLike[str] | None = None) -> Path:
@@ -149,7 +154,7 @@ def _convert(path: Path, out: Path, sha256: str, info: GGUFInfo) -> None:
     finally:
         if bars:
             hf_logging.enable_progress_bar()
-    model.generation_config.eos_token_id = list(end_of_generation_ids(path, model.generation_config.eos_token_id))
+    model.generation_config.eos_token_id = list(end_of_generation_ids(info, model.generation_config.eos_token_id))
     # The weights are plain float32 tensors by now; transformers still marks the model as "gguf
     # quantized" and refuses to save it, so drop that mark (and its config entry).
     model.hf_quantizer = None
@@ -164,16 +169,14 @@ def _convert(path: Path, out: Path, sha256: str, info: GGUFInfo) -> None:
         raise PolyplanError(f"cache: cannot write the dequantized model into {out} ({error.strerror or error})") from None
 
 
-def end_of_generation_ids(path: Path, eos: int | list[int] | None) -> tuple[int, ...]:
+def end_of_generation_ids(info: GGUFInfo, eos: int | list[int] | None) -> tuple[int, ...]:
     """`eos` and the file's end-of-turn and end-of-message ids (llama.cpp's "end of generation"
     tokens, e.g. `<end_of_turn>`, `<|im_end|>`), which transformers does not carry over."""
-    from gguf import GGUFReader
-
     ids = [eos] if isinstance(eos, int) else list(eos or [])
-    fields = GGUFReader(path).fields
     for key in ("tokenizer.ggml.eos_token_id", "tokenizer.ggml.eot_token_id", "tokenizer.ggml.eom_token_id"):
-        if key in fields:
-            ids.append(int(fields[key].contents()))
+        value = info.metadata.get(key)
+        if isinstance(value, int) and not isinstance(value, bool):
+            ids.append(value)
     return tuple(dict.fromkeys(ids))
 
 
