@@ -238,11 +238,16 @@ def run_decoder_benchmark(
     block_size: int = 4,
     repeats: int = 3,
     device: str = "cpu",
+    texts: Sequence[str] | None = None,
+    raw: bool = False,
 ) -> DecoderBenchmark:
-    """`benchmark_decoder` on local model folders, or on `random_llama_pair()` when none are given.
+    """`benchmark_decoder` on local model folders (or .gguf files), or on `random_llama_pair()`
+    when none are given.
 
-    With folders, prompts are fixed English/code snippets encoded by the target's tokenizer;
-    without, `prompts` random id sequences of `prompt_length` tokens.
+    With folders, the prompts are `texts` (e.g. a user's prompt file) or else `prompts` fixed
+    English/code snippets, encoded by the target's tokenizer through its chat template unless
+    `raw` (`decoder.chat.encode_prompt`); without, `prompts` random id sequences of
+    `prompt_length` tokens.
     """
     from polyplan.errors import PolyplanError
 
@@ -250,6 +255,8 @@ def run_decoder_benchmark(
         raise PolyplanError("--target/--draft: give both model folders, or neither for the built-in random models")
     if prompts < 1 or repeats < 1 or block_size < 1 or max_new_tokens < 1:
         raise PolyplanError("prompts, repeats, block_size and max_new_tokens must all be >= 1")
+    if texts is not None and target_dir is None:
+        raise PolyplanError("--prompts FILE: needs --target and --draft (the random models have no tokenizer)")
     if target_dir is None:
         target, draft = random_llama_pair()
         target, draft = target.to(device), draft.to(device)
@@ -261,8 +268,11 @@ def run_decoder_benchmark(
         loaded = load_chain([target_dir, draft_dir], device=device)
         target, draft = (member.model for member in loaded.members)
         names = tuple(member.name for member in loaded.members)
-        texts = [_TEXT_PROMPTS[i % len(_TEXT_PROMPTS)] for i in range(prompts)]
-        ids = [loaded.tokenizer(text)["input_ids"] for text in texts]
+        from polyplan.decoder.chat import encode_prompt
+
+        if texts is None:
+            texts = [_TEXT_PROMPTS[i % len(_TEXT_PROMPTS)] for i in range(prompts)]
+        ids = [encode_prompt(loaded.tokenizer, text, raw=raw) for text in texts]
     return benchmark_decoder(
         target,
         draft,

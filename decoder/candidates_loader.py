@@ -1,8 +1,8 @@
 """Load a validated models.yaml (`polyplan.candidates.CandidateSet`) into chain members.
 
-Sources: `builtin:<name>` (the shipped zoo family), a local HF folder, or a hub id (from the
-local Hugging Face cache, or downloaded only where a network exists; with HF_HUB_OFFLINE set
-an uncached hub id is a clear error). Derived entries are built from their (loaded) base:
+Sources (`decoder.sources`): `builtin:<name>` (the shipped zoo family), a local HF folder, a
+`.gguf` file (dequantized once into the cache), or a hub id (from the local Hugging Face cache
+only; an uncached one is a clear error). Derived entries are built from their (loaded) base:
 `quantize` → `derive.quantize_model`, `layers` → `derive.early_exit_model`, `kind: ngram` →
 `NGramMember` over the target's vocabulary.
 
@@ -13,7 +13,6 @@ maps, identical special tokens, and as many logit rows as tokens unless the entr
 
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -23,10 +22,12 @@ from polyplan.candidates import Candidate, CandidateSet, EarlyExit, NGram, Quant
 from polyplan.decoder.chain import first_difference
 from polyplan.decoder.derive import early_exit_model, num_layers, quantize_model
 from polyplan.decoder.hf import HFMember
+from polyplan.decoder.reduced_vocab import with_saved_subset
+from polyplan.decoder.sources import source_folder
 from polyplan.decoder.member import ChainMember
 from polyplan.decoder.ngram import NGramMember
 from polyplan.errors import PolyplanError
-from polyplan.zoo.builtin import builtin_folder, cached_validation_loss
+from polyplan.zoo.builtin import cached_validation_loss
 
 _TORCH_DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}
 
@@ -175,34 +176,23 @@ def _load_source(candidate: Candidate, label: str):
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     dtype = _TORCH_DTYPES[candidate.dtype]
-    if candidate.source_kind == "builtin":
-        folder = builtin_folder(candidate.source[len("builtin:"):])
-        where, local_only = str(folder), True
-    elif candidate.source_kind == "local":
-        folder = Path(candidate.source)
-        where, local_only = str(folder), True
-    else:
-        folder, where = None, candidate.source
-        local_only = _offline()
+    folder = source_folder(candidate, label)
+    where = str(folder)
     from transformers.utils import logging as hf_logging
 
     bar_was_on = hf_logging.is_progress_bar_enabled()
     hf_logging.disable_progress_bar()  # one "Loading weights" bar per model would drown the table
     try:
-        tokenizer = AutoTokenizer.from_pretrained(where, local_files_only=local_only)
-        model = AutoModelForCausalLM.from_pretrained(where, local_files_only=local_only, dtype=dtype, **_placement(candidate))
+        tokenizer = AutoTokenizer.from_pretrained(where, local_files_only=True)
+        model = AutoModelForCausalLM.from_pretrained(where, local_files_only=True, dtype=dtype, **_placement(candidate))
     except Exception as error:  # noqa: BLE001 - safetensors, HF hub and OS errors share no base class
-        if candidate.source_kind == "hub" and local_only:
-            raise PolyplanError(
-                f"{label}: hub id {where!r} is not in the local cache and this machine is offline "
-                f"(HF_HUB_OFFLINE); if it is meant as a local folder, that folder does not exist"
-            ) from None
         reason = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
         kind = "corrupt or unreadable weights" if "safetensor" in type(error).__name__.lower() else "cannot load"
         raise PolyplanError(f"{label}: {kind} in {where} ({reason})") from None
     finally:
         if bar_was_on:
             hf_logging.enable_progress_bar()
+    model = with_saved_subset(model, folder)
     placed = model if candidate.device_map is not None else model.to(candidate.device)  # accelerate placed its layers
     return folder, placed.eval(), tokenizer
 
@@ -211,15 +201,11 @@ def _placement(candidate: Candidate) -> dict:
     """`from_pretrained` arguments of a `device_map: auto` entry (accelerate), else none."""
     if candidate.device_map is None:
         return {}
-    from polyplan.profiler.pipeline import cache_root
+    from polyplan.cache import cache_root
 
     folder = candidate.offload_folder or str(cache_root() / "offload" / candidate.name)
     limits = {device: limit for device, limit in candidate.max_memory}
     return {"device_map": candidate.device_map, "offload_folder": folder, **({"max_memory": limits} if limits else {})}
-
-
-def _offline() -> bool:
-    return any(os.environ.get(key, "").lower() in ("1", "true", "yes") for key in ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE"))
 
 
 def _specials(tokenizer: object) -> dict[str, tuple[str, int]]:

@@ -56,7 +56,7 @@ def generate(
         generator: Every random draw comes from it (put it on the members' device); the
             same seed gives the same tokens.
         eos_token_id: Stop after emitting this token (or any of these); None never stops early.
-            Pass `chain[0].eos_token_id` to stop where the target's tokenizer does.
+            Pass `member.stop_token_ids(chain[0])` to stop at every EOS id of the target.
 
     Returns:
         The new tokens and per-level statistics.

@@ -27,7 +27,8 @@ class HFMember:
         name: Shown in statistics and errors (default: the model's folder or class name).
         tokenizer: Its tokenizer, if any: gives the token map the chain checks and the
             number of real (unpadded) vocabulary entries.
-        eos_token_id: Overrides the end-of-sequence id read from the model's config.
+        eos_token_id: Overrides the end-of-sequence ids read from the model's generation config,
+            config and tokenizer (`eos_token_ids`; `eos_token_id` is the first of them).
         max_context: Overrides `max_position_embeddings`.
     """
 
@@ -52,10 +53,10 @@ class HFMember:
                 raise PolyplanError(f"chain member {self.name!r}: its tokenizer has {size} tokens but the model only {self.vocab_size} logits")
             self.valid_vocab_size = size
         if eos_token_id is None:
-            eos = getattr(config, "eos_token_id", None)
-            if eos is None and tokenizer is not None:
-                eos = tokenizer.eos_token_id
-            eos_token_id = eos[0] if isinstance(eos, (list, tuple)) and eos else eos
+            self.eos_token_ids = end_of_sequence_ids(model, tokenizer)
+            eos_token_id = self.eos_token_ids[0] if self.eos_token_ids else None
+        else:
+            self.eos_token_ids = (eos_token_id,)
         self.eos_token_id = eos_token_id
         self.max_context = max_context if max_context is not None else getattr(config, "max_position_embeddings", None)
         self.device = next(model.parameters()).device
@@ -111,3 +112,15 @@ class HFMember:
         if self._token_map is None:
             self._token_map = dict(self.tokenizer.get_vocab())
         return self._token_map
+
+
+def end_of_sequence_ids(model: "PreTrainedModel", tokenizer=None) -> tuple[int, ...]:
+    """Every id that ends a generation: the generation config's `eos_token_id` (an int or a
+    list, e.g. `<eos>` and `<end_of_turn>`), then the model config's, then the tokenizer's."""
+    found: list[int] = []
+    generation = getattr(model, "generation_config", None)
+    config = model.config.get_text_config(decoder=True)
+    for value in (getattr(generation, "eos_token_id", None), getattr(config, "eos_token_id", None),
+                  getattr(tokenizer, "eos_token_id", None) if tokenizer is not None else None):
+        found.extend([value] if isinstance(value, int) else [v for v in (value or []) if isinstance(v, int)])
+    return tuple(dict.fromkeys(found))

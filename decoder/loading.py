@@ -1,6 +1,7 @@
 """Load a chain of local model folders and check that they share one tokenizer.
 
-Only local folders (as written by `save_pretrained`): nothing is downloaded.
+Local folders (as written by `save_pretrained`) or `.gguf` files (dequantized once into the
+polyplan cache, `decoder.gguf_source`): nothing is downloaded.
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ import torch
 
 from polyplan.decoder.chain import first_difference
 from polyplan.decoder.hf import HFMember
+from polyplan.decoder.reduced_vocab import with_saved_subset
 from polyplan.errors import PolyplanError
 
 
@@ -48,8 +50,10 @@ def _load(folders: Sequence[str | Path], device: str, dtype: torch.dtype | None)
     if not folders:
         raise PolyplanError("chain: empty; give at least the target model folder")
     for index, folder in enumerate(folders):  # fail before spending time loading the others
-        if not Path(folder).is_dir():
+        if not Path(folder).is_dir() and not _is_gguf(folder):
             raise PolyplanError(f"chain member {index} ({str(folder)!r}): no such model folder")
+    names = [Path(folder).name or str(folder) for folder in folders]
+    folders = [_gguf_folder(folder, index) if _is_gguf(folder) else folder for index, folder in enumerate(folders)]
     members, tokenizers = [], []
     for index, folder in enumerate(folders):
         path = Path(folder)
@@ -59,13 +63,27 @@ def _load(folders: Sequence[str | Path], device: str, dtype: torch.dtype | None)
         except (OSError, ValueError) as error:
             raise PolyplanError(f"{label}: cannot load its tokenizer ({_first_line(error)})") from None
         try:
-            model = AutoModelForCausalLM.from_pretrained(path, local_files_only=True, dtype=dtype).to(device)
+            model = with_saved_subset(AutoModelForCausalLM.from_pretrained(path, local_files_only=True, dtype=dtype), path).to(device)
         except (OSError, ValueError) as error:
             raise PolyplanError(f"{label}: cannot load a causal language model ({_first_line(error)})") from None
-        members.append(HFMember(model, name=path.name or str(path), tokenizer=tokenizer))
+        members.append(HFMember(model, name=names[index], tokenizer=tokenizer))
         tokenizers.append(tokenizer)
     check_same_tokenizer(tokenizers, [m.name for m in members])
     return LoadedChain(tuple(members), tokenizers[0])
+
+
+def _is_gguf(path: str | Path) -> bool:
+    return Path(path).suffix.lower() == ".gguf"
+
+
+def _gguf_folder(path: str | Path, index: int) -> Path:
+    """The dequantized folder of a .gguf member (converted once into the cache)."""
+    from polyplan.decoder.gguf_source import hf_folder_for_gguf
+
+    try:
+        return hf_folder_for_gguf(path)
+    except PolyplanError as error:
+        raise PolyplanError(f"chain member {index} ({str(path)!r}): {error}") from None
 
 
 def check_same_tokenizer(tokenizers: Sequence[object], names: Sequence[str]) -> None:

@@ -59,3 +59,12 @@ class ChainMember(Protocol):
         None for members that have no tokenizer of their own (they adopt the chain's).
         """
         ...
+
+
+def stop_token_ids(member: ChainMember) -> tuple[int, ...]:
+    """The ids that end a generation of `member`: its `eos_token_ids` when it has several
+    (`HFMember`: every EOS id of its generation config), else its `eos_token_id`, else none."""
+    several = getattr(member, "eos_token_ids", None)
+    if several:
+        return tuple(several)
+    return () if member.eos_token_id is None else (member.eos_token_id,)

@@ -9,7 +9,9 @@ from pathlib import Path
 import torch
 
 from polyplan.decoder.chain import generate
+from polyplan.decoder.chat import encode_prompt
 from polyplan.decoder.loading import load_chain
+from polyplan.decoder.member import stop_token_ids
 from polyplan.decoder.result import GenerationResult
 from polyplan.decoder.sampling import Sampling
 
@@ -33,16 +35,18 @@ def generate_text(
     sampling: Sampling = Sampling(),
     seed: int = 0,
     device: str = "cpu",
+    raw: bool = False,
 ) -> TextGeneration:
-    """Load the chain (target first), encode `prompt` with the target's tokenizer, generate
-    until `max_new_tokens` or the target's EOS, and decode the new tokens.
+    """Load the chain (target first), encode `prompt` with the target's tokenizer (through its
+    chat template, as one user turn, unless `raw` or it has none), generate until
+    `max_new_tokens` or any of the target's EOS ids, and decode the new tokens.
 
     `block_sizes=None` uses `DEFAULT_BLOCK_SIZE` at every verifying level.
     """
     loaded = load_chain(folders, device=device)
     members = loaded.members
     blocks = [DEFAULT_BLOCK_SIZE] * (len(members) - 1) if block_sizes is None else list(block_sizes)
-    prompt_ids = loaded.tokenizer(prompt)["input_ids"]
+    prompt_ids = encode_prompt(loaded.tokenizer, prompt, raw=raw)
     generator = torch.Generator(device=device).manual_seed(seed)
     result = generate(
         members,
@@ -51,7 +55,7 @@ def generate_text(
         block_sizes=blocks,
         sampling=sampling,
         generator=generator,
-        eos_token_id=members[0].eos_token_id,
+        eos_token_id=stop_token_ids(members[0]),
     )
     text = loaded.tokenizer.decode(list(result.token_ids), skip_special_tokens=True)
     return TextGeneration(text, result)

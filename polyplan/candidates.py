@@ -2,9 +2,10 @@
 
     candidates:
       - name: target                  # unique; shown in every table and error
-        source: builtin:target        # a local folder (relative to this file), a hub id
-        target: true                  #   (org/name, only where a network exists) or
-        dtype: float32                #   builtin:<name> for the embedded zoo family
+        source: builtin:target        # a local folder (relative to this file), a .gguf file
+        target: true                  #   (dequantized once into the cache), a hub id
+        dtype: float32                #   (org/name, from the local HF cache only) or
+                                      #   builtin:<name> for the embedded zoo family
         device: cpu
       - name: target-int8
         derive: {from: target, quantize: int8}     # int8 | int4 | bf16
@@ -115,9 +116,9 @@ class Candidate:
     """One validated entry of models.yaml.
 
     Attributes:
-        source: For weight entries: "builtin:<name>", a resolved local folder, or a hub id;
-            None for derived entries.
-        source_kind: "builtin", "local", "hub", or "derived".
+        source: For weight entries: "builtin:<name>", a resolved local folder or .gguf file,
+            or a hub id; None for derived entries.
+        source_kind: "builtin", "local", "gguf", "hub", or "derived".
         device_map: "auto" to let accelerate split the model over devices, else None.
         max_memory: accelerate's per-device limits, as (device, bytes or size) pairs.
         offload_folder: where accelerate offloads layers to disk (None: the polyplan cache).
@@ -287,7 +288,7 @@ def _boolean(entry: dict, key: str, label: str) -> bool:
 
 def _resolve_source(source: Any, base_dir: Path, label: str) -> tuple[str, str]:
     if not isinstance(source, str) or not source.strip():
-        raise PolyplanError(f"{label}: 'source' must be a folder, a hub id or builtin:<name>")
+        raise PolyplanError(f"{label}: 'source' must be a folder, a .gguf file, a hub id or builtin:<name>")
     if source.startswith(BUILTIN_PREFIX):
         name = source[len(BUILTIN_PREFIX):]
         if not name:
@@ -295,6 +296,10 @@ def _resolve_source(source: Any, base_dir: Path, label: str) -> tuple[str, str]:
         return source, "builtin"
     path = Path(source).expanduser()
     path = path if path.is_absolute() else base_dir / path
+    if path.suffix.lower() == ".gguf":
+        if not path.is_file():
+            raise PolyplanError(f"{label}: GGUF file {source!r} not found (looked in {path})")
+        return str(path), "gguf"
     if path.is_dir():
         return str(path), "local"
     looks_local = source.startswith((".", "/", "~")) or path.exists() or not _HUB_ID.match(source)

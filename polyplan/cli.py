@@ -9,7 +9,9 @@ import typer
 
 from polyplan.commands import bench
 from polyplan.commands import demo
+from polyplan.commands import drafter
 from polyplan.commands import export
+from polyplan.commands import fetch
 from polyplan.commands import generate
 from polyplan.commands import models
 from polyplan.commands import profile
@@ -29,7 +31,9 @@ app = typer.Typer(
 # Command registration (one line per command module; keep alphabetical).
 app.add_typer(bench.app, name="bench")
 app.command("demo")(demo.demo)
+app.add_typer(drafter.app, name="drafter")
 app.command("export")(export.export)
+app.command("fetch")(fetch.fetch)
 app.command("generate")(generate.generate)
 app.add_typer(models.app, name="models")
 app.command("profile")(profile.profile)

@@ -36,7 +36,7 @@ import numpy as np
 import torch
 
 from polyplan.decoder.chain import generate
-from polyplan.decoder.member import ChainMember
+from polyplan.decoder.member import ChainMember, stop_token_ids
 from polyplan.decoder.sampling import Sampling, probabilities
 from polyplan.profiler.stats import Interval, cluster_bootstrap, lag1_autocorrelation, quantile_summary
 
@@ -160,7 +160,9 @@ def target_continuations(
     temperature: float,
     seed: int,
 ) -> tuple[tuple[int, ...], ...]:
-    """The target's own continuation of each prompt (`new_tokens` each, EOS not honoured).
+    """The target's own continuation of each prompt: `new_tokens` each, or fewer when the
+    target emits one of its EOS ids (`decoder.member.stop_token_ids`: an instruct model's
+    `<end_of_turn>` ends its answer; what it would write after that is not text anyone serves).
 
     Prompt i is sampled with a generator seeded `seed + i`, so one prompt's continuation does
     not depend on the others.
@@ -170,7 +172,10 @@ def target_continuations(
     continuations = []
     for index, prompt in enumerate(prompts):
         generator = torch.Generator(device=device).manual_seed(seed + index)
-        result = generate([target], list(prompt), max_new_tokens=new_tokens, sampling=sampling, generator=generator)
+        result = generate(
+            [target], list(prompt), max_new_tokens=new_tokens, sampling=sampling, generator=generator,
+            eos_token_id=stop_token_ids(target),
+        )
         continuations.append(result.token_ids)
     return tuple(continuations)
 
@@ -282,7 +287,8 @@ def measure_decoded(
             break
         generator = torch.Generator(device=device).manual_seed(seed + index)
         result = generate(
-            [verifier, drafter], list(prompt), max_new_tokens=new_tokens, block_sizes=[k], sampling=sampling, generator=generator
+            [verifier, drafter], list(prompt), max_new_tokens=new_tokens, block_sizes=[k], sampling=sampling, generator=generator,
+            eos_token_id=stop_token_ids(verifier),
         )
         per_prompt.append(result.levels[0].tokens_per_verification)
     pooled = np.concatenate([np.asarray(counts, dtype=float) for counts in per_prompt])

@@ -2,8 +2,8 @@
 
 Loading is the zoo/candidates loader's job (`polyplan.decoder.candidates_loader`); this module
 adds the fingerprint that keys a candidate's profile entries:
-- a `source` entry: the contents of its folder (config, weights, tokenizer), or the hub id
-  when it has no local folder, plus its dtype, device and `padded_vocab`;
+- a `source` entry: the contents of its folder (config, weights, tokenizer) or .gguf file, or
+  the hub id when it is not cached, plus its dtype, device and `padded_vocab`;
 - a derived entry: its derivation and device on top of its base's fingerprint;
 - an n-gram drafter: its parameters and the target's fingerprint (it uses that vocabulary).
 """
@@ -61,9 +61,12 @@ def _source_fingerprint(candidate: Candidate) -> str:
         from polyplan.zoo.builtin import builtin_folder
 
         return fingerprint_files([builtin_folder(candidate.source.split(":", 1)[1])])
-    if candidate.source_kind == "local":
+    if candidate.source_kind in ("local", "gguf"):  # a GGUF file: its contents, as its cache key
         return fingerprint_files([Path(candidate.source)])
-    return f"hub:{candidate.source}"
+    from polyplan.decoder.hub_source import cached_hub_folder
+
+    folder = cached_hub_folder(candidate.source)  # the cached snapshot's files, when there is one
+    return fingerprint_files([folder]) if folder is not None else f"hub:{candidate.source}"
 
 
 def with_device(candidates: CandidateSet, device: str) -> CandidateSet:

@@ -24,7 +24,10 @@ from polyplan.errors import PolyplanError
 from polyplan.planner.plan_file import plan_from_profile, read_plan
 from polyplan.planner.search import Recommendation
 from polyplan.profiler.latency import LatencySettings
-from polyplan.profiler.pipeline import cache_root, encode_for, profile_candidates, prompt_set, validation_prompt_set
+from polyplan.profiler.pipeline import (
+    PromptSet, cache_root, encode_for, profile_candidates, prompt_set, validation_prompt_set,
+)
+from polyplan.profiler.prompts import read_prompt_file
 from polyplan.profiler.run import describe_device
 from polyplan.profiler.settings import AcceptanceSettings, ProfileSettings
 from polyplan.profiler.validation_runs import ValidationSettings, validate_plan
@@ -49,6 +52,8 @@ class DemoSettings:
     max_levels: int = 4
     out: Path = Path("polyplan-demo")
     cache_dir: Path | None = None
+    prompts: Path | None = None  # a prompt file: odd-numbered prompts profile, even-numbered validate
+    raw_prompts: bool = False  # never wrap prompts in the target's chat template
 
 
 @dataclass(frozen=True)
@@ -115,6 +120,21 @@ def typical_context(prompts, new_tokens: int) -> int:
     return round(sum(len(prompt.ids) for prompt in prompts) / len(prompts) + new_tokens / 2)
 
 
+def demo_prompt_sets(settings: DemoSettings) -> tuple[PromptSet, PromptSet]:
+    """The prompts that profile and the held-out prompts that validate: built-in ones, or the
+    user's file split alternately (prompt 1 profiles, prompt 2 validates, …), so that both
+    halves cover the file's categories alike."""
+    raw = settings.raw_prompts
+    if settings.prompts is None:
+        return prompt_set(per_kind=1 if settings.quick else 4, raw=raw), validation_prompt_set(per_kind=settings.prompts_per_kind, raw=raw)
+    prompts = read_prompt_file(settings.prompts)
+    if len(prompts) < 2:
+        raise PolyplanError(f"{settings.prompts}: the demo needs at least 2 prompts (one to profile, one to validate)")
+    source = str(settings.prompts)
+    return (PromptSet(prompts[0::2], f"{source} (prompts 1, 3, 5, …)", False, raw),
+            PromptSet(prompts[1::2], f"{source} (prompts 2, 4, 6, …, held out from profiling)", False, raw))
+
+
 def run_demo(settings: DemoSettings, *, profile_progress=None, validation_progress=None, log=lambda line: None) -> DemoResult:
     """Profile, recommend and validate (see the module docstring)."""
     started = time.perf_counter()
@@ -123,7 +143,7 @@ def run_demo(settings: DemoSettings, *, profile_progress=None, validation_progre
     else:
         candidates = settings.candidates if settings.candidates is not None else default_candidates_path()
     validation_settings = ValidationSettings(new_tokens=settings.new_tokens, repeats=settings.repeats, top=settings.top)
-    held_out = validation_prompt_set(per_kind=settings.prompts_per_kind)
+    profiling_prompts, held_out = demo_prompt_sets(settings)
     out = Path(settings.out)
     try:
         out.mkdir(parents=True, exist_ok=True)
@@ -133,7 +153,7 @@ def run_demo(settings: DemoSettings, *, profile_progress=None, validation_progre
     profiled = profile_candidates(
         candidates,
         settings=profile_settings(settings.quick, settings.new_tokens),
-        prompts=prompt_set(per_kind=1 if settings.quick else 4),
+        prompts=profiling_prompts,
         cache_dir=settings.cache_dir,
         fresh_latency=True,
         calibration_tokens=24 if settings.quick else 64,

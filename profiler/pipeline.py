@@ -26,6 +26,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from polyplan.cache import CACHE_ENV, cache_root  # noqa: F401 - re-exported: callers import them from here
 from polyplan.candidates import CandidateSet, parse_candidates, read_candidates
 from polyplan.errors import PolyplanError
 from polyplan.planner.overhead import META_KEY
@@ -36,19 +37,6 @@ from polyplan.profiler.candidates import candidate_fingerprints, with_device
 from polyplan.profiler.fingerprint import fingerprint_settings
 from polyplan.profiler.prompts import EncodedPrompt, Prompt, builtin_prompts, encode_prompts, read_prompt_file
 from polyplan.profiler.settings import ProfileSettings
-
-CACHE_ENV = "POLYPLAN_CACHE_DIR"
-
-
-def cache_root(override: str | os.PathLike[str] | None = None) -> Path:
-    """The cache folder (see the module docstring for the order of precedence)."""
-    if override is not None:
-        return Path(override).expanduser()
-    if os.environ.get(CACHE_ENV):
-        return Path(os.environ[CACHE_ENV]).expanduser()
-    if os.environ.get("XDG_CACHE_HOME"):
-        return Path(os.environ["XDG_CACHE_HOME"]).expanduser() / "polyplan"
-    return Path.home() / ".cache" / "polyplan"
 
 
 def _ensure_folder(folder: Path, option: str) -> Path:
@@ -79,6 +67,7 @@ class PromptSet:
     prompts: tuple[Prompt, ...]
     source: str
     truncate: bool  # built-in prompts are cut from the left to fit a small model; a user's are not
+    raw: bool = False  # True: never wrap the prompts in the target's chat template
 
 
 PROFILE_PER_KIND = 4  # the profiler's default built-in set: the first 4 prompts of each kind
@@ -90,15 +79,17 @@ def prompt_set(
     per_kind: int = PROFILE_PER_KIND,
     skip_per_kind: int = 0,
     max_prompts: int | None = None,
+    raw: bool = False,
 ) -> PromptSet:
     """A user's prompt file, or built-in prompts: `per_kind` of each kind after the first
-    `skip_per_kind` (validation skips the ones the profile was measured on)."""
+    `skip_per_kind` (validation skips the ones the profile was measured on). `raw`: send
+    them as they are, never through the target's chat template."""
     if max_prompts is not None and max_prompts < 1:
         raise PolyplanError(f"--max-prompts: must be >= 1, got {max_prompts}")
     if per_kind < 1:
         raise PolyplanError(f"--prompts-per-kind: must be >= 1, got {per_kind}")
     if prompt_file is not None:
-        return PromptSet(tuple(read_prompt_file(prompt_file)[:max_prompts]), str(prompt_file), False)
+        return PromptSet(tuple(read_prompt_file(prompt_file)[:max_prompts]), str(prompt_file), False, raw)
     ranked = _builtin(max(2 * PROFILE_PER_KIND, skip_per_kind + per_kind))
     by_kind: dict[str, list[Prompt]] = {}
     for prompt in ranked:
@@ -109,7 +100,7 @@ def prompt_set(
         raise PolyplanError(f"built-in prompts: none left after skipping the first {skip_per_kind} of each kind")
     label = "built-in prompts" + (f" (held out from profiling: ranks {skip_per_kind + 1}..{skip_per_kind + per_kind} of each kind)"
                                   if skip_per_kind else "")
-    return PromptSet(tuple(interleaved[:max_prompts]), label, True)
+    return PromptSet(tuple(interleaved[:max_prompts]), label, True, raw)
 
 
 @functools.lru_cache(maxsize=2)
@@ -118,9 +109,11 @@ def _builtin(per_kind: int) -> tuple[Prompt, ...]:
     return builtin_prompts(per_kind)
 
 
-def validation_prompt_set(prompt_file: str | os.PathLike[str] | None = None, *, per_kind: int = 4, max_prompts: int | None = None) -> PromptSet:
+def validation_prompt_set(
+    prompt_file: str | os.PathLike[str] | None = None, *, per_kind: int = 4, max_prompts: int | None = None, raw: bool = False
+) -> PromptSet:
     """What validation runs on: a user's file, else built-in prompts the profile never saw."""
-    return prompt_set(prompt_file, per_kind=per_kind, skip_per_kind=PROFILE_PER_KIND, max_prompts=max_prompts)
+    return prompt_set(prompt_file, per_kind=per_kind, skip_per_kind=PROFILE_PER_KIND, max_prompts=max_prompts, raw=raw)
 
 
 @dataclass(frozen=True)
@@ -214,7 +207,7 @@ def profile_candidates(
     reserve = acceptance.new_tokens + (max(acceptance.block_sizes) if acceptance.decoded else 0)
     limits = [model.member.max_context for model in models if model.member.max_context is not None]
     fitted = fit_prompts(
-        encode_prompts(prompts.prompts, loaded.tokenizer), min(limits) if limits else None, reserve,
+        encode_for(prompts, loaded.tokenizer), min(limits) if limits else None, reserve,
         truncate=prompts.truncate, source=prompts.source,
     )
     previous = _previous_runs(path)
@@ -320,5 +313,5 @@ def plan_candidates(plan: PlanFile, label: str, candidates_path: str | os.PathLi
 
 
 def encode_for(prompts: PromptSet, tokenizer) -> Sequence[EncodedPrompt]:
-    """The prompt set under the chain's tokenizer."""
-    return encode_prompts(prompts.prompts, tokenizer)
+    """The prompt set under the chain's tokenizer (through its chat template unless `prompts.raw`)."""
+    return encode_prompts(prompts.prompts, tokenizer, raw=prompts.raw)

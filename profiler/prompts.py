@@ -19,7 +19,10 @@ User files
 ----------
 - ``*.jsonl``: one JSON value per line. A string is a prompt; an object gives its prompt
   through ``"turns"`` (the Spec-Bench ``question.jsonl`` format: the FIRST turn is used,
-  since later turns answer the model's first reply), ``"prompt"`` or ``"text"``.
+  since later turns answer the model's first reply), ``"prompt"`` or ``"text"``. Its
+  ``"category"`` (Spec-Bench: writing, roleplay, reasoning, math, coding, extraction, stem,
+  humanities, translation, summarization, qa, math_reasoning, rag…) becomes ``Prompt.kind``;
+  without one the kind is ``spec_bench`` (objects with turns) or ``user``.
 - any other file is plain text: prompts are separated by one or more blank lines (use JSONL
   for prompts that themselves contain blank lines, as most code does).
 """
@@ -225,8 +228,8 @@ def _read_jsonl(path: Path, text: str) -> tuple[Prompt, ...]:
         prompt = _prompt_of(value, where)
         if prompt.strip():
             kind = "spec_bench" if isinstance(value, dict) and "turns" in value else "user"
-            if isinstance(value, dict) and isinstance(value.get("category"), str):
-                kind = f"{kind}:{value['category']}"
+            if isinstance(value, dict) and isinstance(value.get("category"), str) and value["category"].strip():
+                kind = value["category"].strip()  # Spec-Bench's category: reports break results down by it
             prompts.append(Prompt(prompt, kind, where))
     return tuple(prompts)
 
@@ -251,11 +254,15 @@ def _prompt_of(value: object, where: str) -> str:
 # --------------------------------------------------------------------------- encoding
 
 
-def encode_prompts(prompts: Sequence[Prompt], tokenizer) -> tuple[EncodedPrompt, ...]:
-    """Token ids of each prompt under a Hugging Face tokenizer (as `polyplan generate` encodes)."""
+def encode_prompts(prompts: Sequence[Prompt], tokenizer, *, raw: bool = False) -> tuple[EncodedPrompt, ...]:
+    """Token ids of each prompt under a Hugging Face tokenizer, as `polyplan generate` encodes:
+    through the tokenizer's chat template (one user turn, generation prompt added) when it has
+    one, unless `raw` (`decoder.chat.encode_prompt`)."""
+    from polyplan.decoder.chat import encode_prompt
+
     encoded = []
     for prompt in prompts:
-        ids = tuple(int(i) for i in tokenizer(prompt.text)["input_ids"])
+        ids = tuple(encode_prompt(tokenizer, prompt.text, raw=raw, where=prompt.source))
         if not ids:
             raise PolyplanError(f"{prompt.source}: the prompt encodes to no tokens")
         encoded.append(EncodedPrompt(prompt, ids))

@@ -14,6 +14,7 @@ from pathlib import Path
 from polyplan.atomic import write_text_atomically
 from polyplan.cli_support import json_safe
 from polyplan.errors import PolyplanError
+from polyplan.profiler.categories import category_lines
 from polyplan.profiler.plots import write_plots
 from polyplan.profiler.validation_results import (
     ROLE_ALTERNATIVE,
@@ -215,6 +216,11 @@ def report_markdown(validation: Validation, plots: dict[str, str]) -> str:
                   "ms/token. "
                   "A chain is bounded by its target passes: tokens per pass against the cost of a pass that verifies "
                   "several tokens; the drafters and the loop take the rest.", "", *limits]
+    if validation.categories:
+        lines += ["", "## Per category (speedup over target-only, tokens per target pass)", "", "```"]
+        for item in validation.categories:
+            lines += [*category_lines(item.label, item.rows), ""]
+        lines += ["```"]
     lines += ["", "## Per model: forward passes per token (φ_i / N), time, tokens per verification", ""]
     for chain in validation.chains:
         e2e = "-" if not chain.lossless else f"{chain.end_to_end_speedup:.2f}x"

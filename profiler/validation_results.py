@@ -324,6 +324,7 @@ class Validation:
     wall_time_s: float
     notes: tuple[str, ...]
     exact_model: str = ""  # what the plan's exact predictions were computed with
+    categories: tuple = ()  # profiler.categories.ChainCategories per chain but target-only
 
 
 def _pooled(values: Sequence[Sequence[int]]) -> tuple[float | None, float | None]:
@@ -640,6 +641,13 @@ def validation_json(validation: Validation, files: dict[str, str] | None = None)
         "checks": [
             {"name": check.name, "value": check.value, "threshold": check.threshold, "passed": check.passed, "detail": check.detail}
             for check in head.checks
+        ],
+        "categories": [
+            {"chain": item.label, "rows": [
+                {"category": row.kind, "runs": row.runs, "speedup": row.speedup, "tokens_per_target_pass": row.tokens_per_target_pass}
+                for row in item.rows
+            ]}
+            for item in validation.categories
         ],
         "settings": {
             "sampling": validation.sampling,

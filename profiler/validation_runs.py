@@ -22,12 +22,13 @@ from typing import Protocol
 import torch
 
 from polyplan.decoder.chain import generate
-from polyplan.decoder.member import ChainMember
+from polyplan.decoder.member import ChainMember, stop_token_ids
 from polyplan.decoder.sampling import Sampling
 from polyplan.errors import PolyplanError
 from polyplan.planner.overhead import switch_cost
 from polyplan.planner.plan_file import PlanFile, plan_overhead, planned_chains
 from polyplan.profile import Profile
+from polyplan.profiler.categories import chain_categories
 from polyplan.profiler.latency import synchronizer
 from polyplan.profiler.latency import collector_paused
 from polyplan.profiler.primed import PrimedMember
@@ -51,8 +52,10 @@ class ValidationSettings:
     """How the chains are run.
 
     Attributes:
-        new_tokens: tokens every chain generates per prompt (EOS is not honoured, so every
-            run produces exactly this many and all chains do the same work).
+        new_tokens: tokens every chain generates per prompt. Greedy runs stop early at any of
+            the target's EOS ids (every chain emits the target's tokens, so all do the same
+            work); sampled runs do not (chains would emit different lengths and their times
+            would not compare), so each produces exactly this many.
         repeats: passes over the prompt set; each prompt's paired ratio is the median over repeats.
         top: alternatives validated besides the recommended chain (the plan's next best).
         seed: prompt i is decoded with a generator seeded seed + i, for every chain.
@@ -232,7 +235,11 @@ def _run(spec: ChainSpec, primed, prompt: torch.Tensor, index: int, tokens: int,
     chain = [primed[name] for name in spec.planned.chain]
     prefill = sum(member.prime(prompt[:-1], sync) for member in chain)
     generator = torch.Generator(device=chain[0].device).manual_seed(seed)
-    result = generate(chain, prompt, max_new_tokens=tokens, block_sizes=spec.planned.block_sizes, sampling=sampling, generator=generator)
+    eos = stop_token_ids(chain[0].member) if sampling.greedy else None
+    result = generate(
+        chain, prompt, max_new_tokens=tokens, block_sizes=spec.planned.block_sizes, sampling=sampling, generator=generator,
+        eos_token_id=eos,
+    )
     levels = result.levels
     return (
         result.wall_time_s,
@@ -331,6 +338,7 @@ def validate_plan(
         wall_time_s=time.perf_counter() - started,
         notes=tuple(notes),
         exact_model=exact_model_description(plan),
+        categories=chain_categories(specs, records, [p.prompt.kind for p in fitted.prompts], baseline_index),
     )
 
 

@@ -140,3 +140,19 @@ def test_bench_decoder_runs_both_races_on_folders(folders):
 def test_bench_decoder_needs_both_folders(folders):
     result = run("bench", "decoder", "--target", str(folders["target"]))
     assert result.exit_code == 2 and "error: --target/--draft: give both" in result.output
+
+
+def test_bench_decoder_runs_a_prompt_file(folders, tmp_path):
+    prompts = tmp_path / "question.jsonl"
+    prompts.write_text("\n".join(json.dumps({"category": c, "turns": [t]}) for c, t in (("qa", "w4 w9 w12"), ("math", "w7 w7 w30"))) + "\n")
+    result = run(
+        "bench", "decoder", "--target", str(folders["target"]), "--draft", str(folders["draft"]),
+        "--prompts", str(prompts), "--max-new-tokens", "5", "--repeats", "1", "--json",
+    )
+    assert result.exit_code == 0, result.output
+    payload = json.loads(result.stdout)
+    assert payload["prompts"] == 2 and all(race["tokens_equal"] for race in payload["races"])
+    alone = run("bench", "decoder", "--prompts", str(prompts))
+    assert alone.exit_code == 2 and "error: --prompts FILE: needs --target and --draft" in alone.output
+    missing = run("bench", "decoder", "--target", str(folders["target"]), "--draft", str(folders["draft"]), "--prompts", "nope.jsonl")
+    assert missing.exit_code == 2 and "error: nope.jsonl: no such prompt file" in missing.output

@@ -64,7 +64,7 @@ def test_jsonl_strings_objects_and_spec_bench_turns(tmp_path):
     path.write_text("\n".join(json.dumps(row) for row in rows) + "\n\n")
     prompts = read_prompt_file(path)
     assert [p.text for p in prompts] == ["Compose a blog post.", "a bare string prompt", "def add(a, b):\n\n    return"]
-    assert prompts[0].kind == "spec_bench:writing" and prompts[0].source == f"{path}:1"
+    assert prompts[0].kind == "writing" and prompts[0].source == f"{path}:1"
 
 
 @pytest.mark.parametrize(

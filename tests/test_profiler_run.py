@@ -21,6 +21,7 @@ from polyplan.profiler import (
     fingerprint_module,
     profile_models,
 )
+from polyplan.profiler.acceptance import target_continuations
 from polyplan.profiler.prompts import EncodedPrompt, Prompt
 
 VOCAB = 64
@@ -103,8 +104,17 @@ def complete(single_thread, models, tmp_path_factory) -> tuple[Path, Counter]:
     return out, counter
 
 
-def test_complete_run_writes_a_profile_that_recommend_accepts(complete):
+def test_complete_run_writes_a_profile_that_recommend_accepts(complete, models):
     out, counter = complete
+    # α is measured at every position of the target's continuations: 10 tokens per prompt, or
+    # fewer where the target emits its EOS id (the tiny random target does on some prompts)
+    positions = {
+        key: sum(len(c) for c in target_continuations(models[0].member, [p.ids for p in _prompts()], new_tokens=10,
+                                                     temperature=temperature, seed=SETTINGS.acceptance.seed))
+        for key, temperature in (("greedy", 0.0), ("t1.0", 1.0))
+    }
+    assert all(0 < count <= 4 * 10 for count in positions.values())
+    assert positions["greedy"] < 4 * 10  # this target does stop early on some prompts (the EOS path is exercised)
     profile = load(out)
     assert profile.target == "target"
     assert profile.model_names() == ["target", "early", "ngram"]
@@ -118,9 +128,9 @@ def test_complete_run_writes_a_profile_that_recommend_accepts(complete):
     step = {m.name: min(p.median_s for p in m.latency if p.k == 1) for m in profile.models}
     for pair in profile.pairs:
         assert set(pair.sampling) == {"greedy", "t1.0"}
-        for stats in pair.sampling.values():
+        for key, stats in pair.sampling.items():
             assert [d.k for d in stats.decoded] == [2, 3]
-            assert stats.alpha_samples == 4 * 10 and stats.alpha_ci[0] <= stats.alpha_distribution.mean <= stats.alpha_ci[1]
+            assert stats.alpha_samples == positions[key] and stats.alpha_ci[0] <= stats.alpha_distribution.mean <= stats.alpha_ci[1]
             assert {i.k for i in stats.implied} >= {1, 2, 3, 8}
             for decoded in stats.decoded:
                 assert decoded.prompts == 2 and decoded.mu_ci[0] <= decoded.mu <= decoded.mu_ci[1]

@@ -9,8 +9,19 @@ import typer
 
 from polyplan.cli_support import echo_json, fails_cleanly
 from polyplan.errors import PolyplanError
+from polyplan.commands.options import RawPrompts
 
 app = typer.Typer(help="Benchmarks printing side-by-side ratios measured in one run.", no_args_is_help=True)
+
+
+def _prompt_option(value: str) -> tuple[int, list[str] | None]:
+    """`--prompts`: a count, or a prompt file (its prompts' texts)."""
+    if value.strip().isdigit():
+        return int(value), None
+    from polyplan.profiler.prompts import read_prompt_file
+
+    texts = [prompt.text for prompt in read_prompt_file(value)]
+    return len(texts), texts
 
 
 @app.command("decoder")
@@ -18,7 +29,12 @@ app = typer.Typer(help="Benchmarks printing side-by-side ratios measured in one 
 def decoder(
     target: Annotated[Optional[str], typer.Option("--target", help="Target model folder (default: a random 8-layer Llama).")] = None,
     draft: Annotated[Optional[str], typer.Option("--draft", help="Draft model folder (default: the random target's first layer).")] = None,
-    prompts: Annotated[int, typer.Option("--prompts", help="Number of prompts.")] = 4,
+    prompts: Annotated[
+        str,
+        typer.Option("--prompts", help="Number of prompts, or a prompt file (*.jsonl, e.g. Spec-Bench question.jsonl, or "
+                     "blank-line separated text; needs --target/--draft) whose prompts are run instead."),
+    ] = "4",
+    raw_prompts: RawPrompts = False,
     prompt_length: Annotated[int, typer.Option("--prompt-length", help="Tokens per random prompt (random models only).")] = 16,
     max_new_tokens: Annotated[int, typer.Option("--max-new-tokens", help="New tokens per prompt.")] = 64,
     block_size: Annotated[int, typer.Option("--block-size", help="K: tokens drafted per round, both sides.")] = 4,
@@ -34,10 +50,13 @@ def decoder(
 
     if threads is not None:
         torch.set_num_threads(threads)
+    count, texts = _prompt_option(prompts)
     bench = run_decoder_benchmark(
         target,
         draft,
-        prompts=prompts,
+        prompts=count,
+        texts=texts,
+        raw=raw_prompts,
         prompt_length=prompt_length,
         max_new_tokens=max_new_tokens,
         block_size=block_size,

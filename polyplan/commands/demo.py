@@ -9,6 +9,7 @@ from typing import Annotated, Optional
 import typer
 
 from polyplan.cli_support import echo_json, fails_cleanly
+from polyplan.commands.options import RawPrompts
 
 
 @fails_cleanly
@@ -17,6 +18,12 @@ def demo(
                                         "tiny family of `zoo train --quick`, trained once into the cache.")] = False,
     candidates: Annotated[Optional[Path], typer.Option("--candidates", help="models.yaml (default: examples/zoo.yaml).")] = None,
     prompts_per_kind: Annotated[int, typer.Option("--prompts-per-kind", help="Validation prompts of each of the 4 kinds.")] = 4,
+    prompts: Annotated[
+        Optional[Path],
+        typer.Option("--prompts", help="Prompt file (*.jsonl, e.g. Spec-Bench question.jsonl, or blank-line separated text): "
+                     "prompts 1, 3, 5, … profile, prompts 2, 4, 6, … validate (held out). Default: built-in prompts."),
+    ] = None,
+    raw_prompts: RawPrompts = False,
     new_tokens: Annotated[int, typer.Option("--new-tokens", help="Tokens generated per prompt and chain.")] = 128,
     repeats: Annotated[int, typer.Option("--repeats", help="Validation passes over the prompts.")] = 3,
     top: Annotated[int, typer.Option("--top", help="Alternatives validated besides the recommended chain.")] = 3,
@@ -41,7 +48,7 @@ def demo(
 
     set_threads(threads)
     settings = DemoSettings(
-        candidates=candidates, quick=quick, prompts_per_kind=prompts_per_kind, new_tokens=new_tokens, repeats=repeats,
+        candidates=candidates, quick=quick, prompts_per_kind=prompts_per_kind, prompts=prompts, raw_prompts=raw_prompts, new_tokens=new_tokens, repeats=repeats,
         top=top, max_levels=max_levels, out=out, cache_dir=cache_dir,
     )
     log = (lambda line: None) if json_output else (lambda line: typer.echo(line, err=True))

@@ -9,6 +9,7 @@ from typing import Annotated, Optional
 import typer
 
 from polyplan.cli_support import echo_json, fails_cleanly
+from polyplan.commands.options import RawPrompts
 from polyplan.errors import PolyplanError
 
 
@@ -56,6 +57,7 @@ def generate(
     top_p: Annotated[float, typer.Option("--top-p", help="Nucleus mass in (0, 1].")] = 1.0,
     seed: Annotated[int, typer.Option("--seed", help="Seed of the sampling generator.")] = 0,
     device: Annotated[str, typer.Option("--device", help="torch device for every model.")] = "cpu",
+    raw_prompts: RawPrompts = False,
     json_output: Annotated[bool, typer.Option("--json", help="Print one JSON object instead of text and a table.")] = False,
 ) -> None:
     """Generate from PROMPT with a speculative chain and print the text and per-level statistics."""
@@ -72,6 +74,7 @@ def generate(
         sampling=Sampling(temperature=temperature, top_k=top_k, top_p=top_p),
         seed=seed,
         device=device,
+        raw=raw_prompts,
     )
     result = run.result
     if json_output:

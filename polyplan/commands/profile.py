@@ -8,6 +8,7 @@ from typing import Annotated, Optional
 import typer
 
 from polyplan.cli_support import echo_json, fails_cleanly
+from polyplan.commands.options import RawPrompts
 from polyplan.errors import PolyplanError
 
 
@@ -48,6 +49,7 @@ def profile(
                      "(blank-line separated). Default: the built-in held-out Python snippets."),
     ] = None,
     max_prompts: Annotated[Optional[int], typer.Option("--max-prompts", help="Use only the first N prompts.")] = None,
+    raw_prompts: RawPrompts = False,
     new_tokens: Annotated[int, typer.Option("--new-tokens", help="Tokens generated per prompt.")] = 32,
     block_sizes: Annotated[str, typer.Option("--block-sizes", help="K for the decoded mu, comma-separated.")] = "2,4",
     temperatures: Annotated[str, typer.Option("--temperatures", help="Sampling modes, comma-separated (0 = greedy).")] = "0,1",
@@ -126,7 +128,7 @@ def profile(
             raise PolyplanError(f"--max-prompts: must be >= 1, got {max_prompts}")
         prompt_set = prompt_set[:max_prompts]
     loaded = load_models(candidates if candidates is not None else default_candidates_path(), device=device)
-    encoded = encode_prompts(prompt_set, loaded.tokenizer)
+    encoded = encode_prompts(prompt_set, loaded.tokenizer, raw=raw_prompts)
     console = Console(stderr=True)
     columns = (TextColumn("{task.description:<48}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn())
     with Progress(*columns, console=console, transient=True, disable=json_output) as bar:

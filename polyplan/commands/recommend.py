@@ -13,6 +13,7 @@ from typing import Annotated, Optional
 import typer
 
 from polyplan.cli_support import echo_json, fails_cleanly
+from polyplan.commands.options import RawPrompts
 from polyplan.errors import PolyplanError
 from polyplan.planner.plan_file import plan_to_json_dict
 from polyplan.planner.search import ChainPlan, Recommendation
@@ -105,6 +106,7 @@ def recommend(
     prompts: Annotated[
         Optional[Path], typer.Option("--prompts", help="With --candidates: prompt file to profile with (default: built-in).")
     ] = None,
+    raw_prompts: RawPrompts = False,
     cache_dir: Annotated[
         Optional[Path], typer.Option("--cache-dir", help="Profile cache folder (default: $POLYPLAN_CACHE_DIR or ~/.cache/polyplan).")
     ] = None,
@@ -126,13 +128,17 @@ def recommend(
     if resamples != 0 and resamples < 20:
         raise PolyplanError(f"--resamples: must be 0 (no intervals) or >= 20, got {resamples}")
     options = dict(max_levels=max_levels, k_max=k_max, block_sizes=search, sampling=sampling, seed=seed, resamples=resamples)
+    if candidates is None and (raw_prompts or prompts is not None):
+        raise PolyplanError("--prompts/--raw-prompts: only with --candidates (a plan from --profile alone runs no model)")
     if candidates is None:
         if profile is None:
             raise PolyplanError("--profile: give a profile JSON, or --candidates models.yaml to profile the models first")
         result = plan_from_profile(load(profile), out, profile_path=str(profile), **options)
         profile_path = str(profile)
     else:
-        profiled = _profile_candidates(candidates, profile, sampling, prompts, cache_dir, device, threads, quiet=json_output)
+        profiled = _profile_candidates(
+            candidates, profile, sampling, prompts, cache_dir, device, threads, quiet=json_output, raw=raw_prompts
+        )
         profile_path = str(profiled.path)
         result = plan_from_profile(profiled.profile, out, profile_path=profile_path, candidates=profiled.record, **options)
         if not json_output:
@@ -146,7 +152,7 @@ def recommend(
         typer.echo(f"\nwrote {out}")
 
 
-def _profile_candidates(candidates, profile, sampling, prompts, cache_dir, device, threads, *, quiet):
+def _profile_candidates(candidates, profile, sampling, prompts, cache_dir, device, threads, *, quiet, raw=False):
     """Profile what is missing for `sampling` (torch is imported only here)."""
     from polyplan.commands.progress import progress_bars
     from polyplan.profiler.pipeline import profile_candidates, prompt_set
@@ -157,7 +163,7 @@ def _profile_candidates(candidates, profile, sampling, prompts, cache_dir, devic
     set_threads(threads)
     with progress_bars(disable=quiet) as (progress, _):
         return profile_candidates(
-            candidates, profile_path=profile, prompts=prompt_set(prompts), cache_dir=cache_dir, device=device,
+            candidates, profile_path=profile, prompts=prompt_set(prompts, raw=raw), cache_dir=cache_dir, device=device,
             temperature=temperature, progress=progress,
         )
 

@@ -10,6 +10,7 @@ from typing import Annotated, Optional
 import typer
 
 from polyplan.cli_support import echo_json, fails_cleanly
+from polyplan.commands.options import RawPrompts
 
 _THREADS = re.compile(r"\((\d+) threads?\)")
 
@@ -37,6 +38,7 @@ def plan_profile(planned):
 
 def result_lines(validation, files) -> list[str]:
     """The table, the headline and where the report went."""
+    from polyplan.profiler.categories import category_lines
     from polyplan.profiler.validation_report import table_lines
 
     lines = table_lines(validation)
@@ -45,6 +47,11 @@ def result_lines(validation, files) -> list[str]:
         for check in validation.headline.checks
     ]
     lines += [f"note: {note}" for note in validation.notes]
+    # the recommended chain's breakdown (the first other chain's when target-only is recommended)
+    shown = next((item for item in validation.categories if item.label == validation.headline.recommended),
+                 validation.categories[0] if validation.categories else None)
+    if shown is not None and len(shown.rows) > 2:  # more than one kind besides "all"
+        lines += ["", *category_lines(shown.label, shown.rows)]
     lines += ["", f"report: {files.report}", f"json:   {files.json}"]
     lines += [f"plot:   {path}" for _, path in files.plots]
     return lines
@@ -63,6 +70,7 @@ def validate(
     repeats: Annotated[int, typer.Option("--repeats", help="Passes over the prompts (per prompt, the median over repeats enters the paired speedup).")] = 3,
     prompts_per_kind: Annotated[int, typer.Option("--prompts-per-kind", help="Built-in prompts of each kind.")] = 4,
     max_prompts: Annotated[Optional[int], typer.Option("--max-prompts", help="Use only the first N prompts.")] = None,
+    raw_prompts: RawPrompts = False,
     seed: Annotated[int, typer.Option("--seed", help="Prompt i is decoded with seed + i.")] = 0,
     out: Annotated[Path, typer.Option("--out", help="Folder for report.md, report.json and the plots.")] = Path("validation"),
     candidates: Annotated[
@@ -88,7 +96,7 @@ def validate(
     planned = read_plan(plan)
     select_chains(planned, top, str(plan))  # cheap checks first: a bad --top or changed model loads nothing
     candidate_set = plan_candidates(planned, str(plan), candidates)
-    prompt_set = validation_prompt_set(prompts, per_kind=prompts_per_kind, max_prompts=max_prompts)
+    prompt_set = validation_prompt_set(prompts, per_kind=prompts_per_kind, max_prompts=max_prompts, raw=raw_prompts)
     set_threads(threads if threads is not None else plan_threads(str(planned.payload.get("device", ""))))
     loaded = load_candidates(candidate_set)
     members = {item.candidate.name: item.member for item in loaded.candidates}

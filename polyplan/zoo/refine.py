@@ -64,12 +64,16 @@ class RefineMetrics:
 
 
 def distillation_loss(target_logits: torch.Tensor, drafter_logits: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """(TV + KL, TV) averaged over positions; both logits are (N, V), the target's detached."""
+    """(TV + KL, TV) averaged over positions; both logits are (N, V), the target's detached.
+
+    A reduced-vocabulary drafter has −inf logits outside its kept tokens (q = 0 there): the KL
+    term is summed over its support only (the target's mass outside it is in TV already, and
+    a drafter cannot move it), so the loss stays finite."""
     log_p = F.log_softmax(target_logits.float(), dim=-1)
     log_q = F.log_softmax(drafter_logits.float(), dim=-1)
     p, q = log_p.exp(), log_q.exp()
     tv = 0.5 * (p - q).abs().sum(-1).mean()
-    kl = (p * (log_p - log_q)).sum(-1).mean()
+    kl = torch.where(torch.isfinite(log_q), p * (log_p - log_q), 0.0).sum(-1).mean()
     return tv + kl, tv
 
 

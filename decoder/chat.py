@@ -1,0 +1,46 @@
+"""Prompt text to token ids, through the target's chat template when it has one.
+
+An instruct model expects its own turn markup: `encode_prompt` wraps the text as one user turn
+and adds the generation prompt (the assistant's turn opening), exactly as the tokenizer's
+`apply_chat_template` renders it, then tokenizes the rendered text without adding special
+tokens a second time (templates write their own BOS). `raw=True`, or a tokenizer without a
+chat template (a base model), sends the text as it is, with the tokenizer's usual specials.
+"""
+
+from __future__ import annotations
+
+from polyplan.errors import PolyplanError
+
+
+def has_chat_template(tokenizer) -> bool:
+    """True when the tokenizer carries a chat template."""
+    return bool(getattr(tokenizer, "chat_template", None))
+
+
+def render_chat(tokenizer, text: str, where: str = "prompt") -> str:
+    """`text` as one user turn with the generation prompt, rendered by the chat template.
+
+    Raises:
+        PolyplanError: naming `where`, when the template fails to render (a Jinja error, a
+            template that raises, or one that does not return text).
+    """
+    try:
+        rendered = tokenizer.apply_chat_template(
+            [{"role": "user", "content": text}], add_generation_prompt=True, tokenize=False
+        )
+    except Exception as error:  # noqa: BLE001 - Jinja's TemplateError, raise_exception(), TypeError…
+        reason = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
+        raise PolyplanError(
+            f"{where}: the target's chat template failed to render ({reason}); pass --raw-prompts to send raw text"
+        ) from None
+    if not isinstance(rendered, str):
+        raise PolyplanError(f"{where}: the target's chat template did not render to text; pass --raw-prompts to send raw text")
+    return rendered
+
+
+def encode_prompt(tokenizer, text: str, *, raw: bool = False, where: str = "prompt") -> list[int]:
+    """Token ids of `text`: through the chat template unless `raw` or the tokenizer has none."""
+    if raw or not has_chat_template(tokenizer):
+        return [int(i) for i in tokenizer(text)["input_ids"]]
+    rendered = render_chat(tokenizer, text, where)
+    return [int(i) for i in tokenizer(rendered, add_special_tokens=False)["input_ids"]]

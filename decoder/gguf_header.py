@@ -1,0 +1,121 @@
+"""A GGUF file's header, read fast and checked against the file's size.
+
+`gguf.GGUFReader` builds a numpy object for every metadata element (about 20 s for a
+262k-token vocabulary) and transformers' header reader refuses some quantization types that
+its loader handles, so polyplan reads the few things it checks itself: the metadata values it
+needs (arrays are skipped, not parsed), the tensor table, and where the data section ends.
+
+Layout (GGUF v2/v3, little-endian): magic "GGUF", u32 version, u64 tensor count, u64 metadata
+count; metadata entries (string key, u32 type, value); tensor infos (string name, u32 dims,
+u64 × dims sizes, u32 ggml type, u64 offset); padding to `general.alignment` (32); the data.
+"""
+
+from __future__ import annotations
+
+import struct
+from dataclasses import dataclass
+from typing import BinaryIO
+
+_SCALARS = {0: "<B", 1: "<b", 2: "<H", 3: "<h", 4: "<I", 5: "<i", 6: "<f", 7: "<?", 10: "<Q", 11: "<q", 12: "<d"}
+_STRING, _ARRAY = 8, 9
+
+
+class HeaderError(ValueError):
+    """The bytes do not form a GGUF header (cut short, or not GGUF at all)."""
+
+
+@dataclass(frozen=True)
+class GGUFHeader:
+    """What polyplan checks before handing a file to transformers.
+
+    Attributes:
+        metadata: scalar and string metadata values by key (arrays are left out).
+        tensors: number of tensors.
+        data_end: the byte offset where the last tensor's data ends (the file must be this long).
+    """
+
+    version: int
+    metadata: dict[str, object]
+    tensors: int
+    data_end: int
+
+    @property
+    def architecture(self) -> str | None:
+        value = self.metadata.get("general.architecture")
+        return value if isinstance(value, str) else None
+
+
+def read_header(path) -> GGUFHeader:
+    """Parse the header and tensor table of the GGUF file at `path`.
+
+    Raises:
+        HeaderError: not GGUF, an unknown version or value type, or the header is cut short.
+        OSError: the file cannot be read.
+    """
+    with open(path, "rb") as stream:
+        if stream.read(4) != b"GGUF":
+            raise HeaderError("it does not start with 'GGUF'")
+        version, tensors, entries = _unpack(stream, "<IQQ")
+        if version not in (2, 3):
+            raise HeaderError(f"GGUF version {version} (polyplan reads 2 and 3)")
+        metadata: dict[str, object] = {}
+        for _ in range(entries):
+            key = _string(stream)
+            metadata[key] = _value(stream, _unpack(stream, "<I")[0])
+        ends = []
+        for _ in range(tensors):
+            _string(stream)
+            (dims,) = _unpack(stream, "<I")
+            shape = _unpack(stream, f"<{dims}Q")
+            ggml_type, offset = _unpack(stream, "<IQ")
+            ends.append(offset + _nbytes(ggml_type, shape))
+        alignment = metadata.get("general.alignment", 32)
+        alignment = alignment if isinstance(alignment, int) and alignment > 0 else 32
+        start = (stream.tell() + alignment - 1) // alignment * alignment
+    return GGUFHeader(version, metadata, tensors, start + max(ends, default=0))
+
+
+def _unpack(stream: BinaryIO, fmt: str) -> tuple:
+    size = struct.calcsize(fmt)
+    data = stream.read(size)
+    if len(data) != size:
+        raise HeaderError("the header is cut short")
+    return struct.unpack(fmt, data)
+
+
+def _string(stream: BinaryIO) -> str:
+    (length,) = _unpack(stream, "<Q")
+    data = stream.read(length)
+    if len(data) != length:
+        raise HeaderError("the header is cut short")
+    return data.decode("utf-8", errors="replace")
+
+
+def _value(stream: BinaryIO, kind: int) -> object:
+    """A metadata value; arrays are skipped (None)."""
+    if kind in _SCALARS:
+        return _unpack(stream, _SCALARS[kind])[0]
+    if kind == _STRING:
+        return _string(stream)
+    if kind == _ARRAY:
+        element, count = _unpack(stream, "<IQ")
+        if element in _SCALARS:
+            stream.seek(count * struct.calcsize(_SCALARS[element]), 1)
+        else:
+            for _ in range(count):
+                _value(stream, element)
+        return None
+    raise HeaderError(f"unknown metadata value type {kind}")
+
+
+def _nbytes(ggml_type: int, shape: tuple[int, ...]) -> int:
+    from gguf import GGML_QUANT_SIZES, GGMLQuantizationType
+
+    try:
+        block, size = GGML_QUANT_SIZES[GGMLQuantizationType(ggml_type)]
+    except (ValueError, KeyError):
+        raise HeaderError(f"unknown ggml tensor type {ggml_type}") from None
+    elements = 1
+    for dim in shape:
+        elements *= dim
+    return elements // block * size

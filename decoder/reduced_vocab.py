@@ -1,0 +1,113 @@
+"""A reduced-vocabulary drafter: its LM head covers only a subset of the target's tokens.
+
+A 100M+-parameter model with a 49k–262k-token vocabulary spends most of a decoding step in
+its LM head (Gemma 3 270M: 168M of its 268M parameters). A drafter whose head covers only the
+N most frequent target tokens (FR-Spec style) skips most of that cost.
+
+Why the chain stays lossless: the drafter's distribution p is zero outside the subset S
+(`restrict_logits` puts −inf there, so no token outside S is ever drafted). Verification by
+the full-vocabulary verifier q accepts a drafted x with min(1, q(x)/p(x)) and, on rejection,
+samples from norm(max(0, q − p)), which holds all of q's mass outside S. The emitted token is
+therefore distributed as q, exactly as for any other drafter; only the acceptance rate drops
+by the q-mass outside S. (Restricting the VERIFIER to S instead would be lossy: the negative
+control of the tests.)
+
+Shapes: V the full vocabulary, N = |S|, H the hidden size.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+from collections.abc import Iterable
+from pathlib import Path
+
+import torch
+from torch import nn
+
+from polyplan.errors import PolyplanError
+
+REDUCED_VOCAB_FILE = "polyplan-reduced-vocab.json"  # in a model folder: {"kept_ids": [...], ...}
+
+
+def restrict_logits(subset_logits: torch.Tensor, keep: torch.Tensor, vocab: int) -> torch.Tensor:
+    """Full-vocabulary logits (..., V) from logits over the kept ids (..., N): −inf elsewhere."""
+    full = torch.full((*subset_logits.shape[:-1], vocab), -torch.inf, dtype=subset_logits.dtype, device=subset_logits.device)
+    return full.index_copy_(-1, keep, subset_logits)
+
+
+class SubsetHead(nn.Module):
+    """An LM head over the token ids `keep` only; returns full-vocabulary logits (−inf outside).
+
+    `out_features` is the full vocabulary V, so a model with this head still reports V logit
+    rows (the chain checks that all members share one vocabulary).
+    """
+
+    def __init__(self, weight: torch.Tensor, keep: torch.Tensor, vocab: int, bias: torch.Tensor | None = None) -> None:
+        super().__init__()
+        if weight.dim() != 2 or weight.shape[0] != keep.numel():
+            raise PolyplanError(f"reduced head: {keep.numel()} kept ids need a ({keep.numel()}, H) weight, got {tuple(weight.shape)}")
+        self.weight = nn.Parameter(weight)  # (N, H)
+        self.bias = None if bias is None else nn.Parameter(bias)  # (N,)
+        self.register_buffer("keep", keep.to(torch.int64))  # (N,)
+        self.in_features = int(weight.shape[1])
+        self.out_features = int(vocab)
+
+    def forward(self, hidden: torch.Tensor) -> torch.Tensor:
+        logits = nn.functional.linear(hidden, self.weight, self.bias)  # (..., N)
+        return restrict_logits(logits, self.keep, self.out_features)  # (..., V)
+
+
+def most_frequent_tokens(token_ids: Iterable[int] | torch.Tensor, vocab: int, n: int, *, always: Iterable[int] = ()) -> torch.Tensor:
+    """The `n` most frequent ids of `token_ids` (ties: lower id first), always including the
+    ids in `always` (e.g. the EOS ids, so the drafter can propose the end of an answer);
+    sorted ascending, shape (n,).
+
+    Raises:
+        PolyplanError: `n` is not in [len(always), vocab].
+    """
+    always = sorted(set(int(i) for i in always))
+    if not len(always) <= n <= vocab:
+        raise PolyplanError(f"reduced vocabulary: N = {n} must lie in [{len(always)}, {vocab}]")
+    ids = torch.as_tensor(list(token_ids) if not isinstance(token_ids, torch.Tensor) else token_ids, dtype=torch.int64)
+    counts = torch.bincount(ids.reshape(-1), minlength=vocab)[:vocab].to(torch.float64)
+    counts[always] = torch.inf  # first in line
+    order = torch.argsort(-counts, stable=True)  # descending count, lower id first among ties
+    return order[:n].sort().values
+
+
+def restrict_head(model: nn.Module, keep: torch.Tensor) -> nn.Module:
+    """A shallow copy of HF causal LM `model` whose LM head covers only the ids `keep` (its
+    rows of the original head); the body's weights are shared with `model`."""
+    head = model.get_output_embeddings()
+    if head is None or not hasattr(head, "weight"):
+        raise PolyplanError(f"reduced head: {type(model).__name__} has no linear LM head")
+    vocab = int(head.weight.shape[0])
+    keep = keep.to(torch.int64)
+    if keep.numel() == 0 or int(keep.min()) < 0 or int(keep.max()) >= vocab:
+        raise PolyplanError(f"reduced head: kept ids must be a non-empty subset of [0, {vocab})")
+    bias = getattr(head, "bias", None)
+    with torch.no_grad():
+        reduced = SubsetHead(head.weight[keep].clone(), keep, vocab, None if bias is None else bias[keep].clone())
+    shallow = copy.copy(model)
+    shallow._modules = dict(model._modules)  # so the original keeps its own head
+    shallow.set_output_embeddings(reduced)
+    return shallow
+
+
+def with_saved_subset(model: nn.Module, folder: str | Path) -> nn.Module:
+    """`model` loaded from `folder`, with its reduced head restored when the folder holds a
+    `REDUCED_VOCAB_FILE` (as `polyplan drafter distill` writes); else `model` unchanged.
+
+    Raises:
+        PolyplanError: the file is not valid JSON or its ids are not a subset of the vocabulary.
+    """
+    path = Path(folder) / REDUCED_VOCAB_FILE
+    if not path.is_file():
+        return model
+    try:
+        kept = json.loads(path.read_text(encoding="utf-8"))["kept_ids"]
+        keep = torch.tensor(kept, dtype=torch.int64)
+    except (ValueError, KeyError, TypeError) as error:
+        raise PolyplanError(f"{path}: not a reduced-vocabulary record ({error})") from None
+    return restrict_head(model, keep)

@@ -1,0 +1,94 @@
+"""Results broken down by prompt category, as Spec-Bench reports them.
+
+Fed by per-prompt records (`PromptRun`: one chain's run and target-only's run on the same
+prompt in the same repeat), `category_rows` gives, for each prompt kind (a Spec-Bench
+`category`, or the built-in set's kinds), the chain's speedup over target-only decoding and
+its mean tokens per target pass (tokens emitted / forward passes of M_1), plus an "all" row.
+
+Speedup of a category = total target-only decoding time / total chain decoding time over its
+runs (Spec-Bench's ratio of totals, so long prompts weigh by their time); tokens per target
+pass = total tokens / total target passes. Nothing here runs a model.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+ALL = "all"
+
+
+@dataclass(frozen=True)
+class PromptRun:
+    """One chain and target-only on the same prompt and repeat (decoding only, no prefill)."""
+
+    kind: str
+    chain_s: float
+    target_only_s: float
+    tokens: int
+    target_passes: int
+
+
+@dataclass(frozen=True)
+class CategoryRow:
+    """One category's figures; `runs` counts prompt × repeat pairs."""
+
+    kind: str
+    runs: int
+    speedup: float
+    tokens_per_target_pass: float
+
+
+def category_rows(runs: Sequence[PromptRun]) -> tuple[CategoryRow, ...]:
+    """One row per kind (in order of first appearance), then the "all" row; () without runs."""
+    if not runs:
+        return ()
+    kinds = list(dict.fromkeys(run.kind for run in runs))
+    rows = [_row(kind, [run for run in runs if run.kind == kind]) for kind in kinds]
+    return tuple(rows + [_row(ALL, list(runs))])
+
+
+def _row(kind: str, runs: Sequence[PromptRun]) -> CategoryRow:
+    chain = sum(run.chain_s for run in runs)
+    baseline = sum(run.target_only_s for run in runs)
+    passes = sum(run.target_passes for run in runs)
+    return CategoryRow(
+        kind,
+        len(runs),
+        baseline / chain if chain > 0 else float("nan"),
+        sum(run.tokens for run in runs) / passes if passes > 0 else float("nan"),
+    )
+
+
+def category_lines(label: str, rows: Sequence[CategoryRow]) -> list[str]:
+    """A text table of `rows` for the chain called `label`."""
+    lines = [f"per category, {label}:", f"  {'category':<20} {'runs':>5} {'speedup':>8} {'tokens/target pass':>19}"]
+    for row in rows:
+        lines.append(f"  {row.kind[:20]:<20} {row.runs:>5} {row.speedup:>7.2f}x {row.tokens_per_target_pass:>19.2f}")
+    return lines
+
+
+@dataclass(frozen=True)
+class ChainCategories:
+    """The per-category rows of one validated chain (`label` as in the report's table)."""
+
+    label: str
+    rows: tuple[CategoryRow, ...]
+
+
+def chain_categories(specs, records, kinds: Sequence[str], baseline: int) -> tuple[ChainCategories, ...]:
+    """Per-category rows of every chain but target-only (`baseline`, an index into `specs`),
+    from validation's run records (`validation_results.RunRecord`) and each prompt's kind."""
+    reference = {(run.repeat, run.prompt): run for run in records if run.chain == baseline}
+    result = []
+    for index, spec in enumerate(specs):
+        if index == baseline:
+            continue
+        runs = [
+            PromptRun(kinds[run.prompt], run.decode_s, reference[(run.repeat, run.prompt)].decode_s, len(run.token_ids),
+                      run.forward_passes[0])
+            for run in records
+            if run.chain == index and (run.repeat, run.prompt) in reference
+        ]
+        result.append(ChainCategories(spec.planned.label(), category_rows(runs)))
+    return tuple(result)
