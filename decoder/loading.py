@@ -10,6 +10,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import torch
+from safetensors import SafetensorError
 
 from polyplan.decoder.chain import first_difference
 from polyplan.decoder.hf import HFMember
@@ -42,11 +43,19 @@ def load_chain(folders: Sequence[str | Path], *, device: str = "cpu", dtype: tor
             hf_logging.enable_progress_bar()
 
 
+# What transformers raises on a folder a user broke (a truncated model.safetensors, a config.json
+# that is not JSON or lacks a field): the user's files, not a bug, so one line naming them.
+_UNREADABLE = (OSError, ValueError, KeyError, TypeError, AttributeError, RuntimeError, SafetensorError)
+
+
 def _load(folders: Sequence[str | Path], device: str, dtype: torch.dtype | None) -> LoadedChain:
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
+    from polyplan.devices import check_device
+
     if not folders:
         raise PolyplanError("chain: empty; give at least the target model folder")
+    check_device(device)
     for index, folder in enumerate(folders):  # fail before spending time loading the others
         if not Path(folder).is_dir():
             raise PolyplanError(f"chain member {index} ({str(folder)!r}): no such model folder")
@@ -56,11 +65,11 @@ def _load(folders: Sequence[str | Path], device: str, dtype: torch.dtype | None)
         label = f"chain member {index} ({str(folder)!r})"
         try:
             tokenizer = AutoTokenizer.from_pretrained(path, local_files_only=True)
-        except (OSError, ValueError) as error:
+        except _UNREADABLE as error:
             raise PolyplanError(f"{label}: cannot load its tokenizer ({_first_line(error)})") from None
         try:
             model = AutoModelForCausalLM.from_pretrained(path, local_files_only=True, dtype=dtype).to(device)
-        except (OSError, ValueError) as error:
+        except _UNREADABLE as error:
             raise PolyplanError(f"{label}: cannot load a causal language model ({_first_line(error)})") from None
         members.append(HFMember(model, name=path.name or str(path), tokenizer=tokenizer))
         tokenizers.append(tokenizer)

@@ -166,14 +166,17 @@ def plan_from_profile(
     profile_path: str | None,
     candidates: dict[str, Any] | None = None,
     sampling: str = "greedy",
+    drafters: tuple[str, ...] | None = None,
     **search_options: Any,
 ) -> Recommendation:
     """`recommend` with the loop overhead the profile records (if any), written to `out`.
 
+    `drafters`: the models a chain may use besides the target (default: every profiled one; a
+    profile keeps entries of models outside the current candidates, which cannot be run).
     `search_options` go to `planner.search.recommend` (max_levels, k_max, block_sizes, seed, …).
     """
     overhead = profile_overhead(profile.meta, sampling, profile.source)
-    result = recommend(profile, sampling=sampling, overhead=overhead, **search_options)
+    result = recommend(profile, sampling=sampling, overhead=overhead, candidates=drafters, **search_options)
     if out is not None:
         write_plan(result, out, profile_path=profile_path, candidates=candidates)
     return result
@@ -181,13 +184,10 @@ def plan_from_profile(
 
 def read_plan(path: str | os.PathLike[str]) -> PlanFile:
     """Read and check plan.json; `PolyplanError` naming the file and field on any problem."""
+    from polyplan.inputs import read_json_file
+
     label = str(path)
-    try:
-        payload = json.loads(Path(path).read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        raise PolyplanError(f"{label}: no such file") from None
-    except json.JSONDecodeError as error:
-        raise PolyplanError(f"{label}: not valid JSON (line {error.lineno}: {error.msg})") from None
+    payload = read_json_file(path, "file")
 
     def fail(field: str, problem: str) -> None:
         raise PolyplanError(f"{label}: {field}: {problem}")

@@ -279,19 +279,10 @@ class Profile:
 
 def load(path: str | os.PathLike[str]) -> Profile:
     """Read and validate a profile; any problem raises `PolyplanError` naming file and field."""
+    from polyplan.inputs import read_json_file
+
     label = str(path)
-    try:
-        text = Path(path).read_text(encoding="utf-8")
-    except FileNotFoundError:
-        raise PolyplanError(f"{label}: no such file") from None
-    except OSError as error:
-        raise PolyplanError(f"{label}: cannot read ({error.strerror})") from None
-    try:
-        payload = json.loads(text)
-    except json.JSONDecodeError as error:
-        raise PolyplanError(
-            f"{label}: not valid JSON (line {error.lineno}, column {error.colno}: {error.msg})"
-        ) from None
+    payload = read_json_file(path, "file")
     return from_json_dict(payload, label=label)
 
 

@@ -85,3 +85,25 @@ def check_writable(out: Path) -> None:
     os.unlink(probe)
     if out.exists() and not os.access(out, os.W_OK):
         raise PolyplanError(f"--out: cannot write {out} (permission denied)")
+
+
+def foreign_profile_reason(existing: Profile | None, target: ProfiledModel, device_label: str) -> str | None:
+    """Why the profile `existing` was made for other models or another machine (None when a
+    run on `target` and `device_label` may extend it)."""
+    if existing is None:
+        return None
+    if existing.target != target.name:
+        return f"it was made for the target {existing.target!r}, this run's target is {target.name!r}"
+    own = next((model for model in existing.models if model.name == target.name), None)
+    if own is not None and own.fingerprint != target.fingerprint:
+        return f"its target {target.name!r} had other weights (fingerprint {own.fingerprint[:19]}…, now {target.fingerprint[:19]}…)"
+    if existing.device != device_label:
+        return f"it was measured on {existing.device!r}, this run is on {device_label!r}"
+    return None
+
+
+def check_same_profile(existing: Profile | None, out: Path, target: ProfiledModel, device_label: str) -> None:
+    """Refuse to extend (and so overwrite) a profile made for other models or another machine."""
+    reason = foreign_profile_reason(existing, target, device_label)
+    if reason is not None:
+        raise PolyplanError(f"--out: {out} is not extended: {reason}; it is kept as it is, choose another --out")

@@ -140,7 +140,7 @@ def run_demo(settings: DemoSettings, *, profile_progress=None, validation_progre
     plan_path = out / PLAN_FILE
     encoded = encode_for(held_out, profiled.tokenizer)
     recommendation = plan_from_profile(
-        profiled.profile, plan_path, profile_path=str(profiled.path), candidates=profiled.record, max_levels=settings.max_levels,
+        profiled.profile, plan_path, profile_path=str(profiled.path), candidates=profiled.record, drafters=profiled.drafters, max_levels=settings.max_levels,
         context_length=typical_context(encoded, settings.new_tokens),
     )
     plan = read_plan(plan_path)

@@ -222,6 +222,8 @@ def _read_jsonl(path: Path, text: str) -> tuple[Prompt, ...]:
             value = json.loads(line)
         except json.JSONDecodeError as error:
             raise PolyplanError(f"{where}: not valid JSON ({error.msg})") from None
+        except RecursionError:
+            raise PolyplanError(f"{where}: nested too deeply") from None
         prompt = _prompt_of(value, where)
         if prompt.strip():
             kind = "spec_bench" if isinstance(value, dict) and "turns" in value else "user"

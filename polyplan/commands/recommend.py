@@ -100,6 +100,7 @@ def recommend(
     from polyplan.planner.plan_file import plan_from_profile
     from polyplan.profile import load
 
+    _check_up_front(profile, candidates, max_levels, k_max, seed, out, prompts, cache_dir, device, threads)
     options = dict(max_levels=max_levels, k_max=k_max, block_sizes=search, sampling=sampling, seed=seed)
     if candidates is None:
         if profile is None:
@@ -109,7 +110,7 @@ def recommend(
     else:
         profiled = _profile_candidates(candidates, profile, sampling, prompts, cache_dir, device, threads, quiet=json_output)
         profile_path = str(profiled.path)
-        result = plan_from_profile(profiled.profile, out, profile_path=profile_path, candidates=profiled.record, **options)
+        result = plan_from_profile(profiled.profile, out, profile_path=profile_path, candidates=profiled.record, drafters=profiled.drafters, **options)
         if not json_output:
             typer.echo(f"profile {profiled.path}: {profiled.measured} entries measured, {profiled.reused} reused")
     if json_output:
@@ -119,6 +120,33 @@ def recommend(
     typer.echo("\n".join(table_lines(result)))
     if out is not None:
         typer.echo(f"\nwrote {out}")
+
+
+def _check_up_front(profile, candidates, max_levels, k_max, seed, out, prompts, cache_dir, device, threads) -> None:
+    """Everything that can be wrong with the options, before a profile is read or measured."""
+    from polyplan import options
+    from polyplan.outputs import check_output_file
+
+    options.at_least(max_levels, 1, "--max-levels")
+    options.block_size(k_max, "--k-max")
+    options.seed(seed)
+    if candidates is None:
+        options.unused_without(
+            "--candidates",
+            [("--prompts", prompts), ("--threads", threads), ("--device", device), ("--cache-dir", cache_dir)],
+            "recommend --profile reads numbers only, it measures nothing",
+        )
+    else:
+        options.at_least(threads, 1, "--threads")
+        if profile is not None:
+            check_output_file(profile, "--profile", inputs=[("--candidates", candidates), ("--prompts", prompts)])
+    inputs = [("--profile", profile), ("--candidates", candidates), ("--prompts", prompts)]
+    if out is not None:
+        check_output_file(out, "--out", inputs=inputs)
+    if device is not None and candidates is not None:
+        from polyplan.devices import check_device
+
+        check_device(device)
 
 
 def _profile_candidates(candidates, profile, sampling, prompts, cache_dir, device, threads, *, quiet):
