@@ -230,15 +230,16 @@ def profile_candidates(
                 held.enter_context(profile_lock(path))
         held.enter_context(timing_lock())
         return _profile_into(path, models, loaded, record, settings, prompts, temperature, fresh_latency,
-                             calibration_tokens, progress, target_device, started)
+                             calibration_tokens, progress, target_device, started, log or _stderr)
 
 
 def _profile_into(path, models, loaded, record, settings, prompts, temperature, fresh_latency, calibration_tokens,
-                  progress, target_device, started) -> ProfiledCandidates:
+                  progress, target_device, started, log) -> ProfiledCandidates:
     """The body of `profile_candidates`, with the profile `path` locked."""
     from polyplan.profiler.run import profile_models
     from polyplan.profiler.runs import ensure_agreement
     from polyplan.profiler.switching import measure_switch_costs, store_switch_costs
+    from polyplan.profiler.sample_size import too_few_prompts
     from polyplan.profiler.validation_runs import fit_prompts
 
     if settings is None:
@@ -255,6 +256,9 @@ def _profile_into(path, models, loaded, record, settings, prompts, temperature, 
     if fresh_latency:
         _forget_latency(path)
     outcome = profile_models(models, fitted.prompts, path, settings, device=target_device, progress=progress)
+    warning = too_few_prompts(len(fitted.prompts))
+    if warning is not None:
+        log(f"warning: {warning}")
     profile = outcome.profile
     measured = len(outcome.measured)
     if 0.0 in acceptance.temperatures:

@@ -358,10 +358,10 @@ class _Run:
             level=acceptance.confidence,
             rng=np.random.default_rng(_seed_of(key)),
         )
-        stats = sampling_entry(estimate, key, sorted(set(IMPLIED_KS) | set(acceptance.block_sizes)))
+        stats = sampling_entry(estimate, key, sorted(set(IMPLIED_KS) | set(acceptance.block_sizes)), len(self.prompts))
         if old is not None:
             stats.decoded = old.decoded  # decoded entries carry their own fingerprints
-        refresh_warnings(stats, acceptance.disagreement, self._own(verifier))
+        refresh_warnings(stats, acceptance.disagreement, self._own(verifier), len(self.prompts))
         self.profile.add_pair(verifier, drafter).sampling[mode] = stats
         self.save()
         self._finish(step, reused=False)
@@ -393,7 +393,7 @@ class _Run:
         )
         entry = decoded_entry(measurement, len(measurement.per_prompt), key)
         stats.decoded = sorted([d for d in stats.decoded if d.k != k] + [entry], key=lambda d: d.k)
-        refresh_warnings(stats, acceptance.disagreement, self._own(verifier))
+        refresh_warnings(stats, acceptance.disagreement, self._own(verifier), len(self.prompts))
         self.save()
         self._finish(step, reused=False)
 
@@ -422,7 +422,7 @@ class _Run:
                 stats.decoded = [
                     d for d in stats.decoded if d.fingerprint == self.decoded_key(pair.verifier, pair.drafter, temperature, d.k)
                 ]
-                refresh_warnings(stats, self.settings.acceptance.disagreement, self._own(pair.verifier))
+                refresh_warnings(stats, self.settings.acceptance.disagreement, self._own(pair.verifier), len(self.prompts))
 
     def _own(self, verifier: str) -> str | None:
         return None if verifier == self.target.name else verifier
