@@ -47,6 +47,9 @@ def check_acceptance(acceptance: float, name: str = "acceptance") -> float:
     return value
 
 
+MAX_THEORY_K = 10**6  # beyond it every formula has long converged, and float powers overflow
+
+
 def check_block_size(k: int, name: str = "k") -> int:
     """`k` as an int >= 1; `PolyplanError` naming `name` otherwise."""
     if isinstance(k, bool) or not isinstance(k, int):
@@ -54,8 +57,9 @@ def check_block_size(k: int, name: str = "k") -> int:
             k = int(k)
         else:
             raise PolyplanError(f"{name}: block size must be an integer >= 1, got {k!r}")
-    if k < 1:
-        raise PolyplanError(f"{name}: block size must be an integer >= 1, got {k}")
+    if not 1 <= k <= MAX_THEORY_K:
+        shown = k if k < 10**12 else f"an integer of {len(str(k))} digits"
+        raise PolyplanError(f"{name}: block size must be an integer in 1..{MAX_THEORY_K}, got {shown}")
     return k
 
 
@@ -131,7 +135,7 @@ def paper_eq3_mean_literal(acceptance: float, k: int) -> float:
     """
     a = check_acceptance(acceptance)
     k = check_block_size(k)
-    if a == 0.0:
+    if 1.0 - a == 1.0:  # acceptance 0, or so small (1e-100) that 1 - acceptance rounds to 1
         return float(k + 1)
     return paper_eq3_mean(1.0 - a, k)
 

@@ -97,7 +97,10 @@ def switch_total(cost: SwitchCost, passes: int) -> float:
 
 def profile_switch_costs(meta: dict[str, Any], source: str = "profile") -> dict[str, SwitchCost]:
     """Per model, the switch cost a profile's `meta` records ({} when none)."""
-    table = (meta.get(SWITCH_KEY) or {}).get("models", {})
+    entry = meta.get(SWITCH_KEY) or {}
+    if not isinstance(entry, dict):
+        raise PolyplanError(f"{source}: meta.{SWITCH_KEY}: must be an object with 'models' (model name -> seconds)")
+    table = entry.get("models", {})
     if not isinstance(table, dict):
         raise PolyplanError(f"{source}: meta.{SWITCH_KEY}.models: must map model names to seconds")
     return {str(name): switch_cost(value, f"{source}: meta.{SWITCH_KEY}.models.{name}") for name, value in table.items()}

@@ -7,7 +7,7 @@ rate `α` and the decoded tokens per verification `μ`, `σ` at given block size
 Format (``schema_version`` 1)
 -----------------------------
 One JSON object; every number must be finite (NaN and infinities are rejected), times are in
-seconds and must be > 0; unknown keys are rejected (free-form extras go under ``meta``)::
+seconds and must be > 0 (and at most 1e6); unknown keys are rejected (free-form extras go under ``meta``)::
 
     {
       "schema_version": 1,
@@ -91,6 +91,7 @@ from polyplan.atomic import write_text_atomically
 from polyplan.errors import PolyplanError
 
 SCHEMA_VERSION = 1
+MAX_SECONDS = 1e6  # bound on a timed pass: larger values overflow the planner's sums to inf
 
 
 def sampling_key(temperature: float) -> str:
@@ -343,6 +344,12 @@ class _Validator:
             self.fail(where, f"must be > 0, got {number:g}")
         return number
 
+    def seconds(self, value: Any, where: str) -> float:
+        number = self.positive(value, where)
+        if number > MAX_SECONDS:
+            self.fail(where, f"must be at most {MAX_SECONDS:g} s (a forward pass of days is not a timing), got {number:g}")
+        return number
+
     def non_negative(self, value: Any, where: str) -> float:
         number = self.number(value, where)
         if number < 0:
@@ -455,7 +462,7 @@ class _Validator:
             self.obj(point, at, _LATENCY_KEYS, {"context_length", "k", "median_s"})
             context = self.integer(point["context_length"], f"{at}.context_length", 0)
             k = self.integer(point["k"], f"{at}.k", 1)
-            self.positive(point["median_s"], f"{at}.median_s")
+            self.seconds(point["median_s"], f"{at}.median_s")
             if "iqr_s" in point:
                 self.non_negative(point["iqr_s"], f"{at}.iqr_s")
             if point.get("repeats") is not None:
@@ -467,7 +474,7 @@ class _Validator:
             at = f"{where}.prefill[{index}]"
             self.obj(point, at, _PREFILL_KEYS, {"context_length", "median_s"})
             self.integer(point["context_length"], f"{at}.context_length", 1)
-            self.positive(point["median_s"], f"{at}.median_s")
+            self.seconds(point["median_s"], f"{at}.median_s")
             if "iqr_s" in point:
                 self.non_negative(point["iqr_s"], f"{at}.iqr_s")
             if point.get("repeats") is not None:

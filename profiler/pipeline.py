@@ -314,7 +314,8 @@ def _previous_runs(path: Path) -> dict[str, Any] | None:
     if not path.is_file():
         return None
     try:
-        return (load(path).meta.get(RUNS_KEY) or {}).get("greedy")
+        runs = load(path).meta.get(RUNS_KEY) or {}
+        return runs.get("greedy") if isinstance(runs, dict) else None
     except PolyplanError:
         return None  # the profiling run reports what is wrong with the file
 

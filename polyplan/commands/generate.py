@@ -61,8 +61,14 @@ def generate(
     from polyplan.decoder.sampling import Sampling
     from polyplan.decoder.text import generate_text
 
+    from polyplan import options
+
     folders = [part.strip() for part in chain.split(",") if part.strip()]
     blocks = None if block_sizes is None else _int_list(block_sizes, "--block-sizes")
+    for k in blocks or ():
+        options.block_size(k, "--block-sizes")
+    options.at_least(max_new_tokens, 1, "--max-new-tokens")
+    options.seed(seed)
     run = generate_text(
         folders,
         prompt,

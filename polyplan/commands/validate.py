@@ -80,8 +80,17 @@ def validate(
     from polyplan.profiler.validation_runs import ValidationSettings, select_chains, validate_plan
     from polyplan.profiler.validation_report import write_report
 
+    from polyplan import options
+    from polyplan.locks import timing_lock
+    from polyplan.planner.plan_check import check_plan
+    from polyplan.profiler.report_folder import check_validation_folder
+
     settings = ValidationSettings(new_tokens=new_tokens, repeats=repeats, top=top, seed=seed)
+    options.seed(seed)
+    options.at_least(threads, 1, "--threads")
+    check_validation_folder(out, [("--plan", plan), ("--prompts", prompts), ("--candidates", candidates)])
     planned = read_plan(plan)
+    check_plan(planned, str(plan), plan_profile(planned))  # a hand-edited plan is refused before any work
     select_chains(planned, top, str(plan))  # cheap checks first: a bad --top or changed model loads nothing
     candidate_set = plan_candidates(planned, str(plan), candidates)
     prompt_set = validation_prompt_set(prompts, per_kind=prompts_per_kind, max_prompts=max_prompts)
@@ -89,7 +98,7 @@ def validate(
     loaded = load_candidates(candidate_set)
     members = {item.candidate.name: item.member for item in loaded.candidates}
     target = members[planned.target]
-    with progress_bars(disable=json_output) as (_, progress):
+    with progress_bars(disable=json_output) as (_, progress), timing_lock():
         validation = validate_plan(
             planned,
             members,
