@@ -57,7 +57,9 @@ def check_block_size(k: int, name: str = "k") -> int:
             k = int(k)
         else:
             raise PolyplanError(f"{name}: block size must be an integer >= 1, got {k!r}")
-    if not 1 <= k <= MAX_THEORY_K:
+    if k < 1:
+        raise PolyplanError(f"{name}: block size must be an integer >= 1, got {k}")
+    if k > MAX_THEORY_K:
         shown = k if k < 10**12 else f"an integer of {len(str(k))} digits"
         raise PolyplanError(f"{name}: block size must be an integer in 1..{MAX_THEORY_K}, got {shown}")
     return k

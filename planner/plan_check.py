@@ -2,8 +2,9 @@
 
 A plan is consistent when (1) its headline fields (chain, block sizes, both predicted
 speedups) are those of its first ranked chain, (2) its loop overhead and switch costs are
-well formed, and (3) when the profile it records is still readable, the exact model gives,
-for every ranked chain and its block sizes, the speedup the plan recorded. A hand-edited plan
+well formed, and (3) when the profile it records is still readable and unchanged (the digest
+the plan records), the exact model gives, for every ranked chain and its block sizes, the
+speedup the plan recorded. A hand-edited plan
 (or one whose profile changed since) is refused with a line saying which field disagrees,
 instead of being validated against predictions that are no longer the planner's.
 """
@@ -15,7 +16,7 @@ from typing import Any
 
 from polyplan.errors import PolyplanError
 from polyplan.planner.overhead import LoopOverhead, switch_cost
-from polyplan.planner.plan_file import PlanFile, PlannedChain, plan_overhead, planned_chains
+from polyplan.planner.plan_file import PlanFile, PlannedChain, plan_overhead, planned_chains, profile_digest
 from polyplan.planner.search import evaluate_chain
 from polyplan.profile import Profile
 
@@ -48,9 +49,17 @@ def check_plan(plan: PlanFile, label: str, profile: Profile | None = None) -> tu
             )
     overhead = plan_overhead(plan, label)
     _check_switch_costs(plan.payload.get("switch_costs", {}), label)
-    if profile is not None:
+    if profile is not None and _planned_on(plan, profile):
         _check_against_profile(plan, chains, profile, overhead, label)
     return chains
+
+
+def _planned_on(plan: PlanFile, profile: Profile) -> bool:
+    """Whether `profile` is exactly what the plan was made from (its recorded digest). A
+    profile measured again since (a later `recommend --candidates` re-times the loop overhead)
+    cannot tell an edited plan from a stale one, so the predictions are not compared then."""
+    recorded = (plan.payload.get("profile") or {}).get("digest") if isinstance(plan.payload.get("profile"), dict) else None
+    return isinstance(recorded, str) and recorded == profile_digest(profile)
 
 
 def _check_switch_costs(value: Any, label: str) -> None:
@@ -82,5 +91,5 @@ def _check_against_profile(plan: PlanFile, chains, profile: Profile, overhead: L
             raise PolyplanError(
                 f"{label}: alternatives[{index}] ({planned.label()}, K = {list(planned.block_sizes)}) records "
                 f"{planned.exact_speedup:.4g}x, but its profile {profile.source} gives {now.exact_speedup:.4g}x for that "
-                "chain and block sizes: the plan was edited or the profile changed since; refused, re-run polyplan recommend"
+                "chain and block sizes (the profile is unchanged): the plan was edited; refused, re-run polyplan recommend"
             )

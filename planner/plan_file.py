@@ -10,7 +10,8 @@ Format (``plan_version`` 1)::
       "chain": ["vicuna-7b", "w4", "eagle"], # from the target down (M_1 … M_n)
       "block_sizes": [7, 1],                 # K_1 … K_{n-1}
       "fingerprints": {"vicuna-7b": "...", …},   # of every profiled model, from the profile
-      "profile": {"path": "profile.json", "schema_version": 1},
+      "profile": {"path": "profile.json", "schema_version": 1,
+                  "digest": "sha256:..."},  # optional: of the profile planned on (plan_check)
       "candidates": {"path": "/abs/models.yaml", "yaml": {...}},   # optional: how to load the
                                              # models again (the file and its parsed contents)
       "loop_overhead": {"per_step_s": ..., "per_round_s": ...},    # or null: see planner.overhead
@@ -113,8 +114,21 @@ def _summary(plan: ChainPlan) -> dict[str, Any]:
     }
 
 
+def profile_digest(profile: Profile) -> str:
+    """A digest of everything a profile holds (its canonical JSON), recorded in the plan so
+    that `planner.plan_check` can tell an edited plan from a profile measured again since."""
+    import hashlib
+
+    text = json.dumps(profile.to_json_dict(), sort_keys=True, allow_nan=False)
+    return "sha256:" + hashlib.sha256(text.encode("utf-8")).hexdigest()
+
+
 def plan_to_json_dict(
-    result: Recommendation, *, profile_path: str | None = None, candidates: dict[str, Any] | None = None
+    result: Recommendation,
+    *,
+    profile_path: str | None = None,
+    candidates: dict[str, Any] | None = None,
+    profile_digest: str | None = None,
 ) -> dict[str, Any]:
     """The plan.json object for a recommendation.
 
@@ -131,7 +145,7 @@ def plan_to_json_dict(
         "chain": list(best.chain),
         "block_sizes": list(best.block_sizes),
         "fingerprints": dict(prints),
-        "profile": {"path": profile_path, "schema_version": 1},
+        "profile": {"path": profile_path, "schema_version": 1, **({"digest": profile_digest} if profile_digest else {})},
         "candidates": candidates,
         "loop_overhead": None if result.overhead is None else result.overhead.to_json_dict(),
         "switch_costs": {name: list(cost) for name, cost in result.switch_costs},
@@ -152,10 +166,11 @@ def write_plan(
     *,
     profile_path: str | None = None,
     candidates: dict[str, Any] | None = None,
+    profile_digest: str | None = None,
 ) -> None:
     """Write plan.json atomically (temporary file in the same folder, then os.replace)."""
     path = Path(path)
-    payload = plan_to_json_dict(result, profile_path=profile_path, candidates=candidates)
+    payload = plan_to_json_dict(result, profile_path=profile_path, candidates=candidates, profile_digest=profile_digest)
     write_text_atomically(path, json.dumps(payload, indent=2, allow_nan=False) + "\n")
 
 
@@ -178,7 +193,7 @@ def plan_from_profile(
     overhead = profile_overhead(profile.meta, sampling, profile.source)
     result = recommend(profile, sampling=sampling, overhead=overhead, candidates=drafters, **search_options)
     if out is not None:
-        write_plan(result, out, profile_path=profile_path, candidates=candidates)
+        write_plan(result, out, profile_path=profile_path, candidates=candidates, profile_digest=profile_digest(profile))
     return result
 
 

@@ -66,7 +66,8 @@ def generate(
     folders = [part.strip() for part in chain.split(",") if part.strip()]
     blocks = None if block_sizes is None else _int_list(block_sizes, "--block-sizes")
     for k in blocks or ():
-        options.block_size(k, "--block-sizes")
+        if k >= 1:  # below 1 the decoder names the level
+            options.block_size(k, "--block-sizes")
     options.at_least(max_new_tokens, 1, "--max-new-tokens")
     options.seed(seed)
     run = generate_text(

@@ -128,7 +128,8 @@ def _check_up_front(profile, candidates, max_levels, k_max, seed, out, prompts, 
     from polyplan.outputs import check_output_file
 
     options.at_least(max_levels, 1, "--max-levels")
-    options.block_size(k_max, "--k-max")
+    if k_max >= 1:  # below 1 the planner says why
+        options.block_size(k_max, "--k-max")
     options.seed(seed)
     if candidates is None:
         options.unused_without(
