@@ -45,7 +45,6 @@ their predictions (for `polyplan validate`).
 from __future__ import annotations
 
 import json
-import math
 import os
 from dataclasses import dataclass
 from pathlib import Path
@@ -53,6 +52,7 @@ from typing import Any
 
 from polyplan.atomic import write_text_atomically
 from polyplan.errors import PolyplanError
+from polyplan.inputs import is_finite_number
 from polyplan.planner.overhead import LoopOverhead, overhead_from_json, profile_overhead
 from polyplan.planner.search import ChainPlan, Recommendation, recommend
 from polyplan.profile import Profile
@@ -230,8 +230,8 @@ def read_plan(path: str | os.PathLike[str]) -> PlanFile:
         fail("fingerprints", "must give a fingerprint for every chain member")
     speeds = []
     for section in ("predicted", "paper"):
-        value = (payload.get(section) or {}).get("speedup")
-        if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value <= 0:
+        value = payload[section].get("speedup") if isinstance(payload.get(section), dict) else None
+        if not is_finite_number(value) or value <= 0:
             fail(f"{section}.speedup", f"must be a finite number > 0, got {value!r}")
         speeds.append(float(value))
     return PlanFile(
@@ -271,7 +271,7 @@ def _numbers(value: Any, length: int, where: str) -> tuple[float, ...]:
     if not isinstance(value, list) or len(value) != length:
         raise PolyplanError(f"{where}: must list {length} numbers")
     for item in value:
-        if isinstance(item, bool) or not isinstance(item, (int, float)) or not math.isfinite(item):
+        if not is_finite_number(item):
             raise PolyplanError(f"{where}: must hold finite numbers, got {item!r}")
     return tuple(float(item) for item in value)
 

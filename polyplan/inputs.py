@@ -9,6 +9,7 @@ come after, on the parsed value.
 from __future__ import annotations
 
 import json
+import math
 import os
 from pathlib import Path
 from typing import Any
@@ -114,3 +115,14 @@ def _strict_loader():
             return super().construct_mapping(node, deep=deep)
 
     return StrictLoader
+
+
+def is_finite_number(value: Any) -> bool:
+    """Whether a parsed JSON/YAML value is a finite number (not a bool; an integer too large
+    for a float, such as 10^400, is not finite either)."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return False
+    try:
+        return math.isfinite(value)
+    except OverflowError:
+        return False

@@ -91,6 +91,7 @@ from polyplan.atomic import write_text_atomically
 from polyplan.errors import PolyplanError
 
 SCHEMA_VERSION = 1
+MAX_INTEGER = 2**53  # integers beyond it lose precision as floats (and 10^400 overflows one)
 MAX_SECONDS = 1e6  # bound on a timed pass: larger values overflow the planner's sums to inf
 
 
@@ -334,6 +335,8 @@ class _Validator:
     def number(self, value: Any, where: str) -> float:
         if isinstance(value, bool) or not isinstance(value, (int, float)):
             self.fail(where, f"must be a number, got {_kind(value)}")
+        if isinstance(value, int) and abs(value) > MAX_INTEGER:
+            self.fail(where, f"must be a finite number, got an integer of {len(str(abs(value)))} digits")
         if not math.isfinite(value):
             self.fail(where, f"must be a finite number, got {value!r}".replace("nan", "NaN"))
         return float(value)
@@ -364,6 +367,8 @@ class _Validator:
                 self.fail(where, f"must be an integer >= {minimum}, got {_show(value)}")
         if value < minimum:
             self.fail(where, f"must be an integer >= {minimum}, got {value}")
+        if value > MAX_INTEGER:
+            self.fail(where, f"must be an integer <= {MAX_INTEGER} (2^53), got an integer of {len(str(value))} digits")
         return value
 
     def text(self, value: Any, where: str, *, optional: bool = False) -> None:

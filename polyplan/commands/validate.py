@@ -26,7 +26,8 @@ def plan_profile(planned):
     from polyplan.errors import PolyplanError
     from polyplan.profile import load
 
-    path = (planned.payload.get("profile") or {}).get("path")
+    record = planned.payload.get("profile")
+    path = record.get("path") if isinstance(record, dict) else None
     if not isinstance(path, str) or not Path(path).is_file():
         return None
     try:
