@@ -97,7 +97,8 @@ def switch_total(cost: SwitchCost, passes: int) -> float:
 
 def profile_switch_costs(meta: dict[str, Any], source: str = "profile") -> dict[str, SwitchCost]:
     """Per model, the switch cost a profile's `meta` records ({} when none)."""
-    entry = meta.get(SWITCH_KEY) or {}
+    entry = meta.get(SWITCH_KEY)
+    entry = {} if entry is None else entry
     if not isinstance(entry, dict):
         raise PolyplanError(f"{source}: meta.{SWITCH_KEY}: must be an object with 'models' (model name -> seconds)")
     table = entry.get("models", {})
