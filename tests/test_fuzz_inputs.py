@@ -88,6 +88,15 @@ def damaged_bytes(draw, data: bytes):
     return bytes(data)
 
 
+def _hostile_copy(data, source: Path, path: Path, parse, dump) -> Path:
+    """Write to `path` a copy of `source` with one value mutated, or with damaged bytes."""
+    if data.draw(st.booleans()):
+        path.write_text(dump(data.draw(mutated(parse(source.read_text())))))
+    else:
+        path.write_bytes(data.draw(damaged_bytes(source.read_bytes())))
+    return path
+
+
 def _one_clear_line_or_success(result) -> None:
     assert result.exception is None or isinstance(result.exception, SystemExit), repr(result.exception)
     if result.exit_code == 0:
@@ -116,24 +125,14 @@ FUZZ = settings(max_examples=EXAMPLES_COUNT, deadline=None, suppress_health_chec
 @FUZZ
 @given(data=st.data())
 def test_a_mutated_profile_plans_or_fails_with_one_line(folder, data):
-    original = json.loads((folder / "profile.json").read_text())
-    path = folder / "mutated-profile.json"
-    if data.draw(st.booleans()):
-        path.write_text(json.dumps(data.draw(mutated(original))))
-    else:
-        path.write_bytes(data.draw(damaged_bytes((folder / "profile.json").read_bytes())))
+    path = _hostile_copy(data, folder / "profile.json", folder / "mutated-profile.json", json.loads, json.dumps)
     _one_clear_line_or_success(_invoke("recommend", "--profile", path, "--out", folder / "mutated-plan.json"))
 
 
 @FUZZ
 @given(data=st.data())
 def test_a_mutated_plan_is_refused_with_one_line(folder, data):
-    original = json.loads((folder / "plan.json").read_text())
-    path = folder / "mutated-plan-in.json"
-    if data.draw(st.booleans()):
-        path.write_text(json.dumps(data.draw(mutated(original))))
-    else:
-        path.write_bytes(data.draw(damaged_bytes((folder / "plan.json").read_bytes())))
+    path = _hostile_copy(data, folder / "plan.json", folder / "mutated-plan-in.json", json.loads, json.dumps)
     # The plan records no models.yaml, so even an intact plan stops before loading a model.
     result = _invoke("validate", "--plan", path, "--out", folder / "report")
     _one_clear_line_or_success(result)
@@ -143,12 +142,7 @@ def test_a_mutated_plan_is_refused_with_one_line(folder, data):
 @FUZZ
 @given(data=st.data())
 def test_a_mutated_models_yaml_is_refused_with_one_line(folder, data):
-    text = (EXAMPLES / "zoo.yaml").read_text()
-    path = folder / "models.yaml"
-    if data.draw(st.booleans()):
-        path.write_text(yaml.safe_dump(data.draw(mutated(yaml.safe_load(text)))))
-    else:
-        path.write_bytes(data.draw(damaged_bytes(text.encode())))
+    path = _hostile_copy(data, EXAMPLES / "zoo.yaml", folder / "models.yaml", yaml.safe_load, yaml.safe_dump)
     # The plan's models (the paper's) are in no models.yaml: refused before any model loads.
     result = _invoke("validate", "--plan", folder / "plan.json", "--candidates", path, "--out", folder / "report")
     _one_clear_line_or_success(result)

@@ -3,6 +3,7 @@ machine, and concurrent runs take turns (issue 15)."""
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 import threading
@@ -10,15 +11,13 @@ from pathlib import Path
 
 import pytest
 
-from conftest import tiny_llama, truncated_copy
-from polyplan.decoder import HFMember, NGramMember
+from conftest import target_early_ngram
 from polyplan.errors import PolyplanError
 from polyplan.locks import profile_lock, timing_lock
 from polyplan.profile import load
-from polyplan.profiler import AcceptanceSettings, LatencySettings, ProfiledModel, ProfileSettings, fingerprint_module, profile_models
+from polyplan.profiler import AcceptanceSettings, LatencySettings, ProfiledModel, ProfileSettings, profile_models
 from polyplan.profiler.prompts import EncodedPrompt, Prompt
 
-VOCAB = 64
 SETTINGS = ProfileSettings(
     latency=LatencySettings(ks=(1, 2), context_lengths=(8,), repeats=2, warmup=1, prefill_repeats=1),
     acceptance=AcceptanceSettings(temperatures=(0.0,), block_sizes=(2,), new_tokens=6, decoded=False, resamples=20),
@@ -29,13 +28,7 @@ pytestmark = pytest.mark.usefixtures("single_thread")
 
 @pytest.fixture(scope="module")
 def models(single_thread) -> list[ProfiledModel]:
-    target = tiny_llama(0, layers=4, hidden=64)
-    early = truncated_copy(target, 1)
-    return [
-        ProfiledModel("target", HFMember(target, name="target"), fingerprint_module(target)),
-        ProfiledModel("early", HFMember(early, name="early"), fingerprint_module(early)),
-        ProfiledModel("ngram", NGramMember(VOCAB, max_n=3), "ngram:3"),
-    ]
+    return target_early_ngram()
 
 
 def _prompts() -> list[EncodedPrompt]:
@@ -146,3 +139,27 @@ def test_locks_are_reentrant_within_a_run(tmp_path, monkeypatch):
     with profile_lock(tmp_path / "p.json"), timing_lock():
         with profile_lock(tmp_path / "p.json"), timing_lock():
             pass
+
+
+@pytest.mark.slow
+def test_recommend_candidates_on_a_foreign_profile_profiles_into_the_cache(tmp_path):
+    """`recommend --candidates --profile other.json` where other.json was made for another
+    target: other.json is left byte for byte, the run says where it profiled instead."""
+    from typer.testing import CliRunner
+
+    from conftest import write_candidate_workspace
+    from polyplan.cli import app
+
+    workspace = write_candidate_workspace(tmp_path / "ws")
+    other = tmp_path / "other.json"
+    payload = {"schema_version": 1, "target": "someone-else", "device": "cpu", "models": [
+        {"name": "someone-else", "fingerprint": "sha256:x", "latency": [{"context_length": 8, "k": 1, "median_s": 0.01}]}], "pairs": []}
+    other.write_text(json.dumps(payload))
+    before = other.read_bytes()
+    result = CliRunner().invoke(app, ["recommend", "--candidates", str(workspace / "models.yaml"), "--profile", str(other),
+                                      "--prompts", str(workspace / "prompts.jsonl"), "--out", str(tmp_path / "plan.json"),
+                                      "--threads", "1", "--cache-dir", str(tmp_path / "cache")])
+    assert result.exit_code == 0, result.output
+    assert "is kept as it is (it was made for the target 'someone-else'" in result.stderr
+    assert other.read_bytes() == before
+    assert list((tmp_path / "cache" / "profiles").glob("*.json"))

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from conftest import perturbed_copy, tiny_llama, truncated_copy
+from conftest import perturbed_copy, target_early_ngram
 from polyplan.decoder import HFMember, NGramMember
 from polyplan.errors import PolyplanError
 from polyplan.planner.search import recommend
@@ -33,13 +33,7 @@ pytestmark = pytest.mark.usefixtures("single_thread")
 def models(single_thread) -> list[ProfiledModel]:
     """A target, its 1-of-4-layer early exit and an n-gram drafter: costs far enough apart
     that the measured order (hence the pair set) does not depend on timing noise."""
-    target = tiny_llama(0, layers=4, hidden=64)
-    early = truncated_copy(target, 1)
-    return [
-        ProfiledModel("target", HFMember(target, name="target"), fingerprint_module(target)),
-        ProfiledModel("early", HFMember(early, name="early"), fingerprint_module(early)),
-        ProfiledModel("ngram", NGramMember(VOCAB, max_n=3), "ngram:3"),
-    ]
+    return target_early_ngram()
 
 
 def _prompts(count: int = 4, length: int = 24, seed: int = 0) -> list[EncodedPrompt]:

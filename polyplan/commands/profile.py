@@ -185,6 +185,9 @@ def profile(
         return
     typer.echo("\n".join(summary_lines(outcome.profile)))
     phases = outcome.phases
+    others = [name for name in outcome.profile.model_names() if name not in {model.name for model in loaded.models}]
+    if others:
+        typer.echo(f"\nkept the entries of {len(others)} model(s) outside these candidates: {', '.join(others)}")
     typer.echo(
         f"\nwrote {out}: {len(outcome.measured)} entries measured, {len(outcome.reused)} reused in "
         f"{outcome.wall_time_s:.1f} s (latency {phases.latency:.1f} s, alpha {phases.alpha:.1f} s, "
