@@ -224,6 +224,8 @@ def profile_candidates(
             foreign = foreign_profile_reason(_readable_profile(path), models[0], device_label)
             if foreign is not None:
                 cached = cached_profile_path(fingerprints, device_label, cache_dir)
+                if settings is None:  # measure as the file the user pointed at was measured
+                    settings = resumed_settings(path, temperature)
                 (log or _stderr)(f"note: {path} is kept as it is ({foreign}); profiling into {cached} instead")
                 held.close()
                 path = cached

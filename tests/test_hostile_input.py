@@ -230,6 +230,19 @@ def test_a_duplicate_yaml_key_is_an_error_not_last_one_wins(tmp_path):
 @pytest.mark.parametrize(
     "args, message",
     [
+        (["generate", "hi", "--chain", ".", "--top-k", "5"], "--top-k: only used with --temperature > 0"),
+        (["generate", "hi", "--chain", ".", "--top-p", "0.9"], "--top-p: only used with --temperature > 0"),
+        (["profile", "--no-decoded", "--decoded-prompts", "2"], "--decoded-prompts: only used with --decoded"),
+        (["validate", "--plan", "p.json", "--prompts", "x.jsonl", "--prompts-per-kind", "2"], "--prompts-per-kind: only used with"),
+    ],
+)
+def test_options_a_command_would_ignore_are_errors(args, message):
+    _fails(_run(*args), message)
+
+
+@pytest.mark.parametrize(
+    "args, message",
+    [
         (["--k-max", "100000"], "--k-max: must be in 1..128"),
         (["--k-max", "0"], "k_max: block size must be an integer >= 1"),
         (["--search", "optuna", "--seed", "-1"], "--seed: must be in 0..4294967295"),

@@ -152,8 +152,13 @@ def test_recommend_candidates_on_a_foreign_profile_profiles_into_the_cache(tmp_p
 
     workspace = write_candidate_workspace(tmp_path / "ws")
     other = tmp_path / "other.json"
-    payload = {"schema_version": 1, "target": "someone-else", "device": "cpu", "models": [
-        {"name": "someone-else", "fingerprint": "sha256:x", "latency": [{"context_length": 8, "k": 1, "median_s": 0.01}]}], "pairs": []}
+    made = CliRunner().invoke(app, ["profile", "--candidates", str(workspace / "models.yaml"), "--prompts", str(workspace / "prompts.jsonl"),
+                                    "--out", str(other), "--new-tokens", "8", "--latency-ks", "1,2", "--context-lengths", "8",
+                                    "--repeats", "2", "--warmup", "1", "--no-decoded", "--temperatures", "0"])
+    assert made.exit_code == 0, made.output
+    payload = json.loads(other.read_text())
+    payload["target"] = payload["models"][0]["name"] = "someone-else"
+    payload["pairs"] = [pair for pair in payload["pairs"] if "target" not in (pair["verifier"], pair["drafter"])]
     other.write_text(json.dumps(payload))
     before = other.read_bytes()
     result = CliRunner().invoke(app, ["recommend", "--candidates", str(workspace / "models.yaml"), "--profile", str(other),

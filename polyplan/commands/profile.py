@@ -110,6 +110,10 @@ def profile(
     from polyplan.profiler.summary import model_rows, pair_rows, summary_lines
 
     _check_up_front(out, candidates, prompts, max_prompts, device, seed, repeats, warmup, latency_ks, block_sizes)
+    if not decoded:
+        from polyplan.options import unused_without
+
+        unused_without("--decoded", [("--decoded-prompts", decoded_prompts)], "--no-decoded measures no decoded mu")
     settings = ProfileSettings(
         latency=LatencySettings(
             ks=_numbers(latency_ks, "--latency-ks", int),

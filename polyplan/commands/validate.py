@@ -58,7 +58,9 @@ def validate(
     top: Annotated[int, typer.Option("--top", help="Also validate the plan's next N chains.")] = 3,
     new_tokens: Annotated[int, typer.Option("--new-tokens", help="Tokens generated per prompt and chain.")] = 128,
     repeats: Annotated[int, typer.Option("--repeats", help="Passes over the prompts (error bars over repeats).")] = 3,
-    prompts_per_kind: Annotated[int, typer.Option("--prompts-per-kind", help="Built-in prompts of each kind.")] = 4,
+    prompts_per_kind: Annotated[
+        Optional[int], typer.Option("--prompts-per-kind", help="Built-in prompts of each kind (default 4; not with --prompts).")
+    ] = None,
     max_prompts: Annotated[Optional[int], typer.Option("--max-prompts", help="Use only the first N prompts.")] = None,
     seed: Annotated[int, typer.Option("--seed", help="Prompt i is decoded with seed + i.")] = 0,
     out: Annotated[Path, typer.Option("--out", help="Folder for report.md, report.json and the plots.")] = Path("validation"),
@@ -89,12 +91,14 @@ def validate(
     settings = ValidationSettings(new_tokens=new_tokens, repeats=repeats, top=top, seed=seed)
     options.seed(seed)
     options.at_least(threads, 1, "--threads")
+    if prompts is not None:
+        options.unused_without("the built-in prompts", [("--prompts-per-kind", prompts_per_kind)], "--prompts gives the prompts")
     check_validation_folder(out, [("--plan", plan), ("--prompts", prompts), ("--candidates", candidates)])
     planned = read_plan(plan)
     check_plan(planned, str(plan), plan_profile(planned))  # a hand-edited plan is refused before any work
     select_chains(planned, top, str(plan))  # cheap checks first: a bad --top or changed model loads nothing
     candidate_set = plan_candidates(planned, str(plan), candidates)
-    prompt_set = validation_prompt_set(prompts, per_kind=prompts_per_kind, max_prompts=max_prompts)
+    prompt_set = validation_prompt_set(prompts, per_kind=prompts_per_kind or 4, max_prompts=max_prompts)
     set_threads(threads if threads is not None else plan_threads(str(planned.payload.get("device", ""))))
     loaded = load_candidates(candidate_set)
     members = {item.candidate.name: item.member for item in loaded.candidates}
