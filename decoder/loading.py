@@ -10,7 +10,6 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import torch
-from safetensors import SafetensorError
 
 from polyplan.decoder.chain import first_difference
 from polyplan.decoder.hf import HFMember
@@ -44,8 +43,10 @@ def load_chain(folders: Sequence[str | Path], *, device: str = "cpu", dtype: tor
 
 
 # What transformers raises on a folder a user broke (a truncated model.safetensors, a config.json
-# that is not JSON or lacks a field): the user's files, not a bug, so one line naming them.
-_UNREADABLE = (OSError, ValueError, KeyError, TypeError, AttributeError, RuntimeError, SafetensorError)
+# that is not JSON or holds a field of the wrong type) shares no base class short of Exception
+# (safetensors, huggingface_hub's strict dataclasses, OS errors): the user's files, not a bug, so
+# one line naming them (as decoder.candidates_loader does).
+_UNREADABLE = Exception
 
 
 def _load(folders: Sequence[str | Path], device: str, dtype: torch.dtype | None) -> LoadedChain:

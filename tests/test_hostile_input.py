@@ -347,3 +347,19 @@ def test_report_folder_names_match_what_the_report_writes():
 
     assert (report_folder.REPORT_JSON, report_folder.REPORT_MD) == (JSON_FILE, REPORT_FILE)
     assert report_folder.PLOTS == tuple(PLOT_FILES.values())
+
+
+@pytest.mark.parametrize(
+    "damage, message",
+    [
+        (lambda folder: (folder / "model.safetensors").write_bytes(b"not a safetensors file"), "cannot load a causal language model"),
+        (lambda folder: (folder / "config.json").write_text("{ not json"), "chain member 0"),
+        (lambda folder: (folder / "config.json").write_text('{"model_type": "llama", "hidden_size": "x"}'), "chain member 0"),
+    ],
+)
+def test_broken_model_files_reached_through_generate_are_one_line(tmp_path, damage, message):
+    from conftest import save_model, tiny_llama, tiny_tokenizer
+
+    folder = save_model(tmp_path / "model", tiny_llama(0, layers=1, hidden=16), tiny_tokenizer())
+    damage(folder)
+    _fails(_run("generate", "w5 w6", "--chain", folder, "--max-new-tokens", "2"), message)
