@@ -241,7 +241,7 @@ def _profile_into(path, models, loaded, record, settings, prompts, temperature, 
     from polyplan.profiler.run import profile_models
     from polyplan.profiler.runs import ensure_agreement
     from polyplan.profiler.switching import measure_switch_costs, store_switch_costs
-    from polyplan.profiler.sample_size import too_few_prompts
+    from polyplan.sample_size import too_few_prompts
     from polyplan.profiler.validation_runs import fit_prompts
 
     if settings is None:

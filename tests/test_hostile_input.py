@@ -363,3 +363,25 @@ def test_broken_model_files_reached_through_generate_are_one_line(tmp_path, dama
     folder = save_model(tmp_path / "model", tiny_llama(0, layers=1, hidden=16), tiny_tokenizer())
     damage(folder)
     _fails(_run("generate", "w5 w6", "--chain", folder, "--max-new-tokens", "2"), message)
+
+
+def test_a_plan_from_a_profile_of_too_few_prompts_is_flagged(tmp_path):
+    payload = json.loads(PAPER.read_text())
+    payload.setdefault("meta", {})["profiler"] = {"prompts": 1}
+    few = tmp_path / "few.json"
+    few.write_text(json.dumps(payload))
+    result = _run("recommend", "--profile", few, "--out", tmp_path / "plan.json")
+    assert result.exit_code == 0, result.output
+    assert "warning: the profile was measured on 1 prompt(s), too few for confidence intervals (needs >= 5)" in result.stderr
+    enough = _run("recommend", "--profile", PAPER, "--out", tmp_path / "plan2.json")
+    assert enough.exit_code == 0 and "warning" not in enough.stderr
+
+
+def test_too_few_prompts_have_too_few_distinct_resamples_for_a_95_percent_interval():
+    """The rule's arithmetic: C(2n-1, n) distinct bootstrap resamples; a 95% percentile
+    interval needs >= 40 (2.5% in each tail) -- first reached at n = 5."""
+    from polyplan.sample_size import MIN_PROMPTS, distinct_resamples, enough_for_interval
+
+    assert [distinct_resamples(n) for n in range(1, 6)] == [1, 3, 10, 35, 126]
+    assert MIN_PROMPTS == min(n for n in range(1, 20) if distinct_resamples(n) >= 40)
+    assert not enough_for_interval(1) and not enough_for_interval(4) and enough_for_interval(5) and enough_for_interval(None)

@@ -106,7 +106,7 @@ def profile(
     from polyplan.profiler.prompts import builtin_prompts, encode_prompts, read_prompt_file
     from polyplan.profiler.run import profile_models
     from polyplan.profiler.settings import AcceptanceSettings, ProfileSettings
-    from polyplan.profiler.sample_size import too_few_prompts
+    from polyplan.sample_size import too_few_prompts
     from polyplan.profiler.summary import model_rows, pair_rows, summary_lines
 
     _check_up_front(out, candidates, prompts, max_prompts, device, seed, repeats, warmup, latency_ks, block_sizes)

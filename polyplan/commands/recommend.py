@@ -99,14 +99,19 @@ def recommend(
     """
     from polyplan.planner.plan_file import plan_from_profile
     from polyplan.profile import load
+    from polyplan.sample_size import profile_warning
 
     _check_up_front(profile, candidates, max_levels, k_max, seed, out, prompts, cache_dir, device, threads)
     options = dict(max_levels=max_levels, k_max=k_max, block_sizes=search, sampling=sampling, seed=seed)
     if candidates is None:
         if profile is None:
             raise PolyplanError("--profile: give a profile JSON, or --candidates models.yaml to profile the models first")
-        result = plan_from_profile(load(profile), out, profile_path=str(profile), **options)
+        profiled_numbers = load(profile)
+        result = plan_from_profile(profiled_numbers, out, profile_path=str(profile), **options)
         profile_path = str(profile)
+        warning = profile_warning(profiled_numbers.meta)
+        if warning is not None:
+            typer.echo(f"warning: {warning}", err=True)
     else:
         profiled = _profile_candidates(candidates, profile, sampling, prompts, cache_dir, device, threads, quiet=json_output)
         profile_path = str(profiled.path)

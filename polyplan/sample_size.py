@@ -5,7 +5,7 @@ prompts a resample is a multiset of n prompts, so there are at most C(2n - 1, n)
 resamples: 1 for n = 1 (a zero-width "95% interval"), 3 for n = 2, 10, 35, then 126 for n = 5.
 A 95% percentile interval cuts 2.5% from each tail, which needs at least 40 distinct values
 to mean anything; so an interval is computed from `MIN_PROMPTS` = 5 prompts or more, and
-from fewer the profile records none and says why.
+from fewer the profile records none and says why, and `recommend` warns about a plan made from such a profile.
 """
 
 from __future__ import annotations
@@ -36,6 +36,17 @@ def too_few_prompts(prompts: int) -> str | None:
         f"{'s' if distinct_resamples(prompts) != 1 else ''}; needs >= {MIN_PROMPTS} prompts); the profile records no "
         "intervals and every number in it rests on these few prompts"
     )
+
+
+def profile_warning(meta: dict) -> str | None:
+    """The warning for a plan made from a profile measured on too few prompts (its
+    `meta.profiler.prompts`, when recorded)."""
+    recorded = meta.get("profiler") if isinstance(meta, dict) else None
+    prompts = recorded.get("prompts") if isinstance(recorded, dict) else None
+    if isinstance(prompts, bool) or not isinstance(prompts, int) or enough_for_interval(prompts):
+        return None
+    return (f"the profile was measured on {prompts} prompt(s), too few for confidence intervals (needs >= {MIN_PROMPTS}); "
+            "every prediction of this plan rests on them")
 
 
 def interval_warnings(decoded_prompts: list[tuple[int, int | None]], alpha_prompts: int | None) -> list[str]:
