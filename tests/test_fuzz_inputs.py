@@ -11,6 +11,7 @@ profile's models are not real, and its plan records no models.yaml).
 from __future__ import annotations
 
 import json
+import os
 import shutil
 from pathlib import Path
 
@@ -23,7 +24,9 @@ from typer.testing import CliRunner
 from polyplan.cli import app
 
 EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
-EXAMPLES_COUNT = 40  # per property; each example is one in-process command (milliseconds)
+# Per property; each example is one in-process command (milliseconds). The default run is
+# derandomized (the same 40 examples every time); POLYPLAN_FUZZ_EXAMPLES=400 explores afresh.
+EXAMPLES_COUNT = int(os.environ.get("POLYPLAN_FUZZ_EXAMPLES", "40"))
 
 HOSTILE = st.one_of(
     st.none(),
@@ -119,7 +122,7 @@ def _invoke(*args) -> object:
     return CliRunner().invoke(app, [str(arg) for arg in args])
 
 
-FUZZ = settings(max_examples=EXAMPLES_COUNT, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow], derandomize=True)
+FUZZ = settings(max_examples=EXAMPLES_COUNT, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow], derandomize="POLYPLAN_FUZZ_EXAMPLES" not in os.environ)
 
 
 @FUZZ
