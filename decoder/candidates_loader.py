@@ -106,6 +106,10 @@ def load_candidates(candidates: CandidateSet, *, require_compatible: bool = True
             weights file, `layers` deeper than the model, an offline hub id, or (when
             `require_compatible`) the first candidate that fails the compatibility check.
     """
+    from polyplan.devices import check_device
+
+    for candidate in candidates.candidates:  # before any model loads
+        check_device(candidate.device, f"{candidates.origin}: candidate {candidate.name!r}: device")
     models: dict[str, _Model] = {}
     loaded: list[LoadedCandidate] = []
     for candidate in candidates.candidates:

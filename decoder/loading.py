@@ -44,11 +44,21 @@ def load_chain(folders: Sequence[str | Path], *, device: str = "cpu", dtype: tor
             hf_logging.enable_progress_bar()
 
 
+# What transformers raises on a folder a user broke (a truncated model.safetensors, a config.json
+# that is not JSON or holds a field of the wrong type) shares no base class short of Exception
+# (safetensors, huggingface_hub's strict dataclasses, OS errors): the user's files, not a bug, so
+# one line naming them (as decoder.candidates_loader does).
+_UNREADABLE = Exception
+
+
 def _load(folders: Sequence[str | Path], device: str, dtype: torch.dtype | None) -> LoadedChain:
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
+    from polyplan.devices import check_device
+
     if not folders:
         raise PolyplanError("chain: empty; give at least the target model folder")
+    check_device(device)
     for index, folder in enumerate(folders):  # fail before spending time loading the others
         if not Path(folder).is_dir() and not _is_gguf(folder):
             raise PolyplanError(f"chain member {index} ({str(folder)!r}): no such model folder")
@@ -60,11 +70,11 @@ def _load(folders: Sequence[str | Path], device: str, dtype: torch.dtype | None)
         label = f"chain member {index} ({str(folder)!r})"
         try:
             tokenizer = AutoTokenizer.from_pretrained(path, local_files_only=True)
-        except (OSError, ValueError) as error:
+        except _UNREADABLE as error:
             raise PolyplanError(f"{label}: cannot load its tokenizer ({_first_line(error)})") from None
         try:
             model = with_saved_subset(AutoModelForCausalLM.from_pretrained(path, local_files_only=True, dtype=dtype), path).to(device)
-        except (OSError, ValueError) as error:
+        except _UNREADABLE as error:
             raise PolyplanError(f"{label}: cannot load a causal language model ({_first_line(error)})") from None
         members.append(HFMember(model, name=names[index], tokenizer=tokenizer))
         tokenizers.append(tokenizer)

@@ -47,8 +47,11 @@ def check_acceptance(acceptance: float, name: str = "acceptance") -> float:
     return value
 
 
-def check_block_size(k: int, name: str = "k") -> int:
-    """`k` as an int >= 1; `PolyplanError` naming `name` otherwise."""
+MAX_THEORY_K = 10**6  # beyond it every formula has long converged, and float powers overflow
+
+
+def check_block_size(k: int, name: str = "k", maximum: int = MAX_THEORY_K) -> int:
+    """`k` as an int in 1..`maximum`; `PolyplanError` naming `name` otherwise."""
     if isinstance(k, bool) or not isinstance(k, int):
         if isinstance(k, float) and k.is_integer():
             k = int(k)
@@ -56,6 +59,9 @@ def check_block_size(k: int, name: str = "k") -> int:
             raise PolyplanError(f"{name}: block size must be an integer >= 1, got {k!r}")
     if k < 1:
         raise PolyplanError(f"{name}: block size must be an integer >= 1, got {k}")
+    if k > maximum:
+        shown = k if k < 10**12 else f"an integer of {len(str(k))} digits"
+        raise PolyplanError(f"{name}: block size must be an integer in 1..{maximum}, got {shown}")
     return k
 
 
@@ -119,7 +125,7 @@ def paper_eq3_mean(alpha: float, n: int) -> float:
     This function takes the number the caller chooses to call α (see `paper_eq3_mean_literal`).
     """
     a = check_acceptance(alpha, "alpha")
-    n = check_block_size(n, "n")
+    n = check_block_size(n, "n", MAX_THEORY_K + 1)  # the paper's n is K or K + 1
     return float(_mean_expr(a, n))
 
 
@@ -131,7 +137,7 @@ def paper_eq3_mean_literal(acceptance: float, k: int) -> float:
     """
     a = check_acceptance(acceptance)
     k = check_block_size(k)
-    if a == 0.0:
+    if 1.0 - a == 1.0:  # acceptance 0, or so small (1e-100) that 1 - acceptance rounds to 1
         return float(k + 1)
     return paper_eq3_mean(1.0 - a, k)
 
@@ -144,14 +150,14 @@ def paper_a2_variance(p_success: float, n: int) -> float:
     """
     if isinstance(p_success, bool) or not (isinstance(p_success, (int, float)) and 0 < p_success <= 1):
         raise PolyplanError(f"p_success: must be in (0, 1], got {p_success!r}")
-    n = check_block_size(n, "n")
+    n = check_block_size(n, "n", MAX_THEORY_K + 1)  # the paper's n is K or K + 1
     return float(_paper_a2_expr(float(p_success), n))
 
 
 def paper_sigma2(alpha_fail: float, n: int) -> float:
     """Section 3.1's σ² as printed, in the paper's α (A.2 with p = 1 − α)."""
     a = check_acceptance(alpha_fail, "alpha_fail")
-    n = check_block_size(n, "n")
+    n = check_block_size(n, "n", MAX_THEORY_K + 1)  # the paper's n is K or K + 1
     return float(_paper_a2_expr(1.0 - a, n))
 
 
@@ -162,7 +168,7 @@ def paper_eq4_relative_variability(alpha_fail: float, n: int) -> float:
     so eq. 4 is undefined). Note eq. 4 divides by (1 − α^n) while eq. 3 has (1 − α^{n+1}).
     """
     a = check_acceptance(alpha_fail, "alpha_fail")
-    n = check_block_size(n, "n")
+    n = check_block_size(n, "n", MAX_THEORY_K + 1)  # the paper's n is K or K + 1
     radicand = a * (1 - (n**2 - 1) * a**n) - (n**2 - 1) * a ** (n + 1)
     if radicand < 0 or a == 0:
         return math.nan if radicand < 0 else 0.0

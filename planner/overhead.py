@@ -25,11 +25,11 @@ only). A verification pass is always a 1st pass; a drafting loop of K passes pay
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 from typing import Any
 
 from polyplan.errors import PolyplanError
+from polyplan.inputs import is_finite_number
 
 META_KEY = "loop_overhead"
 SWITCH_KEY = "switch_cost"
@@ -45,7 +45,7 @@ class LoopOverhead:
     def __post_init__(self) -> None:
         for name in ("per_step_s", "per_round_s"):
             value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value < 0:
+            if not is_finite_number(value) or value < 0:
                 raise PolyplanError(f"loop overhead: {name} must be a finite number >= 0, got {value!r}")
 
     def to_json_dict(self) -> dict[str, float]:
@@ -85,7 +85,7 @@ NO_SWITCH: SwitchCost = (0.0,)
 def switch_cost(value: Any, where: str) -> SwitchCost:
     """A switch cost from JSON: seconds >= 0, one number (1st pass only) or a non-empty list."""
     values = value if isinstance(value, (list, tuple)) else [value]
-    if not values or any(isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) or v < 0 for v in values):
+    if not values or any(not is_finite_number(v) or v < 0 for v in values):
         raise PolyplanError(f"{where}: must be a finite number of seconds >= 0, or a non-empty list of them")
     return tuple(float(v) for v in values)
 
@@ -97,7 +97,11 @@ def switch_total(cost: SwitchCost, passes: int) -> float:
 
 def profile_switch_costs(meta: dict[str, Any], source: str = "profile") -> dict[str, SwitchCost]:
     """Per model, the switch cost a profile's `meta` records ({} when none)."""
-    table = (meta.get(SWITCH_KEY) or {}).get("models", {})
+    entry = meta.get(SWITCH_KEY)
+    entry = {} if entry is None else entry
+    if not isinstance(entry, dict):
+        raise PolyplanError(f"{source}: meta.{SWITCH_KEY}: must be an object with 'models' (model name -> seconds)")
+    table = entry.get("models", {})
     if not isinstance(table, dict):
         raise PolyplanError(f"{source}: meta.{SWITCH_KEY}.models: must map model names to seconds")
     return {str(name): switch_cost(value, f"{source}: meta.{SWITCH_KEY}.models.{name}") for name, value in table.items()}

@@ -10,7 +10,8 @@ Format (``plan_version`` 1)::
       "chain": ["vicuna-7b", "w4", "eagle"], # from the target down (M_1 … M_n)
       "block_sizes": [7, 1],                 # K_1 … K_{n-1}
       "fingerprints": {"vicuna-7b": "...", …},   # of every profiled model, from the profile
-      "profile": {"path": "profile.json", "schema_version": 1},
+      "profile": {"path": "profile.json", "schema_version": 1,
+                  "digest": "sha256:..."},  # optional: of the profile planned on (plan_check)
       "candidates": {"path": "/abs/models.yaml", "yaml": {...}},   # optional: how to load the
                                              # models again (the file and its parsed contents)
       "loop_overhead": {"per_step_s": ..., "per_round_s": ...},    # or null: see planner.overhead
@@ -54,7 +55,6 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import math
 import os
 from dataclasses import dataclass
 from pathlib import Path
@@ -62,6 +62,7 @@ from typing import Any
 
 from polyplan.atomic import write_text_atomically
 from polyplan.errors import PolyplanError
+from polyplan.inputs import is_finite_number
 from polyplan.planner.overhead import LoopOverhead, overhead_from_json, profile_overhead
 from polyplan.planner.prediction_interval import DEFAULT_RESAMPLES, PredictionIntervals, prediction_intervals
 from polyplan.planner.search import ChainPlan, Recommendation, recommend
@@ -128,8 +129,21 @@ def _summary(plan: ChainPlan, intervals: PredictionIntervals | None) -> dict[str
     }
 
 
+def profile_digest(profile: Profile) -> str:
+    """A digest of everything a profile holds (its canonical JSON), recorded in the plan so
+    that `planner.plan_check` can tell an edited plan from a profile measured again since."""
+    import hashlib
+
+    text = json.dumps(profile.to_json_dict(), sort_keys=True, allow_nan=False)
+    return "sha256:" + hashlib.sha256(text.encode("utf-8")).hexdigest()
+
+
 def plan_to_json_dict(
-    result: Recommendation, *, profile_path: str | None = None, candidates: dict[str, Any] | None = None
+    result: Recommendation,
+    *,
+    profile_path: str | None = None,
+    candidates: dict[str, Any] | None = None,
+    profile_digest: str | None = None,
 ) -> dict[str, Any]:
     """The plan.json object for a recommendation.
 
@@ -146,7 +160,7 @@ def plan_to_json_dict(
         "chain": list(best.chain),
         "block_sizes": list(best.block_sizes),
         "fingerprints": dict(prints),
-        "profile": {"path": profile_path, "schema_version": 1},
+        "profile": {"path": profile_path, "schema_version": 1, **({"digest": profile_digest} if profile_digest else {})},
         "candidates": candidates,
         "loop_overhead": None if result.overhead is None else result.overhead.to_json_dict(),
         "switch_costs": {name: list(cost) for name, cost in result.switch_costs},
@@ -181,10 +195,11 @@ def write_plan(
     *,
     profile_path: str | None = None,
     candidates: dict[str, Any] | None = None,
+    profile_digest: str | None = None,
 ) -> None:
     """Write plan.json atomically (temporary file in the same folder, then os.replace)."""
     path = Path(path)
-    payload = plan_to_json_dict(result, profile_path=profile_path, candidates=candidates)
+    payload = plan_to_json_dict(result, profile_path=profile_path, candidates=candidates, profile_digest=profile_digest)
     write_text_atomically(path, json.dumps(payload, indent=2, allow_nan=False) + "\n")
 
 
@@ -196,16 +211,19 @@ def plan_from_profile(
     candidates: dict[str, Any] | None = None,
     sampling: str = "greedy",
     resamples: int = DEFAULT_RESAMPLES,
+    drafters: tuple[str, ...] | None = None,
     **search_options: Any,
 ) -> Recommendation:
     """`recommend` with the loop overhead the profile records (if any), the bootstrap
     intervals of every ranked chain's exact speedup (`resamples` replicates; 0: none) and the
     profile's timing warnings, written to `out`.
 
+    `drafters`: the models a chain may use besides the target (default: every profiled one; a
+    profile keeps entries of models outside the current candidates, which cannot be run).
     `search_options` go to `planner.search.recommend` (max_levels, k_max, block_sizes, seed, …).
     """
     overhead = profile_overhead(profile.meta, sampling, profile.source)
-    result = recommend(profile, sampling=sampling, overhead=overhead, **search_options)
+    result = recommend(profile, sampling=sampling, overhead=overhead, candidates=drafters, **search_options)
     intervals = None
     if resamples:
         intervals = prediction_intervals(
@@ -215,19 +233,16 @@ def plan_from_profile(
         )
     result = dataclasses.replace(result, intervals=intervals, warnings=timing_warnings(profile))
     if out is not None:
-        write_plan(result, out, profile_path=profile_path, candidates=candidates)
+        write_plan(result, out, profile_path=profile_path, candidates=candidates, profile_digest=profile_digest(profile))
     return result
 
 
 def read_plan(path: str | os.PathLike[str]) -> PlanFile:
     """Read and check plan.json; `PolyplanError` naming the file and field on any problem."""
+    from polyplan.inputs import read_json_file
+
     label = str(path)
-    try:
-        payload = json.loads(Path(path).read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        raise PolyplanError(f"{label}: no such file") from None
-    except json.JSONDecodeError as error:
-        raise PolyplanError(f"{label}: not valid JSON (line {error.lineno}: {error.msg})") from None
+    payload = read_json_file(path, "file")
 
     def fail(field: str, problem: str) -> None:
         raise PolyplanError(f"{label}: {field}: {problem}")
@@ -255,8 +270,8 @@ def read_plan(path: str | os.PathLike[str]) -> PlanFile:
         fail("fingerprints", "must give a fingerprint for every chain member")
     speeds = []
     for section in ("predicted", "paper"):
-        value = (payload.get(section) or {}).get("speedup")
-        if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value <= 0:
+        value = payload[section].get("speedup") if isinstance(payload.get(section), dict) else None
+        if not is_finite_number(value) or value <= 0:
             fail(f"{section}.speedup", f"must be a finite number > 0, got {value!r}")
         speeds.append(float(value))
     return PlanFile(
@@ -297,7 +312,7 @@ def _numbers(value: Any, length: int, where: str) -> tuple[float, ...]:
     if not isinstance(value, list) or len(value) != length:
         raise PolyplanError(f"{where}: must list {length} numbers")
     for item in value:
-        if isinstance(item, bool) or not isinstance(item, (int, float)) or not math.isfinite(item):
+        if not is_finite_number(item):
             raise PolyplanError(f"{where}: must hold finite numbers, got {item!r}")
     return tuple(float(item) for item in value)
 

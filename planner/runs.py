@@ -138,7 +138,11 @@ def run_survival(sequences: tuple[tuple[bool, ...], ...], block: int) -> RunSurv
 
 def runs_from_meta(meta: dict[str, Any], sampling: str, source: str = "profile") -> dict[tuple[str, str], tuple[tuple[bool, ...], ...]]:
     """The agreement sequences a profile's meta records for `sampling`, by (verifier, drafter)."""
-    table = (meta.get(META_KEY) or {}).get(sampling)
+    modes = meta.get(META_KEY)
+    modes = {} if modes is None else modes
+    if not isinstance(modes, dict):
+        raise PolyplanError(f"{source}: meta.{META_KEY}: must be an object keyed by sampling mode")
+    table = modes.get(sampling)
     if table is None:
         return {}
     where = f"{source}: meta.{META_KEY}.{sampling}"

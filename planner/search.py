@@ -285,7 +285,7 @@ def recommend(
         sampling=sampling,
         max_levels=max_levels,
         k_max=k_max,
-        fingerprints=tuple((model.name, model.fingerprint) for model in profile.models),
+        fingerprints=tuple((model.name, model.fingerprint) for model in profile.models if model.name in {target, *names}),
         overhead=overhead,
         context_length=context_length,
         acceptance_model=context.acceptance_model,

@@ -159,17 +159,12 @@ class CandidateSet:
 
 def read_candidates(path: str | Path) -> CandidateSet:
     """Read and validate a models.yaml file; local sources resolve relative to its folder."""
-    import yaml
+    from polyplan.inputs import read_yaml_file
 
     path = Path(path)
     if not path.is_file():
         raise PolyplanError(f"--candidates: file {path} not found")
-    try:
-        data = yaml.safe_load(path.read_text(encoding="utf-8"))
-    except yaml.YAMLError as error:
-        mark = getattr(error, "problem_mark", None)
-        where = f" at line {mark.line + 1}" if mark is not None else ""
-        raise PolyplanError(f"{path}: not valid YAML{where}") from None
+    data = read_yaml_file(path, "models.yaml")
     return parse_candidates(data, base_dir=path.parent, origin=str(path))
 
 

@@ -7,7 +7,7 @@ rate `α` and the decoded tokens per verification `μ`, `σ` at given block size
 Format (``schema_version`` 1)
 -----------------------------
 One JSON object; every number must be finite (NaN and infinities are rejected), times are in
-seconds and must be > 0; unknown keys are rejected (free-form extras go under ``meta``)::
+seconds and must be > 0 (and at most 1e6); unknown keys are rejected (free-form extras go under ``meta``)::
 
     {
       "schema_version": 1,
@@ -103,6 +103,8 @@ from polyplan.atomic import write_text_atomically
 from polyplan.errors import PolyplanError
 
 SCHEMA_VERSION = 1
+MAX_INTEGER = 2**53  # integers beyond it lose precision as floats (and 10^400 overflows one)
+MAX_SECONDS = 1e6  # bound on a timed pass: larger values overflow the planner's sums to inf
 
 
 def sampling_key(temperature: float) -> str:
@@ -299,19 +301,10 @@ class Profile:
 
 def load(path: str | os.PathLike[str]) -> Profile:
     """Read and validate a profile; any problem raises `PolyplanError` naming file and field."""
+    from polyplan.inputs import read_json_file
+
     label = str(path)
-    try:
-        text = Path(path).read_text(encoding="utf-8")
-    except FileNotFoundError:
-        raise PolyplanError(f"{label}: no such file") from None
-    except OSError as error:
-        raise PolyplanError(f"{label}: cannot read ({error.strerror})") from None
-    try:
-        payload = json.loads(text)
-    except json.JSONDecodeError as error:
-        raise PolyplanError(
-            f"{label}: not valid JSON (line {error.lineno}, column {error.colno}: {error.msg})"
-        ) from None
+    payload = read_json_file(path, "file")
     return from_json_dict(payload, label=label)
 
 
@@ -363,6 +356,8 @@ class _Validator:
     def number(self, value: Any, where: str) -> float:
         if isinstance(value, bool) or not isinstance(value, (int, float)):
             self.fail(where, f"must be a number, got {_kind(value)}")
+        if isinstance(value, int) and abs(value) > MAX_INTEGER:
+            self.fail(where, f"must be a finite number, got an integer of {len(str(abs(value)))} digits")
         if not math.isfinite(value):
             self.fail(where, f"must be a finite number, got {value!r}".replace("nan", "NaN"))
         return float(value)
@@ -371,6 +366,12 @@ class _Validator:
         number = self.number(value, where)
         if number <= 0:
             self.fail(where, f"must be > 0, got {number:g}")
+        return number
+
+    def seconds(self, value: Any, where: str) -> float:
+        number = self.positive(value, where)
+        if number > MAX_SECONDS:
+            self.fail(where, f"must be at most {MAX_SECONDS:g} s (a forward pass of days is not a timing), got {number:g}")
         return number
 
     def non_negative(self, value: Any, where: str) -> float:
@@ -387,6 +388,8 @@ class _Validator:
                 self.fail(where, f"must be an integer >= {minimum}, got {_show(value)}")
         if value < minimum:
             self.fail(where, f"must be an integer >= {minimum}, got {value}")
+        if value > MAX_INTEGER:
+            self.fail(where, f"must be an integer <= {MAX_INTEGER} (2^53), got an integer of {len(str(value))} digits")
         return value
 
     def text(self, value: Any, where: str, *, optional: bool = False) -> None:
@@ -485,7 +488,7 @@ class _Validator:
             self.obj(point, at, _LATENCY_KEYS, {"context_length", "k", "median_s"})
             context = self.integer(point["context_length"], f"{at}.context_length", 0)
             k = self.integer(point["k"], f"{at}.k", 1)
-            self.positive(point["median_s"], f"{at}.median_s")
+            self.seconds(point["median_s"], f"{at}.median_s")
             if "iqr_s" in point:
                 self.non_negative(point["iqr_s"], f"{at}.iqr_s")
             if point.get("repeats") is not None:
@@ -505,7 +508,7 @@ class _Validator:
             at = f"{where}.prefill[{index}]"
             self.obj(point, at, _PREFILL_KEYS, {"context_length", "median_s"})
             self.integer(point["context_length"], f"{at}.context_length", 1)
-            self.positive(point["median_s"], f"{at}.median_s")
+            self.seconds(point["median_s"], f"{at}.median_s")
             if "iqr_s" in point:
                 self.non_negative(point["iqr_s"], f"{at}.iqr_s")
             if point.get("repeats") is not None:

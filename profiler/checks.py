@@ -2,14 +2,13 @@
 
 from __future__ import annotations
 
-import os
-import tempfile
 from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from polyplan.decoder.chain import first_difference
 from polyplan.errors import PolyplanError
+from polyplan.outputs import check_output_file
 from polyplan.profile import SCHEMA_VERSION, Profile, load
 from polyplan.profiler.prompts import EncodedPrompt, check_fits
 from polyplan.profiler.settings import ProfileSettings
@@ -73,15 +72,27 @@ def read_existing(out: Path) -> Profile | None:
 
 
 def check_writable(out: Path) -> None:
-    """`out` can be created or replaced (probed with a temporary file in its folder)."""
-    folder = out.parent if str(out.parent) else Path(".")
-    if not folder.is_dir():
-        raise PolyplanError(f"--out: cannot write {out} (folder {folder} does not exist)")
-    try:
-        handle, probe = tempfile.mkstemp(prefix=f".{out.name}.", suffix=".probe", dir=folder)
-    except OSError as error:
-        raise PolyplanError(f"--out: cannot write {out} ({error.strerror or error})") from None
-    os.close(handle)
-    os.unlink(probe)
-    if out.exists() and not os.access(out, os.W_OK):
-        raise PolyplanError(f"--out: cannot write {out} (permission denied)")
+    """`out` can be created or replaced (`polyplan.outputs.check_output_file`)."""
+    check_output_file(out, "--out")
+
+
+def foreign_profile_reason(existing: Profile | None, target: ProfiledModel, device_label: str) -> str | None:
+    """Why the profile `existing` was made for other models or another machine (None when a
+    run on `target` and `device_label` may extend it)."""
+    if existing is None:
+        return None
+    if existing.target != target.name:
+        return f"it was made for the target {existing.target!r}, this run's target is {target.name!r}"
+    own = next((model for model in existing.models if model.name == target.name), None)
+    if own is not None and own.fingerprint != target.fingerprint:
+        return f"its target {target.name!r} had other weights (fingerprint {own.fingerprint[:19]}…, now {target.fingerprint[:19]}…)"
+    if existing.device != device_label:
+        return f"it was measured on {existing.device!r}, this run is on {device_label!r}"
+    return None
+
+
+def check_same_profile(existing: Profile | None, out: Path, target: ProfiledModel, device_label: str) -> None:
+    """Refuse to extend (and so overwrite) a profile made for other models or another machine."""
+    reason = foreign_profile_reason(existing, target, device_label)
+    if reason is not None:
+        raise PolyplanError(f"--out: {out} is not extended: {reason}; it is kept as it is, choose another --out")

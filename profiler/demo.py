@@ -21,6 +21,7 @@ from pathlib import Path
 
 from polyplan.candidates import default_candidates_path
 from polyplan.errors import PolyplanError
+from polyplan.locks import timing_lock
 from polyplan.planner.plan_file import plan_from_profile, read_plan
 from polyplan.planner.search import Recommendation
 from polyplan.profiler.latency import LatencySettings
@@ -138,6 +139,7 @@ def demo_prompt_sets(settings: DemoSettings) -> tuple[PromptSet, PromptSet]:
 def run_demo(settings: DemoSettings, *, profile_progress=None, validation_progress=None, log=lambda line: None) -> DemoResult:
     """Profile, recommend and validate (see the module docstring)."""
     started = time.perf_counter()
+    check_settings(settings)
     if settings.quick and settings.candidates is None:
         candidates = quick_candidates(settings.cache_dir, log)
     else:
@@ -162,23 +164,13 @@ def run_demo(settings: DemoSettings, *, profile_progress=None, validation_progre
     plan_path = out / PLAN_FILE
     encoded = encode_for(held_out, profiled.tokenizer)
     recommendation = plan_from_profile(
-        profiled.profile, plan_path, profile_path=str(profiled.path), candidates=profiled.record, max_levels=settings.max_levels,
+        profiled.profile, plan_path, profile_path=str(profiled.path), candidates=profiled.record, drafters=profiled.drafters, max_levels=settings.max_levels,
         context_length=typical_context(encoded, settings.new_tokens),
     )
     plan = read_plan(plan_path)
     members = {model.name: model.member for model in profiled.models}
-    validation = validate_plan(
-        plan,
-        members,
-        encoded,
-        validation_settings,
-        device_label=describe_device(getattr(members[plan.target], "device", "cpu")),
-        plan_path=str(plan_path),
-        prompt_source=held_out.source,
-        truncate_prompts=held_out.truncate,
-        progress=validation_progress,
-        profile=profiled.profile,
-    )
+    with timing_lock():
+        validation = _validate(plan, members, encoded, validation_settings, plan_path, held_out, validation_progress, profiled)
     files = write_report(validation, out)
     return DemoResult(
         candidates=Path(candidates),
@@ -191,4 +183,38 @@ def run_demo(settings: DemoSettings, *, profile_progress=None, validation_progre
         profile_reused=profiled.reused,
         profile_seconds=profiled.wall_time_s,
         wall_time_s=time.perf_counter() - started,
+    )
+
+
+def _validate(plan, members, encoded, validation_settings, plan_path, held_out, validation_progress, profiled) -> Validation:
+    return validate_plan(
+        plan,
+        members,
+        encoded,
+        validation_settings,
+        device_label=describe_device(getattr(members[plan.target], "device", "cpu")),
+        plan_path=str(plan_path),
+        prompt_source=held_out.source,
+        truncate_prompts=held_out.truncate,
+        progress=validation_progress,
+        profile=profiled.profile,
+    )
+
+
+def check_settings(settings: DemoSettings) -> None:
+    """Every option and the --out folder, before anything is trained, profiled or decoded."""
+    from polyplan import options
+    from polyplan.candidates import read_candidates
+    from polyplan.profiler.report_folder import check_validation_folder, is_plan
+
+    options.at_least(settings.max_levels, 1, "--max-levels")
+    options.at_least(settings.top, 0, "--top")
+    options.at_least(settings.new_tokens, 2, "--new-tokens")
+    options.at_least(settings.repeats, 1, "--repeats")
+    options.at_least(settings.prompts_per_kind, 1, "--prompts-per-kind")
+    if settings.candidates is not None:
+        read_candidates(settings.candidates)
+    check_validation_folder(
+        Path(settings.out), [("--candidates", settings.candidates)],
+        own_files={PLAN_FILE: is_plan},
     )

@@ -7,6 +7,7 @@ from collections.abc import Sequence
 from polyplan.profile import AlphaDistribution, DecodedStats, ImpliedStats, LatencyPoint, ModelProfile, PrefillPoint, SamplingStats
 from polyplan.profiler.acceptance import DecodedMeasurement, PairAlpha
 from polyplan.profiler.latency import LatencyMeasurement
+from polyplan.sample_size import enough_for_interval, interval_warnings
 
 from polyplan.planner.timing_health import NOISE_BUDGET_KEY  # model meta: the floor was still noisy when the budget ran out
 
@@ -46,12 +47,13 @@ def reference_meta(measurement: LatencyMeasurement) -> dict[str, float | int | b
     return meta
 
 
-def sampling_entry(estimate: PairAlpha, key: str, ks: Sequence[int]) -> SamplingStats:
-    """A pair's statistics under one sampling mode from its α estimate; implied μ at each of `ks`."""
+def sampling_entry(estimate: PairAlpha, key: str, ks: Sequence[int], prompts: int | None = None) -> SamplingStats:
+    """A pair's statistics under one sampling mode from its α estimate; implied μ at each of `ks`.
+    The interval is left out when `prompts` are too few for one (`polyplan.sample_size`)."""
     return SamplingStats(
         alpha=estimate.alpha,
         alpha_samples=estimate.samples,
-        alpha_ci=(estimate.interval.low, estimate.interval.high),
+        alpha_ci=(estimate.interval.low, estimate.interval.high) if enough_for_interval(prompts) else None,
         alpha_distribution=AlphaDistribution(
             mean=estimate.raw_alpha,
             std=estimate.std,
@@ -67,14 +69,15 @@ def sampling_entry(estimate: PairAlpha, key: str, ks: Sequence[int]) -> Sampling
 
 
 def decoded_entry(measurement: DecodedMeasurement, prompts: int, key: str) -> DecodedStats:
-    """A decoded-μ entry measured over `prompts` prompts."""
+    """A decoded-μ entry measured over `prompts` prompts (no intervals from too few of them)."""
+    enough = enough_for_interval(prompts)
     return DecodedStats(
         k=measurement.k,
         mu=measurement.mu,
         sigma=measurement.sigma,
         samples=measurement.verifications,
-        mu_ci=(measurement.mu_interval.low, measurement.mu_interval.high),
-        sigma_ci=(measurement.sigma_interval.low, measurement.sigma_interval.high),
+        mu_ci=(measurement.mu_interval.low, measurement.mu_interval.high) if enough else None,
+        sigma_ci=(measurement.sigma_interval.low, measurement.sigma_interval.high) if enough else None,
         prompts=prompts,
         fingerprint=key,
     )
@@ -105,7 +108,10 @@ def disagreement_warning(stats: SamplingStats, decoded: DecodedStats, threshold:
     return line + ("; " + "; ".join(reasons) if reasons else "")
 
 
-def refresh_warnings(stats: SamplingStats, threshold: float, own_output: str | None) -> None:
-    """Recompute `stats.warnings` from its decoded and implied μ."""
+def refresh_warnings(stats: SamplingStats, threshold: float, own_output: str | None, prompts: int | None = None) -> None:
+    """Recompute `stats.warnings` from its decoded and implied μ, and from the sample sizes
+    (`prompts`: what α was measured over, when known)."""
     lines = [disagreement_warning(stats, decoded, threshold, own_output=own_output) for decoded in stats.decoded]
+    alpha_prompts = prompts if stats.alpha_ci is None else None
+    lines += interval_warnings([(d.k, d.prompts) for d in stats.decoded if d.mu_ci is None], alpha_prompts)
     stats.warnings = [line for line in lines if line is not None]

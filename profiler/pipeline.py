@@ -18,8 +18,10 @@ the device, so changed weights or another thread count start (or resume) another
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import os
+import sys
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -29,6 +31,7 @@ from typing import Any
 from polyplan.cache import CACHE_ENV, cache_root  # noqa: F401 - re-exported: callers import them from here
 from polyplan.candidates import CandidateSet, parse_candidates, read_candidates
 from polyplan.errors import PolyplanError
+from polyplan.locks import profile_lock, timing_lock
 from polyplan.planner.overhead import META_KEY
 from polyplan.planner.runs import META_KEY as RUNS_KEY
 from polyplan.planner.plan_file import PlanFile
@@ -49,12 +52,12 @@ def _ensure_folder(folder: Path, option: str) -> Path:
 
 def read_candidate_set(path: str | os.PathLike[str], device: str | None = None) -> tuple[CandidateSet, dict[str, Any]]:
     """The validated candidates (on `device` if given) and the plan's record of them."""
-    import yaml
+    from polyplan.inputs import read_yaml_file
 
     candidates = read_candidates(path)
     record = {
         "path": str(Path(path).resolve()),
-        "yaml": yaml.safe_load(Path(path).read_text(encoding="utf-8")),
+        "yaml": read_yaml_file(path, "models.yaml"),
         "device": device,
     }
     return (with_device(candidates, device) if device is not None else candidates), record
@@ -129,6 +132,11 @@ class ProfiledCandidates:
     reused: int
     wall_time_s: float
 
+    @property
+    def drafters(self) -> tuple[str, ...]:
+        """The candidates' drafters (the profile may hold more models, kept from earlier runs)."""
+        return tuple(model.name for model in self.models[1:])
+
 
 def cached_profile_path(fingerprints: dict[str, str], device_label: str, cache_dir: str | os.PathLike[str] | None) -> Path:
     """The cache file for these candidates on this device."""
@@ -174,6 +182,7 @@ def profile_candidates(
     fresh_latency: bool = False,
     calibration_tokens: int = 64,
     progress=None,
+    log=None,
 ) -> ProfiledCandidates:
     """Profile what is missing (resuming `profile_path`, else the cache), then the greedy
     agreement sequences (reused when unchanged) and the loop overhead, into the profile's meta.
@@ -182,24 +191,52 @@ def profile_candidates(
     adds the sampling `temperature` if given). `fresh_latency`: re-time every latency curve
     even when cached (latency is the part of a profile that goes stale with the machine's
     load; acceptance statistics do not), keeping everything else. `calibration_tokens`: tokens
-    per timed call of the loop-overhead calibration (fewer: faster, noisier).
+    per timed call of the loop-overhead calibration (fewer: faster, noisier). A `profile_path`
+    made for other models or on another machine is never overwritten: the run goes to the
+    cache instead and `log` (default: stderr) says so. The profile file is locked while the
+    run works, and the machine's timing lock is held (`polyplan.locks`).
 
     Raises:
         PolyplanError: a bad models.yaml or prompt file, models that cannot share a chain,
             no prompt that fits, an unwritable profile or cache folder.
     """
     from polyplan.profiler.candidates import load_models
-    from polyplan.profiler.run import describe_device, profile_models
-    from polyplan.profiler.runs import ensure_agreement
-    from polyplan.profiler.switching import measure_switch_costs, store_switch_costs
-    from polyplan.profiler.validation_runs import fit_prompts
+    from polyplan.profiler.checks import foreign_profile_reason
+    from polyplan.profiler.run import describe_device
 
     started = time.perf_counter()
     _, record = read_candidate_set(candidates_path, device)
     loaded = load_models(candidates_path, device=device)
     models, target_device = loaded.models, loaded.device
     fingerprints = {model.name: model.fingerprint for model in models}
-    path = Path(profile_path) if profile_path is not None else cached_profile_path(fingerprints, describe_device(target_device), cache_dir)
+    device_label = describe_device(target_device)
+    path = Path(profile_path) if profile_path is not None else cached_profile_path(fingerprints, device_label, cache_dir)
+    with contextlib.ExitStack() as held:
+        held.enter_context(profile_lock(path))
+        if profile_path is not None:
+            foreign = foreign_profile_reason(_readable_profile(path), models[0], device_label)
+            if foreign is not None:
+                cached = cached_profile_path(fingerprints, device_label, cache_dir)
+                if settings is None:  # measure as the file the user pointed at was measured
+                    settings = resumed_settings(path, temperature)
+                (log or _stderr)(f"note: {path} is kept as it is ({foreign}); profiling into {cached} instead")
+                held.close()
+                path = cached
+                held.enter_context(profile_lock(path))
+        held.enter_context(timing_lock())
+        return _profile_into(path, models, loaded, record, settings, prompts, temperature, fresh_latency,
+                             calibration_tokens, progress, target_device, started, log or _stderr)
+
+
+def _profile_into(path, models, loaded, record, settings, prompts, temperature, fresh_latency, calibration_tokens,
+                  progress, target_device, started, log) -> ProfiledCandidates:
+    """The body of `profile_candidates`, with the profile `path` locked."""
+    from polyplan.profiler.run import profile_models
+    from polyplan.profiler.runs import ensure_agreement
+    from polyplan.profiler.switching import measure_switch_costs, store_switch_costs
+    from polyplan.sample_size import too_few_prompts
+    from polyplan.profiler.validation_runs import fit_prompts
+
     if settings is None:
         settings = resumed_settings(path, temperature)
     prompts = prompts or prompt_set()
@@ -214,6 +251,9 @@ def profile_candidates(
     if fresh_latency:
         _forget_latency(path)
     outcome = profile_models(models, fitted.prompts, path, settings, device=target_device, progress=progress)
+    warning = too_few_prompts(len(fitted.prompts))
+    if warning is not None:
+        log(f"warning: {warning}")
     profile = outcome.profile
     measured = len(outcome.measured)
     if 0.0 in acceptance.temperatures:
@@ -231,6 +271,20 @@ def profile_candidates(
     return ProfiledCandidates(
         profile, path, models, loaded.tokenizer, record, measured, len(outcome.reused), time.perf_counter() - started
     )
+
+
+def _readable_profile(path: Path) -> Profile | None:
+    """The profile at `path` if it is one (the run itself reports a broken file)."""
+    from polyplan.profile import load
+
+    try:
+        return load(path) if path.is_file() else None
+    except PolyplanError:
+        return None
+
+
+def _stderr(line: str) -> None:
+    print(line, file=sys.stderr, flush=True)
 
 
 def _forget_latency(path: Path) -> None:
@@ -255,7 +309,8 @@ def _previous_runs(path: Path) -> dict[str, Any] | None:
     if not path.is_file():
         return None
     try:
-        return (load(path).meta.get(RUNS_KEY) or {}).get("greedy")
+        runs = load(path).meta.get(RUNS_KEY) or {}
+        return runs.get("greedy") if isinstance(runs, dict) else None
     except PolyplanError:
         return None  # the profiling run reports what is wrong with the file
 

@@ -38,6 +38,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from polyplan.errors import PolyplanError
+from polyplan.inputs import parse_json_text
 
 KINDS = ("function_body", "docstring", "repetitive_edit", "long_context")
 DEFAULT_PER_KIND = 4
@@ -221,10 +222,7 @@ def _read_jsonl(path: Path, text: str) -> tuple[Prompt, ...]:
         if not line.strip():
             continue
         where = f"{path}:{number}"
-        try:
-            value = json.loads(line)
-        except json.JSONDecodeError as error:
-            raise PolyplanError(f"{where}: not valid JSON ({error.msg})") from None
+        value = parse_json_text(line, where)
         prompt = _prompt_of(value, where)
         if prompt.strip():
             kind = "spec_bench" if isinstance(value, dict) and "turns" in value else "user"

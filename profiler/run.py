@@ -40,7 +40,8 @@ from polyplan.profiler.acceptance import TeacherForced, measure_decoded, pair_al
 from polyplan.profiler.entries import decoded_entry, model_entry, refresh_warnings, sampling_entry
 from polyplan.profiler.fingerprint import fingerprint_settings, fingerprint_tokens
 from polyplan.profiler.latency import measure_latencies
-from polyplan.profiler.checks import check_inputs_fit, check_models, check_writable, read_existing
+from polyplan.locks import profile_lock, timing_lock
+from polyplan.profiler.checks import check_inputs_fit, check_models, check_same_profile, check_writable, read_existing
 from polyplan.profiler.prompts import EncodedPrompt
 from polyplan.profiler.settings import ProfileSettings
 
@@ -154,10 +155,13 @@ def profile_models(
     progress = progress or _Silent()
     check_models(models)
     check_inputs_fit(models, prompts, settings)
-    existing = read_existing(out)
     check_writable(out)
-    run = _Run(models, prompts, out, settings, describe_device(device), existing, progress)
-    run.execute()
+    with profile_lock(out), timing_lock():
+        existing = read_existing(out)
+        device_label = describe_device(device)
+        check_same_profile(existing, out, models[0], device_label)
+        run = _Run(models, prompts, out, settings, device_label, existing, progress)
+        run.execute()
     phases = PhaseSeconds(**run.seconds)
     return ProfileOutcome(run.profile, out, tuple(run.measured), tuple(run.reused), time.perf_counter() - started, phases)
 
@@ -251,9 +255,10 @@ class _Run:
         if existing is None:
             return profile
         fingerprints = {model.name: model.fingerprint for model in self.models}
-        # Entries of models that are gone or whose files changed describe something else: drop
-        # them now. Entries measured with other settings stay until they are replaced.
-        profile.models = [m for m in existing.models if fingerprints.get(m.name) == m.fingerprint]
+        # A profile is only ever extended: entries of models outside these candidates stay.
+        # Entries of a candidate whose files changed describe something else: drop them now
+        # (they are measured again). Entries measured with other settings stay until replaced.
+        profile.models = [m for m in existing.models if fingerprints.get(m.name, m.fingerprint) == m.fingerprint]
         kept = {m.name for m in profile.models}
         profile.pairs = [p for p in existing.pairs if p.verifier in kept and p.drafter in kept]
         # Meta entries other tools added (e.g. the loop overhead `recommend --candidates`
@@ -263,8 +268,10 @@ class _Run:
         return profile
 
     def _sort(self, profile: Profile) -> None:
-        profile.models.sort(key=lambda m: self.order[m.name])
-        profile.pairs.sort(key=lambda p: (self.order[p.verifier], self.order[p.drafter]))
+        # The candidates in their order, then models kept from earlier runs in theirs.
+        rank = {name: index for index, name in enumerate(list(self.order) + [m.name for m in profile.models if m.name not in self.order])}
+        profile.models.sort(key=lambda m: rank[m.name])
+        profile.pairs.sort(key=lambda p: (rank[p.verifier], rank[p.drafter]))
 
     def save(self) -> None:
         if not any(m.name == self.target.name for m in self.profile.models):
@@ -362,10 +369,10 @@ class _Run:
             level=acceptance.confidence,
             rng=np.random.default_rng(_seed_of(key)),
         )
-        stats = sampling_entry(estimate, key, sorted(set(IMPLIED_KS) | set(acceptance.block_sizes)))
+        stats = sampling_entry(estimate, key, sorted(set(IMPLIED_KS) | set(acceptance.block_sizes)), len(self.prompts))
         if old is not None:
             stats.decoded = old.decoded  # decoded entries carry their own fingerprints
-        refresh_warnings(stats, acceptance.disagreement, self._own(verifier))
+        refresh_warnings(stats, acceptance.disagreement, self._own(verifier), len(self.prompts))
         self.profile.add_pair(verifier, drafter).sampling[mode] = stats
         self.save()
         self._finish(step, reused=False)
@@ -397,16 +404,27 @@ class _Run:
         )
         entry = decoded_entry(measurement, len(measurement.per_prompt), key)
         stats.decoded = sorted([d for d in stats.decoded if d.k != k] + [entry], key=lambda d: d.k)
-        refresh_warnings(stats, acceptance.disagreement, self._own(verifier))
+        refresh_warnings(stats, acceptance.disagreement, self._own(verifier), len(self.prompts))
         self.save()
         self._finish(step, reused=False)
 
     def _prune(self, pairs: list[tuple[str, str]]) -> None:
-        """Drop what a complete run leaves stale: other pairs, and entries of other settings."""
+        """Drop what a complete run leaves stale among its own candidates: pairs the run does
+        not profile, and entries of the sampling modes it measured that other settings made.
+        Pairs of models outside the candidates, and sampling modes this run did not measure,
+        are kept (a profile is only ever extended)."""
         wanted = set(pairs)
-        self.profile.pairs = [p for p in self.profile.pairs if (p.verifier, p.drafter) in wanted]
+        ours = set(self.by_name)
+        modes = {sampling_key(t) for t in self.settings.acceptance.temperatures}
+        self.profile.pairs = [
+            p for p in self.profile.pairs if (p.verifier, p.drafter) in wanted or not {p.verifier, p.drafter} <= ours
+        ]
         for pair in self.profile.pairs:
+            if (pair.verifier, pair.drafter) not in wanted:
+                continue
             for mode in list(pair.sampling):
+                if mode not in modes:
+                    continue
                 temperature = 0.0 if mode == "greedy" else float(mode[1:])
                 stats = pair.sampling[mode]
                 if stats.fingerprint != self.alpha_key(pair.verifier, pair.drafter, temperature):
@@ -415,7 +433,7 @@ class _Run:
                 stats.decoded = [
                     d for d in stats.decoded if d.fingerprint == self.decoded_key(pair.verifier, pair.drafter, temperature, d.k)
                 ]
-                refresh_warnings(stats, self.settings.acceptance.disagreement, self._own(pair.verifier))
+                refresh_warnings(stats, self.settings.acceptance.disagreement, self._own(pair.verifier), len(self.prompts))
 
     def _own(self, verifier: str) -> str | None:
         return None if verifier == self.target.name else verifier

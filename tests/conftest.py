@@ -129,3 +129,19 @@ def write_candidate_workspace(root: Path) -> Path:
     lines = [json.dumps({"turns": [" ".join(f"w{(7 * i + j) % 60 + 4}" for j in range(20))]}) for i in range(3)]
     (root / "prompts.jsonl").write_text("\n".join(lines) + "\n")
     return root
+
+
+def target_early_ngram():
+    """Profiled models for profiler tests: a 4-layer target, its 1-layer early exit and an
+    n-gram drafter, costs far enough apart that the measured order (hence the pair set) does
+    not depend on timing noise."""
+    from polyplan.decoder import HFMember, NGramMember
+    from polyplan.profiler import ProfiledModel, fingerprint_module
+
+    target = tiny_llama(0, layers=4, hidden=64)
+    early = truncated_copy(target, 1)
+    return [
+        ProfiledModel("target", HFMember(target, name="target"), fingerprint_module(target)),
+        ProfiledModel("early", HFMember(early, name="early"), fingerprint_module(early)),
+        ProfiledModel("ngram", NGramMember(TINY_VOCAB, max_n=3), "ngram:3"),
+    ]

@@ -46,12 +46,28 @@ def decoder(
     """Race polyplan's decoding loop against Hugging Face generate (plain and assisted), greedy."""
     import torch
 
-    from polyplan.decoder.bench import report_lines, run_decoder_benchmark
+    from polyplan import options
+    from polyplan.devices import check_device
+    from polyplan.locks import timing_lock
 
+    for option, value in (("--threads", threads), ("--prompt-length", prompt_length),
+                          ("--max-new-tokens", max_new_tokens), ("--repeats", repeats)):
+        options.at_least(value, 1, option)
+    options.block_size(block_size, "--block-size")
+    check_device(device)
     if threads is not None:
         torch.set_num_threads(threads)
     count, texts = _prompt_option(prompts)
-    bench = run_decoder_benchmark(
+    options.at_least(count, 1, "--prompts")
+    with timing_lock():
+        bench = _run(target, draft, count, texts, raw_prompts, prompt_length, max_new_tokens, block_size, repeats, device)
+    _print(bench, json_output)
+
+
+def _run(target, draft, count, texts, raw_prompts, prompt_length, max_new_tokens, block_size, repeats, device):
+    from polyplan.decoder.bench import run_decoder_benchmark
+
+    return run_decoder_benchmark(
         target,
         draft,
         prompts=count,
@@ -63,6 +79,11 @@ def decoder(
         repeats=repeats,
         device=device,
     )
+
+
+def _print(bench, json_output: bool) -> None:
+    from polyplan.decoder.bench import report_lines
+
     if json_output:
         echo_json(
             {

@@ -64,14 +64,25 @@ def generate(
     from polyplan.decoder.sampling import Sampling
     from polyplan.decoder.text import generate_text
 
+    from polyplan import options
+
     folders = [part.strip() for part in chain.split(",") if part.strip()]
     blocks = None if block_sizes is None else _int_list(block_sizes, "--block-sizes")
+    for k in blocks or ():
+        if k >= 1:  # below 1 the decoder names the level
+            options.block_size(k, "--block-sizes")
+    options.at_least(max_new_tokens, 1, "--max-new-tokens")
+    options.seed(seed)
+    sampling = Sampling(temperature=temperature, top_k=top_k, top_p=top_p)  # its own range checks first
+    if temperature == 0:  # greedy: the argmax survives any top-k / top-p filter
+        options.unused_without("--temperature > 0", [("--top-k", top_k), ("--top-p", None if top_p == 1.0 else top_p)],
+                               "greedy decoding takes the argmax")
     run = generate_text(
         folders,
         prompt,
         block_sizes=blocks,
         max_new_tokens=max_new_tokens,
-        sampling=Sampling(temperature=temperature, top_k=top_k, top_p=top_p),
+        sampling=sampling,
         seed=seed,
         device=device,
         raw=raw_prompts,

@@ -22,6 +22,26 @@ def _numbers(text: str, option: str, kind: type) -> tuple:
     return values
 
 
+def _check_up_front(out, candidates, prompts, max_prompts, device, seed, repeats, warmup, latency_ks, block_sizes) -> None:
+    """Options and the output path, before a prompt is read or a model loaded."""
+    from polyplan import options
+    from polyplan.outputs import check_output_file
+
+    options.at_least(max_prompts, 1, "--max-prompts")
+    options.at_least(repeats, 1, "--repeats")
+    options.at_least(warmup, 0, "--warmup")
+    options.seed(seed)
+    for k in _numbers(latency_ks, "--latency-ks", int):
+        options.block_size(k, "--latency-ks")
+    for k in _numbers(block_sizes, "--block-sizes", int):
+        options.block_size(k, "--block-sizes")
+    check_output_file(out, "--out", inputs=[("--candidates", candidates), ("--prompts", prompts)])
+    if device is not None:
+        from polyplan.devices import check_device
+
+        check_device(device)
+
+
 class _Bar:
     """Draws a rich progress bar on stderr from the run's `Progress` callbacks."""
 
@@ -95,8 +115,14 @@ def profile(
     from polyplan.profiler.prompts import builtin_prompts, encode_prompts, read_prompt_file
     from polyplan.profiler.run import profile_models
     from polyplan.profiler.settings import AcceptanceSettings, ProfileSettings
+    from polyplan.sample_size import too_few_prompts
     from polyplan.profiler.summary import model_rows, pair_rows, summary_lines
 
+    _check_up_front(out, candidates, prompts, max_prompts, device, seed, repeats, warmup, latency_ks, block_sizes)
+    if not decoded:
+        from polyplan.options import unused_without
+
+        unused_without("--decoded", [("--decoded-prompts", decoded_prompts)], "--no-decoded measures no decoded mu")
     settings = ProfileSettings(
         latency=LatencySettings(
             ks=_numbers(latency_ks, "--latency-ks", int),
@@ -124,8 +150,6 @@ def profile(
         torch.set_num_threads(threads)
     prompt_set = read_prompt_file(prompts) if prompts is not None else builtin_prompts()
     if max_prompts is not None:
-        if max_prompts < 1:
-            raise PolyplanError(f"--max-prompts: must be >= 1, got {max_prompts}")
         prompt_set = prompt_set[:max_prompts]
     loaded = load_models(candidates if candidates is not None else default_candidates_path(), device=device)
     encoded = encode_prompts(prompt_set, loaded.tokenizer, raw=raw_prompts)
@@ -133,6 +157,9 @@ def profile(
     columns = (TextColumn("{task.description:<48}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn())
     with Progress(*columns, console=console, transient=True, disable=json_output) as bar:
         outcome = profile_models(loaded.models, encoded, out, settings, device=loaded.device, progress=_Bar(bar))
+    warning = too_few_prompts(len(encoded))
+    if warning is not None:
+        typer.echo(f"warning: {warning}", err=True)
     from polyplan.planner.timing_health import timing_warnings
 
     if json_output:
@@ -178,6 +205,9 @@ def profile(
 
     typer.echo("\n".join(summary_lines(outcome.profile) + warning_lines(timing_warnings(outcome.profile))))
     phases = outcome.phases
+    others = [name for name in outcome.profile.model_names() if name not in {model.name for model in loaded.models}]
+    if others:
+        typer.echo(f"\nkept the entries of {len(others)} model(s) outside these candidates: {', '.join(others)}")
     typer.echo(
         f"\nwrote {out}: {len(outcome.measured)} entries measured, {len(outcome.reused)} reused in "
         f"{outcome.wall_time_s:.1f} s (latency {phases.latency:.1f} s, alpha {phases.alpha:.1f} s, "

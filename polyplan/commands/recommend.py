@@ -124,23 +124,25 @@ def recommend(
     """
     from polyplan.planner.plan_file import plan_from_profile
     from polyplan.profile import load
+    from polyplan.sample_size import profile_warning
 
-    if resamples != 0 and resamples < 20:
-        raise PolyplanError(f"--resamples: must be 0 (no intervals) or >= 20, got {resamples}")
+    _check_up_front(profile, candidates, max_levels, k_max, seed, out, prompts, raw_prompts, resamples, cache_dir, device, threads)
     options = dict(max_levels=max_levels, k_max=k_max, block_sizes=search, sampling=sampling, seed=seed, resamples=resamples)
-    if candidates is None and (raw_prompts or prompts is not None):
-        raise PolyplanError("--prompts/--raw-prompts: only with --candidates (a plan from --profile alone runs no model)")
     if candidates is None:
         if profile is None:
             raise PolyplanError("--profile: give a profile JSON, or --candidates models.yaml to profile the models first")
-        result = plan_from_profile(load(profile), out, profile_path=str(profile), **options)
+        profiled_numbers = load(profile)
+        result = plan_from_profile(profiled_numbers, out, profile_path=str(profile), **options)
         profile_path = str(profile)
+        warning = profile_warning(profiled_numbers.meta)
+        if warning is not None:
+            typer.echo(f"warning: {warning}", err=True)
     else:
         profiled = _profile_candidates(
             candidates, profile, sampling, prompts, cache_dir, device, threads, quiet=json_output, raw=raw_prompts
         )
         profile_path = str(profiled.path)
-        result = plan_from_profile(profiled.profile, out, profile_path=profile_path, candidates=profiled.record, **options)
+        result = plan_from_profile(profiled.profile, out, profile_path=profile_path, candidates=profiled.record, drafters=profiled.drafters, **options)
         if not json_output:
             typer.echo(f"profile {profiled.path}: {profiled.measured} entries measured, {profiled.reused} reused")
     if json_output:
@@ -150,6 +152,36 @@ def recommend(
     typer.echo("\n".join(table_lines(result)))
     if out is not None:
         typer.echo(f"\nwrote {out}")
+
+
+def _check_up_front(profile, candidates, max_levels, k_max, seed, out, prompts, raw_prompts, resamples, cache_dir, device, threads) -> None:
+    """Everything that can be wrong with the options, before a profile is read or measured."""
+    from polyplan import options
+    from polyplan.outputs import check_output_file
+
+    options.at_least(max_levels, 1, "--max-levels")
+    if k_max >= 1:  # below 1 the planner says why
+        options.block_size(k_max, "--k-max")
+    options.seed(seed)
+    if resamples != 0 and resamples < 20:
+        raise PolyplanError(f"--resamples: must be 0 (no intervals) or >= 20, got {resamples}")
+    if candidates is None:
+        options.unused_without(
+            "--candidates",
+            [("--prompts", prompts), ("--raw-prompts", raw_prompts or None), ("--threads", threads), ("--device", device), ("--cache-dir", cache_dir)],
+            "recommend --profile reads numbers only, it measures nothing",
+        )
+    else:
+        options.at_least(threads, 1, "--threads")
+        if profile is not None:
+            check_output_file(profile, "--profile", inputs=[("--candidates", candidates), ("--prompts", prompts)])
+    inputs = [("--profile", profile), ("--candidates", candidates), ("--prompts", prompts)]
+    if out is not None:
+        check_output_file(out, "--out", inputs=inputs)
+    if device is not None and candidates is not None:
+        from polyplan.devices import check_device
+
+        check_device(device)
 
 
 def _profile_candidates(candidates, profile, sampling, prompts, cache_dir, device, threads, *, quiet, raw=False):

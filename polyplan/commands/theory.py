@@ -127,7 +127,7 @@ def capped_geometric_payload(acceptance: float, k: int) -> dict[str, Any]:
         "paper": {
             "eq3_mean_alpha_as_acceptance": paper_eq3_mean(a, k),
             "eq3_mean_alpha_as_failure": paper_eq3_mean_literal(a, k),
-            "a2_variance_p_1_minus_alpha_n_k_plus_1": paper_a2_variance(1.0 - a, k + 1) if a < 1 else math.nan,
+            "a2_variance_p_1_minus_alpha_n_k_plus_1": paper_a2_variance(1.0 - a, k + 1) if 0.0 < 1.0 - a < 1.0 else math.nan,
             "sec31_sigma2_alpha_n_k": paper_sigma2(a, k),
             "eq4_sigma_over_mu_alpha_n_k": paper_eq4_relative_variability(a, k),
         },

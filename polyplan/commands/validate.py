@@ -27,7 +27,8 @@ def plan_profile(planned):
     from polyplan.errors import PolyplanError
     from polyplan.profile import load
 
-    path = (planned.payload.get("profile") or {}).get("path")
+    record = planned.payload.get("profile")
+    path = record.get("path") if isinstance(record, dict) else None
     if not isinstance(path, str) or not Path(path).is_file():
         return None
     try:
@@ -68,7 +69,9 @@ def validate(
     top: Annotated[int, typer.Option("--top", help="Also validate the plan's next N chains.")] = 3,
     new_tokens: Annotated[int, typer.Option("--new-tokens", help="Tokens generated per prompt and chain.")] = 128,
     repeats: Annotated[int, typer.Option("--repeats", help="Passes over the prompts (per prompt, the median over repeats enters the paired speedup).")] = 3,
-    prompts_per_kind: Annotated[int, typer.Option("--prompts-per-kind", help="Built-in prompts of each kind.")] = 4,
+    prompts_per_kind: Annotated[
+        Optional[int], typer.Option("--prompts-per-kind", help="Built-in prompts of each kind (default 4; not with --prompts).")
+    ] = None,
     max_prompts: Annotated[Optional[int], typer.Option("--max-prompts", help="Use only the first N prompts.")] = None,
     raw_prompts: RawPrompts = False,
     seed: Annotated[int, typer.Option("--seed", help="Prompt i is decoded with seed + i.")] = 0,
@@ -92,16 +95,27 @@ def validate(
     from polyplan.profiler.validation_runs import ValidationSettings, select_chains, validate_plan
     from polyplan.profiler.validation_report import write_report
 
+    from polyplan import options
+    from polyplan.locks import timing_lock
+    from polyplan.planner.plan_check import check_plan
+    from polyplan.profiler.report_folder import check_validation_folder
+
     settings = ValidationSettings(new_tokens=new_tokens, repeats=repeats, top=top, seed=seed)
+    options.seed(seed)
+    options.at_least(threads, 1, "--threads")
+    if prompts is not None:
+        options.unused_without("the built-in prompts", [("--prompts-per-kind", prompts_per_kind)], "--prompts gives the prompts")
+    check_validation_folder(out, [("--plan", plan), ("--prompts", prompts), ("--candidates", candidates)])
     planned = read_plan(plan)
+    check_plan(planned, str(plan), plan_profile(planned))  # a hand-edited plan is refused before any work
     select_chains(planned, top, str(plan))  # cheap checks first: a bad --top or changed model loads nothing
     candidate_set = plan_candidates(planned, str(plan), candidates)
-    prompt_set = validation_prompt_set(prompts, per_kind=prompts_per_kind, max_prompts=max_prompts, raw=raw_prompts)
+    prompt_set = validation_prompt_set(prompts, per_kind=prompts_per_kind or 4, max_prompts=max_prompts, raw=raw_prompts)
     set_threads(threads if threads is not None else plan_threads(str(planned.payload.get("device", ""))))
     loaded = load_candidates(candidate_set)
     members = {item.candidate.name: item.member for item in loaded.candidates}
     target = members[planned.target]
-    with progress_bars(disable=json_output) as (_, progress):
+    with progress_bars(disable=json_output) as (_, progress), timing_lock():
         validation = validate_plan(
             planned,
             members,

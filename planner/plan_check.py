@@ -1,0 +1,95 @@
+"""Is plan.json still what the planner made? Checked before `validate` runs anything.
+
+A plan is consistent when (1) its headline fields (chain, block sizes, both predicted
+speedups) are those of its first ranked chain, (2) its loop overhead and switch costs are
+well formed, and (3) when the profile it records is still readable and unchanged (the digest
+the plan records), the exact model gives, for every ranked chain and its block sizes, the
+speedup the plan recorded. A hand-edited plan
+(or one whose profile changed since) is refused with a line saying which field disagrees,
+instead of being validated against predictions that are no longer the planner's.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+from polyplan.errors import PolyplanError
+from polyplan.planner.overhead import LoopOverhead, switch_cost
+from polyplan.planner.plan_file import PlanFile, PlannedChain, plan_overhead, planned_chains, profile_digest
+from polyplan.planner.search import evaluate_chain
+from polyplan.profile import Profile
+
+RELATIVE_TOLERANCE = 1e-6  # JSON keeps 17 digits; anything beyond rounding is an edit
+
+
+def _close(a: float, b: float) -> bool:
+    return math.isclose(a, b, rel_tol=RELATIVE_TOLERANCE, abs_tol=1e-12)
+
+
+def check_plan(plan: PlanFile, label: str, profile: Profile | None = None) -> tuple[PlannedChain, ...]:
+    """The plan's ranked chains, once the plan is known to be consistent (module docstring).
+
+    Raises:
+        PolyplanError: naming `label` and what disagrees, ending in "re-run polyplan recommend".
+    """
+    chains = planned_chains(plan, label)
+    first = chains[0]
+    if first.chain != plan.chain or first.block_sizes != plan.block_sizes:
+        raise PolyplanError(
+            f"{label}: chain {list(plan.chain)} with block_sizes {list(plan.block_sizes)} is not its first ranked chain "
+            f"({list(first.chain)}, {list(first.block_sizes)}): the plan was edited; refused, re-run polyplan recommend"
+        )
+    for field, recorded, ranked in (("predicted.speedup", plan.predicted_speedup, first.exact_speedup),
+                                    ("paper.speedup", plan.paper_speedup, first.paper_speedup)):
+        if not _close(recorded, ranked):
+            raise PolyplanError(
+                f"{label}: {field} {recorded:g} differs from its first ranked chain's {ranked:g}: the plan was edited; "
+                "refused, re-run polyplan recommend"
+            )
+    overhead = plan_overhead(plan, label)
+    _check_switch_costs(plan.payload.get("switch_costs", {}), label)
+    if profile is not None and _planned_on(plan, profile):
+        _check_against_profile(plan, chains, profile, overhead, label)
+    return chains
+
+
+def _planned_on(plan: PlanFile, profile: Profile) -> bool:
+    """Whether `profile` is exactly what the plan was made from (its recorded digest). A
+    profile measured again since (a later `recommend --candidates` re-times the loop overhead)
+    cannot tell an edited plan from a stale one, so the predictions are not compared then."""
+    recorded = (plan.payload.get("profile") or {}).get("digest") if isinstance(plan.payload.get("profile"), dict) else None
+    return isinstance(recorded, str) and recorded == profile_digest(profile)
+
+
+def _check_switch_costs(value: Any, label: str) -> None:
+    if value is None:
+        return
+    if not isinstance(value, dict):
+        raise PolyplanError(f"{label}: switch_costs: must map model names to seconds")
+    for name, cost in value.items():
+        switch_cost(cost, f"{label}: switch_costs.{name}")
+
+
+def _check_against_profile(plan: PlanFile, chains, profile: Profile, overhead: LoopOverhead | None, label: str) -> None:
+    search = plan.payload.get("search") if isinstance(plan.payload.get("search"), dict) else {}
+    context_length = search.get("context_length")
+    acceptance_model = search.get("acceptance_model", "auto")
+    for index, planned in enumerate(chains):
+        try:
+            now = evaluate_chain(
+                profile, planned.chain, planned.block_sizes, sampling=plan.sampling,
+                context_length=context_length if isinstance(context_length, int) else None,
+                overhead=overhead, acceptance_model=acceptance_model if isinstance(acceptance_model, str) else "auto",
+            )
+        except PolyplanError as error:
+            raise PolyplanError(
+                f"{label}: alternatives[{index}] cannot be re-computed from its profile {profile.source} ({error}); "
+                "refused, re-run polyplan recommend"
+            ) from None
+        if not _close(now.exact_speedup, planned.exact_speedup):
+            raise PolyplanError(
+                f"{label}: alternatives[{index}] ({planned.label()}, K = {list(planned.block_sizes)}) records "
+                f"{planned.exact_speedup:.4g}x, but its profile {profile.source} gives {now.exact_speedup:.4g}x for that "
+                "chain and block sizes (the profile is unchanged): the plan was edited; refused, re-run polyplan recommend"
+            )
