@@ -26,13 +26,19 @@ def fails_cleanly(command: F) -> F:
         try:
             return command(*args, **kwargs)
         except PolyplanError as error:
-            typer.echo(f"error: {error}", err=True)
+            typer.echo(f"error: {one_line(str(error))}", err=True)
             raise typer.Exit(code=2) from None
         except KeyboardInterrupt:
             typer.echo("interrupted: results measured so far are kept", err=True)
             raise typer.Exit(code=130) from None
 
     return wrapper  # type: ignore[return-value]
+
+
+def one_line(text: str) -> str:
+    """`text` with its control characters escaped (a name or path from a user's file may hold a
+    newline or carriage return): an error stays the one line the contract promises."""
+    return "".join(character if character.isprintable() else repr(character)[1:-1] for character in text)
 
 
 def _finite(value: Any) -> Any:

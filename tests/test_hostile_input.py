@@ -385,3 +385,17 @@ def test_too_few_prompts_have_too_few_distinct_resamples_for_a_95_percent_interv
     assert [distinct_resamples(n) for n in range(1, 6)] == [1, 3, 10, 35, 126]
     assert MIN_PROMPTS == min(n for n in range(1, 20) if distinct_resamples(n) >= 40)
     assert not enough_for_interval(1) and not enough_for_interval(4) and enough_for_interval(5) and enough_for_interval(None)
+
+
+def test_an_error_naming_a_value_with_control_characters_stays_one_line(tmp_path):
+    """Found by the fuzz test at 400 examples: a source '0\\r' split the error in two lines."""
+    from typer.testing import CliRunner
+
+    from polyplan.cli import app
+
+    models = tmp_path / "models.yaml"
+    models.write_text('candidates:\n  - {name: target, source: "0\\r\\nx", target: true}\n', encoding="utf-8")
+    result = CliRunner().invoke(app, ["models", "check", "--candidates", str(models)])
+    lines = result.stderr.strip().splitlines()
+    assert result.exit_code == 2 and len(lines) == 1 and lines[0].startswith("error: "), result.stderr
+    assert "0\\r\\nx" in lines[0]
