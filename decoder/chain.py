@@ -1,6 +1,6 @@
 """The n-level chain: staged speculative decoding, lossless for any n >= 1.
 
-This is the recursion of `helpers/recursion.md` / DESIGN.md ("The decoder"):
+This is the recursion of DESIGN.md ("The decoder: staged verification for any n"):
 
 - `draft(n, K)`: the last member M_n samples K tokens autoregressively.
 - `draft(i, K)`, 1 < i < n: rounds of { `draft(i+1, K_i)` → m tokens; ONE forward pass of M_i

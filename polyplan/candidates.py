@@ -392,11 +392,12 @@ def base_chain(candidates: CandidateSet, name: str) -> tuple[Candidate, ...]:
 
 
 def default_candidates_path() -> Path:
-    """`examples/zoo.yaml`: under the working directory, else in the source checkout that
-    this package was installed from (editable installs), so the default works from anywhere
-    inside a clone."""
-    relative = Path("examples") / "zoo.yaml"
-    for root in (Path.cwd(), Path(__file__).resolve().parent.parent):
-        if (root / relative).is_file():
-            return root / relative
-    raise PolyplanError("--candidates: examples/zoo.yaml not found here; pass --candidates models.yaml")
+    """The embedded family's models.yaml, shipped inside the package (`polyplan/data/zoo.yaml`,
+    also reachable as `examples/zoo.yaml` in a checkout), so the default works after
+    `pip install .` from any directory."""
+    from importlib.resources import files
+
+    path = Path(str(files("polyplan") / "data" / "zoo.yaml"))
+    if not path.is_file():
+        raise PolyplanError(f"--candidates: the packaged default {path} is missing (a broken install?); pass --candidates models.yaml")
+    return path

@@ -157,3 +157,15 @@ def test_fast_kernel_table():
     assert supported_quantization("bf16", "cuda:0") is None
     assert "int4" in supported_quantization("int4", "cpu")
     assert supported_quantization("int8", "cuda") is not None
+
+
+def test_the_default_candidates_ship_inside_the_package():
+    """`pip install .` then `polyplan demo` from any folder: the default models.yaml is package data."""
+    from pathlib import Path
+
+    import polyplan
+    from polyplan.candidates import default_candidates_path, read_candidates
+
+    path = default_candidates_path()
+    assert path.is_relative_to(Path(polyplan.__file__).parent)
+    assert read_candidates(path).target.name == "target"
