@@ -3,8 +3,9 @@
 - `profile_candidates`: load a models.yaml, profile whatever the cached profile lacks through
   the profiler's resumable run (`profiler.run.profile_models`), then measure the decoding
   loop's own overhead (`profiler.overhead`) and, for greedy decoding, every pair's agreement
-  sequence (`profiler.runs`, the exact model's acceptance runs) and each model's switch cost
-  (`profiler.switching`), all in the profile's meta.
+  sequence (`profiler.runs`, the exact model's acceptance runs), each model's switch cost
+  (`profiler.switching`) and HF `generate`'s own loop overhead (`profiler.engine_overhead`,
+  kept while its fingerprint holds), all in the profile's meta.
   Planning then is `planner.plan_file.plan_from_profile`, with `candidates=record` so that
   plan.json says which models.yaml (path, contents, device) it was made from.
 - `plan_candidates`: the models.yaml a plan names, refusing models whose fingerprints
@@ -189,6 +190,7 @@ def profile_candidates(
             no prompt that fits, an unwritable profile or cache folder.
     """
     from polyplan.profiler.candidates import load_models
+    from polyplan.profiler.engine_overhead import ensure_hf_overhead
     from polyplan.profiler.run import describe_device, profile_models
     from polyplan.profiler.runs import ensure_agreement
     from polyplan.profiler.switching import measure_switch_costs, store_switch_costs
@@ -225,6 +227,7 @@ def profile_candidates(
     }
     context = min(settings.latency.context_lengths)
     flat = [token for prompt in fitted.prompts for token in prompt.ids]
+    measured += ensure_hf_overhead(profile, models, fitted.prompts[0].ids, acceptance.temperatures, tokens=calibration_tokens)
     stream = (flat * (context // max(len(flat), 1) + 2))[: context + 1]
     store_switch_costs(profile, measure_switch_costs(models, stream, context=context), context)
     profile.save(path)
