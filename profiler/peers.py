@@ -11,6 +11,12 @@ Prompts are taken round-robin: for each prompt and repeat every configuration ru
 order rotated by one each time, so machine noise hits all alike; each prompt first runs once
 untimed per configuration (warm-up, and the equality check).
 
+The HF rows' predictions are the HF export's (`planner.engines`): the exact cost model with HF
+`generate`'s own loop overhead when the profile has it (`profiler.engine_overhead`), else
+polyplan's (the report says which). A last line says whether the exported HF configuration's
+measured speedup is within 10% of its prediction, with its predicted and measured tokens per
+target pass (an acceptance rate that differs on these prompts shows there first).
+
 Speedup is Spec-Bench's: a configuration's tokens/s (its new tokens over its wall time, summed
 over the prompts of a category) over the baseline's. Tokens per target pass are new tokens
 over forward calls of the target model (a forward hook counts HF's calls; polyplan's decoder
@@ -81,6 +87,7 @@ class PeersBenchmark:
     threads: int
     exported_label: str | None = None  # the exported HF configuration's row label
     overhead_note: str = ""  # which loop overhead the HF predictions used
+    exported_tokens_per_pass: float | None = None  # the export's predicted tokens per target pass
 
 
 def _category(prompt: EncodedPrompt) -> str:
@@ -213,7 +220,7 @@ def peers_lines(bench: PeersBenchmark) -> list[str]:
                 f"{predicted:>9} {error:>7}"
             )
     if bench.overhead_note:
-        lines += ["", f"HF predictions: {bench.overhead_note}"]
+        lines += ["", f"HF predictions' {bench.overhead_note}"]
     lines += exported_check_lines(bench)
     if bench.mismatches:
         lines += ["", f"OUTPUTS DIFFER in {len(bench.mismatches)} run(s) (greedy outputs must all equal target-only):"]
@@ -243,8 +250,11 @@ def exported_check_lines(bench: PeersBenchmark) -> list[str]:
     row, error = check
     verdict = "WITHIN" if abs(error) <= TOLERANCE else "NOT within"
     spread = "" if row.speedup_sd is None else f" (sd of the measured ratio over repeats {row.speedup_sd:.2f})"
+    passes = "" if bench.exported_tokens_per_pass is None else (
+        f"; tokens per target pass predicted {bench.exported_tokens_per_pass:.2f}, measured {row.tokens_per_target_pass:.2f}"
+    )
     return ["", f"exported HF configuration {row.label}: predicted {row.predicted_speedup:.2f}x, measured {row.speedup:.2f}x"
-                f"{spread}, error {error:+.1%}: {verdict} {TOLERANCE:.0%}"]
+                f"{spread}, error {error:+.1%}: {verdict} {TOLERANCE:.0%}{passes}"]
 
 
 def _speed(row: PeerRow) -> str:
@@ -286,6 +296,7 @@ def _exported_json(bench: PeersBenchmark) -> dict | None:
         return None
     row, error = check
     return {"configuration": row.label, "predicted_speedup": row.predicted_speedup, "speedup": row.speedup,
+            "predicted_tokens_per_target_pass": bench.exported_tokens_per_pass, "tokens_per_target_pass": row.tokens_per_target_pass,
             "speedup_sd": row.speedup_sd, "error": error, "within_tolerance": abs(error) <= TOLERANCE, "tolerance": TOLERANCE}
 
 
@@ -340,4 +351,6 @@ def run_peers(
     eos = target.model.generation_config.eos_token_id
     configs = peer_configs(plan, export, members, eos, new_tokens=new_tokens)
     bench = race_peers(configs, encode_for(prompts, loaded.tokenizer), repeats=repeats, new_tokens=new_tokens)
-    return dataclasses.replace(bench, overhead_note=export.overhead_note)
+    chosen = export.chosen.prediction if export.chosen is not None else None
+    return dataclasses.replace(bench, overhead_note=export.overhead_note,
+                               exported_tokens_per_pass=None if chosen is None else chosen.tokens_per_verification[0])
