@@ -170,13 +170,28 @@ def measure_hf_overhead(
 
 
 def cheapest_hf_drafter(profile: Profile, models: Sequence):
-    """The `profiler.run.ProfiledModel` of the fastest drafter (T(1) in the profile) that is an
-    HF model (has `.model.generate`), else None."""
-    hf = [m for m in models[1:] if hasattr(getattr(m.member, "model", None), "generate")]
+    """The `profiler.run.ProfiledModel` of the fastest drafter (T(1) in the profile) that HF can
+    use as an assistant as it is (an HF model with the target's logit count and config
+    vocabulary: a reduced-vocabulary head would need HF's universal assisted decoding), else None."""
+    target = models[0].member
+
+    def usable(member) -> bool:
+        model = getattr(member, "model", None)
+        return (
+            hasattr(model, "generate")
+            and getattr(member, "vocab_size", None) == getattr(target, "vocab_size", None)
+            and _config_vocab(model) == _config_vocab(target.model)
+        )
+
+    hf = [m for m in models[1:] if usable(m.member)]
     if not hf:
         return None
     names = set(profile.model_names())
     return min(hf, key=lambda m: _t1(profile, m.name) if m.name in names else float("inf"))
+
+
+def _config_vocab(model) -> int | None:
+    return getattr(model.config.get_text_config(decoder=True), "vocab_size", None)
 
 
 def _t1(profile: Profile, name: str) -> float:
@@ -194,8 +209,10 @@ def ensure_hf_overhead(
     import transformers
 
     target = models[0]
+    if not hasattr(getattr(target.member, "model", None), "generate"):
+        return 0
     drafter = cheapest_hf_drafter(profile, models)
-    if drafter is None or not hasattr(getattr(target.member, "model", None), "generate"):
+    if drafter is None:
         return 0
     prompt = list(prompt)[-64:]
     measured = 0

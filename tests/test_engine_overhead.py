@@ -120,17 +120,25 @@ def test_measured_on_tiny_models_and_resumed_by_fingerprint(single_thread):
     assert ensure_hf_overhead(profile, models, list(range(3, 20)), [0.0], tokens=6, repeats=1) == 1
 
 
-def test_no_hf_drafter_measures_nothing():
-    from polyplan.decoder.ngram import NGramMember  # noqa: F401 - only the kind matters
+def test_no_usable_hf_drafter_measures_nothing():
+    """Not an HF target; only non-HF drafters; an HF drafter with another vocabulary (HF would
+    need its universal assisted decoding): nothing is measured, the export then says so."""
+    from conftest import TINY_VOCAB
+    from polyplan.decoder.hf import HFMember
     from polyplan.profiler.engine_overhead import ensure_hf_overhead
     from polyplan.profiler.run import ProfiledModel
 
     class Plain:
         pass
 
-    models = [ProfiledModel("target", Plain(), "fp-target"), ProfiledModel("ngram", Plain(), "fp-ngram")]
     profile = _profile()
-    assert ensure_hf_overhead(profile, models, [1, 2, 3], [0.0]) == 0 and ENGINE_OVERHEAD_KEY not in profile.meta
+    plain = [ProfiledModel("target", Plain(), "fp-target"), ProfiledModel("ngram", Plain(), "fp-ngram")]
+    assert ensure_hf_overhead(profile, plain, [1, 2, 3], [0.0]) == 0
+    hf_target = ProfiledModel("target", HFMember(tiny_llama(0)), "fp-target")
+    assert ensure_hf_overhead(profile, [hf_target, plain[1]], [1, 2, 3], [0.0]) == 0
+    other_vocab = ProfiledModel("draft", HFMember(tiny_llama(1, vocab=TINY_VOCAB + 8)), "fp-draft")
+    assert ensure_hf_overhead(profile, [hf_target, other_vocab], [1, 2, 3], [0.0]) == 0
+    assert ENGINE_OVERHEAD_KEY not in profile.meta
 
 
 def test_prediction_error_and_the_ten_percent_line():
