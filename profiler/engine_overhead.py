@@ -46,12 +46,15 @@ METHOD = (
 
 @dataclass(frozen=True)
 class HFOverheadMeasurement:
-    """The fitted overhead, each configuration's median counts and loop seconds, and the floor."""
+    """The fitted overhead, each configuration's median counts, loop seconds and seconds inside
+    the target's and the drafter's forward calls (for comparison with the profile's curves), and
+    the floor."""
 
     overhead: EngineOverhead
     labels: tuple[str, ...]
     counts: tuple[LoopCounts, ...]
     loop_seconds: tuple[float, ...]
+    forward_seconds: tuple[tuple[float, float], ...]
     floor: Spread
 
 
@@ -122,9 +125,10 @@ def measure_hf_overhead(
     loops: list[list[float]] = [[] for _ in configurations]
     counts: list[list[LoopCounts]] = [[] for _ in configurations]
     floor: list[float] = []
+    forwards: list[list[tuple[float, float]]] = [[] for _ in configurations]
     workload = reference_workload(target.device)
 
-    def call(index: int) -> tuple[LoopCounts, float]:
+    def call(index: int) -> tuple[LoopCounts, float, tuple[float, float]]:
         _, new, k = configurations[index]
         extra = {}
         if k is not None:
@@ -138,8 +142,8 @@ def measure_hf_overhead(
         target_calls, target_s = target_clock.take()
         drafter_calls, drafter_s = drafter_clock.take()
         if k is None:
-            return LoopCounts(1, target_calls, 0), wall - target_s
-        return LoopCounts(1, drafter_calls, target_calls), wall - target_s - drafter_s
+            return LoopCounts(1, target_calls, 0), wall - target_s, (target_s, drafter_s)
+        return LoopCounts(1, drafter_calls, target_calls), wall - target_s - drafter_s, (target_s, drafter_s)
 
     try:
         with torch.random.fork_rng(devices=[]), torch.inference_mode(), collector_paused():
@@ -152,9 +156,10 @@ def measure_hf_overhead(
                 floor.append(time.perf_counter() - began)
                 for step in range(len(configurations)):
                     index = (step + repeat) % len(configurations)
-                    row, seconds = call(index)
+                    row, seconds, inside = call(index)
                     counts[index].append(row)
                     loops[index].append(seconds)
+                    forwards[index].append(inside)
     finally:
         target_clock.remove()
         drafter_clock.remove()
@@ -166,7 +171,8 @@ def measure_hf_overhead(
         for rows in counts
     )
     labels = tuple(f"{kind} {new} tokens" + ("" if k is None else f" K={k}") for kind, new, k in configurations)
-    return HFOverheadMeasurement(fit_engine_overhead(typical, medians), labels, typical, medians, robust_spread(floor))
+    inside = tuple(tuple(statistics.median(pair[j] for pair in pairs) for j in (0, 1)) for pairs in forwards)
+    return HFOverheadMeasurement(fit_engine_overhead(typical, medians), labels, typical, medians, inside, robust_spread(floor))
 
 
 def cheapest_hf_drafter(profile: Profile, models: Sequence):
@@ -231,8 +237,11 @@ def ensure_hf_overhead(
         )
         table[key] = engine_overhead_entry(result.overhead, fingerprint=fingerprint, details={
             "drafter": drafter.name,
-            "configurations": {label: {"calls": c.calls, "steps": c.steps, "rounds": c.rounds, "loop_s": s}
-                               for label, c, s in zip(result.labels, result.counts, result.loop_seconds)},
+            "configurations": {
+                label: {"calls": c.calls, "steps": c.steps, "rounds": c.rounds, "loop_s": s,
+                        "target_forward_s": inside[0], "drafter_forward_s": inside[1]}
+                for label, c, s, inside in zip(result.labels, result.counts, result.loop_seconds, result.forward_seconds)
+            },
             "reference_median_s": result.floor.median,
             "reference_relative_iqr": result.floor.relative_iqr,
             "threads": torch.get_num_threads(),

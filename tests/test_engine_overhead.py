@@ -106,6 +106,7 @@ def test_measured_on_tiny_models_and_resumed_by_fingerprint(single_thread):
     # min_new_tokens = max: EOS (id 2 here) never cuts a call; target-only: one target pass per token
     assert rows["target-only 3 tokens"] == {**rows["target-only 3 tokens"], "calls": 1, "steps": 3, "rounds": 0}
     assert rows["target-only 6 tokens"]["steps"] == 6
+    assert rows["target-only 6 tokens"]["drafter_forward_s"] == 0.0 and rows["target-only 6 tokens"]["target_forward_s"] > 0
     for k in (1, 2, 4):
         row = rows[f"assisted 6 tokens K={k}"]
         # at most K drafter passes per round; HF drafts nothing in a last round with one token left
