@@ -108,7 +108,7 @@ def measure_hf_overhead(
         target, drafter: HF models (`PreTrainedModel`) sharing a tokenizer, on one device.
         prompt: real token ids to start every call from.
         temperature: 0 for greedy, else HF's sampling at that temperature (seeded; torch's
-            global generator is restored afterwards).
+            global generators are restored afterwards).
         tokens: new tokens of the longer target-only call and of every assisted call (>= 2).
         repeats: timed calls per configuration.
         sync: waits for the models' device (timing an asynchronous device).
@@ -116,7 +116,8 @@ def measure_hf_overhead(
     if tokens < 2 or repeats < 1:
         raise ValueError("measure_hf_overhead: tokens >= 2 and repeats >= 1")
     ids = torch.tensor([list(prompt)], device=target.device)
-    base = dict(attention_mask=torch.ones_like(ids), pad_token_id=0, **_sampling_arguments(temperature))
+    pad = target.generation_config.pad_token_id
+    base = dict(attention_mask=torch.ones_like(ids), pad_token_id=0 if pad is None else pad, **_sampling_arguments(temperature))
     configurations = [("target-only", tokens // 2, None), ("target-only", tokens, None)]
     configurations += [("assisted", tokens, k) for k in BLOCK_SIZES]
     target_clock, drafter_clock = _ForwardClock(target, sync), _ForwardClock(drafter, sync)
@@ -146,7 +147,8 @@ def measure_hf_overhead(
         return LoopCounts(1, drafter_calls, target_calls), wall - target_s - drafter_s, (target_s, drafter_s)
 
     try:
-        with torch.random.fork_rng(devices=[]), torch.inference_mode(), collector_paused():
+        rng_devices = [ids.device] if ids.device.type == "cuda" else []
+        with torch.random.fork_rng(devices=rng_devices), torch.inference_mode(), collector_paused():
             torch.manual_seed(seed)
             for index in range(len(configurations)):  # warm-up
                 call(index)
