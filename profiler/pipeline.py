@@ -190,7 +190,6 @@ def profile_candidates(
             no prompt that fits, an unwritable profile or cache folder.
     """
     from polyplan.profiler.candidates import load_models
-    from polyplan.profiler.engine_overhead import ensure_hf_overhead
     from polyplan.profiler.run import describe_device, profile_models
     from polyplan.profiler.runs import ensure_agreement
     from polyplan.profiler.switching import measure_switch_costs, store_switch_costs
@@ -227,6 +226,8 @@ def profile_candidates(
     }
     context = min(settings.latency.context_lengths)
     flat = [token for prompt in fitted.prompts for token in prompt.ids]
+    from polyplan.profiler.engine_overhead import ensure_hf_overhead  # HF generate's own loop (export, bench peers)
+
     measured += ensure_hf_overhead(profile, models, fitted.prompts[0].ids, acceptance.temperatures, tokens=calibration_tokens)
     stream = (flat * (context // max(len(flat), 1) + 2))[: context + 1]
     store_switch_costs(profile, measure_switch_costs(models, stream, context=context), context)
