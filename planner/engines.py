@@ -16,7 +16,9 @@ rules give the same rate.
 
 For every drafter the engine can load, the best K under that engine's rule comes from the
 exact cost model (`planner.cost_model.predict_chain`) with the profile's latency curves,
-loop overhead and switch costs, as the plan's own chains; the loss is measured against the
+loop overhead and switch costs, as the plan's own chains, except that for HF the loop overhead
+is HF `generate`'s own when the profile has it (`planner.engine_overhead`): the prediction is
+then of HF assisted tokens/s over HF target-only tokens/s, what `bench peers` measures; the loss is measured against the
 plan's predicted speedup. A member an engine cannot load is listed with the reason, never
 exported. Pure: no torch, no I/O.
 """
@@ -31,8 +33,9 @@ from pathlib import Path
 from polyplan.candidates import Candidate, CandidateSet, EarlyExit, NGram, Quantize
 from polyplan.errors import PolyplanError
 from polyplan.planner.cost_model import ChainPrediction, predict_chain
+from polyplan.planner.engine_overhead import prediction_overhead
 from polyplan.planner.latency import curve_from_profile
-from polyplan.planner.overhead import NO_SWITCH, profile_overhead, profile_switch_costs
+from polyplan.planner.overhead import NO_SWITCH, profile_switch_costs
 from polyplan.planner.plan_file import PlanFile
 from polyplan.profile import Profile
 
@@ -91,6 +94,7 @@ class EngineExport:
     options: tuple[EngineOption, ...]
     polyplan_chain: tuple[str, ...]
     polyplan_speedup: float
+    overhead_note: str = ""  # which loop overhead the predictions used (`planner.engine_overhead`)
 
     @property
     def loss(self) -> float | None:
@@ -181,7 +185,8 @@ def export_plan(
         k_max = int((plan.payload.get("search") or {}).get("k_max") or 8)
     sampling = plan.sampling
     context_length = (plan.payload.get("search") or {}).get("context_length")
-    overhead = profile_overhead(profile.meta, sampling, profile.source)
+    used = prediction_overhead(profile.meta, engine, sampling, profile.source)
+    overhead = used.overhead
     switches = profile_switch_costs(profile.meta, profile.source)
     target_curve = curve_from_profile(profile.model(plan.target), context_length)
     greedy = sampling == "greedy"
@@ -226,6 +231,7 @@ def export_plan(
         options=tuple(ranked + others),
         polyplan_chain=plan.chain,
         polyplan_speedup=plan.predicted_speedup,
+        overhead_note=used.note,
     )
 
 
@@ -310,6 +316,8 @@ def export_lines(export: EngineExport) -> list[str]:
             f"best: {option.drafter} ({option.method}) K={option.block_size}: predicted speedup {option.speedup:.2f}x "
             f"(alpha {option.alpha:.3f}, {rule}; {option.prediction.tokens_per_verification[0]:.2f} tokens per target pass)"
         )
+        if export.overhead_note:
+            lines.append(export.overhead_note)
         lines.append(
             f"polyplan's chain {chain}: {export.polyplan_speedup:.2f}x; the export "
             + (f"gives up {export.loss:.1%} of it" if export.loss >= 0 else f"is {-export.loss:.1%} faster")
@@ -356,5 +364,6 @@ def export_to_json(export: EngineExport) -> dict:
         "command": config_text(export) or None,
         "polyplan": {"chain": list(export.polyplan_chain), "predicted_speedup": export.polyplan_speedup},
         "loss": export.loss,
+        "overhead": export.overhead_note or None,
         "options": [option_json(item) for item in export.options],
     }

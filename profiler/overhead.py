@@ -20,11 +20,11 @@ from __future__ import annotations
 
 import statistics
 
-import numpy as np
 import torch
 
 from polyplan.decoder.chain import generate
 from polyplan.decoder.sampling import Sampling
+from polyplan.planner.engine_overhead import fit_loop_costs
 from polyplan.planner.overhead import LoopOverhead
 from polyplan.profiler.latency import collector_paused
 
@@ -107,8 +107,6 @@ def measure_loop_overhead(
             around real passes (its cache crops, and the loop's own code and data evicted from
             the CPU caches by each pass). Its cache is reset afterwards.
     """
-    from scipy.optimize import nnls
-
     top = StandIn(vocab, (0,), device=device, name="verifier") if verifier is None else verifier
     plain = [top]
     pair = [top, StandIn(vocab, (0,) * (_REJECT_EVERY - 1) + (1,), device=device, name="drafter")]
@@ -125,7 +123,5 @@ def measure_loop_overhead(
                 seconds, _ = _loop_seconds(chain, tokens, blocks, sampling, seed)
                 loops[index].append(seconds)
     top.reset()
-    design = np.asarray(counts, dtype=float)  # (configurations, 2): steps, rounds
-    target = np.asarray([statistics.median(times) for times in loops])
-    (per_step, per_round), _ = nnls(design, target)
+    per_step, per_round = fit_loop_costs(counts, [statistics.median(times) for times in loops])  # counts: steps, rounds
     return LoopOverhead(per_step_s=float(per_step), per_round_s=float(per_round))

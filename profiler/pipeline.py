@@ -3,8 +3,9 @@
 - `profile_candidates`: load a models.yaml, profile whatever the cached profile lacks through
   the profiler's resumable run (`profiler.run.profile_models`), then measure the decoding
   loop's own overhead (`profiler.overhead`) and, for greedy decoding, every pair's agreement
-  sequence (`profiler.runs`, the exact model's acceptance runs) and each model's switch cost
-  (`profiler.switching`), all in the profile's meta.
+  sequence (`profiler.runs`, the exact model's acceptance runs), each model's switch cost
+  (`profiler.switching`) and HF `generate`'s own loop overhead (`profiler.engine_overhead`,
+  kept while its fingerprint holds), all in the profile's meta.
   Planning then is `planner.plan_file.plan_from_profile`, with `candidates=record` so that
   plan.json says which models.yaml (path, contents, device) it was made from.
 - `plan_candidates`: the models.yaml a plan names, refusing models whose fingerprints
@@ -265,6 +266,9 @@ def _profile_into(path, models, loaded, record, settings, prompts, temperature, 
     }
     context = min(settings.latency.context_lengths)
     flat = [token for prompt in fitted.prompts for token in prompt.ids]
+    from polyplan.profiler.engine_overhead import ensure_hf_overhead  # HF generate's own loop (export, bench peers)
+
+    measured += ensure_hf_overhead(profile, models, fitted.prompts[0].ids, acceptance.temperatures, tokens=calibration_tokens)
     stream = (flat * (context // max(len(flat), 1) + 2))[: context + 1]
     store_switch_costs(profile, measure_switch_costs(models, stream, context=context), context)
     profile.save(path)

@@ -71,6 +71,13 @@ def test_bench_peers_races_hf_and_polyplan_per_category_with_equal_outputs(plan)
             assert row["tokens_per_target_pass"] >= 1.0
     overall = [row for row in payload["rows"] if row["category"] == "all"]
     assert all(row["predicted_speedup"] is not None for row in overall[1:])
+    # the synthetic profile has no HF overhead entry: the predictions say they used polyplan's loop
+    assert "HF overhead not measured" in payload["hf_overhead"]
+    exported = payload["exported"]
+    assert exported["configuration"] in configs and exported["configuration"].startswith("HF ")
+    row = next(r for r in overall if r["configuration"] == exported["configuration"])
+    assert exported["error"] == pytest.approx(row["predicted_speedup"] / row["speedup"] - 1)
+    assert exported["within_tolerance"] == (abs(exported["error"]) <= 0.10)
 
 
 def test_a_sampled_plan_is_refused_in_one_line(plan, tmp_path):

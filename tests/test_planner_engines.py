@@ -197,3 +197,37 @@ def test_a_gguf_drafter_is_loaded_by_hf_through_gguf_file_and_refused_by_vllm(fi
     assert f"from_pretrained({str(root)!r}, gguf_file='draft-q8.gguf')" in config_text(hf)
     vllm = export_plan(read_plan(plan), _profile(), swapped, "vllm")
     assert "is a GGUF file" in next(o for o in vllm.options if o.drafter == "draft").reason
+
+
+def test_export_says_which_loop_overhead_it_used_and_hf_uses_its_own(files):
+    """Old profile (no HF entry): polyplan's loop, said so; with HF's measured entry the HF
+    prediction uses it (another speedup) and says so; vLLM keeps polyplan's loop and says so."""
+    from polyplan.planner.engine_overhead import ENGINE_OVERHEAD_KEY
+    from polyplan.planner.overhead import META_KEY
+    from polyplan.profile import load
+
+    plan, root = files
+    before = _invoke("export", "--plan", plan, "--engine", "hf")
+    assert before.exit_code == 0, before.output
+    assert "loop overhead: HF overhead not measured; prediction uses polyplan's loop overhead (none measured)" in before.stdout
+    old = json.loads(_invoke("export", "--plan", plan, "--engine", "hf", "--json").stdout)
+    profile = load(root / "profile.json")
+    profile.meta[META_KEY] = {"t1.0": {"per_step_s": 0.0, "per_round_s": 0.0}}
+    profile.meta[ENGINE_OVERHEAD_KEY] = {"hf": {"t1.0": {"per_step_s": 0.004, "per_round_s": 0.02, "per_call_s": 0.0,
+                                                         "fingerprint": "sha256:x"}}}
+    profile.save(root / "profile.json")
+    after = _invoke("export", "--plan", plan, "--engine", "hf")
+    assert "loop overhead: HF generate's own, measured (4000 us/step + 20000 us/round)" in after.stdout
+    new = json.loads(_invoke("export", "--plan", plan, "--engine", "hf", "--json").stdout)
+    assert new["overhead"].startswith("loop overhead: HF generate's own")
+    assert new["chosen"]["predicted_speedup"] != pytest.approx(old["chosen"]["predicted_speedup"], rel=1e-3)
+    # the exact model with HF's costs: recompute the chosen drafter's prediction by hand
+    chosen = new["chosen"]
+    profile = load(root / "profile.json")
+    curves = [curve_from_profile(profile.model("target"), None), curve_from_profile(profile.model(chosen["drafter"]), None)]
+    from polyplan.planner.overhead import LoopOverhead
+
+    expected = predict_chain([chosen["alpha"]], curves, [chosen["block_size"]], LoopOverhead(0.004, 0.02))
+    assert chosen["predicted_speedup"] == pytest.approx(expected.speedup, rel=1e-12)
+    vllm = _invoke("export", "--plan", plan, "--engine", "vllm")
+    assert "loop overhead: polyplan's (0 us/step + 0 us/round); vllm's own loop is not measured by polyplan" in vllm.stdout

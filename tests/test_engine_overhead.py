@@ -1,0 +1,162 @@
+"""HF generate's own loop overhead: the fit (exact, on synthetic counts and seconds), the profile
+entry (round trip, old profiles without it, resumption by fingerprint), which overhead
+`polyplan export` says it used, and the bench peers 10% check. The measurement runs once on
+two tiny random Llamas (a few hundred milliseconds); no timed asserts."""
+
+from __future__ import annotations
+
+import pytest
+
+from conftest import tiny_llama, truncated_copy
+from polyplan.errors import PolyplanError
+from polyplan.planner.cost_model import predict_chain
+from polyplan.planner.engine_overhead import (
+    ENGINE_OVERHEAD_KEY, EngineOverhead, LoopCounts, engine_overhead_entry, fit_engine_overhead, prediction_error,
+    prediction_overhead, profile_engine_overhead,
+)
+from polyplan.planner.overhead import META_KEY, LoopOverhead
+from polyplan.profile import LatencyPoint, ModelProfile, Profile, load
+
+PER_CALL, PER_STEP, PER_ROUND = 0.004, 0.0005, 0.0015
+# target-only at 32 and 64 tokens, assisted at K = 1, 2, 4 (drafter steps, target rounds)
+COUNTS = [LoopCounts(1, 32, 0), LoopCounts(1, 64, 0), LoopCounts(1, 40, 40), LoopCounts(1, 62, 31), LoopCounts(1, 100, 25)]
+
+
+def _seconds(counts):
+    return [c.calls * PER_CALL + c.steps * PER_STEP + c.rounds * PER_ROUND for c in counts]
+
+
+def test_the_fit_recovers_per_call_step_and_round_exactly():
+    fitted = fit_engine_overhead(COUNTS, _seconds(COUNTS))
+    assert fitted.per_call_s == pytest.approx(PER_CALL, rel=1e-9)
+    assert fitted.loop.per_step_s == pytest.approx(PER_STEP, rel=1e-9)
+    assert fitted.loop.per_round_s == pytest.approx(PER_ROUND, rel=1e-9)
+
+
+def test_the_fit_never_goes_negative_and_needs_enough_configurations():
+    seconds = _seconds(COUNTS)
+    seconds[0] += 0.05  # a burst of load on the shortest call: a naive difference would give a negative per-step cost
+    fitted = fit_engine_overhead(COUNTS, seconds)
+    assert min(fitted.per_call_s, fitted.loop.per_step_s, fitted.loop.per_round_s) >= 0.0
+    with pytest.raises(PolyplanError, match="at least as many configurations"):
+        fit_engine_overhead(COUNTS[:2], _seconds(COUNTS[:2]))
+
+
+def test_the_hf_overhead_changes_the_prediction_as_the_cost_model_says():
+    """What export does with it: the same exact model, with HF's step and round costs."""
+    ours, theirs = LoopOverhead(0.0001, 0.0002), LoopOverhead(PER_STEP, PER_ROUND)
+    t_target, t_draft, k, alpha = 0.01, 0.002, 4, 0.7
+    with_theirs = predict_chain([alpha], [t_target, t_draft], [k], theirs)
+    # by hand: E[tokens per round] = (1 − α^(K+1)) / (1 − α); baseline pays one step overhead per token
+    tokens = (1 - alpha ** (k + 1)) / (1 - alpha)
+    round_cost = k * (t_draft + PER_STEP) + t_target + PER_ROUND
+    assert with_theirs.speedup == pytest.approx((t_target + PER_STEP) / (round_cost / tokens), rel=1e-12)
+    assert with_theirs.speedup != pytest.approx(predict_chain([alpha], [t_target, t_draft], [k], ours).speedup, rel=1e-3)
+
+
+def _profile(meta=None) -> Profile:
+    profile = Profile(target="target", device="synthetic", meta=dict(meta or {}))
+    profile.models.append(ModelProfile("target", "fp-target", [LatencyPoint(64, 1, 0.01)]))
+    return profile
+
+
+def test_profile_round_trip_and_old_profiles(tmp_path):
+    entry = engine_overhead_entry(EngineOverhead(LoopOverhead(PER_STEP, PER_ROUND), PER_CALL), fingerprint="sha256:x",
+                                  details={"drafter": "draft"})
+    profile = _profile({META_KEY: {"greedy": {"per_step_s": 1e-4, "per_round_s": 2e-4}}, ENGINE_OVERHEAD_KEY: {"hf": {"greedy": entry}}})
+    profile.save(tmp_path / "profile.json")
+    again = load(tmp_path / "profile.json")
+    assert profile_engine_overhead(again.meta, "hf", "greedy") == LoopOverhead(PER_STEP, PER_ROUND)
+    assert profile_engine_overhead(again.meta, "hf", "t1.0") is None
+    used = prediction_overhead(again.meta, "hf", "greedy")
+    assert used.overhead == LoopOverhead(PER_STEP, PER_ROUND) and "HF generate's own, measured (500 us/step + 1500 us/round)" in used.note
+    # an old profile: no entry -> polyplan's loop, said so
+    old = prediction_overhead({META_KEY: {"greedy": {"per_step_s": 1e-4, "per_round_s": 2e-4}}}, "hf", "greedy")
+    assert old.overhead == LoopOverhead(1e-4, 2e-4)
+    assert "HF overhead not measured; prediction uses polyplan's loop overhead (100 us/step + 200 us/round)" in old.note
+    # engines polyplan cannot run: polyplan's loop, said so (even when the HF entry exists)
+    vllm = prediction_overhead(again.meta, "vllm", "greedy")
+    assert vllm.overhead == LoopOverhead(1e-4, 2e-4) and "vllm's own loop is not measured" in vllm.note
+
+
+def test_a_malformed_entry_is_one_clear_error():
+    with pytest.raises(PolyplanError, match=r"meta.engine_overhead.hf.greedy: loop overhead: per_step_s"):
+        profile_engine_overhead({ENGINE_OVERHEAD_KEY: {"hf": {"greedy": {"per_step_s": -1, "per_round_s": 0}}}}, "hf", "greedy")
+    with pytest.raises(PolyplanError, match="keyed by engine"):
+        profile_engine_overhead({ENGINE_OVERHEAD_KEY: ["x"]}, "hf", "greedy")
+
+
+def test_measured_on_tiny_models_and_resumed_by_fingerprint(single_thread):
+    from polyplan.decoder.hf import HFMember
+    from polyplan.profiler.engine_overhead import ensure_hf_overhead
+    from polyplan.profiler.run import ProfiledModel
+
+    target_model = tiny_llama(0, layers=2)
+    models = [
+        ProfiledModel("target", HFMember(target_model, name="target"), "fp-target"),
+        ProfiledModel("draft", HFMember(truncated_copy(target_model, 1), name="draft"), "fp-draft"),
+    ]
+    profile = _profile()
+    profile.models.append(ModelProfile("draft", "fp-draft", [LatencyPoint(64, 1, 0.002)]))
+    before = models[1].member.model.generation_config.num_assistant_tokens
+    assert ensure_hf_overhead(profile, models, list(range(3, 20)), [0.0], tokens=6, repeats=1) == 1
+    entry = profile.meta[ENGINE_OVERHEAD_KEY]["hf"]["greedy"]
+    assert entry["drafter"] == "draft" and min(entry["per_step_s"], entry["per_round_s"], entry["per_call_s"]) >= 0
+    rows = entry["configurations"]
+    # min_new_tokens = max: EOS (id 2 here) never cuts a call; target-only: one target pass per token
+    assert rows["target-only 3 tokens"] == {**rows["target-only 3 tokens"], "calls": 1, "steps": 3, "rounds": 0}
+    assert rows["target-only 6 tokens"]["steps"] == 6
+    assert rows["target-only 6 tokens"]["drafter_forward_s"] == 0.0 and rows["target-only 6 tokens"]["target_forward_s"] > 0
+    for k in (1, 2, 4):
+        row = rows[f"assisted 6 tokens K={k}"]
+        # at most K drafter passes per round; HF drafts nothing in a last round with one token left
+        assert 1 <= row["rounds"] <= 6 and row["rounds"] - 1 <= row["steps"] <= k * row["rounds"]
+    assert models[1].member.model.generation_config.num_assistant_tokens == before  # the drafter's config restored
+    # resumed: nothing re-measured while the fingerprint holds; a new sampling mode is added, the old entry kept
+    assert ensure_hf_overhead(profile, models, list(range(3, 20)), [0.0], tokens=6, repeats=1) == 0
+    assert ensure_hf_overhead(profile, models, list(range(3, 20)), [0.0, 1.0], tokens=6, repeats=1) == 1
+    assert profile.meta[ENGINE_OVERHEAD_KEY]["hf"]["greedy"] is entry and "t1.0" in profile.meta[ENGINE_OVERHEAD_KEY]["hf"]
+    # another drafter (changed weights: another fingerprint) is measured again
+    models[1] = ProfiledModel("draft", models[1].member, "fp-draft-changed")
+    assert ensure_hf_overhead(profile, models, list(range(3, 20)), [0.0], tokens=6, repeats=1) == 1
+
+
+def test_no_usable_hf_drafter_measures_nothing():
+    """Not an HF target; only non-HF drafters; an HF drafter with another vocabulary (HF would
+    need its universal assisted decoding): nothing is measured, the export then says so."""
+    from conftest import TINY_VOCAB
+    from polyplan.decoder.hf import HFMember
+    from polyplan.profiler.engine_overhead import ensure_hf_overhead
+    from polyplan.profiler.run import ProfiledModel
+
+    class Plain:
+        pass
+
+    profile = _profile()
+    plain = [ProfiledModel("target", Plain(), "fp-target"), ProfiledModel("ngram", Plain(), "fp-ngram")]
+    assert ensure_hf_overhead(profile, plain, [1, 2, 3], [0.0]) == 0
+    hf_target = ProfiledModel("target", HFMember(tiny_llama(0)), "fp-target")
+    assert ensure_hf_overhead(profile, [hf_target, plain[1]], [1, 2, 3], [0.0]) == 0
+    other_vocab = ProfiledModel("draft", HFMember(tiny_llama(1, vocab=TINY_VOCAB + 8)), "fp-draft")
+    assert ensure_hf_overhead(profile, [hf_target, other_vocab], [1, 2, 3], [0.0]) == 0
+    assert ENGINE_OVERHEAD_KEY not in profile.meta
+
+
+def test_prediction_error_and_the_ten_percent_line():
+    from polyplan.profiler.peers import PeerRow, PeersBenchmark, exported_check, exported_check_lines
+
+    def bench(measured: float) -> PeersBenchmark:
+        rows = (
+            PeerRow("base", "all", 100, 1.0, 100, 1.0, None),
+            PeerRow("HF assisted draft K=4", "all", 100, 1.0 / measured, 40, measured, 1.5, 0.02),
+        )
+        return PeersBenchmark(rows, ("all",), (), 2, 8, 3, 1, "HF assisted draft K=4", "loop overhead: HF generate's own")
+
+    assert prediction_error(1.5, 1.4) == pytest.approx(1.5 / 1.4 - 1)
+    row, error = exported_check(bench(1.4))
+    assert row.label == "HF assisted draft K=4" and error == pytest.approx(0.0714285714, rel=1e-6)
+    assert "error +7.1%: WITHIN 10%" in exported_check_lines(bench(1.4))[-1]
+    # negative control: a prediction 25% off must fail the check
+    assert "error +25.0%: NOT within 10%" in exported_check_lines(bench(1.2))[-1]
+    none = PeersBenchmark(bench(1.4).rows, ("all",), (), 2, 8, 3, 1, None)
+    assert exported_check(none) is None and "none raced" in exported_check_lines(none)[-1]
