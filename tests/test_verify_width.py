@@ -213,3 +213,11 @@ def test_the_plan_records_the_widths_it_assumed(tmp_path):
     path.write_text(json.dumps(payload))
     with pytest.raises(PolyplanError, match=r"alternatives\[0\]\.verify_widths\[0\]: width 2 for 3 tokens"):
         planned_chains(read_plan(path))
+
+
+def test_recommend_says_which_passes_it_pads():
+    from polyplan.commands.recommend import table_lines
+    from polyplan.planner.search import recommend
+
+    lines = table_lines(recommend(_non_monotone_profile(), k_max=4))
+    assert "padded: A verifies 2 tokens at width 4, 3 tokens at width 4 (cheaper there: its T(k) is not monotone)" in lines
