@@ -107,3 +107,18 @@ def test_refused_on_cuda_with_one_line(tmp_path):
             ]},
             origin=str(tmp_path / "models.yaml"), base_dir=tmp_path,
         )
+
+
+def test_the_agreement_script_runs_end_to_end(tmp_path, capsys):
+    import importlib.util
+    from pathlib import Path
+
+    save_model(tmp_path / "tiny", tiny_llama(0, layers=2, hidden=32), tiny_tokenizer())
+    script = Path(__file__).resolve().parents[1] / "examples" / "int8_agreement.py"
+    spec = importlib.util.spec_from_file_location("int8_agreement", script)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    module.main([str(tmp_path / "tiny"), "--count", "2", "--new-tokens", "3"])
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0] == "2 prompts x 3 target tokens = 6 positions"
+    assert len(lines) == 12 and lines[-1].endswith("(quantize: int8-head)")
