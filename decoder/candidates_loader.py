@@ -22,7 +22,6 @@ from polyplan.candidates import Candidate, CandidateSet, EarlyExit, NGram, Quant
 from polyplan.decoder.chain import first_difference
 from polyplan.decoder.derive import early_exit_model, num_layers, quantize_model
 from polyplan.decoder.hf import HFMember
-from polyplan.decoder.int8_head import DEFAULT_RESCORED
 from polyplan.decoder.reduced_vocab import with_saved_subset
 from polyplan.decoder.sources import source_folder
 from polyplan.decoder.member import ChainMember
@@ -147,7 +146,7 @@ def _load_model(candidate: Candidate, candidates: CandidateSet, models: dict[str
     if isinstance(derive, Quantize):
         base = _load_model(candidates.by_name(derive.base), candidates, models)
         model = quantize_model(base.model, derive.kind, candidate.device)
-        result = _Model(model, base.tokenizer, base.parameters, _quantized_dtype(derive.kind, base.dtype),
+        result = _Model(model, base.tokenizer, base.parameters, _quantized_dtype(derive.kind),
                         _variant(base.variant, f"-{derive.kind}"), base.folder)
     elif isinstance(derive, EarlyExit):
         base = _load_model(candidates.by_name(derive.base), candidates, models)
@@ -165,11 +164,9 @@ def _load_model(candidate: Candidate, candidates: CandidateSet, models: dict[str
     return result
 
 
-def _quantized_dtype(kind: str, base: str) -> str:
+def _quantized_dtype(kind: str) -> str:
     """What a quantized copy's weights run in, as `models check` shows it."""
-    if kind == "int8-head":
-        return f"{base}, int8 LM head (dynamic, top {DEFAULT_RESCORED} exact)"
-    return f"{kind} (dynamic)" if kind == "int8" else kind
+    return f"{kind} (dynamic)" if kind in ("int8", "int8-head") else kind
 
 
 def _variant(base: str | None, suffix: str) -> str | None:

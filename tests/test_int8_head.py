@@ -91,7 +91,7 @@ def test_loads_through_models_yaml(tmp_path):
     )
     loaded = load_candidates(candidates)
     row = next(item for item in loaded.candidates if item.candidate.name == "target-head8")
-    assert row.dtype == "float32, int8 LM head (dynamic, top 32 exact)"
+    assert row.dtype == "int8-head (dynamic)"
     assert isinstance(loaded.member("target-head8").model.get_output_embeddings(), RescoredInt8Head)
 
 
