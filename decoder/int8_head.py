@@ -25,6 +25,8 @@ import warnings
 import torch
 from torch import nn
 
+from polyplan.errors import PolyplanError
+
 DEFAULT_RESCORED = 32  # top logits recomputed exactly (gemma-3-270m: see README "Your own model")
 
 
@@ -82,11 +84,11 @@ def int8_head_model(model: nn.Module, top: int = DEFAULT_RESCORED) -> nn.Module:
     `RescoredInt8Head`; every other module is shared with `model` (no extra memory)."""
     head = model.get_output_embeddings()
     if not isinstance(head, nn.Linear):
-        from polyplan.errors import PolyplanError
-
         raise PolyplanError(f"int8-head: the model's LM head is a {type(head).__name__}, not a linear layer")
+    names = [key for key, module in model._modules.items() if module is head]
+    if not names:
+        raise PolyplanError(f"int8-head: the LM head of {type(model).__name__} is not one of its direct submodules")
     shallow = copy.copy(model)
     shallow._modules = dict(model._modules)  # nn.Module keeps submodules there: the original is untouched
-    name = next(key for key, module in model._modules.items() if module is head)
-    shallow._modules[name] = RescoredInt8Head(head, top)
+    shallow._modules[names[0]] = RescoredInt8Head(head, top)
     return shallow
