@@ -150,7 +150,7 @@ def _load_model(candidate: Candidate, candidates: CandidateSet, models: dict[str
     if isinstance(derive, Quantize):
         base = _load_model(candidates.by_name(derive.base), candidates, models)
         model = quantize_model(base.model, derive.kind, candidate.device)
-        result = _Model(model, base.tokenizer, base.parameters, f"{derive.kind} (dynamic)" if derive.kind == "int8" else derive.kind,
+        result = _Model(model, base.tokenizer, base.parameters, _quantized_dtype(derive.kind),
                         _variant(base.variant, f"-{derive.kind}"), base.folder)
     elif isinstance(derive, EarlyExit):
         base = _load_model(candidates.by_name(derive.base), candidates, models)
@@ -166,6 +166,11 @@ def _load_model(candidate: Candidate, candidates: CandidateSet, models: dict[str
         result = _Model(model, tokenizer, _count(model), candidate.dtype, variant, folder)
     models[candidate.name] = result
     return result
+
+
+def _quantized_dtype(kind: str) -> str:
+    """What a quantized copy's weights run in, as `models check` shows it."""
+    return f"{kind} (dynamic)" if kind in ("int8", "int8-head") else kind
 
 
 def _variant(base: str | None, suffix: str) -> str | None:

@@ -32,6 +32,7 @@ from polyplan.decoder.result import GenerationResult, LevelStats
 from polyplan.decoder.sampling import Sampling, probabilities, sample
 from polyplan.decoder.verify import verify_greedy, verify_sampled
 from polyplan.errors import PolyplanError
+from polyplan.planner.verify_width import VerifyWidths
 
 
 def generate(
@@ -43,6 +44,7 @@ def generate(
     sampling: Sampling = Sampling(),
     generator: torch.Generator | None = None,
     eos_token_id: int | Sequence[int] | None = None,
+    verify_widths: Sequence[VerifyWidths] = (),
 ) -> GenerationResult:
     """Generate with the chain M_1 (target, `chain[0]`) … M_n (cheapest, `chain[-1]`).
 
@@ -57,6 +59,11 @@ def generate(
             same seed gives the same tokens.
         eos_token_id: Stop after emitting this token (or any of these); None never stops early.
             Pass `member.stop_token_ids(chain[0])` to stop at every EOS id of the target.
+        verify_widths: Per verifying level (n − 1 of them, or none: never pad), the width
+            its verification passes run at (`planner.verify_width`, a plan's record): a pass
+            over k tokens is padded with copies of its last token up to `width(k)`, their
+            logits ignored and the caches cropped back. Attention is causal, so the real
+            positions' distributions, and the output, do not change; only the time does.
 
     Returns:
         The new tokens and per-level statistics.
@@ -68,11 +75,12 @@ def generate(
     prompt = _check_prompt(prompt_ids)
     vocab = _check_chain(members)
     blocks = _check_blocks(block_sizes, len(members))
+    widths = _check_widths(verify_widths, len(members))
     if not isinstance(max_new_tokens, int) or max_new_tokens < 1:
         raise PolyplanError(f"max_new_tokens: {max_new_tokens!r} must be an integer >= 1")
     if max(prompt) >= vocab or min(prompt) < 0:
         raise PolyplanError(f"prompt_ids: token ids must lie in [0, {vocab}), got {min(prompt)}..{max(prompt)}")
-    lookahead = _lookahead(blocks)
+    lookahead = _lookahead(blocks) + max((w.max_padding for w in widths), default=0)
     _check_context(members, len(prompt), max_new_tokens, lookahead)
     eos = None if eos_token_id is None else frozenset([eos_token_id] if isinstance(eos_token_id, int) else eos_token_id)
 
@@ -80,7 +88,7 @@ def generate(
     with torch.inference_mode():
         for member in members:
             member.reset()
-        run = _Run(members, blocks, sampling, generator, vocab, prompt, len(prompt) + max_new_tokens + lookahead)
+        run = _Run(members, blocks, sampling, generator, vocab, prompt, len(prompt) + max_new_tokens + lookahead, widths)
         end, stopped_at_eos = run.top(len(prompt), max_new_tokens, eos)
         for member in members:
             if member.cache_length > end:
@@ -102,8 +110,10 @@ class _Run:
         vocab: int,
         prompt: list[int],
         capacity: int,
+        widths: tuple[VerifyWidths, ...] = (),
     ) -> None:
         self.members = members
+        self.widths = widths
         self.last = len(members) - 1
         self.blocks = blocks
         self.sampling = sampling
@@ -133,15 +143,24 @@ class _Run:
         end, _, stopped = run_level(0, start, want, eos)
         return min(end, start + want), stopped  # the last round may overshoot `want`
 
-    def _forward(self, i: int, end: int, keep_last: int) -> torch.Tensor:
+    def _forward(self, i: int, end: int, keep_last: int, pad: bool = False) -> torch.Tensor:
         """Feed member i its pending tokens buf[cache_length:end]; logits of the last rows `(keep_last, V)`.
 
+        `pad`: run the pass at the width `self.widths[i]` gives for its token count, padded
+        with copies of the last token whose logits are dropped (the cache then holds them
+        too; the caller crops it back to the committed prefix).
         On an asynchronous device the time measured here is mostly launch time; the
         per-verification transfer in `_rounds` is where the device catches up.
         """
         member = self.members[i]
+        ids = self.buf[member.cache_length : end]  # (k,)
+        extra = self.widths[i].width(len(ids)) - len(ids) if pad and self.widths else 0
+        if extra:
+            ids = torch.cat([ids, ids[-1:].expand(extra)])  # (width,)
         began = time.perf_counter()
-        logits = member.forward(self.buf[member.cache_length : end], keep_last=keep_last)
+        logits = member.forward(ids, keep_last=keep_last + extra)
+        if extra:
+            logits = logits[:keep_last]
         self.seconds[i] += time.perf_counter() - began
         self.passes[i] += 1
         return logits[:, : self.vocab]
@@ -185,7 +204,7 @@ class _Run:
         pos = start
         while pos - start < want:
             m, p = self._draft(i + 1, pos, block)  # drafted tokens at buf[pos : pos + m]
-            logits = self._forward(i, pos + m, m + 1)  # (m+1, V)
+            logits = self._forward(i, pos + m, m + 1, pad=True)  # (m+1, V)
             draft = self.buf[pos : pos + m]
             if self.greedy:
                 accepted, emitted = verify_greedy(logits, draft)
@@ -197,7 +216,7 @@ class _Run:
             flags = host[m + 1 : 2 * m + 1]
             a = flags.index(0) if 0 in flags else m
             self.buf[pos + a : pos + a + 1] = emitted[a : a + 1]  # the recovered or bonus token
-            for j in range(i, len(self.members)):  # cut M_i..M_n back to the committed prefix
+            for j in range(i, len(self.members)):  # cut M_i..M_n back to the committed prefix (and any padding)
                 if self.members[j].cache_length > pos + a:
                     self.members[j].crop(pos + a)
             self.proposed[i] += m
@@ -286,6 +305,18 @@ def _check_blocks(block_sizes: Sequence[int], n: int) -> tuple[int, ...]:
         if not isinstance(block, int) or block < 1:
             raise PolyplanError(f"block_sizes[{index}]: {block!r} must be an integer >= 1")
     return blocks
+
+
+def _check_widths(verify_widths: Sequence[VerifyWidths], n: int) -> tuple[VerifyWidths, ...]:
+    widths = tuple(verify_widths)
+    if widths and len(widths) != n - 1:
+        raise PolyplanError(
+            f"verify_widths: a chain of {n} members needs {n - 1} width maps (one per verifying level) or none, got {len(widths)}"
+        )
+    for index, item in enumerate(widths):
+        if not isinstance(item, VerifyWidths):
+            raise PolyplanError(f"verify_widths[{index}]: must be a planner.verify_width.VerifyWidths, got {type(item).__name__}")
+    return widths
 
 
 def _lookahead(blocks: tuple[int, ...]) -> int:

@@ -2,7 +2,8 @@
 
 Which reduced precision has a fast kernel on which device is decided in one place,
 `polyplan.candidates.supported_quantization`, so the schema check and this module agree:
-int8 (dynamic, per-tensor weights) on CPU; bf16 on CUDA; int4 nowhere with plain torch.
+int8 (dynamic, per-tensor weights) and int8-head (the LM head only) on CPU; bf16 on CUDA;
+int4 nowhere with plain torch.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ import torch
 from torch import nn
 
 from polyplan.candidates import supported_quantization
+from polyplan.decoder.int8_head import int8_head_model
 from polyplan.errors import PolyplanError
 
 
@@ -21,11 +23,15 @@ def quantize_model(model: nn.Module, kind: str, device: str = "cpu") -> nn.Modul
     """A quantized copy of `model` (the original is left untouched).
 
     int8 is torch's dynamic quantization of every `nn.Linear` (weights int8 per tensor,
-    activations quantized on the fly), the path with a fast CPU kernel.
+    activations quantized on the fly), the path with a fast CPU kernel. int8-head quantizes
+    only the LM head that way and recomputes its top logits exactly (`decoder.int8_head`; the
+    copy shares every other weight with `model`).
     """
     reason = supported_quantization(kind, device)
     if reason is not None:
         raise PolyplanError(f"quantize: {kind} on {device}: {reason}")
+    if kind == "int8-head":
+        return int8_head_model(model)
     if kind == "bf16":
         return copy.deepcopy(model).to(torch.bfloat16)
     with warnings.catch_warnings():

@@ -4,7 +4,7 @@ It models the staged-verification recursion (the decoder's contract, see DESIGN.
 
 - `draft(n, K)`: M_n runs K forward passes of one token each and returns exactly K tokens.
 - `draft(i, K)`, 1 < i < n: repeat rounds until >= K tokens are gathered; a round takes
-  m ~ X_{i+1} = draft(i+1, K_i) tokens, costs cost(draft(i+1, K_i)) + T_i(m + 1) and gathers
+  m ~ X_{i+1} = draft(i+1, K_i) tokens, costs cost(draft(i+1, K_i)) + T̃_i(m + 1) and gathers
   min(A_i, m) + 1 tokens, A_i = acceptances before the first rejection (success prob
   α_{i,i+1} per token, i.i.d.). It returns everything gathered, so X_i >= K is random.
 - the top level repeats rounds of draft(2, K_1) verified by M_1 the same way.
@@ -39,6 +39,7 @@ from polyplan.planner.capped_geometric import check_acceptance, check_block_size
 from polyplan.planner.latency import LatencyCurve, constant_curve
 from polyplan.planner.overhead import NO_OVERHEAD, NO_SWITCH, LoopOverhead, SwitchCost, switch_cost, switch_total
 from polyplan.planner.runs import RunSurvival
+from polyplan.planner.verify_width import monotone_envelope
 
 CurveLike = Union[LatencyCurve, float]
 Acceptance = Union[float, RunSurvival]  # i.i.d. rate α, or measured acceptance runs
@@ -137,8 +138,10 @@ def _draft(
     blocks: Sequence[int],
     overhead: LoopOverhead,
     switch: Sequence[SwitchCost],
+    verify_curves: Sequence[LatencyCurve],
 ) -> _Draft:
-    """Summarise draft(level, k) (0-based level: 0 is the target, len(curves) − 1 the smallest)."""
+    """Summarise draft(level, k) (0-based level: 0 is the target, len(curves) − 1 the smallest;
+    `verify_curves`: what a verification pass of each model costs, `curves` its one-token steps)."""
     last = len(curves) - 1
     if level == last:
         pmf = np.zeros(k + 1)
@@ -146,8 +149,8 @@ def _draft(
         seconds = k * curves[last](1) + switch_total(switch[last], k)  # the loop follows the verifier's pass: cold
         loop = k * overhead.per_step_s
         return _Draft(pmf=pmf, cost=seconds + loop, overhead=loop, forwards=(float(k),), times=(seconds,), level_stats=())
-    below = _draft(level + 1, blocks[level], acceptances, curves, blocks, overhead, switch)
-    gathered, verify_time, stats = _level_round(acceptances[level], below.pmf, curves[level], switch[level][0])
+    below = _draft(level + 1, blocks[level], acceptances, curves, blocks, overhead, switch, verify_curves)
+    gathered, verify_time, stats = _level_round(acceptances[level], below.pmf, verify_curves[level], switch[level][0])
     max_gain = len(gathered) - 1
     visit = np.zeros(k)  # visit[s] = P(a round starts with s tokens gathered)
     visit[0] = 1.0
@@ -178,6 +181,7 @@ def predict_chain(
     block_sizes: Sequence[int],
     overhead: LoopOverhead | None = None,
     switch_costs: Sequence[float | Sequence[float]] | None = None,
+    pad_verification: bool = True,
 ) -> ChainPrediction:
     """Exact expected cost per emitted token of the chain M_1 … M_n.
 
@@ -193,6 +197,10 @@ def predict_chain(
             a sequence (or one number: the 1st pass only). Every verification pass pays the
             1st; a drafting loop of K steps of the last model pays the first K. None: none
             (every pass as fast as in a tight loop).
+        pad_verification: a verification pass over k tokens costs the monotone envelope
+            T̃(k) (`planner.verify_width`: run at the cheapest measured width >= k, as the
+            decoder does with the plan's `verify_widths`); False: T(k) as measured (a decoder
+            that never pads, e.g. another engine's).
     """
     n = len(curves)
     if n < 1:
@@ -212,8 +220,9 @@ def predict_chain(
     if n == 1:
         return ChainPrediction(baseline, 1.0, (1.0,), (lat[0](1),), (), (), (), (), loop.per_step_s)
 
-    below = _draft(1, blocks[0], alphas, lat, blocks, loop, switch)
-    gathered, verify_time, stats = _level_round(alphas[0], below.pmf, lat[0], switch[0][0])
+    verify = [monotone_envelope(c) for c in lat] if pad_verification else lat
+    below = _draft(1, blocks[0], alphas, lat, blocks, loop, switch, verify)
+    gathered, verify_time, stats = _level_round(alphas[0], below.pmf, verify[0], switch[0][0])
     tokens = stats[0]
     round_cost = below.cost + verify_time + loop.per_round_s
     cost = round_cost / tokens

@@ -214,7 +214,7 @@ def export_plan(
             continue
         curves = [target_curve, curve_from_profile(profile.model(pair.drafter), context_length)]
         costs = [switches.get(plan.target, NO_SWITCH), switches.get(pair.drafter, NO_SWITCH)]
-        k, prediction = _best_block(lambda k: predict_chain([alpha], curves, [k], overhead, costs), k_max)
+        k, prediction = _best_block(lambda k: predict_chain([alpha], curves, [k], overhead, costs, pad_verification=False), k_max)
         options.append(EngineOption(pair.drafter, method, rule, alpha, k, prediction, source, None, sizes))
     ranked = sorted((o for o in options if o.reason is None), key=lambda o: -o.speedup)
     others = [o for o in options if o.reason is not None]

@@ -9,6 +9,9 @@ Format (``plan_version`` 1)::
       "sampling": "greedy",                  # the profile key the plan was made for
       "chain": ["vicuna-7b", "w4", "eagle"], # from the target down (M_1 … M_n)
       "block_sizes": [7, 1],                 # K_1 … K_{n-1}
+      "verify_widths": [[[2, 4], [3, 4]], []],  # per verifying level, [k, width]: a pass over k
+                                             # tokens runs padded to width (planner.verify_width);
+                                             # absent in older plans (never pad)
       "fingerprints": {"vicuna-7b": "...", …},   # of every profiled model, from the profile
       "profile": {"path": "profile.json", "schema_version": 1,
                   "digest": "sha256:..."},  # optional: of the profile planned on (plan_check)
@@ -31,7 +34,8 @@ Format (``plan_version`` 1)::
       "alternatives": [                      # every ranked chain, best first (the plan's is first)
         {"chain": [...], "block_sizes": [...], "exact_speedup": ..., "paper_speedup": ...,
          "acceptances": [...], "exact": {<as "predicted">}, "paper": {<as "paper">},
-         "theorem_3_2": [{"model": "w4", "verdict": "helps"}]}   # per intermediate model
+         "theorem_3_2": [{"model": "w4", "verdict": "helps"}],   # per intermediate model
+         "verify_widths": [...]}             # as above, for this chain
       ],
       "insertions": ["in: w4: ...", ...],
       "prediction_intervals": {              # optional (absent in older plans)
@@ -67,6 +71,7 @@ from polyplan.planner.overhead import LoopOverhead, overhead_from_json, profile_
 from polyplan.planner.prediction_interval import DEFAULT_RESAMPLES, PredictionIntervals, prediction_intervals
 from polyplan.planner.search import ChainPlan, Recommendation, recommend
 from polyplan.planner.timing_health import timing_warnings
+from polyplan.planner.verify_width import VerifyWidths, verify_widths_from_json
 from polyplan.profile import Profile
 
 PLAN_VERSION = 1
@@ -126,6 +131,7 @@ def _summary(plan: ChainPlan, intervals: PredictionIntervals | None) -> dict[str
         "exact": _exact_json(plan, intervals),
         "paper": _paper_json(plan),
         "theorem_3_2": [{"model": model, "verdict": verdict} for model, verdict in plan.insertion_verdicts],
+        "verify_widths": [widths.to_json() for widths in plan.verify_widths],
     }
 
 
@@ -159,6 +165,7 @@ def plan_to_json_dict(
         "sampling": result.sampling,
         "chain": list(best.chain),
         "block_sizes": list(best.block_sizes),
+        "verify_widths": [widths.to_json() for widths in best.verify_widths],
         "fingerprints": dict(prints),
         "profile": {"path": profile_path, "schema_version": 1, **({"digest": profile_digest} if profile_digest else {})},
         "candidates": candidates,
@@ -303,6 +310,9 @@ class PlannedChain:
     paper_mean_lengths: tuple[float, ...]  # Lemma 3.1's E[L_i], per verifying level
     overhead_per_token_s: float  # the loop overhead the exact model included (0 when none)
     exact_interval: tuple[float, float] | None = None  # bootstrap interval of exact_speedup (None: older plan)
+    # per verifying level, the padded widths the exact model assumed (planner.verify_width);
+    # () in a plan from before they were recorded: the decoder then never pads
+    verify_widths: tuple[VerifyWidths, ...] = ()
 
     def label(self) -> str:
         return " > ".join(self.chain)
@@ -363,9 +373,18 @@ def planned_chains(plan: PlanFile, label: str = "plan.json") -> tuple[PlannedCha
                 overhead_per_token_s=_numbers([exact.get("overhead_per_token_s", 0.0)], 1, f"{where}.exact.overhead_per_token_s")[0],
                 exact_interval=None if exact.get("interval") is None
                 else _interval(_numbers(exact["interval"], 2, f"{where}.exact.interval"), f"{where}.exact.interval"),
+                verify_widths=_verify_widths(entry.get("verify_widths"), levels, f"{where}.verify_widths"),
             )
         )
     return tuple(chains)
+
+
+def _verify_widths(value: Any, levels: int, where: str) -> tuple[VerifyWidths, ...]:
+    if value is None:
+        return ()
+    if not isinstance(value, list) or len(value) != levels:
+        raise PolyplanError(f"{where}: must list {levels} width maps (one per verifying level)")
+    return tuple(verify_widths_from_json(item, f"{where}[{index}]") for index, item in enumerate(value))
 
 
 def _interval(values: tuple[float, ...], where: str) -> tuple[float, float]:

@@ -23,6 +23,7 @@ from polyplan.planner.insertion import analyze_insertion
 from polyplan.planner.latency import LatencyCurve, curve_from_profile
 from polyplan.planner.overhead import NO_SWITCH, LoopOverhead, SwitchCost, profile_switch_costs
 from polyplan.planner.runs import RunSurvival, run_survival, runs_from_meta
+from polyplan.planner.verify_width import VerifyWidths, verify_widths
 from polyplan.planner.paper_model import PaperPrediction, mean_length, paper_prediction
 from polyplan.planner.prediction_interval import PredictionIntervals
 from polyplan.profile import Profile, SamplingStats
@@ -44,6 +45,9 @@ class ChainPlan:
     # Theorem 3.2 on each intermediate model (not the last drafter) against this chain
     # without it: (model, "helps" / "no_gain"); empty for chains of fewer than 3 models.
     insertion_verdicts: tuple[tuple[str, str], ...] = ()
+    # Per verifying level, the widths its verification passes run at (planner.verify_width):
+    # what the exact model assumed and what the decoder must do to match it.
+    verify_widths: tuple[VerifyWidths, ...] = ()
 
     @property
     def exact_speedup(self) -> float:
@@ -149,7 +153,8 @@ def _evaluate(context: _Context, chain: Sequence[str], blocks: Sequence[int], se
     read = [context.acceptance(upper, lower, k) for upper, lower, k in zip(chain, chain[1:], blocks)]
     exact = predict_chain(read, [context.curves[name] for name in chain], blocks, context.overhead, context.switch_costs(chain))
     paper = paper_prediction(pair_stats, [context.step_time(name) for name in chain], blocks)
-    return ChainPlan(tuple(chain), tuple(blocks), acceptances, exact, paper, search)
+    widths = tuple(verify_widths(context.curves[name]) for name in chain[:-1])
+    return ChainPlan(tuple(chain), tuple(blocks), acceptances, exact, paper, search, verify_widths=widths)
 
 
 def evaluate_chain(

@@ -20,6 +20,7 @@ import numpy as np
 from polyplan.errors import PolyplanError
 from polyplan.planner.capped_geometric import check_acceptance, check_block_size
 from polyplan.planner.cost_model import CurveLike, _as_curve
+from polyplan.planner.verify_width import NO_PADDING, verify_widths
 
 
 @dataclass(frozen=True)
@@ -75,8 +76,12 @@ def simulate_chain(
     *,
     rounds: int,
     rng: np.random.Generator,
+    pad_verification: bool = True,
 ) -> SimulationResult:
-    """Simulate `rounds` top-level rounds of the chain (same arguments as `predict_chain`)."""
+    """Simulate `rounds` top-level rounds of the chain (same arguments as `predict_chain`).
+
+    With `pad_verification` a pass over k tokens runs, as the decoder runs it, at the width
+    `planner.verify_width.verify_widths` chose and costs T at that width."""
     n = len(curves)
     if n < 2:
         raise PolyplanError("curves: simulation needs a chain of at least two models")
@@ -88,6 +93,7 @@ def simulate_chain(
     blocks = [check_block_size(k, f"block_sizes[{i}]") for i, k in enumerate(block_sizes)]
     lat = [_as_curve(c, f"curves[{i}]") for i, c in enumerate(curves)]
     smallest_step = lat[-1](1)
+    widths = [verify_widths(c) if pad_verification else NO_PADDING for c in lat]
     uniforms = _Uniforms(rng)
 
     cost = np.zeros(rounds)
@@ -99,7 +105,7 @@ def simulate_chain(
 
     def verify(level: int, m: int, r: int) -> int:
         """One forward of M_level over m drafted tokens + the pending one; returns tokens gathered."""
-        cost[r] += lat[level](m + 1)
+        cost[r] += lat[level](widths[level].width(m + 1))
         forwards[r, level] += 1
         accepted = uniforms.take(m) < alphas[level]
         rejected = np.flatnonzero(~accepted)

@@ -8,7 +8,7 @@
                                       #   builtin:<name> for the embedded zoo family
         device: cpu
       - name: target-int8
-        derive: {from: target, quantize: int8}     # int8 | int4 | bf16
+        derive: {from: target, quantize: int8}     # int8 | int8-head | int4 | bf16
       - name: target-exit2
         derive: {from: target, layers: 2}          # keep the first k decoder layers
       - name: drafter
@@ -56,7 +56,7 @@ from polyplan.errors import PolyplanError
 
 BUILTIN_PREFIX = "builtin:"
 DTYPES = ("float32", "float16", "bfloat16")
-QUANTIZATIONS = ("int8", "int4", "bf16")
+QUANTIZATIONS = ("int8", "int8-head", "int4", "bf16")
 
 _ENTRY_KEYS = frozenset(
     {"name", "source", "derive", "target", "dtype", "device", "padded_vocab", "device_map", "max_memory", "offload_folder"}
@@ -66,10 +66,13 @@ _DEVICE = re.compile(r"^(cpu|cuda(:\d+)?)$")
 
 # Which reduced precision has a fast kernel where, with plain torch 2.13:
 #   int8  CPU: yes, dynamic int8 Linear (fbgemm/onednn); CUDA: no (those kernels are CPU-only)
+#   int8-head  the LM head only, in dynamic int8 with its top logits recomputed exactly
+#         (decoder/int8_head.py): CPU yes; CUDA no (same kernel)
 #   bf16  CPU: refused, no fast matmul without AVX512-BF16/AMX (slower than fp32); CUDA: yes
 #   int4  CPU and CUDA: refused, plain torch has no int4 matmul kernel (it needs torchao)
 _REFUSED = {
     ("int8", "cuda"): "dynamic int8 quantization has CPU kernels only",
+    ("int8-head", "cuda"): "dynamic int8 quantization has CPU kernels only",
     ("int4", "cpu"): "plain torch has no int4 matmul kernel on CPU",
     ("int4", "cuda"): "plain torch has no int4 matmul kernel (it needs torchao)",
     ("bf16", "cpu"): "bf16 matmul has no fast CPU kernel (it runs slower than float32)",

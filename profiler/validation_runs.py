@@ -238,6 +238,7 @@ def _run(spec: ChainSpec, primed, prompt: torch.Tensor, index: int, tokens: int,
     eos = stop_token_ids(chain[0].member) if sampling.greedy else None
     result = generate(
         chain, prompt, max_new_tokens=tokens, block_sizes=spec.planned.block_sizes, sampling=sampling, generator=generator,
+        verify_widths=spec.planned.verify_widths,
         eos_token_id=eos,
     )
     levels = result.levels

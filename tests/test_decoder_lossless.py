@@ -28,6 +28,7 @@ from polyplan.decoder import verify as verify_module
 from polyplan.decoder.chain import generate
 from polyplan.decoder.sampling import Sampling
 from polyplan.decoder.table import TableMember
+from polyplan.planner.verify_width import VerifyWidths
 
 pytestmark = pytest.mark.usefixtures("single_thread")
 
@@ -74,11 +75,12 @@ def target_joint(target: TableMember, sampling: Sampling) -> np.ndarray:
     return joint
 
 
-def sample_counts(chain, blocks, sampling: Sampling, samples: int, seed: int) -> np.ndarray:
+def sample_counts(chain, blocks, sampling: Sampling, samples: int, seed: int, verify_widths=()) -> np.ndarray:
     generator = torch.Generator().manual_seed(seed)
     counts = np.zeros((VOCAB,) * 3)
     for _ in range(samples):
-        result = generate(chain, PROMPT, max_new_tokens=3, block_sizes=blocks, sampling=sampling, generator=generator)
+        result = generate(chain, PROMPT, max_new_tokens=3, block_sizes=blocks, sampling=sampling, generator=generator,
+                          verify_widths=verify_widths)
         counts[result.token_ids] += 1
     return counts
 
@@ -113,6 +115,27 @@ def test_chain_samples_the_target_joint(n, sampling):
     samples = DEFAULT_SAMPLES if sampling.top_k is None else DEFAULT_SAMPLES // 2
     counts = sample_counts(chain, BLOCKS[n], sampling, samples, seed=n)
     assert chi_square_pvalue(counts, target_joint(chain[0], sampling)) > ALPHA
+
+
+# every verification pass over fewer than 6 tokens runs padded to 6 (planner.verify_width)
+PAD_TO_6 = VerifyWidths(tuple((k, 6) for k in range(1, 6)))
+
+
+@pytest.mark.parametrize("n", [2, 3])
+def test_padded_chain_samples_the_target_joint(n):
+    chain = toy_chain(n)
+    sampling = Sampling(1.0)
+    counts = sample_counts(chain, BLOCKS[n], sampling, DEFAULT_SAMPLES, seed=30 + n, verify_widths=(PAD_TO_6,) * (n - 1))
+    assert chi_square_pvalue(counts, target_joint(chain[0], sampling)) > ALPHA
+
+
+def test_padded_negative_control_fails(monkeypatch):
+    """Same sample size and level, padding on, a verifier that always accepts: must fail."""
+    monkeypatch.setattr(verify_module, "acceptance_probability", always_accept)
+    chain = toy_chain(3)
+    sampling = Sampling(1.0)
+    counts = sample_counts(chain, BLOCKS[3], sampling, DEFAULT_SAMPLES, seed=33, verify_widths=(PAD_TO_6,) * 2)
+    assert chi_square_pvalue(counts, target_joint(chain[0], sampling)) < ALPHA
 
 
 def always_accept(p_draft, q_draft):

@@ -58,6 +58,9 @@ def table_lines(result: Recommendation) -> list[str]:
         f"{best.exact_speedup:.3f}x{'' if found is None else f' [{found.speedup.low:.2f}, {found.speedup.high:.2f}]'} "
         f"(forwards/token {[round(f, 3) for f in best.exact.forwards_per_token]}, "
         f"tokens/verification {[round(t, 3) for t in best.exact.tokens_per_verification]})",
+    ]
+    lines += padding_lines(best)
+    lines += [
         "",
         "Why each model is in or out:",
     ]
@@ -68,6 +71,15 @@ def table_lines(result: Recommendation) -> list[str]:
                   f"the acceptance data ({intervals.acceptance_source}); block sizes held at their chosen values)"]
     lines += warning_lines(result.warnings)
     return lines
+
+
+def padding_lines(plan: ChainPlan) -> list[str]:
+    """One line per verifier whose passes the plan pads (its T(k) is not monotone)."""
+    return [
+        f"padded: {name} verifies " + ", ".join(f"{k} tokens at width {width}" for k, width in widths.pads)
+        + " (cheaper there: its T(k) is not monotone)"
+        for name, widths in zip(plan.chain, plan.verify_widths) if widths.pads
+    ]
 
 
 def warning_lines(warnings) -> list[str]:
