@@ -33,10 +33,11 @@ from pathlib import Path
 from polyplan.candidates import Candidate, CandidateSet, EarlyExit, NGram, Quantize
 from polyplan.errors import PolyplanError
 from polyplan.planner.cost_model import ChainPrediction, predict_chain
-from polyplan.planner.engine_overhead import prediction_overhead
+from polyplan.planner.engine_overhead import profile_call_seconds, prediction_overhead
 from polyplan.planner.latency import curve_from_profile
 from polyplan.planner.overhead import NO_SWITCH, profile_switch_costs
 from polyplan.planner.plan_file import PlanFile
+from polyplan.planner.whole_call import CallModel, prefill_curve
 from polyplan.profile import Profile
 
 ENGINES = ("hf", "vllm", "llama.cpp")
@@ -68,6 +69,7 @@ class EngineOption:
     source: str
     reason: str | None
     ngram_sizes: tuple[int, int] | None = None
+    call: CallModel | None = None  # its whole-`generate`-call cost (`planner.whole_call`), HF only
 
     @property
     def speedup(self) -> float | None:
@@ -95,6 +97,8 @@ class EngineExport:
     polyplan_chain: tuple[str, ...]
     polyplan_speedup: float
     overhead_note: str = ""  # which loop overhead the predictions used (`planner.engine_overhead`)
+    baseline_call: CallModel | None = None  # target-only `generate`'s whole-call cost (HF only)
+    call_note: str = ""  # what the whole-call model lacks in the profile ("" when nothing)
 
     @property
     def loss(self) -> float | None:
@@ -190,6 +194,14 @@ def export_plan(
     switches = profile_switch_costs(profile.meta, profile.source)
     target_curve = curve_from_profile(profile.model(plan.target), context_length)
     greedy = sampling == "greedy"
+    stored_call = profile_call_seconds(profile.meta, engine, sampling, profile.source) if engine == "hf" else None
+    per_call = 0.0 if stored_call is None else stored_call
+    target_prefill = prefill_curve(profile.model(plan.target))
+    missing = [] if stored_call is not None else ["HF's per-call cost"]
+    if target_prefill is None:
+        missing.append(f"{plan.target}'s prefill")
+    baseline_per_token = target_curve(1) + (0.0 if overhead is None else overhead.per_step_s)
+    baseline_call = CallModel(baseline_per_token, per_call, target_prefill, replaced_s=target_curve(1)) if engine == "hf" else None
     options = []
     for pair in profile.pairs:
         if pair.verifier != plan.target or sampling not in pair.sampling:
@@ -215,7 +227,17 @@ def export_plan(
         curves = [target_curve, curve_from_profile(profile.model(pair.drafter), context_length)]
         costs = [switches.get(plan.target, NO_SWITCH), switches.get(pair.drafter, NO_SWITCH)]
         k, prediction = _best_block(lambda k: predict_chain([alpha], curves, [k], overhead, costs, pad_verification=False), k_max)
-        options.append(EngineOption(pair.drafter, method, rule, alpha, k, prediction, source, None, sizes))
+        call = None
+        if engine == "hf":
+            drafter_model = None if method == "ngram" else profile.model(pair.drafter)
+            call = CallModel(
+                per_token_s=prediction.cost_per_token, per_call_s=per_call, target_prefill=target_prefill,
+                drafter_prefill=None if drafter_model is None else prefill_curve(drafter_model), extra_tokens=k,
+                replaced_s=target_curve(k + 1) + (0.0 if drafter_model is None else curves[1](1)),
+            )
+            if drafter_model is not None and call.drafter_prefill is None:
+                missing.append(f"{pair.drafter}'s prefill")
+        options.append(EngineOption(pair.drafter, method, rule, alpha, k, prediction, source, None, sizes, call))
     ranked = sorted((o for o in options if o.reason is None), key=lambda o: -o.speedup)
     others = [o for o in options if o.reason is not None]
     if not ranked:
@@ -232,6 +254,11 @@ def export_plan(
         polyplan_chain=plan.chain,
         polyplan_speedup=plan.predicted_speedup,
         overhead_note=used.note,
+        baseline_call=baseline_call,
+        call_note="" if not missing else (
+            "whole-call prediction leaves out " + ", ".join(dict.fromkeys(missing)) + " (not in the profile, made by an older "
+            "polyplan); re-run polyplan recommend --candidates to measure it"
+        ),
     )
 
 
