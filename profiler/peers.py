@@ -298,6 +298,7 @@ def peers_json(bench: PeersBenchmark) -> dict:
         "threads": bench.threads,
         "outputs_equal": not bench.mismatches,
         "hf_overhead": bench.overhead_note or None,
+        "whole_call_note": bench.call_note or None,
         "exported": _exported_json(bench),
         "mismatches": list(bench.mismatches),
         "rows": [
