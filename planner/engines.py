@@ -37,11 +37,13 @@ from polyplan.planner.engine_overhead import profile_call_seconds, prediction_ov
 from polyplan.planner.latency import curve_from_profile
 from polyplan.planner.overhead import NO_SWITCH, profile_switch_costs
 from polyplan.planner.plan_file import PlanFile
-from polyplan.planner.whole_call import CallModel, prefill_curve
+from polyplan.planner.whole_call import CallCount, CallModel, prefill_curve, whole_call_speedup
 from polyplan.profile import Profile
 
 ENGINES = ("hf", "vllm", "llama.cpp")
 FULL, ARGMAX = "full", "argmax"
+EXAMPLE_NEW_TOKENS = 128  # the whole-call example `polyplan export` prints (Spec-Bench's and bench peers' usual length)
+EXAMPLE_PROMPT_TOKENS = 128  # its prompt length when the plan records no context length
 
 
 @dataclass(frozen=True)
@@ -99,6 +101,17 @@ class EngineExport:
     overhead_note: str = ""  # which loop overhead the predictions used (`planner.engine_overhead`)
     baseline_call: CallModel | None = None  # target-only `generate`'s whole-call cost (HF only)
     call_note: str = ""  # what the whole-call model lacks in the profile ("" when nothing)
+    context_length: int | None = None  # the context the plan was made for (the whole-call example's prompt)
+
+    def whole_call_example(self) -> tuple[int, int, float] | None:
+        """(prompt tokens, new tokens, predicted whole-call speedup) of one example `generate`
+        call of the chosen option (HF only; None otherwise): the plan's context length as the
+        prompt, `EXAMPLE_NEW_TOKENS` new tokens."""
+        option = self.chosen
+        if option is None or option.call is None or self.baseline_call is None:
+            return None
+        calls = [CallCount(self.context_length or EXAMPLE_PROMPT_TOKENS, EXAMPLE_NEW_TOKENS)]
+        return calls[0].prompt_tokens, calls[0].new_tokens, whole_call_speedup(self.baseline_call, option.call, calls, calls)
 
     @property
     def loss(self) -> float | None:
@@ -255,6 +268,7 @@ def export_plan(
         polyplan_speedup=plan.predicted_speedup,
         overhead_note=used.note,
         baseline_call=baseline_call,
+        context_length=int(context_length) if isinstance(context_length, (int, float)) else None,
         call_note="" if not missing else (
             "whole-call prediction leaves out " + ", ".join(dict.fromkeys(missing)) + " (not in the profile, made by an older "
             "polyplan); re-run polyplan recommend --candidates to measure it"
@@ -343,6 +357,16 @@ def export_lines(export: EngineExport) -> list[str]:
             f"best: {option.drafter} ({option.method}) K={option.block_size}: predicted speedup {option.speedup:.2f}x "
             f"(alpha {option.alpha:.3f}, {rule}; {option.prediction.tokens_per_verification[0]:.2f} tokens per target pass)"
         )
+        lines.append("  (per decoded token: the long-generation limit, without prefill or per-call set-up)")
+        example = export.whole_call_example()
+        if example is not None:
+            prompt, new, speedup = example
+            lines.append(
+                f"whole generate calls (what polyplan bench peers measures), {prompt}-token prompt and {new} new tokens: "
+                f"predicted {speedup:.2f}x (prefill and per-call cost included)"
+            )
+            if export.call_note:
+                lines.append(export.call_note)
         if export.overhead_note:
             lines.append(export.overhead_note)
         lines.append(
@@ -391,6 +415,15 @@ def export_to_json(export: EngineExport) -> dict:
         "command": config_text(export) or None,
         "polyplan": {"chain": list(export.polyplan_chain), "predicted_speedup": export.polyplan_speedup},
         "loss": export.loss,
+        "whole_call_example": _example_json(export),
         "overhead": export.overhead_note or None,
         "options": [option_json(item) for item in export.options],
     }
+
+
+def _example_json(export: EngineExport) -> dict | None:
+    example = export.whole_call_example()
+    if example is None:
+        return None
+    prompt, new, speedup = example
+    return {"prompt_tokens": prompt, "new_tokens": new, "predicted_speedup": speedup, "note": export.call_note or None}

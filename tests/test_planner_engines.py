@@ -16,7 +16,7 @@ from polyplan.candidates import Candidate, parse_candidates
 from polyplan.cli import app
 from polyplan.errors import PolyplanError
 from polyplan.planner.cost_model import predict_chain
-from polyplan.planner.engines import config_text, engine_config, export_plan, export_to_json, loadable
+from polyplan.planner.engines import config_text, engine_config, export_lines, export_plan, export_to_json, loadable
 from polyplan.planner.latency import curve_from_profile
 from polyplan.planner.plan_file import read_plan, write_plan
 from polyplan.planner.search import recommend
@@ -269,3 +269,18 @@ def test_hf_export_carries_the_whole_call_model_of_each_option(files):
             assert call.drafter_prefill == PrefillCurve((64,), (TIMES[option.drafter] * 3,))
             assert call.replaced_s == pytest.approx(target(k + 1) + drafter(1))
     assert export_plan(read_plan(plan), profile, _candidates(root), "vllm").baseline_call is None
+    # the export prints the per-token figure as the long-generation limit, and one whole-call example
+    prompt, new, speedup = export.whole_call_example()
+    base, ours = export.baseline_call, export.chosen.call
+    assert (prompt, new) == (export.context_length or 128, 128)
+    assert speedup == pytest.approx(base.seconds(prompt, new) / ours.seconds(prompt, new))
+    lines = "\n".join(export_lines(export))
+    assert "long-generation limit" in lines and f"{prompt}-token prompt and {new} new tokens: predicted {speedup:.2f}x" in lines
+
+
+def test_export_cli_says_the_per_token_figure_is_the_long_generation_limit(files):
+    plan, _ = files
+    result = _invoke("export", "--plan", plan, "--engine", "hf")
+    assert result.exit_code == 0 and "per decoded token: the long-generation limit" in result.stdout
+    payload = json.loads(_invoke("export", "--plan", plan, "--engine", "hf", "--json").stdout)
+    assert payload["whole_call_example"]["new_tokens"] == 128 and "per-call cost" in payload["whole_call_example"]["note"]
