@@ -16,6 +16,10 @@ The HF rows' predictions are the HF export's (`planner.engines`): the exact cost
 polyplan's (the report says which). A last line says whether the exported HF configuration's
 measured speedup is within 10% of its prediction, with its predicted and measured tokens per
 target pass (an acceptance rate that differs on these prompts shows there first).
+Those predictions are per decoded token; each HF row also gets the whole-call prediction
+(`planner.whole_call`: HF's per-call cost and the prompt's prefills added per call, summed
+over this run's prompts with their lengths and the tokens each call emitted), which models
+what is measured here, and the verdict is judged by it.
 
 Speedup is Spec-Bench's: a configuration's tokens/s (its new tokens over its wall time, summed
 over the prompts of a category) over the baseline's. Tokens per target pass are new tokens
