@@ -19,8 +19,10 @@ exact cost model (`planner.cost_model.predict_chain`) with the profile's latency
 loop overhead and switch costs, as the plan's own chains, except that for HF the loop overhead
 is HF `generate`'s own when the profile has it (`planner.engine_overhead`): the prediction is
 then of HF assisted tokens/s over HF target-only tokens/s, what `bench peers` measures; the loss is measured against the
-plan's predicted speedup. A member an engine cannot load is listed with the reason, never
-exported. Pure: no torch, no I/O.
+plan's predicted speedup. The predictions are per decoded token (the long-generation limit);
+for HF each option also carries its whole-`generate`-call cost (`planner.whole_call`: per-call
+set-up and prefills), which `bench peers` sums over its prompts. A member an engine cannot
+load is listed with the reason, never exported. Pure: no torch, no I/O.
 """
 
 from __future__ import annotations
