@@ -101,6 +101,18 @@ def profile_engine_overhead(meta: dict[str, Any], engine: str, sampling: str, so
     return overhead_from_json(entry, f"{where}.{engine}.{sampling}")
 
 
+def profile_call_seconds(meta: dict[str, Any], engine: str, sampling: str, source: str = "profile") -> float | None:
+    """The per-`generate`-call cost the profile records for `engine` at `sampling` (None: not
+    measured, or an entry written before polyplan stored it)."""
+    entry = ((meta.get(ENGINE_OVERHEAD_KEY) or {}).get(engine) or {}).get(sampling)
+    if not isinstance(entry, dict) or entry.get("per_call_s") is None:
+        return None
+    value = entry["per_call_s"]
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not (math.isfinite(value) and value >= 0):
+        raise PolyplanError(f"{source}: meta.{ENGINE_OVERHEAD_KEY}.{engine}.{sampling}.per_call_s: must be a number >= 0, got {value!r}")
+    return float(value)
+
+
 def stored_fingerprint(meta: dict[str, Any], engine: str, sampling: str) -> str | None:
     """The fingerprint of the stored entry (None: none, or not an object)."""
     entry = ((meta.get(ENGINE_OVERHEAD_KEY) or {}).get(engine) or {}).get(sampling)

@@ -19,8 +19,10 @@ exact cost model (`planner.cost_model.predict_chain`) with the profile's latency
 loop overhead and switch costs, as the plan's own chains, except that for HF the loop overhead
 is HF `generate`'s own when the profile has it (`planner.engine_overhead`): the prediction is
 then of HF assisted tokens/s over HF target-only tokens/s, what `bench peers` measures; the loss is measured against the
-plan's predicted speedup. A member an engine cannot load is listed with the reason, never
-exported. Pure: no torch, no I/O.
+plan's predicted speedup. The predictions are per decoded token (the long-generation limit);
+for HF each option also carries its whole-`generate`-call cost (`planner.whole_call`: per-call
+set-up and prefills), which `bench peers` sums over its prompts. A member an engine cannot
+load is listed with the reason, never exported. Pure: no torch, no I/O.
 """
 
 from __future__ import annotations
@@ -33,14 +35,17 @@ from pathlib import Path
 from polyplan.candidates import Candidate, CandidateSet, EarlyExit, NGram, Quantize
 from polyplan.errors import PolyplanError
 from polyplan.planner.cost_model import ChainPrediction, predict_chain
-from polyplan.planner.engine_overhead import prediction_overhead
+from polyplan.planner.engine_overhead import profile_call_seconds, prediction_overhead
 from polyplan.planner.latency import curve_from_profile
 from polyplan.planner.overhead import NO_SWITCH, profile_switch_costs
 from polyplan.planner.plan_file import PlanFile
+from polyplan.planner.whole_call import CallCount, CallModel, prefill_curve, whole_call_speedup
 from polyplan.profile import Profile
 
 ENGINES = ("hf", "vllm", "llama.cpp")
 FULL, ARGMAX = "full", "argmax"
+EXAMPLE_NEW_TOKENS = 128  # the whole-call example `polyplan export` prints (Spec-Bench's and bench peers' usual length)
+EXAMPLE_PROMPT_TOKENS = 128  # its prompt length when the plan records no context length
 
 
 @dataclass(frozen=True)
@@ -68,6 +73,7 @@ class EngineOption:
     source: str
     reason: str | None
     ngram_sizes: tuple[int, int] | None = None
+    call: CallModel | None = None  # its whole-`generate`-call cost (`planner.whole_call`), HF only
 
     @property
     def speedup(self) -> float | None:
@@ -95,6 +101,19 @@ class EngineExport:
     polyplan_chain: tuple[str, ...]
     polyplan_speedup: float
     overhead_note: str = ""  # which loop overhead the predictions used (`planner.engine_overhead`)
+    baseline_call: CallModel | None = None  # target-only `generate`'s whole-call cost (HF only)
+    call_note: str = ""  # what the whole-call model lacks in the profile ("" when nothing)
+    context_length: int | None = None  # the context the plan was made for (the whole-call example's prompt)
+
+    def whole_call_example(self) -> tuple[int, int, float] | None:
+        """(prompt tokens, new tokens, predicted whole-call speedup) of one example `generate`
+        call of the chosen option (HF only; None otherwise): the plan's context length as the
+        prompt, `EXAMPLE_NEW_TOKENS` new tokens."""
+        option = self.chosen
+        if option is None or option.call is None or self.baseline_call is None:
+            return None
+        calls = [CallCount(self.context_length or EXAMPLE_PROMPT_TOKENS, EXAMPLE_NEW_TOKENS)]
+        return calls[0].prompt_tokens, calls[0].new_tokens, whole_call_speedup(self.baseline_call, option.call, calls, calls)
 
     @property
     def loss(self) -> float | None:
@@ -190,6 +209,14 @@ def export_plan(
     switches = profile_switch_costs(profile.meta, profile.source)
     target_curve = curve_from_profile(profile.model(plan.target), context_length)
     greedy = sampling == "greedy"
+    stored_call = profile_call_seconds(profile.meta, engine, sampling, profile.source) if engine == "hf" else None
+    per_call = 0.0 if stored_call is None else stored_call
+    target_prefill = prefill_curve(profile.model(plan.target))
+    missing = [] if stored_call is not None else ["HF's per-call cost"]
+    if target_prefill is None:
+        missing.append(f"{plan.target}'s prefill")
+    baseline_per_token = target_curve(1) + (0.0 if overhead is None else overhead.per_step_s)
+    baseline_call = CallModel(baseline_per_token, per_call, target_prefill, replaced_s=target_curve(1)) if engine == "hf" else None
     options = []
     for pair in profile.pairs:
         if pair.verifier != plan.target or sampling not in pair.sampling:
@@ -215,7 +242,17 @@ def export_plan(
         curves = [target_curve, curve_from_profile(profile.model(pair.drafter), context_length)]
         costs = [switches.get(plan.target, NO_SWITCH), switches.get(pair.drafter, NO_SWITCH)]
         k, prediction = _best_block(lambda k: predict_chain([alpha], curves, [k], overhead, costs, pad_verification=False), k_max)
-        options.append(EngineOption(pair.drafter, method, rule, alpha, k, prediction, source, None, sizes))
+        call = None
+        if engine == "hf":
+            drafter_model = None if method == "ngram" else profile.model(pair.drafter)
+            call = CallModel(
+                per_token_s=prediction.cost_per_token, per_call_s=per_call, target_prefill=target_prefill,
+                drafter_prefill=None if drafter_model is None else prefill_curve(drafter_model), extra_tokens=k,
+                replaced_s=target_curve(k + 1) + (0.0 if drafter_model is None else curves[1](1)),
+            )
+            if drafter_model is not None and call.drafter_prefill is None:
+                missing.append(f"{pair.drafter}'s prefill")
+        options.append(EngineOption(pair.drafter, method, rule, alpha, k, prediction, source, None, sizes, call))
     ranked = sorted((o for o in options if o.reason is None), key=lambda o: -o.speedup)
     others = [o for o in options if o.reason is not None]
     if not ranked:
@@ -232,6 +269,12 @@ def export_plan(
         polyplan_chain=plan.chain,
         polyplan_speedup=plan.predicted_speedup,
         overhead_note=used.note,
+        baseline_call=baseline_call,
+        context_length=int(context_length) if isinstance(context_length, (int, float)) else None,
+        call_note="" if not missing else (
+            "whole-call prediction leaves out " + ", ".join(dict.fromkeys(missing)) + " (not in the profile, made by an older "
+            "polyplan); re-run polyplan recommend --candidates to measure it"
+        ),
     )
 
 
@@ -316,6 +359,16 @@ def export_lines(export: EngineExport) -> list[str]:
             f"best: {option.drafter} ({option.method}) K={option.block_size}: predicted speedup {option.speedup:.2f}x "
             f"(alpha {option.alpha:.3f}, {rule}; {option.prediction.tokens_per_verification[0]:.2f} tokens per target pass)"
         )
+        lines.append("  (per decoded token: the long-generation limit, without prefill or per-call set-up)")
+        example = export.whole_call_example()
+        if example is not None:
+            prompt, new, speedup = example
+            lines.append(
+                f"whole generate calls (what polyplan bench peers measures), {prompt}-token prompt and {new} new tokens: "
+                f"predicted {speedup:.2f}x (prefill and per-call cost included)"
+            )
+            if export.call_note:
+                lines.append(export.call_note)
         if export.overhead_note:
             lines.append(export.overhead_note)
         lines.append(
@@ -364,6 +417,15 @@ def export_to_json(export: EngineExport) -> dict:
         "command": config_text(export) or None,
         "polyplan": {"chain": list(export.polyplan_chain), "predicted_speedup": export.polyplan_speedup},
         "loss": export.loss,
+        "whole_call_example": _example_json(export),
         "overhead": export.overhead_note or None,
         "options": [option_json(item) for item in export.options],
     }
+
+
+def _example_json(export: EngineExport) -> dict | None:
+    example = export.whole_call_example()
+    if example is None:
+        return None
+    prompt, new, speedup = example
+    return {"prompt_tokens": prompt, "new_tokens": new, "predicted_speedup": speedup, "note": export.call_note or None}

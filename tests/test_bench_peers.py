@@ -76,7 +76,14 @@ def test_bench_peers_races_hf_and_polyplan_per_category_with_equal_outputs(plan)
     exported = payload["exported"]
     assert exported["configuration"] in configs and exported["configuration"].startswith("HF ")
     row = next(r for r in overall if r["configuration"] == exported["configuration"])
-    assert exported["error"] == pytest.approx(row["predicted_speedup"] / row["speedup"] - 1)
+    # issue 14c: the verdict is judged by the whole-call prediction (prefill and per-call cost too)
+    assert exported["predicted_per_token_speedup"] == row["predicted_speedup"]
+    assert exported["predicted_speedup"] == row["predicted_whole_call_speedup"] == exported["predicted_whole_call_speedup"]
+    assert exported["error"] == pytest.approx(row["predicted_whole_call_speedup"] / row["speedup"] - 1)
+    assert all(r["predicted_whole_call_speedup"] is not None for r in overall if r["configuration"].startswith("HF "))
+    assert overall[-1]["predicted_whole_call_speedup"] is None  # polyplan's own decoder: per token only
+    # no HF overhead entry, so no per-call cost: the whole-call model says what it leaves out
+    assert "HF's per-call cost" in payload["whole_call_note"]
     assert exported["within_tolerance"] == (abs(exported["error"]) <= 0.10)
 
 
@@ -101,3 +108,38 @@ def test_negative_control_a_configuration_with_other_output_is_reported():
     assert "OUTPUTS DIFFER" in "\n".join(peers_lines(bench))
     row = next(r for r in bench.rows if r.label == "lossy" and r.category == "math")
     assert row.tokens_per_target_pass == 3.0 and row.tokens == 6
+
+
+def test_whole_call_prediction_uses_profile_costs_and_the_calls_token_counts_only():
+    """Issue 14c: the whole-call prediction of a row is the model's seconds for the bench's own
+    calls (prompt lengths, tokens emitted), never its measured times; the verdict uses it."""
+    from polyplan.planner.whole_call import CallModel, PrefillCurve
+    from polyplan.profiler.peers import PeerConfig, exported_check, peers_lines, race_peers
+    from polyplan.profiler.prompts import EncodedPrompt, Prompt
+
+    prompts = [EncodedPrompt(Prompt("x", "spec_bench:math", "q:1"), (1, 2, 3, 4)),
+               EncodedPrompt(Prompt("y", "spec_bench:code", "q:2"), tuple(range(1, 11)))]
+    prefill = PrefillCurve((10,), (0.010,))
+    base_model = CallModel(per_token_s=0.010, per_call_s=0.002, target_prefill=prefill, replaced_s=0.010)
+    fast_model = CallModel(per_token_s=0.004, per_call_s=0.002, target_prefill=prefill, extra_tokens=2, replaced_s=0.005)
+    base = PeerConfig("base", None, lambda ids: ([7] * len(ids), len(ids)), call=base_model)
+    fast = PeerConfig("fast", 2.5, lambda ids: ([7] * len(ids), 2), exported=True, call=fast_model)
+    bench = race_peers([base, fast], prompts, repeats=2, new_tokens=10)
+    # each prompt emits as many tokens as it has (4 and 10), twice (two repeats)
+    base_s = 2 * (base_model.seconds(4, 4) + base_model.seconds(10, 10))
+    fast_s = 2 * (fast_model.seconds(4, 4) + fast_model.seconds(10, 10))
+    row = next(r for r in bench.rows if r.label == "fast" and r.category == "all")
+    assert row.predicted_speedup == 2.5
+    assert row.predicted_call_speedup == pytest.approx(base_s / fast_s)
+    math_row = next(r for r in bench.rows if r.label == "fast" and r.category == "math")
+    assert math_row.predicted_call_speedup == pytest.approx(base_model.seconds(4, 4) / fast_model.seconds(4, 4))
+    checked, error = exported_check(bench)
+    assert error == pytest.approx(row.predicted_call_speedup / row.speedup - 1)
+    text = "\n".join(peers_lines(bench))
+    assert f"predicted {row.predicted_call_speedup:.2f}x whole-call (per-token limit 2.50x)" in text
+    # negative control: without a call model the row (and the verdict) stay per token
+    plain = race_peers([base, PeerConfig("fast", 2.5, fast.run, exported=True)], prompts, repeats=1, new_tokens=10)
+    plain_row = next(r for r in plain.rows if r.category == "all" and r.label == "fast")
+    assert plain_row.predicted_call_speedup is None
+    assert exported_check(plain)[1] == pytest.approx(2.5 / plain_row.speedup - 1)
+    assert "per-token (no whole-call model)" in "\n".join(peers_lines(plain))

@@ -16,7 +16,7 @@ from polyplan.candidates import Candidate, parse_candidates
 from polyplan.cli import app
 from polyplan.errors import PolyplanError
 from polyplan.planner.cost_model import predict_chain
-from polyplan.planner.engines import config_text, engine_config, export_plan, export_to_json, loadable
+from polyplan.planner.engines import config_text, engine_config, export_lines, export_plan, export_to_json, loadable
 from polyplan.planner.latency import curve_from_profile
 from polyplan.planner.plan_file import read_plan, write_plan
 from polyplan.planner.search import recommend
@@ -231,3 +231,56 @@ def test_export_says_which_loop_overhead_it_used_and_hf_uses_its_own(files):
     assert chosen["predicted_speedup"] == pytest.approx(expected.speedup, rel=1e-12)
     vllm = _invoke("export", "--plan", plan, "--engine", "vllm")
     assert "loop overhead: polyplan's (0 us/step + 0 us/round); vllm's own loop is not measured by polyplan" in vllm.stdout
+
+
+def test_hf_export_carries_the_whole_call_model_of_each_option(files):
+    """Issue 14c: the HF export models whole `generate` calls from the profile: the stored
+    per-call cost, the target's and a draft model's prefill (none for n-gram), K extra tokens in
+    the target's first pass, and the first passes' decode work replaced by the prefills."""
+    from polyplan.planner.engine_overhead import ENGINE_OVERHEAD_KEY
+    from polyplan.planner.whole_call import PrefillCurve
+    from polyplan.profile import PrefillPoint
+
+    plan, root = files
+    profile = _profile()
+    old = export_plan(read_plan(plan), profile, _candidates(root), "hf")
+    assert "HF's per-call cost" in old.call_note and "target's prefill" in old.call_note
+    assert old.baseline_call.per_call_s == 0.0 and old.baseline_call.target_prefill is None
+    for model in profile.models:
+        model.prefill = [PrefillPoint(64, TIMES[model.name] * 3)]
+    profile.meta[ENGINE_OVERHEAD_KEY] = {"hf": {"t1.0": {"per_step_s": 0.001, "per_round_s": 0.002, "per_call_s": 0.007}}}
+    export = export_plan(read_plan(plan), profile, _candidates(root), "hf")
+    assert export.call_note == ""
+    target = curve_from_profile(profile.model("target"), None)
+    assert export.baseline_call.per_call_s == 0.007
+    assert export.baseline_call.per_token_s == pytest.approx(target(1) + 0.001)
+    assert export.baseline_call.replaced_s == pytest.approx(target(1))
+    assert export.baseline_call.target_prefill == PrefillCurve((64,), (TIMES["target"] * 3,))
+    for option in export.options:
+        if option.reason is not None:
+            assert option.call is None
+            continue
+        call, k = option.call, option.block_size
+        assert call.per_token_s == option.prediction.cost_per_token and call.extra_tokens == k and call.per_call_s == 0.007
+        drafter = curve_from_profile(profile.model(option.drafter), None)
+        if option.method == "ngram":
+            assert call.drafter_prefill is None and call.replaced_s == pytest.approx(target(k + 1))
+        else:
+            assert call.drafter_prefill == PrefillCurve((64,), (TIMES[option.drafter] * 3,))
+            assert call.replaced_s == pytest.approx(target(k + 1) + drafter(1))
+    assert export_plan(read_plan(plan), profile, _candidates(root), "vllm").baseline_call is None
+    # the export prints the per-token figure as the long-generation limit, and one whole-call example
+    prompt, new, speedup = export.whole_call_example()
+    base, ours = export.baseline_call, export.chosen.call
+    assert (prompt, new) == (export.context_length or 128, 128)
+    assert speedup == pytest.approx(base.seconds(prompt, new) / ours.seconds(prompt, new))
+    lines = "\n".join(export_lines(export))
+    assert "long-generation limit" in lines and f"{prompt}-token prompt and {new} new tokens: predicted {speedup:.2f}x" in lines
+
+
+def test_export_cli_says_the_per_token_figure_is_the_long_generation_limit(files):
+    plan, _ = files
+    result = _invoke("export", "--plan", plan, "--engine", "hf")
+    assert result.exit_code == 0 and "per decoded token: the long-generation limit" in result.stdout
+    payload = json.loads(_invoke("export", "--plan", plan, "--engine", "hf", "--json").stdout)
+    assert payload["whole_call_example"]["new_tokens"] == 128 and "per-call cost" in payload["whole_call_example"]["note"]
