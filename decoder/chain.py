@@ -80,7 +80,7 @@ def generate(
         raise PolyplanError(f"max_new_tokens: {max_new_tokens!r} must be an integer >= 1")
     if max(prompt) >= vocab or min(prompt) < 0:
         raise PolyplanError(f"prompt_ids: token ids must lie in [0, {vocab}), got {min(prompt)}..{max(prompt)}")
-    lookahead = _lookahead(blocks) + max((w.max_padding for w in widths), default=0)
+    lookahead = context_reserve(blocks, widths)
     _check_context(members, len(prompt), max_new_tokens, lookahead)
     eos = None if eos_token_id is None else frozenset([eos_token_id] if isinstance(eos_token_id, int) else eos_token_id)
 
@@ -317,6 +317,13 @@ def _check_widths(verify_widths: Sequence[VerifyWidths], n: int) -> tuple[Verify
         if not isinstance(item, VerifyWidths):
             raise PolyplanError(f"verify_widths[{index}]: must be a planner.verify_width.VerifyWidths, got {type(item).__name__}")
     return widths
+
+
+def context_reserve(block_sizes: Sequence[int], verify_widths: Sequence[VerifyWidths] = ()) -> int:
+    """Context a chain needs beyond the committed prefix: the deepest draft lookahead plus the
+    widest padding of a verification pass (what `generate` checks against every member's
+    context; callers that fit prompts reserve the same)."""
+    return _lookahead(tuple(block_sizes)) + max((widths.max_padding for widths in verify_widths), default=0)
 
 
 def _lookahead(blocks: tuple[int, ...]) -> int:

@@ -21,7 +21,7 @@ from typing import Protocol
 
 import torch
 
-from polyplan.decoder.chain import generate
+from polyplan.decoder.chain import context_reserve, generate
 from polyplan.decoder.member import ChainMember, stop_token_ids
 from polyplan.decoder.sampling import Sampling
 from polyplan.errors import PolyplanError
@@ -167,8 +167,9 @@ def fit_prompts(
 
 
 def reserve_for(specs: Sequence[ChainSpec], new_tokens: int) -> int:
-    """Context a run needs beyond its prompt: new tokens plus the deepest draft lookahead."""
-    return new_tokens + max(sum(spec.planned.block_sizes) for spec in specs)
+    """Context a run needs beyond its prompt: new tokens plus the deepest draft lookahead and
+    verification padding (`decoder.chain.context_reserve`, what the decoder checks)."""
+    return new_tokens + max(context_reserve(spec.planned.block_sizes, spec.planned.verify_widths) for spec in specs)
 
 
 def context_limit(members: Mapping[str, ChainMember], specs: Sequence[ChainSpec]) -> int | None:

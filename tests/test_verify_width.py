@@ -221,3 +221,27 @@ def test_recommend_says_which_passes_it_pads():
 
     lines = table_lines(recommend(_non_monotone_profile(), k_max=4))
     assert "padded: A verifies 2 tokens at width 4, 3 tokens at width 4 (cheaper there: its T(k) is not monotone)" in lines
+
+
+def test_validation_reserves_the_context_the_decoder_checks_with_padding():
+    """Found by the slow quick-demo test: validation fitted prompts for the block sizes alone,
+    then the decoder (which also reserves the widest padding) refused the longest prompt."""
+    import dataclasses
+
+    from polyplan.decoder.chain import context_reserve
+    from polyplan.planner.plan_file import PlannedChain
+    from polyplan.profiler.validation_results import ChainSpec
+    from polyplan.profiler.validation_runs import reserve_for
+
+    padded = VerifyWidths(pads=((2, 4), (3, 4)))  # a pass over 2 tokens runs at width 4: 2 extra
+    planned = PlannedChain(
+        chain=("t", "d"), block_sizes=(5,), exact_speedup=1.5, paper_speedup=2.0, acceptances=(0.8,),
+        forwards_per_token=(0.3, 1.0), tokens_per_verification=(3.0,), drafted_per_verification=(5.0,),
+        time_per_token_s=(0.01, 0.001), paper_phi_per_token=(0.3, 1.0), paper_mean_lengths=(3.0,),
+        overhead_per_token_s=0.0,
+    )
+    plain = ChainSpec(planned, ("recommended",), 1)
+    with_pads = ChainSpec(dataclasses.replace(planned, verify_widths=(padded,)), ("recommended",), 1)
+    assert context_reserve((5,), (padded,)) == 5 + 2
+    assert reserve_for([plain], 16) == 16 + 5
+    assert reserve_for([plain, with_pads], 16) == 16 + 7  # negative control above: no padding, no extra
