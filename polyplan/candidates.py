@@ -47,6 +47,7 @@ A derived entry runs on its base's device unless it names its own.
 
 from __future__ import annotations
 
+import dataclasses
 import re
 from dataclasses import dataclass
 from pathlib import Path
@@ -379,11 +380,7 @@ def _inherit_device(candidate: Candidate, by_name: dict[str, Candidate]) -> Cand
         current = by_name[base] if base is not None else None
     device = current.device if current is not None else "cpu"
     root = _root(candidate, by_name)
-    return Candidate(
-        candidate.name, candidate.source, candidate.source_kind, candidate.derive,
-        candidate.is_target, root.dtype, device, root.padded_vocab,
-        candidate.device_map, candidate.max_memory, candidate.offload_folder,
-    )
+    return dataclasses.replace(candidate, dtype=root.dtype, device=device, padded_vocab=root.padded_vocab)
 
 
 def base_chain(candidates: CandidateSet, name: str) -> tuple[Candidate, ...]:

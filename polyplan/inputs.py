@@ -40,6 +40,8 @@ def parse_json_text(text: str, label: str) -> Any:
         value = json.loads(text)
     except json.JSONDecodeError as error:
         raise PolyplanError(f"{label}: not valid JSON (line {error.lineno}, column {error.colno}: {error.msg})") from None
+    except ValueError as error:  # e.g. an integer longer than Python's int-string limit (4300 digits)
+        raise PolyplanError(f"{label}: not valid JSON ({error})") from None
     except RecursionError:
         raise PolyplanError(f"{label}: nested too deeply (more than {MAX_DEPTH} levels)") from None
     check_depth(value, label)

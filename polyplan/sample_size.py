@@ -30,10 +30,11 @@ def too_few_prompts(prompts: int) -> str | None:
     """The warning a profiling run prints when its prompt set is too small for intervals."""
     if enough_for_interval(prompts):
         return None
+    resamples = distinct_resamples(prompts)
+    noun = f"{prompts} prompt{'s' if prompts != 1 else ''}"
     return (
-        f"{prompts} prompt{'s' if prompts != 1 else ''}: too few for confidence intervals (a bootstrap over "
-        f"{prompts} prompt{'s' if prompts != 1 else ''} has {distinct_resamples(prompts)} distinct resample"
-        f"{'s' if distinct_resamples(prompts) != 1 else ''}; needs >= {MIN_PROMPTS} prompts); the profile records no "
+        f"{noun}: too few for confidence intervals (a bootstrap over {noun} has {resamples} distinct resample"
+        f"{'s' if resamples != 1 else ''}; needs >= {MIN_PROMPTS} prompts); the profile records no "
         "intervals and every number in it rests on these few prompts"
     )
 

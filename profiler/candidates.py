@@ -72,15 +72,10 @@ def _source_fingerprint(candidate: Candidate) -> str:
 def with_device(candidates: CandidateSet, device: str) -> CandidateSet:
     """The same candidates, every one placed on `device` (the n-gram drafter stays on the CPU, and
     a `device_map: auto` model and its derived copies where accelerate puts their layers)."""
-    by_name = {c.name: c for c in candidates.candidates}
-
-    def split(candidate) -> bool:
-        while candidate.derive is not None and not isinstance(candidate.derive, NGram):
-            candidate = by_name[candidate.derive.base]
-        return candidate.device_map is not None
-
     moved = tuple(
-        c if isinstance(c.derive, NGram) or split(c) else dataclasses.replace(c, device=device) for c in candidates.candidates
+        c if isinstance(c.derive, NGram) or base_chain(candidates, c.name)[-1].device_map is not None
+        else dataclasses.replace(c, device=device)
+        for c in candidates.candidates
     )
     return CandidateSet(moved, candidates.origin)
 

@@ -399,3 +399,16 @@ def test_an_error_naming_a_value_with_control_characters_stays_one_line(tmp_path
     lines = result.stderr.strip().splitlines()
     assert result.exit_code == 2 and len(lines) == 1 and lines[0].startswith("error: "), result.stderr
     assert "0\\r\\nx" in lines[0]
+
+
+def test_validate_refuses_zero_prompts_per_kind_up_front(plan, tmp_path):
+    """A merge once turned `--prompts-per-kind 0` into the default 4 (`0 or 4`)."""
+    _fails(_run("validate", "--plan", plan, "--prompts-per-kind", "0", "--out", tmp_path / "r"),
+           "--prompts-per-kind: must be >= 1")
+
+
+def test_an_integer_longer_than_pythons_digit_limit_is_one_line(tmp_path):
+    """`json.loads` raises a plain ValueError past 4300 digits, not a JSONDecodeError."""
+    bad = tmp_path / "p.json"
+    bad.write_text('{"schema_version": ' + "9" * 5000 + "}\n", encoding="utf-8")
+    _fails(_run("recommend", "--profile", bad), "not valid JSON")

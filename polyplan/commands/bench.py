@@ -44,9 +44,8 @@ def decoder(
     json_output: Annotated[bool, typer.Option("--json", help="Print one JSON object.")] = False,
 ) -> None:
     """Race polyplan's decoding loop against Hugging Face generate (plain and assisted), greedy."""
-    import torch
-
     from polyplan import options
+    from polyplan.commands.recommend import set_threads
     from polyplan.devices import check_device
     from polyplan.locks import timing_lock
 
@@ -55,8 +54,7 @@ def decoder(
         options.at_least(value, 1, option)
     options.block_size(block_size, "--block-size")
     check_device(device)
-    if threads is not None:
-        torch.set_num_threads(threads)
+    set_threads(threads)
     count, texts = _prompt_option(prompts)
     options.at_least(count, 1, "--prompts")
     with timing_lock():

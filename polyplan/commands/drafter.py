@@ -34,8 +34,9 @@ def distill(
     from polyplan.zoo.distill import QUICK, DistillSettings, distill_drafter
     from polyplan.zoo.train import torch_threads
 
-    if threads < 1:
-        raise PolyplanError(f"--threads: must be >= 1, got {threads}")
+    from polyplan import options
+
+    options.at_least(threads, 1, "--threads")
     sizes = {"vocab": vocab, "layers": layers, "hidden": hidden, "steps": steps, "batch_size": batch_size, "window": window}
     given = {name: value for name, value in sizes.items() if value is not None}
     if quick and given:

@@ -103,14 +103,16 @@ def validate(
     settings = ValidationSettings(new_tokens=new_tokens, repeats=repeats, top=top, seed=seed)
     options.seed(seed)
     options.at_least(threads, 1, "--threads")
+    options.at_least(prompts_per_kind, 1, "--prompts-per-kind")
     if prompts is not None:
         options.unused_without("the built-in prompts", [("--prompts-per-kind", prompts_per_kind)], "--prompts gives the prompts")
     check_validation_folder(out, [("--plan", plan), ("--prompts", prompts), ("--candidates", candidates)])
     planned = read_plan(plan)
-    check_plan(planned, str(plan), plan_profile(planned))  # a hand-edited plan is refused before any work
+    profiled = plan_profile(planned)  # read and checked once, for the plan check and the run
+    check_plan(planned, str(plan), profiled)  # a hand-edited plan is refused before any work
     select_chains(planned, top, str(plan))  # cheap checks first: a bad --top or changed model loads nothing
     candidate_set = plan_candidates(planned, str(plan), candidates)
-    prompt_set = validation_prompt_set(prompts, per_kind=prompts_per_kind or 4, max_prompts=max_prompts, raw=raw_prompts)
+    prompt_set = validation_prompt_set(prompts, per_kind=4 if prompts_per_kind is None else prompts_per_kind, max_prompts=max_prompts, raw=raw_prompts)
     set_threads(threads if threads is not None else plan_threads(str(planned.payload.get("device", ""))))
     loaded = load_candidates(candidate_set)
     members = {item.candidate.name: item.member for item in loaded.candidates}
@@ -126,7 +128,7 @@ def validate(
             prompt_source=prompt_set.source,
             truncate_prompts=prompt_set.truncate,
             progress=progress,
-            profile=plan_profile(planned),
+            profile=profiled,
         )
     files = write_report(validation, out)
     if json_output:
