@@ -48,6 +48,7 @@ def check_acceptance(acceptance: float, name: str = "acceptance") -> float:
 
 
 MAX_THEORY_K = 10**6  # beyond it every formula has long converged, and float powers overflow
+MAX_PAPER_N = MAX_THEORY_K + 1  # the paper's n is K or K + 1
 
 
 def check_block_size(k: int, name: str = "k", maximum: int = MAX_THEORY_K) -> int:
@@ -125,7 +126,7 @@ def paper_eq3_mean(alpha: float, n: int) -> float:
     This function takes the number the caller chooses to call α (see `paper_eq3_mean_literal`).
     """
     a = check_acceptance(alpha, "alpha")
-    n = check_block_size(n, "n", MAX_THEORY_K + 1)  # the paper's n is K or K + 1
+    n = check_block_size(n, "n", MAX_PAPER_N)
     return float(_mean_expr(a, n))
 
 
@@ -150,14 +151,14 @@ def paper_a2_variance(p_success: float, n: int) -> float:
     """
     if isinstance(p_success, bool) or not (isinstance(p_success, (int, float)) and 0 < p_success <= 1):
         raise PolyplanError(f"p_success: must be in (0, 1], got {p_success!r}")
-    n = check_block_size(n, "n", MAX_THEORY_K + 1)  # the paper's n is K or K + 1
+    n = check_block_size(n, "n", MAX_PAPER_N)
     return float(_paper_a2_expr(float(p_success), n))
 
 
 def paper_sigma2(alpha_fail: float, n: int) -> float:
     """Section 3.1's σ² as printed, in the paper's α (A.2 with p = 1 − α)."""
     a = check_acceptance(alpha_fail, "alpha_fail")
-    n = check_block_size(n, "n", MAX_THEORY_K + 1)  # the paper's n is K or K + 1
+    n = check_block_size(n, "n", MAX_PAPER_N)
     return float(_paper_a2_expr(1.0 - a, n))
 
 
@@ -168,7 +169,7 @@ def paper_eq4_relative_variability(alpha_fail: float, n: int) -> float:
     so eq. 4 is undefined). Note eq. 4 divides by (1 − α^n) while eq. 3 has (1 − α^{n+1}).
     """
     a = check_acceptance(alpha_fail, "alpha_fail")
-    n = check_block_size(n, "n", MAX_THEORY_K + 1)  # the paper's n is K or K + 1
+    n = check_block_size(n, "n", MAX_PAPER_N)
     radicand = a * (1 - (n**2 - 1) * a**n) - (n**2 - 1) * a ** (n + 1)
     if radicand < 0 or a == 0:
         return math.nan if radicand < 0 else 0.0

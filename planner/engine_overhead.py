@@ -30,6 +30,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from polyplan.errors import PolyplanError
+from polyplan.inputs import is_finite_number
 from polyplan.planner.overhead import LoopOverhead, overhead_from_json, profile_overhead
 
 ENGINE_OVERHEAD_KEY = "engine_overhead"
@@ -87,35 +88,40 @@ def engine_overhead_entry(
     return {**overhead.loop.to_json_dict(), "per_call_s": float(overhead.per_call_s), "fingerprint": fingerprint, **(details or {})}
 
 
-def profile_engine_overhead(meta: dict[str, Any], engine: str, sampling: str, source: str = "profile") -> LoopOverhead | None:
-    """The loop overhead a profile's `meta` records for `engine` at `sampling` (None: not measured)."""
+def _entry(meta: dict[str, Any], engine: str, sampling: str, source: str) -> Any:
+    """The raw entry `meta["engine_overhead"][engine][sampling]` (None: none stored); a table
+    that is not an object keyed by engine, then by sampling mode, is a PolyplanError."""
     table = meta.get(ENGINE_OVERHEAD_KEY)
     if table is None:
         return None
-    where = f"{source}: meta.{ENGINE_OVERHEAD_KEY}"
     if not isinstance(table, dict) or not isinstance(table.get(engine, {}), dict):
-        raise PolyplanError(f"{where}: must be an object keyed by engine, then by sampling mode")
-    entry = table.get(engine, {}).get(sampling)
+        raise PolyplanError(f"{source}: meta.{ENGINE_OVERHEAD_KEY}: must be an object keyed by engine, then by sampling mode")
+    return table.get(engine, {}).get(sampling)
+
+
+def profile_engine_overhead(meta: dict[str, Any], engine: str, sampling: str, source: str = "profile") -> LoopOverhead | None:
+    """The loop overhead a profile's `meta` records for `engine` at `sampling` (None: not measured)."""
+    entry = _entry(meta, engine, sampling, source)
     if entry is None:
         return None
-    return overhead_from_json(entry, f"{where}.{engine}.{sampling}")
+    return overhead_from_json(entry, f"{source}: meta.{ENGINE_OVERHEAD_KEY}.{engine}.{sampling}")
 
 
 def profile_call_seconds(meta: dict[str, Any], engine: str, sampling: str, source: str = "profile") -> float | None:
     """The per-`generate`-call cost the profile records for `engine` at `sampling` (None: not
     measured, or an entry written before polyplan stored it)."""
-    entry = ((meta.get(ENGINE_OVERHEAD_KEY) or {}).get(engine) or {}).get(sampling)
+    entry = _entry(meta, engine, sampling, source)
     if not isinstance(entry, dict) or entry.get("per_call_s") is None:
         return None
     value = entry["per_call_s"]
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not (math.isfinite(value) and value >= 0):
+    if not (is_finite_number(value) and value >= 0):
         raise PolyplanError(f"{source}: meta.{ENGINE_OVERHEAD_KEY}.{engine}.{sampling}.per_call_s: must be a number >= 0, got {value!r}")
     return float(value)
 
 
-def stored_fingerprint(meta: dict[str, Any], engine: str, sampling: str) -> str | None:
+def stored_fingerprint(meta: dict[str, Any], engine: str, sampling: str, source: str = "profile") -> str | None:
     """The fingerprint of the stored entry (None: none, or not an object)."""
-    entry = ((meta.get(ENGINE_OVERHEAD_KEY) or {}).get(engine) or {}).get(sampling)
+    entry = _entry(meta, engine, sampling, source)
     return entry.get("fingerprint") if isinstance(entry, dict) else None
 
 

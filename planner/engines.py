@@ -40,7 +40,7 @@ from polyplan.planner.latency import curve_from_profile
 from polyplan.planner.overhead import NO_SWITCH, profile_switch_costs
 from polyplan.planner.plan_file import PlanFile
 from polyplan.planner.whole_call import CallCount, CallModel, prefill_curve, whole_call_speedup
-from polyplan.profile import Profile
+from polyplan.profile import Profile, sampling_temperature
 
 ENGINES = ("hf", "vllm", "llama.cpp")
 FULL, ARGMAX = "full", "argmax"
@@ -130,10 +130,6 @@ def check_engine(engine: str) -> str:
     return engine
 
 
-def _temperature(sampling: str) -> float:
-    return 0.0 if sampling == "greedy" else float(sampling[1:])
-
-
 def _is_gguf(candidate: Candidate) -> bool:
     return candidate.source is not None and (candidate.source_kind == "gguf" or candidate.source.lower().endswith(".gguf"))
 
@@ -197,13 +193,14 @@ def export_plan(
     check_engine(engine)
     builtin_folders = builtin_folders or {}
     target = candidates.by_name(plan.target)
-    method, target_source, reason = loadable(engine, target, builtin_folders.get(target.source or ""))
+    _, target_source, reason = loadable(engine, target, builtin_folders.get(target.source or ""))
     if reason is not None:
         raise PolyplanError(f"--engine {engine}: cannot load the plan's target {target.name!r}: {reason}")
+    search = plan.payload.get("search") or {}
     if k_max is None:
-        k_max = int((plan.payload.get("search") or {}).get("k_max") or 8)
+        k_max = int(search.get("k_max") or 8)
     sampling = plan.sampling
-    context_length = (plan.payload.get("search") or {}).get("context_length")
+    context_length = search.get("context_length")
     used = prediction_overhead(profile.meta, engine, sampling, profile.source)
     overhead = used.overhead
     switches = profile_switch_costs(profile.meta, profile.source)
@@ -263,8 +260,8 @@ def export_plan(
         target=plan.target,
         target_source=target_source,
         sampling=sampling,
-        temperature=_temperature(sampling),
-        chosen=ranked[0] if ranked else None,
+        temperature=sampling_temperature(sampling),
+        chosen=ranked[0],
         options=tuple(ranked + others),
         polyplan_chain=plan.chain,
         polyplan_speedup=plan.predicted_speedup,

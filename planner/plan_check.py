@@ -58,7 +58,8 @@ def _planned_on(plan: PlanFile, profile: Profile) -> bool:
     """Whether `profile` is exactly what the plan was made from (its recorded digest). A
     profile measured again since (a later `recommend --candidates` re-times the loop overhead)
     cannot tell an edited plan from a stale one, so the predictions are not compared then."""
-    recorded = (plan.payload.get("profile") or {}).get("digest") if isinstance(plan.payload.get("profile"), dict) else None
+    recorded_profile = plan.payload.get("profile")
+    recorded = recorded_profile.get("digest") if isinstance(recorded_profile, dict) else None
     return isinstance(recorded, str) and recorded == profile_digest(profile)
 
 

@@ -66,7 +66,7 @@ from typing import Any
 
 from polyplan.atomic import write_text_atomically
 from polyplan.errors import PolyplanError
-from polyplan.inputs import is_finite_number
+from polyplan.inputs import is_finite_number, read_json_file
 from polyplan.planner.overhead import LoopOverhead, overhead_from_json, profile_overhead
 from polyplan.planner.prediction_interval import DEFAULT_RESAMPLES, PredictionIntervals, prediction_intervals
 from polyplan.planner.search import ChainPlan, Recommendation, recommend
@@ -246,8 +246,6 @@ def plan_from_profile(
 
 def read_plan(path: str | os.PathLike[str]) -> PlanFile:
     """Read and check plan.json; `PolyplanError` naming the file and field on any problem."""
-    from polyplan.inputs import read_json_file
-
     label = str(path)
     payload = read_json_file(path, "file")
 

@@ -184,9 +184,7 @@ class _AcceptanceReplicates:
 
     def __init__(self, profile: Profile, sampling: str, acceptance_model: str, resamples: int, rng: np.random.Generator):
         self.profile, self.sampling, self.resamples, self.rng = profile, sampling, resamples, rng
-        self.runs = runs_from_meta(profile.meta, sampling, profile.source) if acceptance_model == "runs" or \
-            acceptance_model == "auto" else {}
-        self.read_runs = acceptance_model != "iid" and bool(self.runs)
+        self.runs = runs_from_meta(profile.meta, sampling, profile.source) if acceptance_model in ("auto", "runs") else {}
         self._weights: dict[tuple[str, str], np.ndarray] = {}
         self._alphas: dict[tuple[str, str], np.ndarray] = {}
         self._survivals: dict[tuple[str, str, int], list] = {}
@@ -224,16 +222,17 @@ class _AcceptanceReplicates:
 
     def read(self, pair: tuple[str, str], block: int) -> list:
         """The exact model's acceptance input for each replicate."""
-        if not (self.read_runs and pair in self.runs):
+        if pair not in self.runs:
             return list(self.alphas(pair))
         key = pair + (block,)
         if key not in self._survivals:
             at_risk, going_on, starts = count_matrix(self.runs[pair], block)
             weights = self.weights(pair)
             pooled_risk, pooled_on, pooled_starts = weights @ at_risk, weights @ going_on, weights @ starts
+            # the full sample's survival: what a replicate that drew no complete verification reads
+            full = survival_from_counts(at_risk.sum(axis=0), going_on.sum(axis=0), int(starts.sum()))
             self._survivals[key] = [
-                survival_from_counts(pooled_risk[b], pooled_on[b], int(pooled_starts[b])) if pooled_starts[b] > 0
-                else survival_from_counts(at_risk.sum(axis=0), going_on.sum(axis=0), int(starts.sum()))
+                survival_from_counts(pooled_risk[b], pooled_on[b], int(pooled_starts[b])) if pooled_starts[b] > 0 else full
                 for b in range(self.resamples)
             ]
             self.sources.add("runs")

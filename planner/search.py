@@ -281,6 +281,7 @@ def recommend(
     notes = tuple(
         _insertion_note(context, plans, best, name, usable, max_levels) for name in names
     )
+    considered = {target, *names}
     return Recommendation(
         best=best,
         ranked=ranked,
@@ -290,7 +291,7 @@ def recommend(
         sampling=sampling,
         max_levels=max_levels,
         k_max=k_max,
-        fingerprints=tuple((model.name, model.fingerprint) for model in profile.models if model.name in {target, *names}),
+        fingerprints=tuple((model.name, model.fingerprint) for model in profile.models if model.name in considered),
         overhead=overhead,
         context_length=context_length,
         acceptance_model=context.acceptance_model,

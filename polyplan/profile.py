@@ -116,6 +116,19 @@ def sampling_key(temperature: float) -> str:
     return f"t{float(temperature)}"
 
 
+def sampling_temperature(key: str) -> float:
+    """The temperature of a sampling-mode key (`sampling_key` reversed): 0 for ``"greedy"``,
+    T for ``"t<T>"``; a `PolyplanError` for anything else."""
+    if key == "greedy":
+        return 0.0
+    try:
+        if key.startswith("t"):
+            return float(key[1:])
+    except ValueError:
+        pass
+    raise PolyplanError(f"sampling key {key!r} is neither 'greedy' nor 't<temperature>' (e.g. 't1.0')")
+
+
 # --------------------------------------------------------------------------- dataclasses
 
 

@@ -12,7 +12,7 @@ from polyplan.errors import PolyplanError
 from polyplan.planner.cost_model import predict_chain
 from polyplan.planner.engine_overhead import (
     ENGINE_OVERHEAD_KEY, EngineOverhead, LoopCounts, engine_overhead_entry, fit_engine_overhead, prediction_error,
-    prediction_overhead, profile_engine_overhead,
+    prediction_overhead, profile_call_seconds, profile_engine_overhead, stored_fingerprint,
 )
 from polyplan.planner.overhead import META_KEY, LoopOverhead
 from polyplan.profile import LatencyPoint, ModelProfile, Profile, load
@@ -84,6 +84,14 @@ def test_a_malformed_entry_is_one_clear_error():
         profile_engine_overhead({ENGINE_OVERHEAD_KEY: {"hf": {"greedy": {"per_step_s": -1, "per_round_s": 0}}}}, "hf", "greedy")
     with pytest.raises(PolyplanError, match="keyed by engine"):
         profile_engine_overhead({ENGINE_OVERHEAD_KEY: ["x"]}, "hf", "greedy")
+
+
+def test_a_malformed_table_is_a_polyplan_error_for_every_reader():
+    for meta in ({ENGINE_OVERHEAD_KEY: ["x"]}, {ENGINE_OVERHEAD_KEY: {"hf": ["x"]}}):
+        with pytest.raises(PolyplanError, match="keyed by engine"):
+            profile_call_seconds(meta, "hf", "greedy")
+        with pytest.raises(PolyplanError, match="keyed by engine"):
+            stored_fingerprint(meta, "hf", "greedy")
 
 
 def test_measured_on_tiny_models_and_resumed_by_fingerprint(single_thread):

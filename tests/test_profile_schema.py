@@ -17,6 +17,7 @@ from polyplan.profile import (
     SamplingStats,
     load,
     sampling_key,
+    sampling_temperature,
 )
 
 EXAMPLE = Path(__file__).resolve().parents[1] / "polyplan" / "data" / "paper_table1_profile.json"
@@ -84,6 +85,14 @@ def test_sampling_keys():
     assert sampling_key(0.7) == "t0.7"
     with pytest.raises(PolyplanError, match="temperature"):
         sampling_key(-1)
+
+
+def test_sampling_temperature_reverses_the_key():
+    for temperature in (0.0, 0.7, 1.0):
+        assert sampling_temperature(sampling_key(temperature)) == temperature
+    for bad in ("x0.7", "tabc", ""):
+        with pytest.raises(PolyplanError, match="neither 'greedy'"):
+            sampling_temperature(bad)
 
 
 def _mutate(payload: dict, path: str, value) -> dict:

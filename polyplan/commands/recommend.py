@@ -17,6 +17,7 @@ from polyplan.commands.options import RawPrompts
 from polyplan.errors import PolyplanError
 from polyplan.planner.plan_file import plan_to_json_dict
 from polyplan.planner.search import ChainPlan, Recommendation
+from polyplan.profile import sampling_temperature
 
 
 def _verdicts(plan: ChainPlan) -> str:
@@ -89,15 +90,6 @@ def warning_lines(warnings) -> list[str]:
     return ["", "Timing warnings (the predictions above may not hold on this machine):"] + [
         f"  warning: {line}" for line in warnings
     ]
-
-
-def _temperature(sampling: str) -> float:
-    if sampling == "greedy":
-        return 0.0
-    try:
-        return float(sampling[1:]) if sampling.startswith("t") else float("nan")
-    except ValueError:
-        return float("nan")
 
 
 @fails_cleanly
@@ -201,8 +193,11 @@ def _profile_candidates(candidates, profile, sampling, prompts, cache_dir, devic
     from polyplan.commands.progress import progress_bars
     from polyplan.profiler.pipeline import profile_candidates, prompt_set
 
-    temperature = _temperature(sampling)
-    if temperature != temperature:  # NaN: not a sampling key
+    try:
+        temperature = sampling_temperature(sampling)
+    except PolyplanError:
+        temperature = float("nan")
+    if temperature != temperature:  # NaN: not a sampling key (or 'tnan')
         raise PolyplanError(f"--sampling: {sampling!r} is neither 'greedy' nor 't<temperature>' (e.g. 't1.0')")
     set_threads(threads)
     with progress_bars(disable=quiet) as (progress, _):
