@@ -26,7 +26,7 @@ from polyplan.decoder.reduced_vocab import with_saved_subset
 from polyplan.decoder.sources import source_folder
 from polyplan.decoder.member import ChainMember
 from polyplan.decoder.ngram import NGramMember
-from polyplan.errors import PolyplanError
+from polyplan.errors import PolyplanError, first_line
 from polyplan.zoo.builtin import cached_validation_loss
 
 _TORCH_DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}
@@ -195,7 +195,7 @@ def _load_source(candidate: Candidate, label: str):
         tokenizer = AutoTokenizer.from_pretrained(where, local_files_only=True)
         model = AutoModelForCausalLM.from_pretrained(where, local_files_only=True, dtype=dtype, **_placement(candidate))
     except Exception as error:  # noqa: BLE001 - safetensors, HF hub and OS errors share no base class
-        reason = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
+        reason = first_line(error)
         kind = "corrupt or unreadable weights" if "safetensor" in type(error).__name__.lower() else "cannot load"
         raise PolyplanError(f"{label}: {kind} in {where} ({reason})") from None
     finally:

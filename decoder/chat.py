@@ -9,7 +9,7 @@ chat template (a base model), sends the text as it is, with the tokenizer's usua
 
 from __future__ import annotations
 
-from polyplan.errors import PolyplanError
+from polyplan.errors import PolyplanError, first_line
 
 
 def has_chat_template(tokenizer) -> bool:
@@ -29,7 +29,7 @@ def render_chat(tokenizer, text: str, where: str = "prompt") -> str:
             [{"role": "user", "content": text}], add_generation_prompt=True, tokenize=False
         )
     except Exception as error:  # noqa: BLE001 - Jinja's TemplateError, raise_exception(), TypeError…
-        reason = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
+        reason = first_line(error)
         raise PolyplanError(
             f"{where}: the target's chat template failed to render ({reason}); pass --raw-prompts to send raw text"
         ) from None

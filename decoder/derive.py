@@ -9,13 +9,13 @@ int4 nowhere with plain torch.
 from __future__ import annotations
 
 import copy
-import warnings
 
 import torch
 from torch import nn
 
 from polyplan.candidates import supported_quantization
-from polyplan.decoder.int8_head import int8_head_model
+from polyplan.decoder.int8_head import int8_head_model, quantize_dynamic_quietly
+from polyplan.decoder.reduced_vocab import shallow_copy
 from polyplan.errors import PolyplanError
 
 
@@ -34,14 +34,7 @@ def quantize_model(model: nn.Module, kind: str, device: str = "cpu") -> nn.Modul
         return int8_head_model(model)
     if kind == "bf16":
         return copy.deepcopy(model).to(torch.bfloat16)
-    with warnings.catch_warnings():
-        # torch 2.13 deprecates the eager quantization API in favour of torchao, which is
-        # not installed; the API still works and is the int8 path with a fast CPU kernel.
-        warnings.filterwarnings("ignore", message="torch.ao.quantization is deprecated", category=DeprecationWarning)
-        warnings.filterwarnings("ignore", message="torch.quantize_per_tensor, torch.quantize_per_channel", category=UserWarning)
-        return torch.ao.quantization.quantize_dynamic(
-            copy.deepcopy(model).float(), {nn.Linear}, dtype=torch.qint8
-        )
+    return quantize_dynamic_quietly(copy.deepcopy(model).float())
 
 
 def num_layers(model: nn.Module) -> int:
@@ -67,29 +60,10 @@ def early_exit_model(model: nn.Module, layers: int) -> nn.Module:
     config.num_hidden_layers = layers
     if getattr(config, "layer_types", None) is not None:
         config.layer_types = list(config.layer_types)[:layers]
-    shallow_inner = copy.copy(inner)
-    # nn.Module keeps submodules in _modules: copy that dict so the original is untouched.
-    shallow_inner._modules = dict(inner._modules)
+    shallow_inner = shallow_copy(inner)  # the original is untouched
     shallow_inner._modules["layers"] = nn.ModuleList(list(inner.layers)[:layers])
     shallow_inner.config = config
-    shallow = copy.copy(model)
-    shallow._modules = dict(model._modules)
+    shallow = shallow_copy(model)
     shallow._modules[inner_name] = shallow_inner
     shallow.config = config
-    _rebind_accelerate_hook(shallow_inner)
-    _rebind_accelerate_hook(shallow)
     return shallow
-
-
-def _rebind_accelerate_hook(module: nn.Module) -> None:
-    """Re-attach accelerate's hook (a `device_map` model) to a shallow copy: the copied
-    `forward` is bound to the ORIGINAL module, which would run every layer with its own
-    config and cache."""
-    hook = module.__dict__.get("_hf_hook")
-    if hook is None:
-        return
-    from accelerate.hooks import add_hook_to_module
-
-    for key in ("forward", "_old_forward", "_hf_hook"):
-        module.__dict__.pop(key, None)
-    add_hook_to_module(module, hook)

@@ -27,8 +27,9 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
+from polyplan.atomic import current_umask
 from polyplan.cache import cache_root
-from polyplan.errors import PolyplanError
+from polyplan.errors import PolyplanError, first_line
 
 GGUF_FOLDER = "gguf"
 SOURCE_RECORD = "polyplan-gguf.json"  # written into the folder: which file it came from
@@ -149,7 +150,7 @@ def _convert(path: Path, out: Path, sha256: str, info: GGUFInfo) -> None:
         )
     except Exception as error:  # noqa: BLE001 - transformers' GGUF path raises ValueError, KeyError, OSError, RuntimeError…
         raise PolyplanError(
-            f"{path}: transformers cannot load this {info.architecture} GGUF file ({_first_line(error)})"
+            f"{path}: transformers cannot load this {info.architecture} GGUF file ({first_line(error)})"
         ) from None
     finally:
         if bars:
@@ -183,13 +184,7 @@ def end_of_generation_ids(info: GGUFInfo, eos: int | list[int] | None) -> tuple[
 def _honour_umask(folder: Path) -> None:
     """mkdtemp makes a private (0700) folder; give it, and its files, the modes of ordinary
     files and folders under the user's umask (the cache may be shared)."""
-    umask = os.umask(0)
-    os.umask(umask)
+    umask = current_umask()
     os.chmod(folder, 0o777 & ~umask)
     for file in folder.iterdir():
         os.chmod(file, 0o666 & ~umask)
-
-
-def _first_line(error: BaseException) -> str:
-    text = str(error).strip()
-    return text.splitlines()[0] if text else type(error).__name__

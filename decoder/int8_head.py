@@ -19,12 +19,12 @@ is a different model whose distribution is its own; the chain stays lossless wha
 
 from __future__ import annotations
 
-import copy
 import warnings
 
 import torch
 from torch import nn
 
+from polyplan.decoder.reduced_vocab import shallow_copy
 from polyplan.errors import PolyplanError
 
 DEFAULT_RESCORED = 32  # top logits recomputed exactly (gemma-3-270m: see README "Your own model")
@@ -44,14 +44,7 @@ class RescoredInt8Head(nn.Module):
             raise ValueError(f"top: must be >= 1, got {top}")
         self.in_features, self.out_features = head.in_features, head.out_features
         self.top = min(top, head.out_features)
-        with warnings.catch_warnings():
-            # torch 2.13 deprecates the eager quantization API in favour of torchao (not installed);
-            # it is still the int8 path with a fast CPU kernel.
-            warnings.filterwarnings("ignore", message="torch.ao.quantization is deprecated", category=DeprecationWarning)
-            warnings.filterwarnings("ignore", message="torch.quantize_per_tensor, torch.quantize_per_channel", category=UserWarning)
-            self.int8 = torch.ao.quantization.quantize_dynamic(
-                nn.Sequential(_float_copy_sharing_nothing(head)), {nn.Linear}, dtype=torch.qint8
-            )
+        self.int8 = quantize_dynamic_quietly(nn.Sequential(_float_copy_sharing_nothing(head)))
         # the exact weights stay those of the base model (shared, e.g. tied with the embeddings)
         self.exact_weight = head.weight  # (V, H)
         self.exact_bias = head.bias  # (V,) or None
@@ -62,12 +55,24 @@ class RescoredInt8Head(nn.Module):
         return self.exact_weight
 
     def forward(self, hidden: torch.Tensor) -> torch.Tensor:
-        logits = self.int8(hidden.float())  # (..., V)
+        hidden = hidden.float()
+        logits = self.int8(hidden)  # (..., V)
         top = logits.topk(self.top, dim=-1).indices  # (..., top)
-        exact = torch.einsum("...h,...kh->...k", hidden.float(), self.exact_weight[top].float())  # (..., top)
+        exact = torch.einsum("...h,...kh->...k", hidden, self.exact_weight[top].float())  # (..., top)
         if self.exact_bias is not None:
             exact = exact + self.exact_bias[top]
         return logits.scatter(-1, top, exact.to(logits.dtype))
+
+
+def quantize_dynamic_quietly(module: nn.Module) -> nn.Module:
+    """torch's dynamic int8 quantization of every `nn.Linear` in `module` (replaced in place
+    and returned), without the deprecation warnings: torch 2.13 deprecates the eager
+    quantization API in favour of torchao (not installed); it is still the int8 path with a
+    fast CPU kernel."""
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message="torch.ao.quantization is deprecated", category=DeprecationWarning)
+        warnings.filterwarnings("ignore", message="torch.quantize_per_tensor, torch.quantize_per_channel", category=UserWarning)
+        return torch.ao.quantization.quantize_dynamic(module, {nn.Linear}, dtype=torch.qint8)
 
 
 def _float_copy_sharing_nothing(head: nn.Linear) -> nn.Linear:
@@ -88,7 +93,6 @@ def int8_head_model(model: nn.Module, top: int = DEFAULT_RESCORED) -> nn.Module:
     names = [key for key, module in model._modules.items() if module is head]
     if not names:
         raise PolyplanError(f"int8-head: the LM head of {type(model).__name__} is not one of its direct submodules")
-    shallow = copy.copy(model)
-    shallow._modules = dict(model._modules)  # nn.Module keeps submodules there: the original is untouched
+    shallow = shallow_copy(model)  # the original is untouched
     shallow._modules[names[0]] = RescoredInt8Head(head, top)
     return shallow

