@@ -8,7 +8,6 @@ from typing import TYPE_CHECKING
 
 from polyplan.decoder.chain import first_difference
 from polyplan.errors import PolyplanError
-from polyplan.outputs import check_output_file
 from polyplan.profile import SCHEMA_VERSION, Profile, load
 from polyplan.profiler.prompts import EncodedPrompt, check_fits
 from polyplan.profiler.settings import ProfileSettings
@@ -69,11 +68,6 @@ def read_existing(out: Path) -> Profile | None:
                 f"{SCHEMA_VERSION}); move it away or choose another --out"
             ) from None
         raise PolyplanError(f"--out: {out} exists but is not a valid profile ({text}); move it away or choose another --out") from None
-
-
-def check_writable(out: Path) -> None:
-    """`out` can be created or replaced (`polyplan.outputs.check_output_file`)."""
-    check_output_file(out, "--out")
 
 
 def foreign_profile_reason(existing: Profile | None, target: ProfiledModel, device_label: str) -> str | None:

@@ -21,6 +21,7 @@ from pathlib import Path
 
 from polyplan.profiler.demo import DemoResult, DemoSettings, run_demo
 from polyplan.profiler.load import MAX_SECONDS, LoadReport, background_load
+from polyplan.profiler.validation_report import yes_no
 
 QUIET = "quiet"
 LOADED = "loaded"
@@ -61,10 +62,6 @@ def run_load_loop(settings: DemoSettings, *, cores: int = 1, load_seconds: float
     return LoopBenchmark(tuple(runs), cores)
 
 
-def _yes(value: bool | None) -> str:
-    return {True: "yes", False: "NO", None: "-"}[value]
-
-
 def loop_lines(bench: LoopBenchmark) -> list[str]:
     """Per run and chain: predicted [interval], measured [CI], error, inside, holds; the goals."""
     lines = [
@@ -80,7 +77,7 @@ def loop_lines(bench: LoopBenchmark) -> list[str]:
             error = "-" if chain.exact_error is None else f"{chain.exact_error:+.1%}"
             lines.append(
                 f"{run.label:<7} {chain.label() + (' *' if chain.recommended else ''):<40} {chain.predicted_text():>25} "
-                f"{chain.measured_text():>22} {error:>7} {_yes(chain.inside_interval):>6} {_yes(chain.prediction_holds):>5}"
+                f"{chain.measured_text():>22} {error:>7} {yes_no(chain.inside_interval):>6} {yes_no(chain.prediction_holds):>5}"
             )
         head = validation.headline
         ranking = next(check for check in head.checks if check.name.startswith("recommended chain is the fastest"))
@@ -92,9 +89,9 @@ def loop_lines(bench: LoopBenchmark) -> list[str]:
             rate = sum(report.products_per_second for report in run.load)
             load = f"; load: {len(run.load)} process(es), {rate:.0f} matrix products/s"
         goals += [
-            f"{run.label}: exact model within 10% on every chain: {_yes(within.passed)} ({within.detail}); "
-            f"every measured speedup inside its interval: {_yes(all(inside) if inside and None not in inside else None)}; "
-            f"every prediction holds: {_yes(holds.passed)}; recommended fastest or tied: {_yes(ranking.passed)} "
+            f"{run.label}: exact model within 10% on every chain: {yes_no(within.passed)} ({within.detail}); "
+            f"every measured speedup inside its interval: {yes_no(all(inside) if inside and None not in inside else None)}; "
+            f"every prediction holds: {yes_no(holds.passed)}; recommended fastest or tied: {yes_no(ranking.passed)} "
             f"({ranking.detail}){load}",
         ]
         goals += [f"{run.label}: warning: {note}" for note in validation.notes if note.startswith("timing warning")]

@@ -46,6 +46,7 @@ from polyplan.planner.engine_overhead import prediction_error
 from polyplan.planner.engines import EngineExport
 from polyplan.planner.plan_file import PlanFile
 from polyplan.planner.whole_call import CallCount, CallModel, whole_call_speedup
+from polyplan.profiler.engine_overhead import _ForwardClock
 from polyplan.profiler.prompts import EncodedPrompt
 
 BASELINE = "target only (HF generate)"
@@ -103,24 +104,15 @@ def _category(prompt: EncodedPrompt) -> str:
     return kind.split(":", 1)[1] if kind.startswith("spec_bench:") else kind
 
 
-class _PassCounter:
-    """Counts forward calls of an HF model (one per target pass of `generate`)."""
-
-    def __init__(self, model) -> None:
-        self.calls = 0
-        self.handle = model.register_forward_hook(self._count)
-
-    def _count(self, module, inputs, output) -> None:
-        self.calls += 1
-
-
-def peer_configs(plan: PlanFile, export: EngineExport, members, eos, *, new_tokens: int) -> tuple[PeerConfig, ...]:
+def peer_configs(
+    plan: PlanFile, export: EngineExport, members, eos, *, new_tokens: int, counter: _ForwardClock
+) -> tuple[PeerConfig, ...]:
     """The race's configurations: baseline, HF assisted per loadable drafter, HF prompt lookup,
-    polyplan's chain. `members`: candidate name → loaded chain member; `export`: the HF export."""
+    polyplan's chain. `members`: candidate name → loaded chain member; `export`: the HF export;
+    `counter`: the target's forward clock (its `calls`: one per target pass of `generate`)."""
     target = members[plan.target].model
     pad = target.generation_config.pad_token_id
     pad = pad if pad is not None else 0
-    counter = _PassCounter(target)
 
     def hf(**extra) -> Callable[[Sequence[int]], tuple[list[int], int]]:
         def run(prompt: Sequence[int]) -> tuple[list[int], int]:
@@ -384,8 +376,12 @@ def run_peers(
     members = {item.candidate.name: item.member for item in loaded.candidates}
     target = members[plan.target]
     eos = target.model.generation_config.eos_token_id
-    configs = peer_configs(plan, export, members, eos, new_tokens=new_tokens)
-    bench = race_peers(configs, encode_for(prompts, loaded.tokenizer), repeats=repeats, new_tokens=new_tokens)
+    counter = _ForwardClock(target.model, sync=lambda: None)  # counts the target's forward calls
+    try:
+        configs = peer_configs(plan, export, members, eos, new_tokens=new_tokens, counter=counter)
+        bench = race_peers(configs, encode_for(prompts, loaded.tokenizer), repeats=repeats, new_tokens=new_tokens)
+    finally:
+        counter.remove()
     chosen = export.chosen.prediction if export.chosen is not None else None
     return dataclasses.replace(bench, overhead_note=export.overhead_note, call_note=export.call_note,
                                exported_tokens_per_pass=None if chosen is None else chosen.tokens_per_verification[0])

@@ -30,7 +30,7 @@ from pathlib import Path
 from typing import Any
 
 from polyplan.cache import CACHE_ENV, cache_root  # noqa: F401 - re-exported: callers import them from here
-from polyplan.candidates import CandidateSet, parse_candidates, read_candidates
+from polyplan.candidates import CandidateSet, parse_candidates
 from polyplan.errors import PolyplanError
 from polyplan.locks import profile_lock, timing_lock
 from polyplan.planner.overhead import META_KEY
@@ -55,12 +55,12 @@ def read_candidate_set(path: str | os.PathLike[str], device: str | None = None) 
     """The validated candidates (on `device` if given) and the plan's record of them."""
     from polyplan.inputs import read_yaml_file
 
-    candidates = read_candidates(path)
-    record = {
-        "path": str(Path(path).resolve()),
-        "yaml": read_yaml_file(path, "models.yaml"),
-        "device": device,
-    }
+    path = Path(path)
+    if not path.is_file():
+        raise PolyplanError(f"--candidates: file {path} not found")  # as read_candidates says it
+    data = read_yaml_file(path, "models.yaml")
+    candidates = parse_candidates(data, base_dir=path.parent, origin=str(path))
+    record = {"path": str(path.resolve()), "yaml": data, "device": device}
     return (with_device(candidates, device) if device is not None else candidates), record
 
 
@@ -293,14 +293,9 @@ def _stderr(line: str) -> None:
 
 def _forget_latency(path: Path) -> None:
     """Drop the latency fingerprints of the profile at `path`, so the run re-times the curves."""
-    from polyplan.profile import load
-
-    if not path.is_file():
+    profile = _readable_profile(path)
+    if profile is None:
         return
-    try:
-        profile = load(path)
-    except PolyplanError:
-        return  # the profiling run reports what is wrong with the file
     for model in profile.models:
         model.latency_fingerprint = None
     profile.save(path)
@@ -308,15 +303,11 @@ def _forget_latency(path: Path) -> None:
 
 def _previous_runs(path: Path) -> dict[str, Any] | None:
     """The acceptance-runs entry of the profile at `path` before a run rewrites its meta."""
-    from polyplan.profile import load
-
-    if not path.is_file():
+    profile = _readable_profile(path)
+    if profile is None:
         return None
-    try:
-        runs = load(path).meta.get(RUNS_KEY) or {}
-        return runs.get("greedy") if isinstance(runs, dict) else None
-    except PolyplanError:
-        return None  # the profiling run reports what is wrong with the file
+    runs = profile.meta.get(RUNS_KEY) or {}
+    return runs.get("greedy") if isinstance(runs, dict) else None
 
 
 def loop_overhead_entry(target, temperature: float, tokens: int = 64) -> dict[str, Any]:

@@ -12,10 +12,11 @@ from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 
 from polyplan.outputs import check_report_folder, is_json_with
+from polyplan.profiler.plots import PLOT_FILES
+from polyplan.profiler.validation_report import JSON_FILE as REPORT_JSON
+from polyplan.profiler.validation_report import REPORT_FILE as REPORT_MD
 
-REPORT_JSON = "report.json"  # profiler.validation_report.JSON_FILE
-REPORT_MD = "report.md"  # profiler.validation_report.REPORT_FILE
-PLOTS = ("predicted_vs_measured.png", "measured_speedup.png", "phi_paper_vs_measured.png")  # profiler.plots.PLOT_FILES
+PLOTS = tuple(PLOT_FILES.values())
 
 
 def is_validation_report(path: Path) -> bool:

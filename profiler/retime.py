@@ -82,10 +82,22 @@ def retimed_speedups(
     acceptance_model: str,
 ) -> dict[tuple[str, ...], float]:
     """The exact model's speedup of each (chain, block sizes) on the re-timed curves."""
-    retimed = retimed_profile(profile, timings)
+    return _exact_speedups(retimed_profile(profile, timings), chains, sampling=sampling, overhead=overhead,
+                           acceptance_model=acceptance_model)
+
+
+def _exact_speedups(
+    profile: Profile,
+    chains: Sequence[tuple[tuple[str, ...], tuple[int, ...]]],
+    *,
+    sampling: str,
+    overhead: LoopOverhead | None,
+    acceptance_model: str,
+) -> dict[tuple[str, ...], float]:
+    """The exact model's speedup of each (chain, block sizes) on `profile`."""
     model = "runs" if acceptance_model == "runs" else "iid"
     return {
-        chain: evaluate_chain(retimed, chain, blocks, sampling=sampling, overhead=overhead, acceptance_model=model).exact_speedup
+        chain: evaluate_chain(profile, chain, blocks, sampling=sampling, overhead=overhead, acceptance_model=model).exact_speedup
         for chain, blocks in chains
     }
 
@@ -119,9 +131,5 @@ def reaccepted_speedups(
     """The exact model's speedup of each chain on latency re-timed in the run AND acceptance
     measured on the validation prompts (greedy): what is left of its error is the model's own
     (the loop, switches, independence of rounds) and the validation's noise."""
-    revised = reaccepted_profile(profile, timings, agreement)
-    model = "runs" if acceptance_model == "runs" else "iid"
-    return {
-        chain: evaluate_chain(revised, chain, blocks, sampling="greedy", overhead=overhead, acceptance_model=model).exact_speedup
-        for chain, blocks in chains
-    }
+    return _exact_speedups(reaccepted_profile(profile, timings, agreement), chains, sampling="greedy",
+                           overhead=overhead, acceptance_model=acceptance_model)

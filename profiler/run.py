@@ -41,7 +41,8 @@ from polyplan.profiler.entries import decoded_entry, model_entry, refresh_warnin
 from polyplan.profiler.fingerprint import fingerprint_settings, fingerprint_tokens
 from polyplan.profiler.latency import measure_latencies
 from polyplan.locks import profile_lock, timing_lock
-from polyplan.profiler.checks import check_inputs_fit, check_models, check_same_profile, check_writable, read_existing
+from polyplan.outputs import check_output_file
+from polyplan.profiler.checks import check_inputs_fit, check_models, check_same_profile, read_existing
 from polyplan.profiler.prompts import EncodedPrompt
 from polyplan.profiler.settings import ProfileSettings
 
@@ -155,7 +156,7 @@ def profile_models(
     progress = progress or _Silent()
     check_models(models)
     check_inputs_fit(models, prompts, settings)
-    check_writable(out)
+    check_output_file(out, "--out")
     with profile_lock(out), timing_lock():
         existing = read_existing(out)
         device_label = describe_device(device)
@@ -319,16 +320,16 @@ class _Run:
         for model in models:
             step = Step("latency", f"latency {model.name}")
             entry = next((m for m in self.profile.models if m.name == model.name), None)
-            if entry is not None and entry.latency_fingerprint == self.latency_key(model):
+            key = self.latency_key(model)
+            if entry is not None and entry.latency_fingerprint == key:
                 self._finish(step, reused=True)
             else:
-                stale.append((model, step, entry))
+                stale.append((model, step, entry, key))
         if not stale:
             return
         self._begin(stale[0][1])
-        measurements = measure_latencies([model.member for model, _, _ in stale], self.stream, self.settings.latency)
-        for (model, step, entry), measurement in zip(stale, measurements):
-            key = self.latency_key(model)
+        measurements = measure_latencies([model.member for model, _, _, _ in stale], self.stream, self.settings.latency)
+        for (model, step, entry, key), measurement in zip(stale, measurements):
             fresh = model_entry(model.name, model.fingerprint, measurement, key)
             if entry is None:
                 self.profile.models.append(fresh)
@@ -337,7 +338,7 @@ class _Run:
                 entry.meta = {**entry.meta, **fresh.meta}
         self.save()
         share = (time.perf_counter() - self._began) / len(stale)
-        for model, step, _ in stale:
+        for model, step, _, _ in stale:
             self._began = time.perf_counter() - share  # each model's step gets its share of the joint time
             self._finish(step, reused=False)
 

@@ -44,12 +44,9 @@ def _pct(value: float | None) -> str:
     return "-" if value is None else f"{value:+.1%}"
 
 
-def _speed(chain: ChainResult) -> str:
-    return chain.measured_text()
-
-
-def _holds(chain: ChainResult) -> str:
-    return {True: "yes", False: "NO", None: "-"}[chain.prediction_holds]
+def yes_no(value: bool | None) -> str:
+    """A check's outcome in a table: yes, NO, or - (not judged)."""
+    return {True: "yes", False: "NO", None: "-"}[value]
 
 
 def _greedy(chain: ChainResult) -> str:
@@ -72,8 +69,8 @@ def table_lines(validation: Validation) -> list[str]:
         retimed = "-" if chain.retimed_exact is None else f"{chain.retimed_exact:.2f}x"
         lines.append(
             f"{_role(chain):>3} {chain.label():<40} {str(list(chain.block_sizes)):<10} {chain.predicted_text():>20} "
-            f"{retimed:>7} {chain.predicted_paper:>5.2f}x {_speed(chain):>20} {_pct(chain.exact_error):>9} "
-            f"{_pct(chain.retimed_error):>7} {_pct(chain.paper_error):>7} {_holds(chain):>5} {_greedy(chain):>7} "
+            f"{retimed:>7} {chain.predicted_paper:>5.2f}x {chain.measured_text():>20} {_pct(chain.exact_error):>9} "
+            f"{_pct(chain.retimed_error):>7} {_pct(chain.paper_error):>7} {yes_no(chain.prediction_holds):>5} {_greedy(chain):>7} "
             f"{chain.tokens_per_second:>6.1f}"
         )
     lines.append("(* recommended, 2 best two-model chain, 1 target only, #r rank r in the plan; speedups over target-only "
@@ -227,7 +224,7 @@ def report_markdown(validation: Validation, plots: dict[str, str]) -> str:
         lines += [
             f"### {chain.label()}  (K = {list(chain.block_sizes)}; {', '.join(chain.roles)})",
             "",
-            f"measured {_speed(chain)} (decoding), {e2e} with the prompt prefill; {chain.tokens_per_second:.1f} tokens/s; "
+            f"measured {chain.measured_text()} (decoding), {e2e} with the prompt prefill; {chain.tokens_per_second:.1f} tokens/s; "
             f"greedy output {_greedy(chain)}" + (f" ({chain.first_difference})" if chain.first_difference else ""),
             "",
             *_level_table(chain),

@@ -295,13 +295,13 @@ def validate_plan(
         search = plan.payload.get("search") or {}
         chains_run = [(spec.planned.chain, spec.planned.block_sizes) for spec in specs]
         acceptance_model = str(search.get("acceptance_model", "iid"))
+        overhead = plan_overhead(plan, label)
         retimed = retimed_speedups(
-            profile, timings, chains_run, sampling=plan.sampling, overhead=plan_overhead(plan, label),
-            acceptance_model=acceptance_model,
+            profile, timings, chains_run, sampling=plan.sampling, overhead=overhead, acceptance_model=acceptance_model,
         )
         if sampling.greedy:
             agreement = validation_agreement(specs, members, [p.ids for p in fitted.prompts], settings)
-            reaccepted = reaccepted_speedups(profile, timings, agreement, chains_run, overhead=plan_overhead(plan, label),
+            reaccepted = reaccepted_speedups(profile, timings, agreement, chains_run, overhead=overhead,
                                              acceptance_model=acceptance_model)
     baseline_index = next(i for i, spec in enumerate(specs) if ROLE_TARGET_ONLY in spec.roles)
     baseline = [run for run in records if run.chain == baseline_index]
