@@ -249,7 +249,7 @@ def run_decoder_benchmark(
     `raw` (`decoder.chat.encode_prompt`); without, `prompts` random id sequences of
     `prompt_length` tokens.
     """
-    from polyplan.errors import PolyplanError
+    from polyplan.formats.errors import PolyplanError
 
     if (target_dir is None) != (draft_dir is None):
         raise PolyplanError("--target/--draft: give both model folders, or neither for the built-in random models")

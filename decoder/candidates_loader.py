@@ -1,4 +1,4 @@
-"""Load a validated models.yaml (`polyplan.candidates.CandidateSet`) into chain members.
+"""Load a validated models.yaml (`polyplan.formats.candidates.CandidateSet`) into chain members.
 
 Sources (`decoder.sources`): `builtin:<name>` (the shipped zoo family), a local HF folder, a
 `.gguf` file (dequantized once into the cache), or a hub id (from the local Hugging Face cache
@@ -18,7 +18,7 @@ from pathlib import Path
 
 import torch
 
-from polyplan.candidates import Candidate, CandidateSet, EarlyExit, NGram, Quantize
+from polyplan.formats.candidates import Candidate, CandidateSet, EarlyExit, NGram, Quantize
 from polyplan.decoder.chain import first_difference
 from polyplan.decoder.derive import early_exit_model, num_layers, quantize_model
 from polyplan.decoder.hf import HFMember
@@ -26,7 +26,7 @@ from polyplan.decoder.reduced_vocab import with_saved_subset
 from polyplan.decoder.sources import source_folder
 from polyplan.decoder.member import ChainMember
 from polyplan.decoder.ngram import NGramMember
-from polyplan.errors import PolyplanError, first_line
+from polyplan.formats.errors import PolyplanError, first_line
 from polyplan.zoo.builtin import cached_validation_loss
 
 _TORCH_DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}

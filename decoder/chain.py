@@ -31,7 +31,7 @@ from polyplan.decoder.member import ChainMember
 from polyplan.decoder.result import GenerationResult, LevelStats
 from polyplan.decoder.sampling import Sampling, probabilities, sample
 from polyplan.decoder.verify import verify_greedy, verify_sampled
-from polyplan.errors import PolyplanError
+from polyplan.formats.errors import PolyplanError
 from polyplan.planner.verify_width import VerifyWidths
 
 

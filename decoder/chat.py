@@ -9,7 +9,7 @@ chat template (a base model), sends the text as it is, with the tokenizer's usua
 
 from __future__ import annotations
 
-from polyplan.errors import PolyplanError, first_line
+from polyplan.formats.errors import PolyplanError, first_line
 
 
 def has_chat_template(tokenizer) -> bool:

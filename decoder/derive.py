@@ -1,7 +1,7 @@
 """Derived variants of a Hugging Face causal LM: an int8 copy and an early-exit copy.
 
 Which reduced precision has a fast kernel on which device is decided in one place,
-`polyplan.candidates.supported_quantization`, so the schema check and this module agree:
+`polyplan.formats.candidates.supported_quantization`, so the schema check and this module agree:
 int8 (dynamic, per-tensor weights) and int8-head (the LM head only) on CPU; bf16 on CUDA;
 int4 nowhere with plain torch.
 """
@@ -13,10 +13,10 @@ import copy
 import torch
 from torch import nn
 
-from polyplan.candidates import supported_quantization
+from polyplan.formats.candidates import supported_quantization
 from polyplan.decoder.int8_head import int8_head_model, quantize_dynamic_quietly
 from polyplan.decoder.reduced_vocab import shallow_copy
-from polyplan.errors import PolyplanError
+from polyplan.formats.errors import PolyplanError
 
 
 def quantize_model(model: nn.Module, kind: str, device: str = "cpu") -> nn.Module:

@@ -27,9 +27,9 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
-from polyplan.atomic import current_umask
+from polyplan.formats.atomic import current_umask
 from polyplan.cache import cache_root
-from polyplan.errors import PolyplanError, first_line
+from polyplan.formats.errors import PolyplanError, first_line
 
 GGUF_FOLDER = "gguf"
 SOURCE_RECORD = "polyplan-gguf.json"  # written into the folder: which file it came from

@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING
 
 import torch
 
-from polyplan.errors import PolyplanError
+from polyplan.formats.errors import PolyplanError
 
 if TYPE_CHECKING:  # importing transformers takes seconds; only `HFMember` users pay for it
     from transformers import PreTrainedModel

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from polyplan.errors import PolyplanError
+from polyplan.formats.errors import PolyplanError
 
 
 def cached_hub_folder(repo_id: str) -> Path | None:

@@ -15,7 +15,7 @@ import torch
 from polyplan.decoder.chain import first_difference
 from polyplan.decoder.hf import HFMember
 from polyplan.decoder.reduced_vocab import with_saved_subset
-from polyplan.errors import PolyplanError, first_line
+from polyplan.formats.errors import PolyplanError, first_line
 
 
 @dataclass(frozen=True)

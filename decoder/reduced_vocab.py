@@ -25,7 +25,7 @@ from pathlib import Path
 import torch
 from torch import nn
 
-from polyplan.errors import PolyplanError
+from polyplan.formats.errors import PolyplanError
 
 REDUCED_VOCAB_FILE = "polyplan-reduced-vocab.json"  # in a model folder: {"kept_ids": [...], ...}
 

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 
 import torch
 
-from polyplan.errors import PolyplanError
+from polyplan.formats.errors import PolyplanError
 
 
 @dataclass(frozen=True)

@@ -10,8 +10,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from polyplan.candidates import Candidate
-from polyplan.errors import PolyplanError
+from polyplan.formats.candidates import Candidate
+from polyplan.formats.errors import PolyplanError
 
 
 def source_folder(candidate: Candidate, label: str) -> Path:

@@ -34,7 +34,7 @@ from typing import Sequence, Union
 
 import numpy as np
 
-from polyplan.errors import PolyplanError
+from polyplan.formats.errors import PolyplanError
 from polyplan.planner.capped_geometric import check_acceptance, check_block_size
 from polyplan.planner.latency import LatencyCurve, constant_curve
 from polyplan.planner.overhead import NO_OVERHEAD, NO_SWITCH, LoopOverhead, SwitchCost, switch_cost, switch_total

@@ -29,8 +29,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from polyplan.errors import PolyplanError
-from polyplan.inputs import is_finite_number
+from polyplan.formats.errors import PolyplanError
+from polyplan.formats.inputs import is_finite_number
 from polyplan.planner.overhead import LoopOverhead, overhead_from_json, profile_overhead
 
 ENGINE_OVERHEAD_KEY = "engine_overhead"

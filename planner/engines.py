@@ -32,15 +32,15 @@ import shlex
 from dataclasses import dataclass
 from pathlib import Path
 
-from polyplan.candidates import Candidate, CandidateSet, EarlyExit, NGram, Quantize
-from polyplan.errors import PolyplanError
+from polyplan.formats.candidates import Candidate, CandidateSet, EarlyExit, NGram, Quantize
+from polyplan.formats.errors import PolyplanError
 from polyplan.planner.cost_model import ChainPrediction, predict_chain
 from polyplan.planner.engine_overhead import profile_call_seconds, prediction_overhead
 from polyplan.planner.latency import curve_from_profile
 from polyplan.planner.overhead import NO_SWITCH, profile_switch_costs
 from polyplan.planner.plan_file import PlanFile
 from polyplan.planner.whole_call import CallCount, CallModel, prefill_curve, whole_call_speedup
-from polyplan.profile import Profile, sampling_temperature
+from polyplan.formats.profile import Profile, sampling_temperature
 
 ENGINES = ("hf", "vllm", "llama.cpp")
 FULL, ARGMAX = "full", "argmax"

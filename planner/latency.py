@@ -18,8 +18,8 @@ from typing import Sequence
 
 import numpy as np
 
-from polyplan.errors import PolyplanError
-from polyplan.profile import ModelProfile
+from polyplan.formats.errors import PolyplanError
+from polyplan.formats.profile import ModelProfile
 
 
 @dataclass(frozen=True)

@@ -28,8 +28,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from polyplan.errors import PolyplanError
-from polyplan.inputs import is_finite_number
+from polyplan.formats.errors import PolyplanError
+from polyplan.formats.inputs import is_finite_number
 
 META_KEY = "loop_overhead"
 SWITCH_KEY = "switch_cost"

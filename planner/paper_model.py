@@ -19,7 +19,7 @@ from typing import Sequence
 
 from polyplan.planner.capped_geometric import paper_eq3_mean
 from polyplan.planner.lemma31 import ideal_time
-from polyplan.profile import SamplingStats
+from polyplan.formats.profile import SamplingStats
 
 
 @dataclass(frozen=True)

@@ -14,11 +14,11 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from polyplan.errors import PolyplanError
+from polyplan.formats.errors import PolyplanError
 from polyplan.planner.overhead import LoopOverhead, switch_cost
 from polyplan.planner.plan_file import PlanFile, PlannedChain, plan_overhead, planned_chains, profile_digest
 from polyplan.planner.search import evaluate_chain
-from polyplan.profile import Profile
+from polyplan.formats.profile import Profile
 
 RELATIVE_TOLERANCE = 1e-6  # JSON keeps 17 digits; anything beyond rounding is an edit
 

@@ -64,15 +64,15 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from polyplan.atomic import write_text_atomically
-from polyplan.errors import PolyplanError
-from polyplan.inputs import is_finite_number, read_json_file
+from polyplan.formats.atomic import write_text_atomically
+from polyplan.formats.errors import PolyplanError
+from polyplan.formats.inputs import is_finite_number, read_json_file
 from polyplan.planner.overhead import LoopOverhead, overhead_from_json, profile_overhead
 from polyplan.planner.prediction_interval import DEFAULT_RESAMPLES, PredictionIntervals, prediction_intervals
 from polyplan.planner.search import ChainPlan, Recommendation, recommend
 from polyplan.planner.timing_health import timing_warnings
 from polyplan.planner.verify_width import VerifyWidths, verify_widths_from_json
-from polyplan.profile import Profile
+from polyplan.formats.profile import Profile
 
 PLAN_VERSION = 1
 

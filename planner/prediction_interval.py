@@ -38,12 +38,12 @@ from typing import Sequence
 
 import numpy as np
 
-from polyplan.errors import PolyplanError
+from polyplan.formats.errors import PolyplanError
 from polyplan.planner.cost_model import predict_chain
 from polyplan.planner.latency import LatencyCurve, curve_from_profile
 from polyplan.planner.overhead import NO_SWITCH, LoopOverhead, profile_switch_costs
 from polyplan.planner.runs import count_matrix, runs_from_meta, survival_from_counts
-from polyplan.profile import ModelProfile, Profile
+from polyplan.formats.profile import ModelProfile, Profile
 
 DEFAULT_RESAMPLES = 200
 DEFAULT_LEVEL = 0.95

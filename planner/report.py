@@ -15,7 +15,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from polyplan.errors import PolyplanError
+from polyplan.formats.errors import PolyplanError
 from polyplan.planner.capped_geometric import (
     capped_geometric_mean,
     capped_geometric_variance,
@@ -28,7 +28,7 @@ from polyplan.planner.capped_geometric import (
 from polyplan.planner.insertion import InsertionAnalysis, analyze_insertion
 from polyplan.planner.latency import curve_from_profile
 from polyplan.planner.search import ChainPlan, Recommendation, evaluate_chain, recommend
-from polyplan.profile import Profile
+from polyplan.formats.profile import Profile
 
 
 @dataclass(frozen=True)

@@ -30,7 +30,7 @@ from typing import Any
 
 import numpy as np
 
-from polyplan.errors import PolyplanError
+from polyplan.formats.errors import PolyplanError
 
 META_KEY = "acceptance_runs"
 

@@ -17,7 +17,7 @@ import itertools
 from dataclasses import dataclass
 from typing import Callable, Sequence
 
-from polyplan.errors import PolyplanError
+from polyplan.formats.errors import PolyplanError
 from polyplan.planner.cost_model import ChainPrediction, predict_chain
 from polyplan.planner.insertion import analyze_insertion
 from polyplan.planner.latency import LatencyCurve, curve_from_profile
@@ -26,7 +26,7 @@ from polyplan.planner.runs import RunSurvival, run_survival, runs_from_meta
 from polyplan.planner.verify_width import VerifyWidths, verify_widths
 from polyplan.planner.paper_model import PaperPrediction, mean_length, paper_prediction
 from polyplan.planner.prediction_interval import PredictionIntervals
-from polyplan.profile import Profile, SamplingStats
+from polyplan.formats.profile import Profile, SamplingStats
 
 SEARCH_MODES = ("auto", "grid", "optuna")
 ACCEPTANCE_MODELS = ("auto", "iid", "runs")

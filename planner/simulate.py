@@ -17,7 +17,7 @@ from typing import Sequence
 
 import numpy as np
 
-from polyplan.errors import PolyplanError
+from polyplan.formats.errors import PolyplanError
 from polyplan.planner.capped_geometric import check_acceptance, check_block_size
 from polyplan.planner.cost_model import CurveLike, _as_curve
 from polyplan.planner.verify_width import NO_PADDING, verify_widths

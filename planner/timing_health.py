@@ -23,7 +23,7 @@ Rules (each stated in its line):
 
 from __future__ import annotations
 
-from polyplan.profile import Profile
+from polyplan.formats.profile import Profile
 
 MAX_FLOOR_NOISE = 0.10
 MAX_FLOOR_SHIFT = 1.5

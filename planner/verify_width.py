@@ -23,7 +23,7 @@ from typing import Any
 
 import numpy as np
 
-from polyplan.errors import PolyplanError
+from polyplan.formats.errors import PolyplanError
 from polyplan.planner.latency import LatencyCurve
 
 

@@ -30,8 +30,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from polyplan.errors import PolyplanError
-from polyplan.profile import ModelProfile
+from polyplan.formats.errors import PolyplanError
+from polyplan.formats.profile import ModelProfile
 
 
 @dataclass(frozen=True)

@@ -9,7 +9,7 @@ from typing import Any, Callable, TypeVar
 
 import typer
 
-from polyplan.errors import PolyplanError
+from polyplan.formats.errors import PolyplanError
 
 F = TypeVar("F", bound=Callable[..., Any])
 

@@ -3,7 +3,7 @@ model loads: an unknown name, or CUDA on a torch built without it, is one clear 
 
 from __future__ import annotations
 
-from polyplan.errors import PolyplanError
+from polyplan.formats.errors import PolyplanError
 
 
 def check_device(device: str, where: str = "--device") -> str:

@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from polyplan.cache import cache_root
-from polyplan.errors import PolyplanError
+from polyplan.formats.errors import PolyplanError
 
 _PART = re.compile(r"/data/[^/]+\.part(\d+)$")
 

@@ -20,7 +20,7 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-from polyplan.errors import PolyplanError
+from polyplan.formats.errors import PolyplanError
 
 TIMEOUT_ENV = "POLYPLAN_LOCK_TIMEOUT"
 LOCK_DIR_ENV = "POLYPLAN_LOCK_DIR"

@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any
 
-from polyplan.errors import PolyplanError
+from polyplan.formats.errors import PolyplanError
 
 MAX_BLOCK_SIZE = 128
 MAX_SEED = 2**32 - 1

@@ -16,7 +16,7 @@ import tempfile
 from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 
-from polyplan.errors import PolyplanError
+from polyplan.formats.errors import PolyplanError
 
 
 def same_file(first: str | os.PathLike[str], second: str | os.PathLike[str]) -> bool:

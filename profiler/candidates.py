@@ -14,7 +14,7 @@ import dataclasses
 from dataclasses import dataclass
 from pathlib import Path
 
-from polyplan.candidates import Candidate, CandidateSet, NGram, read_candidates
+from polyplan.formats.candidates import Candidate, CandidateSet, NGram, read_candidates
 from polyplan.profiler.fingerprint import fingerprint_files, fingerprint_settings
 from polyplan.profiler.run import ProfiledModel
 

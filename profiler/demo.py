@@ -19,8 +19,8 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from polyplan.candidates import default_candidates_path
-from polyplan.errors import PolyplanError
+from polyplan.formats.candidates import default_candidates_path
+from polyplan.formats.errors import PolyplanError
 from polyplan.locks import timing_lock
 from polyplan.planner.plan_file import plan_from_profile, read_plan
 from polyplan.planner.search import Recommendation
@@ -204,7 +204,7 @@ def _validate(plan, members, encoded, validation_settings, plan_path, held_out, 
 def check_settings(settings: DemoSettings) -> None:
     """Every option and the --out folder, before anything is trained, profiled or decoded."""
     from polyplan import options
-    from polyplan.candidates import read_candidates
+    from polyplan.formats.candidates import read_candidates
     from polyplan.profiler.report_folder import check_validation_folder, is_plan
 
     options.at_least(settings.max_levels, 1, "--max-levels")

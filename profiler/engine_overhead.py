@@ -31,7 +31,7 @@ from polyplan.decoder.bench import configure_assistant
 from polyplan.planner.engine_overhead import (
     ENGINE_OVERHEAD_KEY, HF, EngineOverhead, LoopCounts, engine_overhead_entry, fit_engine_overhead, stored_fingerprint,
 )
-from polyplan.profile import Profile, sampling_key
+from polyplan.formats.profile import Profile, sampling_key
 from polyplan.profiler.fingerprint import fingerprint_settings
 from polyplan.profiler.latency import collector_paused, reference_workload, synchronizer
 from polyplan.profiler.stats import Spread, robust_spread

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from polyplan.profile import AlphaDistribution, DecodedStats, ImpliedStats, LatencyPoint, ModelProfile, PrefillPoint, SamplingStats
+from polyplan.formats.profile import AlphaDistribution, DecodedStats, ImpliedStats, LatencyPoint, ModelProfile, PrefillPoint, SamplingStats
 from polyplan.profiler.acceptance import DecodedMeasurement, PairAlpha
 from polyplan.profiler.latency import LatencyMeasurement
 from polyplan.sample_size import enough_for_interval, interval_warnings

@@ -38,7 +38,7 @@ from dataclasses import dataclass
 import torch
 
 from polyplan.decoder.member import ChainMember
-from polyplan.errors import PolyplanError
+from polyplan.formats.errors import PolyplanError
 from polyplan.profiler.stats import Spread, robust_spread
 
 DEFAULT_KS = (1, 2, 3, 4, 6, 8, 12, 16)

@@ -27,7 +27,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
-from polyplan.errors import PolyplanError
+from polyplan.formats.errors import PolyplanError
 
 MAX_SECONDS = 4 * 3600.0
 SIZE = 256

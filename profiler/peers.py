@@ -41,7 +41,7 @@ import torch
 from polyplan.decoder.bench import configure_assistant, hf_generate
 from polyplan.decoder.chain import generate
 from polyplan.decoder.sampling import Sampling
-from polyplan.errors import PolyplanError
+from polyplan.formats.errors import PolyplanError
 from polyplan.planner.engine_overhead import prediction_error
 from polyplan.planner.engines import EngineExport
 from polyplan.planner.plan_file import PlanFile

@@ -30,13 +30,13 @@ from pathlib import Path
 from typing import Any
 
 from polyplan.cache import CACHE_ENV, cache_root  # noqa: F401 - re-exported: callers import them from here
-from polyplan.candidates import CandidateSet, parse_candidates
-from polyplan.errors import PolyplanError
+from polyplan.formats.candidates import CandidateSet, parse_candidates
+from polyplan.formats.errors import PolyplanError
 from polyplan.locks import profile_lock, timing_lock
 from polyplan.planner.overhead import META_KEY
 from polyplan.planner.runs import META_KEY as RUNS_KEY
 from polyplan.planner.plan_file import PlanFile
-from polyplan.profile import Profile, sampling_key
+from polyplan.formats.profile import Profile, sampling_key
 from polyplan.profiler.candidates import candidate_fingerprints, with_device
 from polyplan.profiler.fingerprint import fingerprint_settings
 from polyplan.profiler.prompts import EncodedPrompt, Prompt, builtin_prompts, encode_prompts, read_prompt_file
@@ -53,7 +53,7 @@ def _ensure_folder(folder: Path, option: str) -> Path:
 
 def read_candidate_set(path: str | os.PathLike[str], device: str | None = None) -> tuple[CandidateSet, dict[str, Any]]:
     """The validated candidates (on `device` if given) and the plan's record of them."""
-    from polyplan.inputs import read_yaml_file
+    from polyplan.formats.inputs import read_yaml_file
 
     path = Path(path)
     if not path.is_file():
@@ -152,7 +152,7 @@ def resumed_settings(path: str | os.PathLike[str] | None, temperature: float | N
     fingerprint includes its settings."""
     import dataclasses
 
-    from polyplan.profile import load
+    from polyplan.formats.profile import load
     from polyplan.profiler.latency import LatencySettings
     from polyplan.profiler.settings import AcceptanceSettings
 
@@ -279,7 +279,7 @@ def _profile_into(path, models, loaded, record, settings, prompts, temperature, 
 
 def _readable_profile(path: Path) -> Profile | None:
     """The profile at `path` if it is one (the run itself reports a broken file)."""
-    from polyplan.profile import load
+    from polyplan.formats.profile import load
 
     try:
         return load(path) if path.is_file() else None

@@ -37,8 +37,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from polyplan.errors import PolyplanError
-from polyplan.inputs import parse_json_text
+from polyplan.formats.errors import PolyplanError
+from polyplan.formats.inputs import parse_json_text
 
 KINDS = ("function_body", "docstring", "repetitive_edit", "long_context")
 DEFAULT_PER_KIND = 4

@@ -24,7 +24,7 @@ import torch
 from polyplan.decoder.member import ChainMember
 from polyplan.planner.overhead import LoopOverhead
 from polyplan.planner.search import evaluate_chain
-from polyplan.profile import LatencyPoint, Profile
+from polyplan.formats.profile import LatencyPoint, Profile
 from polyplan.profiler.latency import timed_pass
 
 CALIBRATION_KS = (1, 2, 4, 8, 16)

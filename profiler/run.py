@@ -33,9 +33,9 @@ import numpy as np
 import torch
 
 from polyplan.decoder.member import ChainMember
-from polyplan.errors import PolyplanError
+from polyplan.formats.errors import PolyplanError
 from polyplan.planner.latency import curve_from_profile
-from polyplan.profile import Profile, sampling_key
+from polyplan.formats.profile import Profile, sampling_key
 from polyplan.profiler.acceptance import TeacherForced, measure_decoded, pair_alpha, target_continuations, teacher_forced
 from polyplan.profiler.entries import decoded_entry, model_entry, refresh_warnings, sampling_entry
 from polyplan.profiler.fingerprint import fingerprint_settings, fingerprint_tokens

@@ -15,7 +15,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from polyplan.planner.runs import META_KEY
-from polyplan.profile import Profile
+from polyplan.formats.profile import Profile
 from polyplan.profiler.acceptance import target_continuations, teacher_forced
 from polyplan.profiler.fingerprint import fingerprint_settings, fingerprint_tokens
 

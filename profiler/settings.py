@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from polyplan.errors import PolyplanError
-from polyplan.profile import sampling_key
+from polyplan.formats.errors import PolyplanError
+from polyplan.formats.profile import sampling_key
 from polyplan.profiler.latency import LatencySettings
 
 __all__ = ["AcceptanceSettings", "LatencySettings", "ProfileSettings"]

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from polyplan.planner.capped_geometric import relative_variability
 from polyplan.planner.cost_model import predict_chain
 from polyplan.planner.latency import curve_from_profile
-from polyplan.profile import Profile
+from polyplan.formats.profile import Profile
 
 
 @dataclass(frozen=True)

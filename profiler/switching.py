@@ -20,7 +20,7 @@ from collections.abc import Sequence
 import torch
 
 from polyplan.planner.overhead import SWITCH_KEY
-from polyplan.profile import Profile
+from polyplan.formats.profile import Profile
 from polyplan.profiler.latency import collector_paused, synchronizer, timed_pass
 
 PASSES_AFTER = 4  # positions after a switch that are timed; later passes count as warm

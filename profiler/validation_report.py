@@ -11,9 +11,9 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
-from polyplan.atomic import write_text_atomically
+from polyplan.formats.atomic import write_text_atomically
 from polyplan.cli_support import json_safe
-from polyplan.errors import PolyplanError
+from polyplan.formats.errors import PolyplanError
 from polyplan.profiler.categories import category_lines
 from polyplan.profiler.plots import write_plots
 from polyplan.profiler.validation_results import (

@@ -24,10 +24,10 @@ import torch
 from polyplan.decoder.chain import context_reserve, generate
 from polyplan.decoder.member import ChainMember, stop_token_ids
 from polyplan.decoder.sampling import Sampling
-from polyplan.errors import PolyplanError
+from polyplan.formats.errors import PolyplanError
 from polyplan.planner.overhead import switch_cost
 from polyplan.planner.plan_file import PlanFile, plan_overhead, planned_chains
-from polyplan.profile import Profile
+from polyplan.formats.profile import Profile
 from polyplan.profiler.categories import chain_categories
 from polyplan.profiler.latency import synchronizer
 from polyplan.profiler.latency import collector_paused

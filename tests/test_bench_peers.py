@@ -12,11 +12,11 @@ import pytest
 import yaml
 from typer.testing import CliRunner
 
-from polyplan.candidates import read_candidates
+from polyplan.formats.candidates import read_candidates
 from polyplan.cli import app
 from polyplan.planner.plan_file import write_plan
 from polyplan.planner.search import recommend
-from polyplan.profile import LatencyPoint, ModelProfile, Profile, SamplingStats
+from polyplan.formats.profile import LatencyPoint, ModelProfile, Profile, SamplingStats
 from polyplan.profiler.candidates import candidate_fingerprints
 
 pytestmark = pytest.mark.usefixtures("single_thread")

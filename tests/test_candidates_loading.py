@@ -8,10 +8,10 @@ import pytest
 import torch
 
 from conftest import save_model, tiny_llama, tiny_tokenizer
-from polyplan.candidates import parse_candidates
+from polyplan.formats.candidates import parse_candidates
 from polyplan.decoder import HFMember, NGramMember, Sampling, generate
 from polyplan.decoder.candidates_loader import load_candidates
-from polyplan.errors import PolyplanError
+from polyplan.formats.errors import PolyplanError
 
 
 @pytest.fixture(scope="module")

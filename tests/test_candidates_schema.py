@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from polyplan.candidates import (
+from polyplan.formats.candidates import (
     EarlyExit,
     NGram,
     Quantize,
@@ -15,7 +15,7 @@ from polyplan.candidates import (
     read_candidates,
     supported_quantization,
 )
-from polyplan.errors import PolyplanError
+from polyplan.formats.errors import PolyplanError
 
 
 @pytest.fixture()
@@ -164,7 +164,7 @@ def test_the_default_candidates_ship_inside_the_package():
     from pathlib import Path
 
     import polyplan
-    from polyplan.candidates import default_candidates_path, read_candidates
+    from polyplan.formats.candidates import default_candidates_path, read_candidates
 
     path = default_candidates_path()
     assert path.is_relative_to(Path(polyplan.__file__).parent)

@@ -14,7 +14,7 @@ from polyplan.cli import app
 from polyplan.decoder import HFMember, Sampling, generate
 from polyplan.decoder.chat import encode_prompt
 from polyplan.decoder.member import stop_token_ids
-from polyplan.errors import PolyplanError
+from polyplan.formats.errors import PolyplanError
 from polyplan.profiler.prompts import encode_prompts, read_prompt_file
 
 TEMPLATE = "{% for m in messages %}<s> w5 {{ m['content'] }} w6{% endfor %}{% if add_generation_prompt %} w7{% endif %}"

@@ -12,7 +12,7 @@ from polyplan.decoder.loading import load_chain
 from polyplan.decoder.ngram import NGramMember
 from polyplan.decoder.sampling import Sampling
 from polyplan.decoder.table import TableMember
-from polyplan.errors import PolyplanError
+from polyplan.formats.errors import PolyplanError
 
 pytestmark = pytest.mark.usefixtures("single_thread")
 

@@ -18,7 +18,7 @@ from polyplan.decoder import HFMember, Sampling, generate
 from polyplan.decoder import verify as verify_module
 from polyplan.decoder.reduced_vocab import SubsetHead, most_frequent_tokens, restrict_head, restrict_logits
 from polyplan.decoder.table import TableMember
-from polyplan.errors import PolyplanError
+from polyplan.formats.errors import PolyplanError
 from test_decoder_lossless import ALPHA, BLOCKS, VOCAB, chi_square_pvalue, sample_counts, target_joint, toy_chain
 
 pytestmark = pytest.mark.usefixtures("single_thread")

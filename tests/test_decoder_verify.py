@@ -8,7 +8,7 @@ from scipy import stats
 
 from polyplan.decoder.sampling import Sampling, probabilities, sample
 from polyplan.decoder.verify import acceptance_probability, recovery_distribution, verify_greedy, verify_sampled
-from polyplan.errors import PolyplanError
+from polyplan.formats.errors import PolyplanError
 
 pytestmark = pytest.mark.usefixtures("single_thread")
 

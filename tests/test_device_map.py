@@ -10,11 +10,11 @@ import pytest
 import torch
 
 from conftest import save_model, tiny_llama, tiny_tokenizer
-from polyplan.candidates import parse_candidates
+from polyplan.formats.candidates import parse_candidates
 from polyplan.decoder.candidates_loader import load_candidates
 from polyplan.decoder.chain import generate
 from polyplan.decoder.reduced_vocab import restrict_head
-from polyplan.errors import PolyplanError
+from polyplan.formats.errors import PolyplanError
 from polyplan.profiler.candidates import candidate_fingerprints
 
 pytestmark = pytest.mark.usefixtures("single_thread")

@@ -9,7 +9,7 @@ import pytest
 import torch
 from typer.testing import CliRunner
 
-from polyplan.candidates import default_candidates_path, parse_candidates
+from polyplan.formats.candidates import default_candidates_path, parse_candidates
 from polyplan.cli import app
 from polyplan.decoder import generate
 from polyplan.decoder.candidates_loader import load_candidates

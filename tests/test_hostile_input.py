@@ -13,7 +13,7 @@ import pytest
 from typer.testing import CliRunner
 
 from polyplan.cli import app
-from polyplan.errors import PolyplanError
+from polyplan.formats.errors import PolyplanError
 
 EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
 PAPER = EXAMPLES / "paper_table1_profile.json"
@@ -154,7 +154,7 @@ def test_a_hand_edited_plan_is_refused_before_any_work(plan, tmp_path, edit, mes
 def test_a_plan_whose_profile_was_measured_again_is_not_called_edited(plan, profile, tmp_path):
     from polyplan.planner.plan_check import check_plan
     from polyplan.planner.plan_file import read_plan
-    from polyplan.profile import load
+    from polyplan.formats.profile import load
 
     planned = read_plan(plan)
     assert check_plan(planned, "plan.json", load(profile))  # consistent with its own profile
@@ -216,7 +216,7 @@ def test_deep_nesting_is_one_line(tmp_path):
 
 
 def test_a_duplicate_yaml_key_is_an_error_not_last_one_wins(tmp_path):
-    from polyplan.candidates import read_candidates
+    from polyplan.formats.candidates import read_candidates
 
     path = tmp_path / "models.yaml"
     path.write_text("candidates:\n  - name: a\n    name: b\n    source: builtin:target\n    target: true\n")
@@ -284,7 +284,7 @@ def test_numeric_ranges_are_one_line(args, message):
 
 @pytest.mark.skipif(__import__("torch").cuda.is_available(), reason="needs a torch without CUDA")
 def test_a_cuda_device_on_a_cpu_only_torch_is_one_line(tmp_path):
-    from polyplan.candidates import parse_candidates
+    from polyplan.formats.candidates import parse_candidates
     from polyplan.decoder.candidates_loader import load_candidates
 
     _fails(_run("generate", "hi", "--chain", ".", "--device", "cuda"), "'cuda' is unavailable")
@@ -305,7 +305,7 @@ def test_alpha_1e_100_is_a_valid_acceptance():
 
 @pytest.mark.parametrize("umask, mode", [(0o022, 0o644), (0o077, 0o600), (0o002, 0o664)])
 def test_outputs_honour_the_umask(tmp_path, umask, mode):
-    from polyplan.atomic import write_text_atomically
+    from polyplan.formats.atomic import write_text_atomically
 
     previous = os.umask(umask)
     try:
@@ -316,7 +316,7 @@ def test_outputs_honour_the_umask(tmp_path, umask, mode):
 
 
 def test_an_existing_output_keeps_its_mode(tmp_path):
-    from polyplan.atomic import write_text_atomically
+    from polyplan.formats.atomic import write_text_atomically
 
     path = tmp_path / "kept.json"
     path.write_text("old\n")

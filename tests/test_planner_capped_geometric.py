@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 import sympy as sp
 
-from polyplan.errors import PolyplanError
+from polyplan.formats.errors import PolyplanError
 from polyplan.planner import capped_geometric as cg
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from polyplan.errors import PolyplanError
+from polyplan.formats.errors import PolyplanError
 from polyplan.planner.capped_geometric import capped_geometric_mean
 from polyplan.planner.cost_model import predict_chain
 from polyplan.planner.latency import LatencyCurve

@@ -12,15 +12,15 @@ import pytest
 import torch
 from typer.testing import CliRunner
 
-from polyplan.candidates import Candidate, parse_candidates
+from polyplan.formats.candidates import Candidate, parse_candidates
 from polyplan.cli import app
-from polyplan.errors import PolyplanError
+from polyplan.formats.errors import PolyplanError
 from polyplan.planner.cost_model import predict_chain
 from polyplan.planner.engines import config_text, engine_config, export_lines, export_plan, export_to_json, loadable
 from polyplan.planner.latency import curve_from_profile
 from polyplan.planner.plan_file import read_plan, write_plan
 from polyplan.planner.search import recommend
-from polyplan.profile import LatencyPoint, ModelProfile, Profile, SamplingStats, from_json_dict
+from polyplan.formats.profile import LatencyPoint, ModelProfile, Profile, SamplingStats, from_json_dict
 from polyplan.profiler.candidates import candidate_fingerprints
 from polyplan.profiler.acceptance import TeacherForced, pair_alpha
 
@@ -186,7 +186,7 @@ def test_bad_input_is_one_line_and_exit_2(files, engine, change, message):
 def test_a_gguf_drafter_is_loaded_by_hf_through_gguf_file_and_refused_by_vllm(files):
     import dataclasses
 
-    from polyplan.candidates import CandidateSet
+    from polyplan.formats.candidates import CandidateSet
 
     plan, root = files
     candidates = _candidates(root)
@@ -204,7 +204,7 @@ def test_export_says_which_loop_overhead_it_used_and_hf_uses_its_own(files):
     prediction uses it (another speedup) and says so; vLLM keeps polyplan's loop and says so."""
     from polyplan.planner.engine_overhead import ENGINE_OVERHEAD_KEY
     from polyplan.planner.overhead import META_KEY
-    from polyplan.profile import load
+    from polyplan.formats.profile import load
 
     plan, root = files
     before = _invoke("export", "--plan", plan, "--engine", "hf")
@@ -239,7 +239,7 @@ def test_hf_export_carries_the_whole_call_model_of_each_option(files):
     the target's first pass, and the first passes' decode work replaced by the prefills."""
     from polyplan.planner.engine_overhead import ENGINE_OVERHEAD_KEY
     from polyplan.planner.whole_call import PrefillCurve
-    from polyplan.profile import PrefillPoint
+    from polyplan.formats.profile import PrefillPoint
 
     plan, root = files
     profile = _profile()

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from polyplan.errors import PolyplanError
+from polyplan.formats.errors import PolyplanError
 from polyplan.planner.insertion import analyze_insertion
 from polyplan.planner.lemma31 import ideal_time
 

@@ -6,7 +6,7 @@ import math
 
 import pytest
 
-from polyplan.errors import PolyplanError
+from polyplan.formats.errors import PolyplanError
 from polyplan.planner.lemma31 import ideal_speedup, ideal_time
 
 

@@ -14,13 +14,13 @@ import json
 import numpy as np
 import pytest
 
-from polyplan.errors import PolyplanError
+from polyplan.formats.errors import PolyplanError
 from polyplan.planner.cost_model import predict_chain
 from polyplan.planner.latency import LatencyCurve
 from polyplan.planner.plan_file import plan_from_profile, planned_chains, read_plan
 from polyplan.planner.prediction_interval import prediction_intervals
 from polyplan.planner.runs import run_survival
-from polyplan.profile import LatencyPoint, ModelProfile, Profile, SamplingStats
+from polyplan.formats.profile import LatencyPoint, ModelProfile, Profile, SamplingStats
 
 KS = (1, 2, 4, 8)
 T1 = {"target": 0.010, "drafter": 0.002}
@@ -166,7 +166,7 @@ def test_bad_settings_are_one_clear_error():
 
 
 def test_stored_timings_round_trip_and_bad_ones_are_one_clear_error(tmp_path):
-    from polyplan.profile import load
+    from polyplan.formats.profile import load
 
     profile = drawn_profile(np.random.default_rng(8), repeats=4)
     profile.models[0].latency[0].outliers = 1

@@ -10,12 +10,12 @@ from pathlib import Path
 
 import pytest
 
-from polyplan.errors import PolyplanError
+from polyplan.formats.errors import PolyplanError
 from polyplan.planner.cost_model import predict_chain
 from polyplan.planner.latency import curve_from_profile
 from polyplan.planner.plan_file import read_plan, write_plan
 from polyplan.planner.search import evaluate_chain, recommend
-from polyplan.profile import DecodedStats, LatencyPoint, ModelProfile, Profile, SamplingStats, load
+from polyplan.formats.profile import DecodedStats, LatencyPoint, ModelProfile, Profile, SamplingStats, load
 
 EXAMPLE = Path(__file__).resolve().parents[1] / "polyplan" / "data" / "paper_table1_profile.json"
 
@@ -170,7 +170,7 @@ def test_plan_file_round_trip(tmp_path):
 
 def test_planner_and_its_commands_never_import_torch():
     code = (
-        "import sys, polyplan.planner, polyplan.profile, polyplan.commands.theory, polyplan.commands.recommend; "
+        "import sys, polyplan.planner, polyplan.formats.profile, polyplan.commands.theory, polyplan.commands.recommend; "
         "assert 'torch' not in sys.modules, 'torch imported'"
     )
     subprocess.run([sys.executable, "-c", code], check=True)

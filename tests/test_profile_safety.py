@@ -12,9 +12,9 @@ from pathlib import Path
 import pytest
 
 from conftest import target_early_ngram
-from polyplan.errors import PolyplanError
+from polyplan.formats.errors import PolyplanError
 from polyplan.locks import profile_lock, timing_lock
-from polyplan.profile import load
+from polyplan.formats.profile import load
 from polyplan.profiler import AcceptanceSettings, LatencySettings, ProfiledModel, ProfileSettings, profile_models
 from polyplan.profiler.prompts import EncodedPrompt, Prompt
 

@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from polyplan.errors import PolyplanError
-from polyplan.profile import (
+from polyplan.formats.errors import PolyplanError
+from polyplan.formats.profile import (
     DecodedStats,
     LatencyPoint,
     ModelProfile,

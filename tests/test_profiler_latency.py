@@ -11,7 +11,7 @@ import torch
 
 from conftest import tiny_llama
 from polyplan.decoder import HFMember, NGramMember
-from polyplan.errors import PolyplanError
+from polyplan.formats.errors import PolyplanError
 from polyplan.profiler import latency as latency_module
 from polyplan.profiler.latency import LatencySettings, measure_latency
 from polyplan.profiler.stats import spread

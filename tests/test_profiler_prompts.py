@@ -7,7 +7,7 @@ import json
 import pytest
 
 from conftest import tiny_tokenizer
-from polyplan.errors import PolyplanError
+from polyplan.formats.errors import PolyplanError
 from polyplan.profiler.prompts import KINDS, EncodedPrompt, Prompt, builtin_prompts, check_fits, encode_prompts, read_prompt_file
 from polyplan.zoo.corpus import split_stdlib
 

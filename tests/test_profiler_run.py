@@ -10,9 +10,9 @@ import torch
 
 from conftest import perturbed_copy, target_early_ngram
 from polyplan.decoder import HFMember, NGramMember
-from polyplan.errors import PolyplanError
+from polyplan.formats.errors import PolyplanError
 from polyplan.planner.search import recommend
-from polyplan.profile import load
+from polyplan.formats.profile import load
 from polyplan.profiler import (
     AcceptanceSettings,
     LatencySettings,

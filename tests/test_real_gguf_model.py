@@ -22,7 +22,7 @@ def _fetched() -> Path:
 
 
 def test_fetched_gemma_loads_from_models_yaml_and_decodes_losslessly(tmp_path, single_thread):
-    from polyplan.candidates import read_candidates
+    from polyplan.formats.candidates import read_candidates
     from polyplan.decoder import generate
     from polyplan.decoder.candidates_loader import load_candidates
     from polyplan.decoder.member import stop_token_ids

@@ -11,9 +11,9 @@ import time
 import numpy as np
 import pytest
 
-from polyplan.errors import PolyplanError
+from polyplan.formats.errors import PolyplanError
 from polyplan.planner.timing_health import timing_warnings
-from polyplan.profile import LatencyPoint, ModelProfile, Profile
+from polyplan.formats.profile import LatencyPoint, ModelProfile, Profile
 from polyplan.profiler.stats import outlier_mask, robust_spread
 
 

@@ -8,11 +8,11 @@ from pathlib import Path
 
 import pytest
 
-from polyplan.errors import PolyplanError
+from polyplan.formats.errors import PolyplanError
 from polyplan.planner.cost_model import predict_chain
 from polyplan.planner.overhead import LoopOverhead, profile_overhead
 from polyplan.planner.plan_file import plan_from_profile, planned_chains, read_plan
-from polyplan.profile import load
+from polyplan.formats.profile import load
 from polyplan.profiler.prompts import EncodedPrompt, Prompt
 from polyplan.profiler.validation_runs import fit_prompts, select_chains
 from polyplan.profiler.validation_results import (

@@ -13,7 +13,7 @@ from polyplan.decoder.chain import generate
 from polyplan.decoder.hf import HFMember
 from polyplan.decoder.ngram import NGramMember
 from polyplan.decoder.sampling import Sampling
-from polyplan.errors import PolyplanError
+from polyplan.formats.errors import PolyplanError
 from polyplan.planner.cost_model import predict_chain
 from polyplan.planner.latency import LatencyCurve
 from polyplan.planner.simulate import simulate_chain
@@ -174,7 +174,7 @@ def test_padding_with_sampling_keeps_the_seeded_output(models):
 
 def _non_monotone_profile():
     """A target whose pass over 2–3 tokens costs more than over 4 (as gemma-3-270m's), one drafter."""
-    from polyplan.profile import LatencyPoint, ModelProfile, Profile, SamplingStats
+    from polyplan.formats.profile import LatencyPoint, ModelProfile, Profile, SamplingStats
 
     profile = Profile(target="A", device="synthetic")
     seconds = dict(zip(GEMMA.ks, GEMMA.seconds))

@@ -2,10 +2,10 @@
 
 import pytest
 
-from polyplan.errors import PolyplanError
+from polyplan.formats.errors import PolyplanError
 from polyplan.planner.engine_overhead import profile_call_seconds
 from polyplan.planner.whole_call import CallCount, CallModel, PrefillCurve, prefill_curve, whole_call_speedup
-from polyplan.profile import LatencyPoint, ModelProfile, PrefillPoint
+from polyplan.formats.profile import LatencyPoint, ModelProfile, PrefillPoint
 
 
 def test_prefill_interpolates_through_the_origin_and_continues_the_last_slope():

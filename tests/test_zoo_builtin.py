@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from polyplan.candidates import default_candidates_path, read_candidates
+from polyplan.formats.candidates import default_candidates_path, read_candidates
 from polyplan.cli import app
 from polyplan.zoo.builtin import builtin_folder, builtin_names, weights_root
 

@@ -10,7 +10,7 @@ import pytest
 from typer.testing import CliRunner
 
 from polyplan.cli import app
-from polyplan.errors import PolyplanError
+from polyplan.formats.errors import PolyplanError
 from polyplan.zoo import train as train_module
 from polyplan.zoo.corpus import split_stdlib
 from polyplan.zoo.recipe import QUICK

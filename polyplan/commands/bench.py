@@ -8,7 +8,7 @@ from typing import Annotated, Optional
 import typer
 
 from polyplan.cli_support import echo_json, fails_cleanly
-from polyplan.errors import PolyplanError
+from polyplan.formats.errors import PolyplanError
 from polyplan.commands.options import RawPrompts
 
 app = typer.Typer(help="Benchmarks printing side-by-side ratios measured in one run.", no_args_is_help=True)

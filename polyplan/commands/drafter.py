@@ -29,8 +29,8 @@ def distill(
     quick: Annotated[bool, typer.Option("--quick", help="Tiny settings for tests and smoke runs (no size options with it).")] = False,
 ) -> None:
     """Distil a small drafter with a reduced-vocabulary head from the target; print its α."""
-    from polyplan.candidates import default_candidates_path
-    from polyplan.errors import PolyplanError
+    from polyplan.formats.candidates import default_candidates_path
+    from polyplan.formats.errors import PolyplanError
     from polyplan.zoo.distill import QUICK, DistillSettings, distill_drafter
     from polyplan.zoo.train import torch_threads
 

@@ -10,7 +10,7 @@ import typer
 
 from polyplan.cli_support import echo_json, fails_cleanly
 from polyplan.commands.options import RawPrompts
-from polyplan.errors import PolyplanError
+from polyplan.formats.errors import PolyplanError
 
 
 def _int_list(text: str, option: str) -> list[int]:

@@ -9,7 +9,7 @@ from typing import Annotated, Optional
 import typer
 
 from polyplan.cli_support import echo_json, fails_cleanly
-from polyplan.errors import PolyplanError
+from polyplan.formats.errors import PolyplanError
 
 app = typer.Typer(help="Inspect the candidate models of a models.yaml.", no_args_is_help=True)
 
@@ -53,7 +53,7 @@ def check(
     json_output: Annotated[bool, typer.Option("--json", help="Print one JSON object instead of a table.")] = False,
 ) -> None:
     """Load every candidate and print parameters, dtype, device, held-out loss and compatibility."""
-    from polyplan.candidates import default_candidates_path, read_candidates
+    from polyplan.formats.candidates import default_candidates_path, read_candidates
     from polyplan.decoder.candidates_loader import load_candidates
 
     path = candidates if candidates is not None else default_candidates_path()

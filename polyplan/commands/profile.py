@@ -9,7 +9,7 @@ import typer
 
 from polyplan.cli_support import echo_json, fails_cleanly
 from polyplan.commands.options import RawPrompts
-from polyplan.errors import PolyplanError
+from polyplan.formats.errors import PolyplanError
 
 
 def _numbers(text: str, option: str, kind: type) -> tuple:
@@ -109,7 +109,7 @@ def profile(
     from rich.console import Console
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-    from polyplan.candidates import default_candidates_path
+    from polyplan.formats.candidates import default_candidates_path
     from polyplan.profiler.candidates import load_models
     from polyplan.profiler.latency import LatencySettings
     from polyplan.profiler.prompts import builtin_prompts, encode_prompts, read_prompt_file

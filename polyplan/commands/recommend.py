@@ -14,10 +14,10 @@ import typer
 
 from polyplan.cli_support import echo_json, fails_cleanly
 from polyplan.commands.options import RawPrompts
-from polyplan.errors import PolyplanError
+from polyplan.formats.errors import PolyplanError
 from polyplan.planner.plan_file import plan_to_json_dict
 from polyplan.planner.search import ChainPlan, Recommendation
-from polyplan.profile import sampling_temperature
+from polyplan.formats.profile import sampling_temperature
 
 
 def _verdicts(plan: ChainPlan) -> str:
@@ -127,7 +127,7 @@ def recommend(
     (the profile file is resumed and completed).
     """
     from polyplan.planner.plan_file import plan_from_profile
-    from polyplan.profile import load
+    from polyplan.formats.profile import load
     from polyplan.sample_size import profile_warning
 
     _check_up_front(profile, candidates, max_levels, k_max, seed, out, prompts, raw_prompts, resamples, cache_dir, device, threads)

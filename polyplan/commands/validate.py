@@ -24,8 +24,8 @@ def plan_threads(device_label: str) -> int | None:
 def plan_profile(planned):
     """The profile the plan was made from, if its file is still readable (for the re-timed
     prediction); None otherwise."""
-    from polyplan.errors import PolyplanError
-    from polyplan.profile import load
+    from polyplan.formats.errors import PolyplanError
+    from polyplan.formats.profile import load
 
     record = planned.payload.get("profile")
     path = record.get("path") if isinstance(record, dict) else None

@@ -47,7 +47,7 @@ def refine(
     """
     from dataclasses import replace
 
-    from polyplan.errors import PolyplanError
+    from polyplan.formats.errors import PolyplanError
     from polyplan.zoo.builtin import weights_root
     from polyplan.zoo.recipe import FULL
     from polyplan.zoo.train import refine_family
@@ -85,7 +85,7 @@ def measure(
 
     import torch
 
-    from polyplan.errors import PolyplanError
+    from polyplan.formats.errors import PolyplanError
     from polyplan.zoo.builtin import weights_root
     from polyplan.zoo.measure import decode_step_ms, family_variants, greedy_sample
 

@@ -12,7 +12,7 @@ import sysconfig
 from dataclasses import dataclass
 from pathlib import Path
 
-from polyplan.errors import PolyplanError
+from polyplan.formats.errors import PolyplanError
 
 # Folders whose code is tests, generated data or vendored third-party code: leaving them
 # out keeps the corpus to idiomatic library code and makes it smaller.

@@ -26,7 +26,7 @@ from pathlib import Path
 
 import torch
 
-from polyplan.errors import PolyplanError
+from polyplan.formats.errors import PolyplanError
 
 @dataclass(frozen=True)
 class DistillSettings:
@@ -79,7 +79,7 @@ def distill_drafter(candidates_path: str | Path, out: str | Path, settings: Dist
     """Distil a reduced-vocabulary drafter for the target of `candidates_path` into `out`."""
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    from polyplan.candidates import read_candidates
+    from polyplan.formats.candidates import read_candidates
     from polyplan.decoder.hf import end_of_sequence_ids
     from polyplan.decoder.reduced_vocab import REDUCED_VOCAB_FILE, most_frequent_tokens, restrict_head
     from polyplan.decoder.sources import source_folder

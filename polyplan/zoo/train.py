@@ -23,7 +23,7 @@ from torch import nn
 from transformers import AutoTokenizer, LlamaForCausalLM, PreTrainedTokenizerFast
 
 from polyplan.decoder.derive import early_exit_model, quantize_model
-from polyplan.errors import PolyplanError
+from polyplan.formats.errors import PolyplanError
 from polyplan.zoo.builtin import FAMILY_FILE
 from polyplan.zoo.corpus import read_texts, split_stdlib
 from polyplan.zoo.optim import adamw, eval_windows, learning_rate, optimizer_step, random_windows

@@ -14,7 +14,7 @@ import os
 from pathlib import Path
 from typing import Any
 
-from polyplan.errors import PolyplanError
+from polyplan.formats.errors import PolyplanError
 
 MAX_DEPTH = 64  # no polyplan format nests deeper than ~10; deeper input is hostile or broken
 

@@ -7,7 +7,7 @@ import stat
 import tempfile
 from pathlib import Path
 
-from polyplan.errors import PolyplanError
+from polyplan.formats.errors import PolyplanError
 
 
 def current_umask() -> int:

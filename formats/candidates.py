@@ -53,7 +53,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from polyplan.errors import PolyplanError
+from polyplan.formats.errors import PolyplanError
 
 BUILTIN_PREFIX = "builtin:"
 DTYPES = ("float32", "float16", "bfloat16")
@@ -163,7 +163,7 @@ class CandidateSet:
 
 def read_candidates(path: str | Path) -> CandidateSet:
     """Read and validate a models.yaml file; local sources resolve relative to its folder."""
-    from polyplan.inputs import read_yaml_file
+    from polyplan.formats.inputs import read_yaml_file
 
     path = Path(path)
     if not path.is_file():

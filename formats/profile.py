@@ -99,8 +99,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from polyplan.atomic import write_text_atomically
-from polyplan.errors import PolyplanError
+from polyplan.formats.atomic import write_text_atomically
+from polyplan.formats.errors import PolyplanError
 
 SCHEMA_VERSION = 1
 MAX_INTEGER = 2**53  # integers beyond it lose precision as floats (and 10^400 overflows one)
@@ -314,7 +314,7 @@ class Profile:
 
 def load(path: str | os.PathLike[str]) -> Profile:
     """Read and validate a profile; any problem raises `PolyplanError` naming file and field."""
-    from polyplan.inputs import read_json_file
+    from polyplan.formats.inputs import read_json_file
 
     label = str(path)
     payload = read_json_file(path, "file")
