@@ -41,7 +41,9 @@ class HFMember:
         eos_token_id: int | None = None,
         max_context: int | None = None,
     ) -> None:
-        self.model = model.eval()
+        from polyplan.decoder.tall_skinny_head import with_tall_skinny_head
+
+        self.model = with_tall_skinny_head(model.eval())  # few-row CPU verification at one row's cost
         config = model.config.get_text_config(decoder=True)
         self.name = name or Path(str(getattr(model.config, "name_or_path", "") or "")).name or type(model).__name__
         self.vocab_size = int(model.get_output_embeddings().out_features if model.get_output_embeddings() is not None else config.vocab_size)

@@ -1,0 +1,66 @@
+"""A float32 LM head computed as (W hᵀ)ᵀ, so that verifying k tokens costs about one token's
+pass on a CPU.
+
+Why (measured on gemma-3-270m, issue 11; 1 thread): a real small model's LM head is most of a
+decode step (262,144 x 640 weights), and torch's CPU kernel for `F.linear(h, W)` with a few rows
+of `h` is slow and not monotone in the row count: 67, 118, 200, 130 ms for 1, 2, 3, 4 rows. The
+same product taken as `W @ hᵀ` (one tall, skinny matrix times a few columns) streams `W` once:
+64, 46, 59, 56 ms. A verification pass of 2-4 tokens then costs 1.07-1.17x a one-token step
+instead of 1.7-2.6x, which is what makes a drafter pay on such a model.
+
+The logits are the same product summed in another order: equal to `F.linear` within float32
+rounding (about 1e-6 here). Every pass of the model uses the one head, the target-only baseline
+included, so the model's distribution is simply defined by this kernel. It is used only where it
+helps: a plain `nn.Linear` with float32 weights on the CPU and at least `TALL` times more rows
+than columns (bf16 and CUDA kernels handle few rows well).
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+from polyplan.decoder.reduced_vocab import shallow_copy
+
+TALL = 8  # vocabulary rows per hidden column from which the head is worth transposing
+
+
+class TallSkinnyHead(nn.Module):
+    """`nn.Linear` semantics with the product taken as `W @ hᵀ` (weights shared, not copied)."""
+
+    def __init__(self, head: nn.Linear) -> None:
+        super().__init__()
+        self.in_features, self.out_features = head.in_features, head.out_features
+        self.weight = head.weight  # (V, H), shared (e.g. tied with the embeddings)
+        self.bias = head.bias  # (V,) or None
+
+    def forward(self, hidden: torch.Tensor) -> torch.Tensor:
+        rows = hidden.reshape(-1, self.in_features)  # (n, H)
+        logits = (self.weight @ rows.T).T  # (n, V)
+        if self.bias is not None:
+            logits = logits + self.bias
+        return logits.reshape(*hidden.shape[:-1], self.out_features)
+
+
+def is_tall_cpu_head(head: object) -> bool:
+    """Whether `head` is a plain float32 CPU `nn.Linear` tall enough to gain from `TallSkinnyHead`."""
+    return (
+        type(head) is nn.Linear
+        and head.weight.dtype == torch.float32
+        and head.weight.device.type == "cpu"
+        and head.out_features >= TALL * head.in_features
+    )
+
+
+def with_tall_skinny_head(model: nn.Module) -> nn.Module:
+    """`model` itself, or where its LM head qualifies (`is_tall_cpu_head`), a shallow copy of it
+    whose head is a `TallSkinnyHead` over the same weights; `model` is never modified."""
+    head = model.get_output_embeddings() if hasattr(model, "get_output_embeddings") else None
+    if not is_tall_cpu_head(head):
+        return model
+    names = [key for key, module in model._modules.items() if module is head]
+    if not names:
+        return model
+    shallow = shallow_copy(model)
+    shallow._modules[names[0]] = TallSkinnyHead(head)
+    return shallow
