@@ -60,3 +60,51 @@ def test_quick_refuses_size_options(tmp_path):
     result = CliRunner().invoke(app, ["drafter", "distill", "--quick", "--vocab", "64", "--out", str(tmp_path / "d")])
     assert result.exit_code == 2 and "error: --quick: sets every size itself; drop --vocab" in result.output
     assert not (tmp_path / "d").exists()
+
+
+def test_quick_distill_reads_user_data_and_reports_on_policy_alpha(tmp_path):
+    data = tmp_path / "mine.jsonl"
+    data.write_text("\n".join(json.dumps({"turns": [f"Explain step {i} of sorting a list in Python."]}) for i in range(4)) + "\n")
+    out = tmp_path / "drafter"
+    result = CliRunner().invoke(app, ["drafter", "distill", "--quick", "--out", str(out), "--data", str(data)])
+    assert result.exit_code == 0, result.output
+    assert "on-policy alpha" in result.stdout
+    record = json.loads((out / REDUCED_VOCAB_FILE).read_text())
+    assert record["data"] == str(data) and set(record["on_policy_alpha"]) == {"before", "after"}
+
+
+def test_a_missing_data_file_fails_before_any_model_loads(tmp_path):
+    result = CliRunner().invoke(app, ["drafter", "distill", "--quick", "--out", str(tmp_path / "d"), "--data", str(tmp_path / "none.txt")])
+    assert result.exit_code == 2 and "none.txt: no such prompt file" in result.output
+    assert not (tmp_path / "d").exists()
+
+
+def test_training_data_mixes_code_prose_and_user_text():
+    from transformers import AutoTokenizer
+
+    from polyplan.zoo.builtin import builtin_folder
+    from polyplan.zoo.distill import QUICK, stdlib_prose, training_data
+
+    tokenizer = AutoTokenizer.from_pretrained(builtin_folder("target"))
+    without = training_data(tokenizer, QUICK)
+    with_user = training_data(tokenizer, QUICK, ["an unusual user sentence"] * 40)
+    assert with_user.train.numel() > without.train.numel() and with_user.held_out.numel() > without.held_out.numel()
+    prose = stdlib_prose(10_000)
+    assert prose and sum(map(len, prose)) >= 10_000 and "the" in prose[0]
+
+
+def test_projected_embeddings_keep_the_geometry_of_the_kept_rows():
+    from polyplan.zoo.distill import projected_embeddings
+
+    torch.manual_seed(0)
+    basis = torch.randn(4, 16)
+    embeddings = torch.randn(100, 4) @ basis  # rank 4: a 4-wide projection loses nothing
+    keep = torch.arange(0, 100, 2)
+    projected = projected_embeddings(embeddings, keep, 8, std=0.02)
+    assert projected.shape == (100, 8)
+    assert torch.allclose(projected[keep].std(), torch.tensor(0.02), rtol=1e-3)
+    assert torch.count_nonzero(projected[:, 4:].abs() > 1e-5) == 0  # rank 4: nothing beyond it
+    scale = projected.norm() / embeddings.norm()  # a rotation and one scale: inner products kept
+    torch.testing.assert_close(projected @ projected.T, (embeddings @ embeddings.T) * scale**2, rtol=1e-3, atol=1e-7)
+    narrow = projected_embeddings(torch.randn(10, 4), torch.arange(10), 6, std=1.0)
+    assert narrow.shape == (10, 6) and torch.equal(narrow[:, 4:], torch.zeros(10, 2))

@@ -24,6 +24,8 @@ def distill(
     steps: Annotated[Optional[int], typer.Option("--steps", help="Distillation steps [default: 300].")] = None,
     batch_size: Annotated[Optional[int], typer.Option("--batch-size", help="Windows per step [default: 4].")] = None,
     window: Annotated[Optional[int], typer.Option("--window", help="Tokens per training window [default: 256].")] = None,
+    data: Annotated[Optional[Path], typer.Option("--data", help="Your own text to train on: *.jsonl prompts (turns/prompt/text) or text (blank-line separated).")] = None,
+    on_policy_tokens: Annotated[Optional[int], typer.Option("--on-policy-tokens", help="Tokens of the target's own continuations to train on (0: none) [default: 16384].")] = None,
     seed: Annotated[int, typer.Option("--seed", help="Seed of the initialisation and the batches.")] = 0,
     threads: Annotated[int, typer.Option("--threads", help="torch CPU threads.")] = 1,
     quick: Annotated[bool, typer.Option("--quick", help="Tiny settings for tests and smoke runs (no size options with it).")] = False,
@@ -37,17 +39,20 @@ def distill(
     from polyplan import options
 
     options.at_least(threads, 1, "--threads")
-    sizes = {"vocab": vocab, "layers": layers, "hidden": hidden, "steps": steps, "batch_size": batch_size, "window": window}
+    sizes = {"vocab": vocab, "layers": layers, "hidden": hidden, "steps": steps, "batch_size": batch_size, "window": window,
+             "on_policy_tokens": on_policy_tokens}
     given = {name: value for name, value in sizes.items() if value is not None}
     if quick and given:
         raise PolyplanError(f"--quick: sets every size itself; drop --{next(iter(given)).replace('_', '-')}")
     settings = QUICK if quick else DistillSettings(seed=seed, **given)
     with torch_threads(threads):
         result = distill_drafter(candidates if candidates is not None else default_candidates_path(), out, settings,
-                                 target_name=target, log=lambda line: typer.echo(line, err=True))
+                                 target_name=target, data=data, log=lambda line: typer.echo(line, err=True))
     typer.echo(
         f"wrote {result.out}: {result.parameters / 1e6:.2f}M parameters, head over {result.kept_tokens} of {result.vocab} "
         f"tokens ({result.kept_mass:.1%} of held-out target tokens); held-out alpha {result.alpha_before:.3f} -> "
-        f"{result.alpha_after:.3f}, greedy agreement {result.agreement_before:.3f} -> {result.agreement_after:.3f} "
+        f"{result.alpha_after:.3f}, greedy agreement {result.agreement_before:.3f} -> {result.agreement_after:.3f}, "
+        f"on-policy alpha {result.on_policy_alpha_before:.3f} -> {result.on_policy_alpha_after:.3f} "
+        f"(greedy agreement {result.on_policy_agreement_after:.3f}) "
         f"({result.seconds:.0f} s)"
     )

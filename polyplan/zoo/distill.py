@@ -2,19 +2,28 @@
 over the target's N most frequent tokens (FR-Spec style, `decoder.reduced_vocab`).
 
 1. Load the target of a models.yaml (any source: folder, .gguf, hub id, builtin).
-2. Corpus: the standard library's source (`zoo.corpus`, the family's corpus; every machine has
-   it), encoded with the target's tokenizer; its held-out files score the result.
+2. Data, encoded with the target's tokenizer (`training_data`):
+   - the standard library's source (`zoo.corpus`, the family's corpus) and its English prose
+     (`pydoc_data.topics`, the Python reference manual's topics): every machine has both;
+   - an optional user file (`--data`: text, or jsonl prompts with `turns`/`prompt`/`text`);
+   - on-policy text: the target's own greedy continuations of prompts cut from that data
+     (`--on-policy-tokens`), since speculative decoding verifies the drafter on the target's
+     output. Half of every training batch comes from this text.
+   One file in twenty of each source is held out to score the result.
 3. Keep the N most frequent target tokens of that stream, plus every EOS id of the target.
 4. A Llama-style drafter (the target's full vocabulary in its embeddings, so it reads any
-   token; a `SubsetHead` over the N kept ids) is distilled from the frozen target with the
-   zoo's refinement loop (`zoo.refine.refine_drafter`: total variation + KL, the same loop
-   that refines the shipped drafter; no second training loop).
-5. Written as a HF folder (`save_pretrained`: the head's kept rows in a full-size `lm_head`,
+   token; a `SubsetHead` over the N kept ids). Its embeddings and head start from the
+   target's own, projected onto their top principal directions (`projected_embeddings`), so
+   a token the short training never shows still lands near its neighbours.
+5. It is distilled from the frozen target with the zoo's refinement loop
+   (`zoo.refine.refine_drafter`: total variation + KL, the loop that refines the shipped
+   drafter; no second training loop). The teacher is the target with its head restricted to
+   the kept ids: the best a drafter without the other tokens can do is the target's
+   distribution renormalised over the kept ones, and the teacher's step is then its body
+   plus an N-row head instead of a V-row one.
+6. Written as a HF folder (`save_pretrained`: the head's kept rows in a full-size `lm_head`,
    zeros elsewhere, plus `polyplan-reduced-vocab.json` listing the kept ids), with the target's
    tokenizer, so it works as a `source:` candidate; loading restores the reduced head.
-
-Not built yet (issue 11, item 3): the target's on-policy continuations and a user corpus as
-training data, a trained early exit, the recipe for the development model and its α.
 """
 
 from __future__ import annotations
@@ -42,10 +51,14 @@ class DistillSettings:
     learning_rate: float = 1e-3
     max_corpus_chars: int = 2_000_000
     eval_windows: int = 16
+    on_policy_tokens: int = 16_384
+    on_policy_prompt: int = 32
     seed: int = 0
 
     def __post_init__(self) -> None:
-        for name in ("vocab", "layers", "hidden", "steps", "batch_size", "eval_windows"):
+        if isinstance(self.on_policy_tokens, bool) or not isinstance(self.on_policy_tokens, int) or self.on_policy_tokens < 0:
+            raise PolyplanError(f"--on-policy-tokens: must be an integer >= 0, got {self.on_policy_tokens!r}")
+        for name in ("vocab", "layers", "hidden", "steps", "batch_size", "eval_windows", "on_policy_prompt"):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
                 raise PolyplanError(f"--{name.replace('_', '-')}: must be an integer >= 1, got {value!r}")
@@ -55,7 +68,8 @@ class DistillSettings:
             raise PolyplanError(f"--hidden: must be a multiple of 32 (attention heads of 32), got {self.hidden}")
 
 
-QUICK = DistillSettings(vocab=256, layers=1, hidden=32, steps=3, batch_size=2, window=32, max_corpus_chars=20_000, eval_windows=2)
+QUICK = DistillSettings(vocab=256, layers=1, hidden=32, steps=3, batch_size=2, window=32, max_corpus_chars=20_000, eval_windows=2,
+                        on_policy_tokens=64, on_policy_prompt=8)
 
 
 @dataclass(frozen=True)
@@ -71,11 +85,14 @@ class DistillResult:
     alpha_after: float
     agreement_before: float
     agreement_after: float
+    on_policy_alpha_before: float  # on the target's greedy continuations of held-out prompts
+    on_policy_alpha_after: float
+    on_policy_agreement_after: float
     seconds: float
 
 
 def distill_drafter(candidates_path: str | Path, out: str | Path, settings: DistillSettings = DistillSettings(),
-                    *, target_name: str | None = None, log=lambda line: None) -> DistillResult:
+                    *, target_name: str | None = None, data: str | Path | None = None, log=lambda line: None) -> DistillResult:
     """Distil a reduced-vocabulary drafter for the target of `candidates_path` into `out`."""
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
@@ -83,10 +100,8 @@ def distill_drafter(candidates_path: str | Path, out: str | Path, settings: Dist
     from polyplan.decoder.hf import end_of_sequence_ids
     from polyplan.decoder.reduced_vocab import REDUCED_VOCAB_FILE, most_frequent_tokens, restrict_head
     from polyplan.decoder.sources import source_folder
-    from polyplan.zoo.corpus import read_texts, split_stdlib
     from polyplan.zoo.recipe import Refinement, Schedule
     from polyplan.zoo.refine import refine_drafter
-    from polyplan.zoo.tokenizer import encode_corpus
     from polyplan.zoo.train import building
 
     started = time.perf_counter()
@@ -97,28 +112,33 @@ def distill_drafter(candidates_path: str | Path, out: str | Path, settings: Dist
     out = Path(out)
     if out.exists():
         raise PolyplanError(f"--out: {out} already exists; choose a new folder")
+    user = None if data is None else user_texts(data)  # a bad file fails before the target loads
     folder = source_folder(candidate, f"{candidates.origin}: candidate {candidate.name!r}")
     tokenizer = AutoTokenizer.from_pretrained(folder, local_files_only=True)
     target = AutoModelForCausalLM.from_pretrained(folder, local_files_only=True, dtype=torch.float32).eval()
     vocab = int(target.get_output_embeddings().weight.shape[0])
     if settings.vocab > vocab:
         raise PolyplanError(f"--vocab: {settings.vocab} is more than the target's {vocab} tokens")
-    split = split_stdlib()
-    train = torch.from_numpy(encode_corpus(tokenizer, read_texts(split.root, split.train, settings.max_corpus_chars))).long()
-    held_out = torch.from_numpy(encode_corpus(tokenizer, read_texts(split.root, split.validation, settings.max_corpus_chars // 4))).long()
     stops = end_of_sequence_ids(target, tokenizer)
-    keep = most_frequent_tokens(train, vocab, settings.vocab, always=stops)
-    kept_mass = float(torch.isin(held_out, keep).double().mean())
-    log(f"corpus: {train.numel()} training tokens, {held_out.numel()} held out; "
+    corpus = training_data(tokenizer, settings, user)
+    keep = most_frequent_tokens(corpus.train, vocab, settings.vocab, always=stops)
+    kept_mass = float(torch.isin(corpus.held_out, keep).double().mean())
+    log(f"corpus: {corpus.train.numel()} training tokens, {corpus.held_out.numel()} held out; "
         f"{settings.vocab} kept ids cover {kept_mass:.1%} of the held-out tokens")
+    train = corpus.train
+    if settings.on_policy_tokens:
+        on_policy = on_policy_stream(target, corpus.train, settings, log)
+        repeats = max(1, round(corpus.train.numel() / max(1, on_policy.numel())))
+        train = torch.cat([corpus.train, on_policy.repeat(repeats)])  # about half the windows on-policy
     torch.manual_seed(settings.seed)  # the initialisers draw from the global generator
     drafter = restrict_head(_drafter(target, vocab, settings), keep)
+    _start_from_target_embeddings(drafter, target, keep)
     refinement = Refinement(
         schedule=Schedule(steps=settings.steps, batch_size=settings.batch_size, learning_rate=settings.learning_rate,
                           warmup_steps=max(1, settings.steps // 10)),
         window=settings.window, eval_prompt_tokens=settings.window // 2, eval_continuation_tokens=settings.window // 2,
     )
-    metrics = refine_drafter(target, drafter, train, held_out, refinement,
+    metrics = refine_drafter(target, drafter, train, corpus.held_out, refinement, teacher=restrict_head(target, keep),
                              eval_windows_count=settings.eval_windows, seed=settings.seed, log=log)
     with building(out) as work:
         _full_head_copy(drafter).save_pretrained(work)
@@ -127,13 +147,111 @@ def distill_drafter(candidates_path: str | Path, out: str | Path, settings: Dist
             "kept_ids": keep.tolist(), "target": candidate.name, "settings": asdict(settings),
             "alpha": {"before": metrics.corpus_before.alpha, "after": metrics.corpus_after.alpha},
             "greedy_agreement": {"before": metrics.corpus_before.agreement, "after": metrics.corpus_after.agreement},
-            "on_policy_alpha": metrics.on_policy_after.alpha,
+            "on_policy_alpha": {"before": metrics.on_policy_before.alpha, "after": metrics.on_policy_after.alpha},
+            "on_policy_greedy_agreement": {"before": metrics.on_policy_before.agreement, "after": metrics.on_policy_after.agreement},
+            "data": None if data is None else str(data),
         }, indent=2) + "\n", encoding="utf-8")
     return DistillResult(
         out, settings.vocab, vocab, kept_mass, sum(p.numel() for p in drafter.parameters()),
         metrics.corpus_before.alpha, metrics.corpus_after.alpha, metrics.corpus_before.agreement,
-        metrics.corpus_after.agreement, time.perf_counter() - started,
+        metrics.corpus_after.agreement, metrics.on_policy_before.alpha, metrics.on_policy_after.alpha,
+        metrics.on_policy_after.agreement, time.perf_counter() - started,
     )
+
+
+@dataclass(frozen=True)
+class TrainingData:
+    """Token streams (1-D int64) to train on and to score on."""
+
+    train: torch.Tensor
+    held_out: torch.Tensor
+
+
+def training_data(tokenizer, settings: DistillSettings, user: list[str] | None = None) -> TrainingData:
+    """The stdlib's code and English prose, and the user's texts (`user_texts`), each split
+    19:1 into training and held-out text and encoded with the target's `tokenizer`."""
+    from polyplan.zoo.corpus import read_texts, split_stdlib
+    from polyplan.zoo.tokenizer import encode_corpus
+
+    split = split_stdlib()
+    sources = [
+        (read_texts(split.root, split.train, settings.max_corpus_chars // 2),
+         read_texts(split.root, split.validation, settings.max_corpus_chars // 8)),
+        _held_out_every(stdlib_prose(settings.max_corpus_chars // 2)),
+    ]
+    if user:
+        sources.append(_held_out_every(user))
+    train = [text for texts, _ in sources for text in texts]
+    held_out = [text for _, texts in sources for text in texts]
+    encode = lambda texts: torch.from_numpy(encode_corpus(tokenizer, texts)).long()
+    return TrainingData(encode(train), encode(held_out))
+
+
+def stdlib_prose(max_chars: int) -> list[str]:
+    """English prose every Python has: the reference manual's topics in `pydoc_data.topics`
+    (about 0.5M characters), one text per topic, in a fixed order."""
+    from pydoc_data.topics import topics
+
+    texts, total = [], 0
+    for name in sorted(topics):
+        texts.append(topics[name])
+        total += len(topics[name])
+        if total >= max_chars:
+            break
+    return texts
+
+
+def user_texts(path: str | Path) -> list[str]:
+    """The texts of a user's data file: a jsonl of prompts (`turns`, `prompt` or `text`) or
+    plain text (blank-line separated), read by the profiler's prompt reader."""
+    from polyplan.profiler.prompts import read_prompt_file
+
+    return [prompt.text for prompt in read_prompt_file(path)]
+
+
+def _held_out_every(texts: list[str], every: int = 20) -> tuple[list[str], list[str]]:
+    """(training, held-out) texts: one in `every` held out (the last of each run of `every`)."""
+    held = [text for index, text in enumerate(texts) if index % every == every - 1]
+    return [text for index, text in enumerate(texts) if index % every != every - 1], held or texts[-1:]
+
+
+def on_policy_stream(target, train: torch.Tensor, settings: DistillSettings, log) -> torch.Tensor:
+    """About `settings.on_policy_tokens` tokens of the target's own greedy text: continuations
+    of `on_policy_prompt`-token prompts cut at evenly spaced places of the training stream,
+    each piece a prompt and its continuation (the loss sees the prompt as context)."""
+    from polyplan.zoo.optim import eval_windows
+    from polyplan.zoo.refine import greedy_continuations
+
+    started = time.perf_counter()
+    continuation = max(1, settings.window - settings.on_policy_prompt)
+    count = max(1, -(-settings.on_policy_tokens // continuation))
+    prompts = eval_windows(train, settings.on_policy_prompt - 1, count)  # (count, prompt)
+    pieces = torch.cat([greedy_continuations(target, chunk, continuation) for chunk in prompts.split(16)])
+    log(f"on-policy: {count} target continuations of {continuation} tokens ({time.perf_counter() - started:.0f}s)")
+    return pieces.reshape(-1)
+
+
+def _start_from_target_embeddings(drafter, target, keep: torch.Tensor) -> None:
+    """Initialise the drafter's embeddings and kept head rows from the target's (`projected_embeddings`)."""
+    embeddings = projected_embeddings(target.get_input_embeddings().weight.detach().float(), keep,
+                                      drafter.config.hidden_size, drafter.config.initializer_range)
+    with torch.no_grad():
+        drafter.get_input_embeddings().weight.copy_(embeddings)
+        drafter.get_output_embeddings().weight.copy_(embeddings[keep])
+
+
+def projected_embeddings(embeddings: torch.Tensor, keep: torch.Tensor, hidden: int, std: float) -> torch.Tensor:
+    """The target's (V, H_t) embeddings projected onto the top `hidden` principal directions
+    of the kept rows, scaled to entries of standard deviation `std`: (V, hidden). Where the
+    target is narrower than `hidden`, the remaining columns are zero."""
+    kept = embeddings[keep]
+    centred = kept - kept.mean(0)
+    directions = torch.linalg.svd(centred, full_matrices=False).Vh[:hidden]  # (min(hidden, H_t), H_t)
+    projected = embeddings @ directions.T  # (V, min(hidden, H_t))
+    projected = projected * (std / projected[keep].std().clamp_min(1e-12))
+    if projected.shape[1] < hidden:
+        projected = torch.cat([projected, projected.new_zeros(projected.shape[0], hidden - projected.shape[1])], dim=1)
+    return projected
 
 
 def _drafter(target, vocab: int, settings: DistillSettings):

@@ -122,6 +122,7 @@ def refine_drafter(
     eval_windows_count: int,
     seed: int,
     log: Log,
+    teacher: nn.Module | None = None,
 ) -> RefineMetrics:
     """Distil `drafter` (in place) from the frozen `target` for `refinement.schedule.steps`
     batches of `refinement.window`-token windows of the `train` token stream.
@@ -129,7 +130,10 @@ def refine_drafter(
     `validation` is the held-out stream: the before/after numbers are measured on
     `eval_windows_count` evenly spaced windows of it, and on as many on-policy windows (the
     target's greedy continuation of each window's first `eval_prompt_tokens` tokens).
+    `teacher` (default: `target`) gives the training logits, e.g. the target with its head
+    restricted to a reduced-vocabulary drafter's kept ids; the scores always use `target`.
     """
+    teacher = target if teacher is None else teacher
     schedule, window = refinement.schedule, refinement.window
     target.eval()
     started = time.perf_counter()
@@ -147,8 +151,8 @@ def refine_drafter(
     for index in range(schedule.steps):
         inputs = random_windows(train, window - 1, schedule.batch_size, generator)[:, :-1]  # (B, window - 1)
         with torch.no_grad():
-            teacher = target(inputs).logits.flatten(0, 1)  # (B*L, V)
-        loss, tv = distillation_loss(teacher, drafter(inputs).logits.flatten(0, 1))
+            teacher_logits = teacher(inputs).logits.flatten(0, 1)  # (B*L, V)
+        loss, tv = distillation_loss(teacher_logits, drafter(inputs).logits.flatten(0, 1))
         optimizer_step(drafter, drafter_optimizer, loss, learning_rate(index, schedule))
         if index % 25 == 0 or index == schedule.steps - 1:
             log(f"refine step {index}/{schedule.steps} tv {tv.item():.3f} loss {loss.item():.3f} "
