@@ -28,6 +28,7 @@ from torch import nn
 from polyplan.formats.errors import PolyplanError
 
 REDUCED_VOCAB_FILE = "polyplan-reduced-vocab.json"  # in a model folder: {"kept_ids": [...], ...}
+REDUCED_HEAD_FILE = "polyplan-reduced-head.safetensors"  # optional: the kept rows of the head, {"weight": (N, H)}
 
 
 def restrict_logits(subset_logits: torch.Tensor, keep: torch.Tensor, vocab: int) -> torch.Tensor:
@@ -114,10 +115,13 @@ def restrict_head(model: nn.Module, keep: torch.Tensor) -> nn.Module:
 
 def with_saved_subset(model: nn.Module, folder: str | Path) -> nn.Module:
     """`model` loaded from `folder`, with its reduced head restored when the folder holds a
-    `REDUCED_VOCAB_FILE` (as `polyplan drafter distill` writes); else `model` unchanged.
+    `REDUCED_VOCAB_FILE` (as `polyplan drafter distill` writes); else `model` unchanged. The
+    head's kept rows come from `REDUCED_HEAD_FILE` when the folder has one (a trained exit's
+    head, or a drafter saved with tied embeddings), else from the loaded model's own head.
 
     Raises:
-        PolyplanError: the file is not valid JSON or its ids are not a subset of the vocabulary.
+        PolyplanError: the file is not valid JSON, its ids are not a subset of the vocabulary,
+            or the head file does not match them.
     """
     path = Path(folder) / REDUCED_VOCAB_FILE
     if not path.is_file():
@@ -127,4 +131,33 @@ def with_saved_subset(model: nn.Module, folder: str | Path) -> nn.Module:
         keep = torch.tensor(kept, dtype=torch.int64)
     except (ValueError, KeyError, TypeError) as error:
         raise PolyplanError(f"{path}: not a reduced-vocabulary record ({error})") from None
-    return restrict_head(model, keep)
+    reduced = restrict_head(model, keep)
+    head_path = Path(folder) / REDUCED_HEAD_FILE
+    if head_path.is_file():
+        head = reduced.get_output_embeddings()
+        weight = _saved_head_weight(head_path)
+        if weight.shape != head.weight.shape:
+            raise PolyplanError(f"{head_path}: a {tuple(weight.shape)} head for {tuple(head.weight.shape)} kept rows")
+        with torch.no_grad():
+            head.weight.copy_(weight)
+    return reduced
+
+
+def save_reduced_head(folder: str | Path, model: nn.Module) -> None:
+    """Write the kept rows of `model`'s `SubsetHead` to `folder / REDUCED_HEAD_FILE`."""
+    from safetensors.torch import save_file
+
+    head = model.get_output_embeddings()
+    if not isinstance(head, SubsetHead):
+        raise PolyplanError(f"reduced head: {type(model).__name__} has no reduced head to save")
+    save_file({"weight": head.weight.detach().float().contiguous()}, str(Path(folder) / REDUCED_HEAD_FILE))
+
+
+def _saved_head_weight(path: Path) -> torch.Tensor:
+    from safetensors import SafetensorError
+    from safetensors.torch import load_file
+
+    try:
+        return load_file(str(path))["weight"]
+    except (SafetensorError, KeyError, OSError) as error:
+        raise PolyplanError(f"{path}: not a reduced head ({error})") from None

@@ -108,3 +108,42 @@ def test_projected_embeddings_keep_the_geometry_of_the_kept_rows():
     torch.testing.assert_close(projected @ projected.T, (embeddings @ embeddings.T) * scale**2, rtol=1e-3, atol=1e-7)
     narrow = projected_embeddings(torch.randn(10, 4), torch.arange(10), 6, std=1.0)
     assert narrow.shape == (10, 6) and torch.equal(narrow[:, 4:], torch.zeros(10, 2))
+
+
+def test_quick_exit_trains_only_the_norm_and_head_and_chains_losslessly(tmp_path):
+    from safetensors.torch import load_file
+    from transformers import AutoModelForCausalLM
+
+    from polyplan.decoder.reduced_vocab import REDUCED_HEAD_FILE
+    from polyplan.zoo.builtin import builtin_folder
+
+    out = tmp_path / "exit2"
+    result = CliRunner().invoke(app, ["drafter", "distill", "--quick", "--exit-layers", "2", "--out", str(out)])
+    assert result.exit_code == 0, result.output
+    record = json.loads((out / REDUCED_VOCAB_FILE).read_text())
+    assert record["exit_layers"] == 2 and len(record["kept_ids"]) == 256
+    saved = load_file(str(out / "model.safetensors"))
+    assert not any(key.startswith("lm_head") for key in saved)  # tied: no V-row head written
+    assert load_file(str(out / REDUCED_HEAD_FILE))["weight"].shape == (256, saved["model.embed_tokens.weight"].shape[1])
+    target = AutoModelForCausalLM.from_pretrained(builtin_folder("target"), dtype=torch.float32)
+    original = target.state_dict()
+    for key, value in saved.items():
+        if key.startswith("model.layers.") or key == "model.embed_tokens.weight":  # the target's own, frozen
+            assert torch.equal(value.float(), original[key].float()), key
+    assert not torch.equal(saved["model.norm.weight"].float(), original["model.norm.weight"].float())  # trained
+    candidates = parse_candidates(
+        {"candidates": [{"name": "target", "source": "builtin:target", "target": True}, {"name": "exit2", "source": str(out)}]},
+        base_dir=tmp_path, origin="m.yaml",
+    )
+    loaded = load_candidates(candidates)
+    exit_member, target_member = loaded.member("exit2"), loaded.member("target")
+    assert exit_member.model.config.num_hidden_layers == 2
+    prompt = loaded.tokenizer("def add(a, b):\n")["input_ids"]
+    assert generate([target_member, exit_member], prompt, max_new_tokens=12, block_sizes=[3]).token_ids == \
+        generate([target_member], prompt, max_new_tokens=12).token_ids
+
+
+def test_exit_layers_must_leave_the_target_deeper(tmp_path):
+    result = CliRunner().invoke(app, ["drafter", "distill", "--quick", "--exit-layers", "8", "--out", str(tmp_path / "e")])
+    assert result.exit_code == 2 and "error: --exit-layers: 8 is outside 1..7" in result.output
+    assert not (tmp_path / "e").exists()

@@ -92,12 +92,18 @@ class DistillResult:
 
 
 def distill_drafter(candidates_path: str | Path, out: str | Path, settings: DistillSettings = DistillSettings(),
-                    *, target_name: str | None = None, data: str | Path | None = None, log=lambda line: None) -> DistillResult:
-    """Distil a reduced-vocabulary drafter for the target of `candidates_path` into `out`."""
+                    *, target_name: str | None = None, data: str | Path | None = None, exit_layers: int | None = None,
+                    log=lambda line: None) -> DistillResult:
+    """Distil a reduced-vocabulary drafter for the target of `candidates_path` into `out`.
+
+    With `exit_layers` = k, the drafter is instead the target's own first k layers (an early
+    exit) with a trained copy of the final norm and a trained reduced head (`exit_student`):
+    the layers are the target's, frozen; only the exit's norm and head rows learn."""
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     from polyplan.formats.candidates import read_candidates
     from polyplan.decoder.hf import end_of_sequence_ids
+    from polyplan.decoder.derive import num_layers
     from polyplan.decoder.reduced_vocab import REDUCED_VOCAB_FILE, most_frequent_tokens, restrict_head
     from polyplan.decoder.sources import source_folder
     from polyplan.zoo.recipe import Refinement, Schedule
@@ -119,6 +125,9 @@ def distill_drafter(candidates_path: str | Path, out: str | Path, settings: Dist
     vocab = int(target.get_output_embeddings().weight.shape[0])
     if settings.vocab > vocab:
         raise PolyplanError(f"--vocab: {settings.vocab} is more than the target's {vocab} tokens")
+    if exit_layers is not None and not 1 <= exit_layers < num_layers(target):
+        raise PolyplanError(f"--exit-layers: {exit_layers} is outside 1..{num_layers(target) - 1} "
+                            f"(the target has {num_layers(target)} layers)")
     stops = end_of_sequence_ids(target, tokenizer)
     corpus = training_data(tokenizer, settings, user)
     keep = most_frequent_tokens(corpus.train, vocab, settings.vocab, always=stops)
@@ -131,8 +140,11 @@ def distill_drafter(candidates_path: str | Path, out: str | Path, settings: Dist
         repeats = max(1, round(corpus.train.numel() / max(1, on_policy.numel())))
         train = torch.cat([corpus.train, on_policy.repeat(repeats)])  # about half the windows on-policy
     torch.manual_seed(settings.seed)  # the initialisers draw from the global generator
-    drafter = restrict_head(_drafter(target, vocab, settings), keep)
-    _start_from_target_embeddings(drafter, target, keep)
+    if exit_layers is None:
+        drafter = restrict_head(_drafter(target, vocab, settings), keep)
+        _start_from_target_embeddings(drafter, target, keep)
+    else:
+        drafter = exit_student(target, exit_layers, keep)
     refinement = Refinement(
         schedule=Schedule(steps=settings.steps, batch_size=settings.batch_size, learning_rate=settings.learning_rate,
                           warmup_steps=max(1, settings.steps // 10)),
@@ -141,7 +153,7 @@ def distill_drafter(candidates_path: str | Path, out: str | Path, settings: Dist
     metrics = refine_drafter(target, drafter, train, corpus.held_out, refinement, teacher=restrict_head(target, keep),
                              eval_windows_count=settings.eval_windows, seed=settings.seed, log=log)
     with building(out) as work:
-        _full_head_copy(drafter).save_pretrained(work)
+        save_reduced(drafter, work)
         tokenizer.save_pretrained(work)
         (work / REDUCED_VOCAB_FILE).write_text(json.dumps({
             "kept_ids": keep.tolist(), "target": candidate.name, "settings": asdict(settings),
@@ -149,10 +161,10 @@ def distill_drafter(candidates_path: str | Path, out: str | Path, settings: Dist
             "greedy_agreement": {"before": metrics.corpus_before.agreement, "after": metrics.corpus_after.agreement},
             "on_policy_alpha": {"before": metrics.on_policy_before.alpha, "after": metrics.on_policy_after.alpha},
             "on_policy_greedy_agreement": {"before": metrics.on_policy_before.agreement, "after": metrics.on_policy_after.agreement},
-            "data": None if data is None else str(data),
+            "data": None if data is None else str(data), "exit_layers": exit_layers,
         }, indent=2) + "\n", encoding="utf-8")
     return DistillResult(
-        out, settings.vocab, vocab, kept_mass, sum(p.numel() for p in drafter.parameters()),
+        out, settings.vocab, vocab, kept_mass, sum(p.numel() for p in drafter.parameters() if p.requires_grad),
         metrics.corpus_before.alpha, metrics.corpus_after.alpha, metrics.corpus_before.agreement,
         metrics.corpus_after.agreement, metrics.on_policy_before.alpha, metrics.on_policy_after.alpha,
         metrics.on_policy_after.agreement, time.perf_counter() - started,
@@ -270,18 +282,43 @@ def _drafter(target, vocab: int, settings: DistillSettings):
     return LlamaForCausalLM(drafter_config).float()
 
 
-def _full_head_copy(drafter):
-    """The drafter with an ordinary full-vocabulary `lm_head` (the kept rows trained, zeros
-    elsewhere) so `save_pretrained` writes a standard folder."""
+def exit_student(target, layers: int, keep: torch.Tensor):
+    """The target's first `layers` layers (shared and frozen: the target never changes), then a
+    trainable copy of its final norm, then a trainable head over the kept ids (its rows start
+    as the target's head rows)."""
+    import copy
+
+    from polyplan.decoder.derive import early_exit_model
+    from polyplan.decoder.reduced_vocab import restrict_head
+
+    exit_model = early_exit_model(target, layers)  # a shallow copy: the target is untouched
+    inner = getattr(exit_model, getattr(exit_model, "base_model_prefix", "model"))
+    if not isinstance(getattr(inner, "norm", None), torch.nn.Module):
+        raise PolyplanError(f"--exit-layers: {type(target).__name__} has no final norm to train")
+    for parameter in exit_model.parameters():
+        parameter.requires_grad_(False)
+    inner._modules["norm"] = copy.deepcopy(inner.norm).requires_grad_(True)
+    student = restrict_head(exit_model, keep)  # its head rows are a trainable clone
+    student.get_output_embeddings().requires_grad_(True)
+    return student
+
+
+def save_reduced(model, folder: Path) -> None:
+    """Save a model with a reduced head as a standard HF folder: its config with tied
+    embeddings (so no V-row head is written; a V x H zero-padded head would double a gemma
+    drafter's size) and its kept head rows in `REDUCED_HEAD_FILE`, which loading restores."""
+    import copy
+
     from torch import nn
 
-    from polyplan.decoder.reduced_vocab import shallow_copy
+    from polyplan.decoder.reduced_vocab import save_reduced_head, shallow_copy
 
-    head = drafter.get_output_embeddings()  # SubsetHead
-    full = nn.Linear(head.in_features, head.out_features, bias=False)
-    with torch.no_grad():
-        full.weight.zero_()
-        full.weight[head.keep] = head.weight
-    plain = shallow_copy(drafter)
-    plain.set_output_embeddings(full)
-    return plain
+    embeddings = model.get_input_embeddings()
+    head = nn.Linear(embeddings.embedding_dim, embeddings.num_embeddings, bias=False, device="meta")
+    head.weight = embeddings.weight
+    plain = shallow_copy(model)
+    plain.config = copy.deepcopy(model.config)
+    plain.config.tie_word_embeddings = True
+    plain.set_output_embeddings(head)
+    plain.save_pretrained(folder)
+    save_reduced_head(folder, model)
