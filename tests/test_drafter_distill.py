@@ -147,3 +147,16 @@ def test_exit_layers_must_leave_the_target_deeper(tmp_path):
     result = CliRunner().invoke(app, ["drafter", "distill", "--quick", "--exit-layers", "8", "--out", str(tmp_path / "e")])
     assert result.exit_code == 2 and "error: --exit-layers: 8 is outside 1..7" in result.output
     assert not (tmp_path / "e").exists()
+
+
+def test_the_loss_over_the_support_equals_the_full_loss_when_both_are_restricted():
+    torch.manual_seed(3)
+    keep = torch.tensor([1, 4, 6, 9])
+    outside = torch.ones(12, dtype=torch.bool)
+    outside[keep] = False
+    teacher = torch.randn(5, 12).masked_fill(outside, -torch.inf)
+    drafter = torch.randn(5, 12).masked_fill(outside, -torch.inf)
+    full_loss, full_tv = distillation_loss(teacher, drafter)
+    sliced_loss, sliced_tv = distillation_loss(teacher[:, keep], drafter[:, keep])
+    torch.testing.assert_close(sliced_loss, full_loss)
+    torch.testing.assert_close(sliced_tv, full_tv)

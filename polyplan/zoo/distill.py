@@ -150,7 +150,7 @@ def distill_drafter(candidates_path: str | Path, out: str | Path, settings: Dist
                           warmup_steps=max(1, settings.steps // 10)),
         window=settings.window, eval_prompt_tokens=settings.window // 2, eval_continuation_tokens=settings.window // 2,
     )
-    metrics = refine_drafter(target, drafter, train, corpus.held_out, refinement, teacher=restrict_head(target, keep),
+    metrics = refine_drafter(target, drafter, train, corpus.held_out, refinement, teacher=restrict_head(target, keep), support=keep,
                              eval_windows_count=settings.eval_windows, seed=settings.seed, log=log)
     with building(out) as work:
         save_reduced(drafter, work)
@@ -238,7 +238,7 @@ def on_policy_stream(target, train: torch.Tensor, settings: DistillSettings, log
     continuation = max(1, settings.window - settings.on_policy_prompt)
     count = max(1, -(-settings.on_policy_tokens // continuation))
     prompts = eval_windows(train, settings.on_policy_prompt - 1, count)  # (count, prompt)
-    pieces = torch.cat([greedy_continuations(target, chunk, continuation) for chunk in prompts.split(16)])
+    pieces = torch.cat([greedy_continuations(target, chunk, continuation) for chunk in prompts.split(64)])  # wide batches: the head streams once per step
     log(f"on-policy: {count} target continuations of {continuation} tokens ({time.perf_counter() - started:.0f}s)")
     return pieces.reshape(-1)
 
