@@ -19,7 +19,8 @@ from __future__ import annotations
 
 import copy
 import json
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import torch
@@ -53,10 +54,32 @@ class SubsetHead(nn.Module):
         self.register_buffer("keep", keep.to(torch.int64))  # (N,)
         self.in_features = int(weight.shape[1])
         self.out_features = int(vocab)
+        self.compact = False  # True: return the N kept columns only (`compact_logits`)
 
     def forward(self, hidden: torch.Tensor) -> torch.Tensor:
         logits = nn.functional.linear(hidden, self.weight, self.bias)  # (..., N)
+        if self.compact:
+            return logits
         return restrict_logits(logits, self.keep, self.out_features)  # (..., V)
+
+
+@contextmanager
+def compact_logits(*models: nn.Module) -> Iterator[None]:
+    """Within the block, models with a `SubsetHead` return logits over their kept ids only,
+    (..., N) instead of (..., V) with −inf elsewhere: training on a 262k vocabulary then moves
+    8k columns, not 262k. Their kept ids must be the same, so the columns line up."""
+    heads = [model.get_output_embeddings() for model in models]
+    if not all(isinstance(head, SubsetHead) for head in heads):
+        raise PolyplanError("compact logits: every model needs a reduced head")
+    if any(not torch.equal(head.keep, heads[0].keep) for head in heads[1:]):
+        raise PolyplanError("compact logits: the models keep different ids")
+    for head in heads:
+        head.compact = True
+    try:
+        yield
+    finally:
+        for head in heads:
+            head.compact = False
 
 
 def most_frequent_tokens(token_ids: Iterable[int] | torch.Tensor, vocab: int, n: int, *, always: Iterable[int] = ()) -> torch.Tensor:

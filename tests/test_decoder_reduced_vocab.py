@@ -97,3 +97,23 @@ def test_negative_control_recovering_from_q_fails(monkeypatch):
     sampling = Sampling(1.0)
     counts = sample_counts(chain, BLOCKS[2], sampling, SAMPLES, seed=51)
     assert chi_square_pvalue(counts, target_joint(chain[0], sampling)) < ALPHA
+
+
+def test_compact_logits_are_the_kept_columns_of_the_full_ones():
+    from polyplan.decoder.reduced_vocab import compact_logits
+    from polyplan.formats.errors import PolyplanError
+
+    keep = torch.tensor([3, 7, 11, 40])
+    model = restrict_head(tiny_llama(0, layers=1, vocab=64), keep)
+    ids = torch.tensor([[5, 9, 13]])
+    with torch.no_grad():
+        full = model(ids).logits
+        with compact_logits(model):
+            compact = model(ids).logits
+        after = model(ids).logits
+    assert compact.shape == (1, 3, 4) and torch.equal(compact, full[..., keep])
+    assert torch.equal(after, full)  # back to full-vocabulary logits after the block
+    other = restrict_head(tiny_llama(1, layers=1, vocab=64), torch.tensor([3, 7, 11, 41]))
+    with pytest.raises(PolyplanError, match="keep different ids"):
+        with compact_logits(model, other):
+            pass

@@ -150,7 +150,7 @@ def distill_drafter(candidates_path: str | Path, out: str | Path, settings: Dist
                           warmup_steps=max(1, settings.steps // 10)),
         window=settings.window, eval_prompt_tokens=settings.window // 2, eval_continuation_tokens=settings.window // 2,
     )
-    metrics = refine_drafter(target, drafter, train, corpus.held_out, refinement, teacher=restrict_head(target, keep), support=keep,
+    metrics = refine_drafter(target, drafter, train, corpus.held_out, refinement, teacher=restrict_head(target, keep),
                              eval_windows_count=settings.eval_windows, seed=settings.seed, log=log)
     with building(out) as work:
         save_reduced(drafter, work)
