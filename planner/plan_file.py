@@ -71,7 +71,7 @@ from polyplan.planner.overhead import LoopOverhead, overhead_from_json, profile_
 from polyplan.planner.prediction_interval import DEFAULT_RESAMPLES, PredictionIntervals, prediction_intervals
 from polyplan.planner.search import ChainPlan, Recommendation, recommend
 from polyplan.planner.timing_health import timing_warnings
-from polyplan.planner.verify_width import VerifyWidths, verify_widths_from_json
+from polyplan.formats.plan import VerifyWidths, verify_widths_from_json
 from polyplan.formats.profile import Profile
 
 PLAN_VERSION = 1

@@ -23,7 +23,8 @@ from polyplan.planner.insertion import analyze_insertion
 from polyplan.planner.latency import LatencyCurve, curve_from_profile
 from polyplan.planner.overhead import NO_SWITCH, LoopOverhead, SwitchCost, profile_switch_costs
 from polyplan.planner.runs import RunSurvival, run_survival, runs_from_meta
-from polyplan.planner.verify_width import VerifyWidths, verify_widths
+from polyplan.formats.plan import VerifyWidths
+from polyplan.planner.verify_width import verify_widths
 from polyplan.planner.paper_model import PaperPrediction, mean_length, paper_prediction
 from polyplan.planner.prediction_interval import PredictionIntervals
 from polyplan.formats.profile import Profile, SamplingStats

@@ -7,7 +7,7 @@ from collections.abc import Sequence
 from polyplan.formats.profile import AlphaDistribution, DecodedStats, ImpliedStats, LatencyPoint, ModelProfile, PrefillPoint, SamplingStats
 from polyplan.profiler.acceptance import DecodedMeasurement, PairAlpha
 from polyplan.profiler.latency import LatencyMeasurement
-from polyplan.sample_size import enough_for_interval, interval_warnings
+from polyplan.profiler.sample_size import enough_for_interval, interval_warnings
 
 from polyplan.planner.timing_health import NOISE_BUDGET_KEY  # model meta: the floor was still noisy when the budget ran out
 
@@ -49,7 +49,7 @@ def reference_meta(measurement: LatencyMeasurement) -> dict[str, float | int | b
 
 def sampling_entry(estimate: PairAlpha, key: str, ks: Sequence[int], prompts: int | None = None) -> SamplingStats:
     """A pair's statistics under one sampling mode from its α estimate; implied μ at each of `ks`.
-    The interval is left out when `prompts` are too few for one (`polyplan.sample_size`)."""
+    The interval is left out when `prompts` are too few for one (`polyplan.profiler.sample_size`)."""
     return SamplingStats(
         alpha=estimate.alpha,
         alpha_samples=estimate.samples,

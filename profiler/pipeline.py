@@ -29,10 +29,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from polyplan.cache import CACHE_ENV, cache_root  # noqa: F401 - re-exported: callers import them from here
+from polyplan.formats.cache import CACHE_ENV, cache_root  # noqa: F401 - re-exported: callers import them from here
 from polyplan.formats.candidates import CandidateSet, parse_candidates
 from polyplan.formats.errors import PolyplanError
-from polyplan.locks import profile_lock, timing_lock
+from polyplan.profiler.locks import profile_lock, timing_lock
 from polyplan.planner.overhead import META_KEY
 from polyplan.planner.runs import META_KEY as RUNS_KEY
 from polyplan.planner.plan_file import PlanFile
@@ -195,7 +195,7 @@ def profile_candidates(
     per timed call of the loop-overhead calibration (fewer: faster, noisier). A `profile_path`
     made for other models or on another machine is never overwritten: the run goes to the
     cache instead and `log` (default: stderr) says so. The profile file is locked while the
-    run works, and the machine's timing lock is held (`polyplan.locks`).
+    run works, and the machine's timing lock is held (`polyplan.profiler.locks`).
 
     Raises:
         PolyplanError: a bad models.yaml or prompt file, models that cannot share a chain,
@@ -235,7 +235,7 @@ def _profile_into(path, models, loaded, record, settings, prompts, temperature, 
     from polyplan.profiler.run import profile_models
     from polyplan.profiler.runs import ensure_agreement
     from polyplan.profiler.switching import measure_switch_costs, store_switch_costs
-    from polyplan.sample_size import too_few_prompts
+    from polyplan.profiler.sample_size import too_few_prompts
     from polyplan.profiler.validation_runs import fit_prompts
 
     if settings is None:

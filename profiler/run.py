@@ -40,8 +40,8 @@ from polyplan.profiler.acceptance import TeacherForced, measure_decoded, pair_al
 from polyplan.profiler.entries import decoded_entry, model_entry, refresh_warnings, sampling_entry
 from polyplan.profiler.fingerprint import fingerprint_settings, fingerprint_tokens
 from polyplan.profiler.latency import measure_latencies
-from polyplan.locks import profile_lock, timing_lock
-from polyplan.outputs import check_output_file
+from polyplan.profiler.locks import profile_lock, timing_lock
+from polyplan.formats.outputs import check_output_file
 from polyplan.profiler.checks import check_inputs_fit, check_models, check_same_profile, read_existing
 from polyplan.profiler.prompts import EncodedPrompt
 from polyplan.profiler.settings import ProfileSettings

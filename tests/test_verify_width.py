@@ -17,9 +17,8 @@ from polyplan.formats.errors import PolyplanError
 from polyplan.planner.cost_model import predict_chain
 from polyplan.planner.latency import LatencyCurve
 from polyplan.planner.simulate import simulate_chain
-from polyplan.planner.verify_width import (
-    NO_PADDING, VerifyWidths, monotone_envelope, verify_widths, verify_widths_from_json,
-)
+from polyplan.formats.plan import NO_PADDING, VerifyWidths, verify_widths_from_json
+from polyplan.planner.verify_width import monotone_envelope, verify_widths
 
 pytestmark = pytest.mark.usefixtures("single_thread")
 

@@ -128,7 +128,7 @@ def recommend(
     """
     from polyplan.planner.plan_file import plan_from_profile
     from polyplan.formats.profile import load
-    from polyplan.sample_size import profile_warning
+    from polyplan.profiler.sample_size import profile_warning
 
     _check_up_front(profile, candidates, max_levels, k_max, seed, out, prompts, raw_prompts, resamples, cache_dir, device, threads)
     options = dict(max_levels=max_levels, k_max=k_max, block_sizes=search, sampling=sampling, seed=seed, resamples=resamples)
@@ -160,8 +160,8 @@ def recommend(
 
 def _check_up_front(profile, candidates, max_levels, k_max, seed, out, prompts, raw_prompts, resamples, cache_dir, device, threads) -> None:
     """Everything that can be wrong with the options, before a profile is read or measured."""
-    from polyplan import options
-    from polyplan.outputs import check_output_file
+    from polyplan.formats import options
+    from polyplan.formats.outputs import check_output_file
 
     options.at_least(max_levels, 1, "--max-levels")
     if k_max >= 1:  # below 1 the planner says why
@@ -183,7 +183,7 @@ def _check_up_front(profile, candidates, max_levels, k_max, seed, out, prompts, 
     if out is not None:
         check_output_file(out, "--out", inputs=inputs)
     if device is not None and candidates is not None:
-        from polyplan.devices import check_device
+        from polyplan.decoder.devices import check_device
 
         check_device(device)
 

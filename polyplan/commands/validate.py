@@ -95,8 +95,8 @@ def validate(
     from polyplan.profiler.validation_runs import ValidationSettings, select_chains, validate_plan
     from polyplan.profiler.validation_report import write_report
 
-    from polyplan import options
-    from polyplan.locks import timing_lock
+    from polyplan.formats import options
+    from polyplan.profiler.locks import timing_lock
     from polyplan.planner.plan_check import check_plan
     from polyplan.profiler.report_folder import check_validation_folder
 
