@@ -15,7 +15,7 @@ import math
 from typing import Any
 
 from polyplan.formats.errors import PolyplanError
-from polyplan.planner.overhead import LoopOverhead, switch_cost
+from polyplan.formats.overhead import LoopOverhead, switch_cost
 from polyplan.planner.plan_file import PlanFile, PlannedChain, plan_overhead, planned_chains, profile_digest
 from polyplan.planner.search import evaluate_chain
 from polyplan.formats.profile import Profile

@@ -67,7 +67,8 @@ from typing import Any
 from polyplan.formats.atomic import write_text_atomically
 from polyplan.formats.errors import PolyplanError
 from polyplan.formats.inputs import is_finite_number, read_json_file
-from polyplan.planner.overhead import LoopOverhead, overhead_from_json, profile_overhead
+from polyplan.formats.overhead import LoopOverhead, overhead_from_json
+from polyplan.planner.overhead import profile_overhead
 from polyplan.planner.prediction_interval import DEFAULT_RESAMPLES, PredictionIntervals, prediction_intervals
 from polyplan.planner.search import ChainPlan, Recommendation, recommend
 from polyplan.planner.timing_health import timing_warnings
@@ -229,7 +230,7 @@ def plan_from_profile(
     profile keeps entries of models outside the current candidates, which cannot be run).
     `search_options` go to `planner.search.recommend` (max_levels, k_max, block_sizes, seed, …).
     """
-    overhead = profile_overhead(profile.meta, sampling, profile.source)
+    overhead = profile_overhead(profile, sampling)
     result = recommend(profile, sampling=sampling, overhead=overhead, candidates=drafters, **search_options)
     intervals = None
     if resamples:

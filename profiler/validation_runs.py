@@ -24,8 +24,9 @@ import torch
 from polyplan.decoder.chain import context_reserve, generate
 from polyplan.decoder.member import ChainMember, stop_token_ids
 from polyplan.decoder.sampling import Sampling
+from polyplan.formats.sampling import SamplingMode
 from polyplan.formats.errors import PolyplanError
-from polyplan.planner.overhead import switch_cost
+from polyplan.formats.overhead import switch_cost
 from polyplan.planner.plan_file import PlanFile, plan_overhead, planned_chains
 from polyplan.formats.profile import Profile
 from polyplan.profiler.categories import chain_categories
@@ -102,12 +103,7 @@ class _Silent:
 
 def sampling_of(key: str) -> Sampling:
     """The decoder's `Sampling` for a profile/plan sampling key ("greedy", "t0.7", …)."""
-    if key == "greedy":
-        return Sampling()
-    try:
-        return Sampling(temperature=float(key[1:]))
-    except ValueError:
-        raise PolyplanError(f"sampling: {key!r} is neither 'greedy' nor 't<temperature>'") from None
+    return Sampling(temperature=SamplingMode.parse(key).temperature)
 
 
 def select_chains(plan: PlanFile, top: int, label: str = "plan.json") -> tuple[ChainSpec, ...]:

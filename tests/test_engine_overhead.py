@@ -14,8 +14,9 @@ from polyplan.planner.engine_overhead import (
     ENGINE_OVERHEAD_KEY, EngineOverhead, LoopCounts, engine_overhead_entry, fit_engine_overhead, prediction_error,
     prediction_overhead, profile_call_seconds, profile_engine_overhead, stored_fingerprint,
 )
-from polyplan.planner.overhead import META_KEY, LoopOverhead
-from polyplan.formats.profile import LatencyPoint, ModelProfile, Profile, load
+from polyplan.formats.overhead import LoopOverhead
+from polyplan.formats.profile import LatencyPoint, ModelProfile, Profile
+from polyplan.formats.profile_codec import load
 
 PER_CALL, PER_STEP, PER_ROUND = 0.004, 0.0005, 0.0015
 # target-only at 32 and 64 tokens, assisted at K = 1, 2, 4 (drafter steps, target rounds)

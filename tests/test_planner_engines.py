@@ -20,7 +20,8 @@ from polyplan.planner.engines import config_text, engine_config, export_lines, e
 from polyplan.planner.latency import curve_from_profile
 from polyplan.planner.plan_file import read_plan, write_plan
 from polyplan.planner.search import recommend
-from polyplan.formats.profile import LatencyPoint, ModelProfile, Profile, SamplingStats, from_json_dict
+from polyplan.formats.profile import LatencyPoint, ModelProfile, Profile, SamplingStats
+from polyplan.formats.profile_codec import decode
 from polyplan.profiler.candidates import candidate_fingerprints
 from polyplan.profiler.acceptance import TeacherForced, pair_alpha
 
@@ -85,8 +86,8 @@ def test_engine_rate_is_the_verifiers_probability_of_the_drafters_argmax():
 def test_old_profiles_without_the_engine_rate_still_load():
     payload = _profile(engine_rate=False).to_json_dict()
     assert "engine_alpha" not in payload["pairs"][0]["sampling"]["t1.0"]
-    assert from_json_dict(payload).pairs[0].sampling["t1.0"].engine_alpha is None
-    fresh = from_json_dict(_profile().to_json_dict())
+    assert decode(payload).pairs[0].sampling["t1.0"].engine_alpha is None
+    fresh = decode(_profile().to_json_dict())
     assert fresh.stats("target", "draft", "t1.0").engine_alpha == 0.3
 
 
@@ -203,8 +204,8 @@ def test_export_says_which_loop_overhead_it_used_and_hf_uses_its_own(files):
     """Old profile (no HF entry): polyplan's loop, said so; with HF's measured entry the HF
     prediction uses it (another speedup) and says so; vLLM keeps polyplan's loop and says so."""
     from polyplan.planner.engine_overhead import ENGINE_OVERHEAD_KEY
-    from polyplan.planner.overhead import META_KEY
-    from polyplan.formats.profile import load
+
+    from polyplan.formats.profile_codec import load
 
     plan, root = files
     before = _invoke("export", "--plan", plan, "--engine", "hf")
@@ -225,7 +226,7 @@ def test_export_says_which_loop_overhead_it_used_and_hf_uses_its_own(files):
     chosen = new["chosen"]
     profile = load(root / "profile.json")
     curves = [curve_from_profile(profile.model("target"), None), curve_from_profile(profile.model(chosen["drafter"]), None)]
-    from polyplan.planner.overhead import LoopOverhead
+    from polyplan.formats.overhead import LoopOverhead
 
     expected = predict_chain([chosen["alpha"]], curves, [chosen["block_size"]], LoopOverhead(0.004, 0.02))
     assert chosen["predicted_speedup"] == pytest.approx(expected.speedup, rel=1e-12)

@@ -166,7 +166,7 @@ def test_bad_settings_are_one_clear_error():
 
 
 def test_stored_timings_round_trip_and_bad_ones_are_one_clear_error(tmp_path):
-    from polyplan.formats.profile import load
+    from polyplan.formats.profile_codec import load
 
     profile = drawn_profile(np.random.default_rng(8), repeats=4)
     profile.models[0].latency[0].outliers = 1

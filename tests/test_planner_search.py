@@ -15,7 +15,8 @@ from polyplan.planner.cost_model import predict_chain
 from polyplan.planner.latency import curve_from_profile
 from polyplan.planner.plan_file import read_plan, write_plan
 from polyplan.planner.search import evaluate_chain, recommend
-from polyplan.formats.profile import DecodedStats, LatencyPoint, ModelProfile, Profile, SamplingStats, load
+from polyplan.formats.profile import DecodedStats, LatencyPoint, ModelProfile, Profile, SamplingStats
+from polyplan.formats.profile_codec import load
 
 EXAMPLE = Path(__file__).resolve().parents[1] / "polyplan" / "data" / "paper_table1_profile.json"
 

@@ -14,7 +14,7 @@ import pytest
 from conftest import target_early_ngram
 from polyplan.formats.errors import PolyplanError
 from polyplan.profiler.locks import profile_lock, timing_lock
-from polyplan.formats.profile import load
+from polyplan.formats.profile_codec import load
 from polyplan.profiler import AcceptanceSettings, LatencySettings, ProfiledModel, ProfileSettings, profile_models
 from polyplan.profiler.prompts import EncodedPrompt, Prompt
 

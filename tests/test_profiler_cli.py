@@ -11,7 +11,7 @@ from typer.testing import CliRunner
 
 from conftest import write_candidate_workspace
 from polyplan.cli import app
-from polyplan.formats.profile import load
+from polyplan.formats.profile_codec import load
 from polyplan.profiler.latency import LatencySettings
 from polyplan.profiler.settings import AcceptanceSettings
 

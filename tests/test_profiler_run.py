@@ -12,7 +12,7 @@ from conftest import perturbed_copy, target_early_ngram
 from polyplan.decoder import HFMember, NGramMember
 from polyplan.formats.errors import PolyplanError
 from polyplan.planner.search import recommend
-from polyplan.formats.profile import load
+from polyplan.formats.profile_codec import load
 from polyplan.profiler import (
     AcceptanceSettings,
     LatencySettings,

@@ -10,9 +10,10 @@ import pytest
 
 from polyplan.formats.errors import PolyplanError
 from polyplan.planner.cost_model import predict_chain
-from polyplan.planner.overhead import LoopOverhead, profile_overhead
+from polyplan.formats.overhead import LoopOverhead
+from polyplan.planner.overhead import profile_overhead
 from polyplan.planner.plan_file import plan_from_profile, planned_chains, read_plan
-from polyplan.formats.profile import load
+from polyplan.formats.profile_codec import load
 from polyplan.profiler.prompts import EncodedPrompt, Prompt
 from polyplan.profiler.validation_runs import fit_prompts, select_chains
 from polyplan.profiler.validation_results import (

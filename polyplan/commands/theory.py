@@ -25,7 +25,7 @@ from polyplan.planner.capped_geometric import (
 from polyplan.planner.insertion import InsertionAnalysis, analyze_insertion
 from polyplan.planner.report import TheoryReport, theory_report
 from polyplan.planner.search import ChainPlan
-from polyplan.formats.profile import load
+from polyplan.formats.profile_codec import load
 
 app = typer.Typer(help="The paper's theory (Lemma 3.1, Theorems 3.2/3.3, eq. 3, Appendix A) beside the exact model.", no_args_is_help=True)
 

@@ -25,7 +25,7 @@ def plan_profile(planned):
     """The profile the plan was made from, if its file is still readable (for the re-timed
     prediction); None otherwise."""
     from polyplan.formats.errors import PolyplanError
-    from polyplan.formats.profile import load
+    from polyplan.formats.profile_codec import load
 
     record = planned.payload.get("profile")
     path = record.get("path") if isinstance(record, dict) else None
