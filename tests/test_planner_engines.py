@@ -203,8 +203,7 @@ def test_a_gguf_drafter_is_loaded_by_hf_through_gguf_file_and_refused_by_vllm(fi
 def test_export_says_which_loop_overhead_it_used_and_hf_uses_its_own(files):
     """Old profile (no HF entry): polyplan's loop, said so; with HF's measured entry the HF
     prediction uses it (another speedup) and says so; vLLM keeps polyplan's loop and says so."""
-    from polyplan.planner.engine_overhead import ENGINE_OVERHEAD_KEY
-
+    from polyplan.formats.profile import EngineCalibration, LoopCalibration
     from polyplan.formats.profile_codec import load
 
     plan, root = files
@@ -213,9 +212,8 @@ def test_export_says_which_loop_overhead_it_used_and_hf_uses_its_own(files):
     assert "loop overhead: HF overhead not measured; prediction uses polyplan's loop overhead (none measured)" in before.stdout
     old = json.loads(_invoke("export", "--plan", plan, "--engine", "hf", "--json").stdout)
     profile = load(root / "profile.json")
-    profile.meta[META_KEY] = {"t1.0": {"per_step_s": 0.0, "per_round_s": 0.0}}
-    profile.meta[ENGINE_OVERHEAD_KEY] = {"hf": {"t1.0": {"per_step_s": 0.004, "per_round_s": 0.02, "per_call_s": 0.0,
-                                                         "fingerprint": "sha256:x"}}}
+    profile.loop_overhead = {"t1.0": LoopCalibration(0.0, 0.0)}
+    profile.engine_overhead = {"hf": {"t1.0": EngineCalibration(0.004, 0.02, per_call_s=0.0, fingerprint="sha256:x")}}
     profile.save(root / "profile.json")
     after = _invoke("export", "--plan", plan, "--engine", "hf")
     assert "loop overhead: HF generate's own, measured (4000 us/step + 20000 us/round)" in after.stdout
@@ -238,9 +236,8 @@ def test_hf_export_carries_the_whole_call_model_of_each_option(files):
     """Issue 14c: the HF export models whole `generate` calls from the profile: the stored
     per-call cost, the target's and a draft model's prefill (none for n-gram), K extra tokens in
     the target's first pass, and the first passes' decode work replaced by the prefills."""
-    from polyplan.planner.engine_overhead import ENGINE_OVERHEAD_KEY
     from polyplan.planner.whole_call import PrefillCurve
-    from polyplan.formats.profile import PrefillPoint
+    from polyplan.formats.profile import EngineCalibration, PrefillPoint
 
     plan, root = files
     profile = _profile()
@@ -249,7 +246,7 @@ def test_hf_export_carries_the_whole_call_model_of_each_option(files):
     assert old.baseline_call.per_call_s == 0.0 and old.baseline_call.target_prefill is None
     for model in profile.models:
         model.prefill = [PrefillPoint(64, TIMES[model.name] * 3)]
-    profile.meta[ENGINE_OVERHEAD_KEY] = {"hf": {"t1.0": {"per_step_s": 0.001, "per_round_s": 0.002, "per_call_s": 0.007}}}
+    profile.engine_overhead = {"hf": {"t1.0": EngineCalibration(0.001, 0.002, per_call_s=0.007)}}
     export = export_plan(read_plan(plan), profile, _candidates(root), "hf")
     assert export.call_note == ""
     target = curve_from_profile(profile.model("target"), None)

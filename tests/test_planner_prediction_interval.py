@@ -20,7 +20,7 @@ from polyplan.planner.latency import LatencyCurve
 from polyplan.planner.plan_file import plan_from_profile, planned_chains, read_plan
 from polyplan.planner.prediction_interval import prediction_intervals
 from polyplan.planner.runs import run_survival
-from polyplan.formats.profile import LatencyPoint, ModelProfile, Profile, SamplingStats
+from polyplan.formats.profile import AgreementRuns, LatencyPoint, ModelProfile, PairAgreement, Profile, SamplingStats
 
 KS = (1, 2, 4, 8)
 T1 = {"target": 0.010, "drafter": 0.002}
@@ -48,8 +48,7 @@ def drawn_profile(rng: np.random.Generator, *, repeats: int = 15, prompts: int =
     sequences = ["".join("1" if hit else "0" for hit in rng.random(length) < alpha) for _ in range(prompts)]
     rate = sum(s.count("1") for s in sequences) / (prompts * length)
     profile.add_pair("target", "drafter").sampling["greedy"] = SamplingStats(alpha=min(rate, 0.999))
-    profile.meta["acceptance_runs"] = {"greedy": {"pairs": [{"verifier": "target", "drafter": "drafter",
-                                                             "agreement": sequences}]}}
+    profile.acceptance_runs = {"greedy": AgreementRuns((PairAgreement("target", "drafter", tuple(sequences)),))}
     return profile
 
 
@@ -88,7 +87,7 @@ def test_negative_control_fixed_inputs_do_not_cover():
         profile = drawn_profile(rng)
         for model in profile.models:
             model.latency = [LatencyPoint(p.context_length, p.k, p.median_s, 0.0, 1, None) for p in model.latency]
-        profile.meta = {}
+        profile.acceptance_runs = {}
         interval = interval_of(profile)
         assert interval.low == interval.high
         covered += interval.contains(truth)
@@ -113,10 +112,10 @@ def test_old_profiles_without_stored_timings_use_median_and_iqr():
 
 def test_bootstrapped_runs_agree_with_the_planner_survival_on_the_full_sample():
     """The count-matrix route of the bootstrap reproduces run_survival when every prompt is drawn once."""
-    from polyplan.planner.runs import count_matrix, survival_from_counts, runs_from_meta
+    from polyplan.planner.runs import count_matrix, profile_runs, survival_from_counts
 
     profile = drawn_profile(np.random.default_rng(11))
-    sequences = runs_from_meta(profile.meta, "greedy")[("target", "drafter")]
+    sequences = profile_runs(profile, "greedy")[("target", "drafter")]
     at_risk, going_on, starts = count_matrix(sequences, BLOCK)
     pooled = survival_from_counts(at_risk.sum(axis=0), going_on.sum(axis=0), int(starts.sum()))
     assert pooled == run_survival(sequences, BLOCK)

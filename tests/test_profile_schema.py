@@ -124,7 +124,7 @@ _DELETE = object()
         ("models/0/latency/0/k", 0, "models[0].latency[0].k: must be an integer >= 1, got 0"),
         ("pairs/0/sampling/greedy/decoded/0/k", 0, "decoded[0].k: must be an integer >= 1, got 0"),
         ("pairs/0/sampling/greedy/decoded/0/mu", 9.0, "decoded[0].mu: must be in [1, k + 1] = [1, 8], got 9"),
-        ("schema_version", 2, "schema_version: unsupported version 2; this polyplan reads version 1"),
+        ("schema_version", 3, "schema_version: unsupported version 3; this polyplan reads version 2"),
         ("schema_version", _DELETE, "schema_version: unsupported version null"),
         ("target", "llama", "target: 'llama' is not one of the models"),
         ("models/0/fingerprint", "", "models[0].fingerprint: must be a non-empty string"),

@@ -13,6 +13,7 @@ from polyplan.planner.cost_model import predict_chain
 from polyplan.formats.overhead import LoopOverhead
 from polyplan.planner.overhead import profile_overhead
 from polyplan.planner.plan_file import plan_from_profile, planned_chains, read_plan
+from polyplan.formats.profile import LoopCalibration
 from polyplan.formats.profile_codec import load
 from polyplan.profiler.prompts import EncodedPrompt, Prompt
 from polyplan.profiler.validation_runs import fit_prompts, select_chains
@@ -34,7 +35,7 @@ EXAMPLE = Path(__file__).resolve().parent.parent / "examples" / "paper_table1_pr
 def plan(tmp_path_factory):
     """The paper's Table 1 profile planned with a loop overhead: 4 ranked chains."""
     profile = load(EXAMPLE)
-    profile.meta["loop_overhead"] = {"greedy": {"per_step_s": 1e-4, "per_round_s": 3e-4}}
+    profile.loop_overhead = {"greedy": LoopCalibration(per_step_s=1e-4, per_round_s=3e-4)}
     path = tmp_path_factory.mktemp("plan") / "plan.json"
     plan_from_profile(profile, path, profile_path=str(EXAMPLE))
     return read_plan(path)
@@ -89,7 +90,7 @@ def test_plan_records_overhead_predictions_and_verdicts_for_every_ranked_chain(p
     assert plan.payload["loop_overhead"] == {"per_step_s": 1e-4, "per_round_s": 3e-4}
     three = next(a for a in plan.payload["alternatives"] if len(a["chain"]) == 3)
     assert three["theorem_3_2"] == [{"model": "vicuna-7b-w4", "verdict": "helps"}]
-    assert profile_overhead({}, "greedy") is None
+    assert profile_overhead(load(EXAMPLE), "greedy") is None
 
 
 def test_old_plan_without_per_chain_predictions_is_refused(plan, tmp_path):
