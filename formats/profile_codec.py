@@ -147,6 +147,8 @@ class _Reader:
                 elif new != "profiler" or self.quietly_valid(meta[old], "profiler"):
                     payload[new] = meta.pop(old)
                     self.origin[new] = f"meta.{old}"
+            if "engine_overhead" in payload:
+                payload["engine_overhead"] = _engine_details(payload["engine_overhead"])
                 # else: read leniently before; a malformed record stays in meta, the user's
             payload["meta"] = meta
             if not meta:
@@ -469,6 +471,21 @@ class _Reader:
             if payload.get(name) is not None:
                 done[name] = self.check(fields[name], payload[name], self.origin.get(name, name), done)
         return Profile(**done)
+
+
+def _engine_details(table: Any) -> Any:
+    """Version 1 kept an engine entry's details beside its costs; version 2 under `details`."""
+    if not isinstance(table, dict) or not all(isinstance(modes, dict) for modes in table.values()):
+        return table  # the decoder names what is wrong
+    costs = {"per_step_s", "per_round_s", "per_call_s", "fingerprint"}
+    return {
+        engine: {
+            mode: {**{k: v for k, v in entry.items() if k in costs}, "details": {k: v for k, v in entry.items() if k not in costs}}
+            if isinstance(entry, dict) else entry
+            for mode, entry in modes.items()
+        }
+        for engine, modes in table.items()
+    }
 
 
 def _join(where: str, key: str) -> str:
