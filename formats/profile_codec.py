@@ -22,7 +22,7 @@ from polyplan.formats.errors import PolyplanError
 from polyplan.formats.kinds import foreign_file
 from polyplan.formats.overhead import overhead_from_json, switch_cost
 from polyplan.formats.profile import (
-    SCHEMA_VERSION, AgreementRuns, DecodedStats, EngineCalibration, ImpliedStats, LoopCalibration, ModelProfile,
+    SCHEMA_VERSION, AgreementRuns, EngineCalibration, LoopCalibration, ModelProfile,
     PairAgreement, PairProfile, Profile, SamplingStats, SwitchCosts, TimingHealth,
 )
 from polyplan.formats.sampling import SamplingMode

@@ -39,7 +39,7 @@ from polyplan.planner.engine_overhead import profile_call_seconds, prediction_ov
 from polyplan.planner.latency import curve_from_profile
 from polyplan.formats.overhead import NO_SWITCH
 from polyplan.planner.overhead import profile_switch_costs
-from polyplan.planner.plan_file import PlanFile
+from polyplan.formats.plan import PlanFile
 from polyplan.planner.whole_call import CallCount, CallModel, prefill_curve, whole_call_speedup
 from polyplan.formats.profile import Profile
 from polyplan.formats.sampling import SamplingMode
@@ -198,11 +198,10 @@ def export_plan(
     _, target_source, reason = loadable(engine, target, builtin_folders.get(target.source or ""))
     if reason is not None:
         raise PolyplanError(f"--engine {engine}: cannot load the plan's target {target.name!r}: {reason}")
-    search = plan.payload.get("search") or {}
     if k_max is None:
-        k_max = int(search.get("k_max") or 8)
+        k_max = plan.search.k_max or 8
     sampling = plan.sampling
-    context_length = search.get("context_length")
+    context_length = plan.search.context_length
     used = prediction_overhead(profile, engine, sampling)
     overhead = used.overhead
     switches = profile_switch_costs(profile)

@@ -22,7 +22,8 @@ from pathlib import Path
 from polyplan.formats.candidates import default_candidates_path
 from polyplan.formats.errors import PolyplanError
 from polyplan.profiler.locks import timing_lock
-from polyplan.planner.plan_file import plan_from_profile, read_plan
+from polyplan.formats.plan import read_plan
+from polyplan.planner.plan_file import plan_from_profile
 from polyplan.planner.search import Recommendation
 from polyplan.profiler.latency import LatencySettings
 from polyplan.profiler.pipeline import (

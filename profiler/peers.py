@@ -44,7 +44,7 @@ from polyplan.decoder.sampling import Sampling
 from polyplan.formats.errors import PolyplanError
 from polyplan.planner.engine_overhead import prediction_error
 from polyplan.planner.engines import EngineExport
-from polyplan.planner.plan_file import PlanFile
+from polyplan.formats.plan import PlanFile
 from polyplan.planner.whole_call import CallCount, CallModel, whole_call_speedup
 from polyplan.profiler.engine_overhead import _ForwardClock
 from polyplan.profiler.prompts import EncodedPrompt
@@ -356,7 +356,7 @@ def run_peers(
     built-in profiling prompts, resumed from the cache) and planned first, as
     `polyplan recommend --candidates` does."""
     from polyplan.decoder.candidates_loader import load_candidates
-    from polyplan.planner.plan_file import read_plan
+    from polyplan.formats.plan import read_plan
     from polyplan.profiler.export import export_from_files
     from polyplan.profiler.pipeline import encode_for, plan_candidates, validation_prompt_set
 

@@ -34,7 +34,7 @@ from polyplan.formats.candidates import CandidateSet, parse_candidates
 from polyplan.formats.errors import PolyplanError
 from polyplan.profiler.locks import profile_lock, timing_lock
 
-from polyplan.planner.plan_file import PlanFile
+from polyplan.formats.plan import PlanFile
 from polyplan.formats.profile import AgreementRuns, LoopCalibration, Profile
 from polyplan.formats.sampling import SamplingMode
 from polyplan.profiler.candidates import candidate_fingerprints, with_device
@@ -333,15 +333,15 @@ def plan_candidates(plan: PlanFile, label: str, candidates_path: str | os.PathLi
         PolyplanError: the plan records no models.yaml and none was given; a model of the plan
             is missing; a model's files or derivation changed since the plan was made.
     """
-    record = plan.payload.get("candidates")
-    device = record.get("device") if isinstance(record, dict) else None
+    record = plan.candidates
+    device = None if record is None else record.device
     if candidates_path is not None:
         candidates, _ = read_candidate_set(candidates_path, device)
-    elif isinstance(record, dict) and isinstance(record.get("path"), str):
-        if Path(record["path"]).is_file():
-            candidates, _ = read_candidate_set(record["path"], device)
+    elif record is not None and record.path is not None:
+        if Path(record.path).is_file():
+            candidates, _ = read_candidate_set(record.path, device)
         else:  # the file moved: its recorded contents, relative sources resolved where it was
-            candidates = parse_candidates(record.get("yaml"), base_dir=Path(record["path"]).parent, origin=record["path"])
+            candidates = parse_candidates(record.yaml, base_dir=Path(record.path).parent, origin=record.path)
             candidates = with_device(candidates, device) if device is not None else candidates
     else:
         raise PolyplanError(
@@ -349,8 +349,7 @@ def plan_candidates(plan: PlanFile, label: str, candidates_path: str | os.PathLi
             "pass --candidates models.yaml"
         )
     now = candidate_fingerprints(candidates)
-    recorded = plan.payload.get("fingerprints") or {}
-    for name, fingerprint in sorted(recorded.items()):
+    for name, fingerprint in sorted(plan.profiled_fingerprints.items()):
         if name not in now:
             raise PolyplanError(f"{label}: model {name!r} of the plan is not in {candidates.origin}")
         if now[name] != fingerprint:

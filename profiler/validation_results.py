@@ -32,7 +32,7 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from polyplan.planner.plan_file import PlannedChain
+from polyplan.formats.plan import PlannedChain
 from polyplan.profiler.paired import PairedSpeedup, RatioInterval, paired_speedup, ratio_interval
 
 ROLE_RECOMMENDED = "recommended"

@@ -153,7 +153,7 @@ def test_a_hand_edited_plan_is_refused_before_any_work(plan, tmp_path, edit, mes
 
 def test_a_plan_whose_profile_was_measured_again_is_not_called_edited(plan, profile, tmp_path):
     from polyplan.planner.plan_check import check_plan
-    from polyplan.planner.plan_file import read_plan
+    from polyplan.formats.plan import read_plan
     from polyplan.formats.profile_codec import load
 
     planned = read_plan(plan)

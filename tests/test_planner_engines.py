@@ -18,7 +18,8 @@ from polyplan.formats.errors import PolyplanError
 from polyplan.planner.cost_model import predict_chain
 from polyplan.planner.engines import config_text, engine_config, export_lines, export_plan, export_to_json, loadable
 from polyplan.planner.latency import curve_from_profile
-from polyplan.planner.plan_file import read_plan, write_plan
+from polyplan.formats.plan import read_plan
+from polyplan.planner.plan_file import write_plan
 from polyplan.planner.search import recommend
 from polyplan.formats.profile import LatencyPoint, ModelProfile, Profile, SamplingStats
 from polyplan.formats.profile_codec import decode

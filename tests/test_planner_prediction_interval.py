@@ -17,7 +17,8 @@ import pytest
 from polyplan.formats.errors import PolyplanError
 from polyplan.planner.cost_model import predict_chain
 from polyplan.planner.latency import LatencyCurve
-from polyplan.planner.plan_file import plan_from_profile, planned_chains, read_plan
+from polyplan.formats.plan import read_plan
+from polyplan.planner.plan_file import plan_from_profile
 from polyplan.planner.prediction_interval import prediction_intervals
 from polyplan.planner.runs import run_survival
 from polyplan.formats.profile import AgreementRuns, LatencyPoint, ModelProfile, PairAgreement, Profile, SamplingStats
@@ -142,7 +143,7 @@ def test_plan_json_carries_the_intervals_and_reads_them_back(tmp_path):
     low, high = payload["predicted"]["interval"]
     assert low <= payload["predicted"]["speedup"] <= high
     assert payload["prediction_intervals"]["resamples"] == 40
-    chains = planned_chains(read_plan(out))
+    chains = read_plan(out).alternatives
     assert chains[0].exact_interval == (low, high)
     assert result.intervals is not None and result.intervals.chains[0].speedup.low == low
 
@@ -153,7 +154,7 @@ def test_a_plan_without_intervals_is_still_read(tmp_path):
     plan_from_profile(profile, out, profile_path="profile.json", resamples=0, k_max=4)
     payload = json.loads(out.read_text())
     assert "interval" not in payload["predicted"] and payload["prediction_intervals"] is None
-    assert planned_chains(read_plan(out))[0].exact_interval is None
+    assert read_plan(out).alternatives[0].exact_interval is None
 
 
 def test_bad_settings_are_one_clear_error():
