@@ -10,7 +10,7 @@ from typing import Any
 KINDS = {
     "profile": (("schema_version", "models", "pairs"), "a profile (profile.json from polyplan profile)"),
     "plan": (("plan_version",), "a plan (plan.json from polyplan recommend)"),
-    "report": (("headline", "chains"), "a validation report (from polyplan validate)"),
+    "report": (("report_version", "headline", "chains"), "a validation report (from polyplan validate)"),
     "models.yaml": (("candidates",), "a candidates file (models.yaml)"),
 }
 

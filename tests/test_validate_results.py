@@ -210,7 +210,8 @@ def test_json_twin_has_the_documented_shape(plan):
     )
     payload = validation_json(validation)
     json.dumps(payload, allow_nan=False)
-    assert set(payload) >= {"chains", "headline", "checks", "settings"}
+    assert set(payload) >= {"report_version", "chains", "headline", "checks", "settings"}
+    assert payload["report_version"] == 1
     for entry in payload["chains"]:
         assert set(entry) >= {"chain", "block_sizes", "predicted_speedup", "measured_speedup", "greedy_equal", "recommended"}
         assert set(entry["predicted_speedup"]) == {"exact", "paper", "exact_retimed"}
