@@ -67,6 +67,7 @@ from polyplan.formats.errors import PolyplanError
 from polyplan.formats.inputs import is_finite_number, read_json_file
 from polyplan.formats.kinds import foreign_file
 from polyplan.formats.overhead import LoopOverhead, SwitchCost, overhead_from_json, switch_cost
+from polyplan.formats.sampling import SamplingMode
 
 PLAN_VERSION = 1
 
@@ -217,6 +218,7 @@ def decode_plan(payload: Any, label: str = "plan.json") -> PlanFile:
     for key in ("target", "sampling"):
         if not isinstance(payload.get(key), str) or not payload[key]:
             fail(key, "must be a non-empty string")
+    sampling = SamplingMode.parse(payload["sampling"], f"{label}: sampling")
     chain = payload.get("chain")
     if not isinstance(chain, list) or not chain or not all(isinstance(name, str) and name for name in chain):
         fail("chain", "must be a non-empty list of model names")
@@ -240,7 +242,7 @@ def decode_plan(payload: Any, label: str = "plan.json") -> PlanFile:
     overhead = payload.get("loop_overhead")
     return PlanFile(
         target=payload["target"],
-        sampling=payload["sampling"],
+        sampling=sampling.key,
         chain=tuple(chain),
         block_sizes=tuple(blocks),
         fingerprints=tuple((name, str(prints[name])) for name in chain),

@@ -63,3 +63,12 @@ def test_a_profile_or_unrelated_json_passed_as_a_plan_says_what_it_is():
         decode_plan(json.loads(EXAMPLE.read_text()), "p.json")
     with pytest.raises(PolyplanError, match=r"^x.json: is not a plan \(plan.json from polyplan recommend\): none of its fields"):
         decode_plan({"hello": 1}, "x.json")
+
+
+def test_the_sampling_mode_is_parsed_once_on_read(planned):
+    payload = json.loads(planned[0].read_text())
+    payload["sampling"] = "t1"
+    assert decode_plan(payload).sampling == "t1.0"  # the canonical key, as the profile codec writes it
+    payload["sampling"] = "hot"
+    with pytest.raises(PolyplanError, match=r"^plan.json: sampling: key 'hot' is neither 'greedy' nor 't<temperature>'"):
+        decode_plan(payload, "plan.json")
