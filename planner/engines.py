@@ -200,13 +200,13 @@ def export_plan(
         raise PolyplanError(f"--engine {engine}: cannot load the plan's target {target.name!r}: {reason}")
     if k_max is None:
         k_max = plan.search.k_max or 8
-    sampling = plan.sampling
+    sampling, mode = plan.sampling, SamplingMode.parse(plan.sampling)
     context_length = plan.search.context_length
     used = prediction_overhead(profile, engine, sampling)
     overhead = used.overhead
     switches = profile_switch_costs(profile)
     target_curve = curve_from_profile(profile.model(plan.target), context_length)
-    greedy = SamplingMode.parse(sampling).greedy
+    greedy = mode.greedy
     stored_call = profile_call_seconds(profile, engine, sampling) if engine == "hf" else None
     per_call = 0.0 if stored_call is None else stored_call
     target_prefill = prefill_curve(profile.model(plan.target))
@@ -261,7 +261,7 @@ def export_plan(
         target=plan.target,
         target_source=target_source,
         sampling=sampling,
-        temperature=SamplingMode.parse(sampling).temperature,
+        temperature=mode.temperature,
         chosen=ranked[0],
         options=tuple(ranked + others),
         polyplan_chain=plan.chain,

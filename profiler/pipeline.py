@@ -33,7 +33,6 @@ from polyplan.formats.cache import CACHE_ENV, cache_root  # noqa: F401 - re-expo
 from polyplan.formats.candidates import CandidateSet, parse_candidates
 from polyplan.formats.errors import PolyplanError
 from polyplan.profiler.locks import profile_lock, timing_lock
-
 from polyplan.formats.plan import PlanFile
 from polyplan.formats.profile import AgreementRuns, LoopCalibration, Profile
 from polyplan.formats.sampling import SamplingMode
