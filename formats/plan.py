@@ -51,18 +51,21 @@ Format (``plan_version`` 1)::
                  "acceptance_model": "iid"}   # or "runs": see planner.runs
     }
 
+This module is its one codec: `encode_plan` / `save_plan` write a `PlanFile`, and
 `formats.plan.read_plan` reads it into a frozen `PlanFile` (every field a consumer reads,
 validated once, each failure one `PolyplanError` naming the file and the field);
-`planner.plan_file.plan_to_json_dict` builds it from the planner's `Recommendation`.
+`planner.plan_file.plan_of` builds one from the planner's `Recommendation`.
 """
 
 from __future__ import annotations
 
+import json
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from polyplan.formats.atomic import write_text_atomically
 from polyplan.formats.errors import PolyplanError
 from polyplan.formats.inputs import is_finite_number, read_json_file
 from polyplan.formats.kinds import foreign_file
@@ -138,9 +141,29 @@ class PlannedChain:
     # per verifying level, the padded widths the exact model assumed (planner.verify_width);
     # () in a plan from before they were recorded: the decoder then never pads
     verify_widths: tuple[VerifyWidths, ...] = ()
+    # The rest of what the plan records for people (None / () in plans that lack them):
+    cost_per_token_s: float | None = None  # exact model: seconds per emitted token
+    wasted_per_verification: tuple[float, ...] = ()  # exact model: drafted tokens rejected, per level
+    paper_time_per_token_s: float | None = None  # Lemma 3.1's T / N
+    paper_length_sources: tuple[str, ...] = ()  # "decoded" or "eq3" per level
+    paper_alpha_scale: float | None = None
+    theorem_3_2: tuple[tuple[str, str], ...] = ()  # (intermediate model, "helps" / "no_gain")
 
     def label(self) -> str:
         return " > ".join(self.chain)
+
+
+@dataclass(frozen=True)
+class IntervalsRecord:
+    """How the plan's prediction intervals were made (`planner.prediction_interval`)."""
+
+    level: float
+    resamples: int
+    seed: int
+    latency_source: str
+    acceptance_source: str
+    tied_with_best: tuple[tuple[str, ...], ...]  # chains whose interval overlaps the best's
+    ranking: str
 
 
 @dataclass(frozen=True)
@@ -193,7 +216,99 @@ class PlanFile:
     switch_costs: Mapping[str, SwitchCost] = field(default_factory=dict)
     search: SearchRecord = SearchRecord()
     warnings: tuple[str, ...] = ()
-    alternatives: tuple[PlannedChain, ...] = ()  # every ranked chain, best first
+    alternatives: tuple[PlannedChain, ...] = ()  # every ranked chain, best first (the plan's own first)
+    insertions: tuple[str, ...] = ()  # why each model is in or out (planner.search)
+    prediction_intervals: IntervalsRecord | None = None
+
+
+def save_plan(plan: PlanFile, path: str | os.PathLike[str]) -> None:
+    """Write plan.json atomically (temporary file in the same folder, then os.replace)."""
+    write_text_atomically(path, json.dumps(encode_plan(plan), indent=2, allow_nan=False) + "\n")
+
+
+def encode_plan(plan: PlanFile) -> dict[str, Any]:
+    """The plan.json object of `plan` (the layout in the module docstring); its headline
+    chain and predictions are those of its first ranked chain."""
+    best = plan.alternatives[0]
+    return {
+        "plan_version": PLAN_VERSION,
+        "target": plan.target,
+        "device": plan.device,
+        "sampling": plan.sampling,
+        "chain": list(plan.chain),
+        "block_sizes": list(plan.block_sizes),
+        "verify_widths": [widths.to_json() for widths in best.verify_widths],
+        "fingerprints": dict(plan.profiled_fingerprints),
+        "profile": {"path": plan.profile.path, "schema_version": plan.profile.schema_version,
+                    **({"digest": plan.profile.digest} if plan.profile.digest else {})},
+        "candidates": None if plan.candidates is None else {
+            "path": plan.candidates.path, "yaml": plan.candidates.yaml, "device": plan.candidates.device,
+        },
+        "loop_overhead": None if plan.loop_overhead is None else plan.loop_overhead.to_json_dict(),
+        "switch_costs": {name: list(cost) for name, cost in plan.switch_costs.items()},
+        "predicted": _exact_json(best),
+        "paper": _paper_json(best),
+        "alternatives": [_alternative_json(chain) for chain in plan.alternatives],
+        "insertions": list(plan.insertions),
+        "prediction_intervals": None if plan.prediction_intervals is None else _intervals_json(plan.prediction_intervals),
+        "warnings": list(plan.warnings),
+        "search": {
+            "max_levels": plan.search.max_levels, "k_max": plan.search.k_max, "method": plan.search.method,
+            "context_length": plan.search.context_length, "acceptance_model": plan.search.acceptance_model,
+        },
+    }
+
+
+def _exact_json(chain: PlannedChain) -> dict[str, Any]:
+    return {
+        "speedup": chain.exact_speedup,
+        "cost_per_token_s": chain.cost_per_token_s,
+        "forwards_per_token": list(chain.forwards_per_token),
+        "time_per_token_s": list(chain.time_per_token_s),
+        "tokens_per_verification": list(chain.tokens_per_verification),
+        "drafted_per_verification": list(chain.drafted_per_verification),
+        "wasted_per_verification": list(chain.wasted_per_verification),
+        "acceptances": list(chain.acceptances),
+        "overhead_per_token_s": chain.overhead_per_token_s,
+        **({} if chain.exact_interval is None else {"interval": list(chain.exact_interval)}),
+    }
+
+
+def _paper_json(chain: PlannedChain) -> dict[str, Any]:
+    return {
+        "speedup": chain.paper_speedup,
+        "time_per_token_s": chain.paper_time_per_token_s,
+        "phi_per_token": list(chain.paper_phi_per_token),
+        "mean_lengths": list(chain.paper_mean_lengths),
+        "length_sources": list(chain.paper_length_sources),
+        "alpha_scale": chain.paper_alpha_scale,
+    }
+
+
+def _alternative_json(chain: PlannedChain) -> dict[str, Any]:
+    return {
+        "chain": list(chain.chain),
+        "block_sizes": list(chain.block_sizes),
+        "exact_speedup": chain.exact_speedup,
+        "paper_speedup": chain.paper_speedup,
+        "acceptances": list(chain.acceptances),
+        "exact": _exact_json(chain),
+        "paper": _paper_json(chain),
+        "theorem_3_2": [{"model": model, "verdict": verdict} for model, verdict in chain.theorem_3_2],
+        "verify_widths": [widths.to_json() for widths in chain.verify_widths],
+    }
+
+
+def _intervals_json(intervals: IntervalsRecord) -> dict[str, Any]:
+    return {
+        "level": intervals.level,
+        "resamples": intervals.resamples,
+        "seed": intervals.seed,
+        "latency_source": intervals.latency_source,
+        "acceptance_source": intervals.acceptance_source,
+        "tied_with_best": [list(chain) for chain in intervals.tied_with_best],
+        "ranking": intervals.ranking,
+    }
 
 
 def read_plan(path: str | os.PathLike[str]) -> PlanFile:
@@ -257,6 +372,8 @@ def decode_plan(payload: Any, label: str = "plan.json") -> PlanFile:
         search=_search_record(payload.get("search")),
         warnings=tuple(line for line in payload.get("warnings") or [] if isinstance(line, str)),
         alternatives=_alternatives(payload.get("alternatives"), payload["target"], label),
+        insertions=tuple(line for line in payload.get("insertions") or [] if isinstance(line, str)),
+        prediction_intervals=_intervals_record(payload.get("prediction_intervals")),
     )
 
 
@@ -290,6 +407,22 @@ def _search_record(value: Any) -> SearchRecord:
     return SearchRecord(
         _whole(value.get("max_levels")), _whole(value.get("k_max")), _text(value.get("method")),
         _whole(value.get("context_length")), _text(value.get("acceptance_model")),
+    )
+
+
+def _number(value: Any) -> float | None:
+    return float(value) if is_finite_number(value) else None
+
+
+def _intervals_record(value: Any) -> IntervalsRecord | None:
+    if not isinstance(value, dict):
+        return None
+    tied = value.get("tied_with_best")
+    return IntervalsRecord(
+        _number(value.get("level")), _whole(value.get("resamples")), _whole(value.get("seed")),
+        _text(value.get("latency_source")), _text(value.get("acceptance_source")),
+        tuple(tuple(chain) for chain in tied if isinstance(chain, list)) if isinstance(tied, list) else (),
+        _text(value.get("ranking")),
     )
 
 
@@ -351,9 +484,25 @@ def _alternatives(entries: Any, target: str, label: str) -> tuple[PlannedChain, 
                 exact_interval=None if exact.get("interval") is None
                 else _interval(_numbers(exact["interval"], 2, f"{where}.exact.interval"), f"{where}.exact.interval"),
                 verify_widths=_verify_widths(entry.get("verify_widths"), levels, f"{where}.verify_widths"),
+                cost_per_token_s=_number(exact.get("cost_per_token_s")),
+                wasted_per_verification=_lenient_numbers(exact.get("wasted_per_verification"), levels),
+                paper_time_per_token_s=_number(paper.get("time_per_token_s")),
+                paper_length_sources=tuple(text for text in paper.get("length_sources") or [] if isinstance(text, str)),
+                paper_alpha_scale=_number(paper.get("alpha_scale")),
+                theorem_3_2=tuple(
+                    (item["model"], item["verdict"]) for item in entry.get("theorem_3_2") or []
+                    if isinstance(item, dict) and isinstance(item.get("model"), str) and isinstance(item.get("verdict"), str)
+                ),
             )
         )
     return tuple(chains)
+
+
+def _lenient_numbers(value: Any, length: int) -> tuple[float, ...]:
+    """Numbers read for people only: () when absent or malformed (older plans)."""
+    if not isinstance(value, list) or len(value) != length or not all(is_finite_number(item) for item in value):
+        return ()
+    return tuple(float(item) for item in value)
 
 
 def _verify_widths(value: Any, levels: int, where: str) -> tuple[VerifyWidths, ...]:

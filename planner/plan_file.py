@@ -1,6 +1,6 @@
-"""Building plan.json from the planner's `Recommendation` (the format itself, its types and its
-reader are `formats.plan`): the loop overhead and timing warnings the profile records, the
-bootstrap intervals of every ranked chain, written atomically by `write_plan`.
+"""Building a plan from the planner's `Recommendation` (plan.json itself, its types and its one
+codec are `formats.plan`): the loop overhead and timing warnings the profile records, the
+bootstrap intervals of every ranked chain; `write_plan` writes it atomically.
 """
 
 from __future__ import annotations
@@ -8,59 +8,43 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
-from pathlib import Path
 from typing import Any
 
-from polyplan.formats.atomic import write_text_atomically
 from polyplan.planner.overhead import profile_overhead
 from polyplan.planner.prediction_interval import DEFAULT_RESAMPLES, PredictionIntervals, prediction_intervals
 from polyplan.planner.search import ChainPlan, Recommendation, recommend
 from polyplan.planner.timing_health import timing_warnings
-from polyplan.formats.plan import PLAN_VERSION
+from polyplan.formats.plan import (
+    CandidatesRecord, IntervalsRecord, PlanFile, PlannedChain, ProfileRecord, SearchRecord, encode_plan, save_plan,
+)
 from polyplan.formats.profile import SCHEMA_VERSION, Profile
 
-def _exact_json(plan: ChainPlan, intervals: PredictionIntervals | None = None) -> dict[str, Any]:
-    exact = plan.exact
+def _planned(plan: ChainPlan, intervals: PredictionIntervals | None) -> PlannedChain:
+    """A ranked chain as the plan records it."""
+    exact, paper = plan.exact, plan.paper
     found = None if intervals is None else intervals.of(plan.chain)
-    interval = None if found is None else {"interval": [found.speedup.low, found.speedup.high]}
-    return {
-        "speedup": exact.speedup,
-        "cost_per_token_s": exact.cost_per_token,
-        "forwards_per_token": list(exact.forwards_per_token),
-        "time_per_token_s": list(exact.time_per_token),
-        "tokens_per_verification": list(exact.tokens_per_verification),
-        "drafted_per_verification": list(exact.drafted_per_verification),
-        "wasted_per_verification": list(exact.wasted_per_verification),
-        "acceptances": list(plan.acceptances),
-        "overhead_per_token_s": exact.overhead_per_token,
-        **(interval or {}),
-    }
-
-
-def _paper_json(plan: ChainPlan) -> dict[str, Any]:
-    paper = plan.paper
-    return {
-        "speedup": paper.speedup,
-        "time_per_token_s": paper.time_per_token,
-        "phi_per_token": list(paper.phi_per_token),
-        "mean_lengths": list(paper.mean_lengths),
-        "length_sources": list(paper.length_sources),
-        "alpha_scale": paper.alpha_scale,
-    }
-
-
-def _summary(plan: ChainPlan, intervals: PredictionIntervals | None) -> dict[str, Any]:
-    return {
-        "chain": list(plan.chain),
-        "block_sizes": list(plan.block_sizes),
-        "exact_speedup": plan.exact_speedup,
-        "paper_speedup": plan.paper_speedup,
-        "acceptances": list(plan.acceptances),
-        "exact": _exact_json(plan, intervals),
-        "paper": _paper_json(plan),
-        "theorem_3_2": [{"model": model, "verdict": verdict} for model, verdict in plan.insertion_verdicts],
-        "verify_widths": [widths.to_json() for widths in plan.verify_widths],
-    }
+    return PlannedChain(
+        chain=plan.chain,
+        block_sizes=plan.block_sizes,
+        exact_speedup=exact.speedup,
+        paper_speedup=paper.speedup,
+        acceptances=tuple(plan.acceptances),
+        forwards_per_token=tuple(exact.forwards_per_token),
+        tokens_per_verification=tuple(exact.tokens_per_verification),
+        drafted_per_verification=tuple(exact.drafted_per_verification),
+        time_per_token_s=tuple(exact.time_per_token),
+        paper_phi_per_token=tuple(paper.phi_per_token),
+        paper_mean_lengths=tuple(paper.mean_lengths),
+        overhead_per_token_s=exact.overhead_per_token,
+        exact_interval=None if found is None else (found.speedup.low, found.speedup.high),
+        verify_widths=tuple(plan.verify_widths),
+        cost_per_token_s=exact.cost_per_token,
+        wasted_per_verification=tuple(exact.wasted_per_verification),
+        paper_time_per_token_s=paper.time_per_token,
+        paper_length_sources=tuple(paper.length_sources),
+        paper_alpha_scale=paper.alpha_scale,
+        theorem_3_2=tuple(plan.insertion_verdicts),
+    )
 
 
 def profile_digest(profile: Profile) -> str:
@@ -72,6 +56,47 @@ def profile_digest(profile: Profile) -> str:
     return "sha256:" + hashlib.sha256(text.encode("utf-8")).hexdigest()
 
 
+def plan_of(
+    result: Recommendation,
+    *,
+    profile_path: str | None = None,
+    candidates: dict[str, Any] | None = None,
+    profile_digest: str | None = None,
+) -> PlanFile:
+    """The plan of a recommendation (`formats.plan` writes and reads it).
+
+    `candidates` ({"path": ..., "yaml": ..., "device": ...}) records the models.yaml the
+    profile was made from, so that `polyplan validate` can load the same models later.
+    """
+    best = result.best
+    intervals = result.intervals
+    return PlanFile(
+        target=result.target,
+        sampling=result.sampling,
+        chain=best.chain,
+        block_sizes=best.block_sizes,
+        fingerprints=tuple((name, dict(result.fingerprints)[name]) for name in best.chain),
+        predicted_speedup=best.exact_speedup,
+        paper_speedup=best.paper_speedup,
+        device=result.device,
+        profiled_fingerprints=dict(result.fingerprints),
+        profile=ProfileRecord(profile_path, SCHEMA_VERSION, profile_digest),
+        candidates=None if candidates is None else CandidatesRecord(
+            candidates.get("path"), candidates.get("yaml"), candidates.get("device")
+        ),
+        loop_overhead=result.overhead,
+        switch_costs=dict(result.switch_costs),
+        search=SearchRecord(result.max_levels, result.k_max, best.search, result.context_length, result.acceptance_model),
+        warnings=tuple(result.warnings),
+        alternatives=tuple(_planned(plan, intervals) for plan in result.ranked),
+        insertions=tuple(note.line for note in result.insertions),
+        prediction_intervals=None if intervals is None else IntervalsRecord(
+            intervals.level, intervals.resamples, intervals.seed, intervals.latency_source, intervals.acceptance_source,
+            tuple(item.chain for item in intervals.tied_with_best()), intervals.ranking_line(),
+        ),
+    )
+
+
 def plan_to_json_dict(
     result: Recommendation,
     *,
@@ -79,49 +104,8 @@ def plan_to_json_dict(
     candidates: dict[str, Any] | None = None,
     profile_digest: str | None = None,
 ) -> dict[str, Any]:
-    """The plan.json object for a recommendation.
-
-    `candidates` ({"path": ..., "yaml": ...}) records the models.yaml the profile was made
-    from, so that `polyplan validate` can load the same models later.
-    """
-    best = result.best
-    prints = dict(result.fingerprints)
-    return {
-        "plan_version": PLAN_VERSION,
-        "target": result.target,
-        "device": result.device,
-        "sampling": result.sampling,
-        "chain": list(best.chain),
-        "block_sizes": list(best.block_sizes),
-        "verify_widths": [widths.to_json() for widths in best.verify_widths],
-        "fingerprints": dict(prints),
-        "profile": {"path": profile_path, "schema_version": SCHEMA_VERSION, **({"digest": profile_digest} if profile_digest else {})},
-        "candidates": candidates,
-        "loop_overhead": None if result.overhead is None else result.overhead.to_json_dict(),
-        "switch_costs": {name: list(cost) for name, cost in result.switch_costs},
-        "predicted": _exact_json(best, result.intervals),
-        "paper": _paper_json(best),
-        "alternatives": [_summary(plan, result.intervals) for plan in result.ranked],
-        "insertions": [note.line for note in result.insertions],
-        "prediction_intervals": None if result.intervals is None else _intervals_json(result.intervals),
-        "warnings": list(result.warnings),
-        "search": {
-            "max_levels": result.max_levels, "k_max": result.k_max, "method": best.search,
-            "context_length": result.context_length, "acceptance_model": result.acceptance_model,
-        },
-    }
-
-
-def _intervals_json(intervals: PredictionIntervals) -> dict[str, Any]:
-    return {
-        "level": intervals.level,
-        "resamples": intervals.resamples,
-        "seed": intervals.seed,
-        "latency_source": intervals.latency_source,
-        "acceptance_source": intervals.acceptance_source,
-        "tied_with_best": [list(item.chain) for item in intervals.tied_with_best()],
-        "ranking": intervals.ranking_line(),
-    }
+    """The plan.json object for a recommendation (`plan_of`, encoded)."""
+    return encode_plan(plan_of(result, profile_path=profile_path, candidates=candidates, profile_digest=profile_digest))
 
 
 def write_plan(
@@ -133,9 +117,7 @@ def write_plan(
     profile_digest: str | None = None,
 ) -> None:
     """Write plan.json atomically (temporary file in the same folder, then os.replace)."""
-    path = Path(path)
-    payload = plan_to_json_dict(result, profile_path=profile_path, candidates=candidates, profile_digest=profile_digest)
-    write_text_atomically(path, json.dumps(payload, indent=2, allow_nan=False) + "\n")
+    save_plan(plan_of(result, profile_path=profile_path, candidates=candidates, profile_digest=profile_digest), path)
 
 
 def plan_from_profile(

@@ -72,3 +72,25 @@ def test_the_sampling_mode_is_parsed_once_on_read(planned):
     payload["sampling"] = "hot"
     with pytest.raises(PolyplanError, match=r"^plan.json: sampling: key 'hot' is neither 'greedy' nor 't<temperature>'"):
         decode_plan(payload, "plan.json")
+
+
+def test_one_codec_writes_and_reads_every_field(planned, tmp_path):
+    """What `planner.plan_file.plan_of` builds, `formats.plan` writes and reads back unchanged,
+    and re-encoding what was read gives the file's JSON again."""
+    from polyplan.formats.plan import encode_plan, save_plan
+    from polyplan.planner.plan_file import plan_of
+
+    _, profile = planned
+    result = plan_from_profile(profile, None, profile_path="p.json", resamples=30)
+    plan = plan_of(result, profile_path="p.json", candidates={"path": "/m.yaml", "yaml": {"b": [1]}, "device": None},
+                   profile_digest=profile_digest(profile))
+    save_plan(plan, tmp_path / "plan.json")
+    again = read_plan(tmp_path / "plan.json")
+    assert again == plan
+    assert encode_plan(again) == json.loads((tmp_path / "plan.json").read_text())
+    assert again.prediction_intervals is not None and again.alternatives[0].exact_interval is not None
+    assert again.alternatives[0].theorem_3_2 == plan.alternatives[0].theorem_3_2 and again.insertions
+    # negative control: an edited field reads back different
+    edited = json.loads((tmp_path / "plan.json").read_text())
+    edited["alternatives"][0]["exact"]["cost_per_token_s"] *= 2
+    assert decode_plan(edited) != plan
