@@ -23,7 +23,7 @@ from polyplan.formats.kinds import foreign_file
 from polyplan.formats.overhead import overhead_from_json, switch_cost
 from polyplan.formats.profile import (
     SCHEMA_VERSION, AgreementRuns, EngineCalibration, LoopCalibration, ModelProfile,
-    PairAgreement, PairProfile, Profile, SamplingStats, SwitchCosts, TimingHealth,
+    PairAgreement, PairProfile, Profile, ProfilerRecord, SamplingStats, SwitchCosts, TimingHealth,
 )
 from polyplan.formats.sampling import SamplingMode
 
@@ -172,8 +172,7 @@ class _Reader:
         return model
 
     def quietly_valid(self, value: Any, kind: str) -> bool:
-        from polyplan.formats.profile import ProfilerRecord
-
+        """Whether a version-1 record the old readers took leniently is valid as its new type."""
         if value is None:
             return True
         try:
