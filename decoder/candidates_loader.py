@@ -106,7 +106,7 @@ def load_candidates(candidates: CandidateSet, *, require_compatible: bool = True
             weights file, `layers` deeper than the model, an offline hub id, or (when
             `require_compatible`) the first candidate that fails the compatibility check.
     """
-    from polyplan.devices import check_device
+    from polyplan.decoder.devices import check_device
 
     for candidate in candidates.candidates:  # before any model loads
         check_device(candidate.device, f"{candidates.origin}: candidate {candidate.name!r}: device")
@@ -210,7 +210,7 @@ def _placement(candidate: Candidate) -> dict:
     """`from_pretrained` arguments of a `device_map: auto` entry (accelerate), else none."""
     if candidate.device_map is None:
         return {}
-    from polyplan.cache import cache_root
+    from polyplan.formats.cache import cache_root
 
     folder = candidate.offload_folder or str(cache_root() / "offload" / candidate.name)
     limits = {device: limit for device, limit in candidate.max_memory}

@@ -32,7 +32,7 @@ from polyplan.decoder.result import GenerationResult, LevelStats
 from polyplan.decoder.sampling import Sampling, probabilities, sample
 from polyplan.decoder.verify import verify_greedy, verify_sampled
 from polyplan.formats.errors import PolyplanError
-from polyplan.planner.verify_width import VerifyWidths
+from polyplan.formats.plan import VerifyWidths
 
 
 def generate(
@@ -60,7 +60,7 @@ def generate(
         eos_token_id: Stop after emitting this token (or any of these); None never stops early.
             Pass `member.stop_token_ids(chain[0])` to stop at every EOS id of the target.
         verify_widths: Per verifying level (n − 1 of them, or none: never pad), the width
-            its verification passes run at (`planner.verify_width`, a plan's record): a pass
+            its verification passes run at (`formats.plan`, a plan's record): a pass
             over k tokens is padded with copies of its last token up to `width(k)`, their
             logits ignored and the caches cropped back. Attention is causal, so the real
             positions' distributions, and the output, do not change; only the time does.
@@ -315,7 +315,7 @@ def _check_widths(verify_widths: Sequence[VerifyWidths], n: int) -> tuple[Verify
         )
     for index, item in enumerate(widths):
         if not isinstance(item, VerifyWidths):
-            raise PolyplanError(f"verify_widths[{index}]: must be a planner.verify_width.VerifyWidths, got {type(item).__name__}")
+            raise PolyplanError(f"verify_widths[{index}]: must be a formats.plan.VerifyWidths, got {type(item).__name__}")
     return widths
 
 

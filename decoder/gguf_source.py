@@ -28,7 +28,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from polyplan.formats.atomic import current_umask
-from polyplan.cache import cache_root
+from polyplan.formats.cache import cache_root
 from polyplan.formats.errors import PolyplanError, first_line
 
 GGUF_FOLDER = "gguf"

@@ -47,7 +47,7 @@ def load_chain(folders: Sequence[str | Path], *, device: str = "cpu", dtype: tor
 def _load(folders: Sequence[str | Path], device: str, dtype: torch.dtype | None) -> LoadedChain:
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    from polyplan.devices import check_device
+    from polyplan.decoder.devices import check_device
 
     if not folders:
         raise PolyplanError("chain: empty; give at least the target model folder")

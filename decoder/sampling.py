@@ -14,6 +14,7 @@ from dataclasses import dataclass
 import torch
 
 from polyplan.formats.errors import PolyplanError
+from polyplan.formats.sampling import SamplingMode
 
 
 @dataclass(frozen=True)
@@ -42,6 +43,11 @@ class Sampling:
     def greedy(self) -> bool:
         """True when every level takes the argmax (temperature 0)."""
         return self.temperature == 0.0
+
+    @property
+    def mode(self) -> SamplingMode:
+        """The sampling mode (profile and plan key) these settings sample under."""
+        return SamplingMode(self.temperature)
 
 
 def probabilities(logits: torch.Tensor, sampling: Sampling) -> torch.Tensor:

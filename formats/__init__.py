@@ -1,2 +1,9 @@
-"""The formats every layer shares: models.yaml candidates, profiles, plans, and the errors and
-file I/O they are read and written with. Imports nothing else of polyplan."""
+"""The formats every layer shares, at the bottom of the layering (imports nothing else of polyplan):
+
+- the files the stages exchange, each with its types and one codec: `candidates` (models.yaml),
+  `profile` (types) + `profile_codec`, `plan` (types and reader; `planner.plan_file` builds one);
+- what they record: `sampling` (the sampling mode, parsed once), `overhead` (the loop's costs);
+- `kinds` (what a JSON file is, for one clear error when a file of another kind is given);
+- the edge they are read and written through: `errors`, `inputs`, `atomic`, `outputs`,
+  `options` (range checks of command-line numbers), `cache` (the cache folder).
+"""

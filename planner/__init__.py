@@ -31,7 +31,7 @@ from polyplan.planner.insertion import Condition, InsertionAnalysis, analyze_ins
 from polyplan.planner.latency import LatencyCurve, constant_curve, curve_from_profile
 from polyplan.planner.lemma31 import IdealTime, ideal_speedup, ideal_time
 from polyplan.planner.paper_model import PaperPrediction, paper_prediction
-from polyplan.planner.plan_file import PlanFile, plan_to_json_dict, read_plan, write_plan
+from polyplan.planner.plan_file import plan_to_json_dict, write_plan
 from polyplan.planner.report import TheoryReport, theory_report
 from polyplan.planner.search import ChainPlan, InsertionNote, Recommendation, evaluate_chain, recommend
 from polyplan.planner.simulate import Estimate, SimulationResult, simulate_chain
@@ -46,7 +46,6 @@ __all__ = [
     "InsertionNote",
     "LatencyCurve",
     "PaperPrediction",
-    "PlanFile",
     "Recommendation",
     "SimulationResult",
     "TheoryReport",
@@ -68,7 +67,6 @@ __all__ = [
     "paper_sigma2",
     "plan_to_json_dict",
     "predict_chain",
-    "read_plan",
     "recommend",
     "relative_variability",
     "simulate_chain",

@@ -37,7 +37,8 @@ import numpy as np
 from polyplan.formats.errors import PolyplanError
 from polyplan.planner.capped_geometric import check_acceptance, check_block_size
 from polyplan.planner.latency import LatencyCurve, constant_curve
-from polyplan.planner.overhead import NO_OVERHEAD, NO_SWITCH, LoopOverhead, SwitchCost, switch_cost, switch_total
+from polyplan.formats.overhead import NO_OVERHEAD, NO_SWITCH, LoopOverhead, SwitchCost, switch_cost
+from polyplan.planner.overhead import switch_total
 from polyplan.planner.runs import RunSurvival
 from polyplan.planner.verify_width import monotone_envelope
 

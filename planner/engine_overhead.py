@@ -19,7 +19,7 @@ The timings are `seconds of a generate call − seconds inside the models' forwa
 (`polyplan.profiler.engine_overhead` measures them); this module fits
 loop = calls × per_call + steps × per_step + rounds × per_round (non-negative least squares
 over the median of each configuration) and reads and writes the profile entry
-`meta["engine_overhead"]["hf"][sampling]`. Pure: no torch, no I/O.
+`engine_overhead["hf"][sampling]` (`formats.profile.EngineCalibration`). Pure: no torch, no I/O.
 """
 
 from __future__ import annotations
@@ -30,10 +30,10 @@ from dataclasses import dataclass
 from typing import Any
 
 from polyplan.formats.errors import PolyplanError
-from polyplan.formats.inputs import is_finite_number
-from polyplan.planner.overhead import LoopOverhead, overhead_from_json, profile_overhead
+from polyplan.formats.overhead import LoopOverhead
+from polyplan.formats.profile import EngineCalibration, Profile
+from polyplan.planner.overhead import profile_overhead
 
-ENGINE_OVERHEAD_KEY = "engine_overhead"
 HF = "hf"
 MEASURED_ENGINES = (HF,)  # vLLM and llama.cpp cannot be run here: their predictions keep polyplan's loop
 
@@ -83,46 +83,33 @@ def fit_engine_overhead(counts: Sequence[LoopCounts], loop_seconds: Sequence[flo
 
 def engine_overhead_entry(
     overhead: EngineOverhead, *, fingerprint: str, details: dict[str, Any] | None = None
-) -> dict[str, Any]:
-    """The profile's JSON entry for one engine and sampling mode."""
-    return {**overhead.loop.to_json_dict(), "per_call_s": float(overhead.per_call_s), "fingerprint": fingerprint, **(details or {})}
+) -> EngineCalibration:
+    """The profile's entry for one engine and sampling mode."""
+    return EngineCalibration(overhead.loop.per_step_s, overhead.loop.per_round_s, float(overhead.per_call_s),
+                             fingerprint, dict(details or {}))
 
 
-def _entry(meta: dict[str, Any], engine: str, sampling: str, source: str) -> Any:
-    """The raw entry `meta["engine_overhead"][engine][sampling]` (None: none stored); a table
-    that is not an object keyed by engine, then by sampling mode, is a PolyplanError."""
-    table = meta.get(ENGINE_OVERHEAD_KEY)
-    if table is None:
-        return None
-    if not isinstance(table, dict) or not isinstance(table.get(engine, {}), dict):
-        raise PolyplanError(f"{source}: meta.{ENGINE_OVERHEAD_KEY}: must be an object keyed by engine, then by sampling mode")
-    return table.get(engine, {}).get(sampling)
+def _entry(profile: Profile, engine: str, sampling: str) -> EngineCalibration | None:
+    return profile.engine_overhead.get(engine, {}).get(sampling)
 
 
-def profile_engine_overhead(meta: dict[str, Any], engine: str, sampling: str, source: str = "profile") -> LoopOverhead | None:
-    """The loop overhead a profile's `meta` records for `engine` at `sampling` (None: not measured)."""
-    entry = _entry(meta, engine, sampling, source)
-    if entry is None:
-        return None
-    return overhead_from_json(entry, f"{source}: meta.{ENGINE_OVERHEAD_KEY}.{engine}.{sampling}")
+def profile_engine_overhead(profile: Profile, engine: str, sampling: str) -> LoopOverhead | None:
+    """The loop overhead `profile` records for `engine` at `sampling` (None: not measured)."""
+    entry = _entry(profile, engine, sampling)
+    return None if entry is None else entry.overhead
 
 
-def profile_call_seconds(meta: dict[str, Any], engine: str, sampling: str, source: str = "profile") -> float | None:
-    """The per-`generate`-call cost the profile records for `engine` at `sampling` (None: not
+def profile_call_seconds(profile: Profile, engine: str, sampling: str) -> float | None:
+    """The per-`generate`-call cost `profile` records for `engine` at `sampling` (None: not
     measured, or an entry written before polyplan stored it)."""
-    entry = _entry(meta, engine, sampling, source)
-    if not isinstance(entry, dict) or entry.get("per_call_s") is None:
-        return None
-    value = entry["per_call_s"]
-    if not (is_finite_number(value) and value >= 0):
-        raise PolyplanError(f"{source}: meta.{ENGINE_OVERHEAD_KEY}.{engine}.{sampling}.per_call_s: must be a number >= 0, got {value!r}")
-    return float(value)
+    entry = _entry(profile, engine, sampling)
+    return None if entry is None else entry.per_call_s
 
 
-def stored_fingerprint(meta: dict[str, Any], engine: str, sampling: str, source: str = "profile") -> str | None:
-    """The fingerprint of the stored entry (None: none, or not an object)."""
-    entry = _entry(meta, engine, sampling, source)
-    return entry.get("fingerprint") if isinstance(entry, dict) else None
+def stored_fingerprint(profile: Profile, engine: str, sampling: str) -> str | None:
+    """The fingerprint of the stored entry (None: none)."""
+    entry = _entry(profile, engine, sampling)
+    return None if entry is None else entry.fingerprint
 
 
 @dataclass(frozen=True)
@@ -133,13 +120,13 @@ class PredictionOverhead:
     note: str
 
 
-def prediction_overhead(meta: dict[str, Any], engine: str, sampling: str, source: str = "profile") -> PredictionOverhead:
+def prediction_overhead(profile: Profile, engine: str, sampling: str) -> PredictionOverhead:
     """HF: its measured overhead when the profile has it, else polyplan's (said so); vLLM and
     llama.cpp: polyplan's (they cannot be measured here)."""
-    ours = profile_overhead(meta, sampling, source)
+    ours = profile_overhead(profile, sampling)
     ours_text = "none measured" if ours is None else _text(ours)
     if engine in MEASURED_ENGINES:
-        theirs = profile_engine_overhead(meta, engine, sampling, source)
+        theirs = profile_engine_overhead(profile, engine, sampling)
         if theirs is not None:
             return PredictionOverhead(theirs, f"loop overhead: HF generate's own, measured ({_text(theirs)})")
         return PredictionOverhead(

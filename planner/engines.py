@@ -37,10 +37,12 @@ from polyplan.formats.errors import PolyplanError
 from polyplan.planner.cost_model import ChainPrediction, predict_chain
 from polyplan.planner.engine_overhead import profile_call_seconds, prediction_overhead
 from polyplan.planner.latency import curve_from_profile
-from polyplan.planner.overhead import NO_SWITCH, profile_switch_costs
-from polyplan.planner.plan_file import PlanFile
+from polyplan.formats.overhead import NO_SWITCH
+from polyplan.planner.overhead import profile_switch_costs
+from polyplan.formats.plan import PlanFile
 from polyplan.planner.whole_call import CallCount, CallModel, prefill_curve, whole_call_speedup
-from polyplan.formats.profile import Profile, sampling_temperature
+from polyplan.formats.profile import Profile
+from polyplan.formats.sampling import SamplingMode
 
 ENGINES = ("hf", "vllm", "llama.cpp")
 FULL, ARGMAX = "full", "argmax"
@@ -196,17 +198,16 @@ def export_plan(
     _, target_source, reason = loadable(engine, target, builtin_folders.get(target.source or ""))
     if reason is not None:
         raise PolyplanError(f"--engine {engine}: cannot load the plan's target {target.name!r}: {reason}")
-    search = plan.payload.get("search") or {}
     if k_max is None:
-        k_max = int(search.get("k_max") or 8)
-    sampling = plan.sampling
-    context_length = search.get("context_length")
-    used = prediction_overhead(profile.meta, engine, sampling, profile.source)
+        k_max = plan.search.k_max or 8
+    sampling, mode = plan.sampling, SamplingMode.parse(plan.sampling)
+    context_length = plan.search.context_length
+    used = prediction_overhead(profile, engine, sampling)
     overhead = used.overhead
-    switches = profile_switch_costs(profile.meta, profile.source)
+    switches = profile_switch_costs(profile)
     target_curve = curve_from_profile(profile.model(plan.target), context_length)
-    greedy = sampling == "greedy"
-    stored_call = profile_call_seconds(profile.meta, engine, sampling, profile.source) if engine == "hf" else None
+    greedy = mode.greedy
+    stored_call = profile_call_seconds(profile, engine, sampling) if engine == "hf" else None
     per_call = 0.0 if stored_call is None else stored_call
     target_prefill = prefill_curve(profile.model(plan.target))
     missing = [] if stored_call is not None else ["HF's per-call cost"]
@@ -260,7 +261,7 @@ def export_plan(
         target=plan.target,
         target_source=target_source,
         sampling=sampling,
-        temperature=sampling_temperature(sampling),
+        temperature=mode.temperature,
         chosen=ranked[0],
         options=tuple(ranked + others),
         polyplan_chain=plan.chain,

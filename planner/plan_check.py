@@ -12,11 +12,11 @@ instead of being validated against predictions that are no longer the planner's.
 from __future__ import annotations
 
 import math
-from typing import Any
 
 from polyplan.formats.errors import PolyplanError
-from polyplan.planner.overhead import LoopOverhead, switch_cost
-from polyplan.planner.plan_file import PlanFile, PlannedChain, plan_overhead, planned_chains, profile_digest
+from polyplan.formats.overhead import LoopOverhead
+from polyplan.formats.plan import PlanFile, PlannedChain
+from polyplan.planner.plan_file import profile_digest
 from polyplan.planner.search import evaluate_chain
 from polyplan.formats.profile import Profile
 
@@ -33,7 +33,7 @@ def check_plan(plan: PlanFile, label: str, profile: Profile | None = None) -> tu
     Raises:
         PolyplanError: naming `label` and what disagrees, ending in "re-run polyplan recommend".
     """
-    chains = planned_chains(plan, label)
+    chains = plan.alternatives
     first = chains[0]
     if first.chain != plan.chain or first.block_sizes != plan.block_sizes:
         raise PolyplanError(
@@ -47,8 +47,7 @@ def check_plan(plan: PlanFile, label: str, profile: Profile | None = None) -> tu
                 f"{label}: {field} {recorded:g} differs from its first ranked chain's {ranked:g}: the plan was edited; "
                 "refused, re-run polyplan recommend"
             )
-    overhead = plan_overhead(plan, label)
-    _check_switch_costs(plan.payload.get("switch_costs", {}), label)
+    overhead = plan.loop_overhead
     if profile is not None and _planned_on(plan, profile):
         _check_against_profile(plan, chains, profile, overhead, label)
     return chains
@@ -58,30 +57,18 @@ def _planned_on(plan: PlanFile, profile: Profile) -> bool:
     """Whether `profile` is exactly what the plan was made from (its recorded digest). A
     profile measured again since (a later `recommend --candidates` re-times the loop overhead)
     cannot tell an edited plan from a stale one, so the predictions are not compared then."""
-    recorded_profile = plan.payload.get("profile")
-    recorded = recorded_profile.get("digest") if isinstance(recorded_profile, dict) else None
-    return isinstance(recorded, str) and recorded == profile_digest(profile)
-
-
-def _check_switch_costs(value: Any, label: str) -> None:
-    if value is None:
-        return
-    if not isinstance(value, dict):
-        raise PolyplanError(f"{label}: switch_costs: must map model names to seconds")
-    for name, cost in value.items():
-        switch_cost(cost, f"{label}: switch_costs.{name}")
+    recorded = plan.profile.digest
+    return recorded is not None and recorded == profile_digest(profile)
 
 
 def _check_against_profile(plan: PlanFile, chains, profile: Profile, overhead: LoopOverhead | None, label: str) -> None:
-    search = plan.payload.get("search") if isinstance(plan.payload.get("search"), dict) else {}
-    context_length = search.get("context_length")
-    acceptance_model = search.get("acceptance_model", "auto")
+    context_length = plan.search.context_length
+    acceptance_model = plan.search.acceptance_model or "auto"
     for index, planned in enumerate(chains):
         try:
             now = evaluate_chain(
                 profile, planned.chain, planned.block_sizes, sampling=plan.sampling,
-                context_length=context_length if isinstance(context_length, int) else None,
-                overhead=overhead, acceptance_model=acceptance_model if isinstance(acceptance_model, str) else "auto",
+                context_length=context_length, overhead=overhead, acceptance_model=acceptance_model,
             )
         except PolyplanError as error:
             raise PolyplanError(

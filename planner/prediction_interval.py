@@ -41,8 +41,9 @@ import numpy as np
 from polyplan.formats.errors import PolyplanError
 from polyplan.planner.cost_model import predict_chain
 from polyplan.planner.latency import LatencyCurve, curve_from_profile
-from polyplan.planner.overhead import NO_SWITCH, LoopOverhead, profile_switch_costs
-from polyplan.planner.runs import count_matrix, runs_from_meta, survival_from_counts
+from polyplan.formats.overhead import NO_SWITCH, LoopOverhead
+from polyplan.planner.overhead import profile_switch_costs
+from polyplan.planner.runs import count_matrix, profile_runs, survival_from_counts
 from polyplan.formats.profile import ModelProfile, Profile
 
 DEFAULT_RESAMPLES = 200
@@ -184,7 +185,7 @@ class _AcceptanceReplicates:
 
     def __init__(self, profile: Profile, sampling: str, acceptance_model: str, resamples: int, rng: np.random.Generator):
         self.profile, self.sampling, self.resamples, self.rng = profile, sampling, resamples, rng
-        self.runs = runs_from_meta(profile.meta, sampling, profile.source) if acceptance_model in ("auto", "runs") else {}
+        self.runs = profile_runs(profile, sampling) if acceptance_model in ("auto", "runs") else {}
         self._weights: dict[tuple[str, str], np.ndarray] = {}
         self._alphas: dict[tuple[str, str], np.ndarray] = {}
         self._survivals: dict[tuple[str, str, int], list] = {}
@@ -272,7 +273,7 @@ def prediction_intervals(
     names = sorted({name for chain, _, _ in chains for name in chain})
     curves, latency_source = _curve_replicates(profile, names, resamples, rng, context_length)
     acceptance = _AcceptanceReplicates(profile, sampling, acceptance_model, resamples, rng)
-    switches = profile_switch_costs(profile.meta, profile.source)
+    switches = profile_switch_costs(profile)
     speedups = np.empty((len(chains), resamples))
     for row, (chain, blocks, _) in enumerate(chains):
         pairs = list(zip(chain, chain[1:]))

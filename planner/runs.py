@@ -19,20 +19,18 @@ only as far as it was observed). The cost model then uses P(min(A, m) = a) = S(a
 independent of each other. Beyond the longest observed run, S continues with the last
 continuation rate.
 
-The sequences travel in the profile's `meta["acceptance_runs"][sampling]` (written by
-`profiler.pipeline`), one string of 0/1 per prompt and pair.
+The sequences travel in the profile's `acceptance_runs[sampling]` (`formats.profile.AgreementRuns`,
+written by `profiler.runs`), one string of 0/1 per prompt and pair.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
 
 import numpy as np
 
 from polyplan.formats.errors import PolyplanError
-
-META_KEY = "acceptance_runs"
+from polyplan.formats.profile import Profile
 
 
 @dataclass(frozen=True)
@@ -136,27 +134,7 @@ def run_survival(sequences: tuple[tuple[bool, ...], ...], block: int) -> RunSurv
     return survival_from_counts(at_risk.sum(axis=0), going_on.sum(axis=0), int(starts.sum()))
 
 
-def runs_from_meta(meta: dict[str, Any], sampling: str, source: str = "profile") -> dict[tuple[str, str], tuple[tuple[bool, ...], ...]]:
-    """The agreement sequences a profile's meta records for `sampling`, by (verifier, drafter)."""
-    modes = meta.get(META_KEY)
-    modes = {} if modes is None else modes
-    if not isinstance(modes, dict):
-        raise PolyplanError(f"{source}: meta.{META_KEY}: must be an object keyed by sampling mode")
-    table = modes.get(sampling)
-    if table is None:
-        return {}
-    where = f"{source}: meta.{META_KEY}.{sampling}"
-    pairs = table.get("pairs") if isinstance(table, dict) else None
-    if not isinstance(pairs, list):
-        raise PolyplanError(f"{where}.pairs: must be a list")
-    result = {}
-    for index, entry in enumerate(pairs):
-        try:
-            key = (str(entry["verifier"]), str(entry["drafter"]))
-            sequences = tuple(tuple(bit == "1" for bit in text) for text in entry["agreement"])
-        except (KeyError, TypeError):
-            raise PolyplanError(f"{where}.pairs[{index}]: needs verifier, drafter and agreement (strings of 0/1)") from None
-        if any(set(text) - {"0", "1"} for text in entry["agreement"]):
-            raise PolyplanError(f"{where}.pairs[{index}].agreement: strings of 0 and 1 only")
-        result[key] = sequences
-    return result
+def profile_runs(profile: Profile, sampling: str) -> dict[tuple[str, str], tuple[tuple[bool, ...], ...]]:
+    """The agreement sequences `profile` records for `sampling`, by (verifier, drafter)."""
+    entry = profile.acceptance_runs.get(sampling)
+    return {} if entry is None else entry.by_pair()

@@ -21,9 +21,11 @@ from polyplan.formats.errors import PolyplanError
 from polyplan.planner.cost_model import ChainPrediction, predict_chain
 from polyplan.planner.insertion import analyze_insertion
 from polyplan.planner.latency import LatencyCurve, curve_from_profile
-from polyplan.planner.overhead import NO_SWITCH, LoopOverhead, SwitchCost, profile_switch_costs
-from polyplan.planner.runs import RunSurvival, run_survival, runs_from_meta
-from polyplan.planner.verify_width import VerifyWidths, verify_widths
+from polyplan.formats.overhead import NO_SWITCH, LoopOverhead, SwitchCost
+from polyplan.planner.overhead import profile_switch_costs
+from polyplan.planner.runs import RunSurvival, run_survival, profile_runs
+from polyplan.formats.plan import VerifyWidths
+from polyplan.planner.verify_width import verify_widths
 from polyplan.planner.paper_model import PaperPrediction, mean_length, paper_prediction
 from polyplan.planner.prediction_interval import PredictionIntervals
 from polyplan.formats.profile import Profile, SamplingStats
@@ -110,12 +112,12 @@ class _Context:
         self.profile = profile
         self.sampling = sampling
         self.overhead = overhead
-        self.runs = {} if acceptance_model == "iid" else runs_from_meta(profile.meta, sampling, profile.source)
+        self.runs = {} if acceptance_model == "iid" else profile_runs(profile, sampling)
         if acceptance_model == "runs" and not self.runs:
             raise PolyplanError(f"{profile.source}: meta.acceptance_runs: none recorded for sampling {sampling!r}")
         self.acceptance_model = "runs" if self.runs else "iid"
         self._survivals: dict[tuple[str, str, int], RunSurvival] = {}
-        self.switches = profile_switch_costs(profile.meta, profile.source)
+        self.switches = profile_switch_costs(profile)
         self.curves: dict[str, LatencyCurve] = {
             model.name: curve_from_profile(model, context_length) for model in profile.models
         }

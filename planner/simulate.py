@@ -20,7 +20,8 @@ import numpy as np
 from polyplan.formats.errors import PolyplanError
 from polyplan.planner.capped_geometric import check_acceptance, check_block_size
 from polyplan.planner.cost_model import CurveLike, _as_curve
-from polyplan.planner.verify_width import NO_PADDING, verify_widths
+from polyplan.formats.plan import NO_PADDING
+from polyplan.planner.verify_width import verify_widths
 
 
 @dataclass(frozen=True)

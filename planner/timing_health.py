@@ -1,6 +1,6 @@
 """Whether a profile's timings can be planned on: the warnings a plan carries when they cannot.
 
-The profiler records, beside each model's latency curve (`ModelProfile.meta`), the machine
+The profiler records, beside each model's latency curve (`ModelProfile.timing`), the machine
 floor measured in the same rounds (IQR/median of a fixed matrix-product workload, and its
 median), the outliers it dropped, whether its budget for repeating noisy rounds ran out, and
 the torch threads it timed with against the cores available. This module reads them and says,
@@ -23,12 +23,11 @@ Rules (each stated in its line):
 
 from __future__ import annotations
 
-from polyplan.formats.profile import Profile
+from polyplan.formats.profile import Profile, TimingHealth
 
 MAX_FLOOR_NOISE = 0.10
 MAX_FLOOR_SHIFT = 1.5
 MAX_OUTLIER_SHARE = 0.10
-NOISE_BUDGET_KEY = "noise_budget_exhausted"
 
 
 def timing_warnings(profile: Profile) -> tuple[str, ...]:
@@ -38,29 +37,29 @@ def timing_warnings(profile: Profile) -> tuple[str, ...]:
     machine: dict[str, list[str]] = {}  # reason -> models
     floors: dict[str, float] = {}
     for model in profile.models:
-        meta = model.meta
-        noise = meta.get("reference_relative_iqr")
-        if isinstance(noise, (int, float)) and noise > MAX_FLOOR_NOISE:
+        health = model.timing or TimingHealth()
+        noise = health.reference_relative_iqr
+        if noise is not None and noise > MAX_FLOOR_NOISE:
             lines.append(f"{model.name}: the machine floor was noisy while it was timed (a fixed workload's IQR/median "
                          f"{noise:.0%}, acceptable <= {MAX_FLOOR_NOISE:.0%}); its latency curve is uncertain")
-        if meta.get(NOISE_BUDGET_KEY):
+        if health.noise_budget_exhausted:
             lines.append(f"{model.name}: the time budget for repeating noisy rounds ran out with the floor still noisy "
                          f"(re-profile on a quieter machine or with a larger --noise-budget)")
-        threads, cpus, load = meta.get("threads"), meta.get("cpus"), meta.get("load_average")
-        if isinstance(threads, int) and isinstance(cpus, int) and threads > 1 and threads >= cpus:
+        threads, cpus, load = health.threads, health.cpus, health.load_average
+        if threads is not None and cpus is not None and threads > 1 and threads >= cpus:
             reason = (f"timed with {threads} torch threads on {cpus} available core(s); any other process stalls the "
                       f"threads and every timing is inflated erratically (re-profile with --threads 1)")
             machine.setdefault(reason, []).append(model.name)
-        elif isinstance(load, (int, float)) and isinstance(cpus, int) and load > cpus:
+        elif load is not None and cpus is not None and load > cpus:
             reason = (f"the machine was overloaded when timed (load average {load:.1f} on {cpus} core(s)); the latency "
                       f"curves reflect the load, not the models")
             machine.setdefault(reason, []).append(model.name)
-        dropped, taken = meta.get("latency_outliers"), meta.get("latency_timings")
-        if isinstance(dropped, int) and isinstance(taken, int) and taken > 0 and dropped / taken > MAX_OUTLIER_SHARE:
+        dropped, taken = health.latency_outliers, health.latency_timings
+        if dropped is not None and taken is not None and taken > 0 and dropped / taken > MAX_OUTLIER_SHARE:
             lines.append(f"{model.name}: {dropped} of {taken} timings were outliers (dropped, > {MAX_OUTLIER_SHARE:.0%}): "
                          f"the machine was disturbed while it was timed")
-        median = meta.get("reference_median_s")
-        if isinstance(median, (int, float)) and median > 0:
+        median = health.reference_median_s
+        if median is not None and median > 0:
             floors[model.name] = float(median)
     lines = [f"{', '.join(names)}: {reason}" for reason, names in machine.items()] + lines
     if len(floors) >= 2:

@@ -21,7 +21,7 @@ import zipfile
 from dataclasses import dataclass
 from pathlib import Path
 
-from polyplan.cache import cache_root
+from polyplan.formats.cache import cache_root
 from polyplan.formats.errors import PolyplanError
 
 _PART = re.compile(r"/data/[^/]+\.part(\d+)$")

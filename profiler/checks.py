@@ -8,7 +8,8 @@ from typing import TYPE_CHECKING
 
 from polyplan.decoder.chain import first_difference
 from polyplan.formats.errors import PolyplanError
-from polyplan.formats.profile import SCHEMA_VERSION, Profile, load
+from polyplan.formats.profile import SCHEMA_VERSION, Profile
+from polyplan.formats.profile_codec import load
 from polyplan.profiler.prompts import EncodedPrompt, check_fits
 from polyplan.profiler.settings import ProfileSettings
 

@@ -21,8 +21,9 @@ from pathlib import Path
 
 from polyplan.formats.candidates import default_candidates_path
 from polyplan.formats.errors import PolyplanError
-from polyplan.locks import timing_lock
-from polyplan.planner.plan_file import plan_from_profile, read_plan
+from polyplan.profiler.locks import timing_lock
+from polyplan.formats.plan import read_plan
+from polyplan.planner.plan_file import plan_from_profile
 from polyplan.planner.search import Recommendation
 from polyplan.profiler.latency import LatencySettings
 from polyplan.profiler.pipeline import (
@@ -203,7 +204,7 @@ def _validate(plan, members, encoded, validation_settings, plan_path, held_out, 
 
 def check_settings(settings: DemoSettings) -> None:
     """Every option and the --out folder, before anything is trained, profiled or decoded."""
-    from polyplan import options
+    from polyplan.formats import options
     from polyplan.formats.candidates import read_candidates
     from polyplan.profiler.report_folder import check_validation_folder, is_plan
 

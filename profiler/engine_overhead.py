@@ -29,9 +29,10 @@ import torch
 
 from polyplan.decoder.bench import configure_assistant
 from polyplan.planner.engine_overhead import (
-    ENGINE_OVERHEAD_KEY, HF, EngineOverhead, LoopCounts, engine_overhead_entry, fit_engine_overhead, stored_fingerprint,
+    HF, EngineOverhead, LoopCounts, engine_overhead_entry, fit_engine_overhead, stored_fingerprint,
 )
-from polyplan.formats.profile import Profile, sampling_key
+from polyplan.formats.profile import Profile
+from polyplan.formats.sampling import SamplingMode
 from polyplan.profiler.fingerprint import fingerprint_settings
 from polyplan.profiler.latency import collector_paused, reference_workload, synchronizer
 from polyplan.profiler.stats import Spread, robust_spread
@@ -210,7 +211,7 @@ def _t1(profile: Profile, name: str) -> float:
 def ensure_hf_overhead(
     profile: Profile, models: Sequence, prompt: Sequence[int], temperatures: Sequence[float], *, tokens: int = 64, repeats: int = 3
 ) -> int:
-    """Measure HF's overhead into `profile.meta["engine_overhead"]["hf"]` for every sampling mode
+    """Measure HF's overhead into `profile.engine_overhead["hf"]` for every sampling mode
     whose entry is missing or was measured on other models or settings (the entry's
     fingerprint); entries still valid are kept. Returns how many were measured (0 also when the
     target or every drafter is not an HF model: the export then says it used polyplan's loop)."""
@@ -224,14 +225,14 @@ def ensure_hf_overhead(
         return 0
     prompt = list(prompt)[-64:]
     measured = 0
-    table = profile.meta.setdefault(ENGINE_OVERHEAD_KEY, {}).setdefault(HF, {})
+    table = profile.engine_overhead.setdefault(HF, {})
     for temperature in temperatures:
-        key = sampling_key(temperature)
+        key = SamplingMode(temperature).key
         fingerprint = fingerprint_settings(
             "hf-overhead", target.fingerprint, drafter.fingerprint, prompt, temperature, tokens, repeats,
             torch.get_num_threads(), transformers.__version__, BLOCK_SIZES,
         )
-        if stored_fingerprint(profile.meta, HF, key) == fingerprint:
+        if stored_fingerprint(profile, HF, key) == fingerprint:
             continue
         result = measure_hf_overhead(
             target.member.model, drafter.member.model, prompt, temperature=temperature, tokens=tokens, repeats=repeats,

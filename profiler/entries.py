@@ -4,12 +4,12 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from polyplan.formats.profile import AlphaDistribution, DecodedStats, ImpliedStats, LatencyPoint, ModelProfile, PrefillPoint, SamplingStats
+from polyplan.formats.profile import (
+    AlphaDistribution, DecodedStats, ImpliedStats, LatencyPoint, ModelProfile, PrefillPoint, SamplingStats, TimingHealth,
+)
 from polyplan.profiler.acceptance import DecodedMeasurement, PairAlpha
 from polyplan.profiler.latency import LatencyMeasurement
-from polyplan.sample_size import enough_for_interval, interval_warnings
-
-from polyplan.planner.timing_health import NOISE_BUDGET_KEY  # model meta: the floor was still noisy when the budget ran out
+from polyplan.profiler.sample_size import enough_for_interval, interval_warnings
 
 
 def model_entry(name: str, fingerprint: str, measurement: LatencyMeasurement, key: str) -> ModelProfile:
@@ -23,33 +23,31 @@ def model_entry(name: str, fingerprint: str, measurement: LatencyMeasurement, ke
         ],
         prefill=[PrefillPoint(p.context_length, p.time.median, p.time.iqr, p.time.repeats) for p in measurement.prefill],
         latency_fingerprint=key,
-        meta=reference_meta(measurement),
+        timing=timing_health(measurement),
     )
 
 
-def reference_meta(measurement: LatencyMeasurement) -> dict[str, float | int | bool]:
-    """The machine's noise floor during this model's timing, the outliers dropped, and whether
-    the budget for repeating noisy rounds ran out, for the model's `meta`."""
+def timing_health(measurement: LatencyMeasurement) -> TimingHealth | None:
+    """The machine's noise floor during this model's timing, the outliers dropped, whether the
+    budget for repeating noisy rounds ran out, the threads and cores, and the load average."""
     if measurement.reference is None or not measurement.reference.median > 0:
-        return {}
-    meta: dict[str, float | int | bool] = {
-        "reference_median_s": measurement.reference.median,
-        "reference_relative_iqr": measurement.reference.relative_iqr,
-        "latency_outliers": sum(point.time.outliers for point in measurement.points),
-        "latency_timings": sum(point.time.repeats + point.time.outliers for point in measurement.points),
-    }
-    if measurement.budget_exhausted:
-        meta[NOISE_BUDGET_KEY] = True
-    if measurement.threads is not None and measurement.cpus is not None:
-        meta["threads"], meta["cpus"] = measurement.threads, measurement.cpus
-    if measurement.load_average is not None:
-        meta["load_average"] = round(measurement.load_average, 2)
-    return meta
+        return None
+    both = measurement.threads is not None and measurement.cpus is not None
+    return TimingHealth(
+        reference_median_s=measurement.reference.median,
+        reference_relative_iqr=measurement.reference.relative_iqr,
+        latency_outliers=sum(point.time.outliers for point in measurement.points),
+        latency_timings=sum(point.time.repeats + point.time.outliers for point in measurement.points),
+        noise_budget_exhausted=bool(measurement.budget_exhausted),
+        threads=measurement.threads if both else None,
+        cpus=measurement.cpus if both else None,
+        load_average=None if measurement.load_average is None else round(measurement.load_average, 2),
+    )
 
 
 def sampling_entry(estimate: PairAlpha, key: str, ks: Sequence[int], prompts: int | None = None) -> SamplingStats:
     """A pair's statistics under one sampling mode from its α estimate; implied μ at each of `ks`.
-    The interval is left out when `prompts` are too few for one (`polyplan.sample_size`)."""
+    The interval is left out when `prompts` are too few for one (`polyplan.profiler.sample_size`)."""
     return SamplingStats(
         alpha=estimate.alpha,
         alpha_samples=estimate.samples,

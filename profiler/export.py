@@ -7,8 +7,8 @@ from pathlib import Path
 
 from polyplan.formats.errors import PolyplanError
 from polyplan.planner.engines import EngineExport, check_engine, export_plan
-from polyplan.planner.plan_file import read_plan
-from polyplan.formats.profile import load
+from polyplan.formats.plan import read_plan
+from polyplan.formats.profile_codec import load
 from polyplan.profiler.pipeline import plan_candidates
 from polyplan.zoo.builtin import builtin_folder, builtin_names
 
@@ -33,8 +33,8 @@ def export_from_files(
     plan = read_plan(plan_path)
     candidates = plan_candidates(plan, label, candidates_path)
     if profile_path is None:
-        recorded = (plan.payload.get("profile") or {}).get("path")
-        if not isinstance(recorded, str):
+        recorded = plan.profile.path
+        if recorded is None:
             raise PolyplanError(f"{label}: profile: the plan does not record its profile; pass --profile profile.json")
         profile_path = recorded
         if not Path(profile_path).is_file():

@@ -25,7 +25,7 @@ import torch
 from polyplan.decoder.chain import generate
 from polyplan.decoder.sampling import Sampling
 from polyplan.planner.engine_overhead import fit_loop_costs
-from polyplan.planner.overhead import LoopOverhead
+from polyplan.formats.overhead import LoopOverhead
 from polyplan.profiler.latency import collector_paused
 
 _BLOCK = 4

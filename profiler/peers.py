@@ -44,7 +44,8 @@ from polyplan.decoder.sampling import Sampling
 from polyplan.formats.errors import PolyplanError
 from polyplan.planner.engine_overhead import prediction_error
 from polyplan.planner.engines import EngineExport
-from polyplan.planner.plan_file import PlanFile
+from polyplan.formats.plan import PlanFile
+from polyplan.formats.sampling import SamplingMode
 from polyplan.planner.whole_call import CallCount, CallModel, whole_call_speedup
 from polyplan.profiler.engine_overhead import _ForwardClock
 from polyplan.profiler.prompts import EncodedPrompt
@@ -356,7 +357,7 @@ def run_peers(
     built-in profiling prompts, resumed from the cache) and planned first, as
     `polyplan recommend --candidates` does."""
     from polyplan.decoder.candidates_loader import load_candidates
-    from polyplan.planner.plan_file import read_plan
+    from polyplan.formats.plan import read_plan
     from polyplan.profiler.export import export_from_files
     from polyplan.profiler.pipeline import encode_for, plan_candidates, validation_prompt_set
 
@@ -367,7 +368,7 @@ def run_peers(
             raise PolyplanError("--plan: give a plan.json, or --candidates models.yaml to profile and plan first")
         plan_path = plan_candidates_greedy(candidates_path, log=log)
     plan = read_plan(plan_path)
-    if plan.sampling != "greedy":
+    if not SamplingMode.parse(plan.sampling).greedy:
         raise PolyplanError(f"{plan_path}: sampling {plan.sampling!r}: bench peers compares greedy outputs; use a greedy plan")
     export = export_from_files(plan_path, "hf", candidates_path=candidates_path)
     candidates = plan_candidates(plan, str(plan_path), candidates_path)

@@ -5,7 +5,7 @@
   loop's own overhead (`profiler.overhead`) and, for greedy decoding, every pair's agreement
   sequence (`profiler.runs`, the exact model's acceptance runs), each model's switch cost
   (`profiler.switching`) and HF `generate`'s own loop overhead (`profiler.engine_overhead`,
-  kept while its fingerprint holds), all in the profile's meta.
+  kept while its fingerprint holds), all in the profile's typed fields.
   Planning then is `planner.plan_file.plan_from_profile`, with `candidates=record` so that
   plan.json says which models.yaml (path, contents, device) it was made from.
 - `plan_candidates`: the models.yaml a plan names, refusing models whose fingerprints
@@ -29,14 +29,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from polyplan.cache import CACHE_ENV, cache_root  # noqa: F401 - re-exported: callers import them from here
+from polyplan.formats.cache import CACHE_ENV, cache_root  # noqa: F401 - re-exported: callers import them from here
 from polyplan.formats.candidates import CandidateSet, parse_candidates
 from polyplan.formats.errors import PolyplanError
-from polyplan.locks import profile_lock, timing_lock
-from polyplan.planner.overhead import META_KEY
-from polyplan.planner.runs import META_KEY as RUNS_KEY
-from polyplan.planner.plan_file import PlanFile
-from polyplan.formats.profile import Profile, sampling_key
+from polyplan.profiler.locks import profile_lock, timing_lock
+from polyplan.formats.plan import PlanFile
+from polyplan.formats.profile import AgreementRuns, LoopCalibration, Profile
+from polyplan.formats.sampling import SamplingMode
 from polyplan.profiler.candidates import candidate_fingerprints, with_device
 from polyplan.profiler.fingerprint import fingerprint_settings
 from polyplan.profiler.prompts import EncodedPrompt, Prompt, builtin_prompts, encode_prompts, read_prompt_file
@@ -146,22 +145,22 @@ def cached_profile_path(fingerprints: dict[str, str], device_label: str, cache_d
 
 
 def resumed_settings(path: str | os.PathLike[str] | None, temperature: float | None = None) -> ProfileSettings:
-    """The settings the profile at `path` was measured with (its meta), else the defaults
+    """The settings the profile at `path` was measured with (its `profiler` record), else the defaults
     (with only `temperature` as sampling mode, when given); `temperature` is always among the
     modes. Resuming with other settings would re-measure every entry, since each entry's
     fingerprint includes its settings."""
     import dataclasses
 
-    from polyplan.formats.profile import load
+    from polyplan.formats.profile_codec import load
     from polyplan.profiler.latency import LatencySettings
     from polyplan.profiler.settings import AcceptanceSettings
 
     settings = ProfileSettings() if temperature is None else ProfileSettings(acceptance=AcceptanceSettings(temperatures=(temperature,)))
     if path is not None and Path(path).is_file():
-        recorded = load(path).meta.get("profiler") or {}
+        recorded = load(path).profiler
         try:
-            latency = {key: tuple(value) if isinstance(value, list) else value for key, value in recorded["latency"].items()}
-            acceptance = {key: tuple(value) if isinstance(value, list) else value for key, value in recorded["acceptance"].items()}
+            latency = {key: tuple(value) if isinstance(value, list) else value for key, value in recorded.latency.items()}
+            acceptance = {key: tuple(value) if isinstance(value, list) else value for key, value in recorded.acceptance.items()}
             settings = ProfileSettings(latency=LatencySettings(**latency), acceptance=AcceptanceSettings(**acceptance))
         except (KeyError, TypeError, AttributeError, PolyplanError):
             pass  # written by another polyplan: measure afresh with the defaults
@@ -186,7 +185,7 @@ def profile_candidates(
     log=None,
 ) -> ProfiledCandidates:
     """Profile what is missing (resuming `profile_path`, else the cache), then the greedy
-    agreement sequences (reused when unchanged) and the loop overhead, into the profile's meta.
+    agreement sequences (reused when unchanged) and the loop overhead, into the profile.
 
     `settings` None: as the profile being resumed was measured (`resumed_settings`, which
     adds the sampling `temperature` if given). `fresh_latency`: re-time every latency curve
@@ -195,7 +194,7 @@ def profile_candidates(
     per timed call of the loop-overhead calibration (fewer: faster, noisier). A `profile_path`
     made for other models or on another machine is never overwritten: the run goes to the
     cache instead and `log` (default: stderr) says so. The profile file is locked while the
-    run works, and the machine's timing lock is held (`polyplan.locks`).
+    run works, and the machine's timing lock is held (`polyplan.profiler.locks`).
 
     Raises:
         PolyplanError: a bad models.yaml or prompt file, models that cannot share a chain,
@@ -235,7 +234,7 @@ def _profile_into(path, models, loaded, record, settings, prompts, temperature, 
     from polyplan.profiler.run import profile_models
     from polyplan.profiler.runs import ensure_agreement
     from polyplan.profiler.switching import measure_switch_costs, store_switch_costs
-    from polyplan.sample_size import too_few_prompts
+    from polyplan.profiler.sample_size import too_few_prompts
     from polyplan.profiler.validation_runs import fit_prompts
 
     if settings is None:
@@ -260,8 +259,8 @@ def _profile_into(path, models, loaded, record, settings, prompts, temperature, 
     if 0.0 in acceptance.temperatures:
         ids = [prompt.ids for prompt in fitted.prompts]
         measured += ensure_agreement(profile, previous, models, ids, new_tokens=acceptance.new_tokens, seed=acceptance.seed)
-    profile.meta[META_KEY] = {
-        sampling_key(temperature): loop_overhead_entry(models[0].member, temperature, calibration_tokens)
+    profile.loop_overhead = {
+        SamplingMode(temperature).key: loop_overhead_entry(models[0].member, temperature, calibration_tokens)
         for temperature in acceptance.temperatures
     }
     context = min(settings.latency.context_lengths)
@@ -279,7 +278,7 @@ def _profile_into(path, models, loaded, record, settings, prompts, temperature, 
 
 def _readable_profile(path: Path) -> Profile | None:
     """The profile at `path` if it is one (the run itself reports a broken file)."""
-    from polyplan.formats.profile import load
+    from polyplan.formats.profile_codec import load
 
     try:
         return load(path) if path.is_file() else None
@@ -301,17 +300,14 @@ def _forget_latency(path: Path) -> None:
     profile.save(path)
 
 
-def _previous_runs(path: Path) -> dict[str, Any] | None:
-    """The acceptance-runs entry of the profile at `path` before a run rewrites its meta."""
+def _previous_runs(path: Path) -> AgreementRuns | None:
+    """The greedy agreement runs of the profile at `path` before a run rewrites it."""
     profile = _readable_profile(path)
-    if profile is None:
-        return None
-    runs = profile.meta.get(RUNS_KEY) or {}
-    return runs.get("greedy") if isinstance(runs, dict) else None
+    return None if profile is None else profile.acceptance_runs.get("greedy")
 
 
-def loop_overhead_entry(target, temperature: float, tokens: int = 64) -> dict[str, Any]:
-    """The loop overhead measured for the target's vocabulary and device (profile meta entry)."""
+def loop_overhead_entry(target, temperature: float, tokens: int = 64) -> LoopCalibration:
+    """The loop overhead measured for the target's vocabulary and device (the profile's entry)."""
     import torch
 
     from polyplan.decoder.sampling import Sampling
@@ -321,9 +317,11 @@ def loop_overhead_entry(target, temperature: float, tokens: int = 64) -> dict[st
         target.valid_vocab_size, sampling=Sampling(temperature=temperature), device=getattr(target, "device", "cpu"),
         tokens=tokens, repeats=3, verifier=target,
     )
-    return {**overhead.to_json_dict(), "vocab": target.valid_vocab_size, "threads": torch.get_num_threads(),
-            "method": "decoding loop time outside forward passes, the target verifying a stand-in drafter "
-                      "at block sizes 1..8 and decoding alone, fitted per step and per round (profiler.overhead)"}
+    return LoopCalibration(
+        overhead.per_step_s, overhead.per_round_s, vocab=target.valid_vocab_size, threads=torch.get_num_threads(),
+        method="decoding loop time outside forward passes, the target verifying a stand-in drafter "
+               "at block sizes 1..8 and decoding alone, fitted per step and per round (profiler.overhead)",
+    )
 
 
 def plan_candidates(plan: PlanFile, label: str, candidates_path: str | os.PathLike[str] | None = None) -> CandidateSet:
@@ -334,15 +332,15 @@ def plan_candidates(plan: PlanFile, label: str, candidates_path: str | os.PathLi
         PolyplanError: the plan records no models.yaml and none was given; a model of the plan
             is missing; a model's files or derivation changed since the plan was made.
     """
-    record = plan.payload.get("candidates")
-    device = record.get("device") if isinstance(record, dict) else None
+    record = plan.candidates
+    device = None if record is None else record.device
     if candidates_path is not None:
         candidates, _ = read_candidate_set(candidates_path, device)
-    elif isinstance(record, dict) and isinstance(record.get("path"), str):
-        if Path(record["path"]).is_file():
-            candidates, _ = read_candidate_set(record["path"], device)
+    elif record is not None and record.path is not None:
+        if Path(record.path).is_file():
+            candidates, _ = read_candidate_set(record.path, device)
         else:  # the file moved: its recorded contents, relative sources resolved where it was
-            candidates = parse_candidates(record.get("yaml"), base_dir=Path(record["path"]).parent, origin=record["path"])
+            candidates = parse_candidates(record.yaml, base_dir=Path(record.path).parent, origin=record.path)
             candidates = with_device(candidates, device) if device is not None else candidates
     else:
         raise PolyplanError(
@@ -350,8 +348,7 @@ def plan_candidates(plan: PlanFile, label: str, candidates_path: str | os.PathLi
             "pass --candidates models.yaml"
         )
     now = candidate_fingerprints(candidates)
-    recorded = plan.payload.get("fingerprints") or {}
-    for name, fingerprint in sorted(recorded.items()):
+    for name, fingerprint in sorted(plan.profiled_fingerprints.items()):
         if name not in now:
             raise PolyplanError(f"{label}: model {name!r} of the plan is not in {candidates.origin}")
         if now[name] != fingerprint:

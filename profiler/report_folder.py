@@ -2,7 +2,7 @@
 
 `--out` of `validate` and `demo` is a folder. It may not exist yet, or hold an earlier
 polyplan report (replaced), but never an unrelated file under a name the report writes, and
-never be a file itself (`polyplan.outputs.check_report_folder`).
+never be a file itself (`polyplan.formats.outputs.check_report_folder`).
 """
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ import os
 from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 
-from polyplan.outputs import check_report_folder, is_json_with
+from polyplan.formats.outputs import check_report_folder, is_json_with
 from polyplan.profiler.plots import PLOT_FILES
 from polyplan.profiler.validation_report import JSON_FILE as REPORT_JSON
 from polyplan.profiler.validation_report import REPORT_FILE as REPORT_MD

@@ -22,9 +22,9 @@ from dataclasses import dataclass
 import torch
 
 from polyplan.decoder.member import ChainMember
-from polyplan.planner.overhead import LoopOverhead
+from polyplan.formats.overhead import LoopOverhead
 from polyplan.planner.search import evaluate_chain
-from polyplan.formats.profile import LatencyPoint, Profile
+from polyplan.formats.profile import AgreementRuns, LatencyPoint, Profile
 from polyplan.profiler.latency import timed_pass
 
 CALIBRATION_KS = (1, 2, 4, 8, 16)
@@ -102,18 +102,16 @@ def _exact_speedups(
     }
 
 
-def reaccepted_profile(profile: Profile, timings: Sequence[PassTiming], agreement: dict) -> Profile:
+def reaccepted_profile(profile: Profile, timings: Sequence[PassTiming], agreement: AgreementRuns) -> Profile:
     """The re-timed profile (`retimed_profile`) with the greedy acceptance measured on the
-    validation's own prompts: `agreement` is a `profiler.runs.measure_agreement` entry; it
+    validation's own prompts: `agreement` is what `profiler.runs.measure_agreement` returns; it
     replaces the profile's agreement sequences, and each pair's α becomes its agreement rate
     there (what the i.i.d. reading uses). Pairs it does not cover keep the profile's values."""
-    from polyplan.planner.runs import META_KEY
-
     revised = retimed_profile(profile, timings)
-    revised.meta = {**revised.meta, META_KEY: {**revised.meta.get(META_KEY, {}), "greedy": agreement}}
-    for entry in agreement["pairs"]:
-        pair = revised.pair(entry["verifier"], entry["drafter"])
-        text = "".join(entry["agreement"])
+    revised.acceptance_runs = {**revised.acceptance_runs, "greedy": agreement}
+    for entry in agreement.pairs:
+        pair = revised.pair(entry.verifier, entry.drafter)
+        text = "".join(entry.agreement)
         if pair is not None and "greedy" in pair.sampling and text:
             pair.sampling["greedy"].alpha = min(text.count("1") / len(text), 1.0 - 1e-6)
     return revised
@@ -122,7 +120,7 @@ def reaccepted_profile(profile: Profile, timings: Sequence[PassTiming], agreemen
 def reaccepted_speedups(
     profile: Profile,
     timings: Sequence[PassTiming],
-    agreement: dict,
+    agreement: AgreementRuns,
     chains: Sequence[tuple[tuple[str, ...], tuple[int, ...]]],
     *,
     overhead: LoopOverhead | None,

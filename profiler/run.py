@@ -35,13 +35,14 @@ import torch
 from polyplan.decoder.member import ChainMember
 from polyplan.formats.errors import PolyplanError
 from polyplan.planner.latency import curve_from_profile
-from polyplan.formats.profile import Profile, sampling_key
+from polyplan.formats.profile import Profile, ProfilerRecord
+from polyplan.formats.sampling import SamplingMode
 from polyplan.profiler.acceptance import TeacherForced, measure_decoded, pair_alpha, target_continuations, teacher_forced
 from polyplan.profiler.entries import decoded_entry, model_entry, refresh_warnings, sampling_entry
 from polyplan.profiler.fingerprint import fingerprint_settings, fingerprint_tokens
 from polyplan.profiler.latency import measure_latencies
-from polyplan.locks import profile_lock, timing_lock
-from polyplan.outputs import check_output_file
+from polyplan.profiler.locks import profile_lock, timing_lock
+from polyplan.formats.outputs import check_output_file
 from polyplan.profiler.checks import check_inputs_fit, check_models, check_same_profile, read_existing
 from polyplan.profiler.prompts import EncodedPrompt
 from polyplan.profiler.settings import ProfileSettings
@@ -213,7 +214,7 @@ class _Run:
             self.by_name[verifier].fingerprint,
             self.by_name[drafter].fingerprint,
             self.target.fingerprint,
-            sampling_key(temperature),
+            SamplingMode(temperature).key,
             self.prompts_fingerprint,
             self._acceptance_common(),
         )
@@ -224,7 +225,7 @@ class _Run:
             "decoded",
             self.by_name[verifier].fingerprint,
             self.by_name[drafter].fingerprint,
-            sampling_key(temperature),
+            SamplingMode(temperature).key,
             k,
             self.decoded_prompts_fingerprint,
             self._acceptance_common(),
@@ -243,15 +244,13 @@ class _Run:
                 "continuations; greedy = argmax agreement, sampled = E[sum min(p, q)]); decoded: n = 2 "
                 "speculative decoding, tokens per verification, bootstrap intervals over prompts."
             ),
-            meta={
-                "profiler": {
-                    "latency": asdict(self.settings.latency),
-                    "acceptance": asdict(acceptance),
-                    "prompts": len(self.prompts),
-                    "decoded_prompts": len(self.decoded_prompts),
-                    "torch": torch.__version__,
-                }
-            },
+            profiler=ProfilerRecord(
+                latency=asdict(self.settings.latency),
+                acceptance=asdict(acceptance),
+                prompts=len(self.prompts),
+                decoded_prompts=len(self.decoded_prompts),
+                torch=torch.__version__,
+            ),
         )
         if existing is None:
             return profile
@@ -262,9 +261,11 @@ class _Run:
         profile.models = [m for m in existing.models if fingerprints.get(m.name, m.fingerprint) == m.fingerprint]
         kept = {m.name for m in profile.models}
         profile.pairs = [p for p in existing.pairs if p.verifier in kept and p.drafter in kept]
-        # Meta entries other tools added (e.g. the loop overhead `recommend --candidates`
-        # measures) are theirs to keep current; only the profiler's own record is replaced.
-        profile.meta = {**{k: v for k, v in existing.meta.items() if k != "profiler"}, **profile.meta}
+        # What other steps measured (e.g. the loop overhead `recommend --candidates` measures)
+        # is theirs to keep current, and `meta` is the user's; only the profiler's record is replaced.
+        profile.meta = dict(existing.meta)
+        profile.loop_overhead, profile.engine_overhead = existing.loop_overhead, existing.engine_overhead
+        profile.switch_costs, profile.acceptance_runs = existing.switch_costs, existing.acceptance_runs
         self._sort(profile)
         return profile
 
@@ -335,7 +336,7 @@ class _Run:
                 self.profile.models.append(fresh)
             else:
                 entry.latency, entry.prefill, entry.latency_fingerprint = fresh.latency, fresh.prefill, key
-                entry.meta = {**entry.meta, **fresh.meta}
+                entry.timing = fresh.timing or entry.timing
         self.save()
         share = (time.perf_counter() - self._began) / len(stale)
         for model, step, _, _ in stale:
@@ -352,7 +353,7 @@ class _Run:
         ]
 
     def _alpha(self, verifier: str, drafter: str, temperature: float) -> None:
-        mode = sampling_key(temperature)
+        mode = SamplingMode(temperature).key
         step = Step("alpha", f"alpha {verifier} <- {drafter} [{mode}]")
         key = self.alpha_key(verifier, drafter, temperature)
         pair = self.profile.pair(verifier, drafter)
@@ -379,7 +380,7 @@ class _Run:
         self._finish(step, reused=False)
 
     def _decoded(self, verifier: str, drafter: str, temperature: float, k: int) -> None:
-        mode = sampling_key(temperature)
+        mode = SamplingMode(temperature).key
         step = Step("decoded", f"decoded {verifier} <- {drafter} [{mode}] K={k}")
         key = self.decoded_key(verifier, drafter, temperature, k)
         stats = self.profile.stats(verifier, drafter, mode)
@@ -416,7 +417,7 @@ class _Run:
         are kept (a profile is only ever extended)."""
         wanted = set(pairs)
         ours = set(self.by_name)
-        modes = {sampling_key(t) for t in self.settings.acceptance.temperatures}
+        modes = {SamplingMode(t).key for t in self.settings.acceptance.temperatures}
         self.profile.pairs = [
             p for p in self.profile.pairs if (p.verifier, p.drafter) in wanted or not {p.verifier, p.drafter} <= ours
         ]
@@ -426,7 +427,7 @@ class _Run:
             for mode in list(pair.sampling):
                 if mode not in modes:
                     continue
-                temperature = 0.0 if mode == "greedy" else float(mode[1:])
+                temperature = SamplingMode.parse(mode).temperature
                 stats = pair.sampling[mode]
                 if stats.fingerprint != self.alpha_key(pair.verifier, pair.drafter, temperature):
                     del pair.sampling[mode]

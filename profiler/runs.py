@@ -4,7 +4,7 @@ The target continues each prompt greedily (`profiler.acceptance.target_continuat
 every model then makes one teacher-forced pass over prompt + continuation
 (`profiler.acceptance.teacher_forced`), which gives its argmax at every continuation
 position. Position t of pair (verifier, drafter) agrees when their argmaxes are equal. The
-sequences go into the profile's `meta["acceptance_runs"]["greedy"]` as strings of 0/1, with a
+sequences go into the profile's `acceptance_runs["greedy"]` as strings of 0/1, with a
 fingerprint of the models, prompts and settings, so a rerun with nothing changed reuses them;
 `planner.runs` turns them into the run-length law the exact model uses.
 """
@@ -12,10 +12,7 @@ fingerprint of the models, prompts and settings, so a rerun with nothing changed
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
-
-from polyplan.planner.runs import META_KEY
-from polyplan.formats.profile import Profile
+from polyplan.formats.profile import AgreementRuns, PairAgreement, Profile
 from polyplan.profiler.acceptance import target_continuations, teacher_forced
 from polyplan.profiler.fingerprint import fingerprint_settings, fingerprint_tokens
 
@@ -29,8 +26,8 @@ def runs_fingerprint(models: Sequence, prompts: Sequence[Sequence[int]], new_tok
 
 def measure_agreement(
     models: Sequence, pairs: Sequence[tuple[str, str]], prompts: Sequence[Sequence[int]], *, new_tokens: int, seed: int
-) -> dict[str, Any]:
-    """The meta entry: greedy agreement strings of every pair (see the module docstring).
+) -> AgreementRuns:
+    """The greedy agreement strings of every pair (see the module docstring).
 
     Args:
         models: `profiler.run.ProfiledModel`s, the target first.
@@ -49,28 +46,21 @@ def measure_agreement(
     entries = []
     for verifier, drafter in pairs:
         strings = ["".join("1" if same else "0" for same in (argmax[verifier][i] == argmax[drafter][i]).tolist()) for i in range(len(prompts))]
-        entries.append({"verifier": verifier, "drafter": drafter, "agreement": strings})
-    return {
-        "fingerprint": runs_fingerprint(models, prompts, new_tokens, seed),
-        "prompts": len(prompts),
-        "new_tokens": new_tokens,
-        "pairs": entries,
-    }
+        entries.append(PairAgreement(verifier, drafter, tuple(strings)))
+    return AgreementRuns(tuple(entries), runs_fingerprint(models, prompts, new_tokens, seed), len(prompts), new_tokens)
 
 
 def ensure_agreement(
-    profile: Profile, previous: dict[str, Any] | None, models: Sequence, prompts: Sequence[Sequence[int]], *, new_tokens: int, seed: int
+    profile: Profile, previous: AgreementRuns | None, models: Sequence, prompts: Sequence[Sequence[int]], *, new_tokens: int, seed: int
 ) -> bool:
-    """Put the greedy agreement sequences into `profile.meta`, reusing `previous` (the entry of
+    """Put the greedy agreement sequences into `profile.acceptance_runs`, reusing `previous` (the entry of
     the profile before this run) when its fingerprint still matches. Returns True if measured."""
     pairs = [(pair.verifier, pair.drafter) for pair in profile.pairs if "greedy" in pair.sampling]
     key = runs_fingerprint(models, prompts, new_tokens, seed)
     wanted = set(pairs)
-    if previous is not None and previous.get("fingerprint") == key and {
-        (entry["verifier"], entry["drafter"]) for entry in previous.get("pairs", [])
-    } >= wanted:
+    if previous is not None and previous.fingerprint == key and set(previous.by_pair()) >= wanted:
         entry, measured = previous, False
     else:
         entry, measured = measure_agreement(models, pairs, prompts, new_tokens=new_tokens, seed=seed), True
-    profile.meta.setdefault(META_KEY, {})["greedy"] = entry
+    profile.acceptance_runs["greedy"] = entry
     return measured

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from polyplan.formats.errors import PolyplanError
-from polyplan.formats.profile import sampling_key
+from polyplan.formats.sampling import SamplingMode
 from polyplan.profiler.latency import LatencySettings
 
 __all__ = ["AcceptanceSettings", "LatencySettings", "ProfileSettings"]
@@ -47,7 +47,7 @@ class AcceptanceSettings:
     def __post_init__(self) -> None:
         if not self.temperatures:
             raise PolyplanError("temperatures: give at least one (0 is greedy)")
-        keys = [sampling_key(t) for t in self.temperatures]
+        keys = [SamplingMode(t).key for t in self.temperatures]
         if len(set(keys)) != len(keys):
             raise PolyplanError(f"temperatures: duplicate values in {list(self.temperatures)}")
         if not self.block_sizes or any(isinstance(k, bool) or not isinstance(k, int) or k < 1 for k in self.block_sizes):

@@ -65,7 +65,7 @@ def model_rows(profile: Profile) -> tuple[ModelRow, ...]:
         ones = [p for p in model.latency if p.k == 1]
         worst = max((p.iqr_s / p.median_s for p in ones), default=float("nan"))
         repeats = min((p.repeats for p in ones if p.repeats is not None), default=None)
-        floor = model.meta.get("reference_relative_iqr")
+        floor = None if model.timing is None else model.timing.reference_relative_iqr
         rows.append(ModelRow(model.name, curve_from_profile(model)(1), worst, repeats,
                              None if floor is None else float(floor)))
     return tuple(rows)

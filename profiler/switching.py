@@ -9,7 +9,7 @@ pass after the target's was 0.49 ms slower than in a tight loop, the 2nd 0.14 ms
 another model (the largest, which evicts the most), then `after` one-token passes of the
 model (cold: the 1st, 2nd, … after the switch), then as many again (warm: the tight loop).
 It stores, per position j after the switch, median(cold_j) − median(warm), floored at 0, in
-the profile's `meta["switch_cost"]["models"]` (see `planner.overhead`).
+the profile's `switch_costs` (see `planner.overhead`).
 """
 
 from __future__ import annotations
@@ -19,8 +19,8 @@ from collections.abc import Sequence
 
 import torch
 
-from polyplan.planner.overhead import SWITCH_KEY
-from polyplan.formats.profile import Profile
+
+from polyplan.formats.profile import Profile, SwitchCosts
 from polyplan.profiler.latency import collector_paused, synchronizer, timed_pass
 
 PASSES_AFTER = 4  # positions after a switch that are timed; later passes count as warm
@@ -77,10 +77,10 @@ def _size(member) -> int:
 
 
 def store_switch_costs(profile: Profile, costs: dict[str, tuple[float, ...]], context: int) -> None:
-    """Write the costs into the profile's meta."""
-    profile.meta[SWITCH_KEY] = {
-        "models": {name: list(cost) for name, cost in costs.items()},
-        "context_length": context,
-        "method": "per position j after the largest other model's pass: median 1-token pass j minus the median "
+    """Write the costs into the profile."""
+    profile.switch_costs = SwitchCosts(
+        models={name: tuple(cost) for name, cost in costs.items()},
+        context_length=context,
+        method="per position j after the largest other model's pass: median 1-token pass j minus the median "
         "of as many passes after those (tight loop)",
-    }
+    )

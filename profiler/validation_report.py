@@ -11,8 +11,7 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
-from polyplan.formats.atomic import write_text_atomically
-from polyplan.cli_support import json_safe
+from polyplan.formats.atomic import json_safe, write_text_atomically
 from polyplan.formats.errors import PolyplanError
 from polyplan.profiler.categories import category_lines
 from polyplan.profiler.plots import write_plots

@@ -32,7 +32,7 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from polyplan.planner.plan_file import PlannedChain
+from polyplan.formats.plan import PlannedChain
 from polyplan.profiler.paired import PairedSpeedup, RatioInterval, paired_speedup, ratio_interval
 
 ROLE_RECOMMENDED = "recommended"
@@ -617,10 +617,14 @@ def chain_json(chain: ChainResult) -> dict[str, Any]:
     }
 
 
+REPORT_VERSION = 1  # report.json is written, never read back: this one function is its codec
+
+
 def validation_json(validation: Validation, files: dict[str, str] | None = None) -> dict[str, Any]:
     """The JSON twin of the report (what `polyplan validate --json` prints)."""
     head = validation.headline
     return {
+        "report_version": REPORT_VERSION,
         "chains": [chain_json(chain) for chain in validation.chains],
         "headline": {
             "line": head.line,

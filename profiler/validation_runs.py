@@ -24,9 +24,9 @@ import torch
 from polyplan.decoder.chain import context_reserve, generate
 from polyplan.decoder.member import ChainMember, stop_token_ids
 from polyplan.decoder.sampling import Sampling
+from polyplan.formats.sampling import SamplingMode
 from polyplan.formats.errors import PolyplanError
-from polyplan.planner.overhead import switch_cost
-from polyplan.planner.plan_file import PlanFile, plan_overhead, planned_chains
+from polyplan.formats.plan import PlanFile
 from polyplan.formats.profile import Profile
 from polyplan.profiler.categories import chain_categories
 from polyplan.profiler.latency import synchronizer
@@ -102,18 +102,13 @@ class _Silent:
 
 def sampling_of(key: str) -> Sampling:
     """The decoder's `Sampling` for a profile/plan sampling key ("greedy", "t0.7", …)."""
-    if key == "greedy":
-        return Sampling()
-    try:
-        return Sampling(temperature=float(key[1:]))
-    except ValueError:
-        raise PolyplanError(f"sampling: {key!r} is neither 'greedy' nor 't<temperature>'") from None
+    return Sampling(temperature=SamplingMode.parse(key).temperature)
 
 
 def select_chains(plan: PlanFile, top: int, label: str = "plan.json") -> tuple[ChainSpec, ...]:
     """The chains to validate: recommended, the next `top` of the ranking, the best two-model
     chain and target-only decoding (each once, with every role it plays)."""
-    ranked = planned_chains(plan, label)
+    ranked = plan.alternatives
     if ranked[0].chain != plan.chain or ranked[0].block_sizes != plan.block_sizes:
         raise PolyplanError(f"{label}: alternatives[0]: must be the plan's own chain {list(plan.chain)}")
     alternatives = len(ranked) - 1
@@ -292,10 +287,9 @@ def validate_plan(
     retimed: dict[tuple[str, ...], float] = {}
     reaccepted: dict[tuple[str, ...], float] = {}
     if profile is not None and timings:
-        search = plan.payload.get("search") or {}
         chains_run = [(spec.planned.chain, spec.planned.block_sizes) for spec in specs]
-        acceptance_model = str(search.get("acceptance_model", "iid"))
-        overhead = plan_overhead(plan, label)
+        acceptance_model = plan.search.acceptance_model or "iid"
+        overhead = plan.loop_overhead
         retimed = retimed_speedups(
             profile, timings, chains_run, sampling=plan.sampling, overhead=overhead, acceptance_model=acceptance_model,
         )
@@ -312,7 +306,7 @@ def validate_plan(
         )
         for index, spec in enumerate(specs)
     )
-    plan_device = str(plan.payload.get("device", ""))
+    plan_device = plan.device
     notes = []
     if plan_device and plan_device != device_label:
         notes.append(f"the plan was profiled on '{plan_device}' but this validation ran on '{device_label}'")
@@ -322,7 +316,7 @@ def validate_plan(
         notes.append(f"{len(fitted.dropped)} prompt(s) left out: longer than the context allows")
     if fitted.truncated:
         notes.append(f"{fitted.truncated} prompt(s) shortened from the left to fit the context")
-    notes += [f"timing warning from the plan: {line}" for line in plan.payload.get("warnings") or [] if isinstance(line, str)]
+    notes += [f"timing warning from the plan: {line}" for line in plan.warnings]
     return Validation(
         chains=chains,
         headline=headline(chains),
@@ -366,21 +360,18 @@ def validation_agreement(specs: Sequence[ChainSpec], members: Mapping[str, Chain
 
 def exact_model_description(plan: PlanFile) -> str:
     """One line on what the plan's exact predictions include (acceptance law, loop, context)."""
-    search = plan.payload.get("search") or {}
-    runs = search.get("acceptance_model") == "runs"
+    runs = plan.search.acceptance_model == "runs"
     acceptance = "measured acceptance runs (planner.runs)" if runs else "i.i.d. acceptance at rate alpha"
-    overhead = plan.payload.get("loop_overhead")
+    overhead = plan.loop_overhead
     loop = (
-        f"decoding loop {overhead['per_step_s'] * 1e6:.0f} us/step + {overhead['per_round_s'] * 1e6:.0f} us/round"
-        if isinstance(overhead, dict)
+        f"decoding loop {overhead.per_step_s * 1e6:.0f} us/step + {overhead.per_round_s * 1e6:.0f} us/round"
+        if overhead is not None
         else "no decoding-loop overhead"
     )
-    switches = plan.payload.get("switch_costs") or {}
-    if switches:
+    if plan.switch_costs:
         loop += "; switch costs (extra us of the 1st, 2nd, … pass after another model's) " + ", ".join(
-            f"{name} {'/'.join(f'{s * 1e6:.0f}' for s in switch_cost(cost, f'plan.json: switch_costs.{name}'))}"
-            for name, cost in sorted(switches.items())
+            f"{name} {'/'.join(f'{s * 1e6:.0f}' for s in cost)}" for name, cost in sorted(plan.switch_costs.items())
         )
-    context = search.get("context_length")
+    context = plan.search.context_length
     where = f"latency read at context {context}" if context else "latency averaged over the profiled contexts"
     return f"{acceptance}; {loop}; {where}"

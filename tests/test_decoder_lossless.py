@@ -28,7 +28,7 @@ from polyplan.decoder import verify as verify_module
 from polyplan.decoder.chain import generate
 from polyplan.decoder.sampling import Sampling
 from polyplan.decoder.table import TableMember
-from polyplan.planner.verify_width import VerifyWidths
+from polyplan.formats.plan import VerifyWidths
 
 pytestmark = pytest.mark.usefixtures("single_thread")
 

@@ -11,11 +11,12 @@ from conftest import tiny_llama, truncated_copy
 from polyplan.formats.errors import PolyplanError
 from polyplan.planner.cost_model import predict_chain
 from polyplan.planner.engine_overhead import (
-    ENGINE_OVERHEAD_KEY, EngineOverhead, LoopCounts, engine_overhead_entry, fit_engine_overhead, prediction_error,
+    EngineOverhead, LoopCounts, engine_overhead_entry, fit_engine_overhead, prediction_error,
     prediction_overhead, profile_call_seconds, profile_engine_overhead, stored_fingerprint,
 )
-from polyplan.planner.overhead import META_KEY, LoopOverhead
-from polyplan.formats.profile import LatencyPoint, ModelProfile, Profile, load
+from polyplan.formats.overhead import LoopOverhead
+from polyplan.formats.profile import LatencyPoint, LoopCalibration, ModelProfile, Profile
+from polyplan.formats.profile_codec import decode, load
 
 PER_CALL, PER_STEP, PER_ROUND = 0.004, 0.0005, 0.0015
 # target-only at 32 and 64 tokens, assisted at K = 1, 2, 4 (drafter steps, target rounds)
@@ -54,44 +55,56 @@ def test_the_hf_overhead_changes_the_prediction_as_the_cost_model_says():
     assert with_theirs.speedup != pytest.approx(predict_chain([alpha], [t_target, t_draft], [k], ours).speedup, rel=1e-3)
 
 
-def _profile(meta=None) -> Profile:
-    profile = Profile(target="target", device="synthetic", meta=dict(meta or {}))
+def _profile(**typed) -> Profile:
+    profile = Profile(target="target", device="synthetic", **typed)
     profile.models.append(ModelProfile("target", "fp-target", [LatencyPoint(64, 1, 0.01)]))
     return profile
+
+
+def _version_1(meta: dict) -> Profile:
+    """A version-1 profile that kept the overheads in its meta (read through the migration)."""
+    payload = _profile().to_json_dict()
+    return decode({**payload, "schema_version": 1, "meta": meta}, label="old.json")
 
 
 def test_profile_round_trip_and_old_profiles(tmp_path):
     entry = engine_overhead_entry(EngineOverhead(LoopOverhead(PER_STEP, PER_ROUND), PER_CALL), fingerprint="sha256:x",
                                   details={"drafter": "draft"})
-    profile = _profile({META_KEY: {"greedy": {"per_step_s": 1e-4, "per_round_s": 2e-4}}, ENGINE_OVERHEAD_KEY: {"hf": {"greedy": entry}}})
+    profile = _profile(loop_overhead={"greedy": LoopCalibration(1e-4, 2e-4)}, engine_overhead={"hf": {"greedy": entry}})
     profile.save(tmp_path / "profile.json")
     again = load(tmp_path / "profile.json")
-    assert profile_engine_overhead(again.meta, "hf", "greedy") == LoopOverhead(PER_STEP, PER_ROUND)
-    assert profile_engine_overhead(again.meta, "hf", "t1.0") is None
-    used = prediction_overhead(again.meta, "hf", "greedy")
+    assert again.engine_overhead == profile.engine_overhead and again.engine_overhead["hf"]["greedy"].details == {"drafter": "draft"}
+    assert profile_engine_overhead(again, "hf", "greedy") == LoopOverhead(PER_STEP, PER_ROUND)
+    assert profile_engine_overhead(again, "hf", "t1.0") is None
+    assert profile_call_seconds(again, "hf", "greedy") == PER_CALL and stored_fingerprint(again, "hf", "greedy") == "sha256:x"
+    used = prediction_overhead(again, "hf", "greedy")
     assert used.overhead == LoopOverhead(PER_STEP, PER_ROUND) and "HF generate's own, measured (500 us/step + 1500 us/round)" in used.note
     # an old profile: no entry -> polyplan's loop, said so
-    old = prediction_overhead({META_KEY: {"greedy": {"per_step_s": 1e-4, "per_round_s": 2e-4}}}, "hf", "greedy")
+    old = prediction_overhead(_version_1({"loop_overhead": {"greedy": {"per_step_s": 1e-4, "per_round_s": 2e-4}}}), "hf", "greedy")
     assert old.overhead == LoopOverhead(1e-4, 2e-4)
     assert "HF overhead not measured; prediction uses polyplan's loop overhead (100 us/step + 200 us/round)" in old.note
     # engines polyplan cannot run: polyplan's loop, said so (even when the HF entry exists)
-    vllm = prediction_overhead(again.meta, "vllm", "greedy")
+    vllm = prediction_overhead(again, "vllm", "greedy")
     assert vllm.overhead == LoopOverhead(1e-4, 2e-4) and "vllm's own loop is not measured" in vllm.note
 
 
 def test_a_malformed_entry_is_one_clear_error():
-    with pytest.raises(PolyplanError, match=r"meta.engine_overhead.hf.greedy: loop overhead: per_step_s"):
-        profile_engine_overhead({ENGINE_OVERHEAD_KEY: {"hf": {"greedy": {"per_step_s": -1, "per_round_s": 0}}}}, "hf", "greedy")
+    """Read once, when the profile is decoded: a version-1 file names where it kept the entry."""
+    with pytest.raises(PolyplanError, match=r"old.json: meta.engine_overhead.hf.greedy: loop overhead: per_step_s"):
+        _version_1({"engine_overhead": {"hf": {"greedy": {"per_step_s": -1, "per_round_s": 0}}}})
     with pytest.raises(PolyplanError, match="keyed by engine"):
-        profile_engine_overhead({ENGINE_OVERHEAD_KEY: ["x"]}, "hf", "greedy")
+        _version_1({"engine_overhead": ["x"]})
+    payload = _profile().to_json_dict()
+    with pytest.raises(PolyplanError, match=r"new.json: engine_overhead.hf.greedy: loop overhead: per_step_s"):
+        decode({**payload, "engine_overhead": {"hf": {"greedy": {"per_step_s": -1, "per_round_s": 0}}}}, label="new.json")
+    with pytest.raises(PolyplanError, match=r"engine_overhead.hf.greedy.per_call_s: must be >= 0"):
+        decode({**payload, "engine_overhead": {"hf": {"greedy": {"per_step_s": 0, "per_round_s": 0, "per_call_s": -1}}}})
 
 
 def test_a_malformed_table_is_a_polyplan_error_for_every_reader():
-    for meta in ({ENGINE_OVERHEAD_KEY: ["x"]}, {ENGINE_OVERHEAD_KEY: {"hf": ["x"]}}):
-        with pytest.raises(PolyplanError, match="keyed by engine"):
-            profile_call_seconds(meta, "hf", "greedy")
-        with pytest.raises(PolyplanError, match="keyed by engine"):
-            stored_fingerprint(meta, "hf", "greedy")
+    for meta in ({"engine_overhead": ["x"]}, {"engine_overhead": {"hf": ["x"]}}):
+        with pytest.raises(PolyplanError, match="meta.engine_overhead: must be an object keyed by engine"):
+            _version_1(meta)
 
 
 def test_measured_on_tiny_models_and_resumed_by_fingerprint(single_thread):
@@ -108,9 +121,9 @@ def test_measured_on_tiny_models_and_resumed_by_fingerprint(single_thread):
     profile.models.append(ModelProfile("draft", "fp-draft", [LatencyPoint(64, 1, 0.002)]))
     before = models[1].member.model.generation_config.num_assistant_tokens
     assert ensure_hf_overhead(profile, models, list(range(3, 20)), [0.0], tokens=6, repeats=1) == 1
-    entry = profile.meta[ENGINE_OVERHEAD_KEY]["hf"]["greedy"]
-    assert entry["drafter"] == "draft" and min(entry["per_step_s"], entry["per_round_s"], entry["per_call_s"]) >= 0
-    rows = entry["configurations"]
+    entry = profile.engine_overhead["hf"]["greedy"]
+    assert entry.details["drafter"] == "draft" and min(entry.per_step_s, entry.per_round_s, entry.per_call_s) >= 0
+    rows = entry.details["configurations"]
     # min_new_tokens = max: EOS (id 2 here) never cuts a call; target-only: one target pass per token
     assert rows["target-only 3 tokens"] == {**rows["target-only 3 tokens"], "calls": 1, "steps": 3, "rounds": 0}
     assert rows["target-only 6 tokens"]["steps"] == 6
@@ -123,7 +136,7 @@ def test_measured_on_tiny_models_and_resumed_by_fingerprint(single_thread):
     # resumed: nothing re-measured while the fingerprint holds; a new sampling mode is added, the old entry kept
     assert ensure_hf_overhead(profile, models, list(range(3, 20)), [0.0], tokens=6, repeats=1) == 0
     assert ensure_hf_overhead(profile, models, list(range(3, 20)), [0.0, 1.0], tokens=6, repeats=1) == 1
-    assert profile.meta[ENGINE_OVERHEAD_KEY]["hf"]["greedy"] is entry and "t1.0" in profile.meta[ENGINE_OVERHEAD_KEY]["hf"]
+    assert profile.engine_overhead["hf"]["greedy"] is entry and "t1.0" in profile.engine_overhead["hf"]
     # another drafter (changed weights: another fingerprint) is measured again
     models[1] = ProfiledModel("draft", models[1].member, "fp-draft-changed")
     assert ensure_hf_overhead(profile, models, list(range(3, 20)), [0.0], tokens=6, repeats=1) == 1
@@ -147,7 +160,7 @@ def test_no_usable_hf_drafter_measures_nothing():
     assert ensure_hf_overhead(profile, [hf_target, plain[1]], [1, 2, 3], [0.0]) == 0
     other_vocab = ProfiledModel("draft", HFMember(tiny_llama(1, vocab=TINY_VOCAB + 8)), "fp-draft")
     assert ensure_hf_overhead(profile, [hf_target, other_vocab], [1, 2, 3], [0.0]) == 0
-    assert ENGINE_OVERHEAD_KEY not in profile.meta
+    assert not profile.engine_overhead
 
 
 def test_prediction_error_and_the_ten_percent_line():

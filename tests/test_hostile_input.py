@@ -153,8 +153,8 @@ def test_a_hand_edited_plan_is_refused_before_any_work(plan, tmp_path, edit, mes
 
 def test_a_plan_whose_profile_was_measured_again_is_not_called_edited(plan, profile, tmp_path):
     from polyplan.planner.plan_check import check_plan
-    from polyplan.planner.plan_file import read_plan
-    from polyplan.formats.profile import load
+    from polyplan.formats.plan import read_plan
+    from polyplan.formats.profile_codec import load
 
     planned = read_plan(plan)
     assert check_plan(planned, "plan.json", load(profile))  # consistent with its own profile
@@ -380,7 +380,7 @@ def test_a_plan_from_a_profile_of_too_few_prompts_is_flagged(tmp_path):
 def test_too_few_prompts_have_too_few_distinct_resamples_for_a_95_percent_interval():
     """The rule's arithmetic: C(2n-1, n) distinct bootstrap resamples; a 95% percentile
     interval needs >= 40 (2.5% in each tail) -- first reached at n = 5."""
-    from polyplan.sample_size import MIN_PROMPTS, distinct_resamples, enough_for_interval
+    from polyplan.profiler.sample_size import MIN_PROMPTS, distinct_resamples, enough_for_interval
 
     assert [distinct_resamples(n) for n in range(1, 6)] == [1, 3, 10, 35, 126]
     assert MIN_PROMPTS == min(n for n in range(1, 20) if distinct_resamples(n) >= 40)

@@ -18,9 +18,11 @@ from polyplan.formats.errors import PolyplanError
 from polyplan.planner.cost_model import predict_chain
 from polyplan.planner.engines import config_text, engine_config, export_lines, export_plan, export_to_json, loadable
 from polyplan.planner.latency import curve_from_profile
-from polyplan.planner.plan_file import read_plan, write_plan
+from polyplan.formats.plan import read_plan
+from polyplan.planner.plan_file import write_plan
 from polyplan.planner.search import recommend
-from polyplan.formats.profile import LatencyPoint, ModelProfile, Profile, SamplingStats, from_json_dict
+from polyplan.formats.profile import LatencyPoint, ModelProfile, Profile, SamplingStats
+from polyplan.formats.profile_codec import decode
 from polyplan.profiler.candidates import candidate_fingerprints
 from polyplan.profiler.acceptance import TeacherForced, pair_alpha
 
@@ -85,8 +87,8 @@ def test_engine_rate_is_the_verifiers_probability_of_the_drafters_argmax():
 def test_old_profiles_without_the_engine_rate_still_load():
     payload = _profile(engine_rate=False).to_json_dict()
     assert "engine_alpha" not in payload["pairs"][0]["sampling"]["t1.0"]
-    assert from_json_dict(payload).pairs[0].sampling["t1.0"].engine_alpha is None
-    fresh = from_json_dict(_profile().to_json_dict())
+    assert decode(payload).pairs[0].sampling["t1.0"].engine_alpha is None
+    fresh = decode(_profile().to_json_dict())
     assert fresh.stats("target", "draft", "t1.0").engine_alpha == 0.3
 
 
@@ -202,9 +204,8 @@ def test_a_gguf_drafter_is_loaded_by_hf_through_gguf_file_and_refused_by_vllm(fi
 def test_export_says_which_loop_overhead_it_used_and_hf_uses_its_own(files):
     """Old profile (no HF entry): polyplan's loop, said so; with HF's measured entry the HF
     prediction uses it (another speedup) and says so; vLLM keeps polyplan's loop and says so."""
-    from polyplan.planner.engine_overhead import ENGINE_OVERHEAD_KEY
-    from polyplan.planner.overhead import META_KEY
-    from polyplan.formats.profile import load
+    from polyplan.formats.profile import EngineCalibration, LoopCalibration
+    from polyplan.formats.profile_codec import load
 
     plan, root = files
     before = _invoke("export", "--plan", plan, "--engine", "hf")
@@ -212,9 +213,8 @@ def test_export_says_which_loop_overhead_it_used_and_hf_uses_its_own(files):
     assert "loop overhead: HF overhead not measured; prediction uses polyplan's loop overhead (none measured)" in before.stdout
     old = json.loads(_invoke("export", "--plan", plan, "--engine", "hf", "--json").stdout)
     profile = load(root / "profile.json")
-    profile.meta[META_KEY] = {"t1.0": {"per_step_s": 0.0, "per_round_s": 0.0}}
-    profile.meta[ENGINE_OVERHEAD_KEY] = {"hf": {"t1.0": {"per_step_s": 0.004, "per_round_s": 0.02, "per_call_s": 0.0,
-                                                         "fingerprint": "sha256:x"}}}
+    profile.loop_overhead = {"t1.0": LoopCalibration(0.0, 0.0)}
+    profile.engine_overhead = {"hf": {"t1.0": EngineCalibration(0.004, 0.02, per_call_s=0.0, fingerprint="sha256:x")}}
     profile.save(root / "profile.json")
     after = _invoke("export", "--plan", plan, "--engine", "hf")
     assert "loop overhead: HF generate's own, measured (4000 us/step + 20000 us/round)" in after.stdout
@@ -225,7 +225,7 @@ def test_export_says_which_loop_overhead_it_used_and_hf_uses_its_own(files):
     chosen = new["chosen"]
     profile = load(root / "profile.json")
     curves = [curve_from_profile(profile.model("target"), None), curve_from_profile(profile.model(chosen["drafter"]), None)]
-    from polyplan.planner.overhead import LoopOverhead
+    from polyplan.formats.overhead import LoopOverhead
 
     expected = predict_chain([chosen["alpha"]], curves, [chosen["block_size"]], LoopOverhead(0.004, 0.02))
     assert chosen["predicted_speedup"] == pytest.approx(expected.speedup, rel=1e-12)
@@ -237,9 +237,8 @@ def test_hf_export_carries_the_whole_call_model_of_each_option(files):
     """Issue 14c: the HF export models whole `generate` calls from the profile: the stored
     per-call cost, the target's and a draft model's prefill (none for n-gram), K extra tokens in
     the target's first pass, and the first passes' decode work replaced by the prefills."""
-    from polyplan.planner.engine_overhead import ENGINE_OVERHEAD_KEY
     from polyplan.planner.whole_call import PrefillCurve
-    from polyplan.formats.profile import PrefillPoint
+    from polyplan.formats.profile import EngineCalibration, PrefillPoint
 
     plan, root = files
     profile = _profile()
@@ -248,7 +247,7 @@ def test_hf_export_carries_the_whole_call_model_of_each_option(files):
     assert old.baseline_call.per_call_s == 0.0 and old.baseline_call.target_prefill is None
     for model in profile.models:
         model.prefill = [PrefillPoint(64, TIMES[model.name] * 3)]
-    profile.meta[ENGINE_OVERHEAD_KEY] = {"hf": {"t1.0": {"per_step_s": 0.001, "per_round_s": 0.002, "per_call_s": 0.007}}}
+    profile.engine_overhead = {"hf": {"t1.0": EngineCalibration(0.001, 0.002, per_call_s=0.007)}}
     export = export_plan(read_plan(plan), profile, _candidates(root), "hf")
     assert export.call_note == ""
     target = curve_from_profile(profile.model("target"), None)

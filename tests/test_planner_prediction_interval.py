@@ -17,10 +17,11 @@ import pytest
 from polyplan.formats.errors import PolyplanError
 from polyplan.planner.cost_model import predict_chain
 from polyplan.planner.latency import LatencyCurve
-from polyplan.planner.plan_file import plan_from_profile, planned_chains, read_plan
+from polyplan.formats.plan import read_plan
+from polyplan.planner.plan_file import plan_from_profile
 from polyplan.planner.prediction_interval import prediction_intervals
 from polyplan.planner.runs import run_survival
-from polyplan.formats.profile import LatencyPoint, ModelProfile, Profile, SamplingStats
+from polyplan.formats.profile import AgreementRuns, LatencyPoint, ModelProfile, PairAgreement, Profile, SamplingStats
 
 KS = (1, 2, 4, 8)
 T1 = {"target": 0.010, "drafter": 0.002}
@@ -48,8 +49,7 @@ def drawn_profile(rng: np.random.Generator, *, repeats: int = 15, prompts: int =
     sequences = ["".join("1" if hit else "0" for hit in rng.random(length) < alpha) for _ in range(prompts)]
     rate = sum(s.count("1") for s in sequences) / (prompts * length)
     profile.add_pair("target", "drafter").sampling["greedy"] = SamplingStats(alpha=min(rate, 0.999))
-    profile.meta["acceptance_runs"] = {"greedy": {"pairs": [{"verifier": "target", "drafter": "drafter",
-                                                             "agreement": sequences}]}}
+    profile.acceptance_runs = {"greedy": AgreementRuns((PairAgreement("target", "drafter", tuple(sequences)),))}
     return profile
 
 
@@ -88,7 +88,7 @@ def test_negative_control_fixed_inputs_do_not_cover():
         profile = drawn_profile(rng)
         for model in profile.models:
             model.latency = [LatencyPoint(p.context_length, p.k, p.median_s, 0.0, 1, None) for p in model.latency]
-        profile.meta = {}
+        profile.acceptance_runs = {}
         interval = interval_of(profile)
         assert interval.low == interval.high
         covered += interval.contains(truth)
@@ -113,10 +113,10 @@ def test_old_profiles_without_stored_timings_use_median_and_iqr():
 
 def test_bootstrapped_runs_agree_with_the_planner_survival_on_the_full_sample():
     """The count-matrix route of the bootstrap reproduces run_survival when every prompt is drawn once."""
-    from polyplan.planner.runs import count_matrix, survival_from_counts, runs_from_meta
+    from polyplan.planner.runs import count_matrix, profile_runs, survival_from_counts
 
     profile = drawn_profile(np.random.default_rng(11))
-    sequences = runs_from_meta(profile.meta, "greedy")[("target", "drafter")]
+    sequences = profile_runs(profile, "greedy")[("target", "drafter")]
     at_risk, going_on, starts = count_matrix(sequences, BLOCK)
     pooled = survival_from_counts(at_risk.sum(axis=0), going_on.sum(axis=0), int(starts.sum()))
     assert pooled == run_survival(sequences, BLOCK)
@@ -143,7 +143,7 @@ def test_plan_json_carries_the_intervals_and_reads_them_back(tmp_path):
     low, high = payload["predicted"]["interval"]
     assert low <= payload["predicted"]["speedup"] <= high
     assert payload["prediction_intervals"]["resamples"] == 40
-    chains = planned_chains(read_plan(out))
+    chains = read_plan(out).alternatives
     assert chains[0].exact_interval == (low, high)
     assert result.intervals is not None and result.intervals.chains[0].speedup.low == low
 
@@ -154,7 +154,7 @@ def test_a_plan_without_intervals_is_still_read(tmp_path):
     plan_from_profile(profile, out, profile_path="profile.json", resamples=0, k_max=4)
     payload = json.loads(out.read_text())
     assert "interval" not in payload["predicted"] and payload["prediction_intervals"] is None
-    assert planned_chains(read_plan(out))[0].exact_interval is None
+    assert read_plan(out).alternatives[0].exact_interval is None
 
 
 def test_bad_settings_are_one_clear_error():
@@ -166,7 +166,7 @@ def test_bad_settings_are_one_clear_error():
 
 
 def test_stored_timings_round_trip_and_bad_ones_are_one_clear_error(tmp_path):
-    from polyplan.formats.profile import load
+    from polyplan.formats.profile_codec import load
 
     profile = drawn_profile(np.random.default_rng(8), repeats=4)
     profile.models[0].latency[0].outliers = 1

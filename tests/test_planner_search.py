@@ -13,9 +13,11 @@ import pytest
 from polyplan.formats.errors import PolyplanError
 from polyplan.planner.cost_model import predict_chain
 from polyplan.planner.latency import curve_from_profile
-from polyplan.planner.plan_file import read_plan, write_plan
+from polyplan.formats.plan import read_plan
+from polyplan.planner.plan_file import write_plan
 from polyplan.planner.search import evaluate_chain, recommend
-from polyplan.formats.profile import DecodedStats, LatencyPoint, ModelProfile, Profile, SamplingStats, load
+from polyplan.formats.profile import DecodedStats, LatencyPoint, ModelProfile, Profile, SamplingStats
+from polyplan.formats.profile_codec import load
 
 EXAMPLE = Path(__file__).resolve().parents[1] / "polyplan" / "data" / "paper_table1_profile.json"
 
@@ -156,8 +158,9 @@ def test_plan_file_round_trip(tmp_path):
     assert plan.chain == result.best.chain and plan.block_sizes == result.best.block_sizes
     assert dict(plan.fingerprints) == {name: f"fp-{name}" for name in plan.chain}
     assert plan.predicted_speedup == pytest.approx(result.best.exact_speedup)
-    assert plan.payload["predicted"]["forwards_per_token"] == list(result.best.exact.forwards_per_token)
     payload = json.loads(path.read_text())
+    assert payload["predicted"]["forwards_per_token"] == list(result.best.exact.forwards_per_token)
+    assert plan.alternatives[0].forwards_per_token == result.best.exact.forwards_per_token
     payload["block_sizes"] = [0, 2]
     path.write_text(json.dumps(payload))
     with pytest.raises(PolyplanError, match=r"plan.json: block_sizes\[0\]: must be an integer >= 1"):

@@ -13,8 +13,8 @@ import pytest
 
 from conftest import target_early_ngram
 from polyplan.formats.errors import PolyplanError
-from polyplan.locks import profile_lock, timing_lock
-from polyplan.formats.profile import load
+from polyplan.profiler.locks import profile_lock, timing_lock
+from polyplan.formats.profile_codec import load
 from polyplan.profiler import AcceptanceSettings, LatencySettings, ProfiledModel, ProfileSettings, profile_models
 from polyplan.profiler.prompts import EncodedPrompt, Prompt
 
@@ -109,7 +109,7 @@ def test_a_second_run_on_a_busy_profile_waits_or_says_it_is_busy(models, full, t
 
 _WAITER = """
 import sys
-from polyplan.locks import {lock}
+from polyplan.profiler.locks import {lock}
 with {lock}({arg}):
     print("acquired", flush=True)
 """

@@ -15,10 +15,9 @@ from polyplan.formats.profile import (
     ModelProfile,
     Profile,
     SamplingStats,
-    load,
-    sampling_key,
-    sampling_temperature,
 )
+from polyplan.formats.profile_codec import load
+from polyplan.formats.sampling import SamplingMode
 
 EXAMPLE = Path(__file__).resolve().parents[1] / "polyplan" / "data" / "paper_table1_profile.json"
 
@@ -57,8 +56,8 @@ def test_build_field_by_field_save_and_reload(tmp_path):
     profile.models.append(ModelProfile(name="small", fingerprint="fp-small", latency=[LatencyPoint(64, 1, 0.002)]))
     pair = profile.add_pair("big", "small")
     assert profile.add_pair("big", "small") is pair
-    pair.sampling[sampling_key(0.0)] = SamplingStats(alpha=0.7, decoded=[DecodedStats(k=4, mu=2.9, sigma=1.1, samples=50)])
-    pair.sampling[sampling_key(1.0)] = SamplingStats(alpha=0.6)
+    pair.sampling[SamplingMode(0.0).key] = SamplingStats(alpha=0.7, decoded=[DecodedStats(k=4, mu=2.9, sigma=1.1, samples=50)])
+    pair.sampling[SamplingMode(1.0).key] = SamplingStats(alpha=0.6)
     path = tmp_path / "p.json"
     profile.save(path)
     assert [p.name for p in tmp_path.iterdir()] == ["p.json"]  # the temporary file was renamed
@@ -80,19 +79,20 @@ def test_save_refuses_an_invalid_profile_and_keeps_the_old_file(tmp_path):
 
 
 def test_sampling_keys():
-    assert sampling_key(0) == "greedy"
-    assert sampling_key(1.0) == "t1.0"
-    assert sampling_key(0.7) == "t0.7"
+    assert SamplingMode(0).key == "greedy"
+    assert SamplingMode(1.0).key == "t1.0"
+    assert SamplingMode(0.7).key == "t0.7"
     with pytest.raises(PolyplanError, match="temperature"):
-        sampling_key(-1)
+        SamplingMode(-1)
 
 
 def test_sampling_temperature_reverses_the_key():
     for temperature in (0.0, 0.7, 1.0):
-        assert sampling_temperature(sampling_key(temperature)) == temperature
-    for bad in ("x0.7", "tabc", ""):
+        assert SamplingMode.parse(SamplingMode(temperature).key).temperature == temperature
+    for bad in ("x0.7", "tabc", "", "t0", "t-1", "tnan", "tinf"):
         with pytest.raises(PolyplanError, match="neither 'greedy'"):
-            sampling_temperature(bad)
+            SamplingMode.parse(bad)
+    assert SamplingMode.parse("greedy").greedy and not SamplingMode.parse("t0.7").greedy
 
 
 def _mutate(payload: dict, path: str, value) -> dict:
@@ -124,7 +124,7 @@ _DELETE = object()
         ("models/0/latency/0/k", 0, "models[0].latency[0].k: must be an integer >= 1, got 0"),
         ("pairs/0/sampling/greedy/decoded/0/k", 0, "decoded[0].k: must be an integer >= 1, got 0"),
         ("pairs/0/sampling/greedy/decoded/0/mu", 9.0, "decoded[0].mu: must be in [1, k + 1] = [1, 8], got 9"),
-        ("schema_version", 2, "schema_version: unsupported version 2; this polyplan reads version 1"),
+        ("schema_version", 3, "schema_version: unsupported version 3; this polyplan reads version 2"),
         ("schema_version", _DELETE, "schema_version: unsupported version null"),
         ("target", "llama", "target: 'llama' is not one of the models"),
         ("models/0/fingerprint", "", "models[0].fingerprint: must be a non-empty string"),

@@ -11,7 +11,7 @@ from typer.testing import CliRunner
 
 from conftest import write_candidate_workspace
 from polyplan.cli import app
-from polyplan.formats.profile import load
+from polyplan.formats.profile_codec import load
 from polyplan.profiler.latency import LatencySettings
 from polyplan.profiler.settings import AcceptanceSettings
 
@@ -43,7 +43,7 @@ def test_profile_writes_a_profile_recommend_accepts_and_reruns_reuse_it(workspac
     assert profile.model_names() == ["target", "small", "ngram"]
     assert all(m.fingerprint.startswith("sha256:") for m in profile.models)
     assert "machine floor" in result.stdout
-    assert all(m.meta["reference_relative_iqr"] >= 0 and m.meta["reference_median_s"] > 0 for m in profile.models)
+    assert all(m.timing.reference_relative_iqr >= 0 and m.timing.reference_median_s > 0 for m in profile.models)
 
     again = _invoke(*args, "--json")
     assert again.exit_code == 0, again.output

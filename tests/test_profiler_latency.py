@@ -102,9 +102,9 @@ def test_reference_workload_is_timed_once_per_timed_round_and_recorded():
     # 2 contexts x (2 warm-up + 5 timed) rounds; only the timed ones count (no budget for more)
     assert result.reference.repeats == 2 * 5
     assert result.reference.median == pytest.approx(0.002)
-    meta = model_entry("fake", "sha256:x", result, "sha256:y").meta
-    assert meta["reference_median_s"] == pytest.approx(0.002)
-    assert meta["reference_relative_iqr"] == pytest.approx(result.reference.iqr / 0.002)
+    timing = model_entry("fake", "sha256:x", result, "sha256:y").timing
+    assert timing.reference_median_s == pytest.approx(0.002)
+    assert timing.reference_relative_iqr == pytest.approx(result.reference.iqr / 0.002)
 
 
 def test_default_reference_workload_runs_on_the_cpu():
@@ -181,8 +181,8 @@ def test_a_noisy_floor_is_repeated_until_it_settles():
 
 def test_a_floor_that_stays_noisy_exhausts_the_budget_and_says_so():
     """Negative control: the floor alternates 1 and 3 ms forever; the budget (0.05 fake s)
-    runs out and the measurement is flagged, in the profile entry's meta too."""
-    from polyplan.profiler.entries import NOISE_BUDGET_KEY, model_entry
+    runs out and the measurement is flagged, in the profile entry's timing health too."""
+    from polyplan.profiler.entries import model_entry
 
     clock = FakeClock()
     settings = LatencySettings(ks=(1,), context_lengths=(10,), repeats=6, warmup=0, prefill_repeats=1, noise_budget_s=0.05)
@@ -190,7 +190,7 @@ def test_a_floor_that_stays_noisy_exhausts_the_budget_and_says_so():
                              workload=_workload(clock, [0.001, 0.003] * 1000))
     assert result.budget_exhausted
     assert result.reference.relative_iqr > settings.max_noise
-    assert model_entry("fake", "sha256:x", result, "sha256:y").meta[NOISE_BUDGET_KEY] is True
+    assert model_entry("fake", "sha256:x", result, "sha256:y").timing.noise_budget_exhausted is True
 
 
 def test_a_slowed_pass_is_dropped_as_an_outlier_and_counted():

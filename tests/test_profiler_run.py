@@ -12,7 +12,8 @@ from conftest import perturbed_copy, target_early_ngram
 from polyplan.decoder import HFMember, NGramMember
 from polyplan.formats.errors import PolyplanError
 from polyplan.planner.search import recommend
-from polyplan.formats.profile import load
+from polyplan.formats.profile import LoopCalibration
+from polyplan.formats.profile_codec import load
 from polyplan.profiler import (
     AcceptanceSettings,
     LatencySettings,
@@ -206,7 +207,7 @@ def test_fewer_block_sizes_keep_the_valid_entries_only(models, complete, tmp_pat
 def test_existing_profile_of_another_schema_version_is_refused_and_kept(models, complete, tmp_path):
     out = tmp_path / "profile.json"
     payload = json.loads(complete[0].read_text())
-    payload["schema_version"] = 2
+    payload["schema_version"] = 3
     out.write_text(json.dumps(payload))
     before = out.read_text()
     with pytest.raises(PolyplanError, match=r"--out: .*profile.json holds a profile of another schema version"):
@@ -244,14 +245,18 @@ def test_models_that_cannot_share_a_chain_are_named(models, tmp_path):
 
 
 def test_meta_added_by_other_tools_survives_a_rerun(models, complete, tmp_path):
+    """What other steps measured (the loop overhead) and the user's free-form meta survive a
+    rerun of the profiler; only its own record is replaced."""
     out = tmp_path / "profile.json"
     profile = load(complete[0])
-    profile.meta["loop_overhead"] = {"greedy": {"per_step_s": 0.0001}}
+    profile.loop_overhead = {"greedy": LoopCalibration(per_step_s=0.0001, per_round_s=0.0)}
+    profile.meta["note"] = {"who": "me"}
     profile.save(out)
     profile_models(models, _prompts(), out, SETTINGS)
     again = load(out)
-    assert again.meta["loop_overhead"] == {"greedy": {"per_step_s": 0.0001}}
-    assert again.meta["profiler"]["acceptance"]["block_sizes"] == [2, 3]
+    assert again.loop_overhead == {"greedy": LoopCalibration(per_step_s=0.0001, per_round_s=0.0)}
+    assert again.meta == {"note": {"who": "me"}}
+    assert again.profiler.acceptance["block_sizes"] == [2, 3]
 
 
 def test_a_profile_without_the_engine_rate_gets_it_on_a_rerun_and_nothing_else(models, complete, tmp_path):

@@ -17,8 +17,8 @@ from polyplan.formats.profile import (
     PrefillPoint,
     Profile,
     SamplingStats,
-    load,
 )
+from polyplan.formats.profile_codec import load
 
 EXAMPLE = Path(__file__).resolve().parents[1] / "polyplan" / "data" / "paper_table1_profile.json"
 

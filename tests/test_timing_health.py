@@ -13,14 +13,16 @@ import pytest
 
 from polyplan.formats.errors import PolyplanError
 from polyplan.planner.timing_health import timing_warnings
-from polyplan.formats.profile import LatencyPoint, ModelProfile, Profile
+from polyplan.formats.profile import LatencyPoint, ModelProfile, Profile, TimingHealth
 from polyplan.profiler.stats import outlier_mask, robust_spread
 
 
 def _profile(**metas) -> Profile:
+    """Each model's timing health given as the fields of `TimingHealth` ({}: none recorded)."""
     profile = Profile(target="target", device="cpu")
     for name, meta in metas.items():
-        profile.models.append(ModelProfile(name, f"fp-{name}", [LatencyPoint(128, 1, 0.01)], meta=meta))
+        timing = TimingHealth(**meta) if meta else None
+        profile.models.append(ModelProfile(name, f"fp-{name}", [LatencyPoint(128, 1, 0.01)], timing=timing))
     return profile
 
 

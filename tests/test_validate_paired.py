@@ -16,7 +16,7 @@ import pytest
 
 from polyplan.profiler.paired import paired_speedup, ratio_interval
 from polyplan.profiler.validation_results import ChainSpec, RunRecord, headline, summarise_chain
-from polyplan.planner.plan_file import PlannedChain
+from polyplan.formats.plan import PlannedChain
 from polyplan.profiler.validation_results import ROLE_ALTERNATIVE, ROLE_RECOMMENDED, ROLE_TARGET_ONLY
 
 

@@ -10,9 +10,12 @@ import pytest
 
 from polyplan.formats.errors import PolyplanError
 from polyplan.planner.cost_model import predict_chain
-from polyplan.planner.overhead import LoopOverhead, profile_overhead
-from polyplan.planner.plan_file import plan_from_profile, planned_chains, read_plan
-from polyplan.formats.profile import load
+from polyplan.formats.overhead import LoopOverhead
+from polyplan.planner.overhead import profile_overhead
+from polyplan.formats.plan import read_plan
+from polyplan.planner.plan_file import plan_from_profile
+from polyplan.formats.profile import LoopCalibration
+from polyplan.formats.profile_codec import load
 from polyplan.profiler.prompts import EncodedPrompt, Prompt
 from polyplan.profiler.validation_runs import fit_prompts, select_chains
 from polyplan.profiler.validation_results import (
@@ -30,13 +33,18 @@ EXAMPLE = Path(__file__).resolve().parent.parent / "examples" / "paper_table1_pr
 
 
 @pytest.fixture(scope="module")
-def plan(tmp_path_factory):
+def plan_path(tmp_path_factory):
     """The paper's Table 1 profile planned with a loop overhead: 4 ranked chains."""
     profile = load(EXAMPLE)
-    profile.meta["loop_overhead"] = {"greedy": {"per_step_s": 1e-4, "per_round_s": 3e-4}}
+    profile.loop_overhead = {"greedy": LoopCalibration(per_step_s=1e-4, per_round_s=3e-4)}
     path = tmp_path_factory.mktemp("plan") / "plan.json"
     plan_from_profile(profile, path, profile_path=str(EXAMPLE))
-    return read_plan(path)
+    return path
+
+
+@pytest.fixture(scope="module")
+def plan(plan_path):
+    return read_plan(plan_path)
 
 
 def test_overhead_adds_per_step_and_per_round_costs_exactly():
@@ -78,32 +86,34 @@ def test_switch_costs_are_paid_on_every_verification_pass_and_on_the_first_k_dra
     assert tail.cost_per_token == pytest.approx(bare.cost_per_token + sum(extra), rel=1e-12)
 
 
-def test_plan_records_overhead_predictions_and_verdicts_for_every_ranked_chain(plan):
-    chains = planned_chains(plan)
+def test_plan_records_overhead_predictions_and_verdicts_for_every_ranked_chain(plan, plan_path):
+    chains = plan.alternatives
     assert [c.chain for c in chains][0] == plan.chain
     assert {c.chain for c in chains} == {
         ("vicuna-7b",), ("vicuna-7b", "eagle"), ("vicuna-7b", "vicuna-7b-w4"), ("vicuna-7b", "vicuna-7b-w4", "eagle")
     }
     assert all(c.overhead_per_token_s > 0 for c in chains)
-    assert plan.payload["loop_overhead"] == {"per_step_s": 1e-4, "per_round_s": 3e-4}
-    three = next(a for a in plan.payload["alternatives"] if len(a["chain"]) == 3)
+    payload = json.loads(plan_path.read_text())
+    assert payload["loop_overhead"] == {"per_step_s": 1e-4, "per_round_s": 3e-4}
+    assert plan.loop_overhead == LoopOverhead(1e-4, 3e-4)
+    three = next(a for a in payload["alternatives"] if len(a["chain"]) == 3)
     assert three["theorem_3_2"] == [{"model": "vicuna-7b-w4", "verdict": "helps"}]
-    assert profile_overhead({}, "greedy") is None
+    assert profile_overhead(load(EXAMPLE), "greedy") is None
 
 
-def test_old_plan_without_per_chain_predictions_is_refused(plan, tmp_path):
-    payload = dict(plan.payload, alternatives=[{"chain": list(plan.chain), "block_sizes": list(plan.block_sizes)}])
+def test_old_plan_without_per_chain_predictions_is_refused(plan, plan_path, tmp_path):
+    payload = dict(json.loads(plan_path.read_text()), alternatives=[{"chain": list(plan.chain), "block_sizes": list(plan.block_sizes)}])
     path = tmp_path / "old.json"
     path.write_text(json.dumps(payload))
     with pytest.raises(PolyplanError, match=r"alternatives\[0\]: no predictions recorded .* re-run polyplan recommend"):
-        planned_chains(read_plan(path), str(path))
+        read_plan(path).alternatives
 
 
 def test_select_chains_gives_each_chain_every_role_it_plays(plan):
     specs = select_chains(plan, top=1)
     roles = {spec.planned.chain: spec.roles for spec in specs}
     assert roles[plan.chain] == (ROLE_RECOMMENDED,)
-    second = planned_chains(plan)[1].chain
+    second = plan.alternatives[1].chain
     assert len(second) == 2 and roles[second] == (ROLE_ALTERNATIVE, ROLE_TWO_MODEL)
     assert roles[("vicuna-7b",)] == (ROLE_TARGET_ONLY,)
     assert len(specs) == 3 and [s.rank for s in specs] == sorted(s.rank for s in specs)
@@ -200,7 +210,8 @@ def test_json_twin_has_the_documented_shape(plan):
     )
     payload = validation_json(validation)
     json.dumps(payload, allow_nan=False)
-    assert set(payload) >= {"chains", "headline", "checks", "settings"}
+    assert set(payload) >= {"report_version", "chains", "headline", "checks", "settings"}
+    assert payload["report_version"] == 1
     for entry in payload["chains"]:
         assert set(entry) >= {"chain", "block_sizes", "predicted_speedup", "measured_speedup", "greedy_equal", "recommended"}
         assert set(entry["predicted_speedup"]) == {"exact", "paper", "exact_retimed"}

@@ -8,7 +8,9 @@ import pytest
 
 from polyplan.formats.errors import PolyplanError
 from polyplan.planner.cost_model import predict_chain
-from polyplan.planner.runs import run_survival, runs_from_meta
+from polyplan.formats.profile import Profile
+from polyplan.formats.profile_codec import decode
+from polyplan.planner.runs import profile_runs, run_survival
 
 
 def _markov(rng: np.random.Generator, length: int, stay_accept: float, leave_reject: float) -> tuple[bool, ...]:
@@ -60,12 +62,26 @@ def test_exact_model_with_runs_reproduces_the_decoding_walk_and_iid_does_not(k):
         assert abs(iid / walked - 1) > 0.10
 
 
-def test_runs_from_meta_reads_pairs_and_rejects_malformed_strings():
-    meta = {"acceptance_runs": {"greedy": {"pairs": [{"verifier": "t", "drafter": "d", "agreement": ["1101", "0"]}]}}}
-    assert runs_from_meta(meta, "greedy") == {("t", "d"): ((True, True, False, True), (False,))}
-    assert runs_from_meta(meta, "t1.0") == {}
-    meta["acceptance_runs"]["greedy"]["pairs"][0]["agreement"] = ["1x"]
-    with pytest.raises(PolyplanError, match=r"meta.acceptance_runs.greedy.pairs\[0\].agreement: strings of 0 and 1 only"):
-        runs_from_meta(meta, "greedy")
+def _with_runs(runs: dict, version: int) -> Profile:
+    """A profile holding agreement runs: in version 2's field, or in version 1's meta."""
+    payload = {"schema_version": version, "target": "t", "device": "cpu", "pairs": [],
+               "models": [{"name": name, "fingerprint": f"fp-{name}", "latency": [{"context_length": 8, "k": 1, "median_s": 0.01}]}
+                          for name in ("t", "d")]}
+    payload.update({"acceptance_runs": runs} if version == 2 else {"meta": {"acceptance_runs": runs}})
+    return decode(payload)
+
+
+@pytest.mark.parametrize("version, where", [(2, "acceptance_runs"), (1, "meta.acceptance_runs")])
+def test_profile_runs_reads_pairs_and_rejects_malformed_strings(version, where):
+    runs = {"greedy": {"pairs": [{"verifier": "t", "drafter": "d", "agreement": ["1101", "0"]}]}}
+    profile = _with_runs(runs, version)
+    assert profile_runs(profile, "greedy") == {("t", "d"): ((True, True, False, True), (False,))}
+    assert profile_runs(profile, "t1.0") == {}
+    runs["greedy"]["pairs"][0]["agreement"] = ["1x"]
+    with pytest.raises(PolyplanError, match=rf"{where}.greedy.pairs\[0\].agreement: strings of 0 and 1 only"):
+        _with_runs(runs, version)
+    runs["greedy"]["pairs"][0] = {"verifier": "t"}
+    with pytest.raises(PolyplanError, match=rf"{where}.greedy.pairs\[0\]: needs verifier, drafter and agreement"):
+        _with_runs(runs, version)
     with pytest.raises(PolyplanError, match="no complete verification"):
         run_survival(((True, True),), 4)

@@ -17,9 +17,8 @@ from polyplan.formats.errors import PolyplanError
 from polyplan.planner.cost_model import predict_chain
 from polyplan.planner.latency import LatencyCurve
 from polyplan.planner.simulate import simulate_chain
-from polyplan.planner.verify_width import (
-    NO_PADDING, VerifyWidths, monotone_envelope, verify_widths, verify_widths_from_json,
-)
+from polyplan.formats.plan import NO_PADDING, VerifyWidths, verify_widths_from_json
+from polyplan.planner.verify_width import monotone_envelope, verify_widths
 
 pytestmark = pytest.mark.usefixtures("single_thread")
 
@@ -187,7 +186,8 @@ def _non_monotone_profile():
 def test_the_plan_records_the_widths_it_assumed(tmp_path):
     import json
 
-    from polyplan.planner.plan_file import planned_chains, read_plan, write_plan
+    from polyplan.formats.plan import read_plan
+    from polyplan.planner.plan_file import write_plan
     from polyplan.planner.search import evaluate_chain, recommend
 
     profile = _non_monotone_profile()
@@ -196,7 +196,7 @@ def test_the_plan_records_the_widths_it_assumed(tmp_path):
     write_plan(result, path, profile_path="profile.json")
     payload = json.loads(path.read_text())
     assert payload["verify_widths"] == [[[2, 4], [3, 4]]]
-    chains = planned_chains(read_plan(path))
+    chains = read_plan(path).alternatives
     two_model = next(chain for chain in chains if chain.chain == ("A", "B"))
     assert two_model.verify_widths == (VerifyWidths(((2, 4), (3, 4))),)
     # the recorded prediction is the padded one
@@ -208,11 +208,11 @@ def test_the_plan_records_the_widths_it_assumed(tmp_path):
         del entry["verify_widths"]
     del payload["verify_widths"]
     path.write_text(json.dumps(payload))
-    assert all(chain.verify_widths == () for chain in planned_chains(read_plan(path)))
+    assert all(chain.verify_widths == () for chain in read_plan(path).alternatives)
     payload["alternatives"][0]["verify_widths"] = [[[3, 2]]]
     path.write_text(json.dumps(payload))
     with pytest.raises(PolyplanError, match=r"alternatives\[0\]\.verify_widths\[0\]: width 2 for 3 tokens"):
-        planned_chains(read_plan(path))
+        read_plan(path).alternatives
 
 
 def test_recommend_says_which_passes_it_pads():
@@ -229,7 +229,7 @@ def test_validation_reserves_the_context_the_decoder_checks_with_padding():
     import dataclasses
 
     from polyplan.decoder.chain import context_reserve
-    from polyplan.planner.plan_file import PlannedChain
+    from polyplan.formats.plan import PlannedChain
     from polyplan.profiler.validation_results import ChainSpec
     from polyplan.profiler.validation_runs import reserve_for
 

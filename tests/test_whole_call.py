@@ -5,7 +5,8 @@ import pytest
 from polyplan.formats.errors import PolyplanError
 from polyplan.planner.engine_overhead import profile_call_seconds
 from polyplan.planner.whole_call import CallCount, CallModel, PrefillCurve, prefill_curve, whole_call_speedup
-from polyplan.formats.profile import LatencyPoint, ModelProfile, PrefillPoint
+from polyplan.formats.profile import LatencyPoint, ModelProfile, PrefillPoint, Profile
+from polyplan.formats.profile_codec import decode
 
 
 def test_prefill_interpolates_through_the_origin_and_continues_the_last_slope():
@@ -55,10 +56,16 @@ def test_whole_call_speedup_is_spec_bench_tokens_per_second_ratio():
         whole_call_speedup(baseline, assisted, [], calls)
 
 
+def _version_1(meta: dict) -> Profile:
+    """A version-1 profile with `meta` (the engine overhead lived there), read through the migration."""
+    return decode({"schema_version": 1, "target": "t", "device": "cpu", "pairs": [], "meta": meta,
+                   "models": [{"name": "t", "fingerprint": "fp", "latency": [{"context_length": 8, "k": 1, "median_s": 0.01}]}]})
+
+
 def test_per_call_cost_read_from_the_stored_entry_and_none_for_old_entries():
     meta = {"engine_overhead": {"hf": {"greedy": {"per_step_s": 1e-4, "per_round_s": 1e-3, "per_call_s": 0.013}}}}
-    assert profile_call_seconds(meta, "hf", "greedy") == 0.013
-    assert profile_call_seconds({"engine_overhead": {"hf": {"greedy": {"per_step_s": 1e-4, "per_round_s": 1e-3}}}}, "hf", "greedy") is None
-    assert profile_call_seconds({}, "hf", "greedy") is None
+    assert profile_call_seconds(_version_1(meta), "hf", "greedy") == 0.013
+    assert profile_call_seconds(_version_1({"engine_overhead": {"hf": {"greedy": {"per_step_s": 1e-4, "per_round_s": 1e-3}}}}), "hf", "greedy") is None
+    assert profile_call_seconds(_version_1({}), "hf", "greedy") is None
     with pytest.raises(PolyplanError, match="per_call_s"):
-        profile_call_seconds({"engine_overhead": {"hf": {"greedy": {"per_call_s": -1}}}}, "hf", "greedy")
+        _version_1({"engine_overhead": {"hf": {"greedy": {"per_step_s": 1e-4, "per_round_s": 1e-3, "per_call_s": -1}}}})

@@ -44,10 +44,10 @@ def decoder(
     json_output: Annotated[bool, typer.Option("--json", help="Print one JSON object.")] = False,
 ) -> None:
     """Race polyplan's decoding loop against Hugging Face generate (plain and assisted), greedy."""
-    from polyplan import options
+    from polyplan.formats import options
     from polyplan.commands.recommend import set_threads
-    from polyplan.devices import check_device
-    from polyplan.locks import timing_lock
+    from polyplan.decoder.devices import check_device
+    from polyplan.profiler.locks import timing_lock
 
     for option, value in (("--threads", threads), ("--prompt-length", prompt_length),
                           ("--max-new-tokens", max_new_tokens), ("--repeats", repeats)):

@@ -37,7 +37,7 @@ def distill(
     from polyplan.zoo.distill import QUICK, DistillSettings, distill_drafter
     from polyplan.zoo.train import torch_threads
 
-    from polyplan import options
+    from polyplan.formats import options
 
     options.at_least(threads, 1, "--threads")
     sizes = {"vocab": vocab, "layers": layers, "hidden": hidden, "steps": steps, "batch_size": batch_size, "window": window,

@@ -64,7 +64,7 @@ def generate(
     from polyplan.decoder.sampling import Sampling
     from polyplan.decoder.text import generate_text
 
-    from polyplan import options
+    from polyplan.formats import options
 
     folders = [part.strip() for part in chain.split(",") if part.strip()]
     blocks = None if block_sizes is None else _int_list(block_sizes, "--block-sizes")

@@ -24,8 +24,8 @@ def _numbers(text: str, option: str, kind: type) -> tuple:
 
 def _check_up_front(out, candidates, prompts, max_prompts, device, seed, repeats, warmup, latency_ks, block_sizes) -> None:
     """Options and the output path, before a prompt is read or a model loaded."""
-    from polyplan import options
-    from polyplan.outputs import check_output_file
+    from polyplan.formats import options
+    from polyplan.formats.outputs import check_output_file
 
     options.at_least(max_prompts, 1, "--max-prompts")
     options.at_least(repeats, 1, "--repeats")
@@ -37,7 +37,7 @@ def _check_up_front(out, candidates, prompts, max_prompts, device, seed, repeats
         options.block_size(k, "--block-sizes")
     check_output_file(out, "--out", inputs=[("--candidates", candidates), ("--prompts", prompts)])
     if device is not None:
-        from polyplan.devices import check_device
+        from polyplan.decoder.devices import check_device
 
         check_device(device)
 
@@ -115,12 +115,12 @@ def profile(
     from polyplan.profiler.prompts import builtin_prompts, encode_prompts, read_prompt_file
     from polyplan.profiler.run import profile_models
     from polyplan.profiler.settings import AcceptanceSettings, ProfileSettings
-    from polyplan.sample_size import too_few_prompts
+    from polyplan.profiler.sample_size import too_few_prompts
     from polyplan.profiler.summary import model_rows, pair_rows, summary_lines
 
     _check_up_front(out, candidates, prompts, max_prompts, device, seed, repeats, warmup, latency_ks, block_sizes)
     if not decoded:
-        from polyplan.options import unused_without
+        from polyplan.formats.options import unused_without
 
         unused_without("--decoded", [("--decoded-prompts", decoded_prompts)], "--no-decoded measures no decoded mu")
     settings = ProfileSettings(

@@ -17,7 +17,7 @@ from polyplan.commands.options import RawPrompts
 from polyplan.formats.errors import PolyplanError
 from polyplan.planner.plan_file import plan_to_json_dict
 from polyplan.planner.search import ChainPlan, Recommendation
-from polyplan.formats.profile import sampling_temperature
+from polyplan.formats.sampling import SamplingMode
 
 
 def _verdicts(plan: ChainPlan) -> str:
@@ -127,23 +127,24 @@ def recommend(
     (the profile file is resumed and completed).
     """
     from polyplan.planner.plan_file import plan_from_profile
-    from polyplan.formats.profile import load
-    from polyplan.sample_size import profile_warning
+    from polyplan.formats.profile_codec import load
+    from polyplan.profiler.sample_size import profile_warning
 
     _check_up_front(profile, candidates, max_levels, k_max, seed, out, prompts, raw_prompts, resamples, cache_dir, device, threads)
-    options = dict(max_levels=max_levels, k_max=k_max, block_sizes=search, sampling=sampling, seed=seed, resamples=resamples)
+    mode = SamplingMode.parse(sampling, "--sampling")
+    options = dict(max_levels=max_levels, k_max=k_max, block_sizes=search, sampling=mode.key, seed=seed, resamples=resamples)
     if candidates is None:
         if profile is None:
             raise PolyplanError("--profile: give a profile JSON, or --candidates models.yaml to profile the models first")
         profiled_numbers = load(profile)
         result = plan_from_profile(profiled_numbers, out, profile_path=str(profile), **options)
         profile_path = str(profile)
-        warning = profile_warning(profiled_numbers.meta)
+        warning = profile_warning(profiled_numbers)
         if warning is not None:
             typer.echo(f"warning: {warning}", err=True)
     else:
         profiled = _profile_candidates(
-            candidates, profile, sampling, prompts, cache_dir, device, threads, quiet=json_output, raw=raw_prompts
+            candidates, profile, mode, prompts, cache_dir, device, threads, quiet=json_output, raw=raw_prompts
         )
         profile_path = str(profiled.path)
         result = plan_from_profile(profiled.profile, out, profile_path=profile_path, candidates=profiled.record, drafters=profiled.drafters, **options)
@@ -160,8 +161,8 @@ def recommend(
 
 def _check_up_front(profile, candidates, max_levels, k_max, seed, out, prompts, raw_prompts, resamples, cache_dir, device, threads) -> None:
     """Everything that can be wrong with the options, before a profile is read or measured."""
-    from polyplan import options
-    from polyplan.outputs import check_output_file
+    from polyplan.formats import options
+    from polyplan.formats.outputs import check_output_file
 
     options.at_least(max_levels, 1, "--max-levels")
     if k_max >= 1:  # below 1 the planner says why
@@ -183,27 +184,21 @@ def _check_up_front(profile, candidates, max_levels, k_max, seed, out, prompts, 
     if out is not None:
         check_output_file(out, "--out", inputs=inputs)
     if device is not None and candidates is not None:
-        from polyplan.devices import check_device
+        from polyplan.decoder.devices import check_device
 
         check_device(device)
 
 
-def _profile_candidates(candidates, profile, sampling, prompts, cache_dir, device, threads, *, quiet, raw=False):
-    """Profile what is missing for `sampling` (torch is imported only here)."""
+def _profile_candidates(candidates, profile, mode: SamplingMode, prompts, cache_dir, device, threads, *, quiet, raw=False):
+    """Profile what is missing for the sampling `mode` (torch is imported only here)."""
     from polyplan.commands.progress import progress_bars
     from polyplan.profiler.pipeline import profile_candidates, prompt_set
 
-    try:
-        temperature = sampling_temperature(sampling)
-    except PolyplanError:
-        temperature = float("nan")
-    if temperature != temperature:  # NaN: not a sampling key (or 'tnan')
-        raise PolyplanError(f"--sampling: {sampling!r} is neither 'greedy' nor 't<temperature>' (e.g. 't1.0')")
     set_threads(threads)
     with progress_bars(disable=quiet) as (progress, _):
         return profile_candidates(
             candidates, profile_path=profile, prompts=prompt_set(prompts, raw=raw), cache_dir=cache_dir, device=device,
-            temperature=temperature, progress=progress,
+            temperature=mode.temperature, progress=progress,
         )
 
 

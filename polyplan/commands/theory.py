@@ -10,6 +10,7 @@ from typing import Annotated, Any, Optional
 import typer
 
 from polyplan.cli_support import echo_json, fails_cleanly
+from polyplan.formats.sampling import SamplingMode
 from polyplan.planner.capped_geometric import (
     capped_geometric_mean,
     capped_geometric_variance,
@@ -25,7 +26,7 @@ from polyplan.planner.capped_geometric import (
 from polyplan.planner.insertion import InsertionAnalysis, analyze_insertion
 from polyplan.planner.report import TheoryReport, theory_report
 from polyplan.planner.search import ChainPlan
-from polyplan.formats.profile import load
+from polyplan.formats.profile_codec import load
 
 app = typer.Typer(help="The paper's theory (Lemma 3.1, Theorems 3.2/3.3, eq. 3, Appendix A) beside the exact model.", no_args_is_help=True)
 
@@ -245,6 +246,7 @@ def report(
     json_output: Annotated[bool, typer.Option("--json", help="Print one JSON object.")] = False,
 ) -> None:
     """The theory report: Lemma 3.1, Theorem 3.2, the errata and exact speedups on a profile."""
+    mode = SamplingMode.parse(sampling, "--sampling")
     if profile is None:
         with resources.as_file(resources.files("polyplan") / EXAMPLE_PROFILE) as path:
             loaded = load(path)
@@ -252,7 +254,7 @@ def report(
     else:
         loaded = load(profile)
         source = str(profile)
-    result = theory_report(loaded, source=source, sampling=sampling)
+    result = theory_report(loaded, source=source, sampling=mode.key)
     if json_output:
         echo_json(report_payload(result))
         return

@@ -25,11 +25,10 @@ def plan_profile(planned):
     """The profile the plan was made from, if its file is still readable (for the re-timed
     prediction); None otherwise."""
     from polyplan.formats.errors import PolyplanError
-    from polyplan.formats.profile import load
+    from polyplan.formats.profile_codec import load
 
-    record = planned.payload.get("profile")
-    path = record.get("path") if isinstance(record, dict) else None
-    if not isinstance(path, str) or not Path(path).is_file():
+    path = planned.profile.path
+    if path is None or not Path(path).is_file():
         return None
     try:
         return load(path)
@@ -88,15 +87,15 @@ def validate(
     on the same prompts and seeds, interleaved; report measured against predicted speedups."""
     from polyplan.commands.progress import progress_bars
     from polyplan.commands.recommend import set_threads
-    from polyplan.planner.plan_file import read_plan
+    from polyplan.formats.plan import read_plan
     from polyplan.decoder.candidates_loader import load_candidates
     from polyplan.profiler.pipeline import encode_for, plan_candidates, validation_prompt_set
     from polyplan.profiler.run import describe_device
     from polyplan.profiler.validation_runs import ValidationSettings, select_chains, validate_plan
     from polyplan.profiler.validation_report import write_report
 
-    from polyplan import options
-    from polyplan.locks import timing_lock
+    from polyplan.formats import options
+    from polyplan.profiler.locks import timing_lock
     from polyplan.planner.plan_check import check_plan
     from polyplan.profiler.report_folder import check_validation_folder
 
@@ -113,7 +112,7 @@ def validate(
     select_chains(planned, top, str(plan))  # cheap checks first: a bad --top or changed model loads nothing
     candidate_set = plan_candidates(planned, str(plan), candidates)
     prompt_set = validation_prompt_set(prompts, per_kind=4 if prompts_per_kind is None else prompts_per_kind, max_prompts=max_prompts, raw=raw_prompts)
-    set_threads(threads if threads is not None else plan_threads(str(planned.payload.get("device", ""))))
+    set_threads(threads if threads is not None else plan_threads(planned.device))
     loaded = load_candidates(candidate_set)
     members = {item.candidate.name: item.member for item in loaded.candidates}
     target = members[planned.target]

@@ -12,6 +12,8 @@ from __future__ import annotations
 
 from math import comb
 
+from polyplan.formats.profile import Profile
+
 MIN_PROMPTS = 5
 
 
@@ -39,12 +41,11 @@ def too_few_prompts(prompts: int) -> str | None:
     )
 
 
-def profile_warning(meta: dict) -> str | None:
+def profile_warning(profile: Profile) -> str | None:
     """The warning for a plan made from a profile measured on too few prompts (its
-    `meta.profiler.prompts`, when recorded)."""
-    recorded = meta.get("profiler") if isinstance(meta, dict) else None
-    prompts = recorded.get("prompts") if isinstance(recorded, dict) else None
-    if isinstance(prompts, bool) or not isinstance(prompts, int) or enough_for_interval(prompts):
+    `profiler.prompts`, when recorded)."""
+    prompts = None if profile.profiler is None else profile.profiler.prompts
+    if prompts is None or enough_for_interval(prompts):
         return None
     return (f"the profile was measured on {prompts} prompt(s), too few for confidence intervals (needs >= {MIN_PROMPTS}); "
             "every prediction of this plan rests on them")

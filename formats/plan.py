@@ -1,0 +1,520 @@
+"""plan.json: what `polyplan recommend` writes and `validate`, `export`, `bench` and the decoder read
+(its types and its reader; `planner.plan_file` holds the math that builds one).
+
+Format (``plan_version`` 1)::
+
+    {
+      "plan_version": 1,
+      "target": "vicuna-7b",
+      "device": "...",                       # copied from the profile
+      "sampling": "greedy",                  # the profile key the plan was made for
+      "chain": ["vicuna-7b", "w4", "eagle"], # from the target down (M_1 … M_n)
+      "block_sizes": [7, 1],                 # K_1 … K_{n-1}
+      "verify_widths": [[[2, 4], [3, 4]], []],  # per verifying level, [k, width]: a pass over k
+                                             # tokens runs padded to width (planner.verify_width);
+                                             # absent in older plans (never pad)
+      "fingerprints": {"vicuna-7b": "...", …},   # of every profiled model, from the profile
+      "profile": {"path": "profile.json", "schema_version": 1,
+                  "digest": "sha256:..."},  # optional: of the profile planned on (plan_check)
+      "candidates": {"path": "/abs/models.yaml", "yaml": {...}},   # optional: how to load the
+                                             # models again (the file and its parsed contents)
+      "loop_overhead": {"per_step_s": ..., "per_round_s": ...},    # or null: see planner.overhead
+      "switch_costs": {"eagle": [0.0002, 0.00005], …},  # per model: extra seconds of the 1st, 2nd, …
+                                             # pass after a switch (planner.overhead); {} when none
+      "predicted": {                         # the exact model (planner.cost_model)
+        "speedup": 2.32, "cost_per_token_s": 0.0107,
+        "forwards_per_token": [...], "time_per_token_s": [...],
+        "tokens_per_verification": [...], "drafted_per_verification": [...],
+        "wasted_per_verification": [...], "acceptances": [...], "overhead_per_token_s": ...,
+        "interval": [2.18, 2.41]             # optional: bootstrap interval of "speedup"
+      },                                     # (planner.prediction_interval)
+      "paper": {                             # Lemma 3.1 (planner.paper_model)
+        "speedup": 4.54, "time_per_token_s": ..., "phi_per_token": [...],
+        "mean_lengths": [...], "length_sources": ["decoded", "eq3"], "alpha_scale": 1
+      },
+      "alternatives": [                      # every ranked chain, best first (the plan's is first)
+        {"chain": [...], "block_sizes": [...], "exact_speedup": ..., "paper_speedup": ...,
+         "acceptances": [...], "exact": {<as "predicted">}, "paper": {<as "paper">},
+         "theorem_3_2": [{"model": "w4", "verdict": "helps"}],   # per intermediate model
+         "verify_widths": [...]}             # as above, for this chain
+      ],
+      "insertions": ["in: w4: ...", ...],
+      "prediction_intervals": {              # optional (absent in older plans)
+        "level": 0.95, "resamples": 200, "seed": 0,
+        "latency_source": "samples", "acceptance_source": "runs",
+        "tied_with_best": [["vicuna-7b", "eagle"]],   # chains whose interval overlaps the best's
+        "ranking": "ranking: cannot tell ... apart from: ..."
+      },
+      "warnings": ["..."],                   # optional: why the timings are doubtful
+                                             # (planner.timing_health); [] when none
+      "search": {"max_levels": 4, "k_max": 8, "method": "grid", "context_length": null,
+                 "acceptance_model": "iid"}   # or "runs": see planner.runs
+    }
+
+This module is its one codec: `encode_plan` / `save_plan` write a `PlanFile`, and
+`formats.plan.read_plan` reads it into a frozen `PlanFile` (every field a consumer reads,
+validated once, each failure one `PolyplanError` naming the file and the field);
+`planner.plan_file.plan_of` builds one from the planner's `Recommendation`.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from polyplan.formats.atomic import write_text_atomically
+from polyplan.formats.errors import PolyplanError
+from polyplan.formats.inputs import is_finite_number, read_json_file
+from polyplan.formats.kinds import foreign_file
+from polyplan.formats.overhead import LoopOverhead, SwitchCost, overhead_from_json, switch_cost
+from polyplan.formats.sampling import SamplingMode
+
+PLAN_VERSION = 1
+
+
+@dataclass(frozen=True)
+class VerifyWidths:
+    """At which width a verification pass over k tokens runs: `pads` lists (k, width) with
+    width > k, k increasing; every other k runs at width k."""
+
+    pads: tuple[tuple[int, int], ...] = ()
+
+    def __post_init__(self) -> None:
+        ks = [k for k, _ in self.pads]
+        if any(b <= a for a, b in zip(ks, ks[1:])):
+            raise PolyplanError(f"verify_widths: k values must increase, got {ks}")
+        for k, width in self.pads:
+            if isinstance(k, bool) or isinstance(width, bool) or not isinstance(k, int) or not isinstance(width, int):
+                raise PolyplanError(f"verify_widths: ({k!r}, {width!r}) must be integers")
+            if not 1 <= k < width:
+                raise PolyplanError(f"verify_widths: width {width} for {k} tokens must be larger than {k} >= 1")
+
+    def width(self, k: int) -> int:
+        """The width a pass over `k` tokens runs at (k itself unless padded)."""
+        for tokens, width in self.pads:
+            if tokens == k:
+                return width
+        return k
+
+    @property
+    def max_padding(self) -> int:
+        """The most extra tokens one padded pass adds (0 when none)."""
+        return max((width - k for k, width in self.pads), default=0)
+
+    def to_json(self) -> list[list[int]]:
+        return [[k, width] for k, width in self.pads]
+
+
+NO_PADDING = VerifyWidths()
+
+
+def verify_widths_from_json(value: Any, where: str) -> VerifyWidths:
+    """`VerifyWidths` from its JSON form [[k, width], …]; `PolyplanError` naming `where`."""
+    if not isinstance(value, list) or not all(isinstance(pair, list) and len(pair) == 2 for pair in value):
+        raise PolyplanError(f"{where}: must be a list of [k, width] pairs")
+    try:
+        return VerifyWidths(tuple((pair[0], pair[1]) for pair in value))
+    except PolyplanError as error:
+        raise PolyplanError(f"{where}: {str(error).removeprefix('verify_widths: ')}") from None
+
+
+@dataclass(frozen=True)
+class PlannedChain:
+    """One ranked chain of a plan with what both models predicted for it (models M_1 first)."""
+
+    chain: tuple[str, ...]
+    block_sizes: tuple[int, ...]
+    exact_speedup: float
+    paper_speedup: float
+    acceptances: tuple[float, ...]  # α_{i,i+1} per level
+    forwards_per_token: tuple[float, ...]  # exact model, per model
+    tokens_per_verification: tuple[float, ...]  # exact model, per verifying level
+    drafted_per_verification: tuple[float, ...]  # exact model: E[m], tokens handed up per verification
+    time_per_token_s: tuple[float, ...]  # exact model: seconds in each model's forwards per token
+    paper_phi_per_token: tuple[float, ...]  # Lemma 3.1's φ_i / N, per model
+    paper_mean_lengths: tuple[float, ...]  # Lemma 3.1's E[L_i], per verifying level
+    overhead_per_token_s: float  # the loop overhead the exact model included (0 when none)
+    exact_interval: tuple[float, float] | None = None  # bootstrap interval of exact_speedup (None: older plan)
+    # per verifying level, the padded widths the exact model assumed (planner.verify_width);
+    # () in a plan from before they were recorded: the decoder then never pads
+    verify_widths: tuple[VerifyWidths, ...] = ()
+    # The rest of what the plan records for people (None / () in plans that lack them):
+    cost_per_token_s: float | None = None  # exact model: seconds per emitted token
+    wasted_per_verification: tuple[float, ...] = ()  # exact model: drafted tokens rejected, per level
+    paper_time_per_token_s: float | None = None  # Lemma 3.1's T / N
+    paper_length_sources: tuple[str, ...] = ()  # "decoded" or "eq3" per level
+    paper_alpha_scale: float | None = None
+    theorem_3_2: tuple[tuple[str, str], ...] = ()  # (intermediate model, "helps" / "no_gain")
+
+    def label(self) -> str:
+        return " > ".join(self.chain)
+
+
+@dataclass(frozen=True)
+class IntervalsRecord:
+    """How the plan's prediction intervals were made (`planner.prediction_interval`)."""
+
+    level: float
+    resamples: int
+    seed: int
+    latency_source: str
+    acceptance_source: str
+    tied_with_best: tuple[tuple[str, ...], ...]  # chains whose interval overlaps the best's
+    ranking: str
+
+
+@dataclass(frozen=True)
+class ProfileRecord:
+    """The profile a plan was made from: its path, schema version and digest (`planner.plan_check`)."""
+
+    path: str | None = None
+    schema_version: int | None = None
+    digest: str | None = None
+
+
+@dataclass(frozen=True)
+class CandidatesRecord:
+    """How to load a plan's models again: the models.yaml path, its parsed contents (kept as
+    the YAML's own structure: the file may have moved) and the device it was run on."""
+
+    path: str | None = None
+    yaml: Any = None
+    device: str | None = None
+
+
+@dataclass(frozen=True)
+class SearchRecord:
+    """How the plan was searched; None where a plan does not say (each reader has its default)."""
+
+    max_levels: int | None = None
+    k_max: int | None = None
+    method: str | None = None
+    context_length: int | None = None
+    acceptance_model: str | None = None
+
+
+@dataclass(frozen=True)
+class PlanFile:
+    """The fields of plan.json its readers use, validated once by `read_plan`."""
+
+    target: str
+    sampling: str  # a `formats.sampling.SamplingMode` key
+    chain: tuple[str, ...]
+    block_sizes: tuple[int, ...]
+    fingerprints: tuple[tuple[str, str], ...]  # of the chain's members
+    predicted_speedup: float
+    paper_speedup: float
+    device: str = ""
+    # of every profiled model (what `validate` checks the candidates against)
+    profiled_fingerprints: Mapping[str, str] = field(default_factory=dict)
+    profile: ProfileRecord = ProfileRecord()
+    candidates: CandidatesRecord | None = None
+    loop_overhead: LoopOverhead | None = None
+    switch_costs: Mapping[str, SwitchCost] = field(default_factory=dict)
+    search: SearchRecord = SearchRecord()
+    warnings: tuple[str, ...] = ()
+    alternatives: tuple[PlannedChain, ...] = ()  # every ranked chain, best first (the plan's own first)
+    insertions: tuple[str, ...] = ()  # why each model is in or out (planner.search)
+    prediction_intervals: IntervalsRecord | None = None
+
+
+def save_plan(plan: PlanFile, path: str | os.PathLike[str]) -> None:
+    """Write plan.json atomically (temporary file in the same folder, then os.replace)."""
+    write_text_atomically(path, json.dumps(encode_plan(plan), indent=2, allow_nan=False) + "\n")
+
+
+def encode_plan(plan: PlanFile) -> dict[str, Any]:
+    """The plan.json object of `plan` (the layout in the module docstring); its headline
+    chain and predictions are those of its first ranked chain."""
+    best = plan.alternatives[0]
+    return {
+        "plan_version": PLAN_VERSION,
+        "target": plan.target,
+        "device": plan.device,
+        "sampling": plan.sampling,
+        "chain": list(plan.chain),
+        "block_sizes": list(plan.block_sizes),
+        "verify_widths": [widths.to_json() for widths in best.verify_widths],
+        "fingerprints": dict(plan.profiled_fingerprints),
+        "profile": {"path": plan.profile.path, "schema_version": plan.profile.schema_version,
+                    **({"digest": plan.profile.digest} if plan.profile.digest else {})},
+        "candidates": None if plan.candidates is None else {
+            "path": plan.candidates.path, "yaml": plan.candidates.yaml, "device": plan.candidates.device,
+        },
+        "loop_overhead": None if plan.loop_overhead is None else plan.loop_overhead.to_json_dict(),
+        "switch_costs": {name: list(cost) for name, cost in plan.switch_costs.items()},
+        "predicted": _exact_json(best),
+        "paper": _paper_json(best),
+        "alternatives": [_alternative_json(chain) for chain in plan.alternatives],
+        "insertions": list(plan.insertions),
+        "prediction_intervals": None if plan.prediction_intervals is None else _intervals_json(plan.prediction_intervals),
+        "warnings": list(plan.warnings),
+        "search": {
+            "max_levels": plan.search.max_levels, "k_max": plan.search.k_max, "method": plan.search.method,
+            "context_length": plan.search.context_length, "acceptance_model": plan.search.acceptance_model,
+        },
+    }
+
+
+def _exact_json(chain: PlannedChain) -> dict[str, Any]:
+    return {
+        "speedup": chain.exact_speedup,
+        "cost_per_token_s": chain.cost_per_token_s,
+        "forwards_per_token": list(chain.forwards_per_token),
+        "time_per_token_s": list(chain.time_per_token_s),
+        "tokens_per_verification": list(chain.tokens_per_verification),
+        "drafted_per_verification": list(chain.drafted_per_verification),
+        "wasted_per_verification": list(chain.wasted_per_verification),
+        "acceptances": list(chain.acceptances),
+        "overhead_per_token_s": chain.overhead_per_token_s,
+        **({} if chain.exact_interval is None else {"interval": list(chain.exact_interval)}),
+    }
+
+
+def _paper_json(chain: PlannedChain) -> dict[str, Any]:
+    return {
+        "speedup": chain.paper_speedup,
+        "time_per_token_s": chain.paper_time_per_token_s,
+        "phi_per_token": list(chain.paper_phi_per_token),
+        "mean_lengths": list(chain.paper_mean_lengths),
+        "length_sources": list(chain.paper_length_sources),
+        "alpha_scale": chain.paper_alpha_scale,
+    }
+
+
+def _alternative_json(chain: PlannedChain) -> dict[str, Any]:
+    return {
+        "chain": list(chain.chain),
+        "block_sizes": list(chain.block_sizes),
+        "exact_speedup": chain.exact_speedup,
+        "paper_speedup": chain.paper_speedup,
+        "acceptances": list(chain.acceptances),
+        "exact": _exact_json(chain),
+        "paper": _paper_json(chain),
+        "theorem_3_2": [{"model": model, "verdict": verdict} for model, verdict in chain.theorem_3_2],
+        "verify_widths": [widths.to_json() for widths in chain.verify_widths],
+    }
+
+
+def _intervals_json(intervals: IntervalsRecord) -> dict[str, Any]:
+    return {
+        "level": intervals.level,
+        "resamples": intervals.resamples,
+        "seed": intervals.seed,
+        "latency_source": intervals.latency_source,
+        "acceptance_source": intervals.acceptance_source,
+        "tied_with_best": [list(chain) for chain in intervals.tied_with_best],
+        "ranking": intervals.ranking,
+    }
+
+
+def read_plan(path: str | os.PathLike[str]) -> PlanFile:
+    """Read and check plan.json; `PolyplanError` naming the file and field on any problem."""
+    label = str(path)
+    return decode_plan(read_json_file(path, "file"), label)
+
+
+def decode_plan(payload: Any, label: str = "plan.json") -> PlanFile:
+    """The `PlanFile` of a parsed plan.json object (errors name `label` and the field)."""
+
+    def fail(field: str, problem: str) -> None:
+        raise PolyplanError(f"{label}: {field}: {problem}")
+
+    if not isinstance(payload, dict):
+        fail("plan", "must be a JSON object")
+    foreign = foreign_file(payload, "plan")
+    if foreign is not None:
+        raise PolyplanError(f"{label}: {foreign}")
+    if payload.get("plan_version") != PLAN_VERSION:
+        fail("plan_version", f"unsupported version {payload.get('plan_version')!r}; this polyplan reads {PLAN_VERSION}")
+    for key in ("target", "sampling"):
+        if not isinstance(payload.get(key), str) or not payload[key]:
+            fail(key, "must be a non-empty string")
+    sampling = SamplingMode.parse(payload["sampling"], f"{label}: sampling")
+    chain = payload.get("chain")
+    if not isinstance(chain, list) or not chain or not all(isinstance(name, str) and name for name in chain):
+        fail("chain", "must be a non-empty list of model names")
+    if chain[0] != payload["target"]:
+        fail("chain", f"must start with the target {payload['target']!r}")
+    blocks = payload.get("block_sizes")
+    if not isinstance(blocks, list) or len(blocks) != len(chain) - 1:
+        fail("block_sizes", f"must list {len(chain) - 1} block sizes (one per verifying level)")
+    for index, k in enumerate(blocks):
+        if isinstance(k, bool) or not isinstance(k, int) or k < 1:
+            fail(f"block_sizes[{index}]", f"must be an integer >= 1, got {k!r}")
+    prints = payload.get("fingerprints")
+    if not isinstance(prints, dict) or any(name not in prints for name in chain):
+        fail("fingerprints", "must give a fingerprint for every chain member")
+    speeds = []
+    for section in ("predicted", "paper"):
+        value = payload[section].get("speedup") if isinstance(payload.get(section), dict) else None
+        if not is_finite_number(value) or value <= 0:
+            fail(f"{section}.speedup", f"must be a finite number > 0, got {value!r}")
+        speeds.append(float(value))
+    overhead = payload.get("loop_overhead")
+    return PlanFile(
+        target=payload["target"],
+        sampling=sampling.key,
+        chain=tuple(chain),
+        block_sizes=tuple(blocks),
+        fingerprints=tuple((name, str(prints[name])) for name in chain),
+        predicted_speedup=speeds[0],
+        paper_speedup=speeds[1],
+        device=str(payload.get("device", "")),
+        profiled_fingerprints={str(name): str(value) for name, value in prints.items()},
+        profile=_profile_record(payload.get("profile")),
+        candidates=_candidates_record(payload.get("candidates")),
+        loop_overhead=None if overhead is None else overhead_from_json(overhead, f"{label}: loop_overhead"),
+        switch_costs=_switch_costs(payload.get("switch_costs", {}), label),
+        search=_search_record(payload.get("search")),
+        warnings=tuple(line for line in payload.get("warnings") or [] if isinstance(line, str)),
+        alternatives=_alternatives(payload.get("alternatives"), payload["target"], label),
+        insertions=tuple(line for line in payload.get("insertions") or [] if isinstance(line, str)),
+        prediction_intervals=_intervals_record(payload.get("prediction_intervals")),
+    )
+
+
+# The records below were read leniently before they were typed (a missing or malformed one
+# meant "not recorded"); they still are, so an older or hand-trimmed plan keeps working.
+
+
+def _text(value: Any) -> str | None:
+    return value if isinstance(value, str) else None
+
+
+def _whole(value: Any) -> int | None:
+    return value if isinstance(value, int) and not isinstance(value, bool) else None
+
+
+def _profile_record(value: Any) -> ProfileRecord:
+    if not isinstance(value, dict):
+        return ProfileRecord()
+    return ProfileRecord(_text(value.get("path")), _whole(value.get("schema_version")), _text(value.get("digest")))
+
+
+def _candidates_record(value: Any) -> CandidatesRecord | None:
+    if not isinstance(value, dict):
+        return None
+    return CandidatesRecord(_text(value.get("path")), value.get("yaml"), _text(value.get("device")))
+
+
+def _search_record(value: Any) -> SearchRecord:
+    if not isinstance(value, dict):
+        return SearchRecord()
+    return SearchRecord(
+        _whole(value.get("max_levels")), _whole(value.get("k_max")), _text(value.get("method")),
+        _whole(value.get("context_length")), _text(value.get("acceptance_model")),
+    )
+
+
+def _number(value: Any) -> float | None:
+    return float(value) if is_finite_number(value) else None
+
+
+def _intervals_record(value: Any) -> IntervalsRecord | None:
+    if not isinstance(value, dict):
+        return None
+    tied = value.get("tied_with_best")
+    return IntervalsRecord(
+        _number(value.get("level")), _whole(value.get("resamples")), _whole(value.get("seed")),
+        _text(value.get("latency_source")), _text(value.get("acceptance_source")),
+        tuple(tuple(chain) for chain in tied if isinstance(chain, list)) if isinstance(tied, list) else (),
+        _text(value.get("ranking")),
+    )
+
+
+def _switch_costs(value: Any, label: str) -> dict[str, SwitchCost]:
+    if value is None:
+        return {}
+    if not isinstance(value, dict):
+        raise PolyplanError(f"{label}: switch_costs: must map model names to seconds")
+    return {str(name): switch_cost(cost, f"{label}: switch_costs.{name}") for name, cost in value.items()}
+
+
+def _numbers(value: Any, length: int, where: str) -> tuple[float, ...]:
+    if not isinstance(value, list) or len(value) != length:
+        raise PolyplanError(f"{where}: must list {length} numbers")
+    for item in value:
+        if not is_finite_number(item):
+            raise PolyplanError(f"{where}: must hold finite numbers, got {item!r}")
+    return tuple(float(item) for item in value)
+
+
+def _alternatives(entries: Any, target: str, label: str) -> tuple[PlannedChain, ...]:
+    """The plan's ranked chains (best first) with both models' predictions."""
+    if not isinstance(entries, list) or not entries:
+        raise PolyplanError(f"{label}: alternatives: must be a non-empty list of ranked chains")
+    chains = []
+    for index, entry in enumerate(entries):
+        where = f"{label}: alternatives[{index}]"
+        if not isinstance(entry, dict) or not isinstance(entry.get("exact"), dict) or not isinstance(entry.get("paper"), dict):
+            raise PolyplanError(f"{where}: no predictions recorded (a plan from an older polyplan?); re-run polyplan recommend")
+        chain = entry.get("chain")
+        if not isinstance(chain, list) or not chain or not all(isinstance(name, str) for name in chain) or chain[0] != target:
+            raise PolyplanError(f"{where}.chain: must be a list of model names starting with the target {target!r}")
+        blocks = entry.get("block_sizes")
+        if not isinstance(blocks, list) or len(blocks) != len(chain) - 1 or not all(
+            isinstance(k, int) and not isinstance(k, bool) and k >= 1 for k in blocks
+        ):
+            raise PolyplanError(f"{where}.block_sizes: must list {len(chain) - 1} integers >= 1")
+        exact, paper = entry["exact"], entry["paper"]
+        levels = len(chain) - 1
+        speeds = _numbers([exact.get("speedup"), paper.get("speedup")], 2, f"{where}: speedups")
+        chains.append(
+            PlannedChain(
+                chain=tuple(chain),
+                block_sizes=tuple(blocks),
+                exact_speedup=speeds[0],
+                paper_speedup=speeds[1],
+                acceptances=_numbers(exact.get("acceptances"), levels, f"{where}.exact.acceptances"),
+                forwards_per_token=_numbers(exact.get("forwards_per_token"), len(chain), f"{where}.exact.forwards_per_token"),
+                tokens_per_verification=_numbers(
+                    exact.get("tokens_per_verification"), levels, f"{where}.exact.tokens_per_verification"
+                ),
+                drafted_per_verification=_numbers(
+                    exact.get("drafted_per_verification"), levels, f"{where}.exact.drafted_per_verification"
+                ),
+                time_per_token_s=_numbers(exact.get("time_per_token_s"), len(chain), f"{where}.exact.time_per_token_s"),
+                paper_phi_per_token=_numbers(paper.get("phi_per_token"), len(chain), f"{where}.paper.phi_per_token"),
+                paper_mean_lengths=_numbers(paper.get("mean_lengths"), levels, f"{where}.paper.mean_lengths"),
+                overhead_per_token_s=_numbers([exact.get("overhead_per_token_s", 0.0)], 1, f"{where}.exact.overhead_per_token_s")[0],
+                exact_interval=None if exact.get("interval") is None
+                else _interval(_numbers(exact["interval"], 2, f"{where}.exact.interval"), f"{where}.exact.interval"),
+                verify_widths=_verify_widths(entry.get("verify_widths"), levels, f"{where}.verify_widths"),
+                cost_per_token_s=_number(exact.get("cost_per_token_s")),
+                wasted_per_verification=_lenient_numbers(exact.get("wasted_per_verification"), levels),
+                paper_time_per_token_s=_number(paper.get("time_per_token_s")),
+                paper_length_sources=tuple(text for text in paper.get("length_sources") or [] if isinstance(text, str)),
+                paper_alpha_scale=_number(paper.get("alpha_scale")),
+                theorem_3_2=tuple(
+                    (item["model"], item["verdict"]) for item in entry.get("theorem_3_2") or []
+                    if isinstance(item, dict) and isinstance(item.get("model"), str) and isinstance(item.get("verdict"), str)
+                ),
+            )
+        )
+    return tuple(chains)
+
+
+def _lenient_numbers(value: Any, length: int) -> tuple[float, ...]:
+    """Numbers read for people only: () when absent or malformed (older plans)."""
+    if not isinstance(value, list) or len(value) != length or not all(is_finite_number(item) for item in value):
+        return ()
+    return tuple(float(item) for item in value)
+
+
+def _verify_widths(value: Any, levels: int, where: str) -> tuple[VerifyWidths, ...]:
+    if value is None:
+        return ()
+    if not isinstance(value, list) or len(value) != levels:
+        raise PolyplanError(f"{where}: must list {levels} width maps (one per verifying level)")
+    return tuple(verify_widths_from_json(item, f"{where}[{index}]") for index, item in enumerate(value))
+
+
+def _interval(values: tuple[float, ...], where: str) -> tuple[float, float]:
+    low, high = values
+    if low > high:
+        raise PolyplanError(f"{where}: low {low:g} is above high {high:g}")
+    return low, high

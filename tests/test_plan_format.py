@@ -1,0 +1,96 @@
+"""plan.json's reader (`formats.plan`): every field a consumer uses is typed and checked once;
+a foreign file (a profile, a report, unrelated JSON) is one line saying what it is."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from polyplan.formats.errors import PolyplanError
+from polyplan.formats.overhead import LoopOverhead
+from polyplan.formats.plan import CandidatesRecord, ProfileRecord, SearchRecord, decode_plan, read_plan
+from polyplan.formats.profile import LoopCalibration, SCHEMA_VERSION, SwitchCosts
+from polyplan.formats.profile_codec import load
+from polyplan.planner.plan_file import plan_from_profile, profile_digest
+
+EXAMPLE = Path(__file__).resolve().parents[1] / "polyplan" / "data" / "paper_table1_profile.json"
+
+
+@pytest.fixture(scope="module")
+def planned(tmp_path_factory):
+    profile = load(EXAMPLE)
+    profile.loop_overhead = {"greedy": LoopCalibration(1e-4, 3e-4)}
+    profile.switch_costs = SwitchCosts({"eagle": (2e-4, 5e-5)})
+    path = tmp_path_factory.mktemp("plan") / "plan.json"
+    plan_from_profile(profile, path, profile_path=str(EXAMPLE), candidates={"path": "/x/models.yaml", "yaml": {"a": 1}, "device": "cpu"},
+                      resamples=0)
+    return path, profile
+
+
+def test_the_plan_reads_back_typed(planned):
+    path, profile = planned
+    plan = read_plan(path)
+    assert plan.loop_overhead == LoopOverhead(1e-4, 3e-4)
+    assert plan.switch_costs == {"eagle": (2e-4, 5e-5)}
+    assert plan.profile == ProfileRecord(str(EXAMPLE), SCHEMA_VERSION, profile_digest(profile))
+    assert plan.candidates == CandidatesRecord("/x/models.yaml", {"a": 1}, "cpu")
+    assert plan.search == SearchRecord(4, 8, plan.search.method, None, "iid") and plan.search.method
+    assert plan.alternatives[0].chain == plan.chain and plan.device == profile.device
+    assert set(plan.profiled_fingerprints) == set(profile.model_names())
+
+
+@pytest.mark.parametrize(
+    "edit, message",
+    [
+        (lambda p: p.__setitem__("loop_overhead", {"per_step_s": -1, "per_round_s": 0}), "plan.json: loop_overhead: loop overhead: per_step_s"),
+        (lambda p: p.__setitem__("switch_costs", {"eagle": [-1]}), "plan.json: switch_costs.eagle: must be a finite number of seconds"),
+        (lambda p: p.__setitem__("switch_costs", [1]), "plan.json: switch_costs: must map model names to seconds"),
+        (lambda p: p.__setitem__("plan_version", 2), "plan.json: plan_version: unsupported version 2; this polyplan reads 1"),
+    ],
+)
+def test_a_bad_field_is_named_once_on_read(planned, edit, message):
+    payload = json.loads(planned[0].read_text())
+    edit(payload)
+    with pytest.raises(PolyplanError) as caught:
+        decode_plan(payload, "plan.json")
+    assert str(caught.value).startswith(message)
+
+
+def test_a_profile_or_unrelated_json_passed_as_a_plan_says_what_it_is():
+    with pytest.raises(PolyplanError, match=r"^p.json: is a profile \(profile.json from polyplan profile\), not a plan"):
+        decode_plan(json.loads(EXAMPLE.read_text()), "p.json")
+    with pytest.raises(PolyplanError, match=r"^x.json: is not a plan \(plan.json from polyplan recommend\): none of its fields"):
+        decode_plan({"hello": 1}, "x.json")
+
+
+def test_the_sampling_mode_is_parsed_once_on_read(planned):
+    payload = json.loads(planned[0].read_text())
+    payload["sampling"] = "t1"
+    assert decode_plan(payload).sampling == "t1.0"  # the canonical key, as the profile codec writes it
+    payload["sampling"] = "hot"
+    with pytest.raises(PolyplanError, match=r"^plan.json: sampling: key 'hot' is neither 'greedy' nor 't<temperature>'"):
+        decode_plan(payload, "plan.json")
+
+
+def test_one_codec_writes_and_reads_every_field(planned, tmp_path):
+    """What `planner.plan_file.plan_of` builds, `formats.plan` writes and reads back unchanged,
+    and re-encoding what was read gives the file's JSON again."""
+    from polyplan.formats.plan import encode_plan, save_plan
+    from polyplan.planner.plan_file import plan_of
+
+    _, profile = planned
+    result = plan_from_profile(profile, None, profile_path="p.json", resamples=30)
+    plan = plan_of(result, profile_path="p.json", candidates={"path": "/m.yaml", "yaml": {"b": [1]}, "device": None},
+                   profile_digest=profile_digest(profile))
+    save_plan(plan, tmp_path / "plan.json")
+    again = read_plan(tmp_path / "plan.json")
+    assert again == plan
+    assert encode_plan(again) == json.loads((tmp_path / "plan.json").read_text())
+    assert again.prediction_intervals is not None and again.alternatives[0].exact_interval is not None
+    assert again.alternatives[0].theorem_3_2 == plan.alternatives[0].theorem_3_2 and again.insertions
+    # negative control: an edited field reads back different
+    edited = json.loads((tmp_path / "plan.json").read_text())
+    edited["alternatives"][0]["exact"]["cost_per_token_s"] *= 2
+    assert decode_plan(edited) != plan
