@@ -121,18 +121,18 @@ def load_candidates(
     """
     from polyplan.devices import check_device
 
-    names = {c.name: f"{candidates.origin}: candidate {c.name!r}" for c in candidates.candidates} | dict(labels or {})
+    label_of = {c.name: f"{candidates.origin}: candidate {c.name!r}" for c in candidates.candidates} | dict(labels or {})
     for candidate in candidates.candidates:  # before any model loads
-        check_device(candidate.device, f"{names[candidate.name]}: device")
+        check_device(candidate.device, f"{label_of[candidate.name]}: device")
     models: dict[str, _Model] = {}
     loaded: list[LoadedCandidate] = []
     for candidate in candidates.candidates:
         if isinstance(candidate.derive, NGram):
             continue
-        model = _load_model(candidate, candidates, models, names)
+        model = _load_model(candidate, candidates, models, label_of)
         rows, tokens = model.model.get_output_embeddings().out_features, len(model.tokenizer)
         if rows < tokens:
-            raise PolyplanError(f"{names[candidate.name]}: its tokenizer has {tokens} tokens but the model only {rows} logit rows")
+            raise PolyplanError(f"{label_of[candidate.name]}: its tokenizer has {tokens} tokens but the model only {rows} logit rows")
         member = HFMember(model.model, name=candidate.name, tokenizer=model.tokenizer)
         loss = cached_validation_loss(model.folder, model.variant) if model.variant and model.folder else None
         loaded.append(LoadedCandidate(candidate, member, model.parameters, model.dtype, candidate.device, loss))
@@ -150,7 +150,7 @@ def load_candidates(
     if require_compatible:
         for result in results:
             if not result.ok:
-                raise PolyplanError(f"{names[result.name]}: {result.detail}")
+                raise PolyplanError(f"{label_of[result.name]}: {result.detail}")
     return LoadedCandidates(tuple(loaded), target.tokenizer, results)
 
 

@@ -73,7 +73,7 @@ def generate_text(
     sampling: Sampling = Sampling(),
     seed: int = 0,
     raw: bool = False,
-    verify_widths: Sequence["VerifyWidths"] = (),
+    verify_widths: Sequence[VerifyWidths] = (),
     on_text: Callable[[str], None] | None = None,
 ) -> TextGeneration:
     """Run the loaded chain `members` (target first) on `prompt`: encode it with the target's

@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Annotated, Optional
 
 import typer
 
+from polyplan import options
 from polyplan.cli_support import echo_json, fails_cleanly
 from polyplan.commands.options import RawPrompts
 from polyplan.formats.errors import PolyplanError
@@ -53,13 +54,31 @@ def stats_lines(result) -> list[str]:
 
 @dataclass(frozen=True)
 class _Request:
-    """The chain `generate` runs, resolved but not loaded yet, with the block sizes, sampling
-    temperature and verification widths a plan sets (None and (): the options decide)."""
+    """The chain `generate` runs, resolved but not loaded yet, with its block sizes (None: the
+    default), sampling temperature and verification widths (a plan's, or the options')."""
 
     chain: ChainCandidates
-    block_sizes: tuple[int, ...] | None = None
-    temperature: float | None = None
+    block_sizes: tuple[int, ...] | None
+    temperature: float
     verify_widths: tuple = ()
+
+
+def _request(plan: Path | None, chain: str | None, block_sizes: str | None, temperature: float | None,
+             candidates: Path | None, device: str | None) -> _Request:
+    """What --plan or --chain asks for (no model is loaded yet); one line for a bad combination."""
+    if (plan is None) == (chain is None):
+        raise PolyplanError("--plan, --chain: give one (a plan names its chain; --chain names one itself)")
+    if plan is not None:
+        for option, value in (("--block-sizes", block_sizes), ("--temperature", temperature)):
+            if value is not None:
+                raise PolyplanError(f"{option}: the plan sets it; drop {option}, or run a chain of your own with --chain")
+        return _planned(plan, candidates, device)
+    blocks = None if block_sizes is None else tuple(_int_list(block_sizes, "--block-sizes"))
+    for k in blocks or ():
+        if k >= 1:  # below 1 the decoder names the level
+            options.block_size(k, "--block-sizes")
+    entries = [part.strip() for part in chain.split(",") if part.strip()]
+    return _Request(_named(entries, candidates, device), blocks, temperature or 0.0)
 
 
 def _planned(plan: Path, candidates: Path | None, device: str | None) -> _Request:
@@ -81,19 +100,56 @@ def _planned(plan: Path, candidates: Path | None, device: str | None) -> _Reques
     )
 
 
-def _named(entries: list[str], candidates: Path | None, device: str | None) -> _Request:
+def _named(entries: list[str], candidates: Path | None, device: str | None) -> ChainCandidates:
     """The chain `entries`: names of `candidates` (default: the packaged family) or folders."""
     from polyplan.decoder.candidates_loader import chain_candidates
     from polyplan.formats.candidates import default_candidates_path, read_candidates
 
     candidate_set = _on_device(read_candidates(candidates if candidates is not None else default_candidates_path()), device)
-    return _Request(chain_candidates(entries, candidate_set, device=device or "cpu"))
+    return chain_candidates(entries, candidate_set, device=device or "cpu")
 
 
 def _on_device(candidates: CandidateSet, device: str | None) -> CandidateSet:
     from polyplan.profiler.candidates import with_device
 
     return candidates if device is None else with_device(candidates, device)
+
+
+def _sampling(temperature: float, top_k: int | None, top_p: float):
+    """The decoder's sampling; --top-k/--top-p refused when greedy (they cannot change the argmax)."""
+    from polyplan.decoder.sampling import Sampling
+
+    sampling = Sampling(temperature=temperature, top_k=top_k, top_p=top_p)  # its own range checks first
+    if sampling.greedy:
+        options.unused_without("--temperature > 0", [("--top-k", top_k), ("--top-p", None if top_p == 1.0 else top_p)],
+                               "greedy decoding takes the argmax")
+    return sampling
+
+
+def _json(run) -> dict:
+    result = run.result
+    return {
+        "text": run.text,
+        "token_ids": list(result.token_ids),
+        "levels": [
+            {
+                "model": level.model,
+                "forward_passes": level.forward_passes,
+                "tokens_proposed": level.tokens_proposed,
+                "tokens_accepted": level.tokens_accepted,
+                "tokens_per_verification": list(level.tokens_per_verification),
+                "wall_time_s": level.wall_time_s,
+                "tokens_drafted": level.tokens_proposed,
+                "verifications": level.verifications,
+                "acceptance_rate": level.acceptance_rate,
+                "mean_tokens_per_verification": level.mean_tokens_per_verification,
+            }
+            for level in result.levels
+        ],
+        "tokens_per_target_pass": result.tokens_per_target_pass,
+        "wall_time_s": result.wall_time_s,
+        "stopped_at_eos": result.stopped_at_eos,
+    }
 
 
 @fails_cleanly
@@ -129,41 +185,21 @@ def generate(
     """Generate from PROMPT with a speculative chain (a plan's, or one named with --chain),
     streaming the text as tokens are accepted, then print per-level statistics."""
     from polyplan.decoder.candidates_loader import load_chain
-    from polyplan.decoder.sampling import Sampling
     from polyplan.decoder.text import generate_text
     from polyplan.devices import check_device
 
-    from polyplan import options
-
-    if (plan is None) == (chain is None):
-        raise PolyplanError("--plan, --chain: give one (a plan names its chain; --chain names one itself)")
-    if plan is not None:
-        for option, value in (("--block-sizes", block_sizes), ("--temperature", temperature)):
-            if value is not None:
-                raise PolyplanError(f"{option}: the plan sets it; drop {option}, or run a chain of your own with --chain")
-    blocks = None if block_sizes is None else _int_list(block_sizes, "--block-sizes")
-    for k in blocks or ():
-        if k >= 1:  # below 1 the decoder names the level
-            options.block_size(k, "--block-sizes")
     options.at_least(max_new_tokens, 1, "--max-new-tokens")
     options.seed(seed)
     if device is not None:
         check_device(device)
-    if plan is not None:
-        request = _planned(plan, candidates, device)
-    else:
-        request = _named([part.strip() for part in chain.split(",") if part.strip()], candidates, device)
-    chosen = request.temperature if request.temperature is not None else temperature or 0.0
-    sampling = Sampling(temperature=chosen, top_k=top_k, top_p=top_p)  # its own range checks first
-    if sampling.greedy:  # greedy: the argmax survives any top-k / top-p filter
-        options.unused_without("--temperature > 0", [("--top-k", top_k), ("--top-p", None if top_p == 1.0 else top_p)],
-                               "greedy decoding takes the argmax")
+    request = _request(plan, chain, block_sizes, temperature, candidates, device)
+    sampling = _sampling(request.temperature, top_k, top_p)
     loaded = load_chain(request.chain)
     run = generate_text(
         loaded.chain(request.chain.chain),
         loaded.tokenizer,
         prompt,
-        block_sizes=request.block_sizes if request.block_sizes is not None else blocks,
+        block_sizes=request.block_sizes,
         max_new_tokens=max_new_tokens,
         sampling=sampling,
         seed=seed,
@@ -171,33 +207,8 @@ def generate(
         verify_widths=request.verify_widths,
         on_text=None if json_output else (lambda piece: typer.echo(piece, nl=False)),
     )
-    result = run.result
     if json_output:
-        echo_json(
-            {
-                "text": run.text,
-                "token_ids": list(result.token_ids),
-                "levels": [
-                    {
-                        "model": level.model,
-                        "forward_passes": level.forward_passes,
-                        "tokens_proposed": level.tokens_proposed,
-                        "tokens_accepted": level.tokens_accepted,
-                        "tokens_per_verification": list(level.tokens_per_verification),
-                        "wall_time_s": level.wall_time_s,
-                        "tokens_drafted": level.tokens_proposed,
-                        "verifications": level.verifications,
-                        "acceptance_rate": level.acceptance_rate,
-                        "mean_tokens_per_verification": level.mean_tokens_per_verification,
-                    }
-                    for level in result.levels
-                ],
-                "tokens_per_target_pass": result.tokens_per_target_pass,
-                "wall_time_s": result.wall_time_s,
-                "stopped_at_eos": result.stopped_at_eos,
-            }
-        )
+        echo_json(_json(run))
         return
-    typer.echo("")  # ends the streamed text's line
-    typer.echo("")
-    typer.echo("\n".join(stats_lines(result)))
+    typer.echo("\n")  # ends the streamed text's line, then one blank line
+    typer.echo("\n".join(stats_lines(run.result)))
