@@ -54,7 +54,7 @@ def special_tokens(member: ChainMember) -> dict[str, tuple[str, int]] | None:
 
 def first_difference(reference: dict[str, int], other: dict[str, int]) -> str | None:
     """Describe the first token whose id differs between two token-to-id maps (None if equal)."""
-    if reference == other:
+    if reference is other or reference == other:  # the target against itself: no walk over its map
         return None
     for token, index in sorted(reference.items(), key=lambda item: item[1]):  # lowest id first
         if other.get(token) != index:

@@ -34,17 +34,17 @@ def run(*args: str):
     return CliRunner().invoke(app, list(args))
 
 
-def _plan(folder: Path, candidates: dict | None) -> Path:
+def _plan(folder: Path, candidates: dict | None, sampling: str = "greedy") -> Path:
     prints = candidate_fingerprints(read_candidates(ZOO))
     profile = Profile(target="target", device="synthetic")
     for name, seconds in TIMES.items():
         points = [LatencyPoint(64, k, seconds * (1 + 0.1 * (k - 1))) for k in (1, 2, 4, 8)]
         profile.models.append(ModelProfile(name, prints[name], points))
     for (upper, lower), alpha in PAIRS.items():
-        profile.add_pair(upper, lower).sampling["greedy"] = SamplingStats(alpha=alpha, engine_alpha=alpha)
+        profile.add_pair(upper, lower).sampling[sampling] = SamplingStats(alpha=alpha, engine_alpha=alpha)
     profile.save(folder / "profile.json")
     path = folder / "plan.json"
-    write_plan(recommend(profile, max_levels=3, k_max=4), path, profile_path=str(folder / "profile.json"), candidates=candidates)
+    write_plan(recommend(profile, max_levels=3, k_max=4, sampling=sampling), path, profile_path=str(folder / "profile.json"), candidates=candidates)
     return path
 
 
@@ -99,6 +99,19 @@ def test_chain_names_derived_members_and_folders_from_models_yaml(target_only):
     payload = json.loads(mixed.stdout)
     assert [level["model"] for level in payload["levels"]] == ["target#2", "target-exit2"]  # the folder's name is the file's target's
     assert payload["token_ids"] == target_only["token_ids"]
+
+
+def test_a_sampled_plan_samples_at_its_temperature_seeded(tmp_path, target_only):
+    plan = _plan(tmp_path, {"path": str(ZOO), "yaml": yaml.safe_load(ZOO.read_text())}, sampling="t0.8")
+    assert json.loads(plan.read_text())["sampling"] == "t0.8"
+    args = ["generate", "--plan", str(plan), "--max-new-tokens", TOKENS, "--top-k", "20", "--json", PROMPT]
+    first, second, other = run(*args, "--seed", "3"), run(*args, "--seed", "3"), run(*args, "--seed", "4")
+    assert first.exit_code == 0, first.output  # --top-k is taken: the plan samples (greedy would refuse it)
+    tokens = [json.loads(result.stdout)["token_ids"] for result in (first, second, other)]
+    assert tokens[0] == tokens[1]  # seeded
+    assert any(sampled != target_only["token_ids"] for sampled in (tokens[0], tokens[2]))  # sampled, not greedy
+    greedy = run("generate", "--chain", "target", "--top-k", "20", PROMPT)
+    _fails(greedy, "--top-k: only used with --temperature > 0")
 
 
 def _fails(result, *needles: str) -> str:
