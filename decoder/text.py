@@ -33,7 +33,10 @@ class IncrementalText:
     """Decodes a growing list of token ids and hands out only the text not handed out yet.
 
     A token of a byte-level vocabulary can hold part of a multi-byte UTF-8 character; until the
-    rest arrives the decoded text ends in U+FFFD, so nothing is handed out for it then.
+    rest arrives the decoded text ends in U+FFFD, so nothing is handed out for it then. It
+    assumes, as Hugging Face's `TextStreamer` does, that decoding a longer list only appends
+    text (true of byte-level and SentencePiece vocabularies; a tokenizer that cleans up spaces
+    across tokens could rewrite what was already handed out).
     """
 
     def __init__(self, tokenizer) -> None:
