@@ -263,11 +263,12 @@ def run_decoder_benchmark(
         names = ("random-llama-8x256", "its-first-layer")
         ids = random_prompts(prompts, prompt_length, target.config.vocab_size)
     else:
-        from polyplan.decoder.loading import load_chain
+        from polyplan.decoder.candidates_loader import chain_candidates, load_chain
 
-        loaded = load_chain([target_dir, draft_dir], device=device)
-        target, draft = (member.model for member in loaded.members)
-        names = tuple(member.name for member in loaded.members)
+        chain = chain_candidates([str(target_dir), str(draft_dir)], None, device=device)
+        loaded = load_chain(chain)
+        target, draft = (member.model for member in loaded.chain(chain.chain))
+        names = chain.chain
         from polyplan.decoder.chat import encode_prompt
 
         if texts is None:

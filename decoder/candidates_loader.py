@@ -1,4 +1,9 @@
-"""Load a validated models.yaml (`polyplan.formats.candidates.CandidateSet`) into chain members.
+"""The one model loader: candidates (`polyplan.formats.candidates.CandidateSet`) to chain members.
+
+Every command that runs models loads them here: profile, validate, the benches, `models check`
+and generate. A chain given on the command line (`chain_candidates`) is a candidate set too:
+each entry a name of models.yaml (a derived member like `target-int8` included) or a model
+folder / .gguf file, which becomes an ad-hoc `source:` candidate.
 
 Sources (`decoder.sources`): `builtin:<name>` (the shipped zoo family), a local HF folder, a
 `.gguf` file (dequantized once into the cache), or a hub id (from the local Hugging Face cache
@@ -6,20 +11,23 @@ only; an uncached one is a clear error). Derived entries are built from their (l
 `quantize` → `derive.quantize_model`, `layers` → `derive.early_exit_model`, `kind: ngram` →
 `NGramMember` over the target's vocabulary.
 
-The compatibility check compares every candidate with the target: identical token-to-id
-maps, identical special tokens, and as many logit rows as tokens unless the entry declares
-`padded_vocab: true` (then the extra rows are masked by `HFMember.valid_vocab_size`).
+The compatibility check (`decoder.compatibility`, done once, here) compares every candidate
+with the target: identical token-to-id maps, identical special tokens, and as many logit rows
+as tokens unless the entry declares `padded_vocab: true` (then the extra rows are masked by
+`HFMember.valid_vocab_size`).
 """
 
 from __future__ import annotations
 
+import dataclasses
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
 import torch
 
-from polyplan.formats.candidates import Candidate, CandidateSet, EarlyExit, NGram, Quantize
-from polyplan.decoder.chain import first_difference
+from polyplan.formats.candidates import DTYPES, Candidate, CandidateSet, EarlyExit, NGram, Quantize, base_chain
+from polyplan.decoder.compatibility import incompatibility
 from polyplan.decoder.derive import early_exit_model, num_layers, quantize_model
 from polyplan.decoder.hf import HFMember
 from polyplan.decoder.reduced_vocab import with_saved_subset
@@ -98,8 +106,13 @@ class _Model:
     folder: Path | None
 
 
-def load_candidates(candidates: CandidateSet, *, require_compatible: bool = True) -> LoadedCandidates:
+def load_candidates(
+    candidates: CandidateSet, *, require_compatible: bool = True, labels: Mapping[str, str] | None = None
+) -> LoadedCandidates:
     """Load every candidate and run the compatibility check against the target.
+
+    `labels`: how to name a candidate in errors, by name (default "<models.yaml>: candidate
+    'name'"; a chain given on the command line names its positions, `chain_candidates`).
 
     Raises:
         PolyplanError: naming the entry: a folder or builtin that cannot be loaded, a corrupt
@@ -108,20 +121,18 @@ def load_candidates(candidates: CandidateSet, *, require_compatible: bool = True
     """
     from polyplan.decoder.devices import check_device
 
+    label_of = {c.name: f"{candidates.origin}: candidate {c.name!r}" for c in candidates.candidates} | dict(labels or {})
     for candidate in candidates.candidates:  # before any model loads
-        check_device(candidate.device, f"{candidates.origin}: candidate {candidate.name!r}: device")
+        check_device(candidate.device, f"{label_of[candidate.name]}: device")
     models: dict[str, _Model] = {}
     loaded: list[LoadedCandidate] = []
     for candidate in candidates.candidates:
         if isinstance(candidate.derive, NGram):
             continue
-        model = _load_model(candidate, candidates, models)
+        model = _load_model(candidate, candidates, models, label_of)
         rows, tokens = model.model.get_output_embeddings().out_features, len(model.tokenizer)
         if rows < tokens:
-            raise PolyplanError(
-                f"{candidates.origin}: candidate {candidate.name!r}: its tokenizer has {tokens} tokens "
-                f"but the model only {rows} logit rows"
-            )
+            raise PolyplanError(f"{label_of[candidate.name]}: its tokenizer has {tokens} tokens but the model only {rows} logit rows")
         member = HFMember(model.model, name=candidate.name, tokenizer=model.tokenizer)
         loss = cached_validation_loss(model.folder, model.variant) if model.variant and model.folder else None
         loaded.append(LoadedCandidate(candidate, member, model.parameters, model.dtype, candidate.device, loss))
@@ -134,26 +145,125 @@ def load_candidates(candidates: CandidateSet, *, require_compatible: bool = True
             loaded.append(LoadedCandidate(candidate, member, None, "-", "cpu", None))
     order = {c.name: i for i, c in enumerate(candidates.candidates)}
     loaded.sort(key=lambda item: order[item.candidate.name])
-    results = tuple(_compatibility(item, models, candidates.target.name) for item in loaded)
+    target_member = next(item.member for item in loaded if item.candidate.name == candidates.target.name)
+    results = tuple(_compatibility(item, target_member, candidates.target.name) for item in loaded)
     if require_compatible:
         for result in results:
             if not result.ok:
-                raise PolyplanError(f"{candidates.origin}: candidate {result.name!r}: {result.detail}")
+                raise PolyplanError(f"{label_of[result.name]}: {result.detail}")
     return LoadedCandidates(tuple(loaded), target.tokenizer, results)
 
 
-def _load_model(candidate: Candidate, candidates: CandidateSet, models: dict[str, _Model]) -> _Model:
+@dataclass(frozen=True)
+class ChainCandidates:
+    """A chain asked for by entries (candidate names or model folders), as candidates to load.
+
+    Attributes:
+        candidates: The chain's members (the first is the target) and then the entries a
+            derived member is built from; each is loaded, none twice.
+        chain: The members' names, M_1 (target) first; a repeated entry gets a "#2" suffix.
+        labels: How each ad-hoc (folder) member is named in errors: "chain member i ('name')".
+    """
+
+    candidates: CandidateSet
+    chain: tuple[str, ...]
+    labels: Mapping[str, str]
+
+
+def chain_candidates(entries: Sequence[str], candidates: CandidateSet | None, *, device: str = "cpu") -> ChainCandidates:
+    """The chain `entries` (target first) as candidates: an entry that names a candidate of
+    `candidates` is that candidate (derived ones too, e.g. `target-int8`, with the entries they
+    derive from); any other is a model folder or .gguf file, an ad-hoc `source:` candidate on
+    `device` (in the dtype it was saved in; padded logit rows masked, as a folder cannot
+    declare them).
+
+    Raises:
+        PolyplanError: an empty chain, an entry that is neither a candidate nor an existing
+            folder or .gguf file, or an n-gram drafter as the target (checked before any load).
+    """
+    if not entries:
+        raise PolyplanError("chain: empty; give at least the target model folder")
+    known = {c.name: c for c in candidates.candidates} if candidates is not None else {}
+    named = [known[entry] for entry in entries if entry in known]
+    bases = [base for candidate in named for base in _bases(candidates, candidate)]
+    needed = [c.name for c in named + bases]  # a folder's member gets another name than these
+    members: list[Candidate] = []
+    labels: dict[str, str] = {}
+    for index, entry in enumerate(entries):
+        taken = [m.name for m in members]
+        if entry in known:
+            member = known[entry]
+            name = _unique(member.name, taken)
+        else:
+            member = _folder_candidate(entry, index, device, candidates)
+            name = _unique(member.name, taken + needed)
+            labels[name] = f"chain member {index} ({name!r})"
+        members.append(dataclasses.replace(member, name=name, is_target=index == 0))
+    if isinstance(members[0].derive, NGram):
+        raise PolyplanError(f"chain member 0 ({members[0].name!r}): an n-gram drafter cannot be the target (it has no model)")
+    chosen = {m.name for m in members}
+    extra = [dataclasses.replace(base, is_target=False) for base in dict.fromkeys(bases) if base.name not in chosen]
+    origin = candidates.origin if candidates is not None else "--chain"
+    return ChainCandidates(CandidateSet(tuple(members) + tuple(extra), origin), tuple(m.name for m in members), labels)
+
+
+def _folder_candidate(entry: str, index: int, device: str, candidates: CandidateSet | None) -> Candidate:
+    path = Path(entry).expanduser()
+    kind = "gguf" if path.suffix.lower() == ".gguf" else "local"
+    exists = path.is_file() if kind == "gguf" else path.is_dir()
+    if not exists:
+        looks_like_a_path = kind == "gguf" or "/" in entry or "\\" in entry or entry.startswith((".", "~"))
+        if looks_like_a_path or candidates is None:
+            raise PolyplanError(f"chain member {index} ({entry!r}): no such model folder")
+        names = ", ".join(c.name for c in candidates.candidates)
+        raise PolyplanError(f"--chain: {entry!r} is neither a candidate of {candidates.origin} ({names}) nor a model folder")
+    name = path.name or entry
+    return Candidate(name, str(path), kind, None, False, _saved_dtype(path), device, True)
+
+
+def _saved_dtype(folder: Path) -> str:
+    """The dtype a model folder's config.json says its weights were saved in, when it is one a
+    candidate may name (as `from_pretrained(dtype="auto")` would load it), else float32."""
+    import json
+
+    try:
+        config = json.loads((folder / "config.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return "float32"  # a .gguf file, or a config the load itself reports
+    saved = config.get("dtype", config.get("torch_dtype")) if isinstance(config, dict) else None
+    return saved if saved in DTYPES else "float32"
+
+
+def _bases(candidates: CandidateSet, candidate: Candidate) -> tuple[Candidate, ...]:
+    """The entries a derived candidate is built from (none for a source entry or the n-gram drafter)."""
+    derive = candidate.derive
+    return base_chain(candidates, derive.base) if isinstance(derive, (Quantize, EarlyExit)) else ()
+
+
+def _unique(name: str, taken: Sequence[str]) -> str:
+    """`name`, or `name#2`, `name#3`, … when it is taken."""
+    if name not in taken:
+        return name
+    return next(f"{name}#{k}" for k in range(2, len(taken) + 3) if f"{name}#{k}" not in taken)
+
+
+def load_chain(chain: ChainCandidates) -> LoadedCandidates:
+    """Load a chain's candidates (`chain_candidates`); its members are `loaded.chain(chain.chain)`."""
+    return load_candidates(chain.candidates, labels=chain.labels)
+
+
+def _load_model(candidate: Candidate, candidates: CandidateSet, models: dict[str, _Model], labels: Mapping[str, str]) -> _Model:
     if candidate.name in models:
         return models[candidate.name]
-    label = f"{candidates.origin}: candidate {candidate.name!r}"
+    label = labels[candidate.name]
     derive = candidate.derive
     if isinstance(derive, Quantize):
-        base = _load_model(candidates.by_name(derive.base), candidates, models)
+        base = _load_model(candidates.by_name(derive.base), candidates, models, labels)
         model = quantize_model(base.model, derive.kind, candidate.device)
         result = _Model(model, base.tokenizer, base.parameters, _quantized_dtype(derive.kind),
                         _variant(base.variant, f"-{derive.kind}"), base.folder)
     elif isinstance(derive, EarlyExit):
-        base = _load_model(candidates.by_name(derive.base), candidates, models)
+        base = _load_model(candidates.by_name(derive.base), candidates, models, labels)
         depth = num_layers(base.model)
         if derive.layers > depth:
             raise PolyplanError(f"{label}: layers {derive.layers} is larger than {derive.base!r}, which has {depth} layers")
@@ -192,12 +302,15 @@ def _load_source(candidate: Candidate, label: str):
     bar_was_on = hf_logging.is_progress_bar_enabled()
     hf_logging.disable_progress_bar()  # one "Loading weights" bar per model would drown the table
     try:
-        tokenizer = AutoTokenizer.from_pretrained(where, local_files_only=True)
-        model = AutoModelForCausalLM.from_pretrained(where, local_files_only=True, dtype=dtype, **_placement(candidate))
-    except Exception as error:  # noqa: BLE001 - safetensors, HF hub and OS errors share no base class
-        reason = first_line(error)
-        kind = "corrupt or unreadable weights" if "safetensor" in type(error).__name__.lower() else "cannot load"
-        raise PolyplanError(f"{label}: {kind} in {where} ({reason})") from None
+        try:
+            tokenizer = AutoTokenizer.from_pretrained(where, local_files_only=True)
+        except Exception as error:  # noqa: BLE001 - a broken folder's errors share no base class
+            raise PolyplanError(f"{label}: cannot load its tokenizer from {where} ({first_line(error)})") from None
+        try:
+            model = AutoModelForCausalLM.from_pretrained(where, local_files_only=True, dtype=dtype, **_placement(candidate))
+        except Exception as error:  # noqa: BLE001 - safetensors, HF hub and OS errors share no base class
+            corrupt = "corrupt or unreadable weights: " if "safetensor" in type(error).__name__.lower() else ""
+            raise PolyplanError(f"{label}: {corrupt}cannot load a causal language model from {where} ({first_line(error)})") from None
     finally:
         if bar_was_on:
             hf_logging.enable_progress_bar()
@@ -217,31 +330,14 @@ def _placement(candidate: Candidate) -> dict:
     return {"device_map": candidate.device_map, "offload_folder": folder, **({"max_memory": limits} if limits else {})}
 
 
-def _specials(tokenizer: object) -> dict[str, tuple[str, int]]:
-    """Special-token role → (token, id), e.g. {'eos_token': ('<|endoftext|>', 0)}."""
-    result = {}
-    for role in ("bos_token", "eos_token", "unk_token", "pad_token"):
-        token = getattr(tokenizer, role, None)
-        if token is not None:
-            result[role] = (str(token), tokenizer.convert_tokens_to_ids(str(token)))
-    return result
-
-
-def _compatibility(item: LoadedCandidate, models: dict[str, _Model], target_name: str) -> Compatibility:
+def _compatibility(item: LoadedCandidate, target: ChainMember, target_name: str) -> Compatibility:
     name = item.candidate.name
     if isinstance(item.candidate.derive, NGram):
         return Compatibility(name, True, "ok (uses the target's vocabulary)")
-    mine, target = models[name], models[target_name]
-    difference = first_difference(target.tokenizer.get_vocab(), mine.tokenizer.get_vocab())
-    if difference is not None:
-        return Compatibility(name, False, f"tokenizer differs from the target {target_name!r}: {difference}")
-    specials, reference = _specials(mine.tokenizer), _specials(target.tokenizer)
-    if specials != reference:
-        role = next(r for r in sorted(set(specials) | set(reference)) if specials.get(r) != reference.get(r))
-        return Compatibility(
-            name, False, f"special token {role} is {specials.get(role)!r}, the target {target_name!r} has {reference.get(role)!r}"
-        )
-    rows, tokens = item.member.vocab_size, len(mine.tokenizer)
+    reason = incompatibility(item.member, target, f"the target {target_name!r}")
+    if reason is not None:
+        return Compatibility(name, False, reason)
+    rows, tokens = item.member.vocab_size, item.member.valid_vocab_size
     if rows > tokens and not item.candidate.padded_vocab:
         return Compatibility(
             name, False, f"{rows} logit rows for {tokens} tokens; declare 'padded_vocab: true' to mask the padding"

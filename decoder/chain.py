@@ -23,10 +23,11 @@ transfer (the number accepted decides the control flow).
 from __future__ import annotations
 
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 import torch
 
+from polyplan.decoder.compatibility import incompatibility
 from polyplan.decoder.member import ChainMember
 from polyplan.decoder.result import GenerationResult, LevelStats
 from polyplan.decoder.sampling import Sampling, probabilities, sample
@@ -45,6 +46,7 @@ def generate(
     generator: torch.Generator | None = None,
     eos_token_id: int | Sequence[int] | None = None,
     verify_widths: Sequence[VerifyWidths] = (),
+    on_tokens: Callable[[tuple[int, ...]], None] | None = None,
 ) -> GenerationResult:
     """Generate with the chain M_1 (target, `chain[0]`) … M_n (cheapest, `chain[-1]`).
 
@@ -64,6 +66,9 @@ def generate(
             over k tokens is padded with copies of its last token up to `width(k)`, their
             logits ignored and the caches cropped back. Attention is causal, so the real
             positions' distributions, and the output, do not change; only the time does.
+        on_tokens: Called with the new tokens of the output as each is committed (accepted,
+            recovered or bonus tokens of a top-level round, in order); their concatenation is
+            `token_ids`. For streaming; None costs nothing.
 
     Returns:
         The new tokens and per-level statistics.
@@ -88,7 +93,7 @@ def generate(
     with torch.inference_mode():
         for member in members:
             member.reset()
-        run = _Run(members, blocks, sampling, generator, vocab, prompt, len(prompt) + max_new_tokens + lookahead, widths)
+        run = _Run(members, blocks, sampling, generator, vocab, prompt, len(prompt) + max_new_tokens + lookahead, widths, on_tokens)
         end, stopped_at_eos = run.top(len(prompt), max_new_tokens, eos)
         for member in members:
             if member.cache_length > end:
@@ -111,9 +116,11 @@ class _Run:
         prompt: list[int],
         capacity: int,
         widths: tuple[VerifyWidths, ...] = (),
+        on_tokens: Callable[[tuple[int, ...]], None] | None = None,
     ) -> None:
         self.members = members
         self.widths = widths
+        self.on_tokens = on_tokens
         self.last = len(members) - 1
         self.blocks = blocks
         self.sampling = sampling
@@ -130,6 +137,11 @@ class _Run:
         self.accepted = [0] * n
         self.per_verification: list[list[int]] = [[] for _ in range(n)]
         self.seconds = [0.0] * n
+
+    def _committed(self, i: int, tokens: list[int]) -> None:
+        """Hand the output tokens a top-level round committed to `on_tokens` (when streaming)."""
+        if i == 0 and tokens and self.on_tokens is not None:
+            self.on_tokens(tuple(tokens))
 
     def statistics(self) -> tuple[LevelStats, ...]:
         return tuple(
@@ -188,6 +200,8 @@ class _Run:
                 rows.append(probs)
             self.buf[pos : pos + 1] = token
             pos += 1
+            if i == 0 and self.on_tokens is not None:  # a host sync per token, only when streaming
+                self.on_tokens((int(token),))
             if eos is not None and int(token) in eos:  # a host sync per token, only when stopping on EOS
                 return pos, None, True
         return pos, (torch.cat(rows) if rows else None), False
@@ -224,11 +238,13 @@ class _Run:
             self.per_verification[i].append(a + 1)
             if keep_rows:
                 rows.append(q[: a + 1])
-            if eos is not None:
-                new = host[2 * m + 1 : 2 * m + 1 + a] + [host[a]]
-                hits = [k for k, token in enumerate(new) if token in eos]
-                if hits and hits[0] < want - (pos - start):
-                    return pos + hits[0] + 1, None, True
+            new = host[2 * m + 1 : 2 * m + 1 + a] + [host[a]]  # the tokens this round committed
+            left = want - (pos - start)  # the last round may overshoot `want`
+            hits = [k for k, token in enumerate(new) if token in eos] if eos is not None else []
+            if hits and hits[0] < left:
+                self._committed(i, new[: hits[0] + 1])
+                return pos + hits[0] + 1, None, True
+            self._committed(i, new[:left])
             pos += a + 1
         return pos, (torch.cat(rows) if rows else None), False
 
@@ -258,41 +274,20 @@ def _check_prompt(prompt_ids: Sequence[int] | torch.Tensor) -> list[int]:
 
 
 def _check_chain(members: list[ChainMember]) -> int:
-    """Validate the chain and return its common vocabulary size."""
+    """Validate the chain and return its common vocabulary size (`decoder.compatibility`: every
+    member against the target, and against the first member with a token map when the target
+    has none)."""
     if not members:
         raise PolyplanError("chain: empty; give at least the target model")
     target = members[0]
-    vocab = target.valid_vocab_size
-    reference, reference_name = None, None
+    reference = next((member for member in members if member.token_map() is not None), target)
     for index, member in enumerate(members):
-        label = f"chain member {index} ({member.name!r})"
-        if member.valid_vocab_size != vocab:
-            raise PolyplanError(
-                f"{label}: vocabulary of {member.valid_vocab_size} tokens differs from the target's {vocab}"
-            )
-        if member.vocab_size < vocab:
-            raise PolyplanError(f"{label}: returns {member.vocab_size} logits, fewer than the {vocab}-token vocabulary")
-        mapping = member.token_map()
-        if mapping is None:
-            continue
-        if reference is None:
-            reference, reference_name = mapping, member.name
-            continue
-        difference = first_difference(reference, mapping)
-        if difference is not None:
-            raise PolyplanError(f"{label}: vocabulary differs from {reference_name!r}: {difference}")
-    return vocab
-
-
-def first_difference(reference: dict[str, int], other: dict[str, int]) -> str | None:
-    """Describe the first token whose id differs between two token-to-id maps (None if equal)."""
-    if reference == other:
-        return None
-    for token, index in sorted(reference.items(), key=lambda item: item[1]):  # lowest id first
-        if other.get(token) != index:
-            return f"token {token!r} has id {index} there but {other.get(token)} here"
-    extra = next(token for token in other if token not in reference)
-    return f"token {extra!r} (id {other[extra]}) is missing there"
+        reason = incompatibility(member, target, f"the target {target.name!r}")
+        if reason is None and reference is not target:
+            reason = incompatibility(member, reference, repr(reference.name))
+        if reason is not None:
+            raise PolyplanError(f"chain member {index} ({member.name!r}): {reason}")
+    return target.valid_vocab_size
 
 
 def _check_blocks(block_sizes: Sequence[int], n: int) -> tuple[int, ...]:

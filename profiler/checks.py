@@ -6,7 +6,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from polyplan.decoder.chain import first_difference
+from polyplan.decoder.compatibility import incompatibility
 from polyplan.formats.errors import PolyplanError
 from polyplan.formats.profile import SCHEMA_VERSION, Profile
 from polyplan.formats.profile_codec import load
@@ -18,25 +18,16 @@ if TYPE_CHECKING:
 
 
 def check_models(models: Sequence[ProfiledModel]) -> None:
-    """Unique names; every model shares the target's vocabulary (size and token map)."""
+    """Unique names; every model can share a chain with the target (`decoder.compatibility`)."""
     names = [model.name for model in models]
     for name in names:
         if names.count(name) > 1:
             raise PolyplanError(f"candidates: duplicate name {name!r}")
-    target = models[0].member
-    reference = target.token_map()
+    target = models[0]
     for model in models[1:]:
-        member = model.member
-        if member.valid_vocab_size != target.valid_vocab_size:
-            raise PolyplanError(
-                f"candidate {model.name!r}: vocabulary of {member.valid_vocab_size} tokens differs from the target "
-                f"{models[0].name!r} ({target.valid_vocab_size})"
-            )
-        mapping = member.token_map()
-        if reference is not None and mapping is not None:
-            difference = first_difference(reference, mapping)
-            if difference is not None:
-                raise PolyplanError(f"candidate {model.name!r}: vocabulary differs from the target {models[0].name!r}: {difference}")
+        reason = incompatibility(model.member, target.member, f"the target {target.name!r}")
+        if reason is not None:
+            raise PolyplanError(f"candidate {model.name!r}: {reason}")
 
 
 def check_inputs_fit(models: Sequence[ProfiledModel], prompts: Sequence[EncodedPrompt], settings: ProfileSettings) -> None:

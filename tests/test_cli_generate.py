@@ -114,7 +114,7 @@ def test_generate_bad_chains_fail_cleanly(folders, tmp_path):
     missing = run("generate", "--chain", f"{folders['target']},{tmp_path / 'nowhere'}", PROMPT)
     assert missing.exit_code == 2 and "error: chain member 1" in missing.output and "no such model folder" in missing.output
     swapped = run("generate", "--chain", f"{folders['target']},{folders['swapped']}", PROMPT)
-    assert swapped.exit_code == 2 and "error: chain member 1 ('swapped'): vocabulary differs" in swapped.output
+    assert swapped.exit_code == 2 and "error: chain member 1 ('swapped'): tokenizer differs from the target 'target'" in swapped.output
     empty = run("generate", "--chain", ",", PROMPT)
     assert empty.exit_code == 2 and "error: chain: empty" in empty.output
 

@@ -8,7 +8,7 @@ import torch
 from conftest import save_model, tiny_llama, tiny_tokenizer
 from polyplan.decoder.chain import generate
 from polyplan.decoder.hf import HFMember
-from polyplan.decoder.loading import load_chain
+from polyplan.decoder.candidates_loader import chain_candidates, load_chain
 from polyplan.decoder.ngram import NGramMember
 from polyplan.decoder.sampling import Sampling
 from polyplan.decoder.table import TableMember
@@ -82,7 +82,7 @@ def test_prompt_longer_than_a_members_context():
 
 
 def test_vocabulary_sizes_differ():
-    fails(r"^chain member 1 \('small'\): vocabulary of 6 tokens differs from the target's 8", [table(), table(6, "small")], block_sizes=(2,))
+    fails(r"^chain member 1 \('small'\): vocabulary of 6 tokens differs from the target 'toy' \(8\)$", [table(), table(6, "small")], block_sizes=(2,))
 
 
 def test_token_maps_differ_although_sizes_match():
@@ -92,8 +92,14 @@ def test_token_maps_differ_although_sizes_match():
         HFMember(target, name="draft-ok", tokenizer=tiny_tokenizer()),
         HFMember(target, name="draft-swapped", tokenizer=tiny_tokenizer(swap=(5, 9))),
     ]
-    message = fails(r"^chain member 2 \('draft-swapped'\): vocabulary differs from 'target': token 'w5'", chain, block_sizes=(2, 2))
+    message = fails(r"^chain member 2 \('draft-swapped'\): tokenizer differs from the target 'target': token 'w5'", chain, block_sizes=(2, 2))
     assert "id 5 there but 9 here" in message
+
+
+def _load_folders(*folders):
+    """Members of a chain of model folders, through the one loader (folders are ad-hoc candidates)."""
+    chain = chain_candidates([str(folder) for folder in folders], None)
+    return load_chain(chain).chain(chain.chain)
 
 
 def test_load_chain_checks_maps_and_special_tokens(tmp_path):
@@ -101,16 +107,16 @@ def test_load_chain_checks_maps_and_special_tokens(tmp_path):
     target = save_model(tmp_path / "target", model, tiny_tokenizer())
     swapped = save_model(tmp_path / "swapped", model, tiny_tokenizer(swap=(4, 60)))
     other_eos = save_model(tmp_path / "other-eos", model, tiny_tokenizer(eos_token="w63"))
-    with pytest.raises(PolyplanError, match=r"^chain member 1 \('swapped'\): vocabulary differs from the target 'target'"):
-        load_chain([target, swapped])
+    with pytest.raises(PolyplanError, match=r"^chain member 1 \('swapped'\): tokenizer differs from the target 'target'"):
+        _load_folders(target, swapped)
     with pytest.raises(PolyplanError, match=r"^chain member 1 \('other-eos'\): special token eos_token is \('w63', 63\)"):
-        load_chain([target, other_eos])
+        _load_folders(target, other_eos)
     with pytest.raises(PolyplanError, match=r"^chain member 2 \('.*missing'\): no such model folder"):
-        load_chain([target, target, tmp_path / "missing"])
+        _load_folders(target, target, tmp_path / "missing")
     (tmp_path / "empty").mkdir()
     with pytest.raises(PolyplanError, match=r"^chain member 1 \('.*empty'\): cannot load"):
-        load_chain([target, tmp_path / "empty"])
-    assert len(load_chain([target, target]).members) == 2
+        _load_folders(target, tmp_path / "empty")
+    assert [member.name for member in _load_folders(target, target)] == ["target", "target#2"]
 
 
 def test_tokenizer_larger_than_the_model():

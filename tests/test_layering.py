@@ -61,7 +61,7 @@ def imports(path: Path, name: str) -> set[str]:
                 anchor = package.split(".")[: len(package.split(".")) - node.level + 1]
                 base = ".".join(anchor + ([base] if base else []))
             found.add(base)
-            found.update(f"{base}.{alias.name}" for alias in node.names)  # `from polyplan import options`
+            found.update(f"{base}.{alias.name}" for alias in node.names)  # `from polyplan.formats import options`
     return found
 
 

@@ -1,0 +1,143 @@
+"""`polyplan generate --plan` and `--chain NAME,...` on the shipped family (examples/zoo.yaml),
+through the one model loader: a plan made here from a synthetic profile of those very models
+(their real fingerprints), run with its chain, block sizes and sampling; greedy output equal to
+target-only; the text streamed to stdout equal to the final text; and one line, exit 2, for
+each input it refuses."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import yaml
+from typer.testing import CliRunner
+
+from conftest import save_model, tiny_llama, tiny_tokenizer
+from polyplan.cli import app
+from polyplan.formats.candidates import read_candidates
+from polyplan.formats.profile import LatencyPoint, ModelProfile, Profile, SamplingStats
+from polyplan.planner.plan_file import write_plan
+from polyplan.planner.search import recommend
+from polyplan.profiler.candidates import candidate_fingerprints
+
+pytestmark = pytest.mark.usefixtures("single_thread")
+
+ZOO = Path(__file__).resolve().parents[1] / "examples" / "zoo.yaml"
+PROMPT = "def add(a, b):"
+TOKENS = "16"
+TIMES = {"target": 0.01, "target-int8": 0.004, "ngram": 0.0002}
+PAIRS = {("target", "target-int8"): 0.95, ("target", "ngram"): 0.3, ("target-int8", "ngram"): 0.3}
+
+
+def run(*args: str):
+    return CliRunner().invoke(app, list(args))
+
+
+def _plan(folder: Path, candidates: dict | None, sampling: str = "greedy") -> Path:
+    prints = candidate_fingerprints(read_candidates(ZOO))
+    profile = Profile(target="target", device="synthetic")
+    for name, seconds in TIMES.items():
+        points = [LatencyPoint(64, k, seconds * (1 + 0.1 * (k - 1))) for k in (1, 2, 4, 8)]
+        profile.models.append(ModelProfile(name, prints[name], points))
+    for (upper, lower), alpha in PAIRS.items():
+        profile.add_pair(upper, lower).sampling[sampling] = SamplingStats(alpha=alpha, engine_alpha=alpha)
+    profile.save(folder / "profile.json")
+    path = folder / "plan.json"
+    write_plan(recommend(profile, max_levels=3, k_max=4, sampling=sampling), path, profile_path=str(folder / "profile.json"), candidates=candidates)
+    return path
+
+
+@pytest.fixture(scope="module")
+def plan(tmp_path_factory) -> Path:
+    return _plan(tmp_path_factory.mktemp("plan"), {"path": str(ZOO), "yaml": yaml.safe_load(ZOO.read_text())})
+
+
+@pytest.fixture(scope="module")
+def target_only() -> dict:
+    result = run("generate", "--chain", "target", "--max-new-tokens", TOKENS, "--json", PROMPT)
+    assert result.exit_code == 0, result.output
+    return json.loads(result.stdout)
+
+
+def test_generate_plan_runs_the_planned_chain_and_block_sizes_losslessly(plan, target_only):
+    planned = json.loads(plan.read_text())
+    assert len(planned["chain"]) >= 2  # a real speculative chain, with a derived member in it
+    assert set(planned["chain"][1:]) & {"target-int8", "ngram"}
+    result = run("generate", "--plan", str(plan), "--max-new-tokens", TOKENS, "--json", PROMPT)
+    assert result.exit_code == 0, result.output
+    payload = json.loads(result.stdout)
+    assert [level["model"] for level in payload["levels"]] == planned["chain"]
+    levels, blocks = payload["levels"], planned["block_sizes"]
+    # the plan's K, not the default 4: the lowest verifier gets exactly K_{n-1} drafts per pass,
+    # every level above at least its K_i
+    assert levels[-2]["tokens_proposed"] == blocks[-1] * levels[-2]["verifications"] > 0
+    assert all(level["tokens_proposed"] >= k * level["verifications"] for level, k in zip(levels, blocks))
+    assert payload["token_ids"] == target_only["token_ids"]  # greedy: exactly the target's output
+    assert payload["text"] == target_only["text"]
+
+
+def test_generate_plan_streams_the_final_text_then_the_table(plan, target_only):
+    result = run("generate", "--plan", str(plan), "--max-new-tokens", TOKENS, PROMPT)
+    assert result.exit_code == 0, result.output
+    text, table = result.stdout.split("\n\nlevel", 1)
+    assert text == target_only["text"]
+    assert "mean tokens per target pass" in table
+
+
+def test_chain_names_derived_members_and_folders_from_models_yaml(target_only):
+    from polyplan.zoo.builtin import builtin_folder
+
+    named = run("generate", "--chain", "target,target-int8,ngram", "--block-sizes", "3,2", "--max-new-tokens", TOKENS, "--json", PROMPT)
+    assert named.exit_code == 0, named.output
+    payload = json.loads(named.stdout)
+    assert [level["model"] for level in payload["levels"]] == ["target", "target-int8", "ngram"]
+    assert payload["token_ids"] == target_only["token_ids"]
+    folder = str(builtin_folder("target"))
+    mixed = run("generate", "--chain", f"{folder},target-exit2", "--candidates", str(ZOO), "--max-new-tokens", TOKENS, "--json", PROMPT)
+    assert mixed.exit_code == 0, mixed.output
+    payload = json.loads(mixed.stdout)
+    assert [level["model"] for level in payload["levels"]] == ["target#2", "target-exit2"]  # the folder's name is the file's target's
+    assert payload["token_ids"] == target_only["token_ids"]
+
+
+def test_a_sampled_plan_samples_at_its_temperature_seeded(tmp_path, target_only):
+    plan = _plan(tmp_path, {"path": str(ZOO), "yaml": yaml.safe_load(ZOO.read_text())}, sampling="t0.8")
+    assert json.loads(plan.read_text())["sampling"] == "t0.8"
+    args = ["generate", "--plan", str(plan), "--max-new-tokens", TOKENS, "--top-k", "20", "--json", PROMPT]
+    first, second, other = run(*args, "--seed", "3"), run(*args, "--seed", "3"), run(*args, "--seed", "4")
+    assert first.exit_code == 0, first.output  # --top-k is taken: the plan samples (greedy would refuse it)
+    tokens = [json.loads(result.stdout)["token_ids"] for result in (first, second, other)]
+    assert tokens[0] == tokens[1]  # seeded
+    assert any(sampled != target_only["token_ids"] for sampled in (tokens[0], tokens[2]))  # sampled, not greedy
+    greedy = run("generate", "--chain", "target", "--top-k", "20", PROMPT)
+    _fails(greedy, "--top-k: only used with --temperature > 0")
+
+
+def _fails(result, *needles: str) -> str:
+    assert result.exit_code == 2, result.output
+    line = result.output
+    assert line.startswith("error: ") and line.count("\n") == 1 and "Traceback" not in line
+    for needle in needles:
+        assert needle in line
+    return line
+
+
+def test_a_drafter_with_another_vocabulary_is_refused_in_one_line_naming_it(tmp_path):
+    odd = save_model(tmp_path / "odd", tiny_llama(0, layers=1), tiny_tokenizer())
+    _fails(run("generate", "--chain", f"target,{odd}", PROMPT), "chain member 1 ('odd'): ", "differs from the target 'target'")
+
+
+def test_plan_errors_are_one_line(plan, tmp_path):
+    _fails(run("generate", "--plan", str(plan), "--chain", "target", PROMPT), "--plan, --chain: give one")
+    _fails(run("generate", PROMPT), "--plan, --chain: give one")
+    _fails(run("generate", "--plan", str(plan), "--block-sizes", "2", PROMPT), "--block-sizes: the plan sets it")
+    _fails(run("generate", "--plan", str(plan), "--temperature", "0.5", PROMPT), "--temperature: the plan sets it")
+    unrecorded = _plan(tmp_path, None)
+    _fails(run("generate", "--plan", str(unrecorded), PROMPT), "candidates: the plan does not record its models.yaml")
+    _fails(run("generate", "--plan", str(plan), "--candidates", str(tmp_path / "gone.yaml"), PROMPT), "gone.yaml", "not found")
+    changed = tmp_path / "changed.yaml"
+    changed.write_text(ZOO.read_text().replace("max_n: 4", "max_n: 3"))
+    _fails(run("generate", "--plan", str(plan), "--candidates", str(changed), PROMPT), "model 'ngram' changed since the plan was made")
+    _fails(run("generate", "--chain", "target,nope", PROMPT), "--chain: 'nope' is neither a candidate of", "(target, target-int8")
+    _fails(run("generate", "--chain", "ngram", PROMPT), "an n-gram drafter cannot be the target")
