@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import functools
 import json
-import math
 from typing import Any, Callable, TypeVar
 
 import typer
 
 from polyplan.formats.errors import PolyplanError
+from polyplan.formats.finite_json import json_safe
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -41,22 +41,6 @@ def one_line(text: str) -> str:
     return "".join(character if character.isprintable() else repr(character)[1:-1] for character in text)
 
 
-def _finite(value: Any) -> Any:
-    """JSON has no NaN or infinity: write them as null rather than invalid JSON."""
-    if isinstance(value, float) and not math.isfinite(value):
-        return None
-    if isinstance(value, dict):
-        return {key: _finite(item) for key, item in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [_finite(item) for item in value]
-    return value
-
-
-def json_safe(payload: Any) -> Any:
-    """`payload` with every NaN or infinity replaced by None (JSON has neither)."""
-    return _finite(payload)
-
-
 def echo_json(payload: Any) -> None:
     """Print one JSON object (strict: no NaN) on stdout."""
-    typer.echo(json.dumps(_finite(payload), indent=2, allow_nan=False))
+    typer.echo(json.dumps(json_safe(payload), indent=2, allow_nan=False))

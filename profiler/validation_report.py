@@ -12,8 +12,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from polyplan.formats.atomic import write_text_atomically
-from polyplan.cli_support import json_safe
 from polyplan.formats.errors import PolyplanError
+from polyplan.formats.finite_json import json_safe
 from polyplan.profiler.categories import category_lines
 from polyplan.profiler.plots import write_plots
 from polyplan.profiler.validation_results import (

@@ -212,7 +212,7 @@ def test_json_twin_has_the_documented_shape(plan):
 
 
 def test_cache_root_prefers_the_option_then_the_environment_and_never_the_package(monkeypatch, tmp_path):
-    from polyplan.profiler.pipeline import cache_root
+    from polyplan.cache import cache_root
 
     monkeypatch.delenv("POLYPLAN_CACHE_DIR", raising=False)
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
@@ -227,14 +227,14 @@ def test_cache_root_prefers_the_option_then_the_environment_and_never_the_packag
 
 
 def test_validate_runs_with_the_thread_count_the_plan_was_profiled_with():
-    from polyplan.commands.validate import plan_threads
+    from polyplan.profiler.threads import plan_threads
 
     assert plan_threads("cpu AMD EPYC (2 threads)") == 2 and plan_threads("cpu x (1 thread)") == 1
     assert plan_threads("cuda:0 NVIDIA H100 (3 threads)") is None and plan_threads("the paper's Table 1") is None
 
 
 def test_held_out_prompts_never_overlap_the_profiling_prompts():
-    from polyplan.profiler.pipeline import prompt_set, validation_prompt_set
+    from polyplan.profiler.prompt_sets import prompt_set, validation_prompt_set
 
     profiled, held_out = prompt_set(), validation_prompt_set(per_kind=2)
     assert len(profiled.prompts) == 16 and len(held_out.prompts) == 8
