@@ -31,9 +31,10 @@ from polyplan.planner.plan_file import PlanFile, plan_from_profile, read_plan
 from polyplan.planner.search import Recommendation
 from polyplan.profiler.candidate_file import CandidateFile, plan_candidates, read_candidate_file
 from polyplan.profiler.candidates import LoadedModels, load_models
-from polyplan.profiler.checks import foreign_profile_reason
+from polyplan.profiler.checks import check_inputs_fit, check_models, foreign_profile_reason
 from polyplan.profiler.loop_costs import ensure_loop_costs
 from polyplan.profiler.profile_cache import cached_profile_path, forget_latency, previous_runs, readable_profile, resumed_settings
+from polyplan.profiler.prompts import EncodedPrompt
 from polyplan.profiler.prompt_sets import PromptSet, encode_for, prompt_set, validation_prompt_set
 from polyplan.profiler.run import ProfileOutcome, describe_device, profile_models
 from polyplan.profiler.settings import ProfileSettings
@@ -114,19 +115,21 @@ def profile_candidates(
                 held.close()
                 path = cached
                 held.enter_context(profile_lock(path))
-        held.enter_context(timing_lock())
         if settings is None:
             settings = resumed_settings(path, temperature)
-        return _profile_into(path, loaded, read.record, settings, prompts or prompt_set(), device_label,
+        fitted = _fitted_prompts(prompts or prompt_set(), loaded, settings)
+        check_models(loaded.models)  # bad input fails before waiting for another run's timings
+        check_inputs_fit(loaded.models, fitted, settings)
+        held.enter_context(timing_lock())
+        return _profile_into(path, loaded, read.record, settings, fitted, device_label,
                              fresh_timings, calibration_tokens, progress, started, log or _stderr)
 
 
-def _profile_into(path: Path, loaded: LoadedModels, record, settings: ProfileSettings, prompts: PromptSet, device_label: str,
-                  fresh_timings: bool, calibration_tokens: int, progress, started: float, log) -> ProfiledCandidates:
-    """The body of `profile_candidates`, with the profile `path` locked."""
+def _profile_into(path: Path, loaded: LoadedModels, record, settings: ProfileSettings, fitted: tuple[EncodedPrompt, ...],
+                  device_label: str, fresh_timings: bool, calibration_tokens: int, progress, started: float, log) -> ProfiledCandidates:
+    """The body of `profile_candidates`, with the profile `path` and the timing lock held."""
     from polyplan.sample_size import too_few_prompts
 
-    fitted = _fitted_prompts(prompts, loaded, settings)
     previous = previous_runs(path)
     if fresh_timings:
         forget_latency(path)
@@ -144,7 +147,7 @@ def _profile_into(path: Path, loaded: LoadedModels, record, settings: ProfileSet
                               time.perf_counter() - started, outcome, len(fitted))
 
 
-def _fitted_prompts(prompts: PromptSet, loaded: LoadedModels, settings: ProfileSettings):
+def _fitted_prompts(prompts: PromptSet, loaded: LoadedModels, settings: ProfileSettings) -> tuple[EncodedPrompt, ...]:
     """The prompts, encoded, cut or left out to fit every model's context (a strict set is
     left whole: the run refuses a prompt that does not fit, naming it)."""
     encoded = encode_for(prompts, loaded.tokenizer)

@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 
+from conftest import shipped_paper_profile
 from polyplan.formats.errors import PolyplanError
 from polyplan.planner.cost_model import predict_chain
 from polyplan.planner.overhead import LoopOverhead, profile_overhead
@@ -26,7 +27,7 @@ from polyplan.profiler.validation_results import (
     validation_json,
 )
 
-EXAMPLE = Path(__file__).resolve().parent.parent / "examples" / "paper_table1_profile.json"
+EXAMPLE = shipped_paper_profile()
 
 
 @pytest.fixture(scope="module")
