@@ -20,7 +20,7 @@ independent of each other. Beyond the longest observed run, S continues with the
 continuation rate.
 
 The sequences travel in the profile's `meta["acceptance_runs"][sampling]` (written by
-`profiler.pipeline`), one string of 0/1 per prompt and pair.
+`profiler.runs`, through `profiler.loop_costs`), one string of 0/1 per prompt and pair.
 """
 
 from __future__ import annotations
