@@ -29,7 +29,6 @@ the last model; plain decoding with M_1 alone never switches.
 
 from __future__ import annotations
 
-import functools
 from dataclasses import dataclass
 from typing import Sequence, Union
 
@@ -90,10 +89,8 @@ class _Draft:
     level_stats: tuple[tuple[float, float, float, np.ndarray], ...]  # per level i … n−1 (E[g], E[m], E[waste], pmf m)
 
 
-@functools.lru_cache(maxsize=4096)
 def _gathered_given_drafted(acceptance: Acceptance, max_drafted: int) -> np.ndarray:
-    """G[m, j] = P(min(A, m) + 1 = j) for m = 0 … max_drafted, j = 0 … max_drafted + 1
-    (read-only: a block-size search asks for the same few tables thousands of times).
+    """G[m, j] = P(min(A, m) + 1 = j) for m = 0 … max_drafted, j = 0 … max_drafted + 1.
 
     A's law: geometric (P(A >= a) = α^a) for a float α, else the measured run survival.
     """
@@ -105,7 +102,6 @@ def _gathered_given_drafted(acceptance: Acceptance, max_drafted: int) -> np.ndar
     for m in range(max_drafted + 1):
         table[m, 1 : m + 1] = survival[:m] - survival[1 : m + 1]  # rejected after a = j − 1 acceptances
         table[m, m + 1] = survival[m]
-    table.flags.writeable = False
     return table
 
 

@@ -12,7 +12,6 @@ between the two nearest measured context lengths when one is requested (clamped 
 
 from __future__ import annotations
 
-import functools
 import math
 from dataclasses import dataclass
 from typing import Sequence
@@ -45,20 +44,14 @@ class LatencyCurve:
 
     def many(self, ks: np.ndarray) -> np.ndarray:
         """T(k) for an array of k (float64, same shape)."""
-        xs, ys, slope = self._points
+        xs = np.asarray(self.ks, dtype=float)
+        ys = np.asarray(self.seconds, dtype=float)
         values = np.interp(ks, xs, ys)
         if len(xs) >= 2:
+            slope = max((ys[-1] - ys[-2]) / (xs[-1] - xs[-2]), 0.0)
             above = ks > xs[-1]
             values = np.where(above, ys[-1] + slope * (ks - xs[-1]), values)
         return values
-
-    @functools.cached_property
-    def _points(self) -> tuple[np.ndarray, np.ndarray, float]:
-        # The planner reads a curve tens of thousands of times per search: convert it once.
-        xs = np.asarray(self.ks, dtype=float)
-        ys = np.asarray(self.seconds, dtype=float)
-        slope = max((ys[-1] - ys[-2]) / (xs[-1] - xs[-2]), 0.0) if len(xs) >= 2 else 0.0
-        return xs, ys, slope
 
 
 def constant_curve(seconds: float) -> LatencyCurve:
