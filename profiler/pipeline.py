@@ -40,7 +40,9 @@ from polyplan.profiler.run import ProfileOutcome, describe_device, profile_model
 from polyplan.profiler.settings import ProfileSettings
 from polyplan.profiler.validation_report import ReportFiles, write_report
 from polyplan.profiler.validation_results import Validation
-from polyplan.profiler.validation_runs import ValidationSettings, fit_prompts, select_chains, validate_plan
+from polyplan.profiler.validation_runs import (
+    ValidationSettings, context_limit, fit_prompts, reserve_for, select_chains, validate_plan,
+)
 
 
 @dataclass(frozen=True)
@@ -241,14 +243,18 @@ def validate_plan_file(
     planned = read_plan(plan_path)
     profiled = plan_profile(planned)  # read and checked once, for the plan check and the run
     check_plan(planned, label, profiled)  # a hand-edited plan is refused before any work
-    select_chains(planned, settings.top, label)  # a bad --top or a changed model loads nothing
+    specs = select_chains(planned, settings.top, label)  # a bad --top or a changed model loads nothing
     candidate_set = plan_candidates(planned, label, candidates_path)
     prompts = validation_prompt_set(prompt_file, per_kind=prompts_per_kind, max_prompts=max_prompts, raw=raw_prompts)
     set_threads(threads if threads is not None else plan_threads(str(planned.payload.get("device", ""))))
     loaded = load_candidates(candidate_set)
     members = {item.candidate.name: item.member for item in loaded.candidates}
+    encoded = encode_for(prompts, loaded.tokenizer)
+    # prompts that cannot fit fail now, not after waiting for another run's timings
+    fit_prompts(encoded, context_limit(members, specs), reserve_for(specs, settings.new_tokens), truncate=prompts.truncate,
+                source=prompts.source)
     with timing_lock():
-        validation = _validate(planned, members, encode_for(prompts, loaded.tokenizer), settings, label, prompts, progress, profiled)
+        validation = _validate(planned, members, encoded, settings, label, prompts, progress, profiled)
     return Validated(validation, write_report(validation, Path(out)))
 
 
