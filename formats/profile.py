@@ -20,11 +20,13 @@ seconds and must be > 0 (and at most 1e6); unknown keys are rejected (free-form 
       "profiler": {"latency": {...}, "acceptance": {...},   # optional: the settings it was
                    "prompts": 16, "decoded_prompts": 8, "torch": "2.4.0"},   # measured with
       "loop_overhead": {"greedy": {"per_step_s": 1e-4, "per_round_s": 3e-4,  # optional, per
-                        "vocab": 32000, "threads": 1, "method": "..."}},    # sampling mode
+                        "vocab": 32000, "threads": 1, "method": "...",      # sampling mode
+                        "fingerprint": ".."}},                              # optional
       "engine_overhead": {"hf": {"greedy": {"per_step_s": .., "per_round_s": ..,  # optional, per
                           "per_call_s": .., "fingerprint": "..", "details": {...}}}},  # engine, mode
       "switch_costs": {"models": {"eagle": [0.0002, 0.00005]},   # optional: extra seconds of
-                       "context_length": 128, "method": "..."},   # the 1st, 2nd, … pass after a switch
+                       "context_length": 128, "method": "...",    # the 1st, 2nd, … pass after a switch
+                       "fingerprint": ".."},                      # optional
       "acceptance_runs": {"greedy": {"fingerprint": "..", "prompts": 16, "new_tokens": 64,
                           "pairs": [{"verifier": "vicuna-7b", "drafter": "eagle",
                                      "agreement": ["1101…", …]}]}},   # optional: 0/1 per position
@@ -301,6 +303,8 @@ class LoopCalibration:
     vocab: int | None = spec("count1", default=None)
     threads: int | None = spec("count1", default=None)
     method: str | None = spec("text", default=None)
+    # of the target, vocabulary, mode, tokens, device and threads it was measured on (reused while it holds)
+    fingerprint: str | None = spec("text", default=None)
 
     @property
     def overhead(self) -> LoopOverhead:
@@ -332,6 +336,8 @@ class SwitchCosts:
     models: Mapping[str, SwitchCost] = spec("switch_table", factory=dict, always=True)
     context_length: int | None = spec("count0", default=None)
     method: str | None = spec("text", default=None)
+    # of the models, context, device, threads and token stream they were measured on (reused while it holds)
+    fingerprint: str | None = spec("text", default=None)
 
 
 @dataclass(frozen=True)

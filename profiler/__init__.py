@@ -8,7 +8,9 @@
 - `acceptance`: α from one teacher-forced pass per model (every pair at once) and decoded μ, σ
   from n = 2 speculative decoding, with bootstrap intervals.
 - `prompts`: the built-in held-out Python prompt set; text, JSONL and Spec-Bench files.
-- `run`: the resumable run that writes the profile after every entry.
+- `run`: the resumable run that writes the profile after every entry (latency, acceptance).
+- `pipeline`: the loop, profile → plan → validate → demo; `pipeline.profile_candidates` is the one
+  profiling entry point, `run` plus what the exact model reads besides (`loop_costs`).
 - `summary`: the closing table.
 """
 

@@ -14,7 +14,7 @@ import dataclasses
 from dataclasses import dataclass
 from pathlib import Path
 
-from polyplan.formats.candidates import Candidate, CandidateSet, NGram, read_candidates
+from polyplan.formats.candidates import Candidate, CandidateSet, NGram, base_chain
 from polyplan.profiler.fingerprint import fingerprint_files, fingerprint_settings
 from polyplan.profiler.run import ProfiledModel
 
@@ -80,14 +80,11 @@ def with_device(candidates: CandidateSet, device: str) -> CandidateSet:
     return CandidateSet(moved, candidates.origin)
 
 
-def load_models(path: str | Path, *, device: str | None = None) -> LoadedModels:
-    """Read `path` (models.yaml), load every candidate (`device` overrides the file's) and
-    fingerprint it; `PolyplanError` naming the entry that cannot be loaded."""
+def load_models(candidates: CandidateSet) -> LoadedModels:
+    """Load every candidate of `candidates` (already parsed and placed) and fingerprint it;
+    `PolyplanError` naming the entry that cannot be loaded."""
     from polyplan.decoder.candidates_loader import load_candidates
 
-    candidates = read_candidates(path)
-    if device is not None:
-        candidates = with_device(candidates, device)
     fingerprints = candidate_fingerprints(candidates)
     loaded = load_candidates(candidates)
     models = tuple(ProfiledModel(item.candidate.name, item.member, fingerprints[item.candidate.name]) for item in loaded.candidates)

@@ -1,12 +1,9 @@
-"""`polyplan demo`: the closed loop on the embedded family, profile → recommend → validate.
+"""`polyplan demo`'s settings: the closed loop on the embedded family, profile → recommend → validate.
 
-1. Profile the candidates (default `examples/zoo.yaml`, the shipped family) on the built-in
-   prompts, resuming the profile in the user cache: the acceptance statistics are reused,
-   the latency curves are re-timed (they go stale with the machine's load), and the decoding
-   loop's overhead and the models' switch costs are measured again.
-2. Recommend a chain and its block sizes with the exact model; write plan.json.
-3. Validate the plan on built-in prompts the profile never saw, in one interleaved run, and
-   write report.md, report.json and the plots.
+`profiler.pipeline.run_demo` runs the loop; this module says on what: the candidates (default
+`examples/zoo.yaml`, the shipped family), the profiling settings, and the prompts (built-in
+ones, the first of each kind profiling and later ones validating, or a user's file split
+alternately).
 
 `quick=True` reduces the profiling settings (CI-sized) and, unless candidates are given,
 swaps in the tiny family of `polyplan zoo train --quick` (trained once into the cache);
@@ -15,26 +12,16 @@ those models have a 256-token context, so the built-in prompts are cut from the 
 
 from __future__ import annotations
 
-import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from polyplan.formats.cache import cache_root
 from polyplan.formats.candidates import default_candidates_path
 from polyplan.formats.errors import PolyplanError
-from polyplan.profiler.locks import timing_lock
-from polyplan.formats.plan import read_plan
-from polyplan.planner.plan_file import plan_from_profile
-from polyplan.planner.search import Recommendation
 from polyplan.profiler.latency import LatencySettings
-from polyplan.profiler.pipeline import (
-    PromptSet, cache_root, encode_for, profile_candidates, prompt_set, validation_prompt_set,
-)
+from polyplan.profiler.prompt_sets import PromptSet, prompt_set, validation_prompt_set
 from polyplan.profiler.prompts import read_prompt_file
-from polyplan.profiler.run import describe_device
 from polyplan.profiler.settings import AcceptanceSettings, ProfileSettings
-from polyplan.profiler.validation_runs import ValidationSettings, validate_plan
-from polyplan.profiler.validation_results import Validation
-from polyplan.profiler.validation_report import ReportFiles, write_report
 
 QUICK_FOLDER = "quick-family"
 PLAN_FILE = "plan.json"
@@ -56,22 +43,6 @@ class DemoSettings:
     cache_dir: Path | None = None
     prompts: Path | None = None  # a prompt file: odd-numbered prompts profile, even-numbered validate
     raw_prompts: bool = False  # never wrap prompts in the target's chat template
-
-
-@dataclass(frozen=True)
-class DemoResult:
-    """Where everything went and what was found."""
-
-    candidates: Path
-    profile_path: Path
-    plan_path: Path
-    recommendation: Recommendation
-    validation: Validation
-    files: ReportFiles
-    profile_measured: int
-    profile_reused: int
-    profile_seconds: float
-    wall_time_s: float
 
 
 def profile_settings(quick: bool, new_tokens: int) -> ProfileSettings:
@@ -137,75 +108,17 @@ def demo_prompt_sets(settings: DemoSettings) -> tuple[PromptSet, PromptSet]:
             PromptSet(prompts[1::2], f"{source} (prompts 2, 4, 6, …, held out from profiling)", False, raw))
 
 
-def run_demo(settings: DemoSettings, *, profile_progress=None, validation_progress=None, log=lambda line: None) -> DemoResult:
-    """Profile, recommend and validate (see the module docstring)."""
-    started = time.perf_counter()
-    check_settings(settings)
-    if settings.quick and settings.candidates is None:
-        candidates = quick_candidates(settings.cache_dir, log)
-    else:
-        candidates = settings.candidates if settings.candidates is not None else default_candidates_path()
-    validation_settings = ValidationSettings(new_tokens=settings.new_tokens, repeats=settings.repeats, top=settings.top)
-    profiling_prompts, held_out = demo_prompt_sets(settings)
-    out = Path(settings.out)
-    try:
-        out.mkdir(parents=True, exist_ok=True)
-    except OSError as error:
-        raise PolyplanError(f"--out: cannot create the folder {out} ({error.strerror or error})") from None
-
-    profiled = profile_candidates(
-        candidates,
-        settings=profile_settings(settings.quick, settings.new_tokens),
-        prompts=profiling_prompts,
-        cache_dir=settings.cache_dir,
-        fresh_latency=True,
-        calibration_tokens=24 if settings.quick else 64,
-        progress=profile_progress,
-    )
-    plan_path = out / PLAN_FILE
-    encoded = encode_for(held_out, profiled.tokenizer)
-    recommendation = plan_from_profile(
-        profiled.profile, plan_path, profile_path=str(profiled.path), candidates=profiled.record, drafters=profiled.drafters, max_levels=settings.max_levels,
-        context_length=typical_context(encoded, settings.new_tokens),
-    )
-    plan = read_plan(plan_path)
-    members = {model.name: model.member for model in profiled.models}
-    with timing_lock():
-        validation = _validate(plan, members, encoded, validation_settings, plan_path, held_out, validation_progress, profiled)
-    files = write_report(validation, out)
-    return DemoResult(
-        candidates=Path(candidates),
-        profile_path=profiled.path,
-        plan_path=plan_path,
-        recommendation=recommendation,
-        validation=validation,
-        files=files,
-        profile_measured=profiled.measured,
-        profile_reused=profiled.reused,
-        profile_seconds=profiled.wall_time_s,
-        wall_time_s=time.perf_counter() - started,
-    )
-
-
-def _validate(plan, members, encoded, validation_settings, plan_path, held_out, validation_progress, profiled) -> Validation:
-    return validate_plan(
-        plan,
-        members,
-        encoded,
-        validation_settings,
-        device_label=describe_device(getattr(members[plan.target], "device", "cpu")),
-        plan_path=str(plan_path),
-        prompt_source=held_out.source,
-        truncate_prompts=held_out.truncate,
-        progress=validation_progress,
-        profile=profiled.profile,
-    )
+def demo_candidates(settings: DemoSettings, log=lambda line: None) -> Path:
+    """The models.yaml the demo runs on: the given one, the quick family (trained once into the
+    cache), or the shipped family."""
+    if settings.candidates is not None:
+        return Path(settings.candidates)
+    return quick_candidates(settings.cache_dir, log) if settings.quick else default_candidates_path()
 
 
 def check_settings(settings: DemoSettings) -> None:
     """Every option and the --out folder, before anything is trained, profiled or decoded."""
     from polyplan.formats import options
-    from polyplan.formats.candidates import read_candidates
     from polyplan.profiler.report_folder import check_validation_folder, is_plan
 
     options.at_least(settings.max_levels, 1, "--max-levels")
@@ -213,8 +126,6 @@ def check_settings(settings: DemoSettings) -> None:
     options.at_least(settings.new_tokens, 2, "--new-tokens")
     options.at_least(settings.repeats, 1, "--repeats")
     options.at_least(settings.prompts_per_kind, 1, "--prompts-per-kind")
-    if settings.candidates is not None:
-        read_candidates(settings.candidates)
     check_validation_folder(
         Path(settings.out), [("--candidates", settings.candidates)],
         own_files={PLAN_FILE: is_plan},

@@ -9,7 +9,7 @@ from polyplan.formats.errors import PolyplanError
 from polyplan.planner.engines import EngineExport, check_engine, export_plan
 from polyplan.formats.plan import read_plan
 from polyplan.formats.profile_codec import load
-from polyplan.profiler.pipeline import plan_candidates
+from polyplan.profiler.candidate_file import plan_candidates
 from polyplan.zoo.builtin import builtin_folder, builtin_names
 
 PathLike = str | os.PathLike[str]

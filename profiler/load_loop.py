@@ -1,6 +1,6 @@
 """`polyplan bench loop`: the closed loop (profile → recommend → validate) quiet, then under load.
 
-Each run is `polyplan demo` (`profiler.demo.run_demo`) into its own folder: `<out>/quiet`,
+Each run is `polyplan demo` (`profiler.pipeline.run_demo`) into its own folder: `<out>/quiet`,
 then `<out>/loaded` with `profiler.load.background_load` keeping `cores` cores busy for the
 whole run (profiling and validation alike; the load stops when the run ends). The latency
 curves are re-timed in each run (acceptance is reused from the cache), so the loaded run
@@ -19,7 +19,8 @@ import dataclasses
 from dataclasses import dataclass
 from pathlib import Path
 
-from polyplan.profiler.demo import DemoResult, DemoSettings, run_demo
+from polyplan.profiler.demo import DemoSettings
+from polyplan.profiler.pipeline import DemoResult, run_demo
 from polyplan.profiler.load import MAX_SECONDS, LoadReport, background_load
 from polyplan.profiler.validation_report import yes_no
 

@@ -359,7 +359,8 @@ def run_peers(
     from polyplan.decoder.candidates_loader import load_candidates
     from polyplan.formats.plan import read_plan
     from polyplan.profiler.export import export_from_files
-    from polyplan.profiler.pipeline import encode_for, plan_candidates, validation_prompt_set
+    from polyplan.profiler.candidate_file import plan_candidates
+    from polyplan.profiler.prompt_sets import encode_for, validation_prompt_set
 
     if repeats < 1 or new_tokens < 1:
         raise PolyplanError("--repeats and --new-tokens must be >= 1")

@@ -1,122 +1,50 @@
-"""The closed loop's plumbing: candidates → cached profile → plan, and plan → the same models.
+"""The loop in one place: candidates → profile → plan → validation, and the demo that runs it all.
 
-- `profile_candidates`: load a models.yaml, profile whatever the cached profile lacks through
-  the profiler's resumable run (`profiler.run.profile_models`), then measure the decoding
-  loop's own overhead (`profiler.overhead`) and, for greedy decoding, every pair's agreement
-  sequence (`profiler.runs`, the exact model's acceptance runs), each model's switch cost
-  (`profiler.switching`) and HF `generate`'s own loop overhead (`profiler.engine_overhead`,
-  kept while its fingerprint holds), all in the profile's typed fields.
-  Planning then is `planner.plan_file.plan_from_profile`, with `candidates=record` so that
-  plan.json says which models.yaml (path, contents, device) it was made from.
-- `plan_candidates`: the models.yaml a plan names, refusing models whose fingerprints
-  changed since the plan was made.
+- `profile_candidates` is the one profiling entry point (`polyplan profile`, `recommend
+  --candidates`, `demo`, `bench peers`): it measures whatever the profile (the given file,
+  else the user cache, `profiler.profile_cache`) lacks for everything the exact model reads —
+  the profiling run's latency curves and acceptance (`profiler.run.profile_models`, written
+  after every entry), then the agreement sequences, the loop overhead, HF's loop overhead and
+  the switch costs (`profiler.loop_costs`), each reused while its fingerprint holds.
+- `recommend_candidates`: profile, then plan (`planner.plan_file.plan_from_profile`, with the
+  plan recording which models.yaml it was made from).
+- `validate_plan_file`: a plan's chains, measured side by side on held-out prompts, reported.
+- `run_demo`: all three on the embedded family (`profiler.demo` holds its settings).
 
-The profile cache lives in a user cache folder, never inside the installed package:
-`--cache-dir`, else `$POLYPLAN_CACHE_DIR`, else `$XDG_CACHE_HOME/polyplan`, else
-`~/.cache/polyplan`. A cached profile is named by a hash of the candidates' fingerprints and
-the device, so changed weights or another thread count start (or resume) another file.
+Each takes its models.yaml as a path and parses it once (`profiler.candidate_file`).
 """
 
 from __future__ import annotations
 
 import contextlib
-import functools
 import os
 import sys
 import time
-from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from polyplan.formats.cache import CACHE_ENV, cache_root  # noqa: F401 - re-exported: callers import them from here
-from polyplan.formats.candidates import CandidateSet, parse_candidates
 from polyplan.formats.errors import PolyplanError
+from polyplan.formats.plan import PlanFile, read_plan
+from polyplan.formats.profile import Profile
+from polyplan.formats.profile_codec import load
+from polyplan.planner.plan_file import plan_from_profile
+from polyplan.planner.search import Recommendation
+from polyplan.profiler.candidate_file import CandidateFile, plan_candidates, read_candidate_file
+from polyplan.profiler.candidates import LoadedModels, load_models
+from polyplan.profiler.checks import check_inputs_fit, check_models, foreign_profile_reason
 from polyplan.profiler.locks import profile_lock, timing_lock
-from polyplan.formats.plan import PlanFile
-from polyplan.formats.profile import AgreementRuns, LoopCalibration, Profile
-from polyplan.formats.sampling import SamplingMode
-from polyplan.profiler.candidates import candidate_fingerprints, with_device
-from polyplan.profiler.fingerprint import fingerprint_settings
-from polyplan.profiler.prompts import EncodedPrompt, Prompt, builtin_prompts, encode_prompts, read_prompt_file
+from polyplan.profiler.loop_costs import ensure_loop_costs
+from polyplan.profiler.profile_cache import cached_profile_path, forget_latency, previous_runs, readable_profile, resumed_settings
+from polyplan.profiler.prompts import EncodedPrompt
+from polyplan.profiler.prompt_sets import PromptSet, encode_for, prompt_set, validation_prompt_set
+from polyplan.profiler.run import ProfileOutcome, describe_device, profile_models
 from polyplan.profiler.settings import ProfileSettings
-
-
-def _ensure_folder(folder: Path, option: str) -> Path:
-    try:
-        folder.mkdir(parents=True, exist_ok=True)
-    except OSError as error:
-        raise PolyplanError(f"{option}: cannot create {folder} ({error.strerror or error})") from None
-    return folder
-
-
-def read_candidate_set(path: str | os.PathLike[str], device: str | None = None) -> tuple[CandidateSet, dict[str, Any]]:
-    """The validated candidates (on `device` if given) and the plan's record of them."""
-    from polyplan.formats.inputs import read_yaml_file
-
-    path = Path(path)
-    if not path.is_file():
-        raise PolyplanError(f"--candidates: file {path} not found")  # as read_candidates says it
-    data = read_yaml_file(path, "models.yaml")
-    candidates = parse_candidates(data, base_dir=path.parent, origin=str(path))
-    record = {"path": str(path.resolve()), "yaml": data, "device": device}
-    return (with_device(candidates, device) if device is not None else candidates), record
-
-
-@dataclass(frozen=True)
-class PromptSet:
-    """Prompts for a run: the raw prompts, where they came from, and whether they may be cut."""
-
-    prompts: tuple[Prompt, ...]
-    source: str
-    truncate: bool  # built-in prompts are cut from the left to fit a small model; a user's are not
-    raw: bool = False  # True: never wrap the prompts in the target's chat template
-
-
-PROFILE_PER_KIND = 4  # the profiler's default built-in set: the first 4 prompts of each kind
-
-
-def prompt_set(
-    prompt_file: str | os.PathLike[str] | None = None,
-    *,
-    per_kind: int = PROFILE_PER_KIND,
-    skip_per_kind: int = 0,
-    max_prompts: int | None = None,
-    raw: bool = False,
-) -> PromptSet:
-    """A user's prompt file, or built-in prompts: `per_kind` of each kind after the first
-    `skip_per_kind` (validation skips the ones the profile was measured on). `raw`: send
-    them as they are, never through the target's chat template."""
-    if max_prompts is not None and max_prompts < 1:
-        raise PolyplanError(f"--max-prompts: must be >= 1, got {max_prompts}")
-    if per_kind < 1:
-        raise PolyplanError(f"--prompts-per-kind: must be >= 1, got {per_kind}")
-    if prompt_file is not None:
-        return PromptSet(tuple(read_prompt_file(prompt_file)[:max_prompts]), str(prompt_file), False, raw)
-    ranked = _builtin(max(2 * PROFILE_PER_KIND, skip_per_kind + per_kind))
-    by_kind: dict[str, list[Prompt]] = {}
-    for prompt in ranked:
-        by_kind.setdefault(prompt.kind, []).append(prompt)
-    kept = {kind: prompts[skip_per_kind:] for kind, prompts in by_kind.items()}
-    interleaved = [kept[kind][i] for i in range(per_kind) for kind in by_kind if i < len(kept[kind])]
-    if not interleaved:
-        raise PolyplanError(f"built-in prompts: none left after skipping the first {skip_per_kind} of each kind")
-    label = "built-in prompts" + (f" (held out from profiling: ranks {skip_per_kind + 1}..{skip_per_kind + per_kind} of each kind)"
-                                  if skip_per_kind else "")
-    return PromptSet(tuple(interleaved[:max_prompts]), label, True, raw)
-
-
-@functools.lru_cache(maxsize=2)
-def _builtin(per_kind: int) -> tuple[Prompt, ...]:
-    # Parsing the held-out stdlib files takes seconds; the demo needs the set twice.
-    return builtin_prompts(per_kind)
-
-
-def validation_prompt_set(
-    prompt_file: str | os.PathLike[str] | None = None, *, per_kind: int = 4, max_prompts: int | None = None, raw: bool = False
-) -> PromptSet:
-    """What validation runs on: a user's file, else built-in prompts the profile never saw."""
-    return prompt_set(prompt_file, per_kind=per_kind, skip_per_kind=PROFILE_PER_KIND, max_prompts=max_prompts, raw=raw)
+from polyplan.profiler.validation_report import ReportFiles, write_report
+from polyplan.profiler.validation_results import Validation
+from polyplan.profiler.validation_runs import (
+    ValidationSettings, context_limit, fit_prompts, reserve_for, select_chains, validate_plan,
+)
 
 
 @dataclass(frozen=True)
@@ -128,9 +56,11 @@ class ProfiledCandidates:
     models: tuple  # profiler.run.ProfiledModel (target first)
     tokenizer: object
     record: dict[str, Any]  # the plan's `candidates` entry
-    measured: int
-    reused: int
+    measured: int  # entries measured: the run's and the loop costs'
+    reused: int  # the run's entries reused
     wall_time_s: float
+    run: ProfileOutcome  # the profiling run's own steps and phase times
+    prompts: int  # prompts profiled with (after fitting them to the models)
 
     @property
     def drafters(self) -> tuple[str, ...]:
@@ -138,40 +68,8 @@ class ProfiledCandidates:
         return tuple(model.name for model in self.models[1:])
 
 
-def cached_profile_path(fingerprints: dict[str, str], device_label: str, cache_dir: str | os.PathLike[str] | None) -> Path:
-    """The cache file for these candidates on this device."""
-    key = fingerprint_settings("profile-cache", sorted(fingerprints.items()), device_label).split(":", 1)[1][:20]
-    return _ensure_folder(cache_root(cache_dir) / "profiles", "--cache-dir") / f"{key}.json"
-
-
-def resumed_settings(path: str | os.PathLike[str] | None, temperature: float | None = None) -> ProfileSettings:
-    """The settings the profile at `path` was measured with (its `profiler` record), else the defaults
-    (with only `temperature` as sampling mode, when given); `temperature` is always among the
-    modes. Resuming with other settings would re-measure every entry, since each entry's
-    fingerprint includes its settings."""
-    import dataclasses
-
-    from polyplan.formats.profile_codec import load
-    from polyplan.profiler.latency import LatencySettings
-    from polyplan.profiler.settings import AcceptanceSettings
-
-    settings = ProfileSettings() if temperature is None else ProfileSettings(acceptance=AcceptanceSettings(temperatures=(temperature,)))
-    if path is not None and Path(path).is_file():
-        recorded = load(path).profiler
-        try:
-            latency = {key: tuple(value) if isinstance(value, list) else value for key, value in recorded.latency.items()}
-            acceptance = {key: tuple(value) if isinstance(value, list) else value for key, value in recorded.acceptance.items()}
-            settings = ProfileSettings(latency=LatencySettings(**latency), acceptance=AcceptanceSettings(**acceptance))
-        except (KeyError, TypeError, AttributeError, PolyplanError):
-            pass  # written by another polyplan: measure afresh with the defaults
-    if temperature is not None and temperature not in settings.acceptance.temperatures:
-        acceptance = dataclasses.replace(settings.acceptance, temperatures=settings.acceptance.temperatures + (temperature,))
-        settings = dataclasses.replace(settings, acceptance=acceptance)
-    return settings
-
-
 def profile_candidates(
-    candidates_path: str | os.PathLike[str],
+    candidates_path: str | os.PathLike[str] | CandidateFile,
     *,
     profile_path: str | os.PathLike[str] | None = None,
     settings: ProfileSettings | None = None,
@@ -179,42 +77,40 @@ def profile_candidates(
     cache_dir: str | os.PathLike[str] | None = None,
     device: str | None = None,
     temperature: float | None = None,
-    fresh_latency: bool = False,
+    fresh_timings: bool = False,
     calibration_tokens: int = 64,
+    keep_foreign: bool = True,
     progress=None,
     log=None,
 ) -> ProfiledCandidates:
-    """Profile what is missing (resuming `profile_path`, else the cache), then the greedy
-    agreement sequences (reused when unchanged) and the loop overhead, into the profile.
+    """Profile what is missing (resuming `profile_path`, else the cache) for everything the
+    exact model reads (module docstring); the profile is saved as it is measured.
 
-    `settings` None: as the profile being resumed was measured (`resumed_settings`, which
-    adds the sampling `temperature` if given). `fresh_latency`: re-time every latency curve
-    even when cached (latency is the part of a profile that goes stale with the machine's
-    load; acceptance statistics do not), keeping everything else. `calibration_tokens`: tokens
-    per timed call of the loop-overhead calibration (fewer: faster, noisier). A `profile_path`
-    made for other models or on another machine is never overwritten: the run goes to the
-    cache instead and `log` (default: stderr) says so. The profile file is locked while the
-    run works, and the machine's timing lock is held (`polyplan.profiler.locks`).
+    `candidates_path`: a models.yaml, or one already read (`read_candidate_file`, whose device
+    wins over `device`). `settings` None: as the profile being resumed was measured
+    (`resumed_settings`, which adds the sampling `temperature` if given). `fresh_timings`:
+    re-time every latency curve, the loop overhead and the switch costs even when cached
+    (timings go stale with the machine's load; acceptance statistics do not), keeping
+    everything else. `calibration_tokens`: tokens per timed call of the loop-overhead
+    calibration (fewer: faster, noisier). A `profile_path` made for other models or on another
+    machine is never overwritten: with `keep_foreign` the run goes to the cache instead and
+    `log` (default: stderr) says so; without, it is refused (`polyplan profile --out`). The
+    profile file is locked while the run works, and the machine's timing lock is held.
 
     Raises:
         PolyplanError: a bad models.yaml or prompt file, models that cannot share a chain,
-            no prompt that fits, an unwritable profile or cache folder.
+            no prompt that fits, an unwritable or foreign profile, an unwritable cache folder.
     """
-    from polyplan.profiler.candidates import load_models
-    from polyplan.profiler.checks import foreign_profile_reason
-    from polyplan.profiler.run import describe_device
-
     started = time.perf_counter()
-    _, record = read_candidate_set(candidates_path, device)
-    loaded = load_models(candidates_path, device=device)
-    models, target_device = loaded.models, loaded.device
-    fingerprints = {model.name: model.fingerprint for model in models}
-    device_label = describe_device(target_device)
+    read = candidates_path if isinstance(candidates_path, CandidateFile) else read_candidate_file(candidates_path, device)
+    loaded = load_models(read.candidates)
+    fingerprints = {model.name: model.fingerprint for model in loaded.models}
+    device_label = describe_device(loaded.device)
     path = Path(profile_path) if profile_path is not None else cached_profile_path(fingerprints, device_label, cache_dir)
     with contextlib.ExitStack() as held:
         held.enter_context(profile_lock(path))
-        if profile_path is not None:
-            foreign = foreign_profile_reason(_readable_profile(path), models[0], device_label)
+        if profile_path is not None and keep_foreign:
+            foreign = foreign_profile_reason(readable_profile(path), loaded.models[0], device_label)
             if foreign is not None:
                 cached = cached_profile_path(fingerprints, device_label, cache_dir)
                 if settings is None:  # measure as the file the user pointed at was measured
@@ -223,142 +119,231 @@ def profile_candidates(
                 held.close()
                 path = cached
                 held.enter_context(profile_lock(path))
+        if settings is None:
+            settings = resumed_settings(path, temperature)
+        fitted = _fitted_prompts(prompts or prompt_set(), loaded, settings)
+        check_models(loaded.models)  # bad input fails before waiting for another run's timings
+        check_inputs_fit(loaded.models, fitted, settings)
         held.enter_context(timing_lock())
-        return _profile_into(path, models, loaded, record, settings, prompts, temperature, fresh_latency,
-                             calibration_tokens, progress, target_device, started, log or _stderr)
+        return _profile_into(path, loaded, read.record, settings, fitted, device_label,
+                             fresh_timings, calibration_tokens, progress, started, log or _stderr)
 
 
-def _profile_into(path, models, loaded, record, settings, prompts, temperature, fresh_latency, calibration_tokens,
-                  progress, target_device, started, log) -> ProfiledCandidates:
-    """The body of `profile_candidates`, with the profile `path` locked."""
-    from polyplan.profiler.run import profile_models
-    from polyplan.profiler.runs import ensure_agreement
-    from polyplan.profiler.switching import measure_switch_costs, store_switch_costs
+def _profile_into(path: Path, loaded: LoadedModels, record, settings: ProfileSettings, fitted: tuple[EncodedPrompt, ...],
+                  device_label: str, fresh_timings: bool, calibration_tokens: int, progress, started: float, log) -> ProfiledCandidates:
+    """The body of `profile_candidates`, with the profile `path` and the timing lock held."""
     from polyplan.profiler.sample_size import too_few_prompts
-    from polyplan.profiler.validation_runs import fit_prompts
 
-    if settings is None:
-        settings = resumed_settings(path, temperature)
-    prompts = prompts or prompt_set()
-    acceptance = settings.acceptance
-    reserve = acceptance.new_tokens + (max(acceptance.block_sizes) if acceptance.decoded else 0)
-    limits = [model.member.max_context for model in models if model.member.max_context is not None]
-    fitted = fit_prompts(
-        encode_for(prompts, loaded.tokenizer), min(limits) if limits else None, reserve,
-        truncate=prompts.truncate, source=prompts.source,
-    )
-    previous = _previous_runs(path)
-    if fresh_latency:
-        _forget_latency(path)
-    outcome = profile_models(models, fitted.prompts, path, settings, device=target_device, progress=progress)
-    warning = too_few_prompts(len(fitted.prompts))
+    previous = previous_runs(path)
+    if fresh_timings:
+        forget_latency(path)
+    outcome = profile_models(loaded.models, fitted, path, settings, device=loaded.device, progress=progress)
+    warning = too_few_prompts(len(fitted))
     if warning is not None:
         log(f"warning: {warning}")
     profile = outcome.profile
-    measured = len(outcome.measured)
-    if 0.0 in acceptance.temperatures:
-        ids = [prompt.ids for prompt in fitted.prompts]
-        measured += ensure_agreement(profile, previous, models, ids, new_tokens=acceptance.new_tokens, seed=acceptance.seed)
-    profile.loop_overhead = {
-        SamplingMode(temperature).key: loop_overhead_entry(models[0].member, temperature, calibration_tokens)
-        for temperature in acceptance.temperatures
-    }
-    context = min(settings.latency.context_lengths)
-    flat = [token for prompt in fitted.prompts for token in prompt.ids]
-    from polyplan.profiler.engine_overhead import ensure_hf_overhead  # HF generate's own loop (export, bench peers)
-
-    measured += ensure_hf_overhead(profile, models, fitted.prompts[0].ids, acceptance.temperatures, tokens=calibration_tokens)
-    stream = (flat * (context // max(len(flat), 1) + 2))[: context + 1]
-    store_switch_costs(profile, measure_switch_costs(models, stream, context=context), context)
-    profile.save(path)
-    return ProfiledCandidates(
-        profile, path, models, loaded.tokenizer, record, measured, len(outcome.reused), time.perf_counter() - started
+    measured = len(outcome.measured) + ensure_loop_costs(
+        profile, loaded.models, fitted, settings, previous_runs=previous, device_label=device_label,
+        calibration_tokens=calibration_tokens, fresh=fresh_timings,
     )
+    profile.save(path)
+    return ProfiledCandidates(profile, path, loaded.models, loaded.tokenizer, record, measured, len(outcome.reused),
+                              time.perf_counter() - started, outcome, len(fitted))
 
 
-def _readable_profile(path: Path) -> Profile | None:
-    """The profile at `path` if it is one (the run itself reports a broken file)."""
-    from polyplan.formats.profile_codec import load
-
-    try:
-        return load(path) if path.is_file() else None
-    except PolyplanError:
-        return None
+def _fitted_prompts(prompts: PromptSet, loaded: LoadedModels, settings: ProfileSettings) -> tuple[EncodedPrompt, ...]:
+    """The prompts, encoded, cut or left out to fit every model's context (a strict set is
+    left whole: the run refuses a prompt that does not fit, naming it)."""
+    encoded = encode_for(prompts, loaded.tokenizer)
+    if prompts.strict:
+        return tuple(encoded)
+    acceptance = settings.acceptance
+    reserve = acceptance.new_tokens + (max(acceptance.block_sizes) if acceptance.decoded else 0)
+    limits = [model.member.max_context for model in loaded.models if model.member.max_context is not None]
+    return fit_prompts(encoded, min(limits) if limits else None, reserve, truncate=prompts.truncate, source=prompts.source).prompts
 
 
 def _stderr(line: str) -> None:
     print(line, file=sys.stderr, flush=True)
 
 
-def _forget_latency(path: Path) -> None:
-    """Drop the latency fingerprints of the profile at `path`, so the run re-times the curves."""
-    profile = _readable_profile(path)
-    if profile is None:
-        return
-    for model in profile.models:
-        model.latency_fingerprint = None
-    profile.save(path)
+@dataclass(frozen=True)
+class Recommended:
+    """A plan made from freshly completed profiling: the search's result and its profile."""
+
+    recommendation: Recommendation
+    profiled: ProfiledCandidates
 
 
-def _previous_runs(path: Path) -> AgreementRuns | None:
-    """The greedy agreement runs of the profile at `path` before a run rewrites it."""
-    profile = _readable_profile(path)
-    return None if profile is None else profile.acceptance_runs.get("greedy")
+def recommend_candidates(
+    candidates_path: str | os.PathLike[str],
+    out: str | os.PathLike[str] | None,
+    *,
+    profile_path: str | os.PathLike[str] | None = None,
+    prompts: PromptSet | None = None,
+    cache_dir: str | os.PathLike[str] | None = None,
+    device: str | None = None,
+    temperature: float = 0.0,
+    progress=None,
+    **plan_options,
+) -> Recommended:
+    """Profile what is missing for the sampling `temperature` (`profile_candidates`), then
+    rank the chains (`plan_from_profile` with `plan_options`) and write the plan to `out`."""
+    profiled = profile_candidates(candidates_path, profile_path=profile_path, prompts=prompts, cache_dir=cache_dir,
+                                  device=device, temperature=temperature, progress=progress)
+    recommendation = plan_from_profile(profiled.profile, out, profile_path=str(profiled.path), candidates=profiled.record,
+                                       drafters=profiled.drafters, **plan_options)
+    return Recommended(recommendation, profiled)
 
 
-def loop_overhead_entry(target, temperature: float, tokens: int = 64) -> LoopCalibration:
-    """The loop overhead measured for the target's vocabulary and device (the profile's entry)."""
-    import torch
-
-    from polyplan.decoder.sampling import Sampling
-    from polyplan.profiler.overhead import measure_loop_overhead
-
-    overhead = measure_loop_overhead(
-        target.valid_vocab_size, sampling=Sampling(temperature=temperature), device=getattr(target, "device", "cpu"),
-        tokens=tokens, repeats=3, verifier=target,
-    )
-    return LoopCalibration(
-        overhead.per_step_s, overhead.per_round_s, vocab=target.valid_vocab_size, threads=torch.get_num_threads(),
-        method="decoding loop time outside forward passes, the target verifying a stand-in drafter "
-               "at block sizes 1..8 and decoding alone, fitted per step and per round (profiler.overhead)",
-    )
+def plan_profile(planned: PlanFile) -> Profile | None:
+    """The profile the plan was made from, if its file is still readable (for the re-timed
+    prediction); None otherwise."""
+    path = planned.profile.path
+    if path is None or not Path(path).is_file():
+        return None
+    try:
+        return load(path)
+    except PolyplanError:
+        return None
 
 
-def plan_candidates(plan: PlanFile, label: str, candidates_path: str | os.PathLike[str] | None = None) -> CandidateSet:
-    """The candidates of `plan` (its recorded models.yaml, or `candidates_path`), checked
-    against the fingerprints the plan recorded (nothing is loaded yet).
+@dataclass(frozen=True)
+class Validated:
+    """A validation and where its report went."""
 
-    Raises:
-        PolyplanError: the plan records no models.yaml and none was given; a model of the plan
-            is missing; a model's files or derivation changed since the plan was made.
+    validation: Validation
+    files: ReportFiles
+
+
+def validate_plan_file(
+    plan_path: str | os.PathLike[str],
+    out: str | os.PathLike[str],
+    settings: ValidationSettings,
+    *,
+    prompt_file: str | os.PathLike[str] | None = None,
+    prompts_per_kind: int = 4,
+    max_prompts: int | None = None,
+    raw_prompts: bool = False,
+    candidates_path: str | os.PathLike[str] | None = None,
+    threads: int | None = None,
+    progress=None,
+) -> Validated:
+    """Run the plan's chains side by side on held-out prompts (`validation_prompt_set` of the
+    prompt options) and write the report into `out`.
+
+    Cheap checks come first (a hand-edited plan, a bad `settings.top`, a model whose files
+    changed), before a prompt is read or a model loaded. `threads` None: as many torch threads
+    as the plan's profile was measured with.
     """
-    record = plan.candidates
-    device = None if record is None else record.device
-    if candidates_path is not None:
-        candidates, _ = read_candidate_set(candidates_path, device)
-    elif record is not None and record.path is not None:
-        if Path(record.path).is_file():
-            candidates, _ = read_candidate_set(record.path, device)
-        else:  # the file moved: its recorded contents, relative sources resolved where it was
-            candidates = parse_candidates(record.yaml, base_dir=Path(record.path).parent, origin=record.path)
-            candidates = with_device(candidates, device) if device is not None else candidates
-    else:
-        raise PolyplanError(
-            f"{label}: candidates: the plan does not record its models.yaml (made by `recommend --profile` alone); "
-            "pass --candidates models.yaml"
-        )
-    now = candidate_fingerprints(candidates)
-    for name, fingerprint in sorted(plan.profiled_fingerprints.items()):
-        if name not in now:
-            raise PolyplanError(f"{label}: model {name!r} of the plan is not in {candidates.origin}")
-        if now[name] != fingerprint:
-            raise PolyplanError(
-                f"{label}: model {name!r} changed since the plan was made (fingerprint {fingerprint[:19]}… in the plan, "
-                f"{now[name][:19]}… now); re-run polyplan recommend"
-            )
-    return candidates
+    from polyplan.decoder.candidates_loader import load_candidates
+    from polyplan.planner.plan_check import check_plan
+    from polyplan.profiler.threads import plan_threads, set_threads
+
+    label = str(plan_path)
+    planned = read_plan(plan_path)
+    profiled = plan_profile(planned)  # read and checked once, for the plan check and the run
+    check_plan(planned, label, profiled)  # a hand-edited plan is refused before any work
+    specs = select_chains(planned, settings.top, label)  # a bad --top or a changed model loads nothing
+    candidate_set = plan_candidates(planned, label, candidates_path)
+    prompts = validation_prompt_set(prompt_file, per_kind=prompts_per_kind, max_prompts=max_prompts, raw=raw_prompts)
+    set_threads(threads if threads is not None else plan_threads(planned.device))
+    loaded = load_candidates(candidate_set)
+    members = {item.candidate.name: item.member for item in loaded.candidates}
+    encoded = encode_for(prompts, loaded.tokenizer)
+    # prompts that cannot fit fail now, not after waiting for another run's timings
+    fit_prompts(encoded, context_limit(members, specs), reserve_for(specs, settings.new_tokens), truncate=prompts.truncate,
+                source=prompts.source)
+    with timing_lock():
+        validation = _validate(planned, members, encoded, settings, label, prompts, progress, profiled)
+    return Validated(validation, write_report(validation, Path(out)))
 
 
-def encode_for(prompts: PromptSet, tokenizer) -> Sequence[EncodedPrompt]:
-    """The prompt set under the chain's tokenizer (through its chat template unless `prompts.raw`)."""
-    return encode_prompts(prompts.prompts, tokenizer, raw=prompts.raw)
+def _validate(plan: PlanFile, members, encoded, settings: ValidationSettings, plan_label: str, prompts: PromptSet, progress,
+              profile: Profile | None) -> Validation:
+    return validate_plan(
+        plan,
+        members,
+        encoded,
+        settings,
+        device_label=describe_device(getattr(members[plan.target], "device", "cpu")),
+        plan_path=plan_label,
+        prompt_source=prompts.source,
+        truncate_prompts=prompts.truncate,
+        progress=progress,
+        profile=profile,
+    )
+
+
+@dataclass(frozen=True)
+class DemoResult:
+    """Where everything went and what was found."""
+
+    candidates: Path
+    profile_path: Path
+    plan_path: Path
+    recommendation: Recommendation
+    validation: Validation
+    files: ReportFiles
+    profile_measured: int
+    profile_reused: int
+    profile_seconds: float
+    wall_time_s: float
+
+
+def run_demo(settings, *, profile_progress=None, validation_progress=None, log=lambda line: None) -> DemoResult:
+    """Profile, recommend and validate (`profiler.demo` says how; `settings` is its `DemoSettings`).
+
+    1. Profile the candidates on the profiling prompts, resuming the profile in the user
+       cache: the acceptance statistics are reused, the timings (latency curves, loop
+       overhead, switch costs) re-timed, since they go stale with the machine's load.
+    2. Recommend a chain and its block sizes with the exact model; write plan.json.
+    3. Validate the plan on prompts the profile never saw, in one interleaved run, and write
+       report.md, report.json and the plots.
+    """
+    from polyplan.profiler.demo import PLAN_FILE, check_settings, demo_candidates, demo_prompt_sets, profile_settings, typical_context
+
+    started = time.perf_counter()
+    check_settings(settings)
+    candidates = demo_candidates(settings, log)
+    read = read_candidate_file(candidates)
+    validation_settings = ValidationSettings(new_tokens=settings.new_tokens, repeats=settings.repeats, top=settings.top)
+    profiling_prompts, held_out = demo_prompt_sets(settings)
+    out = Path(settings.out)
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+    except OSError as error:
+        raise PolyplanError(f"--out: cannot create the folder {out} ({error.strerror or error})") from None
+
+    profiled = profile_candidates(
+        read,
+        settings=profile_settings(settings.quick, settings.new_tokens),
+        prompts=profiling_prompts,
+        cache_dir=settings.cache_dir,
+        fresh_timings=True,
+        calibration_tokens=24 if settings.quick else 64,
+        progress=profile_progress,
+    )
+    plan_path = out / PLAN_FILE
+    encoded = encode_for(held_out, profiled.tokenizer)
+    recommendation = plan_from_profile(
+        profiled.profile, plan_path, profile_path=str(profiled.path), candidates=profiled.record, drafters=profiled.drafters,
+        max_levels=settings.max_levels, context_length=typical_context(encoded, settings.new_tokens),
+    )
+    plan = read_plan(plan_path)
+    members = {model.name: model.member for model in profiled.models}
+    with timing_lock():
+        validation = _validate(plan, members, encoded, validation_settings, str(plan_path), held_out, validation_progress,
+                               profiled.profile)
+    return DemoResult(
+        candidates=Path(candidates),
+        profile_path=profiled.path,
+        plan_path=plan_path,
+        recommendation=recommendation,
+        validation=validation,
+        files=write_report(validation, out),
+        profile_measured=profiled.measured,
+        profile_reused=profiled.reused,
+        profile_seconds=profiled.wall_time_s,
+        wall_time_s=time.perf_counter() - started,
+    )

@@ -76,11 +76,14 @@ def _size(member) -> int:
     return sum(p.numel() * p.element_size() for p in model.parameters()) if model is not None else 0
 
 
-def store_switch_costs(profile: Profile, costs: dict[str, tuple[float, ...]], context: int) -> None:
-    """Write the costs into the profile."""
+def store_switch_costs(
+    profile: Profile, costs: dict[str, tuple[float, ...]], context: int, fingerprint: str | None = None
+) -> None:
+    """Write the costs into the profile, with the `fingerprint` of what they were measured on."""
     profile.switch_costs = SwitchCosts(
         models={name: tuple(cost) for name, cost in costs.items()},
         context_length=context,
         method="per position j after the largest other model's pass: median 1-token pass j minus the median "
         "of as many passes after those (tight loop)",
+        fingerprint=fingerprint,
     )

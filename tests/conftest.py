@@ -14,6 +14,14 @@ import torch
 TINY_VOCAB = 64
 
 
+def shipped_paper_profile() -> Path:
+    """The paper's Table 1 profile as the package ships it (`polyplan/data`, read through
+    importlib.resources: the one copy; `polyplan theory report` reads the same file)."""
+    from importlib import resources
+
+    return Path(str(resources.files("polyplan") / "data" / "paper_table1_profile.json"))
+
+
 def tiny_llama(seed: int = 0, *, layers: int = 2, hidden: int = 32, vocab: int = TINY_VOCAB, init: float = 0.2, max_context: int = 256):
     """A random-initialised float32 `LlamaForCausalLM` (CPU, eval mode).
 

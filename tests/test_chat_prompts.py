@@ -123,7 +123,7 @@ def test_demo_splits_a_prompt_file_alternately_between_profiling_and_validation(
 
 
 def test_prompt_sets_carry_the_raw_choice_to_encoding(tmp_path):
-    from polyplan.profiler.pipeline import encode_for, prompt_set
+    from polyplan.profiler.prompt_sets import encode_for, prompt_set
 
     path = tmp_path / "p.jsonl"
     path.write_text(json.dumps({"category": "qa", "turns": ["w10 w11"]}) + "\n")

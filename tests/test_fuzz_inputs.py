@@ -1,6 +1,6 @@
 """Property-based: mutated models.yaml, profile and plan files never produce a traceback.
 
-Hypothesis takes the shipped examples (examples/zoo.yaml, examples/paper_table1_profile.json
+Hypothesis takes the shipped examples (examples/zoo.yaml, polyplan/data/paper_table1_profile.json
 and a plan `recommend` makes from it), replaces one value anywhere in them with a hostile one
 (wrong type, NaN, 10^400, deep nesting, a key removed or added), or damages the bytes, and runs
 the command that reads the file in-process. The property: exit 0, or exit 2 with exactly one
@@ -21,6 +21,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from typer.testing import CliRunner
 
+from conftest import shipped_paper_profile
 from polyplan.cli import app
 
 EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
@@ -112,7 +113,7 @@ def _one_clear_line_or_success(result) -> None:
 @pytest.fixture(scope="module")
 def folder(tmp_path_factory) -> Path:
     root = tmp_path_factory.mktemp("fuzz")
-    shutil.copy(EXAMPLES / "paper_table1_profile.json", root / "profile.json")
+    shutil.copy(shipped_paper_profile(), root / "profile.json")
     result = CliRunner().invoke(app, ["recommend", "--profile", str(root / "profile.json"), "--out", str(root / "plan.json")])
     assert result.exit_code == 0, result.output
     return root

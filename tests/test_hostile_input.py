@@ -13,10 +13,11 @@ import pytest
 from typer.testing import CliRunner
 
 from polyplan.cli import app
+from conftest import shipped_paper_profile
 from polyplan.formats.errors import PolyplanError
 
 EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
-PAPER = EXAMPLES / "paper_table1_profile.json"
+PAPER = shipped_paper_profile()
 
 
 def _run(*args: str):

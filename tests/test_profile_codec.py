@@ -94,9 +94,9 @@ def test_every_typed_record_round_trips():
         models=[ModelProfile("t", "fp-t", [LatencyPoint(64, 1, 0.01, samples_s=(0.01, 0.011))], timing=TimingHealth(threads=1, cpus=2)),
                 ModelProfile("d", "fp-d", [LatencyPoint(64, 1, 0.002)])],
         profiler=ProfilerRecord(prompts=8),
-        loop_overhead={"greedy": LoopCalibration(1e-4, 2e-4), "t0.7": LoopCalibration(1e-4, 3e-4)},
+        loop_overhead={"greedy": LoopCalibration(1e-4, 2e-4, fingerprint="sha256:l"), "t0.7": LoopCalibration(1e-4, 3e-4)},
         engine_overhead={"hf": {"greedy": EngineCalibration(1e-4, 1e-3, per_call_s=0.004, fingerprint="sha256:x")}},
-        switch_costs=SwitchCosts({"t": (0.001,), "d": (0.0002, 0.0001)}, context_length=64),
+        switch_costs=SwitchCosts({"t": (0.001,), "d": (0.0002, 0.0001)}, context_length=64, fingerprint="sha256:s"),
         acceptance_runs={"greedy": AgreementRuns((PairAgreement("t", "d", ("10", "111")),), fingerprint="sha256:r")},
     )
     profile.add_pair("t", "d").sampling["greedy"] = SamplingStats(alpha=0.5)
@@ -104,6 +104,23 @@ def test_every_typed_record_round_trips():
     assert again == profile
     # negative control: the comparison sees a change in a typed record
     assert decode(json.loads(json.dumps(encode(profile))).__or__({"switch_costs": {"models": {"t": [0.002]}}})) != profile
+
+
+def test_the_loop_costs_keep_their_fingerprints_through_the_codec_and_the_migration():
+    """The pipeline reuses a loop overhead or switch costs while their fingerprint holds
+    (`profiler.loop_costs`): the fingerprint survives a round trip and a version-1 file, where
+    it sat inside the meta entry."""
+    old = _version_1()
+    old["meta"]["loop_overhead"]["greedy"]["fingerprint"] = "sha256:l"
+    old["meta"]["switch_cost"]["fingerprint"] = "sha256:s"
+    profile = decode(old)
+    assert profile.loop_overhead["greedy"].fingerprint == "sha256:l"
+    assert profile.switch_costs.fingerprint == "sha256:s"
+    payload = json.loads(json.dumps(encode(profile)))
+    assert payload["loop_overhead"]["greedy"]["fingerprint"] == "sha256:l" and payload["switch_costs"]["fingerprint"] == "sha256:s"
+    assert decode(payload) == profile
+    # negative control: without one, none is invented (the pipeline then measures afresh)
+    assert decode(_version_1()).loop_overhead["greedy"].fingerprint is None and decode(_version_1()).switch_costs.fingerprint is None
 
 
 def test_every_field_names_a_check_the_codec_knows():

@@ -44,9 +44,11 @@ def test_example_profile_loads_with_table1_numbers():
     }
 
 
-def test_examples_folder_points_at_the_shipped_profile():
-    copy = Path(__file__).resolve().parents[1] / "examples" / "paper_table1_profile.json"
-    assert copy.read_bytes() == EXAMPLE.read_bytes()
+def test_the_shipped_profile_is_the_one_copy_and_resources_reads_it():
+    from conftest import shipped_paper_profile
+
+    assert shipped_paper_profile().read_bytes() == EXAMPLE.read_bytes()
+    assert not (Path(__file__).resolve().parents[1] / "examples" / "paper_table1_profile.json").exists()
 
 
 def test_build_field_by_field_save_and_reload(tmp_path):

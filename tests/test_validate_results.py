@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 
+from conftest import shipped_paper_profile
 from polyplan.formats.errors import PolyplanError
 from polyplan.planner.cost_model import predict_chain
 from polyplan.formats.overhead import LoopOverhead
@@ -29,7 +30,7 @@ from polyplan.profiler.validation_results import (
     validation_json,
 )
 
-EXAMPLE = Path(__file__).resolve().parent.parent / "examples" / "paper_table1_profile.json"
+EXAMPLE = shipped_paper_profile()
 
 
 @pytest.fixture(scope="module")
@@ -223,7 +224,7 @@ def test_json_twin_has_the_documented_shape(plan):
 
 
 def test_cache_root_prefers_the_option_then_the_environment_and_never_the_package(monkeypatch, tmp_path):
-    from polyplan.profiler.pipeline import cache_root
+    from polyplan.formats.cache import cache_root
 
     monkeypatch.delenv("POLYPLAN_CACHE_DIR", raising=False)
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
@@ -238,14 +239,14 @@ def test_cache_root_prefers_the_option_then_the_environment_and_never_the_packag
 
 
 def test_validate_runs_with_the_thread_count_the_plan_was_profiled_with():
-    from polyplan.commands.validate import plan_threads
+    from polyplan.profiler.threads import plan_threads
 
     assert plan_threads("cpu AMD EPYC (2 threads)") == 2 and plan_threads("cpu x (1 thread)") == 1
     assert plan_threads("cuda:0 NVIDIA H100 (3 threads)") is None and plan_threads("the paper's Table 1") is None
 
 
 def test_held_out_prompts_never_overlap_the_profiling_prompts():
-    from polyplan.profiler.pipeline import prompt_set, validation_prompt_set
+    from polyplan.profiler.prompt_sets import prompt_set, validation_prompt_set
 
     profiled, held_out = prompt_set(), validation_prompt_set(per_kind=2)
     assert len(profiled.prompts) == 16 and len(held_out.prompts) == 8

@@ -36,7 +36,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-PAPER = ROOT / "examples" / "paper_table1_profile.json"
+PAPER = ROOT / "polyplan" / "data" / "paper_table1_profile.json"  # the one copy, shipped in the package
 ZOO = ROOT / "examples" / "zoo.yaml"
 
 EXPECT_ERROR, EXPECT_OK, EXPECT_EITHER = "error", "ok", "either"

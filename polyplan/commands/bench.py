@@ -45,9 +45,9 @@ def decoder(
 ) -> None:
     """Race polyplan's decoding loop against Hugging Face generate (plain and assisted), greedy."""
     from polyplan.formats import options
-    from polyplan.commands.recommend import set_threads
     from polyplan.decoder.devices import check_device
     from polyplan.profiler.locks import timing_lock
+    from polyplan.profiler.threads import set_threads
 
     for option, value in (("--threads", threads), ("--prompt-length", prompt_length),
                           ("--max-new-tokens", max_new_tokens), ("--repeats", repeats)):
@@ -130,7 +130,7 @@ def peers(
     json_output: Annotated[bool, typer.Option("--json", help="Print one JSON object.")] = False,
 ) -> None:
     """Race HF generate (plain, assisted per drafter, prompt lookup) against polyplan's chain, greedy."""
-    from polyplan.commands.recommend import set_threads
+    from polyplan.profiler.threads import set_threads
     from polyplan.profiler.peers import peers_json, peers_lines, run_peers
 
     set_threads(threads)
@@ -181,7 +181,7 @@ def loop(
     """Run profile -> recommend -> validate twice, quiet and under a background load, and print
     per run and chain: predicted [interval], measured [CI], error, inside, and the ranking check."""
     from polyplan.commands.progress import progress_bars
-    from polyplan.commands.recommend import set_threads
+    from polyplan.profiler.threads import set_threads
     from polyplan.profiler.demo import DemoSettings
     from polyplan.profiler.load_loop import loop_lines, run_load_loop
 

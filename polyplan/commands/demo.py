@@ -42,9 +42,10 @@ def demo(
     """Profile the embedded family, recommend a chain, validate it against target-only decoding,
     the best two-model chain and the runners-up, and print one table with the report's paths."""
     from polyplan.commands.progress import progress_bars
-    from polyplan.commands.recommend import set_threads
+    from polyplan.profiler.threads import set_threads
     from polyplan.commands.validate import result_lines
-    from polyplan.profiler.demo import DemoSettings, run_demo
+    from polyplan.profiler.demo import DemoSettings
+    from polyplan.profiler.pipeline import run_demo
 
     set_threads(threads)
     settings = DemoSettings(

@@ -87,7 +87,7 @@ def _planned(plan: Path, candidates: Path | None, device: str | None) -> _Reques
     from polyplan.decoder.candidates_loader import chain_candidates
     from polyplan.formats.plan import read_plan
     from polyplan.formats.sampling import SamplingMode
-    from polyplan.profiler.pipeline import plan_candidates
+    from polyplan.profiler.candidate_file import plan_candidates
 
     planned = read_plan(plan)
     candidate_set = _on_device(plan_candidates(planned, str(plan), candidates), device)

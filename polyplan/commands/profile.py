@@ -1,4 +1,5 @@
-"""`polyplan profile`: measure T_i(k) and pairwise acceptance of the candidates into a profile."""
+"""`polyplan profile`: measure T_i(k), pairwise acceptance and the loop costs of the candidates into a
+profile, through the loop's one profiling entry point (`profiler.pipeline.profile_candidates`)."""
 
 from __future__ import annotations
 
@@ -40,23 +41,6 @@ def _check_up_front(out, candidates, prompts, max_prompts, device, seed, repeats
         from polyplan.decoder.devices import check_device
 
         check_device(device)
-
-
-class _Bar:
-    """Draws a rich progress bar on stderr from the run's `Progress` callbacks."""
-
-    def __init__(self, progress) -> None:
-        self.progress = progress
-        self.task = progress.add_task("profiling", total=None)
-
-    def total(self, steps: int) -> None:
-        self.progress.update(self.task, total=steps)
-
-    def start(self, step) -> None:
-        self.progress.update(self.task, description=step.label)
-
-    def done(self, step, reused: bool) -> None:
-        self.progress.update(self.task, advance=1, description=("reused " if reused else "") + step.label)
 
 
 @fails_cleanly
@@ -102,28 +86,56 @@ def profile(
     seed: Annotated[int, typer.Option("--seed", help="Prompt i is sampled with seed + i.")] = 0,
     json_output: Annotated[bool, typer.Option("--json", help="Print one JSON object instead of the table.")] = False,
 ) -> None:
-    """Measure latency curves and pairwise acceptance; write OUT after every measurement.
+    """Measure latency curves, pairwise acceptance and what the exact model reads besides (the
+    agreement runs, the loop overhead, the switch costs); write OUT after every measurement.
 
     A rerun reuses every entry whose models and settings are unchanged and measures the rest.
     """
-    from rich.console import Console
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
-
-    from polyplan.formats.candidates import default_candidates_path
-    from polyplan.profiler.candidates import load_models
-    from polyplan.profiler.latency import LatencySettings
-    from polyplan.profiler.prompts import builtin_prompts, encode_prompts, read_prompt_file
-    from polyplan.profiler.run import profile_models
-    from polyplan.profiler.settings import AcceptanceSettings, ProfileSettings
-    from polyplan.profiler.sample_size import too_few_prompts
-    from polyplan.profiler.summary import model_rows, pair_rows, summary_lines
+    from polyplan.commands.progress import progress_bars
+    from polyplan.profiler.pipeline import profile_candidates
+    from polyplan.profiler.prompt_sets import prompt_set
 
     _check_up_front(out, candidates, prompts, max_prompts, device, seed, repeats, warmup, latency_ks, block_sizes)
     if not decoded:
         from polyplan.formats.options import unused_without
 
         unused_without("--decoded", [("--decoded-prompts", decoded_prompts)], "--no-decoded measures no decoded mu")
-    settings = ProfileSettings(
+    settings = _settings(latency_ks, context_lengths, repeats, warmup, max_noise, noise_budget, temperatures, block_sizes,
+                         new_tokens, decoded_prompts, decoded_verifications, decoded, seed)
+    _set_threads(threads)
+    with progress_bars(disable=json_output) as (progress, _):
+        profiled = profile_candidates(
+            _candidates_path(candidates), profile_path=out, settings=settings, device=device, keep_foreign=False,
+            prompts=prompt_set(prompts, max_prompts=max_prompts, raw=raw_prompts, strict=True), progress=progress,
+        )
+    if json_output:
+        echo_json(run_json(profiled))
+        return
+    typer.echo("\n".join(run_lines(profiled)))
+
+
+def _candidates_path(candidates: Path | None) -> Path:
+    from polyplan.formats.candidates import default_candidates_path
+
+    return candidates if candidates is not None else default_candidates_path()
+
+
+def _set_threads(threads: int) -> None:
+    """--threads: 0 keeps torch's choice."""
+    if threads < 0:
+        raise PolyplanError(f"--threads: must be >= 0, got {threads}")
+    from polyplan.profiler.threads import set_threads
+
+    set_threads(threads or None)
+
+
+def _settings(latency_ks, context_lengths, repeats, warmup, max_noise, noise_budget, temperatures, block_sizes, new_tokens,
+              decoded_prompts, decoded_verifications, decoded, seed):
+    """The profiling settings the options ask for."""
+    from polyplan.profiler.latency import LatencySettings
+    from polyplan.profiler.settings import AcceptanceSettings, ProfileSettings
+
+    return ProfileSettings(
         latency=LatencySettings(
             ks=_numbers(latency_ks, "--latency-ks", int),
             context_lengths=_numbers(context_lengths, "--context-lengths", int),
@@ -142,74 +154,70 @@ def profile(
             seed=seed,
         ),
     )
-    if threads < 0:
-        raise PolyplanError(f"--threads: must be >= 0, got {threads}")
-    if threads > 0:
-        import torch
 
-        torch.set_num_threads(threads)
-    prompt_set = read_prompt_file(prompts) if prompts is not None else builtin_prompts()
-    if max_prompts is not None:
-        prompt_set = prompt_set[:max_prompts]
-    loaded = load_models(candidates if candidates is not None else default_candidates_path(), device=device)
-    encoded = encode_prompts(prompt_set, loaded.tokenizer, raw=raw_prompts)
-    console = Console(stderr=True)
-    columns = (TextColumn("{task.description:<48}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn())
-    with Progress(*columns, console=console, transient=True, disable=json_output) as bar:
-        outcome = profile_models(loaded.models, encoded, out, settings, device=loaded.device, progress=_Bar(bar))
-    warning = too_few_prompts(len(encoded))
-    if warning is not None:
-        typer.echo(f"warning: {warning}", err=True)
-    from polyplan.planner.timing_health import timing_warnings
 
-    if json_output:
-        echo_json(
-            {
-                "profile": str(out),
-                "measured": [step.label for step in outcome.measured],
-                "reused": [step.label for step in outcome.reused],
-                "wall_time_s": outcome.wall_time_s,
-                "warnings": list(timing_warnings(outcome.profile)),
-                "phase_seconds": {"latency": outcome.phases.latency, "alpha": outcome.phases.alpha, "decoded": outcome.phases.decoded},
-                "models": [{"name": r.name, "step_s": r.step_s, "relative_iqr": r.relative_iqr, "reference_relative_iqr": r.reference_relative_iqr} for r in model_rows(outcome.profile)],
-                "pairs": [
-                    {
-                        "verifier": r.verifier,
-                        "drafter": r.drafter,
-                        "sampling": r.sampling,
-                        "alpha": r.alpha,
-                        "best_k": r.best_k,
-                        "mu_best": r.mu_best,
-                        "mu_best_source": r.mu_best_source,
-                        "alpha_ci": r.alpha_ci,
-                        "decoded": [
-                            {
-                                "k": d.k,
-                                "mu": d.mu,
-                                "implied_mu": d.implied_mu,
-                                "positional_mu": d.positional_mu,
-                                "relative_variability": d.relative_variability,
-                                "iid_relative_variability": d.iid_relative_variability,
-                            }
-                            for d in r.decoded
-                        ],
-                        "speedup_at_best_k": r.speedup,
-                        "warnings": list(r.warnings),
-                    }
-                    for r in pair_rows(outcome.profile)
-                ],
-            }
-        )
-        return
+def run_lines(profiled) -> list[str]:
+    """The closing table, the timing warnings and what the run did."""
     from polyplan.commands.recommend import warning_lines
+    from polyplan.planner.timing_health import timing_warnings
+    from polyplan.profiler.summary import summary_lines
 
-    typer.echo("\n".join(summary_lines(outcome.profile) + warning_lines(timing_warnings(outcome.profile))))
-    phases = outcome.phases
-    others = [name for name in outcome.profile.model_names() if name not in {model.name for model in loaded.models}]
+    profile, run = profiled.profile, profiled.run
+    lines = summary_lines(profile) + warning_lines(timing_warnings(profile))
+    others = [name for name in profile.model_names() if name not in {model.name for model in profiled.models}]
     if others:
-        typer.echo(f"\nkept the entries of {len(others)} model(s) outside these candidates: {', '.join(others)}")
-    typer.echo(
-        f"\nwrote {out}: {len(outcome.measured)} entries measured, {len(outcome.reused)} reused in "
-        f"{outcome.wall_time_s:.1f} s (latency {phases.latency:.1f} s, alpha {phases.alpha:.1f} s, "
-        f"decoded {phases.decoded:.1f} s)"
+        lines.append(f"\nkept the entries of {len(others)} model(s) outside these candidates: {', '.join(others)}")
+    phases = run.phases
+    lines.append(
+        f"\nwrote {profiled.path}: {len(run.measured)} entries measured, {len(run.reused)} reused in "
+        f"{profiled.wall_time_s:.1f} s (latency {phases.latency:.1f} s, alpha {phases.alpha:.1f} s, "
+        f"decoded {phases.decoded:.1f} s; agreement runs, loop overhead and switch costs: "
+        f"{profiled.measured - len(run.measured)} measured)"
     )
+    return lines
+
+
+def run_json(profiled) -> dict:
+    """`profile --json`: the run's entries, its timing warnings and the closing table's rows."""
+    from polyplan.planner.timing_health import timing_warnings
+    from polyplan.profiler.summary import model_rows, pair_rows
+
+    profile, run = profiled.profile, profiled.run
+    return {
+        "profile": str(profiled.path),
+        "measured": [step.label for step in run.measured],
+        "reused": [step.label for step in run.reused],
+        "loop_costs_measured": profiled.measured - len(run.measured),
+        "wall_time_s": profiled.wall_time_s,
+        "warnings": list(timing_warnings(profile)),
+        "phase_seconds": {"latency": run.phases.latency, "alpha": run.phases.alpha, "decoded": run.phases.decoded},
+        "models": [{"name": r.name, "step_s": r.step_s, "relative_iqr": r.relative_iqr, "reference_relative_iqr": r.reference_relative_iqr}
+                   for r in model_rows(profile)],
+        "pairs": [_pair_json(r) for r in pair_rows(profile)],
+    }
+
+
+def _pair_json(row) -> dict:
+    return {
+        "verifier": row.verifier,
+        "drafter": row.drafter,
+        "sampling": row.sampling,
+        "alpha": row.alpha,
+        "best_k": row.best_k,
+        "mu_best": row.mu_best,
+        "mu_best_source": row.mu_best_source,
+        "alpha_ci": row.alpha_ci,
+        "decoded": [
+            {
+                "k": d.k,
+                "mu": d.mu,
+                "implied_mu": d.implied_mu,
+                "positional_mu": d.positional_mu,
+                "relative_variability": d.relative_variability,
+                "iid_relative_variability": d.iid_relative_variability,
+            }
+            for d in row.decoded
+        ],
+        "speedup_at_best_k": row.speedup,
+        "warnings": list(row.warnings),
+    }

@@ -126,37 +126,40 @@ def recommend(
     Give --profile (numbers only), --candidates (profile what is missing, then plan), or both
     (the profile file is resumed and completed).
     """
-    from polyplan.planner.plan_file import plan_from_profile
-    from polyplan.formats.profile_codec import load
-    from polyplan.profiler.sample_size import profile_warning
-
     _check_up_front(profile, candidates, max_levels, k_max, seed, out, prompts, raw_prompts, resamples, cache_dir, device, threads)
     mode = SamplingMode.parse(sampling, "--sampling")
     options = dict(max_levels=max_levels, k_max=k_max, block_sizes=search, sampling=mode.key, seed=seed, resamples=resamples)
     if candidates is None:
-        if profile is None:
-            raise PolyplanError("--profile: give a profile JSON, or --candidates models.yaml to profile the models first")
-        profiled_numbers = load(profile)
-        result = plan_from_profile(profiled_numbers, out, profile_path=str(profile), **options)
-        profile_path = str(profile)
-        warning = profile_warning(profiled_numbers)
-        if warning is not None:
-            typer.echo(f"warning: {warning}", err=True)
+        result, profile_path, record = _plan_profile(profile, out, options)
     else:
-        profiled = _profile_candidates(
-            candidates, profile, mode, prompts, cache_dir, device, threads, quiet=json_output, raw=raw_prompts
-        )
-        profile_path = str(profiled.path)
-        result = plan_from_profile(profiled.profile, out, profile_path=profile_path, candidates=profiled.record, drafters=profiled.drafters, **options)
+        recommended = _recommend_candidates(candidates, out, profile, mode, prompts, cache_dir, device, threads, options,
+                                            quiet=json_output, raw=raw_prompts)
+        profiled = recommended.profiled
+        result, profile_path, record = recommended.recommendation, str(profiled.path), profiled.record
         if not json_output:
             typer.echo(f"profile {profiled.path}: {profiled.measured} entries measured, {profiled.reused} reused")
     if json_output:
-        record = None if candidates is None else profiled.record
         echo_json(plan_to_json_dict(result, profile_path=profile_path, candidates=record))
         return
     typer.echo("\n".join(table_lines(result)))
     if out is not None:
         typer.echo(f"\nwrote {out}")
+
+
+def _plan_profile(profile: Path | None, out: Path | None, options: dict):
+    """Plan from the numbers alone (no models, no torch): (result, profile path, no candidates)."""
+    from polyplan.formats.profile_codec import load
+    from polyplan.planner.plan_file import plan_from_profile
+    from polyplan.profiler.sample_size import profile_warning
+
+    if profile is None:
+        raise PolyplanError("--profile: give a profile JSON, or --candidates models.yaml to profile the models first")
+    profiled_numbers = load(profile)
+    result = plan_from_profile(profiled_numbers, out, profile_path=str(profile), **options)
+    warning = profile_warning(profiled_numbers)
+    if warning is not None:
+        typer.echo(f"warning: {warning}", err=True)
+    return result, str(profile), None
 
 
 def _check_up_front(profile, candidates, max_levels, k_max, seed, out, prompts, raw_prompts, resamples, cache_dir, device, threads) -> None:
@@ -189,25 +192,18 @@ def _check_up_front(profile, candidates, max_levels, k_max, seed, out, prompts, 
         check_device(device)
 
 
-def _profile_candidates(candidates, profile, mode: SamplingMode, prompts, cache_dir, device, threads, *, quiet, raw=False):
-    """Profile what is missing for the sampling `mode` (torch is imported only here)."""
+def _recommend_candidates(candidates, out, profile, mode: SamplingMode, prompts, cache_dir, device, threads, options, *, quiet,
+                          raw=False):
+    """Profile what is missing for the sampling `mode`, then plan (torch is imported only here)."""
     from polyplan.commands.progress import progress_bars
-    from polyplan.profiler.pipeline import profile_candidates, prompt_set
+    from polyplan.profiler.pipeline import recommend_candidates
+    from polyplan.profiler.prompt_sets import prompt_set
+    from polyplan.profiler.threads import set_threads
 
     set_threads(threads)
     with progress_bars(disable=quiet) as (progress, _):
-        return profile_candidates(
-            candidates, profile_path=profile, prompts=prompt_set(prompts, raw=raw), cache_dir=cache_dir, device=device,
-            temperature=mode.temperature, progress=progress,
+        return recommend_candidates(
+            candidates, out, profile_path=profile, prompts=prompt_set(prompts, raw=raw), cache_dir=cache_dir, device=device,
+            temperature=mode.temperature, progress=progress, **options,
         )
 
-
-def set_threads(threads: int | None) -> None:
-    """Set torch's CPU threads for this process (`--threads`); None keeps torch's default."""
-    if threads is None:
-        return
-    if threads < 1:
-        raise PolyplanError(f"--threads: must be >= 1, got {threads}")
-    import torch
-
-    torch.set_num_threads(threads)

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import re
 from pathlib import Path
 from typing import Annotated, Optional
 
@@ -11,29 +10,6 @@ import typer
 
 from polyplan.cli_support import echo_json, fails_cleanly
 from polyplan.commands.options import RawPrompts
-
-_THREADS = re.compile(r"\((\d+) threads?\)")
-
-
-def plan_threads(device_label: str) -> int | None:
-    """The CPU thread count in a profile's device label ("cpu … (2 threads)"), if any."""
-    match = _THREADS.search(device_label) if device_label.startswith("cpu") else None
-    return int(match.group(1)) if match else None
-
-
-def plan_profile(planned):
-    """The profile the plan was made from, if its file is still readable (for the re-timed
-    prediction); None otherwise."""
-    from polyplan.formats.errors import PolyplanError
-    from polyplan.formats.profile_codec import load
-
-    path = planned.profile.path
-    if path is None or not Path(path).is_file():
-        return None
-    try:
-        return load(path)
-    except PolyplanError:
-        return None
 
 
 def result_lines(validation, files) -> list[str]:
@@ -85,19 +61,11 @@ def validate(
 ) -> None:
     """Run the recommended chain, the next --top chains, target-only and the best two-model chain
     on the same prompts and seeds, interleaved; report measured against predicted speedups."""
-    from polyplan.commands.progress import progress_bars
-    from polyplan.commands.recommend import set_threads
-    from polyplan.formats.plan import read_plan
-    from polyplan.decoder.candidates_loader import load_candidates
-    from polyplan.profiler.pipeline import encode_for, plan_candidates, validation_prompt_set
-    from polyplan.profiler.run import describe_device
-    from polyplan.profiler.validation_runs import ValidationSettings, select_chains, validate_plan
-    from polyplan.profiler.validation_report import write_report
-
     from polyplan.formats import options
-    from polyplan.profiler.locks import timing_lock
-    from polyplan.planner.plan_check import check_plan
+    from polyplan.commands.progress import progress_bars
+    from polyplan.profiler.pipeline import validate_plan_file
     from polyplan.profiler.report_folder import check_validation_folder
+    from polyplan.profiler.validation_runs import ValidationSettings
 
     settings = ValidationSettings(new_tokens=new_tokens, repeats=repeats, top=top, seed=seed)
     options.seed(seed)
@@ -106,31 +74,12 @@ def validate(
     if prompts is not None:
         options.unused_without("the built-in prompts", [("--prompts-per-kind", prompts_per_kind)], "--prompts gives the prompts")
     check_validation_folder(out, [("--plan", plan), ("--prompts", prompts), ("--candidates", candidates)])
-    planned = read_plan(plan)
-    profiled = plan_profile(planned)  # read and checked once, for the plan check and the run
-    check_plan(planned, str(plan), profiled)  # a hand-edited plan is refused before any work
-    select_chains(planned, top, str(plan))  # cheap checks first: a bad --top or changed model loads nothing
-    candidate_set = plan_candidates(planned, str(plan), candidates)
-    prompt_set = validation_prompt_set(prompts, per_kind=4 if prompts_per_kind is None else prompts_per_kind, max_prompts=max_prompts, raw=raw_prompts)
-    set_threads(threads if threads is not None else plan_threads(planned.device))
-    loaded = load_candidates(candidate_set)
-    members = {item.candidate.name: item.member for item in loaded.candidates}
-    target = members[planned.target]
-    with progress_bars(disable=json_output) as (_, progress), timing_lock():
-        validation = validate_plan(
-            planned,
-            members,
-            encode_for(prompt_set, loaded.tokenizer),
-            settings,
-            device_label=describe_device(getattr(target, "device", "cpu")),
-            plan_path=str(plan),
-            prompt_source=prompt_set.source,
-            truncate_prompts=prompt_set.truncate,
-            progress=progress,
-            profile=profiled,
+    with progress_bars(disable=json_output) as (_, progress):
+        validated = validate_plan_file(
+            plan, out, settings, prompt_file=prompts, prompts_per_kind=4 if prompts_per_kind is None else prompts_per_kind,
+            max_prompts=max_prompts, raw_prompts=raw_prompts, candidates_path=candidates, threads=threads, progress=progress,
         )
-    files = write_report(validation, out)
     if json_output:
-        echo_json(json.loads(files.json.read_text(encoding="utf-8")))
+        echo_json(json.loads(validated.files.json.read_text(encoding="utf-8")))
         return
-    typer.echo("\n".join(result_lines(validation, files)))
+    typer.echo("\n".join(result_lines(validated.validation, validated.files)))

@@ -1,0 +1,76 @@
+"""Where the loop keeps a profile, and what it reads back from one before extending it.
+
+The profile cache lives in a user cache folder, never inside the installed package:
+`--cache-dir`, else `$POLYPLAN_CACHE_DIR`, else `$XDG_CACHE_HOME/polyplan`, else
+`~/.cache/polyplan`. A cached profile is named by a hash of the candidates' fingerprints and
+the device, so changed weights or another thread count start (or resume) another file.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+from pathlib import Path
+
+from polyplan.formats.cache import cache_root
+from polyplan.formats.errors import PolyplanError
+from polyplan.formats.profile import AgreementRuns, Profile
+from polyplan.formats.profile_codec import load
+from polyplan.profiler.fingerprint import fingerprint_settings
+from polyplan.profiler.latency import LatencySettings
+from polyplan.profiler.settings import AcceptanceSettings, ProfileSettings
+
+
+def cached_profile_path(fingerprints: dict[str, str], device_label: str, cache_dir: str | os.PathLike[str] | None) -> Path:
+    """The cache file for these candidates on this device."""
+    key = fingerprint_settings("profile-cache", sorted(fingerprints.items()), device_label).split(":", 1)[1][:20]
+    folder = cache_root(cache_dir) / "profiles"
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+    except OSError as error:
+        raise PolyplanError(f"--cache-dir: cannot create {folder} ({error.strerror or error})") from None
+    return folder / f"{key}.json"
+
+
+def readable_profile(path: Path) -> Profile | None:
+    """The profile at `path` if it is one (the run itself reports a broken file)."""
+    try:
+        return load(path) if path.is_file() else None
+    except PolyplanError:
+        return None
+
+
+def resumed_settings(path: str | os.PathLike[str] | None, temperature: float | None = None) -> ProfileSettings:
+    """The settings the profile at `path` was measured with (its `profiler` record), else the defaults
+    (with only `temperature` as sampling mode, when given); `temperature` is always among the
+    modes. Resuming with other settings would re-measure every entry, since each entry's
+    fingerprint includes its settings."""
+    settings = ProfileSettings() if temperature is None else ProfileSettings(acceptance=AcceptanceSettings(temperatures=(temperature,)))
+    if path is not None and Path(path).is_file():
+        recorded = load(path).profiler
+        try:
+            latency = {key: tuple(value) if isinstance(value, list) else value for key, value in recorded.latency.items()}
+            acceptance = {key: tuple(value) if isinstance(value, list) else value for key, value in recorded.acceptance.items()}
+            settings = ProfileSettings(latency=LatencySettings(**latency), acceptance=AcceptanceSettings(**acceptance))
+        except (KeyError, TypeError, AttributeError, PolyplanError):
+            pass  # written by another polyplan: measure afresh with the defaults
+    if temperature is not None and temperature not in settings.acceptance.temperatures:
+        acceptance = dataclasses.replace(settings.acceptance, temperatures=settings.acceptance.temperatures + (temperature,))
+        settings = dataclasses.replace(settings, acceptance=acceptance)
+    return settings
+
+
+def forget_latency(path: Path) -> None:
+    """Drop the latency fingerprints of the profile at `path`, so the run re-times the curves."""
+    profile = readable_profile(path)
+    if profile is None:
+        return
+    for model in profile.models:
+        model.latency_fingerprint = None
+    profile.save(path)
+
+
+def previous_runs(path: Path) -> AgreementRuns | None:
+    """The greedy agreement runs of the profile at `path` before a run rewrites it."""
+    profile = readable_profile(path)
+    return None if profile is None else profile.acceptance_runs.get("greedy")

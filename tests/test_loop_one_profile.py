@@ -1,0 +1,98 @@
+"""One profiling entry point: `profile` then `recommend --profile` plans exactly as `recommend
+--candidates` does on the same cached profile (issue 12: the two paths gave 2.05x and 1.77x).
+
+Tiny local family (`conftest.write_candidate_workspace`), greedy only, short settings."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from conftest import write_candidate_workspace
+from polyplan.cli import app
+from polyplan.formats.profile_codec import load
+
+pytestmark = pytest.mark.usefixtures("single_thread")
+
+PROFILE_FAST = [
+    "--new-tokens", "8", "--latency-ks", "1,2,4", "--context-lengths", "8,16", "--repeats", "3", "--warmup", "1", "--noise-budget", "0",
+    "--decoded-prompts", "2", "--block-sizes", "2", "--temperatures", "0", "--threads", "1",
+]
+# What a plan records about where it came from; everything else is the plan itself.
+PROVENANCE = {"profile", "candidates"}
+
+
+def _invoke(*args: str):
+    return CliRunner().invoke(app, [str(arg) for arg in args])
+
+
+@pytest.fixture(scope="module")
+def profiled(tmp_path_factory) -> Path:
+    root = write_candidate_workspace(tmp_path_factory.mktemp("one_profile"))
+    result = _invoke("profile", "--candidates", root / "models.yaml", "--prompts", root / "prompts.jsonl",
+                     "--out", root / "profile.json", *PROFILE_FAST)
+    assert result.exit_code == 0, result.output
+    return root
+
+
+def test_profile_measures_everything_the_exact_model_reads(profiled):
+    profile = load(profiled / "profile.json")
+    assert set(profile.loop_overhead) == {"greedy"}
+    loop = profile.loop_overhead["greedy"]
+    assert loop.per_step_s >= 0 and loop.per_round_s >= 0 and loop.fingerprint
+    assert profile.acceptance_runs["greedy"].pairs
+    assert set(profile.switch_costs.models) == {"target", "small", "ngram"} and profile.switch_costs.fingerprint
+    assert not profile.meta  # the profiler's records are typed fields; meta is the user's
+
+
+def test_profile_then_recommend_plans_as_recommend_candidates_does(profiled, tmp_path):
+    before = load(profiled / "profile.json")
+    from_profile = _invoke("recommend", "--profile", profiled / "profile.json", "--out", tmp_path / "a.json")
+    assert from_profile.exit_code == 0, from_profile.output
+    assert "none recorded" not in from_profile.stdout and "acceptance from the measured agreement runs" in from_profile.stdout
+    from_candidates = _invoke("recommend", "--candidates", profiled / "models.yaml", "--profile", profiled / "profile.json",
+                              "--prompts", profiled / "prompts.jsonl", "--out", tmp_path / "b.json", "--threads", "1")
+    assert from_candidates.exit_code == 0, from_candidates.output
+    assert ": 0 entries measured" in from_candidates.stdout  # the same cached profile, nothing re-measured
+    a, b = (json.loads((tmp_path / name).read_text()) for name in ("a.json", "b.json"))
+    assert (a["chain"], a["block_sizes"]) == (b["chain"], b["block_sizes"])
+    assert [alt["chain"] for alt in a["alternatives"]] == [alt["chain"] for alt in b["alternatives"]]
+    assert a["predicted"] == b["predicted"] and a["alternatives"] == b["alternatives"]
+    assert {key: value for key, value in a.items() if key not in PROVENANCE} == {
+        key: value for key, value in b.items() if key not in PROVENANCE
+    }
+    after = load(profiled / "profile.json")
+    assert after.loop_overhead == before.loop_overhead and after.switch_costs == before.switch_costs
+
+
+def test_a_profile_with_a_stale_loop_cost_is_completed_not_reused(profiled, tmp_path):
+    """Negative control: a loop-overhead entry measured for something else is re-measured, so
+    reuse above is the fingerprint holding, not the entries being left alone."""
+    profile = json.loads((profiled / "profile.json").read_text())
+    profile["loop_overhead"]["greedy"]["fingerprint"] = "sha256:stale"
+    profile["switch_costs"]["fingerprint"] = "sha256:stale"
+    stale = tmp_path / "stale.json"
+    stale.write_text(json.dumps(profile))
+    result = _invoke("profile", "--candidates", profiled / "models.yaml", "--prompts", profiled / "prompts.jsonl",
+                     "--out", stale, *PROFILE_FAST, "--json")
+    assert result.exit_code == 0, result.output
+    report = json.loads(result.stdout)
+    assert report["measured"] == [] and report["loop_costs_measured"] == 2
+    completed = load(stale)
+    assert completed.loop_overhead["greedy"].fingerprint not in (None, "sha256:stale")
+    assert completed.switch_costs.fingerprint not in (None, "sha256:stale")
+
+
+def test_a_device_given_for_the_candidates_places_every_model_but_the_ngram_drafter(profiled):
+    """`--device` goes through `read_candidate_file` → `with_device` (which walks each derive
+    chain to keep a split model where accelerate put it)."""
+    from polyplan.profiler.candidate_file import read_candidate_file
+
+    read = read_candidate_file(profiled / "models.yaml", "meta")
+    devices = {candidate.name: candidate.device for candidate in read.candidates.candidates}
+    assert devices["target"] == devices["small"] == "meta" and devices["ngram"] != "meta"
+    assert read.record["device"] == "meta"
+    assert {c.name: c.device for c in read_candidate_file(profiled / "models.yaml").candidates.candidates}["target"] != "meta"
