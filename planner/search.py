@@ -114,7 +114,7 @@ class _Context:
         self.overhead = overhead
         self.runs = {} if acceptance_model == "iid" else profile_runs(profile, sampling)
         if acceptance_model == "runs" and not self.runs:
-            raise PolyplanError(f"{profile.source}: meta.acceptance_runs: none recorded for sampling {sampling!r}")
+            raise PolyplanError(f"{profile.source}: acceptance_runs: none recorded for sampling {sampling!r}")
         self.acceptance_model = "runs" if self.runs else "iid"
         self._survivals: dict[tuple[str, str, int], RunSurvival] = {}
         self.switches = profile_switch_costs(profile)
