@@ -27,6 +27,7 @@ def distill(
     data: Annotated[Optional[Path], typer.Option("--data", help="Your own text to train on: *.jsonl prompts (turns/prompt/text) or text (blank-line separated).")] = None,
     on_policy_tokens: Annotated[Optional[int], typer.Option("--on-policy-tokens", help="Tokens of the target's own continuations to train on (0: none) [default: 16384].")] = None,
     exit_layers: Annotated[Optional[int], typer.Option("--exit-layers", help="Train an early exit instead: the target's first K layers with a trained norm and reduced head.")] = None,
+    raw_prompts: Annotated[bool, typer.Option("--raw-prompts", help="Continue --data prompts as raw text, not through the target's chat template.")] = False,
     seed: Annotated[int, typer.Option("--seed", help="Seed of the initialisation and the batches.")] = 0,
     threads: Annotated[int, typer.Option("--threads", help="torch CPU threads.")] = 1,
     quick: Annotated[bool, typer.Option("--quick", help="Tiny settings for tests and smoke runs (no size options with it).")] = False,
@@ -48,7 +49,7 @@ def distill(
     settings = QUICK if quick else DistillSettings(seed=seed, **given)
     with torch_threads(threads):
         result = distill_drafter(candidates if candidates is not None else default_candidates_path(), out, settings,
-                                 target_name=target, data=data, exit_layers=exit_layers, log=lambda line: typer.echo(line, err=True))
+                                 target_name=target, data=data, exit_layers=exit_layers, raw_prompts=raw_prompts, log=lambda line: typer.echo(line, err=True))
     typer.echo(
         f"wrote {result.out}: {result.parameters / 1e6:.2f}M parameters, head over {result.kept_tokens} of {result.vocab} "
         f"tokens ({result.kept_mass:.1%} of held-out target tokens); held-out alpha {result.alpha_before:.3f} -> "

@@ -93,6 +93,7 @@ class DistillResult:
 
 def distill_drafter(candidates_path: str | Path, out: str | Path, settings: DistillSettings = DistillSettings(),
                     *, target_name: str | None = None, data: str | Path | None = None, exit_layers: int | None = None,
+                    raw_prompts: bool = False,
                     log=lambda line: None) -> DistillResult:
     """Distil a reduced-vocabulary drafter for the target of `candidates_path` into `out`.
 
@@ -136,7 +137,7 @@ def distill_drafter(candidates_path: str | Path, out: str | Path, settings: Dist
         f"{settings.vocab} kept ids cover {kept_mass:.1%} of the held-out tokens")
     train = corpus.train
     if settings.on_policy_tokens:
-        on_policy = on_policy_stream(target, corpus.train, settings, log)
+        on_policy = on_policy_stream(target, corpus.train, settings, log, user_prompt_ids(tokenizer, user or [], raw_prompts))
         repeats = max(1, round(corpus.train.numel() / max(1, on_policy.numel())))
         train = torch.cat([corpus.train, on_policy.repeat(repeats)])  # about half the windows on-policy
     torch.manual_seed(settings.seed)  # the initialisers draw from the global generator
@@ -213,6 +214,14 @@ def stdlib_prose(max_chars: int) -> list[str]:
     return texts
 
 
+def user_prompt_ids(tokenizer, texts: list[str], raw: bool = False) -> list[list[int]]:
+    """The user's texts as decoding sends them: through the target's chat template unless
+    `raw` or the tokenizer has none (`decoder.chat.encode_prompt`)."""
+    from polyplan.decoder.chat import encode_prompt
+
+    return [encode_prompt(tokenizer, text, raw=raw, where=f"--data text {index + 1}") for index, text in enumerate(texts)]
+
+
 def user_texts(path: str | Path) -> list[str]:
     """The texts of a user's data file: a jsonl of prompts (`turns`, `prompt` or `text`) or
     plain text (blank-line separated), read by the profiler's prompt reader."""
@@ -227,20 +236,29 @@ def _held_out_every(texts: list[str], every: int = 20) -> tuple[list[str], list[
     return [text for index, text in enumerate(texts) if index % every != every - 1], held or texts[-1:]
 
 
-def on_policy_stream(target, train: torch.Tensor, settings: DistillSettings, log) -> torch.Tensor:
-    """About `settings.on_policy_tokens` tokens of the target's own greedy text: continuations
-    of `on_policy_prompt`-token prompts cut at evenly spaced places of the training stream,
-    each piece a prompt and its continuation (the loss sees the prompt as context)."""
+def on_policy_stream(target, train: torch.Tensor, settings: DistillSettings, log,
+                     prompts: list[list[int]] = ()) -> torch.Tensor:
+    """About `settings.on_policy_tokens` tokens of the target's own greedy text, each piece a
+    prompt and its continuation (the loss sees the prompt as context). First the user's
+    `prompts` (token ids exactly as decoding will send them: through the target's chat template
+    unless raw), each continued for `window - on_policy_prompt` tokens; then, for the rest of
+    the budget, `on_policy_prompt`-token prompts cut at evenly spaced places of the training
+    stream, continued in wide batches (the head streams once per step)."""
     from polyplan.zoo.optim import eval_windows
     from polyplan.zoo.refine import greedy_continuations
 
     started = time.perf_counter()
     continuation = max(1, settings.window - settings.on_policy_prompt)
-    count = max(1, -(-settings.on_policy_tokens // continuation))
-    prompts = eval_windows(train, settings.on_policy_prompt - 1, count)  # (count, prompt)
-    pieces = torch.cat([greedy_continuations(target, chunk, continuation) for chunk in prompts.split(64)])  # wide batches: the head streams once per step
-    log(f"on-policy: {count} target continuations of {continuation} tokens ({time.perf_counter() - started:.0f}s)")
-    return pieces.reshape(-1)
+    pieces = [greedy_continuations(target, torch.tensor([ids[-settings.window:]]), continuation)[0]
+              for ids in prompts[: max(1, -(-settings.on_policy_tokens // continuation))]]
+    remaining = settings.on_policy_tokens - sum(piece.numel() for piece in pieces)
+    count = -(-max(0, remaining) // continuation)
+    if count:
+        cut = eval_windows(train, settings.on_policy_prompt - 1, count)  # (count, prompt)
+        pieces += [row for chunk in cut.split(64) for row in greedy_continuations(target, chunk, continuation)]
+    log(f"on-policy: {len(pieces)} target continuations of {continuation} tokens, {min(len(prompts), len(pieces))} of them "
+        f"of your prompts ({time.perf_counter() - started:.0f}s)")
+    return torch.cat(pieces)
 
 
 def _start_from_target_embeddings(drafter, target, keep: torch.Tensor) -> None:
