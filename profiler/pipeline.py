@@ -132,7 +132,7 @@ def profile_candidates(
 def _profile_into(path: Path, loaded: LoadedModels, record, settings: ProfileSettings, fitted: tuple[EncodedPrompt, ...],
                   device_label: str, fresh_timings: bool, calibration_tokens: int, progress, started: float, log) -> ProfiledCandidates:
     """The body of `profile_candidates`, with the profile `path` and the timing lock held."""
-    from polyplan.profiler.sample_size import too_few_prompts
+    from polyplan.planner.sample_size import too_few_prompts
 
     previous = previous_runs(path)
     if fresh_timings:

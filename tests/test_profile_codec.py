@@ -24,7 +24,7 @@ from polyplan.planner.engine_overhead import profile_call_seconds, profile_engin
 from polyplan.planner.overhead import profile_overhead, profile_switch_costs
 from polyplan.planner.runs import profile_runs
 from polyplan.planner.timing_health import timing_warnings
-from polyplan.profiler.sample_size import profile_warning
+from polyplan.planner.sample_size import profile_warning
 
 EXAMPLE = Path(__file__).resolve().parents[1] / "polyplan" / "data" / "paper_table1_profile.json"
 TIMING = {"reference_median_s": 0.002, "reference_relative_iqr": 0.4, "latency_outliers": 1, "latency_timings": 40,

@@ -150,7 +150,7 @@ def _plan_profile(profile: Path | None, out: Path | None, options: dict):
     """Plan from the numbers alone (no models, no torch): (result, profile path, no candidates)."""
     from polyplan.formats.profile_codec import load
     from polyplan.planner.plan_file import plan_from_profile
-    from polyplan.profiler.sample_size import profile_warning
+    from polyplan.planner.sample_size import profile_warning
 
     if profile is None:
         raise PolyplanError("--profile: give a profile JSON, or --candidates models.yaml to profile the models first")
