@@ -160,3 +160,9 @@ def test_the_loss_over_the_support_equals_the_full_loss_when_both_are_restricted
     sliced_loss, sliced_tv = distillation_loss(teacher[:, keep], drafter[:, keep])
     torch.testing.assert_close(sliced_loss, full_loss)
     torch.testing.assert_close(sliced_tv, full_tv)
+
+
+def test_raw_prompts_without_data_is_refused(tmp_path):
+    result = CliRunner().invoke(app, ["drafter", "distill", "--quick", "--raw-prompts", "--out", str(tmp_path / "d")])
+    assert result.exit_code == 2 and "error: --raw-prompts: only used with --data" in result.output
+    assert not (tmp_path / "d").exists()

@@ -41,6 +41,7 @@ def distill(
     from polyplan.formats import options
 
     options.at_least(threads, 1, "--threads")
+    options.unused_without("--data", [("--raw-prompts", True if raw_prompts else None)], "it sends the --data prompts as raw text")
     sizes = {"vocab": vocab, "layers": layers, "hidden": hidden, "steps": steps, "batch_size": batch_size, "window": window,
              "on_policy_tokens": on_policy_tokens}
     given = {name: value for name, value in sizes.items() if value is not None}

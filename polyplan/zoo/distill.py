@@ -6,24 +6,28 @@ over the target's N most frequent tokens (FR-Spec style, `decoder.reduced_vocab`
    - the standard library's source (`zoo.corpus`, the family's corpus) and its English prose
      (`pydoc_data.topics`, the Python reference manual's topics): every machine has both;
    - an optional user file (`--data`: text, or jsonl prompts with `turns`/`prompt`/`text`);
-   - on-policy text: the target's own greedy continuations of prompts cut from that data
-     (`--on-policy-tokens`), since speculative decoding verifies the drafter on the target's
-     output. Half of every training batch comes from this text.
-   One file in twenty of each source is held out to score the result.
+   - on-policy text: the target's own greedy continuations (`--on-policy-tokens`), first of
+     the `--data` prompts as decoding sends them (through the chat template unless
+     `--raw-prompts`), then of prompts cut from the corpus, since speculative decoding
+     verifies the drafter on the target's output. Half of every training batch is this text.
+   One text in twenty of each source is held out to score the result.
 3. Keep the N most frequent target tokens of that stream, plus every EOS id of the target.
 4. A Llama-style drafter (the target's full vocabulary in its embeddings, so it reads any
    token; a `SubsetHead` over the N kept ids). Its embeddings and head start from the
    target's own, projected onto their top principal directions (`projected_embeddings`), so
-   a token the short training never shows still lands near its neighbours.
+   a token the short training never shows still lands near its neighbours. With
+   `--exit-layers K` the drafter is instead the target's own first K layers (frozen) with a
+   trained copy of the final norm and a trained reduced head (`exit_student`).
 5. It is distilled from the frozen target with the zoo's refinement loop
    (`zoo.refine.refine_drafter`: total variation + KL, the loop that refines the shipped
    drafter; no second training loop). The teacher is the target with its head restricted to
    the kept ids: the best a drafter without the other tokens can do is the target's
    distribution renormalised over the kept ones, and the teacher's step is then its body
    plus an N-row head instead of a V-row one.
-6. Written as a HF folder (`save_pretrained`: the head's kept rows in a full-size `lm_head`,
-   zeros elsewhere, plus `polyplan-reduced-vocab.json` listing the kept ids), with the target's
-   tokenizer, so it works as a `source:` candidate; loading restores the reduced head.
+6. Written as a HF folder (`save_reduced`: tied embeddings, so no V-row head is written; the
+   kept head rows in `polyplan-reduced-head.safetensors` and their ids in
+   `polyplan-reduced-vocab.json`), with the target's tokenizer, so it works as a `source:`
+   candidate; loading restores the reduced head.
 """
 
 from __future__ import annotations
@@ -237,7 +241,7 @@ def _held_out_every(texts: list[str], every: int = 20) -> tuple[list[str], list[
 
 
 def on_policy_stream(target, train: torch.Tensor, settings: DistillSettings, log,
-                     prompts: list[list[int]] = ()) -> torch.Tensor:
+                     prompts: list[list[int]] | None = None) -> torch.Tensor:
     """About `settings.on_policy_tokens` tokens of the target's own greedy text, each piece a
     prompt and its continuation (the loss sees the prompt as context). First the user's
     `prompts` (token ids exactly as decoding will send them: through the target's chat template
@@ -250,13 +254,13 @@ def on_policy_stream(target, train: torch.Tensor, settings: DistillSettings, log
     started = time.perf_counter()
     continuation = max(1, settings.window - settings.on_policy_prompt)
     pieces = [greedy_continuations(target, torch.tensor([ids[-settings.window:]]), continuation)[0]
-              for ids in prompts[: max(1, -(-settings.on_policy_tokens // continuation))]]
+              for ids in (prompts or [])[: max(1, -(-settings.on_policy_tokens // continuation))]]
     remaining = settings.on_policy_tokens - sum(piece.numel() for piece in pieces)
     count = -(-max(0, remaining) // continuation)
     if count:
         cut = eval_windows(train, settings.on_policy_prompt - 1, count)  # (count, prompt)
         pieces += [row for chunk in cut.split(64) for row in greedy_continuations(target, chunk, continuation)]
-    log(f"on-policy: {len(pieces)} target continuations of {continuation} tokens, {min(len(prompts), len(pieces))} of them "
+    log(f"on-policy: {len(pieces)} target continuations of {continuation} tokens, {min(len(prompts or []), len(pieces))} of them "
         f"of your prompts ({time.perf_counter() - started:.0f}s)")
     return torch.cat(pieces)
 
