@@ -259,9 +259,10 @@ def _load_model(candidate: Candidate, candidates: CandidateSet, models: dict[str
     derive = candidate.derive
     if isinstance(derive, Quantize):
         base = _load_model(candidates.by_name(derive.base), candidates, models, labels)
-        model = quantize_model(base.model, derive.kind, candidate.device)
-        result = _Model(model, base.tokenizer, base.parameters, _quantized_dtype(derive.kind),
-                        _variant(base.variant, f"-{derive.kind}"), base.folder)
+        model = quantize_model(base.model, derive.kind, candidate.device, derive.head)
+        result = _Model(model, base.tokenizer, base.parameters, quantized_label(derive),
+                        _variant(base.variant, f"-{derive.kind}" + ("" if derive.head is None else f"-head{derive.head}")),
+                        base.folder)
     elif isinstance(derive, EarlyExit):
         base = _load_model(candidates.by_name(derive.base), candidates, models, labels)
         depth = num_layers(base.model)
@@ -278,9 +279,10 @@ def _load_model(candidate: Candidate, candidates: CandidateSet, models: dict[str
     return result
 
 
-def _quantized_dtype(kind: str) -> str:
+def quantized_label(derive: Quantize) -> str:
     """What a quantized copy's weights run in, as `models check` shows it."""
-    return f"{kind} (dynamic)" if kind in ("int8", "int8-head") else kind
+    label = f"{derive.kind} (dynamic)" if derive.kind in ("int8", "int8-head") else derive.kind
+    return label if derive.head is None else f"{label}, {derive.head} head (dynamic)"
 
 
 def _variant(base: str | None, suffix: str) -> str | None:

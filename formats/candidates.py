@@ -9,6 +9,8 @@
         device: cpu
       - name: target-int8
         derive: {from: target, quantize: int8}     # int8 | int8-head | int4 | bf16
+      - name: target-bf16
+        derive: {from: target, quantize: bf16, head: int8}  # optional: the LM head as int8-head's
       - name: target-exit2
         derive: {from: target, layers: 2}          # keep the first k decoder layers
       - name: drafter
@@ -34,7 +36,8 @@ Rules (each violation is a `PolyplanError` whose one line names the entry):
 - names are unique; a local `source` folder exists;
 - `derive.from` names another entry; derivations form no cycle; `layers` is an integer
   >= 1 (checked against the model's depth when it is loaded); `quantize` must have a fast
-  kernel on the entry's device (see `supported_quantization`);
+  kernel on the entry's device (see `supported_quantization`); `head: int8` (with `quantize:
+  int8` or `bf16`) replaces that copy's LM head by int8-head's rescored int8 head;
 - `derive: {kind: ngram}` takes `max_n` and `min_n` (1 <= min_n <= max_n) and nothing else;
 - `device_map` is `auto` only, on a `source` entry without `device`; `max_memory` (device →
   bytes or a size like "2GiB") and `offload_folder` only with it. A derived entry runs where
@@ -69,15 +72,17 @@ _DEVICE = re.compile(r"^(cpu|cuda(:\d+)?)$")
 #   int8  CPU: yes, dynamic int8 Linear (fbgemm/onednn); CUDA: no (those kernels are CPU-only)
 #   int8-head  the LM head only, in dynamic int8 with its top logits recomputed exactly
 #         (decoder/int8_head.py): CPU yes; CUDA no (same kernel)
-#   bf16  CPU: refused, no fast matmul without AVX512-BF16/AMX (slower than fp32); CUDA: yes
+#   bf16  CUDA: yes; CPU: only where the CPU has native bf16 matmul (AVX512-BF16 or AMX), which
+#         needs torch to find out, so `decoder.derive` checks it when the copy is made
 #   int4  CPU and CUDA: refused, plain torch has no int4 matmul kernel (it needs torchao)
 _REFUSED = {
     ("int8", "cuda"): "dynamic int8 quantization has CPU kernels only",
     ("int8-head", "cuda"): "dynamic int8 quantization has CPU kernels only",
     ("int4", "cpu"): "plain torch has no int4 matmul kernel on CPU",
     ("int4", "cuda"): "plain torch has no int4 matmul kernel (it needs torchao)",
-    ("bf16", "cpu"): "bf16 matmul has no fast CPU kernel (it runs slower than float32)",
 }
+HEADS = ("int8",)  # `head:` of a quantize derivation: the LM head as `int8-head` makes it
+_HEAD_KINDS = ("int8", "bf16")  # the quantizations a `head:` can be combined with
 
 
 def supported_quantization(kind: str, device: str) -> str | None:
@@ -90,10 +95,12 @@ def supported_quantization(kind: str, device: str) -> str | None:
 
 @dataclass(frozen=True)
 class Quantize:
-    """A copy of entry `base` with its linear layers quantized to `kind`."""
+    """A copy of entry `base` with its linear layers quantized to `kind`; `head` "int8": its LM
+    head is int8-head's (dynamic int8, the top logits recomputed in float32 from `base`'s)."""
 
     base: str
     kind: str
+    head: str | None = None
 
 
 @dataclass(frozen=True)
@@ -207,9 +214,12 @@ def parse_candidates(data: Any, *, base_dir: Path, origin: str = "models.yaml") 
             )
         if isinstance(candidate.derive, Quantize):
             reason = supported_quantization(candidate.derive.kind, candidate.device)
+            what = f"quantize {candidate.derive.kind}"
+            if reason is None and candidate.derive.head is not None:
+                reason, what = supported_quantization("int8-head", candidate.device), f"head {candidate.derive.head}"
             if reason is not None:
                 raise PolyplanError(
-                    f"{origin}: candidate {candidate.name!r}: quantize {candidate.derive.kind} on "
+                    f"{origin}: candidate {candidate.name!r}: {what} on "
                     f"{candidate.device}: {reason}"
                 )
     target = next(c for c in candidates if c.is_target)
@@ -325,15 +335,20 @@ def _parse_derive(derive: Any, label: str) -> Derivation:
     if not isinstance(base, str):
         raise PolyplanError(f"{label}: derive: needs 'from: <entry name>' (or kind: ngram)")
     operations = sorted(keys - {"from"})
-    if operations not in (["quantize"], ["layers"]):
+    if operations not in (["quantize"], ["head", "quantize"], ["layers"]):
         raise PolyplanError(
-            f"{label}: derive: give exactly one of 'quantize' and 'layers' besides 'from', got {operations}"
+            f"{label}: derive: give exactly one of 'quantize' (optionally with 'head') and 'layers' besides 'from', got {operations}"
         )
-    if operations == ["quantize"]:
+    if "quantize" in operations:
         kind = derive["quantize"]
         if kind not in QUANTIZATIONS:
             raise PolyplanError(f"{label}: derive: quantize {kind!r} is not one of {', '.join(QUANTIZATIONS)}")
-        return Quantize(base=base, kind=kind)
+        head = derive.get("head")
+        if head is not None and head not in HEADS:
+            raise PolyplanError(f"{label}: derive: head {head!r} is not one of {', '.join(HEADS)}")
+        if head is not None and kind not in _HEAD_KINDS:
+            raise PolyplanError(f"{label}: derive: head: {head} goes with quantize {' or '.join(_HEAD_KINDS)}, not {kind}")
+        return Quantize(base=base, kind=kind, head=head)
     layers = derive["layers"]
     if not isinstance(layers, int) or isinstance(layers, bool) or layers < 1:
         raise PolyplanError(f"{label}: derive: layers must be an integer >= 1, got {layers!r}")

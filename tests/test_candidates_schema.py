@@ -91,7 +91,18 @@ BAD = {
         "candidate 'a': derive cycle a -> b -> a",
     ),
     "int4 on cpu": (_edit(1, derive={"from": "big", "quantize": "int4"}), "candidate 'big-int8': quantize int4 on cpu"),
-    "bf16 on cpu": (_edit(1, derive={"from": "big", "quantize": "bf16"}), "candidate 'big-int8': quantize bf16 on cpu"),
+    "int8 head on cuda": (
+        _edit(1, derive={"from": "big", "quantize": "bf16", "head": "int8"}, device="cuda"),
+        "candidate 'big-int8': head int8 on cuda: dynamic int8 quantization has CPU kernels only",
+    ),
+    "head with int8-head": (
+        _edit(1, derive={"from": "big", "quantize": "int8-head", "head": "int8"}),
+        "candidate 'big-int8': derive: head: int8 goes with quantize int8 or bf16, not int8-head",
+    ),
+    "unknown head": (_edit(1, derive={"from": "big", "quantize": "int8", "head": "int4"}), "candidate 'big-int8': derive: head 'int4'"),
+    "head without quantize": (
+        _edit(3, derive={"from": "big", "layers": 1, "head": "int8"}), "candidate 'exit': derive: give exactly one of"
+    ),
     "int8 on cuda": (_edit(1, device="cuda"), "candidate 'big-int8': quantize int8 on cuda"),
     "unknown quantization": (_edit(1, derive={"from": "big", "quantize": "int3"}), "candidate 'big-int8': derive: quantize 'int3'"),
     "layers zero": (_edit(3, derive={"from": "big", "layers": 0}), "candidate 'exit': derive: layers must be an integer >= 1"),
@@ -155,6 +166,7 @@ def test_derived_entries_inherit_their_base_device(folders):
 def test_fast_kernel_table():
     assert supported_quantization("int8", "cpu") is None
     assert supported_quantization("bf16", "cuda:0") is None
+    assert supported_quantization("bf16", "cpu") is None  # decoder.derive asks the CPU when the copy is made
     assert "int4" in supported_quantization("int4", "cpu")
     assert supported_quantization("int8", "cuda") is not None
 

@@ -23,7 +23,8 @@ def _role(loaded) -> str:
         return candidate.source_kind
     kind = type(derive).__name__
     if kind == "Quantize":
-        return f"{derive.kind} of {derive.base}"
+        head = "" if derive.head is None else f"+{derive.head} head"
+        return f"{derive.kind}{head} of {derive.base}"
     if kind == "EarlyExit":
         return f"{derive.layers} layers of {derive.base}"
     return f"ngram {derive.min_n}..{derive.max_n}"
