@@ -12,9 +12,10 @@ A ratio is Hugging Face time / polyplan time: above 1 means our loop is faster.
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 
 import torch
@@ -114,11 +115,26 @@ def configure_assistant(draft, block_size: int) -> None:
     assistant.assistant_confidence_threshold = 0.0
 
 
+@contextlib.contextmanager
+def transformers_errors_only() -> Iterator[None]:
+    """transformers' own logging at error level for a while: assisted `generate` in 5.x warns on
+    every call about arguments its assistant path passes itself (`generation_config` together
+    with `max_new_tokens`, a duplicated `MinNewTokensLengthLogitsProcessor`), nothing the user set."""
+    from transformers.utils import logging
+
+    level = logging.get_verbosity()
+    logging.set_verbosity_error()
+    try:
+        yield
+    finally:
+        logging.set_verbosity(level)
+
+
 def hf_generate(target, prompt: Sequence[int], *, max_new_tokens: int, eos, pad: int, **extra) -> list[int]:
     """Greedy `target.generate` on one prompt (extra: assistant_model, prompt_lookup_num_tokens, …);
     the new token ids only."""
     ids = torch.tensor([list(prompt)], device=target.device)
-    with torch.inference_mode():
+    with torch.inference_mode(), transformers_errors_only():
         out = target.generate(
             ids,
             attention_mask=torch.ones_like(ids),

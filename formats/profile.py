@@ -292,6 +292,10 @@ class ProfilerRecord:
     prompts: int | None = spec("count0", default=None)
     decoded_prompts: int | None = spec("count0", default=None)
     torch: str | None = spec("text", default=None)
+    # the user's prompt file (an absolute path; None: built-in prompts) and whether it was sent
+    # raw: a later run that names no prompts resumes with these, so it re-measures nothing
+    prompt_file: str | None = spec("text", default=None)
+    raw_prompts: bool = spec("flag", default=False)
 
 
 @dataclass(frozen=True)

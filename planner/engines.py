@@ -142,10 +142,19 @@ def _weights_source(candidate: Candidate, builtin_folder: str | None) -> str:
     return candidate.source or ""
 
 
-def loadable(engine: str, candidate: Candidate, builtin_folder: str | None = None) -> tuple[str, str, str | None]:
-    """How `engine` runs `candidate`: (method, source to pass, None) or ("", "", reason)."""
+IN_PROCESS = "(in process: polyplan's copy)"  # the source of a derived drafter handed to HF as a live model
+
+
+def loadable(engine: str, candidate: Candidate, builtin_folder: str | None = None,
+             in_process: bool = False) -> tuple[str, str, str | None]:
+    """How `engine` runs `candidate`: (method, source to pass, None) or ("", "", reason).
+
+    `in_process`: the engine runs in this process and is handed polyplan's own models (HF
+    `generate` in `bench peers`), so a derived copy is a drafter it can run too."""
     if isinstance(candidate.derive, NGram):
         return "ngram", "", None
+    if in_process and engine == "hf" and isinstance(candidate.derive, (Quantize, EarlyExit)):
+        return "draft_model", IN_PROCESS, None
     if isinstance(candidate.derive, Quantize):
         return "", "", (
             f"a copy of {candidate.derive.base!r} that polyplan quantizes to {candidate.derive.kind} in torch at load time; "
@@ -181,12 +190,15 @@ def export_plan(
     *,
     builtin_folders: dict[str, str] | None = None,
     k_max: int | None = None,
+    in_process: bool = False,
 ) -> EngineExport:
     """The best chain `engine` can express for `plan`, predicted under the engine's rule.
 
     Args:
         builtin_folders: the folder of each `builtin:<name>` source (engines load folders).
         k_max: largest K searched (default: the plan's own search limit, else 8).
+        in_process: derived drafters count as loadable (`loadable`): for racing HF in this
+            process, never for a configuration a user would type.
 
     Raises:
         PolyplanError: unknown engine; the engine cannot load the target; the profile lacks
@@ -225,7 +237,7 @@ def export_plan(
         except PolyplanError:
             options.append(EngineOption(pair.drafter, "", FULL, None, None, None, "", f"not in {candidates.origin}", None))
             continue
-        method, source, reason = loadable(engine, candidate, builtin_folders.get(candidate.source or ""))
+        method, source, reason = loadable(engine, candidate, builtin_folders.get(candidate.source or ""), in_process)
         rule = FULL if engine == "hf" and method != "ngram" else ARGMAX  # (an unloadable model: as if it were loaded)
         sizes = (candidate.derive.min_n, candidate.derive.max_n) if isinstance(candidate.derive, NGram) else None
         alpha = stats.alpha if (rule == FULL or greedy or method == "ngram") else stats.engine_alpha

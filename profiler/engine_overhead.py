@@ -27,7 +27,7 @@ from dataclasses import dataclass
 
 import torch
 
-from polyplan.decoder.bench import configure_assistant
+from polyplan.decoder.bench import configure_assistant, transformers_errors_only
 from polyplan.planner.engine_overhead import (
     HF, EngineOverhead, LoopCounts, engine_overhead_entry, fit_engine_overhead, stored_fingerprint,
 )
@@ -136,11 +136,12 @@ def measure_hf_overhead(
         if k is not None:
             configure_assistant(drafter, k)
             extra["assistant_model"] = drafter
-        sync()
-        began = time.perf_counter()
-        target.generate(ids, max_new_tokens=new, min_new_tokens=new, **base, **extra)
-        sync()
-        wall = time.perf_counter() - began
+        with transformers_errors_only():  # outside the timed span
+            sync()
+            began = time.perf_counter()
+            target.generate(ids, max_new_tokens=new, min_new_tokens=new, **base, **extra)
+            sync()
+            wall = time.perf_counter() - began
         target_calls, target_s = target_clock.take()
         drafter_calls, drafter_s = drafter_clock.take()
         if k is None:

@@ -16,9 +16,11 @@ PathLike = str | os.PathLike[str]
 
 
 def export_from_files(
-    plan_path: PathLike, engine: str, *, profile_path: PathLike | None = None, candidates_path: PathLike | None = None
+    plan_path: PathLike, engine: str, *, profile_path: PathLike | None = None, candidates_path: PathLike | None = None,
+    in_process: bool = False,
 ) -> EngineExport:
-    """Export the plan at `plan_path` to `engine` (see `planner.engines.export_plan`).
+    """Export the plan at `plan_path` to `engine` (see `planner.engines.export_plan`, which
+    also says what `in_process` does).
 
     The profile is `profile_path`, else the one the plan records; the models are
     `candidates_path`, else the plan's recorded models.yaml, checked against the plan's
@@ -43,4 +45,4 @@ def export_from_files(
     if profile.target != plan.target:
         raise PolyplanError(f"{profile_path}: target {profile.target!r} is not the plan's target {plan.target!r}")
     folders = {f"builtin:{name}": str(builtin_folder(name)) for name in builtin_names()}
-    return export_plan(plan, profile, candidates, engine, builtin_folders=folders)
+    return export_plan(plan, profile, candidates, engine, builtin_folders=folders, in_process=in_process)

@@ -14,7 +14,9 @@ machine's load, as the latency curves do).
 
 from __future__ import annotations
 
+import time
 from collections.abc import Sequence
+from dataclasses import dataclass
 
 import torch
 
@@ -28,6 +30,22 @@ from polyplan.profiler.settings import ProfileSettings
 from polyplan.profiler.switching import measure_switch_costs, store_switch_costs
 
 
+@dataclass(frozen=True)
+class LoopCostsRun:
+    """What `ensure_loop_costs` measured: how many entries, and the seconds each step took
+    (reused entries take next to none)."""
+
+    measured: int
+    agreement_s: float
+    loop_overhead_s: float
+    hf_overhead_s: float
+    switch_costs_s: float
+
+    @property
+    def seconds(self) -> float:
+        return self.agreement_s + self.loop_overhead_s + self.hf_overhead_s + self.switch_costs_s
+
+
 def ensure_loop_costs(
     profile: Profile,
     models: Sequence,
@@ -38,8 +56,8 @@ def ensure_loop_costs(
     device_label: str,
     calibration_tokens: int = 64,
     fresh: bool = False,
-) -> int:
-    """Put every entry of the module docstring into `profile`; how many were measured.
+) -> LoopCostsRun:
+    """Put every entry of the module docstring into `profile`.
 
     Args:
         models: `profiler.run.ProfiledModel`s, the target first.
@@ -48,17 +66,22 @@ def ensure_loop_costs(
         calibration_tokens: tokens per timed call of the loop-overhead calibration.
     """
     acceptance = settings.acceptance
-    measured = 0
-    if 0.0 in acceptance.temperatures:
-        ids = [prompt.ids for prompt in prompts]
-        measured += ensure_agreement(profile, previous_runs, models, ids, new_tokens=acceptance.new_tokens, seed=acceptance.seed)
-    measured += ensure_loop_overhead(profile, models[0], acceptance.temperatures, calibration_tokens, device_label, fresh=fresh)
-    measured += ensure_hf_overhead(profile, models, prompts[0].ids, acceptance.temperatures, tokens=calibration_tokens)
     context = min(settings.latency.context_lengths)
     flat = [token for prompt in prompts for token in prompt.ids]
     stream = (flat * (context // max(len(flat), 1) + 2))[: context + 1]
-    measured += ensure_switch_costs(profile, models, stream, context, device_label, fresh=fresh)
-    return measured
+    steps = (
+        lambda: ensure_agreement(profile, previous_runs, models, [prompt.ids for prompt in prompts],
+                                 new_tokens=acceptance.new_tokens, seed=acceptance.seed) if 0.0 in acceptance.temperatures else 0,
+        lambda: ensure_loop_overhead(profile, models[0], acceptance.temperatures, calibration_tokens, device_label, fresh=fresh),
+        lambda: ensure_hf_overhead(profile, models, prompts[0].ids, acceptance.temperatures, tokens=calibration_tokens),
+        lambda: ensure_switch_costs(profile, models, stream, context, device_label, fresh=fresh),
+    )
+    measured, seconds = 0, []
+    for step in steps:
+        began = time.perf_counter()
+        measured += step()
+        seconds.append(time.perf_counter() - began)
+    return LoopCostsRun(measured, *seconds)
 
 
 def ensure_loop_overhead(

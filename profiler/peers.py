@@ -3,8 +3,10 @@
 One interleaved run on the same prompts, greedy (so every configuration must emit the target's
 own output, token for token):
 - target-only HF `generate` (the baseline);
-- HF assisted generation with each drafter HF can load, at the K the HF export predicts best
-  for it (`planner.engines`, HF's rule), drafting exactly K per round (`decoder.bench.configure_assistant`);
+- HF assisted generation with each drafter, at the K the HF export predicts best for it
+  (`planner.engines`, HF's rule), drafting exactly K per round (`decoder.bench.configure_assistant`);
+  polyplan's derived copies (quantized, early exit) are handed to `generate` as the live
+  models polyplan runs, so HF races with every drafter polyplan has;
 - HF prompt lookup (`prompt_lookup_num_tokens`) for each n-gram candidate, at its exported K;
 - polyplan's recommended chain (the plan's chain and block sizes) in polyplan's decoder.
 Prompts are taken round-robin: for each prompt and repeat every configuration runs once, in an
@@ -371,7 +373,7 @@ def run_peers(
     plan = read_plan(plan_path)
     if not SamplingMode.parse(plan.sampling).greedy:
         raise PolyplanError(f"{plan_path}: sampling {plan.sampling!r}: bench peers compares greedy outputs; use a greedy plan")
-    export = export_from_files(plan_path, "hf", candidates_path=candidates_path)
+    export = export_from_files(plan_path, "hf", candidates_path=candidates_path, in_process=True)
     candidates = plan_candidates(plan, str(plan_path), candidates_path)
     prompts = validation_prompt_set(prompts_path, max_prompts=max_prompts)
     loaded = load_candidates(candidates)

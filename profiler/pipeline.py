@@ -34,8 +34,10 @@ from polyplan.profiler.candidate_file import CandidateFile, plan_candidates, rea
 from polyplan.profiler.candidates import LoadedModels, load_models
 from polyplan.profiler.checks import check_inputs_fit, check_models, foreign_profile_reason
 from polyplan.profiler.locks import profile_lock, timing_lock
-from polyplan.profiler.loop_costs import ensure_loop_costs
-from polyplan.profiler.profile_cache import cached_profile_path, forget_latency, previous_runs, readable_profile, resumed_settings
+from polyplan.profiler.loop_costs import LoopCostsRun, ensure_loop_costs
+from polyplan.profiler.profile_cache import (
+    cached_profile_path, forget_latency, previous_runs, readable_profile, recorded_prompts, resumed_prompts, resumed_settings,
+)
 from polyplan.profiler.prompts import EncodedPrompt
 from polyplan.profiler.prompt_sets import PromptSet, encode_for, prompt_set, validation_prompt_set
 from polyplan.profiler.run import ProfileOutcome, describe_device, profile_models
@@ -61,6 +63,7 @@ class ProfiledCandidates:
     wall_time_s: float
     run: ProfileOutcome  # the profiling run's own steps and phase times
     prompts: int  # prompts profiled with (after fitting them to the models)
+    loop_costs: LoopCostsRun  # the agreement runs, loop overhead, HF overhead and switch costs: how many, how long
 
     @property
     def drafters(self) -> tuple[str, ...]:
@@ -88,7 +91,8 @@ def profile_candidates(
 
     `candidates_path`: a models.yaml, or one already read (`read_candidate_file`, whose device
     wins over `device`). `settings` None: as the profile being resumed was measured
-    (`resumed_settings`, which adds the sampling `temperature` if given). `fresh_timings`:
+    (`resumed_settings`, which adds the sampling `temperature` if given); `prompts` None: the
+    prompt file it was measured on (`resumed_prompts`), else the built-in prompts. `fresh_timings`:
     re-time every latency curve, the loop overhead and the switch costs even when cached
     (timings go stale with the machine's load; acceptance statistics do not), keeping
     everything else. `calibration_tokens`: tokens per timed call of the loop-overhead
@@ -115,22 +119,25 @@ def profile_candidates(
                 cached = cached_profile_path(fingerprints, device_label, cache_dir)
                 if settings is None:  # measure as the file the user pointed at was measured
                     settings = resumed_settings(path, temperature)
+                prompts = prompts or resumed_prompts(path)
                 (log or _stderr)(f"note: {path} is kept as it is ({foreign}); profiling into {cached} instead")
                 held.close()
                 path = cached
                 held.enter_context(profile_lock(path))
         if settings is None:
             settings = resumed_settings(path, temperature)
-        fitted = _fitted_prompts(prompts or prompt_set(), loaded, settings)
+        prompts = prompts or resumed_prompts(path) or prompt_set()
+        fitted = _fitted_prompts(prompts, loaded, settings)
         check_models(loaded.models)  # bad input fails before waiting for another run's timings
         check_inputs_fit(loaded.models, fitted, settings)
         held.enter_context(timing_lock())
-        return _profile_into(path, loaded, read.record, settings, fitted, device_label,
+        return _profile_into(path, loaded, read.record, settings, prompts, fitted, device_label,
                              fresh_timings, calibration_tokens, progress, started, log or _stderr)
 
 
-def _profile_into(path: Path, loaded: LoadedModels, record, settings: ProfileSettings, fitted: tuple[EncodedPrompt, ...],
-                  device_label: str, fresh_timings: bool, calibration_tokens: int, progress, started: float, log) -> ProfiledCandidates:
+def _profile_into(path: Path, loaded: LoadedModels, record, settings: ProfileSettings, prompts: PromptSet,
+                  fitted: tuple[EncodedPrompt, ...], device_label: str, fresh_timings: bool, calibration_tokens: int,
+                  progress, started: float, log) -> ProfiledCandidates:
     """The body of `profile_candidates`, with the profile `path` and the timing lock held."""
     from polyplan.planner.sample_size import too_few_prompts
 
@@ -142,13 +149,15 @@ def _profile_into(path: Path, loaded: LoadedModels, record, settings: ProfileSet
     if warning is not None:
         log(f"warning: {warning}")
     profile = outcome.profile
-    measured = len(outcome.measured) + ensure_loop_costs(
+    profile.profiler = recorded_prompts(profile.profiler, prompts)
+    loop_costs = ensure_loop_costs(
         profile, loaded.models, fitted, settings, previous_runs=previous, device_label=device_label,
         calibration_tokens=calibration_tokens, fresh=fresh_timings,
     )
+    measured = len(outcome.measured) + loop_costs.measured
     profile.save(path)
     return ProfiledCandidates(profile, path, loaded.models, loaded.tokenizer, record, measured, len(outcome.reused),
-                              time.perf_counter() - started, outcome, len(fitted))
+                              time.perf_counter() - started, outcome, len(fitted), loop_costs)
 
 
 def _fitted_prompts(prompts: PromptSet, loaded: LoadedModels, settings: ProfileSettings) -> tuple[EncodedPrompt, ...]:

@@ -14,10 +14,11 @@ from pathlib import Path
 
 from polyplan.formats.cache import cache_root
 from polyplan.formats.errors import PolyplanError
-from polyplan.formats.profile import AgreementRuns, Profile
+from polyplan.formats.profile import AgreementRuns, Profile, ProfilerRecord
 from polyplan.formats.profile_codec import load
 from polyplan.profiler.fingerprint import fingerprint_settings
 from polyplan.profiler.latency import LatencySettings
+from polyplan.profiler.prompt_sets import PromptSet, prompt_set
 from polyplan.profiler.settings import AcceptanceSettings, ProfileSettings
 
 
@@ -58,6 +59,32 @@ def resumed_settings(path: str | os.PathLike[str] | None, temperature: float | N
         acceptance = dataclasses.replace(settings.acceptance, temperatures=settings.acceptance.temperatures + (temperature,))
         settings = dataclasses.replace(settings, acceptance=acceptance)
     return settings
+
+
+def resumed_prompts(path: str | os.PathLike[str] | None) -> PromptSet | None:
+    """The prompt file the profile at `path` was measured on (its `profiler` record), as the
+    run read it; None when there is no such profile or it used the built-in prompts.
+
+    Raises:
+        PolyplanError: the recorded file is gone (one line naming it and the way out).
+    """
+    profile = readable_profile(Path(path)) if path is not None else None
+    recorded = profile.profiler if profile is not None else None
+    if recorded is None or recorded.prompt_file is None:
+        return None
+    if not Path(recorded.prompt_file).is_file():
+        raise PolyplanError(
+            f"--prompts: {path} was measured on the prompts in {recorded.prompt_file}, which is not there any more; "
+            "pass --prompts FILE (entries measured on other prompts are measured again)"
+        )
+    return prompt_set(recorded.prompt_file, raw=recorded.raw_prompts)  # as read then: prompts that did not fit were left out
+
+
+def recorded_prompts(record: ProfilerRecord | None, prompts: PromptSet) -> ProfilerRecord:
+    """`record` with the prompt file of `prompts` (an absolute path; None for built-in prompts)."""
+    record = record if record is not None else ProfilerRecord()
+    prompt_file = None if prompts.truncate else str(Path(prompts.source).resolve())
+    return dataclasses.replace(record, prompt_file=prompt_file, raw_prompts=prompts.raw)
 
 
 def forget_latency(path: Path) -> None:

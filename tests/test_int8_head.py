@@ -121,4 +121,4 @@ def test_the_agreement_script_runs_end_to_end(tmp_path, capsys):
     module.main([str(tmp_path / "tiny"), "--count", "2", "--new-tokens", "3"])
     lines = capsys.readouterr().out.splitlines()
     assert lines[0] == "2 prompts x 3 target tokens = 6 positions"
-    assert len(lines) == 12 and lines[-1].endswith("(quantize: int8-head)")
+    assert len(lines) == 14 and lines[-1].endswith("(quantize: int8-head)")

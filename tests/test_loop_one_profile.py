@@ -96,3 +96,30 @@ def test_a_device_given_for_the_candidates_places_every_model_but_the_ngram_draf
     assert devices["target"] == devices["small"] == "meta" and devices["ngram"] != "meta"
     assert read.record["device"] == "meta"
     assert {c.name: c.device for c in read_candidate_file(profiled / "models.yaml").candidates.candidates}["target"] != "meta"
+
+
+def test_recommend_resumes_a_profile_with_the_prompts_and_threads_it_was_measured_with(profiled, tmp_path):
+    """Issue 11: `recommend --profile P --candidates M` without --prompts and --threads took the
+    built-in prompts and every core, so it silently measured the whole profile again."""
+    import torch
+
+    recorded = load(profiled / "profile.json").profiler
+    assert recorded.prompt_file == str((profiled / "prompts.jsonl").resolve()) and not recorded.raw_prompts
+    torch.set_num_threads(2)  # as a fresh process on a 2-core machine; the profile was timed with 1
+    try:
+        result = _invoke("recommend", "--candidates", profiled / "models.yaml", "--profile", profiled / "profile.json",
+                         "--out", tmp_path / "plan.json")
+    finally:
+        torch.set_num_threads(1)
+    assert result.exit_code == 0, result.output
+    assert ": 0 entries measured" in result.stdout and "(1 thread)" in result.stdout
+
+
+def test_a_profile_whose_prompt_file_is_gone_asks_for_prompts_in_one_line(profiled, tmp_path):
+    profile = json.loads((profiled / "profile.json").read_text())
+    profile["profiler"]["prompt_file"] = str(tmp_path / "gone.jsonl")
+    moved = tmp_path / "profile.json"
+    moved.write_text(json.dumps(profile))
+    result = _invoke("recommend", "--candidates", profiled / "models.yaml", "--profile", moved, "--threads", "1")
+    assert result.exit_code != 0 and "Traceback" not in result.output
+    assert f"was measured on the prompts in {tmp_path / 'gone.jsonl'}, which is not there any more; pass --prompts" in result.output

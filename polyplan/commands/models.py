@@ -31,18 +31,22 @@ def _role(loaded) -> str:
 
 
 def table_lines(result) -> list[str]:
-    """One row per candidate: parameters, dtype, device, held-out loss, compatibility."""
-    lines = [f"{'name':<16} {'role':<22} {'parameters':>11} {'dtype':<15} {'device':<6} {'val loss':>8}  compatibility"]
+    """One row per candidate: parameters, dtype, device, held-out loss, compatibility (each
+    column as wide as its longest entry)."""
     checks = {c.name: c for c in result.compatibility}
+    rows = [("name", "role", "parameters", "dtype", "device", "val loss", "compatibility")]
     for loaded in result.candidates:
         name = loaded.candidate.name
         params = "-" if loaded.parameters is None else f"{loaded.parameters / 1e6:.2f}M"
         loss = "-" if loaded.validation_loss is None else f"{loaded.validation_loss:.3f}"
-        lines.append(
-            f"{name[:16]:<16} {_role(loaded)[:22]:<22} {params:>11} {loaded.dtype:<15} {loaded.device:<6} {loss:>8}  "
-            f"{checks[name].detail}"
-        )
-    return lines
+        rows.append((name, _role(loaded), params, loaded.dtype, loaded.device, loss, checks[name].detail))
+    widths = [max(len(row[column]) for row in rows) for column in range(6)]
+    right = {2, 5}  # numbers
+    return [
+        " ".join(cell.rjust(width) if column in right else cell.ljust(width)
+                 for column, (cell, width) in enumerate(zip(row, widths))) + "  " + row[6]
+        for row in rows
+    ]
 
 
 @app.command("check")

@@ -50,7 +50,8 @@ def profile(
     prompts: Annotated[
         Optional[Path],
         typer.Option("--prompts", help="Prompt file: *.jsonl (strings, or objects with turns/prompt/text) or text "
-                     "(blank-line separated). Default: the built-in held-out Python snippets."),
+                     "(blank-line separated). Default: the file the --out profile being resumed was measured on, else the "
+                     "built-in held-out Python snippets."),
     ] = None,
     max_prompts: Annotated[Optional[int], typer.Option("--max-prompts", help="Use only the first N prompts.")] = None,
     raw_prompts: RawPrompts = False,
@@ -93,7 +94,6 @@ def profile(
     """
     from polyplan.commands.progress import progress_bars
     from polyplan.profiler.pipeline import profile_candidates
-    from polyplan.profiler.prompt_sets import prompt_set
 
     _check_up_front(out, candidates, prompts, max_prompts, device, seed, repeats, warmup, latency_ks, block_sizes)
     if not decoded:
@@ -106,7 +106,7 @@ def profile(
     with progress_bars(disable=json_output) as (progress, _):
         profiled = profile_candidates(
             _candidates_path(candidates), profile_path=out, settings=settings, device=device, keep_foreign=False,
-            prompts=prompt_set(prompts, max_prompts=max_prompts, raw=raw_prompts, strict=True), progress=progress,
+            prompts=_prompt_set(prompts, max_prompts, raw_prompts), progress=progress,
         )
     if json_output:
         echo_json(run_json(profiled))
@@ -118,6 +118,16 @@ def _candidates_path(candidates: Path | None) -> Path:
     from polyplan.formats.candidates import default_candidates_path
 
     return candidates if candidates is not None else default_candidates_path()
+
+
+def _prompt_set(prompts, max_prompts, raw_prompts):
+    """The prompts the options name; None when they name none: the profile being resumed was
+    measured on a prompt file it records, else the built-in prompts (the pipeline decides)."""
+    from polyplan.profiler.prompt_sets import prompt_set
+
+    if prompts is None and max_prompts is None and not raw_prompts:
+        return None
+    return prompt_set(prompts, max_prompts=max_prompts, raw=raw_prompts, strict=True)
 
 
 def _set_threads(threads: int) -> None:
@@ -167,12 +177,13 @@ def run_lines(profiled) -> list[str]:
     others = [name for name in profile.model_names() if name not in {model.name for model in profiled.models}]
     if others:
         lines.append(f"\nkept the entries of {len(others)} model(s) outside these candidates: {', '.join(others)}")
-    phases = run.phases
+    phases, loop = run.phases, profiled.loop_costs
     lines.append(
         f"\nwrote {profiled.path}: {len(run.measured)} entries measured, {len(run.reused)} reused in "
         f"{profiled.wall_time_s:.1f} s (latency {phases.latency:.1f} s, alpha {phases.alpha:.1f} s, "
-        f"decoded {phases.decoded:.1f} s; agreement runs, loop overhead and switch costs: "
-        f"{profiled.measured - len(run.measured)} measured)"
+        f"decoded {phases.decoded:.1f} s; {loop.measured} loop-cost entries measured in {loop.seconds:.1f} s: agreement runs "
+        f"{loop.agreement_s:.1f} s, loop overhead {loop.loop_overhead_s:.1f} s, HF overhead {loop.hf_overhead_s:.1f} s, "
+        f"switch costs {loop.switch_costs_s:.1f} s)"
     )
     return lines
 
@@ -187,7 +198,9 @@ def run_json(profiled) -> dict:
         "profile": str(profiled.path),
         "measured": [step.label for step in run.measured],
         "reused": [step.label for step in run.reused],
-        "loop_costs_measured": profiled.measured - len(run.measured),
+        "loop_costs_measured": profiled.loop_costs.measured,
+        "loop_costs_seconds": {"agreement_runs": profiled.loop_costs.agreement_s, "loop_overhead": profiled.loop_costs.loop_overhead_s,
+                               "hf_overhead": profiled.loop_costs.hf_overhead_s, "switch_costs": profiled.loop_costs.switch_costs_s},
         "wall_time_s": profiled.wall_time_s,
         "warnings": list(timing_warnings(profile)),
         "phase_seconds": {"latency": run.phases.latency, "alpha": run.phases.alpha, "decoded": run.phases.decoded},

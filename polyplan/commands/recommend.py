@@ -108,14 +108,14 @@ def recommend(
     seed: Annotated[int, typer.Option("--seed", help="Seed of optuna's TPE sampler.")] = 0,
     out: Annotated[Optional[Path], typer.Option("--out", help="Where to write the plan JSON.")] = Path("plan.json"),
     prompts: Annotated[
-        Optional[Path], typer.Option("--prompts", help="With --candidates: prompt file to profile with (default: built-in).")
+        Optional[Path], typer.Option("--prompts", help="With --candidates: prompt file to profile with (default: the one --profile was measured on, else built-in).")
     ] = None,
     raw_prompts: RawPrompts = False,
     cache_dir: Annotated[
         Optional[Path], typer.Option("--cache-dir", help="Profile cache folder (default: $POLYPLAN_CACHE_DIR or ~/.cache/polyplan).")
     ] = None,
     device: Annotated[Optional[str], typer.Option("--device", help="With --candidates: put every model on this device.")] = None,
-    threads: Annotated[Optional[int], typer.Option("--threads", help="With --candidates: torch CPU threads.")] = None,
+    threads: Annotated[Optional[int], typer.Option("--threads", help="With --candidates: torch CPU threads (default: those --profile was timed with).")] = None,
     json_output: Annotated[bool, typer.Option("--json", help="Print the plan as one JSON object.")] = False,
     resamples: Annotated[
         int, typer.Option("--resamples", help="Bootstrap resamples for each predicted speedup's 95% interval (0: none).")
@@ -198,12 +198,13 @@ def _recommend_candidates(candidates, out, profile, mode: SamplingMode, prompts,
     from polyplan.commands.progress import progress_bars
     from polyplan.profiler.pipeline import recommend_candidates
     from polyplan.profiler.prompt_sets import prompt_set
-    from polyplan.profiler.threads import set_threads
+    from polyplan.profiler.threads import profile_threads, set_threads
 
-    set_threads(threads)
+    # a --profile is resumed as it was measured: its threads and prompts unless given (other ones would re-measure it all)
+    set_threads(threads if threads is not None else profile_threads(profile))
     with progress_bars(disable=quiet) as (progress, _):
         return recommend_candidates(
-            candidates, out, profile_path=profile, prompts=prompt_set(prompts, raw=raw), cache_dir=cache_dir, device=device,
-            temperature=mode.temperature, progress=progress, **options,
+            candidates, out, profile_path=profile, prompts=None if prompts is None and not raw else prompt_set(prompts, raw=raw),
+            cache_dir=cache_dir, device=device, temperature=mode.temperature, progress=progress, **options,
         )
 
