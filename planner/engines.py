@@ -265,7 +265,8 @@ def export_plan(
         options.append(EngineOption(pair.drafter, method, rule, alpha, k, prediction, source, None, sizes, call))
     ranked = sorted((o for o in options if o.reason is None), key=lambda o: -o.speedup)
     others = [o for o in options if o.reason is not None]
-    if not ranked:
+    typeable = [o for o in ranked if o.source != IN_PROCESS]  # what a user can hand the engine
+    if not typeable:
         why = "; ".join(f"{o.drafter}: {o.reason}" for o in others) or f"the profile has no drafter for {plan.target!r}"
         raise PolyplanError(f"--engine {engine}: no drafter of the plan's profile can be exported ({why})")
     return EngineExport(
@@ -274,7 +275,7 @@ def export_plan(
         target_source=target_source,
         sampling=sampling,
         temperature=mode.temperature,
-        chosen=ranked[0],
+        chosen=typeable[0],
         options=tuple(ranked + others),
         polyplan_chain=plan.chain,
         polyplan_speedup=plan.predicted_speedup,

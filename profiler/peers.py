@@ -220,8 +220,9 @@ def peers_lines(bench: PeersBenchmark) -> list[str]:
         f"{bench.prompts} prompts x {bench.repeats} repeats, greedy, {bench.new_tokens} new tokens max, torch threads "
         f"{bench.threads}; configurations interleaved round-robin per prompt; speedup = tokens/s over target-only (Spec-Bench)"
     ]
+    width = max([len("configuration")] + [len(row.label) for row in bench.rows])  # no label is cut
     for category in bench.categories:
-        lines += ["", f"[{category}]", f"{'configuration':<44} {'tokens/s':>9} {'speedup ± sd':>14} {'tokens/pass':>11} "
+        lines += ["", f"[{category}]", f"{'configuration':<{width}} {'tokens/s':>9} {'speedup ± sd':>14} {'tokens/pass':>11} "
                                             f"{'per-token':>9} {'whole-call':>10} {'error':>7}"]
         for row in (r for r in bench.rows if r.category == category):
             shown = category == "all"
@@ -230,7 +231,7 @@ def peers_lines(bench: PeersBenchmark) -> list[str]:
             predicted = _predicted(row)
             error = "-" if predicted is None or not shown else f"{prediction_error(predicted, row.speedup):+.0%}"
             lines.append(
-                f"{row.label[:44]:<44} {row.tokens / row.seconds:>9.1f} {_speed(row):>14} {row.tokens_per_target_pass:>11.2f} "
+                f"{row.label:<{width}} {row.tokens / row.seconds:>9.1f} {_speed(row):>14} {row.tokens_per_target_pass:>11.2f} "
                 f"{per_token:>9} {whole:>10} {error:>7}"
             )
     lines += ["", "predicted: per-token = the cost model per decoded token (the long-generation limit, what polyplan export "

@@ -106,3 +106,23 @@ def test_loads_through_models_yaml_with_its_label(tmp_path):
     row = next(item for item in loaded.candidates if item.candidate.name == "target-q8")
     assert row.dtype == "int8 (dynamic), int8 head (dynamic)"
     assert isinstance(loaded.member("target-q8").model.get_output_embeddings(), RescoredInt8Head)
+
+
+def test_a_hook_on_the_base_does_not_count_the_shallow_copys_passes(model):
+    """bench peers and the HF overhead count the target's passes with a forward hook; an
+    int8-head or early-exit copy shares the target's modules, so without its own hook tables
+    its passes were counted as the target's (tokens per target pass below 1)."""
+    from polyplan.decoder.derive import early_exit_model
+
+    copies = [quantize_model(model, "int8-head"), early_exit_model(model, 1)]
+    calls = []
+    handle = model.register_forward_hook(lambda *args: calls.append(1))
+    try:
+        with torch.inference_mode():
+            for copy in copies:
+                copy(torch.tensor([[1, 2, 3]]))
+            assert calls == []
+            model(torch.tensor([[1, 2, 3]]))
+    finally:
+        handle.remove()
+    assert calls == [1]
