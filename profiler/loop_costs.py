@@ -69,9 +69,15 @@ def ensure_loop_costs(
     context = min(settings.latency.context_lengths)
     flat = [token for prompt in prompts for token in prompt.ids]
     stream = (flat * (context // max(len(flat), 1) + 2))[: context + 1]
+
+    def agreement() -> int:  # greedy only: the agreement sequences are argmax matches
+        if 0.0 not in acceptance.temperatures:
+            return 0
+        ids = [prompt.ids for prompt in prompts]
+        return ensure_agreement(profile, previous_runs, models, ids, new_tokens=acceptance.new_tokens, seed=acceptance.seed)
+
     steps = (
-        lambda: ensure_agreement(profile, previous_runs, models, [prompt.ids for prompt in prompts],
-                                 new_tokens=acceptance.new_tokens, seed=acceptance.seed) if 0.0 in acceptance.temperatures else 0,
+        agreement,
         lambda: ensure_loop_overhead(profile, models[0], acceptance.temperatures, calibration_tokens, device_label, fresh=fresh),
         lambda: ensure_hf_overhead(profile, models, prompts[0].ids, acceptance.temperatures, tokens=calibration_tokens),
         lambda: ensure_switch_costs(profile, models, stream, context, device_label, fresh=fresh),
