@@ -14,6 +14,7 @@ machine's load, as the latency curves do).
 
 from __future__ import annotations
 
+import math
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -63,9 +64,11 @@ def ensure_loop_costs(
         models: `profiler.run.ProfiledModel`s, the target first.
         prompts: the prompts the run profiled with.
         previous_runs: the agreement entry of the profile before the run (`profile_cache.previous_runs`).
-        calibration_tokens: tokens per timed call of the loop-overhead calibration.
+        calibration_tokens: the most tokens per timed call of the loop-overhead and HF-overhead
+            calibrations (`calibration_tokens_for` takes fewer for a slow target).
     """
     acceptance = settings.acceptance
+    calibration_tokens = calibration_tokens_for(profile, models[0].name, calibration_tokens)
     context = min(settings.latency.context_lengths)
     flat = [token for prompt in prompts for token in prompt.ids]
     stream = (flat * (context // max(len(flat), 1) + 2))[: context + 1]
@@ -88,6 +91,26 @@ def ensure_loop_costs(
         measured += step()
         seconds.append(time.perf_counter() - began)
     return LoopCostsRun(measured, *seconds)
+
+
+CALIBRATION_CALL_S = 2.5  # about the longest one calibration call of the target alone should take
+MIN_CALIBRATION_TOKENS = 16
+
+
+def calibration_tokens_for(profile: Profile, target: str, most: int) -> int:
+    """Tokens per calibration call: `most`, or for a target whose one-token step (the profile's
+    T(1)) would make a call of `most` tokens take longer than `CALIBRATION_CALL_S`, the largest
+    power of two that fits (at least `MIN_CALIBRATION_TOKENS`). The overheads are fitted per
+    step and per round, so fewer steps of a slow target still measure them; gemma-3-270m (75 ms
+    a step) gets 32 and its calibrations take half the time. A power of two, so that a re-timed
+    T(1) rarely changes it (it is part of the entries' fingerprints)."""
+    steps = [point.median_s for point in profile.model(target).latency if point.k == 1] if target in profile.model_names() else []
+    if not steps or min(steps) <= 0:
+        return most
+    fits = CALIBRATION_CALL_S / min(steps)
+    if fits >= most:
+        return most
+    return min(most, max(MIN_CALIBRATION_TOKENS, 2 ** int(math.log2(max(fits, 1.0)))))
 
 
 def ensure_loop_overhead(

@@ -1,0 +1,36 @@
+"""How many tokens the loop-overhead and HF-overhead calibrations decode per call: the most
+asked for, fewer for a slow target (a fixed time per call), a power of two, never below 16."""
+
+from __future__ import annotations
+
+import pytest
+
+from polyplan.formats.profile import LatencyPoint, ModelProfile, Profile
+from polyplan.profiler.loop_costs import CALIBRATION_CALL_S, MIN_CALIBRATION_TOKENS, calibration_tokens_for
+
+
+def _profile(step_s: float | None) -> Profile:
+    profile = Profile(target="target", device="synthetic")
+    points = [] if step_s is None else [LatencyPoint(128, 1, step_s), LatencyPoint(128, 4, 3 * step_s)]
+    profile.models.append(ModelProfile("target", "sha256:t", points))
+    return profile
+
+
+@pytest.mark.parametrize(("step_s", "most", "expected"), [
+    (0.005, 64, 64),  # the embedded family: a call of 64 tokens is well within the budget
+    (0.075, 64, 32),  # gemma-3-270m on one CPU thread: 2.5 s / 75 ms = 33 -> 32
+    (0.075, 24, 24),  # never more than asked (the demo's quick setting)
+    (0.300, 64, MIN_CALIBRATION_TOKENS),  # a very slow target still gets enough steps to fit
+    (None, 64, 64),  # no T(1) in the profile: as asked
+])
+def test_calibration_tokens(step_s, most, expected):
+    assert calibration_tokens_for(_profile(step_s), "target", most) == expected
+
+
+def test_a_call_fits_the_budget_when_it_can():
+    tokens = calibration_tokens_for(_profile(0.040), "target", 64)
+    assert tokens * 0.040 <= CALIBRATION_CALL_S and (tokens & (tokens - 1)) == 0 and tokens * 2 * 0.040 > CALIBRATION_CALL_S
+
+
+def test_an_unknown_target_gets_what_was_asked():
+    assert calibration_tokens_for(_profile(0.075), "other", 64) == 64
