@@ -20,6 +20,7 @@ from polyplan.profiler.fingerprint import fingerprint_settings
 from polyplan.profiler.latency import LatencySettings
 from polyplan.profiler.prompt_sets import PromptSet, prompt_set
 from polyplan.profiler.settings import AcceptanceSettings, ProfileSettings
+from polyplan.profiler.threads import plan_threads
 
 
 def cached_profile_path(fingerprints: dict[str, str], device_label: str, cache_dir: str | os.PathLike[str] | None) -> Path:
@@ -78,6 +79,13 @@ def resumed_prompts(path: str | os.PathLike[str] | None) -> PromptSet | None:
             "pass --prompts FILE (entries measured on other prompts are measured again)"
         )
     return prompt_set(recorded.prompt_file, raw=recorded.raw_prompts)  # as read then: prompts that did not fit were left out
+
+
+def resumed_threads(path: str | os.PathLike[str] | None) -> int | None:
+    """The CPU threads the profile at `path` was timed with (its device label); None without a
+    readable one (the run itself reports a broken profile)."""
+    profile = readable_profile(Path(path)) if path is not None else None
+    return plan_threads(profile.device) if profile is not None else None
 
 
 def recorded_prompts(record: ProfilerRecord | None, prompts: PromptSet) -> ProfilerRecord:

@@ -68,6 +68,17 @@ def _builtin(per_kind: int) -> tuple[Prompt, ...]:
     return builtin_prompts(per_kind)
 
 
+def named_prompt_set(
+    prompt_file: str | os.PathLike[str] | None, *, max_prompts: int | None = None, raw: bool = False, strict: bool = False
+) -> PromptSet | None:
+    """The prompts a command's options name (`prompt_set`), or None when they name none: the
+    run then resumes its profile's recorded prompt file, else takes the built-in prompts
+    (`pipeline.profile_candidates`)."""
+    if prompt_file is None and max_prompts is None and not raw:
+        return None
+    return prompt_set(prompt_file, max_prompts=max_prompts, raw=raw, strict=strict)
+
+
 def validation_prompt_set(
     prompt_file: str | os.PathLike[str] | None = None, *, per_kind: int = 4, max_prompts: int | None = None, raw: bool = False
 ) -> PromptSet:

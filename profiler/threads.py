@@ -6,12 +6,9 @@ measured with; the profile's device label records them ("cpu … (2 threads)").
 
 from __future__ import annotations
 
-import os
 import re
-from pathlib import Path
 
 from polyplan.formats.errors import PolyplanError
-from polyplan.formats.profile_codec import load
 
 _THREADS = re.compile(r"\((\d+) threads?\)")
 
@@ -32,12 +29,3 @@ def plan_threads(device_label: str) -> int | None:
     match = _THREADS.search(device_label) if device_label.startswith("cpu") else None
     return int(match.group(1)) if match else None
 
-
-def profile_threads(path: str | os.PathLike[str] | None) -> int | None:
-    """The CPU threads the profile at `path` was timed with; None without a readable one."""
-    if path is None or not Path(path).is_file():
-        return None
-    try:
-        return plan_threads(load(path).device)
-    except PolyplanError:
-        return None  # the run itself reports a broken profile

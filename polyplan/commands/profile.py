@@ -94,6 +94,7 @@ def profile(
     """
     from polyplan.commands.progress import progress_bars
     from polyplan.profiler.pipeline import profile_candidates
+    from polyplan.profiler.prompt_sets import named_prompt_set
 
     _check_up_front(out, candidates, prompts, max_prompts, device, seed, repeats, warmup, latency_ks, block_sizes)
     if not decoded:
@@ -106,7 +107,7 @@ def profile(
     with progress_bars(disable=json_output) as (progress, _):
         profiled = profile_candidates(
             _candidates_path(candidates), profile_path=out, settings=settings, device=device, keep_foreign=False,
-            prompts=_prompt_set(prompts, max_prompts, raw_prompts), progress=progress,
+            prompts=named_prompt_set(prompts, max_prompts=max_prompts, raw=raw_prompts, strict=True), progress=progress,
         )
     if json_output:
         echo_json(run_json(profiled))
@@ -118,16 +119,6 @@ def _candidates_path(candidates: Path | None) -> Path:
     from polyplan.formats.candidates import default_candidates_path
 
     return candidates if candidates is not None else default_candidates_path()
-
-
-def _prompt_set(prompts, max_prompts, raw_prompts):
-    """The prompts the options name; None when they name none: the profile being resumed was
-    measured on a prompt file it records, else the built-in prompts (the pipeline decides)."""
-    from polyplan.profiler.prompt_sets import prompt_set
-
-    if prompts is None and max_prompts is None and not raw_prompts:
-        return None
-    return prompt_set(prompts, max_prompts=max_prompts, raw=raw_prompts, strict=True)
 
 
 def _set_threads(threads: int) -> None:

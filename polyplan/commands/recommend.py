@@ -197,14 +197,15 @@ def _recommend_candidates(candidates, out, profile, mode: SamplingMode, prompts,
     """Profile what is missing for the sampling `mode`, then plan (torch is imported only here)."""
     from polyplan.commands.progress import progress_bars
     from polyplan.profiler.pipeline import recommend_candidates
-    from polyplan.profiler.prompt_sets import prompt_set
-    from polyplan.profiler.threads import profile_threads, set_threads
+    from polyplan.profiler.profile_cache import resumed_threads
+    from polyplan.profiler.prompt_sets import named_prompt_set
+    from polyplan.profiler.threads import set_threads
 
     # a --profile is resumed as it was measured: its threads and prompts unless given (other ones would re-measure it all)
-    set_threads(threads if threads is not None else profile_threads(profile))
+    set_threads(threads if threads is not None else resumed_threads(profile))
     with progress_bars(disable=quiet) as (progress, _):
         return recommend_candidates(
-            candidates, out, profile_path=profile, prompts=None if prompts is None and not raw else prompt_set(prompts, raw=raw),
+            candidates, out, profile_path=profile, prompts=named_prompt_set(prompts, raw=raw),
             cache_dir=cache_dir, device=device, temperature=mode.temperature, progress=progress, **options,
         )
 
