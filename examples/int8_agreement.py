@@ -31,7 +31,7 @@ def _load(source: str):
 
     folder = Path(source)
     if folder.suffix == ".gguf":
-        from polyplan.decoder.gguf_source import hf_folder_for_gguf
+        from polyplan.models.gguf_source import hf_folder_for_gguf
 
         folder = hf_folder_for_gguf(folder)
     tokenizer = AutoTokenizer.from_pretrained(folder, local_files_only=True)
@@ -66,7 +66,7 @@ def _int8_embeddings(model: nn.Module) -> nn.Module:
 
 
 def variants(model: nn.Module) -> dict[str, callable]:
-    from polyplan.decoder.derive import quantize_model
+    from polyplan.models.derive import quantize_model
 
     linears = {name for name, module in model.named_modules() if isinstance(module, nn.Linear)}
     head = next(name for name, module in model.named_modules() if module is model.get_output_embeddings())

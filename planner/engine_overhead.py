@@ -16,7 +16,7 @@ the same shape as polyplan's:
   above (the cost model predicts per token; the set-up is amortised over a call's tokens).
 
 The timings are `seconds of a generate call − seconds inside the models' forward passes`
-(`polyplan.profiler.engine_overhead` measures them); this module fits
+(`polyplan.engines.hf_overhead` measures them); this module fits
 loop = calls × per_call + steps × per_step + rounds × per_round (non-negative least squares
 over the median of each configuration) and reads and writes the profile entry
 `engine_overhead["hf"][sampling]` (`formats.profile.EngineCalibration`). Pure: no torch, no I/O.

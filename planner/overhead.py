@@ -10,7 +10,7 @@ more than the 10% polyplan promises, so the exact model can take them into accou
   with the target alone, so the baseline pays it too);
 - `per_round_s`: one verification round at any level (verification, transfer, crops).
 
-Both are measured on their own (`polyplan.profiler.overhead`), with stand-in members whose
+Both are measured on their own (`polyplan.profiler.loop_overhead`), with stand-in members whose
 forward passes cost nothing, never fitted to a chain's measured speed. They are stored in
 the profile's `loop_overhead`, keyed by sampling mode (`formats.profile.LoopCalibration`).
 

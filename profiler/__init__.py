@@ -15,11 +15,12 @@
 """
 
 from polyplan.profiler.acceptance import DecodedMeasurement, PairAlpha, implied_mu, measure_decoded, pair_alpha
-from polyplan.profiler.fingerprint import fingerprint_files, fingerprint_module, fingerprint_settings
-from polyplan.profiler.latency import LatencyMeasurement, LatencySettings, measure_latency
+from polyplan.models.hashing import fingerprint_files, fingerprint_module, fingerprint_settings
+from polyplan.profiler.forward_timing import LatencyMeasurement, LatencySettings, measure_latency
 from polyplan.profiler.prompts import EncodedPrompt, Prompt, builtin_prompts, encode_prompts, read_prompt_file
 from polyplan.profiler.settings import AcceptanceSettings, ProfileSettings
-from polyplan.profiler.run import ProfiledModel, ProfileOutcome, Progress, Step, profile_models
+from polyplan.models.fingerprints import ProfiledModel
+from polyplan.profiler.run import ProfileOutcome, Progress, Step, profile_models
 from polyplan.profiler.summary import summary_lines
 
 __all__ = [

@@ -14,7 +14,7 @@ from polyplan.profiler.prompts import EncodedPrompt, check_fits
 from polyplan.profiler.settings import ProfileSettings
 
 if TYPE_CHECKING:
-    from polyplan.profiler.run import ProfiledModel
+    from polyplan.models.fingerprints import ProfiledModel
 
 
 def check_models(models: Sequence[ProfiledModel]) -> None:

@@ -8,7 +8,7 @@ from polyplan.formats.profile import (
     AlphaDistribution, DecodedStats, ImpliedStats, LatencyPoint, ModelProfile, PrefillPoint, SamplingStats, TimingHealth,
 )
 from polyplan.profiler.acceptance import DecodedMeasurement, PairAlpha
-from polyplan.profiler.latency import LatencyMeasurement
+from polyplan.profiler.forward_timing import LatencyMeasurement
 from polyplan.planner.sample_size import enough_for_interval, interval_warnings
 
 

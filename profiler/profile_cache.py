@@ -16,8 +16,8 @@ from polyplan.formats.cache import cache_root
 from polyplan.formats.errors import PolyplanError
 from polyplan.formats.profile import AgreementRuns, Profile, ProfilerRecord
 from polyplan.formats.profile_codec import load
-from polyplan.profiler.fingerprint import fingerprint_settings
-from polyplan.profiler.latency import LatencySettings
+from polyplan.models.hashing import fingerprint_settings
+from polyplan.profiler.forward_timing import LatencySettings
 from polyplan.profiler.prompt_sets import PromptSet, prompt_set
 from polyplan.profiler.settings import AcceptanceSettings, ProfileSettings
 from polyplan.profiler.threads import plan_threads

@@ -3,7 +3,7 @@
 Built-in set
 ------------
 Taken deterministically from the Python standard library files that the embedded family
-holds out of its training (`polyplan.zoo.corpus.split_stdlib`), four kinds of prompt:
+holds out of its training (`polyplan.models.corpus.split_stdlib`), four kinds of prompt:
 
 - ``function_body``: the lines before a function, its signature (and docstring): the model
   continues with the body;
@@ -76,7 +76,7 @@ def builtin_prompts(per_kind: int = DEFAULT_PER_KIND, *, root: Path | None = Non
     if per_kind < 1:
         raise PolyplanError(f"per_kind: must be >= 1, got {per_kind}")
     if root is None or files is None:
-        from polyplan.zoo.corpus import split_stdlib
+        from polyplan.models.corpus import split_stdlib
 
         split = split_stdlib(root)
         root, files = split.root, split.validation

@@ -32,31 +32,22 @@ from typing import Protocol
 import numpy as np
 import torch
 
-from polyplan.decoder.member import ChainMember
 from polyplan.formats.errors import PolyplanError
 from polyplan.planner.latency import curve_from_profile
 from polyplan.formats.profile import Profile, ProfilerRecord
 from polyplan.formats.sampling import SamplingMode
 from polyplan.profiler.acceptance import TeacherForced, measure_decoded, pair_alpha, target_continuations, teacher_forced
 from polyplan.profiler.entries import decoded_entry, model_entry, refresh_warnings, sampling_entry
-from polyplan.profiler.fingerprint import fingerprint_settings, fingerprint_tokens
-from polyplan.profiler.latency import measure_latencies
+from polyplan.models.hashing import fingerprint_settings, fingerprint_tokens
+from polyplan.profiler.forward_timing import measure_latencies
 from polyplan.profiler.locks import profile_lock, timing_lock
 from polyplan.formats.outputs import check_output_file
+from polyplan.models.fingerprints import ProfiledModel
 from polyplan.profiler.checks import check_inputs_fit, check_models, check_same_profile, read_existing
 from polyplan.profiler.prompts import EncodedPrompt
 from polyplan.profiler.settings import ProfileSettings
 
 IMPLIED_KS = tuple(range(1, 9))  # μ(K) implied by α is stored for these K (and every decoded K)
-
-
-@dataclass(frozen=True)
-class ProfiledModel:
-    """A candidate to profile: its profile name, its chain member and its fingerprint."""
-
-    name: str
-    member: ChainMember
-    fingerprint: str
 
 
 @dataclass(frozen=True)

@@ -6,7 +6,7 @@ from dataclasses import dataclass, field
 
 from polyplan.formats.errors import PolyplanError
 from polyplan.formats.sampling import SamplingMode
-from polyplan.profiler.latency import LatencySettings
+from polyplan.profiler.forward_timing import LatencySettings
 
 __all__ = ["AcceptanceSettings", "LatencySettings", "ProfileSettings"]
 

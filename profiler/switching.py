@@ -21,7 +21,7 @@ import torch
 
 
 from polyplan.formats.profile import Profile, SwitchCosts
-from polyplan.profiler.latency import collector_paused, synchronizer, timed_pass
+from polyplan.profiler.forward_timing import collector_paused, synchronizer, timed_pass
 
 PASSES_AFTER = 4  # positions after a switch that are timed; later passes count as warm
 

@@ -9,9 +9,9 @@ from types import SimpleNamespace
 import pytest
 from typer.testing import CliRunner
 
-from polyplan.cli import app
-from polyplan.profiler.load import LoadReport
-from polyplan.profiler.load_loop import LOADED, QUIET, LoopBenchmark, LoopRun, loop_lines
+from polyplan.cli.app import app
+from polyplan.loop.load import LoadReport
+from polyplan.loop.under_load import LOADED, QUIET, LoopBenchmark, LoopRun, loop_lines
 
 from test_validate_paired import _validate
 

@@ -13,11 +13,11 @@ import yaml
 from typer.testing import CliRunner
 
 from polyplan.formats.candidates import read_candidates
-from polyplan.cli import app
+from polyplan.cli.app import app
 from polyplan.planner.plan_file import write_plan
 from polyplan.planner.search import recommend
 from polyplan.formats.profile import LatencyPoint, ModelProfile, Profile, SamplingStats
-from polyplan.profiler.candidates import candidate_fingerprints
+from polyplan.models.fingerprints import candidate_fingerprints
 
 pytestmark = pytest.mark.usefixtures("single_thread")
 
@@ -100,7 +100,7 @@ def test_a_sampled_plan_is_refused_in_one_line(plan, tmp_path):
 
 
 def test_negative_control_a_configuration_with_other_output_is_reported():
-    from polyplan.profiler.peers import PeerConfig, peers_lines, race_peers
+    from polyplan.engines.peers import PeerConfig, peers_lines, race_peers
     from polyplan.profiler.prompts import EncodedPrompt, Prompt
 
     prompts = [EncodedPrompt(Prompt("x", "spec_bench:math", "q:1"), (1, 2, 3))]
@@ -117,7 +117,7 @@ def test_whole_call_prediction_uses_profile_costs_and_the_calls_token_counts_onl
     """Issue 14c: the whole-call prediction of a row is the model's seconds for the bench's own
     calls (prompt lengths, tokens emitted), never its measured times; the verdict uses it."""
     from polyplan.planner.whole_call import CallModel, PrefillCurve
-    from polyplan.profiler.peers import PeerConfig, exported_check, peers_lines, race_peers
+    from polyplan.engines.peers import PeerConfig, exported_check, peers_lines, race_peers
     from polyplan.profiler.prompts import EncodedPrompt, Prompt
 
     prompts = [EncodedPrompt(Prompt("x", "spec_bench:math", "q:1"), (1, 2, 3, 4)),

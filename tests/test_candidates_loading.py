@@ -10,7 +10,7 @@ import torch
 from conftest import save_model, tiny_llama, tiny_tokenizer
 from polyplan.formats.candidates import parse_candidates
 from polyplan.decoder import HFMember, NGramMember, Sampling, generate
-from polyplan.decoder.candidates_loader import load_candidates
+from polyplan.models.loader import load_candidates
 from polyplan.formats.errors import PolyplanError
 
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import math
 
-from polyplan.profiler.categories import ALL, PromptRun, category_lines, category_rows
+from polyplan.validation.categories import ALL, PromptRun, category_lines, category_rows
 
 
 def test_rows_are_ratios_of_totals_per_kind_then_all():

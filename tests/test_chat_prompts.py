@@ -10,7 +10,7 @@ import torch
 from typer.testing import CliRunner
 
 from conftest import save_model, tiny_llama, tiny_tokenizer, write_candidate_workspace
-from polyplan.cli import app
+from polyplan.cli.app import app
 from polyplan.decoder import HFMember, Sampling, generate
 from polyplan.decoder.chat import encode_prompt
 from polyplan.decoder.member import stop_token_ids
@@ -109,7 +109,7 @@ def test_profile_cli_bad_inputs_are_one_line_and_keep_the_profile(tmp_path, sing
 
 
 def test_demo_splits_a_prompt_file_alternately_between_profiling_and_validation(tmp_path):
-    from polyplan.profiler.demo import DemoSettings, demo_prompt_sets
+    from polyplan.loop.demo import DemoSettings, demo_prompt_sets
 
     path = tmp_path / "q.jsonl"
     path.write_text("\n".join(json.dumps({"category": c, "turns": [f"w{i + 4}"]}) for i, c in enumerate("aabbc")) + "\n")

@@ -9,7 +9,7 @@ import torch
 from typer.testing import CliRunner
 
 from conftest import perturbed_copy, save_model, tiny_llama, tiny_tokenizer
-from polyplan.cli import app
+from polyplan.cli.app import app
 
 pytestmark = pytest.mark.usefixtures("single_thread")
 

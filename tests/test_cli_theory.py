@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from polyplan.cli import app
+from polyplan.cli.app import app
 
 EXAMPLE = Path(__file__).resolve().parents[1] / "polyplan" / "data" / "paper_table1_profile.json"
 TABLE1 = ["--t1", "25", "--t2", "4", "--t2-new", "7", "--l1", "4.34", "--l1-new", "6.26", "--l2-new", "4.36"]

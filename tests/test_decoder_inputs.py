@@ -8,7 +8,7 @@ import torch
 from conftest import save_model, tiny_llama, tiny_tokenizer
 from polyplan.decoder.chain import generate
 from polyplan.decoder.hf import HFMember
-from polyplan.decoder.candidates_loader import chain_candidates, load_chain
+from polyplan.models.loader import chain_candidates, load_chain
 from polyplan.decoder.ngram import NGramMember
 from polyplan.decoder.sampling import Sampling
 from polyplan.decoder.table import TableMember

@@ -51,7 +51,7 @@ def test_streaming_does_not_change_the_output():
 def test_incremental_text_never_splits_a_multibyte_character():
     from transformers import AutoTokenizer
 
-    from polyplan.zoo.builtin import builtin_folder
+    from polyplan.models.builtin import builtin_folder
 
     tokenizer = AutoTokenizer.from_pretrained(builtin_folder("target"), local_files_only=True)
     text = "naïve café → ✓ 日本語 def f(): return 'é'"
@@ -77,7 +77,7 @@ def test_generate_text_streams_pieces_that_join_to_the_text():
 
 def test_the_vocabulary_check_is_one_check_worded_alike_everywhere(tmp_path):
     """The loader, `generate` and the profiler refuse the same drafter with the same reason."""
-    from polyplan.decoder.candidates_loader import chain_candidates, load_chain
+    from polyplan.models.loader import chain_candidates, load_chain
     from polyplan.profiler import ProfiledModel
     from polyplan.profiler.checks import check_models
 

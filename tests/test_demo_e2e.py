@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from polyplan.cli import app
+from polyplan.cli.app import app
 
 pytestmark = pytest.mark.usefixtures("single_thread")
 

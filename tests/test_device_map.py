@@ -11,11 +11,11 @@ import torch
 
 from conftest import save_model, tiny_llama, tiny_tokenizer
 from polyplan.formats.candidates import parse_candidates
-from polyplan.decoder.candidates_loader import load_candidates
+from polyplan.models.loader import load_candidates
 from polyplan.decoder.chain import generate
 from polyplan.decoder.reduced_vocab import restrict_head
 from polyplan.formats.errors import PolyplanError
-from polyplan.profiler.candidates import candidate_fingerprints
+from polyplan.models.fingerprints import candidate_fingerprints
 
 pytestmark = pytest.mark.usefixtures("single_thread")
 

@@ -10,9 +10,9 @@ import torch
 from typer.testing import CliRunner
 
 from polyplan.formats.candidates import default_candidates_path, parse_candidates
-from polyplan.cli import app
+from polyplan.cli.app import app
 from polyplan.decoder import generate
-from polyplan.decoder.candidates_loader import load_candidates
+from polyplan.models.loader import load_candidates
 from polyplan.decoder.reduced_vocab import REDUCED_VOCAB_FILE
 from polyplan.zoo.refine import distillation_loss
 
@@ -82,7 +82,7 @@ def test_a_missing_data_file_fails_before_any_model_loads(tmp_path):
 def test_training_data_mixes_code_prose_and_user_text():
     from transformers import AutoTokenizer
 
-    from polyplan.zoo.builtin import builtin_folder
+    from polyplan.models.builtin import builtin_folder
     from polyplan.zoo.distill import QUICK, stdlib_prose, training_data
 
     tokenizer = AutoTokenizer.from_pretrained(builtin_folder("target"))
@@ -115,7 +115,7 @@ def test_quick_exit_trains_only_the_norm_and_head_and_chains_losslessly(tmp_path
     from transformers import AutoModelForCausalLM
 
     from polyplan.decoder.reduced_vocab import REDUCED_HEAD_FILE
-    from polyplan.zoo.builtin import builtin_folder
+    from polyplan.models.builtin import builtin_folder
 
     out = tmp_path / "exit2"
     result = CliRunner().invoke(app, ["drafter", "distill", "--quick", "--exit-layers", "2", "--out", str(out)])

@@ -109,8 +109,8 @@ def test_a_malformed_table_is_a_polyplan_error_for_every_reader():
 
 def test_measured_on_tiny_models_and_resumed_by_fingerprint(single_thread):
     from polyplan.decoder.hf import HFMember
-    from polyplan.profiler.engine_overhead import ensure_hf_overhead
-    from polyplan.profiler.run import ProfiledModel
+    from polyplan.engines.hf_overhead import ensure_hf_overhead
+    from polyplan.models.fingerprints import ProfiledModel
 
     target_model = tiny_llama(0, layers=2)
     models = [
@@ -147,8 +147,8 @@ def test_no_usable_hf_drafter_measures_nothing():
     need its universal assisted decoding): nothing is measured, the export then says so."""
     from conftest import TINY_VOCAB
     from polyplan.decoder.hf import HFMember
-    from polyplan.profiler.engine_overhead import ensure_hf_overhead
-    from polyplan.profiler.run import ProfiledModel
+    from polyplan.engines.hf_overhead import ensure_hf_overhead
+    from polyplan.models.fingerprints import ProfiledModel
 
     class Plain:
         pass
@@ -164,7 +164,7 @@ def test_no_usable_hf_drafter_measures_nothing():
 
 
 def test_prediction_error_and_the_ten_percent_line():
-    from polyplan.profiler.peers import PeerRow, PeersBenchmark, exported_check, exported_check_lines
+    from polyplan.engines.peers import PeerRow, PeersBenchmark, exported_check, exported_check_lines
 
     def bench(measured: float) -> PeersBenchmark:
         rows = (

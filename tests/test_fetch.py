@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from polyplan import fetch
-from polyplan.cli import app
+from polyplan.models import fetch
+from polyplan.cli.app import app
 
 
 def _wheels(folder: Path, parts: list[bytes]) -> list[Path]:

@@ -22,7 +22,7 @@ from hypothesis import strategies as st
 from typer.testing import CliRunner
 
 from conftest import shipped_paper_profile
-from polyplan.cli import app
+from polyplan.cli.app import app
 
 EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
 # Per property; each example is one in-process command (milliseconds). The default run is

@@ -14,12 +14,12 @@ import yaml
 from typer.testing import CliRunner
 
 from conftest import save_model, tiny_llama, tiny_tokenizer
-from polyplan.cli import app
+from polyplan.cli.app import app
 from polyplan.formats.candidates import read_candidates
 from polyplan.formats.profile import LatencyPoint, ModelProfile, Profile, SamplingStats
 from polyplan.planner.plan_file import write_plan
 from polyplan.planner.search import recommend
-from polyplan.profiler.candidates import candidate_fingerprints
+from polyplan.models.fingerprints import candidate_fingerprints
 
 pytestmark = pytest.mark.usefixtures("single_thread")
 
@@ -86,7 +86,7 @@ def test_generate_plan_streams_the_final_text_then_the_table(plan, target_only):
 
 
 def test_chain_names_derived_members_and_folders_from_models_yaml(target_only):
-    from polyplan.zoo.builtin import builtin_folder
+    from polyplan.models.builtin import builtin_folder
 
     named = run("generate", "--chain", "target,target-int8,ngram", "--block-sizes", "3,2", "--max-new-tokens", TOKENS, "--json", PROMPT)
     assert named.exit_code == 0, named.output

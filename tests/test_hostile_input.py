@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from polyplan.cli import app
+from polyplan.cli.app import app
 from conftest import shipped_paper_profile
 from polyplan.formats.errors import PolyplanError
 
@@ -286,7 +286,7 @@ def test_numeric_ranges_are_one_line(args, message):
 @pytest.mark.skipif(__import__("torch").cuda.is_available(), reason="needs a torch without CUDA")
 def test_a_cuda_device_on_a_cpu_only_torch_is_one_line(tmp_path):
     from polyplan.formats.candidates import parse_candidates
-    from polyplan.decoder.candidates_loader import load_candidates
+    from polyplan.models.loader import load_candidates
 
     _fails(_run("generate", "hi", "--chain", ".", "--device", "cuda"), "'cuda' is unavailable")
     yaml = {"candidates": [{"name": "t", "source": "builtin:target", "target": True, "device": "cuda"}]}
@@ -342,9 +342,9 @@ def test_a_full_disk_is_one_line_and_keeps_the_old_file(tmp_path, profile, monke
 
 
 def test_report_folder_names_match_what_the_report_writes():
-    from polyplan.profiler import report_folder
-    from polyplan.profiler.plots import PLOT_FILES
-    from polyplan.profiler.validation_report import JSON_FILE, REPORT_FILE
+    from polyplan.validation import report_folder
+    from polyplan.validation.plots import PLOT_FILES
+    from polyplan.validation.report import JSON_FILE, REPORT_FILE
 
     assert (report_folder.REPORT_JSON, report_folder.REPORT_MD) == (JSON_FILE, REPORT_FILE)
     assert report_folder.PLOTS == tuple(PLOT_FILES.values())
@@ -392,7 +392,7 @@ def test_an_error_naming_a_value_with_control_characters_stays_one_line(tmp_path
     """Found by the fuzz test at 400 examples: a source '0\\r' split the error in two lines."""
     from typer.testing import CliRunner
 
-    from polyplan.cli import app
+    from polyplan.cli.app import app
 
     models = tmp_path / "models.yaml"
     models.write_text('candidates:\n  - {name: target, source: "0\\r\\nx", target: true}\n', encoding="utf-8")

@@ -13,9 +13,9 @@ from torch import nn
 
 from conftest import save_model, tiny_llama, tiny_tokenizer
 from polyplan.formats.candidates import parse_candidates, supported_quantization
-from polyplan.decoder.candidates_loader import load_candidates
+from polyplan.models.loader import load_candidates
 from polyplan.decoder.chain import generate
-from polyplan.decoder.derive import quantize_model
+from polyplan.models.derive import quantize_model
 from polyplan.decoder.hf import HFMember
 from polyplan.decoder.int8_head import RescoredInt8Head, int8_head_model
 from polyplan.formats.errors import PolyplanError

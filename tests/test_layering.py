@@ -1,9 +1,13 @@
-"""The layers import only the layers below them (README, "Layout"; DESIGN.md, "Layout").
+"""The rooms import only the rooms below them (README, "Layout"; DESIGN.md, "Layout").
 
-formats/ at the bottom; planner/ (pure math), decoder/ (runs chains) on it; profiler/ (measures)
-on those; the CLI (polyplan/cli.py, polyplan/commands/, polyplan/cli_support.py) on top. Every
-module's imports are read with `ast`, the ones inside functions included, so a lazy import
-cannot hide a layer violation.
+From the bottom: formats/ (the files), planner/ (pure math), decoder/ (the chain and its
+members), models/ (models.yaml to members), profiler/ (measures models), validation/ (runs
+planned chains and judges predictions), engines/ (other engines as peers and export targets),
+the embedded family (polyplan/zoo/: its training and distillation, imported only by the loop,
+whose demo trains it, and the CLI), loop/ (profile -> plan -> validate -> demo), and the CLI
+(cli/) on top. Every module's imports are read with
+`ast`, the ones inside functions included, so a lazy import cannot hide a layer violation.
+There are no exceptions.
 """
 
 from __future__ import annotations
@@ -15,20 +19,17 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 FOLDERS = {"formats": "polyplan.formats", "planner": "polyplan.planner", "decoder": "polyplan.decoder",
-           "profiler": "polyplan.profiler", "polyplan": "polyplan"}
+           "models": "polyplan.models", "profiler": "polyplan.profiler", "validation": "polyplan.validation",
+           "engines": "polyplan.engines", "loop": "polyplan.loop", "cli": "polyplan.cli", "polyplan": "polyplan"}
 
-# What each layer may import of polyplan (prefixes of module names).
-ALLOWED = {
-    "polyplan.formats": ("polyplan.formats",),
-    "polyplan.planner": ("polyplan.formats", "polyplan.planner"),
-    # The embedded family's folder is a model source like a HF folder or a hub id.
-    "polyplan.decoder": ("polyplan.formats", "polyplan.decoder", "polyplan.zoo.builtin"),
-    # The demo trains the quick family, the prompts hold out the family's training corpus.
-    "polyplan.profiler": ("polyplan.formats", "polyplan.planner", "polyplan.decoder", "polyplan.profiler", "polyplan.zoo"),
-}
-FORBIDDEN_THIRD_PARTY = {"polyplan.planner": ("torch", "typer", "rich", "transformers")}
-CLI_ONLY = ("typer", "polyplan.cli_support")
-CLI_MODULES = ("polyplan.cli", "polyplan.cli_support", "polyplan.commands")
+# From the bottom up; each room may import itself and the rooms before it.
+ORDER = ("polyplan.formats", "polyplan.planner", "polyplan.decoder", "polyplan.models", "polyplan.profiler",
+         "polyplan.validation", "polyplan.engines", "polyplan.zoo", "polyplan.loop", "polyplan.cli")
+ALLOWED = {room: ORDER[: index + 1] for index, room in enumerate(ORDER)}
+FORBIDDEN_THIRD_PARTY = {"polyplan.formats": ("torch", "typer", "rich", "transformers"),
+                         "polyplan.planner": ("torch", "typer", "rich", "transformers")}
+CLI_ONLY = ("typer", "polyplan.cli")
+CLI_MODULES = ("polyplan.cli",)
 
 
 def module_name(path: Path) -> str:
@@ -103,6 +104,12 @@ def test_a_layer_imports_only_the_layers_below_it(name):
 def test_only_the_cli_imports_typer_and_the_cli_support(name):
     found = imports(MODULES[name], name)
     assert not [module for module in found if within(module, CLI_ONLY)], f"{name} imports the CLI's {CLI_ONLY}"
+
+
+def test_the_family_is_imported_only_by_the_loop_and_the_cli():
+    below = [name for name in MODULES if layer(name) in ORDER[: ORDER.index("polyplan.zoo")]]
+    wrong = {name: sorted(m for m in imports(MODULES[name], name) if within(m, ("polyplan.zoo",))) for name in below}
+    assert not {name: found for name, found in wrong.items() if found}
 
 
 def test_the_checks_catch_a_violation(tmp_path):

@@ -12,7 +12,7 @@ import pytest
 from typer.testing import CliRunner
 
 from conftest import write_candidate_workspace
-from polyplan.cli import app
+from polyplan.cli.app import app
 from polyplan.formats.profile_codec import load
 
 pytestmark = pytest.mark.usefixtures("single_thread")
@@ -89,7 +89,7 @@ def test_a_profile_with_a_stale_loop_cost_is_completed_not_reused(profiled, tmp_
 def test_a_device_given_for_the_candidates_places_every_model_but_the_ngram_drafter(profiled):
     """`--device` goes through `read_candidate_file` → `with_device` (which walks each derive
     chain to keep a split model where accelerate put it)."""
-    from polyplan.profiler.candidate_file import read_candidate_file
+    from polyplan.models.candidate_file import read_candidate_file
 
     read = read_candidate_file(profiled / "models.yaml", "meta")
     devices = {candidate.name: candidate.device for candidate in read.candidates.candidates}

@@ -13,7 +13,7 @@ import torch
 from typer.testing import CliRunner
 
 from polyplan.formats.candidates import Candidate, parse_candidates
-from polyplan.cli import app
+from polyplan.cli.app import app
 from polyplan.formats.errors import PolyplanError
 from polyplan.planner.cost_model import predict_chain
 from polyplan.planner.engines import config_text, engine_config, export_lines, export_plan, export_to_json, loadable
@@ -23,7 +23,7 @@ from polyplan.planner.plan_file import write_plan
 from polyplan.planner.search import recommend
 from polyplan.formats.profile import LatencyPoint, ModelProfile, Profile, SamplingStats
 from polyplan.formats.profile_codec import decode
-from polyplan.profiler.candidates import candidate_fingerprints
+from polyplan.models.fingerprints import candidate_fingerprints
 from polyplan.profiler.acceptance import TeacherForced, pair_alpha
 
 YAML = {

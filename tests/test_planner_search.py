@@ -173,7 +173,7 @@ def test_plan_file_round_trip(tmp_path):
 
 def test_planner_and_its_commands_never_import_torch():
     code = (
-        "import sys, polyplan.planner, polyplan.formats.profile, polyplan.commands.theory, polyplan.commands.recommend; "
+        "import sys, polyplan.planner, polyplan.formats.profile, polyplan.cli.commands.theory, polyplan.cli.commands.recommend; "
         "assert 'torch' not in sys.modules, 'torch imported'"
     )
     subprocess.run([sys.executable, "-c", code], check=True)

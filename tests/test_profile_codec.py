@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from polyplan.cli import app
+from polyplan.cli.app import app
 from polyplan.formats import profile as types
 from polyplan.formats.errors import PolyplanError
 from polyplan.formats.overhead import LoopOverhead

@@ -148,7 +148,7 @@ def test_recommend_candidates_on_a_foreign_profile_profiles_into_the_cache(tmp_p
     from typer.testing import CliRunner
 
     from conftest import write_candidate_workspace
-    from polyplan.cli import app
+    from polyplan.cli.app import app
 
     workspace = write_candidate_workspace(tmp_path / "ws")
     other = tmp_path / "other.json"

@@ -10,9 +10,9 @@ import pytest
 from typer.testing import CliRunner
 
 from conftest import write_candidate_workspace
-from polyplan.cli import app
+from polyplan.cli.app import app
 from polyplan.formats.profile_codec import load
-from polyplan.profiler.latency import LatencySettings
+from polyplan.profiler.forward_timing import LatencySettings
 from polyplan.profiler.settings import AcceptanceSettings
 
 pytestmark = pytest.mark.usefixtures("single_thread")
@@ -100,7 +100,7 @@ def test_bad_input_gets_one_line_and_exit_2(workspace, tmp_path, setup, message)
 def test_cli_defaults_are_the_library_defaults():
     import inspect
 
-    from polyplan.commands.profile import profile
+    from polyplan.cli.commands.profile import profile
 
     defaults = {name: p.default for name, p in inspect.signature(profile).parameters.items()}
     latency, acceptance = LatencySettings(), AcceptanceSettings()

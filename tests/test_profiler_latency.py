@@ -12,8 +12,8 @@ import torch
 from conftest import tiny_llama
 from polyplan.decoder import HFMember, NGramMember
 from polyplan.formats.errors import PolyplanError
-from polyplan.profiler import latency as latency_module
-from polyplan.profiler.latency import LatencySettings, measure_latency
+from polyplan.profiler import forward_timing as latency_module
+from polyplan.profiler.forward_timing import LatencySettings, measure_latency
 from polyplan.profiler.stats import spread
 
 
@@ -241,7 +241,7 @@ def test_models_timed_together_keep_their_ratio_when_the_load_changes():
     done when timed alone; about a quarter into the interleaved run). Timed interleaved, the target's and the
     drafter's T(1) are both doubled and their ratio (what decides the chain) stays 5; timed one
     after the other (the negative control) the drafter alone is doubled and the ratio is off 2x."""
-    from polyplan.profiler.latency import measure_latencies
+    from polyplan.profiler.forward_timing import measure_latencies
 
     settings = LatencySettings(ks=(1,), context_lengths=(10,), repeats=20, warmup=0, prefill_repeats=1, noise_budget_s=0.0)
 

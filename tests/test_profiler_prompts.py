@@ -9,7 +9,7 @@ import pytest
 from conftest import tiny_tokenizer
 from polyplan.formats.errors import PolyplanError
 from polyplan.profiler.prompts import KINDS, EncodedPrompt, Prompt, builtin_prompts, check_fits, encode_prompts, read_prompt_file
-from polyplan.zoo.corpus import split_stdlib
+from polyplan.models.corpus import split_stdlib
 
 
 @pytest.fixture(scope="module")

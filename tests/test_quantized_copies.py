@@ -14,10 +14,10 @@ import pytest
 import torch
 
 from conftest import save_model, tiny_llama, tiny_tokenizer
-from polyplan.decoder import derive
-from polyplan.decoder.candidates_loader import load_candidates
+from polyplan.models import derive
+from polyplan.models.loader import load_candidates
 from polyplan.decoder.chain import generate
-from polyplan.decoder.derive import quantize_model
+from polyplan.models.derive import quantize_model
 from polyplan.decoder.hf import HFMember
 from polyplan.decoder.int8_head import RescoredInt8Head
 from polyplan.formats.candidates import parse_candidates
@@ -112,7 +112,7 @@ def test_a_hook_on_the_base_does_not_count_the_shallow_copys_passes(model):
     """bench peers and the HF overhead count the target's passes with a forward hook; an
     int8-head or early-exit copy shares the target's modules, so without its own hook tables
     its passes were counted as the target's (tokens per target pass below 1)."""
-    from polyplan.decoder.derive import early_exit_model
+    from polyplan.models.derive import early_exit_model
 
     copies = [quantize_model(model, "int8-head"), early_exit_model(model, 1)]
     calls = []

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from polyplan.fetch import MODELS, default_path
+from polyplan.models.fetch import MODELS, default_path
 
 pytestmark = pytest.mark.slow
 
@@ -24,7 +24,7 @@ def _fetched() -> Path:
 def test_fetched_gemma_loads_from_models_yaml_and_decodes_losslessly(tmp_path, single_thread):
     from polyplan.formats.candidates import read_candidates
     from polyplan.decoder import generate
-    from polyplan.decoder.candidates_loader import load_candidates
+    from polyplan.models.loader import load_candidates
     from polyplan.decoder.member import stop_token_ids
 
     path = _fetched()

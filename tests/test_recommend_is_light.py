@@ -9,7 +9,7 @@ from conftest import shipped_paper_profile
 CHECK = """
 import sys
 from typer.testing import CliRunner
-from polyplan.cli import app
+from polyplan.cli.app import app
 result = CliRunner().invoke(app, ["recommend", "--profile", sys.argv[1], "--out", sys.argv[2]])
 assert result.exit_code == 0, result.output
 heavy = sorted(name for name in ("torch", "transformers") if name in sys.modules)

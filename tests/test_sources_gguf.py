@@ -11,9 +11,9 @@ from typer.testing import CliRunner
 
 from conftest import save_model, tiny_llama, tiny_tokenizer
 from polyplan.formats.candidates import parse_candidates
-from polyplan.cli import app
-from polyplan.decoder import gguf_source
-from polyplan.decoder.candidates_loader import load_candidates
+from polyplan.cli.app import app
+from polyplan.models import gguf_source
+from polyplan.models.loader import load_candidates
 from polyplan.decoder.member import stop_token_ids
 from polyplan.formats.errors import PolyplanError
 from tiny_gguf import write_tiny_gguf

@@ -12,7 +12,7 @@ import pytest
 from typer.testing import CliRunner
 
 from conftest import perturbed_copy, save_model, tiny_llama, tiny_tokenizer, write_candidate_workspace
-from polyplan.cli import app
+from polyplan.cli.app import app
 
 pytestmark = pytest.mark.usefixtures("single_thread")
 

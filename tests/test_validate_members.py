@@ -7,8 +7,8 @@ import torch
 
 from conftest import tiny_llama, truncated_copy
 from polyplan.decoder import HFMember, NGramMember, generate
-from polyplan.profiler.overhead import StandIn, measure_loop_overhead
-from polyplan.profiler.primed import PrimedMember
+from polyplan.profiler.loop_overhead import StandIn, measure_loop_overhead
+from polyplan.validation.primed import PrimedMember
 
 pytestmark = pytest.mark.usefixtures("single_thread")
 
@@ -66,7 +66,7 @@ def test_loop_overhead_is_measured_from_rounds_that_accept_and_reject():
 
 
 def test_switch_costs_are_measured_for_every_model_and_leave_caches_empty(pair):
-    from polyplan.profiler.run import ProfiledModel
+    from polyplan.models.fingerprints import ProfiledModel
     from polyplan.profiler.switching import measure_switch_costs
 
     target, draft = pair

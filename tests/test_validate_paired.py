@@ -14,10 +14,10 @@ import dataclasses
 import numpy as np
 import pytest
 
-from polyplan.profiler.paired import paired_speedup, ratio_interval
-from polyplan.profiler.validation_results import ChainSpec, RunRecord, headline, summarise_chain
+from polyplan.validation.paired import paired_speedup, ratio_interval
+from polyplan.validation.results import ChainSpec, RunRecord, headline, summarise_chain
 from polyplan.formats.plan import PlannedChain
-from polyplan.profiler.validation_results import ROLE_ALTERNATIVE, ROLE_RECOMMENDED, ROLE_TARGET_ONLY
+from polyplan.validation.results import ROLE_ALTERNATIVE, ROLE_RECOMMENDED, ROLE_TARGET_ONLY
 
 
 def simulated(rng: np.random.Generator, speedup: float, prompts: int = 8, repeats: int = 3):

@@ -18,8 +18,8 @@ from polyplan.planner.plan_file import plan_from_profile
 from polyplan.formats.profile import LoopCalibration
 from polyplan.formats.profile_codec import load
 from polyplan.profiler.prompts import EncodedPrompt, Prompt
-from polyplan.profiler.validation_runs import fit_prompts, select_chains
-from polyplan.profiler.validation_results import (
+from polyplan.validation.chain_runs import fit_prompts, select_chains
+from polyplan.validation.results import (
     ROLE_ALTERNATIVE,
     ROLE_RECOMMENDED,
     ROLE_TARGET_ONLY,
@@ -196,7 +196,7 @@ def test_recommended_within_noise_of_the_fastest_uses_the_paired_ratio(plan):
 
 
 def test_json_twin_has_the_documented_shape(plan):
-    from polyplan.profiler.validation_results import Validation
+    from polyplan.validation.results import Validation
 
     specs = select_chains(plan, top=1)
     base = [_record(0, 0, 0, 1.0)]

@@ -216,7 +216,7 @@ def test_the_plan_records_the_widths_it_assumed(tmp_path):
 
 
 def test_recommend_says_which_passes_it_pads():
-    from polyplan.commands.recommend import table_lines
+    from polyplan.cli.commands.recommend import table_lines
     from polyplan.planner.search import recommend
 
     lines = table_lines(recommend(_non_monotone_profile(), k_max=4))
@@ -230,8 +230,8 @@ def test_validation_reserves_the_context_the_decoder_checks_with_padding():
 
     from polyplan.decoder.chain import context_reserve
     from polyplan.formats.plan import PlannedChain
-    from polyplan.profiler.validation_results import ChainSpec
-    from polyplan.profiler.validation_runs import reserve_for
+    from polyplan.validation.results import ChainSpec
+    from polyplan.validation.chain_runs import reserve_for
 
     padded = VerifyWidths(pads=((2, 4), (3, 4)))  # a pass over 2 tokens runs at width 4: 2 extra
     planned = PlannedChain(

@@ -9,8 +9,8 @@ import pytest
 from typer.testing import CliRunner
 
 from polyplan.formats.candidates import default_candidates_path, read_candidates
-from polyplan.cli import app
-from polyplan.zoo.builtin import builtin_folder, builtin_names, weights_root
+from polyplan.cli.app import app
+from polyplan.models.builtin import builtin_folder, builtin_names, weights_root
 
 EXAMPLE = Path(__file__).resolve().parent.parent / "examples" / "zoo.yaml"
 

@@ -12,7 +12,7 @@ import pytest
 import torch
 from typer.testing import CliRunner
 
-from polyplan.cli import app
+from polyplan.cli.app import app
 from polyplan.zoo import train as train_module
 from polyplan.zoo.recipe import QUICK
 from polyplan.zoo.refine import acceptance_on, distillation_loss, greedy_continuations

@@ -9,10 +9,10 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from polyplan.cli import app
+from polyplan.cli.app import app
 from polyplan.formats.errors import PolyplanError
 from polyplan.zoo import train as train_module
-from polyplan.zoo.corpus import split_stdlib
+from polyplan.models.corpus import split_stdlib
 from polyplan.zoo.recipe import QUICK
 
 runner = CliRunner()

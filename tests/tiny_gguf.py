@@ -29,7 +29,7 @@ def _permute(weights: np.ndarray, heads: int) -> np.ndarray:
 
 def family_vocabulary() -> tuple[list[str], list[str]]:
     """The shipped family's tokens (by id) and merges, plus `CONTROL_TOKENS` at the end."""
-    from polyplan.zoo.builtin import builtin_folder
+    from polyplan.models.builtin import builtin_folder
 
     data = json.loads((builtin_folder("target") / "tokenizer.json").read_text(encoding="utf-8"))
     vocab = data["model"]["vocab"]

@@ -79,7 +79,7 @@ def run_case(case: Case) -> Outcome:
     else:
         from typer.testing import CliRunner
 
-        from polyplan.cli import app
+        from polyplan.cli.app import app
 
         saved = {key: os.environ.get(key) for key in case.env}
         os.environ.update(case.env)
@@ -573,7 +573,7 @@ def main() -> int:
         plan = work / "plan.json"
         from typer.testing import CliRunner
 
-        from polyplan.cli import app
+        from polyplan.cli.app import app
 
         made = CliRunner().invoke(app, ["recommend", "--profile", str(profile), "--out", str(plan)])
         assert made.exit_code == 0, made.output

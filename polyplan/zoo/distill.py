@@ -108,9 +108,9 @@ def distill_drafter(candidates_path: str | Path, out: str | Path, settings: Dist
 
     from polyplan.formats.candidates import read_candidates
     from polyplan.decoder.hf import end_of_sequence_ids
-    from polyplan.decoder.derive import num_layers
+    from polyplan.models.derive import num_layers
     from polyplan.decoder.reduced_vocab import REDUCED_VOCAB_FILE, most_frequent_tokens, restrict_head
-    from polyplan.decoder.sources import source_folder
+    from polyplan.models.sources import source_folder
     from polyplan.zoo.recipe import Refinement, Schedule
     from polyplan.zoo.refine import refine_drafter
     from polyplan.zoo.train import building
@@ -187,7 +187,7 @@ class TrainingData:
 def training_data(tokenizer, settings: DistillSettings, user: list[str] | None = None) -> TrainingData:
     """The stdlib's code and English prose, and the user's texts (`user_texts`), each split
     19:1 into training and held-out text and encoded with the target's `tokenizer`."""
-    from polyplan.zoo.corpus import read_texts, split_stdlib
+    from polyplan.models.corpus import read_texts, split_stdlib
     from polyplan.zoo.tokenizer import encode_corpus
 
     split = split_stdlib()
@@ -310,7 +310,7 @@ def exit_student(target, layers: int, keep: torch.Tensor):
     as the target's head rows)."""
     import copy
 
-    from polyplan.decoder.derive import early_exit_model
+    from polyplan.models.derive import early_exit_model
     from polyplan.decoder.reduced_vocab import restrict_head
 
     exit_model = early_exit_model(target, layers)  # a shallow copy: the target is untouched

@@ -16,7 +16,7 @@ from pathlib import Path
 import torch
 from torch import nn
 
-from polyplan.decoder.derive import early_exit_model, quantize_model
+from polyplan.models.derive import early_exit_model, quantize_model
 
 
 @dataclass(frozen=True)

@@ -22,10 +22,10 @@ import torch.nn.functional as F
 from torch import nn
 from transformers import AutoTokenizer, LlamaForCausalLM, PreTrainedTokenizerFast
 
-from polyplan.decoder.derive import early_exit_model, quantize_model
+from polyplan.models.derive import early_exit_model, quantize_model
 from polyplan.formats.errors import PolyplanError
-from polyplan.zoo.builtin import FAMILY_FILE
-from polyplan.zoo.corpus import read_texts, split_stdlib
+from polyplan.models.builtin import FAMILY_FILE
+from polyplan.models.corpus import read_texts, split_stdlib
 from polyplan.zoo.optim import adamw, eval_windows, learning_rate, optimizer_step, random_windows
 from polyplan.zoo.recipe import Recipe, Refinement
 from polyplan.zoo.refine import RefineMetrics, refine_drafter

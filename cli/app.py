@@ -1,0 +1,48 @@
+"""The `polyplan` command line: thin typer commands over the library API.
+
+Each command group lives in `polyplan/commands/<group>.py`; this module only assembles them.
+"""
+
+from __future__ import annotations
+
+import typer
+
+from polyplan.cli.commands import bench
+from polyplan.cli.commands import demo
+from polyplan.cli.commands import drafter
+from polyplan.cli.commands import export
+from polyplan.cli.commands import fetch
+from polyplan.cli.commands import generate
+from polyplan.cli.commands import models
+from polyplan.cli.commands import profile
+from polyplan.cli.commands import recommend
+from polyplan.cli.commands import theory
+from polyplan.cli.commands import validate
+from polyplan.cli.commands import zoo
+
+app = typer.Typer(
+    name="polyplan",
+    help="Plan, run and validate polybasic (multi-drafter) speculative decoding chains.",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+)
+
+# Command registration (one line per command module; keep alphabetical).
+app.add_typer(bench.app, name="bench")
+app.command("demo")(demo.demo)
+app.add_typer(drafter.app, name="drafter")
+app.command("export")(export.export)
+app.command("fetch")(fetch.fetch)
+app.command("generate")(generate.generate)
+app.add_typer(models.app, name="models")
+app.command("profile")(profile.profile)
+app.command("recommend")(recommend.recommend)
+app.add_typer(theory.app, name="theory")
+app.command("validate")(validate.validate)
+app.add_typer(zoo.app, name="zoo")
+
+
+def main() -> None:
+    """Console-script entry point."""
+    app()

@@ -1,0 +1,1 @@
+"""One module per CLI command group; `polyplan.cli.app` assembles them."""

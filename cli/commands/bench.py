@@ -1,0 +1,196 @@
+"""`polyplan bench …`: benchmarks that print ratios measured side by side (never asserted)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated, Optional
+
+import typer
+
+from polyplan.cli.support import echo_json, fails_cleanly
+from polyplan.formats.errors import PolyplanError
+from polyplan.cli.commands.options import RawPrompts
+
+app = typer.Typer(help="Benchmarks printing side-by-side ratios measured in one run.", no_args_is_help=True)
+
+
+def _prompt_option(value: str) -> tuple[int, list[str] | None]:
+    """`--prompts`: a count, or a prompt file (its prompts' texts)."""
+    if value.strip().isdigit():
+        return int(value), None
+    from polyplan.profiler.prompts import read_prompt_file
+
+    texts = [prompt.text for prompt in read_prompt_file(value)]
+    return len(texts), texts
+
+
+@app.command("decoder")
+@fails_cleanly
+def decoder(
+    target: Annotated[Optional[str], typer.Option("--target", help="Target model folder (default: a random 8-layer Llama).")] = None,
+    draft: Annotated[Optional[str], typer.Option("--draft", help="Draft model folder (default: the random target's first layer).")] = None,
+    prompts: Annotated[
+        str,
+        typer.Option("--prompts", help="Number of prompts, or a prompt file (*.jsonl, e.g. Spec-Bench question.jsonl, or "
+                     "blank-line separated text; needs --target/--draft) whose prompts are run instead."),
+    ] = "4",
+    raw_prompts: RawPrompts = False,
+    prompt_length: Annotated[int, typer.Option("--prompt-length", help="Tokens per random prompt (random models only).")] = 16,
+    max_new_tokens: Annotated[int, typer.Option("--max-new-tokens", help="New tokens per prompt.")] = 64,
+    block_size: Annotated[int, typer.Option("--block-size", help="K: tokens drafted per round, both sides.")] = 4,
+    repeats: Annotated[int, typer.Option("--repeats", help="Timed runs per prompt and side.")] = 3,
+    threads: Annotated[Optional[int], typer.Option("--threads", help="torch CPU threads (default: torch's choice).")] = None,
+    device: Annotated[str, typer.Option("--device", help="torch device.")] = "cpu",
+    json_output: Annotated[bool, typer.Option("--json", help="Print one JSON object.")] = False,
+) -> None:
+    """Race polyplan's decoding loop against Hugging Face generate (plain and assisted), greedy."""
+    from polyplan.formats import options
+    from polyplan.models.devices import check_device
+    from polyplan.profiler.locks import timing_lock
+    from polyplan.profiler.threads import set_threads
+
+    for option, value in (("--threads", threads), ("--prompt-length", prompt_length),
+                          ("--max-new-tokens", max_new_tokens), ("--repeats", repeats)):
+        options.at_least(value, 1, option)
+    options.block_size(block_size, "--block-size")
+    check_device(device)
+    set_threads(threads)
+    count, texts = _prompt_option(prompts)
+    options.at_least(count, 1, "--prompts")
+    with timing_lock():
+        bench = _run(target, draft, count, texts, raw_prompts, prompt_length, max_new_tokens, block_size, repeats, device)
+    _print(bench, json_output)
+
+
+def _run(target, draft, count, texts, raw_prompts, prompt_length, max_new_tokens, block_size, repeats, device):
+    from polyplan.engines.hf_generate import run_decoder_benchmark
+
+    return run_decoder_benchmark(
+        target,
+        draft,
+        prompts=count,
+        texts=texts,
+        raw=raw_prompts,
+        prompt_length=prompt_length,
+        max_new_tokens=max_new_tokens,
+        block_size=block_size,
+        repeats=repeats,
+        device=device,
+    )
+
+
+def _print(bench, json_output: bool) -> None:
+    from polyplan.engines.hf_generate import report_lines
+
+    if json_output:
+        echo_json(
+            {
+                "target": bench.target,
+                "draft": bench.draft,
+                "prompts": bench.prompts,
+                "max_new_tokens": bench.max_new_tokens,
+                "block_size": bench.block_size,
+                "repeats": bench.repeats,
+                "threads": bench.threads,
+                "races": [
+                    {
+                        "race": race.label,
+                        "polyplan_s": race.polyplan_s,
+                        "huggingface_s": race.huggingface_s,
+                        "ratio": race.ratio,
+                        "tokens_equal": race.tokens_equal,
+                        "mean_tokens_per_verification": race.mean_tokens_per_verification,
+                    }
+                    for race in bench.races
+                ],
+            }
+        )
+        return
+    typer.echo("\n".join(report_lines(bench)))
+
+
+@app.command("peers")
+@fails_cleanly
+def peers(
+    plan: Annotated[
+        Optional[Path], typer.Option("--plan", help="plan.json (greedy) written by polyplan recommend. Default: "
+                                     "profile and plan --candidates first (cached).")
+    ] = None,
+    prompts: Annotated[
+        Optional[Path], typer.Option("--prompts", help="Prompt file (Spec-Bench question.jsonl: per-category tables). "
+                                     "Default: built-in prompts held out from profiling.")
+    ] = None,
+    candidates: Annotated[
+        Optional[Path], typer.Option("--candidates", help="models.yaml, if not the one recorded in the plan.")
+    ] = None,
+    new_tokens: Annotated[int, typer.Option("--new-tokens", help="New tokens per prompt (EOS stops earlier).")] = 64,
+    repeats: Annotated[int, typer.Option("--repeats", help="Timed runs per prompt and configuration.")] = 3,
+    max_prompts: Annotated[Optional[int], typer.Option("--max-prompts", help="Use only the first N prompts.")] = None,
+    threads: Annotated[Optional[int], typer.Option("--threads", help="torch CPU threads (default: torch's choice).")] = None,
+    json_output: Annotated[bool, typer.Option("--json", help="Print one JSON object.")] = False,
+) -> None:
+    """Race HF generate (plain, assisted per drafter, prompt lookup) against polyplan's chain, greedy."""
+    from polyplan.profiler.threads import set_threads
+    from polyplan.engines.peers import peers_json, peers_lines
+    from polyplan.loop.pipeline import race_peers_of
+
+    set_threads(threads)
+    bench = race_peers_of(plan, prompts_path=prompts, candidates_path=candidates, repeats=repeats, new_tokens=new_tokens,
+                      max_prompts=max_prompts, log=lambda line: typer.echo(line, err=True))
+    if json_output:
+        echo_json(peers_json(bench))
+    else:
+        typer.echo("\n".join(peers_lines(bench)))
+    if bench.mismatches:
+        raise PolyplanError(f"greedy outputs differ from target-only in {len(bench.mismatches)} run(s): {bench.mismatches[0]}")
+
+
+@app.command("load")
+@fails_cleanly
+def load(
+    seconds: Annotated[float, typer.Option("--seconds", help="How long the load runs (it then stops by itself; at most 4 h).")],
+    cores: Annotated[int, typer.Option("--cores", help="Cores kept busy (one process each).")] = 1,
+) -> None:
+    """Keep CPU cores busy with matrix products for --seconds, then stop (a bounded, documented load).
+
+    Each load process is one thread multiplying 256 x 256 matrices; it exits at its time limit,
+    when this command ends, or when its parent dies. Prints the products each process ran.
+    """
+    from polyplan.loop.load import run_load_processes
+
+    for index, report in enumerate(run_load_processes(seconds, cores), start=1):
+        typer.echo(f"load process {index}: {report.products} matrix products in {report.seconds:.1f} s "
+                   f"({report.products_per_second:.0f}/s)")
+
+
+@app.command("loop")
+@fails_cleanly
+def loop(
+    quick: Annotated[bool, typer.Option("--quick", help="Reduced profiling on the tiny quick family (as `demo --quick`).")] = False,
+    candidates: Annotated[Optional[Path], typer.Option("--candidates", help="models.yaml (default: examples/zoo.yaml).")] = None,
+    prompts_per_kind: Annotated[int, typer.Option("--prompts-per-kind", help="Validation prompts of each of the 4 kinds.")] = 4,
+    new_tokens: Annotated[int, typer.Option("--new-tokens", help="Tokens generated per prompt and chain.")] = 128,
+    repeats: Annotated[int, typer.Option("--repeats", help="Validation passes over the prompts.")] = 3,
+    top: Annotated[int, typer.Option("--top", help="Alternatives validated besides the recommended chain.")] = 3,
+    cores: Annotated[int, typer.Option("--cores", help="Cores the load keeps busy in the loaded run.")] = 1,
+    out: Annotated[Path, typer.Option("--out", help="Folder for the two runs (quiet/, loaded/).")] = Path("polyplan-loop"),
+    cache_dir: Annotated[
+        Optional[Path], typer.Option("--cache-dir", help="Profile cache (default: $POLYPLAN_CACHE_DIR or ~/.cache/polyplan).")
+    ] = None,
+    threads: Annotated[int, typer.Option("--threads", help="torch CPU threads (default 1).")] = 1,
+) -> None:
+    """Run profile -> recommend -> validate twice, quiet and under a background load, and print
+    per run and chain: predicted [interval], measured [CI], error, inside, and the ranking check."""
+    from polyplan.cli.commands.progress import progress_bars
+    from polyplan.profiler.threads import set_threads
+    from polyplan.loop.demo import DemoSettings
+    from polyplan.loop.under_load import loop_lines, run_load_loop
+
+    set_threads(threads)
+    settings = DemoSettings(candidates=candidates, quick=quick, prompts_per_kind=prompts_per_kind, new_tokens=new_tokens,
+                            repeats=repeats, top=top, out=out, cache_dir=cache_dir)
+    with progress_bars() as (profiling, validating):
+        bench = run_load_loop(settings, cores=cores, log=lambda line: typer.echo(line, err=True),
+                              profile_progress=profiling, validation_progress=validating)
+    typer.echo("\n".join(loop_lines(bench)))
+    typer.echo(f"\nreports: {', '.join(str(run.result.files.report) for run in bench.runs)}")

@@ -1,0 +1,77 @@
+"""`polyplan demo`: profile → recommend → validate on the embedded family, ending with one table."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Annotated, Optional
+
+import typer
+
+from polyplan.cli.support import echo_json, fails_cleanly
+from polyplan.cli.commands.options import RawPrompts
+
+
+@fails_cleanly
+def demo(
+    quick: Annotated[bool, typer.Option("--quick", help="Reduced profiling (a CI-sized demo); without --candidates, on the "
+                                        "tiny family of `zoo train --quick`, trained once into the cache.")] = False,
+    candidates: Annotated[Optional[Path], typer.Option("--candidates", help="models.yaml (default: examples/zoo.yaml).")] = None,
+    prompts_per_kind: Annotated[int, typer.Option("--prompts-per-kind", help="Validation prompts of each of the 4 kinds.")] = 4,
+    prompts: Annotated[
+        Optional[Path],
+        typer.Option("--prompts", help="Prompt file (*.jsonl, e.g. Spec-Bench question.jsonl, or blank-line separated text): "
+                     "prompts 1, 3, 5, … profile, prompts 2, 4, 6, … validate (held out). Default: built-in prompts."),
+    ] = None,
+    raw_prompts: RawPrompts = False,
+    new_tokens: Annotated[int, typer.Option("--new-tokens", help="Tokens generated per prompt and chain.")] = 128,
+    repeats: Annotated[int, typer.Option("--repeats", help="Validation passes over the prompts.")] = 3,
+    top: Annotated[int, typer.Option("--top", help="Alternatives validated besides the recommended chain.")] = 3,
+    max_levels: Annotated[int, typer.Option("--max-levels", help="Longest chain, counting the target.")] = 4,
+    out: Annotated[Path, typer.Option("--out", help="Folder for plan.json, the report and the plots.")] = Path("polyplan-demo"),
+    cache_dir: Annotated[
+        Optional[Path], typer.Option("--cache-dir", help="Profile cache (default: $POLYPLAN_CACHE_DIR or ~/.cache/polyplan).")
+    ] = None,
+    threads: Annotated[
+        Optional[int],
+        typer.Option("--threads", help="torch CPU threads (default 1 on CPU: on a small, shared machine more OpenMP "
+                     "threads contend with any other load and make every timing erratic)."),
+    ] = 1,
+    json_output: Annotated[bool, typer.Option("--json", help="Print the report's JSON twin instead of the table.")] = False,
+) -> None:
+    """Profile the embedded family, recommend a chain, validate it against target-only decoding,
+    the best two-model chain and the runners-up, and print one table with the report's paths."""
+    from polyplan.cli.commands.progress import progress_bars
+    from polyplan.profiler.threads import set_threads
+    from polyplan.cli.commands.validate import result_lines
+    from polyplan.loop.demo import DemoSettings
+    from polyplan.loop.pipeline import run_demo
+
+    set_threads(threads)
+    settings = DemoSettings(
+        candidates=candidates, quick=quick, prompts_per_kind=prompts_per_kind, prompts=prompts, raw_prompts=raw_prompts, new_tokens=new_tokens, repeats=repeats,
+        top=top, max_levels=max_levels, out=out, cache_dir=cache_dir,
+    )
+    log = (lambda line: None) if json_output else (lambda line: typer.echo(line, err=True))
+    with progress_bars(disable=json_output) as (profiling, validating):
+        result = run_demo(settings, profile_progress=profiling, validation_progress=validating, log=log)
+    if json_output:
+        echo_json(json.loads(result.files.json.read_text(encoding="utf-8")))
+        return
+    from polyplan.cli.commands.recommend import warning_lines
+
+    recommendation = result.recommendation
+    best = recommendation.best
+    found = None if recommendation.intervals is None else recommendation.intervals.of(best.chain)
+    predicted = f"{best.exact_speedup:.2f}x" if found is None else found.speedup.text()
+    ranking = "" if recommendation.intervals is None else recommendation.intervals.ranking_line() + "\n"
+    typer.echo(
+        f"profile {result.profile_path}: {result.profile_measured} entries measured, {result.profile_reused} reused "
+        f"({result.profile_seconds:.0f} s)\n"
+        f"plan {result.plan_path}: {best.label()} K = {list(best.block_sizes)}, predicted {predicted} "
+        f"(exact model), {best.paper_speedup:.2f}x (Lemma 3.1)\n{ranking}"
+    )
+    for line in warning_lines(recommendation.warnings):
+        typer.echo(line)
+    typer.echo("\n".join(result_lines(result.validation, result.files)))
+    typer.echo(f"\ndemo finished in {result.wall_time_s:.0f} s")

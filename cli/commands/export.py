@@ -1,0 +1,34 @@
+"""`polyplan export`: the best chain an engine (HF, vLLM, llama.cpp) can run, and what to type."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated, Optional
+
+import typer
+
+from polyplan.cli.support import echo_json, fails_cleanly
+
+
+@fails_cleanly
+def export(
+    plan: Annotated[Path, typer.Option("--plan", help="plan.json written by polyplan recommend.")],
+    engine: Annotated[str, typer.Option("--engine", help="hf, vllm or llama.cpp.")],
+    profile: Annotated[
+        Optional[Path], typer.Option("--profile", help="profile.json, if not the one recorded in the plan.")
+    ] = None,
+    candidates: Annotated[
+        Optional[Path], typer.Option("--candidates", help="models.yaml, if not the one recorded in the plan.")
+    ] = None,
+    json_output: Annotated[bool, typer.Option("--json", help="Print one JSON object.")] = False,
+) -> None:
+    """Export the plan to ENGINE: its best one-drafter chain under the engine's acceptance rule,
+    the predicted speedup, what is lost against polyplan's chain, and what to type."""
+    from polyplan.planner.engines import export_lines, export_to_json
+    from polyplan.engines.export import export_from_files
+
+    result = export_from_files(plan, engine, profile_path=profile, candidates_path=candidates)
+    if json_output:
+        echo_json(export_to_json(result))
+        return
+    typer.echo("\n".join(export_lines(result)))

@@ -1,0 +1,214 @@
+"""`polyplan generate`: run a plan's chain, or one named with --chain (models.yaml names or
+local model folders), on a prompt; stream the text, then show per-level counts."""
+
+from __future__ import annotations
+
+import math
+import statistics
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Annotated, Optional
+
+import typer
+
+from polyplan.formats import options
+from polyplan.cli.support import echo_json, fails_cleanly
+from polyplan.cli.commands.options import RawPrompts
+from polyplan.formats.errors import PolyplanError
+
+if TYPE_CHECKING:
+    from polyplan.models.loader import ChainCandidates
+    from polyplan.formats.candidates import CandidateSet
+
+
+def _int_list(text: str, option: str) -> list[int]:
+    try:
+        return [int(part) for part in text.split(",") if part.strip()]
+    except ValueError:
+        raise PolyplanError(f"{option}: expected comma-separated integers, got {text!r}") from None
+
+
+def stats_lines(result) -> list[str]:
+    """The per-level statistics table (level 1 = target)."""
+    lines = [
+        f"{'level':>5}  {'model':<24} {'forwards':>8} {'proposed':>8} {'accepted':>8} {'accept':>7} "
+        f"{'tokens/verif.':>14} {'time s':>8}"
+    ]
+    for index, level in enumerate(result.levels, start=1):
+        per = level.tokens_per_verification
+        spread = f"{statistics.fmean(per):.2f}±{statistics.pstdev(per):.2f}" if per else "-"
+        rate = level.acceptance_rate
+        lines.append(
+            f"{index:>5}  {level.model[:24]:<24} {level.forward_passes:>8} {level.tokens_proposed:>8} "
+            f"{level.tokens_accepted:>8} {('-' if math.isnan(rate) else f'{rate:.3f}'):>7} {spread:>14} "
+            f"{level.wall_time_s:>8.3f}"
+        )
+    tokens = len(result.token_ids)
+    lines.append(f"mean tokens per target pass: {result.tokens_per_target_pass:.2f}")
+    lines.append(
+        f"{tokens} new tokens in {result.wall_time_s:.3f} s ({tokens / result.wall_time_s:.1f} tokens/s)"
+        + (", stopped at EOS" if result.stopped_at_eos else "")
+    )
+    return lines
+
+
+@dataclass(frozen=True)
+class _Request:
+    """The chain `generate` runs, resolved but not loaded yet, with its block sizes (None: the
+    default), sampling temperature and verification widths (a plan's, or the options')."""
+
+    chain: ChainCandidates
+    block_sizes: tuple[int, ...] | None
+    temperature: float
+    verify_widths: tuple = ()
+
+
+def _request(plan: Path | None, chain: str | None, block_sizes: str | None, temperature: float | None,
+             candidates: Path | None, device: str | None) -> _Request:
+    """What --plan or --chain asks for (no model is loaded yet); one line for a bad combination."""
+    if (plan is None) == (chain is None):
+        raise PolyplanError("--plan, --chain: give one (a plan names its chain; --chain names one itself)")
+    if plan is not None:
+        for option, value in (("--block-sizes", block_sizes), ("--temperature", temperature)):
+            if value is not None:
+                raise PolyplanError(f"{option}: the plan sets it; drop {option}, or run a chain of your own with --chain")
+        return _planned(plan, candidates, device)
+    blocks = None if block_sizes is None else tuple(_int_list(block_sizes, "--block-sizes"))
+    for k in blocks or ():
+        if k >= 1:  # below 1 the decoder names the level
+            options.block_size(k, "--block-sizes")
+    entries = [part.strip() for part in chain.split(",") if part.strip()]
+    return _Request(_named(entries, candidates, device), blocks, temperature or 0.0)
+
+
+def _planned(plan: Path, candidates: Path | None, device: str | None) -> _Request:
+    """The plan's headline chain from the models.yaml it records (or `candidates`), checked
+    against the fingerprints it records, with its block sizes and sampling mode."""
+    from polyplan.models.loader import chain_candidates
+    from polyplan.formats.plan import read_plan
+    from polyplan.formats.sampling import SamplingMode
+    from polyplan.models.candidate_file import plan_candidates
+
+    planned = read_plan(plan)
+    candidate_set = _on_device(plan_candidates(planned, str(plan), candidates), device)
+    headline = planned.alternatives[0]
+    return _Request(
+        chain_candidates(planned.chain, candidate_set),
+        planned.block_sizes,
+        SamplingMode.parse(planned.sampling).temperature,
+        headline.verify_widths if headline.chain == planned.chain else (),
+    )
+
+
+def _named(entries: list[str], candidates: Path | None, device: str | None) -> ChainCandidates:
+    """The chain `entries`: names of `candidates` (default: the packaged family) or folders."""
+    from polyplan.models.loader import chain_candidates
+    from polyplan.formats.candidates import default_candidates_path, read_candidates
+
+    candidate_set = _on_device(read_candidates(candidates if candidates is not None else default_candidates_path()), device)
+    return chain_candidates(entries, candidate_set, device=device or "cpu")
+
+
+def _on_device(candidates: CandidateSet, device: str | None) -> CandidateSet:
+    from polyplan.models.fingerprints import with_device
+
+    return candidates if device is None else with_device(candidates, device)
+
+
+def _sampling(temperature: float, top_k: int | None, top_p: float):
+    """The decoder's sampling; --top-k/--top-p refused when greedy (they cannot change the argmax)."""
+    from polyplan.decoder.sampling import Sampling
+
+    sampling = Sampling(temperature=temperature, top_k=top_k, top_p=top_p)  # its own range checks first
+    if sampling.greedy:
+        options.unused_without("--temperature > 0", [("--top-k", top_k), ("--top-p", None if top_p == 1.0 else top_p)],
+                               "greedy decoding takes the argmax")
+    return sampling
+
+
+def _json(run) -> dict:
+    result = run.result
+    return {
+        "text": run.text,
+        "token_ids": list(result.token_ids),
+        "levels": [
+            {
+                "model": level.model,
+                "forward_passes": level.forward_passes,
+                "tokens_proposed": level.tokens_proposed,
+                "tokens_accepted": level.tokens_accepted,
+                "tokens_per_verification": list(level.tokens_per_verification),
+                "wall_time_s": level.wall_time_s,
+                "tokens_drafted": level.tokens_proposed,
+                "verifications": level.verifications,
+                "acceptance_rate": level.acceptance_rate,
+                "mean_tokens_per_verification": level.mean_tokens_per_verification,
+            }
+            for level in result.levels
+        ],
+        "tokens_per_target_pass": result.tokens_per_target_pass,
+        "wall_time_s": result.wall_time_s,
+        "stopped_at_eos": result.stopped_at_eos,
+    }
+
+
+@fails_cleanly
+def generate(
+    prompt: Annotated[str, typer.Argument(help="The prompt text.")],
+    chain: Annotated[
+        Optional[str],
+        typer.Option("--chain", help="TARGET[,DRAFT,...]: names from --candidates (derived ones too, e.g. target-int8) "
+                                     "or local model folders, target first."),
+    ] = None,
+    plan: Annotated[
+        Optional[Path], typer.Option("--plan", help="plan.json from `polyplan recommend`: run its chain, block sizes and sampling.")
+    ] = None,
+    candidates: Annotated[
+        Optional[Path],
+        typer.Option("--candidates", help="models.yaml the --chain names come from (default: the packaged family); "
+                                          "with --plan, instead of the one the plan records."),
+    ] = None,
+    block_sizes: Annotated[
+        Optional[str], typer.Option("--block-sizes", help="K1[,K2,...]: one block size per verifying level (default 4 each).")
+    ] = None,
+    max_new_tokens: Annotated[int, typer.Option("--max-new-tokens", help="Stop after this many new tokens.")] = 64,
+    temperature: Annotated[Optional[float], typer.Option("--temperature", help="0 is greedy (the default).")] = None,
+    top_k: Annotated[Optional[int], typer.Option("--top-k", help="Keep the k most likely tokens.")] = None,
+    top_p: Annotated[float, typer.Option("--top-p", help="Nucleus mass in (0, 1].")] = 1.0,
+    seed: Annotated[int, typer.Option("--seed", help="Seed of the sampling generator.")] = 0,
+    device: Annotated[
+        Optional[str], typer.Option("--device", help="torch device for every model (default: the candidates' own; folders: cpu).")
+    ] = None,
+    raw_prompts: RawPrompts = False,
+    json_output: Annotated[bool, typer.Option("--json", help="Print one JSON object instead of text and a table.")] = False,
+) -> None:
+    """Generate from PROMPT with a speculative chain (a plan's, or one named with --chain),
+    streaming the text as tokens are accepted, then print per-level statistics."""
+    from polyplan.models.loader import load_chain
+    from polyplan.decoder.text import generate_text
+    from polyplan.models.devices import check_device
+
+    options.at_least(max_new_tokens, 1, "--max-new-tokens")
+    options.seed(seed)
+    if device is not None:
+        check_device(device)
+    request = _request(plan, chain, block_sizes, temperature, candidates, device)
+    sampling = _sampling(request.temperature, top_k, top_p)
+    loaded = load_chain(request.chain)
+    run = generate_text(
+        loaded.chain(request.chain.chain),
+        loaded.tokenizer,
+        prompt,
+        block_sizes=request.block_sizes,
+        max_new_tokens=max_new_tokens,
+        sampling=sampling,
+        seed=seed,
+        raw=raw_prompts,
+        verify_widths=request.verify_widths,
+        on_text=None if json_output else (lambda piece: typer.echo(piece, nl=False)),
+    )
+    if json_output:
+        echo_json(_json(run))
+        return
+    typer.echo("\n")  # ends the streamed text's line, then one blank line
+    typer.echo("\n".join(stats_lines(run.result)))

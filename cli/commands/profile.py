@@ -1,0 +1,227 @@
+"""`polyplan profile`: measure T_i(k), pairwise acceptance and the loop costs of the candidates into a
+profile, through the loop's one profiling entry point (`profiler.pipeline.profile_candidates`)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated, Optional
+
+import typer
+
+from polyplan.cli.support import echo_json, fails_cleanly
+from polyplan.cli.commands.options import RawPrompts
+from polyplan.formats.errors import PolyplanError
+
+
+def _numbers(text: str, option: str, kind: type) -> tuple:
+    try:
+        values = tuple(kind(part) for part in text.split(",") if part.strip())
+    except ValueError:
+        raise PolyplanError(f"{option}: expected comma-separated numbers, got {text!r}") from None
+    if not values:
+        raise PolyplanError(f"{option}: give at least one value")
+    return values
+
+
+def _check_up_front(out, candidates, prompts, max_prompts, device, seed, repeats, warmup, latency_ks, block_sizes) -> None:
+    """Options and the output path, before a prompt is read or a model loaded."""
+    from polyplan.formats import options
+    from polyplan.formats.outputs import check_output_file
+
+    options.at_least(max_prompts, 1, "--max-prompts")
+    options.at_least(repeats, 1, "--repeats")
+    options.at_least(warmup, 0, "--warmup")
+    options.seed(seed)
+    for k in _numbers(latency_ks, "--latency-ks", int):
+        options.block_size(k, "--latency-ks")
+    for k in _numbers(block_sizes, "--block-sizes", int):
+        options.block_size(k, "--block-sizes")
+    check_output_file(out, "--out", inputs=[("--candidates", candidates), ("--prompts", prompts)])
+    if device is not None:
+        from polyplan.models.devices import check_device
+
+        check_device(device)
+
+
+@fails_cleanly
+def profile(
+    candidates: Annotated[Optional[Path], typer.Option("--candidates", help="models.yaml (default: examples/zoo.yaml).")] = None,
+    out: Annotated[Path, typer.Option("--out", help="Profile JSON to write (resumed when it exists).")] = Path("profile.json"),
+    prompts: Annotated[
+        Optional[Path],
+        typer.Option("--prompts", help="Prompt file: *.jsonl (strings, or objects with turns/prompt/text) or text "
+                     "(blank-line separated). Default: the file the --out profile being resumed was measured on, else the "
+                     "built-in held-out Python snippets."),
+    ] = None,
+    max_prompts: Annotated[Optional[int], typer.Option("--max-prompts", help="Use only the first N prompts.")] = None,
+    raw_prompts: RawPrompts = False,
+    new_tokens: Annotated[int, typer.Option("--new-tokens", help="Tokens generated per prompt.")] = 32,
+    block_sizes: Annotated[str, typer.Option("--block-sizes", help="K for the decoded mu, comma-separated.")] = "2,4",
+    temperatures: Annotated[str, typer.Option("--temperatures", help="Sampling modes, comma-separated (0 = greedy).")] = "0,1",
+    decoded_prompts: Annotated[
+        Optional[int], typer.Option("--decoded-prompts", help="Prompts per decoded run: the first N (default: all).")
+    ] = None,
+    decoded_verifications: Annotated[
+        int,
+        typer.Option("--decoded-verifications", help="A decoded run stops taking prompts once it has this many "
+                     "verifications from at least 8 prompts (0: use every prompt)."),
+    ] = 160,
+    decoded: Annotated[bool, typer.Option("--decoded/--no-decoded", help="Measure the decoded mu (the slow part).")] = True,
+    latency_ks: Annotated[str, typer.Option("--latency-ks", help="k of T(k), comma-separated.")] = "1,2,3,4,6,8,12,16",
+    context_lengths: Annotated[str, typer.Option("--context-lengths", help="Cached tokens for T(k), comma-separated.")] = "128,384",
+    repeats: Annotated[int, typer.Option("--repeats", help="Timed repeats per latency point.")] = 15,
+    warmup: Annotated[int, typer.Option("--warmup", help="Untimed warm-up rounds per context length.")] = 3,
+    max_noise: Annotated[
+        float, typer.Option("--max-noise", help="Acceptable machine floor: IQR/median of a fixed workload timed in the same rounds.")
+    ] = 0.10,
+    noise_budget: Annotated[
+        float, typer.Option("--noise-budget", help="Extra seconds per context length for more rounds while the floor is above "
+                            "--max-noise (0: never; when it runs out the profile and the plan say so).")
+    ] = 20.0,
+    device: Annotated[Optional[str], typer.Option("--device", help="Put every model on this device (default: as in models.yaml).")] = None,
+    threads: Annotated[
+        int,
+        typer.Option("--threads", help="torch CPU threads (default 1, as `polyplan demo`: on a small shared machine more "
+                     "OpenMP threads contend with any other load and make every timing erratic; 0 keeps torch's choice)."),
+    ] = 1,
+    seed: Annotated[int, typer.Option("--seed", help="Prompt i is sampled with seed + i.")] = 0,
+    json_output: Annotated[bool, typer.Option("--json", help="Print one JSON object instead of the table.")] = False,
+) -> None:
+    """Measure latency curves, pairwise acceptance and what the exact model reads besides (the
+    agreement runs, the loop overhead, the switch costs); write OUT after every measurement.
+
+    A rerun reuses every entry whose models and settings are unchanged and measures the rest.
+    """
+    from polyplan.cli.commands.progress import progress_bars
+    from polyplan.loop.pipeline import profile_candidates
+    from polyplan.profiler.prompt_sets import named_prompt_set
+
+    _check_up_front(out, candidates, prompts, max_prompts, device, seed, repeats, warmup, latency_ks, block_sizes)
+    if not decoded:
+        from polyplan.formats.options import unused_without
+
+        unused_without("--decoded", [("--decoded-prompts", decoded_prompts)], "--no-decoded measures no decoded mu")
+    settings = _settings(latency_ks, context_lengths, repeats, warmup, max_noise, noise_budget, temperatures, block_sizes,
+                         new_tokens, decoded_prompts, decoded_verifications, decoded, seed)
+    _set_threads(threads)
+    with progress_bars(disable=json_output) as (progress, _):
+        profiled = profile_candidates(
+            _candidates_path(candidates), profile_path=out, settings=settings, device=device, keep_foreign=False,
+            prompts=named_prompt_set(prompts, max_prompts=max_prompts, raw=raw_prompts, strict=True), progress=progress,
+        )
+    if json_output:
+        echo_json(run_json(profiled))
+        return
+    typer.echo("\n".join(run_lines(profiled)))
+
+
+def _candidates_path(candidates: Path | None) -> Path:
+    from polyplan.formats.candidates import default_candidates_path
+
+    return candidates if candidates is not None else default_candidates_path()
+
+
+def _set_threads(threads: int) -> None:
+    """--threads: 0 keeps torch's choice."""
+    if threads < 0:
+        raise PolyplanError(f"--threads: must be >= 0, got {threads}")
+    from polyplan.profiler.threads import set_threads
+
+    set_threads(threads or None)
+
+
+def _settings(latency_ks, context_lengths, repeats, warmup, max_noise, noise_budget, temperatures, block_sizes, new_tokens,
+              decoded_prompts, decoded_verifications, decoded, seed):
+    """The profiling settings the options ask for."""
+    from polyplan.profiler.forward_timing import LatencySettings
+    from polyplan.profiler.settings import AcceptanceSettings, ProfileSettings
+
+    return ProfileSettings(
+        latency=LatencySettings(
+            ks=_numbers(latency_ks, "--latency-ks", int),
+            context_lengths=_numbers(context_lengths, "--context-lengths", int),
+            repeats=repeats,
+            warmup=warmup,
+            max_noise=max_noise,
+            noise_budget_s=noise_budget,
+        ),
+        acceptance=AcceptanceSettings(
+            temperatures=_numbers(temperatures, "--temperatures", float),
+            block_sizes=_numbers(block_sizes, "--block-sizes", int),
+            new_tokens=new_tokens,
+            decoded_prompts=decoded_prompts,
+            decoded_verifications=decoded_verifications or None,
+            decoded=decoded,
+            seed=seed,
+        ),
+    )
+
+
+def run_lines(profiled) -> list[str]:
+    """The closing table, the timing warnings and what the run did."""
+    from polyplan.cli.commands.recommend import warning_lines
+    from polyplan.planner.timing_health import timing_warnings
+    from polyplan.profiler.summary import summary_lines
+
+    profile, run = profiled.profile, profiled.run
+    lines = summary_lines(profile) + warning_lines(timing_warnings(profile))
+    others = [name for name in profile.model_names() if name not in {model.name for model in profiled.models}]
+    if others:
+        lines.append(f"\nkept the entries of {len(others)} model(s) outside these candidates: {', '.join(others)}")
+    phases, loop = run.phases, profiled.loop_costs
+    lines.append(
+        f"\nwrote {profiled.path}: {len(run.measured)} entries measured, {len(run.reused)} reused in "
+        f"{profiled.wall_time_s:.1f} s (latency {phases.latency:.1f} s, alpha {phases.alpha:.1f} s, "
+        f"decoded {phases.decoded:.1f} s; {loop.measured} loop-cost entries measured in {loop.seconds:.1f} s: agreement runs "
+        f"{loop.agreement_s:.1f} s, loop overhead {loop.loop_overhead_s:.1f} s, HF overhead {loop.hf_overhead_s:.1f} s, "
+        f"switch costs {loop.switch_costs_s:.1f} s)"
+    )
+    return lines
+
+
+def run_json(profiled) -> dict:
+    """`profile --json`: the run's entries, its timing warnings and the closing table's rows."""
+    from polyplan.planner.timing_health import timing_warnings
+    from polyplan.profiler.summary import model_rows, pair_rows
+
+    profile, run = profiled.profile, profiled.run
+    return {
+        "profile": str(profiled.path),
+        "measured": [step.label for step in run.measured],
+        "reused": [step.label for step in run.reused],
+        "loop_costs_measured": profiled.loop_costs.measured,
+        "loop_costs_seconds": {"agreement_runs": profiled.loop_costs.agreement_s, "loop_overhead": profiled.loop_costs.loop_overhead_s,
+                               "hf_overhead": profiled.loop_costs.hf_overhead_s, "switch_costs": profiled.loop_costs.switch_costs_s},
+        "wall_time_s": profiled.wall_time_s,
+        "warnings": list(timing_warnings(profile)),
+        "phase_seconds": {"latency": run.phases.latency, "alpha": run.phases.alpha, "decoded": run.phases.decoded},
+        "models": [{"name": r.name, "step_s": r.step_s, "relative_iqr": r.relative_iqr, "reference_relative_iqr": r.reference_relative_iqr}
+                   for r in model_rows(profile)],
+        "pairs": [_pair_json(r) for r in pair_rows(profile)],
+    }
+
+
+def _pair_json(row) -> dict:
+    return {
+        "verifier": row.verifier,
+        "drafter": row.drafter,
+        "sampling": row.sampling,
+        "alpha": row.alpha,
+        "best_k": row.best_k,
+        "mu_best": row.mu_best,
+        "mu_best_source": row.mu_best_source,
+        "alpha_ci": row.alpha_ci,
+        "decoded": [
+            {
+                "k": d.k,
+                "mu": d.mu,
+                "implied_mu": d.implied_mu,
+                "positional_mu": d.positional_mu,
+                "relative_variability": d.relative_variability,
+                "iid_relative_variability": d.iid_relative_variability,
+            }
+            for d in row.decoded
+        ],
+        "speedup_at_best_k": row.speedup,
+        "warnings": list(row.warnings),
+    }

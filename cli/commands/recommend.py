@@ -1,0 +1,211 @@
+"""`polyplan recommend`: the best chain and block sizes, from a profile or from the models.
+
+With `--profile` alone it reads numbers only (no models, no torch). With `--candidates` it
+first profiles whatever the profile (`--profile`, else the user cache) lacks, then plans;
+torch is imported only then.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated, Optional
+
+import typer
+
+from polyplan.cli.support import echo_json, fails_cleanly
+from polyplan.cli.commands.options import RawPrompts
+from polyplan.formats.errors import PolyplanError
+from polyplan.planner.plan_file import plan_to_json_dict
+from polyplan.planner.search import ChainPlan, Recommendation
+from polyplan.formats.sampling import SamplingMode
+
+
+def _verdicts(plan: ChainPlan) -> str:
+    return ", ".join(f"{model}: {verdict}" for model, verdict in plan.insertion_verdicts) or "-"
+
+
+def table_lines(result: Recommendation) -> list[str]:
+    """The ranked table and the insertion lines."""
+    intervals = result.intervals
+    level = "" if intervals is None else f" ({intervals.level:.0%} interval)"
+    header = (
+        f"{'rank':>4}  {'exact' + level:<26}  {'paper':>8}  {'block sizes':<14} {'paper phi_i/N':<28} "
+        f"{'Thm 3.2 per insertion':<34} chain"
+    )
+    overhead = result.overhead
+    lines = [
+        f"Chains for target {result.target} on {result.device} (sampling {result.sampling}, "
+        f"max {result.max_levels} levels, K in 1..{result.k_max}); speedups over {result.target} alone",
+        "exact model with the decoding loop's own cost: "
+        + (f"{overhead.per_step_s * 1e6:.0f} us per step, {overhead.per_round_s * 1e6:.0f} us per verification round"
+           if overhead is not None else "none recorded in the profile (forward passes only)")
+        + ("; acceptance from the measured agreement runs" if result.acceptance_model == "runs"
+           else "; acceptance i.i.d. at each pair's rate alpha"),
+        header,
+    ]
+    for rank, plan in enumerate(result.ranked, start=1):
+        phi = "[" + ", ".join(f"{value:.3g}" for value in plan.paper.phi_per_token) + "]"
+        found = None if intervals is None else intervals.of(plan.chain)
+        exact = f"{plan.exact_speedup:.3f}x" if found is None else found.speedup.text()
+        lines.append(
+            f"{rank:>4}  {exact:<26}  {plan.paper_speedup:>7.3f}x  "
+            f"{str(list(plan.block_sizes)):<14} {phi:<28} {_verdicts(plan):<34} {plan.label()}"
+        )
+    best = result.best
+    found = None if intervals is None else intervals.of(best.chain)
+    lines += [
+        "",
+        f"best: {best.label()}  K = {list(best.block_sizes)}  exact "
+        f"{best.exact_speedup:.3f}x{'' if found is None else f' [{found.speedup.low:.2f}, {found.speedup.high:.2f}]'} "
+        f"(forwards/token {[round(f, 3) for f in best.exact.forwards_per_token]}, "
+        f"tokens/verification {[round(t, 3) for t in best.exact.tokens_per_verification]})",
+    ]
+    lines += padding_lines(best)
+    lines += [
+        "",
+        "Why each model is in or out:",
+    ]
+    lines += [f"  {note.line}" for note in result.insertions] or ["  (no candidate drafters)"]
+    if intervals is not None:
+        lines += ["", intervals.ranking_line(),
+                  f"  (bootstrap: {intervals.resamples} resamples of the latency timings ({intervals.latency_source}) and "
+                  f"the acceptance data ({intervals.acceptance_source}); block sizes held at their chosen values)"]
+    lines += warning_lines(result.warnings)
+    return lines
+
+
+def padding_lines(plan: ChainPlan) -> list[str]:
+    """One line per verifier whose passes the plan pads (its T(k) is not monotone)."""
+    return [
+        f"padded: {name} verifies " + ", ".join(f"{k} tokens at width {width}" for k, width in widths.pads)
+        + " (cheaper there: its T(k) is not monotone)"
+        for name, widths in zip(plan.chain, plan.verify_widths) if widths.pads
+    ]
+
+
+def warning_lines(warnings) -> list[str]:
+    """The timing warnings, one `warning:` line each (nothing when there is none)."""
+    if not warnings:
+        return []
+    return ["", "Timing warnings (the predictions above may not hold on this machine):"] + [
+        f"  warning: {line}" for line in warnings
+    ]
+
+
+@fails_cleanly
+def recommend(
+    profile: Annotated[
+        Optional[Path],
+        typer.Option("--profile", help="Profile JSON. With --candidates: resumed and completed (default: the user cache)."),
+    ] = None,
+    candidates: Annotated[
+        Optional[Path], typer.Option("--candidates", help="models.yaml: profile what is missing, then plan.")
+    ] = None,
+    max_levels: Annotated[int, typer.Option("--max-levels", help="Longest chain, counting the target.")] = 4,
+    k_max: Annotated[int, typer.Option("--k-max", help="Search block sizes 1..k_max.")] = 8,
+    search: Annotated[str, typer.Option("--search", help="Block-size search: auto, grid or optuna.")] = "auto",
+    sampling: Annotated[str, typer.Option("--sampling", help="Profile sampling key: 'greedy' or 't<temperature>'.")] = "greedy",
+    seed: Annotated[int, typer.Option("--seed", help="Seed of optuna's TPE sampler.")] = 0,
+    out: Annotated[Optional[Path], typer.Option("--out", help="Where to write the plan JSON.")] = Path("plan.json"),
+    prompts: Annotated[
+        Optional[Path], typer.Option("--prompts", help="With --candidates: prompt file to profile with (default: the one --profile was measured on, else built-in).")
+    ] = None,
+    raw_prompts: RawPrompts = False,
+    cache_dir: Annotated[
+        Optional[Path], typer.Option("--cache-dir", help="Profile cache folder (default: $POLYPLAN_CACHE_DIR or ~/.cache/polyplan).")
+    ] = None,
+    device: Annotated[Optional[str], typer.Option("--device", help="With --candidates: put every model on this device.")] = None,
+    threads: Annotated[Optional[int], typer.Option("--threads", help="With --candidates: torch CPU threads (default: those --profile was timed with).")] = None,
+    json_output: Annotated[bool, typer.Option("--json", help="Print the plan as one JSON object.")] = False,
+    resamples: Annotated[
+        int, typer.Option("--resamples", help="Bootstrap resamples for each predicted speedup's 95% interval (0: none).")
+    ] = 200,
+) -> None:
+    """Rank every chain of the profiled models with its best block sizes and write the plan.
+
+    Give --profile (numbers only), --candidates (profile what is missing, then plan), or both
+    (the profile file is resumed and completed).
+    """
+    _check_up_front(profile, candidates, max_levels, k_max, seed, out, prompts, raw_prompts, resamples, cache_dir, device, threads)
+    mode = SamplingMode.parse(sampling, "--sampling")
+    options = dict(max_levels=max_levels, k_max=k_max, block_sizes=search, sampling=mode.key, seed=seed, resamples=resamples)
+    if candidates is None:
+        result, profile_path, record = _plan_profile(profile, out, options)
+    else:
+        recommended = _recommend_candidates(candidates, out, profile, mode, prompts, cache_dir, device, threads, options,
+                                            quiet=json_output, raw=raw_prompts)
+        profiled = recommended.profiled
+        result, profile_path, record = recommended.recommendation, str(profiled.path), profiled.record
+        if not json_output:
+            typer.echo(f"profile {profiled.path}: {profiled.measured} entries measured, {profiled.reused} reused")
+    if json_output:
+        echo_json(plan_to_json_dict(result, profile_path=profile_path, candidates=record))
+        return
+    typer.echo("\n".join(table_lines(result)))
+    if out is not None:
+        typer.echo(f"\nwrote {out}")
+
+
+def _plan_profile(profile: Path | None, out: Path | None, options: dict):
+    """Plan from the numbers alone (no models, no torch): (result, profile path, no candidates)."""
+    from polyplan.formats.profile_codec import load
+    from polyplan.planner.plan_file import plan_from_profile
+    from polyplan.planner.sample_size import profile_warning
+
+    if profile is None:
+        raise PolyplanError("--profile: give a profile JSON, or --candidates models.yaml to profile the models first")
+    profiled_numbers = load(profile)
+    result = plan_from_profile(profiled_numbers, out, profile_path=str(profile), **options)
+    warning = profile_warning(profiled_numbers)
+    if warning is not None:
+        typer.echo(f"warning: {warning}", err=True)
+    return result, str(profile), None
+
+
+def _check_up_front(profile, candidates, max_levels, k_max, seed, out, prompts, raw_prompts, resamples, cache_dir, device, threads) -> None:
+    """Everything that can be wrong with the options, before a profile is read or measured."""
+    from polyplan.formats import options
+    from polyplan.formats.outputs import check_output_file
+
+    options.at_least(max_levels, 1, "--max-levels")
+    if k_max >= 1:  # below 1 the planner says why
+        options.block_size(k_max, "--k-max")
+    options.seed(seed)
+    if resamples != 0 and resamples < 20:
+        raise PolyplanError(f"--resamples: must be 0 (no intervals) or >= 20, got {resamples}")
+    if candidates is None:
+        options.unused_without(
+            "--candidates",
+            [("--prompts", prompts), ("--raw-prompts", raw_prompts or None), ("--threads", threads), ("--device", device), ("--cache-dir", cache_dir)],
+            "recommend --profile reads numbers only, it measures nothing",
+        )
+    else:
+        options.at_least(threads, 1, "--threads")
+        if profile is not None:
+            check_output_file(profile, "--profile", inputs=[("--candidates", candidates), ("--prompts", prompts)])
+    inputs = [("--profile", profile), ("--candidates", candidates), ("--prompts", prompts)]
+    if out is not None:
+        check_output_file(out, "--out", inputs=inputs)
+    if device is not None and candidates is not None:
+        from polyplan.models.devices import check_device
+
+        check_device(device)
+
+
+def _recommend_candidates(candidates, out, profile, mode: SamplingMode, prompts, cache_dir, device, threads, options, *, quiet,
+                          raw=False):
+    """Profile what is missing for the sampling `mode`, then plan (torch is imported only here)."""
+    from polyplan.cli.commands.progress import progress_bars
+    from polyplan.loop.pipeline import recommend_candidates
+    from polyplan.profiler.profile_cache import resumed_threads
+    from polyplan.profiler.prompt_sets import named_prompt_set
+    from polyplan.profiler.threads import set_threads
+
+    # a --profile is resumed as it was measured: its threads and prompts unless given (other ones would re-measure it all)
+    set_threads(threads if threads is not None else resumed_threads(profile))
+    with progress_bars(disable=quiet) as (progress, _):
+        return recommend_candidates(
+            candidates, out, profile_path=profile, prompts=named_prompt_set(prompts, raw=raw),
+            cache_dir=cache_dir, device=device, temperature=mode.temperature, progress=progress, **options,
+        )
+

@@ -1,0 +1,85 @@
+"""`polyplan validate`: run a plan's chains side by side and compare measured with predicted."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Annotated, Optional
+
+import typer
+
+from polyplan.cli.support import echo_json, fails_cleanly
+from polyplan.cli.commands.options import RawPrompts
+
+
+def result_lines(validation, files) -> list[str]:
+    """The table, the headline and where the report went."""
+    from polyplan.validation.categories import category_lines
+    from polyplan.validation.report import table_lines
+
+    lines = table_lines(validation)
+    lines += ["", "checks:"] + [
+        f"  {({True: 'met', False: 'NOT met', None: 'undecided'})[check.passed]}: {check.name} ({check.detail})"
+        for check in validation.headline.checks
+    ]
+    lines += [f"note: {note}" for note in validation.notes]
+    # the recommended chain's breakdown (the first other chain's when target-only is recommended)
+    shown = next((item for item in validation.categories if item.label == validation.headline.recommended),
+                 validation.categories[0] if validation.categories else None)
+    if shown is not None and len(shown.rows) > 2:  # more than one kind besides "all"
+        lines += ["", *category_lines(shown.label, shown.rows)]
+    lines += ["", f"report: {files.report}", f"json:   {files.json}"]
+    lines += [f"plot:   {path}" for _, path in files.plots]
+    return lines
+
+
+@fails_cleanly
+def validate(
+    plan: Annotated[Path, typer.Option("--plan", help="plan.json written by polyplan recommend.")],
+    prompts: Annotated[
+        Optional[Path],
+        typer.Option("--prompts", help="Prompt file (*.jsonl or blank-line separated text). Default: built-in "
+                     "prompts held out from profiling."),
+    ] = None,
+    top: Annotated[int, typer.Option("--top", help="Also validate the plan's next N chains.")] = 3,
+    new_tokens: Annotated[int, typer.Option("--new-tokens", help="Tokens generated per prompt and chain.")] = 128,
+    repeats: Annotated[int, typer.Option("--repeats", help="Passes over the prompts (per prompt, the median over repeats enters the paired speedup).")] = 3,
+    prompts_per_kind: Annotated[
+        Optional[int], typer.Option("--prompts-per-kind", help="Built-in prompts of each kind (default 4; not with --prompts).")
+    ] = None,
+    max_prompts: Annotated[Optional[int], typer.Option("--max-prompts", help="Use only the first N prompts.")] = None,
+    raw_prompts: RawPrompts = False,
+    seed: Annotated[int, typer.Option("--seed", help="Prompt i is decoded with seed + i.")] = 0,
+    out: Annotated[Path, typer.Option("--out", help="Folder for report.md, report.json and the plots.")] = Path("validation"),
+    candidates: Annotated[
+        Optional[Path], typer.Option("--candidates", help="models.yaml, if not the one recorded in the plan.")
+    ] = None,
+    threads: Annotated[
+        Optional[int], typer.Option("--threads", help="torch CPU threads (default: as the plan was profiled).")
+    ] = None,
+    json_output: Annotated[bool, typer.Option("--json", help="Print the report's JSON twin instead of the table.")] = False,
+) -> None:
+    """Run the recommended chain, the next --top chains, target-only and the best two-model chain
+    on the same prompts and seeds, interleaved; report measured against predicted speedups."""
+    from polyplan.formats import options
+    from polyplan.cli.commands.progress import progress_bars
+    from polyplan.loop.pipeline import validate_plan_file
+    from polyplan.validation.report_folder import check_validation_folder
+    from polyplan.validation.chain_runs import ValidationSettings
+
+    settings = ValidationSettings(new_tokens=new_tokens, repeats=repeats, top=top, seed=seed)
+    options.seed(seed)
+    options.at_least(threads, 1, "--threads")
+    options.at_least(prompts_per_kind, 1, "--prompts-per-kind")
+    if prompts is not None:
+        options.unused_without("the built-in prompts", [("--prompts-per-kind", prompts_per_kind)], "--prompts gives the prompts")
+    check_validation_folder(out, [("--plan", plan), ("--prompts", prompts), ("--candidates", candidates)])
+    with progress_bars(disable=json_output) as (_, progress):
+        validated = validate_plan_file(
+            plan, out, settings, prompt_file=prompts, prompts_per_kind=4 if prompts_per_kind is None else prompts_per_kind,
+            max_prompts=max_prompts, raw_prompts=raw_prompts, candidates_path=candidates, threads=threads, progress=progress,
+        )
+    if json_output:
+        echo_json(json.loads(validated.files.json.read_text(encoding="utf-8")))
+        return
+    typer.echo("\n".join(result_lines(validated.validation, validated.files)))

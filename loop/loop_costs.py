@@ -1,0 +1,167 @@
+"""What the exact model reads beyond the profiling run's entries, measured resumably.
+
+After `profiler.run.profile_models` has the latency curves and pairwise acceptance, the exact
+cost model still needs, in the profile's typed fields:
+- the greedy agreement sequence of every pair (`profiler.runs`, the acceptance-runs law);
+- the decoding loop's own overhead per sampling mode (`profiler.overhead`);
+- HF `generate`'s own loop overhead (`profiler.engine_overhead`, for the HF export);
+- each model's switch cost (`profiler.switching`).
+Each entry carries a fingerprint of what it was measured from (models, settings, threads,
+device), so a rerun with nothing changed reuses it and plans on exactly the same numbers;
+`fresh` re-times the loop overhead and the switch costs anyway (timings go stale with the
+machine's load, as the latency curves do).
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import torch
+
+from polyplan.formats.profile import AgreementRuns, LoopCalibration, Profile
+from polyplan.formats.sampling import SamplingMode
+from polyplan.engines.hf_overhead import ensure_hf_overhead
+from polyplan.models.hashing import fingerprint_settings, fingerprint_tokens
+from polyplan.profiler.prompts import EncodedPrompt
+from polyplan.profiler.agreement_runs import ensure_agreement
+from polyplan.profiler.settings import ProfileSettings
+from polyplan.profiler.switching import measure_switch_costs, store_switch_costs
+
+
+@dataclass(frozen=True)
+class LoopCostsRun:
+    """What `ensure_loop_costs` measured: how many entries, and the seconds each step took
+    (reused entries take next to none)."""
+
+    measured: int
+    agreement_s: float
+    loop_overhead_s: float
+    hf_overhead_s: float
+    switch_costs_s: float
+
+    @property
+    def seconds(self) -> float:
+        return self.agreement_s + self.loop_overhead_s + self.hf_overhead_s + self.switch_costs_s
+
+
+def ensure_loop_costs(
+    profile: Profile,
+    models: Sequence,
+    prompts: Sequence[EncodedPrompt],
+    settings: ProfileSettings,
+    *,
+    previous_runs: AgreementRuns | None,
+    device_label: str,
+    calibration_tokens: int = 64,
+    fresh: bool = False,
+) -> LoopCostsRun:
+    """Put every entry of the module docstring into `profile`.
+
+    Args:
+        models: `profiler.run.ProfiledModel`s, the target first.
+        prompts: the prompts the run profiled with.
+        previous_runs: the agreement entry of the profile before the run (`profile_cache.previous_runs`).
+        calibration_tokens: the most tokens per timed call of the loop-overhead and HF-overhead
+            calibrations (`calibration_tokens_for` takes fewer for a slow target).
+    """
+    acceptance = settings.acceptance
+    calibration_tokens = calibration_tokens_for(profile, models[0].name, calibration_tokens)
+    context = min(settings.latency.context_lengths)
+    flat = [token for prompt in prompts for token in prompt.ids]
+    stream = (flat * (context // max(len(flat), 1) + 2))[: context + 1]
+
+    def agreement() -> int:  # greedy only: the agreement sequences are argmax matches
+        if 0.0 not in acceptance.temperatures:
+            return 0
+        ids = [prompt.ids for prompt in prompts]
+        return ensure_agreement(profile, previous_runs, models, ids, new_tokens=acceptance.new_tokens, seed=acceptance.seed)
+
+    steps = (
+        agreement,
+        lambda: ensure_loop_overhead(profile, models[0], acceptance.temperatures, calibration_tokens, device_label, fresh=fresh),
+        lambda: ensure_hf_overhead(profile, models, prompts[0].ids, acceptance.temperatures, tokens=calibration_tokens),
+        lambda: ensure_switch_costs(profile, models, stream, context, device_label, fresh=fresh),
+    )
+    measured, seconds = 0, []
+    for step in steps:
+        began = time.perf_counter()
+        measured += step()
+        seconds.append(time.perf_counter() - began)
+    return LoopCostsRun(measured, *seconds)
+
+
+CALIBRATION_CALL_S = 2.5  # about the longest one calibration call of the target alone should take
+MIN_CALIBRATION_TOKENS = 16
+
+
+def calibration_tokens_for(profile: Profile, target: str, most: int) -> int:
+    """Tokens per calibration call: `most`, or for a target whose one-token step (the profile's
+    T(1)) would make a call of `most` tokens take longer than `CALIBRATION_CALL_S`, the largest
+    power of two that fits (at least `MIN_CALIBRATION_TOKENS`). The overheads are fitted per
+    step and per round, so fewer steps of a slow target still measure them; gemma-3-270m (75 ms
+    a step) gets 32 and its calibrations take half the time. A power of two, so that a re-timed
+    T(1) rarely changes it (it is part of the entries' fingerprints)."""
+    steps = [point.median_s for point in profile.model(target).latency if point.k == 1] if target in profile.model_names() else []
+    if not steps or min(steps) <= 0:
+        return most
+    fits = CALIBRATION_CALL_S / min(steps)
+    if fits >= most:
+        return most
+    return min(most, max(MIN_CALIBRATION_TOKENS, 2 ** int(math.log2(max(fits, 1.0)))))
+
+
+def ensure_loop_overhead(
+    profile: Profile, target, temperatures: Sequence[float], tokens: int, device_label: str, *, fresh: bool = False
+) -> int:
+    """The loop overhead of every sampling mode in `temperatures` (the table holds only those),
+    reusing an entry whose fingerprint still holds unless `fresh`; how many were measured."""
+    old = profile.loop_overhead
+    table, measured = {}, 0
+    for temperature in temperatures:
+        mode = SamplingMode(temperature).key
+        fingerprint = fingerprint_settings(
+            "loop-overhead", target.fingerprint, target.member.valid_vocab_size, mode, tokens, device_label, torch.get_num_threads()
+        )
+        kept = old.get(mode)
+        if not fresh and kept is not None and kept.fingerprint == fingerprint:
+            table[mode] = kept
+            continue
+        table[mode] = loop_overhead_entry(target.member, temperature, tokens, fingerprint=fingerprint)
+        measured += 1
+    profile.loop_overhead = table
+    return measured
+
+
+def loop_overhead_entry(target, temperature: float, tokens: int = 64, *, fingerprint: str | None = None) -> LoopCalibration:
+    """The loop overhead measured for the target's vocabulary and device (the profile's entry),
+    with the `fingerprint` of what it was measured on."""
+    from polyplan.decoder.sampling import Sampling
+    from polyplan.profiler.loop_overhead import measure_loop_overhead
+
+    overhead = measure_loop_overhead(
+        target.valid_vocab_size, sampling=Sampling(temperature=temperature), device=getattr(target, "device", "cpu"),
+        tokens=tokens, repeats=3, verifier=target,
+    )
+    return LoopCalibration(
+        overhead.per_step_s, overhead.per_round_s, vocab=target.valid_vocab_size, threads=torch.get_num_threads(),
+        method="decoding loop time outside forward passes, the target verifying a stand-in drafter "
+               "at block sizes 1..8 and decoding alone, fitted per step and per round (profiler.overhead)",
+        fingerprint=fingerprint,
+    )
+
+
+def ensure_switch_costs(profile: Profile, models: Sequence, stream: Sequence[int], context: int, device_label: str,
+                        *, fresh: bool = False) -> int:
+    """Every model's switch cost, kept while its fingerprint holds unless `fresh`; 1 if measured."""
+    fingerprint = fingerprint_settings(
+        "switch-cost", [(model.name, model.fingerprint) for model in models], context, device_label,
+        torch.get_num_threads(), fingerprint_tokens([stream]),
+    )
+    old = profile.switch_costs
+    if not fresh and old is not None and old.fingerprint == fingerprint:
+        return 0
+    store_switch_costs(profile, measure_switch_costs(models, stream, context=context), context, fingerprint)
+    return 1

@@ -1,0 +1,381 @@
+"""The loop in one place: candidates → profile → plan → validation, and the demo that runs it all.
+
+- `profile_candidates` is the one profiling entry point (`polyplan profile`, `recommend
+  --candidates`, `demo`, `bench peers`): it measures whatever the profile (the given file,
+  else the user cache, `profiler.profile_cache`) lacks for everything the exact model reads —
+  the profiling run's latency curves and acceptance (`profiler.run.profile_models`, written
+  after every entry), then the agreement sequences, the loop overhead, HF's loop overhead and
+  the switch costs (`profiler.loop_costs`), each reused while its fingerprint holds.
+- `recommend_candidates`: profile, then plan (`planner.plan_file.plan_from_profile`, with the
+  plan recording which models.yaml it was made from).
+- `validate_plan_file`: a plan's chains, measured side by side on held-out prompts, reported.
+- `run_demo`: all three on the embedded family (`profiler.demo` holds its settings).
+
+Each takes its models.yaml as a path and parses it once (`profiler.candidate_file`).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from polyplan.formats.errors import PolyplanError
+from polyplan.formats.plan import PlanFile, read_plan
+from polyplan.formats.profile import Profile
+from polyplan.formats.profile_codec import load
+from polyplan.planner.plan_file import plan_from_profile
+from polyplan.planner.search import Recommendation
+from polyplan.models.candidate_file import CandidateFile, plan_candidates, read_candidate_file
+from polyplan.models.fingerprints import LoadedModels, load_models
+from polyplan.profiler.checks import check_inputs_fit, check_models, foreign_profile_reason
+from polyplan.profiler.locks import profile_lock, timing_lock
+from polyplan.loop.loop_costs import LoopCostsRun, ensure_loop_costs
+from polyplan.profiler.profile_cache import (
+    cached_profile_path, forget_latency, previous_runs, readable_profile, recorded_prompts, resumed_prompts, resumed_settings,
+)
+from polyplan.profiler.prompts import EncodedPrompt
+from polyplan.profiler.prompt_sets import PromptSet, encode_for, prompt_set, validation_prompt_set
+from polyplan.profiler.run import ProfileOutcome, describe_device, profile_models
+from polyplan.profiler.settings import ProfileSettings
+from polyplan.validation.report import ReportFiles, write_report
+from polyplan.validation.results import Validation
+from polyplan.validation.chain_runs import (
+    ValidationSettings, context_limit, fit_prompts, reserve_for, select_chains, validate_plan,
+)
+
+
+@dataclass(frozen=True)
+class ProfiledCandidates:
+    """A profile of the candidates (complete for `settings`), where it is, and the loaded models."""
+
+    profile: Profile
+    path: Path
+    models: tuple  # profiler.run.ProfiledModel (target first)
+    tokenizer: object
+    record: dict[str, Any]  # the plan's `candidates` entry
+    measured: int  # entries measured: the run's and the loop costs'
+    reused: int  # the run's entries reused
+    wall_time_s: float
+    run: ProfileOutcome  # the profiling run's own steps and phase times
+    prompts: int  # prompts profiled with (after fitting them to the models)
+    loop_costs: LoopCostsRun  # the agreement runs, loop overhead, HF overhead and switch costs: how many, how long
+
+    @property
+    def drafters(self) -> tuple[str, ...]:
+        """The candidates' drafters (the profile may hold more models, kept from earlier runs)."""
+        return tuple(model.name for model in self.models[1:])
+
+
+def profile_candidates(
+    candidates_path: str | os.PathLike[str] | CandidateFile,
+    *,
+    profile_path: str | os.PathLike[str] | None = None,
+    settings: ProfileSettings | None = None,
+    prompts: PromptSet | None = None,
+    cache_dir: str | os.PathLike[str] | None = None,
+    device: str | None = None,
+    temperature: float | None = None,
+    fresh_timings: bool = False,
+    calibration_tokens: int = 64,
+    keep_foreign: bool = True,
+    progress=None,
+    log=None,
+) -> ProfiledCandidates:
+    """Profile what is missing (resuming `profile_path`, else the cache) for everything the
+    exact model reads (module docstring); the profile is saved as it is measured.
+
+    `candidates_path`: a models.yaml, or one already read (`read_candidate_file`, whose device
+    wins over `device`). `settings` None: as the profile being resumed was measured
+    (`resumed_settings`, which adds the sampling `temperature` if given); `prompts` None: the
+    prompt file it was measured on (`resumed_prompts`), else the built-in prompts. `fresh_timings`:
+    re-time every latency curve, the loop overhead and the switch costs even when cached
+    (timings go stale with the machine's load; acceptance statistics do not), keeping
+    everything else. `calibration_tokens`: tokens per timed call of the loop-overhead
+    calibration (fewer: faster, noisier). A `profile_path` made for other models or on another
+    machine is never overwritten: with `keep_foreign` the run goes to the cache instead and
+    `log` (default: stderr) says so; without, it is refused (`polyplan profile --out`). The
+    profile file is locked while the run works, and the machine's timing lock is held.
+
+    Raises:
+        PolyplanError: a bad models.yaml or prompt file, models that cannot share a chain,
+            no prompt that fits, an unwritable or foreign profile, an unwritable cache folder.
+    """
+    started = time.perf_counter()
+    read = candidates_path if isinstance(candidates_path, CandidateFile) else read_candidate_file(candidates_path, device)
+    loaded = load_models(read.candidates)
+    fingerprints = {model.name: model.fingerprint for model in loaded.models}
+    device_label = describe_device(loaded.device)
+    path = Path(profile_path) if profile_path is not None else cached_profile_path(fingerprints, device_label, cache_dir)
+    with contextlib.ExitStack() as held:
+        held.enter_context(profile_lock(path))
+        if profile_path is not None and keep_foreign:
+            foreign = foreign_profile_reason(readable_profile(path), loaded.models[0], device_label)
+            if foreign is not None:
+                cached = cached_profile_path(fingerprints, device_label, cache_dir)
+                if settings is None:  # measure as the file the user pointed at was measured
+                    settings = resumed_settings(path, temperature)
+                prompts = prompts or resumed_prompts(path)
+                (log or _stderr)(f"note: {path} is kept as it is ({foreign}); profiling into {cached} instead")
+                held.close()
+                path = cached
+                held.enter_context(profile_lock(path))
+        if settings is None:
+            settings = resumed_settings(path, temperature)
+        prompts = prompts or resumed_prompts(path) or prompt_set()
+        fitted = _fitted_prompts(prompts, loaded, settings)
+        check_models(loaded.models)  # bad input fails before waiting for another run's timings
+        check_inputs_fit(loaded.models, fitted, settings)
+        held.enter_context(timing_lock())
+        return _profile_into(path, loaded, read.record, settings, prompts, fitted, device_label,
+                             fresh_timings, calibration_tokens, progress, started, log or _stderr)
+
+
+def _profile_into(path: Path, loaded: LoadedModels, record, settings: ProfileSettings, prompts: PromptSet,
+                  fitted: tuple[EncodedPrompt, ...], device_label: str, fresh_timings: bool, calibration_tokens: int,
+                  progress, started: float, log) -> ProfiledCandidates:
+    """The body of `profile_candidates`, with the profile `path` and the timing lock held."""
+    from polyplan.planner.sample_size import too_few_prompts
+
+    previous = previous_runs(path)
+    if fresh_timings:
+        forget_latency(path)
+    outcome = profile_models(loaded.models, fitted, path, settings, device=loaded.device, progress=progress)
+    warning = too_few_prompts(len(fitted))
+    if warning is not None:
+        log(f"warning: {warning}")
+    profile = outcome.profile
+    profile.profiler = recorded_prompts(profile.profiler, prompts)
+    loop_costs = ensure_loop_costs(
+        profile, loaded.models, fitted, settings, previous_runs=previous, device_label=device_label,
+        calibration_tokens=calibration_tokens, fresh=fresh_timings,
+    )
+    measured = len(outcome.measured) + loop_costs.measured
+    profile.save(path)
+    return ProfiledCandidates(profile, path, loaded.models, loaded.tokenizer, record, measured, len(outcome.reused),
+                              time.perf_counter() - started, outcome, len(fitted), loop_costs)
+
+
+def _fitted_prompts(prompts: PromptSet, loaded: LoadedModels, settings: ProfileSettings) -> tuple[EncodedPrompt, ...]:
+    """The prompts, encoded, cut or left out to fit every model's context (a strict set is
+    left whole: the run refuses a prompt that does not fit, naming it)."""
+    encoded = encode_for(prompts, loaded.tokenizer)
+    if prompts.strict:
+        return tuple(encoded)
+    acceptance = settings.acceptance
+    reserve = acceptance.new_tokens + (max(acceptance.block_sizes) if acceptance.decoded else 0)
+    limits = [model.member.max_context for model in loaded.models if model.member.max_context is not None]
+    return fit_prompts(encoded, min(limits) if limits else None, reserve, truncate=prompts.truncate, source=prompts.source).prompts
+
+
+def _stderr(line: str) -> None:
+    print(line, file=sys.stderr, flush=True)
+
+
+@dataclass(frozen=True)
+class Recommended:
+    """A plan made from freshly completed profiling: the search's result and its profile."""
+
+    recommendation: Recommendation
+    profiled: ProfiledCandidates
+
+
+def recommend_candidates(
+    candidates_path: str | os.PathLike[str],
+    out: str | os.PathLike[str] | None,
+    *,
+    profile_path: str | os.PathLike[str] | None = None,
+    prompts: PromptSet | None = None,
+    cache_dir: str | os.PathLike[str] | None = None,
+    device: str | None = None,
+    temperature: float = 0.0,
+    progress=None,
+    **plan_options,
+) -> Recommended:
+    """Profile what is missing for the sampling `temperature` (`profile_candidates`), then
+    rank the chains (`plan_from_profile` with `plan_options`) and write the plan to `out`."""
+    profiled = profile_candidates(candidates_path, profile_path=profile_path, prompts=prompts, cache_dir=cache_dir,
+                                  device=device, temperature=temperature, progress=progress)
+    recommendation = plan_from_profile(profiled.profile, out, profile_path=str(profiled.path), candidates=profiled.record,
+                                       drafters=profiled.drafters, **plan_options)
+    return Recommended(recommendation, profiled)
+
+
+def plan_profile(planned: PlanFile) -> Profile | None:
+    """The profile the plan was made from, if its file is still readable (for the re-timed
+    prediction); None otherwise."""
+    path = planned.profile.path
+    if path is None or not Path(path).is_file():
+        return None
+    try:
+        return load(path)
+    except PolyplanError:
+        return None
+
+
+@dataclass(frozen=True)
+class Validated:
+    """A validation and where its report went."""
+
+    validation: Validation
+    files: ReportFiles
+
+
+def validate_plan_file(
+    plan_path: str | os.PathLike[str],
+    out: str | os.PathLike[str],
+    settings: ValidationSettings,
+    *,
+    prompt_file: str | os.PathLike[str] | None = None,
+    prompts_per_kind: int = 4,
+    max_prompts: int | None = None,
+    raw_prompts: bool = False,
+    candidates_path: str | os.PathLike[str] | None = None,
+    threads: int | None = None,
+    progress=None,
+) -> Validated:
+    """Run the plan's chains side by side on held-out prompts (`validation_prompt_set` of the
+    prompt options) and write the report into `out`.
+
+    Cheap checks come first (a hand-edited plan, a bad `settings.top`, a model whose files
+    changed), before a prompt is read or a model loaded. `threads` None: as many torch threads
+    as the plan's profile was measured with.
+    """
+    from polyplan.models.loader import load_candidates
+    from polyplan.planner.plan_check import check_plan
+    from polyplan.profiler.threads import plan_threads, set_threads
+
+    label = str(plan_path)
+    planned = read_plan(plan_path)
+    profiled = plan_profile(planned)  # read and checked once, for the plan check and the run
+    check_plan(planned, label, profiled)  # a hand-edited plan is refused before any work
+    specs = select_chains(planned, settings.top, label)  # a bad --top or a changed model loads nothing
+    candidate_set = plan_candidates(planned, label, candidates_path)
+    prompts = validation_prompt_set(prompt_file, per_kind=prompts_per_kind, max_prompts=max_prompts, raw=raw_prompts)
+    set_threads(threads if threads is not None else plan_threads(planned.device))
+    loaded = load_candidates(candidate_set)
+    members = {item.candidate.name: item.member for item in loaded.candidates}
+    encoded = encode_for(prompts, loaded.tokenizer)
+    # prompts that cannot fit fail now, not after waiting for another run's timings
+    fit_prompts(encoded, context_limit(members, specs), reserve_for(specs, settings.new_tokens), truncate=prompts.truncate,
+                source=prompts.source)
+    with timing_lock():
+        validation = _validate(planned, members, encoded, settings, label, prompts, progress, profiled)
+    return Validated(validation, write_report(validation, Path(out)))
+
+
+def _validate(plan: PlanFile, members, encoded, settings: ValidationSettings, plan_label: str, prompts: PromptSet, progress,
+              profile: Profile | None) -> Validation:
+    return validate_plan(
+        plan,
+        members,
+        encoded,
+        settings,
+        device_label=describe_device(getattr(members[plan.target], "device", "cpu")),
+        plan_path=plan_label,
+        prompt_source=prompts.source,
+        truncate_prompts=prompts.truncate,
+        progress=progress,
+        profile=profile,
+    )
+
+
+@dataclass(frozen=True)
+class DemoResult:
+    """Where everything went and what was found."""
+
+    candidates: Path
+    profile_path: Path
+    plan_path: Path
+    recommendation: Recommendation
+    validation: Validation
+    files: ReportFiles
+    profile_measured: int
+    profile_reused: int
+    profile_seconds: float
+    wall_time_s: float
+
+
+def run_demo(settings, *, profile_progress=None, validation_progress=None, log=lambda line: None) -> DemoResult:
+    """Profile, recommend and validate (`profiler.demo` says how; `settings` is its `DemoSettings`).
+
+    1. Profile the candidates on the profiling prompts, resuming the profile in the user
+       cache: the acceptance statistics are reused, the timings (latency curves, loop
+       overhead, switch costs) re-timed, since they go stale with the machine's load.
+    2. Recommend a chain and its block sizes with the exact model; write plan.json.
+    3. Validate the plan on prompts the profile never saw, in one interleaved run, and write
+       report.md, report.json and the plots.
+    """
+    from polyplan.loop.demo import PLAN_FILE, check_settings, demo_candidates, demo_prompt_sets, profile_settings, typical_context
+
+    started = time.perf_counter()
+    check_settings(settings)
+    candidates = demo_candidates(settings, log)
+    read = read_candidate_file(candidates)
+    validation_settings = ValidationSettings(new_tokens=settings.new_tokens, repeats=settings.repeats, top=settings.top)
+    profiling_prompts, held_out = demo_prompt_sets(settings)
+    out = Path(settings.out)
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+    except OSError as error:
+        raise PolyplanError(f"--out: cannot create the folder {out} ({error.strerror or error})") from None
+
+    profiled = profile_candidates(
+        read,
+        settings=profile_settings(settings.quick, settings.new_tokens),
+        prompts=profiling_prompts,
+        cache_dir=settings.cache_dir,
+        fresh_timings=True,
+        calibration_tokens=24 if settings.quick else 64,
+        progress=profile_progress,
+    )
+    plan_path = out / PLAN_FILE
+    encoded = encode_for(held_out, profiled.tokenizer)
+    recommendation = plan_from_profile(
+        profiled.profile, plan_path, profile_path=str(profiled.path), candidates=profiled.record, drafters=profiled.drafters,
+        max_levels=settings.max_levels, context_length=typical_context(encoded, settings.new_tokens),
+    )
+    plan = read_plan(plan_path)
+    members = {model.name: model.member for model in profiled.models}
+    with timing_lock():
+        validation = _validate(plan, members, encoded, validation_settings, str(plan_path), held_out, validation_progress,
+                               profiled.profile)
+    return DemoResult(
+        candidates=Path(candidates),
+        profile_path=profiled.path,
+        plan_path=plan_path,
+        recommendation=recommendation,
+        validation=validation,
+        files=write_report(validation, out),
+        profile_measured=profiled.measured,
+        profile_reused=profiled.reused,
+        profile_seconds=profiled.wall_time_s,
+        wall_time_s=time.perf_counter() - started,
+    )
+
+
+def plan_candidates_greedy(candidates_path, *, log=lambda line: None) -> Path:
+    """Profile what the cache lacks for `candidates_path` (built-in profiling prompts, greedy)
+    and write the recommended plan next to the cached profile; its path."""
+    profiled = profile_candidates(candidates_path, temperature=0.0)
+    out = profiled.path.with_name(profiled.path.stem + "-plan.json")
+    plan_from_profile(profiled.profile, out, profile_path=str(profiled.path), candidates=profiled.record)
+    log(f"profile {profiled.path}: {profiled.measured} entries measured, {profiled.reused} reused; plan {out}")
+    return out
+
+
+def race_peers_of(plan_path, *, candidates_path=None, log=lambda line: None, **options):
+    """`bench peers`: race the plan's exported configurations (`engines.peers.run_peers`); with
+    no plan, `candidates_path` is profiled (greedy, built-in profiling prompts, resumed from the
+    cache) and planned first, as `polyplan recommend --candidates` does."""
+    from polyplan.engines.peers import run_peers
+
+    if plan_path is None:
+        if candidates_path is None:
+            raise PolyplanError("--plan: give a plan.json, or --candidates models.yaml to profile and plan first")
+        plan_path = plan_candidates_greedy(candidates_path, log=log)
+    return run_peers(plan_path, candidates_path=candidates_path, log=log, **options)

@@ -1,0 +1,10 @@
+"""polyplan.models: from models.yaml to chain members.
+
+Where each model comes from (`sources`: HF folders, hub ids from the local cache, `.gguf` files
+via `gguf_source`, the shipped family via `builtin`), how derived copies are made (`derive`:
+quantized copies, int8 heads, early exits, reduced vocabularies), devices (`devices`), the one
+loader that turns a models.yaml into members with one vocabulary check (`loader`), a models.yaml
+read once with the record a plan keeps of it (`candidate_file`), and the fingerprints that key
+every measurement of a model (`fingerprints`, `hashing`). `fetch` gets a development GGUF from
+the package registry. Imports formats and decoder.
+"""

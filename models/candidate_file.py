@@ -1,0 +1,79 @@
+"""A models.yaml read once: the validated candidates and the record a plan keeps of them.
+
+`read_candidate_file` parses the file once; every stage of the loop takes the result (the
+loader, the fingerprints, the plan's `candidates` entry). `plan_candidates` goes the other way:
+from a plan back to the candidates it names, refusing models whose files changed since.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from polyplan.formats.candidates import CandidateSet, parse_candidates
+from polyplan.formats.errors import PolyplanError
+from polyplan.formats.plan import PlanFile
+from polyplan.models.fingerprints import candidate_fingerprints, with_device
+
+
+@dataclass(frozen=True)
+class CandidateFile:
+    """The validated candidates of one models.yaml (placed on `device` if one was given) and
+    the plan's record of them (path, contents, device)."""
+
+    candidates: CandidateSet
+    record: dict[str, Any]  # the plan's `candidates` entry: JSON edge
+
+
+def read_candidate_file(path: str | os.PathLike[str], device: str | None = None) -> CandidateFile:
+    """Parse the models.yaml at `path` (once); `device` overrides every candidate's.
+
+    Raises:
+        PolyplanError: no such file, bad YAML, an invalid candidate.
+    """
+    from polyplan.formats.inputs import read_yaml_file
+
+    path = Path(path)
+    if not path.is_file():
+        raise PolyplanError(f"--candidates: file {path} not found")  # as read_candidates says it
+    data = read_yaml_file(path, "models.yaml")
+    candidates = parse_candidates(data, base_dir=path.parent, origin=str(path))
+    record = {"path": str(path.resolve()), "yaml": data, "device": device}
+    return CandidateFile(with_device(candidates, device) if device is not None else candidates, record)
+
+
+def plan_candidates(plan: PlanFile, label: str, candidates_path: str | os.PathLike[str] | None = None) -> CandidateSet:
+    """The candidates of `plan` (its recorded models.yaml, or `candidates_path`), checked
+    against the fingerprints the plan recorded (nothing is loaded yet).
+
+    Raises:
+        PolyplanError: the plan records no models.yaml and none was given; a model of the plan
+            is missing; a model's files or derivation changed since the plan was made.
+    """
+    record = plan.candidates
+    device = None if record is None else record.device
+    if candidates_path is not None:
+        candidates = read_candidate_file(candidates_path, device).candidates
+    elif record is not None and record.path is not None:
+        if Path(record.path).is_file():
+            candidates = read_candidate_file(record.path, device).candidates
+        else:  # the file moved: its recorded contents, relative sources resolved where it was
+            candidates = parse_candidates(record.yaml, base_dir=Path(record.path).parent, origin=record.path)
+            candidates = with_device(candidates, device) if device is not None else candidates
+    else:
+        raise PolyplanError(
+            f"{label}: candidates: the plan does not record its models.yaml (made by `recommend --profile` alone); "
+            "pass --candidates models.yaml"
+        )
+    now = candidate_fingerprints(candidates)
+    for name, fingerprint in sorted(plan.profiled_fingerprints.items()):
+        if name not in now:
+            raise PolyplanError(f"{label}: model {name!r} of the plan is not in {candidates.origin}")
+        if now[name] != fingerprint:
+            raise PolyplanError(
+                f"{label}: model {name!r} changed since the plan was made (fingerprint {fingerprint[:19]}… in the plan, "
+                f"{now[name][:19]}… now); re-run polyplan recommend"
+            )
+    return candidates

@@ -1,0 +1,100 @@
+"""From a models.yaml to the models a profiling run measures, each with its fingerprint.
+
+Loading is the zoo/candidates loader's job (`polyplan.models.loader`); this module
+adds the fingerprint that keys a candidate's profile entries:
+- a `source` entry: the contents of its folder (config, weights, tokenizer) or .gguf file, or
+  the hub id when it is not cached, plus its dtype, device and `padded_vocab`;
+- a derived entry: its derivation and device on top of its base's fingerprint;
+- an n-gram drafter: its parameters and the target's fingerprint (it uses that vocabulary).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+from pathlib import Path
+
+from polyplan.formats.candidates import Candidate, CandidateSet, NGram, base_chain
+from polyplan.models.hashing import fingerprint_files, fingerprint_settings
+from polyplan.decoder.member import ChainMember
+
+
+@dataclass(frozen=True)
+class ProfiledModel:
+    """A candidate to profile: its profile name, its chain member and its fingerprint."""
+
+    name: str
+    member: ChainMember
+    fingerprint: str
+
+
+@dataclass(frozen=True)
+class LoadedModels:
+    """The models to profile (target first) and the tokenizer that encodes the prompts."""
+
+    models: tuple[ProfiledModel, ...]
+    tokenizer: object
+    device: str
+
+
+def candidate_fingerprints(candidates: CandidateSet) -> dict[str, str]:
+    """The fingerprint of every candidate, by name (see the module docstring)."""
+    cache: dict[str, str] = {}
+    for candidate in candidates.candidates:
+        _fingerprint(candidate, candidates, cache)
+    return cache
+
+
+def _fingerprint(candidate: Candidate, candidates: CandidateSet, cache: dict[str, str]) -> str:
+    if candidate.name in cache:
+        return cache[candidate.name]
+    derive = candidate.derive
+    if isinstance(derive, NGram):
+        value = fingerprint_settings("ngram", dataclasses.asdict(derive), _fingerprint(candidates.target, candidates, cache))
+    elif derive is not None:
+        base = _fingerprint(candidates.by_name(derive.base), candidates, cache)
+        value = fingerprint_settings(type(derive).__name__, dataclasses.asdict(derive), base, candidate.device)
+    else:
+        # A split model (device_map) times differently: its placement joins the key (only
+        # when set, so fingerprints of unsplit models stay what they were).
+        split = () if candidate.device_map is None else ({"device_map": candidate.device_map, "max_memory": [list(item) for item in candidate.max_memory]},)
+        value = fingerprint_settings(
+            "source", _source_fingerprint(candidate), candidate.dtype, candidate.device, candidate.padded_vocab, *split
+        )
+    cache[candidate.name] = value
+    return value
+
+
+def _source_fingerprint(candidate: Candidate) -> str:
+    if candidate.source_kind == "builtin":
+        from polyplan.models.builtin import builtin_folder
+
+        return fingerprint_files([builtin_folder(candidate.source.split(":", 1)[1])])
+    if candidate.source_kind in ("local", "gguf"):  # a GGUF file: its contents, as its cache key
+        return fingerprint_files([Path(candidate.source)])
+    from polyplan.models.hub_source import cached_hub_folder
+
+    folder = cached_hub_folder(candidate.source)  # the cached snapshot's files, when there is one
+    return fingerprint_files([folder]) if folder is not None else f"hub:{candidate.source}"
+
+
+def with_device(candidates: CandidateSet, device: str) -> CandidateSet:
+    """The same candidates, every one placed on `device` (the n-gram drafter stays on the CPU, and
+    a `device_map: auto` model and its derived copies where accelerate puts their layers)."""
+    moved = tuple(
+        c if isinstance(c.derive, NGram) or base_chain(candidates, c.name)[-1].device_map is not None
+        else dataclasses.replace(c, device=device)
+        for c in candidates.candidates
+    )
+    return CandidateSet(moved, candidates.origin)
+
+
+def load_models(candidates: CandidateSet) -> LoadedModels:
+    """Load every candidate of `candidates` (already parsed and placed) and fingerprint it;
+    `PolyplanError` naming the entry that cannot be loaded."""
+    from polyplan.models.loader import load_candidates
+
+    fingerprints = candidate_fingerprints(candidates)
+    loaded = load_candidates(candidates)
+    models = tuple(ProfiledModel(item.candidate.name, item.member, fingerprints[item.candidate.name]) for item in loaded.candidates)
+    return LoadedModels(models, loaded.tokenizer, candidates.target.device)

@@ -1,0 +1,190 @@
+"""A `.gguf` file as a model source: dequantized once into a Hugging Face folder in the cache.
+
+transformers reads a GGUF file through `from_pretrained(..., gguf_file=...)` (it needs the
+`gguf` package), dequantizing every tensor to float on each load, which takes long for a real
+model. `hf_folder_for_gguf` does that once and saves the model, its tokenizer (with the chat
+template the file carries) and its generation config with `save_pretrained` into
+
+    <cache>/gguf/<first 24 hex digits of the file's sha256>/
+
+so a second load is an ordinary, fast folder load. The file's hash is streamed (the file is
+never read into memory at once). The folder is written as a hidden partial folder next to its
+final place and renamed at the end: an interrupted conversion leaves no half folder that a
+later run would trust, and two processes converting the same file both end with one whole
+folder.
+
+Errors a user can cause (a missing or truncated file, an architecture transformers cannot read
+from GGUF) raise `PolyplanError` with one line naming the file.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+
+from polyplan.formats.atomic import current_umask
+from polyplan.formats.cache import cache_root
+from polyplan.formats.errors import PolyplanError, first_line
+
+GGUF_FOLDER = "gguf"
+SOURCE_RECORD = "polyplan-gguf.json"  # written into the folder: which file it came from
+_CHUNK = 1 << 20
+
+
+@dataclass(frozen=True)
+class GGUFInfo:
+    """What the file's header says: its architecture and whether transformers can load it."""
+
+    architecture: str
+    tensors: int
+    supported: bool
+    metadata: dict  # scalar and string metadata values by key (arrays left out)
+
+
+def file_sha256(path: str | os.PathLike[str]) -> str:
+    """Hex sha256 of a file's contents, read in 1 MiB chunks."""
+    digest = hashlib.sha256()
+    with open(path, "rb") as stream:
+        while chunk := stream.read(_CHUNK):
+            digest.update(chunk)
+    return digest.hexdigest()
+
+
+def read_gguf_info(path: str | os.PathLike[str]) -> GGUFInfo:
+    """Read and check a GGUF file's header and tensor table (`decoder.gguf_header`: no tensor
+    is read, the tokenizer's arrays are skipped, so it takes well under a second).
+
+    Raises:
+        PolyplanError: no such file, not a GGUF file, or truncated/corrupt (the header cannot
+            be parsed, or the tensor table points past the end of the file).
+    """
+    from transformers.modeling_gguf_pytorch_utils import GGUF_SUPPORTED_ARCHITECTURES
+
+    from polyplan.models.gguf_header import HeaderError, read_header
+
+    path = Path(path)
+    if not path.is_file():
+        raise PolyplanError(f"{path}: no such GGUF file")
+    try:
+        header = read_header(path)
+    except HeaderError as error:
+        if str(error).startswith("it does not start"):
+            raise PolyplanError(f"{path}: not a GGUF file ({error})") from None
+        raise PolyplanError(f"{path}: truncated or corrupt GGUF file ({error})") from None
+    except OSError as error:
+        raise PolyplanError(f"{path}: cannot read the GGUF file ({error.strerror or error})") from None
+    size = path.stat().st_size
+    if header.data_end > size:
+        raise PolyplanError(f"{path}: truncated or corrupt GGUF file (its tensors need {header.data_end} bytes, the file has {size})")
+    architecture = header.architecture
+    if architecture is None:
+        raise PolyplanError(f"{path}: truncated or corrupt GGUF file (no general.architecture)")
+    supported = architecture in GGUF_SUPPORTED_ARCHITECTURES or architecture.replace("-", "_") in GGUF_SUPPORTED_ARCHITECTURES
+    return GGUFInfo(architecture, header.tensors, supported, header.metadata)
+
+
+def cached_folder(sha256: str, cache_dir: str | os.PathLike[str] | None = None) -> Path:
+    """Where the dequantized folder of a file with this content hash lives."""
+    return cache_root(cache_dir) / GGUF_FOLDER / sha256[:24]
+
+
+def hf_folder_for_gguf(
+    path: str | os.PathLike[str], *, cache_dir: str | os.PathLike[str] | None = None, log=lambda line: None
+) -> Path:
+    """The cached Hugging Face folder of GGUF file `path`, converting it on first use.
+
+    Raises:
+        PolyplanError: the file is missing, not GGUF, truncated, of an architecture that
+            transformers cannot load from GGUF, or the cache folder cannot be written.
+    """
+    path = Path(path).expanduser()
+    info = read_gguf_info(path)  # cheap checks before hashing hundreds of megabytes
+    if not info.supported:
+        from transformers.modeling_gguf_pytorch_utils import GGUF_SUPPORTED_ARCHITECTURES
+
+        raise PolyplanError(
+            f"{path}: GGUF architecture {info.architecture!r} cannot be loaded by transformers "
+            f"(it reads: {', '.join(sorted(GGUF_SUPPORTED_ARCHITECTURES))})"
+        )
+    sha256 = file_sha256(path)
+    folder = cached_folder(sha256, cache_dir)
+    if (folder / SOURCE_RECORD).is_file():
+        return folder
+    try:
+        folder.parent.mkdir(parents=True, exist_ok=True)
+    except OSError as error:
+        raise PolyplanError(f"cache: cannot create {folder.parent} ({error.strerror or error})") from None
+    log(f"dequantizing {path.name} ({info.architecture}, {info.tensors} tensors) into {folder} (once)")
+    partial = Path(tempfile.mkdtemp(prefix=f".{folder.name}.partial-", dir=folder.parent))
+    try:
+        _convert(path, partial, sha256, info)
+        _honour_umask(partial)
+        try:
+            os.rename(partial, folder)
+        except OSError:
+            if not (folder / SOURCE_RECORD).is_file():  # not another process that finished first
+                raise
+    finally:
+        if partial.exists():
+            shutil.rmtree(partial, ignore_errors=True)
+    return folder
+
+
+def _convert(path: Path, out: Path, sha256: str, info: GGUFInfo) -> None:
+    """Load `path` through transformers (dequantized to float32) and save it into `out`."""
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+    from transformers.utils import logging as hf_logging
+
+    bars = hf_logging.is_progress_bar_enabled()
+    hf_logging.disable_progress_bar()
+    try:
+        tokenizer = AutoTokenizer.from_pretrained(path.parent, gguf_file=path.name, local_files_only=True)
+        model = AutoModelForCausalLM.from_pretrained(
+            path.parent, gguf_file=path.name, local_files_only=True, dtype=torch.float32
+        )
+    except Exception as error:  # noqa: BLE001 - transformers' GGUF path raises ValueError, KeyError, OSError, RuntimeError…
+        raise PolyplanError(
+            f"{path}: transformers cannot load this {info.architecture} GGUF file ({first_line(error)})"
+        ) from None
+    finally:
+        if bars:
+            hf_logging.enable_progress_bar()
+    model.generation_config.eos_token_id = list(end_of_generation_ids(info, model.generation_config.eos_token_id))
+    # The weights are plain float32 tensors by now; transformers still marks the model as "gguf
+    # quantized" and refuses to save it, so drop that mark (and its config entry).
+    model.hf_quantizer = None
+    if hasattr(model.config, "quantization_config"):
+        del model.config.quantization_config
+    try:
+        model.save_pretrained(out)
+        tokenizer.save_pretrained(out)
+        record = {"gguf_file": str(path.resolve()), "sha256": sha256, "architecture": info.architecture}
+        (out / SOURCE_RECORD).write_text(json.dumps(record, indent=2) + "\n", encoding="utf-8")
+    except OSError as error:
+        raise PolyplanError(f"cache: cannot write the dequantized model into {out} ({error.strerror or error})") from None
+
+
+def end_of_generation_ids(info: GGUFInfo, eos: int | list[int] | None) -> tuple[int, ...]:
+    """`eos` and the file's end-of-turn and end-of-message ids (llama.cpp's "end of generation"
+    tokens, e.g. `<end_of_turn>`, `<|im_end|>`), which transformers does not carry over."""
+    ids = [eos] if isinstance(eos, int) else list(eos or [])
+    for key in ("tokenizer.ggml.eos_token_id", "tokenizer.ggml.eot_token_id", "tokenizer.ggml.eom_token_id"):
+        value = info.metadata.get(key)
+        if isinstance(value, int) and not isinstance(value, bool):
+            ids.append(value)
+    return tuple(dict.fromkeys(ids))
+
+
+def _honour_umask(folder: Path) -> None:
+    """mkdtemp makes a private (0700) folder; give it, and its files, the modes of ordinary
+    files and folders under the user's umask (the cache may be shared)."""
+    umask = current_umask()
+    os.chmod(folder, 0o777 & ~umask)
+    for file in folder.iterdir():
+        os.chmod(file, 0o666 & ~umask)

@@ -1,0 +1,349 @@
+"""The one model loader: candidates (`polyplan.formats.candidates.CandidateSet`) to chain members.
+
+Every command that runs models loads them here: profile, validate, the benches, `models check`
+and generate. A chain given on the command line (`chain_candidates`) is a candidate set too:
+each entry a name of models.yaml (a derived member like `target-int8` included) or a model
+folder / .gguf file, which becomes an ad-hoc `source:` candidate.
+
+Sources (`decoder.sources`): `builtin:<name>` (the shipped zoo family), a local HF folder, a
+`.gguf` file (dequantized once into the cache), or a hub id (from the local Hugging Face cache
+only; an uncached one is a clear error). Derived entries are built from their (loaded) base:
+`quantize` → `derive.quantize_model`, `layers` → `derive.early_exit_model`, `kind: ngram` →
+`NGramMember` over the target's vocabulary.
+
+The compatibility check (`decoder.compatibility`, done once, here) compares every candidate
+with the target: identical token-to-id maps, identical special tokens, and as many logit rows
+as tokens unless the entry declares `padded_vocab: true` (then the extra rows are masked by
+`HFMember.valid_vocab_size`).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+
+from polyplan.formats.candidates import DTYPES, Candidate, CandidateSet, EarlyExit, NGram, Quantize, base_chain
+from polyplan.decoder.compatibility import incompatibility
+from polyplan.models.derive import early_exit_model, num_layers, quantize_model
+from polyplan.decoder.hf import HFMember
+from polyplan.decoder.reduced_vocab import with_saved_subset
+from polyplan.models.sources import source_folder
+from polyplan.decoder.member import ChainMember
+from polyplan.decoder.ngram import NGramMember
+from polyplan.formats.errors import PolyplanError, first_line
+from polyplan.models.builtin import cached_validation_loss
+
+_TORCH_DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}
+
+
+@dataclass(frozen=True)
+class LoadedCandidate:
+    """One candidate ready to sit in a chain.
+
+    Attributes:
+        parameters: Parameter count (of the base model for derived copies; shared weights of
+            an early-exit copy counted once for the layers it keeps); None for ngram.
+        dtype: What its weights run in, e.g. "float32" or "int8 (dynamic)"; "-" for ngram.
+        validation_loss: Held-out loss (nats/token) measured when the builtin family was
+            trained, when this candidate is that family's model or variant; else None.
+    """
+
+    candidate: Candidate
+    member: ChainMember
+    parameters: int | None
+    dtype: str
+    device: str
+    validation_loss: float | None
+
+
+@dataclass(frozen=True)
+class Compatibility:
+    """Whether candidate `name` can share a chain with the target; `detail` says why not."""
+
+    name: str
+    ok: bool
+    detail: str
+
+
+@dataclass(frozen=True)
+class LoadedCandidates:
+    """Every loaded candidate (target first), the target's tokenizer, and the check result."""
+
+    candidates: tuple[LoadedCandidate, ...]
+    tokenizer: object
+    compatibility: tuple[Compatibility, ...]
+
+    @property
+    def compatible(self) -> bool:
+        """True when every candidate passed the compatibility check."""
+        return all(result.ok for result in self.compatibility)
+
+    def member(self, name: str) -> ChainMember:
+        """The chain member of candidate `name`."""
+        for loaded in self.candidates:
+            if loaded.candidate.name == name:
+                return loaded.member
+        raise PolyplanError(f"candidate {name!r}: not among the loaded candidates")
+
+    def chain(self, names: list[str] | tuple[str, ...]) -> list[ChainMember]:
+        """Members for a chain M_1 … M_n given by candidate names (target first)."""
+        return [self.member(name) for name in names]
+
+
+@dataclass
+class _Model:
+    """A loaded HF model with what the check needs (internal, mutable while loading)."""
+
+    model: torch.nn.Module
+    tokenizer: object
+    parameters: int
+    dtype: str
+    variant: str | None  # key in the builtin family's cached losses, when builtin
+    folder: Path | None
+
+
+def load_candidates(
+    candidates: CandidateSet, *, require_compatible: bool = True, labels: Mapping[str, str] | None = None
+) -> LoadedCandidates:
+    """Load every candidate and run the compatibility check against the target.
+
+    `labels`: how to name a candidate in errors, by name (default "<models.yaml>: candidate
+    'name'"; a chain given on the command line names its positions, `chain_candidates`).
+
+    Raises:
+        PolyplanError: naming the entry: a folder or builtin that cannot be loaded, a corrupt
+            weights file, `layers` deeper than the model, an offline hub id, or (when
+            `require_compatible`) the first candidate that fails the compatibility check.
+    """
+    from polyplan.models.devices import check_device
+
+    label_of = {c.name: f"{candidates.origin}: candidate {c.name!r}" for c in candidates.candidates} | dict(labels or {})
+    for candidate in candidates.candidates:  # before any model loads
+        check_device(candidate.device, f"{label_of[candidate.name]}: device")
+    models: dict[str, _Model] = {}
+    loaded: list[LoadedCandidate] = []
+    for candidate in candidates.candidates:
+        if isinstance(candidate.derive, NGram):
+            continue
+        model = _load_model(candidate, candidates, models, label_of)
+        rows, tokens = model.model.get_output_embeddings().out_features, len(model.tokenizer)
+        if rows < tokens:
+            raise PolyplanError(f"{label_of[candidate.name]}: its tokenizer has {tokens} tokens but the model only {rows} logit rows")
+        member = HFMember(model.model, name=candidate.name, tokenizer=model.tokenizer)
+        loss = cached_validation_loss(model.folder, model.variant) if model.variant and model.folder else None
+        loaded.append(LoadedCandidate(candidate, member, model.parameters, model.dtype, candidate.device, loss))
+    target = models[candidates.target.name]
+    vocab = len(target.tokenizer)
+    for candidate in candidates.candidates:
+        if isinstance(candidate.derive, NGram):
+            derive = candidate.derive
+            member = NGramMember(vocab, max_n=derive.max_n, min_n=derive.min_n, name=candidate.name)
+            loaded.append(LoadedCandidate(candidate, member, None, "-", "cpu", None))
+    order = {c.name: i for i, c in enumerate(candidates.candidates)}
+    loaded.sort(key=lambda item: order[item.candidate.name])
+    target_member = next(item.member for item in loaded if item.candidate.name == candidates.target.name)
+    results = tuple(_compatibility(item, target_member, candidates.target.name) for item in loaded)
+    if require_compatible:
+        for result in results:
+            if not result.ok:
+                raise PolyplanError(f"{label_of[result.name]}: {result.detail}")
+    return LoadedCandidates(tuple(loaded), target.tokenizer, results)
+
+
+@dataclass(frozen=True)
+class ChainCandidates:
+    """A chain asked for by entries (candidate names or model folders), as candidates to load.
+
+    Attributes:
+        candidates: The chain's members (the first is the target) and then the entries a
+            derived member is built from; each is loaded, none twice.
+        chain: The members' names, M_1 (target) first; a repeated entry gets a "#2" suffix.
+        labels: How each ad-hoc (folder) member is named in errors: "chain member i ('name')".
+    """
+
+    candidates: CandidateSet
+    chain: tuple[str, ...]
+    labels: Mapping[str, str]
+
+
+def chain_candidates(entries: Sequence[str], candidates: CandidateSet | None, *, device: str = "cpu") -> ChainCandidates:
+    """The chain `entries` (target first) as candidates: an entry that names a candidate of
+    `candidates` is that candidate (derived ones too, e.g. `target-int8`, with the entries they
+    derive from); any other is a model folder or .gguf file, an ad-hoc `source:` candidate on
+    `device` (in the dtype it was saved in; padded logit rows masked, as a folder cannot
+    declare them).
+
+    Raises:
+        PolyplanError: an empty chain, an entry that is neither a candidate nor an existing
+            folder or .gguf file, or an n-gram drafter as the target (checked before any load).
+    """
+    if not entries:
+        raise PolyplanError("chain: empty; give at least the target model folder")
+    known = {c.name: c for c in candidates.candidates} if candidates is not None else {}
+    named = [known[entry] for entry in entries if entry in known]
+    bases = [base for candidate in named for base in _bases(candidates, candidate)]
+    needed = [c.name for c in named + bases]  # a folder's member gets another name than these
+    members: list[Candidate] = []
+    labels: dict[str, str] = {}
+    for index, entry in enumerate(entries):
+        taken = [m.name for m in members]
+        if entry in known:
+            member = known[entry]
+            name = _unique(member.name, taken)
+        else:
+            member = _folder_candidate(entry, index, device, candidates)
+            name = _unique(member.name, taken + needed)
+            labels[name] = f"chain member {index} ({name!r})"
+        members.append(dataclasses.replace(member, name=name, is_target=index == 0))
+    if isinstance(members[0].derive, NGram):
+        raise PolyplanError(f"chain member 0 ({members[0].name!r}): an n-gram drafter cannot be the target (it has no model)")
+    chosen = {m.name for m in members}
+    extra = [dataclasses.replace(base, is_target=False) for base in dict.fromkeys(bases) if base.name not in chosen]
+    origin = candidates.origin if candidates is not None else "--chain"
+    return ChainCandidates(CandidateSet(tuple(members) + tuple(extra), origin), tuple(m.name for m in members), labels)
+
+
+def _folder_candidate(entry: str, index: int, device: str, candidates: CandidateSet | None) -> Candidate:
+    path = Path(entry).expanduser()
+    kind = "gguf" if path.suffix.lower() == ".gguf" else "local"
+    exists = path.is_file() if kind == "gguf" else path.is_dir()
+    if not exists:
+        looks_like_a_path = kind == "gguf" or "/" in entry or "\\" in entry or entry.startswith((".", "~"))
+        if looks_like_a_path or candidates is None:
+            raise PolyplanError(f"chain member {index} ({entry!r}): no such model folder")
+        names = ", ".join(c.name for c in candidates.candidates)
+        raise PolyplanError(f"--chain: {entry!r} is neither a candidate of {candidates.origin} ({names}) nor a model folder")
+    name = path.name or entry
+    return Candidate(name, str(path), kind, None, False, _saved_dtype(path), device, True)
+
+
+def _saved_dtype(folder: Path) -> str:
+    """The dtype a model folder's config.json says its weights were saved in, when it is one a
+    candidate may name (as `from_pretrained(dtype="auto")` would load it), else float32."""
+    import json
+
+    try:
+        config = json.loads((folder / "config.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return "float32"  # a .gguf file, or a config the load itself reports
+    saved = config.get("dtype", config.get("torch_dtype")) if isinstance(config, dict) else None
+    return saved if saved in DTYPES else "float32"
+
+
+def _bases(candidates: CandidateSet, candidate: Candidate) -> tuple[Candidate, ...]:
+    """The entries a derived candidate is built from (none for a source entry or the n-gram drafter)."""
+    derive = candidate.derive
+    return base_chain(candidates, derive.base) if isinstance(derive, (Quantize, EarlyExit)) else ()
+
+
+def _unique(name: str, taken: Sequence[str]) -> str:
+    """`name`, or `name#2`, `name#3`, … when it is taken."""
+    if name not in taken:
+        return name
+    return next(f"{name}#{k}" for k in range(2, len(taken) + 3) if f"{name}#{k}" not in taken)
+
+
+def load_chain(chain: ChainCandidates) -> LoadedCandidates:
+    """Load a chain's candidates (`chain_candidates`); its members are `loaded.chain(chain.chain)`."""
+    return load_candidates(chain.candidates, labels=chain.labels)
+
+
+def _load_model(candidate: Candidate, candidates: CandidateSet, models: dict[str, _Model], labels: Mapping[str, str]) -> _Model:
+    if candidate.name in models:
+        return models[candidate.name]
+    label = labels[candidate.name]
+    derive = candidate.derive
+    if isinstance(derive, Quantize):
+        base = _load_model(candidates.by_name(derive.base), candidates, models, labels)
+        model = quantize_model(base.model, derive.kind, candidate.device, derive.head)
+        result = _Model(model, base.tokenizer, base.parameters, quantized_label(derive),
+                        _variant(base.variant, f"-{derive.kind}" + ("" if derive.head is None else f"-head{derive.head}")),
+                        base.folder)
+    elif isinstance(derive, EarlyExit):
+        base = _load_model(candidates.by_name(derive.base), candidates, models, labels)
+        depth = num_layers(base.model)
+        if derive.layers > depth:
+            raise PolyplanError(f"{label}: layers {derive.layers} is larger than {derive.base!r}, which has {depth} layers")
+        model = early_exit_model(base.model, derive.layers)
+        result = _Model(model, base.tokenizer, _count(model), base.dtype,
+                        _variant(base.variant, f"-exit{derive.layers}"), base.folder)
+    else:
+        folder, model, tokenizer = _load_source(candidate, label)
+        variant = candidate.source[len("builtin:"):] if candidate.source_kind == "builtin" else None
+        result = _Model(model, tokenizer, _count(model), candidate.dtype, variant, folder)
+    models[candidate.name] = result
+    return result
+
+
+def quantized_label(derive: Quantize) -> str:
+    """What a quantized copy's weights run in, as `models check` shows it."""
+    label = f"{derive.kind} (dynamic)" if derive.kind in ("int8", "int8-head") else derive.kind
+    return label if derive.head is None else f"{label}, {derive.head} head (dynamic)"
+
+
+def _variant(base: str | None, suffix: str) -> str | None:
+    return None if base is None else base + suffix
+
+
+def _count(model: torch.nn.Module) -> int:
+    return sum(p.numel() for p in model.parameters())
+
+
+def _load_source(candidate: Candidate, label: str):
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    dtype = _TORCH_DTYPES[candidate.dtype]
+    folder = source_folder(candidate, label)
+    where = str(folder)
+    from transformers.utils import logging as hf_logging
+
+    bar_was_on = hf_logging.is_progress_bar_enabled()
+    hf_logging.disable_progress_bar()  # one "Loading weights" bar per model would drown the table
+    try:
+        try:
+            tokenizer = AutoTokenizer.from_pretrained(where, local_files_only=True)
+        except Exception as error:  # noqa: BLE001 - a broken folder's errors share no base class
+            raise PolyplanError(f"{label}: cannot load its tokenizer from {where} ({first_line(error)})") from None
+        try:
+            model = AutoModelForCausalLM.from_pretrained(where, local_files_only=True, dtype=dtype, **_placement(candidate))
+        except Exception as error:  # noqa: BLE001 - safetensors, HF hub and OS errors share no base class
+            corrupt = "corrupt or unreadable weights: " if "safetensor" in type(error).__name__.lower() else ""
+            raise PolyplanError(f"{label}: {corrupt}cannot load a causal language model from {where} ({first_line(error)})") from None
+    finally:
+        if bar_was_on:
+            hf_logging.enable_progress_bar()
+    model = with_saved_subset(model, folder)
+    placed = model if candidate.device_map is not None else model.to(candidate.device)  # accelerate placed its layers
+    return folder, placed.eval(), tokenizer
+
+
+def _placement(candidate: Candidate) -> dict:
+    """`from_pretrained` arguments of a `device_map: auto` entry (accelerate), else none."""
+    if candidate.device_map is None:
+        return {}
+    from polyplan.formats.cache import cache_root
+
+    folder = candidate.offload_folder or str(cache_root() / "offload" / candidate.name)
+    limits = {device: limit for device, limit in candidate.max_memory}
+    return {"device_map": candidate.device_map, "offload_folder": folder, **({"max_memory": limits} if limits else {})}
+
+
+def _compatibility(item: LoadedCandidate, target: ChainMember, target_name: str) -> Compatibility:
+    name = item.candidate.name
+    if isinstance(item.candidate.derive, NGram):
+        return Compatibility(name, True, "ok (uses the target's vocabulary)")
+    reason = incompatibility(item.member, target, f"the target {target_name!r}")
+    if reason is not None:
+        return Compatibility(name, False, reason)
+    rows, tokens = item.member.vocab_size, item.member.valid_vocab_size
+    if rows > tokens and not item.candidate.padded_vocab:
+        return Compatibility(
+            name, False, f"{rows} logit rows for {tokens} tokens; declare 'padded_vocab: true' to mask the padding"
+        )
+    if rows > tokens:
+        return Compatibility(name, True, f"ok ({rows - tokens} padded rows masked)")
+    return Compatibility(name, True, "ok")

@@ -1,1 +1,0 @@
-"""One module per CLI command group; `polyplan.cli` assembles them."""

@@ -1,0 +1,66 @@
+"""Measure acceptance runs: the greedy agreement sequence of every profiled pair.
+
+The target continues each prompt greedily (`profiler.acceptance.target_continuations`);
+every model then makes one teacher-forced pass over prompt + continuation
+(`profiler.acceptance.teacher_forced`), which gives its argmax at every continuation
+position. Position t of pair (verifier, drafter) agrees when their argmaxes are equal. The
+sequences go into the profile's `acceptance_runs["greedy"]` as strings of 0/1, with a
+fingerprint of the models, prompts and settings, so a rerun with nothing changed reuses them;
+`planner.runs` turns them into the run-length law the exact model uses.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from polyplan.formats.profile import AgreementRuns, PairAgreement, Profile
+from polyplan.profiler.acceptance import target_continuations, teacher_forced
+from polyplan.models.hashing import fingerprint_settings, fingerprint_tokens
+
+
+def runs_fingerprint(models: Sequence, prompts: Sequence[Sequence[int]], new_tokens: int, seed: int) -> str:
+    """Fingerprint of what the agreement sequences are measured from."""
+    return fingerprint_settings(
+        "agreement-runs", [(model.name, model.fingerprint) for model in models], fingerprint_tokens(prompts), new_tokens, seed
+    )
+
+
+def measure_agreement(
+    models: Sequence, pairs: Sequence[tuple[str, str]], prompts: Sequence[Sequence[int]], *, new_tokens: int, seed: int
+) -> AgreementRuns:
+    """The greedy agreement strings of every pair (see the module docstring).
+
+    Args:
+        models: `profiler.run.ProfiledModel`s, the target first.
+        pairs: (verifier, drafter) names.
+        prompts: token ids of each prompt.
+    """
+    target = models[0].member
+    continuations = target_continuations(target, prompts, new_tokens=new_tokens, temperature=0.0, seed=seed)
+    vocab = target.valid_vocab_size
+    needed = {name for pair in pairs for name in pair}
+    argmax = {
+        model.name: teacher_forced(model.member, prompts, continuations, temperature=0.0, vocab=vocab).argmax
+        for model in models
+        if model.name in needed
+    }
+    entries = []
+    for verifier, drafter in pairs:
+        strings = ["".join("1" if same else "0" for same in (argmax[verifier][i] == argmax[drafter][i]).tolist()) for i in range(len(prompts))]
+        entries.append(PairAgreement(verifier, drafter, tuple(strings)))
+    return AgreementRuns(tuple(entries), runs_fingerprint(models, prompts, new_tokens, seed), len(prompts), new_tokens)
+
+
+def ensure_agreement(
+    profile: Profile, previous: AgreementRuns | None, models: Sequence, prompts: Sequence[Sequence[int]], *, new_tokens: int, seed: int
+) -> bool:
+    """Put the greedy agreement sequences into `profile.acceptance_runs`, reusing `previous` (the entry of
+    the profile before this run) when its fingerprint still matches. Returns True if measured."""
+    pairs = [(pair.verifier, pair.drafter) for pair in profile.pairs if "greedy" in pair.sampling]
+    key = runs_fingerprint(models, prompts, new_tokens, seed)
+    wanted = set(pairs)
+    if previous is not None and previous.fingerprint == key and set(previous.by_pair()) >= wanted:
+        entry, measured = previous, False
+    else:
+        entry, measured = measure_agreement(models, pairs, prompts, new_tokens=new_tokens, seed=seed), True
+    profile.acceptance_runs["greedy"] = entry
+    return measured

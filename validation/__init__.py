@@ -1,0 +1,8 @@
+"""polyplan.validation: running planned chains side by side and judging their predictions.
+
+`chain_runs` decodes each chain next to target-only, prompt by prompt and interleaved, re-timing
+the latency the prediction used (`retime`) on primed members (`primed`); `paired` holds the
+paired-ratio statistics; `results` judges each prediction (inside its interval and within
+10%); `report` writes report.json and the terminal table, `plots` the PNGs, `report_folder`
+the folder they go to, `categories` the per-category breakdown.
+"""

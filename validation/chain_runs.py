@@ -1,0 +1,377 @@
+"""`polyplan validate`: run the planned chains side by side and measure what was predicted.
+
+On the same prompts and seeds it runs the recommended chain, the plan's next `top` chains,
+target-only decoding and the best two-model chain (`select_chains`). The runs are
+interleaved: in every repeat, for every prompt, each chain runs once, in an order rotated
+from one prompt to the next, so a burst of background load falls on all chains alike. Each
+member's prompt is prefilled first and timed on its own (`profiler.primed`), so the timed
+`generate` call is decoding only, what the exact model predicts. The garbage collector is
+paused while timing (it runs between prompts), and every chain runs once untimed first.
+
+`summarise` (in `profiler.validation_results`) turns the runs into measured-vs-predicted results.
+"""
+
+from __future__ import annotations
+
+import gc
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Protocol
+
+import torch
+
+from polyplan.decoder.chain import context_reserve, generate
+from polyplan.decoder.member import ChainMember, stop_token_ids
+from polyplan.decoder.sampling import Sampling
+from polyplan.formats.sampling import SamplingMode
+from polyplan.formats.errors import PolyplanError
+from polyplan.formats.plan import PlanFile
+from polyplan.formats.profile import Profile
+from polyplan.validation.categories import chain_categories
+from polyplan.profiler.forward_timing import synchronizer
+from polyplan.profiler.forward_timing import collector_paused
+from polyplan.validation.primed import PrimedMember
+from polyplan.validation.retime import PassTiming, reaccepted_speedups, retimed_speedups, time_passes
+from polyplan.profiler.prompts import EncodedPrompt
+from polyplan.validation.results import (
+    ROLE_ALTERNATIVE,
+    ROLE_RECOMMENDED,
+    ROLE_TARGET_ONLY,
+    ROLE_TWO_MODEL,
+    ChainSpec,
+    RunRecord,
+    Validation,
+    headline,
+    summarise_chain,
+)
+
+
+@dataclass(frozen=True)
+class ValidationSettings:
+    """How the chains are run.
+
+    Attributes:
+        new_tokens: tokens every chain generates per prompt. Greedy runs stop early at any of
+            the target's EOS ids (every chain emits the target's tokens, so all do the same
+            work); sampled runs do not (chains would emit different lengths and their times
+            would not compare), so each produces exactly this many.
+        repeats: passes over the prompt set; each prompt's paired ratio is the median over repeats.
+        top: alternatives validated besides the recommended chain (the plan's next best).
+        seed: prompt i is decoded with a generator seeded seed + i, for every chain.
+        warmup_tokens: tokens of the untimed first run of each chain.
+    """
+
+    new_tokens: int = 128
+    repeats: int = 3
+    top: int = 3
+    seed: int = 0
+    warmup_tokens: int = 16
+
+    def __post_init__(self) -> None:
+        for name, option, least in (("new_tokens", "--new-tokens", 1), ("repeats", "--repeats", 1), ("top", "--top", 0)):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value < least:
+                raise PolyplanError(f"{option}: must be an integer >= {least}, got {value!r}")
+
+
+@dataclass(frozen=True)
+class FittedPrompts:
+    """The prompts a validation runs on, and what had to be left out or shortened."""
+
+    prompts: tuple[EncodedPrompt, ...]
+    dropped: tuple[str, ...]  # sources of prompts that do not fit the context
+    truncated: int  # prompts cut from the left to fit
+
+
+class ValidationProgress(Protocol):
+    """What a validation reports while it works (the CLI draws a progress bar from it)."""
+
+    def total(self, runs: int) -> None: ...
+
+    def advance(self, label: str) -> None: ...
+
+
+class _Silent:
+    def total(self, runs: int) -> None:
+        pass
+
+    def advance(self, label: str) -> None:
+        pass
+
+
+def sampling_of(key: str) -> Sampling:
+    """The decoder's `Sampling` for a profile/plan sampling key ("greedy", "t0.7", …)."""
+    return Sampling(temperature=SamplingMode.parse(key).temperature)
+
+
+def select_chains(plan: PlanFile, top: int, label: str = "plan.json") -> tuple[ChainSpec, ...]:
+    """The chains to validate: recommended, the next `top` of the ranking, the best two-model
+    chain and target-only decoding (each once, with every role it plays)."""
+    ranked = plan.alternatives
+    if ranked[0].chain != plan.chain or ranked[0].block_sizes != plan.block_sizes:
+        raise PolyplanError(f"{label}: alternatives[0]: must be the plan's own chain {list(plan.chain)}")
+    alternatives = len(ranked) - 1
+    if top > alternatives:
+        raise PolyplanError(f"--top: {top} is more than the {alternatives} alternative chains in {label}")
+    roles: dict[int, list[str]] = {0: [ROLE_RECOMMENDED]}
+    for index in range(1, top + 1):
+        roles.setdefault(index, []).append(ROLE_ALTERNATIVE)
+    special = ((ROLE_TWO_MODEL, 2), (ROLE_TARGET_ONLY, 1))
+    for role, size in special:
+        index = next((i for i, chain in enumerate(ranked) if len(chain.chain) == size), None)
+        if index is not None:
+            roles.setdefault(index, []).append(role)
+    if not any(ROLE_TARGET_ONLY in r for r in roles.values()):
+        raise PolyplanError(f"{label}: alternatives: the target-only chain [{plan.target!r}] is missing")
+    return tuple(ChainSpec(ranked[index], tuple(roles[index]), index + 1) for index in sorted(roles))
+
+
+def fit_prompts(
+    prompts: Sequence[EncodedPrompt], limit: int | None, reserve: int, *, truncate: bool, source: str
+) -> FittedPrompts:
+    """Prompts that leave `reserve` tokens of a `limit`-token context (None: unbounded).
+
+    With `truncate`, a longer prompt keeps its last tokens; without, it is left out. No
+    usable prompt at all is a `PolyplanError` naming `source`.
+    """
+    if not prompts:
+        raise PolyplanError(f"{source}: no usable prompt (the set is empty)")
+    if limit is None:
+        return FittedPrompts(tuple(prompts), (), 0)
+    room = limit - reserve
+    if room < 2:
+        raise PolyplanError(
+            f"--new-tokens: {reserve} generated and drafted tokens leave no room for a prompt in a context of {limit} tokens"
+        )
+    kept, dropped, truncated = [], [], 0
+    for prompt in prompts:
+        if len(prompt.ids) <= room:
+            kept.append(prompt)
+        elif truncate:
+            kept.append(EncodedPrompt(prompt.prompt, prompt.ids[-room:]))
+            truncated += 1
+        else:
+            dropped.append(prompt.prompt.source)
+    if not kept:
+        raise PolyplanError(
+            f"{source}: no usable prompt: all {len(prompts)} are longer than the {room} tokens that fit "
+            f"({limit}-token context minus {reserve} generated and drafted tokens)"
+        )
+    return FittedPrompts(tuple(kept), tuple(dropped), truncated)
+
+
+def reserve_for(specs: Sequence[ChainSpec], new_tokens: int) -> int:
+    """Context a run needs beyond its prompt: new tokens plus the deepest draft lookahead and
+    verification padding (`decoder.chain.context_reserve`, what the decoder checks)."""
+    return new_tokens + max(context_reserve(spec.planned.block_sizes, spec.planned.verify_widths) for spec in specs)
+
+
+def context_limit(members: Mapping[str, ChainMember], specs: Sequence[ChainSpec]) -> int | None:
+    limits = [members[name].max_context for spec in specs for name in spec.planned.chain]
+    limits = [limit for limit in limits if limit is not None]
+    return min(limits) if limits else None
+
+
+def measure_chains(
+    specs: Sequence[ChainSpec],
+    members: Mapping[str, ChainMember],
+    prompts: Sequence[Sequence[int]],
+    settings: ValidationSettings,
+    sampling: Sampling,
+    progress: ValidationProgress | None = None,
+    retime: bool = False,
+) -> tuple[tuple[RunRecord, ...], tuple[PassTiming, ...]]:
+    """Run every chain on every prompt, `settings.repeats` times, interleaved (module docstring).
+
+    With `retime`, after the chains of each prompt and repeat every model's passes are timed
+    too (`profiler.retime`), on the target-only continuation of that prompt. Returns the runs
+    and those pass timings.
+    """
+    progress = progress or _Silent()
+    missing = sorted({name for spec in specs for name in spec.planned.chain} - set(members))
+    if missing:
+        raise PolyplanError(f"models: {missing[0]!r} is in the plan but was not loaded")
+    primed = {name: PrimedMember(members[name]) for spec in specs for name in spec.planned.chain}
+    device = primed[specs[0].planned.chain[0]].device
+    sync = synchronizer(primed[specs[0].planned.chain[0]])
+    tensors = [torch.tensor(list(prompt), dtype=torch.int64, device=device) for prompt in prompts]  # (L,) each
+    records: list[RunRecord] = []
+    timings: list[PassTiming] = []
+    baseline = next((i for i, spec in enumerate(specs) if len(spec.planned.chain) == 1), None)
+    raw = {name: wrapper.member for name, wrapper in primed.items()}
+    progress.total(len(specs) * len(prompts) * settings.repeats)
+    with torch.inference_mode(), collector_paused():
+        for spec in specs:
+            _run(spec, primed, tensors[0], 0, min(settings.warmup_tokens, settings.new_tokens), settings.seed, sampling, sync)
+        for repeat in range(settings.repeats):
+            for index, prompt in enumerate(tensors):
+                gc.collect()  # between prompts, never inside a timed run
+                offset = (repeat * len(tensors) + index) % len(specs)
+                for chain in [(offset + step) % len(specs) for step in range(len(specs))]:
+                    run = _run(specs[chain], primed, prompt, index, settings.new_tokens, settings.seed + index, sampling, sync)
+                    records.append(RunRecord(chain, repeat, index, *run))
+                    progress.advance(specs[chain].planned.label())
+                if retime and baseline is not None:
+                    continuation = torch.tensor(records[-len(specs) + _position(records[-len(specs):], baseline)].token_ids,
+                                                dtype=torch.int64, device=device)
+                    half = continuation.shape[0] // 2
+                    context = torch.cat([prompt, continuation[:half]])
+                    timings.extend(time_passes(raw, context, continuation[half:], sync))
+    for member in primed.values():
+        member.member.reset()
+    return tuple(records), tuple(timings)
+
+
+def _position(records: Sequence[RunRecord], chain: int) -> int:
+    return next(i for i, record in enumerate(records) if record.chain == chain)
+
+
+def _run(spec: ChainSpec, primed, prompt: torch.Tensor, index: int, tokens: int, seed: int, sampling: Sampling, sync):
+    chain = [primed[name] for name in spec.planned.chain]
+    prefill = sum(member.prime(prompt[:-1], sync) for member in chain)
+    generator = torch.Generator(device=chain[0].device).manual_seed(seed)
+    eos = stop_token_ids(chain[0].member) if sampling.greedy else None
+    result = generate(
+        chain, prompt, max_new_tokens=tokens, block_sizes=spec.planned.block_sizes, sampling=sampling, generator=generator,
+        verify_widths=spec.planned.verify_widths,
+        eos_token_id=eos,
+    )
+    levels = result.levels
+    return (
+        result.wall_time_s,
+        prefill,
+        result.token_ids,
+        tuple(level.forward_passes for level in levels),
+        tuple(level.wall_time_s for level in levels),
+        tuple(level.tokens_per_verification for level in levels),
+        tuple(level.tokens_proposed for level in levels),
+        tuple(level.tokens_accepted for level in levels),
+    )
+
+
+def validate_plan(
+    plan: PlanFile,
+    members: Mapping[str, ChainMember],
+    prompts: Sequence[EncodedPrompt],
+    settings: ValidationSettings = ValidationSettings(),
+    *,
+    device_label: str,
+    plan_path: str | None = None,
+    prompt_source: str = "prompts",
+    truncate_prompts: bool = False,
+    progress: ValidationProgress | None = None,
+    profile: Profile | None = None,
+) -> Validation:
+    """Validate `plan`: select the chains, fit the prompts, run, and compare with the predictions.
+
+    Args:
+        plan: a plan read by `read_plan` (its alternatives carry the predictions).
+        members: the loaded chain members by model name (every model of the chains run).
+        prompts: encoded prompts; those that do not fit the context are left out (or, with
+            `truncate_prompts`, shortened from the left).
+        device_label: where this runs (compared with the plan's device in the notes).
+        profile: the profile the plan was made from; with it, every model's passes are also
+            timed during the run and the exact model re-evaluated on them (`profiler.retime`).
+    """
+    started = time.perf_counter()
+    label = plan_path or "plan.json"
+    specs = select_chains(plan, settings.top, label)
+    fitted = fit_prompts(
+        prompts, context_limit(members, specs), reserve_for(specs, settings.new_tokens), truncate=truncate_prompts, source=prompt_source
+    )
+    sampling = sampling_of(plan.sampling)
+    records, timings = measure_chains(
+        specs, members, [p.ids for p in fitted.prompts], settings, sampling, progress, retime=profile is not None
+    )
+    retimed: dict[tuple[str, ...], float] = {}
+    reaccepted: dict[tuple[str, ...], float] = {}
+    if profile is not None and timings:
+        chains_run = [(spec.planned.chain, spec.planned.block_sizes) for spec in specs]
+        acceptance_model = plan.search.acceptance_model or "iid"
+        overhead = plan.loop_overhead
+        retimed = retimed_speedups(
+            profile, timings, chains_run, sampling=plan.sampling, overhead=overhead, acceptance_model=acceptance_model,
+        )
+        if sampling.greedy:
+            agreement = validation_agreement(specs, members, [p.ids for p in fitted.prompts], settings)
+            reaccepted = reaccepted_speedups(profile, timings, agreement, chains_run, overhead=overhead,
+                                             acceptance_model=acceptance_model)
+    baseline_index = next(i for i, spec in enumerate(specs) if ROLE_TARGET_ONLY in spec.roles)
+    baseline = [run for run in records if run.chain == baseline_index]
+    chains = tuple(
+        summarise_chain(
+            spec, [run for run in records if run.chain == index], baseline, sampling.greedy, retimed.get(spec.planned.chain),
+            reaccepted.get(spec.planned.chain),
+        )
+        for index, spec in enumerate(specs)
+    )
+    plan_device = plan.device
+    notes = []
+    if plan_device and plan_device != device_label:
+        notes.append(f"the plan was profiled on '{plan_device}' but this validation ran on '{device_label}'")
+    if not sampling.greedy:
+        notes.append(f"sampling {plan.sampling}: outputs are random, so greedy equality does not apply")
+    if fitted.dropped:
+        notes.append(f"{len(fitted.dropped)} prompt(s) left out: longer than the context allows")
+    if fitted.truncated:
+        notes.append(f"{fitted.truncated} prompt(s) shortened from the left to fit the context")
+    notes += [f"timing warning from the plan: {line}" for line in plan.warnings]
+    return Validation(
+        chains=chains,
+        headline=headline(chains),
+        sampling=plan.sampling,
+        prompts=len(fitted.prompts),
+        prompt_sources=tuple(p.prompt.source for p in fitted.prompts),
+        dropped_prompts=fitted.dropped,
+        truncated_prompts=fitted.truncated,
+        new_tokens=settings.new_tokens,
+        repeats=settings.repeats,
+        seed=settings.seed,
+        device=device_label,
+        plan_device=plan_device,
+        plan_path=plan_path,
+        wall_time_s=time.perf_counter() - started,
+        notes=tuple(notes),
+        exact_model=exact_model_description(plan),
+        categories=chain_categories(specs, records, [p.prompt.kind for p in fitted.prompts], baseline_index),
+    )
+
+
+def validation_agreement(specs: Sequence[ChainSpec], members: Mapping[str, ChainMember], prompts: Sequence[Sequence[int]],
+                         settings: ValidationSettings) -> dict:
+    """Greedy agreement sequences of every adjacent pair of the validated chains on the
+    validation prompts (`profiler.runs.measure_agreement`: the target's continuation of
+    `settings.new_tokens` tokens, one teacher-forced pass per model), untimed."""
+    from types import SimpleNamespace
+
+    from polyplan.profiler.agreement_runs import measure_agreement
+
+    target = specs[0].planned.chain[0]
+    names = [target] + sorted({name for spec in specs for name in spec.planned.chain} - {target})
+    models = [SimpleNamespace(name=name, member=members[name], fingerprint=name) for name in names]
+    pairs = sorted({pair for spec in specs for pair in zip(spec.planned.chain, spec.planned.chain[1:])})
+    with torch.inference_mode():
+        entry = measure_agreement(models, pairs, prompts, new_tokens=settings.new_tokens, seed=settings.seed)
+    for member in members.values():
+        member.reset()
+    return entry
+
+
+def exact_model_description(plan: PlanFile) -> str:
+    """One line on what the plan's exact predictions include (acceptance law, loop, context)."""
+    runs = plan.search.acceptance_model == "runs"
+    acceptance = "measured acceptance runs (planner.runs)" if runs else "i.i.d. acceptance at rate alpha"
+    overhead = plan.loop_overhead
+    loop = (
+        f"decoding loop {overhead.per_step_s * 1e6:.0f} us/step + {overhead.per_round_s * 1e6:.0f} us/round"
+        if overhead is not None
+        else "no decoding-loop overhead"
+    )
+    if plan.switch_costs:
+        loop += "; switch costs (extra us of the 1st, 2nd, … pass after another model's) " + ", ".join(
+            f"{name} {'/'.join(f'{s * 1e6:.0f}' for s in cost)}" for name, cost in sorted(plan.switch_costs.items())
+        )
+    context = plan.search.context_length
+    where = f"latency read at context {context}" if context else "latency averaged over the profiled contexts"
+    return f"{acceptance}; {loop}; {where}"

@@ -1,0 +1,259 @@
+"""The validation report: one table for the terminal, report.md, its JSON twin and the plots.
+
+`write_report(validation, folder)` writes `report.md`, `report.json` (the object
+`polyplan validate --json` prints) and the three PNG plots of `profiler.plots` into `folder`.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+from polyplan.formats.atomic import json_safe, write_text_atomically
+from polyplan.formats.errors import PolyplanError
+from polyplan.validation.categories import category_lines
+from polyplan.validation.plots import write_plots
+from polyplan.validation.results import (
+    ROLE_ALTERNATIVE,
+    ROLE_RECOMMENDED,
+    ROLE_TARGET_ONLY,
+    ROLE_TWO_MODEL,
+    ChainResult,
+    Validation,
+    validation_json,
+)
+
+REPORT_FILE = "report.md"
+JSON_FILE = "report.json"
+_ROLE_MARKS = {ROLE_RECOMMENDED: "*", ROLE_TWO_MODEL: "2", ROLE_TARGET_ONLY: "1", ROLE_ALTERNATIVE: ""}
+
+
+@dataclass(frozen=True)
+class ReportFiles:
+    """Where the report went."""
+
+    report: Path
+    json: Path
+    plots: tuple[tuple[str, Path], ...]  # (plot name, path)
+
+
+def _pct(value: float | None) -> str:
+    return "-" if value is None else f"{value:+.1%}"
+
+
+def yes_no(value: bool | None) -> str:
+    """A check's outcome in a table: yes, NO, or - (not judged)."""
+    return {True: "yes", False: "NO", None: "-"}[value]
+
+
+def _greedy(chain: ChainResult) -> str:
+    return {True: "equal", False: "DIFFERS", None: "n/a"}[chain.greedy_equal]
+
+
+def _role(chain: ChainResult) -> str:
+    marks = "".join(_ROLE_MARKS[role] for role in chain.roles)
+    return marks or f"#{chain.rank}"
+
+
+def table_lines(validation: Validation) -> list[str]:
+    """The chains table (predicted next to measured) and the headline."""
+    header = (
+        f"{'':>3} {'chain':<40} {'K':<10} {'exact [interval]':>20} {'retimed':>7} {'paper':>6} {'measured [CI]':>20} "
+        f"{'err exact':>9} {'retimed':>7} {'paper':>7} {'holds':>5} {'greedy':>7} {'tok/s':>6}"
+    )
+    lines = [header]
+    for chain in validation.chains:
+        retimed = "-" if chain.retimed_exact is None else f"{chain.retimed_exact:.2f}x"
+        lines.append(
+            f"{_role(chain):>3} {chain.label():<40} {str(list(chain.block_sizes)):<10} {chain.predicted_text():>20} "
+            f"{retimed:>7} {chain.predicted_paper:>5.2f}x {chain.measured_text():>20} {_pct(chain.exact_error):>9} "
+            f"{_pct(chain.retimed_error):>7} {_pct(chain.paper_error):>7} {yes_no(chain.prediction_holds):>5} {_greedy(chain):>7} "
+            f"{chain.tokens_per_second:>6.1f}"
+        )
+    lines.append("(* recommended, 2 best two-model chain, 1 target only, #r rank r in the plan; speedups over target-only "
+                 f"decoding: paired per-prompt ratio (median over {validation.repeats} repeat(s)) of {validation.prompts} "
+                 f"prompts x {validation.new_tokens} tokens with its 95% bootstrap CI; exact: the plan's exact model "
+                 "with its 95% prediction interval; retimed: the same on latency timed during this run; paper: Lemma 3.1; "
+                 "err = predicted / measured − 1; holds: measured inside the interval and within 10%)")
+    lines.append("")
+    lines.append(validation.headline.line)
+    return lines
+
+
+def _check_lines(validation: Validation) -> list[str]:
+    lines = []
+    for check in validation.headline.checks:
+        verdict = {True: "met", False: "NOT met", None: "undecided"}[check.passed]
+        lines.append(f"- {check.name}: **{verdict}** ({check.detail})")
+    return lines
+
+
+def error_source_lines(validation: Validation) -> list[str]:
+    """The exact model's error per chain split by source (`ErrorSources`), as a markdown table."""
+    rows = [(chain, chain.error_sources) for chain in validation.chains if chain.error_sources is not None]
+    if not rows:
+        return []
+    lines = [
+        "| chain | total error | latency (profile vs re-timed T) | acceptance (profile vs validation prompts) | "
+        "residual (model and noise) | validation noise (CI half-width) | tokens per target pass (predicted vs measured) |",
+        "| --- | --- | --- | --- | --- | --- | --- |",
+    ]
+    for chain, sources in rows:
+        lines.append(
+            f"| {chain.label()} | {_pct(sources.total)} | {_pct(sources.latency)} | {_pct(sources.acceptance)} | "
+            f"{_pct(sources.residual if sources.residual is not None else sources.after_latency)} | ±{sources.noise:.1%} | "
+            f"{_pct(sources.tokens_per_pass)} |"
+        )
+    return lines
+
+
+def _number(value: float | None) -> str:
+    return "-" if value is None else f"{value:.3f}"
+
+
+def _level_table(chain: ChainResult) -> list[str]:
+    lines = [
+        "| model | φ/N measured | φ/N exact | φ/N paper | ms/token measured | ms/token exact | μ ± σ measured | μ exact | E[L] paper | accepted/drafted measured | accepted/drafted exact | α |",
+        "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |",
+    ]
+    for level in chain.levels:
+        mu = "-" if level.mu is None else f"{level.mu:.2f} ± {level.sigma:.2f}"
+        lines.append(
+            f"| {level.model} | {level.forwards_per_token:.3f} | {level.predicted_forwards_per_token:.3f} | "
+            f"{level.paper_phi_per_token:.3f} | {level.seconds_per_token * 1e3:.3f} | {level.predicted_seconds_per_token * 1e3:.3f} | "
+            f"{mu} | {'-' if level.predicted_mu is None else f'{level.predicted_mu:.2f}'} | "
+            f"{'-' if level.paper_mu is None else f'{level.paper_mu:.2f}'} | "
+            f"{_number(level.accepted_fraction)} | {_number(level.predicted_accepted_fraction)} | {_number(level.alpha)} |"
+        )
+    lines.append(
+        f"| (decoding loop) | | | | {chain.loop_seconds_per_token * 1e3:.3f} | {chain.predicted_loop_seconds_per_token * 1e3:.3f} | | | | | | |"
+    )
+    return lines
+
+
+def limit_lines(validation: Validation) -> list[str]:
+    """Where each chain's decoding time goes, measured: what bounds its speedup.
+
+    Per lossless chain: tokens per target pass (1 / φ_1), the time of one target pass
+    relative to a target-only step (verification cost growth), and the time per token in the
+    target, in the drafters and in the loop. "Free drafters" is the speedup the chain would
+    reach if its drafters and their loop steps cost nothing: target-only time per token over
+    the chain's target time plus loop time per token.
+    """
+    base = next((chain for chain in validation.chains if len(chain.chain) == 1), None)
+    if base is None:
+        return []
+    step = base.levels[0].seconds_per_token  # one target-only forward per token
+    lines = [
+        "| chain | tokens per target pass | target pass / target-only step | target ms/token | drafters ms/token | "
+        "loop ms/token | measured speedup | with free drafters |",
+        "| --- | --- | --- | --- | --- | --- | --- | --- |",
+    ]
+    for chain in validation.chains:
+        if len(chain.chain) == 1 or not chain.lossless:
+            continue
+        target = chain.levels[0]
+        per_pass = target.seconds_per_token / target.forwards_per_token
+        drafters = sum(level.seconds_per_token for level in chain.levels[1:])
+        rest = target.seconds_per_token + chain.loop_seconds_per_token
+        bound = f"{base.seconds_per_token / rest:.2f}x" if rest > 0 else "-"
+        lines.append(
+            f"| {chain.label()} | {1 / target.forwards_per_token:.2f} | {per_pass / step:.2f}x | "
+            f"{target.seconds_per_token * 1e3:.3f} | {drafters * 1e3:.3f} | {chain.loop_seconds_per_token * 1e3:.3f} | "
+            f"{chain.measured_speedup:.2f}x | {bound} |"
+        )
+    return lines
+
+
+def _acceptance_lines(chain: ChainResult) -> list[str]:
+    """Acceptance as users of other engines read it: tokens per target pass, drafted/accepted."""
+    levels = [
+        f"{level.model} verified {level.tokens_drafted} drafted tokens, accepted {level.tokens_accepted}"
+        + (f" ({level.tokens_accepted / level.tokens_drafted:.1%})" if level.tokens_drafted else "")
+        for level in chain.levels[:-1]
+    ]
+    return [f"acceptance: {chain.tokens_per_target_pass:.2f} tokens per target pass" + "".join(f"; {line}" for line in levels), ""]
+
+
+def report_markdown(validation: Validation, plots: dict[str, str]) -> str:
+    """report.md: settings, the table, the targets, per-model detail and the plots."""
+    head = validation.headline
+    lines = [
+        "# polyplan validation report",
+        "",
+        f"**{head.line}**",
+        "",
+        f"- plan: `{validation.plan_path}`; sampling `{validation.sampling}`",
+        f"- device: {validation.device} (plan profiled on: {validation.plan_device or 'unknown'})",
+        f"- {validation.prompts} prompts x {validation.new_tokens} new tokens x {validation.repeats} repeat(s), seed "
+        f"{validation.seed}; chains interleaved round-robin per prompt; prefill timed apart, speedups are decoding only",
+        f"- exact model: {validation.exact_model}",
+        f"- wall time {validation.wall_time_s:.1f} s",
+    ]
+    lines += [f"- note: {note}" for note in validation.notes]
+    lines += ["", "## Chains", "", "```", *table_lines(validation)[:-2], "```", "", "## Targets", "", *_check_lines(validation)]
+    sources = error_source_lines(validation)
+    if sources:
+        lines += ["", "## Where the prediction error comes from", "",
+                  "The exact model is re-evaluated step by step: on the profile (the plan), on latency re-timed "
+                  "during this run, then also on the greedy acceptance measured on these validation prompts. "
+                  "Each column is the ratio of consecutive steps − 1, so (1 + latency)(1 + acceptance)"
+                  "(1 + residual) = 1 + total error: latency is what the machine changed since profiling, "
+                  "acceptance what the other prompts changed, the residual the model's own error plus noise, "
+                  "which the CI's half-width bounds. (Residual falls back to re-timed vs measured when "
+                  "acceptance was not re-measured: sampling runs.) The last column is the acceptance effect in "
+                  "plain terms.", "", *sources]
+    limits = limit_lines(validation)
+    if limits:
+        lines += ["", "## What limits the speedup (measured)", "",
+                  f"Target-only decoding: {next(c for c in validation.chains if len(c.chain) == 1).seconds_per_token * 1e3:.3f} "
+                  "ms/token. "
+                  "A chain is bounded by its target passes: tokens per pass against the cost of a pass that verifies "
+                  "several tokens; the drafters and the loop take the rest.", "", *limits]
+    if validation.categories:
+        lines += ["", "## Per category (speedup over target-only, tokens per target pass)", "", "```"]
+        for item in validation.categories:
+            lines += [*category_lines(item.label, item.rows), ""]
+        lines += ["```"]
+    lines += ["", "## Per model: forward passes per token (φ_i / N), time, tokens per verification", ""]
+    for chain in validation.chains:
+        e2e = "-" if not chain.lossless else f"{chain.end_to_end_speedup:.2f}x"
+        lines += [
+            f"### {chain.label()}  (K = {list(chain.block_sizes)}; {', '.join(chain.roles)})",
+            "",
+            f"measured {chain.measured_text()} (decoding), {e2e} with the prompt prefill; {chain.tokens_per_second:.1f} tokens/s; "
+            f"greedy output {_greedy(chain)}" + (f" ({chain.first_difference})" if chain.first_difference else ""),
+            "",
+            *_level_table(chain),
+            "",
+            *_acceptance_lines(chain),
+        ]
+    lines += ["## Plots", ""]
+    titles = {
+        "predicted_vs_measured": "Predicted vs measured speedup (exact model and Lemma 3.1, identity line)",
+        "measured_speedup": "Measured speedup per chain (error bars: paired 95% CI)",
+        "phi": "Paper φ_i vs measured φ_i",
+    }
+    for name, file in plots.items():
+        lines += [f"![{titles.get(name, name)}]({file})", ""]
+    return "\n".join(lines)
+
+
+def write_report(validation: Validation, folder: str | os.PathLike[str]) -> ReportFiles:
+    """Write report.md, report.json and the plots into `folder` (created if needed)."""
+    folder = Path(folder)
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+    except OSError as error:
+        raise PolyplanError(f"--out: cannot create the folder {folder} ({error.strerror or error})") from None
+    if not os.access(folder, os.W_OK):
+        raise PolyplanError(f"--out: cannot write into {folder} (permission denied)")
+    plots = write_plots(validation, folder)
+    report, twin = folder / REPORT_FILE, folder / JSON_FILE
+    files = {"report": str(report), "json": str(twin), **{name: str(path) for name, path in plots.items()}}
+    payload = json_safe(validation_json(validation, files))
+    write_text_atomically(twin, json.dumps(payload, indent=2, allow_nan=False) + "\n")
+    write_text_atomically(report, report_markdown(validation, {name: path.name for name, path in plots.items()}) + "\n")
+    return ReportFiles(report, twin, tuple(plots.items()))

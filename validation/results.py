@@ -1,0 +1,673 @@
+"""What `polyplan validate` found: measured against predicted, per chain, and the headline.
+
+Pure Python and numpy (no torch): `summarise` turns the raw runs of `profiler.validation_runs` into
+frozen results that the report, the plots and `--json` read.
+
+Measured quantities (decoding only; each member's prompt prefill is timed on its own):
+- the speedup of a chain is the paired per-prompt ratio of `profiler.paired`: per (prompt,
+  repeat) the chain's time over target-only decoding's in the same repeat, the median over
+  repeats per prompt (robust to one slowed pass), combined over prompts weighted by the
+  target-only time, with a 95% two-stage bootstrap CI (prompts, then repeats within a prompt);
+  the per-repeat ratios Σ_prompts T_target-only / Σ_prompts T_chain are kept beside it;
+- a prediction holds when the measured speedup lies inside the plan's interval for that chain
+  and within 10% of its point value; the ranking check passes when the recommended chain is the
+  fastest measured or the 95% CI of the fastest chain's paired speedup over it contains 1;
+- the error of the exact model split by source (`ErrorSources`): latency (profile T against T
+  re-timed during the run), acceptance (tokens per target pass predicted against measured) and
+  validation noise (half the CI width);
+- φ_i / N: forward passes of each model per emitted token (the prefill not counted);
+- μ, σ: mean and standard deviation of the tokens one verification at each level produced;
+- the loop's own time: decode time minus the time inside forward passes.
+A chain whose greedy output differs from target-only decoding in the same repeat is lossy:
+it gets no measured speedup (`measured_speedup` is None) and no place in the headline.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import statistics
+from dataclasses import dataclass
+from typing import Any, Sequence
+
+import numpy as np
+
+from polyplan.formats.plan import PlannedChain
+from polyplan.validation.paired import PairedSpeedup, RatioInterval, paired_speedup, ratio_interval
+
+ROLE_RECOMMENDED = "recommended"
+ROLE_ALTERNATIVE = "alternative"
+ROLE_TWO_MODEL = "best two-model"
+ROLE_TARGET_ONLY = "target only"
+
+PREDICTION_TOLERANCE = 0.10  # the exact model's promise: within 10% of the measured speedup
+TARGET_SPEEDUP = 2.0  # the recommended chain over target-only decoding
+TARGET_OVER_TWO_MODEL = 1.15  # the recommended chain over the best two-model chain
+
+
+@dataclass(frozen=True)
+class ChainSpec:
+    """A chain to validate: the plan's entry, why it is validated, and its rank in the plan."""
+
+    planned: PlannedChain
+    roles: tuple[str, ...]
+    rank: int  # 1-based position in the plan's ranking
+
+    @property
+    def recommended(self) -> bool:
+        return ROLE_RECOMMENDED in self.roles
+
+
+@dataclass(frozen=True)
+class RunRecord:
+    """One timed `generate` call of one chain on one prompt in one repeat (members M_1 first)."""
+
+    chain: int  # index into the validated specs
+    repeat: int
+    prompt: int
+    decode_s: float
+    prefill_s: float
+    token_ids: tuple[int, ...]
+    forward_passes: tuple[int, ...]
+    forward_seconds: tuple[float, ...]
+    tokens_per_verification: tuple[tuple[int, ...], ...]
+    tokens_proposed: tuple[int, ...]
+    tokens_accepted: tuple[int, ...]
+
+
+@dataclass(frozen=True)
+class Repeated:
+    """A quantity measured once per repeat: the samples, their mean and standard deviation."""
+
+    samples: tuple[float, ...]
+
+    @property
+    def mean(self) -> float:
+        return statistics.fmean(self.samples)
+
+    @property
+    def std(self) -> float | None:
+        """Sample standard deviation over repeats (None with a single repeat)."""
+        return statistics.stdev(self.samples) if len(self.samples) > 1 else None
+
+    @property
+    def stderr(self) -> float | None:
+        std = self.std
+        return None if std is None else std / math.sqrt(len(self.samples))
+
+
+@dataclass(frozen=True)
+class LevelResult:
+    """One model of a validated chain: measured next to both models' predictions."""
+
+    model: str
+    forwards_per_token: float  # measured φ_i / N
+    predicted_forwards_per_token: float  # exact model
+    paper_phi_per_token: float  # Lemma 3.1
+    seconds_per_token: float  # measured time inside this model's forward passes per token
+    predicted_seconds_per_token: float  # exact model
+    mu: float | None  # tokens per verification at this level (None: it verifies nothing)
+    sigma: float | None
+    predicted_mu: float | None  # exact model
+    paper_mu: float | None  # Lemma 3.1's E[L_i]
+    accepted_fraction: float | None  # drafted tokens accepted / drafted tokens verified at this level
+    predicted_accepted_fraction: float | None  # exact model: E[min(A, m)] / E[m]
+    alpha: float | None  # α_{i,i+1} the plan used (per-token acceptance under i.i.d. draws)
+    tokens_drafted: int = 0  # drafted tokens this level verified, over every run (0: it verifies nothing)
+    tokens_accepted: int = 0  # of those, the accepted ones
+
+
+@dataclass(frozen=True)
+class ErrorSources:
+    """Where a chain's prediction error comes from (each relative, signed as predicted / measured − 1).
+
+    total: the plan's exact model against the measured speedup.
+    latency: the exact model on the profile's latency against the same model on latency re-timed
+        during this run (None when not re-timed): how far the profile's timings had drifted.
+    after_latency: the re-timed exact model against the measured speedup (what latency does not
+        explain: acceptance, the loop's cost and noise).
+    acceptance: the re-timed exact model against the same with the acceptance measured on the
+        validation prompts (greedy; None otherwise): profile prompts against validation prompts.
+    residual: the exact model on re-timed latency and validation acceptance against the
+        measured speedup: the model's own error (loop, switches, rounds taken as independent)
+        plus validation noise. (1 + latency)(1 + acceptance)(1 + residual) = 1 + total.
+    tokens_per_pass: tokens per target pass, predicted against measured (level 1), the
+        acceptance effect in the simplest terms (always available).
+    noise: half the width of the measured speedup's CI, relative to it (what validation noise
+        alone can account for).
+    """
+
+    total: float
+    latency: float | None
+    after_latency: float | None
+    acceptance: float | None
+    residual: float | None
+    tokens_per_pass: float | None
+    noise: float
+
+
+@dataclass(frozen=True)
+class PromptRecord:
+    """One prompt of one chain, summarised over repeats (medians), for per-category tables."""
+
+    prompt: int
+    tokens: int
+    target_passes: float
+    decode_s: float
+    target_only_s: float
+    speedup: float  # 1 / median over repeats of the paired time ratio
+
+
+@dataclass(frozen=True)
+class ChainResult:
+    """One validated chain."""
+
+    chain: tuple[str, ...]
+    block_sizes: tuple[int, ...]
+    roles: tuple[str, ...]
+    rank: int
+    recommended: bool
+    predicted_exact: float
+    predicted_paper: float
+    retimed_exact: float | None  # the exact model on latency timed during this run (profiler.retime)
+    greedy_equal: bool | None  # None when sampling (outputs are random; losslessness is tested statistically)
+    first_difference: str | None  # where a lossy chain first left the target's output
+    speedup: Repeated  # per repeat, over target-only decoding
+    end_to_end_speedup: float  # prefill included, over all repeats
+    tokens_per_second: float
+    seconds_per_token: float  # decoding
+    loop_seconds_per_token: float  # decoding minus time inside forward passes
+    predicted_loop_seconds_per_token: float
+    levels: tuple[LevelResult, ...]
+    paired: PairedSpeedup | None = None  # the paired per-prompt speedup and its CI (profiler.paired)
+    predicted_interval: tuple[float, float] | None = None  # the plan's interval of predicted_exact
+    prompts: tuple[PromptRecord, ...] = ()
+    # the exact model on re-timed latency and on acceptance measured on the validation prompts (greedy)
+    reaccepted_exact: float | None = None
+
+    @property
+    def lossless(self) -> bool:
+        return self.greedy_equal is not False
+
+    @property
+    def tokens_per_target_pass(self) -> float:
+        """Emitted tokens per forward pass of the target (Spec-Bench's mean accepted tokens)."""
+        return 1.0 / self.levels[0].forwards_per_token
+
+    @property
+    def measured_speedup(self) -> float | None:
+        """The paired per-prompt speedup (mean over repeats where none was computed); None for
+        a lossy chain (never reported)."""
+        if not self.lossless:
+            return None
+        return self.paired.point if self.paired is not None else self.speedup.mean
+
+    @property
+    def inside_interval(self) -> bool | None:
+        """The measured speedup lies inside the plan's predicted interval (None: no interval, lossy)."""
+        measured = self.measured_speedup
+        if measured is None or self.predicted_interval is None:
+            return None
+        return self.predicted_interval[0] <= measured <= self.predicted_interval[1]
+
+    @property
+    def prediction_holds(self) -> bool | None:
+        """Inside the predicted interval and within PREDICTION_TOLERANCE of the point prediction."""
+        inside, error = self.inside_interval, self.exact_error
+        if inside is None or error is None:
+            return None
+        return inside and abs(error) <= PREDICTION_TOLERANCE
+
+    @property
+    def error_sources(self) -> ErrorSources | None:
+        """The exact model's error split by source (None for a lossy chain or target-only)."""
+        measured = self.measured_speedup
+        if measured is None or len(self.chain) == 1:
+            return None
+        level = self.levels[0]
+        per_pass = None
+        if level.mu and level.predicted_mu:
+            per_pass = level.predicted_mu / level.mu - 1.0
+        noise = 0.0 if self.paired is None else (self.paired.high - self.paired.low) / 2 / measured
+        both = self.retimed_exact is not None and self.reaccepted_exact is not None
+        return ErrorSources(
+            total=self.predicted_exact / measured - 1.0,
+            latency=None if self.retimed_exact is None else self.predicted_exact / self.retimed_exact - 1.0,
+            after_latency=None if self.retimed_exact is None else self.retimed_exact / measured - 1.0,
+            acceptance=self.retimed_exact / self.reaccepted_exact - 1.0 if both else None,
+            residual=self.reaccepted_exact / measured - 1.0 if self.reaccepted_exact is not None else None,
+            tokens_per_pass=per_pass,
+            noise=noise,
+        )
+
+    def measured_text(self) -> str:
+        """`1.76x [1.70, 1.83]` (or the mean when no CI was computed; LOSSY for a lossy chain)."""
+        if not self.lossless:
+            return "LOSSY"
+        if self.paired is not None:
+            return self.paired.text()
+        return f"{self.speedup.mean:.2f}x"
+
+    def predicted_text(self) -> str:
+        """`2.01x [1.88, 2.15]` (the point alone when the plan has no interval)."""
+        if self.predicted_interval is None:
+            return f"{self.predicted_exact:.2f}x"
+        return f"{self.predicted_exact:.2f}x [{self.predicted_interval[0]:.2f}, {self.predicted_interval[1]:.2f}]"
+
+    @property
+    def exact_error(self) -> float | None:
+        """(exact prediction − measured) / measured; None for a lossy chain."""
+        measured = self.measured_speedup
+        return None if measured is None else self.predicted_exact / measured - 1.0
+
+    @property
+    def retimed_error(self) -> float | None:
+        measured = self.measured_speedup
+        return None if measured is None or self.retimed_exact is None else self.retimed_exact / measured - 1.0
+
+    @property
+    def paper_error(self) -> float | None:
+        measured = self.measured_speedup
+        return None if measured is None else self.predicted_paper / measured - 1.0
+
+    def label(self) -> str:
+        return " > ".join(self.chain)
+
+
+@dataclass(frozen=True)
+class Check:
+    """One of the targets polyplan is held to, with the measured value and whether it is met."""
+
+    name: str
+    value: float | None
+    threshold: float
+    passed: bool | None  # None when it cannot be decided (e.g. no lossless chain of that kind)
+    detail: str
+
+
+@dataclass(frozen=True)
+class Headline:
+    """The recommended chain's measured result and how it compares."""
+
+    recommended: str
+    measured_speedup: float | None
+    speedup_std: float | None
+    predicted_exact: float
+    predicted_paper: float
+    over_two_model: Repeated | None  # per repeat: T(best two-model) / T(recommended)
+    two_model: str | None
+    fastest: str | None
+    fastest_speedup: float | None
+    recommended_within_noise: bool | None
+    checks: tuple[Check, ...]
+    line: str
+    fastest_over_recommended: RatioInterval | None = None  # paired: the fastest chain's speedup over the recommended's
+
+
+@dataclass(frozen=True)
+class Validation:
+    """Everything `polyplan validate` measured, with the settings it ran under."""
+
+    chains: tuple[ChainResult, ...]
+    headline: Headline
+    sampling: str
+    prompts: int
+    prompt_sources: tuple[str, ...]
+    dropped_prompts: tuple[str, ...]
+    truncated_prompts: int
+    new_tokens: int
+    repeats: int
+    seed: int
+    device: str  # where it ran now
+    plan_device: str  # where the plan's profile was measured
+    plan_path: str | None
+    wall_time_s: float
+    notes: tuple[str, ...]
+    exact_model: str = ""  # what the plan's exact predictions were computed with
+    categories: tuple = ()  # profiler.categories.ChainCategories per chain but target-only
+
+
+def _pooled(values: Sequence[Sequence[int]]) -> tuple[float | None, float | None]:
+    flat = [v for group in values for v in group]
+    if not flat:
+        return None, None
+    return statistics.fmean(flat), (statistics.stdev(flat) if len(flat) > 1 else 0.0)
+
+
+def _first_difference(reference: tuple[int, ...], other: tuple[int, ...], prompt: int, repeat: int) -> str | None:
+    if reference == other:
+        return None
+    position = next((i for i, (a, b) in enumerate(zip(reference, other)) if a != b), min(len(reference), len(other)))
+    return f"prompt {prompt + 1}, repeat {repeat + 1}: token {position + 1} differs from target-only decoding"
+
+
+def summarise_chain(
+    spec: ChainSpec, runs: Sequence[RunRecord], baseline: Sequence[RunRecord], greedy: bool, retimed: float | None = None,
+    reaccepted: float | None = None,
+) -> ChainResult:
+    """Aggregate one chain's runs against the target-only runs of the same repeats
+    (`retimed`: the exact model's speedup on latency timed during the run, if any)."""
+    planned = spec.planned
+    base = {(run.repeat, run.prompt): run for run in baseline}
+    repeats = sorted({run.repeat for run in runs})
+    speedups = []
+    for repeat in repeats:
+        mine = [run for run in runs if run.repeat == repeat]
+        theirs = sum(base[(repeat, run.prompt)].decode_s for run in mine)
+        speedups.append(theirs / sum(run.decode_s for run in mine))
+    paired, prompts = _paired(runs, base)
+    difference = None
+    if greedy:
+        for run in runs:
+            difference = _first_difference(base[(run.repeat, run.prompt)].token_ids, run.token_ids, run.prompt, run.repeat)
+            if difference is not None:
+                break
+    tokens = sum(len(run.token_ids) for run in runs)
+    decode = sum(run.decode_s for run in runs)
+    inside = sum(sum(run.forward_seconds) for run in runs)
+    base_total = sum(base[(run.repeat, run.prompt)].decode_s + base[(run.repeat, run.prompt)].prefill_s for run in runs)
+    levels = []
+    for i, model in enumerate(planned.chain):
+        verifies = i < len(planned.chain) - 1
+        mu, sigma = _pooled([run.tokens_per_verification[i] for run in runs]) if verifies else (None, None)
+        proposed = sum(run.tokens_proposed[i] for run in runs)
+        levels.append(
+            LevelResult(
+                model=model,
+                forwards_per_token=sum(run.forward_passes[i] for run in runs) / tokens,
+                predicted_forwards_per_token=planned.forwards_per_token[i],
+                paper_phi_per_token=planned.paper_phi_per_token[i],
+                seconds_per_token=sum(run.forward_seconds[i] for run in runs) / tokens,
+                predicted_seconds_per_token=planned.time_per_token_s[i],
+                mu=mu,
+                sigma=sigma,
+                predicted_mu=planned.tokens_per_verification[i] if verifies else None,
+                paper_mu=planned.paper_mean_lengths[i] if verifies else None,
+                accepted_fraction=(sum(run.tokens_accepted[i] for run in runs) / proposed) if verifies and proposed else None,
+                predicted_accepted_fraction=(planned.tokens_per_verification[i] - 1.0) / planned.drafted_per_verification[i]
+                if verifies and planned.drafted_per_verification[i] > 0
+                else None,
+                alpha=planned.acceptances[i] if verifies else None,
+                tokens_drafted=proposed,
+                tokens_accepted=sum(run.tokens_accepted[i] for run in runs),
+            )
+        )
+    return ChainResult(
+        chain=planned.chain,
+        block_sizes=planned.block_sizes,
+        roles=spec.roles,
+        rank=spec.rank,
+        recommended=spec.recommended,
+        predicted_exact=planned.exact_speedup,
+        predicted_paper=planned.paper_speedup,
+        retimed_exact=retimed,
+        greedy_equal=(difference is None) if greedy else None,
+        first_difference=difference,
+        speedup=Repeated(tuple(speedups)),
+        end_to_end_speedup=base_total / sum(run.decode_s + run.prefill_s for run in runs),
+        tokens_per_second=tokens / decode,
+        seconds_per_token=decode / tokens,
+        loop_seconds_per_token=(decode - inside) / tokens,
+        predicted_loop_seconds_per_token=planned.overhead_per_token_s,
+        levels=tuple(levels),
+        paired=paired,
+        predicted_interval=planned.exact_interval,
+        prompts=prompts,
+        reaccepted_exact=reaccepted,
+    )
+
+
+def _paired(runs: Sequence[RunRecord], base: dict[tuple[int, int], RunRecord]) -> tuple[PairedSpeedup | None, tuple[PromptRecord, ...]]:
+    """The paired speedup over the complete (prompt × repeat) grid of `runs`, and per-prompt records."""
+    prompts = sorted({run.prompt for run in runs})
+    repeats = sorted({run.repeat for run in runs})
+    cells = {(run.prompt, run.repeat): run for run in runs}
+    if len(cells) != len(prompts) * len(repeats) or any((r, p) not in base for p, r in cells):
+        return None, ()
+    grid = [[cells[(p, r)] for r in repeats] for p in prompts]
+    chain_s = np.array([[run.decode_s for run in row] for row in grid])  # [P, R]
+    base_s = np.array([[base[(run.repeat, run.prompt)].decode_s for run in row] for row in grid])  # [P, R]
+    paired = paired_speedup(chain_s, base_s)
+    records = tuple(
+        PromptRecord(
+            prompt=p,
+            tokens=int(np.median([len(run.token_ids) for run in row])),
+            target_passes=float(np.median([run.forward_passes[0] for run in row])),
+            decode_s=float(np.median(chain_s[i])),
+            target_only_s=float(np.median(base_s[i])),
+            speedup=paired.per_prompt[i],
+        )
+        for i, (p, row) in enumerate(zip(prompts, grid))
+    )
+    return paired, records
+
+
+def _ratio(numerator: Repeated, denominator: Repeated) -> Repeated:
+    return Repeated(tuple(a / b for a, b in zip(numerator.samples, denominator.samples)))
+
+
+def headline(chains: Sequence[ChainResult]) -> Headline:
+    """Compare the recommended chain with target-only decoding, the best two-model chain and
+    the fastest measured chain; evaluate the targets."""
+    recommended = next(chain for chain in chains if chain.recommended)
+    lossless = [chain for chain in chains if chain.lossless]
+    two = next((chain for chain in chains if ROLE_TWO_MODEL in chain.roles), None)
+    fastest = max(lossless, key=lambda chain: chain.measured_speedup) if lossless else None
+    over_two = _ratio(recommended.speedup, two.speedup) if two is not None and two.lossless and recommended.lossless else None
+    within, gap = None, None
+    if fastest is not None and recommended.lossless:
+        if fastest is recommended:
+            within = True
+        elif fastest.paired is not None and recommended.paired is not None:
+            gap = ratio_interval(fastest.paired, recommended.paired)
+            within = gap.includes_one
+        else:
+            gap_repeats = _ratio(fastest.speedup, recommended.speedup)
+            noise = gap_repeats.stderr
+            within = gap_repeats.mean - 1.0 <= (2.0 * noise if noise is not None else 0.0)
+    checks = _checks(recommended, lossless, over_two, two, fastest, within, gap)
+    if recommended.lossless:
+        line = (
+            f"recommended {recommended.label()} (K = {list(recommended.block_sizes)}): measured "
+            f"{recommended.measured_text()} over target-only decoding "
+            f"(exact model predicted {recommended.predicted_text()}, {recommended.exact_error:+.1%}; "
+            f"paper's Lemma 3.1 {recommended.predicted_paper:.2f}x, {recommended.paper_error:+.1%})"
+        )
+        if over_two is not None and two is not recommended:
+            line += f"; {over_two.mean:.2f}x over the best two-model chain {two.label()}"
+        if fastest is not None and fastest is not recommended:
+            line += f"; fastest measured: {fastest.label()} at {fastest.measured_text()}" + (
+                " (within noise)" if within else ""
+            )
+    else:
+        line = f"recommended {recommended.label()}: LOSSY ({recommended.first_difference}); no speedup reported"
+    return Headline(
+        recommended=recommended.label(),
+        measured_speedup=recommended.measured_speedup,
+        speedup_std=recommended.speedup.std if recommended.lossless else None,
+        predicted_exact=recommended.predicted_exact,
+        predicted_paper=recommended.predicted_paper,
+        over_two_model=over_two,
+        two_model=None if two is None else two.label(),
+        fastest=None if fastest is None else fastest.label(),
+        fastest_speedup=None if fastest is None else fastest.measured_speedup,
+        recommended_within_noise=within,
+        checks=checks,
+        line=line,
+        fastest_over_recommended=gap,
+    )
+
+
+def _prediction_check(name: str, errors: list[tuple[ChainResult, float]], missing: str) -> Check:
+    """Every (chain, prediction error) within PREDICTION_TOLERANCE; `missing` when there is none."""
+    worst = max(errors, key=lambda item: abs(item[1]), default=None)
+    if worst is None:
+        return Check(name, None, PREDICTION_TOLERANCE, None, missing)
+    return Check(
+        name,
+        abs(worst[1]),
+        PREDICTION_TOLERANCE,
+        all(abs(error) <= PREDICTION_TOLERANCE for _, error in errors),
+        f"worst: {worst[0].label()} {worst[1]:+.1%}",
+    )
+
+
+def _holds_check(lossless: Sequence[ChainResult]) -> Check:
+    """Every lossless chain's measured speedup inside its predicted interval and within 10%."""
+    judged = [chain for chain in lossless if chain.prediction_holds is not None]
+    name = "every prediction holds: measured speedup inside its predicted interval and within 10% of the point"
+    if not judged:
+        return Check(name, None, PREDICTION_TOLERANCE, None, "the plan has no prediction intervals (re-run polyplan recommend)")
+    failing = [chain for chain in judged if not chain.prediction_holds]
+    detail = "; ".join(
+        f"{chain.label()}: measured {chain.measured_speedup:.2f}x vs {chain.predicted_text()}" for chain in failing
+    ) or f"{len(judged)} chain(s) hold"
+    return Check(name, float(len(failing)), 0.0, not failing, detail)
+
+
+def _checks(recommended, lossless, over_two, two, fastest, within, gap=None) -> tuple[Check, ...]:
+    errors = [(chain, chain.exact_error) for chain in lossless if chain.exact_error is not None]
+    retimed = [(chain, chain.retimed_error) for chain in lossless if chain.retimed_error is not None]
+    ranking = "no lossless chain" if fastest is None else f"fastest: {fastest.label()} {fastest.measured_text()}"
+    if gap is not None:
+        ranking += (f"; its paired speedup over the recommended chain {gap.point:.3f}x, "
+                    f"{gap.level:.0%} CI [{gap.low:.3f}, {gap.high:.3f}] {'contains' if gap.includes_one else 'excludes'} 1")
+    checks = [
+        _prediction_check("exact model within 10% of the measured speedup (every lossless chain)", errors, "no lossless chain"),
+        _prediction_check("exact model on latency re-timed during the run within 10% (every lossless chain)", retimed,
+                          "not re-timed (no profile)"),
+        Check(
+            "recommended chain is the fastest measured (or tied: the paired CI of the fastest over it contains 1)",
+            None if fastest is None else fastest.measured_speedup,
+            0.0,
+            within,
+            ranking,
+        ),
+        Check(
+            f"recommended chain >= {TARGET_SPEEDUP:g}x over target-only decoding",
+            recommended.measured_speedup,
+            TARGET_SPEEDUP,
+            None if recommended.measured_speedup is None else recommended.measured_speedup >= TARGET_SPEEDUP,
+            "lossy" if recommended.measured_speedup is None else f"{recommended.measured_speedup:.2f}x",
+        ),
+        Check(
+            f"recommended chain >= {TARGET_OVER_TWO_MODEL:g}x over the best two-model chain",
+            None if over_two is None else over_two.mean,
+            TARGET_OVER_TWO_MODEL,
+            None if over_two is None else over_two.mean >= TARGET_OVER_TWO_MODEL,
+            "no lossless two-model chain" if over_two is None else f"{over_two.mean:.2f}x over {two.label()}",
+        ),
+        _holds_check(lossless),
+    ]
+    return tuple(checks)
+
+
+# --------------------------------------------------------------------------- JSON
+
+
+def _level_json(level: LevelResult) -> dict[str, Any]:
+    return {
+        "model": level.model,
+        "forwards_per_token": {"measured": level.forwards_per_token, "exact": level.predicted_forwards_per_token,
+                               "paper": level.paper_phi_per_token},
+        "seconds_per_token": {"measured": level.seconds_per_token, "exact": level.predicted_seconds_per_token},
+        "tokens_per_verification": None
+        if level.mu is None
+        else {"mu": level.mu, "sigma": level.sigma, "exact": level.predicted_mu, "paper": level.paper_mu},
+        "accepted_fraction": None
+        if level.alpha is None
+        else {"measured": level.accepted_fraction, "exact": level.predicted_accepted_fraction, "alpha": level.alpha},
+        "tokens_drafted": level.tokens_drafted,
+        "tokens_accepted": level.tokens_accepted,
+    }
+
+
+def chain_json(chain: ChainResult) -> dict[str, Any]:
+    """One entry of the JSON twin's `chains` list."""
+    return {
+        "chain": list(chain.chain),
+        "block_sizes": list(chain.block_sizes),
+        "predicted_speedup": {"exact": chain.predicted_exact, "paper": chain.predicted_paper, "exact_retimed": chain.retimed_exact},
+        # the exact model on re-timed latency and acceptance measured on the validation prompts (greedy; else null)
+        "exact_retimed_reaccepted": chain.reaccepted_exact,
+        "measured_speedup": chain.measured_speedup,
+        "greedy_equal": chain.greedy_equal,
+        "recommended": chain.recommended,
+        "roles": list(chain.roles),
+        "rank": chain.rank,
+        "speedup_std": chain.speedup.std if chain.lossless else None,
+        "speedup_per_repeat": list(chain.speedup.samples) if chain.lossless else None,
+        "error": {"exact": chain.exact_error, "paper": chain.paper_error, "exact_retimed": chain.retimed_error},
+        "end_to_end_speedup": chain.end_to_end_speedup if chain.lossless else None,
+        "tokens_per_second": chain.tokens_per_second,
+        "seconds_per_token": chain.seconds_per_token,
+        "loop_seconds_per_token": {"measured": chain.loop_seconds_per_token, "exact": chain.predicted_loop_seconds_per_token},
+        "first_difference": chain.first_difference,
+        "levels": [_level_json(level) for level in chain.levels],
+        "tokens_per_target_pass": chain.tokens_per_target_pass,
+        "predicted_interval": None if chain.predicted_interval is None else list(chain.predicted_interval),
+        "measured_ci": None
+        if chain.paired is None or not chain.lossless
+        else {"low": chain.paired.low, "high": chain.paired.high, "level": chain.paired.level,
+              "method": "paired per-prompt ratio, median over repeats, two-stage bootstrap (profiler.paired)"},
+        "inside_interval": chain.inside_interval,
+        "prediction_holds": chain.prediction_holds,
+        "error_sources": None if chain.error_sources is None else dataclasses.asdict(chain.error_sources),
+        "per_prompt": [dataclasses.asdict(record) for record in chain.prompts],
+    }
+
+
+REPORT_VERSION = 1  # report.json is written, never read back: this one function is its codec
+
+
+def validation_json(validation: Validation, files: dict[str, str] | None = None) -> dict[str, Any]:
+    """The JSON twin of the report (what `polyplan validate --json` prints)."""
+    head = validation.headline
+    return {
+        "report_version": REPORT_VERSION,
+        "chains": [chain_json(chain) for chain in validation.chains],
+        "headline": {
+            "line": head.line,
+            "recommended": head.recommended,
+            "measured_speedup": head.measured_speedup,
+            "speedup_std": head.speedup_std,
+            "predicted_speedup": {"exact": head.predicted_exact, "paper": head.predicted_paper},
+            "over_two_model": None
+            if head.over_two_model is None
+            else {"mean": head.over_two_model.mean, "std": head.over_two_model.std, "chain": head.two_model},
+            "fastest": head.fastest,
+            "fastest_speedup": head.fastest_speedup,
+            "recommended_within_noise": head.recommended_within_noise,
+            "fastest_over_recommended": None
+            if head.fastest_over_recommended is None
+            else dataclasses.asdict(head.fastest_over_recommended),
+        },
+        "checks": [
+            {"name": check.name, "value": check.value, "threshold": check.threshold, "passed": check.passed, "detail": check.detail}
+            for check in head.checks
+        ],
+        "categories": [
+            {"chain": item.label, "rows": [
+                {"category": row.kind, "runs": row.runs, "speedup": row.speedup, "tokens_per_target_pass": row.tokens_per_target_pass}
+                for row in item.rows
+            ]}
+            for item in validation.categories
+        ],
+        "settings": {
+            "sampling": validation.sampling,
+            "prompts": validation.prompts,
+            "prompt_sources": list(validation.prompt_sources),
+            "dropped_prompts": list(validation.dropped_prompts),
+            "truncated_prompts": validation.truncated_prompts,
+            "new_tokens": validation.new_tokens,
+            "repeats": validation.repeats,
+            "seed": validation.seed,
+            "device": validation.device,
+            "plan_device": validation.plan_device,
+            "plan": validation.plan_path,
+            "wall_time_s": validation.wall_time_s,
+            "exact_model": validation.exact_model,
+        },
+        "notes": list(validation.notes),
+        "files": dict(files or {}),
+    }

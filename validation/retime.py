@@ -1,0 +1,133 @@
+"""Latency re-timed inside a validation run, and the exact model's prediction from it.
+
+The plan's prediction uses latency curves timed when the profile was made. On a shared
+machine the load then and during validation differ, and so do T_i(k); a chain's measured
+speed follows today's T_i(k), not yesterday's. So `polyplan validate` also times every
+model's forward passes *during* the run, interleaved with the chains (after the chains of
+each prompt and repeat: each model prefilled with the prompt and the first half of the
+target's continuation, then one pass over k of the next continuation tokens for each k),
+and evaluates the same exact model, with the same acceptance, loop overhead and switch costs
+and block sizes, on curves made of the medians of those passes. Nothing of a chain's own
+timing enters it. The report shows both predictions: the plan's, and the re-timed one, which
+separates "the model is wrong" from "the machine changed since profiling".
+"""
+
+from __future__ import annotations
+
+import copy
+import statistics
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+import torch
+
+from polyplan.decoder.member import ChainMember
+from polyplan.formats.overhead import LoopOverhead
+from polyplan.planner.search import evaluate_chain
+from polyplan.formats.profile import AgreementRuns, LatencyPoint, Profile
+from polyplan.profiler.forward_timing import timed_pass
+
+CALIBRATION_KS = (1, 2, 4, 8, 16)
+
+
+@dataclass(frozen=True)
+class PassTiming:
+    """One timed forward pass of `model` over `k` new tokens with `context` tokens cached."""
+
+    model: str
+    k: int
+    context: int
+    seconds: float
+
+
+def time_passes(
+    members: Mapping[str, ChainMember], context: torch.Tensor, new: torch.Tensor, sync, ks: Sequence[int] = CALIBRATION_KS
+) -> list[PassTiming]:
+    """Prefill each member with `context` (L,), then time one pass over new[:k] per k (crop after each)."""
+    timings = []
+    for name, member in members.items():
+        member.reset()
+        member.forward(context, keep_last=1)
+        for k in ks:
+            if k <= new.shape[0]:
+                timings.append(PassTiming(name, k, int(context.shape[0]), timed_pass(member, new[:k], sync)))
+        member.reset()
+    return timings
+
+
+def retimed_profile(profile: Profile, timings: Sequence[PassTiming]) -> Profile:
+    """A copy of `profile` whose latency curves are the medians of `timings` (one context: the
+    median context of the passes); models without timings keep their curves."""
+    retimed = copy.deepcopy(profile)
+    context = int(statistics.median(t.context for t in timings))
+    for model in retimed.models:
+        mine = [t for t in timings if t.model == model.name]
+        ks = sorted({t.k for t in mine})
+        if ks:
+            model.latency = [
+                LatencyPoint(context_length=context, k=k, median_s=statistics.median(t.seconds for t in mine if t.k == k),
+                             repeats=sum(t.k == k for t in mine))
+                for k in ks
+            ]
+    return retimed
+
+
+def retimed_speedups(
+    profile: Profile,
+    timings: Sequence[PassTiming],
+    chains: Sequence[tuple[tuple[str, ...], tuple[int, ...]]],
+    *,
+    sampling: str,
+    overhead: LoopOverhead | None,
+    acceptance_model: str,
+) -> dict[tuple[str, ...], float]:
+    """The exact model's speedup of each (chain, block sizes) on the re-timed curves."""
+    return _exact_speedups(retimed_profile(profile, timings), chains, sampling=sampling, overhead=overhead,
+                           acceptance_model=acceptance_model)
+
+
+def _exact_speedups(
+    profile: Profile,
+    chains: Sequence[tuple[tuple[str, ...], tuple[int, ...]]],
+    *,
+    sampling: str,
+    overhead: LoopOverhead | None,
+    acceptance_model: str,
+) -> dict[tuple[str, ...], float]:
+    """The exact model's speedup of each (chain, block sizes) on `profile`."""
+    model = "runs" if acceptance_model == "runs" else "iid"
+    return {
+        chain: evaluate_chain(profile, chain, blocks, sampling=sampling, overhead=overhead, acceptance_model=model).exact_speedup
+        for chain, blocks in chains
+    }
+
+
+def reaccepted_profile(profile: Profile, timings: Sequence[PassTiming], agreement: AgreementRuns) -> Profile:
+    """The re-timed profile (`retimed_profile`) with the greedy acceptance measured on the
+    validation's own prompts: `agreement` is what `profiler.runs.measure_agreement` returns; it
+    replaces the profile's agreement sequences, and each pair's α becomes its agreement rate
+    there (what the i.i.d. reading uses). Pairs it does not cover keep the profile's values."""
+    revised = retimed_profile(profile, timings)
+    revised.acceptance_runs = {**revised.acceptance_runs, "greedy": agreement}
+    for entry in agreement.pairs:
+        pair = revised.pair(entry.verifier, entry.drafter)
+        text = "".join(entry.agreement)
+        if pair is not None and "greedy" in pair.sampling and text:
+            pair.sampling["greedy"].alpha = min(text.count("1") / len(text), 1.0 - 1e-6)
+    return revised
+
+
+def reaccepted_speedups(
+    profile: Profile,
+    timings: Sequence[PassTiming],
+    agreement: AgreementRuns,
+    chains: Sequence[tuple[tuple[str, ...], tuple[int, ...]]],
+    *,
+    overhead: LoopOverhead | None,
+    acceptance_model: str,
+) -> dict[tuple[str, ...], float]:
+    """The exact model's speedup of each chain on latency re-timed in the run AND acceptance
+    measured on the validation prompts (greedy): what is left of its error is the model's own
+    (the loop, switches, independence of rounds) and the validation's noise."""
+    return _exact_speedups(reaccepted_profile(profile, timings, agreement), chains, sampling="greedy",
+                           overhead=overhead, acceptance_model=acceptance_model)
