@@ -20,6 +20,12 @@
       - name: padded
         source: ./models/padded
         padded_vocab: true            # the model has more logit rows than tokens: mask them
+      - name: gemma-cpp
+        source: ./gemma-3-270m-q4_k_m.gguf
+        engine: llama.cpp             # run the GGUF on llama.cpp's kernels at its own quantization
+        context: 4096                 #   (optional, llama.cpp entries: the context it reserves)
+      - name: gemma-cpp-q4_0
+        derive: {from: gemma-cpp, quantize: q4_0}  # llama.cpp's quantizer: q4_0 | q8_0 | q2_k | ...
       - name: big
         source: ./models/big
         device_map: auto              # accelerate spreads the layers over GPUs, CPU and disk
@@ -46,6 +52,13 @@ Rules (each violation is a `PolyplanError` whose one line names the entry):
   or on disk).
 
 A derived entry runs on its base's device unless it names its own.
+
+`engine: llama.cpp` (default `torch`) runs a `.gguf` source on llama.cpp's own kernels through
+its Python bindings (the `llama` install extra), at the file's own quantization; it takes
+`context` (tokens llama.cpp reserves, default 4096) and no torch keys (`dtype`, `device`,
+`padded_vocab`, `device_map`). Entries derived from it inherit the engine: `quantize` takes
+llama.cpp's types (`LLAMA_CPP_QUANTIZATIONS`, made by llama.cpp's quantizer, a requantization
+when the file is already quantized); `layers` and `head` are torch-only.
 """
 
 from __future__ import annotations
@@ -61,9 +74,15 @@ from polyplan.formats.errors import PolyplanError
 BUILTIN_PREFIX = "builtin:"
 DTYPES = ("float32", "float16", "bfloat16")
 QUANTIZATIONS = ("int8", "int8-head", "int4", "bf16")
+ENGINES = ("torch", "llama.cpp")
+# llama.cpp's quantizer types a llama.cpp entry's `quantize` may name (its `llama_ftype`s).
+LLAMA_CPP_QUANTIZATIONS = ("f16", "bf16", "q8_0", "q6_k", "q5_k_m", "q5_k_s", "q5_0", "q5_1", "q4_k_m", "q4_k_s",
+                           "q4_0", "q4_1", "q3_k_m", "q3_k_s", "q3_k_l", "q2_k", "iq4_nl", "iq4_xs")
+DEFAULT_LLAMA_CPP_CONTEXT = 4096
 
 _ENTRY_KEYS = frozenset(
-    {"name", "source", "derive", "target", "dtype", "device", "padded_vocab", "device_map", "max_memory", "offload_folder"}
+    {"name", "source", "derive", "target", "dtype", "device", "padded_vocab", "device_map", "max_memory", "offload_folder",
+     "engine", "context"}
 )
 _HUB_ID = re.compile(r"^[A-Za-z0-9][\w.-]*/[\w.-]+$")
 _DEVICE = re.compile(r"^(cpu|cuda(:\d+)?)$")
@@ -133,6 +152,9 @@ class Candidate:
         device_map: "auto" to let accelerate split the model over devices, else None.
         max_memory: accelerate's per-device limits, as (device, bytes or size) pairs.
         offload_folder: where accelerate offloads layers to disk (None: the polyplan cache).
+        engine: "torch", or "llama.cpp" for a .gguf run on llama.cpp's kernels (derived entries
+            inherit their root's).
+        context: llama.cpp's reserved context (llama.cpp entries), else None.
     """
 
     name: str
@@ -146,6 +168,8 @@ class Candidate:
     device_map: str | None = None
     max_memory: tuple[tuple[str | int, str | int], ...] = ()
     offload_folder: str | None = None
+    engine: str = "torch"
+    context: int | None = None
 
 
 @dataclass(frozen=True)
@@ -207,6 +231,14 @@ def parse_candidates(data: Any, *, base_dir: Path, origin: str = "models.yaml") 
     _check_derivations(by_name, origin)
     candidates = [_inherit_device(c, by_name) for c in candidates]
     for candidate in candidates:
+        if candidate.engine == "llama.cpp":
+            _check_llama_cpp_derivation(candidate, origin)
+            continue
+        if isinstance(candidate.derive, Quantize) and candidate.derive.kind not in QUANTIZATIONS:
+            raise PolyplanError(
+                f"{origin}: candidate {candidate.name!r}: derive: quantize {candidate.derive.kind!r} is a llama.cpp type, and "
+                f"{_root(candidate, by_name).name!r} runs on torch (give it 'engine: llama.cpp', or choose one of {', '.join(QUANTIZATIONS)})"
+            )
         if isinstance(candidate.derive, Quantize) and _root(candidate, by_name).device_map is not None:
             raise PolyplanError(
                 f"{origin}: candidate {candidate.name!r}: cannot quantize {candidate.derive.base!r}, which uses "
@@ -258,7 +290,45 @@ def _parse_entry(entry: Any, index: int, base_dir: Path, origin: str) -> Candida
                 f"{label}: 'dtype' and 'padded_vocab' belong to source entries; a derived entry keeps its base's"
             )
     split = _parse_device_map(entry, has_source, device, base_dir, label)
-    return Candidate(name, source, kind, derive, is_target, dtype, device, padded_vocab, *split)
+    engine, context = _parse_engine(entry, kind, label)
+    return Candidate(name, source, kind, derive, is_target, dtype, device, padded_vocab, *split, engine=engine, context=context)
+
+
+def _parse_engine(entry: dict, kind: str, label: str) -> tuple[str, int | None]:
+    """(engine, context) of an entry; a derived entry's engine is filled in from its root later."""
+    engine = entry.get("engine", "torch")
+    if engine not in ENGINES:
+        raise PolyplanError(f"{label}: engine {engine!r} is not one of {', '.join(ENGINES)}")
+    if engine == "torch":
+        if "context" in entry:
+            raise PolyplanError(f"{label}: 'context' belongs to 'engine: llama.cpp' entries")
+        return engine, None
+    if kind == "derived":
+        raise PolyplanError(f"{label}: 'engine' belongs to source entries; a derived entry runs on its base's engine")
+    if kind != "gguf":
+        raise PolyplanError(f"{label}: engine llama.cpp runs .gguf files; source {entry['source']!r} is not one")
+    torch_keys = sorted({"dtype", "device", "padded_vocab", "device_map"} & set(entry))
+    if torch_keys:
+        raise PolyplanError(f"{label}: {torch_keys[0]!r} is a torch setting; engine llama.cpp runs the file at its own quantization on the CPU")
+    context = entry.get("context", DEFAULT_LLAMA_CPP_CONTEXT)
+    if not isinstance(context, int) or isinstance(context, bool) or context < 16:
+        raise PolyplanError(f"{label}: context must be an integer >= 16 (tokens llama.cpp reserves), got {context!r}")
+    return engine, context
+
+
+def _check_llama_cpp_derivation(candidate: Candidate, origin: str) -> None:
+    """A derived entry of a llama.cpp base: llama.cpp's quantizer types only."""
+    label = f"{origin}: candidate {candidate.name!r}"
+    derive = candidate.derive
+    if isinstance(derive, EarlyExit):
+        raise PolyplanError(f"{label}: derive: layers is a torch derivation; {derive.base!r} runs on llama.cpp")
+    if isinstance(derive, Quantize):
+        if derive.head is not None:
+            raise PolyplanError(f"{label}: derive: head is a torch derivation; {derive.base!r} runs on llama.cpp")
+        if derive.kind not in LLAMA_CPP_QUANTIZATIONS:
+            raise PolyplanError(
+                f"{label}: derive: quantize {derive.kind!r} is not a llama.cpp type (choose one of {', '.join(LLAMA_CPP_QUANTIZATIONS)})"
+            )
 
 
 def _parse_device_map(entry: dict, has_source: bool, device: str, base_dir: Path, label: str):
@@ -341,8 +411,11 @@ def _parse_derive(derive: Any, label: str) -> Derivation:
         )
     if "quantize" in operations:
         kind = derive["quantize"]
-        if kind not in QUANTIZATIONS:
-            raise PolyplanError(f"{label}: derive: quantize {kind!r} is not one of {', '.join(QUANTIZATIONS)}")
+        if kind not in QUANTIZATIONS and kind not in LLAMA_CPP_QUANTIZATIONS:
+            raise PolyplanError(
+                f"{label}: derive: quantize {kind!r} is not one of {', '.join(QUANTIZATIONS)} (torch) "
+                f"or {', '.join(LLAMA_CPP_QUANTIZATIONS)} (llama.cpp)"
+            )
         head = derive.get("head")
         if head is not None and head not in HEADS:
             raise PolyplanError(f"{label}: derive: head {head!r} is not one of {', '.join(HEADS)}")
@@ -395,6 +468,8 @@ def _inherit_device(candidate: Candidate, by_name: dict[str, Candidate]) -> Cand
         current = by_name[base] if base is not None else None
     device = current.device if current is not None else "cpu"
     root = _root(candidate, by_name)
+    if root.engine == "llama.cpp":
+        return dataclasses.replace(candidate, device="cpu", engine=root.engine, context=root.context)
     return dataclasses.replace(candidate, dtype=root.dtype, device=device, padded_vocab=root.padded_vocab)
 
 

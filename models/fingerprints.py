@@ -4,6 +4,8 @@ Loading is the zoo/candidates loader's job (`polyplan.models.loader`); this modu
 adds the fingerprint that keys a candidate's profile entries:
 - a `source` entry: the contents of its folder (config, weights, tokenizer) or .gguf file, or
   the hub id when it is not cached, plus its dtype, device and `padded_vocab`;
+- a `source` entry on llama.cpp (`engine: llama.cpp`): the file's contents, the engine and its
+  version, the file's quantization type and the context it reserves;
 - a derived entry: its derivation and device on top of its base's fingerprint;
 - an n-gram drafter: its parameters and the target's fingerprint (it uses that vocabulary).
 """
@@ -54,6 +56,8 @@ def _fingerprint(candidate: Candidate, candidates: CandidateSet, cache: dict[str
     elif derive is not None:
         base = _fingerprint(candidates.by_name(derive.base), candidates, cache)
         value = fingerprint_settings(type(derive).__name__, dataclasses.asdict(derive), base, candidate.device)
+    elif candidate.engine == "llama.cpp":
+        value = fingerprint_settings("source", _source_fingerprint(candidate), *_llama_cpp_engine(candidate))
     else:
         # A split model (device_map) times differently: its placement joins the key (only
         # when set, so fingerprints of unsplit models stay what they were).
@@ -63,6 +67,17 @@ def _fingerprint(candidate: Candidate, candidates: CandidateSet, cache: dict[str
         )
     cache[candidate.name] = value
     return value
+
+
+def _llama_cpp_engine(candidate: Candidate) -> tuple:
+    """What makes a llama.cpp member time and compute differently besides the file: the engine,
+    the bindings' version (which pins the vendored llama.cpp), the file's quantization type and
+    the context it reserves."""
+    from polyplan.decoder.llama_cpp import engine_version
+    from polyplan.models.gguf_source import read_gguf_info
+
+    file_type = read_gguf_info(candidate.source).metadata.get("general.file_type")
+    return ("llama.cpp", engine_version(), {"file_type": file_type, "context": candidate.context})
 
 
 def _source_fingerprint(candidate: Candidate) -> str:

@@ -188,3 +188,50 @@ def _honour_umask(folder: Path) -> None:
     os.chmod(folder, 0o777 & ~umask)
     for file in folder.iterdir():
         os.chmod(file, 0o666 & ~umask)
+
+
+def tokenizer_folder_for_gguf(
+    path: str | os.PathLike[str], *, cache_dir: str | os.PathLike[str] | None = None
+) -> Path:
+    """A cached folder holding only the tokenizer of GGUF file `path` (what a llama.cpp member
+    needs from transformers: prompts, the chat template, the vocabulary check); the dequantized
+    folder's when that exists already.
+
+    Raises:
+        PolyplanError: the file is missing or not GGUF, transformers cannot read its tokenizer,
+            or the cache folder cannot be written.
+    """
+    path = Path(path).expanduser()
+    info = read_gguf_info(path)
+    sha256 = file_sha256(path)
+    full = cached_folder(sha256, cache_dir)
+    if (full / SOURCE_RECORD).is_file():
+        return full
+    folder = full.with_name(full.name + "-tokenizer")
+    if (folder / SOURCE_RECORD).is_file():
+        return folder
+    from transformers import AutoTokenizer
+
+    try:
+        folder.parent.mkdir(parents=True, exist_ok=True)
+        partial = Path(tempfile.mkdtemp(prefix=f".{folder.name}.partial-", dir=folder.parent))
+    except OSError as error:
+        raise PolyplanError(f"cache: cannot create a folder in {folder.parent} ({error.strerror or error})") from None
+    try:
+        try:
+            tokenizer = AutoTokenizer.from_pretrained(path.parent, gguf_file=path.name, local_files_only=True)
+        except Exception as error:  # noqa: BLE001 - transformers' GGUF path raises ValueError, KeyError, OSError…
+            raise PolyplanError(f"{path}: transformers cannot read the tokenizer of this {info.architecture} GGUF file ({first_line(error)})") from None
+        tokenizer.save_pretrained(partial)
+        record = {"gguf_file": str(path.resolve()), "sha256": sha256, "architecture": info.architecture, "tokenizer_only": True}
+        (partial / SOURCE_RECORD).write_text(json.dumps(record, indent=2) + "\n", encoding="utf-8")
+        _honour_umask(partial)
+        try:
+            os.rename(partial, folder)
+        except OSError:
+            if not (folder / SOURCE_RECORD).is_file():
+                raise
+    finally:
+        if partial.exists():
+            shutil.rmtree(partial, ignore_errors=True)
+    return folder

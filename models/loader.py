@@ -5,9 +5,12 @@ and generate. A chain given on the command line (`chain_candidates`) is a candid
 each entry a name of models.yaml (a derived member like `target-int8` included) or a model
 folder / .gguf file, which becomes an ad-hoc `source:` candidate.
 
-Sources (`decoder.sources`): `builtin:<name>` (the shipped zoo family), a local HF folder, a
+Sources (`models.sources`): `builtin:<name>` (the shipped zoo family), a local HF folder, a
 `.gguf` file (dequantized once into the cache), or a hub id (from the local Hugging Face cache
-only; an uncached one is a clear error). Derived entries are built from their (loaded) base:
+only; an uncached one is a clear error). A `.gguf` entry with `engine: llama.cpp` is run by
+llama.cpp at its own quantization instead (`decoder.llama_cpp.LlamaCppMember`, with the
+tokenizer transformers reads from the same file), and its `quantize` copies are made by
+llama.cpp's quantizer (`models.llama_quantize`). Derived entries are built from their (loaded) base:
 `quantize` → `derive.quantize_model`, `layers` → `derive.early_exit_model`, `kind: ngram` →
 `NGramMember` over the target's vocabulary.
 
@@ -126,8 +129,14 @@ def load_candidates(
         check_device(candidate.device, f"{label_of[candidate.name]}: device")
     models: dict[str, _Model] = {}
     loaded: list[LoadedCandidate] = []
+    tokenizers: dict[str, object] = {}
     for candidate in candidates.candidates:
         if isinstance(candidate.derive, NGram):
+            continue
+        if candidate.engine == "llama.cpp":
+            item = _load_llama_cpp(candidate, candidates, label_of[candidate.name])
+            tokenizers[candidate.name] = item.member.tokenizer
+            loaded.append(item)
             continue
         model = _load_model(candidate, candidates, models, label_of)
         rows, tokens = model.model.get_output_embeddings().out_features, len(model.tokenizer)
@@ -136,8 +145,9 @@ def load_candidates(
         member = HFMember(model.model, name=candidate.name, tokenizer=model.tokenizer)
         loss = cached_validation_loss(model.folder, model.variant) if model.variant and model.folder else None
         loaded.append(LoadedCandidate(candidate, member, model.parameters, model.dtype, candidate.device, loss))
-    target = models[candidates.target.name]
-    vocab = len(target.tokenizer)
+        tokenizers[candidate.name] = model.tokenizer
+    target_tokenizer = tokenizers[candidates.target.name]
+    vocab = len(target_tokenizer)
     for candidate in candidates.candidates:
         if isinstance(candidate.derive, NGram):
             derive = candidate.derive
@@ -151,7 +161,7 @@ def load_candidates(
         for result in results:
             if not result.ok:
                 raise PolyplanError(f"{label_of[result.name]}: {result.detail}")
-    return LoadedCandidates(tuple(loaded), target.tokenizer, results)
+    return LoadedCandidates(tuple(loaded), target_tokenizer, results)
 
 
 @dataclass(frozen=True)
@@ -277,6 +287,32 @@ def _load_model(candidate: Candidate, candidates: CandidateSet, models: dict[str
         result = _Model(model, tokenizer, _count(model), candidate.dtype, variant, folder)
     models[candidate.name] = result
     return result
+
+
+def _load_llama_cpp(candidate: Candidate, candidates: CandidateSet, label: str) -> LoadedCandidate:
+    """A GGUF entry on llama.cpp (`engine: llama.cpp`), or its llama.cpp-quantized copy."""
+    from transformers import AutoTokenizer
+
+    from polyplan.decoder.llama_cpp import LlamaCppMember
+    from polyplan.models.gguf_source import tokenizer_folder_for_gguf
+    from polyplan.models.llama_quantize import quantized_copy
+
+    chain = base_chain(candidates, candidate.name)
+    root = chain[-1]
+    path = Path(root.source)
+    for derived in reversed(chain[:-1]):  # root first: a copy of a copy quantizes the copy
+        try:
+            path = quantized_copy(path, derived.derive.kind)
+        except PolyplanError as error:
+            raise PolyplanError(f"{label}: {error}") from None
+    try:
+        tokenizer = AutoTokenizer.from_pretrained(str(tokenizer_folder_for_gguf(root.source)), local_files_only=True)
+        member = LlamaCppMember(path, name=candidate.name, tokenizer=tokenizer, context=candidate.context)
+    except PolyplanError as error:
+        raise PolyplanError(f"{label}: {error}") from None
+    kind = candidate.derive.kind if isinstance(candidate.derive, Quantize) else None
+    what = member.info.description + (f" (requantized by llama.cpp to {kind})" if kind else "")
+    return LoadedCandidate(candidate, member, member.info.parameters, f"llama.cpp: {what}", "cpu", None)
 
 
 def quantized_label(derive: Quantize) -> str:

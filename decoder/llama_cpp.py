@@ -1,0 +1,239 @@
+"""A GGUF file on llama.cpp's own kernels as a chain member (llama-cpp-python's C API).
+
+The member keeps the file at its own quantization: every forward is one `llama_decode` of
+the new tokens as a single batch, with logits requested only for the rows the decoder asks
+for, and `crop` removes the cut positions from llama.cpp's KV memory
+(`llama_memory_seq_rm`). The only per-call Python work that touches the vocabulary is one
+copy of the requested rows out of llama.cpp's logits buffer.
+
+The bindings are an optional install (`pip install -e '.[llama]'`); they are imported when a
+member is made, never at import of this module.
+
+    member = LlamaCppMember("gemma-3-270m-q4_k_m.gguf", tokenizer=tokenizer, threads=1)
+    logits = member.forward(torch.tensor(prompt_ids), keep_last=1)  # (1, vocab_size)
+"""
+
+from __future__ import annotations
+
+import ctypes
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from polyplan.formats.errors import PolyplanError
+
+INSTALL_HINT = "install llama.cpp's Python bindings with `pip install -e '.[llama]'` (builds llama-cpp-python from source, a few minutes)"
+DEFAULT_CONTEXT = 4096
+DEFAULT_BATCH = 512
+
+
+def llama_cpp_module():
+    """The `llama_cpp` bindings, initialised and silenced (llama.cpp prints every tensor it loads
+    to stderr) once a process; or one line saying how to install them."""
+    global _LOG_CALLBACK
+    try:
+        import llama_cpp
+    except ImportError:
+        raise PolyplanError(f"engine llama.cpp: the llama-cpp-python bindings are not installed; {INSTALL_HINT}") from None
+    if _LOG_CALLBACK is None:
+        _LOG_CALLBACK = llama_cpp.llama_log_callback(lambda level, text, data: None)  # kept alive: C holds it
+        llama_cpp.llama_log_set(_LOG_CALLBACK, None)
+        llama_cpp.llama_backend_init()
+    return llama_cpp
+
+
+_LOG_CALLBACK = None
+
+
+@dataclass(frozen=True)
+class LlamaCppInfo:
+    """What the fingerprint and `models check` say about a llama.cpp member."""
+
+    bindings_version: str
+    description: str  # llama.cpp's model description, e.g. "gemma3 270M Q4_K - Medium"
+    n_vocab: int
+    n_ctx_train: int
+    parameters: int
+
+
+def engine_version() -> str:
+    """The bindings' version (which pins the vendored llama.cpp), e.g. "llama-cpp-python 0.3.36"."""
+    return f"llama-cpp-python {llama_cpp_module().__version__}"
+
+
+class LlamaCppMember:
+    """A GGUF model run by llama.cpp in a chain.
+
+    Args:
+        path: The .gguf file.
+        name: Shown in statistics and errors (default: the file's stem).
+        tokenizer: The HF tokenizer of the same file (prompts, chat template, the vocabulary
+            check); its token map is the member's.
+        eos_token_ids: The ids that end a generation (default: llama.cpp's end-of-generation
+            ids: EOS, EOT and every token the file marks as ending a generation).
+        threads: llama.cpp's threads; None follows `torch.get_num_threads()` at every call, so
+            polyplan's one `--threads` setting governs every member.
+        context: The context length llama.cpp reserves (`max_context`).
+        batch: The most tokens one `llama_decode` takes; longer inputs go in several.
+    """
+
+    def __init__(
+        self,
+        path: str | Path,
+        *,
+        name: str | None = None,
+        tokenizer=None,
+        eos_token_ids: tuple[int, ...] | None = None,
+        threads: int | None = None,
+        context: int = DEFAULT_CONTEXT,
+        batch: int = DEFAULT_BATCH,
+    ) -> None:
+        llama_cpp = llama_cpp_module()
+        self._lib = llama_cpp
+        self.path = Path(path)
+        self.name = name or self.path.stem
+        if context < 1 or batch < 1:
+            raise PolyplanError(f"chain member {self.name!r}: context and batch must be >= 1, got {context} and {batch}")
+        model_params = llama_cpp.llama_model_default_params()
+        self._model = llama_cpp.llama_model_load_from_file(str(self.path).encode(), model_params)
+        if not self._model:
+            raise PolyplanError(f"chain member {self.name!r}: llama.cpp cannot load {self.path} (not a GGUF it knows, or a damaged file)")
+        self.threads = threads
+        now = self._thread_count()
+        context_params = llama_cpp.llama_context_default_params()
+        context_params.n_ctx = context
+        context_params.n_batch = context_params.n_ubatch = min(batch, context)
+        context_params.n_threads = context_params.n_threads_batch = now
+        context_params.n_seq_max = 1
+        self._ctx = llama_cpp.llama_init_from_model(self._model, context_params)
+        if not self._ctx:
+            llama_cpp.llama_model_free(self._model)
+            raise PolyplanError(f"chain member {self.name!r}: llama.cpp cannot make a context of {context} tokens for {self.path}")
+        self._threads_set = now
+        self._memory = llama_cpp.llama_get_memory(self._ctx)
+        self._batch_size = min(batch, context)
+        self._batch = llama_cpp.llama_batch_init(self._batch_size, 0, 1)
+        vocab = llama_cpp.llama_model_get_vocab(self._model)
+        self.vocab_size = int(llama_cpp.llama_vocab_n_tokens(vocab))
+        self.valid_vocab_size = self.vocab_size
+        self.tokenizer = tokenizer
+        if tokenizer is not None and len(tokenizer) != self.vocab_size:
+            raise PolyplanError(
+                f"chain member {self.name!r}: llama.cpp reads {self.vocab_size} tokens from {self.path.name}, its tokenizer has {len(tokenizer)}"
+            )
+        if eos_token_ids is None:
+            eos_token_ids = _end_of_generation_ids(llama_cpp, vocab, self.vocab_size)
+        self.eos_token_ids = tuple(eos_token_ids)
+        self.eos_token_id = self.eos_token_ids[0] if self.eos_token_ids else None
+        self.max_context = int(llama_cpp.llama_n_ctx(self._ctx))
+        description = ctypes.create_string_buffer(256)
+        llama_cpp.llama_model_desc(self._model, description, 256)
+        self.info = LlamaCppInfo(
+            bindings_version=llama_cpp.__version__,
+            description=description.value.decode("utf-8", "replace"),
+            n_vocab=self.vocab_size,
+            n_ctx_train=int(llama_cpp.llama_model_n_ctx_train(self._model)),
+            parameters=int(llama_cpp.llama_model_n_params(self._model)),
+        )
+        self._token_map: dict[str, int] | None = None
+        self._length = 0
+
+    @property
+    def cache_length(self) -> int:
+        return self._length
+
+    def _thread_count(self) -> int:
+        return self.threads if self.threads is not None else max(1, torch.get_num_threads())
+
+    def forward(self, new_ids: torch.Tensor, keep_last: int | None = None) -> torch.Tensor:
+        k = int(new_ids.shape[0])
+        rows = k if keep_last is None else min(keep_last, k)
+        if self._length + k > self.max_context:
+            raise PolyplanError(
+                f"chain member {self.name!r}: {self._length + k} tokens exceed its llama.cpp context of {self.max_context}"
+            )
+        threads = self._thread_count()
+        if threads != self._threads_set:
+            self._lib.llama_set_n_threads(self._ctx, threads, threads)
+            self._threads_set = threads
+        ids = new_ids.tolist()
+        logits = None
+        for start in range(0, k, self._batch_size):
+            chunk = ids[start : start + self._batch_size]
+            first_kept = k - rows - start  # index within this chunk of the first row asked for
+            wanted = max(0, len(chunk) - max(first_kept, 0))
+            self._decode(chunk, wanted)
+            if wanted:
+                part = self._logits(wanted)  # (wanted, vocab_size)
+                logits = part if logits is None else torch.cat([logits, part])
+        return logits
+
+    def _decode(self, tokens: list[int], wanted: int) -> None:
+        batch, n = self._batch, len(tokens)
+        batch.n_tokens = n
+        for i, token in enumerate(tokens):
+            batch.token[i] = token
+            batch.pos[i] = self._length + i
+            batch.n_seq_id[i] = 1
+            batch.seq_id[i][0] = 0
+            batch.logits[i] = i >= n - wanted
+        status = self._lib.llama_decode(self._ctx, batch)
+        if status != 0:
+            raise PolyplanError(f"chain member {self.name!r}: llama_decode failed with status {status} at position {self._length}")
+        self._length += n
+
+    def _logits(self, rows: int) -> torch.Tensor:
+        """The last `rows` output rows, copied out of llama.cpp's buffer: shape (rows, vocab_size)."""
+        pointer = self._lib.llama_get_logits(self._ctx)  # float[n_outputs * n_vocab], in batch order
+        view = np.ctypeslib.as_array(pointer, shape=(rows, self.vocab_size))
+        return torch.from_numpy(view.copy())
+
+    def crop(self, length: int) -> None:
+        if not 0 <= length <= self._length:
+            raise ValueError(f"crop({length}) outside [0, {self._length}]")
+        if length < self._length:
+            self._lib.llama_memory_seq_rm(self._memory, 0, length, -1)
+            self._length = length
+
+    def reset(self) -> None:
+        self._lib.llama_memory_clear(self._memory, True)
+        self._length = 0
+
+    def token_map(self) -> dict[str, int] | None:
+        if self.tokenizer is None:
+            return None
+        if self._token_map is None:
+            self._token_map = dict(self.tokenizer.get_vocab())
+        return self._token_map
+
+    def eval_time_ms(self) -> tuple[float, int]:
+        """llama.cpp's own timer: (milliseconds spent in decode calls, decode calls) since the
+        last `reset_eval_time`, for measuring what the bindings add per call."""
+        data = self._lib.llama_perf_context(self._ctx)
+        return data.t_eval_ms + data.t_p_eval_ms, data.n_eval + data.n_p_eval
+
+    def reset_eval_time(self) -> None:
+        self._lib.llama_perf_context_reset(self._ctx)
+
+    def close(self) -> None:
+        """Free llama.cpp's context and model (also done when the member is collected)."""
+        if getattr(self, "_ctx", None):
+            self._lib.llama_batch_free(self._batch)
+            self._lib.llama_free(self._ctx)
+            self._lib.llama_model_free(self._model)
+            self._ctx = self._model = None
+
+    def __del__(self) -> None:
+        try:
+            self.close()
+        except Exception:  # noqa: BLE001 - interpreter shutdown may have unloaded the bindings
+            pass
+
+
+def _end_of_generation_ids(llama_cpp, vocab, n_vocab: int) -> tuple[int, ...]:
+    """EOS, EOT, then every other token llama.cpp treats as ending a generation."""
+    found = [int(llama_cpp.llama_vocab_eos(vocab)), int(llama_cpp.llama_vocab_eot(vocab))]
+    found += [i for i in range(n_vocab) if llama_cpp.llama_vocab_is_eog(vocab, i)]
+    return tuple(dict.fromkeys(i for i in found if 0 <= i < n_vocab))

@@ -1,0 +1,52 @@
+"""Derived llama.cpp members: a GGUF requantized by llama.cpp's own quantizer, cached by content.
+
+`derive: {from: <llama.cpp entry>, quantize: q4_0}` in models.yaml becomes the file that
+`llama_model_quantize` writes from the base file (with `allow_requantize`: the base is usually
+quantized already, so the copy is a requantization and loses what both roundings lose). The copy
+lives in the polyplan cache under the base file's content hash and the type, written to a hidden
+partial file and renamed, so an interrupted run never leaves a file that looks whole.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from polyplan.decoder.llama_cpp import llama_cpp_module
+from polyplan.formats.cache import cache_root
+from polyplan.formats.candidates import LLAMA_CPP_QUANTIZATIONS
+from polyplan.formats.errors import PolyplanError
+from polyplan.models.gguf_source import file_sha256
+
+FOLDER = "llama.cpp"
+
+
+def quantized_copy(base: str | os.PathLike[str], kind: str, *, log=lambda line: None) -> Path:
+    """The cached copy of GGUF file `base` quantized to `kind` by llama.cpp, made on first use."""
+    if kind not in LLAMA_CPP_QUANTIZATIONS:
+        raise PolyplanError(f"quantize {kind!r}: not a llama.cpp type (choose one of {', '.join(LLAMA_CPP_QUANTIZATIONS)})")
+    llama_cpp = llama_cpp_module()
+    ftype = getattr(llama_cpp, f"LLAMA_FTYPE_MOSTLY_{kind.upper()}", None)
+    if ftype is None:
+        raise PolyplanError(f"quantize {kind!r}: the installed llama.cpp ({llama_cpp.__version__}) has no such type")
+    base = Path(base)
+    folder = cache_root() / FOLDER
+    out = folder / f"{file_sha256(base)[:24]}-{kind}.gguf"
+    if out.is_file():
+        return out
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+    except OSError as error:
+        raise PolyplanError(f"cache: cannot create {folder} ({error.strerror or error})") from None
+    partial = out.with_name(f".{out.name}.partial-{os.getpid()}")
+    params = llama_cpp.llama_model_quantize_default_params()
+    params.ftype = ftype
+    params.allow_requantize = True
+    params.nthread = max(1, os.cpu_count() or 1)
+    log(f"quantizing {base.name} to {kind} with llama.cpp into {out} (once)")
+    status = llama_cpp.llama_model_quantize(str(base).encode(), str(partial).encode(), params)
+    if status != 0 or not partial.is_file():
+        partial.unlink(missing_ok=True)
+        raise PolyplanError(f"quantize {kind}: llama.cpp could not quantize {base} (status {status})")
+    os.replace(partial, out)
+    return out
