@@ -127,7 +127,7 @@ class LlamaCppMember:
             eos_token_ids = _end_of_generation_ids(llama_cpp, vocab, self.vocab_size)
         self.eos_token_ids = tuple(eos_token_ids)
         self.eos_token_id = self.eos_token_ids[0] if self.eos_token_ids else None
-        self.max_context = int(llama_cpp.llama_n_ctx(self._ctx))
+        self.max_context = min(context, int(llama_cpp.llama_n_ctx(self._ctx)))  # llama.cpp rounds n_ctx up to 256s
         description = ctypes.create_string_buffer(256)
         llama_cpp.llama_model_desc(self._model, description, 256)
         self.info = LlamaCppInfo(
