@@ -94,6 +94,7 @@ class LlamaCppMember:
         self._lib = llama_cpp
         self.path = Path(path)
         self.name = name or self.path.stem
+        self.device = torch.device("cpu")  # where its logits live (llama.cpp runs on the CPU here)
         if context < 1 or batch < 1:
             raise PolyplanError(f"chain member {self.name!r}: context and batch must be >= 1, got {context} and {batch}")
         model_params = llama_cpp.llama_model_default_params()
