@@ -108,6 +108,7 @@ class LlamaCppMember:
         context_params.n_batch = context_params.n_ubatch = min(batch, context)
         context_params.n_threads = context_params.n_threads_batch = now
         context_params.n_seq_max = 1
+        context_params.no_perf = False  # llama.cpp's own decode timer (`eval_time_ms`); it costs two clock reads
         self._ctx = llama_cpp.llama_init_from_model(self._model, context_params)
         if not self._ctx:
             llama_cpp.llama_model_free(self._model)

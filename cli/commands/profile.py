@@ -3,6 +3,8 @@ profile, through the loop's one profiling entry point (`profiler.pipeline.profil
 
 from __future__ import annotations
 
+import dataclasses
+
 from pathlib import Path
 from typing import Annotated, Optional
 
@@ -109,10 +111,33 @@ def profile(
             _candidates_path(candidates), profile_path=out, settings=settings, device=device, keep_foreign=False,
             prompts=named_prompt_set(prompts, max_prompts=max_prompts, raw=raw_prompts, strict=True), progress=progress,
         )
+    overheads = _bindings_overheads(profiled)
     if json_output:
-        echo_json(run_json(profiled))
+        echo_json({**run_json(profiled), "bindings_overhead": [dataclasses.asdict(o) | {"relative": o.relative} for o in overheads]})
         return
-    typer.echo("\n".join(run_lines(profiled)))
+    typer.echo("\n".join(run_lines(profiled) + _bindings_lines(overheads)))
+
+
+def _bindings_overheads(profiled) -> list:
+    """llama.cpp members only: what a one-token forward costs against llama.cpp's own decode."""
+    from polyplan.decoder.llama_cpp import LlamaCppMember
+    from polyplan.profiler.bindings_overhead import measure_bindings_overhead
+
+    members = [model.member for model in profiled.models if isinstance(model.member, LlamaCppMember)]
+    if not members:
+        return []
+    prompt = profiled.tokenizer.encode("The quick brown fox jumps over the lazy dog. " * 4)
+    return [measure_bindings_overhead(member, prompt) for member in members]
+
+
+def _bindings_lines(overheads) -> list[str]:
+    if not overheads:
+        return []
+    lines = ["\nllama.cpp members: a one-token forward against llama.cpp's own decode of it (llama_perf_context), mean of "
+             f"{overheads[0].steps} steps:"]
+    lines += [f"  {o.member:24s} forward {1000 * o.forward_s:7.2f} ms  llama.cpp decode {1000 * o.llama_decode_s:7.2f} ms  "
+              f"bindings {100 * o.relative:+.1f}%" for o in overheads]
+    return lines
 
 
 def _candidates_path(candidates: Path | None) -> Path:

@@ -1,0 +1,188 @@
+"""A real `llama-server` on 127.0.0.1: started, asked, and always stopped.
+
+`LlamaServer` is a context manager. It takes a free loopback port (another one when the
+chosen port turns out to be taken), starts the pinned build (`engines.llama_cpp_build`) with
+the model and flags it is given, waits for `/health` within a bounded time, and on leaving --
+normally, on an exception or on Ctrl-C -- terminates the process (then kills it if it lingers).
+Its log goes to a file whose last line is quoted when it fails to start.
+
+`complete` sends one greedy `/completion` request of fixed length and returns the server's own
+account of it (`Completion`: the tokens, tokens/s and the draft statistics it reports).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import subprocess
+import time
+import urllib.error
+import urllib.request
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Sequence
+
+from polyplan.formats.errors import PolyplanError
+
+HOST = "127.0.0.1"
+START_TIMEOUT_S = 120.0
+REQUEST_TIMEOUT_S = 600.0
+
+
+@dataclass(frozen=True)
+class Completion:
+    """One `/completion` answer, as the server timed it.
+
+    Attributes:
+        token_ids: The generated ids (greedy).
+        predicted_n: Tokens generated.
+        predicted_ms: The server's generation time (prefill excluded).
+        prompt_ms: The server's prefill time.
+        draft_n: Drafted tokens (0 without speculation).
+        draft_accepted: Drafted tokens accepted.
+        wall_s: The request's wall time seen from the client.
+    """
+
+    token_ids: tuple[int, ...]
+    predicted_n: int
+    predicted_ms: float
+    prompt_ms: float
+    draft_n: int
+    draft_accepted: int
+    wall_s: float
+
+    @property
+    def tokens_per_s(self) -> float:
+        return 1000.0 * self.predicted_n / self.predicted_ms if self.predicted_ms > 0 else float("nan")
+
+
+def free_port() -> int:
+    """A loopback port nobody listens on right now."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
+        probe.bind((HOST, 0))
+        return probe.getsockname()[1]
+
+
+class LlamaServer:
+    """`llama-server -m MODEL ARGS` on 127.0.0.1, for the duration of a `with` block.
+
+    Args:
+        binary: The `llama-server` executable.
+        model: The GGUF file.
+        args: Further flags (threads, speculation), as the pinned server spells them.
+        log_path: Where the server's output goes (kept afterwards).
+        port: A fixed port (default: a free one; a taken port is replaced by a free one).
+    """
+
+    def __init__(self, binary: Path, model: Path, args: Sequence[str], log_path: Path, *, port: int | None = None,
+                 start_timeout_s: float = START_TIMEOUT_S) -> None:
+        self.binary, self.model, self.args = Path(binary), Path(model), tuple(args)
+        self.log_path = Path(log_path)
+        self.port = port
+        self.start_timeout_s = start_timeout_s
+        self.process: subprocess.Popen | None = None
+
+    @property
+    def url(self) -> str:
+        return f"http://{HOST}:{self.port}"
+
+    def __enter__(self) -> "LlamaServer":
+        if self.port is None or not _port_is_free(self.port):
+            self.port = free_port()
+        self.log_path.parent.mkdir(parents=True, exist_ok=True)
+        command = [str(self.binary), "-m", str(self.model), "--host", HOST, "--port", str(self.port), *self.args]
+        with open(self.log_path, "w", encoding="utf-8") as log:
+            log.write("$ " + " ".join(command) + "\n")
+        log = open(self.log_path, "a", encoding="utf-8")
+        try:
+            self.process = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
+        finally:
+            log.close()
+        try:
+            self._wait_until_healthy()
+        except BaseException:
+            self.stop()
+            raise
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.stop()
+
+    def _wait_until_healthy(self) -> None:
+        deadline = time.monotonic() + self.start_timeout_s
+        while time.monotonic() < deadline:
+            if self.process.poll() is not None:
+                raise PolyplanError(f"llama-server exited at start ({self.last_log_line()}); log: {self.log_path}")
+            try:
+                with urllib.request.urlopen(f"{self.url}/health", timeout=2) as answer:
+                    if answer.status == 200:
+                        return
+            except (urllib.error.URLError, ConnectionError, TimeoutError, OSError):
+                pass
+            time.sleep(0.2)
+        raise PolyplanError(f"llama-server did not become healthy within {self.start_timeout_s:.0f} s ({self.last_log_line()}); log: {self.log_path}")
+
+    def last_log_line(self) -> str:
+        lines = [line for line in self.log_path.read_text(encoding="utf-8", errors="replace").splitlines() if line.strip()]
+        return lines[-1].strip() if lines else "no output"
+
+    def stop(self) -> None:
+        """Terminate the server (kill it if it has not gone within 10 s); safe to call twice."""
+        if self.process is None or self.process.poll() is not None:
+            return
+        self.process.terminate()
+        try:
+            self.process.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            self.process.kill()
+            self.process.wait()
+
+    def complete(self, prompt_ids: Sequence[int], n_predict: int) -> Completion:
+        """One greedy completion of exactly `n_predict` tokens (end-of-sequence ignored), with no
+        prompt cache reused between requests."""
+        body = {"prompt": list(map(int, prompt_ids)), "n_predict": n_predict, "temperature": 0.0, "top_k": 1,
+                "seed": 0, "cache_prompt": False, "ignore_eos": True, "return_tokens": True, "stream": False}
+        request = urllib.request.Request(f"{self.url}/completion", data=json.dumps(body).encode(),
+                                         headers={"Content-Type": "application/json"})
+        start = time.perf_counter()
+        try:
+            with urllib.request.urlopen(request, timeout=REQUEST_TIMEOUT_S) as answer:
+                payload = json.loads(answer.read())
+        except urllib.error.HTTPError as error:
+            detail = error.read().decode("utf-8", "replace")[:200]
+            raise PolyplanError(f"llama-server refused a completion ({error.code}: {detail})") from None
+        except (urllib.error.URLError, ConnectionError, TimeoutError) as error:
+            raise PolyplanError(f"llama-server did not answer ({error}; {self.last_log_line()}); log: {self.log_path}") from None
+        wall = time.perf_counter() - start
+        return parse_completion(payload, wall)
+
+
+def parse_completion(payload: dict, wall_s: float) -> Completion:
+    """The fields polyplan reads from a `/completion` answer (JSON edge)."""
+    timings = payload.get("timings") or {}
+    tokens = payload.get("tokens") or []
+    return Completion(
+        token_ids=tuple(int(t) for t in tokens),
+        predicted_n=int(timings.get("predicted_n", len(tokens))),
+        predicted_ms=float(timings.get("predicted_ms", 0.0)),
+        prompt_ms=float(timings.get("prompt_ms", 0.0)),
+        draft_n=int(timings.get("draft_n", 0) or 0),
+        draft_accepted=int(timings.get("draft_n_accepted", 0) or 0),
+        wall_s=wall_s,
+    )
+
+
+def _port_is_free(port: int) -> bool:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
+        try:
+            probe.bind((HOST, port))
+        except OSError:
+            return False
+        return True
+
+
+def server_help(binary: Path) -> str:
+    """`llama-server --help` of a build (what flags it accepts)."""
+    done = subprocess.run([str(binary), "--help"], capture_output=True, text=True, timeout=60, env={**os.environ, "LLAMA_ARG_HOST": HOST})
+    return done.stdout + done.stderr
