@@ -10,6 +10,7 @@ import typer
 from polyplan.cli.commands import bench
 from polyplan.cli.commands import demo
 from polyplan.cli.commands import drafter
+from polyplan.cli.commands import engines
 from polyplan.cli.commands import export
 from polyplan.cli.commands import fetch
 from polyplan.cli.commands import generate
@@ -32,6 +33,7 @@ app = typer.Typer(
 app.add_typer(bench.app, name="bench")
 app.command("demo")(demo.demo)
 app.add_typer(drafter.app, name="drafter")
+app.add_typer(engines.app, name="engines")
 app.command("export")(export.export)
 app.command("fetch")(fetch.fetch)
 app.command("generate")(generate.generate)

@@ -10,7 +10,7 @@ from polyplan.planner.engines import EngineExport, check_engine, export_plan
 from polyplan.formats.plan import read_plan
 from polyplan.formats.profile_codec import load
 from polyplan.models.candidate_file import plan_candidates
-from polyplan.models.builtin import builtin_folder, builtin_names
+from polyplan.models.builtin import builtin_folder
 
 PathLike = str | os.PathLike[str]
 
@@ -44,5 +44,25 @@ def export_from_files(
     profile = load(profile_path)
     if profile.target != plan.target:
         raise PolyplanError(f"{profile_path}: target {profile.target!r} is not the plan's target {plan.target!r}")
-    folders = {f"builtin:{name}": str(builtin_folder(name)) for name in builtin_names()}
-    return export_plan(plan, profile, candidates, engine, builtin_folders=folders, in_process=in_process)
+    return export_plan(plan, profile, candidates, engine, files=engine_files(candidates), in_process=in_process)
+
+
+def engine_files(candidates) -> dict[str, str]:
+    """What an engine loads for each candidate whose weights polyplan keeps elsewhere, by name:
+    the shipped family's folders, and the files llama.cpp's quantizer made for llama.cpp copies
+    (left out while not made)."""
+    from polyplan.formats.candidates import Quantize, base_chain
+    from polyplan.models.llama_quantize import copy_path
+
+    files = {}
+    for candidate in candidates.candidates:
+        if candidate.source_kind == "builtin":
+            files[candidate.name] = str(builtin_folder(candidate.source.split(":", 1)[1]))
+        elif candidate.engine == "llama.cpp" and isinstance(candidate.derive, Quantize):
+            chain = base_chain(candidates, candidate.name)
+            path = Path(chain[-1].source)
+            for derived in reversed(chain[:-1]):
+                path = copy_path(path, derived.derive.kind)
+            if path.is_file():
+                files[candidate.name] = str(path)
+    return files

@@ -13,7 +13,6 @@ account of it (`Completion`: the tokens, tokens/s and the draft statistics it re
 from __future__ import annotations
 
 import json
-import os
 import socket
 import subprocess
 import time
@@ -182,7 +181,22 @@ def _port_is_free(port: int) -> bool:
         return True
 
 
-def server_help(binary: Path) -> str:
-    """`llama-server --help` of a build (what flags it accepts)."""
-    done = subprocess.run([str(binary), "--help"], capture_output=True, text=True, timeout=60, env={**os.environ, "LLAMA_ARG_HOST": HOST})
-    return done.stdout + done.stderr
+def server_flags(binary: Path) -> set[str]:
+    """Every flag `binary --help` lists (what that build accepts)."""
+    done = subprocess.run([str(binary), "--help"], capture_output=True, text=True, timeout=60)
+    return help_flags(done.stdout + done.stderr)
+
+
+def help_flags(text: str) -> set[str]:
+    """The flags of llama.cpp's `--help` text: at the start of a line, comma-separated aliases
+    (`-t, --threads N`), each followed by its value name or the description."""
+    flags = set()
+    for line in text.splitlines():
+        rest = line.strip()
+        while rest.startswith("-"):
+            flag, _, rest = rest.partition(" ")
+            flags.add(flag.rstrip(","))
+            if not flag.endswith(","):
+                break
+            rest = rest.lstrip()
+    return flags

@@ -21,6 +21,11 @@ from polyplan.models.gguf_source import file_sha256
 FOLDER = "llama.cpp"
 
 
+def copy_path(base: str | os.PathLike[str], kind: str) -> Path:
+    """Where the copy of GGUF file `base` quantized to `kind` lives (whether made or not)."""
+    return cache_root() / FOLDER / f"{file_sha256(Path(base))[:24]}-{kind}.gguf"
+
+
 def quantized_copy(base: str | os.PathLike[str], kind: str, *, log=lambda line: None) -> Path:
     """The cached copy of GGUF file `base` quantized to `kind` by llama.cpp, made on first use."""
     if kind not in LLAMA_CPP_QUANTIZATIONS:
@@ -29,11 +34,10 @@ def quantized_copy(base: str | os.PathLike[str], kind: str, *, log=lambda line: 
     ftype = getattr(llama_cpp, f"LLAMA_FTYPE_MOSTLY_{kind.upper()}", None)
     if ftype is None:
         raise PolyplanError(f"quantize {kind!r}: the installed llama.cpp ({llama_cpp.__version__}) has no such type")
-    base = Path(base)
-    folder = cache_root() / FOLDER
-    out = folder / f"{file_sha256(base)[:24]}-{kind}.gguf"
+    out = copy_path(base, kind)
     if out.is_file():
         return out
+    base, folder = Path(base), out.parent
     try:
         folder.mkdir(parents=True, exist_ok=True)
     except OSError as error:

@@ -136,18 +136,22 @@ def _is_gguf(candidate: Candidate) -> bool:
     return candidate.source is not None and (candidate.source_kind == "gguf" or candidate.source.lower().endswith(".gguf"))
 
 
-def _weights_source(candidate: Candidate, builtin_folder: str | None) -> str:
-    if candidate.source_kind == "builtin" and builtin_folder is not None:
-        return builtin_folder
+def _weights_source(candidate: Candidate, file: str | None) -> str:
+    if file is not None:
+        return file
     return candidate.source or ""
 
 
 IN_PROCESS = "(in process: polyplan's copy)"  # the source of a derived drafter handed to HF as a live model
 
 
-def loadable(engine: str, candidate: Candidate, builtin_folder: str | None = None,
+def loadable(engine: str, candidate: Candidate, file: str | None = None,
              in_process: bool = False) -> tuple[str, str, str | None]:
     """How `engine` runs `candidate`: (method, source to pass, None) or ("", "", reason).
+
+    `file`: what the engine loads for a candidate whose weights polyplan keeps elsewhere: the
+    folder of a `builtin:` source, or the file llama.cpp's quantizer made for a llama.cpp copy
+    (None while it has not been made).
 
     `in_process`: the engine runs in this process and is handed polyplan's own models (HF
     `generate` in `bench peers`), so a derived copy is a drafter it can run too."""
@@ -155,6 +159,10 @@ def loadable(engine: str, candidate: Candidate, builtin_folder: str | None = Non
         return "ngram", "", None
     if in_process and engine == "hf" and isinstance(candidate.derive, (Quantize, EarlyExit)):
         return "draft_model", IN_PROCESS, None
+    if engine == "llama.cpp" and candidate.engine == "llama.cpp" and isinstance(candidate.derive, Quantize):
+        if file is None:
+            return "", "", f"llama.cpp's {candidate.derive.kind} copy of {candidate.derive.base!r} is not made yet (`polyplan models check` makes it)"
+        return "draft_model", file, None
     if isinstance(candidate.derive, Quantize):
         return "", "", (
             f"a copy of {candidate.derive.base!r} that polyplan quantizes to {candidate.derive.kind} in torch at load time; "
@@ -165,7 +173,7 @@ def loadable(engine: str, candidate: Candidate, builtin_folder: str | None = Non
             f"an early-exit copy (the first {candidate.derive.layers} layers of {candidate.derive.base!r}) that exists only "
             f"inside polyplan; {engine} cannot load it"
         )
-    source = _weights_source(candidate, builtin_folder)
+    source = _weights_source(candidate, file)
     if engine == "llama.cpp" and not _is_gguf(candidate):
         return "", "", f"{candidate.source!r} is not a GGUF file; llama.cpp loads only GGUF (convert it with convert_hf_to_gguf.py)"
     if engine == "vllm" and _is_gguf(candidate):
@@ -188,14 +196,15 @@ def export_plan(
     candidates: CandidateSet,
     engine: str,
     *,
-    builtin_folders: dict[str, str] | None = None,
+    files: dict[str, str] | None = None,
     k_max: int | None = None,
     in_process: bool = False,
 ) -> EngineExport:
     """The best chain `engine` can express for `plan`, predicted under the engine's rule.
 
     Args:
-        builtin_folders: the folder of each `builtin:<name>` source (engines load folders).
+        files: what the engine loads for a candidate, by name, where that is not its `source`:
+            the folder of a `builtin:<name>` source, the file of a llama.cpp-quantized copy.
         k_max: largest K searched (default: the plan's own search limit, else 8).
         in_process: derived drafters count as loadable (`loadable`): for racing HF in this
             process, never for a configuration a user would type.
@@ -205,9 +214,9 @@ def export_plan(
             the plan's target.
     """
     check_engine(engine)
-    builtin_folders = builtin_folders or {}
+    files = files or {}
     target = candidates.by_name(plan.target)
-    _, target_source, reason = loadable(engine, target, builtin_folders.get(target.source or ""))
+    _, target_source, reason = loadable(engine, target, files.get(target.name))
     if reason is not None:
         raise PolyplanError(f"--engine {engine}: cannot load the plan's target {target.name!r}: {reason}")
     if k_max is None:
@@ -237,7 +246,7 @@ def export_plan(
         except PolyplanError:
             options.append(EngineOption(pair.drafter, "", FULL, None, None, None, "", f"not in {candidates.origin}", None))
             continue
-        method, source, reason = loadable(engine, candidate, builtin_folders.get(candidate.source or ""), in_process)
+        method, source, reason = loadable(engine, candidate, files.get(candidate.name), in_process)
         rule = FULL if engine == "hf" and method != "ngram" else ARGMAX  # (an unloadable model: as if it were loaded)
         sizes = (candidate.derive.min_n, candidate.derive.max_n) if isinstance(candidate.derive, NGram) else None
         alpha = stats.alpha if (rule == FULL or greedy or method == "ngram") else stats.engine_alpha
@@ -320,14 +329,21 @@ def engine_config(export: EngineExport) -> dict | None:
             low, high = option.ngram_sizes
             return {"method": "ngram", "num_speculative_tokens": k, "prompt_lookup_max": high, "prompt_lookup_min": low}
         return {"method": "draft_model", "model": option.source, "num_speculative_tokens": k}
-    flags = ["-m", export.target_source]
-    if option.method == "ngram":
-        flags += ["--spec-type", "ngram-simple"]
-    else:
-        flags += ["-md", option.source]
-    flags += ["--draft-max", str(k), "--draft-min", str(k), "--draft-p-min", "0"]
-    flags += ["--temp", f"{export.temperature:g}"] if sampled else ["--temp", "0"]
-    return {"llama_server_args": flags}
+    return {"llama_server_args": ["-m", export.target_source, *llama_cpp_spec_flags(option.method, k, option.source, option.ngram_sizes),
+                                  "--temp", f"{export.temperature:g}" if sampled else "0"]}
+
+
+def llama_cpp_spec_flags(method: str, k: int, source: str = "", ngram_sizes: tuple[int, int] | None = None) -> list[str]:
+    """llama-server's flags for one drafter at block size `k`, as the pinned llama.cpp spells them
+    (`engines.llama_cpp_build.BINDINGS_VERSION`; tests/test_engines_llama_cpp.py checks each one
+    against that build's --help): a draft model drafts exactly k tokens (`draft-simple`, no
+    probability cut-off); an n-gram drafter is `ngram-simple`, looking up its longest n-gram and
+    drafting k tokens."""
+    if method == "ngram":
+        size_n = (ngram_sizes or (1, 3))[1]
+        return ["--spec-type", "ngram-simple", "--spec-ngram-simple-size-n", str(size_n), "--spec-ngram-simple-size-m", str(k)]
+    return ["--spec-type", "draft-simple", "-md", source, "--spec-draft-n-max", str(k), "--spec-draft-n-min", str(k),
+            "--spec-draft-p-min", "0"]
 
 
 

@@ -127,13 +127,22 @@ def peers(
     repeats: Annotated[int, typer.Option("--repeats", help="Timed runs per prompt and configuration.")] = 3,
     max_prompts: Annotated[Optional[int], typer.Option("--max-prompts", help="Use only the first N prompts.")] = None,
     threads: Annotated[Optional[int], typer.Option("--threads", help="torch CPU threads (default: torch's choice).")] = None,
+    engine: Annotated[str, typer.Option("--engine", help="hf (in this process) or llama.cpp (a real llama-server "
+                                        "on 127.0.0.1; build it once with `polyplan engines build llama.cpp`).")] = "hf",
     json_output: Annotated[bool, typer.Option("--json", help="Print one JSON object.")] = False,
 ) -> None:
-    """Race HF generate (plain, assisted per drafter, prompt lookup) against polyplan's chain, greedy."""
+    """Race another engine's configurations against polyplan's chain, greedy: HF generate (plain,
+    assisted per drafter, prompt lookup), or llama-server (target alone, each GGUF drafter, its
+    n-gram types, its default)."""
     from polyplan.profiler.threads import set_threads
     from polyplan.engines.peers import peers_json, peers_lines
     from polyplan.loop.pipeline import race_peers_of
 
+    if engine == "llama.cpp":
+        _llama_cpp_peers(plan, prompts, candidates, new_tokens, repeats, max_prompts, threads, json_output)
+        return
+    if engine != "hf":
+        raise PolyplanError(f"--engine: {engine!r} is not raced here (hf or llama.cpp; vLLM needs a GPU)")
     set_threads(threads)
     bench = race_peers_of(plan, prompts_path=prompts, candidates_path=candidates, repeats=repeats, new_tokens=new_tokens,
                       max_prompts=max_prompts, log=lambda line: typer.echo(line, err=True))
@@ -194,3 +203,20 @@ def loop(
                               profile_progress=profiling, validation_progress=validating)
     typer.echo("\n".join(loop_lines(bench)))
     typer.echo(f"\nreports: {', '.join(str(run.result.files.report) for run in bench.runs)}")
+
+
+def _llama_cpp_peers(plan, prompts, candidates, new_tokens, repeats, max_prompts, threads, json_output) -> None:
+    """`bench peers --engine llama.cpp` (engines.llama_peers)."""
+    import dataclasses
+
+    from polyplan.engines.llama_peers import llama_peers_lines, run_llama_peers
+
+    if plan is None:
+        raise PolyplanError("--engine llama.cpp: give --plan plan.json (profile and recommend a GGUF target first)")
+    bench = run_llama_peers(plan, prompts_path=prompts, candidates_path=candidates, threads=threads or 1, repeats=repeats,
+                            new_tokens=new_tokens, max_prompts=max_prompts, log=lambda line: typer.echo(line, err=True))
+    if json_output:
+        echo_json({**dataclasses.asdict(bench), "logs": str(bench.logs),
+                   "rows": [dataclasses.asdict(row) | {"error": row.error} for row in bench.rows]})
+    else:
+        typer.echo("\n".join(llama_peers_lines(bench)))

@@ -1,0 +1,265 @@
+"""`bench peers --engine llama.cpp`: the real llama-server against polyplan's plan.
+
+Configurations, every one a running `llama-server` (the pinned build, `engines.llama_cpp_build`)
+on 127.0.0.1 with the same threads: the target alone; each GGUF drafter among the plan's
+candidates (`draft-simple`) at the K the llama.cpp export predicts best for it; the n-gram types
+`ngram-simple`, `ngram-map-k` and `ngram-mod` at llama.cpp's defaults; llama.cpp's own default
+(`--spec-default`); and, in this process, polyplan's plan on its own members. All servers are
+started first (start-up is never timed), then the prompts go round-robin: for each repeat and
+prompt, every configuration in turn, the order rotated each time, so load drifts fall on all
+alike. A request is greedy, of exactly `new_tokens` tokens (end-of-sequence ignored), with the
+same token ids polyplan's run uses (the target's chat template applied the same way).
+
+Reported per configuration: tokens/s over the whole call (the client's wall clock for a
+server, `generate`'s for polyplan: prefill included for both), the server's own decode-only
+tokens/s, the speedup over llama.cpp's target alone as paired per-prompt ratios (mean and sd),
+accepted tokens per drafted token, and whether the greedy output equals the target alone's
+(else the first differing position). The exported configuration is marked, with its
+predicted speedup and the error.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import statistics
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+
+from polyplan.engines.llama_cpp_build import require_build
+from polyplan.engines.llama_server import LlamaServer
+from polyplan.formats.candidates import NGram, Quantize
+from polyplan.formats.errors import PolyplanError
+
+TARGET_ONLY = "llama.cpp target only"
+POLYPLAN = "polyplan plan"
+NGRAM_TYPES = ("ngram-simple", "ngram-map-k", "ngram-mod")
+TOLERANCE = 0.10
+
+
+@dataclass(frozen=True)
+class ServerConfig:
+    """One llama-server configuration: its label, flags after `-m TARGET`, and its prediction."""
+
+    label: str
+    args: tuple[str, ...]
+    predicted_speedup: float | None = None
+    exported: bool = False
+
+
+@dataclass(frozen=True)
+class PeerRun:
+    """One timed request (or polyplan `generate` call)."""
+
+    config: str
+    prompt: int
+    category: str
+    tokens: tuple[int, ...]
+    call_s: float
+    decode_tokens_per_s: float | None  # the server's own figure; None for polyplan
+    drafted: int
+    accepted: int
+
+
+@dataclass(frozen=True)
+class PeerRow:
+    """One configuration's results over every run."""
+
+    label: str
+    tokens_per_s: float  # whole calls: new tokens / summed call time
+    decode_tokens_per_s: float | None  # the server's decode-only median
+    speedup: float  # mean of per-(prompt, repeat) ratios over llama.cpp target only
+    speedup_sd: float
+    accepted_per_drafted: float | None
+    equal_outputs: int
+    runs: int
+    first_difference: str | None
+    predicted_speedup: float | None
+    exported: bool
+    by_category: tuple[tuple[str, float], ...]  # (category, speedup)
+
+    @property
+    def error(self) -> float | None:
+        """Predicted / measured − 1 for a configuration with a prediction."""
+        return None if self.predicted_speedup is None else self.predicted_speedup / self.speedup - 1.0
+
+
+@dataclass(frozen=True)
+class LlamaPeersBenchmark:
+    rows: tuple[PeerRow, ...]
+    threads: int
+    new_tokens: int
+    prompts: int
+    repeats: int
+    logs: Path
+    llama_cpp_version: str
+    chat_template: bool
+
+
+def server_configs(plan, export, candidates, files: dict[str, str]) -> list[ServerConfig]:
+    """What to race besides the target alone and polyplan: GGUF drafters, n-gram types, default."""
+    from polyplan.planner.engines import llama_cpp_spec_flags
+
+    chosen = export.chosen
+    configs = [ServerConfig(TARGET_ONLY, ())]
+    by_drafter = {option.drafter: option for option in export.options}
+    for candidate in candidates.candidates[1:]:
+        if isinstance(candidate.derive, NGram):
+            continue
+        source = files.get(candidate.name) or (candidate.source if candidate.source_kind == "gguf" else None)
+        if source is None:
+            continue
+        option = by_drafter.get(candidate.name)
+        k = option.block_size if option is not None and option.block_size else 4
+        predicted = option.prediction.speedup if option is not None and option.prediction is not None else None
+        exported = chosen is not None and chosen.drafter == candidate.name
+        configs.append(ServerConfig(f"draft-simple {candidate.name} K={k}", tuple(llama_cpp_spec_flags("draft_model", k, source)),
+                                    predicted, exported))
+    for kind in NGRAM_TYPES:
+        configs.append(ServerConfig(f"{kind} (defaults)", ("--spec-type", kind)))
+    if chosen is not None and chosen.method == "ngram":
+        flags = llama_cpp_spec_flags("ngram", chosen.block_size, "", chosen.ngram_sizes)
+        configs.append(ServerConfig(f"ngram-simple (exported) K={chosen.block_size}", tuple(flags),
+                                    chosen.prediction.speedup, True))
+    configs.append(ServerConfig("llama.cpp default (--spec-default)", ("--spec-default",)))
+    return configs
+
+
+def run_llama_peers(plan_path, *, prompts_path=None, candidates_path=None, threads: int = 1, repeats: int = 2,
+                    new_tokens: int = 64, max_prompts: int | None = None, context: int = 4096,
+                    log=lambda line: None) -> LlamaPeersBenchmark:
+    """Race llama-server's configurations and polyplan's plan (see the module docstring)."""
+    from polyplan.decoder.chain import generate
+    from polyplan.decoder.sampling import Sampling
+    from polyplan.engines.export import engine_files, export_from_files
+    from polyplan.formats.cache import cache_root
+    from polyplan.formats.plan import read_plan
+    from polyplan.formats.sampling import SamplingMode
+    from polyplan.models.candidate_file import plan_candidates
+    from polyplan.models.loader import load_candidates
+    from polyplan.profiler.prompt_sets import encode_for, validation_prompt_set
+
+    if repeats < 1 or new_tokens < 1 or threads < 1:
+        raise PolyplanError("--repeats, --new-tokens and --threads must be >= 1")
+    build = require_build()
+    plan = read_plan(plan_path)
+    if not SamplingMode.parse(plan.sampling).greedy:
+        raise PolyplanError(f"{plan_path}: sampling {plan.sampling!r}: bench peers compares greedy outputs; use a greedy plan")
+    candidates = plan_candidates(plan, str(plan_path), candidates_path)
+    target = candidates.target
+    if target.source_kind != "gguf":
+        raise PolyplanError(f"{plan_path}: target {target.name!r} is not a GGUF file; llama-server runs only GGUF")
+    export = export_from_files(plan_path, "llama.cpp", candidates_path=candidates_path)
+    configs = server_configs(plan, export, candidates, engine_files(candidates))
+    loaded = load_candidates(candidates)
+    prompts = validation_prompt_set(prompts_path, max_prompts=max_prompts)
+    encoded = encode_for(prompts, loaded.tokenizer)
+    too_long = [p for p in encoded if len(p.ids) + new_tokens > context]
+    if too_long:
+        raise PolyplanError(f"prompt {too_long[0].prompt.source}: {len(too_long[0].ids)} tokens + {new_tokens} new exceed the context {context}")
+    chain = loaded.chain(list(plan.chain))
+    block_sizes = list(plan.block_sizes)
+    logs = cache_root() / "engines" / "logs" / time.strftime("%Y%m%d-%H%M%S")
+    common = ("-t", str(threads), "-tb", str(threads), "-c", str(context), "-np", "1", "--no-webui", "--no-warmup")
+    torch.set_num_threads(threads)
+    runs: list[PeerRun] = []
+    with contextlib.ExitStack() as stack:
+        servers = {}
+        for index, config in enumerate(configs):
+            log(f"starting llama-server: {config.label}")
+            server = LlamaServer(build.server, Path(target.source), (*common, *config.args), logs / f"server-{index}.log")
+            servers[config.label] = stack.enter_context(server)
+        labels = [config.label for config in configs] + [POLYPLAN]
+        for repeat in range(repeats):
+            for number, prompt in enumerate(encoded):
+                shift = (repeat * len(encoded) + number) % len(labels)
+                for label in labels[shift:] + labels[:shift]:
+                    if label == POLYPLAN:
+                        start = time.perf_counter()
+                        result = generate(chain, list(prompt.ids), max_new_tokens=new_tokens, block_sizes=block_sizes,
+                                          sampling=Sampling(0.0))  # no eos: exactly new_tokens, as the servers
+                        runs.append(PeerRun(label, number, prompt.prompt.kind, tuple(result.token_ids), time.perf_counter() - start,
+                                            None, result.levels[0].tokens_proposed, result.levels[0].tokens_accepted))
+                    else:
+                        done = servers[label].complete(prompt.ids, new_tokens)
+                        runs.append(PeerRun(label, number, prompt.prompt.kind, done.token_ids, done.wall_s, done.tokens_per_s,
+                                            done.draft_n, done.draft_accepted))
+            log(f"repeat {repeat + 1}/{repeats} done")
+    rows = tuple(_row(label, runs, configs) for label in labels)
+    import llama_cpp
+
+    return LlamaPeersBenchmark(rows, threads, new_tokens, len(encoded), repeats, logs, llama_cpp.__version__, not prompts.raw)
+
+
+def _row(label: str, runs: list[PeerRun], configs: list[ServerConfig]) -> PeerRow:
+    mine = [run for run in runs if run.config == label]
+    reference: dict[int, list[PeerRun]] = {}  # target-only runs per prompt, in repeat order
+    for run in runs:
+        if run.config == TARGET_ONLY:
+            reference.setdefault(run.prompt, []).append(run)
+    ratios, by_category, equal, difference = [], {}, 0, None
+    seen: dict[int, int] = {}
+    for run in mine:
+        repeat = seen[run.prompt] = seen.get(run.prompt, -1) + 1
+        other = reference[run.prompt][min(repeat, len(reference[run.prompt]) - 1)]  # the same prompt and repeat
+        ratio = other.call_s / run.call_s
+        ratios.append(ratio)
+        by_category.setdefault(run.category, []).append(ratio)
+        if run.tokens == other.tokens:
+            equal += 1
+        elif difference is None:
+            at = next((i for i, (a, b) in enumerate(zip(run.tokens, other.tokens)) if a != b), min(len(run.tokens), len(other.tokens)))
+            difference = f"prompt {run.prompt}: first differs at new token {at}"
+    config = next((c for c in configs if c.label == label), None)
+    decode = [run.decode_tokens_per_s for run in mine if run.decode_tokens_per_s is not None]
+    drafted = sum(run.drafted for run in mine)
+    return PeerRow(
+        label=label,
+        tokens_per_s=sum(len(run.tokens) for run in mine) / sum(run.call_s for run in mine),
+        decode_tokens_per_s=statistics.median(decode) if decode else None,
+        speedup=statistics.fmean(ratios),
+        speedup_sd=statistics.stdev(ratios) if len(ratios) > 1 else 0.0,
+        accepted_per_drafted=sum(run.accepted for run in mine) / drafted if drafted else None,
+        equal_outputs=equal,
+        runs=len(mine),
+        first_difference=difference,
+        predicted_speedup=config.predicted_speedup if config is not None else None,
+        exported=config.exported if config is not None else False,
+        by_category=tuple((category, statistics.fmean(values)) for category, values in sorted(by_category.items())),
+    )
+
+
+def llama_peers_lines(bench: LlamaPeersBenchmark) -> list[str]:
+    """The terminal table."""
+    lines = [
+        f"llama-server (llama-cpp-python {bench.llama_cpp_version}'s llama.cpp) against polyplan's plan: {bench.prompts} prompts x "
+        f"{bench.repeats} repeats, {bench.new_tokens} new tokens, greedy, {bench.threads} thread(s), "
+        f"{'chat template applied' if bench.chat_template else 'raw prompts'}; interleaved round-robin",
+        "speedup: whole calls (prefill included) over llama.cpp target only, paired per prompt, mean ± sd; "
+        "decode tok/s: the server's own timing",
+        f"{'configuration':44s} {'tok/s':>7s} {'decode':>7s} {'speedup':>14s} {'acc/draft':>9s} {'greedy equal':>12s}  predicted",
+    ]
+    for row in bench.rows:
+        decode = "-" if row.decode_tokens_per_s is None else f"{row.decode_tokens_per_s:.1f}"
+        accepted = "-" if row.accepted_per_drafted is None else f"{row.accepted_per_drafted:.2f}"
+        predicted = ""
+        if row.predicted_speedup is not None:
+            predicted = f"{row.predicted_speedup:.2f}x ({100 * row.error:+.1f}%{', exported' if row.exported else ''})"
+        lines.append(f"{row.label:44s} {row.tokens_per_s:7.1f} {decode:>7s} {row.speedup:7.2f}x ±{row.speedup_sd:4.2f} "
+                     f"{accepted:>9s} {row.equal_outputs:>5d}/{row.runs:<6d}  {predicted}")
+    categories = sorted({category for row in bench.rows for category, _ in row.by_category})
+    if len(categories) > 1:
+        lines.append("\nspeedup by category:")
+        lines.append(f"{'configuration':44s} " + " ".join(f"{c[:10]:>10s}" for c in categories))
+        for row in bench.rows:
+            values = dict(row.by_category)
+            lines.append(f"{row.label:44s} " + " ".join(f"{values.get(c, float('nan')):10.2f}" for c in categories))
+    differences = [f"  {row.label}: {row.first_difference}" for row in bench.rows if row.first_difference]
+    if differences:
+        lines.append("\ngreedy outputs that differ from llama.cpp target only:")
+        lines += differences
+    lines.append(f"\nserver logs: {bench.logs}")
+    lines.append("vLLM: on paper only here (no GPU on this machine); see `polyplan export --engine vllm`")
+    return lines

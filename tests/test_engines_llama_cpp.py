@@ -1,0 +1,155 @@
+"""llama.cpp as a peer: the pinned build, the server's flags, starting and stopping it.
+
+Fast tests check what needs no build: every flag polyplan can print for llama-server is one the
+pinned llama.cpp accepts (against `tests/data/llama_server_flags.txt`, that build's `--help`),
+the `/completion` answer is read as the server writes it, and the failures are one line (no
+build yet, a server that dies at start: a real process, a script standing in for the binary).
+The slow tests run the real build: its `--help` is the checked-in list, a real server on
+127.0.0.1 answers greedy completions on a tiny GGUF the test writes and is gone afterwards, and
+a model it cannot load is one line with the server's last log line and no process left.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import stat
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from polyplan.cli.app import app
+from polyplan.engines import llama_cpp_build
+from polyplan.engines.llama_peers import NGRAM_TYPES
+from polyplan.engines.llama_server import LlamaServer, _port_is_free, free_port, help_flags, parse_completion, server_flags
+from polyplan.formats.errors import PolyplanError
+from polyplan.planner.engines import llama_cpp_spec_flags
+
+FLAGS_FILE = Path(__file__).parent / "data" / "llama_server_flags.txt"
+COMMON = ("-t", "-tb", "-c", "-np", "--no-webui", "--no-warmup", "-m", "--host", "--port", "--temp", "--spec-default")
+
+
+def pinned_flags() -> set[str]:
+    lines = FLAGS_FILE.read_text(encoding="utf-8").splitlines()
+    return {line for line in lines if line and not line.startswith("#")}
+
+
+def printed_flags() -> set[str]:
+    """Every flag an export or a raced configuration can hand llama-server."""
+    lists = [llama_cpp_spec_flags("ngram", 3, "", (1, 4)), llama_cpp_spec_flags("draft_model", 5, "d.gguf"), list(COMMON)]
+    lists += [["--spec-type", kind] for kind in NGRAM_TYPES]
+    return {item for flags in lists for item in flags if item.startswith("-")}
+
+
+def test_every_flag_polyplan_prints_is_one_the_pinned_server_accepts():
+    known = pinned_flags()
+    assert len(known) > 300  # the whole --help, not a hand-picked list
+    assert printed_flags() <= known, printed_flags() - known
+    assert "--draft-max" not in printed_flags()  # the old spelling the pinned server refuses
+    assert not {"--not-a-flag"} <= known  # negative control: the check can fail
+
+
+def test_help_flags_reads_aliases_and_value_names():
+    text = "-t,    --threads N                 number of threads\n--ui,  --webui, --no-ui, --no-webui     whether\n  plain text\n"
+    assert help_flags(text) == {"-t", "--threads", "--ui", "--webui", "--no-ui", "--no-webui"}
+
+
+def test_a_completion_is_read_as_the_server_writes_it():
+    payload = {"tokens": [5, 6, 7], "timings": {"predicted_n": 3, "predicted_ms": 30.0, "prompt_ms": 4.0, "draft_n": 4, "draft_n_accepted": 2}}
+    done = parse_completion(payload, 0.05)
+    assert done.token_ids == (5, 6, 7) and done.tokens_per_s == pytest.approx(100.0)
+    assert (done.draft_n, done.draft_accepted, done.prompt_ms) == (4, 2, 4.0)
+    assert parse_completion({"tokens": [1], "timings": {"predicted_n": 1, "predicted_ms": 5.0}}, 0.01).draft_n == 0
+
+
+def test_a_taken_port_is_seen_and_a_free_one_found():
+    with socket.socket() as holder:
+        holder.bind(("127.0.0.1", 0))
+        holder.listen()
+        taken = holder.getsockname()[1]
+        assert not _port_is_free(taken)
+        assert free_port() != taken
+
+
+def test_no_build_is_one_line_naming_the_command(tmp_path, monkeypatch):
+    monkeypatch.setenv("POLYPLAN_CACHE_DIR", str(tmp_path))
+    with pytest.raises(PolyplanError, match="polyplan engines build llama.cpp"):
+        llama_cpp_build.require_build()
+    status = CliRunner().invoke(app, ["engines", "status"])
+    assert status.exit_code == 0 and "not built" in status.output
+    plan = tmp_path / "plan.json"
+    plan.write_text("{}", encoding="utf-8")
+    result = CliRunner().invoke(app, ["bench", "peers", "--engine", "llama.cpp", "--plan", str(plan)])
+    assert result.exit_code == 2 and result.output.count("\n") == 1 and "polyplan engines build llama.cpp" in result.output
+
+
+def test_an_unknown_engine_is_one_line():
+    result = CliRunner().invoke(app, ["bench", "peers", "--engine", "vllm"])
+    assert result.exit_code == 2 and "vLLM needs a GPU" in result.output
+    result = CliRunner().invoke(app, ["engines", "build", "tgi"])
+    assert result.exit_code == 2 and "unknown engine 'tgi'" in result.output
+
+
+def test_a_server_that_dies_at_start_is_one_line_with_its_last_log_line(tmp_path):
+    fake = tmp_path / "llama-server"
+    fake.write_text("#!/bin/sh\necho 'loading model'\necho 'error: failed to load model' >&2\nexit 1\n", encoding="utf-8")
+    fake.chmod(fake.stat().st_mode | stat.S_IEXEC)
+    server = LlamaServer(fake, tmp_path / "m.gguf", (), tmp_path / "server.log", start_timeout_s=10)
+    with pytest.raises(PolyplanError, match="exited at start \\(error: failed to load model\\)"):
+        server.__enter__()
+    assert server.process.poll() is not None
+
+
+# ----------------------------------------------------------------------------- the real build
+
+
+def real_build():
+    found = llama_cpp_build.find_build()
+    if found is None:
+        pytest.skip(f"llama.cpp is not built; run `{llama_cpp_build.BUILD_COMMAND}`")
+    return found
+
+
+@pytest.mark.slow
+def test_the_pinned_builds_help_is_the_checked_in_flag_list():
+    assert server_flags(real_build().server) == pinned_flags()
+
+
+@pytest.mark.slow
+def test_a_real_server_answers_greedy_completions_and_is_gone_afterwards(tmp_path):
+    pytest.importorskip("llama_cpp")
+    import torch
+
+    from polyplan.decoder.llama_cpp import LlamaCppMember
+    from tiny_gguf import write_tiny_gguf
+
+    build = real_build()
+    model = tmp_path / "tiny.gguf"
+    write_tiny_gguf(model)
+    prompt = [5, 9, 33, 70, 101]
+    with LlamaServer(build.server, model, ("-t", "1", "-c", "256", "-np", "1", "--no-webui"), tmp_path / "server.log") as server:
+        pid = server.process.pid
+        first = server.complete(prompt, 12)
+        again = server.complete(prompt, 12)
+    assert first.token_ids == again.token_ids and first.predicted_n == 12
+    member = LlamaCppMember(model, context=256)
+    logits = member.forward(torch.tensor(prompt), keep_last=1)
+    ours = []
+    for _ in range(12):
+        ours.append(int(logits[-1].argmax()))
+        logits = member.forward(torch.tensor(ours[-1:]), keep_last=1)
+    assert list(first.token_ids) == ours
+    with pytest.raises(ProcessLookupError):
+        os.kill(pid, 0)
+
+
+@pytest.mark.slow
+def test_a_model_the_server_cannot_load_is_one_line_and_no_process(tmp_path):
+    build = real_build()
+    broken = tmp_path / "broken.gguf"
+    broken.write_bytes(b"GGUF" + b"\0" * 64)
+    server = LlamaServer(build.server, broken, ("-t", "1", "--no-webui"), tmp_path / "server.log", start_timeout_s=60)
+    with pytest.raises(PolyplanError, match="llama-server exited at start"):
+        server.__enter__()
+    assert server.process.poll() is not None
