@@ -63,6 +63,7 @@ class HFMember:
         self.max_context = max_context if max_context is not None else getattr(config, "max_position_embeddings", None)
         self.device = next(model.parameters()).device
         self._keeps_logits = "logits_to_keep" in inspect.signature(model.forward).parameters
+        self._cache_keyword = cache_keyword(model)
         self._token_map: dict[str, int] | None = None
         self._cache = None
         self.reset()
@@ -82,8 +83,8 @@ class HFMember:
             out = self.model(
                 input_ids=new_ids.to(self.device).unsqueeze(0),  # (1, k)
                 position_ids=self._positions[start : start + k].unsqueeze(0),  # (1, k)
-                past_key_values=self._cache,
                 use_cache=True,
+                **{self._cache_keyword: self._cache},
                 **extra,
             )
             self._length = start + k
@@ -114,6 +115,12 @@ class HFMember:
         if self._token_map is None:
             self._token_map = dict(self.tokenizer.get_vocab())
         return self._token_map
+
+
+def cache_keyword(model) -> str:
+    """The keyword `model.forward` takes its KV cache by: `cache` (transformers >= 5.2x, where
+    `past_key_values` still works but warns that it is deprecated), else `past_key_values`."""
+    return "cache" if "cache" in inspect.signature(model.forward).parameters else "past_key_values"
 
 
 def end_of_sequence_ids(model: "PreTrainedModel", tokenizer=None) -> tuple[int, ...]:

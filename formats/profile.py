@@ -296,6 +296,9 @@ class ProfilerRecord:
     # raw: a later run that names no prompts resumes with these, so it re-measures nothing
     prompt_file: str | None = spec("text", default=None)
     raw_prompts: bool = spec("flag", default=False)
+    # the models.yaml it measured (its path, contents and device: the record a plan keeps), so that
+    # `recommend --profile` alone writes a plan that `generate --plan` and `validate` can run
+    candidates: Mapping[str, Any] | None = spec("free", default=None)
 
 
 @dataclass(frozen=True)

@@ -17,6 +17,7 @@ Each takes its models.yaml as a path and parses it once (`profiler.candidate_fil
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import os
 import sys
 import time
@@ -149,7 +150,7 @@ def _profile_into(path: Path, loaded: LoadedModels, record, settings: ProfileSet
     if warning is not None:
         log(f"warning: {warning}")
     profile = outcome.profile
-    profile.profiler = recorded_prompts(profile.profiler, prompts)
+    profile.profiler = dataclasses.replace(recorded_prompts(profile.profiler, prompts), candidates=record)
     loop_costs = ensure_loop_costs(
         profile, loaded.models, fitted, settings, previous_runs=previous, device_label=device_label,
         calibration_tokens=calibration_tokens, fresh=fresh_timings,

@@ -123,3 +123,22 @@ def test_a_profile_whose_prompt_file_is_gone_asks_for_prompts_in_one_line(profil
     result = _invoke("recommend", "--candidates", profiled / "models.yaml", "--profile", moved, "--threads", "1")
     assert result.exit_code != 0 and "Traceback" not in result.output
     assert f"was measured on the prompts in {tmp_path / 'gone.jsonl'}, which is not there any more; pass --prompts" in result.output
+
+
+def test_the_readme_path_profile_recommend_generate_runs(profiled, tmp_path):
+    """Issue 23, item 5: `profile` -> `recommend --profile` -> `generate --plan` needs no
+    --candidates: the profile records the models.yaml it measured and the plan copies it."""
+    assert load(profiled / "profile.json").profiler.candidates["path"] == str((profiled / "models.yaml").resolve())
+    plan = tmp_path / "plan.json"
+    assert _invoke("recommend", "--profile", profiled / "profile.json", "--out", plan).exit_code == 0
+    assert json.loads(plan.read_text())["candidates"]["path"] == str((profiled / "models.yaml").resolve())
+    result = _invoke("generate", "--plan", plan, "--max-new-tokens", "6", "--json", "def add(a, b):")
+    assert result.exit_code == 0, result.output
+    assert len(json.loads(result.stdout)["token_ids"]) == 6
+    # negative control: a profile made before it kept the record gives a plan generate cannot run
+    old = json.loads((profiled / "profile.json").read_text())
+    del old["profiler"]["candidates"]
+    (tmp_path / "old.json").write_text(json.dumps(old))
+    assert _invoke("recommend", "--profile", tmp_path / "old.json", "--out", tmp_path / "old-plan.json").exit_code == 0
+    refused = _invoke("generate", "--plan", tmp_path / "old-plan.json", "--max-new-tokens", "6", "def add(a, b):")
+    assert refused.exit_code == 2 and "does not record its models.yaml" in refused.output

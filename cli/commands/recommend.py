@@ -147,7 +147,8 @@ def recommend(
 
 
 def _plan_profile(profile: Path | None, out: Path | None, options: dict):
-    """Plan from the numbers alone (no models, no torch): (result, profile path, no candidates)."""
+    """Plan from the numbers alone (no models, no torch): (result, profile path, the models.yaml
+    record the profile keeps, or None for a profile made before it kept one)."""
     from polyplan.formats.profile_codec import load
     from polyplan.planner.plan_file import plan_from_profile
     from polyplan.planner.sample_size import profile_warning
@@ -155,11 +156,14 @@ def _plan_profile(profile: Path | None, out: Path | None, options: dict):
     if profile is None:
         raise PolyplanError("--profile: give a profile JSON, or --candidates models.yaml to profile the models first")
     profiled_numbers = load(profile)
-    result = plan_from_profile(profiled_numbers, out, profile_path=str(profile), **options)
+    # the models.yaml the profile measured, so `generate --plan` / `validate` find the models
+    record = profiled_numbers.profiler.candidates if profiled_numbers.profiler is not None else None
+    record = dict(record) if record is not None else None
+    result = plan_from_profile(profiled_numbers, out, profile_path=str(profile), candidates=record, **options)
     warning = profile_warning(profiled_numbers)
     if warning is not None:
         typer.echo(f"warning: {warning}", err=True)
-    return result, str(profile), None
+    return result, str(profile), record
 
 
 def _check_up_front(profile, candidates, max_levels, k_max, seed, out, prompts, raw_prompts, resamples, cache_dir, device, threads) -> None:

@@ -42,19 +42,21 @@ def decode_step_ms(
     """
     from transformers import DynamicCache
 
+    from polyplan.decoder.hf import cache_keyword
+
     generator = torch.Generator().manual_seed(0)
     caches = {}
     for name, model in models.items():
         prompt = torch.randint(0, model.config.vocab_size, (1, context), generator=generator)
         caches[name] = DynamicCache(config=model.config)
-        model(input_ids=prompt, past_key_values=caches[name], use_cache=True)
+        model(input_ids=prompt, use_cache=True, **{cache_keyword(model): caches[name]})
     token = torch.tensor([[1]])
     position = torch.tensor([[context]])
     samples: dict[str, list[float]] = {name: [] for name in models}
     for index in range(warmup + repeats):
         for name, model in models.items():
             started = time.perf_counter()
-            model(input_ids=token, position_ids=position, past_key_values=caches[name], use_cache=True)
+            model(input_ids=token, position_ids=position, use_cache=True, **{cache_keyword(model): caches[name]})
             elapsed = time.perf_counter() - started
             caches[name].crop(-1)  # transformers 5.x: a negative value drops that many tokens
             if index >= warmup:
@@ -85,12 +87,14 @@ def greedy_sample(model: nn.Module, tokenizer, prompt: str, new_tokens: int) -> 
     """The model's greedy continuation of `prompt` (plain HF loop with a cache)."""
     from transformers import DynamicCache
 
+    from polyplan.decoder.hf import cache_keyword
+
     ids = torch.tensor([tokenizer(prompt)["input_ids"]])
-    cache = DynamicCache(config=model.config)
-    logits = model(input_ids=ids, past_key_values=cache, use_cache=True).logits[:, -1]
+    cache = {cache_keyword(model): DynamicCache(config=model.config)}
+    logits = model(input_ids=ids, use_cache=True, **cache).logits[:, -1]
     out = []
     for _ in range(new_tokens):
         token = logits.argmax(-1, keepdim=True)  # (1, 1)
         out.append(int(token))
-        logits = model(input_ids=token, past_key_values=cache, use_cache=True).logits[:, -1]
+        logits = model(input_ids=token, use_cache=True, **cache).logits[:, -1]
     return tokenizer.decode(out)

@@ -106,14 +106,16 @@ def greedy_continuations(target: nn.Module, prompts: torch.Tensor, new_tokens: i
     end-of-text token (the corpus joins files with it): shape (B, P + new_tokens)."""
     from transformers import DynamicCache
 
-    cache = DynamicCache(config=target.config)
-    logits = target(prompts, past_key_values=cache, use_cache=True).logits[:, -1]  # (B, V)
+    from polyplan.decoder.hf import cache_keyword
+
+    cache = {cache_keyword(target): DynamicCache(config=target.config)}
+    logits = target(prompts, use_cache=True, **cache).logits[:, -1]  # (B, V)
     pieces = [prompts]
     for index in range(new_tokens):
         token = logits.argmax(-1, keepdim=True)  # (B, 1)
         pieces.append(token)
         if index < new_tokens - 1:
-            logits = target(token, past_key_values=cache, use_cache=True).logits[:, -1]
+            logits = target(token, use_cache=True, **cache).logits[:, -1]
     return torch.cat(pieces, dim=1)
 
 
