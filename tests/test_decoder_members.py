@@ -101,3 +101,27 @@ def test_hf_member_masks_padded_vocabulary_rows():
     logits = member.forward(torch.tensor([4, 5]))
     assert (logits[:, 64:] == -math.inf).all() and torch.isfinite(logits[:, :64]).all()
     assert member.token_map()["w5"] == 5
+
+
+def test_hf_member_passes_its_cache_without_a_deprecation_warning():
+    """Issue 23, item 7: transformers 5.2x renamed `past_key_values` to `cache` and warns on the
+    old name (a FutureWarning on every run with a Llama model); the member passes the name the
+    model takes. Negative control: the old name does warn, so the check can fail."""
+    import warnings
+
+    from polyplan.decoder.hf import cache_keyword
+
+    model = tiny_llama(0)
+    member = HFMember(model)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        member.forward(torch.tensor([1, 2, 3]), keep_last=1)
+        member.forward(torch.tensor([4]), keep_last=1)
+    assert not [w for w in caught if "past_key_values" in str(w.message)]
+    if cache_keyword(model) == "cache":
+        from transformers import DynamicCache
+
+        with warnings.catch_warnings(record=True) as old:
+            warnings.simplefilter("always")
+            model(input_ids=torch.tensor([[1, 2]]), past_key_values=DynamicCache(config=model.config), use_cache=True)
+        assert [w for w in old if "past_key_values" in str(w.message)]
