@@ -43,7 +43,7 @@ def _planned(plan: ChainPlan, intervals: PredictionIntervals | None) -> PlannedC
         paper_time_per_token_s=paper.time_per_token,
         paper_length_sources=tuple(paper.length_sources),
         paper_alpha_scale=paper.alpha_scale,
-        theorem_3_2=tuple(plan.insertion_verdicts),
+        insertion_verdicts=tuple(plan.insertion_verdicts),
     )
 
 
@@ -73,11 +73,7 @@ def plan_of(
     return PlanFile(
         target=result.target,
         sampling=result.sampling,
-        chain=best.chain,
-        block_sizes=best.block_sizes,
-        fingerprints=tuple((name, dict(result.fingerprints)[name]) for name in best.chain),
-        predicted_speedup=best.exact_speedup,
-        paper_speedup=best.paper_speedup,
+        alternatives=tuple(_planned(plan, intervals) for plan in result.ranked),
         device=result.device,
         profiled_fingerprints=dict(result.fingerprints),
         profile=ProfileRecord(profile_path, SCHEMA_VERSION, profile_digest),
@@ -88,7 +84,6 @@ def plan_of(
         switch_costs=dict(result.switch_costs),
         search=SearchRecord(result.max_levels, result.k_max, best.search, result.context_length, result.acceptance_model),
         warnings=tuple(result.warnings),
-        alternatives=tuple(_planned(plan, intervals) for plan in result.ranked),
         insertions=tuple(note.line for note in result.insertions),
         prediction_intervals=None if intervals is None else IntervalsRecord(
             intervals.level, intervals.resamples, intervals.seed, intervals.latency_source, intervals.acceptance_source,

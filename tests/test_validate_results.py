@@ -98,7 +98,7 @@ def test_plan_records_overhead_predictions_and_verdicts_for_every_ranked_chain(p
     assert payload["loop_overhead"] == {"per_step_s": 1e-4, "per_round_s": 3e-4}
     assert plan.loop_overhead == LoopOverhead(1e-4, 3e-4)
     three = next(a for a in payload["alternatives"] if len(a["chain"]) == 3)
-    assert three["theorem_3_2"] == [{"model": "vicuna-7b-w4", "verdict": "helps"}]
+    assert three["insertion_verdicts"] == [{"model": "vicuna-7b-w4", "verdict": "helps"}]
     assert profile_overhead(load(EXAMPLE), "greedy") is None
 
 

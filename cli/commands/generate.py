@@ -91,12 +91,11 @@ def _planned(plan: Path, candidates: Path | None, device: str | None) -> _Reques
 
     planned = read_plan(plan)
     candidate_set = _on_device(plan_candidates(planned, str(plan), candidates), device)
-    headline = planned.alternatives[0]
     return _Request(
         chain_candidates(planned.chain, candidate_set),
         planned.block_sizes,
         SamplingMode.parse(planned.sampling).temperature,
-        headline.verify_widths if headline.chain == planned.chain else (),
+        planned.best.verify_widths,
     )
 
 
