@@ -144,7 +144,7 @@ def _record(chain, repeat, prompt, decode, tokens=(1, 2, 3, 4), levels=1):
     return RunRecord(
         chain=chain, repeat=repeat, prompt=prompt, decode_s=decode, prefill_s=0.01, token_ids=tuple(tokens),
         forward_passes=(2,) * levels, forward_seconds=(decode / 2,) * levels,
-        tokens_per_verification=((2, 2),) + ((),) * (levels - 1), tokens_proposed=(4,) + (0,) * (levels - 1),
+        tokens_per_verification=((2, 2),) + ((),) * (levels - 1), tokens_drafted=(4,) + (0,) * (levels - 1),
         tokens_accepted=(2,) + (0,) * (levels - 1),
     )
 

@@ -243,7 +243,7 @@ def _run(spec: ChainSpec, primed, prompt: torch.Tensor, index: int, tokens: int,
         tuple(level.forward_passes for level in levels),
         tuple(level.wall_time_s for level in levels),
         tuple(level.tokens_per_verification for level in levels),
-        tuple(level.tokens_proposed for level in levels),
+        tuple(level.tokens_drafted for level in levels),
         tuple(level.tokens_accepted for level in levels),
     )
 
