@@ -28,7 +28,7 @@ from polyplan.formats.errors import PolyplanError
 from polyplan.formats.plan import PlanFile, read_plan
 from polyplan.formats.profile import Profile
 from polyplan.formats.profile_codec import load
-from polyplan.planner.plan_file import plan_from_profile
+from polyplan.planner.plan_file import plan_from_profile, planned_from_profile
 from polyplan.planner.search import Recommendation
 from polyplan.models.candidate_file import CandidateFile, plan_candidates, read_candidate_file
 from polyplan.models.fingerprints import LoadedModels, load_models
@@ -178,10 +178,12 @@ def _stderr(line: str) -> None:
 
 @dataclass(frozen=True)
 class Recommended:
-    """A plan made from freshly completed profiling: the search's result and its profile."""
+    """A plan made from freshly completed profiling: the search's result, its profile and the
+    plan written (as it was written)."""
 
     recommendation: Recommendation
     profiled: ProfiledCandidates
+    plan: PlanFile
 
 
 def recommend_candidates(
@@ -200,9 +202,9 @@ def recommend_candidates(
     rank the chains (`plan_from_profile` with `plan_options`) and write the plan to `out`."""
     profiled = profile_candidates(candidates_path, profile_path=profile_path, prompts=prompts, cache_dir=cache_dir,
                                   device=device, temperature=temperature, progress=progress)
-    recommendation = plan_from_profile(profiled.profile, out, profile_path=str(profiled.path), candidates=profiled.record,
-                                       drafters=profiled.drafters, **plan_options)
-    return Recommended(recommendation, profiled)
+    planned = planned_from_profile(profiled.profile, out, profile_path=str(profiled.path), candidates=profiled.record,
+                                   drafters=profiled.drafters, **plan_options)
+    return Recommended(planned.recommendation, profiled, planned.plan)
 
 
 def plan_profile(planned: PlanFile) -> Profile | None:
@@ -335,11 +337,11 @@ def run_demo(settings, *, profile_progress=None, validation_progress=None, log=l
     )
     plan_path = out / PLAN_FILE
     encoded = encode_for(held_out, profiled.tokenizer)
-    recommendation = plan_from_profile(
+    planned = planned_from_profile(
         profiled.profile, plan_path, profile_path=str(profiled.path), candidates=profiled.record, drafters=profiled.drafters,
         max_levels=settings.max_levels, context_length=typical_context(encoded, settings.new_tokens),
     )
-    plan = read_plan(plan_path)
+    recommendation, plan = planned.recommendation, planned.plan  # as written to plan_path, not read back
     members = {model.name: model.member for model in profiled.models}
     with timing_lock():
         validation = _validate(plan, members, encoded, validation_settings, str(plan_path), held_out, validation_progress,

@@ -115,7 +115,21 @@ def write_plan(
     save_plan(plan_of(result, profile_path=profile_path, candidates=candidates, profile_digest=profile_digest), path)
 
 
-def plan_from_profile(
+@dataclasses.dataclass(frozen=True)
+class Planned:
+    """A recommendation and the plan made of it once: what plan.json holds (and `recommend
+    --json` prints), so that a run passes the plan on instead of reading its file back."""
+
+    recommendation: Recommendation
+    plan: PlanFile
+
+
+def plan_from_profile(profile: Profile, out: str | os.PathLike[str] | None, **options: Any) -> Recommendation:
+    """`planned_from_profile`'s recommendation (for callers that need only the ranking)."""
+    return planned_from_profile(profile, out, **options).recommendation
+
+
+def planned_from_profile(
     profile: Profile,
     out: str | os.PathLike[str] | None,
     *,
@@ -125,10 +139,10 @@ def plan_from_profile(
     resamples: int = DEFAULT_RESAMPLES,
     drafters: tuple[str, ...] | None = None,
     **search_options: Any,
-) -> Recommendation:
+) -> Planned:
     """`recommend` with the loop overhead the profile records (if any), the bootstrap
     intervals of every ranked chain's exact speedup (`resamples` replicates; 0: none) and the
-    profile's timing warnings, written to `out`.
+    profile's timing warnings, and its plan (with the profile's digest), written to `out`.
 
     `drafters`: the models a chain may use besides the target (default: every profiled one; a
     profile keeps entries of models outside the current candidates, which cannot be run).
@@ -144,6 +158,7 @@ def plan_from_profile(
             resamples=resamples, seed=int(search_options.get("seed", 0)),
         )
     result = dataclasses.replace(result, intervals=intervals, warnings=timing_warnings(profile))
+    plan = plan_of(result, profile_path=profile_path, candidates=candidates, profile_digest=profile_digest(profile))
     if out is not None:
-        write_plan(result, out, profile_path=profile_path, candidates=candidates, profile_digest=profile_digest(profile))
-    return result
+        save_plan(plan, out)
+    return Planned(result, plan)

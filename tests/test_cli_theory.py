@@ -90,6 +90,8 @@ def test_recommend_prints_ranked_chains_and_writes_the_plan(tmp_path):
     assert len(best["block_sizes"]) == 2 and set(plan["fingerprints"]) >= set(best["chain"])
     printed = json.loads(_ok(["recommend", "--profile", str(EXAMPLE), "--out", str(out), "--json", "--max-levels", "2"]).stdout)
     assert len(printed["alternatives"][0]["chain"]) == 2
+    # --json prints the plan it saved, not one built again (which lacked the profile's digest)
+    assert printed == json.loads(out.read_text()) and printed["profile"]["digest"].startswith("sha256:")
 
 
 def _bad_profile(tmp_path: Path, old: str, new: str) -> str:

@@ -64,6 +64,7 @@ def test_validate_json_has_one_entry_per_chain_and_greedy_outputs_equal(workspac
                      "--out", str(tmp_path / "report"), "--json")
     assert result.exit_code == 0, result.output
     payload = json.loads(result.stdout)
+    assert payload == json.loads((tmp_path / "report" / "report.json").read_text())  # printed what it wrote
     chains = payload["chains"]
     assert [entry["recommended"] for entry in chains].count(True) == 1
     assert chains[0]["chain"] == json.loads(planned.read_text())["alternatives"][0]["chain"]
