@@ -124,3 +124,24 @@ def test_a_profile_whose_prompt_file_is_gone_asks_for_prompts_in_one_line(profil
     result = _invoke("recommend", "--candidates", profiled / "models.yaml", "--profile", moved, "--threads", "1")
     assert result.exit_code != 0 and "Traceback" not in result.output
     assert f"was measured on the prompts in {tmp_path / 'gone.jsonl'}, which is not there any more; pass --prompts" in result.output
+
+
+def test_a_profiling_run_reads_its_profile_once(profiled, monkeypatch):
+    """Resuming a profile decodes the file once (it was up to six times: the foreign check,
+    the resumed settings and prompts, the previous runs, forgetting latency, the run itself)."""
+    import polyplan.formats.profile_codec as codec
+    import polyplan.profiler.checks as checks
+    import polyplan.profiler.profile_cache as cache
+    from polyplan.loop.pipeline import profile_candidates
+
+    reads = []
+
+    def counted(path, *args, **kwargs):
+        reads.append(Path(path).name)
+        return codec.load(path, *args, **kwargs)
+
+    for module in (cache, checks):
+        monkeypatch.setattr(module, "load", counted)
+    result = profile_candidates(profiled / "models.yaml", profile_path=profiled / "profile.json", fresh_timings=True)
+    assert reads == ["profile.json"]
+    assert result.path == profiled / "profile.json" and result.reused > 0
