@@ -10,7 +10,7 @@ from dataclasses import dataclass
 class LevelStats:
     """Counts for one chain member M_i over one `generate` call.
 
-    The verification counts belong to the *verifier*: level i's `tokens_proposed` are the
+    The verification counts belong to the *verifier*: level i's `tokens_drafted` are the
     tokens the sub-chain below handed M_i to verify. The last member M_n verifies nothing,
     so its verification fields are zero and empty (as is M_1's when n = 1).
 
@@ -18,7 +18,7 @@ class LevelStats:
         model: The member's name.
         forward_passes: Forward passes of this member (φ_i), the prompt prefill included
             (it is fused with the member's first pass).
-        tokens_proposed: Drafted tokens this member verified.
+        tokens_drafted: Drafted tokens this member verified.
         tokens_accepted: Of those, the accepted ones.
         tokens_per_verification: Tokens each verification produced (accepted + 1 recovered
             or bonus), in order: the samples of L_i from which μ and σ come. The top level's
@@ -30,7 +30,7 @@ class LevelStats:
 
     model: str
     forward_passes: int
-    tokens_proposed: int
+    tokens_drafted: int
     tokens_accepted: int
     tokens_per_verification: tuple[int, ...]
     wall_time_s: float
@@ -42,8 +42,8 @@ class LevelStats:
 
     @property
     def acceptance_rate(self) -> float:
-        """Accepted / proposed (NaN when nothing was proposed)."""
-        return self.tokens_accepted / self.tokens_proposed if self.tokens_proposed else float("nan")
+        """Accepted / drafted (NaN when nothing was drafted)."""
+        return self.tokens_accepted / self.tokens_drafted if self.tokens_drafted else float("nan")
 
     @property
     def mean_tokens_per_verification(self) -> float:

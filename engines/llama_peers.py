@@ -181,7 +181,7 @@ def run_llama_peers(plan_path, *, prompts_path=None, candidates_path=None, threa
                         result = generate(chain, list(prompt.ids), max_new_tokens=new_tokens, block_sizes=block_sizes,
                                           sampling=Sampling(0.0))  # no eos: exactly new_tokens, as the servers
                         runs.append(PeerRun(label, number, prompt.prompt.kind, tuple(result.token_ids), time.perf_counter() - start,
-                                            None, result.levels[0].tokens_proposed, result.levels[0].tokens_accepted))
+                                            None, result.levels[0].tokens_drafted, result.levels[0].tokens_accepted))
                     else:
                         done = servers[label].complete(prompt.ids, new_tokens)
                         runs.append(PeerRun(label, number, prompt.prompt.kind, done.token_ids, done.wall_s, done.tokens_per_s,

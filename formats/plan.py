@@ -1,18 +1,13 @@
 """plan.json: what `polyplan recommend` writes and `validate`, `export`, `bench` and the decoder read
 (its types and its reader; `planner.plan_file` holds the math that builds one).
 
-Format (``plan_version`` 1)::
+Format (``plan_version`` 2; each ranked chain is stored once, the plan's own chain first)::
 
     {
-      "plan_version": 1,
+      "plan_version": 2,
       "target": "vicuna-7b",
       "device": "...",                       # copied from the profile
       "sampling": "greedy",                  # the profile key the plan was made for
-      "chain": ["vicuna-7b", "w4", "eagle"], # from the target down (M_1 … M_n)
-      "block_sizes": [7, 1],                 # K_1 … K_{n-1}
-      "verify_widths": [[[2, 4], [3, 4]], []],  # per verifying level, [k, width]: a pass over k
-                                             # tokens runs padded to width (planner.verify_width);
-                                             # absent in older plans (never pad)
       "fingerprints": {"vicuna-7b": "...", …},   # of every profiled model, from the profile
       "profile": {"path": "profile.json", "schema_version": 1,
                   "digest": "sha256:..."},  # optional: of the profile planned on (plan_check)
@@ -21,22 +16,25 @@ Format (``plan_version`` 1)::
       "loop_overhead": {"per_step_s": ..., "per_round_s": ...},    # or null: see planner.overhead
       "switch_costs": {"eagle": [0.0002, 0.00005], …},  # per model: extra seconds of the 1st, 2nd, …
                                              # pass after a switch (planner.overhead); {} when none
-      "predicted": {                         # the exact model (planner.cost_model)
-        "speedup": 2.32, "cost_per_token_s": 0.0107,
-        "forwards_per_token": [...], "time_per_token_s": [...],
-        "tokens_per_verification": [...], "drafted_per_verification": [...],
-        "wasted_per_verification": [...], "acceptances": [...], "overhead_per_token_s": ...,
-        "interval": [2.18, 2.41]             # optional: bootstrap interval of "speedup"
-      },                                     # (planner.prediction_interval)
-      "paper": {                             # Lemma 3.1 (planner.paper_model)
-        "speedup": 4.54, "time_per_token_s": ..., "phi_per_token": [...],
-        "mean_lengths": [...], "length_sources": ["decoded", "eq3"], "alpha_scale": 1
-      },
-      "alternatives": [                      # every ranked chain, best first (the plan's is first)
-        {"chain": [...], "block_sizes": [...], "exact_speedup": ..., "paper_speedup": ...,
-         "acceptances": [...], "exact": {<as "predicted">}, "paper": {<as "paper">},
-         "theorem_3_2": [{"model": "w4", "verdict": "helps"}],   # per intermediate model
-         "verify_widths": [...]}             # as above, for this chain
+      "alternatives": [                      # every ranked chain, best first: the first is the
+        {                                    # plan's chain (what generate --plan and export run)
+          "chain": ["vicuna-7b", "w4", "eagle"],   # from the target down (M_1 … M_n)
+          "block_sizes": [7, 1],             # K_1 … K_{n-1}
+          "verify_widths": [[[2, 4], [3, 4]], []], # per verifying level, [k, width]: a pass over
+                                             # k tokens runs padded to width (planner.verify_width)
+          "exact": {                         # the exact model (planner.cost_model)
+            "speedup": 2.32, "cost_per_token_s": 0.0107,
+            "forwards_per_token": [...], "time_per_token_s": [...],
+            "tokens_per_verification": [...], "drafted_per_verification": [...],
+            "wasted_per_verification": [...], "acceptances": [...], "overhead_per_token_s": ...,
+            "interval": [2.18, 2.41]         # optional: bootstrap interval of "speedup"
+          },                                 # (planner.prediction_interval)
+          "paper": {                         # Lemma 3.1 (planner.paper_model)
+            "speedup": 4.54, "time_per_token_s": ..., "phi_per_token": [...],
+            "mean_lengths": [...], "length_sources": ["decoded", "eq3"], "alpha_scale": 1
+          },
+          "insertion_verdicts": [{"model": "w4", "verdict": "helps"}]   # per intermediate model
+        }                                    # (Theorem 3.2, planner.insertion)
       ],
       "insertions": ["in: w4: ...", ...],
       "prediction_intervals": {              # optional (absent in older plans)
@@ -51,6 +49,13 @@ Format (``plan_version`` 1)::
                  "acceptance_model": "iid"}   # or "runs": see planner.runs
     }
 
+A version-1 plan (polyplan before plan version 2) still reads: `decode_plan` migrates it on
+read (`migrate_v1`). Version 1 repeated the first chain at the top level (`chain`,
+`block_sizes`, `verify_widths`, `predicted`, `paper`) and its predicted speedups in each
+entry (`exact_speedup`, `paper_speedup`, `acceptances`), and called the verdicts
+`theorem_3_2`; a version-1 plan whose top level disagrees with its first chain was edited
+and is refused.
+
 This module is its one codec: `encode_plan` / `save_plan` write a `PlanFile`, and
 `formats.plan.read_plan` reads it into a frozen `PlanFile` (every field a consumer reads,
 validated once, each failure one `PolyplanError` naming the file and the field);
@@ -60,6 +65,7 @@ validated once, each failure one `PolyplanError` naming the file and the field);
 from __future__ import annotations
 
 import json
+import math
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -72,7 +78,7 @@ from polyplan.formats.kinds import foreign_file
 from polyplan.formats.overhead import LoopOverhead, SwitchCost, overhead_from_json, switch_cost
 from polyplan.formats.sampling import SamplingMode
 
-PLAN_VERSION = 1
+PLAN_VERSION = 2
 
 
 @dataclass(frozen=True)
@@ -137,7 +143,7 @@ class PlannedChain:
     paper_phi_per_token: tuple[float, ...]  # Lemma 3.1's φ_i / N, per model
     paper_mean_lengths: tuple[float, ...]  # Lemma 3.1's E[L_i], per verifying level
     overhead_per_token_s: float  # the loop overhead the exact model included (0 when none)
-    exact_interval: tuple[float, float] | None = None  # bootstrap interval of exact_speedup (None: older plan)
+    exact_interval: tuple[float, float] | None = None  # bootstrap interval of exact_speedup (None: not made)
     # per verifying level, the padded widths the exact model assumed (planner.verify_width);
     # () in a plan from before they were recorded: the decoder then never pads
     verify_widths: tuple[VerifyWidths, ...] = ()
@@ -147,7 +153,8 @@ class PlannedChain:
     paper_time_per_token_s: float | None = None  # Lemma 3.1's T / N
     paper_length_sources: tuple[str, ...] = ()  # "decoded" or "eq3" per level
     paper_alpha_scale: float | None = None
-    theorem_3_2: tuple[tuple[str, str], ...] = ()  # (intermediate model, "helps" / "no_gain")
+    # (intermediate model, "helps" / "no_gain"): Theorem 3.2's verdict (planner.insertion)
+    insertion_verdicts: tuple[tuple[str, str], ...] = ()
 
     def label(self) -> str:
         return " > ".join(self.chain)
@@ -198,15 +205,13 @@ class SearchRecord:
 
 @dataclass(frozen=True)
 class PlanFile:
-    """The fields of plan.json its readers use, validated once by `read_plan`."""
+    """The fields of plan.json its readers use, validated once by `read_plan`. The plan's own
+    chain is its best ranked chain, `best` (`alternatives[0]`); `chain`, `block_sizes` and
+    `fingerprints` are that chain's."""
 
     target: str
     sampling: str  # a `formats.sampling.SamplingMode` key
-    chain: tuple[str, ...]
-    block_sizes: tuple[int, ...]
-    fingerprints: tuple[tuple[str, str], ...]  # of the chain's members
-    predicted_speedup: float
-    paper_speedup: float
+    alternatives: tuple[PlannedChain, ...]  # every ranked chain, best first (the plan's own first)
     device: str = ""
     # of every profiled model (what `validate` checks the candidates against)
     profiled_fingerprints: Mapping[str, str] = field(default_factory=dict)
@@ -216,9 +221,26 @@ class PlanFile:
     switch_costs: Mapping[str, SwitchCost] = field(default_factory=dict)
     search: SearchRecord = SearchRecord()
     warnings: tuple[str, ...] = ()
-    alternatives: tuple[PlannedChain, ...] = ()  # every ranked chain, best first (the plan's own first)
     insertions: tuple[str, ...] = ()  # why each model is in or out (planner.search)
     prediction_intervals: IntervalsRecord | None = None
+
+    @property
+    def best(self) -> PlannedChain:
+        """The plan's own chain: the first ranked one."""
+        return self.alternatives[0]
+
+    @property
+    def chain(self) -> tuple[str, ...]:
+        return self.best.chain
+
+    @property
+    def block_sizes(self) -> tuple[int, ...]:
+        return self.best.block_sizes
+
+    @property
+    def fingerprints(self) -> tuple[tuple[str, str], ...]:
+        """(name, fingerprint) of the plan's chain's members."""
+        return tuple((name, self.profiled_fingerprints[name]) for name in self.chain)
 
 
 def save_plan(plan: PlanFile, path: str | os.PathLike[str]) -> None:
@@ -227,17 +249,12 @@ def save_plan(plan: PlanFile, path: str | os.PathLike[str]) -> None:
 
 
 def encode_plan(plan: PlanFile) -> dict[str, Any]:
-    """The plan.json object of `plan` (the layout in the module docstring); its headline
-    chain and predictions are those of its first ranked chain."""
-    best = plan.alternatives[0]
+    """The plan.json object of `plan` (the layout in the module docstring)."""
     return {
         "plan_version": PLAN_VERSION,
         "target": plan.target,
         "device": plan.device,
         "sampling": plan.sampling,
-        "chain": list(plan.chain),
-        "block_sizes": list(plan.block_sizes),
-        "verify_widths": [widths.to_json() for widths in best.verify_widths],
         "fingerprints": dict(plan.profiled_fingerprints),
         "profile": {"path": plan.profile.path, "schema_version": plan.profile.schema_version,
                     **({"digest": plan.profile.digest} if plan.profile.digest else {})},
@@ -246,8 +263,6 @@ def encode_plan(plan: PlanFile) -> dict[str, Any]:
         },
         "loop_overhead": None if plan.loop_overhead is None else plan.loop_overhead.to_json_dict(),
         "switch_costs": {name: list(cost) for name, cost in plan.switch_costs.items()},
-        "predicted": _exact_json(best),
-        "paper": _paper_json(best),
         "alternatives": [_alternative_json(chain) for chain in plan.alternatives],
         "insertions": list(plan.insertions),
         "prediction_intervals": None if plan.prediction_intervals is None else _intervals_json(plan.prediction_intervals),
@@ -289,13 +304,10 @@ def _alternative_json(chain: PlannedChain) -> dict[str, Any]:
     return {
         "chain": list(chain.chain),
         "block_sizes": list(chain.block_sizes),
-        "exact_speedup": chain.exact_speedup,
-        "paper_speedup": chain.paper_speedup,
-        "acceptances": list(chain.acceptances),
+        "verify_widths": [widths.to_json() for widths in chain.verify_widths],
         "exact": _exact_json(chain),
         "paper": _paper_json(chain),
-        "theorem_3_2": [{"model": model, "verdict": verdict} for model, verdict in chain.theorem_3_2],
-        "verify_widths": [widths.to_json() for widths in chain.verify_widths],
+        "insertion_verdicts": [{"model": model, "verdict": verdict} for model, verdict in chain.insertion_verdicts],
     }
 
 
@@ -328,41 +340,23 @@ def decode_plan(payload: Any, label: str = "plan.json") -> PlanFile:
     foreign = foreign_file(payload, "plan")
     if foreign is not None:
         raise PolyplanError(f"{label}: {foreign}")
+    if payload.get("plan_version") == 1:
+        payload = migrate_v1(payload, label)
     if payload.get("plan_version") != PLAN_VERSION:
-        fail("plan_version", f"unsupported version {payload.get('plan_version')!r}; this polyplan reads {PLAN_VERSION}")
+        fail("plan_version", f"unsupported version {payload.get('plan_version')!r}; this polyplan reads 1 and {PLAN_VERSION}")
     for key in ("target", "sampling"):
         if not isinstance(payload.get(key), str) or not payload[key]:
             fail(key, "must be a non-empty string")
     sampling = SamplingMode.parse(payload["sampling"], f"{label}: sampling")
-    chain = payload.get("chain")
-    if not isinstance(chain, list) or not chain or not all(isinstance(name, str) and name for name in chain):
-        fail("chain", "must be a non-empty list of model names")
-    if chain[0] != payload["target"]:
-        fail("chain", f"must start with the target {payload['target']!r}")
-    blocks = payload.get("block_sizes")
-    if not isinstance(blocks, list) or len(blocks) != len(chain) - 1:
-        fail("block_sizes", f"must list {len(chain) - 1} block sizes (one per verifying level)")
-    for index, k in enumerate(blocks):
-        if isinstance(k, bool) or not isinstance(k, int) or k < 1:
-            fail(f"block_sizes[{index}]", f"must be an integer >= 1, got {k!r}")
+    alternatives = _alternatives(payload.get("alternatives"), payload["target"], label)
     prints = payload.get("fingerprints")
-    if not isinstance(prints, dict) or any(name not in prints for name in chain):
-        fail("fingerprints", "must give a fingerprint for every chain member")
-    speeds = []
-    for section in ("predicted", "paper"):
-        value = payload[section].get("speedup") if isinstance(payload.get(section), dict) else None
-        if not is_finite_number(value) or value <= 0:
-            fail(f"{section}.speedup", f"must be a finite number > 0, got {value!r}")
-        speeds.append(float(value))
+    if not isinstance(prints, dict) or any(name not in prints for name in alternatives[0].chain):
+        fail("fingerprints", "must give a fingerprint for every member of the plan's chain (alternatives[0])")
     overhead = payload.get("loop_overhead")
     return PlanFile(
         target=payload["target"],
         sampling=sampling.key,
-        chain=tuple(chain),
-        block_sizes=tuple(blocks),
-        fingerprints=tuple((name, str(prints[name])) for name in chain),
-        predicted_speedup=speeds[0],
-        paper_speedup=speeds[1],
+        alternatives=alternatives,
         device=str(payload.get("device", "")),
         profiled_fingerprints={str(name): str(value) for name, value in prints.items()},
         profile=_profile_record(payload.get("profile")),
@@ -371,10 +365,53 @@ def decode_plan(payload: Any, label: str = "plan.json") -> PlanFile:
         switch_costs=_switch_costs(payload.get("switch_costs", {}), label),
         search=_search_record(payload.get("search")),
         warnings=tuple(line for line in payload.get("warnings") or [] if isinstance(line, str)),
-        alternatives=_alternatives(payload.get("alternatives"), payload["target"], label),
         insertions=tuple(line for line in payload.get("insertions") or [] if isinstance(line, str)),
         prediction_intervals=_intervals_record(payload.get("prediction_intervals")),
     )
+
+
+_V1_HEADLINE = ("chain", "block_sizes", "verify_widths", "predicted", "paper")  # the first chain again
+_V1_REPEATED = ("exact_speedup", "paper_speedup", "acceptances")  # each entry's exact/paper again
+_EDITED = "the plan was edited; refused, re-run polyplan recommend"
+
+
+def migrate_v1(payload: dict[str, Any], label: str = "plan.json") -> dict[str, Any]:
+    """The version-2 object of a version-1 plan: its headline fields, which repeated the first
+    ranked chain, are dropped once they agree with it (a plan whose headline disagrees was
+    edited: `PolyplanError`); so are each entry's repeated speedups and acceptances;
+    `theorem_3_2` is called `insertion_verdicts`."""
+    entries = payload.get("alternatives")
+    if not isinstance(entries, list) or not entries or not isinstance(entries[0], dict):
+        raise PolyplanError(f"{label}: alternatives: must be a non-empty list of ranked chains")
+    first = entries[0]
+    chain, blocks = payload.get("chain"), payload.get("block_sizes")
+    if chain != first.get("chain") or blocks != first.get("block_sizes"):
+        raise PolyplanError(
+            f"{label}: chain {chain} with block_sizes {blocks} is not its first ranked chain "
+            f"({first.get('chain')}, {first.get('block_sizes')}): {_EDITED}"
+        )
+    for section, ranked in (("predicted", first.get("exact")), ("paper", first.get("paper"))):
+        recorded = payload[section].get("speedup") if isinstance(payload.get(section), dict) else None
+        expected = ranked.get("speedup") if isinstance(ranked, dict) else None
+        if not is_finite_number(recorded) or not is_finite_number(expected):
+            raise PolyplanError(f"{label}: {section}.speedup: must be a finite number > 0, got {recorded!r}")
+        if not math.isclose(recorded, expected, rel_tol=1e-6, abs_tol=1e-12):
+            raise PolyplanError(
+                f"{label}: {section}.speedup {recorded:g} differs from its first ranked chain's {expected:g}: {_EDITED}"
+            )
+    migrated = {key: value for key, value in payload.items() if key not in _V1_HEADLINE}
+    migrated["plan_version"] = 2
+    migrated["alternatives"] = [_migrated_entry(entry) for entry in entries]
+    return migrated
+
+
+def _migrated_entry(entry: Any) -> Any:
+    if not isinstance(entry, dict):
+        return entry
+    migrated = {key: value for key, value in entry.items() if key not in _V1_REPEATED and key != "theorem_3_2"}
+    if "theorem_3_2" in entry:
+        migrated["insertion_verdicts"] = entry["theorem_3_2"]
+    return migrated
 
 
 # The records below were read leniently before they were typed (a missing or malformed one
@@ -463,6 +500,8 @@ def _alternatives(entries: Any, target: str, label: str) -> tuple[PlannedChain, 
         exact, paper = entry["exact"], entry["paper"]
         levels = len(chain) - 1
         speeds = _numbers([exact.get("speedup"), paper.get("speedup")], 2, f"{where}: speedups")
+        if min(speeds) <= 0:
+            raise PolyplanError(f"{where}: speedups: must be > 0, got {list(speeds)}")
         chains.append(
             PlannedChain(
                 chain=tuple(chain),
@@ -489,8 +528,8 @@ def _alternatives(entries: Any, target: str, label: str) -> tuple[PlannedChain, 
                 paper_time_per_token_s=_number(paper.get("time_per_token_s")),
                 paper_length_sources=tuple(text for text in paper.get("length_sources") or [] if isinstance(text, str)),
                 paper_alpha_scale=_number(paper.get("alpha_scale")),
-                theorem_3_2=tuple(
-                    (item["model"], item["verdict"]) for item in entry.get("theorem_3_2") or []
+                insertion_verdicts=tuple(
+                    (item["model"], item["verdict"]) for item in entry.get("insertion_verdicts") or []
                     if isinstance(item, dict) and isinstance(item.get("model"), str) and isinstance(item.get("verdict"), str)
                 ),
             )

@@ -3,7 +3,7 @@
 - `profile_candidates` is the one profiling entry point (`polyplan profile`, `recommend
   --candidates`, `demo`, `bench peers`): it measures whatever the profile (the given file,
   else the user cache, `profiler.profile_cache`) lacks for everything the exact model reads —
-  the profiling run's latency curves and acceptance (`profiler.run.profile_models`, written
+  the profiling run's latency curves and acceptance (`profiler.run.profile_checked_models`, written
   after every entry), then the agreement sequences, the loop overhead, HF's loop overhead and
   the switch costs (`profiler.loop_costs`), each reused while its fingerprint holds.
 - `recommend_candidates`: profile, then plan (`planner.plan_file.plan_from_profile`, with the
@@ -26,10 +26,11 @@ from pathlib import Path
 from typing import Any
 
 from polyplan.formats.errors import PolyplanError
+from polyplan.formats.outputs import check_output_file
 from polyplan.formats.plan import PlanFile, read_plan
 from polyplan.formats.profile import Profile
 from polyplan.formats.profile_codec import load
-from polyplan.planner.plan_file import plan_from_profile
+from polyplan.planner.plan_file import plan_from_profile, planned_from_profile
 from polyplan.planner.search import Recommendation
 from polyplan.models.candidate_file import CandidateFile, plan_candidates, read_candidate_file
 from polyplan.models.fingerprints import LoadedModels, load_models
@@ -37,11 +38,11 @@ from polyplan.profiler.checks import check_inputs_fit, check_models, foreign_pro
 from polyplan.profiler.locks import profile_lock, timing_lock
 from polyplan.loop.loop_costs import LoopCostsRun, ensure_loop_costs
 from polyplan.profiler.profile_cache import (
-    cached_profile_path, forget_latency, previous_runs, readable_profile, recorded_prompts, resumed_prompts, resumed_settings,
+    cached_profile_path, forget_latency, previous_runs, prompts_of, readable_profile, recorded_prompts, settings_of,
 )
 from polyplan.profiler.prompts import EncodedPrompt
 from polyplan.profiler.prompt_sets import PromptSet, encode_for, prompt_set, validation_prompt_set
-from polyplan.profiler.run import ProfileOutcome, describe_device, profile_models
+from polyplan.profiler.run import ProfileOutcome, describe_device, profile_checked_models
 from polyplan.profiler.settings import ProfileSettings
 from polyplan.validation.report import ReportFiles, write_report
 from polyplan.validation.results import Validation
@@ -92,15 +93,16 @@ def profile_candidates(
 
     `candidates_path`: a models.yaml, or one already read (`read_candidate_file`, whose device
     wins over `device`). `settings` None: as the profile being resumed was measured
-    (`resumed_settings`, which adds the sampling `temperature` if given); `prompts` None: the
-    prompt file it was measured on (`resumed_prompts`), else the built-in prompts. `fresh_timings`:
+    (`settings_of`, which adds the sampling `temperature` if given); `prompts` None: the
+    prompt file it was measured on (`prompts_of`), else the built-in prompts. `fresh_timings`:
     re-time every latency curve, the loop overhead and the switch costs even when cached
     (timings go stale with the machine's load; acceptance statistics do not), keeping
     everything else. `calibration_tokens`: tokens per timed call of the loop-overhead
     calibration (fewer: faster, noisier). A `profile_path` made for other models or on another
     machine is never overwritten: with `keep_foreign` the run goes to the cache instead and
     `log` (default: stderr) says so; without, it is refused (`polyplan profile --out`). The
-    profile file is locked while the run works, and the machine's timing lock is held.
+    profile file is locked while the run works, and the machine's timing lock is held; it is
+    read once, its checks made once.
 
     Raises:
         PolyplanError: a bad models.yaml or prompt file, models that cannot share a chain,
@@ -114,38 +116,58 @@ def profile_candidates(
     path = Path(profile_path) if profile_path is not None else cached_profile_path(fingerprints, device_label, cache_dir)
     with contextlib.ExitStack() as held:
         held.enter_context(profile_lock(path))
+        existing = readable_profile(path)  # the one reading of the profile this run extends
         if profile_path is not None and keep_foreign:
-            foreign = foreign_profile_reason(readable_profile(path), loaded.models[0], device_label)
+            foreign = foreign_profile_reason(existing, loaded.models[0], device_label)
             if foreign is not None:
                 cached = cached_profile_path(fingerprints, device_label, cache_dir)
                 if settings is None:  # measure as the file the user pointed at was measured
-                    settings = resumed_settings(path, temperature)
-                prompts = prompts or resumed_prompts(path)
+                    settings = settings_of(existing, temperature)
+                prompts = prompts or prompts_of(existing, path)
                 (log or _stderr)(f"note: {path} is kept as it is ({foreign}); profiling into {cached} instead")
                 held.close()
                 path = cached
                 held.enter_context(profile_lock(path))
+                existing = readable_profile(path)
         if settings is None:
-            settings = resumed_settings(path, temperature)
-        prompts = prompts or resumed_prompts(path) or prompt_set()
+            settings = settings_of(existing, temperature)
+        prompts = prompts or prompts_of(existing, path) or prompt_set()
         fitted = _fitted_prompts(prompts, loaded, settings)
         check_models(loaded.models)  # bad input fails before waiting for another run's timings
         check_inputs_fit(loaded.models, fitted, settings)
+        check_output_file(path, "--out")
         held.enter_context(timing_lock())
-        return _profile_into(path, loaded, read.record, settings, prompts, fitted, device_label,
-                             fresh_timings, calibration_tokens, progress, started, log or _stderr)
+        run = _Run(path, loaded, read.record, settings, prompts, fitted, device_label, existing, started)
+        return _profile_into(run, fresh_timings, calibration_tokens, progress, log or _stderr)
 
 
-def _profile_into(path: Path, loaded: LoadedModels, record, settings: ProfileSettings, prompts: PromptSet,
-                  fitted: tuple[EncodedPrompt, ...], device_label: str, fresh_timings: bool, calibration_tokens: int,
-                  progress, started: float, log) -> ProfiledCandidates:
-    """The body of `profile_candidates`, with the profile `path` and the timing lock held."""
+@dataclass(frozen=True)
+class _Run:
+    """What one `profile_candidates` run settled before measuring: the profile file and what
+    it held (read once; None: none, or a broken file the profiler refuses), the models, the
+    settings and the prompts."""
+
+    path: Path
+    loaded: LoadedModels
+    record: Any  # the models.yaml record the profile keeps
+    settings: ProfileSettings
+    prompts: PromptSet
+    fitted: tuple[EncodedPrompt, ...]
+    device_label: str
+    existing: Profile | None
+    started: float
+
+
+def _profile_into(run: _Run, fresh_timings: bool, calibration_tokens: int, progress, log) -> ProfiledCandidates:
+    """The body of `profile_candidates`, with the profile's lock and the timing lock held."""
     from polyplan.planner.sample_size import too_few_prompts
 
-    previous = previous_runs(path)
-    if fresh_timings:
-        forget_latency(path)
-    outcome = profile_models(loaded.models, fitted, path, settings, device=loaded.device, progress=progress)
+    path, loaded, settings, prompts, fitted, device_label = run.path, run.loaded, run.settings, run.prompts, run.fitted, run.device_label
+    previous = previous_runs(run.existing)
+    if fresh_timings and run.existing is not None:
+        forget_latency(run.existing)
+    outcome = profile_checked_models(loaded.models, fitted, path, settings, device=loaded.device, progress=progress,
+                                     existing=run.existing)
     warning = too_few_prompts(len(fitted))
     if warning is not None:
         log(f"warning: {warning}")
@@ -157,8 +179,8 @@ def _profile_into(path: Path, loaded: LoadedModels, record, settings: ProfileSet
     )
     measured = len(outcome.measured) + loop_costs.measured
     profile.save(path)
-    return ProfiledCandidates(profile, path, loaded.models, loaded.tokenizer, record, measured, len(outcome.reused),
-                              time.perf_counter() - started, outcome, len(fitted), loop_costs)
+    return ProfiledCandidates(profile, path, loaded.models, loaded.tokenizer, run.record, measured, len(outcome.reused),
+                              time.perf_counter() - run.started, outcome, len(fitted), loop_costs)
 
 
 def _fitted_prompts(prompts: PromptSet, loaded: LoadedModels, settings: ProfileSettings) -> tuple[EncodedPrompt, ...]:
@@ -179,10 +201,12 @@ def _stderr(line: str) -> None:
 
 @dataclass(frozen=True)
 class Recommended:
-    """A plan made from freshly completed profiling: the search's result and its profile."""
+    """A plan made from freshly completed profiling: the search's result, its profile and the
+    plan written (as it was written)."""
 
     recommendation: Recommendation
     profiled: ProfiledCandidates
+    plan: PlanFile
 
 
 def recommend_candidates(
@@ -201,9 +225,9 @@ def recommend_candidates(
     rank the chains (`plan_from_profile` with `plan_options`) and write the plan to `out`."""
     profiled = profile_candidates(candidates_path, profile_path=profile_path, prompts=prompts, cache_dir=cache_dir,
                                   device=device, temperature=temperature, progress=progress)
-    recommendation = plan_from_profile(profiled.profile, out, profile_path=str(profiled.path), candidates=profiled.record,
-                                       drafters=profiled.drafters, **plan_options)
-    return Recommended(recommendation, profiled)
+    planned = planned_from_profile(profiled.profile, out, profile_path=str(profiled.path), candidates=profiled.record,
+                                   drafters=profiled.drafters, **plan_options)
+    return Recommended(planned.recommendation, profiled, planned.plan)
 
 
 def plan_profile(planned: PlanFile) -> Profile | None:
@@ -336,11 +360,11 @@ def run_demo(settings, *, profile_progress=None, validation_progress=None, log=l
     )
     plan_path = out / PLAN_FILE
     encoded = encode_for(held_out, profiled.tokenizer)
-    recommendation = plan_from_profile(
+    planned = planned_from_profile(
         profiled.profile, plan_path, profile_path=str(profiled.path), candidates=profiled.record, drafters=profiled.drafters,
         max_levels=settings.max_levels, context_length=typical_context(encoded, settings.new_tokens),
     )
-    plan = read_plan(plan_path)
+    recommendation, plan = planned.recommendation, planned.plan  # as written to plan_path, not read back
     members = {model.name: model.member for model in profiled.models}
     with timing_lock():
         validation = _validate(plan, members, encoded, validation_settings, str(plan_path), held_out, validation_progress,

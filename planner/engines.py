@@ -287,7 +287,7 @@ def export_plan(
         chosen=typeable[0],
         options=tuple(ranked + others),
         polyplan_chain=plan.chain,
-        polyplan_speedup=plan.predicted_speedup,
+        polyplan_speedup=plan.best.exact_speedup,
         overhead_note=used.note,
         baseline_call=baseline_call,
         context_length=int(context_length) if isinstance(context_length, (int, float)) else None,

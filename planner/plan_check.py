@@ -1,8 +1,8 @@
 """Is plan.json still what the planner made? Checked before `validate` runs anything.
 
-A plan is consistent when (1) its headline fields (chain, block sizes, both predicted
-speedups) are those of its first ranked chain, (2) its loop overhead and switch costs are
-well formed, and (3) when the profile it records is still readable and unchanged (the digest
+A plan is consistent when (1) its loop overhead and switch costs are well formed (read by
+`formats.plan`, which also refuses a version-1 plan whose headline disagrees with its first
+ranked chain), and (2) when the profile it records is still readable and unchanged (the digest
 the plan records), the exact model gives, for every ranked chain and its block sizes, the
 speedup the plan recorded. A hand-edited plan
 (or one whose profile changed since) is refused with a line saying which field disagrees,
@@ -34,19 +34,6 @@ def check_plan(plan: PlanFile, label: str, profile: Profile | None = None) -> tu
         PolyplanError: naming `label` and what disagrees, ending in "re-run polyplan recommend".
     """
     chains = plan.alternatives
-    first = chains[0]
-    if first.chain != plan.chain or first.block_sizes != plan.block_sizes:
-        raise PolyplanError(
-            f"{label}: chain {list(plan.chain)} with block_sizes {list(plan.block_sizes)} is not its first ranked chain "
-            f"({list(first.chain)}, {list(first.block_sizes)}): the plan was edited; refused, re-run polyplan recommend"
-        )
-    for field, recorded, ranked in (("predicted.speedup", plan.predicted_speedup, first.exact_speedup),
-                                    ("paper.speedup", plan.paper_speedup, first.paper_speedup)):
-        if not _close(recorded, ranked):
-            raise PolyplanError(
-                f"{label}: {field} {recorded:g} differs from its first ranked chain's {ranked:g}: the plan was edited; "
-                "refused, re-run polyplan recommend"
-            )
     overhead = plan.loop_overhead
     if profile is not None and _planned_on(plan, profile):
         _check_against_profile(plan, chains, profile, overhead, label)

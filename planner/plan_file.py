@@ -43,7 +43,7 @@ def _planned(plan: ChainPlan, intervals: PredictionIntervals | None) -> PlannedC
         paper_time_per_token_s=paper.time_per_token,
         paper_length_sources=tuple(paper.length_sources),
         paper_alpha_scale=paper.alpha_scale,
-        theorem_3_2=tuple(plan.insertion_verdicts),
+        insertion_verdicts=tuple(plan.insertion_verdicts),
     )
 
 
@@ -73,11 +73,7 @@ def plan_of(
     return PlanFile(
         target=result.target,
         sampling=result.sampling,
-        chain=best.chain,
-        block_sizes=best.block_sizes,
-        fingerprints=tuple((name, dict(result.fingerprints)[name]) for name in best.chain),
-        predicted_speedup=best.exact_speedup,
-        paper_speedup=best.paper_speedup,
+        alternatives=tuple(_planned(plan, intervals) for plan in result.ranked),
         device=result.device,
         profiled_fingerprints=dict(result.fingerprints),
         profile=ProfileRecord(profile_path, SCHEMA_VERSION, profile_digest),
@@ -88,7 +84,6 @@ def plan_of(
         switch_costs=dict(result.switch_costs),
         search=SearchRecord(result.max_levels, result.k_max, best.search, result.context_length, result.acceptance_model),
         warnings=tuple(result.warnings),
-        alternatives=tuple(_planned(plan, intervals) for plan in result.ranked),
         insertions=tuple(note.line for note in result.insertions),
         prediction_intervals=None if intervals is None else IntervalsRecord(
             intervals.level, intervals.resamples, intervals.seed, intervals.latency_source, intervals.acceptance_source,
@@ -120,7 +115,21 @@ def write_plan(
     save_plan(plan_of(result, profile_path=profile_path, candidates=candidates, profile_digest=profile_digest), path)
 
 
-def plan_from_profile(
+@dataclasses.dataclass(frozen=True)
+class Planned:
+    """A recommendation and the plan made of it once: what plan.json holds (and `recommend
+    --json` prints), so that a run passes the plan on instead of reading its file back."""
+
+    recommendation: Recommendation
+    plan: PlanFile
+
+
+def plan_from_profile(profile: Profile, out: str | os.PathLike[str] | None, **options: Any) -> Recommendation:
+    """`planned_from_profile`'s recommendation (for callers that need only the ranking)."""
+    return planned_from_profile(profile, out, **options).recommendation
+
+
+def planned_from_profile(
     profile: Profile,
     out: str | os.PathLike[str] | None,
     *,
@@ -130,10 +139,10 @@ def plan_from_profile(
     resamples: int = DEFAULT_RESAMPLES,
     drafters: tuple[str, ...] | None = None,
     **search_options: Any,
-) -> Recommendation:
+) -> Planned:
     """`recommend` with the loop overhead the profile records (if any), the bootstrap
     intervals of every ranked chain's exact speedup (`resamples` replicates; 0: none) and the
-    profile's timing warnings, written to `out`.
+    profile's timing warnings, and its plan (with the profile's digest), written to `out`.
 
     `drafters`: the models a chain may use besides the target (default: every profiled one; a
     profile keeps entries of models outside the current candidates, which cannot be run).
@@ -149,6 +158,7 @@ def plan_from_profile(
             resamples=resamples, seed=int(search_options.get("seed", 0)),
         )
     result = dataclasses.replace(result, intervals=intervals, warnings=timing_warnings(profile))
+    plan = plan_of(result, profile_path=profile_path, candidates=candidates, profile_digest=profile_digest(profile))
     if out is not None:
-        write_plan(result, out, profile_path=profile_path, candidates=candidates, profile_digest=profile_digest(profile))
-    return result
+        save_plan(plan, out)
+    return Planned(result, plan)

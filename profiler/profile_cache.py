@@ -42,14 +42,14 @@ def readable_profile(path: Path) -> Profile | None:
         return None
 
 
-def resumed_settings(path: str | os.PathLike[str] | None, temperature: float | None = None) -> ProfileSettings:
-    """The settings the profile at `path` was measured with (its `profiler` record), else the defaults
+def settings_of(profile: Profile | None, temperature: float | None = None) -> ProfileSettings:
+    """The settings `profile` was measured with (its `profiler` record), else the defaults
     (with only `temperature` as sampling mode, when given); `temperature` is always among the
     modes. Resuming with other settings would re-measure every entry, since each entry's
     fingerprint includes its settings."""
     settings = ProfileSettings() if temperature is None else ProfileSettings(acceptance=AcceptanceSettings(temperatures=(temperature,)))
-    if path is not None and Path(path).is_file():
-        recorded = load(path).profiler
+    if profile is not None:
+        recorded = profile.profiler
         try:
             latency = {key: tuple(value) if isinstance(value, list) else value for key, value in recorded.latency.items()}
             acceptance = {key: tuple(value) if isinstance(value, list) else value for key, value in recorded.acceptance.items()}
@@ -62,14 +62,13 @@ def resumed_settings(path: str | os.PathLike[str] | None, temperature: float | N
     return settings
 
 
-def resumed_prompts(path: str | os.PathLike[str] | None) -> PromptSet | None:
-    """The prompt file the profile at `path` was measured on (its `profiler` record), as the
-    run read it; None when there is no such profile or it used the built-in prompts.
+def prompts_of(profile: Profile | None, path: str | os.PathLike[str] | None) -> PromptSet | None:
+    """The prompt file `profile` (read from `path`) was measured on (its `profiler` record), as
+    the run read it; None when there is no such profile or it used the built-in prompts.
 
     Raises:
         PolyplanError: the recorded file is gone (one line naming it and the way out).
     """
-    profile = readable_profile(Path(path)) if path is not None else None
     recorded = profile.profiler if profile is not None else None
     if recorded is None or recorded.prompt_file is None:
         return None
@@ -95,17 +94,13 @@ def recorded_prompts(record: ProfilerRecord | None, prompts: PromptSet) -> Profi
     return dataclasses.replace(record, prompt_file=prompt_file, raw_prompts=prompts.raw)
 
 
-def forget_latency(path: Path) -> None:
-    """Drop the latency fingerprints of the profile at `path`, so the run re-times the curves."""
-    profile = readable_profile(path)
-    if profile is None:
-        return
+def forget_latency(profile: Profile) -> None:
+    """Drop the latency fingerprints of `profile` (in memory, before a run extends it), so the
+    run re-times the curves."""
     for model in profile.models:
         model.latency_fingerprint = None
-    profile.save(path)
 
 
-def previous_runs(path: Path) -> AgreementRuns | None:
-    """The greedy agreement runs of the profile at `path` before a run rewrites it."""
-    profile = readable_profile(path)
+def previous_runs(profile: Profile | None) -> AgreementRuns | None:
+    """The greedy agreement runs of `profile` before a run rewrites it."""
     return None if profile is None else profile.acceptance_runs.get("greedy")

@@ -145,16 +145,34 @@ def profile_models(
     if not prompts:
         raise PolyplanError("prompts: none to profile with")
     out = Path(out)
-    progress = progress or _Silent()
     check_models(models)
     check_inputs_fit(models, prompts, settings)
     check_output_file(out, "--out")
     with profile_lock(out), timing_lock():
+        return profile_checked_models(models, prompts, out, settings, device=device, progress=progress, started=started)
+
+
+def profile_checked_models(
+    models: Sequence[ProfiledModel],
+    prompts: Sequence[EncodedPrompt],
+    out: Path,
+    settings: ProfileSettings,
+    *,
+    device: str = "cpu",
+    progress: Progress | None = None,
+    existing: Profile | None = None,
+    started: float | None = None,
+) -> ProfileOutcome:
+    """`profile_models` for a caller that has checked the models, prompts and `out` and holds
+    `out`'s profile lock and the timing lock (`loop.pipeline`, which reads the profile once
+    and passes it as `existing`; None: read `out` here, refusing a broken file)."""
+    started = time.perf_counter() if started is None else started
+    if existing is None:
         existing = read_existing(out)
-        device_label = describe_device(device)
-        check_same_profile(existing, out, models[0], device_label)
-        run = _Run(models, prompts, out, settings, device_label, existing, progress)
-        run.execute()
+    device_label = describe_device(device)
+    check_same_profile(existing, out, models[0], device_label)
+    run = _Run(models, prompts, out, settings, device_label, existing, progress or _Silent())
+    run.execute()
     phases = PhaseSeconds(**run.seconds)
     return ProfileOutcome(run.profile, out, tuple(run.measured), tuple(run.reused), time.perf_counter() - started, phases)
 

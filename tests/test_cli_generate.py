@@ -76,8 +76,8 @@ def test_generate_json_matches_greedy_target(folders):
     assert draft["tokens_per_verification"] == [] and draft["forward_passes"] >= 4
     assert payload["wall_time_s"] > 0
     # the readable acceptance metrics agree with the raw counts
-    assert top["tokens_drafted"] == top["tokens_proposed"] >= top["tokens_accepted"]
-    assert top["acceptance_rate"] == pytest.approx(top["tokens_accepted"] / top["tokens_proposed"])
+    assert "tokens_proposed" not in top and top["tokens_drafted"] >= top["tokens_accepted"]  # one name for the count
+    assert top["acceptance_rate"] == pytest.approx(top["tokens_accepted"] / top["tokens_drafted"])
     assert top["verifications"] == len(top["tokens_per_verification"])
     assert top["mean_tokens_per_verification"] == pytest.approx(sum(top["tokens_per_verification"]) / top["verifications"])
     assert payload["tokens_per_target_pass"] == pytest.approx(len(expected) / top["forward_passes"])

@@ -84,11 +84,14 @@ def test_recommend_prints_ranked_chains_and_writes_the_plan(tmp_path):
     assert "vicuna-7b > vicuna-7b-w4 > eagle" in text and "Why each model is in or out" in text
     assert f"wrote {out}" in text
     plan = json.loads(out.read_text())
-    assert plan["plan_version"] == 1
-    assert plan["chain"] == ["vicuna-7b", "vicuna-7b-w4", "eagle"]
-    assert len(plan["block_sizes"]) == 2 and set(plan["fingerprints"]) == set(plan["chain"])
+    assert plan["plan_version"] == 2
+    best = plan["alternatives"][0]
+    assert best["chain"] == ["vicuna-7b", "vicuna-7b-w4", "eagle"]
+    assert len(best["block_sizes"]) == 2 and set(plan["fingerprints"]) >= set(best["chain"])
     printed = json.loads(_ok(["recommend", "--profile", str(EXAMPLE), "--out", str(out), "--json", "--max-levels", "2"]).stdout)
-    assert len(printed["chain"]) == 2
+    assert len(printed["alternatives"][0]["chain"]) == 2
+    # --json prints the plan it saved, not one built again (which lacked the profile's digest)
+    assert printed == json.loads(out.read_text()) and printed["profile"]["digest"].startswith("sha256:")
 
 
 def _bad_profile(tmp_path: Path, old: str, new: str) -> str:

@@ -97,7 +97,7 @@ def test_hf_caches_match_the_committed_prefix_after_generate():
     chain = [HFMember(model, name=f"m{index}") for index, model in enumerate([target] + drafts)]
     prompt = [5, 17, 33]
     result = generate(chain, prompt, max_new_tokens=20, block_sizes=(3, 2), sampling=SAMPLE, generator=torch.Generator().manual_seed(0))
-    assert sum(level.tokens_proposed - level.tokens_accepted for level in result.levels) > 0  # there were rejections
+    assert sum(level.tokens_drafted - level.tokens_accepted for level in result.levels) > 0  # there were rejections
     sequence = prompt + list(result.token_ids)
     for member in chain:
         assert member.cache_length <= len(sequence)
@@ -174,7 +174,7 @@ def test_level_counts_add_up():
     assert top.forward_passes == top.verifications  # one pass per verification
     assert middle.forward_passes == middle.verifications
     assert last.forward_passes == 2 * middle.verifications  # K_2 = 2 drafted tokens per round
-    assert middle.tokens_proposed == last.forward_passes
+    assert middle.tokens_drafted == last.forward_passes
     assert sum(top.tokens_per_verification) >= len(result.token_ids) == 30
     for level in (top, middle):
         assert level.tokens_accepted == sum(level.tokens_per_verification) - level.verifications

@@ -79,7 +79,7 @@ def test_chain_equals_plain_greedy(models, prompts, references, names, blocks):
         result = generate(chain, prompt, max_new_tokens=NEW_TOKENS, block_sizes=blocks)
         assert list(result.token_ids) == reference, f"prompt {prompt}"
         accepted += result.levels[0].tokens_accepted
-        proposed += result.levels[0].tokens_proposed
+        proposed += result.levels[0].tokens_drafted
     assert proposed > 0
 
 
@@ -110,7 +110,7 @@ def test_intermediate_levels_accept_and_reject(models, prompts):
     for prompt in prompts[:8]:
         for index, level in enumerate(generate(chain, prompt, max_new_tokens=NEW_TOKENS, block_sizes=(3, 2, 2)).levels):
             totals[index][0] += level.tokens_accepted
-            totals[index][1] += level.tokens_proposed
+            totals[index][1] += level.tokens_drafted
     for accepted, proposed in totals[:-1]:
         assert 0 < accepted < proposed
     assert totals[-1] == [0, 0]  # the last member only drafts
@@ -124,9 +124,9 @@ def test_self_draft_accepts_everything(models, prompts, references, blocks):
         result = generate(chain, prompt, max_new_tokens=NEW_TOKENS, block_sizes=blocks)
         assert list(result.token_ids) == reference
         for level in result.levels[:-1]:
-            assert level.tokens_accepted == level.tokens_proposed
+            assert level.tokens_accepted == level.tokens_drafted
         top = result.levels[0]
         if len(blocks) == 1:  # n = 2: every verification yields K + 1
             assert set(top.tokens_per_verification) == {blocks[0] + 1}
         # every verification at every level: all m drafted tokens accepted plus the bonus
-        assert sum(top.tokens_per_verification) == top.tokens_proposed + top.verifications
+        assert sum(top.tokens_per_verification) == top.tokens_drafted + top.verifications

@@ -130,7 +130,7 @@ def test_export_picks_the_best_drafter_under_each_engines_rule(files):
     best = max(range(1, 9), key=lambda k: predict_chain([0.8], curves, [k]).speedup)
     assert hf.chosen.block_size == best
     assert hf.chosen.speedup == pytest.approx(predict_chain([0.8], curves, [best]).speedup)
-    assert hf.loss == pytest.approx(1 - hf.chosen.speedup / read_plan(plan).predicted_speedup)
+    assert hf.loss == pytest.approx(1 - hf.chosen.speedup / read_plan(plan).best.exact_speedup)
     # unloadable members are listed with their reason, never chosen
     reasons = {o.drafter: o.reason for o in hf.options}
     assert "quantizes to int8 in torch" in reasons["target-int8"] and "early-exit" in reasons["target-exit2"]

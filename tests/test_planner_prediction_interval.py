@@ -140,8 +140,8 @@ def test_plan_json_carries_the_intervals_and_reads_them_back(tmp_path):
     out = tmp_path / "plan.json"
     result = plan_from_profile(profile, out, profile_path="profile.json", resamples=40, k_max=4)
     payload = json.loads(out.read_text())
-    low, high = payload["predicted"]["interval"]
-    assert low <= payload["predicted"]["speedup"] <= high
+    low, high = payload["alternatives"][0]["exact"]["interval"]
+    assert low <= payload["alternatives"][0]["exact"]["speedup"] <= high
     assert payload["prediction_intervals"]["resamples"] == 40
     chains = read_plan(out).alternatives
     assert chains[0].exact_interval == (low, high)
@@ -153,7 +153,7 @@ def test_a_plan_without_intervals_is_still_read(tmp_path):
     out = tmp_path / "plan.json"
     plan_from_profile(profile, out, profile_path="profile.json", resamples=0, k_max=4)
     payload = json.loads(out.read_text())
-    assert "interval" not in payload["predicted"] and payload["prediction_intervals"] is None
+    assert "interval" not in payload["alternatives"][0]["exact"] and payload["prediction_intervals"] is None
     assert read_plan(out).alternatives[0].exact_interval is None
 
 

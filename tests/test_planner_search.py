@@ -157,13 +157,13 @@ def test_plan_file_round_trip(tmp_path):
     plan = read_plan(path)
     assert plan.chain == result.best.chain and plan.block_sizes == result.best.block_sizes
     assert dict(plan.fingerprints) == {name: f"fp-{name}" for name in plan.chain}
-    assert plan.predicted_speedup == pytest.approx(result.best.exact_speedup)
+    assert plan.best.exact_speedup == pytest.approx(result.best.exact_speedup)
     payload = json.loads(path.read_text())
-    assert payload["predicted"]["forwards_per_token"] == list(result.best.exact.forwards_per_token)
+    assert payload["alternatives"][0]["exact"]["forwards_per_token"] == list(result.best.exact.forwards_per_token)
     assert plan.alternatives[0].forwards_per_token == result.best.exact.forwards_per_token
-    payload["block_sizes"] = [0, 2]
+    payload["alternatives"][0]["block_sizes"] = [0, 2]
     path.write_text(json.dumps(payload))
-    with pytest.raises(PolyplanError, match=r"plan.json: block_sizes\[0\]: must be an integer >= 1"):
+    with pytest.raises(PolyplanError, match=r"plan.json: alternatives\[0\]\.block_sizes: must list 2 integers >= 1"):
         read_plan(path)
     payload["plan_version"] = 9
     path.write_text(json.dumps(payload))

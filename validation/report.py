@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+from typing import Any
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -37,6 +38,7 @@ class ReportFiles:
     report: Path
     json: Path
     plots: tuple[tuple[str, Path], ...]  # (plot name, path)
+    payload: Any = None  # what report.json holds (printed by --json without reading it back)
 
 
 def _pct(value: float | None) -> str:
@@ -256,4 +258,4 @@ def write_report(validation: Validation, folder: str | os.PathLike[str]) -> Repo
     payload = json_safe(validation_json(validation, files))
     write_text_atomically(twin, json.dumps(payload, indent=2, allow_nan=False) + "\n")
     write_text_atomically(report, report_markdown(validation, {name: path.name for name, path in plots.items()}) + "\n")
-    return ReportFiles(report, twin, tuple(plots.items()))
+    return ReportFiles(report, twin, tuple(plots.items()), payload)

@@ -71,7 +71,7 @@ class RunRecord:
     forward_passes: tuple[int, ...]
     forward_seconds: tuple[float, ...]
     tokens_per_verification: tuple[tuple[int, ...], ...]
-    tokens_proposed: tuple[int, ...]
+    tokens_drafted: tuple[int, ...]
     tokens_accepted: tuple[int, ...]
 
 
@@ -370,7 +370,7 @@ def summarise_chain(
     for i, model in enumerate(planned.chain):
         verifies = i < len(planned.chain) - 1
         mu, sigma = _pooled([run.tokens_per_verification[i] for run in runs]) if verifies else (None, None)
-        proposed = sum(run.tokens_proposed[i] for run in runs)
+        proposed = sum(run.tokens_drafted[i] for run in runs)
         levels.append(
             LevelResult(
                 model=model,

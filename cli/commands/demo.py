@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Annotated, Optional
 
@@ -56,7 +55,7 @@ def demo(
     with progress_bars(disable=json_output) as (profiling, validating):
         result = run_demo(settings, profile_progress=profiling, validation_progress=validating, log=log)
     if json_output:
-        echo_json(json.loads(result.files.json.read_text(encoding="utf-8")))
+        echo_json(result.files.payload)
         return
     from polyplan.cli.commands.recommend import warning_lines
 

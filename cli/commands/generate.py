@@ -39,7 +39,7 @@ def stats_lines(result) -> list[str]:
         spread = f"{statistics.fmean(per):.2f}±{statistics.pstdev(per):.2f}" if per else "-"
         rate = level.acceptance_rate
         lines.append(
-            f"{index:>5}  {level.model[:24]:<24} {level.forward_passes:>8} {level.tokens_proposed:>8} "
+            f"{index:>5}  {level.model[:24]:<24} {level.forward_passes:>8} {level.tokens_drafted:>8} "
             f"{level.tokens_accepted:>8} {('-' if math.isnan(rate) else f'{rate:.3f}'):>7} {spread:>14} "
             f"{level.wall_time_s:>8.3f}"
         )
@@ -91,12 +91,11 @@ def _planned(plan: Path, candidates: Path | None, device: str | None) -> _Reques
 
     planned = read_plan(plan)
     candidate_set = _on_device(plan_candidates(planned, str(plan), candidates), device)
-    headline = planned.alternatives[0]
     return _Request(
         chain_candidates(planned.chain, candidate_set),
         planned.block_sizes,
         SamplingMode.parse(planned.sampling).temperature,
-        headline.verify_widths if headline.chain == planned.chain else (),
+        planned.best.verify_widths,
     )
 
 
@@ -135,11 +134,10 @@ def _json(run) -> dict:
             {
                 "model": level.model,
                 "forward_passes": level.forward_passes,
-                "tokens_proposed": level.tokens_proposed,
                 "tokens_accepted": level.tokens_accepted,
                 "tokens_per_verification": list(level.tokens_per_verification),
                 "wall_time_s": level.wall_time_s,
-                "tokens_drafted": level.tokens_proposed,
+                "tokens_drafted": level.tokens_drafted,
                 "verifications": level.verifications,
                 "acceptance_rate": level.acceptance_rate,
                 "mean_tokens_per_verification": level.mean_tokens_per_verification,

@@ -96,15 +96,26 @@ def profile(
     """
     from polyplan.cli.commands.progress import progress_bars
     from polyplan.loop.pipeline import profile_candidates
+    from polyplan.profiler.forward_timing import LatencySettings
     from polyplan.profiler.prompt_sets import named_prompt_set
+    from polyplan.profiler.settings import AcceptanceSettings, ProfileSettings
 
     _check_up_front(out, candidates, prompts, max_prompts, device, seed, repeats, warmup, latency_ks, block_sizes)
     if not decoded:
         from polyplan.formats.options import unused_without
 
         unused_without("--decoded", [("--decoded-prompts", decoded_prompts)], "--no-decoded measures no decoded mu")
-    settings = _settings(latency_ks, context_lengths, repeats, warmup, max_noise, noise_budget, temperatures, block_sizes,
-                         new_tokens, decoded_prompts, decoded_verifications, decoded, seed)
+    settings = ProfileSettings(  # the options, parsed once into the run's settings objects
+        latency=LatencySettings(
+            ks=_numbers(latency_ks, "--latency-ks", int), context_lengths=_numbers(context_lengths, "--context-lengths", int),
+            repeats=repeats, warmup=warmup, max_noise=max_noise, noise_budget_s=noise_budget,
+        ),
+        acceptance=AcceptanceSettings(
+            temperatures=_numbers(temperatures, "--temperatures", float), block_sizes=_numbers(block_sizes, "--block-sizes", int),
+            new_tokens=new_tokens, decoded_prompts=decoded_prompts, decoded_verifications=decoded_verifications or None,
+            decoded=decoded, seed=seed,
+        ),
+    )
     _set_threads(threads)
     with progress_bars(disable=json_output) as (progress, _):
         profiled = profile_candidates(
@@ -153,33 +164,6 @@ def _set_threads(threads: int) -> None:
     from polyplan.profiler.threads import set_threads
 
     set_threads(threads or None)
-
-
-def _settings(latency_ks, context_lengths, repeats, warmup, max_noise, noise_budget, temperatures, block_sizes, new_tokens,
-              decoded_prompts, decoded_verifications, decoded, seed):
-    """The profiling settings the options ask for."""
-    from polyplan.profiler.forward_timing import LatencySettings
-    from polyplan.profiler.settings import AcceptanceSettings, ProfileSettings
-
-    return ProfileSettings(
-        latency=LatencySettings(
-            ks=_numbers(latency_ks, "--latency-ks", int),
-            context_lengths=_numbers(context_lengths, "--context-lengths", int),
-            repeats=repeats,
-            warmup=warmup,
-            max_noise=max_noise,
-            noise_budget_s=noise_budget,
-        ),
-        acceptance=AcceptanceSettings(
-            temperatures=_numbers(temperatures, "--temperatures", float),
-            block_sizes=_numbers(block_sizes, "--block-sizes", int),
-            new_tokens=new_tokens,
-            decoded_prompts=decoded_prompts,
-            decoded_verifications=decoded_verifications or None,
-            decoded=decoded,
-            seed=seed,
-        ),
-    )
 
 
 def run_lines(profiled) -> list[str]:

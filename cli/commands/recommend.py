@@ -15,7 +15,6 @@ import typer
 from polyplan.cli.support import echo_json, fails_cleanly
 from polyplan.cli.commands.options import RawPrompts
 from polyplan.formats.errors import PolyplanError
-from polyplan.planner.plan_file import plan_to_json_dict
 from polyplan.planner.search import ChainPlan, Recommendation
 from polyplan.formats.sampling import SamplingMode
 
@@ -130,16 +129,18 @@ def recommend(
     mode = SamplingMode.parse(sampling, "--sampling")
     options = dict(max_levels=max_levels, k_max=k_max, block_sizes=search, sampling=mode.key, seed=seed, resamples=resamples)
     if candidates is None:
-        result, profile_path, record = _plan_profile(profile, out, options)
+        result, plan = _plan_profile(profile, out, options)
     else:
         recommended = _recommend_candidates(candidates, out, profile, mode, prompts, cache_dir, device, threads, options,
                                             quiet=json_output, raw=raw_prompts)
         profiled = recommended.profiled
-        result, profile_path, record = recommended.recommendation, str(profiled.path), profiled.record
+        result, plan = recommended.recommendation, recommended.plan
         if not json_output:
             typer.echo(f"profile {profiled.path}: {profiled.measured} entries measured, {profiled.reused} reused")
     if json_output:
-        echo_json(plan_to_json_dict(result, profile_path=profile_path, candidates=record))
+        from polyplan.formats.plan import encode_plan
+
+        echo_json(encode_plan(plan))  # the plan as saved to --out (profile digest included)
         return
     typer.echo("\n".join(table_lines(result)))
     if out is not None:
@@ -147,23 +148,23 @@ def recommend(
 
 
 def _plan_profile(profile: Path | None, out: Path | None, options: dict):
-    """Plan from the numbers alone (no models, no torch): (result, profile path, the models.yaml
-    record the profile keeps, or None for a profile made before it kept one)."""
+    """Plan from the numbers alone (no models, no torch): (result, the plan). The plan keeps the
+    models.yaml record the profile holds (None for a profile made before it kept one), so
+    `generate --plan` and `validate` find the models."""
     from polyplan.formats.profile_codec import load
-    from polyplan.planner.plan_file import plan_from_profile
+    from polyplan.planner.plan_file import planned_from_profile
     from polyplan.planner.sample_size import profile_warning
 
     if profile is None:
         raise PolyplanError("--profile: give a profile JSON, or --candidates models.yaml to profile the models first")
     profiled_numbers = load(profile)
-    # the models.yaml the profile measured, so `generate --plan` / `validate` find the models
     record = profiled_numbers.profiler.candidates if profiled_numbers.profiler is not None else None
-    record = dict(record) if record is not None else None
-    result = plan_from_profile(profiled_numbers, out, profile_path=str(profile), candidates=record, **options)
+    planned = planned_from_profile(profiled_numbers, out, profile_path=str(profile),
+                                   candidates=dict(record) if record is not None else None, **options)
     warning = profile_warning(profiled_numbers)
     if warning is not None:
         typer.echo(f"warning: {warning}", err=True)
-    return result, str(profile), record
+    return planned.recommendation, planned.plan
 
 
 def _check_up_front(profile, candidates, max_levels, k_max, seed, out, prompts, raw_prompts, resamples, cache_dir, device, threads) -> None:

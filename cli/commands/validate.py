@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Annotated, Optional
 
@@ -80,6 +79,6 @@ def validate(
             max_prompts=max_prompts, raw_prompts=raw_prompts, candidates_path=candidates, threads=threads, progress=progress,
         )
     if json_output:
-        echo_json(json.loads(validated.files.json.read_text(encoding="utf-8")))
+        echo_json(validated.files.payload)
         return
     typer.echo("\n".join(result_lines(validated.validation, validated.files)))

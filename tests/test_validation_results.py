@@ -98,7 +98,7 @@ def test_plan_records_overhead_predictions_and_verdicts_for_every_ranked_chain(p
     assert payload["loop_overhead"] == {"per_step_s": 1e-4, "per_round_s": 3e-4}
     assert plan.loop_overhead == LoopOverhead(1e-4, 3e-4)
     three = next(a for a in payload["alternatives"] if len(a["chain"]) == 3)
-    assert three["theorem_3_2"] == [{"model": "vicuna-7b-w4", "verdict": "helps"}]
+    assert three["insertion_verdicts"] == [{"model": "vicuna-7b-w4", "verdict": "helps"}]
     assert profile_overhead(load(EXAMPLE), "greedy") is None
 
 
@@ -144,7 +144,7 @@ def _record(chain, repeat, prompt, decode, tokens=(1, 2, 3, 4), levels=1):
     return RunRecord(
         chain=chain, repeat=repeat, prompt=prompt, decode_s=decode, prefill_s=0.01, token_ids=tuple(tokens),
         forward_passes=(2,) * levels, forward_seconds=(decode / 2,) * levels,
-        tokens_per_verification=((2, 2),) + ((),) * (levels - 1), tokens_proposed=(4,) + (0,) * (levels - 1),
+        tokens_per_verification=((2, 2),) + ((),) * (levels - 1), tokens_drafted=(4,) + (0,) * (levels - 1),
         tokens_accepted=(2,) + (0,) * (levels - 1),
     )
 

@@ -1,25 +1,21 @@
-"""Probe the polyplan CLI as a careless or hostile user would, and count what happens.
+"""The polyplan CLI probed as a careless or hostile user would: 570 commands in classes (bad
+files, wrong types and values in every field of a profile, plan and models.yaml, numbers and
+options, devices, clashing paths, unwritable outputs, seeded random mutations, sanity runs),
+each of which must be
 
-    python tools/probe_cli.py                # every class (a few minutes, 1 torch thread)
-    python tools/probe_cli.py --quick        # no case that loads a model (seconds)
-    python tools/probe_cli.py --show-bad     # also print each case that was not clean
+- refused with exit 2 and exactly one `error: ...` line on stderr (where the input is wrong),
+- or run with exit 0 (sanity runs, harmless mutations),
 
-Each case runs one command (in-process through typer's CliRunner where it can, as a
-subprocess where a signal or a second process is the point) and is classified:
-
-- clear:     exit 2 with exactly one `error: ...` line on stderr;
-- ok:        exit 0 where success is right (sanity runs, harmless mutations);
-- traceback: anything else: an exception, another exit code, or more than one line;
-- silent:    exit 0 where the input was wrong and should have been refused;
-- lost:      a file the user made (an input, an unrelated file) changed or vanished.
-
-The table gives, per class, the cases tried and each outcome. Nothing is downloaded; the
-model cases build a tiny workspace with the test suite's helpers (tests/conftest.py).
+and must leave every file the user made (an input, an unrelated file) as it was. Each case
+runs in-process through typer's CliRunner, or as a subprocess of this interpreter's
+`polyplan` where a signal or a second process is the point. The classes that load models
+(broken model folders, SIGINT/SIGKILL mid-profile, a full disk, concurrent runs, fewer
+candidates) are slow tests. Nothing is downloaded: the models are conftest's tiny family.
+(This was tools/probe_cli.py, a script that counted outcomes and asserted nothing.)
 """
 
 from __future__ import annotations
 
-import argparse
 import hashlib
 import json
 import os
@@ -29,17 +25,20 @@ import shutil
 import signal
 import subprocess
 import sys
-import tempfile
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
+
+import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
 PAPER = ROOT / "polyplan" / "data" / "paper_table1_profile.json"  # the one copy, shipped in the package
 ZOO = ROOT / "examples" / "zoo.yaml"
 
 EXPECT_ERROR, EXPECT_OK, EXPECT_EITHER = "error", "ok", "either"
+# this interpreter's own entry point (not whichever polyplan is first on PATH)
+POLYPLAN = str(Path(sys.executable).with_name("polyplan")) if Path(sys.executable).with_name("polyplan").is_file() else "polyplan"
 
 
 @dataclass
@@ -74,7 +73,7 @@ def run_case(case: Case) -> Outcome:
     before = {path: _digest(path) for path in case.watch}
     if case.subprocess:
         env = {**os.environ, **case.env}
-        done = subprocess.run(["polyplan", *case.args], capture_output=True, text=True, env=env, timeout=600)
+        done = subprocess.run([POLYPLAN, *case.args], capture_output=True, text=True, env=env, timeout=600)
         code, stderr, exception = done.returncode, done.stderr, None
     else:
         from typer.testing import CliRunner
@@ -181,8 +180,9 @@ PROFILE_FIELDS = [
 ]
 META_FIELDS = [("meta", "switch_cost"), ("meta", "loop_overhead"), ("meta", "acceptance_runs")]
 PLAN_FIELDS = [
-    ("chain",), ("block_sizes",), ("predicted",), ("predicted", "speedup"), ("alternatives",), ("loop_overhead",),
-    ("switch_costs",), ("profile",), ("fingerprints",), ("sampling",), ("alternatives", 0, "exact"),
+    ("alternatives", 0, "chain"), ("alternatives", 0, "block_sizes"), ("alternatives", 0, "exact"),
+    ("alternatives", 0, "exact", "speedup"), ("alternatives",), ("loop_overhead",), ("switch_costs",), ("profile",),
+    ("fingerprints",), ("sampling",), ("alternatives", 0, "paper"),
 ]
 YAML_FIELDS = [("candidates",), ("candidates", 0, "name"), ("candidates", 0, "source"), ("candidates", 0, "device"),
                ("candidates", 1, "derive"), ("candidates", 0, "target")]
@@ -388,7 +388,6 @@ def sanity_cases(work: Path, profile: Path) -> list[Case]:
 
 
 def model_workspace(work: Path) -> Path:
-    sys.path.insert(0, str(ROOT / "tests"))
     from conftest import write_candidate_workspace  # the test suite's tiny models (built locally)
 
     return write_candidate_workspace(work / "models")
@@ -427,21 +426,21 @@ def fault_scenarios(workspace: Path, work: Path) -> list[Scenario]:
     env = {**os.environ, "POLYPLAN_LOCK_DIR": str(work)}
     for name, sig in (("SIGINT", signal.SIGINT), ("SIGKILL", signal.SIGKILL)):
         out = work / f"fault-{name}.json"
-        process = subprocess.Popen(["polyplan", *_profile_args(workspace, out)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+        process = subprocess.Popen([POLYPLAN, *_profile_args(workspace, out)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
         deadline = time.monotonic() + 300
         while _entries(out) < 3 and process.poll() is None and time.monotonic() < deadline:
             time.sleep(0.2)
         process.send_signal(sig)
         _, err = process.communicate(timeout=120)
         kept = _entries(out)
-        rerun = subprocess.run(["polyplan", *_profile_args(workspace, out), "--json"], capture_output=True, text=True, env=env, timeout=600)
+        rerun = subprocess.run([POLYPLAN, *_profile_args(workspace, out), "--json"], capture_output=True, text=True, env=env, timeout=600)
         reused = len(json.loads(rerun.stdout)["reused"]) if rerun.returncode == 0 else -1
         ok = kept >= 1 and rerun.returncode == 0 and reused >= 1
         results.append(Scenario(f"{name} mid-profile, then rerun", "ok" if ok else "traceback", kept < 1,
                                 f"{kept} entries on disk after the signal; rerun reused {reused}; stderr {err.strip()[-80:]!r}"))
 
     out = work / "fault-full.json"
-    subprocess.run(["polyplan", *_profile_args(workspace, out)], capture_output=True, env=env, timeout=600)
+    subprocess.run([POLYPLAN, *_profile_args(workspace, out)], capture_output=True, env=env, timeout=600)
     before = out.read_bytes()
     limit = len(before) // 2
 
@@ -451,16 +450,16 @@ def fault_scenarios(workspace: Path, work: Path) -> list[Scenario]:
 
     other = workspace / "models-more.yaml"
     other.write_text((workspace / "models.yaml").read_text() + "  - {name: ngram2, derive: {kind: ngram, max_n: 2}}\n")
-    full = subprocess.run(["polyplan", *_profile_args(workspace, out, other)], capture_output=True, text=True, env=env, preexec_fn=small_disk, timeout=600)
+    full = subprocess.run([POLYPLAN, *_profile_args(workspace, out, other)], capture_output=True, text=True, env=env, preexec_fn=small_disk, timeout=600)
     lines = full.stderr.strip().splitlines()
     clear = full.returncode == 2 and len(lines) == 1 and lines[0].startswith("error: ")
     results.append(Scenario("write fails (file-size limit) while extending", "clear" if clear else "traceback",
                             _entries(out) < 1, (lines or ["(no stderr)"])[-1][:160]))
 
     out = work / "concurrent.json"
-    first = subprocess.Popen(["polyplan", *_profile_args(workspace, out), "--json"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+    first = subprocess.Popen([POLYPLAN, *_profile_args(workspace, out), "--json"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
     time.sleep(1.0)
-    second = subprocess.Popen(["polyplan", *_profile_args(workspace, out), "--json"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+    second = subprocess.Popen([POLYPLAN, *_profile_args(workspace, out), "--json"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
     out1, err1 = first.communicate(timeout=600)
     out2, err2 = second.communicate(timeout=600)
     both = first.returncode == 0 and second.returncode == 0
@@ -472,11 +471,11 @@ def fault_scenarios(workspace: Path, work: Path) -> list[Scenario]:
                             f"{'waiting:' in err1 or 'waiting:' in err2}"))
 
     out = work / "extend.json"
-    subprocess.run(["polyplan", *_profile_args(workspace, out)], capture_output=True, env=env, timeout=600)
+    subprocess.run([POLYPLAN, *_profile_args(workspace, out)], capture_output=True, env=env, timeout=600)
     entries = _entries(out)
     fewer = workspace / "models-two.yaml"
     fewer.write_text("candidates:\n  - {name: target, source: ./target, target: true}\n  - {name: ngram, derive: {kind: ngram, max_n: 3}}\n")
-    rerun = subprocess.run(["polyplan", *_profile_args(workspace, out, fewer)], capture_output=True, text=True, env=env, timeout=600)
+    rerun = subprocess.run([POLYPLAN, *_profile_args(workspace, out, fewer)], capture_output=True, text=True, env=env, timeout=600)
     after = _entries(out)
     results.append(Scenario("profile again with fewer candidates", "ok" if rerun.returncode == 0 else "traceback", after < entries,
                             f"{entries} entries before, {after} after"))
@@ -489,7 +488,7 @@ def fault_scenarios(workspace: Path, work: Path) -> list[Scenario]:
     foreign.write_text(json.dumps(payload))
     before = foreign.read_bytes()
     cache = work / "cache"
-    made = subprocess.run(["polyplan", "recommend", "--candidates", str(workspace / "models.yaml"), "--profile", str(foreign),
+    made = subprocess.run([POLYPLAN, "recommend", "--candidates", str(workspace / "models.yaml"), "--profile", str(foreign),
                            "--prompts", str(workspace / "prompts.jsonl"), "--out", str(work / "foreign-plan.json"), "--threads", "1",
                            "--cache-dir", str(cache)], capture_output=True, text=True, env=env, timeout=900)
     results.append(Scenario("recommend --candidates on a profile made for other models",
@@ -508,7 +507,7 @@ def model_cases(workspace: Path, work: Path) -> list[Case]:
     shutil.copytree(workspace / "target", broken / "config2", dirs_exist_ok=True)
     (broken / "config2" / "config.json").write_text('{"model_type": "llama", "hidden_size": "x"}')
     plan = work / "model-plan.json"
-    subprocess.run(["polyplan", "recommend", "--candidates", str(workspace / "models.yaml"), "--profile", str(work / "extend.json"),
+    subprocess.run([POLYPLAN, "recommend", "--candidates", str(workspace / "models.yaml"), "--profile", str(work / "extend.json"),
                     "--prompts", str(workspace / "prompts.jsonl"), "--out", str(plan), "--threads", "1"], capture_output=True, timeout=900)
     cases = [
         Case("model files", "generate: corrupt model.safetensors", ["generate", "hi", "--chain", str(broken / "weights")]),
@@ -531,70 +530,65 @@ def model_cases(workspace: Path, work: Path) -> list[Case]:
 # --------------------------------------------------------------------------- main
 
 
-def table(outcomes: list[Outcome], scenarios: list[Scenario]) -> list[str]:
-    classes: dict[str, dict[str, int]] = {}
-    for outcome in outcomes:
-        row = classes.setdefault(outcome.case.klass, {"tried": 0, "clear": 0, "ok": 0, "traceback": 0, "silent": 0, "lost": 0})
-        row["tried"] += 1
-        row[outcome.verdict] += 1
-        row["lost"] += outcome.lost
-    for scenario in scenarios:
-        row = classes.setdefault("faults and concurrency", {"tried": 0, "clear": 0, "ok": 0, "traceback": 0, "silent": 0, "lost": 0})
-        row["tried"] += 1
-        row[scenario.verdict] += 1
-        row["lost"] += scenario.lost
-    header = f"{'class':<26} {'tried':>6} {'clear':>6} {'ok':>6} {'traceback':>10} {'silent':>7} {'lost':>5}"
-    lines = [header, "-" * len(header)]
-    total = {"tried": 0, "clear": 0, "ok": 0, "traceback": 0, "silent": 0, "lost": 0}
-    for name, row in classes.items():
-        lines.append(f"{name:<26} {row['tried']:>6} {row['clear']:>6} {row['ok']:>6} {row['traceback']:>10} {row['silent']:>7} {row['lost']:>5}")
-        for key in total:
-            total[key] += row[key]
-    lines.append("-" * len(header))
-    lines.append(f"{'total':<26} {total['tried']:>6} {total['clear']:>6} {total['ok']:>6} {total['traceback']:>10} {total['silent']:>7} {total['lost']:>5}")
-    return lines
+def _unclean(outcomes: list[Outcome]) -> list[str]:
+    """One line per case that was not clean: a traceback, a wrong input accepted, a file lost."""
+    return [f"[{outcome.verdict}{', lost' if outcome.lost else ''}] {outcome.case.klass}: {outcome.case.label}: {outcome.detail[:200]}"
+            for outcome in outcomes if outcome.verdict in ("traceback", "silent") or outcome.lost]
 
 
-def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--quick", action="store_true", help="skip every case that loads a model")
-    parser.add_argument("--fuzz", type=int, default=60, help="random mutations to try")
-    parser.add_argument("--show-bad", action="store_true", help="print every case that was not clean")
-    options = parser.parse_args()
-    import torch
-
-    torch.set_num_threads(1)
-    started = time.perf_counter()
-    with tempfile.TemporaryDirectory(prefix="polyplan-probe-") as folder:
-        work = Path(folder)
-        os.environ["POLYPLAN_CACHE_DIR"] = str(work / "cache")
-        profile = work / "profile.json"
+@pytest.fixture(scope="module")
+def work(tmp_path_factory):
+    """A folder with the paper's profile and its plan, and a cache inside it."""
+    folder = tmp_path_factory.mktemp("probe")
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("POLYPLAN_CACHE_DIR", str(folder / "cache"))
+        profile = folder / "profile.json"
         shutil.copy(PAPER, profile)
-        plan = work / "plan.json"
+        plan = folder / "plan.json"
         from typer.testing import CliRunner
 
         from polyplan.cli.app import app
 
         made = CliRunner().invoke(app, ["recommend", "--profile", str(profile), "--out", str(plan)])
         assert made.exit_code == 0, made.output
-        cases = (file_cases(work, plan) + field_cases(work, plan) + option_cases(work, profile) + device_cases(work, plan)
-                 + path_cases(work, profile, plan) + fuzz_cases(work, plan, options.fuzz) + sanity_cases(work, profile))
-        scenarios: list[Scenario] = []
-        if not options.quick:
-            workspace = model_workspace(work)
-            scenarios = fault_scenarios(workspace, work)
-            cases += model_cases(workspace, work)
-        outcomes = [run_case(case) for case in cases]
-        print("\n".join(table(outcomes, scenarios)))
-        if options.show_bad:
-            for outcome in outcomes:
-                if outcome.verdict in ("traceback", "silent") or outcome.lost:
-                    print(f"  [{outcome.verdict}{', lost' if outcome.lost else ''}] {outcome.case.klass}: {outcome.case.label}: {outcome.detail[:200]}")
-            for scenario in scenarios:
-                print(f"  [{scenario.verdict}{', lost' if scenario.lost else ''}] {scenario.label}: {scenario.detail}")
-    print(f"\nprobe finished in {time.perf_counter() - started:.0f} s")
-    return 0
+        yield folder, profile, plan
 
 
-if __name__ == "__main__":
-    sys.exit(main())
+FUZZ = 60  # seeded random mutations of the plan
+
+
+@pytest.mark.parametrize(
+    "build",
+    [
+        lambda work, profile, plan: file_cases(work, plan),
+        lambda work, profile, plan: field_cases(work, plan),
+        lambda work, profile, plan: option_cases(work, profile),
+        lambda work, profile, plan: device_cases(work, plan),
+        lambda work, profile, plan: path_cases(work, profile, plan),
+        lambda work, profile, plan: fuzz_cases(work, plan, FUZZ),
+        lambda work, profile, plan: sanity_cases(work, profile),
+    ],
+    ids=["bad files", "wrong types and values", "numbers and options", "devices", "clashing paths and unwritable outputs",
+         "random mutations", "sanity runs"],
+)
+def test_every_probe_is_one_clear_line_or_a_clean_run_and_loses_no_file(work, build, single_thread):
+    cases = build(*work)
+    outcomes = [run_case(case) for case in cases]
+    assert len(outcomes) >= 10  # the class was probed
+    assert not _unclean(outcomes), "\n".join(_unclean(outcomes))
+    # the classes mean something: wrong input is refused, sanity runs succeed
+    verdicts = {outcome.verdict for outcome in outcomes}
+    assert verdicts <= {"clear", "ok"} and (verdicts & {"clear"} or all(case.expect != EXPECT_ERROR for case in cases))
+
+
+@pytest.mark.slow
+def test_model_cases_and_faults_are_clean(work, single_thread):
+    """Broken model folders, signals and a full disk mid-profile, two runs on one profile,
+    a run on fewer candidates: each clean (what `fault_scenarios` describes)."""
+    folder, _, _ = work
+    workspace = model_workspace(folder)
+    scenarios = fault_scenarios(workspace, folder)
+    outcomes = [run_case(case) for case in model_cases(workspace, folder)]
+    assert outcomes and not _unclean(outcomes), "\n".join(_unclean(outcomes))
+    bad = [f"[{s.verdict}{', lost' if s.lost else ''}] {s.label}: {s.detail}" for s in scenarios if s.verdict not in ("clear", "ok") or s.lost]
+    assert scenarios and not bad, "\n".join(bad)

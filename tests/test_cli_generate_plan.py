@@ -61,7 +61,7 @@ def target_only() -> dict:
 
 
 def test_generate_plan_runs_the_planned_chain_and_block_sizes_losslessly(plan, target_only):
-    planned = json.loads(plan.read_text())
+    planned = json.loads(plan.read_text())["alternatives"][0]  # the plan's own chain
     assert len(planned["chain"]) >= 2  # a real speculative chain, with a derived member in it
     assert set(planned["chain"][1:]) & {"target-int8", "ngram"}
     result = run("generate", "--plan", str(plan), "--max-new-tokens", TOKENS, "--json", PROMPT)
@@ -71,8 +71,8 @@ def test_generate_plan_runs_the_planned_chain_and_block_sizes_losslessly(plan, t
     levels, blocks = payload["levels"], planned["block_sizes"]
     # the plan's K, not the default 4: the lowest verifier gets exactly K_{n-1} drafts per pass,
     # every level above at least its K_i
-    assert levels[-2]["tokens_proposed"] == blocks[-1] * levels[-2]["verifications"] > 0
-    assert all(level["tokens_proposed"] >= k * level["verifications"] for level, k in zip(levels, blocks))
+    assert levels[-2]["tokens_drafted"] == blocks[-1] * levels[-2]["verifications"] > 0
+    assert all(level["tokens_drafted"] >= k * level["verifications"] for level, k in zip(levels, blocks))
     assert payload["token_ids"] == target_only["token_ids"]  # greedy: exactly the target's output
     assert payload["text"] == target_only["text"]
 

@@ -13,7 +13,7 @@ from polyplan.cli.app import app
 from polyplan.loop.load import LoadReport
 from polyplan.loop.under_load import LOADED, QUIET, LoopBenchmark, LoopRun, loop_lines
 
-from test_validate_paired import _validate
+from test_validation_paired import _validate
 
 
 def _run(label, recommended, other, load=()):

@@ -87,7 +87,7 @@ def _runs(index, times, levels):
     return [
         RunRecord(chain=index, repeat=r, prompt=p, decode_s=float(times[p, r]), prefill_s=0.01, token_ids=(1, 2, 3, 4),
                   forward_passes=(2,) * levels, forward_seconds=(0.001,) * levels,
-                  tokens_per_verification=((2, 2),) + ((),) * (levels - 1), tokens_proposed=(4,) + (0,) * (levels - 1),
+                  tokens_per_verification=((2, 2),) + ((),) * (levels - 1), tokens_drafted=(4,) + (0,) * (levels - 1),
                   tokens_accepted=(2,) + (0,) * (levels - 1))
         for p in range(times.shape[0]) for r in range(times.shape[1])
     ]

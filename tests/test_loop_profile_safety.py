@@ -134,11 +134,22 @@ def test_another_process_waits_for_the_lock_and_says_so(tmp_path, monkeypatch, k
 
 
 def test_locks_are_reentrant_within_a_run(tmp_path, monkeypatch):
+    """Taking a lock the run already holds neither waits (the timeout is 0: it would raise)
+    nor, on release, frees the outer hold: another process is still refused until the outer
+    one ends, and gets the lock after (the negative control)."""
     monkeypatch.setenv("POLYPLAN_LOCK_DIR", str(tmp_path))
     monkeypatch.setenv("POLYPLAN_LOCK_TIMEOUT", "0")
+    code = _WAITER.format(lock="profile_lock", arg=repr(str(tmp_path / "p.json")))
+
+    def other_process_gets_it() -> bool:
+        done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+        return done.returncode == 0 and done.stdout.strip() == "acquired"
+
     with profile_lock(tmp_path / "p.json"), timing_lock():
         with profile_lock(tmp_path / "p.json"), timing_lock():
             pass
+        assert not other_process_gets_it()  # the inner release left the outer hold in place
+    assert other_process_gets_it()
 
 
 @pytest.mark.slow

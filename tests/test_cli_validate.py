@@ -51,7 +51,7 @@ def test_recommend_with_candidates_reuses_the_profile_and_records_the_models(wor
     assert payload["candidates"]["yaml"]["candidates"][0]["name"] == "target"
     assert set(payload["fingerprints"]) == {"target", "small", "ngram"}
     assert set(payload["loop_overhead"]) == {"per_step_s", "per_round_s"}
-    assert all({"exact", "paper", "theorem_3_2"} <= set(entry) for entry in payload["alternatives"])
+    assert all({"exact", "paper", "insertion_verdicts"} <= set(entry) for entry in payload["alternatives"])
     again = _invoke("recommend", "--candidates", str(workspace / "models.yaml"), "--profile", str(workspace / "profile.json"),
                     "--prompts", str(workspace / "prompts.jsonl"), "--out", str(workspace / "again.json"), "--threads", "1")
     assert again.exit_code == 0, again.output
@@ -64,9 +64,10 @@ def test_validate_json_has_one_entry_per_chain_and_greedy_outputs_equal(workspac
                      "--out", str(tmp_path / "report"), "--json")
     assert result.exit_code == 0, result.output
     payload = json.loads(result.stdout)
+    assert payload == json.loads((tmp_path / "report" / "report.json").read_text())  # printed what it wrote
     chains = payload["chains"]
     assert [entry["recommended"] for entry in chains].count(True) == 1
-    assert chains[0]["chain"] == json.loads(planned.read_text())["chain"]
+    assert chains[0]["chain"] == json.loads(planned.read_text())["alternatives"][0]["chain"]
     assert ["target"] in [entry["chain"] for entry in chains]
     for entry in chains:
         assert entry["greedy_equal"] is True
@@ -108,7 +109,7 @@ def test_a_plan_whose_models_changed_is_refused(workspace, planned, tmp_path):
 @pytest.mark.parametrize(
     ("case", "message"),
     [
-        ("version", r"plan_version: unsupported version 2; this polyplan reads 1"),
+        ("version", r"plan_version: unsupported version 3; this polyplan reads 1 and 2"),
         ("top", r"--top: 99 is more than the \d+ alternative chains in "),
         ("long_prompts", r"long.txt: no usable prompt: all 2 are longer than the \d+ tokens that fit"),
         ("empty_prompts", r"empty.txt: no prompts \(the file is empty\)"),
@@ -118,7 +119,7 @@ def test_a_plan_whose_models_changed_is_refused(workspace, planned, tmp_path):
 def test_bad_input_gets_one_line_and_exit_2(workspace, planned, tmp_path, case, message):
     plan, extra = planned, []
     if case == "version":
-        plan = _plan_copy(planned, tmp_path, plan_version=2)
+        plan = _plan_copy(planned, tmp_path, plan_version=3)
     elif case == "top":
         extra = ["--top", "99"]
     elif case == "long_prompts":

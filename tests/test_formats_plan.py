@@ -47,7 +47,10 @@ def test_the_plan_reads_back_typed(planned):
         (lambda p: p.__setitem__("loop_overhead", {"per_step_s": -1, "per_round_s": 0}), "plan.json: loop_overhead: loop overhead: per_step_s"),
         (lambda p: p.__setitem__("switch_costs", {"eagle": [-1]}), "plan.json: switch_costs.eagle: must be a finite number of seconds"),
         (lambda p: p.__setitem__("switch_costs", [1]), "plan.json: switch_costs: must map model names to seconds"),
-        (lambda p: p.__setitem__("plan_version", 2), "plan.json: plan_version: unsupported version 2; this polyplan reads 1"),
+        (lambda p: p.__setitem__("plan_version", 3), "plan.json: plan_version: unsupported version 3; this polyplan reads 1 and 2"),
+        (lambda p: p["alternatives"][0].__setitem__("chain", ["eagle"]), "plan.json: alternatives[0].chain: must be a list of model names starting with the target"),
+        (lambda p: p["alternatives"][0]["exact"].__setitem__("speedup", -1.0), "plan.json: alternatives[0]: speedups: must be > 0"),
+        (lambda p: p.__setitem__("fingerprints", {}), "plan.json: fingerprints: must give a fingerprint for every member"),
     ],
 )
 def test_a_bad_field_is_named_once_on_read(planned, edit, message):
@@ -89,8 +92,57 @@ def test_one_codec_writes_and_reads_every_field(planned, tmp_path):
     assert again == plan
     assert encode_plan(again) == json.loads((tmp_path / "plan.json").read_text())
     assert again.prediction_intervals is not None and again.alternatives[0].exact_interval is not None
-    assert again.alternatives[0].theorem_3_2 == plan.alternatives[0].theorem_3_2 and again.insertions
+    assert again.alternatives[0].insertion_verdicts == plan.alternatives[0].insertion_verdicts and again.insertions
     # negative control: an edited field reads back different
     edited = json.loads((tmp_path / "plan.json").read_text())
     edited["alternatives"][0]["exact"]["cost_per_token_s"] *= 2
     assert decode_plan(edited) != plan
+
+
+V1_PLAN = Path(__file__).resolve().parent / "data" / "plan_v1.json"  # written by polyplan before plan version 2
+
+
+def test_a_version_1_plan_reads_as_the_same_plan():
+    """A version-1 plan (its first chain repeated at the top level) reads into the plan the
+    current writer would have made: the chain, block sizes, predictions and verdicts are its
+    first ranked chain's; re-encoding it gives version 2 with each chain once."""
+    from polyplan.formats.plan import encode_plan, migrate_v1
+
+    old = json.loads(V1_PLAN.read_text())
+    assert old["plan_version"] == 1 and old["chain"] == old["alternatives"][0]["chain"]
+    plan = read_plan(V1_PLAN)
+    assert plan.chain == tuple(old["chain"]) and plan.block_sizes == tuple(old["block_sizes"])
+    assert plan.best.exact_speedup == old["predicted"]["speedup"] and plan.best.paper_speedup == old["paper"]["speedup"]
+    assert plan.best.exact_interval == tuple(old["predicted"]["interval"])
+    assert [chain.chain for chain in plan.alternatives] == [tuple(entry["chain"]) for entry in old["alternatives"]]
+    three = next(chain for chain in plan.alternatives if len(chain.chain) == 3)
+    assert three.insertion_verdicts == (("vicuna-7b-w4", "helps"),)
+    assert plan.loop_overhead == LoopOverhead(1e-4, 3e-4) and plan.switch_costs == {"eagle": (2e-4, 5e-5)}
+    new = encode_plan(plan)
+    assert new["plan_version"] == 2 and decode_plan(new) == plan
+    assert not {"chain", "block_sizes", "verify_widths", "predicted", "paper"} & set(new)
+    assert not {"exact_speedup", "paper_speedup", "acceptances", "theorem_3_2"} & set(new["alternatives"][0])
+    # what the migration drops is exactly what version 1 repeated
+    assert {key: value for key, value in old.items() if key not in ("chain", "block_sizes", "verify_widths", "predicted", "paper")} \
+        == {**{key: value for key, value in migrate_v1(old).items() if key != "alternatives"}, "plan_version": 1,
+            "alternatives": old["alternatives"]}
+    assert new["alternatives"][0]["exact"] == old["predicted"] and new["alternatives"][0]["paper"] == old["paper"]
+
+
+@pytest.mark.parametrize(
+    "edit, message",
+    [
+        (lambda p: p.__setitem__("block_sizes", [3, 3]), "is not its first ranked chain"),
+        (lambda p: p.__setitem__("chain", ["vicuna-7b", "eagle"]), "is not its first ranked chain"),
+        (lambda p: p["predicted"].__setitem__("speedup", 9.0), "predicted.speedup 9 differs from its first ranked chain's"),
+        (lambda p: p["paper"].__setitem__("speedup", 9.0), "paper.speedup 9 differs from its first ranked chain's"),
+        (lambda p: p.__delitem__("predicted"), "predicted.speedup: must be a finite number"),
+    ],
+)
+def test_a_version_1_plan_whose_headline_was_edited_is_refused(edit, message):
+    payload = json.loads(V1_PLAN.read_text())
+    decode_plan(payload)  # negative control: unedited, it reads
+    edit(payload)
+    with pytest.raises(PolyplanError, match=r"^plan.json: .*" + message.replace(".", r"\.").replace("(", r"\(")) as caught:
+        decode_plan(payload, "plan.json")
+    assert str(caught.value).endswith("re-run polyplan recommend") or "finite" in message

@@ -77,7 +77,7 @@ def test_greedy_chain_with_the_int8_head_copy_equals_the_target(model):
     chained = generate([HFMember(model, name="t"), HFMember(int8_head_model(model), name="q")], prompt,
                        max_new_tokens=24, block_sizes=[4])
     assert chained.token_ids == target_only
-    assert chained.levels[0].tokens_accepted >= 0.9 * chained.levels[0].tokens_proposed
+    assert chained.levels[0].tokens_accepted >= 0.9 * chained.levels[0].tokens_drafted
 
 
 def test_loads_through_models_yaml(tmp_path):
