@@ -172,7 +172,7 @@ def _profile_into(run: _Run, fresh_timings: bool, calibration_tokens: int, progr
     if warning is not None:
         log(f"warning: {warning}")
     profile = outcome.profile
-    profile.profiler = dataclasses.replace(recorded_prompts(profile.profiler, prompts), candidates=record)
+    profile.profiler = dataclasses.replace(recorded_prompts(profile.profiler, prompts), candidates=run.record)
     loop_costs = ensure_loop_costs(
         profile, loaded.models, fitted, settings, previous_runs=previous, device_label=device_label,
         calibration_tokens=calibration_tokens, fresh=fresh_timings,
