@@ -22,6 +22,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from polyplan.decoder.hf import HFMember
 from polyplan.formats.errors import PolyplanError
 
 INSTALL_HINT = "install llama.cpp's Python bindings with `pip install -e '.[llama]'` (builds llama-cpp-python from source, a few minutes)"
@@ -203,12 +204,8 @@ class LlamaCppMember:
         self._lib.llama_memory_clear(self._memory, True)
         self._length = 0
 
-    def token_map(self) -> dict[str, int] | None:
-        if self.tokenizer is None:
-            return None
-        if self._token_map is None:
-            self._token_map = dict(self.tokenizer.get_vocab())
-        return self._token_map
+    # the tokenizer's token-to-id map, read once: the same as an HF member's of the same file
+    token_map = HFMember.token_map
 
     def eval_time_ms(self) -> tuple[float, int]:
         """llama.cpp's own timer: (milliseconds spent in decode calls, decode calls) since the
