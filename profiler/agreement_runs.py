@@ -55,7 +55,9 @@ def ensure_agreement(
 ) -> bool:
     """Put the greedy agreement sequences into `profile.acceptance_runs`, reusing `previous` (the entry of
     the profile before this run) when its fingerprint still matches. Returns True if measured."""
-    pairs = [(pair.verifier, pair.drafter) for pair in profile.pairs if "greedy" in pair.sampling]
+    loaded = {model.name for model in models}  # a profile keeps other models' pairs; only these can run
+    pairs = [(pair.verifier, pair.drafter) for pair in profile.pairs
+             if "greedy" in pair.sampling and {pair.verifier, pair.drafter} <= loaded]
     key = runs_fingerprint(models, prompts, new_tokens, seed)
     wanted = set(pairs)
     if previous is not None and previous.fingerprint == key and set(previous.by_pair()) >= wanted:

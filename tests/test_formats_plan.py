@@ -146,3 +146,19 @@ def test_a_version_1_plan_whose_headline_was_edited_is_refused(edit, message):
     with pytest.raises(PolyplanError, match=r"^plan.json: .*" + message.replace(".", r"\.").replace("(", r"\(")) as caught:
         decode_plan(payload, "plan.json")
     assert str(caught.value).endswith("re-run polyplan recommend") or "finite" in message
+
+
+def test_the_version_2_writer_plans_what_version_1_planned(tmp_path):
+    """The same profile and options give the same plan as before version 2, field for field:
+    the migrated version-1 fixture equals what the current writer makes."""
+    from polyplan.formats.plan import encode_plan
+
+    profile = load(EXAMPLE)
+    profile.loop_overhead = {"greedy": LoopCalibration(1e-4, 3e-4)}
+    profile.switch_costs = SwitchCosts({"eagle": (2e-4, 5e-5)})
+    plan_from_profile(profile, tmp_path / "plan.json", profile_path="paper_table1_profile.json",
+                      candidates={"path": "/x/models.yaml", "yaml": {"a": 1}, "device": "cpu"}, resamples=50)
+    written = json.loads((tmp_path / "plan.json").read_text())
+    assert written == encode_plan(read_plan(V1_PLAN))
+    written["alternatives"][0]["exact"]["speedup"] *= 1.01  # negative control: a changed prediction is seen
+    assert written != encode_plan(read_plan(V1_PLAN))
