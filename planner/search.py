@@ -201,11 +201,24 @@ def _best_blocks_optuna(cost: Callable[[tuple[int, ...]], float], levels: int, k
     return tuple(int(study.best_params[f"k{level + 1}"]) for level in range(levels))
 
 
+SMALLEST_DEFAULT_K_MAX = 8
+
+
+def default_k_max(profile: Profile) -> int:
+    """The block sizes a plan searches when the user names none: up to the widest block whose
+    verification every model's curve timed (a block of K is verified at width K + 1, so the
+    profile's widest common k, less one), never below `SMALLEST_DEFAULT_K_MAX`. A profile timed
+    to k = 16 searches K <= 15; the embedded family's (k <= 8) and one-point curves (the paper's
+    Table 1, constant in k) keep 8."""
+    widest = min(max(point.k for point in model.latency) for model in profile.models)
+    return max(SMALLEST_DEFAULT_K_MAX, widest - 1)
+
+
 def recommend(
     profile: Profile,
     *,
     max_levels: int = 4,
-    k_max: int = 8,
+    k_max: int | None = None,
     block_sizes: str = "auto",
     sampling: str = "greedy",
     candidates: Sequence[str] | None = None,
@@ -221,7 +234,8 @@ def recommend(
     Args:
         profile: a validated profile.
         max_levels: the longest chain considered, counting the target (>= 1).
-        k_max: block sizes are searched in 1 … k_max.
+        k_max: block sizes are searched in 1 … k_max (default: `default_k_max(profile)`, the
+            widest block whose verification the profile timed, and at least 8).
         block_sizes: "grid" (exhaustive), "optuna" (TPE, `optuna_trials` trials, `seed`), or
             "auto" (grid when k_max^(levels) <= grid_limit for that chain, else optuna).
         sampling: the profile's sampling-mode key ("greedy", "t1.0", …).
@@ -235,6 +249,8 @@ def recommend(
     """
     if isinstance(max_levels, bool) or not isinstance(max_levels, int) or max_levels < 1:
         raise PolyplanError(f"max_levels: must be an integer >= 1, got {max_levels!r}")
+    if k_max is None:
+        k_max = default_k_max(profile)
     if isinstance(k_max, bool) or not isinstance(k_max, int) or k_max < 1:
         raise PolyplanError(f"k_max: block size must be an integer >= 1, got {k_max!r}")
     if block_sizes not in SEARCH_MODES:

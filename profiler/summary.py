@@ -1,7 +1,8 @@
 """The short table a profiling run ends with: T_i(1) per model, α and μ(K*) per pair.
 
 K* is the block size that minimises the exact cost model's time per token of the two-model
-chain (verifier, drafter), searched in 1 … `k_max`. μ(K*) is the decoded μ when one was
+chain (verifier, drafter), searched in 1 … `k_max` (default: the block sizes `recommend` searches,
+`planner.search.default_k_max`). μ(K*) is the decoded μ when one was
 measured at K*, else the μ that α implies (marked "(α)").
 """
 
@@ -10,6 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from polyplan.planner.capped_geometric import relative_variability
+from polyplan.planner.search import default_k_max
 from polyplan.planner.cost_model import predict_chain
 from polyplan.planner.latency import curve_from_profile
 from polyplan.formats.profile import Profile
@@ -71,8 +73,10 @@ def model_rows(profile: Profile) -> tuple[ModelRow, ...]:
     return tuple(rows)
 
 
-def pair_rows(profile: Profile, k_max: int = 8) -> tuple[PairRow, ...]:
+def pair_rows(profile: Profile, k_max: int | None = None) -> tuple[PairRow, ...]:
     """One row per (pair, sampling mode), in profile order."""
+    if k_max is None:
+        k_max = default_k_max(profile)
     curves = {model.name: curve_from_profile(model) for model in profile.models}
     rows = []
     for pair in profile.pairs:
@@ -114,7 +118,7 @@ def pair_rows(profile: Profile, k_max: int = 8) -> tuple[PairRow, ...]:
     return tuple(rows)
 
 
-def summary_lines(profile: Profile, k_max: int = 8) -> list[str]:
+def summary_lines(profile: Profile, k_max: int | None = None) -> list[str]:
     """The closing table, as text lines."""
     lines = [
         f"Models on {profile.device} (target {profile.target}); machine floor: IQR/median of a fixed "

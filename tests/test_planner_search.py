@@ -177,3 +177,26 @@ def test_planner_and_its_commands_never_import_torch():
         "assert 'torch' not in sys.modules, 'torch imported'"
     )
     subprocess.run([sys.executable, "-c", code], check=True)
+
+
+def _timed_to(widest: int) -> Profile:
+    """A target (0.1 s a step, flat in k up to `widest`, so long blocks pay) and a faithful, free drafter."""
+    profile = Profile(target="A", device="synthetic")
+    ks = sorted({1, 2, widest})
+    profile.models.append(ModelProfile("A", "fp-A", [LatencyPoint(256, k, 0.1 * (1 + 0.01 * (k - 1))) for k in ks]))
+    profile.models.append(ModelProfile("B", "fp-B", [LatencyPoint(256, k, 0.001) for k in ks]))
+    profile.add_pair("A", "B").sampling["greedy"] = SamplingStats(alpha=0.99)
+    return profile
+
+
+def test_k_max_defaults_to_the_widest_width_the_profile_timed():
+    from polyplan.planner.search import default_k_max
+
+    wide = _timed_to(16)
+    assert default_k_max(wide) == 15  # a block of 15 is verified at width 16, the widest timed
+    result = recommend(wide)
+    assert result.k_max == 15 and result.best.block_sizes[0] > 8  # long blocks pay here: the old default cut them
+    assert recommend(wide, k_max=8).best.block_sizes == (8,)  # an explicit --k-max still rules
+    assert default_k_max(_timed_to(8)) == 8  # the embedded family's widths: as before
+    assert default_k_max(load(EXAMPLE)) == 8  # one-point (constant) curves: as before
+    assert default_k_max(_timed_to(32)) == 31

@@ -101,7 +101,10 @@ def recommend(
         Optional[Path], typer.Option("--candidates", help="models.yaml: profile what is missing, then plan.")
     ] = None,
     max_levels: Annotated[int, typer.Option("--max-levels", help="Longest chain, counting the target.")] = 4,
-    k_max: Annotated[int, typer.Option("--k-max", help="Search block sizes 1..k_max.")] = 8,
+    k_max: Annotated[
+        Optional[int],
+        typer.Option("--k-max", help="Search block sizes 1..k_max (default: up to the widest width the profile timed, at least 8)."),
+    ] = None,
     search: Annotated[str, typer.Option("--search", help="Block-size search: auto, grid or optuna.")] = "auto",
     sampling: Annotated[str, typer.Option("--sampling", help="Profile sampling key: 'greedy' or 't<temperature>'.")] = "greedy",
     seed: Annotated[int, typer.Option("--seed", help="Seed of optuna's TPE sampler.")] = 0,
@@ -173,7 +176,7 @@ def _check_up_front(profile, candidates, max_levels, k_max, seed, out, prompts, 
     from polyplan.formats.outputs import check_output_file
 
     options.at_least(max_levels, 1, "--max-levels")
-    if k_max >= 1:  # below 1 the planner says why
+    if k_max is not None and k_max >= 1:  # below 1 the planner says why
         options.block_size(k_max, "--k-max")
     options.seed(seed)
     if resamples != 0 and resamples < 20:
