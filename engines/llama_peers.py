@@ -96,6 +96,7 @@ class LlamaPeersBenchmark:
     logs: Path
     llama_cpp_version: str
     chat_template: bool
+    threads_source: str = ""  # why this many threads (profiler.threads.ThreadChoice.source)
 
 
 def server_configs(plan, export, candidates, files: dict[str, str]) -> list[ServerConfig]:
@@ -127,10 +128,12 @@ def server_configs(plan, export, candidates, files: dict[str, str]) -> list[Serv
     return configs
 
 
-def run_llama_peers(plan_path, *, prompts_path=None, candidates_path=None, threads: int = 1, repeats: int = 2,
+def run_llama_peers(plan_path, *, prompts_path=None, candidates_path=None, threads: int | None = None, repeats: int = 2,
                     new_tokens: int = 64, max_prompts: int | None = None, context: int = 4096,
                     log=lambda line: None) -> LlamaPeersBenchmark:
-    """Race llama-server's configurations and polyplan's plan (see the module docstring)."""
+    """Race llama-server's configurations and polyplan's plan (see the module docstring).
+    `threads` None: as the plan's profile was measured, else the machine's free cores
+    (`profiler.threads.choose_threads`), the same for every server and for polyplan."""
     from polyplan.decoder.chain import generate
     from polyplan.decoder.sampling import Sampling
     from polyplan.engines.export import engine_files, export_from_files
@@ -140,13 +143,16 @@ def run_llama_peers(plan_path, *, prompts_path=None, candidates_path=None, threa
     from polyplan.models.candidate_file import plan_candidates
     from polyplan.models.loader import load_candidates
     from polyplan.profiler.prompt_sets import encode_for, validation_prompt_set
+    from polyplan.profiler.threads import choose_threads, plan_threads
 
-    if repeats < 1 or new_tokens < 1 or threads < 1:
+    if repeats < 1 or new_tokens < 1 or (threads is not None and threads < 1):
         raise PolyplanError("--repeats, --new-tokens and --threads must be >= 1")
     build = require_build()
     plan = read_plan(plan_path)
     if not SamplingMode.parse(plan.sampling).greedy:
         raise PolyplanError(f"{plan_path}: sampling {plan.sampling!r}: bench peers compares greedy outputs; use a greedy plan")
+    choice = choose_threads(threads, plan_threads(plan.device), recorded_by="the plan's profile")
+    threads = choice.threads
     candidates = plan_candidates(plan, str(plan_path), candidates_path)
     target = candidates.target
     if target.source_kind != "gguf":
@@ -190,7 +196,8 @@ def run_llama_peers(plan_path, *, prompts_path=None, candidates_path=None, threa
     rows = tuple(_row(label, runs, configs) for label in labels)
     import llama_cpp
 
-    return LlamaPeersBenchmark(rows, threads, new_tokens, len(encoded), repeats, logs, llama_cpp.__version__, not prompts.raw)
+    return LlamaPeersBenchmark(rows, threads, new_tokens, len(encoded), repeats, logs, llama_cpp.__version__, not prompts.raw,
+                               choice.source)
 
 
 def _row(label: str, runs: list[PeerRun], configs: list[ServerConfig]) -> PeerRow:

@@ -23,7 +23,7 @@ import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 from polyplan.formats.errors import PolyplanError
 from polyplan.formats.outputs import check_output_file
@@ -248,6 +248,7 @@ class Validated:
 
     validation: Validation
     files: ReportFiles
+    threads: Any = None  # the profiler.threads.ThreadChoice it ran with
 
 
 def validate_plan_file(
@@ -268,11 +269,12 @@ def validate_plan_file(
 
     Cheap checks come first (a hand-edited plan, a bad `settings.top`, a model whose files
     changed), before a prompt is read or a model loaded. `threads` None: as many torch threads
-    as the plan's profile was measured with.
+    as the plan's profile was measured with (else the machine's free cores); the result says
+    which.
     """
     from polyplan.models.loader import load_candidates
     from polyplan.planner.plan_check import check_plan
-    from polyplan.profiler.threads import plan_threads, set_threads
+    from polyplan.profiler.threads import choose_threads, plan_threads, set_threads
 
     label = str(plan_path)
     planned = read_plan(plan_path)
@@ -281,7 +283,8 @@ def validate_plan_file(
     specs = select_chains(planned, settings.top, label)  # a bad --top or a changed model loads nothing
     candidate_set = plan_candidates(planned, label, candidates_path)
     prompts = validation_prompt_set(prompt_file, per_kind=prompts_per_kind, max_prompts=max_prompts, raw=raw_prompts)
-    set_threads(threads if threads is not None else plan_threads(planned.device))
+    choice = choose_threads(threads, plan_threads(planned.device), recorded_by="the plan's profile")
+    set_threads(choice)
     loaded = load_candidates(candidate_set)
     members = {item.candidate.name: item.member for item in loaded.candidates}
     encoded = encode_for(prompts, loaded.tokenizer)
@@ -290,7 +293,7 @@ def validate_plan_file(
                 source=prompts.source)
     with timing_lock():
         validation = _validate(planned, members, encoded, settings, label, prompts, progress, profiled)
-    return Validated(validation, write_report(validation, Path(out)))
+    return Validated(validation, write_report(validation, Path(out)), choice)
 
 
 def _validate(plan: PlanFile, members, encoded, settings: ValidationSettings, plan_label: str, prompts: PromptSet, progress,
@@ -325,7 +328,7 @@ class DemoResult:
     wall_time_s: float
 
 
-def run_demo(settings, *, profile_progress=None, validation_progress=None, log=lambda line: None) -> DemoResult:
+def run_demo(settings, *, profile_progress=None, validation_progress=None, log=lambda line: None, threads=None) -> DemoResult:
     """Profile, recommend and validate (`profiler.demo` says how; `settings` is its `DemoSettings`).
 
     1. Profile the candidates on the profiling prompts, resuming the profile in the user
@@ -334,6 +337,9 @@ def run_demo(settings, *, profile_progress=None, validation_progress=None, log=l
     2. Recommend a chain and its block sizes with the exact model; write plan.json.
     3. Validate the plan on prompts the profile never saw, in one interleaved run, and write
        report.md, report.json and the plots.
+
+    `threads` (a `profiler.threads.ThreadChoice`) is set once the settings pass their checks;
+    None leaves torch's threads as they are.
     """
     from polyplan.loop.demo import PLAN_FILE, check_settings, demo_candidates, demo_prompt_sets, profile_settings, typical_context
 
@@ -348,6 +354,10 @@ def run_demo(settings, *, profile_progress=None, validation_progress=None, log=l
         out.mkdir(parents=True, exist_ok=True)
     except OSError as error:
         raise PolyplanError(f"--out: cannot create the folder {out} ({error.strerror or error})") from None
+    if threads is not None:
+        from polyplan.profiler.threads import set_threads
+
+        set_threads(threads)
 
     profiled = profile_candidates(
         read,

@@ -29,7 +29,6 @@ so (`budget_exhausted`) and the profile and plan carry the warning.
 from __future__ import annotations
 
 import gc
-import os
 import time
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
@@ -40,6 +39,7 @@ import torch
 from polyplan.decoder.member import ChainMember
 from polyplan.formats.errors import PolyplanError
 from polyplan.profiler.stats import Spread, robust_spread
+from polyplan.profiler.threads import available_cpus, machine_load
 
 DEFAULT_KS = (1, 2, 3, 4, 6, 8, 12, 16)
 DEFAULT_CONTEXT_LENGTHS = (128, 384)
@@ -223,22 +223,6 @@ def measure_latencies(
         LatencyMeasurement(tuple(points[i]), tuple(prefill[i]), floor, exhausted, threads, cpus, load_average)
         for i in range(len(members))
     )
-
-
-def machine_load() -> float | None:
-    """The 1-minute load average (runnable processes, this one included), None where unknown."""
-    try:
-        return float(os.getloadavg()[0])
-    except (AttributeError, OSError):
-        return None
-
-
-def available_cpus() -> int:
-    """CPU cores this process may run on (its affinity where the OS tells, else os.cpu_count)."""
-    try:
-        return len(os.sched_getaffinity(0))
-    except AttributeError:  # macOS and Windows have no sched_getaffinity
-        return os.cpu_count() or 1
 
 
 def reference_workload(device: torch.device | str, size: int = 128, products: int = 8) -> Callable[[], None]:

@@ -1,20 +1,95 @@
-"""torch's CPU thread count for a run: what `--threads` asks, or what a plan was profiled with.
+"""torch's CPU thread count for a run: one default for every command that times.
 
-Latency depends on the thread count, so a plan is validated with the threads its profile was
-measured with; the profile's device label records them ("cpu … (2 threads)").
+Latency depends on the thread count, so every timing command answers "how many threads?" the
+same way (`choose_threads`):
+
+1. `--threads N` when the user gives it;
+2. else the count a profile or plan was measured with (`recorded`), so a resumed profile is not
+   re-measured and a plan is validated as it was profiled (the device label keeps it:
+   "cpu … (2 threads)");
+3. else the machine's free cores at start: the cores this process may run on less the ones the
+   1-minute load average says are busy (rounded), and less one kept for everything else (the
+   OS, a load that starts after the load average was read), at least 1. An OpenMP region waits
+   for its slowest thread, so threads on every core let any other process stall them all (2
+   threads on a loaded 2-core machine once timed a target's T(1) at 193 ms against 9.5 ms on
+   1; `planner.timing_health` warns of it). On a 2-core machine that is 1 thread; on an idle
+   16-core one, 15; with 3 cores busy there, 13.
+
+The choice and why are one line (`ThreadChoice.line`) the timing commands print.
 """
 
 from __future__ import annotations
 
+import os
 import re
+from dataclasses import dataclass
 
 from polyplan.formats.errors import PolyplanError
 
 _THREADS = re.compile(r"\((\d+) threads?\)")
 
 
-def set_threads(threads: int | None) -> None:
-    """Set torch's CPU threads for this process (`--threads`); None keeps torch's default."""
+@dataclass(frozen=True)
+class ThreadChoice:
+    """A thread count and where it came from ("--threads", "the profile", "free cores …")."""
+
+    threads: int
+    source: str
+
+    @property
+    def line(self) -> str:
+        return f"threads: {self.threads} ({self.source})"
+
+
+def available_cpus() -> int:
+    """CPU cores this process may run on (its affinity where the OS tells, else os.cpu_count)."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # macOS and Windows have no sched_getaffinity
+        return os.cpu_count() or 1
+
+
+def machine_load() -> float | None:
+    """The 1-minute load average (runnable processes, this one included), None where unknown."""
+    try:
+        return float(os.getloadavg()[0])
+    except (AttributeError, OSError):
+        return None
+
+
+def free_cores(cores: int, load: float | None, reserved: int = 0) -> int:
+    """Cores left for timing: `cores` less the busy ones (the load average, rounded) or less
+    one, whichever leaves fewer, and less `reserved` (a load the command itself is about to
+    start), at least 1."""
+    busy = 0 if load is None else int(load + 0.5)
+    return max(1, min(cores - 1, cores - busy) - reserved)
+
+
+def machine_threads(reserved: int = 0) -> ThreadChoice:
+    """Step 3 of the module docstring: the free cores at start."""
+    cores, load = available_cpus(), machine_load()
+    threads = free_cores(cores, load, reserved)
+    seen = "no load average" if load is None else f"load average {load:.2f}"
+    also = f", {reserved} kept for the load this command starts" if reserved else ""
+    return ThreadChoice(threads, f"free cores at start: {cores} cores, {seen}{also}; --threads overrides")
+
+
+def choose_threads(threads: int | None, recorded: int | None = None, *, recorded_by: str = "the profile",
+                   reserved: int = 0) -> ThreadChoice:
+    """The thread count of a timing command (see the module docstring for the order)."""
+    if threads is not None:
+        if isinstance(threads, bool) or threads < 1:
+            raise PolyplanError(f"--threads: must be >= 1, got {threads}")
+        return ThreadChoice(threads, "--threads")
+    if recorded is not None:
+        return ThreadChoice(recorded, f"as {recorded_by} was measured; --threads overrides")
+    return machine_threads(reserved)
+
+
+def set_threads(threads: int | ThreadChoice | None) -> None:
+    """Set torch's CPU threads for this process; None keeps torch's default."""
+    if isinstance(threads, ThreadChoice):
+        threads = threads.threads
     if threads is None:
         return
     if threads < 1:
@@ -28,4 +103,3 @@ def plan_threads(device_label: str) -> int | None:
     """The CPU thread count in a profile's device label ("cpu … (2 threads)"), if any."""
     match = _THREADS.search(device_label) if device_label.startswith("cpu") else None
     return int(match.group(1)) if match else None
-

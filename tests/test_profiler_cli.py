@@ -116,7 +116,7 @@ def test_cli_defaults_are_the_library_defaults():
         acceptance.decoded_verifications,
     )
     assert acceptance.decoded_min_prompts == 8  # as the --decoded-verifications help says
-    assert defaults["threads"] == 1
+    assert defaults["threads"] is None  # profiler.threads.choose_threads: as --out was measured, else the free cores
 
 
 def test_ctrl_c_keeps_what_was_measured_and_the_rerun_finishes_it(workspace, tmp_path, monkeypatch):

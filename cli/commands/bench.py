@@ -39,7 +39,7 @@ def decoder(
     max_new_tokens: Annotated[int, typer.Option("--max-new-tokens", help="New tokens per prompt.")] = 64,
     block_size: Annotated[int, typer.Option("--block-size", help="K: tokens drafted per round, both sides.")] = 4,
     repeats: Annotated[int, typer.Option("--repeats", help="Timed runs per prompt and side.")] = 3,
-    threads: Annotated[Optional[int], typer.Option("--threads", help="torch CPU threads (default: torch's choice).")] = None,
+    threads: Annotated[Optional[int], typer.Option("--threads", help="torch CPU threads (default: the machine's free cores at start).")] = None,
     device: Annotated[str, typer.Option("--device", help="torch device.")] = "cpu",
     json_output: Annotated[bool, typer.Option("--json", help="Print one JSON object.")] = False,
 ) -> None:
@@ -47,19 +47,22 @@ def decoder(
     from polyplan.formats import options
     from polyplan.models.devices import check_device
     from polyplan.profiler.locks import timing_lock
-    from polyplan.profiler.threads import set_threads
+    from polyplan.profiler.threads import choose_threads, set_threads
 
     for option, value in (("--threads", threads), ("--prompt-length", prompt_length),
                           ("--max-new-tokens", max_new_tokens), ("--repeats", repeats)):
         options.at_least(value, 1, option)
     options.block_size(block_size, "--block-size")
     check_device(device)
-    set_threads(threads)
+    choice = choose_threads(threads)
+    set_threads(choice)
     count, texts = _prompt_option(prompts)
     options.at_least(count, 1, "--prompts")
     with timing_lock():
         bench = _run(target, draft, count, texts, raw_prompts, prompt_length, max_new_tokens, block_size, repeats, device)
     _print(bench, json_output)
+    if not json_output:
+        typer.echo(choice.line)
 
 
 def _run(target, draft, count, texts, raw_prompts, prompt_length, max_new_tokens, block_size, repeats, device):
@@ -126,7 +129,8 @@ def peers(
     new_tokens: Annotated[int, typer.Option("--new-tokens", help="New tokens per prompt (EOS stops earlier).")] = 64,
     repeats: Annotated[int, typer.Option("--repeats", help="Timed runs per prompt and configuration.")] = 3,
     max_prompts: Annotated[Optional[int], typer.Option("--max-prompts", help="Use only the first N prompts.")] = None,
-    threads: Annotated[Optional[int], typer.Option("--threads", help="torch CPU threads (default: torch's choice).")] = None,
+    threads: Annotated[Optional[int], typer.Option("--threads", help="CPU threads of every engine (default: as the plan's "
+                                         "profile was measured, else the machine's free cores at start).")] = None,
     engine: Annotated[str, typer.Option("--engine", help="hf (in this process) or llama.cpp (a real llama-server "
                                         "on 127.0.0.1; build it once with `polyplan engines build llama.cpp`).")] = "hf",
     json_output: Annotated[bool, typer.Option("--json", help="Print one JSON object.")] = False,
@@ -134,22 +138,23 @@ def peers(
     """Race another engine's configurations against polyplan's chain, greedy: HF generate (plain,
     assisted per drafter, prompt lookup), or llama-server (target alone, each GGUF drafter, its
     n-gram types, its default)."""
-    from polyplan.profiler.threads import set_threads
     from polyplan.engines.peers import peers_json, peers_lines
     from polyplan.loop.pipeline import race_peers_of
+    from polyplan.profiler.threads import set_threads
 
+    if engine not in ("hf", "llama.cpp"):
+        raise PolyplanError(f"--engine: {engine!r} is not raced here (hf or llama.cpp; vLLM needs a GPU)")
     if engine == "llama.cpp":
         _llama_cpp_peers(plan, prompts, candidates, new_tokens, repeats, max_prompts, threads, json_output)
         return
-    if engine != "hf":
-        raise PolyplanError(f"--engine: {engine!r} is not raced here (hf or llama.cpp; vLLM needs a GPU)")
-    set_threads(threads)
+    choice = _plan_threads(plan, threads)
+    set_threads(choice)
     bench = race_peers_of(plan, prompts_path=prompts, candidates_path=candidates, repeats=repeats, new_tokens=new_tokens,
                       max_prompts=max_prompts, log=lambda line: typer.echo(line, err=True))
     if json_output:
         echo_json(peers_json(bench))
     else:
-        typer.echo("\n".join(peers_lines(bench)))
+        typer.echo("\n".join(peers_lines(bench) + [choice.line]))
     if bench.mismatches:
         raise PolyplanError(f"greedy outputs differ from target-only in {len(bench.mismatches)} run(s): {bench.mismatches[0]}")
 
@@ -186,22 +191,24 @@ def loop(
     cache_dir: Annotated[
         Optional[Path], typer.Option("--cache-dir", help="Profile cache (default: $POLYPLAN_CACHE_DIR or ~/.cache/polyplan).")
     ] = None,
-    threads: Annotated[int, typer.Option("--threads", help="torch CPU threads (default 1).")] = 1,
+    threads: Annotated[Optional[int], typer.Option("--threads", help="torch CPU threads (default: the machine's free cores "
+                                                 "at start less the --cores the load will keep busy).")] = None,
 ) -> None:
     """Run profile -> recommend -> validate twice, quiet and under a background load, and print
     per run and chain: predicted [interval], measured [CI], error, inside, and the ranking check."""
     from polyplan.cli.commands.progress import progress_bars
-    from polyplan.profiler.threads import set_threads
+    from polyplan.profiler.threads import choose_threads, set_threads
     from polyplan.loop.demo import DemoSettings
     from polyplan.loop.under_load import loop_lines, run_load_loop
 
-    set_threads(threads)
+    choice = choose_threads(threads, reserved=cores)
+    set_threads(choice)
     settings = DemoSettings(candidates=candidates, quick=quick, prompts_per_kind=prompts_per_kind, new_tokens=new_tokens,
                             repeats=repeats, top=top, out=out, cache_dir=cache_dir)
     with progress_bars() as (profiling, validating):
         bench = run_load_loop(settings, cores=cores, log=lambda line: typer.echo(line, err=True),
                               profile_progress=profiling, validation_progress=validating)
-    typer.echo("\n".join(loop_lines(bench)))
+    typer.echo("\n".join(loop_lines(bench) + [choice.line]))
     typer.echo(f"\nreports: {', '.join(str(run.result.files.report) for run in bench.runs)}")
 
 
@@ -213,10 +220,23 @@ def _llama_cpp_peers(plan, prompts, candidates, new_tokens, repeats, max_prompts
 
     if plan is None:
         raise PolyplanError("--engine llama.cpp: give --plan plan.json (profile and recommend a GGUF target first)")
-    bench = run_llama_peers(plan, prompts_path=prompts, candidates_path=candidates, threads=threads or 1, repeats=repeats,
+    from polyplan.profiler.threads import ThreadChoice
+
+    bench = run_llama_peers(plan, prompts_path=prompts, candidates_path=candidates, threads=threads, repeats=repeats,
                             new_tokens=new_tokens, max_prompts=max_prompts, log=lambda line: typer.echo(line, err=True))
     if json_output:
         echo_json({**dataclasses.asdict(bench), "logs": str(bench.logs),
                    "rows": [dataclasses.asdict(row) | {"error": row.error} for row in bench.rows]})
     else:
-        typer.echo("\n".join(llama_peers_lines(bench)))
+        typer.echo("\n".join(llama_peers_lines(bench) + [ThreadChoice(bench.threads, bench.threads_source).line]))
+
+
+def _plan_threads(plan: Path | None, threads: int | None):
+    """The race's threads: --threads, else those the plan's profile was measured with (its
+    prediction holds there), else the machine's free cores (`profiler.threads`)."""
+    from polyplan.formats.plan import read_plan
+    from polyplan.profiler.threads import choose_threads, plan_threads
+
+    recorded = plan_threads(read_plan(plan).device) if plan is not None and threads is None else None
+    return choose_threads(threads, recorded, recorded_by="the plan's profile")
+

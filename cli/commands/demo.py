@@ -33,27 +33,27 @@ def demo(
     ] = None,
     threads: Annotated[
         Optional[int],
-        typer.Option("--threads", help="torch CPU threads (default 1 on CPU: on a small, shared machine more OpenMP "
-                     "threads contend with any other load and make every timing erratic)."),
-    ] = 1,
+        typer.Option("--threads", help="torch CPU threads (default: the machine's free cores at start, from the load "
+                     "average; the profile records them and validation uses the same)."),
+    ] = None,
     json_output: Annotated[bool, typer.Option("--json", help="Print the report's JSON twin instead of the table.")] = False,
 ) -> None:
     """Profile the embedded family, recommend a chain, validate it against target-only decoding,
     the best two-model chain and the runners-up, and print one table with the report's paths."""
     from polyplan.cli.commands.progress import progress_bars
-    from polyplan.profiler.threads import set_threads
+    from polyplan.profiler.threads import choose_threads
     from polyplan.cli.commands.validate import result_lines
     from polyplan.loop.demo import DemoSettings
     from polyplan.loop.pipeline import run_demo
 
-    set_threads(threads)
+    choice = choose_threads(threads)
     settings = DemoSettings(
         candidates=candidates, quick=quick, prompts_per_kind=prompts_per_kind, prompts=prompts, raw_prompts=raw_prompts, new_tokens=new_tokens, repeats=repeats,
         top=top, max_levels=max_levels, out=out, cache_dir=cache_dir,
     )
     log = (lambda line: None) if json_output else (lambda line: typer.echo(line, err=True))
     with progress_bars(disable=json_output) as (profiling, validating):
-        result = run_demo(settings, profile_progress=profiling, validation_progress=validating, log=log)
+        result = run_demo(settings, profile_progress=profiling, validation_progress=validating, log=log, threads=choice)
     if json_output:
         echo_json(result.files.payload)
         return
@@ -66,7 +66,7 @@ def demo(
     ranking = "" if recommendation.intervals is None else recommendation.intervals.ranking_line() + "\n"
     typer.echo(
         f"profile {result.profile_path}: {result.profile_measured} entries measured, {result.profile_reused} reused "
-        f"({result.profile_seconds:.0f} s)\n"
+        f"({result.profile_seconds:.0f} s); {choice.line}\n"
         f"plan {result.plan_path}: {best.label()} K = {list(best.block_sizes)}, predicted {predicted} "
         f"(exact model), {best.paper_speedup:.2f}x (Lemma 3.1)\n{ranking}"
     )

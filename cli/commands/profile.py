@@ -82,10 +82,10 @@ def profile(
     ] = 20.0,
     device: Annotated[Optional[str], typer.Option("--device", help="Put every model on this device (default: as in models.yaml).")] = None,
     threads: Annotated[
-        int,
-        typer.Option("--threads", help="torch CPU threads (default 1, as `polyplan demo`: on a small shared machine more "
-                     "OpenMP threads contend with any other load and make every timing erratic; 0 keeps torch's choice)."),
-    ] = 1,
+        Optional[int],
+        typer.Option("--threads", help="torch CPU threads (default: as --out was measured, else the machine's free cores at "
+                     "start, from the load average; 0 keeps torch's choice)."),
+    ] = None,
     seed: Annotated[int, typer.Option("--seed", help="Prompt i is sampled with seed + i.")] = 0,
     json_output: Annotated[bool, typer.Option("--json", help="Print one JSON object instead of the table.")] = False,
 ) -> None:
@@ -116,7 +116,7 @@ def profile(
             decoded=decoded, seed=seed,
         ),
     )
-    _set_threads(threads)
+    choice = _set_threads(threads, out)
     with progress_bars(disable=json_output) as (progress, _):
         profiled = profile_candidates(
             _candidates_path(candidates), profile_path=out, settings=settings, device=device, keep_foreign=False,
@@ -124,9 +124,10 @@ def profile(
         )
     overheads = _bindings_overheads(profiled)
     if json_output:
-        echo_json({**run_json(profiled), "bindings_overhead": [dataclasses.asdict(o) | {"relative": o.relative} for o in overheads]})
+        echo_json({**run_json(profiled), "bindings_overhead": [dataclasses.asdict(o) | {"relative": o.relative} for o in overheads],
+                   "threads": None if choice is None else dataclasses.asdict(choice)})
         return
-    typer.echo("\n".join(run_lines(profiled) + _bindings_lines(overheads)))
+    typer.echo("\n".join(run_lines(profiled) + _bindings_lines(overheads) + ([] if choice is None else [choice.line])))
 
 
 def _bindings_overheads(profiled) -> list:
@@ -157,13 +158,19 @@ def _candidates_path(candidates: Path | None) -> Path:
     return candidates if candidates is not None else default_candidates_path()
 
 
-def _set_threads(threads: int) -> None:
-    """--threads: 0 keeps torch's choice."""
-    if threads < 0:
+def _set_threads(threads: int | None, out: Path | None):
+    """--threads (0 keeps torch's choice: None returned), else the resumed profile's, else the
+    machine's free cores; the `ThreadChoice` is printed with the results."""
+    if threads is not None and threads < 0:
         raise PolyplanError(f"--threads: must be >= 0, got {threads}")
-    from polyplan.profiler.threads import set_threads
+    if threads == 0:
+        return None
+    from polyplan.profiler.profile_cache import resumed_threads
+    from polyplan.profiler.threads import choose_threads, set_threads
 
-    set_threads(threads or None)
+    choice = choose_threads(threads, resumed_threads(out))
+    set_threads(choice)
+    return choice
 
 
 def run_lines(profiled) -> list[str]:

@@ -117,7 +117,7 @@ def recommend(
         Optional[Path], typer.Option("--cache-dir", help="Profile cache folder (default: $POLYPLAN_CACHE_DIR or ~/.cache/polyplan).")
     ] = None,
     device: Annotated[Optional[str], typer.Option("--device", help="With --candidates: put every model on this device.")] = None,
-    threads: Annotated[Optional[int], typer.Option("--threads", help="With --candidates: torch CPU threads (default: those --profile was timed with).")] = None,
+    threads: Annotated[Optional[int], typer.Option("--threads", help="With --candidates: torch CPU threads (default: those --profile was timed with, else the machine's free cores at start).")] = None,
     json_output: Annotated[bool, typer.Option("--json", help="Print the plan as one JSON object.")] = False,
     resamples: Annotated[
         int, typer.Option("--resamples", help="Bootstrap resamples for each predicted speedup's 95% interval (0: none).")
@@ -134,12 +134,12 @@ def recommend(
     if candidates is None:
         result, plan = _plan_profile(profile, out, options)
     else:
-        recommended = _recommend_candidates(candidates, out, profile, mode, prompts, cache_dir, device, threads, options,
+        choice, recommended = _recommend_candidates(candidates, out, profile, mode, prompts, cache_dir, device, threads, options,
                                             quiet=json_output, raw=raw_prompts)
         profiled = recommended.profiled
         result, plan = recommended.recommendation, recommended.plan
         if not json_output:
-            typer.echo(f"profile {profiled.path}: {profiled.measured} entries measured, {profiled.reused} reused")
+            typer.echo(f"profile {profiled.path}: {profiled.measured} entries measured, {profiled.reused} reused; {choice.line}")
     if json_output:
         from polyplan.formats.plan import encode_plan
 
@@ -202,17 +202,20 @@ def _check_up_front(profile, candidates, max_levels, k_max, seed, out, prompts, 
 
 def _recommend_candidates(candidates, out, profile, mode: SamplingMode, prompts, cache_dir, device, threads, options, *, quiet,
                           raw=False):
-    """Profile what is missing for the sampling `mode`, then plan (torch is imported only here)."""
+    """Profile what is missing for the sampling `mode`, then plan (torch is imported only here):
+    (the `ThreadChoice` it timed with, the recommendation)."""
     from polyplan.cli.commands.progress import progress_bars
     from polyplan.loop.pipeline import recommend_candidates
     from polyplan.profiler.profile_cache import resumed_threads
     from polyplan.profiler.prompt_sets import named_prompt_set
-    from polyplan.profiler.threads import set_threads
+    from polyplan.profiler.threads import choose_threads, set_threads
 
-    # a --profile is resumed as it was measured: its threads and prompts unless given (other ones would re-measure it all)
-    set_threads(threads if threads is not None else resumed_threads(profile))
+    # a --profile is resumed as it was measured: its threads and prompts unless given (other ones would re-measure it all);
+    # a new one is timed on the machine's free cores, as `polyplan profile` would
+    choice = choose_threads(threads, resumed_threads(profile))
+    set_threads(choice)
     with progress_bars(disable=quiet) as (progress, _):
-        return recommend_candidates(
+        return choice, recommend_candidates(
             candidates, out, profile_path=profile, prompts=named_prompt_set(prompts, raw=raw),
             cache_dir=cache_dir, device=device, temperature=mode.temperature, progress=progress, **options,
         )

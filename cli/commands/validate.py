@@ -54,7 +54,7 @@ def validate(
         Optional[Path], typer.Option("--candidates", help="models.yaml, if not the one recorded in the plan.")
     ] = None,
     threads: Annotated[
-        Optional[int], typer.Option("--threads", help="torch CPU threads (default: as the plan was profiled).")
+        Optional[int], typer.Option("--threads", help="torch CPU threads (default: as the plan was profiled, else the machine's free cores at start).")
     ] = None,
     json_output: Annotated[bool, typer.Option("--json", help="Print the report's JSON twin instead of the table.")] = False,
 ) -> None:
@@ -81,4 +81,4 @@ def validate(
     if json_output:
         echo_json(validated.files.payload)
         return
-    typer.echo("\n".join(result_lines(validated.validation, validated.files)))
+    typer.echo("\n".join(result_lines(validated.validation, validated.files) + [validated.threads.line]))
