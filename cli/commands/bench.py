@@ -9,7 +9,8 @@ import typer
 
 from polyplan.cli.support import echo_json, fails_cleanly
 from polyplan.formats.errors import PolyplanError
-from polyplan.cli.commands.options import RawPrompts
+from polyplan.cli.commands.options import (Alternatives, CacheDir, Candidates, NewTokens, PlanCandidates, PromptsPerKind,
+                                           RawPrompts, ValidationRepeats)
 
 app = typer.Typer(help="Benchmarks printing side-by-side ratios measured in one run.", no_args_is_help=True)
 
@@ -120,9 +121,7 @@ def peers(
         Optional[Path], typer.Option("--prompts", help="Prompt file (Spec-Bench question.jsonl: per-category tables). "
                                      "Default: built-in prompts held out from profiling.")
     ] = None,
-    candidates: Annotated[
-        Optional[Path], typer.Option("--candidates", help="models.yaml, if not the one recorded in the plan.")
-    ] = None,
+    candidates: PlanCandidates = None,
     new_tokens: Annotated[int, typer.Option("--new-tokens", help="New tokens per prompt (EOS stops earlier).")] = 64,
     repeats: Annotated[int, typer.Option("--repeats", help="Timed runs per prompt and configuration.")] = 3,
     max_prompts: Annotated[Optional[int], typer.Option("--max-prompts", help="Use only the first N prompts.")] = None,
@@ -176,16 +175,14 @@ def load(
 @fails_cleanly
 def loop(
     quick: Annotated[bool, typer.Option("--quick", help="Reduced profiling on the tiny quick family (as `demo --quick`).")] = False,
-    candidates: Annotated[Optional[Path], typer.Option("--candidates", help="models.yaml (default: examples/zoo.yaml).")] = None,
-    prompts_per_kind: Annotated[int, typer.Option("--prompts-per-kind", help="Validation prompts of each of the 4 kinds.")] = 4,
-    new_tokens: Annotated[int, typer.Option("--new-tokens", help="Tokens generated per prompt and chain.")] = 128,
-    repeats: Annotated[int, typer.Option("--repeats", help="Validation passes over the prompts.")] = 3,
-    top: Annotated[int, typer.Option("--top", help="Alternatives validated besides the recommended chain.")] = 3,
+    candidates: Candidates = None,
+    prompts_per_kind: PromptsPerKind = 4,
+    new_tokens: NewTokens = 128,
+    repeats: ValidationRepeats = 3,
+    top: Alternatives = 3,
     cores: Annotated[int, typer.Option("--cores", help="Cores the load keeps busy in the loaded run.")] = 1,
     out: Annotated[Path, typer.Option("--out", help="Folder for the two runs (quiet/, loaded/).")] = Path("polyplan-loop"),
-    cache_dir: Annotated[
-        Optional[Path], typer.Option("--cache-dir", help="Profile cache (default: $POLYPLAN_CACHE_DIR or ~/.cache/polyplan).")
-    ] = None,
+    cache_dir: CacheDir = None,
     threads: Annotated[int, typer.Option("--threads", help="torch CPU threads (default 1).")] = 1,
 ) -> None:
     """Run profile -> recommend -> validate twice, quiet and under a background load, and print

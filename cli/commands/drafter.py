@@ -7,6 +7,7 @@ from typing import Annotated, Optional
 
 import typer
 
+from polyplan.cli.commands.options import Candidates
 from polyplan.cli.support import fails_cleanly
 
 app = typer.Typer(help="Build drafters for your own target.", no_args_is_help=True)
@@ -16,7 +17,7 @@ app = typer.Typer(help="Build drafters for your own target.", no_args_is_help=Tr
 @fails_cleanly
 def distill(
     out: Annotated[Path, typer.Option("--out", help="New folder for the drafter (must not exist).")],
-    candidates: Annotated[Optional[Path], typer.Option("--candidates", help="models.yaml (default: examples/zoo.yaml).")] = None,
+    candidates: Candidates = None,
     target: Annotated[Optional[str], typer.Option("--target", help="Candidate to distil from (default: the target).")] = None,
     vocab: Annotated[Optional[int], typer.Option("--vocab", help="N: the drafter's head covers the N most frequent target tokens [default: 8192].")] = None,
     layers: Annotated[Optional[int], typer.Option("--layers", help="Drafter decoder layers [default: 2].")] = None,
