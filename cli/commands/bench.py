@@ -7,7 +7,7 @@ from typing import Annotated, Optional
 
 import typer
 
-from polyplan.cli.support import echo_json, fails_cleanly
+from polyplan.cli.support import echo_json, fails_cleanly, log_line
 from polyplan.formats.errors import PolyplanError
 from polyplan.cli.commands.options import (Alternatives, CacheDir, Candidates, NewTokens, PlanCandidates, PromptsPerKind,
                                            RawPrompts, ValidationRepeats)
@@ -144,7 +144,7 @@ def peers(
         raise PolyplanError(f"--engine: {engine!r} is not raced here (hf or llama.cpp; vLLM needs a GPU)")
     set_threads(threads)
     bench = race_peers_of(plan, prompts_path=prompts, candidates_path=candidates, repeats=repeats, new_tokens=new_tokens,
-                      max_prompts=max_prompts, log=lambda line: typer.echo(line, err=True))
+                      max_prompts=max_prompts, log=log_line)
     if json_output:
         echo_json(peers_json(bench))
     else:
@@ -196,7 +196,7 @@ def loop(
     settings = DemoSettings(candidates=candidates, quick=quick, prompts_per_kind=prompts_per_kind, new_tokens=new_tokens,
                             repeats=repeats, top=top, out=out, cache_dir=cache_dir)
     with progress_bars() as (profiling, validating):
-        bench = run_load_loop(settings, cores=cores, log=lambda line: typer.echo(line, err=True),
+        bench = run_load_loop(settings, cores=cores, log=log_line,
                               profile_progress=profiling, validation_progress=validating)
     typer.echo("\n".join(loop_lines(bench)))
     typer.echo(f"\nreports: {', '.join(str(run.result.files.report) for run in bench.runs)}")
@@ -211,7 +211,7 @@ def _llama_cpp_peers(plan, prompts, candidates, new_tokens, repeats, max_prompts
     if plan is None:
         raise PolyplanError("--engine llama.cpp: give --plan plan.json (profile and recommend a GGUF target first)")
     bench = run_llama_peers(plan, prompts_path=prompts, candidates_path=candidates, threads=threads or 1, repeats=repeats,
-                            new_tokens=new_tokens, max_prompts=max_prompts, log=lambda line: typer.echo(line, err=True))
+                            new_tokens=new_tokens, max_prompts=max_prompts, log=log_line)
     if json_output:
         echo_json({**dataclasses.asdict(bench), "logs": str(bench.logs),
                    "rows": [dataclasses.asdict(row) | {"error": row.error} for row in bench.rows]})

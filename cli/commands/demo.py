@@ -7,7 +7,7 @@ from typing import Annotated, Optional
 
 import typer
 
-from polyplan.cli.support import echo_json, fails_cleanly
+from polyplan.cli.support import echo_json, fails_cleanly, log_line
 from polyplan.cli.commands.options import (Alternatives, CacheDir, Candidates, NewTokens, PromptsPerKind, RawPrompts,
                                            ReportJson, ValidationRepeats)
 
@@ -50,7 +50,7 @@ def demo(
         candidates=candidates, quick=quick, prompts_per_kind=prompts_per_kind, prompts=prompts, raw_prompts=raw_prompts, new_tokens=new_tokens, repeats=repeats,
         top=top, max_levels=max_levels, out=out, cache_dir=cache_dir,
     )
-    log = (lambda line: None) if json_output else (lambda line: typer.echo(line, err=True))
+    log = (lambda line: None) if json_output else log_line
     with progress_bars(disable=json_output) as (profiling, validating):
         result = run_demo(settings, profile_progress=profiling, validation_progress=validating, log=log)
     if json_output:

@@ -8,7 +8,7 @@ from typing import Annotated, Optional
 import typer
 
 from polyplan.cli.commands.options import Candidates
-from polyplan.cli.support import fails_cleanly
+from polyplan.cli.support import fails_cleanly, log_line
 
 app = typer.Typer(help="Build drafters for your own target.", no_args_is_help=True)
 
@@ -51,7 +51,7 @@ def distill(
     settings = QUICK if quick else DistillSettings(seed=seed, **given)
     with torch_threads(threads):
         result = distill_drafter(candidates if candidates is not None else default_candidates_path(), out, settings,
-                                 target_name=target, data=data, exit_layers=exit_layers, raw_prompts=raw_prompts, log=lambda line: typer.echo(line, err=True))
+                                 target_name=target, data=data, exit_layers=exit_layers, raw_prompts=raw_prompts, log=log_line)
     typer.echo(
         f"wrote {result.out}: {result.parameters / 1e6:.2f}M parameters, head over {result.kept_tokens} of {result.vocab} "
         f"tokens ({result.kept_mass:.1%} of held-out target tokens); held-out alpha {result.alpha_before:.3f} -> "
