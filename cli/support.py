@@ -44,3 +44,8 @@ def one_line(text: str) -> str:
 def echo_json(payload: Any) -> None:
     """Print one JSON object (strict: no NaN) on stdout."""
     typer.echo(json.dumps(json_safe(payload), indent=2, allow_nan=False))
+
+
+def log_line(line: str) -> None:
+    """Print one progress line on stderr (stdout stays for results and --json)."""
+    typer.echo(line, err=True)

@@ -180,7 +180,7 @@ def measure_hf_overhead(
 
 
 def cheapest_hf_drafter(profile: Profile, models: Sequence):
-    """The `profiler.run.ProfiledModel` of the fastest drafter (T(1) in the profile) that HF can
+    """The `models.fingerprints.ProfiledModel` of the fastest drafter (T(1) in the profile) that HF can
     use as an assistant as it is (an HF model with the target's logit count and config
     vocabulary: a reduced-vocabulary head would need HF's universal assisted decoding), else None."""
     target = models[0].member

@@ -68,7 +68,7 @@ import json
 import math
 import os
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from typing import Any
 
 from polyplan.formats.atomic import write_text_atomically
@@ -265,61 +265,58 @@ def encode_plan(plan: PlanFile) -> dict[str, Any]:
         "switch_costs": {name: list(cost) for name, cost in plan.switch_costs.items()},
         "alternatives": [_alternative_json(chain) for chain in plan.alternatives],
         "insertions": list(plan.insertions),
-        "prediction_intervals": None if plan.prediction_intervals is None else _intervals_json(plan.prediction_intervals),
+        "prediction_intervals": None if plan.prediction_intervals is None else _record_json(plan.prediction_intervals),
         "warnings": list(plan.warnings),
-        "search": {
-            "max_levels": plan.search.max_levels, "k_max": plan.search.k_max, "method": plan.search.method,
-            "context_length": plan.search.context_length, "acceptance_model": plan.search.acceptance_model,
-        },
+        "search": _record_json(plan.search),
     }
 
 
-def _exact_json(chain: PlannedChain) -> dict[str, Any]:
-    return {
-        "speedup": chain.exact_speedup,
-        "cost_per_token_s": chain.cost_per_token_s,
-        "forwards_per_token": list(chain.forwards_per_token),
-        "time_per_token_s": list(chain.time_per_token_s),
-        "tokens_per_verification": list(chain.tokens_per_verification),
-        "drafted_per_verification": list(chain.drafted_per_verification),
-        "wasted_per_verification": list(chain.wasted_per_verification),
-        "acceptances": list(chain.acceptances),
-        "overhead_per_token_s": chain.overhead_per_token_s,
-        **({} if chain.exact_interval is None else {"interval": list(chain.exact_interval)}),
-    }
+# Each section's JSON keys beside the `PlannedChain` fields they hold, in the file's order.
+_EXACT_KEYS = {
+    "speedup": "exact_speedup",
+    "cost_per_token_s": "cost_per_token_s",
+    "forwards_per_token": "forwards_per_token",
+    "time_per_token_s": "time_per_token_s",
+    "tokens_per_verification": "tokens_per_verification",
+    "drafted_per_verification": "drafted_per_verification",
+    "wasted_per_verification": "wasted_per_verification",
+    "acceptances": "acceptances",
+    "overhead_per_token_s": "overhead_per_token_s",
+}
+_PAPER_KEYS = {
+    "speedup": "paper_speedup",
+    "time_per_token_s": "paper_time_per_token_s",
+    "phi_per_token": "paper_phi_per_token",
+    "mean_lengths": "paper_mean_lengths",
+    "length_sources": "paper_length_sources",
+    "alpha_scale": "paper_alpha_scale",
+}
 
 
-def _paper_json(chain: PlannedChain) -> dict[str, Any]:
-    return {
-        "speedup": chain.paper_speedup,
-        "time_per_token_s": chain.paper_time_per_token_s,
-        "phi_per_token": list(chain.paper_phi_per_token),
-        "mean_lengths": list(chain.paper_mean_lengths),
-        "length_sources": list(chain.paper_length_sources),
-        "alpha_scale": chain.paper_alpha_scale,
-    }
+def _plain(value: Any) -> Any:
+    """`value` with its tuples (nested ones too) as JSON lists."""
+    return [_plain(item) for item in value] if isinstance(value, tuple) else value
+
+
+def _section_json(record: Any, keys: Mapping[str, str]) -> dict[str, Any]:
+    """{JSON key: the record's field} for `keys` (key -> field name)."""
+    return {key: _plain(getattr(record, name)) for key, name in keys.items()}
+
+
+def _record_json(record: Any) -> dict[str, Any]:
+    """A record whose JSON keys are its field names, in field order."""
+    return _section_json(record, {item.name: item.name for item in fields(record)})
 
 
 def _alternative_json(chain: PlannedChain) -> dict[str, Any]:
+    interval = {} if chain.exact_interval is None else {"interval": list(chain.exact_interval)}
     return {
         "chain": list(chain.chain),
         "block_sizes": list(chain.block_sizes),
         "verify_widths": [widths.to_json() for widths in chain.verify_widths],
-        "exact": _exact_json(chain),
-        "paper": _paper_json(chain),
+        "exact": _section_json(chain, _EXACT_KEYS) | interval,
+        "paper": _section_json(chain, _PAPER_KEYS),
         "insertion_verdicts": [{"model": model, "verdict": verdict} for model, verdict in chain.insertion_verdicts],
-    }
-
-
-def _intervals_json(intervals: IntervalsRecord) -> dict[str, Any]:
-    return {
-        "level": intervals.level,
-        "resamples": intervals.resamples,
-        "seed": intervals.seed,
-        "latency_source": intervals.latency_source,
-        "acceptance_source": intervals.acceptance_source,
-        "tied_with_best": [list(chain) for chain in intervals.tied_with_best],
-        "ranking": intervals.ranking,
     }
 
 

@@ -61,7 +61,7 @@ def ensure_loop_costs(
     """Put every entry of the module docstring into `profile`.
 
     Args:
-        models: `profiler.run.ProfiledModel`s, the target first.
+        models: `models.fingerprints.ProfiledModel`s, the target first.
         prompts: the prompts the run profiled with.
         previous_runs: the agreement entry of the profile before the run (`profile_cache.previous_runs`).
         calibration_tokens: the most tokens per timed call of the loop-overhead and HF-overhead

@@ -97,9 +97,11 @@ class LoadedCandidates:
         return [self.member(name) for name in names]
 
 
-@dataclass
+@dataclass(frozen=True)
 class _Model:
-    """A loaded HF model with what the check needs (internal, mutable while loading)."""
+    """The raw torch model of a candidate, before it becomes a chain member (`LoadedCandidate`):
+    what its derived copies are built from (`HFMember` may wrap a shallow copy with another
+    head, so copies cannot be made from the member), cached by name while one set loads."""
 
     model: torch.nn.Module
     tokenizer: object

@@ -30,7 +30,7 @@ def measure_agreement(
     """The greedy agreement strings of every pair (see the module docstring).
 
     Args:
-        models: `profiler.run.ProfiledModel`s, the target first.
+        models: `models.fingerprints.ProfiledModel`s, the target first.
         pairs: (verifier, drafter) names.
         prompts: token ids of each prompt.
     """

@@ -32,7 +32,7 @@ def measure_switch_costs(
     """Extra seconds of each model's 1st … `after`-th pass after another model's (module docstring).
 
     Args:
-        models: `profiler.run.ProfiledModel`s; their `member` caches are reset afterwards.
+        models: `models.fingerprints.ProfiledModel`s; their `member` caches are reset afterwards.
         tokens: real token ids, at least `context + 1` of them.
         context: cached tokens before every timed pass.
         repeats: timed rounds per model.

@@ -7,9 +7,10 @@ from typing import Annotated, Optional
 
 import typer
 
-from polyplan.cli.support import echo_json, fails_cleanly
+from polyplan.cli.support import echo_json, fails_cleanly, log_line
 from polyplan.formats.errors import PolyplanError
-from polyplan.cli.commands.options import RawPrompts
+from polyplan.cli.commands.options import (Alternatives, CacheDir, Candidates, NewTokens, PlanCandidates, PromptsPerKind,
+                                           RawPrompts, ValidationRepeats)
 
 app = typer.Typer(help="Benchmarks printing side-by-side ratios measured in one run.", no_args_is_help=True)
 
@@ -123,9 +124,7 @@ def peers(
         Optional[Path], typer.Option("--prompts", help="Prompt file (Spec-Bench question.jsonl: per-category tables). "
                                      "Default: built-in prompts held out from profiling.")
     ] = None,
-    candidates: Annotated[
-        Optional[Path], typer.Option("--candidates", help="models.yaml, if not the one recorded in the plan.")
-    ] = None,
+    candidates: PlanCandidates = None,
     new_tokens: Annotated[int, typer.Option("--new-tokens", help="New tokens per prompt (EOS stops earlier).")] = 64,
     repeats: Annotated[int, typer.Option("--repeats", help="Timed runs per prompt and configuration.")] = 3,
     max_prompts: Annotated[Optional[int], typer.Option("--max-prompts", help="Use only the first N prompts.")] = None,
@@ -150,7 +149,7 @@ def peers(
     choice = _plan_threads(plan, threads)
     set_threads(choice)
     bench = race_peers_of(plan, prompts_path=prompts, candidates_path=candidates, repeats=repeats, new_tokens=new_tokens,
-                      max_prompts=max_prompts, log=lambda line: typer.echo(line, err=True))
+                      max_prompts=max_prompts, log=log_line)
     if json_output:
         echo_json(peers_json(bench))
     else:
@@ -181,16 +180,14 @@ def load(
 @fails_cleanly
 def loop(
     quick: Annotated[bool, typer.Option("--quick", help="Reduced profiling on the tiny quick family (as `demo --quick`).")] = False,
-    candidates: Annotated[Optional[Path], typer.Option("--candidates", help="models.yaml (default: examples/zoo.yaml).")] = None,
-    prompts_per_kind: Annotated[int, typer.Option("--prompts-per-kind", help="Validation prompts of each of the 4 kinds.")] = 4,
-    new_tokens: Annotated[int, typer.Option("--new-tokens", help="Tokens generated per prompt and chain.")] = 128,
-    repeats: Annotated[int, typer.Option("--repeats", help="Validation passes over the prompts.")] = 3,
-    top: Annotated[int, typer.Option("--top", help="Alternatives validated besides the recommended chain.")] = 3,
+    candidates: Candidates = None,
+    prompts_per_kind: PromptsPerKind = 4,
+    new_tokens: NewTokens = 128,
+    repeats: ValidationRepeats = 3,
+    top: Alternatives = 3,
     cores: Annotated[int, typer.Option("--cores", help="Cores the load keeps busy in the loaded run.")] = 1,
     out: Annotated[Path, typer.Option("--out", help="Folder for the two runs (quiet/, loaded/).")] = Path("polyplan-loop"),
-    cache_dir: Annotated[
-        Optional[Path], typer.Option("--cache-dir", help="Profile cache (default: $POLYPLAN_CACHE_DIR or ~/.cache/polyplan).")
-    ] = None,
+    cache_dir: CacheDir = None,
     threads: Annotated[Optional[int], typer.Option("--threads", help="torch CPU threads (default: the machine's free cores "
                                                  "at start less the --cores the load will keep busy).")] = None,
 ) -> None:
@@ -206,7 +203,7 @@ def loop(
     settings = DemoSettings(candidates=candidates, quick=quick, prompts_per_kind=prompts_per_kind, new_tokens=new_tokens,
                             repeats=repeats, top=top, out=out, cache_dir=cache_dir)
     with progress_bars() as (profiling, validating):
-        bench = run_load_loop(settings, cores=cores, log=lambda line: typer.echo(line, err=True),
+        bench = run_load_loop(settings, cores=cores, log=log_line,
                               profile_progress=profiling, validation_progress=validating)
     typer.echo("\n".join(loop_lines(bench) + [choice.line]))
     typer.echo(f"\nreports: {', '.join(str(run.result.files.report) for run in bench.runs)}")
@@ -223,7 +220,7 @@ def _llama_cpp_peers(plan, prompts, candidates, new_tokens, repeats, max_prompts
     from polyplan.profiler.threads import ThreadChoice
 
     bench = run_llama_peers(plan, prompts_path=prompts, candidates_path=candidates, threads=threads, repeats=repeats,
-                            new_tokens=new_tokens, max_prompts=max_prompts, log=lambda line: typer.echo(line, err=True))
+                            new_tokens=new_tokens, max_prompts=max_prompts, log=log_line)
     if json_output:
         echo_json({**dataclasses.asdict(bench), "logs": str(bench.logs),
                    "rows": [dataclasses.asdict(row) | {"error": row.error} for row in bench.rows]})

@@ -7,36 +7,35 @@ from typing import Annotated, Optional
 
 import typer
 
-from polyplan.cli.support import echo_json, fails_cleanly
-from polyplan.cli.commands.options import RawPrompts
+from polyplan.cli.support import echo_json, fails_cleanly, log_line
+from polyplan.cli.commands.options import (Alternatives, CacheDir, Candidates, NewTokens, PromptsPerKind, RawPrompts,
+                                           ReportJson, ValidationRepeats)
 
 
 @fails_cleanly
 def demo(
     quick: Annotated[bool, typer.Option("--quick", help="Reduced profiling (a CI-sized demo); without --candidates, on the "
                                         "tiny family of `zoo train --quick`, trained once into the cache.")] = False,
-    candidates: Annotated[Optional[Path], typer.Option("--candidates", help="models.yaml (default: examples/zoo.yaml).")] = None,
-    prompts_per_kind: Annotated[int, typer.Option("--prompts-per-kind", help="Validation prompts of each of the 4 kinds.")] = 4,
+    candidates: Candidates = None,
+    prompts_per_kind: PromptsPerKind = 4,
     prompts: Annotated[
         Optional[Path],
         typer.Option("--prompts", help="Prompt file (*.jsonl, e.g. Spec-Bench question.jsonl, or blank-line separated text): "
                      "prompts 1, 3, 5, … profile, prompts 2, 4, 6, … validate (held out). Default: built-in prompts."),
     ] = None,
     raw_prompts: RawPrompts = False,
-    new_tokens: Annotated[int, typer.Option("--new-tokens", help="Tokens generated per prompt and chain.")] = 128,
-    repeats: Annotated[int, typer.Option("--repeats", help="Validation passes over the prompts.")] = 3,
-    top: Annotated[int, typer.Option("--top", help="Alternatives validated besides the recommended chain.")] = 3,
+    new_tokens: NewTokens = 128,
+    repeats: ValidationRepeats = 3,
+    top: Alternatives = 3,
     max_levels: Annotated[int, typer.Option("--max-levels", help="Longest chain, counting the target.")] = 4,
     out: Annotated[Path, typer.Option("--out", help="Folder for plan.json, the report and the plots.")] = Path("polyplan-demo"),
-    cache_dir: Annotated[
-        Optional[Path], typer.Option("--cache-dir", help="Profile cache (default: $POLYPLAN_CACHE_DIR or ~/.cache/polyplan).")
-    ] = None,
+    cache_dir: CacheDir = None,
     threads: Annotated[
         Optional[int],
         typer.Option("--threads", help="torch CPU threads (default: the machine's free cores at start, from the load "
                      "average; the profile records them and validation uses the same)."),
     ] = None,
-    json_output: Annotated[bool, typer.Option("--json", help="Print the report's JSON twin instead of the table.")] = False,
+    json_output: ReportJson = False,
 ) -> None:
     """Profile the embedded family, recommend a chain, validate it against target-only decoding,
     the best two-model chain and the runners-up, and print one table with the report's paths."""
@@ -51,7 +50,7 @@ def demo(
         candidates=candidates, quick=quick, prompts_per_kind=prompts_per_kind, prompts=prompts, raw_prompts=raw_prompts, new_tokens=new_tokens, repeats=repeats,
         top=top, max_levels=max_levels, out=out, cache_dir=cache_dir,
     )
-    log = (lambda line: None) if json_output else (lambda line: typer.echo(line, err=True))
+    log = (lambda line: None) if json_output else log_line
     with progress_bars(disable=json_output) as (profiling, validating):
         result = run_demo(settings, profile_progress=profiling, validation_progress=validating, log=log, threads=choice)
     if json_output:

@@ -7,7 +7,8 @@ from typing import Annotated, Optional
 
 import typer
 
-from polyplan.cli.support import fails_cleanly
+from polyplan.cli.commands.options import Candidates
+from polyplan.cli.support import fails_cleanly, log_line
 
 app = typer.Typer(help="Build drafters for your own target.", no_args_is_help=True)
 
@@ -16,7 +17,7 @@ app = typer.Typer(help="Build drafters for your own target.", no_args_is_help=Tr
 @fails_cleanly
 def distill(
     out: Annotated[Path, typer.Option("--out", help="New folder for the drafter (must not exist).")],
-    candidates: Annotated[Optional[Path], typer.Option("--candidates", help="models.yaml (default: examples/zoo.yaml).")] = None,
+    candidates: Candidates = None,
     target: Annotated[Optional[str], typer.Option("--target", help="Candidate to distil from (default: the target).")] = None,
     vocab: Annotated[Optional[int], typer.Option("--vocab", help="N: the drafter's head covers the N most frequent target tokens [default: 8192].")] = None,
     layers: Annotated[Optional[int], typer.Option("--layers", help="Drafter decoder layers [default: 2].")] = None,
@@ -50,7 +51,7 @@ def distill(
     settings = QUICK if quick else DistillSettings(seed=seed, **given)
     with torch_threads(threads):
         result = distill_drafter(candidates if candidates is not None else default_candidates_path(), out, settings,
-                                 target_name=target, data=data, exit_layers=exit_layers, raw_prompts=raw_prompts, log=lambda line: typer.echo(line, err=True))
+                                 target_name=target, data=data, exit_layers=exit_layers, raw_prompts=raw_prompts, log=log_line)
     typer.echo(
         f"wrote {result.out}: {result.parameters / 1e6:.2f}M parameters, head over {result.kept_tokens} of {result.vocab} "
         f"tokens ({result.kept_mass:.1%} of held-out target tokens); held-out alpha {result.alpha_before:.3f} -> "

@@ -6,7 +6,7 @@ from typing import Annotated, Optional
 
 import typer
 
-from polyplan.cli.support import fails_cleanly
+from polyplan.cli.support import fails_cleanly, log_line
 from polyplan.formats.errors import PolyplanError
 
 app = typer.Typer(help="Build and inspect the other engines polyplan races (llama.cpp's server).", no_args_is_help=True)
@@ -26,7 +26,7 @@ def build(
     if engine != "llama.cpp":
         raise PolyplanError(f"engines build: unknown engine {engine!r} (only llama.cpp is built from source)")
     already = find_build()
-    made = already or build_llama_cpp(jobs=jobs, log=lambda line: typer.echo(line, err=True))
+    made = already or build_llama_cpp(jobs=jobs, log=log_line)
     typer.echo(f"{'already built' if already else 'built'}: {made.server} and {made.bench} (llama.cpp of llama-cpp-python {made.version})")
 
 

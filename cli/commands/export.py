@@ -7,6 +7,7 @@ from typing import Annotated, Optional
 
 import typer
 
+from polyplan.cli.commands.options import PlanCandidates
 from polyplan.cli.support import echo_json, fails_cleanly
 
 
@@ -17,9 +18,7 @@ def export(
     profile: Annotated[
         Optional[Path], typer.Option("--profile", help="profile.json, if not the one recorded in the plan.")
     ] = None,
-    candidates: Annotated[
-        Optional[Path], typer.Option("--candidates", help="models.yaml, if not the one recorded in the plan.")
-    ] = None,
+    candidates: PlanCandidates = None,
     json_output: Annotated[bool, typer.Option("--json", help="Print one JSON object.")] = False,
 ) -> None:
     """Export the plan to ENGINE: its best one-drafter chain under the engine's acceptance rule,

