@@ -41,7 +41,8 @@ Format (``plan_version`` 2; each ranked chain is stored once, the plan's own cha
         "level": 0.95, "resamples": 200, "seed": 0,
         "latency_source": "samples", "acceptance_source": "runs",
         "tied_with_best": [["vicuna-7b", "eagle"]],   # chains whose interval overlaps the best's
-        "ranking": "ranking: cannot tell ... apart from: ..."
+        "ranking": "ranking: cannot tell ... apart from: ...",
+        "widened": ["gemma: latency x [0.68, 0.99] (the machine floor was 1.52x slower ...)"]
       },
       "warnings": ["..."],                   # optional: why the timings are doubtful
                                              # (planner.timing_health); [] when none
@@ -171,6 +172,7 @@ class IntervalsRecord:
     acceptance_source: str
     tied_with_best: tuple[tuple[str, ...], ...]  # chains whose interval overlaps the best's
     ranking: str
+    widened: tuple[str, ...] = ()  # a line per model whose failed timing-health check widened its latency
 
 
 @dataclass(frozen=True)
@@ -457,6 +459,7 @@ def _intervals_record(value: Any) -> IntervalsRecord | None:
         _text(value.get("latency_source")), _text(value.get("acceptance_source")),
         tuple(tuple(chain) for chain in tied if isinstance(chain, list)) if isinstance(tied, list) else (),
         _text(value.get("ranking")),
+        tuple(line for line in widened if isinstance(line, str)) if isinstance(widened := value.get("widened"), list) else (),
     )
 
 

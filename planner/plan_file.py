@@ -87,7 +87,7 @@ def plan_of(
         insertions=tuple(note.line for note in result.insertions),
         prediction_intervals=None if intervals is None else IntervalsRecord(
             intervals.level, intervals.resamples, intervals.seed, intervals.latency_source, intervals.acceptance_source,
-            tuple(item.chain for item in intervals.tied_with_best()), intervals.ranking_line(),
+            tuple(item.chain for item in intervals.tied_with_best()), intervals.ranking_line(), intervals.widened,
         ),
     )
 

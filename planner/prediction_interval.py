@@ -15,12 +15,27 @@ How each input is resampled (per replicate, independently):
   IQR: the median is then drawn from its asymptotic normal law, standard error
   1.2533 · (IQR / 1.349) / sqrt(repeats) (Gaussian timings; a stated approximation).
 - acceptance, with agreement runs in the profile (greedy): the prompts are the clusters, as
-  the acceptance is correlated along a prompt; each replicate draws the prompts with
-  replacement and re-estimates the run survival (`planner.runs`) from their pooled counts;
-  α (for the i.i.d. reading) is scaled by the replicate's agreement rate over the full one.
+  the acceptance is correlated along a prompt. The prediction is for prompts the profile never
+  saw (validation and use run other prompts), so each replicate draws twice: the profile's
+  prompts with replacement (the error of the profile's estimate), then a new prompt set of the
+  same size from that draw (the spread of a new set around it: every validation so far
+  measured acceptance 4-12% off the profiled one). The run survival (`planner.runs`) is
+  re-estimated from the pooled counts of the second draw; α (for the i.i.d. reading) is scaled
+  by that draw's agreement rate over the full one.
 - acceptance otherwise: α drawn from a normal law matching its 95% interval `alpha_ci`
-  (clipped to [0, 1)), else from the binomial standard error sqrt(α(1 − α)/alpha_samples);
-  with neither, α is held fixed and the result says so.
+  (clipped to [0, 1)), else from the binomial standard error sqrt(α(1 − α)/alpha_samples),
+  either standard error times sqrt(2) for the new prompt set; with neither, α is held fixed
+  and the result says so.
+- timing health (`planner.timing_health`): where a check failed, the model's whole curve is
+  scaled, per replicate, by a correction its own record measures, instead of trusting the
+  timings: the floor shift (a fixed workload f times slower while this model was timed than
+  while the least-loaded model was: a load that slows the floor slows a model's forward about
+  as much, so the corrected curve is T / f) and an overloaded machine (load average L above its
+  C cores when timing began: T · C / L). Half the replicates take the correction in full, half
+  a share of it uniform in [0, 1], so the interval spans the timings as measured through fully
+  corrected. A noisy floor (IQR/median r above the limit) scales by a log-normal factor with
+  sd r / 1.349. The intervals list each widening (`widened`), and the plan and the validation
+  report print them.
 
 The loop overhead and switch costs are held fixed (they are small, measured on their own).
 Lemma 3.1 is not resampled: it stays a point prediction beside the exact model.
@@ -44,13 +59,15 @@ from polyplan.planner.latency import LatencyCurve, curve_from_profile
 from polyplan.formats.overhead import NO_SWITCH, LoopOverhead
 from polyplan.planner.overhead import profile_switch_costs
 from polyplan.planner.runs import count_matrix, profile_runs, survival_from_counts
-from polyplan.formats.profile import ModelProfile, Profile
+from polyplan.formats.profile import ModelProfile, Profile, TimingHealth
+from polyplan.planner.timing_health import MAX_FLOOR_NOISE, MAX_FLOOR_SHIFT
 
 DEFAULT_RESAMPLES = 200
 DEFAULT_LEVEL = 0.95
 MEDIAN_EFFICIENCY = 1.2533  # sd(median) / sd(mean) for Gaussian samples: sqrt(pi / 2)
 IQR_TO_SD = 1.349  # IQR of a standard normal
 Z95 = 1.96
+NEW_PROMPT_SET = float(np.sqrt(2.0))  # a new prompt set's error on top of the profile's: the same again, independent
 TIES_SHOWN = 3  # chains named in the ranking line (the plan lists them all)
 
 
@@ -95,6 +112,7 @@ class PredictionIntervals:
     seed: int
     latency_source: str  # "samples" (stored timings), "median_iqr" (normal approximation) or "mixed"
     acceptance_source: str  # "runs" (prompts resampled), "alpha_ci", "alpha_samples", "fixed" or "mixed"
+    widened: tuple[str, ...] = ()  # one line per timing-health widening (module docstring)
 
     def of(self, chain: Sequence[str]) -> ChainInterval | None:
         for item in self.chains:
@@ -173,8 +191,10 @@ def _merge(sources: set[str]) -> str:
 
 
 def _prompt_weights(prompts: int, resamples: int, rng: np.random.Generator) -> np.ndarray:
-    """[resamples, prompts]: how often each prompt is drawn in each cluster resample."""
-    picks = rng.integers(0, prompts, size=(resamples, prompts))
+    """[resamples, prompts]: how often each prompt is drawn in each replicate's new prompt set
+    (a set of the same size drawn from a cluster resample of the profile's prompts)."""
+    profiled = rng.integers(0, prompts, size=(resamples, prompts))
+    picks = np.take_along_axis(profiled, rng.integers(0, prompts, size=(resamples, prompts)), axis=1)
     weights = np.zeros((resamples, prompts))
     np.add.at(weights, (np.arange(resamples)[:, None], picks), 1.0)
     return weights
@@ -210,10 +230,12 @@ class _AcceptanceReplicates:
             values = alpha * rates / full if full > 0 else np.full(self.resamples, alpha)
             self.sources.add("runs")
         elif stats.alpha_ci is not None:
-            values = alpha + (stats.alpha_ci[1] - stats.alpha_ci[0]) / (2 * Z95) * self.rng.standard_normal(self.resamples)
+            error = NEW_PROMPT_SET * (stats.alpha_ci[1] - stats.alpha_ci[0]) / (2 * Z95)
+            values = alpha + error * self.rng.standard_normal(self.resamples)
             self.sources.add("alpha_ci")
         elif stats.alpha_samples:
-            values = alpha + np.sqrt(alpha * (1 - alpha) / stats.alpha_samples) * self.rng.standard_normal(self.resamples)
+            error = NEW_PROMPT_SET * np.sqrt(alpha * (1 - alpha) / stats.alpha_samples)
+            values = alpha + error * self.rng.standard_normal(self.resamples)
             self.sources.add("alpha_samples")
         else:
             values = np.full(self.resamples, alpha)
@@ -272,6 +294,9 @@ def prediction_intervals(
     rng = np.random.default_rng(seed)
     names = sorted({name for chain, _, _ in chains for name in chain})
     curves, latency_source = _curve_replicates(profile, names, resamples, rng, context_length)
+    factors, widened = _health_factors(profile, names, resamples, rng)
+    for name, scale in factors.items():
+        curves[name] = [_scaled(curve, float(f)) for curve, f in zip(curves[name], scale)]
     acceptance = _AcceptanceReplicates(profile, sampling, acceptance_model, resamples, rng)
     switches = profile_switch_costs(profile)
     speedups = np.empty((len(chains), resamples))
@@ -301,4 +326,48 @@ def prediction_intervals(
         for i, ((chain, blocks, _), interval) in enumerate(zip(chains, intervals))
     )
     return PredictionIntervals(items, resamples, level, seed, latency_source,
-                               _merge(acceptance.sources) if acceptance.sources else "fixed")
+                               _merge(acceptance.sources) if acceptance.sources else "fixed", widened)
+
+
+def _scaled(curve: LatencyCurve, factor: float) -> LatencyCurve:
+    return LatencyCurve(curve.ks, tuple(factor * value for value in curve.seconds))
+
+
+def _correction(full: float, resamples: int, rng: np.random.Generator) -> np.ndarray:
+    """Factors between 1 (as measured) and `full` (fully corrected): half the replicates at
+    `full`, half a uniform share of the way there."""
+    share = np.where(rng.random(resamples) < 0.5, 1.0, rng.random(resamples))
+    return 1.0 - share * (1.0 - full)
+
+
+def _health_factors(profile: Profile, names: Sequence[str], resamples: int,
+                    rng: np.random.Generator) -> tuple[dict[str, np.ndarray], tuple[str, ...]]:
+    """Per model whose timing-health check failed, a factor on its whole curve per replicate,
+    and one line per widening (the module docstring gives the laws)."""
+    floors = {model.name: model.timing.reference_median_s for model in profile.models
+              if model.timing is not None and model.timing.reference_median_s}
+    quietest = min(floors.values()) if floors else None
+    shifted = quietest is not None and max(floors.values()) / quietest > MAX_FLOOR_SHIFT
+    factors: dict[str, np.ndarray] = {}
+    lines: list[str] = []
+    for name in names:
+        health = profile.model(name).timing or TimingHealth()
+        factor = np.ones(resamples)
+        reasons = []
+        if shifted and name in floors and floors[name] > quietest:
+            shift = floors[name] / quietest
+            factor *= _correction(1.0 / shift, resamples, rng)
+            reasons.append(f"the machine floor was {shift:.2f}x slower while it was timed than at the quietest")
+        load, cpus = health.load_average, health.cpus
+        if load is not None and cpus is not None and load > cpus:
+            factor *= _correction(cpus / load, resamples, rng)
+            reasons.append(f"load average {load:.1f} on {cpus} core(s) when timing began")
+        noise = health.reference_relative_iqr
+        if noise is not None and noise > MAX_FLOOR_NOISE:
+            factor *= np.exp(noise / IQR_TO_SD * rng.standard_normal(resamples))
+            reasons.append(f"the machine floor's IQR/median was {noise:.0%}")
+        if reasons:
+            factors[name] = factor
+            low, high = np.percentile(factor, [2.5, 97.5])
+            lines.append(f"{name}: latency x [{low:.2f}, {high:.2f}] ({'; '.join(reasons)})")
+    return factors, tuple(lines)

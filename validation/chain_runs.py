@@ -315,6 +315,8 @@ def validate_plan(
     if fitted.truncated:
         notes.append(f"{fitted.truncated} prompt(s) shortened from the left to fit the context")
     notes += [f"timing warning from the plan: {line}" for line in plan.warnings]
+    if plan.prediction_intervals is not None:
+        notes += [f"prediction interval widened for timing health: {line}" for line in plan.prediction_intervals.widened]
     return Validation(
         chains=chains,
         headline=headline(chains),

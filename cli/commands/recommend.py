@@ -68,7 +68,8 @@ def table_lines(result: Recommendation) -> list[str]:
     if intervals is not None:
         lines += ["", intervals.ranking_line(),
                   f"  (bootstrap: {intervals.resamples} resamples of the latency timings ({intervals.latency_source}) and "
-                  f"the acceptance data ({intervals.acceptance_source}); block sizes held at their chosen values)"]
+                  f"the acceptance data ({intervals.acceptance_source}) for a new prompt set; block sizes held at their chosen values)"]
+        lines += [f"  widened for timing health: {line}" for line in intervals.widened]
     lines += warning_lines(result.warnings)
     return lines
 
