@@ -1,7 +1,14 @@
-"""A bounded background load: keep one CPU core busy with matrix products, then stop by itself.
+"""A bounded background load: keep CPU cores busy with matrix products, then stop by itself.
 
 Used by `polyplan bench load` and `polyplan bench loop` to show how predictions hold on a busy
-machine. The load runs in a child process (this file run as a script, so that the child never
+machine. Three shapes (`SHAPES`), because users' machines are not busy the way one generator is:
+
+- `steady`: `cores` processes, each busy all the time;
+- `bursty`: `cores` processes, each alternating busy and asleep for random spans of 0.1-1.0 s
+  (half busy on average: a build, a notebook kernel, a browser);
+- `two-process`: two bursty processes with independent phases, whatever `cores` says: at times
+  both cores of a small machine are taken, at times none.
+ The load runs in a child process (this file run as a script, so that the child never
 imports torch through the `polyplan.profiler` package), one thread
 (BLAS/OpenMP thread counts set to 1 in its environment before numpy is imported), doing
 chained 256 x 256 float64 matrix products in a loop. It can never outlive its purpose:
@@ -36,6 +43,33 @@ _ONE_THREAD = {name: "1" for name in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS",
 
 
 @dataclass(frozen=True)
+class LoadShape:
+    """How many load processes run and whether they sleep between bursts."""
+
+    name: str
+    bursty: bool
+    processes: int | None  # None: one per requested core
+
+    def count(self, cores: int) -> int:
+        return cores if self.processes is None else self.processes
+
+
+SHAPES = {
+    "steady": LoadShape("steady", bursty=False, processes=None),
+    "bursty": LoadShape("bursty", bursty=True, processes=None),
+    "two-process": LoadShape("two-process", bursty=True, processes=2),
+}
+BURST_SPAN_S = (0.1, 1.0)
+
+
+def load_shape(name: str, option: str = "--shape") -> LoadShape:
+    """The shape called `name`; else one clear error naming the shapes."""
+    if name not in SHAPES:
+        raise PolyplanError(f"{option}: {name!r} is not a load shape ({', '.join(SHAPES)})")
+    return SHAPES[name]
+
+
+@dataclass(frozen=True)
 class LoadReport:
     """What one load process did."""
 
@@ -54,6 +88,13 @@ def check_seconds(seconds: float, option: str = "--seconds") -> float:
     return float(seconds)
 
 
+def check_cores(cores: int) -> int:
+    """`cores` if it is a whole number of this machine's cores, at least 1; else one clear error."""
+    if isinstance(cores, bool) or not isinstance(cores, int) or not 1 <= cores <= (os.cpu_count() or 1):
+        raise PolyplanError(f"--cores: must be an integer in [1, {os.cpu_count() or 1}] (the cores of this machine), got {cores!r}")
+    return cores
+
+
 def _alive(pid: int) -> bool:
     try:
         os.kill(pid, 0)
@@ -64,21 +105,31 @@ def _alive(pid: int) -> bool:
     return True
 
 
-def run_load(seconds: float, parent: int | None = None, *, clock=time.monotonic, stop=lambda: False) -> LoadReport:
+def run_load(seconds: float, parent: int | None = None, *, clock=time.monotonic, stop=lambda: False,
+             bursty: bool = False, seed: int = 0, sleep=time.sleep) -> LoadReport:
     """Busy one core with matrix products for `seconds`, until `parent` is gone, or until
-    `stop()` is true (this is the child's body; call it through `background_load`)."""
+    `stop()` is true (this is the child's body; call it through `background_load`). `bursty`:
+    alternate busy and asleep spans drawn uniformly from `BURST_SPAN_S` (generator `seed`)."""
     import numpy as np
 
     seconds = check_seconds(seconds)
     started_parent = os.getppid()
     rng = np.random.default_rng(0)
+    spans = np.random.default_rng(seed)
     left = rng.standard_normal((SIZE, SIZE)) / SIZE**0.5
     right = rng.standard_normal((SIZE, SIZE)) / SIZE**0.5
     began = clock()
     products = 0
+    phase_end, busy = began + (spans.uniform(*BURST_SPAN_S) if bursty else seconds), True
     while clock() - began < seconds and not stop():
         if parent is not None and (os.getppid() != started_parent or not _alive(parent)):
             break
+        if bursty and clock() >= phase_end:
+            busy = not busy
+            phase_end = clock() + spans.uniform(*BURST_SPAN_S)
+        if not busy:
+            sleep(0.02)  # short naps, so the stop and parent checks stay prompt
+            continue
         left = left @ right
         left /= max(float(np.abs(left).max()), 1e-12)  # keep the values finite forever
         products += 1
@@ -94,20 +145,21 @@ class LoadProcesses:
 
 
 @contextmanager
-def background_load(seconds: float, cores: int = 1) -> Iterator[LoadProcesses]:
-    """Run `cores` load processes (one core each) for at most `seconds` while the block runs.
+def background_load(seconds: float, cores: int = 1, shape: LoadShape = SHAPES["steady"]) -> Iterator[LoadProcesses]:
+    """Run the `shape`'s load processes (one core each; `cores` of them unless the shape fixes
+    the count) for at most `seconds` while the block runs.
 
     They stop at the end of the block (terminated), at their own time limit, or when this
     process dies, whichever comes first.
     """
     seconds = check_seconds(seconds)
-    if isinstance(cores, bool) or not isinstance(cores, int) or not 1 <= cores <= (os.cpu_count() or 1):
-        raise PolyplanError(f"--cores: must be an integer in [1, {os.cpu_count() or 1}] (the cores of this machine), got {cores!r}")
+    check_cores(cores)
     environment = {**os.environ, **_ONE_THREAD}
     command = [sys.executable, str(Path(__file__).resolve()), "--seconds", repr(seconds), "--parent", str(os.getpid())]
     running = LoadProcesses([
-        subprocess.Popen(command, env=environment, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
-        for _ in range(cores)
+        subprocess.Popen(command + (["--bursty", "--seed", str(index)] if shape.bursty else []), env=environment,
+                         stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+        for index in range(shape.count(cores))
     ])
     try:
         yield running
@@ -125,9 +177,9 @@ def background_load(seconds: float, cores: int = 1) -> Iterator[LoadProcesses]:
         running.reports = tuple(report for report in reports if report is not None)
 
 
-def run_load_processes(seconds: float, cores: int = 1) -> tuple[LoadReport, ...]:
+def run_load_processes(seconds: float, cores: int = 1, shape: LoadShape = SHAPES["steady"]) -> tuple[LoadReport, ...]:
     """Run the load in the foreground (child processes) until their time limit; their reports."""
-    with background_load(seconds, cores) as running:
+    with background_load(seconds, cores, shape) as running:
         for process in running.processes:
             process.wait()
     return running.reports
@@ -149,10 +201,13 @@ def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description="Keep one core busy with matrix products (bounded).")
     parser.add_argument("--seconds", type=float, required=True)
     parser.add_argument("--parent", type=int, default=None)
+    parser.add_argument("--bursty", action="store_true")
+    parser.add_argument("--seed", type=int, default=0)
     arguments = parser.parse_args(argv)
     stopped = []
     signal.signal(signal.SIGTERM, lambda signum, frame: stopped.append(signum))  # finish the product, report, exit
-    report = run_load(arguments.seconds, arguments.parent, stop=lambda: bool(stopped))
+    report = run_load(arguments.seconds, arguments.parent, stop=lambda: bool(stopped), bursty=arguments.bursty,
+                      seed=arguments.seed)
     print(f"products {report.products} seconds {report.seconds:.3f}", flush=True)
 
 

@@ -45,3 +45,47 @@ def test_bench_loop_runs_quiet_then_loaded_end_to_end(tmp_path, single_thread):
     for label in (QUIET, LOADED):
         assert (tmp_path / "loop" / label / "report.json").is_file()
         assert f"{label}: exact model within 10% on every chain:" in result.stdout
+
+
+def test_load_shapes_are_named_and_bad_ones_refused():
+    from polyplan.formats.errors import PolyplanError
+    from polyplan.loop.load import SHAPES, load_shape
+
+    assert set(SHAPES) == {"steady", "bursty", "two-process"}
+    assert load_shape("two-process").count(1) == 2 and load_shape("bursty").count(3) == 3
+    with pytest.raises(PolyplanError, match="'wavy' is not a load shape"):
+        load_shape("wavy")
+
+
+def test_a_bursty_load_alternates_busy_and_asleep_spans():
+    """Fake clock: each look at it takes 1 ms (a product costs a few) and each nap 20 ms; a bursty
+    load spends about half its time asleep (spans of 0.1-1.0 s), a steady one none (the negative
+    control)."""
+    from polyplan.loop.load import run_load
+
+    def timed(bursty: bool) -> tuple[int, float]:
+        now = [0.0]
+        naps = []
+
+        def clock():
+            now[0] += 0.001
+            return now[0]
+
+        def sleep(seconds):
+            naps.append(seconds)
+            now[0] += seconds
+
+        report = run_load(8.0, clock=clock, sleep=sleep, bursty=bursty, seed=1)
+        return report.products, sum(naps) / report.seconds
+
+    steady_products, steady_asleep = timed(False)
+    bursty_products, bursty_asleep = timed(True)
+    assert steady_asleep == 0.0
+    assert 0.3 < bursty_asleep < 0.7 and bursty_products < 0.8 * steady_products
+
+
+def test_loop_lines_count_the_measured_speedups_inside_their_intervals():
+    bench = LoopBenchmark((_run(QUIET, 1.76, 1.70), _run("two-process", 1.76, 2.75, (LoadReport(100, 2.0),) * 2)), cores=1)
+    goals = {line.split(":")[0]: line for line in loop_lines(bench) if ": exact model within 10%" in line}
+    assert "two-process" in goals and "load: 2 process(es), 100 matrix products/s" in goals["two-process"]
+    assert "measured speedups inside their intervals:" in goals[QUIET]

@@ -185,25 +185,32 @@ def loop(
     new_tokens: NewTokens = 128,
     repeats: ValidationRepeats = 3,
     top: Alternatives = 3,
-    cores: Annotated[int, typer.Option("--cores", help="Cores the load keeps busy in the loaded run.")] = 1,
-    out: Annotated[Path, typer.Option("--out", help="Folder for the two runs (quiet/, loaded/).")] = Path("polyplan-loop"),
+    cores: Annotated[int, typer.Option("--cores", help="Load processes of the steady and bursty shapes (one core each).")] = 1,
+    shapes: Annotated[str, typer.Option("--shapes", help="Load shapes, a run each after the quiet one: steady, bursty, "
+                                        "two-process (comma-separated).")] = "steady",
+    out: Annotated[Path, typer.Option("--out", help="Folder for the runs (quiet/ and one per shape).")] = Path("polyplan-loop"),
     cache_dir: CacheDir = None,
     threads: Annotated[Optional[int], typer.Option("--threads", help="torch CPU threads (default: the machine's free cores "
                                                  "at start less the --cores the load will keep busy).")] = None,
 ) -> None:
-    """Run profile -> recommend -> validate twice, quiet and under a background load, and print
-    per run and chain: predicted [interval], measured [CI], error, inside, and the ranking check."""
+    """Run profile -> recommend -> validate quiet, then under each load shape, and print per run
+    and chain: predicted [interval], measured [CI], error, inside, and the ranking check."""
     from polyplan.cli.commands.progress import progress_bars
     from polyplan.profiler.threads import choose_threads, set_threads
     from polyplan.loop.demo import DemoSettings
+    from polyplan.loop.load import check_cores, load_shape
     from polyplan.loop.under_load import loop_lines, run_load_loop
 
-    choice = choose_threads(threads, reserved=cores)
+    names = tuple(name.strip() for name in shapes.split(",") if name.strip())
+    if not names or len(set(names)) != len(names):
+        raise PolyplanError(f"--shapes: give each load shape once, comma-separated, got {shapes!r}")
+    reserved = max(load_shape(name, "--shapes").count(check_cores(cores)) for name in names)
+    choice = choose_threads(threads, reserved=reserved)
     set_threads(choice)
     settings = DemoSettings(candidates=candidates, quick=quick, prompts_per_kind=prompts_per_kind, new_tokens=new_tokens,
                             repeats=repeats, top=top, out=out, cache_dir=cache_dir)
     with progress_bars() as (profiling, validating):
-        bench = run_load_loop(settings, cores=cores, log=log_line,
+        bench = run_load_loop(settings, cores=cores, shapes=names, log=log_line,
                               profile_progress=profiling, validation_progress=validating)
     typer.echo("\n".join(loop_lines(bench) + [choice.line]))
     typer.echo(f"\nreports: {', '.join(str(run.result.files.report) for run in bench.runs)}")
