@@ -361,14 +361,25 @@ class PairAgreement:
 
 
 @dataclass(frozen=True)
+class TargetStream:
+    """One profiling prompt and the target's greedy continuation of it, as token ids: what an
+    engine's own n-gram drafter looks its drafts up in (`planner.ngram_replay`)."""
+
+    prompt_tokens: int = spec("count1")
+    ids: tuple[int, ...] = spec("token_ids")
+
+
+@dataclass(frozen=True)
 class AgreementRuns:
     """The agreement sequences of every pair under one sampling mode (`planner.runs` reads
-    them), with the fingerprint of the models, prompts and settings they were measured from."""
+    them), with the fingerprint of the models, prompts and settings they were measured from,
+    and the target's greedy streams they were measured on (empty in profiles made before)."""
 
     pairs: tuple[PairAgreement, ...] = spec("records", of=PairAgreement, always=True)
     fingerprint: str | None = spec("text", default=None)
     prompts: int | None = spec("count0", default=None)
     new_tokens: int | None = spec("count0", default=None)
+    streams: tuple[TargetStream, ...] = spec("records", default=(), of=TargetStream)
 
     def by_pair(self) -> dict[tuple[str, str], tuple[tuple[bool, ...], ...]]:
         return {(entry.verifier, entry.drafter): entry.sequences() for entry in self.pairs}

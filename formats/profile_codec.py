@@ -23,7 +23,7 @@ from polyplan.formats.kinds import foreign_file
 from polyplan.formats.overhead import overhead_from_json, switch_cost
 from polyplan.formats.profile import (
     SCHEMA_VERSION, AgreementRuns, EngineCalibration, LoopCalibration, ModelProfile,
-    PairAgreement, PairProfile, Profile, ProfilerRecord, SamplingStats, SwitchCosts, TimingHealth,
+    PairAgreement, PairProfile, Profile, ProfilerRecord, SamplingStats, SwitchCosts, TargetStream, TimingHealth,
 )
 from polyplan.formats.sampling import SamplingMode
 
@@ -346,6 +346,11 @@ class _Reader:
             if not isinstance(value, dict):
                 self.fail(where, "must map model names to seconds")
             return {str(name): self.switch(cost, f"{where}.{name}") for name, cost in value.items()}
+        if kind == "token_ids":
+            ids = self.array(value, where)
+            if not ids:
+                self.fail(where, "must hold at least one token id")
+            return tuple(self.integer(item, f"{where}[{index}]", 0) for index, item in enumerate(ids))
         if kind == "bits":
             if not isinstance(value, list) or any(not isinstance(text, str) or set(text) - {"0", "1"} for text in value):
                 self.fail(where, "strings of 0 and 1 only")
@@ -426,6 +431,8 @@ class _Reader:
         if isinstance(built, SamplingStats):
             for name, entries in (("implied", built.implied), ("decoded", built.decoded)):
                 self.unique([entry.k for entry in entries], f"{where}.{name}", lambda k: f"duplicate entry for k {k}")
+        if isinstance(built, TargetStream) and built.prompt_tokens > len(built.ids):
+            self.fail(f"{where}.prompt_tokens", f"{built.prompt_tokens} is more than the stream's {len(built.ids)} ids")
         if isinstance(built, PairProfile):
             for role in ("verifier", "drafter"):
                 if getattr(built, role) not in self.names:

@@ -21,8 +21,11 @@ is HF `generate`'s own when the profile has it (`planner.engine_overhead`): the 
 then of HF assisted tokens/s over HF target-only tokens/s, what `bench peers` measures; the loss is measured against the
 plan's predicted speedup. The predictions are per decoded token (the long-generation limit);
 for HF each option also carries its whole-`generate`-call cost (`planner.whole_call`: per-call
-set-up and prefills), which `bench peers` sums over its prompts. A member an engine cannot
-load is listed with the reason, never exported. Pure: no torch, no I/O.
+set-up and prefills), which `bench peers` sums over its prompts. llama.cpp's n-gram drafter
+(`ngram-simple`) drafts only where the stream repeats itself, which α does not say: where the
+profile holds the target's greedy streams it is predicted by replaying that drafter on them
+(`planner.ngram_replay`), else by α with a note saying so. A member an engine cannot load is
+listed with the reason, never exported. Pure: no torch, no I/O.
 """
 
 from __future__ import annotations
@@ -37,6 +40,7 @@ from polyplan.formats.errors import PolyplanError
 from polyplan.planner.cost_model import ChainPrediction, predict_chain
 from polyplan.planner.engine_overhead import profile_call_seconds, prediction_overhead
 from polyplan.planner.latency import curve_from_profile
+from polyplan.planner.ngram_replay import replay_prediction
 from polyplan.formats.overhead import NO_SWITCH
 from polyplan.planner.overhead import profile_switch_costs
 from polyplan.formats.plan import PlanFile
@@ -76,6 +80,7 @@ class EngineOption:
     reason: str | None
     ngram_sizes: tuple[int, int] | None = None
     call: CallModel | None = None  # its whole-`generate`-call cost (`planner.whole_call`), HF only
+    model: str = ""  # how the prediction was made, when not by α (llama.cpp's n-gram replay), or why α
 
     @property
     def speedup(self) -> float | None:
@@ -181,6 +186,22 @@ def loadable(engine: str, candidate: Candidate, file: str | None = None,
     return "draft_model", source, None
 
 
+def _llama_cpp_ngram(profile: Profile, sizes: tuple[int, int], target_curve, k_max: int,
+                     greedy: bool) -> tuple[int | None, ChainPrediction | None, str]:
+    """(K, prediction, how) of llama.cpp's `ngram-simple` with lookup size `sizes[1]`: replayed
+    on the profile's greedy target streams where it holds them (K = --spec-ngram-simple-size-m
+    searched in 1..k_max), else (None, None, why α is used)."""
+    runs = profile.acceptance_runs.get("greedy")
+    streams = runs.streams if runs is not None else ()
+    if not greedy:
+        return None, None, "alpha model: llama.cpp's n-gram drafts are replayed at greedy only"
+    if not streams:
+        return None, None, ("alpha model: the profile holds no target streams (made by an older polyplan); "
+                            "re-run polyplan profile to replay llama.cpp's ngram-simple on them")
+    k, prediction = _best_block(lambda k: replay_prediction(streams, sizes[1], k, target_curve), k_max)
+    return k, prediction, f"replayed llama.cpp's ngram-simple on the profile's {len(streams)} target streams"
+
+
 def _best_block(prediction_at, k_max: int) -> tuple[int, ChainPrediction]:
     best = None
     for k in range(1, k_max + 1):
@@ -260,7 +281,11 @@ def export_plan(
             continue
         curves = [target_curve, curve_from_profile(profile.model(pair.drafter), context_length)]
         costs = [switches.get(plan.target, NO_SWITCH), switches.get(pair.drafter, NO_SWITCH)]
-        k, prediction = _best_block(lambda k: predict_chain([alpha], curves, [k], overhead, costs, pad_verification=False), k_max)
+        model = ""
+        if engine == "llama.cpp" and method == "ngram":
+            k, prediction, model = _llama_cpp_ngram(profile, sizes, target_curve, k_max, greedy)
+        if not model.startswith("replayed"):
+            k, prediction = _best_block(lambda k: predict_chain([alpha], curves, [k], overhead, costs, pad_verification=False), k_max)
         call = None
         if engine == "hf":
             drafter_model = None if method == "ngram" else profile.model(pair.drafter)
@@ -271,7 +296,7 @@ def export_plan(
             )
             if drafter_model is not None and call.drafter_prefill is None:
                 missing.append(f"{pair.drafter}'s prefill")
-        options.append(EngineOption(pair.drafter, method, rule, alpha, k, prediction, source, None, sizes, call))
+        options.append(EngineOption(pair.drafter, method, rule, alpha, k, prediction, source, None, sizes, call, model))
     ranked = sorted((o for o in options if o.reason is None), key=lambda o: -o.speedup)
     others = [o for o in options if o.reason is not None]
     typeable = [o for o in ranked if o.source != IN_PROCESS]  # what a user can hand the engine
@@ -387,6 +412,8 @@ def export_lines(export: EngineExport) -> list[str]:
             f"(alpha {option.alpha:.3f}, {rule}; {option.prediction.tokens_per_verification[0]:.2f} tokens per target pass)"
         )
         lines.append("  (per decoded token: the long-generation limit, without prefill or per-call set-up)")
+        if option.model:
+            lines.append(f"  ({option.model})")
         example = export.whole_call_example()
         if example is not None:
             prompt, new, speedup = example
@@ -431,6 +458,7 @@ def export_to_json(export: EngineExport) -> dict:
             "source": item.source or None,
             "exportable": item.reason is None,
             "reason": item.reason,
+            "prediction_model": item.model or None,
         }
 
     chosen = export.chosen

@@ -6,13 +6,15 @@ every model then makes one teacher-forced pass over prompt + continuation
 position. Position t of pair (verifier, drafter) agrees when their argmaxes are equal. The
 sequences go into the profile's `acceptance_runs["greedy"]` as strings of 0/1, with a
 fingerprint of the models, prompts and settings, so a rerun with nothing changed reuses them;
-`planner.runs` turns them into the run-length law the exact model uses.
+`planner.runs` turns them into the run-length law the exact model uses. The target's streams
+(prompt + continuation ids) are kept beside them: `planner.ngram_replay` replays an engine's
+own n-gram drafter on them.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from polyplan.formats.profile import AgreementRuns, PairAgreement, Profile
+from polyplan.formats.profile import AgreementRuns, PairAgreement, Profile, TargetStream
 from polyplan.profiler.acceptance import target_continuations, teacher_forced
 from polyplan.models.hashing import fingerprint_settings, fingerprint_tokens
 
@@ -47,20 +49,23 @@ def measure_agreement(
     for verifier, drafter in pairs:
         strings = ["".join("1" if same else "0" for same in (argmax[verifier][i] == argmax[drafter][i]).tolist()) for i in range(len(prompts))]
         entries.append(PairAgreement(verifier, drafter, tuple(strings)))
-    return AgreementRuns(tuple(entries), runs_fingerprint(models, prompts, new_tokens, seed), len(prompts), new_tokens)
+    streams = tuple(TargetStream(len(prompt), tuple(prompt) + tuple(continuation))
+                    for prompt, continuation in zip(prompts, continuations) if len(prompt) > 0)
+    return AgreementRuns(tuple(entries), runs_fingerprint(models, prompts, new_tokens, seed), len(prompts), new_tokens, streams)
 
 
 def ensure_agreement(
     profile: Profile, previous: AgreementRuns | None, models: Sequence, prompts: Sequence[Sequence[int]], *, new_tokens: int, seed: int
 ) -> bool:
     """Put the greedy agreement sequences into `profile.acceptance_runs`, reusing `previous` (the entry of
-    the profile before this run) when its fingerprint still matches. Returns True if measured."""
+    the profile before this run) when its fingerprint still matches and it holds the target's
+    streams (older profiles lack them). Returns True if measured."""
     loaded = {model.name for model in models}  # a profile keeps other models' pairs; only these can run
     pairs = [(pair.verifier, pair.drafter) for pair in profile.pairs
              if "greedy" in pair.sampling and {pair.verifier, pair.drafter} <= loaded]
     key = runs_fingerprint(models, prompts, new_tokens, seed)
     wanted = set(pairs)
-    if previous is not None and previous.fingerprint == key and set(previous.by_pair()) >= wanted:
+    if previous is not None and previous.fingerprint == key and set(previous.by_pair()) >= wanted and previous.streams:
         entry, measured = previous, False
     else:
         entry, measured = measure_agreement(models, pairs, prompts, new_tokens=new_tokens, seed=seed), True

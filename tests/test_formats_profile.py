@@ -353,7 +353,7 @@ def test_the_loop_costs_keep_their_fingerprints_through_the_codec_and_the_migrat
 def test_every_field_names_a_check_the_codec_knows():
     known = {"count0", "count1", "seconds", "non_negative", "probability", "unit", "correlation", "mu", "unit_interval",
              "mu_interval", "non_negative_interval", "text", "string", "flag", "texts", "timings", "quantiles", "free",
-             "record", "records", "modes", "engines", "switch_table", "bits", "version"}
+             "record", "records", "modes", "engines", "switch_table", "bits", "version", "token_ids"}
     records = [value for value in vars(types).values() if dataclasses.is_dataclass(value) and value.__module__ == types.__name__]
     assert len(records) >= 15
     for record in records:
@@ -407,3 +407,28 @@ def test_recommend_given_a_plan_as_its_profile_says_so(tmp_path):
     wrong = runner.invoke(app, ["recommend", "--profile", str(plan), "--out", str(tmp_path / "again.json")])
     assert wrong.exit_code == 2
     assert f"error: {plan}: is a plan (plan.json from polyplan recommend), not a profile" in wrong.stderr
+
+
+def test_the_target_streams_round_trip_and_bad_ones_are_named():
+    from polyplan.formats.profile import AgreementRuns, LatencyPoint, ModelProfile, PairAgreement, Profile, SamplingStats, TargetStream
+
+    profile = Profile(target="a", device="cpu")
+    for name in ("a", "b"):
+        profile.models.append(ModelProfile(name, f"fp-{name}", [LatencyPoint(8, 1, 0.01)]))
+    profile.add_pair("a", "b").sampling["greedy"] = SamplingStats(alpha=0.5)
+    streams = (TargetStream(3, (1, 2, 3, 4, 5)), TargetStream(1, (0, 7)))
+    profile.acceptance_runs["greedy"] = AgreementRuns((PairAgreement("a", "b", ("10",)),), streams=streams)
+    payload = encode(profile)
+    assert decode(json.loads(json.dumps(payload)), label="p.json").acceptance_runs["greedy"].streams == streams
+    old = json.loads(json.dumps(payload))
+    del old["acceptance_runs"]["greedy"]["streams"]
+    assert decode(old, label="p.json").acceptance_runs["greedy"].streams == ()  # a profile made before streams
+    for edit, message in [
+        (lambda s: s[0].__setitem__("prompt_tokens", 9), "streams[0].prompt_tokens: 9 is more than the stream's 5 ids"),
+        (lambda s: s[1].__setitem__("ids", [0, -1]), "streams[1].ids[1]: must be an integer >= 0"),
+        (lambda s: s[1].__setitem__("ids", []), "streams[1].ids: must hold at least one token id"),
+    ]:
+        bad = json.loads(json.dumps(payload))
+        edit(bad["acceptance_runs"]["greedy"]["streams"])
+        with pytest.raises(PolyplanError, match=message.replace("[", r"\[").replace("]", r"\]")):
+            decode(bad, label="p.json")

@@ -184,3 +184,26 @@ def test_decoded_run_stops_taking_prompts_once_it_has_enough_verifications():
     assert used == next(i for i in range(3, 11) if sum(counts[:i]) >= 20)
     assert short.per_prompt == full.per_prompt[:used]  # the same runs, fewer of them
     assert short.verifications >= 20
+
+
+def test_agreement_runs_keep_the_target_streams_and_old_runs_without_them_are_remeasured():
+    from types import SimpleNamespace
+
+    from polyplan.formats.profile import Profile, SamplingStats
+    from polyplan.profiler.agreement_runs import ensure_agreement, measure_agreement
+
+    verifier, drafter = _tables(seed=1)
+    models = [SimpleNamespace(name="q", member=verifier, fingerprint="fq"), SimpleNamespace(name="p", member=drafter, fingerprint="fp")]
+    prompts = [[0, 1, 2, 0, 1], [3, 4]]
+    runs = measure_agreement(models, [("q", "p")], prompts, new_tokens=6, seed=0)
+    continuations = target_continuations(verifier, prompts, new_tokens=6, temperature=0.0, seed=0)
+    assert [(s.prompt_tokens, s.ids) for s in runs.streams] == [
+        (len(p), tuple(p) + tuple(c)) for p, c in zip(prompts, continuations)
+    ]
+    profile = Profile(target="q", device="cpu")
+    profile.add_pair("q", "p").sampling["greedy"] = SamplingStats(alpha=0.5)
+    assert not ensure_agreement(profile, runs, models, prompts, new_tokens=6, seed=0)  # reused: nothing changed
+    import dataclasses
+
+    assert ensure_agreement(profile, dataclasses.replace(runs, streams=()), models, prompts, new_tokens=6, seed=0)
+    assert profile.acceptance_runs["greedy"].streams == runs.streams  # measured again, now with the streams
