@@ -40,7 +40,7 @@ from polyplan.formats.errors import PolyplanError
 from polyplan.planner.cost_model import ChainPrediction, predict_chain
 from polyplan.planner.engine_overhead import profile_call_seconds, prediction_overhead
 from polyplan.planner.latency import curve_from_profile
-from polyplan.planner.ngram_replay import replay_prediction
+from polyplan.planner.ngram_replay import LLAMA_CPP_DEFAULT_SIZES, replay_prediction
 from polyplan.formats.overhead import NO_SWITCH
 from polyplan.planner.overhead import profile_switch_costs
 from polyplan.formats.plan import PlanFile
@@ -111,6 +111,7 @@ class EngineExport:
     baseline_call: CallModel | None = None  # target-only `generate`'s whole-call cost (HF only)
     call_note: str = ""  # what the whole-call model lacks in the profile ("" when nothing)
     context_length: int | None = None  # the context the plan was made for (the whole-call example's prompt)
+    ngram_simple_defaults: ChainPrediction | None = None  # llama.cpp only: its ngram-simple at its own sizes, replayed
 
     def whole_call_example(self) -> tuple[int, int, float] | None:
         """(prompt tokens, new tokens, predicted whole-call speedup) of one example `generate`
@@ -200,6 +201,15 @@ def _llama_cpp_ngram(profile: Profile, sizes: tuple[int, int], target_curve, k_m
                             "re-run polyplan profile to replay llama.cpp's ngram-simple on them")
     k, prediction = _best_block(lambda k: replay_prediction(streams, sizes[1], k, target_curve), k_max)
     return k, prediction, f"replayed llama.cpp's ngram-simple on the profile's {len(streams)} target streams"
+
+
+def _ngram_simple_defaults(profile: Profile, target_curve) -> ChainPrediction | None:
+    """llama.cpp's `--spec-type ngram-simple` with its default sizes, replayed on the profile's
+    greedy target streams (None without them)."""
+    runs = profile.acceptance_runs.get("greedy")
+    if runs is None or not runs.streams:
+        return None
+    return replay_prediction(runs.streams, *LLAMA_CPP_DEFAULT_SIZES, target_curve)
 
 
 def _best_block(prediction_at, k_max: int) -> tuple[int, ChainPrediction]:
@@ -316,6 +326,7 @@ def export_plan(
         overhead_note=used.note,
         baseline_call=baseline_call,
         context_length=int(context_length) if isinstance(context_length, (int, float)) else None,
+        ngram_simple_defaults=_ngram_simple_defaults(profile, target_curve) if engine == "llama.cpp" and greedy else None,
         call_note="" if not missing else (
             "whole-call prediction leaves out " + ", ".join(dict.fromkeys(missing)) + " (not in the profile, made by an older "
             "polyplan); re-run polyplan recommend --candidates to measure it"

@@ -365,7 +365,7 @@ def _health_factors(profile: Profile, names: Sequence[str], resamples: int,
         noise = health.reference_relative_iqr
         if noise is not None and noise > MAX_FLOOR_NOISE:
             factor *= np.exp(noise / IQR_TO_SD * rng.standard_normal(resamples))
-            reasons.append(f"the machine floor's IQR/median was {noise:.0%}")
+            reasons.append(f"the machine floor's IQR/median was {noise:.1%}")
         if reasons:
             factors[name] = factor
             low, high = np.percentile(factor, [2.5, 97.5])

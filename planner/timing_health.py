@@ -41,7 +41,7 @@ def timing_warnings(profile: Profile) -> tuple[str, ...]:
         noise = health.reference_relative_iqr
         if noise is not None and noise > MAX_FLOOR_NOISE:
             lines.append(f"{model.name}: the machine floor was noisy while it was timed (a fixed workload's IQR/median "
-                         f"{noise:.0%}, acceptable <= {MAX_FLOOR_NOISE:.0%}); its latency curve is uncertain")
+                         f"{noise:.1%}, acceptable <= {MAX_FLOOR_NOISE:.0%}); its latency curve is uncertain")
         if health.noise_budget_exhausted:
             lines.append(f"{model.name}: the time budget for repeating noisy rounds ran out with the floor still noisy "
                          f"(re-profile on a quieter machine or with a larger --noise-budget)")

@@ -153,3 +153,21 @@ def test_a_model_the_server_cannot_load_is_one_line_and_no_process(tmp_path):
     with pytest.raises(PolyplanError, match="llama-server exited at start"):
         server.__enter__()
     assert server.process.poll() is not None
+
+
+def test_a_per_token_prediction_is_held_against_the_decode_only_speedup():
+    """Whole calls add the same prefill to both sides and pull every speedup toward 1; the
+    server's own decode timing does not, so a per-decoded-token prediction is judged on it."""
+    from polyplan.engines.llama_peers import TARGET_ONLY, PeerRun, ServerConfig, _row
+
+    def run(config, prompt, call_s, decode):
+        return PeerRun(config, prompt, "all", (1, 2, 3), call_s, decode, 0, 0)
+
+    runs = [run(TARGET_ONLY, 0, 1.0, 50.0), run(TARGET_ONLY, 1, 1.0, 50.0),
+            run("ngram", 0, 0.8, 75.0), run("ngram", 1, 0.8, 75.0)]
+    row = _row("ngram", runs, [ServerConfig("ngram", (), predicted_speedup=1.5)])
+    assert row.speedup == pytest.approx(1.25) and row.decode_speedup == pytest.approx(1.5)
+    assert row.error == pytest.approx(0.0)  # against whole calls it would read +20%
+    polyplan = _row("polyplan", runs + [run("polyplan", 0, 0.8, None), run("polyplan", 1, 0.8, None)],
+                    [ServerConfig("polyplan", (), predicted_speedup=1.5)])
+    assert polyplan.decode_speedup is None and polyplan.error == pytest.approx(0.2)  # no decode timing: whole calls
