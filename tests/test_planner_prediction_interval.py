@@ -266,3 +266,22 @@ def test_a_profile_biased_for_one_model_widens_to_the_truth():
     assert len(result.widened) == 1 and result.widened[0].startswith("drafter: latency x [0.5")
     assert "1.80x slower" in result.widened[0]
     assert prediction_intervals(clean, [(("target", "drafter"), (BLOCK,), point_speedup(clean))]).widened == ()
+
+
+def test_a_widened_interval_is_named_in_the_plan_and_the_validation_notes(tmp_path):
+    """The widening travels: plan.json keeps `prediction_intervals.widened` and reads it back,
+    and the validation report's notes name it; a clean profile's plan names none."""
+    from polyplan.planner.plan_file import planned_from_profile
+    from polyplan.validation.chain_runs import plan_notes
+
+    clean = drawn_profile(np.random.default_rng(5))
+    planned_from_profile(biased(clean, "drafter", 1.8, floor=True), tmp_path / "plan.json", profile_path="p.json")
+    plan = read_plan(tmp_path / "plan.json")
+    assert len(plan.prediction_intervals.widened) == 1
+    assert plan.prediction_intervals.widened[0].startswith("drafter: latency x [0.5")
+    assert any(note.startswith("prediction interval widened for timing health: drafter: latency x")
+               for note in plan_notes(plan))
+    planned_from_profile(clean, tmp_path / "clean.json", profile_path="p.json")
+    clean_plan = read_plan(tmp_path / "clean.json")
+    assert clean_plan.prediction_intervals.widened == ()
+    assert not any("widened" in note for note in plan_notes(clean_plan))

@@ -314,9 +314,7 @@ def validate_plan(
         notes.append(f"{len(fitted.dropped)} prompt(s) left out: longer than the context allows")
     if fitted.truncated:
         notes.append(f"{fitted.truncated} prompt(s) shortened from the left to fit the context")
-    notes += [f"timing warning from the plan: {line}" for line in plan.warnings]
-    if plan.prediction_intervals is not None:
-        notes += [f"prediction interval widened for timing health: {line}" for line in plan.prediction_intervals.widened]
+    notes += plan_notes(plan)
     return Validation(
         chains=chains,
         headline=headline(chains),
@@ -336,6 +334,15 @@ def validate_plan(
         exact_model=exact_model_description(plan),
         categories=chain_categories(specs, records, [p.prompt.kind for p in fitted.prompts], baseline_index),
     )
+
+
+def plan_notes(plan: PlanFile) -> list[str]:
+    """What the plan says of its own predictions, for the report's notes: the timing warnings it
+    was made with and each model whose interval a failed timing check widened."""
+    notes = [f"timing warning from the plan: {line}" for line in plan.warnings]
+    if plan.prediction_intervals is not None:
+        notes += [f"prediction interval widened for timing health: {line}" for line in plan.prediction_intervals.widened]
+    return notes
 
 
 def validation_agreement(specs: Sequence[ChainSpec], members: Mapping[str, ChainMember], prompts: Sequence[Sequence[int]],
