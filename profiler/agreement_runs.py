@@ -15,14 +15,15 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from polyplan.formats.profile import AgreementRuns, PairAgreement, Profile, TargetStream
-from polyplan.profiler.acceptance import target_continuations, teacher_forced
+from polyplan.profiler.acceptance import TEACHER_FORCING_WIDTH, target_continuations, teacher_forced
 from polyplan.models.hashing import fingerprint_settings, fingerprint_tokens
 
 
 def runs_fingerprint(models: Sequence, prompts: Sequence[Sequence[int]], new_tokens: int, seed: int) -> str:
     """Fingerprint of what the agreement sequences are measured from."""
     return fingerprint_settings(
-        "agreement-runs", [(model.name, model.fingerprint) for model in models], fingerprint_tokens(prompts), new_tokens, seed
+        "agreement-runs", [(model.name, model.fingerprint) for model in models], fingerprint_tokens(prompts), new_tokens, seed,
+        {"teacher_forcing_width": TEACHER_FORCING_WIDTH},
     )
 
 

@@ -36,7 +36,9 @@ from polyplan.formats.errors import PolyplanError
 from polyplan.planner.latency import curve_from_profile
 from polyplan.formats.profile import Profile, ProfilerRecord
 from polyplan.formats.sampling import SamplingMode
-from polyplan.profiler.acceptance import TeacherForced, measure_decoded, pair_alpha, target_continuations, teacher_forced
+from polyplan.profiler.acceptance import (
+    TEACHER_FORCING_WIDTH, TeacherForced, measure_decoded, pair_alpha, target_continuations, teacher_forced,
+)
 from polyplan.profiler.entries import decoded_entry, model_entry, refresh_warnings, sampling_entry
 from polyplan.models.hashing import fingerprint_settings, fingerprint_tokens
 from polyplan.profiler.forward_timing import measure_latencies
@@ -226,6 +228,7 @@ class _Run:
             SamplingMode(temperature).key,
             self.prompts_fingerprint,
             self._acceptance_common(),
+            {"teacher_forcing_width": TEACHER_FORCING_WIDTH},
         )
 
     def decoded_key(self, verifier: str, drafter: str, temperature: float, k: int) -> str:

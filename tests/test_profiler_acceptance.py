@@ -207,3 +207,29 @@ def test_agreement_runs_keep_the_target_streams_and_old_runs_without_them_are_re
 
     assert ensure_agreement(profile, dataclasses.replace(runs, streams=()), models, prompts, new_tokens=6, seed=0)
     assert profile.acceptance_runs["greedy"].streams == runs.streams  # measured again, now with the streams
+
+
+def test_teacher_forcing_reads_in_short_passes_as_a_chain_runs_its_members():
+    """A member whose numerics depend on the batch (dynamic int8's per-pass activation scale,
+    modelled here by a bias that grows with the pass length) is read in passes of
+    TEACHER_FORCING_WIDTH tokens: what a chain sees, not what one pass over the whole sequence
+    gives (the negative control: width = the whole sequence)."""
+    from polyplan.profiler.acceptance import TEACHER_FORCING_WIDTH
+
+    class BatchDependent(TableMember):
+        def forward(self, new_ids, keep_last=None):
+            logits = super().forward(new_ids, keep_last)
+            if len(new_ids) > TEACHER_FORCING_WIDTH:
+                logits = logits.clone()
+                logits[:, 0] += 100.0  # a long pass always says token 0
+            return logits
+
+    verifier, _ = _tables(seed=2)
+    member = BatchDependent(verifier.table, name="batchy")
+    prompts = [[1, 2, 3], [4]]
+    continuations = target_continuations(verifier, prompts, new_tokens=12, temperature=0.0, seed=0)
+    exact = teacher_forced(verifier, prompts, continuations, temperature=0.0, vocab=6).argmax
+    short = teacher_forced(member, prompts, continuations, temperature=0.0, vocab=6).argmax
+    whole = teacher_forced(member, prompts, continuations, temperature=0.0, vocab=6, width=64).argmax
+    assert all(torch.equal(a, b) for a, b in zip(short, exact))
+    assert all(bool((w == 0).all()) for w in whole) and not all(torch.equal(a, b) for a, b in zip(whole, exact))
