@@ -2,7 +2,8 @@
 
 This is the recursion of DESIGN.md ("The decoder: staged verification for any n"):
 
-- `draft(n, K)`: the last member M_n samples K tokens autoregressively.
+- `draft(n, K)`: the last member M_n samples K tokens autoregressively; a `BlockDrafter`
+  (a rule drafter such as `ngram-simple`) proposes up to K tokens in one call, possibly none.
 - `draft(i, K)`, 1 < i < n: rounds of { `draft(i+1, K_i)` → m tokens; ONE forward pass of M_i
   over [pending tokens, d_1..d_m]; verify left to right; emit a recovered or bonus token;
   cut every member M_i..M_n back to the committed prefix } until ≥ K tokens are gathered.
@@ -28,7 +29,7 @@ from collections.abc import Callable, Sequence
 import torch
 
 from polyplan.decoder.compatibility import incompatibility
-from polyplan.decoder.member import ChainMember
+from polyplan.decoder.member import BlockDrafter, ChainMember
 from polyplan.decoder.result import GenerationResult, LevelStats
 from polyplan.decoder.sampling import Sampling, probabilities, sample
 from polyplan.decoder.verify import verify_greedy, verify_sampled
@@ -178,11 +179,30 @@ class _Run:
         return logits[:, : self.vocab]
 
     def _draft(self, i: int, start: int, want: int) -> tuple[int, torch.Tensor | None]:
-        """draft(i, want): ≥ `want` exact samples of M_i written at buf[start:]; returns their
-        count and their q_i rows `(count, V)` (None when greedy)."""
+        """draft(i, want): ≥ `want` exact samples of M_i written at buf[start:] (a block
+        drafter: 0 … want proposals); returns their count and their q_i rows `(count, V)`
+        (None when greedy)."""
+        if i == self.last and isinstance(self.members[i], BlockDrafter):
+            return self._draft_block(i, start, want)
         run_level = self._autoregress if i == self.last else self._rounds
         end, rows, _ = run_level(i, start, want, None)
         return end - start, rows
+
+    def _draft_block(self, i: int, start: int, want: int) -> tuple[int, torch.Tensor | None]:
+        """A block drafter's one call: up to `want` proposals at buf[start:], one-hot rows."""
+        member = self.members[i]
+        began = time.perf_counter()
+        block = member.draft_block(self.buf[member.cache_length : start], want)[:want]
+        self.seconds[i] += time.perf_counter() - began
+        self.passes[i] += 1
+        m = len(block)
+        if m:
+            self.buf[start : start + m] = torch.tensor(block, dtype=torch.int64)
+        if self.greedy:
+            return m, None
+        rows = torch.zeros(m, self.vocab, device=self.buf.device)  # (m, V)
+        rows[torch.arange(m), self.buf[start : start + m]] = 1.0
+        return m, rows
 
     def _autoregress(
         self, i: int, start: int, want: int, eos: frozenset[int] | None

@@ -61,6 +61,21 @@ class ChainMember(Protocol):
         ...
 
 
+@runtime_checkable
+class BlockDrafter(Protocol):
+    """A drafter that proposes a whole block in one call and may propose fewer tokens than
+    asked, or none (`NGramSimpleMember`). At the bottom of a chain the decoder calls
+    `draft_block` instead of stepping `forward` K times; its proposals are one-hot (p(x) = 1).
+    The length must depend on the context alone, never on the verifier: then every verified
+    token is still an exact sample (the test for each is the same, however many there are)."""
+
+    def draft_block(self, new_ids: torch.Tensor, limit: int) -> list[int]:
+        """Append `new_ids` (`(k,)`, int64, k >= 0: the tokens committed since the last call)
+        to the context and return at most `limit` drafted tokens after it, possibly none.
+        The drafts are not added to the context (`cache_length` counts committed tokens only)."""
+        ...
+
+
 def stop_token_ids(member: ChainMember) -> tuple[int, ...]:
     """The ids that end a generation of `member`: its `eos_token_ids` when it has several
     (`HFMember`: every EOS id of its generation config), else its `eos_token_id`, else none."""

@@ -30,7 +30,7 @@ import torch
 
 from polyplan.engines.llama_cpp_build import require_build
 from polyplan.engines.llama_server import LlamaServer
-from polyplan.formats.candidates import NGram, Quantize
+from polyplan.formats.candidates import RULE_DRAFTERS, Quantize
 from polyplan.formats.errors import PolyplanError
 
 TARGET_ONLY = "llama.cpp target only"
@@ -114,7 +114,7 @@ def server_configs(plan, export, candidates, files: dict[str, str]) -> list[Serv
     configs = [ServerConfig(TARGET_ONLY, ())]
     by_drafter = {option.drafter: option for option in export.options}
     for candidate in candidates.candidates[1:]:
-        if isinstance(candidate.derive, NGram):
+        if isinstance(candidate.derive, RULE_DRAFTERS):
             continue
         source = files.get(candidate.name) or (candidate.source if candidate.source_kind == "gguf" else None)
         if source is None:

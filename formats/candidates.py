@@ -17,6 +17,8 @@
         source: builtin:drafter
       - name: ngram
         derive: {kind: ngram, max_n: 4, min_n: 1}  # prompt lookup, no weights
+      - name: ngram-simple
+        derive: {kind: ngram-simple, size_n: 3}    # drafts only where the stream repeats itself
       - name: padded
         source: ./models/padded
         padded_vocab: true            # the model has more logit rows than tokens: mask them
@@ -45,6 +47,7 @@ Rules (each violation is a `PolyplanError` whose one line names the entry):
   kernel on the entry's device (see `supported_quantization`); `head: int8` (with `quantize:
   int8` or `bf16`) replaces that copy's LM head by int8-head's rescored int8 head;
 - `derive: {kind: ngram}` takes `max_n` and `min_n` (1 <= min_n <= max_n) and nothing else;
+  `derive: {kind: ngram-simple}` takes `size_n` (>= 1, default 3) and nothing else;
 - `device_map` is `auto` only, on a `source` entry without `device`; `max_memory` (device →
   bytes or a size like "2GiB") and `offload_folder` only with it. A derived entry runs where
   its base's layers are: an early-exit copy of a split model works, a `quantize` copy does not
@@ -138,7 +141,17 @@ class NGram:
     min_n: int = 1
 
 
-Derivation = Quantize | EarlyExit | NGram
+@dataclass(frozen=True)
+class NGramSimple:
+    """llama.cpp's `ngram-simple` drafter (no weights): after the last `size_n` tokens occurred
+    before, it drafts the tokens that followed them (up to the chain's block size), and
+    nothing otherwise (`decoder.ngram_simple`)."""
+
+    size_n: int = 3
+
+
+Derivation = Quantize | EarlyExit | NGram | NGramSimple
+RULE_DRAFTERS = (NGram, NGramSimple)  # derivations without weights: drafters made from the context alone
 
 
 @dataclass(frozen=True)
@@ -399,11 +412,19 @@ def _parse_derive(derive: Any, label: str) -> Derivation:
         if not all(isinstance(v, int) and not isinstance(v, bool) for v in (max_n, min_n)) or not 1 <= min_n <= max_n:
             raise PolyplanError(f"{label}: derive: need integers 1 <= min_n <= max_n, got min_n={min_n!r}, max_n={max_n!r}")
         return NGram(max_n=max_n, min_n=min_n)
+    if derive.get("kind") == "ngram-simple":
+        unknown = sorted(keys - {"kind", "size_n"})
+        if unknown:
+            raise PolyplanError(f"{label}: derive: unknown key {unknown[0]!r} for kind ngram-simple (allowed: size_n)")
+        size_n = derive.get("size_n", 3)
+        if not isinstance(size_n, int) or isinstance(size_n, bool) or size_n < 1:
+            raise PolyplanError(f"{label}: derive: size_n must be an integer >= 1, got {size_n!r}")
+        return NGramSimple(size_n=size_n)
     if "kind" in keys:
-        raise PolyplanError(f"{label}: derive: unknown kind {derive['kind']!r} (only 'ngram')")
+        raise PolyplanError(f"{label}: derive: unknown kind {derive['kind']!r} (only 'ngram' or 'ngram-simple')")
     base = derive.get("from")
     if not isinstance(base, str):
-        raise PolyplanError(f"{label}: derive: needs 'from: <entry name>' (or kind: ngram)")
+        raise PolyplanError(f"{label}: derive: needs 'from: <entry name>' (or kind: ngram / ngram-simple)")
     operations = sorted(keys - {"from"})
     if operations not in (["quantize"], ["head", "quantize"], ["layers"]):
         raise PolyplanError(
@@ -439,8 +460,8 @@ def _check_derivations(by_name: dict[str, Candidate], origin: str) -> None:
             continue
         if base not in by_name:
             raise PolyplanError(f"{origin}: candidate {candidate.name!r}: derive from unknown entry {base!r}")
-        if isinstance(by_name[base].derive, NGram):
-            raise PolyplanError(f"{origin}: candidate {candidate.name!r}: cannot derive from the ngram drafter {base!r}")
+        if isinstance(by_name[base].derive, RULE_DRAFTERS):
+            raise PolyplanError(f"{origin}: candidate {candidate.name!r}: cannot derive from the n-gram drafter {base!r}")
     for candidate in by_name.values():
         path = [candidate.name]
         current = _base(candidate)

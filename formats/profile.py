@@ -197,6 +197,9 @@ class ModelProfile:
     # Fingerprint of (model, latency settings, device) the latency and prefill were measured with.
     latency_fingerprint: str | None = spec("text", default=None)
     timing: TimingHealth | None = spec("record", default=None, of=TimingHealth)
+    # size_n of an `ngram-simple` drafter: it drafts only where the stream repeats itself, so the
+    # planner replays it on the target's streams instead of reading its α (`planner.ngram_replay`).
+    ngram_simple: int | None = spec("count1", default=None)
 
 
 # --------------------------------------------------------------------------- per pair

@@ -16,7 +16,7 @@ import dataclasses
 from dataclasses import dataclass
 from pathlib import Path
 
-from polyplan.formats.candidates import Candidate, CandidateSet, NGram, base_chain
+from polyplan.formats.candidates import RULE_DRAFTERS, Candidate, CandidateSet, NGram, NGramSimple, base_chain
 from polyplan.models.hashing import fingerprint_files, fingerprint_settings
 from polyplan.decoder.member import ChainMember
 
@@ -53,6 +53,8 @@ def _fingerprint(candidate: Candidate, candidates: CandidateSet, cache: dict[str
     derive = candidate.derive
     if isinstance(derive, NGram):
         value = fingerprint_settings("ngram", dataclasses.asdict(derive), _fingerprint(candidates.target, candidates, cache))
+    elif isinstance(derive, NGramSimple):
+        value = fingerprint_settings("ngram-simple", dataclasses.asdict(derive), _fingerprint(candidates.target, candidates, cache))
     elif derive is not None:
         base = _fingerprint(candidates.by_name(derive.base), candidates, cache)
         value = fingerprint_settings(type(derive).__name__, dataclasses.asdict(derive), base, candidate.device)
@@ -97,7 +99,7 @@ def with_device(candidates: CandidateSet, device: str) -> CandidateSet:
     """The same candidates, every one placed on `device` (the n-gram drafter stays on the CPU, and
     a `device_map: auto` model and its derived copies where accelerate puts their layers)."""
     moved = tuple(
-        c if isinstance(c.derive, NGram) or base_chain(candidates, c.name)[-1].device_map is not None
+        c if isinstance(c.derive, RULE_DRAFTERS) or base_chain(candidates, c.name)[-1].device_map is not None
         else dataclasses.replace(c, device=device)
         for c in candidates.candidates
     )

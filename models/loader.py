@@ -29,7 +29,7 @@ from pathlib import Path
 
 import torch
 
-from polyplan.formats.candidates import DTYPES, Candidate, CandidateSet, EarlyExit, NGram, Quantize, base_chain
+from polyplan.formats.candidates import DTYPES, RULE_DRAFTERS, Candidate, CandidateSet, EarlyExit, NGram, NGramSimple, Quantize, base_chain
 from polyplan.decoder.compatibility import incompatibility
 from polyplan.models.derive import early_exit_model, num_layers, quantize_model
 from polyplan.decoder.hf import HFMember
@@ -37,6 +37,7 @@ from polyplan.decoder.reduced_vocab import with_saved_subset
 from polyplan.models.sources import source_folder
 from polyplan.decoder.member import ChainMember
 from polyplan.decoder.ngram import NGramMember
+from polyplan.decoder.ngram_simple import NGramSimpleMember
 from polyplan.formats.errors import PolyplanError, first_line
 from polyplan.models.builtin import cached_validation_loss
 
@@ -133,7 +134,7 @@ def load_candidates(
     loaded: list[LoadedCandidate] = []
     tokenizers: dict[str, object] = {}
     for candidate in candidates.candidates:
-        if isinstance(candidate.derive, NGram):
+        if isinstance(candidate.derive, RULE_DRAFTERS):
             continue
         if candidate.engine == "llama.cpp":
             item = _load_llama_cpp(candidate, candidates, label_of[candidate.name])
@@ -151,10 +152,14 @@ def load_candidates(
     target_tokenizer = tokenizers[candidates.target.name]
     vocab = len(target_tokenizer)
     for candidate in candidates.candidates:
-        if isinstance(candidate.derive, NGram):
-            derive = candidate.derive
+        derive = candidate.derive
+        if isinstance(derive, NGram):
             member = NGramMember(vocab, max_n=derive.max_n, min_n=derive.min_n, name=candidate.name)
-            loaded.append(LoadedCandidate(candidate, member, None, "-", "cpu", None))
+        elif isinstance(derive, NGramSimple):
+            member = NGramSimpleMember(vocab, size_n=derive.size_n, name=candidate.name)
+        else:
+            continue
+        loaded.append(LoadedCandidate(candidate, member, None, "-", "cpu", None))
     order = {c.name: i for i, c in enumerate(candidates.candidates)}
     loaded.sort(key=lambda item: order[item.candidate.name])
     target_member = next(item.member for item in loaded if item.candidate.name == candidates.target.name)
@@ -211,7 +216,7 @@ def chain_candidates(entries: Sequence[str], candidates: CandidateSet | None, *,
             name = _unique(member.name, taken + needed)
             labels[name] = f"chain member {index} ({name!r})"
         members.append(dataclasses.replace(member, name=name, is_target=index == 0))
-    if isinstance(members[0].derive, NGram):
+    if isinstance(members[0].derive, RULE_DRAFTERS):
         raise PolyplanError(f"chain member 0 ({members[0].name!r}): an n-gram drafter cannot be the target (it has no model)")
     chosen = {m.name for m in members}
     extra = [dataclasses.replace(base, is_target=False) for base in dict.fromkeys(bases) if base.name not in chosen]
@@ -372,7 +377,7 @@ def _placement(candidate: Candidate) -> dict:
 
 def _compatibility(item: LoadedCandidate, target: ChainMember, target_name: str) -> Compatibility:
     name = item.candidate.name
-    if isinstance(item.candidate.derive, NGram):
+    if isinstance(item.candidate.derive, RULE_DRAFTERS):
         return Compatibility(name, True, "ok (uses the target's vocabulary)")
     reason = incompatibility(item.member, target, f"the target {target_name!r}")
     if reason is not None:

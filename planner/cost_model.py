@@ -12,6 +12,11 @@ It models the staged-verification recursion (the decoder's contract, see DESIGN.
 Every token a lower level produced for a round is paid for, whether or not the level above
 accepts it, which is how wasted work enters the cost.
 
+A rule drafter at the bottom (`kind: ngram-simple`) drafts by one call that hands up 0 … K
+tokens; its level then reads the measured law of its rounds (`planner.draft_rounds.DraftRounds`:
+how many tokens each call drafted and how many the level above accepted) in place of
+"exactly K tokens, rate α", and a call costs one step of the drafter.
+
 Fast form: a dynamic program over the distribution of X_i (finite support). For draft(i, K)
 the state is the number of tokens gathered so far (0 … K−1); rounds are i.i.d., so
 E[cost of draft(i, K)] = E[rounds] · E[round cost] (Wald), and X_i's pmf is the mass that
@@ -36,6 +41,7 @@ import numpy as np
 
 from polyplan.formats.errors import PolyplanError
 from polyplan.planner.capped_geometric import check_acceptance, check_block_size
+from polyplan.planner.draft_rounds import DraftRounds
 from polyplan.planner.latency import LatencyCurve, constant_curve
 from polyplan.formats.overhead import NO_OVERHEAD, NO_SWITCH, LoopOverhead, SwitchCost, switch_cost
 from polyplan.planner.overhead import switch_total
@@ -43,7 +49,7 @@ from polyplan.planner.runs import RunSurvival
 from polyplan.planner.verify_width import monotone_envelope
 
 CurveLike = Union[LatencyCurve, float]
-Acceptance = Union[float, RunSurvival]  # i.i.d. rate α, or measured acceptance runs
+Acceptance = Union[float, RunSurvival, DraftRounds]  # i.i.d. rate α, measured acceptance runs, or a rule drafter's rounds
 
 
 @dataclass(frozen=True)
@@ -93,8 +99,16 @@ class _Draft:
 def _gathered_given_drafted(acceptance: Acceptance, max_drafted: int) -> np.ndarray:
     """G[m, j] = P(min(A, m) + 1 = j) for m = 0 … max_drafted, j = 0 … max_drafted + 1.
 
-    A's law: geometric (P(A >= a) = α^a) for a float α, else the measured run survival.
+    A's law: geometric (P(A >= a) = α^a) for a float α, the measured run survival, or, for a
+    rule drafter, the measured law of its rounds.
     """
+    if isinstance(acceptance, DraftRounds):
+        table = np.zeros((max_drafted + 1, max_drafted + 2))
+        measured = acceptance.gathered_given_drafted()
+        rows = min(max_drafted, acceptance.max_drafted) + 1
+        table[:rows, : rows + 1] = measured[:rows, : rows + 1]
+        table[rows:, 1] = 1.0  # never drafted
+        return table
     if isinstance(acceptance, RunSurvival):
         survival = acceptance(max_drafted + 1)  # S(0 … max_drafted + 1)
     else:
@@ -144,6 +158,11 @@ def _draft(
     """Summarise draft(level, k) (0-based level: 0 is the target, len(curves) − 1 the smallest;
     `verify_curves`: what a verification pass of each model costs, `curves` its one-token steps)."""
     last = len(curves) - 1
+    if level == last and isinstance(acceptances[last - 1], DraftRounds):  # a rule drafter: one call, 0 … K tokens
+        seconds = curves[last](1) + switch_total(switch[last], 1)
+        loop = overhead.per_step_s
+        pmf = acceptances[last - 1].drafted_pmf()
+        return _Draft(pmf=pmf, cost=seconds + loop, overhead=loop, forwards=(1.0,), times=(seconds,), level_stats=())
     if level == last:
         pmf = np.zeros(k + 1)
         pmf[k] = 1.0
@@ -189,7 +208,8 @@ def predict_chain(
     Args:
         acceptances: α_{i,i+1} for i = 1 … n−1: the per-token acceptance rate of M_{i+1}'s
             samples under M_i (adjacent pairs only), each in [0, 1); or, per level, the
-            measured `planner.runs.RunSurvival` of the pair at that level's block size.
+            measured `planner.runs.RunSurvival` of the pair at that level's block size; or, for
+            the last level only, a rule drafter's `DraftRounds` at that block size.
         curves: T_1 … T_n as `LatencyCurve`s (or constant times in seconds).
         block_sizes: K_1 … K_{n−1}, each >= 1 (empty for n = 1).
         overhead: the decoding loop's own cost per step and per round (None: none).
@@ -210,8 +230,14 @@ def predict_chain(
         raise PolyplanError(f"acceptances: need {n - 1} (one per adjacent pair), got {len(acceptances)}")
     if len(block_sizes) != n - 1:
         raise PolyplanError(f"block_sizes: need {n - 1} (one per verifying level), got {len(block_sizes)}")
-    alphas = [a if isinstance(a, RunSurvival) else check_acceptance(a, f"acceptances[{i}]") for i, a in enumerate(acceptances)]
+    alphas = [a if isinstance(a, (RunSurvival, DraftRounds)) else check_acceptance(a, f"acceptances[{i}]") for i, a in enumerate(acceptances)]
     blocks = [check_block_size(k, f"block_sizes[{i}]") for i, k in enumerate(block_sizes)]
+    for i, a in enumerate(alphas):
+        if isinstance(a, DraftRounds) and (i != n - 2 or a.max_drafted > blocks[i]):
+            raise PolyplanError(
+                f"acceptances[{i}]: a rule drafter's rounds are read at the last level only, drafting at most its block size "
+                f"({blocks[i]}), got level {i} of {n - 1} drafting up to {a.max_drafted}"
+            )
     lat = [_as_curve(c, f"curves[{i}]") for i, c in enumerate(curves)]
     if switch_costs is not None and len(switch_costs) != n:
         raise PolyplanError(f"switch_costs: need {n} (one per model), got {len(switch_costs)}")

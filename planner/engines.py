@@ -35,7 +35,7 @@ import shlex
 from dataclasses import dataclass
 from pathlib import Path
 
-from polyplan.formats.candidates import Candidate, CandidateSet, EarlyExit, NGram, Quantize
+from polyplan.formats.candidates import RULE_DRAFTERS, Candidate, CandidateSet, EarlyExit, NGram, NGramSimple, Quantize
 from polyplan.formats.errors import PolyplanError
 from polyplan.planner.cost_model import ChainPrediction, predict_chain
 from polyplan.planner.engine_overhead import profile_call_seconds, prediction_overhead
@@ -161,7 +161,7 @@ def loadable(engine: str, candidate: Candidate, file: str | None = None,
 
     `in_process`: the engine runs in this process and is handed polyplan's own models (HF
     `generate` in `bench peers`), so a derived copy is a drafter it can run too."""
-    if isinstance(candidate.derive, NGram):
+    if isinstance(candidate.derive, RULE_DRAFTERS):
         return "ngram", "", None
     if in_process and engine == "hf" and isinstance(candidate.derive, (Quantize, EarlyExit)):
         return "draft_model", IN_PROCESS, None
@@ -185,6 +185,17 @@ def loadable(engine: str, candidate: Candidate, file: str | None = None,
     if engine == "vllm" and _is_gguf(candidate):
         return "", "", f"{candidate.source!r} is a GGUF file; give vLLM the model's HF folder or hub id"
     return "draft_model", source, None
+
+
+def ngram_sizes(candidate: Candidate) -> tuple[int, int] | None:
+    """(shortest, longest) n-gram an n-gram drafter matches, as the engines' lookup sizes:
+    (min_n, max_n) of `kind: ngram`, (size_n, size_n) of `kind: ngram-simple`; None otherwise."""
+    derive = candidate.derive
+    if isinstance(derive, NGram):
+        return derive.min_n, derive.max_n
+    if isinstance(derive, NGramSimple):
+        return derive.size_n, derive.size_n
+    return None
 
 
 def _llama_cpp_ngram(profile: Profile, sizes: tuple[int, int], target_curve, k_max: int,
@@ -279,7 +290,7 @@ def export_plan(
             continue
         method, source, reason = loadable(engine, candidate, files.get(candidate.name), in_process)
         rule = FULL if engine == "hf" and method != "ngram" else ARGMAX  # (an unloadable model: as if it were loaded)
-        sizes = (candidate.derive.min_n, candidate.derive.max_n) if isinstance(candidate.derive, NGram) else None
+        sizes = ngram_sizes(candidate)
         alpha = stats.alpha if (rule == FULL or greedy or method == "ngram") else stats.engine_alpha
         if reason is None and alpha is None:
             reason = (

@@ -19,7 +19,15 @@ target's own continuation is accepted, and the target's next token is the new sa
 Greedy decoding makes the target's continuation the stream the profile recorded
 (`formats.profile.TargetStream`), so the replay is exact up to numerics: which rounds draft,
 how long the drafts are and how many tokens are accepted. Time comes from the target's latency
-curve: target only spends T(1) per token, a round T(L + 1). Pure: no torch, no I/O.
+curve: target only spends T(1) per token, a round T(L + 1).
+
+polyplan's own `ngram-simple` member (`decoder.ngram_simple`) drafts by the same rule, through
+`NGramSimpleIndex` (the same drafts, found through an index of n-gram starts instead of a scan),
+with the chain's block size K as size_m. Its rounds differ from the server's only at the start:
+the chain drafts right after the prompt, in the pass that also reads the prompt's last token,
+where the server first takes one token from the prefill. `chain_rounds` replays those, and
+`draft_rounds` pools them into the law the exact model reads (`planner.draft_rounds`).
+Pure: no torch, no I/O.
 """
 
 from __future__ import annotations
@@ -29,7 +37,10 @@ from dataclasses import dataclass
 
 from polyplan.formats.errors import PolyplanError
 from polyplan.formats.profile import TargetStream
+import numpy as np
+
 from polyplan.planner.cost_model import ChainPrediction
+from polyplan.planner.draft_rounds import DraftRounds
 
 LLAMA_CPP_DEFAULT_SIZES = (12, 48)  # --spec-ngram-simple-size-n / -size-m when not given (common/common.h)
 
@@ -55,6 +66,58 @@ def ngram_simple_draft(history: Sequence[int], sampled: int, size_n: int, size_m
     if copy < size_n:
         return []
     return list(history[match + size_n:match + size_n + copy])
+
+
+class NGramSimpleIndex:
+    """A growing token history with the starts of each of its `size_n`-grams: `draft` gives what
+    `ngram_simple_draft(tokens[:-1], tokens[-1], size_n, size_m)` gives, without scanning the
+    history (one dictionary look-up, then a walk over the latest starts of that n-gram)."""
+
+    def __init__(self, size_n: int) -> None:
+        if isinstance(size_n, bool) or not isinstance(size_n, int) or size_n < 1:
+            raise PolyplanError(f"ngram-simple: size_n must be an integer >= 1, got {size_n!r}")
+        self.size_n = size_n
+        self.tokens: list[int] = []
+        self._starts: dict[tuple[int, ...], list[int]] = {}  # n-gram -> its start positions, ascending
+
+    def __len__(self) -> int:
+        return len(self.tokens)
+
+    def append(self, token: int) -> None:
+        tokens = self.tokens
+        tokens.append(token)
+        if len(tokens) >= self.size_n:
+            self._starts.setdefault(tuple(tokens[-self.size_n:]), []).append(len(tokens) - self.size_n)
+
+    def truncate(self, length: int) -> None:
+        """Keep the first `length` tokens."""
+        tokens = self.tokens
+        if not 0 <= length <= len(tokens):
+            raise PolyplanError(f"ngram-simple: truncate({length}) outside [0, {len(tokens)}]")
+        while len(tokens) > length:
+            if len(tokens) >= self.size_n:
+                key = tuple(tokens[-self.size_n:])
+                starts = self._starts[key]
+                starts.pop()  # the n-gram ending at the last token is its latest occurrence
+                if not starts:
+                    del self._starts[key]
+            tokens.pop()
+
+    def draft(self, size_m: int) -> list[int]:
+        """The tokens `ngram-simple` (size_n, size_m) drafts after the history."""
+        size_n, tokens = self.size_n, self.tokens
+        length = len(tokens) - 1  # the history, without the sampled (last) token
+        if length <= size_n + size_m + 1:
+            return []
+        starts = self._starts.get(tuple(tokens[-size_n:]), ())
+        latest = length - size_n - 1  # the latest start llama.cpp's backward scan looks at
+        match = next((start for start in reversed(starts) if start <= latest), 0)
+        if match == 0:  # none, or only at position 0 (never a match)
+            return []
+        copy = min(size_m, length - (match + size_n))
+        if copy < size_n:
+            return []
+        return tokens[match + size_n:match + size_n + copy]
 
 
 @dataclass(frozen=True)
@@ -115,3 +178,44 @@ def replay_prediction(streams: Sequence[TargetStream], size_n: int, size_m: int,
         wasted_per_verification=((drafted - accepted) / len(rounds),),
         drafted_pmf=(tuple(pmf),),
     )
+
+
+def chain_rounds(stream: TargetStream, size_n: int, block: int, new_tokens: int | None = None) -> tuple[ReplayRound, ...]:
+    """The rounds polyplan's chain target > ngram-simple(size_n) runs at block size `block` to
+    generate the stream's continuation greedily (its first `new_tokens`; all of it when None):
+    each round drafts after the context so far (the prompt's last token is the first round's
+    sampled one), the target verifies the pending token and the draft in one pass, the longest
+    prefix of the draft equal to the stream is accepted and the target's own next token emitted.
+    A draft running past the recorded stream is cut where the stream ends (the stream cannot
+    say what the target would have done there)."""
+    if isinstance(block, bool) or not isinstance(block, int) or block < 1:
+        raise PolyplanError(f"ngram-simple: block size must be an integer >= 1, got {block!r}")
+    continuation = stream.ids[stream.prompt_tokens:]
+    total = len(continuation) if new_tokens is None else min(new_tokens, len(continuation))
+    index = NGramSimpleIndex(size_n)
+    for token in stream.ids[:stream.prompt_tokens]:
+        index.append(token)
+    rounds, generated = [], 0
+    while generated < total:
+        draft = index.draft(block)[: len(continuation) - generated - 1]
+        accepted = 0
+        while accepted < len(draft) and draft[accepted] == continuation[generated + accepted]:
+            accepted += 1
+        rounds.append(ReplayRound(len(draft), accepted))
+        for token in continuation[generated:generated + accepted + 1]:
+            index.append(token)
+        generated += accepted + 1
+    return tuple(rounds)
+
+
+def draft_rounds(streams: Sequence[TargetStream], size_n: int, block: int, new_tokens: int | None = None) -> DraftRounds:
+    """The law of the chain's rounds (`chain_rounds`) over `streams`, counted per stream."""
+    if not streams:
+        raise PolyplanError("ngram-simple: the profile holds no target streams to replay (re-run polyplan profile)")
+    counts = np.zeros((len(streams), block + 1, block + 1))
+    for row, stream in enumerate(streams):
+        for item in chain_rounds(stream, size_n, block, new_tokens):
+            counts[row, item.drafted, item.accepted] += 1
+    if counts.sum() == 0:
+        raise PolyplanError("ngram-simple: the profile's target streams are too short to replay")
+    return DraftRounds(counts)

@@ -22,6 +22,9 @@ How each input is resampled (per replicate, independently):
   measured acceptance 4-12% off the profiled one). The run survival (`planner.runs`) is
   re-estimated from the pooled counts of the second draw; α (for the i.i.d. reading) is scaled
   by that draw's agreement rate over the full one.
+- a rule drafter (`ngram-simple`): its rounds replayed on the target's streams
+  (`planner.draft_rounds`), the streams resampled as the prompts above (twice: the profile's,
+  then a new set).
 - acceptance otherwise: α drawn from a normal law matching its 95% interval `alpha_ci`
   (clipped to [0, 1)), else from the binomial standard error sqrt(α(1 − α)/alpha_samples),
   either standard error times sqrt(2) for the new prompt set; with neither, α is held fixed
@@ -55,6 +58,7 @@ import numpy as np
 
 from polyplan.formats.errors import PolyplanError
 from polyplan.planner.cost_model import predict_chain
+from polyplan.planner.ngram_replay import draft_rounds
 from polyplan.planner.latency import LatencyCurve, curve_from_profile
 from polyplan.formats.overhead import NO_SWITCH, LoopOverhead
 from polyplan.planner.overhead import profile_switch_costs
@@ -111,7 +115,7 @@ class PredictionIntervals:
     level: float
     seed: int
     latency_source: str  # "samples" (stored timings), "median_iqr" (normal approximation) or "mixed"
-    acceptance_source: str  # "runs" (prompts resampled), "alpha_ci", "alpha_samples", "fixed" or "mixed"
+    acceptance_source: str  # "runs" (prompts resampled), "streams" (a rule drafter's replay), "alpha_ci", "alpha_samples", "fixed" or "mixed"
     widened: tuple[str, ...] = ()  # one line per timing-health widening (module docstring)
 
     def of(self, chain: Sequence[str]) -> ChainInterval | None:
@@ -210,6 +214,22 @@ class _AcceptanceReplicates:
         self._alphas: dict[tuple[str, str], np.ndarray] = {}
         self._survivals: dict[tuple[str, str, int], list] = {}
         self.sources: set[str] = set()
+        self.rule_drafters = {model.name: model.ngram_simple for model in profile.models if model.ngram_simple}
+        greedy_runs = profile.acceptance_runs.get("greedy")
+        self.streams = greedy_runs.streams if greedy_runs is not None else ()
+        self._stream_weights: np.ndarray | None = None
+
+    def _rounds(self, pair: tuple[str, str], block: int) -> list:
+        """A rule drafter's replayed rounds, the target's streams resampled as new prompt sets
+        (the same draw for every rule drafter, so they compare on equal replicates)."""
+        key = pair + (block,)
+        if key not in self._survivals:
+            rounds = draft_rounds(self.streams, self.rule_drafters[pair[1]], block)
+            if self._stream_weights is None:
+                self._stream_weights = _prompt_weights(len(self.streams), self.resamples, self.rng)
+            self._survivals[key] = [rounds.resampled(weights) for weights in self._stream_weights]
+            self.sources.add("streams")
+        return self._survivals[key]
 
     def weights(self, pair: tuple[str, str]) -> np.ndarray:
         if pair not in self._weights:
@@ -245,6 +265,8 @@ class _AcceptanceReplicates:
 
     def read(self, pair: tuple[str, str], block: int) -> list:
         """The exact model's acceptance input for each replicate."""
+        if pair[1] in self.rule_drafters:
+            return self._rounds(pair, block)
         if pair not in self.runs:
             return list(self.alphas(pair))
         key = pair + (block,)

@@ -19,6 +19,8 @@ from typing import Callable, Sequence
 
 from polyplan.formats.errors import PolyplanError
 from polyplan.planner.cost_model import ChainPrediction, predict_chain
+from polyplan.planner.draft_rounds import DraftRounds
+from polyplan.planner.ngram_replay import draft_rounds
 from polyplan.planner.insertion import analyze_insertion
 from polyplan.planner.latency import LatencyCurve, curve_from_profile
 from polyplan.formats.overhead import NO_SWITCH, LoopOverhead, SwitchCost
@@ -121,6 +123,32 @@ class _Context:
         self.curves: dict[str, LatencyCurve] = {
             model.name: curve_from_profile(model, context_length) for model in profile.models
         }
+        self.rule_drafters = {model.name: model.ngram_simple for model in profile.models if model.ngram_simple}
+        runs = profile.acceptance_runs.get("greedy")
+        self.streams = runs.streams if runs is not None else ()
+        self._rounds: dict[tuple[str, int], DraftRounds] = {}
+
+    def unplannable(self, chain: Sequence[str]) -> str | None:
+        """Why the exact model cannot predict `chain` (None when it can): a rule drafter is
+        predicted by replaying the target's greedy streams, so only directly under the target."""
+        rules = [name for name in chain if name in self.rule_drafters]
+        if not rules:
+            return None
+        name = rules[0]
+        if len(chain) != 2 or chain[1] != name:
+            return f"{name} drafts by rule; polyplan predicts it only directly under the target ({chain[0]} > {name})"
+        if self.sampling != "greedy":
+            return f"{name} drafts by rule; polyplan predicts it at greedy only (its rounds are replayed on the target's greedy streams)"
+        if not self.streams:
+            return f"{name} drafts by rule and the profile holds no target streams to replay (re-run polyplan profile)"
+        return None
+
+    def draft_rounds(self, name: str, block: int) -> DraftRounds:
+        """The rule drafter's rounds at block size `block`, replayed on the target's streams."""
+        key = (name, block)
+        if key not in self._rounds:
+            self._rounds[key] = draft_rounds(self.streams, self.rule_drafters[name], block)
+        return self._rounds[key]
 
     def stats(self, verifier: str, drafter: str) -> SamplingStats:
         return self.profile.stats(verifier, drafter, self.sampling)
@@ -137,9 +165,12 @@ class _Context:
         """Per model of `chain`, its measured switch cost (0 where none is recorded)."""
         return [self.switches.get(name, NO_SWITCH) for name in chain]
 
-    def acceptance(self, verifier: str, drafter: str, block: int) -> float | RunSurvival:
-        """What the exact model reads for the pair at a level of block size `block`: the
-        measured acceptance runs when the profile has them, else the i.i.d. rate α."""
+    def acceptance(self, verifier: str, drafter: str, block: int) -> float | RunSurvival | DraftRounds:
+        """What the exact model reads for the pair at a level of block size `block`: a rule
+        drafter's replayed rounds, the measured acceptance runs when the profile has them,
+        else the i.i.d. rate α."""
+        if drafter in self.rule_drafters:
+            return self.draft_rounds(drafter, block)
         sequences = self.runs.get((verifier, drafter))
         if sequences is None:
             return self.stats(verifier, drafter).alpha
@@ -177,7 +208,11 @@ def evaluate_chain(
         profile.model(name)
     if len(block_sizes) != len(chain) - 1:
         raise PolyplanError(f"block_sizes: need {len(chain) - 1} for a chain of {len(chain)}, got {len(block_sizes)}")
-    return _evaluate(_Context(profile, sampling, context_length, overhead, acceptance_model), chain, block_sizes, "given")
+    context = _Context(profile, sampling, context_length, overhead, acceptance_model)
+    reason = context.unplannable(chain)
+    if reason is not None:
+        raise PolyplanError(f"chain {' > '.join(chain)}: {reason}")
+    return _evaluate(context, chain, block_sizes, "given")
 
 
 def _best_blocks_grid(cost: Callable[[tuple[int, ...]], float], levels: int, k_max: int) -> tuple[int, ...]:
@@ -269,6 +304,8 @@ def recommend(
     for size in range(0, min(max_levels - 1, len(usable)) + 1):
         for subset in itertools.combinations(usable, size):
             chain = (target,) + subset
+            if context.unplannable(chain) is not None:
+                continue
             levels = len(chain) - 1
             if levels == 0:
                 plans[chain] = _evaluate(context, chain, (), "grid")
@@ -325,6 +362,16 @@ def _insertion_note(
     usable: list[str],
     max_levels: int,
 ) -> InsertionNote:
+    rule = context.unplannable((best.chain[0], name)) if name in context.rule_drafters else None
+    if rule is not None:
+        return InsertionNote(name, False, f"out: {rule}", None, best.exact_speedup, None)
+    if name in context.rule_drafters and name not in best.chain and name in usable:
+        alone = plans[(best.chain[0], name)]
+        line = (
+            f"out: {name} drafts by rule and is planned directly under the target only: exact model "
+            f"{alone.exact_speedup:.3f}x ({alone.label()}, K = {alone.block_sizes[0]}) vs {best.exact_speedup:.3f}x ({best.label()})"
+        )
+        return InsertionNote(name, False, line, alone.exact_speedup, best.exact_speedup, None)
     if name not in usable:
         line = (
             f"out: {name} is not faster than the target "
@@ -341,7 +388,11 @@ def _insertion_note(
         with_chain = (best.chain[0],) + with_chain
         without_plan = best
         if with_chain not in plans:
-            line = f"out: adding {name} to {best.label()} would exceed max_levels = {max_levels}"
+            reason = context.unplannable(with_chain)
+            if reason is None:
+                line = f"out: adding {name} to {best.label()} would exceed max_levels = {max_levels}"
+            else:
+                line = f"out: {name} cannot join {best.label()}: {reason}"
             return InsertionNote(name, False, line, None, best.exact_speedup, None)
         with_plan = plans[with_chain]
     delta = with_plan.exact_speedup - without_plan.exact_speedup

@@ -7,6 +7,7 @@ from collections.abc import Sequence
 from polyplan.formats.profile import (
     AlphaDistribution, DecodedStats, ImpliedStats, LatencyPoint, ModelProfile, PrefillPoint, SamplingStats, TimingHealth,
 )
+from polyplan.decoder.ngram_simple import NGramSimpleMember
 from polyplan.profiler.acceptance import DecodedMeasurement, PairAlpha
 from polyplan.profiler.forward_timing import LatencyMeasurement
 from polyplan.planner.sample_size import enough_for_interval, interval_warnings
@@ -25,6 +26,11 @@ def model_entry(name: str, fingerprint: str, measurement: LatencyMeasurement, ke
         latency_fingerprint=key,
         timing=timing_health(measurement),
     )
+
+
+def ngram_simple_size(member: object) -> int | None:
+    """size_n of an `ngram-simple` member (what `ModelProfile.ngram_simple` records), else None."""
+    return member.size_n if isinstance(member, NGramSimpleMember) else None
 
 
 def timing_health(measurement: LatencyMeasurement) -> TimingHealth | None:

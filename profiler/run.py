@@ -39,7 +39,7 @@ from polyplan.formats.sampling import SamplingMode
 from polyplan.profiler.acceptance import (
     TEACHER_FORCING_WIDTH, TeacherForced, measure_decoded, pair_alpha, target_continuations, teacher_forced,
 )
-from polyplan.profiler.entries import decoded_entry, model_entry, refresh_warnings, sampling_entry
+from polyplan.profiler.entries import decoded_entry, model_entry, ngram_simple_size, refresh_warnings, sampling_entry
 from polyplan.models.hashing import fingerprint_settings, fingerprint_tokens
 from polyplan.profiler.forward_timing import measure_latencies
 from polyplan.profiler.locks import profile_lock, timing_lock
@@ -338,12 +338,17 @@ class _Run:
                 self._finish(step, reused=True)
             else:
                 stale.append((model, step, entry, key))
+        for model in models:  # what kind of drafter it is follows its fingerprint, not its timing
+            entry = next((m for m in self.profile.models if m.name == model.name), None)
+            if entry is not None:
+                entry.ngram_simple = ngram_simple_size(model.member)
         if not stale:
             return
         self._begin(stale[0][1])
         measurements = measure_latencies([model.member for model, _, _, _ in stale], self.stream, self.settings.latency)
         for (model, step, entry, key), measurement in zip(stale, measurements):
             fresh = model_entry(model.name, model.fingerprint, measurement, key)
+            fresh.ngram_simple = ngram_simple_size(model.member)
             if entry is None:
                 self.profile.models.append(fresh)
             else:

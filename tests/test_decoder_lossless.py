@@ -26,6 +26,7 @@ from scipy import stats
 
 from polyplan.decoder import verify as verify_module
 from polyplan.decoder.chain import generate
+from polyplan.decoder.ngram_simple import NGramSimpleMember
 from polyplan.decoder.sampling import Sampling
 from polyplan.decoder.table import TableMember
 from polyplan.formats.plan import VerifyWidths
@@ -49,8 +50,8 @@ def toy_chain(n: int) -> list[TableMember]:
     return chain
 
 
-def target_joint(target: TableMember, sampling: Sampling) -> np.ndarray:
-    """Exact P(x1, x2, x3 | PROMPT) under the target with `sampling`, by enumeration, float64."""
+def target_joint(target: TableMember, sampling: Sampling, prompt: list[int] = PROMPT) -> np.ndarray:
+    """Exact P(x1, x2, x3 | prompt) under the target with `sampling`, by enumeration, float64."""
 
     def next_probs(context):
         logits = target.next_logits(context).double() / sampling.temperature
@@ -67,19 +68,19 @@ def target_joint(target: TableMember, sampling: Sampling) -> np.ndarray:
         return probs.numpy()
 
     joint = np.zeros((VOCAB,) * 3)
-    first = next_probs(PROMPT)
+    first = next_probs(prompt)
     for x1 in range(VOCAB):
-        second = next_probs(PROMPT + [x1])
+        second = next_probs(prompt + [x1])
         for x2 in range(VOCAB):
-            joint[x1, x2] = first[x1] * second[x2] * next_probs(PROMPT + [x1, x2])
+            joint[x1, x2] = first[x1] * second[x2] * next_probs(prompt + [x1, x2])
     return joint
 
 
-def sample_counts(chain, blocks, sampling: Sampling, samples: int, seed: int, verify_widths=()) -> np.ndarray:
+def sample_counts(chain, blocks, sampling: Sampling, samples: int, seed: int, verify_widths=(), prompt=PROMPT) -> np.ndarray:
     generator = torch.Generator().manual_seed(seed)
     counts = np.zeros((VOCAB,) * 3)
     for _ in range(samples):
-        result = generate(chain, PROMPT, max_new_tokens=3, block_sizes=blocks, sampling=sampling, generator=generator,
+        result = generate(chain, prompt, max_new_tokens=3, block_sizes=blocks, sampling=sampling, generator=generator,
                           verify_widths=verify_widths)
         counts[result.token_ids] += 1
     return counts
@@ -115,6 +116,30 @@ def test_chain_samples_the_target_joint(n, sampling):
     samples = DEFAULT_SAMPLES if sampling.top_k is None else DEFAULT_SAMPLES // 2
     counts = sample_counts(chain, BLOCKS[n], sampling, samples, seed=n)
     assert chi_square_pvalue(counts, target_joint(chain[0], sampling)) > ALPHA
+
+
+LOOPING = [3, 1, 4, 3, 1, 4, 3, 1]  # ngram-simple drafts 0, 1 or 2 tokens after it, by the sampled ones
+
+
+@pytest.mark.parametrize("n", [2, 3])
+def test_block_drafting_at_the_bottom_samples_the_target_joint(n):
+    """ngram-simple at the bottom drafts a length decided by the context alone (none, or up to
+    K one-hot proposals): the chain still samples the target exactly."""
+    chain = toy_chain(n - 1) + [NGramSimpleMember(VOCAB, size_n=1)]
+    blocks = (2,) if n == 2 else (3, 2)
+    counts = sample_counts(chain, blocks, Sampling(1.0), DEFAULT_SAMPLES, seed=40 + n, prompt=LOOPING)
+    assert chi_square_pvalue(counts, target_joint(chain[0], Sampling(1.0), LOOPING)) > ALPHA
+    generator = torch.Generator().manual_seed(0)
+    drafted = [generate(chain, LOOPING, max_new_tokens=3, block_sizes=blocks, sampling=Sampling(1.0), generator=generator).levels[-2].tokens_drafted
+               for _ in range(50)]
+    assert min(drafted) < max(drafted)  # the drafts vary in length
+
+
+def test_block_drafting_negative_control_fails(monkeypatch):
+    monkeypatch.setattr(verify_module, "acceptance_probability", always_accept)
+    chain = toy_chain(1) + [NGramSimpleMember(VOCAB, size_n=1)]
+    counts = sample_counts(chain, (2,), Sampling(1.0), DEFAULT_SAMPLES, seed=44, prompt=LOOPING)
+    assert chi_square_pvalue(counts, target_joint(chain[0], Sampling(1.0), LOOPING)) < ALPHA
 
 
 # every verification pass over fewer than 6 tokens runs padded to 6 (planner.verify_width)

@@ -9,6 +9,7 @@ import pytest
 from polyplan.formats.candidates import (
     EarlyExit,
     NGram,
+    NGramSimple,
     Quantize,
     base_chain,
     parse_candidates,
@@ -49,6 +50,9 @@ def test_valid_file_parses_into_frozen_candidates(folders):
     assert result.by_name("big-int8").derive == Quantize(base="big", kind="int8")
     assert result.by_name("exit").derive == EarlyExit(base="big", layers=2)
     assert result.by_name("ngram").derive == NGram(max_n=4, min_n=2)
+    simple = parse([{"name": "t", "source": "builtin:target", "target": True}, {"name": "s", "derive": {"kind": "ngram-simple"}},
+                    {"name": "s5", "derive": {"kind": "ngram-simple", "size_n": 5}}], folders)
+    assert simple.by_name("s").derive == NGramSimple(size_n=3) and simple.by_name("s5").derive == NGramSimple(size_n=5)
     assert result.by_name("small").source == str(folders / "small")
     assert [result.by_name(n).source_kind for n in ("big", "zoo", "hub", "exit")] == ["local", "builtin", "hub", "derived"]
     assert result.by_name("small").dtype == "float16" and result.by_name("big").dtype == "float32"
@@ -112,6 +116,14 @@ BAD = {
     "ngram bad n": (_edit(5, derive={"kind": "ngram", "max_n": 1, "min_n": 2}), "candidate 'ngram': derive: need integers"),
     "ngram unknown key": (_edit(5, derive={"kind": "ngram", "width": 3}), "candidate 'ngram': derive: unknown key 'width'"),
     "unknown kind": (_edit(5, derive={"kind": "medusa"}), "candidate 'ngram': derive: unknown kind 'medusa'"),
+    "ngram-simple bad size": (_edit(5, derive={"kind": "ngram-simple", "size_n": 0}), "candidate 'ngram': derive: size_n must be an integer >= 1"),
+    "ngram-simple bool size": (_edit(5, derive={"kind": "ngram-simple", "size_n": True}), "candidate 'ngram': derive: size_n must be"),
+    "ngram-simple unknown key": (_edit(5, derive={"kind": "ngram-simple", "max_n": 3}),
+                                 "candidate 'ngram': derive: unknown key 'max_n' for kind ngram-simple (allowed: size_n)"),
+    "derive from ngram-simple": (
+        good() + [{"name": "s", "derive": {"kind": "ngram-simple"}}, {"name": "q", "derive": {"from": "s", "quantize": "int8"}}],
+        "candidate 'q': cannot derive from the n-gram drafter 's'",
+    ),
     "source and derive": (_edit(2, derive={"kind": "ngram"}), "candidate 'small': give exactly one of 'source' and 'derive'"),
     "derived target": (
         [{**e, "target": False} for e in good()[:1]] + [{"name": "q", "derive": {"from": "big", "quantize": "int8"}, "target": True}],
@@ -123,7 +135,7 @@ BAD = {
     "target not boolean": (_edit(0, target="yes"), "candidate 'big': 'target' must be true or false"),
     "missing name": ([{"source": "big", "target": True}], "candidates[0]: missing 'name'"),
     "derive from ngram": (
-        good() + [{"name": "q", "derive": {"from": "ngram", "layers": 1}}], "candidate 'q': cannot derive from the ngram drafter"
+        good() + [{"name": "q", "derive": {"from": "ngram", "layers": 1}}], "candidate 'q': cannot derive from the n-gram drafter"
     ),
 }
 

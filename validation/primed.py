@@ -16,7 +16,7 @@ import time
 
 import torch
 
-from polyplan.decoder.member import ChainMember
+from polyplan.decoder.member import BlockDrafter, ChainMember
 
 
 class PrimedMember:
@@ -31,6 +31,8 @@ class PrimedMember:
         self.max_context = member.max_context
         self.device = getattr(member, "device", torch.device("cpu"))
         self._base = 0
+        if isinstance(member, BlockDrafter):  # the chain calls it instead of stepping `forward`
+            self.draft_block = member.draft_block
 
     def prime(self, prefix: torch.Tensor, sync=lambda: None) -> float:
         """Empty the cache and process `prefix` (shape `(L,)`); returns the seconds it took."""

@@ -27,6 +27,8 @@ def _role(loaded) -> str:
         return f"{derive.kind}{head} of {derive.base}"
     if kind == "EarlyExit":
         return f"{derive.layers} layers of {derive.base}"
+    if kind == "NGramSimple":
+        return f"ngram-simple n={derive.size_n}"
     return f"ngram {derive.min_n}..{derive.max_n}"
 
 
