@@ -8,18 +8,21 @@
 
 from polyplan.decoder.chain import generate
 from polyplan.decoder.hf import HFMember
-from polyplan.decoder.member import ChainMember
+from polyplan.decoder.member import BlockDrafter, ChainMember
 from polyplan.decoder.ngram import NGramMember
+from polyplan.decoder.ngram_simple import NGramSimpleMember
 from polyplan.decoder.result import GenerationResult, LevelStats
 from polyplan.decoder.sampling import Sampling
 from polyplan.decoder.table import TableMember
 
 __all__ = [
+    "BlockDrafter",
     "ChainMember",
     "GenerationResult",
     "HFMember",
     "LevelStats",
     "NGramMember",
+    "NGramSimpleMember",
     "Sampling",
     "TableMember",
     "generate",

@@ -34,9 +34,9 @@ def run(*args: str):
     return CliRunner().invoke(app, list(args))
 
 
-def _plan(folder: Path, candidates: dict | None, sampling: str = "greedy") -> Path:
+def _plan(folder: Path, candidates: dict | None, sampling: str = "greedy", device: str = "synthetic") -> Path:
     prints = candidate_fingerprints(read_candidates(ZOO))
-    profile = Profile(target="target", device="synthetic")
+    profile = Profile(target="target", device=device)
     for name, seconds in TIMES.items():
         points = [LatencyPoint(64, k, seconds * (1 + 0.1 * (k - 1))) for k in (1, 2, 4, 8)]
         profile.models.append(ModelProfile(name, prints[name], points))
@@ -75,6 +75,18 @@ def test_generate_plan_runs_the_planned_chain_and_block_sizes_losslessly(plan, t
     assert all(level["tokens_drafted"] >= k * level["verifications"] for level, k in zip(levels, blocks))
     assert payload["token_ids"] == target_only["token_ids"]  # greedy: exactly the target's output
     assert payload["text"] == target_only["text"]
+
+
+def test_generate_plan_runs_at_the_threads_its_profile_was_measured_with(tmp_path):
+    """A plan profiled at 1 thread generates at 1 thread (its tokens/s are then comparable with
+    its prediction); --threads overrides, and says so; 0 is one line."""
+    plan = _plan(tmp_path, {"path": str(ZOO), "yaml": yaml.safe_load(ZOO.read_text())}, device="cpu test (1 thread)")
+    result = run("generate", "--plan", str(plan), "--max-new-tokens", "4", PROMPT)
+    assert result.exit_code == 0, result.output
+    assert result.stdout.rstrip().splitlines()[-1].startswith("threads: 1 (as the plan's profile was measured")
+    result = run("generate", "--plan", str(plan), "--max-new-tokens", "4", "--threads", "2", "--json", PROMPT)
+    assert result.exit_code == 0 and json.loads(result.stdout)["threads"] == 2
+    _fails(run("generate", "--plan", str(plan), "--threads", "0", PROMPT), "--threads: must be >= 1")
 
 
 def test_generate_plan_streams_the_final_text_then_the_table(plan, target_only):

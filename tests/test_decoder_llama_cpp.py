@@ -191,6 +191,18 @@ def test_models_yaml_llama_cpp_entries_load_and_mix_with_torch(tiny, cache, tmp_
     assert again.member("tiny-q8").path == copy.path  # the quantized copy is made once
 
 
+def test_a_llama_cpp_target_with_ngram_simple_drafts_only_where_it_repeats_and_stays_greedy_exact(tiny, tmp_path):
+    path, _, _ = tiny
+    candidates = [entries(path)[0], {"name": "lookup", "derive": {"kind": "ngram-simple", "size_n": 1}}]
+    loaded = load_candidates(parse_candidates({"candidates": candidates}, base_dir=tmp_path, origin="m.yaml"))
+    target, lookup = loaded.chain(["tiny", "lookup"])
+    looping = PROMPT * 3
+    alone = greedy_ids(target, looping, 16)
+    result = generate([target, lookup], looping, max_new_tokens=16, block_sizes=[4], sampling=Sampling(0.0))
+    assert list(result.token_ids) == alone
+    assert result.levels[0].tokens_drafted > 0 and result.levels[1].forward_passes == result.levels[0].verifications
+
+
 def test_the_fingerprint_names_the_engine_and_its_version(tiny, tmp_path):
     from polyplan.models.fingerprints import candidate_fingerprints
 

@@ -9,6 +9,7 @@ import torch
 
 from conftest import save_model, tiny_llama, tiny_tokenizer
 from polyplan.formats.candidates import parse_candidates
+from polyplan.decoder.ngram_simple import NGramSimpleMember
 from polyplan.decoder import HFMember, NGramMember, Sampling, generate
 from polyplan.models.loader import load_candidates
 from polyplan.formats.errors import PolyplanError
@@ -36,6 +37,7 @@ FULL = [
     {"name": "exit1-int8", "derive": {"from": "exit1", "quantize": "int8"}},
     {"name": "drafter", "source": "drafter"},
     {"name": "ngram", "derive": {"kind": "ngram", "max_n": 3}},
+    {"name": "ngram-simple", "derive": {"kind": "ngram-simple", "size_n": 2}},
 ]
 
 
@@ -53,6 +55,8 @@ def test_every_kind_loads_with_its_facts(family):
     linear = type(facts["target-int8"].member.model.model.layers[0].mlp.down_proj)
     assert "quantized" in linear.__module__
     assert facts["ngram"].member.vocab_size == 64
+    simple = facts["ngram-simple"].member
+    assert isinstance(simple, NGramSimpleMember) and simple.size_n == 2 and simple.vocab_size == 64
 
 
 @pytest.fixture(scope="module")

@@ -46,10 +46,11 @@ def test_plan_threads_reads_the_device_label():
 def test_every_timing_command_defaults_to_the_same_choice():
     """The question "how many threads?" never gets two defaults: each command that times leaves
     --threads unset (None), and so goes to `choose_threads` (profile's 0 still means torch's choice)."""
-    from polyplan.cli.commands import bench, demo, profile, recommend, validate
+    from polyplan.cli.commands import bench, demo, generate, profile, recommend, validate
 
     commands = {"profile": profile.profile, "recommend": recommend.recommend, "validate": validate.validate,
-                "demo": demo.demo, "bench decoder": bench.decoder, "bench peers": bench.peers, "bench loop": bench.loop}
+                "demo": demo.demo, "bench decoder": bench.decoder, "bench peers": bench.peers, "bench loop": bench.loop,
+                "generate": generate.generate}
     for name, command in commands.items():
         default = inspect.signature(command).parameters["threads"].default
         assert default is None, f"{name} --threads defaults to {default!r}"

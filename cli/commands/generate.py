@@ -61,6 +61,7 @@ class _Request:
     block_sizes: tuple[int, ...] | None
     temperature: float
     verify_widths: tuple = ()
+    threads: int | None = None  # the threads the plan's profile was measured with
 
 
 def _request(plan: Path | None, chain: str | None, block_sizes: str | None, temperature: float | None,
@@ -88,6 +89,7 @@ def _planned(plan: Path, candidates: Path | None, device: str | None) -> _Reques
     from polyplan.formats.plan import read_plan
     from polyplan.formats.sampling import SamplingMode
     from polyplan.models.candidate_file import plan_candidates
+    from polyplan.profiler.threads import plan_threads
 
     planned = read_plan(plan)
     candidate_set = _on_device(plan_candidates(planned, str(plan), candidates), device)
@@ -96,6 +98,7 @@ def _planned(plan: Path, candidates: Path | None, device: str | None) -> _Reques
         planned.block_sizes,
         SamplingMode.parse(planned.sampling).temperature,
         planned.best.verify_widths,
+        plan_threads(planned.device),
     )
 
 
@@ -178,6 +181,10 @@ def generate(
         Optional[str], typer.Option("--device", help="torch device for every model (default: the candidates' own; folders: cpu).")
     ] = None,
     raw_prompts: RawPrompts = False,
+    threads: Annotated[
+        Optional[int], typer.Option("--threads", help="CPU threads of every member (default: as the plan was profiled, "
+                                                      "else the machine's free cores at start).")
+    ] = None,
     json_output: Annotated[bool, typer.Option("--json", help="Print one JSON object instead of text and a table.")] = False,
 ) -> None:
     """Generate from PROMPT with a speculative chain (a plan's, or one named with --chain),
@@ -185,13 +192,17 @@ def generate(
     from polyplan.models.loader import load_chain
     from polyplan.decoder.text import generate_text
     from polyplan.models.devices import check_device
+    from polyplan.profiler.threads import choose_threads, set_threads
 
     options.at_least(max_new_tokens, 1, "--max-new-tokens")
     options.seed(seed)
     if device is not None:
         check_device(device)
+    options.at_least(threads, 1, "--threads")
     request = _request(plan, chain, block_sizes, temperature, candidates, device)
     sampling = _sampling(request.temperature, top_k, top_p)
+    choice = choose_threads(threads, request.threads, recorded_by="the plan's profile")
+    set_threads(choice)
     loaded = load_chain(request.chain)
     run = generate_text(
         loaded.chain(request.chain.chain),
@@ -206,7 +217,7 @@ def generate(
         on_text=None if json_output else (lambda piece: typer.echo(piece, nl=False)),
     )
     if json_output:
-        echo_json(_json(run))
+        echo_json(_json(run) | {"threads": choice.threads})
         return
     typer.echo("\n")  # ends the streamed text's line, then one blank line
-    typer.echo("\n".join(stats_lines(run.result)))
+    typer.echo("\n".join(stats_lines(run.result) + [choice.line]))
