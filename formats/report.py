@@ -304,19 +304,19 @@ class ChainCategoryRows:
 class ReportSettings:
     """What the validation ran under."""
 
-    sampling: str
-    prompts: int
+    sampling: str  # a `formats.sampling.SamplingMode` key
+    prompts: int  # how many were decoded
     prompt_sources: tuple[str, ...]
-    dropped_prompts: tuple[str, ...]
-    truncated_prompts: int
+    dropped_prompts: tuple[str, ...]  # too long for the context
+    truncated_prompts: int  # shortened from the left to fit
     new_tokens: int
     repeats: int
     seed: int
-    device: str
-    plan_device: str
-    plan: str | None
+    device: str  # where it ran now
+    plan_device: str  # where the plan's profile was measured
+    plan: str | None  # the plan.json validated
     wall_time_s: float
-    exact_model: str
+    exact_model: str = ""  # what the plan's exact predictions were computed with
 
 
 @dataclass(frozen=True)

@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from polyplan.formats.plan import PlannedChain
+from polyplan.formats.report import ReportSettings
 from polyplan.validation.categories import CategoryRow, ChainCategories, chain_categories
 from polyplan.validation.report import write_report
 from polyplan.validation.results import (
@@ -90,12 +91,13 @@ def fixed_validation() -> Validation:
     categories = chain_categories(SPECS, records, KINDS, BASELINE) + (
         ChainCategories("t > empty", (CategoryRow("none", 0, math.nan, math.nan),)),
     )
-    return Validation(
-        chains=chains, headline=headline(chains), sampling="greedy", prompts=PROMPTS, prompt_sources=("builtin:1", "builtin:2", "builtin:3"),
-        dropped_prompts=("builtin:9",), truncated_prompts=1, new_tokens=8, repeats=REPEATS, seed=7, device="cpu (2 threads)",
-        plan_device="cpu (2 threads)", plan_path="plan.json", wall_time_s=12.5, notes=("a note from the plan",),
-        exact_model="exact model with the loop's costs", categories=categories,
+    settings = ReportSettings(
+        sampling="greedy", prompts=PROMPTS, prompt_sources=("builtin:1", "builtin:2", "builtin:3"), dropped_prompts=("builtin:9",),
+        truncated_prompts=1, new_tokens=8, repeats=REPEATS, seed=7, device="cpu (2 threads)", plan_device="cpu (2 threads)",
+        plan="plan.json", wall_time_s=12.5, exact_model="exact model with the loop's costs",
     )
+    return Validation(chains=chains, headline=headline(chains), settings=settings, notes=("a note from the plan",),
+                      categories=categories)
 
 
 def written_report(folder: Path) -> str:

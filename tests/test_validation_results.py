@@ -195,7 +195,7 @@ def test_recommended_within_noise_of_the_fastest_uses_the_paired_ratio(plan):
 
 
 def test_json_twin_has_the_documented_shape(plan):
-    from polyplan.formats.report import encode_report
+    from polyplan.formats.report import ReportSettings, encode_report
     from polyplan.validation.report import report_of
     from polyplan.validation.results import Validation
 
@@ -205,11 +205,9 @@ def test_json_twin_has_the_documented_shape(plan):
         summarise_chain(spec, [_record(i, 0, 0, 0.5, levels=len(spec.planned.chain))], base, greedy=True)
         for i, spec in enumerate(specs)
     )
-    validation = Validation(
-        chains=chains, headline=headline(chains), sampling="greedy", prompts=1, prompt_sources=("x",), dropped_prompts=(),
-        truncated_prompts=0, new_tokens=4, repeats=1, seed=0, device="cpu", plan_device="cpu", plan_path="plan.json",
-        wall_time_s=1.0, notes=(),
-    )
+    settings = ReportSettings(sampling="greedy", prompts=1, prompt_sources=("x",), dropped_prompts=(), truncated_prompts=0,
+                              new_tokens=4, repeats=1, seed=0, device="cpu", plan_device="cpu", plan="plan.json", wall_time_s=1.0)
+    validation = Validation(chains=chains, headline=headline(chains), settings=settings, notes=())
     payload = encode_report(report_of(validation))
     json.dumps(payload, allow_nan=False)
     assert set(payload) >= {"report_version", "chains", "headline", "checks", "settings"}

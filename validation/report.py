@@ -29,7 +29,6 @@ from polyplan.formats.report import (
     ReportChain,
     ReportHeadline,
     ReportLevel,
-    ReportSettings,
     SpeedupErrors,
     SpeedupRatio,
     TokensPerVerification,
@@ -93,7 +92,7 @@ def table_lines(validation: Validation) -> list[str]:
         f"{'':>3} {'chain':<40} {'K':<10} {'exact [interval]':>20} {'retimed':>7} {'paper':>6} {'measured [CI]':>20} "
         f"{'err exact':>9} {'retimed':>7} {'paper':>7} {'holds':>5} {'greedy':>7} {'tok/s':>6}"
     )
-    lines = [header]
+    lines, run = [header], validation.settings
     for chain in validation.chains:
         retimed = "-" if chain.retimed_exact is None else f"{chain.retimed_exact:.2f}x"
         lines.append(
@@ -103,8 +102,8 @@ def table_lines(validation: Validation) -> list[str]:
             f"{chain.tokens_per_second:>6.1f}"
         )
     lines.append("(* recommended, 2 best two-model chain, 1 target only, #r rank r in the plan; speedups over target-only "
-                 f"decoding: paired per-prompt ratio (median over {validation.repeats} repeat(s)) of {validation.prompts} "
-                 f"prompts x {validation.new_tokens} tokens with its 95% bootstrap CI; exact: the plan's exact model "
+                 f"decoding: paired per-prompt ratio (median over {run.repeats} repeat(s)) of {run.prompts} "
+                 f"prompts x {run.new_tokens} tokens with its 95% bootstrap CI; exact: the plan's exact model "
                  "with its 95% prediction interval; retimed: the same on latency timed during this run; paper: Lemma 3.1; "
                  "err = predicted / measured − 1; holds: measured inside the interval and within 10%)")
     lines.append("")
@@ -209,18 +208,18 @@ def _acceptance_lines(chain: ChainResult) -> list[str]:
 
 def report_markdown(validation: Validation, plots: dict[str, str]) -> str:
     """report.md: settings, the table, the targets, per-model detail and the plots."""
-    head = validation.headline
+    head, run = validation.headline, validation.settings
     lines = [
         "# polyplan validation report",
         "",
         f"**{head.line}**",
         "",
-        f"- plan: `{validation.plan_path}`; sampling `{validation.sampling}`",
-        f"- device: {validation.device} (plan profiled on: {validation.plan_device or 'unknown'})",
-        f"- {validation.prompts} prompts x {validation.new_tokens} new tokens x {validation.repeats} repeat(s), seed "
-        f"{validation.seed}; chains interleaved round-robin per prompt; prefill timed apart, speedups are decoding only",
-        f"- exact model: {validation.exact_model}",
-        f"- wall time {validation.wall_time_s:.1f} s",
+        f"- plan: `{run.plan}`; sampling `{run.sampling}`",
+        f"- device: {run.device} (plan profiled on: {run.plan_device or 'unknown'})",
+        f"- {run.prompts} prompts x {run.new_tokens} new tokens x {run.repeats} repeat(s), seed "
+        f"{run.seed}; chains interleaved round-robin per prompt; prefill timed apart, speedups are decoding only",
+        f"- exact model: {run.exact_model}",
+        f"- wall time {run.wall_time_s:.1f} s",
     ]
     lines += [f"- note: {note}" for note in validation.notes]
     lines += ["", "## Chains", "", "```", *table_lines(validation)[:-2], "```", "", "## Targets", "", *_check_lines(validation)]
@@ -319,21 +318,7 @@ def report_of(validation: Validation, files: dict[str, str] | None = None) -> Va
             ))
             for item in validation.categories
         ),
-        settings=ReportSettings(
-            sampling=validation.sampling,
-            prompts=validation.prompts,
-            prompt_sources=validation.prompt_sources,
-            dropped_prompts=validation.dropped_prompts,
-            truncated_prompts=validation.truncated_prompts,
-            new_tokens=validation.new_tokens,
-            repeats=validation.repeats,
-            seed=validation.seed,
-            device=validation.device,
-            plan_device=validation.plan_device,
-            plan=validation.plan_path,
-            wall_time_s=validation.wall_time_s,
-            exact_model=validation.exact_model,
-        ),
+        settings=validation.settings,
         notes=validation.notes,
         files=dict(files or {}),
     )

@@ -3,7 +3,7 @@
 Pure Python and numpy (no torch): `summarise_chain` and `headline` turn the raw runs of
 `validation.chain_runs` into frozen results that the report, the plots and `--json` read. What
 report.json records of them (`validation.report.report_of`) is typed in `formats.report`, whose
-records `Check`, `ErrorSources` and `PromptRecord` these results hold as they are.
+records `Check`, `ErrorSources`, `PromptRecord` and `ReportSettings` these results hold as they are.
 
 Measured quantities (decoding only; each member's prompt prefill is timed on its own):
 - the speedup of a chain is the paired per-prompt ratio of `profiler.paired`: per (prompt,
@@ -34,7 +34,7 @@ from typing import Sequence
 import numpy as np
 
 from polyplan.formats.plan import PlannedChain
-from polyplan.formats.report import Check, ErrorSources, PromptRecord
+from polyplan.formats.report import Check, ErrorSources, PromptRecord, ReportSettings
 from polyplan.validation.paired import PairedSpeedup, RatioInterval, paired_speedup, ratio_interval
 
 ROLE_RECOMMENDED = "recommended"
@@ -260,21 +260,9 @@ class Validation:
 
     chains: tuple[ChainResult, ...]
     headline: Headline
-    sampling: str
-    prompts: int
-    prompt_sources: tuple[str, ...]
-    dropped_prompts: tuple[str, ...]
-    truncated_prompts: int
-    new_tokens: int
-    repeats: int
-    seed: int
-    device: str  # where it ran now
-    plan_device: str  # where the plan's profile was measured
-    plan_path: str | None
-    wall_time_s: float
+    settings: ReportSettings  # as report.json records them
     notes: tuple[str, ...]
-    exact_model: str = ""  # what the plan's exact predictions were computed with
-    categories: tuple = ()  # profiler.categories.ChainCategories per chain but target-only
+    categories: tuple = ()  # validation.categories.ChainCategories per chain but target-only
 
 
 def _pooled(values: Sequence[Sequence[int]]) -> tuple[float | None, float | None]:
