@@ -33,7 +33,8 @@ from polyplan.formats.profile_codec import load
 from polyplan.planner.plan_file import plan_from_profile, planned_from_profile
 from polyplan.planner.search import Recommendation
 from polyplan.models.candidate_file import CandidateFile, plan_candidates, read_candidate_file
-from polyplan.models.fingerprints import LoadedModels, load_models
+from polyplan.models.fingerprints import load_fingerprinted
+from polyplan.models.loader import LoadedCandidates
 from polyplan.profiler.checks import check_inputs_fit, check_models, foreign_profile_reason
 from polyplan.profiler.locks import profile_lock, timing_lock
 from polyplan.loop.loop_costs import LoopCostsRun, ensure_loop_costs
@@ -110,15 +111,16 @@ def profile_candidates(
     """
     started = time.perf_counter()
     read = candidates_path if isinstance(candidates_path, CandidateFile) else read_candidate_file(candidates_path, device)
-    loaded = load_models(read.candidates)
-    fingerprints = {model.name: model.fingerprint for model in loaded.models}
+    loaded = load_fingerprinted(read.candidates)
+    models = loaded.profiled
+    fingerprints = {model.name: model.fingerprint for model in models}
     device_label = describe_device(loaded.device)
     path = Path(profile_path) if profile_path is not None else cached_profile_path(fingerprints, device_label, cache_dir)
     with contextlib.ExitStack() as held:
         held.enter_context(profile_lock(path))
         existing = readable_profile(path)  # the one reading of the profile this run extends
         if profile_path is not None and keep_foreign:
-            foreign = foreign_profile_reason(existing, loaded.models[0], device_label)
+            foreign = foreign_profile_reason(existing, models[0], device_label)
             if foreign is not None:
                 cached = cached_profile_path(fingerprints, device_label, cache_dir)
                 if settings is None:  # measure as the file the user pointed at was measured
@@ -133,8 +135,8 @@ def profile_candidates(
             settings = settings_of(existing, temperature)
         prompts = prompts or prompts_of(existing, path) or prompt_set()
         fitted = _fitted_prompts(prompts, loaded, settings)
-        check_models(loaded.models)  # bad input fails before waiting for another run's timings
-        check_inputs_fit(loaded.models, fitted, settings)
+        check_models(models)  # bad input fails before waiting for another run's timings
+        check_inputs_fit(models, fitted, settings)
         check_output_file(path, "--out")
         held.enter_context(timing_lock())
         run = _Run(path, loaded, read.record, settings, prompts, fitted, device_label, existing, started)
@@ -148,7 +150,7 @@ class _Run:
     settings and the prompts."""
 
     path: Path
-    loaded: LoadedModels
+    loaded: LoadedCandidates  # fingerprinted: `loaded.profiled` is what the profiler measures
     record: Any  # the models.yaml record the profile keeps
     settings: ProfileSettings
     prompts: PromptSet
@@ -166,7 +168,8 @@ def _profile_into(run: _Run, fresh_timings: bool, calibration_tokens: int, progr
     previous = previous_runs(run.existing)
     if fresh_timings and run.existing is not None:
         forget_latency(run.existing)
-    outcome = profile_checked_models(loaded.models, fitted, path, settings, device=loaded.device, progress=progress,
+    models = loaded.profiled
+    outcome = profile_checked_models(models, fitted, path, settings, device=loaded.device, progress=progress,
                                      existing=run.existing)
     warning = too_few_prompts(len(fitted))
     if warning is not None:
@@ -174,16 +177,16 @@ def _profile_into(run: _Run, fresh_timings: bool, calibration_tokens: int, progr
     profile = outcome.profile
     profile.profiler = dataclasses.replace(recorded_prompts(profile.profiler, prompts), candidates=run.record)
     loop_costs = ensure_loop_costs(
-        profile, loaded.models, fitted, settings, previous_runs=previous, device_label=device_label,
+        profile, models, fitted, settings, previous_runs=previous, device_label=device_label,
         calibration_tokens=calibration_tokens, fresh=fresh_timings,
     )
     measured = len(outcome.measured) + loop_costs.measured
     profile.save(path)
-    return ProfiledCandidates(profile, path, loaded.models, loaded.tokenizer, run.record, measured, len(outcome.reused),
+    return ProfiledCandidates(profile, path, models, loaded.tokenizer, run.record, measured, len(outcome.reused),
                               time.perf_counter() - run.started, outcome, len(fitted), loop_costs)
 
 
-def _fitted_prompts(prompts: PromptSet, loaded: LoadedModels, settings: ProfileSettings) -> tuple[EncodedPrompt, ...]:
+def _fitted_prompts(prompts: PromptSet, loaded: LoadedCandidates, settings: ProfileSettings) -> tuple[EncodedPrompt, ...]:
     """The prompts, encoded, cut or left out to fit every model's context (a strict set is
     left whole: the run refuses a prompt that does not fit, naming it)."""
     encoded = encode_for(prompts, loaded.tokenizer)
@@ -191,7 +194,7 @@ def _fitted_prompts(prompts: PromptSet, loaded: LoadedModels, settings: ProfileS
         return tuple(encoded)
     acceptance = settings.acceptance
     reserve = acceptance.new_tokens + (max(acceptance.block_sizes) if acceptance.decoded else 0)
-    limits = [model.member.max_context for model in loaded.models if model.member.max_context is not None]
+    limits = [item.member.max_context for item in loaded.candidates if item.member.max_context is not None]
     return fit_prompts(encoded, min(limits) if limits else None, reserve, truncate=prompts.truncate, source=prompts.source).prompts
 
 

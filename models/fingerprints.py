@@ -1,7 +1,11 @@
 """From a models.yaml to the models a profiling run measures, each with its fingerprint.
 
-Loading is the zoo/candidates loader's job (`polyplan.models.loader`); this module
-adds the fingerprint that keys a candidate's profile entries:
+A model has one type per stage: a models.yaml entry is a `formats.candidates.Candidate`; loaded
+(by the one loader, `polyplan.models.loader`) it is a `LoadedCandidate` of `LoadedCandidates`;
+the profiler measures it as a `ProfiledModel` (name, chain member, fingerprint), which
+`LoadedCandidates.profiled` gives once `load_fingerprinted` has loaded the candidates with
+their fingerprints; a chain runs its `decoder.member.ChainMember`. This module adds the
+fingerprint that keys a candidate's profile entries:
 - a `source` entry: the contents of its folder (config, weights, tokenizer) or .gguf file, or
   the hub id when it is not cached, plus its dtype, device and `padded_vocab`;
 - a `source` entry on llama.cpp (`engine: llama.cpp`): the file's contents, the engine and its
@@ -15,28 +19,24 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from polyplan.formats.candidates import RULE_DRAFTERS, Candidate, CandidateSet, NGram, NGramSimple, base_chain
 from polyplan.models.hashing import fingerprint_files, fingerprint_settings
 from polyplan.decoder.member import ChainMember
 
+if TYPE_CHECKING:
+    from polyplan.models.loader import LoadedCandidates
+
 
 @dataclass(frozen=True)
 class ProfiledModel:
-    """A candidate to profile: its profile name, its chain member and its fingerprint."""
+    """A model as the profiler measures it: its profile name, its chain member and its
+    fingerprint (from models.yaml: `LoadedCandidates.profiled`; tests build them directly)."""
 
     name: str
     member: ChainMember
     fingerprint: str
-
-
-@dataclass(frozen=True)
-class LoadedModels:
-    """The models to profile (target first) and the tokenizer that encodes the prompts."""
-
-    models: tuple[ProfiledModel, ...]
-    tokenizer: object
-    device: str
 
 
 def candidate_fingerprints(candidates: CandidateSet) -> dict[str, str]:
@@ -106,12 +106,13 @@ def with_device(candidates: CandidateSet, device: str) -> CandidateSet:
     return CandidateSet(moved, candidates.origin)
 
 
-def load_models(candidates: CandidateSet) -> LoadedModels:
-    """Load every candidate of `candidates` (already parsed and placed) and fingerprint it;
-    `PolyplanError` naming the entry that cannot be loaded."""
+def load_fingerprinted(candidates: CandidateSet) -> LoadedCandidates:
+    """Load every candidate of `candidates` (already parsed and placed), each with its
+    fingerprint (`loaded.profiled` is the profiler's input); `PolyplanError` naming the entry
+    that cannot be loaded."""
     from polyplan.models.loader import load_candidates
 
-    fingerprints = candidate_fingerprints(candidates)
+    fingerprints = candidate_fingerprints(candidates)  # before loading: a source's files as they are
     loaded = load_candidates(candidates)
-    models = tuple(ProfiledModel(item.candidate.name, item.member, fingerprints[item.candidate.name]) for item in loaded.candidates)
-    return LoadedModels(models, loaded.tokenizer, candidates.target.device)
+    items = tuple(dataclasses.replace(item, fingerprint=fingerprints[item.candidate.name]) for item in loaded.candidates)
+    return dataclasses.replace(loaded, candidates=items)

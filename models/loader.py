@@ -14,6 +14,11 @@ llama.cpp's quantizer (`models.llama_quantize`). Derived entries are built from 
 `quantize` → `derive.quantize_model`, `layers` → `derive.early_exit_model`, `kind: ngram` →
 `NGramMember` over the target's vocabulary.
 
+What it returns, `LoadedCandidates` (each `LoadedCandidate` with its member, parameters, dtype
+and device), is the one loaded stage of a model; loaded to be profiled
+(`models.fingerprints.load_fingerprinted`) each candidate also carries its fingerprint, and
+`LoadedCandidates.profiled` gives the profiler's `ProfiledModel`s.
+
 The compatibility check (`decoder.compatibility`, done once, here) compares every candidate
 with the target: identical token-to-id maps, identical special tokens, and as many logit rows
 as tokens unless the entry declares `padded_vocab: true` (then the extra rows are masked by
@@ -40,6 +45,7 @@ from polyplan.decoder.ngram import NGramMember
 from polyplan.decoder.ngram_simple import NGramSimpleMember
 from polyplan.formats.errors import PolyplanError, first_line
 from polyplan.models.builtin import cached_validation_loss
+from polyplan.models.fingerprints import ProfiledModel
 
 _TORCH_DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}
 
@@ -54,6 +60,7 @@ class LoadedCandidate:
         dtype: What its weights run in, e.g. "float32" or "int8 (dynamic)"; "-" for ngram.
         validation_loss: Held-out loss (nats/token) measured when the builtin family was
             trained, when this candidate is that family's model or variant; else None.
+        fingerprint: What keys its profile entries, when it was loaded to be profiled.
     """
 
     candidate: Candidate
@@ -62,6 +69,9 @@ class LoadedCandidate:
     dtype: str
     device: str
     validation_loss: float | None
+    # what keys its profile entries (`models.fingerprints`); None unless loaded to be profiled
+    # (`models.fingerprints.load_fingerprinted`)
+    fingerprint: str | None = None
 
 
 @dataclass(frozen=True)
@@ -75,11 +85,27 @@ class Compatibility:
 
 @dataclass(frozen=True)
 class LoadedCandidates:
-    """Every loaded candidate (target first), the target's tokenizer, and the check result."""
+    """Every loaded candidate (target first), the target's tokenizer, and the check result: the
+    one loaded stage between models.yaml's candidates and the chain members. Loaded to be
+    profiled (`models.fingerprints.load_fingerprinted`), each candidate carries its fingerprint
+    and `profiled` is the profiler's input."""
 
     candidates: tuple[LoadedCandidate, ...]
     tokenizer: object
     compatibility: tuple[Compatibility, ...]
+
+    @property
+    def device(self) -> str:
+        """Where models.yaml placed the target (what a profile records as its device)."""
+        return self.candidates[0].candidate.device
+
+    @property
+    def profiled(self) -> tuple[ProfiledModel, ...]:
+        """The candidates as the profiler measures them, target first (name, member, fingerprint)."""
+        missing = [item.candidate.name for item in self.candidates if item.fingerprint is None]
+        if missing:
+            raise ValueError(f"not fingerprinted (load them with models.fingerprints.load_fingerprinted): {', '.join(missing)}")
+        return tuple(ProfiledModel(item.candidate.name, item.member, item.fingerprint) for item in self.candidates)
 
     @property
     def compatible(self) -> bool:

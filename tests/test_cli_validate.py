@@ -13,6 +13,7 @@ from typer.testing import CliRunner
 
 from conftest import perturbed_copy, save_model, tiny_llama, tiny_tokenizer, write_candidate_workspace
 from polyplan.cli.app import app
+from polyplan.formats.report import encode_report, read_report
 
 pytestmark = pytest.mark.usefixtures("single_thread")
 
@@ -65,6 +66,7 @@ def test_validate_json_has_one_entry_per_chain_and_greedy_outputs_equal(workspac
     assert result.exit_code == 0, result.output
     payload = json.loads(result.stdout)
     assert payload == json.loads((tmp_path / "report" / "report.json").read_text())  # printed what it wrote
+    assert encode_report(read_report(tmp_path / "report" / "report.json")) == payload  # and its codec reads it
     chains = payload["chains"]
     assert [entry["recommended"] for entry in chains].count(True) == 1
     assert chains[0]["chain"] == json.loads(planned.read_text())["alternatives"][0]["chain"]
@@ -146,10 +148,10 @@ def test_validate_breaks_results_down_by_spec_bench_category(workspace, planned,
     result = _invoke("validate", "--plan", str(planned), "--prompts", str(prompts), *VALIDATE_FAST, "--out", str(tmp_path / "r"))
     assert result.exit_code == 0, result.output
     assert "per category, " in result.stdout and "writing" in result.stdout
-    payload = json.loads((tmp_path / "r" / "report.json").read_text())
-    assert len(payload["categories"]) == len(payload["chains"]) - 1  # every chain but target-only
-    for item in payload["categories"]:
-        assert [row["category"] for row in item["rows"]] == ["writing", "math", "all"]
-        assert [row["runs"] for row in item["rows"]] == [4, 2, 6]  # prompts x 2 repeats
-        assert all(row["speedup"] > 0 and row["tokens_per_target_pass"] >= 1 for row in item["rows"])
+    report = read_report(tmp_path / "r" / "report.json")
+    assert len(report.categories) == len(report.chains) - 1  # every chain but target-only
+    for item in report.categories:
+        assert [row.category for row in item.rows] == ["writing", "math", "all"]
+        assert [row.runs for row in item.rows] == [4, 2, 6]  # prompts x 2 repeats
+        assert all(row.speedup > 0 and row.tokens_per_target_pass >= 1 for row in item.rows)
     assert "## Per category" in (tmp_path / "r" / "report.md").read_text()

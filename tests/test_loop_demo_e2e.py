@@ -12,6 +12,7 @@ import pytest
 from typer.testing import CliRunner
 
 from polyplan.cli.app import app
+from polyplan.formats.report import encode_report, read_report
 
 pytestmark = pytest.mark.usefixtures("single_thread")
 
@@ -49,6 +50,7 @@ def test_reduced_demo_prints_one_table_and_writes_a_complete_report(family, tmp_
     for heading in ("# polyplan validation report", "## Chains", "## Targets", "## Per model", "## Plots"):
         assert heading in report
     payload = json.loads((folder / "report.json").read_text())
+    assert encode_report(read_report(folder / "report.json")) == payload  # its codec reads it back
     assert [entry["greedy_equal"] for entry in payload["chains"]] == [True] * len(payload["chains"])
     assert [entry["recommended"] for entry in payload["chains"]].count(True) == 1
     assert any(entry["chain"] == ["target"] for entry in payload["chains"])

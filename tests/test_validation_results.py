@@ -27,7 +27,6 @@ from polyplan.validation.results import (
     RunRecord,
     headline,
     summarise_chain,
-    validation_json,
 )
 
 EXAMPLE = shipped_paper_profile()
@@ -196,6 +195,8 @@ def test_recommended_within_noise_of_the_fastest_uses_the_paired_ratio(plan):
 
 
 def test_json_twin_has_the_documented_shape(plan):
+    from polyplan.formats.report import ReportSettings, encode_report
+    from polyplan.validation.report import report_of
     from polyplan.validation.results import Validation
 
     specs = select_chains(plan, top=1)
@@ -204,12 +205,10 @@ def test_json_twin_has_the_documented_shape(plan):
         summarise_chain(spec, [_record(i, 0, 0, 0.5, levels=len(spec.planned.chain))], base, greedy=True)
         for i, spec in enumerate(specs)
     )
-    validation = Validation(
-        chains=chains, headline=headline(chains), sampling="greedy", prompts=1, prompt_sources=("x",), dropped_prompts=(),
-        truncated_prompts=0, new_tokens=4, repeats=1, seed=0, device="cpu", plan_device="cpu", plan_path="plan.json",
-        wall_time_s=1.0, notes=(),
-    )
-    payload = validation_json(validation)
+    settings = ReportSettings(sampling="greedy", prompts=1, prompt_sources=("x",), dropped_prompts=(), truncated_prompts=0,
+                              new_tokens=4, repeats=1, seed=0, device="cpu", plan_device="cpu", plan="plan.json", wall_time_s=1.0)
+    validation = Validation(chains=chains, headline=headline(chains), settings=settings, notes=())
+    payload = encode_report(report_of(validation))
     json.dumps(payload, allow_nan=False)
     assert set(payload) >= {"report_version", "chains", "headline", "checks", "settings"}
     assert payload["report_version"] == 1

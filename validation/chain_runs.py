@@ -27,6 +27,7 @@ from polyplan.decoder.sampling import Sampling
 from polyplan.formats.sampling import SamplingMode
 from polyplan.formats.errors import PolyplanError
 from polyplan.formats.plan import PlanFile
+from polyplan.formats.report import ReportSettings
 from polyplan.formats.profile import Profile
 from polyplan.validation.categories import chain_categories
 from polyplan.profiler.forward_timing import synchronizer
@@ -318,20 +319,22 @@ def validate_plan(
     return Validation(
         chains=chains,
         headline=headline(chains),
-        sampling=plan.sampling,
-        prompts=len(fitted.prompts),
-        prompt_sources=tuple(p.prompt.source for p in fitted.prompts),
-        dropped_prompts=fitted.dropped,
-        truncated_prompts=fitted.truncated,
-        new_tokens=settings.new_tokens,
-        repeats=settings.repeats,
-        seed=settings.seed,
-        device=device_label,
-        plan_device=plan_device,
-        plan_path=plan_path,
-        wall_time_s=time.perf_counter() - started,
+        settings=ReportSettings(
+            sampling=plan.sampling,
+            prompts=len(fitted.prompts),
+            prompt_sources=tuple(p.prompt.source for p in fitted.prompts),
+            dropped_prompts=fitted.dropped,
+            truncated_prompts=fitted.truncated,
+            new_tokens=settings.new_tokens,
+            repeats=settings.repeats,
+            seed=settings.seed,
+            device=device_label,
+            plan_device=plan_device,
+            plan=plan_path,
+            wall_time_s=time.perf_counter() - started,
+            exact_model=exact_model_description(plan),
+        ),
         notes=tuple(notes),
-        exact_model=exact_model_description(plan),
         categories=chain_categories(specs, records, [p.prompt.kind for p in fitted.prompts], baseline_index),
     )
 

@@ -1,19 +1,41 @@
 """The validation report: one table for the terminal, report.md, its JSON twin and the plots.
 
-`write_report(validation, folder)` writes `report.md`, `report.json` (the object
-`polyplan validate --json` prints) and the three PNG plots of `profiler.plots` into `folder`.
+`write_report(validation, folder)` writes `report.md`, `report.json` and the three PNG plots of
+`validation.plots` into `folder`. report.json's records and its one codec live in
+`formats.report`; `report_of` builds that record from a `Validation` (what `polyplan validate
+--json` prints is its encoding, the same object the file holds).
 """
 
 from __future__ import annotations
 
-import json
+import math
 import os
-from typing import Any
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
-from polyplan.formats.atomic import json_safe, write_text_atomically
 from polyplan.formats.errors import PolyplanError
+from polyplan.formats.atomic import write_text_atomically
+from polyplan.formats.report import (
+    AcceptedFraction,
+    CategoryEntry,
+    ChainCategoryRows,
+    ForwardsPerToken,
+    HeadlinePrediction,
+    MeasuredExact,
+    MeasuredInterval,
+    OverTwoModel,
+    PredictedSpeedup,
+    ReportChain,
+    ReportHeadline,
+    ReportLevel,
+    SpeedupErrors,
+    SpeedupRatio,
+    TokensPerVerification,
+    ValidationReport,
+    encode_report,
+    save_report,
+)
 from polyplan.validation.categories import category_lines
 from polyplan.validation.plots import write_plots
 from polyplan.validation.results import (
@@ -22,8 +44,8 @@ from polyplan.validation.results import (
     ROLE_TARGET_ONLY,
     ROLE_TWO_MODEL,
     ChainResult,
+    LevelResult,
     Validation,
-    validation_json,
 )
 
 REPORT_FILE = "report.md"
@@ -33,12 +55,17 @@ _ROLE_MARKS = {ROLE_RECOMMENDED: "*", ROLE_TWO_MODEL: "2", ROLE_TARGET_ONLY: "1"
 
 @dataclass(frozen=True)
 class ReportFiles:
-    """Where the report went."""
+    """Where the report went, and what report.json holds."""
 
     report: Path
     json: Path
     plots: tuple[tuple[str, Path], ...]  # (plot name, path)
-    payload: Any = None  # what report.json holds (printed by --json without reading it back)
+    contents: ValidationReport | None = field(default=None, repr=False)
+
+    @property
+    def payload(self) -> dict[str, Any] | None:
+        """report.json's object (what --json prints, without reading the file back)."""
+        return None if self.contents is None else encode_report(self.contents)
 
 
 def _pct(value: float | None) -> str:
@@ -65,7 +92,7 @@ def table_lines(validation: Validation) -> list[str]:
         f"{'':>3} {'chain':<40} {'K':<10} {'exact [interval]':>20} {'retimed':>7} {'paper':>6} {'measured [CI]':>20} "
         f"{'err exact':>9} {'retimed':>7} {'paper':>7} {'holds':>5} {'greedy':>7} {'tok/s':>6}"
     )
-    lines = [header]
+    lines, run = [header], validation.settings
     for chain in validation.chains:
         retimed = "-" if chain.retimed_exact is None else f"{chain.retimed_exact:.2f}x"
         lines.append(
@@ -75,8 +102,8 @@ def table_lines(validation: Validation) -> list[str]:
             f"{chain.tokens_per_second:>6.1f}"
         )
     lines.append("(* recommended, 2 best two-model chain, 1 target only, #r rank r in the plan; speedups over target-only "
-                 f"decoding: paired per-prompt ratio (median over {validation.repeats} repeat(s)) of {validation.prompts} "
-                 f"prompts x {validation.new_tokens} tokens with its 95% bootstrap CI; exact: the plan's exact model "
+                 f"decoding: paired per-prompt ratio (median over {run.repeats} repeat(s)) of {run.prompts} "
+                 f"prompts x {run.new_tokens} tokens with its 95% bootstrap CI; exact: the plan's exact model "
                  "with its 95% prediction interval; retimed: the same on latency timed during this run; paper: Lemma 3.1; "
                  "err = predicted / measured − 1; holds: measured inside the interval and within 10%)")
     lines.append("")
@@ -181,18 +208,18 @@ def _acceptance_lines(chain: ChainResult) -> list[str]:
 
 def report_markdown(validation: Validation, plots: dict[str, str]) -> str:
     """report.md: settings, the table, the targets, per-model detail and the plots."""
-    head = validation.headline
+    head, run = validation.headline, validation.settings
     lines = [
         "# polyplan validation report",
         "",
         f"**{head.line}**",
         "",
-        f"- plan: `{validation.plan_path}`; sampling `{validation.sampling}`",
-        f"- device: {validation.device} (plan profiled on: {validation.plan_device or 'unknown'})",
-        f"- {validation.prompts} prompts x {validation.new_tokens} new tokens x {validation.repeats} repeat(s), seed "
-        f"{validation.seed}; chains interleaved round-robin per prompt; prefill timed apart, speedups are decoding only",
-        f"- exact model: {validation.exact_model}",
-        f"- wall time {validation.wall_time_s:.1f} s",
+        f"- plan: `{run.plan}`; sampling `{run.sampling}`",
+        f"- device: {run.device} (plan profiled on: {run.plan_device or 'unknown'})",
+        f"- {run.prompts} prompts x {run.new_tokens} new tokens x {run.repeats} repeat(s), seed "
+        f"{run.seed}; chains interleaved round-robin per prompt; prefill timed apart, speedups are decoding only",
+        f"- exact model: {run.exact_model}",
+        f"- wall time {run.wall_time_s:.1f} s",
     ]
     lines += [f"- note: {note}" for note in validation.notes]
     lines += ["", "## Chains", "", "```", *table_lines(validation)[:-2], "```", "", "## Targets", "", *_check_lines(validation)]
@@ -255,7 +282,93 @@ def write_report(validation: Validation, folder: str | os.PathLike[str]) -> Repo
     plots = write_plots(validation, folder)
     report, twin = folder / REPORT_FILE, folder / JSON_FILE
     files = {"report": str(report), "json": str(twin), **{name: str(path) for name, path in plots.items()}}
-    payload = json_safe(validation_json(validation, files))
-    write_text_atomically(twin, json.dumps(payload, indent=2, allow_nan=False) + "\n")
+    contents = report_of(validation, files)
+    save_report(contents, twin)
     write_text_atomically(report, report_markdown(validation, {name: path.name for name, path in plots.items()}) + "\n")
-    return ReportFiles(report, twin, tuple(plots.items()), payload)
+    return ReportFiles(report, twin, tuple(plots.items()), contents)
+
+
+# --------------------------------------------------------------------------- report.json's record
+
+CI_METHOD = "paired per-prompt ratio, median over repeats, two-stage bootstrap (profiler.paired)"
+
+
+def report_of(validation: Validation, files: dict[str, str] | None = None) -> ValidationReport:
+    """What report.json records of `validation` (`files`: what the report wrote, name -> path)."""
+    head = validation.headline
+    over_two, gap = head.over_two_model, head.fastest_over_recommended
+    return ValidationReport(
+        chains=tuple(_chain_record(chain) for chain in validation.chains),
+        headline=ReportHeadline(
+            line=head.line,
+            recommended=head.recommended,
+            measured_speedup=head.measured_speedup,
+            speedup_std=head.speedup_std,
+            predicted_speedup=HeadlinePrediction(head.predicted_exact, head.predicted_paper),
+            over_two_model=None if over_two is None else OverTwoModel(over_two.mean, over_two.std, head.two_model),
+            fastest=head.fastest,
+            fastest_speedup=head.fastest_speedup,
+            recommended_within_noise=head.recommended_within_noise,
+            fastest_over_recommended=None if gap is None else SpeedupRatio(gap.point, gap.low, gap.high, gap.level),
+        ),
+        checks=head.checks,
+        categories=tuple(
+            ChainCategoryRows(item.label, tuple(
+                CategoryEntry(row.kind, row.runs, _finite(row.speedup), _finite(row.tokens_per_target_pass)) for row in item.rows
+            ))
+            for item in validation.categories
+        ),
+        settings=validation.settings,
+        notes=validation.notes,
+        files=dict(files or {}),
+    )
+
+
+def _finite(value: float) -> float | None:
+    """A category's ratio, None where its total was zero (NaN)."""
+    return value if math.isfinite(value) else None
+
+
+def _chain_record(chain: ChainResult) -> ReportChain:
+    lossless, paired = chain.lossless, chain.paired
+    return ReportChain(
+        chain=chain.chain,
+        block_sizes=chain.block_sizes,
+        predicted_speedup=PredictedSpeedup(chain.predicted_exact, chain.predicted_paper, chain.retimed_exact),
+        exact_retimed_reaccepted=chain.reaccepted_exact,
+        measured_speedup=chain.measured_speedup,
+        greedy_equal=chain.greedy_equal,
+        recommended=chain.recommended,
+        roles=chain.roles,
+        rank=chain.rank,
+        speedup_std=chain.speedup.std if lossless else None,
+        speedup_per_repeat=chain.speedup.samples if lossless else None,
+        error=SpeedupErrors(chain.exact_error, chain.paper_error, chain.retimed_error),
+        end_to_end_speedup=chain.end_to_end_speedup if lossless else None,
+        tokens_per_second=chain.tokens_per_second,
+        seconds_per_token=chain.seconds_per_token,
+        loop_seconds_per_token=MeasuredExact(chain.loop_seconds_per_token, chain.predicted_loop_seconds_per_token),
+        first_difference=chain.first_difference,
+        levels=tuple(_level_record(level) for level in chain.levels),
+        tokens_per_target_pass=chain.tokens_per_target_pass,
+        predicted_interval=chain.predicted_interval,
+        measured_ci=None if paired is None or not lossless else MeasuredInterval(paired.low, paired.high, paired.level, CI_METHOD),
+        inside_interval=chain.inside_interval,
+        prediction_holds=chain.prediction_holds,
+        error_sources=chain.error_sources,
+        per_prompt=chain.prompts,
+    )
+
+
+def _level_record(level: LevelResult) -> ReportLevel:
+    return ReportLevel(
+        model=level.model,
+        forwards_per_token=ForwardsPerToken(level.forwards_per_token, level.predicted_forwards_per_token, level.paper_phi_per_token),
+        seconds_per_token=MeasuredExact(level.seconds_per_token, level.predicted_seconds_per_token),
+        tokens_per_verification=None if level.mu is None
+        else TokensPerVerification(level.mu, level.sigma, level.predicted_mu, level.paper_mu),
+        accepted_fraction=None if level.alpha is None
+        else AcceptedFraction(level.accepted_fraction, level.predicted_accepted_fraction, level.alpha),
+        tokens_drafted=level.tokens_drafted,
+        tokens_accepted=level.tokens_accepted,
+    )

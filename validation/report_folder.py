@@ -20,7 +20,10 @@ PLOTS = tuple(PLOT_FILES.values())
 
 
 def is_validation_report(path: Path) -> bool:
-    """Whether `path` is the report.json of a polyplan validation (what `--out` may replace)."""
+    """Whether `path` is the report.json of a polyplan validation (what `--out` may replace).
+
+    Told by its keys, not decoded (`formats.report.read_report`): a report of an older polyplan,
+    or a damaged one, is still ours to replace."""
     return is_json_with(path, ("chains", "headline", "settings"))
 
 

@@ -1,7 +1,9 @@
 """What `polyplan validate` found: measured against predicted, per chain, and the headline.
 
-Pure Python and numpy (no torch): `summarise` turns the raw runs of `profiler.validation_runs` into
-frozen results that the report, the plots and `--json` read.
+Pure Python and numpy (no torch): `summarise_chain` and `headline` turn the raw runs of
+`validation.chain_runs` into frozen results that the report, the plots and `--json` read. What
+report.json records of them (`validation.report.report_of`) is typed in `formats.report`, whose
+records `Check`, `ErrorSources`, `PromptRecord` and `ReportSettings` these results hold as they are.
 
 Measured quantities (decoding only; each member's prompt prefill is timed on its own):
 - the speedup of a chain is the paired per-prompt ratio of `profiler.paired`: per (prompt,
@@ -24,15 +26,15 @@ it gets no measured speedup (`measured_speedup` is None) and no place in the hea
 
 from __future__ import annotations
 
-import dataclasses
 import math
 import statistics
 from dataclasses import dataclass
-from typing import Any, Sequence
+from typing import Sequence
 
 import numpy as np
 
 from polyplan.formats.plan import PlannedChain
+from polyplan.formats.report import Check, ErrorSources, PromptRecord, ReportSettings
 from polyplan.validation.paired import PairedSpeedup, RatioInterval, paired_speedup, ratio_interval
 
 ROLE_RECOMMENDED = "recommended"
@@ -115,47 +117,6 @@ class LevelResult:
     alpha: float | None  # α_{i,i+1} the plan used (per-token acceptance under i.i.d. draws)
     tokens_drafted: int = 0  # drafted tokens this level verified, over every run (0: it verifies nothing)
     tokens_accepted: int = 0  # of those, the accepted ones
-
-
-@dataclass(frozen=True)
-class ErrorSources:
-    """Where a chain's prediction error comes from (each relative, signed as predicted / measured − 1).
-
-    total: the plan's exact model against the measured speedup.
-    latency: the exact model on the profile's latency against the same model on latency re-timed
-        during this run (None when not re-timed): how far the profile's timings had drifted.
-    after_latency: the re-timed exact model against the measured speedup (what latency does not
-        explain: acceptance, the loop's cost and noise).
-    acceptance: the re-timed exact model against the same with the acceptance measured on the
-        validation prompts (greedy; None otherwise): profile prompts against validation prompts.
-    residual: the exact model on re-timed latency and validation acceptance against the
-        measured speedup: the model's own error (loop, switches, rounds taken as independent)
-        plus validation noise. (1 + latency)(1 + acceptance)(1 + residual) = 1 + total.
-    tokens_per_pass: tokens per target pass, predicted against measured (level 1), the
-        acceptance effect in the simplest terms (always available).
-    noise: half the width of the measured speedup's CI, relative to it (what validation noise
-        alone can account for).
-    """
-
-    total: float
-    latency: float | None
-    after_latency: float | None
-    acceptance: float | None
-    residual: float | None
-    tokens_per_pass: float | None
-    noise: float
-
-
-@dataclass(frozen=True)
-class PromptRecord:
-    """One prompt of one chain, summarised over repeats (medians), for per-category tables."""
-
-    prompt: int
-    tokens: int
-    target_passes: float
-    decode_s: float
-    target_only_s: float
-    speedup: float  # 1 / median over repeats of the paired time ratio
 
 
 @dataclass(frozen=True)
@@ -275,17 +236,6 @@ class ChainResult:
 
 
 @dataclass(frozen=True)
-class Check:
-    """One of the targets polyplan is held to, with the measured value and whether it is met."""
-
-    name: str
-    value: float | None
-    threshold: float
-    passed: bool | None  # None when it cannot be decided (e.g. no lossless chain of that kind)
-    detail: str
-
-
-@dataclass(frozen=True)
 class Headline:
     """The recommended chain's measured result and how it compares."""
 
@@ -310,21 +260,9 @@ class Validation:
 
     chains: tuple[ChainResult, ...]
     headline: Headline
-    sampling: str
-    prompts: int
-    prompt_sources: tuple[str, ...]
-    dropped_prompts: tuple[str, ...]
-    truncated_prompts: int
-    new_tokens: int
-    repeats: int
-    seed: int
-    device: str  # where it ran now
-    plan_device: str  # where the plan's profile was measured
-    plan_path: str | None
-    wall_time_s: float
+    settings: ReportSettings  # as report.json records them
     notes: tuple[str, ...]
-    exact_model: str = ""  # what the plan's exact predictions were computed with
-    categories: tuple = ()  # profiler.categories.ChainCategories per chain but target-only
+    categories: tuple = ()  # validation.categories.ChainCategories per chain but target-only
 
 
 def _pooled(values: Sequence[Sequence[int]]) -> tuple[float | None, float | None]:
@@ -560,114 +498,3 @@ def _checks(recommended, lossless, over_two, two, fastest, within, gap=None) -> 
         _holds_check(lossless),
     ]
     return tuple(checks)
-
-
-# --------------------------------------------------------------------------- JSON
-
-
-def _level_json(level: LevelResult) -> dict[str, Any]:
-    return {
-        "model": level.model,
-        "forwards_per_token": {"measured": level.forwards_per_token, "exact": level.predicted_forwards_per_token,
-                               "paper": level.paper_phi_per_token},
-        "seconds_per_token": {"measured": level.seconds_per_token, "exact": level.predicted_seconds_per_token},
-        "tokens_per_verification": None
-        if level.mu is None
-        else {"mu": level.mu, "sigma": level.sigma, "exact": level.predicted_mu, "paper": level.paper_mu},
-        "accepted_fraction": None
-        if level.alpha is None
-        else {"measured": level.accepted_fraction, "exact": level.predicted_accepted_fraction, "alpha": level.alpha},
-        "tokens_drafted": level.tokens_drafted,
-        "tokens_accepted": level.tokens_accepted,
-    }
-
-
-def chain_json(chain: ChainResult) -> dict[str, Any]:
-    """One entry of the JSON twin's `chains` list."""
-    return {
-        "chain": list(chain.chain),
-        "block_sizes": list(chain.block_sizes),
-        "predicted_speedup": {"exact": chain.predicted_exact, "paper": chain.predicted_paper, "exact_retimed": chain.retimed_exact},
-        # the exact model on re-timed latency and acceptance measured on the validation prompts (greedy; else null)
-        "exact_retimed_reaccepted": chain.reaccepted_exact,
-        "measured_speedup": chain.measured_speedup,
-        "greedy_equal": chain.greedy_equal,
-        "recommended": chain.recommended,
-        "roles": list(chain.roles),
-        "rank": chain.rank,
-        "speedup_std": chain.speedup.std if chain.lossless else None,
-        "speedup_per_repeat": list(chain.speedup.samples) if chain.lossless else None,
-        "error": {"exact": chain.exact_error, "paper": chain.paper_error, "exact_retimed": chain.retimed_error},
-        "end_to_end_speedup": chain.end_to_end_speedup if chain.lossless else None,
-        "tokens_per_second": chain.tokens_per_second,
-        "seconds_per_token": chain.seconds_per_token,
-        "loop_seconds_per_token": {"measured": chain.loop_seconds_per_token, "exact": chain.predicted_loop_seconds_per_token},
-        "first_difference": chain.first_difference,
-        "levels": [_level_json(level) for level in chain.levels],
-        "tokens_per_target_pass": chain.tokens_per_target_pass,
-        "predicted_interval": None if chain.predicted_interval is None else list(chain.predicted_interval),
-        "measured_ci": None
-        if chain.paired is None or not chain.lossless
-        else {"low": chain.paired.low, "high": chain.paired.high, "level": chain.paired.level,
-              "method": "paired per-prompt ratio, median over repeats, two-stage bootstrap (profiler.paired)"},
-        "inside_interval": chain.inside_interval,
-        "prediction_holds": chain.prediction_holds,
-        "error_sources": None if chain.error_sources is None else dataclasses.asdict(chain.error_sources),
-        "per_prompt": [dataclasses.asdict(record) for record in chain.prompts],
-    }
-
-
-REPORT_VERSION = 1  # report.json is written, never read back: this one function is its codec
-
-
-def validation_json(validation: Validation, files: dict[str, str] | None = None) -> dict[str, Any]:
-    """The JSON twin of the report (what `polyplan validate --json` prints)."""
-    head = validation.headline
-    return {
-        "report_version": REPORT_VERSION,
-        "chains": [chain_json(chain) for chain in validation.chains],
-        "headline": {
-            "line": head.line,
-            "recommended": head.recommended,
-            "measured_speedup": head.measured_speedup,
-            "speedup_std": head.speedup_std,
-            "predicted_speedup": {"exact": head.predicted_exact, "paper": head.predicted_paper},
-            "over_two_model": None
-            if head.over_two_model is None
-            else {"mean": head.over_two_model.mean, "std": head.over_two_model.std, "chain": head.two_model},
-            "fastest": head.fastest,
-            "fastest_speedup": head.fastest_speedup,
-            "recommended_within_noise": head.recommended_within_noise,
-            "fastest_over_recommended": None
-            if head.fastest_over_recommended is None
-            else dataclasses.asdict(head.fastest_over_recommended),
-        },
-        "checks": [
-            {"name": check.name, "value": check.value, "threshold": check.threshold, "passed": check.passed, "detail": check.detail}
-            for check in head.checks
-        ],
-        "categories": [
-            {"chain": item.label, "rows": [
-                {"category": row.kind, "runs": row.runs, "speedup": row.speedup, "tokens_per_target_pass": row.tokens_per_target_pass}
-                for row in item.rows
-            ]}
-            for item in validation.categories
-        ],
-        "settings": {
-            "sampling": validation.sampling,
-            "prompts": validation.prompts,
-            "prompt_sources": list(validation.prompt_sources),
-            "dropped_prompts": list(validation.dropped_prompts),
-            "truncated_prompts": validation.truncated_prompts,
-            "new_tokens": validation.new_tokens,
-            "repeats": validation.repeats,
-            "seed": validation.seed,
-            "device": validation.device,
-            "plan_device": validation.plan_device,
-            "plan": validation.plan_path,
-            "wall_time_s": validation.wall_time_s,
-            "exact_model": validation.exact_model,
-        },
-        "notes": list(validation.notes),
-        "files": dict(files or {}),
-    }

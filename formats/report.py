@@ -1,0 +1,488 @@
+"""report.json: what `polyplan validate` (and the demo) writes beside report.md, and prints with
+`--json` (its typed records and its one codec; `validation.report.report_of` builds one from a
+validation's results).
+
+Format (``report_version`` 1; every key is always written, null where there is no value)::
+
+    {
+      "report_version": 1,
+      "chains": [{                              # every validated chain, in the order validated
+        "chain": ["t", "m", "d"], "block_sizes": [4, 2],
+        "predicted_speedup": {"exact": 2.31, "paper": 3.07, "exact_retimed": 2.24},
+        "exact_retimed_reaccepted": 2.15,       # re-timed and re-accepted exact model (greedy)
+        "measured_speedup": 2.0,                # null for a lossy chain
+        "greedy_equal": true, "recommended": true, "roles": ["recommended"], "rank": 1,
+        "speedup_std": ..., "speedup_per_repeat": [...],
+        "error": {"exact": ..., "paper": ..., "exact_retimed": ...},
+        "end_to_end_speedup": ..., "tokens_per_second": ..., "seconds_per_token": ...,
+        "loop_seconds_per_token": {"measured": ..., "exact": ...},
+        "first_difference": null,               # where a lossy chain left target-only's output
+        "levels": [{"model": "t",
+                    "forwards_per_token": {"measured": ..., "exact": ..., "paper": ...},
+                    "seconds_per_token": {"measured": ..., "exact": ...},
+                    "tokens_per_verification": {"mu": ..., "sigma": ..., "exact": ..., "paper": ...},
+                    "accepted_fraction": {"measured": ..., "exact": ..., "alpha": ...},
+                    "tokens_drafted": 42, "tokens_accepted": 24}, ...],  # both sections null
+                                                # for the last model (it verifies nothing)
+        "tokens_per_target_pass": 2.29, "predicted_interval": [2.05, 2.58],
+        "measured_ci": {"low": ..., "high": ..., "level": 0.95, "method": "..."},
+        "inside_interval": false, "prediction_holds": false,
+        "error_sources": {"total": ..., "latency": ..., "after_latency": ..., "acceptance": ...,
+                          "residual": ..., "tokens_per_pass": ..., "noise": ...},
+        "per_prompt": [{"prompt": 0, "tokens": 8, "target_passes": 3.5, "decode_s": ...,
+                        "target_only_s": ..., "speedup": ...}, ...]
+      }],
+      "headline": {"line": "recommended ...", "recommended": "t > m > d", "measured_speedup": ...,
+                   "speedup_std": ..., "predicted_speedup": {"exact": ..., "paper": ...},
+                   "over_two_model": {"mean": ..., "std": ..., "chain": "t > d"},
+                   "fastest": "t > d", "fastest_speedup": ..., "recommended_within_noise": false,
+                   "fastest_over_recommended": {"point": ..., "low": ..., "high": ..., "level": 0.95}},
+      "checks": [{"name": "...", "value": ..., "threshold": 0.1, "passed": true, "detail": "..."}],
+      "categories": [{"chain": "t > m > d", "rows": [{"category": "code", "runs": 4,
+                                                      "speedup": ..., "tokens_per_target_pass": ...}]}],
+      "settings": {"sampling": "greedy", "prompts": 3, "prompt_sources": [...], "dropped_prompts": [...],
+                   "truncated_prompts": 0, "new_tokens": 128, "repeats": 3, "seed": 0, "device": "...",
+                   "plan_device": "...", "plan": "plan.json", "wall_time_s": 12.5, "exact_model": "..."},
+      "notes": ["..."],
+      "files": {"report": ".../report.md", "json": ".../report.json", "phi": "...png", ...}
+    }
+
+What each number means is `validation.results`' business; this module knows the layout only.
+Every record's JSON keys are its field names, in field order, and its field types are the
+file's schema: `encode_report` and `decode_report` both walk the fields (a nested record is a
+JSON object, a tuple a JSON array, a `Mapping` an object), so a field is spelled once. A number
+that is not finite is written as null (JSON has no NaN). Decoding checks every field and fails
+with one `PolyplanError` line ``label: field.path: problem``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import json
+import math
+import os
+import types
+import typing
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from polyplan.formats.atomic import json_safe, write_text_atomically
+from polyplan.formats.errors import PolyplanError
+from polyplan.formats.inputs import read_json_file
+from polyplan.formats.kinds import foreign_file
+
+REPORT_VERSION = 1
+
+
+# --------------------------------------------------------------------------- the records
+
+
+@dataclass(frozen=True)
+class ForwardsPerToken:
+    """φ_i / N of one model: measured, and predicted by the exact model and by Lemma 3.1."""
+
+    measured: float
+    exact: float
+    paper: float
+
+
+@dataclass(frozen=True)
+class MeasuredExact:
+    """Seconds per token, measured and as the exact model predicted them."""
+
+    measured: float
+    exact: float
+
+
+@dataclass(frozen=True)
+class TokensPerVerification:
+    """Tokens one verification at a level produced: mean and standard deviation, and predicted."""
+
+    mu: float
+    sigma: float | None
+    exact: float | None
+    paper: float | None
+
+
+@dataclass(frozen=True)
+class AcceptedFraction:
+    """Drafted tokens accepted over drafted tokens verified, measured and predicted, and the α used."""
+
+    measured: float | None
+    exact: float | None
+    alpha: float
+
+
+@dataclass(frozen=True)
+class ReportLevel:
+    """One model of a validated chain (M_1 first)."""
+
+    model: str
+    forwards_per_token: ForwardsPerToken
+    seconds_per_token: MeasuredExact
+    tokens_per_verification: TokensPerVerification | None  # None: the level verifies nothing
+    accepted_fraction: AcceptedFraction | None
+    tokens_drafted: int
+    tokens_accepted: int
+
+
+@dataclass(frozen=True)
+class PredictedSpeedup:
+    """A chain's predicted speedup: the exact model, Lemma 3.1, and the exact model on re-timed latency."""
+
+    exact: float
+    paper: float
+    exact_retimed: float | None
+
+
+@dataclass(frozen=True)
+class SpeedupErrors:
+    """Each prediction's error, predicted / measured − 1 (None for a lossy chain or no prediction)."""
+
+    exact: float | None
+    paper: float | None
+    exact_retimed: float | None
+
+
+@dataclass(frozen=True)
+class MeasuredInterval:
+    """The measured speedup's confidence interval and how it was made."""
+
+    low: float
+    high: float
+    level: float
+    method: str
+
+
+@dataclass(frozen=True)
+class ErrorSources:
+    """Where a chain's prediction error comes from (each relative, signed as predicted / measured − 1).
+
+    total: the plan's exact model against the measured speedup.
+    latency: the exact model on the profile's latency against the same model on latency re-timed
+        during this run (None when not re-timed): how far the profile's timings had drifted.
+    after_latency: the re-timed exact model against the measured speedup (what latency does not
+        explain: acceptance, the loop's cost and noise).
+    acceptance: the re-timed exact model against the same with the acceptance measured on the
+        validation prompts (greedy; None otherwise): profile prompts against validation prompts.
+    residual: the exact model on re-timed latency and validation acceptance against the
+        measured speedup: the model's own error (loop, switches, rounds taken as independent)
+        plus validation noise. (1 + latency)(1 + acceptance)(1 + residual) = 1 + total.
+    tokens_per_pass: tokens per target pass, predicted against measured (level 1), the
+        acceptance effect in the simplest terms (always available).
+    noise: half the width of the measured speedup's CI, relative to it (what validation noise
+        alone can account for).
+    """
+
+    total: float
+    latency: float | None
+    after_latency: float | None
+    acceptance: float | None
+    residual: float | None
+    tokens_per_pass: float | None
+    noise: float
+
+
+@dataclass(frozen=True)
+class PromptRecord:
+    """One prompt of one chain, summarised over repeats (medians), for per-category tables."""
+
+    prompt: int
+    tokens: int
+    target_passes: float
+    decode_s: float
+    target_only_s: float
+    speedup: float  # 1 / median over repeats of the paired time ratio
+
+
+@dataclass(frozen=True)
+class ReportChain:
+    """One validated chain as report.json holds it."""
+
+    chain: tuple[str, ...]
+    block_sizes: tuple[int, ...]
+    predicted_speedup: PredictedSpeedup
+    exact_retimed_reaccepted: float | None  # the exact model on re-timed latency and validation acceptance
+    measured_speedup: float | None  # None: lossy
+    greedy_equal: bool | None  # None when sampling
+    recommended: bool
+    roles: tuple[str, ...]
+    rank: int
+    speedup_std: float | None
+    speedup_per_repeat: tuple[float, ...] | None
+    error: SpeedupErrors
+    end_to_end_speedup: float | None
+    tokens_per_second: float
+    seconds_per_token: float
+    loop_seconds_per_token: MeasuredExact
+    first_difference: str | None
+    levels: tuple[ReportLevel, ...]
+    tokens_per_target_pass: float
+    predicted_interval: tuple[float, float] | None
+    measured_ci: MeasuredInterval | None
+    inside_interval: bool | None
+    prediction_holds: bool | None
+    error_sources: ErrorSources | None
+    per_prompt: tuple[PromptRecord, ...]
+
+
+@dataclass(frozen=True)
+class HeadlinePrediction:
+    """The recommended chain's predicted speedup."""
+
+    exact: float
+    paper: float
+
+
+@dataclass(frozen=True)
+class OverTwoModel:
+    """The recommended chain's speedup over the best two-model chain, over repeats."""
+
+    mean: float
+    std: float | None
+    chain: str | None
+
+
+@dataclass(frozen=True)
+class SpeedupRatio:
+    """How much faster one chain ran than another on the same bootstrap draws: point and CI."""
+
+    point: float
+    low: float
+    high: float
+    level: float
+
+
+@dataclass(frozen=True)
+class ReportHeadline:
+    """The recommended chain's result and how it compares."""
+
+    line: str
+    recommended: str
+    measured_speedup: float | None
+    speedup_std: float | None
+    predicted_speedup: HeadlinePrediction
+    over_two_model: OverTwoModel | None
+    fastest: str | None
+    fastest_speedup: float | None
+    recommended_within_noise: bool | None
+    fastest_over_recommended: SpeedupRatio | None
+
+
+@dataclass(frozen=True)
+class Check:
+    """One of the targets polyplan is held to, with the measured value and whether it is met."""
+
+    name: str
+    value: float | None
+    threshold: float
+    passed: bool | None  # None when it cannot be decided (e.g. no lossless chain of that kind)
+    detail: str
+
+
+@dataclass(frozen=True)
+class CategoryEntry:
+    """One prompt category of one chain (None where a total was zero)."""
+
+    category: str
+    runs: int
+    speedup: float | None
+    tokens_per_target_pass: float | None
+
+
+@dataclass(frozen=True)
+class ChainCategoryRows:
+    """The per-category rows of one chain."""
+
+    chain: str
+    rows: tuple[CategoryEntry, ...]
+
+
+@dataclass(frozen=True)
+class ReportSettings:
+    """What the validation ran under."""
+
+    sampling: str  # a `formats.sampling.SamplingMode` key
+    prompts: int  # how many were decoded
+    prompt_sources: tuple[str, ...]
+    dropped_prompts: tuple[str, ...]  # too long for the context
+    truncated_prompts: int  # shortened from the left to fit
+    new_tokens: int
+    repeats: int
+    seed: int
+    device: str  # where it ran now
+    plan_device: str  # where the plan's profile was measured
+    plan: str | None  # the plan.json validated
+    wall_time_s: float
+    exact_model: str = ""  # what the plan's exact predictions were computed with
+
+
+@dataclass(frozen=True)
+class ValidationReport:
+    """Everything report.json holds (its `report_version` is the codec's)."""
+
+    chains: tuple[ReportChain, ...]
+    headline: ReportHeadline
+    checks: tuple[Check, ...]
+    categories: tuple[ChainCategoryRows, ...]
+    settings: ReportSettings
+    notes: tuple[str, ...]
+    files: Mapping[str, str] = field(default_factory=dict)  # what the report wrote: name -> path
+
+
+# --------------------------------------------------------------------------- entry points
+
+
+def encode_report(report: ValidationReport) -> dict[str, Any]:
+    """The report.json object of `report` (the layout in the module docstring)."""
+    return json_safe({"report_version": REPORT_VERSION, **_encode(report)})
+
+
+def report_text(report: ValidationReport) -> str:
+    """report.json's text: the object indented by two, one newline at the end."""
+    return json.dumps(encode_report(report), indent=2, allow_nan=False) + "\n"
+
+
+def save_report(report: ValidationReport, path: str | os.PathLike[str]) -> None:
+    """Write report.json atomically (temporary file in the same folder, then os.replace)."""
+    write_text_atomically(path, report_text(report))
+
+
+def read_report(path: str | os.PathLike[str]) -> ValidationReport:
+    """Read and check report.json; `PolyplanError` naming the file and field on any problem."""
+    return decode_report(read_json_file(path, "file"), str(path))
+
+
+def decode_report(payload: Any, label: str = "report.json") -> ValidationReport:
+    """The `ValidationReport` of a parsed report.json object (errors name `label` and the field)."""
+    if not isinstance(payload, dict):
+        raise PolyplanError(f"{label}: must hold one JSON object, got {_kind(payload)}")
+    foreign = foreign_file(payload, "report")
+    if foreign is not None:
+        raise PolyplanError(f"{label}: {foreign}")
+    version = payload.get("report_version")
+    if version != REPORT_VERSION or isinstance(version, bool):
+        shown = "missing" if "report_version" not in payload else f"unsupported version {_show(version)}"
+        raise PolyplanError(
+            f"{label}: report_version: {shown}; this polyplan reads version {REPORT_VERSION} (upgrade polyplan "
+            "or re-run polyplan validate)"
+        )
+    body = {key: value for key, value in payload.items() if key != "report_version"}
+    return _Decoder(label).record(ValidationReport, body, "")
+
+
+# --------------------------------------------------------------------------- encoding
+
+
+def _encode(value: Any) -> Any:
+    if dataclasses.is_dataclass(value):
+        return {item.name: _encode(getattr(value, item.name)) for item in dataclasses.fields(value)}
+    if isinstance(value, Mapping):
+        return {key: _encode(item) for key, item in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_encode(item) for item in value]
+    return value
+
+
+# --------------------------------------------------------------------------- decoding
+
+
+@functools.cache
+def _hints(cls: type) -> dict[str, Any]:
+    """A record's field types (the annotations are strings under `from __future__ import annotations`)."""
+    return typing.get_type_hints(cls)
+
+
+class _Decoder:
+    """Builds the records from their field types; each failure is one line `label: field.path: problem`."""
+
+    def __init__(self, label: str) -> None:
+        self.label = label
+
+    def fail(self, where: str, problem: str) -> typing.NoReturn:
+        raise PolyplanError(f"{self.label}: {where}: {problem}" if where else f"{self.label}: {problem}")
+
+    def record(self, cls: type, value: Any, where: str) -> Any:
+        if not isinstance(value, dict):
+            self.fail(where or "report", f"must be a JSON object, got {_kind(value)}")
+        hints, names = _hints(cls), [item.name for item in dataclasses.fields(cls)]
+        for key in value:
+            if key not in hints:
+                self.fail(_join(where, str(key)), f"unknown field (report_version {REPORT_VERSION} has no such field)")
+        for name in names:
+            if name not in value:
+                self.fail(_join(where, name), "missing")
+        return cls(**{name: self.value(hints[name], value[name], _join(where, name)) for name in names})
+
+    def value(self, kind: Any, value: Any, where: str) -> Any:
+        origin, arguments = typing.get_origin(kind), typing.get_args(kind)
+        if origin in (typing.Union, types.UnionType):
+            if value is None and type(None) in arguments:
+                return None
+            (inner,) = [argument for argument in arguments if argument is not type(None)]
+            return self.value(inner, value, where)
+        if value is None:
+            self.fail(where, f"must not be null (expected {_expected(kind)})")
+        if dataclasses.is_dataclass(kind):
+            return self.record(kind, value, where)
+        if origin is tuple:
+            if not isinstance(value, list):
+                self.fail(where, f"must be a JSON array, got {_kind(value)}")
+            if len(arguments) == 2 and arguments[1] is Ellipsis:
+                return tuple(self.value(arguments[0], item, f"{where}[{index}]") for index, item in enumerate(value))
+            if len(value) != len(arguments):
+                self.fail(where, f"must be an array of {len(arguments)}, got {len(value)} items")
+            return tuple(self.value(argument, item, f"{where}[{index}]") for index, (argument, item) in enumerate(zip(arguments, value)))
+        if origin is Mapping:
+            if not isinstance(value, dict):
+                self.fail(where, f"must be a JSON object, got {_kind(value)}")
+            return {key: self.value(arguments[1], item, _join(where, key)) for key, item in value.items()}
+        if kind is bool:
+            if not isinstance(value, bool):
+                self.fail(where, f"must be true or false, got {_kind(value)}")
+            return value
+        if kind is int:
+            if isinstance(value, bool) or not isinstance(value, int):
+                self.fail(where, f"must be an integer, got {_kind(value)}")
+            return value
+        if kind is float:
+            if isinstance(value, bool) or not isinstance(value, (int, float)):
+                self.fail(where, f"must be a number, got {_kind(value)}")
+            if not _finite(value):
+                self.fail(where, f"must be a finite number, got {value!r}")
+            return value  # as written: an integer stays one, so the file encodes back the same
+        if kind is str:
+            if not isinstance(value, str):
+                self.fail(where, f"must be a string, got {_kind(value)}")
+            return value
+        raise TypeError(f"report.json has no codec for {kind!r} ({where})")  # a field type this module forgot
+
+
+def _finite(value: int | float) -> bool:
+    try:
+        return math.isfinite(value)
+    except OverflowError:  # an integer too large for a float
+        return False
+
+
+def _join(where: str, key: str) -> str:
+    return f"{where}.{key}" if where else key
+
+
+def _expected(kind: Any) -> str:
+    if dataclasses.is_dataclass(kind) or typing.get_origin(kind) is Mapping:
+        return "a JSON object"
+    if typing.get_origin(kind) is tuple:
+        return "a JSON array"
+    return {bool: "true or false", int: "an integer", float: "a number", str: "a string"}.get(kind, str(kind))
+
+
+def _kind(value: Any) -> str:
+    names = {dict: "an object", list: "an array", str: "a string", bool: "a boolean", type(None): "null"}
+    return names.get(type(value), f"the number {value!r}" if isinstance(value, (int, float)) else type(value).__name__)
+
+
+def _show(value: Any) -> str:
+    return "null" if value is None else repr(value)
