@@ -2,7 +2,8 @@
 `--json` (its typed records and its one codec; `validation.report.report_of` builds one from a
 validation's results).
 
-Format (``report_version`` 1; every key is always written, null where there is no value)::
+Format (``report_version`` 1; every key is always written, null where there is no value; a key
+added within version 1 has a default, so a file written before it still reads)::
 
     {
       "report_version": 1,
@@ -30,7 +31,8 @@ Format (``report_version`` 1; every key is always written, null where there is n
         "error_sources": {"total": ..., "latency": ..., "after_latency": ..., "acceptance": ...,
                           "residual": ..., "tokens_per_pass": ..., "noise": ...},
         "per_prompt": [{"prompt": 0, "tokens": 8, "target_passes": 3.5, "decode_s": ...,
-                        "target_only_s": ..., "speedup": ...}, ...]
+                        "target_only_s": ..., "speedup": ...}, ...],
+        "near_tie": null                        # why a chain that parted is measured anyway
       }],
       "headline": {"line": "recommended ...", "recommended": "t > m > d", "measured_speedup": ...,
                    "speedup_std": ..., "predicted_speedup": {"exact": ..., "paper": ...},
@@ -226,6 +228,7 @@ class ReportChain:
     prediction_holds: bool | None
     error_sources: ErrorSources | None
     per_prompt: tuple[PromptRecord, ...]
+    near_tie: str | None = None  # why a chain that parted from target-only decoding is measured (validation.numerics)
 
 
 @dataclass(frozen=True)
@@ -407,14 +410,15 @@ class _Decoder:
     def record(self, cls: type, value: Any, where: str) -> Any:
         if not isinstance(value, dict):
             self.fail(where or "report", f"must be a JSON object, got {_kind(value)}")
-        hints, names = _hints(cls), [item.name for item in dataclasses.fields(cls)]
+        hints, fields = _hints(cls), dataclasses.fields(cls)
         for key in value:
             if key not in hints:
                 self.fail(_join(where, str(key)), f"unknown field (report_version {REPORT_VERSION} has no such field)")
-        for name in names:
-            if name not in value:
-                self.fail(_join(where, name), "missing")
-        return cls(**{name: self.value(hints[name], value[name], _join(where, name)) for name in names})
+        for item in fields:  # a field with a default came later within the version: older files lack it
+            if item.name not in value and item.default is dataclasses.MISSING and item.default_factory is dataclasses.MISSING:
+                self.fail(_join(where, item.name), "missing")
+        return cls(**{item.name: self.value(hints[item.name], value[item.name], _join(where, item.name))
+                      for item in fields if item.name in value})
 
     def value(self, kind: Any, value: Any, where: str) -> Any:
         origin, arguments = typing.get_origin(kind), typing.get_args(kind)

@@ -75,3 +75,15 @@ def test_the_saved_report_itself_passes_every_check():
     deep = copy.deepcopy(_edited(lambda p: None))
     deep["chains"][0]["per_prompt"][0]["speedup"] = 1  # an integer where a float was: read as written
     assert encode_report(decode_report(deep)) == deep
+
+
+def test_a_report_written_before_near_tie_existed_still_reads():
+    """`near_tie` came within report_version 1 with a default: a file without it reads as None,
+    and is the same report otherwise (a field without a default is still required)."""
+    older = read_report(Path(__file__).parent / "data" / "report_v1_before_near_tie.json")
+    assert all(chain.near_tie is None for chain in older.chains)
+    assert older == read_report(SAVED)
+    payload = encode_report(older)
+    del payload["chains"][0]["near_tie"], payload["chains"][0]["rank"]
+    with pytest.raises(PolyplanError, match=r"chains\[0\]\.rank: missing"):
+        decode_report(payload, "r.json")

@@ -32,6 +32,7 @@ from polyplan.formats.profile import Profile
 from polyplan.validation.categories import chain_categories
 from polyplan.profiler.forward_timing import synchronizer
 from polyplan.profiler.forward_timing import collector_paused
+from polyplan.validation.numerics import near_ties
 from polyplan.validation.primed import PrimedMember
 from polyplan.validation.retime import PassTiming, reaccepted_speedups, retimed_speedups, time_passes
 from polyplan.profiler.prompts import EncodedPrompt
@@ -298,10 +299,11 @@ def validate_plan(
                                              acceptance_model=acceptance_model)
     baseline_index = next(i for i, spec in enumerate(specs) if ROLE_TARGET_ONLY in spec.roles)
     baseline = [run for run in records if run.chain == baseline_index]
+    ties = near_ties(specs, records, baseline_index, members[plan.target], [p.ids for p in fitted.prompts]) if sampling.greedy else {}
     chains = tuple(
         summarise_chain(
             spec, [run for run in records if run.chain == index], baseline, sampling.greedy, retimed.get(spec.planned.chain),
-            reaccepted.get(spec.planned.chain),
+            reaccepted.get(spec.planned.chain), ties[index].line() if index in ties else None,
         )
         for index, spec in enumerate(specs)
     )

@@ -78,6 +78,8 @@ def yes_no(value: bool | None) -> str:
 
 
 def _greedy(chain: ChainResult) -> str:
+    if chain.near_tie is not None:
+        return "near-tie"
     return {True: "equal", False: "DIFFERS", None: "n/a"}[chain.greedy_equal]
 
 
@@ -253,7 +255,8 @@ def report_markdown(validation: Validation, plots: dict[str, str]) -> str:
             f"### {chain.label()}  (K = {list(chain.block_sizes)}; {', '.join(chain.roles)})",
             "",
             f"measured {chain.measured_text()} (decoding), {e2e} with the prompt prefill; {chain.tokens_per_second:.1f} tokens/s; "
-            f"greedy output {_greedy(chain)}" + (f" ({chain.first_difference})" if chain.first_difference else ""),
+            f"greedy output {_greedy(chain)}" + (f" ({chain.first_difference})" if chain.first_difference else "")
+            + (f"; {chain.near_tie}" if chain.near_tie else ""),
             "",
             *_level_table(chain),
             "",
@@ -356,6 +359,7 @@ def _chain_record(chain: ChainResult) -> ReportChain:
         inside_interval=chain.inside_interval,
         prediction_holds=chain.prediction_holds,
         error_sources=chain.error_sources,
+        near_tie=chain.near_tie,
         per_prompt=chain.prompts,
     )
 

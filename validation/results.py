@@ -21,7 +21,9 @@ Measured quantities (decoding only; each member's prompt prefill is timed on its
 - μ, σ: mean and standard deviation of the tokens one verification at each level produced;
 - the loop's own time: decode time minus the time inside forward passes.
 A chain whose greedy output differs from target-only decoding in the same repeat is lossy:
-it gets no measured speedup (`measured_speedup` is None) and no place in the headline.
+it gets no measured speedup (`measured_speedup` is None) and no place in the headline, unless
+every difference is a near-tie the target itself resolves both ways in the two batch shapes
+(`validation.numerics`: llama.cpp's kernels); such a chain is measured, and says so (`near_tie`).
 """
 
 from __future__ import annotations
@@ -145,10 +147,11 @@ class ChainResult:
     prompts: tuple[PromptRecord, ...] = ()
     # the exact model on re-timed latency and on acceptance measured on the validation prompts (greedy)
     reaccepted_exact: float | None = None
+    near_tie: str | None = None  # why a chain that parted from target-only decoding is still measured
 
     @property
     def lossless(self) -> bool:
-        return self.greedy_equal is not False
+        return self.greedy_equal is not False or self.near_tie is not None
 
     @property
     def tokens_per_target_pass(self) -> float:
@@ -281,10 +284,11 @@ def _first_difference(reference: tuple[int, ...], other: tuple[int, ...], prompt
 
 def summarise_chain(
     spec: ChainSpec, runs: Sequence[RunRecord], baseline: Sequence[RunRecord], greedy: bool, retimed: float | None = None,
-    reaccepted: float | None = None,
+    reaccepted: float | None = None, near_tie: str | None = None,
 ) -> ChainResult:
     """Aggregate one chain's runs against the target-only runs of the same repeats
-    (`retimed`: the exact model's speedup on latency timed during the run, if any)."""
+    (`retimed`: the exact model's speedup on latency timed during the run, if any; `near_tie`:
+    why its greedy differences are the target's own near-ties, `validation.numerics`)."""
     planned = spec.planned
     base = {(run.repeat, run.prompt): run for run in baseline}
     repeats = sorted({run.repeat for run in runs})
@@ -341,6 +345,7 @@ def summarise_chain(
         retimed_exact=retimed,
         greedy_equal=(difference is None) if greedy else None,
         first_difference=difference,
+        near_tie=near_tie if difference is not None else None,
         speedup=Repeated(tuple(speedups)),
         end_to_end_speedup=base_total / sum(run.decode_s + run.prefill_s for run in runs),
         tokens_per_second=tokens / decode,
