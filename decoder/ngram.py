@@ -17,6 +17,16 @@ import math
 import torch
 
 
+def one_hot_logits(proposals: list[int], vocab_size: int, keep_last: int | None = None) -> torch.Tensor:
+    """Logits `(kept, V)` of one-hot proposals (0 at the proposed token, -inf elsewhere), the
+    last `keep_last` of them (all when None)."""
+    if keep_last is not None:
+        proposals = proposals[len(proposals) - keep_last :]
+    logits = torch.full((len(proposals), vocab_size), -math.inf)  # (kept, V)
+    logits[torch.arange(len(proposals)), proposals] = 0.0
+    return logits
+
+
 class NGramMember:
     """Prompt-lookup drafter over a vocabulary of `vocab_size` tokens."""
 
@@ -53,12 +63,7 @@ class NGramMember:
         return token if proposal is None else proposal
 
     def forward(self, new_ids: torch.Tensor, keep_last: int | None = None) -> torch.Tensor:
-        proposals = [self._append(token) for token in new_ids.tolist()]
-        if keep_last is not None:
-            proposals = proposals[len(proposals) - keep_last :]
-        logits = torch.full((len(proposals), self.vocab_size), -math.inf)  # (kept, V)
-        logits[torch.arange(len(proposals)), proposals] = 0.0
-        return logits
+        return one_hot_logits([self._append(token) for token in new_ids.tolist()], self.vocab_size, keep_last)
 
     def crop(self, length: int) -> None:
         if not 0 <= length <= len(self._tokens):

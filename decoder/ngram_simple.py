@@ -20,10 +20,9 @@ the accuracy of its first drafted token where it drafts.
 
 from __future__ import annotations
 
-import math
-
 import torch
 
+from polyplan.decoder.ngram import one_hot_logits
 from polyplan.planner.ngram_replay import NGramSimpleIndex
 
 PROFILE_SIZE_M = 16  # the block size `forward` assumes when it looks one draft ahead
@@ -58,11 +57,7 @@ class NGramSimpleMember:
             self._index.append(token)
             draft = self._index.draft(PROFILE_SIZE_M)
             proposals.append(draft[0] if draft else token)
-        if keep_last is not None:
-            proposals = proposals[len(proposals) - keep_last:]
-        logits = torch.full((len(proposals), self.vocab_size), -math.inf)  # (kept, V)
-        logits[torch.arange(len(proposals)), proposals] = 0.0
-        return logits
+        return one_hot_logits(proposals, self.vocab_size, keep_last)
 
     def crop(self, length: int) -> None:
         if not 0 <= length <= len(self._index):
