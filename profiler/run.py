@@ -39,6 +39,8 @@ from polyplan.formats.sampling import SamplingMode
 from polyplan.profiler.acceptance import (
     TEACHER_FORCING_WIDTH, TeacherForced, measure_decoded, pair_alpha, target_continuations, teacher_forced,
 )
+from polyplan.decoder.ngram import NGramMember
+from polyplan.decoder.ngram_simple import NGramSimpleMember
 from polyplan.profiler.entries import decoded_entry, model_entry, ngram_simple_size, refresh_warnings, sampling_entry
 from polyplan.models.hashing import fingerprint_settings, fingerprint_tokens
 from polyplan.profiler.forward_timing import measure_latencies
@@ -361,12 +363,15 @@ class _Run:
             self._finish(step, reused=False)
 
     def _pairs(self) -> list[tuple[str, str]]:
+        """Every (verifier, drafter) with the drafter the cheaper; an n-gram member never
+        verifies (it has no distribution of its own to verify with)."""
         step_time = {m.name: curve_from_profile(m)(1) for m in self.profile.models}
         return [
             (verifier.name, drafter.name)
             for verifier in self.models
             for drafter in self.models
             if verifier is not drafter and step_time[drafter.name] < step_time[verifier.name]
+            and not isinstance(verifier.member, (NGramMember, NGramSimpleMember))
         ]
 
     def _alpha(self, verifier: str, drafter: str, temperature: float) -> None:

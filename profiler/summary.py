@@ -14,6 +14,7 @@ from polyplan.planner.capped_geometric import relative_variability
 from polyplan.planner.search import default_k_max
 from polyplan.planner.cost_model import predict_chain
 from polyplan.planner.latency import curve_from_profile
+from polyplan.planner.ngram_replay import draft_rounds
 from polyplan.formats.profile import Profile
 
 
@@ -54,7 +55,7 @@ class PairRow:
     alpha_ci: tuple[float, float] | None
     best_k: int
     mu_best: float
-    mu_best_source: str  # "decoded" or "alpha"
+    mu_best_source: str  # "decoded", "alpha" or "replay" (an ngram-simple drafter's rounds, planner.ngram_replay)
     decoded: tuple[DecodedRow, ...]
     speedup: float  # exact-model speedup of the pair at K* over the verifier alone
     warnings: tuple[str, ...]
@@ -78,18 +79,28 @@ def pair_rows(profile: Profile, k_max: int | None = None) -> tuple[PairRow, ...]
     if k_max is None:
         k_max = default_k_max(profile)
     curves = {model.name: curve_from_profile(model) for model in profile.models}
+    rules = {model.name: model.ngram_simple for model in profile.models if model.ngram_simple}
+    greedy_runs = profile.acceptance_runs.get("greedy")
+    streams = greedy_runs.streams if greedy_runs is not None else ()
     rows = []
     for pair in profile.pairs:
         for mode, stats in pair.sampling.items():
             chain_curves = [curves[pair.verifier], curves[pair.drafter]]
-            costs = {k: predict_chain([stats.alpha], chain_curves, [k]) for k in range(1, k_max + 1)}
+            replayed = pair.drafter in rules and pair.verifier == profile.target and mode == "greedy" and bool(streams)
+            if pair.drafter in rules and not replayed:
+                continue  # a rule drafter is planned directly under the target at greedy only (planner.search)
+            if replayed:  # its rounds replayed on the target's streams, as recommend reads them
+                reads = {k: draft_rounds(streams, rules[pair.drafter], k) for k in range(1, k_max + 1)}
+            else:
+                reads = {k: stats.alpha for k in range(1, k_max + 1)}
+            costs = {k: predict_chain([reads[k]], chain_curves, [k]) for k in range(1, k_max + 1)}
             best_k = min(costs, key=lambda k: (costs[k].cost_per_token, k))
             measured = stats.decoded_at(best_k)
             implied = {item.k: item for item in stats.implied}
             if measured is not None:
                 mu_best, source = measured.mu, "decoded"
             else:
-                mu_best, source = costs[best_k].tokens_per_verification[0], "alpha"
+                mu_best, source = costs[best_k].tokens_per_verification[0], "replay" if replayed else "alpha"
             rows.append(
                 PairRow(
                     verifier=pair.verifier,
@@ -135,13 +146,13 @@ def summary_lines(profile: Profile, k_max: int | None = None) -> list[str]:
     lines += [
         "",
         "Pairs (verifier <- drafter); K* minimises the exact model's time per token; "
-        "decoded mu vs mu implied by alpha:",
+        "decoded mu vs mu implied by alpha ((r): an ngram-simple drafter's rounds replayed on the target's streams):",
         f"  {'pair':<34} {'mode':<7} {'alpha':>6} {'95% CI':>13} {'K*':>3} {'mu(K*)':>10} {'speedup':>8}  decoded vs implied",
     ]
     flagged = []
     for row in rows:
         interval = "" if row.alpha_ci is None else f"[{row.alpha_ci[0]:.3f},{row.alpha_ci[1]:.3f}]"
-        mu = f"{row.mu_best:.2f}" + ("" if row.mu_best_source == "decoded" else "(α)")
+        mu = f"{row.mu_best:.2f}" + {"decoded": "", "replay": "(r)"}.get(row.mu_best_source, "(α)")
         comparison = "  ".join(
             f"K{d.k}: {d.mu:.2f}/" + ("-" if d.implied_mu is None else f"{d.implied_mu:.2f}") for d in row.decoded
         ) or "-"

@@ -146,3 +146,19 @@ def test_the_profile_records_the_rule_drafter():
     profile = synthetic_profile()
     again = decode(encode(profile))
     assert again.model("lookup").ngram_simple == 2 and again.model("big").ngram_simple is None
+
+
+def test_the_profiles_closing_table_reads_the_rule_drafter_as_recommend_does():
+    """`polyplan profile`'s pair table: the rule drafter under the target at greedy is the replay
+    (marked (r)), with recommend's K and speedup; under another verifier, or sampled, no row."""
+    from polyplan.profiler.summary import pair_rows, summary_lines
+
+    profile = synthetic_profile()
+    rows = {(row.verifier, row.drafter, row.sampling): row for row in pair_rows(profile)}
+    lookup = rows[("big", "lookup", "greedy")]
+    planned = next(plan for plan in recommend(profile).ranked if plan.chain == ("big", "lookup"))
+    assert lookup.mu_best_source == "replay" and lookup.best_k == planned.block_sizes[0]
+    assert lookup.speedup == pytest.approx(planned.exact_speedup)
+    assert ("small", "lookup", "greedy") not in rows and ("big", "lookup", "t1.0") not in rows
+    assert rows[("big", "small", "greedy")].mu_best_source == "alpha"
+    assert any("(r)" in line and "big <- lookup" in line for line in summary_lines(profile))

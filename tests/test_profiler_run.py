@@ -277,3 +277,19 @@ def test_a_profile_without_the_engine_rate_gets_it_on_a_rerun_and_nothing_else(m
             assert stats.engine_alpha == reference.stats(pair.verifier, pair.drafter, mode).engine_alpha
             if mode == "greedy" or pair.drafter == "ngram":
                 assert stats.engine_alpha == stats.alpha  # q or p one-hot: the rules agree
+
+
+def test_an_ngram_simple_drafter_is_marked_and_no_ngram_member_verifies(models, tmp_path):
+    """Two weightless drafters: each is measured under the models, never one under the other
+    (an n-gram member has no distribution to verify with), and the ngram-simple one is marked
+    with its size_n so the planner replays it."""
+    from polyplan.decoder.ngram_simple import NGramSimpleMember
+
+    simple = ProfiledModel("simple", NGramSimpleMember(models[0].member.vocab_size, size_n=2, name="simple"), "fp-simple")
+    out = tmp_path / "p.json"
+    profile_models(models + [simple], _prompts(), out, SETTINGS)
+    profile = load(out)
+    pairs = {(p.verifier, p.drafter) for p in profile.pairs}
+    assert {("target", "simple"), ("early", "simple"), ("target", "ngram")} <= pairs
+    assert not pairs & {("ngram", "simple"), ("simple", "ngram")}
+    assert profile.model("simple").ngram_simple == 2 and profile.model("ngram").ngram_simple is None
