@@ -49,7 +49,7 @@ class NGramSimpleMember:
         """Append `new_ids` (`(k,)`, k >= 0) to the context; the up to `limit` tokens drafted after it."""
         for token in new_ids.tolist():
             self._index.append(token)
-        return self._index.draft(limit) if len(self._index) else []
+        return self._index.draft(limit)
 
     def forward(self, new_ids: torch.Tensor, keep_last: int | None = None) -> torch.Tensor:
         proposals = []

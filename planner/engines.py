@@ -40,7 +40,7 @@ from polyplan.formats.errors import PolyplanError
 from polyplan.planner.cost_model import ChainPrediction, predict_chain
 from polyplan.planner.engine_overhead import profile_call_seconds, prediction_overhead
 from polyplan.planner.latency import curve_from_profile
-from polyplan.planner.ngram_replay import LLAMA_CPP_DEFAULT_SIZES, replay_prediction
+from polyplan.planner.ngram_replay import LLAMA_CPP_DEFAULT_SIZES, replay_prediction, target_streams
 from polyplan.formats.overhead import NO_SWITCH
 from polyplan.planner.overhead import profile_switch_costs
 from polyplan.formats.plan import PlanFile
@@ -203,8 +203,7 @@ def _llama_cpp_ngram(profile: Profile, sizes: tuple[int, int], target_curve, k_m
     """(K, prediction, how) of llama.cpp's `ngram-simple` with lookup size `sizes[1]`: replayed
     on the profile's greedy target streams where it holds them (K = --spec-ngram-simple-size-m
     searched in 1..k_max), else (None, None, why α is used)."""
-    runs = profile.acceptance_runs.get("greedy")
-    streams = runs.streams if runs is not None else ()
+    streams = target_streams(profile)
     if not greedy:
         return None, None, "alpha model: llama.cpp's n-gram drafts are replayed at greedy only"
     if not streams:
@@ -217,10 +216,8 @@ def _llama_cpp_ngram(profile: Profile, sizes: tuple[int, int], target_curve, k_m
 def _ngram_simple_defaults(profile: Profile, target_curve) -> ChainPrediction | None:
     """llama.cpp's `--spec-type ngram-simple` with its default sizes, replayed on the profile's
     greedy target streams (None without them)."""
-    runs = profile.acceptance_runs.get("greedy")
-    if runs is None or not runs.streams:
-        return None
-    return replay_prediction(runs.streams, *LLAMA_CPP_DEFAULT_SIZES, target_curve)
+    streams = target_streams(profile)
+    return replay_prediction(streams, *LLAMA_CPP_DEFAULT_SIZES, target_curve) if streams else None
 
 
 def _best_block(prediction_at, k_max: int) -> tuple[int, ChainPrediction]:

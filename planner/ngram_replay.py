@@ -35,18 +35,31 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-from polyplan.formats.errors import PolyplanError
-from polyplan.formats.profile import TargetStream
 import numpy as np
 
+from polyplan.formats.errors import PolyplanError
+from polyplan.formats.profile import Profile, TargetStream
 from polyplan.planner.cost_model import ChainPrediction
 from polyplan.planner.draft_rounds import DraftRounds
 
 LLAMA_CPP_DEFAULT_SIZES = (12, 48)  # --spec-ngram-simple-size-n / -size-m when not given (common/common.h)
 
 
+def target_streams(profile: Profile) -> tuple[TargetStream, ...]:
+    """The target's greedy streams the profile keeps beside its agreement runs (none in a
+    profile made before they were kept)."""
+    runs = profile.acceptance_runs.get("greedy")
+    return runs.streams if runs is not None else ()
+
+
+def ngram_simple_sizes(profile: Profile) -> dict[str, int]:
+    """size_n of every `ngram-simple` drafter of the profile, by name."""
+    return {model.name: model.ngram_simple for model in profile.models if model.ngram_simple}
+
+
 def ngram_simple_draft(history: Sequence[int], sampled: int, size_n: int, size_m: int) -> list[int]:
-    """The draft `ngram-simple` proposes after `history` (the tokens before the sampled one)
+    """The literal mirror of llama.cpp's backward scan, the reference `NGramSimpleIndex` is
+    tested against: the draft `ngram-simple` proposes after `history` (the tokens before the sampled one)
     and `sampled`: the tokens after the latest earlier occurrence of the last `size_n` tokens
     (`sampled` included), at most `size_m`; empty when there is none, when the history is
     shorter than size_n + size_m + 2 tokens, or when fewer than `size_n` tokens could be copied.
@@ -130,24 +143,36 @@ class ReplayRound:
 
 def replay_stream(stream: TargetStream, size_n: int, size_m: int, new_tokens: int | None = None) -> tuple[ReplayRound, ...]:
     """The rounds llama-server runs with `ngram-simple` (size_n, size_m) to generate the
-    stream's continuation greedily (its first `new_tokens`; all of it when None)."""
+    stream's continuation greedily (its first `new_tokens`; all of it when None): the first
+    token comes from the prefill, and a draft never runs past the tokens left to generate (the
+    server's n_draft_max)."""
     if size_n < 1 or size_m < 1:
         raise PolyplanError(f"ngram-simple: size_n and size_m must be >= 1, got {size_n}, {size_m}")
     continuation = stream.ids[stream.prompt_tokens:]
     total = len(continuation) if new_tokens is None else min(new_tokens, len(continuation))
     if total < 1:
         return ()
-    history = list(stream.ids[:stream.prompt_tokens])
-    sampled, generated = continuation[0], 1
+    index = NGramSimpleIndex(size_n)
+    for token in stream.ids[:stream.prompt_tokens + 1]:
+        index.append(token)
+    return _rounds(index, continuation, 1, total, size_m, total)
+
+
+def _rounds(index: NGramSimpleIndex, continuation: Sequence[int], generated: int, total: int, size_m: int,
+            end: int) -> tuple[ReplayRound, ...]:
+    """Rounds from `generated` tokens of `continuation` until `total`: draft after the index's
+    tokens (its last one the sampled token), at most up to `end` (the draft keeps one token of
+    room for the target's own), accept the prefix the target's stream agrees with, and append
+    the accepted tokens and the target's next one."""
     rounds = []
     while generated < total:
-        draft = ngram_simple_draft(history, sampled, size_n, size_m)[: total - generated - 1]  # the server's n_draft_max
+        draft = index.draft(size_m)[: end - generated - 1]
         accepted = 0
         while accepted < len(draft) and draft[accepted] == continuation[generated + accepted]:
             accepted += 1
         rounds.append(ReplayRound(len(draft), accepted))
-        history += [sampled] + draft[:accepted]
-        sampled = continuation[generated + accepted]
+        for token in continuation[generated:generated + accepted + 1]:
+            index.append(token)
         generated += accepted + 1
     return tuple(rounds)
 
@@ -195,17 +220,7 @@ def chain_rounds(stream: TargetStream, size_n: int, block: int, new_tokens: int 
     index = NGramSimpleIndex(size_n)
     for token in stream.ids[:stream.prompt_tokens]:
         index.append(token)
-    rounds, generated = [], 0
-    while generated < total:
-        draft = index.draft(block)[: len(continuation) - generated - 1]
-        accepted = 0
-        while accepted < len(draft) and draft[accepted] == continuation[generated + accepted]:
-            accepted += 1
-        rounds.append(ReplayRound(len(draft), accepted))
-        for token in continuation[generated:generated + accepted + 1]:
-            index.append(token)
-        generated += accepted + 1
-    return tuple(rounds)
+    return _rounds(index, continuation, 0, total, block, len(continuation))
 
 
 def draft_rounds(streams: Sequence[TargetStream], size_n: int, block: int, new_tokens: int | None = None) -> DraftRounds:

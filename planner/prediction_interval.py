@@ -58,7 +58,7 @@ import numpy as np
 
 from polyplan.formats.errors import PolyplanError
 from polyplan.planner.cost_model import predict_chain
-from polyplan.planner.ngram_replay import draft_rounds
+from polyplan.planner.ngram_replay import draft_rounds, ngram_simple_sizes, target_streams
 from polyplan.planner.latency import LatencyCurve, curve_from_profile
 from polyplan.formats.overhead import NO_SWITCH, LoopOverhead
 from polyplan.planner.overhead import profile_switch_costs
@@ -214,9 +214,8 @@ class _AcceptanceReplicates:
         self._alphas: dict[tuple[str, str], np.ndarray] = {}
         self._survivals: dict[tuple[str, str, int], list] = {}
         self.sources: set[str] = set()
-        self.rule_drafters = {model.name: model.ngram_simple for model in profile.models if model.ngram_simple}
-        greedy_runs = profile.acceptance_runs.get("greedy")
-        self.streams = greedy_runs.streams if greedy_runs is not None else ()
+        self.rule_drafters = ngram_simple_sizes(profile)
+        self.streams = target_streams(profile)
         self._stream_weights: np.ndarray | None = None
 
     def _rounds(self, pair: tuple[str, str], block: int) -> list:

@@ -20,7 +20,7 @@ from typing import Callable, Sequence
 from polyplan.formats.errors import PolyplanError
 from polyplan.planner.cost_model import ChainPrediction, predict_chain
 from polyplan.planner.draft_rounds import DraftRounds
-from polyplan.planner.ngram_replay import draft_rounds
+from polyplan.planner.ngram_replay import draft_rounds, ngram_simple_sizes, target_streams
 from polyplan.planner.insertion import analyze_insertion
 from polyplan.planner.latency import LatencyCurve, curve_from_profile
 from polyplan.formats.overhead import NO_SWITCH, LoopOverhead, SwitchCost
@@ -123,9 +123,8 @@ class _Context:
         self.curves: dict[str, LatencyCurve] = {
             model.name: curve_from_profile(model, context_length) for model in profile.models
         }
-        self.rule_drafters = {model.name: model.ngram_simple for model in profile.models if model.ngram_simple}
-        runs = profile.acceptance_runs.get("greedy")
-        self.streams = runs.streams if runs is not None else ()
+        self.rule_drafters = ngram_simple_sizes(profile)
+        self.streams = target_streams(profile)
         self._rounds: dict[tuple[str, int], DraftRounds] = {}
 
     def unplannable(self, chain: Sequence[str]) -> str | None:

@@ -336,14 +336,12 @@ class _Run:
             step = Step("latency", f"latency {model.name}")
             entry = next((m for m in self.profile.models if m.name == model.name), None)
             key = self.latency_key(model)
+            if entry is not None:  # what kind of drafter it is follows its fingerprint, not its timing
+                entry.ngram_simple = ngram_simple_size(model.member)
             if entry is not None and entry.latency_fingerprint == key:
                 self._finish(step, reused=True)
             else:
                 stale.append((model, step, entry, key))
-        for model in models:  # what kind of drafter it is follows its fingerprint, not its timing
-            entry = next((m for m in self.profile.models if m.name == model.name), None)
-            if entry is not None:
-                entry.ngram_simple = ngram_simple_size(model.member)
         if not stale:
             return
         self._begin(stale[0][1])

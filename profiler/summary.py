@@ -14,7 +14,7 @@ from polyplan.planner.capped_geometric import relative_variability
 from polyplan.planner.search import default_k_max
 from polyplan.planner.cost_model import predict_chain
 from polyplan.planner.latency import curve_from_profile
-from polyplan.planner.ngram_replay import draft_rounds
+from polyplan.planner.ngram_replay import draft_rounds, ngram_simple_sizes, target_streams
 from polyplan.formats.profile import Profile
 
 
@@ -79,9 +79,7 @@ def pair_rows(profile: Profile, k_max: int | None = None) -> tuple[PairRow, ...]
     if k_max is None:
         k_max = default_k_max(profile)
     curves = {model.name: curve_from_profile(model) for model in profile.models}
-    rules = {model.name: model.ngram_simple for model in profile.models if model.ngram_simple}
-    greedy_runs = profile.acceptance_runs.get("greedy")
-    streams = greedy_runs.streams if greedy_runs is not None else ()
+    rules, streams = ngram_simple_sizes(profile), target_streams(profile)
     rows = []
     for pair in profile.pairs:
         for mode, stats in pair.sampling.items():

@@ -84,6 +84,9 @@ def test_a_parting_within_the_noise_is_a_near_tie_and_one_beyond_it_is_not():
     # a parting to a token far behind (1 is 1.0 below 4): lossy whatever the noise
     wrong = record(1, 0, (1, 1, 1, 2, 4, 1, 1, 2))
     assert near_ties(SPECS, [target_only, wrong], 0, BatchShapeMember(bias=0.3), PROMPTS) == {}
+    # a run that only stops early (no two tokens to compare) keeps the chain lossy, near-tie or not
+    short = record(1, 0, target_only.token_ids[:5])
+    assert near_ties(SPECS, [target_only, batched, short], 0, BatchShapeMember(bias=0.3), PROMPTS) == {}
     # a chain that never parts is not listed
     assert near_ties(SPECS, [target_only, record(1, 0, target_only.token_ids)], 0, BatchShapeMember(bias=0.3), PROMPTS) == {}
 

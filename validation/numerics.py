@@ -29,7 +29,7 @@ from dataclasses import dataclass
 import torch
 
 from polyplan.decoder.member import ChainMember
-from polyplan.validation.results import ChainSpec, RunRecord
+from polyplan.validation.results import ChainSpec, RunRecord, parting
 
 NOISE_WINDOWS = 4  # passes compared with one-token steps, spread over the output
 
@@ -91,7 +91,8 @@ def near_ties(
     prompts: Sequence[Sequence[int]],
 ) -> dict[int, NearTie]:
     """The chains (by index into `specs`) whose every parting from the target-only runs of the
-    same prompt and repeat is a near-tie (module docstring); chains that never part are left out."""
+    same prompt and repeat is a near-tie (module docstring); chains that never part are left out,
+    and so is a chain with a run that only stopped earlier or later (no two tokens to compare)."""
     base = {(run.repeat, run.prompt): run for run in records if run.chain == baseline}
     margins: dict[tuple, float] = {}
     found: dict[int, NearTie] = {}
@@ -100,13 +101,17 @@ def near_ties(
         for index, spec in enumerate(specs):
             if index == baseline or len(spec.planned.chain) == 1:
                 continue
-            parted = []
+            parted, lengths_differ = [], False
             for run in (run for run in records if run.chain == index):
                 reference = base[(run.repeat, run.prompt)].token_ids
-                position = next((i for i, (a, b) in enumerate(zip(reference, run.token_ids)) if a != b), None)
-                if position is not None:
-                    parted.append((run.prompt, reference, position, run.token_ids[position]))
-            if not parted:
+                position = parting(reference, run.token_ids)
+                if position is None:
+                    continue
+                if position >= min(len(reference), len(run.token_ids)):  # one stopped early: no two tokens to compare
+                    lengths_differ = True
+                    break
+                parted.append((run.prompt, reference, position, run.token_ids[position]))
+            if lengths_differ or not parted:
                 continue
             worst = 0.0
             for prompt, reference, position, token in parted:

@@ -275,10 +275,18 @@ def _pooled(values: Sequence[Sequence[int]]) -> tuple[float | None, float | None
     return statistics.fmean(flat), (statistics.stdev(flat) if len(flat) > 1 else 0.0)
 
 
-def _first_difference(reference: tuple[int, ...], other: tuple[int, ...], prompt: int, repeat: int) -> str | None:
-    if reference == other:
+def parting(reference: Sequence[int], other: Sequence[int]) -> int | None:
+    """Where `other` first leaves `reference`: the first differing position, or the shorter
+    one's length when one is a prefix of the other; None when they are equal."""
+    if tuple(reference) == tuple(other):
         return None
-    position = next((i for i, (a, b) in enumerate(zip(reference, other)) if a != b), min(len(reference), len(other)))
+    return next((i for i, (a, b) in enumerate(zip(reference, other)) if a != b), min(len(reference), len(other)))
+
+
+def _first_difference(reference: tuple[int, ...], other: tuple[int, ...], prompt: int, repeat: int) -> str | None:
+    position = parting(reference, other)
+    if position is None:
+        return None
     return f"prompt {prompt + 1}, repeat {repeat + 1}: token {position + 1} differs from target-only decoding"
 
 

@@ -198,7 +198,6 @@ def generate(
     options.seed(seed)
     if device is not None:
         check_device(device)
-    options.at_least(threads, 1, "--threads")
     request = _request(plan, chain, block_sizes, temperature, candidates, device)
     sampling = _sampling(request.temperature, top_k, top_p)
     choice = choose_threads(threads, request.threads, recorded_by="the plan's profile")
