@@ -42,7 +42,8 @@ Format (``plan_version`` 2; each ranked chain is stored once, the plan's own cha
         "latency_source": "samples", "acceptance_source": "runs",
         "tied_with_best": [["vicuna-7b", "eagle"]],   # chains whose interval overlaps the best's
         "ranking": "ranking: cannot tell ... apart from: ...",
-        "widened": ["gemma: latency x [0.68, 0.99] (the machine floor was 1.52x slower ...)"]
+        "widened": ["gemma: latency x [0.68, 0.99] (the machine floor was 1.52x slower ...)"],
+        "prompt_stretch": 1.12           # optional: each replicate stretched for few prompts
       },
       "warnings": ["..."],                   # optional: why the timings are doubtful
                                              # (planner.timing_health); [] when none
@@ -173,6 +174,7 @@ class IntervalsRecord:
     tied_with_best: tuple[tuple[str, ...], ...]  # chains whose interval overlaps the best's
     ranking: str
     widened: tuple[str, ...] = ()  # a line per model whose failed timing-health check widened its latency
+    prompt_stretch: float = 1.0  # every replicate's deviation stretched for few prompts (1.0 in older plans)
 
 
 @dataclass(frozen=True)
@@ -460,6 +462,7 @@ def _intervals_record(value: Any) -> IntervalsRecord | None:
         tuple(tuple(chain) for chain in tied if isinstance(chain, list)) if isinstance(tied, list) else (),
         _text(value.get("ranking")),
         tuple(line for line in widened if isinstance(line, str)) if isinstance(widened := value.get("widened"), list) else (),
+        stretch if (stretch := _number(value.get("prompt_stretch"))) is not None and stretch >= 1.0 else 1.0,
     )
 
 

@@ -88,6 +88,7 @@ def plan_of(
         prediction_intervals=None if intervals is None else IntervalsRecord(
             intervals.level, intervals.resamples, intervals.seed, intervals.latency_source, intervals.acceptance_source,
             tuple(item.chain for item in intervals.tied_with_best()), intervals.ranking_line(), intervals.widened,
+            intervals.prompt_stretch,
         ),
     )
 

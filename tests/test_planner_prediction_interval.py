@@ -285,3 +285,111 @@ def test_a_widened_interval_is_named_in_the_plan_and_the_validation_notes(tmp_pa
     clean_plan = read_plan(tmp_path / "clean.json")
     assert clean_plan.prediction_intervals.widened == ()
     assert not any("widened" in note for note in plan_notes(clean_plan))
+
+
+THREE = ("target", "mid", "drafter")
+T1_THREE = {"target": 0.010, "mid": 0.004, "drafter": 0.001}
+
+
+def correlated_three_level(rng: np.random.Generator, prompts: int, length: int = 80) -> Profile:
+    """A three-model profile whose two pairs share each prompt's difficulty: a prompt hard for
+    the middle model is hard for the drafter too (as measured on the family: the prompts the
+    int8 copy drafts worse are the ones the distilled drafter drafts worse). Exact latency."""
+    # most prompts draft fairly well, a few (a repeated passage, boilerplate) almost perfectly
+    rates = np.where(rng.random(prompts) < 0.15, 0.99, rng.beta(6.0, 2.0, prompts))
+    profile = Profile(target="target", device="synthetic")
+    for name, t1 in T1_THREE.items():
+        profile.models.append(ModelProfile(name, f"fp-{name}", [LatencyPoint(128, k, t1 * (1 + 0.1 * (k - 1))) for k in KS]))
+    entries = []
+    for verifier, drafter, scale in (("target", "mid", 1.0), ("mid", "drafter", 0.95)):
+        sequences = tuple("".join("1" if hit else "0" for hit in rng.random(length) < scale * rate) for rate in rates)
+        rate = sum(s.count("1") for s in sequences) / sum(len(s) for s in sequences)
+        profile.add_pair(verifier, drafter).sampling["greedy"] = SamplingStats(alpha=min(rate, 0.999))
+        entries.append(PairAgreement(verifier, drafter, sequences))
+    profile.acceptance_runs = {"greedy": AgreementRuns(tuple(entries))}
+    return profile
+
+
+def three_level_speedup(profile: Profile) -> float:
+    from polyplan.planner.search import evaluate_chain
+
+    return evaluate_chain(profile, THREE, (4, 3)).exact_speedup
+
+
+def three_level_coverage(trials) -> int:
+    covered = 0
+    for profiled, new in trials:
+        point = three_level_speedup(profiled)
+        interval = prediction_intervals(profiled, [(THREE, (4, 3), point)], resamples=100, seed=0).chains[0].speedup
+        covered += interval.contains(three_level_speedup(new))
+    return covered
+
+
+def test_every_pair_draws_the_same_new_prompt_set(monkeypatch):
+    """Every pair is measured on the same prompts, so a replicate's new prompt set is one draw
+    for all of them and the levels of a chain move together, as they do on real prompts (on the
+    family, the prompts the int8 copy drafts worse are the ones the drafter drafts worse). Two
+    pairs with the same agreement per prompt then get the same α in every replicate; the
+    negative control, a draw per pair (what the module did before), decorrelates them."""
+    import polyplan.planner.prediction_interval as module
+
+    profile = correlated_three_level(np.random.default_rng(5), 16)
+    first = profile.acceptance_runs["greedy"].pairs[0]
+    entries = (first, PairAgreement("mid", "drafter", first.agreement))
+    profile.acceptance_runs = {"greedy": AgreementRuns(entries)}
+    profile.pair("mid", "drafter").sampling["greedy"] = profile.pair("target", "mid").sampling["greedy"]
+
+    def correlation() -> float:
+        replicates = module._AcceptanceReplicates(profile, "greedy", "auto", 200, np.random.default_rng(0))
+        return float(np.corrcoef(replicates.alphas(("target", "mid")), replicates.alphas(("mid", "drafter")))[0, 1])
+
+    assert correlation() == pytest.approx(1.0)
+    draw = module._AcceptanceReplicates._prompt_draw
+
+    def per_pair(self, prompts):
+        self._weights.clear()  # forget the shared draw: every call draws anew
+        return draw(self, prompts)
+
+    monkeypatch.setattr(module._AcceptanceReplicates, "_prompt_draw", per_pair)
+    assert abs(correlation()) < 0.3
+
+
+def test_few_prompts_stretch_follows_students_t():
+    from scipy.stats import norm, t
+
+    from polyplan.planner.prediction_interval import few_prompts_stretch
+
+    assert few_prompts_stretch(None, 0.95) == 1.0
+    assert few_prompts_stretch(16, 0.95) == pytest.approx(t.ppf(0.975, 15) / norm.ppf(0.975) * np.sqrt(16 / 15))
+    assert few_prompts_stretch(16, 0.95) == pytest.approx(1.123, abs=1e-3)
+    values = [few_prompts_stretch(n, 0.95) for n in (4, 8, 16, 64, 1024)]
+    assert values == sorted(values, reverse=True) and values[-1] == pytest.approx(1.0, abs=0.002)
+
+
+def test_the_stretch_moves_each_bound_by_its_factor_in_log_speedup(monkeypatch):
+    """The stretch is a monotone map of every replicate, so each bound moves exactly by it:
+    log(bound / point) is `prompt_stretch` times what it is unstretched."""
+    import polyplan.planner.prediction_interval as module
+
+    profile = correlated_three_level(np.random.default_rng(3), 8)
+    point = three_level_speedup(profile)
+    stretched = prediction_intervals(profile, [(THREE, (4, 3), point)], resamples=100, seed=0)
+    assert stretched.prompt_stretch == pytest.approx(module.few_prompts_stretch(8, 0.95))
+    monkeypatch.setattr(module, "few_prompts_stretch", lambda prompts, level: 1.0)
+    plain = prediction_intervals(profile, [(THREE, (4, 3), point)], resamples=100, seed=0)
+    assert plain.prompt_stretch == 1.0
+    for bound in ("low", "high"):
+        wide, narrow = getattr(stretched.chains[0].speedup, bound), getattr(plain.chains[0].speedup, bound)
+        # (percentiles interpolate between replicates in speedup, not log-speedup: equal to 2%)
+        assert np.log(wide / point) == pytest.approx(stretched.prompt_stretch * np.log(narrow / point), rel=0.02)
+        assert abs(np.log(wide / point)) > abs(np.log(narrow / point))
+
+
+def test_a_new_prompt_sets_three_level_speedup_is_covered_with_few_skewed_prompts():
+    """Profiles of 8 prompts from a skewed population (a few prompts drafted almost perfectly),
+    two pairs sharing each prompt's difficulty: over 80 trials the 95% interval covers a new
+    8-prompt set's speedup at least 68 times (binomial(80, 0.95) falls below 68 with probability
+    < 1e-3)."""
+    rng = np.random.default_rng(6)
+    trials = [(correlated_three_level(rng, 8), correlated_three_level(rng, 8)) for _ in range(80)]
+    assert three_level_coverage(trials) >= 68

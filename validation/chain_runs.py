@@ -29,6 +29,7 @@ from polyplan.formats.errors import PolyplanError
 from polyplan.formats.plan import PlanFile
 from polyplan.formats.report import ReportSettings
 from polyplan.formats.profile import Profile
+from polyplan.planner.prediction_interval import stretch_words
 from polyplan.validation.categories import chain_categories
 from polyplan.profiler.forward_timing import synchronizer
 from polyplan.profiler.forward_timing import collector_paused
@@ -347,6 +348,9 @@ def plan_notes(plan: PlanFile) -> list[str]:
     notes = [f"timing warning from the plan: {line}" for line in plan.warnings]
     if plan.prediction_intervals is not None:
         notes += [f"prediction interval widened for timing health: {line}" for line in plan.prediction_intervals.widened]
+        if plan.prediction_intervals.prompt_stretch != 1.0:
+            notes.append(f"prediction intervals: acceptance resampled for a new prompt set"
+                         f"{stretch_words(plan.prediction_intervals.prompt_stretch)}")
     return notes
 
 

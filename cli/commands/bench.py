@@ -216,6 +216,47 @@ def loop(
     typer.echo(f"\nreports: {', '.join(str(run.result.files.report) for run in bench.runs)}")
 
 
+@app.command("intervals")
+@fails_cleanly
+def intervals(
+    plan: Annotated[Path, typer.Option("--plan", help="A plan.json; its profile's prompts are split (profile on more "
+                                       "prompts than usual, e.g. 48, for a sharp check).")],
+    split: Annotated[Optional[int], typer.Option("--split", help="Prompts in each of the profiling and new sets "
+                                                 "(default: half the profile's prompts).")] = None,
+    splits: Annotated[int, typer.Option("--splits", help="Random splits.")] = 100,
+    top: Annotated[int, typer.Option("--top", help="The plan's best chains checked.")] = 6,
+    seed: Annotated[int, typer.Option("--seed", help="Seed of the splits and the bootstrap.")] = 0,
+    json_output: Annotated[bool, typer.Option("--json", help="Print the result as JSON.")] = False,
+) -> None:
+    """Check the plan's acceptance intervals on the profile's own prompts: split them at random
+    into a profiling set and a new set, predict from the first, and count how often the
+    interval holds the second's exact speedup (no model runs; latency held as profiled)."""
+    import dataclasses
+
+    from polyplan.formats import options
+    from polyplan.formats.plan import read_plan
+    from polyplan.loop.pipeline import plan_profile
+    from polyplan.planner.interval_coverage import coverage_lines, interval_coverage
+
+    options.at_least(top, 1, "--top")
+    planned = read_plan(plan)
+    profile = plan_profile(planned)
+    if profile is None:
+        raise PolyplanError(f"{plan}: its profile {planned.profile.path} cannot be read (it was moved or deleted)")
+    runs = profile.acceptance_runs.get("greedy")
+    prompts = len(runs.pairs[0].agreement) if runs is not None and runs.pairs else 0
+    chains = [(item.chain, item.block_sizes) for item in planned.alternatives[:top]]
+    result = interval_coverage(
+        profile, chains, split=prompts // 2 if split is None else split, splits=splits, sampling=planned.sampling,
+        context_length=planned.search.context_length, overhead=planned.loop_overhead,
+        acceptance_model=planned.search.acceptance_model or "auto", seed=seed,
+    )
+    if json_output:
+        echo_json(dataclasses.asdict(result))
+    else:
+        typer.echo("\n".join(coverage_lines(result)))
+
+
 def _llama_cpp_peers(plan, prompts, candidates, new_tokens, repeats, max_prompts, threads, json_output) -> None:
     """`bench peers --engine llama.cpp` (engines.llama_peers)."""
     import dataclasses

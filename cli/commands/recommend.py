@@ -15,6 +15,7 @@ import typer
 from polyplan.cli.support import echo_json, fails_cleanly
 from polyplan.cli.commands.options import RawPrompts
 from polyplan.formats.errors import PolyplanError
+from polyplan.planner.prediction_interval import stretch_words
 from polyplan.planner.search import ChainPlan, Recommendation
 from polyplan.formats.sampling import SamplingMode
 
@@ -68,7 +69,8 @@ def table_lines(result: Recommendation) -> list[str]:
     if intervals is not None:
         lines += ["", intervals.ranking_line(),
                   f"  (bootstrap: {intervals.resamples} resamples of the latency timings ({intervals.latency_source}) and "
-                  f"the acceptance data ({intervals.acceptance_source}) for a new prompt set; block sizes held at their chosen values)"]
+                  f"the acceptance data ({intervals.acceptance_source}) for a new prompt set{stretch_words(intervals.prompt_stretch)}; "
+                  "block sizes held at their chosen values)"]
         lines += [f"  widened for timing health: {line}" for line in intervals.widened]
     lines += warning_lines(result.warnings)
     return lines
