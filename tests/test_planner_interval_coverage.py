@@ -13,6 +13,7 @@ import json
 
 import numpy as np
 import pytest
+from interval_controls import profile_only_weights
 from typer.testing import CliRunner
 
 from polyplan.formats.errors import PolyplanError
@@ -57,13 +58,8 @@ def test_the_shipped_intervals_are_calibrated_on_new_prompt_sets():
 def test_negative_control_intervals_of_the_profiles_mean_only_are_found_narrow(monkeypatch):
     import polyplan.planner.prediction_interval as module
 
-    def profile_only(prompts, resamples, rng):
-        picks = rng.integers(0, prompts, size=(resamples, prompts))
-        weights = np.zeros((resamples, prompts))
-        np.add.at(weights, (np.arange(resamples)[:, None], picks), 1.0)
-        return weights
 
-    monkeypatch.setattr(module, "_prompt_weights", profile_only)
+    monkeypatch.setattr(module, "_prompt_weights", profile_only_weights)
     monkeypatch.setattr(module, "few_prompts_stretch", lambda prompts, level: 1.0)
     result = interval_coverage(pooled_profile(1), CHAINS, split=16, splits=40, resamples=100)
     assert all(item.interval_spread < 0.8 * item.actual_spread for item in result.chains)

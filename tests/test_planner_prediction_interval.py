@@ -13,6 +13,7 @@ import json
 
 import numpy as np
 import pytest
+from interval_controls import profile_only_weights
 
 from polyplan.formats.errors import PolyplanError
 from polyplan.planner.cost_model import predict_chain
@@ -217,13 +218,8 @@ def test_the_interval_covers_a_new_prompt_sets_speedup(monkeypatch):
     new_set = covered()
     assert new_set >= 30
 
-    def profile_only(prompts, resamples, rng):
-        picks = rng.integers(0, prompts, size=(resamples, prompts))
-        weights = np.zeros((resamples, prompts))
-        np.add.at(weights, (np.arange(resamples)[:, None], picks), 1.0)
-        return weights
 
-    monkeypatch.setattr(module, "_prompt_weights", profile_only)
+    monkeypatch.setattr(module, "_prompt_weights", profile_only_weights)
     assert covered() <= new_set - 4
 
 

@@ -1,0 +1,14 @@
+"""Negative controls shared by the interval tests."""
+
+from __future__ import annotations
+
+import numpy as np
+
+
+def profile_only_weights(prompts: int, resamples: int, rng: np.random.Generator) -> np.ndarray:
+    """A stand-in for `planner.prediction_interval._prompt_weights` that resamples only the
+    profile's own prompts (the error of its mean), never a new prompt set drawn from them."""
+    picks = rng.integers(0, prompts, size=(resamples, prompts))
+    weights = np.zeros((resamples, prompts))
+    np.add.at(weights, (np.arange(resamples)[:, None], picks), 1.0)
+    return weights
