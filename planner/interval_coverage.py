@@ -24,6 +24,7 @@ from polyplan.formats.errors import PolyplanError
 from polyplan.formats.overhead import LoopOverhead
 from polyplan.formats.profile import PairAgreement, Profile
 from polyplan.planner.prediction_interval import DEFAULT_LEVEL, prediction_intervals
+from polyplan.planner.runs import set_agreement_alphas
 from polyplan.planner.search import evaluate_chain
 
 DEFAULT_SPLITS = 100
@@ -63,7 +64,7 @@ def interval_coverage(
     profile: Profile,
     chains: Sequence[tuple[Sequence[str], Sequence[int]]],
     *,
-    split: int,
+    split: int | None = None,
     splits: int = DEFAULT_SPLITS,
     sampling: str = "greedy",
     context_length: int | None = None,
@@ -73,7 +74,8 @@ def interval_coverage(
     resamples: int = 200,
     seed: int = 0,
 ) -> IntervalCoverage:
-    """Coverage of each chain's acceptance interval over `splits` random splits (module docstring).
+    """Coverage of each chain's acceptance interval over `splits` random splits (module docstring);
+    `split` None: half the profile's prompts in each set.
 
     Raises:
         PolyplanError: the profile has no greedy agreement runs, too few prompts for two sets
@@ -83,6 +85,7 @@ def interval_coverage(
     if sampling != "greedy" or runs is None or not runs.pairs:
         raise PolyplanError("the profile has no greedy agreement runs to split (profile at temperature 0 first)")
     prompts = len(runs.pairs[0].agreement)
+    split = prompts // 2 if split is None else split
     if isinstance(split, bool) or not isinstance(split, int) or split < 2:
         raise PolyplanError(f"--split: must be an integer >= 2, got {split!r}")
     if 2 * split > prompts:
@@ -150,11 +153,15 @@ def coverage_lines(result: IntervalCoverage) -> list[str]:
 
 def _fixed_latency(profile: Profile) -> Profile:
     """`profile` with every latency point a fixed median (no timings to resample, no timing
-    health to widen by): only acceptance is judged."""
+    health to widen by): only acceptance is judged. The whole profile's α intervals are dropped
+    too: each part's α comes from its own prompts (`_restricted`)."""
     fixed = copy.deepcopy(profile)
     for model in fixed.models:
         model.latency = [dataclasses.replace(point, iqr_s=0.0, samples_s=None) for point in model.latency]
         model.timing = None
+    for pair in fixed.pairs:
+        if "greedy" in pair.sampling:
+            pair.sampling["greedy"].alpha_ci = None
     return fixed
 
 
@@ -170,13 +177,7 @@ def _restricted(profile: Profile, indices: np.ndarray) -> Profile:
     part.acceptance_runs = {**profile.acceptance_runs,
                             "greedy": dataclasses.replace(runs, pairs=entries, prompts=len(picked), streams=streams)}
     part.pairs = copy.deepcopy(profile.pairs)
-    for entry in entries:
-        pair = part.pair(entry.verifier, entry.drafter)
-        text = "".join(entry.agreement)
-        if pair is not None and "greedy" in pair.sampling and text:
-            pair.sampling["greedy"] = dataclasses.replace(pair.sampling["greedy"],
-                                                          alpha=min(text.count("1") / len(text), 1.0 - 1e-6),
-                                                          alpha_ci=None)
+    set_agreement_alphas(part, entries)
     return part
 
 

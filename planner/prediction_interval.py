@@ -47,8 +47,8 @@ How each input is resampled (per replicate, independently):
   prompts (16 by default), some of which a drafter reads almost perfectly. Each replicate's
   log-speedup deviation from the point is stretched by Student's t allowance for n prompts
   (`few_prompts_stretch`: 1.12 for 16). Measured on the family (`polyplan bench intervals`:
-  48 prompts, 100 profile/new-set splits of 16 each, six chains), coverage at 95% was 75-92%
-  per chain before the shared draw and the stretch, 91-98% after.
+  48 prompts, 100 profile/new-set splits of 16 each, six chains), coverage at 95% was 76-95%
+  per chain before the shared draw and the stretch, 89-97% after.
 
 The loop overhead and switch costs are held fixed (they are small, measured on their own).
 Lemma 3.1 is not resampled: it stays a point prediction beside the exact model.

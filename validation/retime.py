@@ -23,6 +23,7 @@ import torch
 
 from polyplan.decoder.member import ChainMember
 from polyplan.formats.overhead import LoopOverhead
+from polyplan.planner.runs import set_agreement_alphas
 from polyplan.planner.search import evaluate_chain
 from polyplan.formats.profile import AgreementRuns, LatencyPoint, Profile
 from polyplan.profiler.forward_timing import timed_pass
@@ -109,11 +110,7 @@ def reaccepted_profile(profile: Profile, timings: Sequence[PassTiming], agreemen
     there (what the i.i.d. reading uses). Pairs it does not cover keep the profile's values."""
     revised = retimed_profile(profile, timings)
     revised.acceptance_runs = {**revised.acceptance_runs, "greedy": agreement}
-    for entry in agreement.pairs:
-        pair = revised.pair(entry.verifier, entry.drafter)
-        text = "".join(entry.agreement)
-        if pair is not None and "greedy" in pair.sampling and text:
-            pair.sampling["greedy"].alpha = min(text.count("1") / len(text), 1.0 - 1e-6)
+    set_agreement_alphas(revised, agreement.pairs)
     return revised
 
 

@@ -243,11 +243,9 @@ def intervals(
     profile = plan_profile(planned)
     if profile is None:
         raise PolyplanError(f"{plan}: its profile {planned.profile.path} cannot be read (it was moved or deleted)")
-    runs = profile.acceptance_runs.get("greedy")
-    prompts = len(runs.pairs[0].agreement) if runs is not None and runs.pairs else 0
     chains = [(item.chain, item.block_sizes) for item in planned.alternatives[:top]]
     result = interval_coverage(
-        profile, chains, split=prompts // 2 if split is None else split, splits=splits, sampling=planned.sampling,
+        profile, chains, split=split, splits=splits, sampling=planned.sampling,
         context_length=planned.search.context_length, overhead=planned.loop_overhead,
         acceptance_model=planned.search.acceptance_model or "auto", seed=seed,
     )
