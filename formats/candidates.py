@@ -26,6 +26,9 @@
         source: ./gemma-3-270m-q4_k_m.gguf
         engine: llama.cpp             # run the GGUF on llama.cpp's kernels at its own quantization
         context: 4096                 #   (optional, llama.cpp entries: the context it reserves)
+      - name: qwen-1.5b
+        source: fetch:qwen2.5-coder-1.5b-instruct   # a file `polyplan fetch NAME` put in the cache
+        engine: llama.cpp
       - name: gemma-cpp-q4_0
         derive: {from: gemma-cpp, quantize: q4_0}  # llama.cpp's quantizer: q4_0 | q8_0 | q2_k | ...
       - name: big
@@ -73,6 +76,7 @@ from pathlib import Path
 from typing import Any
 
 from polyplan.formats.errors import PolyplanError
+from polyplan.formats.fetchable import FETCH_PREFIX, fetched_path
 
 BUILTIN_PREFIX = "builtin:"
 DTYPES = ("float32", "float16", "bfloat16")
@@ -380,7 +384,12 @@ def _boolean(entry: dict, key: str, label: str) -> bool:
 
 def _resolve_source(source: Any, base_dir: Path, label: str) -> tuple[str, str]:
     if not isinstance(source, str) or not source.strip():
-        raise PolyplanError(f"{label}: 'source' must be a folder, a .gguf file, a hub id or builtin:<name>")
+        raise PolyplanError(f"{label}: 'source' must be a folder, a .gguf file, a hub id, fetch:<name> or builtin:<name>")
+    if source.startswith(FETCH_PREFIX):
+        try:
+            return str(fetched_path(source[len(FETCH_PREFIX):])), "gguf"
+        except PolyplanError as error:
+            raise PolyplanError(f"{label}: {error}") from None
     if source.startswith(BUILTIN_PREFIX):
         name = source[len(BUILTIN_PREFIX):]
         if not name:

