@@ -16,6 +16,7 @@ member is made, never at import of this module.
 from __future__ import annotations
 
 import ctypes
+import sys
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -23,6 +24,7 @@ import numpy as np
 import torch
 
 from polyplan.decoder.hf import HFMember
+from polyplan.decoder.llama_cpp_buffers import extra_buffers
 from polyplan.formats.errors import PolyplanError
 
 INSTALL_HINT = "install llama.cpp's Python bindings with `pip install -e '.[llama]'` (builds llama-cpp-python from source, a few minutes)"
@@ -98,7 +100,9 @@ class LlamaCppMember:
         self.device = torch.device("cpu")  # where its logits live (llama.cpp runs on the CPU here)
         if context < 1 or batch < 1:
             raise PolyplanError(f"chain member {self.name!r}: context and batch must be >= 1, got {context} and {batch}")
+        self.extra_buffers = extra_buffers(self.path, llama_cpp.__version__, log=_warn_once)
         model_params = llama_cpp.llama_model_default_params()
+        model_params.use_extra_bufts = self.extra_buffers.enabled
         self._model = llama_cpp.llama_model_load_from_file(str(self.path).encode(), model_params)
         if not self._model:
             raise PolyplanError(f"chain member {self.name!r}: llama.cpp cannot load {self.path} (not a GGUF it knows, or a damaged file)")
@@ -229,6 +233,16 @@ class LlamaCppMember:
             self.close()
         except Exception:  # noqa: BLE001 - interpreter shutdown may have unloaded the bindings
             pass
+
+
+_WARNED: set[str] = set()
+
+
+def _warn_once(line: str) -> None:
+    """A line on stderr, once a process (the extra-buffers verdict is the same for every member)."""
+    if line not in _WARNED:
+        _WARNED.add(line)
+        print(f"note: {line}", file=sys.stderr)
 
 
 def _end_of_generation_ids(llama_cpp, vocab, n_vocab: int) -> tuple[int, ...]:

@@ -136,6 +136,18 @@ def server_configs(plan, export, candidates, files: dict[str, str]) -> list[Serv
     return configs
 
 
+def repack_flags(target, candidates, files: dict[str, str]) -> tuple[str, ...]:
+    """`--no-repack` when llama.cpp's extra weight buffers crash on this CPU for any GGUF the
+    servers load (`decoder.llama_cpp_buffers`: the same verdict polyplan's own members use)."""
+    from polyplan.decoder.llama_cpp import llama_cpp_module
+    from polyplan.decoder.llama_cpp_buffers import extra_buffers
+
+    version = llama_cpp_module().__version__
+    paths = {target.source, *files.values()}
+    verdicts = [extra_buffers(path, version) for path in sorted(p for p in paths if p and str(p).endswith(".gguf"))]
+    return () if all(verdict.enabled for verdict in verdicts) else ("--no-repack",)
+
+
 def run_llama_peers(plan_path, *, prompts_path=None, candidates_path=None, threads: int | None = None, repeats: int = 2,
                     new_tokens: int = 64, max_prompts: int | None = None, context: int = 4096,
                     log=lambda line: None) -> LlamaPeersBenchmark:
@@ -166,7 +178,8 @@ def run_llama_peers(plan_path, *, prompts_path=None, candidates_path=None, threa
     if target.source_kind != "gguf":
         raise PolyplanError(f"{plan_path}: target {target.name!r} is not a GGUF file; llama-server runs only GGUF")
     export = export_from_files(plan_path, "llama.cpp", candidates_path=candidates_path)
-    configs = server_configs(plan, export, candidates, engine_files(candidates))
+    files = engine_files(candidates)
+    configs = server_configs(plan, export, candidates, files)
     loaded = load_candidates(candidates)
     prompts = validation_prompt_set(prompts_path, max_prompts=max_prompts)
     encoded = encode_for(prompts, loaded.tokenizer)
@@ -176,7 +189,8 @@ def run_llama_peers(plan_path, *, prompts_path=None, candidates_path=None, threa
     chain = loaded.chain(list(plan.chain))
     block_sizes = list(plan.block_sizes)
     logs = cache_root() / "engines" / "logs" / time.strftime("%Y%m%d-%H%M%S")
-    common = ("-t", str(threads), "-tb", str(threads), "-c", str(context), "-np", "1", "--no-webui", "--no-warmup")
+    common = ("-t", str(threads), "-tb", str(threads), "-c", str(context), "-np", "1", "--no-webui", "--no-warmup",
+              *repack_flags(target, candidates, files))
     torch.set_num_threads(threads)
     runs: list[PeerRun] = []
     with contextlib.ExitStack() as stack:

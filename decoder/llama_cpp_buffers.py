@@ -1,0 +1,141 @@
+"""Whether llama.cpp's extra weight buffers run on this CPU, asked once per CPU and file type.
+
+llama.cpp's CPU backend can move quantized weights into "extra" buffer types at load time:
+repacked layouts for its AVX/NEON kernels and, on CPUs that announce AMX, Intel's AMX tiles.
+On some virtual machines the CPU announces AMX and the kernel grants it, yet llama.cpp's AMX
+matrix multiply dies with a segmentation fault on the first batch of more than one token (seen
+on a 2-core Intel Xeon with AMX under Firecracker: `ldtilecfg` faults inside
+`ggml_backend_amx_mul_mat`, in the Python bindings and in `llama-bench -p 8` alike, while a
+plain C program using the same tile configuration runs). One-token decoding still works, so
+the crash appears only when a chain verifies or a prompt is prefilled: far from its cause.
+
+So before a quantized GGUF is first run, a child process loads it with the extra buffers on and
+decodes one 8-token batch. When the child dies, polyplan runs llama.cpp without them
+(`use_extra_bufts = false` in the bindings, `--repack 0` / `--no-repack` for llama-bench and
+llama-server) and says so once. The answer is cached per (CPU model, llama.cpp bindings
+version, GGUF file type) under `<cache>/llama.cpp/extra-buffers.json`. Float files (F32, F16,
+BF16) use no extra buffer and are never probed. `POLYPLAN_LLAMA_EXTRA_BUFFERS=0|1` overrides.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+from polyplan.formats.cache import cache_root
+
+OVERRIDE_ENV = "POLYPLAN_LLAMA_EXTRA_BUFFERS"
+CACHE_FILE = "extra-buffers.json"
+_FLOAT_FILE_TYPES = {0, 1, 32}  # llama_ftype: ALL_F32, MOSTLY_F16, MOSTLY_BF16
+PROBE_TOKENS = 8
+
+_PROBE = r"""
+import sys
+import llama_cpp
+llama_cpp.llama_log_set(llama_cpp.llama_log_callback(lambda level, text, data: None), None)
+llama_cpp.llama_backend_init()
+params = llama_cpp.llama_model_default_params()
+params.use_extra_bufts = True
+model = llama_cpp.llama_model_load_from_file(sys.argv[1].encode(), params)
+if not model:
+    sys.exit(3)
+context_params = llama_cpp.llama_context_default_params()
+context_params.n_ctx = 64
+context_params.n_threads = context_params.n_threads_batch = 1
+context = llama_cpp.llama_init_from_model(model, context_params)
+n = int(sys.argv[2])
+batch = llama_cpp.llama_batch_init(n, 0, 1)
+batch.n_tokens = n
+for i in range(n):
+    batch.token[i], batch.pos[i], batch.n_seq_id[i], batch.logits[i] = i + 1, i, 1, i == n - 1
+    batch.seq_id[i][0] = 0
+sys.exit(0 if llama_cpp.llama_decode(context, batch) == 0 else 4)
+"""
+
+
+@dataclass(frozen=True)
+class ExtraBuffers:
+    """The verdict for one file: whether to use llama.cpp's extra buffers, and why."""
+
+    enabled: bool
+    reason: str  # "float file", "probed", "cached", "override"
+
+
+def cpu_model() -> str:
+    """The processor's model name (`/proc/cpuinfo`), or the platform's description."""
+    try:
+        for line in Path("/proc/cpuinfo").read_text(encoding="utf-8", errors="replace").splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    import platform
+
+    return platform.processor() or platform.machine()
+
+
+def gguf_file_type(path: str | os.PathLike[str]) -> int | None:
+    """The file's `general.file_type` (a llama_ftype); for a file that does not say, 0 (ALL_F32)
+    when every tensor is a float type, else None."""
+    from gguf import GGMLQuantizationType, GGUFReader
+
+    reader = GGUFReader(str(path))
+    field = reader.get_field("general.file_type")
+    if field is not None:
+        return int(field.parts[field.data[0]][0])
+    floats = {GGMLQuantizationType.F32, GGMLQuantizationType.F16, GGMLQuantizationType.BF16}
+    return 0 if all(tensor.tensor_type in floats for tensor in reader.tensors) else None
+
+
+def extra_buffers(path: str | os.PathLike[str], bindings_version: str, *, log=lambda line: None) -> ExtraBuffers:
+    """Whether llama.cpp may use its extra weight buffers for GGUF file `path` on this CPU."""
+    override = os.environ.get(OVERRIDE_ENV)
+    if override in ("0", "1"):
+        return ExtraBuffers(override == "1", "override")
+    file_type = gguf_file_type(path)
+    if file_type in _FLOAT_FILE_TYPES:
+        return ExtraBuffers(True, "float file")
+    key = f"{cpu_model()} | llama-cpp-python {bindings_version} | file type {file_type}"
+    store = cache_root() / "llama.cpp" / CACHE_FILE
+    known = _read(store)
+    if key in known:
+        return ExtraBuffers(bool(known[key]), "cached")
+    works = probe(path)
+    if not works:
+        log(f"llama.cpp's extra weight buffers (AMX, repacking) crash a batched decode on this CPU ({cpu_model()}); "
+            "running llama.cpp without them")
+    _write(store, {**known, key: works})
+    return ExtraBuffers(works, "probed")
+
+
+def probe(path: str | os.PathLike[str], timeout_s: float = 300.0) -> bool:
+    """True when a child process decodes an 8-token batch of `path` with the extra buffers on."""
+    try:
+        done = subprocess.run([sys.executable, "-c", _PROBE, str(path), str(PROBE_TOKENS)], capture_output=True,
+                              timeout=timeout_s, check=False)
+    except subprocess.TimeoutExpired:
+        return False
+    return done.returncode == 0
+
+
+def _read(store: Path) -> dict:
+    try:
+        data = json.loads(store.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return {}
+    return data if isinstance(data, dict) else {}
+
+
+def _write(store: Path, data: dict) -> None:
+    """Best effort: a cache that cannot be written only means probing again next time."""
+    try:
+        store.parent.mkdir(parents=True, exist_ok=True)
+        partial = store.with_name(f".{store.name}.partial-{os.getpid()}")
+        partial.write_text(json.dumps(data, indent=1, sort_keys=True), encoding="utf-8")
+        os.replace(partial, store)
+    except OSError:
+        pass

@@ -1,0 +1,58 @@
+"""llama.cpp's extra weight buffers: probed once per CPU and file type in a child process, off
+where the child dies (an AMX crash seen on one Intel VM), never probed for float files."""
+
+from __future__ import annotations
+
+import subprocess
+
+import pytest
+
+from polyplan.decoder import llama_cpp_buffers as buffers
+
+
+@pytest.fixture
+def quantized_file(tmp_path, monkeypatch):
+    monkeypatch.setenv("POLYPLAN_CACHE_DIR", str(tmp_path / "cache"))
+    monkeypatch.delenv(buffers.OVERRIDE_ENV, raising=False)
+    monkeypatch.setattr(buffers, "gguf_file_type", lambda path: 15)  # Q4_K_M
+    return tmp_path / "model.gguf"
+
+
+def _child(returncode: int, calls: list):
+    def run(command, **kwargs):
+        calls.append(command)
+        return subprocess.CompletedProcess(command, returncode, b"", b"")
+    return run
+
+
+def test_a_child_that_dies_turns_the_buffers_off_once_and_the_answer_is_cached(quantized_file, monkeypatch):
+    calls, lines = [], []
+    monkeypatch.setattr(buffers.subprocess, "run", _child(-11, calls))  # SIGSEGV
+    first = buffers.extra_buffers(quantized_file, "0.3.36", log=lines.append)
+    again = buffers.extra_buffers(quantized_file, "0.3.36", log=lines.append)
+    assert (first.enabled, first.reason) == (False, "probed") and (again.enabled, again.reason) == (False, "cached")
+    assert len(calls) == 1 and len(lines) == 1 and "running llama.cpp without them" in lines[0]
+    assert buffers.extra_buffers(quantized_file, "0.3.37").reason == "probed"  # another llama.cpp: asked again
+    assert len(calls) == 2
+
+
+def test_a_child_that_decodes_keeps_the_buffers_on(quantized_file, monkeypatch):
+    calls = []
+    monkeypatch.setattr(buffers.subprocess, "run", _child(0, calls))
+    verdict = buffers.extra_buffers(quantized_file, "0.3.36")
+    assert verdict.enabled and verdict.reason == "probed" and calls[0][-1] == str(buffers.PROBE_TOKENS)
+
+
+def test_float_files_are_never_probed_and_the_override_wins(quantized_file, monkeypatch):
+    monkeypatch.setattr(buffers.subprocess, "run", lambda *a, **k: pytest.fail("probed a float file"))
+    monkeypatch.setattr(buffers, "gguf_file_type", lambda path: 0)  # ALL_F32
+    assert buffers.extra_buffers(quantized_file, "0.3.36").reason == "float file"
+    monkeypatch.setenv(buffers.OVERRIDE_ENV, "0")
+    assert buffers.extra_buffers(quantized_file, "0.3.36") == buffers.ExtraBuffers(False, "override")
+
+
+def test_the_file_type_is_read_from_the_header(tmp_path):
+    from tiny_gguf import write_tiny_gguf
+
+    write_tiny_gguf(tmp_path / "tiny.gguf")
+    assert buffers.gguf_file_type(tmp_path / "tiny.gguf") == 0  # no general.file_type, every tensor float32
