@@ -2,9 +2,11 @@
 
 Configurations, every one a running `llama-server` (the pinned build, `engines.llama_cpp_build`)
 on 127.0.0.1 with the same threads: the target alone; each GGUF drafter among the plan's
-candidates (`draft-simple`) at the K the llama.cpp export predicts best for it; the n-gram types
-`ngram-simple`, `ngram-map-k` and `ngram-mod` at llama.cpp's defaults; llama.cpp's own default
-(`--spec-default`); and, in this process, polyplan's plan on its own members. All servers are
+candidates (`draft-simple`) at llama.cpp's defaults and at the K the llama.cpp export predicts
+best for it, the best one also at a small sweep of `--spec-draft-n-max`/`--spec-draft-p-min`
+and combined with ngram-mod; every n-gram type (`ngram-simple`, `ngram-map-k`, `ngram-map-k4v`,
+`ngram-mod`, `ngram-cache`) at llama.cpp's defaults; llama.cpp's own default (`--spec-default`);
+and, in this process, polyplan's plan on its own members. All servers are
 started first (start-up is never timed), then the prompts go round-robin: for each repeat and
 prompt, every configuration in turn, the order rotated each time, so load drifts fall on all
 alike. A request is greedy, of exactly `new_tokens` tokens (end-of-sequence ignored), with the
@@ -35,7 +37,8 @@ from polyplan.formats.errors import PolyplanError
 
 TARGET_ONLY = "llama.cpp target only"
 POLYPLAN = "polyplan plan"
-NGRAM_TYPES = ("ngram-simple", "ngram-map-k", "ngram-mod")
+NGRAM_TYPES = ("ngram-simple", "ngram-map-k", "ngram-map-k4v", "ngram-mod", "ngram-cache")
+DRAFT_SWEEP = ((4, 0.6), (8, 0.6), (8, 0.8))  # (--spec-draft-n-max, --spec-draft-p-min) tried for the best drafter
 TOLERANCE = 0.10
 
 
@@ -106,13 +109,19 @@ class LlamaPeersBenchmark:
     threads_source: str = ""  # why this many threads (profiler.threads.ThreadChoice.source)
 
 
-def server_configs(plan, export, candidates, files: dict[str, str]) -> list[ServerConfig]:
-    """What to race besides the target alone and polyplan: GGUF drafters, n-gram types, default."""
+def server_configs(plan, export, candidates, files: dict[str, str],
+                   draft_sweep: tuple[tuple[int, float], ...] = DRAFT_SWEEP) -> list[ServerConfig]:
+    """What to race besides the target alone and polyplan: each GGUF drafter at llama.cpp's
+    defaults and at the K the export predicts best for it; the drafter the export ranks best also
+    at each (n-max, p-min) of `draft_sweep` (llama.cpp's confidence stop); every n-gram type at
+    its defaults; the best drafter together with ngram-mod (llama.cpp combines types); the
+    exported n-gram configuration; llama.cpp's own default (`--spec-default`)."""
     from polyplan.planner.engines import llama_cpp_spec_flags
 
     chosen = export.chosen
     configs = [ServerConfig(TARGET_ONLY, ())]
     by_drafter = {option.drafter: option for option in export.options}
+    drafters = []  # (name, file, predicted speedup at the export's K)
     for candidate in candidates.candidates[1:]:
         if isinstance(candidate.derive, RULE_DRAFTERS):
             continue
@@ -123,8 +132,17 @@ def server_configs(plan, export, candidates, files: dict[str, str]) -> list[Serv
         k = option.block_size if option is not None and option.block_size else 4
         predicted = option.prediction.speedup if option is not None and option.prediction is not None else None
         exported = chosen is not None and chosen.drafter == candidate.name
+        drafters.append((candidate.name, source, predicted))
+        configs.append(ServerConfig(f"draft-simple {candidate.name} (defaults)", ("--spec-type", "draft-simple", "-md", source)))
         configs.append(ServerConfig(f"draft-simple {candidate.name} K={k}", tuple(llama_cpp_spec_flags("draft_model", k, source)),
                                     predicted, exported))
+    if drafters:
+        name, source, _ = max(drafters, key=lambda drafter: -1.0 if drafter[2] is None else drafter[2])
+        for n_max, p_min in draft_sweep:
+            configs.append(ServerConfig(f"draft-simple {name} n-max={n_max} p-min={p_min:g}",
+                                        ("--spec-type", "draft-simple", "-md", source, "--spec-draft-n-max", str(n_max),
+                                         "--spec-draft-p-min", f"{p_min:g}")))
+        configs.append(ServerConfig(f"draft-simple {name} + ngram-mod (defaults)", ("--spec-type", "draft-simple,ngram-mod", "-md", source)))
     for kind in NGRAM_TYPES:
         replayed = export.ngram_simple_defaults if kind == "ngram-simple" else None  # the others are not modelled
         configs.append(ServerConfig(f"{kind} (defaults)", ("--spec-type", kind), None if replayed is None else replayed.speedup))

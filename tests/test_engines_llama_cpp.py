@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import os
 import socket
+import tempfile
 import stat
 from pathlib import Path
 
@@ -39,7 +40,42 @@ def printed_flags() -> set[str]:
     """Every flag an export or a raced configuration can hand llama-server."""
     lists = [llama_cpp_spec_flags("ngram", 3, "", (1, 4)), llama_cpp_spec_flags("draft_model", 5, "d.gguf"), list(COMMON)]
     lists += [["--spec-type", kind] for kind in NGRAM_TYPES]
+    lists += [list(config.args) + ["--no-repack"] for config in raced_configs()]
     return {item for flags in lists for item in flags if item.startswith("-")}
+
+
+def raced_configs():
+    """The race's configurations for a plan with two GGUF drafters, the export ranking `small` best."""
+    from types import SimpleNamespace
+
+    from polyplan.engines.llama_peers import server_configs
+    from polyplan.formats.candidates import parse_candidates
+
+    folder = Path(tempfile.mkdtemp(prefix="polyplan-race-"))
+    for name in ("big.gguf", "small.gguf"):
+        (folder / name).write_bytes(b"GGUF")  # the schema checks that they exist; nothing loads them
+    candidates = parse_candidates({"candidates": [
+        {"name": "big", "source": "big.gguf", "target": True, "engine": "llama.cpp"},
+        {"name": "small", "source": "small.gguf", "engine": "llama.cpp"},
+        {"name": "small-q4_0", "derive": {"from": "small", "quantize": "q4_0"}},
+        {"name": "ngram", "derive": {"kind": "ngram"}},
+    ]}, base_dir=folder)
+    options = [SimpleNamespace(drafter="small", method="draft_model", block_size=3, prediction=SimpleNamespace(speedup=1.2)),
+               SimpleNamespace(drafter="small-q4_0", method="draft_model", block_size=5, prediction=SimpleNamespace(speedup=1.1))]
+    export = SimpleNamespace(chosen=options[0], options=options, ngram_simple_defaults=None)
+    return server_configs(None, export, candidates, {"small-q4_0": "small-q4_0.gguf"})
+
+
+def test_the_race_covers_defaults_a_sweep_every_ngram_type_and_a_combination():
+    labels = [config.label for config in raced_configs()]
+    assert labels[0] == "llama.cpp target only"
+    assert "draft-simple small (defaults)" in labels and "draft-simple small-q4_0 (defaults)" in labels
+    assert [label for label in labels if "n-max=" in label] == [
+        "draft-simple small n-max=4 p-min=0.6", "draft-simple small n-max=8 p-min=0.6", "draft-simple small n-max=8 p-min=0.8"]
+    assert "draft-simple small + ngram-mod (defaults)" in labels
+    assert all(f"{kind} (defaults)" in labels for kind in NGRAM_TYPES) and len(NGRAM_TYPES) == 5
+    exported = [config for config in raced_configs() if config.exported]
+    assert [config.label for config in exported] == ["draft-simple small K=3"] and exported[0].predicted_speedup == 1.2
 
 
 def test_every_flag_polyplan_prints_is_one_the_pinned_server_accepts():
