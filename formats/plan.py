@@ -445,11 +445,11 @@ def decode_plan(payload: Any, label: str = "plan.json") -> PlanFile:
         loop_overhead=None if overhead is None else overhead_from_json(overhead, f"{label}: loop_overhead"),
         switch_costs=_switch_costs(payload.get("switch_costs", {}), label),
         search=_search_record(payload.get("search")),
-        warnings=tuple(line for line in payload.get("warnings") or [] if isinstance(line, str)),
-        insertions=tuple(line for line in payload.get("insertions") or [] if isinstance(line, str)),
+        warnings=tuple(line for line in _list(payload.get("warnings")) if isinstance(line, str)),
+        insertions=tuple(line for line in _list(payload.get("insertions")) if isinstance(line, str)),
         prediction_intervals=_intervals_record(payload.get("prediction_intervals")),
         physical_limit=_limit_record(payload.get("physical_limit")),
-        insertion_triples=tuple(record for item in payload.get("insertion_triples") or []
+        insertion_triples=tuple(record for item in _list(payload.get("insertion_triples"))
                                 if (record := _triple_record(item)) is not None),
     )
 
@@ -500,6 +500,11 @@ def _migrated_entry(entry: Any) -> Any:
 
 # The records below were read leniently before they were typed (a missing or malformed one
 # meant "not recorded"); they still are, so an older or hand-trimmed plan keeps working.
+
+
+def _list(value: Any) -> list:
+    """`value` when it is a list, else [] (a malformed optional list reads as not recorded)."""
+    return value if isinstance(value, list) else []
 
 
 def _text(value: Any) -> str | None:
@@ -659,10 +664,10 @@ def _alternatives(entries: Any, target: str, label: str) -> tuple[PlannedChain, 
                 cost_per_token_s=_number(exact.get("cost_per_token_s")),
                 wasted_per_verification=_lenient_numbers(exact.get("wasted_per_verification"), levels),
                 paper_time_per_token_s=_number(paper.get("time_per_token_s")),
-                paper_length_sources=tuple(text for text in paper.get("length_sources") or [] if isinstance(text, str)),
+                paper_length_sources=tuple(text for text in _list(paper.get("length_sources")) if isinstance(text, str)),
                 paper_alpha_scale=_number(paper.get("alpha_scale")),
                 insertion_verdicts=tuple(
-                    (item["model"], item["verdict"]) for item in entry.get("insertion_verdicts") or []
+                    (item["model"], item["verdict"]) for item in _list(entry.get("insertion_verdicts"))
                     if isinstance(item, dict) and isinstance(item.get("model"), str) and isinstance(item.get("verdict"), str)
                 ),
             )

@@ -104,6 +104,8 @@ def test_a_plan_from_before_the_limit_still_reads(tmp_path):
     payload["insertion_triples"] = [{"upper": "x"}, 3]
     plan = read_plan(_write(tmp_path / "bad.json", payload))
     assert plan.physical_limit is None and plan.insertion_triples == ()
+    payload["insertion_triples"] = 3  # not a list at all (found by tests/test_cli_fuzz_inputs.py)
+    assert read_plan(_write(tmp_path / "bad.json", payload)).insertion_triples == ()
 
 
 def _write(path: Path, payload: dict) -> Path:
