@@ -47,6 +47,20 @@ Format (``plan_version`` 2; each ranked chain is stored once, the plan's own cha
       },
       "warnings": ["..."],                   # optional: why the timings are doubtful
                                              # (planner.timing_health); [] when none
+      "physical_limit": {                    # optional (null or absent in older plans): what a
+        "speedup": 2.02, "block_size": 6,    # free, always-right drafter gives (planner.physical_limit)
+        "measured_block_size": 7,            # the widest K whose width K + 1 the target was timed at
+        "speedups": [1.4, 1.7, ...],         # S(K) for K = 1 …
+        "interval": [1.95, 2.09]             # optional: bootstrap interval of "speedup"
+      },
+      "insertion_triples": [                 # optional ([] or absent in older plans): Theorem 3.2
+        {"upper": "vicuna-7b", "middle": "w4", "lower": "eagle",   # on each insertion that matters
+         "with": {"chain": [...], "block_sizes": [7, 1], "exact_speedup": 2.32},
+         "without": {"chain": [...], "block_sizes": [5], "exact_speedup": 2.12},
+         "condition1": {"lhs": 0.28, "rhs": 0.37, "holds": true}, "condition2": {...},
+         "assumptions_hold": false, "theorem_guarantees_gain": false,   # planner.insertion_triples
+         "lemma31_difference_s": -0.0021, "line": "w4 between vicuna-7b and eagle: ..."}
+      ],
       "search": {"max_levels": 4, "k_max": 8, "method": "grid", "context_length": null,
                  "acceptance_model": "iid"}   # or "runs": see planner.runs
     }
@@ -178,6 +192,52 @@ class IntervalsRecord:
 
 
 @dataclass(frozen=True)
+class LimitRecord:
+    """The physical limit the plan was made beside (`planner.physical_limit`)."""
+
+    speedup: float
+    block_size: int  # the K reaching it; 0: no K beats the target alone
+    measured_block_size: int  # the widest K whose verification width the target was timed at
+    speedups: tuple[float, ...]  # S(K) for K = 1 …
+    interval: tuple[float, float] | None = None  # bootstrap interval of `speedup` (None: not made)
+
+
+@dataclass(frozen=True)
+class ConditionRecord:
+    """One of Theorem 3.2's conditions, `lhs < rhs` (`rhs`, `holds`: None when undetermined)."""
+
+    lhs: float
+    rhs: float | None
+    holds: bool | None
+
+
+@dataclass(frozen=True)
+class ChainSpeedRecord:
+    """A chain (target first), its block sizes and the exact model's speedup."""
+
+    chain: tuple[str, ...]
+    block_sizes: tuple[int, ...]
+    exact_speedup: float
+
+
+@dataclass(frozen=True)
+class TripleRecord:
+    """Theorem 3.2 on inserting `middle` between `upper` and `lower` (`planner.insertion_triples`)."""
+
+    upper: str
+    middle: str
+    lower: str
+    with_chain: ChainSpeedRecord
+    without_chain: ChainSpeedRecord
+    condition1: ConditionRecord
+    condition2: ConditionRecord
+    assumptions_hold: bool
+    theorem_guarantees_gain: bool
+    lemma31_difference_s: float  # Lemma 3.1's eq. 2 − eq. 1 per token (< 0: it helps)
+    line: str
+
+
+@dataclass(frozen=True)
 class ProfileRecord:
     """The profile a plan was made from: its path, schema version and digest (`planner.plan_check`)."""
 
@@ -227,6 +287,8 @@ class PlanFile:
     warnings: tuple[str, ...] = ()
     insertions: tuple[str, ...] = ()  # why each model is in or out (planner.search)
     prediction_intervals: IntervalsRecord | None = None
+    physical_limit: LimitRecord | None = None
+    insertion_triples: tuple[TripleRecord, ...] = ()
 
     @property
     def best(self) -> PlannedChain:
@@ -272,6 +334,24 @@ def encode_plan(plan: PlanFile) -> dict[str, Any]:
         "prediction_intervals": None if plan.prediction_intervals is None else _record_json(plan.prediction_intervals),
         "warnings": list(plan.warnings),
         "search": _record_json(plan.search),
+        "physical_limit": None if plan.physical_limit is None else _limit_json(plan.physical_limit),
+        "insertion_triples": [_triple_json(triple) for triple in plan.insertion_triples],
+    }
+
+
+def _limit_json(limit: LimitRecord) -> dict[str, Any]:
+    interval = {} if limit.interval is None else {"interval": list(limit.interval)}
+    return {"speedup": limit.speedup, "block_size": limit.block_size, "measured_block_size": limit.measured_block_size,
+            "speedups": list(limit.speedups)} | interval
+
+
+def _triple_json(triple: TripleRecord) -> dict[str, Any]:
+    return {
+        "upper": triple.upper, "middle": triple.middle, "lower": triple.lower,
+        "with": _record_json(triple.with_chain), "without": _record_json(triple.without_chain),
+        "condition1": _record_json(triple.condition1), "condition2": _record_json(triple.condition2),
+        "assumptions_hold": triple.assumptions_hold, "theorem_guarantees_gain": triple.theorem_guarantees_gain,
+        "lemma31_difference_s": triple.lemma31_difference_s, "line": triple.line,
     }
 
 
@@ -365,9 +445,12 @@ def decode_plan(payload: Any, label: str = "plan.json") -> PlanFile:
         loop_overhead=None if overhead is None else overhead_from_json(overhead, f"{label}: loop_overhead"),
         switch_costs=_switch_costs(payload.get("switch_costs", {}), label),
         search=_search_record(payload.get("search")),
-        warnings=tuple(line for line in payload.get("warnings") or [] if isinstance(line, str)),
-        insertions=tuple(line for line in payload.get("insertions") or [] if isinstance(line, str)),
+        warnings=tuple(line for line in _list(payload.get("warnings")) if isinstance(line, str)),
+        insertions=tuple(line for line in _list(payload.get("insertions")) if isinstance(line, str)),
         prediction_intervals=_intervals_record(payload.get("prediction_intervals")),
+        physical_limit=_limit_record(payload.get("physical_limit")),
+        insertion_triples=tuple(record for item in _list(payload.get("insertion_triples"))
+                                if (record := _triple_record(item)) is not None),
     )
 
 
@@ -419,6 +502,11 @@ def _migrated_entry(entry: Any) -> Any:
 # meant "not recorded"); they still are, so an older or hand-trimmed plan keeps working.
 
 
+def _list(value: Any) -> list:
+    """`value` when it is a list, else [] (a malformed optional list reads as not recorded)."""
+    return value if isinstance(value, list) else []
+
+
 def _text(value: Any) -> str | None:
     return value if isinstance(value, str) else None
 
@@ -464,6 +552,53 @@ def _intervals_record(value: Any) -> IntervalsRecord | None:
         tuple(line for line in widened if isinstance(line, str)) if isinstance(widened := value.get("widened"), list) else (),
         stretch if (stretch := _number(value.get("prompt_stretch"))) is not None and stretch >= 1.0 else 1.0,
     )
+
+
+def _limit_record(value: Any) -> LimitRecord | None:
+    if not isinstance(value, dict):
+        return None
+    speedup, block, measured = _number(value.get("speedup")), _whole(value.get("block_size")), _whole(value.get("measured_block_size"))
+    if speedup is None or block is None or measured is None:
+        return None
+    interval = _lenient_numbers(value.get("interval"), 2)
+    speedups = value.get("speedups")
+    return LimitRecord(speedup, block, measured, _lenient_numbers(speedups, len(speedups) if isinstance(speedups, list) else 0),
+                       None if not interval or interval[0] > interval[1] else (interval[0], interval[1]))
+
+
+def _flag(value: Any) -> bool | None:
+    return value if isinstance(value, bool) else None
+
+
+def _condition_record(value: Any) -> ConditionRecord | None:
+    if not isinstance(value, dict) or _number(value.get("lhs")) is None:
+        return None
+    return ConditionRecord(_number(value["lhs"]), _number(value.get("rhs")), _flag(value.get("holds")))
+
+
+def _chain_speed_record(value: Any) -> ChainSpeedRecord | None:
+    if not isinstance(value, dict):
+        return None
+    chain, blocks, speedup = value.get("chain"), value.get("block_sizes"), _number(value.get("exact_speedup"))
+    if not isinstance(chain, list) or not all(isinstance(name, str) for name in chain) or speedup is None:
+        return None
+    if not isinstance(blocks, list) or any(_whole(k) is None for k in blocks):
+        return None
+    return ChainSpeedRecord(tuple(chain), tuple(blocks), speedup)
+
+
+def _triple_record(value: Any) -> TripleRecord | None:
+    """One insertion triple, or None when malformed (it is read for people and reports only)."""
+    if not isinstance(value, dict):
+        return None
+    names = [_text(value.get(key)) for key in ("upper", "middle", "lower")]
+    parts = (_chain_speed_record(value.get("with")), _chain_speed_record(value.get("without")),
+             _condition_record(value.get("condition1")), _condition_record(value.get("condition2")))
+    flags = (_flag(value.get("assumptions_hold")), _flag(value.get("theorem_guarantees_gain")))
+    difference, line = _number(value.get("lemma31_difference_s")), _text(value.get("line"))
+    if None in names or None in parts or None in flags or difference is None or line is None:
+        return None
+    return TripleRecord(*names, *parts, *flags, difference, line)
 
 
 def _switch_costs(value: Any, label: str) -> dict[str, SwitchCost]:
@@ -529,10 +664,10 @@ def _alternatives(entries: Any, target: str, label: str) -> tuple[PlannedChain, 
                 cost_per_token_s=_number(exact.get("cost_per_token_s")),
                 wasted_per_verification=_lenient_numbers(exact.get("wasted_per_verification"), levels),
                 paper_time_per_token_s=_number(paper.get("time_per_token_s")),
-                paper_length_sources=tuple(text for text in paper.get("length_sources") or [] if isinstance(text, str)),
+                paper_length_sources=tuple(text for text in _list(paper.get("length_sources")) if isinstance(text, str)),
                 paper_alpha_scale=_number(paper.get("alpha_scale")),
                 insertion_verdicts=tuple(
-                    (item["model"], item["verdict"]) for item in entry.get("insertion_verdicts") or []
+                    (item["model"], item["verdict"]) for item in _list(entry.get("insertion_verdicts"))
                     if isinstance(item, dict) and isinstance(item.get("model"), str) and isinstance(item.get("verdict"), str)
                 ),
             )

@@ -10,6 +10,8 @@ imports torch, so `polyplan recommend` runs on a machine without any model.
 - `simulate`: Monte-Carlo simulation of the same recursion (the cost model's reference).
 - `paper_model`: Lemma 3.1 fed from a profile.
 - `search`: `recommend(profile)`, every chain and block sizes, ranked.
+- `physical_limit`: what a free, always-right drafter would give the target (no chain beats it).
+- `insertion_triples`: Theorem 3.2 on one insertion (upper, middle, lower) of a profile's chains.
 - `plan_file`: plan.json; `report`: the theory report.
 - `engines`: a plan exported to HF transformers, vLLM or llama.cpp under their acceptance rules.
 """

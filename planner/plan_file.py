@@ -11,12 +11,17 @@ import os
 from typing import Any
 
 from polyplan.planner.overhead import profile_overhead
+from polyplan.planner.physical_limit import limit_interval
 from polyplan.planner.prediction_interval import DEFAULT_RESAMPLES, PredictionIntervals, prediction_intervals
 from polyplan.planner.search import ChainPlan, Recommendation, recommend
 from polyplan.planner.timing_health import timing_warnings
 from polyplan.formats.plan import (
-    CandidatesRecord, IntervalsRecord, PlanFile, PlannedChain, ProfileRecord, SearchRecord, encode_plan, save_plan,
+    CandidatesRecord, ChainSpeedRecord, ConditionRecord, IntervalsRecord, LimitRecord, PlanFile, PlannedChain, ProfileRecord,
+    SearchRecord, TripleRecord, encode_plan, save_plan,
 )
+from polyplan.planner.insertion import Condition
+from polyplan.planner.insertion_triples import TripleInsertion
+from polyplan.planner.physical_limit import PhysicalLimit
 from polyplan.formats.profile import SCHEMA_VERSION, Profile
 
 def _planned(plan: ChainPlan, intervals: PredictionIntervals | None) -> PlannedChain:
@@ -44,6 +49,26 @@ def _planned(plan: ChainPlan, intervals: PredictionIntervals | None) -> PlannedC
         paper_length_sources=tuple(paper.length_sources),
         paper_alpha_scale=paper.alpha_scale,
         insertion_verdicts=tuple(plan.insertion_verdicts),
+    )
+
+
+def _limit(limit: PhysicalLimit) -> LimitRecord:
+    interval = None if limit.interval is None else (limit.interval.low, limit.interval.high)
+    return LimitRecord(limit.speedup, limit.block_size, limit.measured_block_size, limit.speedups, interval)
+
+
+def _condition(condition: Condition) -> ConditionRecord:
+    return ConditionRecord(condition.lhs, condition.rhs, condition.holds)
+
+
+def _triple(triple: TripleInsertion) -> TripleRecord:
+    analysis = triple.analysis
+    return TripleRecord(
+        triple.upper, triple.middle, triple.lower,
+        ChainSpeedRecord(triple.with_chain, triple.with_blocks, triple.with_speedup),
+        ChainSpeedRecord(triple.without_chain, triple.without_blocks, triple.without_speedup),
+        _condition(analysis.condition1), _condition(analysis.condition2),
+        analysis.assumptions_hold, triple.theorem_guarantees_gain, float(analysis.exact_difference), triple.line(),
     )
 
 
@@ -90,6 +115,8 @@ def plan_of(
             tuple(item.chain for item in intervals.tied_with_best()), intervals.ranking_line(), intervals.widened,
             intervals.prompt_stretch,
         ),
+        physical_limit=None if result.limit is None else _limit(result.limit),
+        insertion_triples=tuple(_triple(triple) for triple in result.insertion_triples),
     )
 
 
@@ -151,14 +178,19 @@ def planned_from_profile(
     """
     overhead = profile_overhead(profile, sampling)
     result = recommend(profile, sampling=sampling, overhead=overhead, candidates=drafters, **search_options)
-    intervals = None
+    intervals, limit = None, result.limit
     if resamples:
+        seed = int(search_options.get("seed", 0))
         intervals = prediction_intervals(
             profile, [(plan.chain, plan.block_sizes, plan.exact_speedup) for plan in result.ranked], sampling=sampling,
             context_length=result.context_length, overhead=overhead, acceptance_model=result.acceptance_model,
-            resamples=resamples, seed=int(search_options.get("seed", 0)),
+            resamples=resamples, seed=seed,
         )
-    result = dataclasses.replace(result, intervals=intervals, warnings=timing_warnings(profile))
+        if limit is not None:
+            limit = dataclasses.replace(limit, interval=limit_interval(
+                profile, limit, context_length=result.context_length, overhead=overhead, resamples=resamples, seed=seed,
+            ))
+    result = dataclasses.replace(result, intervals=intervals, limit=limit, warnings=timing_warnings(profile))
     plan = plan_of(result, profile_path=profile_path, candidates=candidates, profile_digest=profile_digest(profile))
     if out is not None:
         save_plan(plan, out)

@@ -201,6 +201,18 @@ def _curve_replicates(profile: Profile, names: Sequence[str], resamples: int, rn
     return curves, _merge(sources)
 
 
+def latency_replicates(profile: Profile, names: Sequence[str], resamples: int, rng: np.random.Generator,
+                       context_length: int | None = None) -> tuple[dict[str, list[LatencyCurve]], str, tuple[str, ...]]:
+    """Per model of `names`, `resamples` replicate latency curves (each point's timings
+    resampled, then the timing-health corrections: the module docstring), the latency source
+    ("samples", "median_iqr" or "mixed") and one line per timing-health widening."""
+    curves, source = _curve_replicates(profile, names, resamples, rng, context_length)
+    factors, widened = _health_factors(profile, names, resamples, rng)
+    for name, scale in factors.items():
+        curves[name] = [_scaled(curve, float(f)) for curve, f in zip(curves[name], scale)]
+    return curves, source, widened
+
+
 def _merge(sources: set[str]) -> str:
     return next(iter(sources)) if len(sources) == 1 else "mixed"
 
@@ -330,10 +342,7 @@ def prediction_intervals(
         raise PolyplanError("chains: give at least one chain")
     rng = np.random.default_rng(seed)
     names = sorted({name for chain, _, _ in chains for name in chain})
-    curves, latency_source = _curve_replicates(profile, names, resamples, rng, context_length)
-    factors, widened = _health_factors(profile, names, resamples, rng)
-    for name, scale in factors.items():
-        curves[name] = [_scaled(curve, float(f)) for curve, f in zip(curves[name], scale)]
+    curves, latency_source, widened = latency_replicates(profile, names, resamples, rng, context_length)
     acceptance = _AcceptanceReplicates(profile, sampling, acceptance_model, resamples, rng)
     switches = profile_switch_costs(profile)
     speedups = np.empty((len(chains), resamples))

@@ -8,6 +8,12 @@ and ranks the chains by exact speedup. Each plan also carries the paper's Lemma 
 prediction (see `planner.paper_model`), and each candidate model gets one line saying why
 it is in or out of the best chain: Theorem 3.2 applied locally to its insertion between its
 neighbours, plus the exact model's speedup with and without it.
+
+Beside the ranking: the physical limit of the target on this machine (`planner.physical_limit`:
+what a free, always-right drafter would give; no chain exceeds it) and Theorem 3.2 on every
+insertion that matters (`planner.insertion_triples`): each intermediate level of the top
+`TOP_CHAINS` chains, and every model inserted between the target and any cheaper member
+(every three-model chain), each against the same chain without it.
 """
 
 from __future__ import annotations
@@ -21,19 +27,21 @@ from polyplan.formats.errors import PolyplanError
 from polyplan.planner.cost_model import ChainPrediction, predict_chain
 from polyplan.planner.draft_rounds import DraftRounds
 from polyplan.planner.ngram_replay import draft_rounds, ngram_simple_sizes, target_streams
-from polyplan.planner.insertion import analyze_insertion
+from polyplan.planner.insertion_triples import TripleInsertion, insertion_inputs, triple_insertion
 from polyplan.planner.latency import LatencyCurve, curve_from_profile
 from polyplan.formats.overhead import NO_SWITCH, LoopOverhead, SwitchCost
 from polyplan.planner.overhead import profile_switch_costs
 from polyplan.planner.runs import RunSurvival, run_survival, profile_runs
 from polyplan.formats.plan import VerifyWidths
 from polyplan.planner.verify_width import verify_widths
-from polyplan.planner.paper_model import PaperPrediction, mean_length, paper_prediction
+from polyplan.planner.paper_model import PaperPrediction, paper_prediction
+from polyplan.planner.physical_limit import PhysicalLimit, measured_block_size, physical_limit
 from polyplan.planner.prediction_interval import PredictionIntervals
 from polyplan.formats.profile import Profile, SamplingStats
 
 SEARCH_MODES = ("auto", "grid", "optuna")
 ACCEPTANCE_MODELS = ("auto", "iid", "runs")
+TOP_CHAINS = 5  # the ranked chains whose every intermediate level gets Theorem 3.2 in `insertion_triples`
 
 
 @dataclass(frozen=True)
@@ -96,6 +104,13 @@ class Recommendation:
     switch_costs: tuple[tuple[str, SwitchCost], ...] = ()  # (model, seconds per pass after a switch) the exact model included
     intervals: PredictionIntervals | None = None  # bootstrap intervals of the exact speedups (planner.prediction_interval)
     warnings: tuple[str, ...] = ()  # what makes the profile's timings doubtful (noisy floor, budget run out)
+    limit: PhysicalLimit | None = None  # a free, always-right drafter's speedup (planner.physical_limit)
+    insertion_triples: tuple[TripleInsertion, ...] = ()  # Theorem 3.2 on each insertion that matters
+
+    @property
+    def best_chain(self) -> ChainPlan | None:
+        """The fastest chain that speculates (at least one drafter); None when there is none."""
+        return next((plan for plan in self.ranked if len(plan.chain) > 1), None)
 
 
 class _Context:
@@ -113,6 +128,7 @@ class _Context:
             raise PolyplanError(f"acceptance_model: must be one of {', '.join(ACCEPTANCE_MODELS)}, got {acceptance_model!r}")
         self.profile = profile
         self.sampling = sampling
+        self.context_length = context_length
         self.overhead = overhead
         self.runs = {} if acceptance_model == "iid" else profile_runs(profile, sampling)
         if acceptance_model == "runs" and not self.runs:
@@ -335,6 +351,11 @@ def recommend(
     notes = tuple(
         _insertion_note(context, plans, best, name, usable, max_levels) for name in names
     )
+    target_curve = context.curves[target]
+    limit = physical_limit(
+        target_curve, overhead=overhead, switch=context.switches.get(target, NO_SWITCH),
+        k_max=max(1, measured_block_size(target_curve), *(_widest_handed_up(plan) for plan in ranked)),
+    )
     considered = {target, *names}
     return Recommendation(
         best=best,
@@ -350,7 +371,38 @@ def recommend(
         context_length=context_length,
         acceptance_model=context.acceptance_model,
         switch_costs=tuple(sorted(context.switches.items())),
+        limit=limit,
+        insertion_triples=_insertion_triples(context, plans, ranked, usable),
     )
+
+
+def _widest_handed_up(plan: ChainPlan) -> int:
+    """The most tokens the chain's drafters hand its target in one round (0: target alone)."""
+    if not plan.exact.drafted_pmf:
+        return 0
+    return max(m for m, p in enumerate(plan.exact.drafted_pmf[0]) if p > 0)
+
+
+def _insertion_triples(
+    context: _Context, plans: dict[tuple[str, ...], ChainPlan], ranked: tuple[ChainPlan, ...], usable: list[str]
+) -> tuple[TripleInsertion, ...]:
+    """Theorem 3.2 on each intermediate level of the top `TOP_CHAINS` chains, then on every
+    three-model chain (a model inserted between the target and a cheaper member; by the lower
+    member, costliest first), each against its chain without the inserted model."""
+    order = {name: index for index, name in enumerate(usable)}
+    threes = sorted((chain for chain in plans if len(chain) == 3), key=lambda chain: (order[chain[2]], order[chain[1]]))
+    wanted = [(plan.chain, middle) for plan in ranked[:TOP_CHAINS] for middle in plan.chain[1:-1]]
+    wanted += [(chain, chain[1]) for chain in threes]
+    triples = []
+    for chain, middle in dict.fromkeys(wanted):
+        with_plan, without_plan = plans[chain], plans[tuple(name for name in chain if name != middle)]
+        triples.append(triple_insertion(
+            context.profile, middle,
+            (with_plan.chain, with_plan.block_sizes, with_plan.exact_speedup),
+            (without_plan.chain, without_plan.block_sizes, without_plan.exact_speedup),
+            sampling=context.sampling, context_length=context.context_length,
+        ))
+    return tuple(triples)
 
 
 def _insertion_note(
@@ -412,19 +464,10 @@ def _local_theorem(context: _Context, with_plan: ChainPlan, without_plan: ChainP
     if position == len(chain) - 1:
         return None, "Theorem 3.2 does not apply (it would be the smallest drafter, not an intermediate)"
     upper, lower = chain[position - 1], chain[position + 1]
-    old_level = without_plan.chain.index(upper)
-    l1, _ = mean_length(context.stats(upper, lower), without_plan.block_sizes[old_level])
-    l1_new, _ = mean_length(context.stats(upper, name), with_plan.block_sizes[position - 1])
-    l2_new, _ = mean_length(context.stats(name, lower), with_plan.block_sizes[position])
-    analysis = analyze_insertion(
-        t1=context.step_time(upper),
-        t2=context.step_time(lower),
-        t2_new=context.step_time(name),
-        l1=l1,
-        l1_new=l1_new,
-        l2_new=l2_new,
-        alpha_scale=with_plan.block_sizes[position],
-    )
+    analysis = insertion_inputs(
+        context.profile, chain, with_plan.block_sizes, without_plan.block_sizes, name,
+        sampling=context.sampling, context_length=context.context_length,
+    ).analyze()
     c1 = analysis.condition1
     text = (
         f"Theorem 3.2 between {upper} and {lower}: {analysis.verdict} "

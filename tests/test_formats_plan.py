@@ -93,6 +93,7 @@ def test_one_codec_writes_and_reads_every_field(planned, tmp_path):
     assert encode_plan(again) == json.loads((tmp_path / "plan.json").read_text())
     assert again.prediction_intervals is not None and again.alternatives[0].exact_interval is not None
     assert again.alternatives[0].insertion_verdicts == plan.alternatives[0].insertion_verdicts and again.insertions
+    assert again.physical_limit is not None and again.physical_limit.interval is not None and again.insertion_triples
     # negative control: an edited field reads back different
     edited = json.loads((tmp_path / "plan.json").read_text())
     edited["alternatives"][0]["exact"]["cost_per_token_s"] *= 2
@@ -159,6 +160,11 @@ def test_the_version_2_writer_plans_what_version_1_planned(tmp_path):
     plan_from_profile(profile, tmp_path / "plan.json", profile_path="paper_table1_profile.json",
                       candidates={"path": "/x/models.yaml", "yaml": {"a": 1}, "device": "cpu"}, resamples=50)
     written = json.loads((tmp_path / "plan.json").read_text())
-    assert written == encode_plan(read_plan(V1_PLAN))
+    # the physical limit and the insertion triples came after version 1: absent there, they read as not recorded
+    old = encode_plan(read_plan(V1_PLAN))
+    assert old.pop("physical_limit") is None and old.pop("insertion_triples") == []
+    assert written.pop("physical_limit")["speedup"] >= written["alternatives"][0]["exact"]["speedup"]
+    assert written.pop("insertion_triples")[0]["middle"] == "vicuna-7b-w4"
+    assert written == old
     written["alternatives"][0]["exact"]["speedup"] *= 1.01  # negative control: a changed prediction is seen
-    assert written != encode_plan(read_plan(V1_PLAN))
+    assert written != old

@@ -24,12 +24,60 @@ def _verdicts(plan: ChainPlan) -> str:
     return ", ".join(f"{model}: {verdict}" for model, verdict in plan.insertion_verdicts) or "-"
 
 
+def limit_line(result: Recommendation) -> list[str]:
+    """The physical limit: what a free drafter that is always right would give (nothing when
+    the recommendation has none)."""
+    limit = result.limit
+    if limit is None:
+        return []
+    if limit.block_size == 0:
+        return [f"physical limit: 1.00x: even a free drafter that is always right loses to {result.target} alone on this "
+                "machine (verifying K + 1 tokens costs more than K + 1 steps)"]
+    costs = "" if result.overhead is None else ", with the loop's costs"
+    where = ""
+    if limit.extrapolated:
+        timed = limit.timed()
+        where = (f"; width {limit.block_size + 1} lies beyond the widest timed ({limit.measured_block_size + 1}), "
+                 "extrapolated as the exact model does for the chains that hand it that many tokens"
+                 + ("" if timed is None else f"; {timed[1]:.2f}x at K = {timed[0]} within the widths timed"))
+    return [f"physical limit: {limit.text()} (a free drafter that is always right: K + 1 tokens per {result.target} "
+            f"pass of width K + 1{costs}{where})"]
+
+
+def _share(result: Recommendation, speedup: float) -> str:
+    return "" if result.limit is None else f"{result.limit.share(speedup):.0%}"
+
+
+def best_line(result: Recommendation) -> str:
+    """`best: …`: the plan's chain with its interval and share of the limit, or, when no chain
+    beats the target alone, "don't speculate" beside the best chain there is."""
+    intervals = result.intervals
+
+    def speed(plan: ChainPlan) -> str:
+        found = None if intervals is None else intervals.of(plan.chain)
+        text = f"{plan.exact_speedup:.3f}x" if found is None else f"{plan.exact_speedup:.3f}x [{found.speedup.low:.2f}, {found.speedup.high:.2f}]"
+        share = _share(result, plan.exact_speedup)
+        return text if not share else f"{text}, {share} of the limit"
+
+    best = result.best
+    if len(best.chain) == 1:
+        chain = result.best_chain
+        other = "no chain could be planned" if chain is None else \
+            f"best chain {chain.label()} (K = {list(chain.block_sizes)}) {speed(chain)}"
+        return f"best: don't speculate ({best.chain[0]} only); {other}"
+    return (
+        f"best: {best.label()}  K = {list(best.block_sizes)}  exact {speed(best)} "
+        f"(forwards/token {[round(f, 3) for f in best.exact.forwards_per_token]}, "
+        f"tokens/verification {[round(t, 3) for t in best.exact.tokens_per_verification]})"
+    )
+
+
 def table_lines(result: Recommendation) -> list[str]:
     """The ranked table and the insertion lines."""
     intervals = result.intervals
     level = "" if intervals is None else f" ({intervals.level:.0%} interval)"
     header = (
-        f"{'rank':>4}  {'exact' + level:<26}  {'paper':>8}  {'block sizes':<14} {'paper phi_i/N':<28} "
+        f"{'rank':>4}  {'exact' + level:<26}  {'limit':>5}  {'paper':>8}  {'block sizes':<14} {'paper phi_i/N':<28} "
         f"{'Thm 3.2 per insertion':<34} chain"
     )
     overhead = result.overhead
@@ -41,6 +89,7 @@ def table_lines(result: Recommendation) -> list[str]:
            if overhead is not None else "none recorded in the profile (forward passes only)")
         + ("; acceptance from the measured agreement runs" if result.acceptance_model == "runs"
            else "; acceptance i.i.d. at each pair's rate alpha"),
+        *limit_line(result),
         header,
     ]
     for rank, plan in enumerate(result.ranked, start=1):
@@ -48,24 +97,21 @@ def table_lines(result: Recommendation) -> list[str]:
         found = None if intervals is None else intervals.of(plan.chain)
         exact = f"{plan.exact_speedup:.3f}x" if found is None else found.speedup.text()
         lines.append(
-            f"{rank:>4}  {exact:<26}  {plan.paper_speedup:>7.3f}x  "
+            f"{rank:>4}  {exact:<26}  {_share(result, plan.exact_speedup):>5}  {plan.paper_speedup:>7.3f}x  "
             f"{str(list(plan.block_sizes)):<14} {phi:<28} {_verdicts(plan):<34} {plan.label()}"
         )
-    best = result.best
-    found = None if intervals is None else intervals.of(best.chain)
-    lines += [
-        "",
-        f"best: {best.label()}  K = {list(best.block_sizes)}  exact "
-        f"{best.exact_speedup:.3f}x{'' if found is None else f' [{found.speedup.low:.2f}, {found.speedup.high:.2f}]'} "
-        f"(forwards/token {[round(f, 3) for f in best.exact.forwards_per_token]}, "
-        f"tokens/verification {[round(t, 3) for t in best.exact.tokens_per_verification]})",
-    ]
-    lines += padding_lines(best)
+    lines += ["", best_line(result)]
+    lines += padding_lines(result.best)
     lines += [
         "",
         "Why each model is in or out:",
     ]
     lines += [f"  {note.line}" for note in result.insertions] or ["  (no candidate drafters)"]
+    if result.insertion_triples:
+        lines += ["", "Insertions (Theorem 3.2: its conditions, lhs vs rhs with alpha = the K the inserted model verifies, "
+                      "guarantee a gain when the assumptions hold and c = ceil(E[L1]'/E[L2]') >= 2; "
+                      "Lemma 3.1: eq.2 - eq.1; the exact model with vs without):"]
+        lines += [f"  {triple.line()}" for triple in result.insertion_triples]
     if intervals is not None:
         lines += ["", intervals.ranking_line(),
                   f"  (bootstrap: {intervals.resamples} resamples of the latency timings ({intervals.latency_source}) and "
