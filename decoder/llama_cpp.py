@@ -159,10 +159,11 @@ class LlamaCppMember:
 
     def forward_argmax(self, new_ids: torch.Tensor, keep_last: int | None = None) -> torch.Tensor:
         """`forward`'s rows reduced to their argmax inside llama.cpp's buffer: `(r,)` int64 ids
-        (`ArgmaxForward`). numpy scans a view of the buffer, so no row is copied: 0.73 ms for 12
-        rows of gemma's 262,144 logits, against 15.1 ms to copy them and take torch's argmax, and
-        9.1 ms for llama.cpp's own greedy sampler (`llama_sampler_sample`, which first builds a
-        candidate array of the whole vocabulary per row); 1 thread, machine shared."""
+        (`ArgmaxForward`). numpy scans a view of the buffer, so no row is copied: 0.59-0.73 ms for
+        12 rows of gemma's 262,144 logits, against 5.8-15.1 ms to copy them and take torch's
+        argmax, and 4.8-9.1 ms for llama.cpp's own greedy sampler (`llama_sampler_sample`, which
+        first builds a candidate array of the whole vocabulary per row); 1 thread, two runs on a
+        shared machine."""
         return _joined(self._decode_all(new_ids, keep_last, self._argmax))
 
     def _decode_all(self, new_ids: torch.Tensor, keep_last: int | None, read) -> list[torch.Tensor]:
