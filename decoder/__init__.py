@@ -8,7 +8,7 @@
 
 from polyplan.decoder.chain import generate
 from polyplan.decoder.hf import HFMember
-from polyplan.decoder.member import BlockDrafter, ChainMember
+from polyplan.decoder.member import ArgmaxForward, BlockDrafter, ChainMember
 from polyplan.decoder.ngram import NGramMember
 from polyplan.decoder.ngram_simple import NGramSimpleMember
 from polyplan.decoder.result import GenerationResult, LevelStats
@@ -16,6 +16,7 @@ from polyplan.decoder.sampling import Sampling
 from polyplan.decoder.table import TableMember
 
 __all__ = [
+    "ArgmaxForward",
     "BlockDrafter",
     "ChainMember",
     "GenerationResult",

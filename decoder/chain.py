@@ -16,6 +16,12 @@ prefix of level i+1's, so a level only tracks where its sequence ends. Each memb
 holds a prefix of that sequence; the tokens it has not seen yet ("pending") are fed with its
 next forward pass.
 
+Greedy sampling needs only each row's argmax, at every level (`_Run._argmax`): a member that
+offers `forward_argmax` (`member.ArgmaxForward`: llama.cpp's, whose logits live in its own
+buffer) takes it where its rows are, and no (k, V) logits are copied or scanned in torch;
+other members' rows are reduced by `sampling.argmax_ids`. Sampling at a temperature takes the
+rows (`_Run._logits`).
+
 Device synchronisation: drafting by the last member never leaves the device; each
 verification moves its (m+1) emitted candidates and m accept flags to the host in one
 transfer (the number accepted decides the control flow).
@@ -29,9 +35,9 @@ from collections.abc import Callable, Sequence
 import torch
 
 from polyplan.decoder.compatibility import incompatibility
-from polyplan.decoder.member import BlockDrafter, ChainMember
+from polyplan.decoder.member import ArgmaxForward, BlockDrafter, ChainMember
 from polyplan.decoder.result import GenerationResult, LevelStats
-from polyplan.decoder.sampling import Sampling, probabilities, sample
+from polyplan.decoder.sampling import Sampling, argmax_ids, probabilities, sample
 from polyplan.decoder.verify import verify_greedy, verify_sampled
 from polyplan.formats.errors import PolyplanError
 from polyplan.formats.plan import VerifyWidths
@@ -126,6 +132,7 @@ class _Run:
         self.blocks = blocks
         self.sampling = sampling
         self.greedy = sampling.greedy
+        self.own_argmax = [isinstance(member, ArgmaxForward) for member in members]  # takes its argmax itself
         self.generator = generator
         self.vocab = vocab
         # Members may expose `device` (HFMember does); the generator must live there too.
@@ -156,27 +163,39 @@ class _Run:
         end, _, stopped = run_level(0, start, want, eos)
         return min(end, start + want), stopped  # the last round may overshoot `want`
 
-    def _forward(self, i: int, end: int, keep_last: int, pad: bool = False) -> torch.Tensor:
-        """Feed member i its pending tokens buf[cache_length:end]; logits of the last rows `(keep_last, V)`.
+    def _pass(self, i: int, end: int, keep_last: int, pad: bool, call: Callable[..., torch.Tensor]) -> torch.Tensor:
+        """Feed member i its pending tokens buf[cache_length:end] through `call` (its `forward` or
+        `forward_argmax`); what that returns for the last `keep_last` positions.
 
         `pad`: run the pass at the width `self.widths[i]` gives for its token count, padded
-        with copies of the last token whose logits are dropped (the cache then holds them
+        with copies of the last token whose outputs are dropped (the cache then holds them
         too; the caller crops it back to the committed prefix).
         On an asynchronous device the time measured here is mostly launch time; the
         per-verification transfer in `_rounds` is where the device catches up.
         """
-        member = self.members[i]
-        ids = self.buf[member.cache_length : end]  # (k,)
+        ids = self.buf[self.members[i].cache_length : end]  # (k,)
         extra = self.widths[i].width(len(ids)) - len(ids) if pad and self.widths else 0
         if extra:
             ids = torch.cat([ids, ids[-1:].expand(extra)])  # (width,)
         began = time.perf_counter()
-        logits = member.forward(ids, keep_last=keep_last + extra)
+        out = call(ids, keep_last=keep_last + extra)
         if extra:
-            logits = logits[:keep_last]
+            out = out[:keep_last]
         self.seconds[i] += time.perf_counter() - began
         self.passes[i] += 1
-        return logits[:, : self.vocab]
+        return out
+
+    def _logits(self, i: int, end: int, keep_last: int, pad: bool = False) -> torch.Tensor:
+        """Member i's logits at its last `keep_last` positions `(keep_last, V)` (see `_pass`)."""
+        return self._pass(i, end, keep_last, pad, self.members[i].forward)[:, : self.vocab]
+
+    def _argmax(self, i: int, end: int, keep_last: int, pad: bool = False) -> torch.Tensor:
+        """Greedy: member i's argmax at its last `keep_last` positions `(keep_last,)` (see `_pass`).
+        A member with `forward_argmax` takes it inside its pass, and no rows leave it; for any
+        other the argmax of its logits is taken here, outside its timed pass."""
+        if self.own_argmax[i]:
+            return self._pass(i, end, keep_last, pad, self.members[i].forward_argmax)
+        return argmax_ids(self._logits(i, end, keep_last, pad))
 
     def _draft(self, i: int, start: int, want: int) -> tuple[int, torch.Tensor | None]:
         """draft(i, want): ≥ `want` exact samples of M_i written at buf[start:] (a block
@@ -211,11 +230,10 @@ class _Run:
         rows = []
         pos = start
         for _ in range(want):
-            logits = self._forward(i, pos, 1)  # (1, V)
             if self.greedy:
-                token = logits.argmax(dim=-1)  # (1,)
+                token = self._argmax(i, pos, 1)  # (1,)
             else:
-                probs = probabilities(logits, self.sampling)  # (1, V)
+                probs = probabilities(self._logits(i, pos, 1), self.sampling)  # (1, V)
                 token = sample(probs, self.generator)
                 rows.append(probs)
             self.buf[pos : pos + 1] = token
@@ -238,12 +256,11 @@ class _Run:
         pos = start
         while pos - start < want:
             m, p = self._draft(i + 1, pos, block)  # drafted tokens at buf[pos : pos + m]
-            logits = self._forward(i, pos + m, m + 1, pad=True)  # (m+1, V)
             draft = self.buf[pos : pos + m]
             if self.greedy:
-                accepted, emitted = verify_greedy(logits, draft)
+                accepted, emitted = verify_greedy(self._argmax(i, pos + m, m + 1, pad=True), draft)
             else:
-                q = probabilities(logits, self.sampling)  # (m+1, V)
+                q = probabilities(self._logits(i, pos + m, m + 1, pad=True), self.sampling)  # (m+1, V)
                 accepted, emitted = verify_sampled(p, q, draft, self.generator)
             # The one device-to-host transfer of this step: [emitted (m+1), accepted (m), draft (m)].
             host = torch.cat([emitted, accepted.long(), draft]).tolist()

@@ -76,6 +76,22 @@ class BlockDrafter(Protocol):
         ...
 
 
+@runtime_checkable
+class ArgmaxForward(Protocol):
+    """A member that can return just the argmax of its logits rows (`LlamaCppMember`). Under
+    greedy sampling the decoder needs nothing else from a pass, at any level: drafting takes the
+    drafter's argmax, verification compares the verifier's argmax with the drafts. A member whose
+    rows live outside torch (llama.cpp's buffer) then takes the argmax where they are instead
+    of copying (k, V) floats out per pass."""
+
+    def forward_argmax(self, new_ids: torch.Tensor, keep_last: int | None = None) -> torch.Tensor:
+        """`forward(new_ids, keep_last)` reduced to the argmax of each returned row: int64 ids of
+        shape `(r,)`, on the member's device. Exactly `argmax_ids(forward(...)[:, :valid_vocab_size])`
+        (`decoder.sampling`): ids `>= valid_vocab_size` never win, and ties go to the lowest id, as
+        `torch.argmax` breaks them."""
+        ...
+
+
 def stop_token_ids(member: ChainMember) -> tuple[int, ...]:
     """The ids that end a generation of `member`: its `eos_token_ids` when it has several
     (`HFMember`: every EOS id of its generation config), else its `eos_token_id`, else none."""

@@ -47,17 +47,17 @@ def recovery_distribution(p: torch.Tensor, q: torch.Tensor) -> torch.Tensor:
     return torch.where(mass > 0, residual / mass, q)
 
 
-def verify_greedy(q_logits: torch.Tensor, draft: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+def verify_greedy(q_argmax: torch.Tensor, draft: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """Greedy verification: p and q are one-hot argmaxes, so accept iff the tokens agree.
 
     Args:
-        q_logits: `(m+1, V)` verifier logits at the m drafted positions and the one after.
+        q_argmax: `(m+1,)` the verifier's argmax at the m drafted positions and the one after
+            (`sampling.argmax_ids` of its logits, or its `forward_argmax`: no rows needed).
         draft: `(m,)` drafted tokens.
     Returns:
         accepted `(m,)` bool, emitted `(m+1,)` int64 (the verifier's argmax everywhere).
     """
-    emitted = q_logits.argmax(dim=-1)  # (m+1,)
-    return emitted[:-1] == draft, emitted
+    return q_argmax[:-1] == draft, q_argmax
 
 
 def verify_sampled(

@@ -6,7 +6,9 @@ for bit: llama.cpp's numerics depend on how tokens are batched, not on the cache
 the logits are the model's (the torch copy of the same weights, within float rounding); a chain
 with a llama.cpp target and a torch drafter is greedy-equal to the target alone and samples the
 target's distribution (chi-square at ALPHA, with a negative control that must fail at the same
-sample size); models.yaml's `engine: llama.cpp` entries and their llama.cpp-quantized copies load
+sample size); `forward_argmax` is the argmax of `forward`'s rows (ties to the lowest id, padding
+skipped), and a greedy chain calls it instead of copying rows while sampling still copies them;
+models.yaml's `engine: llama.cpp` entries and their llama.cpp-quantized copies load
 through the one loader; bad input is one line and exit 2.
 """
 
@@ -121,6 +123,75 @@ def test_a_chain_with_a_llama_cpp_target_and_a_torch_drafter_is_greedy_equal(tin
     assert list(result.token_ids) == alone
     if which == "same weights in torch":
         assert result.levels[0].forward_passes < 10  # it verified drafts, not one token a pass
+
+
+def test_forward_argmax_is_the_argmax_of_forwards_rows(tiny):
+    path, _, _ = tiny
+    member = LlamaCppMember(path, context=256, batch=4)  # a 9-token input takes three decodes
+    sequence = torch.tensor(PROMPT + [7, 8, 9, 10])
+    rows = member.forward(sequence, keep_last=6)
+    member.reset()
+    ids = member.forward_argmax(sequence, keep_last=6)
+    assert ids.dtype == torch.int64 and ids.shape == (6,) and member.cache_length == 9
+    assert torch.equal(ids, rows.argmax(dim=-1))
+    step = member.forward_argmax(torch.tensor([3]), keep_last=1)
+    member.crop(9)
+    assert torch.equal(step, member.forward(torch.tensor([3]), keep_last=1).argmax(dim=-1))
+
+
+def test_forward_argmax_breaks_ties_to_the_lowest_id_and_skips_padding(tiny, monkeypatch):
+    path, _, _ = tiny
+    member = LlamaCppMember(path, context=256)
+    vocab = member.vocab_size
+    buffer = np.zeros((2, vocab), dtype=np.float32)  # stands in for llama.cpp's logits buffer
+    buffer[0, [40, 7, 300]] = 5.0  # a three-way tie: id 7
+    buffer[1, [12, 99]] = 3.0  # a tie below a padded id's larger logit: id 12
+    buffer[1, vocab - 1] = 9.0
+    monkeypatch.setattr(member, "_view", lambda rows: buffer[-rows:])
+    member.valid_vocab_size = vocab - 1
+    assert member.forward_argmax(torch.tensor(PROMPT), keep_last=2).tolist() == [7, 12]
+    member.reset()
+    assert member.forward(torch.tensor(PROMPT), keep_last=2)[:, : vocab - 1].argmax(dim=-1).tolist() == [7, 12]
+
+
+def spy(monkeypatch, name: str) -> list[int]:
+    """Count calls of `LlamaCppMember.<name>` (one entry per call)."""
+    calls, original = [], getattr(LlamaCppMember, name)
+
+    def counted(self, *args, **kwargs):
+        calls.append(1)
+        return original(self, *args, **kwargs)
+
+    monkeypatch.setattr(LlamaCppMember, name, counted)
+    return calls
+
+
+def test_a_greedy_chain_takes_llama_cpps_argmax_and_copies_no_rows(tiny, monkeypatch):
+    from test_decoder_argmax_forward import Plain
+
+    path, _, _ = tiny
+    target, copy = LlamaCppMember(path, context=256), LlamaCppMember(path, context=256, name="copy")
+    alone = greedy_ids(target, PROMPT, 20)
+    without = generate([Plain(target), Plain(copy)], PROMPT, max_new_tokens=20, block_sizes=[3], sampling=Sampling(0.0))
+    forward, argmax = spy(monkeypatch, "forward"), spy(monkeypatch, "forward_argmax")
+    result = generate([target, copy], PROMPT, max_new_tokens=20, block_sizes=[3], sampling=Sampling(0.0))
+    assert list(result.token_ids) == list(without.token_ids) == alone
+    assert not forward and len(argmax) == sum(level.forward_passes for level in result.levels)
+
+
+def test_sampling_at_a_temperature_still_copies_rows_and_is_unchanged(tiny, monkeypatch):
+    from test_decoder_argmax_forward import Plain
+
+    path, _, drafter = tiny
+    target = LlamaCppMember(path, context=256)
+    sampling = Sampling(1.0, top_k=TOP_K)
+    before = generate([Plain(target), HFMember(drafter)], PROMPT, max_new_tokens=12, block_sizes=[3], sampling=sampling,
+                      generator=torch.Generator().manual_seed(5))
+    forward, argmax = spy(monkeypatch, "forward"), spy(monkeypatch, "forward_argmax")
+    after = generate([target, HFMember(drafter)], PROMPT, max_new_tokens=12, block_sizes=[3], sampling=sampling,
+                     generator=torch.Generator().manual_seed(5))
+    assert after.token_ids == before.token_ids
+    assert forward and not argmax
 
 
 def target_joint(target: LlamaCppMember, sampling: Sampling) -> np.ndarray:

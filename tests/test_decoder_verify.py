@@ -6,7 +6,7 @@ import pytest
 import torch
 from scipy import stats
 
-from polyplan.decoder.sampling import Sampling, probabilities, sample
+from polyplan.decoder.sampling import Sampling, argmax_ids, probabilities, sample
 from polyplan.decoder.verify import acceptance_probability, recovery_distribution, verify_greedy, verify_sampled
 from polyplan.formats.errors import PolyplanError
 
@@ -82,7 +82,7 @@ def test_identical_distributions_accept_every_drafted_token():
 def test_greedy_verification_accepts_the_agreeing_prefix():
     logits = torch.full((4, 5), -1.0)
     logits[torch.arange(4), torch.tensor([2, 3, 0, 4])] = 1.0  # verifier argmax: 2, 3, 0 | bonus 4
-    accepted, emitted = verify_greedy(logits, torch.tensor([2, 3, 1]))
+    accepted, emitted = verify_greedy(argmax_ids(logits), torch.tensor([2, 3, 1]))
     assert accepted.tolist() == [True, True, False]
     assert emitted.tolist() == [2, 3, 0, 4]
 

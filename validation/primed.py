@@ -16,7 +16,7 @@ import time
 
 import torch
 
-from polyplan.decoder.member import BlockDrafter, ChainMember
+from polyplan.decoder.member import ArgmaxForward, BlockDrafter, ChainMember
 
 
 class PrimedMember:
@@ -33,6 +33,8 @@ class PrimedMember:
         self._base = 0
         if isinstance(member, BlockDrafter):  # the chain calls it instead of stepping `forward`
             self.draft_block = member.draft_block
+        if isinstance(member, ArgmaxForward):  # the chain calls it instead of `forward` when greedy
+            self.forward_argmax = member.forward_argmax
 
     def prime(self, prefix: torch.Tensor, sync=lambda: None) -> float:
         """Empty the cache and process `prefix` (shape `(L,)`); returns the seconds it took."""
