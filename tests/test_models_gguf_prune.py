@@ -165,8 +165,12 @@ def test_derivations_chain_through_models_yaml(tiny, cache, tmp_path):
 
     from polyplan.engines.export import engine_files
 
+    from polyplan.planner.engines import loadable
+
     files = engine_files(candidates)
     assert files["exit2"] == str(loaded.member("exit2").path) and files["q8-exit2"] == str(pruned_quantized)
+    assert loadable("llama.cpp", candidates.by_name("exit2"), files["exit2"]) == ("draft_model", files["exit2"], None)
+    assert "2-block copy of 'tiny' is not made yet" in loadable("llama.cpp", candidates.by_name("exit2"))[2]
 
 
 def test_the_fingerprint_follows_the_layers(tiny, tmp_path):
