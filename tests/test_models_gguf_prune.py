@@ -59,16 +59,11 @@ def cache(tmp_path, monkeypatch):
     return tmp_path / "cache"
 
 
-def logits(path: Path, *, stepwise: bool = False) -> torch.Tensor:
-    """The file's logits for every position of SEQUENCE: one decode of the whole sequence, or
-    (`stepwise`) one decode per token. Quantized tiny files are decoded stepwise: on a CPU with
-    AMX, llama.cpp 0.3.36's extra buffer types crash decoding several tokens of a q8_0 file with
-    32-wide tensors (one token at a time does not)."""
+def logits(path: Path) -> torch.Tensor:
+    """The file's logits for every position of SEQUENCE, one llama.cpp decode."""
     member = LlamaCppMember(path, context=64, threads=1)
     try:
-        if not stepwise:
-            return member.forward(SEQUENCE)
-        return torch.cat([member.forward(SEQUENCE[i : i + 1]) for i in range(len(SEQUENCE))])
+        return member.forward(SEQUENCE)
     finally:
         member.close()
 
@@ -160,8 +155,8 @@ def test_derivations_chain_through_models_yaml(tiny, cache, tmp_path):
     pruned_quantized = loaded.member("q8-exit2").path
     _, tensors = read(pruned_quantized)
     assert tensors["blk.0.ffn_up.weight"].tensor_type.name == "Q8_0"  # not dequantized
-    assert torch.equal(logits(loaded.member("exit2-q8").path, stepwise=True), logits(pruned_quantized, stepwise=True))
-    assert not torch.equal(logits(loaded.member("q8").path, stepwise=True), logits(pruned_quantized, stepwise=True))
+    assert torch.equal(logits(loaded.member("exit2-q8").path), logits(pruned_quantized))
+    assert not torch.equal(logits(loaded.member("q8").path), logits(pruned_quantized))
 
     from polyplan.engines.export import engine_files
 
