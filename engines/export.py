@@ -49,20 +49,24 @@ def export_from_files(
 
 def engine_files(candidates) -> dict[str, str]:
     """What an engine loads for each candidate whose weights polyplan keeps elsewhere, by name:
-    the shipped family's folders, and the files llama.cpp's quantizer made for llama.cpp copies
-    (left out while not made)."""
-    from polyplan.formats.candidates import Quantize, base_chain
-    from polyplan.models.llama_quantize import copy_path
+    the shipped family's folders, and the GGUF files polyplan made for llama.cpp copies
+    (llama.cpp's quantizer's, or cut to their first blocks; left out while not made)."""
+    from polyplan.formats.candidates import EarlyExit, Quantize, base_chain
+    from polyplan.models import gguf_prune, llama_quantize
 
     files = {}
     for candidate in candidates.candidates:
         if candidate.source_kind == "builtin":
             files[candidate.name] = str(builtin_folder(candidate.source.split(":", 1)[1]))
-        elif candidate.engine == "llama.cpp" and isinstance(candidate.derive, Quantize):
+        elif candidate.engine == "llama.cpp" and isinstance(candidate.derive, (Quantize, EarlyExit)):
             chain = base_chain(candidates, candidate.name)
             path = Path(chain[-1].source)
-            for derived in reversed(chain[:-1]):
-                path = copy_path(path, derived.derive.kind)
+            for derived in reversed(chain[:-1]):  # root first; a copy not made yet ends the walk
+                derive = derived.derive
+                path = (llama_quantize.copy_path(path, derive.kind) if isinstance(derive, Quantize)
+                        else gguf_prune.copy_path(path, derive.layers))
+                if not path.is_file():
+                    break
             if path.is_file():
                 files[candidate.name] = str(path)
     return files

@@ -31,6 +31,8 @@
         engine: llama.cpp
       - name: gemma-cpp-q4_0
         derive: {from: gemma-cpp, quantize: q4_0}  # llama.cpp's quantizer: q4_0 | q8_0 | q2_k | ...
+      - name: gemma-cpp-exit9
+        derive: {from: gemma-cpp, layers: 9}       # a GGUF of its first 9 blocks, on llama.cpp
       - name: big
         source: ./models/big
         device_map: auto              # accelerate spreads the layers over GPUs, CPU and disk
@@ -64,7 +66,10 @@ its Python bindings (the `llama` install extra), at the file's own quantization;
 `context` (tokens llama.cpp reserves, default 4096) and no torch keys (`dtype`, `device`,
 `padded_vocab`, `device_map`). Entries derived from it inherit the engine: `quantize` takes
 llama.cpp's types (`LLAMA_CPP_QUANTIZATIONS`, made by llama.cpp's quantizer, a requantization
-when the file is already quantized); `layers` and `head` are torch-only.
+when the file is already quantized); `layers` keeps the file's first blocks in a new GGUF at
+their own quantization (`models.gguf_prune`; checked against the file's block count when it is
+loaded); derivations chain (a quantized copy of a pruned copy, or the reverse); `head` is
+torch-only.
 """
 
 from __future__ import annotations
@@ -334,11 +339,10 @@ def _parse_engine(entry: dict, kind: str, label: str) -> tuple[str, int | None]:
 
 
 def _check_llama_cpp_derivation(candidate: Candidate, origin: str) -> None:
-    """A derived entry of a llama.cpp base: llama.cpp's quantizer types only."""
+    """A derived entry of a llama.cpp base: llama.cpp's quantizer types only, no `head` (a
+    `layers` copy is checked like a torch one: >= 1 here, against the depth when loaded)."""
     label = f"{origin}: candidate {candidate.name!r}"
     derive = candidate.derive
-    if isinstance(derive, EarlyExit):
-        raise PolyplanError(f"{label}: derive: layers is a torch derivation; {derive.base!r} runs on llama.cpp")
     if isinstance(derive, Quantize):
         if derive.head is not None:
             raise PolyplanError(f"{label}: derive: head is a torch derivation; {derive.base!r} runs on llama.cpp")

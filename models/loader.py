@@ -9,10 +9,11 @@ Sources (`models.sources`): `builtin:<name>` (the shipped zoo family), a local H
 `.gguf` file (dequantized once into the cache), or a hub id (from the local Hugging Face cache
 only; an uncached one is a clear error). A `.gguf` entry with `engine: llama.cpp` is run by
 llama.cpp at its own quantization instead (`decoder.llama_cpp.LlamaCppMember`, with the
-tokenizer transformers reads from the same file), and its `quantize` copies are made by
-llama.cpp's quantizer (`models.llama_quantize`). Derived entries are built from their (loaded) base:
-`quantize` → `derive.quantize_model`, `layers` → `derive.early_exit_model`, `kind: ngram` →
-`NGramMember` over the target's vocabulary.
+tokenizer transformers reads from the same file); its `quantize` copies are made by
+llama.cpp's quantizer (`models.llama_quantize`) and its `layers` copies are GGUF files cut to
+their first blocks (`models.gguf_prune`), each derivation applied to the file the previous
+one made. Torch entries derived from a (loaded) base: `quantize` → `derive.quantize_model`,
+`layers` → `derive.early_exit_model`, `kind: ngram` → `NGramMember` over the target's vocabulary.
 
 What it returns, `LoadedCandidates` (each `LoadedCandidate` with its member, parameters, dtype
 and device), is the one loaded stage of a model; loaded to be profiled
@@ -323,29 +324,49 @@ def _load_model(candidate: Candidate, candidates: CandidateSet, models: dict[str
 
 
 def _load_llama_cpp(candidate: Candidate, candidates: CandidateSet, label: str) -> LoadedCandidate:
-    """A GGUF entry on llama.cpp (`engine: llama.cpp`), or its llama.cpp-quantized copy."""
+    """A GGUF entry on llama.cpp (`engine: llama.cpp`), or its derived copy: each derivation from
+    the root on applied to the file the previous one made (a quantized copy of a pruned copy
+    quantizes the pruned file)."""
     from transformers import AutoTokenizer
 
     from polyplan.decoder.llama_cpp import LlamaCppMember
     from polyplan.models.gguf_source import tokenizer_folder_for_gguf
-    from polyplan.models.llama_quantize import quantized_copy
 
     chain = base_chain(candidates, candidate.name)
     root = chain[-1]
     path = Path(root.source)
-    for derived in reversed(chain[:-1]):  # root first: a copy of a copy quantizes the copy
+    steps = []
+    for derived in reversed(chain[:-1]):  # root first
         try:
-            path = quantized_copy(path, derived.derive.kind)
+            path, step = _llama_cpp_copy(path, derived.derive)
         except PolyplanError as error:
             raise PolyplanError(f"{label}: {error}") from None
+        steps.append(step)
     try:
         tokenizer = AutoTokenizer.from_pretrained(str(tokenizer_folder_for_gguf(root.source)), local_files_only=True)
         member = LlamaCppMember(path, name=candidate.name, tokenizer=tokenizer, context=candidate.context)
     except PolyplanError as error:
         raise PolyplanError(f"{label}: {error}") from None
-    kind = candidate.derive.kind if isinstance(candidate.derive, Quantize) else None
-    what = member.info.description + (f" (requantized by llama.cpp to {kind})" if kind else "")
+    what = member.info.description + (f" ({', then '.join(steps)})" if steps else "")
     return LoadedCandidate(candidate, member, member.info.parameters, f"llama.cpp: {what}", "cpu", None)
+
+
+def _llama_cpp_copy(path: Path, derive: Quantize | EarlyExit) -> tuple[Path, str]:
+    """The cached file one llama.cpp derivation makes from GGUF file `path`, and what it did.
+
+    Raises:
+        PolyplanError: `layers` outside 1..the file's block count (naming the base entry and
+            its depth), a file without blocks, or a copy that cannot be made.
+    """
+    from polyplan.models.gguf_prune import block_count, pruned_copy
+    from polyplan.models.llama_quantize import quantized_copy
+
+    if isinstance(derive, Quantize):
+        return quantized_copy(path, derive.kind), f"requantized by llama.cpp to {derive.kind}"
+    depth = block_count(path)
+    if not 1 <= derive.layers <= depth:
+        raise PolyplanError(f"layers {derive.layers} is outside 1..{depth}: {derive.base!r} has {depth} transformer blocks")
+    return pruned_copy(path, derive.layers), f"first {derive.layers} of {depth} blocks"
 
 
 def quantized_label(derive: Quantize) -> str:

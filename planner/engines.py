@@ -156,8 +156,8 @@ def loadable(engine: str, candidate: Candidate, file: str | None = None,
     """How `engine` runs `candidate`: (method, source to pass, None) or ("", "", reason).
 
     `file`: what the engine loads for a candidate whose weights polyplan keeps elsewhere: the
-    folder of a `builtin:` source, or the file llama.cpp's quantizer made for a llama.cpp copy
-    (None while it has not been made).
+    folder of a `builtin:` source, or the GGUF file polyplan made for a llama.cpp copy (quantized
+    or cut to its first blocks; None while it has not been made).
 
     `in_process`: the engine runs in this process and is handed polyplan's own models (HF
     `generate` in `bench peers`), so a derived copy is a drafter it can run too."""
@@ -165,9 +165,10 @@ def loadable(engine: str, candidate: Candidate, file: str | None = None,
         return "ngram", "", None
     if in_process and engine == "hf" and isinstance(candidate.derive, (Quantize, EarlyExit)):
         return "draft_model", IN_PROCESS, None
-    if engine == "llama.cpp" and candidate.engine == "llama.cpp" and isinstance(candidate.derive, Quantize):
+    if engine == "llama.cpp" and candidate.engine == "llama.cpp" and isinstance(candidate.derive, (Quantize, EarlyExit)):
         if file is None:
-            return "", "", f"llama.cpp's {candidate.derive.kind} copy of {candidate.derive.base!r} is not made yet (`polyplan models check` makes it)"
+            what = candidate.derive.kind if isinstance(candidate.derive, Quantize) else f"{candidate.derive.layers}-block"
+            return "", "", f"llama.cpp's {what} copy of {candidate.derive.base!r} is not made yet (`polyplan models check` makes it)"
         return "draft_model", file, None
     if isinstance(candidate.derive, Quantize):
         return "", "", (

@@ -41,12 +41,14 @@ def family_vocabulary() -> tuple[list[str], list[str]]:
 
 
 def write_tiny_gguf(
-    path: Path, *, architecture: str = "llama", chat_template: str | None = CHAT_TEMPLATE, seed: int = 0, layers: int = 2
+    path: Path, *, architecture: str = "llama", chat_template: str | None = CHAT_TEMPLATE, seed: int = 0, layers: int = 2,
+    per_layer_heads: bool = False,
 ):
     """Write the GGUF file and return the float32 `LlamaForCausalLM` it holds.
 
     `architecture` other than "llama" writes the same tensors under another architecture name
-    (to test an architecture transformers cannot read).
+    (to test an architecture transformers cannot read). `per_layer_heads` writes the head counts
+    as per-layer arrays (one element per block, as llama.cpp accepts them) instead of numbers.
     """
     import gguf
 
@@ -60,8 +62,9 @@ def write_tiny_gguf(
     writer.add_block_count(config.num_hidden_layers)
     writer.add_feed_forward_length(config.intermediate_size)
     writer.add_rope_dimension_count(config.hidden_size // config.num_attention_heads)
-    writer.add_head_count(config.num_attention_heads)
-    writer.add_head_count_kv(config.num_key_value_heads)
+    heads, kv_heads = config.num_attention_heads, config.num_key_value_heads
+    writer.add_head_count([heads] * layers if per_layer_heads else heads)
+    writer.add_head_count_kv([kv_heads] * layers if per_layer_heads else kv_heads)
     writer.add_layer_norm_rms_eps(config.rms_norm_eps)
     writer.add_rope_freq_base(float(getattr(config, "rope_theta", None) or config.rope_parameters["rope_theta"]))
     writer.add_vocab_size(len(tokens))

@@ -1,0 +1,155 @@
+"""Derived llama.cpp members: a GGUF cut to its first L transformer blocks, cached by content.
+
+`derive: {from: <llama.cpp entry>, layers: L}` in models.yaml becomes a GGUF that keeps the
+tensors of blocks `blk.0` … `blk.L-1` and every tensor outside the blocks (token embedding,
+output norm, output head when the file has one), byte for byte at their own quantization type
+(nothing is dequantized), with all metadata (tokenizer included) copied and the block count
+`<arch>.block_count` set to L. An architecture's per-layer arrays (head counts, feed-forward
+lengths or sliding-window flags per layer) are the arrays under `<arch>.` with one element per
+block; they are cut to their first L elements. llama.cpp then runs the early exit on its own
+kernels: the first L blocks, the final norm and the head, as the torch `layers` copy does
+(`models.derive.early_exit_model`).
+
+The copy lives in the polyplan cache next to llama.cpp's quantized copies
+(`models.llama_quantize`), named by the base file's content hash and L
+(`<sha24>-layers<L>.gguf`), written to a hidden partial file and renamed, so an interrupted run
+never leaves a file that looks whole. A file whose last blocks are multi-token-prediction
+layers (`<arch>.nextn_predict_layers`) or that is split over several files is refused.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from pathlib import Path
+
+from polyplan.formats.cache import cache_root
+from polyplan.formats.errors import PolyplanError
+from polyplan.models.gguf_source import file_sha256
+from polyplan.models.llama_quantize import FOLDER
+
+_BLOCK = re.compile(r"^blk\.(\d+)\.")
+# Arrays under `<arch>.` whose length is fixed by the format, not by the depth: never cut.
+_NOT_PER_LAYER = ("rope.dimension_sections",)
+
+
+def copy_path(base: str | os.PathLike[str], layers: int) -> Path:
+    """Where the copy of GGUF file `base` cut to its first `layers` blocks lives (made or not)."""
+    return cache_root() / FOLDER / f"{file_sha256(Path(base))[:24]}-layers{layers}.gguf"
+
+
+def block_count(path: str | os.PathLike[str]) -> int:
+    """The number of transformer blocks of GGUF file `path` (`<arch>.block_count`, read from
+    its header).
+
+    Raises:
+        PolyplanError: the file cannot be read as GGUF, or it has no transformer blocks.
+    """
+    from polyplan.models.gguf_source import read_gguf_info
+
+    path = Path(path)
+    info = read_gguf_info(path)
+    count = info.metadata.get(f"{info.architecture}.block_count")
+    if not isinstance(count, int) or isinstance(count, bool) or count < 1:
+        raise PolyplanError(f"{path.name}: no transformer blocks to keep ({info.architecture}.block_count is {count!r})")
+    return count
+
+
+def pruned_copy(base: str | os.PathLike[str], layers: int, *, log=lambda line: None) -> Path:
+    """The cached copy of GGUF file `base` that keeps its first `layers` blocks, made on first use.
+
+    Raises:
+        PolyplanError: `layers` outside 1..the file's block count (naming the count), a file
+            without blocks, with multi-token-prediction blocks or split in parts, or a cache
+            folder that cannot be written.
+    """
+    base = Path(base)
+    depth = block_count(base)
+    if not 1 <= layers <= depth:
+        raise PolyplanError(f"layers {layers}: outside 1..{depth} ({base.name} has {depth} transformer blocks)")
+    out = copy_path(base, layers)
+    if out.is_file():
+        return out
+    folder = out.parent
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+    except OSError as error:
+        raise PolyplanError(f"cache: cannot create {folder} ({error.strerror or error})") from None
+    partial = out.with_name(f".{out.name}.partial-{os.getpid()}")
+    log(f"keeping the first {layers} of {depth} blocks of {base.name} in {out} (once)")
+    try:
+        write_pruned(base, partial, layers)
+    except BaseException:
+        partial.unlink(missing_ok=True)
+        raise
+    os.replace(partial, out)
+    return out
+
+
+def write_pruned(base: str | os.PathLike[str], out: str | os.PathLike[str], layers: int) -> None:
+    """Write to `out` the GGUF file `base` with only its first `layers` blocks (see the module
+    docstring); `layers` must be within 1..the file's block count."""
+    import gguf
+
+    reader = gguf.GGUFReader(base, "r")
+    architecture = _contents(reader.get_field(gguf.Keys.General.ARCHITECTURE)).decode("utf-8")
+    depth_key = f"{architecture}.block_count"
+    depth = _contents(reader.get_field(depth_key))
+    if not 1 <= layers <= depth:
+        raise PolyplanError(f"layers {layers}: outside 1..{depth} ({Path(base).name} has {depth} transformer blocks)")
+    nextn = reader.get_field(f"{architecture}.nextn_predict_layers")
+    if nextn is not None and _contents(nextn):
+        raise PolyplanError(f"{Path(base).name}: its last blocks are multi-token-prediction layers; polyplan cannot cut it to {layers} blocks")
+    split = reader.get_field(gguf.Keys.Split.LLM_KV_SPLIT_COUNT)
+    if split is not None and _contents(split) > 1:
+        raise PolyplanError(f"{Path(base).name}: a GGUF split over {_contents(split)} files; merge it (llama-gguf-split --merge) to cut its blocks")
+    writer = gguf.GGUFWriter(out, architecture, endianess=reader.endianess)
+    for field in reader.fields.values():
+        name = field.name
+        if name == gguf.Keys.General.ARCHITECTURE or name.startswith("GGUF."):
+            continue  # the writer writes these itself
+        if name == gguf.Keys.General.ALIGNMENT:
+            writer.add_custom_alignment(_contents(field))
+            continue
+        value = _contents(field)
+        if name == depth_key:
+            value = layers
+        elif _per_layer(name, architecture, value, depth):
+            value = value[:layers]
+        kind = field.types[0]
+        writer.add_key_value(name, value, kind, sub_type=field.types[-1] if kind == gguf.GGUFValueType.ARRAY else None)
+    kept = [tensor for tensor in reader.tensors if _keeps(tensor.name, layers)]
+    for tensor in kept:
+        writer.add_tensor_info(tensor.name, tensor.data.shape, tensor.data.dtype, tensor.data.nbytes, tensor.tensor_type)
+    writer.write_header_to_file()
+    writer.write_kv_data_to_file()
+    writer.write_ti_data_to_file()
+    for tensor in kept:
+        writer.write_tensor_data(tensor.data, tensor_endianess=reader.endianess)
+    writer.close()
+
+
+def _contents(field):
+    """A metadata field's value as the writer takes it back: strings as their raw bytes (so
+    every string is copied byte for byte), numbers as Python numbers, arrays as lists."""
+    import gguf
+
+    kind = field.types[0]
+    if kind == gguf.GGUFValueType.STRING:
+        return bytes(field.parts[-1])
+    if kind == gguf.GGUFValueType.ARRAY and field.types[-1] == gguf.GGUFValueType.STRING:
+        return [bytes(field.parts[index]) for index in field.data]
+    return field.contents()
+
+
+def _per_layer(name: str, architecture: str, value, depth: int) -> bool:
+    """Whether metadata `name` is a per-layer array: under `<arch>.`, one element per block."""
+    prefix = f"{architecture}."
+    return (isinstance(value, list) and len(value) == depth and name.startswith(prefix)
+            and name[len(prefix):] not in _NOT_PER_LAYER)
+
+
+def _keeps(tensor: str, layers: int) -> bool:
+    """Whether a tensor stays: outside the blocks, or in one of the first `layers` blocks."""
+    match = _BLOCK.match(tensor)
+    return match is None or int(match.group(1)) < layers
