@@ -8,6 +8,10 @@ copy of the requested rows out of llama.cpp's logits buffer, and under greedy sa
 that: `forward_argmax` (the chain's `ArgmaxForward` capability) takes each row's argmax with
 numpy on a view of the buffer, and only the ids leave llama.cpp.
 
+A file whose head covers only a subset of the token ids (`derive: {vocab: N}`,
+`models.llama_vocab`) runs with a `VocabSubset` (`decoder.llama_cpp_subset`): its inputs go in
+as embedding rows of the full file, its logits come out at full-vocabulary ids, −inf elsewhere.
+
 The bindings are an optional install (`pip install -e '.[llama]'`); they are imported when a
 member is made, never at import of this module.
 
@@ -29,6 +33,7 @@ import torch
 from polyplan.decoder.hf import HFMember
 from polyplan.decoder.llama_cpp_buffers import extra_buffers
 from polyplan.decoder.sampling import argmax_ids
+from polyplan.decoder.llama_cpp_subset import VocabSubset
 from polyplan.formats.errors import PolyplanError
 
 INSTALL_HINT = "install llama.cpp's Python bindings with `pip install -e '.[llama]'` (builds llama-cpp-python from source, a few minutes)"
@@ -84,6 +89,8 @@ class LlamaCppMember:
             polyplan's one `--threads` setting governs every member.
         context: The context length llama.cpp reserves (`max_context`).
         batch: The most tokens one `llama_decode` takes; longer inputs go in several.
+        subset: The file's head covers only these ids of the full vocabulary: inputs go in as
+            embeddings, logits come out over the full vocabulary (−inf outside the subset).
     """
 
     def __init__(
@@ -96,6 +103,7 @@ class LlamaCppMember:
         threads: int | None = None,
         context: int = DEFAULT_CONTEXT,
         batch: int = DEFAULT_BATCH,
+        subset: VocabSubset | None = None,
     ) -> None:
         llama_cpp = llama_cpp_module()
         self._lib = llama_cpp
@@ -110,6 +118,11 @@ class LlamaCppMember:
         self._model = llama_cpp.llama_model_load_from_file(str(self.path).encode(), model_params)
         if not self._model:
             raise PolyplanError(f"chain member {self.name!r}: llama.cpp cannot load {self.path} (not a GGUF it knows, or a damaged file)")
+        vocab = llama_cpp.llama_model_get_vocab(self._model)
+        self._head_rows = int(llama_cpp.llama_vocab_n_tokens(vocab))  # the file's n_vocab: its logits per row
+        self.subset = subset
+        width = 0 if subset is None else self._subset_width(subset)
+        self._keep = None if subset is None else subset.keep.numpy()
         self.threads = threads
         now = self._thread_count()
         context_params = llama_cpp.llama_context_default_params()
@@ -125,9 +138,8 @@ class LlamaCppMember:
         self._threads_set = now
         self._memory = llama_cpp.llama_get_memory(self._ctx)
         self._batch_size = min(batch, context)
-        self._batch = llama_cpp.llama_batch_init(self._batch_size, 0, 1)
-        vocab = llama_cpp.llama_model_get_vocab(self._model)
-        self.vocab_size = int(llama_cpp.llama_vocab_n_tokens(vocab))
+        self._batch = llama_cpp.llama_batch_init(self._batch_size, width, 1)  # width > 0: embeddings in, not ids
+        self.vocab_size = self._head_rows if subset is None else subset.vocab
         self.valid_vocab_size = self.vocab_size
         self.tokenizer = tokenizer
         if tokenizer is not None and len(tokenizer) != self.vocab_size:
@@ -135,7 +147,7 @@ class LlamaCppMember:
                 f"chain member {self.name!r}: llama.cpp reads {self.vocab_size} tokens from {self.path.name}, its tokenizer has {len(tokenizer)}"
             )
         if eos_token_ids is None:
-            eos_token_ids = _end_of_generation_ids(llama_cpp, vocab, self.vocab_size)
+            eos_token_ids = subset.end_ids if subset is not None else _end_of_generation_ids(llama_cpp, vocab, self.vocab_size)
         self.eos_token_ids = tuple(eos_token_ids)
         self.eos_token_id = self.eos_token_ids[0] if self.eos_token_ids else None
         self.max_context = min(context, int(llama_cpp.llama_n_ctx(self._ctx)))  # llama.cpp rounds n_ctx up to 256s
@@ -154,6 +166,18 @@ class LlamaCppMember:
     @property
     def cache_length(self) -> int:
         return self._length
+
+    def _subset_width(self, subset: VocabSubset) -> int:
+        """The embedding width a subset model reads; PolyplanError when the file does not fit."""
+        width = int(self._lib.llama_model_n_embd_inp(self._model))
+        if self._head_rows != subset.keep.numel() or subset.embeddings.width != width or subset.embeddings.rows != subset.vocab:
+            self._lib.llama_model_free(self._model)
+            self._model = None
+            raise PolyplanError(
+                f"chain member {self.name!r}: {self.path.name} has {self._head_rows} head rows and {width}-wide inputs, "
+                f"its subset {subset.keep.numel()} ids and {subset.embeddings.width}-wide embeddings of {subset.embeddings.rows} tokens"
+            )
+        return width
 
     def _thread_count(self) -> int:
         return self.threads if self.threads is not None else max(1, torch.get_num_threads())
@@ -198,8 +222,13 @@ class LlamaCppMember:
     def _decode(self, tokens: list[int], wanted: int) -> None:
         batch, n = self._batch, len(tokens)
         batch.n_tokens = n
+        if self.subset is not None:
+            width = self.subset.embeddings.width
+            inputs = np.ctypeslib.as_array(batch.embd, shape=(self._batch_size, width))
+            inputs[:n] = self.subset.embeddings(np.asarray(tokens, dtype=np.int64))
         for i, token in enumerate(tokens):
-            batch.token[i] = token
+            if self.subset is None:
+                batch.token[i] = token
             batch.pos[i] = self._length + i
             batch.n_seq_id[i] = 1
             batch.seq_id[i][0] = 0
@@ -211,17 +240,26 @@ class LlamaCppMember:
 
     def _view(self, rows: int) -> np.ndarray:
         """The last decode's `rows` output rows where llama.cpp keeps them: a numpy view, shape
-        (rows, vocab_size), valid until the next decode."""
+        (rows, the file's head rows: vocab_size, or a subset model's N), valid until the next decode."""
         pointer = self._lib.llama_get_logits(self._ctx)  # float[n_outputs * n_vocab], in batch order
-        return np.ctypeslib.as_array(pointer, shape=(rows, self.vocab_size))
+        return np.ctypeslib.as_array(pointer, shape=(rows, self._head_rows))
 
     def _logits(self, rows: int) -> torch.Tensor:
-        """The last `rows` output rows, copied out of llama.cpp's buffer: shape (rows, vocab_size)."""
-        return torch.from_numpy(self._view(rows).copy())
+        """The last `rows` output rows, copied out of llama.cpp's buffer: shape (rows, vocab_size)
+        (a subset model's head rows put at their full-vocabulary ids, −inf elsewhere)."""
+        view = self._view(rows)
+        if self.subset is None:
+            return torch.from_numpy(view.copy())
+        full = np.full((rows, self.vocab_size), -np.inf, dtype=np.float32)  # `reduced_vocab.restrict_logits`, in numpy:
+        full[:, self._keep] = view  # torch's fill and index_copy_ wake its thread pool, ~10 ms on a busy machine
+        return torch.from_numpy(full)
 
     def _argmax(self, rows: int) -> torch.Tensor:
-        """The argmax of the last `rows` output rows over the valid vocabulary, taken in place: (rows,)."""
-        return argmax_ids(torch.from_numpy(self._view(rows))[:, : self.valid_vocab_size])
+        """The argmax of the last `rows` output rows over the valid vocabulary, taken in place: (rows,).
+        A subset model's head row ids map through `keep` (ascending, so ties still go to the lowest id)."""
+        if self.subset is None:
+            return argmax_ids(torch.from_numpy(self._view(rows))[:, : self.valid_vocab_size])
+        return torch.from_numpy(self._keep[np.argmax(self._view(rows), axis=1)])
 
     def crop(self, length: int) -> None:
         if not 0 <= length <= self._length:
@@ -274,6 +312,21 @@ def _warn_once(line: str) -> None:
 def _joined(parts: list[torch.Tensor]) -> torch.Tensor:
     """One batch's output as it is, several batches' concatenated."""
     return parts[0] if len(parts) == 1 else torch.cat(parts)
+
+
+def file_end_of_generation_ids(path: str | Path) -> tuple[int, ...]:
+    """The ids llama.cpp ends a generation at for GGUF file `path` (its vocabulary alone is loaded)."""
+    llama_cpp = llama_cpp_module()
+    params = llama_cpp.llama_model_default_params()
+    params.vocab_only = True
+    model = llama_cpp.llama_model_load_from_file(str(path).encode(), params)
+    if not model:
+        raise PolyplanError(f"llama.cpp cannot load the vocabulary of {path} (not a GGUF it knows, or a damaged file)")
+    try:
+        vocab = llama_cpp.llama_model_get_vocab(model)
+        return _end_of_generation_ids(llama_cpp, vocab, int(llama_cpp.llama_vocab_n_tokens(vocab)))
+    finally:
+        llama_cpp.llama_model_free(model)
 
 
 def _end_of_generation_ids(llama_cpp, vocab, n_vocab: int) -> tuple[int, ...]:

@@ -33,6 +33,8 @@
         derive: {from: gemma-cpp, quantize: q4_0}  # llama.cpp's quantizer: q4_0 | q8_0 | q2_k | ...
       - name: gemma-cpp-exit9
         derive: {from: gemma-cpp, layers: 9}       # a GGUF of its first 9 blocks, on llama.cpp
+      - name: gemma-cpp-v32k
+        derive: {from: gemma-cpp, vocab: 32768}    # a head over 32768 token ids only (or vocab: ./ids.json)
       - name: big
         source: ./models/big
         device_map: auto              # accelerate spreads the layers over GPUs, CPU and disk
@@ -69,7 +71,11 @@ llama.cpp's types (`LLAMA_CPP_QUANTIZATIONS`, made by llama.cpp's quantizer, a r
 when the file is already quantized); `layers` keeps the file's first blocks in a new GGUF at
 their own quantization (`models.gguf_prune`; checked against the file's block count when it is
 loaded); derivations chain (a quantized copy of a pruned copy, or the reverse); `head` is
-torch-only.
+torch-only. `vocab` (llama.cpp
+only) makes a drafter whose output head covers N token ids: `vocab: N` (an integer >= 1) keeps
+the end-of-generation and control tokens and then the most frequent ones, `vocab: <file>.json`
+(relative to this file) the ids it lists (`models.llama_vocab`); the member still reads and
+proposes full-vocabulary ids. Nothing derives from a `vocab` entry.
 """
 
 from __future__ import annotations
@@ -143,6 +149,16 @@ class EarlyExit:
 
 
 @dataclass(frozen=True)
+class ReducedVocab:
+    """A llama.cpp copy of entry `base` whose output head covers `size` token ids (the most
+    frequent, `models.llama_vocab`), or the ids listed in the JSON file `ids` (a resolved path)."""
+
+    base: str
+    size: int | None = None
+    ids: str | None = None
+
+
+@dataclass(frozen=True)
 class NGram:
     """A prompt-lookup drafter (no weights) matching n-grams from `max_n` down to `min_n`."""
 
@@ -159,7 +175,8 @@ class NGramSimple:
     size_n: int = 3
 
 
-Derivation = Quantize | EarlyExit | NGram | NGramSimple
+Derivation = Quantize | EarlyExit | ReducedVocab | NGram | NGramSimple
+MODEL_DERIVATIONS = (Quantize, EarlyExit, ReducedVocab)  # derivations made from a base entry's weights
 RULE_DRAFTERS = (NGram, NGramSimple)  # derivations without weights: drafters made from the context alone
 
 
@@ -254,8 +271,13 @@ def parse_candidates(data: Any, *, base_dir: Path, origin: str = "models.yaml") 
     candidates = [_inherit_device(c, by_name) for c in candidates]
     for candidate in candidates:
         if candidate.engine == "llama.cpp":
-            _check_llama_cpp_derivation(candidate, origin)
+            _check_llama_cpp_derivation(candidate, origin, by_name)
             continue
+        if isinstance(candidate.derive, ReducedVocab):
+            raise PolyplanError(
+                f"{origin}: candidate {candidate.name!r}: derive: vocab cuts a llama.cpp file's head, and "
+                f"{_root(candidate, by_name).name!r} runs on torch (give it 'engine: llama.cpp')"
+            )
         if isinstance(candidate.derive, Quantize) and candidate.derive.kind not in QUANTIZATIONS:
             raise PolyplanError(
                 f"{origin}: candidate {candidate.name!r}: derive: quantize {candidate.derive.kind!r} is a llama.cpp type, and "
@@ -306,7 +328,7 @@ def _parse_entry(entry: Any, index: int, base_dir: Path, origin: str) -> Candida
         derive = None
     else:
         source, kind = None, "derived"
-        derive = _parse_derive(entry["derive"], label)
+        derive = _parse_derive(entry["derive"], label, base_dir)
         if "dtype" in entry or padded_vocab:
             raise PolyplanError(
                 f"{label}: 'dtype' and 'padded_vocab' belong to source entries; a derived entry keeps its base's"
@@ -338,11 +360,15 @@ def _parse_engine(entry: dict, kind: str, label: str) -> tuple[str, int | None]:
     return engine, context
 
 
-def _check_llama_cpp_derivation(candidate: Candidate, origin: str) -> None:
+def _check_llama_cpp_derivation(candidate: Candidate, origin: str, by_name: dict[str, Candidate]) -> None:
     """A derived entry of a llama.cpp base: llama.cpp's quantizer types only, no `head` (a
-    `layers` copy is checked like a torch one: >= 1 here, against the depth when loaded)."""
+    `layers` copy is checked like a torch one: >= 1 here, against the depth when loaded), and
+    nothing made from a reduced-vocabulary copy."""
     label = f"{origin}: candidate {candidate.name!r}"
     derive = candidate.derive
+    base_is_reduced = _base(candidate) is not None and isinstance(by_name[_base(candidate)].derive, ReducedVocab)
+    if base_is_reduced:
+        raise PolyplanError(f"{label}: derive: {derive.base!r} has a reduced vocabulary; derive from the entry it cuts instead")
     if isinstance(derive, Quantize):
         if derive.head is not None:
             raise PolyplanError(f"{label}: derive: head is a torch derivation; {derive.base!r} runs on llama.cpp")
@@ -413,7 +439,7 @@ def _resolve_source(source: Any, base_dir: Path, label: str) -> tuple[str, str]:
     return source, "hub"
 
 
-def _parse_derive(derive: Any, label: str) -> Derivation:
+def _parse_derive(derive: Any, label: str, base_dir: Path) -> Derivation:
     if not isinstance(derive, dict):
         raise PolyplanError(f"{label}: 'derive' must be a mapping")
     keys = set(derive)
@@ -439,10 +465,12 @@ def _parse_derive(derive: Any, label: str) -> Derivation:
     if not isinstance(base, str):
         raise PolyplanError(f"{label}: derive: needs 'from: <entry name>' (or kind: ngram / ngram-simple)")
     operations = sorted(keys - {"from"})
-    if operations not in (["quantize"], ["head", "quantize"], ["layers"]):
+    if operations not in (["quantize"], ["head", "quantize"], ["layers"], ["vocab"]):
         raise PolyplanError(
-            f"{label}: derive: give exactly one of 'quantize' (optionally with 'head') and 'layers' besides 'from', got {operations}"
+            f"{label}: derive: give exactly one of 'quantize' (optionally with 'head'), 'layers' and 'vocab' besides 'from', got {operations}"
         )
+    if operations == ["vocab"]:
+        return _parse_vocab(derive["vocab"], base, label, base_dir)
     if "quantize" in operations:
         kind = derive["quantize"]
         if kind not in QUANTIZATIONS and kind not in LLAMA_CPP_QUANTIZATIONS:
@@ -462,8 +490,23 @@ def _parse_derive(derive: Any, label: str) -> Derivation:
     return EarlyExit(base=base, layers=layers)
 
 
+def _parse_vocab(vocab: Any, base: str, label: str, base_dir: Path) -> ReducedVocab:
+    """`vocab: N` (an integer >= 1) or `vocab: <ids>.json` (an existing file)."""
+    if isinstance(vocab, int) and not isinstance(vocab, bool):
+        if vocab < 1:
+            raise PolyplanError(f"{label}: derive: vocab must be an integer >= 1 (token ids the head keeps), got {vocab}")
+        return ReducedVocab(base=base, size=vocab)
+    if not isinstance(vocab, str) or not vocab.lower().endswith(".json"):
+        raise PolyplanError(f"{label}: derive: vocab must be an integer >= 1 or a .json file of token ids, got {vocab!r}")
+    path = Path(vocab).expanduser()
+    path = path if path.is_absolute() else base_dir / path
+    if not path.is_file():
+        raise PolyplanError(f"{label}: derive: vocab id list {vocab!r} not found (looked in {path})")
+    return ReducedVocab(base=base, ids=str(path))
+
+
 def _base(candidate: Candidate) -> str | None:
-    return candidate.derive.base if isinstance(candidate.derive, (Quantize, EarlyExit)) else None
+    return candidate.derive.base if isinstance(candidate.derive, MODEL_DERIVATIONS) else None
 
 
 def _check_derivations(by_name: dict[str, Candidate], origin: str) -> None:

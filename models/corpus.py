@@ -74,3 +74,17 @@ def read_texts(root: Path, relative_paths: tuple[str, ...], max_chars: int | Non
         if max_chars is not None and total >= max_chars:
             break
     return texts
+
+
+def stdlib_prose(max_chars: int) -> list[str]:
+    """English prose every Python has: the reference manual's topics in `pydoc_data.topics`
+    (about 0.5M characters), one text per topic, in a fixed order."""
+    from pydoc_data.topics import topics
+
+    texts, total = [], 0
+    for name in sorted(topics):
+        texts.append(topics[name])
+        total += len(topics[name])
+        if total >= max_chars:
+            break
+    return texts

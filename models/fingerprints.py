@@ -10,7 +10,8 @@ fingerprint that keys a candidate's profile entries:
   the hub id when it is not cached, plus its dtype, device and `padded_vocab`;
 - a `source` entry on llama.cpp (`engine: llama.cpp`): the file's contents, the engine and its
   version, the file's quantization type and the context it reserves;
-- a derived entry: its derivation and device on top of its base's fingerprint;
+- a derived entry: its derivation and device on top of its base's fingerprint (a `vocab` id
+  list: the file's contents, not its path);
 - an n-gram drafter: its parameters and the target's fingerprint (it uses that vocabulary).
 """
 
@@ -21,7 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from polyplan.formats.candidates import RULE_DRAFTERS, Candidate, CandidateSet, NGram, NGramSimple, base_chain
+from polyplan.formats.candidates import RULE_DRAFTERS, Candidate, CandidateSet, NGram, NGramSimple, ReducedVocab, base_chain
 from polyplan.models.hashing import fingerprint_files, fingerprint_settings
 from polyplan.decoder.member import ChainMember
 
@@ -55,6 +56,10 @@ def _fingerprint(candidate: Candidate, candidates: CandidateSet, cache: dict[str
         value = fingerprint_settings("ngram", dataclasses.asdict(derive), _fingerprint(candidates.target, candidates, cache))
     elif isinstance(derive, NGramSimple):
         value = fingerprint_settings("ngram-simple", dataclasses.asdict(derive), _fingerprint(candidates.target, candidates, cache))
+    elif isinstance(derive, ReducedVocab):
+        base = _fingerprint(candidates.by_name(derive.base), candidates, cache)
+        kept = {"size": derive.size} if derive.ids is None else {"ids": fingerprint_files([Path(derive.ids)])}
+        value = fingerprint_settings("ReducedVocab", kept, base, candidate.device)
     elif derive is not None:
         base = _fingerprint(candidates.by_name(derive.base), candidates, cache)
         value = fingerprint_settings(type(derive).__name__, dataclasses.asdict(derive), base, candidate.device)

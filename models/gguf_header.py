@@ -3,7 +3,9 @@
 `gguf.GGUFReader` builds a numpy object for every metadata element (about 20 s for a
 262k-token vocabulary) and transformers' header reader refuses some quantization types that
 its loader handles, so polyplan reads the few things it checks itself: the metadata values it
-needs (arrays are skipped, not parsed), the tensor table, and where the data section ends.
+needs (string arrays are skipped, not parsed; number arrays are kept as numpy arrays), the
+tensor table, where the data section starts and ends, and where each metadata entry lies in
+the file (so a derived file can copy entries byte for byte: `models.llama_vocab`).
 
 Layout (GGUF v2/v3, little-endian): magic "GGUF", u32 version, u64 tensor count, u64 metadata
 count; metadata entries (string key, u32 type, value); tensor infos (string name, u32 dims,
@@ -16,12 +18,29 @@ import struct
 from dataclasses import dataclass
 from typing import BinaryIO
 
+import numpy as np
+
 _SCALARS = {0: "<B", 1: "<b", 2: "<H", 3: "<h", 4: "<I", 5: "<i", 6: "<f", 7: "<?", 10: "<Q", 11: "<q", 12: "<d"}
 _STRING, _ARRAY = 8, 9
 
 
+_NUMPY = {0: "<u1", 1: "<i1", 2: "<u2", 3: "<i2", 4: "<u4", 5: "<i4", 6: "<f4", 7: "?", 10: "<u8", 11: "<i8", 12: "<f8"}
+
+
 class HeaderError(ValueError):
     """The bytes do not form a GGUF header (cut short, or not GGUF at all)."""
+
+
+@dataclass(frozen=True)
+class TensorInfo:
+    """One entry of the tensor table: `shape` in GGUF order (ggml's ne: the row length first),
+    `offset` from the start of the data section, `nbytes` its size in the file."""
+
+    name: str
+    shape: tuple[int, ...]
+    ggml_type: int
+    offset: int
+    nbytes: int
 
 
 @dataclass(frozen=True)
@@ -32,12 +51,22 @@ class GGUFHeader:
         metadata: scalar and string metadata values by key (arrays are left out).
         tensors: number of tensors.
         data_end: the byte offset where the last tensor's data ends (the file must be this long).
+        arrays: metadata arrays of numbers by key (e.g. `tokenizer.ggml.token_type`).
+        spans: where each metadata entry (key, type and value) lies in the file, (start, end).
+        tensor_table: the tensors, in file order.
+        data_start: the byte offset of the data section.
+        alignment: the data section's alignment (`general.alignment`, default 32).
     """
 
     version: int
     metadata: dict[str, object]
     tensors: int
     data_end: int
+    arrays: dict[str, np.ndarray]
+    spans: dict[str, tuple[int, int]]
+    tensor_table: tuple[TensorInfo, ...]
+    data_start: int
+    alignment: int
 
     @property
     def architecture(self) -> str | None:
@@ -59,20 +88,29 @@ def read_header(path) -> GGUFHeader:
         if version not in (2, 3):
             raise HeaderError(f"GGUF version {version} (polyplan reads 2 and 3)")
         metadata: dict[str, object] = {}
+        arrays: dict[str, np.ndarray] = {}
+        spans: dict[str, tuple[int, int]] = {}
         for _ in range(entries):
+            begin = stream.tell()
             key = _string(stream)
-            metadata[key] = _value(stream, _unpack(stream, "<I")[0])
-        ends = []
+            value = _value(stream, _unpack(stream, "<I")[0])
+            if isinstance(value, np.ndarray):
+                arrays[key] = value
+            else:
+                metadata[key] = value
+            spans[key] = (begin, stream.tell())
+        table = []
         for _ in range(tensors):
-            _string(stream)
+            name = _string(stream)
             (dims,) = _unpack(stream, "<I")
             shape = _unpack(stream, f"<{dims}Q")
             ggml_type, offset = _unpack(stream, "<IQ")
-            ends.append(offset + _nbytes(ggml_type, shape))
+            table.append(TensorInfo(name, shape, ggml_type, offset, _nbytes(ggml_type, shape)))
         alignment = metadata.get("general.alignment", 32)
         alignment = alignment if isinstance(alignment, int) and alignment > 0 else 32
         start = (stream.tell() + alignment - 1) // alignment * alignment
-    return GGUFHeader(version, metadata, tensors, start + max(ends, default=0))
+    end = start + max((t.offset + t.nbytes for t in table), default=0)
+    return GGUFHeader(version, metadata, tensors, end, arrays, spans, tuple(table), start, alignment)
 
 
 def _unpack(stream: BinaryIO, fmt: str) -> tuple:
@@ -92,7 +130,7 @@ def _string(stream: BinaryIO) -> str:
 
 
 def _value(stream: BinaryIO, kind: int) -> object:
-    """A metadata value; arrays are skipped (None)."""
+    """A metadata value; an array of numbers as a numpy array, other arrays skipped (None)."""
     if kind in _SCALARS:
         return _unpack(stream, _SCALARS[kind])[0]
     if kind == _STRING:
@@ -100,7 +138,11 @@ def _value(stream: BinaryIO, kind: int) -> object:
     if kind == _ARRAY:
         element, count = _unpack(stream, "<IQ")
         if element in _SCALARS:
-            stream.seek(count * struct.calcsize(_SCALARS[element]), 1)
+            size = count * struct.calcsize(_SCALARS[element])
+            data = stream.read(size)
+            if len(data) != size:
+                raise HeaderError("the header is cut short")
+            return np.frombuffer(data, dtype=_NUMPY[element])
         else:
             for _ in range(count):
                 _value(stream, element)

@@ -35,7 +35,8 @@ from pathlib import Path
 
 import torch
 
-from polyplan.formats.candidates import DTYPES, RULE_DRAFTERS, Candidate, CandidateSet, EarlyExit, NGram, NGramSimple, Quantize, base_chain
+from polyplan.formats.candidates import (DTYPES, MODEL_DERIVATIONS, RULE_DRAFTERS, Candidate, CandidateSet, EarlyExit, NGram,
+                                         NGramSimple, Quantize, ReducedVocab, base_chain)
 from polyplan.decoder.compatibility import incompatibility
 from polyplan.models.derive import early_exit_model, num_layers, quantize_model
 from polyplan.decoder.hf import HFMember
@@ -281,7 +282,7 @@ def _saved_dtype(folder: Path) -> str:
 def _bases(candidates: CandidateSet, candidate: Candidate) -> tuple[Candidate, ...]:
     """The entries a derived candidate is built from (none for a source entry or the n-gram drafter)."""
     derive = candidate.derive
-    return base_chain(candidates, derive.base) if isinstance(derive, (Quantize, EarlyExit)) else ()
+    return base_chain(candidates, derive.base) if isinstance(derive, MODEL_DERIVATIONS) else ()
 
 
 def _unique(name: str, taken: Sequence[str]) -> str:
@@ -326,28 +327,32 @@ def _load_model(candidate: Candidate, candidates: CandidateSet, models: dict[str
 def _load_llama_cpp(candidate: Candidate, candidates: CandidateSet, label: str) -> LoadedCandidate:
     """A GGUF entry on llama.cpp (`engine: llama.cpp`), or its derived copy: each derivation from
     the root on applied to the file the previous one made (a quantized copy of a pruned copy
-    quantizes the pruned file)."""
+    quantizes the pruned file); a reduced-vocabulary copy is always the last derivation (its
+    inputs are the rows of the file it was cut from)."""
     from transformers import AutoTokenizer
 
     from polyplan.decoder.llama_cpp import LlamaCppMember
     from polyplan.models.gguf_source import tokenizer_folder_for_gguf
+    from polyplan.models.llama_vocab import reduced_vocab_copy, vocab_subset
 
     chain = base_chain(candidates, candidate.name)
     root = chain[-1]
-    path = Path(root.source)
-    steps = []
-    for derived in reversed(chain[:-1]):  # root first
-        try:
-            path, step = _llama_cpp_copy(path, derived.derive)
-        except PolyplanError as error:
-            raise PolyplanError(f"{label}: {error}") from None
-        steps.append(step)
+    path, subset, steps = Path(root.source), None, []
     try:
         tokenizer = AutoTokenizer.from_pretrained(str(tokenizer_folder_for_gguf(root.source)), local_files_only=True)
-        member = LlamaCppMember(path, name=candidate.name, tokenizer=tokenizer, context=candidate.context)
+        for derived in reversed(chain[:-1]):  # root first
+            if isinstance(derived.derive, ReducedVocab):
+                reduced = reduced_vocab_copy(path, derived.derive, tokenizer)
+                path, subset = reduced, vocab_subset(reduced, path)
+            else:
+                path, step = _llama_cpp_copy(path, derived.derive)
+                steps.append(step)
+        member = LlamaCppMember(path, name=candidate.name, tokenizer=tokenizer, context=candidate.context, subset=subset)
     except PolyplanError as error:
         raise PolyplanError(f"{label}: {error}") from None
     what = member.info.description + (f" ({', then '.join(steps)})" if steps else "")
+    if subset is not None:
+        what += f" (head over {subset.keep.numel()} of {subset.vocab} tokens)"
     return LoadedCandidate(candidate, member, member.info.parameters, f"llama.cpp: {what}", "cpu", None)
 
 

@@ -35,7 +35,7 @@ import shlex
 from dataclasses import dataclass
 from pathlib import Path
 
-from polyplan.formats.candidates import RULE_DRAFTERS, Candidate, CandidateSet, EarlyExit, NGram, NGramSimple, Quantize
+from polyplan.formats.candidates import RULE_DRAFTERS, Candidate, CandidateSet, EarlyExit, NGram, NGramSimple, Quantize, ReducedVocab
 from polyplan.formats.errors import PolyplanError
 from polyplan.planner.cost_model import ChainPrediction, predict_chain
 from polyplan.planner.engine_overhead import profile_call_seconds, prediction_overhead
@@ -179,6 +179,11 @@ def loadable(engine: str, candidate: Candidate, file: str | None = None,
         return "", "", (
             f"an early-exit copy (the first {candidate.derive.layers} layers of {candidate.derive.base!r}) that exists only "
             f"inside polyplan; {engine} cannot load it"
+        )
+    if isinstance(candidate.derive, ReducedVocab):
+        return "", "", (
+            f"a copy of {candidate.derive.base!r} whose head covers a subset of the tokens; only polyplan's member maps it "
+            f"back to the full vocabulary, so {engine} cannot draft with it"
         )
     source = _weights_source(candidate, file)
     if engine == "llama.cpp" and not _is_gguf(candidate):

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from pathlib import Path
 from typing import Annotated
 
 import typer
@@ -27,6 +28,8 @@ def _role(loaded) -> str:
         return f"{derive.kind}{head} of {derive.base}"
     if kind == "EarlyExit":
         return f"{derive.layers} layers of {derive.base}"
+    if kind == "ReducedVocab":
+        return f"head over {derive.size if derive.ids is None else Path(derive.ids).name} of {derive.base}"
     if kind == "NGramSimple":
         return f"ngram-simple n={derive.size_n}"
     return f"ngram {derive.min_n}..{derive.max_n}"

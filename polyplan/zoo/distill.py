@@ -40,6 +40,7 @@ from pathlib import Path
 import torch
 
 from polyplan.formats.errors import PolyplanError
+from polyplan.models.corpus import stdlib_prose
 
 @dataclass(frozen=True)
 class DistillSettings:
@@ -202,20 +203,6 @@ def training_data(tokenizer, settings: DistillSettings, user: list[str] | None =
     held_out = [text for _, texts in sources for text in texts]
     encode = lambda texts: torch.from_numpy(encode_corpus(tokenizer, texts)).long()
     return TrainingData(encode(train), encode(held_out))
-
-
-def stdlib_prose(max_chars: int) -> list[str]:
-    """English prose every Python has: the reference manual's topics in `pydoc_data.topics`
-    (about 0.5M characters), one text per topic, in a fixed order."""
-    from pydoc_data.topics import topics
-
-    texts, total = [], 0
-    for name in sorted(topics):
-        texts.append(topics[name])
-        total += len(topics[name])
-        if total >= max_chars:
-            break
-    return texts
 
 
 def user_prompt_ids(tokenizer, texts: list[str], raw: bool = False) -> list[list[int]]:

@@ -1,0 +1,242 @@
+"""Derived llama.cpp members whose output head covers only a subset S of the token ids.
+
+`derive: {from: <llama.cpp entry>, vocab: 32768}` in models.yaml (or `vocab: ./ids.json`)
+becomes a GGUF file made from the base file with a vocabulary of N = |S| entries: the output
+head's rows (`output.weight`, or `token_embd.weight` when the head is tied to it) and bias are
+cut to the rows of S, the tokenizer's arrays are dropped (`tokenizer.ggml.model: none`, which
+llama.cpp accepts with `<arch>.vocab_size` = N), and every other tensor is copied byte for byte.
+llama.cpp then computes N logits a step instead of V. The member
+(`decoder.llama_cpp_subset`) reads every context token exactly, in S or not, as the embedding
+row of the BASE file's `token_embd`, and returns full-vocabulary logits, −inf outside S; the
+chain stays lossless (the drafter's p is zero outside S; verification recovers the target's
+mass there) and loses only acceptance where the target would emit a token outside S.
+
+Which ids form S: always llama.cpp's end-of-generation ids and the file's control tokens, then
+for `vocab: N` the most frequent tokens of a fixed corpus (the Python standard library's code
+and its reference manual's prose, `models.corpus`; ties and unseen tokens by lowest id, as BPE
+ids roughly follow merge rank), for `vocab: ids.json` the ids the file lists (a JSON list of
+ids, or an object with `kept_ids`, as `polyplan drafter distill` writes).
+
+The copy lives in the polyplan cache under the base file's content hash and N (or the hash of
+the listed ids), written to a hidden partial file and renamed. It records, in its metadata,
+the kept ids, the full vocabulary's size and end ids, and the input scale, so the member needs
+nothing else from it (`vocab_subset`).
+
+Architectures: those whose llama.cpp graph reads input embeddings as it reads token
+embeddings (llama, qwen2, qwen3), and gemma3, which scales token embeddings by sqrt(n_embd) in
+the graph but raw embeddings not, so the member scales them itself.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import struct
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from polyplan.decoder.llama_cpp_subset import TokenEmbeddings, VocabSubset
+from polyplan.formats.cache import cache_root
+from polyplan.formats.candidates import ReducedVocab
+from polyplan.formats.errors import PolyplanError
+from polyplan.models.gguf_header import GGUFHeader, read_header
+
+FOLDER = "llama.cpp"
+# architecture -> does its graph scale token embeddings by sqrt(n_embd) (and raw ones not)?
+ARCHITECTURES = {"llama": False, "qwen2": False, "qwen3": False, "gemma3": True}
+HEAD_TENSORS = ("token_embd.weight", "output.weight", "output.bias")  # the tensors with a row per token
+CORPUS_CODE_CHARS = 2_000_000  # the standard library's code counted for `vocab: N`
+CORPUS_PROSE_CHARS = 1_000_000  # and its reference manual's prose (about 0.5M characters)
+KEPT_IDS = "polyplan.vocab_subset.kept_ids"
+FULL_VOCAB = "polyplan.vocab_subset.vocab"
+END_IDS = "polyplan.vocab_subset.end_ids"
+INPUT_SCALE = "polyplan.vocab_subset.input_scale"
+_CONTROL = 3  # llama.cpp's token type of control tokens (`tokenizer.ggml.token_type`)
+_UINT32, _INT32, _FLOAT32, _STRING, _ARRAY = 4, 5, 6, 8, 9
+
+
+def reduced_vocab_copy(base: str | os.PathLike[str], derive: ReducedVocab, tokenizer, *, log=lambda line: None) -> Path:
+    """The cached copy of GGUF file `base` whose head covers the ids `derive` asks for, made on
+    first use; `tokenizer` (the base's) counts the corpus for `vocab: N`.
+
+    Raises:
+        PolyplanError: an architecture the member cannot feed embeddings to, N outside
+            [kept-always ids, V], an id list that is not one or has ids outside [0, V).
+    """
+    from polyplan.models.gguf_source import file_sha256, read_gguf_info
+
+    base = Path(base)
+    read_gguf_info(base)  # a missing, foreign or truncated file: one line
+    header = read_header(base)
+    vocab = _check_base(header, base)
+    listed = None if derive.ids is None else read_id_list(derive.ids, vocab)
+    digest = file_sha256(base)[:24]
+    tag = f"vocab{derive.size}" if listed is None else f"ids-{hashlib.sha256(listed.tobytes()).hexdigest()[:12]}"
+    out = cache_root() / FOLDER / f"{digest}-{tag}.gguf"
+    if out.is_file():
+        return out
+    from polyplan.decoder.llama_cpp import file_end_of_generation_ids
+
+    end_ids = file_end_of_generation_ids(base)
+    control = np.flatnonzero(header.arrays.get("tokenizer.ggml.token_type", np.zeros(0)) == _CONTROL)
+    always = sorted({*end_ids, *control.tolist()})
+    if listed is None:
+        keep = frequent_ids(tokenizer, vocab, derive.size, always)
+    else:
+        keep = np.union1d(listed, np.asarray(always, dtype=np.int64))
+    log(f"cutting the head of {base.name} to {len(keep)} of its {vocab} tokens into {out} (once)")
+    architecture = header.architecture
+    width = _tensor(header, "token_embd.weight").shape[0]
+    scale = float(np.sqrt(np.float32(width))) if ARCHITECTURES[architecture] else 1.0
+    metadata = [(KEPT_IDS, _ARRAY, keep.astype(np.int32)), (FULL_VOCAB, _UINT32, vocab),
+                (END_IDS, _ARRAY, np.asarray(end_ids, dtype=np.int32)), (INPUT_SCALE, _FLOAT32, scale),
+                ("tokenizer.ggml.model", _STRING, "none"), (f"{architecture}.vocab_size", _UINT32, len(keep))]
+    try:
+        out.parent.mkdir(parents=True, exist_ok=True)
+    except OSError as error:
+        raise PolyplanError(f"cache: cannot create {out.parent} ({error.strerror or error})") from None
+    partial = out.with_name(f".{out.name}.partial-{os.getpid()}")
+    try:
+        write_subset_gguf(base, header, keep, metadata, partial)
+        os.replace(partial, out)
+    except OSError as error:
+        raise PolyplanError(f"cache: cannot write {out} ({error.strerror or error})") from None
+    finally:
+        partial.unlink(missing_ok=True)
+    return out
+
+
+def vocab_subset(path: str | os.PathLike[str], base: str | os.PathLike[str]) -> VocabSubset:
+    """How the reduced file `path` (`reduced_vocab_copy`) maps to the full vocabulary, reading
+    input embeddings from `base`, the file it was made from."""
+    header, full = read_header(path), read_header(base)
+    if KEPT_IDS not in header.arrays:
+        raise PolyplanError(f"{path}: not a reduced-vocabulary copy (no {KEPT_IDS})")
+    embd = _tensor(full, "token_embd.weight")
+    width, vocab = embd.shape[0], int(header.metadata[FULL_VOCAB])
+    embeddings = TokenEmbeddings(base, offset=full.data_start + embd.offset, ggml_type=embd.ggml_type, rows=embd.shape[1],
+                                 width=width, scale=float(header.metadata[INPUT_SCALE]))
+    keep = torch.from_numpy(header.arrays[KEPT_IDS].astype(np.int64))
+    return VocabSubset(keep, vocab, embeddings, tuple(int(i) for i in header.arrays[END_IDS]))
+
+
+def read_id_list(path: str | os.PathLike[str], vocab: int) -> np.ndarray:
+    """The distinct ids a JSON file lists (a list, or an object with `kept_ids`), sorted.
+
+    Raises:
+        PolyplanError: not JSON, not a list of integers, no id, or an id outside [0, vocab).
+    """
+    from polyplan.formats.inputs import read_json_file
+
+    data = read_json_file(path, "id list")
+    ids = data.get("kept_ids") if isinstance(data, dict) else data
+    if not isinstance(ids, list) or not all(isinstance(i, int) and not isinstance(i, bool) for i in ids):
+        raise PolyplanError(f"{path}: expected a JSON list of token ids (or an object with 'kept_ids')")
+    if not ids:
+        raise PolyplanError(f"{path}: the id list covers no token")
+    outside = [i for i in ids if not 0 <= i < vocab]
+    if outside:
+        raise PolyplanError(f"{path}: id {outside[0]} is outside the vocabulary [0, {vocab})")
+    return np.unique(np.asarray(ids, dtype=np.int64))
+
+
+def frequent_ids(tokenizer, vocab: int, n: int, always: list[int]) -> np.ndarray:
+    """The `n` ids: `always`, then the most frequent tokens of the corpus (ties and unseen
+    tokens by lowest id); sorted ascending."""
+    from polyplan.decoder.reduced_vocab import most_frequent_tokens
+    from polyplan.models.corpus import read_texts, split_stdlib, stdlib_prose
+
+    if not len(always) <= n <= vocab:
+        raise PolyplanError(f"vocab: N = {n} must lie in [{len(always)}, {vocab}] (the end-of-generation and control tokens, the vocabulary)")
+    split = split_stdlib()
+    texts = read_texts(split.root, split.train, CORPUS_CODE_CHARS) + stdlib_prose(CORPUS_PROSE_CHARS)
+    ids = np.concatenate([np.asarray(e.ids, dtype=np.int64) for e in tokenizer.backend_tokenizer.encode_batch(texts)])
+    return most_frequent_tokens(torch.from_numpy(ids[ids < vocab]), vocab, n, always=always).numpy()
+
+
+def _check_base(header: GGUFHeader, path: Path) -> int:
+    """The vocabulary size V of a base file the member can run cut; PolyplanError if it cannot."""
+    architecture = header.architecture
+    if architecture not in ARCHITECTURES:
+        raise PolyplanError(
+            f"vocab: {path.name} is a {architecture} model; a reduced vocabulary needs a graph that reads input embeddings "
+            f"like token embeddings ({', '.join(ARCHITECTURES)})"
+        )
+    if KEPT_IDS in header.arrays:
+        raise PolyplanError(f"vocab: {path.name} is a reduced-vocabulary copy already")
+    embd = _tensor(header, "token_embd.weight")
+    if embd is None or len(embd.shape) != 2:
+        raise PolyplanError(f"vocab: {path.name} has no two-dimensional token_embd.weight")
+    vocab = embd.shape[1]
+    other = next((t.name for t in header.tensor_table if t.name not in HEAD_TENSORS and vocab in t.shape), None)
+    if other is not None:
+        raise PolyplanError(f"vocab: {path.name}: tensor {other} has a row per token too; only the head can be cut")
+    return vocab
+
+
+def _tensor(header: GGUFHeader, name: str):
+    return next((t for t in header.tensor_table if t.name == name), None)
+
+
+def write_subset_gguf(base: Path, header: GGUFHeader, keep: np.ndarray, metadata: list[tuple[str, int, object]], out: Path) -> None:
+    """Write `base` with the rows `keep` of its head tensors (`HEAD_TENSORS`), without its
+    `tokenizer.ggml.*` entries and with `metadata` (key, GGUF type, value) added to `out`."""
+    replaced = {key for key, _, _ in metadata}
+    entries = [key for key in header.spans if not key.startswith("tokenizer.ggml.") and key not in replaced]
+    with open(base, "rb") as source, open(out, "wb") as sink:
+        sink.write(b"GGUF" + struct.pack("<IQQ", header.version, len(header.tensor_table), len(entries) + len(metadata)))
+        for key in entries:
+            start, end = header.spans[key]
+            source.seek(start)
+            sink.write(source.read(end - start))
+        for key, kind, value in metadata:
+            sink.write(_string(key) + struct.pack("<I", kind) + _encode(kind, value))
+        shapes, offset, offsets = [], 0, []
+        for tensor in header.tensor_table:
+            cut = tensor.name in HEAD_TENSORS
+            shape = tensor.shape[:-1] + (len(keep),) if cut else tensor.shape
+            nbytes = tensor.nbytes // tensor.shape[-1] * len(keep) if cut else tensor.nbytes
+            offsets.append(offset)
+            shapes.append(shape)
+            sink.write(_string(tensor.name) + struct.pack(f"<I{len(shape)}QIQ", len(shape), *shape, tensor.ggml_type, offset))
+            offset = _aligned(offset + nbytes, header.alignment)
+        data_start = _aligned(sink.tell(), header.alignment)
+        for tensor, start in zip(header.tensor_table, offsets):
+            sink.write(b"\0" * (data_start + start - sink.tell()))
+            if tensor.name in HEAD_TENSORS:
+                rows = np.memmap(base, dtype=np.uint8, mode="r", offset=header.data_start + tensor.offset,
+                                 shape=(tensor.shape[-1], tensor.nbytes // tensor.shape[-1]))
+                sink.write(np.ascontiguousarray(rows[keep]).tobytes())
+            else:
+                source.seek(header.data_start + tensor.offset)
+                _copy(source, sink, tensor.nbytes)
+
+
+def _copy(source, sink, size: int) -> None:
+    while size > 0:
+        chunk = source.read(min(size, 1 << 24))
+        if not chunk:
+            raise OSError("the base file ends early")
+        sink.write(chunk)
+        size -= len(chunk)
+
+
+def _aligned(offset: int, alignment: int) -> int:
+    return (offset + alignment - 1) // alignment * alignment
+
+
+def _string(text: str) -> bytes:
+    data = text.encode("utf-8")
+    return struct.pack("<Q", len(data)) + data
+
+
+def _encode(kind: int, value) -> bytes:
+    if kind == _UINT32:
+        return struct.pack("<I", value)
+    if kind == _FLOAT32:
+        return struct.pack("<f", value)
+    if kind == _STRING:
+        return _string(value)
+    return struct.pack("<IQ", _INT32, len(value)) + np.asarray(value, dtype="<i4").tobytes()  # an array of int32
