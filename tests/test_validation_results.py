@@ -120,9 +120,12 @@ def test_select_chains_gives_each_chain_every_role_it_plays(plan):
     assert len(select_chains(plan, top=3)) == 4
 
 
-def test_top_larger_than_the_alternatives_is_one_clear_error(plan):
-    with pytest.raises(PolyplanError, match=r"^--top: 4 is more than the 3 alternative chains in plan.json$"):
-        select_chains(plan, top=4)
+def test_top_larger_than_the_alternatives_validates_them_all_and_says_so(plan):
+    from polyplan.validation.chain_runs import top_note
+
+    assert select_chains(plan, top=99) == select_chains(plan, top=3)  # a valid plan never fails on a default
+    assert top_note(plan, 3) is None
+    assert top_note(plan, 4) == "--top 4: plan.json ranks 3 alternative chains; validated all of them"
 
 
 def _prompts(*lengths):

@@ -108,13 +108,21 @@ def sampling_of(key: str) -> Sampling:
     return Sampling(temperature=SamplingMode.parse(key).temperature)
 
 
+def top_note(plan: PlanFile, top: int, label: str = "plan.json") -> str | None:
+    """What validate says when `top` asks for more alternatives than the plan ranks (it runs them
+    all: a default may never fail on a valid plan); None when the plan has enough."""
+    alternatives = len(plan.alternatives) - 1
+    if top <= alternatives:
+        return None
+    return f"--top {top}: {label} ranks {alternatives} alternative chain{'s' if alternatives != 1 else ''}; validated all of them"
+
+
 def select_chains(plan: PlanFile, top: int, label: str = "plan.json") -> tuple[ChainSpec, ...]:
-    """The chains to validate: recommended, the next `top` of the ranking, the best two-model
-    chain and target-only decoding (each once, with every role it plays)."""
+    """The chains to validate: recommended, the next `top` of the ranking (all of them when the
+    plan ranks fewer, `top_note`), the best two-model chain and target-only decoding (each once,
+    with every role it plays)."""
     ranked = plan.alternatives
-    alternatives = len(ranked) - 1
-    if top > alternatives:
-        raise PolyplanError(f"--top: {top} is more than the {alternatives} alternative chains in {label}")
+    top = min(top, len(ranked) - 1)
     roles: dict[int, list[str]] = {0: [ROLE_RECOMMENDED]}
     for index in range(1, top + 1):
         roles.setdefault(index, []).append(ROLE_ALTERNATIVE)
@@ -309,7 +317,7 @@ def validate_plan(
         for index, spec in enumerate(specs)
     )
     plan_device = plan.device
-    notes = []
+    notes = [note] if (note := top_note(plan, settings.top, label)) else []
     if plan_device and plan_device != device_label:
         notes.append(f"the plan was profiled on '{plan_device}' but this validation ran on '{device_label}'")
     if not sampling.greedy:
