@@ -31,7 +31,7 @@ import numpy as np
 import torch
 
 from polyplan.decoder.hf import HFMember
-from polyplan.decoder.llama_cpp_buffers import extra_buffers
+from polyplan.decoder import llama_cpp_buffers
 from polyplan.decoder.sampling import argmax_ids
 from polyplan.decoder.llama_cpp_subset import VocabSubset
 from polyplan.formats.errors import PolyplanError
@@ -112,7 +112,7 @@ class LlamaCppMember:
         self.device = torch.device("cpu")  # where its logits live (llama.cpp runs on the CPU here)
         if context < 1 or batch < 1:
             raise PolyplanError(f"chain member {self.name!r}: context and batch must be >= 1, got {context} and {batch}")
-        self.extra_buffers = extra_buffers(self.path, llama_cpp.__version__, log=_warn_once)
+        self.extra_buffers = llama_cpp_buffers.extra_buffers(self.path, llama_cpp.__version__, log=_warn_once)
         model_params = llama_cpp.llama_model_default_params()
         model_params.use_extra_bufts = self.extra_buffers.enabled
         self._model = llama_cpp.llama_model_load_from_file(str(self.path).encode(), model_params)

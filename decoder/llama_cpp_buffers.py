@@ -83,7 +83,10 @@ def gguf_file_type(path: str | os.PathLike[str]) -> int | None:
     when every tensor is a float type, else None."""
     from gguf import GGMLQuantizationType, GGUFReader
 
-    reader = GGUFReader(str(path))
+    try:
+        reader = GGUFReader(str(path))
+    except (OSError, ValueError, IndexError):  # not a GGUF gguf can read: llama.cpp's loader will say so
+        return None
     field = reader.get_field("general.file_type")
     if field is not None:
         return int(field.parts[field.data[0]][0])
@@ -113,13 +116,15 @@ def extra_buffers(path: str | os.PathLike[str], bindings_version: str, *, log=la
 
 
 def probe(path: str | os.PathLike[str], timeout_s: float = 300.0) -> bool:
-    """True when a child process decodes an 8-token batch of `path` with the extra buffers on."""
+    """False when a child process decoding an 8-token batch of `path` with the extra buffers on
+    dies by a signal (the crash) or hangs; True otherwise (a file llama.cpp cannot load fails
+    later, where the member loads it, with its own message)."""
     try:
         done = subprocess.run([sys.executable, "-c", _PROBE, str(path), str(PROBE_TOKENS)], capture_output=True,
                               timeout=timeout_s, check=False)
     except subprocess.TimeoutExpired:
         return False
-    return done.returncode == 0
+    return done.returncode >= 0
 
 
 def _read(store: Path) -> dict:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import os
 from pathlib import Path
 
@@ -44,7 +46,25 @@ def export_from_files(
     profile = load(profile_path)
     if profile.target != plan.target:
         raise PolyplanError(f"{profile_path}: target {profile.target!r} is not the plan's target {plan.target!r}")
-    return export_plan(plan, profile, candidates, engine, files=engine_files(candidates), in_process=in_process)
+    files = engine_files(candidates)
+    export = export_plan(plan, profile, candidates, engine, files=files, in_process=in_process)
+    if engine != "llama.cpp":
+        return export
+    return dataclasses.replace(export, server_flags=repack_flags(candidates.target, files))
+
+
+def repack_flags(target, files: dict[str, str]) -> tuple[str, ...]:
+    """`--no-repack` when llama.cpp's extra weight buffers crash on this CPU for any GGUF a
+    llama-server would load (`decoder.llama_cpp_buffers`: the verdict polyplan's own members use)."""
+    from polyplan.decoder.llama_cpp import llama_cpp_module
+    from polyplan.decoder.llama_cpp_buffers import extra_buffers
+
+    try:
+        version = llama_cpp_module().__version__
+    except PolyplanError:  # no bindings: nothing to probe with, and the flags are only advice
+        return ()
+    paths = sorted({str(path) for path in (target.source, *files.values()) if path and str(path).endswith(".gguf")})
+    return () if all(extra_buffers(path, version).enabled for path in paths) else ("--no-repack",)
 
 
 def engine_files(candidates) -> dict[str, str]:

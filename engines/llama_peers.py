@@ -154,18 +154,6 @@ def server_configs(plan, export, candidates, files: dict[str, str],
     return configs
 
 
-def repack_flags(target, candidates, files: dict[str, str]) -> tuple[str, ...]:
-    """`--no-repack` when llama.cpp's extra weight buffers crash on this CPU for any GGUF the
-    servers load (`decoder.llama_cpp_buffers`: the same verdict polyplan's own members use)."""
-    from polyplan.decoder.llama_cpp import llama_cpp_module
-    from polyplan.decoder.llama_cpp_buffers import extra_buffers
-
-    version = llama_cpp_module().__version__
-    paths = {target.source, *files.values()}
-    verdicts = [extra_buffers(path, version) for path in sorted(p for p in paths if p and str(p).endswith(".gguf"))]
-    return () if all(verdict.enabled for verdict in verdicts) else ("--no-repack",)
-
-
 def run_llama_peers(plan_path, *, prompts_path=None, candidates_path=None, threads: int | None = None, repeats: int = 2,
                     new_tokens: int = 64, max_prompts: int | None = None, context: int = 4096,
                     log=lambda line: None) -> LlamaPeersBenchmark:
@@ -174,7 +162,7 @@ def run_llama_peers(plan_path, *, prompts_path=None, candidates_path=None, threa
     (`profiler.threads.choose_threads`), the same for every server and for polyplan."""
     from polyplan.decoder.chain import generate
     from polyplan.decoder.sampling import Sampling
-    from polyplan.engines.export import engine_files, export_from_files
+    from polyplan.engines.export import engine_files, export_from_files, repack_flags
     from polyplan.formats.cache import cache_root
     from polyplan.formats.plan import read_plan
     from polyplan.formats.sampling import SamplingMode
@@ -208,7 +196,7 @@ def run_llama_peers(plan_path, *, prompts_path=None, candidates_path=None, threa
     block_sizes = list(plan.block_sizes)
     logs = cache_root() / "engines" / "logs" / time.strftime("%Y%m%d-%H%M%S")
     common = ("-t", str(threads), "-tb", str(threads), "-c", str(context), "-np", "1", "--no-webui", "--no-warmup",
-              *repack_flags(target, candidates, files))
+              *repack_flags(target, files))
     torch.set_num_threads(threads)
     runs: list[PeerRun] = []
     with contextlib.ExitStack() as stack:

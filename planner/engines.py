@@ -112,6 +112,7 @@ class EngineExport:
     call_note: str = ""  # what the whole-call model lacks in the profile ("" when nothing)
     context_length: int | None = None  # the context the plan was made for (the whole-call example's prompt)
     ngram_simple_defaults: ChainPrediction | None = None  # llama.cpp only: its ngram-simple at its own sizes, replayed
+    server_flags: tuple[str, ...] = ()  # llama.cpp only: flags this machine needs (`--no-repack` where its AMX kernels crash)
 
     def whole_call_example(self) -> tuple[int, int, float] | None:
         """(prompt tokens, new tokens, predicted whole-call speedup) of one example `generate`
@@ -380,7 +381,7 @@ def engine_config(export: EngineExport) -> dict | None:
             return {"method": "ngram", "num_speculative_tokens": k, "prompt_lookup_max": high, "prompt_lookup_min": low}
         return {"method": "draft_model", "model": option.source, "num_speculative_tokens": k}
     return {"llama_server_args": ["-m", export.target_source, *llama_cpp_spec_flags(option.method, k, option.source, option.ngram_sizes),
-                                  "--temp", f"{export.temperature:g}" if sampled else "0"]}
+                                  "--temp", f"{export.temperature:g}" if sampled else "0", *export.server_flags]}
 
 
 def llama_cpp_spec_flags(method: str, k: int, source: str = "", ngram_sizes: tuple[int, int] | None = None) -> list[str]:

@@ -36,9 +36,10 @@ def test_a_child_that_dies_turns_the_buffers_off_once_and_the_answer_is_cached(q
     assert len(calls) == 2
 
 
-def test_a_child_that_decodes_keeps_the_buffers_on(quantized_file, monkeypatch):
+@pytest.mark.parametrize("returncode", [0, 3])  # decoded; or could not load the file (the member will say why)
+def test_a_child_that_does_not_crash_keeps_the_buffers_on(quantized_file, monkeypatch, returncode):
     calls = []
-    monkeypatch.setattr(buffers.subprocess, "run", _child(0, calls))
+    monkeypatch.setattr(buffers.subprocess, "run", _child(returncode, calls))
     verdict = buffers.extra_buffers(quantized_file, "0.3.36")
     assert verdict.enabled and verdict.reason == "probed" and calls[0][-1] == str(buffers.PROBE_TOKENS)
 
@@ -56,3 +57,16 @@ def test_the_file_type_is_read_from_the_header(tmp_path):
 
     write_tiny_gguf(tmp_path / "tiny.gguf")
     assert buffers.gguf_file_type(tmp_path / "tiny.gguf") == 0  # no general.file_type, every tensor float32
+    (tmp_path / "fake.gguf").write_bytes(b"GGUF")
+    assert buffers.gguf_file_type(tmp_path / "fake.gguf") is None
+
+
+def test_the_export_hands_llama_server_the_flag_this_machine_needs(tmp_path, monkeypatch):
+    from types import SimpleNamespace
+
+    from polyplan.engines import export
+
+    monkeypatch.setattr(buffers, "extra_buffers", lambda path, version, **_: buffers.ExtraBuffers("bad" not in str(path), "probed"))
+    target = SimpleNamespace(source=str(tmp_path / "target.gguf"))
+    assert export.repack_flags(target, {"drafter": str(tmp_path / "drafter.gguf")}) == ()
+    assert export.repack_flags(target, {"drafter": str(tmp_path / "bad-drafter.gguf")}) == ("--no-repack",)
