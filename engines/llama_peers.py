@@ -162,7 +162,7 @@ def run_llama_peers(plan_path, *, prompts_path=None, candidates_path=None, threa
     (`profiler.threads.choose_threads`), the same for every server and for polyplan."""
     from polyplan.decoder.chain import generate
     from polyplan.decoder.sampling import Sampling
-    from polyplan.engines.export import engine_files, export_from_files, repack_flags
+    from polyplan.engines.export import engine_files, export_from_files
     from polyplan.formats.cache import cache_root
     from polyplan.formats.plan import read_plan
     from polyplan.formats.sampling import SamplingMode
@@ -184,8 +184,7 @@ def run_llama_peers(plan_path, *, prompts_path=None, candidates_path=None, threa
     if target.source_kind != "gguf":
         raise PolyplanError(f"{plan_path}: target {target.name!r} is not a GGUF file; llama-server runs only GGUF")
     export = export_from_files(plan_path, "llama.cpp", candidates_path=candidates_path)
-    files = engine_files(candidates)
-    configs = server_configs(plan, export, candidates, files)
+    configs = server_configs(plan, export, candidates, engine_files(candidates))
     loaded = load_candidates(candidates)
     prompts = validation_prompt_set(prompts_path, max_prompts=max_prompts)
     encoded = encode_for(prompts, loaded.tokenizer)
@@ -196,7 +195,7 @@ def run_llama_peers(plan_path, *, prompts_path=None, candidates_path=None, threa
     block_sizes = list(plan.block_sizes)
     logs = cache_root() / "engines" / "logs" / time.strftime("%Y%m%d-%H%M%S")
     common = ("-t", str(threads), "-tb", str(threads), "-c", str(context), "-np", "1", "--no-webui", "--no-warmup",
-              *repack_flags(target, files))
+              *export.server_flags)  # `--no-repack` where llama.cpp's extra buffers crash (the export decided)
     torch.set_num_threads(threads)
     runs: list[PeerRun] = []
     with contextlib.ExitStack() as stack:
