@@ -36,7 +36,7 @@ import torch
 
 from polyplan.decoder.compatibility import incompatibility
 from polyplan.decoder.member import ArgmaxForward, BlockDrafter, ChainMember
-from polyplan.decoder.result import GenerationResult, LevelStats
+from polyplan.decoder.result import GenerationResult, LevelStats, PassTally
 from polyplan.decoder.sampling import Sampling, argmax_ids, probabilities, sample
 from polyplan.decoder.verify import verify_greedy, verify_sampled
 from polyplan.formats.errors import PolyplanError
@@ -144,7 +144,17 @@ class _Run:
         self.proposed = [0] * n
         self.accepted = [0] * n
         self.per_verification: list[list[int]] = [[] for _ in range(n)]
+        self.drafted: list[list[int]] = [[] for _ in range(n)]
         self.seconds = [0.0] * n
+        self.by_width: list[dict[int, list[float]]] = [{} for _ in range(n)]  # width -> [passes, seconds, context sum]
+
+    def _tally(self, i: int, width: int, context: int, seconds: float) -> None:
+        self.seconds[i] += seconds
+        self.passes[i] += 1
+        tally = self.by_width[i].setdefault(width, [0, 0.0, 0.0])
+        tally[0] += 1
+        tally[1] += seconds
+        tally[2] += context
 
     def _committed(self, i: int, tokens: list[int]) -> None:
         """Hand the output tokens a top-level round committed to `on_tokens` (when streaming)."""
@@ -153,7 +163,9 @@ class _Run:
 
     def statistics(self) -> tuple[LevelStats, ...]:
         return tuple(
-            LevelStats(m.name, self.passes[i], self.proposed[i], self.accepted[i], tuple(self.per_verification[i]), self.seconds[i])
+            LevelStats(m.name, self.passes[i], self.proposed[i], self.accepted[i], tuple(self.per_verification[i]), self.seconds[i],
+                       tuple(PassTally(w, int(t[0]), t[1], t[2] / t[0]) for w, t in sorted(self.by_width[i].items())),
+                       tuple(self.drafted[i]))
             for i, m in enumerate(self.members)
         )
 
@@ -173,7 +185,8 @@ class _Run:
         On an asynchronous device the time measured here is mostly launch time; the
         per-verification transfer in `_rounds` is where the device catches up.
         """
-        ids = self.buf[self.members[i].cache_length : end]  # (k,)
+        context = self.members[i].cache_length
+        ids = self.buf[context:end]  # (k,)
         extra = self.widths[i].width(len(ids)) - len(ids) if pad and self.widths else 0
         if extra:
             ids = torch.cat([ids, ids[-1:].expand(extra)])  # (width,)
@@ -181,8 +194,7 @@ class _Run:
         out = call(ids, keep_last=keep_last + extra)
         if extra:
             out = out[:keep_last]
-        self.seconds[i] += time.perf_counter() - began
-        self.passes[i] += 1
+        self._tally(i, len(ids), context, time.perf_counter() - began)
         return out
 
     def _logits(self, i: int, end: int, keep_last: int, pad: bool = False) -> torch.Tensor:
@@ -210,10 +222,10 @@ class _Run:
     def _draft_block(self, i: int, start: int, want: int) -> tuple[int, torch.Tensor | None]:
         """A block drafter's one call: up to `want` proposals at buf[start:], one-hot rows."""
         member = self.members[i]
+        context = member.cache_length
         began = time.perf_counter()
-        block = member.draft_block(self.buf[member.cache_length : start], want)[:want]
-        self.seconds[i] += time.perf_counter() - began
-        self.passes[i] += 1
+        block = member.draft_block(self.buf[context:start], want)[:want]
+        self._tally(i, want, context, time.perf_counter() - began)  # a block drafter's T(k) is priced at the k asked for
         m = len(block)
         if m:
             self.buf[start : start + m] = torch.tensor(block, dtype=torch.int64)
@@ -273,6 +285,7 @@ class _Run:
             self.proposed[i] += m
             self.accepted[i] += a
             self.per_verification[i].append(a + 1)
+            self.drafted[i].append(m)
             if keep_rows:
                 rows.append(q[: a + 1])
             new = host[2 * m + 1 : 2 * m + 1 + a] + [host[a]]  # the tokens this round committed

@@ -7,6 +7,17 @@ from dataclasses import dataclass
 
 
 @dataclass(frozen=True)
+class PassTally:
+    """A member's forward passes of one width in one run: how many, their time, and the mean
+    context (tokens already cached) they started from."""
+
+    width: int
+    passes: int
+    seconds: float
+    mean_context: float
+
+
+@dataclass(frozen=True)
 class LevelStats:
     """Counts for one chain member M_i over one `generate` call.
 
@@ -26,6 +37,11 @@ class LevelStats:
             `max_new_tokens` or EOS.
         wall_time_s: Time spent inside this member's `forward` (on an asynchronous device
             this is launch time unless the member synchronises).
+        passes: The forward passes by width (`PassTally` per width, narrowest first): what
+            the exact model prices with T_i(width), to compare a member's seconds per pass
+            inside the chain with its profile at the same width and context.
+        drafted_per_verification: Drafted tokens each verification judged (m), in the
+            order of `tokens_per_verification`: acceptance at each drafting width.
     """
 
     model: str
@@ -34,6 +50,8 @@ class LevelStats:
     tokens_accepted: int
     tokens_per_verification: tuple[int, ...]
     wall_time_s: float
+    passes: tuple[PassTally, ...] = ()
+    drafted_per_verification: tuple[int, ...] = ()
 
     @property
     def verifications(self) -> int:

@@ -118,6 +118,18 @@ class AcceptedFraction:
 
 
 @dataclass(frozen=True)
+class PassSeconds:
+    """One model's seconds per forward pass inside the chain: measured, the plan's (its widths,
+    switch costs included), and the profile's T at the widths and contexts the chain ran
+    (None without the profile); tokens per pass measured."""
+
+    measured: float
+    exact: float
+    profile: float | None
+    mean_width: float
+
+
+@dataclass(frozen=True)
 class ReportLevel:
     """One model of a validated chain (M_1 first)."""
 
@@ -128,6 +140,7 @@ class ReportLevel:
     accepted_fraction: AcceptedFraction | None
     tokens_drafted: int
     tokens_accepted: int
+    seconds_per_pass: PassSeconds | None = None  # None: no pass timed (reports before issue 33)
 
 
 @dataclass(frozen=True)
@@ -188,6 +201,28 @@ class ErrorSources:
 
 
 @dataclass(frozen=True)
+class CostSplit:
+    """The exact model's error on a chain split into the factors of its time per token
+    (`validation.cost_split`): each predicted / measured − 1, and their product is 1 + total.
+
+    baseline: the profile's target step against target-only decoding now.
+    forwards: forward passes per token (acceptance), predicted against measured.
+    per_pass: seconds per pass inside the chain, the plan's against measured.
+    loop: the decoding loop's own time.
+    aggregation: total-time ratio against the paired per-prompt speedup.
+    model: the plan's speedup beyond b̂ / t̂ (0 for the exact model).
+    """
+
+    total: float
+    baseline: float
+    forwards: float
+    per_pass: float
+    loop: float
+    aggregation: float
+    model: float
+
+
+@dataclass(frozen=True)
 class PromptRecord:
     """One prompt of one chain, summarised over repeats (medians), for per-category tables."""
 
@@ -229,6 +264,7 @@ class ReportChain:
     error_sources: ErrorSources | None
     per_prompt: tuple[PromptRecord, ...]
     near_tie: str | None = None  # why a chain that parted from target-only decoding is measured (validation.numerics)
+    cost_split: CostSplit | None = None  # the error split by the factors of time per token (None: lossy, target-only)
 
 
 @dataclass(frozen=True)

@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+from polyplan.decoder.result import PassTally
 from polyplan.formats.plan import PlannedChain
 from polyplan.formats.report import ReportSettings
 from polyplan.validation.categories import CategoryRow, ChainCategories, chain_categories
@@ -74,7 +75,14 @@ def _run(chain: int, repeat: int, prompt: int) -> RunRecord:
         tokens_per_verification=tuple((2 + (prompt + i) % 3, 3, 1 + repeat) for i in range(verifying)) + ((),),
         tokens_drafted=tuple(6 + prompt + i for i in range(verifying)) + (0,),
         tokens_accepted=tuple(3 + (prompt + repeat + i) % 3 for i in range(verifying)) + (0,),
+        passes=tuple((PassTally(1, 1, 0.004, 20.0 + prompt), PassTally(3 + i, 2 + (prompt + repeat) % 2, 0.009, 40.0))
+                     for i in range(levels)),
     )
+
+
+def _price(model: str, width: int, context: float) -> float:
+    """A profile's T(width) at `context`, made up: each model costs less than the one above it."""
+    return {"t": 0.004, "m": 0.002, "d": 0.0005}[model] * (1.0 + 0.05 * width) * (1.0 + context / 1000)
 
 
 def fixed_validation() -> Validation:
@@ -85,7 +93,8 @@ def fixed_validation() -> Validation:
     chains = tuple(
         summarise_chain(spec, [run for run in records if run.chain == index], base, greedy=True,
                         retimed=None if index == BASELINE else spec.planned.exact_speedup * 0.97,
-                        reaccepted=None if index in (BASELINE, 2) else spec.planned.exact_speedup * 0.93)
+                        reaccepted=None if index in (BASELINE, 2) else spec.planned.exact_speedup * 0.93,
+                        predicted_baseline=0.021, price=_price)
         for index, spec in enumerate(SPECS)
     )
     categories = chain_categories(SPECS, records, KINDS, BASELINE) + (

@@ -256,6 +256,7 @@ def _run(spec: ChainSpec, primed, prompt: torch.Tensor, index: int, tokens: int,
         tuple(level.tokens_per_verification for level in levels),
         tuple(level.tokens_drafted for level in levels),
         tuple(level.tokens_accepted for level in levels),
+        tuple(level.passes for level in levels),
     )
 
 
@@ -308,11 +309,15 @@ def validate_plan(
                                              acceptance_model=acceptance_model)
     baseline_index = next(i for i, spec in enumerate(specs) if ROLE_TARGET_ONLY in spec.roles)
     baseline = [run for run in records if run.chain == baseline_index]
+    alone = specs[baseline_index].planned
+    predicted_baseline = alone.time_per_token_s[0] + alone.overhead_per_token_s
+    price = profile_price(profile) if profile is not None else None
     ties = near_ties(specs, records, baseline_index, members[plan.target], [p.ids for p in fitted.prompts]) if sampling.greedy else {}
     chains = tuple(
         summarise_chain(
             spec, [run for run in records if run.chain == index], baseline, sampling.greedy, retimed.get(spec.planned.chain),
             reaccepted.get(spec.planned.chain), ties[index].line() if index in ties else None,
+            predicted_baseline=predicted_baseline, price=price,
         )
         for index, spec in enumerate(specs)
     )
@@ -348,6 +353,20 @@ def validate_plan(
         notes=tuple(notes),
         categories=chain_categories(specs, records, [p.prompt.kind for p in fitted.prompts], baseline_index),
     )
+
+
+def profile_price(profile: Profile):
+    """(model, width, context) -> the profile's T at that width, its curves read at that context
+    (`planner.latency.curve_from_profile`), for pricing a member's passes where the chain ran them."""
+    from functools import lru_cache
+
+    from polyplan.planner.latency import curve_from_profile
+
+    @lru_cache(maxsize=None)
+    def curve(model: str, context: int):
+        return curve_from_profile(profile.model(model), context)
+
+    return lambda model, width, context: curve(model, int(round(context)))(width)
 
 
 def plan_notes(plan: PlanFile) -> list[str]:

@@ -140,6 +140,36 @@ def error_source_lines(validation: Validation) -> list[str]:
     return lines
 
 
+def cost_split_lines(validation: Validation) -> list[str]:
+    """The exact model's error per chain split by the factors of time per token (`CostSplit`),
+    and per member its seconds per pass inside the chain against the plan's and the profile's."""
+    rows = [(chain, chain.cost_split) for chain in validation.chains if chain.cost_split is not None]
+    if not rows:
+        return []
+    lines = [
+        "| chain | total error | target-only step (profile vs now) | passes per token | seconds per pass | loop | "
+        "total-time vs paired ratio | beyond the sum |",
+        "| --- | --- | --- | --- | --- | --- | --- | --- |",
+    ]
+    for chain, split in rows:
+        lines.append(
+            f"| {chain.label()} | {_pct(split.total)} | {_pct(split.baseline)} | {_pct(split.forwards)} | "
+            f"{_pct(split.per_pass)} | {_pct(split.loop)} | {_pct(split.aggregation)} | {_pct(split.model)} |"
+        )
+    lines += ["", "| chain | model | tokens per pass | ms per pass measured | the plan's | the profile's T at these widths | "
+              "measured / profile |", "| --- | --- | --- | --- | --- | --- | --- |"]
+    for chain, _ in rows:
+        for level in chain.levels:
+            timing = level.seconds_per_pass
+            if timing is None:
+                continue
+            profile = "-" if timing.profile is None else f"{timing.profile * 1e3:.3f}"
+            ratio = "-" if not timing.profile else f"{timing.measured / timing.profile:.2f}x"
+            lines.append(f"| {chain.label()} | {level.model} | {timing.mean_width:.2f} | {timing.measured * 1e3:.3f} | "
+                         f"{timing.exact * 1e3:.3f} | {profile} | {ratio} |")
+    return lines
+
+
 def _number(value: float | None) -> str:
     return "-" if value is None else f"{value:.3f}"
 
@@ -236,6 +266,16 @@ def report_markdown(validation: Validation, plots: dict[str, str]) -> str:
                   "which the CI's half-width bounds. (Residual falls back to re-timed vs measured when "
                   "acceptance was not re-measured: sampling runs.) The last column is the acceptance effect in "
                   "plain terms.", "", *sources]
+    split = cost_split_lines(validation)
+    if split:
+        lines += ["", "## The error by the factors of time per token", "",
+                  "The exact model prices a chain as the target-only step over Σ_i (passes per token × seconds per "
+                  "pass) + the loop's time per token. Each column replaces one predicted factor by its measurement "
+                  "in this run, so (1 + each column) multiply to 1 + total error: the target-only step (the "
+                  "profile's T(1) against target-only decoding now), passes per token (acceptance), seconds per "
+                  "pass inside the chain, the loop, and the paired per-prompt ratio against the ratio of total "
+                  "times. The second table says which member's passes cost more inside the chain than its "
+                  "profile at the same widths and contexts (switching, cache state, numerics).", "", *split]
     limits = limit_lines(validation)
     if limits:
         lines += ["", "## What limits the speedup (measured)", "",
@@ -361,6 +401,7 @@ def _chain_record(chain: ChainResult) -> ReportChain:
         error_sources=chain.error_sources,
         near_tie=chain.near_tie,
         per_prompt=chain.prompts,
+        cost_split=chain.cost_split,
     )
 
 
@@ -375,4 +416,5 @@ def _level_record(level: LevelResult) -> ReportLevel:
         else AcceptedFraction(level.accepted_fraction, level.predicted_accepted_fraction, level.alpha),
         tokens_drafted=level.tokens_drafted,
         tokens_accepted=level.tokens_accepted,
+        seconds_per_pass=level.seconds_per_pass,
     )

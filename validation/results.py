@@ -36,7 +36,9 @@ from typing import Sequence
 import numpy as np
 
 from polyplan.formats.plan import PlannedChain
-from polyplan.formats.report import Check, ErrorSources, PromptRecord, ReportSettings
+from polyplan.decoder.result import PassTally
+from polyplan.formats.report import Check, CostSplit, ErrorSources, PassSeconds, PromptRecord, ReportSettings
+from polyplan.validation.cost_split import LevelCosts, Price, cost_split, mean_width, merged_tallies, profile_seconds_per_pass
 from polyplan.validation.paired import PairedSpeedup, RatioInterval, paired_speedup, ratio_interval
 
 ROLE_RECOMMENDED = "recommended"
@@ -77,6 +79,7 @@ class RunRecord:
     tokens_per_verification: tuple[tuple[int, ...], ...]
     tokens_drafted: tuple[int, ...]
     tokens_accepted: tuple[int, ...]
+    passes: tuple[tuple[PassTally, ...], ...] = ()  # per member: its passes by width (decoder.result.PassTally)
 
 
 @dataclass(frozen=True)
@@ -119,6 +122,16 @@ class LevelResult:
     alpha: float | None  # α_{i,i+1} the plan used (per-token acceptance under i.i.d. draws)
     tokens_drafted: int = 0  # drafted tokens this level verified, over every run (0: it verifies nothing)
     tokens_accepted: int = 0  # of those, the accepted ones
+    seconds_per_pass: PassSeconds | None = None  # inside the chain, against the plan's and the profile's (None: no pass)
+
+    @property
+    def costs(self) -> LevelCosts:
+        """Its factors of the chain's time per token (`validation.cost_split`)."""
+        return LevelCosts(
+            self.forwards_per_token, self.predicted_forwards_per_token,
+            self.seconds_per_token / self.forwards_per_token if self.forwards_per_token else 0.0,
+            self.predicted_seconds_per_token / self.predicted_forwards_per_token if self.predicted_forwards_per_token else 0.0,
+        )
 
 
 @dataclass(frozen=True)
@@ -148,6 +161,21 @@ class ChainResult:
     # the exact model on re-timed latency and on acceptance measured on the validation prompts (greedy)
     reaccepted_exact: float | None = None
     near_tie: str | None = None  # why a chain that parted from target-only decoding is still measured
+    # target-only decoding in the same runs: (measured, the plan's) seconds per token, for `cost_split`
+    baseline_seconds: tuple[float, float] | None = None
+
+    @property
+    def cost_split(self) -> CostSplit | None:
+        """The exact model's error split by the factors of time per token (`validation.cost_split`);
+        None for a lossy chain, target-only, or without the baseline."""
+        measured = self.measured_speedup
+        if measured is None or len(self.chain) == 1 or self.baseline_seconds is None:
+            return None
+        return cost_split(
+            [level.costs for level in self.levels], loop=self.loop_seconds_per_token,
+            predicted_loop=self.predicted_loop_seconds_per_token, baseline=self.baseline_seconds[0],
+            predicted_baseline=self.baseline_seconds[1], predicted_speedup=self.predicted_exact, measured_speedup=measured,
+        )
 
     @property
     def lossless(self) -> bool:
@@ -292,11 +320,14 @@ def _first_difference(reference: tuple[int, ...], other: tuple[int, ...], prompt
 
 def summarise_chain(
     spec: ChainSpec, runs: Sequence[RunRecord], baseline: Sequence[RunRecord], greedy: bool, retimed: float | None = None,
-    reaccepted: float | None = None, near_tie: str | None = None,
+    reaccepted: float | None = None, near_tie: str | None = None, *, predicted_baseline: float | None = None,
+    price: Price | None = None,
 ) -> ChainResult:
     """Aggregate one chain's runs against the target-only runs of the same repeats
     (`retimed`: the exact model's speedup on latency timed during the run, if any; `near_tie`:
-    why its greedy differences are the target's own near-ties, `validation.numerics`)."""
+    why its greedy differences are the target's own near-ties, `validation.numerics`;
+    `predicted_baseline`: the plan's seconds per token of target-only decoding; `price`: the
+    profile's T_i(width, context), to price each member's passes at the widths it ran)."""
     planned = spec.planned
     base = {(run.repeat, run.prompt): run for run in baseline}
     repeats = sorted({run.repeat for run in runs})
@@ -321,6 +352,9 @@ def summarise_chain(
         verifies = i < len(planned.chain) - 1
         mu, sigma = _pooled([run.tokens_per_verification[i] for run in runs]) if verifies else (None, None)
         proposed = sum(run.tokens_drafted[i] for run in runs)
+        passes = sum(run.forward_passes[i] for run in runs)
+        tallies = merged_tallies([run.passes[i] for run in runs if run.passes])
+        timed = sum(run.forward_seconds[i] for run in runs)
         levels.append(
             LevelResult(
                 model=model,
@@ -340,6 +374,12 @@ def summarise_chain(
                 alpha=planned.acceptances[i] if verifies else None,
                 tokens_drafted=proposed,
                 tokens_accepted=sum(run.tokens_accepted[i] for run in runs),
+                seconds_per_pass=PassSeconds(
+                    measured=timed / passes,
+                    exact=planned.time_per_token_s[i] / planned.forwards_per_token[i],
+                    profile=profile_seconds_per_pass(model, tallies, price) if price is not None else None,
+                    mean_width=mean_width(tallies) or 0.0,
+                ) if passes and planned.forwards_per_token[i] > 0 else None,
             )
         )
     return ChainResult(
@@ -365,7 +405,15 @@ def summarise_chain(
         predicted_interval=planned.exact_interval,
         prompts=prompts,
         reaccepted_exact=reaccepted,
+        baseline_seconds=None if predicted_baseline is None else (_seconds_per_token(baseline, runs), predicted_baseline),
     )
+
+
+def _seconds_per_token(baseline: Sequence[RunRecord], runs: Sequence[RunRecord]) -> float:
+    """Target-only decoding's seconds per token over the (repeat, prompt) cells of `runs`."""
+    cells = {(run.repeat, run.prompt) for run in runs}
+    mine = [run for run in baseline if (run.repeat, run.prompt) in cells]
+    return sum(run.decode_s for run in mine) / sum(len(run.token_ids) for run in mine)
 
 
 def _paired(runs: Sequence[RunRecord], base: dict[tuple[int, int], RunRecord]) -> tuple[PairedSpeedup | None, tuple[PromptRecord, ...]]:
