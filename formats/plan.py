@@ -171,9 +171,39 @@ class PlannedChain:
     paper_alpha_scale: float | None = None
     # (intermediate model, "helps" / "no_gain"): Theorem 3.2's verdict (planner.insertion)
     insertion_verdicts: tuple[tuple[str, str], ...] = ()
+    check: ChainCheck | None = None  # recommend's self-check of this chain (None: not checked)
 
     def label(self) -> str:
         return " > ".join(self.chain)
+
+    @property
+    def predicted_speedup(self) -> float:
+        """What the plan predicts: the exact model, corrected by the self-check where one ran."""
+        return self.check.speedup if self.check is not None else self.exact_speedup
+
+    @property
+    def predicted_interval(self) -> tuple[float, float] | None:
+        """The interval of `predicted_speedup` (the self-check's, widened by its term's uncertainty)."""
+        return self.check.interval if self.check is not None else self.exact_interval
+
+
+@dataclass(frozen=True)
+class ChainCheck:
+    """recommend's self-check of one chain (`validation.self_check`): the composition term C, the
+    exact model's error on this machine's time per token with acceptance as measured, from a
+    short run of the chain beside target-only decoding; the prediction it gives, exact / C,
+    and that prediction's interval (the exact interval widened by C's).
+
+    pooled: C was not measured on this chain but taken from the chains that were (their
+    median, its interval spanning theirs)."""
+
+    composition: float
+    composition_low: float
+    composition_high: float
+    speedup: float
+    interval: tuple[float, float] | None
+    measured: float | None  # the paired speedup the check measured on this chain (None: pooled)
+    pooled: bool = False
 
 
 @dataclass(frozen=True)
@@ -268,6 +298,18 @@ class SearchRecord:
 
 
 @dataclass(frozen=True)
+class SelfCheckRecord:
+    """How recommend's self-check ran (`validation.self_check`), or why it did not (`skipped`)."""
+
+    prompts: int = 0
+    new_tokens: int = 0
+    repeats: int = 0
+    seconds: float = 0.0
+    checked: tuple[tuple[str, ...], ...] = ()  # the chains run (the rest take the pooled term)
+    skipped: str | None = None  # why it did not run (then the intervals ignore the model's own error)
+
+
+@dataclass(frozen=True)
 class PlanFile:
     """The fields of plan.json its readers use, validated once by `read_plan`. The plan's own
     chain is its best ranked chain, `best` (`alternatives[0]`); `chain`, `block_sizes` and
@@ -289,6 +331,7 @@ class PlanFile:
     prediction_intervals: IntervalsRecord | None = None
     physical_limit: LimitRecord | None = None
     insertion_triples: tuple[TripleRecord, ...] = ()
+    self_check: SelfCheckRecord | None = None  # recommend's self-check (None: none ran; `skipped` says why when asked)
 
     @property
     def best(self) -> PlannedChain:
@@ -336,6 +379,7 @@ def encode_plan(plan: PlanFile) -> dict[str, Any]:
         "search": _record_json(plan.search),
         "physical_limit": None if plan.physical_limit is None else _limit_json(plan.physical_limit),
         "insertion_triples": [_triple_json(triple) for triple in plan.insertion_triples],
+        **({} if plan.self_check is None else {"self_check": _record_json(plan.self_check)}),
     }
 
 
@@ -401,6 +445,7 @@ def _alternative_json(chain: PlannedChain) -> dict[str, Any]:
         "exact": _section_json(chain, _EXACT_KEYS) | interval,
         "paper": _section_json(chain, _PAPER_KEYS),
         "insertion_verdicts": [{"model": model, "verdict": verdict} for model, verdict in chain.insertion_verdicts],
+        **({} if chain.check is None else {"check": _record_json(chain.check)}),
     }
 
 
@@ -451,6 +496,7 @@ def decode_plan(payload: Any, label: str = "plan.json") -> PlanFile:
         physical_limit=_limit_record(payload.get("physical_limit")),
         insertion_triples=tuple(record for item in _list(payload.get("insertion_triples"))
                                 if (record := _triple_record(item)) is not None),
+        self_check=_self_check_record(payload.get("self_check")),
     )
 
 
@@ -670,9 +716,41 @@ def _alternatives(entries: Any, target: str, label: str) -> tuple[PlannedChain, 
                     (item["model"], item["verdict"]) for item in _list(entry.get("insertion_verdicts"))
                     if isinstance(item, dict) and isinstance(item.get("model"), str) and isinstance(item.get("verdict"), str)
                 ),
+                check=None if entry.get("check") is None else _chain_check(entry["check"], f"{where}.check"),
             )
         )
     return tuple(chains)
+
+
+def _chain_check(value: Any, where: str) -> ChainCheck:
+    """A chain's self-check record; strict: it changes what the plan predicts."""
+    if not isinstance(value, dict):
+        raise PolyplanError(f"{where}: must be a JSON object")
+    terms = _numbers([value.get("composition"), value.get("composition_low"), value.get("composition_high"),
+                      value.get("speedup")], 4, where)
+    if min(terms) <= 0:
+        raise PolyplanError(f"{where}: composition and speedup must be > 0, got {list(terms)}")
+    measured = value.get("measured")
+    return ChainCheck(
+        composition=terms[0], composition_low=terms[1], composition_high=terms[2], speedup=terms[3],
+        interval=None if value.get("interval") is None
+        else _interval(_numbers(value["interval"], 2, f"{where}.interval"), f"{where}.interval"),
+        measured=None if measured is None else _numbers([measured], 1, f"{where}.measured")[0],
+        pooled=bool(value.get("pooled", False)),
+    )
+
+
+def _self_check_record(value: Any) -> SelfCheckRecord | None:
+    """The plan's self-check record, read for people (lenient: None when absent or malformed)."""
+    if not isinstance(value, dict):
+        return None
+    return SelfCheckRecord(
+        prompts=_whole(value.get("prompts")) or 0, new_tokens=_whole(value.get("new_tokens")) or 0,
+        repeats=_whole(value.get("repeats")) or 0, seconds=_number(value.get("seconds")) or 0.0,
+        checked=tuple(tuple(chain) for chain in _list(value.get("checked"))
+                      if isinstance(chain, list) and all(isinstance(name, str) for name in chain)),
+        skipped=_text(value.get("skipped")),
+    )
 
 
 def _lenient_numbers(value: Any, length: int) -> tuple[float, ...]:

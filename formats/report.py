@@ -265,6 +265,8 @@ class ReportChain:
     per_prompt: tuple[PromptRecord, ...]
     near_tie: str | None = None  # why a chain that parted from target-only decoding is measured (validation.numerics)
     cost_split: CostSplit | None = None  # the error split by the factors of time per token (None: lossy, target-only)
+    checked_speedup: float | None = None  # recommend's self-check: exact / C (None: the plan ran none)
+    checked_interval: tuple[float, float] | None = None
 
 
 @dataclass(frozen=True)

@@ -67,6 +67,7 @@ class ProfiledCandidates:
     run: ProfileOutcome  # the profiling run's own steps and phase times
     prompts: int  # prompts profiled with (after fitting them to the models)
     loop_costs: LoopCostsRun  # the agreement runs, loop overhead, HF overhead and switch costs: how many, how long
+    encoded: tuple[EncodedPrompt, ...] = ()  # the prompts profiled with, encoded and fitted (what the self-check runs)
 
     @property
     def drafters(self) -> tuple[str, ...]:
@@ -183,7 +184,7 @@ def _profile_into(run: _Run, fresh_timings: bool, calibration_tokens: int, progr
     measured = len(outcome.measured) + loop_costs.measured
     profile.save(path)
     return ProfiledCandidates(profile, path, models, loaded.tokenizer, run.record, measured, len(outcome.reused),
-                              time.perf_counter() - run.started, outcome, len(fitted), loop_costs)
+                              time.perf_counter() - run.started, outcome, len(fitted), loop_costs, tuple(fitted))
 
 
 def _fitted_prompts(prompts: PromptSet, loaded: LoadedCandidates, settings: ProfileSettings) -> tuple[EncodedPrompt, ...]:
@@ -210,6 +211,7 @@ class Recommended:
     recommendation: Recommendation
     profiled: ProfiledCandidates
     plan: PlanFile
+    check_lines: tuple[str, ...] = ()  # what the self-check found (validation.self_check), for the CLI to print
 
 
 def recommend_candidates(
@@ -222,15 +224,31 @@ def recommend_candidates(
     device: str | None = None,
     temperature: float = 0.0,
     progress=None,
+    check: bool = True,
     **plan_options,
 ) -> Recommended:
     """Profile what is missing for the sampling `temperature` (`profile_candidates`), then
-    rank the chains (`plan_from_profile` with `plan_options`) and write the plan to `out`."""
+    rank the chains (`plan_from_profile` with `plan_options`), run the self-check
+    (`validation.self_check`; `check` False: skipped, and the plan says so) and write the plan to `out`."""
+    from polyplan.formats.plan import save_plan
+    from polyplan.validation.self_check import self_check, skipped_plan
+
     profiled = profile_candidates(candidates_path, profile_path=profile_path, prompts=prompts, cache_dir=cache_dir,
                                   device=device, temperature=temperature, progress=progress)
     planned = planned_from_profile(profiled.profile, out, profile_path=str(profiled.path), candidates=profiled.record,
                                    drafters=profiled.drafters, **plan_options)
-    return Recommended(planned.recommendation, profiled, planned.plan)
+    plan, lines = planned.plan, ()
+    if not check:
+        plan = skipped_plan(plan, "--no-check: the intervals ignore the exact model's own error on this machine")
+        lines = ("Self-check skipped (--no-check): the prediction intervals ignore the exact model's own error on this machine",)
+    elif len(plan.alternatives) > 1:
+        members = {model.name: model.member for model in profiled.models}
+        with timing_lock():
+            checked = self_check(plan, members, profiled.encoded)
+        plan, lines = checked.plan, checked.lines
+    if out is not None:
+        save_plan(plan, out)
+    return Recommended(planned.recommendation, profiled, plan, lines)
 
 
 def plan_profile(planned: PlanFile) -> Profile | None:

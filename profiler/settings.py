@@ -34,7 +34,7 @@ class AcceptanceSettings:
 
     temperatures: tuple[float, ...] = (0.0, 1.0)
     block_sizes: tuple[int, ...] = (2, 4)
-    new_tokens: int = 32
+    new_tokens: int = 128
     decoded_prompts: int | None = None
     decoded_verifications: int | None = 160
     decoded_min_prompts: int = 8

@@ -12,7 +12,9 @@ from pathlib import Path
 import pytest
 
 from polyplan.decoder.result import PassTally
-from polyplan.formats.plan import PlannedChain
+from dataclasses import replace
+
+from polyplan.formats.plan import ChainCheck, PlannedChain
 from polyplan.formats.report import ReportSettings
 from polyplan.validation.categories import CategoryRow, ChainCategories, chain_categories
 from polyplan.validation.report import write_report
@@ -50,7 +52,8 @@ def _planned(chain, blocks, exact, paper, alphas, interval):
 
 SPECS = (
     ChainSpec(_planned(("t", "m", "d"), (4, 2), 2.31, 3.07, (0.81, 0.66), (2.05, 2.58)), (ROLE_RECOMMENDED,), 1),
-    ChainSpec(_planned(("t", "d"), (3,), 1.94, 2.45, (0.58,), (1.71, 2.2)), (ROLE_ALTERNATIVE, ROLE_TWO_MODEL), 2),
+    ChainSpec(replace(_planned(("t", "d"), (3,), 1.94, 2.45, (0.58,), (1.71, 2.2)),  # recommend's self-check ran on it
+                      check=ChainCheck(1.25, 1.125, 1.375, 1.552, (1.244, 1.956), 1.6)), (ROLE_ALTERNATIVE, ROLE_TWO_MODEL), 2),
     ChainSpec(_planned(("t", "m"), (5,), 1.52, 1.88, (0.9,), None), (ROLE_ALTERNATIVE,), 3),
     ChainSpec(_planned(("t",), (), 1.0, 1.0, (), (1.0, 1.0)), (ROLE_TARGET_ONLY,), 4),
 )

@@ -91,23 +91,25 @@ def _role(chain: ChainResult) -> str:
 def table_lines(validation: Validation) -> list[str]:
     """The chains table (predicted next to measured) and the headline."""
     header = (
-        f"{'':>3} {'chain':<40} {'K':<10} {'exact [interval]':>20} {'retimed':>7} {'paper':>6} {'measured [CI]':>20} "
-        f"{'err exact':>9} {'retimed':>7} {'paper':>7} {'holds':>5} {'greedy':>7} {'tok/s':>6}"
+        f"{'':>3} {'chain':<40} {'K':<10} {'exact [interval]':>20} {'checked [interval]':>20} {'retimed':>7} {'paper':>6} "
+        f"{'measured [CI]':>20} {'err exact':>9} {'checked':>7} {'retimed':>7} {'paper':>7} {'holds':>5} {'greedy':>7} {'tok/s':>6}"
     )
     lines, run = [header], validation.settings
     for chain in validation.chains:
         retimed = "-" if chain.retimed_exact is None else f"{chain.retimed_exact:.2f}x"
         lines.append(
             f"{_role(chain):>3} {chain.label():<40} {str(list(chain.block_sizes)):<10} {chain.predicted_text():>20} "
-            f"{retimed:>7} {chain.predicted_paper:>5.2f}x {chain.measured_text():>20} {_pct(chain.exact_error):>9} "
-            f"{_pct(chain.retimed_error):>7} {_pct(chain.paper_error):>7} {yes_no(chain.prediction_holds):>5} {_greedy(chain):>7} "
+            f"{chain.checked_text():>20} {retimed:>7} {chain.predicted_paper:>5.2f}x {chain.measured_text():>20} "
+            f"{_pct(chain.exact_error):>9} {_pct(chain.checked_error):>7} {_pct(chain.retimed_error):>7} {_pct(chain.paper_error):>7} {yes_no(chain.prediction_holds):>5} {_greedy(chain):>7} "
             f"{chain.tokens_per_second:>6.1f}"
         )
     lines.append("(* recommended, 2 best two-model chain, 1 target only, #r rank r in the plan; speedups over target-only "
                  f"decoding: paired per-prompt ratio (median over {run.repeats} repeat(s)) of {run.prompts} "
                  f"prompts x {run.new_tokens} tokens with its 95% bootstrap CI; exact: the plan's exact model "
-                 "with its 95% prediction interval; retimed: the same on latency timed during this run; paper: Lemma 3.1; "
-                 "err = predicted / measured − 1; holds: measured inside the interval and within 10%)")
+                 "with its 95% prediction interval; checked: exact / C, recommend's self-check on this machine, its interval "
+                 "widened by C's; retimed: the same on latency timed during this run; paper: Lemma 3.1; "
+                 "err = predicted / measured − 1; holds: measured inside the interval and within 10% of the point "
+                 "(the checked one where the plan has it))")
     lines.append("")
     lines.append(validation.headline.line)
     return lines
@@ -402,6 +404,8 @@ def _chain_record(chain: ChainResult) -> ReportChain:
         near_tie=chain.near_tie,
         per_prompt=chain.prompts,
         cost_split=chain.cost_split,
+        checked_speedup=chain.checked,
+        checked_interval=chain.checked_interval,
     )
 
 

@@ -163,6 +163,30 @@ class ChainResult:
     near_tie: str | None = None  # why a chain that parted from target-only decoding is still measured
     # target-only decoding in the same runs: (measured, the plan's) seconds per token, for `cost_split`
     baseline_seconds: tuple[float, float] | None = None
+    checked: float | None = None  # recommend's self-check: exact / C (formats.plan.ChainCheck); None: not checked
+    checked_interval: tuple[float, float] | None = None
+
+    @property
+    def judged(self) -> tuple[float, tuple[float, float] | None]:
+        """The prediction the plan stands by, with its interval: the checked one where recommend
+        ran its self-check, else the exact model's."""
+        if self.checked is not None:
+            return self.checked, self.checked_interval
+        return self.predicted_exact, self.predicted_interval
+
+    @property
+    def checked_error(self) -> float | None:
+        """(checked prediction − measured) / measured; None when not checked or lossy."""
+        measured = self.measured_speedup
+        return None if measured is None or self.checked is None else self.checked / measured - 1.0
+
+    def checked_text(self) -> str:
+        """`1.52x [1.31, 1.70]`, or - when the plan ran no self-check."""
+        if self.checked is None:
+            return "-"
+        if self.checked_interval is None:
+            return f"{self.checked:.2f}x"
+        return f"{self.checked:.2f}x [{self.checked_interval[0]:.2f}, {self.checked_interval[1]:.2f}]"
 
     @property
     def cost_split(self) -> CostSplit | None:
@@ -196,19 +220,20 @@ class ChainResult:
 
     @property
     def inside_interval(self) -> bool | None:
-        """The measured speedup lies inside the plan's predicted interval (None: no interval, lossy)."""
-        measured = self.measured_speedup
-        if measured is None or self.predicted_interval is None:
+        """The measured speedup lies inside the plan's interval (the checked one where recommend
+        ran its self-check; None: no interval, lossy)."""
+        measured, (_, interval) = self.measured_speedup, self.judged
+        if measured is None or interval is None:
             return None
-        return self.predicted_interval[0] <= measured <= self.predicted_interval[1]
+        return interval[0] <= measured <= interval[1]
 
     @property
     def prediction_holds(self) -> bool | None:
-        """Inside the predicted interval and within PREDICTION_TOLERANCE of the point prediction."""
-        inside, error = self.inside_interval, self.exact_error
-        if inside is None or error is None:
+        """Inside the plan's interval and within PREDICTION_TOLERANCE of its point (`judged`)."""
+        inside, measured = self.inside_interval, self.measured_speedup
+        if inside is None or measured is None:
             return None
-        return inside and abs(error) <= PREDICTION_TOLERANCE
+        return inside and abs(self.judged[0] / measured - 1.0) <= PREDICTION_TOLERANCE
 
     @property
     def error_sources(self) -> ErrorSources | None:
@@ -406,6 +431,8 @@ def summarise_chain(
         prompts=prompts,
         reaccepted_exact=reaccepted,
         baseline_seconds=None if predicted_baseline is None else (_seconds_per_token(baseline, runs), predicted_baseline),
+        checked=None if planned.check is None else planned.check.speedup,
+        checked_interval=None if planned.check is None else planned.check.interval,
     )
 
 
@@ -519,7 +546,8 @@ def _holds_check(lossless: Sequence[ChainResult]) -> Check:
         return Check(name, None, PREDICTION_TOLERANCE, None, "the plan has no prediction intervals (re-run polyplan recommend)")
     failing = [chain for chain in judged if not chain.prediction_holds]
     detail = "; ".join(
-        f"{chain.label()}: measured {chain.measured_speedup:.2f}x vs {chain.predicted_text()}" for chain in failing
+        f"{chain.label()}: measured {chain.measured_speedup:.2f}x vs "
+        f"{chain.checked_text() + ' (checked)' if chain.checked is not None else chain.predicted_text()}" for chain in failing
     ) or f"{len(judged)} chain(s) hold"
     return Check(name, float(len(failing)), 0.0, not failing, detail)
 
@@ -531,8 +559,11 @@ def _checks(recommended, lossless, over_two, two, fastest, within, gap=None) -> 
     if gap is not None:
         ranking += (f"; its paired speedup over the recommended chain {gap.point:.3f}x, "
                     f"{gap.level:.0%} CI [{gap.low:.3f}, {gap.high:.3f}] {'contains' if gap.includes_one else 'excludes'} 1")
+    checked = [(chain, chain.checked_error) for chain in lossless if chain.checked_error is not None]
     checks = [
         _prediction_check("exact model within 10% of the measured speedup (every lossless chain)", errors, "no lossless chain"),
+        _prediction_check("checked prediction (recommend's self-check) within 10% (every lossless chain)", checked,
+                          "the plan ran no self-check (recommend --candidates runs it; --no-check skips it)"),
         _prediction_check("exact model on latency re-timed during the run within 10% (every lossless chain)", retimed,
                           "not re-timed (no profile)"),
         Check(

@@ -57,7 +57,7 @@ def profile(
     ] = None,
     max_prompts: Annotated[Optional[int], typer.Option("--max-prompts", help="Use only the first N prompts.")] = None,
     raw_prompts: RawPrompts = False,
-    new_tokens: Annotated[int, typer.Option("--new-tokens", help="Tokens generated per prompt.")] = 32,
+    new_tokens: Annotated[int, typer.Option("--new-tokens", help="Tokens the target generates per prompt (the contexts acceptance is measured on; as long as the chains will generate: validate's default).")] = 128,
     block_sizes: Annotated[str, typer.Option("--block-sizes", help="K for the decoded mu, comma-separated.")] = "2,4",
     temperatures: Annotated[str, typer.Option("--temperatures", help="Sampling modes, comma-separated (0 = greedy).")] = "0,1",
     decoded_prompts: Annotated[

@@ -171,6 +171,10 @@ def recommend(
     resamples: Annotated[
         int, typer.Option("--resamples", help="Bootstrap resamples for each predicted speedup's 95% interval (0: none).")
     ] = 200,
+    no_check: Annotated[
+        bool, typer.Option("--no-check", help="With --candidates: skip the self-check (a short run of the top chains that "
+                                              "fits the model's error on this machine); the intervals then ignore it.")
+    ] = False,
 ) -> None:
     """Rank every chain of the profiled models with its best block sizes and write the plan.
 
@@ -180,13 +184,15 @@ def recommend(
     _check_up_front(profile, candidates, max_levels, k_max, seed, out, prompts, raw_prompts, resamples, cache_dir, device, threads)
     mode = SamplingMode.parse(sampling, "--sampling")
     options = dict(max_levels=max_levels, k_max=k_max, block_sizes=search, sampling=mode.key, seed=seed, resamples=resamples)
+    check_lines: tuple[str, ...] = ()
     if candidates is None:
         result, plan = _plan_profile(profile, out, options)
     else:
         choice, recommended = _recommend_candidates(candidates, out, profile, mode, prompts, cache_dir, device, threads, options,
-                                            quiet=json_output, raw=raw_prompts)
+                                            quiet=json_output, raw=raw_prompts, check=not no_check)
         profiled = recommended.profiled
         result, plan = recommended.recommendation, recommended.plan
+        check_lines = recommended.check_lines
         if not json_output:
             typer.echo(f"profile {profiled.path}: {profiled.measured} entries measured, {profiled.reused} reused; {choice.line}")
     if json_output:
@@ -195,6 +201,8 @@ def recommend(
         echo_json(encode_plan(plan))  # the plan as saved to --out (profile digest included)
         return
     typer.echo("\n".join(table_lines(result)))
+    if check_lines:
+        typer.echo("\n" + "\n".join(check_lines))
     if out is not None:
         typer.echo(f"\nwrote {out}")
 
@@ -250,7 +258,7 @@ def _check_up_front(profile, candidates, max_levels, k_max, seed, out, prompts, 
 
 
 def _recommend_candidates(candidates, out, profile, mode: SamplingMode, prompts, cache_dir, device, threads, options, *, quiet,
-                          raw=False):
+                          raw=False, check=True):
     """Profile what is missing for the sampling `mode`, then plan (torch is imported only here):
     (the `ThreadChoice` it timed with, the recommendation)."""
     from polyplan.cli.commands.progress import progress_bars
@@ -266,6 +274,6 @@ def _recommend_candidates(candidates, out, profile, mode: SamplingMode, prompts,
     with progress_bars(disable=quiet) as (progress, _):
         return choice, recommend_candidates(
             candidates, out, profile_path=profile, prompts=named_prompt_set(prompts, raw=raw),
-            cache_dir=cache_dir, device=device, temperature=mode.temperature, progress=progress, **options,
+            cache_dir=cache_dir, device=device, temperature=mode.temperature, progress=progress, check=check, **options,
         )
 

@@ -1,0 +1,193 @@
+"""recommend's self-check: a short run of the top chains that owns the exact model's error on
+this machine (issue 33).
+
+The exact model composes a chain's time per token from parts measured apart: each member's
+T_i(k) timed in a loop of its own, switch costs timed in isolation, the loop's cost fitted on
+its own, and the target-only step T_1(1). How those parts compose inside a running chain
+depends on the processor (caches, the int8 kernels, what a pass finds after another model's):
+on one CPU they compose as predicted, on another the same code was off by a third. So after
+planning, `recommend` runs the recommended chain, the next ones and target-only decoding on a
+few of the profiling prompts, interleaved (`validation.chain_runs.measure_chains`), and fits
+for each chain one *composition term*
+
+    C = (b̂ / b) · t / t(f, ŝ, l̂)
+
+where b̂ / b is the plan's target-only step over the one measured in the check, t the chain's
+measured seconds per token and t(f, ŝ, l̂) the exact model's time per token at the measured
+passes per token f with the plan's seconds per pass ŝ and loop l̂ (`validation.cost_split`:
+C is the product of its baseline, per-pass and loop terms). Acceptance stays the model's: the
+check runs on the profiling prompts, whose acceptance the profile already holds, and on a new
+prompt set acceptance is what the plan's interval resamples. The checked prediction is
+exact / C; its interval is the exact interval divided by C's bootstrap interval over the
+check's prompts, so it widens by C's uncertainty. Chains not run take the median C of those
+that were, with an interval spanning theirs (`pooled`). The ranking is then re-sorted by the
+checked predictions.
+"""
+
+from __future__ import annotations
+
+import statistics
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, replace
+
+import numpy as np
+
+from polyplan.decoder.member import ChainMember
+from polyplan.formats.plan import ChainCheck, PlanFile, PlannedChain, SelfCheckRecord
+from polyplan.profiler.prompts import EncodedPrompt
+from polyplan.validation.chain_runs import (
+    ValidationSettings, context_limit, fit_prompts, measure_chains, reserve_for, sampling_of, select_chains,
+)
+from polyplan.validation.cost_split import LevelCosts, chain_seconds
+from polyplan.validation.results import ROLE_TARGET_ONLY, ChainSpec, RunRecord
+
+CHECK_TOP = 2  # chains checked besides the recommended one (the plan's next best)
+CHECK_PROMPTS = 4  # profiling prompts run (the built-in set alternates kinds: one of each)
+CHECK_TOKENS = 64  # tokens per prompt and chain
+CHECK_REPEATS = 1
+RESAMPLES = 500
+LEVEL = 0.95
+
+
+@dataclass(frozen=True)
+class SelfCheck:
+    """What the self-check found: the plan with its checked predictions, and how it ran."""
+
+    plan: PlanFile
+    record: SelfCheckRecord
+    lines: tuple[str, ...]  # what recommend prints
+
+
+def composition(planned: PlannedChain, runs: Sequence[RunRecord], baseline: Sequence[RunRecord],
+                predicted_baseline: float) -> float:
+    """C of the module docstring over `runs` (and the target-only `baseline` runs of the same cells)."""
+    tokens = sum(len(run.token_ids) for run in runs)
+    levels = []
+    for i in range(len(planned.chain)):
+        passes = sum(run.forward_passes[i] for run in runs)
+        levels.append(LevelCosts(
+            forwards=passes / tokens,
+            predicted_forwards=planned.forwards_per_token[i],
+            seconds_per_pass=sum(run.forward_seconds[i] for run in runs) / passes if passes else 0.0,
+            predicted_seconds_per_pass=planned.time_per_token_s[i] / planned.forwards_per_token[i]
+            if planned.forwards_per_token[i] else 0.0,
+        ))
+    measured = sum(run.decode_s for run in runs) / tokens
+    modelled = sum(level.forwards * level.predicted_seconds_per_pass for level in levels) + planned.overhead_per_token_s
+    base = sum(run.decode_s for run in baseline) / sum(len(run.token_ids) for run in baseline)
+    return (predicted_baseline / base) * measured / modelled
+
+
+def composition_interval(planned: PlannedChain, runs: Sequence[RunRecord], baseline: Sequence[RunRecord],
+                         predicted_baseline: float, *, rng: np.random.Generator) -> tuple[float, float, float]:
+    """(C, low, high): C over every run and its percentile bootstrap interval over prompts."""
+    prompts = sorted({run.prompt for run in runs})
+    mine = {p: [run for run in runs if run.prompt == p] for p in prompts}
+    theirs = {p: [run for run in baseline if run.prompt == p] for p in prompts}
+    point = composition(planned, runs, baseline, predicted_baseline)
+    if len(prompts) < 2:
+        return point, point, point
+    draws = []
+    for _ in range(RESAMPLES):
+        picked = rng.choice(prompts, size=len(prompts), replace=True)
+        draws.append(composition(planned, [r for p in picked for r in mine[p]], [r for p in picked for r in theirs[p]],
+                                 predicted_baseline))
+    tail = (1.0 - LEVEL) / 2 * 100
+    low, high = np.percentile(draws, [tail, 100 - tail])
+    return point, float(min(low, point)), float(max(high, point))
+
+
+def checked(planned: PlannedChain, term: tuple[float, float, float], measured: float | None, pooled: bool) -> PlannedChain:
+    """`planned` with its check: exact / C, the exact interval divided by C's interval."""
+    c, low, high = term
+    interval = None if planned.exact_interval is None else (planned.exact_interval[0] / high, planned.exact_interval[1] / low)
+    return replace(planned, check=ChainCheck(c, low, high, planned.exact_speedup / c, interval, measured, pooled))
+
+
+def self_check(
+    plan: PlanFile,
+    members: Mapping[str, ChainMember],
+    prompts: Sequence[EncodedPrompt],
+    *,
+    top: int = CHECK_TOP,
+    new_tokens: int = CHECK_TOKENS,
+    repeats: int = CHECK_REPEATS,
+    seed: int = 0,
+) -> SelfCheck:
+    """Run the plan's best chains beside target-only decoding on the first CHECK_PROMPTS of
+    `prompts` (the profiling prompts; cut from the left to fit the chains' context) and return
+    the plan with checked predictions, re-ranked (module docstring)."""
+    started = time.perf_counter()
+    specs = [spec for spec in select_chains(plan, top) if spec.rank <= top + 1 or ROLE_TARGET_ONLY in spec.roles]
+    fitted = fit_prompts(list(prompts)[:CHECK_PROMPTS], context_limit(members, specs), reserve_for(specs, new_tokens),
+                         truncate=True, source="the profiling prompts").prompts
+    settings = ValidationSettings(new_tokens=new_tokens, repeats=repeats, top=top, seed=seed, warmup_tokens=8)
+    records, _ = measure_chains(specs, members, [p.ids for p in fitted], settings, sampling_of(plan.sampling))
+    baseline_index = next(i for i, spec in enumerate(specs) if ROLE_TARGET_ONLY in spec.roles)
+    baseline = [run for run in records if run.chain == baseline_index]
+    alone = specs[baseline_index].planned
+    predicted_baseline = alone.time_per_token_s[0] + alone.overhead_per_token_s
+    rng = np.random.default_rng(seed)
+    terms: dict[tuple[str, ...], tuple[tuple[float, float, float], float]] = {}
+    for index, spec in enumerate(specs):
+        if index == baseline_index:
+            continue
+        runs = [run for run in records if run.chain == index]
+        measured = sum(run.decode_s for run in baseline) / sum(run.decode_s for run in runs)
+        terms[spec.planned.chain] = (composition_interval(spec.planned, runs, baseline, predicted_baseline, rng=rng), measured)
+    return _checked_plan(plan, terms, specs, len(fitted), new_tokens, repeats, time.perf_counter() - started)
+
+
+def _checked_plan(plan: PlanFile, terms, specs: Sequence[ChainSpec], prompts: int, new_tokens: int, repeats: int,
+                  seconds: float) -> SelfCheck:
+    """The plan with every chain's check (target-only keeps C = 1: it is its own baseline), re-ranked."""
+    if terms:
+        points = [term[0] for term, _ in terms.values()]
+        pooled = (statistics.median(points), min(term[1] for term, _ in terms.values()),
+                  max(term[2] for term, _ in terms.values()))
+    else:
+        pooled = (1.0, 1.0, 1.0)
+    ranked = []
+    for planned in plan.alternatives:
+        if len(planned.chain) == 1:
+            ranked.append(checked(planned, (1.0, 1.0, 1.0), 1.0, False))
+        elif planned.chain in terms:
+            term, measured = terms[planned.chain]
+            ranked.append(checked(planned, term, measured, False))
+        else:
+            ranked.append(checked(planned, pooled, None, True))
+    ranked.sort(key=lambda chain: -chain.predicted_speedup)  # stable: ties keep the model's order
+    record = SelfCheckRecord(prompts=prompts, new_tokens=new_tokens, repeats=repeats, seconds=seconds,
+                             checked=tuple(spec.planned.chain for spec in specs if len(spec.planned.chain) > 1))
+    new_plan = replace(plan, alternatives=tuple(ranked), self_check=record)
+    return SelfCheck(new_plan, record, tuple(check_lines(plan, new_plan, record)))
+
+
+def check_lines(before: PlanFile, after: PlanFile, record: SelfCheckRecord) -> list[str]:
+    """What recommend prints of the self-check."""
+    lines = [f"Self-check ({len(record.checked)} chain(s) beside target-only decoding, {record.prompts} profiling prompt(s) x "
+             f"{record.new_tokens} tokens, {record.seconds:.1f} s): composition term C = the exact model's error on this "
+             "machine's time per token (acceptance as measured); checked prediction = exact / C"]
+    for planned in after.alternatives:
+        check = planned.check
+        if check is None or len(planned.chain) == 1 or check.pooled:
+            continue
+        interval = "" if check.interval is None else f" [{check.interval[0]:.2f}, {check.interval[1]:.2f}]"
+        lines.append(f"  {planned.label():<44} exact {planned.exact_speedup:.2f}x, measured {check.measured:.2f}x, "
+                     f"C = {check.composition:.3f} [{check.composition_low:.3f}, {check.composition_high:.3f}] -> "
+                     f"{check.speedup:.2f}x{interval}")
+    pooled = [planned for planned in after.alternatives if planned.check is not None and planned.check.pooled]
+    if pooled:
+        check = pooled[0].check
+        lines.append(f"  the {len(pooled)} other chain(s) take the median C = {check.composition:.3f} "
+                     f"[{check.composition_low:.3f}, {check.composition_high:.3f}]")
+    if after.best.chain != before.best.chain:
+        lines.append(f"  re-ranked: {after.best.label()} (K = {list(after.best.block_sizes)}) is now first, "
+                     f"checked {after.best.predicted_speedup:.2f}x")
+    return lines
+
+
+def skipped_plan(plan: PlanFile, reason: str) -> PlanFile:
+    """The plan with a record that no self-check ran, and why."""
+    return replace(plan, self_check=SelfCheckRecord(skipped=reason))
