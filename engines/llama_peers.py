@@ -6,11 +6,16 @@ candidates (`draft-simple`) at llama.cpp's defaults and at the K the llama.cpp e
 best for it, the best one also at a small sweep of `--spec-draft-n-max`/`--spec-draft-p-min`
 and combined with ngram-mod; every n-gram type (`ngram-simple`, `ngram-map-k`, `ngram-map-k4v`,
 `ngram-mod`, `ngram-cache`) at llama.cpp's defaults; llama.cpp's own default (`--spec-default`);
-and, in this process, polyplan's plan on its own members. All servers are
-started first (start-up is never timed), then the prompts go round-robin: for each repeat and
-prompt, every configuration in turn, the order rotated each time, so load drifts fall on all
-alike. A request is greedy, of exactly `new_tokens` tokens (end-of-sequence ignored), with the
-same token ids polyplan's run uses (the target's chat template applied the same way).
+and, in this process, polyplan's plan on its own members. The servers of a group are started
+first (start-up is never timed), then the prompts go round-robin: for each repeat and prompt,
+every configuration of the group in turn, the order rotated each time, so load drifts fall on
+all alike. One group holds every server when they all fit in memory (`engines.race_memory`:
+the estimate and the grouping); else each group holds the target alone and polyplan's plan
+besides its share, and a speedup is a ratio over its own group's target alone. A configuration
+that cannot start (too large for memory even so, a server that exits or never becomes healthy)
+or that stops answering is a row saying why; the race goes on. A request is greedy, of exactly
+`new_tokens` tokens (end-of-sequence ignored), with the same token ids polyplan's run uses (the
+target's chat template applied the same way).
 
 Reported per configuration: tokens/s over the whole call (the client's wall clock for a
 server, `generate`'s for polyplan: prefill included for both), the server's own decode-only
@@ -25,6 +30,7 @@ from __future__ import annotations
 import contextlib
 import statistics
 import time
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -32,6 +38,8 @@ import torch
 
 from polyplan.engines.llama_cpp_build import require_build
 from polyplan.engines.llama_server import LlamaServer
+from polyplan.engines.race_memory import (GB, MemoryNeed, ModelMemory, RaceGroups, gguf_memory, memory_line, process_need,
+                                          race_groups, resident_need, usable_memory)
 from polyplan.formats.candidates import RULE_DRAFTERS, Quantize
 from polyplan.formats.errors import PolyplanError
 
@@ -64,6 +72,7 @@ class PeerRun:
     decode_tokens_per_s: float | None  # the server's own figure; None for polyplan
     drafted: int
     accepted: int
+    group: int = 0  # the memory group it ran in (its speedup is over that group's target alone)
 
 
 @dataclass(frozen=True)
@@ -84,6 +93,8 @@ class PeerRow:
     by_category: tuple[tuple[str, float], ...]  # (category, speedup)
     decode_speedup: float | None = None  # mean of paired ratios of the server's decode-only tok/s (no prefill)
     decode_speedup_sd: float = 0.0
+    group: int | None = None  # its memory group (1, 2, ...); None: raced in every group, or never raced
+    failure: str | None = None  # why it has no numbers ("not started: ...", "failed to start: ...", "stopped answering: ..."); NaN then
 
     @property
     def error(self) -> float | None:
@@ -107,6 +118,7 @@ class LlamaPeersBenchmark:
     llama_cpp_version: str
     chat_template: bool
     threads_source: str = ""  # why this many threads (profiler.threads.ThreadChoice.source)
+    memory: str = ""  # the one line on memory and groups (`race_memory.memory_line`)
 
 
 def server_configs(plan, export, candidates, files: dict[str, str],
@@ -185,6 +197,7 @@ def run_llama_peers(plan_path, *, prompts_path=None, candidates_path=None, threa
         raise PolyplanError(f"{plan_path}: target {target.name!r} is not a GGUF file; llama-server runs only GGUF")
     export = export_from_files(plan_path, "llama.cpp", candidates_path=candidates_path)
     configs = server_configs(plan, export, candidates, engine_files(candidates))
+    available = usable_memory()  # before polyplan's own members load: they are estimated with the servers (`resident_need`)
     loaded = load_candidates(candidates)
     prompts = validation_prompt_set(prompts_path, max_prompts=max_prompts)
     encoded = encode_for(prompts, loaded.tokenizer)
@@ -196,48 +209,131 @@ def run_llama_peers(plan_path, *, prompts_path=None, candidates_path=None, threa
     logs = cache_root() / "engines" / "logs" / time.strftime("%Y%m%d-%H%M%S")
     common = ("-t", str(threads), "-tb", str(threads), "-c", str(context), "-np", "1", "--no-webui", "--no-warmup",
               *export.server_flags)  # `--no-repack` where llama.cpp's extra buffers crash (the export decided)
+    mapped = "--no-repack" in common  # weights stay in the mapped file, shared (else each server repacks its own copy)
+    needs = server_needs(configs, gguf_memory(target.source), context, mapped=mapped)
+    memory = race_groups(needs[0], needs[1:], resident_need(POLYPLAN, loaded, mapped=mapped), available)
+    by_label = {config.label: config for config in configs}
+    groups = [[by_label[label] for label in group] for group in memory.groups]
+    memory_note = memory_line(memory, len(configs))
+    log(memory_note)
     torch.set_num_threads(threads)
-    runs: list[PeerRun] = []
-    with contextlib.ExitStack() as stack:
-        servers = {}
-        for index, config in enumerate(configs):
-            log(f"starting llama-server: {config.label}")
-            server = LlamaServer(build.server, Path(target.source), (*common, *config.args), logs / f"server-{index}.log")
-            servers[config.label] = stack.enter_context(server)
-        labels = [config.label for config in configs] + [POLYPLAN]
-        for repeat in range(repeats):
-            for number, prompt in enumerate(encoded):
-                shift = (repeat * len(encoded) + number) % len(labels)
-                for label in labels[shift:] + labels[:shift]:
-                    if label == POLYPLAN:
-                        start = time.perf_counter()
-                        result = generate(chain, list(prompt.ids), max_new_tokens=new_tokens, block_sizes=block_sizes,
-                                          sampling=Sampling(0.0))  # no eos: exactly new_tokens, as the servers
-                        runs.append(PeerRun(label, number, prompt.prompt.kind, tuple(result.token_ids), time.perf_counter() - start,
-                                            None, result.levels[0].tokens_drafted, result.levels[0].tokens_accepted))
-                    else:
-                        done = servers[label].complete(prompt.ids, new_tokens)
-                        runs.append(PeerRun(label, number, prompt.prompt.kind, done.token_ids, done.wall_s, done.tokens_per_s,
-                                            done.draft_n, done.draft_accepted))
-            log(f"repeat {repeat + 1}/{repeats} done")
-    rows = tuple(_row(label, runs, configs) for label in labels)
+    index = {config.label: number for number, config in enumerate(configs)}
+
+    def start(config: ServerConfig) -> LlamaServer:
+        log(f"starting llama-server: {config.label}")
+        return LlamaServer(build.server, Path(target.source), (*common, *config.args), logs / f"server-{index[config.label]}.log")
+
+    def ours(ids: Sequence[int]) -> tuple[tuple[int, ...], float, int, int]:
+        began = time.perf_counter()
+        result = generate(chain, list(ids), max_new_tokens=new_tokens, block_sizes=block_sizes,
+                          sampling=Sampling(0.0))  # no eos: exactly new_tokens, as the servers
+        return tuple(result.token_ids), time.perf_counter() - began, result.levels[0].tokens_drafted, result.levels[0].tokens_accepted
+
+    runs, failures = race_servers(groups, start, ours, encoded, repeats=repeats, new_tokens=new_tokens, log=log)
+    rows = peer_rows(configs, runs, failures, memory)
     import llama_cpp
 
     return LlamaPeersBenchmark(rows, threads, new_tokens, len(encoded), repeats, logs, llama_cpp.__version__, not prompts.raw,
-                               choice.source)
+                               choice.source, memory_note)
 
 
-def _row(label: str, runs: list[PeerRun], configs: list[ServerConfig]) -> PeerRow:
+def server_needs(configs: Sequence[ServerConfig], target: ModelMemory, context: int, *, mapped: bool,
+                 memory: Callable[[str], ModelMemory] = gguf_memory) -> list[MemoryNeed]:
+    """Each configuration's server: the target, and the draft model of its `-md` (read once per
+    file by `memory`), both at `context` tokens (`race_memory.process_need`)."""
+    drafts: dict[str, ModelMemory] = {}
+    needs = []
+    for config in configs:
+        models = [(target, context)]
+        if "-md" in config.args:
+            path = config.args[config.args.index("-md") + 1]
+            if path not in drafts:
+                drafts[path] = memory(path)
+            models.append((drafts[path], context))
+        needs.append(process_need(config.label, models, mapped=mapped))
+    return needs
+
+
+def race_servers(groups: Sequence[Sequence[ServerConfig]], start: Callable[[ServerConfig], contextlib.AbstractContextManager],
+                 ours: Callable[[Sequence[int]], tuple[tuple[int, ...], float, int, int]], prompts, *, repeats: int,
+                 new_tokens: int, log=lambda line: None) -> tuple[list[PeerRun], dict[str, str]]:
+    """Race each group in turn (its first configuration the target alone): start its servers
+    (`start(config)`: a context manager entered to a started server with `complete(ids, n)`,
+    `LlamaServer`), then for each repeat and prompt every configuration and polyplan's plan
+    (`ours(ids)`: tokens, seconds, drafted, accepted) in an order rotated each time; stop them
+    before the next group starts.
+
+    Returns every run (`PeerRun.group`: the group's index) but those of a configuration that
+    failed, and by label why each one failed ("failed to start: ...", "stopped answering: ...").
+
+    Raises:
+        PolyplanError: the target alone fails to start or stops answering (no baseline).
+    """
+    runs: list[PeerRun] = []
+    failures: dict[str, str] = {}
+    for number, group in enumerate(groups):
+        with contextlib.ExitStack() as stack:
+            servers = {}
+            for config in group:
+                try:
+                    servers[config.label] = stack.enter_context(start(config))
+                except (PolyplanError, OSError) as error:
+                    if config.label == TARGET_ONLY:
+                        raise PolyplanError(f"{TARGET_ONLY} failed to start, so nothing has a baseline: {error}") from None
+                    failures[config.label] = f"failed to start: {error}"
+                    log(f"{config.label}: {failures[config.label]}")
+            labels = [*servers, POLYPLAN]
+            for repeat in range(repeats):
+                for index, prompt in enumerate(prompts):
+                    shift = (repeat * len(prompts) + index) % len(labels)
+                    for label in labels[shift:] + labels[:shift]:
+                        if label == POLYPLAN:
+                            tokens, seconds, drafted, accepted = ours(prompt.ids)
+                            runs.append(PeerRun(label, index, prompt.prompt.kind, tuple(tokens), seconds, None, drafted, accepted, number))
+                            continue
+                        if label in failures:
+                            continue
+                        try:
+                            done = servers[label].complete(prompt.ids, new_tokens)
+                        except PolyplanError as error:
+                            if label == TARGET_ONLY:
+                                raise
+                            failures[label] = f"stopped answering: {error}"
+                            log(f"{label}: {failures[label]}")
+                            continue
+                        runs.append(PeerRun(label, index, prompt.prompt.kind, done.token_ids, done.wall_s, done.tokens_per_s,
+                                            done.draft_n, done.draft_accepted, number))
+                log(f"{f'group {number + 1}/{len(groups)}: ' if len(groups) > 1 else ''}repeat {repeat + 1}/{repeats} done")
+    return [run for run in runs if run.config not in failures], failures
+
+
+def peer_rows(configs: list[ServerConfig], runs: list[PeerRun], failures: Mapping[str, str], memory: RaceGroups) -> tuple[PeerRow, ...]:
+    """A row per configuration, in `configs`' order, then polyplan's: its numbers, or why it has
+    none (`failures`, and every configuration too large for memory: "not started: ...")."""
+    failures = dict(failures)
+    for label, needed in memory.too_large:
+        failures[label] = (f"not started: needs {needed / GB:.1f} GB together with {TARGET_ONLY} and polyplan's plan, "
+                           f"{memory.available / GB:.1f} GB available")
+    group_of = {label: number for number, group in enumerate(memory.groups, 1) for label in group[1:]}
+    labels = [config.label for config in configs] + [POLYPLAN]
+    return tuple(_failed_row(label, failures[label], configs, group_of.get(label)) if label in failures
+                 else _row(label, runs, configs, group_of.get(label)) for label in labels)
+
+
+def _row(label: str, runs: list[PeerRun], configs: list[ServerConfig], group: int | None = None) -> PeerRow:
+    """`label`'s row: each of its runs paired with the target alone's run of the same group,
+    prompt and repeat."""
     mine = [run for run in runs if run.config == label]
-    reference: dict[int, list[PeerRun]] = {}  # target-only runs per prompt, in repeat order
+    reference: dict[tuple[int, int], list[PeerRun]] = {}  # target-only runs per (group, prompt), in repeat order
     for run in runs:
         if run.config == TARGET_ONLY:
-            reference.setdefault(run.prompt, []).append(run)
+            reference.setdefault((run.group, run.prompt), []).append(run)
     ratios, decode_ratios, by_category, equal, difference = [], [], {}, 0, None
-    seen: dict[int, int] = {}
+    seen: dict[tuple[int, int], int] = {}
     for run in mine:
-        repeat = seen[run.prompt] = seen.get(run.prompt, -1) + 1
-        other = reference[run.prompt][min(repeat, len(reference[run.prompt]) - 1)]  # the same prompt and repeat
+        key = (run.group, run.prompt)
+        repeat = seen[key] = seen.get(key, -1) + 1
+        other = reference[key][min(repeat, len(reference[key]) - 1)]  # the same group, prompt and repeat
         ratio = other.call_s / run.call_s
         ratios.append(ratio)
         if run.decode_tokens_per_s and other.decode_tokens_per_s:
@@ -266,7 +362,16 @@ def _row(label: str, runs: list[PeerRun], configs: list[ServerConfig]) -> PeerRo
         by_category=tuple((category, statistics.fmean(values)) for category, values in sorted(by_category.items())),
         decode_speedup=statistics.fmean(decode_ratios) if len(decode_ratios) == len(mine) and mine else None,
         decode_speedup_sd=statistics.stdev(decode_ratios) if len(decode_ratios) > 1 else 0.0,
+        group=group,
     )
+
+
+def _failed_row(label: str, failure: str, configs: list[ServerConfig], group: int | None = None) -> PeerRow:
+    """The row of a configuration without runs: NaN numbers and why."""
+    config = next((c for c in configs if c.label == label), None)
+    nan = float("nan")
+    return PeerRow(label, nan, None, nan, nan, None, 0, 0, None, config.predicted_speedup if config else None,
+                   config.exported if config else False, (), group=group, failure=failure)
 
 
 def llama_peers_lines(bench: LlamaPeersBenchmark) -> list[str]:
@@ -275,12 +380,16 @@ def llama_peers_lines(bench: LlamaPeersBenchmark) -> list[str]:
         f"llama-server (llama-cpp-python {bench.llama_cpp_version}'s llama.cpp) against polyplan's plan: {bench.prompts} prompts x "
         f"{bench.repeats} repeats, {bench.new_tokens} new tokens, greedy, {bench.threads} thread(s), "
         f"{'chat template applied' if bench.chat_template else 'raw prompts'}; interleaved round-robin",
+        *([bench.memory] if bench.memory else []),
         "speedup: whole calls (prefill included) over llama.cpp target only, paired per prompt, mean ± sd; "
         "decode tok/s and decode speedup: the server's own decode timing (what a per-token prediction is held against)",
         f"{'configuration':44s} {'tok/s':>7s} {'decode':>7s} {'speedup':>14s} {'decode speedup':>14s} {'acc/draft':>9s} "
         f"{'greedy equal':>12s}  predicted (error)",
     ]
     for row in bench.rows:
+        if row.failure is not None:
+            lines.append(f"{row.label:44s} {row.failure}")
+            continue
         decode = "-" if row.decode_tokens_per_s is None else f"{row.decode_tokens_per_s:.1f}"
         accepted = "-" if row.accepted_per_drafted is None else f"{row.accepted_per_drafted:.2f}"
         predicted = ""
@@ -293,7 +402,7 @@ def llama_peers_lines(bench: LlamaPeersBenchmark) -> list[str]:
     if len(categories) > 1:
         lines.append("\nspeedup by category:")
         lines.append(f"{'configuration':44s} " + " ".join(f"{c[:10]:>10s}" for c in categories))
-        for row in bench.rows:
+        for row in (row for row in bench.rows if row.failure is None):
             values = dict(row.by_category)
             lines.append(f"{row.label:44s} " + " ".join(f"{values.get(c, float('nan')):10.2f}" for c in categories))
     differences = [f"  {row.label}: {row.first_difference}" for row in bench.rows if row.first_difference]
