@@ -162,3 +162,21 @@ def test_validate_breaks_results_down_by_spec_bench_category(workspace, planned,
         assert [row.runs for row in item.rows] == [4, 2, 6]  # prompts x 2 repeats
         assert all(row.speedup > 0 and row.tokens_per_target_pass >= 1 for row in item.rows)
     assert "## Per category" in (tmp_path / "r" / "report.md").read_text()
+
+
+def test_recommend_runs_its_self_check_and_validate_judges_the_checked_prediction(workspace, planned):
+    payload = json.loads(planned.read_text())
+    record = payload["self_check"]
+    assert record["skipped"] is None and record["prompts"] >= 1 and record["checked"]  # the self-check ran
+    checked = [entry["check"] for entry in payload["alternatives"] if len(entry["chain"]) > 1]
+    assert checked and all(entry["speedup"] > 0 for entry in checked)
+    assert any(not entry["pooled"] for entry in checked)
+    ranked = [entry["check"]["speedup"] for entry in payload["alternatives"]]
+    assert ranked == sorted(ranked, reverse=True)  # re-ranked by the checked prediction
+    skipped = _invoke("recommend", "--candidates", str(workspace / "models.yaml"), "--profile", str(workspace / "profile.json"),
+                      "--prompts", str(workspace / "prompts.jsonl"), "--out", str(workspace / "unchecked.json"), "--threads", "1",
+                      "--no-check")
+    assert skipped.exit_code == 0, skipped.output
+    assert "Self-check skipped (--no-check)" in skipped.stdout
+    unchecked = json.loads((workspace / "unchecked.json").read_text())
+    assert unchecked["self_check"]["skipped"].startswith("--no-check") and all("check" not in e for e in unchecked["alternatives"])

@@ -1,0 +1,88 @@
+"""recommend's self-check (`validation.self_check`) on fixed run records: a member slower inside
+the chain than the plan says moves the composition term C above 1 and the checked prediction and
+its interval down by it; a chain that runs as planned keeps C = 1 (the negative control)."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import numpy as np
+import pytest
+
+from polyplan.formats.plan import PlanFile, PlannedChain
+from polyplan.validation.results import RunRecord
+from polyplan.validation.self_check import _checked_plan, composition, composition_interval
+
+STEP = 0.010  # the plan's target-only seconds per token
+TOKENS = 20
+
+
+def planned(chain, forwards, time_per_token, speedup, interval) -> PlannedChain:
+    levels = len(chain) - 1
+    return PlannedChain(
+        chain=chain, block_sizes=(3,) * levels, exact_speedup=speedup, paper_speedup=speedup, acceptances=(0.8,) * levels,
+        forwards_per_token=forwards, tokens_per_verification=(2.9,) * levels, drafted_per_verification=(3.0,) * levels,
+        time_per_token_s=time_per_token, paper_phi_per_token=forwards, paper_mean_lengths=(2.9,) * levels,
+        overhead_per_token_s=0.0, exact_interval=interval,
+    )
+
+
+CHAIN = planned(("t", "d"), (0.35, 1.05), (0.35 * 0.012, 1.05 * 0.0008), STEP / (0.35 * 0.012 + 1.05 * 0.0008), (1.7, 2.3))
+ALONE = planned(("t",), (1.0,), (STEP,), 1.0, (1.0, 1.0))
+
+
+def records(slower: float, prompts: int = 4) -> tuple[list[RunRecord], list[RunRecord]]:
+    """Each prompt: the chain's runs as planned, its target passes `slower` times their planned time."""
+    runs, base = [], []
+    for p in range(prompts):
+        wobble = 1.0 + 0.02 * (p % 2)
+        target_s = 7 * 0.012 * slower * wobble  # 7 passes per 20 tokens = 0.35 per token
+        drafter_s = 21 * 0.0008 * wobble
+        runs.append(RunRecord(0, 0, p, target_s + drafter_s, 0.0, tuple(range(TOKENS)), (7, 21), (target_s, drafter_s),
+                              ((3,) * 7, ()), (14, 0), (7, 0)))
+        base.append(RunRecord(1, 0, p, TOKENS * STEP * wobble, 0.0, tuple(range(TOKENS)), (TOKENS,), (TOKENS * STEP * wobble,),
+                              ((),), (0,), (0,)))
+    return runs, base
+
+
+def test_a_member_slower_inside_the_chain_gives_c_above_one_and_lowers_the_prediction():
+    runs, base = records(slower=1.3)
+    c, low, high = composition_interval(CHAIN, runs, base, STEP, rng=np.random.default_rng(0))
+    expected = (0.35 * 0.012 * 1.3 + 1.05 * 0.0008) / (0.35 * 0.012 + 1.05 * 0.0008)
+    assert c == pytest.approx(expected, rel=0.02)
+    assert low <= c <= high
+    plan = PlanFile(target="t", sampling="greedy", alternatives=(CHAIN, ALONE))
+    checked = _checked_plan(plan, {CHAIN.chain: ((c, low, high), 1.6)}, (), 4, 64, 1, 1.0).plan
+    chain = next(item for item in checked.alternatives if item.chain == CHAIN.chain)
+    assert chain.predicted_speedup == pytest.approx(CHAIN.exact_speedup / c)
+    assert chain.predicted_interval[1] < CHAIN.exact_interval[1] and chain.predicted_interval[0] < CHAIN.exact_interval[0]
+    assert chain.predicted_interval[1] - chain.predicted_interval[0] >= (CHAIN.exact_interval[1] - CHAIN.exact_interval[0]) / high
+    alone = next(item for item in checked.alternatives if len(item.chain) == 1)
+    assert alone.predicted_speedup == 1.0 and checked.self_check.checked == ()
+
+
+def test_a_chain_that_runs_as_planned_keeps_c_at_one_negative_control():
+    runs, base = records(slower=1.0)
+    c, low, high = composition_interval(CHAIN, runs, base, STEP, rng=np.random.default_rng(0))
+    assert c == pytest.approx(1.0, abs=1e-9) and low == pytest.approx(1.0, abs=1e-9) and high == pytest.approx(1.0, abs=1e-9)
+    plan = PlanFile(target="t", sampling="greedy", alternatives=(CHAIN, ALONE))
+    chain = _checked_plan(plan, {CHAIN.chain: ((c, low, high), 2.0)}, (), 4, 64, 1, 1.0).plan.alternatives[0]
+    assert chain.predicted_speedup == pytest.approx(CHAIN.exact_speedup)
+    assert chain.predicted_interval == pytest.approx(CHAIN.exact_interval)
+
+
+def test_the_check_can_re_rank_and_unchecked_chains_take_the_pooled_term():
+    other = replace(CHAIN, chain=("t", "e"), exact_speedup=CHAIN.exact_speedup * 0.95)
+    third = replace(CHAIN, chain=("t", "f"), exact_speedup=CHAIN.exact_speedup * 0.5)
+    plan = PlanFile(target="t", sampling="greedy", alternatives=(CHAIN, other, third, ALONE))
+    found = _checked_plan(plan, {CHAIN.chain: ((1.3, 1.2, 1.4), 1.5), other.chain: ((1.0, 0.95, 1.05), 1.9)}, (), 4, 64, 1, 1.0)
+    assert found.plan.best.chain == ("t", "e")  # measured faster here: first now
+    assert any("re-ranked" in line for line in found.lines)
+    pooled = next(item for item in found.plan.alternatives if item.chain == ("t", "f")).check
+    assert pooled.pooled and pooled.composition == pytest.approx(1.15) and (pooled.composition_low, pooled.composition_high) == (0.95, 1.4)
+
+
+def test_composition_reads_the_baseline_from_target_only_runs():
+    runs, base = records(slower=1.0)
+    faster_base = [replace(run, decode_s=run.decode_s * 0.8) for run in base]  # target-only decoding faster than profiled
+    assert composition(CHAIN, runs, faster_base, STEP) == pytest.approx(1.25, rel=1e-6)
