@@ -115,7 +115,7 @@ def test_cli_defaults_are_the_library_defaults():
         acceptance.seed,
         acceptance.decoded_verifications,
     )
-    assert acceptance.decoded_min_prompts == 8  # as the --decoded-verifications help says
+    assert acceptance.decoded_min_prompts == 4  # as the --decoded-verifications help says
     assert defaults["threads"] is None  # profiler.threads.choose_threads: as --out was measured, else the free cores
 
 

@@ -66,7 +66,7 @@ def profile(
     decoded_verifications: Annotated[
         int,
         typer.Option("--decoded-verifications", help="A decoded run stops taking prompts once it has this many "
-                     "verifications from at least 8 prompts (0: use every prompt)."),
+                     "verifications from at least 4 prompts (0: use every prompt)."),
     ] = 160,
     decoded: Annotated[bool, typer.Option("--decoded/--no-decoded", help="Measure the decoded mu (the slow part).")] = True,
     latency_ks: Annotated[str, typer.Option("--latency-ks", help="k of T(k), comma-separated.")] = "1,2,3,4,6,8,12,16",
