@@ -347,6 +347,7 @@ class DemoResult:
     profile_reused: int
     profile_seconds: float
     wall_time_s: float
+    check_lines: tuple[str, ...] = ()  # recommend's self-check (validation.self_check)
 
 
 def run_demo(settings, *, profile_progress=None, validation_progress=None, log=lambda line: None, threads=None) -> DemoResult:
@@ -355,7 +356,8 @@ def run_demo(settings, *, profile_progress=None, validation_progress=None, log=l
     1. Profile the candidates on the profiling prompts, resuming the profile in the user
        cache: the acceptance statistics are reused, the timings (latency curves, loop
        overhead, switch costs) re-timed, since they go stale with the machine's load.
-    2. Recommend a chain and its block sizes with the exact model; write plan.json.
+    2. Recommend a chain and its block sizes with the exact model, run the self-check
+       (`validation.self_check`) and write plan.json.
     3. Validate the plan on prompts the profile never saw, in one interleaved run, and write
        report.md, report.json and the plots.
 
@@ -397,6 +399,15 @@ def run_demo(settings, *, profile_progress=None, validation_progress=None, log=l
     )
     recommendation, plan = planned.recommendation, planned.plan  # as written to plan_path, not read back
     members = {model.name: model.member for model in profiled.models}
+    lines: tuple[str, ...] = ()
+    if len(plan.alternatives) > 1:
+        from polyplan.formats.plan import save_plan
+        from polyplan.validation.self_check import self_check
+
+        with timing_lock():
+            checked = self_check(plan, members, profiled.encoded)
+        plan, lines = checked.plan, checked.lines
+        save_plan(plan, plan_path)
     with timing_lock():
         validation = _validate(plan, members, encoded, validation_settings, str(plan_path), held_out, validation_progress,
                                profiled.profile)
@@ -411,6 +422,7 @@ def run_demo(settings, *, profile_progress=None, validation_progress=None, log=l
         profile_reused=profiled.reused,
         profile_seconds=profiled.wall_time_s,
         wall_time_s=time.perf_counter() - started,
+        check_lines=lines,
     )
 
 

@@ -55,7 +55,9 @@ def test_reduced_demo_prints_one_table_and_writes_a_complete_report(family, tmp_
     assert [entry["recommended"] for entry in payload["chains"]].count(True) == 1
     assert any(entry["chain"] == ["target"] for entry in payload["chains"])
     checks = payload["checks"]
-    assert len(checks) == 6
+    assert len(checks) == 7
+    checked = next(check for check in checks if check["name"].startswith("checked prediction"))  # the demo self-checks its plan
+    assert isinstance(checked["passed"], bool) and "Self-check (" in out
     # Every chain of the demo is lossless, so the prediction and the speedup checks have a
     # verdict, and each verdict is the one its value and threshold give.
     exact = next(check for check in checks if check["name"].startswith("exact model within 10%"))

@@ -71,5 +71,7 @@ def demo(
     )
     for line in warning_lines(recommendation.warnings):
         typer.echo(line)
+    if result.check_lines:
+        typer.echo("\n".join(result.check_lines) + "\n")
     typer.echo("\n".join(result_lines(result.validation, result.files)))
     typer.echo(f"\ndemo finished in {result.wall_time_s:.0f} s")
