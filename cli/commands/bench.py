@@ -7,7 +7,7 @@ from typing import Annotated, Optional
 
 import typer
 
-from polyplan.cli.support import echo_json, fails_cleanly, log_line
+from polyplan.cli.support import echo_json, fails_cleanly, log_line, warn_other_processor
 from polyplan.formats.errors import PolyplanError
 from polyplan.cli.commands.options import (Alternatives, CacheDir, Candidates, NewTokens, PlanCandidates, PromptsPerKind,
                                            RawPrompts, ValidationRepeats)
@@ -143,6 +143,8 @@ def peers(
 
     if engine not in ("hf", "llama.cpp"):
         raise PolyplanError(f"--engine: {engine!r} is not raced here (hf or llama.cpp; vLLM needs a GPU)")
+    if plan is not None:
+        warn_other_processor(plan)  # the race compares with the plan's predictions
     if engine == "llama.cpp":
         _llama_cpp_peers(plan, prompts, candidates, new_tokens, repeats, max_prompts, threads, json_output)
         return
