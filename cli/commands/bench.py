@@ -143,12 +143,12 @@ def peers(
 
     if engine not in ("hf", "llama.cpp"):
         raise PolyplanError(f"--engine: {engine!r} is not raced here (hf or llama.cpp; vLLM needs a GPU)")
-    if plan is not None:
-        warn_other_processor(plan)  # the race compares with the plan's predictions
     if engine == "llama.cpp":
         _llama_cpp_peers(plan, prompts, candidates, new_tokens, repeats, max_prompts, threads, json_output)
         return
     choice = _plan_threads(plan, threads)
+    if plan is not None:
+        warn_other_processor(plan)  # the race compares with the plan's predictions
     set_threads(choice)
     bench = race_peers_of(plan, prompts_path=prompts, candidates_path=candidates, repeats=repeats, new_tokens=new_tokens,
                       max_prompts=max_prompts, log=log_line)
