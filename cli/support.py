@@ -49,3 +49,15 @@ def echo_json(payload: Any) -> None:
 def log_line(line: str) -> None:
     """Print one progress line on stderr (stdout stays for results and --json)."""
     typer.echo(line, err=True)
+
+
+def warn_other_processor(plan: Any, device: str = "cpu") -> None:
+    """One `warning:` line on stderr when `plan` (a path or a read `PlanFile`) was profiled on
+    another processor than this one (`formats.processor`); nothing when it was not, or when the
+    plan records no processor. It warns and goes on: how far off the timings are is worth seeing."""
+    from polyplan.formats.plan import PlanFile, read_plan
+    from polyplan.profiler.processor import plan_machine_line
+
+    line = plan_machine_line(plan if isinstance(plan, PlanFile) else read_plan(plan), device)
+    if line is not None:
+        typer.echo(f"warning: {one_line(line)}", err=True)

@@ -180,6 +180,7 @@ def run_llama_peers(plan_path, *, prompts_path=None, candidates_path=None, threa
     from polyplan.formats.sampling import SamplingMode
     from polyplan.models.candidate_file import plan_candidates
     from polyplan.models.loader import load_candidates
+    from polyplan.profiler.processor import plan_machine_line
     from polyplan.profiler.prompt_sets import encode_for, validation_prompt_set
     from polyplan.profiler.threads import choose_threads, plan_threads
 
@@ -191,6 +192,9 @@ def run_llama_peers(plan_path, *, prompts_path=None, candidates_path=None, threa
         raise PolyplanError(f"{plan_path}: sampling {plan.sampling!r}: bench peers compares greedy outputs; use a greedy plan")
     choice = choose_threads(threads, plan_threads(plan.device), recorded_by="the plan's profile")
     threads = choice.threads
+    other = plan_machine_line(plan)  # the race compares with the plan's predictions
+    if other is not None:
+        log(f"warning: {other}")
     candidates = plan_candidates(plan, str(plan_path), candidates_path)
     target = candidates.target
     if target.source_kind != "gguf":

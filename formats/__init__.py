@@ -6,5 +6,6 @@
 - what they record: `sampling` (the sampling mode, parsed once), `overhead` (the loop's costs);
 - `kinds` (what a JSON file is, for one clear error when a file of another kind is given);
 - the edge they are read and written through: `errors`, `inputs`, `atomic`, `outputs`,
-  `options` (range checks of command-line numbers), `cache` (the cache folder).
+  `options` (range checks of command-line numbers), `cache` (the cache folder);
+- `processor` (the processor a profile was timed on, and the line when a plan is used elsewhere).
 """

@@ -7,6 +7,8 @@ Format (``plan_version`` 2; each ranked chain is stored once, the plan's own cha
       "plan_version": 2,
       "target": "vicuna-7b",
       "device": "...",                       # copied from the profile
+      "processor": {"name": "AMD EPYC 9R14", …},   # copied from the profile (formats.processor);
+                                             # null or absent: not recorded (older profiles)
       "sampling": "greedy",                  # the profile key the plan was made for
       "fingerprints": {"vicuna-7b": "...", …},   # of every profiled model, from the profile
       "profile": {"path": "profile.json", "schema_version": 1,
@@ -92,6 +94,7 @@ from polyplan.formats.errors import PolyplanError
 from polyplan.formats.inputs import is_finite_number, read_json_file
 from polyplan.formats.kinds import foreign_file
 from polyplan.formats.overhead import LoopOverhead, SwitchCost, overhead_from_json, switch_cost
+from polyplan.formats.processor import Processor, processor_from_json
 from polyplan.formats.sampling import SamplingMode
 
 PLAN_VERSION = 2
@@ -319,6 +322,7 @@ class PlanFile:
     sampling: str  # a `formats.sampling.SamplingMode` key
     alternatives: tuple[PlannedChain, ...]  # every ranked chain, best first (the plan's own first)
     device: str = ""
+    processor: Processor | None = None  # where the profile's timings were taken (None: not recorded)
     # of every profiled model (what `validate` checks the candidates against)
     profiled_fingerprints: Mapping[str, str] = field(default_factory=dict)
     profile: ProfileRecord = ProfileRecord()
@@ -363,6 +367,7 @@ def encode_plan(plan: PlanFile) -> dict[str, Any]:
         "plan_version": PLAN_VERSION,
         "target": plan.target,
         "device": plan.device,
+        "processor": None if plan.processor is None else plan.processor.to_json(),
         "sampling": plan.sampling,
         "fingerprints": dict(plan.profiled_fingerprints),
         "profile": {"path": plan.profile.path, "schema_version": plan.profile.schema_version,
@@ -484,6 +489,7 @@ def decode_plan(payload: Any, label: str = "plan.json") -> PlanFile:
         sampling=sampling.key,
         alternatives=alternatives,
         device=str(payload.get("device", "")),
+        processor=None if payload.get("processor") is None else processor_from_json(payload["processor"], f"{label}: processor"),
         profiled_fingerprints={str(name): str(value) for name, value in prints.items()},
         profile=_profile_record(payload.get("profile")),
         candidates=_candidates_record(payload.get("candidates")),

@@ -13,6 +13,8 @@ seconds and must be > 0 (and at most 1e6); unknown keys are rejected (free-form 
       "schema_version": 2,
       "target": "vicuna-7b",                 # name of the model every chain verifies with
       "device": "cuda:0 NVIDIA H100",        # free text
+      "processor": {"name": "AMD EPYC 9R14", "flags": ["avx2", …], …},   # optional: where it
+                                             # was timed (formats.processor; absent in older files)
       "created": "2025-01-01T00:00:00Z",     # optional, free text
       "notes": "...",                        # optional, free text
       "meta": {...},                         # optional, free-form JSON object (yours: polyplan
@@ -124,6 +126,7 @@ from typing import Any
 
 from polyplan.formats.errors import PolyplanError
 from polyplan.formats.overhead import LoopOverhead, SwitchCost
+from polyplan.formats.processor import Processor
 
 SCHEMA_VERSION = 2
 
@@ -397,6 +400,8 @@ class Profile:
 
     target: str = spec("text")
     device: str = spec("text")
+    # The processor its timings were taken on (None in profiles from before it was recorded).
+    processor: Processor | None = spec("processor", default=None)
     models: list[ModelProfile] = spec("records", factory=list, of=ModelProfile, always=True)
     pairs: list[PairProfile] = spec("records", factory=list, of=PairProfile, always=True)
     schema_version: int = spec("version", default=SCHEMA_VERSION)

@@ -21,6 +21,7 @@ from polyplan.formats.atomic import write_text_atomically
 from polyplan.formats.errors import PolyplanError
 from polyplan.formats.kinds import foreign_file
 from polyplan.formats.overhead import overhead_from_json, switch_cost
+from polyplan.formats.processor import Processor, processor_from_json
 from polyplan.formats.profile import (
     SCHEMA_VERSION, AgreementRuns, EngineCalibration, LoopCalibration, ModelProfile,
     PairAgreement, PairProfile, Profile, ProfilerRecord, SamplingStats, SwitchCosts, TargetStream, TimingHealth,
@@ -81,6 +82,8 @@ def _fields(cls) -> tuple[dataclasses.Field, ...]:
 
 
 def _encode_value(value: Any) -> Any:
+    if isinstance(value, Processor):
+        return value.to_json()
     if dataclasses.is_dataclass(value):
         return _encode_record(value)
     if isinstance(value, Mapping):
@@ -333,6 +336,11 @@ class _Reader:
             return self.free(value, where)
         if kind == "record":
             return self.record(of, value, where)
+        if kind == "processor":
+            try:
+                return processor_from_json(value, where)
+            except PolyplanError as error:
+                raise PolyplanError(f"{self.label}: {error}") from None
         if kind == "records":
             records = [self.record(of, item, f"{where}[{index}]") for index, item in enumerate(self.array(value, where))]
             return records if field.default_factory is list else tuple(records)
@@ -455,7 +463,7 @@ class _Reader:
         required = {"schema_version", "target", "device", "models", "pairs"}
         self.obj(payload, "", set(fields), required)
         done: dict[str, Any] = {"schema_version": SCHEMA_VERSION}
-        for name in ("target", "device", "created", "notes", "meta"):
+        for name in ("target", "device", "processor", "created", "notes", "meta"):
             if name in payload and not (payload[name] is None and fields[name].default is None):
                 done[name] = self.check(fields[name], payload[name], name, done)
         models = self.array(payload["models"], "models")

@@ -35,14 +35,19 @@ from polyplan.planner.search import Recommendation
 from polyplan.models.candidate_file import CandidateFile, plan_candidates, read_candidate_file
 from polyplan.models.fingerprints import load_fingerprinted
 from polyplan.models.loader import LoadedCandidates
-from polyplan.profiler.checks import check_inputs_fit, check_models, foreign_profile_reason
+from polyplan.formats.processor import machine_difference
+from polyplan.profiler.checks import (
+    check_inputs_fit, check_models, foreign_machine_reason, foreign_models_reason, foreign_profile_reason,
+)
 from polyplan.profiler.locks import profile_lock, timing_lock
 from polyplan.loop.loop_costs import LoopCostsRun, ensure_loop_costs
 from polyplan.profiler.profile_cache import (
-    cached_profile_path, forget_latency, previous_runs, prompts_of, readable_profile, recorded_prompts, settings_of,
+    cached_profile_path, forget_latency, previous_runs, prompts_of, readable_profile, recorded_prompts, retimed_here,
+    settings_of,
 )
 from polyplan.profiler.prompts import EncodedPrompt
 from polyplan.profiler.prompt_sets import PromptSet, encode_for, prompt_set, validation_prompt_set
+from polyplan.profiler.processor import this_processor
 from polyplan.profiler.run import ProfileOutcome, describe_device, profile_checked_models
 from polyplan.profiler.settings import ProfileSettings
 from polyplan.validation.report import ReportFiles, write_report
@@ -115,23 +120,35 @@ def profile_candidates(
     loaded = load_fingerprinted(read.candidates)
     models = loaded.profiled
     fingerprints = {model.name: model.fingerprint for model in models}
-    device_label = describe_device(loaded.device)
+    device_label, processor = describe_device(loaded.device), this_processor(loaded.device)
     path = Path(profile_path) if profile_path is not None else cached_profile_path(fingerprints, device_label, cache_dir)
     with contextlib.ExitStack() as held:
         held.enter_context(profile_lock(path))
         existing = readable_profile(path)  # the one reading of the profile this run extends
         if profile_path is not None and keep_foreign:
-            foreign = foreign_profile_reason(existing, models[0], device_label)
+            foreign = foreign_profile_reason(existing, models[0], device_label, processor)
             if foreign is not None:
                 cached = cached_profile_path(fingerprints, device_label, cache_dir)
                 if settings is None:  # measure as the file the user pointed at was measured
                     settings = settings_of(existing, temperature)
                 prompts = prompts or prompts_of(existing, path)
-                (log or _stderr)(f"note: {path} is kept as it is ({foreign}); profiling into {cached} instead")
                 held.close()
+                held.enter_context(profile_lock(cached))
+                elsewhere, existing = existing, readable_profile(cached)
+                seeded = existing is None and elsewhere is not None and foreign_models_reason(elsewhere, models[0]) is None
+                if seeded:  # the same models timed elsewhere: their acceptance holds here, their timings do not
+                    existing = retimed_here(elsewhere, device_label, processor, fingerprints)
+                (log or _stderr)(f"note: {path} is kept as it is ({foreign}); profiling into {cached} instead"
+                                 + (", re-timing every model and keeping its acceptance statistics" if seeded else ""))
                 path = cached
-                held.enter_context(profile_lock(path))
-                existing = readable_profile(path)
+        elif profile_path is None and existing is not None:
+            # the cache is polyplan's own: one made under this label on another processor (a
+            # model name virtual machines share) is re-timed in place, its acceptance kept
+            other = foreign_machine_reason(existing, device_label, processor)
+            if other is not None:
+                (log or _stderr)(f"note: {path} {other.removeprefix('it ')}: re-timing every model there, "
+                                 "keeping its acceptance statistics")
+                existing = retimed_here(existing, device_label, processor, fingerprints)
         if settings is None:
             settings = settings_of(existing, temperature)
         prompts = prompts or prompts_of(existing, path) or prompt_set()
@@ -270,6 +287,7 @@ class Validated:
     validation: Validation
     files: ReportFiles
     threads: Any = None  # the profiler.threads.ThreadChoice it ran with
+    warning: str | None = None  # the plan's timings come from another processor: said on stderr before the run
 
 
 def validate_plan_file(
@@ -284,6 +302,7 @@ def validate_plan_file(
     candidates_path: str | os.PathLike[str] | None = None,
     threads: int | None = None,
     progress=None,
+    log: Callable[[str], None] | None = None,
 ) -> Validated:
     """Run the plan's chains side by side on held-out prompts (`validation_prompt_set` of the
     prompt options) and write the report into `out`.
@@ -291,7 +310,9 @@ def validate_plan_file(
     Cheap checks come first (a hand-edited plan, a bad `settings.top`, a model whose files
     changed), before a prompt is read or a model loaded. `threads` None: as many torch threads
     as the plan's profile was measured with (else the machine's free cores); the result says
-    which.
+    which. A plan profiled on another processor (or device) is validated all the same: `log`
+    (default: stderr) gets one `warning:` line before the run, and the report's notes keep it
+    (`formats.processor.machine_difference`).
     """
     from polyplan.models.loader import load_candidates
     from polyplan.planner.plan_check import check_plan
@@ -312,24 +333,30 @@ def validate_plan_file(
     # prompts that cannot fit fail now, not after waiting for another run's timings
     fit_prompts(encoded, context_limit(members, specs), reserve_for(specs, settings.new_tokens), truncate=prompts.truncate,
                 source=prompts.source)
+    device = getattr(members[planned.target], "device", "cpu")
+    warning = machine_difference(planned.device, planned.processor, describe_device(device), this_processor(device))
+    if warning is not None:
+        (log or _stderr)(f"warning: {warning}")
     with timing_lock():
         validation = _validate(planned, members, encoded, settings, label, prompts, progress, profiled)
-    return Validated(validation, write_report(validation, Path(out)), choice)
+    return Validated(validation, write_report(validation, Path(out)), choice, warning)
 
 
 def _validate(plan: PlanFile, members, encoded, settings: ValidationSettings, plan_label: str, prompts: PromptSet, progress,
               profile: Profile | None) -> Validation:
+    device = getattr(members[plan.target], "device", "cpu")
     return validate_plan(
         plan,
         members,
         encoded,
         settings,
-        device_label=describe_device(getattr(members[plan.target], "device", "cpu")),
+        device_label=describe_device(device),
         plan_path=plan_label,
         prompt_source=prompts.source,
         truncate_prompts=prompts.truncate,
         progress=progress,
         profile=profile,
+        processor=this_processor(device),
     )
 
 

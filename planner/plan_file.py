@@ -100,6 +100,7 @@ def plan_of(
         sampling=result.sampling,
         alternatives=tuple(_planned(plan, intervals) for plan in result.ranked),
         device=result.device,
+        processor=result.processor,
         profiled_fingerprints=dict(result.fingerprints),
         profile=ProfileRecord(profile_path, SCHEMA_VERSION, profile_digest),
         candidates=None if candidates is None else CandidatesRecord(

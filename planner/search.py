@@ -33,6 +33,7 @@ from polyplan.formats.overhead import NO_SWITCH, LoopOverhead, SwitchCost
 from polyplan.planner.overhead import profile_switch_costs
 from polyplan.planner.runs import RunSurvival, run_survival, profile_runs
 from polyplan.formats.plan import VerifyWidths
+from polyplan.formats.processor import Processor
 from polyplan.planner.verify_width import verify_widths
 from polyplan.planner.paper_model import PaperPrediction, paper_prediction
 from polyplan.planner.physical_limit import PhysicalLimit, measured_block_size, physical_limit
@@ -106,6 +107,7 @@ class Recommendation:
     warnings: tuple[str, ...] = ()  # what makes the profile's timings doubtful (noisy floor, budget run out)
     limit: PhysicalLimit | None = None  # a free, always-right drafter's speedup (planner.physical_limit)
     insertion_triples: tuple[TripleInsertion, ...] = ()  # Theorem 3.2 on each insertion that matters
+    processor: Processor | None = None  # where the profile's timings were taken (None: not recorded)
 
     @property
     def best_chain(self) -> ChainPlan | None:
@@ -363,6 +365,7 @@ def recommend(
         insertions=notes,
         target=target,
         device=profile.device,
+        processor=profile.processor,
         sampling=sampling,
         max_levels=max_levels,
         k_max=k_max,

@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING
 from polyplan.decoder.compatibility import incompatibility
 from polyplan.formats.errors import PolyplanError
 from polyplan.formats.profile import SCHEMA_VERSION, Profile
+from polyplan.formats.processor import Processor, processor_labels
 from polyplan.formats.profile_codec import load
 from polyplan.profiler.prompts import EncodedPrompt, check_fits
 from polyplan.profiler.settings import ProfileSettings
@@ -62,23 +63,40 @@ def read_existing(out: Path) -> Profile | None:
         raise PolyplanError(f"--out: {out} exists but is not a valid profile ({text}); move it away or choose another --out") from None
 
 
-def foreign_profile_reason(existing: Profile | None, target: ProfiledModel, device_label: str) -> str | None:
+def foreign_profile_reason(existing: Profile | None, target: ProfiledModel, device_label: str,
+                           processor: Processor | None = None) -> str | None:
     """Why the profile `existing` was made for other models or another machine (None when a
     run on `target` and `device_label` may extend it)."""
     if existing is None:
         return None
+    return foreign_models_reason(existing, target) or foreign_machine_reason(existing, device_label, processor)
+
+
+def foreign_models_reason(existing: Profile, target: ProfiledModel) -> str | None:
+    """Why `existing` was made for another target, or for the target's other weights."""
     if existing.target != target.name:
         return f"it was made for the target {existing.target!r}, this run's target is {target.name!r}"
     own = next((model for model in existing.models if model.name == target.name), None)
     if own is not None and own.fingerprint != target.fingerprint:
         return f"its target {target.name!r} had other weights (fingerprint {own.fingerprint[:19]}…, now {target.fingerprint[:19]}…)"
-    if existing.device != device_label:
-        return f"it was measured on {existing.device!r}, this run is on {device_label!r}"
     return None
 
 
-def check_same_profile(existing: Profile | None, out: Path, target: ProfiledModel, device_label: str) -> None:
+def foreign_machine_reason(existing: Profile, device_label: str, processor: Processor | None) -> str | None:
+    """Why `existing`'s timings were taken elsewhere: another device label (CPU model name or
+    thread count, GPU), or, where both are recorded, another processor (`formats.processor`:
+    its ISA flags or torch's quantized engine; two virtual machines may share a model name)."""
+    if existing.device != device_label:
+        return f"it was measured on {existing.device!r}, this run is on {device_label!r}"
+    labels = None if existing.processor is None or processor is None else processor_labels(existing.processor, processor)
+    if labels is not None:
+        return f"it was measured on '{labels[0]}', this run is on '{labels[1]}'"
+    return None
+
+
+def check_same_profile(existing: Profile | None, out: Path, target: ProfiledModel, device_label: str,
+                       processor: Processor | None = None) -> None:
     """Refuse to extend (and so overwrite) a profile made for other models or another machine."""
-    reason = foreign_profile_reason(existing, target, device_label)
+    reason = foreign_profile_reason(existing, target, device_label, processor)
     if reason is not None:
         raise PolyplanError(f"--out: {out} is not extended: {reason}; it is kept as it is, choose another --out")

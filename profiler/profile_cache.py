@@ -3,17 +3,22 @@
 The profile cache lives in a user cache folder, never inside the installed package:
 `--cache-dir`, else `$POLYPLAN_CACHE_DIR`, else `$XDG_CACHE_HOME/polyplan`, else
 `~/.cache/polyplan`. A cached profile is named by a hash of the candidates' fingerprints and
-the device, so changed weights or another thread count start (or resume) another file.
+the device, so changed weights or another thread count start (or resume) another file. The
+device label names the CPU model, not its flags: a cached profile whose recorded processor
+differs (virtual machines share a model name) is re-timed in place, its acceptance statistics
+kept (`retimed_here`), rather than keyed apart, which would orphan every cached profile.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import os
+from copy import deepcopy
 from pathlib import Path
 
 from polyplan.formats.cache import cache_root
 from polyplan.formats.errors import PolyplanError
+from polyplan.formats.processor import Processor
 from polyplan.formats.profile import AgreementRuns, Profile, ProfilerRecord
 from polyplan.formats.profile_codec import load
 from polyplan.models.hashing import fingerprint_settings
@@ -99,6 +104,25 @@ def forget_latency(profile: Profile) -> None:
     run re-times the curves."""
     for model in profile.models:
         model.latency_fingerprint = None
+
+
+def retimed_here(profile: Profile, device_label: str, processor: Processor | None, fingerprints: dict[str, str]) -> Profile:
+    """A copy of `profile`, measured on another processor or device, for a run here to extend:
+    its acceptance statistics and agreement runs kept (they do not depend on the processor for
+    float models), every timing dropped so that the run takes it again (each latency curve's
+    fingerprint, the loop and engine overheads, the switch costs), and the models that are not
+    among `fingerprints` (name -> fingerprint: this run's candidates) left out with their
+    pairs, since their timings could not be re-taken. Timings of two machines are never mixed."""
+    copy = deepcopy(profile)
+    copy.models = [model for model in copy.models if model.name in fingerprints]
+    kept = {model.name for model in copy.models}
+    copy.pairs = [pair for pair in copy.pairs if pair.verifier in kept and pair.drafter in kept]
+    forget_latency(copy)
+    for model in copy.models:
+        model.timing = None
+    copy.device, copy.processor = device_label, processor
+    copy.loop_overhead, copy.engine_overhead, copy.switch_costs = {}, {}, None
+    return copy
 
 
 def previous_runs(profile: Profile | None) -> AgreementRuns | None:

@@ -48,6 +48,7 @@ from polyplan.profiler.locks import profile_lock, timing_lock
 from polyplan.formats.outputs import check_output_file
 from polyplan.models.fingerprints import ProfiledModel
 from polyplan.profiler.checks import check_inputs_fit, check_models, check_same_profile, read_existing
+from polyplan.profiler.processor import cpu_name, this_processor
 from polyplan.profiler.prompts import EncodedPrompt
 from polyplan.profiler.settings import ProfileSettings
 
@@ -112,20 +113,9 @@ def describe_device(device: str | torch.device) -> str:
     device = torch.device(device)
     if device.type == "cuda":
         return f"{device} {torch.cuda.get_device_name(device)}"
-    processor = _cpu_name() or platform.machine() or "cpu"
+    processor = cpu_name() or platform.machine() or "cpu"
     threads = torch.get_num_threads()
     return f"cpu {processor} ({threads} thread{'s' if threads > 1 else ''})"
-
-
-def _cpu_name() -> str | None:
-    try:
-        with open("/proc/cpuinfo", encoding="utf-8") as stream:
-            for line in stream:
-                if line.startswith("model name"):
-                    return line.split(":", 1)[1].strip()
-    except OSError:
-        return None
-    return platform.processor() or None
 
 
 def profile_models(
@@ -173,9 +163,9 @@ def profile_checked_models(
     started = time.perf_counter() if started is None else started
     if existing is None:
         existing = read_existing(out)
-    device_label = describe_device(device)
-    check_same_profile(existing, out, models[0], device_label)
-    run = _Run(models, prompts, out, settings, device_label, existing, progress or _Silent())
+    device_label, processor = describe_device(device), this_processor(device)
+    check_same_profile(existing, out, models[0], device_label, processor)
+    run = _Run(models, prompts, out, settings, device_label, existing, progress or _Silent(), processor)
     run.execute()
     phases = PhaseSeconds(**run.seconds)
     return ProfileOutcome(run.profile, out, tuple(run.measured), tuple(run.reused), time.perf_counter() - started, phases)
@@ -187,7 +177,7 @@ def profile_checked_models(
 class _Run:
     """The state of one profiling run: the profile being built and the lazily computed inputs."""
 
-    def __init__(self, models, prompts, out, settings, device_label, existing, progress) -> None:
+    def __init__(self, models, prompts, out, settings, device_label, existing, progress, processor=None) -> None:
         self.models: list[ProfiledModel] = list(models)
         self.by_name = {model.name: model for model in self.models}
         self.order = {model.name: index for index, model in enumerate(self.models)}
@@ -196,6 +186,7 @@ class _Run:
         self.out = out
         self.settings = settings
         self.device_label = device_label
+        self.processor = processor
         self.progress = progress
         self.measured: list[Step] = []
         self.seconds = {"latency": 0.0, "alpha": 0.0, "decoded": 0.0}
@@ -252,6 +243,7 @@ class _Run:
         profile = Profile(
             target=self.target.name,
             device=self.device_label,
+            processor=self.processor,
             created=datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
             notes=(
                 "Measured by polyplan profile. alpha: distribution-based (teacher-forced over target "

@@ -89,6 +89,27 @@ def test_generate_plan_runs_at_the_threads_its_profile_was_measured_with(tmp_pat
     _fails(run("generate", "--plan", str(plan), "--threads", "0", PROMPT), "--threads: must be >= 1")
 
 
+@pytest.mark.parametrize("recorded, here, lines", [
+    (None, "xeon", 0),  # a plan from before processors were recorded: nothing to compare
+    ("epyc", "epyc", 0),  # the same processor (negative control)
+    ("epyc", "xeon", 1),
+])
+def test_generate_plan_says_once_when_the_plan_was_profiled_on_another_processor(plan, tmp_path, monkeypatch, recorded, here, lines):
+    from polyplan.formats.processor import Processor
+
+    fakes = {"epyc": Processor("AMD EPYC 9R14", "x86_64", ("avx2", "avx512f"), "x86"),
+             "xeon": Processor("Intel(R) Xeon(R) Processor", "x86_64", ("amx_tile", "avx2", "avx512f"), "x86")}
+    payload = json.loads(plan.read_text())
+    payload["processor"] = None if recorded is None else fakes[recorded].to_json()
+    (tmp_path / "plan.json").write_text(json.dumps(payload))
+    monkeypatch.setattr("polyplan.profiler.processor.this_processor", lambda device="cpu": fakes[here])
+    result = run("generate", "--plan", str(tmp_path / "plan.json"), "--max-new-tokens", "2", PROMPT)
+    assert result.exit_code == 0, result.output  # it warns and generates
+    said = [line for line in result.output.splitlines() if "profiled on" in line]
+    assert len(said) == lines and all(line.startswith("warning: the plan was profiled on 'AMD EPYC 9R14 (avx512, x86)' but "
+                                                      "this is 'Intel(R) Xeon(R) Processor (amx, x86)'") for line in said)
+
+
 def test_generate_plan_streams_the_final_text_then_the_table(plan, target_only):
     result = run("generate", "--plan", str(plan), "--max-new-tokens", TOKENS, PROMPT)
     assert result.exit_code == 0, result.output

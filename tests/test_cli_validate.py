@@ -13,6 +13,7 @@ from typer.testing import CliRunner
 
 from conftest import perturbed_copy, save_model, tiny_llama, tiny_tokenizer, write_candidate_workspace
 from polyplan.cli.app import app
+from polyplan.formats.processor import Processor
 from polyplan.formats.report import encode_report, read_report
 
 pytestmark = pytest.mark.usefixtures("single_thread")
@@ -180,3 +181,27 @@ def test_recommend_runs_its_self_check_and_validate_judges_the_checked_predictio
     assert "Self-check skipped (--no-check)" in skipped.stdout
     unchecked = json.loads((workspace / "unchecked.json").read_text())
     assert unchecked["self_check"]["skipped"].startswith("--no-check") and all("check" not in e for e in unchecked["alternatives"])
+
+
+EPYC = Processor("AMD EPYC 9R14", "x86_64", ("avx2", "avx512f", "fma"), "x86", "AVX512", 2)
+XEON = Processor("Intel(R) Xeon(R) Processor", "x86_64", ("amx_tile", "avx2", "avx512f", "fma"), "x86", "AVX512", 2)
+
+
+@pytest.mark.parametrize("here", [XEON, EPYC], ids=["another processor", "the same (negative control)"])
+def test_a_plan_from_another_processor_is_validated_with_one_line_saying_so(workspace, planned, tmp_path, monkeypatch, here):
+    """Fake processors on both sides (never the real machine's): the plan's record says EPYC;
+    this machine is made to read as `here`."""
+    plan = _plan_copy(planned, tmp_path, processor=EPYC.to_json())
+    monkeypatch.setattr("polyplan.loop.pipeline.this_processor", lambda device="cpu": here)
+    result = _invoke("validate", "--plan", str(plan), "--prompts", str(workspace / "prompts.jsonl"), *VALIDATE_FAST,
+                     "--out", str(tmp_path / "r"))
+    assert result.exit_code == 0, result.output  # it warns, it does not refuse
+    said = [line for line in result.output.splitlines() if "profiled on" in line]  # stdout and stderr
+    notes = [note for note in read_report(tmp_path / "r" / "report.json").notes if "profiled on" in note]
+    if here is EPYC:
+        assert said == [] and notes == []
+        return
+    expected = ("the plan was profiled on 'AMD EPYC 9R14 (avx512, x86)' but this is 'Intel(R) Xeon(R) Processor (amx, x86)': "
+                "its timings may not hold; re-run polyplan profile here")
+    assert said == [f"warning: {expected}"] and f"warning: {expected}" in result.stderr
+    assert notes == [expected]  # the report keeps it

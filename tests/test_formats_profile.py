@@ -353,7 +353,7 @@ def test_the_loop_costs_keep_their_fingerprints_through_the_codec_and_the_migrat
 def test_every_field_names_a_check_the_codec_knows():
     known = {"count0", "count1", "seconds", "non_negative", "probability", "unit", "correlation", "mu", "unit_interval",
              "mu_interval", "non_negative_interval", "text", "string", "flag", "texts", "timings", "quantiles", "free",
-             "record", "records", "modes", "engines", "switch_table", "bits", "version", "token_ids"}
+             "record", "records", "modes", "engines", "switch_table", "bits", "version", "token_ids", "processor"}
     records = [value for value in vars(types).values() if dataclasses.is_dataclass(value) and value.__module__ == types.__name__]
     assert len(records) >= 15
     for record in records:

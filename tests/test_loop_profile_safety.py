@@ -4,6 +4,7 @@ machine, and concurrent runs take turns (issue 15)."""
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 import threading
@@ -13,6 +14,7 @@ import pytest
 
 from conftest import target_early_ngram
 from polyplan.formats.errors import PolyplanError
+from polyplan.formats.processor import Processor
 from polyplan.profiler.locks import profile_lock, timing_lock
 from polyplan.formats.profile_codec import load
 from polyplan.profiler import AcceptanceSettings, LatencySettings, ProfiledModel, ProfileSettings, profile_models
@@ -69,6 +71,8 @@ def test_recommend_on_an_extended_profile_plans_with_the_current_candidates_only
         (lambda p: setattr(p, "target", "early") or p.models.insert(0, p.models.pop(1)), "made for the target 'early'"),
         (lambda p: setattr(p, "device", "cuda:0 NVIDIA H100"), "measured on 'cuda:0 NVIDIA H100'"),
         (lambda p: setattr(p.models[0], "fingerprint", "sha256:other"), "had other weights"),
+        # the same device label, another processor (virtual machines share a model name): a fake record
+        (lambda p: setattr(p, "processor", Processor("Fake CPU 1", flags=("avx2",))), "measured on 'Fake CPU 1 \\(avx2"),
     ],
 )
 def test_a_profile_for_other_models_or_another_machine_is_never_overwritten(models, full, tmp_path, edit, message):
@@ -179,3 +183,47 @@ def test_recommend_candidates_on_a_foreign_profile_profiles_into_the_cache(tmp_p
     assert "is kept as it is (it was made for the target 'someone-else'" in result.stderr
     assert other.read_bytes() == before
     assert list((tmp_path / "cache" / "profiles").glob("*.json"))
+
+
+@pytest.mark.slow
+def test_recommend_candidates_on_a_profile_from_another_processor_re_times_it_in_the_cache(tmp_path):
+    """`recommend --candidates --profile other.json` where other.json was timed on another
+    processor (a fake record, same device label): other.json is left byte for byte; the cache
+    file starts from its acceptance statistics, re-times every model here, and records this
+    processor, so the timings of two processors never share a profile."""
+    from typer.testing import CliRunner
+
+    from conftest import write_candidate_workspace
+    from polyplan.cli.app import app
+    from polyplan.profiler.processor import this_processor
+
+    workspace = write_candidate_workspace(tmp_path / "ws")
+    other = tmp_path / "other.json"
+    made = CliRunner().invoke(app, ["profile", "--candidates", str(workspace / "models.yaml"), "--prompts", str(workspace / "prompts.jsonl"),
+                                    "--out", str(other), "--new-tokens", "8", "--latency-ks", "1,2", "--context-lengths", "8",
+                                    "--repeats", "2", "--warmup", "1", "--no-decoded", "--temperatures", "0", "--threads", "1"])
+    assert made.exit_code == 0, made.output
+    payload = json.loads(other.read_text())
+    assert payload["processor"]["name"] == this_processor().name  # what a run here records
+    payload["processor"] = Processor("Fake CPU 1", flags=("avx2",)).to_json()
+    other.write_text(json.dumps(payload))
+    before = other.read_bytes()
+    result = CliRunner().invoke(app, ["recommend", "--candidates", str(workspace / "models.yaml"), "--profile", str(other),
+                                      "--prompts", str(workspace / "prompts.jsonl"), "--out", str(tmp_path / "plan.json"),
+                                      "--threads", "1", "--cache-dir", str(tmp_path / "cache")])
+    assert result.exit_code == 0, result.output
+    assert "is kept as it is (it was measured on 'Fake CPU 1 (avx2, unknown engine)', this run is on" in result.stderr
+    assert "re-timing every model and keeping its acceptance statistics" in result.stderr
+    assert other.read_bytes() == before
+    cached = load(next((tmp_path / "cache" / "profiles").glob("*.json")))
+    assert not cached.processor.differs(this_processor())
+    kept = {(p["verifier"], p["drafter"]): p["sampling"]["greedy"]["alpha"] for p in payload["pairs"]}
+    assert {(p.verifier, p.drafter): p.sampling["greedy"].alpha for p in cached.pairs if (p.verifier, p.drafter) in kept} == {
+        pair: alpha for pair, alpha in kept.items() if cached.pair(*pair) is not None}
+    assert any(cached.pair(*pair) is not None for pair in kept)
+    counts = re.search(r": (\d+) entries measured, (\d+) reused", result.stdout)
+    assert counts is not None, result.stdout
+    measured, reused = int(counts.group(1)), int(counts.group(2))
+    assert measured >= len(cached.models)  # every latency curve re-timed here
+    assert reused >= len(cached.pairs)  # every α entry kept (they depend on the models and prompts, not the processor)
+    assert json.loads((tmp_path / "plan.json").read_text())["processor"]["name"] == this_processor().name

@@ -27,6 +27,7 @@ from polyplan.decoder.sampling import Sampling
 from polyplan.formats.sampling import SamplingMode
 from polyplan.formats.errors import PolyplanError
 from polyplan.formats.plan import PlanFile
+from polyplan.formats.processor import Processor, machine_difference
 from polyplan.formats.report import ReportSettings
 from polyplan.formats.profile import Profile
 from polyplan.planner.prediction_interval import stretch_words
@@ -272,6 +273,7 @@ def validate_plan(
     truncate_prompts: bool = False,
     progress: ValidationProgress | None = None,
     profile: Profile | None = None,
+    processor: Processor | None = None,
 ) -> Validation:
     """Validate `plan`: select the chains, fit the prompts, run, and compare with the predictions.
 
@@ -281,6 +283,8 @@ def validate_plan(
         prompts: encoded prompts; those that do not fit the context are left out (or, with
             `truncate_prompts`, shortened from the left).
         device_label: where this runs (compared with the plan's device in the notes).
+        processor: the processor this runs on (compared with the plan's, `formats.processor`;
+            None: the device labels only).
         profile: the profile the plan was made from; with it, every model's passes are also
             timed during the run and the exact model re-evaluated on them (`profiler.retime`).
     """
@@ -323,8 +327,9 @@ def validate_plan(
     )
     plan_device = plan.device
     notes = [note] if (note := top_note(plan, settings.top, label)) else []
-    if plan_device and plan_device != device_label:
-        notes.append(f"the plan was profiled on '{plan_device}' but this validation ran on '{device_label}'")
+    machine = machine_difference(plan_device, plan.processor, device_label, processor)
+    if machine is not None:
+        notes.append(machine)
     if not sampling.greedy:
         notes.append(f"sampling {plan.sampling}: outputs are random, so greedy equality does not apply")
     if fitted.dropped:

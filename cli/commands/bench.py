@@ -7,7 +7,7 @@ from typing import Annotated, Optional
 
 import typer
 
-from polyplan.cli.support import echo_json, fails_cleanly, log_line
+from polyplan.cli.support import echo_json, fails_cleanly, log_line, warn_other_processor
 from polyplan.formats.errors import PolyplanError
 from polyplan.cli.commands.options import (Alternatives, CacheDir, Candidates, NewTokens, PlanCandidates, PromptsPerKind,
                                            RawPrompts, ValidationRepeats)
@@ -147,6 +147,8 @@ def peers(
         _llama_cpp_peers(plan, prompts, candidates, new_tokens, repeats, max_prompts, threads, json_output)
         return
     choice = _plan_threads(plan, threads)
+    if plan is not None:
+        warn_other_processor(plan)  # the race compares with the plan's predictions
     set_threads(choice)
     bench = race_peers_of(plan, prompts_path=prompts, candidates_path=candidates, repeats=repeats, new_tokens=new_tokens,
                       max_prompts=max_prompts, log=log_line)

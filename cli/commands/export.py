@@ -8,7 +8,7 @@ from typing import Annotated, Optional
 import typer
 
 from polyplan.cli.commands.options import PlanCandidates
-from polyplan.cli.support import echo_json, fails_cleanly
+from polyplan.cli.support import echo_json, fails_cleanly, warn_other_processor
 
 
 @fails_cleanly
@@ -27,6 +27,7 @@ def export(
     from polyplan.engines.export import export_from_files
 
     result = export_from_files(plan, engine, profile_path=profile, candidates_path=candidates)
+    warn_other_processor(plan)  # its predicted speedups are the plan's timings
     if json_output:
         echo_json(export_to_json(result))
         return

@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Annotated, Optional
 import typer
 
 from polyplan.formats import options
-from polyplan.cli.support import echo_json, fails_cleanly
+from polyplan.cli.support import echo_json, fails_cleanly, one_line
 from polyplan.cli.commands.options import RawPrompts
 from polyplan.formats.errors import PolyplanError
 
@@ -62,6 +62,7 @@ class _Request:
     temperature: float
     verify_widths: tuple = ()
     threads: int | None = None  # the threads the plan's profile was measured with
+    processor_warning: str | None = None  # the plan was profiled on another processor (`formats.processor`)
 
 
 def _request(plan: Path | None, chain: str | None, block_sizes: str | None, temperature: float | None,
@@ -89,6 +90,7 @@ def _planned(plan: Path, candidates: Path | None, device: str | None) -> _Reques
     from polyplan.formats.plan import read_plan
     from polyplan.formats.sampling import SamplingMode
     from polyplan.models.candidate_file import plan_candidates
+    from polyplan.profiler.processor import plan_machine_line
     from polyplan.profiler.threads import plan_threads
 
     planned = read_plan(plan)
@@ -99,6 +101,7 @@ def _planned(plan: Path, candidates: Path | None, device: str | None) -> _Reques
         SamplingMode.parse(planned.sampling).temperature,
         planned.best.verify_widths,
         plan_threads(planned.device),
+        plan_machine_line(planned, candidate_set.target.device),
     )
 
 
@@ -200,6 +203,8 @@ def generate(
         check_device(device)
     request = _request(plan, chain, block_sizes, temperature, candidates, device)
     sampling = _sampling(request.temperature, top_k, top_p)
+    if request.processor_warning is not None:
+        typer.echo(f"warning: {one_line(request.processor_warning)}", err=True)
     choice = choose_threads(threads, request.threads, recorded_by="the plan's profile")
     set_threads(choice)
     loaded = load_chain(request.chain)

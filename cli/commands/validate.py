@@ -11,8 +11,9 @@ from polyplan.cli.support import echo_json, fails_cleanly
 from polyplan.cli.commands.options import NewTokens, PlanCandidates, RawPrompts, ReportJson
 
 
-def result_lines(validation, files) -> list[str]:
-    """The table, the headline and where the report went."""
+def result_lines(validation, files, said: str | None = None) -> list[str]:
+    """The table, the headline and where the report went; the notes but `said` (a warning
+    already printed on stderr before the run, kept in the report's notes)."""
     from polyplan.validation.categories import category_lines
     from polyplan.validation.report import table_lines
 
@@ -21,7 +22,7 @@ def result_lines(validation, files) -> list[str]:
         f"  {({True: 'met', False: 'NOT met', None: 'undecided'})[check.passed]}: {check.name} ({check.detail})"
         for check in validation.headline.checks
     ]
-    lines += [f"note: {note}" for note in validation.notes]
+    lines += [f"note: {note}" for note in validation.notes if note != said]
     # the recommended chain's breakdown (the first other chain's when target-only is recommended)
     shown = next((item for item in validation.categories if item.label == validation.headline.recommended),
                  validation.categories[0] if validation.categories else None)
@@ -79,4 +80,4 @@ def validate(
     if json_output:
         echo_json(validated.files.payload)
         return
-    typer.echo("\n".join(result_lines(validated.validation, validated.files) + [validated.threads.line]))
+    typer.echo("\n".join(result_lines(validated.validation, validated.files, validated.warning) + [validated.threads.line]))
