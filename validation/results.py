@@ -180,6 +180,15 @@ class ChainResult:
         measured = self.measured_speedup
         return None if measured is None or self.checked is None else self.checked / measured - 1.0
 
+    @property
+    def judged_error(self) -> float | None:
+        """The error of the prediction the plan stands by (`judged`); None for a lossy chain."""
+        return self.checked_error if self.checked is not None else self.exact_error
+
+    def judged_text(self) -> str:
+        """The prediction the plan stands by with its interval, `(checked)` when it is the self-check's."""
+        return f"{self.checked_text()} (checked)" if self.checked is not None else self.predicted_text()
+
     def checked_text(self) -> str:
         """`1.52x [1.31, 1.70]`, or - when the plan ran no self-check."""
         if self.checked is None:
