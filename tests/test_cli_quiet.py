@@ -25,7 +25,7 @@ from tiny_gguf import write_tiny_gguf
 
 HAS_LLAMA = importlib.util.find_spec("llama_cpp") is not None
 STAGE = re.compile(r"^\[polyplan\] profile (\d+)/(\d+) \((.+)\) done, \S+ elapsed(, ~\S+ left)?$")
-POLYPLAN_LINE = ("[polyplan] ", "warning: ", "note: ")  # progress, and polyplan's own warnings and notes
+POLYPLAN_LINE = ("[polyplan] ", "warning: ", "note: ", "waiting: ")  # progress, and polyplan's own messages
 TINY = ["--threads", "1", "--temperatures", "0", "--no-decoded", "--new-tokens", "8", "--latency-ks", "1,2",
         "--context-lengths", "8,16", "--repeats", "3", "--warmup", "1", "--noise-budget", "0"]
 
