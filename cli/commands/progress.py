@@ -106,13 +106,14 @@ def _timing(elapsed: float, mean: float, left: int) -> str:
 class _Lines:
     """A count of `size` things done, the clock since the count began, and where lines go."""
 
-    def __init__(self, write: Callable[[str], None], clock: Callable[[], float]) -> None:
+    def __init__(self, write: Callable[[str], None] = log_line, clock: Callable[[], float] = time.monotonic) -> None:
         self.write, self.clock = write, clock
         self.size = self.count = 0
-        self.began: float | None = None
+        self.began = clock()
+        self.restart()
 
     def total(self, size: int) -> None:
-        if self.began is None or self.count >= self.size:  # the first run, or another after the last one ended
+        if self.count >= self.size:  # the first run, or another after the last one ended
             self.began, self.count = self.clock(), 0
             self.restart()
         self.size = size
@@ -124,10 +125,6 @@ class _Lines:
 class ProfileLines(_Lines):
     """`profiler.run.Progress` as one line per measured entry (reused entries print none; the
     next line counts them); the time left is the mean measured entry's times the entries left."""
-
-    def __init__(self, write: Callable[[str], None] = log_line, clock: Callable[[], float] = time.monotonic) -> None:
-        super().__init__(write, clock)
-        self.restart()
 
     def restart(self) -> None:
         self.measured, self.measured_s, self.since = 0, 0.0, self.clock()
@@ -141,7 +138,7 @@ class ProfileLines(_Lines):
         if not reused:
             self.measured, self.measured_s = self.measured + 1, self.measured_s + now - self.since
             mean = self.measured_s / self.measured
-            elapsed = now - (self.began if self.began is not None else now)
+            elapsed = now - self.began
             self.write(f"{PREFIX} profile {self.count}/{self.size} ({step.label}) done, "
                        f"{_timing(elapsed, mean, self.size - self.count)}")
         self.since = now
@@ -152,10 +149,6 @@ class ValidationLines(_Lines):
     `VALIDATION_EVERY_S` has passed since the last line, and after the last run; the time left
     is the mean run's times the runs left."""
 
-    def __init__(self, write: Callable[[str], None] = log_line, clock: Callable[[], float] = time.monotonic) -> None:
-        super().__init__(write, clock)
-        self.restart()
-
     def restart(self) -> None:
         self.printed, self.printed_at = 0, self.clock()
 
@@ -165,7 +158,7 @@ class ValidationLines(_Lines):
         every = max(1, self.size // VALIDATION_LINES)
         if self.count < self.size and self.count - self.printed < every and now - self.printed_at < VALIDATION_EVERY_S:
             return
-        elapsed = now - (self.began if self.began is not None else now)
+        elapsed = now - self.began
         self.write(f"{PREFIX} validate {self.count}/{self.size} ({label}), {_timing(elapsed, elapsed / self.count, self.size - self.count)}")
         self.printed, self.printed_at = self.count, now
 
