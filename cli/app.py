@@ -5,6 +5,8 @@ Each command group lives in `polyplan/commands/<group>.py`; this module only ass
 
 from __future__ import annotations
 
+from typing import Annotated
+
 import typer
 
 from polyplan.cli.commands import bench
@@ -16,6 +18,7 @@ from polyplan.cli.commands import fetch
 from polyplan.cli.commands import generate
 from polyplan.cli.commands import models
 from polyplan.cli.commands import profile
+from polyplan.cli.commands import quiet
 from polyplan.cli.commands import recommend
 from polyplan.cli.commands import theory
 from polyplan.cli.commands import validate
@@ -28,6 +31,19 @@ app = typer.Typer(
     add_completion=False,
     pretty_exceptions_enable=False,
 )
+
+
+@app.callback()
+def general_options(
+    verbose: Annotated[
+        bool,
+        typer.Option("--verbose", help="Show other libraries' progress bars, warnings and logs (transformers, huggingface_hub, "
+                     "tqdm, llama.cpp, Python warnings); by default stderr carries only polyplan's own lines."),
+    ] = False,
+) -> None:
+    """Plan, run and validate polybasic (multi-drafter) speculative decoding chains."""
+    quiet.quiet_other_libraries(verbose)
+
 
 # Command registration (one line per command module; keep alphabetical).
 app.add_typer(bench.app, name="bench")

@@ -35,6 +35,7 @@ from polyplan.decoder import llama_cpp_buffers
 from polyplan.decoder.sampling import argmax_ids
 from polyplan.decoder.llama_cpp_subset import VocabSubset
 from polyplan.formats.errors import PolyplanError
+from polyplan.formats.verbosity import other_output_shown
 
 INSTALL_HINT = "install llama.cpp's Python bindings with `pip install -e '.[llama]'` (builds llama-cpp-python from source, a few minutes)"
 DEFAULT_CONTEXT = 4096
@@ -43,7 +44,8 @@ DEFAULT_BATCH = 512
 
 def llama_cpp_module():
     """The `llama_cpp` bindings, initialised and silenced (llama.cpp prints every tensor it loads
-    to stderr) once a process; or one line saying how to install them."""
+    to stderr; unless `formats.verbosity` shows other output) once a process; or one line saying
+    how to install them."""
     global _LOG_CALLBACK
     try:
         import llama_cpp
@@ -51,7 +53,8 @@ def llama_cpp_module():
         raise PolyplanError(f"engine llama.cpp: the llama-cpp-python bindings are not installed; {INSTALL_HINT}") from None
     if _LOG_CALLBACK is None:
         _LOG_CALLBACK = llama_cpp.llama_log_callback(lambda level, text, data: None)  # kept alive: C holds it
-        llama_cpp.llama_log_set(_LOG_CALLBACK, None)
+        if not other_output_shown():  # `polyplan --verbose`: llama-cpp-python's own callback prints the log
+            llama_cpp.llama_log_set(_LOG_CALLBACK, None)
         llama_cpp.llama_backend_init()
     return llama_cpp
 

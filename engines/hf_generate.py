@@ -23,6 +23,7 @@ import torch
 from polyplan.decoder.chain import generate
 from polyplan.decoder.hf import HFMember
 from polyplan.decoder.sampling import Sampling
+from polyplan.formats.verbosity import other_output_shown
 
 
 @dataclass(frozen=True)
@@ -122,6 +123,9 @@ def transformers_errors_only() -> Iterator[None]:
     with `max_new_tokens`, a duplicated `MinNewTokensLengthLogitsProcessor`), nothing the user set."""
     from transformers.utils import logging
 
+    if other_output_shown():  # `polyplan --verbose`
+        yield
+        return
     level = logging.get_verbosity()
     logging.set_verbosity_error()
     try:

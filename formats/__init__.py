@@ -7,5 +7,6 @@
 - `kinds` (what a JSON file is, for one clear error when a file of another kind is given);
 - the edge they are read and written through: `errors`, `inputs`, `atomic`, `outputs`,
   `options` (range checks of command-line numbers), `cache` (the cache folder);
-- `processor` (the processor a profile was timed on, and the line when a plan is used elsewhere).
+- `processor` (the processor a profile was timed on, and the line when a plan is used elsewhere);
+- `verbosity` (whether other libraries may print on stderr: `polyplan --verbose`).
 """

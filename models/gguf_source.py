@@ -30,6 +30,7 @@ from pathlib import Path
 from polyplan.formats.atomic import current_umask
 from polyplan.formats.cache import cache_root
 from polyplan.formats.errors import PolyplanError, first_line
+from polyplan.models.hf_bars import hf_progress_bars_off
 
 GGUF_FOLDER = "gguf"
 SOURCE_RECORD = "polyplan-gguf.json"  # written into the folder: which file it came from
@@ -122,7 +123,8 @@ def hf_folder_for_gguf(
     log(f"dequantizing {path.name} ({info.architecture}, {info.tensors} tensors) into {folder} (once)")
     partial = Path(tempfile.mkdtemp(prefix=f".{folder.name}.partial-", dir=folder.parent))
     try:
-        _convert(path, partial, sha256, info)
+        with hf_progress_bars_off():  # loading and saving ("Writing model shards") alike
+            _convert(path, partial, sha256, info)
         _honour_umask(partial)
         try:
             os.rename(partial, folder)
@@ -139,10 +141,7 @@ def _convert(path: Path, out: Path, sha256: str, info: GGUFInfo) -> None:
     """Load `path` through transformers (dequantized to float32) and save it into `out`."""
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
-    from transformers.utils import logging as hf_logging
 
-    bars = hf_logging.is_progress_bar_enabled()
-    hf_logging.disable_progress_bar()
     try:
         tokenizer = AutoTokenizer.from_pretrained(path.parent, gguf_file=path.name, local_files_only=True)
         model = AutoModelForCausalLM.from_pretrained(
@@ -152,9 +151,6 @@ def _convert(path: Path, out: Path, sha256: str, info: GGUFInfo) -> None:
         raise PolyplanError(
             f"{path}: transformers cannot load this {info.architecture} GGUF file ({first_line(error)})"
         ) from None
-    finally:
-        if bars:
-            hf_logging.enable_progress_bar()
     model.generation_config.eos_token_id = list(end_of_generation_ids(info, model.generation_config.eos_token_id))
     # The weights are plain float32 tensors by now; transformers still marks the model as "gguf
     # quantized" and refuses to save it, so drop that mark (and its config entry).

@@ -394,11 +394,9 @@ def _load_source(candidate: Candidate, label: str):
     dtype = _TORCH_DTYPES[candidate.dtype]
     folder = source_folder(candidate, label)
     where = str(folder)
-    from transformers.utils import logging as hf_logging
+    from polyplan.models.hf_bars import hf_progress_bars_off
 
-    bar_was_on = hf_logging.is_progress_bar_enabled()
-    hf_logging.disable_progress_bar()  # one "Loading weights" bar per model would drown the table
-    try:
+    with hf_progress_bars_off():  # one "Loading weights" bar per model would drown the table
         try:
             tokenizer = AutoTokenizer.from_pretrained(where, local_files_only=True)
         except Exception as error:  # noqa: BLE001 - a broken folder's errors share no base class
@@ -408,9 +406,6 @@ def _load_source(candidate: Candidate, label: str):
         except Exception as error:  # noqa: BLE001 - safetensors, HF hub and OS errors share no base class
             corrupt = "corrupt or unreadable weights: " if "safetensor" in type(error).__name__.lower() else ""
             raise PolyplanError(f"{label}: {corrupt}cannot load a causal language model from {where} ({first_line(error)})") from None
-    finally:
-        if bar_was_on:
-            hf_logging.enable_progress_bar()
     model = with_saved_subset(model, folder)
     placed = model if candidate.device_map is not None else model.to(candidate.device)  # accelerate placed its layers
     return folder, placed.eval(), tokenizer

@@ -24,6 +24,7 @@ from dataclasses import dataclass
 from typing import Callable, Sequence
 
 from polyplan.formats.errors import PolyplanError
+from polyplan.formats.verbosity import other_output_shown
 from polyplan.planner.cost_model import ChainPrediction, predict_chain
 from polyplan.planner.draft_rounds import DraftRounds
 from polyplan.planner.ngram_replay import draft_rounds, ngram_simple_sizes, target_streams
@@ -241,7 +242,8 @@ def _best_blocks_optuna(cost: Callable[[tuple[int, ...]], float], levels: int, k
     import optuna  # slow to import: only when the space is too large for a grid
 
     verbosity = optuna.logging.get_verbosity()
-    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    if not other_output_shown():  # `polyplan --verbose` keeps optuna's line per trial
+        optuna.logging.set_verbosity(optuna.logging.WARNING)
     try:
         study = optuna.create_study(direction="minimize", sampler=optuna.samplers.TPESampler(seed=seed))
         study.optimize(

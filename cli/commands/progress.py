@@ -1,14 +1,29 @@
-"""Progress bars on stderr for the long commands (profiling, validation), drawn with rich.
+"""Progress on stderr for the long commands (profiling, validation).
 
-A bar appears only when its work reports its size (`total`), so an error found before any
-measurement leaves stderr with nothing but its one line. Bars of one command share one
-display (rich allows one live display at a time).
+On a terminal, bars drawn with rich (with the time left). A bar appears only when its work
+reports its size (`total`), so an error found before any measurement leaves stderr with nothing
+but its one line. Bars of one command share one display (rich allows one live display at a time).
+
+Elsewhere (a log file, CI), where rich draws nothing, lines a person can follow: one per
+measured profile entry, and one per tenth of the validation runs or per half minute, each with
+the time elapsed and an estimate of the time left (the mean time per entry or run so far):
+
+    [polyplan] profile 5/27 (latency: target) done, 1m12s elapsed, ~4m50s left
+    [polyplan] validate 12/120 (target > small, K = [3]), 2m05s elapsed, ~18m45s left
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+import sys
+import time
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+
+from polyplan.cli.support import log_line
+
+PREFIX = "[polyplan]"
+VALIDATION_LINES = 10  # validation: a line per tenth of the runs ...
+VALIDATION_EVERY_S = 30.0  # ... or when this long has passed since the last line
 
 
 class _Display:
@@ -21,9 +36,11 @@ class _Display:
     def add(self, label: str, size: int):
         if self.progress is None:
             from rich.console import Console
-            from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+            from rich.progress import (BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn,
+                                       TimeRemainingColumn)
 
-            columns = (TextColumn("{task.description:<56}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn())
+            columns = (TextColumn("{task.description:<56}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+                       TimeRemainingColumn())
             self.progress = Progress(*columns, console=Console(stderr=True), transient=True, disable=self.disable)
             self.progress.start()
         return self.progress.add_task(label, total=size)
@@ -69,9 +86,90 @@ class _ValidationBar(_Bar):
         self.update(f"validate: {label}", 1)
 
 
+def duration(seconds: float) -> str:
+    """A span for a log line: `12s`, `4m50s`, `2h05m`."""
+    whole = max(0, round(seconds))
+    if whole < 60:
+        return f"{whole}s"
+    minutes, whole = divmod(whole, 60)
+    if minutes < 60:
+        return f"{minutes}m{whole:02d}s"
+    hours, minutes = divmod(minutes, 60)
+    return f"{hours}h{minutes:02d}m"
+
+
+def _timing(elapsed: float, mean: float, left: int) -> str:
+    """`1m12s elapsed, ~4m50s left` (no estimate once nothing is left)."""
+    return f"{duration(elapsed)} elapsed" + (f", ~{duration(mean * left)} left" if left > 0 else "")
+
+
+class _Lines:
+    """A count of `size` things done, the clock since the count began, and where lines go."""
+
+    def __init__(self, write: Callable[[str], None] = log_line, clock: Callable[[], float] = time.monotonic) -> None:
+        self.write, self.clock = write, clock
+        self.size = self.count = 0
+        self.began = clock()
+        self.restart()
+
+    def total(self, size: int) -> None:
+        if self.count >= self.size:  # the first run, or another after the last one ended
+            self.began, self.count = self.clock(), 0
+            self.restart()
+        self.size = size
+
+    def restart(self) -> None:
+        """A new run begins (the count and clock are reset already)."""
+
+
+class ProfileLines(_Lines):
+    """`profiler.run.Progress` as one line per measured entry (reused entries print none; the
+    next line counts them); the time left is the mean measured entry's times the entries left."""
+
+    def restart(self) -> None:
+        self.measured, self.measured_s, self.since = 0, 0.0, self.clock()
+
+    def start(self, step) -> None:
+        self.since = self.clock()
+
+    def done(self, step, reused: bool) -> None:
+        now = self.clock()
+        self.count += 1
+        if not reused:
+            self.measured, self.measured_s = self.measured + 1, self.measured_s + now - self.since
+            mean = self.measured_s / self.measured
+            elapsed = now - self.began
+            self.write(f"{PREFIX} profile {self.count}/{self.size} ({step.label}) done, "
+                       f"{_timing(elapsed, mean, self.size - self.count)}")
+        self.since = now
+
+
+class ValidationLines(_Lines):
+    """`validation.chain_runs.ValidationProgress` as a line per tenth of the runs, or when
+    `VALIDATION_EVERY_S` has passed since the last line, and after the last run; the time left
+    is the mean run's times the runs left."""
+
+    def restart(self) -> None:
+        self.printed, self.printed_at = 0, self.clock()
+
+    def advance(self, label: str) -> None:
+        now = self.clock()
+        self.count += 1
+        every = max(1, self.size // VALIDATION_LINES)
+        if self.count < self.size and self.count - self.printed < every and now - self.printed_at < VALIDATION_EVERY_S:
+            return
+        elapsed = now - self.began
+        self.write(f"{PREFIX} validate {self.count}/{self.size} ({label}), {_timing(elapsed, elapsed / self.count, self.size - self.count)}")
+        self.printed, self.printed_at = self.count, now
+
+
 @contextmanager
-def progress_bars(disable: bool = False) -> Iterator[tuple[_ProfileBar, _ValidationBar]]:
-    """Profiling and validation callbacks `(profile, validation)` drawn on one display on stderr."""
+def progress_bars(disable: bool = False) -> Iterator[tuple]:
+    """Profiling and validation callbacks `(profile, validation)` on stderr: bars on one display
+    on a terminal, else lines (`ProfileLines`, `ValidationLines`); nothing with `disable`."""
+    if not disable and not sys.stderr.isatty():
+        yield ProfileLines(), ValidationLines()
+        return
     display = _Display(disable)
     try:
         yield _ProfileBar(display, "profiling"), _ValidationBar(display, "validating")
