@@ -54,7 +54,11 @@ def test_a_run_on_fewer_candidates_keeps_the_other_models_entries(models, full, 
     assert after.model_names() == ["target", "ngram", "early"]  # the candidates first, then what was kept
     assert sorted(after.model_names()) == sorted(before.model_names())
     assert {(p.verifier, p.drafter) for p in after.pairs} == {(p.verifier, p.drafter) for p in before.pairs}
-    assert after.pair("target", "early").sampling["greedy"].alpha == before.pair("target", "early").sampling["greedy"].alpha
+    # every pair's statistics kept as they were (which pairs exist depends on which model timed faster: a
+    # drafter is paired only under a slower verifier, so name none of them here)
+    for pair in before.pairs:
+        kept = after.pair(pair.verifier, pair.drafter)
+        assert {key: entry.alpha for key, entry in kept.sampling.items()} == {key: entry.alpha for key, entry in pair.sampling.items()}
 
 
 def test_recommend_on_an_extended_profile_plans_with_the_current_candidates_only(full):
