@@ -32,6 +32,7 @@ from polyplan.planner.ngram_replay import LLAMA_CPP_DEFAULT_SIZES, ReplayRound, 
 
 LLAMA_CPP_VERSION = "llama-cpp-python 0.3.36"  # the vendored llama.cpp every rule below is ported from
 NGRAM_MOD_DEFAULTS = (24, 48, 64)  # (n_match, n_min, n_max): common_params_speculative_ngram_mod, and --spec-default
+SPEC_DEFAULT_FLAGS = ("--spec-type", "ngram-mod")  # what `--spec-default` sets: ngram-mod at NGRAM_MOD_DEFAULTS (common/arg.cpp)
 NGRAM_MAP_DEFAULTS = (12, 48, 1)  # (size_n, size_m, min_hits): common_params_speculative_ngram_map
 _MASK64 = (1 << 64) - 1
 _MASK32 = (1 << 32) - 1
