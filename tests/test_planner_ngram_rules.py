@@ -189,3 +189,48 @@ def test_off_wins_over_a_faster_point_whose_interval_reaches_below_one():
     sure = RankedConfig("draft-simple d K=2", ("-md", "d.gguf"), 1.04, (1.01, 1.07))
     assert recommend(ranked([unsure])).label == OFF
     assert recommend(ranked([unsure, sure])) is sure  # the fastest of those beyond their interval
+
+
+@pytest.mark.slow
+def test_the_stateful_replays_draft_and_accept_what_a_real_llama_server_does(tmp_path):
+    """The pinned llama-server with ngram-mod, ngram-map-k and ngram-map-k4v (small sizes, so a tiny model's
+    short answers draft) serving three prompts twice, in turn, in one server: each request's
+    drafted and accepted counts equal the session replay's on the target alone's streams."""
+    pytest.importorskip("llama_cpp")
+    from polyplan.engines.llama_cpp_build import require_build
+    from polyplan.engines.llama_server import LlamaServer
+    from tiny_gguf import write_tiny_gguf
+
+    try:
+        build = require_build()
+    except PolyplanError as error:
+        pytest.skip(str(error))
+    model = tmp_path / "tiny.gguf"
+    write_tiny_gguf(model)
+    prompts = [[5, 9, 33, 70, 101, 7, 5, 9, 33, 70, 101, 7, 5, 9],
+               [12, 40, 41, 42, 12, 40, 41, 42, 12, 40, 3, 3, 3, 12, 40, 41],
+               [200, 201, 5, 9, 33, 202, 203, 204, 200, 201, 5, 9]]
+    new_tokens = 40
+    common = ("-t", "1", "-c", "512", "-np", "1", "--no-webui")
+    with LlamaServer(build.server, model, common, tmp_path / "plain.log") as server:
+        streams = [TargetStream(len(p), tuple(p) + server.complete(p, new_tokens).token_ids) for p in prompts]
+    rules = {
+        "ngram-mod": (("--spec-ngram-mod-n-match", "2", "--spec-ngram-mod-n-min", "2", "--spec-ngram-mod-n-max", "6"),
+                      lambda: NGramModRule(2, 2, 6)),
+        "ngram-map-k": (("--spec-ngram-map-k-size-n", "1", "--spec-ngram-map-k-size-m", "3"),
+                        lambda: NGramMapRule(1, 3)),
+        "ngram-map-k4v": (("--spec-ngram-map-k4v-size-n", "1", "--spec-ngram-map-k4v-size-m", "3"),
+                          lambda: NGramMapRule(1, 3, key_only=False)),
+    }
+    for kind, (flags, make_rule) in rules.items():
+        replay = replay_session(streams, make_rule, new_tokens=new_tokens, repeats=2)
+        measured = []
+        with LlamaServer(build.server, model, common + ("--spec-type", kind) + flags, tmp_path / f"{kind}.log") as server:
+            for _ in range(2):
+                for stream, prompt in zip(streams, prompts):
+                    done = server.complete(prompt, new_tokens)
+                    assert done.token_ids == stream.ids[len(prompt):]
+                    measured.append((done.draft_n, done.draft_accepted))
+        replayed = [(sum(r.drafted for r in rounds), sum(r.accepted for r in rounds)) for rounds in replay.requests]
+        assert sum(drafted for drafted, _ in measured) > 0, kind  # the streams draft at these sizes
+        assert measured == replayed, kind
