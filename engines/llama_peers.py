@@ -150,12 +150,13 @@ class LlamaPeersBenchmark:
 
 
 def server_configs(plan, export, candidates, files: dict[str, str],
-                   draft_sweep: tuple[tuple[int, float], ...] = DRAFT_SWEEP) -> list[ServerConfig]:
+                   draft_sweep: tuple[tuple[int, float], ...] = DRAFT_SWEEP, recommended=None) -> list[ServerConfig]:
     """What to race besides the target alone and polyplan: each GGUF drafter at llama.cpp's
     defaults and at the K the export predicts best for it; the drafter the export ranks best also
     at each (n-max, p-min) of `draft_sweep` (llama.cpp's confidence stop); every n-gram type at
     its defaults; the best drafter together with ngram-mod (llama.cpp combines types); the
-    exported n-gram configuration; llama.cpp's own default (`--spec-default`)."""
+    exported n-gram configuration; llama.cpp's own default (`--spec-default`). Predictions are
+    `export`'s (`judged`); `recommended` (default: `export`'s) is the configuration marked exported."""
     from polyplan.planner.engines import llama_cpp_spec_flags
 
     configs = [ServerConfig(TARGET_ONLY, ())]
@@ -183,10 +184,10 @@ def server_configs(plan, export, candidates, files: dict[str, str],
     for kind in NGRAM_TYPES:
         configs.append(ServerConfig(f"{kind} (defaults)", ("--spec-type", kind)))
     configs.append(ServerConfig("llama.cpp default (--spec-default)", ("--spec-default",)))
-    return judged(configs, export)
+    return judged(configs, export, recommended)
 
 
-def judged(configs: Sequence[ServerConfig], export) -> list[ServerConfig]:
+def judged(configs: Sequence[ServerConfig], export, recommended=None) -> list[ServerConfig]:
     """`configs` with the export's prediction of each one it ranks (matched by flags;
     `--spec-default` is ngram-mod at its defaults, the target alone is "off"), the recommended
     one marked exported; then every ranked configuration not among them, so each prediction is
@@ -195,7 +196,7 @@ def judged(configs: Sequence[ServerConfig], export) -> list[ServerConfig]:
     from polyplan.planner.ngram_rules import SPEC_DEFAULT_FLAGS
 
     ranking = tuple(getattr(export, "ranking", ()))
-    recommended = getattr(export, "recommended", None)
+    recommended = recommended if recommended is not None else getattr(export, "recommended", None)
     by_flags = {tuple(config.flags): config for config in ranking}
     out = []
     for config in configs:
@@ -251,9 +252,10 @@ def run_llama_peers(plan_path, *, prompts_path=None, candidates_path=None, threa
 
     # predicted for this race's requests: its new tokens, its prompts `repeats` times in turn
     # (a server's n-gram state carries over, so a repeated prompt drafts its earlier answer)
+    exported = export_from_files(plan_path, "llama.cpp", candidates_path=candidates_path)  # what `polyplan export` prints
     export = export_from_files(plan_path, "llama.cpp", candidates_path=candidates_path,
                                workload=ReplayWorkload(new_tokens, repeats))
-    configs = server_configs(plan, export, candidates, engine_files(candidates))
+    configs = server_configs(plan, export, candidates, engine_files(candidates), recommended=exported.recommended)
     available = usable_memory()  # before polyplan's own members load: they are estimated with the servers (`resident_need`)
     loaded = load_candidates(candidates)
     prompts = validation_prompt_set(prompts_path, max_prompts=max_prompts)
@@ -297,8 +299,9 @@ def run_llama_peers(plan_path, *, prompts_path=None, candidates_path=None, threa
 def prediction_note(export) -> str:
     """One line on what the predicted column holds."""
     notes = "; ".join(getattr(export, "ranking_notes", ()))
-    return ("predicted: `polyplan export --engine llama.cpp`'s decode speedup for this race's new tokens and repeats"
-            + (f" ({notes})" if notes else "") + "; \"not modelled\": the export predicts no such configuration")
+    return ("predicted: `polyplan export --engine llama.cpp`'s decode speedup replayed for this race's new tokens and repeats"
+            + (f" ({notes})" if notes else "") + "; exported: what `polyplan export` recommends for distinct requests; "
+            "\"not modelled\": the export predicts no such configuration")
 
 
 def server_needs(configs: Sequence[ServerConfig], target: ModelMemory, context: int, *, mapped: bool,

@@ -255,7 +255,7 @@ def _llama_cpp_ranking(profile: Profile, target: str, options: list[EngineOption
     the notes on how (`planner.llama_cpp_ranking`)."""
     streams = target_streams(profile) if greedy else ()
     configs, notes = [], []
-    ngram = next((o for o in options if o.reason is None and o.method == "ngram"), None)
+    ngrams = [o for o in options if o.reason is None and o.method == "ngram"]
     replicates = None
     if streams:
         width = max([48, 64, *(o.block_size for o in options if o.block_size)]) + 1
@@ -264,17 +264,21 @@ def _llama_cpp_ranking(profile: Profile, target: str, options: list[EngineOption
                      f"{workload.words(len(streams))}, its state kept from request to request")
         for kind, (make_rule, flags) in LLAMA_CPP_RULES.items():
             configs.append(replayed_config(f"{kind} (defaults)", flags, streams, make_rule, target_curve, workload, replicates))
-        if ngram is not None:
-            size_n, k = ngram.ngram_sizes[1], ngram.block_size
-            configs.append(replayed_config(f"ngram-simple size-n={size_n} K={k}", llama_cpp_spec_flags("ngram", k, "", ngram.ngram_sizes),
-                                           streams, lambda: NGramSimpleRule(size_n, k), target_curve, workload, replicates))
     else:
         why = "at greedy only" if not greedy else "the profile holds no target streams (re-run polyplan profile)"
         notes.append(f"ngram-map-k, ngram-map-k4v, ngram-mod: not modelled ({why})")
-        if ngram is not None and ngram.prediction is not None:
-            configs.append(RankedConfig(f"ngram-simple size-n={ngram.ngram_sizes[1]} K={ngram.block_size}",
-                                        tuple(llama_cpp_spec_flags("ngram", ngram.block_size, "", ngram.ngram_sizes)),
-                                        ngram.speedup, None, "alpha model (no interval)"))
+    seen = set()
+    for option in ngrams:  # ngram-simple at each n-gram drafter's size and chosen K
+        size_n, k = option.ngram_sizes[1], option.block_size
+        flags = tuple(llama_cpp_spec_flags("ngram", k, "", option.ngram_sizes))
+        if flags in seen:
+            continue
+        seen.add(flags)
+        if streams:
+            configs.append(replayed_config(f"ngram-simple size-n={size_n} K={k}", flags, streams,
+                                           lambda size_n=size_n, k=k: NGramSimpleRule(size_n, k), target_curve, workload, replicates))
+        elif option.prediction is not None:
+            configs.append(RankedConfig(f"ngram-simple size-n={size_n} K={k}", flags, option.speedup, None, "alpha model (no interval)"))
     for option in options:
         if option.reason is None and option.method == "draft_model" and option.source != IN_PROCESS:
             configs.append(RankedConfig(f"draft-simple {option.drafter} K={option.block_size}",
@@ -535,9 +539,16 @@ def export_lines(export: EngineExport) -> list[str]:
         alpha = "-" if item.alpha is None else f"{item.alpha:.3f}"
         k = "-" if item.block_size is None else str(item.block_size)
         speed = "-" if item.speedup is None else f"{item.speedup:.2f}x"
-        note = item.reason if item.reason is not None else ("exported" if item is option else "")
+        note = item.reason if item.reason is not None else ("exported" if item is option and _is_exported(export, item) else "")
         lines.append(f"{item.drafter[:20]:<20} {item.method or '-':<12} {item.rule:<7} {alpha:>6} {k:>3} {speed:>8}  {note}")
     return lines
+
+
+def _is_exported(export: EngineExport, option: EngineOption) -> bool:
+    """Whether the command printed runs `option` (llama.cpp: its ranking may recommend another, or off)."""
+    if export.recommended is None:
+        return True
+    return list(export.recommended.flags) == llama_cpp_spec_flags(option.method, option.block_size, option.source, option.ngram_sizes)
 
 
 def ranking_lines(export: EngineExport) -> list[str]:

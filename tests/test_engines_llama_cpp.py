@@ -115,6 +115,13 @@ def test_an_export_that_says_off_marks_the_target_alone_exported():
                      fake_export(Path("/m"), recommend_off=True))
     assert configs[0].exported and configs[0].predicted_speedup == 1.0
     assert not any(config.exported for config in configs[1:])
+    # the race predicts for its own requests but marks what `polyplan export` recommends
+    from polyplan.planner.llama_cpp_ranking import OFF_CONFIG
+
+    pair = [ServerConfig(TARGET_ONLY, ()), ServerConfig("ngram-mod (defaults)", ("--spec-type", "ngram-mod"))]
+    assert [c.exported for c in judged(pair, fake_export(Path("/m")), recommended=OFF_CONFIG)] == [True, False]
+    mod = fake_export(Path("/m")).ranking[1]
+    assert [c.exported for c in judged(pair, fake_export(Path("/m")), recommended=mod)] == [False, True]
 
 
 def test_the_race_table_judges_every_prediction_and_says_not_modelled_for_the_rest():
