@@ -42,7 +42,7 @@ from polyplan.planner.engine_overhead import profile_call_seconds, prediction_ov
 from polyplan.planner.latency import curve_from_profile
 from polyplan.planner.llama_cpp_ranking import (LEVEL, OFF, RankedConfig, Replicates, ReplayWorkload, recommend, replayed_config)
 from polyplan.planner.llama_cpp_ranking import ranked as rank_configs
-from polyplan.planner.ngram_replay import LLAMA_CPP_DEFAULT_SIZES, replay_prediction, target_streams
+from polyplan.planner.ngram_replay import replay_prediction, target_streams
 from polyplan.planner.ngram_rules import LLAMA_CPP_RULES, LLAMA_CPP_VERSION, NGramSimpleRule
 from polyplan.formats.overhead import NO_SWITCH
 from polyplan.planner.overhead import profile_switch_costs
@@ -114,7 +114,6 @@ class EngineExport:
     baseline_call: CallModel | None = None  # target-only `generate`'s whole-call cost (HF only)
     call_note: str = ""  # what the whole-call model lacks in the profile ("" when nothing)
     context_length: int | None = None  # the context the plan was made for (the whole-call example's prompt)
-    ngram_simple_defaults: ChainPrediction | None = None  # llama.cpp only: its ngram-simple at its own sizes, replayed
     server_flags: tuple[str, ...] = ()  # llama.cpp only: flags this machine needs (`--no-repack` where its AMX kernels crash)
     ranking: tuple[RankedConfig, ...] = ()  # llama.cpp only: every configuration predicted, and off, fastest first
     recommended: RankedConfig | None = None  # llama.cpp only: what to type (`llama_cpp_ranking.recommend`)
@@ -224,13 +223,6 @@ def _llama_cpp_ngram(profile: Profile, sizes: tuple[int, int], target_curve, k_m
                             "re-run polyplan profile to replay llama.cpp's ngram-simple on them")
     k, prediction = _best_block(lambda k: replay_prediction(streams, sizes[1], k, target_curve), k_max)
     return k, prediction, f"replayed llama.cpp's ngram-simple on the profile's {len(streams)} target streams"
-
-
-def _ngram_simple_defaults(profile: Profile, target_curve) -> ChainPrediction | None:
-    """llama.cpp's `--spec-type ngram-simple` with its default sizes, replayed on the profile's
-    greedy target streams (None without them)."""
-    streams = target_streams(profile)
-    return replay_prediction(streams, *LLAMA_CPP_DEFAULT_SIZES, target_curve) if streams else None
 
 
 RESAMPLES = 200  # bootstrap replicates of a replayed configuration's interval
@@ -409,7 +401,6 @@ def export_plan(
         overhead_note=used.note,
         baseline_call=baseline_call,
         context_length=int(context_length) if isinstance(context_length, (int, float)) else None,
-        ngram_simple_defaults=_ngram_simple_defaults(profile, target_curve) if engine == "llama.cpp" and greedy else None,
         ranking=ranking,
         recommended=recommend(ranking) if ranking else None,
         ranking_notes=notes,

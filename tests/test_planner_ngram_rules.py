@@ -137,8 +137,6 @@ def test_every_rule_replays_a_session_and_accepts_at_most_what_it_drafts():
 
 # --------------------------------------------------------------------------- the ranking
 
-STEP = staticmethod(lambda k: 0.010 + 0.002 * (k - 1))
-
 
 def _replicates(streams: int, spread: float = 0.0) -> Replicates:
     rng = np.random.default_rng(1)
