@@ -8,6 +8,7 @@ from pathlib import Path
 
 from polyplan.formats.errors import PolyplanError
 from polyplan.planner.engines import EngineExport, check_engine, export_plan
+from polyplan.planner.llama_cpp_ranking import ReplayWorkload
 from polyplan.formats.plan import read_plan
 from polyplan.formats.profile_codec import load
 from polyplan.models.candidate_file import plan_candidates
@@ -18,10 +19,11 @@ PathLike = str | os.PathLike[str]
 
 def export_from_files(
     plan_path: PathLike, engine: str, *, profile_path: PathLike | None = None, candidates_path: PathLike | None = None,
-    in_process: bool = False,
+    in_process: bool = False, workload: ReplayWorkload | None = None,
 ) -> EngineExport:
     """Export the plan at `plan_path` to `engine` (see `planner.engines.export_plan`, which
-    also says what `in_process` does).
+    also says what `in_process` and `workload` do; default workload: each of the profile's
+    streams once, whole).
 
     The profile is `profile_path`, else the one the plan records; the models are
     `candidates_path`, else the plan's recorded models.yaml, checked against the plan's
@@ -46,7 +48,8 @@ def export_from_files(
     if profile.target != plan.target:
         raise PolyplanError(f"{profile_path}: target {profile.target!r} is not the plan's target {plan.target!r}")
     files = engine_files(candidates)
-    export = export_plan(plan, profile, candidates, engine, files=files, in_process=in_process)
+    export = export_plan(plan, profile, candidates, engine, files=files, in_process=in_process,
+                         workload=workload or ReplayWorkload())
     if engine != "llama.cpp":
         return export
     return dataclasses.replace(export, server_flags=repack_flags(candidates.target, files))

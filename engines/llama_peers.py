@@ -28,6 +28,8 @@ predicted speedup and the error.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
+import math
 import statistics
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -58,6 +60,7 @@ class ServerConfig:
     args: tuple[str, ...]
     predicted_speedup: float | None = None
     exported: bool = False
+    predicted_interval: tuple[float, float] | None = None  # the export's interval, where it has one
 
 
 @dataclass(frozen=True)
@@ -95,6 +98,12 @@ class PeerRow:
     decode_speedup_sd: float = 0.0
     group: int | None = None  # its memory group (1, 2, ...); None: raced in every group, or never raced
     failure: str | None = None  # why it has no numbers ("not started: ...", "failed to start: ...", "stopped answering: ..."); NaN then
+    predicted_interval: tuple[float, float] | None = None  # the export's interval of `predicted_speedup`
+
+    @property
+    def measured(self) -> float:
+        """What a per-token prediction is held against: the decode-only speedup, else whole calls."""
+        return self.decode_speedup if self.decode_speedup is not None else self.speedup
 
     @property
     def error(self) -> float | None:
@@ -103,8 +112,26 @@ class PeerRow:
         (a whole call adds the same prefill to both sides), else against whole calls."""
         if self.predicted_speedup is None:
             return None
-        measured = self.decode_speedup if self.decode_speedup is not None else self.speedup
-        return self.predicted_speedup / measured - 1.0
+        return self.predicted_speedup / self.measured - 1.0
+
+    def judgement(self) -> str:
+        """The predicted column: `1.22x [1.10, 1.31] (+3.1%, inside)`, with `, exported`; "not
+        modelled" for a configuration the export does not predict, so none is silently unjudged."""
+        if self.label == POLYPLAN:
+            return "not judged here (polyplan validate judges the plan)"
+        if self.predicted_speedup is None:
+            return "not modelled"
+        interval = "" if self.predicted_interval is None else f" [{self.predicted_interval[0]:.2f}, {self.predicted_interval[1]:.2f}]"
+        if not math.isfinite(self.measured):
+            words = ["not measured"]
+        else:
+            words = [f"{100 * self.error:+.1f}%"]
+        if self.predicted_interval is not None and math.isfinite(self.measured):
+            low, high = self.predicted_interval
+            words.append("inside" if low <= self.measured <= high else "outside")
+        if self.exported:
+            words.append("exported")
+        return f"{self.predicted_speedup:.2f}x{interval} ({', '.join(words)})"
 
 
 @dataclass(frozen=True)
@@ -119,18 +146,19 @@ class LlamaPeersBenchmark:
     chat_template: bool
     threads_source: str = ""  # why this many threads (profiler.threads.ThreadChoice.source)
     memory: str = ""  # the one line on memory and groups (`race_memory.memory_line`)
+    prediction_note: str = ""  # what the predicted column is (the export's replay of this race's requests)
 
 
 def server_configs(plan, export, candidates, files: dict[str, str],
-                   draft_sweep: tuple[tuple[int, float], ...] = DRAFT_SWEEP) -> list[ServerConfig]:
+                   draft_sweep: tuple[tuple[int, float], ...] = DRAFT_SWEEP, recommended=None) -> list[ServerConfig]:
     """What to race besides the target alone and polyplan: each GGUF drafter at llama.cpp's
     defaults and at the K the export predicts best for it; the drafter the export ranks best also
     at each (n-max, p-min) of `draft_sweep` (llama.cpp's confidence stop); every n-gram type at
     its defaults; the best drafter together with ngram-mod (llama.cpp combines types); the
-    exported n-gram configuration; llama.cpp's own default (`--spec-default`)."""
+    exported n-gram configuration; llama.cpp's own default (`--spec-default`). Predictions are
+    `export`'s (`judged`); `recommended` (default: `export`'s) is the configuration marked exported."""
     from polyplan.planner.engines import llama_cpp_spec_flags
 
-    chosen = export.chosen
     configs = [ServerConfig(TARGET_ONLY, ())]
     by_drafter = {option.drafter: option for option in export.options}
     drafters = []  # (name, file, predicted speedup at the export's K)
@@ -143,11 +171,9 @@ def server_configs(plan, export, candidates, files: dict[str, str],
         option = by_drafter.get(candidate.name)
         k = option.block_size if option is not None and option.block_size else 4
         predicted = option.prediction.speedup if option is not None and option.prediction is not None else None
-        exported = chosen is not None and chosen.drafter == candidate.name
         drafters.append((candidate.name, source, predicted))
         configs.append(ServerConfig(f"draft-simple {candidate.name} (defaults)", ("--spec-type", "draft-simple", "-md", source)))
-        configs.append(ServerConfig(f"draft-simple {candidate.name} K={k}", tuple(llama_cpp_spec_flags("draft_model", k, source)),
-                                    predicted, exported))
+        configs.append(ServerConfig(f"draft-simple {candidate.name} K={k}", tuple(llama_cpp_spec_flags("draft_model", k, source))))
     if drafters:
         name, source, _ = max(drafters, key=lambda drafter: -1.0 if drafter[2] is None else drafter[2])
         for n_max, p_min in draft_sweep:
@@ -156,14 +182,37 @@ def server_configs(plan, export, candidates, files: dict[str, str],
                                          "--spec-draft-p-min", f"{p_min:g}")))
         configs.append(ServerConfig(f"draft-simple {name} + ngram-mod (defaults)", ("--spec-type", "draft-simple,ngram-mod", "-md", source)))
     for kind in NGRAM_TYPES:
-        replayed = export.ngram_simple_defaults if kind == "ngram-simple" else None  # the others are not modelled
-        configs.append(ServerConfig(f"{kind} (defaults)", ("--spec-type", kind), None if replayed is None else replayed.speedup))
-    if chosen is not None and chosen.method == "ngram":
-        flags = llama_cpp_spec_flags("ngram", chosen.block_size, "", chosen.ngram_sizes)
-        configs.append(ServerConfig(f"ngram-simple (exported) K={chosen.block_size}", tuple(flags),
-                                    chosen.prediction.speedup, True))
+        configs.append(ServerConfig(f"{kind} (defaults)", ("--spec-type", kind)))
     configs.append(ServerConfig("llama.cpp default (--spec-default)", ("--spec-default",)))
-    return configs
+    return judged(configs, export, recommended)
+
+
+def judged(configs: Sequence[ServerConfig], export, recommended=None) -> list[ServerConfig]:
+    """`configs` with the export's prediction of each one it ranks (matched by flags;
+    `--spec-default` is ngram-mod at its defaults, the target alone is "off"), the recommended
+    one marked exported; then every ranked configuration not among them, so each prediction is
+    raced."""
+    from polyplan.planner.llama_cpp_ranking import OFF
+    from polyplan.planner.ngram_rules import SPEC_DEFAULT_FLAGS
+
+    ranking = tuple(getattr(export, "ranking", ()))
+    recommended = recommended if recommended is not None else getattr(export, "recommended", None)
+    by_flags = {tuple(config.flags): config for config in ranking}
+    out = []
+    for config in configs:
+        flags = SPEC_DEFAULT_FLAGS if config.args == ("--spec-default",) else tuple(config.args)
+        ranked = by_flags.get(flags) if config.label != TARGET_ONLY else next((r for r in ranking if r.label == OFF), None)
+        if ranked is not None:
+            config = dataclasses.replace(config, predicted_speedup=ranked.speedup, predicted_interval=ranked.interval,
+                                         exported=recommended is not None and ranked.flags == recommended.flags
+                                         and config.args != ("--spec-default",))
+        out.append(config)
+    raced = {tuple(config.args) for config in out}
+    for ranked in ranking:
+        if ranked.label != OFF and tuple(ranked.flags) not in raced:
+            out.append(ServerConfig(ranked.label, tuple(ranked.flags), ranked.speedup,
+                                    recommended is not None and ranked.flags == recommended.flags, ranked.interval))
+    return out
 
 
 def run_llama_peers(plan_path, *, prompts_path=None, candidates_path=None, threads: int | None = None, repeats: int = 2,
@@ -199,8 +248,14 @@ def run_llama_peers(plan_path, *, prompts_path=None, candidates_path=None, threa
     target = candidates.target
     if target.source_kind != "gguf":
         raise PolyplanError(f"{plan_path}: target {target.name!r} is not a GGUF file; llama-server runs only GGUF")
-    export = export_from_files(plan_path, "llama.cpp", candidates_path=candidates_path)
-    configs = server_configs(plan, export, candidates, engine_files(candidates))
+    from polyplan.planner.llama_cpp_ranking import ReplayWorkload
+
+    # predicted for this race's requests: its new tokens, its prompts `repeats` times in turn
+    # (a server's n-gram state carries over, so a repeated prompt drafts its earlier answer)
+    exported = export_from_files(plan_path, "llama.cpp", candidates_path=candidates_path)  # what `polyplan export` prints
+    export = export_from_files(plan_path, "llama.cpp", candidates_path=candidates_path,
+                               workload=ReplayWorkload(new_tokens, repeats))
+    configs = server_configs(plan, export, candidates, engine_files(candidates), recommended=exported.recommended)
     available = usable_memory()  # before polyplan's own members load: they are estimated with the servers (`resident_need`)
     loaded = load_candidates(candidates)
     prompts = validation_prompt_set(prompts_path, max_prompts=max_prompts)
@@ -238,7 +293,15 @@ def run_llama_peers(plan_path, *, prompts_path=None, candidates_path=None, threa
     import llama_cpp
 
     return LlamaPeersBenchmark(rows, threads, new_tokens, len(encoded), repeats, logs, llama_cpp.__version__, not prompts.raw,
-                               choice.source, memory_note)
+                               choice.source, memory_note, prediction_note(export))
+
+
+def prediction_note(export) -> str:
+    """One line on what the predicted column holds."""
+    notes = "; ".join(getattr(export, "ranking_notes", ()))
+    return ("predicted: `polyplan export --engine llama.cpp`'s decode speedup replayed for this race's new tokens and repeats"
+            + (f" ({notes})" if notes else "") + "; exported: what `polyplan export` recommends for distinct requests; "
+            "\"not modelled\": the export predicts no such configuration")
 
 
 def server_needs(configs: Sequence[ServerConfig], target: ModelMemory, context: int, *, mapped: bool,
@@ -367,6 +430,7 @@ def _row(label: str, runs: list[PeerRun], configs: list[ServerConfig], group: in
         decode_speedup=statistics.fmean(decode_ratios) if len(decode_ratios) == len(mine) and mine else None,
         decode_speedup_sd=statistics.stdev(decode_ratios) if len(decode_ratios) > 1 else 0.0,
         group=group,
+        predicted_interval=config.predicted_interval if config is not None else None,
     )
 
 
@@ -375,7 +439,8 @@ def _failed_row(label: str, failure: str, configs: list[ServerConfig], group: in
     config = next((c for c in configs if c.label == label), None)
     nan = float("nan")
     return PeerRow(label, nan, None, nan, nan, None, 0, 0, None, config.predicted_speedup if config else None,
-                   config.exported if config else False, (), group=group, failure=failure)
+                   config.exported if config else False, (), group=group, failure=failure,
+                   predicted_interval=config.predicted_interval if config else None)
 
 
 def llama_peers_lines(bench: LlamaPeersBenchmark) -> list[str]:
@@ -388,17 +453,17 @@ def llama_peers_lines(bench: LlamaPeersBenchmark) -> list[str]:
         "speedup: whole calls (prefill included) over llama.cpp target only, paired per prompt, mean ± sd; "
         "decode tok/s and decode speedup: the server's own decode timing (what a per-token prediction is held against)",
         f"{'configuration':44s} {'tok/s':>7s} {'decode':>7s} {'speedup':>14s} {'decode speedup':>14s} {'acc/draft':>9s} "
-        f"{'greedy equal':>12s}  predicted (error)",
+        f"{'greedy equal':>12s}  predicted [interval] (error vs decode speedup)",
     ]
+    if bench.prediction_note:
+        lines.insert(len(lines) - 1, bench.prediction_note)
     for row in bench.rows:
         if row.failure is not None:
-            lines.append(f"{row.label:44s} {row.failure}")
+            lines.append(f"{row.label:44s} {row.failure}; predicted {row.judgement()}")
             continue
         decode = "-" if row.decode_tokens_per_s is None else f"{row.decode_tokens_per_s:.1f}"
         accepted = "-" if row.accepted_per_drafted is None else f"{row.accepted_per_drafted:.2f}"
-        predicted = ""
-        if row.predicted_speedup is not None:
-            predicted = f"{row.predicted_speedup:.2f}x ({100 * row.error:+.1f}%{', exported' if row.exported else ''})"
+        predicted = row.judgement()
         decoded = "-" if row.decode_speedup is None else f"{row.decode_speedup:7.2f}x ±{row.decode_speedup_sd:4.2f}"
         lines.append(f"{row.label:44s} {row.tokens_per_s:7.1f} {decode:>7s} {row.speedup:7.2f}x ±{row.speedup_sd:4.2f} "
                      f"{decoded:>14s} {accepted:>9s} {row.equal_outputs:>5d}/{row.runs:<6d}  {predicted}")

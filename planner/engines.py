@@ -40,7 +40,10 @@ from polyplan.formats.errors import PolyplanError
 from polyplan.planner.cost_model import ChainPrediction, predict_chain
 from polyplan.planner.engine_overhead import profile_call_seconds, prediction_overhead
 from polyplan.planner.latency import curve_from_profile
-from polyplan.planner.ngram_replay import LLAMA_CPP_DEFAULT_SIZES, replay_prediction, target_streams
+from polyplan.planner.llama_cpp_ranking import (LEVEL, OFF, RankedConfig, Replicates, ReplayWorkload, recommend, replayed_config)
+from polyplan.planner.llama_cpp_ranking import ranked as rank_configs
+from polyplan.planner.ngram_replay import replay_prediction, target_streams
+from polyplan.planner.ngram_rules import LLAMA_CPP_RULES, LLAMA_CPP_VERSION, NGramSimpleRule
 from polyplan.formats.overhead import NO_SWITCH
 from polyplan.planner.overhead import profile_switch_costs
 from polyplan.formats.plan import PlanFile
@@ -111,8 +114,10 @@ class EngineExport:
     baseline_call: CallModel | None = None  # target-only `generate`'s whole-call cost (HF only)
     call_note: str = ""  # what the whole-call model lacks in the profile ("" when nothing)
     context_length: int | None = None  # the context the plan was made for (the whole-call example's prompt)
-    ngram_simple_defaults: ChainPrediction | None = None  # llama.cpp only: its ngram-simple at its own sizes, replayed
     server_flags: tuple[str, ...] = ()  # llama.cpp only: flags this machine needs (`--no-repack` where its AMX kernels crash)
+    ranking: tuple[RankedConfig, ...] = ()  # llama.cpp only: every configuration predicted, and off, fastest first
+    recommended: RankedConfig | None = None  # llama.cpp only: what to type (`llama_cpp_ranking.recommend`)
+    ranking_notes: tuple[str, ...] = ()  # llama.cpp only: how the ranking was predicted, and what it leaves out
 
     def whole_call_example(self) -> tuple[int, int, float] | None:
         """(prompt tokens, new tokens, predicted whole-call speedup) of one example `generate`
@@ -220,11 +225,59 @@ def _llama_cpp_ngram(profile: Profile, sizes: tuple[int, int], target_curve, k_m
     return k, prediction, f"replayed llama.cpp's ngram-simple on the profile's {len(streams)} target streams"
 
 
-def _ngram_simple_defaults(profile: Profile, target_curve) -> ChainPrediction | None:
-    """llama.cpp's `--spec-type ngram-simple` with its default sizes, replayed on the profile's
-    greedy target streams (None without them)."""
-    streams = target_streams(profile)
-    return replay_prediction(streams, *LLAMA_CPP_DEFAULT_SIZES, target_curve) if streams else None
+RESAMPLES = 200  # bootstrap replicates of a replayed configuration's interval
+
+
+def _replicates(profile: Profile, target: str, streams: int, width: int, context_length: int | None) -> Replicates:
+    """The target's T(1..width) and a new prompt set per replicate (`llama_cpp_ranking`)."""
+    import numpy as np
+
+    from polyplan.planner.prediction_interval import DEFAULT_LEVEL, _prompt_weights, few_prompts_stretch, latency_replicates
+
+    rng = np.random.default_rng(0)
+    curves, _, _ = latency_replicates(profile, [target], RESAMPLES, rng, context_length)
+    ks = np.arange(1, width + 1, dtype=float)
+    steps = np.stack([curve.many(ks) for curve in curves[target]])
+    return Replicates(steps, _prompt_weights(streams, RESAMPLES, rng), few_prompts_stretch(streams, DEFAULT_LEVEL))
+
+
+def _llama_cpp_ranking(profile: Profile, target: str, options: list[EngineOption], target_curve, greedy: bool,
+                       workload: ReplayWorkload, context_length: int | None) -> tuple[tuple[RankedConfig, ...], tuple[str, ...]]:
+    """Every llama-server configuration the export can predict, and off, fastest first; and
+    the notes on how (`planner.llama_cpp_ranking`)."""
+    streams = target_streams(profile) if greedy else ()
+    configs, notes = [], []
+    ngrams = [o for o in options if o.reason is None and o.method == "ngram"]
+    replicates = None
+    if streams:
+        width = max([48, 64, *(o.block_size for o in options if o.block_size)]) + 1
+        replicates = _replicates(profile, target, len(streams), width, context_length)
+        notes.append(f"n-gram types replayed by llama.cpp's own rules ({LLAMA_CPP_VERSION}) on "
+                     f"{workload.words(len(streams))}, its state kept from request to request")
+        for kind, (make_rule, flags) in LLAMA_CPP_RULES.items():
+            configs.append(replayed_config(f"{kind} (defaults)", flags, streams, make_rule, target_curve, workload, replicates))
+    else:
+        why = "at greedy only" if not greedy else "the profile holds no target streams (re-run polyplan profile)"
+        notes.append(f"ngram-map-k, ngram-map-k4v, ngram-mod: not modelled ({why})")
+    seen = set()
+    for option in ngrams:  # ngram-simple at each n-gram drafter's size and chosen K
+        size_n, k = option.ngram_sizes[1], option.block_size
+        flags = tuple(llama_cpp_spec_flags("ngram", k, "", option.ngram_sizes))
+        if flags in seen:
+            continue
+        seen.add(flags)
+        if streams:
+            configs.append(replayed_config(f"ngram-simple size-n={size_n} K={k}", flags, streams,
+                                           lambda size_n=size_n, k=k: NGramSimpleRule(size_n, k), target_curve, workload, replicates))
+        elif option.prediction is not None:
+            configs.append(RankedConfig(f"ngram-simple size-n={size_n} K={k}", flags, option.speedup, None, "alpha model (no interval)"))
+    for option in options:
+        if option.reason is None and option.method == "draft_model" and option.source != IN_PROCESS:
+            configs.append(RankedConfig(f"draft-simple {option.drafter} K={option.block_size}",
+                                        tuple(llama_cpp_spec_flags("draft_model", option.block_size, option.source)),
+                                        option.speedup, None, "exact model with alpha (no interval)"))
+    notes.append("ngram-cache: not modelled (its rule reads cache files)")
+    return rank_configs(configs), tuple(notes)
 
 
 def _best_block(prediction_at, k_max: int) -> tuple[int, ChainPrediction]:
@@ -245,6 +298,7 @@ def export_plan(
     files: dict[str, str] | None = None,
     k_max: int | None = None,
     in_process: bool = False,
+    workload: ReplayWorkload = ReplayWorkload(),
 ) -> EngineExport:
     """The best chain `engine` can express for `plan`, predicted under the engine's rule.
 
@@ -254,6 +308,8 @@ def export_plan(
         k_max: largest K searched (default: the plan's own search limit, else 8).
         in_process: derived drafters count as loadable (`loadable`): for racing HF in this
             process, never for a configuration a user would type.
+        workload: llama.cpp only: the requests its n-gram types are replayed on (default: each
+            of the profile's streams once, whole).
 
     Raises:
         PolyplanError: unknown engine; the engine cannot load the target; the profile lacks
@@ -328,6 +384,10 @@ def export_plan(
     if not typeable:
         why = "; ".join(f"{o.drafter}: {o.reason}" for o in others) or f"the profile has no drafter for {plan.target!r}"
         raise PolyplanError(f"--engine {engine}: no drafter of the plan's profile can be exported ({why})")
+    ranking, notes = ((), ())
+    if engine == "llama.cpp":
+        ranking, notes = _llama_cpp_ranking(profile, plan.target, ranked + others, target_curve, greedy, workload,
+                                            context_length)
     return EngineExport(
         engine=engine,
         target=plan.target,
@@ -341,7 +401,9 @@ def export_plan(
         overhead_note=used.note,
         baseline_call=baseline_call,
         context_length=int(context_length) if isinstance(context_length, (int, float)) else None,
-        ngram_simple_defaults=_ngram_simple_defaults(profile, target_curve) if engine == "llama.cpp" and greedy else None,
+        ranking=ranking,
+        recommended=recommend(ranking) if ranking else None,
+        ranking_notes=notes,
         call_note="" if not missing else (
             "whole-call prediction leaves out " + ", ".join(dict.fromkeys(missing)) + " (not in the profile, made by an older "
             "polyplan); re-run polyplan recommend --candidates to measure it"
@@ -380,7 +442,11 @@ def engine_config(export: EngineExport) -> dict | None:
             low, high = option.ngram_sizes
             return {"method": "ngram", "num_speculative_tokens": k, "prompt_lookup_max": high, "prompt_lookup_min": low}
         return {"method": "draft_model", "model": option.source, "num_speculative_tokens": k}
-    return {"llama_server_args": ["-m", export.target_source, *llama_cpp_spec_flags(option.method, k, option.source, option.ngram_sizes),
+    if export.recommended is not None:  # the ranking's pick (off: the plain server)
+        flags = list(export.recommended.flags)
+    else:
+        flags = llama_cpp_spec_flags(option.method, k, option.source, option.ngram_sizes)
+    return {"llama_server_args": ["-m", export.target_source, *flags,
                                   "--temp", f"{export.temperature:g}" if sampled else "0", *export.server_flags]}
 
 
@@ -455,16 +521,42 @@ def export_lines(export: EngineExport) -> list[str]:
             f"polyplan's chain {chain}: {export.polyplan_speedup:.2f}x; the export "
             + (f"gives up {export.loss:.1%} of it" if export.loss >= 0 else f"is {-export.loss:.1%} faster")
         )
-        if option.speedup < 1.0:
+        if option.speedup < 1.0 and export.recommended is None:
             lines.append(f"note: slower than the target alone (1.00x) on {export.engine}: leave speculative decoding off")
+        lines += ranking_lines(export)
         lines += ["", "what to type:"] + ["  " + line for line in config_text(export).splitlines()]
     lines += ["", f"{'drafter':<20} {'method':<12} {'rule':<7} {'alpha':>6} {'K':>3} {'speedup':>8}  note"]
     for item in export.options:
         alpha = "-" if item.alpha is None else f"{item.alpha:.3f}"
         k = "-" if item.block_size is None else str(item.block_size)
         speed = "-" if item.speedup is None else f"{item.speedup:.2f}x"
-        note = item.reason if item.reason is not None else ("exported" if item is option else "")
+        note = item.reason if item.reason is not None else ("exported" if item is option and _is_exported(export, item) else "")
         lines.append(f"{item.drafter[:20]:<20} {item.method or '-':<12} {item.rule:<7} {alpha:>6} {k:>3} {speed:>8}  {note}")
+    return lines
+
+
+def _is_exported(export: EngineExport, option: EngineOption) -> bool:
+    """Whether the command printed runs `option` (llama.cpp: its ranking may recommend another, or off)."""
+    if export.recommended is None:
+        return True
+    return list(export.recommended.flags) == llama_cpp_spec_flags(option.method, option.block_size, option.source, option.ngram_sizes)
+
+
+def ranking_lines(export: EngineExport) -> list[str]:
+    """llama.cpp: every configuration predicted, fastest first, and the recommendation."""
+    if not export.ranking:
+        return []
+    lines = ["", f"llama-server configurations, predicted decode speedup over the target alone [{LEVEL:.0%} interval]:"]
+    lines += [f"  ({note})" for note in export.ranking_notes]
+    for config in export.ranking:
+        counts = "" if config.drafted is None else f"drafted {config.drafted}, accepted {config.accepted}"
+        mark = "  <- recommended" if config is export.recommended else ""
+        lines.append(f"  {config.label[:40]:<40} {config.text():>20}  {counts or config.note}{mark}")
+    best = export.recommended
+    if best is not None and best.label == OFF:
+        lines.append("recommended: off: no configuration beats the target alone beyond its interval")
+    elif best is not None:
+        lines.append(f"recommended: {best.label}, {best.text()}")
     return lines
 
 
@@ -501,7 +593,16 @@ def export_to_json(export: EngineExport) -> dict:
         "whole_call_example": _example_json(export),
         "overhead": export.overhead_note or None,
         "options": [option_json(item) for item in export.options],
+        "ranking": [_ranked_json(item) for item in export.ranking],
+        "recommended": None if export.recommended is None else _ranked_json(export.recommended),
+        "ranking_notes": list(export.ranking_notes),
     }
+
+
+def _ranked_json(item: RankedConfig) -> dict:
+    return {"label": item.label, "flags": list(item.flags), "predicted_speedup": item.speedup,
+            "interval": None if item.interval is None else list(item.interval), "drafted": item.drafted,
+            "accepted": item.accepted, "note": item.note}
 
 
 def _example_json(export: EngineExport) -> dict | None:

@@ -60,10 +60,24 @@ def raced_configs():
         {"name": "small-q4_0", "derive": {"from": "small", "quantize": "q4_0"}},
         {"name": "ngram", "derive": {"kind": "ngram"}},
     ]}, base_dir=folder)
+    return server_configs(None, fake_export(folder), candidates, {"small-q4_0": "small-q4_0.gguf"})
+
+
+def fake_export(folder: Path, recommend_off: bool = False):
+    """An export ranking draft-simple small K=3 (1.2x, recommended unless `recommend_off`),
+    ngram-mod at its defaults (1.05x [0.97, 1.12]), ngram-simple at K=5 (0.9x) and off."""
+    from types import SimpleNamespace
+
+    from polyplan.planner.llama_cpp_ranking import OFF_CONFIG, RankedConfig
+
     options = [SimpleNamespace(drafter="small", method="draft_model", block_size=3, prediction=SimpleNamespace(speedup=1.2)),
                SimpleNamespace(drafter="small-q4_0", method="draft_model", block_size=5, prediction=SimpleNamespace(speedup=1.1))]
-    export = SimpleNamespace(chosen=options[0], options=options, ngram_simple_defaults=None)
-    return server_configs(None, export, candidates, {"small-q4_0": "small-q4_0.gguf"})
+    small = RankedConfig("draft-simple small K=3", tuple(llama_cpp_spec_flags("draft_model", 3, str(folder / "small.gguf"))), 1.2)
+    mod = RankedConfig("ngram-mod (defaults)", ("--spec-type", "ngram-mod"), 1.05, (0.97, 1.12))
+    simple = RankedConfig("ngram-simple size-n=4 K=5", tuple(llama_cpp_spec_flags("ngram", 5, "", (1, 4))), 0.9, (0.85, 0.95))
+    ranking = (small, mod, OFF_CONFIG, simple)
+    return SimpleNamespace(chosen=options[0], options=options, ranking=ranking,
+                           recommended=OFF_CONFIG if recommend_off else small, ranking_notes=("replayed",))
 
 
 def test_the_race_covers_defaults_a_sweep_every_ngram_type_and_a_combination():
@@ -76,6 +90,60 @@ def test_the_race_covers_defaults_a_sweep_every_ngram_type_and_a_combination():
     assert all(f"{kind} (defaults)" in labels for kind in NGRAM_TYPES) and len(NGRAM_TYPES) == 5
     exported = [config for config in raced_configs() if config.exported]
     assert [config.label for config in exported] == ["draft-simple small K=3"] and exported[0].predicted_speedup == 1.2
+
+
+def test_every_configuration_the_export_predicted_is_raced_with_its_prediction():
+    """Predictions are matched by flags: ngram-mod's also holds for --spec-default (the same
+    flags in the pinned llama.cpp), the target alone is "off", and a ranked configuration the
+    race would not run otherwise (ngram-simple at the export's K) is added."""
+    by_label = {config.label: config for config in raced_configs()}
+    assert by_label["ngram-mod (defaults)"].predicted_speedup == 1.05
+    assert by_label["ngram-mod (defaults)"].predicted_interval == (0.97, 1.12)
+    assert by_label["llama.cpp default (--spec-default)"].predicted_speedup == 1.05
+    assert not by_label["llama.cpp default (--spec-default)"].exported
+    assert by_label["llama.cpp target only"].predicted_speedup == 1.0 and not by_label["llama.cpp target only"].exported
+    assert by_label["ngram-simple size-n=4 K=5"].predicted_speedup == 0.9
+    unmodelled = [label for label, config in by_label.items() if config.predicted_speedup is None]
+    assert "ngram-cache (defaults)" in unmodelled and "ngram-map-k (defaults)" in unmodelled
+    assert "draft-simple small (defaults)" in unmodelled and "draft-simple small + ngram-mod (defaults)" in unmodelled
+
+
+def test_an_export_that_says_off_marks_the_target_alone_exported():
+    from polyplan.engines.llama_peers import judged, ServerConfig, TARGET_ONLY
+
+    configs = judged([ServerConfig(TARGET_ONLY, ()), ServerConfig("ngram-mod (defaults)", ("--spec-type", "ngram-mod"))],
+                     fake_export(Path("/m"), recommend_off=True))
+    assert configs[0].exported and configs[0].predicted_speedup == 1.0
+    assert not any(config.exported for config in configs[1:])
+    # the race predicts for its own requests but marks what `polyplan export` recommends
+    from polyplan.planner.llama_cpp_ranking import OFF_CONFIG
+
+    pair = [ServerConfig(TARGET_ONLY, ()), ServerConfig("ngram-mod (defaults)", ("--spec-type", "ngram-mod"))]
+    assert [c.exported for c in judged(pair, fake_export(Path("/m")), recommended=OFF_CONFIG)][:2] == [True, False]
+    mod = fake_export(Path("/m")).ranking[1]
+    assert [c.exported for c in judged(pair, fake_export(Path("/m")), recommended=mod)][:2] == [False, True]
+
+
+def test_the_race_table_judges_every_prediction_and_says_not_modelled_for_the_rest():
+    """Fake rows: each predicted configuration shows its prediction, interval and error against
+    the decode speedup (inside or outside its interval); the others say "not modelled"."""
+    from polyplan.engines.llama_peers import POLYPLAN, TARGET_ONLY, LlamaPeersBenchmark, PeerRow, llama_peers_lines
+
+    def row(label, decode, predicted=None, interval=None, exported=False, failure=None):
+        return PeerRow(label, 10.0, 20.0 * decode, decode, 0.01, 0.9, 4, 4, None, predicted, exported, (),
+                       decode_speedup=decode, predicted_interval=interval, failure=failure)
+
+    rows = (row(TARGET_ONLY, 1.0, 1.0), row("ngram-mod (defaults)", 1.22, 1.05, (0.97, 1.12)),
+            row("draft-simple small K=3", 1.25, 1.2, None, True), row("ngram-cache (defaults)", 0.99),
+            row("ngram-map-k (defaults)", float("nan"), 1.0, (0.99, 1.02), failure="failed to start: boom"), row(POLYPLAN, 1.1))
+    bench = LlamaPeersBenchmark(rows, 1, 64, 2, 2, Path("/tmp/logs"), "0.3.36", True, prediction_note="predicted: replayed")
+    lines = {line.split("  ")[0].strip(): line for line in llama_peers_lines(bench)}
+    assert "1.05x [0.97, 1.12] (-13.9%, outside)" in lines["ngram-mod (defaults)"]
+    assert "1.20x (-4.0%, exported)" in lines["draft-simple small K=3"]
+    assert lines["ngram-cache (defaults)"].endswith("not modelled")
+    assert lines["ngram-map-k (defaults)"].endswith("failed to start: boom; predicted 1.00x [0.99, 1.02] (not measured)")
+    assert lines[POLYPLAN].endswith("not judged here (polyplan validate judges the plan)")
+    assert "predicted: replayed" in llama_peers_lines(bench)
 
 
 def test_every_flag_polyplan_prints_is_one_the_pinned_server_accepts():

@@ -86,6 +86,54 @@ def test_the_llama_cpp_export_replays_ngram_simple_where_the_profile_has_streams
     assert by_alpha.speedup != pytest.approx(replayed.speedup)
 
 
+def _export(tmp_path, stream: TargetStream, slope: float):
+    """The llama.cpp export of a one-stream profile whose target's T(k) = T(1) (1 + slope (k - 1))."""
+    from polyplan.formats.candidates import parse_candidates
+    from polyplan.formats.profile import (AgreementRuns, LatencyPoint, ModelProfile, PairAgreement, Profile,
+                                          SamplingStats)
+    from polyplan.planner.engines import export_plan
+    from polyplan.planner.plan_file import planned_from_profile
+
+    profile = Profile(target="gemma", device="cpu x (1 thread)")
+    profile.models.append(ModelProfile("gemma", "fp-g", [LatencyPoint(64, k, 0.018 * (1 + slope * (k - 1))) for k in (1, 2, 4, 8, 16)]))
+    profile.models.append(ModelProfile("ngram", "fp-n", [LatencyPoint(64, 1, 1e-5)]))
+    profile.add_pair("gemma", "ngram").sampling["greedy"] = SamplingStats(alpha=0.05)
+    profile.acceptance_runs["greedy"] = AgreementRuns((PairAgreement("gemma", "ngram", ("0" * 60,)),), streams=(stream,))
+    (tmp_path / "gemma.gguf").write_bytes(b"GGUF")
+    candidates = parse_candidates({"candidates": [{"name": "gemma", "source": "gemma.gguf", "target": True, "engine": "llama.cpp"},
+                                                  {"name": "ngram", "derive": {"kind": "ngram", "max_n": 2}}]},
+                                  base_dir=tmp_path)
+    plan = planned_from_profile(profile, None, profile_path="p.json").plan
+    return export_plan(plan, profile, candidates, "llama.cpp")
+
+
+def test_the_llama_cpp_export_says_off_when_nothing_pays(tmp_path):
+    """A stream that never repeats and a target whose wide passes cost their tokens: every
+    configuration is at best 1.00x, so the export recommends off and prints the plain server."""
+    from polyplan.planner.engines import config_text, export_lines, export_to_json
+
+    export = _export(tmp_path, TargetStream(4, tuple(range(100, 230))), slope=1.0)
+    labels = [config.label for config in export.ranking]
+    assert {"ngram-simple (defaults)", "ngram-mod (defaults)", "ngram-map-k (defaults)", "ngram-map-k4v (defaults)",
+            "off (no speculation)"} <= set(labels)
+    assert export.recommended.label == "off (no speculation)" and export.recommended.flags == ()
+    command = config_text(export)
+    assert command.startswith("llama-server -m ") and "--spec" not in command
+    text = "\n".join(export_lines(export))
+    assert "recommended: off: no configuration beats the target alone beyond its interval" in text
+    assert export_to_json(export)["recommended"]["label"] == "off (no speculation)"
+
+
+def test_negative_control_the_llama_cpp_export_recommends_what_pays(tmp_path):
+    repeating = TargetStream(8, (1, 2, 3, 4, 5, 6, 7, 4) + (5, 6, 7, 4) * 30)
+    export = _export(tmp_path, repeating, slope=0.05)
+    assert export.recommended is export.ranking[0] and export.recommended.label != "off (no speculation)"
+    assert export.recommended.low > 1.0 and "--spec-type" in " ".join(export.recommended.flags)
+    from polyplan.planner.engines import config_text
+
+    assert " ".join(export.recommended.flags) in config_text(export)
+
+
 @pytest.mark.slow
 def test_the_replay_drafts_and_accepts_what_a_real_llama_server_does(tmp_path):
     """The pinned llama-server with ngram-simple on a tiny GGUF: its reported drafted and

@@ -271,7 +271,7 @@ def _llama_cpp_peers(plan, prompts, candidates, new_tokens, repeats, max_prompts
                             new_tokens=new_tokens, max_prompts=max_prompts, log=log_line)
     if json_output:
         echo_json({**dataclasses.asdict(bench), "logs": str(bench.logs),
-                   "rows": [dataclasses.asdict(row) | {"error": row.error} for row in bench.rows]})
+                   "rows": [dataclasses.asdict(row) | {"error": row.error, "judgement": row.judgement()} for row in bench.rows]})
     else:
         typer.echo("\n".join(llama_peers_lines(bench) + [ThreadChoice(bench.threads, bench.threads_source).line]))
 

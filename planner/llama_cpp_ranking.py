@@ -1,0 +1,132 @@
+"""Rank every llama-server configuration polyplan can predict, and "off", and pick one.
+
+The configurations: each n-gram type llama.cpp offers at its defaults (`ngram-simple`,
+`ngram-map-k`, `ngram-map-k4v`, `ngram-mod`: `planner.ngram_rules`), `ngram-simple` at the
+block size the export chose, each draft model (`draft-simple` at its K, the exact model), and
+"off" (the target alone, 1.00x by definition). An n-gram type is replayed on the target's
+greedy streams as one server session (its state carried from request to request,
+`ngram_rules.replay_session`) and priced with the target's T(k): a round that drafts L tokens
+costs T(L + 1), target-only T(1) per token. Its interval is a bootstrap of the same kind as the
+plan's (`planner.prediction_interval`): the target's latency curve resampled from its stored
+timings, the streams drawn as a new prompt set (twice: the profile's, then a new set of the
+same size) with each stream's rounds held as replayed (a stated approximation for the
+stateful rules, whose rounds would change with the order of the requests), each deviation
+stretched for few prompts.
+
+The recommendation is the fastest configuration whose interval lies above 1.00x (its point
+above 1.00x where it has no interval), else "off": nothing beats the target alone beyond its
+interval. Pure: no I/O.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+from polyplan.formats.profile import TargetStream
+from polyplan.planner.ngram_rules import DraftRule, SessionReplay, replay_session
+
+OFF = "off (no speculation)"
+LEVEL = 0.95
+
+
+@dataclass(frozen=True)
+class ReplayWorkload:
+    """The requests a replay feeds one server: each stream's first `new_tokens` (all when None),
+    the whole list `repeats` times in turn (`bench peers` sends its prompts so)."""
+
+    new_tokens: int | None = None
+    repeats: int = 1
+
+    def words(self, streams: int) -> str:
+        tokens = "its whole continuation" if self.new_tokens is None else f"{self.new_tokens} new tokens"
+        times = "" if self.repeats == 1 else f", the list {self.repeats} times"
+        return f"one server serving the profile's {streams} target streams in turn ({tokens} each{times})"
+
+
+@dataclass(frozen=True)
+class RankedConfig:
+    """One llama-server configuration: its flags after `-m TARGET` (none: off), its predicted
+    decode speedup over the target alone, the interval where there is one, and how it was
+    predicted. `drafted`/`accepted`: the replay's totals (n-gram types only)."""
+
+    label: str
+    flags: tuple[str, ...]
+    speedup: float
+    interval: tuple[float, float] | None = None
+    note: str = ""
+    drafted: int | None = None
+    accepted: int | None = None
+
+    @property
+    def low(self) -> float:
+        return self.speedup if self.interval is None else self.interval[0]
+
+    def text(self) -> str:
+        """`1.22x [1.10, 1.31]`, or `1.22x` without an interval."""
+        return f"{self.speedup:.2f}x" + ("" if self.interval is None else f" [{self.interval[0]:.2f}, {self.interval[1]:.2f}]")
+
+
+OFF_CONFIG = RankedConfig(OFF, (), 1.0, None, "the target alone")
+
+
+@dataclass(frozen=True)
+class Replicates:
+    """What every replayed configuration's interval is drawn from: per replicate, the target's
+    T(1..k_max + 1) (`steps[r, k - 1]`) and how often each stream is in its new prompt set."""
+
+    steps: np.ndarray  # [B, K]
+    weights: np.ndarray  # [B, streams]
+    stretch: float  # the few-prompts stretch of each deviation (`prediction_interval.few_prompts_stretch`)
+
+
+def session_speedup(session: SessionReplay, step: Callable[[int], float]) -> float:
+    """Target-only time over the session's time, per token: T(1) per token against T(L + 1)
+    per round."""
+    rounds = [item for request in session.requests for item in request]
+    tokens = sum(item.accepted + 1 for item in rounds)
+    seconds = sum(step(item.drafted + 1) for item in rounds)
+    return step(1) * tokens / seconds
+
+
+def session_interval(session: SessionReplay, streams: int, point: float, replicates: Replicates,
+                     level: float = LEVEL) -> tuple[float, float]:
+    """The percentile interval of the session's speedup over `replicates` (module docstring)."""
+    width = replicates.steps.shape[1]
+    counts = np.zeros((streams, width))  # rounds per stream and round width L + 1
+    tokens = np.zeros(streams)
+    for request, stream in zip(session.requests, session.stream_of):
+        for item in request:
+            counts[stream, min(item.drafted, width - 1)] += 1
+            tokens[stream] += item.accepted + 1
+    seconds = np.einsum("rs,sk,rk->r", replicates.weights, counts, replicates.steps)
+    speedups = replicates.steps[:, 0] * (replicates.weights @ tokens) / seconds
+    deviations = np.log(speedups / point) * replicates.stretch
+    low, high = np.percentile(point * np.exp(deviations), [50 * (1 - level), 50 * (1 + level)])
+    return float(min(low, point)), float(max(high, point))
+
+
+def replayed_config(label: str, flags: Sequence[str], streams: Sequence[TargetStream], make_rule: Callable[[], DraftRule],
+                    step: Callable[[int], float], workload: ReplayWorkload, replicates: Replicates | None,
+                    note: str = "") -> RankedConfig:
+    """`label` predicted by replaying its rule over `streams` as one server session."""
+    session = replay_session(streams, make_rule, new_tokens=workload.new_tokens, repeats=workload.repeats)
+    point = session_speedup(session, step)
+    interval = None if replicates is None else session_interval(session, len(streams), point, replicates)
+    return RankedConfig(label, tuple(flags), point, interval, note or "replayed", session.drafted, session.accepted)
+
+
+def ranked(configs: Sequence[RankedConfig]) -> tuple[RankedConfig, ...]:
+    """`configs` and "off", fastest first (off before a configuration predicted at 1.00x, to
+    rounding: one that never drafts)."""
+    rest = [config for config in configs if config.label != OFF]
+    return tuple(sorted([OFF_CONFIG, *rest], key=lambda config: (-round(config.speedup, 9), config.label != OFF)))
+
+
+def recommend(ranking: Sequence[RankedConfig]) -> RankedConfig:
+    """The fastest configuration whose interval's low end (its point, without one) is above
+    1.00x; "off" when none is."""
+    paying = [config for config in ranking if config.label != OFF and config.low > 1.0]
+    return max(paying, key=lambda config: config.speedup) if paying else OFF_CONFIG

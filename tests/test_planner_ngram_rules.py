@@ -1,0 +1,234 @@
+"""llama.cpp's n-gram drafters ported to pure Python (planner.ngram_rules), on hand-made token
+streams: what each rule drafts, its cap, the state it keeps between requests; and the ranking
+of llama-server configurations with "off" (planner.llama_cpp_ranking)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from polyplan.formats.errors import PolyplanError
+from polyplan.formats.profile import TargetStream
+from polyplan.planner.llama_cpp_ranking import (OFF, RankedConfig, Replicates, ReplayWorkload, ranked, recommend,
+                                                replayed_config, session_interval, session_speedup)
+from polyplan.planner.ngram_replay import ngram_simple_draft, replay_stream
+from polyplan.planner.ngram_rules import (LLAMA_CPP_RULES, NGramMapRule, NGramModRule, NGramSimpleRule, replay_request,
+                                          replay_session)
+
+REPEATING = TargetStream(8, (1, 2, 3, 4, 5, 6, 7, 4) + (5, 6, 7, 4) * 15)
+
+
+def test_ngram_simple_through_the_session_loop_is_the_existing_replay():
+    for size_n, size_m in ((2, 4), (1, 6), (3, 3)):
+        assert replay_request(NGramSimpleRule(size_n, size_m), REPEATING) == replay_stream(REPEATING, size_n, size_m)
+        assert replay_request(NGramSimpleRule(size_n, size_m), REPEATING, 10) == replay_stream(REPEATING, size_n, size_m, 10)
+
+
+def test_ngram_mod_hash_is_llama_cpps():
+    # common_ngram_mod::idx: res = res * 6364136223846793005 + token (size_t), then % 4M entries
+    rule = NGramModRule(2, 1, 4)
+    assert rule._index([1, 2], 0) == (6364136223846793005 * 1 + 2) % (1 << 64) % (4 * 1024 * 1024)
+    big = [2**31 - 1, 2**31 - 2, 7]
+    expected = 0
+    for token in big:
+        expected = (expected * 6364136223846793005 + token) % (1 << 64)
+    assert NGramModRule(3, 1, 4)._index(big, 0) == expected % (4 * 1024 * 1024)
+
+
+def test_ngram_mod_drafts_all_or_nothing_from_n_min_to_n_max():
+    rule = NGramModRule(n_match=2, n_min=2, n_max=4)
+    prompt = [1, 2, 3, 4, 5, 6, 7, 8]
+    rule.begin(prompt)
+    history = prompt + [9, 1]
+    assert rule.draft(history, 2) == [3, 4, 5, 6]  # the table's chain from (1, 2), cut at n_max
+    assert rule.draft(history, 9) == []  # (1, 9) never seen
+    assert rule.draft(prompt + [0, 5], 6) == [7, 8]  # the chain ends after 2 >= n_min
+    strict = NGramModRule(n_match=2, n_min=3, n_max=4)
+    strict.begin(prompt)
+    assert strict.draft(prompt + [0, 5], 6) == []  # ... but 2 < n_min = 3: nothing (the cap is all or nothing)
+
+
+def test_ngram_mod_adds_the_generated_n_grams_in_chunks_of_more_than_32():
+    prompt = [1, 2, 3, 4, 5, 6, 7, 8]
+    rule = NGramModRule(n_match=2, n_min=1, n_max=4)
+    rule.begin(prompt)
+    assert rule.draft(prompt + [20, 21, 22, 23, 5, 21], 22) == []  # (21, 22) was generated, not added yet
+    rule = NGramModRule(n_match=2, n_min=1, n_max=4)
+    rule.begin(prompt)
+    history = prompt + [20, 21, 22, 23] + [0] * 30 + [20, 21]  # 44 tokens > i_last (6) + 32: a chunk is added
+    assert rule.draft(history, 22) == [23, 0, 0, 20]  # (0, 0) holds what followed its last occurrence
+
+
+def test_ngram_mod_keeps_its_table_from_request_to_request():
+    """The table is shared by every request the server serves: a fresh stream drafts nothing,
+    the same stream served again drafts its earlier continuation (what `bench peers` repeats do)."""
+    stream = TargetStream(30, tuple(range(100, 130)) + tuple(range(200, 240)))
+    session = replay_session([stream], lambda: NGramModRule(4, 8, 16), repeats=2)
+    first, second = session.requests
+    assert sum(r.drafted for r in first) == 0
+    assert sum(r.drafted for r in second) >= 16 and all(r.accepted == r.drafted for r in second)
+    assert session.stream_of == (0, 0)
+    fresh = replay_session([stream], lambda: NGramModRule(4, 8, 16))
+    assert len(fresh.requests) == 1 and fresh.drafted == 0
+    with pytest.raises(PolyplanError, match="repeats must be >= 1"):
+        replay_session([stream], NGramModRule, repeats=0)
+
+
+def test_ngram_mod_clears_its_table_after_five_low_drafts_in_a_row():
+    rule = NGramModRule(n_match=1, n_min=1, n_max=1)
+    rule.begin([5, 6])
+    for _ in range(4):
+        assert rule.draft([7], 5) == [6]
+        rule.accept(0)
+    assert rule.resets == 0 and rule.n_low == 4
+    rule.draft([7], 5)
+    rule.accept(1)  # a good draft ends the streak
+    assert rule.n_low == 0
+    for _ in range(5):
+        assert rule.draft([7], 5) == [6]
+        rule.accept(0)
+    assert rule.resets == 1 and not rule.entries and rule.draft([7], 5) == []
+
+
+def test_ngram_map_k_drafts_from_the_first_indexed_occurrence_and_caps_by_the_last_acceptance():
+    prompt = [9, 1, 2, 3, 4, 1, 2, 5, 6, 7, 7, 7]
+    rule = NGramMapRule(size_n=2, size_m=2)
+    rule.begin(prompt)
+    assert rule.draft(prompt[:5], 2) == []  # fewer than 2 size_n + size_m tokens
+    assert rule.draft(prompt + [8, 1], 2) == [5, 6]  # the latest (1, 2) in the prompt
+    later = prompt + [8, 1, 2, 7, 7, 7, 7, 1]
+    assert rule.draft(later, 2) == [5, 6]  # the map keeps the position it indexed first ...
+    assert ngram_simple_draft(later, 2, 2, 2) == [7, 7]  # ... where ngram-simple takes the latest
+    rule.accept(1)
+    assert rule.draft(later, 2) == [5]  # the key drafts at most what was accepted last time
+    rule.accept(0)
+    assert rule.draft(later, 2) == []  # rejected at its first token: this key never drafts again
+    assert rule.draft(later, 3) == []  # (3 is not a key's continuation here)
+
+
+def test_ngram_map_k4v_needs_a_majority_m_gram_and_drafts_after_the_match():
+    majority = [9, 1, 2, 5, 6, 1, 2, 5, 6, 1, 2, 7, 8, 0, 0, 0, 0, 0, 0]
+    rule = NGramMapRule(2, 2, 1, key_only=False)
+    rule.begin(majority)
+    # (5, 6) follows (1, 2) twice, (7, 8) once: a majority; llama.cpp then drafts the tokens after
+    # the match it found (the latest), not the majority's
+    assert rule.draft(majority + [3, 1], 2) == [7, 8]
+    tie = [9, 1, 2, 5, 6, 1, 2, 7, 8, 0, 0, 0, 0, 0, 0]
+    rule = NGramMapRule(2, 2, 1, key_only=False)
+    rule.begin(tie)
+    assert rule.draft(tie + [3, 1], 2) == []  # 1 against 1: no draft
+    hits = NGramMapRule(2, 2, 2, key_only=False)
+    hits.begin(majority)
+    assert hits.draft(majority + [3, 1], 2) == []  # min_hits 2: the key's first look-up drafts nothing
+    assert hits.draft(majority + [3, 1], 2) == [7, 8]
+
+
+def test_every_rule_replays_a_session_and_accepts_at_most_what_it_drafts():
+    other = TargetStream(6, (11, 12, 13, 14, 15, 16) + (17, 18, 19) * 30)
+    for kind, (make_rule, flags) in LLAMA_CPP_RULES.items():
+        assert flags == ("--spec-type", kind)
+        session = replay_session([REPEATING, other], make_rule, new_tokens=64, repeats=2)
+        rounds = [r for request in session.requests for r in request]
+        assert all(0 <= r.accepted <= r.drafted for r in rounds)
+        for request, stream in zip(session.requests, session.stream_of):
+            produced = sum(r.accepted + 1 for r in request) + 1  # the first token comes from the prefill
+            assert produced == min(64, len((REPEATING, other)[stream].ids) - (REPEATING, other)[stream].prompt_tokens)
+
+
+# --------------------------------------------------------------------------- the ranking
+
+
+def _replicates(streams: int, spread: float = 0.0) -> Replicates:
+    rng = np.random.default_rng(1)
+    ks = np.arange(1, 66)
+    steps = np.stack([(0.010 + 0.002 * (ks - 1)) * (1 + spread * rng.standard_normal()) for _ in range(200)])
+    weights = np.stack([np.bincount(rng.integers(0, streams, streams), minlength=streams) for _ in range(200)]).astype(float)
+    return Replicates(steps, weights, 1.0)
+
+
+def test_a_session_is_priced_with_t_of_k_and_its_interval_holds_the_point():
+    step = lambda k: 0.010 + 0.002 * (k - 1)  # noqa: E731
+    fresh = TargetStream(4, tuple(range(100, 164)))
+    session = replay_session([REPEATING, fresh], lambda: NGramSimpleRule(2, 4))
+    assert session_speedup(session, step) > 1.2
+    assert session_speedup(replay_session([fresh], lambda: NGramSimpleRule(2, 4)), step) == pytest.approx(1.0)
+    point = session_speedup(session, step)
+    low, high = session_interval(session, 2, point, _replicates(2))
+    assert low < point < high and low < 1.05  # one stream repeats, one never does: a new set may hold neither
+
+
+def test_the_ranking_says_off_when_nothing_pays():
+    """A target whose wide passes cost as much as their tokens (T(k) = k T(1)) and streams that
+    never repeat: no configuration beats the target alone, so the recommendation is off."""
+    step = lambda k: 0.010 * k  # noqa: E731
+    streams = [TargetStream(4, tuple(range(100 * s, 100 * s + 80))) for s in range(1, 5)]
+    replicates = Replicates(np.stack([0.010 * np.arange(1, 66)] * 50), np.ones((50, 4)), 1.0)
+    configs = [replayed_config(f"{kind} (defaults)", flags, streams, make_rule, step, ReplayWorkload(), replicates)
+               for kind, (make_rule, flags) in LLAMA_CPP_RULES.items()]
+    configs.append(RankedConfig("draft-simple d K=3", ("--spec-type", "draft-simple"), 0.93))
+    ranking = ranked(configs)
+    assert ranking[0].label == OFF and recommend(ranking).label == OFF and recommend(ranking).flags == ()
+    assert all(config.speedup < 1.0 + 1e-9 for config in ranking)  # none drafts: 1.00x at best
+
+
+def test_negative_control_the_ranking_picks_what_clearly_pays():
+    step = lambda k: 0.010 + 0.001 * (k - 1)  # noqa: E731
+    streams = [REPEATING, TargetStream(8, (1, 2, 3, 4, 5, 6, 7, 4) + (5, 6, 7, 4) * 15)]
+    replicates = Replicates(np.stack([0.010 + 0.001 * np.arange(0, 65)] * 50), np.ones((50, 2)), 1.0)
+    good = replayed_config("ngram-simple size-n=2 K=4", ("--spec-type", "ngram-simple", "--spec-ngram-simple-size-n", "2",
+                                                         "--spec-ngram-simple-size-m", "4"),
+                           streams, lambda: NGramSimpleRule(2, 4), step, ReplayWorkload(), replicates)
+    ranking = ranked([good, RankedConfig("draft-simple d K=3", ("-md", "d.gguf"), 1.1)])
+    assert good.low > 2.0 and recommend(ranking) is good and ranking[0] is good
+
+
+def test_off_wins_over_a_faster_point_whose_interval_reaches_below_one():
+    unsure = RankedConfig("ngram-mod (defaults)", ("--spec-type", "ngram-mod"), 1.08, (0.95, 1.2))
+    sure = RankedConfig("draft-simple d K=2", ("-md", "d.gguf"), 1.04, (1.01, 1.07))
+    assert recommend(ranked([unsure])).label == OFF
+    assert recommend(ranked([unsure, sure])) is sure  # the fastest of those beyond their interval
+
+
+@pytest.mark.slow
+def test_the_stateful_replays_draft_and_accept_what_a_real_llama_server_does(tmp_path):
+    """The pinned llama-server with ngram-mod, ngram-map-k and ngram-map-k4v (small sizes, so a tiny model's
+    short answers draft) serving three prompts twice, in turn, in one server: each request's
+    drafted and accepted counts equal the session replay's on the target alone's streams."""
+    pytest.importorskip("llama_cpp")
+    from polyplan.engines.llama_cpp_build import require_build
+    from polyplan.engines.llama_server import LlamaServer
+    from tiny_gguf import write_tiny_gguf
+
+    try:
+        build = require_build()
+    except PolyplanError as error:
+        pytest.skip(str(error))
+    model = tmp_path / "tiny.gguf"
+    write_tiny_gguf(model)
+    prompts = [[5, 9, 33, 70, 101, 7, 5, 9, 33, 70, 101, 7, 5, 9],
+               [12, 40, 41, 42, 12, 40, 41, 42, 12, 40, 3, 3, 3, 12, 40, 41],
+               [200, 201, 5, 9, 33, 202, 203, 204, 200, 201, 5, 9]]
+    new_tokens = 40
+    common = ("-t", "1", "-c", "512", "-np", "1", "--no-webui")
+    with LlamaServer(build.server, model, common, tmp_path / "plain.log") as server:
+        streams = [TargetStream(len(p), tuple(p) + server.complete(p, new_tokens).token_ids) for p in prompts]
+    rules = {
+        "ngram-mod": (("--spec-ngram-mod-n-match", "2", "--spec-ngram-mod-n-min", "2", "--spec-ngram-mod-n-max", "6"),
+                      lambda: NGramModRule(2, 2, 6)),
+        "ngram-map-k": (("--spec-ngram-map-k-size-n", "1", "--spec-ngram-map-k-size-m", "3"),
+                        lambda: NGramMapRule(1, 3)),
+        "ngram-map-k4v": (("--spec-ngram-map-k4v-size-n", "1", "--spec-ngram-map-k4v-size-m", "3"),
+                          lambda: NGramMapRule(1, 3, key_only=False)),
+    }
+    for kind, (flags, make_rule) in rules.items():
+        replay = replay_session(streams, make_rule, new_tokens=new_tokens, repeats=2)
+        measured = []
+        with LlamaServer(build.server, model, common + ("--spec-type", kind) + flags, tmp_path / f"{kind}.log") as server:
+            for _ in range(2):
+                for stream, prompt in zip(streams, prompts):
+                    done = server.complete(prompt, new_tokens)
+                    assert done.token_ids == stream.ids[len(prompt):]
+                    measured.append((done.draft_n, done.draft_accepted))
+        replayed = [(sum(r.drafted for r in rounds), sum(r.accepted for r in rounds)) for rounds in replay.requests]
+        assert sum(drafted for drafted, _ in measured) > 0, kind  # the streams draft at these sizes
+        assert measured == replayed, kind
