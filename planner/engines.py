@@ -113,6 +113,7 @@ class EngineExport:
     context_length: int | None = None  # the context the plan was made for (the whole-call example's prompt)
     ngram_simple_defaults: ChainPrediction | None = None  # llama.cpp only: its ngram-simple at its own sizes, replayed
     server_flags: tuple[str, ...] = ()  # llama.cpp only: flags this machine needs (`--no-repack` where its AMX kernels crash)
+    unexported: str = ""  # why no drafter is exported (`chosen` None): the target alone is the answer
 
     def whole_call_example(self) -> tuple[int, int, float] | None:
         """(prompt tokens, new tokens, predicted whole-call speedup) of one example `generate`
@@ -255,6 +256,10 @@ def export_plan(
         in_process: derived drafters count as loadable (`loadable`): for racing HF in this
             process, never for a configuration a user would type.
 
+    A plan whose profile has no drafter the engine can run (a target-only plan, or drafters it
+    cannot load) is valid: the export then chooses none (`chosen` None) and says why in
+    `unexported`: the engine runs the target alone.
+
     Raises:
         PolyplanError: unknown engine; the engine cannot load the target; the profile lacks
             the plan's target.
@@ -325,16 +330,16 @@ def export_plan(
     ranked = sorted((o for o in options if o.reason is None), key=lambda o: -o.speedup)
     others = [o for o in options if o.reason is not None]
     typeable = [o for o in ranked if o.source != IN_PROCESS]  # what a user can hand the engine
+    unexported = ""
     if not typeable:
-        why = "; ".join(f"{o.drafter}: {o.reason}" for o in others) or f"the profile has no drafter for {plan.target!r}"
-        raise PolyplanError(f"--engine {engine}: no drafter of the plan's profile can be exported ({why})")
+        unexported = "; ".join(f"{o.drafter}: {o.reason}" for o in others) or f"the profile has no drafter for {plan.target!r}"
     return EngineExport(
         engine=engine,
         target=plan.target,
         target_source=target_source,
         sampling=sampling,
         temperature=mode.temperature,
-        chosen=typeable[0],
+        chosen=typeable[0] if typeable else None,
         options=tuple(ranked + others),
         polyplan_chain=plan.chain,
         polyplan_speedup=plan.best.exact_speedup,
@@ -346,6 +351,7 @@ def export_plan(
             "whole-call prediction leaves out " + ", ".join(dict.fromkeys(missing)) + " (not in the profile, made by an older "
             "polyplan); re-run polyplan recommend --candidates to measure it"
         ),
+        unexported=unexported,
     )
 
 
@@ -458,6 +464,10 @@ def export_lines(export: EngineExport) -> list[str]:
         if option.speedup < 1.0:
             lines.append(f"note: slower than the target alone (1.00x) on {export.engine}: leave speculative decoding off")
         lines += ["", "what to type:"] + ["  " + line for line in config_text(export).splitlines()]
+    else:
+        lines.append(unexported_line(export))
+    if not export.options:
+        return lines
     lines += ["", f"{'drafter':<20} {'method':<12} {'rule':<7} {'alpha':>6} {'K':>3} {'speedup':>8}  note"]
     for item in export.options:
         alpha = "-" if item.alpha is None else f"{item.alpha:.3f}"
@@ -466,6 +476,13 @@ def export_lines(export: EngineExport) -> list[str]:
         note = item.reason if item.reason is not None else ("exported" if item is option else "")
         lines.append(f"{item.drafter[:20]:<20} {item.method or '-':<12} {item.rule:<7} {alpha:>6} {k:>3} {speed:>8}  {note}")
     return lines
+
+
+def unexported_line(export: EngineExport) -> str:
+    """The one line of an export that chose no drafter: run the target alone, and why."""
+    return (f"best: {export.target} alone: no drafter of the plan can run on {export.engine} ({export.unexported}); "
+            f"leave speculative decoding off (polyplan's chain {' > '.join(export.polyplan_chain)}: "
+            f"{export.polyplan_speedup:.2f}x)")
 
 
 def export_to_json(export: EngineExport) -> dict:
@@ -501,6 +518,7 @@ def export_to_json(export: EngineExport) -> dict:
         "whole_call_example": _example_json(export),
         "overhead": export.overhead_note or None,
         "options": [option_json(item) for item in export.options],
+        "unexported": export.unexported or None,
     }
 
 
