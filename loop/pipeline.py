@@ -37,7 +37,7 @@ from polyplan.models.fingerprints import load_fingerprinted
 from polyplan.models.loader import LoadedCandidates
 from polyplan.formats.processor import machine_difference
 from polyplan.profiler.checks import (
-    check_inputs_fit, check_models, foreign_machine_reason, foreign_models_reason, foreign_profile_reason,
+    check_inputs_fit, check_models, fit_default_contexts, foreign_machine_reason, foreign_models_reason, foreign_profile_reason,
 )
 from polyplan.profiler.locks import profile_lock, timing_lock
 from polyplan.loop.loop_costs import LoopCostsRun, ensure_loop_costs
@@ -151,6 +151,9 @@ def profile_candidates(
                 existing = retimed_here(existing, device_label, processor, fingerprints)
         if settings is None:
             settings = settings_of(existing, temperature)
+        settings, note = fit_default_contexts(models, settings)
+        if note is not None:
+            (log or _stderr)(f"note: {note}")
         prompts = prompts or prompts_of(existing, path) or prompt_set()
         fitted = _fitted_prompts(prompts, loaded, settings)
         check_models(models)  # bad input fails before waiting for another run's timings
