@@ -152,13 +152,13 @@ def profile_candidates(
         if settings is None:
             settings = settings_of(existing, temperature)
         settings, note = fit_default_contexts(models, settings)
-        if note is not None:
-            (log or _stderr)(f"note: {note}")
         prompts = prompts or prompts_of(existing, path) or prompt_set()
         fitted = _fitted_prompts(prompts, loaded, settings)
         check_models(models)  # bad input fails before waiting for another run's timings
         check_inputs_fit(models, fitted, settings)
         check_output_file(path, "--out")
+        if note is not None:  # after the checks: a run that fails prints its one error line only
+            (log or _stderr)(f"note: {note}")
         held.enter_context(timing_lock())
         run = _Run(path, loaded, read.record, settings, prompts, fitted, device_label, existing, started)
         return _profile_into(run, fresh_timings, calibration_tokens, progress, log or _stderr)

@@ -241,6 +241,16 @@ def test_an_explicit_vocab_above_the_targets_is_still_one_error_line(family, tmp
     assert not (tmp_path / "drafter").exists()
 
 
+def test_a_run_that_fails_after_fitting_a_default_prints_its_error_line_only(family, tmp_path):
+    """The note on the fitted default waits until the run's checks pass."""
+    result = _run("drafter", "distill", "--quick", "--candidates", family / "one.yaml", "--out", tmp_path / "d", "--exit-layers", "9")
+    _fails(result, "--exit-layers: 9 is outside 1..3 (the target has 4 layers)")
+    long = tmp_path / "long.txt"
+    long.write_text(" ".join(["w9"] * 300) + "\n")
+    result = _run("profile", "--candidates", family / "one.yaml", "--prompts", long, "--out", tmp_path / "p.json", "--threads", "1")
+    _fails(result, "prompt of 300 tokens")
+
+
 def test_explicit_context_lengths_that_do_not_fit_are_still_one_error_line(family, tmp_path):
     result = _run("profile", "--candidates", family / "one.yaml", "--prompts", family / "prompts.jsonl",
                   "--out", tmp_path / "p.json", "--context-lengths", "250", "--latency-ks", "1,8", "--threads", "1")

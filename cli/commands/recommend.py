@@ -226,11 +226,11 @@ def _plan_profile(profile: Path | None, out: Path | None, options: dict, samplin
     profiled_numbers = load(profile)
     key, note = default_sampling(profiled_numbers, sampling)
     options = {**options, "sampling": key}
-    if note is not None:
-        typer.echo(f"note: {note}", err=True)
     record = profiled_numbers.profiler.candidates if profiled_numbers.profiler is not None else None
     planned = planned_from_profile(profiled_numbers, out, profile_path=str(profile),
                                    candidates=dict(record) if record is not None else None, **options)
+    if note is not None:  # once planned: a run that fails prints its one error line only
+        typer.echo(f"note: {note}", err=True)
     warning = profile_warning(profiled_numbers)
     if warning is not None:
         typer.echo(f"warning: {warning}", err=True)

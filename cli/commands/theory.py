@@ -255,9 +255,9 @@ def report(
         loaded = load(profile)
         source = str(profile)
     key, note = default_sampling(loaded, sampling)
-    if note is not None:
-        typer.echo(f"note: {note}", err=True)
     result = theory_report(loaded, source=source, sampling=key)
+    if note is not None:  # once reported: a run that fails prints its one error line only
+        typer.echo(f"note: {note}", err=True)
     if json_output:
         echo_json(report_payload(result))
         return

@@ -137,12 +137,12 @@ def distill_drafter(candidates_path: str | Path, out: str | Path, settings: Dist
     vocab = int(target.get_output_embeddings().weight.shape[0])
     if settings.vocab > vocab and not fit_vocab:
         raise PolyplanError(f"--vocab: {settings.vocab} is more than the target's {vocab} tokens")
-    if settings.vocab > vocab:
-        log(f"note: --vocab: the default {settings.vocab} is more than the target's {vocab} tokens; the head covers all {vocab}")
-        settings = replace(settings, vocab=vocab)
     if exit_layers is not None and not 1 <= exit_layers < num_layers(target):
         raise PolyplanError(f"--exit-layers: {exit_layers} is outside 1..{num_layers(target) - 1} "
                             f"(the target has {num_layers(target)} layers)")
+    if settings.vocab > vocab:  # after the checks: a run that fails prints its one error line only
+        log(f"note: --vocab: the default {settings.vocab} is more than the target's {vocab} tokens; the head covers all {vocab}")
+        settings = replace(settings, vocab=vocab)
     stops = end_of_sequence_ids(target, tokenizer)
     corpus = training_data(tokenizer, settings, user)
     keep = most_frequent_tokens(corpus.train, vocab, settings.vocab, always=stops)
