@@ -37,7 +37,7 @@ from polyplan.models.fingerprints import load_fingerprinted
 from polyplan.models.loader import LoadedCandidates
 from polyplan.formats.processor import machine_difference
 from polyplan.profiler.checks import (
-    check_inputs_fit, check_models, foreign_machine_reason, foreign_models_reason, foreign_profile_reason,
+    check_inputs_fit, check_models, fit_default_contexts, foreign_machine_reason, foreign_models_reason, foreign_profile_reason,
 )
 from polyplan.profiler.locks import profile_lock, timing_lock
 from polyplan.loop.loop_costs import LoopCostsRun, ensure_loop_costs
@@ -151,11 +151,14 @@ def profile_candidates(
                 existing = retimed_here(existing, device_label, processor, fingerprints)
         if settings is None:
             settings = settings_of(existing, temperature)
+        settings, note = fit_default_contexts(models, settings)
         prompts = prompts or prompts_of(existing, path) or prompt_set()
         fitted = _fitted_prompts(prompts, loaded, settings)
         check_models(models)  # bad input fails before waiting for another run's timings
         check_inputs_fit(models, fitted, settings)
         check_output_file(path, "--out")
+        if note is not None:  # after the checks: a run that fails prints its one error line only
+            (log or _stderr)(f"note: {note}")
         held.enter_context(timing_lock())
         run = _Run(path, loaded, read.record, settings, prompts, fitted, device_label, existing, started)
         return _profile_into(run, fresh_timings, calibration_tokens, progress, log or _stderr)

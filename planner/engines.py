@@ -118,6 +118,7 @@ class EngineExport:
     ranking: tuple[RankedConfig, ...] = ()  # llama.cpp only: every configuration predicted, and off, fastest first
     recommended: RankedConfig | None = None  # llama.cpp only: what to type (`llama_cpp_ranking.recommend`)
     ranking_notes: tuple[str, ...] = ()  # llama.cpp only: how the ranking was predicted, and what it leaves out
+    unexported: str = ""  # why no drafter is exported (`chosen` None): the target alone is the answer
 
     def whole_call_example(self) -> tuple[int, int, float] | None:
         """(prompt tokens, new tokens, predicted whole-call speedup) of one example `generate`
@@ -311,6 +312,10 @@ def export_plan(
         workload: llama.cpp only: the requests its n-gram types are replayed on (default: each
             of the profile's streams once, whole).
 
+    A plan whose profile has no drafter the engine can run (a target-only plan, or drafters it
+    cannot load) is valid: the export then chooses none (`chosen` None) and says why in
+    `unexported`: the engine runs the target alone.
+
     Raises:
         PolyplanError: unknown engine; the engine cannot load the target; the profile lacks
             the plan's target.
@@ -381,9 +386,9 @@ def export_plan(
     ranked = sorted((o for o in options if o.reason is None), key=lambda o: -o.speedup)
     others = [o for o in options if o.reason is not None]
     typeable = [o for o in ranked if o.source != IN_PROCESS]  # what a user can hand the engine
+    unexported = ""
     if not typeable:
-        why = "; ".join(f"{o.drafter}: {o.reason}" for o in others) or f"the profile has no drafter for {plan.target!r}"
-        raise PolyplanError(f"--engine {engine}: no drafter of the plan's profile can be exported ({why})")
+        unexported = "; ".join(f"{o.drafter}: {o.reason}" for o in others) or f"the profile has no drafter for {plan.target!r}"
     ranking, notes = ((), ())
     if engine == "llama.cpp":
         ranking, notes = _llama_cpp_ranking(profile, plan.target, ranked + others, target_curve, greedy, workload,
@@ -394,7 +399,7 @@ def export_plan(
         target_source=target_source,
         sampling=sampling,
         temperature=mode.temperature,
-        chosen=typeable[0],
+        chosen=typeable[0] if typeable else None,
         options=tuple(ranked + others),
         polyplan_chain=plan.chain,
         polyplan_speedup=plan.best.exact_speedup,
@@ -408,6 +413,7 @@ def export_plan(
             "whole-call prediction leaves out " + ", ".join(dict.fromkeys(missing)) + " (not in the profile, made by an older "
             "polyplan); re-run polyplan recommend --candidates to measure it"
         ),
+        unexported=unexported,
     )
 
 
@@ -525,6 +531,10 @@ def export_lines(export: EngineExport) -> list[str]:
             lines.append(f"note: slower than the target alone (1.00x) on {export.engine}: leave speculative decoding off")
         lines += ranking_lines(export)
         lines += ["", "what to type:"] + ["  " + line for line in config_text(export).splitlines()]
+    else:
+        lines.append(unexported_line(export))
+    if not export.options:
+        return lines
     lines += ["", f"{'drafter':<20} {'method':<12} {'rule':<7} {'alpha':>6} {'K':>3} {'speedup':>8}  note"]
     for item in export.options:
         alpha = "-" if item.alpha is None else f"{item.alpha:.3f}"
@@ -558,6 +568,11 @@ def ranking_lines(export: EngineExport) -> list[str]:
     elif best is not None:
         lines.append(f"recommended: {best.label}, {best.text()}")
     return lines
+def unexported_line(export: EngineExport) -> str:
+    """The one line of an export that chose no drafter: run the target alone, and why."""
+    return (f"best: {export.target} alone: no drafter of the plan can run on {export.engine} ({export.unexported}); "
+            f"leave speculative decoding off (polyplan's chain {' > '.join(export.polyplan_chain)}: "
+            f"{export.polyplan_speedup:.2f}x)")
 
 
 def export_to_json(export: EngineExport) -> dict:
@@ -596,6 +611,7 @@ def export_to_json(export: EngineExport) -> dict:
         "ranking": [_ranked_json(item) for item in export.ranking],
         "recommended": None if export.recommended is None else _ranked_json(export.recommended),
         "ranking_notes": list(export.ranking_notes),
+        "unexported": export.unexported or None,
     }
 
 

@@ -60,6 +60,24 @@ class IntervalCoverage:
     seed: int
 
 
+def nothing_to_check(profile: Profile, sampling: str = "greedy", split: int | None = None) -> str | None:
+    """Why a valid greedy plan's profile leaves the check nothing to do (None when it does not):
+    no drafter (every chain is the target alone, whose interval is exact), or, with the default
+    `split`, too few prompts for two sets of 2 (a default may never fail on valid input; an
+    explicit `split` that does not fit stays an error in `interval_coverage`)."""
+    if sampling != "greedy":
+        return None
+    runs = profile.acceptance_runs.get("greedy")
+    if not profile.pairs and (runs is None or not runs.pairs):
+        return (f"{profile.source} has no drafter: every chain is {profile.target} alone, whose interval is exact; "
+                "nothing to check")
+    if split is None and runs is not None and runs.pairs and len(runs.pairs[0].agreement) < 4:
+        prompts = len(runs.pairs[0].agreement)
+        return (f"{profile.source} has {prompts} prompt{'s' if prompts != 1 else ''}, too few to split into two sets of "
+                "at least 2; nothing to check (profile on more prompts, e.g. 48)")
+    return None
+
+
 def interval_coverage(
     profile: Profile,
     chains: Sequence[tuple[Sequence[str], Sequence[int]]],

@@ -8,6 +8,11 @@ the exact model's speedups, and the paper's errata evaluated numerically.
 The block size K is the one the profile's decoded μ of (target, cheapest drafter) was measured
 at (the first listed), else 4; the paper's scaling factor α is taken as K (see
 `planner.paper_model`). Times are T_i(1).
+
+A profile with no drafter faster than the target (a models.yaml of the target alone, or only
+drafters slower than it) is valid: the report then has no chain to compare, says so in its
+`note`, and keeps what needs no chain (the models' times, the errata of Appendix A.2, and the
+exact model's ranking, target alone).
 """
 
 from __future__ import annotations
@@ -15,7 +20,6 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from polyplan.formats.errors import PolyplanError
 from polyplan.planner.capped_geometric import (
     capped_geometric_mean,
     capped_geometric_variance,
@@ -58,11 +62,12 @@ class TheoryReport:
     sampling: str
     block_size: int
     times: tuple[tuple[str, float], ...]  # (model, T(1) seconds), by cost
-    two_model: ChainPlan
+    two_model: ChainPlan | None  # None: no drafter faster than the target (see `note`)
     three_model: tuple[ChainPlan, ...]
     insertions: tuple[InsertionReport, ...]
     errata: tuple[Erratum, ...]
     search: Recommendation  # the exact model's best chains over block sizes 1 … 8
+    note: str | None = None  # why a part of the report is empty
 
 
 def _report_block_size(profile: Profile, sampling: str, verifier: str, drafter: str) -> int:
@@ -76,7 +81,13 @@ def theory_report(profile: Profile, *, source: str = "profile", sampling: str = 
     target = profile.target
     drafters = sorted((name for name in step if name != target and step[name] < step[target]), key=lambda n: -step[n])
     if not drafters:
-        raise PolyplanError(f"{source}: models: the theory report needs a drafter faster than the target {target!r}")
+        return TheoryReport(
+            source=source, sampling=sampling, block_size=4, times=((target, step[target]),), two_model=None, three_model=(),
+            insertions=(), errata=_errata(None, 4, []), search=recommend(profile, max_levels=1, sampling=sampling),
+            note=(f"no drafter is faster than the target {target!r} (T(1) of every model: "
+                  + ", ".join(f"{name} {seconds * 1e3:.4g} ms" for name, seconds in step.items())
+                  + "): Lemma 3.1 and Theorem 3.2 have no chain to compare; the target alone is the plan"),
+        )
     cheapest = drafters[-1]
     k = _report_block_size(profile, sampling, target, cheapest)
     two = evaluate_chain(profile, (target, cheapest), (k,), sampling=sampling)
@@ -111,7 +122,9 @@ def theory_report(profile: Profile, *, source: str = "profile", sampling: str = 
     )
 
 
-def _errata(two: ChainPlan, k: int, insertions: list[InsertionReport]) -> tuple[Erratum, ...]:
+def _errata(two: ChainPlan | None, k: int, insertions: list[InsertionReport]) -> tuple[Erratum, ...]:
+    """The printed formulas against the exact ones: Appendix A.2's variance always, eq. 3 and
+    eq. 4 at the two-model chain's acceptance and the Theorem 3.2 bounds when there is a chain."""
     rows = [
         Erratum(
             "A.2 variance, p = 0.3, n = 2",
@@ -126,6 +139,8 @@ def _errata(two: ChainPlan, k: int, insertions: list[InsertionReport]) -> tuple[
             "negative again; the true variance is 0.7539",
         ),
     ]
+    if two is None:
+        return tuple(rows)
     acceptance = two.acceptances[0]
     rows.append(
         Erratum(

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -11,6 +12,7 @@ from polyplan.formats.errors import PolyplanError
 from polyplan.formats.profile import SCHEMA_VERSION, Profile
 from polyplan.formats.processor import Processor, processor_labels
 from polyplan.formats.profile_codec import load
+from polyplan.profiler.forward_timing import DEFAULT_CONTEXT_LENGTHS
 from polyplan.profiler.prompts import EncodedPrompt, check_fits
 from polyplan.profiler.settings import ProfileSettings
 
@@ -43,6 +45,25 @@ def check_inputs_fit(models: Sequence[ProfiledModel], prompts: Sequence[EncodedP
                 f"--context-lengths: {max(settings.latency.context_lengths)} cached + {max(settings.latency.ks)} new "
                 f"tokens does not fit the context of {model.name!r} ({limit} tokens)"
             )
+
+
+def fit_default_contexts(models: Sequence[ProfiledModel], settings: ProfileSettings) -> tuple[ProfileSettings, str | None]:
+    """The default latency context lengths cut to what every model's context holds (a model of a
+    256-token context is valid, and the defaults 128 and 384 must not fail on it): the lengths
+    that fit, else the longest that does; with a one-line note saying so. Other lengths are left
+    as they are (`check_inputs_fit` then names the one that does not fit)."""
+    latency = settings.latency
+    limits = [(model.member.max_context, model.name) for model in models if model.member.max_context is not None]
+    if latency.context_lengths != DEFAULT_CONTEXT_LENGTHS or not limits:
+        return settings, None
+    limit, name = min(limits, key=lambda item: item[0])  # the first (the target first) of the shortest
+    widest = max(latency.ks)
+    kept = tuple(length for length in latency.context_lengths if length + widest <= limit) or (limit - widest,)
+    if kept == latency.context_lengths or kept[0] < 1:
+        return settings, None
+    fitted = dataclasses.replace(settings, latency=dataclasses.replace(latency, context_lengths=kept))
+    return fitted, (f"--context-lengths: the default {','.join(map(str, latency.context_lengths))} does not fit the "
+                    f"{limit}-token context of {name!r} (with k up to {widest}); timing at {','.join(map(str, kept))}")
 
 
 def read_existing(out: Path) -> Profile | None:

@@ -238,13 +238,20 @@ def intervals(
     from polyplan.formats import options
     from polyplan.formats.plan import read_plan
     from polyplan.loop.pipeline import plan_profile
-    from polyplan.planner.interval_coverage import coverage_lines, interval_coverage
+    from polyplan.planner.interval_coverage import coverage_lines, interval_coverage, nothing_to_check
 
     options.at_least(top, 1, "--top")
     planned = read_plan(plan)
     profile = plan_profile(planned)
     if profile is None:
         raise PolyplanError(f"{plan}: its profile {planned.profile.path} cannot be read (it was moved or deleted)")
+    idle = nothing_to_check(profile, planned.sampling, split)
+    if idle is not None:  # a valid plan: say why there is nothing to check, and succeed
+        if json_output:
+            echo_json({"chains": [], "note": idle})
+        else:
+            typer.echo(f"note: {idle}")
+        return
     chains = [(item.chain, item.block_sizes) for item in planned.alternatives[:top]]
     result = interval_coverage(
         profile, chains, split=split, splits=splits, sampling=planned.sampling,

@@ -51,7 +51,8 @@ def distill(
     settings = QUICK if quick else DistillSettings(seed=seed, **given)
     with torch_threads(threads):
         result = distill_drafter(candidates if candidates is not None else default_candidates_path(), out, settings,
-                                 target_name=target, data=data, exit_layers=exit_layers, raw_prompts=raw_prompts, log=log_line)
+                                 target_name=target, data=data, exit_layers=exit_layers, raw_prompts=raw_prompts,
+                                 fit_vocab=vocab is None, log=log_line)
     typer.echo(
         f"wrote {result.out}: {result.parameters / 1e6:.2f}M parameters, head over {result.kept_tokens} of {result.vocab} "
         f"tokens ({result.kept_mass:.1%} of held-out target tokens); held-out alpha {result.alpha_before:.3f} -> "

@@ -155,7 +155,11 @@ def recommend(
         typer.Option("--k-max", help="Search block sizes 1..k_max (default: up to the widest width the profile timed, at least 8)."),
     ] = None,
     search: Annotated[str, typer.Option("--search", help="Block-size search: auto, grid or optuna.")] = "auto",
-    sampling: Annotated[str, typer.Option("--sampling", help="Profile sampling key: 'greedy' or 't<temperature>'.")] = "greedy",
+    sampling: Annotated[
+        Optional[str],
+        typer.Option("--sampling", help="Profile sampling key: 'greedy' or 't<temperature>' (default: greedy; with --profile "
+                     "alone, the profile's own mode when it has no greedy entries)."),
+    ] = None,
     seed: Annotated[int, typer.Option("--seed", help="Seed of optuna's TPE sampler.")] = 0,
     out: Annotated[Optional[Path], typer.Option("--out", help="Where to write the plan JSON.")] = Path("plan.json"),
     prompts: Annotated[
@@ -182,11 +186,11 @@ def recommend(
     (the profile file is resumed and completed).
     """
     _check_up_front(profile, candidates, max_levels, k_max, seed, out, prompts, raw_prompts, resamples, cache_dir, device, threads)
-    mode = SamplingMode.parse(sampling, "--sampling")
+    mode = SamplingMode.parse(sampling or "greedy", "--sampling")
     options = dict(max_levels=max_levels, k_max=k_max, block_sizes=search, sampling=mode.key, seed=seed, resamples=resamples)
     check_lines: tuple[str, ...] = ()
     if candidates is None:
-        result, plan = _plan_profile(profile, out, options)
+        result, plan = _plan_profile(profile, out, options, sampling)
     else:
         choice, recommended = _recommend_candidates(candidates, out, profile, mode, prompts, cache_dir, device, threads, options,
                                             quiet=json_output, raw=raw_prompts, check=not no_check)
@@ -207,20 +211,26 @@ def recommend(
         typer.echo(f"\nwrote {out}")
 
 
-def _plan_profile(profile: Path | None, out: Path | None, options: dict):
+def _plan_profile(profile: Path | None, out: Path | None, options: dict, sampling: str | None):
     """Plan from the numbers alone (no models, no torch): (result, the plan). The plan keeps the
     models.yaml record the profile holds (None for a profile made before it kept one), so
-    `generate --plan` and `validate` find the models."""
+    `generate --plan` and `validate` find the models. Without `--sampling`, a profile with no
+    greedy entries is planned for the mode it has (`planner.profile_sampling`), with a note."""
     from polyplan.formats.profile_codec import load
     from polyplan.planner.plan_file import planned_from_profile
+    from polyplan.planner.profile_sampling import default_sampling
     from polyplan.planner.sample_size import profile_warning
 
     if profile is None:
         raise PolyplanError("--profile: give a profile JSON, or --candidates models.yaml to profile the models first")
     profiled_numbers = load(profile)
+    key, note = default_sampling(profiled_numbers, sampling)
+    options = {**options, "sampling": key}
     record = profiled_numbers.profiler.candidates if profiled_numbers.profiler is not None else None
     planned = planned_from_profile(profiled_numbers, out, profile_path=str(profile),
                                    candidates=dict(record) if record is not None else None, **options)
+    if note is not None:  # once planned: a run that fails prints its one error line only
+        typer.echo(f"note: {note}", err=True)
     warning = profile_warning(profiled_numbers)
     if warning is not None:
         typer.echo(f"warning: {warning}", err=True)

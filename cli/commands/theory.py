@@ -172,9 +172,12 @@ def report_lines(report: TheoryReport) -> list[str]:
         "",
         "Models, T(1): " + ", ".join(f"{name} {seconds * 1e3:.4g} ms" for name, seconds in report.times),
         "",
-        "Lemma 3.1 (as printed) and the exact model, per emitted token:",
     ]
-    for plan in (report.two_model,) + report.three_model:
+    if report.note is not None:
+        lines += [f"note: {report.note}"]
+    if report.two_model is not None:
+        lines.append("Lemma 3.1 (as printed) and the exact model, per emitted token:")
+    for plan in ((report.two_model,) if report.two_model is not None else ()) + report.three_model:
         lines += _chain_lines(plan)
     if report.three_model:
         lines.append(
@@ -219,11 +222,12 @@ def report_payload(report: TheoryReport) -> dict[str, Any]:
         "sampling": report.sampling,
         "block_size": report.block_size,
         "times_s": dict(report.times),
-        "two_model": chain(report.two_model),
+        "two_model": None if report.two_model is None else chain(report.two_model),
         "three_model": [chain(plan) for plan in report.three_model],
         "insertions": {item.model: insertion_payload(item.with_alpha) for item in report.insertions},
         "errata": [vars(erratum).copy() for erratum in report.errata],
         "ranked": [chain(plan) for plan in report.search.ranked],
+        "note": report.note,
     }
 
 
@@ -231,11 +235,18 @@ def report_payload(report: TheoryReport) -> dict[str, Any]:
 @fails_cleanly
 def report(
     profile: Annotated[Optional[Path], typer.Option("--profile", help="Profile JSON (default: the paper's Table 1 example).")] = None,
-    sampling: Annotated[str, typer.Option("--sampling", help="Profile sampling key: 'greedy' or 't<temperature>'.")] = "greedy",
+    sampling: Annotated[
+        Optional[str],
+        typer.Option("--sampling", help="Profile sampling key: 'greedy' or 't<temperature>' (default: greedy, or the "
+                     "profile's own mode when it has no greedy entries)."),
+    ] = None,
     json_output: Annotated[bool, typer.Option("--json", help="Print one JSON object.")] = False,
 ) -> None:
     """The theory report: Lemma 3.1, Theorem 3.2, the errata and exact speedups on a profile."""
-    mode = SamplingMode.parse(sampling, "--sampling")
+    from polyplan.planner.profile_sampling import default_sampling
+
+    if sampling is not None:
+        SamplingMode.parse(sampling, "--sampling")  # a bad key is one line before any file is read
     if profile is None:
         with resources.as_file(resources.files("polyplan") / EXAMPLE_PROFILE) as path:
             loaded = load(path)
@@ -243,7 +254,10 @@ def report(
     else:
         loaded = load(profile)
         source = str(profile)
-    result = theory_report(loaded, source=source, sampling=mode.key)
+    key, note = default_sampling(loaded, sampling)
+    result = theory_report(loaded, source=source, sampling=key)
+    if note is not None:  # once reported: a run that fails prints its one error line only
+        typer.echo(f"note: {note}", err=True)
     if json_output:
         echo_json(report_payload(result))
         return

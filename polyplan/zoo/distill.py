@@ -34,7 +34,7 @@ from __future__ import annotations
 
 import json
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
 import torch
@@ -98,9 +98,13 @@ class DistillResult:
 
 def distill_drafter(candidates_path: str | Path, out: str | Path, settings: DistillSettings = DistillSettings(),
                     *, target_name: str | None = None, data: str | Path | None = None, exit_layers: int | None = None,
-                    raw_prompts: bool = False,
+                    raw_prompts: bool = False, fit_vocab: bool = True,
                     log=lambda line: None) -> DistillResult:
     """Distil a reduced-vocabulary drafter for the target of `candidates_path` into `out`.
+
+    `fit_vocab`: a head size larger than the target's vocabulary (the default 8192 on a target of
+    2048 tokens, say) becomes the whole vocabulary, with a note on `log`; False (the size was
+    chosen, `--vocab`) refuses it in one line instead.
 
     With `exit_layers` = k, the drafter is instead the target's own first k layers (an early
     exit) with a trained copy of the final norm and a trained reduced head (`exit_student`):
@@ -110,6 +114,7 @@ def distill_drafter(candidates_path: str | Path, out: str | Path, settings: Dist
     from polyplan.formats.candidates import read_candidates
     from polyplan.decoder.hf import end_of_sequence_ids
     from polyplan.models.derive import num_layers
+    from polyplan.models.hf_bars import hf_progress_bars_off
     from polyplan.decoder.reduced_vocab import REDUCED_VOCAB_FILE, most_frequent_tokens, restrict_head
     from polyplan.models.sources import source_folder
     from polyplan.zoo.recipe import Refinement, Schedule
@@ -126,14 +131,18 @@ def distill_drafter(candidates_path: str | Path, out: str | Path, settings: Dist
         raise PolyplanError(f"--out: {out} already exists; choose a new folder")
     user = None if data is None else user_texts(data)  # a bad file fails before the target loads
     folder = source_folder(candidate, f"{candidates.origin}: candidate {candidate.name!r}")
-    tokenizer = AutoTokenizer.from_pretrained(folder, local_files_only=True)
-    target = AutoModelForCausalLM.from_pretrained(folder, local_files_only=True, dtype=torch.float32).eval()
+    with hf_progress_bars_off():  # a bad --vocab below is then the only line on stderr
+        tokenizer = AutoTokenizer.from_pretrained(folder, local_files_only=True)
+        target = AutoModelForCausalLM.from_pretrained(folder, local_files_only=True, dtype=torch.float32).eval()
     vocab = int(target.get_output_embeddings().weight.shape[0])
-    if settings.vocab > vocab:
+    if settings.vocab > vocab and not fit_vocab:
         raise PolyplanError(f"--vocab: {settings.vocab} is more than the target's {vocab} tokens")
     if exit_layers is not None and not 1 <= exit_layers < num_layers(target):
         raise PolyplanError(f"--exit-layers: {exit_layers} is outside 1..{num_layers(target) - 1} "
                             f"(the target has {num_layers(target)} layers)")
+    if settings.vocab > vocab:  # after the checks: a run that fails prints its one error line only
+        log(f"note: --vocab: the default {settings.vocab} is more than the target's {vocab} tokens; the head covers all {vocab}")
+        settings = replace(settings, vocab=vocab)
     stops = end_of_sequence_ids(target, tokenizer)
     corpus = training_data(tokenizer, settings, user)
     keep = most_frequent_tokens(corpus.train, vocab, settings.vocab, always=stops)
