@@ -77,12 +77,30 @@ def test_the_saved_report_itself_passes_every_check():
     assert encode_report(decode_report(deep)) == deep
 
 
+def _as_before_later_fields(report):
+    """`report` without what came later within version 1 (the cost split, seconds per pass, the
+    self-check's prediction and its check): what the older fixture was saved with."""
+    from dataclasses import replace
+
+    chains = tuple(
+        replace(chain, cost_split=None, checked_speedup=None, checked_interval=None,
+                levels=tuple(replace(level, seconds_per_pass=None) for level in chain.levels))
+        for chain in report.chains
+    )
+    checks = tuple(check for check in report.checks if not check.name.startswith("checked prediction"))
+    return replace(report, chains=chains, checks=checks)
+
+
 def test_a_report_written_before_near_tie_existed_still_reads():
     """`near_tie` came within report_version 1 with a default: a file without it reads as None,
     and is the same report otherwise (a field without a default is still required)."""
     older = read_report(Path(__file__).parent / "data" / "report_v1_before_near_tie.json")
     assert all(chain.near_tie is None for chain in older.chains)
-    assert older == read_report(SAVED)
+    saved = _as_before_later_fields(read_report(SAVED))
+    # the same run otherwise (what a later field changes, e.g. `holds` judged by a self-checked prediction, aside)
+    assert [(c.chain, c.block_sizes, c.predicted_speedup, c.measured_speedup, c.levels, c.per_prompt) for c in older.chains] == \
+        [(c.chain, c.block_sizes, c.predicted_speedup, c.measured_speedup, c.levels, c.per_prompt) for c in saved.chains]
+    assert (older.settings, older.categories, older.notes) == (saved.settings, saved.categories, saved.notes)
     payload = encode_report(older)
     del payload["chains"][0]["near_tie"], payload["chains"][0]["rank"]
     with pytest.raises(PolyplanError, match=r"chains\[0\]\.rank: missing"):

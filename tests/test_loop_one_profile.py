@@ -22,7 +22,7 @@ PROFILE_FAST = [
     "--decoded-prompts", "2", "--block-sizes", "2", "--temperatures", "0", "--threads", "1",
 ]
 # What a plan records about where it came from; everything else is the plan itself.
-PROVENANCE = {"profile", "candidates"}
+PROVENANCE = {"profile", "candidates", "self_check"}  # self_check: the --no-check record
 
 
 def _invoke(*args: str):
@@ -54,7 +54,8 @@ def test_profile_then_recommend_plans_as_recommend_candidates_does(profiled, tmp
     assert from_profile.exit_code == 0, from_profile.output
     assert "none recorded" not in from_profile.stdout and "acceptance from the measured agreement runs" in from_profile.stdout
     from_candidates = _invoke("recommend", "--candidates", profiled / "models.yaml", "--profile", profiled / "profile.json",
-                              "--prompts", profiled / "prompts.jsonl", "--out", tmp_path / "b.json", "--threads", "1")
+                              "--prompts", profiled / "prompts.jsonl", "--out", tmp_path / "b.json", "--threads", "1",
+                              "--no-check")  # the same planning; the self-check, which only --candidates runs, is tested apart
     assert from_candidates.exit_code == 0, from_candidates.output
     assert ": 0 entries measured" in from_candidates.stdout  # the same cached profile, nothing re-measured
     a, b = (json.loads((tmp_path / name).read_text()) for name in ("a.json", "b.json"))
