@@ -102,6 +102,7 @@ def loop_lines(bench: LoopBenchmark) -> list[str]:
             f"({ranking.detail}){load}",
         ]
         goals += [f"{run.label}: warning: {note}" for note in validation.notes if note.startswith("timing warning")]
-    lines += ["(* recommended; predicted: exact model with its bootstrap interval; measured: paired per-prompt speedup over "
+    lines += ["(* recommended; predicted: the plan's prediction with its interval, the exact model corrected by the "
+              "self-check where it ran (checked), else the exact model's bootstrap interval; measured: paired per-prompt speedup over "
               "target-only decoding with its CI; error = predicted / measured - 1; holds: inside and within 10%)", ""]
     return lines + goals
