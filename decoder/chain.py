@@ -144,7 +144,6 @@ class _Run:
         self.proposed = [0] * n
         self.accepted = [0] * n
         self.per_verification: list[list[int]] = [[] for _ in range(n)]
-        self.drafted: list[list[int]] = [[] for _ in range(n)]
         self.seconds = [0.0] * n
         self.by_width: list[dict[int, list[float]]] = [{} for _ in range(n)]  # width -> [passes, seconds, context sum]
 
@@ -164,8 +163,7 @@ class _Run:
     def statistics(self) -> tuple[LevelStats, ...]:
         return tuple(
             LevelStats(m.name, self.passes[i], self.proposed[i], self.accepted[i], tuple(self.per_verification[i]), self.seconds[i],
-                       tuple(PassTally(w, int(t[0]), t[1], t[2] / t[0]) for w, t in sorted(self.by_width[i].items())),
-                       tuple(self.drafted[i]))
+                       tuple(PassTally(w, int(t[0]), t[1], t[2] / t[0]) for w, t in sorted(self.by_width[i].items())))
             for i, m in enumerate(self.members)
         )
 
@@ -285,7 +283,6 @@ class _Run:
             self.proposed[i] += m
             self.accepted[i] += a
             self.per_verification[i].append(a + 1)
-            self.drafted[i].append(m)
             if keep_rows:
                 rows.append(q[: a + 1])
             new = host[2 * m + 1 : 2 * m + 1 + a] + [host[a]]  # the tokens this round committed

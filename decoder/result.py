@@ -40,8 +40,6 @@ class LevelStats:
         passes: The forward passes by width (`PassTally` per width, narrowest first): what
             the exact model prices with T_i(width), to compare a member's seconds per pass
             inside the chain with its profile at the same width and context.
-        drafted_per_verification: Drafted tokens each verification judged (m), in the
-            order of `tokens_per_verification`: acceptance at each drafting width.
     """
 
     model: str
@@ -51,7 +49,6 @@ class LevelStats:
     tokens_per_verification: tuple[int, ...]
     wall_time_s: float
     passes: tuple[PassTally, ...] = ()
-    drafted_per_verification: tuple[int, ...] = ()
 
     @property
     def verifications(self) -> int:
