@@ -82,6 +82,16 @@ def cost_split(
     )
 
 
+def composition(levels: Sequence[LevelCosts], *, loop: float, predicted_loop: float, baseline: float,
+                predicted_baseline: float) -> float:
+    """C = (1 + baseline)(1 + per_pass)(1 + loop) of `cost_split`, in closed form
+    (b̂ / b) · t(f, s, l) / t(f, ŝ, l̂): the error on time per token with acceptance as measured
+    (`validation.self_check` corrects predictions by it)."""
+    measured = chain_seconds(levels, loop, forwards=True, per_pass=True)
+    modelled = chain_seconds(levels, predicted_loop, forwards=True, per_pass=False)
+    return (predicted_baseline / baseline) * measured / modelled
+
+
 def merged_tallies(runs: Sequence[Sequence[PassTally]]) -> tuple[PassTally, ...]:
     """One member's pass tallies of several runs, merged by width (contexts averaged by pass)."""
     by_width: dict[int, list[float]] = {}

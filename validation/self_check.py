@@ -39,7 +39,8 @@ from polyplan.profiler.prompts import EncodedPrompt
 from polyplan.validation.chain_runs import (
     ValidationSettings, context_limit, fit_prompts, measure_chains, reserve_for, sampling_of, select_chains,
 )
-from polyplan.validation.cost_split import LevelCosts, chain_seconds
+from polyplan.validation.cost_split import LevelCosts
+from polyplan.validation.cost_split import composition as cost_composition
 from polyplan.validation.results import ROLE_TARGET_ONLY, ChainSpec, RunRecord
 
 CHECK_TOP = 2  # chains checked besides the recommended one (the plan's next best)
@@ -61,7 +62,8 @@ class SelfCheck:
 
 def composition(planned: PlannedChain, runs: Sequence[RunRecord], baseline: Sequence[RunRecord],
                 predicted_baseline: float) -> float:
-    """C of the module docstring over `runs` (and the target-only `baseline` runs of the same cells)."""
+    """C of the module docstring (`validation.cost_split.composition`) over `runs` and the
+    target-only `baseline` runs of the same cells."""
     tokens = sum(len(run.token_ids) for run in runs)
     levels = []
     for i in range(len(planned.chain)):
@@ -73,10 +75,12 @@ def composition(planned: PlannedChain, runs: Sequence[RunRecord], baseline: Sequ
             predicted_seconds_per_pass=planned.time_per_token_s[i] / planned.forwards_per_token[i]
             if planned.forwards_per_token[i] else 0.0,
         ))
-    measured = sum(run.decode_s for run in runs) / tokens
-    modelled = sum(level.forwards * level.predicted_seconds_per_pass for level in levels) + planned.overhead_per_token_s
-    base = sum(run.decode_s for run in baseline) / sum(len(run.token_ids) for run in baseline)
-    return (predicted_baseline / base) * measured / modelled
+    inside = sum(sum(run.forward_seconds) for run in runs)
+    return cost_composition(
+        levels, loop=(sum(run.decode_s for run in runs) - inside) / tokens, predicted_loop=planned.overhead_per_token_s,
+        baseline=sum(run.decode_s for run in baseline) / sum(len(run.token_ids) for run in baseline),
+        predicted_baseline=predicted_baseline,
+    )
 
 
 def composition_interval(planned: PlannedChain, runs: Sequence[RunRecord], baseline: Sequence[RunRecord],
