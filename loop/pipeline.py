@@ -251,24 +251,37 @@ def recommend_candidates(
     rank the chains (`plan_from_profile` with `plan_options`), run the self-check
     (`validation.self_check`; `check` False: skipped, and the plan says so) and write the plan to `out`."""
     from polyplan.formats.plan import save_plan
-    from polyplan.validation.self_check import self_check, skipped_plan
+    from polyplan.validation.self_check import skipped_plan
 
     profiled = profile_candidates(candidates_path, profile_path=profile_path, prompts=prompts, cache_dir=cache_dir,
                                   device=device, temperature=temperature, progress=progress)
     planned = planned_from_profile(profiled.profile, out, profile_path=str(profiled.path), candidates=profiled.record,
                                    drafters=profiled.drafters, **plan_options)
-    plan, lines = planned.plan, ()
-    if not check:
-        plan = skipped_plan(plan, "--no-check: the intervals ignore the exact model's own error on this machine")
+    if check:
+        plan, lines = _self_checked(planned.plan, profiled, out)
+    else:
+        plan = skipped_plan(planned.plan, "--no-check: the intervals ignore the exact model's own error on this machine")
         lines = ("Self-check skipped (--no-check): the prediction intervals ignore the exact model's own error on this machine",)
-    elif len(plan.alternatives) > 1:
-        members = {model.name: model.member for model in profiled.models}
-        with timing_lock():
-            checked = self_check(plan, members, profiled.encoded)
-        plan, lines = checked.plan, checked.lines
-    if out is not None:
-        save_plan(plan, out)
+        if out is not None:
+            save_plan(plan, out)
     return Recommended(planned.recommendation, profiled, plan, lines)
+
+
+def _self_checked(plan: PlanFile, profiled: ProfiledCandidates, out) -> tuple[PlanFile, tuple[str, ...]]:
+    """The plan after recommend's self-check (`validation.self_check`) on the profiled members
+    and prompts, with what it found, saved over `out` (written first unchecked by the planner,
+    so an interrupted check leaves a valid plan); a plan with target-only alone is returned as is."""
+    from polyplan.formats.plan import save_plan
+    from polyplan.validation.self_check import self_check
+
+    if len(plan.alternatives) < 2:
+        return plan, ()
+    members = {model.name: model.member for model in profiled.models}
+    with timing_lock():
+        checked = self_check(plan, members, profiled.encoded)
+    if out is not None:
+        save_plan(checked.plan, out)
+    return checked.plan, checked.lines
 
 
 def plan_profile(planned: PlanFile) -> Profile | None:
@@ -429,15 +442,7 @@ def run_demo(settings, *, profile_progress=None, validation_progress=None, log=l
     )
     recommendation, plan = planned.recommendation, planned.plan  # as written to plan_path, not read back
     members = {model.name: model.member for model in profiled.models}
-    lines: tuple[str, ...] = ()
-    if len(plan.alternatives) > 1:
-        from polyplan.formats.plan import save_plan
-        from polyplan.validation.self_check import self_check
-
-        with timing_lock():
-            checked = self_check(plan, members, profiled.encoded)
-        plan, lines = checked.plan, checked.lines
-        save_plan(plan, plan_path)
+    plan, lines = _self_checked(plan, profiled, plan_path)
     with timing_lock():
         validation = _validate(plan, members, encoded, validation_settings, str(plan_path), held_out, validation_progress,
                                profiled.profile)
