@@ -225,9 +225,18 @@ def measure_latencies(
     )
 
 
-def reference_workload(device: torch.device | str, size: int = 128, products: int = 8) -> Callable[[], None]:
+# The reference workload's matrix side per device type: about a millisecond of arithmetic on
+# one CPU core at 128; on a GPU, 128-wide products take a few microseconds each, so the timing
+# is kernel-launch jitter (an H200 read IQR/median 29% on a quiet machine) and says nothing of
+# interference. At 1024 the arithmetic (about 0.3 ms on an H200) dominates the launches.
+REFERENCE_SIZE = {"cpu": 128, "cuda": 1024, "mps": 512}
+
+
+def reference_workload(device: torch.device | str, size: int | None = None, products: int = 8) -> Callable[[], None]:
     """A fixed amount of arithmetic on `device`: `products` chained (size x size) matrix
-    products (about a millisecond on one CPU core at the defaults). Same inputs every call."""
+    products, `size` by the device's type (`REFERENCE_SIZE`) unless given. Same inputs every call."""
+    device = torch.device(device)
+    size = size if size is not None else REFERENCE_SIZE.get(device.type, REFERENCE_SIZE["cpu"])
     generator = torch.Generator().manual_seed(0)
     left = torch.randn(size, size, generator=generator).div_(size**0.5).to(device)
     right = torch.randn(size, size, generator=generator).div_(size**0.5).to(device)

@@ -111,8 +111,9 @@ class ProfileOutcome:
 def describe_device(device: str | torch.device) -> str:
     """A human label of the device latency is measured on (GPU name, or CPU and threads)."""
     device = torch.device(device)
-    if device.type == "cuda":
-        return f"{device} {torch.cuda.get_device_name(device)}"
+    if device.type == "cuda":  # "cuda" and "cuda:0" are one GPU: always name its index
+        index = device.index if device.index is not None else torch.cuda.current_device()
+        return f"cuda:{index} {torch.cuda.get_device_name(index)}"
     processor = cpu_name() or platform.machine() or "cpu"
     threads = torch.get_num_threads()
     return f"cpu {processor} ({threads} thread{'s' if threads > 1 else ''})"

@@ -112,6 +112,28 @@ def test_default_reference_workload_runs_on_the_cpu():
     assert workload() is None
 
 
+def test_reference_workload_sizes_its_products_by_device_type(monkeypatch):
+    # On a GPU 128-wide products are kernel-launch jitter (an H200 read 29% IQR/median, quiet);
+    # the GPU's workload is wide enough for its arithmetic to dominate. Negative control: cpu.
+    sides = []
+    real_randn = torch.randn
+    monkeypatch.setattr(latency_module.torch, "randn", lambda *shape, **kw: sides.append(shape[0]) or real_randn(2, 2, **kw))
+    monkeypatch.setattr(latency_module.torch.Tensor, "to", lambda self, *a, **kw: self)
+    latency_module.reference_workload("cpu")
+    latency_module.reference_workload("cuda:0")
+    latency_module.reference_workload("cuda", size=64)
+    assert sides == [128, 128, 1024, 1024, 64, 64]
+
+
+def test_a_gpu_is_labelled_by_its_index_whether_or_not_the_device_named_one(monkeypatch):
+    from polyplan.profiler import run as run_module
+    monkeypatch.setattr(run_module.torch.cuda, "current_device", lambda: 0)
+    monkeypatch.setattr(run_module.torch.cuda, "get_device_name", lambda index: f"GPU{index}")
+    # "cuda" and "cuda:0" are one GPU: a profile taken on one is no stranger to a run on the other
+    assert run_module.describe_device("cuda") == run_module.describe_device("cuda:0") == "cuda:0 GPU0"
+    assert run_module.describe_device("cuda:1") == "cuda:1 GPU1"
+
+
 def test_real_member_gives_positive_times_for_every_point(single_thread):
     member = HFMember(tiny_llama(0), name="tiny")
     settings = LatencySettings(ks=(1, 3), context_lengths=(4, 12), repeats=3, warmup=1, prefill_repeats=2)
