@@ -10,7 +10,7 @@ from polyplan.formats.errors import PolyplanError
 from polyplan.planner.engines import EngineExport, check_engine, export_plan
 from polyplan.planner.llama_cpp_ranking import ReplayWorkload
 from polyplan.formats.plan import read_plan
-from polyplan.formats.profile_codec import load
+from polyplan.formats.profile import read_profile
 from polyplan.models.candidate_file import plan_candidates
 from polyplan.models.builtin import builtin_folder
 
@@ -44,7 +44,7 @@ def export_from_files(
         profile_path = recorded
         if not Path(profile_path).is_file():
             raise PolyplanError(f"{label}: profile: {profile_path} (recorded in the plan) not found; pass --profile profile.json")
-    profile = load(profile_path)
+    profile = read_profile(profile_path)
     if profile.target != plan.target:
         raise PolyplanError(f"{profile_path}: target {profile.target!r} is not the plan's target {plan.target!r}")
     files = engine_files(candidates)

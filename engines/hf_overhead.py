@@ -23,7 +23,7 @@ from __future__ import annotations
 import statistics
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import torch
 
@@ -211,22 +211,22 @@ def _t1(profile: Profile, name: str) -> float:
 
 def ensure_hf_overhead(
     profile: Profile, models: Sequence, prompt: Sequence[int], temperatures: Sequence[float], *, tokens: int = 64, repeats: int = 3
-) -> int:
-    """Measure HF's overhead into `profile.engine_overhead["hf"]` for every sampling mode
-    whose entry is missing or was measured on other models or settings (the entry's
-    fingerprint); entries still valid are kept. Returns how many were measured (0 also when the
-    target or every drafter is not an HF model: the export then says it used polyplan's loop)."""
+) -> tuple[Profile, int]:
+    """`profile` with HF's overhead in `engine_overhead["hf"]` for every sampling mode whose
+    entry is missing or was measured on other models or settings (the entry's fingerprint);
+    entries still valid are kept. Also how many were measured (0 also when the target or
+    every drafter is not an HF model: the export then says it used polyplan's loop)."""
     import transformers
 
     target = models[0]
     if not hasattr(getattr(target.member, "model", None), "generate"):
-        return 0
+        return profile, 0
     drafter = cheapest_hf_drafter(profile, models)
     if drafter is None:
-        return 0
+        return profile, 0
     prompt = list(prompt)[-64:]
     measured = 0
-    table = profile.engine_overhead.setdefault(HF, {})
+    table = dict(profile.engine_overhead.get(HF, {}))
     for temperature in temperatures:
         key = SamplingMode(temperature).key
         fingerprint = fingerprint_settings(
@@ -253,4 +253,4 @@ def ensure_hf_overhead(
             "method": METHOD,
         })
         measured += 1
-    return measured
+    return replace(profile, engine_overhead={**profile.engine_overhead, HF: table}), measured

@@ -149,7 +149,7 @@ def peer_configs(
         return list(result.token_ids), result.levels[0].forward_passes
 
     label = "polyplan " + " > ".join(plan.chain) + (f" K={list(plan.block_sizes)}" if plan.block_sizes else "")
-    configs.append(PeerConfig(label, plan.best.exact_speedup, ours))
+    configs.append(PeerConfig(label, plan.best.exact.speedup, ours))
     return tuple(configs)
 
 

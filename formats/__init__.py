@@ -1,8 +1,11 @@
 """The formats every layer shares, at the bottom of the layering (imports nothing else of polyplan):
 
-- the files the stages exchange, each with its types and one codec: `candidates` (models.yaml),
-  `profile` (types) + `profile_codec`, `plan` (types and reader; `planner.plan_file` builds one),
-  `report` (report.json, the validation report: types and codec; `validation.report` builds one);
+- the files the stages exchange, each with its types and its entry points (`read_X`, `write_X`,
+  `decode_X`, `encode_X`): `candidates` (models.yaml), `profile`, `plan` (`planner.plan_file`
+  builds one), `report` (report.json, the validation report; `validation.report` builds one);
+- `codec`: the one field-driven encoder/decoder of profile, plan and report (frozen records,
+  their field types the schema, unknown keys refused), and `checks`, the field checks their
+  records name in their metadata;
 - what they record: `sampling` (the sampling mode, parsed once), `overhead` (the loop's costs);
 - `kinds` (what a JSON file is, for one clear error when a file of another kind is given);
 - the edge they are read and written through: `errors`, `inputs`, `atomic`, `outputs`,

@@ -2,16 +2,19 @@
 what they mean and how the exact model uses them).
 
 - `LoopOverhead`: seconds the loop spends per autoregressive step and per verification round;
-- `SwitchCost`: extra seconds of a model's 1st, 2nd, … consecutive pass after another model's.
+- `SwitchCost`: extra seconds of a model's 1st, 2nd, … consecutive pass after another model's
+  (in a file: one number, the 1st pass only, or a non-empty list of them).
 
-Their JSON readers live here too, since both the profile and the plan codec read them.
+Both are read and written by `formats.codec` from their types and checks.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import Annotated, Any
 
+from polyplan.formats.checks import ONE_OR_MANY, non_negative
+from polyplan.formats.codec import Invalid, spec
 from polyplan.formats.errors import PolyplanError
 from polyplan.formats.inputs import is_finite_number
 
@@ -20,39 +23,36 @@ from polyplan.formats.inputs import is_finite_number
 class LoopOverhead:
     """Seconds the decoding loop spends per autoregressive step and per verification round."""
 
-    per_step_s: float
-    per_round_s: float
+    per_step_s: float = spec(non_negative)
+    per_round_s: float = spec(non_negative)
 
     def __post_init__(self) -> None:
         for name in ("per_step_s", "per_round_s"):
             value = getattr(self, name)
             if not is_finite_number(value) or value < 0:
                 raise PolyplanError(f"loop overhead: {name} must be a finite number >= 0, got {value!r}")
-
-    def to_json_dict(self) -> dict[str, float]:
-        return {"per_step_s": float(self.per_step_s), "per_round_s": float(self.per_round_s)}
+            object.__setattr__(self, name, float(value))  # seconds, written as floats
 
 
 NO_OVERHEAD = LoopOverhead(0.0, 0.0)
 
-
-def overhead_from_json(value: Any, where: str) -> LoopOverhead:
-    """A `LoopOverhead` from its JSON object; `PolyplanError` naming `where` if malformed."""
-    if not isinstance(value, dict) or not {"per_step_s", "per_round_s"} <= set(value):
-        raise PolyplanError(f"{where}: must be an object with per_step_s and per_round_s")
-    try:
-        return LoopOverhead(value["per_step_s"], value["per_round_s"])
-    except PolyplanError as error:
-        raise PolyplanError(f"{where}: {error}") from None
+_SWITCH_PROBLEM = "must be a finite number of seconds >= 0, or a non-empty list of them"
 
 
-SwitchCost = tuple[float, ...]  # extra seconds of the 1st, 2nd, … consecutive pass after a switch
-NO_SWITCH: SwitchCost = (0.0,)
+def _switch_seconds(values: tuple[float, ...]) -> None:
+    if not values or any(value < 0 for value in values):
+        raise Invalid(_SWITCH_PROBLEM)
 
 
-def switch_cost(value: Any, where: str) -> SwitchCost:
-    """A switch cost from JSON: seconds >= 0, one number (1st pass only) or a non-empty list."""
+# extra seconds of the 1st, 2nd, … consecutive pass after a switch
+SwitchCost = Annotated[tuple[float, ...], ONE_OR_MANY, _switch_seconds]
+NO_SWITCH: tuple[float, ...] = (0.0,)
+
+
+def switch_cost(value: Any, where: str) -> tuple[float, ...]:
+    """A switch cost given in memory (the planner's argument): seconds >= 0, one number (1st
+    pass only) or a non-empty sequence; `PolyplanError` naming `where` otherwise."""
     values = value if isinstance(value, (list, tuple)) else [value]
     if not values or any(not is_finite_number(v) or v < 0 for v in values):
-        raise PolyplanError(f"{where}: must be a finite number of seconds >= 0, or a non-empty list of them")
+        raise PolyplanError(f"{where}: {_SWITCH_PROBLEM}")
     return tuple(float(v) for v in values)

@@ -27,7 +27,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from polyplan.formats.errors import PolyplanError
+from polyplan.formats.checks import each, sorted_names, text, whole
+from polyplan.formats.codec import spec
 
 # The flags recorded: those that change which matmul / quantized kernels torch and llama.cpp run.
 ISA_FLAGS = frozenset({
@@ -40,7 +41,6 @@ ISA_FLAGS = frozenset({
 # The widest vector family a processor has (its label's first word), widest first.
 _LEVELS = (("amx_tile", "amx"), ("avx512f", "avx512"), ("avx2", "avx2"), ("avx", "avx"), ("sve2", "sve2"),
            ("sve", "sve"), ("asimd", "neon"), ("neon", "neon"))
-_FIELDS = ("name", "architecture", "flags", "quantized_engine", "capability", "cores", "gpu")
 _RERUN = "its timings may not hold; re-run polyplan profile here"
 
 
@@ -48,13 +48,13 @@ _RERUN = "its timings may not hold; re-run polyplan profile here"
 class Processor:
     """Where timings were taken (module docstring): the CPU and, on CUDA, the GPU."""
 
-    name: str
-    architecture: str | None = None
-    flags: tuple[str, ...] = ()  # sorted, a subset of ISA_FLAGS
-    quantized_engine: str | None = None  # torch.backends.quantized.engine
-    capability: str | None = None  # torch.backends.cpu.get_cpu_capability()
-    cores: int | None = None  # logical cores
-    gpu: str | None = None  # the CUDA device's name; None on CPU
+    name: str = spec(text)
+    architecture: str | None = spec(text, default=None)
+    flags: tuple[str, ...] = spec(each(text), sorted_names, default=())  # sorted, a subset of ISA_FLAGS
+    quantized_engine: str | None = spec(text, default=None)  # torch.backends.quantized.engine
+    capability: str | None = spec(text, default=None)  # torch.backends.cpu.get_cpu_capability()
+    cores: int | None = spec(whole(1), default=None)  # logical cores
+    gpu: str | None = spec(text, default=None)  # the CUDA device's name; None on CPU
 
     @property
     def level(self) -> str:
@@ -73,39 +73,10 @@ class Processor:
         """Whether timings taken on one may not hold on the other (module docstring)."""
         return (self.name, self.flags, self.quantized_engine, self.gpu) != (other.name, other.flags, other.quantized_engine, other.gpu)
 
-    def to_json(self) -> dict[str, Any]:
-        return {"name": self.name, "architecture": self.architecture, "flags": list(self.flags),
-                "quantized_engine": self.quantized_engine, "capability": self.capability, "cores": self.cores, "gpu": self.gpu}
-
 
 def isa_flags(flags: Any) -> tuple[str, ...]:
     """The recorded subset of a processor's flags, sorted."""
     return tuple(sorted(ISA_FLAGS.intersection(flags)))
-
-
-def processor_from_json(value: Any, where: str) -> Processor:
-    """`Processor` from its JSON object; one `PolyplanError` line naming `where` and the field."""
-    if not isinstance(value, dict):
-        raise PolyplanError(f"{where}: must be a JSON object with 'name' (the CPU's model name)")
-    unknown = sorted(set(value) - set(_FIELDS))
-    if unknown:
-        raise PolyplanError(f"{where}: unknown field {unknown[0]!r} (allowed: {', '.join(sorted(_FIELDS))})")
-    name = value.get("name")
-    if not isinstance(name, str) or not name.strip():
-        raise PolyplanError(f"{where}.name: must be a non-empty string, got {name!r}")
-    texts = {}
-    for key in ("architecture", "quantized_engine", "capability", "gpu"):
-        item = value.get(key)
-        if item is not None and (not isinstance(item, str) or not item.strip()):
-            raise PolyplanError(f"{where}.{key}: must be a non-empty string or null, got {item!r}")
-        texts[key] = item
-    flags = value.get("flags", [])
-    if not isinstance(flags, list) or not all(isinstance(flag, str) and flag for flag in flags):
-        raise PolyplanError(f"{where}.flags: must be a list of ISA flag names, got {flags!r}")
-    cores = value.get("cores")
-    if cores is not None and (isinstance(cores, bool) or not isinstance(cores, int) or cores < 1):
-        raise PolyplanError(f"{where}.cores: must be an integer >= 1 or null, got {cores!r}")
-    return Processor(name=name, flags=tuple(sorted(set(flags))), cores=cores, **texts)
 
 
 def processor_labels(planned: Processor, here: Processor) -> tuple[str, str] | None:

@@ -104,70 +104,85 @@ otherwise ``"t"`` followed by the temperature (``"t1.0"``).
 
 Version 1 kept the profiler's loop overhead, engine overhead, switch costs, agreement runs
 and settings under ``meta`` (``meta.loop_overhead``, ``meta.switch_cost``, …) and each
-model's timing health in its ``meta``; `formats.profile_codec` reads such a file by moving
-those entries to the typed fields above, so no profiling work is lost, and writes version 2.
+model's timing health in its ``meta``; `migrate_v1` reads such a file by moving those entries
+to the typed fields above, so no profiling work is lost, and it is written as version 2.
 
-This module holds the types; `formats.profile_codec` is their one JSON codec: `load(path)`
-validates everything while decoding and raises `PolyplanError` naming the file and the field
-path (``profile.json: pairs[2].sampling.greedy.alpha: must be in [0, 1), got 1.3``). The
-measurement entries are mutable so that the profiler can build a profile field by field and
-call `Profile.save(path)` after every measurement; `save` validates and writes atomically.
-The records one stage writes whole and another reads (overheads, runs, timing health,
-settings) are frozen. Each field's JSON check is named once, in its metadata (`json`), and
-read by the codec.
+The records are frozen; `formats.codec` reads and writes them from their field types, and each
+field's check is named once, in its metadata (`formats.checks`); the checks that span fields
+(μ within [1, k + 1], duplicates, the names a pair refers to) are each record's `layout`.
+`read_profile(path)` validates everything while decoding and raises `PolyplanError` naming
+the file and the field path (``profile.json: pairs[2].sampling.greedy.alpha: must be in
+[0, 1), got 1.3``). The profiler builds a profile measurement by measurement (`with_model`,
+`with_stats`, `dataclasses.replace`) and writes it with `write_profile` after every one;
+`write_profile` validates and writes atomically.
 """
+
 
 from __future__ import annotations
 
 import os
 from collections.abc import Mapping
-from dataclasses import dataclass, field
-from typing import Any
+from dataclasses import dataclass, fields, replace
+from typing import Annotated, Any, get_type_hints
 
+from polyplan.formats import codec
+from polyplan.formats.atomic import write_text_atomically
+from polyplan.formats.checks import (
+    bits, each, interval_in, interval_within, mode_key, non_empty, non_negative, positive, probability, quantiles, seconds, text,
+    whole, within,
+)
+from polyplan.formats.codec import (
+    EMPTY, NEVER, FileFormat, Invalid, Layout, decode_file, encode_file, json_text, local, spec,
+)
 from polyplan.formats.errors import PolyplanError
+from polyplan.formats.inputs import read_json_file
 from polyplan.formats.overhead import LoopOverhead, SwitchCost
 from polyplan.formats.processor import Processor
 
 SCHEMA_VERSION = 2
 
+ModeKey = Annotated[str, mode_key]  # a `formats.sampling.SamplingMode` key, read in its canonical form
+MEASURED = Layout(omit=EMPTY)  # the profile leaves out what was not measured (None, empty, false)
 
-def spec(check: str, *, default: Any = ..., factory: Any = None, of: type | None = None, always: bool = False) -> Any:
-    """A dataclass field with its JSON check (a `formats.profile_codec` checker name), the type
-    of its records (`of`, for lists and maps of them), and whether it is written even empty."""
-    metadata = {"json": check, "of": of, "always": always}
-    if factory is not None:
-        return field(default_factory=factory, metadata=metadata)
-    if default is ...:
-        return field(metadata=metadata)
-    return field(default=default, metadata=metadata)
+
+def _unique(keys: list[Any], where: str, problem) -> None:
+    seen = set()
+    for index, key in enumerate(keys):
+        if key in seen:
+            raise Invalid(problem(key), f"{where}[{index}]")
+        seen.add(key)
 
 
 # --------------------------------------------------------------------------- per model
 
 
-@dataclass
+@dataclass(frozen=True)
 class LatencyPoint:
     """Wall time of one forward pass over `k` new tokens with `context_length` tokens cached."""
 
-    context_length: int = spec("count0")
-    k: int = spec("count1")
-    median_s: float = spec("seconds")
-    iqr_s: float = spec("non_negative", default=0.0)
-    repeats: int | None = spec("count1", default=None)
+    layout = MEASURED
+
+    context_length: int = spec(whole(0))
+    k: int = spec(whole(1))
+    median_s: float = spec(seconds)
+    iqr_s: float = spec(non_negative, default=0.0)
+    repeats: int | None = spec(whole(1), default=None)
     # The timings kept after outlier rejection (seconds), for the planner's bootstrap; None in
     # profiles written before they were recorded (the planner then uses median and IQR).
-    samples_s: tuple[float, ...] | None = spec("timings", default=None)
-    outliers: int | None = spec("count0", default=None)  # timings dropped as outliers (profiler.stats.robust_spread)
+    samples_s: tuple[float, ...] | None = spec(non_empty("timing"), each(positive), default=None)
+    outliers: int | None = spec(whole(0), default=None)  # timings dropped as outliers (profiler.stats.robust_spread)
 
 
-@dataclass
+@dataclass(frozen=True)
 class PrefillPoint:
     """Wall time of processing a prompt of `context_length` tokens from an empty cache."""
 
-    context_length: int = spec("count1")
-    median_s: float = spec("seconds")
-    iqr_s: float = spec("non_negative", default=0.0)
-    repeats: int | None = spec("count1", default=None)
+    layout = MEASURED
+
+    context_length: int = spec(whole(1))
+    median_s: float = spec(seconds)
+    iqr_s: float = spec(non_negative, default=0.0)
+    repeats: int | None = spec(whole(1), default=None)
 
 
 @dataclass(frozen=True)
@@ -178,49 +193,75 @@ class TimingHealth:
     repeating noisy rounds ran out, the torch threads against the available cores, and the
     load average when timing began."""
 
-    reference_median_s: float | None = spec("non_negative", default=None)
-    reference_relative_iqr: float | None = spec("non_negative", default=None)
-    latency_outliers: int | None = spec("count0", default=None)
-    latency_timings: int | None = spec("count0", default=None)
-    noise_budget_exhausted: bool = spec("flag", default=False)
-    threads: int | None = spec("count1", default=None)
-    cpus: int | None = spec("count1", default=None)
-    load_average: float | None = spec("non_negative", default=None)
+    layout = MEASURED
+
+    reference_median_s: float | None = spec(non_negative, default=None)
+    reference_relative_iqr: float | None = spec(non_negative, default=None)
+    latency_outliers: int | None = spec(whole(0), default=None)
+    latency_timings: int | None = spec(whole(0), default=None)
+    noise_budget_exhausted: bool = False
+    threads: int | None = spec(whole(1), default=None)
+    cpus: int | None = spec(whole(1), default=None)
+    load_average: float | None = spec(non_negative, default=None)
 
 
-@dataclass
+def _one_curve(model: ModelProfile) -> None:
+    if not model.latency:
+        raise Invalid("must hold at least one point", ".latency")
+    _unique([(p.context_length, p.k) for p in model.latency], ".latency",
+            lambda key: f"duplicate point for context_length {key[0]}, k {key[1]}")
+
+
+@dataclass(frozen=True)
 class ModelProfile:
     """One model: its name, cache fingerprint and latency curve."""
 
-    name: str = spec("text")
-    fingerprint: str = spec("text")
-    latency: list[LatencyPoint] = spec("records", factory=list, of=LatencyPoint, always=True)
-    prefill: list[PrefillPoint] = spec("records", factory=list, of=PrefillPoint)
-    meta: dict[str, Any] = spec("free", factory=dict)  # free-form: the user's, never polyplan's
+    layout = Layout(omit=EMPTY, checks=(_one_curve,))
+
+    name: str = spec(text)
+    fingerprint: str = spec(text)
+    latency: tuple[LatencyPoint, ...] = spec(default=(), omit=NEVER)
+    prefill: tuple[PrefillPoint, ...] = ()
+    meta: Mapping[str, Any] = spec(factory=dict)  # free-form: the user's, never polyplan's
     # Fingerprint of (model, latency settings, device) the latency and prefill were measured with.
-    latency_fingerprint: str | None = spec("text", default=None)
-    timing: TimingHealth | None = spec("record", default=None, of=TimingHealth)
+    latency_fingerprint: str | None = spec(text, default=None)
+    timing: TimingHealth | None = None
     # size_n of an `ngram-simple` drafter: it drafts only where the stream repeats itself, so the
     # planner replays it on the target's streams instead of reading its α (`planner.ngram_replay`).
-    ngram_simple: int | None = spec("count1", default=None)
+    ngram_simple: int | None = spec(whole(1), default=None)
 
 
 # --------------------------------------------------------------------------- per pair
 
 
-@dataclass
+@dataclass(frozen=True)
 class AlphaDistribution:
     """Spread of the per-position acceptance probability behind the mean `alpha`."""
 
-    mean: float = spec("unit")
-    std: float = spec("non_negative")
-    quantiles: dict[str, float] = spec("quantiles", factory=dict, always=True)
-    samples: int | None = spec("count1", default=None)
+    layout = MEASURED
+
+    mean: float = spec(within(0.0, 1.0))
+    std: float = spec(non_negative)
+    quantiles: Mapping[str, float] = spec(quantiles, factory=dict, omit=NEVER)
+    samples: int | None = spec(whole(1), default=None)
     # Lag-1 autocorrelation of the per-position rate along a sequence (0 for i.i.d. positions).
-    autocorrelation: float | None = spec("correlation", default=None)
+    autocorrelation: float | None = spec(within(-1.0, 1.0), default=None)
 
 
-@dataclass
+def _mu_within_k(entry: ImpliedStats | DecodedStats) -> None:
+    """μ of a block of `k` lies in [1, k + 1] (and so does a decoded μ's interval)."""
+    for name in ("mu", "mu_positional"):
+        mu = getattr(entry, name, None)
+        if mu is not None and not 1.0 <= mu <= entry.k + 1:
+            raise Invalid(f"must be in [1, k + 1] = [1, {entry.k + 1}], got {mu:g}", f".{name}")
+    if getattr(entry, "mu_ci", None) is not None:
+        try:
+            interval_within(entry.mu_ci, 1.0, entry.k + 1.0)
+        except Invalid as invalid:
+            raise Invalid(invalid.problem, ".mu_ci") from None
+
+
+@dataclass(frozen=True)
 class ImpliedStats:
     """Tokens per verification at block size `k` implied by the distribution-based rates.
 
@@ -230,42 +271,53 @@ class ImpliedStats:
     formula ignores).
     """
 
-    k: int = spec("count1")
-    mu: float = spec("mu")
-    mu_positional: float | None = spec("mu", default=None)
+    layout = Layout(omit=EMPTY, checks=(_mu_within_k,))
+
+    k: int = spec(whole(1))
+    mu: float
+    mu_positional: float | None = None
 
 
-@dataclass
+@dataclass(frozen=True)
 class DecodedStats:
     """Tokens emitted per verification measured by dualistic decoding at block size `k`."""
 
-    k: int = spec("count1")
-    mu: float = spec("mu")
-    sigma: float | None = spec("non_negative", default=None)
-    samples: int | None = spec("count1", default=None)
-    mu_ci: tuple[float, float] | None = spec("mu_interval", default=None)
-    sigma_ci: tuple[float, float] | None = spec("non_negative_interval", default=None)
-    prompts: int | None = spec("count1", default=None)
-    fingerprint: str | None = spec("text", default=None)
+    layout = Layout(omit=EMPTY, checks=(_mu_within_k,))
+
+    k: int = spec(whole(1))
+    mu: float
+    sigma: float | None = spec(non_negative, default=None)
+    samples: int | None = spec(whole(1), default=None)
+    mu_ci: tuple[float, float] | None = None
+    sigma_ci: tuple[float, float] | None = spec(interval_in(0.0), default=None)
+    prompts: int | None = spec(whole(1), default=None)
+    fingerprint: str | None = spec(text, default=None)
 
 
-@dataclass
+def _one_entry_per_k(stats: SamplingStats) -> None:
+    for name in ("implied", "decoded"):
+        _unique([entry.k for entry in getattr(stats, name)], f".{name}", lambda k: f"duplicate entry for k {k}")
+
+
+@dataclass(frozen=True)
 class SamplingStats:
     """A pair's acceptance statistics under one sampling mode."""
 
-    alpha: float = spec("probability")
-    alpha_samples: int | None = spec("count1", default=None)
-    alpha_distribution: AlphaDistribution | None = spec("record", default=None, of=AlphaDistribution)
-    decoded: list[DecodedStats] = spec("records", factory=list, of=DecodedStats)
-    alpha_ci: tuple[float, float] | None = spec("unit_interval", default=None)
-    implied: list[ImpliedStats] = spec("records", factory=list, of=ImpliedStats)
+    layout = Layout(omit=EMPTY, checks=(_one_entry_per_k,))
+
+    alpha: float = spec(probability)
+    alpha_samples: int | None = spec(whole(1), default=None)
+    alpha_distribution: AlphaDistribution | None = None
+    decoded: tuple[DecodedStats, ...] = ()
+    alpha_ci: tuple[float, float] | None = spec(interval_in(0.0, 1.0), default=None)
+    implied: tuple[ImpliedStats, ...] = ()
     # Fingerprint of what alpha, its distribution and `implied` were computed from.
-    fingerprint: str | None = spec("text", default=None)
-    warnings: list[str] = spec("texts", factory=list)
+    fingerprint: str | None = spec(text, default=None)
+    warnings: tuple[str, ...] = spec(each(text), default=())
     # E[q(argmax p)]: acceptance when the drafter proposes its argmax and the verifier accepts
     # with its probability of that token (vLLM, llama.cpp); None in profiles from before it.
-    engine_alpha: float | None = spec("probability", default=None)
-    engine_alpha_ci: tuple[float, float] | None = spec("unit_interval", default=None)
+    engine_alpha: float | None = spec(probability, default=None)
+    engine_alpha_ci: tuple[float, float] | None = spec(interval_in(0.0, 1.0), default=None)
 
     def decoded_at(self, k: int) -> DecodedStats | None:
         """The decoded statistics measured at block size `k`, if any."""
@@ -275,14 +327,23 @@ class SamplingStats:
         return None
 
 
-@dataclass
+def _two_models_and_a_mode(pair: PairProfile) -> None:
+    if pair.verifier == pair.drafter:
+        raise Invalid(f"verifier and drafter are both {pair.verifier!r}")
+    if not pair.sampling:
+        raise Invalid("must be a non-empty JSON object keyed by sampling mode", ".sampling")
+
+
+@dataclass(frozen=True)
 class PairProfile:
     """An ordered pair: `verifier` checks the tokens `drafter` proposes."""
 
-    verifier: str = spec("text")
-    drafter: str = spec("text")
+    layout = Layout(omit=EMPTY, checks=(_two_models_and_a_mode,))
+
+    verifier: str = spec(text)
+    drafter: str = spec(text)
     # keyed by `formats.sampling.SamplingMode` key
-    sampling: dict[str, SamplingStats] = spec("modes", factory=dict, of=SamplingStats, always=True)
+    sampling: Mapping[ModeKey, SamplingStats] = spec(factory=dict, omit=NEVER)
 
 
 # --------------------------------------------------------------------------- whole-profile records
@@ -293,31 +354,35 @@ class ProfilerRecord:
     """The settings the profiler measured with (`profiler.settings`, as JSON: the profiler
     owns their meaning and reads them back to resume), and the prompts it used."""
 
-    latency: Mapping[str, Any] | None = spec("free", default=None)
-    acceptance: Mapping[str, Any] | None = spec("free", default=None)
-    prompts: int | None = spec("count0", default=None)
-    decoded_prompts: int | None = spec("count0", default=None)
-    torch: str | None = spec("text", default=None)
+    layout = MEASURED
+
+    latency: Mapping[str, Any] | None = None
+    acceptance: Mapping[str, Any] | None = None
+    prompts: int | None = spec(whole(0), default=None)
+    decoded_prompts: int | None = spec(whole(0), default=None)
+    torch: str | None = spec(text, default=None)
     # the user's prompt file (an absolute path; None: built-in prompts) and whether it was sent
     # raw: a later run that names no prompts resumes with these, so it re-measures nothing
-    prompt_file: str | None = spec("text", default=None)
-    raw_prompts: bool = spec("flag", default=False)
+    prompt_file: str | None = spec(text, default=None)
+    raw_prompts: bool = False
     # the models.yaml it measured (its path, contents and device: the record a plan keeps), so that
     # `recommend --profile` alone writes a plan that `generate --plan` and `validate` can run
-    candidates: Mapping[str, Any] | None = spec("free", default=None)
+    candidates: Mapping[str, Any] | None = None
 
 
 @dataclass(frozen=True)
 class LoopCalibration:
     """polyplan's decoding-loop overhead measured for one sampling mode (`profiler.overhead`)."""
 
-    per_step_s: float = spec("non_negative")
-    per_round_s: float = spec("non_negative")
-    vocab: int | None = spec("count1", default=None)
-    threads: int | None = spec("count1", default=None)
-    method: str | None = spec("text", default=None)
+    layout = MEASURED
+
+    per_step_s: float = spec(non_negative)
+    per_round_s: float = spec(non_negative)
+    vocab: int | None = spec(whole(1), default=None)
+    threads: int | None = spec(whole(1), default=None)
+    method: str | None = spec(text, default=None)
     # of the target, vocabulary, mode, tokens, device and threads it was measured on (reused while it holds)
-    fingerprint: str | None = spec("text", default=None)
+    fingerprint: str | None = spec(text, default=None)
 
     @property
     def overhead(self) -> LoopOverhead:
@@ -330,11 +395,13 @@ class EngineCalibration:
     per step and round, per `generate` call (None in entries from before it was stored), the
     fingerprint of what it was measured on, and the measurement's details (for people)."""
 
-    per_step_s: float = spec("non_negative")
-    per_round_s: float = spec("non_negative")
-    per_call_s: float | None = spec("non_negative", default=None)
-    fingerprint: str | None = spec("text", default=None)
-    details: Mapping[str, Any] = spec("free", factory=dict)
+    layout = MEASURED
+
+    per_step_s: float = spec(non_negative)
+    per_round_s: float = spec(non_negative)
+    per_call_s: float | None = spec(non_negative, default=None)
+    fingerprint: str | None = spec(text, default=None)
+    details: Mapping[str, Any] = spec(factory=dict)
 
     @property
     def overhead(self) -> LoopOverhead:
@@ -346,11 +413,13 @@ class SwitchCosts:
     """Per model, the extra seconds of its 1st, 2nd, … pass after another model's
     (`profiler.switching`), measured at `context_length`."""
 
-    models: Mapping[str, SwitchCost] = spec("switch_table", factory=dict, always=True)
-    context_length: int | None = spec("count0", default=None)
-    method: str | None = spec("text", default=None)
+    layout = MEASURED
+
+    models: Mapping[str, SwitchCost] = spec(factory=dict, omit=NEVER)
+    context_length: int | None = spec(whole(0), default=None)
+    method: str | None = spec(text, default=None)
     # of the models, context, device, threads and token stream they were measured on (reused while it holds)
-    fingerprint: str | None = spec("text", default=None)
+    fingerprint: str | None = spec(text, default=None)
 
 
 @dataclass(frozen=True)
@@ -358,12 +427,19 @@ class PairAgreement:
     """One pair's greedy agreement along each prompt's target continuation: "1" where the
     drafter's argmax equals the verifier's, "0" where not (`profiler.runs`)."""
 
-    verifier: str = spec("text")
-    drafter: str = spec("text")
-    agreement: tuple[str, ...] = spec("bits", always=True)
+    layout = MEASURED
+
+    verifier: str = spec(text)
+    drafter: str = spec(text)
+    agreement: tuple[str, ...] = spec(bits, omit=NEVER)
 
     def sequences(self) -> tuple[tuple[bool, ...], ...]:
         return tuple(tuple(bit == "1" for bit in text) for text in self.agreement)
+
+
+def _prompt_inside(stream: TargetStream) -> None:
+    if stream.prompt_tokens > len(stream.ids):
+        raise Invalid(f"{stream.prompt_tokens} is more than the stream's {len(stream.ids)} ids", ".prompt_tokens")
 
 
 @dataclass(frozen=True)
@@ -371,8 +447,10 @@ class TargetStream:
     """One profiling prompt and the target's greedy continuation of it, as token ids: what an
     engine's own n-gram drafter looks its drafts up in (`planner.ngram_replay`)."""
 
-    prompt_tokens: int = spec("count1")
-    ids: tuple[int, ...] = spec("token_ids")
+    layout = Layout(omit=EMPTY, checks=(_prompt_inside,))
+
+    prompt_tokens: int = spec(whole(1))
+    ids: tuple[int, ...] = spec(non_empty("token id"), each(whole(0)))
 
 
 @dataclass(frozen=True)
@@ -381,11 +459,13 @@ class AgreementRuns:
     them), with the fingerprint of the models, prompts and settings they were measured from,
     and the target's greedy streams they were measured on (empty in profiles made before)."""
 
-    pairs: tuple[PairAgreement, ...] = spec("records", of=PairAgreement, always=True)
-    fingerprint: str | None = spec("text", default=None)
-    prompts: int | None = spec("count0", default=None)
-    new_tokens: int | None = spec("count0", default=None)
-    streams: tuple[TargetStream, ...] = spec("records", default=(), of=TargetStream)
+    layout = MEASURED
+
+    pairs: tuple[PairAgreement, ...] = spec(omit=NEVER)
+    fingerprint: str | None = spec(text, default=None)
+    prompts: int | None = spec(whole(0), default=None)
+    new_tokens: int | None = spec(whole(0), default=None)
+    streams: tuple[TargetStream, ...] = ()
 
     def by_pair(self) -> dict[tuple[str, str], tuple[tuple[bool, ...], ...]]:
         return {(entry.verifier, entry.drafter): entry.sequences() for entry in self.pairs}
@@ -394,27 +474,47 @@ class AgreementRuns:
 # --------------------------------------------------------------------------- the profile
 
 
-@dataclass
+def _names_hold_together(profile: Profile) -> None:
+    """The target is one of the models, each named once, and every pair names two of them, once."""
+    if not profile.models:
+        raise Invalid("must list at least the target model", ".models")
+    names: set[str] = set()
+    for index, model in enumerate(profile.models):
+        if model.name in names:
+            raise Invalid(f"duplicate model name {model.name!r}", f".models[{index}].name")
+        names.add(model.name)
+    if profile.target not in names:
+        raise Invalid(f"{profile.target!r} is not one of the models ({', '.join(sorted(names))})", ".target")
+    for index, pair in enumerate(profile.pairs):
+        for role in ("verifier", "drafter"):
+            if getattr(pair, role) not in names:
+                raise Invalid(f"{getattr(pair, role)!r} is not one of the models", f".pairs[{index}].{role}")
+    _unique([(p.verifier, p.drafter) for p in profile.pairs], ".pairs",
+            lambda key: f"duplicate pair verifier {key[0]!r}, drafter {key[1]!r}")
+
+
+@dataclass(frozen=True, kw_only=True)
 class Profile:
     """A whole profile (see the module docstring for the JSON format)."""
 
-    target: str = spec("text")
-    device: str = spec("text")
+    layout = Layout(omit=EMPTY, checks=(_names_hold_together,))
+
+    target: str = spec(text)
+    device: str = spec(text)
     # The processor its timings were taken on (None in profiles from before it was recorded).
-    processor: Processor | None = spec("processor", default=None)
-    models: list[ModelProfile] = spec("records", factory=list, of=ModelProfile, always=True)
-    pairs: list[PairProfile] = spec("records", factory=list, of=PairProfile, always=True)
-    schema_version: int = spec("version", default=SCHEMA_VERSION)
-    created: str | None = spec("text", default=None)
-    notes: str | None = spec("string", default=None)
-    meta: dict[str, Any] = spec("free", factory=dict)  # free-form: the user's, never polyplan's
-    profiler: ProfilerRecord | None = spec("record", default=None, of=ProfilerRecord)
-    loop_overhead: dict[str, LoopCalibration] = spec("modes", factory=dict, of=LoopCalibration)
-    engine_overhead: dict[str, dict[str, EngineCalibration]] = spec("engines", factory=dict, of=EngineCalibration)
-    switch_costs: SwitchCosts | None = spec("record", default=None, of=SwitchCosts)
-    acceptance_runs: dict[str, AgreementRuns] = spec("modes", factory=dict, of=AgreementRuns)
-    # Where the profile came from (the path `load` read), for error messages; not saved.
-    source: str = field(default="profile", compare=False, repr=False)
+    processor: Processor | None = None
+    models: tuple[ModelProfile, ...] = spec(omit=NEVER)
+    pairs: tuple[PairProfile, ...] = spec(omit=NEVER)
+    created: str | None = spec(text, default=None)
+    notes: str | None = None
+    meta: Mapping[str, Any] = spec(factory=dict)  # free-form: the user's, never polyplan's
+    profiler: ProfilerRecord | None = None
+    loop_overhead: Mapping[ModeKey, LoopCalibration] = spec(factory=dict)
+    engine_overhead: Mapping[str, Mapping[ModeKey, EngineCalibration]] = spec(factory=dict)
+    switch_costs: SwitchCosts | None = None
+    acceptance_runs: Mapping[ModeKey, AgreementRuns] = spec(factory=dict)
+    # Where the profile came from (the path `read_profile` read), for error messages; not saved.
+    source: str = local("profile")
 
     def model(self, name: str) -> ModelProfile:
         """The model called `name`; `PolyplanError` if the profile has none."""
@@ -444,23 +544,127 @@ class Profile:
             )
         return pair.sampling[sampling]
 
-    def add_pair(self, verifier: str, drafter: str) -> PairProfile:
-        """The (verifier, drafter) pair, created empty if absent (for incremental writing)."""
-        pair = self.pair(verifier, drafter)
-        if pair is None:
-            pair = PairProfile(verifier=verifier, drafter=drafter)
-            self.pairs.append(pair)
-        return pair
+    def with_model(self, model: ModelProfile) -> Profile:
+        """This profile with `model` in place of the model of its name (appended when new)."""
+        if model.name not in self.model_names():
+            return replace(self, models=(*self.models, model))
+        return replace(self, models=tuple(model if old.name == model.name else old for old in self.models))
 
-    def to_json_dict(self) -> dict[str, Any]:
-        """The JSON object of this profile (optional fields left out when unset)."""
-        from polyplan.formats.profile_codec import encode
+    def with_stats(self, verifier: str, drafter: str, sampling: str, stats: SamplingStats | None) -> Profile:
+        """This profile with the (verifier, drafter) pair's statistics under `sampling` set to
+        `stats` (None: removed); the pair is appended when new."""
+        pair = self.pair(verifier, drafter) or PairProfile(verifier=verifier, drafter=drafter)
+        table = dict(pair.sampling)
+        if stats is None:
+            table.pop(sampling, None)
+        else:
+            table[sampling] = stats
+        updated = replace(pair, sampling=table)
+        if self.pair(verifier, drafter) is None:
+            return replace(self, pairs=(*self.pairs, updated))
+        return replace(self, pairs=tuple(updated if old is pair else old for old in self.pairs))
 
-        return encode(self)
 
-    def save(self, path: str | os.PathLike[str]) -> None:
-        """Validate, then write atomically (temporary file in the same folder + os.replace)."""
-        from polyplan.formats.profile_codec import save
+# --------------------------------------------------------------------------- version 1
 
-        save(self, path)
+# Version 1 kept these under the profile's `meta` (old key -> field) and each model's timing
+# health in the model's `meta`.
+V1_META_FIELDS = {
+    "profiler": "profiler", "loop_overhead": "loop_overhead", "engine_overhead": "engine_overhead",
+    "switch_cost": "switch_costs", "acceptance_runs": "acceptance_runs",
+}
+V1_TIMING_KEYS = tuple(field.name for field in fields(TimingHealth))
 
+
+def migrate_v1(payload: dict[str, Any], label: str = "profile") -> dict[str, Any]:
+    """A version-1 object as version 2: the profiler's entries leave `meta` for their fields
+    (a malformed one is named where the file keeps it, ``meta.loop_overhead…``). The settings
+    and timing health the version-1 readers took leniently stay in `meta` (the user's) when
+    they are not valid as their typed record."""
+    payload = {**payload, "schema_version": SCHEMA_VERSION}
+    meta = payload.get("meta")
+    if isinstance(meta, dict):
+        meta = dict(meta)
+        kinds = get_type_hints(Profile, include_extras=True)
+        for old, new in V1_META_FIELDS.items():
+            if meta.get(old) is None:
+                meta.pop(old, None)  # read as absent before
+            elif new != "profiler" or _quietly_valid(ProfilerRecord, meta[old]):
+                payload[new] = meta.pop(old)
+                if new == "engine_overhead":
+                    payload[new] = _engine_details(payload[new])
+                codec.decode(kinds[new], payload[new], label, f"meta.{old}")
+        payload["meta"] = meta
+        if not meta:
+            del payload["meta"]
+    if isinstance(payload.get("models"), list):
+        payload["models"] = [_migrated_model(model) for model in payload["models"]]
+    return payload
+
+
+def _migrated_model(model: Any) -> Any:
+    if not isinstance(model, dict) or not isinstance(model.get("meta"), dict):
+        return model
+    meta = dict(model["meta"])
+    timing = {key: meta[key] for key in V1_TIMING_KEYS if key in meta}
+    if not timing or not _quietly_valid(TimingHealth, timing):
+        return model  # read leniently before: values of another type were ignored, and stay the user's
+    for key in timing:
+        del meta[key]
+    model = {**model, "timing": timing, "meta": meta}
+    if not meta:
+        del model["meta"]
+    return model
+
+
+def _quietly_valid(record: type, value: Any) -> bool:
+    """Whether a version-1 record the old readers took leniently is valid as its new type."""
+    try:
+        codec.decode(record, value)
+    except PolyplanError:
+        return False
+    return True
+
+
+def _engine_details(table: Any) -> Any:
+    """Version 1 kept an engine entry's details beside its costs; version 2 under `details`."""
+    if not isinstance(table, dict) or not all(isinstance(modes, dict) for modes in table.values()):
+        return table  # the decoder names what is wrong
+    costs = {"per_step_s", "per_round_s", "per_call_s", "fingerprint"}
+    return {
+        engine: {
+            mode: {**{k: v for k, v in entry.items() if k in costs}, "details": {k: v for k, v in entry.items() if k not in costs}}
+            if isinstance(entry, dict) else entry
+            for mode, entry in modes.items()
+        }
+        for engine, modes in table.items()
+    }
+
+
+# --------------------------------------------------------------------------- the file
+
+PROFILE = FileFormat(kind="profile", record=Profile, version_key="schema_version", version=SCHEMA_VERSION,
+                     migrations={1: migrate_v1}, advice="re-run the profiler or upgrade polyplan")
+
+
+def encode_profile(profile: Profile) -> dict[str, Any]:
+    """The profile.json object of `profile` (what was not measured left out)."""
+    return encode_file(PROFILE, profile)
+
+
+def decode_profile(payload: Any, label: str = "profile") -> Profile:
+    """The `Profile` of a parsed profile.json object (errors name `label` and the field); a
+    version-1 object is migrated."""
+    return replace(decode_file(PROFILE, payload, label), source=label)
+
+
+def read_profile(path: str | os.PathLike[str]) -> Profile:
+    """Read and validate a profile; any problem raises `PolyplanError` naming file and field."""
+    return decode_profile(read_json_file(path, "file"), str(path))
+
+
+def write_profile(profile: Profile, path: str | os.PathLike[str]) -> None:
+    """Validate, then write atomically (temporary file in the same folder + os.replace)."""
+    payload = encode_profile(profile)
+    decode_profile(payload, str(path))
+    write_text_atomically(path, json_text(payload))

@@ -51,29 +51,21 @@ added within version 1 has a default, so a file written before it still reads)::
 
 What each number means is `validation.results`' business; this module knows the layout only.
 Every record's JSON keys are its field names, in field order, and its field types are the
-file's schema: `encode_report` and `decode_report` both walk the fields (a nested record is a
-JSON object, a tuple a JSON array, a `Mapping` an object), so a field is spelled once. A number
-that is not finite is written as null (JSON has no NaN). Decoding checks every field and fails
-with one `PolyplanError` line ``label: field.path: problem``.
+file's schema: `formats.codec` encodes and decodes them by walking the fields (a nested record
+is a JSON object, a tuple a JSON array, a `Mapping` an object), so a field is spelled once. A
+number that is not finite is written as null (JSON has no NaN). Decoding checks every field and
+fails with one `PolyplanError` line ``label: field.path: problem``; `read_report`,
+`write_report`, `decode_report` and `encode_report` are its entry points.
 """
 
 from __future__ import annotations
 
-import dataclasses
-import functools
-import json
-import math
 import os
-import types
-import typing
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from polyplan.formats.atomic import json_safe, write_text_atomically
-from polyplan.formats.errors import PolyplanError
-from polyplan.formats.inputs import read_json_file
-from polyplan.formats.kinds import foreign_file
+from polyplan.formats.codec import FileFormat, decode_file, encode_file, read_file, write_file
 
 REPORT_VERSION = 1
 
@@ -373,158 +365,27 @@ class ValidationReport:
     files: Mapping[str, str] = field(default_factory=dict)  # what the report wrote: name -> path
 
 
-# --------------------------------------------------------------------------- entry points
+# --------------------------------------------------------------------------- the file
+
+REPORT = FileFormat(kind="report", record=ValidationReport, version_key="report_version", version=REPORT_VERSION,
+                    migrations={}, advice="upgrade polyplan or re-run polyplan validate")
 
 
 def encode_report(report: ValidationReport) -> dict[str, Any]:
     """The report.json object of `report` (the layout in the module docstring)."""
-    return json_safe({"report_version": REPORT_VERSION, **_encode(report)})
-
-
-def report_text(report: ValidationReport) -> str:
-    """report.json's text: the object indented by two, one newline at the end."""
-    return json.dumps(encode_report(report), indent=2, allow_nan=False) + "\n"
-
-
-def save_report(report: ValidationReport, path: str | os.PathLike[str]) -> None:
-    """Write report.json atomically (temporary file in the same folder, then os.replace)."""
-    write_text_atomically(path, report_text(report))
-
-
-def read_report(path: str | os.PathLike[str]) -> ValidationReport:
-    """Read and check report.json; `PolyplanError` naming the file and field on any problem."""
-    return decode_report(read_json_file(path, "file"), str(path))
+    return encode_file(REPORT, report)
 
 
 def decode_report(payload: Any, label: str = "report.json") -> ValidationReport:
     """The `ValidationReport` of a parsed report.json object (errors name `label` and the field)."""
-    if not isinstance(payload, dict):
-        raise PolyplanError(f"{label}: must hold one JSON object, got {_kind(payload)}")
-    foreign = foreign_file(payload, "report")
-    if foreign is not None:
-        raise PolyplanError(f"{label}: {foreign}")
-    version = payload.get("report_version")
-    if version != REPORT_VERSION or isinstance(version, bool):
-        shown = "missing" if "report_version" not in payload else f"unsupported version {_show(version)}"
-        raise PolyplanError(
-            f"{label}: report_version: {shown}; this polyplan reads version {REPORT_VERSION} (upgrade polyplan "
-            "or re-run polyplan validate)"
-        )
-    body = {key: value for key, value in payload.items() if key != "report_version"}
-    return _Decoder(label).record(ValidationReport, body, "")
+    return decode_file(REPORT, payload, label)
 
 
-# --------------------------------------------------------------------------- encoding
+def read_report(path: str | os.PathLike[str]) -> ValidationReport:
+    """Read and check report.json; `PolyplanError` naming the file and field on any problem."""
+    return read_file(REPORT, path)
 
 
-def _encode(value: Any) -> Any:
-    if dataclasses.is_dataclass(value):
-        return {item.name: _encode(getattr(value, item.name)) for item in dataclasses.fields(value)}
-    if isinstance(value, Mapping):
-        return {key: _encode(item) for key, item in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [_encode(item) for item in value]
-    return value
-
-
-# --------------------------------------------------------------------------- decoding
-
-
-@functools.cache
-def _hints(cls: type) -> dict[str, Any]:
-    """A record's field types (the annotations are strings under `from __future__ import annotations`)."""
-    return typing.get_type_hints(cls)
-
-
-class _Decoder:
-    """Builds the records from their field types; each failure is one line `label: field.path: problem`."""
-
-    def __init__(self, label: str) -> None:
-        self.label = label
-
-    def fail(self, where: str, problem: str) -> typing.NoReturn:
-        raise PolyplanError(f"{self.label}: {where}: {problem}" if where else f"{self.label}: {problem}")
-
-    def record(self, cls: type, value: Any, where: str) -> Any:
-        if not isinstance(value, dict):
-            self.fail(where or "report", f"must be a JSON object, got {_kind(value)}")
-        hints, fields = _hints(cls), dataclasses.fields(cls)
-        for key in value:
-            if key not in hints:
-                self.fail(_join(where, str(key)), f"unknown field (report_version {REPORT_VERSION} has no such field)")
-        for item in fields:  # a field with a default came later within the version: older files lack it
-            if item.name not in value and item.default is dataclasses.MISSING and item.default_factory is dataclasses.MISSING:
-                self.fail(_join(where, item.name), "missing")
-        return cls(**{item.name: self.value(hints[item.name], value[item.name], _join(where, item.name))
-                      for item in fields if item.name in value})
-
-    def value(self, kind: Any, value: Any, where: str) -> Any:
-        origin, arguments = typing.get_origin(kind), typing.get_args(kind)
-        if origin in (typing.Union, types.UnionType):
-            if value is None and type(None) in arguments:
-                return None
-            (inner,) = [argument for argument in arguments if argument is not type(None)]
-            return self.value(inner, value, where)
-        if value is None:
-            self.fail(where, f"must not be null (expected {_expected(kind)})")
-        if dataclasses.is_dataclass(kind):
-            return self.record(kind, value, where)
-        if origin is tuple:
-            if not isinstance(value, list):
-                self.fail(where, f"must be a JSON array, got {_kind(value)}")
-            if len(arguments) == 2 and arguments[1] is Ellipsis:
-                return tuple(self.value(arguments[0], item, f"{where}[{index}]") for index, item in enumerate(value))
-            if len(value) != len(arguments):
-                self.fail(where, f"must be an array of {len(arguments)}, got {len(value)} items")
-            return tuple(self.value(argument, item, f"{where}[{index}]") for index, (argument, item) in enumerate(zip(arguments, value)))
-        if origin is Mapping:
-            if not isinstance(value, dict):
-                self.fail(where, f"must be a JSON object, got {_kind(value)}")
-            return {key: self.value(arguments[1], item, _join(where, key)) for key, item in value.items()}
-        if kind is bool:
-            if not isinstance(value, bool):
-                self.fail(where, f"must be true or false, got {_kind(value)}")
-            return value
-        if kind is int:
-            if isinstance(value, bool) or not isinstance(value, int):
-                self.fail(where, f"must be an integer, got {_kind(value)}")
-            return value
-        if kind is float:
-            if isinstance(value, bool) or not isinstance(value, (int, float)):
-                self.fail(where, f"must be a number, got {_kind(value)}")
-            if not _finite(value):
-                self.fail(where, f"must be a finite number, got {value!r}")
-            return value  # as written: an integer stays one, so the file encodes back the same
-        if kind is str:
-            if not isinstance(value, str):
-                self.fail(where, f"must be a string, got {_kind(value)}")
-            return value
-        raise TypeError(f"report.json has no codec for {kind!r} ({where})")  # a field type this module forgot
-
-
-def _finite(value: int | float) -> bool:
-    try:
-        return math.isfinite(value)
-    except OverflowError:  # an integer too large for a float
-        return False
-
-
-def _join(where: str, key: str) -> str:
-    return f"{where}.{key}" if where else key
-
-
-def _expected(kind: Any) -> str:
-    if dataclasses.is_dataclass(kind) or typing.get_origin(kind) is Mapping:
-        return "a JSON object"
-    if typing.get_origin(kind) is tuple:
-        return "a JSON array"
-    return {bool: "true or false", int: "an integer", float: "a number", str: "a string"}.get(kind, str(kind))
-
-
-def _kind(value: Any) -> str:
-    names = {dict: "an object", list: "an array", str: "a string", bool: "a boolean", type(None): "null"}
-    return names.get(type(value), f"the number {value!r}" if isinstance(value, (int, float)) else type(value).__name__)
-
-
-def _show(value: Any) -> str:
-    return "null" if value is None else repr(value)
+def write_report(report: ValidationReport, path: str | os.PathLike[str]) -> None:
+    """Write report.json atomically (temporary file in the same folder, then os.replace)."""
+    write_file(REPORT, report, path)

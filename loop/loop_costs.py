@@ -17,7 +17,7 @@ from __future__ import annotations
 import math
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import torch
 
@@ -57,8 +57,8 @@ def ensure_loop_costs(
     device_label: str,
     calibration_tokens: int = 64,
     fresh: bool = False,
-) -> LoopCostsRun:
-    """Put every entry of the module docstring into `profile`.
+) -> tuple[Profile, LoopCostsRun]:
+    """`profile` with every entry of the module docstring, and what was measured.
 
     Args:
         models: `models.fingerprints.ProfiledModel`s, the target first.
@@ -73,24 +73,25 @@ def ensure_loop_costs(
     flat = [token for prompt in prompts for token in prompt.ids]
     stream = (flat * (context // max(len(flat), 1) + 2))[: context + 1]
 
-    def agreement() -> int:  # greedy only: the agreement sequences are argmax matches
+    def agreement(profile: Profile) -> tuple[Profile, int]:  # greedy only: the agreement sequences are argmax matches
         if 0.0 not in acceptance.temperatures:
-            return 0
+            return profile, 0
         ids = [prompt.ids for prompt in prompts]
         return ensure_agreement(profile, previous_runs, models, ids, new_tokens=acceptance.new_tokens, seed=acceptance.seed)
 
     steps = (
         agreement,
-        lambda: ensure_loop_overhead(profile, models[0], acceptance.temperatures, calibration_tokens, device_label, fresh=fresh),
-        lambda: ensure_hf_overhead(profile, models, prompts[0].ids, acceptance.temperatures, tokens=calibration_tokens),
-        lambda: ensure_switch_costs(profile, models, stream, context, device_label, fresh=fresh),
+        lambda profile: ensure_loop_overhead(profile, models[0], acceptance.temperatures, calibration_tokens, device_label, fresh=fresh),
+        lambda profile: ensure_hf_overhead(profile, models, prompts[0].ids, acceptance.temperatures, tokens=calibration_tokens),
+        lambda profile: ensure_switch_costs(profile, models, stream, context, device_label, fresh=fresh),
     )
     measured, seconds = 0, []
     for step in steps:
         began = time.perf_counter()
-        measured += step()
+        profile, count = step(profile)
+        measured += count
         seconds.append(time.perf_counter() - began)
-    return LoopCostsRun(measured, *seconds)
+    return profile, LoopCostsRun(measured, *seconds)
 
 
 CALIBRATION_CALL_S = 2.5  # about the longest one calibration call of the target alone should take
@@ -115,9 +116,10 @@ def calibration_tokens_for(profile: Profile, target: str, most: int) -> int:
 
 def ensure_loop_overhead(
     profile: Profile, target, temperatures: Sequence[float], tokens: int, device_label: str, *, fresh: bool = False
-) -> int:
-    """The loop overhead of every sampling mode in `temperatures` (the table holds only those),
-    reusing an entry whose fingerprint still holds unless `fresh`; how many were measured."""
+) -> tuple[Profile, int]:
+    """`profile` with the loop overhead of every sampling mode in `temperatures` (the table holds
+    only those), reusing an entry whose fingerprint still holds unless `fresh`; and how many were
+    measured."""
     old = profile.loop_overhead
     table, measured = {}, 0
     for temperature in temperatures:
@@ -131,8 +133,7 @@ def ensure_loop_overhead(
             continue
         table[mode] = loop_overhead_entry(target.member, temperature, tokens, fingerprint=fingerprint)
         measured += 1
-    profile.loop_overhead = table
-    return measured
+    return replace(profile, loop_overhead=table), measured
 
 
 def loop_overhead_entry(target, temperature: float, tokens: int = 64, *, fingerprint: str | None = None) -> LoopCalibration:
@@ -154,14 +155,14 @@ def loop_overhead_entry(target, temperature: float, tokens: int = 64, *, fingerp
 
 
 def ensure_switch_costs(profile: Profile, models: Sequence, stream: Sequence[int], context: int, device_label: str,
-                        *, fresh: bool = False) -> int:
-    """Every model's switch cost, kept while its fingerprint holds unless `fresh`; 1 if measured."""
+                        *, fresh: bool = False) -> tuple[Profile, int]:
+    """`profile` with every model's switch cost, kept while its fingerprint holds unless `fresh`;
+    and 1 if measured."""
     fingerprint = fingerprint_settings(
         "switch-cost", [(model.name, model.fingerprint) for model in models], context, device_label,
         torch.get_num_threads(), fingerprint_tokens([stream]),
     )
     old = profile.switch_costs
     if not fresh and old is not None and old.fingerprint == fingerprint:
-        return 0
-    store_switch_costs(profile, measure_switch_costs(models, stream, context=context), context, fingerprint)
-    return 1
+        return profile, 0
+    return store_switch_costs(profile, measure_switch_costs(models, stream, context=context), context, fingerprint), 1

@@ -28,8 +28,7 @@ from typing import Any, Callable
 from polyplan.formats.errors import PolyplanError
 from polyplan.formats.outputs import check_output_file
 from polyplan.formats.plan import PlanFile, read_plan
-from polyplan.formats.profile import Profile
-from polyplan.formats.profile_codec import load
+from polyplan.formats.profile import Profile, read_profile, write_profile
 from polyplan.planner.plan_file import plan_from_profile, planned_from_profile
 from polyplan.planner.search import Recommendation
 from polyplan.models.candidate_file import CandidateFile, plan_candidates, read_candidate_file
@@ -187,22 +186,21 @@ def _profile_into(run: _Run, fresh_timings: bool, calibration_tokens: int, progr
 
     path, loaded, settings, prompts, fitted, device_label = run.path, run.loaded, run.settings, run.prompts, run.fitted, run.device_label
     previous = previous_runs(run.existing)
-    if fresh_timings and run.existing is not None:
-        forget_latency(run.existing)
+    existing = forget_latency(run.existing) if fresh_timings and run.existing is not None else run.existing
     models = loaded.profiled
     outcome = profile_checked_models(models, fitted, path, settings, device=loaded.device, progress=progress,
-                                     existing=run.existing)
+                                     existing=existing)
     warning = too_few_prompts(len(fitted))
     if warning is not None:
         log(f"warning: {warning}")
-    profile = outcome.profile
-    profile.profiler = dataclasses.replace(recorded_prompts(profile.profiler, prompts), candidates=run.record)
-    loop_costs = ensure_loop_costs(
+    profile = dataclasses.replace(outcome.profile, profiler=dataclasses.replace(recorded_prompts(outcome.profile.profiler, prompts),
+                                                                                candidates=run.record))
+    profile, loop_costs = ensure_loop_costs(
         profile, models, fitted, settings, previous_runs=previous, device_label=device_label,
         calibration_tokens=calibration_tokens, fresh=fresh_timings,
     )
     measured = len(outcome.measured) + loop_costs.measured
-    profile.save(path)
+    write_profile(profile, path)
     return ProfiledCandidates(profile, path, models, loaded.tokenizer, run.record, measured, len(outcome.reused),
                               time.perf_counter() - run.started, outcome, len(fitted), loop_costs, tuple(fitted))
 
@@ -250,7 +248,7 @@ def recommend_candidates(
     """Profile what is missing for the sampling `temperature` (`profile_candidates`), then
     rank the chains (`plan_from_profile` with `plan_options`), run the self-check
     (`validation.self_check`; `check` False: skipped, and the plan says so) and write the plan to `out`."""
-    from polyplan.formats.plan import save_plan
+    from polyplan.formats.plan import write_plan
     from polyplan.validation.self_check import skipped_plan
 
     profiled = profile_candidates(candidates_path, profile_path=profile_path, prompts=prompts, cache_dir=cache_dir,
@@ -263,7 +261,7 @@ def recommend_candidates(
         plan = skipped_plan(planned.plan, "--no-check: the intervals ignore the exact model's own error on this machine")
         lines = ("Self-check skipped (--no-check): the prediction intervals ignore the exact model's own error on this machine",)
         if out is not None:
-            save_plan(plan, out)
+            write_plan(plan, out)
     return Recommended(planned.recommendation, profiled, plan, lines)
 
 
@@ -271,7 +269,7 @@ def _self_checked(plan: PlanFile, profiled: ProfiledCandidates, out) -> tuple[Pl
     """The plan after recommend's self-check (`validation.self_check`) on the profiled members
     and prompts, with what it found, saved over `out` (written first unchecked by the planner,
     so an interrupted check leaves a valid plan); a plan with target-only alone is returned as is."""
-    from polyplan.formats.plan import save_plan
+    from polyplan.formats.plan import write_plan
     from polyplan.validation.self_check import self_check
 
     if len(plan.alternatives) < 2:
@@ -280,7 +278,7 @@ def _self_checked(plan: PlanFile, profiled: ProfiledCandidates, out) -> tuple[Pl
     with timing_lock():
         checked = self_check(plan, members, profiled.encoded)
     if out is not None:
-        save_plan(checked.plan, out)
+        write_plan(checked.plan, out)
     return checked.plan, checked.lines
 
 
@@ -291,7 +289,7 @@ def plan_profile(planned: PlanFile) -> Profile | None:
     if path is None or not Path(path).is_file():
         return None
     try:
-        return load(path)
+        return read_profile(path)
     except PolyplanError:
         return None
 

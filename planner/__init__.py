@@ -33,7 +33,7 @@ from polyplan.planner.insertion import Condition, InsertionAnalysis, analyze_ins
 from polyplan.planner.latency import LatencyCurve, constant_curve, curve_from_profile
 from polyplan.planner.lemma31 import IdealTime, ideal_speedup, ideal_time
 from polyplan.planner.paper_model import PaperPrediction, paper_prediction
-from polyplan.planner.plan_file import plan_to_json_dict, write_plan
+from polyplan.planner.plan_file import plan_of
 from polyplan.planner.report import TheoryReport, theory_report
 from polyplan.planner.search import ChainPlan, InsertionNote, Recommendation, evaluate_chain, recommend
 from polyplan.planner.simulate import Estimate, SimulationResult, simulate_chain
@@ -67,11 +67,10 @@ __all__ = [
     "paper_eq4_relative_variability",
     "paper_prediction",
     "paper_sigma2",
-    "plan_to_json_dict",
+    "plan_of",
     "predict_chain",
     "recommend",
     "relative_variability",
     "simulate_chain",
     "theory_report",
-    "write_plan",
 ]

@@ -402,7 +402,7 @@ def export_plan(
         chosen=typeable[0] if typeable else None,
         options=tuple(ranked + others),
         polyplan_chain=plan.chain,
-        polyplan_speedup=plan.best.exact_speedup,
+        polyplan_speedup=plan.best.exact.speedup,
         overhead_note=used.note,
         baseline_call=baseline_call,
         context_length=int(context_length) if isinstance(context_length, (int, float)) else None,

@@ -13,7 +13,6 @@ range printed beside the count is where a calibrated interval's count falls 95% 
 
 from __future__ import annotations
 
-import copy
 import dataclasses
 from dataclasses import dataclass
 from typing import Sequence
@@ -24,7 +23,7 @@ from polyplan.formats.errors import PolyplanError
 from polyplan.formats.overhead import LoopOverhead
 from polyplan.formats.profile import PairAgreement, Profile
 from polyplan.planner.prediction_interval import DEFAULT_LEVEL, prediction_intervals
-from polyplan.planner.runs import set_agreement_alphas
+from polyplan.planner.runs import with_agreement_alphas
 from polyplan.planner.search import evaluate_chain
 
 DEFAULT_SPLITS = 100
@@ -173,30 +172,29 @@ def _fixed_latency(profile: Profile) -> Profile:
     """`profile` with every latency point a fixed median (no timings to resample, no timing
     health to widen by): only acceptance is judged. The whole profile's α intervals are dropped
     too: each part's α comes from its own prompts (`_restricted`)."""
-    fixed = copy.deepcopy(profile)
-    for model in fixed.models:
-        model.latency = [dataclasses.replace(point, iqr_s=0.0, samples_s=None) for point in model.latency]
-        model.timing = None
+    fixed = dataclasses.replace(profile, models=tuple(
+        dataclasses.replace(model, latency=tuple(dataclasses.replace(point, iqr_s=0.0, samples_s=None) for point in model.latency),
+                            timing=None)
+        for model in profile.models
+    ))
     for pair in fixed.pairs:
         if "greedy" in pair.sampling:
-            pair.sampling["greedy"].alpha_ci = None
+            fixed = fixed.with_stats(pair.verifier, pair.drafter, "greedy", dataclasses.replace(pair.sampling["greedy"], alpha_ci=None))
     return fixed
 
 
 def _restricted(profile: Profile, indices: np.ndarray) -> Profile:
     """`profile` as if only the prompts at `indices` had been profiled: their agreement runs and
     target streams, and each pair's α their agreement rate."""
-    part = copy.copy(profile)
     runs = profile.acceptance_runs["greedy"]
     picked = [int(i) for i in indices]
     entries = tuple(PairAgreement(entry.verifier, entry.drafter, tuple(entry.agreement[i] for i in picked))
                     for entry in runs.pairs)
     streams = tuple(runs.streams[i] for i in picked) if len(runs.streams) == len(runs.pairs[0].agreement) else ()
-    part.acceptance_runs = {**profile.acceptance_runs,
-                            "greedy": dataclasses.replace(runs, pairs=entries, prompts=len(picked), streams=streams)}
-    part.pairs = copy.deepcopy(profile.pairs)
-    set_agreement_alphas(part, entries)
-    return part
+    part = dataclasses.replace(profile, acceptance_runs={
+        **profile.acceptance_runs, "greedy": dataclasses.replace(runs, pairs=entries, prompts=len(picked), streams=streams),
+    })
+    return with_agreement_alphas(part, entries)
 
 
 def _z(level: float) -> float:

@@ -62,9 +62,9 @@ def _check_against_profile(plan: PlanFile, chains, profile: Profile, overhead: L
                 f"{label}: alternatives[{index}] cannot be re-computed from its profile {profile.source} ({error}); "
                 "refused, re-run polyplan recommend"
             ) from None
-        if not _close(now.exact_speedup, planned.exact_speedup):
+        if not _close(now.exact_speedup, planned.exact.speedup):
             raise PolyplanError(
                 f"{label}: alternatives[{index}] ({planned.label()}, K = {list(planned.block_sizes)}) records "
-                f"{planned.exact_speedup:.4g}x, but its profile {profile.source} gives {now.exact_speedup:.4g}x for that "
+                f"{planned.exact.speedup:.4g}x, but its profile {profile.source} gives {now.exact_speedup:.4g}x for that "
                 "chain and block sizes (the profile is unchanged): the plan was edited; refused, re-run polyplan recommend"
             )

@@ -1,6 +1,6 @@
-"""Building a plan from the planner's `Recommendation` (plan.json itself, its types and its one
-codec are `formats.plan`): the loop overhead and timing warnings the profile records, the
-bootstrap intervals of every ranked chain; `write_plan` writes it atomically.
+"""Building a plan from the planner's `Recommendation` (plan.json itself, its types and its
+entry points are `formats.plan`): the loop overhead and timing warnings the profile records,
+the bootstrap intervals of every ranked chain; `formats.plan.write_plan` writes it atomically.
 """
 
 from __future__ import annotations
@@ -16,13 +16,13 @@ from polyplan.planner.prediction_interval import DEFAULT_RESAMPLES, PredictionIn
 from polyplan.planner.search import ChainPlan, Recommendation, recommend
 from polyplan.planner.timing_health import timing_warnings
 from polyplan.formats.plan import (
-    CandidatesRecord, ChainSpeedRecord, ConditionRecord, IntervalsRecord, LimitRecord, PlanFile, PlannedChain, ProfileRecord,
-    SearchRecord, TripleRecord, encode_plan, save_plan,
+    CandidatesRecord, ChainSpeedRecord, ConditionRecord, ExactRecord, InsertionVerdict, IntervalsRecord, LimitRecord, PaperRecord,
+    PlanFile, PlannedChain, ProfileRecord, SearchRecord, TripleRecord, write_plan,
 )
 from polyplan.planner.insertion import Condition
 from polyplan.planner.insertion_triples import TripleInsertion
 from polyplan.planner.physical_limit import PhysicalLimit
-from polyplan.formats.profile import SCHEMA_VERSION, Profile
+from polyplan.formats.profile import SCHEMA_VERSION, Profile, encode_profile
 
 def _planned(plan: ChainPlan, intervals: PredictionIntervals | None) -> PlannedChain:
     """A ranked chain as the plan records it."""
@@ -31,24 +31,28 @@ def _planned(plan: ChainPlan, intervals: PredictionIntervals | None) -> PlannedC
     return PlannedChain(
         chain=plan.chain,
         block_sizes=plan.block_sizes,
-        exact_speedup=exact.speedup,
-        paper_speedup=paper.speedup,
-        acceptances=tuple(plan.acceptances),
-        forwards_per_token=tuple(exact.forwards_per_token),
-        tokens_per_verification=tuple(exact.tokens_per_verification),
-        drafted_per_verification=tuple(exact.drafted_per_verification),
-        time_per_token_s=tuple(exact.time_per_token),
-        paper_phi_per_token=tuple(paper.phi_per_token),
-        paper_mean_lengths=tuple(paper.mean_lengths),
-        overhead_per_token_s=exact.overhead_per_token,
-        exact_interval=None if found is None else (found.speedup.low, found.speedup.high),
         verify_widths=tuple(plan.verify_widths),
-        cost_per_token_s=exact.cost_per_token,
-        wasted_per_verification=tuple(exact.wasted_per_verification),
-        paper_time_per_token_s=paper.time_per_token,
-        paper_length_sources=tuple(paper.length_sources),
-        paper_alpha_scale=paper.alpha_scale,
-        insertion_verdicts=tuple(plan.insertion_verdicts),
+        exact=ExactRecord(
+            speedup=exact.speedup,
+            cost_per_token_s=exact.cost_per_token,
+            forwards_per_token=tuple(exact.forwards_per_token),
+            time_per_token_s=tuple(exact.time_per_token),
+            tokens_per_verification=tuple(exact.tokens_per_verification),
+            drafted_per_verification=tuple(exact.drafted_per_verification),
+            wasted_per_verification=tuple(exact.wasted_per_verification),
+            acceptances=tuple(plan.acceptances),
+            overhead_per_token_s=exact.overhead_per_token,
+            interval=None if found is None else (found.speedup.low, found.speedup.high),
+        ),
+        paper=PaperRecord(
+            speedup=paper.speedup,
+            time_per_token_s=paper.time_per_token,
+            phi_per_token=tuple(paper.phi_per_token),
+            mean_lengths=tuple(paper.mean_lengths),
+            length_sources=tuple(paper.length_sources),
+            alpha_scale=paper.alpha_scale,
+        ),
+        insertion_verdicts=tuple(InsertionVerdict(model, verdict) for model, verdict in plan.insertion_verdicts),
     )
 
 
@@ -77,7 +81,7 @@ def profile_digest(profile: Profile) -> str:
     that `planner.plan_check` can tell an edited plan from a profile measured again since."""
     import hashlib
 
-    text = json.dumps(profile.to_json_dict(), sort_keys=True, allow_nan=False)
+    text = json.dumps(encode_profile(profile), sort_keys=True, allow_nan=False)
     return "sha256:" + hashlib.sha256(text.encode("utf-8")).hexdigest()
 
 
@@ -119,29 +123,6 @@ def plan_of(
         physical_limit=None if result.limit is None else _limit(result.limit),
         insertion_triples=tuple(_triple(triple) for triple in result.insertion_triples),
     )
-
-
-def plan_to_json_dict(
-    result: Recommendation,
-    *,
-    profile_path: str | None = None,
-    candidates: dict[str, Any] | None = None,
-    profile_digest: str | None = None,
-) -> dict[str, Any]:
-    """The plan.json object for a recommendation (`plan_of`, encoded)."""
-    return encode_plan(plan_of(result, profile_path=profile_path, candidates=candidates, profile_digest=profile_digest))
-
-
-def write_plan(
-    result: Recommendation,
-    path: str | os.PathLike[str],
-    *,
-    profile_path: str | None = None,
-    candidates: dict[str, Any] | None = None,
-    profile_digest: str | None = None,
-) -> None:
-    """Write plan.json atomically (temporary file in the same folder, then os.replace)."""
-    save_plan(plan_of(result, profile_path=profile_path, candidates=candidates, profile_digest=profile_digest), path)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -194,5 +175,5 @@ def planned_from_profile(
     result = dataclasses.replace(result, intervals=intervals, limit=limit, warnings=timing_warnings(profile))
     plan = plan_of(result, profile_path=profile_path, candidates=candidates, profile_digest=profile_digest(profile))
     if out is not None:
-        save_plan(plan, out)
+        write_plan(plan, out)
     return Planned(result, plan)

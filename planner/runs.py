@@ -25,6 +25,7 @@ written by `profiler.runs`, through `profiler.loop_costs`), one string of 0/1 pe
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 
 import numpy as np
@@ -134,15 +135,17 @@ def run_survival(sequences: tuple[tuple[bool, ...], ...], block: int) -> RunSurv
     return survival_from_counts(at_risk.sum(axis=0), going_on.sum(axis=0), int(starts.sum()))
 
 
-def set_agreement_alphas(profile: Profile, pairs) -> None:
-    """Each of `pairs`' (`PairAgreement`s) greedy α in `profile` becomes its agreement rate
-    (what the i.i.d. reading uses when the acceptance was measured on other prompts); pairs the
-    profile does not have, or that have no greedy statistics or no agreement, are left alone."""
+def with_agreement_alphas(profile: Profile, pairs) -> Profile:
+    """`profile` with each of `pairs`' (`PairAgreement`s) greedy α its agreement rate (what the
+    i.i.d. reading uses when the acceptance was measured on other prompts); pairs the profile
+    does not have, or that have no greedy statistics or no agreement, are left alone."""
     for entry in pairs:
         pair = profile.pair(entry.verifier, entry.drafter)
         text = "".join(entry.agreement)
         if pair is not None and "greedy" in pair.sampling and text:
-            pair.sampling["greedy"].alpha = min(text.count("1") / len(text), 1.0 - 1e-6)
+            stats = dataclasses.replace(pair.sampling["greedy"], alpha=min(text.count("1") / len(text), 1.0 - 1e-6))
+            profile = profile.with_stats(entry.verifier, entry.drafter, "greedy", stats)
+    return profile
 
 
 def profile_runs(profile: Profile, sampling: str) -> dict[tuple[str, str], tuple[tuple[bool, ...], ...]]:

@@ -14,6 +14,8 @@ own n-gram drafter on them.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import replace
+
 from polyplan.formats.profile import AgreementRuns, PairAgreement, Profile, TargetStream
 from polyplan.profiler.acceptance import TEACHER_FORCING_WIDTH, target_continuations, teacher_forced
 from polyplan.models.hashing import fingerprint_settings, fingerprint_tokens
@@ -57,10 +59,10 @@ def measure_agreement(
 
 def ensure_agreement(
     profile: Profile, previous: AgreementRuns | None, models: Sequence, prompts: Sequence[Sequence[int]], *, new_tokens: int, seed: int
-) -> bool:
-    """Put the greedy agreement sequences into `profile.acceptance_runs`, reusing `previous` (the entry of
-    the profile before this run) when its fingerprint still matches and it holds the target's
-    streams (older profiles lack them). Returns True if measured."""
+) -> tuple[Profile, bool]:
+    """`profile` with the greedy agreement sequences in `acceptance_runs`, reusing `previous` (the
+    entry of the profile before this run) when its fingerprint still matches and it holds the
+    target's streams (older profiles lack them); and whether they were measured."""
     loaded = {model.name for model in models}  # a profile keeps other models' pairs; only these can run
     pairs = [(pair.verifier, pair.drafter) for pair in profile.pairs
              if "greedy" in pair.sampling and {pair.verifier, pair.drafter} <= loaded]
@@ -70,5 +72,4 @@ def ensure_agreement(
         entry, measured = previous, False
     else:
         entry, measured = measure_agreement(models, pairs, prompts, new_tokens=new_tokens, seed=seed), True
-    profile.acceptance_runs["greedy"] = entry
-    return measured
+    return replace(profile, acceptance_runs={**profile.acceptance_runs, "greedy": entry}), measured

@@ -9,9 +9,8 @@ from typing import TYPE_CHECKING
 
 from polyplan.decoder.compatibility import incompatibility
 from polyplan.formats.errors import PolyplanError
-from polyplan.formats.profile import SCHEMA_VERSION, Profile
+from polyplan.formats.profile import SCHEMA_VERSION, Profile, read_profile
 from polyplan.formats.processor import Processor, processor_labels
-from polyplan.formats.profile_codec import load
 from polyplan.profiler.forward_timing import DEFAULT_CONTEXT_LENGTHS
 from polyplan.profiler.prompts import EncodedPrompt, check_fits
 from polyplan.profiler.settings import ProfileSettings
@@ -73,7 +72,7 @@ def read_existing(out: Path) -> Profile | None:
     if not out.exists():
         return None
     try:
-        return load(out)
+        return read_profile(out)
     except PolyplanError as error:
         text = str(error)
         if "schema_version" in text:

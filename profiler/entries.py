@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import replace
 
 from polyplan.formats.profile import (
     AlphaDistribution, DecodedStats, ImpliedStats, LatencyPoint, ModelProfile, PrefillPoint, SamplingStats, TimingHealth,
@@ -18,11 +19,11 @@ def model_entry(name: str, fingerprint: str, measurement: LatencyMeasurement, ke
     return ModelProfile(
         name=name,
         fingerprint=fingerprint,
-        latency=[
-            LatencyPoint(p.context_length, p.k, p.time.median, p.time.iqr, p.time.repeats, p.time.kept or None, p.time.outliers)
+        latency=tuple(
+            LatencyPoint(p.context_length, p.k, p.time.median, p.time.iqr, p.time.repeats, tuple(p.time.kept) or None, p.time.outliers)
             for p in measurement.points
-        ],
-        prefill=[PrefillPoint(p.context_length, p.time.median, p.time.iqr, p.time.repeats) for p in measurement.prefill],
+        ),
+        prefill=tuple(PrefillPoint(p.context_length, p.time.median, p.time.iqr, p.time.repeats) for p in measurement.prefill),
         latency_fingerprint=key,
         timing=timing_health(measurement),
     )
@@ -65,7 +66,7 @@ def sampling_entry(estimate: PairAlpha, key: str, ks: Sequence[int], prompts: in
             samples=estimate.samples,
             autocorrelation=estimate.autocorrelation,
         ),
-        implied=[ImpliedStats(k, estimate.implied_mu(k), estimate.positional_mu(k)) for k in ks],
+        implied=tuple(ImpliedStats(k, estimate.implied_mu(k), estimate.positional_mu(k)) for k in ks),
         fingerprint=key,
         engine_alpha=None if estimate.engine is None else estimate.engine.alpha,
         engine_alpha_ci=None if estimate.engine is None else (estimate.engine.interval.low, estimate.engine.interval.high),
@@ -112,10 +113,10 @@ def disagreement_warning(stats: SamplingStats, decoded: DecodedStats, threshold:
     return line + ("; " + "; ".join(reasons) if reasons else "")
 
 
-def refresh_warnings(stats: SamplingStats, threshold: float, own_output: str | None, prompts: int | None = None) -> None:
-    """Recompute `stats.warnings` from its decoded and implied μ, and from the sample sizes
-    (`prompts`: what α was measured over, when known)."""
+def refresh_warnings(stats: SamplingStats, threshold: float, own_output: str | None, prompts: int | None = None) -> SamplingStats:
+    """`stats` with its warnings recomputed from its decoded and implied μ, and from the sample
+    sizes (`prompts`: what α was measured over, when known)."""
     lines = [disagreement_warning(stats, decoded, threshold, own_output=own_output) for decoded in stats.decoded]
     alpha_prompts = prompts if stats.alpha_ci is None else None
     lines += interval_warnings([(d.k, d.prompts) for d in stats.decoded if d.mu_ci is None], alpha_prompts)
-    stats.warnings = [line for line in lines if line is not None]
+    return replace(stats, warnings=tuple(line for line in lines if line is not None))

@@ -13,14 +13,12 @@ from __future__ import annotations
 
 import dataclasses
 import os
-from copy import deepcopy
 from pathlib import Path
 
 from polyplan.formats.cache import cache_root
 from polyplan.formats.errors import PolyplanError
 from polyplan.formats.processor import Processor
-from polyplan.formats.profile import AgreementRuns, Profile, ProfilerRecord
-from polyplan.formats.profile_codec import load
+from polyplan.formats.profile import AgreementRuns, Profile, ProfilerRecord, read_profile
 from polyplan.models.hashing import fingerprint_settings
 from polyplan.profiler.forward_timing import LatencySettings
 from polyplan.profiler.prompt_sets import PromptSet, prompt_set
@@ -42,7 +40,7 @@ def cached_profile_path(fingerprints: dict[str, str], device_label: str, cache_d
 def readable_profile(path: Path) -> Profile | None:
     """The profile at `path` if it is one (the run itself reports a broken file)."""
     try:
-        return load(path) if path.is_file() else None
+        return read_profile(path) if path.is_file() else None
     except PolyplanError:
         return None
 
@@ -99,11 +97,10 @@ def recorded_prompts(record: ProfilerRecord | None, prompts: PromptSet) -> Profi
     return dataclasses.replace(record, prompt_file=prompt_file, raw_prompts=prompts.raw)
 
 
-def forget_latency(profile: Profile) -> None:
-    """Drop the latency fingerprints of `profile` (in memory, before a run extends it), so the
+def forget_latency(profile: Profile) -> Profile:
+    """`profile` without its latency fingerprints (in memory, before a run extends it), so the
     run re-times the curves."""
-    for model in profile.models:
-        model.latency_fingerprint = None
+    return dataclasses.replace(profile, models=tuple(dataclasses.replace(model, latency_fingerprint=None) for model in profile.models))
 
 
 def retimed_here(profile: Profile, device_label: str, processor: Processor | None, fingerprints: dict[str, str]) -> Profile:
@@ -113,16 +110,13 @@ def retimed_here(profile: Profile, device_label: str, processor: Processor | Non
     fingerprint, the loop and engine overheads, the switch costs), and the models that are not
     among `fingerprints` (name -> fingerprint: this run's candidates) left out with their
     pairs, since their timings could not be re-taken. Timings of two machines are never mixed."""
-    copy = deepcopy(profile)
-    copy.models = [model for model in copy.models if model.name in fingerprints]
-    kept = {model.name for model in copy.models}
-    copy.pairs = [pair for pair in copy.pairs if pair.verifier in kept and pair.drafter in kept]
-    forget_latency(copy)
-    for model in copy.models:
-        model.timing = None
-    copy.device, copy.processor = device_label, processor
-    copy.loop_overhead, copy.engine_overhead, copy.switch_costs = {}, {}, None
-    return copy
+    models = tuple(dataclasses.replace(model, latency_fingerprint=None, timing=None)
+                   for model in profile.models if model.name in fingerprints)
+    kept = {model.name for model in models}
+    return dataclasses.replace(
+        profile, models=models, pairs=tuple(pair for pair in profile.pairs if pair.verifier in kept and pair.drafter in kept),
+        device=device_label, processor=processor, loop_overhead={}, engine_overhead={}, switch_costs=None,
+    )
 
 
 def previous_runs(profile: Profile | None) -> AgreementRuns | None:

@@ -25,7 +25,7 @@ import os
 import platform
 import time
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Protocol
 
@@ -34,7 +34,7 @@ import torch
 
 from polyplan.formats.errors import PolyplanError
 from polyplan.planner.latency import curve_from_profile
-from polyplan.formats.profile import Profile, ProfilerRecord
+from polyplan.formats.profile import Profile, ProfilerRecord, write_profile
 from polyplan.formats.sampling import SamplingMode
 from polyplan.profiler.acceptance import (
     TEACHER_FORCING_WIDTH, TeacherForced, measure_decoded, pair_alpha, target_continuations, teacher_forced,
@@ -245,6 +245,8 @@ class _Run:
             target=self.target.name,
             device=self.device_label,
             processor=self.processor,
+            models=(),
+            pairs=(),
             created=datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
             notes=(
                 "Measured by polyplan profile. alpha: distribution-based (teacher-forced over target "
@@ -265,29 +267,29 @@ class _Run:
         # A profile is only ever extended: entries of models outside these candidates stay.
         # Entries of a candidate whose files changed describe something else: drop them now
         # (they are measured again). Entries measured with other settings stay until replaced.
-        profile.models = [m for m in existing.models if fingerprints.get(m.name, m.fingerprint) == m.fingerprint]
-        kept = {m.name for m in profile.models}
-        profile.pairs = [p for p in existing.pairs if p.verifier in kept and p.drafter in kept]
+        models = tuple(m for m in existing.models if fingerprints.get(m.name, m.fingerprint) == m.fingerprint)
+        kept = {m.name for m in models}
         # What other steps measured (e.g. the loop overhead `recommend --candidates` measures)
         # is theirs to keep current, and `meta` is the user's; only the profiler's record is replaced.
-        profile.meta = dict(existing.meta)
-        profile.loop_overhead, profile.engine_overhead = existing.loop_overhead, existing.engine_overhead
-        profile.switch_costs, profile.acceptance_runs = existing.switch_costs, existing.acceptance_runs
-        self._sort(profile)
-        return profile
+        profile = replace(
+            profile, models=models, pairs=tuple(p for p in existing.pairs if p.verifier in kept and p.drafter in kept),
+            meta=dict(existing.meta), loop_overhead=existing.loop_overhead, engine_overhead=existing.engine_overhead,
+            switch_costs=existing.switch_costs, acceptance_runs=existing.acceptance_runs,
+        )
+        return self._sorted(profile)
 
-    def _sort(self, profile: Profile) -> None:
+    def _sorted(self, profile: Profile) -> Profile:
         # The candidates in their order, then models kept from earlier runs in theirs.
         rank = {name: index for index, name in enumerate(list(self.order) + [m.name for m in profile.models if m.name not in self.order])}
-        profile.models.sort(key=lambda m: rank[m.name])
-        profile.pairs.sort(key=lambda p: (rank[p.verifier], rank[p.drafter]))
+        return replace(profile, models=tuple(sorted(profile.models, key=lambda m: rank[m.name])),
+                       pairs=tuple(sorted(profile.pairs, key=lambda p: (rank[p.verifier], rank[p.drafter]))))
 
     def save(self) -> None:
         if not any(m.name == self.target.name for m in self.profile.models):
             return  # not yet a valid profile: the previous file (if any) stays as it was
-        self._sort(self.profile)
+        self.profile = self._sorted(self.profile)
         try:
-            self.profile.save(self.out)
+            write_profile(self.profile, self.out)
         except OSError as error:
             raise PolyplanError(f"--out: cannot write {self.out} ({error.strerror or error})") from None
 
@@ -330,7 +332,8 @@ class _Run:
             entry = next((m for m in self.profile.models if m.name == model.name), None)
             key = self.latency_key(model)
             if entry is not None:  # what kind of drafter it is follows its fingerprint, not its timing
-                entry.ngram_simple = ngram_simple_size(model.member)
+                entry = replace(entry, ngram_simple=ngram_simple_size(model.member))
+                self.profile = self.profile.with_model(entry)
             if entry is not None and entry.latency_fingerprint == key:
                 self._finish(step, reused=True)
             else:
@@ -340,13 +343,11 @@ class _Run:
         self._begin(stale[0][1])
         measurements = measure_latencies([model.member for model, _, _, _ in stale], self.stream, self.settings.latency)
         for (model, step, entry, key), measurement in zip(stale, measurements):
-            fresh = model_entry(model.name, model.fingerprint, measurement, key)
-            fresh.ngram_simple = ngram_simple_size(model.member)
-            if entry is None:
-                self.profile.models.append(fresh)
-            else:
-                entry.latency, entry.prefill, entry.latency_fingerprint = fresh.latency, fresh.prefill, key
-                entry.timing = fresh.timing or entry.timing
+            fresh = replace(model_entry(model.name, model.fingerprint, measurement, key), ngram_simple=ngram_simple_size(model.member))
+            if entry is not None:
+                fresh = replace(entry, latency=fresh.latency, prefill=fresh.prefill, latency_fingerprint=key,
+                                timing=fresh.timing or entry.timing, ngram_simple=fresh.ngram_simple)
+            self.profile = self.profile.with_model(fresh)
         self.save()
         share = (time.perf_counter() - self._began) / len(stale)
         for model, step, _, _ in stale:
@@ -386,9 +387,9 @@ class _Run:
         )
         stats = sampling_entry(estimate, key, sorted(set(IMPLIED_KS) | set(acceptance.block_sizes)), len(self.prompts))
         if old is not None:
-            stats.decoded = old.decoded  # decoded entries carry their own fingerprints
-        refresh_warnings(stats, acceptance.disagreement, self._own(verifier), len(self.prompts))
-        self.profile.add_pair(verifier, drafter).sampling[mode] = stats
+            stats = replace(stats, decoded=old.decoded)  # decoded entries carry their own fingerprints
+        stats = refresh_warnings(stats, acceptance.disagreement, self._own(verifier), len(self.prompts))
+        self.profile = self.profile.with_stats(verifier, drafter, mode, stats)
         self.save()
         self._finish(step, reused=False)
 
@@ -418,8 +419,9 @@ class _Run:
             min_prompts=acceptance.decoded_min_prompts,
         )
         entry = decoded_entry(measurement, len(measurement.per_prompt), key)
-        stats.decoded = sorted([d for d in stats.decoded if d.k != k] + [entry], key=lambda d: d.k)
-        refresh_warnings(stats, acceptance.disagreement, self._own(verifier), len(self.prompts))
+        stats = replace(stats, decoded=tuple(sorted([d for d in stats.decoded if d.k != k] + [entry], key=lambda d: d.k)))
+        stats = refresh_warnings(stats, acceptance.disagreement, self._own(verifier), len(self.prompts))
+        self.profile = self.profile.with_stats(verifier, drafter, mode, stats)
         self.save()
         self._finish(step, reused=False)
 
@@ -431,24 +433,24 @@ class _Run:
         wanted = set(pairs)
         ours = set(self.by_name)
         modes = {SamplingMode(t).key for t in self.settings.acceptance.temperatures}
-        self.profile.pairs = [
+        self.profile = replace(self.profile, pairs=tuple(
             p for p in self.profile.pairs if (p.verifier, p.drafter) in wanted or not {p.verifier, p.drafter} <= ours
-        ]
+        ))
         for pair in self.profile.pairs:
             if (pair.verifier, pair.drafter) not in wanted:
                 continue
-            for mode in list(pair.sampling):
+            for mode, stats in pair.sampling.items():
                 if mode not in modes:
                     continue
                 temperature = SamplingMode.parse(mode).temperature
-                stats = pair.sampling[mode]
                 if stats.fingerprint != self.alpha_key(pair.verifier, pair.drafter, temperature):
-                    del pair.sampling[mode]
+                    self.profile = self.profile.with_stats(pair.verifier, pair.drafter, mode, None)
                     continue
-                stats.decoded = [
+                stats = replace(stats, decoded=tuple(
                     d for d in stats.decoded if d.fingerprint == self.decoded_key(pair.verifier, pair.drafter, temperature, d.k)
-                ]
-                refresh_warnings(stats, self.settings.acceptance.disagreement, self._own(pair.verifier), len(self.prompts))
+                ))
+                stats = refresh_warnings(stats, self.settings.acceptance.disagreement, self._own(pair.verifier), len(self.prompts))
+                self.profile = self.profile.with_stats(pair.verifier, pair.drafter, mode, stats)
 
     def _own(self, verifier: str) -> str | None:
         return None if verifier == self.target.name else verifier

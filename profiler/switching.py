@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import statistics
 from collections.abc import Sequence
+from dataclasses import replace
 
 import torch
 
@@ -78,12 +79,12 @@ def _size(member) -> int:
 
 def store_switch_costs(
     profile: Profile, costs: dict[str, tuple[float, ...]], context: int, fingerprint: str | None = None
-) -> None:
-    """Write the costs into the profile, with the `fingerprint` of what they were measured on."""
-    profile.switch_costs = SwitchCosts(
+) -> Profile:
+    """`profile` with the costs, and the `fingerprint` of what they were measured on."""
+    return replace(profile, switch_costs=SwitchCosts(
         models={name: tuple(cost) for name, cost in costs.items()},
         context_length=context,
         method="per position j after the largest other model's pass: median 1-token pass j minus the median "
         "of as many passes after those (tight loop)",
         fingerprint=fingerprint,
-    )
+    ))

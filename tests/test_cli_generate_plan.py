@@ -16,8 +16,9 @@ from typer.testing import CliRunner
 from conftest import save_model, tiny_llama, tiny_tokenizer
 from polyplan.cli.app import app
 from polyplan.formats.candidates import read_candidates
-from polyplan.formats.profile import LatencyPoint, ModelProfile, Profile, SamplingStats
-from polyplan.planner.plan_file import write_plan
+from polyplan.formats.profile import LatencyPoint, ModelProfile, Profile, SamplingStats, write_profile
+from polyplan.formats.plan import write_plan
+from polyplan.planner.plan_file import plan_of
 from polyplan.planner.search import recommend
 from polyplan.models.fingerprints import candidate_fingerprints
 
@@ -36,15 +37,15 @@ def run(*args: str):
 
 def _plan(folder: Path, candidates: dict | None, sampling: str = "greedy", device: str = "synthetic") -> Path:
     prints = candidate_fingerprints(read_candidates(ZOO))
-    profile = Profile(target="target", device=device)
-    for name, seconds in TIMES.items():
-        points = [LatencyPoint(64, k, seconds * (1 + 0.1 * (k - 1))) for k in (1, 2, 4, 8)]
-        profile.models.append(ModelProfile(name, prints[name], points))
+    models = tuple(ModelProfile(name, prints[name], tuple(LatencyPoint(64, k, seconds * (1 + 0.1 * (k - 1))) for k in (1, 2, 4, 8)))
+                   for name, seconds in TIMES.items())
+    profile = Profile(target="target", device=device, models=models, pairs=())
     for (upper, lower), alpha in PAIRS.items():
-        profile.add_pair(upper, lower).sampling[sampling] = SamplingStats(alpha=alpha, engine_alpha=alpha)
-    profile.save(folder / "profile.json")
+        profile = profile.with_stats(upper, lower, sampling, SamplingStats(alpha=alpha, engine_alpha=alpha))
+    write_profile(profile, folder / "profile.json")
     path = folder / "plan.json"
-    write_plan(recommend(profile, max_levels=3, k_max=4, sampling=sampling), path, profile_path=str(folder / "profile.json"), candidates=candidates)
+    write_plan(plan_of(recommend(profile, max_levels=3, k_max=4, sampling=sampling), profile_path=str(folder / "profile.json"),
+                       candidates=candidates), path)
     return path
 
 
@@ -95,12 +96,13 @@ def test_generate_plan_runs_at_the_threads_its_profile_was_measured_with(tmp_pat
     ("epyc", "xeon", 1),
 ])
 def test_generate_plan_says_once_when_the_plan_was_profiled_on_another_processor(plan, tmp_path, monkeypatch, recorded, here, lines):
+    from polyplan.formats.codec import encode
     from polyplan.formats.processor import Processor
 
     fakes = {"epyc": Processor("AMD EPYC 9R14", "x86_64", ("avx2", "avx512f"), "x86"),
              "xeon": Processor("Intel(R) Xeon(R) Processor", "x86_64", ("amx_tile", "avx2", "avx512f"), "x86")}
     payload = json.loads(plan.read_text())
-    payload["processor"] = None if recorded is None else fakes[recorded].to_json()
+    payload["processor"] = None if recorded is None else encode(fakes[recorded])
     (tmp_path / "plan.json").write_text(json.dumps(payload))
     monkeypatch.setattr("polyplan.profiler.processor.this_processor", lambda device="cpu": fakes[here])
     result = run("generate", "--plan", str(tmp_path / "plan.json"), "--max-new-tokens", "2", PROMPT)

@@ -7,6 +7,7 @@ import json
 import os
 import shutil
 import stat
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -133,13 +134,13 @@ def _set_alternative_blocks(payload):
 @pytest.mark.parametrize(
     "edit, message",
     [
-        (lambda p: p["alternatives"][0]["paper"].__setitem__("speedup", 0), "alternatives[0]: speedups: must be > 0"),
+        (lambda p: p["alternatives"][0]["paper"].__setitem__("speedup", 0), "alternatives[0].paper.speedup: must be > 0"),
         (_set_speedup, "records 9x, but its profile"),
         (_set_alternative_blocks, "the plan was edited"),
         (lambda p: p.__setitem__("loop_overhead", {"per_step_s": -1, "per_round_s": 0}), "loop_overhead"),
         (lambda p: p.__setitem__("loop_overhead", [1]), "loop_overhead"),
         (lambda p: p.__setitem__("switch_costs", {"eagle": [-1.0]}), "switch_costs.eagle"),
-        (lambda p: p.__setitem__("switch_costs", [0.1]), "switch_costs: must map"),
+        (lambda p: p.__setitem__("switch_costs", [0.1]), "switch_costs: must be a JSON object"),
     ],
 )
 def test_a_hand_edited_plan_is_refused_before_any_work(plan, tmp_path, edit, message):
@@ -151,16 +152,18 @@ def test_a_hand_edited_plan_is_refused_before_any_work(plan, tmp_path, edit, mes
 def test_a_plan_whose_profile_was_measured_again_is_not_called_edited(plan, profile, tmp_path):
     from polyplan.planner.plan_check import check_plan
     from polyplan.formats.plan import read_plan
-    from polyplan.formats.profile_codec import load
+    from polyplan.formats.profile import read_profile
 
     planned = read_plan(plan)
-    assert check_plan(planned, "plan.json", load(profile))  # consistent with its own profile
-    changed = load(profile)
-    changed.models[0].latency[0].median_s *= 2
+    assert check_plan(planned, "plan.json", read_profile(profile))  # consistent with its own profile
+    changed = read_profile(profile)
+    first = changed.models[0]
+    changed = changed.with_model(replace(first, latency=(replace(first.latency[0], median_s=first.latency[0].median_s * 2),
+                                                         *first.latency[1:])))
     assert check_plan(planned, "plan.json", changed)  # another profile: not compared, not refused
     hand_edited = read_plan(_edited(plan, tmp_path, _set_speedup))
     with pytest.raises(PolyplanError, match="the plan was edited"):
-        check_plan(hand_edited, "plan.json", load(profile))
+        check_plan(hand_edited, "plan.json", read_profile(profile))
 
 
 # --------------------------------------------------------------------------- readers
@@ -177,10 +180,10 @@ def _mutated_profile(tmp_path, edit) -> Path:
 @pytest.mark.parametrize(
     "edit, message",
     [
-        (lambda p: p.setdefault("meta", {}).__setitem__("switch_cost", [1, 2]), "meta.switch_cost: must be an object"),
-        (lambda p: p.setdefault("meta", {}).__setitem__("switch_cost", "x"), "meta.switch_cost: must be an object"),
-        (lambda p: p.setdefault("meta", {}).__setitem__("acceptance_runs", [1]), "meta.acceptance_runs: must be an object"),
-        (lambda p: p.setdefault("meta", {}).__setitem__("loop_overhead", [1]), "meta.loop_overhead: must be an object"),
+        (lambda p: p.setdefault("meta", {}).__setitem__("switch_cost", [1, 2]), "meta.switch_cost: must be a JSON object"),
+        (lambda p: p.setdefault("meta", {}).__setitem__("switch_cost", "x"), "meta.switch_cost: must be a JSON object"),
+        (lambda p: p.setdefault("meta", {}).__setitem__("acceptance_runs", [1]), "meta.acceptance_runs: must be a JSON object"),
+        (lambda p: p.setdefault("meta", {}).__setitem__("loop_overhead", [1]), "meta.loop_overhead: must be a JSON object"),
         (lambda p: [pt.__setitem__("median_s", 1e307) for m in p["models"] for pt in m["latency"]], "must be at most 1e+06 s"),
     ],
 )

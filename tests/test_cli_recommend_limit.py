@@ -8,12 +8,13 @@ import re
 from pathlib import Path
 
 import numpy as np
+import pytest
 from typer.testing import CliRunner
 
 from polyplan.cli.app import app
+from polyplan.formats.errors import PolyplanError
 from polyplan.formats.plan import read_plan
-from polyplan.formats.profile import LatencyPoint, ModelProfile, Profile, SamplingStats
-from polyplan.formats.profile_codec import save
+from polyplan.formats.profile import LatencyPoint, ModelProfile, Profile, SamplingStats, write_profile
 
 EXAMPLE = Path(__file__).resolve().parents[1] / "polyplan" / "data" / "paper_table1_profile.json"
 V1_PLAN = Path(__file__).resolve().parent / "data" / "plan_v1.json"
@@ -30,15 +31,16 @@ def _ok(args: list[str]) -> str:
 def _hopeless(path: Path) -> Path:
     """A target whose only drafter is slow and rarely right, with timings to resample: no chain pays."""
     rng = np.random.default_rng(0)
-    profile = Profile(target="big", device="synthetic")
+    models = []
     for name, t in (("big", 0.010), ("slow", 0.006)):
         points = []
         for k in (1, 2, 4, 8):
             samples = tuple(float(v) for v in t * (1 + 0.05 * (k - 1)) * (1 + 0.03 * rng.standard_normal(9)))
             points.append(LatencyPoint(64, k, float(np.median(samples)), 0.0, 9, samples))
-        profile.models.append(ModelProfile(name, f"fp-{name}", points))
-    profile.add_pair("big", "slow").sampling["greedy"] = SamplingStats(alpha=0.3, alpha_samples=400)
-    save(profile, path)
+        models.append(ModelProfile(name, f"fp-{name}", tuple(points)))
+    profile = Profile(target="big", device="synthetic", models=tuple(models), pairs=())
+    profile = profile.with_stats("big", "slow", "greedy", SamplingStats(alpha=0.3, alpha_samples=400))
+    write_profile(profile, path)
     return path
 
 
@@ -70,7 +72,7 @@ def test_recommend_says_dont_speculate_with_the_best_chains_interval(tmp_path):
     assert point < 1.0 and low <= point <= high and low < high  # the timings were resampled
     plan = read_plan(out)
     assert plan.chain == ("big",) and plan.alternatives[1].chain == ("big", "slow")
-    recorded = plan.alternatives[1].exact_interval
+    recorded = plan.alternatives[1].exact.interval
     assert recorded is not None and abs(recorded[0] - low) <= 0.005 and abs(recorded[1] - high) <= 0.005
     assert plan.physical_limit is not None and plan.physical_limit.block_size >= 1  # a free drafter would still pay
 
@@ -99,13 +101,16 @@ def test_a_plan_from_before_the_limit_still_reads(tmp_path):
     for key in ("physical_limit", "insertion_triples"):
         trimmed = {name: value for name, value in payload.items() if name != key}
         assert getattr(read_plan(_write(tmp_path / f"no-{key}.json", trimmed)), key) in (None, ())
-    # malformed records read as "not recorded": they are for people and reports only
-    payload["physical_limit"] = {"speedup": "fast"}
-    payload["insertion_triples"] = [{"upper": "x"}, 3]
-    plan = read_plan(_write(tmp_path / "bad.json", payload))
-    assert plan.physical_limit is None and plan.insertion_triples == ()
-    payload["insertion_triples"] = 3  # not a list at all (found by tests/test_cli_fuzz_inputs.py)
-    assert read_plan(_write(tmp_path / "bad.json", payload)).insertion_triples == ()
+    # a malformed record (no polyplan writes one) is one line naming the file and the field, as in
+    # every other field of every file (issue 30: one codec); before, it read as "not recorded"
+    for key, value, message in [
+        ("physical_limit", {"speedup": "fast"}, r"physical_limit\.block_size: missing"),
+        ("insertion_triples", [{"upper": "x"}, 3], r"insertion_triples\[0\]\.middle: missing"),
+        ("insertion_triples", 3, r"insertion_triples: must be a JSON array, got the number 3"),  # found by test_cli_fuzz_inputs.py
+    ]:
+        bad = _write(tmp_path / "bad.json", {**payload, key: value})
+        with pytest.raises(PolyplanError, match=rf"^{re.escape(str(bad))}: {message}$"):
+            read_plan(bad)
 
 
 def _write(path: Path, payload: dict) -> Path:

@@ -14,6 +14,7 @@ distill` measure or train, at their smallest settings."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from pathlib import Path
 
@@ -25,7 +26,7 @@ from conftest import write_candidate_workspace
 from polyplan.cli.app import app
 from polyplan.formats.candidates import read_candidates
 from polyplan.formats.profile import (AgreementRuns, LatencyPoint, ModelProfile, PairAgreement, Profile, ProfilerRecord,
-                                      SamplingStats)
+                                      SamplingStats, write_profile)
 from polyplan.models.fingerprints import candidate_fingerprints
 
 pytestmark = pytest.mark.usefixtures("single_thread")
@@ -73,22 +74,22 @@ def _profile(root: Path, models_yaml: str, *, steps: dict[str, float], alphas: d
     and, with `prompts`, greedy agreement runs (and the prompt count) of that many prompts."""
     path = root / models_yaml
     prints = candidate_fingerprints(read_candidates(path))
-    profile = Profile(target="target", device=DEVICE)
-    for name, step in {"target": TARGET_STEP, **steps}.items():
-        points = [LatencyPoint(context, k, step * (1 + 0.1 * (k - 1))) for context in contexts for k in ks]
-        profile.models.append(ModelProfile(name, prints[name], points))
+    models = tuple(ModelProfile(name, prints[name], tuple(LatencyPoint(context, k, step * (1 + 0.1 * (k - 1)))
+                                                          for context in contexts for k in ks))
+                   for name, step in {"target": TARGET_STEP, **steps}.items())
+    profile = Profile(target="target", device=DEVICE, models=models, pairs=())
     names = ["target", *alphas]
     pairs = [(verifier, drafter) for index, verifier in enumerate(names) for drafter in names[index + 1:]]
     for verifier, drafter in pairs:
         for mode in modes:
             alpha = alphas[drafter]
-            profile.add_pair(verifier, drafter).sampling[mode] = SamplingStats(alpha=alpha, engine_alpha=alpha)
+            profile = profile.with_stats(verifier, drafter, mode, SamplingStats(alpha=alpha, engine_alpha=alpha))
     record = {"path": str(path), "yaml": yaml.safe_load(path.read_text()), "device": None}
-    profile.profiler = ProfilerRecord(prompts=prompts, candidates=record)
+    profile = dataclasses.replace(profile, profiler=ProfilerRecord(prompts=prompts, candidates=record))
     if prompts is not None:
         bits = tuple("1101110111" if index % 2 else "1110111011" for index in range(prompts))
-        profile.acceptance_runs["greedy"] = AgreementRuns(
-            tuple(PairAgreement(verifier, drafter, bits) for verifier, drafter in pairs), prompts=prompts, new_tokens=10)
+        profile = dataclasses.replace(profile, acceptance_runs={"greedy": AgreementRuns(
+            tuple(PairAgreement(verifier, drafter, bits) for verifier, drafter in pairs), prompts=prompts, new_tokens=10)})
     return profile
 
 
@@ -119,7 +120,7 @@ def planned(family) -> dict[str, tuple[Path, Path]]:
     for case, build in PROFILES.items():
         folder = family / case.replace("'", "")
         folder.mkdir()
-        build(family).save(folder / "profile.json")
+        write_profile(build(family), folder / "profile.json")
         _run("recommend", "--profile", folder / "profile.json", "--out", folder / "plan.json")
         made[case] = (folder / "profile.json", folder / "plan.json")
     return made

@@ -13,6 +13,7 @@ from typer.testing import CliRunner
 
 from conftest import perturbed_copy, save_model, tiny_llama, tiny_tokenizer, write_candidate_workspace
 from polyplan.cli.app import app
+from polyplan.formats.codec import encode
 from polyplan.formats.processor import Processor
 from polyplan.formats.report import encode_report, read_report
 
@@ -122,7 +123,7 @@ def test_a_plan_whose_models_changed_is_refused(workspace, planned, tmp_path):
 @pytest.mark.parametrize(
     ("case", "message"),
     [
-        ("version", r"plan_version: unsupported version 3; this polyplan reads 1 and 2"),
+        ("version", r"plan_version: unsupported version 3; this polyplan reads version 2 \(and migrates version 1\)"),
         ("long_prompts", r"long.txt: no usable prompt: all 2 are longer than the \d+ tokens that fit"),
         ("empty_prompts", r"empty.txt: no prompts \(the file is empty\)"),
         ("no_candidates", r"candidates: the plan does not record its models.yaml .* pass --candidates models.yaml"),
@@ -191,7 +192,7 @@ XEON = Processor("Intel(R) Xeon(R) Processor", "x86_64", ("amx_tile", "avx2", "a
 def test_a_plan_from_another_processor_is_validated_with_one_line_saying_so(workspace, planned, tmp_path, monkeypatch, here):
     """Fake processors on both sides (never the real machine's): the plan's record says EPYC;
     this machine is made to read as `here`."""
-    plan = _plan_copy(planned, tmp_path, processor=EPYC.to_json())
+    plan = _plan_copy(planned, tmp_path, processor=encode(EPYC))
     monkeypatch.setattr("polyplan.loop.pipeline.this_processor", lambda device="cpu": here)
     result = _invoke("validate", "--plan", str(plan), "--prompts", str(workspace / "prompts.jsonl"), *VALIDATE_FAST,
                      "--out", str(tmp_path / "r"))

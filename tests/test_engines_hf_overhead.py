@@ -15,8 +15,9 @@ from polyplan.planner.engine_overhead import (
     prediction_overhead, profile_call_seconds, profile_engine_overhead, stored_fingerprint,
 )
 from polyplan.formats.overhead import LoopOverhead
-from polyplan.formats.profile import LatencyPoint, LoopCalibration, ModelProfile, Profile
-from polyplan.formats.profile_codec import decode, load
+from polyplan.formats.profile import (
+    LatencyPoint, LoopCalibration, ModelProfile, Profile, decode_profile, encode_profile, read_profile, write_profile,
+)
 
 PER_CALL, PER_STEP, PER_ROUND = 0.004, 0.0005, 0.0015
 # target-only at 32 and 64 tokens, assisted at K = 1, 2, 4 (drafter steps, target rounds)
@@ -56,23 +57,22 @@ def test_the_hf_overhead_changes_the_prediction_as_the_cost_model_says():
 
 
 def _profile(**typed) -> Profile:
-    profile = Profile(target="target", device="synthetic", **typed)
-    profile.models.append(ModelProfile("target", "fp-target", [LatencyPoint(64, 1, 0.01)]))
-    return profile
+    return Profile(target="target", device="synthetic", models=(ModelProfile("target", "fp-target", (LatencyPoint(64, 1, 0.01),)),),
+                   pairs=(), **typed)
 
 
 def _version_1(meta: dict) -> Profile:
     """A version-1 profile that kept the overheads in its meta (read through the migration)."""
-    payload = _profile().to_json_dict()
-    return decode({**payload, "schema_version": 1, "meta": meta}, label="old.json")
+    payload = encode_profile(_profile())
+    return decode_profile({**payload, "schema_version": 1, "meta": meta}, label="old.json")
 
 
 def test_profile_round_trip_and_old_profiles(tmp_path):
     entry = engine_overhead_entry(EngineOverhead(LoopOverhead(PER_STEP, PER_ROUND), PER_CALL), fingerprint="sha256:x",
                                   details={"drafter": "draft"})
     profile = _profile(loop_overhead={"greedy": LoopCalibration(1e-4, 2e-4)}, engine_overhead={"hf": {"greedy": entry}})
-    profile.save(tmp_path / "profile.json")
-    again = load(tmp_path / "profile.json")
+    write_profile(profile, tmp_path / "profile.json")
+    again = read_profile(tmp_path / "profile.json")
     assert again.engine_overhead == profile.engine_overhead and again.engine_overhead["hf"]["greedy"].details == {"drafter": "draft"}
     assert profile_engine_overhead(again, "hf", "greedy") == LoopOverhead(PER_STEP, PER_ROUND)
     assert profile_engine_overhead(again, "hf", "t1.0") is None
@@ -90,20 +90,20 @@ def test_profile_round_trip_and_old_profiles(tmp_path):
 
 def test_a_malformed_entry_is_one_clear_error():
     """Read once, when the profile is decoded: a version-1 file names where it kept the entry."""
-    with pytest.raises(PolyplanError, match=r"old.json: meta.engine_overhead.hf.greedy: loop overhead: per_step_s"):
+    with pytest.raises(PolyplanError, match=r"old.json: meta.engine_overhead.hf.greedy.per_step_s: must be >= 0"):
         _version_1({"engine_overhead": {"hf": {"greedy": {"per_step_s": -1, "per_round_s": 0}}}})
-    with pytest.raises(PolyplanError, match="keyed by engine"):
+    with pytest.raises(PolyplanError, match=r"old.json: meta.engine_overhead: must be a JSON object, got an array"):
         _version_1({"engine_overhead": ["x"]})
-    payload = _profile().to_json_dict()
-    with pytest.raises(PolyplanError, match=r"new.json: engine_overhead.hf.greedy: loop overhead: per_step_s"):
-        decode({**payload, "engine_overhead": {"hf": {"greedy": {"per_step_s": -1, "per_round_s": 0}}}}, label="new.json")
+    payload = encode_profile(_profile())
+    with pytest.raises(PolyplanError, match=r"new.json: engine_overhead.hf.greedy.per_step_s: must be >= 0"):
+        decode_profile({**payload, "engine_overhead": {"hf": {"greedy": {"per_step_s": -1, "per_round_s": 0}}}}, label="new.json")
     with pytest.raises(PolyplanError, match=r"engine_overhead.hf.greedy.per_call_s: must be >= 0"):
-        decode({**payload, "engine_overhead": {"hf": {"greedy": {"per_step_s": 0, "per_round_s": 0, "per_call_s": -1}}}})
+        decode_profile({**payload, "engine_overhead": {"hf": {"greedy": {"per_step_s": 0, "per_round_s": 0, "per_call_s": -1}}}})
 
 
 def test_a_malformed_table_is_a_polyplan_error_for_every_reader():
-    for meta in ({"engine_overhead": ["x"]}, {"engine_overhead": {"hf": ["x"]}}):
-        with pytest.raises(PolyplanError, match="meta.engine_overhead: must be an object keyed by engine"):
+    for meta, where in (({"engine_overhead": ["x"]}, "meta.engine_overhead"), ({"engine_overhead": {"hf": ["x"]}}, "meta.engine_overhead.hf")):
+        with pytest.raises(PolyplanError, match=f"{where}: must be a JSON object, got an array"):
             _version_1(meta)
 
 
@@ -117,10 +117,10 @@ def test_measured_on_tiny_models_and_resumed_by_fingerprint(single_thread):
         ProfiledModel("target", HFMember(target_model, name="target"), "fp-target"),
         ProfiledModel("draft", HFMember(truncated_copy(target_model, 1), name="draft"), "fp-draft"),
     ]
-    profile = _profile()
-    profile.models.append(ModelProfile("draft", "fp-draft", [LatencyPoint(64, 1, 0.002)]))
+    profile = _profile().with_model(ModelProfile("draft", "fp-draft", (LatencyPoint(64, 1, 0.002),)))
     before = models[1].member.model.generation_config.num_assistant_tokens
-    assert ensure_hf_overhead(profile, models, list(range(3, 20)), [0.0], tokens=6, repeats=1) == 1
+    profile, measured = ensure_hf_overhead(profile, models, list(range(3, 20)), [0.0], tokens=6, repeats=1)
+    assert measured == 1
     entry = profile.engine_overhead["hf"]["greedy"]
     assert entry.details["drafter"] == "draft" and min(entry.per_step_s, entry.per_round_s, entry.per_call_s) >= 0
     rows = entry.details["configurations"]
@@ -134,12 +134,14 @@ def test_measured_on_tiny_models_and_resumed_by_fingerprint(single_thread):
         assert 1 <= row["rounds"] <= 6 and row["rounds"] - 1 <= row["steps"] <= k * row["rounds"]
     assert models[1].member.model.generation_config.num_assistant_tokens == before  # the drafter's config restored
     # resumed: nothing re-measured while the fingerprint holds; a new sampling mode is added, the old entry kept
-    assert ensure_hf_overhead(profile, models, list(range(3, 20)), [0.0], tokens=6, repeats=1) == 0
-    assert ensure_hf_overhead(profile, models, list(range(3, 20)), [0.0, 1.0], tokens=6, repeats=1) == 1
+    profile, measured = ensure_hf_overhead(profile, models, list(range(3, 20)), [0.0], tokens=6, repeats=1)
+    assert measured == 0
+    profile, measured = ensure_hf_overhead(profile, models, list(range(3, 20)), [0.0, 1.0], tokens=6, repeats=1)
+    assert measured == 1
     assert profile.engine_overhead["hf"]["greedy"] is entry and "t1.0" in profile.engine_overhead["hf"]
     # another drafter (changed weights: another fingerprint) is measured again
     models[1] = ProfiledModel("draft", models[1].member, "fp-draft-changed")
-    assert ensure_hf_overhead(profile, models, list(range(3, 20)), [0.0], tokens=6, repeats=1) == 1
+    assert ensure_hf_overhead(profile, models, list(range(3, 20)), [0.0], tokens=6, repeats=1)[1] == 1
 
 
 def test_no_usable_hf_drafter_measures_nothing():
@@ -155,11 +157,11 @@ def test_no_usable_hf_drafter_measures_nothing():
 
     profile = _profile()
     plain = [ProfiledModel("target", Plain(), "fp-target"), ProfiledModel("ngram", Plain(), "fp-ngram")]
-    assert ensure_hf_overhead(profile, plain, [1, 2, 3], [0.0]) == 0
+    assert ensure_hf_overhead(profile, plain, [1, 2, 3], [0.0]) == (profile, 0)
     hf_target = ProfiledModel("target", HFMember(tiny_llama(0)), "fp-target")
-    assert ensure_hf_overhead(profile, [hf_target, plain[1]], [1, 2, 3], [0.0]) == 0
+    assert ensure_hf_overhead(profile, [hf_target, plain[1]], [1, 2, 3], [0.0]) == (profile, 0)
     other_vocab = ProfiledModel("draft", HFMember(tiny_llama(1, vocab=TINY_VOCAB + 8)), "fp-draft")
-    assert ensure_hf_overhead(profile, [hf_target, other_vocab], [1, 2, 3], [0.0]) == 0
+    assert ensure_hf_overhead(profile, [hf_target, other_vocab], [1, 2, 3], [0.0]) == (profile, 0)
     assert not profile.engine_overhead
 
 

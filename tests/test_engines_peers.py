@@ -14,9 +14,10 @@ from typer.testing import CliRunner
 
 from polyplan.formats.candidates import read_candidates
 from polyplan.cli.app import app
-from polyplan.planner.plan_file import write_plan
+from polyplan.formats.plan import write_plan
+from polyplan.planner.plan_file import plan_of
 from polyplan.planner.search import recommend
-from polyplan.formats.profile import LatencyPoint, ModelProfile, Profile, SamplingStats
+from polyplan.formats.profile import LatencyPoint, ModelProfile, Profile, SamplingStats, write_profile
 from polyplan.models.fingerprints import candidate_fingerprints
 
 pytestmark = pytest.mark.usefixtures("single_thread")
@@ -30,16 +31,15 @@ ALPHA = {"target-int8": 0.95, "target-exit2": 0.5, "drafter": 0.7, "ngram": 0.3}
 def plan(tmp_path_factory) -> Path:
     root = tmp_path_factory.mktemp("peers")
     prints = candidate_fingerprints(read_candidates(ZOO))
-    profile = Profile(target="target", device="synthetic")
-    for name, seconds in TIMES.items():
-        points = [LatencyPoint(64, k, seconds * (1 + 0.1 * (k - 1))) for k in (1, 2, 4, 8)]
-        profile.models.append(ModelProfile(name, prints[name], points))
+    models = tuple(ModelProfile(name, prints[name], tuple(LatencyPoint(64, k, seconds * (1 + 0.1 * (k - 1))) for k in (1, 2, 4, 8)))
+                   for name, seconds in TIMES.items())
+    profile = Profile(target="target", device="synthetic", models=models, pairs=())
     for name, alpha in ALPHA.items():
-        profile.add_pair("target", name).sampling["greedy"] = SamplingStats(alpha=alpha, engine_alpha=alpha)
-    profile.save(root / "profile.json")
+        profile = profile.with_stats("target", name, "greedy", SamplingStats(alpha=alpha, engine_alpha=alpha))
+    write_profile(profile, root / "profile.json")
     path = root / "plan.json"
-    write_plan(recommend(profile, max_levels=2, k_max=4), path, profile_path=str(root / "profile.json"),
-               candidates={"path": str(ZOO), "yaml": yaml.safe_load(ZOO.read_text())})
+    write_plan(plan_of(recommend(profile, max_levels=2, k_max=4), profile_path=str(root / "profile.json"),
+                       candidates={"path": str(ZOO), "yaml": yaml.safe_load(ZOO.read_text())}), path)
     lines = [
         {"question_id": 1, "category": "coding", "turns": ["def add(a, b):\n    return"]},
         {"question_id": 2, "category": "writing", "turns": ["The module defines a class that"]},

@@ -3,6 +3,7 @@ a foreign file (a profile, a report, unrelated JSON) is one line saying what it 
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from pathlib import Path
 
@@ -10,9 +11,9 @@ import pytest
 
 from polyplan.formats.errors import PolyplanError
 from polyplan.formats.overhead import LoopOverhead
-from polyplan.formats.plan import CandidatesRecord, ProfileRecord, SearchRecord, decode_plan, read_plan
+from polyplan.formats.plan import CandidatesRecord, InsertionVerdict, ProfileRecord, SearchRecord, decode_plan, read_plan
 from polyplan.formats.profile import LoopCalibration, SCHEMA_VERSION, SwitchCosts
-from polyplan.formats.profile_codec import load
+from polyplan.formats.profile import read_profile
 from polyplan.planner.plan_file import plan_from_profile, profile_digest
 
 EXAMPLE = Path(__file__).resolve().parents[1] / "polyplan" / "data" / "paper_table1_profile.json"
@@ -20,9 +21,8 @@ EXAMPLE = Path(__file__).resolve().parents[1] / "polyplan" / "data" / "paper_tab
 
 @pytest.fixture(scope="module")
 def planned(tmp_path_factory):
-    profile = load(EXAMPLE)
-    profile.loop_overhead = {"greedy": LoopCalibration(1e-4, 3e-4)}
-    profile.switch_costs = SwitchCosts({"eagle": (2e-4, 5e-5)})
+    profile = dataclasses.replace(read_profile(EXAMPLE), loop_overhead={"greedy": LoopCalibration(1e-4, 3e-4)},
+                                  switch_costs=SwitchCosts({"eagle": (2e-4, 5e-5)}))
     path = tmp_path_factory.mktemp("plan") / "plan.json"
     plan_from_profile(profile, path, profile_path=str(EXAMPLE), candidates={"path": "/x/models.yaml", "yaml": {"a": 1}, "device": "cpu"},
                       resamples=0)
@@ -44,12 +44,19 @@ def test_the_plan_reads_back_typed(planned):
 @pytest.mark.parametrize(
     "edit, message",
     [
-        (lambda p: p.__setitem__("loop_overhead", {"per_step_s": -1, "per_round_s": 0}), "plan.json: loop_overhead: loop overhead: per_step_s"),
+        (lambda p: p.__setitem__("loop_overhead", {"per_step_s": -1, "per_round_s": 0}), "plan.json: loop_overhead.per_step_s: must be >= 0"),
         (lambda p: p.__setitem__("switch_costs", {"eagle": [-1]}), "plan.json: switch_costs.eagle: must be a finite number of seconds"),
-        (lambda p: p.__setitem__("switch_costs", [1]), "plan.json: switch_costs: must map model names to seconds"),
-        (lambda p: p.__setitem__("plan_version", 3), "plan.json: plan_version: unsupported version 3; this polyplan reads 1 and 2"),
-        (lambda p: p["alternatives"][0].__setitem__("chain", ["eagle"]), "plan.json: alternatives[0].chain: must be a list of model names starting with the target"),
-        (lambda p: p["alternatives"][0]["exact"].__setitem__("speedup", -1.0), "plan.json: alternatives[0]: speedups: must be > 0"),
+        (lambda p: p.__setitem__("switch_costs", [1]), "plan.json: switch_costs: must be a JSON object, got an array"),
+        (lambda p: p.__setitem__("plan_version", 3),
+         "plan.json: plan_version: unsupported version 3; this polyplan reads version 2 (and migrates version 1)"),
+        (lambda p: p["alternatives"][0].__setitem__("chain", p["alternatives"][0]["chain"][::-1]),
+         "plan.json: alternatives[0].chain: must be a list of model names starting with the target"),
+        (lambda p: p["alternatives"][0].__setitem__("chain", ["eagle"]), "plan.json: alternatives[0].block_sizes: must list 0 integers"),
+        (lambda p: p["alternatives"][0]["exact"].__setitem__("speedup", -1.0), "plan.json: alternatives[0].exact.speedup: must be > 0"),
+        (lambda p: p["alternatives"][1].__setitem__("block_sizes", [1] * 7), "plan.json: alternatives[1].block_sizes: must list"),
+        (lambda p: p["alternatives"][0]["exact"].__setitem__("acceptances", [0.5] * 7), "plan.json: alternatives[0].exact.acceptances: must list"),
+        (lambda p: p.__setitem__("colour", "blue"), "plan.json: colour: unknown field (allowed: "),
+        (lambda p: p["search"].__setitem__("k_max", "8"), "plan.json: search.k_max: must be an integer, got a string"),
         (lambda p: p.__setitem__("fingerprints", {}), "plan.json: fingerprints: must give a fingerprint for every member"),
     ],
 )
@@ -80,18 +87,18 @@ def test_the_sampling_mode_is_parsed_once_on_read(planned):
 def test_one_codec_writes_and_reads_every_field(planned, tmp_path):
     """What `planner.plan_file.plan_of` builds, `formats.plan` writes and reads back unchanged,
     and re-encoding what was read gives the file's JSON again."""
-    from polyplan.formats.plan import encode_plan, save_plan
+    from polyplan.formats.plan import encode_plan, write_plan
     from polyplan.planner.plan_file import plan_of
 
     _, profile = planned
     result = plan_from_profile(profile, None, profile_path="p.json", resamples=30)
     plan = plan_of(result, profile_path="p.json", candidates={"path": "/m.yaml", "yaml": {"b": [1]}, "device": None},
                    profile_digest=profile_digest(profile))
-    save_plan(plan, tmp_path / "plan.json")
+    write_plan(plan, tmp_path / "plan.json")
     again = read_plan(tmp_path / "plan.json")
     assert again == plan
     assert encode_plan(again) == json.loads((tmp_path / "plan.json").read_text())
-    assert again.prediction_intervals is not None and again.alternatives[0].exact_interval is not None
+    assert again.prediction_intervals is not None and again.alternatives[0].exact.interval is not None
     assert again.alternatives[0].insertion_verdicts == plan.alternatives[0].insertion_verdicts and again.insertions
     assert again.physical_limit is not None and again.physical_limit.interval is not None and again.insertion_triples
     # negative control: an edited field reads back different
@@ -113,11 +120,11 @@ def test_a_version_1_plan_reads_as_the_same_plan():
     assert old["plan_version"] == 1 and old["chain"] == old["alternatives"][0]["chain"]
     plan = read_plan(V1_PLAN)
     assert plan.chain == tuple(old["chain"]) and plan.block_sizes == tuple(old["block_sizes"])
-    assert plan.best.exact_speedup == old["predicted"]["speedup"] and plan.best.paper_speedup == old["paper"]["speedup"]
-    assert plan.best.exact_interval == tuple(old["predicted"]["interval"])
+    assert plan.best.exact.speedup == old["predicted"]["speedup"] and plan.best.paper.speedup == old["paper"]["speedup"]
+    assert plan.best.exact.interval == tuple(old["predicted"]["interval"])
     assert [chain.chain for chain in plan.alternatives] == [tuple(entry["chain"]) for entry in old["alternatives"]]
     three = next(chain for chain in plan.alternatives if len(chain.chain) == 3)
-    assert three.insertion_verdicts == (("vicuna-7b-w4", "helps"),)
+    assert three.insertion_verdicts == (InsertionVerdict("vicuna-7b-w4", "helps"),)
     assert plan.loop_overhead == LoopOverhead(1e-4, 3e-4) and plan.switch_costs == {"eagle": (2e-4, 5e-5)}
     new = encode_plan(plan)
     assert new["plan_version"] == 2 and decode_plan(new) == plan
@@ -154,9 +161,8 @@ def test_the_version_2_writer_plans_what_version_1_planned(tmp_path):
     the migrated version-1 fixture equals what the current writer makes."""
     from polyplan.formats.plan import encode_plan
 
-    profile = load(EXAMPLE)
-    profile.loop_overhead = {"greedy": LoopCalibration(1e-4, 3e-4)}
-    profile.switch_costs = SwitchCosts({"eagle": (2e-4, 5e-5)})
+    profile = dataclasses.replace(read_profile(EXAMPLE), loop_overhead={"greedy": LoopCalibration(1e-4, 3e-4)},
+                                  switch_costs=SwitchCosts({"eagle": (2e-4, 5e-5)}))
     plan_from_profile(profile, tmp_path / "plan.json", profile_path="paper_table1_profile.json",
                       candidates={"path": "/x/models.yaml", "yaml": {"a": 1}, "device": "cpu"}, resamples=50)
     written = json.loads((tmp_path / "plan.json").read_text())

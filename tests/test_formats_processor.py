@@ -5,6 +5,7 @@ real machine)."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from pathlib import Path
 
@@ -12,8 +13,9 @@ import pytest
 
 from polyplan.formats.errors import PolyplanError
 from polyplan.formats.plan import decode_plan, read_plan
-from polyplan.formats.processor import Processor, isa_flags, machine_difference, processor_from_json, processor_line
-from polyplan.formats.profile_codec import decode, encode, load
+from polyplan.formats.codec import decode, encode
+from polyplan.formats.processor import Processor, isa_flags, machine_difference, processor_line
+from polyplan.formats.profile import decode_profile, encode_profile, read_profile
 from polyplan.planner.plan_file import plan_from_profile
 
 EXAMPLE = Path(__file__).resolve().parents[1] / "polyplan" / "data" / "paper_table1_profile.json"
@@ -22,9 +24,11 @@ XEON = Processor("Intel(R) Xeon(R) Processor", "x86_64", ("amx_tile", "avx2", "a
 
 
 def test_the_record_round_trips_through_its_json():
-    assert processor_from_json(json.loads(json.dumps(EPYC.to_json())), "processor") == EPYC
+    assert decode(Processor, json.loads(json.dumps(encode(EPYC))), "processor") == EPYC
     gpu = Processor("AMD EPYC 9R14", gpu="NVIDIA H100 80GB HBM3")
-    assert processor_from_json(gpu.to_json(), "processor") == gpu
+    assert decode(Processor, encode(gpu), "processor") == gpu
+    assert list(encode(gpu)) == ["name", "architecture", "flags", "quantized_engine", "capability", "cores", "gpu"]  # null kept
+    assert decode(Processor, {"name": "x", "flags": ["fma", "avx2", "fma"]}).flags == ("avx2", "fma")  # sorted, once each
     assert gpu.label == "NVIDIA H100 80GB HBM3 on AMD EPYC 9R14 (unknown ISA, unknown engine)"
 
 
@@ -39,38 +43,39 @@ def test_the_recorded_flags_are_a_sorted_subset():
     "value, message",
     [
         ("AMD", "processor: must be a JSON object"),
-        ({"flags": []}, "processor.name: must be a non-empty string"),
-        ({"name": "x", "flags": "avx2"}, "processor.flags: must be a list of ISA flag names"),
-        ({"name": "x", "cores": 0}, "processor.cores: must be an integer >= 1 or null"),
-        ({"name": "x", "speed": 3}, "processor: unknown field 'speed'"),
+        ({"flags": []}, "processor.name: missing"),
+        ({"name": " "}, "processor.name: must be a non-empty string"),
+        ({"name": "x", "flags": "avx2"}, "processor.flags: must be a JSON array"),
+        ({"name": "x", "flags": [""]}, r"processor.flags\[0\]: must be a non-empty string"),
+        ({"name": "x", "cores": 0}, "processor.cores: must be an integer >= 1"),
+        ({"name": "x", "speed": 3}, "processor.speed: unknown field"),
     ],
 )
 def test_a_bad_record_is_one_line_naming_the_field(value, message):
     with pytest.raises(PolyplanError, match=message):
-        processor_from_json(value, "processor")
+        decode(Processor, value, "JSON", "processor")
 
 
 def test_the_profile_keeps_it_and_an_old_profile_loads_without_it(tmp_path):
-    old = load(EXAMPLE)  # shipped before processors were recorded
-    assert old.processor is None and "processor" not in encode(old)
-    old.processor = EPYC
-    payload = json.loads(json.dumps(encode(old)))
+    old = read_profile(EXAMPLE)  # shipped before processors were recorded
+    assert old.processor is None and "processor" not in encode_profile(old)
+    old = dataclasses.replace(old, processor=EPYC)
+    payload = json.loads(json.dumps(encode_profile(old)))
     assert list(payload)[:4] == ["schema_version", "target", "device", "processor"]  # beside the device label
-    assert decode(payload).processor == EPYC
+    assert decode_profile(payload).processor == EPYC
     payload["processor"]["flags"] = 3
-    with pytest.raises(PolyplanError, match=r"profile: processor.flags: must be a list"):
-        decode(payload)
+    with pytest.raises(PolyplanError, match=r"profile: processor.flags: must be a JSON array"):
+        decode_profile(payload)
 
 
 def test_the_plan_carries_the_profiles_and_an_old_plan_loads_without_it(tmp_path):
-    profile = load(EXAMPLE)
-    profile.processor = EPYC
+    profile = dataclasses.replace(read_profile(EXAMPLE), processor=EPYC)
     plan_from_profile(profile, tmp_path / "plan.json", profile_path=str(EXAMPLE), resamples=0)
     assert read_plan(tmp_path / "plan.json").processor == EPYC
     payload = json.loads((tmp_path / "plan.json").read_text())
     del payload["processor"]  # a plan from before it was recorded
     assert decode_plan(payload).processor is None
-    plan_from_profile(load(EXAMPLE), tmp_path / "none.json", profile_path=str(EXAMPLE), resamples=0)
+    plan_from_profile(read_profile(EXAMPLE), tmp_path / "none.json", profile_path=str(EXAMPLE), resamples=0)
     assert read_plan(tmp_path / "none.json").processor is None  # a profile without one: null in the plan
 
 

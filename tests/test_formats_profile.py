@@ -1,4 +1,4 @@
-"""The profile file and its codec (`formats.profile`, `formats.profile_codec`): every field
+"""The profile file (`formats.profile`, read and written by `formats.codec`): every field
 round-trips (atomic save), the profiler's fields (intervals, implied μ, fingerprints,
 warnings) included; schema 2's typed records; a version-1 file is migrated (its meta entries
 become the typed fields, nothing measured is lost); one clear error per bad field; a future
@@ -16,7 +16,6 @@ import pytest
 from typer.testing import CliRunner
 
 from polyplan.cli.app import app
-from polyplan.formats import profile as types
 from polyplan.formats.errors import PolyplanError
 from polyplan.formats.overhead import LoopOverhead
 from polyplan.formats.profile import (
@@ -24,7 +23,7 @@ from polyplan.formats.profile import (
     LoopCalibration, ModelProfile, PairAgreement, PrefillPoint, Profile, ProfilerRecord, SamplingStats, SwitchCosts,
     TimingHealth,
 )
-from polyplan.formats.profile_codec import decode, encode, load
+from polyplan.formats.profile import decode_profile, encode_profile, read_profile, write_profile
 from polyplan.formats.sampling import SamplingMode
 from polyplan.planner.engine_overhead import profile_call_seconds, profile_engine_overhead
 from polyplan.planner.overhead import profile_overhead, profile_switch_costs
@@ -46,7 +45,7 @@ def _write(tmp_path: Path, payload: dict, name: str = "profile.json") -> Path:
 
 
 def test_example_profile_loads_with_table1_numbers():
-    profile = load(EXAMPLE)
+    profile = read_profile(EXAMPLE)
     assert profile.target == "vicuna-7b"
     assert [m.latency[0].median_s for m in profile.models] == [0.025, 0.007, 0.004]
     mus = {(p.verifier, p.drafter): p.sampling["greedy"].decoded[0].mu for p in profile.pairs}
@@ -66,12 +65,13 @@ def test_the_shipped_profile_is_the_one_copy_and_resources_reads_it():
 
 def test_save_refuses_an_invalid_profile_and_keeps_the_old_file(tmp_path):
     path = tmp_path / "p.json"
-    profile = load(EXAMPLE)
-    profile.save(path)
+    profile = read_profile(EXAMPLE)
+    write_profile(profile, path)
     before = path.read_text()
-    profile.pairs[0].sampling["greedy"].alpha = 1.5
+    pair = profile.pairs[0]
+    profile = profile.with_stats(pair.verifier, pair.drafter, "greedy", dataclasses.replace(pair.sampling["greedy"], alpha=1.5))
     with pytest.raises(PolyplanError, match=r"pairs\[0\]\.sampling\.greedy\.alpha: must be in \[0, 1\)"):
-        profile.save(path)
+        write_profile(profile, path)
     assert path.read_text() == before
     assert [p.name for p in tmp_path.iterdir()] == ["p.json"]
 
@@ -123,10 +123,10 @@ _DELETE = object()
         ("pairs/0/sampling/greedy/decoded/0/k", 0, "decoded[0].k: must be an integer >= 1, got 0"),
         ("pairs/0/sampling/greedy/decoded/0/mu", 9.0, "decoded[0].mu: must be in [1, k + 1] = [1, 8], got 9"),
         ("schema_version", 3, "schema_version: unsupported version 3; this polyplan reads version 2"),
-        ("schema_version", _DELETE, "schema_version: unsupported version null"),
+        ("schema_version", _DELETE, "schema_version: missing; this polyplan reads version 2"),
         ("target", "llama", "target: 'llama' is not one of the models"),
         ("models/0/fingerprint", "", "models[0].fingerprint: must be a non-empty string"),
-        ("models/0/latncy", [], "models[0]: unknown field 'latncy'"),
+        ("models/0/latncy", [], "models[0].latncy: unknown field"),
         ("pairs/1/drafter", "nobody", "pairs[1].drafter: 'nobody' is not one of the models"),
         ("pairs/0/sampling/t-hot", {"alpha": 0.5}, "pairs[0].sampling: key 't-hot' is neither"),
         ("models/2/name", "vicuna-7b", "models[2].name: duplicate model name 'vicuna-7b'"),
@@ -136,7 +136,7 @@ _DELETE = object()
 def test_bad_field_is_named(tmp_path, path, value, message):
     bad = _write(tmp_path, _mutate(_example_payload(), path, value))
     with pytest.raises(PolyplanError) as caught:
-        load(bad)
+        read_profile(bad)
     text = str(caught.value)
     assert message in text
     assert "\n" not in text
@@ -148,23 +148,23 @@ def test_nan_in_the_json_is_rejected_with_its_field(tmp_path):
     path = tmp_path / "profile.json"
     path.write_text(text)
     with pytest.raises(PolyplanError, match=r"pairs\[1\]\.sampling\.greedy\.alpha: must be a finite number, got NaN"):
-        load(path)
+        read_profile(path)
     path.write_text(EXAMPLE.read_text().replace('"median_s": 0.025', '"median_s": Infinity'))
     with pytest.raises(PolyplanError, match=r"models\[0\]\.latency\[0\]\.median_s: must be a finite number"):
-        load(path)
+        read_profile(path)
 
 
 def test_unreadable_inputs(tmp_path):
     with pytest.raises(PolyplanError, match="no such file"):
-        load(tmp_path / "missing.json")
+        read_profile(tmp_path / "missing.json")
     broken = tmp_path / "broken.json"
     broken.write_text("{\"schema_version\": 1,")
     with pytest.raises(PolyplanError, match=r"broken.json: not valid JSON \(line 1"):
-        load(broken)
+        read_profile(broken)
     array = tmp_path / "array.json"
     array.write_text("[]")
     with pytest.raises(PolyplanError, match="must hold one JSON object"):
-        load(array)
+        read_profile(array)
 
 
 def test_optional_distribution_fields_validate(tmp_path):
@@ -172,68 +172,72 @@ def test_optional_distribution_fields_validate(tmp_path):
     payload["pairs"][0]["sampling"]["greedy"]["alpha_distribution"] = {
         "mean": 0.93, "std": 0.2, "samples": 100, "quantiles": {"0.5": 1.0, "0.1": 0.4}
     }
-    profile = load(_write(tmp_path, payload))
+    profile = read_profile(_write(tmp_path, payload))
     spread = profile.pairs[0].sampling["greedy"].alpha_distribution
     assert spread is not None and spread.quantiles == {"0.5": 1.0, "0.1": 0.4}
     payload["pairs"][0]["sampling"]["greedy"]["alpha_distribution"]["quantiles"] = {"median": 1.0}
     with pytest.raises(PolyplanError, match=r"alpha_distribution\.quantiles: key 'median' is not a probability"):
-        load(_write(tmp_path, payload))
+        read_profile(_write(tmp_path, payload))
     assert math.isfinite(profile.pairs[0].sampling["greedy"].alpha)
 
 
 def _full_profile() -> Profile:
-    profile = Profile(target="big", device="cpu")
-    profile.models.append(
+    models = (
         ModelProfile(
-            "big", "fp-big", [LatencyPoint(64, 1, 0.02, 0.001, 9)], [PrefillPoint(64, 0.05, 0.002, 3)], latency_fingerprint="sha256:lat"
-        )
+            "big", "fp-big", (LatencyPoint(64, 1, 0.02, 0.001, 9),), (PrefillPoint(64, 0.05, 0.002, 3),), latency_fingerprint="sha256:lat"
+        ),
+        ModelProfile("small", "fp-small", (LatencyPoint(64, 1, 0.002),)),
     )
-    profile.models.append(ModelProfile("small", "fp-small", [LatencyPoint(64, 1, 0.002)]))
-    profile.add_pair("big", "small").sampling["greedy"] = SamplingStats(
+    profile = Profile(target="big", device="cpu", models=models, pairs=())
+    return profile.with_stats("big", "small", "greedy", SamplingStats(
         alpha=0.7,
         alpha_samples=400,
         alpha_ci=(0.65, 0.74),
         alpha_distribution=AlphaDistribution(0.7, 0.45, {"0.5": 1.0}, 400, autocorrelation=0.2),
-        implied=[ImpliedStats(2, 2.19, 2.3), ImpliedStats(4, 2.77)],
-        decoded=[DecodedStats(4, 2.9, 1.1, 120, mu_ci=(2.7, 3.1), sigma_ci=(1.0, 1.2), prompts=8, fingerprint="sha256:dec")],
+        implied=(ImpliedStats(2, 2.19, 2.3), ImpliedStats(4, 2.77)),
+        decoded=(DecodedStats(4, 2.9, 1.1, 120, mu_ci=(2.7, 3.1), sigma_ci=(1.0, 1.2), prompts=8, fingerprint="sha256:dec"),),
         fingerprint="sha256:alpha",
-        warnings=["K=4: decoded mu 2.90 vs 2.77 implied"],
-    )
-    return profile
+        warnings=("K=4: decoded mu 2.90 vs 2.77 implied",),
+    ))
 
 
 def test_every_field_round_trips_through_the_file_and_the_codec(tmp_path):
     """One round trip for every record the codec writes: built field by field, saved
     atomically, read back equal; encode/decode equal too, with a negative control."""
     profile = _full_profile()
-    assert profile.add_pair("big", "small") is profile.pairs[0]  # a pair is added once
-    profile.pairs[0].sampling[SamplingMode(1.0).key] = SamplingStats(alpha=0.6)
-    profile.models[0].timing = TimingHealth(threads=1, cpus=2)
-    profile.models[0].latency[0] = dataclasses.replace(profile.models[0].latency[0], samples_s=(0.02, 0.021))
-    profile.profiler = ProfilerRecord(prompts=8)
-    profile.loop_overhead = {"greedy": LoopCalibration(1e-4, 2e-4, fingerprint="sha256:l"), "t0.7": LoopCalibration(1e-4, 3e-4)}
-    profile.engine_overhead = {"hf": {"greedy": EngineCalibration(1e-4, 1e-3, per_call_s=0.004, fingerprint="sha256:x")}}
-    profile.switch_costs = SwitchCosts({"big": (0.001,), "small": (0.0002, 0.0001)}, context_length=64, fingerprint="sha256:s")
-    profile.acceptance_runs = {"greedy": AgreementRuns((PairAgreement("big", "small", ("10", "111")),), fingerprint="sha256:r")}
+    profile = profile.with_stats("big", "small", SamplingMode(1.0).key, SamplingStats(alpha=0.6))
+    assert len(profile.pairs) == 1  # a pair is added once
+    big = profile.models[0]
+    profile = profile.with_model(dataclasses.replace(
+        big, timing=TimingHealth(threads=1, cpus=2), latency=(dataclasses.replace(big.latency[0], samples_s=(0.02, 0.021)),),
+    ))
+    profile = dataclasses.replace(
+        profile,
+        profiler=ProfilerRecord(prompts=8),
+        loop_overhead={"greedy": LoopCalibration(1e-4, 2e-4, fingerprint="sha256:l"), "t0.7": LoopCalibration(1e-4, 3e-4)},
+        engine_overhead={"hf": {"greedy": EngineCalibration(1e-4, 1e-3, per_call_s=0.004, fingerprint="sha256:x")}},
+        switch_costs=SwitchCosts({"big": (0.001,), "small": (0.0002, 0.0001)}, context_length=64, fingerprint="sha256:s"),
+        acceptance_runs={"greedy": AgreementRuns((PairAgreement("big", "small", ("10", "111")),), fingerprint="sha256:r")},
+    )
     path = tmp_path / "p.json"
-    profile.save(path)
+    write_profile(profile, path)
     assert [p.name for p in tmp_path.iterdir()] == ["p.json"]  # the temporary file was renamed
-    again = load(path)
+    again = read_profile(path)
     assert again == profile
     assert set(again.pairs[0].sampling) == {"greedy", "t1.0"}
     stats = again.pairs[0].sampling["greedy"]
     assert stats.alpha_ci == (0.65, 0.74) and stats.decoded[0].mu_ci == (2.7, 3.1)
     assert stats.implied[1].mu_positional is None
     assert again.models[0].latency_fingerprint == "sha256:lat" and again.models[1].latency_fingerprint is None
-    assert decode(json.loads(json.dumps(encode(profile)))) == profile
+    assert decode_profile(json.loads(json.dumps(encode_profile(profile)))) == profile
     # negative control: the comparison sees a change in a typed record
-    assert decode(json.loads(json.dumps(encode(profile))).__or__({"switch_costs": {"models": {"big": [0.002]}}})) != profile
+    assert decode_profile(json.loads(json.dumps(encode_profile(profile))).__or__({"switch_costs": {"models": {"big": [0.002]}}})) != profile
 
 
 def test_old_profiles_without_the_new_fields_still_load():
-    profile = load(EXAMPLE)
+    profile = read_profile(EXAMPLE)
     stats = profile.pairs[0].sampling["greedy"]
-    assert stats.alpha_ci is None and stats.implied == [] and stats.warnings == [] and stats.fingerprint is None
+    assert stats.alpha_ci is None and stats.implied == () and stats.warnings == () and stats.fingerprint is None
 
 
 @pytest.mark.parametrize(
@@ -241,35 +245,36 @@ def test_old_profiles_without_the_new_fields_still_load():
     [
         (lambda s: s.__setitem__("alpha_ci", [0.8, 0.7]), r"greedy\.alpha_ci: low 0\.8 is above high 0\.7"),
         (lambda s: s.__setitem__("alpha_ci", [0.5, 1.2]), r"greedy\.alpha_ci: must lie within \[0, 1\]"),
-        (lambda s: s.__setitem__("alpha_ci", [0.5]), r"greedy\.alpha_ci: must be a \[low, high\] array of two numbers"),
+        (lambda s: s.__setitem__("alpha_ci", [0.5]), r"greedy\.alpha_ci: must be an array of 2, got 1 items"),
         (lambda s: s["implied"][0].__setitem__("mu", 3.5), r"greedy\.implied\[0\]\.mu: must be in \[1, k \+ 1\] = \[1, 3\]"),
         (lambda s: s["implied"].append({"k": 2, "mu": 2.0}), r"greedy\.implied\[2\]: duplicate entry for k 2"),
-        (lambda s: s["implied"][0].__setitem__("extra", 1), r"greedy\.implied\[0\]: unknown field 'extra'"),
+        (lambda s: s["implied"][0].__setitem__("extra", 1), r"greedy\.implied\[0\]\.extra: unknown field"),
         (lambda s: s["decoded"][0].__setitem__("mu_ci", [0.5, 3.0]), r"greedy\.decoded\[0\]\.mu_ci: must lie within \[1, 5\]"),
         (lambda s: s["decoded"][0].__setitem__("sigma_ci", [-1.0, 3.0]), r"greedy\.decoded\[0\]\.sigma_ci: must lie within \[0, inf\]"),
         (lambda s: s["decoded"][0].__setitem__("prompts", 0), r"greedy\.decoded\[0\]\.prompts: must be an integer >= 1"),
         (lambda s: s["decoded"][0].__setitem__("fingerprint", ""), r"greedy\.decoded\[0\]\.fingerprint: must be a non-empty string"),
-        (lambda s: s.__setitem__("warnings", ["ok", 3]), r"greedy\.warnings\[1\]: must be a non-empty string"),
+        (lambda s: s.__setitem__("warnings", ["ok", 3]), r"greedy\.warnings\[1\]: must be a string, got the number 3"),
+        (lambda s: s.__setitem__("warnings", ["ok", " "]), r"greedy\.warnings\[1\]: must be a non-empty string"),
         (lambda s: s["alpha_distribution"].__setitem__("autocorrelation", 1.5), r"alpha_distribution\.autocorrelation: must be in \[-1, 1\]"),
     ],
 )
 def test_bad_new_fields_are_named(tmp_path, mutate, message):
-    payload = _full_profile().to_json_dict()
+    payload = encode_profile(_full_profile())
     mutate(payload["pairs"][0]["sampling"]["greedy"])
     path = tmp_path / "profile.json"
     path.write_text(json.dumps(payload))
     with pytest.raises(PolyplanError, match=message) as caught:
-        load(path)
+        read_profile(path)
     assert str(caught.value).startswith(f"{path}: pairs[0].sampling.greedy")
 
 
 def test_bad_latency_fingerprint_is_named(tmp_path):
-    payload = _full_profile().to_json_dict()
+    payload = encode_profile(_full_profile())
     payload["models"][0]["latency_fingerprint"] = 7
     path = tmp_path / "profile.json"
     path.write_text(json.dumps(payload))
-    with pytest.raises(PolyplanError, match=r"models\[0\]\.latency_fingerprint: must be a non-empty string"):
-        load(path)
+    with pytest.raises(PolyplanError, match=r"models\[0\]\.latency_fingerprint: must be a string, got the number 7"):
+        read_profile(path)
 
 
 TIMING = {"reference_median_s": 0.002, "reference_relative_iqr": 0.4, "latency_outliers": 1, "latency_timings": 40,
@@ -298,8 +303,8 @@ def _version_1() -> dict:
 
 
 def test_a_version_1_profile_is_migrated_onto_the_typed_fields():
-    profile = decode(_version_1(), label="old.json")
-    assert profile.schema_version == SCHEMA_VERSION == 2
+    profile = decode_profile(_version_1(), label="old.json")
+    assert encode_profile(profile)["schema_version"] == SCHEMA_VERSION == 2
     assert profile.profiler == ProfilerRecord(latency={"ks": [1, 2]}, acceptance={"block_sizes": [2, 3]}, prompts=3, torch="2.4")
     assert profile_overhead(profile, "greedy") == LoopOverhead(1e-4, 3e-4)
     assert profile.loop_overhead["greedy"].vocab == 64
@@ -320,17 +325,17 @@ def test_a_version_1_profile_is_migrated_onto_the_typed_fields():
 def test_a_migrated_profile_is_written_as_version_2_and_reads_back_the_same(tmp_path):
     old = tmp_path / "old.json"
     old.write_text(json.dumps(_version_1()))
-    profile = load(old)
-    profile.save(tmp_path / "new.json")
+    profile = read_profile(old)
+    write_profile(profile, tmp_path / "new.json")
     payload = json.loads((tmp_path / "new.json").read_text())
     assert payload["schema_version"] == 2
     assert payload["meta"] == {"mine": {"kept": True}} and payload["models"][1]["meta"] == {"threads": "many"}
     assert "meta" not in payload["models"][0] or payload["models"][0]["meta"] == {"room": "B12"}
     assert payload["switch_costs"]["models"] == {"t": [0.001, 0.0005], "d": [0.0002]}
     assert payload["models"][0]["timing"]["noise_budget_exhausted"] is True
-    again = load(tmp_path / "new.json")
+    again = read_profile(tmp_path / "new.json")
     assert again == profile
-    assert encode(again) == payload
+    assert encode_profile(again) == payload
 
 
 def test_the_loop_costs_keep_their_fingerprints_through_the_codec_and_the_migration():
@@ -340,27 +345,14 @@ def test_the_loop_costs_keep_their_fingerprints_through_the_codec_and_the_migrat
     old = _version_1()
     old["meta"]["loop_overhead"]["greedy"]["fingerprint"] = "sha256:l"
     old["meta"]["switch_cost"]["fingerprint"] = "sha256:s"
-    profile = decode(old)
+    profile = decode_profile(old)
     assert profile.loop_overhead["greedy"].fingerprint == "sha256:l"
     assert profile.switch_costs.fingerprint == "sha256:s"
-    payload = json.loads(json.dumps(encode(profile)))
+    payload = json.loads(json.dumps(encode_profile(profile)))
     assert payload["loop_overhead"]["greedy"]["fingerprint"] == "sha256:l" and payload["switch_costs"]["fingerprint"] == "sha256:s"
-    assert decode(payload) == profile
+    assert decode_profile(payload) == profile
     # negative control: without one, none is invented (the pipeline then measures afresh)
-    assert decode(_version_1()).loop_overhead["greedy"].fingerprint is None and decode(_version_1()).switch_costs.fingerprint is None
-
-
-def test_every_field_names_a_check_the_codec_knows():
-    known = {"count0", "count1", "seconds", "non_negative", "probability", "unit", "correlation", "mu", "unit_interval",
-             "mu_interval", "non_negative_interval", "text", "string", "flag", "texts", "timings", "quantiles", "free",
-             "record", "records", "modes", "engines", "switch_table", "bits", "version", "token_ids", "processor"}
-    records = [value for value in vars(types).values() if dataclasses.is_dataclass(value) and value.__module__ == types.__name__]
-    assert len(records) >= 15
-    for record in records:
-        for field in dataclasses.fields(record):
-            if field.name == "source":
-                continue
-            assert field.metadata.get("json") in known, f"{record.__name__}.{field.name}"
+    assert decode_profile(_version_1()).loop_overhead["greedy"].fingerprint is None and decode_profile(_version_1()).switch_costs.fingerprint is None
 
 
 @pytest.mark.parametrize(
@@ -368,18 +360,18 @@ def test_every_field_names_a_check_the_codec_knows():
     [
         (lambda p: p.__setitem__("schema_version", 3),
          "bad.json: schema_version: unsupported version 3; this polyplan reads version 2 (and migrates version 1)"),
-        (lambda p: p.__setitem__("switch_cost", {"models": {}}), "bad.json: unknown field 'switch_cost'"),
-        (lambda p: p.__setitem__("switch_costs", [1]), "bad.json: switch_costs: must be an object with 'models'"),
+        (lambda p: p.__setitem__("switch_cost", {"models": {}}), "bad.json: switch_cost: unknown field"),
+        (lambda p: p.__setitem__("switch_costs", [1]), "bad.json: switch_costs: must be a JSON object, got an array"),
         (lambda p: p.__setitem__("loop_overhead", {"t0": {"per_step_s": 0, "per_round_s": 0}}),
          "bad.json: loop_overhead: key 't0' is neither 'greedy' nor 't<temperature>'"),
         (lambda p: p["models"][0].__setitem__("timing", {"threads": 0}), "bad.json: models[0].timing.threads: must be an integer >= 1"),
     ],
 )
 def test_a_bad_version_2_field_is_named(edit, message):
-    payload = encode(decode(_version_1()))
+    payload = encode_profile(decode_profile(_version_1()))
     edit(payload)
     with pytest.raises(PolyplanError) as caught:
-        decode(payload, label="bad.json")
+        decode_profile(payload, label="bad.json")
     assert str(caught.value).startswith(message)
 
 
@@ -395,7 +387,7 @@ def test_a_bad_version_2_field_is_named(edit, message):
 )
 def test_a_foreign_file_is_one_line_saying_what_it_is(payload, message):
     with pytest.raises(PolyplanError) as caught:
-        decode(payload, label="x.json")
+        decode_profile(payload, label="x.json")
     assert str(caught.value).startswith(message)
 
 
@@ -412,17 +404,15 @@ def test_recommend_given_a_plan_as_its_profile_says_so(tmp_path):
 def test_the_target_streams_round_trip_and_bad_ones_are_named():
     from polyplan.formats.profile import AgreementRuns, LatencyPoint, ModelProfile, PairAgreement, Profile, SamplingStats, TargetStream
 
-    profile = Profile(target="a", device="cpu")
-    for name in ("a", "b"):
-        profile.models.append(ModelProfile(name, f"fp-{name}", [LatencyPoint(8, 1, 0.01)]))
-    profile.add_pair("a", "b").sampling["greedy"] = SamplingStats(alpha=0.5)
+    models = tuple(ModelProfile(name, f"fp-{name}", (LatencyPoint(8, 1, 0.01),)) for name in ("a", "b"))
+    profile = Profile(target="a", device="cpu", models=models, pairs=()).with_stats("a", "b", "greedy", SamplingStats(alpha=0.5))
     streams = (TargetStream(3, (1, 2, 3, 4, 5)), TargetStream(1, (0, 7)))
-    profile.acceptance_runs["greedy"] = AgreementRuns((PairAgreement("a", "b", ("10",)),), streams=streams)
-    payload = encode(profile)
-    assert decode(json.loads(json.dumps(payload)), label="p.json").acceptance_runs["greedy"].streams == streams
+    profile = dataclasses.replace(profile, acceptance_runs={"greedy": AgreementRuns((PairAgreement("a", "b", ("10",)),), streams=streams)})
+    payload = encode_profile(profile)
+    assert decode_profile(json.loads(json.dumps(payload)), label="p.json").acceptance_runs["greedy"].streams == streams
     old = json.loads(json.dumps(payload))
     del old["acceptance_runs"]["greedy"]["streams"]
-    assert decode(old, label="p.json").acceptance_runs["greedy"].streams == ()  # a profile made before streams
+    assert decode_profile(old, label="p.json").acceptance_runs["greedy"].streams == ()  # a profile made before streams
     for edit, message in [
         (lambda s: s[0].__setitem__("prompt_tokens", 9), "streams[0].prompt_tokens: 9 is more than the stream's 5 ids"),
         (lambda s: s[1].__setitem__("ids", [0, -1]), "streams[1].ids[1]: must be an integer >= 0"),
@@ -431,4 +421,4 @@ def test_the_target_streams_round_trip_and_bad_ones_are_named():
         bad = json.loads(json.dumps(payload))
         edit(bad["acceptance_runs"]["greedy"]["streams"])
         with pytest.raises(PolyplanError, match=message.replace("[", r"\[").replace("]", r"\]")):
-            decode(bad, label="p.json")
+            decode_profile(bad, label="p.json")

@@ -1,5 +1,6 @@
-"""report.json's codec (`formats.report`): a written report decodes and encodes back to the same
-bytes, and every malformed one is one line naming the file and the field."""
+"""report.json (`formats.report`, read and written by `formats.codec`): a written report decodes
+and encodes back to the same bytes, and every malformed one is one line naming the file and the
+field."""
 
 from __future__ import annotations
 
@@ -11,7 +12,8 @@ from pathlib import Path
 import pytest
 
 from polyplan.formats.errors import PolyplanError
-from polyplan.formats.report import REPORT_VERSION, decode_report, encode_report, read_report, report_text, save_report
+from polyplan.formats.codec import json_text
+from polyplan.formats.report import REPORT_VERSION, decode_report, encode_report, read_report, write_report
 
 SAVED = Path(__file__).parent / "data" / "report_v1.json"  # written by polyplan (test_validation_report_json)
 
@@ -19,11 +21,11 @@ SAVED = Path(__file__).parent / "data" / "report_v1.json"  # written by polyplan
 def test_a_saved_report_reads_and_writes_back_the_same_bytes(tmp_path):
     text = SAVED.read_text(encoding="utf-8")
     report = read_report(SAVED)
-    assert report_text(report) == text
+    assert json_text(encode_report(report)) == text
     assert decode_report(encode_report(report)) == report  # encode -> decode -> encode is the identity
     assert report.settings.repeats == 2 and report.chains[0].levels[0].tokens_per_verification.mu == 2.5
     assert report.chains[2].measured_speedup is None and report.categories[-1].rows[0].speedup is None  # lossy; NaN
-    save_report(report, tmp_path / "report.json")
+    write_report(report, tmp_path / "report.json")
     assert (tmp_path / "report.json").read_text(encoding="utf-8") == text
     assert json.loads(text)["report_version"] == REPORT_VERSION == 1
 
@@ -49,6 +51,7 @@ CASES = {
     "unknown field": (lambda p: p["settings"].update(colour="blue"), r"settings\.colour: unknown field"),
     "future version": (lambda p: p.update(report_version=2),
                        r"report_version: unsupported version 2; this polyplan reads version 1 \(upgrade polyplan"),
+    "a fraction where an integer is": (lambda p: p["chains"][0].update(rank=1.5), r"chains\[0\]\.rank: must be an integer, got the number 1\.5"),
     "no version": (lambda p: p.pop("report_version"), r"report_version: missing; this polyplan reads version 1"),
     "another kind of file": (lambda p: (p.clear(), p.update(plan_version=2)), r"is a plan \(plan.json from polyplan recommend\), "
                              r"not a validation report"),

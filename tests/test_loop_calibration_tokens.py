@@ -10,10 +10,8 @@ from polyplan.loop.loop_costs import CALIBRATION_CALL_S, MIN_CALIBRATION_TOKENS,
 
 
 def _profile(step_s: float | None) -> Profile:
-    profile = Profile(target="target", device="synthetic")
-    points = [] if step_s is None else [LatencyPoint(128, 1, step_s), LatencyPoint(128, 4, 3 * step_s)]
-    profile.models.append(ModelProfile("target", "sha256:t", points))
-    return profile
+    points = () if step_s is None else (LatencyPoint(128, 1, step_s), LatencyPoint(128, 4, 3 * step_s))
+    return Profile(target="target", device="synthetic", models=(ModelProfile("target", "sha256:t", points),), pairs=())
 
 
 @pytest.mark.parametrize(("step_s", "most", "expected"), [

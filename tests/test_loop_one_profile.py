@@ -13,7 +13,7 @@ from typer.testing import CliRunner
 
 from conftest import write_candidate_workspace
 from polyplan.cli.app import app
-from polyplan.formats.profile_codec import load
+from polyplan.formats.profile import read_profile
 
 pytestmark = pytest.mark.usefixtures("single_thread")
 
@@ -39,7 +39,7 @@ def profiled(tmp_path_factory) -> Path:
 
 
 def test_profile_measures_everything_the_exact_model_reads(profiled):
-    profile = load(profiled / "profile.json")
+    profile = read_profile(profiled / "profile.json")
     assert set(profile.loop_overhead) == {"greedy"}
     loop = profile.loop_overhead["greedy"]
     assert loop.per_step_s >= 0 and loop.per_round_s >= 0 and loop.fingerprint
@@ -49,7 +49,7 @@ def test_profile_measures_everything_the_exact_model_reads(profiled):
 
 
 def test_profile_then_recommend_plans_as_recommend_candidates_does(profiled, tmp_path):
-    before = load(profiled / "profile.json")
+    before = read_profile(profiled / "profile.json")
     from_profile = _invoke("recommend", "--profile", profiled / "profile.json", "--out", tmp_path / "a.json")
     assert from_profile.exit_code == 0, from_profile.output
     assert "none recorded" not in from_profile.stdout and "acceptance from the measured agreement runs" in from_profile.stdout
@@ -66,7 +66,7 @@ def test_profile_then_recommend_plans_as_recommend_candidates_does(profiled, tmp
     assert {key: value for key, value in a.items() if key not in PROVENANCE} == {
         key: value for key, value in b.items() if key not in PROVENANCE
     }
-    after = load(profiled / "profile.json")
+    after = read_profile(profiled / "profile.json")
     assert after.loop_overhead == before.loop_overhead and after.switch_costs == before.switch_costs
 
 
@@ -83,7 +83,7 @@ def test_a_profile_with_a_stale_loop_cost_is_completed_not_reused(profiled, tmp_
     assert result.exit_code == 0, result.output
     report = json.loads(result.stdout)
     assert report["measured"] == [] and report["loop_costs_measured"] == 2
-    completed = load(stale)
+    completed = read_profile(stale)
     assert completed.loop_overhead["greedy"].fingerprint not in (None, "sha256:stale")
     assert completed.switch_costs.fingerprint not in (None, "sha256:stale")
 
@@ -105,7 +105,7 @@ def test_recommend_resumes_a_profile_with_the_prompts_and_threads_it_was_measure
     built-in prompts and every core, so it silently measured the whole profile again."""
     import torch
 
-    recorded = load(profiled / "profile.json").profiler
+    recorded = read_profile(profiled / "profile.json").profiler
     assert recorded.prompt_file == str((profiled / "prompts.jsonl").resolve()) and not recorded.raw_prompts
     torch.set_num_threads(2)  # as a fresh process on a 2-core machine; the profile was timed with 1
     try:
@@ -130,7 +130,7 @@ def test_a_profile_whose_prompt_file_is_gone_asks_for_prompts_in_one_line(profil
 def test_the_readme_path_profile_recommend_generate_runs(profiled, tmp_path):
     """Issue 23, item 5: `profile` -> `recommend --profile` -> `generate --plan` needs no
     --candidates: the profile records the models.yaml it measured and the plan copies it."""
-    assert load(profiled / "profile.json").profiler.candidates["path"] == str((profiled / "models.yaml").resolve())
+    assert read_profile(profiled / "profile.json").profiler.candidates["path"] == str((profiled / "models.yaml").resolve())
     plan = tmp_path / "plan.json"
     assert _invoke("recommend", "--profile", profiled / "profile.json", "--out", plan).exit_code == 0
     assert json.loads(plan.read_text())["candidates"]["path"] == str((profiled / "models.yaml").resolve())
@@ -149,7 +149,7 @@ def test_the_readme_path_profile_recommend_generate_runs(profiled, tmp_path):
 def test_a_profiling_run_reads_its_profile_once(profiled, monkeypatch):
     """Resuming a profile decodes the file once (it was up to six times: the foreign check,
     the resumed settings and prompts, the previous runs, forgetting latency, the run itself)."""
-    import polyplan.formats.profile_codec as codec
+    import polyplan.formats.profile as profile_file
     import polyplan.profiler.checks as checks
     import polyplan.profiler.profile_cache as cache
     from polyplan.loop.pipeline import profile_candidates
@@ -158,10 +158,10 @@ def test_a_profiling_run_reads_its_profile_once(profiled, monkeypatch):
 
     def counted(path, *args, **kwargs):
         reads.append(Path(path).name)
-        return codec.load(path, *args, **kwargs)
+        return profile_file.read_profile(path, *args, **kwargs)
 
     for module in (cache, checks):
-        monkeypatch.setattr(module, "load", counted)
+        monkeypatch.setattr(module, "read_profile", counted)
     result = profile_candidates(profiled / "models.yaml", profile_path=profiled / "profile.json", fresh_timings=True)
     assert reads == ["profile.json"]
     assert result.path == profiled / "profile.json" and result.reused > 0

@@ -8,6 +8,7 @@ import re
 import subprocess
 import sys
 import threading
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -15,8 +16,9 @@ import pytest
 from conftest import target_early_ngram
 from polyplan.formats.errors import PolyplanError
 from polyplan.formats.processor import Processor
+from polyplan.formats.codec import encode
+from polyplan.formats.profile import read_profile, write_profile
 from polyplan.profiler.locks import profile_lock, timing_lock
-from polyplan.formats.profile_codec import load
 from polyplan.profiler import AcceptanceSettings, LatencySettings, ProfiledModel, ProfileSettings, profile_models
 from polyplan.profiler.prompts import EncodedPrompt, Prompt
 
@@ -47,10 +49,10 @@ def full(models, tmp_path_factory) -> Path:
 def test_a_run_on_fewer_candidates_keeps_the_other_models_entries(models, full, tmp_path):
     out = tmp_path / "profile.json"
     out.write_bytes(full.read_bytes())
-    before = load(out)
+    before = read_profile(out)
     outcome = profile_models([models[0], models[2]], _prompts(), out, SETTINGS)
     assert outcome.measured == ()  # everything the two models need was there
-    after = load(out)
+    after = read_profile(out)
     assert after.model_names() == ["target", "ngram", "early"]  # the candidates first, then what was kept
     assert sorted(after.model_names()) == sorted(before.model_names())
     assert {(p.verifier, p.drafter) for p in after.pairs} == {(p.verifier, p.drafter) for p in before.pairs}
@@ -64,7 +66,7 @@ def test_a_run_on_fewer_candidates_keeps_the_other_models_entries(models, full, 
 def test_recommend_on_an_extended_profile_plans_with_the_current_candidates_only(full):
     from polyplan.planner.plan_file import plan_from_profile
 
-    result = plan_from_profile(load(full), None, profile_path=str(full), drafters=("ngram",))
+    result = plan_from_profile(read_profile(full), None, profile_path=str(full), drafters=("ngram",))
     assert {name for plan in result.ranked for name in plan.chain} <= {"target", "ngram"}
     assert dict(result.fingerprints).keys() == {"target", "ngram"}
 
@@ -72,18 +74,16 @@ def test_recommend_on_an_extended_profile_plans_with_the_current_candidates_only
 @pytest.mark.parametrize(
     "edit, message",
     [
-        (lambda p: setattr(p, "target", "early") or p.models.insert(0, p.models.pop(1)), "made for the target 'early'"),
-        (lambda p: setattr(p, "device", "cuda:0 NVIDIA H100"), "measured on 'cuda:0 NVIDIA H100'"),
-        (lambda p: setattr(p.models[0], "fingerprint", "sha256:other"), "had other weights"),
+        (lambda p: replace(p, target="early", models=(p.models[1], p.models[0], *p.models[2:])), "made for the target 'early'"),
+        (lambda p: replace(p, device="cuda:0 NVIDIA H100"), "measured on 'cuda:0 NVIDIA H100'"),
+        (lambda p: p.with_model(replace(p.models[0], fingerprint="sha256:other")), "had other weights"),
         # the same device label, another processor (virtual machines share a model name): a fake record
-        (lambda p: setattr(p, "processor", Processor("Fake CPU 1", flags=("avx2",))), "measured on 'Fake CPU 1 \\(avx2"),
+        (lambda p: replace(p, processor=Processor("Fake CPU 1", flags=("avx2",))), "measured on 'Fake CPU 1 \\(avx2"),
     ],
 )
 def test_a_profile_for_other_models_or_another_machine_is_never_overwritten(models, full, tmp_path, edit, message):
     out = tmp_path / "other.json"
-    profile = load(full)
-    edit(profile)
-    profile.save(out)
+    write_profile(edit(read_profile(full)), out)
     before = out.read_bytes()
     with pytest.raises(PolyplanError, match=rf"--out: .*other.json is not extended: .*{message}.*choose another --out"):
         profile_models(models, _prompts(), out, SETTINGS)
@@ -209,7 +209,7 @@ def test_recommend_candidates_on_a_profile_from_another_processor_re_times_it_in
     assert made.exit_code == 0, made.output
     payload = json.loads(other.read_text())
     assert payload["processor"]["name"] == this_processor().name  # what a run here records
-    payload["processor"] = Processor("Fake CPU 1", flags=("avx2",)).to_json()
+    payload["processor"] = encode(Processor("Fake CPU 1", flags=("avx2",)))
     other.write_text(json.dumps(payload))
     before = other.read_bytes()
     result = CliRunner().invoke(app, ["recommend", "--candidates", str(workspace / "models.yaml"), "--profile", str(other),
@@ -219,7 +219,7 @@ def test_recommend_candidates_on_a_profile_from_another_processor_re_times_it_in
     assert "is kept as it is (it was measured on 'Fake CPU 1 (avx2, unknown engine)', this run is on" in result.stderr
     assert "re-timing every model and keeping its acceptance statistics" in result.stderr
     assert other.read_bytes() == before
-    cached = load(next((tmp_path / "cache" / "profiles").glob("*.json")))
+    cached = read_profile(next((tmp_path / "cache" / "profiles").glob("*.json")))
     assert not cached.processor.differs(this_processor())
     kept = {(p["verifier"], p["drafter"]): p["sampling"]["greedy"]["alpha"] for p in payload["pairs"]}
     assert {(p.verifier, p.drafter): p.sampling["greedy"].alpha for p in cached.pairs if (p.verifier, p.drafter) in kept} == {

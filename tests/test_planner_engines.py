@@ -4,6 +4,7 @@ the engine-rate check on hand-made distributions."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from pathlib import Path
 
@@ -19,10 +20,12 @@ from polyplan.planner.cost_model import predict_chain
 from polyplan.planner.engines import config_text, engine_config, export_lines, export_plan, export_to_json, loadable
 from polyplan.planner.latency import curve_from_profile
 from polyplan.formats.plan import read_plan
-from polyplan.planner.plan_file import write_plan
+from polyplan.formats.plan import write_plan
+from polyplan.planner.plan_file import plan_of
 from polyplan.planner.search import recommend
-from polyplan.formats.profile import LatencyPoint, ModelProfile, Profile, SamplingStats
-from polyplan.formats.profile_codec import decode
+from polyplan.formats.profile import (
+    LatencyPoint, ModelProfile, Profile, SamplingStats, decode_profile, encode_profile, write_profile,
+)
 from polyplan.models.fingerprints import candidate_fingerprints
 from polyplan.profiler.acceptance import TeacherForced, pair_alpha
 
@@ -41,14 +44,11 @@ ALPHAS = {"target-int8": (0.95, 0.9), "target-exit2": (0.8, 0.7), "draft": (0.8,
 
 
 def _profile(engine_rate: bool = True) -> Profile:
-    profile = Profile(target="target", device="synthetic")
-    for name, seconds in TIMES.items():
-        points = [LatencyPoint(64, k, seconds * (1 + 0.1 * (k - 1))) for k in (1, 2, 4, 8)]
-        profile.models.append(ModelProfile(name, f"fp-{name}", points))
+    models = tuple(ModelProfile(name, f"fp-{name}", tuple(LatencyPoint(64, k, seconds * (1 + 0.1 * (k - 1))) for k in (1, 2, 4, 8)))
+                   for name, seconds in TIMES.items())
+    profile = Profile(target="target", device="synthetic", models=models, pairs=())
     for name, (full, argmax) in ALPHAS.items():
-        profile.add_pair("target", name).sampling["t1.0"] = SamplingStats(
-            alpha=full, engine_alpha=argmax if engine_rate else None
-        )
+        profile = profile.with_stats("target", name, "t1.0", SamplingStats(alpha=full, engine_alpha=argmax if engine_rate else None))
     return profile
 
 
@@ -58,13 +58,12 @@ def files(tmp_path) -> tuple[Path, Path]:
         (tmp_path / folder).mkdir()
     profile = _profile()
     prints = candidate_fingerprints(_candidates(tmp_path))  # as `recommend --candidates` records them
-    for model in profile.models:
-        model.fingerprint = prints[model.name]
+    profile = dataclasses.replace(profile, models=tuple(dataclasses.replace(model, fingerprint=prints[model.name]) for model in profile.models))
     result = recommend(profile, sampling="t1.0", max_levels=2, k_max=8)
     plan = tmp_path / "plan.json"
-    write_plan(result, plan, profile_path=str(tmp_path / "profile.json"),
-               candidates={"path": str(tmp_path / "models.yaml"), "yaml": YAML})
-    profile.save(tmp_path / "profile.json")
+    write_plan(plan_of(result, profile_path=str(tmp_path / "profile.json"),
+                       candidates={"path": str(tmp_path / "models.yaml"), "yaml": YAML}), plan)
+    write_profile(profile, tmp_path / "profile.json")
     return plan, tmp_path
 
 
@@ -85,10 +84,10 @@ def test_engine_rate_is_the_verifiers_probability_of_the_drafters_argmax():
 
 
 def test_old_profiles_without_the_engine_rate_still_load():
-    payload = _profile(engine_rate=False).to_json_dict()
+    payload = encode_profile(_profile(engine_rate=False))
     assert "engine_alpha" not in payload["pairs"][0]["sampling"]["t1.0"]
-    assert decode(payload).pairs[0].sampling["t1.0"].engine_alpha is None
-    fresh = decode(_profile().to_json_dict())
+    assert decode_profile(payload).pairs[0].sampling["t1.0"].engine_alpha is None
+    fresh = decode_profile(encode_profile(_profile()))
     assert fresh.stats("target", "draft", "t1.0").engine_alpha == 0.3
 
 
@@ -130,7 +129,7 @@ def test_export_picks_the_best_drafter_under_each_engines_rule(files):
     best = max(range(1, 9), key=lambda k: predict_chain([0.8], curves, [k]).speedup)
     assert hf.chosen.block_size == best
     assert hf.chosen.speedup == pytest.approx(predict_chain([0.8], curves, [best]).speedup)
-    assert hf.loss == pytest.approx(1 - hf.chosen.speedup / read_plan(plan).best.exact_speedup)
+    assert hf.loss == pytest.approx(1 - hf.chosen.speedup / read_plan(plan).best.exact.speedup)
     # unloadable members are listed with their reason, never chosen
     reasons = {o.drafter: o.reason for o in hf.options}
     assert "quantizes to int8 in torch" in reasons["target-int8"] and "early-exit" in reasons["target-exit2"]
@@ -204,18 +203,18 @@ def test_a_gguf_drafter_is_loaded_by_hf_through_gguf_file_and_refused_by_vllm(fi
 def test_export_says_which_loop_overhead_it_used_and_hf_uses_its_own(files):
     """Old profile (no HF entry): polyplan's loop, said so; with HF's measured entry the HF
     prediction uses it (another speedup) and says so; vLLM keeps polyplan's loop and says so."""
-    from polyplan.formats.profile import EngineCalibration, LoopCalibration
-    from polyplan.formats.profile_codec import load
+    from polyplan.formats.profile import EngineCalibration, LoopCalibration, read_profile
 
     plan, root = files
     before = _invoke("export", "--plan", plan, "--engine", "hf")
     assert before.exit_code == 0, before.output
     assert "loop overhead: HF overhead not measured; prediction uses polyplan's loop overhead (none measured)" in before.stdout
     old = json.loads(_invoke("export", "--plan", plan, "--engine", "hf", "--json").stdout)
-    profile = load(root / "profile.json")
-    profile.loop_overhead = {"t1.0": LoopCalibration(0.0, 0.0)}
-    profile.engine_overhead = {"hf": {"t1.0": EngineCalibration(0.004, 0.02, per_call_s=0.0, fingerprint="sha256:x")}}
-    profile.save(root / "profile.json")
+    profile = dataclasses.replace(
+        read_profile(root / "profile.json"), loop_overhead={"t1.0": LoopCalibration(0.0, 0.0)},
+        engine_overhead={"hf": {"t1.0": EngineCalibration(0.004, 0.02, per_call_s=0.0, fingerprint="sha256:x")}},
+    )
+    write_profile(profile, root / "profile.json")
     after = _invoke("export", "--plan", plan, "--engine", "hf")
     assert "loop overhead: HF generate's own, measured (4000 us/step + 20000 us/round)" in after.stdout
     new = json.loads(_invoke("export", "--plan", plan, "--engine", "hf", "--json").stdout)
@@ -223,7 +222,7 @@ def test_export_says_which_loop_overhead_it_used_and_hf_uses_its_own(files):
     assert new["chosen"]["predicted_speedup"] != pytest.approx(old["chosen"]["predicted_speedup"], rel=1e-3)
     # the exact model with HF's costs: recompute the chosen drafter's prediction by hand
     chosen = new["chosen"]
-    profile = load(root / "profile.json")
+    profile = read_profile(root / "profile.json")
     curves = [curve_from_profile(profile.model("target"), None), curve_from_profile(profile.model(chosen["drafter"]), None)]
     from polyplan.formats.overhead import LoopOverhead
 
@@ -245,9 +244,10 @@ def test_hf_export_carries_the_whole_call_model_of_each_option(files):
     old = export_plan(read_plan(plan), profile, _candidates(root), "hf")
     assert "HF's per-call cost" in old.call_note and "target's prefill" in old.call_note
     assert old.baseline_call.per_call_s == 0.0 and old.baseline_call.target_prefill is None
-    for model in profile.models:
-        model.prefill = [PrefillPoint(64, TIMES[model.name] * 3)]
-    profile.engine_overhead = {"hf": {"t1.0": EngineCalibration(0.001, 0.002, per_call_s=0.007)}}
+    profile = dataclasses.replace(
+        profile, models=tuple(dataclasses.replace(model, prefill=(PrefillPoint(64, TIMES[model.name] * 3),)) for model in profile.models),
+        engine_overhead={"hf": {"t1.0": EngineCalibration(0.001, 0.002, per_call_s=0.007)}},
+    )
     export = export_plan(read_plan(plan), profile, _candidates(root), "hf")
     assert export.call_note == ""
     target = curve_from_profile(profile.model("target"), None)

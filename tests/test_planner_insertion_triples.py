@@ -5,6 +5,7 @@ intermediate level of the top chains, beside the exact model with and without it
 from __future__ import annotations
 
 import itertools
+from dataclasses import replace
 
 import pytest
 
@@ -21,18 +22,19 @@ ALPHAS = {("A", "B"): 0.95, ("B", "C"): 0.9, ("C", "D"): 0.85, ("A", "C"): 0.5, 
 
 def _cascade() -> Profile:
     """Four models, each agreeing well only with its neighbour (T(k) grows 10% a token)."""
-    profile = Profile(target="A", device="synthetic")
-    for name, t in TIMES.items():
-        profile.models.append(ModelProfile(name, f"fp-{name}", [LatencyPoint(64, k, t * (1 + 0.1 * (k - 1))) for k in (1, 2, 4, 8)]))
+    models = tuple(ModelProfile(name, f"fp-{name}", tuple(LatencyPoint(64, k, t * (1 + 0.1 * (k - 1))) for k in (1, 2, 4, 8)))
+                   for name, t in TIMES.items())
+    profile = Profile(target="A", device="synthetic", models=models, pairs=())
     for verifier, drafter in itertools.permutations(TIMES, 2):
         if TIMES[drafter] < TIMES[verifier]:
-            profile.add_pair(verifier, drafter).sampling["greedy"] = SamplingStats(alpha=ALPHAS[(verifier, drafter)])
+            profile = profile.with_stats(verifier, drafter, "greedy", SamplingStats(alpha=ALPHAS[(verifier, drafter)]))
     return profile
 
 
 def test_the_inputs_of_a_triple_are_the_papers():
     profile = _cascade()
-    profile.pair("A", "B").sampling["greedy"].decoded.append(DecodedStats(k=5, mu=4.5))  # measured: read as is
+    stats = profile.stats("A", "B", "greedy")
+    profile = profile.with_stats("A", "B", "greedy", replace(stats, decoded=(*stats.decoded, DecodedStats(k=5, mu=4.5))))  # measured: read as is
     inputs = insertion_inputs(profile, ("A", "B", "D"), (5, 3), (2,), "B")
     assert (inputs.upper, inputs.middle, inputs.lower) == ("A", "B", "D")
     assert (inputs.t1, inputs.t2, inputs.t2_new) == pytest.approx((0.1, 0.0005, 0.02))

@@ -9,6 +9,7 @@ control: the error of the profile's mean, not of a new set)."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 
 import numpy as np
@@ -18,7 +19,7 @@ from typer.testing import CliRunner
 
 from polyplan.formats.errors import PolyplanError
 from polyplan.formats.profile import AgreementRuns, LatencyPoint, ModelProfile, PairAgreement, Profile, SamplingStats
-from polyplan.formats.profile_codec import save
+from polyplan.formats.profile import write_profile
 from polyplan.planner.interval_coverage import coverage_lines, interval_coverage
 from polyplan.planner.plan_file import planned_from_profile
 
@@ -30,17 +31,16 @@ CHAINS = [(("target", "mid", "drafter"), (4, 3)), (("target", "drafter"), (3,))]
 def pooled_profile(seed: int, prompts: int = 48, length: int = 96) -> Profile:
     rng = np.random.default_rng(seed)
     rates = np.where(rng.random(prompts) < 0.15, 0.99, rng.beta(6.0, 2.0, prompts))
-    profile = Profile(target="target", device="synthetic")
-    for name, t1 in TIMES.items():
-        profile.models.append(ModelProfile(name, f"fp-{name}", [LatencyPoint(128, k, t1 * (1 + 0.1 * (k - 1))) for k in KS]))
+    models = tuple(ModelProfile(name, f"fp-{name}", tuple(LatencyPoint(128, k, t1 * (1 + 0.1 * (k - 1))) for k in KS))
+                   for name, t1 in TIMES.items())
+    profile = Profile(target="target", device="synthetic", models=models, pairs=())
     entries = []
     for verifier, drafter, scale in (("target", "mid", 1.0), ("mid", "drafter", 0.95), ("target", "drafter", 0.93)):
         strings = tuple("".join("1" if hit else "0" for hit in rng.random(length) < scale * rate) for rate in rates)
         rate = sum(s.count("1") for s in strings) / (prompts * length)
-        profile.add_pair(verifier, drafter).sampling["greedy"] = SamplingStats(alpha=rate)
+        profile = profile.with_stats(verifier, drafter, "greedy", SamplingStats(alpha=rate))
         entries.append(PairAgreement(verifier, drafter, strings))
-    profile.acceptance_runs = {"greedy": AgreementRuns(tuple(entries), prompts=prompts)}
-    return profile
+    return dataclasses.replace(profile, acceptance_runs={"greedy": AgreementRuns(tuple(entries), prompts=prompts)})
 
 
 def test_the_shipped_intervals_are_calibrated_on_new_prompt_sets():
@@ -78,8 +78,7 @@ def test_bad_settings_are_one_clear_error(options, message):
 
 
 def test_a_profile_without_agreement_runs_is_one_clear_error():
-    profile = pooled_profile(2)
-    profile.acceptance_runs = {}
+    profile = dataclasses.replace(pooled_profile(2), acceptance_runs={})
     with pytest.raises(PolyplanError, match="no greedy agreement runs"):
         interval_coverage(profile, CHAINS, split=8)
 
@@ -88,7 +87,7 @@ def test_bench_intervals_reads_the_plans_profile(tmp_path):
     from polyplan.cli.app import app
 
     profile = pooled_profile(3, prompts=24)
-    save(profile, tmp_path / "profile.json")
+    write_profile(profile, tmp_path / "profile.json")
     planned_from_profile(profile, tmp_path / "plan.json", profile_path=str(tmp_path / "profile.json"), resamples=20, k_max=4)
     runner = CliRunner()
     result = runner.invoke(app, ["bench", "intervals", "--plan", str(tmp_path / "plan.json"), "--splits", "10",

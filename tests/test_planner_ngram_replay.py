@@ -3,6 +3,8 @@ llama.cpp export that uses it; the slow test checks the replay against a real ll
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 
 from polyplan.formats.errors import PolyplanError
@@ -65,13 +67,13 @@ def test_the_llama_cpp_export_replays_ngram_simple_where_the_profile_has_streams
     from polyplan.planner.engines import export_plan
     from polyplan.planner.plan_file import planned_from_profile
 
-    profile = Profile(target="gemma", device="cpu x (1 thread)")
-    profile.models.append(ModelProfile("gemma", "fp-g", [LatencyPoint(64, k, 0.018 * (1 + 0.05 * (k - 1))) for k in (1, 2, 4, 8, 16)]))
-    profile.models.append(ModelProfile("ngram", "fp-n", [LatencyPoint(64, 1, 1e-5)]))
-    profile.add_pair("gemma", "ngram").sampling["greedy"] = SamplingStats(alpha=0.55)
+    models = (ModelProfile("gemma", "fp-g", tuple(LatencyPoint(64, k, 0.018 * (1 + 0.05 * (k - 1))) for k in (1, 2, 4, 8, 16))),
+              ModelProfile("ngram", "fp-n", (LatencyPoint(64, 1, 1e-5),)))
+    profile = Profile(target="gemma", device="cpu x (1 thread)", models=models, pairs=())
+    profile = profile.with_stats("gemma", "ngram", "greedy", SamplingStats(alpha=0.55))
     repeating = TargetStream(8, (1, 2, 3, 4, 5, 6, 7, 4) + (5, 6, 7, 4) * 15)
     runs = AgreementRuns((PairAgreement("gemma", "ngram", ("1100" * 15,)),), streams=(repeating,))
-    profile.acceptance_runs["greedy"] = runs
+    profile = dataclasses.replace(profile, acceptance_runs={"greedy": runs})
     (tmp_path / "gemma.gguf").write_bytes(b"GGUF")
     candidates = parse_candidates({"candidates": [{"name": "gemma", "source": "gemma.gguf", "target": True, "engine": "llama.cpp"},
                                                   {"name": "ngram", "derive": {"kind": "ngram", "max_n": 2}}]},
@@ -80,7 +82,7 @@ def test_the_llama_cpp_export_replays_ngram_simple_where_the_profile_has_streams
     replayed = export_plan(plan, profile, candidates, "llama.cpp").chosen
     assert replayed.model.startswith("replayed llama.cpp's ngram-simple on the profile's 1 target streams")
     assert replayed.block_size >= 2 and replayed.speedup > 2.0
-    profile.acceptance_runs["greedy"] = dataclasses.replace(runs, streams=())
+    profile = dataclasses.replace(profile, acceptance_runs={"greedy": dataclasses.replace(runs, streams=())})
     by_alpha = export_plan(plan, profile, candidates, "llama.cpp").chosen
     assert by_alpha.model.startswith("alpha model: the profile holds no target streams")
     assert by_alpha.speedup != pytest.approx(replayed.speedup)
@@ -94,11 +96,12 @@ def _export(tmp_path, stream: TargetStream, slope: float):
     from polyplan.planner.engines import export_plan
     from polyplan.planner.plan_file import planned_from_profile
 
-    profile = Profile(target="gemma", device="cpu x (1 thread)")
-    profile.models.append(ModelProfile("gemma", "fp-g", [LatencyPoint(64, k, 0.018 * (1 + slope * (k - 1))) for k in (1, 2, 4, 8, 16)]))
-    profile.models.append(ModelProfile("ngram", "fp-n", [LatencyPoint(64, 1, 1e-5)]))
-    profile.add_pair("gemma", "ngram").sampling["greedy"] = SamplingStats(alpha=0.05)
-    profile.acceptance_runs["greedy"] = AgreementRuns((PairAgreement("gemma", "ngram", ("0" * 60,)),), streams=(stream,))
+    models = (ModelProfile("gemma", "fp-g", tuple(LatencyPoint(64, k, 0.018 * (1 + slope * (k - 1))) for k in (1, 2, 4, 8, 16))),
+              ModelProfile("ngram", "fp-n", (LatencyPoint(64, 1, 1e-5),)))
+    profile = Profile(target="gemma", device="cpu x (1 thread)", models=models, pairs=())
+    profile = profile.with_stats("gemma", "ngram", "greedy", SamplingStats(alpha=0.05))
+    profile = dataclasses.replace(profile, acceptance_runs={
+        "greedy": AgreementRuns((PairAgreement("gemma", "ngram", ("0" * 60,)),), streams=(stream,))})
     (tmp_path / "gemma.gguf").write_bytes(b"GGUF")
     candidates = parse_candidates({"candidates": [{"name": "gemma", "source": "gemma.gguf", "target": True, "engine": "llama.cpp"},
                                                   {"name": "ngram", "derive": {"kind": "ngram", "max_n": 2}}]},

@@ -4,6 +4,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import random
 
 import numpy as np
@@ -13,7 +14,7 @@ from polyplan.formats.errors import PolyplanError
 from polyplan.formats.overhead import LoopOverhead
 from polyplan.formats.profile import (AgreementRuns, LatencyPoint, ModelProfile, PairAgreement, Profile, SamplingStats,
                                       TargetStream)
-from polyplan.formats.profile_codec import decode, encode
+from polyplan.formats.profile import decode_profile, encode_profile
 from polyplan.planner.cost_model import predict_chain
 from polyplan.planner.draft_rounds import DraftRounds
 from polyplan.planner.latency import LatencyCurve
@@ -90,16 +91,18 @@ def test_resampled_rounds_weight_prompts():
 
 
 def synthetic_profile(streams=(REPEATING, FRESH)) -> Profile:
-    profile = Profile(target="big", device="cpu x (1 thread)")
-    profile.models.append(ModelProfile("big", "fp-b", [LatencyPoint(64, k, 0.010 * (1 + 0.05 * (k - 1))) for k in (1, 2, 4, 8, 16)]))
-    profile.models.append(ModelProfile("small", "fp-s", [LatencyPoint(64, k, 0.004 * (1 + 0.2 * (k - 1))) for k in (1, 2, 4, 8, 16)]))
-    profile.models.append(ModelProfile("lookup", "fp-l", [LatencyPoint(64, 1, 2e-5)], ngram_simple=2))
+    models = (
+        ModelProfile("big", "fp-b", tuple(LatencyPoint(64, k, 0.010 * (1 + 0.05 * (k - 1))) for k in (1, 2, 4, 8, 16))),
+        ModelProfile("small", "fp-s", tuple(LatencyPoint(64, k, 0.004 * (1 + 0.2 * (k - 1))) for k in (1, 2, 4, 8, 16))),
+        ModelProfile("lookup", "fp-l", (LatencyPoint(64, 1, 2e-5),), ngram_simple=2),
+    )
+    profile = Profile(target="big", device="cpu x (1 thread)", models=models, pairs=())
     for verifier, drafter, alpha in (("big", "small", 0.6), ("big", "lookup", 0.5), ("small", "lookup", 0.5)):
         for mode in ("greedy", "t1.0"):
-            profile.add_pair(verifier, drafter).sampling[mode] = SamplingStats(alpha=alpha)
+            profile = profile.with_stats(verifier, drafter, mode, SamplingStats(alpha=alpha))
     if streams:
-        profile.acceptance_runs["greedy"] = AgreementRuns((PairAgreement("big", "small", ("1101" * 10,) * len(streams)),),
-                                                          streams=tuple(streams))
+        profile = dataclasses.replace(profile, acceptance_runs={
+            "greedy": AgreementRuns((PairAgreement("big", "small", ("1101" * 10,) * len(streams)),), streams=tuple(streams))})
     return profile
 
 
@@ -144,7 +147,7 @@ def test_the_interval_resamples_the_streams_and_holds_the_point():
 
 def test_the_profile_records_the_rule_drafter():
     profile = synthetic_profile()
-    again = decode(encode(profile))
+    again = decode_profile(encode_profile(profile))
     assert again.model("lookup").ngram_simple == 2 and again.model("big").ngram_simple is None
 
 

@@ -3,6 +3,7 @@ the exact model prices a round; no ranked chain may beat it."""
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 from pathlib import Path
 
@@ -13,7 +14,7 @@ from polyplan.formats.errors import PolyplanError
 from polyplan.formats.overhead import LoopOverhead
 from polyplan.formats.profile import (AgreementRuns, LatencyPoint, LoopCalibration, ModelProfile, PairAgreement, Profile,
                                       SamplingStats, SwitchCosts, TargetStream)
-from polyplan.formats.profile_codec import load
+from polyplan.formats.profile import read_profile
 from polyplan.planner.cost_model import predict_chain
 from polyplan.planner.draft_rounds import DraftRounds
 from polyplan.planner.latency import LatencyCurve
@@ -67,21 +68,20 @@ def test_the_limit_is_the_exact_model_of_a_free_rule_drafter_that_is_always_righ
 
 
 def _with_costs(profile: Profile) -> Profile:
-    profile.loop_overhead = {"greedy": LoopCalibration(1e-4, 3e-4)}
-    profile.switch_costs = SwitchCosts({name: (2e-4, 5e-5) for name in profile.model_names()})
-    return profile
+    return dataclasses.replace(profile, loop_overhead={"greedy": LoopCalibration(1e-4, 3e-4)},
+                               switch_costs=SwitchCosts({name: (2e-4, 5e-5) for name in profile.model_names()}))
 
 
 def _cascade(overhead: bool = False) -> Profile:
     """Four models, each agreeing well only with its neighbour; T(k) grows 10% a token, timed to k = 8."""
     times = {"A": 0.1, "B": 0.02, "C": 0.004, "D": 0.0005}
     alphas = {("A", "B"): 0.95, ("B", "C"): 0.9, ("C", "D"): 0.85, ("A", "C"): 0.5, ("A", "D"): 0.3, ("B", "D"): 0.5}
-    profile = Profile(target="A", device="synthetic")
-    for name, t in times.items():
-        profile.models.append(ModelProfile(name, f"fp-{name}", [LatencyPoint(64, k, t * (1 + 0.1 * (k - 1))) for k in (1, 2, 4, 8)]))
+    models = tuple(ModelProfile(name, f"fp-{name}", tuple(LatencyPoint(64, k, t * (1 + 0.1 * (k - 1))) for k in (1, 2, 4, 8)))
+                   for name, t in times.items())
+    profile = Profile(target="A", device="synthetic", models=models, pairs=())
     for verifier, drafter in itertools.permutations(times, 2):
         if times[drafter] < times[verifier]:
-            profile.add_pair(verifier, drafter).sampling["greedy"] = SamplingStats(alpha=alphas.get((verifier, drafter), 0.05))
+            profile = profile.with_stats(verifier, drafter, "greedy", SamplingStats(alpha=alphas.get((verifier, drafter), 0.05)))
     return _with_costs(profile) if overhead else profile
 
 
@@ -90,20 +90,23 @@ LOOPING = TargetStream(8, (1, 2, 3, 4, 5, 6, 7, 4) + (5, 6, 7, 4) * 30)  # a tar
 
 def _lookup(step_s: float) -> Profile:
     """A target, a small model and a lookup (rule) drafter that reads a looping target well."""
-    profile = Profile(target="big", device="synthetic")
-    profile.models.append(ModelProfile("big", "fp-b", [LatencyPoint(64, k, 0.010 * (1 + 0.05 * (k - 1))) for k in (1, 2, 4, 8, 16)]))
-    profile.models.append(ModelProfile("small", "fp-s", [LatencyPoint(64, k, 0.004 * (1 + 0.2 * (k - 1))) for k in (1, 2, 4, 8, 16)]))
-    profile.models.append(ModelProfile("lookup", "fp-l", [LatencyPoint(64, 1, 1e-6)], ngram_simple=2))
+    models = (
+        ModelProfile("big", "fp-b", tuple(LatencyPoint(64, k, 0.010 * (1 + 0.05 * (k - 1))) for k in (1, 2, 4, 8, 16))),
+        ModelProfile("small", "fp-s", tuple(LatencyPoint(64, k, 0.004 * (1 + 0.2 * (k - 1))) for k in (1, 2, 4, 8, 16))),
+        ModelProfile("lookup", "fp-l", (LatencyPoint(64, 1, 1e-6),), ngram_simple=2),
+    )
+    profile = Profile(target="big", device="synthetic", models=models, pairs=())
     for verifier, drafter, alpha in (("big", "small", 0.6), ("big", "lookup", 0.5), ("small", "lookup", 0.5)):
-        profile.add_pair(verifier, drafter).sampling["greedy"] = SamplingStats(alpha=alpha)
-    profile.acceptance_runs["greedy"] = AgreementRuns((PairAgreement("big", "small", ("1101" * 10,)),), streams=(LOOPING,))
-    profile.loop_overhead = {"greedy": LoopCalibration(step_s, 1e-4)}
-    return profile
+        profile = profile.with_stats(verifier, drafter, "greedy", SamplingStats(alpha=alpha))
+    return dataclasses.replace(
+        profile, acceptance_runs={"greedy": AgreementRuns((PairAgreement("big", "small", ("1101" * 10,)),), streams=(LOOPING,))},
+        loop_overhead={"greedy": LoopCalibration(step_s, 1e-4)},
+    )
 
 
 @pytest.mark.parametrize("name, profile", [
-    ("paper Table 1", load(EXAMPLE)),
-    ("paper Table 1 with loop and switch costs", _with_costs(load(EXAMPLE))),
+    ("paper Table 1", read_profile(EXAMPLE)),
+    ("paper Table 1 with loop and switch costs", _with_costs(read_profile(EXAMPLE))),
     ("cascade", _cascade()),
     ("cascade with loop and switch costs", _cascade(overhead=True)),
     ("a lookup drafter, a costly loop step", _lookup(0.004)),
@@ -127,7 +130,7 @@ def test_no_ranked_chain_beats_the_limit(name, profile):
 def test_the_limit_reaches_as_far_as_any_chain_hands_its_target_tokens():
     """A 3-level chain can hand its target more than K_1 tokens (level 2 overshoots K_1): the
     limit's K then runs past the widest width timed, extrapolated as the exact model does."""
-    result = recommend(load(EXAMPLE))  # one-point curves: timed at k = 1 only
+    result = recommend(read_profile(EXAMPLE))  # one-point curves: timed at k = 1 only
     assert result.limit.measured_block_size == 0 and result.limit.extrapolated
     widest = max(len(plan.exact.drafted_pmf[0]) - 1 for plan in result.ranked if len(plan.chain) > 1)
     assert len(result.limit.speedups) <= widest and len(result.limit.speedups) > max(result.best.block_sizes)
@@ -147,15 +150,16 @@ def _sampled(spread: float) -> Profile:
     """The cascade with 15 timings per latency point (relative spread `spread`)."""
     profile = _cascade()
     rng = np.random.default_rng(1)
+    models = []
     for model in profile.models:
-        model.latency = [
+        latency = [
             LatencyPoint(p.context_length, p.k, p.median_s, p.iqr_s, 15,
                          tuple(float(v) for v in p.median_s * (1 + spread * rng.standard_normal(15))))
             for p in model.latency
         ]
-        model.latency = [LatencyPoint(p.context_length, p.k, float(np.median(p.samples_s)), 0.0, 15, p.samples_s)
-                         for p in model.latency]
-    return profile
+        models.append(dataclasses.replace(model, latency=tuple(
+            LatencyPoint(p.context_length, p.k, float(np.median(p.samples_s)), 0.0, 15, p.samples_s) for p in latency)))
+    return dataclasses.replace(profile, models=tuple(models))
 
 
 def test_the_limit_interval_comes_from_the_targets_timings():
@@ -166,7 +170,7 @@ def test_the_limit_interval_comes_from_the_targets_timings():
         assert interval.point == limit.speedup and interval.low <= limit.speedup <= interval.high
     assert wide.high - wide.low > 10 * (narrow.high - narrow.low) > 0
     assert limit_interval(noisy, target_limit(noisy), resamples=200, seed=3) != wide  # a seed draws other replicates
-    paper = load(EXAMPLE)  # no timings and no IQR: nothing to resample
+    paper = read_profile(EXAMPLE)  # no timings and no IQR: nothing to resample
     flat = limit_interval(paper, target_limit(paper), resamples=50)
     assert flat.low == flat.high == flat.point
     with pytest.raises(PolyplanError, match="resamples: must be an integer >= 20"):

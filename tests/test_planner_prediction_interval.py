@@ -9,6 +9,7 @@ and the negative control (inputs held fixed, no noise propagated) must fail it.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 
 import numpy as np
@@ -38,7 +39,7 @@ def true_t(name: str, k: int) -> float:
 def drawn_profile(rng: np.random.Generator, *, repeats: int = 15, prompts: int = 12, length: int = 120,
                   keep_samples: bool = True, alpha: float = ALPHA) -> Profile:
     """A profile measured from the known truth with noise (module docstring)."""
-    profile = Profile(target="target", device="synthetic")
+    models = []
     for name in T1:
         points = []
         for k in KS:
@@ -46,12 +47,12 @@ def drawn_profile(rng: np.random.Generator, *, repeats: int = 15, prompts: int =
             q1, q3 = np.percentile(samples, [25, 75])
             points.append(LatencyPoint(128, k, float(np.median(samples)), float(q3 - q1), repeats,
                                        tuple(float(v) for v in samples) if keep_samples else None))
-        profile.models.append(ModelProfile(name, f"fp-{name}", points))
+        models.append(ModelProfile(name, f"fp-{name}", tuple(points)))
     sequences = ["".join("1" if hit else "0" for hit in rng.random(length) < alpha) for _ in range(prompts)]
     rate = sum(s.count("1") for s in sequences) / (prompts * length)
-    profile.add_pair("target", "drafter").sampling["greedy"] = SamplingStats(alpha=min(rate, 0.999))
-    profile.acceptance_runs = {"greedy": AgreementRuns((PairAgreement("target", "drafter", tuple(sequences)),))}
-    return profile
+    profile = Profile(target="target", device="synthetic", models=tuple(models), pairs=(),
+                      acceptance_runs={"greedy": AgreementRuns((PairAgreement("target", "drafter", tuple(sequences)),))})
+    return profile.with_stats("target", "drafter", "greedy", SamplingStats(alpha=min(rate, 0.999)))
 
 
 def point_speedup(profile: Profile) -> float:
@@ -87,9 +88,10 @@ def test_negative_control_fixed_inputs_do_not_cover():
     covered = 0
     for _ in range(40):
         profile = drawn_profile(rng)
-        for model in profile.models:
-            model.latency = [LatencyPoint(p.context_length, p.k, p.median_s, 0.0, 1, None) for p in model.latency]
-        profile.acceptance_runs = {}
+        profile = dataclasses.replace(profile, acceptance_runs={}, models=tuple(
+            dataclasses.replace(model, latency=tuple(LatencyPoint(p.context_length, p.k, p.median_s, 0.0, 1, None) for p in model.latency))
+            for model in profile.models
+        ))
         interval = interval_of(profile)
         assert interval.low == interval.high
         covered += interval.contains(truth)
@@ -145,7 +147,7 @@ def test_plan_json_carries_the_intervals_and_reads_them_back(tmp_path):
     assert low <= payload["alternatives"][0]["exact"]["speedup"] <= high
     assert payload["prediction_intervals"]["resamples"] == 40
     chains = read_plan(out).alternatives
-    assert chains[0].exact_interval == (low, high)
+    assert chains[0].exact.interval == (low, high)
     assert result.intervals is not None and result.intervals.chains[0].speedup.low == low
 
 
@@ -155,7 +157,7 @@ def test_a_plan_without_intervals_is_still_read(tmp_path):
     plan_from_profile(profile, out, profile_path="profile.json", resamples=0, k_max=4)
     payload = json.loads(out.read_text())
     assert "interval" not in payload["alternatives"][0]["exact"] and payload["prediction_intervals"] is None
-    assert read_plan(out).alternatives[0].exact_interval is None
+    assert read_plan(out).alternatives[0].exact.interval is None
 
 
 def test_bad_settings_are_one_clear_error():
@@ -167,20 +169,21 @@ def test_bad_settings_are_one_clear_error():
 
 
 def test_stored_timings_round_trip_and_bad_ones_are_one_clear_error(tmp_path):
-    from polyplan.formats.profile_codec import load
+    from polyplan.formats.profile import read_profile, write_profile
 
     profile = drawn_profile(np.random.default_rng(8), repeats=4)
-    profile.models[0].latency[0].outliers = 1
+    first = profile.models[0]
+    profile = profile.with_model(dataclasses.replace(first, latency=(dataclasses.replace(first.latency[0], outliers=1), *first.latency[1:])))
     path = tmp_path / "profile.json"
-    profile.save(path)
-    again = load(path)
+    write_profile(profile, path)
+    again = read_profile(path)
     assert again.models[0].latency[0].samples_s == profile.models[0].latency[0].samples_s
     assert again.models[0].latency[0].outliers == 1
     payload = json.loads(path.read_text())
     payload["models"][0]["latency"][0]["samples_s"] = [0.01, -0.5]
     path.write_text(json.dumps(payload))
     with pytest.raises(PolyplanError, match=r"models\[0\]\.latency\[0\]\.samples_s\[1\]: must be > 0"):
-        load(path)
+        read_profile(path)
 
 
 def heterogeneous_runs(rng: np.random.Generator, prompts: int, length: int = 80) -> tuple[str, ...]:
@@ -192,13 +195,11 @@ def heterogeneous_runs(rng: np.random.Generator, prompts: int, length: int = 80)
 
 def with_runs(sequences: tuple[str, ...]) -> Profile:
     """Exact latency (no timing noise) and these agreement runs: only acceptance is uncertain."""
-    profile = Profile(target="target", device="synthetic")
-    for name in T1:
-        profile.models.append(ModelProfile(name, f"fp-{name}", [LatencyPoint(128, k, true_t(name, k)) for k in KS]))
+    models = tuple(ModelProfile(name, f"fp-{name}", tuple(LatencyPoint(128, k, true_t(name, k)) for k in KS)) for name in T1)
     rate = sum(s.count("1") for s in sequences) / sum(len(s) for s in sequences)
-    profile.add_pair("target", "drafter").sampling["greedy"] = SamplingStats(alpha=min(rate, 0.999))
-    profile.acceptance_runs = {"greedy": AgreementRuns((PairAgreement("target", "drafter", tuple(sequences)),))}
-    return profile
+    profile = Profile(target="target", device="synthetic", models=models, pairs=(),
+                      acceptance_runs={"greedy": AgreementRuns((PairAgreement("target", "drafter", tuple(sequences)),))})
+    return profile.with_stats("target", "drafter", "greedy", SamplingStats(alpha=min(rate, 0.999)))
 
 
 def test_the_interval_covers_a_new_prompt_sets_speedup(monkeypatch):
@@ -293,17 +294,16 @@ def correlated_three_level(rng: np.random.Generator, prompts: int, length: int =
     int8 copy drafts worse are the ones the distilled drafter drafts worse). Exact latency."""
     # most prompts draft fairly well, a few (a repeated passage, boilerplate) almost perfectly
     rates = np.where(rng.random(prompts) < 0.15, 0.99, rng.beta(6.0, 2.0, prompts))
-    profile = Profile(target="target", device="synthetic")
-    for name, t1 in T1_THREE.items():
-        profile.models.append(ModelProfile(name, f"fp-{name}", [LatencyPoint(128, k, t1 * (1 + 0.1 * (k - 1))) for k in KS]))
+    models = tuple(ModelProfile(name, f"fp-{name}", tuple(LatencyPoint(128, k, t1 * (1 + 0.1 * (k - 1))) for k in KS))
+                   for name, t1 in T1_THREE.items())
+    profile = Profile(target="target", device="synthetic", models=models, pairs=())
     entries = []
     for verifier, drafter, scale in (("target", "mid", 1.0), ("mid", "drafter", 0.95)):
         sequences = tuple("".join("1" if hit else "0" for hit in rng.random(length) < scale * rate) for rate in rates)
         rate = sum(s.count("1") for s in sequences) / sum(len(s) for s in sequences)
-        profile.add_pair(verifier, drafter).sampling["greedy"] = SamplingStats(alpha=min(rate, 0.999))
+        profile = profile.with_stats(verifier, drafter, "greedy", SamplingStats(alpha=min(rate, 0.999)))
         entries.append(PairAgreement(verifier, drafter, sequences))
-    profile.acceptance_runs = {"greedy": AgreementRuns(tuple(entries))}
-    return profile
+    return dataclasses.replace(profile, acceptance_runs={"greedy": AgreementRuns(tuple(entries))})
 
 
 def three_level_speedup(profile: Profile) -> float:
@@ -332,8 +332,8 @@ def test_every_pair_draws_the_same_new_prompt_set(monkeypatch):
     profile = correlated_three_level(np.random.default_rng(5), 16)
     first = profile.acceptance_runs["greedy"].pairs[0]
     entries = (first, PairAgreement("mid", "drafter", first.agreement))
-    profile.acceptance_runs = {"greedy": AgreementRuns(entries)}
-    profile.pair("mid", "drafter").sampling["greedy"] = profile.pair("target", "mid").sampling["greedy"]
+    profile = dataclasses.replace(profile, acceptance_runs={"greedy": AgreementRuns(entries)})
+    profile = profile.with_stats("mid", "drafter", "greedy", profile.pair("target", "mid").sampling["greedy"])
 
     def correlation() -> float:
         replicates = module._AcceptanceReplicates(profile, "greedy", "auto", 200, np.random.default_rng(0))

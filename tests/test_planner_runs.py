@@ -9,7 +9,7 @@ import pytest
 from polyplan.formats.errors import PolyplanError
 from polyplan.planner.cost_model import predict_chain
 from polyplan.formats.profile import Profile
-from polyplan.formats.profile_codec import decode
+from polyplan.formats.profile import decode_profile
 from polyplan.planner.runs import profile_runs, run_survival
 
 
@@ -68,7 +68,7 @@ def _with_runs(runs: dict, version: int) -> Profile:
                "models": [{"name": name, "fingerprint": f"fp-{name}", "latency": [{"context_length": 8, "k": 1, "median_s": 0.01}]}
                           for name in ("t", "d")]}
     payload.update({"acceptance_runs": runs} if version == 2 else {"meta": {"acceptance_runs": runs}})
-    return decode(payload)
+    return decode_profile(payload)
 
 
 @pytest.mark.parametrize("version, where", [(2, "acceptance_runs"), (1, "meta.acceptance_runs")])
@@ -81,7 +81,7 @@ def test_profile_runs_reads_pairs_and_rejects_malformed_strings(version, where):
     with pytest.raises(PolyplanError, match=rf"{where}.greedy.pairs\[0\].agreement: strings of 0 and 1 only"):
         _with_runs(runs, version)
     runs["greedy"]["pairs"][0] = {"verifier": "t"}
-    with pytest.raises(PolyplanError, match=rf"{where}.greedy.pairs\[0\]: needs verifier, drafter and agreement"):
+    with pytest.raises(PolyplanError, match=rf"{where}.greedy.pairs\[0\].drafter: missing"):
         _with_runs(runs, version)
     with pytest.raises(PolyplanError, match="no complete verification"):
         run_survival(((True, True),), 4)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import json
 import subprocess
@@ -14,10 +15,11 @@ from polyplan.formats.errors import PolyplanError
 from polyplan.planner.cost_model import predict_chain
 from polyplan.planner.latency import curve_from_profile
 from polyplan.formats.plan import read_plan
-from polyplan.planner.plan_file import write_plan
+from polyplan.formats.plan import write_plan
+from polyplan.planner.plan_file import plan_of
 from polyplan.planner.search import evaluate_chain, recommend
 from polyplan.formats.profile import DecodedStats, LatencyPoint, ModelProfile, Profile, SamplingStats
-from polyplan.formats.profile_codec import load
+from polyplan.formats.profile import read_profile
 
 EXAMPLE = Path(__file__).resolve().parents[1] / "polyplan" / "data" / "paper_table1_profile.json"
 
@@ -29,13 +31,12 @@ def synthetic(times: dict[str, float], alphas: dict[tuple[str, str], float], def
     Pairs not listed get the poor acceptance `default`.
     """
     names = list(times)
-    profile = Profile(target=names[0], device="synthetic")
-    for name in names:
-        points = [LatencyPoint(256, k, times[name] * (1 + 0.1 * (k - 1))) for k in (1, 2, 4, 8, 16)]
-        profile.models.append(ModelProfile(name, f"fp-{name}", points))
+    models = tuple(ModelProfile(name, f"fp-{name}", tuple(LatencyPoint(256, k, times[name] * (1 + 0.1 * (k - 1))) for k in (1, 2, 4, 8, 16)))
+                   for name in names)
+    profile = Profile(target=names[0], device="synthetic", models=models, pairs=())
     for verifier, drafter in itertools.permutations(names, 2):
         if times[drafter] < times[verifier]:
-            profile.add_pair(verifier, drafter).sampling["greedy"] = SamplingStats(alpha=alphas.get((verifier, drafter), default))
+            profile = profile.with_stats(verifier, drafter, "greedy", SamplingStats(alpha=alphas.get((verifier, drafter), default)))
     return profile
 
 
@@ -108,7 +109,8 @@ def test_paper_model_uses_decoded_mu_when_measured_else_eq3():
     assert plan.paper.length_sources == ("eq3",)
     assert plan.paper.mean_lengths[0] == pytest.approx((1 - 0.85**6) / 0.15)
     assert plan.paper.alpha_scale == 5
-    profile.pair("A", "C").sampling["greedy"].decoded.append(DecodedStats(k=5, mu=3.5))
+    stats = profile.stats("A", "C", "greedy")
+    profile = profile.with_stats("A", "C", "greedy", dataclasses.replace(stats, decoded=(*stats.decoded, DecodedStats(k=5, mu=3.5))))
     plan = evaluate_chain(profile, ("A", "C"), (5,))
     assert plan.paper.length_sources == ("decoded",) and plan.paper.mean_lengths == (3.5,)
     t1, t2 = 0.1, 0.002
@@ -117,7 +119,7 @@ def test_paper_model_uses_decoded_mu_when_measured_else_eq3():
 
 
 def test_table1_example_prefers_the_quantized_intermediate():
-    result = recommend(load(EXAMPLE))
+    result = recommend(read_profile(EXAMPLE))
     assert result.best.chain == ("vicuna-7b", "vicuna-7b-w4", "eagle")
     two = next(plan for plan in result.ranked if plan.chain == ("vicuna-7b", "eagle"))
     assert result.best.exact_speedup > two.exact_speedup
@@ -125,7 +127,7 @@ def test_table1_example_prefers_the_quantized_intermediate():
 
 def test_bad_profiles_and_arguments():
     incomplete = synthetic({"A": 0.1, "B": 0.02, "C": 0.002}, {})
-    incomplete.pairs = [pair for pair in incomplete.pairs if (pair.verifier, pair.drafter) != ("B", "C")]
+    incomplete = dataclasses.replace(incomplete, pairs=tuple(pair for pair in incomplete.pairs if (pair.verifier, pair.drafter) != ("B", "C")))
     with pytest.raises(PolyplanError, match="no entry for verifier 'B', drafter 'C' under sampling 'greedy'"):
         recommend(incomplete)
     with pytest.raises(PolyplanError, match="under sampling 't1.0'"):
@@ -153,17 +155,17 @@ def test_slower_candidates_are_explained_not_used():
 def test_plan_file_round_trip(tmp_path):
     result = recommend(THREE)
     path = tmp_path / "plan.json"
-    write_plan(result, path, profile_path="profile.json")
+    write_plan(plan_of(result, profile_path="profile.json"), path)
     plan = read_plan(path)
     assert plan.chain == result.best.chain and plan.block_sizes == result.best.block_sizes
     assert dict(plan.fingerprints) == {name: f"fp-{name}" for name in plan.chain}
-    assert plan.best.exact_speedup == pytest.approx(result.best.exact_speedup)
+    assert plan.best.exact.speedup == pytest.approx(result.best.exact_speedup)
     payload = json.loads(path.read_text())
     assert payload["alternatives"][0]["exact"]["forwards_per_token"] == list(result.best.exact.forwards_per_token)
-    assert plan.alternatives[0].forwards_per_token == result.best.exact.forwards_per_token
+    assert plan.alternatives[0].exact.forwards_per_token == result.best.exact.forwards_per_token
     payload["alternatives"][0]["block_sizes"] = [0, 2]
     path.write_text(json.dumps(payload))
-    with pytest.raises(PolyplanError, match=r"plan.json: alternatives\[0\]\.block_sizes: must list 2 integers >= 1"):
+    with pytest.raises(PolyplanError, match=r"plan.json: alternatives\[0\]\.block_sizes\[0\]: must be an integer >= 1, got 0"):
         read_plan(path)
     payload["plan_version"] = 9
     path.write_text(json.dumps(payload))
@@ -181,12 +183,10 @@ def test_planner_and_its_commands_never_import_torch():
 
 def _timed_to(widest: int) -> Profile:
     """A target (0.1 s a step, flat in k up to `widest`, so long blocks pay) and a faithful, free drafter."""
-    profile = Profile(target="A", device="synthetic")
     ks = sorted({1, 2, widest})
-    profile.models.append(ModelProfile("A", "fp-A", [LatencyPoint(256, k, 0.1 * (1 + 0.01 * (k - 1))) for k in ks]))
-    profile.models.append(ModelProfile("B", "fp-B", [LatencyPoint(256, k, 0.001) for k in ks]))
-    profile.add_pair("A", "B").sampling["greedy"] = SamplingStats(alpha=0.99)
-    return profile
+    models = (ModelProfile("A", "fp-A", tuple(LatencyPoint(256, k, 0.1 * (1 + 0.01 * (k - 1))) for k in ks)),
+              ModelProfile("B", "fp-B", tuple(LatencyPoint(256, k, 0.001) for k in ks)))
+    return Profile(target="A", device="synthetic", models=models, pairs=()).with_stats("A", "B", "greedy", SamplingStats(alpha=0.99))
 
 
 def test_k_max_defaults_to_the_widest_width_the_profile_timed():
@@ -198,5 +198,5 @@ def test_k_max_defaults_to_the_widest_width_the_profile_timed():
     assert result.k_max == 15 and result.best.block_sizes[0] > 8  # long blocks pay here: the old default cut them
     assert recommend(wide, k_max=8).best.block_sizes == (8,)  # an explicit --k-max still rules
     assert default_k_max(_timed_to(8)) == 8  # the embedded family's widths: as before
-    assert default_k_max(load(EXAMPLE)) == 8  # one-point (constant) curves: as before
+    assert default_k_max(read_profile(EXAMPLE)) == 8  # one-point (constant) curves: as before
     assert default_k_max(_timed_to(32)) == 31

@@ -19,11 +19,9 @@ from polyplan.profiler.stats import outlier_mask, robust_spread
 
 def _profile(**metas) -> Profile:
     """Each model's timing health given as the fields of `TimingHealth` ({}: none recorded)."""
-    profile = Profile(target="target", device="cpu")
-    for name, meta in metas.items():
-        timing = TimingHealth(**meta) if meta else None
-        profile.models.append(ModelProfile(name, f"fp-{name}", [LatencyPoint(128, 1, 0.01)], timing=timing))
-    return profile
+    models = tuple(ModelProfile(name, f"fp-{name}", (LatencyPoint(128, 1, 0.01),), timing=TimingHealth(**meta) if meta else None)
+                   for name, meta in metas.items())
+    return Profile(target="target", device="cpu", models=models, pairs=())
 
 
 QUIET = {"reference_median_s": 0.001, "reference_relative_iqr": 0.03, "latency_outliers": 0, "latency_timings": 40,

@@ -17,7 +17,8 @@ from polyplan.formats.errors import PolyplanError
 from polyplan.planner.cost_model import predict_chain
 from polyplan.planner.latency import LatencyCurve
 from polyplan.planner.simulate import simulate_chain
-from polyplan.formats.plan import NO_PADDING, VerifyWidths, verify_widths_from_json
+from polyplan.formats.codec import decode, encode
+from polyplan.formats.plan import NO_PADDING, VerifyWidths
 from polyplan.planner.verify_width import monotone_envelope, verify_widths
 
 pytestmark = pytest.mark.usefixtures("single_thread")
@@ -69,11 +70,11 @@ def test_envelope_picks_the_smallest_width_at_the_minimum_and_never_decreases():
 
 def test_verify_widths_json_round_trip_and_errors():
     widths = VerifyWidths(((2, 4), (3, 4)))
-    assert verify_widths_from_json(widths.to_json(), "x") == widths
+    assert encode(widths) == [[2, 4], [3, 4]] and decode(VerifyWidths, encode(widths), "x") == widths
     with pytest.raises(PolyplanError, match=r"x: width 2 for 3 tokens"):
-        verify_widths_from_json([[3, 2]], "x")
-    with pytest.raises(PolyplanError, match=r"x: must be a list"):
-        verify_widths_from_json({"2": 4}, "x")
+        decode(VerifyWidths, [[3, 2]], "x")
+    with pytest.raises(PolyplanError, match=r"x: must be a JSON array"):
+        decode(VerifyWidths, {"2": 4}, "x")
 
 
 def test_cost_model_pays_the_envelope_and_matches_the_padded_simulation():
@@ -175,25 +176,24 @@ def _non_monotone_profile():
     """A target whose pass over 2–3 tokens costs more than over 4 (as gemma-3-270m's), one drafter."""
     from polyplan.formats.profile import LatencyPoint, ModelProfile, Profile, SamplingStats
 
-    profile = Profile(target="A", device="synthetic")
     seconds = dict(zip(GEMMA.ks, GEMMA.seconds))
-    profile.models.append(ModelProfile("A", "fp-A", [LatencyPoint(256, k, s) for k, s in seconds.items()]))
-    profile.models.append(ModelProfile("B", "fp-B", [LatencyPoint(256, k, 0.01 * (1 + 0.1 * (k - 1))) for k in (1, 2, 4, 8)]))
-    profile.add_pair("A", "B").sampling["greedy"] = SamplingStats(alpha=0.8)
-    return profile
+    models = (ModelProfile("A", "fp-A", tuple(LatencyPoint(256, k, s) for k, s in seconds.items())),
+              ModelProfile("B", "fp-B", tuple(LatencyPoint(256, k, 0.01 * (1 + 0.1 * (k - 1))) for k in (1, 2, 4, 8))))
+    return Profile(target="A", device="synthetic", models=models, pairs=()).with_stats("A", "B", "greedy", SamplingStats(alpha=0.8))
 
 
 def test_the_plan_records_the_widths_it_assumed(tmp_path):
     import json
 
     from polyplan.formats.plan import read_plan
-    from polyplan.planner.plan_file import write_plan
+    from polyplan.formats.plan import write_plan
+    from polyplan.planner.plan_file import plan_of
     from polyplan.planner.search import evaluate_chain, recommend
 
     profile = _non_monotone_profile()
     result = recommend(profile, k_max=4)
     path = tmp_path / "plan.json"
-    write_plan(result, path, profile_path="profile.json")
+    write_plan(plan_of(result, profile_path="profile.json"), path)
     payload = json.loads(path.read_text())
     assert payload["alternatives"][0]["verify_widths"] == [[[2, 4], [3, 4]]]
     chains = read_plan(path).alternatives
@@ -228,16 +228,16 @@ def test_validation_reserves_the_context_the_decoder_checks_with_padding():
     import dataclasses
 
     from polyplan.decoder.chain import context_reserve
-    from polyplan.formats.plan import PlannedChain
+    from polyplan.formats.plan import ExactRecord, PaperRecord, PlannedChain
     from polyplan.validation.results import ChainSpec
     from polyplan.validation.chain_runs import reserve_for
 
     padded = VerifyWidths(pads=((2, 4), (3, 4)))  # a pass over 2 tokens runs at width 4: 2 extra
     planned = PlannedChain(
-        chain=("t", "d"), block_sizes=(5,), exact_speedup=1.5, paper_speedup=2.0, acceptances=(0.8,),
-        forwards_per_token=(0.3, 1.0), tokens_per_verification=(3.0,), drafted_per_verification=(5.0,),
-        time_per_token_s=(0.01, 0.001), paper_phi_per_token=(0.3, 1.0), paper_mean_lengths=(3.0,),
-        overhead_per_token_s=0.0,
+        chain=("t", "d"), block_sizes=(5,),
+        exact=ExactRecord(speedup=1.5, acceptances=(0.8,), forwards_per_token=(0.3, 1.0), tokens_per_verification=(3.0,),
+                          drafted_per_verification=(5.0,), time_per_token_s=(0.01, 0.001), overhead_per_token_s=0.0),
+        paper=PaperRecord(speedup=2.0, phi_per_token=(0.3, 1.0), mean_lengths=(3.0,)),
     )
     plain = ChainSpec(planned, ("recommended",), 1)
     with_pads = ChainSpec(dataclasses.replace(planned, verify_widths=(padded,)), ("recommended",), 1)

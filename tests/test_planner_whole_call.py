@@ -6,7 +6,7 @@ from polyplan.formats.errors import PolyplanError
 from polyplan.planner.engine_overhead import profile_call_seconds
 from polyplan.planner.whole_call import CallCount, CallModel, PrefillCurve, prefill_curve, whole_call_speedup
 from polyplan.formats.profile import LatencyPoint, ModelProfile, PrefillPoint, Profile
-from polyplan.formats.profile_codec import decode
+from polyplan.formats.profile import decode_profile
 
 
 def test_prefill_interpolates_through_the_origin_and_continues_the_last_slope():
@@ -58,7 +58,7 @@ def test_whole_call_speedup_is_spec_bench_tokens_per_second_ratio():
 
 def _version_1(meta: dict) -> Profile:
     """A version-1 profile with `meta` (the engine overhead lived there), read through the migration."""
-    return decode({"schema_version": 1, "target": "t", "device": "cpu", "pairs": [], "meta": meta,
+    return decode_profile({"schema_version": 1, "target": "t", "device": "cpu", "pairs": [], "meta": meta,
                    "models": [{"name": "t", "fingerprint": "fp", "latency": [{"context_length": 8, "k": 1, "median_s": 0.01}]}]})
 
 

@@ -200,13 +200,14 @@ def test_agreement_runs_keep_the_target_streams_and_old_runs_without_them_are_re
     assert [(s.prompt_tokens, s.ids) for s in runs.streams] == [
         (len(p), tuple(p) + tuple(c)) for p, c in zip(prompts, continuations)
     ]
-    profile = Profile(target="q", device="cpu")
-    profile.add_pair("q", "p").sampling["greedy"] = SamplingStats(alpha=0.5)
-    assert not ensure_agreement(profile, runs, models, prompts, new_tokens=6, seed=0)  # reused: nothing changed
+    profile = Profile(target="q", device="cpu", models=(), pairs=()).with_stats("q", "p", "greedy", SamplingStats(alpha=0.5))
+    kept, measured = ensure_agreement(profile, runs, models, prompts, new_tokens=6, seed=0)
+    assert not measured and kept.acceptance_runs["greedy"] is runs  # reused: nothing changed
     import dataclasses
 
-    assert ensure_agreement(profile, dataclasses.replace(runs, streams=()), models, prompts, new_tokens=6, seed=0)
-    assert profile.acceptance_runs["greedy"].streams == runs.streams  # measured again, now with the streams
+    again, measured = ensure_agreement(profile, dataclasses.replace(runs, streams=()), models, prompts, new_tokens=6, seed=0)
+    assert measured
+    assert again.acceptance_runs["greedy"].streams == runs.streams  # measured again, now with the streams
 
 
 def test_teacher_forcing_reads_in_short_passes_as_a_chain_runs_its_members():

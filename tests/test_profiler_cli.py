@@ -11,7 +11,7 @@ from typer.testing import CliRunner
 
 from conftest import write_candidate_workspace
 from polyplan.cli.app import app
-from polyplan.formats.profile_codec import load
+from polyplan.formats.profile import read_profile
 from polyplan.profiler.forward_timing import LatencySettings
 from polyplan.profiler.settings import AcceptanceSettings
 
@@ -39,7 +39,7 @@ def test_profile_writes_a_profile_recommend_accepts_and_reruns_reuse_it(workspac
     assert result.exit_code == 0, result.output
     assert "T(1) ms" in result.stdout and "target <- ngram" in result.stdout
     assert "entries measured, 0 reused" in result.stdout
-    profile = load(out)
+    profile = read_profile(out)
     assert profile.model_names() == ["target", "small", "ngram"]
     assert all(m.fingerprint.startswith("sha256:") for m in profile.models)
     assert "machine floor" in result.stdout
@@ -137,7 +137,7 @@ def test_ctrl_c_keeps_what_was_measured_and_the_rerun_finishes_it(workspace, tmp
     result = _invoke(*args)
     assert result.exit_code == 130
     assert "interrupted: results measured so far are kept" in result.stderr
-    kept = load(out)
+    kept = read_profile(out)
     assert sum(len(s.decoded) for p in kept.pairs for s in p.sampling.values()) == 1
     monkeypatch.setattr(run_module, "measure_decoded", real)
     again = _invoke(*args, "--json")

@@ -4,13 +4,13 @@ keeps of one made elsewhere."""
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 
 import torch
 
 from polyplan.formats.processor import ISA_FLAGS, Processor
-from polyplan.formats.profile import LoopCalibration, SwitchCosts, TimingHealth
-from polyplan.formats.profile_codec import load
+from polyplan.formats.profile import LoopCalibration, SwitchCosts, TimingHealth, read_profile
 from polyplan.profiler.processor import cpuinfo_fields, this_processor
 from polyplan.profiler.profile_cache import retimed_here
 
@@ -48,12 +48,13 @@ def test_this_processor_records_torchs_view_and_a_subset_of_flags():
 
 
 def test_a_profile_from_elsewhere_keeps_its_acceptance_and_loses_its_timings():
-    elsewhere = load(EXAMPLE)
-    elsewhere.processor = Processor("AMD EPYC 9R14", flags=("avx512f",))
-    elsewhere.loop_overhead = {"greedy": LoopCalibration(1e-4, 3e-4)}
-    elsewhere.switch_costs = SwitchCosts({"eagle": (2e-4,)})
-    for model in elsewhere.models:
-        model.latency_fingerprint, model.timing = "sha256:timed-there", TimingHealth(threads=2)
+    elsewhere = read_profile(EXAMPLE)
+    elsewhere = dataclasses.replace(
+        elsewhere, processor=Processor("AMD EPYC 9R14", flags=("avx512f",)), loop_overhead={"greedy": LoopCalibration(1e-4, 3e-4)},
+        switch_costs=SwitchCosts({"eagle": (2e-4,)}),
+        models=tuple(dataclasses.replace(model, latency_fingerprint="sha256:timed-there", timing=TimingHealth(threads=2))
+                     for model in elsewhere.models),
+    )
     here = Processor("Intel(R) Xeon(R) Processor", flags=("amx_tile",))
     keep = {name: elsewhere.model(name).fingerprint for name in ("vicuna-7b", "eagle")}
     copy = retimed_here(elsewhere, "cpu Intel(R) Xeon(R) Processor (1 thread)", here, keep)
@@ -73,8 +74,7 @@ def test_export_and_bench_warn_in_one_line_on_stderr(tmp_path, monkeypatch, caps
     from polyplan.cli.support import warn_other_processor
     from polyplan.planner.plan_file import plan_from_profile
 
-    profile = load(EXAMPLE)
-    profile.processor = Processor("AMD EPYC 9R14", flags=("avx512f",), quantized_engine="x86")
+    profile = dataclasses.replace(read_profile(EXAMPLE), processor=Processor("AMD EPYC 9R14", flags=("avx512f",), quantized_engine="x86"))
     plan_from_profile(profile, tmp_path / "plan.json", profile_path=str(EXAMPLE), resamples=0)
     for here, lines in ((profile.processor, 0), (Processor("Intel Xeon", flags=("amx_tile",), quantized_engine="x86"), 1)):
         monkeypatch.setattr("polyplan.profiler.processor.this_processor", lambda device="cpu", here=here: here)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from pathlib import Path
 
@@ -12,8 +13,7 @@ from conftest import perturbed_copy, target_early_ngram
 from polyplan.decoder import HFMember, NGramMember
 from polyplan.formats.errors import PolyplanError
 from polyplan.planner.search import recommend
-from polyplan.formats.profile import LoopCalibration
-from polyplan.formats.profile_codec import load
+from polyplan.formats.profile import LoopCalibration, read_profile, write_profile
 from polyplan.profiler import (
     AcceptanceSettings,
     LatencySettings,
@@ -110,7 +110,7 @@ def test_complete_run_writes_a_profile_that_recommend_accepts(complete, models):
     }
     assert all(0 < count <= 4 * 10 for count in positions.values())
     assert positions["greedy"] < 4 * 10  # this target does stop early on some prompts (the EOS path is exercised)
-    profile = load(out)
+    profile = read_profile(out)
     assert profile.target == "target"
     assert profile.model_names() == ["target", "early", "ngram"]
     assert len(counter.measured) == ENTRIES and counter.reused == []
@@ -144,13 +144,12 @@ def test_interrupted_run_resumes_without_remeasuring(models, tmp_path):
     first = Counter(stop_after=5)  # 3 latency entries, then 2 alpha entries
     with pytest.raises(Interrupt):
         profile_models(models, _prompts(), out, SETTINGS, progress=first)
-    saved = load(out)
+    saved = read_profile(out)
     assert len(saved.models) == 3 and sum(len(p.sampling) for p in saved.pairs) == 2
 
     # The reference: the same latency entries, everything else measured without interruption.
     reference = tmp_path / "reference.json"
-    saved.pairs = []
-    saved.save(reference)
+    write_profile(dataclasses.replace(saved, pairs=()), reference)
     profile_models(models, _prompts(), reference, SETTINGS)
 
     second = Counter()
@@ -159,7 +158,7 @@ def test_interrupted_run_resumes_without_remeasuring(models, tmp_path):
     assert len(second.measured) == ENTRIES - 5
     assert not set(second.started) & set(first.measured)
     # Acceptance entries are deterministic: resuming gives exactly the uninterrupted numbers.
-    assert _entries(load(out)) == _entries(load(reference))
+    assert _entries(read_profile(out)) == _entries(read_profile(reference))
 
     third = Counter()
     profile_models(models, _prompts(), out, SETTINGS, progress=third)
@@ -170,7 +169,7 @@ def test_interrupt_during_decoded_phase_keeps_a_usable_profile(models, tmp_path)
     out = tmp_path / "profile.json"
     with pytest.raises(Interrupt):
         profile_models(models, _prompts(), out, SETTINGS, progress=Counter(stop_after=3 + 6 + 1))
-    profile = load(out)
+    profile = read_profile(out)
     assert sum(len(s.decoded) for p in profile.pairs for s in p.sampling.values()) == 1
     assert recommend(profile).best.chain[0] == "target"
 
@@ -201,7 +200,7 @@ def test_fewer_block_sizes_keep_the_valid_entries_only(models, complete, tmp_pat
     profile_models(models, _prompts(), out, fewer, progress=counter)
     assert counter.measured == []
     # K = 3 was measured with the same models and settings: it stays (its fingerprint matches).
-    assert all([d.k for d in s.decoded] == [2, 3] for p in load(out).pairs for s in p.sampling.values())
+    assert all([d.k for d in s.decoded] == [2, 3] for p in read_profile(out).pairs for s in p.sampling.values())
 
 
 def test_existing_profile_of_another_schema_version_is_refused_and_kept(models, complete, tmp_path):
@@ -248,12 +247,11 @@ def test_meta_added_by_other_tools_survives_a_rerun(models, complete, tmp_path):
     """What other steps measured (the loop overhead) and the user's free-form meta survive a
     rerun of the profiler; only its own record is replaced."""
     out = tmp_path / "profile.json"
-    profile = load(complete[0])
-    profile.loop_overhead = {"greedy": LoopCalibration(per_step_s=0.0001, per_round_s=0.0)}
-    profile.meta["note"] = {"who": "me"}
-    profile.save(out)
+    profile = dataclasses.replace(read_profile(complete[0]), loop_overhead={"greedy": LoopCalibration(per_step_s=0.0001, per_round_s=0.0)},
+                                  meta={"note": {"who": "me"}})
+    write_profile(profile, out)
     profile_models(models, _prompts(), out, SETTINGS)
-    again = load(out)
+    again = read_profile(out)
     assert again.loop_overhead == {"greedy": LoopCalibration(per_step_s=0.0001, per_round_s=0.0)}
     assert again.meta == {"note": {"who": "me"}}
     assert again.profiler.acceptance["block_sizes"] == [2, 3]
@@ -270,7 +268,7 @@ def test_a_profile_without_the_engine_rate_gets_it_on_a_rerun_and_nothing_else(m
     profile_models(models, _prompts(), out, SETTINGS, progress=counter)
     assert counter.measured and all(label.startswith("alpha") for label in counter.measured)  # decoded entries kept
     assert len(counter.measured) == 3 * 2
-    rerun, reference = load(out), load(complete[0])
+    rerun, reference = read_profile(out), read_profile(complete[0])
     assert _entries(rerun) == _entries(reference)
     for pair in rerun.pairs:
         for mode, stats in pair.sampling.items():
@@ -288,7 +286,7 @@ def test_an_ngram_simple_drafter_is_marked_and_no_ngram_member_verifies(models, 
     simple = ProfiledModel("simple", NGramSimpleMember(models[0].member.vocab_size, size_n=2, name="simple"), "fp-simple")
     out = tmp_path / "p.json"
     profile_models(models + [simple], _prompts(), out, SETTINGS)
-    profile = load(out)
+    profile = read_profile(out)
     pairs = {(p.verifier, p.drafter) for p in profile.pairs}
     assert {("target", "simple"), ("early", "simple"), ("target", "ngram")} <= pairs
     assert not pairs & {("ngram", "simple"), ("simple", "ngram")}

@@ -16,7 +16,7 @@ import pytest
 
 from polyplan.validation.paired import paired_speedup, ratio_interval
 from polyplan.validation.results import ChainSpec, RunRecord, headline, summarise_chain
-from polyplan.formats.plan import PlannedChain
+from polyplan.formats.plan import ExactRecord, PaperRecord, PlannedChain
 from polyplan.validation.results import ROLE_ALTERNATIVE, ROLE_RECOMMENDED, ROLE_TARGET_ONLY
 
 
@@ -76,10 +76,11 @@ def test_ratio_interval_pairs_the_draws_of_two_chains():
 def _planned(chain, exact, interval):
     levels = len(chain) - 1
     return PlannedChain(
-        chain=chain, block_sizes=(4,) * levels, exact_speedup=exact, paper_speedup=exact, acceptances=(0.8,) * levels,
-        forwards_per_token=(0.5,) * len(chain), tokens_per_verification=(2.0,) * levels,
-        drafted_per_verification=(4.0,) * levels, time_per_token_s=(0.001,) * len(chain), paper_phi_per_token=(0.5,) * len(chain),
-        paper_mean_lengths=(2.0,) * levels, overhead_per_token_s=0.0, exact_interval=interval,
+        chain=chain, block_sizes=(4,) * levels,
+        exact=ExactRecord(speedup=exact, acceptances=(0.8,) * levels, forwards_per_token=(0.5,) * len(chain),
+                          tokens_per_verification=(2.0,) * levels, drafted_per_verification=(4.0,) * levels,
+                          time_per_token_s=(0.001,) * len(chain), overhead_per_token_s=0.0, interval=interval),
+        paper=PaperRecord(speedup=exact, phi_per_token=(0.5,) * len(chain), mean_lengths=(2.0,) * levels),
     )
 
 

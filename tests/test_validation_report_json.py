@@ -14,7 +14,7 @@ import pytest
 from polyplan.decoder.result import PassTally
 from dataclasses import replace
 
-from polyplan.formats.plan import ChainCheck, PlannedChain
+from polyplan.formats.plan import ChainCheck, ExactRecord, PaperRecord, PlannedChain
 from polyplan.formats.report import ReportSettings
 from polyplan.validation.categories import CategoryRow, ChainCategories, chain_categories
 from polyplan.validation.report import write_report
@@ -38,15 +38,18 @@ KINDS = ("code", "writing", "code")
 def _planned(chain, blocks, exact, paper, alphas, interval):
     n = len(chain)
     return PlannedChain(
-        chain=tuple(chain), block_sizes=tuple(blocks), exact_speedup=exact, paper_speedup=paper, acceptances=tuple(alphas),
-        forwards_per_token=tuple(1.0 / (i + 1.5) if i else 0.45 for i in range(n)) if n > 1 else (1.0,),
-        tokens_per_verification=tuple(1.0 + 1.2 * a for a in alphas),
-        drafted_per_verification=tuple(float(k) * 0.9 for k in blocks),
-        time_per_token_s=tuple(0.02 / (i + 1) ** 2 for i in range(n)),
-        paper_phi_per_token=tuple(1.0 / (i + 1.25) for i in range(n)),
-        paper_mean_lengths=tuple(1.0 + 1.5 * a for a in alphas),
-        overhead_per_token_s=1.25e-4 if n > 1 else 0.0,
-        exact_interval=interval,
+        chain=tuple(chain), block_sizes=tuple(blocks),
+        exact=ExactRecord(
+            speedup=exact, acceptances=tuple(alphas),
+            forwards_per_token=tuple(1.0 / (i + 1.5) if i else 0.45 for i in range(n)) if n > 1 else (1.0,),
+            tokens_per_verification=tuple(1.0 + 1.2 * a for a in alphas),
+            drafted_per_verification=tuple(float(k) * 0.9 for k in blocks),
+            time_per_token_s=tuple(0.02 / (i + 1) ** 2 for i in range(n)),
+            overhead_per_token_s=1.25e-4 if n > 1 else 0.0,
+            interval=interval,
+        ),
+        paper=PaperRecord(speedup=paper, phi_per_token=tuple(1.0 / (i + 1.25) for i in range(n)),
+                          mean_lengths=tuple(1.0 + 1.5 * a for a in alphas)),
     )
 
 
@@ -95,8 +98,8 @@ def fixed_validation() -> Validation:
     base = [run for run in records if run.chain == BASELINE]
     chains = tuple(
         summarise_chain(spec, [run for run in records if run.chain == index], base, greedy=True,
-                        retimed=None if index == BASELINE else spec.planned.exact_speedup * 0.97,
-                        reaccepted=None if index in (BASELINE, 2) else spec.planned.exact_speedup * 0.93,
+                        retimed=None if index == BASELINE else spec.planned.exact.speedup * 0.97,
+                        reaccepted=None if index in (BASELINE, 2) else spec.planned.exact.speedup * 0.93,
                         predicted_baseline=0.021, price=_price)
         for index, spec in enumerate(SPECS)
     )

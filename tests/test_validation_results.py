@@ -3,6 +3,7 @@ the exact model's loop-overhead term. Everything here is deterministic arithmeti
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from pathlib import Path
 
@@ -15,8 +16,7 @@ from polyplan.formats.overhead import LoopOverhead
 from polyplan.planner.overhead import profile_overhead
 from polyplan.formats.plan import read_plan
 from polyplan.planner.plan_file import plan_from_profile
-from polyplan.formats.profile import LoopCalibration
-from polyplan.formats.profile_codec import load
+from polyplan.formats.profile import LoopCalibration, read_profile
 from polyplan.profiler.prompts import EncodedPrompt, Prompt
 from polyplan.validation.chain_runs import fit_prompts, select_chains
 from polyplan.validation.results import (
@@ -35,8 +35,7 @@ EXAMPLE = shipped_paper_profile()
 @pytest.fixture(scope="module")
 def plan_path(tmp_path_factory):
     """The paper's Table 1 profile planned with a loop overhead: 4 ranked chains."""
-    profile = load(EXAMPLE)
-    profile.loop_overhead = {"greedy": LoopCalibration(per_step_s=1e-4, per_round_s=3e-4)}
+    profile = dataclasses.replace(read_profile(EXAMPLE), loop_overhead={"greedy": LoopCalibration(per_step_s=1e-4, per_round_s=3e-4)})
     path = tmp_path_factory.mktemp("plan") / "plan.json"
     plan_from_profile(profile, path, profile_path=str(EXAMPLE))
     return path
@@ -92,13 +91,13 @@ def test_plan_records_overhead_predictions_and_verdicts_for_every_ranked_chain(p
     assert {c.chain for c in chains} == {
         ("vicuna-7b",), ("vicuna-7b", "eagle"), ("vicuna-7b", "vicuna-7b-w4"), ("vicuna-7b", "vicuna-7b-w4", "eagle")
     }
-    assert all(c.overhead_per_token_s > 0 for c in chains)
+    assert all(c.exact.overhead_per_token_s > 0 for c in chains)
     payload = json.loads(plan_path.read_text())
     assert payload["loop_overhead"] == {"per_step_s": 1e-4, "per_round_s": 3e-4}
     assert plan.loop_overhead == LoopOverhead(1e-4, 3e-4)
     three = next(a for a in payload["alternatives"] if len(a["chain"]) == 3)
     assert three["insertion_verdicts"] == [{"model": "vicuna-7b-w4", "verdict": "helps"}]
-    assert profile_overhead(load(EXAMPLE), "greedy") is None
+    assert profile_overhead(read_profile(EXAMPLE), "greedy") is None
 
 
 def test_old_plan_without_per_chain_predictions_is_refused(plan, plan_path, tmp_path):

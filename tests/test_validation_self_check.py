@@ -9,7 +9,7 @@ from dataclasses import replace
 import numpy as np
 import pytest
 
-from polyplan.formats.plan import PlanFile, PlannedChain
+from polyplan.formats.plan import ExactRecord, PaperRecord, PlanFile, PlannedChain
 from polyplan.validation.results import RunRecord
 from polyplan.validation.self_check import _checked_plan, composition, composition_interval
 
@@ -20,10 +20,11 @@ TOKENS = 20
 def planned(chain, forwards, time_per_token, speedup, interval) -> PlannedChain:
     levels = len(chain) - 1
     return PlannedChain(
-        chain=chain, block_sizes=(3,) * levels, exact_speedup=speedup, paper_speedup=speedup, acceptances=(0.8,) * levels,
-        forwards_per_token=forwards, tokens_per_verification=(2.9,) * levels, drafted_per_verification=(3.0,) * levels,
-        time_per_token_s=time_per_token, paper_phi_per_token=forwards, paper_mean_lengths=(2.9,) * levels,
-        overhead_per_token_s=0.0, exact_interval=interval,
+        chain=chain, block_sizes=(3,) * levels,
+        exact=ExactRecord(speedup=speedup, acceptances=(0.8,) * levels, forwards_per_token=forwards, tokens_per_verification=(2.9,) * levels,
+                          drafted_per_verification=(3.0,) * levels, time_per_token_s=time_per_token, overhead_per_token_s=0.0,
+                          interval=interval),
+        paper=PaperRecord(speedup=speedup, phi_per_token=forwards, mean_lengths=(2.9,) * levels),
     )
 
 
@@ -51,12 +52,12 @@ def test_a_member_slower_inside_the_chain_gives_c_above_one_and_lowers_the_predi
     expected = (0.35 * 0.012 * 1.3 + 1.05 * 0.0008) / (0.35 * 0.012 + 1.05 * 0.0008)
     assert c == pytest.approx(expected, rel=0.02)
     assert low <= c <= high
-    plan = PlanFile(target="t", sampling="greedy", alternatives=(CHAIN, ALONE))
+    plan = PlanFile(target="t", sampling="greedy", profiled_fingerprints={}, alternatives=(CHAIN, ALONE))
     checked = _checked_plan(plan, {CHAIN.chain: ((c, low, high), 1.6)}, (), 4, 64, 1, 1.0).plan
     chain = next(item for item in checked.alternatives if item.chain == CHAIN.chain)
-    assert chain.predicted_speedup == pytest.approx(CHAIN.exact_speedup / c)
-    assert chain.predicted_interval[1] < CHAIN.exact_interval[1] and chain.predicted_interval[0] < CHAIN.exact_interval[0]
-    assert chain.predicted_interval[1] - chain.predicted_interval[0] >= (CHAIN.exact_interval[1] - CHAIN.exact_interval[0]) / high
+    assert chain.predicted_speedup == pytest.approx(CHAIN.exact.speedup / c)
+    assert chain.predicted_interval[1] < CHAIN.exact.interval[1] and chain.predicted_interval[0] < CHAIN.exact.interval[0]
+    assert chain.predicted_interval[1] - chain.predicted_interval[0] >= (CHAIN.exact.interval[1] - CHAIN.exact.interval[0]) / high
     alone = next(item for item in checked.alternatives if len(item.chain) == 1)
     assert alone.predicted_speedup == 1.0 and checked.self_check.checked == ()
 
@@ -65,16 +66,16 @@ def test_a_chain_that_runs_as_planned_keeps_c_at_one_negative_control():
     runs, base = records(slower=1.0)
     c, low, high = composition_interval(CHAIN, runs, base, STEP, rng=np.random.default_rng(0))
     assert c == pytest.approx(1.0, abs=1e-9) and low == pytest.approx(1.0, abs=1e-9) and high == pytest.approx(1.0, abs=1e-9)
-    plan = PlanFile(target="t", sampling="greedy", alternatives=(CHAIN, ALONE))
+    plan = PlanFile(target="t", sampling="greedy", profiled_fingerprints={}, alternatives=(CHAIN, ALONE))
     chain = _checked_plan(plan, {CHAIN.chain: ((c, low, high), 2.0)}, (), 4, 64, 1, 1.0).plan.alternatives[0]
-    assert chain.predicted_speedup == pytest.approx(CHAIN.exact_speedup)
-    assert chain.predicted_interval == pytest.approx(CHAIN.exact_interval)
+    assert chain.predicted_speedup == pytest.approx(CHAIN.exact.speedup)
+    assert chain.predicted_interval == pytest.approx(CHAIN.exact.interval)
 
 
 def test_the_check_can_re_rank_and_unchecked_chains_take_the_pooled_term():
-    other = replace(CHAIN, chain=("t", "e"), exact_speedup=CHAIN.exact_speedup * 0.95)
-    third = replace(CHAIN, chain=("t", "f"), exact_speedup=CHAIN.exact_speedup * 0.5)
-    plan = PlanFile(target="t", sampling="greedy", alternatives=(CHAIN, other, third, ALONE))
+    other = replace(CHAIN, chain=("t", "e"), exact=replace(CHAIN.exact, speedup=CHAIN.exact.speedup * 0.95))
+    third = replace(CHAIN, chain=("t", "f"), exact=replace(CHAIN.exact, speedup=CHAIN.exact.speedup * 0.5))
+    plan = PlanFile(target="t", sampling="greedy", profiled_fingerprints={}, alternatives=(CHAIN, other, third, ALONE))
     found = _checked_plan(plan, {CHAIN.chain: ((1.3, 1.2, 1.4), 1.5), other.chain: ((1.0, 0.95, 1.05), 1.9)}, (), 4, 64, 1, 1.0)
     assert found.plan.best.chain == ("t", "e")  # measured faster here: first now
     assert any("re-ranked" in line for line in found.lines)

@@ -314,7 +314,7 @@ def validate_plan(
     baseline_index = next(i for i, spec in enumerate(specs) if ROLE_TARGET_ONLY in spec.roles)
     baseline = [run for run in records if run.chain == baseline_index]
     alone = specs[baseline_index].planned
-    predicted_baseline = alone.time_per_token_s[0] + alone.overhead_per_token_s
+    predicted_baseline = alone.exact.time_per_token_s[0] + alone.exact.overhead_per_token_s
     price = profile_price(profile) if profile is not None else None
     ties = near_ties(specs, records, baseline_index, members[plan.target], [p.ids for p in fitted.prompts]) if sampling.greedy else {}
     chains = tuple(

@@ -34,8 +34,8 @@ from polyplan.formats.report import (
     TokensPerVerification,
     ValidationReport,
     encode_report,
-    save_report,
 )
+from polyplan.formats import report as report_file
 from polyplan.validation.categories import category_lines
 from polyplan.validation.plots import write_plots
 from polyplan.validation.results import (
@@ -328,7 +328,7 @@ def write_report(validation: Validation, folder: str | os.PathLike[str]) -> Repo
     report, twin = folder / REPORT_FILE, folder / JSON_FILE
     files = {"report": str(report), "json": str(twin), **{name: str(path) for name, path in plots.items()}}
     contents = report_of(validation, files)
-    save_report(contents, twin)
+    report_file.write_report(contents, twin)
     write_text_atomically(report, report_markdown(validation, {name: path.name for name, path in plots.items()}) + "\n")
     return ReportFiles(report, twin, tuple(plots.items()), contents)
 

@@ -393,27 +393,27 @@ def summarise_chain(
             LevelResult(
                 model=model,
                 forwards_per_token=sum(run.forward_passes[i] for run in runs) / tokens,
-                predicted_forwards_per_token=planned.forwards_per_token[i],
-                paper_phi_per_token=planned.paper_phi_per_token[i],
+                predicted_forwards_per_token=planned.exact.forwards_per_token[i],
+                paper_phi_per_token=planned.paper.phi_per_token[i],
                 seconds_per_token=sum(run.forward_seconds[i] for run in runs) / tokens,
-                predicted_seconds_per_token=planned.time_per_token_s[i],
+                predicted_seconds_per_token=planned.exact.time_per_token_s[i],
                 mu=mu,
                 sigma=sigma,
-                predicted_mu=planned.tokens_per_verification[i] if verifies else None,
-                paper_mu=planned.paper_mean_lengths[i] if verifies else None,
+                predicted_mu=planned.exact.tokens_per_verification[i] if verifies else None,
+                paper_mu=planned.paper.mean_lengths[i] if verifies else None,
                 accepted_fraction=(sum(run.tokens_accepted[i] for run in runs) / proposed) if verifies and proposed else None,
-                predicted_accepted_fraction=(planned.tokens_per_verification[i] - 1.0) / planned.drafted_per_verification[i]
-                if verifies and planned.drafted_per_verification[i] > 0
+                predicted_accepted_fraction=(planned.exact.tokens_per_verification[i] - 1.0) / planned.exact.drafted_per_verification[i]
+                if verifies and planned.exact.drafted_per_verification[i] > 0
                 else None,
-                alpha=planned.acceptances[i] if verifies else None,
+                alpha=planned.exact.acceptances[i] if verifies else None,
                 tokens_drafted=proposed,
                 tokens_accepted=sum(run.tokens_accepted[i] for run in runs),
                 seconds_per_pass=PassSeconds(
                     measured=timed / passes,
-                    exact=planned.time_per_token_s[i] / planned.forwards_per_token[i],
+                    exact=planned.exact.time_per_token_s[i] / planned.exact.forwards_per_token[i],
                     profile=profile_seconds_per_pass(model, tallies, price) if price is not None else None,
                     mean_width=mean_width(tallies) or 0.0,
-                ) if passes and planned.forwards_per_token[i] > 0 else None,
+                ) if passes and planned.exact.forwards_per_token[i] > 0 else None,
             )
         )
     return ChainResult(
@@ -422,8 +422,8 @@ def summarise_chain(
         roles=spec.roles,
         rank=spec.rank,
         recommended=spec.recommended,
-        predicted_exact=planned.exact_speedup,
-        predicted_paper=planned.paper_speedup,
+        predicted_exact=planned.exact.speedup,
+        predicted_paper=planned.paper.speedup,
         retimed_exact=retimed,
         greedy_equal=(difference is None) if greedy else None,
         first_difference=difference,
@@ -433,10 +433,10 @@ def summarise_chain(
         tokens_per_second=tokens / decode,
         seconds_per_token=decode / tokens,
         loop_seconds_per_token=(decode - inside) / tokens,
-        predicted_loop_seconds_per_token=planned.overhead_per_token_s,
+        predicted_loop_seconds_per_token=planned.exact.overhead_per_token_s,
         levels=tuple(levels),
         paired=paired,
-        predicted_interval=planned.exact_interval,
+        predicted_interval=planned.exact.interval,
         prompts=prompts,
         reaccepted_exact=reaccepted,
         baseline_seconds=None if predicted_baseline is None else (_seconds_per_token(baseline, runs), predicted_baseline),

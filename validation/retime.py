@@ -14,7 +14,7 @@ separates "the model is wrong" from "the machine changed since profiling".
 
 from __future__ import annotations
 
-import copy
+import dataclasses
 import statistics
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -23,7 +23,7 @@ import torch
 
 from polyplan.decoder.member import ChainMember
 from polyplan.formats.overhead import LoopOverhead
-from polyplan.planner.runs import set_agreement_alphas
+from polyplan.planner.runs import with_agreement_alphas
 from polyplan.planner.search import evaluate_chain
 from polyplan.formats.profile import AgreementRuns, LatencyPoint, Profile
 from polyplan.profiler.forward_timing import timed_pass
@@ -59,18 +59,19 @@ def time_passes(
 def retimed_profile(profile: Profile, timings: Sequence[PassTiming]) -> Profile:
     """A copy of `profile` whose latency curves are the medians of `timings` (one context: the
     median context of the passes); models without timings keep their curves."""
-    retimed = copy.deepcopy(profile)
     context = int(statistics.median(t.context for t in timings))
-    for model in retimed.models:
+    models = []
+    for model in profile.models:
         mine = [t for t in timings if t.model == model.name]
         ks = sorted({t.k for t in mine})
         if ks:
-            model.latency = [
+            model = dataclasses.replace(model, latency=tuple(
                 LatencyPoint(context_length=context, k=k, median_s=statistics.median(t.seconds for t in mine if t.k == k),
                              repeats=sum(t.k == k for t in mine))
                 for k in ks
-            ]
-    return retimed
+            ))
+        models.append(model)
+    return dataclasses.replace(profile, models=tuple(models))
 
 
 def retimed_speedups(
@@ -109,9 +110,8 @@ def reaccepted_profile(profile: Profile, timings: Sequence[PassTiming], agreemen
     replaces the profile's agreement sequences, and each pair's α becomes its agreement rate
     there (what the i.i.d. reading uses). Pairs it does not cover keep the profile's values."""
     revised = retimed_profile(profile, timings)
-    revised.acceptance_runs = {**revised.acceptance_runs, "greedy": agreement}
-    set_agreement_alphas(revised, agreement.pairs)
-    return revised
+    revised = dataclasses.replace(revised, acceptance_runs={**revised.acceptance_runs, "greedy": agreement})
+    return with_agreement_alphas(revised, agreement.pairs)
 
 
 def reaccepted_speedups(

@@ -70,14 +70,14 @@ def composition(planned: PlannedChain, runs: Sequence[RunRecord], baseline: Sequ
         passes = sum(run.forward_passes[i] for run in runs)
         levels.append(LevelCosts(
             forwards=passes / tokens,
-            predicted_forwards=planned.forwards_per_token[i],
+            predicted_forwards=planned.exact.forwards_per_token[i],
             seconds_per_pass=sum(run.forward_seconds[i] for run in runs) / passes if passes else 0.0,
-            predicted_seconds_per_pass=planned.time_per_token_s[i] / planned.forwards_per_token[i]
-            if planned.forwards_per_token[i] else 0.0,
+            predicted_seconds_per_pass=planned.exact.time_per_token_s[i] / planned.exact.forwards_per_token[i]
+            if planned.exact.forwards_per_token[i] else 0.0,
         ))
     inside = sum(sum(run.forward_seconds) for run in runs)
     return cost_composition(
-        levels, loop=(sum(run.decode_s for run in runs) - inside) / tokens, predicted_loop=planned.overhead_per_token_s,
+        levels, loop=(sum(run.decode_s for run in runs) - inside) / tokens, predicted_loop=planned.exact.overhead_per_token_s,
         baseline=sum(run.decode_s for run in baseline) / sum(len(run.token_ids) for run in baseline),
         predicted_baseline=predicted_baseline,
     )
@@ -105,8 +105,8 @@ def composition_interval(planned: PlannedChain, runs: Sequence[RunRecord], basel
 def checked(planned: PlannedChain, term: tuple[float, float, float], measured: float | None, pooled: bool) -> PlannedChain:
     """`planned` with its check: exact / C, the exact interval divided by C's interval."""
     c, low, high = term
-    interval = None if planned.exact_interval is None else (planned.exact_interval[0] / high, planned.exact_interval[1] / low)
-    return replace(planned, check=ChainCheck(c, low, high, planned.exact_speedup / c, interval, measured, pooled))
+    interval = None if planned.exact.interval is None else (planned.exact.interval[0] / high, planned.exact.interval[1] / low)
+    return replace(planned, check=ChainCheck(c, low, high, planned.exact.speedup / c, interval, measured, pooled))
 
 
 def self_check(
@@ -131,7 +131,7 @@ def self_check(
     baseline_index = next(i for i, spec in enumerate(specs) if ROLE_TARGET_ONLY in spec.roles)
     baseline = [run for run in records if run.chain == baseline_index]
     alone = specs[baseline_index].planned
-    predicted_baseline = alone.time_per_token_s[0] + alone.overhead_per_token_s
+    predicted_baseline = alone.exact.time_per_token_s[0] + alone.exact.overhead_per_token_s
     rng = np.random.default_rng(seed)
     terms: dict[tuple[str, ...], tuple[tuple[float, float, float], float]] = {}
     for index, spec in enumerate(specs):
@@ -178,7 +178,7 @@ def check_lines(before: PlanFile, after: PlanFile, record: SelfCheckRecord) -> l
         if check is None or len(planned.chain) == 1 or check.pooled:
             continue
         interval = "" if check.interval is None else f" [{check.interval[0]:.2f}, {check.interval[1]:.2f}]"
-        lines.append(f"  {planned.label():<44} exact {planned.exact_speedup:.2f}x, measured {check.measured:.2f}x, "
+        lines.append(f"  {planned.label():<44} exact {planned.exact.speedup:.2f}x, measured {check.measured:.2f}x, "
                      f"C = {check.composition:.3f} [{check.composition_low:.3f}, {check.composition_high:.3f}] -> "
                      f"{check.speedup:.2f}x{interval}")
     pooled = [planned for planned in after.alternatives if planned.check is not None and planned.check.pooled]

@@ -216,14 +216,14 @@ def _plan_profile(profile: Path | None, out: Path | None, options: dict, samplin
     models.yaml record the profile holds (None for a profile made before it kept one), so
     `generate --plan` and `validate` find the models. Without `--sampling`, a profile with no
     greedy entries is planned for the mode it has (`planner.profile_sampling`), with a note."""
-    from polyplan.formats.profile_codec import load
+    from polyplan.formats.profile import read_profile
     from polyplan.planner.plan_file import planned_from_profile
     from polyplan.planner.profile_sampling import default_sampling
     from polyplan.planner.sample_size import profile_warning
 
     if profile is None:
         raise PolyplanError("--profile: give a profile JSON, or --candidates models.yaml to profile the models first")
-    profiled_numbers = load(profile)
+    profiled_numbers = read_profile(profile)
     key, note = default_sampling(profiled_numbers, sampling)
     options = {**options, "sampling": key}
     record = profiled_numbers.profiler.candidates if profiled_numbers.profiler is not None else None

@@ -15,7 +15,7 @@ from polyplan.planner import (ChainPlan, InsertionAnalysis, TheoryReport, analyz
                               capped_geometric_variance, paper_a2_variance, paper_eq3_mean, paper_eq3_mean_literal,
                               paper_eq4_relative_variability, paper_sigma2, relative_variability, theory_report)
 from polyplan.planner.capped_geometric import check_acceptance, check_block_size
-from polyplan.formats.profile_codec import load
+from polyplan.formats.profile import read_profile
 
 app = typer.Typer(help="The paper's theory (Lemma 3.1, Theorems 3.2/3.3, eq. 3, Appendix A) beside the exact model.", no_args_is_help=True)
 
@@ -249,10 +249,10 @@ def report(
         SamplingMode.parse(sampling, "--sampling")  # a bad key is one line before any file is read
     if profile is None:
         with resources.as_file(resources.files("polyplan") / EXAMPLE_PROFILE) as path:
-            loaded = load(path)
+            loaded = read_profile(path)
         source = "the paper's Table 1 (shipped example profile)"
     else:
-        loaded = load(profile)
+        loaded = read_profile(profile)
         source = str(profile)
     key, note = default_sampling(loaded, sampling)
     result = theory_report(loaded, source=source, sampling=key)
