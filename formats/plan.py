@@ -31,12 +31,12 @@ Format (``plan_version`` 2; each ranked chain is stored once, the plan's own cha
             "wasted_per_verification": [...], "acceptances": [...], "overhead_per_token_s": ...,
             "interval": [2.18, 2.41]         # optional: bootstrap interval of "speedup"
           },                                 # (planner.prediction_interval)
-          "paper": {                         # Lemma 3.1 (planner.paper_model)
+          "paper": {                         # Lemma 3.1 (planner.paper.paper_model)
             "speedup": 4.54, "time_per_token_s": ..., "phi_per_token": [...],
             "mean_lengths": [...], "length_sources": ["decoded", "eq3"], "alpha_scale": 1
           },
           "insertion_verdicts": [{"model": "w4", "verdict": "helps"}]   # per intermediate model
-        }                                    # (Theorem 3.2, planner.insertion)
+        }                                    # (Theorem 3.2, planner.paper.insertion)
       ],
       "insertions": ["in: w4: ...", ...],
       "prediction_intervals": {              # optional (absent in older plans)
@@ -60,7 +60,7 @@ Format (``plan_version`` 2; each ranked chain is stored once, the plan's own cha
          "with": {"chain": [...], "block_sizes": [7, 1], "exact_speedup": 2.32},
          "without": {"chain": [...], "block_sizes": [5], "exact_speedup": 2.12},
          "condition1": {"lhs": 0.28, "rhs": 0.37, "holds": true}, "condition2": {...},
-         "assumptions_hold": false, "theorem_guarantees_gain": false,   # planner.insertion_triples
+         "assumptions_hold": false, "theorem_guarantees_gain": false,   # planner.paper.insertion_triples
          "lemma31_difference_s": -0.0021, "line": "w4 between vicuna-7b and eagle: ..."}
       ],
       "search": {"max_levels": 4, "k_max": 8, "method": "grid", "context_length": null,
@@ -172,7 +172,7 @@ class PlannedChain:
     paper_time_per_token_s: float | None = None  # Lemma 3.1's T / N
     paper_length_sources: tuple[str, ...] = ()  # "decoded" or "eq3" per level
     paper_alpha_scale: float | None = None
-    # (intermediate model, "helps" / "no_gain"): Theorem 3.2's verdict (planner.insertion)
+    # (intermediate model, "helps" / "no_gain"): Theorem 3.2's verdict (planner.paper.insertion)
     insertion_verdicts: tuple[tuple[str, str], ...] = ()
     check: ChainCheck | None = None  # recommend's self-check of this chain (None: not checked)
 
@@ -255,7 +255,7 @@ class ChainSpeedRecord:
 
 @dataclass(frozen=True)
 class TripleRecord:
-    """Theorem 3.2 on inserting `middle` between `upper` and `lower` (`planner.insertion_triples`)."""
+    """Theorem 3.2 on inserting `middle` between `upper` and `lower` (`planner.paper.insertion_triples`)."""
 
     upper: str
     middle: str

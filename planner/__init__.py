@@ -16,7 +16,7 @@ imports torch, so `polyplan recommend` runs on a machine without any model.
 - `engines`: a plan exported to HF transformers, vLLM or llama.cpp under their acceptance rules.
 """
 
-from polyplan.planner.capped_geometric import (
+from polyplan.planner.paper.capped_geometric import (
     capped_geometric_mean,
     capped_geometric_pmf,
     capped_geometric_variance,
@@ -29,10 +29,10 @@ from polyplan.planner.capped_geometric import (
     relative_variability,
 )
 from polyplan.planner.cost_model import ChainPrediction, predict_chain
-from polyplan.planner.insertion import Condition, InsertionAnalysis, analyze_insertion
+from polyplan.planner.paper.insertion import Condition, InsertionAnalysis, analyze_insertion
 from polyplan.planner.latency import LatencyCurve, constant_curve, curve_from_profile
-from polyplan.planner.lemma31 import IdealTime, ideal_speedup, ideal_time
-from polyplan.planner.paper_model import PaperPrediction, paper_prediction
+from polyplan.planner.paper.lemma31 import IdealTime, ideal_speedup, ideal_time
+from polyplan.planner.paper.paper_model import PaperPrediction, paper_prediction
 from polyplan.planner.plan_file import plan_to_json_dict, write_plan
 from polyplan.planner.report import TheoryReport, theory_report
 from polyplan.planner.search import ChainPlan, InsertionNote, Recommendation, evaluate_chain, recommend

@@ -40,7 +40,7 @@ from typing import Sequence, Union
 import numpy as np
 
 from polyplan.formats.errors import PolyplanError
-from polyplan.planner.capped_geometric import check_acceptance, check_block_size
+from polyplan.planner.paper.capped_geometric import check_acceptance, check_block_size
 from polyplan.planner.draft_rounds import DraftRounds
 from polyplan.planner.latency import LatencyCurve, constant_curve
 from polyplan.formats.overhead import NO_OVERHEAD, NO_SWITCH, LoopOverhead, SwitchCost, switch_cost

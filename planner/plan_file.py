@@ -19,8 +19,8 @@ from polyplan.formats.plan import (
     CandidatesRecord, ChainSpeedRecord, ConditionRecord, IntervalsRecord, LimitRecord, PlanFile, PlannedChain, ProfileRecord,
     SearchRecord, TripleRecord, encode_plan, save_plan,
 )
-from polyplan.planner.insertion import Condition
-from polyplan.planner.insertion_triples import TripleInsertion
+from polyplan.planner.paper.insertion import Condition
+from polyplan.planner.paper.insertion_triples import TripleInsertion
 from polyplan.planner.physical_limit import PhysicalLimit
 from polyplan.formats.profile import SCHEMA_VERSION, Profile
 

@@ -5,13 +5,13 @@ drafters below the target (members ordered by cost T_i(1), cheapest last), choos
 per-level block sizes K_1 … K_{n−1} that minimise the exact model's cost per token (a full
 grid over 1 … k_max when the grid is small, else optuna's TPE sampler with a fixed seed),
 and ranks the chains by exact speedup. Each plan also carries the paper's Lemma 3.1
-prediction (see `planner.paper_model`), and each candidate model gets one line saying why
+prediction (see `planner.paper.paper_model`), and each candidate model gets one line saying why
 it is in or out of the best chain: Theorem 3.2 applied locally to its insertion between its
 neighbours, plus the exact model's speedup with and without it.
 
 Beside the ranking: the physical limit of the target on this machine (`planner.physical_limit`:
 what a free, always-right drafter would give; no chain exceeds it) and Theorem 3.2 on every
-insertion that matters (`planner.insertion_triples`): each intermediate level of the top
+insertion that matters (`planner.paper.insertion_triples`): each intermediate level of the top
 `TOP_CHAINS` chains, and every model inserted between the target and any cheaper member
 (every three-model chain), each against the same chain without it.
 """
@@ -28,7 +28,7 @@ from polyplan.formats.verbosity import other_output_shown
 from polyplan.planner.cost_model import ChainPrediction, predict_chain
 from polyplan.planner.draft_rounds import DraftRounds
 from polyplan.planner.ngram_replay import draft_rounds, ngram_simple_sizes, target_streams
-from polyplan.planner.insertion_triples import TripleInsertion, insertion_inputs, triple_insertion
+from polyplan.planner.paper.insertion_triples import TripleInsertion, insertion_inputs, triple_insertion
 from polyplan.planner.latency import LatencyCurve, curve_from_profile
 from polyplan.formats.overhead import NO_SWITCH, LoopOverhead, SwitchCost
 from polyplan.planner.overhead import profile_switch_costs
@@ -36,7 +36,7 @@ from polyplan.planner.runs import RunSurvival, run_survival, profile_runs
 from polyplan.formats.plan import VerifyWidths
 from polyplan.formats.processor import Processor
 from polyplan.planner.verify_width import verify_widths
-from polyplan.planner.paper_model import PaperPrediction, paper_prediction
+from polyplan.planner.paper.paper_model import PaperPrediction, paper_prediction
 from polyplan.planner.physical_limit import PhysicalLimit, measured_block_size, physical_limit
 from polyplan.planner.prediction_interval import PredictionIntervals
 from polyplan.formats.profile import Profile, SamplingStats

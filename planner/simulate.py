@@ -18,7 +18,7 @@ from typing import Sequence
 import numpy as np
 
 from polyplan.formats.errors import PolyplanError
-from polyplan.planner.capped_geometric import check_acceptance, check_block_size
+from polyplan.planner.paper.capped_geometric import check_acceptance, check_block_size
 from polyplan.planner.cost_model import CurveLike, _as_curve
 from polyplan.formats.plan import NO_PADDING
 from polyplan.planner.verify_width import verify_widths

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from polyplan.planner.capped_geometric import relative_variability
+from polyplan.planner.paper.capped_geometric import relative_variability
 from polyplan.planner.search import default_k_max
 from polyplan.planner.cost_model import predict_chain
 from polyplan.planner.latency import curve_from_profile

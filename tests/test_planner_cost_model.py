@@ -6,10 +6,10 @@ import numpy as np
 import pytest
 
 from polyplan.formats.errors import PolyplanError
-from polyplan.planner.capped_geometric import capped_geometric_mean
+from polyplan.planner.paper.capped_geometric import capped_geometric_mean
 from polyplan.planner.cost_model import predict_chain
 from polyplan.planner.latency import LatencyCurve
-from polyplan.planner.lemma31 import ideal_time
+from polyplan.planner.paper.lemma31 import ideal_time
 from polyplan.planner.simulate import simulate_chain
 
 # Latency curves in seconds: measured at a few k, interpolated linearly in between.
