@@ -1,4 +1,4 @@
-"""Measure HF transformers `generate`'s own loop overhead (see `polyplan.planner.engine_overhead`).
+"""Measure HF transformers `generate`'s own loop overhead (see `polyplan.planner.exact.engine_overhead`).
 
 `polyplan bench peers` and `polyplan export --engine hf` compare HF assisted generation with HF
 target-only `generate`; both pay HF's loop, not polyplan's. Here the target's (and a real
@@ -15,7 +15,7 @@ Every configuration runs once untimed (warm-up) and then `repeats` times, interl
 each per round, in an order rotated every round), with the project's reference workload timed
 once per round as the machine's floor and Python's cyclic collector paused. The median loop
 time and median counts of each configuration are fitted to
-calls × per_call + steps × per_step + rounds × per_round (`planner.engine_overhead`).
+calls × per_call + steps × per_step + rounds × per_round (`planner.exact.engine_overhead`).
 """
 
 from __future__ import annotations
@@ -28,7 +28,7 @@ from dataclasses import dataclass
 import torch
 
 from polyplan.engines.hf_generate import configure_assistant, transformers_errors_only
-from polyplan.planner.engine_overhead import (
+from polyplan.planner.exact.engine_overhead import (
     HF, EngineOverhead, LoopCounts, engine_overhead_entry, fit_engine_overhead, stored_fingerprint,
 )
 from polyplan.formats.profile import Profile

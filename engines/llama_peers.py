@@ -193,7 +193,7 @@ def judged(configs: Sequence[ServerConfig], export, recommended=None) -> list[Se
     one marked exported; then every ranked configuration not among them, so each prediction is
     raced."""
     from polyplan.planner.llama_cpp_ranking import OFF
-    from polyplan.planner.ngram_rules import SPEC_DEFAULT_FLAGS
+    from polyplan.planner.exact.ngram_rules import SPEC_DEFAULT_FLAGS
 
     ranking = tuple(getattr(export, "ranking", ()))
     recommended = recommended if recommended is not None else getattr(export, "recommended", None)

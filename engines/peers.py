@@ -19,7 +19,7 @@ polyplan's (the report says which). A last line says whether the exported HF con
 measured speedup is within 10% of its prediction, with its predicted and measured tokens per
 target pass (an acceptance rate that differs on these prompts shows there first).
 Those predictions are per decoded token; each HF row also gets the whole-call prediction
-(`planner.whole_call`: HF's per-call cost and the prompt's prefills added per call, summed
+(`planner.exact.whole_call`: HF's per-call cost and the prompt's prefills added per call, summed
 over this run's prompts with their lengths and the tokens each call emitted), which models
 what is measured here, and the verdict is judged by it.
 
@@ -44,11 +44,11 @@ from polyplan.engines.hf_generate import configure_assistant, hf_generate
 from polyplan.decoder.chain import generate
 from polyplan.decoder.sampling import Sampling
 from polyplan.formats.errors import PolyplanError
-from polyplan.planner.engine_overhead import prediction_error
+from polyplan.planner.exact.engine_overhead import prediction_error
 from polyplan.planner.engines import EngineExport
 from polyplan.formats.plan import PlanFile
 from polyplan.formats.sampling import SamplingMode
-from polyplan.planner.whole_call import CallCount, CallModel, whole_call_speedup
+from polyplan.planner.exact.whole_call import CallCount, CallModel, whole_call_speedup
 from polyplan.engines.hf_overhead import _ForwardClock
 from polyplan.profiler.prompts import EncodedPrompt
 
@@ -63,7 +63,7 @@ class PeerConfig:
     predicted_speedup: float | None  # the HF export's prediction (None: baseline, polyplan)
     run: Callable[[Sequence[int]], tuple[list[int], int]]
     exported: bool = False  # the configuration `polyplan export --engine hf` recommends
-    call: CallModel | None = None  # its whole-call cost (`planner.whole_call`; None: not an HF export row)
+    call: CallModel | None = None  # its whole-call cost (`planner.exact.whole_call`; None: not an HF export row)
 
 
 @dataclass(frozen=True)

@@ -201,7 +201,7 @@ class ModelProfile:
     latency_fingerprint: str | None = spec("text", default=None)
     timing: TimingHealth | None = spec("record", default=None, of=TimingHealth)
     # size_n of an `ngram-simple` drafter: it drafts only where the stream repeats itself, so the
-    # planner replays it on the target's streams instead of reading its α (`planner.ngram_replay`).
+    # planner replays it on the target's streams instead of reading its α (`planner.exact.ngram_replay`).
     ngram_simple: int | None = spec("count1", default=None)
 
 
@@ -369,7 +369,7 @@ class PairAgreement:
 @dataclass(frozen=True)
 class TargetStream:
     """One profiling prompt and the target's greedy continuation of it, as token ids: what an
-    engine's own n-gram drafter looks its drafts up in (`planner.ngram_replay`)."""
+    engine's own n-gram drafter looks its drafts up in (`planner.exact.ngram_replay`)."""
 
     prompt_tokens: int = spec("count1")
     ids: tuple[int, ...] = spec("token_ids")
@@ -377,7 +377,7 @@ class TargetStream:
 
 @dataclass(frozen=True)
 class AgreementRuns:
-    """The agreement sequences of every pair under one sampling mode (`planner.runs` reads
+    """The agreement sequences of every pair under one sampling mode (`planner.exact.runs` reads
     them), with the fingerprint of the models, prompts and settings they were measured from,
     and the target's greedy streams they were measured on (empty in profiles made before)."""
 

@@ -28,15 +28,15 @@ from polyplan.planner.paper.capped_geometric import (
     paper_sigma2,
     relative_variability,
 )
-from polyplan.planner.cost_model import ChainPrediction, predict_chain
+from polyplan.planner.exact.cost_model import ChainPrediction, predict_chain
 from polyplan.planner.paper.insertion import Condition, InsertionAnalysis, analyze_insertion
-from polyplan.planner.latency import LatencyCurve, constant_curve, curve_from_profile
+from polyplan.planner.exact.latency import LatencyCurve, constant_curve, curve_from_profile
 from polyplan.planner.paper.lemma31 import IdealTime, ideal_speedup, ideal_time
 from polyplan.planner.paper.paper_model import PaperPrediction, paper_prediction
 from polyplan.planner.plan_file import plan_to_json_dict, write_plan
 from polyplan.planner.report import TheoryReport, theory_report
 from polyplan.planner.search import ChainPlan, InsertionNote, Recommendation, evaluate_chain, recommend
-from polyplan.planner.simulate import Estimate, SimulationResult, simulate_chain
+from polyplan.planner.exact.simulate import Estimate, SimulationResult, simulate_chain
 
 __all__ = [
     "ChainPlan",

@@ -15,16 +15,16 @@ At greedy both are the argmax agreement rate. For an n-gram drafter p is one-hot
 rules give the same rate.
 
 For every drafter the engine can load, the best K under that engine's rule comes from the
-exact cost model (`planner.cost_model.predict_chain`) with the profile's latency curves,
+exact cost model (`planner.exact.cost_model.predict_chain`) with the profile's latency curves,
 loop overhead and switch costs, as the plan's own chains, except that for HF the loop overhead
-is HF `generate`'s own when the profile has it (`planner.engine_overhead`): the prediction is
+is HF `generate`'s own when the profile has it (`planner.exact.engine_overhead`): the prediction is
 then of HF assisted tokens/s over HF target-only tokens/s, what `bench peers` measures; the loss is measured against the
 plan's predicted speedup. The predictions are per decoded token (the long-generation limit);
-for HF each option also carries its whole-`generate`-call cost (`planner.whole_call`: per-call
+for HF each option also carries its whole-`generate`-call cost (`planner.exact.whole_call`: per-call
 set-up and prefills), which `bench peers` sums over its prompts. llama.cpp's n-gram drafter
 (`ngram-simple`) drafts only where the stream repeats itself, which α does not say: where the
 profile holds the target's greedy streams it is predicted by replaying that drafter on them
-(`planner.ngram_replay`), else by α with a note saying so. A member an engine cannot load is
+(`planner.exact.ngram_replay`), else by α with a note saying so. A member an engine cannot load is
 listed with the reason, never exported. Pure: no torch, no I/O.
 """
 
@@ -37,17 +37,17 @@ from pathlib import Path
 
 from polyplan.formats.candidates import RULE_DRAFTERS, Candidate, CandidateSet, EarlyExit, NGram, NGramSimple, Quantize, ReducedVocab
 from polyplan.formats.errors import PolyplanError
-from polyplan.planner.cost_model import ChainPrediction, predict_chain
-from polyplan.planner.engine_overhead import profile_call_seconds, prediction_overhead
-from polyplan.planner.latency import curve_from_profile
+from polyplan.planner.exact.cost_model import ChainPrediction, predict_chain
+from polyplan.planner.exact.engine_overhead import profile_call_seconds, prediction_overhead
+from polyplan.planner.exact.latency import curve_from_profile
 from polyplan.planner.llama_cpp_ranking import (LEVEL, OFF, RankedConfig, Replicates, ReplayWorkload, recommend, replayed_config)
 from polyplan.planner.llama_cpp_ranking import ranked as rank_configs
-from polyplan.planner.ngram_replay import replay_prediction, target_streams
-from polyplan.planner.ngram_rules import LLAMA_CPP_RULES, LLAMA_CPP_VERSION, NGramSimpleRule
+from polyplan.planner.exact.ngram_replay import replay_prediction, target_streams
+from polyplan.planner.exact.ngram_rules import LLAMA_CPP_RULES, LLAMA_CPP_VERSION, NGramSimpleRule
 from polyplan.formats.overhead import NO_SWITCH
-from polyplan.planner.overhead import profile_switch_costs
+from polyplan.planner.exact.overhead import profile_switch_costs
 from polyplan.formats.plan import PlanFile
-from polyplan.planner.whole_call import CallCount, CallModel, prefill_curve, whole_call_speedup
+from polyplan.planner.exact.whole_call import CallCount, CallModel, prefill_curve, whole_call_speedup
 from polyplan.formats.profile import Profile
 from polyplan.formats.sampling import SamplingMode
 
@@ -82,7 +82,7 @@ class EngineOption:
     source: str
     reason: str | None
     ngram_sizes: tuple[int, int] | None = None
-    call: CallModel | None = None  # its whole-`generate`-call cost (`planner.whole_call`), HF only
+    call: CallModel | None = None  # its whole-`generate`-call cost (`planner.exact.whole_call`), HF only
     model: str = ""  # how the prediction was made, when not by α (llama.cpp's n-gram replay), or why α
 
     @property
@@ -110,7 +110,7 @@ class EngineExport:
     options: tuple[EngineOption, ...]
     polyplan_chain: tuple[str, ...]
     polyplan_speedup: float
-    overhead_note: str = ""  # which loop overhead the predictions used (`planner.engine_overhead`)
+    overhead_note: str = ""  # which loop overhead the predictions used (`planner.exact.engine_overhead`)
     baseline_call: CallModel | None = None  # target-only `generate`'s whole-call cost (HF only)
     call_note: str = ""  # what the whole-call model lacks in the profile ("" when nothing)
     context_length: int | None = None  # the context the plan was made for (the whole-call example's prompt)

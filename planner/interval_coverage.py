@@ -24,7 +24,7 @@ from polyplan.formats.errors import PolyplanError
 from polyplan.formats.overhead import LoopOverhead
 from polyplan.formats.profile import PairAgreement, Profile
 from polyplan.planner.prediction_interval import DEFAULT_LEVEL, prediction_intervals
-from polyplan.planner.runs import set_agreement_alphas
+from polyplan.planner.exact.runs import set_agreement_alphas
 from polyplan.planner.search import evaluate_chain
 
 DEFAULT_SPLITS = 100

@@ -1,7 +1,7 @@
 """Rank every llama-server configuration polyplan can predict, and "off", and pick one.
 
 The configurations: each n-gram type llama.cpp offers at its defaults (`ngram-simple`,
-`ngram-map-k`, `ngram-map-k4v`, `ngram-mod`: `planner.ngram_rules`), `ngram-simple` at the
+`ngram-map-k`, `ngram-map-k4v`, `ngram-mod`: `planner.exact.ngram_rules`), `ngram-simple` at the
 block size the export chose, each draft model (`draft-simple` at its K, the exact model), and
 "off" (the target alone, 1.00x by definition). An n-gram type is replayed on the target's
 greedy streams as one server session (its state carried from request to request,
@@ -26,7 +26,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from polyplan.formats.profile import TargetStream
-from polyplan.planner.ngram_rules import DraftRule, SessionReplay, replay_session
+from polyplan.planner.exact.ngram_rules import DraftRule, SessionReplay, replay_session
 
 OFF = "off (no speculation)"
 LEVEL = 0.95

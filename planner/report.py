@@ -30,7 +30,7 @@ from polyplan.planner.paper.capped_geometric import (
     relative_variability,
 )
 from polyplan.planner.paper.insertion import InsertionAnalysis, analyze_insertion
-from polyplan.planner.latency import curve_from_profile
+from polyplan.planner.exact.latency import curve_from_profile
 from polyplan.planner.search import ChainPlan, Recommendation, evaluate_chain, recommend
 from polyplan.formats.profile import Profile
 

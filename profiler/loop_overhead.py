@@ -1,4 +1,4 @@
-"""Measure the decoding loop's own cost, on its own (see `polyplan.planner.overhead`).
+"""Measure the decoding loop's own cost, on its own (see `polyplan.planner.exact.overhead`).
 
 The decoder times every member's `forward` (`LevelStats.wall_time_s`); what a `generate`
 call spends beyond those passes is its loop: token choice, verification, the host transfer,
@@ -24,7 +24,7 @@ import torch
 
 from polyplan.decoder.chain import generate
 from polyplan.decoder.sampling import Sampling
-from polyplan.planner.engine_overhead import fit_loop_costs
+from polyplan.planner.exact.engine_overhead import fit_loop_costs
 from polyplan.formats.overhead import LoopOverhead
 from polyplan.profiler.forward_timing import collector_paused
 

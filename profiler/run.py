@@ -33,7 +33,7 @@ import numpy as np
 import torch
 
 from polyplan.formats.errors import PolyplanError
-from polyplan.planner.latency import curve_from_profile
+from polyplan.planner.exact.latency import curve_from_profile
 from polyplan.formats.profile import Profile, ProfilerRecord
 from polyplan.formats.sampling import SamplingMode
 from polyplan.profiler.acceptance import (

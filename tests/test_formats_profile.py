@@ -26,9 +26,9 @@ from polyplan.formats.profile import (
 )
 from polyplan.formats.profile_codec import decode, encode, load
 from polyplan.formats.sampling import SamplingMode
-from polyplan.planner.engine_overhead import profile_call_seconds, profile_engine_overhead
-from polyplan.planner.overhead import profile_overhead, profile_switch_costs
-from polyplan.planner.runs import profile_runs
+from polyplan.planner.exact.engine_overhead import profile_call_seconds, profile_engine_overhead
+from polyplan.planner.exact.overhead import profile_overhead, profile_switch_costs
+from polyplan.planner.exact.runs import profile_runs
 from polyplan.planner.timing_health import timing_warnings
 from polyplan.planner.sample_size import profile_warning
 

@@ -1,4 +1,4 @@
-"""llama.cpp's ngram-simple replayed on the target's streams (planner.ngram_replay), and the
+"""llama.cpp's ngram-simple replayed on the target's streams (planner.exact.ngram_replay), and the
 llama.cpp export that uses it; the slow test checks the replay against a real llama-server."""
 
 from __future__ import annotations
@@ -7,7 +7,7 @@ import pytest
 
 from polyplan.formats.errors import PolyplanError
 from polyplan.formats.profile import TargetStream
-from polyplan.planner.ngram_replay import ngram_simple_draft, replay_prediction, replay_stream
+from polyplan.planner.exact.ngram_replay import ngram_simple_draft, replay_prediction, replay_stream
 
 
 def test_the_draft_copies_what_followed_the_latest_earlier_occurrence():

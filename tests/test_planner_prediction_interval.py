@@ -16,12 +16,12 @@ import pytest
 from interval_controls import profile_only_weights
 
 from polyplan.formats.errors import PolyplanError
-from polyplan.planner.cost_model import predict_chain
-from polyplan.planner.latency import LatencyCurve
+from polyplan.planner.exact.cost_model import predict_chain
+from polyplan.planner.exact.latency import LatencyCurve
 from polyplan.formats.plan import read_plan
 from polyplan.planner.plan_file import plan_from_profile
 from polyplan.planner.prediction_interval import prediction_intervals
-from polyplan.planner.runs import run_survival
+from polyplan.planner.exact.runs import run_survival
 from polyplan.formats.profile import AgreementRuns, LatencyPoint, ModelProfile, PairAgreement, Profile, SamplingStats
 
 KS = (1, 2, 4, 8)
@@ -114,7 +114,7 @@ def test_old_profiles_without_stored_timings_use_median_and_iqr():
 
 def test_bootstrapped_runs_agree_with_the_planner_survival_on_the_full_sample():
     """The count-matrix route of the bootstrap reproduces run_survival when every prompt is drawn once."""
-    from polyplan.planner.runs import count_matrix, profile_runs, survival_from_counts
+    from polyplan.planner.exact.runs import count_matrix, profile_runs, survival_from_counts
 
     profile = drawn_profile(np.random.default_rng(11))
     sequences = profile_runs(profile, "greedy")[("target", "drafter")]

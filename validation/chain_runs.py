@@ -362,10 +362,10 @@ def validate_plan(
 
 def profile_price(profile: Profile):
     """(model, width, context) -> the profile's T at that width, its curves read at that context
-    (`planner.latency.curve_from_profile`), for pricing a member's passes where the chain ran them."""
+    (`planner.exact.latency.curve_from_profile`), for pricing a member's passes where the chain ran them."""
     from functools import lru_cache
 
-    from polyplan.planner.latency import curve_from_profile
+    from polyplan.planner.exact.latency import curve_from_profile
 
     @lru_cache(maxsize=None)
     def curve(model: str, context: int):
@@ -409,7 +409,7 @@ def validation_agreement(specs: Sequence[ChainSpec], members: Mapping[str, Chain
 def exact_model_description(plan: PlanFile) -> str:
     """One line on what the plan's exact predictions include (acceptance law, loop, context)."""
     runs = plan.search.acceptance_model == "runs"
-    acceptance = "measured acceptance runs (planner.runs)" if runs else "i.i.d. acceptance at rate alpha"
+    acceptance = "measured acceptance runs (planner.exact.runs)" if runs else "i.i.d. acceptance at rate alpha"
     overhead = plan.loop_overhead
     loop = (
         f"decoding loop {overhead.per_step_s * 1e6:.0f} us/step + {overhead.per_round_s * 1e6:.0f} us/round"

@@ -23,7 +23,7 @@ import torch
 
 from polyplan.decoder.member import ChainMember
 from polyplan.formats.overhead import LoopOverhead
-from polyplan.planner.runs import set_agreement_alphas
+from polyplan.planner.exact.runs import set_agreement_alphas
 from polyplan.planner.search import evaluate_chain
 from polyplan.formats.profile import AgreementRuns, LatencyPoint, Profile
 from polyplan.profiler.forward_timing import timed_pass

@@ -25,7 +25,7 @@ from typing import Sequence
 from polyplan.formats.errors import PolyplanError
 from polyplan.formats.profile import Profile
 from polyplan.planner.paper.insertion import Condition, InsertionAnalysis, analyze_insertion
-from polyplan.planner.latency import curve_from_profile
+from polyplan.planner.exact.latency import curve_from_profile
 from polyplan.planner.paper.paper_model import mean_length
 
 

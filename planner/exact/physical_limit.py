@@ -7,10 +7,10 @@ this machine's measured T(k) of the target that gives, per block size K,
 
     S(K) = (K + 1) · (T(1) + p) / (T̃(K + 1) + s + r + p),
 
-each cost the one the exact model (`planner.cost_model`) charges a one-level chain: T̃ the
-monotone envelope a verification pass runs at (`planner.verify_width`), s the target's switch
+each cost the one the exact model (`planner.exact.cost_model`) charges a one-level chain: T̃ the
+monotone envelope a verification pass runs at (`planner.exact.verify_width`), s the target's switch
 cost (a verification pass is a 1st pass after another model's), r the loop's cost per
-verification round and p its cost per step (`planner.overhead`). Plain decoding pays T(1) + p
+verification round and p its cost per step (`planner.exact.overhead`). Plain decoding pays T(1) + p
 per token; the free drafter pays one drafting call per round, the least the exact model ever
 charges (a rule drafter's one call; a model drafter's K steps cost K · p). With no loop costs
 recorded, S(K) = (K + 1) · T(1) / T̃(K + 1).
@@ -25,7 +25,7 @@ the chain's speedup is at most the largest S(m) over the m it hands up (S(0) <= 
 as T̃ never decreases). K runs up to the widest width the target was timed at, less one
 (`measured_block_size`), and, in `planner.search.recommend`, as far as any ranked chain hands
 its target tokens; beyond the measured widths T(k) is extrapolated as the exact model does it
-(`planner.latency`), and the result says so (`extrapolated`).
+(`planner.exact.latency`), and the result says so (`extrapolated`).
 
 `limit_interval` gives the limit a bootstrap interval from the target's latency samples, drawn
 as `planner.prediction_interval` draws them (K held at its value, as a chain's block sizes are).
@@ -40,10 +40,10 @@ import numpy as np
 from polyplan.formats.errors import PolyplanError
 from polyplan.formats.overhead import NO_OVERHEAD, NO_SWITCH, LoopOverhead, SwitchCost
 from polyplan.formats.profile import Profile
-from polyplan.planner.latency import LatencyCurve, curve_from_profile
-from polyplan.planner.overhead import profile_switch_costs
+from polyplan.planner.exact.latency import LatencyCurve, curve_from_profile
+from polyplan.planner.exact.overhead import profile_switch_costs
 from polyplan.planner.prediction_interval import DEFAULT_LEVEL, SpeedupInterval, latency_replicates
-from polyplan.planner.verify_width import monotone_envelope
+from polyplan.planner.exact.verify_width import monotone_envelope
 
 
 @dataclass(frozen=True)

@@ -1,6 +1,6 @@
 """An engine's own decoding-loop overhead (HF transformers `generate`), stored in the profile.
 
-`planner.overhead.LoopOverhead` is polyplan's loop: what polyplan's decoder spends outside the
+`planner.exact.overhead.LoopOverhead` is polyplan's loop: what polyplan's decoder spends outside the
 models' forward passes. An engine's loop costs something else: HF `generate` runs its logits
 processors and stopping criteria every step, and assisted generation calls the assistant's own
 `generate` every round and re-checks the candidates. Predicting the speedup an engine's user
@@ -32,7 +32,7 @@ from typing import Any
 from polyplan.formats.errors import PolyplanError
 from polyplan.formats.overhead import LoopOverhead
 from polyplan.formats.profile import EngineCalibration, Profile
-from polyplan.planner.overhead import profile_overhead
+from polyplan.planner.exact.overhead import profile_overhead
 
 HF = "hf"
 MEASURED_ENGINES = (HF,)  # vLLM and llama.cpp cannot be run here: their predictions keep polyplan's loop
