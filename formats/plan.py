@@ -30,7 +30,7 @@ Format (``plan_version`` 2; each ranked chain is stored once, the plan's own cha
             "tokens_per_verification": [...], "drafted_per_verification": [...],
             "wasted_per_verification": [...], "acceptances": [...], "overhead_per_token_s": ...,
             "interval": [2.18, 2.41]         # optional: bootstrap interval of "speedup"
-          },                                 # (planner.prediction_interval)
+          },                                 # (planner.intervals.prediction_interval)
           "paper": {                         # Lemma 3.1 (planner.paper.paper_model)
             "speedup": 4.54, "time_per_token_s": ..., "phi_per_token": [...],
             "mean_lengths": [...], "length_sources": ["decoded", "eq3"], "alpha_scale": 1
@@ -48,7 +48,7 @@ Format (``plan_version`` 2; each ranked chain is stored once, the plan's own cha
         "prompt_stretch": 1.12           # optional: each replicate stretched for few prompts
       },
       "warnings": ["..."],                   # optional: why the timings are doubtful
-                                             # (planner.timing_health); [] when none
+                                             # (planner.intervals.timing_health); [] when none
       "physical_limit": {                    # optional (null or absent in older plans): what a
         "speedup": 2.02, "block_size": 6,    # free, always-right drafter gives (planner.exact.physical_limit)
         "measured_block_size": 7,            # the widest K whose width K + 1 the target was timed at
@@ -211,7 +211,7 @@ class ChainCheck:
 
 @dataclass(frozen=True)
 class IntervalsRecord:
-    """How the plan's prediction intervals were made (`planner.prediction_interval`)."""
+    """How the plan's prediction intervals were made (`planner.intervals.prediction_interval`)."""
 
     level: float
     resamples: int

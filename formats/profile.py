@@ -50,7 +50,7 @@ seconds and must be > 0 (and at most 1e6); unknown keys are rejected (free-form 
           "timing": {"reference_median_s": 0.002, "reference_relative_iqr": 0.03,  # optional:
                      "latency_outliers": 1, "latency_timings": 400,   # the machine's state while
                      "noise_budget_exhausted": false, "threads": 1,   # it was timed
-                     "cpus": 2, "load_average": 0.4},                 # (planner.timing_health)
+                     "cpus": 2, "load_average": 0.4},                 # (planner.intervals.timing_health)
           "meta": {...}                      # optional, free-form (yours)
         }
       ],
@@ -172,7 +172,7 @@ class PrefillPoint:
 
 @dataclass(frozen=True)
 class TimingHealth:
-    """The machine's state while a model's latency curve was timed (`planner.timing_health`
+    """The machine's state while a model's latency curve was timed (`planner.intervals.timing_health`
     reads it): the floor of a fixed workload measured in the same rounds (its median and
     IQR/median), the timings dropped as outliers of those taken, whether the budget for
     repeating noisy rounds ran out, the torch threads against the available cores, and the

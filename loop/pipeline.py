@@ -183,7 +183,7 @@ class _Run:
 
 def _profile_into(run: _Run, fresh_timings: bool, calibration_tokens: int, progress, log) -> ProfiledCandidates:
     """The body of `profile_candidates`, with the profile's lock and the timing lock held."""
-    from polyplan.planner.sample_size import too_few_prompts
+    from polyplan.planner.intervals.sample_size import too_few_prompts
 
     path, loaded, settings, prompts, fitted, device_label = run.path, run.loaded, run.settings, run.prompts, run.fitted, run.device_label
     previous = previous_runs(run.existing)

@@ -233,7 +233,7 @@ def _replicates(profile: Profile, target: str, streams: int, width: int, context
     """The target's T(1..width) and a new prompt set per replicate (`llama_cpp_ranking`)."""
     import numpy as np
 
-    from polyplan.planner.prediction_interval import DEFAULT_LEVEL, _prompt_weights, few_prompts_stretch, latency_replicates
+    from polyplan.planner.intervals.prediction_interval import DEFAULT_LEVEL, _prompt_weights, few_prompts_stretch, latency_replicates
 
     rng = np.random.default_rng(0)
     curves, _, _ = latency_replicates(profile, [target], RESAMPLES, rng, context_length)

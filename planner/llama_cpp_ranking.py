@@ -7,7 +7,7 @@ block size the export chose, each draft model (`draft-simple` at its K, the exac
 greedy streams as one server session (its state carried from request to request,
 `ngram_rules.replay_session`) and priced with the target's T(k): a round that drafts L tokens
 costs T(L + 1), target-only T(1) per token. Its interval is a bootstrap of the same kind as the
-plan's (`planner.prediction_interval`): the target's latency curve resampled from its stored
+plan's (`planner.intervals.prediction_interval`): the target's latency curve resampled from its stored
 timings, the streams drawn as a new prompt set (twice: the profile's, then a new set of the
 same size) with each stream's rounds held as replayed (a stated approximation for the
 stateful rules, whose rounds would change with the order of the requests), each deviation

@@ -38,7 +38,7 @@ from polyplan.formats.processor import Processor
 from polyplan.planner.exact.verify_width import verify_widths
 from polyplan.planner.paper.paper_model import PaperPrediction, paper_prediction
 from polyplan.planner.exact.physical_limit import PhysicalLimit, measured_block_size, physical_limit
-from polyplan.planner.prediction_interval import PredictionIntervals
+from polyplan.planner.intervals.prediction_interval import PredictionIntervals
 from polyplan.formats.profile import Profile, SamplingStats
 
 SEARCH_MODES = ("auto", "grid", "optuna")
@@ -104,7 +104,7 @@ class Recommendation:
     context_length: int | None = None  # where the latency curves were read (None: their average)
     acceptance_model: str = "iid"  # "iid" (rate α per token) or "runs" (measured acceptance runs)
     switch_costs: tuple[tuple[str, SwitchCost], ...] = ()  # (model, seconds per pass after a switch) the exact model included
-    intervals: PredictionIntervals | None = None  # bootstrap intervals of the exact speedups (planner.prediction_interval)
+    intervals: PredictionIntervals | None = None  # bootstrap intervals of the exact speedups (planner.intervals.prediction_interval)
     warnings: tuple[str, ...] = ()  # what makes the profile's timings doubtful (noisy floor, budget run out)
     limit: PhysicalLimit | None = None  # a free, always-right drafter's speedup (planner.exact.physical_limit)
     insertion_triples: tuple[TripleInsertion, ...] = ()  # Theorem 3.2 on each insertion that matters

@@ -29,8 +29,8 @@ from polyplan.formats.sampling import SamplingMode
 from polyplan.planner.exact.engine_overhead import profile_call_seconds, profile_engine_overhead
 from polyplan.planner.exact.overhead import profile_overhead, profile_switch_costs
 from polyplan.planner.exact.runs import profile_runs
-from polyplan.planner.timing_health import timing_warnings
-from polyplan.planner.sample_size import profile_warning
+from polyplan.planner.intervals.timing_health import timing_warnings
+from polyplan.planner.intervals.sample_size import profile_warning
 
 EXAMPLE = Path(__file__).resolve().parents[1] / "polyplan" / "data" / "paper_table1_profile.json"
 

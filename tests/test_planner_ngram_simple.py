@@ -18,7 +18,7 @@ from polyplan.planner.exact.cost_model import predict_chain
 from polyplan.planner.exact.draft_rounds import DraftRounds
 from polyplan.planner.exact.latency import LatencyCurve
 from polyplan.planner.exact.ngram_replay import NGramSimpleIndex, chain_rounds, draft_rounds, ngram_simple_draft
-from polyplan.planner.prediction_interval import prediction_intervals
+from polyplan.planner.intervals.prediction_interval import prediction_intervals
 from polyplan.planner.search import evaluate_chain, recommend
 
 REPEATING = TargetStream(8, (1, 2, 3, 4, 5, 6, 7, 4) + (5, 6, 7, 4) * 15)  # a target that loops

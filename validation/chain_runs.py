@@ -30,7 +30,7 @@ from polyplan.formats.plan import PlanFile
 from polyplan.formats.processor import Processor, machine_difference
 from polyplan.formats.report import ReportSettings
 from polyplan.formats.profile import Profile
-from polyplan.planner.prediction_interval import stretch_words
+from polyplan.planner.intervals.prediction_interval import stretch_words
 from polyplan.validation.categories import chain_categories
 from polyplan.profiler.forward_timing import synchronizer
 from polyplan.profiler.forward_timing import collector_paused

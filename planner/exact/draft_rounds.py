@@ -9,7 +9,7 @@ every round is known exactly; the exact model then reads their joint law
 P(drafted = m, accepted = a) in place of "K tokens, rate α" (`planner.exact.cost_model`).
 
 The law is kept as counts per prompt (the prompts are the clusters a bootstrap resamples:
-`planner.prediction_interval`). Pure numpy.
+`planner.intervals.prediction_interval`). Pure numpy.
 """
 
 from __future__ import annotations

@@ -28,7 +28,7 @@ its target tokens; beyond the measured widths T(k) is extrapolated as the exact 
 (`planner.exact.latency`), and the result says so (`extrapolated`).
 
 `limit_interval` gives the limit a bootstrap interval from the target's latency samples, drawn
-as `planner.prediction_interval` draws them (K held at its value, as a chain's block sizes are).
+as `planner.intervals.prediction_interval` draws them (K held at its value, as a chain's block sizes are).
 """
 
 from __future__ import annotations
@@ -42,7 +42,7 @@ from polyplan.formats.overhead import NO_OVERHEAD, NO_SWITCH, LoopOverhead, Swit
 from polyplan.formats.profile import Profile
 from polyplan.planner.exact.latency import LatencyCurve, curve_from_profile
 from polyplan.planner.exact.overhead import profile_switch_costs
-from polyplan.planner.prediction_interval import DEFAULT_LEVEL, SpeedupInterval, latency_replicates
+from polyplan.planner.intervals.prediction_interval import DEFAULT_LEVEL, SpeedupInterval, latency_replicates
 from polyplan.planner.exact.verify_width import monotone_envelope
 
 
@@ -155,7 +155,7 @@ def limit_interval(
     seed: int = 0,
 ) -> SpeedupInterval:
     """Bootstrap interval of `limit.speedup`: the target's timings resampled (and its
-    timing-health corrections drawn) as `planner.prediction_interval` does, S re-evaluated at
+    timing-health corrections drawn) as `planner.intervals.prediction_interval` does, S re-evaluated at
     the limit's K on each replicate."""
     if isinstance(resamples, bool) or not isinstance(resamples, int) or resamples < 20:
         raise PolyplanError(f"resamples: must be an integer >= 20, got {resamples!r}")

@@ -32,7 +32,7 @@ How each input is resampled (per replicate, independently):
   (clipped to [0, 1)), else from the binomial standard error sqrt(α(1 − α)/alpha_samples),
   either standard error times sqrt(2) for the new prompt set; with neither, α is held fixed
   and the result says so.
-- timing health (`planner.timing_health`): where a check failed, the model's whole curve is
+- timing health (`planner.intervals.timing_health`): where a check failed, the model's whole curve is
   scaled, per replicate, by a correction its own record measures, instead of trusting the
   timings: the floor shift (a fixed workload f times slower while this model was timed than
   while the least-loaded model was: a load that slows the floor slows a model's forward about
@@ -74,7 +74,7 @@ from polyplan.formats.overhead import NO_SWITCH, LoopOverhead
 from polyplan.planner.exact.overhead import profile_switch_costs
 from polyplan.planner.exact.runs import count_matrix, profile_runs, survival_from_counts
 from polyplan.formats.profile import ModelProfile, Profile, TimingHealth
-from polyplan.planner.timing_health import MAX_FLOOR_NOISE, MAX_FLOOR_SHIFT
+from polyplan.planner.intervals.timing_health import MAX_FLOOR_NOISE, MAX_FLOOR_SHIFT
 
 DEFAULT_RESAMPLES = 200
 DEFAULT_LEVEL = 0.95
