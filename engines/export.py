@@ -1,4 +1,4 @@
-"""`polyplan export` from files: the plan, its profile and its models.yaml, then `planner.engines`."""
+"""`polyplan export` from files: the plan, its profile and its models.yaml, then `planner.engine_rules`."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import os
 from pathlib import Path
 
 from polyplan.formats.errors import PolyplanError
-from polyplan.planner.engines import EngineExport, check_engine, export_plan
+from polyplan.planner.engine_rules import EngineExport, check_engine, export_plan
 from polyplan.planner.llama_cpp_ranking import ReplayWorkload
 from polyplan.formats.plan import read_plan
 from polyplan.formats.profile_codec import load
@@ -21,7 +21,7 @@ def export_from_files(
     plan_path: PathLike, engine: str, *, profile_path: PathLike | None = None, candidates_path: PathLike | None = None,
     in_process: bool = False, workload: ReplayWorkload | None = None,
 ) -> EngineExport:
-    """Export the plan at `plan_path` to `engine` (see `planner.engines.export_plan`, which
+    """Export the plan at `plan_path` to `engine` (see `planner.engine_rules.export_plan`, which
     also says what `in_process` and `workload` do; default workload: each of the profile's
     streams once, whole).
 

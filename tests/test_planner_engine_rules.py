@@ -1,4 +1,4 @@
-"""planner.engines and `polyplan export`: engine acceptance rules, loadability, the best
+"""planner.engine_rules and `polyplan export`: engine acceptance rules, loadability, the best
 engine-expressible chain, and one clear line for every bad input. No models run here except
 the engine-rate check on hand-made distributions."""
 
@@ -16,7 +16,7 @@ from polyplan.formats.candidates import Candidate, parse_candidates
 from polyplan.cli.app import app
 from polyplan.formats.errors import PolyplanError
 from polyplan.planner.exact.cost_model import predict_chain
-from polyplan.planner.engines import config_text, engine_config, export_lines, export_plan, export_to_json, loadable
+from polyplan.planner.engine_rules import config_text, engine_config, export_lines, export_plan, export_to_json, loadable
 from polyplan.planner.exact.latency import curve_from_profile
 from polyplan.formats.plan import read_plan
 from polyplan.planner.plan_file import write_plan
