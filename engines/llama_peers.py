@@ -157,7 +157,7 @@ def server_configs(plan, export, candidates, files: dict[str, str],
     its defaults; the best drafter together with ngram-mod (llama.cpp combines types); the
     exported n-gram configuration; llama.cpp's own default (`--spec-default`). Predictions are
     `export`'s (`judged`); `recommended` (default: `export`'s) is the configuration marked exported."""
-    from polyplan.planner.engine_rules import llama_cpp_spec_flags
+    from polyplan.planner.llama_cpp_ranking import llama_cpp_spec_flags
 
     configs = [ServerConfig(TARGET_ONLY, ())]
     by_drafter = {option.drafter: option for option in export.options}

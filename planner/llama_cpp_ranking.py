@@ -130,3 +130,16 @@ def recommend(ranking: Sequence[RankedConfig]) -> RankedConfig:
     1.00x; "off" when none is."""
     paying = [config for config in ranking if config.label != OFF and config.low > 1.0]
     return max(paying, key=lambda config: config.speedup) if paying else OFF_CONFIG
+
+
+def llama_cpp_spec_flags(method: str, k: int, source: str = "", ngram_sizes: tuple[int, int] | None = None) -> list[str]:
+    """llama-server's flags for one drafter at block size `k`, as the pinned llama.cpp spells them
+    (`engines.llama_cpp_build.BINDINGS_VERSION`; tests/test_engines_llama_cpp.py checks each one
+    against that build's --help): a draft model drafts exactly k tokens (`draft-simple`, no
+    probability cut-off); an n-gram drafter is `ngram-simple`, looking up its longest n-gram and
+    drafting k tokens."""
+    if method == "ngram":
+        size_n = (ngram_sizes or (1, 3))[1]
+        return ["--spec-type", "ngram-simple", "--spec-ngram-simple-size-n", str(size_n), "--spec-ngram-simple-size-m", str(k)]
+    return ["--spec-type", "draft-simple", "-md", source, "--spec-draft-n-max", str(k), "--spec-draft-n-min", str(k),
+            "--spec-draft-p-min", "0"]

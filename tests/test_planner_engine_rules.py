@@ -16,7 +16,8 @@ from polyplan.formats.candidates import Candidate, parse_candidates
 from polyplan.cli.app import app
 from polyplan.formats.errors import PolyplanError
 from polyplan.planner.exact.cost_model import predict_chain
-from polyplan.planner.engine_rules import config_text, engine_config, export_lines, export_plan, export_to_json, loadable
+from polyplan.engines.export import config_text, engine_config, export_lines, export_to_json
+from polyplan.planner.engine_rules import export_plan, loadable
 from polyplan.planner.exact.latency import curve_from_profile
 from polyplan.formats.plan import read_plan
 from polyplan.planner.plan_file import write_plan

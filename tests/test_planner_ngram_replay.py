@@ -110,7 +110,7 @@ def _export(tmp_path, stream: TargetStream, slope: float):
 def test_the_llama_cpp_export_says_off_when_nothing_pays(tmp_path):
     """A stream that never repeats and a target whose wide passes cost their tokens: every
     configuration is at best 1.00x, so the export recommends off and prints the plain server."""
-    from polyplan.planner.engine_rules import config_text, export_lines, export_to_json
+    from polyplan.engines.export import config_text, export_lines, export_to_json
 
     export = _export(tmp_path, TargetStream(4, tuple(range(100, 230))), slope=1.0)
     labels = [config.label for config in export.ranking]
@@ -129,7 +129,7 @@ def test_negative_control_the_llama_cpp_export_recommends_what_pays(tmp_path):
     export = _export(tmp_path, repeating, slope=0.05)
     assert export.recommended is export.ranking[0] and export.recommended.label != "off (no speculation)"
     assert export.recommended.low > 1.0 and "--spec-type" in " ".join(export.recommended.flags)
-    from polyplan.planner.engine_rules import config_text
+    from polyplan.engines.export import config_text
 
     assert " ".join(export.recommended.flags) in config_text(export)
 
