@@ -50,7 +50,7 @@ from polyplan.planner.exact.whole_call import CallCount, CallModel, prefill_curv
 from polyplan.formats.profile import Profile
 from polyplan.formats.sampling import SamplingMode
 
-ENGINES = ("hf", "vllm", "llama.cpp")
+EXPORT_ENGINES = ("hf", "vllm", "llama.cpp")  # what `polyplan export --engine` exports a plan to
 FULL, ARGMAX = "full", "argmax"
 EXAMPLE_NEW_TOKENS = 128  # the whole-call example `polyplan export` prints (Spec-Bench's and bench peers' usual length)
 EXAMPLE_PROMPT_TOKENS = 128  # its prompt length when the plan records no context length
@@ -139,8 +139,8 @@ class EngineExport:
 
 def check_engine(engine: str) -> str:
     """`engine` if polyplan knows it, else a `PolyplanError` naming the known ones."""
-    if engine not in ENGINES:
-        raise PolyplanError(f"--engine: unknown engine {engine!r} (choose one of {', '.join(ENGINES)})")
+    if engine not in EXPORT_ENGINES:
+        raise PolyplanError(f"--engine: unknown engine {engine!r} (choose one of {', '.join(EXPORT_ENGINES)})")
     return engine
 
 
