@@ -20,7 +20,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from polyplan.decoder.reduced_vocab import shallow_copy
+from polyplan.decoder.shallow_copy import shallow_copy
 
 TALL = 8  # vocabulary rows per hidden column from which the head is worth transposing
 

@@ -21,7 +21,7 @@ from torch import nn
 
 from polyplan.formats.candidates import supported_quantization
 from polyplan.decoder.int8_head import int8_head_model, quantize_dynamic_quietly
-from polyplan.decoder.reduced_vocab import shallow_copy
+from polyplan.decoder.shallow_copy import shallow_copy
 from polyplan.formats.errors import PolyplanError
 
 

@@ -329,7 +329,8 @@ def save_reduced(model, folder: Path) -> None:
 
     from torch import nn
 
-    from polyplan.decoder.reduced_vocab import save_reduced_head, shallow_copy
+    from polyplan.decoder.reduced_vocab import save_reduced_head
+    from polyplan.decoder.shallow_copy import shallow_copy
 
     embeddings = model.get_input_embeddings()
     head = nn.Linear(embeddings.embedding_dim, embeddings.num_embeddings, bias=False, device="meta")
