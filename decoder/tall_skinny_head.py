@@ -58,6 +58,6 @@ def with_tall_skinny_head(model: nn.Module) -> nn.Module:
     head = model.get_output_embeddings() if hasattr(model, "get_output_embeddings") else None
     if not is_tall_cpu_head(head):
         return model
-    shallow = shallow_copy(model)  # as `reduced_vocab.restrict_head` does: the original keeps its head
+    shallow = shallow_copy(model)  # as `models.reduced_vocab.restrict_head` does: the original keeps its head
     shallow.set_output_embeddings(TallSkinnyHead(head))
     return shallow

@@ -108,7 +108,7 @@ _DEVICE = re.compile(r"^(cpu|cuda(:\d+)?)$")
 # Which reduced precision has a fast kernel where, with plain torch 2.13:
 #   int8  CPU: yes, dynamic int8 Linear (fbgemm/onednn); CUDA: no (those kernels are CPU-only)
 #   int8-head  the LM head only, in dynamic int8 with its top logits recomputed exactly
-#         (decoder/int8_head.py): CPU yes; CUDA no (same kernel)
+#         (models/int8_head.py): CPU yes; CUDA no (same kernel)
 #   bf16  CUDA: yes; CPU: only where the CPU has native bf16 matmul (AVX512-BF16 or AMX), which
 #         needs torch to find out, so `decoder.derive` checks it when the copy is made
 #   int4  CPU and CUDA: refused, plain torch has no int4 matmul kernel (it needs torchao)
