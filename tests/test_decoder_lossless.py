@@ -24,11 +24,11 @@ import pytest
 import torch
 from scipy import stats
 
+from table_member import TableMember
 from polyplan.decoder import verify as verify_module
 from polyplan.decoder.chain import generate
 from polyplan.decoder.ngram_simple import NGramSimpleMember
 from polyplan.decoder.sampling import Sampling
-from polyplan.decoder.table import TableMember
 from polyplan.formats.plan import VerifyWidths
 
 pytestmark = pytest.mark.usefixtures("single_thread")

@@ -14,10 +14,10 @@ import pytest
 import torch
 
 from conftest import tiny_llama
+from table_member import TableMember
 from polyplan.decoder import HFMember, Sampling, generate
 from polyplan.decoder import verify as verify_module
 from polyplan.models.reduced_vocab import SubsetHead, most_frequent_tokens, restrict_head, restrict_logits
-from polyplan.decoder.table import TableMember
 from polyplan.formats.errors import PolyplanError
 from test_decoder_lossless import ALPHA, BLOCKS, VOCAB, chi_square_pvalue, sample_counts, target_joint, toy_chain
 
