@@ -8,7 +8,7 @@ call's loop time is its wall time minus the time inside those forward calls:
 1. target-only `generate`, at `tokens // 2` and `tokens` new tokens (`min_new_tokens` equal to
    the maximum, so EOS never cuts a call short): one call, `steps` = target forward calls;
 2. assisted `generate` with the cheapest drafter HF can load, at K = 1, 2 and 4 drafted tokens
-   per round (`decoder.bench.configure_assistant`: constant schedule, no early exit):
+   per round (`engines.hf_generate.configure_assistant`: constant schedule, no early exit):
    `steps` = the drafter's forward calls, `rounds` = the target's.
 
 Every configuration runs once untimed (warm-up) and then `repeats` times, interleaved (one of

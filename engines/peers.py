@@ -4,7 +4,7 @@ One interleaved run on the same prompts, greedy (so every configuration must emi
 own output, token for token):
 - target-only HF `generate` (the baseline);
 - HF assisted generation with each drafter, at the K the HF export predicts best for it
-  (`planner.engine_rules`, HF's rule), drafting exactly K per round (`decoder.bench.configure_assistant`);
+  (`planner.engine_rules`, HF's rule), drafting exactly K per round (`engines.hf_generate.configure_assistant`);
   polyplan's derived copies (quantized, early exit) are handed to `generate` as the live
   models polyplan runs, so HF races with every drafter polyplan has;
 - HF prompt lookup (`prompt_lookup_num_tokens`) for each n-gram candidate, at its exported K;
@@ -14,7 +14,7 @@ order rotated by one each time, so machine noise hits all alike; each prompt fir
 untimed per configuration (warm-up, and the equality check).
 
 The HF rows' predictions are the HF export's (`planner.engine_rules`): the exact cost model with HF
-`generate`'s own loop overhead when the profile has it (`profiler.engine_overhead`), else
+`generate`'s own loop overhead when the profile has it (`planner.exact.engine_overhead`), else
 polyplan's (the report says which). A last line says whether the exported HF configuration's
 measured speedup is within 10% of its prediction, with its predicted and measured tokens per
 target pass (an acceptance rate that differs on these prompts shows there first).

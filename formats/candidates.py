@@ -110,7 +110,7 @@ _DEVICE = re.compile(r"^(cpu|cuda(:\d+)?)$")
 #   int8-head  the LM head only, in dynamic int8 with its top logits recomputed exactly
 #         (models/int8_head.py): CPU yes; CUDA no (same kernel)
 #   bf16  CUDA: yes; CPU: only where the CPU has native bf16 matmul (AVX512-BF16 or AMX), which
-#         needs torch to find out, so `decoder.derive` checks it when the copy is made
+#         needs torch to find out, so `models.derive` checks it when the copy is made
 #   int4  CPU and CUDA: refused, plain torch has no int4 matmul kernel (it needs torchao)
 _REFUSED = {
     ("int8", "cuda"): "dynamic int8 quantization has CPU kernels only",

@@ -94,7 +94,7 @@ with ``low <= high``.
 
 ``engine_alpha`` is the acceptance rate under the rule vLLM and llama.cpp use: the drafter
 proposes its argmax x̂ = argmax p (p: the drafter's distribution, q: the verifier's, as in
-DESIGN.md) and the verifier accepts it with probability q(x̂) (vLLM's one-hot draft
+docs/design.md) and the verifier accepts it with probability q(x̂) (vLLM's one-hot draft
 distribution; llama.cpp's exact match with the verifier's sample), i.e. E[q(argmax p)] over
 the same teacher-forced positions as ``alpha``. At greedy it equals ``alpha``. Profiles
 written before it existed lack it; re-profiling adds it (the α entry is then re-measured).
@@ -309,7 +309,7 @@ class ProfilerRecord:
 
 @dataclass(frozen=True)
 class LoopCalibration:
-    """polyplan's decoding-loop overhead measured for one sampling mode (`profiler.overhead`)."""
+    """polyplan's decoding-loop overhead measured for one sampling mode (`profiler.loop_overhead`)."""
 
     per_step_s: float = spec("non_negative")
     per_round_s: float = spec("non_negative")
@@ -326,7 +326,7 @@ class LoopCalibration:
 
 @dataclass(frozen=True)
 class EngineCalibration:
-    """An engine's own loop overhead for one sampling mode (`profiler.engine_overhead`):
+    """An engine's own loop overhead for one sampling mode (`engines.hf_overhead`):
     per step and round, per `generate` call (None in entries from before it was stored), the
     fingerprint of what it was measured on, and the measurement's details (for people)."""
 
@@ -356,7 +356,7 @@ class SwitchCosts:
 @dataclass(frozen=True)
 class PairAgreement:
     """One pair's greedy agreement along each prompt's target continuation: "1" where the
-    drafter's argmax equals the verifier's, "0" where not (`profiler.runs`)."""
+    drafter's argmax equals the verifier's, "0" where not (`profiler.agreement_runs`)."""
 
     verifier: str = spec("text")
     drafter: str = spec("text")

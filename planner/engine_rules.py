@@ -3,7 +3,7 @@ llama.cpp), predicted under each one's acceptance rule.
 
 Each engine runs ONE drafter (a draft model, or n-gram prompt lookup) with a block size K, so
 the best chain an engine can express is the target and one drafter it can load. Engines also
-accept drafts by different rules. Notation as everywhere in polyplan (DESIGN.md): p is the
+accept drafts by different rules. Notation as everywhere in polyplan (docs/design.md): p is the
 DRAFTER's distribution, q the VERIFIER's (the target's here).
 
 - ``full`` (polyplan's own rule, and HF assisted generation with a draft model: when sampling

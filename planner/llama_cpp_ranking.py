@@ -5,7 +5,7 @@ The configurations: each n-gram type llama.cpp offers at its defaults (`ngram-si
 block size the export chose, each draft model (`draft-simple` at its K, the exact model), and
 "off" (the target alone, 1.00x by definition). An n-gram type is replayed on the target's
 greedy streams as one server session (its state carried from request to request,
-`ngram_rules.replay_session`) and priced with the target's T(k): a round that drafts L tokens
+`planner.exact.ngram_rules.replay_session`) and priced with the target's T(k): a round that drafts L tokens
 costs T(L + 1), target-only T(1) per token. Its interval is a bootstrap of the same kind as the
 plan's (`planner.intervals.prediction_interval`): the target's latency curve resampled from its stored
 timings, the streams drawn as a new prompt set (twice: the profile's, then a new set of the
@@ -79,7 +79,7 @@ class Replicates:
 
     steps: np.ndarray  # [B, K]
     weights: np.ndarray  # [B, streams]
-    stretch: float  # the few-prompts stretch of each deviation (`prediction_interval.few_prompts_stretch`)
+    stretch: float  # the few-prompts stretch of each deviation (`planner.intervals.prediction_interval.few_prompts_stretch`)
 
 
 def session_speedup(session: SessionReplay, step: Callable[[int], float]) -> float:

@@ -1,4 +1,4 @@
-"""The rooms import only the rooms below them (README, "Layout"; DESIGN.md, "Layout").
+"""The rooms import only the rooms below them (README, "Layout"; docs/design.md, "Layout").
 
 From the bottom: formats/ (the files), planner/ (pure math), decoder/ (the chain and its
 members), models/ (models.yaml to members), profiler/ (measures models), validation/ (runs

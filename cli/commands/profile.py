@@ -1,5 +1,5 @@
 """`polyplan profile`: measure T_i(k), pairwise acceptance and the loop costs of the candidates into a
-profile, through the loop's one profiling entry point (`profiler.pipeline.profile_candidates`)."""
+profile, through the loop's one profiling entry point (`loop.pipeline.profile_candidates`)."""
 
 from __future__ import annotations
 

@@ -1,6 +1,6 @@
 """The exact cost model: expected wall time per emitted token of a chain of any length.
 
-It models the staged-verification recursion (the decoder's contract, see DESIGN.md):
+It models the staged-verification recursion (the decoder's contract, see docs/design.md):
 
 - `draft(n, K)`: M_n runs K forward passes of one token each and returns exactly K tokens.
 - `draft(i, K)`, 1 < i < n: repeat rounds until >= K tokens are gathered; a round takes

@@ -1,6 +1,6 @@
 """Monte-Carlo simulation of the staged-verification recursion: the exact model's reference.
 
-It runs the recursion literally (see `planner.exact.cost_model` and DESIGN.md), token by token:
+It runs the recursion literally (see `planner.exact.cost_model` and docs/design.md), token by token:
 each drafted token handed to level i is accepted with probability α_{i,i+1} independently,
 verification stops at the first rejection, and every forward pass is charged T_i(tokens).
 Per top-level round it records the cost, the emitted tokens, the forward passes of every

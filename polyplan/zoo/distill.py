@@ -3,7 +3,7 @@ over the target's N most frequent tokens (FR-Spec style, `models.reduced_vocab`)
 
 1. Load the target of a models.yaml (any source: folder, .gguf, hub id, builtin).
 2. Data, encoded with the target's tokenizer (`training_data`):
-   - the standard library's source (`zoo.corpus`, the family's corpus) and its English prose
+   - the standard library's source (`models.corpus`, the family's corpus) and its English prose
      (`pydoc_data.topics`, the Python reference manual's topics): every machine has both;
    - an optional user file (`--data`: text, or jsonl prompts with `turns`/`prompt`/`text`);
    - on-policy text: the target's own greedy continuations (`--on-policy-tokens`), first of
