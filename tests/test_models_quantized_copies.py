@@ -19,7 +19,7 @@ from polyplan.models.loader import load_candidates
 from polyplan.decoder.chain import generate
 from polyplan.models.derive import quantize_model
 from polyplan.decoder.hf import HFMember
-from polyplan.decoder.int8_head import RescoredInt8Head
+from polyplan.models.int8_head import RescoredInt8Head
 from polyplan.formats.candidates import parse_candidates
 from polyplan.formats.errors import PolyplanError
 

@@ -1,6 +1,6 @@
 """llama.cpp's n-gram drafters as rules, replayed through a llama-server session.
 
-`planner.ngram_replay` replays `ngram-simple`, which drafts from the request's history alone.
+`planner.exact.ngram_replay` replays `ngram-simple`, which drafts from the request's history alone.
 llama.cpp's other n-gram drafters keep state: `ngram-mod` a hash table shared by every request
 the server ever served, `ngram-map-k` and `ngram-map-k4v` a map of n-grams per slot that a new
 request only partly clears. So their drafts depend on what the server served before, and a
@@ -28,7 +28,7 @@ from typing import Protocol
 
 from polyplan.formats.errors import PolyplanError
 from polyplan.formats.profile import TargetStream
-from polyplan.planner.ngram_replay import LLAMA_CPP_DEFAULT_SIZES, ReplayRound, ngram_simple_draft
+from polyplan.planner.exact.ngram_replay import LLAMA_CPP_DEFAULT_SIZES, ReplayRound, ngram_simple_draft
 
 LLAMA_CPP_VERSION = "llama-cpp-python 0.3.36"  # the vendored llama.cpp every rule below is ported from
 NGRAM_MOD_DEFAULTS = (24, 48, 64)  # (n_match, n_min, n_max): common_params_speculative_ngram_mod, and --spec-default

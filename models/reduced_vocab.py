@@ -17,7 +17,6 @@ Shapes: V the full vocabulary, N = |S|, H the hidden size.
 
 from __future__ import annotations
 
-import copy
 import json
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
@@ -26,6 +25,7 @@ from pathlib import Path
 import torch
 from torch import nn
 
+from polyplan.decoder.shallow_copy import shallow_copy
 from polyplan.formats.errors import PolyplanError
 
 REDUCED_VOCAB_FILE = "polyplan-reduced-vocab.json"  # in a model folder: {"kept_ids": [...], ...}
@@ -98,30 +98,6 @@ def most_frequent_tokens(token_ids: Iterable[int] | torch.Tensor, vocab: int, n:
     counts[always] = torch.inf  # first in line
     order = torch.argsort(-counts, stable=True)  # descending count, lower id first among ties
     return order[:n].sort().values
-
-
-def shallow_copy(model: nn.Module) -> nn.Module:
-    """A shallow copy of `model` whose submodules can be replaced without touching `model`:
-    it shares every weight and submodule, but has its own `_modules` dict (where nn.Module
-    keeps them), and its own hook tables, so that a forward hook registered on `model` later
-    (a profiler counting the target's passes) does not fire for the copy's passes, nor the
-    reverse. On a `device_map` model, accelerate's hook is re-attached to the copy: the
-    copied `forward` is bound to the ORIGINAL module, so the copy's replaced submodules (a new
-    head, a shorter layer list) would never run."""
-    shallow = copy.copy(model)
-    shallow._modules = dict(model._modules)
-    for name, value in model.__dict__.items():
-        is_hook_table = name.endswith("_hooks") or "_hooks_" in name  # _forward_hooks, _forward_pre_hooks_with_kwargs, ...
-        if is_hook_table and isinstance(value, dict):
-            shallow.__dict__[name] = copy.copy(value)
-    hook = shallow.__dict__.get("_hf_hook")
-    if hook is not None:
-        from accelerate.hooks import add_hook_to_module
-
-        for key in ("forward", "_old_forward", "_hf_hook"):
-            shallow.__dict__.pop(key, None)
-        add_hook_to_module(shallow, hook)
-    return shallow
 
 
 def restrict_head(model: nn.Module, keep: torch.Tensor) -> nn.Module:

@@ -1,4 +1,4 @@
-"""The reduced-vocabulary drafter (decoder/reduced_vocab.py): its head, its token subset, and
+"""The reduced-vocabulary drafter (models/reduced_vocab.py): its head, its token subset, and
 losslessness of chains that use it.
 
 Chi-square goodness of fit against the target's exactly enumerated joint distribution of the
@@ -14,10 +14,10 @@ import pytest
 import torch
 
 from conftest import tiny_llama
+from table_member import TableMember
 from polyplan.decoder import HFMember, Sampling, generate
 from polyplan.decoder import verify as verify_module
-from polyplan.decoder.reduced_vocab import SubsetHead, most_frequent_tokens, restrict_head, restrict_logits
-from polyplan.decoder.table import TableMember
+from polyplan.models.reduced_vocab import SubsetHead, most_frequent_tokens, restrict_head, restrict_logits
 from polyplan.formats.errors import PolyplanError
 from test_decoder_lossless import ALPHA, BLOCKS, VOCAB, chi_square_pvalue, sample_counts, target_joint, toy_chain
 
@@ -100,7 +100,7 @@ def test_negative_control_recovering_from_q_fails(monkeypatch):
 
 
 def test_compact_logits_are_the_kept_columns_of_the_full_ones():
-    from polyplan.decoder.reduced_vocab import compact_logits
+    from polyplan.models.reduced_vocab import compact_logits
     from polyplan.formats.errors import PolyplanError
 
     keep = torch.tensor([3, 7, 11, 40])

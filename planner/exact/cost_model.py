@@ -1,6 +1,6 @@
 """The exact cost model: expected wall time per emitted token of a chain of any length.
 
-It models the staged-verification recursion (the decoder's contract, see DESIGN.md):
+It models the staged-verification recursion (the decoder's contract, see docs/design.md):
 
 - `draft(n, K)`: M_n runs K forward passes of one token each and returns exactly K tokens.
 - `draft(i, K)`, 1 < i < n: repeat rounds until >= K tokens are gathered; a round takes
@@ -13,7 +13,7 @@ Every token a lower level produced for a round is paid for, whether or not the l
 accepts it, which is how wasted work enters the cost.
 
 A rule drafter at the bottom (`kind: ngram-simple`) drafts by one call that hands up 0 … K
-tokens; its level then reads the measured law of its rounds (`planner.draft_rounds.DraftRounds`:
+tokens; its level then reads the measured law of its rounds (`planner.exact.draft_rounds.DraftRounds`:
 how many tokens each call drafted and how many the level above accepted) in place of
 "exactly K tokens, rate α", and a call costs one step of the drafter.
 
@@ -21,9 +21,9 @@ Fast form: a dynamic program over the distribution of X_i (finite support). For 
 the state is the number of tokens gathered so far (0 … K−1); rounds are i.i.d., so
 E[cost of draft(i, K)] = E[rounds] · E[round cost] (Wald), and X_i's pmf is the mass that
 first reaches >= K. The top level is a renewal-reward process: cost per token =
-E[round cost] / E[tokens per round]. `planner.simulate` is the Monte-Carlo reference.
+E[round cost] / E[tokens per round]. `planner.exact.simulate` is the Monte-Carlo reference.
 
-Optionally the decoding loop's own cost (`planner.overhead.LoopOverhead`) is added: each
+Optionally the decoding loop's own cost (`planner.exact.overhead.LoopOverhead`) is added: each
 autoregressive step of M_n pays `per_step_s` on top of T_n(1), each verification round at
 any level pays `per_round_s`, and the baseline (M_1 alone) pays `per_step_s` per token too.
 Optionally each model's *switch cost* (its first passes after another model's are slower:
@@ -40,13 +40,13 @@ from typing import Sequence, Union
 import numpy as np
 
 from polyplan.formats.errors import PolyplanError
-from polyplan.planner.capped_geometric import check_acceptance, check_block_size
-from polyplan.planner.draft_rounds import DraftRounds
-from polyplan.planner.latency import LatencyCurve, constant_curve
+from polyplan.planner.paper.capped_geometric import check_acceptance, check_block_size
+from polyplan.planner.exact.draft_rounds import DraftRounds
+from polyplan.planner.exact.latency import LatencyCurve, constant_curve
 from polyplan.formats.overhead import NO_OVERHEAD, NO_SWITCH, LoopOverhead, SwitchCost, switch_cost
-from polyplan.planner.overhead import switch_total
-from polyplan.planner.runs import RunSurvival
-from polyplan.planner.verify_width import monotone_envelope
+from polyplan.planner.exact.overhead import switch_total
+from polyplan.planner.exact.runs import RunSurvival
+from polyplan.planner.exact.verify_width import monotone_envelope
 
 CurveLike = Union[LatencyCurve, float]
 Acceptance = Union[float, RunSurvival, DraftRounds]  # i.i.d. rate α, measured acceptance runs, or a rule drafter's rounds
@@ -208,7 +208,7 @@ def predict_chain(
     Args:
         acceptances: α_{i,i+1} for i = 1 … n−1: the per-token acceptance rate of M_{i+1}'s
             samples under M_i (adjacent pairs only), each in [0, 1); or, per level, the
-            measured `planner.runs.RunSurvival` of the pair at that level's block size; or, for
+            measured `planner.exact.runs.RunSurvival` of the pair at that level's block size; or, for
             the last level only, a rule drafter's `DraftRounds` at that block size.
         curves: T_1 … T_n as `LatencyCurve`s (or constant times in seconds).
         block_sizes: K_1 … K_{n−1}, each >= 1 (empty for n = 1).
@@ -219,7 +219,7 @@ def predict_chain(
             1st; a drafting loop of K steps of the last model pays the first K. None: none
             (every pass as fast as in a tight loop).
         pad_verification: a verification pass over k tokens costs the monotone envelope
-            T̃(k) (`planner.verify_width`: run at the cheapest measured width >= k, as the
+            T̃(k) (`planner.exact.verify_width`: run at the cheapest measured width >= k, as the
             decoder does with the plan's `verify_widths`); False: T(k) as measured (a decoder
             that never pads, e.g. another engine's).
     """

@@ -24,7 +24,7 @@ import warnings
 import torch
 from torch import nn
 
-from polyplan.decoder.reduced_vocab import shallow_copy
+from polyplan.decoder.shallow_copy import shallow_copy
 from polyplan.formats.errors import PolyplanError
 
 DEFAULT_RESCORED = 32  # top logits recomputed exactly (gemma-3-270m: see README "Your own model")

@@ -26,7 +26,7 @@ polyplan's own `ngram-simple` member (`decoder.ngram_simple`) drafts by the same
 with the chain's block size K as size_m. Its rounds differ from the server's only at the start:
 the chain drafts right after the prompt, in the pass that also reads the prompt's last token,
 where the server first takes one token from the prefill. `chain_rounds` replays those, and
-`draft_rounds` pools them into the law the exact model reads (`planner.draft_rounds`).
+`draft_rounds` pools them into the law the exact model reads (`planner.exact.draft_rounds`).
 Pure: no torch, no I/O.
 """
 
@@ -39,8 +39,8 @@ import numpy as np
 
 from polyplan.formats.errors import PolyplanError
 from polyplan.formats.profile import Profile, TargetStream
-from polyplan.planner.cost_model import ChainPrediction
-from polyplan.planner.draft_rounds import DraftRounds
+from polyplan.planner.exact.cost_model import ChainPrediction
+from polyplan.planner.exact.draft_rounds import DraftRounds
 
 LLAMA_CPP_DEFAULT_SIZES = (12, 48)  # --spec-ngram-simple-size-n / -size-m when not given (common/common.h)
 

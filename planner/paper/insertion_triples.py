@@ -3,7 +3,7 @@
 An insertion is a triple (upper, middle, lower) of profiled models: a chain in which `middle`
 verifies `lower`'s drafts and is verified by `upper` (the paper's M_1, M_2', M_3'), against the
 same chain without `middle`, where `upper` verifies `lower` directly (M_1, M_2). The paper's
-inputs come from the profile as Lemma 3.1's do (`planner.paper_model`):
+inputs come from the profile as Lemma 3.1's do (`planner.paper.paper_model`):
 
 - T_1, T_2' and T_2 = T_3': T(1) of upper, middle and lower;
 - E[L_1]: the mean acceptance length of (upper, lower) at the block size of that level in the
@@ -13,7 +13,7 @@ inputs come from the profile as Lemma 3.1's do (`planner.paper_model`):
   makes per verification, as Lemma 3.1's φ_n = α φ_{n−1} counts them).
 
 `insertion_inputs` gives those inputs; `triple_insertion` evaluates Theorem 3.2 on them
-(`planner.insertion`: its two conditions, whether they guarantee a gain, and Lemma 3.1's
+(`planner.paper.insertion`: its two conditions, whether they guarantee a gain, and Lemma 3.1's
 eq. 2 − eq. 1) and keeps the exact model's speedups of the two chains beside it.
 """
 
@@ -24,9 +24,9 @@ from typing import Sequence
 
 from polyplan.formats.errors import PolyplanError
 from polyplan.formats.profile import Profile
-from polyplan.planner.insertion import Condition, InsertionAnalysis, analyze_insertion
-from polyplan.planner.latency import curve_from_profile
-from polyplan.planner.paper_model import mean_length
+from polyplan.planner.paper.insertion import Condition, InsertionAnalysis, analyze_insertion
+from polyplan.planner.exact.latency import curve_from_profile
+from polyplan.planner.paper.paper_model import mean_length
 
 
 @dataclass(frozen=True)

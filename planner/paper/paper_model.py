@@ -17,8 +17,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Sequence
 
-from polyplan.planner.capped_geometric import paper_eq3_mean
-from polyplan.planner.lemma31 import ideal_time
+from polyplan.planner.paper.capped_geometric import paper_eq3_mean
+from polyplan.planner.paper.lemma31 import ideal_time
 from polyplan.formats.profile import SamplingStats
 
 

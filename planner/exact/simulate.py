@@ -1,6 +1,6 @@
 """Monte-Carlo simulation of the staged-verification recursion: the exact model's reference.
 
-It runs the recursion literally (see `planner.cost_model` and DESIGN.md), token by token:
+It runs the recursion literally (see `planner.exact.cost_model` and docs/design.md), token by token:
 each drafted token handed to level i is accepted with probability α_{i,i+1} independently,
 verification stops at the first rejection, and every forward pass is charged T_i(tokens).
 Per top-level round it records the cost, the emitted tokens, the forward passes of every
@@ -18,10 +18,10 @@ from typing import Sequence
 import numpy as np
 
 from polyplan.formats.errors import PolyplanError
-from polyplan.planner.capped_geometric import check_acceptance, check_block_size
-from polyplan.planner.cost_model import CurveLike, _as_curve
+from polyplan.planner.paper.capped_geometric import check_acceptance, check_block_size
+from polyplan.planner.exact.cost_model import CurveLike, _as_curve
 from polyplan.formats.plan import NO_PADDING
-from polyplan.planner.verify_width import verify_widths
+from polyplan.planner.exact.verify_width import verify_widths
 
 
 @dataclass(frozen=True)
@@ -82,7 +82,7 @@ def simulate_chain(
     """Simulate `rounds` top-level rounds of the chain (same arguments as `predict_chain`).
 
     With `pad_verification` a pass over k tokens runs, as the decoder runs it, at the width
-    `planner.verify_width.verify_widths` chose and costs T at that width."""
+    `planner.exact.verify_width.verify_widths` chose and costs T at that width."""
     n = len(curves)
     if n < 2:
         raise PolyplanError("curves: simulation needs a chain of at least two models")

@@ -1,8 +1,9 @@
-"""Export a plan to the engines users deploy on: HF transformers, vLLM and llama.cpp.
+"""The engines' rules: a plan exported to the engines users deploy on (HF transformers, vLLM and
+llama.cpp), predicted under each one's acceptance rule.
 
 Each engine runs ONE drafter (a draft model, or n-gram prompt lookup) with a block size K, so
 the best chain an engine can express is the target and one drafter it can load. Engines also
-accept drafts by different rules. Notation as everywhere in polyplan (DESIGN.md): p is the
+accept drafts by different rules. Notation as everywhere in polyplan (docs/design.md): p is the
 DRAFTER's distribution, q the VERIFIER's (the target's here).
 
 - ``full`` (polyplan's own rule, and HF assisted generation with a draft model: when sampling
@@ -15,43 +16,41 @@ At greedy both are the argmax agreement rate. For an n-gram drafter p is one-hot
 rules give the same rate.
 
 For every drafter the engine can load, the best K under that engine's rule comes from the
-exact cost model (`planner.cost_model.predict_chain`) with the profile's latency curves,
+exact cost model (`planner.exact.cost_model.predict_chain`) with the profile's latency curves,
 loop overhead and switch costs, as the plan's own chains, except that for HF the loop overhead
-is HF `generate`'s own when the profile has it (`planner.engine_overhead`): the prediction is
+is HF `generate`'s own when the profile has it (`planner.exact.engine_overhead`): the prediction is
 then of HF assisted tokens/s over HF target-only tokens/s, what `bench peers` measures; the loss is measured against the
 plan's predicted speedup. The predictions are per decoded token (the long-generation limit);
-for HF each option also carries its whole-`generate`-call cost (`planner.whole_call`: per-call
+for HF each option also carries its whole-`generate`-call cost (`planner.exact.whole_call`: per-call
 set-up and prefills), which `bench peers` sums over its prompts. llama.cpp's n-gram drafter
 (`ngram-simple`) drafts only where the stream repeats itself, which α does not say: where the
 profile holds the target's greedy streams it is predicted by replaying that drafter on them
-(`planner.ngram_replay`), else by α with a note saying so. A member an engine cannot load is
-listed with the reason, never exported. Pure: no torch, no I/O.
+(`planner.exact.ngram_replay`), else by α with a note saying so. A member an engine cannot load is
+listed with the reason, never exported. What to type for the chosen drafter (commands, flags,
+snippets) and the export's report are rendered by `engines.export`. Pure: no torch, no I/O.
 """
 
 from __future__ import annotations
 
-import json
-import shlex
 from dataclasses import dataclass
-from pathlib import Path
 
 from polyplan.formats.candidates import RULE_DRAFTERS, Candidate, CandidateSet, EarlyExit, NGram, NGramSimple, Quantize, ReducedVocab
 from polyplan.formats.errors import PolyplanError
-from polyplan.planner.cost_model import ChainPrediction, predict_chain
-from polyplan.planner.engine_overhead import profile_call_seconds, prediction_overhead
-from polyplan.planner.latency import curve_from_profile
-from polyplan.planner.llama_cpp_ranking import (LEVEL, OFF, RankedConfig, Replicates, ReplayWorkload, recommend, replayed_config)
+from polyplan.planner.exact.cost_model import ChainPrediction, predict_chain
+from polyplan.planner.exact.engine_overhead import profile_call_seconds, prediction_overhead
+from polyplan.planner.exact.latency import curve_from_profile
+from polyplan.planner.llama_cpp_ranking import RankedConfig, Replicates, ReplayWorkload, llama_cpp_spec_flags, recommend, replayed_config
 from polyplan.planner.llama_cpp_ranking import ranked as rank_configs
-from polyplan.planner.ngram_replay import replay_prediction, target_streams
-from polyplan.planner.ngram_rules import LLAMA_CPP_RULES, LLAMA_CPP_VERSION, NGramSimpleRule
+from polyplan.planner.exact.ngram_replay import replay_prediction, target_streams
+from polyplan.planner.exact.ngram_rules import LLAMA_CPP_RULES, LLAMA_CPP_VERSION, NGramSimpleRule
 from polyplan.formats.overhead import NO_SWITCH
-from polyplan.planner.overhead import profile_switch_costs
+from polyplan.planner.exact.overhead import profile_switch_costs
 from polyplan.formats.plan import PlanFile
-from polyplan.planner.whole_call import CallCount, CallModel, prefill_curve, whole_call_speedup
+from polyplan.planner.exact.whole_call import CallCount, CallModel, prefill_curve, whole_call_speedup
 from polyplan.formats.profile import Profile
 from polyplan.formats.sampling import SamplingMode
 
-ENGINES = ("hf", "vllm", "llama.cpp")
+EXPORT_ENGINES = ("hf", "vllm", "llama.cpp")  # what `polyplan export --engine` exports a plan to
 FULL, ARGMAX = "full", "argmax"
 EXAMPLE_NEW_TOKENS = 128  # the whole-call example `polyplan export` prints (Spec-Bench's and bench peers' usual length)
 EXAMPLE_PROMPT_TOKENS = 128  # its prompt length when the plan records no context length
@@ -82,7 +81,7 @@ class EngineOption:
     source: str
     reason: str | None
     ngram_sizes: tuple[int, int] | None = None
-    call: CallModel | None = None  # its whole-`generate`-call cost (`planner.whole_call`), HF only
+    call: CallModel | None = None  # its whole-`generate`-call cost (`planner.exact.whole_call`), HF only
     model: str = ""  # how the prediction was made, when not by α (llama.cpp's n-gram replay), or why α
 
     @property
@@ -110,7 +109,7 @@ class EngineExport:
     options: tuple[EngineOption, ...]
     polyplan_chain: tuple[str, ...]
     polyplan_speedup: float
-    overhead_note: str = ""  # which loop overhead the predictions used (`planner.engine_overhead`)
+    overhead_note: str = ""  # which loop overhead the predictions used (`planner.exact.engine_overhead`)
     baseline_call: CallModel | None = None  # target-only `generate`'s whole-call cost (HF only)
     call_note: str = ""  # what the whole-call model lacks in the profile ("" when nothing)
     context_length: int | None = None  # the context the plan was made for (the whole-call example's prompt)
@@ -140,8 +139,8 @@ class EngineExport:
 
 def check_engine(engine: str) -> str:
     """`engine` if polyplan knows it, else a `PolyplanError` naming the known ones."""
-    if engine not in ENGINES:
-        raise PolyplanError(f"--engine: unknown engine {engine!r} (choose one of {', '.join(ENGINES)})")
+    if engine not in EXPORT_ENGINES:
+        raise PolyplanError(f"--engine: unknown engine {engine!r} (choose one of {', '.join(EXPORT_ENGINES)})")
     return engine
 
 
@@ -233,7 +232,7 @@ def _replicates(profile: Profile, target: str, streams: int, width: int, context
     """The target's T(1..width) and a new prompt set per replicate (`llama_cpp_ranking`)."""
     import numpy as np
 
-    from polyplan.planner.prediction_interval import DEFAULT_LEVEL, _prompt_weights, few_prompts_stretch, latency_replicates
+    from polyplan.planner.intervals.prediction_interval import DEFAULT_LEVEL, _prompt_weights, few_prompts_stretch, latency_replicates
 
     rng = np.random.default_rng(0)
     curves, _, _ = latency_replicates(profile, [target], RESAMPLES, rng, context_length)
@@ -415,215 +414,3 @@ def export_plan(
         ),
         unexported=unexported,
     )
-
-
-# --------------------------------------------------------------------------- what to type
-
-
-def engine_config(export: EngineExport) -> dict | None:
-    """The engine's own configuration for the chosen drafter (JSON edge), None without one.
-
-    HF: `generate` keyword arguments (of which `num_assistant_tokens`, its schedule and
-    `assistant_confidence_threshold` belong on the assistant's generation config); vLLM: the `--speculative-config` object; llama.cpp: the
-    `llama-server` arguments as a list.
-    """
-    option = export.chosen
-    if option is None:
-        return None
-    k = option.block_size
-    sampled = export.temperature > 0
-    if export.engine == "hf":
-        sampling = {"do_sample": True, "temperature": export.temperature} if sampled else {"do_sample": False}
-        if option.method == "ngram":
-            return {"prompt_lookup_num_tokens": k, "max_matching_ngram_size": option.ngram_sizes[1], **sampling}
-        return {
-            "assistant_model": option.source,
-            "num_assistant_tokens": k,
-            "num_assistant_tokens_schedule": "constant",
-            "assistant_confidence_threshold": 0.0,
-            **sampling,
-        }
-    if export.engine == "vllm":
-        if option.method == "ngram":
-            low, high = option.ngram_sizes
-            return {"method": "ngram", "num_speculative_tokens": k, "prompt_lookup_max": high, "prompt_lookup_min": low}
-        return {"method": "draft_model", "model": option.source, "num_speculative_tokens": k}
-    if export.recommended is not None:  # the ranking's pick (off: the plain server)
-        flags = list(export.recommended.flags)
-    else:
-        flags = llama_cpp_spec_flags(option.method, k, option.source, option.ngram_sizes)
-    return {"llama_server_args": ["-m", export.target_source, *flags,
-                                  "--temp", f"{export.temperature:g}" if sampled else "0", *export.server_flags]}
-
-
-def llama_cpp_spec_flags(method: str, k: int, source: str = "", ngram_sizes: tuple[int, int] | None = None) -> list[str]:
-    """llama-server's flags for one drafter at block size `k`, as the pinned llama.cpp spells them
-    (`engines.llama_cpp_build.BINDINGS_VERSION`; tests/test_engines_llama_cpp.py checks each one
-    against that build's --help): a draft model drafts exactly k tokens (`draft-simple`, no
-    probability cut-off); an n-gram drafter is `ngram-simple`, looking up its longest n-gram and
-    drafting k tokens."""
-    if method == "ngram":
-        size_n = (ngram_sizes or (1, 3))[1]
-        return ["--spec-type", "ngram-simple", "--spec-ngram-simple-size-n", str(size_n), "--spec-ngram-simple-size-m", str(k)]
-    return ["--spec-type", "draft-simple", "-md", source, "--spec-draft-n-max", str(k), "--spec-draft-n-min", str(k),
-            "--spec-draft-p-min", "0"]
-
-
-
-_ASSISTANT_KEYS = ("num_assistant_tokens", "num_assistant_tokens_schedule", "assistant_confidence_threshold")
-
-
-def config_text(export: EngineExport) -> str:
-    """What to type: Python for HF, the vllm serve option, the llama-server command line."""
-    config = engine_config(export)
-    if config is None:
-        return ""
-    if export.engine == "hf":
-        arguments = dict(config)
-        lines = []
-        if "assistant_model" in arguments:
-            # transformers reads K, its schedule and the early-exit threshold from the
-            # ASSISTANT's generation config (5.x ignores them as generate() arguments)
-            source = Path(arguments.pop("assistant_model"))
-            where = f"{str(source.parent)!r}, gguf_file={source.name!r}" if source.suffix.lower() == ".gguf" else repr(str(source))
-            lines.append(f"assistant = AutoModelForCausalLM.from_pretrained({where})")
-            for key in _ASSISTANT_KEYS:
-                lines.append(f"assistant.generation_config.{key} = {arguments.pop(key)!r}")
-            arguments = {"assistant_model": "assistant", **arguments}
-        rendered = ", ".join(f"{key}={value if key == 'assistant_model' else repr(value)}" for key, value in arguments.items())
-        lines.append(f"model.generate(**inputs, {rendered})")
-        return "\n".join(lines)
-    if export.engine == "vllm":
-        return f"vllm serve {shlex.quote(export.target_source)} --speculative-config {shlex.quote(json.dumps(config))}"
-    return "llama-server " + " ".join(shlex.quote(part) for part in config["llama_server_args"])
-
-
-def export_lines(export: EngineExport) -> list[str]:
-    """The human report of `polyplan export`."""
-    chain = " > ".join(export.polyplan_chain)
-    lines = [f"engine {export.engine}, target {export.target}, sampling {export.sampling}"]
-    option = export.chosen
-    if option is not None:
-        rule = "full rule, E[sum min(p, q)]" if option.rule == FULL else "engine rule, E[q(argmax p)]"
-        lines.append(
-            f"best: {option.drafter} ({option.method}) K={option.block_size}: predicted speedup {option.speedup:.2f}x "
-            f"(alpha {option.alpha:.3f}, {rule}; {option.prediction.tokens_per_verification[0]:.2f} tokens per target pass)"
-        )
-        lines.append("  (per decoded token: the long-generation limit, without prefill or per-call set-up)")
-        if option.model:
-            lines.append(f"  ({option.model})")
-        example = export.whole_call_example()
-        if example is not None:
-            prompt, new, speedup = example
-            lines.append(
-                f"whole generate calls (what polyplan bench peers measures), {prompt}-token prompt and {new} new tokens: "
-                f"predicted {speedup:.2f}x (prefill and per-call cost included)"
-            )
-            if export.call_note:
-                lines.append(export.call_note)
-        if export.overhead_note:
-            lines.append(export.overhead_note)
-        lines.append(
-            f"polyplan's chain {chain}: {export.polyplan_speedup:.2f}x; the export "
-            + (f"gives up {export.loss:.1%} of it" if export.loss >= 0 else f"is {-export.loss:.1%} faster")
-        )
-        if option.speedup < 1.0 and export.recommended is None:
-            lines.append(f"note: slower than the target alone (1.00x) on {export.engine}: leave speculative decoding off")
-        lines += ranking_lines(export)
-        lines += ["", "what to type:"] + ["  " + line for line in config_text(export).splitlines()]
-    else:
-        lines.append(unexported_line(export))
-    if not export.options:
-        return lines
-    lines += ["", f"{'drafter':<20} {'method':<12} {'rule':<7} {'alpha':>6} {'K':>3} {'speedup':>8}  note"]
-    for item in export.options:
-        alpha = "-" if item.alpha is None else f"{item.alpha:.3f}"
-        k = "-" if item.block_size is None else str(item.block_size)
-        speed = "-" if item.speedup is None else f"{item.speedup:.2f}x"
-        note = item.reason if item.reason is not None else ("exported" if item is option and _is_exported(export, item) else "")
-        lines.append(f"{item.drafter[:20]:<20} {item.method or '-':<12} {item.rule:<7} {alpha:>6} {k:>3} {speed:>8}  {note}")
-    return lines
-
-
-def _is_exported(export: EngineExport, option: EngineOption) -> bool:
-    """Whether the command printed runs `option` (llama.cpp: its ranking may recommend another, or off)."""
-    if export.recommended is None:
-        return True
-    return list(export.recommended.flags) == llama_cpp_spec_flags(option.method, option.block_size, option.source, option.ngram_sizes)
-
-
-def ranking_lines(export: EngineExport) -> list[str]:
-    """llama.cpp: every configuration predicted, fastest first, and the recommendation."""
-    if not export.ranking:
-        return []
-    lines = ["", f"llama-server configurations, predicted decode speedup over the target alone [{LEVEL:.0%} interval]:"]
-    lines += [f"  ({note})" for note in export.ranking_notes]
-    for config in export.ranking:
-        counts = "" if config.drafted is None else f"drafted {config.drafted}, accepted {config.accepted}"
-        mark = "  <- recommended" if config is export.recommended else ""
-        lines.append(f"  {config.label[:40]:<40} {config.text():>20}  {counts or config.note}{mark}")
-    best = export.recommended
-    if best is not None and best.label == OFF:
-        lines.append("recommended: off: no configuration beats the target alone beyond its interval")
-    elif best is not None:
-        lines.append(f"recommended: {best.label}, {best.text()}")
-    return lines
-def unexported_line(export: EngineExport) -> str:
-    """The one line of an export that chose no drafter: run the target alone, and why."""
-    return (f"best: {export.target} alone: no drafter of the plan can run on {export.engine} ({export.unexported}); "
-            f"leave speculative decoding off (polyplan's chain {' > '.join(export.polyplan_chain)}: "
-            f"{export.polyplan_speedup:.2f}x)")
-
-
-def export_to_json(export: EngineExport) -> dict:
-    """The JSON object of `polyplan export --json`."""
-
-    def option_json(item: EngineOption) -> dict:
-        prediction = item.prediction
-        return {
-            "drafter": item.drafter,
-            "method": item.method or None,
-            "rule": item.rule,
-            "alpha": item.alpha,
-            "block_size": item.block_size,
-            "predicted_speedup": item.speedup,
-            "tokens_per_target_pass": None if prediction is None else prediction.tokens_per_verification[0],
-            "source": item.source or None,
-            "exportable": item.reason is None,
-            "reason": item.reason,
-            "prediction_model": item.model or None,
-        }
-
-    chosen = export.chosen
-    return {
-        "engine": export.engine,
-        "target": export.target,
-        "target_source": export.target_source,
-        "sampling": export.sampling,
-        "chosen": None if chosen is None else option_json(chosen),
-        "config": engine_config(export),
-        "command": config_text(export) or None,
-        "polyplan": {"chain": list(export.polyplan_chain), "predicted_speedup": export.polyplan_speedup},
-        "loss": export.loss,
-        "whole_call_example": _example_json(export),
-        "overhead": export.overhead_note or None,
-        "options": [option_json(item) for item in export.options],
-        "ranking": [_ranked_json(item) for item in export.ranking],
-        "recommended": None if export.recommended is None else _ranked_json(export.recommended),
-        "ranking_notes": list(export.ranking_notes),
-        "unexported": export.unexported or None,
-    }
-
-
-def _ranked_json(item: RankedConfig) -> dict:
-    return {"label": item.label, "flags": list(item.flags), "predicted_speedup": item.speedup,
-            "interval": None if item.interval is None else list(item.interval), "drafted": item.drafted,
-            "accepted": item.accepted, "note": item.note}
-
-
-def _example_json(export: EngineExport) -> dict | None:
-    example = export.whole_call_example()
-    if example is None:
-        return None
-    prompt, new, speedup = example
-    return {"prompt_tokens": prompt, "new_tokens": new, "predicted_speedup": speedup, "note": export.call_note or None}

@@ -8,7 +8,7 @@ the i.i.d. reading then misjudges the tokens per verification by tens of percent
 
 Under greedy decoding the exact sequence of agreements is measurable: along a target
 continuation, position t agrees when the drafter's argmax equals the target's token t (one
-teacher-forced pass of each model, `profiler.runs`). Speculative decoding of the pair at block
+teacher-forced pass of each model, `profiler.agreement_runs`). Speculative decoding of the pair at block
 size K walks that sequence deterministically: a verification starting at position s accepts
 the r consecutive agreements from s, up to K, and the next one starts at s + min(r, K) + 1.
 `run_survival` walks every measured sequence that way and estimates, over the verification
@@ -20,7 +20,7 @@ independent of each other. Beyond the longest observed run, S continues with the
 continuation rate.
 
 The sequences travel in the profile's `acceptance_runs[sampling]` (`formats.profile.AgreementRuns`,
-written by `profiler.runs`, through `profiler.loop_costs`), one string of 0/1 per prompt and pair.
+written by `profiler.agreement_runs`, through `loop.loop_costs`), one string of 0/1 per prompt and pair.
 """
 
 from __future__ import annotations

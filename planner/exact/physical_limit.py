@@ -7,10 +7,10 @@ this machine's measured T(k) of the target that gives, per block size K,
 
     S(K) = (K + 1) · (T(1) + p) / (T̃(K + 1) + s + r + p),
 
-each cost the one the exact model (`planner.cost_model`) charges a one-level chain: T̃ the
-monotone envelope a verification pass runs at (`planner.verify_width`), s the target's switch
+each cost the one the exact model (`planner.exact.cost_model`) charges a one-level chain: T̃ the
+monotone envelope a verification pass runs at (`planner.exact.verify_width`), s the target's switch
 cost (a verification pass is a 1st pass after another model's), r the loop's cost per
-verification round and p its cost per step (`planner.overhead`). Plain decoding pays T(1) + p
+verification round and p its cost per step (`planner.exact.overhead`). Plain decoding pays T(1) + p
 per token; the free drafter pays one drafting call per round, the least the exact model ever
 charges (a rule drafter's one call; a model drafter's K steps cost K · p). With no loop costs
 recorded, S(K) = (K + 1) · T(1) / T̃(K + 1).
@@ -25,10 +25,10 @@ the chain's speedup is at most the largest S(m) over the m it hands up (S(0) <= 
 as T̃ never decreases). K runs up to the widest width the target was timed at, less one
 (`measured_block_size`), and, in `planner.search.recommend`, as far as any ranked chain hands
 its target tokens; beyond the measured widths T(k) is extrapolated as the exact model does it
-(`planner.latency`), and the result says so (`extrapolated`).
+(`planner.exact.latency`), and the result says so (`extrapolated`).
 
 `limit_interval` gives the limit a bootstrap interval from the target's latency samples, drawn
-as `planner.prediction_interval` draws them (K held at its value, as a chain's block sizes are).
+as `planner.intervals.prediction_interval` draws them (K held at its value, as a chain's block sizes are).
 """
 
 from __future__ import annotations
@@ -40,10 +40,10 @@ import numpy as np
 from polyplan.formats.errors import PolyplanError
 from polyplan.formats.overhead import NO_OVERHEAD, NO_SWITCH, LoopOverhead, SwitchCost
 from polyplan.formats.profile import Profile
-from polyplan.planner.latency import LatencyCurve, curve_from_profile
-from polyplan.planner.overhead import profile_switch_costs
-from polyplan.planner.prediction_interval import DEFAULT_LEVEL, SpeedupInterval, latency_replicates
-from polyplan.planner.verify_width import monotone_envelope
+from polyplan.planner.exact.latency import LatencyCurve, curve_from_profile
+from polyplan.planner.exact.overhead import profile_switch_costs
+from polyplan.planner.intervals.prediction_interval import DEFAULT_LEVEL, SpeedupInterval, latency_replicates
+from polyplan.planner.exact.verify_width import monotone_envelope
 
 
 @dataclass(frozen=True)
@@ -155,7 +155,7 @@ def limit_interval(
     seed: int = 0,
 ) -> SpeedupInterval:
     """Bootstrap interval of `limit.speedup`: the target's timings resampled (and its
-    timing-health corrections drawn) as `planner.prediction_interval` does, S re-evaluated at
+    timing-health corrections drawn) as `planner.intervals.prediction_interval` does, S re-evaluated at
     the limit's K on each replicate."""
     if isinstance(resamples, bool) or not isinstance(resamples, int) or resamples < 20:
         raise PolyplanError(f"resamples: must be an integer >= 20, got {resamples!r}")

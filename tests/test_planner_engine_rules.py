@@ -1,4 +1,4 @@
-"""planner.engines and `polyplan export`: engine acceptance rules, loadability, the best
+"""planner.engine_rules and `polyplan export`: engine acceptance rules, loadability, the best
 engine-expressible chain, and one clear line for every bad input. No models run here except
 the engine-rate check on hand-made distributions."""
 
@@ -15,9 +15,10 @@ from typer.testing import CliRunner
 from polyplan.formats.candidates import Candidate, parse_candidates
 from polyplan.cli.app import app
 from polyplan.formats.errors import PolyplanError
-from polyplan.planner.cost_model import predict_chain
-from polyplan.planner.engines import config_text, engine_config, export_lines, export_plan, export_to_json, loadable
-from polyplan.planner.latency import curve_from_profile
+from polyplan.planner.exact.cost_model import predict_chain
+from polyplan.engines.export import config_text, engine_config, export_lines, export_to_json
+from polyplan.planner.engine_rules import export_plan, loadable
+from polyplan.planner.exact.latency import curve_from_profile
 from polyplan.formats.plan import read_plan
 from polyplan.planner.plan_file import write_plan
 from polyplan.planner.search import recommend
@@ -237,7 +238,7 @@ def test_hf_export_carries_the_whole_call_model_of_each_option(files):
     """Issue 14c: the HF export models whole `generate` calls from the profile: the stored
     per-call cost, the target's and a draft model's prefill (none for n-gram), K extra tokens in
     the target's first pass, and the first passes' decode work replaced by the prefills."""
-    from polyplan.planner.whole_call import PrefillCurve
+    from polyplan.planner.exact.whole_call import PrefillCurve
     from polyplan.formats.profile import EngineCalibration, PrefillPoint
 
     plan, root = files

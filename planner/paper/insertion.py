@@ -24,7 +24,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from polyplan.planner.lemma31 import check_positive
+from polyplan.planner.paper.lemma31 import check_positive
 
 
 @dataclass(frozen=True)

@@ -4,7 +4,7 @@ A predicted speedup is a function of measured inputs: each model's latency curve
 each pair's acceptance (the rate α, or the measured agreement runs). Both are estimates from
 finite, noisy samples, so the prediction has a sampling distribution. This module propagates
 it by bootstrap: B replicates of the inputs, each drawn as the profiler's own sampling would
-have varied, the exact model (`planner.cost_model.predict_chain`) re-evaluated on each with
+have varied, the exact model (`planner.exact.cost_model.predict_chain`) re-evaluated on each with
 the chain's block sizes fixed, and the percentile interval of the B speedups reported.
 
 How each input is resampled (per replicate, independently):
@@ -19,20 +19,20 @@ How each input is resampled (per replicate, independently):
   saw (validation and use run other prompts), so each replicate draws twice: the profile's
   prompts with replacement (the error of the profile's estimate), then a new prompt set of the
   same size from that draw (the spread of a new set around it: every validation so far
-  measured acceptance 4-12% off the profiled one). The run survival (`planner.runs`) is
+  measured acceptance 4-12% off the profiled one). The run survival (`planner.exact.runs`) is
   re-estimated from the pooled counts of the second draw; α (for the i.i.d. reading) is scaled
   by that draw's agreement rate over the full one. Every pair (and the target's streams) was
   measured on the same prompts, so a replicate draws one new prompt set for all of them: a
   prompt hard for one drafter is hard for the others, and the levels of a chain move together
   (drawn apart, their shifts averaged out and a deep chain's interval came out too narrow).
 - a rule drafter (`ngram-simple`): its rounds replayed on the target's streams
-  (`planner.draft_rounds`), the streams resampled as the prompts above (twice: the profile's,
+  (`planner.exact.draft_rounds`), the streams resampled as the prompts above (twice: the profile's,
   then a new set).
 - acceptance otherwise: α drawn from a normal law matching its 95% interval `alpha_ci`
   (clipped to [0, 1)), else from the binomial standard error sqrt(α(1 − α)/alpha_samples),
   either standard error times sqrt(2) for the new prompt set; with neither, α is held fixed
   and the result says so.
-- timing health (`planner.timing_health`): where a check failed, the model's whole curve is
+- timing health (`planner.intervals.timing_health`): where a check failed, the model's whole curve is
   scaled, per replicate, by a correction its own record measures, instead of trusting the
   timings: the floor shift (a fixed workload f times slower while this model was timed than
   while the least-loaded model was: a load that slows the floor slows a model's forward about
@@ -67,14 +67,14 @@ from typing import Sequence
 import numpy as np
 
 from polyplan.formats.errors import PolyplanError
-from polyplan.planner.cost_model import predict_chain
-from polyplan.planner.ngram_replay import draft_rounds, ngram_simple_sizes, target_streams
-from polyplan.planner.latency import LatencyCurve, curve_from_profile
+from polyplan.planner.exact.cost_model import predict_chain
+from polyplan.planner.exact.ngram_replay import draft_rounds, ngram_simple_sizes, target_streams
+from polyplan.planner.exact.latency import LatencyCurve, curve_from_profile
 from polyplan.formats.overhead import NO_SWITCH, LoopOverhead
-from polyplan.planner.overhead import profile_switch_costs
-from polyplan.planner.runs import count_matrix, profile_runs, survival_from_counts
+from polyplan.planner.exact.overhead import profile_switch_costs
+from polyplan.planner.exact.runs import count_matrix, profile_runs, survival_from_counts
 from polyplan.formats.profile import ModelProfile, Profile, TimingHealth
-from polyplan.planner.timing_health import MAX_FLOOR_NOISE, MAX_FLOOR_SHIFT
+from polyplan.planner.intervals.timing_health import MAX_FLOOR_NOISE, MAX_FLOOR_SHIFT
 
 DEFAULT_RESAMPLES = 200
 DEFAULT_LEVEL = 0.95

@@ -1,6 +1,6 @@
 """An engine's own decoding-loop overhead (HF transformers `generate`), stored in the profile.
 
-`planner.overhead.LoopOverhead` is polyplan's loop: what polyplan's decoder spends outside the
+`planner.exact.overhead.LoopOverhead` is polyplan's loop: what polyplan's decoder spends outside the
 models' forward passes. An engine's loop costs something else: HF `generate` runs its logits
 processors and stopping criteria every step, and assisted generation calls the assistant's own
 `generate` every round and re-checks the candidates. Predicting the speedup an engine's user
@@ -19,7 +19,8 @@ The timings are `seconds of a generate call − seconds inside the models' forwa
 (`polyplan.engines.hf_overhead` measures them); this module fits
 loop = calls × per_call + steps × per_step + rounds × per_round (non-negative least squares
 over the median of each configuration) and reads and writes the profile entry
-`engine_overhead["hf"][sampling]` (`formats.profile.EngineCalibration`). Pure: no torch, no I/O.
+`engine_overhead["hf"][sampling]` (`formats.profile.EngineCalibration`); the fit is the one every
+loop's costs get (`planner.exact.overhead.fit_loop_costs`). Pure: no torch, no I/O.
 """
 
 from __future__ import annotations
@@ -29,10 +30,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from polyplan.formats.errors import PolyplanError
 from polyplan.formats.overhead import LoopOverhead
 from polyplan.formats.profile import EngineCalibration, Profile
-from polyplan.planner.overhead import profile_overhead
+from polyplan.planner.exact.overhead import fit_loop_costs, profile_overhead
 
 HF = "hf"
 MEASURED_ENGINES = (HF,)  # vLLM and llama.cpp cannot be run here: their predictions keep polyplan's loop
@@ -53,24 +53,6 @@ class EngineOverhead:
 
     loop: LoopOverhead
     per_call_s: float
-
-
-def fit_loop_costs(counts: Sequence[Sequence[float]], seconds: Sequence[float]) -> tuple[float, ...]:
-    """Non-negative least squares: coefficients c >= 0 minimising |counts · c − seconds|.
-
-    `counts`: one row per configuration (how often each cost was paid), `seconds`: that
-    configuration's (median) loop time. One subtraction of two noisy medians can go negative
-    on a busy machine; a fit over every configuration cannot.
-    """
-    import numpy as np
-    from scipy.optimize import nnls
-
-    design = np.asarray(counts, dtype=float)
-    target = np.asarray(seconds, dtype=float)
-    if design.ndim != 2 or design.shape[0] != target.shape[0] or design.shape[0] < design.shape[1]:
-        raise PolyplanError(f"fit_loop_costs: need at least as many configurations as costs, got {design.shape} for {target.shape}")
-    coefficients, _ = nnls(design, target)
-    return tuple(float(c) for c in coefficients)
 
 
 def fit_engine_overhead(counts: Sequence[LoopCounts], loop_seconds: Sequence[float]) -> EngineOverhead:

@@ -1,7 +1,7 @@
 """Do the acceptance intervals cover a new prompt set? A check on the profile's own prompts.
 
 A plan's interval promises that the speedup on prompts the profile never saw falls inside it
-at its level (`planner.prediction_interval`). That promise can be checked without running a
+at its level (`planner.intervals.prediction_interval`). That promise can be checked without running a
 model: split the profile's own N prompts at random into a profiling set P and a new set V of
 n prompts each (2n <= N), predict from P alone (point and interval), and hold the interval
 against the exact model evaluated on V's acceptance. Latency is held as profiled on both sides
@@ -23,8 +23,8 @@ import numpy as np
 from polyplan.formats.errors import PolyplanError
 from polyplan.formats.overhead import LoopOverhead
 from polyplan.formats.profile import PairAgreement, Profile
-from polyplan.planner.prediction_interval import DEFAULT_LEVEL, prediction_intervals
-from polyplan.planner.runs import set_agreement_alphas
+from polyplan.planner.intervals.prediction_interval import DEFAULT_LEVEL, prediction_intervals
+from polyplan.planner.exact.runs import set_agreement_alphas
 from polyplan.planner.search import evaluate_chain
 
 DEFAULT_SPLITS = 100

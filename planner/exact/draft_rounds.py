@@ -4,12 +4,12 @@ A model drafter under the exact model drafts exactly K tokens per call and each 
 with rate α (or by the measured acceptance runs). A rule drafter (`kind: ngram-simple`) drafts
 only where the context repeats itself: a call hands up anywhere from 0 to K tokens, and how
 many it drafts and how many of those the verifier keeps are properties of the stream, which
-no per-token rate says. Replayed on the target's own greedy streams (`planner.ngram_replay`),
+no per-token rate says. Replayed on the target's own greedy streams (`planner.exact.ngram_replay`),
 every round is known exactly; the exact model then reads their joint law
-P(drafted = m, accepted = a) in place of "K tokens, rate α" (`planner.cost_model`).
+P(drafted = m, accepted = a) in place of "K tokens, rate α" (`planner.exact.cost_model`).
 
 The law is kept as counts per prompt (the prompts are the clusters a bootstrap resamples:
-`planner.prediction_interval`). Pure numpy.
+`planner.intervals.prediction_interval`). Pure numpy.
 """
 
 from __future__ import annotations

@@ -1,8 +1,8 @@
 """Whole `generate` calls: what `polyplan bench peers` measures, predicted from the profile.
 
-The cost model (`planner.cost_model`) predicts seconds per decoded token: the speedup of a
+The cost model (`planner.exact.cost_model`) predicts seconds per decoded token: the speedup of a
 long generation. `bench peers` times whole calls (Spec-Bench's tokens/s), so each call also
-pays its set-up (HF `generate`'s per-call cost, `planner.engine_overhead`) and the prompt's
+pays its set-up (HF `generate`'s per-call cost, `planner.exact.engine_overhead`) and the prompt's
 prefill, by the target and, in assisted generation, by the drafter (the assistant's own
 `generate` reads the prompt first; HF prompt lookup has no model, so no drafter prefill).
 For one call with a prompt of L tokens that emits N new tokens:

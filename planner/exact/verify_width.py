@@ -21,7 +21,7 @@ import functools
 import numpy as np
 
 from polyplan.formats.plan import VerifyWidths
-from polyplan.planner.latency import LatencyCurve
+from polyplan.planner.exact.latency import LatencyCurve
 
 
 def _integer_grid(curve: LatencyCurve) -> np.ndarray:
