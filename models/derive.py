@@ -6,7 +6,7 @@ int8 (dynamic, per-channel weight scales) and int8-head (the LM head only) on CP
 on a CPU with native bf16 matmul (AVX512-BF16 or AMX: checked here, where torch can tell);
 int4 nowhere with plain torch. `head="int8"` gives an int8 or bf16 copy int8-head's LM head.
 
-Measured on gemma-3-270m (one thread, the profile's T(1); greedy α; README "Your own model"):
+Measured on gemma-3-270m (one thread, the profile's T(1); greedy α; docs/models-yaml.md):
 the float32 target 75 ms; bf16 decoder layers + the int8 head 32.5 ms, α 0.994; dynamic int8
 layers + the int8 head 18.7 ms, α 0.867 (activations are quantized per tensor); the int8 head
 alone 37.5 ms, α 0.999.

@@ -27,7 +27,7 @@ from torch import nn
 from polyplan.decoder.shallow_copy import shallow_copy
 from polyplan.formats.errors import PolyplanError
 
-DEFAULT_RESCORED = 32  # top logits recomputed exactly (gemma-3-270m: see README "Your own model")
+DEFAULT_RESCORED = 32  # top logits recomputed exactly (gemma-3-270m: see docs/models-yaml.md)
 
 
 class RescoredInt8Head(nn.Module):

@@ -1,4 +1,4 @@
-"""The rooms import only the rooms below them (README, "Layout"; docs/design.md, "Layout").
+"""The rooms import only the rooms below them (`docs/architecture.md`; `docs/design.md`, "Rooms and layers").
 
 From the bottom: formats/ (the files), planner/ (pure math: the paper's theory in planner/paper/,
 the exact cost model in planner/exact/, the intervals in planner/intervals/, then the search, the
