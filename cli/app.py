@@ -1,6 +1,6 @@
 """The `polyplan` command line: thin typer commands over the library API.
 
-Each command group lives in `polyplan/commands/<group>.py`; this module only assembles them.
+Each command group lives in `cli/commands/<group>.py`; this module only assembles them.
 """
 
 from __future__ import annotations

@@ -13,7 +13,6 @@ from polyplan.decoder.ngram import NGramMember
 from polyplan.decoder.ngram_simple import NGramSimpleMember
 from polyplan.decoder.result import GenerationResult, LevelStats
 from polyplan.decoder.sampling import Sampling
-from polyplan.decoder.table import TableMember
 
 __all__ = [
     "ArgmaxForward",
@@ -25,6 +24,5 @@ __all__ = [
     "NGramMember",
     "NGramSimpleMember",
     "Sampling",
-    "TableMember",
     "generate",
 ]

@@ -1,6 +1,6 @@
 """The n-level chain: staged speculative decoding, lossless for any n >= 1.
 
-This is the recursion of DESIGN.md ("The decoder: staged verification for any n"):
+This is the recursion of docs/design.md ("The decoder: staged verification for any n"):
 
 - `draft(n, K)`: the last member M_n samples K tokens autoregressively; a `BlockDrafter`
   (a rule drafter such as `ngram-simple`) proposes up to K tokens in one call, possibly none.

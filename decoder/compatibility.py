@@ -1,6 +1,6 @@
 """Whether a member can share a chain with the target: the one vocabulary check.
 
-The loader (`decoder.candidates_loader`) runs it on every candidate it loads, `generate` on the
+The loader (`models.loader`) runs it on every candidate it loads, `generate` on the
 members it is handed, and the profiler on the models it measures; all three word a failure
 the same way and prefix it with their own label (the entry, the chain position).
 

@@ -253,7 +253,7 @@ class LlamaCppMember:
         view = self._view(rows)
         if self.subset is None:
             return torch.from_numpy(view.copy())
-        full = np.full((rows, self.vocab_size), -np.inf, dtype=np.float32)  # `reduced_vocab.restrict_logits`, in numpy:
+        full = np.full((rows, self.vocab_size), -np.inf, dtype=np.float32)  # `models.reduced_vocab.restrict_logits`, in numpy:
         full[:, self._keep] = view  # torch's fill and index_copy_ wake its thread pool, ~10 ms on a busy machine
         return torch.from_numpy(full)
 

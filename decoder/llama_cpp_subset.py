@@ -11,9 +11,9 @@ V-token vocabulary as the target:
   the row of the full file's `token_embd` (`TokenEmbeddings`, dequantized by gguf's numpy code,
   times the graph's token-path input scale: sqrt(n_embd) for Gemma 3, 1 for Llama/Qwen);
 - output: the N logits are put back at their full-vocabulary ids, −inf elsewhere
-  (`reduced_vocab.restrict_logits`), so every proposal is a full-vocabulary id in S.
+  (`models.reduced_vocab.restrict_logits`), so every proposal is a full-vocabulary id in S.
 
-The chain stays lossless for the reason `decoder.reduced_vocab` gives: the drafter's p is zero
+The chain stays lossless for the reason `models.reduced_vocab` gives: the drafter's p is zero
 outside S, and verification recovers the target's mass there.
 """
 

@@ -13,7 +13,8 @@ import torch
 
 @runtime_checkable
 class ChainMember(Protocol):
-    """A model in a chain. Implementations: `HFMember`, `NGramMember`, `TableMember`.
+    """A model in a chain: the protocol every member implements (the implementations are the
+    decoder's other modules, `decoder.hf`, `decoder.ngram`, `decoder.ngram_simple`, `decoder.llama_cpp`).
 
     Attributes:
         name: Shown in statistics and error messages.

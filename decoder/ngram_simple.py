@@ -3,7 +3,7 @@
 When the last `size_n` tokens occurred before, it drafts the tokens that followed their latest
 earlier occurrence, up to the block size the chain asks for (llama.cpp's size_m); otherwise it
 drafts nothing, and the target takes a plain one-token step. The rule is
-`planner.ngram_replay.NGramSimpleIndex`, so the planner predicts this member's rounds exactly by
+`planner.exact.ngram_replay.NGramSimpleIndex`, so the planner predicts this member's rounds exactly by
 replaying the target's streams, and `export --engine llama.cpp` hands the same drafter to
 llama-server.
 
@@ -23,7 +23,7 @@ from __future__ import annotations
 import torch
 
 from polyplan.decoder.ngram import one_hot_logits
-from polyplan.planner.ngram_replay import NGramSimpleIndex
+from polyplan.planner.exact.ngram_replay import NGramSimpleIndex
 
 PROFILE_SIZE_M = 16  # the block size `forward` assumes when it looks one draft ahead
 

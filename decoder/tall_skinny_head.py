@@ -20,7 +20,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from polyplan.decoder.reduced_vocab import shallow_copy
+from polyplan.decoder.shallow_copy import shallow_copy
 
 TALL = 8  # vocabulary rows per hidden column from which the head is worth transposing
 
@@ -58,6 +58,6 @@ def with_tall_skinny_head(model: nn.Module) -> nn.Module:
     head = model.get_output_embeddings() if hasattr(model, "get_output_embeddings") else None
     if not is_tall_cpu_head(head):
         return model
-    shallow = shallow_copy(model)  # as `reduced_vocab.restrict_head` does: the original keeps its head
+    shallow = shallow_copy(model)  # as `models.reduced_vocab.restrict_head` does: the original keeps its head
     shallow.set_output_embeddings(TallSkinnyHead(head))
     return shallow

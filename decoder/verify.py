@@ -1,6 +1,6 @@
 """One verification step of speculative decoding, vectorised over the drafted block.
 
-Notation (the paper's and DESIGN.md's): **p** is the drafter's distribution, **q** the
+Notation (the paper's and docs/design.md's): **p** is the drafter's distribution, **q** the
 verifier's. A drafted token x is *accepted* with probability min(1, q(x)/p(x)); at the first
 rejection the step emits a *recovered* token drawn from norm(max(0, q − p)) and stops; when
 every drafted token is accepted it emits a *bonus* token drawn from q at the position after

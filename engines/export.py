@@ -1,14 +1,19 @@
-"""`polyplan export` from files: the plan, its profile and its models.yaml, then `planner.engines`."""
+"""`polyplan export`: from files (the plan, its profile and its models.yaml, then
+`planner.engine_rules`), and the rendering of an export: what to type (HF `generate` arguments and
+snippets, the vLLM command, llama-server's command line), its human report and its JSON object.
+"""
 
 from __future__ import annotations
 
 import dataclasses
+import json
 import os
+import shlex
 from pathlib import Path
 
 from polyplan.formats.errors import PolyplanError
-from polyplan.planner.engines import EngineExport, check_engine, export_plan
-from polyplan.planner.llama_cpp_ranking import ReplayWorkload
+from polyplan.planner.engine_rules import FULL, EngineExport, EngineOption, check_engine, export_plan
+from polyplan.planner.llama_cpp_ranking import LEVEL, OFF, RankedConfig, ReplayWorkload, llama_cpp_spec_flags
 from polyplan.formats.plan import read_plan
 from polyplan.formats.profile import read_profile
 from polyplan.models.candidate_file import plan_candidates
@@ -21,7 +26,7 @@ def export_from_files(
     plan_path: PathLike, engine: str, *, profile_path: PathLike | None = None, candidates_path: PathLike | None = None,
     in_process: bool = False, workload: ReplayWorkload | None = None,
 ) -> EngineExport:
-    """Export the plan at `plan_path` to `engine` (see `planner.engines.export_plan`, which
+    """Export the plan at `plan_path` to `engine` (see `planner.engine_rules.export_plan`, which
     also says what `in_process` and `workload` do; default workload: each of the profile's
     streams once, whole).
 
@@ -92,3 +97,203 @@ def engine_files(candidates) -> dict[str, str]:
             if path.is_file():
                 files[candidate.name] = str(path)
     return files
+
+
+# --------------------------------------------------------------------------- what to type
+
+
+def engine_config(export: EngineExport) -> dict | None:
+    """The engine's own configuration for the chosen drafter (JSON edge), None without one.
+
+    HF: `generate` keyword arguments (of which `num_assistant_tokens`, its schedule and
+    `assistant_confidence_threshold` belong on the assistant's generation config); vLLM: the `--speculative-config` object; llama.cpp: the
+    `llama-server` arguments as a list.
+    """
+    option = export.chosen
+    if option is None:
+        return None
+    k = option.block_size
+    sampled = export.temperature > 0
+    if export.engine == "hf":
+        sampling = {"do_sample": True, "temperature": export.temperature} if sampled else {"do_sample": False}
+        if option.method == "ngram":
+            return {"prompt_lookup_num_tokens": k, "max_matching_ngram_size": option.ngram_sizes[1], **sampling}
+        return {
+            "assistant_model": option.source,
+            "num_assistant_tokens": k,
+            "num_assistant_tokens_schedule": "constant",
+            "assistant_confidence_threshold": 0.0,
+            **sampling,
+        }
+    if export.engine == "vllm":
+        if option.method == "ngram":
+            low, high = option.ngram_sizes
+            return {"method": "ngram", "num_speculative_tokens": k, "prompt_lookup_max": high, "prompt_lookup_min": low}
+        return {"method": "draft_model", "model": option.source, "num_speculative_tokens": k}
+    if export.recommended is not None:  # the ranking's pick (off: the plain server)
+        flags = list(export.recommended.flags)
+    else:
+        flags = llama_cpp_spec_flags(option.method, k, option.source, option.ngram_sizes)
+    return {"llama_server_args": ["-m", export.target_source, *flags,
+                                  "--temp", f"{export.temperature:g}" if sampled else "0", *export.server_flags]}
+
+
+_ASSISTANT_KEYS = ("num_assistant_tokens", "num_assistant_tokens_schedule", "assistant_confidence_threshold")
+
+
+def config_text(export: EngineExport) -> str:
+    """What to type: Python for HF, the vllm serve option, the llama-server command line."""
+    config = engine_config(export)
+    if config is None:
+        return ""
+    if export.engine == "hf":
+        arguments = dict(config)
+        lines = []
+        if "assistant_model" in arguments:
+            # transformers reads K, its schedule and the early-exit threshold from the
+            # ASSISTANT's generation config (5.x ignores them as generate() arguments)
+            source = Path(arguments.pop("assistant_model"))
+            where = f"{str(source.parent)!r}, gguf_file={source.name!r}" if source.suffix.lower() == ".gguf" else repr(str(source))
+            lines.append(f"assistant = AutoModelForCausalLM.from_pretrained({where})")
+            for key in _ASSISTANT_KEYS:
+                lines.append(f"assistant.generation_config.{key} = {arguments.pop(key)!r}")
+            arguments = {"assistant_model": "assistant", **arguments}
+        rendered = ", ".join(f"{key}={value if key == 'assistant_model' else repr(value)}" for key, value in arguments.items())
+        lines.append(f"model.generate(**inputs, {rendered})")
+        return "\n".join(lines)
+    if export.engine == "vllm":
+        return f"vllm serve {shlex.quote(export.target_source)} --speculative-config {shlex.quote(json.dumps(config))}"
+    return "llama-server " + " ".join(shlex.quote(part) for part in config["llama_server_args"])
+
+
+def export_lines(export: EngineExport) -> list[str]:
+    """The human report of `polyplan export`."""
+    chain = " > ".join(export.polyplan_chain)
+    lines = [f"engine {export.engine}, target {export.target}, sampling {export.sampling}"]
+    option = export.chosen
+    if option is not None:
+        rule = "full rule, E[sum min(p, q)]" if option.rule == FULL else "engine rule, E[q(argmax p)]"
+        lines.append(
+            f"best: {option.drafter} ({option.method}) K={option.block_size}: predicted speedup {option.speedup:.2f}x "
+            f"(alpha {option.alpha:.3f}, {rule}; {option.prediction.tokens_per_verification[0]:.2f} tokens per target pass)"
+        )
+        lines.append("  (per decoded token: the long-generation limit, without prefill or per-call set-up)")
+        if option.model:
+            lines.append(f"  ({option.model})")
+        example = export.whole_call_example()
+        if example is not None:
+            prompt, new, speedup = example
+            lines.append(
+                f"whole generate calls (what polyplan bench peers measures), {prompt}-token prompt and {new} new tokens: "
+                f"predicted {speedup:.2f}x (prefill and per-call cost included)"
+            )
+            if export.call_note:
+                lines.append(export.call_note)
+        if export.overhead_note:
+            lines.append(export.overhead_note)
+        lines.append(
+            f"polyplan's chain {chain}: {export.polyplan_speedup:.2f}x; the export "
+            + (f"gives up {export.loss:.1%} of it" if export.loss >= 0 else f"is {-export.loss:.1%} faster")
+        )
+        if option.speedup < 1.0 and export.recommended is None:
+            lines.append(f"note: slower than the target alone (1.00x) on {export.engine}: leave speculative decoding off")
+        lines += ranking_lines(export)
+        lines += ["", "what to type:"] + ["  " + line for line in config_text(export).splitlines()]
+    else:
+        lines.append(unexported_line(export))
+    if not export.options:
+        return lines
+    lines += ["", f"{'drafter':<20} {'method':<12} {'rule':<7} {'alpha':>6} {'K':>3} {'speedup':>8}  note"]
+    for item in export.options:
+        alpha = "-" if item.alpha is None else f"{item.alpha:.3f}"
+        k = "-" if item.block_size is None else str(item.block_size)
+        speed = "-" if item.speedup is None else f"{item.speedup:.2f}x"
+        note = item.reason if item.reason is not None else ("exported" if item is option and _is_exported(export, item) else "")
+        lines.append(f"{item.drafter[:20]:<20} {item.method or '-':<12} {item.rule:<7} {alpha:>6} {k:>3} {speed:>8}  {note}")
+    return lines
+
+
+def _is_exported(export: EngineExport, option: EngineOption) -> bool:
+    """Whether the command printed runs `option` (llama.cpp: its ranking may recommend another, or off)."""
+    if export.recommended is None:
+        return True
+    return list(export.recommended.flags) == llama_cpp_spec_flags(option.method, option.block_size, option.source, option.ngram_sizes)
+
+
+def ranking_lines(export: EngineExport) -> list[str]:
+    """llama.cpp: every configuration predicted, fastest first, and the recommendation."""
+    if not export.ranking:
+        return []
+    lines = ["", f"llama-server configurations, predicted decode speedup over the target alone [{LEVEL:.0%} interval]:"]
+    lines += [f"  ({note})" for note in export.ranking_notes]
+    for config in export.ranking:
+        counts = "" if config.drafted is None else f"drafted {config.drafted}, accepted {config.accepted}"
+        mark = "  <- recommended" if config is export.recommended else ""
+        lines.append(f"  {config.label[:40]:<40} {config.text():>20}  {counts or config.note}{mark}")
+    best = export.recommended
+    if best is not None and best.label == OFF:
+        lines.append("recommended: off: no configuration beats the target alone beyond its interval")
+    elif best is not None:
+        lines.append(f"recommended: {best.label}, {best.text()}")
+    return lines
+
+
+def unexported_line(export: EngineExport) -> str:
+    """The one line of an export that chose no drafter: run the target alone, and why."""
+    return (f"best: {export.target} alone: no drafter of the plan can run on {export.engine} ({export.unexported}); "
+            f"leave speculative decoding off (polyplan's chain {' > '.join(export.polyplan_chain)}: "
+            f"{export.polyplan_speedup:.2f}x)")
+
+
+def export_to_json(export: EngineExport) -> dict:
+    """The JSON object of `polyplan export --json`."""
+
+    def option_json(item: EngineOption) -> dict:
+        prediction = item.prediction
+        return {
+            "drafter": item.drafter,
+            "method": item.method or None,
+            "rule": item.rule,
+            "alpha": item.alpha,
+            "block_size": item.block_size,
+            "predicted_speedup": item.speedup,
+            "tokens_per_target_pass": None if prediction is None else prediction.tokens_per_verification[0],
+            "source": item.source or None,
+            "exportable": item.reason is None,
+            "reason": item.reason,
+            "prediction_model": item.model or None,
+        }
+
+    chosen = export.chosen
+    return {
+        "engine": export.engine,
+        "target": export.target,
+        "target_source": export.target_source,
+        "sampling": export.sampling,
+        "chosen": None if chosen is None else option_json(chosen),
+        "config": engine_config(export),
+        "command": config_text(export) or None,
+        "polyplan": {"chain": list(export.polyplan_chain), "predicted_speedup": export.polyplan_speedup},
+        "loss": export.loss,
+        "whole_call_example": _example_json(export),
+        "overhead": export.overhead_note or None,
+        "options": [option_json(item) for item in export.options],
+        "ranking": [_ranked_json(item) for item in export.ranking],
+        "recommended": None if export.recommended is None else _ranked_json(export.recommended),
+        "ranking_notes": list(export.ranking_notes),
+        "unexported": export.unexported or None,
+    }
+
+
+def _ranked_json(item: RankedConfig) -> dict:
+    return {"label": item.label, "flags": list(item.flags), "predicted_speedup": item.speedup,
+            "interval": None if item.interval is None else list(item.interval), "drafted": item.drafted,
+            "accepted": item.accepted, "note": item.note}
+
+
+def _example_json(export: EngineExport) -> dict | None:
+    example = export.whole_call_example()
+    if example is None:
+        return None
+    prompt, new, speedup = example
+    return {"prompt_tokens": prompt, "new_tokens": new, "predicted_speedup": speedup, "note": export.call_note or None}

@@ -1,4 +1,4 @@
-"""Measure HF transformers `generate`'s own loop overhead (see `polyplan.planner.engine_overhead`).
+"""Measure HF transformers `generate`'s own loop overhead (see `polyplan.planner.exact.engine_overhead`).
 
 `polyplan bench peers` and `polyplan export --engine hf` compare HF assisted generation with HF
 target-only `generate`; both pay HF's loop, not polyplan's. Here the target's (and a real
@@ -8,14 +8,14 @@ call's loop time is its wall time minus the time inside those forward calls:
 1. target-only `generate`, at `tokens // 2` and `tokens` new tokens (`min_new_tokens` equal to
    the maximum, so EOS never cuts a call short): one call, `steps` = target forward calls;
 2. assisted `generate` with the cheapest drafter HF can load, at K = 1, 2 and 4 drafted tokens
-   per round (`decoder.bench.configure_assistant`: constant schedule, no early exit):
+   per round (`engines.hf_generate.configure_assistant`: constant schedule, no early exit):
    `steps` = the drafter's forward calls, `rounds` = the target's.
 
 Every configuration runs once untimed (warm-up) and then `repeats` times, interleaved (one of
 each per round, in an order rotated every round), with the project's reference workload timed
 once per round as the machine's floor and Python's cyclic collector paused. The median loop
 time and median counts of each configuration are fitted to
-calls × per_call + steps × per_step + rounds × per_round (`planner.engine_overhead`).
+calls × per_call + steps × per_step + rounds × per_round (`planner.exact.engine_overhead`).
 """
 
 from __future__ import annotations
@@ -28,7 +28,7 @@ from dataclasses import dataclass, replace
 import torch
 
 from polyplan.engines.hf_generate import configure_assistant, transformers_errors_only
-from polyplan.planner.engine_overhead import (
+from polyplan.planner.exact.engine_overhead import (
     HF, EngineOverhead, LoopCounts, engine_overhead_entry, fit_engine_overhead, stored_fingerprint,
 )
 from polyplan.formats.profile import Profile

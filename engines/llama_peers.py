@@ -157,7 +157,7 @@ def server_configs(plan, export, candidates, files: dict[str, str],
     its defaults; the best drafter together with ngram-mod (llama.cpp combines types); the
     exported n-gram configuration; llama.cpp's own default (`--spec-default`). Predictions are
     `export`'s (`judged`); `recommended` (default: `export`'s) is the configuration marked exported."""
-    from polyplan.planner.engines import llama_cpp_spec_flags
+    from polyplan.planner.llama_cpp_ranking import llama_cpp_spec_flags
 
     configs = [ServerConfig(TARGET_ONLY, ())]
     by_drafter = {option.drafter: option for option in export.options}
@@ -193,7 +193,7 @@ def judged(configs: Sequence[ServerConfig], export, recommended=None) -> list[Se
     one marked exported; then every ranked configuration not among them, so each prediction is
     raced."""
     from polyplan.planner.llama_cpp_ranking import OFF
-    from polyplan.planner.ngram_rules import SPEC_DEFAULT_FLAGS
+    from polyplan.planner.exact.ngram_rules import SPEC_DEFAULT_FLAGS
 
     ranking = tuple(getattr(export, "ranking", ()))
     recommended = recommended if recommended is not None else getattr(export, "recommended", None)

@@ -4,7 +4,7 @@ One interleaved run on the same prompts, greedy (so every configuration must emi
 own output, token for token):
 - target-only HF `generate` (the baseline);
 - HF assisted generation with each drafter, at the K the HF export predicts best for it
-  (`planner.engines`, HF's rule), drafting exactly K per round (`decoder.bench.configure_assistant`);
+  (`planner.engine_rules`, HF's rule), drafting exactly K per round (`engines.hf_generate.configure_assistant`);
   polyplan's derived copies (quantized, early exit) are handed to `generate` as the live
   models polyplan runs, so HF races with every drafter polyplan has;
 - HF prompt lookup (`prompt_lookup_num_tokens`) for each n-gram candidate, at its exported K;
@@ -13,13 +13,13 @@ Prompts are taken round-robin: for each prompt and repeat every configuration ru
 order rotated by one each time, so machine noise hits all alike; each prompt first runs once
 untimed per configuration (warm-up, and the equality check).
 
-The HF rows' predictions are the HF export's (`planner.engines`): the exact cost model with HF
-`generate`'s own loop overhead when the profile has it (`profiler.engine_overhead`), else
+The HF rows' predictions are the HF export's (`planner.engine_rules`): the exact cost model with HF
+`generate`'s own loop overhead when the profile has it (`planner.exact.engine_overhead`), else
 polyplan's (the report says which). A last line says whether the exported HF configuration's
 measured speedup is within 10% of its prediction, with its predicted and measured tokens per
 target pass (an acceptance rate that differs on these prompts shows there first).
 Those predictions are per decoded token; each HF row also gets the whole-call prediction
-(`planner.whole_call`: HF's per-call cost and the prompt's prefills added per call, summed
+(`planner.exact.whole_call`: HF's per-call cost and the prompt's prefills added per call, summed
 over this run's prompts with their lengths and the tokens each call emitted), which models
 what is measured here, and the verdict is judged by it.
 
@@ -44,11 +44,11 @@ from polyplan.engines.hf_generate import configure_assistant, hf_generate
 from polyplan.decoder.chain import generate
 from polyplan.decoder.sampling import Sampling
 from polyplan.formats.errors import PolyplanError
-from polyplan.planner.engine_overhead import prediction_error
-from polyplan.planner.engines import EngineExport
+from polyplan.planner.exact.engine_overhead import prediction_error
+from polyplan.planner.engine_rules import EngineExport
 from polyplan.formats.plan import PlanFile
 from polyplan.formats.sampling import SamplingMode
-from polyplan.planner.whole_call import CallCount, CallModel, whole_call_speedup
+from polyplan.planner.exact.whole_call import CallCount, CallModel, whole_call_speedup
 from polyplan.engines.hf_overhead import _ForwardClock
 from polyplan.profiler.prompts import EncodedPrompt
 
@@ -63,7 +63,7 @@ class PeerConfig:
     predicted_speedup: float | None  # the HF export's prediction (None: baseline, polyplan)
     run: Callable[[Sequence[int]], tuple[list[int], int]]
     exported: bool = False  # the configuration `polyplan export --engine hf` recommends
-    call: CallModel | None = None  # its whole-call cost (`planner.whole_call`; None: not an HF export row)
+    call: CallModel | None = None  # its whole-call cost (`planner.exact.whole_call`; None: not an HF export row)
 
 
 @dataclass(frozen=True)

@@ -92,7 +92,7 @@ from polyplan.formats.fetchable import FETCH_PREFIX, fetched_path
 BUILTIN_PREFIX = "builtin:"
 DTYPES = ("float32", "float16", "bfloat16")
 QUANTIZATIONS = ("int8", "int8-head", "int4", "bf16")
-ENGINES = ("torch", "llama.cpp")
+MEMBER_ENGINES = ("torch", "llama.cpp")  # what a models.yaml member runs on (its `engine:`)
 # llama.cpp's quantizer types a llama.cpp entry's `quantize` may name (its `llama_ftype`s).
 LLAMA_CPP_QUANTIZATIONS = ("f16", "bf16", "q8_0", "q6_k", "q5_k_m", "q5_k_s", "q5_0", "q5_1", "q4_k_m", "q4_k_s",
                            "q4_0", "q4_1", "q3_k_m", "q3_k_s", "q3_k_l", "q2_k", "iq4_nl", "iq4_xs")
@@ -108,9 +108,9 @@ _DEVICE = re.compile(r"^(cpu|cuda(:\d+)?)$")
 # Which reduced precision has a fast kernel where, with plain torch 2.13:
 #   int8  CPU: yes, dynamic int8 Linear (fbgemm/onednn); CUDA: no (those kernels are CPU-only)
 #   int8-head  the LM head only, in dynamic int8 with its top logits recomputed exactly
-#         (decoder/int8_head.py): CPU yes; CUDA no (same kernel)
+#         (models/int8_head.py): CPU yes; CUDA no (same kernel)
 #   bf16  CUDA: yes; CPU: only where the CPU has native bf16 matmul (AVX512-BF16 or AMX), which
-#         needs torch to find out, so `decoder.derive` checks it when the copy is made
+#         needs torch to find out, so `models.derive` checks it when the copy is made
 #   int4  CPU and CUDA: refused, plain torch has no int4 matmul kernel (it needs torchao)
 _REFUSED = {
     ("int8", "cuda"): "dynamic int8 quantization has CPU kernels only",
@@ -341,8 +341,8 @@ def _parse_entry(entry: Any, index: int, base_dir: Path, origin: str) -> Candida
 def _parse_engine(entry: dict, kind: str, label: str) -> tuple[str, int | None]:
     """(engine, context) of an entry; a derived entry's engine is filled in from its root later."""
     engine = entry.get("engine", "torch")
-    if engine not in ENGINES:
-        raise PolyplanError(f"{label}: engine {engine!r} is not one of {', '.join(ENGINES)}")
+    if engine not in MEMBER_ENGINES:
+        raise PolyplanError(f"{label}: engine {engine!r} is not one of {', '.join(MEMBER_ENGINES)}")
     if engine == "torch":
         if "context" in entry:
             raise PolyplanError(f"{label}: 'context' belongs to 'engine: llama.cpp' entries")

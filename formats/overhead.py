@@ -1,4 +1,4 @@
-"""The decoding loop's costs as profiles and plans record them (see `planner.overhead` for
+"""The decoding loop's costs as profiles and plans record them (see `planner.exact.overhead` for
 what they mean and how the exact model uses them).
 
 - `LoopOverhead`: seconds the loop spends per autoregressive step and per verification round;

@@ -15,28 +15,28 @@ Format (``plan_version`` 2; each ranked chain is stored once, the plan's own cha
                   "digest": "sha256:..."},  # optional: of the profile planned on (plan_check)
       "candidates": {"path": "/abs/models.yaml", "yaml": {...}},   # optional: how to load the
                                              # models again (the file and its parsed contents)
-      "loop_overhead": {"per_step_s": ..., "per_round_s": ...},    # or null: see planner.overhead
+      "loop_overhead": {"per_step_s": ..., "per_round_s": ...},    # or null: see planner.exact.overhead
       "switch_costs": {"eagle": [0.0002, 0.00005], …},  # per model: extra seconds of the 1st, 2nd, …
-                                             # pass after a switch (planner.overhead); {} when none
+                                             # pass after a switch (planner.exact.overhead); {} when none
       "alternatives": [                      # every ranked chain, best first: the first is the
         {                                    # plan's chain (what generate --plan and export run)
           "chain": ["vicuna-7b", "w4", "eagle"],   # from the target down (M_1 … M_n)
           "block_sizes": [7, 1],             # K_1 … K_{n-1}
           "verify_widths": [[[2, 4], [3, 4]], []], # per verifying level, [k, width]: a pass over
-                                             # k tokens runs padded to width (planner.verify_width)
-          "exact": {                         # the exact model (planner.cost_model)
+                                             # k tokens runs padded to width (planner.exact.verify_width)
+          "exact": {                         # the exact model (planner.exact.cost_model)
             "speedup": 2.32, "cost_per_token_s": 0.0107,
             "forwards_per_token": [...], "time_per_token_s": [...],
             "tokens_per_verification": [...], "drafted_per_verification": [...],
             "wasted_per_verification": [...], "acceptances": [...], "overhead_per_token_s": ...,
             "interval": [2.18, 2.41]         # optional: bootstrap interval of "speedup"
-          },                                 # (planner.prediction_interval)
-          "paper": {                         # Lemma 3.1 (planner.paper_model)
+          },                                 # (planner.intervals.prediction_interval)
+          "paper": {                         # Lemma 3.1 (planner.paper.paper_model)
             "speedup": 4.54, "time_per_token_s": ..., "phi_per_token": [...],
             "mean_lengths": [...], "length_sources": ["decoded", "eq3"], "alpha_scale": 1
           },
           "insertion_verdicts": [{"model": "w4", "verdict": "helps"}]   # per intermediate model
-        }                                    # (Theorem 3.2, planner.insertion)
+        }                                    # (Theorem 3.2, planner.paper.insertion)
       ],
       "insertions": ["in: w4: ...", ...],
       "prediction_intervals": {              # optional (absent in older plans)
@@ -48,9 +48,9 @@ Format (``plan_version`` 2; each ranked chain is stored once, the plan's own cha
         "prompt_stretch": 1.12           # optional: each replicate stretched for few prompts
       },
       "warnings": ["..."],                   # optional: why the timings are doubtful
-                                             # (planner.timing_health); [] when none
+                                             # (planner.intervals.timing_health); [] when none
       "physical_limit": {                    # optional (null or absent in older plans): what a
-        "speedup": 2.02, "block_size": 6,    # free, always-right drafter gives (planner.physical_limit)
+        "speedup": 2.02, "block_size": 6,    # free, always-right drafter gives (planner.exact.physical_limit)
         "measured_block_size": 7,            # the widest K whose width K + 1 the target was timed at
         "speedups": [1.4, 1.7, ...],         # S(K) for K = 1 …
         "interval": [1.95, 2.09]             # optional: bootstrap interval of "speedup"
@@ -60,11 +60,11 @@ Format (``plan_version`` 2; each ranked chain is stored once, the plan's own cha
          "with": {"chain": [...], "block_sizes": [7, 1], "exact_speedup": 2.32},
          "without": {"chain": [...], "block_sizes": [5], "exact_speedup": 2.12},
          "condition1": {"lhs": 0.28, "rhs": 0.37, "holds": true}, "condition2": {...},
-         "assumptions_hold": false, "theorem_guarantees_gain": false,   # planner.insertion_triples
+         "assumptions_hold": false, "theorem_guarantees_gain": false,   # planner.paper.insertion_triples
          "lemma31_difference_s": -0.0021, "line": "w4 between vicuna-7b and eagle: ..."}
       ],
       "search": {"max_levels": 4, "k_max": 8, "method": "grid", "context_length": null,
-                 "acceptance_model": "iid"}   # or "runs": see planner.runs
+                 "acceptance_model": "iid"}   # or "runs": see planner.exact.runs
     }
 
 Every key is written (null where there is no value) but for the optional records marked so
@@ -154,8 +154,8 @@ NO_PADDING = VerifyWidths()
 
 @dataclass(frozen=True, kw_only=True)
 class ExactRecord:
-    """What the exact model (`planner.cost_model`) predicts for a chain: its speedup (and
-    bootstrap interval, `planner.prediction_interval`; None: not made), seconds per emitted
+    """What the exact model (`planner.exact.cost_model`) predicts for a chain: its speedup (and
+    bootstrap interval, `planner.intervals.prediction_interval`; None: not made), seconds per emitted
     token, forward passes and seconds in each model's forwards per token (models M_1 first),
     and per verifying level the tokens emitted, handed up and wasted per verification and the
     acceptance rate α_{i,i+1}; the loop overhead per token it included (0 when none)."""
@@ -174,7 +174,7 @@ class ExactRecord:
 
 @dataclass(frozen=True, kw_only=True)
 class PaperRecord:
-    """What Lemma 3.1 (`planner.paper_model`) predicts for a chain: its speedup, T / N, φ_i / N
+    """What Lemma 3.1 (`planner.paper.paper_model`) predicts for a chain: its speedup, T / N, φ_i / N
     per model, E[L_i] per verifying level and where each came from ("decoded" or "eq3"), and
     the scale applied to α (None / () in plans that lack them)."""
 
@@ -188,7 +188,7 @@ class PaperRecord:
 
 @dataclass(frozen=True)
 class InsertionVerdict:
-    """Theorem 3.2's verdict on an intermediate model of a chain (`planner.insertion`)."""
+    """Theorem 3.2's verdict on an intermediate model of a chain (`planner.paper.insertion`)."""
 
     model: str
     verdict: str  # "helps" / "no_gain"
@@ -248,12 +248,12 @@ class PlannedChain:
 
     chain: tuple[str, ...] = spec(non_empty("model"))
     block_sizes: tuple[int, ...] = spec(each(whole(1)))  # K_1 … K_{n-1}
-    # per verifying level, the padded widths the exact model assumed (planner.verify_width);
+    # per verifying level, the padded widths the exact model assumed (planner.exact.verify_width);
     # () in a plan from before they were recorded: the decoder then never pads
     verify_widths: tuple[VerifyWidths, ...] = ()
     exact: ExactRecord
     paper: PaperRecord
-    # per intermediate model, Theorem 3.2's verdict (planner.insertion)
+    # per intermediate model, Theorem 3.2's verdict (planner.paper.insertion)
     insertion_verdicts: tuple[InsertionVerdict, ...] = ()
     check: ChainCheck | None = spec(default=None, omit=NONE)  # recommend's self-check of this chain (None: not checked)
 
@@ -273,7 +273,7 @@ class PlannedChain:
 
 @dataclass(frozen=True)
 class IntervalsRecord:
-    """How the plan's prediction intervals were made (`planner.prediction_interval`)."""
+    """How the plan's prediction intervals were made (`planner.intervals.prediction_interval`)."""
 
     level: float
     resamples: int
@@ -289,7 +289,7 @@ class IntervalsRecord:
 
 @dataclass(frozen=True)
 class LimitRecord:
-    """The physical limit the plan was made beside (`planner.physical_limit`)."""
+    """The physical limit the plan was made beside (`planner.exact.physical_limit`)."""
 
     speedup: float
     block_size: int  # the K reaching it; 0: no K beats the target alone
@@ -318,7 +318,7 @@ class ChainSpeedRecord:
 
 @dataclass(frozen=True)
 class TripleRecord:
-    """Theorem 3.2 on inserting `middle` between `upper` and `lower` (`planner.insertion_triples`)."""
+    """Theorem 3.2 on inserting `middle` between `upper` and `lower` (`planner.paper.insertion_triples`)."""
 
     upper: str
     middle: str

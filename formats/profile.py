@@ -50,7 +50,7 @@ seconds and must be > 0 (and at most 1e6); unknown keys are rejected (free-form 
           "timing": {"reference_median_s": 0.002, "reference_relative_iqr": 0.03,  # optional:
                      "latency_outliers": 1, "latency_timings": 400,   # the machine's state while
                      "noise_budget_exhausted": false, "threads": 1,   # it was timed
-                     "cpus": 2, "load_average": 0.4},                 # (planner.timing_health)
+                     "cpus": 2, "load_average": 0.4},                 # (planner.intervals.timing_health)
           "meta": {...}                      # optional, free-form (yours)
         }
       ],
@@ -94,7 +94,7 @@ with ``low <= high``.
 
 ``engine_alpha`` is the acceptance rate under the rule vLLM and llama.cpp use: the drafter
 proposes its argmax x̂ = argmax p (p: the drafter's distribution, q: the verifier's, as in
-DESIGN.md) and the verifier accepts it with probability q(x̂) (vLLM's one-hot draft
+docs/design.md) and the verifier accepts it with probability q(x̂) (vLLM's one-hot draft
 distribution; llama.cpp's exact match with the verifier's sample), i.e. E[q(argmax p)] over
 the same teacher-forced positions as ``alpha``. At greedy it equals ``alpha``. Profiles
 written before it existed lack it; re-profiling adds it (the α entry is then re-measured).
@@ -187,7 +187,7 @@ class PrefillPoint:
 
 @dataclass(frozen=True)
 class TimingHealth:
-    """The machine's state while a model's latency curve was timed (`planner.timing_health`
+    """The machine's state while a model's latency curve was timed (`planner.intervals.timing_health`
     reads it): the floor of a fixed workload measured in the same rounds (its median and
     IQR/median), the timings dropped as outliers of those taken, whether the budget for
     repeating noisy rounds ran out, the torch threads against the available cores, and the
@@ -227,7 +227,7 @@ class ModelProfile:
     latency_fingerprint: str | None = spec(text, default=None)
     timing: TimingHealth | None = None
     # size_n of an `ngram-simple` drafter: it drafts only where the stream repeats itself, so the
-    # planner replays it on the target's streams instead of reading its α (`planner.ngram_replay`).
+    # planner replays it on the target's streams instead of reading its α (`planner.exact.ngram_replay`).
     ngram_simple: int | None = spec(whole(1), default=None)
 
 
@@ -372,7 +372,7 @@ class ProfilerRecord:
 
 @dataclass(frozen=True)
 class LoopCalibration:
-    """polyplan's decoding-loop overhead measured for one sampling mode (`profiler.overhead`)."""
+    """polyplan's decoding-loop overhead measured for one sampling mode (`profiler.loop_overhead`)."""
 
     layout = MEASURED
 
@@ -391,7 +391,7 @@ class LoopCalibration:
 
 @dataclass(frozen=True)
 class EngineCalibration:
-    """An engine's own loop overhead for one sampling mode (`profiler.engine_overhead`):
+    """An engine's own loop overhead for one sampling mode (`engines.hf_overhead`):
     per step and round, per `generate` call (None in entries from before it was stored), the
     fingerprint of what it was measured on, and the measurement's details (for people)."""
 
@@ -425,7 +425,7 @@ class SwitchCosts:
 @dataclass(frozen=True)
 class PairAgreement:
     """One pair's greedy agreement along each prompt's target continuation: "1" where the
-    drafter's argmax equals the verifier's, "0" where not (`profiler.runs`)."""
+    drafter's argmax equals the verifier's, "0" where not (`profiler.agreement_runs`)."""
 
     layout = MEASURED
 
@@ -445,7 +445,7 @@ def _prompt_inside(stream: TargetStream) -> None:
 @dataclass(frozen=True)
 class TargetStream:
     """One profiling prompt and the target's greedy continuation of it, as token ids: what an
-    engine's own n-gram drafter looks its drafts up in (`planner.ngram_replay`)."""
+    engine's own n-gram drafter looks its drafts up in (`planner.exact.ngram_replay`)."""
 
     layout = Layout(omit=EMPTY, checks=(_prompt_inside,))
 
@@ -455,7 +455,7 @@ class TargetStream:
 
 @dataclass(frozen=True)
 class AgreementRuns:
-    """The agreement sequences of every pair under one sampling mode (`planner.runs` reads
+    """The agreement sequences of every pair under one sampling mode (`planner.exact.runs` reads
     them), with the fingerprint of the models, prompts and settings they were measured from,
     and the target's greedy streams they were measured on (empty in profiles made before)."""
 

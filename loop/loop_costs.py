@@ -2,9 +2,9 @@
 
 After `profiler.run.profile_models` has the latency curves and pairwise acceptance, the exact
 cost model still needs, in the profile's typed fields:
-- the greedy agreement sequence of every pair (`profiler.runs`, the acceptance-runs law);
-- the decoding loop's own overhead per sampling mode (`profiler.overhead`);
-- HF `generate`'s own loop overhead (`profiler.engine_overhead`, for the HF export);
+- the greedy agreement sequence of every pair (`profiler.agreement_runs`, the acceptance-runs law);
+- the decoding loop's own overhead per sampling mode (`profiler.loop_overhead`);
+- HF `generate`'s own loop overhead (`engines.hf_overhead`, for the HF export);
 - each model's switch cost (`profiler.switching`).
 Each entry carries a fingerprint of what it was measured from (models, settings, threads,
 device), so a rerun with nothing changed reuses it and plans on exactly the same numbers;

@@ -5,13 +5,13 @@
   else the user cache, `profiler.profile_cache`) lacks for everything the exact model reads —
   the profiling run's latency curves and acceptance (`profiler.run.profile_checked_models`, written
   after every entry), then the agreement sequences, the loop overhead, HF's loop overhead and
-  the switch costs (`profiler.loop_costs`), each reused while its fingerprint holds.
+  the switch costs (`loop.loop_costs`), each reused while its fingerprint holds.
 - `recommend_candidates`: profile, then plan (`planner.plan_file.plan_from_profile`, with the
   plan recording which models.yaml it was made from).
 - `validate_plan_file`: a plan's chains, measured side by side on held-out prompts, reported.
-- `run_demo`: all three on the embedded family (`profiler.demo` holds its settings).
+- `run_demo`: all three on the embedded family (`loop.demo` holds its settings).
 
-Each takes its models.yaml as a path and parses it once (`profiler.candidate_file`).
+Each takes its models.yaml as a path and parses it once (`models.candidate_file`).
 """
 
 from __future__ import annotations
@@ -182,7 +182,7 @@ class _Run:
 
 def _profile_into(run: _Run, fresh_timings: bool, calibration_tokens: int, progress, log) -> ProfiledCandidates:
     """The body of `profile_candidates`, with the profile's lock and the timing lock held."""
-    from polyplan.planner.sample_size import too_few_prompts
+    from polyplan.planner.intervals.sample_size import too_few_prompts
 
     path, loaded, settings, prompts, fitted, device_label = run.path, run.loaded, run.settings, run.prompts, run.fitted, run.device_label
     previous = previous_runs(run.existing)
@@ -392,7 +392,7 @@ class DemoResult:
 
 
 def run_demo(settings, *, profile_progress=None, validation_progress=None, log=lambda line: None, threads=None) -> DemoResult:
-    """Profile, recommend and validate (`profiler.demo` says how; `settings` is its `DemoSettings`).
+    """Profile, recommend and validate (`loop.demo` says how; `settings` is its `DemoSettings`).
 
     1. Profile the candidates on the profiling prompts, resuming the profile in the user
        cache: the acceptance statistics are reused, the timings (latency curves, loop

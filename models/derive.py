@@ -6,7 +6,7 @@ int8 (dynamic, per-channel weight scales) and int8-head (the LM head only) on CP
 on a CPU with native bf16 matmul (AVX512-BF16 or AMX: checked here, where torch can tell);
 int4 nowhere with plain torch. `head="int8"` gives an int8 or bf16 copy int8-head's LM head.
 
-Measured on gemma-3-270m (one thread, the profile's T(1); greedy α; README "Your own model"):
+Measured on gemma-3-270m (one thread, the profile's T(1); greedy α; docs/models-yaml.md):
 the float32 target 75 ms; bf16 decoder layers + the int8 head 32.5 ms, α 0.994; dynamic int8
 layers + the int8 head 18.7 ms, α 0.867 (activations are quantized per tensor); the int8 head
 alone 37.5 ms, α 0.999.
@@ -20,8 +20,8 @@ import torch
 from torch import nn
 
 from polyplan.formats.candidates import supported_quantization
-from polyplan.decoder.int8_head import int8_head_model, quantize_dynamic_quietly
-from polyplan.decoder.reduced_vocab import shallow_copy
+from polyplan.models.int8_head import int8_head_model, quantize_dynamic_quietly
+from polyplan.decoder.shallow_copy import shallow_copy
 from polyplan.formats.errors import PolyplanError
 
 
@@ -30,7 +30,7 @@ def quantize_model(model: nn.Module, kind: str, device: str = "cpu", head: str |
 
     int8 is torch's dynamic quantization of every `nn.Linear` (weights int8 per channel,
     activations quantized on the fly), the path with a fast CPU kernel. int8-head quantizes
-    only the LM head that way and recomputes its top logits exactly (`decoder.int8_head`; the
+    only the LM head that way and recomputes its top logits exactly (`models.int8_head`; the
     copy shares every other weight with `model`). bf16 is a bfloat16 copy. `head="int8"` puts
     int8-head's head on an int8 or bf16 copy, its exact logits from `model`'s float32 head.
     """

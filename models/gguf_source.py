@@ -57,7 +57,7 @@ def file_sha256(path: str | os.PathLike[str]) -> str:
 
 
 def read_gguf_info(path: str | os.PathLike[str]) -> GGUFInfo:
-    """Read and check a GGUF file's header and tensor table (`decoder.gguf_header`: no tensor
+    """Read and check a GGUF file's header and tensor table (`models.gguf_header`: no tensor
     is read, the tokenizer's arrays are skipped, so it takes well under a second).
 
     Raises:

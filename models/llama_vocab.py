@@ -145,7 +145,7 @@ def read_id_list(path: str | os.PathLike[str], vocab: int) -> np.ndarray:
 def frequent_ids(tokenizer, vocab: int, n: int, always: list[int]) -> np.ndarray:
     """The `n` ids: `always`, then the most frequent tokens of the corpus (ties and unseen
     tokens by lowest id); sorted ascending."""
-    from polyplan.decoder.reduced_vocab import most_frequent_tokens
+    from polyplan.models.reduced_vocab import most_frequent_tokens
     from polyplan.models.corpus import read_texts, split_stdlib, stdlib_prose
 
     if not len(always) <= n <= vocab:

@@ -40,7 +40,7 @@ from polyplan.formats.candidates import (DTYPES, MODEL_DERIVATIONS, RULE_DRAFTER
 from polyplan.decoder.compatibility import incompatibility
 from polyplan.models.derive import early_exit_model, num_layers, quantize_model
 from polyplan.decoder.hf import HFMember
-from polyplan.decoder.reduced_vocab import with_saved_subset
+from polyplan.models.reduced_vocab import with_saved_subset
 from polyplan.models.sources import source_folder
 from polyplan.decoder.member import ChainMember
 from polyplan.decoder.ngram import NGramMember

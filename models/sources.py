@@ -2,8 +2,8 @@
 
 - `builtin:<name>`: the shipped zoo family's folder;
 - a local folder: itself;
-- a `.gguf` file: its dequantized copy in the polyplan cache (`decoder.gguf_source`, made once);
-- a hub id: its snapshot in the local Hugging Face cache (`decoder.hub_source`, never downloaded).
+- a `.gguf` file: its dequantized copy in the polyplan cache (`models.gguf_source`, made once);
+- a hub id: its snapshot in the local Hugging Face cache (`models.hub_source`, never downloaded).
 """
 
 from __future__ import annotations

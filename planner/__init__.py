@@ -1,26 +1,37 @@
-"""polyplan.planner: the paper's theory, the exact cost model and the chain search.
+"""polyplan.planner: the paper's theory, the exact cost model, the intervals and the chain search.
 
 Pure math on profile data (numpy, sympy and optuna, imported lazily where heavy); it never
 imports torch, so `polyplan recommend` runs on a machine without any model.
 
-- `capped_geometric`: tokens per verification, exact (sympy-derived) and as the paper prints it.
-- `lemma31`: the paper's φ_i and ideal time T for n models.
-- `insertion`: Theorem 3.2 (conditions, assumptions, exact 3-vs-2 difference, verdict).
-- `cost_model`: the exact expected cost per token of a chain of any length (DP).
-- `simulate`: Monte-Carlo simulation of the same recursion (the cost model's reference).
-- `paper_model`: Lemma 3.1 fed from a profile.
+- `paper/`: the paper's theory as printed: `capped_geometric` (tokens per verification, eq. 3
+  and 4), `lemma31` (φ_i and the ideal time T), `insertion` (Theorem 3.2), `paper_model`
+  (Lemma 3.1 fed from a profile), `insertion_triples` (Theorem 3.2 on one insertion of a
+  profile's chains).
+- `exact/`: the exact cost model and what it reads: `cost_model` (expected cost per token of a
+  chain of any length), `simulate` (its Monte-Carlo reference), `latency` and `verify_width`
+  (T(k) and its monotone envelope), `overhead` (loop and switch costs, and the one fit of loop
+  costs), `runs` and `draft_rounds` (acceptance runs, a rule drafter's rounds), `ngram_replay`
+  and `ngram_rules` (n-gram drafters replayed on the target's streams), `physical_limit` (a
+  free, always-right drafter), `engine_overhead` and `whole_call` (an engine's loop and whole
+  `generate` calls).
+- `intervals/`: `prediction_interval` (bootstrap intervals of a predicted speedup),
+  `interval_coverage` (their check on a profile's own prompts), `sample_size` (how many prompts
+  an interval needs), `timing_health` (whether a profile's timings can be planned on).
 - `search`: `recommend(profile)`, every chain and block sizes, ranked.
-- `physical_limit`: what a free, always-right drafter would give the target (no chain beats it).
-- `insertion_triples`: Theorem 3.2 on one insertion (upper, middle, lower) of a profile's chains.
-- `plan_file`: plan.json; `report`: the theory report.
-- `engines`: a plan exported to HF transformers, vLLM or llama.cpp under their acceptance rules.
+- `plan_file`: a plan built from a recommendation (plan.json itself is `formats.plan`);
+  `plan_check`: whether a plan is still what the planner made; `report`: the theory report;
+  `profile_sampling`: the sampling mode to plan for when none is named.
+- `engine_rules`: a plan exported to HF transformers, vLLM or llama.cpp under their acceptance
+  rules (what to type is rendered by `engines.export`); `llama_cpp_ranking`: every llama-server
+  configuration, and off, ranked.
+
+The package exports what `polyplan theory` reads from it: the paper's formulas, Theorem 3.2 and
+the theory report; everything else is imported from its module.
 """
 
-from polyplan.planner.capped_geometric import (
+from polyplan.planner.paper.capped_geometric import (
     capped_geometric_mean,
-    capped_geometric_pmf,
     capped_geometric_variance,
-    derive_moments,
     paper_a2_variance,
     paper_eq3_mean,
     paper_eq3_mean_literal,
@@ -28,49 +39,22 @@ from polyplan.planner.capped_geometric import (
     paper_sigma2,
     relative_variability,
 )
-from polyplan.planner.cost_model import ChainPrediction, predict_chain
-from polyplan.planner.insertion import Condition, InsertionAnalysis, analyze_insertion
-from polyplan.planner.latency import LatencyCurve, constant_curve, curve_from_profile
-from polyplan.planner.lemma31 import IdealTime, ideal_speedup, ideal_time
-from polyplan.planner.paper_model import PaperPrediction, paper_prediction
-from polyplan.planner.plan_file import plan_of
+from polyplan.planner.paper.insertion import InsertionAnalysis, analyze_insertion
 from polyplan.planner.report import TheoryReport, theory_report
-from polyplan.planner.search import ChainPlan, InsertionNote, Recommendation, evaluate_chain, recommend
-from polyplan.planner.simulate import Estimate, SimulationResult, simulate_chain
+from polyplan.planner.search import ChainPlan
 
 __all__ = [
     "ChainPlan",
-    "ChainPrediction",
-    "Condition",
-    "Estimate",
-    "IdealTime",
     "InsertionAnalysis",
-    "InsertionNote",
-    "LatencyCurve",
-    "PaperPrediction",
-    "Recommendation",
-    "SimulationResult",
     "TheoryReport",
     "analyze_insertion",
     "capped_geometric_mean",
-    "capped_geometric_pmf",
     "capped_geometric_variance",
-    "constant_curve",
-    "curve_from_profile",
-    "derive_moments",
-    "evaluate_chain",
-    "ideal_speedup",
-    "ideal_time",
     "paper_a2_variance",
     "paper_eq3_mean",
     "paper_eq3_mean_literal",
     "paper_eq4_relative_variability",
-    "paper_prediction",
     "paper_sigma2",
-    "plan_of",
-    "predict_chain",
-    "recommend",
     "relative_variability",
-    "simulate_chain",
     "theory_report",
 ]

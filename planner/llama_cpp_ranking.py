@@ -1,13 +1,13 @@
 """Rank every llama-server configuration polyplan can predict, and "off", and pick one.
 
 The configurations: each n-gram type llama.cpp offers at its defaults (`ngram-simple`,
-`ngram-map-k`, `ngram-map-k4v`, `ngram-mod`: `planner.ngram_rules`), `ngram-simple` at the
+`ngram-map-k`, `ngram-map-k4v`, `ngram-mod`: `planner.exact.ngram_rules`), `ngram-simple` at the
 block size the export chose, each draft model (`draft-simple` at its K, the exact model), and
 "off" (the target alone, 1.00x by definition). An n-gram type is replayed on the target's
 greedy streams as one server session (its state carried from request to request,
-`ngram_rules.replay_session`) and priced with the target's T(k): a round that drafts L tokens
+`planner.exact.ngram_rules.replay_session`) and priced with the target's T(k): a round that drafts L tokens
 costs T(L + 1), target-only T(1) per token. Its interval is a bootstrap of the same kind as the
-plan's (`planner.prediction_interval`): the target's latency curve resampled from its stored
+plan's (`planner.intervals.prediction_interval`): the target's latency curve resampled from its stored
 timings, the streams drawn as a new prompt set (twice: the profile's, then a new set of the
 same size) with each stream's rounds held as replayed (a stated approximation for the
 stateful rules, whose rounds would change with the order of the requests), each deviation
@@ -26,7 +26,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from polyplan.formats.profile import TargetStream
-from polyplan.planner.ngram_rules import DraftRule, SessionReplay, replay_session
+from polyplan.planner.exact.ngram_rules import DraftRule, SessionReplay, replay_session
 
 OFF = "off (no speculation)"
 LEVEL = 0.95
@@ -79,7 +79,7 @@ class Replicates:
 
     steps: np.ndarray  # [B, K]
     weights: np.ndarray  # [B, streams]
-    stretch: float  # the few-prompts stretch of each deviation (`prediction_interval.few_prompts_stretch`)
+    stretch: float  # the few-prompts stretch of each deviation (`planner.intervals.prediction_interval.few_prompts_stretch`)
 
 
 def session_speedup(session: SessionReplay, step: Callable[[int], float]) -> float:
@@ -130,3 +130,16 @@ def recommend(ranking: Sequence[RankedConfig]) -> RankedConfig:
     1.00x; "off" when none is."""
     paying = [config for config in ranking if config.label != OFF and config.low > 1.0]
     return max(paying, key=lambda config: config.speedup) if paying else OFF_CONFIG
+
+
+def llama_cpp_spec_flags(method: str, k: int, source: str = "", ngram_sizes: tuple[int, int] | None = None) -> list[str]:
+    """llama-server's flags for one drafter at block size `k`, as the pinned llama.cpp spells them
+    (`engines.llama_cpp_build.BINDINGS_VERSION`; tests/test_engines_llama_cpp.py checks each one
+    against that build's --help): a draft model drafts exactly k tokens (`draft-simple`, no
+    probability cut-off); an n-gram drafter is `ngram-simple`, looking up its longest n-gram and
+    drafting k tokens."""
+    if method == "ngram":
+        size_n = (ngram_sizes or (1, 3))[1]
+        return ["--spec-type", "ngram-simple", "--spec-ngram-simple-size-n", str(size_n), "--spec-ngram-simple-size-m", str(k)]
+    return ["--spec-type", "draft-simple", "-md", source, "--spec-draft-n-max", str(k), "--spec-draft-n-min", str(k),
+            "--spec-draft-p-min", "0"]

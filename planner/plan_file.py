@@ -10,18 +10,18 @@ import json
 import os
 from typing import Any
 
-from polyplan.planner.overhead import profile_overhead
-from polyplan.planner.physical_limit import limit_interval
-from polyplan.planner.prediction_interval import DEFAULT_RESAMPLES, PredictionIntervals, prediction_intervals
+from polyplan.planner.exact.overhead import profile_overhead
+from polyplan.planner.exact.physical_limit import limit_interval
+from polyplan.planner.intervals.prediction_interval import DEFAULT_RESAMPLES, PredictionIntervals, prediction_intervals
 from polyplan.planner.search import ChainPlan, Recommendation, recommend
-from polyplan.planner.timing_health import timing_warnings
+from polyplan.planner.intervals.timing_health import timing_warnings
 from polyplan.formats.plan import (
     CandidatesRecord, ChainSpeedRecord, ConditionRecord, ExactRecord, InsertionVerdict, IntervalsRecord, LimitRecord, PaperRecord,
     PlanFile, PlannedChain, ProfileRecord, SearchRecord, TripleRecord, write_plan,
 )
-from polyplan.planner.insertion import Condition
-from polyplan.planner.insertion_triples import TripleInsertion
-from polyplan.planner.physical_limit import PhysicalLimit
+from polyplan.planner.paper.insertion import Condition
+from polyplan.planner.paper.insertion_triples import TripleInsertion
+from polyplan.planner.exact.physical_limit import PhysicalLimit
 from polyplan.formats.profile import SCHEMA_VERSION, Profile, encode_profile
 
 def _planned(plan: ChainPlan, intervals: PredictionIntervals | None) -> PlannedChain:

@@ -7,7 +7,7 @@ the exact model's speedups, and the paper's errata evaluated numerically.
 
 The block size K is the one the profile's decoded μ of (target, cheapest drafter) was measured
 at (the first listed), else 4; the paper's scaling factor α is taken as K (see
-`planner.paper_model`). Times are T_i(1).
+`planner.paper.paper_model`). Times are T_i(1).
 
 A profile with no drafter faster than the target (a models.yaml of the target alone, or only
 drafters slower than it) is valid: the report then has no chain to compare, says so in its
@@ -20,7 +20,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from polyplan.planner.capped_geometric import (
+from polyplan.planner.paper.capped_geometric import (
     capped_geometric_mean,
     capped_geometric_variance,
     paper_a2_variance,
@@ -29,8 +29,8 @@ from polyplan.planner.capped_geometric import (
     paper_eq4_relative_variability,
     relative_variability,
 )
-from polyplan.planner.insertion import InsertionAnalysis, analyze_insertion
-from polyplan.planner.latency import curve_from_profile
+from polyplan.planner.paper.insertion import InsertionAnalysis, analyze_insertion
+from polyplan.planner.exact.latency import curve_from_profile
 from polyplan.planner.search import ChainPlan, Recommendation, evaluate_chain, recommend
 from polyplan.formats.profile import Profile
 

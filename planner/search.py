@@ -5,13 +5,13 @@ drafters below the target (members ordered by cost T_i(1), cheapest last), choos
 per-level block sizes K_1 … K_{n−1} that minimise the exact model's cost per token (a full
 grid over 1 … k_max when the grid is small, else optuna's TPE sampler with a fixed seed),
 and ranks the chains by exact speedup. Each plan also carries the paper's Lemma 3.1
-prediction (see `planner.paper_model`), and each candidate model gets one line saying why
+prediction (see `planner.paper.paper_model`), and each candidate model gets one line saying why
 it is in or out of the best chain: Theorem 3.2 applied locally to its insertion between its
 neighbours, plus the exact model's speedup with and without it.
 
-Beside the ranking: the physical limit of the target on this machine (`planner.physical_limit`:
+Beside the ranking: the physical limit of the target on this machine (`planner.exact.physical_limit`:
 what a free, always-right drafter would give; no chain exceeds it) and Theorem 3.2 on every
-insertion that matters (`planner.insertion_triples`): each intermediate level of the top
+insertion that matters (`planner.paper.insertion_triples`): each intermediate level of the top
 `TOP_CHAINS` chains, and every model inserted between the target and any cheaper member
 (every three-model chain), each against the same chain without it.
 """
@@ -25,20 +25,20 @@ from typing import Callable, Sequence
 
 from polyplan.formats.errors import PolyplanError
 from polyplan.formats.verbosity import other_output_shown
-from polyplan.planner.cost_model import ChainPrediction, predict_chain
-from polyplan.planner.draft_rounds import DraftRounds
-from polyplan.planner.ngram_replay import draft_rounds, ngram_simple_sizes, target_streams
-from polyplan.planner.insertion_triples import TripleInsertion, insertion_inputs, triple_insertion
-from polyplan.planner.latency import LatencyCurve, curve_from_profile
+from polyplan.planner.exact.cost_model import ChainPrediction, predict_chain
+from polyplan.planner.exact.draft_rounds import DraftRounds
+from polyplan.planner.exact.ngram_replay import draft_rounds, ngram_simple_sizes, target_streams
+from polyplan.planner.paper.insertion_triples import TripleInsertion, insertion_inputs, triple_insertion
+from polyplan.planner.exact.latency import LatencyCurve, curve_from_profile
 from polyplan.formats.overhead import NO_SWITCH, LoopOverhead, SwitchCost
-from polyplan.planner.overhead import profile_switch_costs
-from polyplan.planner.runs import RunSurvival, run_survival, profile_runs
+from polyplan.planner.exact.overhead import profile_switch_costs
+from polyplan.planner.exact.runs import RunSurvival, run_survival, profile_runs
 from polyplan.formats.plan import VerifyWidths
 from polyplan.formats.processor import Processor
-from polyplan.planner.verify_width import verify_widths
-from polyplan.planner.paper_model import PaperPrediction, paper_prediction
-from polyplan.planner.physical_limit import PhysicalLimit, measured_block_size, physical_limit
-from polyplan.planner.prediction_interval import PredictionIntervals
+from polyplan.planner.exact.verify_width import verify_widths
+from polyplan.planner.paper.paper_model import PaperPrediction, paper_prediction
+from polyplan.planner.exact.physical_limit import PhysicalLimit, measured_block_size, physical_limit
+from polyplan.planner.intervals.prediction_interval import PredictionIntervals
 from polyplan.formats.profile import Profile, SamplingStats
 
 SEARCH_MODES = ("auto", "grid", "optuna")
@@ -59,7 +59,7 @@ class ChainPlan:
     # Theorem 3.2 on each intermediate model (not the last drafter) against this chain
     # without it: (model, "helps" / "no_gain"); empty for chains of fewer than 3 models.
     insertion_verdicts: tuple[tuple[str, str], ...] = ()
-    # Per verifying level, the widths its verification passes run at (planner.verify_width):
+    # Per verifying level, the widths its verification passes run at (planner.exact.verify_width):
     # what the exact model assumed and what the decoder must do to match it.
     verify_widths: tuple[VerifyWidths, ...] = ()
 
@@ -104,9 +104,9 @@ class Recommendation:
     context_length: int | None = None  # where the latency curves were read (None: their average)
     acceptance_model: str = "iid"  # "iid" (rate α per token) or "runs" (measured acceptance runs)
     switch_costs: tuple[tuple[str, SwitchCost], ...] = ()  # (model, seconds per pass after a switch) the exact model included
-    intervals: PredictionIntervals | None = None  # bootstrap intervals of the exact speedups (planner.prediction_interval)
+    intervals: PredictionIntervals | None = None  # bootstrap intervals of the exact speedups (planner.intervals.prediction_interval)
     warnings: tuple[str, ...] = ()  # what makes the profile's timings doubtful (noisy floor, budget run out)
-    limit: PhysicalLimit | None = None  # a free, always-right drafter's speedup (planner.physical_limit)
+    limit: PhysicalLimit | None = None  # a free, always-right drafter's speedup (planner.exact.physical_limit)
     insertion_triples: tuple[TripleInsertion, ...] = ()  # Theorem 3.2 on each insertion that matters
     processor: Processor | None = None  # where the profile's timings were taken (None: not recorded)
 
@@ -298,7 +298,7 @@ def recommend(
         overhead: the decoding loop's own cost per step and per round, added to the exact
             model (and so to the block-size search); the paper's model never sees it.
         acceptance_model: how the exact model reads acceptance: "iid" (rate α per token),
-            "runs" (the measured acceptance runs of `planner.runs`, greedy profiles), or "auto"
+            "runs" (the measured acceptance runs of `planner.exact.runs`, greedy profiles), or "auto"
             (runs where the profile records them, else α).
     """
     if isinstance(max_levels, bool) or not isinstance(max_levels, int) or max_levels < 1:

@@ -4,13 +4,13 @@
     prompts = encode_prompts(builtin_prompts(), tokenizer)
     outcome = profile_models([ProfiledModel("target", target_member, fp1), ...], prompts, "profile.json")
 
-- `latency`: T_i(k) with a warm KV cache at several context lengths, prefill times.
+- `forward_timing`: T_i(k) with a warm KV cache at several context lengths, prefill times.
 - `acceptance`: α from one teacher-forced pass per model (every pair at once) and decoded μ, σ
   from n = 2 speculative decoding, with bootstrap intervals.
 - `prompts`: the built-in held-out Python prompt set; text, JSONL and Spec-Bench files.
 - `run`: the resumable run that writes the profile after every entry (latency, acceptance).
-- `pipeline`: the loop, profile → plan → validate → demo; `pipeline.profile_candidates` is the one
-  profiling entry point, `run` plus what the exact model reads besides (`loop_costs`).
+- the loop (profile → plan → validate → demo) lives above this room: `loop.pipeline.profile_candidates`
+  is the one profiling entry point, `run` plus what the exact model reads besides (`loop.loop_costs`).
 - `summary`: the closing table.
 """
 

@@ -1,6 +1,6 @@
 """Acceptance statistics of a (verifier, drafter) pair, measured two ways.
 
-Notation (DESIGN.md): the drafter's distribution is p, the verifier's q; a drafted token is
+Notation (docs/design.md): the drafter's distribution is p, the verifier's q; a drafted token is
 accepted with probability min(1, q/p), so the per-token acceptance rate at one position is
 α_t = Σ_x min(p_t(x), q_t(x)) (greedy: 1 when the argmaxes agree, else 0).
 

@@ -6,8 +6,8 @@ every model then makes one teacher-forced pass over prompt + continuation
 position. Position t of pair (verifier, drafter) agrees when their argmaxes are equal. The
 sequences go into the profile's `acceptance_runs["greedy"]` as strings of 0/1, with a
 fingerprint of the models, prompts and settings, so a rerun with nothing changed reuses them;
-`planner.runs` turns them into the run-length law the exact model uses. The target's streams
-(prompt + continuation ids) are kept beside them: `planner.ngram_replay` replays an engine's
+`planner.exact.runs` turns them into the run-length law the exact model uses. The target's streams
+(prompt + continuation ids) are kept beside them: `planner.exact.ngram_replay` replays an engine's
 own n-gram drafter on them.
 """
 

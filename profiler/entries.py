@@ -11,7 +11,7 @@ from polyplan.formats.profile import (
 from polyplan.decoder.ngram_simple import NGramSimpleMember
 from polyplan.profiler.acceptance import DecodedMeasurement, PairAlpha
 from polyplan.profiler.forward_timing import LatencyMeasurement
-from polyplan.planner.sample_size import enough_for_interval, interval_warnings
+from polyplan.planner.intervals.sample_size import enough_for_interval, interval_warnings
 
 
 def model_entry(name: str, fingerprint: str, measurement: LatencyMeasurement, key: str) -> ModelProfile:
@@ -54,7 +54,7 @@ def timing_health(measurement: LatencyMeasurement) -> TimingHealth | None:
 
 def sampling_entry(estimate: PairAlpha, key: str, ks: Sequence[int], prompts: int | None = None) -> SamplingStats:
     """A pair's statistics under one sampling mode from its α estimate; implied μ at each of `ks`.
-    The interval is left out when `prompts` are too few for one (`polyplan.planner.sample_size`)."""
+    The interval is left out when `prompts` are too few for one (`polyplan.planner.intervals.sample_size`)."""
     return SamplingStats(
         alpha=estimate.alpha,
         alpha_samples=estimate.samples,

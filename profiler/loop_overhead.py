@@ -1,4 +1,4 @@
-"""Measure the decoding loop's own cost, on its own (see `polyplan.planner.overhead`).
+"""Measure the decoding loop's own cost, on its own (see `polyplan.planner.exact.overhead`).
 
 The decoder times every member's `forward` (`LevelStats.wall_time_s`); what a `generate`
 call spends beyond those passes is its loop: token choice, verification, the host transfer,
@@ -12,7 +12,7 @@ sampling settings, so the loop does exactly its usual work while the models cost
    rounds in different proportions.
 
 Loop time = steps × `per_step_s` + rounds × `per_round_s` is fitted (non-negative least
-squares) to the median loop time of each configuration, after a warm-up call of each. Member-specific work the stand-ins
+squares, `planner.exact.overhead.fit_loop_costs`) to the median loop time of each configuration, after a warm-up call of each. Member-specific work the stand-ins
 do not do (an HF cache crop costs some tens of microseconds after a rejection) is left out.
 """
 
@@ -24,7 +24,7 @@ import torch
 
 from polyplan.decoder.chain import generate
 from polyplan.decoder.sampling import Sampling
-from polyplan.planner.engine_overhead import fit_loop_costs
+from polyplan.planner.exact.overhead import fit_loop_costs
 from polyplan.formats.overhead import LoopOverhead
 from polyplan.profiler.forward_timing import collector_paused
 

@@ -33,7 +33,7 @@ import numpy as np
 import torch
 
 from polyplan.formats.errors import PolyplanError
-from polyplan.planner.latency import curve_from_profile
+from polyplan.planner.exact.latency import curve_from_profile
 from polyplan.formats.profile import Profile, ProfilerRecord, write_profile
 from polyplan.formats.sampling import SamplingMode
 from polyplan.profiler.acceptance import (
@@ -325,7 +325,7 @@ class _Run:
 
     def _latencies(self, models: Sequence[ProfiledModel]) -> None:
         """Every model whose curve is missing or stale, timed together, interleaved round by round
-        (`profiler.latency.measure_latencies`): the load falls on all of them alike."""
+        (`profiler.forward_timing.measure_latencies`): the load falls on all of them alike."""
         stale = []
         for model in models:
             step = Step("latency", f"latency {model.name}")

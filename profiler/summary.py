@@ -10,11 +10,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from polyplan.planner.capped_geometric import relative_variability
+from polyplan.planner.paper.capped_geometric import relative_variability
 from polyplan.planner.search import default_k_max
-from polyplan.planner.cost_model import predict_chain
-from polyplan.planner.latency import curve_from_profile
-from polyplan.planner.ngram_replay import draft_rounds, ngram_simple_sizes, target_streams
+from polyplan.planner.exact.cost_model import predict_chain
+from polyplan.planner.exact.latency import curve_from_profile
+from polyplan.planner.exact.ngram_replay import draft_rounds, ngram_simple_sizes, target_streams
 from polyplan.formats.profile import Profile
 
 
@@ -55,7 +55,7 @@ class PairRow:
     alpha_ci: tuple[float, float] | None
     best_k: int
     mu_best: float
-    mu_best_source: str  # "decoded", "alpha" or "replay" (an ngram-simple drafter's rounds, planner.ngram_replay)
+    mu_best_source: str  # "decoded", "alpha" or "replay" (an ngram-simple drafter's rounds, planner.exact.ngram_replay)
     decoded: tuple[DecodedRow, ...]
     speedup: float  # exact-model speedup of the pair at K* over the verifier alone
     warnings: tuple[str, ...]

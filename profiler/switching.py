@@ -9,7 +9,7 @@ pass after the target's was 0.49 ms slower than in a tight loop, the 2nd 0.14 ms
 another model (the largest, which evicts the most), then `after` one-token passes of the
 model (cold: the 1st, 2nd, … after the switch), then as many again (warm: the tight loop).
 It stores, per position j after the switch, median(cold_j) − median(warm), floored at 0, in
-the profile's `switch_costs` (see `planner.overhead`).
+the profile's `switch_costs` (see `planner.exact.overhead`).
 """
 
 from __future__ import annotations

@@ -12,7 +12,7 @@ same way (`choose_threads`):
    OS, a load that starts after the load average was read), at least 1. An OpenMP region waits
    for its slowest thread, so threads on every core let any other process stall them all (2
    threads on a loaded 2-core machine once timed a target's T(1) at 193 ms against 9.5 ms on
-   1; `planner.timing_health` warns of it). On a 2-core machine that is 1 thread; on an idle
+   1; `planner.intervals.timing_health` warns of it). On a 2-core machine that is 1 thread; on an idle
    16-core one, 15; with 3 cores busy there, 13.
 
 The choice and why are one line (`ThreadChoice.line`) the timing commands print.

@@ -6,7 +6,7 @@ import numpy as np
 
 
 def profile_only_weights(prompts: int, resamples: int, rng: np.random.Generator) -> np.ndarray:
-    """A stand-in for `planner.prediction_interval._prompt_weights` that resamples only the
+    """A stand-in for `planner.intervals.prediction_interval._prompt_weights` that resamples only the
     profile's own prompts (the error of its mean), never a new prompt set drawn from them."""
     picks = rng.integers(0, prompts, size=(resamples, prompts))
     weights = np.zeros((resamples, prompts))

@@ -380,7 +380,7 @@ def test_a_plan_from_a_profile_of_too_few_prompts_is_flagged(tmp_path):
 def test_too_few_prompts_have_too_few_distinct_resamples_for_a_95_percent_interval():
     """The rule's arithmetic: C(2n-1, n) distinct bootstrap resamples; a 95% percentile
     interval needs >= 40 (2.5% in each tail) -- first reached at n = 5."""
-    from polyplan.planner.sample_size import MIN_PROMPTS, distinct_resamples, enough_for_interval
+    from polyplan.planner.intervals.sample_size import MIN_PROMPTS, distinct_resamples, enough_for_interval
 
     assert [distinct_resamples(n) for n in range(1, 6)] == [1, 3, 10, 35, 126]
     assert MIN_PROMPTS == min(n for n in range(1, 20) if distinct_resamples(n) >= 40)

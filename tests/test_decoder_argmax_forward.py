@@ -17,12 +17,12 @@ import pytest
 import torch
 
 from conftest import perturbed_copy, tiny_llama
+from table_member import TableMember
 from polyplan.decoder.chain import generate
 from polyplan.decoder.hf import HFMember
 from polyplan.decoder.member import ArgmaxForward
 from polyplan.decoder.ngram_simple import NGramSimpleMember
 from polyplan.decoder.sampling import Sampling, argmax_ids
-from polyplan.decoder.table import TableMember
 from polyplan.formats.plan import VerifyWidths
 from polyplan.validation.primed import PrimedMember
 

@@ -7,11 +7,11 @@ import pytest
 import torch
 
 from conftest import perturbed_copy, tiny_llama, truncated_copy
+from table_member import TableMember
 from polyplan.decoder.chain import generate
 from polyplan.decoder.hf import HFMember
 from polyplan.decoder.ngram import NGramMember
 from polyplan.decoder.sampling import Sampling
-from polyplan.decoder.table import TableMember
 
 pytestmark = pytest.mark.usefixtures("single_thread")
 

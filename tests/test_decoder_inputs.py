@@ -6,12 +6,12 @@ import pytest
 import torch
 
 from conftest import save_model, tiny_llama, tiny_tokenizer
+from table_member import TableMember
 from polyplan.decoder.chain import generate
 from polyplan.decoder.hf import HFMember
 from polyplan.models.loader import chain_candidates, load_chain
 from polyplan.decoder.ngram import NGramMember
 from polyplan.decoder.sampling import Sampling
-from polyplan.decoder.table import TableMember
 from polyplan.formats.errors import PolyplanError
 
 pytestmark = pytest.mark.usefixtures("single_thread")

@@ -24,11 +24,11 @@ import pytest
 import torch
 from scipy import stats
 
+from table_member import TableMember
 from polyplan.decoder import verify as verify_module
 from polyplan.decoder.chain import generate
 from polyplan.decoder.ngram_simple import NGramSimpleMember
 from polyplan.decoder.sampling import Sampling
-from polyplan.decoder.table import TableMember
 from polyplan.formats.plan import VerifyWidths
 
 pytestmark = pytest.mark.usefixtures("single_thread")
@@ -142,7 +142,7 @@ def test_block_drafting_negative_control_fails(monkeypatch):
     assert chi_square_pvalue(counts, target_joint(chain[0], Sampling(1.0), LOOPING)) < ALPHA
 
 
-# every verification pass over fewer than 6 tokens runs padded to 6 (planner.verify_width)
+# every verification pass over fewer than 6 tokens runs padded to 6 (planner.exact.verify_width)
 PAD_TO_6 = VerifyWidths(tuple((k, 6) for k in range(1, 6)))
 
 

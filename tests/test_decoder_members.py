@@ -8,7 +8,8 @@ import pytest
 import torch
 
 from conftest import tiny_llama
-from polyplan.decoder import ChainMember, HFMember, NGramMember, TableMember
+from table_member import TableMember
+from polyplan.decoder import ChainMember, HFMember, NGramMember
 
 pytestmark = pytest.mark.usefixtures("single_thread")
 

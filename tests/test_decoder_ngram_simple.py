@@ -14,7 +14,7 @@ from polyplan.decoder.ngram import NGramMember
 from polyplan.decoder.ngram_simple import NGramSimpleMember
 from polyplan.decoder.sampling import Sampling
 from polyplan.formats.profile import TargetStream
-from polyplan.planner.ngram_replay import chain_rounds, ngram_simple_draft
+from polyplan.planner.exact.ngram_replay import chain_rounds, ngram_simple_draft
 from polyplan.validation.primed import PrimedMember
 
 pytestmark = pytest.mark.usefixtures("single_thread")
@@ -64,7 +64,7 @@ def test_forward_rows_are_one_hot_first_drafts_or_the_token_itself():
 @pytest.mark.parametrize("block", [1, 3, 6])
 def test_greedy_chain_equals_the_target_and_its_rounds_are_the_replays(target, size_n, block):
     """Output token for token the target's own; every round (tokens per verification) and the
-    drafted total exactly what `planner.ngram_replay.chain_rounds` replays on the target's stream
+    drafted total exactly what `planner.exact.ngram_replay.chain_rounds` replays on the target's stream
     (recorded longer than the run, so no draft is cut by the stream's end)."""
     vocab = HFMember(target).vocab_size
     plain = generate([HFMember(target)], LOOPING, max_new_tokens=80)

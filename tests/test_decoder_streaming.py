@@ -8,10 +8,10 @@ import pytest
 import torch
 
 from conftest import save_model, tiny_llama, tiny_tokenizer
+from table_member import TableMember
 from polyplan.decoder.chain import generate
 from polyplan.decoder.hf import HFMember
 from polyplan.decoder.sampling import Sampling
-from polyplan.decoder.table import TableMember
 from polyplan.decoder.text import IncrementalText, generate_text
 from polyplan.formats.errors import PolyplanError
 

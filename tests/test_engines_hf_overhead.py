@@ -9,8 +9,8 @@ import pytest
 
 from conftest import tiny_llama, truncated_copy
 from polyplan.formats.errors import PolyplanError
-from polyplan.planner.cost_model import predict_chain
-from polyplan.planner.engine_overhead import (
+from polyplan.planner.exact.cost_model import predict_chain
+from polyplan.planner.exact.engine_overhead import (
     EngineOverhead, LoopCounts, engine_overhead_entry, fit_engine_overhead, prediction_error,
     prediction_overhead, profile_call_seconds, profile_engine_overhead, stored_fingerprint,
 )

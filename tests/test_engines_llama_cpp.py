@@ -25,7 +25,7 @@ from polyplan.engines import llama_cpp_build
 from polyplan.engines.llama_peers import NGRAM_TYPES
 from polyplan.engines.llama_server import LlamaServer, _port_is_free, free_port, help_flags, parse_completion, server_flags
 from polyplan.formats.errors import PolyplanError
-from polyplan.planner.engines import llama_cpp_spec_flags
+from polyplan.planner.llama_cpp_ranking import llama_cpp_spec_flags
 
 FLAGS_FILE = Path(__file__).parent / "data" / "llama_server_flags.txt"
 COMMON = ("-t", "-tb", "-c", "-np", "--no-webui", "--no-warmup", "-m", "--host", "--port", "--temp", "--spec-default")

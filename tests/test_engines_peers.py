@@ -116,7 +116,7 @@ def test_negative_control_a_configuration_with_other_output_is_reported():
 def test_whole_call_prediction_uses_profile_costs_and_the_calls_token_counts_only():
     """Issue 14c: the whole-call prediction of a row is the model's seconds for the bench's own
     calls (prompt lengths, tokens emitted), never its measured times; the verdict uses it."""
-    from polyplan.planner.whole_call import CallModel, PrefillCurve
+    from polyplan.planner.exact.whole_call import CallModel, PrefillCurve
     from polyplan.engines.peers import PeerConfig, exported_check, peers_lines, race_peers
     from polyplan.profiler.prompts import EncodedPrompt, Prompt
 

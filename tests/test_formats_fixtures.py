@@ -10,7 +10,8 @@ and plan.json byte for byte before the one codec"; it used the readers and write
 - plan_v2_paper.json: `polyplan recommend --profile polyplan/data/paper_table1_profile.json`;
 - plan_v2_checked.json: a plan with every optional record (processor, candidates, loop
   overhead and switch costs, each chain's self-check and the plan's self-check record);
-- report_v1.json: written by `polyplan validate` (pinned by issue 20).
+- report_v1.json: written by `polyplan validate` (pinned by issue 20);
+and the profile.json, plan.json and report.json of the published runs (docs/results).
 Older versions still migrate: plan_v1.json, report_v1_before_near_tie.json and the paper's
 version-1 profile (tests/test_formats_plan.py, test_formats_report.py, test_formats_profile.py).
 """
@@ -55,6 +56,18 @@ def test_a_pinned_file_reads_and_encodes_back_to_the_same_bytes(name, tmp_path):
     first = next(key for key in changed if not key.endswith("version"))
     changed[first] = "changed"
     assert json_text(changed) != text
+
+
+RESULTS = sorted(path for path in (ROOT / "docs" / "results").glob("*/*.json") if path.name in ("profile.json", "plan.json", "report.json"))
+BY_NAME = {"profile.json": CODECS["profile_v2_full.json"], "plan.json": CODECS["plan_v2_checked.json"], "report.json": CODECS["report_v1.json"]}
+
+
+@pytest.mark.parametrize("path", RESULTS, ids=lambda path: f"{path.parent.name}/{path.name}")
+def test_the_files_of_the_published_runs_read_and_encode_back_to_the_same_bytes(path):
+    """docs/results holds what real runs wrote (the family on an AMD EPYC and an H200: agreement
+    runs, engine overheads, self-checks, timing health): the same rule holds for them."""
+    read, encode, _ = BY_NAME[path.name]
+    assert json_text(encode(read(path))) == path.read_text(encoding="utf-8")
 
 
 def test_the_paper_profile_reads_as_the_version_2_file_written_from_it():

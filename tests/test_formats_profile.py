@@ -25,11 +25,11 @@ from polyplan.formats.profile import (
 )
 from polyplan.formats.profile import decode_profile, encode_profile, read_profile, write_profile
 from polyplan.formats.sampling import SamplingMode
-from polyplan.planner.engine_overhead import profile_call_seconds, profile_engine_overhead
-from polyplan.planner.overhead import profile_overhead, profile_switch_costs
-from polyplan.planner.runs import profile_runs
-from polyplan.planner.timing_health import timing_warnings
-from polyplan.planner.sample_size import profile_warning
+from polyplan.planner.exact.engine_overhead import profile_call_seconds, profile_engine_overhead
+from polyplan.planner.exact.overhead import profile_overhead, profile_switch_costs
+from polyplan.planner.exact.runs import profile_runs
+from polyplan.planner.intervals.timing_health import timing_warnings
+from polyplan.planner.intervals.sample_size import profile_warning
 
 EXAMPLE = Path(__file__).resolve().parents[1] / "polyplan" / "data" / "paper_table1_profile.json"
 
@@ -340,7 +340,7 @@ def test_a_migrated_profile_is_written_as_version_2_and_reads_back_the_same(tmp_
 
 def test_the_loop_costs_keep_their_fingerprints_through_the_codec_and_the_migration():
     """The pipeline reuses a loop overhead or switch costs while their fingerprint holds
-    (`profiler.loop_costs`): the fingerprint survives a round trip and a version-1 file, where
+    (`loop.loop_costs`): the fingerprint survives a round trip and a version-1 file, where
     it sat inside the meta entry."""
     old = _version_1()
     old["meta"]["loop_overhead"]["greedy"]["fingerprint"] = "sha256:l"

@@ -1,12 +1,14 @@
-"""The rooms import only the rooms below them (README, "Layout"; DESIGN.md, "Layout").
+"""The rooms import only the rooms below them (`docs/architecture.md`; `docs/design.md`, "Rooms and layers").
 
-From the bottom: formats/ (the files), planner/ (pure math), decoder/ (the chain and its
-members), models/ (models.yaml to members), profiler/ (measures models), validation/ (runs
-planned chains and judges predictions), engines/ (other engines as peers and export targets),
-the embedded family (polyplan/zoo/: its training and distillation, imported only by the loop,
-whose demo trains it, and the CLI), loop/ (profile -> plan -> validate -> demo), and the CLI
-(cli/) on top. Every module's imports are read with
-`ast`, the ones inside functions included, so a lazy import cannot hide a layer violation.
+From the bottom: formats/ (the files), planner/ (pure math: the paper's theory in planner/paper/,
+the exact cost model in planner/exact/, the intervals in planner/intervals/, then the search, the
+plan and the engines' rules), decoder/ (the chain, its members and verification), models/
+(models.yaml to members, and model surgery: int8 and reduced-vocabulary heads), profiler/ (measures
+models), validation/ (runs planned chains and judges predictions), engines/ (other engines as peers
+and export targets, and what to type for them), the embedded family (polyplan/zoo/: its training and
+distillation, imported only by the loop, whose demo trains it, and the CLI), loop/ (profile -> plan
+-> validate -> demo), and the CLI (cli/) on top. Every module's imports are read with `ast`, the
+ones inside functions included, so a lazy import cannot hide a layer violation.
 There are no exceptions.
 """
 

@@ -13,7 +13,7 @@ from conftest import save_model, tiny_llama, tiny_tokenizer
 from polyplan.formats.candidates import parse_candidates
 from polyplan.models.loader import load_candidates
 from polyplan.decoder.chain import generate
-from polyplan.decoder.reduced_vocab import restrict_head
+from polyplan.models.reduced_vocab import restrict_head
 from polyplan.formats.errors import PolyplanError
 from polyplan.models.fingerprints import candidate_fingerprints
 

@@ -17,7 +17,7 @@ from polyplan.models.loader import load_candidates
 from polyplan.decoder.chain import generate
 from polyplan.models.derive import quantize_model
 from polyplan.decoder.hf import HFMember
-from polyplan.decoder.int8_head import RescoredInt8Head, int8_head_model
+from polyplan.models.int8_head import RescoredInt8Head, int8_head_model
 from polyplan.formats.errors import PolyplanError
 
 pytestmark = pytest.mark.usefixtures("single_thread")

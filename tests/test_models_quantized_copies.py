@@ -1,7 +1,7 @@
 """`derive: {quantize: bf16 | int8, head: int8}`: a cheaper copy of the whole target whose LM head
 is int8-head's (dynamic int8, top logits recomputed exactly from the ORIGINAL float32 head).
 
-On gemma-3-270m this is the faithful quantized intermediate (README "Your own model"): bf16
+On gemma-3-270m this is the faithful quantized intermediate (docs/models-yaml.md): bf16
 layers + the int8 head cost 29 ms a step against the target's 73 ms and agree on 0.99 of its
 greedy tokens. These tests check the construction (what is shared, what is copied, what is left
 untouched), the per-channel int8 weights, the one-line refusal on a CPU without native bf16,
@@ -19,7 +19,7 @@ from polyplan.models.loader import load_candidates
 from polyplan.decoder.chain import generate
 from polyplan.models.derive import quantize_model
 from polyplan.decoder.hf import HFMember
-from polyplan.decoder.int8_head import RescoredInt8Head
+from polyplan.models.int8_head import RescoredInt8Head
 from polyplan.formats.candidates import parse_candidates
 from polyplan.formats.errors import PolyplanError
 

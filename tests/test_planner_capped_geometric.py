@@ -9,7 +9,7 @@ import pytest
 import sympy as sp
 
 from polyplan.formats.errors import PolyplanError
-from polyplan.planner import capped_geometric as cg
+from polyplan.planner.paper import capped_geometric as cg
 
 
 def test_sympy_derivation_matches_the_closed_forms_and_eq3():

@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 
 from polyplan.formats.errors import PolyplanError
-from polyplan.planner.insertion import analyze_insertion
-from polyplan.planner.lemma31 import ideal_time
+from polyplan.planner.paper.insertion import analyze_insertion
+from polyplan.planner.paper.lemma31 import ideal_time
 
 TABLE1 = dict(t1=25.0, t2=4.0, t2_new=7.0, l1=4.34, l1_new=6.26, l2_new=4.36)
 

@@ -1,4 +1,4 @@
-"""Theorem 3.2 on every insertion that matters (planner.insertion_triples, recommend's
+"""Theorem 3.2 on every insertion that matters (planner.paper.insertion_triples, recommend's
 `insertion_triples`): a middle model between the target and any cheaper member, and each
 intermediate level of the top chains, beside the exact model with and without it."""
 
@@ -11,9 +11,9 @@ import pytest
 
 from polyplan.formats.errors import PolyplanError
 from polyplan.formats.profile import DecodedStats, LatencyPoint, ModelProfile, Profile, SamplingStats
-from polyplan.planner.capped_geometric import paper_eq3_mean
-from polyplan.planner.insertion import analyze_insertion
-from polyplan.planner.insertion_triples import insertion_inputs, triple_insertion
+from polyplan.planner.paper.capped_geometric import paper_eq3_mean
+from polyplan.planner.paper.insertion import analyze_insertion
+from polyplan.planner.paper.insertion_triples import insertion_inputs, triple_insertion
 from polyplan.planner.search import TOP_CHAINS, recommend
 
 TIMES = {"A": 0.1, "B": 0.02, "C": 0.004, "D": 0.0005}

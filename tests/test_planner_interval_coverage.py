@@ -1,4 +1,4 @@
-"""The interval-coverage check on a profile's own prompts (planner.interval_coverage, `polyplan
+"""The interval-coverage check on a profile's own prompts (planner.intervals.interval_coverage, `polyplan
 bench intervals`).
 
 The profiles are synthetic: per prompt a drafting rate drawn from a skewed population shared
@@ -20,7 +20,7 @@ from typer.testing import CliRunner
 from polyplan.formats.errors import PolyplanError
 from polyplan.formats.profile import AgreementRuns, LatencyPoint, ModelProfile, PairAgreement, Profile, SamplingStats
 from polyplan.formats.profile import write_profile
-from polyplan.planner.interval_coverage import coverage_lines, interval_coverage
+from polyplan.planner.intervals.interval_coverage import coverage_lines, interval_coverage
 from polyplan.planner.plan_file import planned_from_profile
 
 KS = (1, 2, 4, 8)
@@ -56,7 +56,7 @@ def test_the_shipped_intervals_are_calibrated_on_new_prompt_sets():
 
 
 def test_negative_control_intervals_of_the_profiles_mean_only_are_found_narrow(monkeypatch):
-    import polyplan.planner.prediction_interval as module
+    import polyplan.planner.intervals.prediction_interval as module
 
 
     monkeypatch.setattr(module, "_prompt_weights", profile_only_weights)

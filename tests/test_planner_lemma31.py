@@ -7,7 +7,7 @@ import math
 import pytest
 
 from polyplan.formats.errors import PolyplanError
-from polyplan.planner.lemma31 import ideal_speedup, ideal_time
+from polyplan.planner.paper.lemma31 import ideal_speedup, ideal_time
 
 
 def test_two_models_is_the_papers_eq1():

@@ -1,4 +1,4 @@
-"""llama.cpp's ngram-simple replayed on the target's streams (planner.ngram_replay), and the
+"""llama.cpp's ngram-simple replayed on the target's streams (planner.exact.ngram_replay), and the
 llama.cpp export that uses it; the slow test checks the replay against a real llama-server."""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ import pytest
 
 from polyplan.formats.errors import PolyplanError
 from polyplan.formats.profile import TargetStream
-from polyplan.planner.ngram_replay import ngram_simple_draft, replay_prediction, replay_stream
+from polyplan.planner.exact.ngram_replay import ngram_simple_draft, replay_prediction, replay_stream
 
 
 def test_the_draft_copies_what_followed_the_latest_earlier_occurrence():
@@ -64,7 +64,7 @@ def test_the_llama_cpp_export_replays_ngram_simple_where_the_profile_has_streams
     from polyplan.formats.candidates import parse_candidates
     from polyplan.formats.profile import (AgreementRuns, LatencyPoint, ModelProfile, PairAgreement, Profile,
                                           SamplingStats)
-    from polyplan.planner.engines import export_plan
+    from polyplan.planner.engine_rules import export_plan
     from polyplan.planner.plan_file import planned_from_profile
 
     models = (ModelProfile("gemma", "fp-g", tuple(LatencyPoint(64, k, 0.018 * (1 + 0.05 * (k - 1))) for k in (1, 2, 4, 8, 16))),
@@ -93,7 +93,7 @@ def _export(tmp_path, stream: TargetStream, slope: float):
     from polyplan.formats.candidates import parse_candidates
     from polyplan.formats.profile import (AgreementRuns, LatencyPoint, ModelProfile, PairAgreement, Profile,
                                           SamplingStats)
-    from polyplan.planner.engines import export_plan
+    from polyplan.planner.engine_rules import export_plan
     from polyplan.planner.plan_file import planned_from_profile
 
     models = (ModelProfile("gemma", "fp-g", tuple(LatencyPoint(64, k, 0.018 * (1 + slope * (k - 1))) for k in (1, 2, 4, 8, 16))),
@@ -113,7 +113,7 @@ def _export(tmp_path, stream: TargetStream, slope: float):
 def test_the_llama_cpp_export_says_off_when_nothing_pays(tmp_path):
     """A stream that never repeats and a target whose wide passes cost their tokens: every
     configuration is at best 1.00x, so the export recommends off and prints the plain server."""
-    from polyplan.planner.engines import config_text, export_lines, export_to_json
+    from polyplan.engines.export import config_text, export_lines, export_to_json
 
     export = _export(tmp_path, TargetStream(4, tuple(range(100, 230))), slope=1.0)
     labels = [config.label for config in export.ranking]
@@ -132,7 +132,7 @@ def test_negative_control_the_llama_cpp_export_recommends_what_pays(tmp_path):
     export = _export(tmp_path, repeating, slope=0.05)
     assert export.recommended is export.ranking[0] and export.recommended.label != "off (no speculation)"
     assert export.recommended.low > 1.0 and "--spec-type" in " ".join(export.recommended.flags)
-    from polyplan.planner.engines import config_text
+    from polyplan.engines.export import config_text
 
     assert " ".join(export.recommended.flags) in config_text(export)
 

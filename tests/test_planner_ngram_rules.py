@@ -1,4 +1,4 @@
-"""llama.cpp's n-gram drafters ported to pure Python (planner.ngram_rules), on hand-made token
+"""llama.cpp's n-gram drafters ported to pure Python (planner.exact.ngram_rules), on hand-made token
 streams: what each rule drafts, its cap, the state it keeps between requests; and the ranking
 of llama-server configurations with "off" (planner.llama_cpp_ranking)."""
 
@@ -11,8 +11,8 @@ from polyplan.formats.errors import PolyplanError
 from polyplan.formats.profile import TargetStream
 from polyplan.planner.llama_cpp_ranking import (OFF, RankedConfig, Replicates, ReplayWorkload, ranked, recommend,
                                                 replayed_config, session_interval, session_speedup)
-from polyplan.planner.ngram_replay import ngram_simple_draft, replay_stream
-from polyplan.planner.ngram_rules import (LLAMA_CPP_RULES, NGramMapRule, NGramModRule, NGramSimpleRule, replay_request,
+from polyplan.planner.exact.ngram_replay import ngram_simple_draft, replay_stream
+from polyplan.planner.exact.ngram_rules import (LLAMA_CPP_RULES, NGramMapRule, NGramModRule, NGramSimpleRule, replay_request,
                                           replay_session)
 
 REPEATING = TargetStream(8, (1, 2, 3, 4, 5, 6, 7, 4) + (5, 6, 7, 4) * 15)

@@ -1,6 +1,6 @@
 """polyplan's own ngram-simple drafter in the planner: its rounds replayed on the target's streams
-(planner.ngram_replay.chain_rounds / draft_rounds), read by the exact model in place of α
-(planner.cost_model), searched and explained by recommend, and resampled by the intervals."""
+(planner.exact.ngram_replay.chain_rounds / draft_rounds), read by the exact model in place of α
+(planner.exact.cost_model), searched and explained by recommend, and resampled by the intervals."""
 
 from __future__ import annotations
 
@@ -15,11 +15,11 @@ from polyplan.formats.overhead import LoopOverhead
 from polyplan.formats.profile import (AgreementRuns, LatencyPoint, ModelProfile, PairAgreement, Profile, SamplingStats,
                                       TargetStream)
 from polyplan.formats.profile import decode_profile, encode_profile
-from polyplan.planner.cost_model import predict_chain
-from polyplan.planner.draft_rounds import DraftRounds
-from polyplan.planner.latency import LatencyCurve
-from polyplan.planner.ngram_replay import NGramSimpleIndex, chain_rounds, draft_rounds, ngram_simple_draft
-from polyplan.planner.prediction_interval import prediction_intervals
+from polyplan.planner.exact.cost_model import predict_chain
+from polyplan.planner.exact.draft_rounds import DraftRounds
+from polyplan.planner.exact.latency import LatencyCurve
+from polyplan.planner.exact.ngram_replay import NGramSimpleIndex, chain_rounds, draft_rounds, ngram_simple_draft
+from polyplan.planner.intervals.prediction_interval import prediction_intervals
 from polyplan.planner.search import evaluate_chain, recommend
 
 REPEATING = TargetStream(8, (1, 2, 3, 4, 5, 6, 7, 4) + (5, 6, 7, 4) * 15)  # a target that loops

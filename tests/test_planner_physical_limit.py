@@ -1,4 +1,4 @@
-"""The physical limit (planner.physical_limit): a free drafter that is always right, priced as
+"""The physical limit (planner.exact.physical_limit): a free drafter that is always right, priced as
 the exact model prices a round; no ranked chain may beat it."""
 
 from __future__ import annotations
@@ -15,10 +15,10 @@ from polyplan.formats.overhead import LoopOverhead
 from polyplan.formats.profile import (AgreementRuns, LatencyPoint, LoopCalibration, ModelProfile, PairAgreement, Profile,
                                       SamplingStats, SwitchCosts, TargetStream)
 from polyplan.formats.profile import read_profile
-from polyplan.planner.cost_model import predict_chain
-from polyplan.planner.draft_rounds import DraftRounds
-from polyplan.planner.latency import LatencyCurve
-from polyplan.planner.physical_limit import limit_interval, limit_speedups, physical_limit, target_limit
+from polyplan.planner.exact.cost_model import predict_chain
+from polyplan.planner.exact.draft_rounds import DraftRounds
+from polyplan.planner.exact.latency import LatencyCurve
+from polyplan.planner.exact.physical_limit import limit_interval, limit_speedups, physical_limit, target_limit
 from polyplan.planner.plan_file import plan_from_profile
 from polyplan.planner.search import recommend
 

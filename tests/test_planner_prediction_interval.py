@@ -1,4 +1,4 @@
-"""Bootstrap prediction intervals of the exact model's speedup (planner.prediction_interval).
+"""Bootstrap prediction intervals of the exact model's speedup (planner.intervals.prediction_interval).
 
 Statistical tests: the profiles are drawn from known distributions (timings Gaussian around a
 known T(k), agreement sequences Bernoulli(α) per token), so the true speedup is known exactly.
@@ -17,12 +17,12 @@ import pytest
 from interval_controls import profile_only_weights
 
 from polyplan.formats.errors import PolyplanError
-from polyplan.planner.cost_model import predict_chain
-from polyplan.planner.latency import LatencyCurve
+from polyplan.planner.exact.cost_model import predict_chain
+from polyplan.planner.exact.latency import LatencyCurve
 from polyplan.formats.plan import read_plan
 from polyplan.planner.plan_file import plan_from_profile
-from polyplan.planner.prediction_interval import prediction_intervals
-from polyplan.planner.runs import run_survival
+from polyplan.planner.intervals.prediction_interval import prediction_intervals
+from polyplan.planner.exact.runs import run_survival
 from polyplan.formats.profile import AgreementRuns, LatencyPoint, ModelProfile, PairAgreement, Profile, SamplingStats
 
 KS = (1, 2, 4, 8)
@@ -116,7 +116,7 @@ def test_old_profiles_without_stored_timings_use_median_and_iqr():
 
 def test_bootstrapped_runs_agree_with_the_planner_survival_on_the_full_sample():
     """The count-matrix route of the bootstrap reproduces run_survival when every prompt is drawn once."""
-    from polyplan.planner.runs import count_matrix, profile_runs, survival_from_counts
+    from polyplan.planner.exact.runs import count_matrix, profile_runs, survival_from_counts
 
     profile = drawn_profile(np.random.default_rng(11))
     sequences = profile_runs(profile, "greedy")[("target", "drafter")]
@@ -208,7 +208,7 @@ def test_the_interval_covers_a_new_prompt_sets_speedup(monkeypatch):
     95% interval must cover the new set's speedup in at least 30 of 40 trials (binomial bound of
     the module docstring); the negative control, resampling only the profile's own prompts (the
     error of its mean, not of a new set's), covers clearly fewer on the same draws."""
-    import polyplan.planner.prediction_interval as module
+    import polyplan.planner.intervals.prediction_interval as module
 
     rng = np.random.default_rng(11)
     trials = [(with_runs(heterogeneous_runs(rng, 12)), with_runs(heterogeneous_runs(rng, 12))) for _ in range(40)]
@@ -327,7 +327,7 @@ def test_every_pair_draws_the_same_new_prompt_set(monkeypatch):
     family, the prompts the int8 copy drafts worse are the ones the drafter drafts worse). Two
     pairs with the same agreement per prompt then get the same α in every replicate; the
     negative control, a draw per pair (what the module did before), decorrelates them."""
-    import polyplan.planner.prediction_interval as module
+    import polyplan.planner.intervals.prediction_interval as module
 
     profile = correlated_three_level(np.random.default_rng(5), 16)
     first = profile.acceptance_runs["greedy"].pairs[0]
@@ -353,7 +353,7 @@ def test_every_pair_draws_the_same_new_prompt_set(monkeypatch):
 def test_few_prompts_stretch_follows_students_t():
     from scipy.stats import norm, t
 
-    from polyplan.planner.prediction_interval import few_prompts_stretch
+    from polyplan.planner.intervals.prediction_interval import few_prompts_stretch
 
     assert few_prompts_stretch(None, 0.95) == 1.0
     assert few_prompts_stretch(16, 0.95) == pytest.approx(t.ppf(0.975, 15) / norm.ppf(0.975) * np.sqrt(16 / 15))
@@ -365,7 +365,7 @@ def test_few_prompts_stretch_follows_students_t():
 def test_the_stretch_moves_each_bound_by_its_factor_in_log_speedup(monkeypatch):
     """The stretch is a monotone map of every replicate, so each bound moves exactly by it:
     log(bound / point) is `prompt_stretch` times what it is unstretched."""
-    import polyplan.planner.prediction_interval as module
+    import polyplan.planner.intervals.prediction_interval as module
 
     profile = correlated_three_level(np.random.default_rng(3), 8)
     point = three_level_speedup(profile)

@@ -7,10 +7,10 @@ import numpy as np
 import pytest
 
 from polyplan.formats.errors import PolyplanError
-from polyplan.planner.cost_model import predict_chain
+from polyplan.planner.exact.cost_model import predict_chain
 from polyplan.formats.profile import Profile
 from polyplan.formats.profile import decode_profile
-from polyplan.planner.runs import profile_runs, run_survival
+from polyplan.planner.exact.runs import profile_runs, run_survival
 
 
 def _markov(rng: np.random.Generator, length: int, stay_accept: float, leave_reject: float) -> tuple[bool, ...]:

@@ -12,8 +12,8 @@ from pathlib import Path
 import pytest
 
 from polyplan.formats.errors import PolyplanError
-from polyplan.planner.cost_model import predict_chain
-from polyplan.planner.latency import curve_from_profile
+from polyplan.planner.exact.cost_model import predict_chain
+from polyplan.planner.exact.latency import curve_from_profile
 from polyplan.formats.plan import read_plan
 from polyplan.formats.plan import write_plan
 from polyplan.planner.plan_file import plan_of

@@ -1,4 +1,4 @@
-"""Timing warnings (planner.timing_health), the outlier rule (profiler.stats) and the bounded
+"""Timing warnings (planner.intervals.timing_health), the outlier rule (profiler.stats) and the bounded
 load generator (profiler.load)."""
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 from polyplan.formats.errors import PolyplanError
-from polyplan.planner.timing_health import timing_warnings
+from polyplan.planner.intervals.timing_health import timing_warnings
 from polyplan.formats.profile import LatencyPoint, ModelProfile, Profile, TimingHealth
 from polyplan.profiler.stats import outlier_mask, robust_spread
 

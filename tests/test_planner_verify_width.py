@@ -14,12 +14,12 @@ from polyplan.decoder.hf import HFMember
 from polyplan.decoder.ngram import NGramMember
 from polyplan.decoder.sampling import Sampling
 from polyplan.formats.errors import PolyplanError
-from polyplan.planner.cost_model import predict_chain
-from polyplan.planner.latency import LatencyCurve
-from polyplan.planner.simulate import simulate_chain
+from polyplan.planner.exact.cost_model import predict_chain
+from polyplan.planner.exact.latency import LatencyCurve
+from polyplan.planner.exact.simulate import simulate_chain
 from polyplan.formats.codec import decode, encode
 from polyplan.formats.plan import NO_PADDING, VerifyWidths
-from polyplan.planner.verify_width import monotone_envelope, verify_widths
+from polyplan.planner.exact.verify_width import monotone_envelope, verify_widths
 
 pytestmark = pytest.mark.usefixtures("single_thread")
 

@@ -1,10 +1,10 @@
-"""planner.whole_call: the whole-`generate`-call prediction, exactly, on synthetic numbers."""
+"""planner.exact.whole_call: the whole-`generate`-call prediction, exactly, on synthetic numbers."""
 
 import pytest
 
 from polyplan.formats.errors import PolyplanError
-from polyplan.planner.engine_overhead import profile_call_seconds
-from polyplan.planner.whole_call import CallCount, CallModel, PrefillCurve, prefill_curve, whole_call_speedup
+from polyplan.planner.exact.engine_overhead import profile_call_seconds
+from polyplan.planner.exact.whole_call import CallCount, CallModel, PrefillCurve, prefill_curve, whole_call_speedup
 from polyplan.formats.profile import LatencyPoint, ModelProfile, PrefillPoint, Profile
 from polyplan.formats.profile import decode_profile
 

@@ -13,7 +13,8 @@ import pytest
 import torch
 
 from conftest import perturbed_copy, tiny_llama
-from polyplan.decoder import HFMember, NGramMember, TableMember
+from table_member import TableMember
+from polyplan.decoder import HFMember, NGramMember
 from polyplan.planner import capped_geometric_mean, capped_geometric_variance
 from polyplan.profiler.acceptance import (
     cap_alpha,

@@ -11,9 +11,9 @@ import pytest
 
 from conftest import shipped_paper_profile
 from polyplan.formats.errors import PolyplanError
-from polyplan.planner.cost_model import predict_chain
+from polyplan.planner.exact.cost_model import predict_chain
 from polyplan.formats.overhead import LoopOverhead
-from polyplan.planner.overhead import profile_overhead
+from polyplan.planner.exact.overhead import profile_overhead
 from polyplan.formats.plan import read_plan
 from polyplan.planner.plan_file import plan_from_profile
 from polyplan.formats.profile import LoopCalibration, read_profile

@@ -13,7 +13,7 @@ from polyplan.formats.candidates import default_candidates_path, parse_candidate
 from polyplan.cli.app import app
 from polyplan.decoder import generate
 from polyplan.models.loader import load_candidates
-from polyplan.decoder.reduced_vocab import REDUCED_VOCAB_FILE
+from polyplan.models.reduced_vocab import REDUCED_VOCAB_FILE
 from polyplan.zoo.refine import distillation_loss
 
 pytestmark = pytest.mark.usefixtures("single_thread")
@@ -114,7 +114,7 @@ def test_quick_exit_trains_only_the_norm_and_head_and_chains_losslessly(tmp_path
     from safetensors.torch import load_file
     from transformers import AutoModelForCausalLM
 
-    from polyplan.decoder.reduced_vocab import REDUCED_HEAD_FILE
+    from polyplan.models.reduced_vocab import REDUCED_HEAD_FILE
     from polyplan.models.builtin import builtin_folder
 
     out = tmp_path / "exit2"

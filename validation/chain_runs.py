@@ -4,11 +4,11 @@ On the same prompts and seeds it runs the recommended chain, the plan's next `to
 target-only decoding and the best two-model chain (`select_chains`). The runs are
 interleaved: in every repeat, for every prompt, each chain runs once, in an order rotated
 from one prompt to the next, so a burst of background load falls on all chains alike. Each
-member's prompt is prefilled first and timed on its own (`profiler.primed`), so the timed
+member's prompt is prefilled first and timed on its own (`validation.primed`), so the timed
 `generate` call is decoding only, what the exact model predicts. The garbage collector is
 paused while timing (it runs between prompts), and every chain runs once untimed first.
 
-`summarise` (in `profiler.validation_results`) turns the runs into measured-vs-predicted results.
+`validation.results.summarise_chain` turns the runs into measured-vs-predicted results.
 """
 
 from __future__ import annotations
@@ -30,7 +30,7 @@ from polyplan.formats.plan import PlanFile
 from polyplan.formats.processor import Processor, machine_difference
 from polyplan.formats.report import ReportSettings
 from polyplan.formats.profile import Profile
-from polyplan.planner.prediction_interval import stretch_words
+from polyplan.planner.intervals.prediction_interval import stretch_words
 from polyplan.validation.categories import chain_categories
 from polyplan.profiler.forward_timing import synchronizer
 from polyplan.profiler.forward_timing import collector_paused
@@ -195,7 +195,7 @@ def measure_chains(
     """Run every chain on every prompt, `settings.repeats` times, interleaved (module docstring).
 
     With `retime`, after the chains of each prompt and repeat every model's passes are timed
-    too (`profiler.retime`), on the target-only continuation of that prompt. Returns the runs
+    too (`validation.retime`), on the target-only continuation of that prompt. Returns the runs
     and those pass timings.
     """
     progress = progress or _Silent()
@@ -286,7 +286,7 @@ def validate_plan(
         processor: the processor this runs on (compared with the plan's, `formats.processor`;
             None: the device labels only).
         profile: the profile the plan was made from; with it, every model's passes are also
-            timed during the run and the exact model re-evaluated on them (`profiler.retime`).
+            timed during the run and the exact model re-evaluated on them (`validation.retime`).
     """
     started = time.perf_counter()
     label = plan_path or "plan.json"
@@ -362,10 +362,10 @@ def validate_plan(
 
 def profile_price(profile: Profile):
     """(model, width, context) -> the profile's T at that width, its curves read at that context
-    (`planner.latency.curve_from_profile`), for pricing a member's passes where the chain ran them."""
+    (`planner.exact.latency.curve_from_profile`), for pricing a member's passes where the chain ran them."""
     from functools import lru_cache
 
-    from polyplan.planner.latency import curve_from_profile
+    from polyplan.planner.exact.latency import curve_from_profile
 
     @lru_cache(maxsize=None)
     def curve(model: str, context: int):
@@ -389,7 +389,7 @@ def plan_notes(plan: PlanFile) -> list[str]:
 def validation_agreement(specs: Sequence[ChainSpec], members: Mapping[str, ChainMember], prompts: Sequence[Sequence[int]],
                          settings: ValidationSettings) -> dict:
     """Greedy agreement sequences of every adjacent pair of the validated chains on the
-    validation prompts (`profiler.runs.measure_agreement`: the target's continuation of
+    validation prompts (`profiler.agreement_runs.measure_agreement`: the target's continuation of
     `settings.new_tokens` tokens, one teacher-forced pass per model), untimed."""
     from types import SimpleNamespace
 
@@ -409,7 +409,7 @@ def validation_agreement(specs: Sequence[ChainSpec], members: Mapping[str, Chain
 def exact_model_description(plan: PlanFile) -> str:
     """One line on what the plan's exact predictions include (acceptance law, loop, context)."""
     runs = plan.search.acceptance_model == "runs"
-    acceptance = "measured acceptance runs (planner.runs)" if runs else "i.i.d. acceptance at rate alpha"
+    acceptance = "measured acceptance runs (planner.exact.runs)" if runs else "i.i.d. acceptance at rate alpha"
     overhead = plan.loop_overhead
     loop = (
         f"decoding loop {overhead.per_step_s * 1e6:.0f} us/step + {overhead.per_round_s * 1e6:.0f} us/round"

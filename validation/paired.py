@@ -29,7 +29,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from polyplan.planner.prediction_interval import SpeedupInterval
+from polyplan.planner.intervals.prediction_interval import SpeedupInterval
 
 PAIRED_RESAMPLES = 1000
 PAIRED_LEVEL = 0.95

@@ -6,7 +6,7 @@ report.json records of them (`validation.report.report_of`) is typed in `formats
 records `Check`, `ErrorSources`, `PromptRecord` and `ReportSettings` these results hold as they are.
 
 Measured quantities (decoding only; each member's prompt prefill is timed on its own):
-- the speedup of a chain is the paired per-prompt ratio of `profiler.paired`: per (prompt,
+- the speedup of a chain is the paired per-prompt ratio of `validation.paired`: per (prompt,
   repeat) the chain's time over target-only decoding's in the same repeat, the median over
   repeats per prompt (robust to one slowed pass), combined over prompts weighted by the
   target-only time, with a 95% two-stage bootstrap CI (prompts, then repeats within a prompt);

@@ -23,7 +23,7 @@ import torch
 
 from polyplan.decoder.member import ChainMember
 from polyplan.formats.overhead import LoopOverhead
-from polyplan.planner.runs import with_agreement_alphas
+from polyplan.planner.exact.runs import with_agreement_alphas
 from polyplan.planner.search import evaluate_chain
 from polyplan.formats.profile import AgreementRuns, LatencyPoint, Profile
 from polyplan.profiler.forward_timing import timed_pass
@@ -106,7 +106,7 @@ def _exact_speedups(
 
 def reaccepted_profile(profile: Profile, timings: Sequence[PassTiming], agreement: AgreementRuns) -> Profile:
     """The re-timed profile (`retimed_profile`) with the greedy acceptance measured on the
-    validation's own prompts: `agreement` is what `profiler.runs.measure_agreement` returns; it
+    validation's own prompts: `agreement` is what `profiler.agreement_runs.measure_agreement` returns; it
     replaces the profile's agreement sequences, and each pair's α becomes its agreement rate
     there (what the i.i.d. reading uses). Pairs it does not cover keep the profile's values."""
     revised = retimed_profile(profile, timings)

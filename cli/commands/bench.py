@@ -238,7 +238,7 @@ def intervals(
     from polyplan.formats import options
     from polyplan.formats.plan import read_plan
     from polyplan.loop.pipeline import plan_profile
-    from polyplan.planner.interval_coverage import coverage_lines, interval_coverage, nothing_to_check
+    from polyplan.planner.intervals.interval_coverage import coverage_lines, interval_coverage, nothing_to_check
 
     options.at_least(top, 1, "--top")
     planned = read_plan(plan)

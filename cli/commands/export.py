@@ -23,8 +23,7 @@ def export(
 ) -> None:
     """Export the plan to ENGINE: its best one-drafter chain under the engine's acceptance rule,
     the predicted speedup, what is lost against polyplan's chain, and what to type."""
-    from polyplan.planner.engines import export_lines, export_to_json
-    from polyplan.engines.export import export_from_files
+    from polyplan.engines.export import export_from_files, export_lines, export_to_json
 
     result = export_from_files(plan, engine, profile_path=profile, candidates_path=candidates)
     warn_other_processor(plan)  # its predicted speedups are the plan's timings

@@ -1,5 +1,5 @@
 """`polyplan profile`: measure T_i(k), pairwise acceptance and the loop costs of the candidates into a
-profile, through the loop's one profiling entry point (`profiler.pipeline.profile_candidates`)."""
+profile, through the loop's one profiling entry point (`loop.pipeline.profile_candidates`)."""
 
 from __future__ import annotations
 
@@ -176,7 +176,7 @@ def _set_threads(threads: int | None, out: Path | None):
 def run_lines(profiled) -> list[str]:
     """The closing table, the timing warnings and what the run did."""
     from polyplan.cli.commands.recommend import warning_lines
-    from polyplan.planner.timing_health import timing_warnings
+    from polyplan.planner.intervals.timing_health import timing_warnings
     from polyplan.profiler.summary import summary_lines
 
     profile, run = profiled.profile, profiled.run
@@ -197,7 +197,7 @@ def run_lines(profiled) -> list[str]:
 
 def run_json(profiled) -> dict:
     """`profile --json`: the run's entries, its timing warnings and the closing table's rows."""
-    from polyplan.planner.timing_health import timing_warnings
+    from polyplan.planner.intervals.timing_health import timing_warnings
     from polyplan.profiler.summary import model_rows, pair_rows
 
     profile, run = profiled.profile, profiled.run

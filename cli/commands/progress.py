@@ -80,7 +80,7 @@ class _ProfileBar(_Bar):
 
 
 class _ValidationBar(_Bar):
-    """`profiler.validation_runs.ValidationProgress` callbacks."""
+    """`validation.chain_runs.ValidationProgress` callbacks."""
 
     def advance(self, label: str) -> None:
         self.update(f"validate: {label}", 1)

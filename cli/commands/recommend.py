@@ -15,7 +15,7 @@ import typer
 from polyplan.cli.support import echo_json, fails_cleanly
 from polyplan.cli.commands.options import RawPrompts
 from polyplan.formats.errors import PolyplanError
-from polyplan.planner.prediction_interval import stretch_words
+from polyplan.planner.intervals.prediction_interval import stretch_words
 from polyplan.planner.search import ChainPlan, Recommendation
 from polyplan.formats.sampling import SamplingMode
 
@@ -219,7 +219,7 @@ def _plan_profile(profile: Path | None, out: Path | None, options: dict, samplin
     from polyplan.formats.profile import read_profile
     from polyplan.planner.plan_file import planned_from_profile
     from polyplan.planner.profile_sampling import default_sampling
-    from polyplan.planner.sample_size import profile_warning
+    from polyplan.planner.intervals.sample_size import profile_warning
 
     if profile is None:
         raise PolyplanError("--profile: give a profile JSON, or --candidates models.yaml to profile the models first")

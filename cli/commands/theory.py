@@ -14,7 +14,7 @@ from polyplan.formats.sampling import SamplingMode
 from polyplan.planner import (ChainPlan, InsertionAnalysis, TheoryReport, analyze_insertion, capped_geometric_mean,
                               capped_geometric_variance, paper_a2_variance, paper_eq3_mean, paper_eq3_mean_literal,
                               paper_eq4_relative_variability, paper_sigma2, relative_variability, theory_report)
-from polyplan.planner.capped_geometric import check_acceptance, check_block_size
+from polyplan.planner.paper.capped_geometric import check_acceptance, check_block_size
 from polyplan.formats.profile import read_profile
 
 app = typer.Typer(help="The paper's theory (Lemma 3.1, Theorems 3.2/3.3, eq. 3, Appendix A) beside the exact model.", no_args_is_help=True)

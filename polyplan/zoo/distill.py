@@ -1,9 +1,9 @@
 """`polyplan drafter distill`: a small drafter for ANY target, distilled from it, with an LM head
-over the target's N most frequent tokens (FR-Spec style, `decoder.reduced_vocab`).
+over the target's N most frequent tokens (FR-Spec style, `models.reduced_vocab`).
 
 1. Load the target of a models.yaml (any source: folder, .gguf, hub id, builtin).
 2. Data, encoded with the target's tokenizer (`training_data`):
-   - the standard library's source (`zoo.corpus`, the family's corpus) and its English prose
+   - the standard library's source (`models.corpus`, the family's corpus) and its English prose
      (`pydoc_data.topics`, the Python reference manual's topics): every machine has both;
    - an optional user file (`--data`: text, or jsonl prompts with `turns`/`prompt`/`text`);
    - on-policy text: the target's own greedy continuations (`--on-policy-tokens`), first of
@@ -115,7 +115,7 @@ def distill_drafter(candidates_path: str | Path, out: str | Path, settings: Dist
     from polyplan.decoder.hf import end_of_sequence_ids
     from polyplan.models.derive import num_layers
     from polyplan.models.hf_bars import hf_progress_bars_off
-    from polyplan.decoder.reduced_vocab import REDUCED_VOCAB_FILE, most_frequent_tokens, restrict_head
+    from polyplan.models.reduced_vocab import REDUCED_VOCAB_FILE, most_frequent_tokens, restrict_head
     from polyplan.models.sources import source_folder
     from polyplan.zoo.recipe import Refinement, Schedule
     from polyplan.zoo.refine import refine_drafter
@@ -307,7 +307,7 @@ def exit_student(target, layers: int, keep: torch.Tensor):
     import copy
 
     from polyplan.models.derive import early_exit_model
-    from polyplan.decoder.reduced_vocab import restrict_head
+    from polyplan.models.reduced_vocab import restrict_head
 
     exit_model = early_exit_model(target, layers)  # a shallow copy: the target is untouched
     inner = getattr(exit_model, getattr(exit_model, "base_model_prefix", "model"))
@@ -329,7 +329,8 @@ def save_reduced(model, folder: Path) -> None:
 
     from torch import nn
 
-    from polyplan.decoder.reduced_vocab import save_reduced_head, shallow_copy
+    from polyplan.models.reduced_vocab import save_reduced_head
+    from polyplan.decoder.shallow_copy import shallow_copy
 
     embeddings = model.get_input_embeddings()
     head = nn.Linear(embeddings.embedding_dim, embeddings.num_embeddings, bias=False, device="meta")

@@ -182,7 +182,7 @@ def _compact_if_both_reduced(teacher: nn.Module, drafter: nn.Module):
     from contextlib import nullcontext
     from functools import partial
 
-    from polyplan.decoder.reduced_vocab import SubsetHead, compact_logits
+    from polyplan.models.reduced_vocab import SubsetHead, compact_logits
 
     heads = [teacher.get_output_embeddings(), drafter.get_output_embeddings()]
     if all(isinstance(head, SubsetHead) for head in heads) and torch.equal(heads[0].keep, heads[1].keep):

@@ -1,0 +1,14 @@
+"""polyplan.planner.exact: the exact cost model of a chain, and what it reads from a profile.
+
+- `cost_model`: the exact expected cost per token of a chain of any length (DP).
+- `simulate`: Monte-Carlo simulation of the same recursion (the cost model's reference).
+- `latency`: latency curves T_i(k) between measured widths; `verify_width`: their monotone envelope.
+- `overhead`: the decoding loop's own cost and switch costs (and the one fit of loop costs).
+- `runs`: acceptance runs (bursty acceptance) from measured agreement sequences.
+- `draft_rounds`: a rule drafter's rounds, the joint law of tokens drafted and accepted.
+- `ngram_replay`: llama.cpp's `ngram-simple` (and polyplan's) replayed on the target's streams;
+  `ngram_rules`: llama.cpp's other n-gram drafters, ported, replayed through a server session.
+- `physical_limit`: what a free, always-right drafter would give the target.
+- `engine_overhead`: an engine's own loop overhead (HF `generate`), as the profile stores it;
+  `whole_call`: whole `generate` calls (set-up and prefills) as `bench peers` times them.
+"""

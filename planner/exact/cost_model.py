@@ -1,0 +1,268 @@
+"""The exact cost model: expected wall time per emitted token of a chain of any length.
+
+It models the staged-verification recursion (the decoder's contract, see docs/design.md):
+
+- `draft(n, K)`: M_n runs K forward passes of one token each and returns exactly K tokens.
+- `draft(i, K)`, 1 < i < n: repeat rounds until >= K tokens are gathered; a round takes
+  m ~ X_{i+1} = draft(i+1, K_i) tokens, costs cost(draft(i+1, K_i)) + T̃_i(m + 1) and gathers
+  min(A_i, m) + 1 tokens, A_i = acceptances before the first rejection (success prob
+  α_{i,i+1} per token, i.i.d.). It returns everything gathered, so X_i >= K is random.
+- the top level repeats rounds of draft(2, K_1) verified by M_1 the same way.
+
+Every token a lower level produced for a round is paid for, whether or not the level above
+accepts it, which is how wasted work enters the cost.
+
+A rule drafter at the bottom (`kind: ngram-simple`) drafts by one call that hands up 0 … K
+tokens; its level then reads the measured law of its rounds (`planner.exact.draft_rounds.DraftRounds`:
+how many tokens each call drafted and how many the level above accepted) in place of
+"exactly K tokens, rate α", and a call costs one step of the drafter.
+
+Fast form: a dynamic program over the distribution of X_i (finite support). For draft(i, K)
+the state is the number of tokens gathered so far (0 … K−1); rounds are i.i.d., so
+E[cost of draft(i, K)] = E[rounds] · E[round cost] (Wald), and X_i's pmf is the mass that
+first reaches >= K. The top level is a renewal-reward process: cost per token =
+E[round cost] / E[tokens per round]. `planner.exact.simulate` is the Monte-Carlo reference.
+
+Optionally the decoding loop's own cost (`planner.exact.overhead.LoopOverhead`) is added: each
+autoregressive step of M_n pays `per_step_s` on top of T_n(1), each verification round at
+any level pays `per_round_s`, and the baseline (M_1 alone) pays `per_step_s` per token too.
+Optionally each model's *switch cost* (its first passes after another model's are slower:
+its weights and state left the CPU caches) is added: its 1st-pass excess to every
+verification pass, and the excess of the first K passes to each drafting loop of K steps of
+the last model; plain decoding with M_1 alone never switches.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Sequence, Union
+
+import numpy as np
+
+from polyplan.formats.errors import PolyplanError
+from polyplan.planner.paper.capped_geometric import check_acceptance, check_block_size
+from polyplan.planner.exact.draft_rounds import DraftRounds
+from polyplan.planner.exact.latency import LatencyCurve, constant_curve
+from polyplan.formats.overhead import NO_OVERHEAD, NO_SWITCH, LoopOverhead, SwitchCost, switch_cost
+from polyplan.planner.exact.overhead import switch_total
+from polyplan.planner.exact.runs import RunSurvival
+from polyplan.planner.exact.verify_width import monotone_envelope
+
+CurveLike = Union[LatencyCurve, float]
+Acceptance = Union[float, RunSurvival, DraftRounds]  # i.i.d. rate α, measured acceptance runs, or a rule drafter's rounds
+
+
+@dataclass(frozen=True)
+class ChainPrediction:
+    """What the exact model predicts for one chain (models M_1 … M_n, levels 1 … n−1).
+
+    Attributes:
+        cost_per_token: expected seconds per token emitted by M_1 (forward passes plus the
+            loop overhead, when one is given).
+        speedup: (T_1(1) + per-step overhead) / cost_per_token: over M_1 decoding alone.
+        forwards_per_token: expected forward passes of each M_i per emitted token (the
+            measured counterpart of the paper's φ_i / N), M_1 first.
+        time_per_token: expected seconds spent in each M_i's forward passes per emitted token
+            (sums to the cost, together with `overhead_per_token`).
+        tokens_per_verification: per verifying level i, E[min(A_i, m) + 1], the tokens one
+            verification by M_i gathers (level 1: tokens emitted per target forward).
+        drafted_per_verification: per level, E[m], the tokens handed up for one verification.
+        wasted_per_verification: per level, E[m − min(A_i, m)], drafted tokens rejected (the
+            work spent producing them is lost).
+        drafted_pmf: per level, P(m = j) for j = 0 … (index = j), the distribution of tokens
+            handed to that level for one verification.
+    """
+
+    cost_per_token: float
+    speedup: float
+    forwards_per_token: tuple[float, ...]
+    time_per_token: tuple[float, ...]
+    tokens_per_verification: tuple[float, ...]
+    drafted_per_verification: tuple[float, ...]
+    wasted_per_verification: tuple[float, ...]
+    drafted_pmf: tuple[tuple[float, ...], ...]
+    overhead_per_token: float = 0.0  # expected seconds of the decoding loop per emitted token
+
+
+@dataclass(frozen=True)
+class _Draft:
+    """draft(i, K) summarised: the pmf of its token count and expectations per call."""
+
+    pmf: np.ndarray  # [max_count + 1], P(X_i = j)
+    cost: float  # E[seconds of all forwards below and at level i, loop overhead included]
+    overhead: float  # E[seconds of loop overhead in that cost]
+    forwards: tuple[float, ...]  # E[forwards of M_i … M_n per call]
+    times: tuple[float, ...]  # E[seconds in M_i … M_n per call]
+    level_stats: tuple[tuple[float, float, float, np.ndarray], ...]  # per level i … n−1 (E[g], E[m], E[waste], pmf m)
+
+
+def _gathered_given_drafted(acceptance: Acceptance, max_drafted: int) -> np.ndarray:
+    """G[m, j] = P(min(A, m) + 1 = j) for m = 0 … max_drafted, j = 0 … max_drafted + 1.
+
+    A's law: geometric (P(A >= a) = α^a) for a float α, the measured run survival, or, for a
+    rule drafter, the measured law of its rounds.
+    """
+    if isinstance(acceptance, DraftRounds):
+        table = np.zeros((max_drafted + 1, max_drafted + 2))
+        measured = acceptance.gathered_given_drafted()
+        rows = min(max_drafted, acceptance.max_drafted) + 1
+        table[:rows, : rows + 1] = measured[:rows, : rows + 1]
+        table[rows:, 1] = 1.0  # never drafted
+        return table
+    if isinstance(acceptance, RunSurvival):
+        survival = acceptance(max_drafted + 1)  # S(0 … max_drafted + 1)
+    else:
+        survival = acceptance ** np.arange(max_drafted + 2, dtype=float)
+    table = np.zeros((max_drafted + 1, max_drafted + 2))
+    for m in range(max_drafted + 1):
+        table[m, 1 : m + 1] = survival[:m] - survival[1 : m + 1]  # rejected after a = j − 1 acceptances
+        table[m, m + 1] = survival[m]
+    return table
+
+
+def _as_curve(curve: CurveLike, name: str) -> LatencyCurve:
+    if isinstance(curve, LatencyCurve):
+        return curve
+    try:
+        return constant_curve(float(curve))
+    except (TypeError, ValueError):
+        raise PolyplanError(f"{name}: must be a latency curve or a time in seconds, got {curve!r}") from None
+
+
+def _level_round(
+    acceptance: Acceptance, drafted_pmf: np.ndarray, verify: LatencyCurve, switch: float = 0.0
+) -> tuple[np.ndarray, float, tuple]:
+    """One verification round given the pmf of drafted tokens: gathered pmf, forward time
+    (the verifier's pass, cold: `switch` added), stats."""
+    counts = np.arange(len(drafted_pmf), dtype=float)
+    table = _gathered_given_drafted(acceptance, len(drafted_pmf) - 1)
+    gathered = drafted_pmf @ table  # [max_drafted + 2]
+    verify_time = float(drafted_pmf @ verify.many(counts + 1)) + switch
+    mean_gathered = float(gathered @ np.arange(len(gathered)))
+    mean_drafted = float(drafted_pmf @ counts)
+    # waste = m − accepted = m − (g − 1)
+    stats = (mean_gathered, mean_drafted, mean_drafted - (mean_gathered - 1.0), drafted_pmf)
+    return gathered, verify_time, stats
+
+
+def _draft(
+    level: int,
+    k: int,
+    acceptances: Sequence[Acceptance],
+    curves: Sequence[LatencyCurve],
+    blocks: Sequence[int],
+    overhead: LoopOverhead,
+    switch: Sequence[SwitchCost],
+    verify_curves: Sequence[LatencyCurve],
+) -> _Draft:
+    """Summarise draft(level, k) (0-based level: 0 is the target, len(curves) − 1 the smallest;
+    `verify_curves`: what a verification pass of each model costs, `curves` its one-token steps)."""
+    last = len(curves) - 1
+    if level == last and isinstance(acceptances[last - 1], DraftRounds):  # a rule drafter: one call, 0 … K tokens
+        seconds = curves[last](1) + switch_total(switch[last], 1)
+        loop = overhead.per_step_s
+        pmf = acceptances[last - 1].drafted_pmf()
+        return _Draft(pmf=pmf, cost=seconds + loop, overhead=loop, forwards=(1.0,), times=(seconds,), level_stats=())
+    if level == last:
+        pmf = np.zeros(k + 1)
+        pmf[k] = 1.0
+        seconds = k * curves[last](1) + switch_total(switch[last], k)  # the loop follows the verifier's pass: cold
+        loop = k * overhead.per_step_s
+        return _Draft(pmf=pmf, cost=seconds + loop, overhead=loop, forwards=(float(k),), times=(seconds,), level_stats=())
+    below = _draft(level + 1, blocks[level], acceptances, curves, blocks, overhead, switch, verify_curves)
+    gathered, verify_time, stats = _level_round(acceptances[level], below.pmf, verify_curves[level], switch[level][0])
+    max_gain = len(gathered) - 1
+    visit = np.zeros(k)  # visit[s] = P(a round starts with s tokens gathered)
+    visit[0] = 1.0
+    final = np.zeros(k + max_gain)  # P(X = t)
+    for s in range(k):
+        if visit[s] == 0.0:
+            continue
+        spread = visit[s] * gathered[1:]  # gains 1 … max_gain
+        targets = s + np.arange(1, max_gain + 1)
+        inside = targets < k
+        np.add.at(visit, targets[inside], spread[inside])
+        np.add.at(final, targets[~inside], spread[~inside])
+    rounds = float(visit.sum())
+    round_cost = below.cost + verify_time + overhead.per_round_s
+    return _Draft(
+        pmf=final,
+        cost=rounds * round_cost,
+        overhead=rounds * (below.overhead + overhead.per_round_s),
+        forwards=(rounds,) + tuple(rounds * f for f in below.forwards),
+        times=(rounds * verify_time,) + tuple(rounds * t for t in below.times),
+        level_stats=(stats,) + tuple(below.level_stats),
+    )
+
+
+def predict_chain(
+    acceptances: Sequence[Acceptance],
+    curves: Sequence[CurveLike],
+    block_sizes: Sequence[int],
+    overhead: LoopOverhead | None = None,
+    switch_costs: Sequence[float | Sequence[float]] | None = None,
+    pad_verification: bool = True,
+) -> ChainPrediction:
+    """Exact expected cost per emitted token of the chain M_1 … M_n.
+
+    Args:
+        acceptances: α_{i,i+1} for i = 1 … n−1: the per-token acceptance rate of M_{i+1}'s
+            samples under M_i (adjacent pairs only), each in [0, 1); or, per level, the
+            measured `planner.exact.runs.RunSurvival` of the pair at that level's block size; or, for
+            the last level only, a rule drafter's `DraftRounds` at that block size.
+        curves: T_1 … T_n as `LatencyCurve`s (or constant times in seconds).
+        block_sizes: K_1 … K_{n−1}, each >= 1 (empty for n = 1).
+        overhead: the decoding loop's own cost per step and per round (None: none).
+        switch_costs: per model, the extra seconds of its 1st, 2nd, … forward pass after
+            another model ran (its weights and state were evicted from the CPU caches), as
+            a sequence (or one number: the 1st pass only). Every verification pass pays the
+            1st; a drafting loop of K steps of the last model pays the first K. None: none
+            (every pass as fast as in a tight loop).
+        pad_verification: a verification pass over k tokens costs the monotone envelope
+            T̃(k) (`planner.exact.verify_width`: run at the cheapest measured width >= k, as the
+            decoder does with the plan's `verify_widths`); False: T(k) as measured (a decoder
+            that never pads, e.g. another engine's).
+    """
+    n = len(curves)
+    if n < 1:
+        raise PolyplanError("curves: a chain needs at least the target model")
+    if len(acceptances) != n - 1:
+        raise PolyplanError(f"acceptances: need {n - 1} (one per adjacent pair), got {len(acceptances)}")
+    if len(block_sizes) != n - 1:
+        raise PolyplanError(f"block_sizes: need {n - 1} (one per verifying level), got {len(block_sizes)}")
+    alphas = [a if isinstance(a, (RunSurvival, DraftRounds)) else check_acceptance(a, f"acceptances[{i}]") for i, a in enumerate(acceptances)]
+    blocks = [check_block_size(k, f"block_sizes[{i}]") for i, k in enumerate(block_sizes)]
+    for i, a in enumerate(alphas):
+        if isinstance(a, DraftRounds) and (i != n - 2 or a.max_drafted > blocks[i]):
+            raise PolyplanError(
+                f"acceptances[{i}]: a rule drafter's rounds are read at the last level only, drafting at most its block size "
+                f"({blocks[i]}), got level {i} of {n - 1} drafting up to {a.max_drafted}"
+            )
+    lat = [_as_curve(c, f"curves[{i}]") for i, c in enumerate(curves)]
+    if switch_costs is not None and len(switch_costs) != n:
+        raise PolyplanError(f"switch_costs: need {n} (one per model), got {len(switch_costs)}")
+    switch = [NO_SWITCH] * n if switch_costs is None else [switch_cost(c, f"switch_costs[{i}]") for i, c in enumerate(switch_costs)]
+    loop = NO_OVERHEAD if overhead is None else overhead
+    baseline = lat[0](1) + loop.per_step_s
+    if n == 1:
+        return ChainPrediction(baseline, 1.0, (1.0,), (lat[0](1),), (), (), (), (), loop.per_step_s)
+
+    verify = [monotone_envelope(c) for c in lat] if pad_verification else lat
+    below = _draft(1, blocks[0], alphas, lat, blocks, loop, switch, verify)
+    gathered, verify_time, stats = _level_round(alphas[0], below.pmf, verify[0], switch[0][0])
+    tokens = stats[0]
+    round_cost = below.cost + verify_time + loop.per_round_s
+    cost = round_cost / tokens
+    level_stats = (stats,) + below.level_stats
+    return ChainPrediction(
+        cost_per_token=cost,
+        speedup=baseline / cost,
+        forwards_per_token=(1.0 / tokens,) + tuple(f / tokens for f in below.forwards),
+        time_per_token=(verify_time / tokens,) + tuple(t / tokens for t in below.times),
+        tokens_per_verification=tuple(s[0] for s in level_stats),
+        drafted_per_verification=tuple(s[1] for s in level_stats),
+        wasted_per_verification=tuple(s[2] for s in level_stats),
+        drafted_pmf=tuple(tuple(float(p) for p in s[3]) for s in level_stats),
+        overhead_per_token=(below.overhead + loop.per_round_s) / tokens,
+    )
+

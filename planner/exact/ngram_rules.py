@@ -1,0 +1,380 @@
+"""llama.cpp's n-gram drafters as rules, replayed through a llama-server session.
+
+`planner.exact.ngram_replay` replays `ngram-simple`, which drafts from the request's history alone.
+llama.cpp's other n-gram drafters keep state: `ngram-mod` a hash table shared by every request
+the server ever served, `ngram-map-k` and `ngram-map-k4v` a map of n-grams per slot that a new
+request only partly clears. So their drafts depend on what the server served before, and a
+replay must feed them the requests in the order the server sees them (`replay_session`): each
+rule's `begin(prompt)`, then per round `draft(history, sampled)`, truncated to the tokens left
+(the server's `n_draft_max`), and `accept(accepted)` after a round that drafted, exactly as
+llama-server calls `common_speculative_begin/draft/accept` (tools/server/server-context.cpp).
+
+Each rule is a literal port of the pinned llama.cpp (`LLAMA_CPP_VERSION`: the llama.cpp that
+llama-cpp-python 0.3.36 vendors), hashes included, so hash collisions draft what they draft
+there. Defaults are llama.cpp's (`common/common.h`, and `--spec-default`: ngram-mod at its
+defaults, common/arg.cpp).
+
+Not modelled: `ngram-cache` (its static/dynamic cache files); the server's checkpoint path for
+models whose memory cannot drop a partial draft (recurrent/hybrid, where a partly accepted
+draft is verified again as a "replay"); a context too small for the draft (`n_ctx` minus the
+tokens so far minus 2). Pure: no I/O.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Protocol
+
+from polyplan.formats.errors import PolyplanError
+from polyplan.formats.profile import TargetStream
+from polyplan.planner.exact.ngram_replay import LLAMA_CPP_DEFAULT_SIZES, ReplayRound, ngram_simple_draft
+
+LLAMA_CPP_VERSION = "llama-cpp-python 0.3.36"  # the vendored llama.cpp every rule below is ported from
+NGRAM_MOD_DEFAULTS = (24, 48, 64)  # (n_match, n_min, n_max): common_params_speculative_ngram_mod, and --spec-default
+SPEC_DEFAULT_FLAGS = ("--spec-type", "ngram-mod")  # what `--spec-default` sets: ngram-mod at NGRAM_MOD_DEFAULTS (common/arg.cpp)
+NGRAM_MAP_DEFAULTS = (12, 48, 1)  # (size_n, size_m, min_hits): common_params_speculative_ngram_map
+_MASK64 = (1 << 64) - 1
+_MASK32 = (1 << 32) - 1
+
+
+class DraftRule(Protocol):
+    """What llama-server calls on one speculative implementation (common/speculative.cpp)."""
+
+    def begin(self, prompt: Sequence[int]) -> None: ...
+
+    def draft(self, history: Sequence[int], sampled: int) -> list[int]: ...
+
+    def accept(self, accepted: int) -> None: ...
+
+
+class NGramSimpleRule:
+    """`common_speculative_impl_ngram_simple` (common/speculative.cpp): stateless,
+    `common_ngram_simple_draft` (common/ngram-map.cpp; `ngram_replay.ngram_simple_draft`)."""
+
+    def __init__(self, size_n: int = LLAMA_CPP_DEFAULT_SIZES[0], size_m: int = LLAMA_CPP_DEFAULT_SIZES[1]) -> None:
+        self.size_n, self.size_m = size_n, size_m
+
+    def begin(self, prompt: Sequence[int]) -> None:
+        pass
+
+    def draft(self, history: Sequence[int], sampled: int) -> list[int]:
+        return ngram_simple_draft(history, sampled, self.size_n, self.size_m)
+
+    def accept(self, accepted: int) -> None:
+        pass
+
+
+class NGramModRule:
+    """`common_speculative_impl_ngram_mod` (common/speculative.cpp) over `common_ngram_mod`
+    (common/ngram-mod.cpp): a table of 4M entries indexed by a hash of the n_match tokens
+    before a position (res = res * 6364136223846793005 + token, mod 2^64, then mod the size),
+    holding the token that followed the last n-gram written there. Shared by every request of
+    the server and never cleared between them.
+
+    - begin(prompt): adds every n-gram of the prompt; the table is cleared when over a quarter full.
+    - draft: adds the history's new n-grams only when more than 32 have piled up (in chunks),
+      then walks the table from the last n_match tokens (the sampled one included): up to n_max
+      tokens, none unless at least n_min were found (the cap: a draft is all or nothing).
+    - accept: a draft with less than a quarter accepted counts as low; after 5 low drafts in a
+      row the table is cleared (and refilled from the history at the next draft).
+    """
+
+    SIZE = 4 * 1024 * 1024
+    MULTIPLIER = 6364136223846793005
+
+    def __init__(self, n_match: int = NGRAM_MOD_DEFAULTS[0], n_min: int = NGRAM_MOD_DEFAULTS[1],
+                 n_max: int = NGRAM_MOD_DEFAULTS[2]) -> None:
+        if n_match < 1 or n_max < 1:
+            raise PolyplanError(f"ngram-mod: n_match and n_max must be >= 1, got {n_match}, {n_max}")
+        self.n, self.n_min, self.n_max = n_match, n_min, n_max
+        self.entries: dict[int, int] = {}  # index -> token (absent: EMPTY)
+        self.i_last = 0
+        self.n_draft_last = 0
+        self.n_low = 0
+        self.resets = 0  # how often the table was cleared (for tests and notes)
+
+    def _index(self, tokens: Sequence[int], start: int) -> int:
+        res = 0
+        for token in tokens[start:start + self.n]:
+            res = (res * self.MULTIPLIER + token) & _MASK64
+        return res % self.SIZE
+
+    def _add(self, tokens: Sequence[int], start: int) -> None:
+        self.entries[self._index(tokens, start)] = tokens[start + self.n]
+
+    def _reset(self) -> None:
+        self.entries.clear()
+        self.resets += 1
+
+    def begin(self, prompt: Sequence[int]) -> None:
+        self.i_last = 0
+        self.n_draft_last = 0
+        if len(prompt) < self.n:
+            return
+        for i in range(len(prompt) - self.n):
+            self._add(prompt, i)
+        self.i_last = len(prompt) - self.n
+        if len(self.entries) / self.SIZE > 0.25:
+            self._reset()
+
+    def draft(self, history: Sequence[int], sampled: int) -> list[int]:
+        self.n_draft_last = 0
+        n, cur_len = self.n, len(history)
+        if cur_len < n:
+            return []
+        if self.i_last + 32 < cur_len:
+            for i in range(self.i_last, cur_len - n):
+                self._add(history, i)
+            self.i_last = cur_len - n
+        result = list(history[cur_len - n + 1:]) + [sampled]
+        for i in range(self.n_max):
+            token = self.entries.get(self._index(result, i))
+            if token is None:
+                if i < self.n_min:
+                    return []
+                break
+            result.append(token)
+        draft = result[n:]
+        self.n_draft_last = len(draft)
+        return draft
+
+    def accept(self, accepted: int) -> None:
+        if self.n_draft_last > 0:
+            if accepted / self.n_draft_last < 0.25:
+                self.n_low += 1
+                if self.n_low >= 5:
+                    self._reset()
+                    self.n_low = 0
+                    self.i_last = 0
+            else:
+                self.n_low = 0
+
+
+@dataclass
+class _Key:
+    """`common_ngram_map_key`: values are [value_idx, value_num, n_accepted]."""
+
+    key_idx: int
+    stat_idx: int = 0
+    key_num: int = 0
+    values: list[list[int]] | None = None
+
+
+class NGramMapRule:
+    """`common_speculative_impl_ngram_map_k` (common/speculative.cpp) over `common_ngram_map`
+    (common/ngram-map.cpp: `common_ngram_map_begin`, `_draft`, `_accept`), one per slot.
+
+    The key n-gram (the last size_n tokens, the sampled one included) is looked up through a
+    hash map (2^18 entries, LCG hash mod 2^32, the first position written to an entry keeps
+    it) of n-gram starts, else by a backward scan of the positions the map does not cover yet;
+    the draft is the size_m tokens after the match, at most as many as the target accepted the
+    last time this key drafted (the per-key adaptive cap: a key whose draft was rejected at its
+    first token never drafts again). `ngram-map-k4v` (key_only False) also counts up to 4
+    different m-grams seen after the key and drafts only when the key was looked up at least
+    min_hits times and its most frequent m-gram is at least twice as frequent as the others
+    together. A new request clears the entries beyond the part of the history it shares with
+    the last one, as far as the map can tell (by length only, as llama.cpp).
+    """
+
+    HASH_SIZE = 262144
+    LCG_FACTOR = 2654435761
+    MAX_VALUES = 4
+    MAX_COUNT = 16380
+
+    def __init__(self, size_n: int = NGRAM_MAP_DEFAULTS[0], size_m: int = NGRAM_MAP_DEFAULTS[1],
+                 min_hits: int = NGRAM_MAP_DEFAULTS[2], key_only: bool = True) -> None:
+        if size_n < 1 or size_m < 1:
+            raise PolyplanError(f"ngram-map: size_n and size_m must be >= 1, got {size_n}, {size_m}")
+        self.n, self.m, self.min_hits, self.key_only = size_n, size_m, min_hits, key_only
+        self.keys: list[_Key] = []
+        self.key_map: dict[int, int] = {}  # hash -> start of an n-gram (absent: 0)
+        self.key_map_last_idx = 0
+        self.size_last_begin = 0
+        self.idx_last_check = 0
+        self.last_draft_created = False
+        self.last_draft_key_idx = 0
+        self.last_draft_value_idx = 0
+
+    def _hash(self, tokens: Sequence[int], start: int) -> int:
+        value = 0
+        for token in tokens[start:start + self.n]:
+            value = (value * self.LCG_FACTOR + token) & _MASK32
+        return value % self.HASH_SIZE
+
+    def _key_at(self, tokens: Sequence[int], start: int, key: Sequence[int]) -> bool:
+        return start + self.n <= len(tokens) and all(tokens[start + k] == key[k] for k in range(self.n))
+
+    def begin(self, prompt: Sequence[int]) -> None:
+        n, m = self.n, self.m
+        size_begin = len(prompt)
+        cleanup = self.size_last_begin
+        if cleanup > size_begin:
+            cleanup = size_begin - n - m if size_begin > n + m else 0
+        if size_begin < self.idx_last_check:
+            self.key_map = {h: idx for h, idx in self.key_map.items() if idx < cleanup}
+            self.key_map_last_idx = cleanup - 1 if cleanup > 0 else 0
+            kept = []
+            for key in self.keys:
+                if key.key_idx >= cleanup:
+                    continue
+                if not self.key_only:
+                    values = key.values
+                    for j in range(self.MAX_VALUES - 1, -1, -1):
+                        if values[j][0] != 0 and values[j][0] >= cleanup:
+                            for k in range(j, self.MAX_VALUES - 1):
+                                values[k] = list(values[k + 1])
+                            values[-1][0] = values[-1][1] = 0
+                    if values[0][0] == 0:
+                        continue
+                kept.append(key)
+            self.keys = kept
+        self.idx_last_check = size_begin
+        self.size_last_begin = size_begin
+
+    def draft(self, history: Sequence[int], sampled: int) -> list[int]:
+        self.last_draft_created = False
+        self.last_draft_key_idx = self.last_draft_value_idx = 0
+        inp, n, m = history, self.n, self.m
+        cur_len = len(inp)
+        if cur_len < 2 * n + m:
+            return []
+        self.idx_last_check = cur_len
+        key = list(inp[cur_len - n + 1:]) + [sampled]
+        match_pos = 0
+        idx_key = self.key_map.get(self._hash(key, 0), 0)
+        if idx_key != 0 and idx_key < cur_len - n - m - 1 and self._key_at(inp, idx_key, key):
+            match_pos = idx_key
+        if match_pos == 0 and self.size_last_begin > n + m + 1:
+            for j in range(self.size_last_begin - n - m - 1, self.key_map_last_idx, -1):
+                if self._key_at(inp, j, key):
+                    match_pos = j
+                    break
+        if match_pos == 0:
+            for j in range(cur_len - n - m - 1, max(self.size_last_begin, self.key_map_last_idx), -1):
+                if self._key_at(inp, j, key):
+                    match_pos = j
+                    break
+        if self.size_last_begin > n + m + 1:
+            for j in range(self.size_last_begin - n - m - 1, self.key_map_last_idx, -1):
+                self.key_map.setdefault(self._hash(inp, j), j)
+        for j in range(cur_len - n - m - 1, max(self.size_last_begin, self.key_map_last_idx), -1):
+            self.key_map.setdefault(self._hash(inp, j), j)
+        self.key_map_last_idx = max(cur_len - n - m - 1, self.key_map_last_idx)
+        if match_pos == 0:
+            return []
+        offset = next((i for i, item in enumerate(self.keys) if self._key_at(inp, item.key_idx, key)), len(self.keys))
+        if offset == len(self.keys):
+            self.keys.append(_Key(match_pos, values=[[0, 0, m] for _ in range(self.MAX_VALUES)]))
+        current = self.keys[offset]
+        current.key_num = min(current.key_num + 1, self.MAX_COUNT)
+        if self.key_only:
+            self.last_draft_created, self.last_draft_key_idx, self.last_draft_value_idx = True, offset, 0
+            return list(inp[match_pos + n:match_pos + n + min(m, current.values[0][2])])
+        if current.key_num < self.min_hits:
+            return []
+        for i in range(current.stat_idx, match_pos + 1):
+            if not self._key_at(inp, i, key):
+                continue
+            begin_value = i + n
+            found = -1
+            for v in range(self.MAX_VALUES):
+                value = current.values[v]
+                if value[0] == 0:
+                    current.values[v] = [begin_value, 0, m]
+                    found = v
+                    break
+                if all(inp[begin_value + j] == inp[value[0] + j] for j in range(m)):
+                    found = v
+                    break
+            if found >= 0:
+                current.values[found][1] = min(current.values[found][1] + 1, self.MAX_COUNT)
+        current.stat_idx = match_pos
+        max_occur, slot_max = 0, 0
+        for v in range(self.MAX_VALUES):
+            if current.values[v][1] > max_occur:
+                max_occur, slot_max = current.values[v][1], v
+        others = sum(current.values[v][1] for v in range(self.MAX_VALUES) if v != slot_max)
+        if others > 0 and max_occur < 2 * others:
+            return []
+        self.last_draft_created, self.last_draft_key_idx, self.last_draft_value_idx = True, offset, slot_max
+        # llama.cpp drafts the tokens after the current match, whichever m-gram won the count
+        return list(inp[match_pos + n:match_pos + n + min(m, current.values[slot_max][2])])
+
+    def accept(self, accepted: int) -> None:
+        if self.last_draft_created:
+            self.keys[self.last_draft_key_idx].values[self.last_draft_value_idx][2] = accepted
+
+
+# --------------------------------------------------------------------------- the server's loop
+
+
+def replay_request(rule: DraftRule, stream: TargetStream, new_tokens: int | None = None) -> tuple[ReplayRound, ...]:
+    """The rounds llama-server runs with `rule` for one request whose greedy output is the
+    stream's continuation (its first `new_tokens`; all of it when None). The rule's state
+    carries over from the requests it served before. The first token comes from the prefill;
+    each round drafts after the history (prompt and accepted tokens) and the sampled token, cut
+    to the tokens left minus one (no draft call when none may be drafted), accepts the longest
+    prefix the stream agrees with and reports it to the rule when it drafted."""
+    prompt = list(stream.ids[:stream.prompt_tokens])
+    continuation = stream.ids[stream.prompt_tokens:]
+    total = len(continuation) if new_tokens is None else min(new_tokens, len(continuation))
+    rule.begin(prompt)
+    if total < 1:
+        return ()
+    history, sampled, generated, rounds = prompt, continuation[0], 1, []
+    while generated < total:
+        room = total - generated - 1  # the server's n_draft_max: n_remaining - 1
+        draft = rule.draft(history, sampled)[:room] if room > 0 else []
+        accepted = 0
+        while accepted < len(draft) and draft[accepted] == continuation[generated + accepted]:
+            accepted += 1
+        if draft:
+            rule.accept(accepted)
+        rounds.append(ReplayRound(len(draft), accepted))
+        history.append(sampled)
+        history.extend(continuation[generated:generated + accepted])
+        sampled = continuation[generated + accepted]
+        generated += accepted + 1
+    return tuple(rounds)
+
+
+@dataclass(frozen=True)
+class SessionReplay:
+    """The rounds of every request of one server session, in the order served, and which
+    stream (prompt) each request was."""
+
+    requests: tuple[tuple[ReplayRound, ...], ...]
+    stream_of: tuple[int, ...]
+
+    @property
+    def drafted(self) -> int:
+        return sum(item.drafted for rounds in self.requests for item in rounds)
+
+    @property
+    def accepted(self) -> int:
+        return sum(item.accepted for rounds in self.requests for item in rounds)
+
+
+def replay_session(streams: Sequence[TargetStream], make_rule: Callable[[], DraftRule], *, new_tokens: int | None = None,
+                   repeats: int = 1) -> SessionReplay:
+    """One llama-server (one rule, its state kept) serving the streams in order, the whole
+    sequence `repeats` times (as `bench peers` sends its prompts: each repeat in turn)."""
+    if repeats < 1:
+        raise PolyplanError(f"n-gram replay: repeats must be >= 1, got {repeats}")
+    rule = make_rule()
+    requests, stream_of = [], []
+    for _ in range(repeats):
+        for number, stream in enumerate(streams):
+            requests.append(replay_request(rule, stream, new_tokens))
+            stream_of.append(number)
+    return SessionReplay(tuple(requests), tuple(stream_of))
+
+
+LLAMA_CPP_RULES: dict[str, tuple[Callable[[], DraftRule], tuple[str, ...]]] = {
+    # llama-server type: (its rule at llama.cpp's defaults, the flags that ask for it)
+    "ngram-simple": (NGramSimpleRule, ("--spec-type", "ngram-simple")),
+    "ngram-map-k": (lambda: NGramMapRule(key_only=True), ("--spec-type", "ngram-map-k")),
+    "ngram-map-k4v": (lambda: NGramMapRule(key_only=False), ("--spec-type", "ngram-map-k4v")),
+    "ngram-mod": (NGramModRule, ("--spec-type", "ngram-mod")),
+}

@@ -1,0 +1,172 @@
+"""The physical limit: the speedup a free drafter that is always right would give.
+
+However good its drafters, a chain's target verifies m drafted tokens in one pass of width
+m + 1 and emits at most m + 1 tokens for it. The best any drafter can do is cost nothing and
+never be rejected: every round then emits K + 1 tokens for one target pass of width K + 1. On
+this machine's measured T(k) of the target that gives, per block size K,
+
+    S(K) = (K + 1) · (T(1) + p) / (T̃(K + 1) + s + r + p),
+
+each cost the one the exact model (`planner.exact.cost_model`) charges a one-level chain: T̃ the
+monotone envelope a verification pass runs at (`planner.exact.verify_width`), s the target's switch
+cost (a verification pass is a 1st pass after another model's), r the loop's cost per
+verification round and p its cost per step (`planner.exact.overhead`). Plain decoding pays T(1) + p
+per token; the free drafter pays one drafting call per round, the least the exact model ever
+charges (a rule drafter's one call; a model drafter's K steps cost K · p). With no loop costs
+recorded, S(K) = (K + 1) · T(1) / T̃(K + 1).
+
+The limit is max(1, max over K of S(K)): where no K gives more than 1, even a free perfect
+drafter loses to the target alone (K = 0).
+
+It bounds every chain the exact model predicts: a chain's top round hands the target m tokens
+(m random), costs at least T̃(m + 1) + s + r + p (its drafting pays at least one call) and
+emits min(A, m) + 1 <= m + 1 tokens; a ratio of expectations is at most the largest ratio, so
+the chain's speedup is at most the largest S(m) over the m it hands up (S(0) <= max(1, S(1)),
+as T̃ never decreases). K runs up to the widest width the target was timed at, less one
+(`measured_block_size`), and, in `planner.search.recommend`, as far as any ranked chain hands
+its target tokens; beyond the measured widths T(k) is extrapolated as the exact model does it
+(`planner.exact.latency`), and the result says so (`extrapolated`).
+
+`limit_interval` gives the limit a bootstrap interval from the target's latency samples, drawn
+as `planner.intervals.prediction_interval` draws them (K held at its value, as a chain's block sizes are).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from polyplan.formats.errors import PolyplanError
+from polyplan.formats.overhead import NO_OVERHEAD, NO_SWITCH, LoopOverhead, SwitchCost
+from polyplan.formats.profile import Profile
+from polyplan.planner.exact.latency import LatencyCurve, curve_from_profile
+from polyplan.planner.exact.overhead import profile_switch_costs
+from polyplan.planner.intervals.prediction_interval import DEFAULT_LEVEL, SpeedupInterval, latency_replicates
+from polyplan.planner.exact.verify_width import monotone_envelope
+
+
+@dataclass(frozen=True)
+class PhysicalLimit:
+    """The best speedup a free, always-right drafter gives the target (module docstring).
+
+    Attributes:
+        speedup: max(1, max over K of S(K)).
+        block_size: the K reaching it (the smallest on a tie); 0 when no K beats the target alone.
+        speedups: S(K) for K = 1 … len(speedups).
+        measured_block_size: the largest K whose pass (width K + 1) the target was timed at
+            (0: timed at one token only).
+        interval: bootstrap interval of `speedup` at `block_size` (None: not made).
+    """
+
+    speedup: float
+    block_size: int
+    speedups: tuple[float, ...]
+    measured_block_size: int
+    interval: SpeedupInterval | None = None
+
+    @property
+    def extrapolated(self) -> bool:
+        """The limit's width K + 1 lies beyond the widest the target was timed at."""
+        return self.block_size > self.measured_block_size
+
+    def timed(self) -> tuple[int, float] | None:
+        """(K, S(K)) at the best K whose width the target was timed at (None: timed at one token only)."""
+        measured = self.speedups[: self.measured_block_size]
+        if not measured:
+            return None
+        best = int(np.argmax(measured))
+        return best + 1, float(measured[best])
+
+    def share(self, speedup: float) -> float:
+        """`speedup` as a share of the limit (1.0: the limit itself)."""
+        return speedup / self.speedup
+
+    def text(self) -> str:
+        """`2.02x [1.95, 2.09] at K = 6` (`1.00x at K = 0` when speculation cannot pay)."""
+        value = f"{self.speedup:.2f}x" if self.interval is None else self.interval.text()
+        return f"{value} at K = {self.block_size}"
+
+
+def measured_block_size(curve: LatencyCurve) -> int:
+    """The largest K whose verification width K + 1 the curve was timed at."""
+    return max(curve.ks) - 1
+
+
+def limit_speedups(
+    curve: LatencyCurve, k_max: int, overhead: LoopOverhead | None = None, switch: SwitchCost = NO_SWITCH
+) -> np.ndarray:
+    """S(K) for K = 1 … k_max (module docstring) on the target's curve."""
+    loop = NO_OVERHEAD if overhead is None else overhead
+    ks = np.arange(1, k_max + 1, dtype=float)
+    verify = monotone_envelope(curve).many(ks + 1)
+    baseline = curve(1) + loop.per_step_s
+    return (ks + 1) * baseline / (verify + switch[0] + loop.per_round_s + loop.per_step_s)
+
+
+def physical_limit(
+    curve: LatencyCurve,
+    *,
+    overhead: LoopOverhead | None = None,
+    switch: SwitchCost = NO_SWITCH,
+    k_max: int | None = None,
+) -> PhysicalLimit:
+    """The physical limit on the target's latency `curve`.
+
+    Args:
+        curve: T(k) of the target.
+        overhead: the decoding loop's cost per step and per round (None: none).
+        switch: the target's switch cost (its 1st pass after another model's is what a
+            verification pass pays).
+        k_max: the largest K considered (default: `measured_block_size(curve)`, at least 1).
+    """
+    if k_max is None:
+        k_max = max(1, measured_block_size(curve))
+    if isinstance(k_max, bool) or not isinstance(k_max, int) or k_max < 1:
+        raise PolyplanError(f"k_max: must be an integer >= 1, got {k_max!r}")
+    speedups = limit_speedups(curve, k_max, overhead, switch)
+    best = int(np.argmax(speedups))
+    if speedups[best] <= 1.0:
+        return PhysicalLimit(1.0, 0, tuple(float(s) for s in speedups), measured_block_size(curve))
+    return PhysicalLimit(float(speedups[best]), best + 1, tuple(float(s) for s in speedups), measured_block_size(curve))
+
+
+def target_limit(
+    profile: Profile,
+    *,
+    context_length: int | None = None,
+    overhead: LoopOverhead | None = None,
+    k_max: int | None = None,
+) -> PhysicalLimit:
+    """`physical_limit` of the profile's target, with the switch cost the profile records for it."""
+    curve = curve_from_profile(profile.model(profile.target), context_length)
+    switch = profile_switch_costs(profile).get(profile.target, NO_SWITCH)
+    return physical_limit(curve, overhead=overhead, switch=switch, k_max=k_max)
+
+
+def limit_interval(
+    profile: Profile,
+    limit: PhysicalLimit,
+    *,
+    context_length: int | None = None,
+    overhead: LoopOverhead | None = None,
+    resamples: int,
+    level: float = DEFAULT_LEVEL,
+    seed: int = 0,
+) -> SpeedupInterval:
+    """Bootstrap interval of `limit.speedup`: the target's timings resampled (and its
+    timing-health corrections drawn) as `planner.intervals.prediction_interval` does, S re-evaluated at
+    the limit's K on each replicate."""
+    if isinstance(resamples, bool) or not isinstance(resamples, int) or resamples < 20:
+        raise PolyplanError(f"resamples: must be an integer >= 20, got {resamples!r}")
+    if limit.block_size == 0:
+        return SpeedupInterval(1.0, 1.0, 1.0, level)
+    rng = np.random.default_rng(seed)
+    target = profile.target
+    curves, _, _ = latency_replicates(profile, [target], resamples, rng, context_length)
+    switch = profile_switch_costs(profile).get(target, NO_SWITCH)
+    k = limit.block_size
+    values = np.asarray([limit_speedups(curve, k, overhead, switch)[k - 1] for curve in curves[target]])
+    tail = 100 * (1 - level) / 2
+    low, high = np.percentile(values, [tail, 100 - tail])
+    return SpeedupInterval(limit.speedup, min(float(low), limit.speedup), max(float(high), limit.speedup), level)

@@ -1,0 +1,211 @@
+"""Do the acceptance intervals cover a new prompt set? A check on the profile's own prompts.
+
+A plan's interval promises that the speedup on prompts the profile never saw falls inside it
+at its level (`planner.intervals.prediction_interval`). That promise can be checked without running a
+model: split the profile's own N prompts at random into a profiling set P and a new set V of
+n prompts each (2n <= N), predict from P alone (point and interval), and hold the interval
+against the exact model evaluated on V's acceptance. Latency is held as profiled on both sides
+and is not resampled (its timings and timing-health widenings are dropped), so only the
+acceptance part of the interval is judged, against a truth that differs from P only in its
+prompts. Over many splits, a calibrated interval covers about `level` of them; the binomial
+range printed beside the count is where a calibrated interval's count falls 95% of the time.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+from typing import Sequence
+
+import numpy as np
+
+from polyplan.formats.errors import PolyplanError
+from polyplan.formats.overhead import LoopOverhead
+from polyplan.formats.profile import PairAgreement, Profile
+from polyplan.planner.intervals.prediction_interval import DEFAULT_LEVEL, prediction_intervals
+from polyplan.planner.exact.runs import with_agreement_alphas
+from polyplan.planner.search import evaluate_chain
+
+DEFAULT_SPLITS = 100
+MIN_SPLITS = 10
+
+
+@dataclass(frozen=True)
+class ChainCoverage:
+    """One chain over every split: how often its interval held the new set's speedup."""
+
+    chain: tuple[str, ...]
+    block_sizes: tuple[int, ...]
+    covered: int
+    splits: int
+    interval_spread: float  # median over splits of the interval's width in log-speedup / (2 z)
+    actual_spread: float  # sd over splits of log(new set's speedup / the profiling set's point)
+
+    @property
+    def coverage(self) -> float:
+        return self.covered / self.splits
+
+
+@dataclass(frozen=True)
+class IntervalCoverage:
+    """The result of `interval_coverage`."""
+
+    chains: tuple[ChainCoverage, ...]
+    prompts: int  # the profile's prompts the splits were drawn from
+    split: int  # prompts in each of P and V
+    splits: int
+    level: float
+    expected: tuple[int, int]  # a calibrated interval's count lies here with 95% probability (binomial)
+    seed: int
+
+
+def nothing_to_check(profile: Profile, sampling: str = "greedy", split: int | None = None) -> str | None:
+    """Why a valid greedy plan's profile leaves the check nothing to do (None when it does not):
+    no drafter (every chain is the target alone, whose interval is exact), or, with the default
+    `split`, too few prompts for two sets of 2 (a default may never fail on valid input; an
+    explicit `split` that does not fit stays an error in `interval_coverage`)."""
+    if sampling != "greedy":
+        return None
+    runs = profile.acceptance_runs.get("greedy")
+    if not profile.pairs and (runs is None or not runs.pairs):
+        return (f"{profile.source} has no drafter: every chain is {profile.target} alone, whose interval is exact; "
+                "nothing to check")
+    if split is None and runs is not None and runs.pairs and len(runs.pairs[0].agreement) < 4:
+        prompts = len(runs.pairs[0].agreement)
+        return (f"{profile.source} has {prompts} prompt{'s' if prompts != 1 else ''}, too few to split into two sets of "
+                "at least 2; nothing to check (profile on more prompts, e.g. 48)")
+    return None
+
+
+def interval_coverage(
+    profile: Profile,
+    chains: Sequence[tuple[Sequence[str], Sequence[int]]],
+    *,
+    split: int | None = None,
+    splits: int = DEFAULT_SPLITS,
+    sampling: str = "greedy",
+    context_length: int | None = None,
+    overhead: LoopOverhead | None = None,
+    acceptance_model: str = "auto",
+    level: float = DEFAULT_LEVEL,
+    resamples: int = 200,
+    seed: int = 0,
+) -> IntervalCoverage:
+    """Coverage of each chain's acceptance interval over `splits` random splits (module docstring);
+    `split` None: half the profile's prompts in each set.
+
+    Raises:
+        PolyplanError: the profile has no greedy agreement runs, too few prompts for two sets
+            of `split`, or a setting out of range.
+    """
+    runs = profile.acceptance_runs.get("greedy")
+    if sampling != "greedy" or runs is None or not runs.pairs:
+        raise PolyplanError("the profile has no greedy agreement runs to split (profile at temperature 0 first)")
+    prompts = len(runs.pairs[0].agreement)
+    split = prompts // 2 if split is None else split
+    if isinstance(split, bool) or not isinstance(split, int) or split < 2:
+        raise PolyplanError(f"--split: must be an integer >= 2, got {split!r}")
+    if 2 * split > prompts:
+        raise PolyplanError(f"--split {split}: the profile has {prompts} prompts, two sets of {split} need {2 * split} "
+                            f"(profile on more prompts, or give a smaller --split)")
+    if isinstance(splits, bool) or not isinstance(splits, int) or splits < MIN_SPLITS:
+        raise PolyplanError(f"--splits: must be an integer >= {MIN_SPLITS}, got {splits!r}")
+    if not chains:
+        raise PolyplanError("chains: give at least one chain")
+    fixed = _fixed_latency(profile)
+    rng = np.random.default_rng(seed)
+    covered = np.zeros(len(chains), dtype=int)
+    widths = np.empty((len(chains), splits))
+    errors = np.empty((len(chains), splits))
+
+    def speedup(part: Profile, chain, blocks) -> float:
+        return evaluate_chain(part, chain, blocks, sampling=sampling, context_length=context_length, overhead=overhead,
+                              acceptance_model=acceptance_model).exact_speedup
+
+    z = _z(level)
+    for s in range(splits):
+        order = rng.permutation(prompts)
+        profiled, new = _restricted(fixed, order[:split]), _restricted(fixed, order[split:2 * split])
+        points = [speedup(profiled, chain, blocks) for chain, blocks in chains]
+        intervals = prediction_intervals(
+            profiled, [(chain, blocks, point) for (chain, blocks), point in zip(chains, points)], sampling=sampling,
+            context_length=context_length, overhead=overhead, acceptance_model=acceptance_model, resamples=resamples,
+            level=level, seed=seed + s,
+        )
+        for i, ((chain, blocks), point) in enumerate(zip(chains, points)):
+            truth = speedup(new, chain, blocks)
+            interval = intervals.chains[i].speedup
+            covered[i] += interval.contains(truth)
+            widths[i, s] = np.log(interval.high / interval.low) / (2 * z)
+            errors[i, s] = np.log(truth / point)
+    items = tuple(
+        ChainCoverage(tuple(chain), tuple(int(k) for k in blocks), int(covered[i]), splits,
+                      float(np.median(widths[i])), float(np.std(errors[i])))
+        for i, (chain, blocks) in enumerate(chains)
+    )
+    return IntervalCoverage(items, prompts, split, splits, level, _binomial_range(splits, level), seed)
+
+
+def coverage_lines(result: IntervalCoverage) -> list[str]:
+    """The printed table: per chain, covered/splits and the spreads."""
+    low, high = result.expected
+    lines = [
+        f"acceptance intervals on new prompt sets: {result.splits} random splits of the profile's {result.prompts} "
+        f"prompts into {result.split} to profile and {result.split} new (latency held as profiled)",
+        "",
+        f"{'chain':<56} {'covered':>9} {'interval sd':>12} {'actual sd':>10}",
+    ]
+    for item in result.chains:
+        mark = "" if low <= item.covered <= high else ("  (wide)" if item.covered > high else "  (NARROW)")
+        lines.append(f"{' > '.join(item.chain) + ' ' + str(list(item.block_sizes)):<56} "
+                     f"{item.covered:>4}/{item.splits:<4} {item.interval_spread:>12.4f} {item.actual_spread:>10.4f}{mark}")
+    lines += [
+        "",
+        f"(covered: splits whose new set's exact speedup fell inside the {result.level:.0%} interval made from the "
+        f"profiling set; a calibrated interval covers {low}..{high} of {result.splits} with 95% probability; "
+        "interval sd: median half-width in log-speedup / z; actual sd: spread of log(new / predicted))",
+    ]
+    return lines
+
+
+def _fixed_latency(profile: Profile) -> Profile:
+    """`profile` with every latency point a fixed median (no timings to resample, no timing
+    health to widen by): only acceptance is judged. The whole profile's α intervals are dropped
+    too: each part's α comes from its own prompts (`_restricted`)."""
+    fixed = dataclasses.replace(profile, models=tuple(
+        dataclasses.replace(model, latency=tuple(dataclasses.replace(point, iqr_s=0.0, samples_s=None) for point in model.latency),
+                            timing=None)
+        for model in profile.models
+    ))
+    for pair in fixed.pairs:
+        if "greedy" in pair.sampling:
+            fixed = fixed.with_stats(pair.verifier, pair.drafter, "greedy", dataclasses.replace(pair.sampling["greedy"], alpha_ci=None))
+    return fixed
+
+
+def _restricted(profile: Profile, indices: np.ndarray) -> Profile:
+    """`profile` as if only the prompts at `indices` had been profiled: their agreement runs and
+    target streams, and each pair's α their agreement rate."""
+    runs = profile.acceptance_runs["greedy"]
+    picked = [int(i) for i in indices]
+    entries = tuple(PairAgreement(entry.verifier, entry.drafter, tuple(entry.agreement[i] for i in picked))
+                    for entry in runs.pairs)
+    streams = tuple(runs.streams[i] for i in picked) if len(runs.streams) == len(runs.pairs[0].agreement) else ()
+    part = dataclasses.replace(profile, acceptance_runs={
+        **profile.acceptance_runs, "greedy": dataclasses.replace(runs, pairs=entries, prompts=len(picked), streams=streams),
+    })
+    return with_agreement_alphas(part, entries)
+
+
+def _z(level: float) -> float:
+    from scipy.stats import norm
+
+    return float(norm.ppf(0.5 + level / 2))
+
+
+def _binomial_range(splits: int, level: float) -> tuple[int, int]:
+    from scipy.stats import binom
+
+    return int(binom.ppf(0.025, splits, level)), int(binom.ppf(0.975, splits, level))
+
+

@@ -1,0 +1,446 @@
+"""Prediction intervals: how far the exact model's speedup can move with the measurement noise.
+
+A predicted speedup is a function of measured inputs: each model's latency curve T_i(k) and
+each pair's acceptance (the rate α, or the measured agreement runs). Both are estimates from
+finite, noisy samples, so the prediction has a sampling distribution. This module propagates
+it by bootstrap: B replicates of the inputs, each drawn as the profiler's own sampling would
+have varied, the exact model (`planner.exact.cost_model.predict_chain`) re-evaluated on each with
+the chain's block sizes fixed, and the percentile interval of the B speedups reported.
+
+How each input is resampled (per replicate, independently):
+
+- latency point (context c, k): its kept timings (`samples_s`, after the profiler's outlier
+  rule) resampled with replacement, the replicate's T(k) their median, exactly as the
+  profiler summarises. Profiles written before the timings were stored give only median and
+  IQR: the median is then drawn from its asymptotic normal law, standard error
+  1.2533 · (IQR / 1.349) / sqrt(repeats) (Gaussian timings; a stated approximation).
+- acceptance, with agreement runs in the profile (greedy): the prompts are the clusters, as
+  the acceptance is correlated along a prompt. The prediction is for prompts the profile never
+  saw (validation and use run other prompts), so each replicate draws twice: the profile's
+  prompts with replacement (the error of the profile's estimate), then a new prompt set of the
+  same size from that draw (the spread of a new set around it: every validation so far
+  measured acceptance 4-12% off the profiled one). The run survival (`planner.exact.runs`) is
+  re-estimated from the pooled counts of the second draw; α (for the i.i.d. reading) is scaled
+  by that draw's agreement rate over the full one. Every pair (and the target's streams) was
+  measured on the same prompts, so a replicate draws one new prompt set for all of them: a
+  prompt hard for one drafter is hard for the others, and the levels of a chain move together
+  (drawn apart, their shifts averaged out and a deep chain's interval came out too narrow).
+- a rule drafter (`ngram-simple`): its rounds replayed on the target's streams
+  (`planner.exact.draft_rounds`), the streams resampled as the prompts above (twice: the profile's,
+  then a new set).
+- acceptance otherwise: α drawn from a normal law matching its 95% interval `alpha_ci`
+  (clipped to [0, 1)), else from the binomial standard error sqrt(α(1 − α)/alpha_samples),
+  either standard error times sqrt(2) for the new prompt set; with neither, α is held fixed
+  and the result says so.
+- timing health (`planner.intervals.timing_health`): where a check failed, the model's whole curve is
+  scaled, per replicate, by a correction its own record measures, instead of trusting the
+  timings: the floor shift (a fixed workload f times slower while this model was timed than
+  while the least-loaded model was: a load that slows the floor slows a model's forward about
+  as much, so the corrected curve is T / f) and an overloaded machine (load average L above its
+  C cores when timing began: T · C / L). Half the replicates take the correction in full, half
+  a share of it uniform in [0, 1], so the interval spans the timings as measured through fully
+  corrected. A noisy floor (IQR/median r above the limit) scales by a log-normal factor with
+  sd r / 1.349. The intervals list each widening (`widened`), and the plan and the validation
+  report print them.
+
+- few prompts: the bootstrap reads the prompts' spread as if it were known, from a handful of
+  prompts (16 by default), some of which a drafter reads almost perfectly. Each replicate's
+  log-speedup deviation from the point is stretched by Student's t allowance for n prompts
+  (`few_prompts_stretch`: 1.12 for 16). Measured on the family (`polyplan bench intervals`:
+  48 prompts, 100 profile/new-set splits of 16 each, six chains), coverage at 95% was 76-95%
+  per chain before the shared draw and the stretch, 89-97% after.
+
+The loop overhead and switch costs are held fixed (they are small, measured on their own).
+Lemma 3.1 is not resampled: it stays a point prediction beside the exact model.
+
+Every replicate's speedups of all chains come from the same inputs, so chains are compared
+pairwise on replicates too: `overlaps_best` (the plain criterion: intervals overlap) and
+`beats_best` (the share of replicates in which a chain beats the best one).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+from typing import Sequence
+
+import numpy as np
+
+from polyplan.formats.errors import PolyplanError
+from polyplan.planner.exact.cost_model import predict_chain
+from polyplan.planner.exact.ngram_replay import draft_rounds, ngram_simple_sizes, target_streams
+from polyplan.planner.exact.latency import LatencyCurve, curve_from_profile
+from polyplan.formats.overhead import NO_SWITCH, LoopOverhead
+from polyplan.planner.exact.overhead import profile_switch_costs
+from polyplan.planner.exact.runs import count_matrix, profile_runs, survival_from_counts
+from polyplan.formats.profile import ModelProfile, Profile, TimingHealth
+from polyplan.planner.intervals.timing_health import MAX_FLOOR_NOISE, MAX_FLOOR_SHIFT
+
+DEFAULT_RESAMPLES = 200
+DEFAULT_LEVEL = 0.95
+MEDIAN_EFFICIENCY = 1.2533  # sd(median) / sd(mean) for Gaussian samples: sqrt(pi / 2)
+IQR_TO_SD = 1.349  # IQR of a standard normal
+Z95 = 1.96
+NEW_PROMPT_SET = float(np.sqrt(2.0))  # a new prompt set's error on top of the profile's: the same again, independent
+TIES_SHOWN = 3  # chains named in the ranking line (the plan lists them all)
+
+
+@dataclass(frozen=True)
+class SpeedupInterval:
+    """A predicted speedup with its bootstrap percentile interval at `level`."""
+
+    point: float
+    low: float
+    high: float
+    level: float
+
+    def text(self) -> str:
+        """`2.01x [1.88, 2.15]`."""
+        return f"{self.point:.2f}x [{self.low:.2f}, {self.high:.2f}]"
+
+    def contains(self, value: float) -> bool:
+        return self.low <= value <= self.high
+
+    def overlaps(self, other: "SpeedupInterval") -> bool:
+        return self.low <= other.high and other.low <= self.high
+
+
+@dataclass(frozen=True)
+class ChainInterval:
+    """One chain's interval and how it compares with the best chain on the same replicates."""
+
+    chain: tuple[str, ...]
+    block_sizes: tuple[int, ...]
+    speedup: SpeedupInterval
+    overlaps_best: bool  # its interval overlaps the best chain's (cannot be told apart)
+    beats_best: float  # share of replicates where it is faster than the best chain (0 for the best)
+
+
+@dataclass(frozen=True)
+class PredictionIntervals:
+    """Intervals for ranked chains (best first) and what was resampled to get them."""
+
+    chains: tuple[ChainInterval, ...]
+    resamples: int
+    level: float
+    seed: int
+    latency_source: str  # "samples" (stored timings), "median_iqr" (normal approximation) or "mixed"
+    acceptance_source: str  # "runs" (prompts resampled), "streams" (a rule drafter's replay), "alpha_ci", "alpha_samples", "fixed" or "mixed"
+    widened: tuple[str, ...] = ()  # one line per timing-health widening (module docstring)
+    prompt_stretch: float = 1.0  # the few-prompts stretch of every replicate's deviation (`few_prompts_stretch`)
+
+    def of(self, chain: Sequence[str]) -> ChainInterval | None:
+        for item in self.chains:
+            if item.chain == tuple(chain):
+                return item
+        return None
+
+    @property
+    def without_noise(self) -> bool:
+        """Every interval has zero width: the profile gave the bootstrap nothing to resample."""
+        return all(item.speedup.low == item.speedup.high for item in self.chains)
+
+    def tied_with_best(self) -> tuple[ChainInterval, ...]:
+        """Chains other than the best whose interval overlaps the best's."""
+        return tuple(item for item in self.chains[1:] if item.overlaps_best)
+
+    def ranking_line(self) -> str:
+        """One line saying whether the top of the ranking can be told apart."""
+        if not self.chains:
+            return "no chain"
+        best = self.chains[0]
+        tied = self.tied_with_best()
+        level = f"{self.level:.0%}"
+        if self.without_noise:
+            return ("ranking: not judged: every interval has zero width because the profile records no measurement "
+                    "noise (no timings or IQR, no acceptance interval or runs)")
+        if not tied:
+            return (f"ranking: {' > '.join(best.chain)} is ahead of every other chain "
+                    f"(no {level} interval overlaps {best.speedup.text()})")
+        names = "; ".join(f"{' > '.join(item.chain)} {item.speedup.text()} (faster in {item.beats_best:.0%} of resamples)"
+                          for item in tied[:TIES_SHOWN])
+        if len(tied) > TIES_SHOWN:
+            names += f"; and {len(tied) - TIES_SHOWN} more"
+        return (f"ranking: cannot tell {' > '.join(best.chain)} {best.speedup.text()} apart from: {names} "
+                f"({level} intervals overlap)")
+
+
+def _latency_replicates(model: ModelProfile, resamples: int, rng: np.random.Generator) -> tuple[np.ndarray, str]:
+    """[resamples, points] replicate medians for each latency point of `model`, and the source."""
+    columns, sources = [], set()
+    for point in model.latency:
+        if point.samples_s:
+            samples = np.asarray(point.samples_s, dtype=float)
+            picks = rng.integers(0, samples.size, size=(resamples, samples.size))
+            columns.append(np.median(samples[picks], axis=1))
+            sources.add("samples")
+        else:
+            repeats = point.repeats or 1
+            error = MEDIAN_EFFICIENCY * (point.iqr_s / IQR_TO_SD) / np.sqrt(repeats)
+            draws = point.median_s + error * rng.standard_normal(resamples)
+            columns.append(np.maximum(draws, point.median_s * 1e-3))  # a time stays > 0
+            sources.add("median_iqr")
+    return np.stack(columns, axis=1), _merge(sources)
+
+
+def _curve_replicates(profile: Profile, names: Sequence[str], resamples: int, rng: np.random.Generator,
+                      context_length: int | None) -> tuple[dict[str, list[LatencyCurve]], str]:
+    curves, sources = {}, set()
+    for name in names:
+        model = profile.model(name)
+        medians, source = _latency_replicates(model, resamples, rng)
+        sources.add(source)
+        curves[name] = [
+            curve_from_profile(
+                dataclasses.replace(model, latency=[dataclasses.replace(point, median_s=float(value))
+                                                    for point, value in zip(model.latency, row)]),
+                context_length,
+            )
+            for row in medians
+        ]
+    return curves, _merge(sources)
+
+
+def latency_replicates(profile: Profile, names: Sequence[str], resamples: int, rng: np.random.Generator,
+                       context_length: int | None = None) -> tuple[dict[str, list[LatencyCurve]], str, tuple[str, ...]]:
+    """Per model of `names`, `resamples` replicate latency curves (each point's timings
+    resampled, then the timing-health corrections: the module docstring), the latency source
+    ("samples", "median_iqr" or "mixed") and one line per timing-health widening."""
+    curves, source = _curve_replicates(profile, names, resamples, rng, context_length)
+    factors, widened = _health_factors(profile, names, resamples, rng)
+    for name, scale in factors.items():
+        curves[name] = [_scaled(curve, float(f)) for curve, f in zip(curves[name], scale)]
+    return curves, source, widened
+
+
+def _merge(sources: set[str]) -> str:
+    return next(iter(sources)) if len(sources) == 1 else "mixed"
+
+
+def _prompt_weights(prompts: int, resamples: int, rng: np.random.Generator) -> np.ndarray:
+    """[resamples, prompts]: how often each prompt is drawn in each replicate's new prompt set
+    (a set of the same size drawn from a cluster resample of the profile's prompts)."""
+    profiled = rng.integers(0, prompts, size=(resamples, prompts))
+    picks = np.take_along_axis(profiled, rng.integers(0, prompts, size=(resamples, prompts)), axis=1)
+    weights = np.zeros((resamples, prompts))
+    np.add.at(weights, (np.arange(resamples)[:, None], picks), 1.0)
+    return weights
+
+
+class _AcceptanceReplicates:
+    """Per (verifier, drafter): what the exact model reads in each replicate."""
+
+    def __init__(self, profile: Profile, sampling: str, acceptance_model: str, resamples: int, rng: np.random.Generator):
+        self.profile, self.sampling, self.resamples, self.rng = profile, sampling, resamples, rng
+        self.runs = profile_runs(profile, sampling) if acceptance_model in ("auto", "runs") else {}
+        self._weights: dict[int, np.ndarray] = {}
+        self.prompts: int | None = None  # how many prompts were resampled (the fewest, if several sets)
+        self._alphas: dict[tuple[str, str], np.ndarray] = {}
+        self._survivals: dict[tuple[str, str, int], list] = {}
+        self.sources: set[str] = set()
+        self.rule_drafters = ngram_simple_sizes(profile)
+        self.streams = target_streams(profile)
+
+    def _rounds(self, pair: tuple[str, str], block: int) -> list:
+        """A rule drafter's replayed rounds, the target's streams resampled as new prompt sets
+        (the same draw for every rule drafter, so they compare on equal replicates)."""
+        key = pair + (block,)
+        if key not in self._survivals:
+            rounds = draft_rounds(self.streams, self.rule_drafters[pair[1]], block)
+            self._survivals[key] = [rounds.resampled(weights) for weights in self._prompt_draw(len(self.streams))]
+            self.sources.add("streams")
+        return self._survivals[key]
+
+    def _prompt_draw(self, prompts: int) -> np.ndarray:
+        """The replicates' new prompt sets, one draw shared by every pair and stream measured on
+        the same prompts: a prompt that is hard for one drafter is hard for the others, so the
+        levels of a chain move together."""
+        if prompts not in self._weights:
+            self._weights[prompts] = _prompt_weights(prompts, self.resamples, self.rng)
+            self.prompts = prompts if self.prompts is None else min(self.prompts, prompts)
+        return self._weights[prompts]
+
+    def weights(self, pair: tuple[str, str]) -> np.ndarray:
+        return self._prompt_draw(len(self.runs[pair]))
+
+    def alphas(self, pair: tuple[str, str]) -> np.ndarray:
+        if pair in self._alphas:
+            return self._alphas[pair]
+        stats = self.profile.stats(*pair, self.sampling)
+        alpha = stats.alpha
+        if pair in self.runs and self.runs[pair]:
+            agree = np.asarray([sum(seq) for seq in self.runs[pair]], dtype=float)
+            length = np.asarray([len(seq) for seq in self.runs[pair]], dtype=float)
+            weights = self.weights(pair)
+            full = agree.sum() / max(length.sum(), 1.0)
+            rates = (weights @ agree) / np.maximum(weights @ length, 1.0)
+            values = alpha * rates / full if full > 0 else np.full(self.resamples, alpha)
+            self.sources.add("runs")
+        elif stats.alpha_ci is not None:
+            error = NEW_PROMPT_SET * (stats.alpha_ci[1] - stats.alpha_ci[0]) / (2 * Z95)
+            values = alpha + error * self.rng.standard_normal(self.resamples)
+            self.sources.add("alpha_ci")
+        elif stats.alpha_samples:
+            error = NEW_PROMPT_SET * np.sqrt(alpha * (1 - alpha) / stats.alpha_samples)
+            values = alpha + error * self.rng.standard_normal(self.resamples)
+            self.sources.add("alpha_samples")
+        else:
+            values = np.full(self.resamples, alpha)
+            self.sources.add("fixed")
+        self._alphas[pair] = np.clip(values, 0.0, 1.0 - 1e-6)
+        return self._alphas[pair]
+
+    def read(self, pair: tuple[str, str], block: int) -> list:
+        """The exact model's acceptance input for each replicate."""
+        if pair[1] in self.rule_drafters:
+            return self._rounds(pair, block)
+        if pair not in self.runs:
+            return list(self.alphas(pair))
+        key = pair + (block,)
+        if key not in self._survivals:
+            at_risk, going_on, starts = count_matrix(self.runs[pair], block)
+            weights = self.weights(pair)
+            pooled_risk, pooled_on, pooled_starts = weights @ at_risk, weights @ going_on, weights @ starts
+            # the full sample's survival: what a replicate that drew no complete verification reads
+            full = survival_from_counts(at_risk.sum(axis=0), going_on.sum(axis=0), int(starts.sum()))
+            self._survivals[key] = [
+                survival_from_counts(pooled_risk[b], pooled_on[b], int(pooled_starts[b])) if pooled_starts[b] > 0 else full
+                for b in range(self.resamples)
+            ]
+            self.sources.add("runs")
+        return self._survivals[key]
+
+
+def prediction_intervals(
+    profile: Profile,
+    chains: Sequence[tuple[Sequence[str], Sequence[int], float]],
+    *,
+    sampling: str = "greedy",
+    context_length: int | None = None,
+    overhead: LoopOverhead | None = None,
+    acceptance_model: str = "auto",
+    resamples: int = DEFAULT_RESAMPLES,
+    level: float = DEFAULT_LEVEL,
+    seed: int = 0,
+) -> PredictionIntervals:
+    """Bootstrap intervals of the exact model's speedup for `chains` (see the module docstring).
+
+    Args:
+        profile: the profile the predictions were made from.
+        chains: (chain, block sizes, point speedup) per chain, best first (the point is the
+            prediction on the profile as measured; the interval comes from the replicates).
+        acceptance_model: as in `planner.search.recommend` ("auto", "iid" or "runs").
+        resamples: bootstrap replicates B (>= 20).
+        level: interval coverage, in (0, 1).
+        seed: of the numpy Generator every draw comes from.
+    """
+    if isinstance(resamples, bool) or not isinstance(resamples, int) or resamples < 20:
+        raise PolyplanError(f"resamples: must be an integer >= 20, got {resamples!r}")
+    if not 0 < level < 1:
+        raise PolyplanError(f"level: must be in (0, 1), got {level!r}")
+    if not chains:
+        raise PolyplanError("chains: give at least one chain")
+    rng = np.random.default_rng(seed)
+    names = sorted({name for chain, _, _ in chains for name in chain})
+    curves, latency_source, widened = latency_replicates(profile, names, resamples, rng, context_length)
+    acceptance = _AcceptanceReplicates(profile, sampling, acceptance_model, resamples, rng)
+    switches = profile_switch_costs(profile)
+    speedups = np.empty((len(chains), resamples))
+    for row, (chain, blocks, _) in enumerate(chains):
+        pairs = list(zip(chain, chain[1:]))
+        reads = [acceptance.read(pair, k) for pair, k in zip(pairs, blocks)]
+        switch = [switches.get(name, NO_SWITCH) for name in chain]
+        for b in range(resamples):
+            speedups[row, b] = predict_chain(
+                [read[b] for read in reads], [curves[name][b] for name in chain], list(blocks), overhead, switch
+            ).speedup
+    stretch = few_prompts_stretch(acceptance.prompts, level)
+    points = np.asarray([point for _, _, point in chains], dtype=float)[:, None]
+    speedups = points * (speedups / points) ** stretch
+    tail = 100 * (1 - level) / 2
+    bounds = np.percentile(speedups, [tail, 100 - tail], axis=1)  # [2, chains]
+    intervals = [
+        SpeedupInterval(float(point), min(float(bounds[0, i]), float(point)), max(float(bounds[1, i]), float(point)), level)
+        for i, (_, _, point) in enumerate(chains)
+    ]
+    best = intervals[0]
+    items = tuple(
+        ChainInterval(
+            chain=tuple(chain),
+            block_sizes=tuple(int(k) for k in blocks),
+            speedup=interval,
+            overlaps_best=i > 0 and interval.overlaps(best),
+            beats_best=0.0 if i == 0 else float(np.mean(speedups[i] > speedups[0])),
+        )
+        for i, ((chain, blocks, _), interval) in enumerate(zip(chains, intervals))
+    )
+    return PredictionIntervals(items, resamples, level, seed, latency_source,
+                               _merge(acceptance.sources) if acceptance.sources else "fixed", widened, stretch)
+
+
+def stretch_words(stretch: float) -> str:
+    """`, each deviation x1.12 for few prompts (Student's t)`, or nothing when there was none."""
+    return "" if stretch == 1.0 else f", each deviation x{stretch:.2f} for few prompts (Student's t)"
+
+
+def few_prompts_stretch(prompts: int | None, level: float) -> float:
+    """How far each replicate's log-speedup is moved away from the point when the acceptance came
+    from only `prompts` prompts (None: no prompts were resampled, 1.0).
+
+    A bootstrap over n clusters reads their spread as if it were known: its variance is short by
+    (n − 1)/n, and the spread it reads varies from profile to profile (a profile whose prompts
+    happen to lack the rare prompt a drafter reads almost perfectly gets a narrow interval just
+    when a new set may hold one). Student's t is the textbook allowance for both with a mean of n
+    observations, so every deviation is stretched by t_{n−1} / z · sqrt(n / (n − 1)) at the
+    interval's level: 1.12 for 16 prompts, 1.03 for 64, → 1.
+    """
+    if prompts is None or prompts < 2:
+        return 1.0
+    from scipy.stats import norm, t
+
+    upper = 0.5 + level / 2
+    return float(t.ppf(upper, prompts - 1) / norm.ppf(upper) * np.sqrt(prompts / (prompts - 1)))
+
+
+def _scaled(curve: LatencyCurve, factor: float) -> LatencyCurve:
+    return LatencyCurve(curve.ks, tuple(factor * value for value in curve.seconds))
+
+
+def _correction(full: float, resamples: int, rng: np.random.Generator) -> np.ndarray:
+    """Factors between 1 (as measured) and `full` (fully corrected): half the replicates at
+    `full`, half a uniform share of the way there."""
+    share = np.where(rng.random(resamples) < 0.5, 1.0, rng.random(resamples))
+    return 1.0 - share * (1.0 - full)
+
+
+def _health_factors(profile: Profile, names: Sequence[str], resamples: int,
+                    rng: np.random.Generator) -> tuple[dict[str, np.ndarray], tuple[str, ...]]:
+    """Per model whose timing-health check failed, a factor on its whole curve per replicate,
+    and one line per widening (the module docstring gives the laws)."""
+    floors = {model.name: model.timing.reference_median_s for model in profile.models
+              if model.timing is not None and model.timing.reference_median_s}
+    quietest = min(floors.values()) if floors else None
+    shifted = quietest is not None and max(floors.values()) / quietest > MAX_FLOOR_SHIFT
+    factors: dict[str, np.ndarray] = {}
+    lines: list[str] = []
+    for name in names:
+        health = profile.model(name).timing or TimingHealth()
+        factor = np.ones(resamples)
+        reasons = []
+        if shifted and name in floors and floors[name] > quietest:
+            shift = floors[name] / quietest
+            factor *= _correction(1.0 / shift, resamples, rng)
+            reasons.append(f"the machine floor was {shift:.2f}x slower while it was timed than at the quietest")
+        load, cpus = health.load_average, health.cpus
+        if load is not None and cpus is not None and load > cpus:
+            factor *= _correction(cpus / load, resamples, rng)
+            reasons.append(f"load average {load:.1f} on {cpus} core(s) when timing began")
+        noise = health.reference_relative_iqr
+        if noise is not None and noise > MAX_FLOOR_NOISE:
+            factor *= np.exp(noise / IQR_TO_SD * rng.standard_normal(resamples))
+            reasons.append(f"the machine floor's IQR/median was {noise:.1%}")
+        if reasons:
+            factors[name] = factor
+            low, high = np.percentile(factor, [2.5, 97.5])
+            lines.append(f"{name}: latency x [{low:.2f}, {high:.2f}] ({'; '.join(reasons)})")
+    return factors, tuple(lines)
