@@ -8,7 +8,7 @@ import torch
 from conftest import save_model, tiny_llama, tiny_tokenizer
 from polyplan.decoder.chain import generate
 from polyplan.decoder.hf import HFMember
-from polyplan.models.loader import chain_candidates, load_chain
+from polyplan.models.chain_candidates import ChainCandidates
 from polyplan.decoder.ngram import NGramMember
 from polyplan.decoder.sampling import Sampling
 from polyplan.decoder.table import TableMember
@@ -98,8 +98,7 @@ def test_token_maps_differ_although_sizes_match():
 
 def _load_folders(*folders):
     """Members of a chain of model folders, through the one loader (folders are ad-hoc candidates)."""
-    chain = chain_candidates([str(folder) for folder in folders], None)
-    return load_chain(chain).chain(chain.chain)
+    return list(ChainCandidates.from_names(None, [str(folder) for folder in folders]).load().members)
 
 
 def test_load_chain_checks_maps_and_special_tokens(tmp_path):

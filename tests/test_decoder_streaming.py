@@ -77,7 +77,7 @@ def test_generate_text_streams_pieces_that_join_to_the_text():
 
 def test_the_vocabulary_check_is_one_check_worded_alike_everywhere(tmp_path):
     """The loader, `generate` and the profiler refuse the same drafter with the same reason."""
-    from polyplan.models.loader import chain_candidates, load_chain
+    from polyplan.models.chain_candidates import ChainCandidates
     from polyplan.profiler import ProfiledModel
     from polyplan.profiler.checks import check_models
 
@@ -91,7 +91,7 @@ def test_the_vocabulary_check_is_one_check_worded_alike_everywhere(tmp_path):
         check_models([ProfiledModel("target", target, "t"), ProfiledModel("odd", odd, "o")])
     folders = [save_model(tmp_path / "target", model, tiny_tokenizer()), save_model(tmp_path / "odd", model, tiny_tokenizer(swap=(4, 9)))]
     with pytest.raises(PolyplanError) as through_loader:
-        load_chain(chain_candidates([str(folder) for folder in folders], None))
+        ChainCandidates.from_names(None, [str(folder) for folder in folders]).load()
     assert str(through_generate.value) == f"chain member 1 ('odd'): {reason}"
     assert str(through_profiler.value) == f"candidate 'odd': {reason}"
     assert str(through_loader.value) == f"chain member 1 ('odd'): {reason}"
