@@ -7,7 +7,6 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from polyplan.decoder.compatibility import incompatibility
 from polyplan.formats.errors import PolyplanError
 from polyplan.formats.profile import SCHEMA_VERSION, Profile
 from polyplan.formats.processor import Processor, processor_labels
@@ -21,16 +20,12 @@ if TYPE_CHECKING:
 
 
 def check_models(models: Sequence[ProfiledModel]) -> None:
-    """Unique names; every model can share a chain with the target (`decoder.compatibility`)."""
+    """Unique names. (That every model can share a chain with the target was checked once,
+    when the loader loaded them: `models.loader`.)"""
     names = [model.name for model in models]
     for name in names:
         if names.count(name) > 1:
             raise PolyplanError(f"candidates: duplicate name {name!r}")
-    target = models[0]
-    for model in models[1:]:
-        reason = incompatibility(model.member, target.member, f"the target {target.name!r}")
-        if reason is not None:
-            raise PolyplanError(f"candidate {model.name!r}: {reason}")
 
 
 def check_inputs_fit(models: Sequence[ProfiledModel], prompts: Sequence[EncodedPrompt], settings: ProfileSettings) -> None:
