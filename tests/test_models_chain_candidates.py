@@ -8,17 +8,12 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-import yaml
 
-from polyplan.formats.candidates import read_candidates
+from conftest import synthetic_plan
 from polyplan.formats.errors import PolyplanError
 from polyplan.formats.plan import read_plan
-from polyplan.formats.profile import LatencyPoint, ModelProfile, Profile, SamplingStats
 from polyplan.models.builtin import builtin_folder
 from polyplan.models.chain_candidates import ChainCandidates
-from polyplan.models.fingerprints import candidate_fingerprints
-from polyplan.planner.plan_file import write_plan
-from polyplan.planner.search import recommend
 
 pytestmark = pytest.mark.usefixtures("single_thread")
 
@@ -31,19 +26,7 @@ PAIRS = {("target", "target-int8"): 0.95, ("target", "ngram"): 0.3, ("target-int
 def _plan(folder: Path, sampling: str = "greedy") -> Path:
     """A plan of the shipped family from a synthetic profile with the models' real fingerprints:
     its chain is target > target-int8 > ngram (the drafter, profiled, agrees too rarely)."""
-    prints = candidate_fingerprints(read_candidates(ZOO))
-    profile = Profile(target="target", device="synthetic")
-    for name, seconds in TIMES.items():
-        points = [LatencyPoint(64, k, seconds * (1 + 0.1 * (k - 1))) for k in (1, 2, 4, 8)]
-        profile.models.append(ModelProfile(name, prints[name], points))
-    for (upper, lower), alpha in PAIRS.items():
-        profile.add_pair(upper, lower).sampling[sampling] = SamplingStats(alpha=alpha, engine_alpha=alpha)
-    profile.save(folder / "profile.json")
-    path = folder / "plan.json"
-    record = {"path": str(ZOO), "yaml": yaml.safe_load(ZOO.read_text())}
-    write_plan(recommend(profile, max_levels=3, k_max=4, sampling=sampling), path, profile_path=str(folder / "profile.json"),
-               candidates=record)
-    return path
+    return synthetic_plan(folder, ZOO, TIMES, PAIRS, sampling=sampling)
 
 
 @pytest.fixture(scope="module")

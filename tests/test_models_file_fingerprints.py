@@ -5,6 +5,7 @@ written costing only a re-hash."""
 
 from __future__ import annotations
 
+import json
 import os
 from pathlib import Path
 
@@ -104,8 +105,6 @@ def test_paths_are_kept_apart_and_gone_paths_pruned(cache, tmp_path, hashes):
     third = tmp_path / "three.gguf"
     third.write_bytes(b"4")
     file_fingerprint(third)  # a write prunes what no longer exists
-    import json
-
     assert set(json.loads(cache_path().read_text())["files"]) == {str(one), str(two), str(third)}
 
 
@@ -167,13 +166,9 @@ def test_generate_plan_on_a_gguf_hashes_nothing_after_its_first_run(cache, tmp_p
     import yaml
     from typer.testing import CliRunner
 
+    from conftest import synthetic_plan
     from polyplan.cli.app import app
-    from polyplan.formats.candidates import read_candidates
-    from polyplan.formats.profile import LatencyPoint, ModelProfile, Profile, SamplingStats
     from polyplan.models import gguf_source
-    from polyplan.models.fingerprints import candidate_fingerprints
-    from polyplan.planner.plan_file import write_plan
-    from polyplan.planner.search import recommend
     from tiny_gguf import write_tiny_gguf
 
     gguf = tmp_path / "tiny.gguf"
@@ -183,22 +178,12 @@ def test_generate_plan_on_a_gguf_hashes_nothing_after_its_first_run(cache, tmp_p
         {"name": "tiny", "source": str(gguf), "engine": "llama.cpp", "target": True},
         {"name": "ngram", "derive": {"kind": "ngram", "max_n": 4, "min_n": 1}},
     ]}))
-    prints = candidate_fingerprints(read_candidates(models))
-    profile = Profile(target="tiny", device="synthetic")
-    for name, seconds in {"tiny": 0.01, "ngram": 0.0002}.items():
-        profile.models.append(ModelProfile(name, prints[name], [LatencyPoint(64, k, seconds * (1 + 0.1 * (k - 1))) for k in (1, 2, 4, 8)]))
-    profile.add_pair("tiny", "ngram").sampling["greedy"] = SamplingStats(alpha=0.6, engine_alpha=0.6)
-    profile.save(tmp_path / "profile.json")
-    plan = tmp_path / "plan.json"
-    write_plan(recommend(profile, max_levels=2, k_max=4, sampling="greedy"), plan, profile_path=str(tmp_path / "profile.json"),
-               candidates={"path": str(models), "yaml": yaml.safe_load(models.read_text())})
+    plan = synthetic_plan(tmp_path, models, {"tiny": 0.01, "ngram": 0.0002}, {("tiny", "ngram"): 0.6}, max_levels=2)
     sha_reads: list[Path] = []
     raw = gguf_source.file_sha256
     monkeypatch.setattr(gguf_source, "file_sha256", lambda path: sha_reads.append(Path(path)) or raw(path))
 
     def generate() -> dict:
-        import json
-
         result = CliRunner().invoke(app, ["generate", "--plan", str(plan), "--max-new-tokens", "4", "--raw-prompts", "--json", "def f(x):"])
         assert result.exit_code == 0, result.output
         return json.loads(result.stdout)
