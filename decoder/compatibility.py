@@ -2,7 +2,9 @@
 
 The one loader (`models.loader`) runs it once on every candidate it loads, against the target,
 and prefixes a failure with the entry's label (the models.yaml entry, or the chain position of a
-model folder); `generate` and the profiler take the members it passed as they are.
+model folder); `generate` and the profiling commands take the members it passed as they are.
+`profiler.run.profile_models`, the profiler's library entry, runs it on the models it is handed
+(they did not come through the loader).
 
 Two members share a vocabulary when their token-to-id maps are equal (members without a
 tokenizer, e.g. the n-gram drafter, adopt the chain's), their special tokens play the same

@@ -7,6 +7,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from polyplan.decoder.compatibility import incompatibility
 from polyplan.formats.errors import PolyplanError
 from polyplan.formats.profile import SCHEMA_VERSION, Profile
 from polyplan.formats.processor import Processor, processor_labels
@@ -20,12 +21,24 @@ if TYPE_CHECKING:
 
 
 def check_models(models: Sequence[ProfiledModel]) -> None:
-    """Unique names. (That every model can share a chain with the target was checked once,
-    when the loader loaded them: `models.loader`.)"""
+    """Unique names. (Models loaded from a models.yaml were checked to share the target's
+    vocabulary when the loader loaded them, `models.loader`; `check_handed_models` checks
+    models handed in directly.)"""
     names = [model.name for model in models]
     for name in names:
         if names.count(name) > 1:
             raise PolyplanError(f"candidates: duplicate name {name!r}")
+
+
+def check_handed_models(models: Sequence[ProfiledModel]) -> None:
+    """Every model can share a chain with the target (`decoder.compatibility`), for models that
+    did not come through the loader: `profile_models`, the library entry, is handed any
+    members; the profiling commands load theirs, already checked, and do not run it again."""
+    target = models[0]
+    for model in models[1:]:
+        reason = incompatibility(model.member, target.member, f"the target {target.name!r}")
+        if reason is not None:
+            raise PolyplanError(f"candidate {model.name!r}: {reason}")
 
 
 def check_inputs_fit(models: Sequence[ProfiledModel], prompts: Sequence[EncodedPrompt], settings: ProfileSettings) -> None:
