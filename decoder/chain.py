@@ -34,7 +34,6 @@ from collections.abc import Callable, Sequence
 
 import torch
 
-from polyplan.decoder.compatibility import incompatibility
 from polyplan.decoder.member import ArgmaxForward, BlockDrafter, ChainMember
 from polyplan.decoder.result import GenerationResult, LevelStats, PassTally
 from polyplan.decoder.sampling import Sampling, argmax_ids, probabilities, sample
@@ -58,8 +57,10 @@ def generate(
     """Generate with the chain M_1 (target, `chain[0]`) … M_n (cheapest, `chain[-1]`).
 
     Args:
-        chain: n >= 1 members sharing one vocabulary. n = 1 is plain autoregressive
-            decoding, n = 2 classic speculative decoding, n >= 3 staged verification.
+        chain: n >= 1 members sharing one vocabulary (the one loader checks it when it
+            loads them: `models.loader`; `decoder.compatibility.incompatibility` says why two
+            members cannot). n = 1 is plain autoregressive decoding, n = 2 classic
+            speculative decoding, n >= 3 staged verification.
         prompt_ids: The prompt, 1-D (or 2-D with one row); batches are not supported.
         max_new_tokens: Exactly this many tokens are returned unless EOS comes first.
         block_sizes: K_1 … K_{n-1}: level i asks the sub-chain below for K_i tokens per round.
@@ -321,20 +322,11 @@ def _check_prompt(prompt_ids: Sequence[int] | torch.Tensor) -> list[int]:
 
 
 def _check_chain(members: list[ChainMember]) -> int:
-    """Validate the chain and return its common vocabulary size (`decoder.compatibility`: every
-    member against the target, and against the first member with a token map when the target
-    has none)."""
+    """The chain's vocabulary size: the target's. That the members share it is checked once,
+    where they are loaded (`models.loader`, with `decoder.compatibility`), not on every call."""
     if not members:
         raise PolyplanError("chain: empty; give at least the target model")
-    target = members[0]
-    reference = next((member for member in members if member.token_map() is not None), target)
-    for index, member in enumerate(members):
-        reason = incompatibility(member, target, f"the target {target.name!r}")
-        if reason is None and reference is not target:
-            reason = incompatibility(member, reference, repr(reference.name))
-        if reason is not None:
-            raise PolyplanError(f"chain member {index} ({member.name!r}): {reason}")
-    return target.valid_vocab_size
+    return members[0].valid_vocab_size
 
 
 def _check_blocks(block_sizes: Sequence[int], n: int) -> tuple[int, ...]:

@@ -1,8 +1,10 @@
 """Whether a member can share a chain with the target: the one vocabulary check.
 
-The loader (`models.loader`) runs it on every candidate it loads, `generate` on the
-members it is handed, and the profiler on the models it measures; all three word a failure
-the same way and prefix it with their own label (the entry, the chain position).
+The one loader (`models.loader`) runs it once on every candidate it loads, against the target,
+and prefixes a failure with the entry's label (the models.yaml entry, or the chain position of a
+model folder); `generate` and the profiling commands take the members it passed as they are.
+`profiler.run.profile_models`, the profiler's library entry, runs it on the models it is handed
+(they did not come through the loader).
 
 Two members share a vocabulary when their token-to-id maps are equal (members without a
 tokenizer, e.g. the n-gram drafter, adopt the chain's), their special tokens play the same

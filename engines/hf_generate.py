@@ -283,11 +283,11 @@ def run_decoder_benchmark(
         names = ("random-llama-8x256", "its-first-layer")
         ids = random_prompts(prompts, prompt_length, target.config.vocab_size)
     else:
-        from polyplan.models.loader import chain_candidates, load_chain
+        from polyplan.models.chain_candidates import ChainCandidates
 
-        chain = chain_candidates([str(target_dir), str(draft_dir)], None, device=device)
-        loaded = load_chain(chain)
-        target, draft = (member.model for member in loaded.chain(chain.chain))
+        chain = ChainCandidates.from_names(None, [str(target_dir), str(draft_dir)], device=device)
+        loaded = chain.load()
+        target, draft = (member.model for member in loaded.members)
         names = chain.chain
         from polyplan.decoder.chat import encode_prompt
 

@@ -228,7 +228,7 @@ def run_llama_peers(plan_path, *, prompts_path=None, candidates_path=None, threa
     from polyplan.formats.plan import read_plan
     from polyplan.formats.sampling import SamplingMode
     from polyplan.models.candidate_file import plan_candidates
-    from polyplan.models.loader import load_candidates
+    from polyplan.models.chain_candidates import ChainCandidates
     from polyplan.profiler.processor import plan_machine_line
     from polyplan.profiler.prompt_sets import encode_for, validation_prompt_set
     from polyplan.profiler.threads import choose_threads, plan_threads
@@ -244,7 +244,7 @@ def run_llama_peers(plan_path, *, prompts_path=None, candidates_path=None, threa
     other = plan_machine_line(plan)  # the race compares with the plan's predictions
     if other is not None:
         log(f"warning: {other}")
-    candidates = plan_candidates(plan, str(plan_path), candidates_path)
+    candidates = plan_candidates(plan, str(plan_path), candidates_path)  # every drafter gets a server
     target = candidates.target
     if target.source_kind != "gguf":
         raise PolyplanError(f"{plan_path}: target {target.name!r} is not a GGUF file; llama-server runs only GGUF")
@@ -257,20 +257,20 @@ def run_llama_peers(plan_path, *, prompts_path=None, candidates_path=None, threa
                                workload=ReplayWorkload(new_tokens, repeats))
     configs = server_configs(plan, export, candidates, engine_files(candidates), recommended=exported.recommended)
     available = usable_memory()  # before polyplan's own members load: they are estimated with the servers (`resident_need`)
-    loaded = load_candidates(candidates)
+    loaded = ChainCandidates.from_plan(plan, models_yaml=candidates_path, label=str(plan_path)).load()  # polyplan's own chain
     prompts = validation_prompt_set(prompts_path, max_prompts=max_prompts)
     encoded = encode_for(prompts, loaded.tokenizer)
     too_long = [p for p in encoded if len(p.ids) + new_tokens > context]
     if too_long:
         raise PolyplanError(f"prompt {too_long[0].prompt.source}: {len(too_long[0].ids)} tokens + {new_tokens} new exceed the context {context}")
-    chain = loaded.chain(list(plan.chain))
-    block_sizes = list(plan.block_sizes)
+    chain = list(loaded.members)
+    block_sizes = list(loaded.resolved.block_sizes)
     logs = cache_root() / "engines" / "logs" / time.strftime("%Y%m%d-%H%M%S")
     common = ("-t", str(threads), "-tb", str(threads), "-c", str(context), "-np", "1", "--no-webui", "--no-warmup",
               *export.server_flags)  # `--no-repack` where llama.cpp's extra buffers crash (the export decided)
     mapped = "--no-repack" in common  # weights stay in the mapped file, shared (else each server repacks its own copy)
     needs = server_needs(configs, gguf_memory(target.source), context, mapped=mapped)
-    memory = race_groups(needs[0], needs[1:], resident_need(POLYPLAN, loaded, mapped=mapped), available)
+    memory = race_groups(needs[0], needs[1:], resident_need(POLYPLAN, loaded.loaded, mapped=mapped), available)
     by_label = {config.label: config for config in configs}
     groups = [[by_label[label] for label in group] for group in memory.groups]
     memory_note = memory_line(memory, len(configs))

@@ -345,10 +345,9 @@ def run_peers(
     K and predicted speedup, and race every configuration on the prompts (default: built-in
     prompts held out from profiling). `loop.pipeline.race_peers_of` plans first when there is
     no plan."""
-    from polyplan.models.loader import load_candidates
     from polyplan.formats.plan import read_plan
     from polyplan.engines.export import export_from_files
-    from polyplan.models.candidate_file import plan_candidates
+    from polyplan.models.chain_candidates import ChainCandidates
     from polyplan.profiler.prompt_sets import encode_for, validation_prompt_set
 
     if repeats < 1 or new_tokens < 1:
@@ -357,10 +356,11 @@ def run_peers(
     if not SamplingMode.parse(plan.sampling).greedy:
         raise PolyplanError(f"{plan_path}: sampling {plan.sampling!r}: bench peers compares greedy outputs; use a greedy plan")
     export = export_from_files(plan_path, "hf", candidates_path=candidates_path, in_process=True)
-    candidates = plan_candidates(plan, str(plan_path), candidates_path)
+    raced = [(option.drafter,) for option in export.options if option.reason is None]  # each assisted drafter's model
+    chain = ChainCandidates.from_plan(plan, models_yaml=candidates_path, also=raced, label=str(plan_path))
     prompts = validation_prompt_set(prompts_path, max_prompts=max_prompts)
-    loaded = load_candidates(candidates)
-    members = {item.candidate.name: item.member for item in loaded.candidates}
+    loaded = chain.load()
+    members = loaded.by_name
     target = members[plan.target]
     eos = target.model.generation_config.eos_token_id
     counter = _ForwardClock(target.model, sync=lambda: None)  # counts the target's forward calls

@@ -82,7 +82,7 @@ from __future__ import annotations
 
 import dataclasses
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -213,10 +213,13 @@ class Candidate:
 
 @dataclass(frozen=True)
 class CandidateSet:
-    """All candidates of one models.yaml, target first, then in file order."""
+    """All candidates of one models.yaml, target first, then in file order; `yaml` is the
+    parsed file they were validated from (what a plan records of them; None for a set made
+    by hand, e.g. a chain of folders)."""
 
     candidates: tuple[Candidate, ...]
     origin: str
+    yaml: Any = field(default=None, compare=False, repr=False)
 
     @property
     def target(self) -> Candidate:
@@ -299,7 +302,7 @@ def parse_candidates(data: Any, *, base_dir: Path, origin: str = "models.yaml") 
                     f"{candidate.device}: {reason}"
                 )
     target = next(c for c in candidates if c.is_target)
-    return CandidateSet((target,) + tuple(c for c in candidates if not c.is_target), origin)
+    return CandidateSet((target,) + tuple(c for c in candidates if not c.is_target), origin, data)
 
 
 def _parse_entry(entry: Any, index: int, base_dir: Path, origin: str) -> Candidate:

@@ -31,7 +31,7 @@ from polyplan.formats.plan import PlanFile, read_plan
 from polyplan.formats.profile import Profile, read_profile, write_profile
 from polyplan.planner.plan_file import plan_from_profile, planned_from_profile
 from polyplan.planner.search import Recommendation
-from polyplan.models.candidate_file import CandidateFile, plan_candidates, read_candidate_file
+from polyplan.models.candidate_file import CandidateFile, read_candidate_file
 from polyplan.models.fingerprints import load_fingerprinted
 from polyplan.models.loader import LoadedCandidates
 from polyplan.formats.processor import machine_difference
@@ -328,7 +328,7 @@ def validate_plan_file(
     (default: stderr) gets one `warning:` line before the run, and the report's notes keep it
     (`formats.processor.machine_difference`).
     """
-    from polyplan.models.loader import load_candidates
+    from polyplan.models.chain_candidates import ChainCandidates
     from polyplan.planner.plan_check import check_plan
     from polyplan.profiler.threads import choose_threads, plan_threads, set_threads
 
@@ -337,12 +337,13 @@ def validate_plan_file(
     profiled = plan_profile(planned)  # read and checked once, for the plan check and the run
     check_plan(planned, label, profiled)  # a hand-edited plan is refused before any work
     specs = select_chains(planned, settings.top, label)  # a bad --top or a changed model loads nothing
-    candidate_set = plan_candidates(planned, label, candidates_path)
+    chains = ChainCandidates.from_plan(planned, models_yaml=candidates_path, also=[spec.planned.chain for spec in specs],
+                                       label=label)
     prompts = validation_prompt_set(prompt_file, per_kind=prompts_per_kind, max_prompts=max_prompts, raw=raw_prompts)
     choice = choose_threads(threads, plan_threads(planned.device), recorded_by="the plan's profile")
     set_threads(choice)
-    loaded = load_candidates(candidate_set)
-    members = {item.candidate.name: item.member for item in loaded.candidates}
+    loaded = chains.load()
+    members = loaded.by_name
     encoded = encode_for(prompts, loaded.tokenizer)
     # prompts that cannot fit fail now, not after waiting for another run's timings
     fit_prompts(encoded, context_limit(members, specs), reserve_for(specs, settings.new_tokens), truncate=prompts.truncate,

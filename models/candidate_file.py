@@ -1,18 +1,21 @@
 """A models.yaml read once: the validated candidates and the record a plan keeps of them.
 
-`read_candidate_file` parses the file once; every stage of the loop takes the result (the
-loader, the fingerprints, the plan's `candidates` entry). `plan_candidates` goes the other way:
-from a plan back to the candidates it names, refusing models whose files changed since.
+`read_candidate_file` reads the file once, through the one models.yaml reader
+(`formats.candidates.read_candidates`), and adds the record a profile and a plan keep; every
+stage of the loop takes the result (the loader, the fingerprints, the plan's `candidates`
+entry). `plan_candidates` goes the other way: from a plan back to the candidates it names,
+refusing models whose files changed since.
 """
 
 from __future__ import annotations
 
 import os
+from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from polyplan.formats.candidates import CandidateSet, parse_candidates
+from polyplan.formats.candidates import CandidateSet, parse_candidates, read_candidates
 from polyplan.formats.errors import PolyplanError
 from polyplan.formats.plan import PlanFile
 from polyplan.models.fingerprints import candidate_fingerprints, with_device
@@ -33,20 +36,17 @@ def read_candidate_file(path: str | os.PathLike[str], device: str | None = None)
     Raises:
         PolyplanError: no such file, bad YAML, an invalid candidate.
     """
-    from polyplan.formats.inputs import read_yaml_file
-
-    path = Path(path)
-    if not path.is_file():
-        raise PolyplanError(f"--candidates: file {path} not found")  # as read_candidates says it
-    data = read_yaml_file(path, "models.yaml")
-    candidates = parse_candidates(data, base_dir=path.parent, origin=str(path))
-    record = {"path": str(path.resolve()), "yaml": data, "device": device}
+    candidates = read_candidates(path)
+    record = {"path": str(Path(path).resolve()), "yaml": candidates.yaml, "device": device}
     return CandidateFile(with_device(candidates, device) if device is not None else candidates, record)
 
 
-def plan_candidates(plan: PlanFile, label: str, candidates_path: str | os.PathLike[str] | None = None) -> CandidateSet:
-    """The candidates of `plan` (its recorded models.yaml, or `candidates_path`), checked
-    against the fingerprints the plan recorded (nothing is loaded yet).
+def plan_candidates(
+    plan: PlanFile, label: str, candidates_path: str | os.PathLike[str] | None = None, names: Iterable[str] | None = None
+) -> CandidateSet:
+    """The candidates of `plan` (its recorded models.yaml, or `candidates_path`), the models
+    called `names` (default: every model the plan profiled) checked against the fingerprints
+    the plan recorded; only those are fingerprinted, and nothing is loaded yet.
 
     Raises:
         PolyplanError: the plan records no models.yaml and none was given; a model of the plan
@@ -67,10 +67,16 @@ def plan_candidates(plan: PlanFile, label: str, candidates_path: str | os.PathLi
             f"{label}: candidates: the plan does not record its models.yaml (made by `recommend --profile` alone); "
             "pass --candidates models.yaml"
         )
-    now = candidate_fingerprints(candidates)
-    for name, fingerprint in sorted(plan.profiled_fingerprints.items()):
-        if name not in now:
+    recorded = plan.profiled_fingerprints
+    wanted = sorted(recorded) if names is None else list(dict.fromkeys(names))  # a chain: its target first
+    known = {candidate.name for candidate in candidates.candidates}
+    for name in wanted:
+        if name not in known:
             raise PolyplanError(f"{label}: model {name!r} of the plan is not in {candidates.origin}")
+    checked = [name for name in wanted if name in recorded]
+    now = candidate_fingerprints(candidates, checked)
+    for name in checked:
+        fingerprint = recorded[name]
         if now[name] != fingerprint:
             raise PolyplanError(
                 f"{label}: model {name!r} changed since the plan was made (fingerprint {fingerprint[:19]}… in the plan, "

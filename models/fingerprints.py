@@ -13,17 +13,22 @@ fingerprint that keys a candidate's profile entries:
 - a derived entry: its derivation and device on top of its base's fingerprint (a `vocab` id
   list: the file's contents, not its path);
 - an n-gram drafter: its parameters and the target's fingerprint (it uses that vocabulary).
+
+Files are hashed through `file_fingerprints` (the same values, kept in the cache while the
+files keep their size and mtime), and only for the candidates asked for: a command that runs
+one chain fingerprints that chain's members and what they derive from, not all of models.yaml.
 """
 
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Iterable
 from dataclasses import dataclass
-from pathlib import Path
 from typing import TYPE_CHECKING
 
 from polyplan.formats.candidates import RULE_DRAFTERS, Candidate, CandidateSet, NGram, NGramSimple, ReducedVocab, base_chain
-from polyplan.models.hashing import fingerprint_files, fingerprint_settings
+from polyplan.models.file_fingerprints import file_fingerprint
+from polyplan.models.hashing import fingerprint_settings
 from polyplan.decoder.member import ChainMember
 
 if TYPE_CHECKING:
@@ -40,10 +45,13 @@ class ProfiledModel:
     fingerprint: str
 
 
-def candidate_fingerprints(candidates: CandidateSet) -> dict[str, str]:
-    """The fingerprint of every candidate, by name (see the module docstring)."""
+def candidate_fingerprints(candidates: CandidateSet, names: Iterable[str] | None = None) -> dict[str, str]:
+    """The fingerprint of each candidate called one of `names` (default: every candidate), by
+    name; the entries they derive from are fingerprinted on the way and returned too (see the
+    module docstring)."""
     cache: dict[str, str] = {}
-    for candidate in candidates.candidates:
+    chosen = candidates.candidates if names is None else tuple(candidates.by_name(name) for name in names)
+    for candidate in chosen:
         _fingerprint(candidate, candidates, cache)
     return cache
 
@@ -58,7 +66,7 @@ def _fingerprint(candidate: Candidate, candidates: CandidateSet, cache: dict[str
         value = fingerprint_settings("ngram-simple", dataclasses.asdict(derive), _fingerprint(candidates.target, candidates, cache))
     elif isinstance(derive, ReducedVocab):
         base = _fingerprint(candidates.by_name(derive.base), candidates, cache)
-        kept = {"size": derive.size} if derive.ids is None else {"ids": fingerprint_files([Path(derive.ids)])}
+        kept = {"size": derive.size} if derive.ids is None else {"ids": file_fingerprint(derive.ids)}
         value = fingerprint_settings("ReducedVocab", kept, base, candidate.device)
     elif derive is not None:
         base = _fingerprint(candidates.by_name(derive.base), candidates, cache)
@@ -91,13 +99,13 @@ def _source_fingerprint(candidate: Candidate) -> str:
     if candidate.source_kind == "builtin":
         from polyplan.models.builtin import builtin_folder
 
-        return fingerprint_files([builtin_folder(candidate.source.split(":", 1)[1])])
+        return file_fingerprint(builtin_folder(candidate.source.split(":", 1)[1]))
     if candidate.source_kind in ("local", "gguf"):  # a GGUF file: its contents, as its cache key
-        return fingerprint_files([Path(candidate.source)])
+        return file_fingerprint(candidate.source)
     from polyplan.models.hub_source import cached_hub_folder
 
     folder = cached_hub_folder(candidate.source)  # the cached snapshot's files, when there is one
-    return fingerprint_files([folder]) if folder is not None else f"hub:{candidate.source}"
+    return file_fingerprint(folder) if folder is not None else f"hub:{candidate.source}"
 
 
 def with_device(candidates: CandidateSet, device: str) -> CandidateSet:
@@ -108,7 +116,7 @@ def with_device(candidates: CandidateSet, device: str) -> CandidateSet:
         else dataclasses.replace(c, device=device)
         for c in candidates.candidates
     )
-    return CandidateSet(moved, candidates.origin)
+    return dataclasses.replace(candidates, candidates=moved)
 
 
 def load_fingerprinted(candidates: CandidateSet) -> LoadedCandidates:

@@ -25,7 +25,7 @@ from pathlib import Path
 
 from polyplan.formats.cache import cache_root
 from polyplan.formats.errors import PolyplanError
-from polyplan.models.gguf_source import file_sha256
+from polyplan.models.file_fingerprints import content_sha256
 from polyplan.models.llama_quantize import FOLDER
 
 _BLOCK = re.compile(r"^blk\.(\d+)\.")
@@ -35,7 +35,7 @@ _NOT_PER_LAYER = ("rope.dimension_sections",)
 
 def copy_path(base: str | os.PathLike[str], layers: int) -> Path:
     """Where the copy of GGUF file `base` cut to its first `layers` blocks lives (made or not)."""
-    return cache_root() / FOLDER / f"{file_sha256(Path(base))[:24]}-layers{layers}.gguf"
+    return cache_root() / FOLDER / f"{content_sha256(base)[:24]}-layers{layers}.gguf"
 
 
 def block_count(path: str | os.PathLike[str]) -> int:

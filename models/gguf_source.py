@@ -8,10 +8,11 @@ template the file carries) and its generation config with `save_pretrained` into
     <cache>/gguf/<first 24 hex digits of the file's sha256>/
 
 so a second load is an ordinary, fast folder load. The file's hash is streamed (the file is
-never read into memory at once). The folder is written as a hidden partial folder next to its
-final place and renamed at the end: an interrupted conversion leaves no half folder that a
-later run would trust, and two processes converting the same file both end with one whole
-folder.
+never read into memory at once), and kept while the file keeps its size and mtime
+(`models.file_fingerprints.content_sha256`). The folder is written as a hidden partial
+folder next to its final place and renamed at the end: an interrupted conversion leaves no
+half folder that a later run would trust, and two processes converting the same file both end
+with one whole folder.
 
 Errors a user can cause (a missing or truncated file, an architecture transformers cannot read
 from GGUF) raise `PolyplanError` with one line naming the file.
@@ -103,6 +104,8 @@ def hf_folder_for_gguf(
         PolyplanError: the file is missing, not GGUF, truncated, of an architecture that
             transformers cannot load from GGUF, or the cache folder cannot be written.
     """
+    from polyplan.models.file_fingerprints import content_sha256
+
     path = Path(path).expanduser()
     info = read_gguf_info(path)  # cheap checks before hashing hundreds of megabytes
     if not info.supported:
@@ -112,7 +115,7 @@ def hf_folder_for_gguf(
             f"{path}: GGUF architecture {info.architecture!r} cannot be loaded by transformers "
             f"(it reads: {', '.join(sorted(GGUF_SUPPORTED_ARCHITECTURES))})"
         )
-    sha256 = file_sha256(path)
+    sha256 = content_sha256(path)  # hashed once while the file is unchanged
     folder = cached_folder(sha256, cache_dir)
     if (folder / SOURCE_RECORD).is_file():
         return folder
@@ -197,9 +200,11 @@ def tokenizer_folder_for_gguf(
         PolyplanError: the file is missing or not GGUF, transformers cannot read its tokenizer,
             or the cache folder cannot be written.
     """
+    from polyplan.models.file_fingerprints import content_sha256
+
     path = Path(path).expanduser()
     info = read_gguf_info(path)
-    sha256 = file_sha256(path)
+    sha256 = content_sha256(path)  # hashed once while the file is unchanged
     full = cached_folder(sha256, cache_dir)
     if (full / SOURCE_RECORD).is_file():
         return full

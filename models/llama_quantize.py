@@ -16,14 +16,14 @@ from polyplan.decoder.llama_cpp import llama_cpp_module
 from polyplan.formats.cache import cache_root
 from polyplan.formats.candidates import LLAMA_CPP_QUANTIZATIONS
 from polyplan.formats.errors import PolyplanError
-from polyplan.models.gguf_source import file_sha256
+from polyplan.models.file_fingerprints import content_sha256
 
 FOLDER = "llama.cpp"
 
 
 def copy_path(base: str | os.PathLike[str], kind: str) -> Path:
     """Where the copy of GGUF file `base` quantized to `kind` lives (whether made or not)."""
-    return cache_root() / FOLDER / f"{file_sha256(Path(base))[:24]}-{kind}.gguf"
+    return cache_root() / FOLDER / f"{content_sha256(base)[:24]}-{kind}.gguf"
 
 
 def quantized_copy(base: str | os.PathLike[str], kind: str, *, log=lambda line: None) -> Path:

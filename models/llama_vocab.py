@@ -65,14 +65,15 @@ def reduced_vocab_copy(base: str | os.PathLike[str], derive: ReducedVocab, token
         PolyplanError: an architecture the member cannot feed embeddings to, N outside
             [kept-always ids, V], an id list that is not one or has ids outside [0, V).
     """
-    from polyplan.models.gguf_source import file_sha256, read_gguf_info
+    from polyplan.models.file_fingerprints import content_sha256
+    from polyplan.models.gguf_source import read_gguf_info
 
     base = Path(base)
     read_gguf_info(base)  # a missing, foreign or truncated file: one line
     header = read_header(base)
     vocab = _check_base(header, base)
     listed = None if derive.ids is None else read_id_list(derive.ids, vocab)
-    digest = file_sha256(base)[:24]
+    digest = content_sha256(base)[:24]
     tag = f"vocab{derive.size}" if listed is None else f"ids-{hashlib.sha256(listed.tobytes()).hexdigest()[:12]}"
     out = cache_root() / FOLDER / f"{digest}-{tag}.gguf"
     if out.is_file():

@@ -1,9 +1,9 @@
 """The one model loader: candidates (`polyplan.formats.candidates.CandidateSet`) to chain members.
 
 Every command that runs models loads them here: profile, validate, the benches, `models check`
-and generate. A chain given on the command line (`chain_candidates`) is a candidate set too:
-each entry a name of models.yaml (a derived member like `target-int8` included) or a model
-folder / .gguf file, which becomes an ad-hoc `source:` candidate.
+and generate. A chain (`models.chain_candidates.ChainCandidates`, from a plan or from names) is
+a candidate set too: each entry a name of models.yaml (a derived member like `target-int8`
+included) or a model folder / .gguf file, which becomes an ad-hoc `source:` candidate.
 
 Sources (`models.sources`): `builtin:<name>` (the shipped zoo family), a local HF folder, a
 `.gguf` file (dequantized once into the cache), or a hub id (from the local Hugging Face cache
@@ -20,23 +20,23 @@ and device), is the one loaded stage of a model; loaded to be profiled
 (`models.fingerprints.load_fingerprinted`) each candidate also carries its fingerprint, and
 `LoadedCandidates.profiled` gives the profiler's `ProfiledModel`s.
 
-The compatibility check (`decoder.compatibility`, done once, here) compares every candidate
-with the target: identical token-to-id maps, identical special tokens, and as many logit rows
-as tokens unless the entry declares `padded_vocab: true` (then the extra rows are masked by
-`HFMember.valid_vocab_size`).
+The compatibility check (`decoder.compatibility`) is run here, and only here: once per loaded
+candidate, against the target, before any model runs, naming the models.yaml entry (or chain
+position) at fault: identical token-to-id maps, identical special tokens, and as many logit
+rows as tokens unless the entry declares `padded_vocab: true` (then the extra rows are masked by
+`HFMember.valid_vocab_size`). The decoder and the profiler take the members it passed as they are.
 """
 
 from __future__ import annotations
 
-import dataclasses
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
 import torch
 
-from polyplan.formats.candidates import (DTYPES, MODEL_DERIVATIONS, RULE_DRAFTERS, Candidate, CandidateSet, EarlyExit, NGram,
-                                         NGramSimple, Quantize, ReducedVocab, base_chain)
+from polyplan.formats.candidates import (RULE_DRAFTERS, Candidate, CandidateSet, EarlyExit, NGram, NGramSimple, Quantize,
+                                         ReducedVocab, base_chain)
 from polyplan.decoder.compatibility import incompatibility
 from polyplan.models.derive import early_exit_model, num_layers, quantize_model
 from polyplan.decoder.hf import HFMember
@@ -146,7 +146,7 @@ def load_candidates(
     """Load every candidate and run the compatibility check against the target.
 
     `labels`: how to name a candidate in errors, by name (default "<models.yaml>: candidate
-    'name'"; a chain given on the command line names its positions, `chain_candidates`).
+    'name'"; a chain of folders names its positions, `models.chain_candidates`).
 
     Raises:
         PolyplanError: naming the entry: a folder or builtin that cannot be loaded, a corrupt
@@ -197,104 +197,6 @@ def load_candidates(
             if not result.ok:
                 raise PolyplanError(f"{label_of[result.name]}: {result.detail}")
     return LoadedCandidates(tuple(loaded), target_tokenizer, results)
-
-
-@dataclass(frozen=True)
-class ChainCandidates:
-    """A chain asked for by entries (candidate names or model folders), as candidates to load.
-
-    Attributes:
-        candidates: The chain's members (the first is the target) and then the entries a
-            derived member is built from; each is loaded, none twice.
-        chain: The members' names, M_1 (target) first; a repeated entry gets a "#2" suffix.
-        labels: How each ad-hoc (folder) member is named in errors: "chain member i ('name')".
-    """
-
-    candidates: CandidateSet
-    chain: tuple[str, ...]
-    labels: Mapping[str, str]
-
-
-def chain_candidates(entries: Sequence[str], candidates: CandidateSet | None, *, device: str = "cpu") -> ChainCandidates:
-    """The chain `entries` (target first) as candidates: an entry that names a candidate of
-    `candidates` is that candidate (derived ones too, e.g. `target-int8`, with the entries they
-    derive from); any other is a model folder or .gguf file, an ad-hoc `source:` candidate on
-    `device` (in the dtype it was saved in; padded logit rows masked, as a folder cannot
-    declare them).
-
-    Raises:
-        PolyplanError: an empty chain, an entry that is neither a candidate nor an existing
-            folder or .gguf file, or an n-gram drafter as the target (checked before any load).
-    """
-    if not entries:
-        raise PolyplanError("chain: empty; give at least the target model folder")
-    known = {c.name: c for c in candidates.candidates} if candidates is not None else {}
-    named = [known[entry] for entry in entries if entry in known]
-    bases = [base for candidate in named for base in _bases(candidates, candidate)]
-    needed = [c.name for c in named + bases]  # a folder's member gets another name than these
-    members: list[Candidate] = []
-    labels: dict[str, str] = {}
-    for index, entry in enumerate(entries):
-        taken = [m.name for m in members]
-        if entry in known:
-            member = known[entry]
-            name = _unique(member.name, taken)
-        else:
-            member = _folder_candidate(entry, index, device, candidates)
-            name = _unique(member.name, taken + needed)
-            labels[name] = f"chain member {index} ({name!r})"
-        members.append(dataclasses.replace(member, name=name, is_target=index == 0))
-    if isinstance(members[0].derive, RULE_DRAFTERS):
-        raise PolyplanError(f"chain member 0 ({members[0].name!r}): an n-gram drafter cannot be the target (it has no model)")
-    chosen = {m.name for m in members}
-    extra = [dataclasses.replace(base, is_target=False) for base in dict.fromkeys(bases) if base.name not in chosen]
-    origin = candidates.origin if candidates is not None else "--chain"
-    return ChainCandidates(CandidateSet(tuple(members) + tuple(extra), origin), tuple(m.name for m in members), labels)
-
-
-def _folder_candidate(entry: str, index: int, device: str, candidates: CandidateSet | None) -> Candidate:
-    path = Path(entry).expanduser()
-    kind = "gguf" if path.suffix.lower() == ".gguf" else "local"
-    exists = path.is_file() if kind == "gguf" else path.is_dir()
-    if not exists:
-        looks_like_a_path = kind == "gguf" or "/" in entry or "\\" in entry or entry.startswith((".", "~"))
-        if looks_like_a_path or candidates is None:
-            raise PolyplanError(f"chain member {index} ({entry!r}): no such model folder")
-        names = ", ".join(c.name for c in candidates.candidates)
-        raise PolyplanError(f"--chain: {entry!r} is neither a candidate of {candidates.origin} ({names}) nor a model folder")
-    name = path.name or entry
-    return Candidate(name, str(path), kind, None, False, _saved_dtype(path), device, True)
-
-
-def _saved_dtype(folder: Path) -> str:
-    """The dtype a model folder's config.json says its weights were saved in, when it is one a
-    candidate may name (as `from_pretrained(dtype="auto")` would load it), else float32."""
-    import json
-
-    try:
-        config = json.loads((folder / "config.json").read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return "float32"  # a .gguf file, or a config the load itself reports
-    saved = config.get("dtype", config.get("torch_dtype")) if isinstance(config, dict) else None
-    return saved if saved in DTYPES else "float32"
-
-
-def _bases(candidates: CandidateSet, candidate: Candidate) -> tuple[Candidate, ...]:
-    """The entries a derived candidate is built from (none for a source entry or the n-gram drafter)."""
-    derive = candidate.derive
-    return base_chain(candidates, derive.base) if isinstance(derive, MODEL_DERIVATIONS) else ()
-
-
-def _unique(name: str, taken: Sequence[str]) -> str:
-    """`name`, or `name#2`, `name#3`, … when it is taken."""
-    if name not in taken:
-        return name
-    return next(f"{name}#{k}" for k in range(2, len(taken) + 3) if f"{name}#{k}" not in taken)
-
-
-def load_chain(chain: ChainCandidates) -> LoadedCandidates:
-    """Load a chain's candidates (`chain_candidates`); its members are `loaded.chain(chain.chain)`."""
-    return load_candidates(chain.candidates, labels=chain.labels)
 
 
 def _load_model(candidate: Candidate, candidates: CandidateSet, models: dict[str, _Model], labels: Mapping[str, str]) -> _Model:

@@ -20,11 +20,19 @@ if TYPE_CHECKING:
 
 
 def check_models(models: Sequence[ProfiledModel]) -> None:
-    """Unique names; every model can share a chain with the target (`decoder.compatibility`)."""
+    """Unique names. (Models loaded from a models.yaml were checked to share the target's
+    vocabulary when the loader loaded them, `models.loader`; `check_handed_models` checks
+    models handed in directly.)"""
     names = [model.name for model in models]
     for name in names:
         if names.count(name) > 1:
             raise PolyplanError(f"candidates: duplicate name {name!r}")
+
+
+def check_handed_models(models: Sequence[ProfiledModel]) -> None:
+    """Every model can share a chain with the target (`decoder.compatibility`), for models that
+    did not come through the loader: `profile_models`, the library entry, is handed any
+    members; the profiling commands load theirs, already checked, and do not run it again."""
     target = models[0]
     for model in models[1:]:
         reason = incompatibility(model.member, target.member, f"the target {target.name!r}")

@@ -47,7 +47,7 @@ from polyplan.profiler.forward_timing import measure_latencies
 from polyplan.profiler.locks import profile_lock, timing_lock
 from polyplan.formats.outputs import check_output_file
 from polyplan.models.fingerprints import ProfiledModel
-from polyplan.profiler.checks import check_inputs_fit, check_models, check_same_profile, read_existing
+from polyplan.profiler.checks import check_handed_models, check_inputs_fit, check_models, check_same_profile, read_existing
 from polyplan.profiler.processor import cpu_name, this_processor
 from polyplan.profiler.prompts import EncodedPrompt
 from polyplan.profiler.settings import ProfileSettings
@@ -141,6 +141,7 @@ def profile_models(
         raise PolyplanError("prompts: none to profile with")
     out = Path(out)
     check_models(models)
+    check_handed_models(models)  # not through the loader: checked here, once
     check_inputs_fit(models, prompts, settings)
     check_output_file(out, "--out")
     with profile_lock(out), timing_lock():

@@ -121,6 +121,35 @@ def single_thread():
     torch.set_num_threads(before)
 
 
+def synthetic_plan(folder: Path, models_yaml: Path, times: dict, pairs: dict, *, recorded: bool = True, sampling: str = "greedy",
+                   device: str = "synthetic", max_levels: int = 3) -> Path:
+    """plan.json (and profile.json) in `folder` for the models of `models_yaml`, from a
+    synthetic profile with their real fingerprints: each model's latency `times[name]` seconds
+    at k = 1 (+10% per extra token; the first is the target), α per (upper, lower) pair; the
+    plan records its models.yaml unless `recorded` is False. Nothing is loaded or timed."""
+    import yaml
+
+    from polyplan.formats.candidates import read_candidates
+    from polyplan.formats.plan import write_plan
+    from polyplan.formats.profile import LatencyPoint, ModelProfile, Profile, SamplingStats, write_profile
+    from polyplan.models.fingerprints import candidate_fingerprints
+    from polyplan.planner.plan_file import plan_of
+    from polyplan.planner.search import recommend
+
+    prints = candidate_fingerprints(read_candidates(models_yaml))
+    models = tuple(ModelProfile(name, prints[name], tuple(LatencyPoint(64, k, seconds * (1 + 0.1 * (k - 1))) for k in (1, 2, 4, 8)))
+                   for name, seconds in times.items())
+    profile = Profile(target=next(iter(times)), device=device, models=models, pairs=())
+    for (upper, lower), alpha in pairs.items():
+        profile = profile.with_stats(upper, lower, sampling, SamplingStats(alpha=alpha, engine_alpha=alpha))
+    write_profile(profile, folder / "profile.json")
+    record = {"path": str(models_yaml), "yaml": yaml.safe_load(Path(models_yaml).read_text())} if recorded else None
+    path = folder / "plan.json"
+    write_plan(plan_of(recommend(profile, max_levels=max_levels, k_max=4, sampling=sampling),
+                       profile_path=str(folder / "profile.json"), candidates=record), path)
+    return path
+
+
 def write_candidate_workspace(root: Path) -> Path:
     """A small candidate set in `root`: a 4-layer target, a perturbed 1-layer drafter and
     prompt lookup, listed in `models.yaml`, plus three word prompts in `prompts.jsonl`."""

@@ -10,17 +10,10 @@ import json
 from pathlib import Path
 
 import pytest
-import yaml
 from typer.testing import CliRunner
 
-from conftest import save_model, tiny_llama, tiny_tokenizer
+from conftest import save_model, synthetic_plan, tiny_llama, tiny_tokenizer
 from polyplan.cli.app import app
-from polyplan.formats.candidates import read_candidates
-from polyplan.formats.profile import LatencyPoint, ModelProfile, Profile, SamplingStats, write_profile
-from polyplan.formats.plan import write_plan
-from polyplan.planner.plan_file import plan_of
-from polyplan.planner.search import recommend
-from polyplan.models.fingerprints import candidate_fingerprints
 
 pytestmark = pytest.mark.usefixtures("single_thread")
 
@@ -35,23 +28,14 @@ def run(*args: str):
     return CliRunner().invoke(app, list(args))
 
 
-def _plan(folder: Path, candidates: dict | None, sampling: str = "greedy", device: str = "synthetic") -> Path:
-    prints = candidate_fingerprints(read_candidates(ZOO))
-    models = tuple(ModelProfile(name, prints[name], tuple(LatencyPoint(64, k, seconds * (1 + 0.1 * (k - 1))) for k in (1, 2, 4, 8)))
-                   for name, seconds in TIMES.items())
-    profile = Profile(target="target", device=device, models=models, pairs=())
-    for (upper, lower), alpha in PAIRS.items():
-        profile = profile.with_stats(upper, lower, sampling, SamplingStats(alpha=alpha, engine_alpha=alpha))
-    write_profile(profile, folder / "profile.json")
-    path = folder / "plan.json"
-    write_plan(plan_of(recommend(profile, max_levels=3, k_max=4, sampling=sampling), profile_path=str(folder / "profile.json"),
-                       candidates=candidates), path)
-    return path
+def _plan(folder: Path, **options) -> Path:
+    """A plan of the family from a synthetic profile with its models' real fingerprints."""
+    return synthetic_plan(folder, ZOO, TIMES, PAIRS, **options)
 
 
 @pytest.fixture(scope="module")
 def plan(tmp_path_factory) -> Path:
-    return _plan(tmp_path_factory.mktemp("plan"), {"path": str(ZOO), "yaml": yaml.safe_load(ZOO.read_text())})
+    return _plan(tmp_path_factory.mktemp("plan"))
 
 
 @pytest.fixture(scope="module")
@@ -81,7 +65,7 @@ def test_generate_plan_runs_the_planned_chain_and_block_sizes_losslessly(plan, t
 def test_generate_plan_runs_at_the_threads_its_profile_was_measured_with(tmp_path):
     """A plan profiled at 1 thread generates at 1 thread (its tokens/s are then comparable with
     its prediction); --threads overrides, and says so; 0 is one line."""
-    plan = _plan(tmp_path, {"path": str(ZOO), "yaml": yaml.safe_load(ZOO.read_text())}, device="cpu test (1 thread)")
+    plan = _plan(tmp_path, device="cpu test (1 thread)")
     result = run("generate", "--plan", str(plan), "--max-new-tokens", "4", PROMPT)
     assert result.exit_code == 0, result.output
     assert result.stdout.rstrip().splitlines()[-1].startswith("threads: 1 (as the plan's profile was measured")
@@ -137,7 +121,7 @@ def test_chain_names_derived_members_and_folders_from_models_yaml(target_only):
 
 
 def test_a_sampled_plan_samples_at_its_temperature_seeded(tmp_path, target_only):
-    plan = _plan(tmp_path, {"path": str(ZOO), "yaml": yaml.safe_load(ZOO.read_text())}, sampling="t0.8")
+    plan = _plan(tmp_path, sampling="t0.8")
     assert json.loads(plan.read_text())["sampling"] == "t0.8"
     args = ["generate", "--plan", str(plan), "--max-new-tokens", TOKENS, "--top-k", "20", "--json", PROMPT]
     first, second, other = run(*args, "--seed", "3"), run(*args, "--seed", "3"), run(*args, "--seed", "4")
@@ -168,7 +152,7 @@ def test_plan_errors_are_one_line(plan, tmp_path):
     _fails(run("generate", PROMPT), "--plan, --chain: give one")
     _fails(run("generate", "--plan", str(plan), "--block-sizes", "2", PROMPT), "--block-sizes: the plan sets it")
     _fails(run("generate", "--plan", str(plan), "--temperature", "0.5", PROMPT), "--temperature: the plan sets it")
-    unrecorded = _plan(tmp_path, None)
+    unrecorded = _plan(tmp_path, recorded=False)
     _fails(run("generate", "--plan", str(unrecorded), PROMPT), "candidates: the plan does not record its models.yaml")
     _fails(run("generate", "--plan", str(plan), "--candidates", str(tmp_path / "gone.yaml"), PROMPT), "gone.yaml", "not found")
     changed = tmp_path / "changed.yaml"

@@ -1,6 +1,6 @@
 """Streaming: `generate(on_tokens=...)` hands out exactly the output tokens as they are committed,
 and `IncrementalText` turns them into text without splitting a multi-byte character; plus the
-one vocabulary check (`decoder.compatibility`) worded the same wherever it runs."""
+one vocabulary check (`decoder.compatibility`), run once, by the loader."""
 
 from __future__ import annotations
 
@@ -75,23 +75,38 @@ def test_generate_text_streams_pieces_that_join_to_the_text():
     assert quiet.result.token_ids == run.result.token_ids
 
 
-def test_the_vocabulary_check_is_one_check_worded_alike_everywhere(tmp_path):
-    """The loader, `generate` and the profiler refuse the same drafter with the same reason."""
-    from polyplan.models.loader import chain_candidates, load_chain
+def test_the_vocabulary_check_runs_once_in_the_loader(tmp_path, monkeypatch):
+    """The loader refuses a drafter of another vocabulary, naming the chain position of a
+    folder and the entry of a models.yaml, with the same reason; it runs the check once per
+    loaded member, and `generate` and the profiler do not run it again."""
+    import polyplan.models.loader as loader
+    from polyplan.models.chain_candidates import ChainCandidates
+    from polyplan.models.loader import load_candidates
+    from polyplan.formats.candidates import read_candidates
     from polyplan.profiler import ProfiledModel
     from polyplan.profiler.checks import check_models
 
     model = tiny_llama(0, layers=1)
-    target = HFMember(model, name="target", tokenizer=tiny_tokenizer())
-    odd = HFMember(model, name="odd", tokenizer=tiny_tokenizer(swap=(4, 9)))
     reason = "tokenizer differs from the target 'target': token 'w4' has id 4 there but 9 here"
-    with pytest.raises(PolyplanError) as through_generate:
-        generate([target, odd], [5, 6], max_new_tokens=2, block_sizes=(2,))
-    with pytest.raises(PolyplanError) as through_profiler:
-        check_models([ProfiledModel("target", target, "t"), ProfiledModel("odd", odd, "o")])
     folders = [save_model(tmp_path / "target", model, tiny_tokenizer()), save_model(tmp_path / "odd", model, tiny_tokenizer(swap=(4, 9)))]
-    with pytest.raises(PolyplanError) as through_loader:
-        load_chain(chain_candidates([str(folder) for folder in folders], None))
-    assert str(through_generate.value) == f"chain member 1 ('odd'): {reason}"
-    assert str(through_profiler.value) == f"candidate 'odd': {reason}"
-    assert str(through_loader.value) == f"chain member 1 ('odd'): {reason}"
+    with pytest.raises(PolyplanError) as through_folders:
+        ChainCandidates.from_names(None, [str(folder) for folder in folders]).load()
+    yaml_file = tmp_path / "models.yaml"
+    yaml_file.write_text("candidates:\n  - {name: target, source: ./target, target: true}\n  - {name: odd, source: ./odd}\n")
+    with pytest.raises(PolyplanError) as through_yaml:
+        load_candidates(read_candidates(yaml_file))
+    assert str(through_folders.value) == f"chain member 1 ('odd'): {reason}"
+    assert str(through_yaml.value) == f"{yaml_file}: candidate 'odd': {reason}"
+
+    calls = []
+    checked = loader.incompatibility
+    monkeypatch.setattr(loader, "incompatibility", lambda *args: calls.append(args[0].name) or checked(*args))
+    twin = save_model(tmp_path / "twin", model, tiny_tokenizer())
+    loaded = ChainCandidates.from_names(None, [str(folders[0]), str(twin)], block_sizes=(2,)).load()
+    assert calls == ["target", "twin"]  # once per loaded member, at load time
+    generate(list(loaded.members), [5, 6], max_new_tokens=4, block_sizes=(2,))
+    check_models([ProfiledModel(member.name, member, "f") for member in loaded.members])
+    assert calls == ["target", "twin"]  # not again
+    odd = HFMember(model, name="odd", tokenizer=tiny_tokenizer(swap=(4, 9)))
+    target = HFMember(model, name="target", tokenizer=tiny_tokenizer())
+    assert generate([target, odd], [5, 6], max_new_tokens=2, block_sizes=(2,)).token_ids  # members are taken as handed

@@ -5,20 +5,18 @@ from __future__ import annotations
 
 import math
 import statistics
-from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Optional
 
 import typer
 
 from polyplan.formats import options
-from polyplan.cli.support import echo_json, fails_cleanly, one_line
+from polyplan.cli.support import echo_json, fails_cleanly, warn_other_processor
 from polyplan.cli.commands.options import RawPrompts
 from polyplan.formats.errors import PolyplanError
 
 if TYPE_CHECKING:
-    from polyplan.models.loader import ChainCandidates
-    from polyplan.formats.candidates import CandidateSet
+    from polyplan.models.chain_candidates import ChainCandidates
 
 
 def _int_list(text: str, option: str) -> list[int]:
@@ -52,72 +50,27 @@ def stats_lines(result) -> list[str]:
     return lines
 
 
-@dataclass(frozen=True)
-class _Request:
-    """The chain `generate` runs, resolved but not loaded yet, with its block sizes (None: the
-    default), sampling temperature and verification widths (a plan's, or the options')."""
+def _chain(plan: Path | None, chain: str | None, block_sizes: str | None, temperature: float | None,
+           candidates: Path | None, device: str | None) -> ChainCandidates:
+    """The chain --plan or --chain asks for, resolved (no model is loaded yet); one line for a
+    bad combination of options."""
+    from polyplan.formats.candidates import default_candidates_path
+    from polyplan.models.chain_candidates import ChainCandidates
 
-    chain: ChainCandidates
-    block_sizes: tuple[int, ...] | None
-    temperature: float
-    verify_widths: tuple = ()
-    threads: int | None = None  # the threads the plan's profile was measured with
-    processor_warning: str | None = None  # the plan was profiled on another processor (`formats.processor`)
-
-
-def _request(plan: Path | None, chain: str | None, block_sizes: str | None, temperature: float | None,
-             candidates: Path | None, device: str | None) -> _Request:
-    """What --plan or --chain asks for (no model is loaded yet); one line for a bad combination."""
     if (plan is None) == (chain is None):
         raise PolyplanError("--plan, --chain: give one (a plan names its chain; --chain names one itself)")
     if plan is not None:
         for option, value in (("--block-sizes", block_sizes), ("--temperature", temperature)):
             if value is not None:
                 raise PolyplanError(f"{option}: the plan sets it; drop {option}, or run a chain of your own with --chain")
-        return _planned(plan, candidates, device)
+        return ChainCandidates.from_plan(plan, models_yaml=candidates, device=device)
     blocks = None if block_sizes is None else tuple(_int_list(block_sizes, "--block-sizes"))
     for k in blocks or ():
         if k >= 1:  # below 1 the decoder names the level
             options.block_size(k, "--block-sizes")
     entries = [part.strip() for part in chain.split(",") if part.strip()]
-    return _Request(_named(entries, candidates, device), blocks, temperature or 0.0)
-
-
-def _planned(plan: Path, candidates: Path | None, device: str | None) -> _Request:
-    """The plan's headline chain from the models.yaml it records (or `candidates`), checked
-    against the fingerprints it records, with its block sizes and sampling mode."""
-    from polyplan.models.loader import chain_candidates
-    from polyplan.formats.plan import read_plan
-    from polyplan.formats.sampling import SamplingMode
-    from polyplan.models.candidate_file import plan_candidates
-    from polyplan.profiler.processor import plan_machine_line
-    from polyplan.profiler.threads import plan_threads
-
-    planned = read_plan(plan)
-    candidate_set = _on_device(plan_candidates(planned, str(plan), candidates), device)
-    return _Request(
-        chain_candidates(planned.chain, candidate_set),
-        planned.block_sizes,
-        SamplingMode.parse(planned.sampling).temperature,
-        planned.best.verify_widths,
-        plan_threads(planned.device),
-        plan_machine_line(planned, candidate_set.target.device),
-    )
-
-
-def _named(entries: list[str], candidates: Path | None, device: str | None) -> ChainCandidates:
-    """The chain `entries`: names of `candidates` (default: the packaged family) or folders."""
-    from polyplan.models.loader import chain_candidates
-    from polyplan.formats.candidates import default_candidates_path, read_candidates
-
-    candidate_set = _on_device(read_candidates(candidates if candidates is not None else default_candidates_path()), device)
-    return chain_candidates(entries, candidate_set, device=device or "cpu")
-
-
-def _on_device(candidates: CandidateSet, device: str | None) -> CandidateSet:
-    from polyplan.models.fingerprints import with_device
-
-    return candidates if device is None else with_device(candidates, device)
+    return ChainCandidates.from_names(candidates if candidates is not None else default_candidates_path(), entries,
+                                      device=device, block_sizes=blocks, temperature=temperature or 0.0)
 
 
 def _sampling(temperature: float, top_k: int | None, top_p: float):
@@ -192,32 +145,32 @@ def generate(
 ) -> None:
     """Generate from PROMPT with a speculative chain (a plan's, or one named with --chain),
     streaming the text as tokens are accepted, then print per-level statistics."""
-    from polyplan.models.loader import load_chain
     from polyplan.decoder.text import generate_text
     from polyplan.models.devices import check_device
-    from polyplan.profiler.threads import choose_threads, set_threads
+    from polyplan.profiler.threads import choose_threads, plan_threads, set_threads
 
     options.at_least(max_new_tokens, 1, "--max-new-tokens")
     options.seed(seed)
     if device is not None:
         check_device(device)
-    request = _request(plan, chain, block_sizes, temperature, candidates, device)
-    sampling = _sampling(request.temperature, top_k, top_p)
-    if request.processor_warning is not None:
-        typer.echo(f"warning: {one_line(request.processor_warning)}", err=True)
-    choice = choose_threads(threads, request.threads, recorded_by="the plan's profile")
+    resolved = _chain(plan, chain, block_sizes, temperature, candidates, device)
+    sampling = _sampling(resolved.temperature, top_k, top_p)
+    planned = resolved.plan
+    if planned is not None:
+        warn_other_processor(planned, resolved.candidates.target.device)
+    choice = choose_threads(threads, None if planned is None else plan_threads(planned.device), recorded_by="the plan's profile")
     set_threads(choice)
-    loaded = load_chain(request.chain)
+    loaded = resolved.load()
     run = generate_text(
-        loaded.chain(request.chain.chain),
+        list(loaded.members),
         loaded.tokenizer,
         prompt,
-        block_sizes=request.block_sizes,
+        block_sizes=resolved.block_sizes,
         max_new_tokens=max_new_tokens,
         sampling=sampling,
         seed=seed,
         raw=raw_prompts,
-        verify_widths=request.verify_widths,
+        verify_widths=resolved.verify_widths,
         on_text=None if json_output else (lambda piece: typer.echo(piece, nl=False)),
     )
     if json_output:

@@ -1,0 +1,218 @@
+"""A chain resolved once: from a plan, or from names, to the models.yaml entries that make it.
+
+`generate --plan`, `generate --chain`, `validate` and `bench` run chains; each resolves its
+chain here, in two steps:
+
+- `ChainCandidates.from_plan(plan)`: the plan's own chain M_1 … M_n with its block sizes,
+  verification widths and sampling temperature, its models taken from the models.yaml the
+  plan records (or another one), and the members of the chain (and of any other chains the
+  command runs, `also`) checked against the fingerprints the plan recorded: only those are
+  fingerprinted (`models.candidate_file.plan_candidates`);
+  `ChainCandidates.from_names(models_yaml, names)`: names of a models.yaml (derived ones
+  too, e.g. `target-int8`) or model folders / .gguf files, target first. Nothing is loaded
+  yet: every error a file or a name can cause comes before any model loads.
+- `ChainCandidates.load()`: the one loader (`models.loader.load_candidates`, which checks
+  that the members can share a chain) loads each needed entry once, and `LoadedChain` gives
+  the members in chain order, the target's tokenizer and the vocabulary size.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from polyplan.decoder.member import ChainMember
+from polyplan.formats.candidates import DTYPES, MODEL_DERIVATIONS, RULE_DRAFTERS, Candidate, CandidateSet, base_chain, read_candidates
+from polyplan.formats.errors import PolyplanError
+from polyplan.formats.plan import PlanFile, VerifyWidths, read_plan
+from polyplan.formats.sampling import SamplingMode
+from polyplan.models.candidate_file import plan_candidates
+from polyplan.models.fingerprints import with_device
+from polyplan.models.loader import LoadedCandidates, load_candidates
+
+PathLike = str | os.PathLike[str]
+
+
+@dataclass(frozen=True)
+class ChainCandidates:
+    """A chain as models.yaml entries to load, with how to run it.
+
+    Attributes:
+        candidates: The chain's members (the first is the target), the members of the other
+            chains the command runs, then the entries a derived member is built from; each is
+            loaded, none twice.
+        chain: The members' names, M_1 (target) first; a repeated entry gets a "#2" suffix.
+        labels: How each ad-hoc (folder) member is named in errors: "chain member i ('name')".
+        block_sizes: K_1 … K_{n-1}; None: the decoder's default.
+        verify_widths: Per verifying level, the widths its passes run at (a plan's); (): never pad.
+        temperature: Sampling temperature, 0 greedy (a plan's sampling mode).
+        plan: The plan it was resolved from (None: from names).
+    """
+
+    candidates: CandidateSet
+    chain: tuple[str, ...]
+    labels: Mapping[str, str] = field(default_factory=dict)
+    block_sizes: tuple[int, ...] | None = None
+    verify_widths: tuple[VerifyWidths, ...] = ()
+    temperature: float = 0.0
+    plan: PlanFile | None = None
+
+    @classmethod
+    def from_plan(
+        cls,
+        plan: PlanFile | PathLike,
+        *,
+        models_yaml: PathLike | None = None,
+        device: str | None = None,
+        also: Sequence[Sequence[str]] = (),
+        label: str | None = None,
+    ) -> ChainCandidates:
+        """The plan's own chain, block sizes, widths and temperature; its models from
+        `models_yaml` (default: the one the plan records), placed on `device` (default: where
+        they were profiled). `also`: other chains of the plan the command runs (their members
+        are loaded and checked too). `label` names the plan in errors (default: its path).
+
+        Raises:
+            PolyplanError: an unreadable plan, no models.yaml recorded or given, a model of
+                the chains missing from it, or changed since the plan was made.
+        """
+        planned = plan if isinstance(plan, PlanFile) else read_plan(plan)
+        label = label if label is not None else ("plan.json" if isinstance(plan, PlanFile) else str(plan))
+        names = tuple(dict.fromkeys(name for chain in (planned.chain, *also) for name in chain))
+        candidates = plan_candidates(planned, label, models_yaml, names)
+        placed = candidates if device is None else with_device(candidates, device)
+        resolved = _resolve(names, placed, "cpu")
+        return cls(resolved.candidates, tuple(planned.chain), resolved.labels, tuple(planned.block_sizes),
+                   tuple(planned.best.verify_widths), SamplingMode.parse(planned.sampling).temperature, planned)
+
+    @classmethod
+    def from_names(
+        cls,
+        models_yaml: PathLike | CandidateSet | None,
+        names: Sequence[str],
+        *,
+        device: str | None = None,
+        block_sizes: Sequence[int] | None = None,
+        temperature: float = 0.0,
+    ) -> ChainCandidates:
+        """The chain `names` (target first): an entry that names a candidate of `models_yaml`
+        is that candidate (derived ones too, e.g. `target-int8`, with the entries they derive
+        from); any other is a model folder or .gguf file, an ad-hoc `source:` candidate on
+        `device` (default cpu; in the dtype it was saved in; padded logit rows masked, as a
+        folder cannot declare them). `models_yaml` None: folders only. `device` places every
+        candidate too.
+
+        Raises:
+            PolyplanError: an unreadable models.yaml, an empty chain, an entry that is neither
+                a candidate nor an existing folder or .gguf file, or an n-gram drafter as the
+                target (checked before any load).
+        """
+        candidates = read_candidates(models_yaml) if isinstance(models_yaml, (str, os.PathLike)) else models_yaml
+        if candidates is not None and device is not None:
+            candidates = with_device(candidates, device)
+        resolved = _resolve(tuple(names), candidates, device or "cpu")
+        blocks = None if block_sizes is None else tuple(block_sizes)
+        return dataclasses.replace(resolved, block_sizes=blocks, temperature=temperature)
+
+    def load(self) -> LoadedChain:
+        """Load every needed entry once (`models.loader.load_candidates`, which refuses members
+        that cannot share a chain with the target, naming the entry)."""
+        return LoadedChain(self, load_candidates(self.candidates, labels=self.labels))
+
+
+@dataclass(frozen=True)
+class LoadedChain:
+    """A resolved chain, loaded: `members` in chain order, the target's `tokenizer`, and
+    every loaded entry by name (`member`: the other chains' members too)."""
+
+    resolved: ChainCandidates
+    loaded: LoadedCandidates
+
+    @property
+    def members(self) -> tuple[ChainMember, ...]:
+        """M_1 (target) … M_n."""
+        return tuple(self.loaded.chain(self.resolved.chain))
+
+    @property
+    def tokenizer(self) -> object:
+        return self.loaded.tokenizer
+
+    @property
+    def vocab(self) -> int:
+        """The chain's vocabulary size (the target's valid tokens)."""
+        return self.members[0].valid_vocab_size
+
+    @property
+    def by_name(self) -> dict[str, ChainMember]:
+        """Every loaded member by candidate name."""
+        return {item.candidate.name: item.member for item in self.loaded.candidates}
+
+
+def _resolve(entries: Sequence[str], candidates: CandidateSet | None, device: str) -> ChainCandidates:
+    """`entries` (target first) as candidates to load (see `ChainCandidates.from_names`)."""
+    if not entries:
+        raise PolyplanError("chain: empty; give at least the target model folder")
+    known = {c.name: c for c in candidates.candidates} if candidates is not None else {}
+    named = [known[entry] for entry in entries if entry in known]
+    bases = [base for candidate in named for base in _bases(candidates, candidate)]
+    needed = [c.name for c in named + bases]  # a folder's member gets another name than these
+    members: list[Candidate] = []
+    labels: dict[str, str] = {}
+    for index, entry in enumerate(entries):
+        taken = [m.name for m in members]
+        if entry in known:
+            member = known[entry]
+            name = _unique(member.name, taken)
+        else:
+            member = _folder_candidate(entry, index, device, candidates)
+            name = _unique(member.name, taken + needed)
+            labels[name] = f"chain member {index} ({name!r})"
+        members.append(dataclasses.replace(member, name=name, is_target=index == 0))
+    if isinstance(members[0].derive, RULE_DRAFTERS):
+        raise PolyplanError(f"chain member 0 ({members[0].name!r}): an n-gram drafter cannot be the target (it has no model)")
+    chosen = {m.name for m in members}
+    extra = [dataclasses.replace(base, is_target=False) for base in dict.fromkeys(bases) if base.name not in chosen]
+    origin = candidates.origin if candidates is not None else "--chain"
+    return ChainCandidates(CandidateSet(tuple(members) + tuple(extra), origin), tuple(m.name for m in members), labels)
+
+
+def _folder_candidate(entry: str, index: int, device: str, candidates: CandidateSet | None) -> Candidate:
+    path = Path(entry).expanduser()
+    kind = "gguf" if path.suffix.lower() == ".gguf" else "local"
+    exists = path.is_file() if kind == "gguf" else path.is_dir()
+    if not exists:
+        looks_like_a_path = kind == "gguf" or "/" in entry or "\\" in entry or entry.startswith((".", "~"))
+        if looks_like_a_path or candidates is None:
+            raise PolyplanError(f"chain member {index} ({entry!r}): no such model folder")
+        names = ", ".join(c.name for c in candidates.candidates)
+        raise PolyplanError(f"--chain: {entry!r} is neither a candidate of {candidates.origin} ({names}) nor a model folder")
+    name = path.name or entry
+    return Candidate(name, str(path), kind, None, False, _saved_dtype(path), device, True)
+
+
+def _saved_dtype(folder: Path) -> str:
+    """The dtype a model folder's config.json says its weights were saved in, when it is one a
+    candidate may name (as `from_pretrained(dtype="auto")` would load it), else float32."""
+    try:
+        config = json.loads((folder / "config.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return "float32"  # a .gguf file, or a config the load itself reports
+    saved = config.get("dtype", config.get("torch_dtype")) if isinstance(config, dict) else None
+    return saved if saved in DTYPES else "float32"
+
+
+def _bases(candidates: CandidateSet, candidate: Candidate) -> tuple[Candidate, ...]:
+    """The entries a derived candidate is built from (none for a source entry or the n-gram drafter)."""
+    derive = candidate.derive
+    return base_chain(candidates, derive.base) if isinstance(derive, MODEL_DERIVATIONS) else ()
+
+
+def _unique(name: str, taken: Sequence[str]) -> str:
+    """`name`, or `name#2`, `name#3`, … when it is taken."""
+    if name not in taken:
+        return name
+    return next(f"{name}#{k}" for k in range(2, len(taken) + 3) if f"{name}#{k}" not in taken)
