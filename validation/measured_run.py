@@ -84,10 +84,12 @@ class MeasuredRun:
 def read_run(profile: str | os.PathLike[str]) -> MeasuredRun:
     """The profile at `profile`, with the plan.json and report.json beside it where they exist."""
     path = Path(profile)
-    plan_path, report_path = path.with_name(PLAN_FILE), path.with_name(REPORT_FILE)
-    return MeasuredRun(
-        profile_path=path,
-        profile=load(path),
-        plan=read_plan(plan_path) if plan_path.is_file() else None,
-        report=read_report(report_path) if report_path.is_file() else None,
-    )
+    plan, report = read_plan_and_report(path.parent)
+    return MeasuredRun(profile_path=path, profile=load(path), plan=plan, report=report)
+
+
+def read_plan_and_report(folder: str | os.PathLike[str]) -> tuple[PlanFile | None, ValidationReport | None]:
+    """The folder's plan.json and report.json, each None where the folder has none."""
+    plan_path, report_path = Path(folder) / PLAN_FILE, Path(folder) / REPORT_FILE
+    return (read_plan(plan_path) if plan_path.is_file() else None,
+            read_report(report_path) if report_path.is_file() else None)
