@@ -12,7 +12,8 @@ imports torch, so `polyplan recommend` runs on a machine without any model.
   (T(k) and its monotone envelope), `overhead` (loop and switch costs, and the one fit of loop
   costs), `runs` and `draft_rounds` (acceptance runs, a rule drafter's rounds), `ngram_replay`
   and `ngram_rules` (n-gram drafters replayed on the target's streams), `physical_limit` (a
-  free, always-right drafter), `engine_overhead` and `whole_call` (an engine's loop and whole
+  free, always-right drafter), `required_drafter` (the acceptance or cost a drafter needs for a
+  target speedup), `engine_overhead` and `whole_call` (an engine's loop and whole
   `generate` calls).
 - `intervals/`: `prediction_interval` (bootstrap intervals of a predicted speedup),
   `interval_coverage` (their check on a profile's own prompts), `sample_size` (how many prompts
@@ -26,7 +27,9 @@ imports torch, so `polyplan recommend` runs on a machine without any model.
   configuration, and off, ranked.
 
 The package exports what `polyplan theory` reads from it: the paper's formulas, Theorem 3.2 and
-the theory report; everything else is imported from its module.
+the theory report; and Theorem 3.2's inputs for any (upper, middle, lower) triple of a profile
+and block sizes (`insertion_inputs`, `InsertionInputs`), with its evaluation beside the exact
+model (`triple_insertion`, `TripleInsertion`). Everything else is imported from its module.
 """
 
 from polyplan.planner.paper.capped_geometric import (
@@ -40,16 +43,20 @@ from polyplan.planner.paper.capped_geometric import (
     relative_variability,
 )
 from polyplan.planner.paper.insertion import InsertionAnalysis, analyze_insertion
+from polyplan.planner.paper.insertion_triples import InsertionInputs, TripleInsertion, insertion_inputs, triple_insertion
 from polyplan.planner.report import TheoryReport, theory_report
 from polyplan.planner.search import ChainPlan
 
 __all__ = [
     "ChainPlan",
     "InsertionAnalysis",
+    "InsertionInputs",
     "TheoryReport",
+    "TripleInsertion",
     "analyze_insertion",
     "capped_geometric_mean",
     "capped_geometric_variance",
+    "insertion_inputs",
     "paper_a2_variance",
     "paper_eq3_mean",
     "paper_eq3_mean_literal",
@@ -57,4 +64,5 @@ __all__ = [
     "paper_sigma2",
     "relative_variability",
     "theory_report",
+    "triple_insertion",
 ]

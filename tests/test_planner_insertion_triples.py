@@ -13,7 +13,7 @@ from polyplan.formats.errors import PolyplanError
 from polyplan.formats.profile import DecodedStats, LatencyPoint, ModelProfile, Profile, SamplingStats
 from polyplan.planner.paper.capped_geometric import paper_eq3_mean
 from polyplan.planner.paper.insertion import analyze_insertion
-from polyplan.planner.paper.insertion_triples import insertion_inputs, triple_insertion
+from polyplan.planner.paper.insertion_triples import insertion_inputs, profile_triples, triple_chains, triple_insertion
 from polyplan.planner.search import TOP_CHAINS, recommend
 
 TIMES = {"A": 0.1, "B": 0.02, "C": 0.004, "D": 0.0005}
@@ -75,3 +75,37 @@ def test_recommend_covers_a_middle_between_the_target_and_every_lower_member():
     assert f"exact {'helps' if cheap.exact_delta > 0 else 'no gain'}: {cheap.with_speedup:.3f}x (A > C > D, K = " in cheap.line()
     # negative control: with chains of two models at most there is nothing to insert
     assert recommend(_cascade(), max_levels=2).insertion_triples == ()
+
+
+def test_the_inputs_of_any_triple_are_public_api():
+    """`polyplan.planner.insertion_inputs`: any (upper, middle, lower) and block sizes, the upper
+    model need not be the target; a three-model chain names its own middle."""
+    from polyplan.planner import InsertionInputs
+    from polyplan.planner import insertion_inputs as public
+
+    profile = _cascade()
+    inputs = public(profile, ("B", "C", "D"), (4, 2), (3,))  # B is not the target
+    assert isinstance(inputs, InsertionInputs) and inputs == insertion_inputs(profile, ("B", "C", "D"), (4, 2), (3,), "C")
+    assert (inputs.upper, inputs.middle, inputs.lower, inputs.alpha_scale) == ("B", "C", "D", 2.0)
+    assert (inputs.t1, inputs.t2, inputs.t2_new) == pytest.approx((0.02, 0.0005, 0.004))
+    assert (inputs.l1, inputs.l1_new, inputs.l2_new) == pytest.approx(
+        (paper_eq3_mean(0.5, 3), paper_eq3_mean(0.9, 4), paper_eq3_mean(0.85, 2)))
+    # the same triple as a middle level of a longer chain reads the same numbers
+    assert insertion_inputs(profile, ("A", "B", "C", "D"), (8, 4, 2), (8, 3), "C") == inputs
+    with pytest.raises(PolyplanError, match="middle: name the inserted model of A > B > C > D"):
+        public(profile, ("A", "B", "C", "D"), (8, 4, 2), (8, 3))
+
+
+def test_the_triples_a_profile_can_hold_and_their_chains():
+    profile = _cascade()
+    assert profile_triples(profile) == (("A", "B", "C"), ("A", "B", "D"), ("A", "C", "D"), ("B", "C", "D"))
+    profile.pairs.remove(profile.pair("B", "D"))  # B over D unprofiled: no triple needs it any more
+    assert profile_triples(profile) == (("A", "B", "C"), ("A", "C", "D"))
+    assert profile_triples(profile, "t1.0") == ()  # nothing profiled under that sampling
+    slow = _cascade()
+    slow.models.append(ModelProfile("Z", "fp-Z", [LatencyPoint(64, 1, 0.5)]))  # slower than the target: in no chain
+    slow.add_pair("Z", "A").sampling["greedy"] = SamplingStats(alpha=0.99)
+    slow.add_pair("Z", "B").sampling["greedy"] = SamplingStats(alpha=0.9)
+    assert all("Z" not in triple for triple in profile_triples(slow)) and len(profile_triples(slow)) == 4
+    assert triple_chains("A", ("A", "B", "D")) == (("A", "B", "D"), ("A", "D"))
+    assert triple_chains("A", ("B", "C", "D")) == (("A", "B", "C", "D"), ("A", "B", "D"))

@@ -22,10 +22,11 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from polyplan.formats.errors import PolyplanError
-from polyplan.formats.plan import PlanFile, read_plan
-from polyplan.formats.profile import Profile, read_profile
-from polyplan.formats.report import ReportChain, ValidationReport, read_report
+from polyplan.formats.plan import PlanFile
+from polyplan.formats.profile import Profile
+from polyplan.formats.report import ReportChain, ValidationReport
 from polyplan.planner.exact.latency import curve_from_profile
+from polyplan.validation.measured_run import read_plan_and_report, read_run as read_measured
 
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "docs" / "results"
@@ -66,9 +67,14 @@ def read_run(folder: Path) -> ResultRun:
     if missing or unknown:
         raise PolyplanError(f"{folder / 'run.json'}: needs text fields {', '.join(MANIFEST_KEYS)}"
                             f"{'; missing ' + ', '.join(missing) if missing else ''}{'; unknown ' + ', '.join(unknown) if unknown else ''}")
-    plan = read_plan(folder / "plan.json") if (folder / "plan.json").is_file() else None
-    profile = read_profile(folder / "profile.json") if (folder / "profile.json").is_file() else None
-    return ResultRun(folder=folder.name, report=read_report(folder / "report.json"), plan=plan, profile=profile,
+    if (folder / "profile.json").is_file():
+        measured = read_measured(folder / "profile.json")
+        plan, report, profile = measured.plan, measured.report, measured.profile
+    else:
+        (plan, report), profile = read_plan_and_report(folder), None
+    if report is None:
+        raise PolyplanError(f"{folder}: a run folder needs the report.json its validation wrote")
+    return ResultRun(folder=folder.name, report=report, plan=plan, profile=profile,
                      **{key: manifest[key] for key in MANIFEST_KEYS})
 
 

@@ -9,6 +9,8 @@
 - `ngram_replay`: llama.cpp's `ngram-simple` (and polyplan's) replayed on the target's streams;
   `ngram_rules`: llama.cpp's other n-gram drafters, ported, replayed through a server session.
 - `physical_limit`: what a free, always-right drafter would give the target.
+- `required_drafter`: what would pay: the acceptance a drafter of a given cost needs for a
+  target speedup, and the largest cost it may have at a given acceptance.
 - `engine_overhead`: an engine's own loop overhead (HF `generate`), as the profile stores it;
   `whole_call`: whole `generate` calls (set-up and prefills) as `bench peers` times them.
 """

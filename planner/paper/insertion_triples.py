@@ -12,13 +12,18 @@ inputs come from the profile as Lemma 3.1's do (`planner.paper.paper_model`):
 - the scaling factor α: the block size of the level `middle` verifies (the passes its drafter
   makes per verification, as Lemma 3.1's φ_n = α φ_{n−1} counts them).
 
-`insertion_inputs` gives those inputs; `triple_insertion` evaluates Theorem 3.2 on them
+`insertion_inputs` gives those inputs for any triple and block sizes (public API, exported by
+`polyplan.planner`): the triple alone, `insertion_inputs(profile, ("A", "B", "C"), (K_1', K_2'),
+(K_1,))`, or a middle level of a longer chain. `triple_insertion` evaluates Theorem 3.2 on them
 (`planner.paper.insertion`: its two conditions, whether they guarantee a gain, and Lemma 3.1's
 eq. 2 − eq. 1) and keeps the exact model's speedups of the two chains beside it.
+`profile_triples` lists every triple a chain of a profile can hold, and `triple_chains` the two
+chains, topped by the target, in which one is inserted.
 """
 
 from __future__ import annotations
 
+import itertools
 from dataclasses import dataclass
 from typing import Sequence
 
@@ -31,8 +36,18 @@ from polyplan.planner.paper.paper_model import mean_length
 
 @dataclass(frozen=True)
 class InsertionInputs:
-    """Theorem 3.2's inputs for inserting `middle` between `upper` and `lower` (paper notation:
-    t1 = T_1, t2 = T_2 = T_3', t2_new = T_2', l1 = E[L_1], l1_new = E[L_1]', l2_new = E[L_2]')."""
+    """Theorem 3.2's inputs for inserting `middle` between `upper` and `lower`, in the paper's notation.
+
+    Attributes:
+        upper, middle, lower: the models M_1, M_2' and M_2 = M_3'.
+        t1, t2, t2_new: T_1, T_2 = T_3' and T_2': T(1) of upper, lower and middle, in seconds.
+        l1: E[L_1], the mean acceptance length of (upper, lower) at the block size of that level
+            in the chain without `middle`.
+        l1_new, l2_new: E[L_1]' and E[L_2]', of (upper, middle) and (middle, lower) at their
+            levels' block sizes in the chain with it.
+        alpha_scale: the paper's scaling factor α: the block size of the level `middle` verifies
+            (the passes `lower` makes per verification); not an acceptance rate.
+    """
 
     upper: str
     middle: str
@@ -58,15 +73,36 @@ def insertion_inputs(
     with_chain: Sequence[str],
     with_blocks: Sequence[int],
     without_blocks: Sequence[int],
-    middle: str,
+    middle: str | None = None,
     *,
     sampling: str = "greedy",
     context_length: int | None = None,
 ) -> InsertionInputs:
-    """Theorem 3.2's inputs for `middle`'s insertion between its neighbours in `with_chain`
-    (block sizes `with_blocks`), against that chain without it (block sizes `without_blocks`).
-    The times are T(1) read at `context_length` (None: averaged over the profiled contexts)."""
+    """Theorem 3.2's inputs for inserting `middle` between its neighbours in `with_chain`.
+
+    Any triple (upper, middle, lower) of profiled models works: the chain need not start at the
+    profile's target, and the three pairs (upper, lower), (upper, middle) and (middle, lower)
+    must be profiled under `sampling`.
+
+    Args:
+        profile: the profile the times and acceptance lengths are read from.
+        with_chain: the chain with `middle`, costliest first: the triple itself, or a longer
+            chain in which `middle` sits between `upper` and `lower`.
+        with_blocks: its block sizes, one per verifying level (K_1', K_2' for a triple; the
+            level `middle` verifies gives the paper's scaling factor α).
+        without_blocks: the block sizes of the same chain without `middle` (K_1 for a triple).
+        middle: the inserted model; None: the middle of a three-model `with_chain`.
+        sampling: the profile's sampling-mode key.
+        context_length: where T(1) is read (None: averaged over the profiled contexts).
+
+    Returns:
+        `InsertionInputs` in the paper's notation; `.analyze()` evaluates Theorem 3.2 on them.
+    """
     chain = tuple(with_chain)
+    if middle is None:
+        if len(chain) != 3:
+            raise PolyplanError(f"middle: name the inserted model of {' > '.join(chain)} (only a chain of 3 has one middle)")
+        middle = chain[1]
     if middle not in chain[1:-1]:
         raise PolyplanError(f"middle: {middle!r} is not an intermediate model of {' > '.join(chain)}")
     if len(with_blocks) != len(chain) - 1 or len(without_blocks) != len(chain) - 2:
@@ -178,3 +214,35 @@ def triple_insertion(
         without_blocks=tuple(int(k) for k in without_blocks),
         without_speedup=float(without_speedup),
     )
+
+
+def profile_triples(profile: Profile, sampling: str = "greedy") -> tuple[tuple[str, str, str], ...]:
+    """Every (upper, middle, lower) a chain of `profile` can hold: the target and the models
+    faster than it (T(1) averaged over the profiled contexts, as `planner.search` orders a
+    chain), costliest first, with the three pairs profiled under `sampling`; in the order of
+    `itertools.combinations` over the models sorted by cost."""
+    def step(name: str) -> float:
+        return curve_from_profile(profile.model(name))(1)
+
+    target = step(profile.target)
+    names = [profile.target] + [name for name in profile.model_names() if name != profile.target and step(name) < target]
+    names.sort(key=lambda name: -step(name))
+
+    def profiled(verifier: str, drafter: str) -> bool:
+        pair = profile.pair(verifier, drafter)
+        return pair is not None and sampling in pair.sampling
+
+    return tuple(
+        (upper, middle, lower)
+        for upper, middle, lower in itertools.combinations(names, 3)
+        if profiled(upper, lower) and profiled(upper, middle) and profiled(middle, lower)
+    )
+
+
+def triple_chains(target: str, triple: Sequence[str]) -> tuple[tuple[str, ...], tuple[str, ...]]:
+    """The chains, topped by `target`, that compare a triple's insertion: (with, without).
+    An upper model that is the target gives the triple itself and (upper, lower); any other
+    sits under the target: (target, upper, middle, lower) and (target, upper, lower)."""
+    upper, middle, lower = triple
+    head = (upper,) if upper == target else (target, upper)
+    return head + (middle, lower), head + (lower,)
