@@ -99,13 +99,11 @@ def test_the_inputs_of_any_triple_are_public_api():
 def test_the_triples_a_profile_can_hold_and_their_chains():
     profile = _cascade()
     assert profile_triples(profile) == (("A", "B", "C"), ("A", "B", "D"), ("A", "C", "D"), ("B", "C", "D"))
-    profile.pairs.remove(profile.pair("B", "D"))  # B over D unprofiled: no triple needs it any more
+    profile = replace(profile, pairs=tuple(pair for pair in profile.pairs if pair is not profile.pair("B", "D")))  # B over D unprofiled
     assert profile_triples(profile) == (("A", "B", "C"), ("A", "C", "D"))
     assert profile_triples(profile, "t1.0") == ()  # nothing profiled under that sampling
-    slow = _cascade()
-    slow.models.append(ModelProfile("Z", "fp-Z", [LatencyPoint(64, 1, 0.5)]))  # slower than the target: in no chain
-    slow.add_pair("Z", "A").sampling["greedy"] = SamplingStats(alpha=0.99)
-    slow.add_pair("Z", "B").sampling["greedy"] = SamplingStats(alpha=0.9)
+    slow = _cascade().with_model(ModelProfile("Z", "fp-Z", (LatencyPoint(64, 1, 0.5),)))  # slower than the target: in no chain
+    slow = slow.with_stats("Z", "A", "greedy", SamplingStats(alpha=0.99)).with_stats("Z", "B", "greedy", SamplingStats(alpha=0.9))
     assert all("Z" not in triple for triple in profile_triples(slow)) and len(profile_triples(slow)) == 4
     assert triple_chains("A", ("A", "B", "D")) == (("A", "B", "D"), ("A", "D"))
     assert triple_chains("A", ("B", "C", "D")) == (("A", "B", "C", "D"), ("A", "B", "D"))

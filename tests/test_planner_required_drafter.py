@@ -23,8 +23,8 @@ COSTS = [(None, (0.0,)), (LOOP, SWITCH)]
 
 
 def _target_curve():
-    profile = Profile(target="target", device="synthetic")
-    profile.models.append(ModelProfile("target", "fp-target", [LatencyPoint(64, k, t) for k, t in TIMES.items()]))
+    model = ModelProfile("target", "fp-target", tuple(LatencyPoint(64, k, t) for k, t in TIMES.items()))
+    profile = Profile(target="target", device="synthetic", models=(model,), pairs=())
     return curve_from_profile(profile.model("target"))
 
 
