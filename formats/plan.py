@@ -94,7 +94,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Annotated, Any
 
-from polyplan.formats.checks import at_least, each, interval_in, mode_key, non_empty, positive, text, whole
+from polyplan.formats.checks import at_least, each, interval_in, mode_key, non_empty, non_negative, positive, text, whole
 from polyplan.formats.codec import NONE, Before, FileFormat, Invalid, Layout, decode_file, encode_file, read_file, spec, write_file
 from polyplan.formats.errors import PolyplanError
 from polyplan.formats.inputs import is_finite_number
@@ -373,6 +373,10 @@ class SelfCheckRecord:
     seconds: float = 0.0
     checked: tuple[tuple[str, ...], ...] = ()  # the chains run (the rest take the pooled term)
     skipped: str | None = None  # why it did not run (then the intervals ignore the model's own error)
+    # the time it was allowed (a share of the profile's measuring time) and what the plan's own
+    # predictions said its run would take at the size it chose (None: no budget was set)
+    budget_s: float | None = spec(non_negative, default=None, omit=NONE)
+    estimated_s: float | None = spec(non_negative, default=None, omit=NONE)
 
 
 def _predictions_recorded(entry: Any) -> Any:

@@ -368,6 +368,10 @@ class ProfilerRecord:
     # the models.yaml it measured (its path, contents and device: the record a plan keeps), so that
     # `recommend --profile` alone writes a plan that `generate --plan` and `validate` can run
     candidates: Mapping[str, Any] | None = None
+    # seconds the profiler spent measuring the entries (latency, acceptance, decoded runs), summed
+    # over the runs that measured them: what recommend's self-check is budgeted against (None:
+    # a profile from before it was recorded)
+    seconds: float | None = spec(non_negative, default=None)
 
 
 @dataclass(frozen=True)

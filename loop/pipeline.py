@@ -270,13 +270,13 @@ def _self_checked(plan: PlanFile, profiled: ProfiledCandidates, out) -> tuple[Pl
     and prompts, with what it found, saved over `out` (written first unchecked by the planner,
     so an interrupted check leaves a valid plan); a plan with target-only alone is returned as is."""
     from polyplan.formats.plan import write_plan
-    from polyplan.validation.self_check import self_check
+    from polyplan.validation.self_check import check_budget, self_check
 
     if len(plan.alternatives) < 2:
         return plan, ()
     members = {model.name: model.member for model in profiled.models}
     with timing_lock():
-        checked = self_check(plan, members, profiled.encoded)
+        checked = self_check(plan, members, profiled.encoded, budget_s=check_budget(profiled.profile))
     if out is not None:
         write_plan(checked.plan, out)
     return checked.plan, checked.lines

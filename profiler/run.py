@@ -193,6 +193,8 @@ class _Run:
         self.measured: list[Step] = []
         self.seconds = {"latency": 0.0, "alpha": 0.0, "decoded": 0.0}
         self._began = 0.0
+        # measuring seconds of the entries an earlier run wrote (a profile is only ever extended)
+        self.earlier_seconds = (existing.profiler.seconds or 0.0) if existing is not None and existing.profiler else 0.0
         self.reused: list[Step] = []
         acceptance = settings.acceptance
         count = len(self.prompts) if acceptance.decoded_prompts is None else min(acceptance.decoded_prompts, len(self.prompts))
@@ -288,7 +290,8 @@ class _Run:
     def save(self) -> None:
         if not any(m.name == self.target.name for m in self.profile.models):
             return  # not yet a valid profile: the previous file (if any) stays as it was
-        self.profile = self._sorted(self.profile)
+        profiler = replace(self.profile.profiler, seconds=round(self.earlier_seconds + sum(self.seconds.values()), 3))
+        self.profile = replace(self._sorted(self.profile), profiler=profiler)
         try:
             write_profile(self.profile, self.out)
         except OSError as error:

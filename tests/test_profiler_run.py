@@ -152,9 +152,13 @@ def test_interrupted_run_resumes_without_remeasuring(models, tmp_path):
     write_profile(dataclasses.replace(saved, pairs=()), reference)
     profile_models(models, _prompts(), reference, SETTINGS)
 
+    interrupted_seconds = saved.profiler.seconds
+    assert interrupted_seconds is not None and interrupted_seconds > 0  # measuring time is kept as it is spent
     second = Counter()
     profile_models(models, _prompts(), out, SETTINGS, progress=second)
     assert sorted(second.reused) == sorted(first.measured)  # nothing measured twice
+    # the resumed profile's measuring time adds this run's to the interrupted one's (the self-check's budget)
+    assert read_profile(out).profiler.seconds > interrupted_seconds
     assert len(second.measured) == ENTRIES - 5
     assert not set(second.started) & set(first.measured)
     # Acceptance entries are deterministic: resuming gives exactly the uninterrupted numbers.

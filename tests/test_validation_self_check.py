@@ -9,9 +9,14 @@ from dataclasses import replace
 import numpy as np
 import pytest
 
-from polyplan.formats.plan import ExactRecord, PaperRecord, PlanFile, PlannedChain
-from polyplan.validation.results import RunRecord
-from polyplan.validation.self_check import _checked_plan, composition, composition_interval
+from polyplan.formats.plan import ExactRecord, PaperRecord, PlanFile, PlannedChain, SelfCheckRecord
+from polyplan.formats.profile import Profile, ProfilerRecord
+from polyplan.validation.results import ChainSpec, RunRecord
+from polyplan.validation.self_check import (
+    CHECK_SIZES, _checked_plan, check_budget, check_size, composition, composition_interval, estimated_seconds,
+)
+
+RECORD = SelfCheckRecord(prompts=4, new_tokens=64, repeats=1, seconds=1.0)
 
 STEP = 0.010  # the plan's target-only seconds per token
 TOKENS = 20
@@ -53,7 +58,7 @@ def test_a_member_slower_inside_the_chain_gives_c_above_one_and_lowers_the_predi
     assert c == pytest.approx(expected, rel=0.02)
     assert low <= c <= high
     plan = PlanFile(target="t", sampling="greedy", profiled_fingerprints={}, alternatives=(CHAIN, ALONE))
-    checked = _checked_plan(plan, {CHAIN.chain: ((c, low, high), 1.6)}, (), 4, 64, 1, 1.0).plan
+    checked = _checked_plan(plan, {CHAIN.chain: ((c, low, high), 1.6)}, (), RECORD).plan
     chain = next(item for item in checked.alternatives if item.chain == CHAIN.chain)
     assert chain.predicted_speedup == pytest.approx(CHAIN.exact.speedup / c)
     assert chain.predicted_interval[1] < CHAIN.exact.interval[1] and chain.predicted_interval[0] < CHAIN.exact.interval[0]
@@ -67,7 +72,7 @@ def test_a_chain_that_runs_as_planned_keeps_c_at_one_negative_control():
     c, low, high = composition_interval(CHAIN, runs, base, STEP, rng=np.random.default_rng(0))
     assert c == pytest.approx(1.0, abs=1e-9) and low == pytest.approx(1.0, abs=1e-9) and high == pytest.approx(1.0, abs=1e-9)
     plan = PlanFile(target="t", sampling="greedy", profiled_fingerprints={}, alternatives=(CHAIN, ALONE))
-    chain = _checked_plan(plan, {CHAIN.chain: ((c, low, high), 2.0)}, (), 4, 64, 1, 1.0).plan.alternatives[0]
+    chain = _checked_plan(plan, {CHAIN.chain: ((c, low, high), 2.0)}, (), RECORD).plan.alternatives[0]
     assert chain.predicted_speedup == pytest.approx(CHAIN.exact.speedup)
     assert chain.predicted_interval == pytest.approx(CHAIN.exact.interval)
 
@@ -76,7 +81,7 @@ def test_the_check_can_re_rank_and_unchecked_chains_take_the_pooled_term():
     other = replace(CHAIN, chain=("t", "e"), exact=replace(CHAIN.exact, speedup=CHAIN.exact.speedup * 0.95))
     third = replace(CHAIN, chain=("t", "f"), exact=replace(CHAIN.exact, speedup=CHAIN.exact.speedup * 0.5))
     plan = PlanFile(target="t", sampling="greedy", profiled_fingerprints={}, alternatives=(CHAIN, other, third, ALONE))
-    found = _checked_plan(plan, {CHAIN.chain: ((1.3, 1.2, 1.4), 1.5), other.chain: ((1.0, 0.95, 1.05), 1.9)}, (), 4, 64, 1, 1.0)
+    found = _checked_plan(plan, {CHAIN.chain: ((1.3, 1.2, 1.4), 1.5), other.chain: ((1.0, 0.95, 1.05), 1.9)}, (), RECORD)
     assert found.plan.best.chain == ("t", "e")  # measured faster here: first now
     assert any("re-ranked" in line for line in found.lines)
     pooled = next(item for item in found.plan.alternatives if item.chain == ("t", "f")).check
@@ -87,3 +92,28 @@ def test_composition_reads_the_baseline_from_target_only_runs():
     runs, base = records(slower=1.0)
     faster_base = [replace(run, decode_s=run.decode_s * 0.8) for run in base]  # target-only decoding faster than profiled
     assert composition(CHAIN, runs, faster_base, STEP) == pytest.approx(1.25, rel=1e-6)
+
+
+def specs(*chains: PlannedChain) -> list[ChainSpec]:
+    return [ChainSpec(planned=chain, roles=(), rank=index + 1) for index, chain in enumerate(chains)]
+
+
+def test_the_check_is_sized_to_its_budget_by_the_plans_own_estimate():
+    chains = specs(CHAIN, ALONE)
+    per_token = STEP / CHAIN.exact.speedup + STEP  # the chain and target-only decoding, by the exact model
+    largest = estimated_seconds(chains, *CHECK_SIZES[0], repeats=1)
+    assert largest == pytest.approx(CHECK_SIZES[0][0] * (CHECK_SIZES[0][1] + 8) * per_token)
+    assert check_size(chains, None) == (*CHECK_SIZES[0], largest)  # no budget: the full check
+    assert check_size(chains, largest * 1.01)[:2] == CHECK_SIZES[0]  # negative control: it fits
+    prompts, tokens, estimate = check_size(chains, largest * 0.6)
+    assert (prompts, tokens) != CHECK_SIZES[0] and estimate <= largest * 0.6
+    assert check_size(chains, 1e-9)[:2] == CHECK_SIZES[-1]  # nothing fits: the smallest that can still fit C
+
+
+def test_the_budget_is_a_tenth_of_the_profiles_measuring_time():
+    def profile(record: ProfilerRecord) -> Profile:
+        return Profile(target="t", device="cpu", models=(), pairs=(), profiler=record)
+
+    assert check_budget(profile(ProfilerRecord(seconds=221.0))) == pytest.approx(22.1)
+    assert check_budget(profile(ProfilerRecord())) is None  # a profile from before it was recorded
+    assert check_budget(None) is None

@@ -35,6 +35,7 @@ import numpy as np
 
 from polyplan.decoder.member import ChainMember
 from polyplan.formats.plan import ChainCheck, PlanFile, PlannedChain, SelfCheckRecord
+from polyplan.formats.profile import Profile
 from polyplan.profiler.prompts import EncodedPrompt
 from polyplan.validation.chain_runs import (
     ValidationSettings, context_limit, fit_prompts, measure_chains, reserve_for, sampling_of, select_chains,
@@ -47,6 +48,43 @@ CHECK_TOP = 2  # chains checked besides the recommended one (the plan's next bes
 CHECK_PROMPTS = 4  # profiling prompts run (the built-in set alternates kinds: one of each)
 CHECK_TOKENS = 64  # tokens per prompt and chain
 CHECK_REPEATS = 1
+CHECK_BUDGET_SHARE = 0.10  # of the profile's measuring time (the issue's "about 10 %")
+# sizes tried, largest first, until the plan's own predictions say the run fits the budget
+CHECK_SIZES = ((CHECK_PROMPTS, CHECK_TOKENS), (CHECK_PROMPTS, 48), (3, 48), (2, 48), (2, 32))
+WARMUP_TOKENS = 8
+
+
+def check_budget(profile: Profile | None) -> float | None:
+    """The seconds the self-check may take: `CHECK_BUDGET_SHARE` of the profile's measuring time
+    (None when the profile does not record it: a profile from before it was)."""
+    seconds = profile.profiler.seconds if profile is not None and profile.profiler is not None else None
+    return None if seconds is None else CHECK_BUDGET_SHARE * seconds
+
+
+def estimated_seconds(specs: Sequence[ChainSpec], prompts: int, new_tokens: int, repeats: int) -> float:
+    """What the check's run takes by the plan's own exact model: every chain (target-only
+    included) decodes warm-up + `new_tokens` tokens on each prompt, `repeats` times."""
+    per_token = sum(_seconds_per_token(spec.planned) for spec in specs)
+    return repeats * prompts * (new_tokens + WARMUP_TOKENS) * per_token
+
+
+def _seconds_per_token(planned: PlannedChain) -> float:
+    exact = planned.exact
+    if exact.cost_per_token_s is not None:
+        return exact.cost_per_token_s
+    return sum(exact.time_per_token_s) + exact.overhead_per_token_s
+
+
+def check_size(specs: Sequence[ChainSpec], budget_s: float | None, repeats: int = CHECK_REPEATS) -> tuple[int, int, float]:
+    """(prompts, tokens, estimated seconds): the largest of `CHECK_SIZES` whose estimate fits
+    `budget_s` (the smallest when none does: a check too short to fit C is no check; None: no
+    budget, the largest)."""
+    for prompts, tokens in CHECK_SIZES:
+        estimate = estimated_seconds(specs, prompts, tokens, repeats)
+        if budget_s is None or estimate <= budget_s:
+            return prompts, tokens, estimate
+    prompts, tokens = CHECK_SIZES[-1]
+    return prompts, tokens, estimated_seconds(specs, prompts, tokens, repeats)
 RESAMPLES = 500
 LEVEL = 0.95
 
@@ -115,18 +153,20 @@ def self_check(
     prompts: Sequence[EncodedPrompt],
     *,
     top: int = CHECK_TOP,
-    new_tokens: int = CHECK_TOKENS,
+    budget_s: float | None = None,
     repeats: int = CHECK_REPEATS,
     seed: int = 0,
 ) -> SelfCheck:
-    """Run the plan's best chains beside target-only decoding on the first CHECK_PROMPTS of
-    `prompts` (the profiling prompts; cut from the left to fit the chains' context) and return
-    the plan with checked predictions, re-ranked (module docstring)."""
+    """Run the plan's best chains beside target-only decoding on the first few of `prompts`
+    (the profiling prompts; cut from the left to fit the chains' context) and return the plan
+    with checked predictions, re-ranked (module docstring). `budget_s`: the seconds it may take
+    (`check_size` shrinks prompts and tokens until the plan's own estimate fits)."""
     started = time.perf_counter()
     specs = [spec for spec in select_chains(plan, top) if spec.rank <= top + 1 or ROLE_TARGET_ONLY in spec.roles]
-    fitted = fit_prompts(list(prompts)[:CHECK_PROMPTS], context_limit(members, specs), reserve_for(specs, new_tokens),
+    count, new_tokens, estimate = check_size(specs, budget_s, repeats)
+    fitted = fit_prompts(list(prompts)[:count], context_limit(members, specs), reserve_for(specs, new_tokens),
                          truncate=True, source="the profiling prompts").prompts
-    settings = ValidationSettings(new_tokens=new_tokens, repeats=repeats, top=top, seed=seed, warmup_tokens=8)
+    settings = ValidationSettings(new_tokens=new_tokens, repeats=repeats, top=top, seed=seed, warmup_tokens=WARMUP_TOKENS)
     records, _ = measure_chains(specs, members, [p.ids for p in fitted], settings, sampling_of(plan.sampling))
     baseline_index = next(i for i, spec in enumerate(specs) if ROLE_TARGET_ONLY in spec.roles)
     baseline = [run for run in records if run.chain == baseline_index]
@@ -140,11 +180,12 @@ def self_check(
         runs = [run for run in records if run.chain == index]
         measured = sum(run.decode_s for run in baseline) / sum(run.decode_s for run in runs)
         terms[spec.planned.chain] = (composition_interval(spec.planned, runs, baseline, predicted_baseline, rng=rng), measured)
-    return _checked_plan(plan, terms, specs, len(fitted), new_tokens, repeats, time.perf_counter() - started)
+    record = SelfCheckRecord(prompts=len(fitted), new_tokens=new_tokens, repeats=repeats,
+                             seconds=time.perf_counter() - started, budget_s=budget_s, estimated_s=estimate)
+    return _checked_plan(plan, terms, specs, record)
 
 
-def _checked_plan(plan: PlanFile, terms, specs: Sequence[ChainSpec], prompts: int, new_tokens: int, repeats: int,
-                  seconds: float) -> SelfCheck:
+def _checked_plan(plan: PlanFile, terms, specs: Sequence[ChainSpec], record: SelfCheckRecord) -> SelfCheck:
     """The plan with every chain's check (target-only keeps C = 1: it is its own baseline), re-ranked."""
     if terms:
         points = [term[0] for term, _ in terms.values()]
@@ -162,8 +203,7 @@ def _checked_plan(plan: PlanFile, terms, specs: Sequence[ChainSpec], prompts: in
         else:
             ranked.append(checked(planned, pooled, None, True))
     ranked.sort(key=lambda chain: -chain.predicted_speedup)  # stable: ties keep the model's order
-    record = SelfCheckRecord(prompts=prompts, new_tokens=new_tokens, repeats=repeats, seconds=seconds,
-                             checked=tuple(spec.planned.chain for spec in specs if len(spec.planned.chain) > 1))
+    record = replace(record, checked=tuple(spec.planned.chain for spec in specs if len(spec.planned.chain) > 1))
     new_plan = replace(plan, alternatives=tuple(ranked), self_check=record)
     return SelfCheck(new_plan, record, tuple(check_lines(plan, new_plan, record)))
 
@@ -171,8 +211,8 @@ def _checked_plan(plan: PlanFile, terms, specs: Sequence[ChainSpec], prompts: in
 def check_lines(before: PlanFile, after: PlanFile, record: SelfCheckRecord) -> list[str]:
     """What recommend prints of the self-check."""
     lines = [f"Self-check ({len(record.checked)} chain(s) beside target-only decoding, {record.prompts} profiling prompt(s) x "
-             f"{record.new_tokens} tokens, {record.seconds:.1f} s): composition term C = the exact model's error on this "
-             "machine's time per token (acceptance as measured); checked prediction = exact / C"]
+             f"{record.new_tokens} tokens, {record.seconds:.1f} s{_budget_text(record)}): composition term C = the exact "
+             "model's error on this machine's time per token (acceptance as measured); checked prediction = exact / C"]
     for planned in after.alternatives:
         check = planned.check
         if check is None or len(planned.chain) == 1 or check.pooled:
@@ -190,6 +230,16 @@ def check_lines(before: PlanFile, after: PlanFile, record: SelfCheckRecord) -> l
         lines.append(f"  re-ranked: {after.best.label()} (K = {list(after.best.block_sizes)}) is now first, "
                      f"checked {after.best.predicted_speedup:.2f}x")
     return lines
+
+
+def _budget_text(record: SelfCheckRecord) -> str:
+    """", of a B s budget (...)": the budget, the plan's estimate, and whether the run kept to it
+    (the estimate leaves out prefill and setup, which dominate on tiny models)."""
+    if record.budget_s is None:
+        return ""
+    estimate = "" if record.estimated_s is None else f"; estimated {record.estimated_s:.1f} s"
+    over = ", OVER it" if record.seconds > record.budget_s else ""
+    return f" of a {record.budget_s:.1f} s budget{over} ({CHECK_BUDGET_SHARE:.0%} of the profile's measuring time{estimate})"
 
 
 def skipped_plan(plan: PlanFile, reason: str) -> PlanFile:
