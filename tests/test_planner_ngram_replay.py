@@ -141,26 +141,19 @@ def test_negative_control_the_llama_cpp_export_recommends_what_pays(tmp_path):
 def test_the_replay_drafts_and_accepts_what_a_real_llama_server_does(tmp_path):
     """The pinned llama-server with ngram-simple on a tiny GGUF: its reported drafted and
     accepted tokens equal the replay's on its own target-only stream (prompt + output)."""
-    pytest.importorskip("llama_cpp")
-    from polyplan.engines.llama_cpp_build import require_build
     from polyplan.engines.llama_server import LlamaServer
-    from tiny_gguf import write_tiny_gguf
+    from tiny_gguf import pinned_server_and_tiny_gguf
 
-    try:
-        build = require_build()
-    except PolyplanError as error:
-        pytest.skip(str(error))
-    model = tmp_path / "tiny.gguf"
-    write_tiny_gguf(model)
+    server_binary, model = pinned_server_and_tiny_gguf(tmp_path)
     prompt = [5, 9, 33, 70, 101, 7, 5, 9, 33, 70, 101, 7, 5, 9]
     common = ("-t", "1", "-c", "256", "-np", "1", "--no-webui")
-    with LlamaServer(build.server, model, common, tmp_path / "plain.log") as server:
+    with LlamaServer(server_binary, model, common, tmp_path / "plain.log") as server:
         plain = server.complete(prompt, 48)
     stream = TargetStream(len(prompt), tuple(prompt) + plain.token_ids)
     for size_n, size_m in ((2, 4), (1, 6), (3, 3)):
         flags = ("--spec-type", "ngram-simple", "--spec-ngram-simple-size-n", str(size_n),
                  "--spec-ngram-simple-size-m", str(size_m))
-        with LlamaServer(build.server, model, common + flags, tmp_path / f"ngram-{size_n}-{size_m}.log") as server:
+        with LlamaServer(server_binary, model, common + flags, tmp_path / f"ngram-{size_n}-{size_m}.log") as server:
             drafted = server.complete(prompt, 48)
         rounds = replay_stream(stream, size_n, size_m)
         assert drafted.token_ids == plain.token_ids

@@ -194,23 +194,16 @@ def test_the_stateful_replays_draft_and_accept_what_a_real_llama_server_does(tmp
     """The pinned llama-server with ngram-mod, ngram-map-k and ngram-map-k4v (small sizes, so a tiny model's
     short answers draft) serving three prompts twice, in turn, in one server: each request's
     drafted and accepted counts equal the session replay's on the target alone's streams."""
-    pytest.importorskip("llama_cpp")
-    from polyplan.engines.llama_cpp_build import require_build
     from polyplan.engines.llama_server import LlamaServer
-    from tiny_gguf import write_tiny_gguf
+    from tiny_gguf import pinned_server_and_tiny_gguf
 
-    try:
-        build = require_build()
-    except PolyplanError as error:
-        pytest.skip(str(error))
-    model = tmp_path / "tiny.gguf"
-    write_tiny_gguf(model)
+    server_binary, model = pinned_server_and_tiny_gguf(tmp_path)
     prompts = [[5, 9, 33, 70, 101, 7, 5, 9, 33, 70, 101, 7, 5, 9],
                [12, 40, 41, 42, 12, 40, 41, 42, 12, 40, 3, 3, 3, 12, 40, 41],
                [200, 201, 5, 9, 33, 202, 203, 204, 200, 201, 5, 9]]
     new_tokens = 40
     common = ("-t", "1", "-c", "512", "-np", "1", "--no-webui")
-    with LlamaServer(build.server, model, common, tmp_path / "plain.log") as server:
+    with LlamaServer(server_binary, model, common, tmp_path / "plain.log") as server:
         streams = [TargetStream(len(p), tuple(p) + server.complete(p, new_tokens).token_ids) for p in prompts]
     rules = {
         "ngram-mod": (("--spec-ngram-mod-n-match", "2", "--spec-ngram-mod-n-min", "2", "--spec-ngram-mod-n-max", "6"),
@@ -223,7 +216,7 @@ def test_the_stateful_replays_draft_and_accept_what_a_real_llama_server_does(tmp
     for kind, (flags, make_rule) in rules.items():
         replay = replay_session(streams, make_rule, new_tokens=new_tokens, repeats=2)
         measured = []
-        with LlamaServer(build.server, model, common + ("--spec-type", kind) + flags, tmp_path / f"{kind}.log") as server:
+        with LlamaServer(server_binary, model, common + ("--spec-type", kind) + flags, tmp_path / f"{kind}.log") as server:
             for _ in range(2):
                 for stream, prompt in zip(streams, prompts):
                     done = server.complete(prompt, new_tokens)

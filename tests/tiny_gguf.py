@@ -99,3 +99,21 @@ def write_tiny_gguf(
     writer.write_tensors_to_file()
     writer.close()
     return model
+
+
+def pinned_server_and_tiny_gguf(folder: Path) -> tuple[Path, Path]:
+    """The pinned llama-server binary and a tiny GGUF written into `folder`; the test is
+    skipped where llama_cpp is not installed or the server has not been built."""
+    import pytest
+
+    from polyplan.engines.llama_cpp_build import require_build
+    from polyplan.formats.errors import PolyplanError
+
+    pytest.importorskip("llama_cpp")
+    try:
+        build = require_build()
+    except PolyplanError as error:
+        pytest.skip(str(error))
+    model = folder / "tiny.gguf"
+    write_tiny_gguf(model)
+    return build.server, model
