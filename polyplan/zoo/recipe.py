@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from transformers import LlamaConfig
 
@@ -113,24 +113,21 @@ FULL = Recipe(
                               window=1024, eval_prompt_tokens=64, eval_continuation_tokens=192),
 )
 
-QUICK = Recipe(
+# The CI-sized family: FULL's recipe with smaller shapes, shorter runs and less text.
+QUICK = replace(
+    FULL,
     name="quick",
     vocab_size=512,
     seq_len=64,
     max_context=256,
-    held_out_every=20,
     max_train_chars=300_000,
     target=ModelShape(hidden_size=64, num_layers=3, num_heads=2, intermediate_size=128),
     target_schedule=Schedule(steps=40, batch_size=8, learning_rate=3e-3, warmup_steps=5),
     early_exit_layers=1,
-    early_exit_weight=0.3,
     drafter=ModelShape(hidden_size=32, num_layers=1, num_heads=2, intermediate_size=64),
     drafter_schedule=Schedule(steps=40, batch_size=8, learning_rate=3e-3, warmup_steps=5),
-    distill_weight=0.7,
     ngram_max_n=3,
-    ngram_min_n=1,
     eval_batches=2,
-    threads=2,
     drafter_refine=Refinement(Schedule(steps=4, batch_size=4, learning_rate=1e-3, warmup_steps=1),
                               window=128, eval_prompt_tokens=16, eval_continuation_tokens=16),
 )
