@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from polyplan.validation.figure import agg_figure, save_figure
 from polyplan.validation.results import ChainResult, Validation
 
 PLOT_FILES = {
@@ -17,15 +18,6 @@ PLOT_FILES = {
     "measured_speedup": "measured_speedup.png",
     "phi": "phi_paper_vs_measured.png",
 }
-
-
-def _figure(width: float, height: float):
-    from matplotlib.backends.backend_agg import FigureCanvasAgg
-    from matplotlib.figure import Figure
-
-    figure = Figure(figsize=(width, height), dpi=110)
-    FigureCanvasAgg(figure)
-    return figure
 
 
 def _short(chain: ChainResult) -> str:
@@ -54,7 +46,7 @@ def _predicted_error(chain: ChainResult) -> list[list[float]] | None:
 def plot_predicted_vs_measured(validation: Validation, path: Path) -> None:
     """Predicted (exact model and Lemma 3.1) against measured speedup, one point per chain."""
     chains = [chain for chain in validation.chains if chain.lossless]
-    figure = _figure(6.4, 5.6)
+    figure = agg_figure(6.4, 5.6)
     axes = figure.add_subplot()
     values = [v for chain in chains for v in (chain.measured_speedup, chain.predicted_exact, chain.predicted_paper,
                                               chain.retimed_exact or 0.0)]
@@ -74,18 +66,15 @@ def plot_predicted_vs_measured(validation: Validation, path: Path) -> None:
     if any(chain.retimed_exact is not None for chain in chains):
         axes.plot([], [], "o", markerfacecolor="none", color="tab:blue", label="exact model, latency re-timed in the run")
     axes.plot([], [], "^", color="tab:orange", label="paper (Lemma 3.1)")
-    axes.set_xlabel("measured speedup over target-only decoding")
-    axes.set_ylabel("predicted speedup")
-    axes.set_title("Predicted vs measured speedup (same run; bars: measured 95% CI, predicted 95% interval)", fontsize=9)
-    axes.legend(fontsize=8, loc="lower right")
-    figure.tight_layout()
-    figure.savefig(path)
+    save_figure(figure, axes, path, xlabel="measured speedup over target-only decoding", ylabel="predicted speedup",
+                title="Predicted vs measured speedup (same run; bars: measured 95% CI, predicted 95% interval)",
+                legend_loc="lower right")
 
 
 def plot_measured_speedup(validation: Validation, path: Path) -> None:
     """Measured speedup per chain with its paired 95% CI, predictions as markers."""
     chains = [chain for chain in validation.chains if chain.lossless]
-    figure = _figure(max(6.4, 1.1 * len(chains) + 2), 4.8)
+    figure = agg_figure(max(6.4, 1.1 * len(chains) + 2), 4.8)
     axes = figure.add_subplot()
     positions = list(range(len(chains)))
     colours = ["tab:green" if chain.recommended else "tab:gray" for chain in chains]
@@ -101,16 +90,12 @@ def plot_measured_speedup(validation: Validation, path: Path) -> None:
     axes.axhline(1.0, color="0.4", linewidth=1)
     axes.set_xticks(positions)
     axes.set_xticklabels([_short(c) + (" *" if c.recommended else "") for c in chains], rotation=25, ha="right", fontsize=7)
-    axes.set_ylabel("speedup over target-only decoding")
-    axes.set_title("Measured speedup per chain (* recommended)", fontsize=9)
-    axes.legend(fontsize=8)
-    figure.tight_layout()
-    figure.savefig(path)
+    save_figure(figure, axes, path, ylabel="speedup over target-only decoding", title="Measured speedup per chain (* recommended)")
 
 
 def plot_phi(validation: Validation, path: Path) -> None:
     """The paper's φ_i / N and the exact model's against the measured forwards per token."""
-    figure = _figure(6.4, 5.6)
+    figure = agg_figure(6.4, 5.6)
     axes = figure.add_subplot()
     points = [(level, chain) for chain in validation.chains if chain.lossless and len(chain.chain) > 1 for level in chain.levels]
     values = [v for level, _ in points for v in (level.forwards_per_token, level.paper_phi_per_token, level.predicted_forwards_per_token)]
@@ -126,12 +111,8 @@ def plot_phi(validation: Validation, path: Path) -> None:
                       xytext=(4, 3), fontsize=6)
     axes.plot([], [], "^", color="tab:orange", label="paper φ_i / N (Lemma 3.1)")
     axes.plot([], [], "o", color="tab:blue", label="exact model")
-    axes.set_xlabel("measured forward passes per token (φ_i / N)")
-    axes.set_ylabel("predicted forward passes per token")
-    axes.set_title("Forward passes per token, per model of each chain", fontsize=9)
-    axes.legend(fontsize=8, loc="upper left")
-    figure.tight_layout()
-    figure.savefig(path)
+    save_figure(figure, axes, path, xlabel="measured forward passes per token (φ_i / N)", ylabel="predicted forward passes per token",
+                title="Forward passes per token, per model of each chain", legend_loc="upper left")
 
 
 def write_plots(validation: Validation, folder: Path) -> dict[str, Path]:

@@ -26,6 +26,7 @@ from polyplan.formats.plan import PlanFile
 from polyplan.formats.profile import Profile
 from polyplan.formats.report import ReportChain, ValidationReport
 from polyplan.planner.exact.latency import curve_from_profile
+from polyplan.validation.figure import agg_figure, save_figure
 from polyplan.validation.measured_run import read_plan_and_report, read_run as read_measured
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -150,17 +151,8 @@ def write_plots(runs: tuple[ResultRun, ...], images: Path = IMAGES) -> list[Path
     return written
 
 
-def _figure(width: float, height: float):
-    from matplotlib.backends.backend_agg import FigureCanvasAgg
-    from matplotlib.figure import Figure
-
-    figure = Figure(figsize=(width, height), dpi=110)
-    FigureCanvasAgg(figure)
-    return figure
-
-
 def _plot_predicted(runs: tuple[ResultRun, ...], path: Path) -> Path:
-    figure = _figure(6.8, 5.6)
+    figure = agg_figure(6.8, 5.6)
     axes = figure.add_subplot()
     high = 1.0
     for index, run in enumerate(runs):
@@ -181,16 +173,12 @@ def _plot_predicted(runs: tuple[ResultRun, ...], path: Path) -> Path:
     axes.fill_between([1.0, high], [0.9, 0.9 * high], [1.1, 1.1 * high], color="0.85", alpha=0.5, label="within 10%")
     axes.set_xlim(1.0, high)
     axes.set_ylim(1.0, high)
-    axes.set_xlabel("measured speedup (95% CI)")
-    axes.set_ylabel("predicted speedup (95% interval)")
-    axes.legend(fontsize=7, loc="upper left")
-    figure.tight_layout()
-    figure.savefig(path)
-    return path
+    return save_figure(figure, axes, path, xlabel="measured speedup (95% CI)", ylabel="predicted speedup (95% interval)",
+                       legend_size=7, legend_loc="upper left")
 
 
 def _plot_latency(runs: tuple[ResultRun, ...], path: Path) -> Path:
-    figure = _figure(6.4, 4.4)
+    figure = agg_figure(6.4, 4.4)
     axes = figure.add_subplot()
     seen: set[str] = set()
     for index, run in enumerate(runs):
@@ -202,12 +190,7 @@ def _plot_latency(runs: tuple[ResultRun, ...], path: Path) -> Path:
         axes.plot(ks, [curve[k] for k in ks], marker="o", markersize=3, color=f"C{index % 10}", label=f"{run.group}")
     axes.set_ylim(0.0, max([2.0] + [1.2 * line.get_ydata().max() for line in axes.get_lines()]))
     axes.axhline(1.0, color="0.6", linestyle="--", linewidth=1, label="T(k) = T(1) (free verification)")
-    axes.set_xlabel("tokens per pass k")
-    axes.set_ylabel("T(k) / T(1) of the target")
-    axes.legend(fontsize=7)
-    figure.tight_layout()
-    figure.savefig(path)
-    return path
+    return save_figure(figure, axes, path, xlabel="tokens per pass k", ylabel="T(k) / T(1) of the target", legend_size=7)
 
 
 def _target_curve(run: ResultRun) -> dict[int, float] | None:
@@ -222,7 +205,7 @@ def _target_curve(run: ResultRun) -> dict[int, float] | None:
 
 
 def _plot_load(runs: tuple[ResultRun, ...], path: Path) -> Path:
-    figure = _figure(7.2, 4.4)
+    figure = agg_figure(7.2, 4.4)
     axes = figure.add_subplot()
     groups = [group for group in dict.fromkeys(run.group for run in runs) if len([r for r in runs if r.group == group]) > 1]
     bars = [(run, chain) for run in runs if run.group in groups for chain in run.report.chains
@@ -240,11 +223,7 @@ def _plot_load(runs: tuple[ResultRun, ...], path: Path) -> Path:
     axes.axhline(-10, color="0.5", linestyle="--", linewidth=1)
     axes.set_xticks([i + width * (len(shapes) - 1) / 2 for i in range(len(labels))])
     axes.set_xticklabels([label.replace("target > ", "") for label in labels], rotation=20, fontsize=7, ha="right")
-    axes.set_ylabel("prediction error, % (predicted / measured − 1)")
-    axes.legend(fontsize=7)
-    figure.tight_layout()
-    figure.savefig(path)
-    return path
+    return save_figure(figure, axes, path, ylabel="prediction error, % (predicted / measured − 1)", legend_size=7)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -1,0 +1,32 @@
+"""One PNG figure: a matplotlib `Figure` on its own Agg canvas (pyplot's global backend is never
+touched), and its labels, legend and file written in one step. The validation plots
+(`polyplan.validation.plots`) and the results page (`polyplan.validation.results_page`) draw with it.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+
+def agg_figure(width: float, height: float):
+    """A `width` × `height` inch figure at 110 dpi on an Agg canvas."""
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.figure import Figure
+
+    figure = Figure(figsize=(width, height), dpi=110)
+    FigureCanvasAgg(figure)
+    return figure
+
+
+def save_figure(figure, axes, path: Path, *, ylabel: str, xlabel: str | None = None, title: str | None = None,
+                legend_size: int = 8, legend_loc: str | None = None) -> Path:
+    """Label `axes` (a title in 9 points), draw its legend, lay the figure out and write it to `path`."""
+    if xlabel is not None:
+        axes.set_xlabel(xlabel)
+    axes.set_ylabel(ylabel)
+    if title is not None:
+        axes.set_title(title, fontsize=9)
+    axes.legend(fontsize=legend_size, **({} if legend_loc is None else {"loc": legend_loc}))
+    figure.tight_layout()
+    figure.savefig(path)
+    return path
