@@ -68,6 +68,21 @@ class ReportFiles:
         return None if self.contents is None else encode_report(self.contents)
 
 
+def _section(title: str, prose: str, table: list[str]) -> list[str]:
+    """A report section: its heading, a paragraph saying how to read it, and its table; nothing
+    when the table is empty."""
+    return ["", f"## {title}", "", prose, "", *table] if table else []
+
+
+def _table(columns: tuple[str, ...], rows: list[tuple[str, ...]]) -> list[str]:
+    """A markdown table: the header, its rule, then one line a row."""
+    return [_table_line(columns), _table_line(("---",) * len(columns)), *(_table_line(row) for row in rows)]
+
+
+def _table_line(cells: tuple[str, ...]) -> str:
+    return "| " + " | ".join(cells) + " |"
+
+
 def _pct(value: float | None) -> str:
     return "-" if value is None else f"{value:+.1%}"
 
@@ -128,18 +143,14 @@ def error_source_lines(validation: Validation) -> list[str]:
     rows = [(chain, chain.error_sources) for chain in validation.chains if chain.error_sources is not None]
     if not rows:
         return []
-    lines = [
-        "| chain | total error | latency (profile vs re-timed T) | acceptance (profile vs validation prompts) | "
-        "residual (model and noise) | validation noise (CI half-width) | tokens per target pass (predicted vs measured) |",
-        "| --- | --- | --- | --- | --- | --- | --- |",
-    ]
-    for chain, sources in rows:
-        lines.append(
-            f"| {chain.label()} | {_pct(sources.total)} | {_pct(sources.latency)} | {_pct(sources.acceptance)} | "
-            f"{_pct(sources.residual if sources.residual is not None else sources.after_latency)} | ±{sources.noise:.1%} | "
-            f"{_pct(sources.tokens_per_pass)} |"
-        )
-    return lines
+    columns = ("chain", "total error", "latency (profile vs re-timed T)", "acceptance (profile vs validation prompts)",
+               "residual (model and noise)", "validation noise (CI half-width)", "tokens per target pass (predicted vs measured)")
+    return _table(columns, [
+        (chain.label(), _pct(sources.total), _pct(sources.latency), _pct(sources.acceptance),
+         _pct(sources.residual if sources.residual is not None else sources.after_latency), f"±{sources.noise:.1%}",
+         _pct(sources.tokens_per_pass))
+        for chain, sources in rows
+    ])
 
 
 def cost_split_lines(validation: Validation) -> list[str]:
@@ -148,18 +159,13 @@ def cost_split_lines(validation: Validation) -> list[str]:
     rows = [(chain, chain.cost_split) for chain in validation.chains if chain.cost_split is not None]
     if not rows:
         return []
-    lines = [
-        "| chain | total error | target-only step (profile vs now) | passes per token | seconds per pass | loop | "
-        "total-time vs paired ratio | beyond the sum |",
-        "| --- | --- | --- | --- | --- | --- | --- | --- |",
-    ]
-    for chain, split in rows:
-        lines.append(
-            f"| {chain.label()} | {_pct(split.total)} | {_pct(split.baseline)} | {_pct(split.forwards)} | "
-            f"{_pct(split.per_pass)} | {_pct(split.loop)} | {_pct(split.aggregation)} | {_pct(split.model)} |"
-        )
-    lines += ["", "| chain | model | tokens per pass | ms per pass measured | the plan's | the profile's T at these widths | "
-              "measured / profile |", "| --- | --- | --- | --- | --- | --- | --- |"]
+    factors = _table(
+        ("chain", "total error", "target-only step (profile vs now)", "passes per token", "seconds per pass", "loop",
+         "total-time vs paired ratio", "beyond the sum"),
+        [(chain.label(), _pct(split.total), _pct(split.baseline), _pct(split.forwards), _pct(split.per_pass), _pct(split.loop),
+          _pct(split.aggregation), _pct(split.model)) for chain, split in rows],
+    )
+    members = []
     for chain, _ in rows:
         for level in chain.levels:
             timing = level.seconds_per_pass
@@ -167,9 +173,11 @@ def cost_split_lines(validation: Validation) -> list[str]:
                 continue
             profile = "-" if timing.profile is None else f"{timing.profile * 1e3:.3f}"
             ratio = "-" if not timing.profile else f"{timing.measured / timing.profile:.2f}x"
-            lines.append(f"| {chain.label()} | {level.model} | {timing.mean_width:.2f} | {timing.measured * 1e3:.3f} | "
-                         f"{timing.exact * 1e3:.3f} | {profile} | {ratio} |")
-    return lines
+            members.append((chain.label(), level.model, f"{timing.mean_width:.2f}", f"{timing.measured * 1e3:.3f}",
+                            f"{timing.exact * 1e3:.3f}", profile, ratio))
+    columns = ("chain", "model", "tokens per pass", "ms per pass measured", "the plan's", "the profile's T at these widths",
+               "measured / profile")
+    return factors + [""] + _table(columns, members)
 
 
 def _number(value: float | None) -> str:
@@ -177,22 +185,18 @@ def _number(value: float | None) -> str:
 
 
 def _level_table(chain: ChainResult) -> list[str]:
-    lines = [
-        "| model | φ/N measured | φ/N exact | φ/N paper | ms/token measured | ms/token exact | μ ± σ measured | μ exact | E[L] paper | accepted/drafted measured | accepted/drafted exact | α |",
-        "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |",
-    ]
-    for level in chain.levels:
-        mu = "-" if level.mu is None else f"{level.mu:.2f} ± {level.sigma:.2f}"
-        lines.append(
-            f"| {level.model} | {level.forwards_per_token:.3f} | {level.predicted_forwards_per_token:.3f} | "
-            f"{level.paper_phi_per_token:.3f} | {level.seconds_per_token * 1e3:.3f} | {level.predicted_seconds_per_token * 1e3:.3f} | "
-            f"{mu} | {'-' if level.predicted_mu is None else f'{level.predicted_mu:.2f}'} | "
-            f"{'-' if level.paper_mu is None else f'{level.paper_mu:.2f}'} | "
-            f"{_number(level.accepted_fraction)} | {_number(level.predicted_accepted_fraction)} | {_number(level.alpha)} |"
-        )
-    lines.append(
-        f"| (decoding loop) | | | | {chain.loop_seconds_per_token * 1e3:.3f} | {chain.predicted_loop_seconds_per_token * 1e3:.3f} | | | | | | |"
-    )
+    columns = ("model", "φ/N measured", "φ/N exact", "φ/N paper", "ms/token measured", "ms/token exact", "μ ± σ measured", "μ exact",
+               "E[L] paper", "accepted/drafted measured", "accepted/drafted exact", "α")
+    lines = _table(columns, [
+        (level.model, f"{level.forwards_per_token:.3f}", f"{level.predicted_forwards_per_token:.3f}", f"{level.paper_phi_per_token:.3f}",
+         f"{level.seconds_per_token * 1e3:.3f}", f"{level.predicted_seconds_per_token * 1e3:.3f}",
+         "-" if level.mu is None else f"{level.mu:.2f} ± {level.sigma:.2f}",
+         "-" if level.predicted_mu is None else f"{level.predicted_mu:.2f}", "-" if level.paper_mu is None else f"{level.paper_mu:.2f}",
+         _number(level.accepted_fraction), _number(level.predicted_accepted_fraction), _number(level.alpha))
+        for level in chain.levels
+    ])
+    lines.append(f"| (decoding loop) | | | | {chain.loop_seconds_per_token * 1e3:.3f} | "
+                 f"{chain.predicted_loop_seconds_per_token * 1e3:.3f} | | | | | | |")
     return lines
 
 
@@ -209,11 +213,7 @@ def limit_lines(validation: Validation) -> list[str]:
     if base is None:
         return []
     step = base.levels[0].seconds_per_token  # one target-only forward per token
-    lines = [
-        "| chain | tokens per target pass | target pass / target-only step | target ms/token | drafters ms/token | "
-        "loop ms/token | measured speedup | with free drafters |",
-        "| --- | --- | --- | --- | --- | --- | --- | --- |",
-    ]
+    rows = []
     for chain in validation.chains:
         if len(chain.chain) == 1 or not chain.lossless:
             continue
@@ -222,12 +222,12 @@ def limit_lines(validation: Validation) -> list[str]:
         drafters = sum(level.seconds_per_token for level in chain.levels[1:])
         rest = target.seconds_per_token + chain.loop_seconds_per_token
         bound = f"{base.seconds_per_token / rest:.2f}x" if rest > 0 else "-"
-        lines.append(
-            f"| {chain.label()} | {1 / target.forwards_per_token:.2f} | {per_pass / step:.2f}x | "
-            f"{target.seconds_per_token * 1e3:.3f} | {drafters * 1e3:.3f} | {chain.loop_seconds_per_token * 1e3:.3f} | "
-            f"{chain.measured_speedup:.2f}x | {bound} |"
-        )
-    return lines
+        rows.append((chain.label(), f"{1 / target.forwards_per_token:.2f}", f"{per_pass / step:.2f}x",
+                     f"{target.seconds_per_token * 1e3:.3f}", f"{drafters * 1e3:.3f}", f"{chain.loop_seconds_per_token * 1e3:.3f}",
+                     f"{chain.measured_speedup:.2f}x", bound))
+    columns = ("chain", "tokens per target pass", "target pass / target-only step", "target ms/token", "drafters ms/token",
+               "loop ms/token", "measured speedup", "with free drafters")
+    return _table(columns, rows)
 
 
 def _acceptance_lines(chain: ChainResult) -> list[str]:
@@ -257,34 +257,30 @@ def report_markdown(validation: Validation, plots: dict[str, str]) -> str:
     ]
     lines += [f"- note: {note}" for note in validation.notes]
     lines += ["", "## Chains", "", "```", *table_lines(validation)[:-2], "```", "", "## Targets", "", *_check_lines(validation)]
-    sources = error_source_lines(validation)
-    if sources:
-        lines += ["", "## Where the prediction error comes from", "",
-                  "The exact model is re-evaluated step by step: on the profile (the plan), on latency re-timed "
-                  "during this run, then also on the greedy acceptance measured on these validation prompts. "
-                  "Each column is the ratio of consecutive steps − 1, so (1 + latency)(1 + acceptance)"
-                  "(1 + residual) = 1 + total error: latency is what the machine changed since profiling, "
-                  "acceptance what the other prompts changed, the residual the model's own error plus noise, "
-                  "which the CI's half-width bounds. (Residual falls back to re-timed vs measured when "
-                  "acceptance was not re-measured: sampling runs.) The last column is the acceptance effect in "
-                  "plain terms.", "", *sources]
-    split = cost_split_lines(validation)
-    if split:
-        lines += ["", "## The error by the factors of time per token", "",
-                  "The exact model prices a chain as the target-only step over Σ_i (passes per token × seconds per "
-                  "pass) + the loop's time per token. Each column replaces one predicted factor by its measurement "
-                  "in this run, so (1 + each column) multiply to 1 + total error: the target-only step (the "
-                  "profile's T(1) against target-only decoding now), passes per token (acceptance), seconds per "
-                  "pass inside the chain, the loop, and the paired per-prompt ratio against the ratio of total "
-                  "times. The second table says which member's passes cost more inside the chain than its "
-                  "profile at the same widths and contexts (switching, cache state, numerics).", "", *split]
+    lines += _section("Where the prediction error comes from",
+                      "The exact model is re-evaluated step by step: on the profile (the plan), on latency re-timed "
+                      "during this run, then also on the greedy acceptance measured on these validation prompts. "
+                      "Each column is the ratio of consecutive steps − 1, so (1 + latency)(1 + acceptance)"
+                      "(1 + residual) = 1 + total error: latency is what the machine changed since profiling, "
+                      "acceptance what the other prompts changed, the residual the model's own error plus noise, "
+                      "which the CI's half-width bounds. (Residual falls back to re-timed vs measured when "
+                      "acceptance was not re-measured: sampling runs.) The last column is the acceptance effect in "
+                      "plain terms.", error_source_lines(validation))
+    lines += _section("The error by the factors of time per token",
+                      "The exact model prices a chain as the target-only step over Σ_i (passes per token × seconds per "
+                      "pass) + the loop's time per token. Each column replaces one predicted factor by its measurement "
+                      "in this run, so (1 + each column) multiply to 1 + total error: the target-only step (the "
+                      "profile's T(1) against target-only decoding now), passes per token (acceptance), seconds per "
+                      "pass inside the chain, the loop, and the paired per-prompt ratio against the ratio of total "
+                      "times. The second table says which member's passes cost more inside the chain than its "
+                      "profile at the same widths and contexts (switching, cache state, numerics).", cost_split_lines(validation))
     limits = limit_lines(validation)
-    if limits:
-        lines += ["", "## What limits the speedup (measured)", "",
-                  f"Target-only decoding: {next(c for c in validation.chains if len(c.chain) == 1).seconds_per_token * 1e3:.3f} "
-                  "ms/token. "
-                  "A chain is bounded by its target passes: tokens per pass against the cost of a pass that verifies "
-                  "several tokens; the drafters and the loop take the rest.", "", *limits]
+    if limits:  # the prose names the target-only chain, which a report without one lacks
+        lines += _section("What limits the speedup (measured)",
+                          f"Target-only decoding: {next(c for c in validation.chains if len(c.chain) == 1).seconds_per_token * 1e3:.3f} "
+                          "ms/token. "
+                          "A chain is bounded by its target passes: tokens per pass against the cost of a pass that verifies "
+                          "several tokens; the drafters and the loop take the rest.", limits)
     if validation.categories:
         lines += ["", "## Per category (speedup over target-only, tokens per target pass)", "", "```"]
         for item in validation.categories:
