@@ -160,10 +160,10 @@ def test_locks_are_reentrant_within_a_run(tmp_path, monkeypatch):
     assert other_process_gets_it()
 
 
-@pytest.mark.slow
-def test_recommend_candidates_on_a_foreign_profile_profiles_into_the_cache(tmp_path):
-    """`recommend --candidates --profile other.json` where other.json was made for another
-    target: other.json is left byte for byte, the run says where it profiled instead."""
+def _recommend_on_an_edited_profile(tmp_path, edit, profile_options=()):
+    """Profile the candidate workspace into other.json, let `edit` change its JSON payload, then run
+    `recommend --candidates --profile other.json`; checks that recommend succeeded and left
+    other.json byte for byte, and returns its result and the edited payload."""
     from typer.testing import CliRunner
 
     from conftest import write_candidate_workspace
@@ -173,19 +173,31 @@ def test_recommend_candidates_on_a_foreign_profile_profiles_into_the_cache(tmp_p
     other = tmp_path / "other.json"
     made = CliRunner().invoke(app, ["profile", "--candidates", str(workspace / "models.yaml"), "--prompts", str(workspace / "prompts.jsonl"),
                                     "--out", str(other), "--new-tokens", "8", "--latency-ks", "1,2", "--context-lengths", "8",
-                                    "--repeats", "2", "--warmup", "1", "--no-decoded", "--temperatures", "0"])
+                                    "--repeats", "2", "--warmup", "1", "--no-decoded", "--temperatures", "0", *profile_options])
     assert made.exit_code == 0, made.output
     payload = json.loads(other.read_text())
-    payload["target"] = payload["models"][0]["name"] = "someone-else"
-    payload["pairs"] = [pair for pair in payload["pairs"] if "target" not in (pair["verifier"], pair["drafter"])]
+    edit(payload)
     other.write_text(json.dumps(payload))
     before = other.read_bytes()
     result = CliRunner().invoke(app, ["recommend", "--candidates", str(workspace / "models.yaml"), "--profile", str(other),
                                       "--prompts", str(workspace / "prompts.jsonl"), "--out", str(tmp_path / "plan.json"),
                                       "--threads", "1", "--cache-dir", str(tmp_path / "cache")])
     assert result.exit_code == 0, result.output
-    assert "is kept as it is (it was made for the target 'someone-else'" in result.stderr
     assert other.read_bytes() == before
+    return result, payload
+
+
+@pytest.mark.slow
+def test_recommend_candidates_on_a_foreign_profile_profiles_into_the_cache(tmp_path):
+    """`recommend --candidates --profile other.json` where other.json was made for another
+    target: other.json is left byte for byte, the run says where it profiled instead."""
+
+    def another_target(payload):
+        payload["target"] = payload["models"][0]["name"] = "someone-else"
+        payload["pairs"] = [pair for pair in payload["pairs"] if "target" not in (pair["verifier"], pair["drafter"])]
+
+    result, _ = _recommend_on_an_edited_profile(tmp_path, another_target)
+    assert "is kept as it is (it was made for the target 'someone-else'" in result.stderr
     assert list((tmp_path / "cache" / "profiles").glob("*.json"))
 
 
@@ -195,30 +207,15 @@ def test_recommend_candidates_on_a_profile_from_another_processor_re_times_it_in
     processor (a fake record, same device label): other.json is left byte for byte; the cache
     file starts from its acceptance statistics, re-times every model here, and records this
     processor, so the timings of two processors never share a profile."""
-    from typer.testing import CliRunner
-
-    from conftest import write_candidate_workspace
-    from polyplan.cli.app import app
     from polyplan.profiler.processor import this_processor
 
-    workspace = write_candidate_workspace(tmp_path / "ws")
-    other = tmp_path / "other.json"
-    made = CliRunner().invoke(app, ["profile", "--candidates", str(workspace / "models.yaml"), "--prompts", str(workspace / "prompts.jsonl"),
-                                    "--out", str(other), "--new-tokens", "8", "--latency-ks", "1,2", "--context-lengths", "8",
-                                    "--repeats", "2", "--warmup", "1", "--no-decoded", "--temperatures", "0", "--threads", "1"])
-    assert made.exit_code == 0, made.output
-    payload = json.loads(other.read_text())
-    assert payload["processor"]["name"] == this_processor().name  # what a run here records
-    payload["processor"] = encode(Processor("Fake CPU 1", flags=("avx2",)))
-    other.write_text(json.dumps(payload))
-    before = other.read_bytes()
-    result = CliRunner().invoke(app, ["recommend", "--candidates", str(workspace / "models.yaml"), "--profile", str(other),
-                                      "--prompts", str(workspace / "prompts.jsonl"), "--out", str(tmp_path / "plan.json"),
-                                      "--threads", "1", "--cache-dir", str(tmp_path / "cache")])
-    assert result.exit_code == 0, result.output
+    def another_processor(payload):
+        assert payload["processor"]["name"] == this_processor().name  # what a run here records
+        payload["processor"] = encode(Processor("Fake CPU 1", flags=("avx2",)))
+
+    result, payload = _recommend_on_an_edited_profile(tmp_path, another_processor, ("--threads", "1"))
     assert "is kept as it is (it was measured on 'Fake CPU 1 (avx2, unknown engine)', this run is on" in result.stderr
     assert "re-timing every model and keeping its acceptance statistics" in result.stderr
-    assert other.read_bytes() == before
     cached = read_profile(next((tmp_path / "cache" / "profiles").glob("*.json")))
     assert not cached.processor.differs(this_processor())
     kept = {(p["verifier"], p["drafter"]): p["sampling"]["greedy"]["alpha"] for p in payload["pairs"]}
