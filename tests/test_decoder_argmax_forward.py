@@ -18,6 +18,7 @@ import torch
 
 from conftest import perturbed_copy, tiny_llama
 from table_member import TableMember
+from wrapped_member import WrappedMember
 from polyplan.decoder.chain import generate
 from polyplan.decoder.hf import HFMember
 from polyplan.decoder.member import ArgmaxForward
@@ -32,34 +33,16 @@ PROMPT = [5, 9, 33, 7, 5, 9]
 NEW_TOKENS = 24
 
 
-class Plain:
+class Plain(WrappedMember):
     """A member seen only through the `ChainMember` protocol, counting its forward calls."""
 
     def __init__(self, member) -> None:
-        self.member = member
-        self.name = member.name
-        self.vocab_size = member.vocab_size
-        self.valid_vocab_size = member.valid_vocab_size
-        self.eos_token_id = member.eos_token_id
-        self.max_context = member.max_context
+        super().__init__(member)
         self.calls = {"forward": 0, "forward_argmax": 0}
-
-    @property
-    def cache_length(self) -> int:
-        return self.member.cache_length
 
     def forward(self, new_ids, keep_last=None):
         self.calls["forward"] += 1
-        return self.member.forward(new_ids, keep_last=keep_last)
-
-    def crop(self, length: int) -> None:
-        self.member.crop(length)
-
-    def reset(self) -> None:
-        self.member.reset()
-
-    def token_map(self):
-        return self.member.token_map()
+        return super().forward(new_ids, keep_last=keep_last)
 
 
 class OwnArgmax(Plain):
@@ -72,7 +55,7 @@ class OwnArgmax(Plain):
 
     def forward_argmax(self, new_ids, keep_last=None):
         self.calls["forward_argmax"] += 1
-        rows = self.member.forward(new_ids, keep_last=keep_last)
+        rows = self.inner.forward(new_ids, keep_last=keep_last)
         return argmax_ids(rows[:, : self.valid_vocab_size] if self.valid_only else rows)
 
 

@@ -8,6 +8,7 @@ import torch
 
 from conftest import perturbed_copy, tiny_llama, truncated_copy
 from table_member import TableMember
+from wrapped_member import WrappedMember
 from polyplan.decoder.chain import generate
 from polyplan.decoder.hf import HFMember
 from polyplan.decoder.ngram import NGramMember
@@ -34,30 +35,16 @@ def table_greedy(target: TableMember, prompt: list[int], count: int) -> list[int
     return sequence[len(prompt) :]
 
 
-class Spy:
+class Spy(WrappedMember):
     """Wraps a member and snapshots every member's cached tokens before each forward pass."""
 
     def __init__(self, inner, index: int, log: list, chain: list):
-        self.inner, self.index, self.log, self.chain = inner, index, log, chain
-        self.name, self.vocab_size, self.valid_vocab_size = inner.name, inner.vocab_size, inner.valid_vocab_size
-        self.eos_token_id, self.max_context = inner.eos_token_id, inner.max_context
-
-    @property
-    def cache_length(self) -> int:
-        return self.inner.cache_length
+        super().__init__(inner)
+        self.index, self.log, self.chain = index, log, chain
 
     def forward(self, new_ids, keep_last=None):
         self.log.append((self.index, [member.tokens() for member in self.chain]))
-        return self.inner.forward(new_ids, keep_last=keep_last)
-
-    def crop(self, length: int) -> None:
-        self.inner.crop(length)
-
-    def reset(self) -> None:
-        self.inner.reset()
-
-    def token_map(self):
-        return self.inner.token_map()
+        return super().forward(new_ids, keep_last=keep_last)
 
 
 def is_prefix(short, long) -> bool:
