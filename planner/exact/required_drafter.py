@@ -39,6 +39,7 @@ from polyplan.planner.exact.latency import LatencyCurve
 from polyplan.planner.exact.physical_limit import measured_block_size
 from polyplan.planner.exact.verify_width import monotone_envelope
 from polyplan.planner.paper.capped_geometric import check_acceptance, check_block_size
+from polyplan.planner.paper.lemma31 import check_positive
 
 
 @dataclass(frozen=True)
@@ -116,16 +117,6 @@ def tokens_per_verification(acceptance: float, block_size: int) -> float:
     return math.fsum(acceptance**j for j in range(block_size + 1))
 
 
-def _check_speedup(speedup: float) -> float:
-    try:
-        value = float(speedup)
-    except (TypeError, ValueError):
-        raise PolyplanError(f"speedup: must be a number > 0, got {speedup!r}") from None
-    if not (math.isfinite(value) and value > 0):
-        raise PolyplanError(f"speedup: must be a finite number > 0, got {speedup!r}")
-    return value
-
-
 def _check_cost_ratio(cost_ratio: float) -> float:
     try:
         value = float(cost_ratio)
@@ -183,7 +174,7 @@ def required_acceptance(
         switch: the target's switch cost (its verification pass follows the drafter's steps).
         k_max: the largest K considered (default: the widest block the curve was timed for).
     """
-    s = _check_speedup(speedup)
+    s = check_positive(speedup, "speedup")
     c = _check_cost_ratio(cost_ratio)
     target, k_max = _round(curve, overhead, switch, k_max)
     step = curve(1)
@@ -209,7 +200,7 @@ def largest_cost_ratio(
     """The largest cost ratio c at which a drafter accepted at `acceptance` reaches `speedup`
     over the target alone, at its best block size (module docstring; arguments as in
     `required_acceptance`)."""
-    s = _check_speedup(speedup)
+    s = check_positive(speedup, "speedup")
     alpha = check_acceptance(acceptance, "acceptance")
     target, k_max = _round(curve, overhead, switch, k_max)
     step = curve(1)
