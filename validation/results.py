@@ -177,8 +177,7 @@ class ChainResult:
     @property
     def checked_error(self) -> float | None:
         """(checked prediction − measured) / measured; None when not checked or lossy."""
-        measured = self.measured_speedup
-        return None if measured is None or self.checked is None else self.checked / measured - 1.0
+        return self.error_of(self.checked)
 
     @property
     def judged_error(self) -> float | None:
@@ -191,11 +190,7 @@ class ChainResult:
 
     def checked_text(self) -> str:
         """`1.52x [1.31, 1.70]`, or - when the plan ran no self-check."""
-        if self.checked is None:
-            return "-"
-        if self.checked_interval is None:
-            return f"{self.checked:.2f}x"
-        return f"{self.checked:.2f}x [{self.checked_interval[0]:.2f}, {self.checked_interval[1]:.2f}]"
+        return "-" if self.checked is None else _speedup_text(self.checked, self.checked_interval)
 
     @property
     def cost_split(self) -> CostSplit | None:
@@ -276,28 +271,35 @@ class ChainResult:
 
     def predicted_text(self) -> str:
         """`2.01x [1.88, 2.15]` (the point alone when the plan has no interval)."""
-        if self.predicted_interval is None:
-            return f"{self.predicted_exact:.2f}x"
-        return f"{self.predicted_exact:.2f}x [{self.predicted_interval[0]:.2f}, {self.predicted_interval[1]:.2f}]"
+        return _speedup_text(self.predicted_exact, self.predicted_interval)
+
+    def error_of(self, predicted: float | None) -> float | None:
+        """(predicted − measured) / measured; None for a lossy chain or without a prediction."""
+        measured = self.measured_speedup
+        return None if measured is None or predicted is None else predicted / measured - 1.0
 
     @property
     def exact_error(self) -> float | None:
         """(exact prediction − measured) / measured; None for a lossy chain."""
-        measured = self.measured_speedup
-        return None if measured is None else self.predicted_exact / measured - 1.0
+        return self.error_of(self.predicted_exact)
 
     @property
     def retimed_error(self) -> float | None:
-        measured = self.measured_speedup
-        return None if measured is None or self.retimed_exact is None else self.retimed_exact / measured - 1.0
+        return self.error_of(self.retimed_exact)
 
     @property
     def paper_error(self) -> float | None:
-        measured = self.measured_speedup
-        return None if measured is None else self.predicted_paper / measured - 1.0
+        return self.error_of(self.predicted_paper)
 
     def label(self) -> str:
         return " > ".join(self.chain)
+
+
+def _speedup_text(speedup: float, interval: tuple[float, float] | None) -> str:
+    """`2.01x [1.88, 2.15]`, or `2.01x` without an interval."""
+    if interval is None:
+        return f"{speedup:.2f}x"
+    return f"{speedup:.2f}x [{interval[0]:.2f}, {interval[1]:.2f}]"
 
 
 @dataclass(frozen=True)
