@@ -23,6 +23,13 @@ def at_least(value: int | float | None, minimum: int | float, option: str) -> No
         raise PolyplanError(f"{option}: must be >= {minimum}, got {value}")
 
 
+def integer_at_least(value: Any, minimum: int, option: str) -> int:
+    """`value` if it is an integer (not a bool) >= `minimum`."""
+    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
+        raise PolyplanError(f"{option}: must be an integer >= {minimum}, got {value!r}")
+    return value
+
+
 def in_range(value: int | float | None, low: int | float, high: int | float, option: str) -> None:
     """`value` (when given) lies in [low, high]."""
     if value is not None and not low <= value <= high:

@@ -40,6 +40,7 @@ from polyplan.planner.paper.paper_model import PaperPrediction, paper_prediction
 from polyplan.planner.exact.physical_limit import PhysicalLimit, measured_block_size, physical_limit
 from polyplan.planner.intervals.prediction_interval import PredictionIntervals
 from polyplan.formats.profile import Profile, SamplingStats
+from polyplan.formats.options import integer_at_least
 
 SEARCH_MODES = ("auto", "grid", "optuna")
 ACCEPTANCE_MODELS = ("auto", "iid", "runs")
@@ -301,8 +302,7 @@ def recommend(
             "runs" (the measured acceptance runs of `planner.exact.runs`, greedy profiles), or "auto"
             (runs where the profile records them, else α).
     """
-    if isinstance(max_levels, bool) or not isinstance(max_levels, int) or max_levels < 1:
-        raise PolyplanError(f"max_levels: must be an integer >= 1, got {max_levels!r}")
+    integer_at_least(max_levels, 1, "max_levels")
     if k_max is None:
         k_max = default_k_max(profile)
     if isinstance(k_max, bool) or not isinstance(k_max, int) or k_max < 1:

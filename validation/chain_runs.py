@@ -30,6 +30,7 @@ from polyplan.formats.plan import PlanFile
 from polyplan.formats.processor import Processor, machine_difference
 from polyplan.formats.report import ReportSettings
 from polyplan.formats.profile import Profile
+from polyplan.formats.options import integer_at_least
 from polyplan.planner.intervals.prediction_interval import stretch_words
 from polyplan.validation.categories import chain_categories
 from polyplan.profiler.forward_timing import synchronizer
@@ -74,9 +75,7 @@ class ValidationSettings:
 
     def __post_init__(self) -> None:
         for name, option, least in (("new_tokens", "--new-tokens", 1), ("repeats", "--repeats", 1), ("top", "--top", 0)):
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, int) or value < least:
-                raise PolyplanError(f"{option}: must be an integer >= {least}, got {value!r}")
+            integer_at_least(getattr(self, name), least, option)
 
 
 @dataclass(frozen=True)

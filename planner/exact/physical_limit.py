@@ -37,9 +37,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from polyplan.formats.errors import PolyplanError
 from polyplan.formats.overhead import NO_OVERHEAD, NO_SWITCH, LoopOverhead, SwitchCost
 from polyplan.formats.profile import Profile
+from polyplan.formats.options import integer_at_least
 from polyplan.planner.exact.latency import LatencyCurve, curve_from_profile
 from polyplan.planner.exact.overhead import profile_switch_costs
 from polyplan.planner.intervals.prediction_interval import DEFAULT_LEVEL, SpeedupInterval, latency_replicates
@@ -122,8 +122,7 @@ def physical_limit(
     """
     if k_max is None:
         k_max = max(1, measured_block_size(curve))
-    if isinstance(k_max, bool) or not isinstance(k_max, int) or k_max < 1:
-        raise PolyplanError(f"k_max: must be an integer >= 1, got {k_max!r}")
+    integer_at_least(k_max, 1, "k_max")
     speedups = limit_speedups(curve, k_max, overhead, switch)
     best = int(np.argmax(speedups))
     if speedups[best] <= 1.0:
@@ -157,8 +156,7 @@ def limit_interval(
     """Bootstrap interval of `limit.speedup`: the target's timings resampled (and its
     timing-health corrections drawn) as `planner.intervals.prediction_interval` does, S re-evaluated at
     the limit's K on each replicate."""
-    if isinstance(resamples, bool) or not isinstance(resamples, int) or resamples < 20:
-        raise PolyplanError(f"resamples: must be an integer >= 20, got {resamples!r}")
+    integer_at_least(resamples, 20, "resamples")
     if limit.block_size == 0:
         return SpeedupInterval(1.0, 1.0, 1.0, level)
     rng = np.random.default_rng(seed)

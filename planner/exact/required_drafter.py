@@ -35,6 +35,7 @@ from scipy.optimize import brentq
 
 from polyplan.formats.errors import PolyplanError
 from polyplan.formats.overhead import NO_OVERHEAD, NO_SWITCH, LoopOverhead, SwitchCost
+from polyplan.formats.options import integer_at_least
 from polyplan.planner.exact.latency import LatencyCurve
 from polyplan.planner.exact.physical_limit import measured_block_size
 from polyplan.planner.exact.verify_width import monotone_envelope
@@ -104,8 +105,7 @@ class _Round:
 def _round(curve: LatencyCurve, overhead: LoopOverhead | None, switch: SwitchCost, k_max: int | None) -> tuple[_Round, int]:
     if k_max is None:
         k_max = max(1, measured_block_size(curve))
-    if isinstance(k_max, bool) or not isinstance(k_max, int) or k_max < 1:
-        raise PolyplanError(f"k_max: must be an integer >= 1, got {k_max!r}")
+    integer_at_least(k_max, 1, "k_max")
     loop = NO_OVERHEAD if overhead is None else overhead
     ks = np.arange(1, k_max + 1, dtype=float)
     verify = monotone_envelope(curve).many(ks + 1) + switch[0] + loop.per_round_s

@@ -22,6 +22,7 @@ import numpy as np
 from polyplan.formats.errors import PolyplanError
 from polyplan.formats.overhead import LoopOverhead
 from polyplan.formats.profile import PairAgreement, Profile
+from polyplan.formats.options import integer_at_least
 from polyplan.planner.intervals.prediction_interval import DEFAULT_LEVEL, prediction_intervals
 from polyplan.planner.exact.runs import with_agreement_alphas
 from polyplan.planner.search import evaluate_chain
@@ -103,13 +104,11 @@ def interval_coverage(
         raise PolyplanError("the profile has no greedy agreement runs to split (profile at temperature 0 first)")
     prompts = len(runs.pairs[0].agreement)
     split = prompts // 2 if split is None else split
-    if isinstance(split, bool) or not isinstance(split, int) or split < 2:
-        raise PolyplanError(f"--split: must be an integer >= 2, got {split!r}")
+    integer_at_least(split, 2, "--split")
     if 2 * split > prompts:
         raise PolyplanError(f"--split {split}: the profile has {prompts} prompts, two sets of {split} need {2 * split} "
                             f"(profile on more prompts, or give a smaller --split)")
-    if isinstance(splits, bool) or not isinstance(splits, int) or splits < MIN_SPLITS:
-        raise PolyplanError(f"--splits: must be an integer >= {MIN_SPLITS}, got {splits!r}")
+    integer_at_least(splits, MIN_SPLITS, "--splits")
     if not chains:
         raise PolyplanError("chains: give at least one chain")
     fixed = _fixed_latency(profile)

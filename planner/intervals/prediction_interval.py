@@ -74,6 +74,7 @@ from polyplan.formats.overhead import NO_SWITCH, LoopOverhead
 from polyplan.planner.exact.overhead import profile_switch_costs
 from polyplan.planner.exact.runs import count_matrix, profile_runs, survival_from_counts
 from polyplan.formats.profile import ModelProfile, Profile, TimingHealth
+from polyplan.formats.options import integer_at_least
 from polyplan.planner.intervals.timing_health import MAX_FLOOR_NOISE, MAX_FLOOR_SHIFT
 
 DEFAULT_RESAMPLES = 200
@@ -334,8 +335,7 @@ def prediction_intervals(
         level: interval coverage, in (0, 1).
         seed: of the numpy Generator every draw comes from.
     """
-    if isinstance(resamples, bool) or not isinstance(resamples, int) or resamples < 20:
-        raise PolyplanError(f"resamples: must be an integer >= 20, got {resamples!r}")
+    integer_at_least(resamples, 20, "resamples")
     if not 0 < level < 1:
         raise PolyplanError(f"level: must be in (0, 1), got {level!r}")
     if not chains:

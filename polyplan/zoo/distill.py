@@ -40,6 +40,7 @@ from pathlib import Path
 import torch
 
 from polyplan.formats.errors import PolyplanError
+from polyplan.formats.options import integer_at_least
 from polyplan.models.corpus import stdlib_prose
 
 @dataclass(frozen=True)
@@ -61,12 +62,9 @@ class DistillSettings:
     seed: int = 0
 
     def __post_init__(self) -> None:
-        if isinstance(self.on_policy_tokens, bool) or not isinstance(self.on_policy_tokens, int) or self.on_policy_tokens < 0:
-            raise PolyplanError(f"--on-policy-tokens: must be an integer >= 0, got {self.on_policy_tokens!r}")
+        integer_at_least(self.on_policy_tokens, 0, "--on-policy-tokens")
         for name in ("vocab", "layers", "hidden", "steps", "batch_size", "eval_windows", "on_policy_prompt"):
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-                raise PolyplanError(f"--{name.replace('_', '-')}: must be an integer >= 1, got {value!r}")
+            integer_at_least(getattr(self, name), 1, f"--{name.replace('_', '-')}")
         if self.window < 8:
             raise PolyplanError(f"--window: must be >= 8 tokens, got {self.window}")
         if self.hidden % 32:
