@@ -52,6 +52,8 @@ CHECK_BUDGET_SHARE = 0.10  # of the profile's measuring time (the issue's "about
 # sizes tried, largest first, until the plan's own predictions say the run fits the budget
 CHECK_SIZES = ((CHECK_PROMPTS, CHECK_TOKENS), (CHECK_PROMPTS, 48), (3, 48), (2, 48), (2, 32))
 WARMUP_TOKENS = 8
+RESAMPLES = 500
+LEVEL = 0.95
 
 
 def check_budget(profile: Profile | None) -> float | None:
@@ -82,11 +84,8 @@ def check_size(specs: Sequence[ChainSpec], budget_s: float | None, repeats: int 
     for prompts, tokens in CHECK_SIZES:
         estimate = estimated_seconds(specs, prompts, tokens, repeats)
         if budget_s is None or estimate <= budget_s:
-            return prompts, tokens, estimate
-    prompts, tokens = CHECK_SIZES[-1]
-    return prompts, tokens, estimated_seconds(specs, prompts, tokens, repeats)
-RESAMPLES = 500
-LEVEL = 0.95
+            break
+    return prompts, tokens, estimate
 
 
 @dataclass(frozen=True)
