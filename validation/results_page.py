@@ -93,9 +93,15 @@ def page_text(runs: tuple[ResultRun, ...]) -> str:
     lines += ["## Plots", "",
               f"![Predicted against measured speedup, every validated chain of every run](img/{PLOTS['predicted_vs_measured']})", "",
               f"![T(k)/T(1) of each run's target: what a k-token verification costs](img/{PLOTS['latency']})", ""]
-    if any(len([r for r in runs if r.group == group]) > 1 for group in {run.group for run in runs}):
+    if _load_groups(runs):
         lines += [f"![Prediction error per chain under each load shape](img/{PLOTS['load']})", ""]
     return "\n".join(lines)
+
+
+def _load_groups(runs: tuple[ResultRun, ...]) -> list[str]:
+    """The groups with more than one run (one benchmark under several load shapes), in order."""
+    groups = [run.group for run in runs]
+    return [group for group in dict.fromkeys(groups) if groups.count(group) > 1]
 
 
 def _group(group: str, runs: list[ResultRun]) -> list[str]:
@@ -146,7 +152,7 @@ def write_plots(runs: tuple[ResultRun, ...], images: Path = IMAGES) -> list[Path
     """The page's PNGs (matplotlib's object API on an Agg canvas: no global backend touched)."""
     images.mkdir(parents=True, exist_ok=True)
     written = [_plot_predicted(runs, images / PLOTS["predicted_vs_measured"]), _plot_latency(runs, images / PLOTS["latency"])]
-    if any(len([r for r in runs if r.group == group]) > 1 for group in {run.group for run in runs}):
+    if _load_groups(runs):
         written.append(_plot_load(runs, images / PLOTS["load"]))
     return written
 
@@ -207,7 +213,7 @@ def _target_curve(run: ResultRun) -> dict[int, float] | None:
 def _plot_load(runs: tuple[ResultRun, ...], path: Path) -> Path:
     figure = agg_figure(7.2, 4.4)
     axes = figure.add_subplot()
-    groups = [group for group in dict.fromkeys(run.group for run in runs) if len([r for r in runs if r.group == group]) > 1]
+    groups = _load_groups(runs)
     bars = [(run, chain) for run in runs if run.group in groups for chain in run.report.chains
             if chain.measured_speedup is not None and len(chain.chain) > 1]
     labels = sorted({" > ".join(chain.chain) for _, chain in bars})
