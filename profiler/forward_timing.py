@@ -229,7 +229,7 @@ def measure_latencies(
 # one CPU core at 128; on a GPU, 128-wide products take a few microseconds each, so the timing
 # is kernel-launch jitter (an H200 read IQR/median 29% on a quiet machine) and says nothing of
 # interference. At 1024 the arithmetic (about 0.3 ms on an H200) dominates the launches.
-REFERENCE_SIZE = {"cpu": 128, "cuda": 1024, "mps": 512}
+REFERENCE_SIZE = {"cpu": 128, "cuda": 1024}  # other devices: the CPU's (not measured there)
 
 
 def reference_workload(device: torch.device | str, size: int | None = None, products: int = 8) -> Callable[[], None]:
