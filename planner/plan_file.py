@@ -19,7 +19,6 @@ from polyplan.formats.plan import (
     CandidatesRecord, ChainSpeedRecord, ConditionRecord, ExactRecord, InsertionVerdict, IntervalsRecord, LimitRecord, PaperRecord,
     PlanFile, PlannedChain, ProfileRecord, SearchRecord, TripleRecord, write_plan,
 )
-from polyplan.planner.paper.insertion import Condition
 from polyplan.planner.paper.insertion_triples import TripleInsertion
 from polyplan.planner.exact.physical_limit import PhysicalLimit
 from polyplan.formats.profile import SCHEMA_VERSION, Profile, encode_profile
@@ -61,17 +60,13 @@ def _limit(limit: PhysicalLimit) -> LimitRecord:
     return LimitRecord(limit.speedup, limit.block_size, limit.measured_block_size, limit.speedups, interval)
 
 
-def _condition(condition: Condition) -> ConditionRecord:
-    return ConditionRecord(condition.lhs, condition.rhs, condition.holds)
-
-
 def _triple(triple: TripleInsertion) -> TripleRecord:
     analysis = triple.analysis
     return TripleRecord(
         triple.upper, triple.middle, triple.lower,
         ChainSpeedRecord(triple.with_chain, triple.with_blocks, triple.with_speedup),
         ChainSpeedRecord(triple.without_chain, triple.without_blocks, triple.without_speedup),
-        _condition(analysis.condition1), _condition(analysis.condition2),
+        analysis.condition1, analysis.condition2,
         analysis.assumptions_hold, triple.theorem_guarantees_gain, float(analysis.exact_difference), triple.line(),
     )
 

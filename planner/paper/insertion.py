@@ -24,16 +24,8 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+from polyplan.formats.plan import ConditionRecord
 from polyplan.planner.paper.lemma31 import check_positive
-
-
-@dataclass(frozen=True)
-class Condition:
-    """One printed condition `lhs < rhs`; `rhs`/`holds` are None when they need α and none was given."""
-
-    lhs: float
-    rhs: float | None
-    holds: bool | None
 
 
 @dataclass(frozen=True)
@@ -48,8 +40,8 @@ class InsertionAnalysis:
         means "not guaranteed by the theorem", not "proved slower".
     """
 
-    condition1: Condition
-    condition2: Condition
+    condition1: ConditionRecord  # `rhs`/`holds` are None when they need α and none was given
+    condition2: ConditionRecord
     condition2_rhs_per_alpha: float  # rhs of condition 2 divided by α
     assumption_l1_grows: bool  # E[L_1]' > E[L_1]
     assumption_l2_doubled_exceeds_l1: bool  # 2 E[L_2]' > E[L_1]
@@ -97,15 +89,15 @@ def analyze_insertion(
 
     lhs1 = t2_new / t1
     rhs1 = 2 * l2_new * (1 / l1 - 1 / l1_new)
-    condition1 = Condition(lhs=lhs1, rhs=rhs1, holds=lhs1 < rhs1)
+    condition1 = ConditionRecord(lhs=lhs1, rhs=rhs1, holds=lhs1 < rhs1)
 
     lhs2 = t2_new / t2
     per_alpha = l1 / (2 * l2_new) - 1
     if scale is not None:
-        condition2 = Condition(lhs=lhs2, rhs=scale * per_alpha, holds=lhs2 < scale * per_alpha)
+        condition2 = ConditionRecord(lhs=lhs2, rhs=scale * per_alpha, holds=lhs2 < scale * per_alpha)
     else:
         # lhs2 > 0, so a non-positive coefficient fails for every α > 0.
-        condition2 = Condition(lhs=lhs2, rhs=None, holds=False if per_alpha <= 0 else None)
+        condition2 = ConditionRecord(lhs=lhs2, rhs=None, holds=False if per_alpha <= 0 else None)
 
     grows = l1_new > l1
     doubled = 2 * l2_new > l1

@@ -29,7 +29,8 @@ from typing import Sequence
 
 from polyplan.formats.errors import PolyplanError
 from polyplan.formats.profile import Profile
-from polyplan.planner.paper.insertion import Condition, InsertionAnalysis, analyze_insertion
+from polyplan.formats.plan import ConditionRecord
+from polyplan.planner.paper.insertion import InsertionAnalysis, analyze_insertion
 from polyplan.planner.exact.latency import curve_from_profile
 from polyplan.planner.paper.paper_model import mean_length
 
@@ -180,7 +181,7 @@ class TripleInsertion:
         )
 
 
-def _condition(condition: Condition) -> str:
+def _condition(condition: ConditionRecord) -> str:
     if condition.rhs is None:
         return f"{condition.lhs:.3g} < ?"
     return f"{condition.lhs:.3g} {'<' if condition.holds else '>='} {condition.rhs:.3g}"
