@@ -13,7 +13,8 @@ So before a quantized GGUF is first run, a child process loads it with the extra
 decodes one 8-token batch. When the child dies, polyplan runs llama.cpp without them
 (`use_extra_bufts = false` in the bindings, `--repack 0` / `--no-repack` for llama-bench and
 llama-server) and says so once. The answer is cached per (CPU model, llama.cpp bindings
-version, GGUF file type) under `<cache>/llama.cpp/extra-buffers.json`. Float files (F32, F16,
+version, GGUF file type, probe version) under `<cache>/llama.cpp/extra-buffers.json`; probe
+version 1 crashed by itself (a freed log callback) and its verdicts, all "off", are asked again. Float files (F32, F16,
 BF16) use no extra buffer and are never probed. `POLYPLAN_LLAMA_EXTRA_BUFFERS=0|1` overrides.
 """
 
@@ -32,11 +33,13 @@ OVERRIDE_ENV = "POLYPLAN_LLAMA_EXTRA_BUFFERS"
 CACHE_FILE = "extra-buffers.json"
 _FLOAT_FILE_TYPES = {0, 1, 32}  # llama_ftype: ALL_F32, MOSTLY_F16, MOSTLY_BF16
 PROBE_TOKENS = 8
+PROBE_VERSION = 2  # part of the cache key: a verdict of another probe is asked again
 
 _PROBE = r"""
 import sys
 import llama_cpp
-llama_cpp.llama_log_set(llama_cpp.llama_log_callback(lambda level, text, data: None), None)
+quiet = llama_cpp.llama_log_callback(lambda level, text, data: None)  # kept alive: C calls it later; a freed one segfaults
+llama_cpp.llama_log_set(quiet, None)
 llama_cpp.llama_backend_init()
 params = llama_cpp.llama_model_default_params()
 params.use_extra_bufts = True
@@ -102,7 +105,7 @@ def extra_buffers(path: str | os.PathLike[str], bindings_version: str, *, log=la
     file_type = gguf_file_type(path)
     if file_type in _FLOAT_FILE_TYPES:
         return ExtraBuffers(True, "float file")
-    key = f"{cpu_model()} | llama-cpp-python {bindings_version} | file type {file_type}"
+    key = f"{cpu_model()} | llama-cpp-python {bindings_version} | file type {file_type} | probe {PROBE_VERSION}"
     store = cache_root() / "llama.cpp" / CACHE_FILE
     known = _read(store)
     if key in known:

@@ -70,3 +70,30 @@ def test_the_export_hands_llama_server_the_flag_this_machine_needs(tmp_path, mon
     target = SimpleNamespace(source=str(tmp_path / "target.gguf"))
     assert export.repack_flags(target, {"drafter": str(tmp_path / "drafter.gguf")}) == ()
     assert export.repack_flags(target, {"drafter": str(tmp_path / "bad-drafter.gguf")}) == ("--no-repack",)
+
+
+
+def test_the_real_probe_decodes_a_file_that_runs(tmp_path, monkeypatch):
+    """The probe's own child must not crash where llama.cpp works. It once handed llama.cpp a log
+    callback that Python freed, so the child segfaulted on every file and every CPU and the
+    buffers were off everywhere (found on an AMD EPYC, which has no AMX). Control: that script
+    is a crash here too."""
+    pytest.importorskip("llama_cpp", reason="the llama extra is not installed")
+    from tiny_gguf import write_tiny_gguf
+
+    write_tiny_gguf(tmp_path / "tiny.gguf")
+    assert buffers.probe(tmp_path / "tiny.gguf", timeout_s=120.0)
+    assert buffers.probe(tmp_path / "missing.gguf", timeout_s=120.0)  # cannot load: exit 3, not a crash
+    freed = "llama_cpp.llama_log_set(llama_cpp.llama_log_callback(lambda level, text, data: None), None)\n"
+    monkeypatch.setattr(buffers, "_PROBE", buffers._PROBE.split("quiet = ")[0] + freed + buffers._PROBE.split("llama_cpp.llama_log_set(quiet, None)\n")[1])
+    assert not buffers.probe(tmp_path / "tiny.gguf", timeout_s=120.0)
+
+
+def test_a_verdict_of_the_old_probe_is_asked_again(quantized_file, monkeypatch):
+    """Verdicts cached by probe version 1 (whose child always crashed) are not trusted."""
+    store = buffers.cache_root() / "llama.cpp" / buffers.CACHE_FILE
+    store.parent.mkdir(parents=True)
+    store.write_text('{"%s | llama-cpp-python 0.3.36 | file type 15": false}' % buffers.cpu_model())
+    calls = []
+    monkeypatch.setattr(buffers.subprocess, "run", _child(0, calls))
+    assert buffers.extra_buffers(quantized_file, "0.3.36") == buffers.ExtraBuffers(True, "probed") and len(calls) == 1
