@@ -119,7 +119,7 @@ class LatencyMeasurement:
     budget_exhausted: bool = False
     threads: int | None = None  # torch's CPU threads while timing
     cpus: int | None = None  # CPU cores this process may run on
-    load_average: float | None = None  # the machine's 1-minute load average when timing began (None: unknown)
+    load_average: float | None = None  # `profiler.threads.machine_load` when timing began (None: unknown)
 
     def at(self, context_length: int, k: int) -> Spread:
         """The timing at (`context_length`, `k`)."""

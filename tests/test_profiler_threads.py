@@ -54,3 +54,27 @@ def test_every_timing_command_defaults_to_the_same_choice():
     for name, command in commands.items():
         default = inspect.signature(command).parameters["threads"].default
         assert default is None, f"{name} --threads defaults to {default!r}"
+
+
+def _stat(busy: dict[int, int]):
+    """/proc/stat readings: each CPU's busy jiffies advance by busy[cpu] of 100 between reads."""
+    reads = iter([{cpu: (0, 0) for cpu in busy}, {cpu: (b, 100) for cpu, b in busy.items()}])
+    return lambda: next(reads)
+
+
+def test_a_pinned_process_counts_only_the_work_on_its_own_cores(monkeypatch):
+    """Pinned to CPU 0 of 2 while CPU 1 is busy: the load average says 2.1, yet nothing competes
+    for CPU 0; the load is this process alone. Control: work on CPU 0 itself does count."""
+    monkeypatch.setattr(threads_module.os, "cpu_count", lambda: 2)
+    monkeypatch.setattr(threads_module, "_affinity", lambda: {0})
+    monkeypatch.setattr(threads_module.os, "getloadavg", lambda: (2.1, 2.0, 2.0))
+    monkeypatch.setattr(threads_module.time, "sleep", lambda s: None)
+    monkeypatch.setattr(threads_module, "_cpu_times", _stat({0: 2, 1: 100}))
+    assert threads_module.machine_load() == pytest.approx(1.02)
+    monkeypatch.setattr(threads_module, "_cpu_times", _stat({0: 90, 1: 100}))
+    assert threads_module.machine_load() == pytest.approx(1.9)
+    monkeypatch.setattr(threads_module, "_affinity", lambda: {0, 1})  # every core: the load average
+    assert threads_module.machine_load() == 2.1
+    monkeypatch.setattr(threads_module, "_affinity", lambda: {0})
+    monkeypatch.setattr(threads_module, "_cpu_times", lambda: None)  # no /proc/stat: the load average
+    assert threads_module.machine_load() == 2.1

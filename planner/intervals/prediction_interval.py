@@ -434,7 +434,7 @@ def _health_factors(profile: Profile, names: Sequence[str], resamples: int,
         load, cpus = health.load_average, health.cpus
         if load is not None and cpus is not None and load > cpus:
             factor *= _correction(cpus / load, resamples, rng)
-            reasons.append(f"load average {load:.1f} on {cpus} core(s) when timing began")
+            reasons.append(f"load {load:.1f} on {cpus} core(s) when timing began")
         noise = health.reference_relative_iqr
         if noise is not None and noise > MAX_FLOOR_NOISE:
             factor *= np.exp(noise / IQR_TO_SD * rng.standard_normal(resamples))

@@ -14,7 +14,7 @@ Rules (each stated in its line):
   every core (an OpenMP region waits for its slowest thread, so any other process on any
   core stalls all of them: a 2-thread run on a loaded 2-core machine once timed a target's
   T(1) at 193 ms against 9.5 ms on 1 thread, and the plan then recommended target-only
-  decoding with no warning), or a load average above the cores when timing began;
+  decoding with no warning), or a load above the cores when timing began (`profiler.threads.machine_load`);
 - floor shift: the fixed workload was more than `MAX_FLOOR_SHIFT` times slower while one model
   was timed than while another was (the load changed between models, so their curves are not
   comparable: the ratio of T's, which decides the chain, is off);
@@ -32,7 +32,7 @@ MAX_OUTLIER_SHARE = 0.10
 
 def timing_warnings(profile: Profile) -> tuple[str, ...]:
     """One line per reason the profile's timings are doubtful (empty when none is recorded).
-    A machine-wide reason (threads, load average) is one line naming every model it hit."""
+    A machine-wide reason (threads, load) is one line naming every model it hit."""
     lines: list[str] = []
     machine: dict[str, list[str]] = {}  # reason -> models
     floors: dict[str, float] = {}
@@ -51,7 +51,7 @@ def timing_warnings(profile: Profile) -> tuple[str, ...]:
                       f"threads and every timing is inflated erratically (re-profile with --threads 1)")
             machine.setdefault(reason, []).append(model.name)
         elif load is not None and cpus is not None and load > cpus:
-            reason = (f"the machine was overloaded when timed (load average {load:.1f} on {cpus} core(s)); the latency "
+            reason = (f"the machine was overloaded when timed (load {load:.1f} on {cpus} core(s)); the latency "
                       f"curves reflect the load, not the models")
             machine.setdefault(reason, []).append(model.name)
         dropped, taken = health.latency_outliers, health.latency_timings
