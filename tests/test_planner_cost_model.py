@@ -117,3 +117,21 @@ def test_latency_interpolation_and_extrapolation():
 def test_bad_input(args, message):
     with pytest.raises(PolyplanError, match=message):
         predict_chain(*args)
+
+
+def test_a_drafter_pays_its_two_token_first_pass_after_its_whole_draft_was_accepted():
+    """llama.cpp drafters can cost several steps for two tokens; the round after an all-accepted
+    draft feeds the last draft and the bonus token: P(all K accepted) · (T_d(2) − T_d(1)) more
+    per round, by hand, and the Monte-Carlo reference agrees. Control: a flat drafter pays nothing extra."""
+    alpha, k = 0.9, 3
+    target = LatencyCurve(ks=(1, 4), seconds=(0.040, 0.120))
+    drafter = LatencyCurve(ks=(1, 2), seconds=(0.020, 0.075))
+    tokens = (1 - alpha ** (k + 1)) / (1 - alpha)
+    by_hand = (k * 0.020 + alpha**k * (0.075 - 0.020) + 0.120) / tokens
+    predicted = predict_chain([alpha], [target, drafter], [k], pad_verification=False)
+    assert predicted.cost_per_token == pytest.approx(by_hand, rel=1e-12)
+    assert predicted.time_per_token[1] == pytest.approx((k * 0.020 + alpha**k * 0.055) / tokens, rel=1e-12)
+    simulated = simulate_chain([alpha], [target, drafter], [k], rounds=40_000, rng=np.random.default_rng(0), pad_verification=False)
+    assert abs(simulated.cost_per_token.value - by_hand) < 4 * simulated.cost_per_token.stderr
+    flat = predict_chain([alpha], [target, LatencyCurve(ks=(1, 2), seconds=(0.020, 0.020))], [k], pad_verification=False)
+    assert flat.cost_per_token == pytest.approx((k * 0.020 + 0.120) / tokens, rel=1e-12)

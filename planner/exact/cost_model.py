@@ -2,7 +2,9 @@
 
 It models the staged-verification recursion (the decoder's contract, see docs/design.md):
 
-- `draft(n, K)`: M_n runs K forward passes of one token each and returns exactly K tokens.
+- `draft(n, K)`: M_n runs K forward passes of one token each and returns exactly K tokens
+  (the first one two tokens wide after its verifier accepted all of its last draft:
+  `_with_catch_up`).
 - `draft(i, K)`, 1 < i < n: repeat rounds until >= K tokens are gathered; a round takes
   m ~ X_{i+1} = draft(i+1, K_i) tokens, costs cost(draft(i+1, K_i)) + T̃_i(m + 1) and gathers
   min(A_i, m) + 1 tokens, A_i = acceptances before the first rejection (success prob
@@ -145,6 +147,31 @@ def _level_round(
     return gathered, verify_time, stats
 
 
+def _with_catch_up(below: _Draft, acceptance: Acceptance, curve: LatencyCurve) -> _Draft:
+    """The drafter's first pass of a round, widened by the token it has not seen (`below` is the
+    last model's draft, `acceptance` the law of its verifier, `curve` its own T(k)).
+
+    A model drafter never feeds its own last draft d_m (nothing follows it). When its verifier
+    accepts all m, the next round's first pass feeds d_m and the bonus token: width 2, T(2)
+    instead of T(1); after a rejection it feeds the recovered token alone. So each round pays
+    P(all accepted) · (T(2) − T(1)) more (at least 0: a measured T(2) below T(1) is noise). On
+    torch's CPU kernels T(2) ≈ T(1) and this is small; on llama.cpp's, where a two-token pass
+    can cost several one-token steps, it is most of the drafter's cost (the 0.5B Qwen sibling on an
+    AMD EPYC at one thread: T(2)/T(1) = 3.7, its passes inside the chain 3.3x what T(1) priced).
+    Only the rounds of the level right above the drafter are counted: after a round of a level
+    further up the drafter may be further behind (a stated approximation). Rule drafters read the
+    whole stream in one call, so they have no catch-up."""
+    if isinstance(acceptance, DraftRounds):
+        return below
+    table = _gathered_given_drafted(acceptance, len(below.pmf) - 1)
+    all_accepted = float(sum(below.pmf[m] * table[m, m + 1] for m in range(len(below.pmf))))
+    extra = all_accepted * max(0.0, curve(2) - curve(1))
+    if extra == 0.0:
+        return below
+    return _Draft(pmf=below.pmf, cost=below.cost + extra, overhead=below.overhead, forwards=below.forwards,
+                  times=below.times[:-1] + (below.times[-1] + extra,), level_stats=below.level_stats)
+
+
 def _draft(
     level: int,
     k: int,
@@ -170,6 +197,8 @@ def _draft(
         loop = k * overhead.per_step_s
         return _Draft(pmf=pmf, cost=seconds + loop, overhead=loop, forwards=(float(k),), times=(seconds,), level_stats=())
     below = _draft(level + 1, blocks[level], acceptances, curves, blocks, overhead, switch, verify_curves)
+    if level + 1 == last:
+        below = _with_catch_up(below, acceptances[level], curves[last])
     gathered, verify_time, stats = _level_round(acceptances[level], below.pmf, verify_curves[level], switch[level][0])
     max_gain = len(gathered) - 1
     visit = np.zeros(k)  # visit[s] = P(a round starts with s tokens gathered)
@@ -249,6 +278,8 @@ def predict_chain(
 
     verify = [monotone_envelope(c) for c in lat] if pad_verification else lat
     below = _draft(1, blocks[0], alphas, lat, blocks, loop, switch, verify)
+    if n == 2:
+        below = _with_catch_up(below, alphas[0], lat[1])
     gathered, verify_time, stats = _level_round(alphas[0], below.pmf, verify[0], switch[0][0])
     tokens = stats[0]
     round_cost = below.cost + verify_time + loop.per_round_s

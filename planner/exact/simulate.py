@@ -2,7 +2,8 @@
 
 It runs the recursion literally (see `planner.exact.cost_model` and docs/design.md), token by token:
 each drafted token handed to level i is accepted with probability α_{i,i+1} independently,
-verification stops at the first rejection, and every forward pass is charged T_i(tokens).
+verification stops at the first rejection, and every forward pass is charged T_i(tokens) (the
+drafter's first pass after its verifier accepted all of its last draft is two tokens wide).
 Per top-level round it records the cost, the emitted tokens, the forward passes of every
 model and, per level, the verifications, drafted and gathered tokens. Rounds are i.i.d., so
 the per-token quantities are ratio estimators whose standard errors come from the delta
@@ -94,6 +95,7 @@ def simulate_chain(
     blocks = [check_block_size(k, f"block_sizes[{i}]") for i, k in enumerate(block_sizes)]
     lat = [_as_curve(c, f"curves[{i}]") for i, c in enumerate(curves)]
     smallest_step = lat[-1](1)
+    catch_up = max(0.0, lat[-1](2) - smallest_step)  # the drafter's two-token first pass (`cost_model._with_catch_up`)
     widths = [verify_widths(c) if pad_verification else NO_PADDING for c in lat]
     uniforms = _Uniforms(rng)
 
@@ -111,14 +113,18 @@ def simulate_chain(
         accepted = uniforms.take(m) < alphas[level]
         rejected = np.flatnonzero(~accepted)
         gain = (int(rejected[0]) if len(rejected) else m) + 1  # accepted prefix + correction/bonus
+        if level == n - 2:
+            behind[0] = gain == m + 1
         verifications[r, level] += 1
         drafted[r, level] += m
         gathered[r, level] += gain
         return gain
 
+    behind = [False]  # the drafter's verifier accepted all of its last draft: it has two tokens to feed
+
     def draft(level: int, k: int, r: int) -> int:
         if level == n - 1:
-            cost[r] += k * smallest_step
+            cost[r] += k * smallest_step + (catch_up if behind[0] else 0.0)
             forwards[r, level] += k
             return k
         total = 0
