@@ -242,6 +242,14 @@ class DraftPolicy:
 FIXED_DRAFTS = DraftPolicy()  # the fixed block size: what a plan without a policy runs
 
 
+def blocks_text(block_sizes: tuple[int, ...], policy: DraftPolicy | None) -> str:
+    """A chain's block sizes as printed: `[4, 3]`, with the last level's draft policy
+    `[4, 3 adaptive 1..8]` or `[6, p_min 0.7]`."""
+    if policy is None or policy == FIXED_DRAFTS or not block_sizes:
+        return str(list(block_sizes))
+    return "[" + ", ".join([str(k) for k in block_sizes[:-1]] + [policy.label(block_sizes[-1])]) + "]"
+
+
 @dataclass(frozen=True, kw_only=True)
 class ExactRecord:
     """What the exact model (`planner.exact.cost_model`) predicts for a chain: its speedup (and
@@ -358,6 +366,10 @@ class PlannedChain:
 
     def label(self) -> str:
         return " > ".join(self.chain)
+
+    def blocks_label(self) -> str:
+        """The block sizes with the last level's draft policy (`blocks_text`)."""
+        return blocks_text(self.block_sizes, self.draft_policy)
 
     @property
     def predicted_speedup(self) -> float:

@@ -43,7 +43,7 @@ from polyplan.planner.exact.latency import LatencyCurve, curve_from_profile
 from polyplan.formats.overhead import NO_SWITCH, LoopOverhead, SwitchCost
 from polyplan.planner.exact.overhead import profile_switch_costs
 from polyplan.planner.exact.runs import RunSurvival, run_survival, profile_runs
-from polyplan.formats.plan import FIXED_DRAFTS, DraftPolicy, VerifyWidths
+from polyplan.formats.plan import FIXED_DRAFTS, DraftPolicy, VerifyWidths, blocks_text
 from polyplan.formats.processor import Processor
 from polyplan.planner.exact.verify_width import verify_widths
 from polyplan.planner.paper.paper_model import PaperPrediction, paper_prediction
@@ -90,9 +90,7 @@ class ChainPlan:
 
     def blocks_label(self) -> str:
         """`[4, 3]`, or with the last level's draft policy `[4, 3 adaptive 1..8]`, `[6, p_min 0.7]`."""
-        if self.draft_policy is None or not self.block_sizes:
-            return str(list(self.block_sizes))
-        return "[" + ", ".join([str(k) for k in self.block_sizes[:-1]] + [self.draft_policy.label(self.block_sizes[-1])]) + "]"
+        return blocks_text(self.block_sizes, self.draft_policy)
 
 
 @dataclass(frozen=True)

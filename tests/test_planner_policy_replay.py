@@ -134,8 +134,9 @@ def test_a_confidence_stop_drafts_while_confident_and_pays_the_stopping_pass():
     confidence = (0.9, 0.8, 0.2, 0.9, 0.95, 0.9, 0.3, 0.9)
     rounds = walk(agreement, 4, DraftPolicy(p_min=0.5), confidence)
     # from 0: drafts 0, 1 (0.2 stops), accepts both; from 3 (after the bonus at 2): drafts 3, 4, 5, stops at 6
-    # and accepts all three; position 7 then drafts 7 but its stop or continuation is not observed
+    # and accepts all three; from 7: drafts 7 and past the end, still agreeing there: not observed
     assert rounds == (PolicyRound(2, 2, True), PolicyRound(3, 3, True))
+    assert walk(agreement, 4, DraftPolicy(p_min=0.01), confidence) == walk(agreement, 4, FIXED_DRAFTS)
     with pytest.raises(PolyplanError, match="needs the drafter's confidences"):
         walk(agreement, 4, DraftPolicy(p_min=0.5))
 

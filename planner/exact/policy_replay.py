@@ -21,8 +21,10 @@ gives its rounds exactly, as the decoder's greedy run takes them:
 The law is kept as counts per prompt (`planner.exact.draft_rounds.DraftRounds`, `model_drafter`):
 the exact model reads it in place of the run survival, and the bootstrap resamples it by prompt
 (`planner.intervals.prediction_interval`). A round that would need positions past the end of a
-sequence (still agreeing there, or a confidence not observed) ends the walk of that prompt, as
-`planner.exact.runs` does. Only the pairs under the target are replayed this way: their
+sequence (still agreeing there) ends the walk of that prompt, as `planner.exact.runs` does; a
+round that is kept saw its first disagreement before the end, and confidences past the end (in
+the approximated part of the round) count as high: with every confidence above p_min the walk is
+the fixed one. Only the pairs under the target are replayed this way: their
 sequences are measured on the target's own stream, which is what the last level directly under
 the target verifies against. Pure numpy.
 """
@@ -61,11 +63,9 @@ def walk(agreement: Sequence[bool], block: int, policy: DraftPolicy, confidence:
     while position < length:
         drafted, stopped = cap, False
         if policy.p_min is not None:
-            drafted = 0
-            while drafted < cap and position + drafted < length and confidence[position + drafted] >= policy.p_min:
+            drafted = 0  # past the sequence's end the draft goes on: a round kept below has its first disagreement before
+            while drafted < cap and (position + drafted >= length or confidence[position + drafted] >= policy.p_min):
                 drafted += 1
-            if drafted < cap and position + drafted >= length:
-                break  # the confidence that would stop or continue the draft was not observed
             stopped = drafted < cap
         accepted = 0
         while accepted < drafted and position + accepted < length and agreement[position + accepted]:
