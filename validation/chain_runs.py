@@ -301,7 +301,7 @@ def validate_plan(
     retimed: dict[tuple[str, ...], float] = {}
     reaccepted: dict[tuple[str, ...], float] = {}
     if profile is not None and timings:
-        chains_run = [(spec.planned.chain, spec.planned.block_sizes) for spec in specs]
+        chains_run = [(spec.planned.chain, spec.planned.block_sizes, spec.planned.draft_policy) for spec in specs]
         acceptance_model = plan.search.acceptance_model or "iid"
         overhead = plan.loop_overhead
         retimed = retimed_speedups(
