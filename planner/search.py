@@ -515,7 +515,7 @@ def _insertion_note(
         alone = plans[(best.chain[0], name)]
         line = (
             f"out: {name} drafts by rule and is planned directly under the target only: exact model "
-            f"{alone.exact_speedup:.3f}x ({alone.label()}, K = {alone.block_sizes[0]}) vs {best.exact_speedup:.3f}x ({best.label()})"
+            f"{alone.exact_speedup:.3f}x ({alone.label()}, K = {alone.blocks_label()}) vs {best.exact_speedup:.3f}x ({best.label()})"
         )
         return InsertionNote(name, False, line, alone.exact_speedup, best.exact_speedup, None)
     if name not in usable:
