@@ -494,7 +494,7 @@ def _insertion_triples(
         triples.append(triple_insertion(
             context.profile, middle,
             (with_plan.chain, with_plan.block_sizes, with_plan.exact_speedup),
-            (without_plan.chain, without_plan.block_sizes, without_plan.exact_speedup),
+            (without_plan.chain, without_plan.block_sizes, without_plan.exact_speedup, without_plan.draft_policy),
             sampling=context.sampling, context_length=context.context_length,
         ))
     return tuple(triples)
