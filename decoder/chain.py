@@ -16,6 +16,13 @@ prefix of level i+1's, so a level only tracks where its sequence ends. Each memb
 holds a prefix of that sequence; the tokens it has not seen yet ("pending") are fed with its
 next forward pass.
 
+The last member's draft length per round is its level's block size K_{n-1}, unless a
+`formats.plan.DraftPolicy` says otherwise: an adaptive cap (starting at K_{n-1}, moved after
+each verification of the last level by what it accepted) and/or a confidence stop p_min (a
+model drafter stops before a token whose top probability is below p_min; `_confident_draft`).
+Both read only the drafter's own context and the rounds already verified, so every verified
+token is still an exact sample of its verifier (the tests check it as for fixed blocks).
+
 Greedy sampling needs only each row's argmax, at every level (`_Run._argmax`): a member that
 offers `forward_argmax` (`member.ArgmaxForward`: llama.cpp's, whose logits live in its own
 buffer) takes it where its rows are, and no (k, V) logits are copied or scanned in torch;
@@ -34,12 +41,12 @@ from collections.abc import Callable, Sequence
 
 import torch
 
-from polyplan.decoder.member import ArgmaxForward, BlockDrafter, ChainMember
+from polyplan.decoder.member import ArgmaxForward, BlockDrafter, ChainMember, ConfidentArgmax
 from polyplan.decoder.result import GenerationResult, LevelStats, PassTally
-from polyplan.decoder.sampling import Sampling, argmax_ids, probabilities, sample
+from polyplan.decoder.sampling import Sampling, argmax_ids, probabilities, sample, top_probability
 from polyplan.decoder.verify import verify_greedy, verify_sampled
 from polyplan.formats.errors import PolyplanError
-from polyplan.formats.plan import VerifyWidths
+from polyplan.formats.plan import FIXED_DRAFTS, DraftPolicy, VerifyWidths
 
 
 def generate(
@@ -53,6 +60,7 @@ def generate(
     eos_token_id: int | Sequence[int] | None = None,
     verify_widths: Sequence[VerifyWidths] = (),
     on_tokens: Callable[[tuple[int, ...]], None] | None = None,
+    draft_policy: DraftPolicy | None = None,
 ) -> GenerationResult:
     """Generate with the chain M_1 (target, `chain[0]`) … M_n (cheapest, `chain[-1]`).
 
@@ -77,6 +85,9 @@ def generate(
         on_tokens: Called with the new tokens of the output as each is committed (accepted,
             recovered or bonus tokens of a top-level round, in order); their concatenation is
             `token_ids`. For streaming; None costs nothing.
+        draft_policy: How the last member chooses its draft lengths (`formats.plan.DraftPolicy`:
+            an adaptive cap starting at K_{n-1}, a confidence stop p_min for a model drafter);
+            None: a fixed K_{n-1}.
 
     Returns:
         The new tokens and per-level statistics.
@@ -89,11 +100,12 @@ def generate(
     vocab = _check_chain(members)
     blocks = _check_blocks(block_sizes, len(members))
     widths = _check_widths(verify_widths, len(members))
+    policy = _check_policy(draft_policy, members, blocks)
     if not isinstance(max_new_tokens, int) or max_new_tokens < 1:
         raise PolyplanError(f"max_new_tokens: {max_new_tokens!r} must be an integer >= 1")
     if max(prompt) >= vocab or min(prompt) < 0:
         raise PolyplanError(f"prompt_ids: token ids must lie in [0, {vocab}), got {min(prompt)}..{max(prompt)}")
-    lookahead = context_reserve(blocks, widths)
+    lookahead = context_reserve(blocks, widths, policy)
     _check_context(members, len(prompt), max_new_tokens, lookahead)
     eos = None if eos_token_id is None else frozenset([eos_token_id] if isinstance(eos_token_id, int) else eos_token_id)
 
@@ -101,7 +113,8 @@ def generate(
     with torch.inference_mode():
         for member in members:
             member.reset()
-        run = _Run(members, blocks, sampling, generator, vocab, prompt, len(prompt) + max_new_tokens + lookahead, widths, on_tokens)
+        run = _Run(members, blocks, sampling, generator, vocab, prompt, len(prompt) + max_new_tokens + lookahead, widths, on_tokens,
+                   policy)
         end, stopped_at_eos = run.top(len(prompt), max_new_tokens, eos)
         for member in members:
             if member.cache_length > end:
@@ -125,8 +138,11 @@ class _Run:
         capacity: int,
         widths: tuple[VerifyWidths, ...] = (),
         on_tokens: Callable[[tuple[int, ...]], None] | None = None,
+        policy: DraftPolicy = FIXED_DRAFTS,
     ) -> None:
         self.members = members
+        self.policy = policy
+        self.cap = blocks[-1] if blocks else 0  # the last member's draft length this round (moves with an adaptive cap)
         self.widths = widths
         self.on_tokens = on_tokens
         self.last = len(members) - 1
@@ -214,6 +230,8 @@ class _Run:
         (None when greedy)."""
         if i == self.last and isinstance(self.members[i], BlockDrafter):
             return self._draft_block(i, start, want)
+        if i == self.last and self.policy.p_min is not None:
+            return self._confident_draft(i, start, want, self.policy.p_min)
         run_level = self._autoregress if i == self.last else self._rounds
         end, rows, _ = run_level(i, start, want, None)
         return end - start, rows
@@ -233,6 +251,41 @@ class _Run:
         rows = torch.zeros(m, self.vocab, device=self.buf.device)  # (m, V)
         rows[torch.arange(m), self.buf[start : start + m]] = 1.0
         return m, rows
+
+    def _confident_draft(self, i: int, start: int, want: int, p_min: float) -> tuple[int, torch.Tensor | None]:
+        """The last member drafts up to `want` tokens at buf[start:], stopping before the first
+        whose top probability is below `p_min` (that pass ran, its token is not drafted), as
+        llama.cpp's `common_speculative_gen_draft`; returns the count and the q rows (greedy:
+        None; at a temperature `(count, V)`, possibly empty). The top probability is the softmax
+        of the logits at temperature 1 when greedy, else the sampling distribution's top."""
+        rows = []
+        pos = start
+        for _ in range(want):
+            if self.greedy:
+                token, top = self._confident_argmax(i, pos)
+            else:
+                probs = probabilities(self._logits(i, pos, 1), self.sampling)  # (1, V)
+                top = float(probs.max())
+            if top < p_min:  # a host sync per drafted token: the stop is control flow
+                break
+            if not self.greedy:
+                token = sample(probs, self.generator)
+                rows.append(probs)
+            self.buf[pos : pos + 1] = token
+            pos += 1
+        if self.greedy:
+            return pos - start, None
+        return pos - start, (torch.cat(rows) if rows else torch.zeros(0, self.vocab, device=self.buf.device))
+
+    def _confident_argmax(self, i: int, end: int) -> tuple[torch.Tensor, float]:
+        """Greedy: member i's argmax after buf[:end] `(1,)` and its softmax probability at
+        temperature 1 (a `ConfidentArgmax` member takes both in its own buffer)."""
+        member = self.members[i]
+        if isinstance(member, ConfidentArgmax):
+            token, top = self._pass(i, end, 1, False, member.forward_argmax_confidence)
+            return token, float(top[0])
+        logits = self._logits(i, end, 1)  # (1, V)
+        return argmax_ids(logits), float(top_probability(logits)[0])
 
     def _autoregress(
         self, i: int, start: int, want: int, eos: frozenset[int] | None
@@ -261,12 +314,12 @@ class _Run:
         """Verification rounds of M_i over drafts of the sub-chain below, until ≥ `want` tokens
         (or an emitted EOS within the first `want`); returns (end, q_i rows of every gathered
         token or None, hit EOS). Rows are only kept below the top level, where someone uses them."""
-        block = self.blocks[i]
+        last_level = i == self.last - 1
         keep_rows = i > 0 and not self.greedy
         rows = []
         pos = start
         while pos - start < want:
-            m, p = self._draft(i + 1, pos, block)  # drafted tokens at buf[pos : pos + m]
+            m, p = self._draft(i + 1, pos, self.cap if last_level else self.blocks[i])  # drafted tokens at buf[pos : pos + m]
             draft = self.buf[pos : pos + m]
             if self.greedy:
                 accepted, emitted = verify_greedy(self._argmax(i, pos + m, m + 1, pad=True), draft)
@@ -283,6 +336,8 @@ class _Run:
                     self.members[j].crop(pos + a)
             self.proposed[i] += m
             self.accepted[i] += a
+            if last_level:
+                self.cap = self.policy.next_cap(self.cap, m, a)
             self.per_verification[i].append(a + 1)
             if keep_rows:
                 rows.append(q[: a + 1])
@@ -353,11 +408,32 @@ def _check_widths(verify_widths: Sequence[VerifyWidths], n: int) -> tuple[Verify
     return widths
 
 
-def context_reserve(block_sizes: Sequence[int], verify_widths: Sequence[VerifyWidths] = ()) -> int:
-    """Context a chain needs beyond the committed prefix: the deepest draft lookahead plus the
-    widest padding of a verification pass (what `generate` checks against every member's
-    context; callers that fit prompts reserve the same)."""
-    return _lookahead(tuple(block_sizes)) + max((widths.max_padding for widths in verify_widths), default=0)
+def _check_policy(policy: DraftPolicy | None, members: list[ChainMember], blocks: tuple[int, ...]) -> DraftPolicy:
+    if policy is None or policy == FIXED_DRAFTS:
+        return FIXED_DRAFTS
+    if not isinstance(policy, DraftPolicy):
+        raise PolyplanError(f"draft_policy: must be a formats.plan.DraftPolicy, got {type(policy).__name__}")
+    if len(members) < 2:
+        raise PolyplanError("draft_policy: a chain of the target alone drafts nothing; give a drafter or no policy")
+    if policy.p_min is not None and isinstance(members[-1], BlockDrafter):
+        raise PolyplanError(
+            f"draft_policy: p_min {policy.p_min:g} stops a model drafter on its confidence; "
+            f"{members[-1].name!r} drafts by rule and has none"
+        )
+    policy.check_block(blocks[-1], f"last block size (block_sizes[{len(blocks) - 1}])")
+    return policy
+
+
+def context_reserve(block_sizes: Sequence[int], verify_widths: Sequence[VerifyWidths] = (),
+                    draft_policy: DraftPolicy | None = None) -> int:
+    """Context a chain needs beyond the committed prefix: the deepest draft lookahead (the last
+    level at its widest, `draft_policy`'s k_max for an adaptive cap) plus the widest padding of
+    a verification pass (what `generate` checks against every member's context; callers that
+    fit prompts reserve the same)."""
+    blocks = tuple(block_sizes)
+    if blocks and draft_policy is not None:
+        blocks = blocks[:-1] + (max(blocks[-1], draft_policy.widest(blocks[-1])),)
+    return _lookahead(blocks) + max((widths.max_padding for widths in verify_widths), default=0)
 
 
 def _lookahead(blocks: tuple[int, ...]) -> int:

@@ -197,6 +197,13 @@ class LlamaCppMember:
         shared machine."""
         return _joined(self._decode_all(new_ids, keep_last, self._argmax))
 
+    def forward_argmax_confidence(self, new_ids: torch.Tensor, keep_last: int | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+        """`forward_argmax` with each argmax's softmax probability at temperature 1
+        (`ConfidentArgmax`), both taken in numpy on the buffer's view (a log-sum-exp per row),
+        so a confidence stop copies no row either."""
+        parts = self._decode_all(new_ids, keep_last, self._confident_argmax)
+        return _joined([ids for ids, _ in parts]), _joined([top for _, top in parts])
+
     def _decode_all(self, new_ids: torch.Tensor, keep_last: int | None, read) -> list[torch.Tensor]:
         """Decode `new_ids` in batches of at most `batch` tokens, asking for the last `keep_last`
         rows (all when None); `read(rows)` turns each batch's rows, in llama.cpp's buffer, into
@@ -264,6 +271,16 @@ class LlamaCppMember:
             return argmax_ids(torch.from_numpy(self._view(rows))[:, : self.valid_vocab_size])
         return torch.from_numpy(self._keep[np.argmax(self._view(rows), axis=1)])
 
+    def _confident_argmax(self, rows: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """`_argmax` of the last `rows` rows with each one's softmax probability (a subset model's
+        other ids are −inf, so its head rows alone make the softmax)."""
+        view = self._view(rows)
+        if self.subset is None:
+            view = view[:, : self.valid_vocab_size]
+        columns = np.argmax(view, axis=1)
+        ids = columns if self.subset is None else self._keep[columns]
+        return torch.from_numpy(np.asarray(ids, dtype=np.int64)), torch.from_numpy(_top_probabilities(view, columns))
+
     def crop(self, length: int) -> None:
         if not 0 <= length <= self._length:
             raise ValueError(f"crop({length}) outside [0, {self._length}]")
@@ -310,6 +327,13 @@ def _warn_once(line: str) -> None:
     if line not in _WARNED:
         _WARNED.add(line)
         print(f"note: {line}", file=sys.stderr)
+
+
+def _top_probabilities(view: np.ndarray, columns: np.ndarray) -> np.ndarray:
+    """Per row of `view` `(rows, V)`, the softmax probability of the entry at `columns` (its
+    argmax): 1 / Σ exp(l − l_max), in float64."""
+    top = view[np.arange(view.shape[0]), columns].astype(np.float64)[:, None]  # (rows, 1)
+    return 1.0 / np.exp(view.astype(np.float64) - top).sum(axis=1)
 
 
 def _joined(parts: list[torch.Tensor]) -> torch.Tensor:

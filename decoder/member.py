@@ -93,6 +93,20 @@ class ArgmaxForward(Protocol):
         ...
 
 
+@runtime_checkable
+class ConfidentArgmax(Protocol):
+    """A member that can return each row's argmax together with its probability (`LlamaCppMember`),
+    still without copying rows out of its own buffer: what a confidence stop
+    (`formats.plan.DraftPolicy.p_min`) reads from a greedy drafter. Members without it hand the
+    decoder their rows, which it reduces itself (`sampling.top_probability`)."""
+
+    def forward_argmax_confidence(self, new_ids: torch.Tensor, keep_last: int | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+        """`forward_argmax(new_ids, keep_last)` and, per returned row, the softmax probability (at
+        temperature 1, over the valid vocabulary) of that argmax: `(r,)` int64 and `(r,)` float,
+        exactly `sampling.top_probability(forward(...)[:, :valid_vocab_size])` up to rounding."""
+        ...
+
+
 def stop_token_ids(member: ChainMember) -> tuple[int, ...]:
     """The ids that end a generation of `member`: its `eos_token_ids` when it has several
     (`HFMember`: every EOS id of its generation config), else its `eos_token_id`, else none."""

@@ -101,3 +101,12 @@ def argmax_ids(logits: torch.Tensor) -> torch.Tensor:
     if logits.device.type == "cpu" and logits.dtype in (torch.float32, torch.float64):
         return torch.from_numpy(logits.detach().numpy().argmax(axis=-1))
     return logits.argmax(dim=-1)
+
+
+def top_probability(logits: torch.Tensor) -> torch.Tensor:
+    """The probability of each row's most likely token under the softmax of `logits` `(k, V)` at
+    temperature 1: `(k,)` float, 1 / Σ exp(l − max l). A drafter's confidence in its greedy
+    choice (`formats.plan.DraftPolicy.p_min`)."""
+    rows = logits.double()
+    top = rows.max(dim=-1, keepdim=True).values  # (k, 1)
+    return 1.0 / torch.exp(rows - top).sum(dim=-1)

@@ -14,6 +14,7 @@ from polyplan.decoder.chat import encode_prompt
 from polyplan.decoder.member import ChainMember, stop_token_ids
 from polyplan.decoder.result import GenerationResult
 from polyplan.decoder.sampling import Sampling
+from polyplan.formats.plan import DraftPolicy
 
 if TYPE_CHECKING:
     from polyplan.formats.plan import VerifyWidths
@@ -78,6 +79,7 @@ def generate_text(
     raw: bool = False,
     verify_widths: Sequence[VerifyWidths] = (),
     on_text: Callable[[str], None] | None = None,
+    draft_policy: DraftPolicy | None = None,
 ) -> TextGeneration:
     """Run the loaded chain `members` (target first) on `prompt`: encode it with the target's
     `tokenizer` (through its chat template, as one user turn, unless `raw` or it has none),
@@ -85,6 +87,7 @@ def generate_text(
 
     `block_sizes=None` uses `DEFAULT_BLOCK_SIZE` at every verifying level. `on_text` receives
     the text as the chain commits tokens (`IncrementalText`); the pieces join to `text`.
+    `draft_policy`: the last member's draft lengths (`formats.plan.DraftPolicy`; None: fixed).
     """
     blocks = [DEFAULT_BLOCK_SIZE] * (len(members) - 1) if block_sizes is None else list(block_sizes)
     prompt_ids = encode_prompt(tokenizer, prompt, raw=raw)
@@ -102,6 +105,7 @@ def generate_text(
         eos_token_id=stop_token_ids(members[0]) if members else None,
         verify_widths=verify_widths,
         on_tokens=on_tokens,
+        draft_policy=draft_policy,
     )
     if on_text is not None:
         _show(on_text, stream.finish())

@@ -285,7 +285,7 @@ def run_llama_peers(plan_path, *, prompts_path=None, candidates_path=None, threa
     def ours(ids: Sequence[int]) -> tuple[tuple[int, ...], float, int, int]:
         began = time.perf_counter()
         result = generate(chain, list(ids), max_new_tokens=new_tokens, block_sizes=block_sizes,
-                          sampling=Sampling(0.0))  # no eos: exactly new_tokens, as the servers
+                          sampling=Sampling(0.0), draft_policy=loaded.resolved.draft_policy)  # no eos: exactly new_tokens, as the servers
         return tuple(result.token_ids), time.perf_counter() - began, result.levels[0].tokens_drafted, result.levels[0].tokens_accepted
 
     runs, failures = race_servers(groups, start, ours, encoded, repeats=repeats, new_tokens=new_tokens, log=log)

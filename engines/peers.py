@@ -145,10 +145,10 @@ def peer_configs(
 
     def ours(prompt: Sequence[int]) -> tuple[list[int], int]:
         result = generate(chain, list(prompt), max_new_tokens=new_tokens, block_sizes=list(plan.block_sizes), sampling=greedy,
-                          eos_token_id=eos)
+                          eos_token_id=eos, draft_policy=plan.best.draft_policy)
         return list(result.token_ids), result.levels[0].forward_passes
 
-    label = "polyplan " + " > ".join(plan.chain) + (f" K={list(plan.block_sizes)}" if plan.block_sizes else "")
+    label = "polyplan " + " > ".join(plan.chain) + (f" K={plan.best.blocks_label()}" if plan.block_sizes else "")
     configs.append(PeerConfig(label, plan.best.exact.speedup, ours))
     return tuple(configs)
 

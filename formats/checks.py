@@ -141,6 +141,12 @@ def bits(value: Sequence[str]) -> None:
         raise Invalid("strings of 0 and 1 only")
 
 
+def hex_bytes(value: Sequence[str]) -> None:
+    """Strings of two-digit lowercase hexadecimal numbers (one per position)."""
+    if any(len(item) % 2 or set(item) - set("0123456789abcdef") for item in value):
+        raise Invalid("strings of two-digit hexadecimal numbers (00 to ff) only")
+
+
 def sorted_names(value: Sequence[str]) -> tuple[str, ...]:
     """Names kept once each, sorted."""
     return tuple(sorted(set(value)))

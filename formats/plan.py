@@ -24,6 +24,9 @@ Format (``plan_version`` 2; each ranked chain is stored once, the plan's own cha
           "block_sizes": [7, 1],             # K_1 … K_{n-1}
           "verify_widths": [[[2, 4], [3, 4]], []], # per verifying level, [k, width]: a pass over
                                              # k tokens runs padded to width (planner.exact.verify_width)
+          "draft_policy": {"k_min": 1, "k_max": 8},   # optional (absent: the last level drafts a fixed
+                                             # K_{n-1}): an adaptive cap from K_{n-1} and/or a
+                                             # confidence stop {"p_min": 0.7} (DraftPolicy)
           "exact": {                         # the exact model (planner.exact.cost_model)
             "speedup": 2.32, "cost_per_token_s": 0.0107,
             "forwards_per_token": [...], "time_per_token_s": [...],
@@ -152,6 +155,101 @@ class VerifyWidths:
 NO_PADDING = VerifyWidths()
 
 
+CAP_GROWTH, CAP_SHRINK = 2, 1  # the adaptive cap's steps (HF transformers' "heuristic" assistant schedule)
+
+
+def _policy_problem(policy: DraftPolicy) -> str | None:
+    """What is wrong with a draft policy's values (None: nothing)."""
+    k_min, k_max, p_min = policy.k_min, policy.k_max, policy.p_min
+    if (k_min is None) != (k_max is None):
+        return f"k_min and k_max go together (an adaptive cap needs both), got k_min={k_min!r}, k_max={k_max!r}"
+    for name, value in (("k_min", k_min), ("k_max", k_max)):
+        if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
+            return f"{name} must be an integer >= 1, got {value!r}"
+    if k_min is not None and k_min > k_max:
+        return f"k_min {k_min} is above k_max {k_max}"
+    if p_min is not None and (isinstance(p_min, bool) or not isinstance(p_min, (int, float)) or not 0.0 < p_min < 1.0):
+        return f"p_min must be a number in (0, 1), got {p_min!r}"
+    return None
+
+
+def _policy_values(policy: DraftPolicy) -> None:
+    problem = _policy_problem(policy)
+    if problem is not None:
+        raise Invalid(problem)
+
+
+@dataclass(frozen=True)
+class DraftPolicy:
+    """How the last member of a chain chooses how many tokens to draft per round, beyond the
+    fixed block size K of its level (the default, which a plan does not write).
+
+    - Adaptive cap (`k_min`, `k_max`): the cap starts at the level's K and follows the prompt's
+      own acceptance, as HF transformers' assistant "heuristic" schedule does
+      (`AssistedCandidateGenerator.update_candidate_strategy`): +2 after a round whose every
+      drafted token was accepted, −1 after any other, kept within [k_min, k_max]. It restarts at
+      K with every generation, so a round's length depends only on the rounds before it.
+    - Confidence stop (`p_min`, model drafters only): the drafter stops when its top probability
+      (softmax of its logits at temperature 1; the sampling distribution's top at a temperature)
+      at the next position is below p_min, and that token is not drafted, as llama.cpp's
+      `common_speculative_gen_draft` does (`--spec-draft-p-min`; llama.cpp reads the top
+      probability renormalised over its 10 best candidates, polyplan over the whole vocabulary).
+
+    Both depend on the drafter's own context and the rounds already verified, never on the
+    verifier's view of the tokens being drafted, so the chain stays lossless. In the file:
+    `{"k_min": 1, "k_max": 8}` and/or `{"p_min": 0.7}`."""
+
+    layout = Layout(omit=NONE, checks=(_policy_values,))
+
+    k_min: int | None = None
+    k_max: int | None = None
+    p_min: float | None = None
+
+    def __post_init__(self) -> None:
+        problem = _policy_problem(self)
+        if problem is not None:
+            raise PolyplanError(f"draft policy: {problem}")
+
+    @property
+    def adaptive(self) -> bool:
+        """Whether the cap moves (an adaptive cap is set)."""
+        return self.k_min is not None
+
+    def next_cap(self, cap: int, drafted: int, accepted: int) -> int:
+        """The cap of the next round after a round that drafted `drafted` tokens under `cap`
+        and had `accepted` of them accepted (`cap` itself when the cap does not adapt)."""
+        if self.k_min is None or self.k_max is None:
+            return cap
+        moved = cap + CAP_GROWTH if accepted == drafted else cap - CAP_SHRINK
+        return min(self.k_max, max(self.k_min, moved))
+
+    def widest(self, block: int) -> int:
+        """The most tokens one round can draft when the level's block size is `block`."""
+        return self.k_max if self.k_max is not None else block
+
+    def check_block(self, block: int, what: str = "block size") -> None:
+        """An adaptive cap starts at the level's block size, which must lie in [k_min, k_max]."""
+        if self.k_min is not None and self.k_max is not None and not self.k_min <= block <= self.k_max:
+            raise PolyplanError(f"draft policy: the {what} {block} must lie in [k_min, k_max] = [{self.k_min}, {self.k_max}]")
+
+    def label(self, block: int) -> str:
+        """How `recommend` prints the last level's block size with this policy: `3 adaptive 1..8`,
+        `6, p_min 0.7`."""
+        text = f"{block} adaptive {self.k_min}..{self.k_max}" if self.adaptive else str(block)
+        return text + (f", p_min {self.p_min:g}" if self.p_min is not None else "")
+
+
+FIXED_DRAFTS = DraftPolicy()  # the fixed block size: what a plan without a policy runs
+
+
+def blocks_text(block_sizes: tuple[int, ...], policy: DraftPolicy | None) -> str:
+    """A chain's block sizes as printed: `[4, 3]`, with the last level's draft policy
+    `[4, 3 adaptive 1..8]` or `[6, p_min 0.7]`."""
+    if policy is None or policy == FIXED_DRAFTS or not block_sizes:
+        return str(list(block_sizes))
+    return "[" + ", ".join([str(k) for k in block_sizes[:-1]] + [policy.label(block_sizes[-1])]) + "]"
+
+
 @dataclass(frozen=True, kw_only=True)
 class ExactRecord:
     """What the exact model (`planner.exact.cost_model`) predicts for a chain: its speedup (and
@@ -238,6 +336,13 @@ def _levels(planned: PlannedChain) -> None:
             raise Invalid(f"must list {length} numbers", f".{section}.{name}")
     if planned.exact.wasted_per_verification and len(planned.exact.wasted_per_verification) != levels:
         raise Invalid(f"must list {levels} numbers", ".exact.wasted_per_verification")
+    policy = planned.draft_policy
+    if policy is not None:
+        if levels == 0:
+            raise Invalid("a chain of the target alone drafts nothing", ".draft_policy")
+        if policy.adaptive and not policy.k_min <= planned.block_sizes[-1] <= policy.k_max:
+            raise Invalid(f"the last block size {planned.block_sizes[-1]} must lie in [k_min, k_max] = "
+                          f"[{policy.k_min}, {policy.k_max}]", ".draft_policy")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -256,9 +361,15 @@ class PlannedChain:
     # per intermediate model, Theorem 3.2's verdict (planner.paper.insertion)
     insertion_verdicts: tuple[InsertionVerdict, ...] = ()
     check: ChainCheck | None = spec(default=None, omit=NONE)  # recommend's self-check of this chain (None: not checked)
+    # how the last member chooses its draft lengths (None: the fixed K_{n-1}, not written)
+    draft_policy: DraftPolicy | None = spec(default=None, omit=NONE)
 
     def label(self) -> str:
         return " > ".join(self.chain)
+
+    def blocks_label(self) -> str:
+        """The block sizes with the last level's draft policy (`blocks_text`)."""
+        return blocks_text(self.block_sizes, self.draft_policy)
 
     @property
     def predicted_speedup(self) -> float:

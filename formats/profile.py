@@ -128,7 +128,7 @@ from typing import Annotated, Any, get_type_hints
 from polyplan.formats import codec
 from polyplan.formats.atomic import write_text_atomically
 from polyplan.formats.checks import (
-    bits, each, interval_in, interval_within, mode_key, non_empty, non_negative, positive, probability, quantiles, seconds, text,
+    bits, each, hex_bytes, interval_in, interval_within, mode_key, non_empty, non_negative, positive, probability, quantiles, seconds, text,
     whole, within,
 )
 from polyplan.formats.codec import (
@@ -426,19 +426,46 @@ class SwitchCosts:
     fingerprint: str | None = spec(text, default=None)
 
 
+CONFIDENCE_STEPS = 255  # a drafter's top probability is kept to 1/255: two hex digits a position
+
+
+def _confidence_per_position(entry: PairAgreement) -> None:
+    """One confidence per agreement position, prompt by prompt (or none kept)."""
+    if entry.confidence and (len(entry.confidence) != len(entry.agreement)
+                             or any(len(c) != 2 * len(a) for c, a in zip(entry.confidence, entry.agreement))):
+        raise Invalid("must give two hex digits per agreement position, for every prompt", ".confidence")
+
+
 @dataclass(frozen=True)
 class PairAgreement:
     """One pair's greedy agreement along each prompt's target continuation: "1" where the
-    drafter's argmax equals the verifier's, "0" where not (`profiler.agreement_runs`)."""
+    drafter's argmax equals the verifier's, "0" where not (`profiler.agreement_runs`).
 
-    layout = MEASURED
+    `confidence` (pairs under the target only; empty in profiles made before it was kept): the
+    drafter's top probability (softmax at temperature 1) at each of those positions, measured in
+    the same teacher-forced pass, as round(p · 255) in two hex digits per position: what a
+    confidence stop p_min is replayed on (`planner.exact.policy_replay`)."""
+
+    layout = Layout(omit=EMPTY, checks=(_confidence_per_position,))
 
     verifier: str = spec(text)
     drafter: str = spec(text)
     agreement: tuple[str, ...] = spec(bits, omit=NEVER)
+    confidence: tuple[str, ...] = spec(hex_bytes, default=())
 
     def sequences(self) -> tuple[tuple[bool, ...], ...]:
         return tuple(tuple(bit == "1" for bit in text) for text in self.agreement)
+
+    def confidences(self) -> tuple[tuple[float, ...], ...] | None:
+        """The drafter's top probability at each position, per prompt (None: not kept)."""
+        if not self.confidence:
+            return None
+        return tuple(tuple(int(text[j:j + 2], 16) / CONFIDENCE_STEPS for j in range(0, len(text), 2)) for text in self.confidence)
+
+
+def confidence_text(values) -> str:
+    """Top probabilities in [0, 1] as `PairAgreement.confidence` keeps them: round(p · 255), two hex digits each."""
+    return "".join(f"{min(CONFIDENCE_STEPS, max(0, round(float(v) * CONFIDENCE_STEPS))):02x}" for v in values)
 
 
 def _prompt_inside(stream: TargetStream) -> None:
@@ -473,6 +500,11 @@ class AgreementRuns:
 
     def by_pair(self) -> dict[tuple[str, str], tuple[tuple[bool, ...], ...]]:
         return {(entry.verifier, entry.drafter): entry.sequences() for entry in self.pairs}
+
+    def confidences_by_pair(self) -> dict[tuple[str, str], tuple[tuple[float, ...], ...]]:
+        """The drafter's top probabilities along the agreement sequences, for the pairs that keep them."""
+        kept = {(entry.verifier, entry.drafter): entry.confidences() for entry in self.pairs}
+        return {pair: values for pair, values in kept.items() if values is not None}
 
 
 # --------------------------------------------------------------------------- the profile

@@ -65,7 +65,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from polyplan.formats.codec import FileFormat, decode_file, encode_file, read_file, write_file
+from polyplan.formats.codec import NONE, FileFormat, decode_file, encode_file, read_file, spec, write_file
+from polyplan.formats.plan import DraftPolicy
 
 REPORT_VERSION = 1
 
@@ -259,6 +260,8 @@ class ReportChain:
     cost_split: CostSplit | None = None  # the error split by the factors of time per token (None: lossy, target-only)
     checked_speedup: float | None = None  # recommend's self-check: exact / C (None: the plan ran none)
     checked_interval: tuple[float, float] | None = None
+    # the last level's draft lengths as the plan ran them (None: a fixed K, not written)
+    draft_policy: DraftPolicy | None = spec(default=None, omit=NONE)
 
 
 @dataclass(frozen=True)

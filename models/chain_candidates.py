@@ -28,7 +28,7 @@ from pathlib import Path
 from polyplan.decoder.member import ChainMember
 from polyplan.formats.candidates import DTYPES, MODEL_DERIVATIONS, RULE_DRAFTERS, Candidate, CandidateSet, base_chain, read_candidates
 from polyplan.formats.errors import PolyplanError
-from polyplan.formats.plan import PlanFile, VerifyWidths, read_plan
+from polyplan.formats.plan import DraftPolicy, PlanFile, VerifyWidths, read_plan
 from polyplan.formats.sampling import SamplingMode
 from polyplan.models.candidate_file import plan_candidates
 from polyplan.models.fingerprints import with_device
@@ -51,6 +51,7 @@ class ChainCandidates:
         verify_widths: Per verifying level, the widths its passes run at (a plan's); (): never pad.
         temperature: Sampling temperature, 0 greedy (a plan's sampling mode).
         plan: The plan it was resolved from (None: from names).
+        draft_policy: How the last member chooses its draft lengths (a plan's; None: fixed).
     """
 
     candidates: CandidateSet
@@ -60,6 +61,7 @@ class ChainCandidates:
     verify_widths: tuple[VerifyWidths, ...] = ()
     temperature: float = 0.0
     plan: PlanFile | None = None
+    draft_policy: DraftPolicy | None = None
 
     @classmethod
     def from_plan(
@@ -87,7 +89,8 @@ class ChainCandidates:
         placed = candidates if device is None else with_device(candidates, device)
         resolved = _resolve(names, placed, "cpu")
         return cls(resolved.candidates, tuple(planned.chain), resolved.labels, tuple(planned.block_sizes),
-                   tuple(planned.best.verify_widths), SamplingMode.parse(planned.sampling).temperature, planned)
+                   tuple(planned.best.verify_widths), SamplingMode.parse(planned.sampling).temperature, planned,
+                   planned.best.draft_policy)
 
     @classmethod
     def from_names(

@@ -10,7 +10,8 @@ imports torch, so `polyplan recommend` runs on a machine without any model.
 - `exact/`: the exact cost model and what it reads: `cost_model` (expected cost per token of a
   chain of any length), `simulate` (its Monte-Carlo reference), `latency` and `verify_width`
   (T(k) and its monotone envelope), `overhead` (loop and switch costs, and the one fit of loop
-  costs), `runs` and `draft_rounds` (acceptance runs, a rule drafter's rounds), `ngram_replay`
+  costs), `runs` and `draft_rounds` (acceptance runs, a last drafter's rounds), `policy_replay`
+  (a model drafter's draft policy replayed), `ngram_replay`
   and `ngram_rules` (n-gram drafters replayed on the target's streams), `physical_limit` (a
   free, always-right drafter), `required_drafter` (the acceptance or cost a drafter needs for a
   target speedup), `engine_overhead` and `whole_call` (an engine's loop and whole

@@ -56,6 +56,7 @@ def _check_against_profile(plan: PlanFile, chains, profile: Profile, overhead: L
             now = evaluate_chain(
                 profile, planned.chain, planned.block_sizes, sampling=plan.sampling,
                 context_length=context_length, overhead=overhead, acceptance_model=acceptance_model,
+                draft_policy=planned.draft_policy,
             )
         except PolyplanError as error:
             raise PolyplanError(

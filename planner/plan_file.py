@@ -52,6 +52,7 @@ def _planned(plan: ChainPlan, intervals: PredictionIntervals | None) -> PlannedC
             alpha_scale=paper.alpha_scale,
         ),
         insertion_verdicts=tuple(InsertionVerdict(model, verdict) for model, verdict in plan.insertion_verdicts),
+        draft_policy=plan.draft_policy,
     )
 
 
@@ -159,7 +160,7 @@ def planned_from_profile(
     if resamples:
         seed = int(search_options.get("seed", 0))
         intervals = prediction_intervals(
-            profile, [(plan.chain, plan.block_sizes, plan.exact_speedup) for plan in result.ranked], sampling=sampling,
+            profile, [(plan.chain, plan.block_sizes, plan.exact_speedup, plan.draft_policy) for plan in result.ranked], sampling=sampling,
             context_length=result.context_length, overhead=overhead, acceptance_model=result.acceptance_model,
             resamples=resamples, seed=seed,
         )

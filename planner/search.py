@@ -9,6 +9,15 @@ prediction (see `planner.paper.paper_model`), and each candidate model gets one 
 it is in or out of the best chain: Theorem 3.2 applied locally to its insertion between its
 neighbours, plus the exact model's speedup with and without it.
 
+For a chain of the target and one drafter, the last level's draft length may also adapt
+(`formats.plan.DraftPolicy`): besides the fixed K the search tries an adaptive cap (a few
+(k_min, k_max) pairs) and, for a model drafter whose confidences the profile keeps, a confidence
+stop p_min (`DRAFT_P_MINS`), each planned by replaying it on the measured sequences
+(`planner.exact.policy_replay`, `planner.exact.ngram_replay`), and keeps whichever the exact model
+ranks best. Deeper chains keep a fixed K at every level: the agreement sequences and streams are
+measured along the target's own continuation, which only the level directly under the target
+verifies against.
+
 Beside the ranking: the physical limit of the target on this machine (`planner.exact.physical_limit`:
 what a free, always-right drafter would give; no chain exceeds it) and Theorem 3.2 on every
 insertion that matters (`planner.paper.insertion_triples`): each intermediate level of the top
@@ -28,12 +37,13 @@ from polyplan.formats.verbosity import other_output_shown
 from polyplan.planner.exact.cost_model import ChainPrediction, predict_chain
 from polyplan.planner.exact.draft_rounds import DraftRounds
 from polyplan.planner.exact.ngram_replay import draft_rounds, ngram_simple_sizes, target_streams
+from polyplan.planner.exact.policy_replay import model_rounds
 from polyplan.planner.paper.insertion_triples import TripleInsertion, insertion_inputs, triple_insertion
 from polyplan.planner.exact.latency import LatencyCurve, curve_from_profile
 from polyplan.formats.overhead import NO_SWITCH, LoopOverhead, SwitchCost
 from polyplan.planner.exact.overhead import profile_switch_costs
 from polyplan.planner.exact.runs import RunSurvival, run_survival, profile_runs
-from polyplan.formats.plan import VerifyWidths
+from polyplan.formats.plan import FIXED_DRAFTS, DraftPolicy, VerifyWidths, blocks_text
 from polyplan.formats.processor import Processor
 from polyplan.planner.exact.verify_width import verify_widths
 from polyplan.planner.paper.paper_model import PaperPrediction, paper_prediction
@@ -45,6 +55,7 @@ from polyplan.formats.options import integer_at_least
 SEARCH_MODES = ("auto", "grid", "optuna")
 ACCEPTANCE_MODELS = ("auto", "iid", "runs")
 TOP_CHAINS = 5  # the ranked chains whose every intermediate level gets Theorem 3.2 in `insertion_triples`
+DRAFT_P_MINS = (0.3, 0.5, 0.7, 0.9)  # the confidence stops the search tries (llama.cpp's --spec-draft-p-min)
 
 
 @dataclass(frozen=True)
@@ -63,6 +74,8 @@ class ChainPlan:
     # Per verifying level, the widths its verification passes run at (planner.exact.verify_width):
     # what the exact model assumed and what the decoder must do to match it.
     verify_widths: tuple[VerifyWidths, ...] = ()
+    # how the last member chooses its draft lengths (None: the fixed last block size)
+    draft_policy: DraftPolicy | None = None
 
     @property
     def exact_speedup(self) -> float:
@@ -74,6 +87,10 @@ class ChainPlan:
 
     def label(self) -> str:
         return " > ".join(self.chain)
+
+    def blocks_label(self) -> str:
+        """`[4, 3]`, or with the last level's draft policy `[4, 3 adaptive 1..8]`, `[6, p_min 0.7]`."""
+        return blocks_text(self.block_sizes, self.draft_policy)
 
 
 @dataclass(frozen=True)
@@ -145,7 +162,9 @@ class _Context:
         }
         self.rule_drafters = ngram_simple_sizes(profile)
         self.streams = target_streams(profile)
-        self._rounds: dict[tuple[str, int], DraftRounds] = {}
+        entry = profile.acceptance_runs.get(sampling)
+        self.confidences = {} if entry is None or acceptance_model == "iid" else entry.confidences_by_pair()
+        self._rounds: dict[tuple, DraftRounds] = {}
 
     def unplannable(self, chain: Sequence[str]) -> str | None:
         """Why the exact model cannot predict `chain` (None when it can): a rule drafter is
@@ -162,12 +181,36 @@ class _Context:
             return f"{name} drafts by rule and the profile holds no target streams to replay (re-run polyplan profile)"
         return None
 
-    def draft_rounds(self, name: str, block: int) -> DraftRounds:
-        """The rule drafter's rounds at block size `block`, replayed on the target's streams."""
-        key = (name, block)
+    def draft_rounds(self, name: str, block: int, policy: DraftPolicy = FIXED_DRAFTS) -> DraftRounds:
+        """The rule drafter's rounds at block size `block` (under `policy`), replayed on the target's streams."""
+        key = (name, block, policy)
         if key not in self._rounds:
-            self._rounds[key] = draft_rounds(self.streams, self.rule_drafters[name], block)
+            self._rounds[key] = draft_rounds(self.streams, self.rule_drafters[name], block, policy=policy)
         return self._rounds[key]
+
+    def policy_rounds(self, verifier: str, drafter: str, block: int, policy: DraftPolicy) -> DraftRounds:
+        """A model drafter's rounds under `policy` from block size `block`, replayed on its agreement sequences."""
+        key = (verifier, drafter, block, policy)
+        if key not in self._rounds:
+            sequences = self.runs.get((verifier, drafter))
+            if sequences is None:
+                raise PolyplanError(f"{verifier} > {drafter}: a draft policy is planned on agreement runs, and the profile has none")
+            self._rounds[key] = model_rounds(sequences, block, policy, self.confidences.get((verifier, drafter)))
+        return self._rounds[key]
+
+    def policies(self, chain: Sequence[str], k_max: int) -> list[DraftPolicy]:
+        """The draft policies the search tries for `chain`'s last level (module docstring): none
+        unless it is the target and one drafter, at greedy, with the sequences to replay."""
+        if len(chain) != 2 or self.sampling != "greedy":
+            return []
+        target, drafter = chain
+        if drafter not in self.rule_drafters and (target, drafter) not in self.runs:
+            return []
+        caps = dict.fromkeys((low, high) for low, high in ((1, min(4, k_max)), (1, k_max), (2, k_max)) if low < high)
+        policies = [DraftPolicy(low, high) for low, high in caps]
+        if drafter not in self.rule_drafters and (target, drafter) in self.confidences:
+            policies += [DraftPolicy(p_min=p_min) for p_min in DRAFT_P_MINS]
+        return policies
 
     def stats(self, verifier: str, drafter: str) -> SamplingStats:
         return self.profile.stats(verifier, drafter, self.sampling)
@@ -184,12 +227,14 @@ class _Context:
         """Per model of `chain`, its measured switch cost (0 where none is recorded)."""
         return [self.switches.get(name, NO_SWITCH) for name in chain]
 
-    def acceptance(self, verifier: str, drafter: str, block: int) -> float | RunSurvival | DraftRounds:
+    def acceptance(self, verifier: str, drafter: str, block: int, policy: DraftPolicy = FIXED_DRAFTS) -> float | RunSurvival | DraftRounds:
         """What the exact model reads for the pair at a level of block size `block`: a rule
-        drafter's replayed rounds, the measured acceptance runs when the profile has them,
-        else the i.i.d. rate α."""
+        drafter's replayed rounds, a model drafter's under a draft `policy` (the last level's),
+        the measured acceptance runs when the profile has them, else the i.i.d. rate α."""
         if drafter in self.rule_drafters:
-            return self.draft_rounds(drafter, block)
+            return self.draft_rounds(drafter, block, policy)
+        if policy != FIXED_DRAFTS:
+            return self.policy_rounds(verifier, drafter, block, policy)
         sequences = self.runs.get((verifier, drafter))
         if sequences is None:
             return self.stats(verifier, drafter).alpha
@@ -199,14 +244,23 @@ class _Context:
         return self._survivals[key]
 
 
-def _evaluate(context: _Context, chain: Sequence[str], blocks: Sequence[int], search: str) -> ChainPlan:
+def _evaluate(context: _Context, chain: Sequence[str], blocks: Sequence[int], search: str,
+              policy: DraftPolicy | None = None) -> ChainPlan:
     pair_stats = [context.stats(upper, lower) for upper, lower in zip(chain, chain[1:])]
     acceptances = tuple(stats.alpha for stats in pair_stats)
-    read = [context.acceptance(upper, lower, k) for upper, lower, k in zip(chain, chain[1:], blocks)]
+    read = _reads(context, list(zip(chain, chain[1:])), blocks, policy)
     exact = predict_chain(read, [context.curves[name] for name in chain], blocks, context.overhead, context.switch_costs(chain))
     paper = paper_prediction(pair_stats, [context.step_time(name) for name in chain], blocks)
     widths = tuple(verify_widths(context.curves[name]) for name in chain[:-1])
-    return ChainPlan(tuple(chain), tuple(blocks), acceptances, exact, paper, search, verify_widths=widths)
+    return ChainPlan(tuple(chain), tuple(blocks), acceptances, exact, paper, search, verify_widths=widths,
+                     draft_policy=None if policy == FIXED_DRAFTS else policy)
+
+
+def _reads(context: _Context, pairs: Sequence[tuple[str, str]], blocks: Sequence[int], policy: DraftPolicy | None) -> list:
+    """The exact model's acceptance input per level, `policy` at the last one."""
+    last = len(pairs) - 1
+    return [context.acceptance(upper, lower, k, (policy or FIXED_DRAFTS) if level == last else FIXED_DRAFTS)
+            for level, ((upper, lower), k) in enumerate(zip(pairs, blocks))]
 
 
 def evaluate_chain(
@@ -218,9 +272,11 @@ def evaluate_chain(
     context_length: int | None = None,
     overhead: LoopOverhead | None = None,
     acceptance_model: str = "auto",
+    draft_policy: DraftPolicy | None = None,
 ) -> ChainPlan:
     """Both models' predictions for one given chain (target first) and block sizes
-    (`overhead`: the decoding loop's own cost, added to the exact model only)."""
+    (`overhead`: the decoding loop's own cost, added to the exact model only; `draft_policy`:
+    the last level's, planned for the target and one drafter only)."""
     if not chain or chain[0] != profile.target:
         raise PolyplanError(f"chain: must start with the target {profile.target!r}, got {list(chain)}")
     for name in chain:
@@ -231,7 +287,16 @@ def evaluate_chain(
     reason = context.unplannable(chain)
     if reason is not None:
         raise PolyplanError(f"chain {' > '.join(chain)}: {reason}")
-    return _evaluate(context, chain, block_sizes, "given")
+    if draft_policy is not None and draft_policy != FIXED_DRAFTS:
+        if len(chain) != 2:
+            raise PolyplanError(f"chain {' > '.join(chain)}: a draft policy is planned directly under the target only (target > drafter)")
+        if draft_policy.p_min is not None and chain[1] in context.rule_drafters:
+            raise PolyplanError(f"chain {' > '.join(chain)}: p_min stops a model drafter on its confidence; {chain[1]} drafts by rule")
+        if draft_policy.p_min is not None and (chain[0], chain[1]) not in context.confidences:
+            raise PolyplanError(f"chain {' > '.join(chain)}: p_min needs the drafter's confidences, which the profile does not keep "
+                                "(re-run polyplan profile)")
+        draft_policy.check_block(block_sizes[-1])
+    return _evaluate(context, chain, block_sizes, "given", draft_policy)
 
 
 def _best_blocks_grid(cost: Callable[[tuple[int, ...]], float], levels: int, k_max: int) -> tuple[int, ...]:
@@ -283,6 +348,7 @@ def recommend(
     seed: int = 0,
     overhead: LoopOverhead | None = None,
     acceptance_model: str = "auto",
+    draft_policies: bool = True,
 ) -> Recommendation:
     """Rank every chain (target on top) with its best block sizes; see the module docstring.
 
@@ -301,6 +367,8 @@ def recommend(
         acceptance_model: how the exact model reads acceptance: "iid" (rate α per token),
             "runs" (the measured acceptance runs of `planner.exact.runs`, greedy profiles), or "auto"
             (runs where the profile records them, else α).
+        draft_policies: also try draft lengths that adapt for a chain of the target and one
+            drafter (module docstring); False: a fixed K only.
     """
     integer_at_least(max_levels, 1, "max_levels")
     if k_max is None:
@@ -333,16 +401,18 @@ def recommend(
             curves = [context.curves[name] for name in chain]
             switches = context.switch_costs(chain)
 
-            def cost(blocks: tuple[int, ...], pairs=pairs, curves=curves, switches=switches) -> float:
-                read = [context.acceptance(upper, lower, k) for (upper, lower), k in zip(pairs, blocks)]
-                return predict_chain(read, curves, blocks, overhead, switches).cost_per_token
+            def cost(blocks: tuple[int, ...], pairs=pairs, curves=curves, switches=switches, policy=None) -> float:
+                return predict_chain(_reads(context, pairs, blocks, policy), curves, blocks, overhead, switches).cost_per_token
 
             use_grid = block_sizes == "grid" or (block_sizes == "auto" and k_max**levels <= grid_limit)
             if use_grid:
                 best_blocks, how = _best_blocks_grid(cost, levels, k_max), "grid"
             else:
                 best_blocks, how = _best_blocks_optuna(cost, levels, k_max, optuna_trials, seed), "optuna"
-            plans[chain] = _evaluate(context, chain, best_blocks, how)
+            policy = None
+            if draft_policies:
+                best_blocks, policy = _best_policy(cost, context.policies(chain, k_max), best_blocks, k_max)
+            plans[chain] = _evaluate(context, chain, best_blocks, how, policy)
 
     for chain, plan in plans.items():
         verdicts = tuple(
@@ -381,6 +451,26 @@ def recommend(
     )
 
 
+def _best_policy(cost: Callable[..., float], policies: Sequence[DraftPolicy], fixed: tuple[int, ...],
+                 k_max: int) -> tuple[tuple[int, ...], DraftPolicy | None]:
+    """The last level's draft policy the exact model ranks best, with its block size, against the
+    fixed `fixed` (kept unless a policy is strictly cheaper). An adaptive cap starts at k_min or
+    at the fixed K (clamped into its range: the cap soon forgets where it started); a confidence
+    stop caps at any K from the fixed one up to `k_max` (it stops earlier on its own)."""
+    best_cost, best = cost(fixed), (fixed, None)
+    for policy in policies:
+        if policy.adaptive:
+            starts = sorted({policy.k_min, min(policy.k_max, max(policy.k_min, fixed[-1]))})
+        else:
+            starts = range(fixed[-1], k_max + 1)
+        for start in starts:
+            blocks = fixed[:-1] + (start,)
+            value = cost(blocks, policy=policy)
+            if value < best_cost * (1.0 - 1e-12):
+                best_cost, best = value, (blocks, policy)
+    return best
+
+
 def _widest_handed_up(plan: ChainPlan) -> int:
     """The most tokens the chain's drafters hand its target in one round (0: target alone)."""
     if not plan.exact.drafted_pmf:
@@ -404,7 +494,7 @@ def _insertion_triples(
         triples.append(triple_insertion(
             context.profile, middle,
             (with_plan.chain, with_plan.block_sizes, with_plan.exact_speedup),
-            (without_plan.chain, without_plan.block_sizes, without_plan.exact_speedup),
+            (without_plan.chain, without_plan.block_sizes, without_plan.exact_speedup, without_plan.draft_policy),
             sampling=context.sampling, context_length=context.context_length,
         ))
     return tuple(triples)
@@ -425,7 +515,7 @@ def _insertion_note(
         alone = plans[(best.chain[0], name)]
         line = (
             f"out: {name} drafts by rule and is planned directly under the target only: exact model "
-            f"{alone.exact_speedup:.3f}x ({alone.label()}, K = {alone.block_sizes[0]}) vs {best.exact_speedup:.3f}x ({best.label()})"
+            f"{alone.exact_speedup:.3f}x ({alone.label()}, K = {alone.blocks_label()}) vs {best.exact_speedup:.3f}x ({best.label()})"
         )
         return InsertionNote(name, False, line, alone.exact_speedup, best.exact_speedup, None)
     if name not in usable:

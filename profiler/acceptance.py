@@ -44,7 +44,7 @@ import torch
 
 from polyplan.decoder.chain import generate
 from polyplan.decoder.member import ChainMember, stop_token_ids
-from polyplan.decoder.sampling import Sampling, probabilities
+from polyplan.decoder.sampling import Sampling, probabilities, top_probability
 
 TEACHER_FORCING_WIDTH = 4  # tokens per teacher-forced pass (the module docstring says why)
 from polyplan.profiler.stats import Interval, cluster_bootstrap, lag1_autocorrelation, quantile_summary
@@ -60,6 +60,7 @@ class TeacherForced:
 
     argmax: tuple[torch.Tensor, ...] | None
     probs: tuple[torch.Tensor, ...] | None
+    top: tuple[torch.Tensor, ...] | None = None  # greedy: the softmax probability (temperature 1) of each argmax
 
 
 @dataclass(frozen=True)
@@ -206,7 +207,7 @@ def teacher_forced(
     """
     sampling = Sampling(temperature=temperature)
     device = getattr(member, "device", torch.device("cpu"))
-    argmaxes, probs = [], []
+    argmaxes, probs, tops = [], [], []
     with torch.inference_mode():
         for prompt, continuation in zip(prompts, continuations):
             member.reset()
@@ -220,11 +221,12 @@ def teacher_forced(
             ])[:, :vocab]  # (L, V)
             if sampling.greedy:
                 argmaxes.append(logits.argmax(dim=-1).cpu())
+                tops.append(top_probability(logits).cpu())
             else:
                 probs.append(probabilities(logits, sampling).float().cpu())
         member.reset()
     if sampling.greedy:
-        return TeacherForced(argmax=tuple(argmaxes), probs=None)
+        return TeacherForced(argmax=tuple(argmaxes), probs=None, top=tuple(tops))
     return TeacherForced(argmax=None, probs=tuple(probs))
 
 

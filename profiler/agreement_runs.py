@@ -6,6 +6,10 @@ every model then makes one teacher-forced pass over prompt + continuation
 position. Position t of pair (verifier, drafter) agrees when their argmaxes are equal. The
 sequences go into the profile's `acceptance_runs["greedy"]` as strings of 0/1, with a
 fingerprint of the models, prompts and settings, so a rerun with nothing changed reuses them;
+for each pair under the target whose drafter is a model (not a `BlockDrafter` rule), the same pass
+also gives the drafter's top probability at every position (softmax at temperature 1), kept to
+1/255 beside the agreement (`formats.profile.PairAgreement.confidence`): what a confidence stop
+p_min is planned on (`planner.exact.policy_replay`);
 `planner.exact.runs` turns them into the run-length law the exact model uses. The target's streams
 (prompt + continuation ids) are kept beside them: `planner.exact.ngram_replay` replays an engine's
 own n-gram drafter on them.
@@ -16,7 +20,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import replace
 
-from polyplan.formats.profile import AgreementRuns, PairAgreement, Profile, TargetStream
+from polyplan.decoder.member import BlockDrafter
+from polyplan.formats.profile import AgreementRuns, PairAgreement, Profile, TargetStream, confidence_text
 from polyplan.profiler.acceptance import TEACHER_FORCING_WIDTH, target_continuations, teacher_forced
 from polyplan.models.hashing import fingerprint_settings, fingerprint_tokens
 
@@ -43,15 +48,19 @@ def measure_agreement(
     continuations = target_continuations(target, prompts, new_tokens=new_tokens, temperature=0.0, seed=seed)
     vocab = target.valid_vocab_size
     needed = {name for pair in pairs for name in pair}
-    argmax = {
-        model.name: teacher_forced(model.member, prompts, continuations, temperature=0.0, vocab=vocab).argmax
+    forced = {
+        model.name: teacher_forced(model.member, prompts, continuations, temperature=0.0, vocab=vocab)
         for model in models
         if model.name in needed
     }
+    argmax = {name: result.argmax for name, result in forced.items()}
+    rules = {model.name for model in models if isinstance(model.member, BlockDrafter)}
     entries = []
     for verifier, drafter in pairs:
         strings = ["".join("1" if same else "0" for same in (argmax[verifier][i] == argmax[drafter][i]).tolist()) for i in range(len(prompts))]
-        entries.append(PairAgreement(verifier, drafter, tuple(strings)))
+        top = forced[drafter].top if verifier == models[0].name and drafter not in rules else None
+        confidence = () if top is None else tuple(confidence_text(values.tolist()) for values in top)
+        entries.append(PairAgreement(verifier, drafter, tuple(strings), confidence))
     streams = tuple(TargetStream(len(prompt), tuple(prompt) + tuple(continuation))
                     for prompt, continuation in zip(prompts, continuations) if len(prompt) > 0)
     return AgreementRuns(tuple(entries), runs_fingerprint(models, prompts, new_tokens, seed), len(prompts), new_tokens, streams)
@@ -62,13 +71,17 @@ def ensure_agreement(
 ) -> tuple[Profile, bool]:
     """`profile` with the greedy agreement sequences in `acceptance_runs`, reusing `previous` (the
     entry of the profile before this run) when its fingerprint still matches and it holds the
-    target's streams (older profiles lack them); and whether they were measured."""
+    target's streams and the confidences of the model drafters under the target (older profiles
+    lack them); and whether they were measured."""
     loaded = {model.name for model in models}  # a profile keeps other models' pairs; only these can run
     pairs = [(pair.verifier, pair.drafter) for pair in profile.pairs
              if "greedy" in pair.sampling and {pair.verifier, pair.drafter} <= loaded]
     key = runs_fingerprint(models, prompts, new_tokens, seed)
     wanted = set(pairs)
-    if previous is not None and previous.fingerprint == key and set(previous.by_pair()) >= wanted and previous.streams:
+    rules = {model.name for model in models if isinstance(model.member, BlockDrafter)}
+    confident = set(previous.confidences_by_pair()) if previous is not None else set()
+    lacking = {pair for pair in wanted if pair[0] == models[0].name and pair[1] not in rules} - confident
+    if previous is not None and previous.fingerprint == key and set(previous.by_pair()) >= wanted and previous.streams and not lacking:
         entry, measured = previous, False
     else:
         entry, measured = measure_agreement(models, pairs, prompts, new_tokens=new_tokens, seed=seed), True

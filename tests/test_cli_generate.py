@@ -101,6 +101,11 @@ def test_generate_sampling_is_seeded(folders):
         (["--temperature", "-1"], "error: temperature: -1.0 must be"),
         (["--top-p", "1.5"], "error: top_p: 1.5 must lie in (0, 1]"),
         (["--max-new-tokens", "1000"], "error: max_new_tokens: prompt (4) + 1000 new tokens"),
+        (["--draft-cap", "8..2"], "error: draft policy: k_min 8 is above k_max 2"),
+        (["--draft-cap", "2-8"], "error: --draft-cap: expected MIN..MAX (two integers), got '2-8'"),
+        (["--draft-cap", "5..8"], "error: draft policy: the last block size (block_sizes[0]) 4 must lie in [k_min, k_max] = [5, 8]"),
+        (["--p-min", "1.5"], "error: draft policy: p_min must be a number in (0, 1), got 1.5"),
+        (["--p-min", "0"], "error: draft policy: p_min must be a number in (0, 1), got 0.0"),
     ],
 )
 def test_generate_bad_options_fail_cleanly(folders, extra, message):
@@ -156,3 +161,21 @@ def test_bench_decoder_runs_a_prompt_file(folders, tmp_path):
     assert alone.exit_code == 2 and "error: --prompts FILE: needs --target and --draft" in alone.output
     missing = run("bench", "decoder", "--target", str(folders["target"]), "--draft", str(folders["draft"]), "--prompts", "nope.jsonl")
     assert missing.exit_code == 2 and "error: nope.jsonl: no such prompt file" in missing.output
+
+
+def test_generate_with_a_draft_policy_is_the_targets_greedy_output(folders):
+    chain = f"{folders['target']},{folders['draft']}"
+    plain = json.loads(run("generate", "--chain", chain, "--max-new-tokens", "12", "--json", PROMPT).stdout)
+    for extra in (["--draft-cap", "1..8"], ["--p-min", "0.3"], ["--block-sizes", "3", "--draft-cap", "2..6", "--p-min", "0.5"]):
+        result = run("generate", "--chain", chain, *extra, "--max-new-tokens", "12", "--json", PROMPT)
+        assert result.exit_code == 0, result.output
+        assert json.loads(result.stdout)["token_ids"] == plain["token_ids"]
+
+
+def test_a_confidence_stop_on_a_rule_drafter_is_one_line(folders, tmp_path):
+    models = tmp_path / "models.yaml"
+    models.write_text(f"candidates:\n  - name: t\n    source: {folders['target']}\n    target: true\n"
+                      "  - name: lookup\n    derive: {kind: ngram-simple, size_n: 2}\n")
+    result = run("generate", "--candidates", str(models), "--chain", "t,lookup", "--p-min", "0.5", PROMPT)
+    assert result.exit_code == 2 and result.output.count("\n") == 1
+    assert "error: draft_policy: p_min 0.5 stops a model drafter on its confidence; 'lookup' drafts by rule and has none" in result.output

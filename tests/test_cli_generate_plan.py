@@ -160,3 +160,21 @@ def test_plan_errors_are_one_line(plan, tmp_path):
     _fails(run("generate", "--plan", str(plan), "--candidates", str(changed), PROMPT), "model 'ngram' changed since the plan was made")
     _fails(run("generate", "--chain", "target,nope", PROMPT), "--chain: 'nope' is neither a candidate of", "(target, target-int8")
     _fails(run("generate", "--chain", "ngram", PROMPT), "an n-gram drafter cannot be the target")
+
+
+@pytest.mark.parametrize("policy", [{"k_min": 1, "k_max": 15}, {"p_min": 0.5}], ids=str)
+def test_generate_plan_runs_the_plans_draft_policy_losslessly(plan, target_only, tmp_path, policy):
+    """A plan whose last level drafts under a policy (`formats.plan.DraftPolicy`): generate runs
+    it, and the drafts per verification of that level are no longer exactly its K."""
+    payload = json.loads(plan.read_text())
+    payload["alternatives"][0]["draft_policy"] = policy
+    edited = tmp_path / "plan.json"
+    edited.write_text(json.dumps(payload))
+    result = run("generate", "--plan", str(edited), "--max-new-tokens", TOKENS, "--json", PROMPT)
+    assert result.exit_code == 0, result.output
+    out = json.loads(result.stdout)
+    assert out["token_ids"] == target_only["token_ids"]
+    last, k = out["levels"][-2], payload["alternatives"][0]["block_sizes"][-1]
+    assert last["tokens_drafted"] != k * last["verifications"] or "p_min" in policy
+    refused = run("generate", "--plan", str(edited), "--p-min", "0.5", PROMPT)
+    assert refused.exit_code == 2 and "error: --p-min: the plan sets it" in refused.output

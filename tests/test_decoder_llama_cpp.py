@@ -26,7 +26,9 @@ from polyplan.cli.app import app
 from polyplan.decoder import verify as verify_module
 from polyplan.decoder.chain import generate
 from polyplan.decoder.hf import HFMember
-from polyplan.decoder.sampling import Sampling
+from polyplan.decoder.member import ConfidentArgmax
+from polyplan.decoder.sampling import Sampling, top_probability
+from polyplan.formats.plan import DraftPolicy
 from polyplan.formats.candidates import parse_candidates
 from polyplan.formats.errors import PolyplanError
 from polyplan.models.loader import load_candidates
@@ -137,6 +139,25 @@ def test_forward_argmax_is_the_argmax_of_forwards_rows(tiny):
     step = member.forward_argmax(torch.tensor([3]), keep_last=1)
     member.crop(9)
     assert torch.equal(step, member.forward(torch.tensor([3]), keep_last=1).argmax(dim=-1))
+
+
+def test_forward_argmax_confidence_is_the_argmax_and_softmax_top_of_forwards_rows(tiny):
+    """The confidence a p_min stop reads (`ConfidentArgmax`): taken on the buffer, the same as
+    `decoder.sampling.top_probability` of the copied rows."""
+    path, _, _ = tiny
+    member = LlamaCppMember(path, context=256, batch=4)
+    sequence = torch.tensor(PROMPT + [7, 8, 9, 10])
+    rows = member.forward(sequence, keep_last=6)
+    member.reset()
+    ids, top = member.forward_argmax_confidence(sequence, keep_last=6)
+    assert isinstance(member, ConfidentArgmax) and ids.dtype == torch.int64 and top.shape == (6,)
+    assert torch.equal(ids, rows.argmax(dim=-1))
+    assert torch.allclose(top, top_probability(rows), atol=1e-6)
+    policy = DraftPolicy(p_min=0.2)
+    alone = greedy_ids(member, PROMPT, 16)
+    result = generate([member, LlamaCppMember(path, context=256)], PROMPT, max_new_tokens=16, block_sizes=[3],
+                      draft_policy=policy)
+    assert list(result.token_ids) == alone
 
 
 def test_forward_argmax_breaks_ties_to_the_lowest_id_and_skips_padding(tiny, monkeypatch):

@@ -58,6 +58,14 @@ def test_the_plan_reads_back_typed(planned):
         (lambda p: p.__setitem__("colour", "blue"), "plan.json: colour: unknown field (allowed: "),
         (lambda p: p["search"].__setitem__("k_max", "8"), "plan.json: search.k_max: must be an integer, got a string"),
         (lambda p: p.__setitem__("fingerprints", {}), "plan.json: fingerprints: must give a fingerprint for every member"),
+        (lambda p: p["alternatives"][0].__setitem__("draft_policy", {"k_min": 9, "k_max": 2}),
+         "plan.json: alternatives[0].draft_policy: draft policy: k_min 9 is above k_max 2"),
+        (lambda p: p["alternatives"][0].__setitem__("draft_policy", {"p_min": 1.5}),
+         "plan.json: alternatives[0].draft_policy: draft policy: p_min must be a number in (0, 1), got 1.5"),
+        (lambda p: p["alternatives"][0].__setitem__("draft_policy", {"k_min": 5, "k_max": 8}),
+         "plan.json: alternatives[0].draft_policy: the last block size"),
+        (lambda p: p["alternatives"][0].__setitem__("draft_policy", {"k_max": 8, "cap": 1}),
+         "plan.json: alternatives[0].draft_policy.cap: unknown field"),
     ],
 )
 def test_a_bad_field_is_named_once_on_read(planned, edit, message):
@@ -174,3 +182,22 @@ def test_the_version_2_writer_plans_what_version_1_planned(tmp_path):
     assert written == old
     written["alternatives"][0]["exact"]["speedup"] *= 1.01  # negative control: a changed prediction is seen
     assert written != old
+
+
+@pytest.mark.parametrize("policy", [{"k_min": 1, "k_max": 8}, {"p_min": 0.7}, {"k_min": 2, "k_max": 6, "p_min": 0.5}], ids=str)
+def test_a_plan_with_a_draft_policy_round_trips(planned, tmp_path, policy):
+    """The last level's draft policy is written only when there is one (a plan without it keeps
+    its bytes), reads back typed and re-encodes to the same JSON."""
+    from polyplan.formats.plan import DraftPolicy, encode_plan, write_plan
+
+    payload = json.loads(planned[0].read_text())
+    assert all("draft_policy" not in entry for entry in payload["alternatives"])
+    assert encode_plan(read_plan(planned[0])) == payload
+    first = payload["alternatives"][0]
+    first["block_sizes"] = first["block_sizes"][:-1] + [3]
+    first["draft_policy"] = policy
+    plan = decode_plan(payload)
+    assert plan.best.draft_policy == DraftPolicy(**policy)
+    write_plan(plan, tmp_path / "plan.json")
+    assert json.loads((tmp_path / "plan.json").read_text()) == payload == encode_plan(read_plan(tmp_path / "plan.json"))
+    assert plan.best.blocks_label().endswith(DraftPolicy(**policy).label(3) + "]")

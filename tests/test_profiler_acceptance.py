@@ -235,3 +235,28 @@ def test_teacher_forcing_reads_in_short_passes_as_a_chain_runs_its_members():
     whole = teacher_forced(member, prompts, continuations, temperature=0.0, vocab=6, width=64).argmax
     assert all(torch.equal(a, b) for a, b in zip(short, exact))
     assert all(bool((w == 0).all()) for w in whole) and not all(torch.equal(a, b) for a, b in zip(whole, exact))
+
+
+def test_agreement_runs_keep_the_drafters_confidence_and_runs_without_it_are_remeasured():
+    """The drafter's top probability at each position (softmax at temperature 1, to 1/255) comes
+    from the same teacher-forced pass as the agreement, for pairs under the target; a profile
+    whose runs lack it measures them again."""
+    import dataclasses
+    from types import SimpleNamespace
+
+    from polyplan.formats.profile import Profile, SamplingStats
+    from polyplan.profiler.agreement_runs import ensure_agreement, measure_agreement
+
+    verifier, drafter = _tables(seed=1)
+    models = [SimpleNamespace(name="q", member=verifier, fingerprint="fq"), SimpleNamespace(name="p", member=drafter, fingerprint="fp")]
+    prompts = [[0, 1, 2, 0, 1], [3, 4]]
+    runs = measure_agreement(models, [("q", "p")], prompts, new_tokens=6, seed=0)
+    kept = runs.confidences_by_pair()[("q", "p")]
+    continuations = target_continuations(verifier, prompts, new_tokens=6, temperature=0.0, seed=0)
+    forced = teacher_forced(drafter, prompts, continuations, temperature=0.0, vocab=verifier.valid_vocab_size)
+    for values, top in zip(kept, forced.top):
+        assert len(values) == len(top) and max(abs(a - b) for a, b in zip(values, top.tolist())) <= 0.5 / 255 + 1e-12
+    profile = Profile(target="q", device="cpu", models=(), pairs=()).with_stats("q", "p", "greedy", SamplingStats(alpha=0.5))
+    bare = dataclasses.replace(runs, pairs=tuple(dataclasses.replace(pair, confidence=()) for pair in runs.pairs))
+    again, measured = ensure_agreement(profile, bare, models, prompts, new_tokens=6, seed=0)
+    assert measured and again.acceptance_runs["greedy"].confidences_by_pair() == runs.confidences_by_pair()

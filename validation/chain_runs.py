@@ -173,7 +173,8 @@ def fit_prompts(
 def reserve_for(specs: Sequence[ChainSpec], new_tokens: int) -> int:
     """Context a run needs beyond its prompt: new tokens plus the deepest draft lookahead and
     verification padding (`decoder.chain.context_reserve`, what the decoder checks)."""
-    return new_tokens + max(context_reserve(spec.planned.block_sizes, spec.planned.verify_widths) for spec in specs)
+    return new_tokens + max(context_reserve(spec.planned.block_sizes, spec.planned.verify_widths, spec.planned.draft_policy)
+                            for spec in specs)
 
 
 def context_limit(members: Mapping[str, ChainMember], specs: Sequence[ChainSpec]) -> int | None:
@@ -243,7 +244,7 @@ def _run(spec: ChainSpec, primed, prompt: torch.Tensor, index: int, tokens: int,
     eos = stop_token_ids(chain[0].member) if sampling.greedy else None
     result = generate(
         chain, prompt, max_new_tokens=tokens, block_sizes=spec.planned.block_sizes, sampling=sampling, generator=generator,
-        verify_widths=spec.planned.verify_widths,
+        verify_widths=spec.planned.verify_widths, draft_policy=spec.planned.draft_policy,
         eos_token_id=eos,
     )
     levels = result.levels
@@ -300,7 +301,7 @@ def validate_plan(
     retimed: dict[tuple[str, ...], float] = {}
     reaccepted: dict[tuple[str, ...], float] = {}
     if profile is not None and timings:
-        chains_run = [(spec.planned.chain, spec.planned.block_sizes) for spec in specs]
+        chains_run = [(spec.planned.chain, spec.planned.block_sizes, spec.planned.draft_policy) for spec in specs]
         acceptance_model = plan.search.acceptance_model or "iid"
         overhead = plan.loop_overhead
         retimed = retimed_speedups(

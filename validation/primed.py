@@ -16,7 +16,7 @@ import time
 
 import torch
 
-from polyplan.decoder.member import ArgmaxForward, BlockDrafter, ChainMember
+from polyplan.decoder.member import ArgmaxForward, BlockDrafter, ChainMember, ConfidentArgmax
 
 
 class PrimedMember:
@@ -35,6 +35,8 @@ class PrimedMember:
             self.draft_block = member.draft_block
         if isinstance(member, ArgmaxForward):  # the chain calls it instead of `forward` when greedy
             self.forward_argmax = member.forward_argmax
+        if isinstance(member, ConfidentArgmax):  # a confidence stop reads it when greedy
+            self.forward_argmax_confidence = member.forward_argmax_confidence
 
     def prime(self, prefix: torch.Tensor, sync=lambda: None) -> float:
         """Empty the cache and process `prefix` (shape `(L,)`); returns the seconds it took."""

@@ -16,6 +16,7 @@ from typing import Any
 
 from polyplan.formats.errors import PolyplanError
 from polyplan.formats.atomic import write_text_atomically
+from polyplan.formats.plan import blocks_text
 from polyplan.formats.report import (
     AcceptedFraction,
     CategoryEntry,
@@ -113,7 +114,7 @@ def table_lines(validation: Validation) -> list[str]:
     for chain in validation.chains:
         retimed = "-" if chain.retimed_exact is None else f"{chain.retimed_exact:.2f}x"
         lines.append(
-            f"{_role(chain):>3} {chain.label():<40} {str(list(chain.block_sizes)):<10} {chain.predicted_text():>20} "
+            f"{_role(chain):>3} {chain.label():<40} {blocks_text(chain.block_sizes, chain.draft_policy):<10} {chain.predicted_text():>20} "
             f"{chain.checked_text():>20} {retimed:>7} {chain.predicted_paper:>5.2f}x {chain.measured_text():>20} "
             f"{_pct(chain.exact_error):>9} {_pct(chain.checked_error):>7} {_pct(chain.retimed_error):>7} {_pct(chain.paper_error):>7} {yes_no(chain.prediction_holds):>5} {_greedy(chain):>7} "
             f"{chain.tokens_per_second:>6.1f}"
@@ -290,7 +291,7 @@ def report_markdown(validation: Validation, plots: dict[str, str]) -> str:
     for chain in validation.chains:
         e2e = "-" if not chain.lossless else f"{chain.end_to_end_speedup:.2f}x"
         lines += [
-            f"### {chain.label()}  (K = {list(chain.block_sizes)}; {', '.join(chain.roles)})",
+            f"### {chain.label()}  (K = {blocks_text(chain.block_sizes, chain.draft_policy)}; {', '.join(chain.roles)})",
             "",
             f"measured {chain.measured_text()} (decoding), {e2e} with the prompt prefill; {chain.tokens_per_second:.1f} tokens/s; "
             f"greedy output {_greedy(chain)}" + (f" ({chain.first_difference})" if chain.first_difference else "")
@@ -402,6 +403,7 @@ def _chain_record(chain: ChainResult) -> ReportChain:
         cost_split=chain.cost_split,
         checked_speedup=chain.checked,
         checked_interval=chain.checked_interval,
+        draft_policy=chain.draft_policy,
     )
 
 

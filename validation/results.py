@@ -35,7 +35,7 @@ from typing import Sequence
 
 import numpy as np
 
-from polyplan.formats.plan import PlannedChain
+from polyplan.formats.plan import DraftPolicy, PlannedChain, blocks_text
 from polyplan.decoder.result import PassTally
 from polyplan.formats.report import Check, CostSplit, ErrorSources, PassSeconds, PromptRecord, ReportSettings
 from polyplan.validation.cost_split import LevelCosts, Price, cost_split, mean_width, merged_tallies, profile_seconds_per_pass
@@ -165,6 +165,7 @@ class ChainResult:
     baseline_seconds: tuple[float, float] | None = None
     checked: float | None = None  # recommend's self-check: exact / C (formats.plan.ChainCheck); None: not checked
     checked_interval: tuple[float, float] | None = None
+    draft_policy: DraftPolicy | None = None  # the last level's draft lengths (None: a fixed K)
 
     @property
     def judged(self) -> tuple[float, tuple[float, float] | None]:
@@ -444,6 +445,7 @@ def summarise_chain(
         baseline_seconds=None if predicted_baseline is None else (_seconds_per_token(baseline, runs), predicted_baseline),
         checked=None if planned.check is None else planned.check.speedup,
         checked_interval=None if planned.check is None else planned.check.interval,
+        draft_policy=planned.draft_policy,
     )
 
 
@@ -505,7 +507,7 @@ def headline(chains: Sequence[ChainResult]) -> Headline:
     checks = _checks(recommended, lossless, over_two, two, fastest, within, gap)
     if recommended.lossless:
         line = (
-            f"recommended {recommended.label()} (K = {list(recommended.block_sizes)}): measured "
+            f"recommended {recommended.label()} (K = {blocks_text(recommended.block_sizes, recommended.draft_policy)}): measured "
             f"{recommended.measured_text()} over target-only decoding "
             f"(exact model predicted {recommended.predicted_text()}, {recommended.exact_error:+.1%}; "
             f"paper's Lemma 3.1 {recommended.predicted_paper:.2f}x, {recommended.paper_error:+.1%})"

@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from polyplan.formats.errors import PolyplanError
-from polyplan.formats.plan import PlanFile
+from polyplan.formats.plan import PlanFile, blocks_text
 from polyplan.formats.profile import Profile
 from polyplan.formats.report import ReportChain, ValidationReport
 from polyplan.planner.exact.latency import curve_from_profile
@@ -138,7 +138,7 @@ def _chain_row(run: ResultRun, chain: ReportChain) -> str:
     ci = f" [{chain.measured_ci.low:.2f}, {chain.measured_ci.high:.2f}]" if chain.measured_ci else ""
     mark = " (recommended)" if chain.recommended else ""
     holds = {True: "yes", False: "no", None: "–"}[chain.prediction_holds]
-    return (f"| {run.title} | {' > '.join(chain.chain)} {list(chain.block_sizes)}{mark} | {predicted:.2f}x{low_high} ({kind}) "
+    return (f"| {run.title} | {' > '.join(chain.chain)} {blocks_text(chain.block_sizes, chain.draft_policy)}{mark} | {predicted:.2f}x{low_high} ({kind}) "
             f"| {chain.measured_speedup:.2f}x{ci} | {predicted / chain.measured_speedup - 1:+.1%} | {holds} |")
 
 

@@ -96,11 +96,12 @@ def _exact_speedups(
     overhead: LoopOverhead | None,
     acceptance_model: str,
 ) -> dict[tuple[str, ...], float]:
-    """The exact model's speedup of each (chain, block sizes) on `profile`."""
+    """The exact model's speedup of each (chain, block sizes[, the last level's draft policy]) on `profile`."""
     model = "runs" if acceptance_model == "runs" else "iid"
     return {
-        chain: evaluate_chain(profile, chain, blocks, sampling=sampling, overhead=overhead, acceptance_model=model).exact_speedup
-        for chain, blocks in chains
+        chain: evaluate_chain(profile, chain, blocks, sampling=sampling, overhead=overhead, acceptance_model=model,
+                              draft_policy=rest[0] if rest else None).exact_speedup
+        for chain, blocks, *rest in chains
     }
 
 

@@ -226,7 +226,7 @@ def check_lines(before: PlanFile, after: PlanFile, record: SelfCheckRecord) -> l
         lines.append(f"  the {len(pooled)} other chain(s) take the median C = {check.composition:.3f} "
                      f"[{check.composition_low:.3f}, {check.composition_high:.3f}]")
     if after.best.chain != before.best.chain:
-        lines.append(f"  re-ranked: {after.best.label()} (K = {list(after.best.block_sizes)}) is now first, "
+        lines.append(f"  re-ranked: {after.best.label()} (K = {after.best.blocks_label()}) is now first, "
                      f"checked {after.best.predicted_speedup:.2f}x")
     return lines
 

@@ -252,7 +252,7 @@ def intervals(
         else:
             typer.echo(f"note: {idle}")
         return
-    chains = [(item.chain, item.block_sizes) for item in planned.alternatives[:top]]
+    chains = [(item.chain, item.block_sizes, item.draft_policy) for item in planned.alternatives[:top]]
     result = interval_coverage(
         profile, chains, split=split, splits=splits, sampling=planned.sampling,
         context_length=planned.search.context_length, overhead=planned.loop_overhead,

@@ -66,7 +66,7 @@ def demo(
     typer.echo(
         f"profile {result.profile_path}: {result.profile_measured} entries measured, {result.profile_reused} reused "
         f"({result.profile_seconds:.0f} s); {choice.line}\n"
-        f"plan {result.plan_path}: {best.label()} K = {list(best.block_sizes)}, predicted {predicted} "
+        f"plan {result.plan_path}: {best.label()} K = {best.blocks_label()}, predicted {predicted} "
         f"(exact model), {best.paper_speedup:.2f}x (Lemma 3.1)\n{ranking}"
     )
     for line in warning_lines(recommendation.warnings):

@@ -50,17 +50,38 @@ def stats_lines(result) -> list[str]:
     return lines
 
 
+def _draft_policy(cap: str | None, p_min: float | None):
+    """The last member's draft policy from --draft-cap MIN..MAX and --p-min (None: a fixed K)."""
+    from polyplan.formats.plan import DraftPolicy
+
+    if cap is None and p_min is None:
+        return None
+    bounds: tuple[int | None, int | None] = (None, None)
+    if cap is not None:
+        low, dots, high = cap.partition("..")
+        try:
+            bounds = (int(low), int(high))
+        except ValueError:
+            raise PolyplanError(f"--draft-cap: expected MIN..MAX (two integers), got {cap!r}") from None
+        if not dots:
+            raise PolyplanError(f"--draft-cap: expected MIN..MAX (two integers), got {cap!r}")
+    return DraftPolicy(*bounds, p_min)
+
+
 def _chain(plan: Path | None, chain: str | None, block_sizes: str | None, temperature: float | None,
-           candidates: Path | None, device: str | None) -> ChainCandidates:
+           candidates: Path | None, device: str | None, cap: str | None = None, p_min: float | None = None) -> ChainCandidates:
     """The chain --plan or --chain asks for, resolved (no model is loaded yet); one line for a
     bad combination of options."""
+    import dataclasses
+
     from polyplan.formats.candidates import default_candidates_path
     from polyplan.models.chain_candidates import ChainCandidates
 
     if (plan is None) == (chain is None):
         raise PolyplanError("--plan, --chain: give one (a plan names its chain; --chain names one itself)")
     if plan is not None:
-        for option, value in (("--block-sizes", block_sizes), ("--temperature", temperature)):
+        for option, value in (("--block-sizes", block_sizes), ("--temperature", temperature), ("--draft-cap", cap),
+                              ("--p-min", p_min)):
             if value is not None:
                 raise PolyplanError(f"{option}: the plan sets it; drop {option}, or run a chain of your own with --chain")
         return ChainCandidates.from_plan(plan, models_yaml=candidates, device=device)
@@ -68,9 +89,11 @@ def _chain(plan: Path | None, chain: str | None, block_sizes: str | None, temper
     for k in blocks or ():
         if k >= 1:  # below 1 the decoder names the level
             options.block_size(k, "--block-sizes")
+    policy = _draft_policy(cap, p_min)
     entries = [part.strip() for part in chain.split(",") if part.strip()]
-    return ChainCandidates.from_names(candidates if candidates is not None else default_candidates_path(), entries,
-                                      device=device, block_sizes=blocks, temperature=temperature or 0.0)
+    resolved = ChainCandidates.from_names(candidates if candidates is not None else default_candidates_path(), entries,
+                                          device=device, block_sizes=blocks, temperature=temperature or 0.0)
+    return resolved if policy is None else dataclasses.replace(resolved, draft_policy=policy)
 
 
 def _sampling(temperature: float, top_k: int | None, top_p: float):
@@ -128,6 +151,14 @@ def generate(
     block_sizes: Annotated[
         Optional[str], typer.Option("--block-sizes", help="K1[,K2,...]: one block size per verifying level (default 4 each).")
     ] = None,
+    draft_cap: Annotated[
+        Optional[str], typer.Option("--draft-cap", help="MIN..MAX: the last drafter's cap adapts to the acceptance, "
+                                                         "starting at its block size (+2 after a fully accepted round, -1 otherwise).")
+    ] = None,
+    p_min: Annotated[
+        Optional[float], typer.Option("--p-min", help="A model drafter at the bottom stops before a token whose top "
+                                                      "probability is below this, in (0, 1).")
+    ] = None,
     max_new_tokens: Annotated[int, typer.Option("--max-new-tokens", help="Stop after this many new tokens.")] = 64,
     temperature: Annotated[Optional[float], typer.Option("--temperature", help="0 is greedy (the default).")] = None,
     top_k: Annotated[Optional[int], typer.Option("--top-k", help="Keep the k most likely tokens.")] = None,
@@ -153,7 +184,7 @@ def generate(
     options.seed(seed)
     if device is not None:
         check_device(device)
-    resolved = _chain(plan, chain, block_sizes, temperature, candidates, device)
+    resolved = _chain(plan, chain, block_sizes, temperature, candidates, device, draft_cap, p_min)
     sampling = _sampling(resolved.temperature, top_k, top_p)
     planned = resolved.plan
     if planned is not None:
@@ -171,6 +202,7 @@ def generate(
         seed=seed,
         raw=raw_prompts,
         verify_widths=resolved.verify_widths,
+        draft_policy=resolved.draft_policy,
         on_text=None if json_output else (lambda piece: typer.echo(piece, nl=False)),
     )
     if json_output:

@@ -63,10 +63,10 @@ def best_line(result: Recommendation) -> str:
     if len(best.chain) == 1:
         chain = result.best_chain
         other = "no chain could be planned" if chain is None else \
-            f"best chain {chain.label()} (K = {list(chain.block_sizes)}) {speed(chain)}"
+            f"best chain {chain.label()} (K = {chain.blocks_label()}) {speed(chain)}"
         return f"best: don't speculate ({best.chain[0]} only); {other}"
     return (
-        f"best: {best.label()}  K = {list(best.block_sizes)}  exact {speed(best)} "
+        f"best: {best.label()}  K = {best.blocks_label()}  exact {speed(best)} "
         f"(forwards/token {[round(f, 3) for f in best.exact.forwards_per_token]}, "
         f"tokens/verification {[round(t, 3) for t in best.exact.tokens_per_verification]})"
     )
@@ -76,8 +76,9 @@ def table_lines(result: Recommendation) -> list[str]:
     """The ranked table and the insertion lines."""
     intervals = result.intervals
     level = "" if intervals is None else f" ({intervals.level:.0%} interval)"
+    width = max([14] + [len(plan.blocks_label()) for plan in result.ranked])  # "[3 adaptive 1..8]" is wider than a list
     header = (
-        f"{'rank':>4}  {'exact' + level:<26}  {'limit':>5}  {'paper':>8}  {'block sizes':<14} {'paper phi_i/N':<28} "
+        f"{'rank':>4}  {'exact' + level:<26}  {'limit':>5}  {'paper':>8}  {'block sizes':<{width}} {'paper phi_i/N':<28} "
         f"{'Thm 3.2 per insertion':<34} chain"
     )
     overhead = result.overhead
@@ -98,7 +99,7 @@ def table_lines(result: Recommendation) -> list[str]:
         exact = f"{plan.exact_speedup:.3f}x" if found is None else found.speedup.text()
         lines.append(
             f"{rank:>4}  {exact:<26}  {_share(result, plan.exact_speedup):>5}  {plan.paper_speedup:>7.3f}x  "
-            f"{str(list(plan.block_sizes)):<14} {phi:<28} {_verdicts(plan):<34} {plan.label()}"
+            f"{plan.blocks_label():<{width}} {phi:<28} {_verdicts(plan):<34} {plan.label()}"
         )
     lines += ["", best_line(result)]
     lines += padding_lines(result.best)

@@ -5,7 +5,10 @@
 - `latency`: latency curves T_i(k) between measured widths; `verify_width`: their monotone envelope.
 - `overhead`: the decoding loop's own cost and switch costs (and the one fit of loop costs).
 - `runs`: acceptance runs (bursty acceptance) from measured agreement sequences.
-- `draft_rounds`: a rule drafter's rounds, the joint law of tokens drafted and accepted.
+- `draft_rounds`: a last drafter's rounds, the joint law of tokens drafted and accepted (a rule
+  drafter's, or a model drafter's under a draft policy).
+- `policy_replay`: a model drafter's draft policy (adaptive cap, confidence stop) replayed on its
+  agreement sequences.
 - `ngram_replay`: llama.cpp's `ngram-simple` (and polyplan's) replayed on the target's streams;
   `ngram_rules`: llama.cpp's other n-gram drafters, ported, replayed through a server session.
 - `physical_limit`: what a free, always-right drafter would give the target.

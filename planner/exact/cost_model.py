@@ -17,7 +17,11 @@ accepts it, which is how wasted work enters the cost.
 A rule drafter at the bottom (`kind: ngram-simple`) drafts by one call that hands up 0 … K
 tokens; its level then reads the measured law of its rounds (`planner.exact.draft_rounds.DraftRounds`:
 how many tokens each call drafted and how many the level above accepted) in place of
-"exactly K tokens, rate α", and a call costs one step of the drafter.
+"exactly K tokens, rate α", and a call costs one step of the drafter. A model drafter whose
+draft length varies (a `formats.plan.DraftPolicy`: adaptive cap, confidence stop) reads a
+`DraftRounds` law too, replayed on its agreement sequences (`planner.exact.policy_replay`); a
+round then costs its passes × T_n(1) (m passes, m + 1 after a confidence stop), each with its
+step overhead and the switch excess of the first passes, averaged over the law of the passes.
 
 Fast form: a dynamic program over the distribution of X_i (finite support). For draft(i, K)
 the state is the number of tokens gathered so far (0 … K−1); rounds are i.i.d., so
@@ -159,12 +163,17 @@ def _with_catch_up(below: _Draft, acceptance: Acceptance, curve: LatencyCurve) -
     can cost several one-token steps, it is most of the drafter's cost (the 0.5B Qwen sibling on an
     AMD EPYC at one thread: T(2)/T(1) = 3.7, its passes inside the chain 3.3x what T(1) priced).
     Only the rounds of the level right above the drafter are counted: after a round of a level
-    further up the drafter may be further behind (a stated approximation). Rule drafters read the
-    whole stream in one call, so they have no catch-up."""
+    further up the drafter may be further behind (a stated approximation). A drafter with a
+    policy (`DraftRounds` of a model drafter) counts the rounds that drafted at least one token,
+    had all accepted and did not stop on confidence. Rule drafters read the whole stream in one
+    call, so they have no catch-up."""
     if isinstance(acceptance, DraftRounds):
-        return below
-    table = _gathered_given_drafted(acceptance, len(below.pmf) - 1)
-    all_accepted = float(sum(below.pmf[m] * table[m, m + 1] for m in range(len(below.pmf))))
+        if not acceptance.model_drafter:
+            return below
+        all_accepted = acceptance.all_accepted_unfed()
+    else:
+        table = _gathered_given_drafted(acceptance, len(below.pmf) - 1)
+        all_accepted = float(sum(below.pmf[m] * table[m, m + 1] for m in range(len(below.pmf))))
     extra = all_accepted * max(0.0, curve(2) - curve(1))
     if extra == 0.0:
         return below
@@ -185,11 +194,19 @@ def _draft(
     """Summarise draft(level, k) (0-based level: 0 is the target, len(curves) − 1 the smallest;
     `verify_curves`: what a verification pass of each model costs, `curves` its one-token steps)."""
     last = len(curves) - 1
-    if level == last and isinstance(acceptances[last - 1], DraftRounds):  # a rule drafter: one call, 0 … K tokens
-        seconds = curves[last](1) + switch_total(switch[last], 1)
-        loop = overhead.per_step_s
-        pmf = acceptances[last - 1].drafted_pmf()
-        return _Draft(pmf=pmf, cost=seconds + loop, overhead=loop, forwards=(1.0,), times=(seconds,), level_stats=())
+    if level == last and isinstance(acceptances[last - 1], DraftRounds):
+        rounds = acceptances[last - 1]
+        pmf = rounds.drafted_pmf()
+        if not rounds.model_drafter:  # a rule drafter: one call, 0 … K tokens
+            seconds = curves[last](1) + switch_total(switch[last], 1)
+            loop = overhead.per_step_s
+            return _Draft(pmf=pmf, cost=seconds + loop, overhead=loop, forwards=(1.0,), times=(seconds,), level_stats=())
+        passes = rounds.passes_pmf()  # a model drafter: one pass per drafted token (and per stop)
+        counts = np.arange(len(passes), dtype=float)
+        mean_passes = float(passes @ counts)
+        seconds = mean_passes * curves[last](1) + float(sum(p * switch_total(switch[last], j) for j, p in enumerate(passes) if p))
+        loop = mean_passes * overhead.per_step_s
+        return _Draft(pmf=pmf, cost=seconds + loop, overhead=loop, forwards=(mean_passes,), times=(seconds,), level_stats=())
     if level == last:
         pmf = np.zeros(k + 1)
         pmf[k] = 1.0
@@ -238,7 +255,8 @@ def predict_chain(
         acceptances: α_{i,i+1} for i = 1 … n−1: the per-token acceptance rate of M_{i+1}'s
             samples under M_i (adjacent pairs only), each in [0, 1); or, per level, the
             measured `planner.exact.runs.RunSurvival` of the pair at that level's block size; or, for
-            the last level only, a rule drafter's `DraftRounds` at that block size.
+            the last level only, a `DraftRounds` law: a rule drafter's, or a model drafter's
+            under a draft policy (its block size the policy's starting cap).
         curves: T_1 … T_n as `LatencyCurve`s (or constant times in seconds).
         block_sizes: K_1 … K_{n−1}, each >= 1 (empty for n = 1).
         overhead: the decoding loop's own cost per step and per round (None: none).
@@ -262,11 +280,8 @@ def predict_chain(
     alphas = [a if isinstance(a, (RunSurvival, DraftRounds)) else check_acceptance(a, f"acceptances[{i}]") for i, a in enumerate(acceptances)]
     blocks = [check_block_size(k, f"block_sizes[{i}]") for i, k in enumerate(block_sizes)]
     for i, a in enumerate(alphas):
-        if isinstance(a, DraftRounds) and (i != n - 2 or a.max_drafted > blocks[i]):
-            raise PolyplanError(
-                f"acceptances[{i}]: a rule drafter's rounds are read at the last level only, drafting at most its block size "
-                f"({blocks[i]}), got level {i} of {n - 1} drafting up to {a.max_drafted}"
-            )
+        if isinstance(a, DraftRounds) and i != n - 2:
+            raise PolyplanError(f"acceptances[{i}]: measured rounds (DraftRounds) are read at the last level only, got level {i} of {n - 1}")
     lat = [_as_curve(c, f"curves[{i}]") for i, c in enumerate(curves)]
     if switch_costs is not None and len(switch_costs) != n:
         raise PolyplanError(f"switch_costs: need {n} (one per model), got {len(switch_costs)}")

@@ -8,6 +8,11 @@ no per-token rate says. Replayed on the target's own greedy streams (`planner.ex
 every round is known exactly; the exact model then reads their joint law
 P(drafted = m, accepted = a) in place of "K tokens, rate α" (`planner.exact.cost_model`).
 
+A model drafter whose draft length varies (a `formats.plan.DraftPolicy`: an adaptive cap, a
+confidence stop) is read the same way, its rounds replayed on the agreement sequences
+(`planner.exact.policy_replay`); it pays one pass per drafted token, and one more in a round a
+confidence stop ended (that pass ran, its token was not drafted): `stops` counts those rounds.
+
 The law is kept as counts per prompt (the prompts are the clusters a bootstrap resamples:
 `planner.intervals.prediction_interval`). Pure numpy.
 """
@@ -23,14 +28,20 @@ from polyplan.formats.errors import PolyplanError
 
 @dataclass(frozen=True, eq=False)
 class DraftRounds:
-    """Rounds of a rule drafter at one block size, pooled over prompts.
+    """Rounds of a drafter at the last level, pooled over prompts.
 
     Attributes:
         counts: `(prompts, K + 1, K + 1)`: counts[p, m, a] = rounds of prompt p that drafted m
-            tokens of which the verifier accepted the first a (a <= m).
+            tokens of which the verifier accepted the first a (a <= m); K the most drafted.
+        model_drafter: False: a rule drafter, one call per round whatever it drafts; True: a
+            model drafter, one pass per drafted token (and per stop).
+        stops: `(prompts, K + 1)`: stops[p, m] = rounds of prompt p that drafted m tokens and
+            then ran one pass more whose token they did not draft (a confidence stop); None: none.
     """
 
     counts: np.ndarray
+    model_drafter: bool = False
+    stops: np.ndarray | None = None
 
     def __post_init__(self) -> None:
         counts = self.counts
@@ -40,6 +51,8 @@ class DraftRounds:
             raise PolyplanError("draft rounds: no round recorded")
         if np.triu(counts.sum(axis=0), k=1).any():
             raise PolyplanError("draft rounds: a round accepted more tokens than it drafted")
+        if self.stops is not None and (self.stops.shape != counts.shape[:2] or (self.stops > counts.sum(axis=2)).any()):
+            raise PolyplanError(f"draft rounds: stops must have shape {counts.shape[:2]} and count at most the rounds of each length")
 
     @property
     def max_drafted(self) -> int:
@@ -53,7 +66,10 @@ class DraftRounds:
         """The same rounds with prompt p counted `weights[p]` times (a bootstrap replicate; all
         of them when the weights drew no round)."""
         pooled = np.tensordot(weights, self.counts, axes=1)
-        return DraftRounds(pooled[None]) if pooled.sum() > 0 else self
+        if pooled.sum() <= 0:
+            return self
+        stops = None if self.stops is None else np.tensordot(weights, self.stops, axes=1)[None]
+        return DraftRounds(pooled[None], self.model_drafter, stops)
 
     def joint(self) -> np.ndarray:
         """P(m, a) `(K + 1, K + 1)`, pooled over prompts."""
@@ -63,6 +79,27 @@ class DraftRounds:
     def drafted_pmf(self) -> np.ndarray:
         """P(m = j), j = 0 … K."""
         return self.joint().sum(axis=1)
+
+    def passes_pmf(self) -> np.ndarray:
+        """A model drafter's passes per round: P(passes = j), j = 0 … K + 1 (m, or m + 1 after
+        a confidence stop)."""
+        rounds = self.counts.sum(axis=(0, 2))  # [K + 1] by m
+        stopped = np.zeros_like(rounds) if self.stops is None else self.stops.sum(axis=0)
+        passes = np.zeros(len(rounds) + 1)
+        passes[:-1] += rounds - stopped
+        passes[1:] += stopped
+        return passes / passes.sum()
+
+    def all_accepted_unfed(self) -> float:
+        """A model drafter's share of rounds after which it has two tokens to feed: it drafted
+        m >= 1, all were accepted, and it did not stop on confidence (a stop's extra pass already
+        fed its last draft). Stops are taken as independent of full acceptance given m (the rounds
+        record them by m only). See `planner.exact.cost_model._with_catch_up`."""
+        joint = self.joint()
+        rounds = self.counts.sum(axis=(0, 2))  # [K + 1] by m
+        stopped = np.zeros_like(rounds) if self.stops is None else self.stops.sum(axis=0)
+        unstopped = np.divide(rounds - stopped, rounds, out=np.zeros(len(rounds)), where=rounds > 0)
+        return float(sum(joint[m, m] * unstopped[m] for m in range(1, len(rounds))))
 
     def gathered_given_drafted(self) -> np.ndarray:
         """G[m, j] = P(a + 1 = j | m), `(K + 1, K + 2)`; rows of an m never drafted put all

@@ -27,6 +27,8 @@ with the chain's block size K as size_m. Its rounds differ from the server's onl
 the chain drafts right after the prompt, in the pass that also reads the prompt's last token,
 where the server first takes one token from the prefill. `chain_rounds` replays those, and
 `draft_rounds` pools them into the law the exact model reads (`planner.exact.draft_rounds`).
+With an adaptive cap (`formats.plan.DraftPolicy`) the chain's size_m is the cap of each round,
+starting at K and moved after each round by what it drafted and accepted, as the decoder moves it.
 Pure: no torch, no I/O.
 """
 
@@ -38,6 +40,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from polyplan.formats.errors import PolyplanError
+from polyplan.formats.plan import FIXED_DRAFTS, DraftPolicy
 from polyplan.formats.profile import Profile, TargetStream
 from polyplan.planner.exact.cost_model import ChainPrediction
 from polyplan.planner.exact.draft_rounds import DraftRounds
@@ -159,11 +162,12 @@ def replay_stream(stream: TargetStream, size_n: int, size_m: int, new_tokens: in
 
 
 def _rounds(index: NGramSimpleIndex, continuation: Sequence[int], generated: int, total: int, size_m: int,
-            end: int) -> tuple[ReplayRound, ...]:
+            end: int, policy: DraftPolicy = FIXED_DRAFTS) -> tuple[ReplayRound, ...]:
     """Rounds from `generated` tokens of `continuation` until `total`: draft after the index's
     tokens (its last one the sampled token), at most up to `end` (the draft keeps one token of
     room for the target's own), accept the prefix the target's stream agrees with, and append
-    the accepted tokens and the target's next one."""
+    the accepted tokens and the target's next one. `policy`'s adaptive cap moves size_m after
+    each round (`DraftPolicy.next_cap`)."""
     rounds = []
     while generated < total:
         draft = index.draft(size_m)[: end - generated - 1]
@@ -171,6 +175,7 @@ def _rounds(index: NGramSimpleIndex, continuation: Sequence[int], generated: int
         while accepted < len(draft) and draft[accepted] == continuation[generated + accepted]:
             accepted += 1
         rounds.append(ReplayRound(len(draft), accepted))
+        size_m = policy.next_cap(size_m, len(draft), accepted)
         for token in continuation[generated:generated + accepted + 1]:
             index.append(token)
         generated += accepted + 1
@@ -205,14 +210,15 @@ def replay_prediction(streams: Sequence[TargetStream], size_n: int, size_m: int,
     )
 
 
-def chain_rounds(stream: TargetStream, size_n: int, block: int, new_tokens: int | None = None) -> tuple[ReplayRound, ...]:
+def chain_rounds(stream: TargetStream, size_n: int, block: int, new_tokens: int | None = None,
+                 policy: DraftPolicy = FIXED_DRAFTS) -> tuple[ReplayRound, ...]:
     """The rounds polyplan's chain target > ngram-simple(size_n) runs at block size `block` to
     generate the stream's continuation greedily (its first `new_tokens`; all of it when None):
     each round drafts after the context so far (the prompt's last token is the first round's
     sampled one), the target verifies the pending token and the draft in one pass, the longest
     prefix of the draft equal to the stream is accepted and the target's own next token emitted.
     A draft running past the recorded stream is cut where the stream ends (the stream cannot
-    say what the target would have done there)."""
+    say what the target would have done there). `policy`: an adaptive cap starting at `block`."""
     if isinstance(block, bool) or not isinstance(block, int) or block < 1:
         raise PolyplanError(f"ngram-simple: block size must be an integer >= 1, got {block!r}")
     continuation = stream.ids[stream.prompt_tokens:]
@@ -220,16 +226,19 @@ def chain_rounds(stream: TargetStream, size_n: int, block: int, new_tokens: int 
     index = NGramSimpleIndex(size_n)
     for token in stream.ids[:stream.prompt_tokens]:
         index.append(token)
-    return _rounds(index, continuation, 0, total, block, len(continuation))
+    return _rounds(index, continuation, 0, total, block, len(continuation), policy)
 
 
-def draft_rounds(streams: Sequence[TargetStream], size_n: int, block: int, new_tokens: int | None = None) -> DraftRounds:
-    """The law of the chain's rounds (`chain_rounds`) over `streams`, counted per stream."""
+def draft_rounds(streams: Sequence[TargetStream], size_n: int, block: int, new_tokens: int | None = None,
+                 policy: DraftPolicy = FIXED_DRAFTS) -> DraftRounds:
+    """The law of the chain's rounds (`chain_rounds`) over `streams`, counted per stream
+    (`policy`: an adaptive cap starting at `block`)."""
     if not streams:
         raise PolyplanError("ngram-simple: the profile holds no target streams to replay (re-run polyplan profile)")
-    counts = np.zeros((len(streams), block + 1, block + 1))
+    widest = policy.widest(block)
+    counts = np.zeros((len(streams), widest + 1, widest + 1))
     for row, stream in enumerate(streams):
-        for item in chain_rounds(stream, size_n, block, new_tokens):
+        for item in chain_rounds(stream, size_n, block, new_tokens, policy):
             counts[row, item.drafted, item.accepted] += 1
     if counts.sum() == 0:
         raise PolyplanError("ngram-simple: the profile's target streams are too short to replay")

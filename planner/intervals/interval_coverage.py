@@ -21,6 +21,7 @@ import numpy as np
 
 from polyplan.formats.errors import PolyplanError
 from polyplan.formats.overhead import LoopOverhead
+from polyplan.formats.plan import DraftPolicy, blocks_text
 from polyplan.formats.profile import PairAgreement, Profile
 from polyplan.formats.options import integer_at_least
 from polyplan.planner.intervals.prediction_interval import DEFAULT_LEVEL, prediction_intervals
@@ -41,6 +42,7 @@ class ChainCoverage:
     splits: int
     interval_spread: float  # median over splits of the interval's width in log-speedup / (2 z)
     actual_spread: float  # sd over splits of log(new set's speedup / the profiling set's point)
+    draft_policy: DraftPolicy | None = None  # the last level's (None: a fixed K)
 
     @property
     def coverage(self) -> float:
@@ -80,7 +82,7 @@ def nothing_to_check(profile: Profile, sampling: str = "greedy", split: int | No
 
 def interval_coverage(
     profile: Profile,
-    chains: Sequence[tuple[Sequence[str], Sequence[int]]],
+    chains: Sequence[tuple[Sequence[str], Sequence[int]] | tuple[Sequence[str], Sequence[int], DraftPolicy | None]],
     *,
     split: int | None = None,
     splits: int = DEFAULT_SPLITS,
@@ -93,7 +95,8 @@ def interval_coverage(
     seed: int = 0,
 ) -> IntervalCoverage:
     """Coverage of each chain's acceptance interval over `splits` random splits (module docstring);
-    `split` None: half the profile's prompts in each set.
+    `split` None: half the profile's prompts in each set. A chain may carry its last level's draft
+    policy as a third item (`formats.plan.DraftPolicy`; None: a fixed K).
 
     Raises:
         PolyplanError: the profile has no greedy agreement runs, too few prompts for two sets
@@ -117,30 +120,32 @@ def interval_coverage(
     widths = np.empty((len(chains), splits))
     errors = np.empty((len(chains), splits))
 
-    def speedup(part: Profile, chain, blocks) -> float:
+    chains = [(chain, blocks, rest[0] if rest else None) for chain, blocks, *rest in chains]
+
+    def speedup(part: Profile, chain, blocks, policy) -> float:
         return evaluate_chain(part, chain, blocks, sampling=sampling, context_length=context_length, overhead=overhead,
-                              acceptance_model=acceptance_model).exact_speedup
+                              acceptance_model=acceptance_model, draft_policy=policy).exact_speedup
 
     z = _z(level)
     for s in range(splits):
         order = rng.permutation(prompts)
         profiled, new = _restricted(fixed, order[:split]), _restricted(fixed, order[split:2 * split])
-        points = [speedup(profiled, chain, blocks) for chain, blocks in chains]
+        points = [speedup(profiled, *item) for item in chains]
         intervals = prediction_intervals(
-            profiled, [(chain, blocks, point) for (chain, blocks), point in zip(chains, points)], sampling=sampling,
+            profiled, [(chain, blocks, point, policy) for (chain, blocks, policy), point in zip(chains, points)], sampling=sampling,
             context_length=context_length, overhead=overhead, acceptance_model=acceptance_model, resamples=resamples,
             level=level, seed=seed + s,
         )
-        for i, ((chain, blocks), point) in enumerate(zip(chains, points)):
-            truth = speedup(new, chain, blocks)
+        for i, (item, point) in enumerate(zip(chains, points)):
+            truth = speedup(new, *item)
             interval = intervals.chains[i].speedup
             covered[i] += interval.contains(truth)
             widths[i, s] = np.log(interval.high / interval.low) / (2 * z)
             errors[i, s] = np.log(truth / point)
     items = tuple(
         ChainCoverage(tuple(chain), tuple(int(k) for k in blocks), int(covered[i]), splits,
-                      float(np.median(widths[i])), float(np.std(errors[i])))
-        for i, (chain, blocks) in enumerate(chains)
+                      float(np.median(widths[i])), float(np.std(errors[i])), policy)
+        for i, (chain, blocks, policy) in enumerate(chains)
     )
     return IntervalCoverage(items, prompts, split, splits, level, _binomial_range(splits, level), seed)
 
@@ -156,7 +161,7 @@ def coverage_lines(result: IntervalCoverage) -> list[str]:
     ]
     for item in result.chains:
         mark = "" if low <= item.covered <= high else ("  (wide)" if item.covered > high else "  (NARROW)")
-        lines.append(f"{' > '.join(item.chain) + ' ' + str(list(item.block_sizes)):<56} "
+        lines.append(f"{' > '.join(item.chain) + ' ' + blocks_text(item.block_sizes, item.draft_policy):<56} "
                      f"{item.covered:>4}/{item.splits:<4} {item.interval_spread:>12.4f} {item.actual_spread:>10.4f}{mark}")
     lines += [
         "",
@@ -187,7 +192,8 @@ def _restricted(profile: Profile, indices: np.ndarray) -> Profile:
     target streams, and each pair's α their agreement rate."""
     runs = profile.acceptance_runs["greedy"]
     picked = [int(i) for i in indices]
-    entries = tuple(PairAgreement(entry.verifier, entry.drafter, tuple(entry.agreement[i] for i in picked))
+    entries = tuple(PairAgreement(entry.verifier, entry.drafter, tuple(entry.agreement[i] for i in picked),
+                                  tuple(entry.confidence[i] for i in picked) if entry.confidence else ())
                     for entry in runs.pairs)
     streams = tuple(runs.streams[i] for i in picked) if len(runs.streams) == len(runs.pairs[0].agreement) else ()
     part = dataclasses.replace(profile, acceptance_runs={

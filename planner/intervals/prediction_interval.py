@@ -27,7 +27,8 @@ How each input is resampled (per replicate, independently):
   (drawn apart, their shifts averaged out and a deep chain's interval came out too narrow).
 - a rule drafter (`ngram-simple`): its rounds replayed on the target's streams
   (`planner.exact.draft_rounds`), the streams resampled as the prompts above (twice: the profile's,
-  then a new set).
+  then a new set). A model drafter under a draft policy (`formats.plan.DraftPolicy`): its rounds
+  replayed on its agreement sequences (`planner.exact.policy_replay`), resampled the same way.
 - acceptance otherwise: α drawn from a normal law matching its 95% interval `alpha_ci`
   (clipped to [0, 1)), else from the binomial standard error sqrt(α(1 − α)/alpha_samples),
   either standard error times sqrt(2) for the new prompt set; with neither, α is held fixed
@@ -68,7 +69,9 @@ import numpy as np
 
 from polyplan.formats.errors import PolyplanError
 from polyplan.planner.exact.cost_model import predict_chain
+from polyplan.formats.plan import FIXED_DRAFTS, DraftPolicy
 from polyplan.planner.exact.ngram_replay import draft_rounds, ngram_simple_sizes, target_streams
+from polyplan.planner.exact.policy_replay import model_rounds
 from polyplan.planner.exact.latency import LatencyCurve, curve_from_profile
 from polyplan.formats.overhead import NO_SWITCH, LoopOverhead
 from polyplan.planner.exact.overhead import profile_switch_costs
@@ -234,6 +237,8 @@ class _AcceptanceReplicates:
     def __init__(self, profile: Profile, sampling: str, acceptance_model: str, resamples: int, rng: np.random.Generator):
         self.profile, self.sampling, self.resamples, self.rng = profile, sampling, resamples, rng
         self.runs = profile_runs(profile, sampling) if acceptance_model in ("auto", "runs") else {}
+        entry = profile.acceptance_runs.get(sampling)
+        self.confidences = {} if entry is None else entry.confidences_by_pair()
         self._weights: dict[int, np.ndarray] = {}
         self.prompts: int | None = None  # how many prompts were resampled (the fewest, if several sets)
         self._alphas: dict[tuple[str, str], np.ndarray] = {}
@@ -242,14 +247,22 @@ class _AcceptanceReplicates:
         self.rule_drafters = ngram_simple_sizes(profile)
         self.streams = target_streams(profile)
 
-    def _rounds(self, pair: tuple[str, str], block: int) -> list:
+    def _rounds(self, pair: tuple[str, str], block: int, policy: DraftPolicy = FIXED_DRAFTS) -> list:
         """A rule drafter's replayed rounds, the target's streams resampled as new prompt sets
-        (the same draw for every rule drafter, so they compare on equal replicates)."""
-        key = pair + (block,)
+        (the same draw for every rule drafter, so they compare on equal replicates); or a model
+        drafter's under a draft policy, its agreement sequences resampled the same way."""
+        key = pair + (block, policy)
         if key not in self._survivals:
-            rounds = draft_rounds(self.streams, self.rule_drafters[pair[1]], block)
-            self._survivals[key] = [rounds.resampled(weights) for weights in self._prompt_draw(len(self.streams))]
-            self.sources.add("streams")
+            if pair[1] in self.rule_drafters:
+                rounds, prompts = draft_rounds(self.streams, self.rule_drafters[pair[1]], block, policy=policy), len(self.streams)
+                self.sources.add("streams")
+            else:
+                sequences = self.runs.get(pair)
+                if sequences is None:
+                    raise PolyplanError(f"{pair[0]} > {pair[1]}: a draft policy is replayed on agreement runs, and the profile has none")
+                rounds, prompts = model_rounds(sequences, block, policy, self.confidences.get(pair)), len(sequences)
+                self.sources.add("runs")
+            self._survivals[key] = [rounds.resampled(weights) for weights in self._prompt_draw(prompts)]
         return self._survivals[key]
 
     def _prompt_draw(self, prompts: int) -> np.ndarray:
@@ -291,10 +304,10 @@ class _AcceptanceReplicates:
         self._alphas[pair] = np.clip(values, 0.0, 1.0 - 1e-6)
         return self._alphas[pair]
 
-    def read(self, pair: tuple[str, str], block: int) -> list:
-        """The exact model's acceptance input for each replicate."""
-        if pair[1] in self.rule_drafters:
-            return self._rounds(pair, block)
+    def read(self, pair: tuple[str, str], block: int, policy: DraftPolicy = FIXED_DRAFTS) -> list:
+        """The exact model's acceptance input for each replicate (`policy`: the last level's)."""
+        if pair[1] in self.rule_drafters or policy != FIXED_DRAFTS:
+            return self._rounds(pair, block, policy)
         if pair not in self.runs:
             return list(self.alphas(pair))
         key = pair + (block,)
@@ -329,7 +342,8 @@ def prediction_intervals(
     Args:
         profile: the profile the predictions were made from.
         chains: (chain, block sizes, point speedup) per chain, best first (the point is the
-            prediction on the profile as measured; the interval comes from the replicates).
+            prediction on the profile as measured; the interval comes from the replicates), each
+            optionally with a fourth item, the last level's `formats.plan.DraftPolicy` (None: fixed).
         acceptance_model: as in `planner.search.recommend` ("auto", "iid" or "runs").
         resamples: bootstrap replicates B (>= 20).
         level: interval coverage, in (0, 1).
@@ -341,27 +355,29 @@ def prediction_intervals(
     if not chains:
         raise PolyplanError("chains: give at least one chain")
     rng = np.random.default_rng(seed)
-    names = sorted({name for chain, _, _ in chains for name in chain})
+    names = sorted({name for chain, *_ in chains for name in chain})
     curves, latency_source, widened = latency_replicates(profile, names, resamples, rng, context_length)
     acceptance = _AcceptanceReplicates(profile, sampling, acceptance_model, resamples, rng)
     switches = profile_switch_costs(profile)
     speedups = np.empty((len(chains), resamples))
-    for row, (chain, blocks, _) in enumerate(chains):
+    for row, (chain, blocks, _, *rest) in enumerate(chains):
         pairs = list(zip(chain, chain[1:]))
-        reads = [acceptance.read(pair, k) for pair, k in zip(pairs, blocks)]
+        policy = (rest[0] if rest else None) or FIXED_DRAFTS
+        reads = [acceptance.read(pair, k, policy if level == len(pairs) - 1 else FIXED_DRAFTS)
+                 for level, (pair, k) in enumerate(zip(pairs, blocks))]
         switch = [switches.get(name, NO_SWITCH) for name in chain]
         for b in range(resamples):
             speedups[row, b] = predict_chain(
                 [read[b] for read in reads], [curves[name][b] for name in chain], list(blocks), overhead, switch
             ).speedup
     stretch = few_prompts_stretch(acceptance.prompts, level)
-    points = np.asarray([point for _, _, point in chains], dtype=float)[:, None]
+    points = np.asarray([point for _, _, point, *_ in chains], dtype=float)[:, None]
     speedups = points * (speedups / points) ** stretch
     tail = 100 * (1 - level) / 2
     bounds = np.percentile(speedups, [tail, 100 - tail], axis=1)  # [2, chains]
     intervals = [
         SpeedupInterval(float(point), min(float(bounds[0, i]), float(point)), max(float(bounds[1, i]), float(point)), level)
-        for i, (_, _, point) in enumerate(chains)
+        for i, (_, _, point, *_) in enumerate(chains)
     ]
     best = intervals[0]
     items = tuple(
@@ -372,7 +388,7 @@ def prediction_intervals(
             overlaps_best=i > 0 and interval.overlaps(best),
             beats_best=0.0 if i == 0 else float(np.mean(speedups[i] > speedups[0])),
         )
-        for i, ((chain, blocks, _), interval) in enumerate(zip(chains, intervals))
+        for i, ((chain, blocks, *_), interval) in enumerate(zip(chains, intervals))
     )
     return PredictionIntervals(items, resamples, level, seed, latency_source,
                                _merge(acceptance.sources) if acceptance.sources else "fixed", widened, stretch)

@@ -28,6 +28,7 @@ from dataclasses import dataclass
 from typing import Sequence
 
 from polyplan.formats.errors import PolyplanError
+from polyplan.formats.plan import DraftPolicy, blocks_text
 from polyplan.formats.profile import Profile
 from polyplan.formats.plan import ConditionRecord
 from polyplan.planner.paper.insertion import InsertionAnalysis, analyze_insertion
@@ -149,6 +150,7 @@ class TripleInsertion:
     without_chain: tuple[str, ...]
     without_blocks: tuple[int, ...]
     without_speedup: float
+    without_policy: DraftPolicy | None = None  # the chain without `middle`: its last level's draft policy
 
     @property
     def exact_delta(self) -> float:
@@ -177,7 +179,7 @@ class TripleInsertion:
             f"Lemma 3.1 {'helps' if self.lemma31_helps else 'no gain'} "
             f"({analysis.exact_difference * 1e3:+.3g} ms/token); exact {exact}: "
             f"{self.with_speedup:.3f}x ({' > '.join(self.with_chain)}, K = {list(self.with_blocks)}) vs "
-            f"{self.without_speedup:.3f}x ({' > '.join(self.without_chain)}, K = {list(self.without_blocks)})"
+            f"{self.without_speedup:.3f}x ({' > '.join(self.without_chain)}, K = {blocks_text(self.without_blocks, self.without_policy)})"
         )
 
 
@@ -191,14 +193,16 @@ def triple_insertion(
     profile: Profile,
     middle: str,
     with_plan: tuple[Sequence[str], Sequence[int], float],
-    without_plan: tuple[Sequence[str], Sequence[int], float],
+    without_plan: tuple[Sequence[str], Sequence[int], float] | tuple[Sequence[str], Sequence[int], float, DraftPolicy | None],
     *,
     sampling: str = "greedy",
     context_length: int | None = None,
 ) -> TripleInsertion:
-    """Theorem 3.2 on `middle`'s insertion, from the two chains' (chain, block sizes, exact speedup)."""
+    """Theorem 3.2 on `middle`'s insertion, from the two chains' (chain, block sizes, exact speedup);
+    the chain without it may carry its last level's draft policy (`formats.plan.DraftPolicy`) as a
+    fourth item, which its line prints."""
     with_chain, with_blocks, with_speedup = with_plan
-    without_chain, without_blocks, without_speedup = without_plan
+    without_chain, without_blocks, without_speedup, *rest = without_plan
     if tuple(name for name in with_chain if name != middle) != tuple(without_chain):
         raise PolyplanError(f"without: {' > '.join(without_chain)} is not {' > '.join(with_chain)} without {middle!r}")
     inputs = insertion_inputs(profile, with_chain, with_blocks, without_blocks, middle,
@@ -214,6 +218,7 @@ def triple_insertion(
         without_chain=tuple(without_chain),
         without_blocks=tuple(int(k) for k in without_blocks),
         without_speedup=float(without_speedup),
+        without_policy=rest[0] if rest else None,
     )
 
 

@@ -1,0 +1,98 @@
+"""A model drafter's draft policy replayed on its agreement sequences: the law of its rounds.
+
+Under greedy decoding, a model drafter at block size K walks its agreement sequence with the
+target deterministically (`planner.exact.runs`): a round starting at position s accepts the
+consecutive agreements from s, up to K, and the next round starts at s + a + 1. A draft policy
+(`formats.plan.DraftPolicy`) changes only how many tokens each round drafts, so the same walk
+gives its rounds exactly, as the decoder's greedy run takes them:
+
+- adaptive cap: the round drafts m = cap tokens; the cap starts at K and moves after each round
+  by `DraftPolicy.next_cap(cap, m, a)`, restarting with every prompt;
+- confidence stop p_min: from s, the drafter drafts while its top probability at the next
+  position is >= p_min and fewer than the cap are drafted; when it stops below the cap, the
+  pass that read the low confidence ran and its token was not drafted (one pass more than m).
+  The confidences are the drafter's along the target's stream (`formats.profile.PairAgreement.confidence`,
+  kept to 1/255). Up to the first disagreement they are exactly what the drafter sees while
+  drafting (its context is the target's stream there); beyond it the drafter continues from its
+  own rejected token, which the profile did not observe, and the stream's confidences stand in
+  for its own: an approximation that moves only how many doomed tokens a round drafts, never
+  how many are accepted.
+
+The law is kept as counts per prompt (`planner.exact.draft_rounds.DraftRounds`, `model_drafter`):
+the exact model reads it in place of the run survival, and the bootstrap resamples it by prompt
+(`planner.intervals.prediction_interval`). A round that would need positions past the end of a
+sequence (still agreeing there) ends the walk of that prompt, as `planner.exact.runs` does; a
+round that is kept saw its first disagreement before the end, and confidences past the end (in
+the approximated part of the round) count as high: with every confidence above p_min the walk is
+the fixed one. Only the pairs under the target are replayed this way: their
+sequences are measured on the target's own stream, which is what the last level directly under
+the target verifies against. Pure numpy.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+from polyplan.formats.errors import PolyplanError
+from polyplan.formats.plan import DraftPolicy
+from polyplan.planner.exact.draft_rounds import DraftRounds
+
+
+@dataclass(frozen=True)
+class PolicyRound:
+    """One round: tokens drafted, of those accepted, and whether a confidence stop ended it (a
+    pass more than drafted)."""
+
+    drafted: int
+    accepted: int
+    stopped: bool = False
+
+
+def walk(agreement: Sequence[bool], block: int, policy: DraftPolicy, confidence: Sequence[float] | None = None) -> tuple[PolicyRound, ...]:
+    """The rounds a greedy chain target > drafter runs along one agreement sequence (module docstring)."""
+    if isinstance(block, bool) or not isinstance(block, int) or block < 1:
+        raise PolyplanError(f"draft policy replay: block size must be an integer >= 1, got {block!r}")
+    policy.check_block(block)
+    if policy.p_min is not None and confidence is None:
+        raise PolyplanError("draft policy replay: p_min needs the drafter's confidences, which the profile does not keep")
+    length, position, cap = len(agreement), 0, block
+    rounds = []
+    while position < length:
+        drafted, stopped = cap, False
+        if policy.p_min is not None:
+            drafted = 0  # past the sequence's end the draft goes on: a round kept below has its first disagreement before
+            while drafted < cap and (position + drafted >= length or confidence[position + drafted] >= policy.p_min):
+                drafted += 1
+            stopped = drafted < cap
+        accepted = 0
+        while accepted < drafted and position + accepted < length and agreement[position + accepted]:
+            accepted += 1
+        if accepted < drafted and position + accepted >= length:
+            break  # still agreeing where the measurement ends
+        rounds.append(PolicyRound(drafted, accepted, stopped))
+        cap = policy.next_cap(cap, drafted, accepted)
+        position += accepted + 1
+    return tuple(rounds)
+
+
+def model_rounds(sequences: Sequence[Sequence[bool]], block: int, policy: DraftPolicy,
+                 confidences: Sequence[Sequence[float]] | None = None) -> DraftRounds:
+    """The law of a model drafter's rounds under `policy` at block size `block` (the starting
+    cap), counted per sequence (prompt)."""
+    if not sequences:
+        raise PolyplanError("draft policy replay: no agreement sequences to replay")
+    if confidences is not None and len(confidences) != len(sequences):
+        raise PolyplanError(f"draft policy replay: {len(confidences)} confidence sequences for {len(sequences)} agreement sequences")
+    widest = policy.widest(block)
+    counts = np.zeros((len(sequences), widest + 1, widest + 1))
+    stops = np.zeros((len(sequences), widest + 1))
+    for row, sequence in enumerate(sequences):
+        for item in walk(sequence, block, policy, None if confidences is None else confidences[row]):
+            counts[row, item.drafted, item.accepted] += 1
+            stops[row, item.drafted] += item.stopped
+    if counts.sum() == 0:
+        raise PolyplanError("draft policy replay: no complete round in the measured sequences")
+    return DraftRounds(counts, model_drafter=True, stops=stops)
