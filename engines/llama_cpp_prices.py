@@ -26,6 +26,7 @@ export keeps the profile's numbers; without a built server, polyplan's loop; one
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import json
 from collections.abc import Callable, Mapping, Sequence
@@ -53,6 +54,7 @@ CALIBRATION_PROMPTS = 3
 CALIBRATION_LENGTHS = (8, 24)  # n_predict of the calibration requests
 CALIBRATION_NGRAM = (2, 8)  # ngram-simple size-n / size-m: drafts often, so its rounds vary
 CALIBRATION_K = (2, 6)  # draft-simple K of the two draft-model servers
+CALIBRATION_REPEATS = 2
 SERVER_CONTEXT = 1024
 
 
@@ -101,7 +103,7 @@ def prices_for(source: PriceSource, profile: Profile, plan_target: str, *, reuse
         key = _key("latency", fingerprint, source.threads, PRICE_KS, CONTEXT, REPEATS)
         target = _kept(key, ModelProfile) or _keep(key, latency(source.target, source.threads, PRICE_KS, fingerprint, key, log))
         skey = _key("streams", fingerprint, source.threads, fingerprint_tokens(source.prompts), source.new_tokens)
-        streams = _kept(skey, tuple[TargetStream, ...])
+        streams = () if not source.prompts else _kept(skey, tuple[TargetStream, ...])
         if streams is None:
             streams = _keep(skey, decode_streams(source.target, source.threads, source.prompts, source.new_tokens, log))
         notes.append(f"priced by llama.cpp: T(k), k = 1 … {PRICE_KS[-1]}, and {len(streams)} greedy streams measured through the "
@@ -114,10 +116,13 @@ def prices_for(source: PriceSource, profile: Profile, plan_target: str, *, reuse
         dfp = file_fingerprint(path)
         key = _key("latency", dfp, source.threads, DRAFTER_KS, CONTEXT, REPEATS)
         drafters[name] = _kept(key, ModelProfile) or _keep(key, latency(path, source.threads, DRAFTER_KS, dfp, key, log))
-    if drafters:
-        notes.append(f"draft models' T_d(k) through the bindings: {', '.join(sorted(drafters))}"
-                     + ("" if not set(drafters) & set(reuse) else " (the profile's where a llama.cpp member of the file)"))
-    loop = None
+    measured = sorted(name for name in drafters if name not in reuse)
+    if measured:
+        notes.append(f"draft models' T_d(k) measured through the bindings at {source.threads} thread(s): {', '.join(measured)}")
+    if len(measured) < len(drafters):
+        notes.append("draft models' T_d(k) from the profile (llama.cpp members of their files already): "
+                     + ", ".join(sorted(name for name in drafters if name in reuse)))
+    loop, ratio = None, None
     if build is None:
         notes.append("llama-server's own loop: not calibrated (llama.cpp's server is not built; run "
                      "`polyplan engines build llama.cpp`); priced with polyplan's loop")
@@ -131,7 +136,7 @@ def prices_for(source: PriceSource, profile: Profile, plan_target: str, *, reuse
         key = _key("server", fingerprint, target.latency_fingerprint, source.threads, build.version, source.server_flags,
                    {name: file_fingerprint(path) for name, path in drafter_files.items()},
                    fingerprint_tokens([s.ids[:s.prompt_tokens] for s in streams[:CALIBRATION_PROMPTS]]),
-                   CALIBRATION_LENGTHS, CALIBRATION_NGRAM, CALIBRATION_K, SERVER_CONTEXT)
+                   CALIBRATION_LENGTHS, CALIBRATION_NGRAM, CALIBRATION_K, CALIBRATION_REPEATS, SERVER_CONTEXT)
         loop = _kept(key, ServerLoop)
         if loop is None:
             requests = calibrate(build, source.target, streams[:CALIBRATION_PROMPTS], source.threads, drafter_files,
@@ -141,9 +146,10 @@ def prices_for(source: PriceSource, profile: Profile, plan_target: str, *, reuse
         if loop.per_draft_token_s is not None and drafter_files:
             name = next(iter(drafter_files))
             bindings = curve_from_profile(drafters[name])(1)
+            ratio = loop.per_draft_token_s / bindings
             notes.append(f"draft model {name!r} in llama-server's loop: {1e3 * loop.per_draft_token_s:.2f} ms per drafted token "
-                         f"against the bindings' T_d(1) {1e3 * bindings:.2f} ms ({loop.per_draft_token_s / bindings - 1:+.0%})")
-    return LlamaCppPrices(target, drafters, tuple(streams), loop, tuple(notes))
+                         f"against the bindings' T_d(1) {1e3 * bindings:.2f} ms ({ratio - 1:+.0%}; every draft model priced so)")
+    return LlamaCppPrices(target, drafters, tuple(streams), loop, tuple(notes), ratio)
 
 
 def export_prices(plan, profile: Profile, candidates, files: Mapping[str, str], server_flags: Sequence[str] = (), *,
@@ -246,8 +252,10 @@ def calibrate_server(build, target: Path, streams: Sequence[TargetStream], threa
                      server_flags: Sequence[str], log: Callable[[str], None] = lambda line: None,
                      server_factory=None) -> list[ServerRequest]:
     """A few short greedy requests against the pinned llama-server on `target` (the prompts of
-    `streams`), one server at a time: the target alone, ngram-simple (`CALIBRATION_NGRAM`), and
-    the first draft model at each K of `CALIBRATION_K`; each request as the server ran it
+    `streams`): the target alone, ngram-simple (`CALIBRATION_NGRAM`), and the first draft model
+    at each K of `CALIBRATION_K`, every server started first and the requests sent to them in
+    turn, the order rotated each time (as the race does: a load that comes and goes falls on
+    every configuration alike); each request as the server ran it
     (`planner.exact.server_loop.ServerRequest`). `server_factory(args, log_path)` replaces
     `engines.llama_server.LlamaServer` (tests)."""
     import time
@@ -270,16 +278,24 @@ def calibrate_server(build, target: Path, streams: Sequence[TargetStream], threa
     prompts = [list(stream.ids[:stream.prompt_tokens]) for stream in streams]
     requests = []
     log(f"calibrating llama-server's own loop: {len(configs)} servers x {len(prompts)} prompts x {len(CALIBRATION_LENGTHS)} "
-        f"lengths (once; cached)")
-    for number, (kind, flags, k) in enumerate(configs):
-        with server_factory((*common, *flags), logs / f"server-{number}.log") as server:
+        f"lengths x {CALIBRATION_REPEATS} repeats, interleaved (once; cached)")
+    with contextlib.ExitStack() as stack:
+        servers = [stack.enter_context(server_factory((*common, *flags), logs / f"server-{number}.log"))
+                   for number, (_, flags, _) in enumerate(configs)]
+        for server in servers:
             server.complete(prompts[0], CALIBRATION_LENGTHS[0])  # untimed: the first request pays allocations
+        turn = 0
+        for _ in range(CALIBRATION_REPEATS):
             for prompt in prompts:
                 for length in CALIBRATION_LENGTHS:
-                    done = server.complete(prompt, length)
-                    drafted = _rounds(kind, prompt, done, k)
-                    if drafted is not None:
-                        requests.append(ServerRequest(kind, drafted, done.predicted_ms / 1000.0))
+                    order = list(range(len(configs)))
+                    turn += 1
+                    for number in order[turn % len(order):] + order[:turn % len(order)]:  # rotated: load drifts fall on all
+                        kind, _, k = configs[number]
+                        done = servers[number].complete(prompt, length)
+                        drafted = _rounds(kind, prompt, done, k)
+                        if drafted is not None:
+                            requests.append(ServerRequest(kind, drafted, done.predicted_ms / 1000.0))
     return requests
 
 

@@ -25,7 +25,10 @@ for HF each option also carries its whole-`generate`-call cost (`planner.exact.w
 set-up and prefills), which `bench peers` sums over its prompts. llama.cpp's n-gram drafter
 (`ngram-simple`) drafts only where the stream repeats itself, which α does not say: where the
 profile holds the target's greedy streams it is predicted by replaying that drafter on them
-(`planner.exact.ngram_replay`), else by α with a note saying so. A member an engine cannot load is
+(`planner.exact.ngram_replay`), else by α with a note saying so. A llama.cpp export can be priced
+with llama.cpp's own numbers instead of the profile's (`planner.llama_cpp_ranking.LlamaCppPrices`:
+the GGUF's T(k) and greedy streams, and llama-server's own loop, `planner.exact.server_loop`,
+in place of polyplan's). A member an engine cannot load is
 listed with the reason, never exported. What to type for the chosen drafter (commands, flags,
 snippets) and the export's report are rendered by `engines.export`. Pure: no torch, no I/O.
 """
@@ -282,7 +285,8 @@ def _llama_cpp_ranking(profile: Profile, target: str, options: list[EngineOption
             configs.append(RankedConfig(f"ngram-simple size-n={size_n} K={k}", flags, option.speedup, None, "alpha model (no interval)"))
     for option in options:
         if option.reason is None and option.method == "draft_model" and option.source != IN_PROCESS:
-            how = "exact model with alpha and llama-server's draft loop" if loop.per_draft_token_s is not None else "exact model with alpha"
+            how = ("exact model with alpha and llama-server's draft loop" if prices is not None and prices.draft_ratio is not None
+                   else "exact model with alpha")
             configs.append(RankedConfig(f"draft-simple {option.drafter} K={option.block_size}",
                                         tuple(llama_cpp_spec_flags("draft_model", option.block_size, option.source)),
                                         option.speedup, None, f"{how} (no interval)"))
@@ -290,18 +294,19 @@ def _llama_cpp_ranking(profile: Profile, target: str, options: list[EngineOption
     return rank_configs(configs), tuple(notes)
 
 
-def _server_draft_model(curves: list[LatencyCurve], loop: ServerLoop, method: str) -> tuple[list, list, LoopOverhead]:
+def _server_draft_model(curves: list[LatencyCurve], loop: ServerLoop, method: str,
+                        ratio: float | None) -> tuple[list, list, LoopOverhead]:
     """The exact model's inputs for one llama-server round with a drafter (`planner.exact.server_loop`):
     every target pass pays the server's per-round cost (the target's curve shifted by it, so
     the baseline pays it too), every drafted token the server's per-row cost and the draft
-    model's cost inside the server (its calibrated per-token seconds, else the bindings'
-    T_d(1)), every round the draft model's per-round cost; no switch costs (they are inside
-    the calibration)."""
+    model's cost inside the server (the bindings' T_d(1) times the calibrated `ratio`, 1
+    without one), every round the draft model's per-round cost; no switch costs (they are
+    inside the calibration)."""
     target = LatencyCurve(curves[0].ks, tuple(value + loop.per_round_s for value in curves[0].seconds))
     if method == "ngram":  # an n-gram drafter without streams: α, at a free drafter
         drafter, per_round = constant_curve(loop.per_row_s + 1e-9), loop.per_ngram_round_s
     else:
-        per_token = loop.per_draft_token_s if loop.per_draft_token_s is not None else curves[1](1)
+        per_token = curves[1](1) * (1.0 if ratio is None else ratio)
         drafter, per_round = constant_curve(per_token + loop.per_row_s), loop.per_draft_round_s
     return [target, drafter], [NO_SWITCH, NO_SWITCH], LoopOverhead(per_step_s=0.0, per_round_s=per_round)
 
@@ -407,7 +412,7 @@ def export_plan(
         if engine == "llama.cpp" and method == "ngram":
             k, prediction, model = _llama_cpp_ngram(profile, sizes, target_curve, k_max, greedy, loop or NO_SERVER_LOOP)
         if not model.startswith("replayed") and loop is not None:
-            curves, costs, step_overhead = _server_draft_model(curves, loop, method)
+            curves, costs, step_overhead = _server_draft_model(curves, loop, method, prices.draft_ratio)
             k, prediction = _best_block(lambda k: predict_chain([alpha], curves, [k], step_overhead, costs, pad_verification=False), k_max)
         elif not model.startswith("replayed"):
             k, prediction = _best_block(lambda k: predict_chain([alpha], curves, [k], overhead, costs, pad_verification=False), k_max)

@@ -6,7 +6,9 @@ block size the export chose, each draft model (`draft-simple` at its K, the exac
 "off" (the target alone, 1.00x by definition). An n-gram type is replayed on the target's
 greedy streams as one server session (its state carried from request to request,
 `planner.exact.ngram_rules.replay_session`) and priced with the target's T(k): a round that drafts L tokens
-costs T(L + 1), target-only T(1) per token. Its interval is a bootstrap of the same kind as the
+costs T(L + 1), target-only T(1) per token, each plus llama-server's own costs where they were
+calibrated (`planner.exact.server_loop.ServerLoop`; the curves and streams themselves may be
+llama.cpp's, `LlamaCppPrices`). Its interval is a bootstrap of the same kind as the
 plan's (`planner.intervals.prediction_interval`): the target's latency curve resampled from its stored
 timings, the streams drawn as a new prompt set (twice: the profile's, then a new set of the
 same size) with each stream's rounds held as replayed (a stated approximation for the
@@ -86,6 +88,9 @@ class LlamaCppPrices:
         streams: the target's greedy streams decoded by llama.cpp (empty: keep the profile's).
         loop: llama-server's own costs (`planner.exact.server_loop`; None: not calibrated).
         notes: one line each on where the numbers came from, printed with the ranking.
+        draft_ratio: what a drafted token costs inside llama-server over the draft model's
+            T_d(1) through the bindings, as calibrated on one draft model (None: not
+            calibrated; 1 is used, the bindings' T_d(1)).
     """
 
     target: ModelProfile
@@ -93,6 +98,7 @@ class LlamaCppPrices:
     streams: tuple[TargetStream, ...] = ()
     loop: ServerLoop | None = None
     notes: tuple[str, ...] = ()
+    draft_ratio: float | None = None
 
     def applied(self, profile: Profile, target: str) -> Profile:
         """`profile` with these latency curves and streams in place of its own."""
