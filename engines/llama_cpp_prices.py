@@ -14,7 +14,8 @@ and polyplan's loop overhead. Here the export gets, for the GGUF it hands to `ll
 - llama-server's own per-request, per-round and per-drafted-token costs
   (`planner.exact.server_loop`), fitted from a short calibration against the pinned server
   (`engines.llama_server`): a few requests of a few tokens, target alone, ngram-simple, and a
-  draft model at two K, each request's rounds replayed on the server's own output.
+  draft model at two K, each request's rounds replayed on the server's own output (a draft
+  model's prefill of the prompt falls inside the server's decode time, and is fitted too).
 
 Each is kept in the polyplan cache (`<cache>/engines/prices/`), keyed by the file's fingerprint
 (`models.file_fingerprints`), the threads, the processor, the bindings' version, the prompts and
@@ -43,7 +44,7 @@ from polyplan.planner.exact.ngram_rules import NGramSimpleRule, replay_request
 from polyplan.planner.exact.server_loop import DRAFT_MODEL, NGRAM, TARGET_ALONE, ServerLoop, ServerRequest, fit_server_loop
 from polyplan.planner.llama_cpp_ranking import LlamaCppPrices
 
-VERSION = 1
+VERSION = 2  # 2: the draft model's prefill fitted
 WIDEST = 65  # ngram-mod drafts up to 64 tokens: a verification of 65
 PRICE_KS = (1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 48, 64)  # measured widths; the curve continues the last slope up to WIDEST
 DRAFTER_KS = (1, 2, 4, 8)  # a draft model decodes one token a round step, and its accepted tokens in one batch
@@ -295,7 +296,7 @@ def calibrate_server(build, target: Path, streams: Sequence[TargetStream], threa
                         done = servers[number].complete(prompt, length)
                         drafted = _rounds(kind, prompt, done, k)
                         if drafted is not None:
-                            requests.append(ServerRequest(kind, drafted, done.predicted_ms / 1000.0))
+                            requests.append(ServerRequest(kind, drafted, done.predicted_ms / 1000.0, len(prompt)))
     return requests
 
 

@@ -43,7 +43,7 @@ from polyplan.formats.errors import PolyplanError
 from polyplan.planner.exact.cost_model import ChainPrediction, predict_chain
 from polyplan.planner.exact.engine_overhead import profile_call_seconds, prediction_overhead
 from polyplan.planner.exact.latency import LatencyCurve, constant_curve, curve_from_profile
-from polyplan.planner.exact.server_loop import NO_SERVER_LOOP, ServerLoop
+from polyplan.planner.exact.server_loop import NO_SERVER_LOOP, ServerLoop, draft_model_speedup
 from polyplan.formats.overhead import LoopOverhead
 from polyplan.planner.llama_cpp_ranking import (LlamaCppPrices, RankedConfig, Replicates, ReplayWorkload, llama_cpp_spec_flags,
                                                 recommend, replayed_config)
@@ -287,9 +287,17 @@ def _llama_cpp_ranking(profile: Profile, target: str, options: list[EngineOption
         if option.reason is None and option.method == "draft_model" and option.source != IN_PROCESS:
             how = ("exact model with alpha and llama-server's draft loop" if prices is not None and prices.draft_ratio is not None
                    else "exact model with alpha")
+            speedup = option.speedup
+            if loop.per_draft_prompt_token_s or loop.per_request_s:
+                requests = _workload_requests(streams, workload)
+                if requests:  # the draft model's prefill of each prompt, inside the server's decode time
+                    prediction = option.prediction
+                    speedup = draft_model_speedup(loop, prediction.cost_per_token, prediction.speedup * prediction.cost_per_token,
+                                                  requests)
+                    how += ", the server's per-request cost and the draft model's prefill of each prompt over the replays' requests"
             configs.append(RankedConfig(f"draft-simple {option.drafter} K={option.block_size}",
                                         tuple(llama_cpp_spec_flags("draft_model", option.block_size, option.source)),
-                                        option.speedup, None, f"{how} (no interval)"))
+                                        speedup, None, f"{how} (no interval)"))
     notes.append("ngram-cache: not modelled (its rule reads cache files)")
     return rank_configs(configs), tuple(notes)
 
@@ -309,6 +317,19 @@ def _server_draft_model(curves: list[LatencyCurve], loop: ServerLoop, method: st
         per_token = curves[1](1) * (1.0 if ratio is None else ratio)
         drafter, per_round = constant_curve(per_token + loop.per_row_s), loop.per_draft_round_s
     return [target, drafter], [NO_SWITCH, NO_SWITCH], LoopOverhead(per_step_s=0.0, per_round_s=per_round)
+
+
+def _workload_requests(streams, workload: ReplayWorkload) -> list[tuple[int, int]]:
+    """(prompt tokens, decoded tokens after the prefill's first) of every request `workload`
+    sends one server, from the streams' prompts and lengths."""
+    requests = []
+    for stream in streams:
+        generated = len(stream.ids) - stream.prompt_tokens
+        if workload.new_tokens is not None:
+            generated = min(generated, workload.new_tokens)
+        if generated > 1:
+            requests.append((stream.prompt_tokens, generated - 1))
+    return requests * workload.repeats
 
 
 def _best_block(prediction_at, k_max: int) -> tuple[int, ChainPrediction]:
@@ -371,7 +392,7 @@ def export_plan(
     if prices is not None:
         profile = prices.applied(profile, plan.target)
     if loop is not None:
-        overhead = None  # llama-server's own loop instead (`_server_draft_prediction`)
+        overhead = None  # llama-server's own loop instead (`_server_draft_model`)
         used = dataclasses.replace(used, note=f"loop overhead: llama-server's own, calibrated ({loop.text()})")
     switches = profile_switch_costs(profile)
     target_curve = curve_from_profile(profile.model(plan.target), context_length)

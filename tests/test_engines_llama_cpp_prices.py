@@ -34,7 +34,7 @@ from polyplan.planner.llama_cpp_ranking import session_speedup
 
 STEP = LatencyCurve((1, 2, 4, 8, 16, 64), (0.010, 0.011, 0.013, 0.017, 0.025, 0.080))
 KNOWN = ServerLoop(per_request_s=0.004, per_round_s=0.002, per_row_s=0.0003, per_ngram_round_s=0.0005,
-                   per_draft_round_s=0.001, per_draft_token_s=0.006)
+                   per_draft_round_s=0.001, per_draft_token_s=0.006, per_draft_prompt_token_s=0.0008)
 
 
 def _synthetic(loop: ServerLoop) -> list[ServerRequest]:
@@ -43,14 +43,15 @@ def _synthetic(loop: ServerLoop) -> list[ServerRequest]:
         requests.append(ServerRequest(TARGET_ALONE, (0,) * (n - 1), request_seconds(loop, STEP, (0,) * (n - 1), TARGET_ALONE)))
     for widths in ((0, 3, 0, 8, 1), (2, 2, 0, 0, 0, 0, 5), (8, 8, 8), (0, 1, 0, 1, 0, 6, 0, 0)):
         requests.append(ServerRequest(NGRAM, widths, request_seconds(loop, STEP, widths, NGRAM)))
-    for widths in ((2,) * 10, (6,) * 4 + (3,), (2,) * 20, (6,) * 7):
-        requests.append(ServerRequest(DRAFT_MODEL, widths, request_seconds(loop, STEP, widths, DRAFT_MODEL)))
+    for widths, prompt in (((2,) * 10, 30), ((6,) * 4 + (3,), 120), ((2,) * 20, 64), ((6,) * 7, 30), ((6,) * 3, 200)):
+        requests.append(ServerRequest(DRAFT_MODEL, widths, request_seconds(loop, STEP, widths, DRAFT_MODEL, prompt), prompt))
     return requests
 
 
 def test_the_fit_recovers_known_server_costs():
     fitted = fit_server_loop(_synthetic(KNOWN), STEP)
-    for name in ("per_request_s", "per_round_s", "per_row_s", "per_ngram_round_s", "per_draft_round_s", "per_draft_token_s"):
+    for name in ("per_request_s", "per_round_s", "per_row_s", "per_ngram_round_s", "per_draft_round_s", "per_draft_token_s",
+                 "per_draft_prompt_token_s"):
         assert getattr(fitted, name) == pytest.approx(getattr(KNOWN, name), abs=1e-9), name
 
 
@@ -113,7 +114,7 @@ class FakeServer:
             widths, kind, drafted = tuple(widths), DRAFT_MODEL, sum(widths)
         else:
             widths, kind, drafted, accepted = (0,) * (n - 1), TARGET_ALONE, 0, 0
-        seconds = request_seconds(KNOWN, STEP, widths, kind)
+        seconds = request_seconds(KNOWN, STEP, widths, kind, len(prompt))
         return Completion(tuple(output), n, 1000 * seconds, 1.0, drafted, accepted, seconds)
 
 
@@ -135,6 +136,7 @@ def test_a_calibration_on_a_fake_server_recovers_its_costs(monkeypatch):
     assert fitted.per_round_s == pytest.approx(KNOWN.per_round_s, rel=1e-6)
     assert fitted.per_request_s == pytest.approx(KNOWN.per_request_s, rel=1e-6)
     assert fitted.per_draft_token_s + fitted.per_row_s == pytest.approx(KNOWN.per_draft_token_s + KNOWN.per_row_s, rel=1e-6)
+    assert fitted.per_draft_prompt_token_s == pytest.approx(KNOWN.per_draft_prompt_token_s, rel=1e-6)
 
 
 # --------------------------------------------------------------------------- the export, on tiny GGUFs
