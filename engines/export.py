@@ -12,7 +12,7 @@ import shlex
 from pathlib import Path
 
 from polyplan.formats.errors import PolyplanError
-from polyplan.planner.engine_rules import FULL, EngineExport, EngineOption, check_engine, export_plan
+from polyplan.planner.engine_rules import FULL, EngineExport, EngineOption, check_engine, export_plan, loadable
 from polyplan.planner.llama_cpp_ranking import LEVEL, OFF, RankedConfig, ReplayWorkload, llama_cpp_spec_flags
 from polyplan.formats.plan import read_plan
 from polyplan.formats.profile import read_profile
@@ -24,7 +24,8 @@ PathLike = str | os.PathLike[str]
 
 def export_from_files(
     plan_path: PathLike, engine: str, *, profile_path: PathLike | None = None, candidates_path: PathLike | None = None,
-    in_process: bool = False, workload: ReplayWorkload | None = None,
+    in_process: bool = False, workload: ReplayWorkload | None = None, measure: bool = True,
+    log=lambda line: None,
 ) -> EngineExport:
     """Export the plan at `plan_path` to `engine` (see `planner.engine_rules.export_plan`, which
     also says what `in_process` and `workload` do; default workload: each of the profile's
@@ -33,6 +34,11 @@ def export_from_files(
     The profile is `profile_path`, else the one the plan records; the models are
     `candidates_path`, else the plan's recorded models.yaml, checked against the plan's
     fingerprints (a missing or changed drafter file is an error).
+
+    llama.cpp: priced with llama.cpp's own numbers (`engines.llama_cpp_prices`: T(k) and greedy
+    streams of the GGUF llama-server loads, llama-server's own loop; measured once and cached),
+    unless `measure` is False (the profile's numbers and polyplan's loop); `log` says what is
+    being measured.
 
     Raises:
         PolyplanError: unknown engine, unreadable plan or profile, missing or changed model
@@ -53,11 +59,21 @@ def export_from_files(
     if profile.target != plan.target:
         raise PolyplanError(f"{profile_path}: target {profile.target!r} is not the plan's target {plan.target!r}")
     files = engine_files(candidates)
+    prices, flags = None, ()
+    if engine == "llama.cpp":
+        flags = repack_flags(candidates.target, files)
+        if measure and loadable(engine, candidates.by_name(plan.target), files.get(plan.target))[2] is None:
+            from polyplan.engines.llama_cpp_prices import export_prices
+
+            prices = export_prices(plan, profile, candidates, files, flags, log=log)
     export = export_plan(plan, profile, candidates, engine, files=files, in_process=in_process,
-                         workload=workload or ReplayWorkload())
+                         workload=workload or ReplayWorkload(), prices=prices)
     if engine != "llama.cpp":
         return export
-    return dataclasses.replace(export, server_flags=repack_flags(candidates.target, files))
+    if prices is None:
+        export = dataclasses.replace(export, ranking_notes=(
+            "priced from the profile and polyplan's loop (--profile-prices)", *export.ranking_notes))
+    return dataclasses.replace(export, server_flags=flags)
 
 
 def repack_flags(target, files: dict[str, str]) -> tuple[str, ...]:

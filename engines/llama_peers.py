@@ -252,7 +252,8 @@ def run_llama_peers(plan_path, *, prompts_path=None, candidates_path=None, threa
 
     # predicted for this race's requests: its new tokens, its prompts `repeats` times in turn
     # (a server's n-gram state carries over, so a repeated prompt drafts its earlier answer)
-    exported = export_from_files(plan_path, "llama.cpp", candidates_path=candidates_path)  # what `polyplan export` prints
+    # priced with llama.cpp's own numbers (`engines.llama_cpp_prices`: measured by the first call, cached for the second)
+    exported = export_from_files(plan_path, "llama.cpp", candidates_path=candidates_path, log=log)  # what `polyplan export` prints
     export = export_from_files(plan_path, "llama.cpp", candidates_path=candidates_path,
                                workload=ReplayWorkload(new_tokens, repeats))
     configs = server_configs(plan, export, candidates, engine_files(candidates), recommended=exported.recommended)

@@ -75,11 +75,14 @@ def plan_candidates(
             raise PolyplanError(f"{label}: model {name!r} of the plan is not in {candidates.origin}")
     checked = [name for name in wanted if name in recorded]
     now = candidate_fingerprints(candidates, checked)
-    for name in checked:
+    # files first: a changed GGUF is named, not the n-gram drafter or copy made from it
+    for name in sorted(checked, key=lambda name: candidates.by_name(name).derive is not None):
         fingerprint = recorded[name]
         if now[name] != fingerprint:
+            candidate = candidates.by_name(name)
+            file = f" (its file {candidate.source})" if candidate.source_kind in ("gguf", "local") and candidate.source else ""
             raise PolyplanError(
-                f"{label}: model {name!r} changed since the plan was made (fingerprint {fingerprint[:19]}… in the plan, "
+                f"{label}: model {name!r} changed since the plan was made{file} (fingerprint {fingerprint[:19]}… in the plan, "
                 f"{now[name][:19]}… now); re-run polyplan recommend"
             )
     return candidates

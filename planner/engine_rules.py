@@ -25,21 +25,28 @@ for HF each option also carries its whole-`generate`-call cost (`planner.exact.w
 set-up and prefills), which `bench peers` sums over its prompts. llama.cpp's n-gram drafter
 (`ngram-simple`) drafts only where the stream repeats itself, which α does not say: where the
 profile holds the target's greedy streams it is predicted by replaying that drafter on them
-(`planner.exact.ngram_replay`), else by α with a note saying so. A member an engine cannot load is
+(`planner.exact.ngram_replay`), else by α with a note saying so. A llama.cpp export can be priced
+with llama.cpp's own numbers instead of the profile's (`planner.llama_cpp_ranking.LlamaCppPrices`:
+the GGUF's T(k) and greedy streams, and llama-server's own loop, `planner.exact.server_loop`,
+in place of polyplan's). A member an engine cannot load is
 listed with the reason, never exported. What to type for the chosen drafter (commands, flags,
 snippets) and the export's report are rendered by `engines.export`. Pure: no torch, no I/O.
 """
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 
 from polyplan.formats.candidates import RULE_DRAFTERS, Candidate, CandidateSet, EarlyExit, NGram, NGramSimple, Quantize, ReducedVocab
 from polyplan.formats.errors import PolyplanError
 from polyplan.planner.exact.cost_model import ChainPrediction, predict_chain
 from polyplan.planner.exact.engine_overhead import profile_call_seconds, prediction_overhead
-from polyplan.planner.exact.latency import curve_from_profile
-from polyplan.planner.llama_cpp_ranking import RankedConfig, Replicates, ReplayWorkload, llama_cpp_spec_flags, recommend, replayed_config
+from polyplan.planner.exact.latency import LatencyCurve, constant_curve, curve_from_profile
+from polyplan.planner.exact.server_loop import NO_SERVER_LOOP, ServerLoop, draft_model_speedup
+from polyplan.formats.overhead import LoopOverhead
+from polyplan.planner.llama_cpp_ranking import (LlamaCppPrices, RankedConfig, Replicates, ReplayWorkload, llama_cpp_spec_flags,
+                                                recommend, replayed_config)
 from polyplan.planner.llama_cpp_ranking import ranked as rank_configs
 from polyplan.planner.exact.ngram_replay import replay_prediction, target_streams
 from polyplan.planner.exact.ngram_rules import LLAMA_CPP_RULES, LLAMA_CPP_VERSION, NGramSimpleRule
@@ -211,7 +218,7 @@ def ngram_sizes(candidate: Candidate) -> tuple[int, int] | None:
 
 
 def _llama_cpp_ngram(profile: Profile, sizes: tuple[int, int], target_curve, k_max: int,
-                     greedy: bool) -> tuple[int | None, ChainPrediction | None, str]:
+                     greedy: bool, loop: ServerLoop = NO_SERVER_LOOP) -> tuple[int | None, ChainPrediction | None, str]:
     """(K, prediction, how) of llama.cpp's `ngram-simple` with lookup size `sizes[1]`: replayed
     on the profile's greedy target streams where it holds them (K = --spec-ngram-simple-size-m
     searched in 1..k_max), else (None, None, why α is used)."""
@@ -221,7 +228,7 @@ def _llama_cpp_ngram(profile: Profile, sizes: tuple[int, int], target_curve, k_m
     if not streams:
         return None, None, ("alpha model: the profile holds no target streams (made by an older polyplan); "
                             "re-run polyplan profile to replay llama.cpp's ngram-simple on them")
-    k, prediction = _best_block(lambda k: replay_prediction(streams, sizes[1], k, target_curve), k_max)
+    k, prediction = _best_block(lambda k: replay_prediction(streams, sizes[1], k, target_curve, loop=loop), k_max)
     return k, prediction, f"replayed llama.cpp's ngram-simple on the profile's {len(streams)} target streams"
 
 
@@ -242,11 +249,14 @@ def _replicates(profile: Profile, target: str, streams: int, width: int, context
 
 
 def _llama_cpp_ranking(profile: Profile, target: str, options: list[EngineOption], target_curve, greedy: bool,
-                       workload: ReplayWorkload, context_length: int | None) -> tuple[tuple[RankedConfig, ...], tuple[str, ...]]:
+                       workload: ReplayWorkload, context_length: int | None,
+                       prices: LlamaCppPrices | None = None) -> tuple[tuple[RankedConfig, ...], tuple[str, ...]]:
     """Every llama-server configuration the export can predict, and off, fastest first; and
-    the notes on how (`planner.llama_cpp_ranking`)."""
+    the notes on how (`planner.llama_cpp_ranking`; `prices`: llama.cpp's own numbers, already
+    in `profile`, and llama-server's loop)."""
     streams = target_streams(profile) if greedy else ()
-    configs, notes = [], []
+    loop = NO_SERVER_LOOP if prices is None or prices.loop is None else prices.loop
+    configs, notes = [], list(() if prices is None else prices.notes)
     ngrams = [o for o in options if o.reason is None and o.method == "ngram"]
     replicates = None
     if streams:
@@ -255,7 +265,8 @@ def _llama_cpp_ranking(profile: Profile, target: str, options: list[EngineOption
         notes.append(f"n-gram types replayed by llama.cpp's own rules ({LLAMA_CPP_VERSION}) on "
                      f"{workload.words(len(streams))}, its state kept from request to request")
         for kind, (make_rule, flags) in LLAMA_CPP_RULES.items():
-            configs.append(replayed_config(f"{kind} (defaults)", flags, streams, make_rule, target_curve, workload, replicates))
+            configs.append(replayed_config(f"{kind} (defaults)", flags, streams, make_rule, target_curve, workload, replicates,
+                                           loop=loop))
     else:
         why = "at greedy only" if not greedy else "the profile holds no target streams (re-run polyplan profile)"
         notes.append(f"ngram-map-k, ngram-map-k4v, ngram-mod: not modelled ({why})")
@@ -268,16 +279,57 @@ def _llama_cpp_ranking(profile: Profile, target: str, options: list[EngineOption
         seen.add(flags)
         if streams:
             configs.append(replayed_config(f"ngram-simple size-n={size_n} K={k}", flags, streams,
-                                           lambda size_n=size_n, k=k: NGramSimpleRule(size_n, k), target_curve, workload, replicates))
+                                           lambda size_n=size_n, k=k: NGramSimpleRule(size_n, k), target_curve, workload, replicates,
+                                           loop=loop))
         elif option.prediction is not None:
             configs.append(RankedConfig(f"ngram-simple size-n={size_n} K={k}", flags, option.speedup, None, "alpha model (no interval)"))
     for option in options:
         if option.reason is None and option.method == "draft_model" and option.source != IN_PROCESS:
+            how = ("exact model with alpha and llama-server's draft loop" if prices is not None and prices.draft_ratio is not None
+                   else "exact model with alpha")
+            speedup = option.speedup
+            if loop.per_draft_prompt_token_s or loop.per_request_s:
+                requests = _workload_requests(streams, workload)
+                if requests:  # the draft model's prefill of each prompt, inside the server's decode time
+                    prediction = option.prediction
+                    speedup = draft_model_speedup(loop, prediction.cost_per_token, prediction.speedup * prediction.cost_per_token,
+                                                  requests)
+                    how += ", the server's per-request cost and the draft model's prefill of each prompt over the replays' requests"
             configs.append(RankedConfig(f"draft-simple {option.drafter} K={option.block_size}",
                                         tuple(llama_cpp_spec_flags("draft_model", option.block_size, option.source)),
-                                        option.speedup, None, "exact model with alpha (no interval)"))
+                                        speedup, None, f"{how} (no interval)"))
     notes.append("ngram-cache: not modelled (its rule reads cache files)")
     return rank_configs(configs), tuple(notes)
+
+
+def _server_draft_model(curves: list[LatencyCurve], loop: ServerLoop, method: str,
+                        ratio: float | None) -> tuple[list, list, LoopOverhead]:
+    """The exact model's inputs for one llama-server round with a drafter (`planner.exact.server_loop`):
+    every target pass pays the server's per-round cost (the target's curve shifted by it, so
+    the baseline pays it too), every drafted token the server's per-row cost and the draft
+    model's cost inside the server (the bindings' T_d(1) times the calibrated `ratio`, 1
+    without one), every round the draft model's per-round cost; no switch costs (they are
+    inside the calibration)."""
+    target = LatencyCurve(curves[0].ks, tuple(value + loop.per_round_s for value in curves[0].seconds))
+    if method == "ngram":  # an n-gram drafter without streams: α, at a free drafter
+        drafter, per_round = constant_curve(loop.per_row_s + 1e-9), loop.per_ngram_round_s
+    else:
+        per_token = curves[1](1) * (1.0 if ratio is None else ratio)
+        drafter, per_round = constant_curve(per_token + loop.per_row_s), loop.per_draft_round_s
+    return [target, drafter], [NO_SWITCH, NO_SWITCH], LoopOverhead(per_step_s=0.0, per_round_s=per_round)
+
+
+def _workload_requests(streams, workload: ReplayWorkload) -> list[tuple[int, int]]:
+    """(prompt tokens, decoded tokens after the prefill's first) of every request `workload`
+    sends one server, from the streams' prompts and lengths."""
+    requests = []
+    for stream in streams:
+        generated = len(stream.ids) - stream.prompt_tokens
+        if workload.new_tokens is not None:
+            generated = min(generated, workload.new_tokens)
+        if generated > 1:
+            requests.append((stream.prompt_tokens, generated - 1))
+    return requests * workload.repeats
 
 
 def _best_block(prediction_at, k_max: int) -> tuple[int, ChainPrediction]:
@@ -299,6 +351,7 @@ def export_plan(
     k_max: int | None = None,
     in_process: bool = False,
     workload: ReplayWorkload = ReplayWorkload(),
+    prices: LlamaCppPrices | None = None,
 ) -> EngineExport:
     """The best chain `engine` can express for `plan`, predicted under the engine's rule.
 
@@ -310,6 +363,9 @@ def export_plan(
             process, never for a configuration a user would type.
         workload: llama.cpp only: the requests its n-gram types are replayed on (default: each
             of the profile's streams once, whole).
+        prices: llama.cpp only: llama.cpp's own T(k) and greedy streams in place of the
+            profile's, and llama-server's own loop in place of polyplan's
+            (`planner.llama_cpp_ranking.LlamaCppPrices`; None: the profile's numbers).
 
     A plan whose profile has no drafter the engine can run (a target-only plan, or drafters it
     cannot load) is valid: the export then chooses none (`chosen` None) and says why in
@@ -331,6 +387,13 @@ def export_plan(
     context_length = plan.search.context_length
     used = prediction_overhead(profile, engine, sampling)
     overhead = used.overhead
+    prices = prices if engine == "llama.cpp" else None
+    loop = None if prices is None else prices.loop
+    if prices is not None:
+        profile = prices.applied(profile, plan.target)
+    if loop is not None:
+        overhead = None  # llama-server's own loop instead (`_server_draft_model`)
+        used = dataclasses.replace(used, note=f"loop overhead: llama-server's own, calibrated ({loop.text()})")
     switches = profile_switch_costs(profile)
     target_curve = curve_from_profile(profile.model(plan.target), context_length)
     greedy = mode.greedy
@@ -368,8 +431,11 @@ def export_plan(
         costs = [switches.get(plan.target, NO_SWITCH), switches.get(pair.drafter, NO_SWITCH)]
         model = ""
         if engine == "llama.cpp" and method == "ngram":
-            k, prediction, model = _llama_cpp_ngram(profile, sizes, target_curve, k_max, greedy)
-        if not model.startswith("replayed"):
+            k, prediction, model = _llama_cpp_ngram(profile, sizes, target_curve, k_max, greedy, loop or NO_SERVER_LOOP)
+        if not model.startswith("replayed") and loop is not None:
+            curves, costs, step_overhead = _server_draft_model(curves, loop, method, prices.draft_ratio)
+            k, prediction = _best_block(lambda k: predict_chain([alpha], curves, [k], step_overhead, costs, pad_verification=False), k_max)
+        elif not model.startswith("replayed"):
             k, prediction = _best_block(lambda k: predict_chain([alpha], curves, [k], overhead, costs, pad_verification=False), k_max)
         call = None
         if engine == "hf":
@@ -391,7 +457,7 @@ def export_plan(
     ranking, notes = ((), ())
     if engine == "llama.cpp":
         ranking, notes = _llama_cpp_ranking(profile, plan.target, ranked + others, target_curve, greedy, workload,
-                                            context_length)
+                                            context_length, prices)
     return EngineExport(
         engine=engine,
         target=plan.target,

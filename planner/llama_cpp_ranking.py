@@ -6,7 +6,9 @@ block size the export chose, each draft model (`draft-simple` at its K, the exac
 "off" (the target alone, 1.00x by definition). An n-gram type is replayed on the target's
 greedy streams as one server session (its state carried from request to request,
 `planner.exact.ngram_rules.replay_session`) and priced with the target's T(k): a round that drafts L tokens
-costs T(L + 1), target-only T(1) per token. Its interval is a bootstrap of the same kind as the
+costs T(L + 1), target-only T(1) per token, each plus llama-server's own costs where they were
+calibrated (`planner.exact.server_loop.ServerLoop`; the curves and streams themselves may be
+llama.cpp's, `LlamaCppPrices`). Its interval is a bootstrap of the same kind as the
 plan's (`planner.intervals.prediction_interval`): the target's latency curve resampled from its stored
 timings, the streams drawn as a new prompt set (twice: the profile's, then a new set of the
 same size) with each stream's rounds held as replayed (a stated approximation for the
@@ -20,13 +22,15 @@ interval. Pure: no I/O.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+import dataclasses
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
 
 import numpy as np
 
-from polyplan.formats.profile import TargetStream
+from polyplan.formats.profile import AgreementRuns, ModelProfile, Profile, TargetStream
 from polyplan.planner.exact.ngram_rules import DraftRule, SessionReplay, replay_session
+from polyplan.planner.exact.server_loop import NGRAM, NO_SERVER_LOOP, ServerLoop
 
 OFF = "off (no speculation)"
 LEVEL = 0.95
@@ -73,6 +77,43 @@ OFF_CONFIG = RankedConfig(OFF, (), 1.0, None, "the target alone")
 
 
 @dataclass(frozen=True)
+class LlamaCppPrices:
+    """What a llama.cpp export is priced with, in place of the profile's numbers
+    (`engines.llama_cpp_prices` measures them):
+
+    Attributes:
+        target: the latency entry of the GGUF llama-server loads as the target (its T(k) through
+            the bindings at the plan's threads), under any name (the plan's target's is used).
+        drafters: by candidate name, the latency entries of GGUF drafters measured the same way.
+        streams: the target's greedy streams decoded by llama.cpp (empty: keep the profile's).
+        loop: llama-server's own costs (`planner.exact.server_loop`; None: not calibrated).
+        notes: one line each on where the numbers came from, printed with the ranking.
+        draft_ratio: what a drafted token costs inside llama-server over the draft model's
+            T_d(1) through the bindings, as calibrated on one draft model (None: not
+            calibrated; 1 is used, the bindings' T_d(1)).
+    """
+
+    target: ModelProfile
+    drafters: Mapping[str, ModelProfile] = field(default_factory=dict)
+    streams: tuple[TargetStream, ...] = ()
+    loop: ServerLoop | None = None
+    notes: tuple[str, ...] = ()
+    draft_ratio: float | None = None
+
+    def applied(self, profile: Profile, target: str) -> Profile:
+        """`profile` with these latency curves and streams in place of its own."""
+        priced = profile.with_model(dataclasses.replace(self.target, name=target))
+        for name, entry in self.drafters.items():
+            priced = priced.with_model(dataclasses.replace(entry, name=name))
+        runs = priced.acceptance_runs.get("greedy")
+        if self.streams:
+            runs = AgreementRuns(()) if runs is None else runs
+            priced = dataclasses.replace(priced, acceptance_runs={**priced.acceptance_runs,
+                                                                  "greedy": dataclasses.replace(runs, streams=self.streams)})
+        return priced
+
+
+@dataclass(frozen=True)
 class Replicates:
     """What every replayed configuration's interval is drawn from: per replicate, the target's
     T(1..k_max + 1) (`steps[r, k - 1]`) and how often each stream is in its new prompt set."""
@@ -82,27 +123,36 @@ class Replicates:
     stretch: float  # the few-prompts stretch of each deviation (`planner.intervals.prediction_interval.few_prompts_stretch`)
 
 
-def session_speedup(session: SessionReplay, step: Callable[[int], float]) -> float:
-    """Target-only time over the session's time, per token: T(1) per token against T(L + 1)
-    per round."""
+def session_speedup(session: SessionReplay, step: Callable[[int], float], loop: ServerLoop = NO_SERVER_LOOP) -> float:
+    """Target-only decode time over the session's: T(1) and the server's per-round cost per
+    token against T(L + 1) and the server's n-gram round per round, each request paying the
+    server's per-request cost on both sides (`planner.exact.server_loop`; none: the bindings'
+    T(k) alone)."""
     rounds = [item for request in session.requests for item in request]
     tokens = sum(item.accepted + 1 for item in rounds)
-    seconds = sum(step(item.drafted + 1) for item in rounds)
-    return step(1) * tokens / seconds
+    fixed = loop.per_request_s * len(session.requests)
+    seconds = fixed + sum(step(item.drafted + 1) + loop.round_s(item.drafted, NGRAM) for item in rounds)
+    return (fixed + (step(1) + loop.per_round_s) * tokens) / seconds
 
 
 def session_interval(session: SessionReplay, streams: int, point: float, replicates: Replicates,
-                     level: float = LEVEL) -> tuple[float, float]:
-    """The percentile interval of the session's speedup over `replicates` (module docstring)."""
+                     level: float = LEVEL, loop: ServerLoop = NO_SERVER_LOOP) -> tuple[float, float]:
+    """The percentile interval of the session's speedup over `replicates` (module docstring;
+    the server's costs `loop` held fixed)."""
     width = replicates.steps.shape[1]
     counts = np.zeros((streams, width))  # rounds per stream and round width L + 1
     tokens = np.zeros(streams)
+    extra = np.zeros(streams)  # the server's seconds besides T(L + 1), per stream
+    requests = np.zeros(streams)
     for request, stream in zip(session.requests, session.stream_of):
+        requests[stream] += 1
         for item in request:
             counts[stream, min(item.drafted, width - 1)] += 1
             tokens[stream] += item.accepted + 1
-    seconds = np.einsum("rs,sk,rk->r", replicates.weights, counts, replicates.steps)
-    speedups = replicates.steps[:, 0] * (replicates.weights @ tokens) / seconds
+            extra[stream] += loop.round_s(item.drafted, NGRAM)
+    fixed = replicates.weights @ (requests * loop.per_request_s)
+    seconds = np.einsum("rs,sk,rk->r", replicates.weights, counts, replicates.steps) + replicates.weights @ extra + fixed
+    speedups = (fixed + (replicates.steps[:, 0] + loop.per_round_s) * (replicates.weights @ tokens)) / seconds
     deviations = np.log(speedups / point) * replicates.stretch
     low, high = np.percentile(point * np.exp(deviations), [50 * (1 - level), 50 * (1 + level)])
     return float(min(low, point)), float(max(high, point))
@@ -110,11 +160,12 @@ def session_interval(session: SessionReplay, streams: int, point: float, replica
 
 def replayed_config(label: str, flags: Sequence[str], streams: Sequence[TargetStream], make_rule: Callable[[], DraftRule],
                     step: Callable[[int], float], workload: ReplayWorkload, replicates: Replicates | None,
-                    note: str = "") -> RankedConfig:
-    """`label` predicted by replaying its rule over `streams` as one server session."""
+                    note: str = "", loop: ServerLoop = NO_SERVER_LOOP) -> RankedConfig:
+    """`label` predicted by replaying its rule over `streams` as one server session (with the
+    server's own costs `loop`, `planner.exact.server_loop`)."""
     session = replay_session(streams, make_rule, new_tokens=workload.new_tokens, repeats=workload.repeats)
-    point = session_speedup(session, step)
-    interval = None if replicates is None else session_interval(session, len(streams), point, replicates)
+    point = session_speedup(session, step, loop)
+    interval = None if replicates is None else session_interval(session, len(streams), point, replicates, loop=loop)
     return RankedConfig(label, tuple(flags), point, interval, note or "replayed", session.drafted, session.accepted)
 
 

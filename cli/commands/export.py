@@ -8,7 +8,7 @@ from typing import Annotated, Optional
 import typer
 
 from polyplan.cli.commands.options import PlanCandidates
-from polyplan.cli.support import echo_json, fails_cleanly, warn_other_processor
+from polyplan.cli.support import echo_json, fails_cleanly, log_line, warn_other_processor
 
 
 @fails_cleanly
@@ -19,13 +19,17 @@ def export(
         Optional[Path], typer.Option("--profile", help="profile.json, if not the one recorded in the plan.")
     ] = None,
     candidates: PlanCandidates = None,
+    profile_prices: Annotated[bool, typer.Option(
+        "--profile-prices", help="llama.cpp: price with the profile's T(k) and streams and polyplan's loop instead of "
+                                 "llama.cpp's own (measured once per file, threads and machine, then cached).")] = False,
     json_output: Annotated[bool, typer.Option("--json", help="Print one JSON object.")] = False,
 ) -> None:
     """Export the plan to ENGINE: its best one-drafter chain under the engine's acceptance rule,
     the predicted speedup, what is lost against polyplan's chain, and what to type."""
     from polyplan.engines.export import export_from_files, export_lines, export_to_json
 
-    result = export_from_files(plan, engine, profile_path=profile, candidates_path=candidates)
+    result = export_from_files(plan, engine, profile_path=profile, candidates_path=candidates, measure=not profile_prices,
+                               log=log_line)
     warn_other_processor(plan)  # its predicted speedups are the plan's timings
     if json_output:
         echo_json(export_to_json(result))

@@ -44,6 +44,7 @@ from polyplan.formats.plan import FIXED_DRAFTS, DraftPolicy
 from polyplan.formats.profile import Profile, TargetStream
 from polyplan.planner.exact.cost_model import ChainPrediction
 from polyplan.planner.exact.draft_rounds import DraftRounds
+from polyplan.planner.exact.server_loop import NGRAM, NO_SERVER_LOOP, ServerLoop
 
 LLAMA_CPP_DEFAULT_SIZES = (12, 48)  # --spec-ngram-simple-size-n / -size-m when not given (common/common.h)
 
@@ -183,15 +184,18 @@ def _rounds(index: NGramSimpleIndex, continuation: Sequence[int], generated: int
 
 
 def replay_prediction(streams: Sequence[TargetStream], size_n: int, size_m: int, step: Callable[[int], float],
-                      new_tokens: int | None = None) -> ChainPrediction:
+                      new_tokens: int | None = None, loop: ServerLoop = NO_SERVER_LOOP) -> ChainPrediction:
     """The exact model's prediction of `ngram-simple` over `streams`, pooled: the time of every
-    round (`step(k)`: the target's T(k)) against one T(1) per token. Level 1's drafted pmf is
-    the distribution of draft lengths over the rounds (0: no draft, a plain step)."""
+    round (`step(k)`: the target's T(k), and llama-server's own costs `loop`,
+    `planner.exact.server_loop`) against one T(1) per token (and the server's per-round cost;
+    each stream one request on both sides). Level 1's drafted pmf is the distribution of draft
+    lengths over the rounds (0: no draft, a plain step)."""
     rounds = [item for stream in streams for item in replay_stream(stream, size_n, size_m, new_tokens)]
     if not rounds:
         raise PolyplanError("ngram-simple: the profile's target streams are too short to replay")
     tokens = sum(item.accepted + 1 for item in rounds)
-    seconds = sum(step(item.drafted + 1) for item in rounds)
+    fixed = loop.per_request_s * len(streams)
+    seconds = fixed + sum(step(item.drafted + 1) + loop.round_s(item.drafted, NGRAM) for item in rounds)
     drafted = sum(item.drafted for item in rounds)
     accepted = sum(item.accepted for item in rounds)
     cost = seconds / tokens
@@ -200,7 +204,7 @@ def replay_prediction(streams: Sequence[TargetStream], size_n: int, size_m: int,
         pmf[item.drafted] += 1.0 / len(rounds)
     return ChainPrediction(
         cost_per_token=cost,
-        speedup=step(1) / cost,
+        speedup=(fixed + (step(1) + loop.per_round_s) * tokens) / seconds,
         forwards_per_token=(len(rounds) / tokens,),
         time_per_token=(cost,),
         tokens_per_verification=(tokens / len(rounds),),

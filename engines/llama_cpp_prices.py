@@ -1,0 +1,378 @@
+"""llama.cpp's own numbers for a llama.cpp export: measured once per file, threads and machine.
+
+A llama.cpp export used to be priced with the profile's numbers: the T(k) and the greedy
+streams of the plan's target as polyplan ran it (a torch member when the plan was made on torch)
+and polyplan's loop overhead. Here the export gets, for the GGUF it hands to `llama-server`
+(`planner.llama_cpp_ranking.LlamaCppPrices`):
+
+- T(k) of that file, and T_d(k) of every GGUF draft model, through the bindings
+  (`decoder.llama_cpp.LlamaCppMember`, timed by `profiler.forward_timing.measure_latency`, every
+  logits row asked for, as a verification does) at the plan's threads, for k = 1 … the widest
+  verification a ranked configuration needs (ngram-mod's 64 drafted tokens + 1);
+- the target's greedy streams on the profile's prompts, decoded by the bindings (llama.cpp's
+  argmax, not torch's);
+- llama-server's own per-request, per-round and per-drafted-token costs
+  (`planner.exact.server_loop`), fitted from a short calibration against the pinned server
+  (`engines.llama_server`): a few requests of a few tokens, target alone, ngram-simple, and a
+  draft model at two K, each request's rounds replayed on the server's own output (a draft
+  model's prefill of the prompt falls inside the server's decode time, and is fitted too).
+
+Each is kept in the polyplan cache (`<cache>/engines/prices/`), keyed by the file's fingerprint
+(`models.file_fingerprints`), the threads, the processor, the bindings' version, the prompts and
+the settings: a second export costs nothing, a changed file is measured again. Where the plan's
+target already is a llama.cpp member of that file at those threads, the profile's T(k) and
+streams are llama.cpp's own and are reused, and the notes say so. Without the bindings the
+export keeps the profile's numbers; without a built server, polyplan's loop; one line says which.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import json
+from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
+
+from polyplan.formats.atomic import write_text_atomically
+from polyplan.formats.cache import cache_root
+from polyplan.formats.codec import decode, encode
+from polyplan.formats.errors import PolyplanError
+from polyplan.formats.profile import ModelProfile, Profile, TargetStream
+from polyplan.models.file_fingerprints import file_fingerprint
+from polyplan.models.hashing import fingerprint_settings, fingerprint_tokens
+from polyplan.planner.exact.ngram_rules import NGramSimpleRule, replay_request
+from polyplan.planner.exact.server_loop import DRAFT_MODEL, NGRAM, TARGET_ALONE, ServerLoop, ServerRequest, fit_server_loop
+from polyplan.planner.llama_cpp_ranking import LlamaCppPrices
+
+VERSION = 2  # 2: the draft model's prefill fitted
+WIDEST = 65  # ngram-mod drafts up to 64 tokens: a verification of 65
+PRICE_KS = (1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 48, 64)  # measured widths; the curve continues the last slope up to WIDEST
+DRAFTER_KS = (1, 2, 4, 8)  # a draft model decodes one token a round step, and its accepted tokens in one batch
+CONTEXT = 128  # cached tokens before each timed pass (the profile's shorter context)
+REPEATS = 5
+STREAM_TOKENS = 128  # new tokens per stream when the profile does not say (the profile's default)
+CALIBRATION_PROMPTS = 3
+CALIBRATION_LENGTHS = (8, 24)  # n_predict of the calibration requests
+CALIBRATION_NGRAM = (2, 8)  # ngram-simple size-n / size-m: drafts often, so its rounds vary
+CALIBRATION_K = (2, 6)  # draft-simple K of the two draft-model servers
+CALIBRATION_REPEATS = 2
+SERVER_CONTEXT = 1024
+
+
+@dataclasses.dataclass(frozen=True)
+class PriceSource:
+    """What to measure: the GGUF llama-server loads as the target, the GGUF draft models by
+    candidate name, the plan's threads, the prompts (token ids) and their new tokens, and the
+    flags the server needs on this machine (`--no-repack`)."""
+
+    target: Path
+    drafters: Mapping[str, Path]
+    threads: int
+    prompts: tuple[tuple[int, ...], ...]
+    new_tokens: int
+    server_flags: tuple[str, ...] = ()
+
+
+def prices_for(source: PriceSource, profile: Profile, plan_target: str, *, reuse: Mapping[str, str] = {},
+               build=None, log: Callable[[str], None] = lambda line: None,
+               latency: Callable | None = None, decode_streams: Callable | None = None,
+               calibrate: Callable | None = None) -> LlamaCppPrices:
+    """llama.cpp's numbers for `source` (module docstring), from the cache when kept there.
+
+    `reuse`: by candidate name (the plan's target among them), the models whose profile entry
+    already is llama.cpp's on that file at these threads: their T(k), and the target's streams,
+    come from `profile`, with a note. `build`: the pinned llama.cpp build (None: the server's
+    loop is not calibrated, said so). `latency`, `decode_streams` and `calibrate` replace the
+    measurements (tests); by default `measure_latency_entry`, `decode_greedy_streams`,
+    `calibrate_server`.
+
+    Raises:
+        PolyplanError: the bindings are missing, or a file cannot be loaded.
+    """
+    latency = latency or measure_latency_entry
+    decode_streams = decode_streams or decode_greedy_streams
+    calibrate = calibrate or calibrate_server
+    notes = []
+    fingerprint = file_fingerprint(source.target)
+    where = f"{source.target.name}, {source.threads} thread{'s' if source.threads != 1 else ''}"
+    if plan_target in reuse:
+        target = profile.model(plan_target)
+        runs = profile.acceptance_runs.get("greedy")
+        streams = () if runs is None else runs.streams
+        notes.append(f"priced from the profile: T(k) and greedy streams of {plan_target!r} are llama.cpp's on {where} already")
+    else:
+        key = _key("latency", fingerprint, source.threads, PRICE_KS, CONTEXT, REPEATS)
+        target = _kept(key, ModelProfile) or _keep(key, latency(source.target, source.threads, PRICE_KS, fingerprint, key, log))
+        skey = _key("streams", fingerprint, source.threads, fingerprint_tokens(source.prompts), source.new_tokens)
+        streams = () if not source.prompts else _kept(skey, tuple[TargetStream, ...])
+        if streams is None:
+            streams = _keep(skey, decode_streams(source.target, source.threads, source.prompts, source.new_tokens, log))
+        notes.append(f"priced by llama.cpp: T(k), k = 1 … {PRICE_KS[-1]}, and {len(streams)} greedy streams measured through the "
+                     f"bindings on {where} (cached by the file's fingerprint)")
+    drafters = {}
+    for name, path in source.drafters.items():
+        if name in reuse:
+            drafters[name] = profile.model(name)
+            continue
+        dfp = file_fingerprint(path)
+        key = _key("latency", dfp, source.threads, DRAFTER_KS, CONTEXT, REPEATS)
+        drafters[name] = _kept(key, ModelProfile) or _keep(key, latency(path, source.threads, DRAFTER_KS, dfp, key, log))
+    measured = sorted(name for name in drafters if name not in reuse)
+    if measured:
+        notes.append(f"draft models' T_d(k) measured through the bindings at {source.threads} thread(s): {', '.join(measured)}")
+    if len(measured) < len(drafters):
+        notes.append("draft models' T_d(k) from the profile (llama.cpp members of their files already): "
+                     + ", ".join(sorted(name for name in drafters if name in reuse)))
+    loop, ratio = None, None
+    if build is None:
+        notes.append("llama-server's own loop: not calibrated (llama.cpp's server is not built; run "
+                     "`polyplan engines build llama.cpp`); priced with polyplan's loop")
+    elif not streams:
+        notes.append("llama-server's own loop: not calibrated (no greedy streams to send it)")
+    else:
+        from polyplan.planner.exact.latency import curve_from_profile
+
+        step = curve_from_profile(target)
+        drafter_files = {name: str(path) for name, path in list(source.drafters.items())[:1]}  # the first draft model
+        key = _key("server", fingerprint, target.latency_fingerprint, source.threads, build.version, source.server_flags,
+                   {name: file_fingerprint(path) for name, path in drafter_files.items()},
+                   fingerprint_tokens([s.ids[:s.prompt_tokens] for s in streams[:CALIBRATION_PROMPTS]]),
+                   CALIBRATION_LENGTHS, CALIBRATION_NGRAM, CALIBRATION_K, CALIBRATION_REPEATS, SERVER_CONTEXT)
+        loop = _kept(key, ServerLoop)
+        if loop is None:
+            requests = calibrate(build, source.target, streams[:CALIBRATION_PROMPTS], source.threads, drafter_files,
+                                 source.server_flags, log)
+            loop = _keep(key, fit_server_loop(requests, step))
+        notes.append(f"llama-server's own loop, calibrated on {where}: {loop.text()}")
+        if loop.per_draft_token_s is not None and drafter_files:
+            name = next(iter(drafter_files))
+            bindings = curve_from_profile(drafters[name])(1)
+            ratio = loop.per_draft_token_s / bindings
+            notes.append(f"draft model {name!r} in llama-server's loop: {1e3 * loop.per_draft_token_s:.2f} ms per drafted token "
+                         f"against the bindings' T_d(1) {1e3 * bindings:.2f} ms ({ratio - 1:+.0%}; every draft model priced so)")
+    return LlamaCppPrices(target, drafters, tuple(streams), loop, tuple(notes), ratio)
+
+
+def export_prices(plan, profile: Profile, candidates, files: Mapping[str, str], server_flags: Sequence[str] = (), *,
+                  log: Callable[[str], None] = lambda line: None, **measure) -> LlamaCppPrices:
+    """What `polyplan export --engine llama.cpp` prices `plan` with: `prices_for` the GGUF
+    llama-server loads as the target and every GGUF draft model, at the plan's threads, on the
+    profile's prompts; the profile's own numbers, with one line saying why, where the bindings
+    are missing. `files`: `engines.export.engine_files`; `measure`: passed to `prices_for`."""
+    from polyplan.engines.llama_cpp_build import find_build
+    from polyplan.planner.engine_rules import loadable
+    from polyplan.profiler.threads import plan_threads
+
+    target = candidates.by_name(plan.target)
+    _, target_file, _ = loadable("llama.cpp", target, files.get(target.name))
+    own = profile.model(plan.target)
+    missing = bindings_missing()
+    if missing is not None:
+        return LlamaCppPrices(own, notes=(f"priced from the profile ({plan.target!r} as the plan ran it) and polyplan's loop: "
+                                          f"{missing}",))
+    recorded = plan_threads(plan.device)
+    threads = recorded or 1
+    runs = profile.acceptance_runs.get("greedy")
+    streams = () if runs is None else runs.streams
+    prompts = tuple(tuple(stream.ids[:stream.prompt_tokens]) for stream in streams)
+    new_tokens = (runs.new_tokens if runs is not None and runs.new_tokens else None) or STREAM_TOKENS
+    names = set(profile.model_names())
+    drafters, reuse = {}, {}
+    for candidate in candidates.candidates:
+        if candidate.name == target.name or candidate.name not in names:
+            continue
+        method, path, reason = loadable("llama.cpp", candidate, files.get(candidate.name))
+        if reason is None and method == "draft_model":
+            drafters[candidate.name] = Path(path)
+    for candidate in [target, *(candidates.by_name(name) for name in drafters)]:
+        if candidate.engine == "llama.cpp" and recorded is not None and candidate.name in names:
+            reuse[candidate.name] = candidate.name
+    source = PriceSource(Path(target_file), drafters, threads, prompts, new_tokens, tuple(server_flags))
+    prices = prices_for(source, profile, plan.target, reuse=reuse, build=find_build(), log=log, **measure)
+    if target.engine != "llama.cpp":
+        what = f"{target.source_kind} {target.source}" if target.derive is None else f"derived from {target.derive.base!r}"
+        line = (f"the plan's target {plan.target!r} runs on torch ({what}): llama.cpp's numbers are measured for "
+                f"{target_file}, the GGUF llama-server loads")
+        prices = dataclasses.replace(prices, notes=(line, *prices.notes))
+    return prices
+
+
+def bindings_missing() -> str | None:
+    """Why llama.cpp's bindings cannot measure here (one line), None when they can."""
+    from polyplan.decoder.llama_cpp import llama_cpp_module
+
+    try:
+        llama_cpp_module()
+    except PolyplanError as error:
+        return str(error)
+    return None
+
+
+# --------------------------------------------------------------------------- measurements
+
+
+def measure_latency_entry(path: Path, threads: int, ks: Sequence[int], fingerprint: str, key: str,
+                          log: Callable[[str], None] = lambda line: None) -> ModelProfile:
+    """T(k) of the GGUF at `path` through the bindings at `threads`, every row asked for, as
+    the profile times a member (`profiler.forward_timing.measure_latency`), as a profile entry."""
+    from polyplan.decoder.llama_cpp import LlamaCppMember
+    from polyplan.profiler.entries import model_entry
+    from polyplan.profiler.forward_timing import LatencySettings, measure_latency
+
+    log(f"timing {path.name} through llama.cpp's bindings at {threads} thread(s), k = 1 … {max(ks)} (once; cached)")
+    settings = LatencySettings(ks=tuple(ks), context_lengths=(CONTEXT,), repeats=REPEATS, warmup=1, prefill_repeats=1,
+                               noise_budget_s=0.0)
+    member = LlamaCppMember(path, threads=threads, context=settings.tokens_needed + 8)
+    try:
+        tokens = _filler(member.vocab_size, settings.tokens_needed)
+        measurement = measure_latency(member, tokens, settings)
+    finally:
+        member.close()
+    return model_entry(path.stem, fingerprint, measurement, key)
+
+
+def decode_greedy_streams(path: Path, threads: int, prompts: Sequence[Sequence[int]], new_tokens: int,
+                          log: Callable[[str], None] = lambda line: None) -> tuple[TargetStream, ...]:
+    """The GGUF's greedy continuation of each prompt through the bindings (up to `new_tokens`,
+    ending at its end-of-generation ids, as the profile's streams)."""
+    from polyplan.decoder.llama_cpp import LlamaCppMember
+    from polyplan.profiler.acceptance import target_continuations
+
+    log(f"decoding {len(prompts)} greedy streams with {path.name} on llama.cpp (once; cached)")
+    longest = max((len(prompt) for prompt in prompts), default=0)
+    member = LlamaCppMember(path, threads=threads, context=longest + new_tokens + 8)
+    try:
+        continuations = target_continuations(member, prompts, new_tokens=new_tokens, temperature=0.0, seed=0)
+    finally:
+        member.close()
+    return tuple(TargetStream(len(prompt), tuple(prompt) + tuple(continuation))
+                 for prompt, continuation in zip(prompts, continuations) if len(prompt) > 0)
+
+
+def calibrate_server(build, target: Path, streams: Sequence[TargetStream], threads: int, drafters: Mapping[str, str],
+                     server_flags: Sequence[str], log: Callable[[str], None] = lambda line: None,
+                     server_factory=None) -> list[ServerRequest]:
+    """A few short greedy requests against the pinned llama-server on `target` (the prompts of
+    `streams`): the target alone, ngram-simple (`CALIBRATION_NGRAM`), and the first draft model
+    at each K of `CALIBRATION_K`, every server started first and the requests sent to them in
+    turn, the order rotated each time (as the race does: a load that comes and goes falls on
+    every configuration alike); each request as the server ran it
+    (`planner.exact.server_loop.ServerRequest`). `server_factory(args, log_path)` replaces
+    `engines.llama_server.LlamaServer` (tests)."""
+    import time
+
+    from polyplan.engines.llama_server import LlamaServer
+
+    logs = cache_root() / "engines" / "logs" / ("calibration-" + time.strftime("%Y%m%d-%H%M%S"))
+    common = ("-t", str(threads), "-tb", str(threads), "-c", str(SERVER_CONTEXT), "-np", "1", "--no-webui", *server_flags)
+    if server_factory is None:
+        def server_factory(args, log_path):
+            return LlamaServer(build.server, target, args, log_path)
+    size_n, size_m = CALIBRATION_NGRAM
+    configs = [(TARGET_ALONE, (), None),
+               (NGRAM, ("--spec-type", "ngram-simple", "--spec-ngram-simple-size-n", str(size_n),
+                        "--spec-ngram-simple-size-m", str(size_m)), None)]
+    for path in list(drafters.values())[:1]:
+        for k in CALIBRATION_K:
+            configs.append((DRAFT_MODEL, ("--spec-type", "draft-simple", "-md", path, "--spec-draft-n-max", str(k),
+                                          "--spec-draft-n-min", str(k), "--spec-draft-p-min", "0"), k))
+    prompts = [list(stream.ids[:stream.prompt_tokens]) for stream in streams]
+    requests = []
+    log(f"calibrating llama-server's own loop: {len(configs)} servers x {len(prompts)} prompts x {len(CALIBRATION_LENGTHS)} "
+        f"lengths x {CALIBRATION_REPEATS} repeats, interleaved (once; cached)")
+    with contextlib.ExitStack() as stack:
+        servers = [stack.enter_context(server_factory((*common, *flags), logs / f"server-{number}.log"))
+                   for number, (_, flags, _) in enumerate(configs)]
+        for server in servers:
+            server.complete(prompts[0], CALIBRATION_LENGTHS[0])  # untimed: the first request pays allocations
+        turn = 0
+        for _ in range(CALIBRATION_REPEATS):
+            for prompt in prompts:
+                for length in CALIBRATION_LENGTHS:
+                    order = list(range(len(configs)))
+                    turn += 1
+                    for number in order[turn % len(order):] + order[:turn % len(order)]:  # rotated: load drifts fall on all
+                        kind, _, k = configs[number]
+                        done = servers[number].complete(prompt, length)
+                        drafted = _rounds(kind, prompt, done, k)
+                        if drafted is not None:
+                            requests.append(ServerRequest(kind, drafted, done.predicted_ms / 1000.0, len(prompt)))
+    return requests
+
+
+def _rounds(kind: str, prompt: Sequence[int], done, k: int | None) -> tuple[int, ...] | None:
+    """The tokens each round of a finished request drafted (None: not known, left out): none
+    for the target alone; an n-gram type's replayed on the server's own output (None when the
+    replay's totals are not the server's); a draft model at fixed K: K a round while its
+    drafted tokens last (the server's totals give the rounds: every round but the prefill's
+    token emits its accepted tokens and one more)."""
+    generated = done.predicted_n
+    if generated < 2:
+        return None
+    if kind == TARGET_ALONE:
+        return (0,) * (generated - 1)
+    rounds = generated - 1 - done.draft_accepted
+    if kind == NGRAM:
+        stream = TargetStream(len(prompt), tuple(prompt) + tuple(done.token_ids))
+        replayed = replay_request(NGramSimpleRule(*CALIBRATION_NGRAM), stream, generated)
+        if (sum(r.drafted for r in replayed), sum(r.accepted for r in replayed)) != (done.draft_n, done.draft_accepted):
+            return None
+        return tuple(r.drafted for r in replayed)
+    widths, left = [], done.draft_n
+    for _ in range(rounds):
+        widths.append(min(k, left))
+        left -= widths[-1]
+    return tuple(widths) if left == 0 else None
+
+
+def _filler(vocab: int, length: int) -> list[int]:
+    """`length` token ids spread over the vocabulary (timing does not depend on which)."""
+    return [(17 + 7919 * i) % max(vocab - 1, 1) + 1 for i in range(length)]
+
+
+# --------------------------------------------------------------------------- the cache
+
+
+def prices_folder() -> Path:
+    """Where the measurements are kept (`formats.cache`)."""
+    return cache_root() / "engines" / "prices"
+
+
+def _key(*parts) -> str:
+    from polyplan.decoder.llama_cpp import llama_cpp_module
+    from polyplan.profiler.processor import this_processor
+
+    processor = dataclasses.asdict(this_processor())
+    return fingerprint_settings("llama-cpp-prices", VERSION, llama_cpp_module().__version__, processor, *parts)
+
+
+def _path(key: str) -> Path:
+    return prices_folder() / f"{key.split(':', 1)[-1][:24]}.json"
+
+
+def _kept(key: str, kind):
+    """The value kept under `key`, decoded as `kind`; None when absent or unreadable."""
+    try:
+        payload = json.loads(_path(key).read_text(encoding="utf-8"))
+        if payload.get("key") != key:
+            return None
+        return decode(kind, payload["value"], str(_path(key)))
+    except (OSError, ValueError, KeyError, TypeError, PolyplanError):
+        return None
+
+
+def _keep(key: str, value):
+    """Keep `value` under `key` (a cache that cannot be written costs a measurement next time)."""
+    path = _path(key)
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        write_text_atomically(path, json.dumps({"key": key, "value": encode(value)}, sort_keys=True))
+    except (OSError, PolyplanError):
+        pass
+    return value
+
+
+def kept_files() -> list[Path]:
+    """The cache's files (for `engines status` and tests)."""
+    folder = prices_folder()
+    return sorted(folder.glob("*.json")) if folder.is_dir() else []

@@ -1,0 +1,323 @@
+"""A llama.cpp export priced with llama.cpp's own numbers (`engines.llama_cpp_prices`,
+`planner.exact.server_loop`).
+
+Fast tests: the server-loop fit recovers known costs from synthetic requests (and from a fake
+server's answers through the calibration's own bookkeeping, with a negative control: costs
+left out of the timings fit to zero); the replay with the server's costs reduces to the bindings'
+T(k) without them and charges them with; the measurements are cached by the file's
+fingerprint (a second export measures nothing, a changed file is measured again); a plan whose
+target is a torch member of a GGUF is measured for that GGUF and says so, one that already is a
+llama.cpp member reuses the profile and says so; without the bindings, or without a built
+server, one line says what priced the export instead; a plan whose GGUF changed since
+profiling is one line and exit 2 naming the file. The slow test calibrates against the real
+pinned server on a tiny GGUF.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from polyplan.cli.app import app
+from polyplan.engines.llama_server import Completion
+from polyplan.formats.errors import PolyplanError
+from polyplan.formats.profile import TargetStream
+from polyplan.planner.exact.latency import LatencyCurve
+from polyplan.planner.exact.ngram_rules import NGramSimpleRule, replay_request, replay_session
+from polyplan.planner.exact.server_loop import (DRAFT_MODEL, NGRAM, NO_SERVER_LOOP, TARGET_ALONE, ServerLoop, ServerRequest,
+                                                fit_server_loop, request_seconds)
+from polyplan.planner.llama_cpp_ranking import session_speedup
+
+STEP = LatencyCurve((1, 2, 4, 8, 16, 64), (0.010, 0.011, 0.013, 0.017, 0.025, 0.080))
+KNOWN = ServerLoop(per_request_s=0.004, per_round_s=0.002, per_row_s=0.0003, per_ngram_round_s=0.0005,
+                   per_draft_round_s=0.001, per_draft_token_s=0.006, per_draft_prompt_token_s=0.0008)
+
+
+def _synthetic(loop: ServerLoop) -> list[ServerRequest]:
+    requests = []
+    for n in (8, 24, 40):
+        requests.append(ServerRequest(TARGET_ALONE, (0,) * (n - 1), request_seconds(loop, STEP, (0,) * (n - 1), TARGET_ALONE)))
+    for widths in ((0, 3, 0, 8, 1), (2, 2, 0, 0, 0, 0, 5), (8, 8, 8), (0, 1, 0, 1, 0, 6, 0, 0)):
+        requests.append(ServerRequest(NGRAM, widths, request_seconds(loop, STEP, widths, NGRAM)))
+    for widths, prompt in (((2,) * 10, 30), ((6,) * 4 + (3,), 120), ((2,) * 20, 64), ((6,) * 7, 30), ((6,) * 3, 200)):
+        requests.append(ServerRequest(DRAFT_MODEL, widths, request_seconds(loop, STEP, widths, DRAFT_MODEL, prompt), prompt))
+    return requests
+
+
+def test_the_fit_recovers_known_server_costs():
+    fitted = fit_server_loop(_synthetic(KNOWN), STEP)
+    for name in ("per_request_s", "per_round_s", "per_row_s", "per_ngram_round_s", "per_draft_round_s", "per_draft_token_s",
+                 "per_draft_prompt_token_s"):
+        assert getattr(fitted, name) == pytest.approx(getattr(KNOWN, name), abs=1e-9), name
+
+
+def test_negative_control_costs_the_timings_do_not_hold_fit_to_zero_and_no_draft_model_gives_none():
+    plain = dataclasses.replace(KNOWN, per_ngram_round_s=0.0, per_row_s=0.0)
+    fitted = fit_server_loop([r for r in _synthetic(plain) if r.kind != DRAFT_MODEL], STEP)
+    assert fitted.per_ngram_round_s == pytest.approx(0.0, abs=1e-9) and fitted.per_row_s == pytest.approx(0.0, abs=1e-9)
+    assert fitted.per_round_s == pytest.approx(KNOWN.per_round_s) and fitted.per_draft_token_s is None
+    with pytest.raises(PolyplanError, match="no target-alone request"):
+        fit_server_loop([r for r in _synthetic(KNOWN) if r.kind == NGRAM], STEP)
+
+
+def test_the_replay_with_no_server_costs_is_the_bindings_and_with_them_charges_each_round():
+    stream = TargetStream(8, (1, 2, 3, 4, 5, 6, 7, 4) + (5, 6, 7, 4) * 15)
+    session = replay_session([stream], lambda: NGramSimpleRule(2, 6))
+    rounds = [item for request in session.requests for item in request]
+    tokens = sum(item.accepted + 1 for item in rounds)
+    bindings = STEP(1) * tokens / sum(STEP(item.drafted + 1) for item in rounds)
+    assert session_speedup(session, STEP) == pytest.approx(bindings)
+    assert session_speedup(session, STEP, NO_SERVER_LOOP) == pytest.approx(bindings)
+    loop = ServerLoop(per_request_s=0.0, per_round_s=0.0, per_ngram_round_s=0.004)
+    slower = STEP(1) * tokens / sum(STEP(item.drafted + 1) + 0.004 for item in rounds)
+    assert session_speedup(session, STEP, loop) == pytest.approx(slower) and slower < bindings
+
+
+# --------------------------------------------------------------------------- calibration against a fake server
+
+
+class FakeServer:
+    """Answers as llama-server would with `KNOWN` costs: greedy output = the stream's
+    continuation; an n-gram server's drafts by the replayed rule, a draft model's K a round
+    with one accepted."""
+
+    def __init__(self, args, streams):
+        self.args, self.streams = tuple(args), streams
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        return None
+
+    def complete(self, prompt, n):
+        stream = next(s for s in self.streams if list(s.ids[:s.prompt_tokens]) == list(prompt))
+        output = stream.ids[stream.prompt_tokens:stream.prompt_tokens + n]
+        if "ngram-simple" in self.args:
+            rounds = replay_request(NGramSimpleRule(2, 8), stream, n)
+            widths, kind = tuple(r.drafted for r in rounds), NGRAM
+            drafted, accepted = sum(widths), sum(r.accepted for r in rounds)
+        elif "draft-simple" in self.args:
+            k = int(self.args[self.args.index("--spec-draft-n-max") + 1])
+            widths, made, accepted = [], 1, 0
+            while made < n:
+                room = n - made - 1
+                width = min(k, room)
+                widths.append(width)
+                gain = min(1, width)
+                accepted += gain
+                made += gain + 1
+            widths, kind, drafted = tuple(widths), DRAFT_MODEL, sum(widths)
+        else:
+            widths, kind, drafted, accepted = (0,) * (n - 1), TARGET_ALONE, 0, 0
+        seconds = request_seconds(KNOWN, STEP, widths, kind, len(prompt))
+        return Completion(tuple(output), n, 1000 * seconds, 1.0, drafted, accepted, seconds)
+
+
+def _streams():
+    return (TargetStream(6, (9, 1, 2, 3, 1, 2) + (3, 1, 2, 4) * 12),
+            TargetStream(5, (7, 7, 8, 9, 7) + (8, 9, 7, 5, 5) * 10),
+            TargetStream(4, (3, 4, 5, 6) + tuple(range(20, 70))))
+
+
+def test_a_calibration_on_a_fake_server_recovers_its_costs(monkeypatch):
+    from polyplan.engines import llama_cpp_prices
+
+    streams = _streams()
+    requests = llama_cpp_prices.calibrate_server(None, Path("t.gguf"), streams, 1, {"small": "small.gguf"}, (),
+                                                 server_factory=lambda args, log: FakeServer(args, streams))
+    kinds = {request.kind for request in requests}
+    assert kinds == {TARGET_ALONE, NGRAM, DRAFT_MODEL} and any(sum(r.drafted) for r in requests if r.kind == NGRAM)
+    fitted = fit_server_loop(requests, STEP)
+    assert fitted.per_round_s == pytest.approx(KNOWN.per_round_s, rel=1e-6)
+    assert fitted.per_request_s == pytest.approx(KNOWN.per_request_s, rel=1e-6)
+    assert fitted.per_draft_token_s + fitted.per_row_s == pytest.approx(KNOWN.per_draft_token_s + KNOWN.per_row_s, rel=1e-6)
+    assert fitted.per_draft_prompt_token_s == pytest.approx(KNOWN.per_draft_prompt_token_s, rel=1e-6)
+
+
+# --------------------------------------------------------------------------- the export, on tiny GGUFs
+
+
+TINY = ["--threads", "1", "--temperatures", "0", "--no-decoded", "--new-tokens", "12", "--latency-ks", "1,2",
+        "--context-lengths", "8,16", "--repeats", "3", "--warmup", "1", "--noise-budget", "0"]
+
+
+@pytest.fixture(scope="module")
+def workspace(tmp_path_factory):
+    """Tiny GGUF target and drafter, an ngram-simple drafter, and a plan of each kind of target:
+    a llama.cpp member (`plan-llama.json`) and a torch member of the same GGUF (`plan-torch.json`)."""
+    pytest.importorskip("llama_cpp")
+    import yaml
+
+    from polyplan.formats.profile import read_profile
+    from polyplan.planner.plan_file import planned_from_profile
+    from tiny_gguf import write_tiny_gguf
+
+    root = tmp_path_factory.mktemp("prices")
+    write_tiny_gguf(root / "target.gguf")
+    write_tiny_gguf(root / "small.gguf", seed=1, layers=1)
+    lines = [json.dumps({"turns": [" ".join(f"w{(7 * i + j) % 60 + 4}" for j in range(20))]}) for i in range(3)]
+    (root / "prompts.jsonl").write_text("\n".join(lines) + "\n")
+    cache = root / "cache"
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("POLYPLAN_CACHE_DIR", str(cache))
+        for kind, engine in (("llama", ", engine: llama.cpp"), ("torch", "")):
+            yaml_path = root / f"models-{kind}.yaml"
+            yaml_path.write_text("candidates:\n"
+                                 f"  - {{name: target, source: ./target.gguf, target: true{engine}}}\n"
+                                 "  - {name: small, source: ./small.gguf, engine: llama.cpp}\n"
+                                 "  - {name: ngram, derive: {kind: ngram-simple, size_n: 2}}\n")
+            done = CliRunner().invoke(app, ["profile", "--candidates", str(yaml_path), "--prompts", str(root / "prompts.jsonl"),
+                                            "--out", str(root / f"p-{kind}.json"), *TINY])
+            assert done.exit_code == 0, done.output
+            planned_from_profile(read_profile(root / f"p-{kind}.json"), root / f"plan-{kind}.json",
+                                 profile_path=str(root / f"p-{kind}.json"),
+                                 candidates={"path": str(yaml_path), "yaml": yaml.safe_load(yaml_path.read_text()), "device": None})
+    return root
+
+
+@pytest.fixture
+def cache(tmp_path, monkeypatch):
+    monkeypatch.setenv("POLYPLAN_CACHE_DIR", str(tmp_path / "cache"))
+    return tmp_path / "cache"
+
+
+def _export(plan: Path, **options):
+    from polyplan.engines.export import export_from_files
+
+    return export_from_files(plan, "llama.cpp", **options)
+
+
+def test_a_torch_target_of_a_gguf_is_measured_once_for_that_file_and_says_so(workspace, cache, monkeypatch):
+    from polyplan.engines import llama_cpp_prices
+
+    calls = []
+    real_latency, real_streams = llama_cpp_prices.measure_latency_entry, llama_cpp_prices.decode_greedy_streams
+    monkeypatch.setattr(llama_cpp_prices, "measure_latency_entry", lambda *a, **k: calls.append(("latency", a[0].name)) or real_latency(*a, **k))
+    monkeypatch.setattr(llama_cpp_prices, "decode_greedy_streams", lambda *a, **k: calls.append(("streams", a[0].name)) or real_streams(*a, **k))
+    export = _export(workspace / "plan-torch.json")
+    notes = "\n".join(export.ranking_notes)
+    assert "the plan's target 'target' runs on torch" in notes and f"measured for {workspace / 'target.gguf'}" in notes
+    assert "priced by llama.cpp: T(k), k = 1 … 64, and 3 greedy streams measured through the bindings on target.gguf, 1 thread" in notes
+    assert "not calibrated (llama.cpp's server is not built" in notes  # the fallback line: no build in this cache
+    assert sorted(calls) == [("latency", "target.gguf"), ("streams", "target.gguf")]  # the drafter is a profiled llama.cpp member
+    calls.clear()
+    again = _export(workspace / "plan-torch.json")
+    assert calls == [] and [c.speedup for c in again.ranking] == [c.speedup for c in export.ranking]  # kept: nothing measured
+    assert len(llama_cpp_prices.kept_files()) == 2
+
+
+def test_a_changed_file_is_measured_again(workspace, cache, monkeypatch, tmp_path):
+    from polyplan.engines import llama_cpp_prices
+    from polyplan.formats.profile import read_profile
+    from polyplan.models.file_fingerprints import file_fingerprint
+    from tiny_gguf import write_tiny_gguf
+
+    measured = []
+    monkeypatch.setattr(llama_cpp_prices, "measure_latency_entry",
+                        lambda path, *a, **k: measured.append(file_fingerprint(path)) or read_profile(workspace / "p-torch.json").model("small"))
+    monkeypatch.setattr(llama_cpp_prices, "decode_greedy_streams", lambda *a, **k: _streams())
+    profile = read_profile(workspace / "p-torch.json")
+    file = tmp_path / "copy.gguf"
+    write_tiny_gguf(file)
+    source = llama_cpp_prices.PriceSource(file, {}, 1, ((1, 2, 3),), 8)
+    llama_cpp_prices.prices_for(source, profile, "target")
+    llama_cpp_prices.prices_for(source, profile, "target")
+    assert len(measured) == 1
+    write_tiny_gguf(file, seed=3)  # another file at the same path
+    llama_cpp_prices.prices_for(source, profile, "target")
+    assert len(measured) == 2 and measured[0] != measured[1]
+    llama_cpp_prices.prices_for(dataclasses.replace(source, threads=2), profile, "target")
+    assert len(measured) == 3  # threads are in the key too
+
+
+def test_a_llama_cpp_target_reuses_the_profile_and_says_so(workspace, cache, monkeypatch):
+    from polyplan.engines import llama_cpp_prices
+
+    monkeypatch.setattr(llama_cpp_prices, "measure_latency_entry", lambda *a, **k: pytest.fail("measured"))
+    monkeypatch.setattr(llama_cpp_prices, "decode_greedy_streams", lambda *a, **k: pytest.fail("decoded"))
+    export = _export(workspace / "plan-llama.json")
+    assert any("priced from the profile: T(k) and greedy streams of 'target' are llama.cpp's on target.gguf, 1 thread"
+               in note for note in export.ranking_notes)
+
+
+def test_without_the_bindings_one_line_says_the_profile_priced_it(workspace, cache, monkeypatch):
+    from polyplan.decoder.llama_cpp import INSTALL_HINT
+    from polyplan.engines import llama_cpp_prices
+
+    monkeypatch.setattr(llama_cpp_prices, "bindings_missing", lambda: f"the bindings are not installed; {INSTALL_HINT}")
+    export = _export(workspace / "plan-torch.json")
+    assert export.ranking_notes[0].startswith("priced from the profile ('target' as the plan ran it) and polyplan's loop: ")
+    assert "pip install -e '.[llama]'" in export.ranking_notes[0]
+    quiet = _export(workspace / "plan-torch.json", measure=False)
+    assert quiet.ranking_notes[0] == "priced from the profile and polyplan's loop (--profile-prices)"
+
+
+def test_a_calibrated_server_loop_prices_the_ranking(workspace, cache, monkeypatch):
+    """With a (fake) build, the calibration's fit prices every replayed configuration and the
+    draft model, and its note says so; a dearer server loop predicts every drafting
+    configuration slower (negative control: without it, the bindings' prices)."""
+    from polyplan.engines import llama_cpp_build, llama_cpp_prices
+
+    build = llama_cpp_build.LlamaCppBuild(Path("/nonexistent"), llama_cpp_build.BINDINGS_VERSION)
+    monkeypatch.setattr(llama_cpp_build, "find_build", lambda *a: build)
+    monkeypatch.setattr(llama_cpp_prices, "calibrate_server", lambda *a, **k: [
+        ServerRequest(TARGET_ALONE, (0,) * 7, 0.0), ServerRequest(TARGET_ALONE, (0,) * 23, 0.0)])
+    monkeypatch.setattr(llama_cpp_prices, "fit_server_loop", lambda requests, step: KNOWN)
+    priced = _export(workspace / "plan-torch.json")
+    assert any(note.startswith("llama-server's own loop, calibrated on target.gguf, 1 thread: 4.00 ms/request, 2.00 ms/round")
+               for note in priced.ranking_notes)
+    assert any("draft model 'small' in llama-server's loop: 6.00 ms per drafted token" in note for note in priced.ranking_notes)
+    assert "llama-server's own" in priced.overhead_note
+    bare = _export(workspace / "plan-torch.json", measure=False)
+    by_label = {c.label: c.speedup for c in bare.ranking}
+    for config in priced.ranking:
+        if config.drafted or config.label.startswith("draft-simple"):
+            assert config.speedup < by_label[config.label], config.label
+
+
+def test_a_plan_whose_gguf_changed_since_profiling_is_one_line_naming_the_file(workspace, cache, tmp_path):
+    import shutil
+
+    from tiny_gguf import write_tiny_gguf
+
+    copy = tmp_path / "ws"
+    shutil.copytree(workspace, copy, ignore=shutil.ignore_patterns("cache"))
+    plan = json.loads((copy / "plan-torch.json").read_text())
+    plan["candidates"]["path"] = str(copy / "models-torch.yaml")
+    (copy / "plan-torch.json").write_text(json.dumps(plan))
+    write_tiny_gguf(copy / "target.gguf", seed=5)
+    result = CliRunner().invoke(app, ["export", "--plan", str(copy / "plan-torch.json"), "--engine", "llama.cpp",
+                                      "--profile", str(workspace / "p-torch.json")])
+    assert result.exit_code == 2, result.output
+    assert result.output.count("\n") == 1 and "Traceback" not in result.output, result.output
+    assert "model 'target' changed since the plan was made" in result.output and str(copy / "target.gguf") in result.output
+
+
+@pytest.mark.slow
+def test_a_real_server_calibration_fits_non_negative_costs_that_explain_its_decode_times(tmp_path):
+    from polyplan.engines import llama_cpp_prices
+    from polyplan.engines.llama_cpp_build import require_build
+    from tiny_gguf import pinned_server_and_tiny_gguf, write_tiny_gguf
+
+    _, model = pinned_server_and_tiny_gguf(tmp_path)
+    build = require_build()
+    drafter = tmp_path / "small.gguf"
+    write_tiny_gguf(drafter, seed=1, layers=1)
+    entry = llama_cpp_prices.measure_latency_entry(model, 1, llama_cpp_prices.PRICE_KS, "fp", "key")
+    from polyplan.planner.exact.latency import curve_from_profile
+
+    step = curve_from_profile(entry)
+    prompts = [(5, 9, 33, 70, 101, 7, 5, 9, 33, 70, 101, 7, 5, 9), (4, 8, 15, 16, 23, 42, 4, 8, 15, 16, 23, 42, 4)]
+    streams = llama_cpp_prices.decode_greedy_streams(model, 1, prompts, 32)
+    requests = llama_cpp_prices.calibrate_server(build, model, streams, 1, {"small": str(drafter)}, ())
+    assert {r.kind for r in requests} == {TARGET_ALONE, NGRAM, DRAFT_MODEL}
+    loop = fit_server_loop(requests, step)
+    assert loop.per_round_s >= 0 and loop.per_draft_token_s is not None
+    predicted = [request_seconds(loop, step, r.drafted, r.kind) for r in requests]
+    measured = [r.decode_s for r in requests]
+    assert sum(predicted) == pytest.approx(sum(measured), rel=0.25)
