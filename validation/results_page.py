@@ -94,12 +94,13 @@ def page_text(runs: tuple[ResultRun, ...]) -> str:
               f"![Predicted against measured speedup, every validated chain of every run](img/{PLOTS['predicted_vs_measured']})", "",
               f"![T(k)/T(1) of each run's target: what a k-token verification costs](img/{PLOTS['latency']})", ""]
     if _load_groups(runs):
-        lines += [f"![Prediction error per chain under each load shape](img/{PLOTS['load']})", ""]
+        lines += [f"![Prediction error per chain in each run of a group with several runs (load shapes, workloads, threads)](img/{PLOTS['load']})", ""]
     return "\n".join(lines)
 
 
 def _load_groups(runs: tuple[ResultRun, ...]) -> list[str]:
-    """The groups with more than one run (one benchmark under several load shapes), in order."""
+    """The groups with more than one run (one benchmark under several load shapes, workloads or
+    thread counts), in order."""
     groups = [run.group for run in runs]
     return [group for group in dict.fromkeys(groups) if groups.count(group) > 1]
 
