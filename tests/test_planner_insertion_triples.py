@@ -107,3 +107,17 @@ def test_the_triples_a_profile_can_hold_and_their_chains():
     assert all("Z" not in triple for triple in profile_triples(slow)) and len(profile_triples(slow)) == 4
     assert triple_chains("A", ("A", "B", "D")) == (("A", "B", "D"), ("A", "D"))
     assert triple_chains("A", ("B", "C", "D")) == (("A", "B", "C", "D"), ("A", "B", "D"))
+
+
+def test_a_rule_drafter_is_never_the_lower_model_of_a_triple():
+    """ngram-simple is planned only directly under the target, so a triple placing it under a
+    middle model has no chain to compare (the measured Qwen pair profile holds one). Control: the
+    model drafters of the same profile still form triples."""
+    from pathlib import Path
+
+    from polyplan.formats.profile import read_profile
+
+    profile = read_profile(Path(__file__).resolve().parents[1] / "docs" / "results" / "qwen-code-amd" / "profile.json")
+    triples = profile_triples(profile)
+    assert triples and all("ngram-simple" not in triple for triple in triples)
+    assert ("qwen-1.5b", "qwen-0.5b", "ngram") in triples

@@ -33,6 +33,7 @@ from polyplan.formats.profile import Profile
 from polyplan.formats.plan import ConditionRecord
 from polyplan.planner.paper.insertion import InsertionAnalysis, analyze_insertion
 from polyplan.planner.exact.latency import curve_from_profile
+from polyplan.planner.exact.ngram_replay import ngram_simple_sizes
 from polyplan.planner.paper.paper_model import mean_length
 
 
@@ -226,12 +227,15 @@ def profile_triples(profile: Profile, sampling: str = "greedy") -> tuple[tuple[s
     """Every (upper, middle, lower) a chain of `profile` can hold: the target and the models
     faster than it (T(1) averaged over the profiled contexts, as `planner.search` orders a
     chain), costliest first, with the three pairs profiled under `sampling`; in the order of
-    `itertools.combinations` over the models sorted by cost."""
+    `itertools.combinations` over the models sorted by cost. A rule drafter (`ngram-simple`) is
+    planned only directly under the target, so it is never the lower model of a triple."""
     def step(name: str) -> float:
         return curve_from_profile(profile.model(name))(1)
 
     target = step(profile.target)
-    names = [profile.target] + [name for name in profile.model_names() if name != profile.target and step(name) < target]
+    rules = ngram_simple_sizes(profile)
+    names = [profile.target] + [name for name in profile.model_names()
+                                if name != profile.target and name not in rules and step(name) < target]
     names.sort(key=lambda name: -step(name))
 
     def profiled(verifier: str, drafter: str) -> bool:
