@@ -19,13 +19,19 @@ def agg_figure(width: float, height: float):
 
 
 def save_figure(figure, axes, path: Path, *, ylabel: str, xlabel: str | None = None, title: str | None = None,
-                legend_size: int = 8, legend_loc: str | None = None) -> Path:
-    """Label `axes` (a title in 9 points), draw its legend, lay the figure out and write it to `path`."""
+                legend_size: int = 8, legend_loc: str | None = None, legend_below: bool = False) -> Path:
+    """Label `axes` (a title in 9 points), draw its legend (`legend_below`: under the axes, for
+    long labels), lay the figure out and write it to `path`."""
     if xlabel is not None:
         axes.set_xlabel(xlabel)
     axes.set_ylabel(ylabel)
     if title is not None:
         axes.set_title(title, fontsize=9)
+    if legend_below:
+        axes.legend(fontsize=legend_size, loc="upper center", bbox_to_anchor=(0.5, -0.12), frameon=False)
+        figure.tight_layout()
+        figure.savefig(path, bbox_inches="tight")
+        return path
     axes.legend(fontsize=legend_size, **({} if legend_loc is None else {"loc": legend_loc}))
     figure.tight_layout()
     figure.savefig(path)

@@ -2,7 +2,9 @@
 
 Every folder of `docs/results/` is one run: the `report.json` that `polyplan validate` (or `demo`,
 or one shape of `bench loop`) wrote, the `plan.json` it validated and, where kept, the
-`profile.json` behind the plan; and a `run.json` that says what produced them:
+`profile.json` behind the plan; where the plan was raced against llama-server, the `race.json`
+that `polyplan bench peers --json` printed (`validation.race_results`); and a `run.json` that says
+what produced them (with `race_command` where there is a race):
 
     {"title": "the default loop, quiet", "group": "The embedded family on an AMD EPYC",
      "command": "polyplan bench loop --shapes steady,bursty", "commit": "63d7747",
@@ -28,12 +30,14 @@ from polyplan.formats.report import ReportChain, ValidationReport
 from polyplan.planner.exact.latency import curve_from_profile
 from polyplan.validation.figure import agg_figure, save_figure
 from polyplan.validation.measured_run import read_plan_and_report, read_run as read_measured
+from polyplan.validation.race_results import RACE_FILE, RaceRow, plot_race, race_lines, read_race
 
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "docs" / "results"
 PAGE = ROOT / "docs" / "results.md"
 IMAGES = ROOT / "docs" / "img"
 MANIFEST_KEYS = ("title", "group", "command", "commit", "date", "machine", "threads")
+RACE_KEY = "race_command"  # run.json's command of the race.json beside it (`validation.race_results`)
 PLOTS = {"predicted_vs_measured": "results_predicted_vs_measured.png", "latency": "results_latency_curves.png",
          "load": "results_load_shapes.png"}
 
@@ -53,6 +57,8 @@ class ResultRun:
     report: ValidationReport
     plan: PlanFile | None
     profile: Profile | None
+    race: tuple[RaceRow, ...] = ()  # a race of the run's plan against llama-server, where kept
+    race_command: str | None = None
 
 
 def read_runs(results: Path = RESULTS) -> tuple[ResultRun, ...]:
@@ -63,8 +69,9 @@ def read_runs(results: Path = RESULTS) -> tuple[ResultRun, ...]:
 
 def read_run(folder: Path) -> ResultRun:
     manifest = json.loads((folder / "run.json").read_text(encoding="utf-8"))
-    missing = [key for key in MANIFEST_KEYS if not isinstance(manifest.get(key), str)]
-    unknown = sorted(set(manifest) - set(MANIFEST_KEYS))
+    raced = (folder / RACE_FILE).is_file()
+    missing = [key for key in MANIFEST_KEYS + ((RACE_KEY,) if raced else ()) if not isinstance(manifest.get(key), str)]
+    unknown = sorted(set(manifest) - set(MANIFEST_KEYS) - ({RACE_KEY} if raced else set()))
     if missing or unknown:
         raise PolyplanError(f"{folder / 'run.json'}: needs text fields {', '.join(MANIFEST_KEYS)}"
                             f"{'; missing ' + ', '.join(missing) if missing else ''}{'; unknown ' + ', '.join(unknown) if unknown else ''}")
@@ -75,7 +82,8 @@ def read_run(folder: Path) -> ResultRun:
         (plan, report), profile = read_plan_and_report(folder), None
     if report is None:
         raise PolyplanError(f"{folder}: a run folder needs the report.json its validation wrote")
-    return ResultRun(folder=folder.name, report=report, plan=plan, profile=profile,
+    race = read_race(folder / RACE_FILE) if raced else ()
+    return ResultRun(folder=folder.name, report=report, plan=plan, profile=profile, race=race, race_command=manifest.get(RACE_KEY),
                      **{key: manifest[key] for key in MANIFEST_KEYS})
 
 
@@ -126,7 +134,15 @@ def _group(group: str, runs: list[ResultRun]) -> list[str]:
                          f"at K = {limit.block_size}; the recommended chain's measured {recommended.measured_speedup:.2f}x is "
                          f"{recommended.measured_speedup / limit.speedup:.0%} of it.")
     lines.append("")
+    for run in runs:
+        if run.race:
+            lines += [f"Race of {run.title}'s plan against llama-server: `{run.race_command}`", ""] + race_lines(run.race)
+            lines += ["", f"![{run.title}: the race against llama-server](img/{_race_plot(run)})", ""]
     return lines
+
+
+def _race_plot(run: ResultRun) -> str:
+    return f"results_race_{run.folder}.png"
 
 
 def _threads(run: ResultRun) -> str:
@@ -155,13 +171,14 @@ def write_plots(runs: tuple[ResultRun, ...], images: Path = IMAGES) -> list[Path
     written = [_plot_predicted(runs, images / PLOTS["predicted_vs_measured"]), _plot_latency(runs, images / PLOTS["latency"])]
     if _load_groups(runs):
         written.append(_plot_load(runs, images / PLOTS["load"]))
+    written += [plot_race(run.race, images / _race_plot(run), f"{run.group}: {run.title}") for run in runs if run.race]
     return written
 
 
 def _plot_predicted(runs: tuple[ResultRun, ...], path: Path) -> Path:
     figure = agg_figure(6.8, 5.6)
     axes = figure.add_subplot()
-    high = 1.0
+    low, high = 1.0, 1.0
     for index, run in enumerate(runs):
         chains = [c for c in run.report.chains if c.measured_speedup is not None and len(c.chain) > 1]
         for chain in chains:
@@ -175,13 +192,17 @@ def _plot_predicted(runs: tuple[ResultRun, ...], path: Path) -> Path:
                           color=f"C{index % 10}", markersize=4, capsize=2, alpha=0.8,
                           label=f"{run.group}: {run.title}" if chain is chains[0] else None)
             high = max(high, chain.measured_speedup + right, predicted + above)
+            low = min(low, chain.measured_speedup - left, predicted - below)
     high *= 1.05
-    axes.plot([1.0, high], [1.0, high], color="0.4", linestyle="--", linewidth=1)
-    axes.fill_between([1.0, high], [0.9, 0.9 * high], [1.1, 1.1 * high], color="0.85", alpha=0.5, label="within 10%")
-    axes.set_xlim(1.0, high)
-    axes.set_ylim(1.0, high)
+    low = 0.95 * max(low, 0.0)  # chains slower than the target alone stay on the plot
+    axes.plot([low, high], [low, high], color="0.4", linestyle="--", linewidth=1)
+    axes.fill_between([low, high], [0.9 * low, 0.9 * high], [1.1 * low, 1.1 * high], color="0.85", alpha=0.5, label="within 10%")
+    axes.axvline(1.0, color="0.7", linewidth=0.8)
+    axes.axhline(1.0, color="0.7", linewidth=0.8)
+    axes.set_xlim(low, high)
+    axes.set_ylim(low, high)
     return save_figure(figure, axes, path, xlabel="measured speedup (95% CI)", ylabel="predicted speedup (95% interval)",
-                       legend_size=7, legend_loc="upper left")
+                       legend_size=7, legend_below=True)
 
 
 def _plot_latency(runs: tuple[ResultRun, ...], path: Path) -> Path:

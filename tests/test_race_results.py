@@ -1,0 +1,60 @@
+"""A race against llama-server on the results page: its JSON read back, tabled, plotted, and a
+run folder with a race but no command for it refused."""
+
+from __future__ import annotations
+
+import json
+import shutil
+
+import pytest
+
+from polyplan.formats.errors import PolyplanError
+from polyplan.validation import results_page
+from polyplan.validation.race_results import RaceRow, plot_race, race_lines, read_race
+
+
+def _row(label, speedup, decode, predicted=None, interval=None, exported=False):
+    return {"label": label, "speedup": speedup, "speedup_sd": 0.1, "decode_speedup": decode, "decode_speedup_sd": 0.2,
+            "predicted_speedup": predicted, "predicted_interval": interval, "exported": exported, "failure": None}
+
+
+RACE = {"rows": [_row("llama.cpp target only", 1.0, 1.0, 1.0), _row("ngram-simple (defaults)", 1.09, 1.16, 1.22, [1.02, 1.38], True),
+                 _row("draft-simple", 0.59, 0.55), _row("polyplan plan", 1.16, None),
+                 _row("too large", float("nan"), None)]}
+
+
+def test_a_race_reads_back_as_rows_held_against_the_right_measure(tmp_path):
+    path = tmp_path / "race.json"
+    path.write_text(json.dumps(RACE))
+    rows = read_race(path)
+    assert [row.label for row in rows] == ["llama.cpp target only", "ngram-simple (defaults)", "draft-simple", "polyplan plan"]
+    exported = rows[1]
+    assert exported == RaceRow("ngram-simple (defaults)", 1.16, 0.2, True, 1.22, (1.02, 1.38), True)  # decode-only, not whole calls
+    assert rows[3].measured == 1.16 and not rows[3].decode_only and rows[3].sd == 0.1  # no server decode timing: whole calls
+    table = "\n".join(race_lines(rows))
+    assert "| ngram-simple (defaults) (exported) | 1.16x ± 0.20 (decode) | 1.22x [1.02, 1.38] | +5.2% |" in table
+    assert "| draft-simple | 0.55x ± 0.20 (decode) | not modelled | – |" in table
+    assert plot_race(rows, tmp_path / "race.png", "a race").stat().st_size > 5_000
+    path.write_text("{}")
+    with pytest.raises(PolyplanError, match="bench peers --json"):
+        read_race(path)
+
+
+def test_a_race_goes_on_the_page_under_its_run_and_needs_its_command(tmp_path):
+    source = next(folder for folder in sorted(results_page.RESULTS.iterdir()) if (folder / "run.json").is_file())
+    copy = tmp_path / source.name
+    shutil.copytree(source, copy)
+    (copy / "race.json").write_text(json.dumps(RACE))
+    manifest = json.loads((copy / "run.json").read_text())
+    manifest.pop("race_command", None)
+    (copy / "run.json").write_text(json.dumps(manifest))
+    with pytest.raises(PolyplanError, match="missing race_command"):
+        results_page.read_runs(tmp_path)
+    manifest["race_command"] = "polyplan bench peers --engine llama.cpp --plan plan.json --json"
+    (copy / "run.json").write_text(json.dumps(manifest))
+    page = results_page.page_text(results_page.read_runs(tmp_path))
+    assert "against llama-server: `polyplan bench peers --engine llama.cpp --plan plan.json --json`" in page
+    assert "| ngram-simple (defaults) (exported) | 1.16x" in page
+    (copy / "race.json").unlink()  # control: without a race, race_command is an unknown field
+    with pytest.raises(PolyplanError, match="unknown race_command"):
+        results_page.read_runs(tmp_path)
