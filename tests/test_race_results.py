@@ -19,7 +19,7 @@ def _row(label, speedup, decode, predicted=None, interval=None, exported=False):
 
 
 RACE = {"rows": [_row("llama.cpp target only", 1.0, 1.0, 1.0), _row("ngram-simple (defaults)", 1.09, 1.16, 1.22, [1.02, 1.38], True),
-                 _row("draft-simple", 0.59, 0.55), _row("polyplan plan", 1.16, None),
+                 _row("draft-simple", 0.59, 0.55), _row("polyplan plan", 1.16, None) | {"judgement": "not judged here (polyplan validate judges the plan)"},
                  _row("too large", float("nan"), None)]}
 
 
@@ -30,6 +30,7 @@ def test_a_race_reads_back_as_rows_held_against_the_right_measure(tmp_path):
     assert [row.label for row in rows] == ["llama.cpp target only", "ngram-simple (defaults)", "draft-simple", "polyplan plan"]
     exported = rows[1]
     assert exported == RaceRow("ngram-simple (defaults)", 1.16, 0.2, True, 1.22, (1.02, 1.38), True)  # decode-only, not whole calls
+    assert "| polyplan plan | 1.16x ± 0.10 (whole calls) | not judged here (polyplan validate judges the plan) | – |" in "\n".join(race_lines(rows))
     assert rows[3].measured == 1.16 and not rows[3].decode_only and rows[3].sd == 0.1  # no server decode timing: whole calls
     table = "\n".join(race_lines(rows))
     assert "| ngram-simple (defaults) (exported) | 1.16x ± 0.20 (decode) | 1.22x [1.02, 1.38] | +5.2% |" in table

@@ -25,7 +25,8 @@ RACE_FILE = "race.json"
 class RaceRow:
     """One raced configuration: the measured speedup over llama.cpp's target alone (decode-only
     where the server timed it, else whole calls) and its sd over prompts, the export's prediction
-    and interval (None: not modelled), and whether the export recommended it."""
+    and interval (None: not predicted; `judgement` then says why, as the race printed it), and
+    whether the export recommended it."""
 
     label: str
     measured: float
@@ -34,6 +35,7 @@ class RaceRow:
     predicted: float | None
     interval: tuple[float, float] | None
     exported: bool
+    judgement: str = "not modelled"
 
 
 def read_race(path: Path) -> tuple[RaceRow, ...]:
@@ -52,7 +54,7 @@ def read_race(path: Path) -> tuple[RaceRow, ...]:
         interval = row.get("predicted_interval")
         race.append(RaceRow(row["label"], float(measured), float(row["decode_speedup_sd"] if decode is not None else row["speedup_sd"]),
                             decode is not None, row.get("predicted_speedup"), None if interval is None else tuple(interval),
-                            bool(row.get("exported"))))
+                            bool(row.get("exported")), row.get("judgement") or "not modelled"))
     return tuple(race)
 
 
@@ -62,7 +64,7 @@ def race_lines(rows: tuple[RaceRow, ...]) -> list[str]:
     for row in rows:
         kind = "decode" if row.decode_only else "whole calls"
         if row.predicted is None:
-            predicted, error = "not modelled", "–"
+            predicted, error = row.judgement, "–"
         else:
             interval = "" if row.interval is None else f" [{row.interval[0]:.2f}, {row.interval[1]:.2f}]"
             predicted, error = f"{row.predicted:.2f}x{interval}", f"{row.predicted / row.measured - 1:+.1%}"
@@ -89,4 +91,4 @@ def plot_race(rows: tuple[RaceRow, ...], path: Path, title: str) -> Path:
     axes.set_yticks(ys)
     axes.set_yticklabels([row.label + (" (exported)" if row.exported else "") for row in rows], fontsize=7)
     return save_figure(figure, axes, path, xlabel="speedup over llama.cpp's target alone", ylabel="", title=title,
-                       legend_size=7, legend_loc="lower right")
+                       legend_size=7, legend_below=True)

@@ -171,7 +171,7 @@ def write_plots(runs: tuple[ResultRun, ...], images: Path = IMAGES) -> list[Path
     written = [_plot_predicted(runs, images / PLOTS["predicted_vs_measured"]), _plot_latency(runs, images / PLOTS["latency"])]
     if _load_groups(runs):
         written.append(_plot_load(runs, images / PLOTS["load"]))
-    written += [plot_race(run.race, images / _race_plot(run), f"{run.group}: {run.title}") for run in runs if run.race]
+    written += [plot_race(run.race, images / _race_plot(run), f"{run.title}: the race against llama-server") for run in runs if run.race]
     return written
 
 
