@@ -181,6 +181,28 @@ def _with_catch_up(below: _Draft, acceptance: Acceptance, curve: LatencyCurve) -
                   times=below.times[:-1] + (below.times[-1] + extra,), level_stats=below.level_stats)
 
 
+def _last_draft(k: int, acceptance: Acceptance, curve: LatencyCurve, overhead: LoopOverhead, switch: SwitchCost) -> _Draft:
+    """draft(n, k) of the last model M_n, whose verifier's law is `acceptance`, before its
+    catch-up pass (`_with_catch_up`)."""
+    if isinstance(acceptance, DraftRounds):
+        pmf = acceptance.drafted_pmf()
+        if not acceptance.model_drafter:  # a rule drafter: one call, 0 … K tokens
+            seconds = curve(1) + switch_total(switch, 1)
+            loop = overhead.per_step_s
+            return _Draft(pmf=pmf, cost=seconds + loop, overhead=loop, forwards=(1.0,), times=(seconds,), level_stats=())
+        passes = acceptance.passes_pmf()  # a model drafter: one pass per drafted token (and per stop)
+        counts = np.arange(len(passes), dtype=float)
+        mean_passes = float(passes @ counts)
+        seconds = mean_passes * curve(1) + float(sum(p * switch_total(switch, j) for j, p in enumerate(passes) if p))
+        loop = mean_passes * overhead.per_step_s
+        return _Draft(pmf=pmf, cost=seconds + loop, overhead=loop, forwards=(mean_passes,), times=(seconds,), level_stats=())
+    pmf = np.zeros(k + 1)
+    pmf[k] = 1.0
+    seconds = k * curve(1) + switch_total(switch, k)  # the loop follows the verifier's pass: cold
+    loop = k * overhead.per_step_s
+    return _Draft(pmf=pmf, cost=seconds + loop, overhead=loop, forwards=(float(k),), times=(seconds,), level_stats=())
+
+
 def _draft(
     level: int,
     k: int,
@@ -194,28 +216,10 @@ def _draft(
     """Summarise draft(level, k) (0-based level: 0 is the target, len(curves) − 1 the smallest;
     `verify_curves`: what a verification pass of each model costs, `curves` its one-token steps)."""
     last = len(curves) - 1
-    if level == last and isinstance(acceptances[last - 1], DraftRounds):
-        rounds = acceptances[last - 1]
-        pmf = rounds.drafted_pmf()
-        if not rounds.model_drafter:  # a rule drafter: one call, 0 … K tokens
-            seconds = curves[last](1) + switch_total(switch[last], 1)
-            loop = overhead.per_step_s
-            return _Draft(pmf=pmf, cost=seconds + loop, overhead=loop, forwards=(1.0,), times=(seconds,), level_stats=())
-        passes = rounds.passes_pmf()  # a model drafter: one pass per drafted token (and per stop)
-        counts = np.arange(len(passes), dtype=float)
-        mean_passes = float(passes @ counts)
-        seconds = mean_passes * curves[last](1) + float(sum(p * switch_total(switch[last], j) for j, p in enumerate(passes) if p))
-        loop = mean_passes * overhead.per_step_s
-        return _Draft(pmf=pmf, cost=seconds + loop, overhead=loop, forwards=(mean_passes,), times=(seconds,), level_stats=())
     if level == last:
-        pmf = np.zeros(k + 1)
-        pmf[k] = 1.0
-        seconds = k * curves[last](1) + switch_total(switch[last], k)  # the loop follows the verifier's pass: cold
-        loop = k * overhead.per_step_s
-        return _Draft(pmf=pmf, cost=seconds + loop, overhead=loop, forwards=(float(k),), times=(seconds,), level_stats=())
+        drafted = _last_draft(k, acceptances[last - 1], curves[last], overhead, switch[last])
+        return _with_catch_up(drafted, acceptances[last - 1], curves[last])
     below = _draft(level + 1, blocks[level], acceptances, curves, blocks, overhead, switch, verify_curves)
-    if level + 1 == last:
-        below = _with_catch_up(below, acceptances[level], curves[last])
     gathered, verify_time, stats = _level_round(acceptances[level], below.pmf, verify_curves[level], switch[level][0])
     max_gain = len(gathered) - 1
     visit = np.zeros(k)  # visit[s] = P(a round starts with s tokens gathered)
@@ -293,8 +297,6 @@ def predict_chain(
 
     verify = [monotone_envelope(c) for c in lat] if pad_verification else lat
     below = _draft(1, blocks[0], alphas, lat, blocks, loop, switch, verify)
-    if n == 2:
-        below = _with_catch_up(below, alphas[0], lat[1])
     gathered, verify_time, stats = _level_round(alphas[0], below.pmf, verify[0], switch[0][0])
     tokens = stats[0]
     round_cost = below.cost + verify_time + loop.per_round_s
