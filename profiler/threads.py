@@ -46,10 +46,8 @@ class ThreadChoice:
 
 def available_cpus() -> int:
     """CPU cores this process may run on (its affinity where the OS tells, else os.cpu_count)."""
-    try:
-        return len(os.sched_getaffinity(0))
-    except AttributeError:  # macOS and Windows have no sched_getaffinity
-        return os.cpu_count() or 1
+    allowed = _affinity()
+    return len(allowed) if allowed is not None else os.cpu_count() or 1
 
 
 def machine_load() -> float | None:
@@ -74,9 +72,10 @@ def machine_load() -> float | None:
 
 
 def _affinity() -> set[int] | None:
+    """The CPUs this process may run on; None where the OS does not tell (macOS, Windows)."""
     try:
         return set(os.sched_getaffinity(0))
-    except AttributeError:  # macOS and Windows
+    except AttributeError:
         return None
 
 
