@@ -29,10 +29,8 @@ def save_figure(figure, axes, path: Path, *, ylabel: str, xlabel: str | None = N
         axes.set_title(title, fontsize=9)
     if legend_below:
         axes.legend(fontsize=legend_size, loc="upper center", bbox_to_anchor=(0.5, -0.12), frameon=False)
-        figure.tight_layout()
-        figure.savefig(path, bbox_inches="tight")
-        return path
-    axes.legend(fontsize=legend_size, **({} if legend_loc is None else {"loc": legend_loc}))
+    else:
+        axes.legend(fontsize=legend_size, **({} if legend_loc is None else {"loc": legend_loc}))
     figure.tight_layout()
-    figure.savefig(path)
+    figure.savefig(path, **({"bbox_inches": "tight"} if legend_below else {}))  # the legend below lies outside the axes
     return path

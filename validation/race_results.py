@@ -83,8 +83,9 @@ def plot_race(rows: tuple[RaceRow, ...], path: Path, title: str) -> Path:
               alpha=0.7, capsize=2, label="measured (± sd over prompts)")
     predicted = [(y, row) for y, row in zip(ys, rows) if row.predicted is not None]
     if predicted:
-        errors = [[row.predicted - (row.interval or (row.predicted, row.predicted))[0] for _, row in predicted],
-                  [(row.interval or (row.predicted, row.predicted))[1] - row.predicted for _, row in predicted]]
+        bounds = [row.interval or (row.predicted, row.predicted) for _, row in predicted]
+        errors = [[row.predicted - low for (_, row), (low, _) in zip(predicted, bounds)],
+                  [high - row.predicted for (_, row), (_, high) in zip(predicted, bounds)]]
         axes.errorbar([row.predicted for _, row in predicted], [y for y, _ in predicted], xerr=errors, fmt="D", color="k",
                       markersize=4, capsize=2, label="predicted by export [interval]")
     axes.axvline(1.0, color="0.4", linestyle="--", linewidth=1)
