@@ -87,6 +87,7 @@ from pathlib import Path
 from typing import Any
 
 from polyplan.formats.errors import PolyplanError
+from polyplan.formats.options import integer_at_least
 from polyplan.formats.fetchable import FETCH_PREFIX, fetched_path
 
 BUILTIN_PREFIX = "builtin:"
@@ -459,8 +460,7 @@ def _parse_derive(derive: Any, label: str, base_dir: Path) -> Derivation:
         if unknown:
             raise PolyplanError(f"{label}: derive: unknown key {unknown[0]!r} for kind ngram-simple (allowed: size_n)")
         size_n = derive.get("size_n", 3)
-        if not isinstance(size_n, int) or isinstance(size_n, bool) or size_n < 1:
-            raise PolyplanError(f"{label}: derive: size_n must be an integer >= 1, got {size_n!r}")
+        integer_at_least(size_n, 1, f"{label}: derive: size_n")
         return NGramSimple(size_n=size_n)
     if "kind" in keys:
         raise PolyplanError(f"{label}: derive: unknown kind {derive['kind']!r} (only 'ngram' or 'ngram-simple')")

@@ -18,13 +18,8 @@ Check = Callable[[Any], Any]
 
 
 def whole(minimum: int) -> Check:
-    """An integer >= `minimum`."""
-
-    def check(value: int) -> None:
-        if value < minimum:
-            raise Invalid(f"must be an integer >= {minimum}, got {value}")
-
-    return check
+    """An integer >= `minimum` (the codec has checked the type)."""
+    return at_least(minimum, "an integer ")
 
 
 def non_negative(value: float) -> None:
@@ -58,10 +53,12 @@ def within(low: float, high: float) -> Check:
     return check
 
 
-def at_least(low: float) -> Check:
+def at_least(low: float, kind: str = "") -> Check:
+    """A number >= `low`; `kind` names what it must be in the message ("an integer ")."""
+
     def check(value: float) -> None:
         if value < low:
-            raise Invalid(f"must be >= {low:g}, got {value:g}")
+            raise Invalid(f"must be {kind}>= {low:g}, got {value:g}")
 
     return check
 

@@ -373,8 +373,7 @@ def recommend(
     integer_at_least(max_levels, 1, "max_levels")
     if k_max is None:
         k_max = default_k_max(profile)
-    if isinstance(k_max, bool) or not isinstance(k_max, int) or k_max < 1:
-        raise PolyplanError(f"k_max: block size must be an integer >= 1, got {k_max!r}")
+    integer_at_least(k_max, 1, "k_max, a block size")
     if block_sizes not in SEARCH_MODES:
         raise PolyplanError(f"block_sizes: must be one of {', '.join(SEARCH_MODES)}, got {block_sizes!r}")
     context = _Context(profile, sampling, context_length, overhead, acceptance_model)

@@ -123,6 +123,6 @@ def test_bad_input_gives_one_line_and_exit_2(tmp_path):
     _fails(["recommend", "--profile", negative, "--out", out], "median_s: must be > 0, got -0.007")
     alpha = _bad_profile(tmp_path, '"alpha": 0.815512', '"alpha": 1.3')
     _fails(["recommend", "--profile", alpha, "--out", out], "pairs[2].sampling.greedy.alpha: must be in [0, 1), got 1.3")
-    _fails(["recommend", "--profile", str(EXAMPLE), "--out", out, "--k-max", "0"], "k_max: block size must be an integer >= 1")
+    _fails(["recommend", "--profile", str(EXAMPLE), "--out", out, "--k-max", "0"], "k_max, a block size: must be an integer >= 1")
     _fails(["recommend", "--profile", str(tmp_path / "nope.json"), "--out", out], "nope.json: no such file")
     assert not Path(out).exists()

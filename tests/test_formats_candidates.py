@@ -116,8 +116,8 @@ BAD = {
     "ngram bad n": (_edit(5, derive={"kind": "ngram", "max_n": 1, "min_n": 2}), "candidate 'ngram': derive: need integers"),
     "ngram unknown key": (_edit(5, derive={"kind": "ngram", "width": 3}), "candidate 'ngram': derive: unknown key 'width'"),
     "unknown kind": (_edit(5, derive={"kind": "medusa"}), "candidate 'ngram': derive: unknown kind 'medusa'"),
-    "ngram-simple bad size": (_edit(5, derive={"kind": "ngram-simple", "size_n": 0}), "candidate 'ngram': derive: size_n must be an integer >= 1"),
-    "ngram-simple bool size": (_edit(5, derive={"kind": "ngram-simple", "size_n": True}), "candidate 'ngram': derive: size_n must be"),
+    "ngram-simple bad size": (_edit(5, derive={"kind": "ngram-simple", "size_n": 0}), "candidate 'ngram': derive: size_n: must be an integer >= 1"),
+    "ngram-simple bool size": (_edit(5, derive={"kind": "ngram-simple", "size_n": True}), "candidate 'ngram': derive: size_n: must be"),
     "ngram-simple unknown key": (_edit(5, derive={"kind": "ngram-simple", "max_n": 3}),
                                  "candidate 'ngram': derive: unknown key 'max_n' for kind ngram-simple (allowed: size_n)"),
     "derive from ngram-simple": (

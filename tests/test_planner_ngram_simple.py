@@ -40,7 +40,7 @@ def test_the_index_drafts_what_the_reference_scan_drafts():
         keep = rng.randint(1, len(tokens))
         index.truncate(keep)
         assert index.draft(size_m) == ngram_simple_draft(tokens[:keep - 1], tokens[keep - 1], size_n, size_m)
-    with pytest.raises(PolyplanError, match="size_n must be an integer >= 1"):
+    with pytest.raises(PolyplanError, match="size_n: must be an integer >= 1"):
         NGramSimpleIndex(0)
 
 

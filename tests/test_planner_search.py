@@ -134,7 +134,7 @@ def test_bad_profiles_and_arguments():
         recommend(THREE, sampling="t1.0")
     with pytest.raises(PolyplanError, match="max_levels: must be an integer >= 1"):
         recommend(THREE, max_levels=0)
-    with pytest.raises(PolyplanError, match="k_max: block size must be an integer >= 1"):
+    with pytest.raises(PolyplanError, match="k_max, a block size: must be an integer >= 1"):
         recommend(THREE, k_max=0)
     with pytest.raises(PolyplanError, match="block_sizes: must be one of"):
         recommend(THREE, block_sizes="random")

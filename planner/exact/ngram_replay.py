@@ -40,6 +40,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from polyplan.formats.errors import PolyplanError
+from polyplan.formats.options import integer_at_least
 from polyplan.formats.plan import FIXED_DRAFTS, DraftPolicy
 from polyplan.formats.profile import Profile, TargetStream
 from polyplan.planner.exact.cost_model import ChainPrediction
@@ -91,8 +92,7 @@ class NGramSimpleIndex:
     history (one dictionary look-up, then a walk over the latest starts of that n-gram)."""
 
     def __init__(self, size_n: int) -> None:
-        if isinstance(size_n, bool) or not isinstance(size_n, int) or size_n < 1:
-            raise PolyplanError(f"ngram-simple: size_n must be an integer >= 1, got {size_n!r}")
+        integer_at_least(size_n, 1, "ngram-simple: size_n")
         self.size_n = size_n
         self.tokens: list[int] = []
         self._starts: dict[tuple[int, ...], list[int]] = {}  # n-gram -> its start positions, ascending
@@ -223,8 +223,7 @@ def chain_rounds(stream: TargetStream, size_n: int, block: int, new_tokens: int 
     prefix of the draft equal to the stream is accepted and the target's own next token emitted.
     A draft running past the recorded stream is cut where the stream ends (the stream cannot
     say what the target would have done there). `policy`: an adaptive cap starting at `block`."""
-    if isinstance(block, bool) or not isinstance(block, int) or block < 1:
-        raise PolyplanError(f"ngram-simple: block size must be an integer >= 1, got {block!r}")
+    integer_at_least(block, 1, "ngram-simple: block size")
     continuation = stream.ids[stream.prompt_tokens:]
     total = len(continuation) if new_tokens is None else min(new_tokens, len(continuation))
     index = NGramSimpleIndex(size_n)

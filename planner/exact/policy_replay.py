@@ -37,6 +37,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from polyplan.formats.errors import PolyplanError
+from polyplan.formats.options import integer_at_least
 from polyplan.formats.plan import DraftPolicy
 from polyplan.planner.exact.draft_rounds import DraftRounds
 
@@ -53,8 +54,7 @@ class PolicyRound:
 
 def walk(agreement: Sequence[bool], block: int, policy: DraftPolicy, confidence: Sequence[float] | None = None) -> tuple[PolicyRound, ...]:
     """The rounds a greedy chain target > drafter runs along one agreement sequence (module docstring)."""
-    if isinstance(block, bool) or not isinstance(block, int) or block < 1:
-        raise PolyplanError(f"draft policy replay: block size must be an integer >= 1, got {block!r}")
+    integer_at_least(block, 1, "draft policy replay: block size")
     policy.check_block(block)
     if policy.p_min is not None and confidence is None:
         raise PolyplanError("draft policy replay: p_min needs the drafter's confidences, which the profile does not keep")
