@@ -28,7 +28,8 @@ profile holds the target's greedy streams it is predicted by replaying that draf
 (`planner.exact.ngram_replay`), else by α with a note saying so. A llama.cpp export can be priced
 with llama.cpp's own numbers instead of the profile's (`planner.llama_cpp_ranking.LlamaCppPrices`:
 the GGUF's T(k) and greedy streams, and llama-server's own loop, `planner.exact.server_loop`,
-in place of polyplan's). A member an engine cannot load is
+in place of polyplan's); a plan's confidence stop is ranked as llama-server runs it
+(`planner.llama_cpp_policy`). A member an engine cannot load is
 listed with the reason, never exported. What to type for the chosen drafter (commands, flags,
 snippets) and the export's report are rendered by `engines.export`. Pure: no torch, no I/O.
 """
@@ -36,6 +37,7 @@ snippets) and the export's report are rendered by `engines.export`. Pure: no tor
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 from polyplan.formats.candidates import RULE_DRAFTERS, Candidate, CandidateSet, EarlyExit, NGram, NGramSimple, Quantize, ReducedVocab
@@ -44,7 +46,8 @@ from polyplan.planner.exact.cost_model import ChainPrediction, predict_chain
 from polyplan.planner.exact.engine_overhead import profile_call_seconds, prediction_overhead
 from polyplan.planner.exact.latency import LatencyCurve, constant_curve, curve_from_profile
 from polyplan.planner.exact.server_loop import NO_SERVER_LOOP, ServerLoop, draft_model_speedup
-from polyplan.formats.overhead import LoopOverhead
+from polyplan.formats.overhead import LoopOverhead, SwitchCost
+from polyplan.planner.llama_cpp_policy import plan_policy, policy_notes, policy_rounds, server_policy
 from polyplan.planner.llama_cpp_ranking import (LlamaCppPrices, RankedConfig, Replicates, ReplayWorkload, llama_cpp_spec_flags,
                                                 recommend, replayed_config)
 from polyplan.planner.llama_cpp_ranking import ranked as rank_configs
@@ -52,7 +55,7 @@ from polyplan.planner.exact.ngram_replay import replay_prediction, target_stream
 from polyplan.planner.exact.ngram_rules import LLAMA_CPP_RULES, LLAMA_CPP_VERSION, NGramSimpleRule
 from polyplan.formats.overhead import NO_SWITCH
 from polyplan.planner.exact.overhead import profile_switch_costs
-from polyplan.formats.plan import PlanFile
+from polyplan.formats.plan import DraftPolicy, PlanFile
 from polyplan.planner.exact.whole_call import CallCount, CallModel, prefill_curve, whole_call_speedup
 from polyplan.formats.profile import Profile
 from polyplan.formats.sampling import SamplingMode
@@ -250,10 +253,13 @@ def _replicates(profile: Profile, target: str, streams: int, width: int, context
 
 def _llama_cpp_ranking(profile: Profile, target: str, options: list[EngineOption], target_curve, greedy: bool,
                        workload: ReplayWorkload, context_length: int | None,
-                       prices: LlamaCppPrices | None = None) -> tuple[tuple[RankedConfig, ...], tuple[str, ...]]:
+                       prices: LlamaCppPrices | None = None, pricing: "_DraftPricing | None" = None,
+                       policy: tuple[str, DraftPolicy] | None = None,
+                       k_max: int = 8) -> tuple[tuple[RankedConfig, ...], tuple[str, ...]]:
     """Every llama-server configuration the export can predict, and off, fastest first; and
     the notes on how (`planner.llama_cpp_ranking`; `prices`: llama.cpp's own numbers, already
-    in `profile`, and llama-server's loop)."""
+    in `profile`, and llama-server's loop; `policy`: the plan's last drafter and its draft
+    policy, whose confidence stop gets a row of its own, `planner.llama_cpp_policy`)."""
     streams = target_streams(profile) if greedy else ()
     loop = NO_SERVER_LOOP if prices is None or prices.loop is None else prices.loop
     configs, notes = [], list(() if prices is None else prices.notes)
@@ -283,23 +289,88 @@ def _llama_cpp_ranking(profile: Profile, target: str, options: list[EngineOption
                                            loop=loop))
         elif option.prediction is not None:
             configs.append(RankedConfig(f"ngram-simple size-n={size_n} K={k}", flags, option.speedup, None, "alpha model (no interval)"))
+    requests = _workload_requests(streams, workload)
+    in_server = bool(requests) and bool(loop.per_draft_prompt_token_s or loop.per_request_s)
+    server_words = (", the server's per-request cost and the draft model's prefill of each prompt over the replays' requests"
+                    if in_server else "")
     for option in options:
         if option.reason is None and option.method == "draft_model" and option.source != IN_PROCESS:
             how = ("exact model with alpha and llama-server's draft loop" if prices is not None and prices.draft_ratio is not None
                    else "exact model with alpha")
-            speedup = option.speedup
-            if loop.per_draft_prompt_token_s or loop.per_request_s:
-                requests = _workload_requests(streams, workload)
-                if requests:  # the draft model's prefill of each prompt, inside the server's decode time
-                    prediction = option.prediction
-                    speedup = draft_model_speedup(loop, prediction.cost_per_token, prediction.speedup * prediction.cost_per_token,
-                                                  requests)
-                    how += ", the server's per-request cost and the draft model's prefill of each prompt over the replays' requests"
             configs.append(RankedConfig(f"draft-simple {option.drafter} K={option.block_size}",
                                         tuple(llama_cpp_spec_flags("draft_model", option.block_size, option.source)),
-                                        speedup, None, f"{how} (no interval)"))
+                                        _server_speedup(option.prediction, loop, requests if in_server else []), None,
+                                        f"{how}{server_words} (no interval)"))
+    if policy is not None and pricing is not None:
+        row, lines = _policy_config(profile, target, options, policy, pricing, loop, requests if in_server else [], greedy, k_max)
+        configs += row
+        notes += lines
     notes.append("ngram-cache: not modelled (its rule reads cache files)")
     return rank_configs(configs), tuple(notes)
+
+
+def _server_speedup(prediction: ChainPrediction, loop: ServerLoop, requests: list[tuple[int, int]]) -> float:
+    """A draft model's decode speedup in llama-server: the exact model's, with the server's
+    per-request cost and the draft model's prefill of each prompt over `requests` where
+    there are any (`planner.exact.server_loop.draft_model_speedup`)."""
+    if not requests:
+        return prediction.speedup
+    return draft_model_speedup(loop, prediction.cost_per_token, prediction.speedup * prediction.cost_per_token, requests)
+
+
+@dataclass(frozen=True)
+class _DraftPricing:
+    """What a draft model's round costs in the export: the target's curve and switch cost, the
+    loop overhead (polyplan's, None: none) or llama-server's own loop and drafter cost ratio
+    (`_server_draft_model`), and each drafter's curve (from `profile` at `context_length`) and
+    switch cost."""
+
+    target_curve: LatencyCurve
+    target_switch: SwitchCost
+    overhead: LoopOverhead | None
+    loop: ServerLoop | None
+    ratio: float | None
+    profile: Profile
+    context_length: int | None
+    switches: Mapping[str, SwitchCost]
+
+    def predict(self, drafter: str, acceptance, k: int, method: str = "draft_model") -> ChainPrediction:
+        """The exact model's prediction of the target and `drafter` at block size `k` with
+        `acceptance` (α, a run survival or a replayed `DraftRounds`)."""
+        curves = [self.target_curve, curve_from_profile(self.profile.model(drafter), self.context_length)]
+        costs, overhead = [self.target_switch, self.switches.get(drafter, NO_SWITCH)], self.overhead
+        if self.loop is not None:
+            curves, costs, overhead = _server_draft_model(curves, self.loop, method, self.ratio)
+        return predict_chain([acceptance], curves, [k], overhead, costs, pad_verification=False)
+
+
+def _policy_config(profile: Profile, target: str, options: list[EngineOption], policy: tuple[str, DraftPolicy],
+                   pricing: _DraftPricing, loop: ServerLoop, requests: list[tuple[int, int]], greedy: bool,
+                   k_max: int) -> tuple[list[RankedConfig], list[str]]:
+    """The plan's draft policy as llama-server runs it (`planner.llama_cpp_policy`): a
+    draft-simple row with its confidence stop at the best fixed K (its rounds replayed on the
+    drafter's agreement sequences), and a line where the plan's policy is more than that (an
+    adaptive cap), or why no row."""
+    drafter, plan_policy_ = policy
+    option = next((o for o in options if o.drafter == drafter and o.reason is None and o.method == "draft_model"
+                   and o.source != IN_PROCESS), None)
+    if option is None:
+        return [], list(policy_notes(drafter, plan_policy_, None)) if any(o.drafter == drafter for o in options) else []
+    stop = server_policy(plan_policy_)
+    if stop is None:
+        return [], list(policy_notes(drafter, plan_policy_, option.block_size))
+    if not greedy:
+        return [], [f"{drafter}'s confidence stop p_min {stop.p_min:g}: not modelled (replayed at greedy only)"]
+    try:
+        rounds_at = policy_rounds(profile, target, drafter, stop.p_min)
+        k, prediction = _best_block(lambda k: pricing.predict(drafter, rounds_at(k), k), k_max)
+    except PolyplanError as error:
+        return [], [f"{drafter}'s confidence stop p_min {stop.p_min:g}: not modelled ({error})"]
+    label = f"draft-simple {drafter} K={k} p-min={stop.p_min:g}"
+    row = RankedConfig(label, tuple(llama_cpp_spec_flags("draft_model", k, option.source, p_min=stop.p_min)),
+                       _server_speedup(prediction, loop, requests), None,
+                       "the plan's confidence stop replayed on the drafter's agreement sequences (no interval)")
+    return [row], list(policy_notes(drafter, plan_policy_, k))
 
 
 def _server_draft_model(curves: list[LatencyCurve], loop: ServerLoop, method: str,
@@ -405,6 +476,8 @@ def export_plan(
         missing.append(f"{plan.target}'s prefill")
     baseline_per_token = target_curve(1) + (0.0 if overhead is None else overhead.per_step_s)
     baseline_call = CallModel(baseline_per_token, per_call, target_prefill, replaced_s=target_curve(1)) if engine == "hf" else None
+    pricing = _DraftPricing(target_curve, switches.get(plan.target, NO_SWITCH), overhead, loop,
+                            None if prices is None else prices.draft_ratio, profile, context_length, switches)
     options = []
     for pair in profile.pairs:
         if pair.verifier != plan.target or sampling not in pair.sampling:
@@ -428,15 +501,11 @@ def export_plan(
             options.append(EngineOption(pair.drafter, method, rule, alpha, None, None, source, reason, sizes))
             continue
         curves = [target_curve, curve_from_profile(profile.model(pair.drafter), context_length)]
-        costs = [switches.get(plan.target, NO_SWITCH), switches.get(pair.drafter, NO_SWITCH)]
         model = ""
         if engine == "llama.cpp" and method == "ngram":
             k, prediction, model = _llama_cpp_ngram(profile, sizes, target_curve, k_max, greedy, loop or NO_SERVER_LOOP)
-        if not model.startswith("replayed") and loop is not None:
-            curves, costs, step_overhead = _server_draft_model(curves, loop, method, prices.draft_ratio)
-            k, prediction = _best_block(lambda k: predict_chain([alpha], curves, [k], step_overhead, costs, pad_verification=False), k_max)
-        elif not model.startswith("replayed"):
-            k, prediction = _best_block(lambda k: predict_chain([alpha], curves, [k], overhead, costs, pad_verification=False), k_max)
+        if not model.startswith("replayed"):
+            k, prediction = _best_block(lambda k: pricing.predict(pair.drafter, alpha, k, method), k_max)
         call = None
         if engine == "hf":
             drafter_model = None if method == "ngram" else profile.model(pair.drafter)
@@ -457,7 +526,7 @@ def export_plan(
     ranking, notes = ((), ())
     if engine == "llama.cpp":
         ranking, notes = _llama_cpp_ranking(profile, plan.target, ranked + others, target_curve, greedy, workload,
-                                            context_length, prices)
+                                            context_length, prices, pricing, plan_policy(plan), k_max)
     return EngineExport(
         engine=engine,
         target=plan.target,

@@ -183,14 +183,20 @@ def recommend(ranking: Sequence[RankedConfig]) -> RankedConfig:
     return max(paying, key=lambda config: config.speedup) if paying else OFF_CONFIG
 
 
-def llama_cpp_spec_flags(method: str, k: int, source: str = "", ngram_sizes: tuple[int, int] | None = None) -> list[str]:
+def llama_cpp_spec_flags(method: str, k: int, source: str = "", ngram_sizes: tuple[int, int] | None = None,
+                         p_min: float | None = None) -> list[str]:
     """llama-server's flags for one drafter at block size `k`, as the pinned llama.cpp spells them
     (`engines.llama_cpp_build.BINDINGS_VERSION`; tests/test_engines_llama_cpp.py checks each one
     against that build's --help): a draft model drafts exactly k tokens (`draft-simple`, no
-    probability cut-off); an n-gram drafter is `ngram-simple`, looking up its longest n-gram and
-    drafting k tokens."""
+    probability cut-off), or with `p_min` up to k tokens, stopping where its confidence falls
+    below p_min (`--spec-draft-n-min 0`: a draft the stop cut short is kept, not discarded;
+    `planner.llama_cpp_policy`); an n-gram drafter is `ngram-simple`, looking up its longest
+    n-gram and drafting k tokens."""
     if method == "ngram":
         size_n = (ngram_sizes or (1, 3))[1]
         return ["--spec-type", "ngram-simple", "--spec-ngram-simple-size-n", str(size_n), "--spec-ngram-simple-size-m", str(k)]
+    if p_min is not None:
+        return ["--spec-type", "draft-simple", "-md", source, "--spec-draft-n-max", str(k), "--spec-draft-n-min", "0",
+                "--spec-draft-p-min", f"{p_min:g}"]
     return ["--spec-type", "draft-simple", "-md", source, "--spec-draft-n-max", str(k), "--spec-draft-n-min", str(k),
             "--spec-draft-p-min", "0"]
