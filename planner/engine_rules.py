@@ -40,6 +40,8 @@ import dataclasses
 from collections.abc import Mapping
 from dataclasses import dataclass
 
+import numpy as np
+
 from polyplan.formats.candidates import RULE_DRAFTERS, Candidate, CandidateSet, EarlyExit, NGram, NGramSimple, Quantize, ReducedVocab
 from polyplan.formats.errors import PolyplanError
 from polyplan.planner.exact.cost_model import ChainPrediction, predict_chain
@@ -55,7 +57,8 @@ from polyplan.planner.exact.ngram_replay import replay_prediction, target_stream
 from polyplan.planner.exact.ngram_rules import LLAMA_CPP_RULES, LLAMA_CPP_VERSION, NGramSimpleRule
 from polyplan.formats.overhead import NO_SWITCH
 from polyplan.planner.exact.overhead import profile_switch_costs
-from polyplan.formats.plan import DraftPolicy, PlanFile
+from polyplan.formats.plan import FIXED_DRAFTS, DraftPolicy, PlanFile
+from polyplan.planner.intervals.prediction_interval import pair_replicates, percentile_interval
 from polyplan.planner.exact.whole_call import CallCount, CallModel, prefill_curve, whole_call_speedup
 from polyplan.formats.profile import Profile
 from polyplan.formats.sampling import SamplingMode
@@ -254,8 +257,8 @@ def _replicates(profile: Profile, target: str, streams: int, width: int, context
 def _llama_cpp_ranking(profile: Profile, target: str, options: list[EngineOption], target_curve, greedy: bool,
                        workload: ReplayWorkload, context_length: int | None,
                        prices: LlamaCppPrices | None = None, pricing: "_DraftPricing | None" = None,
-                       policy: tuple[str, DraftPolicy] | None = None,
-                       k_max: int = 8) -> tuple[tuple[RankedConfig, ...], tuple[str, ...]]:
+                       policy: tuple[str, DraftPolicy] | None = None, k_max: int = 8,
+                       sampling: str = "greedy") -> tuple[tuple[RankedConfig, ...], tuple[str, ...]]:
     """Every llama-server configuration the export can predict, and off, fastest first; and
     the notes on how (`planner.llama_cpp_ranking`; `prices`: llama.cpp's own numbers, already
     in `profile`, and llama-server's loop; `policy`: the plan's last drafter and its draft
@@ -297,12 +300,14 @@ def _llama_cpp_ranking(profile: Profile, target: str, options: list[EngineOption
         if option.reason is None and option.method == "draft_model" and option.source != IN_PROCESS:
             how = ("exact model with alpha and llama-server's draft loop" if prices is not None and prices.draft_ratio is not None
                    else "exact model with alpha")
+            point = _server_speedup(option.prediction, loop, requests if in_server else [])
+            interval = _draft_interval(pricing, target, option.drafter, option.block_size, point, loop,
+                                       requests if in_server else [], sampling) if pricing is not None else None
             configs.append(RankedConfig(f"draft-simple {option.drafter} K={option.block_size}",
                                         tuple(llama_cpp_spec_flags("draft_model", option.block_size, option.source)),
-                                        _server_speedup(option.prediction, loop, requests if in_server else []), None,
-                                        f"{how}{server_words} (no interval)"))
+                                        point, interval, f"{how}{server_words}" + (" (no interval)" if interval is None else "")))
     if policy is not None and pricing is not None:
-        row, lines = _policy_config(profile, target, options, policy, pricing, loop, requests if in_server else [], greedy, k_max)
+        row, lines = _policy_config(profile, target, options, policy, pricing, loop, requests if in_server else [], sampling, k_max)
         configs += row
         notes += lines
     notes.append("ngram-cache: not modelled (its rule reads cache files)")
@@ -334,18 +339,41 @@ class _DraftPricing:
     context_length: int | None
     switches: Mapping[str, SwitchCost]
 
-    def predict(self, drafter: str, acceptance, k: int, method: str = "draft_model") -> ChainPrediction:
+    def predict(self, drafter: str, acceptance, k: int, method: str = "draft_model",
+                curves: tuple[LatencyCurve, LatencyCurve] | None = None) -> ChainPrediction:
         """The exact model's prediction of the target and `drafter` at block size `k` with
-        `acceptance` (α, a run survival or a replayed `DraftRounds`)."""
-        curves = [self.target_curve, curve_from_profile(self.profile.model(drafter), self.context_length)]
+        `acceptance` (α, a run survival or a replayed `DraftRounds`); `curves`: the target's and
+        the drafter's in place of the profile's (a bootstrap replicate's)."""
+        if curves is None:
+            curves = (self.target_curve, curve_from_profile(self.profile.model(drafter), self.context_length))
+        curves = list(curves)
         costs, overhead = [self.target_switch, self.switches.get(drafter, NO_SWITCH)], self.overhead
         if self.loop is not None:
             curves, costs, overhead = _server_draft_model(curves, self.loop, method, self.ratio)
         return predict_chain([acceptance], curves, [k], overhead, costs, pad_verification=False)
 
 
+def _draft_interval(pricing: _DraftPricing, target: str, drafter: str, k: int, point: float, loop: ServerLoop,
+                    requests: list[tuple[int, int]], sampling: str, policy: DraftPolicy = FIXED_DRAFTS) -> tuple[float, float] | None:
+    """A draft-simple row's interval, of the same kind as the plan's and the n-gram rows'
+    (`planner.intervals.prediction_interval.pair_replicates`): the target's and the drafter's
+    T(k) resampled from their stored timings, the drafter's agreement runs (or its policy's
+    replayed rounds) resampled by prompt as a new prompt set, each replicate priced as the point
+    is and its deviation from the inputs as measured stretched for few prompts; llama-server's
+    loop held fixed. None where the profile's sequences hold no complete round at block size `k`."""
+    try:
+        replicates = pair_replicates(pricing.profile, target, drafter, k, policy=policy, sampling=sampling,
+                                     context_length=pricing.context_length, resamples=RESAMPLES)
+    except PolyplanError:
+        return None
+    measured = _server_speedup(pricing.predict(drafter, replicates.measured, k), loop, requests)
+    speedups = np.asarray([_server_speedup(pricing.predict(drafter, acceptance, k, curves=(target_curve, drafter_curve)), loop, requests)
+                           for acceptance, target_curve, drafter_curve in zip(replicates.acceptance, replicates.target, replicates.drafter)])
+    return percentile_interval(point, speedups, measured, replicates.stretch)
+
+
 def _policy_config(profile: Profile, target: str, options: list[EngineOption], policy: tuple[str, DraftPolicy],
-                   pricing: _DraftPricing, loop: ServerLoop, requests: list[tuple[int, int]], greedy: bool,
+                   pricing: _DraftPricing, loop: ServerLoop, requests: list[tuple[int, int]], sampling: str,
                    k_max: int) -> tuple[list[RankedConfig], list[str]]:
     """The plan's draft policy as llama-server runs it (`planner.llama_cpp_policy`): a
     draft-simple row with its confidence stop at the best fixed K (its rounds replayed on the
@@ -359,7 +387,7 @@ def _policy_config(profile: Profile, target: str, options: list[EngineOption], p
     stop = server_policy(plan_policy_)
     if stop is None:
         return [], list(policy_notes(drafter, plan_policy_, option.block_size))
-    if not greedy:
+    if sampling != "greedy":
         return [], [f"{drafter}'s confidence stop p_min {stop.p_min:g}: not modelled (replayed at greedy only)"]
     try:
         rounds_at = policy_rounds(profile, target, drafter, stop.p_min)
@@ -367,9 +395,11 @@ def _policy_config(profile: Profile, target: str, options: list[EngineOption], p
     except PolyplanError as error:
         return [], [f"{drafter}'s confidence stop p_min {stop.p_min:g}: not modelled ({error})"]
     label = f"draft-simple {drafter} K={k} p-min={stop.p_min:g}"
-    row = RankedConfig(label, tuple(llama_cpp_spec_flags("draft_model", k, option.source, p_min=stop.p_min)),
-                       _server_speedup(prediction, loop, requests), None,
-                       "the plan's confidence stop replayed on the drafter's agreement sequences (no interval)")
+    point = _server_speedup(prediction, loop, requests)
+    interval = _draft_interval(pricing, target, drafter, k, point, loop, requests, sampling, stop)
+    row = RankedConfig(label, tuple(llama_cpp_spec_flags("draft_model", k, option.source, p_min=stop.p_min)), point, interval,
+                       "the plan's confidence stop replayed on the drafter's agreement sequences"
+                       + (" (no interval)" if interval is None else ""))
     return [row], list(policy_notes(drafter, plan_policy_, k))
 
 
@@ -526,7 +556,7 @@ def export_plan(
     ranking, notes = ((), ())
     if engine == "llama.cpp":
         ranking, notes = _llama_cpp_ranking(profile, plan.target, ranked + others, target_curve, greedy, workload,
-                                            context_length, prices, pricing, plan_policy(plan), k_max)
+                                            context_length, prices, pricing, plan_policy(plan), k_max, sampling)
     return EngineExport(
         engine=engine,
         target=plan.target,

@@ -2,7 +2,8 @@
 
 The configurations: each n-gram type llama.cpp offers at its defaults (`ngram-simple`,
 `ngram-map-k`, `ngram-map-k4v`, `ngram-mod`: `planner.exact.ngram_rules`), `ngram-simple` at the
-block size the export chose, each draft model (`draft-simple` at its K, the exact model), and
+block size the export chose, each draft model (`draft-simple` at its K, the exact model, with an
+interval drawn the same way from its agreement runs: `planner.engine_rules`), and
 "off" (the target alone, 1.00x by definition). An n-gram type is replayed on the target's
 greedy streams as one server session (its state carried from request to request,
 `planner.exact.ngram_rules.replay_session`) and priced with the target's T(k): a round that drafts L tokens
@@ -29,6 +30,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from polyplan.formats.profile import AgreementRuns, ModelProfile, Profile, TargetStream
+from polyplan.planner.intervals.prediction_interval import percentile_interval
 from polyplan.planner.exact.ngram_rules import DraftRule, SessionReplay, replay_session
 from polyplan.planner.exact.server_loop import NGRAM, NO_SERVER_LOOP, ServerLoop
 
@@ -153,9 +155,7 @@ def session_interval(session: SessionReplay, streams: int, point: float, replica
     fixed = replicates.weights @ (requests * loop.per_request_s)
     seconds = np.einsum("rs,sk,rk->r", replicates.weights, counts, replicates.steps) + replicates.weights @ extra + fixed
     speedups = (fixed + (replicates.steps[:, 0] + loop.per_round_s) * (replicates.weights @ tokens)) / seconds
-    deviations = np.log(speedups / point) * replicates.stretch
-    low, high = np.percentile(point * np.exp(deviations), [50 * (1 - level), 50 * (1 + level)])
-    return float(min(low, point)), float(max(high, point))
+    return percentile_interval(point, speedups, point, replicates.stretch, level)
 
 
 def replayed_config(label: str, flags: Sequence[str], streams: Sequence[TargetStream], make_rule: Callable[[], DraftRule],
