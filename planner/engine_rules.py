@@ -278,7 +278,7 @@ def _llama_cpp_ranking(profile: Profile, target: str, options: list[EngineOption
                                            loop=loop))
     else:
         why = "at greedy only" if not greedy else "the profile holds no target streams (re-run polyplan profile)"
-        notes.append(f"ngram-map-k, ngram-map-k4v, ngram-mod: not modelled ({why})")
+        notes.append(f"ngram-map-k, ngram-map-k4v, ngram-mod, ngram-cache: not modelled ({why})")
     seen = set()
     for option in ngrams:  # ngram-simple at each n-gram drafter's size and chosen K
         size_n, k = option.ngram_sizes[1], option.block_size
@@ -310,7 +310,6 @@ def _llama_cpp_ranking(profile: Profile, target: str, options: list[EngineOption
         row, lines = _policy_config(profile, target, options, policy, pricing, loop, requests if in_server else [], sampling, k_max)
         configs += row
         notes += lines
-    notes.append("ngram-cache: not modelled (its rule reads cache files)")
     return rank_configs(configs), tuple(notes)
 
 

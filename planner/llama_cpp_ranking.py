@@ -1,7 +1,7 @@
 """Rank every llama-server configuration polyplan can predict, and "off", and pick one.
 
 The configurations: each n-gram type llama.cpp offers at its defaults (`ngram-simple`,
-`ngram-map-k`, `ngram-map-k4v`, `ngram-mod`: `planner.exact.ngram_rules`), `ngram-simple` at the
+`ngram-map-k`, `ngram-map-k4v`, `ngram-mod`, `ngram-cache`: `planner.exact.ngram_rules`), `ngram-simple` at the
 block size the export chose, each draft model (`draft-simple` at its K, the exact model, with an
 interval drawn the same way from its agreement runs: `planner.engine_rules`), and
 "off" (the target alone, 1.00x by definition). An n-gram type is replayed on the target's
