@@ -131,6 +131,7 @@ class EngineExport:
     recommended: RankedConfig | None = None  # llama.cpp only: what to type (`llama_cpp_ranking.recommend`)
     ranking_notes: tuple[str, ...] = ()  # llama.cpp only: how the ranking was predicted, and what it leaves out
     unexported: str = ""  # why no drafter is exported (`chosen` None): the target alone is the answer
+    prices: LlamaCppPrices | None = None  # llama.cpp only: the numbers it was priced with (None: the profile's)
 
     def whole_call_example(self) -> tuple[int, int, float] | None:
         """(prompt tokens, new tokens, predicted whole-call speedup) of one example `generate`
@@ -577,4 +578,5 @@ def export_plan(
             "polyplan); re-run polyplan recommend --candidates to measure it"
         ),
         unexported=unexported,
+        prices=prices,
     )
