@@ -255,7 +255,7 @@ class _Run:
     def _confident_draft(self, i: int, start: int, want: int, p_min: float) -> tuple[int, torch.Tensor | None]:
         """The last member drafts up to `want` tokens at buf[start:], stopping before the first
         whose top probability is below `p_min` (that pass ran, its token is not drafted), as
-        llama.cpp's `common_speculative_gen_draft`; returns the count and the q rows (greedy:
+        llama.cpp's `common_speculative_impl_draft_simple::draft`; returns the count and the q rows (greedy:
         None; at a temperature `(count, V)`, possibly empty). The top probability is the softmax
         of the logits at temperature 1 when greedy, else the sampling distribution's top."""
         rows = []

@@ -40,6 +40,7 @@ from polyplan.formats.errors import PolyplanError
 from polyplan.formats.profile import ModelProfile, Profile, TargetStream
 from polyplan.models.file_fingerprints import file_fingerprint
 from polyplan.models.hashing import fingerprint_settings, fingerprint_tokens
+from polyplan.planner.exact.ngram_replay import LLAMA_CPP_DEFAULT_SIZES
 from polyplan.planner.exact.ngram_rules import NGramSimpleRule, replay_request
 from polyplan.planner.exact.server_loop import DRAFT_MODEL, NGRAM, TARGET_ALONE, ServerLoop, ServerRequest, fit_server_loop
 from polyplan.planner.llama_cpp_ranking import LlamaCppPrices
@@ -292,19 +293,51 @@ def calibrate_server(build, target: Path, streams: Sequence[TargetStream], threa
                     order = list(range(len(configs)))
                     turn += 1
                     for number in order[turn % len(order):] + order[:turn % len(order)]:  # rotated: load drifts fall on all
-                        kind, _, k = configs[number]
                         done = servers[number].complete(prompt, length)
-                        drafted = _rounds(kind, prompt, done, k)
-                        if drafted is not None:
-                            requests.append(ServerRequest(kind, drafted, done.predicted_ms / 1000.0, len(prompt)))
+                        request = server_request(configs[number][1], prompt, done)
+                        if request is not None:
+                            requests.append(request)
     return requests
 
 
-def _rounds(kind: str, prompt: Sequence[int], done, k: int | None) -> tuple[int, ...] | None:
+def server_request(args: Sequence[str], prompt: Sequence[int], done) -> ServerRequest | None:
+    """One finished request (`engines.llama_server.Completion`) of a server started with `args`
+    (its flags after `-m TARGET`) as the loop's fit reads it (`planner.exact.server_loop.ServerRequest`),
+    for the calibration and the race alike: the target alone; `ngram-simple` at its sizes, its
+    rounds replayed on the server's own output; `draft-simple` at a fixed K (n-max = n-min,
+    p-min 0), K a round. None for any other configuration (a stateful n-gram type, a draft
+    whose length varies), or where the rounds are not known."""
+    kind, k, sizes = _fit_kind(tuple(args))
+    if kind is None:
+        return None
+    drafted = _rounds(kind, prompt, done, k, sizes)
+    return None if drafted is None else ServerRequest(kind, drafted, done.predicted_ms / 1000.0, len(prompt))
+
+
+def _fit_kind(args: tuple[str, ...]) -> tuple[str | None, int | None, tuple[int, int] | None]:
+    """(kind, K of a fixed-K draft model, ngram-simple's sizes) of a server's flags; kind None:
+    not one the fit can read."""
+    def value(flag: str) -> str | None:
+        return args[args.index(flag) + 1] if flag in args and args.index(flag) + 1 < len(args) else None
+
+    spec = value("--spec-type")
+    if spec is None and "--spec-default" not in args and "-md" not in args:
+        return TARGET_ALONE, None, None
+    if spec == "ngram-simple":
+        size_n, size_m = value("--spec-ngram-simple-size-n"), value("--spec-ngram-simple-size-m")
+        return NGRAM, None, (LLAMA_CPP_DEFAULT_SIZES[0] if size_n is None else int(size_n),
+                             LLAMA_CPP_DEFAULT_SIZES[1] if size_m is None else int(size_m))
+    n_max, n_min, p_min = value("--spec-draft-n-max"), value("--spec-draft-n-min"), value("--spec-draft-p-min")
+    if spec == "draft-simple" and n_max is not None and n_max == n_min and p_min is not None and float(p_min) == 0.0:
+        return DRAFT_MODEL, int(n_max), None
+    return None, None, None
+
+
+def _rounds(kind: str, prompt: Sequence[int], done, k: int | None, sizes: tuple[int, int] | None = None) -> tuple[int, ...] | None:
     """The tokens each round of a finished request drafted (None: not known, left out): none
-    for the target alone; an n-gram type's replayed on the server's own output (None when the
-    replay's totals are not the server's); a draft model at fixed K: K a round while its
-    drafted tokens last (the server's totals give the rounds: every round but the prefill's
+    for the target alone; ngram-simple's (at `sizes`) replayed on the server's own output (None
+    when the replay's totals are not the server's); a draft model at fixed K: K a round while
+    its drafted tokens last (the server's totals give the rounds: every round but the prefill's
     token emits its accepted tokens and one more)."""
     generated = done.predicted_n
     if generated < 2:
@@ -314,7 +347,7 @@ def _rounds(kind: str, prompt: Sequence[int], done, k: int | None) -> tuple[int,
     rounds = generated - 1 - done.draft_accepted
     if kind == NGRAM:
         stream = TargetStream(len(prompt), tuple(prompt) + tuple(done.token_ids))
-        replayed = replay_request(NGramSimpleRule(*CALIBRATION_NGRAM), stream, generated)
+        replayed = replay_request(NGramSimpleRule(*(sizes or CALIBRATION_NGRAM)), stream, generated)
         if (sum(r.drafted for r in replayed), sum(r.accepted for r in replayed)) != (done.draft_n, done.draft_accepted):
             return None
         return tuple(r.drafted for r in replayed)

@@ -76,6 +76,8 @@ class PeerRun:
     drafted: int
     accepted: int
     group: int = 0  # the memory group it ran in (its speedup is over that group's target alone)
+    decode_s: float | None = None  # the server's own decode time (`timings.predicted_ms`); None for polyplan
+    decoded: int | None = None  # the tokens it timed (`timings.predicted_n`)
 
 
 @dataclass(frozen=True)
@@ -147,6 +149,7 @@ class LlamaPeersBenchmark:
     threads_source: str = ""  # why this many threads (profiler.threads.ThreadChoice.source)
     memory: str = ""  # the one line on memory and groups (`race_memory.memory_line`)
     prediction_note: str = ""  # what the predicted column is (the export's replay of this race's requests)
+    loop_note: str = ""  # llama-server's loop fitted from this race's requests, beside the calibration's (`race_loop_line`)
 
 
 def server_configs(plan, export, candidates, files: dict[str, str],
@@ -294,7 +297,8 @@ def run_llama_peers(plan_path, *, prompts_path=None, candidates_path=None, threa
     import llama_cpp
 
     return LlamaPeersBenchmark(rows, threads, new_tokens, len(encoded), repeats, logs, llama_cpp.__version__, not prompts.raw,
-                               choice.source, memory_note, prediction_note(export))
+                               choice.source, memory_note, prediction_note(export),
+                               race_loop_line(configs, runs, [prompt.ids for prompt in encoded], export.prices))
 
 
 def prediction_note(export) -> str:
@@ -303,6 +307,51 @@ def prediction_note(export) -> str:
     return ("predicted: `polyplan export --engine llama.cpp`'s decode speedup replayed for this race's new tokens and repeats"
             + (f" ({notes})" if notes else "") + "; exported: what `polyplan export` recommends for distinct requests; "
             "\"not modelled\": the export predicts no such configuration")
+
+
+def race_requests(configs: Sequence[ServerConfig], runs: Sequence[PeerRun], prompts: Sequence[Sequence[int]]) -> list:
+    """This race's requests as the loop's fit reads them (`planner.exact.server_loop.ServerRequest`):
+    each run of the target alone, of `ngram-simple` and of the first draft model at a fixed K,
+    read as the calibration reads its own (`engines.llama_cpp_prices.server_request`); polyplan's
+    runs, the other configurations and a second draft model (the fit has one cost per drafted
+    token) are left out."""
+    from polyplan.engines.llama_cpp_prices import server_request
+    from polyplan.engines.llama_server import Completion
+
+    by_label = {config.label: config.args for config in configs}
+    by_label[TARGET_ONLY] = ()
+    drafts = [args[args.index("-md") + 1] for args in by_label.values() if "-md" in args]
+    requests = []
+    for run in runs:
+        args = by_label.get(run.config)
+        if args is None or run.decode_s is None or ("-md" in args and args[args.index("-md") + 1] != drafts[0]):
+            continue
+        done = Completion(run.tokens, run.decoded or len(run.tokens), 1000.0 * run.decode_s, 0.0, run.drafted, run.accepted, run.call_s)
+        request = server_request(args, prompts[run.prompt], done)
+        if request is not None:
+            requests.append(request)
+    return requests
+
+
+def race_loop_line(configs: Sequence[ServerConfig], runs: Sequence[PeerRun], prompts: Sequence[Sequence[int]], prices) -> str:
+    """llama-server's own loop fitted from this race's requests (`race_requests`) by the
+    calibration's fit (`planner.exact.server_loop.fit_server_loop`) against the export's T(k) of
+    the target, beside the calibration's (`prices`: the export's `LlamaCppPrices`; None: not
+    fitted). Every request of a race has the same new tokens, so its per-request and per-round
+    costs are told apart only by how the drafting configurations' rounds vary."""
+    from polyplan.planner.exact.latency import curve_from_profile
+    from polyplan.planner.exact.server_loop import fit_server_loop
+
+    if prices is None:
+        return "llama-server's loop from this race: not fitted (the export was priced from the profile, without llama.cpp's T(k))"
+    requests = race_requests(configs, runs, prompts)
+    calibrated = "not calibrated" if prices.loop is None else prices.loop.text()
+    try:
+        fitted = fit_server_loop(requests, curve_from_profile(prices.target))
+    except PolyplanError as error:
+        return f"llama-server's loop from this race: not fitted ({error}); calibrated: {calibrated}"
+    return (f"llama-server's loop fitted from this race's {len(requests)} requests (target alone, ngram-simple, draft-simple at a "
+            f"fixed K): {fitted.text()}; calibrated: {calibrated}")
 
 
 def server_needs(configs: Sequence[ServerConfig], target: ModelMemory, context: int, *, mapped: bool,
@@ -370,7 +419,7 @@ def race_servers(groups: Sequence[Sequence[ServerConfig]], start: Callable[[Serv
                             log(f"{label}: {failures[label]}")
                             continue
                         runs.append(PeerRun(label, index, prompt.prompt.kind, done.token_ids, done.wall_s, done.tokens_per_s,
-                                            done.draft_n, done.draft_accepted, number))
+                                            done.draft_n, done.draft_accepted, number, done.predicted_ms / 1000.0, done.predicted_n))
                 log(f"{f'group {number + 1}/{len(groups)}: ' if len(groups) > 1 else ''}repeat {repeat + 1}/{repeats} done")
     return [run for run in runs if run.config not in failures], failures
 
@@ -458,6 +507,8 @@ def llama_peers_lines(bench: LlamaPeersBenchmark) -> list[str]:
     ]
     if bench.prediction_note:
         lines.insert(len(lines) - 1, bench.prediction_note)
+    if bench.loop_note:
+        lines.insert(len(lines) - 1, bench.loop_note)
     for row in bench.rows:
         if row.failure is not None:
             lines.append(f"{row.label:44s} {row.failure}; predicted {row.judgement()}")

@@ -192,7 +192,7 @@ class DraftPolicy:
     - Confidence stop (`p_min`, model drafters only): the drafter stops when its top probability
       (softmax of its logits at temperature 1; the sampling distribution's top at a temperature)
       at the next position is below p_min, and that token is not drafted, as llama.cpp's
-      `common_speculative_gen_draft` does (`--spec-draft-p-min`; llama.cpp reads the top
+      `common_speculative_impl_draft_simple::draft` does (`--spec-draft-p-min`; llama.cpp reads the top
       probability renormalised over its 10 best candidates, polyplan over the whole vocabulary).
 
     Both depend on the drafter's own context and the rounds already verified, never on the

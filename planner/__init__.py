@@ -25,7 +25,7 @@ imports torch, so `polyplan recommend` runs on a machine without any model.
   `profile_sampling`: the sampling mode to plan for when none is named.
 - `engine_rules`: a plan exported to HF transformers, vLLM or llama.cpp under their acceptance
   rules (what to type is rendered by `engines.export`); `llama_cpp_ranking`: every llama-server
-  configuration, and off, ranked.
+  configuration, and off, ranked; `llama_cpp_policy`: a plan's draft policy as llama-server runs it.
 
 The package exports what `polyplan theory` reads from it: the paper's formulas, Theorem 3.2 and
 the theory report; and Theorem 3.2's inputs for any (upper, middle, lower) triple of a profile

@@ -28,7 +28,8 @@ profile holds the target's greedy streams it is predicted by replaying that draf
 (`planner.exact.ngram_replay`), else by α with a note saying so. A llama.cpp export can be priced
 with llama.cpp's own numbers instead of the profile's (`planner.llama_cpp_ranking.LlamaCppPrices`:
 the GGUF's T(k) and greedy streams, and llama-server's own loop, `planner.exact.server_loop`,
-in place of polyplan's). A member an engine cannot load is
+in place of polyplan's); a plan's confidence stop is ranked as llama-server runs it
+(`planner.llama_cpp_policy`). A member an engine cannot load is
 listed with the reason, never exported. What to type for the chosen drafter (commands, flags,
 snippets) and the export's report are rendered by `engines.export`. Pure: no torch, no I/O.
 """
@@ -36,7 +37,10 @@ snippets) and the export's report are rendered by `engines.export`. Pure: no tor
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Mapping
 from dataclasses import dataclass
+
+import numpy as np
 
 from polyplan.formats.candidates import RULE_DRAFTERS, Candidate, CandidateSet, EarlyExit, NGram, NGramSimple, Quantize, ReducedVocab
 from polyplan.formats.errors import PolyplanError
@@ -44,7 +48,8 @@ from polyplan.planner.exact.cost_model import ChainPrediction, predict_chain
 from polyplan.planner.exact.engine_overhead import profile_call_seconds, prediction_overhead
 from polyplan.planner.exact.latency import LatencyCurve, constant_curve, curve_from_profile
 from polyplan.planner.exact.server_loop import NO_SERVER_LOOP, ServerLoop, draft_model_speedup
-from polyplan.formats.overhead import LoopOverhead
+from polyplan.formats.overhead import LoopOverhead, SwitchCost
+from polyplan.planner.llama_cpp_policy import plan_policy, policy_notes, policy_rounds, server_policy
 from polyplan.planner.llama_cpp_ranking import (LlamaCppPrices, RankedConfig, Replicates, ReplayWorkload, llama_cpp_spec_flags,
                                                 recommend, replayed_config)
 from polyplan.planner.llama_cpp_ranking import ranked as rank_configs
@@ -52,7 +57,8 @@ from polyplan.planner.exact.ngram_replay import replay_prediction, target_stream
 from polyplan.planner.exact.ngram_rules import LLAMA_CPP_RULES, LLAMA_CPP_VERSION, NGramSimpleRule
 from polyplan.formats.overhead import NO_SWITCH
 from polyplan.planner.exact.overhead import profile_switch_costs
-from polyplan.formats.plan import PlanFile
+from polyplan.formats.plan import FIXED_DRAFTS, DraftPolicy, PlanFile
+from polyplan.planner.intervals.prediction_interval import pair_replicates, percentile_interval
 from polyplan.planner.exact.whole_call import CallCount, CallModel, prefill_curve, whole_call_speedup
 from polyplan.formats.profile import Profile
 from polyplan.formats.sampling import SamplingMode
@@ -125,6 +131,7 @@ class EngineExport:
     recommended: RankedConfig | None = None  # llama.cpp only: what to type (`llama_cpp_ranking.recommend`)
     ranking_notes: tuple[str, ...] = ()  # llama.cpp only: how the ranking was predicted, and what it leaves out
     unexported: str = ""  # why no drafter is exported (`chosen` None): the target alone is the answer
+    prices: LlamaCppPrices | None = None  # llama.cpp only: the numbers it was priced with (None: the profile's)
 
     def whole_call_example(self) -> tuple[int, int, float] | None:
         """(prompt tokens, new tokens, predicted whole-call speedup) of one example `generate`
@@ -250,10 +257,13 @@ def _replicates(profile: Profile, target: str, streams: int, width: int, context
 
 def _llama_cpp_ranking(profile: Profile, target: str, options: list[EngineOption], target_curve, greedy: bool,
                        workload: ReplayWorkload, context_length: int | None,
-                       prices: LlamaCppPrices | None = None) -> tuple[tuple[RankedConfig, ...], tuple[str, ...]]:
+                       prices: LlamaCppPrices | None = None, pricing: "_DraftPricing | None" = None,
+                       policy: tuple[str, DraftPolicy] | None = None, k_max: int = 8,
+                       sampling: str = "greedy") -> tuple[tuple[RankedConfig, ...], tuple[str, ...]]:
     """Every llama-server configuration the export can predict, and off, fastest first; and
     the notes on how (`planner.llama_cpp_ranking`; `prices`: llama.cpp's own numbers, already
-    in `profile`, and llama-server's loop)."""
+    in `profile`, and llama-server's loop; `policy`: the plan's last drafter and its draft
+    policy, whose confidence stop gets a row of its own, `planner.llama_cpp_policy`)."""
     streams = target_streams(profile) if greedy else ()
     loop = NO_SERVER_LOOP if prices is None or prices.loop is None else prices.loop
     configs, notes = [], list(() if prices is None else prices.notes)
@@ -269,7 +279,7 @@ def _llama_cpp_ranking(profile: Profile, target: str, options: list[EngineOption
                                            loop=loop))
     else:
         why = "at greedy only" if not greedy else "the profile holds no target streams (re-run polyplan profile)"
-        notes.append(f"ngram-map-k, ngram-map-k4v, ngram-mod: not modelled ({why})")
+        notes.append(f"ngram-map-k, ngram-map-k4v, ngram-mod, ngram-cache: not modelled ({why})")
     seen = set()
     for option in ngrams:  # ngram-simple at each n-gram drafter's size and chosen K
         size_n, k = option.ngram_sizes[1], option.block_size
@@ -283,23 +293,114 @@ def _llama_cpp_ranking(profile: Profile, target: str, options: list[EngineOption
                                            loop=loop))
         elif option.prediction is not None:
             configs.append(RankedConfig(f"ngram-simple size-n={size_n} K={k}", flags, option.speedup, None, "alpha model (no interval)"))
+    requests = _workload_requests(streams, workload)
+    in_server = bool(requests) and bool(loop.per_draft_prompt_token_s or loop.per_request_s)
+    server_words = (", the server's per-request cost and the draft model's prefill of each prompt over the replays' requests"
+                    if in_server else "")
     for option in options:
         if option.reason is None and option.method == "draft_model" and option.source != IN_PROCESS:
             how = ("exact model with alpha and llama-server's draft loop" if prices is not None and prices.draft_ratio is not None
                    else "exact model with alpha")
-            speedup = option.speedup
-            if loop.per_draft_prompt_token_s or loop.per_request_s:
-                requests = _workload_requests(streams, workload)
-                if requests:  # the draft model's prefill of each prompt, inside the server's decode time
-                    prediction = option.prediction
-                    speedup = draft_model_speedup(loop, prediction.cost_per_token, prediction.speedup * prediction.cost_per_token,
-                                                  requests)
-                    how += ", the server's per-request cost and the draft model's prefill of each prompt over the replays' requests"
+            point = _server_speedup(option.prediction, loop, requests if in_server else [])
+            interval = _draft_interval(pricing, target, option.drafter, option.block_size, point, loop,
+                                       requests if in_server else [], sampling) if pricing is not None else None
             configs.append(RankedConfig(f"draft-simple {option.drafter} K={option.block_size}",
                                         tuple(llama_cpp_spec_flags("draft_model", option.block_size, option.source)),
-                                        speedup, None, f"{how} (no interval)"))
-    notes.append("ngram-cache: not modelled (its rule reads cache files)")
+                                        point, interval, f"{how}{server_words}" + (" (no interval)" if interval is None else "")))
+    if policy is not None and pricing is not None:
+        row, lines = _policy_config(profile, target, options, policy, pricing, loop, requests if in_server else [], sampling, k_max)
+        configs += row
+        notes += lines
     return rank_configs(configs), tuple(notes)
+
+
+def _server_speedup(prediction: ChainPrediction, loop: ServerLoop, requests: list[tuple[int, int]]) -> float:
+    """A draft model's decode speedup in llama-server: the exact model's, with the server's
+    per-request cost and the draft model's prefill of each prompt over `requests` where
+    there are any (`planner.exact.server_loop.draft_model_speedup`)."""
+    if not requests:
+        return prediction.speedup
+    return draft_model_speedup(loop, prediction.cost_per_token, prediction.speedup * prediction.cost_per_token, requests)
+
+
+@dataclass(frozen=True)
+class _DraftPricing:
+    """What a draft model's round costs in the export: the target's curve and switch cost, the
+    loop overhead (polyplan's, None: none) or llama-server's own loop and drafter cost ratio
+    (`_server_draft_model`), and each drafter's curve (from `profile` at `context_length`) and
+    switch cost."""
+
+    target_curve: LatencyCurve
+    target_switch: SwitchCost
+    overhead: LoopOverhead | None
+    loop: ServerLoop | None
+    ratio: float | None
+    profile: Profile
+    context_length: int | None
+    switches: Mapping[str, SwitchCost]
+
+    def predict(self, drafter: str, acceptance, k: int, method: str = "draft_model",
+                curves: tuple[LatencyCurve, LatencyCurve] | None = None) -> ChainPrediction:
+        """The exact model's prediction of the target and `drafter` at block size `k` with
+        `acceptance` (α, a run survival or a replayed `DraftRounds`); `curves`: the target's and
+        the drafter's in place of the profile's (a bootstrap replicate's)."""
+        if curves is None:
+            curves = (self.target_curve, curve_from_profile(self.profile.model(drafter), self.context_length))
+        curves = list(curves)
+        costs, overhead = [self.target_switch, self.switches.get(drafter, NO_SWITCH)], self.overhead
+        if self.loop is not None:
+            curves, costs, overhead = _server_draft_model(curves, self.loop, method, self.ratio)
+        return predict_chain([acceptance], curves, [k], overhead, costs, pad_verification=False)
+
+
+def _draft_interval(pricing: _DraftPricing, target: str, drafter: str, k: int, point: float, loop: ServerLoop,
+                    requests: list[tuple[int, int]], sampling: str, policy: DraftPolicy = FIXED_DRAFTS) -> tuple[float, float] | None:
+    """A draft-simple row's interval, of the same kind as the plan's and the n-gram rows'
+    (`planner.intervals.prediction_interval.pair_replicates`): the target's and the drafter's
+    T(k) resampled from their stored timings, the drafter's agreement runs (or its policy's
+    replayed rounds) resampled by prompt as a new prompt set, each replicate priced as the point
+    is and its deviation from the inputs as measured stretched for few prompts; llama-server's
+    loop held fixed. None where the profile's sequences hold no complete round at block size `k`."""
+    try:
+        replicates = pair_replicates(pricing.profile, target, drafter, k, policy=policy, sampling=sampling,
+                                     context_length=pricing.context_length, resamples=RESAMPLES)
+    except PolyplanError:
+        return None
+    measured = _server_speedup(pricing.predict(drafter, replicates.measured, k), loop, requests)
+    speedups = np.asarray([_server_speedup(pricing.predict(drafter, acceptance, k, curves=(target_curve, drafter_curve)), loop, requests)
+                           for acceptance, target_curve, drafter_curve in zip(replicates.acceptance, replicates.target, replicates.drafter)])
+    return percentile_interval(point, speedups, measured, replicates.stretch)
+
+
+def _policy_config(profile: Profile, target: str, options: list[EngineOption], policy: tuple[str, DraftPolicy],
+                   pricing: _DraftPricing, loop: ServerLoop, requests: list[tuple[int, int]], sampling: str,
+                   k_max: int) -> tuple[list[RankedConfig], list[str]]:
+    """The plan's draft policy as llama-server runs it (`planner.llama_cpp_policy`): a
+    draft-simple row with its confidence stop at the best fixed K (its rounds replayed on the
+    drafter's agreement sequences), and a line where the plan's policy is more than that (an
+    adaptive cap), or why no row."""
+    drafter, plan_policy_ = policy
+    option = next((o for o in options if o.drafter == drafter and o.reason is None and o.method == "draft_model"
+                   and o.source != IN_PROCESS), None)
+    if option is None:
+        return [], list(policy_notes(drafter, plan_policy_, None)) if any(o.drafter == drafter for o in options) else []
+    stop = server_policy(plan_policy_)
+    if stop is None:
+        return [], list(policy_notes(drafter, plan_policy_, option.block_size))
+    if sampling != "greedy":
+        return [], [f"{drafter}'s confidence stop p_min {stop.p_min:g}: not modelled (replayed at greedy only)"]
+    try:
+        rounds_at = policy_rounds(profile, target, drafter, stop.p_min)
+        k, prediction = _best_block(lambda k: pricing.predict(drafter, rounds_at(k), k), k_max)
+    except PolyplanError as error:
+        return [], [f"{drafter}'s confidence stop p_min {stop.p_min:g}: not modelled ({error})"]
+    label = f"draft-simple {drafter} K={k} p-min={stop.p_min:g}"
+    point = _server_speedup(prediction, loop, requests)
+    interval = _draft_interval(pricing, target, drafter, k, point, loop, requests, sampling, stop)
+    row = RankedConfig(label, tuple(llama_cpp_spec_flags("draft_model", k, option.source, p_min=stop.p_min)), point, interval,
+                       "the plan's confidence stop replayed on the drafter's agreement sequences"
+                       + (" (no interval)" if interval is None else ""))
+    return [row], list(policy_notes(drafter, plan_policy_, k))
 
 
 def _server_draft_model(curves: list[LatencyCurve], loop: ServerLoop, method: str,
@@ -405,6 +506,8 @@ def export_plan(
         missing.append(f"{plan.target}'s prefill")
     baseline_per_token = target_curve(1) + (0.0 if overhead is None else overhead.per_step_s)
     baseline_call = CallModel(baseline_per_token, per_call, target_prefill, replaced_s=target_curve(1)) if engine == "hf" else None
+    pricing = _DraftPricing(target_curve, switches.get(plan.target, NO_SWITCH), overhead, loop,
+                            None if prices is None else prices.draft_ratio, profile, context_length, switches)
     options = []
     for pair in profile.pairs:
         if pair.verifier != plan.target or sampling not in pair.sampling:
@@ -428,15 +531,11 @@ def export_plan(
             options.append(EngineOption(pair.drafter, method, rule, alpha, None, None, source, reason, sizes))
             continue
         curves = [target_curve, curve_from_profile(profile.model(pair.drafter), context_length)]
-        costs = [switches.get(plan.target, NO_SWITCH), switches.get(pair.drafter, NO_SWITCH)]
         model = ""
         if engine == "llama.cpp" and method == "ngram":
             k, prediction, model = _llama_cpp_ngram(profile, sizes, target_curve, k_max, greedy, loop or NO_SERVER_LOOP)
-        if not model.startswith("replayed") and loop is not None:
-            curves, costs, step_overhead = _server_draft_model(curves, loop, method, prices.draft_ratio)
-            k, prediction = _best_block(lambda k: predict_chain([alpha], curves, [k], step_overhead, costs, pad_verification=False), k_max)
-        elif not model.startswith("replayed"):
-            k, prediction = _best_block(lambda k: predict_chain([alpha], curves, [k], overhead, costs, pad_verification=False), k_max)
+        if not model.startswith("replayed"):
+            k, prediction = _best_block(lambda k: pricing.predict(pair.drafter, alpha, k, method), k_max)
         call = None
         if engine == "hf":
             drafter_model = None if method == "ngram" else profile.model(pair.drafter)
@@ -457,7 +556,7 @@ def export_plan(
     ranking, notes = ((), ())
     if engine == "llama.cpp":
         ranking, notes = _llama_cpp_ranking(profile, plan.target, ranked + others, target_curve, greedy, workload,
-                                            context_length, prices)
+                                            context_length, prices, pricing, plan_policy(plan), k_max, sampling)
     return EngineExport(
         engine=engine,
         target=plan.target,
@@ -479,4 +578,5 @@ def export_plan(
             "polyplan); re-run polyplan recommend --candidates to measure it"
         ),
         unexported=unexported,
+        prices=prices,
     )

@@ -1,8 +1,9 @@
 """Rank every llama-server configuration polyplan can predict, and "off", and pick one.
 
 The configurations: each n-gram type llama.cpp offers at its defaults (`ngram-simple`,
-`ngram-map-k`, `ngram-map-k4v`, `ngram-mod`: `planner.exact.ngram_rules`), `ngram-simple` at the
-block size the export chose, each draft model (`draft-simple` at its K, the exact model), and
+`ngram-map-k`, `ngram-map-k4v`, `ngram-mod`, `ngram-cache`: `planner.exact.ngram_rules`), `ngram-simple` at the
+block size the export chose, each draft model (`draft-simple` at its K, the exact model, with an
+interval drawn the same way from its agreement runs: `planner.engine_rules`), and
 "off" (the target alone, 1.00x by definition). An n-gram type is replayed on the target's
 greedy streams as one server session (its state carried from request to request,
 `planner.exact.ngram_rules.replay_session`) and priced with the target's T(k): a round that drafts L tokens
@@ -29,6 +30,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from polyplan.formats.profile import AgreementRuns, ModelProfile, Profile, TargetStream
+from polyplan.planner.intervals.prediction_interval import percentile_interval
 from polyplan.planner.exact.ngram_rules import DraftRule, SessionReplay, replay_session
 from polyplan.planner.exact.server_loop import NGRAM, NO_SERVER_LOOP, ServerLoop
 
@@ -153,9 +155,7 @@ def session_interval(session: SessionReplay, streams: int, point: float, replica
     fixed = replicates.weights @ (requests * loop.per_request_s)
     seconds = np.einsum("rs,sk,rk->r", replicates.weights, counts, replicates.steps) + replicates.weights @ extra + fixed
     speedups = (fixed + (replicates.steps[:, 0] + loop.per_round_s) * (replicates.weights @ tokens)) / seconds
-    deviations = np.log(speedups / point) * replicates.stretch
-    low, high = np.percentile(point * np.exp(deviations), [50 * (1 - level), 50 * (1 + level)])
-    return float(min(low, point)), float(max(high, point))
+    return percentile_interval(point, speedups, point, replicates.stretch, level)
 
 
 def replayed_config(label: str, flags: Sequence[str], streams: Sequence[TargetStream], make_rule: Callable[[], DraftRule],
@@ -183,14 +183,20 @@ def recommend(ranking: Sequence[RankedConfig]) -> RankedConfig:
     return max(paying, key=lambda config: config.speedup) if paying else OFF_CONFIG
 
 
-def llama_cpp_spec_flags(method: str, k: int, source: str = "", ngram_sizes: tuple[int, int] | None = None) -> list[str]:
+def llama_cpp_spec_flags(method: str, k: int, source: str = "", ngram_sizes: tuple[int, int] | None = None,
+                         p_min: float | None = None) -> list[str]:
     """llama-server's flags for one drafter at block size `k`, as the pinned llama.cpp spells them
     (`engines.llama_cpp_build.BINDINGS_VERSION`; tests/test_engines_llama_cpp.py checks each one
     against that build's --help): a draft model drafts exactly k tokens (`draft-simple`, no
-    probability cut-off); an n-gram drafter is `ngram-simple`, looking up its longest n-gram and
-    drafting k tokens."""
+    probability cut-off), or with `p_min` up to k tokens, stopping where its confidence falls
+    below p_min (`--spec-draft-n-min 0`: a draft the stop cut short is kept, not discarded;
+    `planner.llama_cpp_policy`); an n-gram drafter is `ngram-simple`, looking up its longest
+    n-gram and drafting k tokens."""
     if method == "ngram":
         size_n = (ngram_sizes or (1, 3))[1]
         return ["--spec-type", "ngram-simple", "--spec-ngram-simple-size-n", str(size_n), "--spec-ngram-simple-size-m", str(k)]
+    if p_min is not None:
+        return ["--spec-type", "draft-simple", "-md", source, "--spec-draft-n-max", str(k), "--spec-draft-n-min", "0",
+                "--spec-draft-p-min", f"{p_min:g}"]
     return ["--spec-type", "draft-simple", "-md", source, "--spec-draft-n-max", str(k), "--spec-draft-n-min", str(k),
             "--spec-draft-p-min", "0"]

@@ -38,7 +38,8 @@ def pinned_flags() -> set[str]:
 
 def printed_flags() -> set[str]:
     """Every flag an export or a raced configuration can hand llama-server."""
-    lists = [llama_cpp_spec_flags("ngram", 3, "", (1, 4)), llama_cpp_spec_flags("draft_model", 5, "d.gguf"), list(COMMON)]
+    lists = [llama_cpp_spec_flags("ngram", 3, "", (1, 4)), llama_cpp_spec_flags("draft_model", 5, "d.gguf"),
+             llama_cpp_spec_flags("draft_model", 5, "d.gguf", p_min=0.6), list(COMMON)]
     lists += [["--spec-type", kind] for kind in NGRAM_TYPES]
     lists += [list(config.args) + ["--no-repack"] for config in raced_configs()]
     return {item for flags in lists for item in flags if item.startswith("-")}

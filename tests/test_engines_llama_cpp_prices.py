@@ -321,3 +321,50 @@ def test_a_real_server_calibration_fits_non_negative_costs_that_explain_its_deco
     predicted = [request_seconds(loop, step, r.drafted, r.kind) for r in requests]
     measured = [r.decode_s for r in requests]
     assert sum(predicted) == pytest.approx(sum(measured), rel=0.25)
+
+
+# --------------------------------------------------------------------------- the race's own fit
+
+
+def test_the_race_fits_the_servers_loop_from_its_own_requests_as_the_calibration_does():
+    """A race against fake servers with `KNOWN` costs: its target-alone, ngram-simple and fixed-K
+    draft-simple requests, read and fitted as the calibration's are, explain every request's
+    decode time, printed beside the calibration's; a stateful n-gram type, a varying draft,
+    polyplan's own runs and a second draft model are left out (control: without the target
+    alone nothing is fitted)."""
+    from types import SimpleNamespace
+
+    from polyplan.engines.llama_peers import TARGET_ONLY, ServerConfig, race_loop_line, race_requests, race_servers
+    from polyplan.formats.profile import LatencyPoint, ModelProfile
+    from polyplan.planner.llama_cpp_ranking import LlamaCppPrices
+
+    streams = _streams()
+    configs = [ServerConfig(TARGET_ONLY, ()),
+               ServerConfig("ngram-simple 2/8", ("--spec-type", "ngram-simple", "--spec-ngram-simple-size-n", "2",
+                                                 "--spec-ngram-simple-size-m", "8")),
+               ServerConfig("ngram-mod (defaults)", ("--spec-type", "ngram-mod")),
+               ServerConfig("draft K=2", ("--spec-type", "draft-simple", "-md", "d.gguf", "--spec-draft-n-max", "2",
+                                          "--spec-draft-n-min", "2", "--spec-draft-p-min", "0")),
+               ServerConfig("draft K=6", ("--spec-type", "draft-simple", "-md", "d.gguf", "--spec-draft-n-max", "6",
+                                          "--spec-draft-n-min", "6", "--spec-draft-p-min", "0")),
+               ServerConfig("draft p-min", ("--spec-type", "draft-simple", "-md", "d.gguf", "--spec-draft-n-max", "6",
+                                            "--spec-draft-n-min", "0", "--spec-draft-p-min", "0.7")),
+               ServerConfig("other draft K=3", ("--spec-type", "draft-simple", "-md", "e.gguf", "--spec-draft-n-max", "3",
+                                                "--spec-draft-n-min", "3", "--spec-draft-p-min", "0"))]
+    prompts = [SimpleNamespace(ids=list(s.ids[:s.prompt_tokens]), prompt=SimpleNamespace(kind="chat")) for s in streams]
+    ours = lambda ids: ((), 1.0, 0, 0)  # noqa: E731
+    runs, failures = race_servers([configs], lambda config: FakeServer(config.args, streams), ours, prompts, repeats=2, new_tokens=24)
+    assert not failures
+    requests = race_requests(configs, runs, [p.ids for p in prompts])
+    assert len(requests) == 24 and {r.kind for r in requests} == {TARGET_ALONE, NGRAM, DRAFT_MODEL}  # 4 configurations x 3 x 2
+    fitted = fit_server_loop(requests, STEP)
+    for request in requests:  # one length only: the fit need not split per-request from per-round costs, but explains every request
+        assert request_seconds(fitted, STEP, request.drafted, request.kind, request.prompt_tokens) == pytest.approx(request.decode_s, rel=1e-6)
+    target = ModelProfile("t", "fp-t", tuple(LatencyPoint(128, k, value) for k, value in zip(STEP.ks, STEP.seconds)))
+    prices = LlamaCppPrices(target, loop=dataclasses.replace(KNOWN, per_round_s=0.003))
+    line = race_loop_line(configs, runs, [p.ids for p in prompts], prices)
+    assert line == (f"llama-server's loop fitted from this race's 24 requests (target alone, ngram-simple, draft-simple at a "
+                    f"fixed K): {fitted.text()}; calibrated: {prices.loop.text()}")
+    alone = [run for run in runs if run.config != TARGET_ONLY]
+    assert "not fitted (server calibration: no target-alone request)" in race_loop_line(configs, alone, [p.ids for p in prompts], prices)
+    assert "not fitted (the export was priced from the profile" in race_loop_line(configs, runs, [p.ids for p in prompts], None)

@@ -4,6 +4,8 @@ of llama-server configurations with "off" (planner.llama_cpp_ranking)."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import numpy as np
 import pytest
 
@@ -12,9 +14,10 @@ from polyplan.formats.profile import TargetStream
 from polyplan.planner.llama_cpp_ranking import (OFF, RankedConfig, Replicates, ReplayWorkload, ranked, recommend,
                                                 replayed_config, session_interval, session_speedup)
 from polyplan.planner.exact.ngram_replay import ngram_simple_draft, replay_stream
-from polyplan.planner.exact.ngram_rules import (LLAMA_CPP_RULES, NGramMapRule, NGramModRule, NGramSimpleRule, replay_request,
-                                          replay_session)
+from polyplan.planner.exact.ngram_rules import (LLAMA_CPP_RULES, NGramCacheRule, NGramMapRule, NGramModRule, NGramSimpleRule,
+                                                StdUnorderedCounts, replay_request, replay_session)
 
+DATA = Path(__file__).parent / "data"
 REPEATING = TargetStream(8, (1, 2, 3, 4, 5, 6, 7, 4) + (5, 6, 7, 4) * 15)
 
 
@@ -123,6 +126,58 @@ def test_ngram_map_k4v_needs_a_majority_m_gram_and_drafts_after_the_match():
     assert hits.draft(majority + [3, 1], 2) == [7, 8]
 
 
+def test_ngram_cache_drafts_the_most_frequent_follower_of_the_longest_n_gram():
+    """common_ngram_cache_draft with an empty static cache, by hand: the first call counts the
+    history and the sampled token; (1, 2, 3) was followed once by 1 (size 3 needs one sample at
+    50 %), and so on around the cycle, up to 8 tokens."""
+    rule = NGramCacheRule()
+    assert rule.draft([1, 2, 3, 1, 2], 3) == [1, 2, 3, 1, 2, 3, 1, 2]
+    assert rule.cache_size == 6
+    # 2-grams need two samples at 50 %, 1-grams two at 66 %: (9, 4) seen once drafts nothing, and
+    # 4 -> {5, 6} (50 %) neither
+    sparse = NGramCacheRule()
+    assert sparse.draft([9, 4, 5, 8, 4, 6, 7], 4) == []
+
+
+def test_ngram_cache_counts_each_new_chunk_on_its_own_and_ignores_a_shorter_request():
+    """draft_one adds only the tokens after `cache_size` as their own chunk (n-grams across the
+    chunk's start are not counted); a new request whose history is shorter adds nothing."""
+    rule = NGramCacheRule()
+    rule.draft([1, 2, 3], 4)  # counts 1 2 3 4
+    rule.draft([1, 2, 3, 4, 7, 8], 9)  # counts the chunk 7 8 9 alone: (4, 7) is not counted
+    assert (4,) not in rule.context and (7, 8) in rule.context and rule.context[(1, 2, 3)].counts == {4: 1}
+    assert rule.cache_size == 7
+    rule.draft([50, 51], 52)  # a second request, shorter than the first: nothing is added
+    assert (50,) not in rule.context and rule.cache_size == 7
+
+
+def test_ngram_cache_breaks_a_tie_by_libstdcxx_iteration_order():
+    """(7, 8) was followed by 5, then by 18: a 50 % tie at size 2, which passes. 18 and 5 share
+    bucket 5 of 13, and the later key goes first in its bucket, so llama.cpp drafts 18, not the
+    first seen."""
+    rule = NGramCacheRule()
+    assert rule.draft([7, 8, 5, 9, 7, 8, 18, 10, 7], 8)[:2] == [18, 10]
+    assert rule.context[(7, 8)].order == [18, 5]
+
+
+def test_the_map_order_is_libstdcxxs():
+    """StdUnorderedCounts against std::unordered_map<int, int> compiled by the GCC that built the
+    pinned server (tests/data/libstdcxx_unordered_map_orders.txt: 60 random insertion sequences,
+    up to 70 keys, so rehashes to 29 and 59 buckets are covered)."""
+    lines = [line for line in (DATA / "libstdcxx_unordered_map_orders.txt").read_text().splitlines() if not line.startswith("#")]
+    pairs = list(zip(lines[0::2], lines[1::2]))
+    assert len(pairs) == 60
+    for given, printed in pairs:
+        counts = StdUnorderedCounts()
+        for token in given.split()[1:]:
+            counts.add(int(token))
+        order, buckets = printed[len("out "):].split(" | ")
+        assert [f"{token}:{counts.counts[token]}" for token in counts.order] == order.split() and counts.buckets == int(buckets)
+    # negative control: first-seen order (a plain dict) is not it
+    assert any(list(dict.fromkeys(int(t) for t in given.split()[1:])) != [int(item.split(":")[0]) for item in printed[4:].split(" | ")[0].split()]
+               for given, printed in pairs)
+
+
 def test_every_rule_replays_a_session_and_accepts_at_most_what_it_drafts():
     other = TargetStream(6, (11, 12, 13, 14, 15, 16) + (17, 18, 19) * 30)
     for kind, (make_rule, flags) in LLAMA_CPP_RULES.items():
@@ -191,9 +246,18 @@ def test_off_wins_over_a_faster_point_whose_interval_reaches_below_one():
 
 @pytest.mark.slow
 def test_the_stateful_replays_draft_and_accept_what_a_real_llama_server_does(tmp_path):
-    """The pinned llama-server with ngram-mod, ngram-map-k and ngram-map-k4v (small sizes, so a tiny model's
-    short answers draft) serving three prompts twice, in turn, in one server: each request's
-    drafted and accepted counts equal the session replay's on the target alone's streams."""
+    """The pinned llama-server with ngram-mod, ngram-map-k, ngram-map-k4v (small sizes, so a tiny model's
+    short answers draft) and ngram-cache (its defaults) serving three prompts twice, in turn, in
+    one server: each request's drafted and accepted counts equal the session replay's on the
+    target alone's streams.
+
+    ngram-cache counts only its first request's prompt (and chunks of accepted tokens), so its
+    prompts begin with each token the tiny model says most often, three times over ("v v v": a
+    follower at 2/3, which the 1-gram threshold passes); the drafts then also reach its 50 % ties.
+    (On gemma-3-270m, three text prompts, 48 new tokens: 24 drafted and 8 accepted on the first,
+    as the replay on the server's own output.)"""
+    from collections import Counter
+
     from polyplan.engines.llama_server import LlamaServer
     from tiny_gguf import pinned_server_and_tiny_gguf
 
@@ -204,21 +268,28 @@ def test_the_stateful_replays_draft_and_accept_what_a_real_llama_server_does(tmp
     new_tokens = 40
     common = ("-t", "1", "-c", "512", "-np", "1", "--no-webui")
     with LlamaServer(server_binary, model, common, tmp_path / "plain.log") as server:
-        streams = [TargetStream(len(p), tuple(p) + server.complete(p, new_tokens).token_ids) for p in prompts]
+        outputs = [server.complete(p, new_tokens).token_ids for p in prompts]
+        said = [token for token, _ in Counter(token for output in outputs for token in output).most_common(60)]
+        cached = [[token for token in said for _ in range(3)] + prompt for prompt in prompts]
+        cache_outputs = [server.complete(p, new_tokens).token_ids for p in cached]
+    streams = {tuple(map(tuple, prompts)): [TargetStream(len(p), tuple(p) + o) for p, o in zip(prompts, outputs)],
+               tuple(map(tuple, cached)): [TargetStream(len(p), tuple(p) + o) for p, o in zip(cached, cache_outputs)]}
     rules = {
         "ngram-mod": (("--spec-ngram-mod-n-match", "2", "--spec-ngram-mod-n-min", "2", "--spec-ngram-mod-n-max", "6"),
-                      lambda: NGramModRule(2, 2, 6)),
+                      lambda: NGramModRule(2, 2, 6), prompts),
         "ngram-map-k": (("--spec-ngram-map-k-size-n", "1", "--spec-ngram-map-k-size-m", "3"),
-                        lambda: NGramMapRule(1, 3)),
+                        lambda: NGramMapRule(1, 3), prompts),
         "ngram-map-k4v": (("--spec-ngram-map-k4v-size-n", "1", "--spec-ngram-map-k4v-size-m", "3"),
-                          lambda: NGramMapRule(1, 3, key_only=False)),
+                          lambda: NGramMapRule(1, 3, key_only=False), prompts),
+        "ngram-cache": ((), NGramCacheRule, cached),  # no sizes to set: n-grams of 1-4 tokens, 8 drafted at most
     }
-    for kind, (flags, make_rule) in rules.items():
-        replay = replay_session(streams, make_rule, new_tokens=new_tokens, repeats=2)
+    for kind, (flags, make_rule, asked) in rules.items():
+        served = streams[tuple(map(tuple, asked))]
+        replay = replay_session(served, make_rule, new_tokens=new_tokens, repeats=2)
         measured = []
         with LlamaServer(server_binary, model, common + ("--spec-type", kind) + flags, tmp_path / f"{kind}.log") as server:
             for _ in range(2):
-                for stream, prompt in zip(streams, prompts):
+                for stream, prompt in zip(served, asked):
                     done = server.complete(prompt, new_tokens)
                     assert done.token_ids == stream.ids[len(prompt):]
                     measured.append((done.draft_n, done.draft_accepted))

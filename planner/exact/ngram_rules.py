@@ -3,7 +3,7 @@
 `planner.exact.ngram_replay` replays `ngram-simple`, which drafts from the request's history alone.
 llama.cpp's other n-gram drafters keep state: `ngram-mod` a hash table shared by every request
 the server ever served, `ngram-map-k` and `ngram-map-k4v` a map of n-grams per slot that a new
-request only partly clears. So their drafts depend on what the server served before, and a
+request only partly clears, `ngram-cache` counts of n-gram followers per slot, never cleared. So their drafts depend on what the server served before, and a
 replay must feed them the requests in the order the server sees them (`replay_session`): each
 rule's `begin(prompt)`, then per round `draft(history, sampled)`, truncated to the tokens left
 (the server's `n_draft_max`), and `accept(accepted)` after a round that drafted, exactly as
@@ -14,7 +14,14 @@ llama-cpp-python 0.3.36 vendors), hashes included, so hash collisions draft what
 there. Defaults are llama.cpp's (`common/common.h`, and `--spec-default`: ngram-mod at its
 defaults, common/arg.cpp).
 
-Not modelled: `ngram-cache` (its static/dynamic cache files); the server's checkpoint path for
+`ngram-cache` is modelled as the server runs it with no cache files (`NGramCacheRule`): its draft
+is a deterministic function of the token history the slot served, up to one thing outside the
+history: where two tokens followed an n-gram equally often, it drafts the one its
+`std::unordered_map` iterates first, so the replay reproduces libstdc++'s iteration order
+(`StdUnorderedCounts`; the pinned build is compiled with GCC's libstdc++; a server built against
+another C++ library may break such ties differently).
+
+Not modelled: `ngram-cache`'s static and dynamic cache files (`-lcs`, `-lcd`); the server's checkpoint path for
 models whose memory cannot drop a partial draft (recurrent/hybrid, where a partly accepted
 draft is verified again as a "replay"); a context too small for the draft (`n_ctx` minus the
 tokens so far minus 2). Pure: no I/O.
@@ -306,6 +313,125 @@ class NGramMapRule:
             self.keys[self.last_draft_key_idx].values[self.last_draft_value_idx][2] = accepted
 
 
+class StdUnorderedCounts:
+    """A token -> count map that iterates as libstdc++'s `std::unordered_map<int, int32_t>` does
+    when built by `emplace` alone (GCC 12's `bits/hashtable.h`: `_M_insert_bucket_begin`,
+    `_M_rehash_aux`; checked against the compiled map in tests/test_planner_ngram_rules.py).
+
+    A key's bucket is key % bucket count (`std::hash<int>` is the identity). A new key whose
+    bucket is empty goes to the front of the list; one whose bucket holds keys goes just before
+    them. The bucket count starts at 1, becomes 13 at the first insertion and then the next of
+    `GROWTH` whenever an insertion would hold more keys than buckets, and a rehash re-inserts
+    the keys in their list order by the same rule. A copy keeps the order (`_M_assign`)."""
+
+    GROWTH = (13, 29, 59, 127, 257, 541, 1109, 2357, 5087, 10273, 20753, 42043, 85229, 172933)
+
+    def __init__(self) -> None:
+        self.order: list[int] = []
+        self.counts: dict[int, int] = {}
+        self.buckets = 1
+
+    @staticmethod
+    def _placed(order: list[int], key: int, buckets: int) -> None:
+        bucket = key % buckets
+        first = next((i for i, item in enumerate(order) if item % buckets == bucket), 0)
+        order.insert(first, key)
+
+    def add(self, token: int) -> None:
+        """Count `token` once more (`emplace(token, 1)` when new, else `++count`)."""
+        if token in self.counts:
+            self.counts[token] += 1
+            return
+        if len(self.order) + 1 > (self.buckets if self.buckets > 1 else 0):
+            grown = next((size for size in self.GROWTH if size >= len(self.order) + 1), None)
+            if grown is None:
+                raise PolyplanError(f"ngram-cache replay: more than {self.GROWTH[-1]} tokens after one n-gram")
+            order: list[int] = []
+            for key in self.order:
+                self._placed(order, key, grown)
+            self.order, self.buckets = order, grown
+        self._placed(self.order, token, self.buckets)
+        self.counts[token] = 1
+
+    def first_most(self) -> tuple[int, int, int]:
+        """(the token with the highest count, the first in iteration order among equals, its
+        count, the sum of all counts): `try_draft`'s loop with no static cache (every token's
+        static count 1, so `count_primary * count_static > max` is `count > max`)."""
+        best, most = self.order[0], 0
+        for token in self.order:
+            if self.counts[token] > most:
+                best, most = token, self.counts[token]
+        return best, most, sum(self.counts.values())
+
+
+class NGramCacheRule:
+    """`common_speculative_impl_ngram_cache` (common/speculative.cpp) over `common_ngram_cache_update`
+    and `common_ngram_cache_draft` (common/ngram-cache.cpp), as llama-server runs it: no static
+    or dynamic cache file (both stay empty: the server never saves or fills them), one context
+    cache per slot, never cleared, and `n_draft` 8 (`create_state_ngram_cache`).
+
+    - The context cache counts, for every n-gram of 1 to 4 tokens (`LLAMA_NGRAM_MIN`,
+      `LLAMA_NGRAM_MAX`), the tokens that followed it. `draft_one` adds the history from
+      `cache_size` (what the cache has read) and the sampled token, when the history has grown
+      past it, as a chunk of its own: only n-grams inside the chunk are counted (the chunk is
+      the `inp_data` of `common_ngram_cache_update`, with `nnew` its whole length). A new
+      request's shorter history adds nothing until it outgrows the previous request's.
+    - A draft appends up to 8 tokens: at each, the longest of the last 4, 3, 2, 1 tokens (the
+      drafted ones included) whose followers number at least (1, 1, 2, 2) for sizes (4, 3, 2, 1)
+      and whose most frequent follower has at least (50, 50, 50, 66) % of them (the "lax"
+      thresholds) gives that follower; none: the draft ends. Ties are broken by the map's
+      iteration order (`StdUnorderedCounts`).
+    - begin and accept do nothing.
+    """
+
+    N_MAX = 4  # LLAMA_NGRAM_MAX (LLAMA_NGRAM_MIN is 1)
+    N_STATIC = 2  # LLAMA_NGRAM_STATIC: no draft from a history shorter than this
+    N_DRAFT = 8
+    MIN_SAMPLES = (2, 2, 1, 1)  # draft_min_sample_size_lax, by n-gram size 1 … 4
+    MIN_PERCENT = (66, 50, 50, 50)  # draft_min_percent_lax
+
+    def __init__(self) -> None:
+        self.context: dict[tuple[int, ...], StdUnorderedCounts] = {}
+        self.cache_size = 0
+
+    def _update(self, tokens: Sequence[int]) -> None:
+        for size in range(1, self.N_MAX + 1):
+            for i in range(size, len(tokens)):
+                self.context.setdefault(tuple(tokens[i - size:i]), StdUnorderedCounts()).add(tokens[i])
+
+    def begin(self, prompt: Sequence[int]) -> None:
+        pass
+
+    def draft(self, history: Sequence[int], sampled: int) -> list[int]:
+        if self.cache_size < len(history) + 1:
+            self._update(list(history[self.cache_size:]) + [sampled])
+            self.cache_size = len(history) + 1
+        tokens = list(history) + [sampled]
+        if len(tokens) < self.N_STATIC:
+            return []
+        draft: list[int] = []
+        while len(draft) < self.N_DRAFT:
+            token = self._next(tokens + draft)
+            if token is None:
+                break
+            draft.append(token)
+        return draft
+
+    def _next(self, tokens: Sequence[int]) -> int | None:
+        for size in range(self.N_MAX, 0, -1):
+            part = self.context.get(tuple(tokens[-size:])) if len(tokens) >= size else None
+            if part is None:
+                continue
+            token, most, total = part.first_most()
+            if total < self.MIN_SAMPLES[size - 1] or 100 * most < self.MIN_PERCENT[size - 1] * total:
+                continue
+            return token
+        return None
+
+    def accept(self, accepted: int) -> None:
+        pass
+
+
 # --------------------------------------------------------------------------- the server's loop
 
 
@@ -377,4 +503,5 @@ LLAMA_CPP_RULES: dict[str, tuple[Callable[[], DraftRule], tuple[str, ...]]] = {
     "ngram-map-k": (lambda: NGramMapRule(key_only=True), ("--spec-type", "ngram-map-k")),
     "ngram-map-k4v": (lambda: NGramMapRule(key_only=False), ("--spec-type", "ngram-map-k4v")),
     "ngram-mod": (NGramModRule, ("--spec-type", "ngram-mod")),
+    "ngram-cache": (NGramCacheRule, ("--spec-type", "ngram-cache")),
 }

@@ -253,17 +253,30 @@ class _AcceptanceReplicates:
         drafter's under a draft policy, its agreement sequences resampled the same way."""
         key = pair + (block, policy)
         if key not in self._survivals:
-            if pair[1] in self.rule_drafters:
-                rounds, prompts = draft_rounds(self.streams, self.rule_drafters[pair[1]], block, policy=policy), len(self.streams)
-                self.sources.add("streams")
-            else:
-                sequences = self.runs.get(pair)
-                if sequences is None:
-                    raise PolyplanError(f"{pair[0]} > {pair[1]}: a draft policy is replayed on agreement runs, and the profile has none")
-                rounds, prompts = model_rounds(sequences, block, policy, self.confidences.get(pair)), len(sequences)
-                self.sources.add("runs")
+            rounds, prompts = self._replayed(pair, block, policy)
             self._survivals[key] = [rounds.resampled(weights) for weights in self._prompt_draw(prompts)]
         return self._survivals[key]
+
+    def _replayed(self, pair: tuple[str, str], block: int, policy: DraftPolicy):
+        """The replayed rounds as measured (`_rounds` resamples them), and how many prompts they come from."""
+        if pair[1] in self.rule_drafters:
+            self.sources.add("streams")
+            return draft_rounds(self.streams, self.rule_drafters[pair[1]], block, policy=policy), len(self.streams)
+        sequences = self.runs.get(pair)
+        if sequences is None:
+            raise PolyplanError(f"{pair[0]} > {pair[1]}: a draft policy is replayed on agreement runs, and the profile has none")
+        self.sources.add("runs")
+        return model_rounds(sequences, block, policy, self.confidences.get(pair)), len(sequences)
+
+    def measured(self, pair: tuple[str, str], block: int, policy: DraftPolicy = FIXED_DRAFTS):
+        """What `read` resamples, on the profile as measured: the replayed rounds, the run
+        survival of every prompt, or α."""
+        if pair[1] in self.rule_drafters or policy != FIXED_DRAFTS:
+            return self._replayed(pair, block, policy)[0]
+        if pair not in self.runs:
+            return float(np.clip(self.profile.stats(*pair, self.sampling).alpha, 0.0, 1.0 - 1e-6))
+        at_risk, going_on, starts = count_matrix(self.runs[pair], block)
+        return survival_from_counts(at_risk.sum(axis=0), going_on.sum(axis=0), int(starts.sum()))
 
     def _prompt_draw(self, prompts: int) -> np.ndarray:
         """The replicates' new prompt sets, one draw shared by every pair and stream measured on
@@ -392,6 +405,46 @@ def prediction_intervals(
     )
     return PredictionIntervals(items, resamples, level, seed, latency_source,
                                _merge(acceptance.sources) if acceptance.sources else "fixed", widened, stretch)
+
+
+@dataclass(frozen=True)
+class PairReplicates:
+    """The inputs of one target > drafter prediction, as measured and per bootstrap replicate
+    (the module docstring's draws): each model's latency curves, the exact model's acceptance
+    input (α, the run survival, or a draft policy's replayed rounds), and the few-prompts stretch."""
+
+    target: tuple[LatencyCurve, ...]
+    drafter: tuple[LatencyCurve, ...]
+    acceptance: tuple
+    measured: object  # the acceptance input on the profile as measured
+    stretch: float
+
+
+def pair_replicates(profile: Profile, target: str, drafter: str, block: int, *, policy: DraftPolicy = FIXED_DRAFTS,
+                    sampling: str = "greedy", context_length: int | None = None, resamples: int = DEFAULT_RESAMPLES,
+                    level: float = DEFAULT_LEVEL, seed: int = 0) -> PairReplicates:
+    """`resamples` replicates of what predicts `target > drafter` at block size `block` (under
+    `policy`), drawn as `prediction_intervals` draws them: for a caller that prices the pair its
+    own way (an engine's loop, `planner.engine_rules`) and reads the interval with `percentile_interval`."""
+    integer_at_least(resamples, 20, "resamples")
+    rng = np.random.default_rng(seed)
+    curves, _, _ = latency_replicates(profile, [target, drafter], resamples, rng, context_length)
+    acceptance = _AcceptanceReplicates(profile, sampling, "auto", resamples, rng)
+    reads = acceptance.read((target, drafter), block, policy)
+    measured = acceptance.measured((target, drafter), block, policy)
+    return PairReplicates(tuple(curves[target]), tuple(curves[drafter]), tuple(reads), measured,
+                          few_prompts_stretch(acceptance.prompts, level))
+
+
+def percentile_interval(point: float, replicates: np.ndarray, measured: float, stretch: float = 1.0,
+                        level: float = DEFAULT_LEVEL) -> tuple[float, float]:
+    """The `level` percentile interval of a predicted speedup `point`: each replicate's deviation
+    from the same prediction on the inputs as measured (`measured`), log(replicate / measured),
+    stretched by `stretch` for few prompts and applied to the point, widened to hold the point.
+    (`measured` is the point itself where the point was made from the same inputs.)"""
+    deviations = np.log(np.asarray(replicates, dtype=float) / measured) * stretch
+    low, high = np.percentile(point * np.exp(deviations), [50 * (1 - level), 50 * (1 + level)])
+    return float(min(low, point)), float(max(high, point))
 
 
 def stretch_words(stretch: float) -> str:

@@ -1,0 +1,95 @@
+"""A plan's draft policy on llama-server: the confidence stop it carries, the adaptive cap it cannot.
+
+A plan's last member may draft under a `formats.plan.DraftPolicy`: an adaptive cap (k_min, k_max)
+and/or a confidence stop p_min. llama-server's `draft-simple` (the pinned llama.cpp,
+`engines.llama_cpp_build.BINDINGS_VERSION`) has the stop and no adaptive cap. Its rule, in
+`common/speculative.cpp`, `common_speculative_impl_draft_simple::draft`:
+
+- the draft model decodes the last accepted token, then at each position its sampler (`top_k`
+  10, then `dist`: the softmax at temperature 1 over those 10 logits, built in that class's
+  constructor) sorts the candidates (`common_sampler_get_candidates`); the best one is the
+  draft token. If its p is below `--spec-draft-p-min` (`cur_p->data[0].p < params.p_min`) the
+  draft stops there and that token is not drafted: the pass that read it ran. Otherwise it is
+  drafted, and once `--spec-draft-n-max` are drafted the draft stops (the last one is not fed
+  back: no pass more);
+- a draft shorter than `--spec-draft-n-min` is discarded whole (`dp.result->clear()`), so the
+  export renders `--spec-draft-n-min 0`: every draft the stop cut short is verified;
+- the server verifies a non-empty draft and takes a plain step after an empty one
+  (`tools/server/server-context.cpp`).
+
+polyplan's own loop stops by the same comparison (`decoder.chain`, `_confident_draft`: `top <
+p_min`, the token not drafted, its pass paid), and `planner.exact.policy_replay.walk` replays it
+on the drafter's agreement sequences with the confidences the profile keeps. So llama-server's
+rounds are that walk at a fixed cap, with one difference in what is compared: llama.cpp's p is
+the top probability renormalised over the drafter's 10 best tokens; the profile's (as
+`forward_argmax_confidence` and `sampling.top_probability` give it) is over the whole vocabulary,
+kept to 1/255. The 10-best p is never below the whole-vocabulary one, so wherever the replay
+drafts the server drafts too: the replay stops no later than the server, and may stop earlier
+where the drafter's probability is spread beyond its 10 best tokens (a stated approximation).
+Measured with gemma-3-270m drafting for itself (four prompts, 48 new tokens, n-max 8): the server
+drafted 36-41 tokens a request at p_min 0.5 and 29-39 at 0.8; the replay on whole-vocabulary
+probabilities 0-4 fewer at 0.5 and 1-7 fewer (up to 21 %) at 0.8, on 10-best ones 0-4 fewer (3 of
+the 8 requests' outputs parted from the target alone's, by llama.cpp's batch numerics).
+The replayed rounds are priced as the fixed-K row's (`planner.engine_rules`, llama-server's draft
+loop): the pass that read a low confidence costs a drafted token's.
+
+An adaptive cap has no llama-server flag: `--spec-draft-n-max` is fixed for the server. The
+export replays the stop alone (`server_policy`) at each fixed K, renders the best one, and says
+so in one line (`policy_notes`). Pure: no I/O.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from polyplan.formats.errors import PolyplanError
+from polyplan.formats.plan import DraftPolicy, PlanFile
+from polyplan.formats.profile import Profile
+from polyplan.planner.exact.draft_rounds import DraftRounds
+from polyplan.planner.exact.policy_replay import model_rounds
+from polyplan.planner.exact.runs import profile_runs
+
+GREEDY = "greedy"
+
+
+def plan_policy(plan: PlanFile) -> tuple[str, DraftPolicy] | None:
+    """(the drafter it belongs to, the policy) of the plan's own chain; None without one."""
+    policy = plan.best.draft_policy
+    if policy is None or len(plan.chain) < 2 or (not policy.adaptive and policy.p_min is None):
+        return None
+    return plan.chain[-1], policy
+
+
+def server_policy(policy: DraftPolicy) -> DraftPolicy | None:
+    """What llama-server can run of `policy`: its confidence stop alone (None: nothing)."""
+    return None if policy.p_min is None else DraftPolicy(p_min=policy.p_min)
+
+
+def policy_rounds(profile: Profile, target: str, drafter: str, p_min: float) -> Callable[[int], DraftRounds]:
+    """The drafter's rounds under llama-server's confidence stop at each fixed cap K (a function of
+    K), replayed on the pair's greedy agreement sequences and the drafter's confidences.
+
+    Raises:
+        PolyplanError: the profile keeps no agreement sequences or no confidences for the pair.
+    """
+    sequences = profile_runs(profile, GREEDY).get((target, drafter))
+    if not sequences:
+        raise PolyplanError(f"{target} > {drafter}: the profile keeps no greedy agreement sequences to replay p_min on")
+    entry = profile.acceptance_runs.get(GREEDY)
+    confidences = None if entry is None else entry.confidences_by_pair().get((target, drafter))
+    if confidences is None:
+        raise PolyplanError(f"{target} > {drafter}: the profile keeps no drafter confidences to replay p_min on "
+                            "(re-run polyplan profile)")
+    policy = DraftPolicy(p_min=p_min)
+    return lambda k: model_rounds(sequences, k, policy, confidences)
+
+
+def policy_notes(drafter: str, policy: DraftPolicy, block: int | None) -> tuple[str, ...]:
+    """One line where the plan's policy is more than llama-server runs: its adaptive cap, and the
+    fixed `--spec-draft-n-max` rendered instead (`block`: the K the export chose; None: none)."""
+    if not policy.adaptive:
+        return ()
+    rendered = "no draft-simple row" if block is None else f"a fixed --spec-draft-n-max {block}"
+    return (f"the plan's {drafter} drafts with an adaptive cap {policy.k_min}..{policy.k_max}; llama-server has no "
+            f"adaptive cap, so the export renders {rendered}"
+            + ("" if policy.p_min is None else f" with its confidence stop --spec-draft-p-min {policy.p_min:g}"),)
