@@ -182,3 +182,17 @@ def target_early_ngram():
         ProfiledModel("early", HFMember(early, name="early"), fingerprint_module(early)),
         ProfiledModel("ngram", NGramMember(TINY_VOCAB, max_n=3), "ngram:3"),
     ]
+
+
+@pytest.fixture()
+def gguf_pair(tmp_path):
+    """Parsed candidates: a llama.cpp target and drafter, two placeholder GGUF files (for the
+    export and ranking tests, which read names and engines, never the files)."""
+    from polyplan.formats.candidates import parse_candidates
+
+    for name in ("target.gguf", "draft.gguf"):
+        (tmp_path / name).write_bytes(b"GGUF")
+    return parse_candidates({"candidates": [
+        {"name": "target", "source": "target.gguf", "target": True, "engine": "llama.cpp"},
+        {"name": "draft", "source": "draft.gguf", "engine": "llama.cpp"},
+    ]}, base_dir=tmp_path)

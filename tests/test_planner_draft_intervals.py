@@ -14,7 +14,6 @@ import dataclasses
 import numpy as np
 import pytest
 
-from polyplan.formats.candidates import parse_candidates
 from polyplan.formats.plan import DraftPolicy
 from polyplan.formats.profile import AgreementRuns, LatencyPoint, ModelProfile, PairAgreement, Profile, SamplingStats
 from polyplan.planner.engine_rules import export_plan
@@ -42,16 +41,6 @@ def _profile(prompts: int, draft_s: float, length: int = 64, confidences: bool =
     return dataclasses.replace(profile, acceptance_runs={"greedy": AgreementRuns((PairAgreement("target", "draft", tuple(sequences), tops),))})
 
 
-@pytest.fixture()
-def candidates(tmp_path):
-    for name in ("target.gguf", "draft.gguf"):
-        (tmp_path / name).write_bytes(b"GGUF")
-    return parse_candidates({"candidates": [
-        {"name": "target", "source": "target.gguf", "target": True, "engine": "llama.cpp"},
-        {"name": "draft", "source": "draft.gguf", "engine": "llama.cpp"},
-    ]}, base_dir=tmp_path)
-
-
 def _export(profile: Profile, candidates, policy: DraftPolicy | None = None):
     plan = plan_of(recommend(profile, max_levels=2, k_max=4, draft_policies=False))
     if policy is not None:
@@ -64,8 +53,8 @@ def _draft_row(export, p_min: bool = False):
     return next(config for config in export.ranking if config.label.startswith("draft-simple") and ("p-min" in config.label) == p_min)
 
 
-def test_a_draft_rows_interval_holds_its_point_and_widens_with_fewer_prompts(candidates):
-    few, many = (_draft_row(_export(_profile(prompts, 0.035), candidates)) for prompts in (4, 64))
+def test_a_draft_rows_interval_holds_its_point_and_widens_with_fewer_prompts(gguf_pair):
+    few, many = (_draft_row(_export(_profile(prompts, 0.035), gguf_pair)) for prompts in (4, 64))
     for row in (few, many):
         assert row.interval is not None and row.interval[0] < row.speedup < row.interval[1]
         assert "no interval" not in row.note
@@ -73,17 +62,17 @@ def test_a_draft_rows_interval_holds_its_point_and_widens_with_fewer_prompts(can
     assert width(few) > 1.5 * width(many)
 
 
-def test_the_ranking_says_off_when_a_drafters_interval_straddles_one(candidates):
-    export = _export(_profile(16, 0.04), candidates)
+def test_the_ranking_says_off_when_a_drafters_interval_straddles_one(gguf_pair):
+    export = _export(_profile(16, 0.04), gguf_pair)
     row = _draft_row(export)
     assert row.speedup > 1.0 and row.interval[0] < 1.0 < row.interval[1]
     assert export.recommended.label == OFF
     # control: the same kind of drafter, cheaper and measured on 64 prompts, clears 1.00x and is recommended
-    sure = _export(_profile(64, 0.03), candidates)
+    sure = _export(_profile(64, 0.03), gguf_pair)
     assert _draft_row(sure).interval[0] > 1.0 and sure.recommended is _draft_row(sure)
 
 
-def test_the_confidence_stops_row_has_an_interval_drawn_from_its_replayed_rounds(candidates):
-    export = _export(_profile(16, 0.035, confidences=True), candidates, DraftPolicy(p_min=0.5))
+def test_the_confidence_stops_row_has_an_interval_drawn_from_its_replayed_rounds(gguf_pair):
+    export = _export(_profile(16, 0.035, confidences=True), gguf_pair, DraftPolicy(p_min=0.5))
     row = _draft_row(export, p_min=True)
     assert row.interval is not None and row.interval[0] <= row.speedup <= row.interval[1] and row.interval[0] < row.interval[1]

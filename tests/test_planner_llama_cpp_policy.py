@@ -13,7 +13,6 @@ import dataclasses
 import pytest
 
 from polyplan.engines.export import config_text
-from polyplan.formats.candidates import parse_candidates
 from polyplan.formats.plan import DraftPolicy
 from polyplan.formats.profile import AgreementRuns, LatencyPoint, ModelProfile, PairAgreement, Profile, SamplingStats
 from polyplan.planner.engine_rules import export_plan
@@ -35,14 +34,6 @@ def _profile(agreement: str = AGREEMENT, confidence=CONFIDENCE, alpha: float = 0
     pair = PairAgreement("target", "draft", (agreement,), ("".join(f"{value:02x}" for value in confidence),))
     return dataclasses.replace(profile, acceptance_runs={"greedy": AgreementRuns((pair,))})
 
-
-def _files(tmp_path):
-    for name in ("target.gguf", "draft.gguf"):
-        (tmp_path / name).write_bytes(b"GGUF")
-    return parse_candidates({"candidates": [
-        {"name": "target", "source": "target.gguf", "target": True, "engine": "llama.cpp"},
-        {"name": "draft", "source": "draft.gguf", "engine": "llama.cpp"},
-    ]}, base_dir=tmp_path)
 
 
 def _plan(profile: Profile, policy: DraftPolicy | None, block: int = 2):
@@ -69,9 +60,9 @@ def test_the_confidence_stop_is_rendered_with_no_minimum_draft():
     assert llama_cpp_spec_flags("draft_model", 6, "d.gguf")[-4:] == ["--spec-draft-n-min", "6", "--spec-draft-p-min", "0"]
 
 
-def test_the_plans_p_min_is_a_ranked_row_predicted_by_replaying_its_stop(tmp_path):
+def test_the_plans_p_min_is_a_ranked_row_predicted_by_replaying_its_stop(tmp_path, gguf_pair):
     profile = _profile(alpha=0.2)
-    export = export_plan(_plan(profile, DraftPolicy(p_min=0.5)), profile, _files(tmp_path), "llama.cpp", k_max=2)
+    export = export_plan(_plan(profile, DraftPolicy(p_min=0.5)), profile, gguf_pair, "llama.cpp", k_max=2)
     row = _row(export, "draft-simple draft K=2 p-min=0.5")
     assert row.flags == tuple(llama_cpp_spec_flags("draft_model", 2, str(tmp_path / "draft.gguf"), p_min=0.5))
     # the walk by hand (planner.exact.policy_replay): K = 2 stops before position 3 (0.2 < 0.5)
@@ -87,39 +78,39 @@ def test_the_plans_p_min_is_a_ranked_row_predicted_by_replaying_its_stop(tmp_pat
     assert not any("adaptive" in note for note in export.ranking_notes)
 
 
-def test_negative_control_p_min_near_zero_gives_the_fixed_prediction(tmp_path):
+def test_negative_control_p_min_near_zero_gives_the_fixed_prediction(gguf_pair):
     """Every confidence above p_min: the stop never fires and the replay is the fixed walk. On an
     agreement sequence whose fixed K = 1 walk accepts exactly half its rounds, that is the α = 0.5
     prediction the export made before."""
     profile = _profile("100" * 6, (255,) * 18, alpha=0.5)
-    export = export_plan(_plan(profile, DraftPolicy(p_min=1e-6), block=1), profile, _files(tmp_path), "llama.cpp", k_max=1)
+    export = export_plan(_plan(profile, DraftPolicy(p_min=1e-6), block=1), profile, gguf_pair, "llama.cpp", k_max=1)
     stopped = _row(export, "draft-simple draft K=1 p-min=1e-06")
     fixed = next(config for config in export.ranking if config.label == "draft-simple draft K=1")
     assert stopped.speedup == pytest.approx(fixed.speedup, rel=1e-12)
     # and a stop that fires changes it: the control can fail
     firing = export_plan(_plan(profile, DraftPolicy(p_min=0.5), block=1), _profile("100" * 6, (255, 10, 10) * 6),
-                         _files(tmp_path), "llama.cpp", k_max=1)
+                         gguf_pair, "llama.cpp", k_max=1)
     assert _row(firing, "draft-simple draft K=1 p-min=0.5").speedup != pytest.approx(fixed.speedup, rel=1e-6)
 
 
-def test_an_adaptive_cap_is_one_line_naming_the_fixed_n_max_rendered(tmp_path):
+def test_an_adaptive_cap_is_one_line_naming_the_fixed_n_max_rendered(gguf_pair):
     profile = _profile()
-    export = export_plan(_plan(profile, DraftPolicy(k_min=1, k_max=2, p_min=0.5), block=2), profile, _files(tmp_path),
+    export = export_plan(_plan(profile, DraftPolicy(k_min=1, k_max=2, p_min=0.5), block=2), profile, gguf_pair,
                          "llama.cpp", k_max=2)
     lines = [note for note in export.ranking_notes if "adaptive" in note]
     assert lines == ["the plan's draft drafts with an adaptive cap 1..2; llama-server has no adaptive cap, so the export "
                      "renders a fixed --spec-draft-n-max 2 with its confidence stop --spec-draft-p-min 0.5"]
-    capped = export_plan(_plan(profile, DraftPolicy(k_min=1, k_max=2), block=2), profile, _files(tmp_path), "llama.cpp", k_max=2)
+    capped = export_plan(_plan(profile, DraftPolicy(k_min=1, k_max=2), block=2), profile, gguf_pair, "llama.cpp", k_max=2)
     assert not any("p-min" in config.label for config in capped.ranking)
     assert any("renders a fixed --spec-draft-n-max" in note and "p-min" not in note for note in capped.ranking_notes)
 
 
-def test_a_profile_without_confidences_says_why_the_stop_is_not_modelled(tmp_path):
+def test_a_profile_without_confidences_says_why_the_stop_is_not_modelled(gguf_pair):
     profile = _profile()
     runs = profile.acceptance_runs["greedy"]
     bare = dataclasses.replace(profile, acceptance_runs={"greedy": dataclasses.replace(
         runs, pairs=(dataclasses.replace(runs.pairs[0], confidence=()),))})
-    export = export_plan(_plan(bare, DraftPolicy(p_min=0.5)), bare, _files(tmp_path), "llama.cpp", k_max=2)
+    export = export_plan(_plan(bare, DraftPolicy(p_min=0.5)), bare, gguf_pair, "llama.cpp", k_max=2)
     assert not any("p-min" in config.label for config in export.ranking)
     assert any(note.startswith("draft's confidence stop p_min 0.5: not modelled (") and "no drafter confidences" in note
                for note in export.ranking_notes)
