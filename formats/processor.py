@@ -4,15 +4,18 @@ from another (issue 33: predictions made on an AMD EPYC were 30-64 % off on an I
 `Processor` is what the profile and the plan record (`profiler.processor.this_processor` probes
 the live machine): the CPU's model name, its architecture, the ISA flags that change which
 kernels run (a short sorted subset, `ISA_FLAGS`), torch's quantized engine and CPU capability,
-the logical cores, and for a CUDA device the GPU's name. Its JSON form (in `profile.json` and
+the logical cores, for a CUDA device the GPU's name, and where /proc/cpuinfo gives it the CPU's
+generation (x86 "family 25 model 17", ARM "implementer 0x41 part 0xd40"): virtual machines show
+an AMD EPYC of two generations (Zen 4, family 25; Zen 5, family 26) under one model name and the
+same flags, and their kernels time differently. Its JSON form (in `profile.json` and
 `plan.json`, both optional: files from before it was recorded have none)::
 
     "processor": {"name": "AMD EPYC 9R14", "architecture": "x86_64",
                   "flags": ["avx2", "avx512f", "fma"], "quantized_engine": "x86",
                   "capability": "AVX512", "cores": 2, "gpu": null}
 
-Two processors differ (`differs`) when the model name, the ISA subset, the quantized engine or
-the GPU differ; the capability follows the flags, and the core count is not compared (the
+Two processors differ (`differs`) when the model name, the ISA subset, the quantized engine, the
+GPU, or (where both record it; files from before it have none) the generation differ; the capability follows the flags, and the core count is not compared (the
 thread count a profile was timed with is in its device label, `profiler.threads`).
 
 `machine_difference` is the one comparison every consumer of a plan's timings makes (`validate`
@@ -28,7 +31,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from polyplan.formats.checks import each, sorted_names, text, whole
-from polyplan.formats.codec import spec
+from polyplan.formats.codec import NONE, spec
 
 # The flags recorded: those that change which matmul / quantized kernels torch and llama.cpp run.
 ISA_FLAGS = frozenset({
@@ -55,6 +58,7 @@ class Processor:
     capability: str | None = spec(text, default=None)  # torch.backends.cpu.get_cpu_capability()
     cores: int | None = spec(whole(1), default=None)  # logical cores
     gpu: str | None = spec(text, default=None)  # the CUDA device's name; None on CPU
+    generation: str | None = spec(text, default=None, omit=NONE)  # "family 26 model 2" (module docstring)
 
     @property
     def level(self) -> str:
@@ -71,7 +75,9 @@ class Processor:
 
     def differs(self, other: Processor) -> bool:
         """Whether timings taken on one may not hold on the other (module docstring)."""
-        return (self.name, self.flags, self.quantized_engine, self.gpu) != (other.name, other.flags, other.quantized_engine, other.gpu)
+        if (self.name, self.flags, self.quantized_engine, self.gpu) != (other.name, other.flags, other.quantized_engine, other.gpu):
+            return True
+        return None not in (self.generation, other.generation) and self.generation != other.generation
 
 
 def isa_flags(flags: Any) -> tuple[str, ...]:
@@ -87,6 +93,8 @@ def processor_labels(planned: Processor, here: Processor) -> tuple[str, str] | N
         return None
     if planned.label != here.label:
         return planned.label, here.label
+    if planned.flags == here.flags:  # the same name and flags: another generation
+        return f"{planned.label} {planned.generation}", f"{here.label} {here.generation}"
     only_there = ", ".join(sorted(set(planned.flags) - set(here.flags)))
     only_here = ", ".join(sorted(set(here.flags) - set(planned.flags)))
     there = f"with {only_there}" if only_there else f"without {only_here}"

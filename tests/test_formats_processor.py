@@ -96,6 +96,19 @@ def test_a_shared_model_name_is_told_apart_by_its_flags():
     )
 
 
+def test_one_model_name_and_flags_of_two_generations_are_told_apart_by_the_generation():
+    zen4 = dataclasses.replace(EPYC, generation="family 25 model 17")
+    zen5 = dataclasses.replace(EPYC, generation="family 26 model 2")
+    assert processor_line(zen4, zen5) == (
+        "the plan was profiled on 'AMD EPYC 9R14 (avx512, x86) family 25 model 17' but this is "
+        "'AMD EPYC 9R14 (avx512, x86) family 26 model 2': its timings may not hold; re-run polyplan profile here"
+    )
+    assert processor_line(zen5, dataclasses.replace(EPYC, generation="family 26 model 2")) is None  # control: the same
+    assert processor_line(EPYC, zen5) is None  # a record from before the generation was kept: nothing to compare
+    assert "generation" not in encode(EPYC) and encode(zen5)["generation"] == "family 26 model 2"  # old files re-encode as they were
+    assert decode(Processor, encode(zen5), "processor") == zen5
+
+
 def test_no_line_when_nothing_differs_or_nothing_is_recorded():
     label = "cpu AMD EPYC 9R14 (2 threads)"
     more_cores = Processor(EPYC.name, EPYC.architecture, EPYC.flags, EPYC.quantized_engine, EPYC.capability, 64)

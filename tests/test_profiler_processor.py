@@ -11,12 +11,14 @@ import torch
 
 from polyplan.formats.processor import ISA_FLAGS, Processor
 from polyplan.formats.profile import LoopCalibration, SwitchCosts, TimingHealth, read_profile
-from polyplan.profiler.processor import cpuinfo_fields, this_processor
+from polyplan.profiler.processor import cpu_generation, cpuinfo_fields, this_processor
 from polyplan.profiler.profile_cache import retimed_here
 
 EXAMPLE = Path(__file__).resolve().parents[1] / "polyplan" / "data" / "paper_table1_profile.json"
 X86 = """processor\t: 0
 vendor_id\t: AuthenticAMD
+cpu family\t: 26
+model\t\t: 2
 model name\t: AMD EPYC 9R14
 flags\t\t: fpu sse2 avx fma avx2 avx512f avx512_bf16 pni
 
@@ -28,6 +30,7 @@ ARM = """processor\t: 0
 BogoMIPS\t: 243.75
 Features\t: fp asimd evtstrm aes sve i8mm bf16
 CPU implementer\t: 0x41
+CPU part\t: 0xd40
 """
 
 
@@ -37,6 +40,9 @@ def test_the_first_processors_name_and_flags_are_read(tmp_path):
     assert cpuinfo_fields(str(tmp_path / "x86")) == ("AMD EPYC 9R14", ("fpu", "sse2", "avx", "fma", "avx2", "avx512f", "avx512_bf16", "pni"))
     assert cpuinfo_fields(str(tmp_path / "arm")) == (None, ("fp", "asimd", "evtstrm", "aes", "sve", "i8mm", "bf16"))
     assert cpuinfo_fields(str(tmp_path / "missing")) == (None, ())
+    assert cpu_generation(str(tmp_path / "x86")) == "family 26 model 2"
+    assert cpu_generation(str(tmp_path / "arm")) == "implementer 0x41 part 0xd40"
+    assert cpu_generation(str(tmp_path / "missing")) is None
 
 
 def test_this_processor_records_torchs_view_and_a_subset_of_flags():
