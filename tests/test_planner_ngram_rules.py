@@ -208,8 +208,29 @@ def test_a_session_is_priced_with_t_of_k_and_its_interval_holds_the_point():
     assert session_speedup(session, step) > 1.2
     assert session_speedup(replay_session([fresh], lambda: NGramSimpleRule(2, 4)), step) == pytest.approx(1.0)
     point = session_speedup(session, step)
-    low, high = session_interval(session, 2, point, _replicates(2))
+    low, high = session_interval([session], 2, point, _replicates(2))
     assert low < point < high and low < 1.05  # one stream repeats, one never does: a new set may hold neither
+
+
+def test_a_stateful_rules_interval_spans_the_orders_its_requests_may_come_in():
+    """ngram-cache counts its first request's prompt and little after, so the order of the
+    requests decides whether it drafts: the interval reads the session in other orders too."""
+    step = lambda k: 0.010 + 0.002 * (k - 1)  # noqa: E731
+    seeding = TargetStream(40, (1, 2, 3, 4, 5) * 8 + (1, 2, 3, 4, 5) * 8)  # a long prompt that teaches the cache
+    short = [TargetStream(3, (9, 8, 7) + (1, 2, 3, 4, 5) * 8), TargetStream(3, (6, 8, 7) + (1, 2, 3, 4, 5) * 8)]
+    first = [seeding, *short]
+    one = replay_session(first, NGramCacheRule)
+    other = replay_session(first, NGramCacheRule, order=[1, 2, 0])
+    assert other.stream_of == (1, 2, 0) and one.drafted != other.drafted  # the order changes what it drafts
+    fixed = Replicates(np.stack([0.010 + 0.002 * np.arange(0, 65)] * 40), np.ones((40, 3)), 1.0)
+    point = session_speedup(one, step)
+    assert session_interval([one], 3, point, fixed) == pytest.approx((point, point))  # one order, nothing resampled
+    low, high = session_interval([one, other], 3, point, fixed)
+    assert low == pytest.approx(min(point, session_speedup(other, step))) and high == pytest.approx(max(point, session_speedup(other, step)))
+    # negative control: ngram-simple keeps no state between requests, so its orders agree
+    simple = [replay_session(first, lambda: NGramSimpleRule(2, 4), order=order) for order in ([0, 1, 2], [2, 0, 1])]
+    simple_point = session_speedup(simple[0], step)
+    assert session_interval(simple, 3, simple_point, fixed) == pytest.approx((simple_point, simple_point))
 
 
 def test_the_ranking_says_off_when_nothing_pays():

@@ -483,16 +483,18 @@ class SessionReplay:
 
 
 def replay_session(streams: Sequence[TargetStream], make_rule: Callable[[], DraftRule], *, new_tokens: int | None = None,
-                   repeats: int = 1) -> SessionReplay:
-    """One llama-server (one rule, its state kept) serving the streams in order, the whole
-    sequence `repeats` times (as `bench peers` sends its prompts: each repeat in turn)."""
+                   repeats: int = 1, order: Sequence[int] | None = None) -> SessionReplay:
+    """One llama-server (one rule, its state kept) serving the streams in order (`order`: the
+    stream numbers in the order served; default as given), the whole sequence `repeats` times
+    (as `bench peers` sends its prompts: each repeat in turn)."""
     if repeats < 1:
         raise PolyplanError(f"n-gram replay: repeats must be >= 1, got {repeats}")
+    served = range(len(streams)) if order is None else order
     rule = make_rule()
     requests, stream_of = [], []
     for _ in range(repeats):
-        for number, stream in enumerate(streams):
-            requests.append(replay_request(rule, stream, new_tokens))
+        for number in served:
+            requests.append(replay_request(rule, streams[number], new_tokens))
             stream_of.append(number)
     return SessionReplay(tuple(requests), tuple(stream_of))
 
