@@ -472,6 +472,8 @@ class SearchRecord:
     method: str | None = None
     context_length: int | None = None
     acceptance_model: str | None = None
+    # the answer length acceptance was read over (`recommend --new-tokens`); None: all the profile measured
+    new_tokens: int | None = spec(whole(1), default=None, omit=NONE)
 
 
 @dataclass(frozen=True)

@@ -12,6 +12,7 @@ from typing import Any
 
 from polyplan.planner.exact.overhead import profile_overhead
 from polyplan.planner.exact.physical_limit import limit_interval
+from polyplan.planner.exact.runs import at_length
 from polyplan.planner.intervals.prediction_interval import DEFAULT_RESAMPLES, PredictionIntervals, prediction_intervals
 from polyplan.planner.search import ChainPlan, Recommendation, recommend
 from polyplan.planner.intervals.timing_health import timing_warnings
@@ -144,6 +145,7 @@ def planned_from_profile(
     sampling: str = "greedy",
     resamples: int = DEFAULT_RESAMPLES,
     drafters: tuple[str, ...] | None = None,
+    new_tokens: int | None = None,
     **search_options: Any,
 ) -> Planned:
     """`recommend` with the loop overhead the profile records (if any), the bootstrap
@@ -152,8 +154,14 @@ def planned_from_profile(
 
     `drafters`: the models a chain may use besides the target (default: every profiled one; a
     profile keeps entries of models outside the current candidates, which cannot be run).
+    `new_tokens`: the answer length the plan is for: acceptance is read over the first
+    `new_tokens` tokens of each profiled continuation (`planner.exact.runs.at_length`; None: all
+    of them), and the plan records it.
     `search_options` go to `planner.search.recommend` (max_levels, k_max, block_sizes, seed, …).
     """
+    digest = profile_digest(profile)
+    if new_tokens is not None:
+        profile = at_length(profile, new_tokens)
     overhead = profile_overhead(profile, sampling)
     result = recommend(profile, sampling=sampling, overhead=overhead, candidates=drafters, **search_options)
     intervals, limit = None, result.limit
@@ -169,7 +177,9 @@ def planned_from_profile(
                 profile, limit, context_length=result.context_length, overhead=overhead, resamples=resamples, seed=seed,
             ))
     result = dataclasses.replace(result, intervals=intervals, limit=limit, warnings=timing_warnings(profile))
-    plan = plan_of(result, profile_path=profile_path, candidates=candidates, profile_digest=profile_digest(profile))
+    plan = plan_of(result, profile_path=profile_path, candidates=candidates, profile_digest=digest)
+    if new_tokens is not None:
+        plan = dataclasses.replace(plan, search=dataclasses.replace(plan.search, new_tokens=new_tokens))
     if out is not None:
         write_plan(plan, out)
     return Planned(result, plan)

@@ -180,15 +180,23 @@ def recommend(
         bool, typer.Option("--no-check", help="With --candidates: skip the self-check (a short run of the top chains that "
                                               "fits the model's error on this machine); the intervals then ignore it.")
     ] = False,
+    new_tokens: Annotated[
+        Optional[int],
+        typer.Option("--new-tokens", help="The answer length the plan is for: acceptance is read over the first N tokens of "
+                     "each profiled continuation (it changes along an answer; default: all the profile measured). "
+                     "validate then decodes N tokens by default."),
+    ] = None,
 ) -> None:
     """Rank every chain of the profiled models with its best block sizes and write the plan.
 
     Give --profile (numbers only), --candidates (profile what is missing, then plan), or both
     (the profile file is resumed and completed).
     """
-    _check_up_front(profile, candidates, max_levels, k_max, seed, out, prompts, raw_prompts, resamples, cache_dir, device, threads)
+    _check_up_front(profile, candidates, max_levels, k_max, seed, out, prompts, raw_prompts, resamples, cache_dir, device, threads,
+                    new_tokens)
     mode = SamplingMode.parse(sampling or "greedy", "--sampling")
-    options = dict(max_levels=max_levels, k_max=k_max, block_sizes=search, sampling=mode.key, seed=seed, resamples=resamples)
+    options = dict(max_levels=max_levels, k_max=k_max, block_sizes=search, sampling=mode.key, seed=seed, resamples=resamples,
+                   new_tokens=new_tokens)
     check_lines: tuple[str, ...] = ()
     if candidates is None:
         result, plan = _plan_profile(profile, out, options, sampling)
@@ -238,7 +246,8 @@ def _plan_profile(profile: Path | None, out: Path | None, options: dict, samplin
     return planned.recommendation, planned.plan
 
 
-def _check_up_front(profile, candidates, max_levels, k_max, seed, out, prompts, raw_prompts, resamples, cache_dir, device, threads) -> None:
+def _check_up_front(profile, candidates, max_levels, k_max, seed, out, prompts, raw_prompts, resamples, cache_dir, device, threads,
+                     new_tokens=None) -> None:
     """Everything that can be wrong with the options, before a profile is read or measured."""
     from polyplan.formats import options
     from polyplan.formats.outputs import check_output_file
@@ -247,6 +256,7 @@ def _check_up_front(profile, candidates, max_levels, k_max, seed, out, prompts, 
     if k_max is not None and k_max >= 1:  # below 1 the planner says why
         options.block_size(k_max, "--k-max")
     options.seed(seed)
+    options.at_least(new_tokens, 1, "--new-tokens")
     if resamples != 0 and resamples < 20:
         raise PolyplanError(f"--resamples: must be 0 (no intervals) or >= 20, got {resamples}")
     if candidates is None:

@@ -8,7 +8,9 @@ from typing import Annotated, Optional
 import typer
 
 from polyplan.cli.support import echo_json, fails_cleanly
-from polyplan.cli.commands.options import NewTokens, PlanCandidates, RawPrompts, ReportJson
+from polyplan.cli.commands.options import PlanCandidates, RawPrompts, ReportJson
+
+DEFAULT_NEW_TOKENS = 128  # validate's answer length when neither --new-tokens nor the plan gives one
 
 
 def result_lines(validation, files, said: str | None = None) -> list[str]:
@@ -33,6 +35,21 @@ def result_lines(validation, files, said: str | None = None) -> list[str]:
     return lines
 
 
+def _answer_length(plan: Path, new_tokens: int | None) -> int:
+    """--new-tokens, else the answer length the plan was made for (`recommend --new-tokens`),
+    else 128; one note when the plan was made for another length (acceptance changes along an
+    answer: `planner.exact.runs.at_length`)."""
+    from polyplan.formats.plan import read_plan
+
+    planned = read_plan(plan).search.new_tokens
+    if new_tokens is None:
+        return planned or DEFAULT_NEW_TOKENS
+    if planned is not None and planned != new_tokens:
+        typer.echo(f"note: {plan} read acceptance over {planned}-token answers and these are {new_tokens} tokens: acceptance "
+                   f"changes along an answer, so its predictions may not hold (re-plan with recommend --new-tokens {new_tokens})", err=True)
+    return new_tokens
+
+
 @fails_cleanly
 def validate(
     plan: Annotated[Path, typer.Option("--plan", help="plan.json written by polyplan recommend.")],
@@ -42,7 +59,10 @@ def validate(
                      "prompts held out from profiling."),
     ] = None,
     top: Annotated[int, typer.Option("--top", help="Also validate the plan's next N chains.")] = 3,
-    new_tokens: NewTokens = 128,
+    new_tokens: Annotated[
+        Optional[int], typer.Option("--new-tokens", help="Tokens generated per prompt and chain (default: the answer length "
+                                                         "the plan was made for, recommend --new-tokens, else 128).")
+    ] = None,
     repeats: Annotated[int, typer.Option("--repeats", help="Passes over the prompts (per prompt, the median over repeats enters the paired speedup).")] = 3,
     prompts_per_kind: Annotated[
         Optional[int], typer.Option("--prompts-per-kind", help="Built-in prompts of each kind (default 4; not with --prompts).")
@@ -65,6 +85,7 @@ def validate(
     from polyplan.validation.report_folder import check_validation_folder
     from polyplan.validation.chain_runs import ValidationSettings
 
+    new_tokens = _answer_length(plan, new_tokens)
     settings = ValidationSettings(new_tokens=new_tokens, repeats=repeats, top=top, seed=seed)
     options.seed(seed)
     options.at_least(threads, 1, "--threads")
