@@ -116,9 +116,20 @@ class PeerRow:
             return None
         return self.predicted_speedup / self.measured - 1.0
 
+    @property
+    def measured_ci(self) -> tuple[float, float]:
+        """A normal 95% interval of the measured mean speedup (its per-run sd over sqrt(runs))."""
+        sd = self.decode_speedup_sd if self.decode_speedup is not None else self.speedup_sd
+        half = 1.96 * sd / math.sqrt(max(self.runs, 1))
+        return self.measured - half, self.measured + half
+
     def judgement(self) -> str:
         """The predicted column: `1.22x [1.10, 1.31] (+3.1%, inside)`, with `, exported`; "not
-        modelled" for a configuration the export does not predict, so none is silently unjudged."""
+        modelled" for a configuration the export does not predict, so none is silently unjudged.
+        "inside": the measurement lies in the predicted interval; "within noise": it does not,
+        but the measured mean's own 95% interval (`measured_ci`) reaches it (a configuration
+        that never drafts is predicted as a point, and its measurement carries the race's noise);
+        "outside": neither."""
         if self.label == POLYPLAN:
             return "not judged here (polyplan validate judges the plan)"
         if self.predicted_speedup is None:
@@ -130,7 +141,8 @@ class PeerRow:
             words = [f"{100 * self.error:+.1f}%"]
         if self.predicted_interval is not None and math.isfinite(self.measured):
             low, high = self.predicted_interval
-            words.append("inside" if low <= self.measured <= high else "outside")
+            below, above = self.measured_ci
+            words.append("inside" if low <= self.measured <= high else "within noise" if below <= high and low <= above else "outside")
         if self.exported:
             words.append("exported")
         return f"{self.predicted_speedup:.2f}x{interval} ({', '.join(words)})"

@@ -11,6 +11,8 @@ a model it cannot load is one line with the server's last log line and no proces
 
 from __future__ import annotations
 
+import dataclasses
+
 import os
 import socket
 import tempfile
@@ -145,6 +147,10 @@ def test_the_race_table_judges_every_prediction_and_says_not_modelled_for_the_re
     assert lines["ngram-map-k (defaults)"].endswith("failed to start: boom; predicted 1.00x [0.99, 1.02] (not measured)")
     assert lines[POLYPLAN].endswith("not judged here (polyplan validate judges the plan)")
     assert "predicted: replayed" in llama_peers_lines(bench)
+    # a configuration that never drafts is predicted as a point; the race's noise may still reach it
+    never = dataclasses.replace(row("ngram-map-k4v (defaults)", 1.006, 0.991, (0.991, 0.991)), decode_speedup_sd=0.055, runs=16)
+    assert never.judgement() == "0.99x [0.99, 0.99] (-1.5%, within noise)"
+    assert dataclasses.replace(never, decode_speedup_sd=0.01).judgement().endswith("outside)")  # control: a tight race does not
 
 
 def test_every_flag_polyplan_prints_is_one_the_pinned_server_accepts():
