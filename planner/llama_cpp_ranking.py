@@ -18,7 +18,9 @@ little beyond its first request, so which prompt comes first decides whether it 
 the profile's order predicted 0.58x for gemma-3-270m where a race in another order drafted
 nothing, 1.00x), so the session is also replayed in `ORDERS` - 1 random orders of the same
 requests, and replicate r reads the session of order r mod `ORDERS`: the interval spans the
-order a user's requests come in. The point stays the profile's order.
+order a user's requests come in, and the point is the session of the median order (the profile's
+prompts are not the user's, so their order says nothing about the user's). A stateless rule reads
+the same in every order.
 
 The recommendation is the fastest configuration whose interval lies above 1.00x (its point
 above 1.00x where it has no interval), else "off": nothing beats the target alone beyond its
@@ -177,15 +179,15 @@ def replayed_config(label: str, flags: Sequence[str], streams: Sequence[TargetSt
                     step: Callable[[int], float], workload: ReplayWorkload, replicates: Replicates | None,
                     note: str = "", loop: ServerLoop = NO_SERVER_LOOP) -> RankedConfig:
     """`label` predicted by replaying its rule over `streams` as one server session (with the
-    server's own costs `loop`, `planner.exact.server_loop`)."""
-    session = replay_session(streams, make_rule, new_tokens=workload.new_tokens, repeats=workload.repeats)
-    point = session_speedup(session, step, loop)
-    interval = None
-    if replicates is not None:
-        sessions = [session] + [replay_session(streams, make_rule, new_tokens=workload.new_tokens, repeats=workload.repeats, order=order)
-                                for order in request_orders(len(streams))[1:]]
-        interval = session_interval(sessions, len(streams), point, replicates, loop=loop)
-    return RankedConfig(label, tuple(flags), point, interval, note or "replayed", session.drafted, session.accepted)
+    server's own costs `loop`, `planner.exact.server_loop`), in `ORDERS` request orders: the
+    median order's speedup and drafted/accepted counts, the interval over all (module docstring)."""
+    sessions = [replay_session(streams, make_rule, new_tokens=workload.new_tokens, repeats=workload.repeats, order=order)
+                for order in request_orders(len(streams))]
+    speedups = [session_speedup(session, step, loop) for session in sessions]
+    middle = sessions[int(np.argsort(speedups, kind="stable")[len(sessions) // 2])]  # the median order (module docstring)
+    point = session_speedup(middle, step, loop)
+    interval = None if replicates is None else session_interval(sessions, len(streams), point, replicates, loop=loop)
+    return RankedConfig(label, tuple(flags), point, interval, note or "replayed", middle.drafted, middle.accepted)
 
 
 def ranked(configs: Sequence[RankedConfig]) -> tuple[RankedConfig, ...]:
