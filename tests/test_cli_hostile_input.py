@@ -244,7 +244,7 @@ def test_options_a_command_would_ignore_are_errors(args, message):
     "args, message",
     [
         (["--k-max", "100000"], "--k-max: must be in 1..128"),
-        (["--k-max", "0"], "k_max: block size must be an integer >= 1"),
+        (["--k-max", "0"], "k_max, a block size: must be an integer >= 1"),
         (["--search", "optuna", "--seed", "-1"], "--seed: must be in 0..4294967295"),
         (["--seed", str(2**40)], "--seed"),
         (["--max-levels", "0"], "--max-levels: must be >= 1"),

@@ -85,14 +85,13 @@ def validate(
     from polyplan.validation.report_folder import check_validation_folder
     from polyplan.validation.chain_runs import ValidationSettings
 
-    new_tokens = _answer_length(plan, new_tokens)
-    settings = ValidationSettings(new_tokens=new_tokens, repeats=repeats, top=top, seed=seed)
     options.seed(seed)
     options.at_least(threads, 1, "--threads")
     options.at_least(prompts_per_kind, 1, "--prompts-per-kind")
     if prompts is not None:
         options.unused_without("the built-in prompts", [("--prompts-per-kind", prompts_per_kind)], "--prompts gives the prompts")
     check_validation_folder(out, [("--plan", plan), ("--prompts", prompts), ("--candidates", candidates)])
+    settings = ValidationSettings(new_tokens=_answer_length(plan, new_tokens), repeats=repeats, top=top, seed=seed)
     with progress_bars(disable=json_output) as (_, progress):
         validated = validate_plan_file(
             plan, out, settings, prompt_file=prompts, prompts_per_kind=4 if prompts_per_kind is None else prompts_per_kind,
