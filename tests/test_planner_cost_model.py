@@ -100,8 +100,8 @@ def test_latency_interpolation_and_extrapolation():
     # one non-monotone pair at the end (T(12) > T(16), as float32 gemma-3-270m measured) does
     # not flatten the curve: the slope is the least-squares line through k >= 8
     bumpy = LatencyCurve(ks=(1, 2, 4, 8, 12, 16), seconds=(0.072, 0.072, 0.080, 0.128, 0.214, 0.194))
-    assert bumpy.slope_above() == pytest.approx((-4 * (0.128 - 0.512 / 3) + 4 * (0.194 - 0.512 / 3)) / 32)
-    assert bumpy(20) == pytest.approx(0.194 + 4 * bumpy.slope_above())
+    assert bumpy.slope_above == pytest.approx((-4 * (0.128 - 0.512 / 3) + 4 * (0.194 - 0.512 / 3)) / 32)
+    assert bumpy(20) == pytest.approx(0.194 + 4 * bumpy.slope_above)
     assert bumpy(20) > bumpy(16)  # control: the last two points alone would have stayed flat
     assert LatencyCurve(ks=(1,), seconds=(0.01,))(16) == 0.01
     with pytest.raises(PolyplanError, match="must increase"):

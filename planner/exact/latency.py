@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from functools import cached_property
 from typing import Sequence
 
 import numpy as np
@@ -52,13 +53,15 @@ class LatencyCurve:
         xs = np.asarray(self.ks, dtype=float)
         ys = np.asarray(self.seconds, dtype=float)
         values = np.interp(ks, xs, ys)
-        if len(xs) >= 2:
-            above = ks > xs[-1]
-            values = np.where(above, ys[-1] + self.slope_above() * (ks - xs[-1]), values)
+        above = ks > xs[-1]
+        if len(xs) >= 2 and above.any():
+            values = np.where(above, ys[-1] + self.slope_above * (ks - xs[-1]), values)
         return values
 
+    @cached_property
     def slope_above(self) -> float:
-        """Seconds per extra token beyond the widest measured k (module docstring), >= 0."""
+        """Seconds per extra token beyond the widest measured k (module docstring), >= 0; fitted
+        once per curve (the search reads T(k) many times)."""
         xs = np.asarray(self.ks, dtype=float)
         ys = np.asarray(self.seconds, dtype=float)
         if len(xs) < 2:
