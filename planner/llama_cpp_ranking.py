@@ -184,8 +184,8 @@ def replayed_config(label: str, flags: Sequence[str], streams: Sequence[TargetSt
     sessions = [replay_session(streams, make_rule, new_tokens=workload.new_tokens, repeats=workload.repeats, order=order)
                 for order in request_orders(len(streams))]
     speedups = [session_speedup(session, step, loop) for session in sessions]
-    middle = sessions[int(np.argsort(speedups, kind="stable")[len(sessions) // 2])]  # the median order (module docstring)
-    point = session_speedup(middle, step, loop)
+    median = int(np.argsort(speedups, kind="stable")[len(sessions) // 2])  # the median order (module docstring)
+    middle, point = sessions[median], speedups[median]
     interval = None if replicates is None else session_interval(sessions, len(streams), point, replicates, loop=loop)
     return RankedConfig(label, tuple(flags), point, interval, note or "replayed", middle.drafted, middle.accepted)
 
