@@ -16,44 +16,39 @@ import platform
 from polyplan.formats.processor import Processor, isa_flags, machine_difference
 
 
-def cpuinfo_fields(path: str = "/proc/cpuinfo") -> tuple[str | None, tuple[str, ...]]:
-    """The first processor's model name and flags in `path` ((None, ()) where unreadable)."""
-    name, flags = None, ()
+def first_processor(path: str = "/proc/cpuinfo") -> dict[str, str]:
+    """The first processor's block of `path`: each key's first value, up to the first blank line
+    after it began ({} where unreadable)."""
+    fields: dict[str, str] = {}
     try:
         with open(path, encoding="utf-8") as stream:
             for line in stream:
+                if not line.strip():
+                    if fields:
+                        break  # the first processor's block is done
+                    continue
                 key, _, value = line.partition(":")
-                key = key.strip()
-                if key == "model name" and name is None:
-                    name = value.strip() or None
-                elif key in ("flags", "Features") and not flags:
-                    flags = tuple(value.split())
-                elif not line.strip() and (name or flags):
-                    break  # the first processor's block is done
+                fields.setdefault(key.strip(), value.strip())
     except OSError:
-        return None, ()
-    return name, flags
+        return {}
+    return fields
 
 
-def cpu_generation(path: str = "/proc/cpuinfo") -> str | None:
+def cpuinfo_fields(path: str = "/proc/cpuinfo", block: dict[str, str] | None = None) -> tuple[str | None, tuple[str, ...]]:
+    """The first processor's model name and flags ((None, ()) where unreadable); `block`: its
+    fields already read (`first_processor`)."""
+    fields = first_processor(path) if block is None else block
+    return fields.get("model name") or None, tuple((fields.get("flags") or fields.get("Features") or "").split())
+
+
+def cpu_generation(path: str = "/proc/cpuinfo", block: dict[str, str] | None = None) -> str | None:
     """The first processor's generation: "family 26 model 2" (x86), "implementer 0x41 part
-    0xd40" (ARM), None where unreadable or not given."""
-    found: dict[str, str] = {}
-    try:
-        with open(path, encoding="utf-8") as stream:
-            for line in stream:
-                key, _, value = line.partition(":")
-                key, value = key.strip(), value.strip()
-                if key in ("cpu family", "model", "CPU implementer", "CPU part") and key not in found:
-                    found[key] = value
-                elif not line.strip() and found:
-                    break  # the first processor's block is done
-    except OSError:
-        return None
-    if "cpu family" in found and "model" in found:
-        return f"family {found['cpu family']} model {found['model']}"
-    if "CPU implementer" in found and "CPU part" in found:
-        return f"implementer {found['CPU implementer']} part {found['CPU part']}"
+    0xd40" (ARM), None where unreadable or not given; `block` as in `cpuinfo_fields`."""
+    fields = first_processor(path) if block is None else block
+    if fields.get("cpu family") and fields.get("model"):
+        return f"family {fields['cpu family']} model {fields['model']}"
+    if fields.get("CPU implementer") and fields.get("CPU part"):
+        return f"implementer {fields['CPU implementer']} part {fields['CPU part']}"
     return None
 
 
@@ -66,14 +61,15 @@ def this_processor(device: str = "cpu") -> Processor:
     """This machine's processor, and the GPU's name when `device` is a CUDA device."""
     import torch
 
-    name, flags = cpuinfo_fields()
+    block = first_processor()
+    name, flags = cpuinfo_fields(block=block)
     name = name or platform.processor() or platform.machine() or "unknown CPU"
     capability = torch.backends.cpu.get_cpu_capability() if hasattr(torch.backends, "cpu") else None
     engine = torch.backends.quantized.engine or None
     gpu = torch.cuda.get_device_name(torch.device(device)) if str(device).startswith("cuda") else None
     return Processor(name=name, architecture=platform.machine() or None, flags=isa_flags(flags),
                      quantized_engine=engine, capability=capability or None, cores=os.cpu_count(), gpu=gpu,
-                     generation=cpu_generation())
+                     generation=cpu_generation(block=block))
 
 
 def plan_machine_line(plan, device: str = "cpu", *, here_device: str | None = None) -> str | None:
