@@ -63,6 +63,16 @@ def at_least(low: float, kind: str = "") -> Check:
     return check
 
 
+def one_of(*allowed: str) -> Check:
+    """One of the strings `allowed`."""
+
+    def check(value: str) -> None:
+        if value not in allowed:
+            raise Invalid(f"must be one of {', '.join(map(show, allowed))}, got {show(value)}")
+
+    return check
+
+
 def text(value: str) -> None:
     """A non-empty string (not only blanks)."""
     if not value.strip():

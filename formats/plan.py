@@ -97,7 +97,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Annotated, Any
 
-from polyplan.formats.checks import at_least, each, interval_in, mode_key, non_empty, non_negative, positive, text, whole
+from polyplan.formats.checks import at_least, each, interval_in, mode_key, non_empty, non_negative, one_of, positive, text, whole
 from polyplan.formats.codec import NONE, Before, FileFormat, Invalid, Layout, decode_file, encode_file, read_file, spec, write_file
 from polyplan.formats.errors import PolyplanError
 from polyplan.formats.inputs import is_finite_number
@@ -301,7 +301,8 @@ def _positive_terms(check: ChainCheck) -> None:
 @dataclass(frozen=True)
 class ChainCheck:
     """recommend's self-check of one chain (`validation.self_check`): the composition term C, the
-    exact model's error on this machine's time per token with acceptance as measured, from a
+    exact model's error on this machine (its speedup on the check's own prompts over the measured
+    one, or, in `SelfCheckRecord.priced` "plan", on time per token with acceptance as measured), from a
     short run of the chain beside target-only decoding; the prediction it gives, exact / C,
     and that prediction's interval (the exact interval widened by C's).
 
@@ -476,6 +477,10 @@ class SearchRecord:
     new_tokens: int | None = spec(whole(1), default=None, omit=NONE)
 
 
+PRICED_BY_PROMPT = "prompts"  # validation.check_prices
+PRICED_BY_PLAN = "plan"
+
+
 @dataclass(frozen=True)
 class SelfCheckRecord:
     """How recommend's self-check ran (`validation.self_check`), or why it did not (`skipped`)."""
@@ -490,6 +495,9 @@ class SelfCheckRecord:
     # predictions said its run would take at the size it chose (None: no budget was set)
     budget_s: float | None = spec(non_negative, default=None, omit=NONE)
     estimated_s: float | None = spec(non_negative, default=None, omit=NONE)
+    # what C's predicted side is: the exact model on each check prompt (PRICED_BY_PROMPT), or the
+    # plan's seconds per pass at the passes the check measured (PRICED_BY_PLAN; None: plans before)
+    priced: str | None = spec(one_of(PRICED_BY_PROMPT, PRICED_BY_PLAN), default=None, omit=NONE)
 
 
 def _predictions_recorded(entry: Any) -> Any:

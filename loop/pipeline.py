@@ -276,7 +276,7 @@ def _self_checked(plan: PlanFile, profiled: ProfiledCandidates, out) -> tuple[Pl
         return plan, ()
     members = {model.name: model.member for model in profiled.models}
     with timing_lock():
-        checked = self_check(plan, members, profiled.encoded, budget_s=check_budget(profiled.profile))
+        checked = self_check(plan, members, profiled.encoded, budget_s=check_budget(profiled.profile), profile=profiled.profile)
     if out is not None:
         write_plan(checked.plan, out)
     return checked.plan, checked.lines

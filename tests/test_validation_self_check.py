@@ -13,7 +13,7 @@ from polyplan.formats.plan import ExactRecord, PaperRecord, PlanFile, PlannedCha
 from polyplan.formats.profile import Profile, ProfilerRecord
 from polyplan.validation.results import ChainSpec, RunRecord
 from polyplan.validation.self_check import (
-    CHECK_SIZES, _checked_plan, check_budget, check_size, composition, composition_interval, estimated_seconds,
+    CHECK_SIZES, _checked_plan, check_budget, check_size, composition, composition_interval, estimated_seconds, plan_priced,
 )
 
 RECORD = SelfCheckRecord(prompts=4, new_tokens=64, repeats=1, seconds=1.0)
@@ -53,7 +53,7 @@ def records(slower: float, prompts: int = 4) -> tuple[list[RunRecord], list[RunR
 
 def test_a_member_slower_inside_the_chain_gives_c_above_one_and_lowers_the_prediction():
     runs, base = records(slower=1.3)
-    c, low, high = composition_interval(CHAIN, runs, base, STEP, rng=np.random.default_rng(0))
+    c, low, high = composition_interval(plan_priced(CHAIN, STEP), runs, base, rng=np.random.default_rng(0))
     expected = (0.35 * 0.012 * 1.3 + 1.05 * 0.0008) / (0.35 * 0.012 + 1.05 * 0.0008)
     assert c == pytest.approx(expected, rel=0.02)
     assert low <= c <= high
@@ -69,7 +69,7 @@ def test_a_member_slower_inside_the_chain_gives_c_above_one_and_lowers_the_predi
 
 def test_a_chain_that_runs_as_planned_keeps_c_at_one_negative_control():
     runs, base = records(slower=1.0)
-    c, low, high = composition_interval(CHAIN, runs, base, STEP, rng=np.random.default_rng(0))
+    c, low, high = composition_interval(plan_priced(CHAIN, STEP), runs, base, rng=np.random.default_rng(0))
     assert c == pytest.approx(1.0, abs=1e-9) and low == pytest.approx(1.0, abs=1e-9) and high == pytest.approx(1.0, abs=1e-9)
     plan = PlanFile(target="t", sampling="greedy", profiled_fingerprints={}, alternatives=(CHAIN, ALONE))
     chain = _checked_plan(plan, {CHAIN.chain: ((c, low, high), 2.0)}, (), RECORD).plan.alternatives[0]

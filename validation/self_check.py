@@ -8,38 +8,52 @@ depends on the processor (caches, the int8 kernels, what a pass finds after anot
 on one CPU they compose as predicted, on another the same code was off by a third. So after
 planning, `recommend` runs the recommended chain, the next ones and target-only decoding on a
 few of the profiling prompts, interleaved (`validation.chain_runs.measure_chains`), and fits
-for each chain one *composition term*
+for each chain one *composition term*: the exact model's speedup on the check's own run over the
+speedup the check measured,
+
+    C = Ŝ(check) / S(check),
+
+the exact model priced prompt by prompt on the check's workload (`validation.check_prices`: each
+prompt's own measured acceptance, cut at the check's answer length, and its latency curves read at
+that prompt's context). C then holds what the model lacks on this machine (passes per token as the
+decoder makes them, seconds per pass inside the chain, the loop, the target-only step) and not how
+the check's few prompts and short answers differ from the plan's workload: priced by the plan, a
+4-prompt x 32-token check on an AMD EPYC (family 26) fitted C = 0.89 for a chain whose exact
+prediction was within 1 % on held-out prompts, and the checked one 12 % too high; priced by
+prompt, a 4-prompt x 64-token check of the same plan predicted that chain on each prompt within
+4 % and fitted C = 1.02.
+Where the profile cannot price the check's prompts (another sampling mode, a profile without
+the target's streams), C compares the run with the plan's own parts instead:
 
     C = (b̂ / b) · t / t(f, ŝ, l̂)
 
 where b̂ / b is the plan's target-only step over the one measured in the check, t the chain's
 measured seconds per token and t(f, ŝ, l̂) the exact model's time per token at the measured
-passes per token f with the plan's seconds per pass ŝ and loop l̂ (`validation.cost_split`:
-C is the product of its baseline, per-pass and loop terms). Acceptance stays the model's: the
-check runs on the profiling prompts, whose acceptance the profile already holds, and on a new
-prompt set acceptance is what the plan's interval resamples. The checked prediction is
-exact / C; its interval is the exact interval divided by C's bootstrap interval over the
-check's prompts, so it widens by C's uncertainty. Chains not run take the median C of those
-that were, with an interval spanning theirs (`pooled`). The ranking is then re-sorted by the
-checked predictions.
+passes per token f with the plan's seconds per pass ŝ and loop l̂ (`validation.cost_split`), and
+the record says which (`SelfCheckRecord.priced`). On a new prompt set acceptance is what the
+plan's interval resamples. The checked prediction is exact / C; its interval is the exact
+interval divided by C's bootstrap interval over the check's prompts, so it widens by C's
+uncertainty. Chains not run take the median C of those that were, with an interval spanning
+theirs (`pooled`). The ranking is then re-sorted by the checked predictions.
 """
 
 from __future__ import annotations
 
 import statistics
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 
 import numpy as np
 
 from polyplan.decoder.member import ChainMember
-from polyplan.formats.plan import ChainCheck, PlanFile, PlannedChain, SelfCheckRecord
+from polyplan.formats.plan import PRICED_BY_PLAN, PRICED_BY_PROMPT, ChainCheck, PlanFile, PlannedChain, SelfCheckRecord
 from polyplan.formats.profile import Profile
 from polyplan.profiler.prompts import EncodedPrompt
 from polyplan.validation.chain_runs import (
     ValidationSettings, context_limit, fit_prompts, measure_chains, reserve_for, sampling_of, select_chains,
 )
+from polyplan.validation.check_prices import PromptPrice, priced_composition, prompt_prices
 from polyplan.validation.cost_split import LevelCosts
 from polyplan.validation.cost_split import composition as cost_composition
 from polyplan.validation.results import ROLE_TARGET_ONLY, ChainSpec, RunRecord
@@ -124,23 +138,35 @@ def composition(planned: PlannedChain, runs: Sequence[RunRecord], baseline: Sequ
     )
 
 
-def composition_interval(planned: PlannedChain, runs: Sequence[RunRecord], baseline: Sequence[RunRecord],
-                         predicted_baseline: float, *, rng: np.random.Generator) -> tuple[float, float, float]:
-    """(C, low, high): C over every run and its percentile bootstrap interval over prompts."""
+def composition_interval(fit: Callable[[Sequence[RunRecord], Sequence[RunRecord]], float], runs: Sequence[RunRecord],
+                         baseline: Sequence[RunRecord], *, rng: np.random.Generator) -> tuple[float, float, float]:
+    """(C, low, high): `fit` (chain runs, target-only runs -> C) over every run, and its percentile
+    bootstrap interval over prompts."""
     prompts = sorted({run.prompt for run in runs})
     mine = {p: [run for run in runs if run.prompt == p] for p in prompts}
     theirs = {p: [run for run in baseline if run.prompt == p] for p in prompts}
-    point = composition(planned, runs, baseline, predicted_baseline)
+    point = fit(runs, baseline)
     if len(prompts) < 2:
         return point, point, point
     draws = []
     for _ in range(RESAMPLES):
         picked = rng.choice(prompts, size=len(prompts), replace=True)
-        draws.append(composition(planned, [r for p in picked for r in mine[p]], [r for p in picked for r in theirs[p]],
-                                 predicted_baseline))
+        draws.append(fit([r for p in picked for r in mine[p]], [r for p in picked for r in theirs[p]]))
     tail = (1.0 - LEVEL) / 2 * 100
     low, high = np.percentile(draws, [tail, 100 - tail])
     return point, float(min(low, point)), float(max(high, point))
+
+
+def plan_priced(planned: PlannedChain, predicted_baseline: float) -> Callable[[Sequence[RunRecord], Sequence[RunRecord]], float]:
+    """C by the plan's own seconds per pass and target-only step (`composition`): how a check is
+    priced when the profile cannot price its prompts (`validation.check_prices`)."""
+    return lambda runs, baseline: composition(planned, runs, baseline, predicted_baseline)
+
+
+def prompt_priced(prices: Sequence[PromptPrice]) -> Callable[[Sequence[RunRecord], Sequence[RunRecord]], float]:
+    """C by the exact model on each check prompt (`validation.check_prices.priced_composition`)."""
+    by_prompt = dict(enumerate(prices))
+    return lambda runs, baseline: priced_composition(by_prompt, runs, baseline)
 
 
 def checked(planned: PlannedChain, term: tuple[float, float, float], measured: float | None, pooled: bool) -> PlannedChain:
@@ -159,11 +185,14 @@ def self_check(
     budget_s: float | None = None,
     repeats: int = CHECK_REPEATS,
     seed: int = 0,
+    profile: Profile | None = None,
 ) -> SelfCheck:
     """Run the plan's best chains beside target-only decoding on the first few of `prompts`
     (the profiling prompts; cut from the left to fit the chains' context) and return the plan
     with checked predictions, re-ranked (module docstring). `budget_s`: the seconds it may take
-    (`check_size` shrinks prompts and tokens until the plan's own estimate fits)."""
+    (`check_size` shrinks prompts and tokens until the plan's own estimate fits). `profile`: the
+    plan's, to price the check's run prompt by prompt (`validation.check_prices`); without it, or
+    where it cannot, C is priced by the plan's seconds per pass."""
     started = time.perf_counter()
     specs = [spec for spec in select_chains(plan, top) if spec.rank <= top + 1 or ROLE_TARGET_ONLY in spec.roles]
     count, new_tokens, estimate = check_size(specs, budget_s, repeats)
@@ -171,6 +200,8 @@ def self_check(
                          truncate=True, source="the profiling prompts").prompts
     settings = ValidationSettings(new_tokens=new_tokens, repeats=repeats, top=top, seed=seed, warmup_tokens=WARMUP_TOKENS)
     records, _ = measure_chains(specs, members, [p.ids for p in fitted], settings, sampling_of(plan.sampling))
+    prices = None if profile is None else prompt_prices(plan, profile, [spec.planned for spec in specs], [p.ids for p in fitted],
+                                                        new_tokens)
     baseline_index = next(i for i, spec in enumerate(specs) if ROLE_TARGET_ONLY in spec.roles)
     baseline = [run for run in records if run.chain == baseline_index]
     alone = specs[baseline_index].planned
@@ -182,9 +213,11 @@ def self_check(
             continue
         runs = [run for run in records if run.chain == index]
         measured = sum(run.decode_s for run in baseline) / sum(run.decode_s for run in runs)
-        terms[spec.planned.chain] = (composition_interval(spec.planned, runs, baseline, predicted_baseline, rng=rng), measured)
+        fit = plan_priced(spec.planned, predicted_baseline) if prices is None else prompt_priced(prices[spec.planned.chain])
+        terms[spec.planned.chain] = (composition_interval(fit, runs, baseline, rng=rng), measured)
     record = SelfCheckRecord(prompts=len(fitted), new_tokens=new_tokens, repeats=repeats,
-                             seconds=time.perf_counter() - started, budget_s=budget_s, estimated_s=estimate)
+                             seconds=time.perf_counter() - started, budget_s=budget_s, estimated_s=estimate,
+                             priced=PRICED_BY_PLAN if prices is None else PRICED_BY_PROMPT)
     return _checked_plan(plan, terms, specs, record)
 
 
@@ -213,9 +246,11 @@ def _checked_plan(plan: PlanFile, terms, specs: Sequence[ChainSpec], record: Sel
 
 def check_lines(before: PlanFile, after: PlanFile, record: SelfCheckRecord) -> list[str]:
     """What recommend prints of the self-check."""
+    priced = ("each prompt priced by the exact model on its own acceptance and context" if record.priced == PRICED_BY_PROMPT
+              else "priced by the plan's seconds per pass, acceptance as measured")
     lines = [f"Self-check ({len(record.checked)} chain(s) beside target-only decoding, {record.prompts} profiling prompt(s) x "
              f"{record.new_tokens} tokens, {record.seconds:.1f} s{_budget_text(record)}): composition term C = the exact "
-             "model's error on this machine's time per token (acceptance as measured); checked prediction = exact / C"]
+             f"model's error on this machine ({priced}); checked prediction = exact / C"]
     for planned in after.alternatives:
         check = planned.check
         if check is None or len(planned.chain) == 1 or check.pooled:
