@@ -32,7 +32,9 @@ Format (``plan_version`` 2; each ranked chain is stored once, the plan's own cha
             "forwards_per_token": [...], "time_per_token_s": [...],
             "tokens_per_verification": [...], "drafted_per_verification": [...],
             "wasted_per_verification": [...], "acceptances": [...], "overhead_per_token_s": ...,
-            "interval": [2.18, 2.41]         # optional: bootstrap interval of "speedup"
+            "interval": [2.18, 2.41],        # optional: bootstrap interval of "speedup" for a new
+                                             # prompt set of the profile's size (two draws)
+            "workload_interval": [2.22, 2.37]  # optional: for the workload's mean (one draw)
           },                                 # (planner.intervals.prediction_interval)
           "paper": {                         # Lemma 3.1 (planner.paper.paper_model)
             "speedup": 4.54, "time_per_token_s": ..., "phi_per_token": [...],
@@ -268,6 +270,8 @@ class ExactRecord:
     acceptances: tuple[float, ...]
     overhead_per_token_s: float = 0.0
     interval: tuple[float, float] | None = spec(interval_in(), default=None, omit=NONE)
+    # for the workload's mean (one prompt draw; `interval` is for a new prompt set of the profile's size)
+    workload_interval: tuple[float, float] | None = spec(interval_in(), default=None, omit=NONE)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -318,6 +322,7 @@ class ChainCheck:
     interval: tuple[float, float] | None = spec(interval_in())
     measured: float | None  # the paired speedup the check measured on this chain (None: pooled)
     pooled: bool = False
+    workload_interval: tuple[float, float] | None = spec(interval_in(), default=None, omit=NONE)  # the exact one's, widened by C's
 
 
 def _levels(planned: PlannedChain) -> None:
@@ -381,6 +386,11 @@ class PlannedChain:
     def predicted_interval(self) -> tuple[float, float] | None:
         """The interval of `predicted_speedup` (the self-check's, widened by its term's uncertainty)."""
         return self.check.interval if self.check is not None else self.exact.interval
+
+    @property
+    def workload_interval(self) -> tuple[float, float] | None:
+        """The interval of `predicted_speedup` for the workload's mean (one prompt draw), where the plan has it."""
+        return self.check.workload_interval if self.check is not None else self.exact.workload_interval
 
 
 @dataclass(frozen=True)

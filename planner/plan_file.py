@@ -24,10 +24,11 @@ from polyplan.planner.paper.insertion_triples import TripleInsertion
 from polyplan.planner.exact.physical_limit import PhysicalLimit
 from polyplan.formats.profile import SCHEMA_VERSION, Profile, encode_profile
 
-def _planned(plan: ChainPlan, intervals: PredictionIntervals | None) -> PlannedChain:
+def _planned(plan: ChainPlan, intervals: PredictionIntervals | None, workload: PredictionIntervals | None = None) -> PlannedChain:
     """A ranked chain as the plan records it."""
     exact, paper = plan.exact, plan.paper
     found = None if intervals is None else intervals.of(plan.chain)
+    mean = None if workload is None else workload.of(plan.chain)
     return PlannedChain(
         chain=plan.chain,
         block_sizes=plan.block_sizes,
@@ -43,6 +44,7 @@ def _planned(plan: ChainPlan, intervals: PredictionIntervals | None) -> PlannedC
             acceptances=tuple(plan.acceptances),
             overhead_per_token_s=exact.overhead_per_token,
             interval=None if found is None else (found.speedup.low, found.speedup.high),
+            workload_interval=None if mean is None else (mean.speedup.low, mean.speedup.high),
         ),
         paper=PaperRecord(
             speedup=paper.speedup,
@@ -99,7 +101,7 @@ def plan_of(
     return PlanFile(
         target=result.target,
         sampling=result.sampling,
-        alternatives=tuple(_planned(plan, intervals) for plan in result.ranked),
+        alternatives=tuple(_planned(plan, intervals, result.workload) for plan in result.ranked),
         device=result.device,
         processor=result.processor,
         profiled_fingerprints=dict(result.fingerprints),
@@ -164,19 +166,19 @@ def planned_from_profile(
         profile = at_length(profile, new_tokens)
     overhead = profile_overhead(profile, sampling)
     result = recommend(profile, sampling=sampling, overhead=overhead, candidates=drafters, **search_options)
-    intervals, limit = None, result.limit
+    intervals, workload, limit = None, None, result.limit
     if resamples:
         seed = int(search_options.get("seed", 0))
-        intervals = prediction_intervals(
+        intervals, workload = (prediction_intervals(
             profile, [(plan.chain, plan.block_sizes, plan.exact_speedup, plan.draft_policy) for plan in result.ranked], sampling=sampling,
             context_length=result.context_length, overhead=overhead, acceptance_model=result.acceptance_model,
-            resamples=resamples, seed=seed,
-        )
+            resamples=resamples, seed=seed, new_set=new_set,
+        ) for new_set in (True, False))
         if limit is not None:
             limit = dataclasses.replace(limit, interval=limit_interval(
                 profile, limit, context_length=result.context_length, overhead=overhead, resamples=resamples, seed=seed,
             ))
-    result = dataclasses.replace(result, intervals=intervals, limit=limit, warnings=timing_warnings(profile))
+    result = dataclasses.replace(result, intervals=intervals, workload=workload, limit=limit, warnings=timing_warnings(profile))
     plan = plan_of(result, profile_path=profile_path, candidates=candidates, profile_digest=digest)
     if new_tokens is not None:
         plan = dataclasses.replace(plan, search=dataclasses.replace(plan.search, new_tokens=new_tokens))

@@ -123,6 +123,7 @@ class Recommendation:
     acceptance_model: str = "iid"  # "iid" (rate α per token) or "runs" (measured acceptance runs)
     switch_costs: tuple[tuple[str, SwitchCost], ...] = ()  # (model, seconds per pass after a switch) the exact model included
     intervals: PredictionIntervals | None = None  # bootstrap intervals of the exact speedups (planner.intervals.prediction_interval)
+    workload: PredictionIntervals | None = None  # the same for the workload's mean (one prompt draw: `new_set` False)
     warnings: tuple[str, ...] = ()  # what makes the profile's timings doubtful (noisy floor, budget run out)
     limit: PhysicalLimit | None = None  # a free, always-right drafter's speedup (planner.exact.physical_limit)
     insertion_triples: tuple[TripleInsertion, ...] = ()  # Theorem 3.2 on each insertion that matters

@@ -179,6 +179,10 @@ def test_the_version_2_writer_plans_what_version_1_planned(tmp_path):
     assert old.pop("physical_limit") is None and old.pop("insertion_triples") == []
     assert written.pop("physical_limit")["speedup"] >= written["alternatives"][0]["exact"]["speedup"]
     assert written.pop("insertion_triples")[0]["middle"] == "vicuna-7b-w4"
+    # and the workload's interval (one prompt draw) came after version 2's first plans: inside the new set's
+    for chain in written["alternatives"]:
+        low, high = chain["exact"].pop("workload_interval")
+        assert chain["exact"]["interval"][0] <= low <= chain["exact"]["speedup"] <= high <= chain["exact"]["interval"][1]
     assert written == old
     written["alternatives"][0]["exact"]["speedup"] *= 1.01  # negative control: a changed prediction is seen
     assert written != old

@@ -389,3 +389,22 @@ def test_a_new_prompt_sets_three_level_speedup_is_covered_with_few_skewed_prompt
     rng = np.random.default_rng(6)
     trials = [(correlated_three_level(rng, 8), correlated_three_level(rng, 8)) for _ in range(80)]
     assert three_level_coverage(trials) >= 68
+
+
+def test_the_workload_interval_draws_once_and_is_narrower_than_a_new_sets():
+    """For the workload's mean (`new_set` False) a replicate is the cluster resample of the
+    profile's prompts alone, the very draw of the negative control above; its interval lies
+    inside the two-draw one and holds the same point."""
+    from polyplan.planner.intervals.prediction_interval import _prompt_weights
+
+    once = _prompt_weights(12, 50, np.random.default_rng(3), new_set=False)
+    assert np.array_equal(once, profile_only_weights(12, 50, np.random.default_rng(3)))
+    assert not np.array_equal(once, _prompt_weights(12, 50, np.random.default_rng(3)))  # control: two draws differ
+    rng = np.random.default_rng(5)
+    profile = with_runs(heterogeneous_runs(rng, 12))
+    chains = [(("target", "drafter"), (BLOCK,), point_speedup(profile))]
+    new_set = prediction_intervals(profile, chains, resamples=400, acceptance_model="runs").chains[0].speedup
+    workload = prediction_intervals(profile, chains, resamples=400, acceptance_model="runs", new_set=False).chains[0].speedup
+    assert workload.point == new_set.point
+    assert new_set.low < workload.low <= workload.point <= workload.high < new_set.high
+    assert (workload.high - workload.low) < 0.85 * (new_set.high - new_set.low)

@@ -170,10 +170,15 @@ def prompt_priced(prices: Sequence[PromptPrice]) -> Callable[[Sequence[RunRecord
 
 
 def checked(planned: PlannedChain, term: tuple[float, float, float], measured: float | None, pooled: bool) -> PlannedChain:
-    """`planned` with its check: exact / C, the exact interval divided by C's interval."""
+    """`planned` with its check: exact / C, the exact intervals (a new prompt set's, the workload's)
+    divided by C's interval."""
     c, low, high = term
-    interval = None if planned.exact.interval is None else (planned.exact.interval[0] / high, planned.exact.interval[1] / low)
-    return replace(planned, check=ChainCheck(c, low, high, planned.exact.speedup / c, interval, measured, pooled))
+
+    def widened(exact: tuple[float, float] | None) -> tuple[float, float] | None:
+        return None if exact is None else (exact[0] / high, exact[1] / low)
+
+    return replace(planned, check=ChainCheck(c, low, high, planned.exact.speedup / c, widened(planned.exact.interval), measured, pooled,
+                                             widened(planned.exact.workload_interval)))
 
 
 def self_check(
@@ -256,9 +261,11 @@ def check_lines(before: PlanFile, after: PlanFile, record: SelfCheckRecord) -> l
         if check is None or len(planned.chain) == 1 or check.pooled:
             continue
         interval = "" if check.interval is None else f" [{check.interval[0]:.2f}, {check.interval[1]:.2f}]"
+        workload = "" if check.workload_interval is None else \
+            f" (workload [{check.workload_interval[0]:.2f}, {check.workload_interval[1]:.2f}])"
         lines.append(f"  {planned.label():<44} exact {planned.exact.speedup:.2f}x, measured {check.measured:.2f}x, "
                      f"C = {check.composition:.3f} [{check.composition_low:.3f}, {check.composition_high:.3f}] -> "
-                     f"{check.speedup:.2f}x{interval}")
+                     f"{check.speedup:.2f}x{interval}{workload}")
     pooled = [planned for planned in after.alternatives if planned.check is not None and planned.check.pooled]
     if pooled:
         check = pooled[0].check

@@ -65,10 +65,13 @@ def best_line(result: Recommendation) -> str:
         other = "no chain could be planned" if chain is None else \
             f"best chain {chain.label()} (K = {chain.blocks_label()}) {speed(chain)}"
         return f"best: don't speculate ({best.chain[0]} only); {other}"
+    mean = None if result.workload is None else result.workload.of(best.chain)
+    workload = "" if mean is None else (f"; for the workload's mean [{mean.speedup.low:.2f}, {mean.speedup.high:.2f}] "
+                                        "(the interval above is for a new set of as many prompts as the profile's)")
     return (
         f"best: {best.label()}  K = {best.blocks_label()}  exact {speed(best)} "
         f"(forwards/token {[round(f, 3) for f in best.exact.forwards_per_token]}, "
-        f"tokens/verification {[round(t, 3) for t in best.exact.tokens_per_verification]})"
+        f"tokens/verification {[round(t, 3) for t in best.exact.tokens_per_verification]}){workload}"
     )
 
 

@@ -44,6 +44,13 @@ How each input is resampled (per replicate, independently):
   sd r / 1.349. The intervals list each widening (`widened`), and the plan and the validation
   report print them.
 
+- the workload (`new_set` False): the interval of the speedup averaged over the workload the
+  profile's prompts sample, as a deployment serving many requests sees it, draws once (the
+  profile's prompts with replacement: the error of the profile's estimate alone), and an α's
+  standard error is not multiplied for a new set. It is the narrower one: a validation on 16
+  other prompts moves by that set's own spread as well, and is judged by the two-draw interval.
+  A llama.cpp export decides on it (`planner.llama_cpp_ranking`: whether a configuration pays
+  on the user's traffic), and `recommend` prints it beside the other.
 - few prompts: the bootstrap reads the prompts' spread as if it were known, from a handful of
   prompts (16 by default), some of which a drafter reads almost perfectly. Each replicate's
   log-speedup deviation from the point is stretched by Student's t allowance for n prompts
@@ -221,11 +228,12 @@ def _merge(sources: set[str]) -> str:
     return next(iter(sources)) if len(sources) == 1 else "mixed"
 
 
-def _prompt_weights(prompts: int, resamples: int, rng: np.random.Generator) -> np.ndarray:
+def _prompt_weights(prompts: int, resamples: int, rng: np.random.Generator, new_set: bool = True) -> np.ndarray:
     """[resamples, prompts]: how often each prompt is drawn in each replicate's new prompt set
-    (a set of the same size drawn from a cluster resample of the profile's prompts)."""
+    (a set of the same size drawn from a cluster resample of the profile's prompts); `new_set`
+    False: in the cluster resample itself (the workload's mean, one draw: module docstring)."""
     profiled = rng.integers(0, prompts, size=(resamples, prompts))
-    picks = np.take_along_axis(profiled, rng.integers(0, prompts, size=(resamples, prompts)), axis=1)
+    picks = np.take_along_axis(profiled, rng.integers(0, prompts, size=(resamples, prompts)), axis=1) if new_set else profiled
     weights = np.zeros((resamples, prompts))
     np.add.at(weights, (np.arange(resamples)[:, None], picks), 1.0)
     return weights
@@ -234,8 +242,9 @@ def _prompt_weights(prompts: int, resamples: int, rng: np.random.Generator) -> n
 class _AcceptanceReplicates:
     """Per (verifier, drafter): what the exact model reads in each replicate."""
 
-    def __init__(self, profile: Profile, sampling: str, acceptance_model: str, resamples: int, rng: np.random.Generator):
-        self.profile, self.sampling, self.resamples, self.rng = profile, sampling, resamples, rng
+    def __init__(self, profile: Profile, sampling: str, acceptance_model: str, resamples: int, rng: np.random.Generator,
+                 new_set: bool = True):
+        self.profile, self.sampling, self.resamples, self.rng, self.new_set = profile, sampling, resamples, rng, new_set
         self.runs = profile_runs(profile, sampling) if acceptance_model in ("auto", "runs") else {}
         entry = profile.acceptance_runs.get(sampling)
         self.confidences = {} if entry is None else entry.confidences_by_pair()
@@ -283,12 +292,17 @@ class _AcceptanceReplicates:
         the same prompts: a prompt that is hard for one drafter is hard for the others, so the
         levels of a chain move together."""
         if prompts not in self._weights:
-            self._weights[prompts] = _prompt_weights(prompts, self.resamples, self.rng)
+            self._weights[prompts] = _prompt_weights(prompts, self.resamples, self.rng, self.new_set)
             self.prompts = prompts if self.prompts is None else min(self.prompts, prompts)
         return self._weights[prompts]
 
     def weights(self, pair: tuple[str, str]) -> np.ndarray:
         return self._prompt_draw(len(self.runs[pair]))
+
+    @property
+    def _set_factor(self) -> float:
+        """An α standard error's multiple: the profile's error and a new set's, or the profile's alone."""
+        return NEW_PROMPT_SET if self.new_set else 1.0
 
     def alphas(self, pair: tuple[str, str]) -> np.ndarray:
         if pair in self._alphas:
@@ -304,11 +318,11 @@ class _AcceptanceReplicates:
             values = alpha * rates / full if full > 0 else np.full(self.resamples, alpha)
             self.sources.add("runs")
         elif stats.alpha_ci is not None:
-            error = NEW_PROMPT_SET * (stats.alpha_ci[1] - stats.alpha_ci[0]) / (2 * Z95)
+            error = self._set_factor * (stats.alpha_ci[1] - stats.alpha_ci[0]) / (2 * Z95)
             values = alpha + error * self.rng.standard_normal(self.resamples)
             self.sources.add("alpha_ci")
         elif stats.alpha_samples:
-            error = NEW_PROMPT_SET * np.sqrt(alpha * (1 - alpha) / stats.alpha_samples)
+            error = self._set_factor * np.sqrt(alpha * (1 - alpha) / stats.alpha_samples)
             values = alpha + error * self.rng.standard_normal(self.resamples)
             self.sources.add("alpha_samples")
         else:
@@ -349,6 +363,7 @@ def prediction_intervals(
     resamples: int = DEFAULT_RESAMPLES,
     level: float = DEFAULT_LEVEL,
     seed: int = 0,
+    new_set: bool = True,
 ) -> PredictionIntervals:
     """Bootstrap intervals of the exact model's speedup for `chains` (see the module docstring).
 
@@ -361,6 +376,8 @@ def prediction_intervals(
         resamples: bootstrap replicates B (>= 20).
         level: interval coverage, in (0, 1).
         seed: of the numpy Generator every draw comes from.
+        new_set: the interval for a new prompt set of the profile's size (True: two draws, what a
+            validation on other prompts is judged by) or for the workload's mean (one draw).
     """
     integer_at_least(resamples, 20, "resamples")
     if not 0 < level < 1:
@@ -370,7 +387,7 @@ def prediction_intervals(
     rng = np.random.default_rng(seed)
     names = sorted({name for chain, *_ in chains for name in chain})
     curves, latency_source, widened = latency_replicates(profile, names, resamples, rng, context_length)
-    acceptance = _AcceptanceReplicates(profile, sampling, acceptance_model, resamples, rng)
+    acceptance = _AcceptanceReplicates(profile, sampling, acceptance_model, resamples, rng, new_set)
     switches = profile_switch_costs(profile)
     speedups = np.empty((len(chains), resamples))
     for row, (chain, blocks, _, *rest) in enumerate(chains):
@@ -422,14 +439,14 @@ class PairReplicates:
 
 def pair_replicates(profile: Profile, target: str, drafter: str, block: int, *, policy: DraftPolicy = FIXED_DRAFTS,
                     sampling: str = "greedy", context_length: int | None = None, resamples: int = DEFAULT_RESAMPLES,
-                    level: float = DEFAULT_LEVEL, seed: int = 0) -> PairReplicates:
+                    level: float = DEFAULT_LEVEL, seed: int = 0, new_set: bool = True) -> PairReplicates:
     """`resamples` replicates of what predicts `target > drafter` at block size `block` (under
     `policy`), drawn as `prediction_intervals` draws them: for a caller that prices the pair its
     own way (an engine's loop, `planner.engine_rules`) and reads the interval with `percentile_interval`."""
     integer_at_least(resamples, 20, "resamples")
     rng = np.random.default_rng(seed)
     curves, _, _ = latency_replicates(profile, [target, drafter], resamples, rng, context_length)
-    acceptance = _AcceptanceReplicates(profile, sampling, "auto", resamples, rng)
+    acceptance = _AcceptanceReplicates(profile, sampling, "auto", resamples, rng, new_set)
     reads = acceptance.read((target, drafter), block, policy)
     measured = acceptance.measured((target, drafter), block, policy)
     return PairReplicates(tuple(curves[target]), tuple(curves[drafter]), tuple(reads), measured,
