@@ -112,8 +112,9 @@ def top_probability(logits: torch.Tensor, among: int | None = None) -> torch.Ten
     has fewer), as a sampler that keeps its top-k candidates and then normalises reads it
     (llama-server's draft-simple: `formats.profile.DRAFT_SIMPLE_TOP_K`); never below the
     whole-row value, equal where the rest of the row carries no probability."""
-    rows = logits.double()
-    if among is not None:
-        rows = rows.topk(min(among, rows.shape[-1]), dim=-1).values  # (k, among), the largest first
+    if among is None:
+        rows = logits.double()
+    else:  # the same `among` values at any precision: only they are widened
+        rows = logits.topk(min(among, logits.shape[-1]), dim=-1).values.double()  # (k, among), the largest first
     top = rows.max(dim=-1, keepdim=True).values  # (k, 1)
     return 1.0 / torch.exp(rows - top).sum(dim=-1)
