@@ -103,10 +103,18 @@ def argmax_ids(logits: torch.Tensor) -> torch.Tensor:
     return logits.argmax(dim=-1)
 
 
-def top_probability(logits: torch.Tensor) -> torch.Tensor:
+def top_probability(logits: torch.Tensor, among: int | None = None) -> torch.Tensor:
     """The probability of each row's most likely token under the softmax of `logits` `(k, V)` at
     temperature 1: `(k,)` float, 1 / Σ exp(l − max l). A drafter's confidence in its greedy
-    choice (`formats.plan.DraftPolicy.p_min`)."""
-    rows = logits.double()
+    choice (`formats.plan.DraftPolicy.p_min`).
+
+    `among`: the softmax over each row's `among` largest logits only (all of them when the row
+    has fewer), as a sampler that keeps its top-k candidates and then normalises reads it
+    (llama-server's draft-simple: `formats.profile.DRAFT_SIMPLE_TOP_K`); never below the
+    whole-row value, equal where the rest of the row carries no probability."""
+    if among is None:
+        rows = logits.double()
+    else:  # the same `among` values at any precision: only they are widened
+        rows = logits.topk(min(among, logits.shape[-1]), dim=-1).values.double()  # (k, among), the largest first
     top = rows.max(dim=-1, keepdim=True).values  # (k, 1)
     return 1.0 / torch.exp(rows - top).sum(dim=-1)

@@ -31,7 +31,10 @@ seconds and must be > 0 (and at most 1e6); unknown keys are rejected (free-form 
                        "fingerprint": ".."},                      # optional
       "acceptance_runs": {"greedy": {"fingerprint": "..", "prompts": 16, "new_tokens": 64,
                           "pairs": [{"verifier": "vicuna-7b", "drafter": "eagle",
-                                     "agreement": ["1101…", …]}]}},   # optional: 0/1 per position
+                                     "agreement": ["1101…", …],   # optional: 0/1 per position
+                                     "confidence": ["e6fa…", …],  # optional: the drafter's top
+                                     "confidence_top10": ["f0fc…", …]}]}},  # probability over the
+                                             # vocabulary, over its 10 best logits (PairAgreement)
       "models": [
         {
           "name": "vicuna-7b",               # unique; pairs refer to models by name
@@ -427,13 +430,26 @@ class SwitchCosts:
 
 
 CONFIDENCE_STEPS = 255  # a drafter's top probability is kept to 1/255: two hex digits a position
+# The candidates llama-server's draft-simple sampler keeps before its softmax: `top_k` 10, set in
+# `common_speculative_impl_draft_simple`'s constructor (llama.cpp's common/speculative.cpp, at the
+# pinned `engines.llama_cpp_build.BINDINGS_VERSION`); its `--spec-draft-p-min` reads the top
+# probability renormalised over these (`planner.llama_cpp_policy`).
+DRAFT_SIMPLE_TOP_K = 10
 
 
 def _confidence_per_position(entry: PairAgreement) -> None:
-    """One confidence per agreement position, prompt by prompt (or none kept)."""
-    if entry.confidence and (len(entry.confidence) != len(entry.agreement)
-                             or any(len(c) != 2 * len(a) for c, a in zip(entry.confidence, entry.agreement))):
-        raise Invalid("must give two hex digits per agreement position, for every prompt", ".confidence")
+    """One confidence per agreement position, prompt by prompt (or none kept), in each confidence field."""
+    for name in ("confidence", "confidence_top10"):
+        kept = getattr(entry, name)
+        if kept and (len(kept) != len(entry.agreement) or any(len(c) != 2 * len(a) for c, a in zip(kept, entry.agreement))):
+            raise Invalid("must give two hex digits per agreement position, for every prompt", f".{name}")
+
+
+def _probabilities(texts: tuple[str, ...]) -> tuple[tuple[float, ...], ...] | None:
+    """Per prompt, the probabilities `confidence_text` kept (None: none kept)."""
+    if not texts:
+        return None
+    return tuple(tuple(int(text[j:j + 2], 16) / CONFIDENCE_STEPS for j in range(0, len(text), 2)) for text in texts)
 
 
 @dataclass(frozen=True)
@@ -444,7 +460,12 @@ class PairAgreement:
     `confidence` (pairs under the target only; empty in profiles made before it was kept): the
     drafter's top probability (softmax at temperature 1) at each of those positions, measured in
     the same teacher-forced pass, as round(p · 255) in two hex digits per position: what a
-    confidence stop p_min is replayed on (`planner.exact.policy_replay`)."""
+    confidence stop p_min is replayed on (`planner.exact.policy_replay`).
+
+    `confidence_top10` (the same pairs; empty in profiles made before it was kept): the same top
+    probability renormalised over the drafter's `DRAFT_SIMPLE_TOP_K` (10) largest logits (their
+    softmax at temperature 1), kept the same way: what llama-server's `--spec-draft-p-min`
+    compares (`planner.llama_cpp_policy`). Never below `confidence` (up to the rounding)."""
 
     layout = Layout(omit=EMPTY, checks=(_confidence_per_position,))
 
@@ -452,15 +473,18 @@ class PairAgreement:
     drafter: str = spec(text)
     agreement: tuple[str, ...] = spec(bits, omit=NEVER)
     confidence: tuple[str, ...] = spec(hex_bytes, default=())
+    confidence_top10: tuple[str, ...] = spec(hex_bytes, default=())
 
     def sequences(self) -> tuple[tuple[bool, ...], ...]:
         return tuple(tuple(bit == "1" for bit in text) for text in self.agreement)
 
     def confidences(self) -> tuple[tuple[float, ...], ...] | None:
         """The drafter's top probability at each position, per prompt (None: not kept)."""
-        if not self.confidence:
-            return None
-        return tuple(tuple(int(text[j:j + 2], 16) / CONFIDENCE_STEPS for j in range(0, len(text), 2)) for text in self.confidence)
+        return _probabilities(self.confidence)
+
+    def confidences_top10(self) -> tuple[tuple[float, ...], ...] | None:
+        """The drafter's top probability over its 10 best logits at each position, per prompt (None: not kept)."""
+        return _probabilities(self.confidence_top10)
 
 
 def confidence_text(values) -> str:
@@ -504,6 +528,11 @@ class AgreementRuns:
     def confidences_by_pair(self) -> dict[tuple[str, str], tuple[tuple[float, ...], ...]]:
         """The drafter's top probabilities along the agreement sequences, for the pairs that keep them."""
         kept = {(entry.verifier, entry.drafter): entry.confidences() for entry in self.pairs}
+        return {pair: values for pair, values in kept.items() if values is not None}
+
+    def top10_confidences_by_pair(self) -> dict[tuple[str, str], tuple[tuple[float, ...], ...]]:
+        """The drafter's top probabilities over its 10 best logits, for the pairs that keep them."""
+        kept = {(entry.verifier, entry.drafter): entry.confidences_top10() for entry in self.pairs}
         return {pair: values for pair, values in kept.items() if values is not None}
 
 

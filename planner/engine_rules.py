@@ -49,7 +49,7 @@ from polyplan.planner.exact.engine_overhead import profile_call_seconds, predict
 from polyplan.planner.exact.latency import LatencyCurve, constant_curve, curve_from_profile
 from polyplan.planner.exact.server_loop import NO_SERVER_LOOP, ServerLoop, draft_model_speedup
 from polyplan.formats.overhead import LoopOverhead, SwitchCost
-from polyplan.planner.llama_cpp_policy import plan_policy, policy_notes, policy_rounds, server_policy
+from polyplan.planner.llama_cpp_policy import plan_policy, policy_notes, policy_rounds, server_policy, server_view
 from polyplan.planner.llama_cpp_ranking import (LlamaCppPrices, RankedConfig, Replicates, ReplayWorkload, llama_cpp_spec_flags,
                                                 recommend, replayed_config)
 from polyplan.planner.llama_cpp_ranking import ranked as rank_configs
@@ -377,8 +377,9 @@ def _policy_config(profile: Profile, target: str, options: list[EngineOption], p
                    k_max: int) -> tuple[list[RankedConfig], list[str]]:
     """The plan's draft policy as llama-server runs it (`planner.llama_cpp_policy`): a
     draft-simple row with its confidence stop at the best fixed K (its rounds replayed on the
-    drafter's agreement sequences), and a line where the plan's policy is more than that (an
-    adaptive cap), or why no row."""
+    drafter's agreement sequences and its 10-best confidences, `server_view`), and a line where
+    the plan's policy is more than that (an adaptive cap) or the replay falls back to the
+    whole-vocabulary confidences, or why no row."""
     drafter, plan_policy_ = policy
     option = next((o for o in options if o.drafter == drafter and o.reason is None and o.method == "draft_model"
                    and o.source != IN_PROCESS), None)
@@ -389,18 +390,19 @@ def _policy_config(profile: Profile, target: str, options: list[EngineOption], p
         return [], list(policy_notes(drafter, plan_policy_, option.block_size))
     if sampling != "greedy":
         return [], [f"{drafter}'s confidence stop p_min {stop.p_min:g}: not modelled (replayed at greedy only)"]
+    view, fallback = server_view(profile, target, drafter)
     try:
-        rounds_at = policy_rounds(profile, target, drafter, stop.p_min)
+        rounds_at = policy_rounds(view, target, drafter, stop.p_min)
         k, prediction = _best_block(lambda k: pricing.predict(drafter, rounds_at(k), k), k_max)
     except PolyplanError as error:
         return [], [f"{drafter}'s confidence stop p_min {stop.p_min:g}: not modelled ({error})"]
     label = f"draft-simple {drafter} K={k} p-min={stop.p_min:g}"
     point = _server_speedup(prediction, loop, requests)
-    interval = _draft_interval(pricing, target, drafter, k, point, loop, requests, sampling, stop)
+    interval = _draft_interval(dataclasses.replace(pricing, profile=view), target, drafter, k, point, loop, requests, sampling, stop)
     row = RankedConfig(label, tuple(llama_cpp_spec_flags("draft_model", k, option.source, p_min=stop.p_min)), point, interval,
                        "the plan's confidence stop replayed on the drafter's agreement sequences"
                        + (" (no interval)" if interval is None else ""))
-    return [row], list(policy_notes(drafter, plan_policy_, k))
+    return [row], [*fallback, *policy_notes(drafter, plan_policy_, k)]
 
 
 def _server_draft_model(curves: list[LatencyCurve], loop: ServerLoop, method: str,

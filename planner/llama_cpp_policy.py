@@ -20,16 +20,20 @@ and/or a confidence stop p_min. llama-server's `draft-simple` (the pinned llama.
 polyplan's own loop stops by the same comparison (`decoder.chain`, `_confident_draft`: `top <
 p_min`, the token not drafted, its pass paid), and `planner.exact.policy_replay.walk` replays it
 on the drafter's agreement sequences with the confidences the profile keeps. So llama-server's
-rounds are that walk at a fixed cap, with one difference in what is compared: llama.cpp's p is
-the top probability renormalised over the drafter's 10 best tokens; the profile's (as
-`forward_argmax_confidence` and `sampling.top_probability` give it) is over the whole vocabulary,
-kept to 1/255. The 10-best p is never below the whole-vocabulary one, so wherever the replay
-drafts the server drafts too: the replay stops no later than the server, and may stop earlier
-where the drafter's probability is spread beyond its 10 best tokens (a stated approximation).
-Measured with gemma-3-270m drafting for itself (four prompts, 48 new tokens, n-max 8): the server
-drafted 36-41 tokens a request at p_min 0.5 and 29-39 at 0.8; the replay on whole-vocabulary
-probabilities 0-4 fewer at 0.5 and 1-7 fewer (up to 21 %) at 0.8, on 10-best ones 0-4 fewer (3 of
-the 8 requests' outputs parted from the target alone's, by llama.cpp's batch numerics).
+rounds are that walk at a fixed cap, on what the server compares: llama.cpp's p is the top
+probability renormalised over the drafter's 10 best tokens (`formats.profile.DRAFT_SIMPLE_TOP_K`),
+which the profile keeps beside the whole-vocabulary one (`PairAgreement.confidence_top10`, from
+the same teacher-forced logits, to 1/255); `server_view` hands the replay those, for the point
+and its interval alike. polyplan's own loop and planner keep the whole-vocabulary probability
+(`forward_argmax_confidence` and `sampling.top_probability` give it), which is what
+`_confident_draft` compares. A profile made before the 10-best ones were kept falls back to the
+whole-vocabulary ones, with one line saying so: those are never above the 10-best ones, so that
+replay stops no later than the server, and earlier where the drafter's probability is spread
+beyond its 10 best tokens. Measured with gemma-3-270m drafting for itself (four prompts, 48 new
+tokens, n-max 8): the server drafted 36-41 tokens a request at p_min 0.5 and 29-39 at 0.8; the
+replay on whole-vocabulary probabilities 0-4 fewer at 0.5 and 1-7 fewer (up to 21 %) at 0.8, on
+10-best ones 0-4 fewer (3 of the 8 requests' outputs parted from the target alone's, by
+llama.cpp's batch numerics).
 The replayed rounds are priced as the fixed-K row's (`planner.engine_rules`, llama-server's draft
 loop): the pass that read a low confidence costs a drafted token's.
 
@@ -41,6 +45,7 @@ so in one line (`policy_notes`). Pure: no I/O.
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import replace
 
 from polyplan.formats.errors import PolyplanError
 from polyplan.formats.plan import DraftPolicy, PlanFile
@@ -65,9 +70,30 @@ def server_policy(policy: DraftPolicy) -> DraftPolicy | None:
     return None if policy.p_min is None else DraftPolicy(p_min=policy.p_min)
 
 
+def server_view(profile: Profile, target: str, drafter: str) -> tuple[Profile, tuple[str, ...]]:
+    """`profile` as llama-server's confidence stop reads it: the pair's confidences are its top
+    probabilities over the drafter's 10 best logits (`PairAgreement.confidence_top10`), so that
+    every replay of the stop (`policy_rounds`, the interval's replicates) compares what the
+    server compares; and one line where the profile keeps none (made before they were kept),
+    the replay then falling back to the whole-vocabulary ones. Unchanged, with no line, where
+    the pair keeps no confidences at all (`policy_rounds` says why nothing is replayed)."""
+    entry = profile.acceptance_runs.get(GREEDY)
+    pair = None if entry is None else next((p for p in entry.pairs if (p.verifier, p.drafter) == (target, drafter)), None)
+    if pair is None or not pair.confidence:
+        return profile, ()
+    if not pair.confidence_top10:
+        return profile, (f"{drafter}'s confidence stop: replayed on its top probabilities over the whole vocabulary, as the "
+                         f"profile keeps no 10-best ones (llama-server's; re-run polyplan profile): it may draft fewer tokens "
+                         f"than the server",)
+    server = replace(pair, confidence=pair.confidence_top10)
+    pairs = tuple(server if p is pair else p for p in entry.pairs)
+    return replace(profile, acceptance_runs={**profile.acceptance_runs, GREEDY: replace(entry, pairs=pairs)}), ()
+
+
 def policy_rounds(profile: Profile, target: str, drafter: str, p_min: float) -> Callable[[int], DraftRounds]:
     """The drafter's rounds under llama-server's confidence stop at each fixed cap K (a function of
-    K), replayed on the pair's greedy agreement sequences and the drafter's confidences.
+    K), replayed on the pair's greedy agreement sequences and the drafter's confidences the
+    profile keeps (`server_view`'s profile: the 10-best ones).
 
     Raises:
         PolyplanError: the profile keeps no agreement sequences or no confidences for the pair.

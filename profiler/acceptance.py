@@ -45,6 +45,7 @@ import torch
 from polyplan.decoder.chain import generate
 from polyplan.decoder.member import ChainMember, stop_token_ids
 from polyplan.decoder.sampling import Sampling, probabilities, top_probability
+from polyplan.formats.profile import DRAFT_SIMPLE_TOP_K
 
 TEACHER_FORCING_WIDTH = 4  # tokens per teacher-forced pass (the module docstring says why)
 from polyplan.profiler.stats import Interval, cluster_bootstrap, lag1_autocorrelation, quantile_summary
@@ -61,6 +62,8 @@ class TeacherForced:
     argmax: tuple[torch.Tensor, ...] | None
     probs: tuple[torch.Tensor, ...] | None
     top: tuple[torch.Tensor, ...] | None = None  # greedy: the softmax probability (temperature 1) of each argmax
+    # greedy: the same over the model's DRAFT_SIMPLE_TOP_K largest logits (what llama-server's p_min reads)
+    top10: tuple[torch.Tensor, ...] | None = None
 
 
 @dataclass(frozen=True)
@@ -207,7 +210,7 @@ def teacher_forced(
     """
     sampling = Sampling(temperature=temperature)
     device = getattr(member, "device", torch.device("cpu"))
-    argmaxes, probs, tops = [], [], []
+    argmaxes, probs, tops, tops10 = [], [], [], []
     with torch.inference_mode():
         for prompt, continuation in zip(prompts, continuations):
             member.reset()
@@ -222,11 +225,12 @@ def teacher_forced(
             if sampling.greedy:
                 argmaxes.append(logits.argmax(dim=-1).cpu())
                 tops.append(top_probability(logits).cpu())
+                tops10.append(top_probability(logits, among=DRAFT_SIMPLE_TOP_K).cpu())
             else:
                 probs.append(probabilities(logits, sampling).float().cpu())
         member.reset()
     if sampling.greedy:
-        return TeacherForced(argmax=tuple(argmaxes), probs=None, top=tuple(tops))
+        return TeacherForced(argmax=tuple(argmaxes), probs=None, top=tuple(tops), top10=tuple(tops10))
     return TeacherForced(argmax=None, probs=tuple(probs))
 
 

@@ -9,7 +9,9 @@ fingerprint of the models, prompts and settings, so a rerun with nothing changed
 for each pair under the target whose drafter is a model (not a `BlockDrafter` rule), the same pass
 also gives the drafter's top probability at every position (softmax at temperature 1), kept to
 1/255 beside the agreement (`formats.profile.PairAgreement.confidence`): what a confidence stop
-p_min is planned on (`planner.exact.policy_replay`);
+p_min is planned on (`planner.exact.policy_replay`); and, from the same logits, that probability
+renormalised over the drafter's 10 best (`PairAgreement.confidence_top10`): what llama-server's
+`--spec-draft-p-min` compares, which the llama.cpp export replays (`planner.llama_cpp_policy`);
 `planner.exact.runs` turns them into the run-length law the exact model uses. The target's streams
 (prompt + continuation ids) are kept beside them: `planner.exact.ngram_replay` replays an engine's
 own n-gram drafter on them.
@@ -58,12 +60,17 @@ def measure_agreement(
     entries = []
     for verifier, drafter in pairs:
         strings = ["".join("1" if same else "0" for same in (argmax[verifier][i] == argmax[drafter][i]).tolist()) for i in range(len(prompts))]
-        top = forced[drafter].top if verifier == models[0].name and drafter not in rules else None
-        confidence = () if top is None else tuple(confidence_text(values.tolist()) for values in top)
-        entries.append(PairAgreement(verifier, drafter, tuple(strings), confidence))
+        kept = verifier == models[0].name and drafter not in rules
+        entries.append(PairAgreement(verifier, drafter, tuple(strings), _texts(forced[drafter].top) if kept else (),
+                                     _texts(forced[drafter].top10) if kept else ()))
     streams = tuple(TargetStream(len(prompt), tuple(prompt) + tuple(continuation))
                     for prompt, continuation in zip(prompts, continuations) if len(prompt) > 0)
     return AgreementRuns(tuple(entries), runs_fingerprint(models, prompts, new_tokens, seed), len(prompts), new_tokens, streams)
+
+
+def _texts(tops) -> tuple[str, ...]:
+    """Per prompt, top probabilities as the profile keeps them (none: empty)."""
+    return () if tops is None else tuple(confidence_text(values.tolist()) for values in tops)
 
 
 def ensure_agreement(
@@ -71,15 +78,16 @@ def ensure_agreement(
 ) -> tuple[Profile, bool]:
     """`profile` with the greedy agreement sequences in `acceptance_runs`, reusing `previous` (the
     entry of the profile before this run) when its fingerprint still matches and it holds the
-    target's streams and the confidences of the model drafters under the target (older profiles
-    lack them); and whether they were measured."""
+    target's streams and both confidences of the model drafters under the target (older profiles
+    lack them: the whole-vocabulary ones, or the 10-best ones); and whether they were measured."""
     loaded = {model.name for model in models}  # a profile keeps other models' pairs; only these can run
     pairs = [(pair.verifier, pair.drafter) for pair in profile.pairs
              if "greedy" in pair.sampling and {pair.verifier, pair.drafter} <= loaded]
     key = runs_fingerprint(models, prompts, new_tokens, seed)
     wanted = set(pairs)
     rules = {model.name for model in models if isinstance(model.member, BlockDrafter)}
-    confident = set(previous.confidences_by_pair()) if previous is not None else set()
+    confident = (set(previous.confidences_by_pair()) & set(previous.top10_confidences_by_pair())
+                 if previous is not None else set())
     lacking = {pair for pair in wanted if pair[0] == models[0].name and pair[1] not in rules} - confident
     if previous is not None and previous.fingerprint == key and set(previous.by_pair()) >= wanted and previous.streams and not lacking:
         entry, measured = previous, False

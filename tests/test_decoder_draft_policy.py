@@ -8,7 +8,8 @@ draft (the last member's passes = drafted + stops) and its drafts vary in length
 `forward_argmax_confidence` gives the same rounds as rows reduced by the decoder; losslessness at
 temperature 1 by chi-square on toy table members (as `test_decoder_lossless.py`: 8^3 cells,
 ALPHA = 0.001, 4 000 samples) with a negative control (a verifier that always accepts) that must
-fail at the same size; bad policies are one line.
+fail at the same size; bad policies are one line; the top probability over a row's 10 best
+logits (what llama-server's p_min reads) equals the softmax over those 10 by hand.
 """
 
 from __future__ import annotations
@@ -185,3 +186,27 @@ def test_bad_uses_are_one_line():
         generate([target, target], [3], max_new_tokens=4, block_sizes=(9,), draft_policy=DraftPolicy(1, 8))
     with pytest.raises(PolyplanError, match="target alone drafts nothing"):
         generate([target], [3], max_new_tokens=4, draft_policy=DraftPolicy(1, 8))
+
+
+def test_the_top_probability_over_the_10_best_logits_is_their_softmax_by_hand():
+    """llama-server's draft-simple keeps its 10 best candidates (`DRAFT_SIMPLE_TOP_K`) and
+    normalises over them: row 0 spreads mass beyond them, so its 10-best value is above the
+    whole-vocabulary one; row 1 has 10 finite logits, so the two are equal (negative control)."""
+    import math
+
+    from polyplan.formats.profile import DRAFT_SIMPLE_TOP_K
+
+    spread = [3.0, 1.0, 2.0, 0.5, -1.0, 0.0, 2.5, 1.5, -0.5, 0.25, 0.1, -2.0, 0.2, 0.3]
+    best = sorted(spread, reverse=True)[:10]
+    concentrated = best + [float("-inf")] * 4  # the same 10 best, nothing beyond them
+    logits = torch.tensor([spread, concentrated], dtype=torch.float64)
+    by_hand = math.exp(best[0]) / sum(math.exp(value) for value in best)
+    whole = math.exp(max(spread)) / sum(math.exp(value) for value in spread)
+    ten = top_probability(logits, among=DRAFT_SIMPLE_TOP_K)
+    assert DRAFT_SIMPLE_TOP_K == 10
+    assert float(ten[0]) == pytest.approx(by_hand, rel=1e-12) and float(top_probability(logits)[0]) == pytest.approx(whole, rel=1e-12)
+    assert float(ten[0]) > whole + 0.01  # the mass beyond the 10 best is left out
+    assert float(ten[1]) == pytest.approx(float(top_probability(logits)[1]), rel=1e-12) == pytest.approx(by_hand, rel=1e-12)
+    rows = torch.randn(200, 50, generator=torch.Generator().manual_seed(0)) * 2
+    assert bool((top_probability(rows, among=10) >= top_probability(rows) - 1e-15).all())
+    assert torch.allclose(top_probability(rows[:, :6], among=10), top_probability(rows[:, :6]), rtol=1e-12)  # fewer than 10: all

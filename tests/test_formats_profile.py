@@ -422,3 +422,40 @@ def test_the_target_streams_round_trip_and_bad_ones_are_named():
         edit(bad["acceptance_runs"]["greedy"]["streams"])
         with pytest.raises(PolyplanError, match=message.replace("[", r"\[").replace("]", r"\]")):
             decode_profile(bad, label="p.json")
+
+
+def test_the_10_best_confidences_round_trip_and_an_old_profile_re_encodes_unchanged():
+    """`PairAgreement.confidence_top10` (llama-server's p_min reads it) rides the codec beside
+    `confidence`, with the same per-position check; a profile from before it, with confidences
+    only, decodes without it and re-encodes to the same bytes."""
+    from polyplan.formats.codec import json_text
+    from polyplan.formats.profile import AgreementRuns, LatencyPoint, ModelProfile, PairAgreement, Profile, SamplingStats
+
+    models = tuple(ModelProfile(name, f"fp-{name}", (LatencyPoint(8, 1, 0.01),)) for name in ("a", "b"))
+    profile = Profile(target="a", device="cpu", models=models, pairs=()).with_stats("a", "b", "greedy", SamplingStats(alpha=0.5))
+    pair = PairAgreement("a", "b", ("10", "111"), ("33ff", "0080ff"), ("40ff", "0190ff"))
+    profile = dataclasses.replace(profile, acceptance_runs={"greedy": AgreementRuns((pair,))})
+    payload = json.loads(json.dumps(encode_profile(profile)))
+    assert payload["acceptance_runs"]["greedy"]["pairs"][0]["confidence_top10"] == ["40ff", "0190ff"]
+    again = decode_profile(payload, label="p.json")
+    assert again == profile
+    runs = again.acceptance_runs["greedy"]
+    assert runs.top10_confidences_by_pair() == {("a", "b"): ((64 / 255, 1.0), (1 / 255, 144 / 255, 1.0))}
+    assert runs.confidences_by_pair() == {("a", "b"): ((51 / 255, 1.0), (0.0, 128 / 255, 1.0))}
+    # a profile made before: confidences only; nothing new appears when it is written again
+    old = json.loads(json.dumps(payload))
+    del old["acceptance_runs"]["greedy"]["pairs"][0]["confidence_top10"]
+    decoded = decode_profile(old, label="old.json")
+    assert decoded.acceptance_runs["greedy"].pairs[0].confidence_top10 == ()
+    assert decoded.acceptance_runs["greedy"].top10_confidences_by_pair() == {}
+    assert json_text(encode_profile(decoded)) == json_text(old)
+    assert json_text(encode_profile(decode_profile(payload))) != json_text(old)  # negative control
+    for edit, message in [
+        (lambda p: p.__setitem__("confidence_top10", ["40ff"]), "pairs[0].confidence_top10: must give two hex digits per agreement position"),
+        (lambda p: p.__setitem__("confidence_top10", ["40", "0190ff"]), "pairs[0].confidence_top10: must give two hex digits per agreement"),
+        (lambda p: p.__setitem__("confidence_top10", ["4g00", "0190ff"]), "pairs[0].confidence_top10: strings of two-digit hexadecimal"),
+    ]:
+        bad = json.loads(json.dumps(payload))
+        edit(bad["acceptance_runs"]["greedy"]["pairs"][0])
+        with pytest.raises(PolyplanError, match=message.replace("[", r"\[").replace("]", r"\]")):
+            decode_profile(bad, label="p.json")

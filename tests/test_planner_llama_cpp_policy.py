@@ -3,7 +3,11 @@
 Checked: the confidence stop is rendered as `--spec-draft-p-min` (with `--spec-draft-n-min 0`, so a
 draft the stop cut short is verified, not discarded); its prediction equals a hand computation of
 the replayed rounds on a tiny synthetic profile; p_min → 0 gives the fixed draft-simple
-prediction (control); an adaptive cap is one line naming the fixed n-max rendered.
+prediction (control); an adaptive cap is one line naming the fixed n-max rendered; the replay
+reads the drafter's 10-best confidences (llama-server's) where the profile keeps them, drafting at
+least as many tokens as on whole-vocabulary ones where the drafter's mass spreads beyond its 10
+best and exactly as many where it does not (control), and falls back with one line where they are
+not kept.
 """
 
 from __future__ import annotations
@@ -16,9 +20,10 @@ from polyplan.engines.export import config_text
 from polyplan.formats.plan import DraftPolicy
 from polyplan.formats.profile import AgreementRuns, LatencyPoint, ModelProfile, PairAgreement, Profile, SamplingStats
 from polyplan.planner.engine_rules import export_plan
+from polyplan.planner.llama_cpp_policy import policy_rounds, server_view
 from polyplan.planner.llama_cpp_ranking import llama_cpp_spec_flags
 from polyplan.planner.plan_file import plan_of
-from polyplan.planner.search import recommend
+from polyplan.planner.search import evaluate_chain, recommend
 
 # one prompt: where the drafter agrees with the target, and its top probability there (x 255)
 AGREEMENT = "11010010"
@@ -114,3 +119,84 @@ def test_a_profile_without_confidences_says_why_the_stop_is_not_modelled(gguf_pa
     assert not any("p-min" in config.label for config in export.ranking)
     assert any(note.startswith("draft's confidence stop p_min 0.5: not modelled (") and "no drafter confidences" in note
                for note in export.ranking_notes)
+
+
+# four prompts: where the drafter agrees with the target, and its top logit there (cycling through
+# TOP_LOGITS from a different place in each prompt) among `others` zero logits, the rest −inf
+TOP_LOGITS = (4.0, 3.0, 1.0, 3.0, 4.0, 2.0, 4.0, 3.0)
+AGREEMENTS = ("1101111011110111", "1111011111101101", "0111110111111011", "1110111101111110")
+
+
+def _kept_confidences(others: int) -> tuple[tuple[str, ...], tuple[str, ...]]:
+    """The drafter's top probabilities at each position of each prompt as the profiler keeps
+    them: over the whole vocabulary and over its 10 best logits (`decoder.sampling.top_probability`)."""
+    import torch
+
+    from polyplan.decoder.sampling import top_probability
+    from polyplan.formats.profile import DRAFT_SIMPLE_TOP_K, confidence_text
+
+    kept = []
+    for prompt, agreement in enumerate(AGREEMENTS):
+        rows = torch.full((len(agreement), 64), float("-inf"), dtype=torch.float64)
+        rows[:, 1:1 + others] = 0.0
+        rows[:, 0] = torch.tensor([TOP_LOGITS[(i + 3 * prompt) % len(TOP_LOGITS)] for i in range(len(agreement))], dtype=torch.float64)
+        kept.append((confidence_text(top_probability(rows)), confidence_text(top_probability(rows, among=DRAFT_SIMPLE_TOP_K))))
+    return tuple(whole for whole, _ in kept), tuple(ten for _, ten in kept)
+
+
+def _kept_profile(others: int, top10: bool = True, whole_from_top10: bool = False) -> Profile:
+    """The synthetic profile with the drafter's kept confidences (`top10`: the 10-best ones too;
+    `whole_from_top10`: the 10-best ones kept as if they were the whole-vocabulary ones)."""
+    whole, ten = _kept_confidences(others)
+    profile = _profile()
+    pair = PairAgreement("target", "draft", AGREEMENTS, ten if whole_from_top10 else whole, ten if top10 else ())
+    return dataclasses.replace(profile, acceptance_runs={"greedy": AgreementRuns((pair,))})
+
+
+def _drafted(profile: Profile, p_min: float, k: int) -> float:
+    """Tokens the replayed stop drafts at cap k, as the export replays it (`server_view`)."""
+    counts = policy_rounds(server_view(profile, "target", "draft")[0], "target", "draft", p_min)(k).counts
+    return float((counts.sum(axis=(0, 2)) * range(counts.shape[1])).sum())
+
+
+@pytest.mark.parametrize("p_min", [0.3, 0.5, 0.8])
+def test_the_replay_reads_the_10_best_confidences_and_drafts_at_least_as_many_tokens(p_min):
+    """40 logits beside the top: the mass spreads beyond the 10 best, so the 10-best confidence
+    is above the whole-vocabulary one and the replay (as llama-server) drafts at least as many
+    tokens, more at some cap; 9 beside it (10 in all): the two confidences are one, and so are
+    the rounds (the negative control)."""
+    spread, whole_only = _kept_profile(40), _kept_profile(40, top10=False)
+    drafted = {k: (_drafted(spread, p_min, k), _drafted(whole_only, p_min, k)) for k in range(1, 9)}
+    assert all(ten >= whole for ten, whole in drafted.values()) and any(ten > whole for ten, whole in drafted.values())
+    concentrated, concentrated_whole = _kept_profile(9), _kept_profile(9, top10=False)
+    assert _kept_confidences(9)[0] == _kept_confidences(9)[1]
+    for k in range(1, 9):
+        assert _drafted(concentrated, p_min, k) == _drafted(concentrated_whole, p_min, k)
+
+
+def test_the_export_replays_the_10_best_confidences_and_says_when_it_falls_back(gguf_pair):
+    spread, whole_only = _kept_profile(40), _kept_profile(40, top10=False)
+    plan = _plan(spread, DraftPolicy(p_min=0.5))
+
+    def stop_row(export):
+        return next(config for config in export.ranking if config.label.endswith("p-min=0.5"))
+
+    server = export_plan(plan, spread, gguf_pair, "llama.cpp", k_max=2)
+    fallback = export_plan(plan, whole_only, gguf_pair, "llama.cpp", k_max=2)
+    assert not any("whole vocabulary" in note for note in server.ranking_notes)
+    lines = [note for note in fallback.ranking_notes if "whole vocabulary" in note]
+    assert lines == ["draft's confidence stop: replayed on its top probabilities over the whole vocabulary, as the profile "
+                     "keeps no 10-best ones (llama-server's; re-run polyplan profile): it may draft fewer tokens than the server"]
+    assert stop_row(server).speedup != pytest.approx(stop_row(fallback).speedup, rel=1e-6)
+    # what the export prices is the walk on the 10-best confidences (with its interval, where there is one)
+    renamed = export_plan(plan, _kept_profile(40, top10=False, whole_from_top10=True), gguf_pair, "llama.cpp", k_max=2)
+    assert (stop_row(renamed).speedup, stop_row(renamed).interval) == (stop_row(server).speedup, stop_row(server).interval)
+    # polyplan's own planner keeps comparing the whole-vocabulary confidences: the 10-best ones change nothing there
+    own = [evaluate_chain(profile, ("target", "draft"), (4,), draft_policy=DraftPolicy(p_min=0.5)).exact_speedup
+           for profile in (spread, whole_only, _kept_profile(40, top10=False, whole_from_top10=True))]
+    assert own[0] == own[1] != pytest.approx(own[2], rel=1e-6)  # (the last: what it would be on the 10-best ones)
+    # concentrated mass: the same row either way (control)
+    concentrated, concentrated_whole = _kept_profile(9), _kept_profile(9, top10=False)
+    same = export_plan(plan, concentrated, gguf_pair, "llama.cpp", k_max=2)
+    assert stop_row(same).speedup == pytest.approx(
+        stop_row(export_plan(plan, concentrated_whole, gguf_pair, "llama.cpp", k_max=2)).speedup, rel=1e-12)

@@ -260,3 +260,33 @@ def test_agreement_runs_keep_the_drafters_confidence_and_runs_without_it_are_rem
     bare = dataclasses.replace(runs, pairs=tuple(dataclasses.replace(pair, confidence=()) for pair in runs.pairs))
     again, measured = ensure_agreement(profile, bare, models, prompts, new_tokens=6, seed=0)
     assert measured and again.acceptance_runs["greedy"].confidences_by_pair() == runs.confidences_by_pair()
+
+
+def test_agreement_runs_keep_the_drafters_10_best_confidence_and_older_runs_are_topped_up():
+    """From the same teacher-forced logits, the drafter's top probability renormalised over its
+    10 best (what llama-server's p_min compares) is kept beside the whole-vocabulary one: over a
+    16-token vocabulary it is above it where the rest carries mass, never below; a profile from
+    before it (confidences only) measures the runs again, and then has it."""
+    import dataclasses
+    from types import SimpleNamespace
+
+    from polyplan.formats.profile import Profile, SamplingStats
+    from polyplan.profiler.agreement_runs import ensure_agreement, measure_agreement
+
+    verifier, drafter = _tables(vocab=16, seed=3)
+    models = [SimpleNamespace(name="q", member=verifier, fingerprint="fq"), SimpleNamespace(name="p", member=drafter, fingerprint="fp")]
+    prompts = [[0, 1, 2, 0, 1], [3, 4]]
+    runs = measure_agreement(models, [("q", "p")], prompts, new_tokens=6, seed=0)
+    whole, ten = runs.confidences_by_pair()[("q", "p")], runs.top10_confidences_by_pair()[("q", "p")]
+    continuations = target_continuations(verifier, prompts, new_tokens=6, temperature=0.0, seed=0)
+    forced = teacher_forced(drafter, prompts, continuations, temperature=0.0, vocab=16)
+    for values, top in zip(ten, forced.top10):
+        assert len(values) == len(top) and max(abs(a - b) for a, b in zip(values, top.tolist())) <= 0.5 / 255 + 1e-12
+    pooled = [(w, t) for row_w, row_t in zip(whole, ten) for w, t in zip(row_w, row_t)]
+    assert all(t >= w for w, t in pooled) and any(t > w for w, t in pooled)
+    profile = Profile(target="q", device="cpu", models=(), pairs=()).with_stats("q", "p", "greedy", SamplingStats(alpha=0.5))
+    kept, measured = ensure_agreement(profile, runs, models, prompts, new_tokens=6, seed=0)
+    assert not measured and kept.acceptance_runs["greedy"] is runs  # both kept: reused
+    older = dataclasses.replace(runs, pairs=tuple(dataclasses.replace(pair, confidence_top10=()) for pair in runs.pairs))
+    again, measured = ensure_agreement(profile, older, models, prompts, new_tokens=6, seed=0)
+    assert measured and again.acceptance_runs["greedy"].top10_confidences_by_pair() == runs.top10_confidences_by_pair()

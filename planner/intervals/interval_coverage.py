@@ -193,7 +193,8 @@ def _restricted(profile: Profile, indices: np.ndarray) -> Profile:
     runs = profile.acceptance_runs["greedy"]
     picked = [int(i) for i in indices]
     entries = tuple(PairAgreement(entry.verifier, entry.drafter, tuple(entry.agreement[i] for i in picked),
-                                  tuple(entry.confidence[i] for i in picked) if entry.confidence else ())
+                                  tuple(entry.confidence[i] for i in picked) if entry.confidence else (),
+                                  tuple(entry.confidence_top10[i] for i in picked) if entry.confidence_top10 else ())
                     for entry in runs.pairs)
     streams = tuple(runs.streams[i] for i in picked) if len(runs.streams) == len(runs.pairs[0].agreement) else ()
     part = dataclasses.replace(profile, acceptance_runs={
