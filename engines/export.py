@@ -240,18 +240,23 @@ def ranking_lines(export: EngineExport) -> list[str]:
     """llama.cpp: every configuration predicted, fastest first, and the recommendation."""
     if not export.ranking:
         return []
-    lines = ["", f"llama-server configurations, predicted decode speedup over the target alone [{LEVEL:.0%} interval]:"]
+    lines = ["", f"llama-server configurations, predicted decode speedup over the target alone [{LEVEL:.0%} interval for a new "
+             f"set of as many prompts as the profile's] [{LEVEL:.0%} interval for the workload's mean]:"]
     lines += [f"  ({note})" for note in export.ranking_notes]
     for config in export.ranking:
         counts = "" if config.drafted is None else f"drafted {config.drafted}, accepted {config.accepted}"
         mark = "  <- recommended" if config is export.recommended else ""
-        lines.append(f"  {config.label[:40]:<40} {config.text():>20}  {counts or config.note}{mark}")
+        lines.append(f"  {config.label[:40]:<40} {config.text():>20} {_bounds(config.workload_interval):>14}  {counts or config.note}{mark}")
     best = export.recommended
     if best is not None and best.label == OFF:
-        lines.append("recommended: off: no configuration beats the target alone beyond its interval")
+        lines.append("recommended: off: no configuration beats the target alone beyond its interval for the workload's mean")
     elif best is not None:
-        lines.append(f"recommended: {best.label}, {best.text()}")
+        lines.append(f"recommended: {best.label}, {best.text()}, the workload's mean {_bounds(best.workload_interval or best.interval)}")
     return lines
+
+
+def _bounds(interval: tuple[float, float] | None) -> str:
+    return "" if interval is None else f"[{interval[0]:.2f}, {interval[1]:.2f}]"
 
 
 def unexported_line(export: EngineExport) -> str:

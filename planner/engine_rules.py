@@ -252,7 +252,8 @@ def _replicates(profile: Profile, target: str, streams: int, width: int, context
     curves, _, _ = latency_replicates(profile, [target], RESAMPLES, rng, context_length)
     ks = np.arange(1, width + 1, dtype=float)
     steps = np.stack([curve.many(ks) for curve in curves[target]])
-    return Replicates(steps, _prompt_weights(streams, RESAMPLES, rng), few_prompts_stretch(streams, DEFAULT_LEVEL))
+    return Replicates(steps, _prompt_weights(streams, RESAMPLES, rng), few_prompts_stretch(streams, DEFAULT_LEVEL),
+                      _prompt_weights(streams, RESAMPLES, rng, new_set=False))
 
 
 def _llama_cpp_ranking(profile: Profile, target: str, options: list[EngineOption], target_curve, greedy: bool,
@@ -302,11 +303,14 @@ def _llama_cpp_ranking(profile: Profile, target: str, options: list[EngineOption
             how = ("exact model with alpha and llama-server's draft loop" if prices is not None and prices.draft_ratio is not None
                    else "exact model with alpha")
             point = _server_speedup(option.prediction, loop, requests if in_server else [])
-            interval = _draft_interval(pricing, target, option.drafter, option.block_size, point, loop,
-                                       requests if in_server else [], sampling) if pricing is not None else None
+            interval, workload_interval = (
+                _draft_interval(pricing, target, option.drafter, option.block_size, point, loop, requests if in_server else [], sampling,
+                                new_set=new_set) if pricing is not None else None
+                for new_set in (True, False))
             configs.append(RankedConfig(f"draft-simple {option.drafter} K={option.block_size}",
                                         tuple(llama_cpp_spec_flags("draft_model", option.block_size, option.source)),
-                                        point, interval, f"{how}{server_words}" + (" (no interval)" if interval is None else "")))
+                                        point, interval, f"{how}{server_words}" + (" (no interval)" if interval is None else ""),
+                                        workload_interval=workload_interval))
     if policy is not None and pricing is not None:
         row, lines = _policy_config(profile, target, options, policy, pricing, loop, requests if in_server else [], sampling, k_max)
         configs += row
@@ -354,16 +358,18 @@ class _DraftPricing:
 
 
 def _draft_interval(pricing: _DraftPricing, target: str, drafter: str, k: int, point: float, loop: ServerLoop,
-                    requests: list[tuple[int, int]], sampling: str, policy: DraftPolicy = FIXED_DRAFTS) -> tuple[float, float] | None:
+                    requests: list[tuple[int, int]], sampling: str, policy: DraftPolicy = FIXED_DRAFTS,
+                    new_set: bool = True) -> tuple[float, float] | None:
     """A draft-simple row's interval, of the same kind as the plan's and the n-gram rows'
     (`planner.intervals.prediction_interval.pair_replicates`): the target's and the drafter's
     T(k) resampled from their stored timings, the drafter's agreement runs (or its policy's
     replayed rounds) resampled by prompt as a new prompt set, each replicate priced as the point
     is and its deviation from the inputs as measured stretched for few prompts; llama-server's
-    loop held fixed. None where the profile's sequences hold no complete round at block size `k`."""
+    loop held fixed. None where the profile's sequences hold no complete round at block size `k`.
+    `new_set` False: for the workload's mean (one prompt draw)."""
     try:
         replicates = pair_replicates(pricing.profile, target, drafter, k, policy=policy, sampling=sampling,
-                                     context_length=pricing.context_length, resamples=RESAMPLES)
+                                     context_length=pricing.context_length, resamples=RESAMPLES, new_set=new_set)
     except PolyplanError:
         return None
     measured = _server_speedup(pricing.predict(drafter, replicates.measured, k), loop, requests)
@@ -398,10 +404,11 @@ def _policy_config(profile: Profile, target: str, options: list[EngineOption], p
         return [], [f"{drafter}'s confidence stop p_min {stop.p_min:g}: not modelled ({error})"]
     label = f"draft-simple {drafter} K={k} p-min={stop.p_min:g}"
     point = _server_speedup(prediction, loop, requests)
-    interval = _draft_interval(dataclasses.replace(pricing, profile=view), target, drafter, k, point, loop, requests, sampling, stop)
+    interval, workload_interval = (_draft_interval(dataclasses.replace(pricing, profile=view), target, drafter, k, point, loop, requests,
+                                                   sampling, stop, new_set) for new_set in (True, False))
     row = RankedConfig(label, tuple(llama_cpp_spec_flags("draft_model", k, option.source, p_min=stop.p_min)), point, interval,
                        "the plan's confidence stop replayed on the drafter's agreement sequences"
-                       + (" (no interval)" if interval is None else ""))
+                       + (" (no interval)" if interval is None else ""), workload_interval=workload_interval)
     return [row], [*fallback, *policy_notes(drafter, plan_policy_, k)]
 
 

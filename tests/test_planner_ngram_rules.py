@@ -265,6 +265,36 @@ def test_off_wins_over_a_faster_point_whose_interval_reaches_below_one():
     assert recommend(ranked([unsure, sure])) is sure  # the fastest of those beyond their interval
 
 
+def test_the_choice_reads_the_workload_interval_and_a_race_the_new_sets():
+    """A configuration whose interval for a new prompt set reaches below 1.00x but whose interval
+    for the workload's mean does not is exported (gemma-3-270m at 2 threads: ngram-simple
+    predicted 1.09x [0.98, 1.26], measured 1.16x [1.07, 1.25], and the two-draw rule said off);
+    one whose workload interval reaches below 1.00x is not (control)."""
+    pays = RankedConfig("ngram-simple (defaults)", ("--spec-type", "ngram-simple"), 1.09, (0.98, 1.26), workload_interval=(1.02, 1.18))
+    unsure = RankedConfig("ngram-mod (defaults)", ("--spec-type", "ngram-mod"), 1.12, (0.90, 1.35), workload_interval=(0.97, 1.28))
+    assert pays.low == 1.02 and recommend(ranked([pays])) is pays
+    assert recommend(ranked([unsure])).label == OFF and recommend(ranked([unsure, pays])) is pays
+    assert RankedConfig("x", (), 1.09, (0.98, 1.26)).low == 0.98  # a row without the workload's interval reads the other
+
+
+def test_a_replayed_rows_workload_interval_lies_inside_its_new_sets():
+    """One draw (the profile's streams resampled) against two (a new set drawn from that resample):
+    the same point, a narrower interval inside the other."""
+    step = lambda k: 0.010 + 0.002 * (k - 1)  # noqa: E731
+    # 16 streams: after a stretch that never repeats (0, 16, 32 or 48 tokens), a pattern of 3 to 7 tokens over and over
+    streams = [TargetStream(4, ((1, 2, 3, 4) + tuple(range(100 * s, 100 * s + 16 * (s % 4)))
+                                + tuple(range(1000 + 10 * s, 1003 + 10 * s + s % 5)) * 20)[:68]) for s in range(16)]
+    from polyplan.planner.intervals.prediction_interval import _prompt_weights
+
+    replicates = Replicates(_replicates(len(streams)).steps, _prompt_weights(16, 200, np.random.default_rng(3)), 1.0,
+                            _prompt_weights(16, 200, np.random.default_rng(3), new_set=False))
+    row = replayed_config("ngram-simple size-n=2 K=4", (), streams, lambda: NGramSimpleRule(2, 4), step, ReplayWorkload(), replicates)
+    assert row.interval[0] <= row.workload_interval[0] <= row.speedup <= row.workload_interval[1] <= row.interval[1]
+    assert row.workload_interval[1] - row.workload_interval[0] < row.interval[1] - row.interval[0]
+    assert replayed_config("x", (), streams, lambda: NGramSimpleRule(2, 4), step, ReplayWorkload(),
+                           Replicates(replicates.steps, replicates.weights, 1.0)).workload_interval is None  # control: not drawn, not given
+
+
 @pytest.mark.slow
 def test_the_stateful_replays_draft_and_accept_what_a_real_llama_server_does(tmp_path):
     """The pinned llama-server with ngram-mod, ngram-map-k, ngram-map-k4v (small sizes, so a tiny model's
