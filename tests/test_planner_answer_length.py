@@ -27,7 +27,8 @@ def _profile() -> Profile:
     profile = Profile(target="target", device="synthetic", models=(target, draft), pairs=())
     profile = profile.with_stats("target", "draft", "greedy", SamplingStats(alpha=0.75, engine_alpha=0.75))
     streams = tuple(TargetStream(4, (1, 2, 3, 4) + tuple(range(10, 10 + LENGTH))) for _ in range(PROMPTS))
-    runs = AgreementRuns((PairAgreement("target", "draft", AGREEMENT, ("80" * LENGTH,) * PROMPTS),), new_tokens=LENGTH, streams=streams)
+    runs = AgreementRuns((PairAgreement("target", "draft", AGREEMENT, ("80" * LENGTH,) * PROMPTS, ("c0" * LENGTH,) * PROMPTS),),
+                         new_tokens=LENGTH, streams=streams)
     return dataclasses.replace(profile, acceptance_runs={"greedy": runs})
 
 
@@ -37,6 +38,7 @@ def test_the_profile_is_read_over_the_first_n_tokens_of_each_answer():
     runs = cut.acceptance_runs["greedy"]
     assert runs.new_tokens == LENGTH // 2 and all(len(text) == LENGTH // 2 for text in runs.pairs[0].agreement)
     assert all(len(text) == LENGTH for text in runs.pairs[0].confidence)  # two hex digits a position
+    assert all(len(text) == LENGTH for text in runs.pairs[0].confidence_top10)  # and llama-server's 10-best ones alike
     assert all(len(stream.ids) == 4 + LENGTH // 2 for stream in runs.streams)
     assert cut.stats("target", "draft", "greedy").alpha == pytest.approx(0.5)  # α: the agreement over those tokens
     assert at_length(profile, LENGTH) == profile and at_length(profile, 4 * LENGTH) == profile  # control: nothing to cut

@@ -29,7 +29,8 @@ def _profile(agreement=(EASY, HARD, HARD)) -> Profile:
     profile = Profile(target="target", device="synthetic", models=(target, draft), pairs=())
     profile = profile.with_stats("target", "draft", "greedy", SamplingStats(alpha=0.75, engine_alpha=0.75))
     streams = tuple(TargetStream(len(ids), ids + tuple(range(1000, 1000 + LENGTH))) for ids in PROMPTS.values())
-    runs = AgreementRuns((PairAgreement("target", "draft", agreement),), new_tokens=LENGTH, streams=streams)
+    runs = AgreementRuns((PairAgreement("target", "draft", agreement, ("80" * LENGTH,) * 3, ("c0" * LENGTH,) * 3),),
+                         new_tokens=LENGTH, streams=streams)
     return dataclasses.replace(profile, acceptance_runs={"greedy": runs})
 
 
@@ -48,6 +49,7 @@ def test_a_check_prompt_is_found_by_its_token_ids():
     single = one_prompt(profile, 1, LENGTH // 2)
     runs = single.acceptance_runs["greedy"]
     assert runs.pairs[0].agreement == (HARD[:LENGTH // 2],)
+    assert runs.pairs[0].confidence == ("80" * (LENGTH // 2),) and runs.pairs[0].confidence_top10 == ("c0" * (LENGTH // 2),)
     assert runs.streams == (TargetStream(4, PROMPTS["hard"] + tuple(range(1000, 1000 + LENGTH // 2))),)
     assert single.stats("target", "draft", "greedy").alpha == pytest.approx(0.5)
 

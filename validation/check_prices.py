@@ -68,7 +68,8 @@ def one_prompt(profile: Profile, index: int, new_tokens: int) -> Profile:
     """`profile` with its greedy acceptance reduced to the prompt at `index`, cut at `new_tokens`."""
     entry = profile.acceptance_runs[GREEDY]
     pairs = tuple(dataclasses.replace(pair, agreement=pair.agreement[index:index + 1],
-                                      confidence=pair.confidence[index:index + 1])
+                                      confidence=pair.confidence[index:index + 1],
+                                      confidence_top10=pair.confidence_top10[index:index + 1])
                   for pair in entry.pairs)
     single = dataclasses.replace(entry, pairs=pairs, streams=entry.streams[index:index + 1], prompts=1)
     return at_length(dataclasses.replace(profile, acceptance_runs={GREEDY: single}), new_tokens)

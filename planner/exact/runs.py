@@ -166,7 +166,8 @@ def at_length(profile: Profile, new_tokens: int) -> Profile:
             runs[mode] = entry
             continue
         pairs = tuple(dataclasses.replace(pair, agreement=tuple(text[:new_tokens] for text in pair.agreement),
-                                          confidence=tuple(text[:2 * new_tokens] for text in pair.confidence))
+                                          confidence=tuple(text[:2 * new_tokens] for text in pair.confidence),
+                                          confidence_top10=tuple(text[:2 * new_tokens] for text in pair.confidence_top10))
                       for pair in entry.pairs)
         streams = tuple(dataclasses.replace(stream, ids=stream.ids[:stream.prompt_tokens + new_tokens]) for stream in entry.streams)
         runs[mode] = dataclasses.replace(entry, pairs=pairs, streams=streams, new_tokens=new_tokens)
