@@ -136,7 +136,7 @@ def _group(group: str, runs: list[ResultRun]) -> list[str]:
     lines.append("")
     for run in runs:
         if run.race:
-            lines += [f"Race of {run.title}'s plan against llama-server: `{run.race_command}`", ""] + race_lines(run.race)
+            lines += [f"The plan of \"{run.title}\" raced against llama-server: `{run.race_command}`", ""] + race_lines(run.race)
             lines += ["", f"![{run.title}: the race against llama-server](img/{_race_plot(run)})", ""]
     return lines
 
