@@ -4,6 +4,7 @@ its interval down by it; a chain that runs as planned keeps C = 1 (the negative 
 
 from __future__ import annotations
 
+import math
 from dataclasses import replace
 
 import numpy as np
@@ -13,7 +14,7 @@ from polyplan.formats.plan import ExactRecord, PaperRecord, PlanFile, PlannedCha
 from polyplan.formats.profile import Profile, ProfilerRecord
 from polyplan.validation.results import ChainSpec, RunRecord
 from polyplan.validation.self_check import (
-    CHECK_SIZES, _checked_plan, check_budget, check_size, composition, composition_interval, estimated_seconds, plan_priced, pooled_term,
+    CHECK_SIZES, _checked_plan, check_budget, check_size, composition, composition_interval, estimated_seconds, plan_priced, pooled_term, combined,
 )
 
 RECORD = SelfCheckRecord(prompts=4, new_tokens=64, repeats=1, seconds=1.0)
@@ -100,6 +101,19 @@ def test_an_unchecked_chain_takes_c_from_the_checked_chains_whose_drafters_are_m
     # control: a chain sharing no drafter takes the median of all, as before
     assert pooled_term(("t", "e"), terms) == (1.03, 0.90, 1.27)
     assert pooled_term(("t", "e"), {}) == (1.0, 1.0, 1.0)
+
+
+def test_the_checked_interval_adds_the_two_errors_in_quadrature():
+    exact, point = (1.5, 2.4), 2.0  # exact 2.0x [1.5, 2.4]
+    # C known exactly: the exact interval moved by 1/C (control)
+    assert combined(point / 1.25, exact, (1.25, 1.25, 1.25)) == pytest.approx((1.5 / 1.25, 2.4 / 1.25))
+    # an exact point with no spread: C's interval alone (a high C is a low speedup)
+    assert combined(point / 1.25, (2.0, 2.0), (1.25, 1.0, 1.5)) == pytest.approx((2.0 / 1.5, 2.0 / 1.0))
+    low, high = combined(point / 1.25, exact, (1.25, 1.0, 1.5))
+    assert low == pytest.approx(1.6 * math.exp(-math.hypot(math.log(2.0 / 1.5), math.log(1.5 / 1.25))))
+    assert high == pytest.approx(1.6 * math.exp(math.hypot(math.log(2.4 / 2.0), math.log(1.25 / 1.0))))
+    assert 1.5 / 1.5 < low < min(1.5 / 1.25, 2.0 / 1.5) and max(2.4 / 1.25, 2.0 / 1.0) < high < 2.4 / 1.0  # wider than each, narrower than both in full
+    assert combined(1.6, None, (1.25, 1.0, 1.5)) is None
 
 
 def test_composition_reads_the_baseline_from_target_only_runs():
