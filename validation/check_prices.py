@@ -29,14 +29,13 @@ streams) is priced the old way, by the plan's seconds per pass (`validation.self
 
 from __future__ import annotations
 
-import dataclasses
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from polyplan.formats.errors import PolyplanError
 from polyplan.formats.plan import PlanFile, PlannedChain
 from polyplan.formats.profile import Profile
-from polyplan.planner.exact.runs import at_length
+from polyplan.planner.exact.runs import at_length, on_prompts
 from polyplan.planner.search import evaluate_chain
 
 GREEDY = "greedy"
@@ -66,13 +65,7 @@ def stream_index(profile: Profile, prompt_ids: Sequence[int]) -> int | None:
 
 def one_prompt(profile: Profile, index: int, new_tokens: int) -> Profile:
     """`profile` with its greedy acceptance reduced to the prompt at `index`, cut at `new_tokens`."""
-    entry = profile.acceptance_runs[GREEDY]
-    pairs = tuple(dataclasses.replace(pair, agreement=pair.agreement[index:index + 1],
-                                      confidence=pair.confidence[index:index + 1],
-                                      confidence_top10=pair.confidence_top10[index:index + 1])
-                  for pair in entry.pairs)
-    single = dataclasses.replace(entry, pairs=pairs, streams=entry.streams[index:index + 1], prompts=1)
-    return at_length(dataclasses.replace(profile, acceptance_runs={GREEDY: single}), new_tokens)
+    return at_length(on_prompts(profile, [index]), new_tokens)
 
 
 def prompt_prices(plan: PlanFile, profile: Profile, chains: Sequence[PlannedChain], prompts: Sequence[Sequence[int]],

@@ -33,8 +33,9 @@ passes per token f with the plan's seconds per pass ŝ and loop l̂ (`validation
 the record says which (`SelfCheckRecord.priced`). On a new prompt set acceptance is what the
 plan's interval resamples. The checked prediction is exact / C; its intervals widen the exact
 ones by C's bootstrap interval over the check's prompts, the two deviations added in quadrature
-in log space (`combined`). Chains not run take C from the checked chains that share the most drafters with
-them (`pooled_term`), the drafters shared over the drafters in either. The ranking is then re-sorted by the checked predictions.
+in log space (`combined`). Chains not run take C from the checked chains whose drafters are most
+like theirs (`pooled_term`: drafters shared over drafters in either). The ranking is then
+re-sorted by the checked predictions.
 """
 
 from __future__ import annotations
@@ -248,14 +249,15 @@ def pooled_term(chain: Sequence[str], terms: Mapping[tuple[str, ...], tuple[tupl
     """C for a chain the check did not run: from the checked chains whose drafters are most like
     its own (what composes inside a chain is its members' passes after one another's; likeness:
     drafters in common over drafters in either), their median C with an interval spanning
-    theirs; from all of them when none shares a drafter; 1 when nothing was checked. On an AMD EPYC (family 26) the median of all three checked chains
-    (C 0.93, 1.03, 1.13) gave `target > drafter` 1.54x for a measured 1.72x; the chain sharing
+    theirs; from all of them when none shares a drafter; 1 when nothing was checked. On an AMD
+    EPYC (family 26) the median of all three checked chains (C 0.93, 1.03, 1.13) gave `target > drafter` 1.54x for a measured 1.72x; the chain sharing
     its drafter (`target > drafter > ngram`, C = 0.93) gives 1.71x."""
     if not terms:
         return 1.0, 1.0, 1.0
-    shared = {other: len(set(other[1:]) & set(chain[1:])) / len(set(other[1:]) | set(chain[1:])) for other in terms}
-    most = max(shared.values())
-    nearest = [terms[other][0] for other, count in shared.items() if count == most]
+    mine = set(chain[1:])
+    likeness = {other: len(set(other[1:]) & mine) / len(set(other[1:]) | mine) for other in terms}
+    most = max(likeness.values())
+    nearest = [terms[other][0] for other, like in likeness.items() if like == most]
     return statistics.median(term[0] for term in nearest), min(term[1] for term in nearest), max(term[2] for term in nearest)
 
 

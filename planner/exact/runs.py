@@ -31,7 +31,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from polyplan.formats.errors import PolyplanError
-from polyplan.formats.profile import Profile
+from polyplan.formats.profile import PairAgreement, Profile
 
 
 @dataclass(frozen=True)
@@ -146,6 +146,23 @@ def with_agreement_alphas(profile: Profile, pairs) -> Profile:
             stats = dataclasses.replace(pair.sampling["greedy"], alpha=min(text.count("1") / len(text), 1.0 - 1e-6))
             profile = profile.with_stats(entry.verifier, entry.drafter, "greedy", stats)
     return profile
+
+
+def on_prompts(profile: Profile, indices) -> Profile:
+    """`profile` as if only the prompts at `indices` had been profiled: their greedy agreement runs,
+    confidences and target streams, and each pair's α their agreement rate (a profiling/new split
+    in `planner.intervals.interval_coverage`, one check prompt in `validation.check_prices`)."""
+    runs = profile.acceptance_runs["greedy"]
+    picked = [int(i) for i in indices]
+    entries = tuple(PairAgreement(entry.verifier, entry.drafter, tuple(entry.agreement[i] for i in picked),
+                                  tuple(entry.confidence[i] for i in picked) if entry.confidence else (),
+                                  tuple(entry.confidence_top10[i] for i in picked) if entry.confidence_top10 else ())
+                    for entry in runs.pairs)
+    streams = tuple(runs.streams[i] for i in picked) if len(runs.streams) == len(runs.pairs[0].agreement) else ()
+    part = dataclasses.replace(profile, acceptance_runs={
+        **profile.acceptance_runs, "greedy": dataclasses.replace(runs, pairs=entries, prompts=len(picked), streams=streams),
+    })
+    return with_agreement_alphas(part, entries)
 
 
 def at_length(profile: Profile, new_tokens: int) -> Profile:

@@ -22,10 +22,10 @@ import numpy as np
 from polyplan.formats.errors import PolyplanError
 from polyplan.formats.overhead import LoopOverhead
 from polyplan.formats.plan import DraftPolicy, blocks_text
-from polyplan.formats.profile import PairAgreement, Profile
+from polyplan.formats.profile import Profile
 from polyplan.formats.options import integer_at_least
 from polyplan.planner.intervals.prediction_interval import DEFAULT_LEVEL, prediction_intervals
-from polyplan.planner.exact.runs import with_agreement_alphas
+from polyplan.planner.exact.runs import on_prompts
 from polyplan.planner.search import evaluate_chain
 
 DEFAULT_SPLITS = 100
@@ -129,7 +129,7 @@ def interval_coverage(
     z = _z(level)
     for s in range(splits):
         order = rng.permutation(prompts)
-        profiled, new = _restricted(fixed, order[:split]), _restricted(fixed, order[split:2 * split])
+        profiled, new = on_prompts(fixed, order[:split]), on_prompts(fixed, order[split:2 * split])
         points = [speedup(profiled, *item) for item in chains]
         intervals = prediction_intervals(
             profiled, [(chain, blocks, point, policy) for (chain, blocks, policy), point in zip(chains, points)], sampling=sampling,
@@ -175,7 +175,7 @@ def coverage_lines(result: IntervalCoverage) -> list[str]:
 def _fixed_latency(profile: Profile) -> Profile:
     """`profile` with every latency point a fixed median (no timings to resample, no timing
     health to widen by): only acceptance is judged. The whole profile's α intervals are dropped
-    too: each part's α comes from its own prompts (`_restricted`)."""
+    too: each part's α comes from its own prompts (`planner.exact.runs.on_prompts`)."""
     fixed = dataclasses.replace(profile, models=tuple(
         dataclasses.replace(model, latency=tuple(dataclasses.replace(point, iqr_s=0.0, samples_s=None) for point in model.latency),
                             timing=None)
@@ -185,22 +185,6 @@ def _fixed_latency(profile: Profile) -> Profile:
         if "greedy" in pair.sampling:
             fixed = fixed.with_stats(pair.verifier, pair.drafter, "greedy", dataclasses.replace(pair.sampling["greedy"], alpha_ci=None))
     return fixed
-
-
-def _restricted(profile: Profile, indices: np.ndarray) -> Profile:
-    """`profile` as if only the prompts at `indices` had been profiled: their agreement runs and
-    target streams, and each pair's α their agreement rate."""
-    runs = profile.acceptance_runs["greedy"]
-    picked = [int(i) for i in indices]
-    entries = tuple(PairAgreement(entry.verifier, entry.drafter, tuple(entry.agreement[i] for i in picked),
-                                  tuple(entry.confidence[i] for i in picked) if entry.confidence else (),
-                                  tuple(entry.confidence_top10[i] for i in picked) if entry.confidence_top10 else ())
-                    for entry in runs.pairs)
-    streams = tuple(runs.streams[i] for i in picked) if len(runs.streams) == len(runs.pairs[0].agreement) else ()
-    part = dataclasses.replace(profile, acceptance_runs={
-        **profile.acceptance_runs, "greedy": dataclasses.replace(runs, pairs=entries, prompts=len(picked), streams=streams),
-    })
-    return with_agreement_alphas(part, entries)
 
 
 def _z(level: float) -> float:
