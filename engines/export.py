@@ -15,7 +15,7 @@ from polyplan.formats.errors import PolyplanError
 from polyplan.planner.engine_rules import FULL, EngineExport, EngineOption, check_engine, export_plan, loadable
 from polyplan.planner.llama_cpp_ranking import LEVEL, OFF, RankedConfig, ReplayWorkload, llama_cpp_spec_flags
 from polyplan.formats.plan import read_plan
-from polyplan.formats.profile import read_profile
+from polyplan.formats.profile import TargetStream, read_profile
 from polyplan.models.candidate_file import plan_candidates
 from polyplan.models.builtin import builtin_folder
 
@@ -25,7 +25,7 @@ PathLike = str | os.PathLike[str]
 def export_from_files(
     plan_path: PathLike, engine: str, *, profile_path: PathLike | None = None, candidates_path: PathLike | None = None,
     in_process: bool = False, workload: ReplayWorkload | None = None, measure: bool = True,
-    log=lambda line: None,
+    streams: tuple[TargetStream, ...] | None = None, replay_also=(), log=lambda line: None,
 ) -> EngineExport:
     """Export the plan at `plan_path` to `engine` (see `planner.engine_rules.export_plan`, which
     also says what `in_process` and `workload` do; default workload: each of the profile's
@@ -38,7 +38,10 @@ def export_from_files(
     llama.cpp: priced with llama.cpp's own numbers (`engines.llama_cpp_prices`: T(k) and greedy
     streams of the GGUF llama-server loads, llama-server's own loop; measured once and cached),
     unless `measure` is False (the profile's numbers and polyplan's loop); `log` says what is
-    being measured.
+    being measured. `streams`: the target's greedy streams to replay in place of the profile's
+    and llama.cpp's (`bench peers` prices a race on its own prompts with the target alone's
+    answers to them), everything else priced as before; `replay_also`: flags replayed and
+    ranked besides the export's own (`planner.engine_rules.export_plan`).
 
     Raises:
         PolyplanError: unknown engine, unreadable plan or profile, missing or changed model
@@ -66,8 +69,12 @@ def export_from_files(
             from polyplan.engines.llama_cpp_prices import export_prices
 
             prices = export_prices(plan, profile, candidates, files, flags, log=log)
+    if streams is not None:
+        profile = profile.with_streams(streams)
+        if prices is not None:
+            prices = dataclasses.replace(prices, streams=tuple(streams))
     export = export_plan(plan, profile, candidates, engine, files=files, in_process=in_process,
-                         workload=workload or ReplayWorkload(), prices=prices)
+                         workload=workload or ReplayWorkload(), prices=prices, replay_also=replay_also)
     if engine != "llama.cpp":
         return export
     if prices is None:
@@ -241,7 +248,7 @@ def ranking_lines(export: EngineExport) -> list[str]:
     if not export.ranking:
         return []
     lines = ["", f"llama-server configurations, predicted decode speedup over the target alone [{LEVEL:.0%} interval for a new "
-             f"set of as many prompts as the profile's] [{LEVEL:.0%} interval for the workload's mean]:"]
+             f"prompt set] [{LEVEL:.0%} interval for the workload's mean]:"]
     lines += [f"  ({note})" for note in export.ranking_notes]
     for config in export.ranking:
         counts = "" if config.drafted is None else f"drafted {config.drafted}, accepted {config.accepted}"

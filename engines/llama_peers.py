@@ -22,7 +22,11 @@ server, `generate`'s for polyplan: prefill included for both), the server's own 
 tokens/s, the speedup over llama.cpp's target alone as paired per-prompt ratios (mean and sd),
 accepted tokens per drafted token, and whether the greedy output equals the target alone's
 (else the first differing position). The exported configuration is marked, with its
-predicted speedup and the error.
+predicted speedup and the error. Each prediction is judged by its interval for a new set of as
+many prompts as the race sends (8 race prompts move by more than the profile's 16 would). The
+split: after the race, every replayed configuration is priced again on the race's own prompts
+(the target alone's answers, in the order the servers got them) and printed beside its error
+on the profile's prompts, so an error is told apart into the prompt set's and the model's.
 """
 
 from __future__ import annotations
@@ -61,6 +65,7 @@ class ServerConfig:
     predicted_speedup: float | None = None
     exported: bool = False
     predicted_interval: tuple[float, float] | None = None  # the export's interval, where it has one
+    race_priced: float | None = None  # the export's replay on this race's own prompts (`priced_on_race`), replayed rows only
 
 
 @dataclass(frozen=True)
@@ -101,6 +106,7 @@ class PeerRow:
     group: int | None = None  # its memory group (1, 2, ...); None: raced in every group, or never raced
     failure: str | None = None  # why it has no numbers ("not started: ...", "failed to start: ...", "stopped answering: ..."); NaN then
     predicted_interval: tuple[float, float] | None = None  # the export's interval of `predicted_speedup`
+    race_priced: float | None = None  # the same prediction priced on this race's own prompts (`priced_on_race`)
 
     @property
     def measured(self) -> float:
@@ -115,6 +121,11 @@ class PeerRow:
         if self.predicted_speedup is None:
             return None
         return self.predicted_speedup / self.measured - 1.0
+
+    @property
+    def race_priced_error(self) -> float | None:
+        """`race_priced` / measured − 1: the error left when the prompts are the race's own."""
+        return None if self.race_priced is None else self.race_priced / self.measured - 1.0
 
     @property
     def measured_ci(self) -> tuple[float, float]:
@@ -208,15 +219,13 @@ def judged(configs: Sequence[ServerConfig], export, recommended=None) -> list[Se
     one marked exported; then every ranked configuration not among them, so each prediction is
     raced."""
     from polyplan.planner.llama_cpp_ranking import OFF
-    from polyplan.planner.exact.ngram_rules import SPEC_DEFAULT_FLAGS
 
     ranking = tuple(getattr(export, "ranking", ()))
     recommended = recommended if recommended is not None else getattr(export, "recommended", None)
     by_flags = {tuple(config.flags): config for config in ranking}
     out = []
     for config in configs:
-        flags = SPEC_DEFAULT_FLAGS if config.args == ("--spec-default",) else tuple(config.args)
-        ranked = by_flags.get(flags) if config.label != TARGET_ONLY else next((r for r in ranking if r.label == OFF), None)
+        ranked = by_flags.get(_ranked_flags(config)) if config.label != TARGET_ONLY else next((r for r in ranking if r.label == OFF), None)
         if ranked is not None:
             config = dataclasses.replace(config, predicted_speedup=ranked.speedup, predicted_interval=ranked.interval,
                                          exported=recommended is not None and ranked.flags == recommended.flags
@@ -227,6 +236,41 @@ def judged(configs: Sequence[ServerConfig], export, recommended=None) -> list[Se
         if ranked.label != OFF and tuple(ranked.flags) not in raced:
             out.append(ServerConfig(ranked.label, tuple(ranked.flags), ranked.speedup,
                                     recommended is not None and ranked.flags == recommended.flags, ranked.interval))
+    return out
+
+
+def _ranked_flags(config: ServerConfig) -> tuple[str, ...]:
+    """The flags the export ranks `config` under (`--spec-default` is ngram-mod at its defaults)."""
+    from polyplan.planner.exact.ngram_rules import SPEC_DEFAULT_FLAGS
+
+    return SPEC_DEFAULT_FLAGS if config.args == ("--spec-default",) else tuple(config.args)
+
+
+def race_streams(runs: Sequence[PeerRun], prompts: Sequence[Sequence[int]]) -> tuple:
+    """The target alone's greedy answer to each prompt in this race (its first group and repeat),
+    as target streams (`formats.profile.TargetStream`), in the prompts' order."""
+    from polyplan.formats.profile import TargetStream
+
+    answers: dict[int, tuple[int, ...]] = {}
+    for run in runs:
+        if run.config == TARGET_ONLY and run.group == 0:
+            answers.setdefault(run.prompt, run.tokens)
+    return tuple(TargetStream(len(prompt), tuple(prompt) + answers[index])
+                 for index, prompt in enumerate(prompts) if index in answers and len(prompt) > 0 and answers[index])
+
+
+def priced_on_race(configs: Sequence[ServerConfig], export) -> list[ServerConfig]:
+    """`configs` with `race_priced`: `export`'s prediction of each configuration it replays on
+    target streams (the n-gram types), where `export` was priced on this race's own prompts
+    (`race_streams`; the same T(k), server loop and rules as the predicted column). Held against
+    the measurement beside the prediction from the profile's prompts, it tells the prompt set's
+    share of an error from the model's (a draft model's row reads the profile's agreement runs,
+    which a race does not measure: not re-priced)."""
+    by_flags = {tuple(ranked.flags): ranked for ranked in getattr(export, "ranking", ()) if ranked.drafted is not None}
+    out = []
+    for config in configs:
+        ranked = by_flags.get(_ranked_flags(config)) if config.label != TARGET_ONLY else None
+        out.append(config if ranked is None else dataclasses.replace(config, race_priced=ranked.speedup))
     return out
 
 
@@ -268,13 +312,14 @@ def run_llama_peers(plan_path, *, prompts_path=None, candidates_path=None, threa
     # predicted for this race's requests: its new tokens, its prompts `repeats` times in turn
     # (a server's n-gram state carries over, so a repeated prompt drafts its earlier answer)
     # priced with llama.cpp's own numbers (`engines.llama_cpp_prices`: measured by the first call, cached for the second)
+    # and judged by intervals for a new set of as many prompts as this race sends
+    prompts = validation_prompt_set(prompts_path, max_prompts=max_prompts)
     exported = export_from_files(plan_path, "llama.cpp", candidates_path=candidates_path, log=log)  # what `polyplan export` prints
     export = export_from_files(plan_path, "llama.cpp", candidates_path=candidates_path,
-                               workload=ReplayWorkload(new_tokens, repeats))
+                               workload=ReplayWorkload(new_tokens, repeats, len(prompts)))
     configs = server_configs(plan, export, candidates, engine_files(candidates), recommended=exported.recommended)
     available = usable_memory()  # before polyplan's own members load: they are estimated with the servers (`resident_need`)
     loaded = ChainCandidates.from_plan(plan, models_yaml=candidates_path, label=str(plan_path)).load()  # polyplan's own chain
-    prompts = validation_prompt_set(prompts_path, max_prompts=max_prompts)
     encoded = encode_for(prompts, loaded.tokenizer)
     too_long = [p for p in encoded if len(p.ids) + new_tokens > context]
     if too_long:
@@ -305,6 +350,12 @@ def run_llama_peers(plan_path, *, prompts_path=None, candidates_path=None, threa
         return tuple(result.token_ids), time.perf_counter() - began, result.levels[0].tokens_drafted, result.levels[0].tokens_accepted
 
     runs, failures = race_servers(groups, start, ours, encoded, repeats=repeats, new_tokens=new_tokens, log=log)
+    streams = race_streams(runs, [prompt.ids for prompt in encoded])
+    if streams:  # the split: the same export priced on this race's prompts, in the order the servers got them
+        on_race = export_from_files(plan_path, "llama.cpp", candidates_path=candidates_path, streams=streams,
+                                    workload=ReplayWorkload(new_tokens, repeats, len(streams), in_order=True),
+                                    replay_also=[_ranked_flags(config) for config in configs])
+        configs = priced_on_race(configs, on_race)
     rows = peer_rows(configs, runs, failures, memory)
     import llama_cpp
 
@@ -493,6 +544,7 @@ def _row(label: str, runs: list[PeerRun], configs: list[ServerConfig], group: in
         decode_speedup_sd=statistics.stdev(decode_ratios) if len(decode_ratios) > 1 else 0.0,
         group=group,
         predicted_interval=config.predicted_interval if config is not None else None,
+        race_priced=config.race_priced if config is not None else None,
     )
 
 
@@ -503,6 +555,27 @@ def _failed_row(label: str, failure: str, configs: list[ServerConfig], group: in
     return PeerRow(label, nan, None, nan, nan, None, 0, 0, None, config.predicted_speedup if config else None,
                    config.exported if config else False, (), group=group, failure=failure,
                    predicted_interval=config.predicted_interval if config else None)
+
+
+def split_lines(rows: Sequence[PeerRow]) -> list[str]:
+    """The split (`priced_on_race`): each replayed configuration's error with the profile's
+    prompts and with this race's own, and the worst of each; nothing without such rows."""
+    split = [row for row in rows if row.race_priced is not None and row.predicted_speedup is not None
+             and row.failure is None and math.isfinite(row.measured)]
+    if not split:
+        return []
+    lines = ["", "the predictions priced on this race's own prompts (the target alone's answers here, replayed by the same rules, "
+             "T(k) and server loop, in the order sent): what is left is the model's error, the rest is the prompt set's",
+             f"{'configuration':44s} {'measured':>9s} {'on the profile prompts':>24s} {'on this race prompts':>24s}"]
+    for row in split:
+        profiled = f"{row.predicted_speedup:.2f}x ({100 * row.error:+.1f}%)"
+        raced = f"{row.race_priced:.2f}x ({100 * row.race_priced_error:+.1f}%)"
+        lines.append(f"{row.label:44s} {row.measured:8.2f}x {profiled:>24s} {raced:>24s}")
+    profiled = max((row.error for row in split), key=abs)
+    raced = max((row.race_priced_error for row in split), key=abs)
+    lines.append(f"worst error over these {len(split)} configurations: {100 * profiled:+.1f}% priced on the profile's prompts, "
+                 f"{100 * raced:+.1f}% on this race's")
+    return lines
 
 
 def llama_peers_lines(bench: LlamaPeersBenchmark) -> list[str]:
@@ -531,6 +604,7 @@ def llama_peers_lines(bench: LlamaPeersBenchmark) -> list[str]:
         decoded = "-" if row.decode_speedup is None else f"{row.decode_speedup:7.2f}x ±{row.decode_speedup_sd:4.2f}"
         lines.append(f"{row.label:44s} {row.tokens_per_s:7.1f} {decode:>7s} {row.speedup:7.2f}x ±{row.speedup_sd:4.2f} "
                      f"{decoded:>14s} {accepted:>9s} {row.equal_outputs:>5d}/{row.runs:<6d}  {predicted}")
+    lines += split_lines(bench.rows)
     categories = sorted({category for row in bench.rows for category, _ in row.by_category})
     if len(categories) > 1:
         lines.append("\nspeedup by category:")

@@ -124,7 +124,7 @@ the file and the field path (``profile.json: pairs[2].sampling.greedy.alpha: mus
 from __future__ import annotations
 
 import os
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, fields, replace
 from typing import Annotated, Any, get_type_hints
 
@@ -614,6 +614,11 @@ class Profile:
         if model.name not in self.model_names():
             return replace(self, models=(*self.models, model))
         return replace(self, models=tuple(model if old.name == model.name else old for old in self.models))
+
+    def with_streams(self, streams: Sequence[TargetStream]) -> Profile:
+        """This profile with `streams` as the target's greedy streams (its agreement runs kept)."""
+        runs = self.acceptance_runs.get("greedy") or AgreementRuns(())
+        return replace(self, acceptance_runs={**self.acceptance_runs, "greedy": replace(runs, streams=tuple(streams))})
 
     def with_stats(self, verifier: str, drafter: str, sampling: str, stats: SamplingStats | None) -> Profile:
         """This profile with the (verifier, drafter) pair's statistics under `sampling` set to

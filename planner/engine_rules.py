@@ -37,7 +37,7 @@ snippets) and the export's report are rendered by `engines.export`. Pure: no tor
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -54,7 +54,7 @@ from polyplan.planner.llama_cpp_ranking import (LlamaCppPrices, RankedConfig, Re
                                                 recommend, replayed_config)
 from polyplan.planner.llama_cpp_ranking import ranked as rank_configs
 from polyplan.planner.exact.ngram_replay import replay_prediction, target_streams
-from polyplan.planner.exact.ngram_rules import LLAMA_CPP_RULES, LLAMA_CPP_VERSION, NGramSimpleRule
+from polyplan.planner.exact.ngram_rules import LLAMA_CPP_RULES, LLAMA_CPP_VERSION, NGramSimpleRule, rule_for_flags
 from polyplan.formats.overhead import NO_SWITCH
 from polyplan.planner.exact.overhead import profile_switch_costs
 from polyplan.formats.plan import FIXED_DRAFTS, DraftPolicy, PlanFile
@@ -242,8 +242,10 @@ def _llama_cpp_ngram(profile: Profile, sizes: tuple[int, int], target_curve, k_m
 RESAMPLES = 200  # bootstrap replicates of a replayed configuration's interval
 
 
-def _replicates(profile: Profile, target: str, streams: int, width: int, context_length: int | None) -> Replicates:
-    """The target's T(1..width) and a new prompt set per replicate (`llama_cpp_ranking`)."""
+def _replicates(profile: Profile, target: str, streams: int, width: int, context_length: int | None,
+                set_size: int | None = None) -> Replicates:
+    """The target's T(1..width) and a new prompt set (of `set_size` prompts; None: `streams`)
+    per replicate (`llama_cpp_ranking`)."""
     import numpy as np
 
     from polyplan.planner.intervals.prediction_interval import DEFAULT_LEVEL, _prompt_weights, few_prompts_stretch, latency_replicates
@@ -252,19 +254,22 @@ def _replicates(profile: Profile, target: str, streams: int, width: int, context
     curves, _, _ = latency_replicates(profile, [target], RESAMPLES, rng, context_length)
     ks = np.arange(1, width + 1, dtype=float)
     steps = np.stack([curve.many(ks) for curve in curves[target]])
-    return Replicates(steps, _prompt_weights(streams, RESAMPLES, rng), few_prompts_stretch(streams, DEFAULT_LEVEL),
-                      _prompt_weights(streams, RESAMPLES, rng, new_set=False))
+    workload = _prompt_weights(streams, RESAMPLES, rng, new_set=False)  # first: the same draw whatever the new set's size
+    return Replicates(steps, _prompt_weights(streams, RESAMPLES, rng, set_size=set_size), few_prompts_stretch(streams, DEFAULT_LEVEL),
+                      workload)
 
 
 def _llama_cpp_ranking(profile: Profile, target: str, options: list[EngineOption], target_curve, greedy: bool,
                        workload: ReplayWorkload, context_length: int | None,
                        prices: LlamaCppPrices | None = None, pricing: "_DraftPricing | None" = None,
                        policy: tuple[str, DraftPolicy] | None = None, k_max: int = 8,
-                       sampling: str = "greedy") -> tuple[tuple[RankedConfig, ...], tuple[str, ...]]:
+                       sampling: str = "greedy",
+                       replay_also: Sequence[Sequence[str]] = ()) -> tuple[tuple[RankedConfig, ...], tuple[str, ...]]:
     """Every llama-server configuration the export can predict, and off, fastest first; and
     the notes on how (`planner.llama_cpp_ranking`; `prices`: llama.cpp's own numbers, already
     in `profile`, and llama-server's loop; `policy`: the plan's last drafter and its draft
-    policy, whose confidence stop gets a row of its own, `planner.llama_cpp_policy`)."""
+    policy, whose confidence stop gets a row of its own, `planner.llama_cpp_policy`; `replay_also`:
+    flags replayed too, `export_plan`)."""
     streams = target_streams(profile) if greedy else ()
     loop = NO_SERVER_LOOP if prices is None or prices.loop is None else prices.loop
     configs, notes = [], list(() if prices is None else prices.notes)
@@ -272,9 +277,10 @@ def _llama_cpp_ranking(profile: Profile, target: str, options: list[EngineOption
     replicates = None
     if streams:
         width = max([48, 64, *(o.block_size for o in options if o.block_size)]) + 1
-        replicates = _replicates(profile, target, len(streams), width, context_length)
+        replicates = _replicates(profile, target, len(streams), width, context_length, workload.prompts)
         notes.append(f"n-gram types replayed by llama.cpp's own rules ({LLAMA_CPP_VERSION}) on "
-                     f"{workload.words(len(streams))}, its state kept from request to request")
+                     f"{workload.words(len(streams))}, its state kept from request to request; "
+                     f"the first interval for {workload.set_words(len(streams))}")
         for kind, (make_rule, flags) in LLAMA_CPP_RULES.items():
             configs.append(replayed_config(f"{kind} (defaults)", flags, streams, make_rule, target_curve, workload, replicates,
                                            loop=loop))
@@ -294,6 +300,11 @@ def _llama_cpp_ranking(profile: Profile, target: str, options: list[EngineOption
                                            loop=loop))
         elif option.prediction is not None:
             configs.append(RankedConfig(f"ngram-simple size-n={size_n} K={k}", flags, option.speedup, None, "alpha model (no interval)"))
+    for flags in replay_also if streams else ():
+        rule = rule_for_flags(flags)
+        if rule is not None and tuple(flags) not in seen and all(tuple(flags) != config.flags for config in configs):
+            seen.add(tuple(flags))
+            configs.append(replayed_config(rule[0], flags, streams, rule[1], target_curve, workload, replicates, loop=loop))
     requests = _workload_requests(streams, workload)
     in_server = bool(requests) and bool(loop.per_draft_prompt_token_s or loop.per_request_s)
     server_words = (", the server's per-request cost and the draft model's prefill of each prompt over the replays' requests"
@@ -305,14 +316,15 @@ def _llama_cpp_ranking(profile: Profile, target: str, options: list[EngineOption
             point = _server_speedup(option.prediction, loop, requests if in_server else [])
             interval, workload_interval = (
                 _draft_interval(pricing, target, option.drafter, option.block_size, point, loop, requests if in_server else [], sampling,
-                                new_set=new_set) if pricing is not None else None
+                                new_set=new_set, set_size=workload.prompts) if pricing is not None else None
                 for new_set in (True, False))
             configs.append(RankedConfig(f"draft-simple {option.drafter} K={option.block_size}",
                                         tuple(llama_cpp_spec_flags("draft_model", option.block_size, option.source)),
                                         point, interval, f"{how}{server_words}" + (" (no interval)" if interval is None else ""),
                                         workload_interval=workload_interval))
     if policy is not None and pricing is not None:
-        row, lines = _policy_config(profile, target, options, policy, pricing, loop, requests if in_server else [], sampling, k_max)
+        row, lines = _policy_config(profile, target, options, policy, pricing, loop, requests if in_server else [], sampling, k_max,
+                                    workload.prompts)
         configs += row
         notes += lines
     return rank_configs(configs), tuple(notes)
@@ -359,17 +371,19 @@ class _DraftPricing:
 
 def _draft_interval(pricing: _DraftPricing, target: str, drafter: str, k: int, point: float, loop: ServerLoop,
                     requests: list[tuple[int, int]], sampling: str, policy: DraftPolicy = FIXED_DRAFTS,
-                    new_set: bool = True) -> tuple[float, float] | None:
+                    new_set: bool = True, set_size: int | None = None) -> tuple[float, float] | None:
     """A draft-simple row's interval, of the same kind as the plan's and the n-gram rows'
     (`planner.intervals.prediction_interval.pair_replicates`): the target's and the drafter's
     T(k) resampled from their stored timings, the drafter's agreement runs (or its policy's
     replayed rounds) resampled by prompt as a new prompt set, each replicate priced as the point
     is and its deviation from the inputs as measured stretched for few prompts; llama-server's
     loop held fixed. None where the profile's sequences hold no complete round at block size `k`.
-    `new_set` False: for the workload's mean (one prompt draw)."""
+    `new_set` False: for the workload's mean (one prompt draw); `set_size`: the new set's prompt
+    count (None: the profile's)."""
     try:
         replicates = pair_replicates(pricing.profile, target, drafter, k, policy=policy, sampling=sampling,
-                                     context_length=pricing.context_length, resamples=RESAMPLES, new_set=new_set)
+                                     context_length=pricing.context_length, resamples=RESAMPLES, new_set=new_set,
+                                     set_size=set_size)
     except PolyplanError:
         return None
     measured = _server_speedup(pricing.predict(drafter, replicates.measured, k), loop, requests)
@@ -380,7 +394,7 @@ def _draft_interval(pricing: _DraftPricing, target: str, drafter: str, k: int, p
 
 def _policy_config(profile: Profile, target: str, options: list[EngineOption], policy: tuple[str, DraftPolicy],
                    pricing: _DraftPricing, loop: ServerLoop, requests: list[tuple[int, int]], sampling: str,
-                   k_max: int) -> tuple[list[RankedConfig], list[str]]:
+                   k_max: int, set_size: int | None = None) -> tuple[list[RankedConfig], list[str]]:
     """The plan's draft policy as llama-server runs it (`planner.llama_cpp_policy`): a
     draft-simple row with its confidence stop at the best fixed K (its rounds replayed on the
     drafter's agreement sequences and its 10-best confidences, `server_view`), and a line where
@@ -405,7 +419,7 @@ def _policy_config(profile: Profile, target: str, options: list[EngineOption], p
     label = f"draft-simple {drafter} K={k} p-min={stop.p_min:g}"
     point = _server_speedup(prediction, loop, requests)
     interval, workload_interval = (_draft_interval(dataclasses.replace(pricing, profile=view), target, drafter, k, point, loop, requests,
-                                                   sampling, stop, new_set) for new_set in (True, False))
+                                                   sampling, stop, new_set, set_size) for new_set in (True, False))
     row = RankedConfig(label, tuple(llama_cpp_spec_flags("draft_model", k, option.source, p_min=stop.p_min)), point, interval,
                        "the plan's confidence stop replayed on the drafter's agreement sequences"
                        + (" (no interval)" if interval is None else ""), workload_interval=workload_interval)
@@ -462,6 +476,7 @@ def export_plan(
     in_process: bool = False,
     workload: ReplayWorkload = ReplayWorkload(),
     prices: LlamaCppPrices | None = None,
+    replay_also: Sequence[Sequence[str]] = (),
 ) -> EngineExport:
     """The best chain `engine` can express for `plan`, predicted under the engine's rule.
 
@@ -476,6 +491,9 @@ def export_plan(
         prices: llama.cpp only: llama.cpp's own T(k) and greedy streams in place of the
             profile's, and llama-server's own loop in place of polyplan's
             (`planner.llama_cpp_ranking.LlamaCppPrices`; None: the profile's numbers).
+        replay_also: llama.cpp only: the flags of configurations to replay and rank besides
+            the export's own, where the replay models them (`planner.exact.ngram_rules.rule_for_flags`):
+            a race's, whose ngram-simple K was chosen on other streams.
 
     A plan whose profile has no drafter the engine can run (a target-only plan, or drafters it
     cannot load) is valid: the export then chooses none (`chosen` None) and says why in
@@ -565,7 +583,7 @@ def export_plan(
     ranking, notes = ((), ())
     if engine == "llama.cpp":
         ranking, notes = _llama_cpp_ranking(profile, plan.target, ranked + others, target_curve, greedy, workload,
-                                            context_length, prices, pricing, plan_policy(plan), k_max, sampling)
+                                            context_length, prices, pricing, plan_policy(plan), k_max, sampling, replay_also)
     return EngineExport(
         engine=engine,
         target=plan.target,

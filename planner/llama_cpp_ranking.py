@@ -12,23 +12,24 @@ calibrated (`planner.exact.server_loop.ServerLoop`; the curves and streams thems
 llama.cpp's, `LlamaCppPrices`). Its interval is a bootstrap of the same kind as the
 plan's (`planner.intervals.prediction_interval`): the target's latency curve resampled from its stored
 timings, the streams drawn as a new prompt set (twice: the profile's, then a new set of the
-same size) with each stream's rounds held as replayed, each deviation stretched for few
-prompts. The stateful rules' rounds change with the order of the requests (`ngram-cache` counts
+workload's count, `ReplayWorkload.prompts`: a race's, else as many) with each stream's rounds
+held as replayed, each deviation stretched for few prompts. The stateful rules' rounds change with the order of the requests (`ngram-cache` counts
 little beyond its first request, so which prompt comes first decides whether it drafts at all:
 the profile's order predicted 0.58x for gemma-3-270m where a race in another order drafted
 nothing, 1.00x), so the session is also replayed in `ORDERS` - 1 random orders of the same
 requests, and replicate r reads the session of order r mod `ORDERS`: the interval spans the
 order a user's requests come in, and the point is the session of the median order (the profile's
 prompts are not the user's, so their order says nothing about the user's). A stateless rule reads
-the same in every order.
+the same in every order. A race priced on its own prompts knows their order
+(`ReplayWorkload.in_order`): one session, in that order.
 
 The recommendation is the fastest configuration whose interval lies above 1.00x (its point
 above 1.00x where it has no interval), else "off": nothing beats the target alone beyond its
 interval. The interval it reads is the one for the workload's mean (one prompt draw,
 `planner.intervals.prediction_interval`): a server answers many requests, and whether a
 configuration pays is a question about their mean, not about the next 16. Each row also carries
-the interval for a new prompt set of the profile's size (two draws), which a race on that many
-prompts is judged by (`bench peers`). With the two-draw interval the rule left a configuration
+the interval for a new prompt set (two draws) of the workload's count, which a race on that many
+prompts is judged by (`bench peers`: 8 race prompts move by their own spread, more than 16). With the two-draw interval the rule left a configuration
 measured at 1.16x [1.07, 1.25] off (gemma-3-270m, 2 threads: ngram-simple predicted 1.09x
 [0.98, 1.26]). Pure: no I/O.
 """
@@ -41,7 +42,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from polyplan.formats.profile import AgreementRuns, ModelProfile, Profile, TargetStream
+from polyplan.formats.profile import ModelProfile, Profile, TargetStream
 from polyplan.planner.intervals.prediction_interval import percentile_interval
 from polyplan.planner.exact.ngram_rules import DraftRule, SessionReplay, replay_session
 from polyplan.planner.exact.server_loop import NGRAM, NO_SERVER_LOOP, ServerLoop
@@ -54,15 +55,25 @@ ORDERS = 8  # request orders each replayed session is drawn over (module docstri
 @dataclass(frozen=True)
 class ReplayWorkload:
     """The requests a replay feeds one server: each stream's first `new_tokens` (all when None),
-    the whole list `repeats` times in turn (`bench peers` sends its prompts so)."""
+    the whole list `repeats` times in turn (`bench peers` sends its prompts so). `prompts`: how
+    many prompts the new set a row's interval is for holds (a race's; None: as many as the
+    streams). `in_order`: the requests come in the streams' own order (a race priced on its own
+    prompts, whose order is known), not drawn over `ORDERS` orders."""
 
     new_tokens: int | None = None
     repeats: int = 1
+    prompts: int | None = None
+    in_order: bool = False
 
     def words(self, streams: int) -> str:
         tokens = "its whole continuation" if self.new_tokens is None else f"{self.new_tokens} new tokens"
         times = "" if self.repeats == 1 else f", the list {self.repeats} times"
-        return f"one server serving the profile's {streams} target streams in turn ({tokens} each{times})"
+        order = ", in their own order" if self.in_order else ""
+        return f"one server serving {streams} target streams in turn ({tokens} each{times}{order})"
+
+    def set_words(self, streams: int) -> str:
+        """What the new-set interval is for: `a new set of 8 prompts`."""
+        return f"a new set of {streams if self.prompts is None else self.prompts} prompts"
 
 
 @dataclass(frozen=True)
@@ -74,7 +85,7 @@ class RankedConfig:
     label: str
     flags: tuple[str, ...]
     speedup: float
-    interval: tuple[float, float] | None = None  # for a new prompt set of the profile's size (what a race is judged by)
+    interval: tuple[float, float] | None = None  # for a new prompt set of the workload's count (what a race is judged by)
     note: str = ""
     drafted: int | None = None
     accepted: int | None = None
@@ -123,12 +134,7 @@ class LlamaCppPrices:
         priced = profile.with_model(dataclasses.replace(self.target, name=target))
         for name, entry in self.drafters.items():
             priced = priced.with_model(dataclasses.replace(entry, name=name))
-        runs = priced.acceptance_runs.get("greedy")
-        if self.streams:
-            runs = AgreementRuns(()) if runs is None else runs
-            priced = dataclasses.replace(priced, acceptance_runs={**priced.acceptance_runs,
-                                                                  "greedy": dataclasses.replace(runs, streams=self.streams)})
-        return priced
+        return priced.with_streams(self.streams) if self.streams else priced
 
 
 @dataclass(frozen=True)
@@ -192,8 +198,9 @@ def replayed_config(label: str, flags: Sequence[str], streams: Sequence[TargetSt
     """`label` predicted by replaying its rule over `streams` as one server session (with the
     server's own costs `loop`, `planner.exact.server_loop`), in `ORDERS` request orders: the
     median order's speedup and drafted/accepted counts, the interval over all (module docstring)."""
+    orders = request_orders(len(streams), 1 if workload.in_order else ORDERS)
     sessions = [replay_session(streams, make_rule, new_tokens=workload.new_tokens, repeats=workload.repeats, order=order)
-                for order in request_orders(len(streams))]
+                for order in orders]
     speedups = [session_speedup(session, step, loop) for session in sessions]
     median = int(np.argsort(speedups, kind="stable")[len(sessions) // 2])  # the median order (module docstring)
     middle, point = sessions[median], speedups[median]

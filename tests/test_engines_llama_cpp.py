@@ -153,6 +153,48 @@ def test_the_race_table_judges_every_prediction_and_says_not_modelled_for_the_re
     assert dataclasses.replace(never, decode_speedup_sd=0.01).judgement().endswith("outside)")  # control: a tight race does not
 
 
+def test_the_race_prices_its_replayed_rows_again_on_its_own_prompts_and_prints_the_split():
+    """The split (issue 32): the target alone's answers in the race (first group and repeat) are
+    the streams; the export priced on them gives each replayed row (drafted counts: n-gram types)
+    a second prediction, matched by flags (`--spec-default` too); a draft model's row and the
+    target alone get none. The table prints both errors and the worst of each."""
+    from types import SimpleNamespace
+
+    from polyplan.engines.llama_peers import (TARGET_ONLY, LlamaPeersBenchmark, PeerRow, PeerRun, ServerConfig, llama_peers_lines,
+                                              priced_on_race, race_streams)
+    from polyplan.planner.llama_cpp_ranking import OFF_CONFIG, RankedConfig
+
+    runs = [PeerRun(TARGET_ONLY, 1, "chat", (7, 8), 1.0, 10.0, 0, 0, group=0),
+            PeerRun("ngram-mod (defaults)", 0, "chat", (5, 6), 1.0, 10.0, 2, 1, group=0),
+            PeerRun(TARGET_ONLY, 0, "chat", (5, 6), 1.0, 10.0, 0, 0, group=0),
+            PeerRun(TARGET_ONLY, 0, "chat", (9, 9), 1.0, 10.0, 0, 0, group=1),  # another group's run: not the stream
+            PeerRun(TARGET_ONLY, 0, "chat", (5, 9), 1.0, 10.0, 0, 0, group=0)]  # a second repeat: not the stream
+    streams = race_streams(runs, [(1, 2, 3), (4,)])
+    assert [(stream.prompt_tokens, stream.ids) for stream in streams] == [(3, (1, 2, 3, 5, 6)), (1, (4, 7, 8))]
+    mod = RankedConfig("ngram-mod (defaults)", ("--spec-type", "ngram-mod"), 1.30, drafted=40, accepted=30)
+    small = RankedConfig("draft-simple small K=3", ("--spec-type", "draft-simple", "-md", "s.gguf"), 1.5)
+    configs = [ServerConfig(TARGET_ONLY, (), 1.0), ServerConfig("ngram-mod (defaults)", ("--spec-type", "ngram-mod"), 1.05),
+               ServerConfig("llama.cpp default (--spec-default)", ("--spec-default",), 1.05),
+               ServerConfig("draft-simple small K=3", small.flags, 1.2)]
+    priced = priced_on_race(configs, SimpleNamespace(ranking=(mod, small, OFF_CONFIG)))
+    assert [config.race_priced for config in priced] == [None, 1.30, 1.30, None]
+
+    def row(label, decode, predicted, race_priced=None):
+        return PeerRow(label, 10.0, 20.0 * decode, decode, 0.01, 0.9, 4, 4, None, predicted, False, (),
+                       decode_speedup=decode, race_priced=race_priced)
+
+    rows = (row(TARGET_ONLY, 1.0, 1.0), row("ngram-mod (defaults)", 1.25, 1.05, 1.30), row("ngram-simple size-n=3 K=15", 1.57, 1.22, 1.46),
+            row("draft-simple small K=3", 1.25, 1.2))
+    lines = llama_peers_lines(LlamaPeersBenchmark(rows, 1, 64, 8, 1, Path("/tmp/logs"), "0.3.36", True))
+    at = next(i for i, line in enumerate(lines) if line.startswith("the predictions priced on this race's own prompts"))
+    assert lines[at + 2].startswith("ngram-mod (defaults)") and "(-16.0%)" in lines[at + 2] and "1.30x (+4.0%)" in lines[at + 2]
+    assert lines[at + 3].startswith("ngram-simple size-n=3 K=15") and "(-22.3%)" in lines[at + 3] and "(-7.0%)" in lines[at + 3]
+    assert lines[at + 4] == "worst error over these 2 configurations: -22.3% priced on the profile's prompts, -7.0% on this race's"
+    # control: without race prices there is no split
+    plain = tuple(dataclasses.replace(item, race_priced=None) for item in rows)
+    assert not any("this race's own prompts" in line for line in llama_peers_lines(LlamaPeersBenchmark(plain, 1, 64, 8, 1, Path("/t"), "0", True)))
+
+
 def test_every_flag_polyplan_prints_is_one_the_pinned_server_accepts():
     known = pinned_flags()
     assert len(known) > 300  # the whole --help, not a hand-picked list

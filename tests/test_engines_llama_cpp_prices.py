@@ -245,6 +245,38 @@ def test_a_llama_cpp_target_reuses_the_profile_and_says_so(workspace, cache, mon
                in note for note in export.ranking_notes)
 
 
+def test_an_export_priced_on_other_streams_replays_those_and_prices_the_rest_alike(workspace, cache, monkeypatch):
+    """`streams` (bench peers' split: the race's own prompts) replace the profile's in the replay:
+    the profile's own streams give the same ranking; on streams that repeat a short pattern
+    ngram-mod accepts more, and a row replayed on no streams (a draft model) keeps its point
+    (without a server loop nothing else moves it)."""
+    from polyplan.engines import llama_cpp_prices
+    from polyplan.formats.profile import TargetStream, read_profile
+    from polyplan.planner.exact.ngram_replay import target_streams
+
+    monkeypatch.setattr(llama_cpp_prices, "measure_latency_entry", lambda *a, **k: pytest.fail("measured"))
+    plan = workspace / "plan-llama.json"
+    base = _export(plan)
+    own = target_streams(read_profile(workspace / "p-llama.json"))
+    same = _export(plan, streams=own)
+    assert [(c.label, c.speedup) for c in same.ranking] == [(c.label, c.speedup) for c in base.ranking]
+    repeating = tuple(TargetStream(s.prompt_tokens, s.ids[:s.prompt_tokens] + (5, 6, 7) * 20) for s in own)
+    other = {c.label: c for c in _export(plan, streams=repeating).ranking}
+    mod = next(c for c in base.ranking if c.label == "ngram-mod (defaults)")
+    assert other["ngram-mod (defaults)"].accepted > max(50, mod.accepted)  # (the tiny model's T(k) decides whether it pays)
+    assert {label: (c.speedup, c.drafted) for label, c in other.items() if c.drafted is None} == \
+        {c.label: (c.speedup, c.drafted) for c in base.ranking if c.drafted is None and "size-n" not in c.label}
+    # a raced configuration's own flags (ngram-simple at a K the export did not choose on these streams) are replayed too
+    from polyplan.planner.llama_cpp_ranking import llama_cpp_spec_flags
+
+    flags = next(flags for k in range(3, 12) if (flags := tuple(llama_cpp_spec_flags("ngram", k, "", (1, 2))))
+                 not in {c.flags for c in other.values()})
+    also = {c.label: c for c in _export(plan, streams=repeating, replay_also=[flags, ("--spec-type", "draft-simple")]).ranking}
+    added = next(c for c in also.values() if c.flags == flags)
+    assert added.label == f"ngram-simple size-n=2 K={flags[-1]}" and added.drafted > 0
+    assert len(also) == len(other) + 1  # the draft-simple flags are not replayed
+
+
 def test_without_the_bindings_one_line_says_the_profile_priced_it(workspace, cache, monkeypatch):
     from polyplan.decoder.llama_cpp import INSTALL_HINT
     from polyplan.engines import llama_cpp_prices

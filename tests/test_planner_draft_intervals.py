@@ -17,7 +17,7 @@ import pytest
 from polyplan.formats.plan import DraftPolicy
 from polyplan.formats.profile import AgreementRuns, LatencyPoint, ModelProfile, PairAgreement, Profile, SamplingStats
 from polyplan.planner.engine_rules import export_plan
-from polyplan.planner.llama_cpp_ranking import OFF
+from polyplan.planner.llama_cpp_ranking import OFF, ReplayWorkload
 from polyplan.planner.plan_file import plan_of
 from polyplan.planner.search import recommend
 
@@ -41,12 +41,12 @@ def _profile(prompts: int, draft_s: float, length: int = 64, confidences: bool =
     return dataclasses.replace(profile, acceptance_runs={"greedy": AgreementRuns((PairAgreement("target", "draft", tuple(sequences), tops),))})
 
 
-def _export(profile: Profile, candidates, policy: DraftPolicy | None = None):
+def _export(profile: Profile, candidates, policy: DraftPolicy | None = None, workload: ReplayWorkload = ReplayWorkload()):
     plan = plan_of(recommend(profile, max_levels=2, k_max=4, draft_policies=False))
     if policy is not None:
         best = dataclasses.replace(plan.best, chain=("target", "draft"), block_sizes=(2,), draft_policy=policy)
         plan = dataclasses.replace(plan, alternatives=(best, *plan.alternatives[1:]))
-    return export_plan(plan, profile, candidates, "llama.cpp", k_max=4)
+    return export_plan(plan, profile, candidates, "llama.cpp", k_max=4, workload=workload)
 
 
 def _draft_row(export, p_min: bool = False):
@@ -76,3 +76,14 @@ def test_the_confidence_stops_row_has_an_interval_drawn_from_its_replayed_rounds
     export = _export(_profile(16, 0.035, confidences=True), gguf_pair, DraftPolicy(p_min=0.5))
     row = _draft_row(export, p_min=True)
     assert row.interval is not None and row.interval[0] <= row.speedup <= row.interval[1] and row.interval[0] < row.interval[1]
+
+
+def test_a_race_on_fewer_prompts_judges_a_draft_row_by_a_wider_interval(gguf_pair):
+    """The interval a race on 4 prompts is judged by, for a drafter profiled on 32: wider than for
+    a new set of 32 (its second draw has 4 prompts), with the same point and workload interval;
+    the confidence stop's row too."""
+    profile = _profile(32, 0.035, confidences=True)
+    for p_min, policy in ((False, None), (True, DraftPolicy(p_min=0.5))):
+        profiled, raced = (_draft_row(_export(profile, gguf_pair, policy, ReplayWorkload(prompts=size)), p_min) for size in (None, 4))
+        assert raced.speedup == profiled.speedup and raced.workload_interval == profiled.workload_interval
+        assert raced.interval[1] - raced.interval[0] > 1.3 * (profiled.interval[1] - profiled.interval[0])

@@ -295,6 +295,52 @@ def test_a_replayed_rows_workload_interval_lies_inside_its_new_sets():
                            Replicates(replicates.steps, replicates.weights, 1.0)).workload_interval is None  # control: not drawn, not given
 
 
+def _sixteen_streams() -> list[TargetStream]:
+    """16 streams: after a stretch that never repeats (0, 16, 32 or 48 tokens), a pattern of 3
+    to 7 tokens over and over."""
+    return [TargetStream(4, ((1, 2, 3, 4) + tuple(range(100 * s, 100 * s + 16 * (s % 4)))
+                             + tuple(range(1000 + 10 * s, 1003 + 10 * s + s % 5)) * 20)[:68]) for s in range(16)]
+
+
+def test_a_race_on_fewer_prompts_than_the_profiles_is_judged_by_a_wider_interval():
+    """A new set of 4 prompts drawn from a population the profile's 16 estimate moves by its own
+    spread, more than a new set of 16 (the Qwen code race: 8 prompts judged by a 16-prompt
+    interval). The weights of each replicate count 4 picks; the workload interval (one draw)
+    and the point are the same whatever the race's size."""
+    step = lambda k: 0.010 + 0.002 * (k - 1)  # noqa: E731
+    streams = _sixteen_streams()
+    from polyplan.planner.engine_rules import _replicates as replicates_for
+    from polyplan.formats.profile import LatencyPoint, ModelProfile, Profile
+
+    target = ModelProfile("target", "fp", tuple(LatencyPoint(64, k, step(k)) for k in (1, 2, 4, 8, 16, 32, 64)))
+    profile = Profile(target="target", device="synthetic", models=(target,), pairs=())
+    rows = {}
+    for size in (None, 4):
+        replicates = replicates_for(profile, "target", len(streams), 65, None, set_size=size)
+        assert set(replicates.weights.sum(axis=1)) == {16.0 if size is None else 4.0}
+        rows[size] = replayed_config("ngram-simple size-n=2 K=4", (), streams, lambda: NGramSimpleRule(2, 4), step,
+                                     ReplayWorkload(prompts=size), replicates)
+    width = lambda interval: interval[1] - interval[0]  # noqa: E731
+    assert rows[4].speedup == rows[None].speedup and rows[4].workload_interval == rows[None].workload_interval
+    assert width(rows[4].interval) > 1.3 * width(rows[None].interval)  # sqrt((1/16 + 1/4) / (2/16)) = 1.58 in theory
+    assert rows[4].interval[0] < rows[None].interval[0] and rows[None].interval[1] < rows[4].interval[1]
+    assert ReplayWorkload(prompts=8).set_words(16) == "a new set of 8 prompts" and ReplayWorkload().set_words(16) == "a new set of 16 prompts"
+
+
+def test_a_race_priced_on_its_own_prompts_replays_them_in_their_own_order():
+    """The race's order is known: `in_order` prices the one session in that order, where the
+    profile's prompts are priced at the median of `ORDERS` orders (ngram-cache: the order decides
+    whether it drafts)."""
+    step = lambda k: 0.010 + 0.002 * (k - 1)  # noqa: E731
+    seeding = TargetStream(40, (1, 2, 3, 4, 5) * 8 + (1, 2, 3, 4, 5) * 8)
+    short = [TargetStream(3, (a, 8, 7) + (1, 2, 3, 4, 5) * 8) for a in (9, 6, 5)]
+    streams = [seeding, *short]  # the seeding prompt first: in this order the cache learns in time
+    in_order = replayed_config("ngram-cache (defaults)", (), streams, NGramCacheRule, step, ReplayWorkload(in_order=True), None)
+    assert in_order.speedup == pytest.approx(session_speedup(replay_session(streams, NGramCacheRule), step))
+    drawn = replayed_config("ngram-cache (defaults)", (), streams, NGramCacheRule, step, ReplayWorkload(), None)
+    assert in_order.speedup > 3.0 and drawn.speedup == pytest.approx(1.0)  # control: most drawn orders seed too late
+
+
 @pytest.mark.slow
 def test_the_stateful_replays_draft_and_accept_what_a_real_llama_server_does(tmp_path):
     """The pinned llama-server with ngram-mod, ngram-map-k, ngram-map-k4v (small sizes, so a tiny model's
@@ -347,3 +393,17 @@ def test_the_stateful_replays_draft_and_accept_what_a_real_llama_server_does(tmp
         replayed = [(sum(r.drafted for r in rounds), sum(r.accepted for r in rounds)) for rounds in replay.requests]
         assert sum(drafted for drafted, _ in measured) > 0, kind  # the streams draft at these sizes
         assert measured == replayed, kind
+
+
+def test_the_rule_of_a_servers_flags_is_the_one_it_runs_or_none():
+    from polyplan.planner.exact.ngram_rules import rule_for_flags
+
+    label, make_rule = rule_for_flags(("--spec-type", "ngram-mod"))
+    assert label == "ngram-mod (defaults)" and isinstance(make_rule(), NGramModRule)
+    label, make_rule = rule_for_flags(("--spec-type", "ngram-simple", "--spec-ngram-simple-size-n", "3", "--spec-ngram-simple-size-m", "15"))
+    assert label == "ngram-simple size-n=3 K=15" and (make_rule().size_n, make_rule().size_m) == (3, 15)
+    assert rule_for_flags(("--spec-type", "ngram-simple", "--spec-ngram-simple-size-m", "5"))[0] == "ngram-simple size-n=12 K=5"
+    for other in (("--spec-type", "draft-simple", "-md", "d.gguf"), ("--spec-type", "draft-simple,ngram-mod"), (),
+                  ("--spec-type", "ngram-simple", "--spec-ngram-simple-size-n", "x"),
+                  ("--spec-type", "ngram-simple", "--spec-ngram-simple-size-n", "3", "--spec-draft-n-max", "4")):
+        assert rule_for_flags(other) is None

@@ -408,3 +408,20 @@ def test_the_workload_interval_draws_once_and_is_narrower_than_a_new_sets():
     assert workload.point == new_set.point
     assert new_set.low < workload.low <= workload.point <= workload.high < new_set.high
     assert (workload.high - workload.low) < 0.85 * (new_set.high - new_set.low)
+
+
+def test_an_alphas_error_for_a_new_set_of_another_size_adds_sqrt_n_over_m():
+    """Without agreement runs α is drawn from its standard error: a new set of m prompts adds the
+    profile's error times sqrt(n / m) (n the profile's prompts), the same again for m = n, none for
+    the workload's mean; a profile that does not say how many prompts it had keeps sqrt(2)."""
+    import dataclasses
+
+    import polyplan.planner.intervals.prediction_interval as module
+    from polyplan.formats.profile import ProfilerRecord
+
+    profile = with_runs(heterogeneous_runs(np.random.default_rng(2), 16))
+    counted = dataclasses.replace(profile, profiler=ProfilerRecord(prompts=16))
+    factor = lambda p, new_set, size: module._AcceptanceReplicates(p, "greedy", "iid", 20, np.random.default_rng(0),  # noqa: E731
+                                                                   new_set, size)._set_factor
+    assert factor(counted, True, 4) == pytest.approx(np.sqrt(5.0)) and factor(counted, True, 16) == pytest.approx(np.sqrt(2.0))
+    assert factor(counted, False, 4) == 1.0 and factor(profile, True, 4) == pytest.approx(np.sqrt(2.0))

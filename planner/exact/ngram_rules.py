@@ -507,3 +507,22 @@ LLAMA_CPP_RULES: dict[str, tuple[Callable[[], DraftRule], tuple[str, ...]]] = {
     "ngram-mod": (NGramModRule, ("--spec-type", "ngram-mod")),
     "ngram-cache": (NGramCacheRule, ("--spec-type", "ngram-cache")),
 }
+
+
+def rule_for_flags(flags: Sequence[str]) -> tuple[str, Callable[[], DraftRule]] | None:
+    """The rule llama-server runs for `flags` (after `-m TARGET`) and its label, where it is one
+    replayed here: an n-gram type at its defaults (`LLAMA_CPP_RULES`: "ngram-mod (defaults)"),
+    or ngram-simple with its `--spec-ngram-simple-size-n`/`-size-m` ("ngram-simple size-n=3
+    K=15"); None for anything else (a draft model, a combination, a flag the replay does not model)."""
+    flags = tuple(flags)
+    for kind, (make_rule, rule_flags) in LLAMA_CPP_RULES.items():
+        if flags == rule_flags:
+            return f"{kind} (defaults)", make_rule
+    head, options = flags[:2], dict(zip(flags[2::2], flags[3::2]))
+    if (head != ("--spec-type", "ngram-simple") or len(flags) % 2
+            or not options.keys() <= {"--spec-ngram-simple-size-n", "--spec-ngram-simple-size-m"}
+            or not all(value.isdigit() and int(value) > 0 for value in options.values())):
+        return None
+    size_n = int(options.get("--spec-ngram-simple-size-n", LLAMA_CPP_DEFAULT_SIZES[0]))
+    size_m = int(options.get("--spec-ngram-simple-size-m", LLAMA_CPP_DEFAULT_SIZES[1]))
+    return f"ngram-simple size-n={size_n} K={size_m}", lambda: NGramSimpleRule(size_n, size_m)

@@ -51,6 +51,10 @@ How each input is resampled (per replicate, independently):
   other prompts moves by that set's own spread as well, and is judged by the two-draw interval.
   A llama.cpp export decides on it (`planner.llama_cpp_ranking`: whether a configuration pays
   on the user's traffic), and `recommend` prints it beside the other.
+- a new set of another size (`set_size` m): a race or validation on m prompts where the profile
+  had n draws its second draw m times (an α's standard error gains sqrt(n / m) of it, not the
+  same again): 8 race prompts against 16 profiled ones move by their own spread, wider than 16
+  would (`bench peers` judges its rows so).
 - few prompts: the bootstrap reads the prompts' spread as if it were known, from a handful of
   prompts (16 by default), some of which a drafter reads almost perfectly. Each replicate's
   log-speedup deviation from the point is stretched by Student's t allowance for n prompts
@@ -228,12 +232,15 @@ def _merge(sources: set[str]) -> str:
     return next(iter(sources)) if len(sources) == 1 else "mixed"
 
 
-def _prompt_weights(prompts: int, resamples: int, rng: np.random.Generator, new_set: bool = True) -> np.ndarray:
+def _prompt_weights(prompts: int, resamples: int, rng: np.random.Generator, new_set: bool = True,
+                    set_size: int | None = None) -> np.ndarray:
     """[resamples, prompts]: how often each prompt is drawn in each replicate's new prompt set
-    (a set of the same size drawn from a cluster resample of the profile's prompts); `new_set`
-    False: in the cluster resample itself (the workload's mean, one draw: module docstring)."""
+    (a set of `set_size` prompts, default the profile's count, drawn from a cluster resample of
+    the profile's prompts); `new_set` False: in the cluster resample itself (the workload's mean,
+    one draw: module docstring)."""
     profiled = rng.integers(0, prompts, size=(resamples, prompts))
-    picks = np.take_along_axis(profiled, rng.integers(0, prompts, size=(resamples, prompts)), axis=1) if new_set else profiled
+    size = prompts if set_size is None else set_size
+    picks = np.take_along_axis(profiled, rng.integers(0, prompts, size=(resamples, size)), axis=1) if new_set else profiled
     weights = np.zeros((resamples, prompts))
     np.add.at(weights, (np.arange(resamples)[:, None], picks), 1.0)
     return weights
@@ -243,8 +250,9 @@ class _AcceptanceReplicates:
     """Per (verifier, drafter): what the exact model reads in each replicate."""
 
     def __init__(self, profile: Profile, sampling: str, acceptance_model: str, resamples: int, rng: np.random.Generator,
-                 new_set: bool = True):
+                 new_set: bool = True, set_size: int | None = None):
         self.profile, self.sampling, self.resamples, self.rng, self.new_set = profile, sampling, resamples, rng, new_set
+        self.set_size = set_size  # the new set's prompt count (None: as many as the profile's)
         self.runs = profile_runs(profile, sampling) if acceptance_model in ("auto", "runs") else {}
         entry = profile.acceptance_runs.get(sampling)
         self.confidences = {} if entry is None else entry.confidences_by_pair()
@@ -292,7 +300,7 @@ class _AcceptanceReplicates:
         the same prompts: a prompt that is hard for one drafter is hard for the others, so the
         levels of a chain move together."""
         if prompts not in self._weights:
-            self._weights[prompts] = _prompt_weights(prompts, self.resamples, self.rng, self.new_set)
+            self._weights[prompts] = _prompt_weights(prompts, self.resamples, self.rng, self.new_set, self.set_size)
             self.prompts = prompts if self.prompts is None else min(self.prompts, prompts)
         return self._weights[prompts]
 
@@ -301,8 +309,14 @@ class _AcceptanceReplicates:
 
     @property
     def _set_factor(self) -> float:
-        """An α standard error's multiple: the profile's error and a new set's, or the profile's alone."""
-        return NEW_PROMPT_SET if self.new_set else 1.0
+        """An α standard error's multiple: the profile's error and a new set's, or the profile's
+        alone; a new set of m prompts where the profile had n adds its error times sqrt(n / m)."""
+        if not self.new_set:
+            return 1.0
+        profiled = None if self.profile.profiler is None else self.profile.profiler.prompts
+        if self.set_size is None or not profiled:
+            return NEW_PROMPT_SET
+        return float(np.sqrt(1.0 + profiled / self.set_size))
 
     def alphas(self, pair: tuple[str, str]) -> np.ndarray:
         if pair in self._alphas:
@@ -439,14 +453,16 @@ class PairReplicates:
 
 def pair_replicates(profile: Profile, target: str, drafter: str, block: int, *, policy: DraftPolicy = FIXED_DRAFTS,
                     sampling: str = "greedy", context_length: int | None = None, resamples: int = DEFAULT_RESAMPLES,
-                    level: float = DEFAULT_LEVEL, seed: int = 0, new_set: bool = True) -> PairReplicates:
+                    level: float = DEFAULT_LEVEL, seed: int = 0, new_set: bool = True,
+                    set_size: int | None = None) -> PairReplicates:
     """`resamples` replicates of what predicts `target > drafter` at block size `block` (under
     `policy`), drawn as `prediction_intervals` draws them: for a caller that prices the pair its
-    own way (an engine's loop, `planner.engine_rules`) and reads the interval with `percentile_interval`."""
+    own way (an engine's loop, `planner.engine_rules`) and reads the interval with `percentile_interval`.
+    `set_size`: the new prompt set's count (a race on fewer prompts than the profile's; None: as many)."""
     integer_at_least(resamples, 20, "resamples")
     rng = np.random.default_rng(seed)
     curves, _, _ = latency_replicates(profile, [target, drafter], resamples, rng, context_length)
-    acceptance = _AcceptanceReplicates(profile, sampling, "auto", resamples, rng, new_set)
+    acceptance = _AcceptanceReplicates(profile, sampling, "auto", resamples, rng, new_set, set_size)
     reads = acceptance.read((target, drafter), block, policy)
     measured = acceptance.measured((target, drafter), block, policy)
     return PairReplicates(tuple(curves[target]), tuple(curves[drafter]), tuple(reads), measured,
