@@ -316,7 +316,7 @@ def run_llama_peers(plan_path, *, prompts_path=None, candidates_path=None, threa
     prompts = validation_prompt_set(prompts_path, max_prompts=max_prompts)
     exported = export_from_files(plan_path, "llama.cpp", candidates_path=candidates_path, log=log)  # what `polyplan export` prints
     export = export_from_files(plan_path, "llama.cpp", candidates_path=candidates_path,
-                               workload=ReplayWorkload(new_tokens, repeats, len(prompts)))
+                               workload=ReplayWorkload(new_tokens, repeats, len(prompts.prompts)))
     configs = server_configs(plan, export, candidates, engine_files(candidates), recommended=exported.recommended)
     available = usable_memory()  # before polyplan's own members load: they are estimated with the servers (`resident_need`)
     loaded = ChainCandidates.from_plan(plan, models_yaml=candidates_path, label=str(plan_path)).load()  # polyplan's own chain

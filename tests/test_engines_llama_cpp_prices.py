@@ -277,6 +277,55 @@ def test_an_export_priced_on_other_streams_replays_those_and_prices_the_rest_ali
     assert len(also) == len(other) + 1  # the draft-simple flags are not replayed
 
 
+def test_a_whole_race_with_stand_in_servers_judges_and_splits_every_replayed_row(workspace, cache, monkeypatch, tmp_path):
+    """`run_llama_peers` end to end on the tiny plan, every llama-server a stand-in that answers
+    each prompt with the same repeating tokens at a fixed decode time: each replayed row carries
+    its prediction, an interval for a new set of the race's 2 prompts (wider than the profile's
+    3 would give) and its price on the race's own prompts; a draft model's row carries no race
+    price; polyplan's own chain ran in this process."""
+    from polyplan.engines import llama_peers
+    from polyplan.engines.llama_cpp_build import LlamaCppBuild
+    from polyplan.engines.llama_server import Completion
+
+    answer = tuple(range(20, 28)) * 2
+
+    class StandIn:
+        def __init__(self, binary, model, args, log_path):
+            self.args = tuple(args)
+
+        def __enter__(self):
+            return self
+
+        def __exit__(self, *exc):
+            return False
+
+        def complete(self, ids, new_tokens):
+            drafting = "--spec-type" in self.args or "--spec-default" in self.args
+            return Completion(answer[:new_tokens], new_tokens, 100.0 if drafting else 120.0, 5.0, 6 if drafting else 0,
+                              3 if drafting else 0, 0.2)
+
+    monkeypatch.setattr(llama_peers, "require_build", lambda: LlamaCppBuild(tmp_path, "stand-in"))
+    monkeypatch.setattr(llama_peers, "LlamaServer", StandIn)
+    bench = llama_peers.run_llama_peers(workspace / "plan-llama.json", prompts_path=workspace / "prompts.jsonl", max_prompts=2,
+                                        new_tokens=16, repeats=1, threads=1)
+    rows = {row.label: row for row in bench.rows}
+    assert bench.prompts == 2 and rows[llama_peers.POLYPLAN].runs == 2
+    mod = rows["ngram-mod (defaults)"]
+    assert mod.decode_speedup == pytest.approx(1.2) and mod.predicted_speedup is not None and mod.race_priced is not None
+    assert all(row.race_priced is None for label, row in rows.items() if label.startswith("draft-simple"))
+    simple = next(row for label, row in rows.items() if label.startswith("ngram-simple size-n="))
+    assert simple.race_priced is not None  # at the raced K, whatever K the race's streams would choose
+    text = "\n".join(llama_peers.llama_peers_lines(bench))
+    assert "the predictions priced on this race's own prompts" in text and "worst error over these" in text
+    from polyplan.engines.export import export_from_files
+    from polyplan.planner.llama_cpp_ranking import ReplayWorkload
+
+    profiled = export_from_files(workspace / "plan-llama.json", "llama.cpp", workload=ReplayWorkload(16, 1))
+    three = next(c for c in profiled.ranking if c.label == "ngram-mod (defaults)")
+    if three.interval[0] < three.interval[1]:  # (a row that never drafts has a point interval either way)
+        assert mod.predicted_interval[1] - mod.predicted_interval[0] >= three.interval[1] - three.interval[0]
+
+
 def test_without_the_bindings_one_line_says_the_profile_priced_it(workspace, cache, monkeypatch):
     from polyplan.decoder.llama_cpp import INSTALL_HINT
     from polyplan.engines import llama_cpp_prices
