@@ -314,10 +314,14 @@ def run_llama_peers(plan_path, *, prompts_path=None, candidates_path=None, threa
     # priced with llama.cpp's own numbers (`engines.llama_cpp_prices`: measured by the first call, cached for the second)
     # and judged by intervals for a new set of as many prompts as this race sends
     prompts = validation_prompt_set(prompts_path, max_prompts=max_prompts)
+    # and every raced configuration the replay models predicted too (a draft model's defaults and n-max/p-min sweep)
     exported = export_from_files(plan_path, "llama.cpp", candidates_path=candidates_path, log=log)  # what `polyplan export` prints
+    raced = server_configs(plan, exported, candidates, engine_files(candidates))
     export = export_from_files(plan_path, "llama.cpp", candidates_path=candidates_path,
-                               workload=ReplayWorkload(new_tokens, repeats, len(prompts.prompts)))
-    configs = server_configs(plan, export, candidates, engine_files(candidates), recommended=exported.recommended)
+                               workload=ReplayWorkload(new_tokens, repeats, len(prompts.prompts)),
+                               replay_also=[_ranked_flags(config) for config in raced])
+    configs = judged([dataclasses.replace(config, predicted_speedup=None, predicted_interval=None, exported=False)
+                      for config in raced], export, exported.recommended)
     available = usable_memory()  # before polyplan's own members load: they are estimated with the servers (`resident_need`)
     loaded = ChainCandidates.from_plan(plan, models_yaml=candidates_path, label=str(plan_path)).load()  # polyplan's own chain
     encoded = encode_for(prompts, loaded.tokenizer)

@@ -49,7 +49,8 @@ from polyplan.planner.exact.engine_overhead import profile_call_seconds, predict
 from polyplan.planner.exact.latency import LatencyCurve, constant_curve, curve_from_profile
 from polyplan.planner.exact.server_loop import NO_SERVER_LOOP, ServerLoop, draft_model_speedup
 from polyplan.formats.overhead import LoopOverhead, SwitchCost
-from polyplan.planner.llama_cpp_policy import plan_policy, policy_notes, policy_rounds, server_policy, server_view
+from polyplan.planner.llama_cpp_policy import (draft_simple_flags, plan_policy, policy_notes, policy_rounds, server_policy,
+                                               server_view)
 from polyplan.planner.llama_cpp_ranking import (LlamaCppPrices, RankedConfig, Replicates, ReplayWorkload, llama_cpp_spec_flags,
                                                 recommend, replayed_config)
 from polyplan.planner.llama_cpp_ranking import ranked as rank_configs
@@ -322,12 +323,52 @@ def _llama_cpp_ranking(profile: Profile, target: str, options: list[EngineOption
                                         tuple(llama_cpp_spec_flags("draft_model", option.block_size, option.source)),
                                         point, interval, f"{how}{server_words}" + (" (no interval)" if interval is None else ""),
                                         workload_interval=workload_interval))
+    if pricing is not None:
+        configs += _raced_draft_rows(replay_also, configs, options, profile, target, pricing, loop, requests if in_server else [],
+                                     sampling, workload.prompts)
     if policy is not None and pricing is not None:
         row, lines = _policy_config(profile, target, options, policy, pricing, loop, requests if in_server else [], sampling, k_max,
                                     workload.prompts)
         configs += row
         notes += lines
     return rank_configs(configs), tuple(notes)
+
+
+def _raced_draft_rows(replay_also: Sequence[Sequence[str]], ranked: list[RankedConfig], options: list[EngineOption],
+                      profile: Profile, target: str, pricing: "_DraftPricing", loop: ServerLoop, requests: list[tuple[int, int]],
+                      sampling: str, set_size: int | None) -> list[RankedConfig]:
+    """A row for each `draft-simple` configuration among `replay_also` that the ranking does not
+    hold and the replay models (`planner.llama_cpp_policy.draft_simple_flags`: a race's
+    defaults and its n-max/p-min sweep): its drafter found by file among `options`, exactly n-max
+    tokens a round priced by the exact model with α as the fixed-K rows are, or the confidence
+    stop replayed on the drafter's agreement sequences as the plan's policy row is; each with
+    both intervals, under the flags as given."""
+    by_source = {o.source: o for o in options if o.reason is None and o.method == "draft_model" and o.source != IN_PROCESS}
+    held = {config.flags for config in ranked}
+    rows = []
+    for flags in (tuple(flags) for flags in replay_also):
+        draft = draft_simple_flags(flags)
+        option = None if draft is None else by_source.get(draft.source)
+        if flags in held or option is None or not draft.modelled or (draft.policy is not None and sampling != "greedy"):
+            continue
+        held.add(flags)
+        k, drafter = draft.n_max, option.drafter
+        if draft.policy is None:
+            row_pricing, acceptance, how = pricing, option.alpha, "exact model with alpha"
+        else:
+            view, _ = server_view(profile, target, drafter)
+            try:
+                acceptance = policy_rounds(view, target, drafter, draft.p_min)(k)
+            except PolyplanError:
+                continue
+            row_pricing, how = dataclasses.replace(pricing, profile=view), "its confidence stop replayed on the agreement sequences"
+        point = _server_speedup(row_pricing.predict(drafter, acceptance, k), loop, requests)
+        interval, workload_interval = (_draft_interval(row_pricing, target, drafter, k, point, loop, requests, sampling,
+                                                       draft.policy or FIXED_DRAFTS, new_set, set_size) for new_set in (True, False))
+        label = f"draft-simple {drafter} n-max={k}" + ("" if draft.policy is None else f" p-min={draft.p_min:g}")
+        rows.append(RankedConfig(label, flags, point, interval, how + (" (no interval)" if interval is None else ""),
+                                 workload_interval=workload_interval))
+    return rows
 
 
 def _server_speedup(prediction: ChainPrediction, loop: ServerLoop, requests: list[tuple[int, int]]) -> float:

@@ -45,7 +45,7 @@ so in one line (`policy_notes`). Pure: no I/O.
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import replace
+from dataclasses import dataclass, replace
 
 from polyplan.formats.errors import PolyplanError
 from polyplan.formats.plan import DraftPolicy, PlanFile
@@ -108,6 +108,50 @@ def policy_rounds(profile: Profile, target: str, drafter: str, p_min: float) -> 
                             "(re-run polyplan profile)")
     policy = DraftPolicy(p_min=p_min)
     return lambda k: model_rounds(sequences, k, policy, confidences)
+
+
+DRAFT_SIMPLE_DEFAULTS = (3, 0, 0.0)  # --spec-draft-n-max, -n-min, -p-min where not given (the pinned build's --help)
+
+
+@dataclass(frozen=True)
+class DraftSimpleFlags:
+    """What a `draft-simple` server's flags ask for: the draft model's file, its cap (n-max), the
+    shortest draft it keeps (n-min) and its confidence stop (p-min), defaults filled in."""
+
+    source: str
+    n_max: int
+    n_min: int
+    p_min: float
+
+    @property
+    def policy(self) -> DraftPolicy | None:
+        """The rounds' policy: None for exactly n-max tokens a round (p-min 0: the stop never
+        cuts a draft short, whatever n-min), else the confidence stop at p-min."""
+        return None if self.p_min == 0.0 else DraftPolicy(p_min=self.p_min)
+
+    @property
+    def modelled(self) -> bool:
+        """Whether the replay models it: a fixed cap, or the stop with every short draft kept
+        (a draft shorter than 0 < n-min is discarded whole, which no replay here models)."""
+        return self.n_max >= 1 and (self.p_min == 0.0 or self.n_min == 0)
+
+
+def draft_simple_flags(flags) -> DraftSimpleFlags | None:
+    """`flags` (after `-m TARGET`) read as one `draft-simple` draft model; None for anything else
+    (an n-gram type, a combination such as `draft-simple,ngram-mod`, a flag not read here)."""
+    flags = tuple(flags)
+    if flags[:2] != ("--spec-type", "draft-simple") or len(flags) % 2:
+        return None
+    options = dict(zip(flags[2::2], flags[3::2]))
+    if "-md" not in options or not options.keys() <= {"-md", "--spec-draft-n-max", "--spec-draft-n-min", "--spec-draft-p-min"}:
+        return None
+    try:
+        n_max = int(options.get("--spec-draft-n-max", DRAFT_SIMPLE_DEFAULTS[0]))
+        n_min = int(options.get("--spec-draft-n-min", DRAFT_SIMPLE_DEFAULTS[1]))
+        p_min = float(options.get("--spec-draft-p-min", DRAFT_SIMPLE_DEFAULTS[2]))
+    except ValueError:
+        return None
+    return DraftSimpleFlags(options["-md"], n_max, n_min, p_min)
 
 
 def policy_notes(drafter: str, policy: DraftPolicy, block: int | None) -> tuple[str, ...]:

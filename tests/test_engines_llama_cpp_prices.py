@@ -313,6 +313,10 @@ def test_a_whole_race_with_stand_in_servers_judges_and_splits_every_replayed_row
     mod = rows["ngram-mod (defaults)"]
     assert mod.decode_speedup == pytest.approx(1.2) and mod.predicted_speedup is not None and mod.race_priced is not None
     assert all(row.race_priced is None for label, row in rows.items() if label.startswith("draft-simple"))
+    # a draft model's defaults and its n-max/p-min sweep are predicted at their own flags; a combination is not modelled
+    assert rows["draft-simple small (defaults)"].predicted_speedup is not None
+    assert all(row.predicted_speedup is not None for label, row in rows.items() if "p-min=" in label)
+    assert rows["draft-simple small + ngram-mod (defaults)"].judgement() == "not modelled"
     simple = next(row for label, row in rows.items() if label.startswith("ngram-simple size-n="))
     assert simple.race_priced is not None  # at the raced K, whatever K the race's streams would choose
     text = "\n".join(llama_peers.llama_peers_lines(bench))

@@ -87,3 +87,39 @@ def test_a_race_on_fewer_prompts_judges_a_draft_row_by_a_wider_interval(gguf_pai
         profiled, raced = (_draft_row(_export(profile, gguf_pair, policy, ReplayWorkload(prompts=size)), p_min) for size in (None, 4))
         assert raced.speedup == profiled.speedup and raced.workload_interval == profiled.workload_interval
         assert raced.interval[1] - raced.interval[0] > 1.3 * (profiled.interval[1] - profiled.interval[0])
+
+
+def test_a_raced_draft_simple_is_predicted_at_its_own_flags_defaults_filled_in(gguf_pair):
+    """A race's draft-model configurations (`replay_also`): llama-server's defaults (n-max 3,
+    n-min 0, p-min 0: exactly 3 tokens a round) priced as the fixed-K row at K = 3 is, and an
+    n-max/p-min sweep point by its confidence stop replayed at that cap, as the plan's policy row
+    at the same K and p-min is; each with intervals. Not modelled (no row): a combination with
+    ngram-mod, a drafter file the export does not hold, a stop whose short drafts are discarded
+    (n-min > 0)."""
+    from polyplan.planner.llama_cpp_policy import draft_simple_flags
+
+    profile = _profile(16, 0.035, confidences=True)
+    base = _export(profile, gguf_pair, DraftPolicy(p_min=0.5))
+    fixed, stop = _draft_row(base), _draft_row(base, p_min=True)
+    source = fixed.flags[fixed.flags.index("-md") + 1]
+    k_stop = int(stop.flags[stop.flags.index("--spec-draft-n-max") + 1])
+    defaults = ("--spec-type", "draft-simple", "-md", source)
+    sweep = ("--spec-type", "draft-simple", "-md", source, "--spec-draft-n-max", str(k_stop), "--spec-draft-p-min", "0.5")
+    unmodelled = [("--spec-type", "draft-simple,ngram-mod", "-md", source), ("--spec-type", "draft-simple", "-md", "other.gguf"),
+                  (*sweep, "--spec-draft-n-min", "2")]
+    plan = plan_of(recommend(profile, max_levels=2, k_max=4, draft_policies=False))
+    best = dataclasses.replace(plan.best, chain=("target", "draft"), block_sizes=(2,), draft_policy=DraftPolicy(p_min=0.5))
+    plan = dataclasses.replace(plan, alternatives=(best, *plan.alternatives[1:]))
+    from polyplan.planner.llama_cpp_ranking import llama_cpp_spec_flags
+
+    three = tuple(llama_cpp_spec_flags("draft_model", 3, source))  # what the export renders for exactly 3 a round
+    export = export_plan(plan, profile, gguf_pair, "llama.cpp", k_max=4, replay_also=[defaults, three, sweep, *unmodelled])
+    by_flags = {config.flags: config for config in export.ranking}
+    assert by_flags[defaults].speedup == pytest.approx(by_flags[three].speedup)
+    assert by_flags[defaults].interval == pytest.approx(by_flags[three].interval)
+    assert by_flags[sweep].speedup == pytest.approx(stop.speedup) and by_flags[sweep].interval == pytest.approx(stop.interval)
+    assert by_flags[defaults].workload_interval is not None and by_flags[sweep].label == f"draft-simple draft n-max={k_stop} p-min=0.5"
+    assert not any(flags in by_flags for flags in unmodelled)
+    assert len(export.ranking) == len(base.ranking) + len({defaults, three, sweep} - {config.flags for config in base.ranking})
+    assert draft_simple_flags(defaults) == draft_simple_flags((*defaults, "--spec-draft-n-max", "3", "--spec-draft-p-min", "0"))
+    assert draft_simple_flags(("--spec-type", "ngram-mod")) is None and draft_simple_flags((*defaults, "--spec-draft-p-min", "x")) is None
