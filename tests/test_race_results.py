@@ -41,6 +41,25 @@ def test_a_race_reads_back_as_rows_held_against_the_right_measure(tmp_path):
         read_race(path)
 
 
+def test_a_race_with_its_split_tables_the_price_on_its_own_prompts(tmp_path):
+    path = tmp_path / "race.json"
+    split = {"rows": [RACE["rows"][0], RACE["rows"][1] | {"race_priced": 1.18}, RACE["rows"][2]]}
+    path.write_text(json.dumps(split))
+    rows = read_race(path)
+    assert rows[1].race_priced == 1.18 and rows[0].race_priced is None
+    table = race_lines(rows)
+    assert table[0].endswith("| priced on the race's prompts (error) |") and table[1].count("---") == 5
+    assert "| ngram-simple (defaults) (exported) | 1.16x ± 0.20 (decode) | 1.22x [1.02, 1.38] | +5.2% | 1.18x (+1.7%) |" in table
+    assert "| draft-simple | 0.55x ± 0.20 (decode) | not modelled | – | – |" in table
+    assert "priced on the race's prompts" not in race_lines(read_race_of(tmp_path, RACE))[0]  # control: a race without it
+
+
+def read_race_of(folder, race):
+    path = folder / "plain.json"
+    path.write_text(json.dumps(race))
+    return read_race(path)
+
+
 def test_a_race_goes_on_the_page_under_its_run_and_needs_its_command(tmp_path):
     source = next(folder for folder in sorted(results_page.RESULTS.iterdir()) if (folder / "run.json").is_file())
     copy = tmp_path / source.name

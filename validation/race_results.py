@@ -26,7 +26,8 @@ class RaceRow:
     """One raced configuration: the measured speedup over llama.cpp's target alone (decode-only
     where the server timed it, else whole calls) and its sd over prompts, the export's prediction
     and interval (None: not predicted; `judgement` then says why, as the race printed it), and
-    whether the export recommended it."""
+    whether the export recommended it; `race_priced`: the same prediction priced on the race's own
+    prompts (`engines.llama_peers.priced_on_race`; None: not priced so)."""
 
     label: str
     measured: float
@@ -36,6 +37,7 @@ class RaceRow:
     interval: tuple[float, float] | None
     exported: bool
     judgement: str = "not modelled"
+    race_priced: float | None = None
 
 
 def read_race(path: Path) -> tuple[RaceRow, ...]:
@@ -54,13 +56,16 @@ def read_race(path: Path) -> tuple[RaceRow, ...]:
         interval = row.get("predicted_interval")
         race.append(RaceRow(row["label"], float(measured), float(row["decode_speedup_sd"] if decode is not None else row["speedup_sd"]),
                             decode is not None, row.get("predicted_speedup"), None if interval is None else tuple(interval),
-                            bool(row.get("exported")), row.get("judgement") or "not modelled"))
+                            bool(row.get("exported")), row.get("judgement") or "not modelled", row.get("race_priced")))
     return tuple(race)
 
 
 def race_lines(rows: tuple[RaceRow, ...]) -> list[str]:
-    """The race as a markdown table."""
-    lines = ["| configuration | measured speedup ± sd | predicted by `export` [interval] | error |", "| --- | --- | --- | --- |"]
+    """The race as a markdown table; with a column of the predictions priced on the race's own
+    prompts where the race has them."""
+    split = any(row.race_priced is not None for row in rows)
+    lines = ["| configuration | measured speedup ± sd | predicted by `export` [interval] | error |"
+             + (" priced on the race's prompts (error) |" if split else ""), "| --- | --- | --- | --- |" + (" --- |" if split else "")]
     for row in rows:
         kind = "decode" if row.decode_only else "whole calls"
         if row.predicted is None:
@@ -69,7 +74,9 @@ def race_lines(rows: tuple[RaceRow, ...]) -> list[str]:
             interval = "" if row.interval is None else f" [{row.interval[0]:.2f}, {row.interval[1]:.2f}]"
             predicted, error = f"{row.predicted:.2f}x{interval}", f"{row.predicted / row.measured - 1:+.1%}"
         mark = " (exported)" if row.exported else ""
-        lines.append(f"| {row.label}{mark} | {row.measured:.2f}x ± {row.sd:.2f} ({kind}) | {predicted} | {error} |")
+        again = "" if not split else (" – |" if row.race_priced is None else
+                                      f" {row.race_priced:.2f}x ({row.race_priced / row.measured - 1:+.1%}) |")
+        lines.append(f"| {row.label}{mark} | {row.measured:.2f}x ± {row.sd:.2f} ({kind}) | {predicted} | {error} |{again}")
     return lines
 
 
