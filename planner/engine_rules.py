@@ -324,8 +324,10 @@ def _llama_cpp_ranking(profile: Profile, target: str, options: list[EngineOption
                                         point, interval, f"{how}{server_words}" + (" (no interval)" if interval is None else ""),
                                         workload_interval=workload_interval))
     if pricing is not None:
-        configs += _raced_draft_rows(replay_also, configs, options, profile, target, pricing, loop, requests if in_server else [],
-                                     sampling, workload.prompts)
+        rows, lines = _raced_draft_rows(replay_also, configs, options, profile, target, pricing, loop, requests if in_server else [],
+                                        sampling, workload.prompts)
+        configs += rows
+        notes += [line for line in lines if line not in notes]
     if policy is not None and pricing is not None:
         row, lines = _policy_config(profile, target, options, policy, pricing, loop, requests if in_server else [], sampling, k_max,
                                     workload.prompts)
@@ -336,16 +338,17 @@ def _llama_cpp_ranking(profile: Profile, target: str, options: list[EngineOption
 
 def _raced_draft_rows(replay_also: Sequence[Sequence[str]], ranked: list[RankedConfig], options: list[EngineOption],
                       profile: Profile, target: str, pricing: "_DraftPricing", loop: ServerLoop, requests: list[tuple[int, int]],
-                      sampling: str, set_size: int | None) -> list[RankedConfig]:
+                      sampling: str, set_size: int | None) -> tuple[list[RankedConfig], list[str]]:
     """A row for each `draft-simple` configuration among `replay_also` that the ranking does not
     hold and the replay models (`planner.llama_cpp_policy.draft_simple_flags`: a race's
     defaults and its n-max/p-min sweep): its drafter found by file among `options`, exactly n-max
     tokens a round priced by the exact model with α as the fixed-K rows are, or the confidence
     stop replayed on the drafter's agreement sequences as the plan's policy row is; each with
-    both intervals, under the flags as given."""
+    both intervals, under the flags as given. Also one line each where a stop fell back to the
+    whole-vocabulary confidences or could not be replayed (its row then stays "not modelled")."""
     by_source = {o.source: o for o in options if o.reason is None and o.method == "draft_model" and o.source != IN_PROCESS}
     held = {config.flags for config in ranked}
-    rows = []
+    rows, notes = [], []
     for flags in (tuple(flags) for flags in replay_also):
         draft = draft_simple_flags(flags)
         option = None if draft is None else by_source.get(draft.source)
@@ -356,11 +359,13 @@ def _raced_draft_rows(replay_also: Sequence[Sequence[str]], ranked: list[RankedC
         if draft.policy is None:
             row_pricing, acceptance, how = pricing, option.alpha, "exact model with alpha"
         else:
-            view, _ = server_view(profile, target, drafter)
+            view, fallback = server_view(profile, target, drafter)
             try:
                 acceptance = policy_rounds(view, target, drafter, draft.p_min)(k)
-            except PolyplanError:
+            except PolyplanError as error:
+                notes.append(f"{drafter}'s confidence stop p_min {draft.p_min:g}: not modelled ({error})")
                 continue
+            notes += fallback
             row_pricing, how = dataclasses.replace(pricing, profile=view), "its confidence stop replayed on the agreement sequences"
         point = _server_speedup(row_pricing.predict(drafter, acceptance, k), loop, requests)
         interval, workload_interval = (_draft_interval(row_pricing, target, drafter, k, point, loop, requests, sampling,
@@ -368,7 +373,7 @@ def _raced_draft_rows(replay_also: Sequence[Sequence[str]], ranked: list[RankedC
         label = f"draft-simple {drafter} n-max={k}" + ("" if draft.policy is None else f" p-min={draft.p_min:g}")
         rows.append(RankedConfig(label, flags, point, interval, how + (" (no interval)" if interval is None else ""),
                                  workload_interval=workload_interval))
-    return rows
+    return rows, notes
 
 
 def _server_speedup(prediction: ChainPrediction, loop: ServerLoop, requests: list[tuple[int, int]]) -> float:
