@@ -62,10 +62,26 @@ def find_build(cache_dir: str | os.PathLike[str] | None = None) -> LlamaCppBuild
     return found if all((found.root / "bin" / tool).is_file() for tool in TOOLS) else None
 
 
+def other_builds(cache_dir: str | os.PathLike[str] | None = None) -> list[str]:
+    """The versions of finished builds of another llama-cpp-python than the pinned one (a build
+    left by an older polyplan), oldest name first."""
+    engines = cache_root(cache_dir) / "engines"
+    prefix = "llama.cpp-"
+    return sorted(folder.name[len(prefix):] for folder in engines.glob(f"{prefix}*")
+                  if folder.name != build_root(cache_dir).name and all((folder / "bin" / tool).is_file() for tool in TOOLS))
+
+
 def require_build(cache_dir: str | os.PathLike[str] | None = None) -> LlamaCppBuild:
-    """The finished build, or one line naming the command that makes it."""
+    """The finished build, or one line naming the command that makes it (and, where a build of
+    another version is there, that it is not used: the n-gram rules polyplan replays and the
+    flags it prints are those of the pinned llama.cpp)."""
     found = find_build(cache_dir)
     if found is None:
+        others = other_builds(cache_dir)
+        if others:
+            raise PolyplanError(f"llama.cpp's server is built for llama-cpp-python {', '.join(others)}, not {BINDINGS_VERSION}, "
+                                f"the llama.cpp polyplan's replayed rules and flags are pinned to; run `{BUILD_COMMAND}` once "
+                                "(about 6 minutes on 2 cores)")
         raise PolyplanError(f"llama.cpp's server is not built yet; run `{BUILD_COMMAND}` once (about 6 minutes on 2 cores)")
     return found
 

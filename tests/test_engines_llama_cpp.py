@@ -237,6 +237,23 @@ def test_no_build_is_one_line_naming_the_command(tmp_path, monkeypatch):
     assert result.exit_code == 2 and result.output.count("\n") == 1 and "polyplan engines build llama.cpp" in result.output
 
 
+def test_a_build_of_another_llama_cpp_is_refused_with_the_build_command(tmp_path, monkeypatch):
+    """A build an older polyplan left (another llama-cpp-python) is not raced: its server may run
+    other n-gram rules than the ones replayed, and refuse flags polyplan prints."""
+    monkeypatch.setenv("POLYPLAN_CACHE_DIR", str(tmp_path))
+    old = tmp_path / "engines" / "llama.cpp-0.3.20" / "bin"
+    old.mkdir(parents=True)
+    for tool in llama_cpp_build.TOOLS:
+        (old / tool).write_text("")
+    with pytest.raises(PolyplanError, match=rf"built for llama-cpp-python 0.3.20, not {llama_cpp_build.BINDINGS_VERSION}.*polyplan engines build llama.cpp"):
+        llama_cpp_build.require_build()
+    pinned = tmp_path / "engines" / f"llama.cpp-{llama_cpp_build.BINDINGS_VERSION}" / "bin"
+    pinned.mkdir(parents=True)
+    for tool in llama_cpp_build.TOOLS:
+        (pinned / tool).write_text("")
+    assert llama_cpp_build.require_build().root == pinned.parent  # control: the pinned build is used beside it
+
+
 def test_an_unknown_engine_is_one_line():
     result = CliRunner().invoke(app, ["bench", "peers", "--engine", "vllm"])
     assert result.exit_code == 2 and "vLLM needs a GPU" in result.output
