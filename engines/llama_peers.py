@@ -309,12 +309,13 @@ def run_llama_peers(plan_path, *, prompts_path=None, candidates_path=None, threa
         raise PolyplanError(f"{plan_path}: target {target.name!r} is not a GGUF file; llama-server runs only GGUF")
     from polyplan.planner.llama_cpp_ranking import ReplayWorkload
 
-    # predicted for this race's requests: its new tokens, its prompts `repeats` times in turn
-    # (a server's n-gram state carries over, so a repeated prompt drafts its earlier answer)
-    # priced with llama.cpp's own numbers (`engines.llama_cpp_prices`: measured by the first call, cached for the second)
-    # and judged by intervals for a new set of as many prompts as this race sends
     prompts = validation_prompt_set(prompts_path, max_prompts=max_prompts)
-    # and every raced configuration the replay models predicted too (a draft model's defaults and n-max/p-min sweep)
+    # predicted for this race's requests: its new tokens, its prompts `repeats` times in turn
+    # (a server's n-gram state carries over, so a repeated prompt drafts its earlier answer),
+    # priced with llama.cpp's own numbers (`engines.llama_cpp_prices`: measured by the first call,
+    # cached for the others), judged by intervals for a new set of as many prompts as this race
+    # sends, and every raced configuration the replay models predicted (a draft model's defaults
+    # and its n-max/p-min sweep too)
     exported = export_from_files(plan_path, "llama.cpp", candidates_path=candidates_path, log=log)  # what `polyplan export` prints
     raced = server_configs(plan, exported, candidates, engine_files(candidates))
     export = export_from_files(plan_path, "llama.cpp", candidates_path=candidates_path,
