@@ -15,7 +15,8 @@ from polyplan.formats.errors import PolyplanError
 from polyplan.planner.engine_rules import FULL, EngineExport, EngineOption, check_engine, export_plan, loadable
 from polyplan.planner.llama_cpp_ranking import LEVEL, OFF, RankedConfig, ReplayWorkload, llama_cpp_spec_flags
 from polyplan.formats.plan import read_plan
-from polyplan.formats.profile import TargetStream, read_profile
+from polyplan.engines.race_agreement import with_race_agreement
+from polyplan.formats.profile import PairAgreement, TargetStream, read_profile
 from polyplan.models.candidate_file import plan_candidates
 from polyplan.models.builtin import builtin_folder
 
@@ -25,7 +26,8 @@ PathLike = str | os.PathLike[str]
 def export_from_files(
     plan_path: PathLike, engine: str, *, profile_path: PathLike | None = None, candidates_path: PathLike | None = None,
     in_process: bool = False, workload: ReplayWorkload | None = None, measure: bool = True,
-    streams: tuple[TargetStream, ...] | None = None, replay_also=(), log=lambda line: None,
+    streams: tuple[TargetStream, ...] | None = None, agreements: tuple[PairAgreement, ...] = (), replay_also=(),
+    log=lambda line: None,
 ) -> EngineExport:
     """Export the plan at `plan_path` to `engine` (see `planner.engine_rules.export_plan`, which
     also says what `in_process` and `workload` do; default workload: each of the profile's
@@ -40,8 +42,9 @@ def export_from_files(
     unless `measure` is False (the profile's numbers and polyplan's loop); `log` says what is
     being measured. `streams`: the target's greedy streams to replay in place of the profile's
     and llama.cpp's (`bench peers` prices a race on its own prompts with the target alone's
-    answers to them), everything else priced as before; `replay_also`: flags replayed and
-    ranked besides the export's own (`planner.engine_rules.export_plan`).
+    answers to them), everything else priced as before; `agreements`: draft models' agreement
+    with those streams in place of the profile's (`engines.race_agreement`); `replay_also`: flags
+    replayed and ranked besides the export's own (`planner.engine_rules.export_plan`).
 
     Raises:
         PolyplanError: unknown engine, unreadable plan or profile, missing or changed model
@@ -73,6 +76,8 @@ def export_from_files(
         profile = profile.with_streams(streams)
         if prices is not None:
             prices = dataclasses.replace(prices, streams=tuple(streams))
+    for agreement in agreements:
+        profile = with_race_agreement(profile, agreement)
     export = export_plan(plan, profile, candidates, engine, files=files, in_process=in_process,
                          workload=workload or ReplayWorkload(), prices=prices, replay_also=replay_also)
     if engine != "llama.cpp":

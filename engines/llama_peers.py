@@ -188,18 +188,13 @@ def server_configs(plan, export, candidates, files: dict[str, str],
     configs = [ServerConfig(TARGET_ONLY, ())]
     by_drafter = {option.drafter: option for option in export.options}
     drafters = []  # (name, file, predicted speedup at the export's K)
-    for candidate in candidates.candidates[1:]:
-        if isinstance(candidate.derive, RULE_DRAFTERS):
-            continue
-        source = files.get(candidate.name) or (candidate.source if candidate.source_kind == "gguf" else None)
-        if source is None:
-            continue
-        option = by_drafter.get(candidate.name)
+    for name, source in draft_files(candidates, files):
+        option = by_drafter.get(name)
         k = option.block_size if option is not None and option.block_size else 4
         predicted = option.prediction.speedup if option is not None and option.prediction is not None else None
-        drafters.append((candidate.name, source, predicted))
-        configs.append(ServerConfig(f"draft-simple {candidate.name} (defaults)", ("--spec-type", "draft-simple", "-md", source)))
-        configs.append(ServerConfig(f"draft-simple {candidate.name} K={k}", tuple(llama_cpp_spec_flags("draft_model", k, source))))
+        drafters.append((name, source, predicted))
+        configs.append(ServerConfig(f"draft-simple {name} (defaults)", ("--spec-type", "draft-simple", "-md", source)))
+        configs.append(ServerConfig(f"draft-simple {name} K={k}", tuple(llama_cpp_spec_flags("draft_model", k, source))))
     if drafters:
         name, source, _ = max(drafters, key=lambda drafter: -1.0 if drafter[2] is None else drafter[2])
         for n_max, p_min in draft_sweep:
@@ -211,6 +206,17 @@ def server_configs(plan, export, candidates, files: dict[str, str],
         configs.append(ServerConfig(f"{kind} (defaults)", ("--spec-type", kind)))
     configs.append(ServerConfig("llama.cpp default (--spec-default)", ("--spec-default",)))
     return judged(configs, export, recommended)
+
+
+def draft_files(candidates, files: Mapping[str, str]) -> list[tuple[str, str]]:
+    """(name, GGUF file) of every candidate a llama-server can load as its draft model: each
+    model drafter below the target with a GGUF of its own or one polyplan made (`files`)."""
+    drafts = []
+    for candidate in candidates.candidates[1:]:
+        source = files.get(candidate.name) or (candidate.source if candidate.source_kind == "gguf" else None)
+        if not isinstance(candidate.derive, RULE_DRAFTERS) and source is not None:
+            drafts.append((candidate.name, source))
+    return drafts
 
 
 def judged(configs: Sequence[ServerConfig], export, recommended=None) -> list[ServerConfig]:
@@ -259,19 +265,43 @@ def race_streams(runs: Sequence[PeerRun], prompts: Sequence[Sequence[int]]) -> t
                  for index, prompt in enumerate(prompts) if index in answers and len(prompt) > 0 and answers[index])
 
 
-def priced_on_race(configs: Sequence[ServerConfig], export) -> list[ServerConfig]:
+def priced_on_race(configs: Sequence[ServerConfig], export, drafts: frozenset[str] = frozenset()) -> list[ServerConfig]:
     """`configs` with `race_priced`: `export`'s prediction of each configuration it replays on
-    target streams (the n-gram types), where `export` was priced on this race's own prompts
-    (`race_streams`; the same T(k), server loop and rules as the predicted column). Held against
-    the measurement beside the prediction from the profile's prompts, it tells the prompt set's
-    share of an error from the model's (a draft model's row reads the profile's agreement runs,
-    which a race does not measure: not re-priced)."""
-    by_flags = {tuple(ranked.flags): ranked for ranked in getattr(export, "ranking", ()) if ranked.drafted is not None}
+    target streams (the n-gram types) and of each draft model among `drafts` (files whose
+    agreement with the race's answers was measured, `engines.race_agreement`), where `export` was
+    priced on this race's own prompts (`race_streams`; the same T(k), server loop and rules as the
+    predicted column). Held against the measurement beside the prediction from the profile's
+    prompts, it tells the prompt set's share of an error from the model's. A draft model not
+    among `drafts` would still read the profile's agreement: not priced again."""
+    def again(ranked) -> bool:
+        flags = tuple(ranked.flags)
+        return ranked.drafted is not None or ("-md" in flags and flags[flags.index("-md") + 1] in drafts)
+
+    by_flags = {tuple(ranked.flags): ranked for ranked in getattr(export, "ranking", ()) if again(ranked)}
     out = []
     for config in configs:
         ranked = by_flags.get(_ranked_flags(config)) if config.label != TARGET_ONLY else None
         out.append(config if ranked is None else dataclasses.replace(config, race_priced=ranked.speedup))
     return out
+
+
+def race_agreements(configs: Sequence[ServerConfig], drafts: Sequence[tuple[str, str]], target: str, threads: int,
+                    streams: Sequence, log=lambda line: None) -> tuple[tuple, frozenset[str]]:
+    """Each raced draft model's agreement with the race's answers (`engines.race_agreement`),
+    and the files measured; a file the bindings cannot run is left out with one line."""
+    from polyplan.engines.race_agreement import race_agreement
+
+    raced = {config.args[config.args.index("-md") + 1] for config in configs if "-md" in config.args}
+    agreements, measured = [], set()
+    for name, source in drafts:
+        if source not in raced or source in measured:
+            continue
+        try:
+            agreements.append(race_agreement(Path(source), threads, target, name, streams, log))
+            measured.add(source)
+        except (PolyplanError, OSError, ValueError) as error:
+            log(f"{name}: its agreement with the race's answers not measured ({error}); its rows are not priced on them")
+    return tuple(agreements), frozenset(measured)
 
 
 def run_llama_peers(plan_path, *, prompts_path=None, candidates_path=None, threads: int | None = None, repeats: int = 2,
@@ -357,10 +387,12 @@ def run_llama_peers(plan_path, *, prompts_path=None, candidates_path=None, threa
     runs, failures = race_servers(groups, start, ours, encoded, repeats=repeats, new_tokens=new_tokens, log=log)
     streams = race_streams(runs, [prompt.ids for prompt in encoded])
     if streams:  # the split: the same export priced on this race's prompts, in the order the servers got them
-        on_race = export_from_files(plan_path, "llama.cpp", candidates_path=candidates_path, streams=streams,
+        agreements, measured = race_agreements(configs, draft_files(candidates, engine_files(candidates)), plan.target, threads,
+                                               streams, log)
+        on_race = export_from_files(plan_path, "llama.cpp", candidates_path=candidates_path, streams=streams, agreements=agreements,
                                     workload=ReplayWorkload(new_tokens, repeats, len(streams), in_order=True),
                                     replay_also=[_ranked_flags(config) for config in configs])
-        configs = priced_on_race(configs, on_race)
+        configs = priced_on_race(configs, on_race, measured)
     rows = peer_rows(configs, runs, failures, memory)
     import llama_cpp
 
@@ -570,7 +602,8 @@ def split_lines(rows: Sequence[PeerRow]) -> list[str]:
     if not split:
         return []
     lines = ["", "the predictions priced on this race's own prompts (the target alone's answers here, replayed by the same rules, "
-             "T(k) and server loop, in the order sent): what is left is the model's error, the rest is the prompt set's",
+             "T(k) and server loop, in the order sent; a draft model's agreement with them measured through the bindings): "
+             "what is left is the model's error, the rest is the prompt set's",
              f"{'configuration':44s} {'measured':>9s} {'on the profile prompts':>24s} {'on this race prompts':>24s}"]
     for row in split:
         profiled = f"{row.predicted_speedup:.2f}x ({100 * row.error:+.1f}%)"

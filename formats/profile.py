@@ -620,6 +620,14 @@ class Profile:
         runs = self.acceptance_runs.get("greedy") or AgreementRuns(())
         return replace(self, acceptance_runs={**self.acceptance_runs, "greedy": replace(runs, streams=tuple(streams))})
 
+    def with_agreement(self, agreement: PairAgreement) -> Profile:
+        """This profile with `agreement` as its pair's greedy agreement sequences (the pair's
+        entry replaced, or appended when new)."""
+        runs = self.acceptance_runs.get("greedy") or AgreementRuns(())
+        pair = (agreement.verifier, agreement.drafter)
+        pairs = tuple(entry for entry in runs.pairs if (entry.verifier, entry.drafter) != pair) + (agreement,)
+        return replace(self, acceptance_runs={**self.acceptance_runs, "greedy": replace(runs, pairs=pairs)})
+
     def with_stats(self, verifier: str, drafter: str, sampling: str, stats: SamplingStats | None) -> Profile:
         """This profile with the (verifier, drafter) pair's statistics under `sampling` set to
         `stats` (None: removed); the pair is appended when new."""

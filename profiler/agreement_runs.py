@@ -61,14 +61,14 @@ def measure_agreement(
     for verifier, drafter in pairs:
         strings = ["".join("1" if same else "0" for same in (argmax[verifier][i] == argmax[drafter][i]).tolist()) for i in range(len(prompts))]
         kept = verifier == models[0].name and drafter not in rules
-        entries.append(PairAgreement(verifier, drafter, tuple(strings), _texts(forced[drafter].top) if kept else (),
-                                     _texts(forced[drafter].top10) if kept else ()))
+        entries.append(PairAgreement(verifier, drafter, tuple(strings), confidence_texts(forced[drafter].top) if kept else (),
+                                     confidence_texts(forced[drafter].top10) if kept else ()))
     streams = tuple(TargetStream(len(prompt), tuple(prompt) + tuple(continuation))
                     for prompt, continuation in zip(prompts, continuations) if len(prompt) > 0)
     return AgreementRuns(tuple(entries), runs_fingerprint(models, prompts, new_tokens, seed), len(prompts), new_tokens, streams)
 
 
-def _texts(tops) -> tuple[str, ...]:
+def confidence_texts(tops) -> tuple[str, ...]:
     """Per prompt, top probabilities as the profile keeps them (none: empty)."""
     return () if tops is None else tuple(confidence_text(values.tolist()) for values in tops)
 

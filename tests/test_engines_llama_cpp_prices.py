@@ -281,8 +281,9 @@ def test_a_whole_race_with_stand_in_servers_judges_and_splits_every_replayed_row
     """`run_llama_peers` end to end on the tiny plan, every llama-server a stand-in that answers
     each prompt with the same repeating tokens at a fixed decode time: each replayed row carries
     its prediction, an interval for a new set of the race's 2 prompts (wider than the profile's
-    3 would give) and its price on the race's own prompts; a draft model's row carries no race
-    price; polyplan's own chain ran in this process."""
+    3 would give) and its price on the race's own prompts, and so does each draft model's row
+    (the tiny drafter's agreement with the stand-ins' answers measured for real); polyplan's own
+    chain ran in this process."""
     from polyplan.engines import llama_peers
     from polyplan.engines.llama_cpp_build import LlamaCppBuild
     from polyplan.engines.llama_server import Completion
@@ -312,7 +313,9 @@ def test_a_whole_race_with_stand_in_servers_judges_and_splits_every_replayed_row
     assert bench.prompts == 2 and rows[llama_peers.POLYPLAN].runs == 2
     mod = rows["ngram-mod (defaults)"]
     assert mod.decode_speedup == pytest.approx(1.2) and mod.predicted_speedup is not None and mod.race_priced is not None
-    assert all(row.race_priced is None for label, row in rows.items() if label.startswith("draft-simple"))
+    # a draft model's rows are priced on the race's answers too (its agreement with them measured), but not a combination
+    assert all(row.race_priced is not None for label, row in rows.items() if label.startswith("draft-simple") and "+" not in label)
+    assert rows["draft-simple small + ngram-mod (defaults)"].race_priced is None
     # a draft model's defaults and its n-max/p-min sweep are predicted at their own flags; a combination is not modelled
     assert rows["draft-simple small (defaults)"].predicted_speedup is not None
     assert all(row.predicted_speedup is not None for label, row in rows.items() if "p-min=" in label)
@@ -328,6 +331,30 @@ def test_a_whole_race_with_stand_in_servers_judges_and_splits_every_replayed_row
     three = next(c for c in profiled.ranking if c.label == "ngram-mod (defaults)")
     if three.interval[0] < three.interval[1]:  # (a row that never drafts has a point interval either way)
         assert mod.predicted_interval[1] - mod.predicted_interval[0] >= three.interval[1] - three.interval[0]
+
+
+def test_a_draft_models_agreement_with_a_races_answers_is_what_it_would_verify(workspace):
+    """`race_agreement`: the target GGUF agrees with its own greedy answers everywhere (its argmax
+    is the answer), the tiny drafter where its argmax is the answer's token; confidences are kept
+    per position; `with_race_agreement` sets the pair's greedy α to the share that agrees."""
+    from polyplan.engines.llama_cpp_prices import decode_greedy_streams
+    from polyplan.engines.race_agreement import race_agreement, with_race_agreement
+    from polyplan.formats.profile import TargetStream, read_profile
+
+    prompts = [tuple(range(5 + i, 25 + i)) for i in range(3)]
+    streams = decode_greedy_streams(workspace / "target.gguf", 1, prompts, 12)
+    itself = race_agreement(workspace / "target.gguf", 1, "target", "target", streams)
+    assert [len(s) for s in itself.agreement] == [len(s.ids) - s.prompt_tokens for s in streams]
+    assert all(set(s) == {"1"} for s in itself.agreement)
+    small = race_agreement(workspace / "small.gguf", 1, "target", "small", streams)
+    assert small.confidences() is not None and len(small.confidence_top10) == 3
+    noise = tuple(TargetStream(s.prompt_tokens, s.ids[:s.prompt_tokens] + tuple((7 * j + 3) % 50 + 2 for j in range(12))) for s in streams)
+    assert sum(s.count("1") for s in race_agreement(workspace / "target.gguf", 1, "target", "target", noise).agreement) < 12  # control
+    profile = read_profile(workspace / "p-llama.json")
+    priced = with_race_agreement(profile, small)
+    share = sum(s.count("1") for s in small.agreement) / sum(len(s) for s in small.agreement)
+    assert priced.stats("target", "small", "greedy").alpha == pytest.approx(min(share, 0.999))
+    assert priced.acceptance_runs["greedy"].by_pair()[("target", "small")] == small.sequences()
 
 
 def test_without_the_bindings_one_line_says_the_profile_priced_it(workspace, cache, monkeypatch):

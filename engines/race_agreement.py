@@ -1,0 +1,57 @@
+"""A draft model's greedy agreement with a race's own target streams: `bench peers`' split for
+draft models.
+
+The split (`engines.llama_peers.priced_on_race`) prices each raced configuration again on the
+race's own prompts. An n-gram type needs only the target's streams (the target alone's answers in
+the race). A draft model's row reads the pair's agreement sequences and confidences, which the
+profile measured on its own prompts; here they are measured on the race's streams the way the
+profiler measures them (`profiler.agreement_runs`): the draft GGUF through llama.cpp's bindings,
+one teacher-forced pass over each prompt and its answer, its argmax and top probability
+(whole-vocabulary and over its 10 best) at every answer position. Position j agrees when the
+drafter's argmax is the answer's token j: what llama-server's verification compares. The pair's
+greedy α becomes the share of positions that agree (the fixed-K rows read α).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable, Sequence
+from pathlib import Path
+
+from polyplan.formats.profile import PairAgreement, Profile, TargetStream
+
+
+def race_agreement(path: Path, threads: int, target: str, drafter: str, streams: Sequence[TargetStream],
+                   log: Callable[[str], None] = lambda line: None) -> PairAgreement:
+    """`drafter`'s (the GGUF at `path`) greedy agreement with each of `streams` and its
+    confidences, teacher-forced through the bindings at `threads` (module docstring)."""
+    from polyplan.decoder.llama_cpp import LlamaCppMember
+    from polyplan.profiler.acceptance import teacher_forced
+    from polyplan.profiler.agreement_runs import confidence_texts
+
+    log(f"measuring {drafter}'s agreement with the race's {len(streams)} answers ({path.name}, teacher-forced)")
+    prompts = [stream.ids[:stream.prompt_tokens] for stream in streams]
+    answers = [stream.ids[stream.prompt_tokens:] for stream in streams]
+    member = LlamaCppMember(path, threads=threads, context=max(len(stream.ids) for stream in streams) + 8)
+    try:
+        forced = teacher_forced(member, prompts, answers, temperature=0.0, vocab=member.valid_vocab_size)
+    finally:
+        member.close()
+    strings = tuple("".join("1" if int(guess) == token else "0" for guess, token in zip(argmax.tolist(), answer))
+                    for argmax, answer in zip(forced.argmax, answers))
+    return PairAgreement(target, drafter, strings, confidence_texts(forced.top), confidence_texts(forced.top10))
+
+
+def with_race_agreement(profile: Profile, agreement: PairAgreement) -> Profile:
+    """`profile` with `agreement` as its pair's greedy agreement, and the pair's greedy α (and
+    the engine rule's, the same at greedy) the share of positions that agree, with the α
+    uncertainty of the profile's own prompts dropped (the race's prompts are known)."""
+    agree = sum(sequence.count("1") for sequence in agreement.agreement)
+    positions = sum(len(sequence) for sequence in agreement.agreement)
+    priced = profile.with_agreement(agreement)
+    if positions == 0:
+        return priced
+    alpha = min(agree / positions, 0.999)
+    stats = dataclasses.replace(profile.stats(agreement.verifier, agreement.drafter, "greedy"), alpha=alpha, engine_alpha=alpha,
+                                alpha_ci=None, engine_alpha_ci=None, alpha_samples=positions)
+    return priced.with_stats(agreement.verifier, agreement.drafter, "greedy", stats)
