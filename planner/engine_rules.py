@@ -49,8 +49,8 @@ from polyplan.planner.exact.engine_overhead import profile_call_seconds, predict
 from polyplan.planner.exact.latency import LatencyCurve, constant_curve, curve_from_profile
 from polyplan.planner.exact.server_loop import NO_SERVER_LOOP, ServerLoop, draft_model_speedup
 from polyplan.formats.overhead import LoopOverhead, SwitchCost
-from polyplan.planner.llama_cpp_policy import (draft_simple_flags, plan_policy, policy_notes, policy_rounds, server_policy,
-                                               server_view)
+from polyplan.planner.llama_cpp_policy import (draft_simple_flags, empty_rounds_note, plan_policy, policy_notes, policy_rounds,
+                                               server_policy, server_view)
 from polyplan.planner.llama_cpp_ranking import (LlamaCppPrices, RankedConfig, Replicates, ReplayWorkload, llama_cpp_spec_flags,
                                                 recommend, replayed_config)
 from polyplan.planner.llama_cpp_ranking import ranked as rank_configs
@@ -367,6 +367,7 @@ def _raced_draft_rows(replay_also: Sequence[Sequence[str]], ranked: list[RankedC
                 continue
             notes += fallback
             row_pricing, how = dataclasses.replace(pricing, profile=view), "its confidence stop replayed on the agreement sequences"
+            notes += empty_rounds_note(f"draft-simple {drafter} n-max={k} p-min={draft.p_min:g}", acceptance)
         point = _server_speedup(row_pricing.predict(drafter, acceptance, k), loop, requests)
         interval, workload_interval = (_draft_interval(row_pricing, target, drafter, k, point, loop, requests, sampling,
                                                        draft.policy or FIXED_DRAFTS, new_set, set_size) for new_set in (True, False))
@@ -469,7 +470,7 @@ def _policy_config(profile: Profile, target: str, options: list[EngineOption], p
     row = RankedConfig(label, tuple(llama_cpp_spec_flags("draft_model", k, option.source, p_min=stop.p_min)), point, interval,
                        "the plan's confidence stop replayed on the drafter's agreement sequences"
                        + (" (no interval)" if interval is None else ""), workload_interval=workload_interval)
-    return [row], [*fallback, *policy_notes(drafter, plan_policy_, k)]
+    return [row], [*fallback, *policy_notes(drafter, plan_policy_, k), *empty_rounds_note(label, rounds_at(k))]
 
 
 def _server_draft_model(curves: list[LatencyCurve], loop: ServerLoop, method: str,

@@ -200,3 +200,22 @@ def test_the_export_replays_the_10_best_confidences_and_says_when_it_falls_back(
     same = export_plan(plan, concentrated, gguf_pair, "llama.cpp", k_max=2)
     assert stop_row(same).speedup == pytest.approx(
         stop_row(export_plan(plan, concentrated_whole, gguf_pair, "llama.cpp", k_max=2)).speedup, rel=1e-12)
+
+
+def test_a_stop_whose_rounds_mostly_draft_nothing_is_flagged_as_extrapolated():
+    """llama-server's loop is calibrated on fixed-K rounds, which always draft: a stop with many
+    empty rounds (chat prompts: 41-60 %, raced 12-15 % above its price) gets one line; one that
+    mostly drafts (code prompts: 6-17 %) gets none."""
+    import numpy as np
+
+    from polyplan.planner.exact.draft_rounds import DraftRounds
+    from polyplan.planner.llama_cpp_policy import empty_rounds_note
+
+    def rounds(empty: int, full: int) -> DraftRounds:
+        counts = np.zeros((1, 5, 5))
+        counts[0, 0, 0], counts[0, 4, 4] = empty, full
+        return DraftRounds(counts, model_drafter=True, stops=np.array([[empty, 0, 0, 0, 0]], dtype=float))
+
+    (line,) = empty_rounds_note("draft-simple d n-max=4 p-min=0.8", rounds(60, 40))
+    assert line.startswith("draft-simple d n-max=4 p-min=0.8: 60% of its replayed rounds draft nothing") and "extrapolated" in line
+    assert empty_rounds_note("x", rounds(10, 90)) == ()
