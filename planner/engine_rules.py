@@ -332,7 +332,7 @@ def _llama_cpp_ranking(profile: Profile, target: str, options: list[EngineOption
         row, lines = _policy_config(profile, target, options, policy, pricing, loop, requests if in_server else [], sampling, k_max,
                                     workload.prompts)
         configs += row
-        notes += lines
+        notes += [line for line in lines if line not in notes]
     return rank_configs(configs), tuple(notes)
 
 
@@ -365,7 +365,7 @@ def _raced_draft_rows(replay_also: Sequence[Sequence[str]], ranked: list[RankedC
             except PolyplanError as error:
                 notes.append(f"{drafter}'s confidence stop p_min {draft.p_min:g}: not modelled ({error})")
                 continue
-            notes += fallback
+            notes += [line for line in fallback if line not in notes]
             row_pricing, how = dataclasses.replace(pricing, profile=view), "its confidence stop replayed on the agreement sequences"
             notes += empty_rounds_note(f"draft-simple {drafter} n-max={k} p-min={draft.p_min:g}", acceptance)
         point = _server_speedup(row_pricing.predict(drafter, acceptance, k), loop, requests)

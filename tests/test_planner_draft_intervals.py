@@ -120,6 +120,12 @@ def test_a_raced_draft_simple_is_predicted_at_its_own_flags_defaults_filled_in(g
     assert by_flags[sweep].speedup == pytest.approx(stop.speedup) and by_flags[sweep].interval == pytest.approx(stop.interval)
     assert by_flags[defaults].workload_interval is not None and by_flags[sweep].label == f"draft-simple draft n-max={k_stop} p-min=0.5"
     assert not any(flags in by_flags for flags in unmodelled)
+    # a profile without the 10-best confidences: the sweep falls back, said once however many points it has
+    plain = dataclasses.replace(profile, acceptance_runs={"greedy": dataclasses.replace(
+        profile.acceptance_runs["greedy"], pairs=tuple(dataclasses.replace(p, confidence_top10=()) for p in profile.acceptance_runs["greedy"].pairs))})
+    sweep2 = sweep[:5] + ("8",) + sweep[6:]
+    fallback = export_plan(plan, plain, gguf_pair, "llama.cpp", k_max=4, replay_also=[sweep, sweep2]).ranking_notes
+    assert sum("no 10-best ones" in note for note in fallback) == 1
     assert len(export.ranking) == len(base.ranking) + len({defaults, three, sweep} - {config.flags for config in base.ranking})
     assert draft_simple_flags(defaults) == draft_simple_flags((*defaults, "--spec-draft-n-max", "3", "--spec-draft-p-min", "0"))
     assert draft_simple_flags(("--spec-type", "ngram-mod")) is None and draft_simple_flags((*defaults, "--spec-draft-p-min", "x")) is None
