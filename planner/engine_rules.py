@@ -315,14 +315,10 @@ def _llama_cpp_ranking(profile: Profile, target: str, options: list[EngineOption
             how = ("exact model with alpha and llama-server's draft loop" if prices is not None and prices.draft_ratio is not None
                    else "exact model with alpha")
             point = _server_speedup(option.prediction, loop, requests if in_server else [])
-            interval, workload_interval = (
-                _draft_interval(pricing, target, option.drafter, option.block_size, point, loop, requests if in_server else [], sampling,
-                                new_set=new_set, set_size=workload.prompts) if pricing is not None else None
-                for new_set in (True, False))
-            configs.append(RankedConfig(f"draft-simple {option.drafter} K={option.block_size}",
-                                        tuple(llama_cpp_spec_flags("draft_model", option.block_size, option.source)),
-                                        point, interval, f"{how}{server_words}" + (" (no interval)" if interval is None else ""),
-                                        workload_interval=workload_interval))
+            configs.append(_draft_config(f"draft-simple {option.drafter} K={option.block_size}",
+                                         llama_cpp_spec_flags("draft_model", option.block_size, option.source), point, f"{how}{server_words}",
+                                         pricing, target, option.drafter, option.block_size, loop, requests if in_server else [],
+                                         sampling, FIXED_DRAFTS, workload.prompts))
     if pricing is not None:
         rows, lines = _raced_draft_rows(replay_also, configs, options, profile, target, pricing, loop, requests if in_server else [],
                                         sampling, workload.prompts)
@@ -369,12 +365,23 @@ def _raced_draft_rows(replay_also: Sequence[Sequence[str]], ranked: list[RankedC
             row_pricing, how = dataclasses.replace(pricing, profile=view), "its confidence stop replayed on the agreement sequences"
             notes += empty_rounds_note(f"draft-simple {drafter} n-max={k} p-min={draft.p_min:g}", acceptance)
         point = _server_speedup(row_pricing.predict(drafter, acceptance, k), loop, requests)
-        interval, workload_interval = (_draft_interval(row_pricing, target, drafter, k, point, loop, requests, sampling,
-                                                       draft.policy or FIXED_DRAFTS, new_set, set_size) for new_set in (True, False))
         label = f"draft-simple {drafter} n-max={k}" + ("" if draft.policy is None else f" p-min={draft.p_min:g}")
-        rows.append(RankedConfig(label, flags, point, interval, how + (" (no interval)" if interval is None else ""),
-                                 workload_interval=workload_interval))
+        rows.append(_draft_config(label, flags, point, how, row_pricing, target, drafter, k, loop, requests, sampling,
+                                  draft.policy or FIXED_DRAFTS, set_size))
     return rows, notes
+
+
+def _draft_config(label: str, flags, point: float, how: str, pricing: "_DraftPricing | None", target: str, drafter: str, k: int,
+                  loop: ServerLoop, requests: list[tuple[int, int]], sampling: str, policy: DraftPolicy,
+                  set_size: int | None) -> RankedConfig:
+    """A draft-simple row at `point` with both its intervals (`_draft_interval`: for a new set of
+    `set_size` prompts, and for the workload's mean; none without `pricing`), `how` it was
+    predicted saying where it has no interval."""
+    interval, workload_interval = (
+        None if pricing is None else _draft_interval(pricing, target, drafter, k, point, loop, requests, sampling, policy, new_set, set_size)
+        for new_set in (True, False))
+    return RankedConfig(label, tuple(flags), point, interval, how + (" (no interval)" if interval is None else ""),
+                        workload_interval=workload_interval)
 
 
 def _server_speedup(prediction: ChainPrediction, loop: ServerLoop, requests: list[tuple[int, int]]) -> float:
@@ -465,11 +472,9 @@ def _policy_config(profile: Profile, target: str, options: list[EngineOption], p
         return [], [f"{drafter}'s confidence stop p_min {stop.p_min:g}: not modelled ({error})"]
     label = f"draft-simple {drafter} K={k} p-min={stop.p_min:g}"
     point = _server_speedup(prediction, loop, requests)
-    interval, workload_interval = (_draft_interval(dataclasses.replace(pricing, profile=view), target, drafter, k, point, loop, requests,
-                                                   sampling, stop, new_set, set_size) for new_set in (True, False))
-    row = RankedConfig(label, tuple(llama_cpp_spec_flags("draft_model", k, option.source, p_min=stop.p_min)), point, interval,
-                       "the plan's confidence stop replayed on the drafter's agreement sequences"
-                       + (" (no interval)" if interval is None else ""), workload_interval=workload_interval)
+    row = _draft_config(label, llama_cpp_spec_flags("draft_model", k, option.source, p_min=stop.p_min), point,
+                        "the plan's confidence stop replayed on the drafter's agreement sequences",
+                        dataclasses.replace(pricing, profile=view), target, drafter, k, loop, requests, sampling, stop, set_size)
     return [row], [*fallback, *policy_notes(drafter, plan_policy_, k), *empty_rounds_note(label, rounds_at(k))]
 
 
