@@ -40,8 +40,7 @@ from polyplan.formats.errors import PolyplanError
 from polyplan.formats.profile import ModelProfile, Profile, TargetStream
 from polyplan.models.file_fingerprints import file_fingerprint
 from polyplan.models.hashing import fingerprint_settings, fingerprint_tokens
-from polyplan.planner.exact.ngram_replay import LLAMA_CPP_DEFAULT_SIZES
-from polyplan.planner.exact.ngram_rules import NGramSimpleRule, replay_request
+from polyplan.planner.exact.ngram_rules import NGramSimpleRule, ngram_simple_flag_sizes, replay_request
 from polyplan.planner.exact.server_loop import DRAFT_MODEL, NGRAM, TARGET_ALONE, ServerLoop, ServerRequest, fit_server_loop
 from polyplan.planner.llama_cpp_ranking import LlamaCppPrices
 
@@ -316,20 +315,19 @@ def server_request(args: Sequence[str], prompt: Sequence[int], done) -> ServerRe
 
 def _fit_kind(args: tuple[str, ...]) -> tuple[str | None, int | None, tuple[int, int] | None]:
     """(kind, K of a fixed-K draft model, ngram-simple's sizes) of a server's flags; kind None:
-    not one the fit can read."""
-    def value(flag: str) -> str | None:
-        return args[args.index(flag) + 1] if flag in args and args.index(flag) + 1 < len(args) else None
+    not one the fit can read. A draft model is read at a fixed K only where its flags say so
+    outright (n-max = n-min, p-min 0, all three given)."""
+    from polyplan.planner.llama_cpp_policy import draft_simple_flags
 
-    spec = value("--spec-type")
-    if spec is None and "--spec-default" not in args and "-md" not in args:
+    if "--spec-type" not in args and "--spec-default" not in args and "-md" not in args:
         return TARGET_ALONE, None, None
-    if spec == "ngram-simple":
-        size_n, size_m = value("--spec-ngram-simple-size-n"), value("--spec-ngram-simple-size-m")
-        return NGRAM, None, (LLAMA_CPP_DEFAULT_SIZES[0] if size_n is None else int(size_n),
-                             LLAMA_CPP_DEFAULT_SIZES[1] if size_m is None else int(size_m))
-    n_max, n_min, p_min = value("--spec-draft-n-max"), value("--spec-draft-n-min"), value("--spec-draft-p-min")
-    if spec == "draft-simple" and n_max is not None and n_max == n_min and p_min is not None and float(p_min) == 0.0:
-        return DRAFT_MODEL, int(n_max), None
+    sizes = ngram_simple_flag_sizes(args)
+    if sizes is not None:
+        return NGRAM, None, sizes
+    draft = draft_simple_flags(args)
+    explicit = {"--spec-draft-n-max", "--spec-draft-n-min", "--spec-draft-p-min"} <= set(args)
+    if draft is not None and explicit and draft.n_max == draft.n_min and draft.p_min == 0.0:
+        return DRAFT_MODEL, draft.n_max, None
     return None, None, None
 
 

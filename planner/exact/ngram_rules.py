@@ -509,6 +509,20 @@ LLAMA_CPP_RULES: dict[str, tuple[Callable[[], DraftRule], tuple[str, ...]]] = {
 }
 
 
+def ngram_simple_flag_sizes(flags: Sequence[str]) -> tuple[int, int] | None:
+    """(size-n, size-m) of a llama-server `ngram-simple` configuration's flags (after `-m
+    TARGET`), llama.cpp's defaults where not given (`LLAMA_CPP_DEFAULT_SIZES`); None for anything
+    else (another type, a combination, a flag not read here)."""
+    flags = tuple(flags)
+    options = dict(zip(flags[2::2], flags[3::2]))
+    if (flags[:2] != ("--spec-type", "ngram-simple") or len(flags) % 2
+            or not options.keys() <= {"--spec-ngram-simple-size-n", "--spec-ngram-simple-size-m"}
+            or not all(value.isdigit() and int(value) > 0 for value in options.values())):
+        return None
+    return (int(options.get("--spec-ngram-simple-size-n", LLAMA_CPP_DEFAULT_SIZES[0])),
+            int(options.get("--spec-ngram-simple-size-m", LLAMA_CPP_DEFAULT_SIZES[1])))
+
+
 def rule_for_flags(flags: Sequence[str]) -> tuple[str, Callable[[], DraftRule]] | None:
     """The rule llama-server runs for `flags` (after `-m TARGET`) and its label, where it is one
     replayed here: an n-gram type at its defaults (`LLAMA_CPP_RULES`: "ngram-mod (defaults)"),
@@ -518,11 +532,8 @@ def rule_for_flags(flags: Sequence[str]) -> tuple[str, Callable[[], DraftRule]] 
     for kind, (make_rule, rule_flags) in LLAMA_CPP_RULES.items():
         if flags == rule_flags:
             return f"{kind} (defaults)", make_rule
-    head, options = flags[:2], dict(zip(flags[2::2], flags[3::2]))
-    if (head != ("--spec-type", "ngram-simple") or len(flags) % 2
-            or not options.keys() <= {"--spec-ngram-simple-size-n", "--spec-ngram-simple-size-m"}
-            or not all(value.isdigit() and int(value) > 0 for value in options.values())):
+    sizes = ngram_simple_flag_sizes(flags)
+    if sizes is None:
         return None
-    size_n = int(options.get("--spec-ngram-simple-size-n", LLAMA_CPP_DEFAULT_SIZES[0]))
-    size_m = int(options.get("--spec-ngram-simple-size-m", LLAMA_CPP_DEFAULT_SIZES[1]))
+    size_n, size_m = sizes
     return f"ngram-simple size-n={size_n} K={size_m}", lambda: NGramSimpleRule(size_n, size_m)
