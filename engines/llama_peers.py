@@ -347,7 +347,8 @@ def run_llama_peers(plan_path, *, prompts_path=None, candidates_path=None, threa
     # sends, and every raced configuration the replay models predicted (a draft model's defaults
     # and its n-max/p-min sweep too)
     exported = export_from_files(plan_path, "llama.cpp", candidates_path=candidates_path, log=log)  # what `polyplan export` prints
-    raced = server_configs(plan, exported, candidates, engine_files(candidates))
+    files = engine_files(candidates)
+    raced = server_configs(plan, exported, candidates, files)
     export = export_from_files(plan_path, "llama.cpp", candidates_path=candidates_path,
                                workload=ReplayWorkload(new_tokens, repeats, len(prompts.prompts)),
                                replay_also=[_ranked_flags(config) for config in raced])
@@ -387,7 +388,7 @@ def run_llama_peers(plan_path, *, prompts_path=None, candidates_path=None, threa
     runs, failures = race_servers(groups, start, ours, encoded, repeats=repeats, new_tokens=new_tokens, log=log)
     streams = race_streams(runs, [prompt.ids for prompt in encoded])
     if streams:  # the split: the same export priced on this race's prompts, in the order the servers got them
-        agreements, measured = race_agreements(configs, draft_files(candidates, engine_files(candidates)), plan.target, threads,
+        agreements, measured = race_agreements(configs, draft_files(candidates, files), plan.target, threads,
                                                streams, log)
         on_race = export_from_files(plan_path, "llama.cpp", candidates_path=candidates_path, streams=streams, agreements=agreements,
                                     workload=ReplayWorkload(new_tokens, repeats, len(streams), in_order=True),

@@ -14,7 +14,6 @@ greedy α becomes the share of positions that agree (the fixed-K rows read α).
 
 from __future__ import annotations
 
-import dataclasses
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
@@ -43,15 +42,9 @@ def race_agreement(path: Path, threads: int, target: str, drafter: str, streams:
 
 
 def with_race_agreement(profile: Profile, agreement: PairAgreement) -> Profile:
-    """`profile` with `agreement` as its pair's greedy agreement, and the pair's greedy α (and
-    the engine rule's, the same at greedy) the share of positions that agree, with the α
-    uncertainty of the profile's own prompts dropped (the race's prompts are known)."""
-    agree = sum(sequence.count("1") for sequence in agreement.agreement)
-    positions = sum(len(sequence) for sequence in agreement.agreement)
-    priced = profile.with_agreement(agreement)
-    if positions == 0:
-        return priced
-    alpha = min(agree / positions, 0.999)
-    stats = dataclasses.replace(profile.stats(agreement.verifier, agreement.drafter, "greedy"), alpha=alpha, engine_alpha=alpha,
-                                alpha_ci=None, engine_alpha_ci=None, alpha_samples=positions)
-    return priced.with_stats(agreement.verifier, agreement.drafter, "greedy", stats)
+    """`profile` with `agreement` as its pair's greedy agreement, and the pair's greedy α the share
+    of positions that agree (`planner.exact.runs.with_agreement_alphas`, as a profile cut to some
+    prompts reads it)."""
+    from polyplan.planner.exact.runs import with_agreement_alphas
+
+    return with_agreement_alphas(profile.with_agreement(agreement), [agreement])
