@@ -13,9 +13,11 @@ and polyplan's loop overhead. Here the export gets, for the GGUF it hands to `ll
   argmax, not torch's);
 - llama-server's own per-request, per-round and per-drafted-token costs
   (`planner.exact.server_loop`), fitted from a short calibration against the pinned server
-  (`engines.llama_server`): a few requests of a few tokens, target alone, ngram-simple, and a
-  draft model at two K, each request's rounds replayed on the server's own output (a draft
-  model's prefill of the prompt falls inside the server's decode time, and is fitted too).
+  (`engines.llama_server`): a few requests of a few tokens, target alone, ngram-simple, a draft
+  model at two K, and a draft model capped at one token whose confidence stop ends most of its
+  rounds empty (what a round with no draft costs), each request's rounds replayed on the
+  server's own output (a draft model's prefill of the prompt falls inside the server's decode
+  time, and is fitted too).
 
 Each is kept in the polyplan cache (`<cache>/engines/prices/`), keyed by the file's fingerprint
 (`models.file_fingerprints`), the threads, the processor, the bindings' version, the prompts and
@@ -44,7 +46,7 @@ from polyplan.planner.exact.ngram_rules import NGramSimpleRule, ngram_simple_fla
 from polyplan.planner.exact.server_loop import DRAFT_MODEL, NGRAM, TARGET_ALONE, ServerLoop, ServerRequest, fit_server_loop
 from polyplan.planner.llama_cpp_ranking import LlamaCppPrices
 
-VERSION = 2  # 2: the draft model's prefill fitted
+VERSION = 3  # 2: the draft model's prefill fitted; 3: its passes, stops and re-evaluated batches
 WIDEST = 65  # ngram-mod drafts up to 64 tokens: a verification of 65
 PRICE_KS = (1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 48, 64)  # measured widths; the curve continues the last slope up to WIDEST
 DRAFTER_KS = (1, 2, 4, 8)  # a draft model decodes one token a round step, and its accepted tokens in one batch
@@ -55,8 +57,10 @@ CALIBRATION_PROMPTS = 3
 CALIBRATION_LENGTHS = (8, 24)  # n_predict of the calibration requests
 CALIBRATION_NGRAM = (2, 8)  # ngram-simple size-n / size-m: drafts often, so its rounds vary
 CALIBRATION_K = (2, 6)  # draft-simple K of the two draft-model servers
+CALIBRATION_STOP = 0.999  # p-min of a draft-simple server at n-max 1: most rounds stop before drafting
 CALIBRATION_REPEATS = 2
 SERVER_CONTEXT = 1024
+STOPPED = -1  # `_fit_kind`'s K of a draft model at n-max 1 behind a confidence stop
 
 
 @dataclasses.dataclass(frozen=True)
@@ -137,19 +141,21 @@ def prices_for(source: PriceSource, profile: Profile, plan_target: str, *, reuse
         key = _key("server", fingerprint, target.latency_fingerprint, source.threads, build.version, source.server_flags,
                    {name: file_fingerprint(path) for name, path in drafter_files.items()},
                    fingerprint_tokens([s.ids[:s.prompt_tokens] for s in streams[:CALIBRATION_PROMPTS]]),
-                   CALIBRATION_LENGTHS, CALIBRATION_NGRAM, CALIBRATION_K, CALIBRATION_REPEATS, SERVER_CONTEXT)
+                   CALIBRATION_LENGTHS, CALIBRATION_NGRAM, CALIBRATION_K, CALIBRATION_STOP, CALIBRATION_REPEATS,
+                   SERVER_CONTEXT, {name: drafters[name].latency_fingerprint for name in drafter_files})
+        draft_step = next((curve_from_profile(drafters[name]) for name in drafter_files), None)
         loop = _kept(key, ServerLoop)
         if loop is None:
             requests = calibrate(build, source.target, streams[:CALIBRATION_PROMPTS], source.threads, drafter_files,
                                  source.server_flags, log)
-            loop = _keep(key, fit_server_loop(requests, step))
+            loop = _keep(key, fit_server_loop(requests, step, draft_step))
         notes.append(f"llama-server's own loop, calibrated on {where}: {loop.text()}")
-        if loop.per_draft_token_s is not None and drafter_files:
+        if loop.per_draft_pass_s is not None and draft_step is not None:
             name = next(iter(drafter_files))
-            bindings = curve_from_profile(drafters[name])(1)
-            ratio = loop.per_draft_token_s / bindings
-            notes.append(f"draft model {name!r} in llama-server's loop: {1e3 * loop.per_draft_token_s:.2f} ms per drafted token "
-                         f"against the bindings' T_d(1) {1e3 * bindings:.2f} ms ({ratio - 1:+.0%}; every draft model priced so)")
+            ratio = loop.per_draft_pass_s / draft_step(1)
+            notes.append(f"draft model {name!r} in llama-server's loop: {1e3 * loop.per_draft_pass_s:.2f} ms per pass "
+                         f"against the bindings' T_d(1) {1e3 * draft_step(1):.2f} ms ({ratio - 1:+.0%}; every draft model "
+                         "priced so)")
     return LlamaCppPrices(target, drafters, tuple(streams), loop, tuple(notes), ratio)
 
 
@@ -253,8 +259,9 @@ def calibrate_server(build, target: Path, streams: Sequence[TargetStream], threa
                      server_flags: Sequence[str], log: Callable[[str], None] = lambda line: None,
                      server_factory=None) -> list[ServerRequest]:
     """A few short greedy requests against the pinned llama-server on `target` (the prompts of
-    `streams`): the target alone, ngram-simple (`CALIBRATION_NGRAM`), and the first draft model
-    at each K of `CALIBRATION_K`, every server started first and the requests sent to them in
+    `streams`): the target alone, ngram-simple (`CALIBRATION_NGRAM`), the first draft model at
+    each K of `CALIBRATION_K` and at one token a round behind a confidence stop
+    (`CALIBRATION_STOP`: its rounds mostly draft nothing), every server started first and the requests sent to them in
     turn, the order rotated each time (as the race does: a load that comes and goes falls on
     every configuration alike); each request as the server ran it
     (`planner.exact.server_loop.ServerRequest`). `server_factory(args, log_path)` replaces
@@ -267,7 +274,7 @@ def calibrate_server(build, target: Path, streams: Sequence[TargetStream], threa
     common = ("-t", str(threads), "-tb", str(threads), "-c", str(SERVER_CONTEXT), "-np", "1", "--no-webui", *server_flags)
     if server_factory is None:
         def server_factory(args, log_path):
-            return LlamaServer(build.server, target, args, log_path)
+            return LlamaServer(build.server, target, args, log_path, trace=True)
     size_n, size_m = CALIBRATION_NGRAM
     configs = [(TARGET_ALONE, (), None),
                (NGRAM, ("--spec-type", "ngram-simple", "--spec-ngram-simple-size-n", str(size_n),
@@ -276,6 +283,8 @@ def calibrate_server(build, target: Path, streams: Sequence[TargetStream], threa
         for k in CALIBRATION_K:
             configs.append((DRAFT_MODEL, ("--spec-type", "draft-simple", "-md", path, "--spec-draft-n-max", str(k),
                                           "--spec-draft-n-min", str(k), "--spec-draft-p-min", "0"), k))
+        configs.append((DRAFT_MODEL, ("--spec-type", "draft-simple", "-md", path, "--spec-draft-n-max", "1",
+                                      "--spec-draft-n-min", "0", "--spec-draft-p-min", f"{CALIBRATION_STOP:g}"), 1))
     prompts = [list(stream.ids[:stream.prompt_tokens]) for stream in streams]
     requests = []
     log(f"calibrating llama-server's own loop: {len(configs)} servers x {len(prompts)} prompts x {len(CALIBRATION_LENGTHS)} "
@@ -304,19 +313,24 @@ def server_request(args: Sequence[str], prompt: Sequence[int], done) -> ServerRe
     (its flags after `-m TARGET`) as the loop's fit reads it (`planner.exact.server_loop.ServerRequest`),
     for the calibration and the race alike: the target alone; `ngram-simple` at its sizes, its
     rounds replayed on the server's own output; `draft-simple` at a fixed K (n-max = n-min,
-    p-min 0), K a round. None for any other configuration (a stateful n-gram type, a draft
-    whose length varies), or where the rounds are not known."""
+    p-min 0), K a round; `draft-simple` at n-max 1 behind a confidence stop, one pass a round
+    that drafted one token or none. None for any other configuration (a stateful n-gram type, a
+    draft whose length varies), or where the rounds are not known."""
     kind, k, sizes = _fit_kind(tuple(args))
     if kind is None:
         return None
     drafted = _rounds(kind, prompt, done, k, sizes)
-    return None if drafted is None else ServerRequest(kind, drafted, done.predicted_ms / 1000.0, len(prompt))
+    if drafted is None:
+        return None
+    passes = (1,) * len(drafted) if kind == DRAFT_MODEL and k == STOPPED else None
+    return ServerRequest(kind, drafted, done.predicted_ms / 1000.0, len(prompt), passes)
 
 
 def _fit_kind(args: tuple[str, ...]) -> tuple[str | None, int | None, tuple[int, int] | None]:
-    """(kind, K of a fixed-K draft model, ngram-simple's sizes) of a server's flags; kind None:
-    not one the fit can read. A draft model is read at a fixed K only where its flags say so
-    outright (n-max = n-min, p-min 0, all three given)."""
+    """(kind, K of a fixed-K draft model or `STOPPED`, ngram-simple's sizes) of a server's flags;
+    kind None: not one the fit can read. A draft model is read at a fixed K only where its flags
+    say so outright (n-max = n-min, p-min 0, all three given), and as `STOPPED` at n-max 1,
+    n-min 0 and a p-min above 0 (each round one pass, drafting its token or stopping)."""
     from polyplan.planner.llama_cpp_policy import draft_simple_flags
 
     if "--spec-type" not in args and "--spec-default" not in args and "-md" not in args:
@@ -328,6 +342,8 @@ def _fit_kind(args: tuple[str, ...]) -> tuple[str | None, int | None, tuple[int,
     explicit = {"--spec-draft-n-max", "--spec-draft-n-min", "--spec-draft-p-min"} <= set(args)
     if draft is not None and explicit and draft.n_max == draft.n_min and draft.p_min == 0.0:
         return DRAFT_MODEL, draft.n_max, None
+    if draft is not None and explicit and draft.n_max == 1 and draft.n_min == 0 and draft.p_min > 0.0:
+        return DRAFT_MODEL, STOPPED, None
     return None, None, None
 
 
@@ -336,7 +352,10 @@ def _rounds(kind: str, prompt: Sequence[int], done, k: int | None, sizes: tuple[
     for the target alone; ngram-simple's (at `sizes`) replayed on the server's own output (None
     when the replay's totals are not the server's); a draft model at fixed K: K a round while
     its drafted tokens last (the server's totals give the rounds: every round but the prefill's
-    token emits its accepted tokens and one more)."""
+    token emits its accepted tokens and one more); `STOPPED` (n-max 1 behind a confidence stop):
+    one token in as many rounds as it drafted, none in the rest (the fit reads only totals). A
+    traced server's rounds (`Completion.rounds`) are read as logged: a fixed K drafts fewer near
+    the request's end, where the server caps the draft at the tokens left."""
     generated = done.predicted_n
     if generated < 2:
         return None
@@ -349,6 +368,10 @@ def _rounds(kind: str, prompt: Sequence[int], done, k: int | None, sizes: tuple[
         if (sum(r.drafted for r in replayed), sum(r.accepted for r in replayed)) != (done.draft_n, done.draft_accepted):
             return None
         return tuple(r.drafted for r in replayed)
+    if k == STOPPED:
+        return (1,) * done.draft_n + (0,) * (rounds - done.draft_n) if 0 <= done.draft_n <= rounds else None
+    if done.rounds is not None:
+        return tuple(m for m, _ in done.rounds) + (0,) * (rounds - len(done.rounds)) if len(done.rounds) <= rounds else None
     widths, left = [], done.draft_n
     for _ in range(rounds):
         widths.append(min(k, left))

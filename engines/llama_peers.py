@@ -399,7 +399,8 @@ def run_llama_peers(plan_path, *, prompts_path=None, candidates_path=None, threa
 
     return LlamaPeersBenchmark(rows, threads, new_tokens, len(encoded), repeats, logs, llama_cpp.__version__, not prompts.raw,
                                choice.source, memory_note, prediction_note(export),
-                               race_loop_line(configs, runs, [prompt.ids for prompt in encoded], export.prices))
+                               race_loop_line(configs, runs, [prompt.ids for prompt in encoded], export.prices,
+                                              draft_files(candidates, files)))
 
 
 def prediction_note(export) -> str:
@@ -410,12 +411,12 @@ def prediction_note(export) -> str:
             "\"not modelled\": the export predicts no such configuration")
 
 
-def race_requests(configs: Sequence[ServerConfig], runs: Sequence[PeerRun], prompts: Sequence[Sequence[int]]) -> list:
-    """This race's requests as the loop's fit reads them (`planner.exact.server_loop.ServerRequest`):
-    each run of the target alone, of `ngram-simple` and of the first draft model at a fixed K,
-    read as the calibration reads its own (`engines.llama_cpp_prices.server_request`); polyplan's
-    runs, the other configurations and a second draft model (the fit has one cost per drafted
-    token) are left out."""
+def race_requests(configs: Sequence[ServerConfig], runs: Sequence[PeerRun], prompts: Sequence[Sequence[int]]) -> tuple[list, str | None]:
+    """This race's requests as the loop's fit reads them (`planner.exact.server_loop.ServerRequest`),
+    and the draft model file they use: each run of the target alone, of `ngram-simple` and of
+    the first draft model at a fixed K, read as the calibration reads its own
+    (`engines.llama_cpp_prices.server_request`); polyplan's runs, the other configurations and a
+    second draft model (the fit has one cost per draft pass) are left out."""
     from polyplan.engines.llama_cpp_prices import server_request
     from polyplan.engines.llama_server import Completion
 
@@ -431,24 +432,30 @@ def race_requests(configs: Sequence[ServerConfig], runs: Sequence[PeerRun], prom
         request = server_request(args, prompts[run.prompt], done)
         if request is not None:
             requests.append(request)
-    return requests
+    return requests, (drafts[0] if drafts else None)
 
 
-def race_loop_line(configs: Sequence[ServerConfig], runs: Sequence[PeerRun], prompts: Sequence[Sequence[int]], prices) -> str:
+def race_loop_line(configs: Sequence[ServerConfig], runs: Sequence[PeerRun], prompts: Sequence[Sequence[int]], prices,
+                   drafts: Sequence[tuple[str, str]] = ()) -> str:
     """llama-server's own loop fitted from this race's requests (`race_requests`) by the
     calibration's fit (`planner.exact.server_loop.fit_server_loop`) against the export's T(k) of
-    the target, beside the calibration's (`prices`: the export's `LlamaCppPrices`; None: not
-    fitted). Every request of a race has the same new tokens, so its per-request and per-round
-    costs are told apart only by how the drafting configurations' rounds vary."""
+    the target and of the draft model (`drafts`: (candidate name, GGUF file) of each), beside
+    the calibration's (`prices`: the export's `LlamaCppPrices`; None: not fitted). Every
+    request of a race has the same new tokens, so its per-request and per-round costs are told
+    apart only by how the drafting configurations' rounds vary."""
     from polyplan.planner.exact.latency import curve_from_profile
-    from polyplan.planner.exact.server_loop import fit_server_loop
+    from polyplan.planner.exact.server_loop import DRAFT_MODEL, fit_server_loop
 
     if prices is None:
         return "llama-server's loop from this race: not fitted (the export was priced from the profile, without llama.cpp's T(k))"
-    requests = race_requests(configs, runs, prompts)
+    requests, draft = race_requests(configs, runs, prompts)
     calibrated = "not calibrated" if prices.loop is None else prices.loop.text()
+    name = next((name for name, path in drafts if path == draft), None)
+    draft_step = curve_from_profile(prices.drafters[name]) if name in prices.drafters else None
+    if draft_step is None:
+        requests = [request for request in requests if request.kind != DRAFT_MODEL]
     try:
-        fitted = fit_server_loop(requests, curve_from_profile(prices.target))
+        fitted = fit_server_loop(requests, curve_from_profile(prices.target), draft_step)
     except PolyplanError as error:
         return f"llama-server's loop from this race: not fitted ({error}); calibrated: {calibrated}"
     return (f"llama-server's loop fitted from this race's {len(requests)} requests (target alone, ngram-simple, draft-simple at a "

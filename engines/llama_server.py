@@ -7,12 +7,17 @@ normally, on an exception or on Ctrl-C -- terminates the process (then kills it 
 Its log goes to a file whose last line is quoted when it fails to start.
 
 `complete` sends one greedy `/completion` request of fixed length and returns the server's own
-account of it (`Completion`: the tokens, tokens/s and the draft statistics it reports).
+account of it (`Completion`: the tokens, tokens/s and the draft statistics it reports). Started
+with `trace`, the server logs every verified draft (`LLAMA_TRACE=1`: "accepted a/m draft
+tokens"), and `complete` reads each round's drafted and accepted tokens from the log.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import json
+import os
+import re
 import socket
 import subprocess
 import time
@@ -27,6 +32,8 @@ from polyplan.formats.errors import PolyplanError
 HOST = "127.0.0.1"
 START_TIMEOUT_S = 120.0
 REQUEST_TIMEOUT_S = 600.0
+TRACE_WAIT_S = 2.0  # the server's log is written by a thread of its own: the last round's line may follow the answer
+ROUND_LINE = re.compile(r"accepted\s+(\d+)/\s*(\d+) draft tokens")
 
 
 @dataclass(frozen=True)
@@ -41,6 +48,8 @@ class Completion:
         draft_n: Drafted tokens (0 without speculation).
         draft_accepted: Drafted tokens accepted.
         wall_s: The request's wall time seen from the client.
+        rounds: (drafted, accepted) of each round that drafted, in order, from the server's
+            trace (None: not traced, or its lines did not add up to the totals).
     """
 
     token_ids: tuple[int, ...]
@@ -50,6 +59,7 @@ class Completion:
     draft_n: int
     draft_accepted: int
     wall_s: float
+    rounds: tuple[tuple[int, int], ...] | None = None
 
     @property
     def tokens_per_s(self) -> float:
@@ -72,14 +82,17 @@ class LlamaServer:
         args: Further flags (threads, speculation), as the pinned server spells them.
         log_path: Where the server's output goes (kept afterwards).
         port: A fixed port (default: a free one; a taken port is replaced by a free one).
+        trace: Log every verified draft and read each request's rounds from the log
+            (`Completion.rounds`).
     """
 
     def __init__(self, binary: Path, model: Path, args: Sequence[str], log_path: Path, *, port: int | None = None,
-                 start_timeout_s: float = START_TIMEOUT_S) -> None:
+                 start_timeout_s: float = START_TIMEOUT_S, trace: bool = False) -> None:
         self.binary, self.model, self.args = Path(binary), Path(model), tuple(args)
         self.log_path = Path(log_path)
         self.port = port
         self.start_timeout_s = start_timeout_s
+        self.trace = trace
         self.process: subprocess.Popen | None = None
 
     @property
@@ -95,7 +108,8 @@ class LlamaServer:
             log.write("$ " + " ".join(command) + "\n")
         log = open(self.log_path, "a", encoding="utf-8")
         try:
-            self.process = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
+            env = {**os.environ, "LLAMA_TRACE": "1"} if self.trace else None
+            self.process = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env)
         finally:
             log.close()
         try:
@@ -144,6 +158,7 @@ class LlamaServer:
                 "seed": 0, "cache_prompt": False, "ignore_eos": True, "return_tokens": True, "stream": False}
         request = urllib.request.Request(f"{self.url}/completion", data=json.dumps(body).encode(),
                                          headers={"Content-Type": "application/json"})
+        logged = self.log_path.stat().st_size if self.trace else 0
         start = time.perf_counter()
         try:
             with urllib.request.urlopen(request, timeout=REQUEST_TIMEOUT_S) as answer:
@@ -154,7 +169,23 @@ class LlamaServer:
         except (urllib.error.URLError, ConnectionError, TimeoutError) as error:
             raise PolyplanError(f"llama-server did not answer ({error}; {self.last_log_line()}); log: {self.log_path}") from None
         wall = time.perf_counter() - start
-        return parse_completion(payload, wall)
+        done = parse_completion(payload, wall)
+        return self._traced(done, logged) if self.trace else done
+
+    def _traced(self, done: Completion, offset: int) -> Completion:
+        """`done` with its rounds read from the log written after `offset`, once they add up to
+        its drafted and accepted totals (waiting up to `TRACE_WAIT_S` for the log's writer)."""
+        deadline = time.monotonic() + TRACE_WAIT_S
+        while True:
+            with open(self.log_path, "rb") as log:
+                log.seek(offset)
+                text = log.read().decode("utf-8", "replace")
+            rounds = tuple((int(m), int(a)) for a, m in ROUND_LINE.findall(text))
+            if (sum(m for m, _ in rounds), sum(a for _, a in rounds)) == (done.draft_n, done.draft_accepted):
+                return dataclasses.replace(done, rounds=rounds)
+            if time.monotonic() > deadline:
+                return done
+            time.sleep(0.02)
 
 
 def parse_completion(payload: dict, wall_s: float) -> Completion:

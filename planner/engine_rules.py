@@ -417,10 +417,10 @@ class _DraftPricing:
         if curves is None:
             curves = (self.target_curve, curve_from_profile(self.profile.model(drafter), self.context_length))
         curves = list(curves)
-        costs, overhead = [self.target_switch, self.switches.get(drafter, NO_SWITCH)], self.overhead
+        costs, overhead, verify = [self.target_switch, self.switches.get(drafter, NO_SWITCH)], self.overhead, None
         if self.loop is not None:
-            curves, costs, overhead = _server_draft_model(curves, self.loop, method, self.ratio)
-        return predict_chain([acceptance], curves, [k], overhead, costs, pad_verification=False)
+            curves, costs, overhead, verify = _server_draft_model(curves, self.loop, method, self.ratio)
+        return predict_chain([acceptance], curves, [k], overhead, costs, pad_verification=False, verify_curves=verify)
 
 
 def _draft_interval(pricing: _DraftPricing, target: str, drafter: str, k: int, point: float, loop: ServerLoop,
@@ -479,20 +479,26 @@ def _policy_config(profile: Profile, target: str, options: list[EngineOption], p
 
 
 def _server_draft_model(curves: list[LatencyCurve], loop: ServerLoop, method: str,
-                        ratio: float | None) -> tuple[list, list, LoopOverhead]:
+                        ratio: float | None) -> tuple[list, list, LoopOverhead, list | None]:
     """The exact model's inputs for one llama-server round with a drafter (`planner.exact.server_loop`):
-    every target pass pays the server's per-round cost (the target's curve shifted by it, so
-    the baseline pays it too), every drafted token the server's per-row cost and the draft
-    model's cost inside the server (the bindings' T_d(1) times the calibrated `ratio`, 1
-    without one), every round the draft model's per-round cost; no switch costs (they are
-    inside the calibration)."""
+    curves, switch costs (none: they are inside the calibration), loop overhead and verification
+    curves. Every target pass pays the server's per-round cost (the target's curve shifted by
+    it, so the baseline pays it too). A draft model's pass, drafted token or confidence stop,
+    costs the bindings' T_d(1) times the calibrated `ratio` (1 without one); its verification
+    of L + 1 tokens pays the server's per-row cost for the L drafted rows and the draft model's
+    second decode of that batch (`ServerLoop.draft_reeval` times its T_d(L + 1)); every round
+    its per-round cost. An n-gram drafter without streams (priced at α) costs the per-row cost
+    a token and its per-round cost."""
     target = LatencyCurve(curves[0].ks, tuple(value + loop.per_round_s for value in curves[0].seconds))
     if method == "ngram":  # an n-gram drafter without streams: α, at a free drafter
-        drafter, per_round = constant_curve(loop.per_row_s + 1e-9), loop.per_ngram_round_s
-    else:
-        per_token = curves[1](1) * (1.0 if ratio is None else ratio)
-        drafter, per_round = constant_curve(per_token + loop.per_row_s), loop.per_draft_round_s
-    return [target, drafter], [NO_SWITCH, NO_SWITCH], LoopOverhead(per_step_s=0.0, per_round_s=per_round)
+        drafter = constant_curve(loop.per_row_s + 1e-9)
+        return [target, drafter], [NO_SWITCH, NO_SWITCH], LoopOverhead(per_step_s=0.0, per_round_s=loop.per_ngram_round_s), None
+    drafter = constant_curve(curves[1](1) * (1.0 if ratio is None else ratio))
+    reeval = 1.0 if loop.draft_reeval is None else loop.draft_reeval
+    widths = tuple(sorted(set(target.ks) | set(curves[1].ks)))
+    verify = LatencyCurve(widths, tuple(target(k) + loop.per_row_s * (k - 1) + reeval * curves[1](k) for k in widths))
+    return ([target, drafter], [NO_SWITCH, NO_SWITCH], LoopOverhead(per_step_s=0.0, per_round_s=loop.per_draft_round_s),
+            [verify, drafter])
 
 
 def _workload_requests(streams, workload: ReplayWorkload) -> list[tuple[int, int]]:

@@ -117,9 +117,9 @@ class LlamaCppPrices:
         streams: the target's greedy streams decoded by llama.cpp (empty: keep the profile's).
         loop: llama-server's own costs (`planner.exact.server_loop`; None: not calibrated).
         notes: one line each on where the numbers came from, printed with the ranking.
-        draft_ratio: what a drafted token costs inside llama-server over the draft model's
-            T_d(1) through the bindings, as calibrated on one draft model (None: not
-            calibrated; 1 is used, the bindings' T_d(1)).
+        draft_ratio: what a draft model's pass (a drafted token or a confidence stop) costs
+            inside llama-server over its T_d(1) through the bindings, as calibrated on one draft
+            model (None: not calibrated; 1 is used, the bindings' T_d(1)).
     """
 
     target: ModelProfile

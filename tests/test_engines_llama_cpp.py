@@ -216,6 +216,28 @@ def test_a_completion_is_read_as_the_server_writes_it():
     assert parse_completion({"tokens": [1], "timings": {"predicted_n": 1, "predicted_ms": 5.0}}, 0.01).draft_n == 0
 
 
+def test_a_traced_server_s_rounds_are_read_from_its_log_after_the_request(tmp_path, monkeypatch):
+    """The pinned server's trace line for each verified draft, as it writes them; lines from
+    before the request are not read; totals that do not add up (a line not written yet) leave
+    the rounds unread (control)."""
+    from polyplan.engines import llama_server
+
+    log = tmp_path / "server.log"
+    log.write_text("slot update_slots: id  0 | task 1 | accepted  9/ 9 draft tokens\n")  # an earlier request's
+    offset = log.stat().st_size
+    with open(log, "a") as out:
+        out.write("slot update_slots: id  0 | task 3 | accepted  2/ 6 draft tokens\n"
+                  "slot print_timing: id  0 | task 3 | draft acceptance rate = 0.50000 (    3 accepted /     6 generated)\n"
+                  "slot update_slots: id  0 | task 3 | accepted  1/ 1 draft tokens (restore checkpoint)\n"
+                  "slot update_slots: id  0 | task 3 | accepted  0/ 3 draft tokens\n")
+    server = LlamaServer(Path("llama-server"), tmp_path / "m.gguf", (), log, trace=True)
+    done = parse_completion({"tokens": [1] * 9, "timings": {"predicted_n": 9, "predicted_ms": 9.0, "draft_n": 10, "draft_n_accepted": 3}}, 0.1)
+    assert server._traced(done, offset).rounds == ((6, 2), (1, 1), (3, 0))
+    monkeypatch.setattr(llama_server, "TRACE_WAIT_S", 0.05)
+    more = dataclasses.replace(done, draft_n=11)
+    assert server._traced(more, offset).rounds is None
+
+
 def test_a_taken_port_is_seen_and_a_free_one_found():
     with socket.socket() as holder:
         holder.bind(("127.0.0.1", 0))

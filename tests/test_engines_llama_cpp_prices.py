@@ -33,35 +33,60 @@ from polyplan.planner.exact.server_loop import (DRAFT_MODEL, NGRAM, NO_SERVER_LO
 from polyplan.planner.llama_cpp_ranking import session_speedup
 
 STEP = LatencyCurve((1, 2, 4, 8, 16, 64), (0.010, 0.011, 0.013, 0.017, 0.025, 0.080))
+DRAFT_STEP = LatencyCurve((1, 2, 4, 8), (0.002, 0.007, 0.008, 0.010))  # llama.cpp's jump from one token to two
 KNOWN = ServerLoop(per_request_s=0.004, per_round_s=0.002, per_row_s=0.0003, per_ngram_round_s=0.0005,
-                   per_draft_round_s=0.001, per_draft_token_s=0.006, per_draft_prompt_token_s=0.0008)
+                   per_draft_round_s=0.001, per_draft_pass_s=0.0025, per_draft_prompt_token_s=0.0008, draft_reeval=0.7)
+
+
+def _timed(loop: ServerLoop, kind: str, widths: tuple[int, ...], prompt: int = 0, passes=None) -> ServerRequest:
+    """A request of `kind` whose decode time is what `loop` charges for its rounds."""
+    request = ServerRequest(kind, widths, 0.0, prompt, passes)
+    return dataclasses.replace(request, decode_s=request_seconds(loop, STEP, request, DRAFT_STEP))
 
 
 def _synthetic(loop: ServerLoop) -> list[ServerRequest]:
-    requests = []
-    for n in (8, 24, 40):
-        requests.append(ServerRequest(TARGET_ALONE, (0,) * (n - 1), request_seconds(loop, STEP, (0,) * (n - 1), TARGET_ALONE)))
+    requests = [_timed(loop, TARGET_ALONE, (0,) * (n - 1)) for n in (8, 24, 40)]
     for widths in ((0, 3, 0, 8, 1), (2, 2, 0, 0, 0, 0, 5), (8, 8, 8), (0, 1, 0, 1, 0, 6, 0, 0)):
-        requests.append(ServerRequest(NGRAM, widths, request_seconds(loop, STEP, widths, NGRAM)))
+        requests.append(_timed(loop, NGRAM, widths))
     for widths, prompt in (((2,) * 10, 30), ((6,) * 4 + (3,), 120), ((2,) * 20, 64), ((6,) * 7, 30), ((6,) * 3, 200)):
-        requests.append(ServerRequest(DRAFT_MODEL, widths, request_seconds(loop, STEP, widths, DRAFT_MODEL, prompt), prompt))
+        requests.append(_timed(loop, DRAFT_MODEL, widths, prompt))
+    for widths, prompt in (((0, 1, 0, 0, 1, 1, 0), 40), ((1, 1, 0, 1), 90)):  # n-max 1 behind a confidence stop
+        requests.append(_timed(loop, DRAFT_MODEL, widths, prompt, (1,) * len(widths)))
     return requests
 
 
 def test_the_fit_recovers_known_server_costs():
-    fitted = fit_server_loop(_synthetic(KNOWN), STEP)
-    for name in ("per_request_s", "per_round_s", "per_row_s", "per_ngram_round_s", "per_draft_round_s", "per_draft_token_s",
-                 "per_draft_prompt_token_s"):
+    fitted = fit_server_loop(_synthetic(KNOWN), STEP, DRAFT_STEP)
+    for name in ("per_request_s", "per_round_s", "per_row_s", "per_ngram_round_s", "per_draft_round_s", "per_draft_pass_s",
+                 "per_draft_prompt_token_s", "draft_reeval"):
         assert getattr(fitted, name) == pytest.approx(getattr(KNOWN, name), abs=1e-9), name
+
+
+def test_a_round_that_drafted_nothing_costs_one_pass_and_the_batch_again_not_a_drafted_token():
+    """An empty round (a confidence stop before the first token) pays the draft model's per-round
+    cost, one pass and the draft model's second decode of the one-token batch; a round that drafted
+    one token at a fixed K pays one pass too, and its two-token batch again."""
+    empty = KNOWN.round_s(0, DRAFT_MODEL, 1, DRAFT_STEP)
+    assert empty == pytest.approx(KNOWN.per_round_s + KNOWN.per_draft_round_s + KNOWN.per_draft_pass_s + 0.7 * DRAFT_STEP(1))
+    one = KNOWN.round_s(1, DRAFT_MODEL, None, DRAFT_STEP)
+    assert one - empty == pytest.approx(KNOWN.per_row_s + 0.7 * (DRAFT_STEP(2) - DRAFT_STEP(1)))
+    stopped = KNOWN.round_s(2, DRAFT_MODEL, 3, DRAFT_STEP)  # two drafted, the third pass stopped
+    assert stopped - KNOWN.round_s(2, DRAFT_MODEL, None, DRAFT_STEP) == pytest.approx(KNOWN.per_draft_pass_s)
+    with pytest.raises(PolyplanError, match="T_d"):
+        KNOWN.round_s(1, DRAFT_MODEL)
 
 
 def test_negative_control_costs_the_timings_do_not_hold_fit_to_zero_and_no_draft_model_gives_none():
     plain = dataclasses.replace(KNOWN, per_ngram_round_s=0.0, per_row_s=0.0)
     fitted = fit_server_loop([r for r in _synthetic(plain) if r.kind != DRAFT_MODEL], STEP)
     assert fitted.per_ngram_round_s == pytest.approx(0.0, abs=1e-9) and fitted.per_row_s == pytest.approx(0.0, abs=1e-9)
-    assert fitted.per_round_s == pytest.approx(KNOWN.per_round_s) and fitted.per_draft_token_s is None
+    assert fitted.per_round_s == pytest.approx(KNOWN.per_round_s) and fitted.per_draft_pass_s is None and fitted.draft_reeval is None
+    flat = dataclasses.replace(KNOWN, draft_reeval=0.0)
+    assert fit_server_loop(_synthetic(flat), STEP, DRAFT_STEP).draft_reeval == pytest.approx(0.0, abs=1e-9)
     with pytest.raises(PolyplanError, match="no target-alone request"):
         fit_server_loop([r for r in _synthetic(KNOWN) if r.kind == NGRAM], STEP)
+    with pytest.raises(PolyplanError, match="draft model's T_d"):
+        fit_server_loop(_synthetic(KNOWN), STEP)
 
 
 def test_the_replay_with_no_server_costs_is_the_bindings_and_with_them_charges_each_round():
@@ -85,8 +110,8 @@ class FakeServer:
     continuation; an n-gram server's drafts by the replayed rule, a draft model's K a round
     with one accepted."""
 
-    def __init__(self, args, streams):
-        self.args, self.streams = tuple(args), streams
+    def __init__(self, args, streams, traced=True):
+        self.args, self.streams, self.traced = tuple(args), streams, traced
 
     def __enter__(self):
         return self
@@ -99,23 +124,27 @@ class FakeServer:
         output = stream.ids[stream.prompt_tokens:stream.prompt_tokens + n]
         if "ngram-simple" in self.args:
             rounds = replay_request(NGramSimpleRule(2, 8), stream, n)
-            widths, kind = tuple(r.drafted for r in rounds), NGRAM
+            widths, kind, passes = tuple(r.drafted for r in rounds), NGRAM, None
             drafted, accepted = sum(widths), sum(r.accepted for r in rounds)
         elif "draft-simple" in self.args:
             k = int(self.args[self.args.index("--spec-draft-n-max") + 1])
+            stop = float(self.args[self.args.index("--spec-draft-p-min") + 1]) > 0
             widths, made, accepted = [], 1, 0
             while made < n:
                 room = n - made - 1
-                width = min(k, room)
+                width = min(k, room) if not stop else min(len(widths) % 2, room)  # behind the stop: every other round empty
                 widths.append(width)
                 gain = min(1, width)
                 accepted += gain
                 made += gain + 1
             widths, kind, drafted = tuple(widths), DRAFT_MODEL, sum(widths)
+            passes = (1,) * len(widths) if stop else None
+            traced = tuple((width, min(1, width)) for width in widths if width)  # as a traced server logs them
         else:
-            widths, kind, drafted, accepted = (0,) * (n - 1), TARGET_ALONE, 0, 0
-        seconds = request_seconds(KNOWN, STEP, widths, kind, len(prompt))
-        return Completion(tuple(output), n, 1000 * seconds, 1.0, drafted, accepted, seconds)
+            widths, kind, drafted, accepted, passes = (0,) * (n - 1), TARGET_ALONE, 0, 0, None
+        seconds = request_seconds(KNOWN, STEP, ServerRequest(kind, widths, 0.0, len(prompt), passes), DRAFT_STEP)
+        rounds = traced if kind == DRAFT_MODEL and self.traced else None
+        return Completion(tuple(output), n, 1000 * seconds, 1.0, drafted, accepted, seconds, rounds)
 
 
 def _streams():
@@ -132,11 +161,11 @@ def test_a_calibration_on_a_fake_server_recovers_its_costs(monkeypatch):
                                                  server_factory=lambda args, log: FakeServer(args, streams))
     kinds = {request.kind for request in requests}
     assert kinds == {TARGET_ALONE, NGRAM, DRAFT_MODEL} and any(sum(r.drafted) for r in requests if r.kind == NGRAM)
-    fitted = fit_server_loop(requests, STEP)
-    assert fitted.per_round_s == pytest.approx(KNOWN.per_round_s, rel=1e-6)
-    assert fitted.per_request_s == pytest.approx(KNOWN.per_request_s, rel=1e-6)
-    assert fitted.per_draft_token_s + fitted.per_row_s == pytest.approx(KNOWN.per_draft_token_s + KNOWN.per_row_s, rel=1e-6)
-    assert fitted.per_draft_prompt_token_s == pytest.approx(KNOWN.per_draft_prompt_token_s, rel=1e-6)
+    stopped = [r for r in requests if r.passes is not None]
+    assert stopped and all(r.passes == (1,) * len(r.drafted) and 0 in r.drafted for r in stopped)  # the empty-round probe
+    fitted = fit_server_loop(requests, STEP, DRAFT_STEP)
+    for name in ("per_request_s", "per_round_s", "per_draft_round_s", "per_draft_pass_s", "per_draft_prompt_token_s", "draft_reeval"):
+        assert getattr(fitted, name) == pytest.approx(getattr(KNOWN, name), rel=1e-6), name
 
 
 # --------------------------------------------------------------------------- the export, on tiny GGUFs
@@ -329,8 +358,8 @@ def test_a_whole_race_with_stand_in_servers_judges_and_splits_every_replayed_row
 
     profiled = export_from_files(workspace / "plan-llama.json", "llama.cpp", workload=ReplayWorkload(16, 1))
     three = next(c for c in profiled.ranking if c.label == "ngram-mod (defaults)")
-    if three.interval[0] < three.interval[1]:  # (a row that never drafts has a point interval either way)
-        assert mod.predicted_interval[1] - mod.predicted_interval[0] >= three.interval[1] - three.interval[0]
+    if three.interval[1] - three.interval[0] > 1e-9:  # (a row that never drafts has a point interval either way)
+        assert mod.predicted_interval[1] - mod.predicted_interval[0] >= three.interval[1] - three.interval[0] - 1e-9
 
 
 def test_a_draft_models_agreement_with_a_races_answers_is_what_it_would_verify(workspace):
@@ -379,11 +408,11 @@ def test_a_calibrated_server_loop_prices_the_ranking(workspace, cache, monkeypat
     monkeypatch.setattr(llama_cpp_build, "find_build", lambda *a: build)
     monkeypatch.setattr(llama_cpp_prices, "calibrate_server", lambda *a, **k: [
         ServerRequest(TARGET_ALONE, (0,) * 7, 0.0), ServerRequest(TARGET_ALONE, (0,) * 23, 0.0)])
-    monkeypatch.setattr(llama_cpp_prices, "fit_server_loop", lambda requests, step: KNOWN)
+    monkeypatch.setattr(llama_cpp_prices, "fit_server_loop", lambda requests, step, draft_step: KNOWN)
     priced = _export(workspace / "plan-torch.json")
     assert any(note.startswith("llama-server's own loop, calibrated on target.gguf, 1 thread: 4.00 ms/request, 2.00 ms/round")
                for note in priced.ranking_notes)
-    assert any("draft model 'small' in llama-server's loop: 6.00 ms per drafted token" in note for note in priced.ranking_notes)
+    assert any("draft model 'small' in llama-server's loop: 2.50 ms per pass" in note for note in priced.ranking_notes)
     assert "llama-server's own" in priced.overhead_note
     bare = _export(workspace / "plan-torch.json", measure=False)
     by_label = {c.label: c.speedup for c in bare.ranking}
@@ -428,11 +457,20 @@ def test_a_real_server_calibration_fits_non_negative_costs_that_explain_its_deco
     streams = llama_cpp_prices.decode_greedy_streams(model, 1, prompts, 32)
     requests = llama_cpp_prices.calibrate_server(build, model, streams, 1, {"small": str(drafter)}, ())
     assert {r.kind for r in requests} == {TARGET_ALONE, NGRAM, DRAFT_MODEL}
-    loop = fit_server_loop(requests, step)
-    assert loop.per_round_s >= 0 and loop.per_draft_token_s is not None
-    predicted = [request_seconds(loop, step, r.drafted, r.kind) for r in requests]
+    draft_step = curve_from_profile(llama_cpp_prices.measure_latency_entry(drafter, 1, llama_cpp_prices.DRAFTER_KS, "fp-d", "key-d"))
+    assert any(r.passes is not None for r in requests)  # the empty-round probe ran
+    loop = fit_server_loop(requests, step, draft_step)
+    assert loop.per_round_s >= 0 and loop.per_draft_pass_s is not None and loop.draft_reeval is not None
+    predicted = [request_seconds(loop, step, r, draft_step) for r in requests]
     measured = [r.decode_s for r in requests]
     assert sum(predicted) == pytest.approx(sum(measured), rel=0.25)
+    from polyplan.engines.llama_server import LlamaServer
+
+    flags = ("-t", "1", "-c", "256", "-np", "1", "--no-webui", "--spec-type", "draft-simple", "-md", str(drafter),
+             "--spec-draft-n-max", "3", "--spec-draft-n-min", "3", "--spec-draft-p-min", "0")
+    with LlamaServer(build.server, model, flags, tmp_path / "traced.log", trace=True) as server:
+        done = server.complete(list(prompts[0]), 24)
+    assert done.draft_n > 0 and done.rounds is not None and all(0 < m <= 3 for m, _ in done.rounds)  # the trace is read
 
 
 # --------------------------------------------------------------------------- the race's own fit
@@ -467,14 +505,15 @@ def test_the_race_fits_the_servers_loop_from_its_own_requests_as_the_calibration
     ours = lambda ids: ((), 1.0, 0, 0)  # noqa: E731
     runs, failures = race_servers([configs], lambda config: FakeServer(config.args, streams), ours, prompts, repeats=2, new_tokens=24)
     assert not failures
-    requests = race_requests(configs, runs, [p.ids for p in prompts])
+    requests, draft = race_requests(configs, runs, [p.ids for p in prompts])
     assert len(requests) == 24 and {r.kind for r in requests} == {TARGET_ALONE, NGRAM, DRAFT_MODEL}  # 4 configurations x 3 x 2
-    fitted = fit_server_loop(requests, STEP)
+    assert draft == "d.gguf"
+    fitted = fit_server_loop(requests, STEP, DRAFT_STEP)
     for request in requests:  # one length only: the fit need not split per-request from per-round costs, but explains every request
-        assert request_seconds(fitted, STEP, request.drafted, request.kind, request.prompt_tokens) == pytest.approx(request.decode_s, rel=1e-6)
-    target = ModelProfile("t", "fp-t", tuple(LatencyPoint(128, k, value) for k, value in zip(STEP.ks, STEP.seconds)))
-    prices = LlamaCppPrices(target, loop=dataclasses.replace(KNOWN, per_round_s=0.003))
-    line = race_loop_line(configs, runs, [p.ids for p in prompts], prices)
+        assert request_seconds(fitted, STEP, request, DRAFT_STEP) == pytest.approx(request.decode_s, rel=1e-6)
+    curve = lambda name, c: ModelProfile(name, "fp-" + name, tuple(LatencyPoint(128, k, v) for k, v in zip(c.ks, c.seconds)))  # noqa: E731
+    prices = LlamaCppPrices(curve("t", STEP), {"small": curve("small", DRAFT_STEP)}, loop=dataclasses.replace(KNOWN, per_round_s=0.003))
+    line = race_loop_line(configs, runs, [p.ids for p in prompts], prices, [("small", "d.gguf"), ("other", "e.gguf")])
     assert line == (f"llama-server's loop fitted from this race's 24 requests (target alone, ngram-simple, draft-simple at a "
                     f"fixed K): {fitted.text()}; calibrated: {prices.loop.text()}")
     alone = [run for run in runs if run.config != TARGET_ONLY]

@@ -252,6 +252,7 @@ def predict_chain(
     overhead: LoopOverhead | None = None,
     switch_costs: Sequence[float | Sequence[float]] | None = None,
     pad_verification: bool = True,
+    verify_curves: Sequence[CurveLike] | None = None,
 ) -> ChainPrediction:
     """Exact expected cost per emitted token of the chain M_1 … M_n.
 
@@ -273,6 +274,11 @@ def predict_chain(
             T̃(k) (`planner.exact.verify_width`: run at the cheapest measured width >= k, as the
             decoder does with the plan's `verify_widths`); False: T(k) as measured (a decoder
             that never pads, e.g. another engine's).
+        verify_curves: what a verification pass over k tokens costs, per model, where that is
+            not its `curves` entry: an engine that does more per verified batch than the
+            verifier's pass (llama-server's draft model decodes the verified batch again,
+            `planner.exact.server_loop`); target-only decoding, the baseline, still costs
+            `curves[0]`. None: `curves`.
     """
     n = len(curves)
     if n < 1:
@@ -295,7 +301,10 @@ def predict_chain(
     if n == 1:
         return ChainPrediction(baseline, 1.0, (1.0,), (lat[0](1),), (), (), (), (), loop.per_step_s)
 
-    verify = [monotone_envelope(c) for c in lat] if pad_verification else lat
+    if verify_curves is not None and len(verify_curves) != n:
+        raise PolyplanError(f"verify_curves: need {n} (one per model), got {len(verify_curves)}")
+    verifying = lat if verify_curves is None else [_as_curve(c, f"verify_curves[{i}]") for i, c in enumerate(verify_curves)]
+    verify = [monotone_envelope(c) for c in verifying] if pad_verification else verifying
     below = _draft(1, blocks[0], alphas, lat, blocks, loop, switch, verify)
     gathered, verify_time, stats = _level_round(alphas[0], below.pmf, verify[0], switch[0][0])
     tokens = stats[0]

@@ -8,21 +8,34 @@ state. Its predicted speedups missed by 20–35 % while those costs were left ou
 decode time (the server's own `timings.predicted_ms`: from the first token, which the prefill
 gives, to the last) is modelled as
 
-    decode = per_request + Σ_rounds [T(L + 1) + per_round + per_row · L
-                                     + (per_spec_round + per_draft_token · L) if it drafts by a model
-                                        or per_spec_round                      if an n-gram type runs]
+    decode = per_request + Σ_rounds [T(L + 1) + per_round + per_row · L + spec(L)]
              + per_draft_prompt_token · prompt tokens                           if it drafts by a model
 
-with L the tokens a round drafted: `ServerLoop` holds the costs (n-gram and draft-model rounds
-each have their own `per_spec_round`), `fit_server_loop` fits them by non-negative least squares
+    spec(L) = per_ngram_round                                                    an n-gram type
+            = per_draft_round + per_draft_pass · P + reeval · T_d(L + 1)         a draft model
+
+with L the tokens a round drafted and P the draft model's passes in it: one per drafted token,
+and one more where a confidence stop (`--spec-draft-p-min`) ended the round, so a round that
+drafted nothing still ran one. The last term is how the pinned server (llama-cpp-python 0.3.36's
+llama.cpp, `common_speculative_process` after every target decode, its TAG_SPEC_AVOID_DRAFT_REEVAL)
+keeps the draft model's cache: it rolls back the draft model's own passes and decodes the batch
+the target verified (the last token and the L drafted) again on the draft model, one pass of
+width L + 1, priced as `reeval` times the bindings' T_d(L + 1). On llama.cpp's CPU kernels a
+pass of two tokens costs several one-token steps (the 0.5B Qwen sibling at one thread: T_d(1)
+19 ms, T_d(2) 69 ms), so this pass, not the drafted tokens, is most of a short round's cost: a
+round that drafted nothing measured about 42 ms beside the target's 41 ms step, where one price
+per drafted token and per round (fitted on fixed-K rounds) charged 68 ms.
+
+`ServerLoop` holds the costs, `fit_server_loop` fits them by non-negative least squares
 (`planner.exact.overhead.fit_loop_costs`) from calibration requests whose rounds are known
 (`ServerRequest`: target alone, every round one token; an n-gram type, its rounds replayed on
-the server's own output; a draft model at a fixed K, K tokens a round). The last term is the
-draft model's prefill: llama-server's draft model reads the prompt in its first draft call,
-inside the decode time the server reports (Qwen2.5-Coder 0.5B drafting for the 1.5B at one
-thread, K = 6, a ~140-token prompt: 1.0-1.1 s for 8 new tokens in one round, of which the
-bindings' T(k) account for about 0.3 s; rough, a shared core), so a draft model's decode speedup
-depends on the prompt and the tokens generated (`draft_model_speedup`). Pure: no I/O.
+the server's own output; a draft model at a fixed K, K tokens a round; a draft model capped at
+one token with a confidence stop, one pass a round whether it drafted or not). The draft
+model's prefill of the prompt falls inside the server's decode time too (Qwen2.5-Coder 0.5B
+drafting for the 1.5B at one thread, K = 6, a ~140-token prompt: 1.0-1.1 s for 8 new tokens in
+one round, of which the bindings' T(k) account for about 0.3 s; rough, a shared core), so a draft
+model's decode speedup depends on the prompt and the tokens generated (`draft_model_speedup`).
+Pure: no I/O.
 """
 
 from __future__ import annotations
@@ -35,6 +48,7 @@ from polyplan.planner.exact.overhead import fit_loop_costs
 
 TARGET_ALONE, NGRAM, DRAFT_MODEL = "target", "ngram", "draft-model"
 KINDS = (TARGET_ALONE, NGRAM, DRAFT_MODEL)
+COSTS = 8  # the columns of `ServerRequest.counts`, the fields of `ServerLoop` in that order
 
 
 @dataclass(frozen=True)
@@ -46,10 +60,13 @@ class ServerLoop:
         per_round_s: every target pass (sampling the first row, the slot's bookkeeping).
         per_row_s: every drafted row the target verifies (its sampling).
         per_ngram_round_s: a round of an n-gram type (its draft call and accept).
-        per_draft_round_s: a round with a draft model (its batch of the accepted tokens, set-up).
-        per_draft_token_s: a draft model's drafted token inside the server: its forward pass and
-            sampling (None: not calibrated; the bindings' T_d(1) is used then).
+        per_draft_round_s: a round with a draft model (its draft call, set-up, bookkeeping).
+        per_draft_pass_s: a draft model's pass inside the server: a drafted token's one-token
+            decode and sampling, or a confidence stop's (None: not calibrated; the bindings'
+            T_d(1) is used then).
         per_draft_prompt_token_s: a draft model's prefill, per prompt token, inside the decode time.
+        draft_reeval: the draft model's second decode of each verified batch (L + 1 tokens), as a
+            multiple of the bindings' T_d(L + 1) (None: not calibrated; 1 is used then).
     """
 
     per_request_s: float = 0.0
@@ -57,24 +74,35 @@ class ServerLoop:
     per_row_s: float = 0.0
     per_ngram_round_s: float = 0.0
     per_draft_round_s: float = 0.0
-    per_draft_token_s: float | None = None
+    per_draft_pass_s: float | None = None
     per_draft_prompt_token_s: float = 0.0
+    draft_reeval: float | None = None
 
-    def round_s(self, drafted: int, kind: str) -> float:
-        """What a round that drafted `drafted` tokens costs besides the target's T(L + 1)."""
+    def round_s(self, drafted: int, kind: str, passes: int | None = None,
+                draft_step: Callable[[int], float] | None = None) -> float:
+        """What a round that drafted `drafted` tokens costs besides the target's T(L + 1); a
+        draft model's round in `passes` passes (None: one per drafted token) with `draft_step`
+        its bindings' T_d(k) (required for a draft model)."""
         extra = self.per_round_s + self.per_row_s * drafted
         if kind == NGRAM:
             return extra + self.per_ngram_round_s
         if kind == DRAFT_MODEL:
-            return extra + self.per_draft_round_s + (self.per_draft_token_s or 0.0) * drafted
+            if draft_step is None:
+                raise PolyplanError("server loop: a draft model's round needs the draft model's T_d(k)")
+            per_pass = draft_step(1) if self.per_draft_pass_s is None else self.per_draft_pass_s
+            reeval = 1.0 if self.draft_reeval is None else self.draft_reeval
+            return (extra + self.per_draft_round_s + per_pass * (drafted if passes is None else passes)
+                    + reeval * draft_step(drafted + 1))
         return extra
 
     def text(self) -> str:
         """`4.1 ms/request, 2.30 ms/round + 0.21 ms/verified row, n-gram +0.05 ms/round, ...`."""
         parts = [f"{1e3 * self.per_request_s:.2f} ms/request", f"{1e3 * self.per_round_s:.2f} ms/round",
                  f"+{1e3 * self.per_row_s:.2f} ms/drafted row", f"n-gram +{1e3 * self.per_ngram_round_s:.2f} ms/round"]
-        if self.per_draft_token_s is not None:
-            parts.append(f"draft model +{1e3 * self.per_draft_round_s:.2f} ms/round + {1e3 * self.per_draft_token_s:.2f} ms/drafted token "
+        if self.per_draft_pass_s is not None:
+            reeval = 1.0 if self.draft_reeval is None else self.draft_reeval
+            parts.append(f"draft model +{1e3 * self.per_draft_round_s:.2f} ms/round + {1e3 * self.per_draft_pass_s:.2f} ms/pass "
+                         f"+ {reeval:.2f} x T_d(L + 1) re-evaluating the verified batch "
                          f"+ {1e3 * self.per_draft_prompt_token_s:.3f} ms/prompt token")
         return ", ".join(parts)
 
@@ -85,55 +113,75 @@ NO_SERVER_LOOP = ServerLoop()
 @dataclass(frozen=True)
 class ServerRequest:
     """One calibration request as the server ran it: its kind (`KINDS`), the tokens each round
-    drafted (0: a plain step), its decode seconds (`timings.predicted_ms` / 1000) and its
-    prompt's tokens."""
+    drafted (0: a plain step), its decode seconds (`timings.predicted_ms` / 1000), its
+    prompt's tokens, and a draft model's passes in each round (None: one per drafted token, as
+    at a fixed K; a confidence stop adds one)."""
 
     kind: str
     drafted: tuple[int, ...]
     decode_s: float
     prompt_tokens: int = 0
+    passes: tuple[int, ...] | None = None
 
     def __post_init__(self) -> None:
         if self.kind not in KINDS:
             raise PolyplanError(f"server request: kind must be one of {', '.join(KINDS)}, got {self.kind!r}")
         if self.decode_s < 0 or any(item < 0 for item in self.drafted):
             raise PolyplanError("server request: negative decode time or draft length")
+        if self.passes is not None and (len(self.passes) != len(self.drafted)
+                                        or any(p < m for p, m in zip(self.passes, self.drafted))):
+            raise PolyplanError("server request: passes must give each round at least as many passes as it drafted tokens")
 
-    def counts(self) -> tuple[float, ...]:
-        """How often each cost of `ServerLoop` was paid: request, rounds, drafted rows, n-gram
-        rounds, draft-model rounds, draft-model tokens, draft-model prompt tokens."""
-        rounds, drafted, model = len(self.drafted), sum(self.drafted), self.kind == DRAFT_MODEL
-        return (1.0, float(rounds), float(drafted), float(rounds if self.kind == NGRAM else 0),
-                float(rounds if model else 0), float(drafted if model else 0), float(self.prompt_tokens if model else 0))
+    def round_passes(self) -> tuple[int, ...]:
+        """A draft model's passes in each round."""
+        return self.drafted if self.passes is None else self.passes
+
+    def counts(self, draft_step: Callable[[int], float] | None = None) -> tuple[float, ...]:
+        """How often each cost of `ServerLoop` was paid, in its fields' order: request, rounds,
+        drafted rows, n-gram rounds, draft-model rounds, draft-model passes, draft-model prompt
+        tokens, and the seconds of the bindings' T_d(L + 1) over the rounds (`draft_step`:
+        required for a draft model's request)."""
+        rounds, drafted = len(self.drafted), sum(self.drafted)
+        if self.kind != DRAFT_MODEL:
+            return (1.0, float(rounds), float(drafted), float(rounds if self.kind == NGRAM else 0), 0.0, 0.0, 0.0, 0.0)
+        if draft_step is None:
+            raise PolyplanError("server calibration: a draft model's requests need the draft model's T_d(k)")
+        return (1.0, float(rounds), float(drafted), 0.0, float(rounds), float(sum(self.round_passes())),
+                float(self.prompt_tokens), sum(draft_step(item + 1) for item in self.drafted))
 
 
-def fit_server_loop(requests: Sequence[ServerRequest], step: Callable[[int], float]) -> ServerLoop:
+def fit_server_loop(requests: Sequence[ServerRequest], step: Callable[[int], float],
+                    draft_step: Callable[[int], float] | None = None) -> ServerLoop:
     """The server's costs from calibration `requests`: each request's decode time less the
     target's T(L + 1) of its rounds (`step`: the bindings' T(k)), fitted to the counts of
-    `ServerRequest.counts` (non-negative least squares). A cost no request paid is 0; the
-    draft-model token cost is None without draft-model requests.
+    `ServerRequest.counts` (non-negative least squares; `draft_step`: the draft model's T_d(k)
+    through the bindings, for its requests). A cost no request paid is 0; the draft model's
+    pass and re-evaluation are None without draft-model requests.
 
     Raises:
-        PolyplanError: no target-alone request (nothing pins the per-round cost), or fewer
-            requests than costs to fit.
+        PolyplanError: no target-alone request (nothing pins the per-round cost), fewer
+            requests than costs to fit, or draft-model requests without `draft_step`.
     """
     if not any(request.kind == TARGET_ALONE for request in requests):
         raise PolyplanError("server calibration: no target-alone request")
-    rows = [request.counts() for request in requests]
-    paid = [j for j in range(7) if any(row[j] for row in rows)]
+    rows = [request.counts(draft_step) for request in requests]
+    paid = [j for j in range(COSTS) if any(row[j] for row in rows)]
     left = [request.decode_s - sum(step(item + 1) for item in request.drafted) for request in requests]
     design = [[row[j] for j in paid] for row in rows]
     fitted = dict(zip(paid, fit_loop_costs(design, left)))
-    value = [fitted.get(j, 0.0) for j in range(7)]
+    value = [fitted.get(j, 0.0) for j in range(COSTS)]
     drafter = any(request.kind == DRAFT_MODEL for request in requests)
-    return ServerLoop(value[0], value[1], value[2], value[3], value[4], value[5] if drafter else None, value[6])
+    return ServerLoop(*value[:5], value[5] if drafter else None, value[6], value[7] if drafter else None)
 
 
-def request_seconds(loop: ServerLoop, step: Callable[[int], float], drafted: Sequence[int], kind: str,
-                    prompt_tokens: int = 0) -> float:
-    """A request's predicted decode seconds: its rounds' T(L + 1) and the server's costs."""
-    prefill = loop.per_draft_prompt_token_s * prompt_tokens if kind == DRAFT_MODEL else 0.0
-    return loop.per_request_s + prefill + sum(step(item + 1) + loop.round_s(item, kind) for item in drafted)
+def request_seconds(loop: ServerLoop, step: Callable[[int], float], request: ServerRequest,
+                    draft_step: Callable[[int], float] | None = None) -> float:
+    """`request`'s predicted decode seconds (its decode_s is not read): its rounds' T(L + 1)
+    and the server's costs (`draft_step`: the draft model's T_d(k), for a draft model's)."""
+    prefill = loop.per_draft_prompt_token_s * request.prompt_tokens if request.kind == DRAFT_MODEL else 0.0
+    passes = request.round_passes()
+    return loop.per_request_s + prefill + sum(step(item + 1) + loop.round_s(item, request.kind, count, draft_step)
+                                              for item, count in zip(request.drafted, passes))
 
 
 def draft_model_speedup(loop: ServerLoop, per_token_s: float, baseline_s: float,
