@@ -9,19 +9,24 @@ and polyplan's loop overhead. Here the export gets, for the GGUF it hands to `ll
   (`decoder.llama_cpp.LlamaCppMember`, timed by `profiler.forward_timing.measure_latency`, every
   logits row asked for, as a verification does) at the plan's threads, for k = 1 … the widest
   verification a ranked configuration needs (ngram-mod's 64 drafted tokens + 1);
+- each GGUF draft model's pass over k tokens asking for the last row only, k = 1 … 16: how
+  llama-server decodes every verified batch again on the draft model
+  (`planner.exact.server_loop`), at every width since llama.cpp's kernels change regime between
+  widths (the 0.5B Qwen at one thread, every row: 156 ms at k = 7, 129 ms at k = 8);
 - the target's greedy streams on the profile's prompts, decoded by the bindings (llama.cpp's
   argmax, not torch's);
 - llama-server's own per-request, per-round and per-drafted-token costs
   (`planner.exact.server_loop`), fitted from a short calibration against the pinned server
   (`engines.llama_server`): a few requests of a few tokens, target alone, ngram-simple, a draft
-  model at two K, and a draft model capped at one token whose confidence stop ends most of its
+  model at three K, and a draft model capped at one token whose confidence stop ends most of its
   rounds empty (what a round with no draft costs), each request's rounds replayed on the
   server's own output (a draft model's prefill of the prompt falls inside the server's decode
   time, and is fitted too).
 
 Each is kept in the polyplan cache (`<cache>/engines/prices/`), keyed by the file's fingerprint
 (`models.file_fingerprints`), the threads, the processor, the bindings' version, the prompts and
-the settings: a second export costs nothing, a changed file is measured again. Where the plan's
+the settings: a second export costs nothing, a changed file is measured again (the server's
+calibration is kept as its requests and fitted on use, so a refined fit needs no new run). Where the plan's
 target already is a llama.cpp member of that file at those threads, the profile's T(k) and
 streams are llama.cpp's own and are reused, and the notes say so. Without the bindings the
 export keeps the profile's numbers; without a built server, polyplan's loop; one line says which.
@@ -46,17 +51,18 @@ from polyplan.planner.exact.ngram_rules import NGramSimpleRule, ngram_simple_fla
 from polyplan.planner.exact.server_loop import DRAFT_MODEL, NGRAM, TARGET_ALONE, ServerLoop, ServerRequest, fit_server_loop
 from polyplan.planner.llama_cpp_ranking import LlamaCppPrices
 
-VERSION = 3  # 2: the draft model's prefill fitted; 3: its passes, stops and re-evaluated batches
+VERSION = 3  # 2: the draft model's prefill fitted; 3: the calibration's requests kept (traced rounds, an empty-round server), fitted on use
 WIDEST = 65  # ngram-mod drafts up to 64 tokens: a verification of 65
 PRICE_KS = (1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 48, 64)  # measured widths; the curve continues the last slope up to WIDEST
 DRAFTER_KS = (1, 2, 4, 8)  # a draft model decodes one token a round step, and its accepted tokens in one batch
+REEVAL_KS = tuple(range(1, 17))  # the server's second decode of a verified batch on the draft model (last row only)
 CONTEXT = 128  # cached tokens before each timed pass (the profile's shorter context)
 REPEATS = 5
 STREAM_TOKENS = 128  # new tokens per stream when the profile does not say (the profile's default)
 CALIBRATION_PROMPTS = 3
 CALIBRATION_LENGTHS = (8, 24)  # n_predict of the calibration requests
 CALIBRATION_NGRAM = (2, 8)  # ngram-simple size-n / size-m: drafts often, so its rounds vary
-CALIBRATION_K = (2, 6)  # draft-simple K of the two draft-model servers
+CALIBRATION_K = (1, 3, 6)  # draft-simple K of the fixed-K draft-model servers: one pass (width 2), a few, many
 CALIBRATION_STOP = 0.999  # p-min of a draft-simple server at n-max 1: most rounds stop before drafting
 CALIBRATION_REPEATS = 2
 SERVER_CONTEXT = 1024
@@ -127,7 +133,7 @@ def prices_for(source: PriceSource, profile: Profile, plan_target: str, *, reuse
     if len(measured) < len(drafters):
         notes.append("draft models' T_d(k) from the profile (llama.cpp members of their files already): "
                      + ", ".join(sorted(name for name in drafters if name in reuse)))
-    loop, ratio = None, None
+    loop, ratio, reevaluations = None, None, {}
     if build is None:
         notes.append("llama-server's own loop: not calibrated (llama.cpp's server is not built; run "
                      "`polyplan engines build llama.cpp`); priced with polyplan's loop")
@@ -137,18 +143,25 @@ def prices_for(source: PriceSource, profile: Profile, plan_target: str, *, reuse
         from polyplan.planner.exact.latency import curve_from_profile
 
         step = curve_from_profile(target)
+        for name, path in source.drafters.items():  # only llama-server re-decodes a verified batch on the draft model
+            key = _key("reeval", file_fingerprint(path), source.threads, REEVAL_KS, CONTEXT, REPEATS)
+            reevaluations[name] = _kept(key, ModelProfile) or _keep(key, latency(path, source.threads, REEVAL_KS, file_fingerprint(path),
+                                                                                  key, log, last_row_only=True))
+        if reevaluations:
+            notes.append(f"draft models' second decode of a verified batch in llama-server (the last row only), k = 1 … "
+                         f"{REEVAL_KS[-1]}, measured through the bindings at {source.threads} thread(s): {', '.join(sorted(reevaluations))}")
         drafter_files = {name: str(path) for name, path in list(source.drafters.items())[:1]}  # the first draft model
         key = _key("server", fingerprint, target.latency_fingerprint, source.threads, build.version, source.server_flags,
                    {name: file_fingerprint(path) for name, path in drafter_files.items()},
                    fingerprint_tokens([s.ids[:s.prompt_tokens] for s in streams[:CALIBRATION_PROMPTS]]),
                    CALIBRATION_LENGTHS, CALIBRATION_NGRAM, CALIBRATION_K, CALIBRATION_STOP, CALIBRATION_REPEATS,
-                   SERVER_CONTEXT, {name: drafters[name].latency_fingerprint for name in drafter_files})
-        draft_step = next((curve_from_profile(drafters[name]) for name in drafter_files), None)
-        loop = _kept(key, ServerLoop)
-        if loop is None:
-            requests = calibrate(build, source.target, streams[:CALIBRATION_PROMPTS], source.threads, drafter_files,
-                                 source.server_flags, log)
-            loop = _keep(key, fit_server_loop(requests, step, draft_step))
+                   SERVER_CONTEXT)
+        draft_step = next((curve_from_profile(reevaluations[name]) for name in drafter_files), None)
+        requests = _kept(key, tuple[ServerRequest, ...])
+        if requests is None:
+            requests = _keep(key, tuple(calibrate(build, source.target, streams[:CALIBRATION_PROMPTS], source.threads,
+                                                  drafter_files, source.server_flags, log)))
+        loop = fit_server_loop(requests, step, draft_step)
         notes.append(f"llama-server's own loop, calibrated on {where}: {loop.text()}")
         if loop.per_draft_pass_s is not None and draft_step is not None:
             name = next(iter(drafter_files))
@@ -156,7 +169,7 @@ def prices_for(source: PriceSource, profile: Profile, plan_target: str, *, reuse
             notes.append(f"draft model {name!r} in llama-server's loop: {1e3 * loop.per_draft_pass_s:.2f} ms per pass "
                          f"against the bindings' T_d(1) {1e3 * draft_step(1):.2f} ms ({ratio - 1:+.0%}; every draft model "
                          "priced so)")
-    return LlamaCppPrices(target, drafters, tuple(streams), loop, tuple(notes), ratio)
+    return LlamaCppPrices(target, drafters, tuple(streams), loop, tuple(notes), ratio, reevaluations)
 
 
 def export_prices(plan, profile: Profile, candidates, files: Mapping[str, str], server_flags: Sequence[str] = (), *,
@@ -218,23 +231,39 @@ def bindings_missing() -> str | None:
 
 
 def measure_latency_entry(path: Path, threads: int, ks: Sequence[int], fingerprint: str, key: str,
-                          log: Callable[[str], None] = lambda line: None) -> ModelProfile:
+                          log: Callable[[str], None] = lambda line: None, last_row_only: bool = False) -> ModelProfile:
     """T(k) of the GGUF at `path` through the bindings at `threads`, every row asked for, as
-    the profile times a member (`profiler.forward_timing.measure_latency`), as a profile entry."""
+    the profile times a member (`profiler.forward_timing.measure_latency`), as a profile entry;
+    `last_row_only`: each pass asks for its last row only (`LastRowOnly`)."""
     from polyplan.decoder.llama_cpp import LlamaCppMember
     from polyplan.profiler.entries import model_entry
     from polyplan.profiler.forward_timing import LatencySettings, measure_latency
 
-    log(f"timing {path.name} through llama.cpp's bindings at {threads} thread(s), k = 1 … {max(ks)} (once; cached)")
+    rows = "the last row" if last_row_only else "every row"
+    log(f"timing {path.name} through llama.cpp's bindings at {threads} thread(s), k = 1 … {max(ks)}, {rows} (once; cached)")
     settings = LatencySettings(ks=tuple(ks), context_lengths=(CONTEXT,), repeats=REPEATS, warmup=1, prefill_repeats=1,
                                noise_budget_s=0.0)
     member = LlamaCppMember(path, threads=threads, context=settings.tokens_needed + 8)
     try:
         tokens = _filler(member.vocab_size, settings.tokens_needed)
-        measurement = measure_latency(member, tokens, settings)
+        measurement = measure_latency(LastRowOnly(member) if last_row_only else member, tokens, settings)
     finally:
         member.close()
     return model_entry(path.stem, fingerprint, measurement, key)
+
+
+class LastRowOnly:
+    """A member whose every pass asks for its last row only, as llama-server's draft model
+    decodes a verified batch again; everything else is the wrapped member's."""
+
+    def __init__(self, member) -> None:
+        self._member = member
+
+    def __getattr__(self, name: str):
+        return getattr(self._member, name)
+
+    def forward(self, new_ids, keep_last: int | None = None):
+        return self._member.forward(new_ids, keep_last=1)
 
 
 def decode_greedy_streams(path: Path, threads: int, prompts: Sequence[Sequence[int]], new_tokens: int,

@@ -451,7 +451,7 @@ def race_loop_line(configs: Sequence[ServerConfig], runs: Sequence[PeerRun], pro
     requests, draft = race_requests(configs, runs, prompts)
     calibrated = "not calibrated" if prices.loop is None else prices.loop.text()
     name = next((name for name, path in drafts if path == draft), None)
-    draft_step = curve_from_profile(prices.drafters[name]) if name in prices.drafters else None
+    draft_step = curve_from_profile(prices.reevaluations[name]) if name in prices.reevaluations else None
     if draft_step is None:
         requests = [request for request in requests if request.kind != DRAFT_MODEL]
     try:

@@ -49,7 +49,7 @@ from polyplan.planner.exact.engine_overhead import profile_call_seconds, predict
 from polyplan.planner.exact.latency import LatencyCurve, constant_curve, curve_from_profile
 from polyplan.planner.exact.server_loop import NO_SERVER_LOOP, ServerLoop, draft_model_speedup
 from polyplan.formats.overhead import LoopOverhead, SwitchCost
-from polyplan.planner.llama_cpp_policy import (draft_simple_flags, empty_rounds_note, plan_policy, policy_notes, policy_rounds,
+from polyplan.planner.llama_cpp_policy import (draft_simple_flags, plan_policy, policy_notes, policy_rounds,
                                                server_policy, server_view)
 from polyplan.planner.llama_cpp_ranking import (LlamaCppPrices, RankedConfig, Replicates, ReplayWorkload, llama_cpp_spec_flags,
                                                 recommend, replayed_config)
@@ -363,7 +363,6 @@ def _raced_draft_rows(replay_also: Sequence[Sequence[str]], ranked: list[RankedC
                 continue
             notes += [line for line in fallback if line not in notes]
             row_pricing, how = dataclasses.replace(pricing, profile=view), "its confidence stop replayed on the agreement sequences"
-            notes += empty_rounds_note(f"draft-simple {drafter} n-max={k} p-min={draft.p_min:g}", acceptance)
         point = _server_speedup(row_pricing.predict(drafter, acceptance, k), loop, requests)
         label = f"draft-simple {drafter} n-max={k}" + ("" if draft.policy is None else f" p-min={draft.p_min:g}")
         rows.append(_draft_config(label, flags, point, how, row_pricing, target, drafter, k, loop, requests, sampling,
@@ -397,8 +396,9 @@ def _server_speedup(prediction: ChainPrediction, loop: ServerLoop, requests: lis
 class _DraftPricing:
     """What a draft model's round costs in the export: the target's curve and switch cost, the
     loop overhead (polyplan's, None: none) or llama-server's own loop and drafter cost ratio
-    (`_server_draft_model`), and each drafter's curve (from `profile` at `context_length`) and
-    switch cost."""
+    (`_server_draft_model`), each drafter's curve (from `profile` at `context_length`) and
+    switch cost, and in llama-server each GGUF drafter's second decode of a verified batch
+    (`reevals`: its pass over k tokens asking for the last row only)."""
 
     target_curve: LatencyCurve
     target_switch: SwitchCost
@@ -408,6 +408,7 @@ class _DraftPricing:
     profile: Profile
     context_length: int | None
     switches: Mapping[str, SwitchCost]
+    reevals: Mapping[str, LatencyCurve] = dataclasses.field(default_factory=dict)
 
     def predict(self, drafter: str, acceptance, k: int, method: str = "draft_model",
                 curves: tuple[LatencyCurve, LatencyCurve] | None = None) -> ChainPrediction:
@@ -419,7 +420,8 @@ class _DraftPricing:
         curves = list(curves)
         costs, overhead, verify = [self.target_switch, self.switches.get(drafter, NO_SWITCH)], self.overhead, None
         if self.loop is not None:
-            curves, costs, overhead, verify = _server_draft_model(curves, self.loop, method, self.ratio)
+            curves, costs, overhead, verify = _server_draft_model(curves, self.loop, method, self.ratio,
+                                                                  self.reevals.get(drafter, curves[1]))
         return predict_chain([acceptance], curves, [k], overhead, costs, pad_verification=False, verify_curves=verify)
 
 
@@ -475,28 +477,29 @@ def _policy_config(profile: Profile, target: str, options: list[EngineOption], p
     row = _draft_config(label, llama_cpp_spec_flags("draft_model", k, option.source, p_min=stop.p_min), point,
                         "the plan's confidence stop replayed on the drafter's agreement sequences",
                         dataclasses.replace(pricing, profile=view), target, drafter, k, loop, requests, sampling, stop, set_size)
-    return [row], [*fallback, *policy_notes(drafter, plan_policy_, k), *empty_rounds_note(label, rounds_at(k))]
+    return [row], [*fallback, *policy_notes(drafter, plan_policy_, k)]
 
 
-def _server_draft_model(curves: list[LatencyCurve], loop: ServerLoop, method: str,
-                        ratio: float | None) -> tuple[list, list, LoopOverhead, list | None]:
+def _server_draft_model(curves: list[LatencyCurve], loop: ServerLoop, method: str, ratio: float | None,
+                        reeval: LatencyCurve) -> tuple[list, list, LoopOverhead, list | None]:
     """The exact model's inputs for one llama-server round with a drafter (`planner.exact.server_loop`):
     curves, switch costs (none: they are inside the calibration), loop overhead and verification
     curves. Every target pass pays the server's per-round cost (the target's curve shifted by
     it, so the baseline pays it too). A draft model's pass, drafted token or confidence stop,
     costs the bindings' T_d(1) times the calibrated `ratio` (1 without one); its verification
     of L + 1 tokens pays the server's per-row cost for the L drafted rows and the draft model's
-    second decode of that batch (`ServerLoop.draft_reeval` times its T_d(L + 1)); every round
-    its per-round cost. An n-gram drafter without streams (priced at α) costs the per-row cost
-    a token and its per-round cost."""
+    second decode of that batch (`ServerLoop.draft_reeval` times `reeval`(L + 1): the draft
+    model's pass asking for the last row only, or its `curves` entry where that was not
+    measured); every round its per-round cost. An n-gram drafter without streams (priced at α)
+    costs the per-row cost a token and its per-round cost."""
     target = LatencyCurve(curves[0].ks, tuple(value + loop.per_round_s for value in curves[0].seconds))
     if method == "ngram":  # an n-gram drafter without streams: α, at a free drafter
         drafter = constant_curve(loop.per_row_s + 1e-9)
         return [target, drafter], [NO_SWITCH, NO_SWITCH], LoopOverhead(per_step_s=0.0, per_round_s=loop.per_ngram_round_s), None
     drafter = constant_curve(curves[1](1) * (1.0 if ratio is None else ratio))
-    reeval = 1.0 if loop.draft_reeval is None else loop.draft_reeval
-    widths = tuple(sorted(set(target.ks) | set(curves[1].ks)))
-    verify = LatencyCurve(widths, tuple(target(k) + loop.per_row_s * (k - 1) + reeval * curves[1](k) for k in widths))
+    factor = 1.0 if loop.draft_reeval is None else loop.draft_reeval
+    widths = tuple(sorted(set(target.ks) | set(reeval.ks)))
+    verify = LatencyCurve(widths, tuple(target(k) + loop.per_row_s * (k - 1) + factor * reeval(k) for k in widths))
     return ([target, drafter], [NO_SWITCH, NO_SWITCH], LoopOverhead(per_step_s=0.0, per_round_s=loop.per_draft_round_s),
             [verify, drafter])
 
@@ -591,8 +594,9 @@ def export_plan(
         missing.append(f"{plan.target}'s prefill")
     baseline_per_token = target_curve(1) + (0.0 if overhead is None else overhead.per_step_s)
     baseline_call = CallModel(baseline_per_token, per_call, target_prefill, replaced_s=target_curve(1)) if engine == "hf" else None
+    reevals = {} if prices is None else {name: curve_from_profile(entry) for name, entry in prices.reevaluations.items()}
     pricing = _DraftPricing(target_curve, switches.get(plan.target, NO_SWITCH), overhead, loop,
-                            None if prices is None else prices.draft_ratio, profile, context_length, switches)
+                            None if prices is None else prices.draft_ratio, profile, context_length, switches, reevals)
     options = []
     for pair in profile.pairs:
         if pair.verifier != plan.target or sampling not in pair.sampling:

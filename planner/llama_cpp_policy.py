@@ -154,23 +154,6 @@ def draft_simple_flags(flags) -> DraftSimpleFlags | None:
     return DraftSimpleFlags(options["-md"], n_max, n_min, p_min)
 
 
-EMPTY_ROUNDS_FLAGGED = 0.25  # a stop's share of rounds that draft nothing above which its price is flagged
-
-
-def empty_rounds_note(label: str, rounds: DraftRounds) -> tuple[str, ...]:
-    """One line where more than `EMPTY_ROUNDS_FLAGGED` of a confidence stop's replayed rounds draft
-    nothing: llama-server's loop is calibrated on fixed-K rounds, which always draft, so what an
-    empty round costs is extrapolated. Measured (Qwen2.5-Coder 1.5B with its 0.5B, 1 thread): on
-    chat prompts, 41-60 % of rounds empty, the stop raced 12-15 % faster than predicted; on code
-    prompts, 6-17 % empty, within 5 %."""
-    counts = rounds.counts.sum(axis=0)
-    share = float(counts[0].sum() / counts.sum())
-    if share <= EMPTY_ROUNDS_FLAGGED:
-        return ()
-    return (f"{label}: {share:.0%} of its replayed rounds draft nothing, a round llama-server's calibration (fixed K) never "
-            "times; its price is extrapolated (measured up to 15 % low where half the rounds were empty)",)
-
-
 def policy_notes(drafter: str, policy: DraftPolicy, block: int | None) -> tuple[str, ...]:
     """One line where the plan's policy is more than llama-server runs: its adaptive cap, and the
     fixed `--spec-draft-n-max` rendered instead (`block`: the K the export chose; None: none)."""

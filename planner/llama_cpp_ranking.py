@@ -120,6 +120,9 @@ class LlamaCppPrices:
         draft_ratio: what a draft model's pass (a drafted token or a confidence stop) costs
             inside llama-server over its T_d(1) through the bindings, as calibrated on one draft
             model (None: not calibrated; 1 is used, the bindings' T_d(1)).
+        reevaluations: by candidate name, each GGUF draft model's pass over k tokens asking for
+            the last row only (how llama-server decodes a verified batch again on it), as a
+            latency entry.
     """
 
     target: ModelProfile
@@ -128,6 +131,7 @@ class LlamaCppPrices:
     loop: ServerLoop | None = None
     notes: tuple[str, ...] = ()
     draft_ratio: float | None = None
+    reevaluations: Mapping[str, ModelProfile] = field(default_factory=dict)
 
     def applied(self, profile: Profile, target: str) -> Profile:
         """`profile` with these latency curves and streams in place of its own."""

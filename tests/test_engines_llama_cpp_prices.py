@@ -457,7 +457,8 @@ def test_a_real_server_calibration_fits_non_negative_costs_that_explain_its_deco
     streams = llama_cpp_prices.decode_greedy_streams(model, 1, prompts, 32)
     requests = llama_cpp_prices.calibrate_server(build, model, streams, 1, {"small": str(drafter)}, ())
     assert {r.kind for r in requests} == {TARGET_ALONE, NGRAM, DRAFT_MODEL}
-    draft_step = curve_from_profile(llama_cpp_prices.measure_latency_entry(drafter, 1, llama_cpp_prices.DRAFTER_KS, "fp-d", "key-d"))
+    draft_step = curve_from_profile(llama_cpp_prices.measure_latency_entry(drafter, 1, llama_cpp_prices.REEVAL_KS, "fp-d", "key-d",
+                                                                           last_row_only=True))
     assert any(r.passes is not None for r in requests)  # the empty-round probe ran
     loop = fit_server_loop(requests, step, draft_step)
     assert loop.per_round_s >= 0 and loop.per_draft_pass_s is not None and loop.draft_reeval is not None
@@ -512,7 +513,8 @@ def test_the_race_fits_the_servers_loop_from_its_own_requests_as_the_calibration
     for request in requests:  # one length only: the fit need not split per-request from per-round costs, but explains every request
         assert request_seconds(fitted, STEP, request, DRAFT_STEP) == pytest.approx(request.decode_s, rel=1e-6)
     curve = lambda name, c: ModelProfile(name, "fp-" + name, tuple(LatencyPoint(128, k, v) for k, v in zip(c.ks, c.seconds)))  # noqa: E731
-    prices = LlamaCppPrices(curve("t", STEP), {"small": curve("small", DRAFT_STEP)}, loop=dataclasses.replace(KNOWN, per_round_s=0.003))
+    prices = LlamaCppPrices(curve("t", STEP), loop=dataclasses.replace(KNOWN, per_round_s=0.003),
+                            reevaluations={"small": curve("small", DRAFT_STEP)})
     line = race_loop_line(configs, runs, [p.ids for p in prompts], prices, [("small", "d.gguf"), ("other", "e.gguf")])
     assert line == (f"llama-server's loop fitted from this race's 24 requests (target alone, ngram-simple, draft-simple at a "
                     f"fixed K): {fitted.text()}; calibrated: {prices.loop.text()}")

@@ -202,20 +202,29 @@ def test_the_export_replays_the_10_best_confidences_and_says_when_it_falls_back(
         stop_row(export_plan(plan, concentrated_whole, gguf_pair, "llama.cpp", k_max=2)).speedup, rel=1e-12)
 
 
-def test_a_stop_whose_rounds_mostly_draft_nothing_is_flagged_as_extrapolated():
-    """llama-server's loop is calibrated on fixed-K rounds, which always draft: a stop with many
-    empty rounds (chat prompts: 41-60 %, raced 12-15 % above its price) gets one line; one that
-    mostly drafts (code prompts: 6-17 %) gets none."""
-    import numpy as np
+def test_in_llama_servers_loop_a_stop_round_pays_its_passes_and_the_verified_batch_decoded_again(gguf_pair):
+    """With llama-server's loop (`planner.exact.server_loop`), each replayed round of the stop costs
+    the target's T(m + 1) and the server's per-round and per-row costs, the draft model's round
+    cost, a pass per drafted token plus one for the stop (the bindings' T_d(1) times the
+    calibrated ratio), and its second decode of the m + 1 verified tokens (the last-row curve, a
+    jump from one token to two as on llama.cpp's CPU kernels): a round that drafted nothing costs
+    one pass and a one-token decode, not a drafted token and a round."""
+    from polyplan.planner.exact.server_loop import ServerLoop
+    from polyplan.planner.llama_cpp_ranking import LlamaCppPrices
 
-    from polyplan.planner.exact.draft_rounds import DraftRounds
-    from polyplan.planner.llama_cpp_policy import empty_rounds_note
+    profile = _profile(alpha=0.2)
+    reeval = ModelProfile("draft", "fp-draft-last", tuple(LatencyPoint(64, k, 0.01 if k == 1 else 0.02 + 0.002 * k) for k in range(1, 9)))
+    loop = ServerLoop(per_round_s=0.004, per_row_s=0.001, per_draft_round_s=0.002, per_draft_pass_s=0.015, draft_reeval=0.8)
+    prices = LlamaCppPrices(profile.model("target"), loop=loop, draft_ratio=1.5, reevaluations={"draft": reeval})
+    export = export_plan(_plan(profile, DraftPolicy(p_min=0.5)), profile, gguf_pair, "llama.cpp", k_max=2, prices=prices)
+    row = _row(export, "draft-simple draft K=2 p-min=0.5")
+    k2 = [(2, 2, 0), (0, 0, 1), (2, 0, 0), (2, 0, 0), (2, 1, 0)]  # (drafted, accepted, stopped), as walked above
 
-    def rounds(empty: int, full: int) -> DraftRounds:
-        counts = np.zeros((1, 5, 5))
-        counts[0, 0, 0], counts[0, 4, 4] = empty, full
-        return DraftRounds(counts, model_drafter=True, stops=np.array([[empty, 0, 0, 0, 0]], dtype=float))
+    def last_row(k: int) -> float:
+        return 0.01 if k == 1 else 0.02 + 0.002 * k
 
-    (line,) = empty_rounds_note("draft-simple d n-max=4 p-min=0.8", rounds(60, 40))
-    assert line.startswith("draft-simple d n-max=4 p-min=0.8: 60% of its replayed rounds draft nothing") and "extrapolated" in line
-    assert empty_rounds_note("x", rounds(10, 90)) == ()
+    seconds = sum(TARGET_S * (1 + 0.1 * m) + 0.004 + 0.001 * m + 0.002 + 0.015 * (m + stop) + 0.8 * last_row(m + 1)
+                  for m, _, stop in k2)
+    assert row.speedup == pytest.approx((TARGET_S + 0.004) / (seconds / sum(a + 1 for _, a, _ in k2)), rel=1e-9)
+
+

@@ -154,8 +154,14 @@ def fit_server_loop(requests: Sequence[ServerRequest], step: Callable[[int], flo
                     draft_step: Callable[[int], float] | None = None) -> ServerLoop:
     """The server's costs from calibration `requests`: each request's decode time less the
     target's T(L + 1) of its rounds (`step`: the bindings' T(k)), fitted to the counts of
-    `ServerRequest.counts` (non-negative least squares; `draft_step`: the draft model's T_d(k)
-    through the bindings, for its requests). A cost no request paid is 0; the draft model's
+    `ServerRequest.counts` by non-negative least squares, in two stages: the target alone's and
+    the n-gram types' requests fit the costs every configuration pays (per request, per round,
+    per drafted row) and the n-gram round; the draft model's requests, less those, fit its own
+    (per round, per pass, its prefill per prompt token, and the factor on its second decode of
+    each verified batch, `draft_step`: that pass's T_d(k) through the bindings). In one fit the
+    draft model's long requests pulled the per-row cost to 6.8 ms where the n-gram requests
+    alone put it at 1.3-1.6 ms (Qwen2.5-Coder 1.5B, 1 thread): a drafted row and a draft pass
+    are paid together in every fixed-K round. A cost no request paid is 0; the draft model's
     pass and re-evaluation are None without draft-model requests.
 
     Raises:
@@ -164,14 +170,26 @@ def fit_server_loop(requests: Sequence[ServerRequest], step: Callable[[int], flo
     """
     if not any(request.kind == TARGET_ALONE for request in requests):
         raise PolyplanError("server calibration: no target-alone request")
+    shared, own = range(4), range(4, COSTS)
+    plain = [request for request in requests if request.kind != DRAFT_MODEL]
+    value = _fit_columns(plain, step, draft_step, shared, [0.0] * COSTS)
+    drafted = [request for request in requests if request.kind == DRAFT_MODEL]
+    if not drafted:
+        return ServerLoop(*value[:5], None, value[6], None)
+    value = _fit_columns(drafted, step, draft_step, own, value)
+    return ServerLoop(*value)
+
+
+def _fit_columns(requests: Sequence[ServerRequest], step: Callable[[int], float], draft_step, columns,
+                 known: Sequence[float]) -> list[float]:
+    """`known` with the costs of `columns` fitted to `requests` (non-negative least squares), the
+    others held at their `known` values."""
     rows = [request.counts(draft_step) for request in requests]
-    paid = [j for j in range(COSTS) if any(row[j] for row in rows)]
-    left = [request.decode_s - sum(step(item + 1) for item in request.drafted) for request in requests]
-    design = [[row[j] for j in paid] for row in rows]
-    fitted = dict(zip(paid, fit_loop_costs(design, left)))
-    value = [fitted.get(j, 0.0) for j in range(COSTS)]
-    drafter = any(request.kind == DRAFT_MODEL for request in requests)
-    return ServerLoop(*value[:5], value[5] if drafter else None, value[6], value[7] if drafter else None)
+    paid = [j for j in columns if any(row[j] for row in rows)]
+    left = [request.decode_s - sum(step(item + 1) for item in request.drafted)
+            - sum(known[j] * row[j] for j in range(COSTS) if j not in columns) for request, row in zip(requests, rows)]
+    fitted = dict(zip(paid, fit_loop_costs([[row[j] for j in paid] for row in rows], left)))
+    return [fitted.get(j, 0.0) if j in columns else known[j] for j in range(COSTS)]
 
 
 def request_seconds(loop: ServerLoop, step: Callable[[int], float], request: ServerRequest,
