@@ -83,6 +83,7 @@ class PeerRun:
     group: int = 0  # the memory group it ran in (its speedup is over that group's target alone)
     decode_s: float | None = None  # the server's own decode time (`timings.predicted_ms`); None for polyplan
     decoded: int | None = None  # the tokens it timed (`timings.predicted_n`)
+    rounds: tuple[tuple[int, int], ...] | None = None  # (drafted, accepted) of each round that drafted, from the server's trace
 
 
 @dataclass(frozen=True)
@@ -107,6 +108,7 @@ class PeerRow:
     failure: str | None = None  # why it has no numbers ("not started: ...", "failed to start: ...", "stopped answering: ..."); NaN then
     predicted_interval: tuple[float, float] | None = None  # the export's interval of `predicted_speedup`
     race_priced: float | None = None  # the same prediction priced on this race's own prompts (`priced_on_race`)
+    drafted_rounds: tuple[int, ...] | None = None  # its rounds by tokens drafted (index m), from the servers' traces (`traced_rounds`)
 
     @property
     def measured(self) -> float:
@@ -377,7 +379,8 @@ def run_llama_peers(plan_path, *, prompts_path=None, candidates_path=None, threa
 
     def start(config: ServerConfig) -> LlamaServer:
         log(f"starting llama-server: {config.label}")
-        return LlamaServer(build.server, Path(target.source), (*common, *config.args), logs / f"server-{index[config.label]}.log")
+        return LlamaServer(build.server, Path(target.source), (*common, *config.args), logs / f"server-{index[config.label]}.log",
+                           trace=True)
 
     def ours(ids: Sequence[int]) -> tuple[tuple[int, ...], float, int, int]:
         began = time.perf_counter()
@@ -428,7 +431,8 @@ def race_requests(configs: Sequence[ServerConfig], runs: Sequence[PeerRun], prom
         args = by_label.get(run.config)
         if args is None or run.decode_s is None or ("-md" in args and args[args.index("-md") + 1] != drafts[0]):
             continue
-        done = Completion(run.tokens, run.decoded or len(run.tokens), 1000.0 * run.decode_s, 0.0, run.drafted, run.accepted, run.call_s)
+        done = Completion(run.tokens, run.decoded or len(run.tokens), 1000.0 * run.decode_s, 0.0, run.drafted, run.accepted, run.call_s,
+                          run.rounds)
         request = server_request(args, prompts[run.prompt], done)
         if request is not None:
             requests.append(request)
@@ -527,7 +531,8 @@ def race_servers(groups: Sequence[Sequence[ServerConfig]], start: Callable[[Serv
                             log(f"{label}: {failures[label]}")
                             continue
                         runs.append(PeerRun(label, index, prompt.prompt.kind, done.token_ids, done.wall_s, done.tokens_per_s,
-                                            done.draft_n, done.draft_accepted, number, done.predicted_ms / 1000.0, done.predicted_n))
+                                            done.draft_n, done.draft_accepted, number, done.predicted_ms / 1000.0, done.predicted_n,
+                                            done.rounds))
                 log(f"{f'group {number + 1}/{len(groups)}: ' if len(groups) > 1 else ''}repeat {repeat + 1}/{repeats} done")
     return [run for run in runs if run.config not in failures], failures
 
@@ -590,7 +595,23 @@ def _row(label: str, runs: list[PeerRun], configs: list[ServerConfig], group: in
         group=group,
         predicted_interval=config.predicted_interval if config is not None else None,
         race_priced=config.race_priced if config is not None else None,
+        drafted_rounds=traced_rounds(mine),
     )
+
+
+def traced_rounds(runs: Sequence[PeerRun]) -> tuple[int, ...] | None:
+    """How many of `runs`' rounds drafted m tokens, m = 0 … the most drafted, from the servers'
+    traces (the rounds that drafted nothing are the rest of each request's rounds: every round
+    emits its accepted tokens and one more); None where a run was not traced (polyplan's, or a
+    trace that did not add up) or nothing was drafted."""
+    if not runs or any(run.rounds is None for run in runs) or not any(run.rounds for run in runs):
+        return None
+    counts = [0] * (1 + max(m for run in runs for m, _ in run.rounds))
+    for run in runs:
+        for m, _ in run.rounds:
+            counts[m] += 1
+        counts[0] += max(0, (run.decoded or len(run.tokens)) - 1 - run.accepted - len(run.rounds))
+    return tuple(counts)
 
 
 def _failed_row(label: str, failure: str, configs: list[ServerConfig], group: int | None = None) -> PeerRow:

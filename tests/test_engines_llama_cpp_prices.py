@@ -320,8 +320,8 @@ def test_a_whole_race_with_stand_in_servers_judges_and_splits_every_replayed_row
     answer = tuple(range(20, 28)) * 2
 
     class StandIn:
-        def __init__(self, binary, model, args, log_path):
-            self.args = tuple(args)
+        def __init__(self, binary, model, args, log_path, trace=False):
+            self.args, self.trace = tuple(args), trace
 
         def __enter__(self):
             return self
@@ -332,7 +332,7 @@ def test_a_whole_race_with_stand_in_servers_judges_and_splits_every_replayed_row
         def complete(self, ids, new_tokens):
             drafting = "--spec-type" in self.args or "--spec-default" in self.args
             return Completion(answer[:new_tokens], new_tokens, 100.0 if drafting else 120.0, 5.0, 6 if drafting else 0,
-                              3 if drafting else 0, 0.2)
+                              3 if drafting else 0, 0.2, ((3, 2), (3, 1)) if drafting and self.trace else () if self.trace else None)
 
     monkeypatch.setattr(llama_peers, "require_build", lambda: LlamaCppBuild(tmp_path, "stand-in"))
     monkeypatch.setattr(llama_peers, "LlamaServer", StandIn)
@@ -340,6 +340,9 @@ def test_a_whole_race_with_stand_in_servers_judges_and_splits_every_replayed_row
                                         new_tokens=16, repeats=1, threads=1)
     rows = {row.label: row for row in bench.rows}
     assert bench.prompts == 2 and rows[llama_peers.POLYPLAN].runs == 2
+    # the servers' traces: per prompt 12 rounds (16 tokens, the prefill's first, 3 accepted), 2 of them drafted 3
+    assert rows["ngram-mod (defaults)"].drafted_rounds == (2 * 10, 0, 0, 2 * 2)
+    assert rows[llama_peers.POLYPLAN].drafted_rounds is None and rows[llama_peers.TARGET_ONLY].drafted_rounds is None
     mod = rows["ngram-mod (defaults)"]
     assert mod.decode_speedup == pytest.approx(1.2) and mod.predicted_speedup is not None and mod.race_priced is not None
     # a draft model's rows are priced on the race's answers too (its agreement with them measured), but not a combination
