@@ -51,7 +51,7 @@ from polyplan.planner.exact.ngram_rules import NGramSimpleRule, ngram_simple_fla
 from polyplan.planner.exact.server_loop import DRAFT_MODEL, NGRAM, TARGET_ALONE, ServerLoop, ServerRequest, fit_server_loop
 from polyplan.planner.llama_cpp_ranking import LlamaCppPrices
 
-VERSION = 3  # 2: the draft model's prefill fitted; 3: the calibration's requests kept (traced rounds, an empty-round server), fitted on use
+VERSION = 4  # 2: the draft model's prefill fitted; 3: the calibration's requests kept (traced rounds, an empty-round server), fitted on use; 4: fixed K at n-min 0
 WIDEST = 65  # ngram-mod drafts up to 64 tokens: a verification of 65
 PRICE_KS = (1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 48, 64)  # measured widths; the curve continues the last slope up to WIDEST
 DRAFTER_KS = (1, 2, 4, 8)  # a draft model decodes one token a round step, and its accepted tokens in one batch
@@ -311,7 +311,7 @@ def calibrate_server(build, target: Path, streams: Sequence[TargetStream], threa
     for path in list(drafters.values())[:1]:
         for k in CALIBRATION_K:
             configs.append((DRAFT_MODEL, ("--spec-type", "draft-simple", "-md", path, "--spec-draft-n-max", str(k),
-                                          "--spec-draft-n-min", str(k), "--spec-draft-p-min", "0"), k))
+                                          "--spec-draft-n-min", "0", "--spec-draft-p-min", "0"), k))
         configs.append((DRAFT_MODEL, ("--spec-type", "draft-simple", "-md", path, "--spec-draft-n-max", "1",
                                       "--spec-draft-n-min", "0", "--spec-draft-p-min", f"{CALIBRATION_STOP:g}"), 1))
     prompts = [list(stream.ids[:stream.prompt_tokens]) for stream in streams]
@@ -341,7 +341,7 @@ def server_request(args: Sequence[str], prompt: Sequence[int], done) -> ServerRe
     """One finished request (`engines.llama_server.Completion`) of a server started with `args`
     (its flags after `-m TARGET`) as the loop's fit reads it (`planner.exact.server_loop.ServerRequest`),
     for the calibration and the race alike: the target alone; `ngram-simple` at its sizes, its
-    rounds replayed on the server's own output; `draft-simple` at a fixed K (n-max = n-min,
+    rounds replayed on the server's own output; `draft-simple` at a fixed K (n-max K, n-min 0,
     p-min 0), K a round; `draft-simple` at n-max 1 behind a confidence stop, one pass a round
     that drafted one token or none. None for any other configuration (a stateful n-gram type, a
     draft whose length varies), or where the rounds are not known."""
@@ -358,8 +358,10 @@ def server_request(args: Sequence[str], prompt: Sequence[int], done) -> ServerRe
 def _fit_kind(args: tuple[str, ...]) -> tuple[str | None, int | None, tuple[int, int] | None]:
     """(kind, K of a fixed-K draft model or `STOPPED`, ngram-simple's sizes) of a server's flags;
     kind None: not one the fit can read. A draft model is read at a fixed K only where its flags
-    say so outright (n-max = n-min, p-min 0, all three given), and as `STOPPED` at n-max 1,
-    n-min 0 and a p-min above 0 (each round one pass, drafting its token or stopping)."""
+    say so outright (n-max K, n-min 0, p-min 0, all three given: with n-min = K the server
+    discards the drafts it caps near a request's end, passes the trace does not count), and as
+    `STOPPED` at n-max 1, n-min 0 and a p-min above 0 (each round one pass, drafting its token or
+    stopping)."""
     from polyplan.planner.llama_cpp_policy import draft_simple_flags
 
     if "--spec-type" not in args and "--spec-default" not in args and "-md" not in args:
@@ -369,7 +371,7 @@ def _fit_kind(args: tuple[str, ...]) -> tuple[str | None, int | None, tuple[int,
         return NGRAM, None, sizes
     draft = draft_simple_flags(args)
     explicit = {"--spec-draft-n-max", "--spec-draft-n-min", "--spec-draft-p-min"} <= set(args)
-    if draft is not None and explicit and draft.n_max == draft.n_min and draft.p_min == 0.0:
+    if draft is not None and explicit and draft.n_min == 0 and draft.p_min == 0.0:
         return DRAFT_MODEL, draft.n_max, None
     if draft is not None and explicit and draft.n_max == 1 and draft.n_min == 0 and draft.p_min > 0.0:
         return DRAFT_MODEL, STOPPED, None
@@ -381,7 +383,7 @@ def _rounds(kind: str, prompt: Sequence[int], done, k: int | None, sizes: tuple[
     for the target alone; ngram-simple's (at `sizes`) replayed on the server's own output (None
     when the replay's totals are not the server's); a draft model at fixed K: K a round while
     its drafted tokens last (the server's totals give the rounds: every round but the prefill's
-    token emits its accepted tokens and one more); `STOPPED` (n-max 1 behind a confidence stop):
+    token emits its accepted tokens and one more; near the end it drafts fewer); `STOPPED` (n-max 1 behind a confidence stop):
     one token in as many rounds as it drafted, none in the rest (the fit reads only totals). A
     traced server's rounds (`Completion.rounds`) are read as logged: a fixed K drafts fewer near
     the request's end, where the server caps the draft at the tokens left."""

@@ -471,7 +471,7 @@ def test_a_real_server_calibration_fits_non_negative_costs_that_explain_its_deco
     from polyplan.engines.llama_server import LlamaServer
 
     flags = ("-t", "1", "-c", "256", "-np", "1", "--no-webui", "--spec-type", "draft-simple", "-md", str(drafter),
-             "--spec-draft-n-max", "3", "--spec-draft-n-min", "3", "--spec-draft-p-min", "0")
+             "--spec-draft-n-max", "3", "--spec-draft-n-min", "0", "--spec-draft-p-min", "0")
     with LlamaServer(build.server, model, flags, tmp_path / "traced.log", trace=True) as server:
         done = server.complete(list(prompts[0]), 24)
     assert done.draft_n > 0 and done.rounds is not None and all(0 < m <= 3 for m, _ in done.rounds)  # the trace is read
@@ -498,13 +498,13 @@ def test_the_race_fits_the_servers_loop_from_its_own_requests_as_the_calibration
                                                  "--spec-ngram-simple-size-m", "8")),
                ServerConfig("ngram-mod (defaults)", ("--spec-type", "ngram-mod")),
                ServerConfig("draft K=2", ("--spec-type", "draft-simple", "-md", "d.gguf", "--spec-draft-n-max", "2",
-                                          "--spec-draft-n-min", "2", "--spec-draft-p-min", "0")),
+                                          "--spec-draft-n-min", "0", "--spec-draft-p-min", "0")),
                ServerConfig("draft K=6", ("--spec-type", "draft-simple", "-md", "d.gguf", "--spec-draft-n-max", "6",
-                                          "--spec-draft-n-min", "6", "--spec-draft-p-min", "0")),
+                                          "--spec-draft-n-min", "0", "--spec-draft-p-min", "0")),
                ServerConfig("draft p-min", ("--spec-type", "draft-simple", "-md", "d.gguf", "--spec-draft-n-max", "6",
                                             "--spec-draft-n-min", "0", "--spec-draft-p-min", "0.7")),
                ServerConfig("other draft K=3", ("--spec-type", "draft-simple", "-md", "e.gguf", "--spec-draft-n-max", "3",
-                                                "--spec-draft-n-min", "3", "--spec-draft-p-min", "0"))]
+                                                "--spec-draft-n-min", "0", "--spec-draft-p-min", "0"))]
     prompts = [SimpleNamespace(ids=list(s.ids[:s.prompt_tokens]), prompt=SimpleNamespace(kind="chat")) for s in streams]
     ours = lambda ids: ((), 1.0, 0, 0)  # noqa: E731
     runs, failures = race_servers([configs], lambda config: FakeServer(config.args, streams), ours, prompts, repeats=2, new_tokens=24)

@@ -61,8 +61,8 @@ def test_the_confidence_stop_is_rendered_with_no_minimum_draft():
     flags = llama_cpp_spec_flags("draft_model", 6, "d.gguf", p_min=0.75)
     assert flags == ["--spec-type", "draft-simple", "-md", "d.gguf", "--spec-draft-n-max", "6", "--spec-draft-n-min", "0",
                      "--spec-draft-p-min", "0.75"]
-    # without a stop: exactly K tokens a round, as before
-    assert llama_cpp_spec_flags("draft_model", 6, "d.gguf")[-4:] == ["--spec-draft-n-min", "6", "--spec-draft-p-min", "0"]
+    # without a stop: K tokens a round, fewer (not none) where a request's end caps the draft
+    assert llama_cpp_spec_flags("draft_model", 6, "d.gguf")[-4:] == ["--spec-draft-n-min", "0", "--spec-draft-p-min", "0"]
 
 
 def test_the_plans_p_min_is_a_ranked_row_predicted_by_replaying_its_stop(tmp_path, gguf_pair):
