@@ -40,6 +40,7 @@ import json
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 
+from polyplan.engines.llama_server import round_widths
 from polyplan.formats.atomic import write_text_atomically
 from polyplan.formats.cache import cache_root
 from polyplan.formats.codec import decode, encode
@@ -144,9 +145,10 @@ def prices_for(source: PriceSource, profile: Profile, plan_target: str, *, reuse
 
         step = curve_from_profile(target)
         for name, path in source.drafters.items():  # only llama-server re-decodes a verified batch on the draft model
-            key = _key("reeval", file_fingerprint(path), source.threads, REEVAL_KS, CONTEXT, REPEATS)
-            reevaluations[name] = _kept(key, ModelProfile) or _keep(key, latency(path, source.threads, REEVAL_KS, file_fingerprint(path),
-                                                                                  key, log, last_row_only=True))
+            dfp = file_fingerprint(path)
+            key = _key("reeval", dfp, source.threads, REEVAL_KS, CONTEXT, REPEATS)
+            reevaluations[name] = (_kept(key, ModelProfile)
+                                   or _keep(key, latency(path, source.threads, REEVAL_KS, dfp, key, log, last_row_only=True)))
         if reevaluations:
             notes.append(f"draft models' second decode of a verified batch in llama-server (the last row only), k = 1 … "
                          f"{REEVAL_KS[-1]}, measured through the bindings at {source.threads} thread(s): {', '.join(sorted(reevaluations))}")
@@ -402,7 +404,7 @@ def _rounds(kind: str, prompt: Sequence[int], done, k: int | None, sizes: tuple[
     if k == STOPPED:
         return (1,) * done.draft_n + (0,) * (rounds - done.draft_n) if 0 <= done.draft_n <= rounds else None
     if done.rounds is not None:
-        return tuple(m for m, _ in done.rounds) + (0,) * (rounds - len(done.rounds)) if len(done.rounds) <= rounds else None
+        return round_widths(done.rounds, generated, done.draft_accepted)
     widths, left = [], done.draft_n
     for _ in range(rounds):
         widths.append(min(k, left))

@@ -43,7 +43,7 @@ from pathlib import Path
 import torch
 
 from polyplan.engines.llama_cpp_build import require_build
-from polyplan.engines.llama_server import LlamaServer
+from polyplan.engines.llama_server import LlamaServer, round_widths
 from polyplan.engines.race_memory import (GB, MemoryNeed, ModelMemory, RaceGroups, gguf_memory, memory_line, process_need,
                                           race_groups, resident_need, usable_memory)
 from polyplan.formats.candidates import RULE_DRAFTERS, Quantize
@@ -604,13 +604,13 @@ def traced_rounds(runs: Sequence[PeerRun]) -> tuple[int, ...] | None:
     traces (the rounds that drafted nothing are the rest of each request's rounds: every round
     emits its accepted tokens and one more); None where a run was not traced (polyplan's, or a
     trace that did not add up) or nothing was drafted."""
-    if not runs or any(run.rounds is None for run in runs) or not any(run.rounds for run in runs):
+    widths = [round_widths(run.rounds, run.decoded or len(run.tokens), run.accepted) for run in runs]
+    if not runs or any(each is None for each in widths) or not any(run.rounds for run in runs):
         return None
-    counts = [0] * (1 + max(m for run in runs for m, _ in run.rounds))
-    for run in runs:
-        for m, _ in run.rounds:
+    counts = [0] * (1 + max(max(each, default=0) for each in widths))
+    for each in widths:
+        for m in each:
             counts[m] += 1
-        counts[0] += max(0, (run.decoded or len(run.tokens)) - 1 - run.accepted - len(run.rounds))
     return tuple(counts)
 
 

@@ -188,6 +188,17 @@ class LlamaServer:
             time.sleep(0.02)
 
 
+def round_widths(rounds: Sequence[tuple[int, int]] | None, generated: int, accepted: int) -> tuple[int, ...] | None:
+    """Tokens each round of a request drafted: its traced `rounds` ((drafted, accepted) of those
+    that drafted), then as many rounds that drafted nothing as its totals leave (every round after
+    the prefill's token emits its accepted tokens and one more: `generated` − 1 − `accepted`
+    rounds); None where it was not traced, or the trace holds more rounds than that."""
+    total = generated - 1 - accepted
+    if rounds is None or len(rounds) > total:
+        return None
+    return tuple(m for m, _ in rounds) + (0,) * (total - len(rounds))
+
+
 def parse_completion(payload: dict, wall_s: float) -> Completion:
     """The fields polyplan reads from a `/completion` answer (JSON edge)."""
     timings = payload.get("timings") or {}

@@ -488,7 +488,7 @@ def _server_draft_model(curves: list[LatencyCurve], loop: ServerLoop, method: st
     it, so the baseline pays it too). A draft model's pass, drafted token or confidence stop,
     costs the bindings' T_d(1) times the calibrated `ratio` (1 without one); its verification
     of L + 1 tokens pays the server's per-row cost for the L drafted rows and the draft model's
-    second decode of that batch (`ServerLoop.draft_reeval` times `reeval`(L + 1): the draft
+    second decode of that batch (`ServerLoop.reeval` times `reeval`(L + 1): the draft
     model's pass asking for the last row only, or its `curves` entry where that was not
     measured); every round its per-round cost. An n-gram drafter without streams (priced at α)
     costs the per-row cost a token and its per-round cost."""
@@ -497,9 +497,8 @@ def _server_draft_model(curves: list[LatencyCurve], loop: ServerLoop, method: st
         drafter = constant_curve(loop.per_row_s + 1e-9)
         return [target, drafter], [NO_SWITCH, NO_SWITCH], LoopOverhead(per_step_s=0.0, per_round_s=loop.per_ngram_round_s), None
     drafter = constant_curve(curves[1](1) * (1.0 if ratio is None else ratio))
-    factor = 1.0 if loop.draft_reeval is None else loop.draft_reeval
     widths = tuple(sorted(set(target.ks) | set(reeval.ks)))
-    verify = LatencyCurve(widths, tuple(target(k) + loop.per_row_s * (k - 1) + factor * reeval(k) for k in widths))
+    verify = LatencyCurve(widths, tuple(target(k) + loop.per_row_s * (k - 1) + loop.reeval * reeval(k) for k in widths))
     return ([target, drafter], [NO_SWITCH, NO_SWITCH], LoopOverhead(per_step_s=0.0, per_round_s=loop.per_draft_round_s),
             [verify, drafter])
 

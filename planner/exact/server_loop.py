@@ -20,9 +20,9 @@ drafted nothing still ran one. The last term is how the pinned server (llama-cpp
 llama.cpp, `common_speculative_process` after every target decode, its TAG_SPEC_AVOID_DRAFT_REEVAL)
 keeps the draft model's cache: it rolls back the draft model's own passes and decodes the batch
 the target verified (the last token and the L drafted) again on the draft model, one pass of
-width L + 1, priced as `reeval` times the bindings' T_d(L + 1). On llama.cpp's CPU kernels a
-pass of two tokens costs several one-token steps (the 0.5B Qwen sibling at one thread: T_d(1)
-19 ms, T_d(2) 69 ms), so this pass, not the drafted tokens, is most of a short round's cost: a
+width L + 1 asking for the last row only, priced as `reeval` times that pass through the
+bindings, T_d(L + 1). On llama.cpp's CPU kernels a pass of two tokens costs several one-token
+steps (the 0.5B Qwen sibling at one thread, the last row only: T_d(1) 20 ms, T_d(2) 53 ms), so this pass, not the drafted tokens, is most of a short round's cost: a
 round that drafted nothing measured about 42 ms beside the target's 41 ms step, where one price
 per drafted token and per round (fitted on fixed-K rounds) charged 68 ms.
 
@@ -66,7 +66,8 @@ class ServerLoop:
             T_d(1) is used then).
         per_draft_prompt_token_s: a draft model's prefill, per prompt token, inside the decode time.
         draft_reeval: the draft model's second decode of each verified batch (L + 1 tokens), as a
-            multiple of the bindings' T_d(L + 1) (None: not calibrated; 1 is used then).
+            multiple of its pass over L + 1 tokens asking for the last row only, through the
+            bindings (None: not calibrated; `reeval` is 1 then).
     """
 
     per_request_s: float = 0.0
@@ -78,11 +79,16 @@ class ServerLoop:
     per_draft_prompt_token_s: float = 0.0
     draft_reeval: float | None = None
 
+    @property
+    def reeval(self) -> float:
+        """The factor on the draft model's second decode of a verified batch (1 where not calibrated)."""
+        return 1.0 if self.draft_reeval is None else self.draft_reeval
+
     def round_s(self, drafted: int, kind: str, passes: int | None = None,
                 draft_step: Callable[[int], float] | None = None) -> float:
         """What a round that drafted `drafted` tokens costs besides the target's T(L + 1); a
         draft model's round in `passes` passes (None: one per drafted token) with `draft_step`
-        its bindings' T_d(k) (required for a draft model)."""
+        its last-row pass over k tokens through the bindings (required for a draft model)."""
         extra = self.per_round_s + self.per_row_s * drafted
         if kind == NGRAM:
             return extra + self.per_ngram_round_s
@@ -90,9 +96,8 @@ class ServerLoop:
             if draft_step is None:
                 raise PolyplanError("server loop: a draft model's round needs the draft model's T_d(k)")
             per_pass = draft_step(1) if self.per_draft_pass_s is None else self.per_draft_pass_s
-            reeval = 1.0 if self.draft_reeval is None else self.draft_reeval
             return (extra + self.per_draft_round_s + per_pass * (drafted if passes is None else passes)
-                    + reeval * draft_step(drafted + 1))
+                    + self.reeval * draft_step(drafted + 1))
         return extra
 
     def text(self) -> str:
@@ -100,9 +105,8 @@ class ServerLoop:
         parts = [f"{1e3 * self.per_request_s:.2f} ms/request", f"{1e3 * self.per_round_s:.2f} ms/round",
                  f"+{1e3 * self.per_row_s:.2f} ms/drafted row", f"n-gram +{1e3 * self.per_ngram_round_s:.2f} ms/round"]
         if self.per_draft_pass_s is not None:
-            reeval = 1.0 if self.draft_reeval is None else self.draft_reeval
             parts.append(f"draft model +{1e3 * self.per_draft_round_s:.2f} ms/round + {1e3 * self.per_draft_pass_s:.2f} ms/pass "
-                         f"+ {reeval:.2f} x T_d(L + 1) re-evaluating the verified batch "
+                         f"+ {self.reeval:.2f} x T_d(L + 1) re-evaluating the verified batch "
                          f"+ {1e3 * self.per_draft_prompt_token_s:.3f} ms/prompt token")
         return ", ".join(parts)
 
@@ -139,8 +143,8 @@ class ServerRequest:
     def counts(self, draft_step: Callable[[int], float] | None = None) -> tuple[float, ...]:
         """How often each cost of `ServerLoop` was paid, in its fields' order: request, rounds,
         drafted rows, n-gram rounds, draft-model rounds, draft-model passes, draft-model prompt
-        tokens, and the seconds of the bindings' T_d(L + 1) over the rounds (`draft_step`:
-        required for a draft model's request)."""
+        tokens, and the seconds of its last-row pass over L + 1 tokens through the bindings over
+        the rounds (`draft_step`: required for a draft model's request)."""
         rounds, drafted = len(self.drafted), sum(self.drafted)
         if self.kind != DRAFT_MODEL:
             return (1.0, float(rounds), float(drafted), float(rounds if self.kind == NGRAM else 0), 0.0, 0.0, 0.0, 0.0)
