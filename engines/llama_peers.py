@@ -9,7 +9,9 @@ and combined with ngram-mod; every n-gram type (`ngram-simple`, `ngram-map-k`, `
 and, in this process, polyplan's plan on its own members. The servers of a group are started
 first (start-up is never timed), then the prompts go round-robin: for each repeat and prompt,
 every configuration of the group in turn, the order rotated each time, so load drifts fall on
-all alike. One group holds every server when they all fit in memory (`engines.race_memory`:
+all alike. A second server of the target alone races as a control (`CONTROL`): how far it lands
+from 1.00x is how much two server processes differ by themselves, and each judgement allows
+for it (`with_server_spread`). One group holds every server when they all fit in memory (`engines.race_memory`:
 the estimate and the grouping); else each group holds the target alone and polyplan's plan
 besides its share, and a speedup is a ratio over its own group's target alone. A configuration
 that cannot start (too large for memory even so, a server that exits or never becomes healthy)
@@ -50,6 +52,7 @@ from polyplan.formats.candidates import RULE_DRAFTERS, Quantize
 from polyplan.formats.errors import PolyplanError
 
 TARGET_ONLY = "llama.cpp target only"
+CONTROL = "llama.cpp target only (control)"  # a second server of the target alone: how far two identical servers differ
 POLYPLAN = "polyplan plan"
 NGRAM_TYPES = ("ngram-simple", "ngram-map-k", "ngram-map-k4v", "ngram-mod", "ngram-cache")
 DRAFT_SWEEP = ((4, 0.6), (8, 0.6), (8, 0.8))  # (--spec-draft-n-max, --spec-draft-p-min) tried for the best drafter
@@ -109,6 +112,7 @@ class PeerRow:
     predicted_interval: tuple[float, float] | None = None  # the export's interval of `predicted_speedup`
     race_priced: float | None = None  # the same prediction priced on this race's own prompts (`priced_on_race`)
     drafted_rounds: tuple[int, ...] | None = None  # its rounds by tokens drafted (index m), from the servers' traces (`traced_rounds`)
+    server_spread: float = 0.0  # how far this race's control (a second target-alone server) lay from 1: `with_server_spread`
 
     @property
     def measured(self) -> float:
@@ -140,9 +144,10 @@ class PeerRow:
         """The predicted column: `1.22x [1.10, 1.31] (+3.1%, inside)`, with `, exported`; "not
         modelled" for a configuration the export does not predict, so none is silently unjudged.
         "inside": the measurement lies in the predicted interval; "within noise": it does not,
-        but the measured mean's own 95% interval (`measured_ci`) reaches it (a configuration
-        that never drafts is predicted as a point, and its measurement carries the race's noise);
-        "outside": neither."""
+        but the measured mean's own 95% interval (`measured_ci`), widened on each side by the
+        race's `server_spread`, reaches it (a configuration that never drafts is predicted as a
+        point, and its measurement carries the race's noise and its server process's own
+        offset); "outside": neither."""
         if self.label == POLYPLAN:
             return "not judged here (polyplan validate judges the plan)"
         if self.predicted_speedup is None:
@@ -155,6 +160,7 @@ class PeerRow:
         if self.predicted_interval is not None and math.isfinite(self.measured):
             low, high = self.predicted_interval
             below, above = self.measured_ci
+            below, above = below - self.server_spread, above + self.server_spread
             words.append("inside" if low <= self.measured <= high else "within noise" if below <= high and low <= above else "outside")
         if self.exported:
             words.append("exported")
@@ -183,11 +189,14 @@ def server_configs(plan, export, candidates, files: dict[str, str],
     defaults and at the K the export predicts best for it; the drafter the export ranks best also
     at each (n-max, p-min) of `draft_sweep` (llama.cpp's confidence stop); every n-gram type at
     its defaults; the best drafter together with ngram-mod (llama.cpp combines types); the
-    exported n-gram configuration; llama.cpp's own default (`--spec-default`). Predictions are
-    `export`'s (`judged`); `recommended` (default: `export`'s) is the configuration marked exported."""
+    exported n-gram configuration; llama.cpp's own default (`--spec-default`); and a second server
+    of the target alone (`CONTROL`, predicted 1.00x as a point): identical servers differ by their
+    process's own offset (1-2 % measured at one thread), which no paired per-prompt sd shows
+    (`with_server_spread`). Predictions are `export`'s (`judged`); `recommended` (default:
+    `export`'s) is the configuration marked exported."""
     from polyplan.planner.llama_cpp_ranking import llama_cpp_spec_flags
 
-    configs = [ServerConfig(TARGET_ONLY, ())]
+    configs = [ServerConfig(TARGET_ONLY, ()), ServerConfig(CONTROL, ())]
     by_drafter = {option.drafter: option for option in export.options}
     drafters = []  # (name, file, predicted speedup at the export's K)
     for name, source in draft_files(candidates, files):
@@ -233,6 +242,9 @@ def judged(configs: Sequence[ServerConfig], export, recommended=None) -> list[Se
     by_flags = {tuple(config.flags): config for config in ranking}
     out = []
     for config in configs:
+        if config.label == CONTROL:  # the target alone again: exactly as fast, as a point; never the exported row
+            out.append(dataclasses.replace(config, predicted_speedup=1.0, predicted_interval=(1.0, 1.0), exported=False))
+            continue
         ranked = by_flags.get(_ranked_flags(config)) if config.label != TARGET_ONLY else next((r for r in ranking if r.label == OFF), None)
         if ranked is not None:
             config = dataclasses.replace(config, predicted_speedup=ranked.speedup, predicted_interval=ranked.interval,
@@ -282,7 +294,7 @@ def priced_on_race(configs: Sequence[ServerConfig], export, drafts: frozenset[st
     by_flags = {tuple(ranked.flags): ranked for ranked in getattr(export, "ranking", ()) if again(ranked)}
     out = []
     for config in configs:
-        ranked = by_flags.get(_ranked_flags(config)) if config.label != TARGET_ONLY else None
+        ranked = by_flags.get(_ranked_flags(config)) if config.label not in (TARGET_ONLY, CONTROL) else None
         out.append(config if ranked is None else dataclasses.replace(config, race_priced=ranked.speedup))
     return out
 
@@ -546,8 +558,25 @@ def peer_rows(configs: list[ServerConfig], runs: list[PeerRun], failures: Mappin
                            f"{memory.available / GB:.1f} GB available")
     group_of = {label: number for number, group in enumerate(memory.groups, 1) for label in group[1:]}
     labels = [config.label for config in configs] + [POLYPLAN]
-    return tuple(_failed_row(label, failures[label], configs, group_of.get(label)) if label in failures
-                 else _row(label, runs, configs, group_of.get(label)) for label in labels)
+    return with_server_spread(tuple(_failed_row(label, failures[label], configs, group_of.get(label)) if label in failures
+                                    else _row(label, runs, configs, group_of.get(label)) for label in labels))
+
+
+def with_server_spread(rows: Sequence[PeerRow]) -> tuple[PeerRow, ...]:
+    """`rows` with every judged row's `server_spread`: how far the control (`CONTROL`, a second
+    server of the target alone, the same flags) measured from 1, |speedup − 1|. Each server
+    process runs at its own speed (three identical target-alone servers: 1.000, 1.008 and
+    1.016x the first, Qwen2.5-Coder 1.5B, one thread, session 17), an offset the paired
+    per-prompt sd cannot show, as every prompt of a row runs on the same process; the control
+    is one draw of it, so a row's measurement is "within noise" of its prediction when its own
+    interval widened by that much reaches it (`PeerRow.judgement`). Unchanged without a
+    measured control; the control itself keeps none (it is judged by its own sd)."""
+    control = next((row for row in rows if row.label == CONTROL and row.failure is None), None)
+    if control is None or not math.isfinite(control.measured):
+        return tuple(rows)
+    spread = abs(control.measured - 1.0)
+    return tuple(row if row.label in (CONTROL, TARGET_ONLY, POLYPLAN) else dataclasses.replace(row, server_spread=spread)
+                 for row in rows)
 
 
 def _row(label: str, runs: list[PeerRun], configs: list[ServerConfig], group: int | None = None) -> PeerRow:
@@ -645,6 +674,17 @@ def split_lines(rows: Sequence[PeerRow]) -> list[str]:
     return lines
 
 
+def control_lines(rows: Sequence[PeerRow]) -> list[str]:
+    """What the control row says of the race's judgements (`with_server_spread`), where it ran."""
+    control = next((row for row in rows if row.label == CONTROL and row.failure is None), None)
+    if control is None or not math.isfinite(control.measured):
+        return []
+    spread = abs(control.measured - 1.0)
+    return [f"control: a second server of the target alone measured {control.measured:.3f}x ± {control.decode_speedup_sd:.3f} "
+            f"(sd of its {control.runs} paired runs): server processes differ by about {100 * spread:.1f}% by themselves, "
+            "so a row is \"within noise\" where its measured 95% interval, widened by that much, reaches its prediction"]
+
+
 def llama_peers_lines(bench: LlamaPeersBenchmark) -> list[str]:
     """The terminal table."""
     lines = [
@@ -671,6 +711,7 @@ def llama_peers_lines(bench: LlamaPeersBenchmark) -> list[str]:
         decoded = "-" if row.decode_speedup is None else f"{row.decode_speedup:7.2f}x ±{row.decode_speedup_sd:4.2f}"
         lines.append(f"{row.label:44s} {row.tokens_per_s:7.1f} {decode:>7s} {row.speedup:7.2f}x ±{row.speedup_sd:4.2f} "
                      f"{decoded:>14s} {accepted:>9s} {row.equal_outputs:>5d}/{row.runs:<6d}  {predicted}")
+    lines += control_lines(bench.rows)
     lines += split_lines(bench.rows)
     categories = sorted({category for row in bench.rows for category, _ in row.by_category})
     if len(categories) > 1:

@@ -153,6 +153,38 @@ def test_the_race_table_judges_every_prediction_and_says_not_modelled_for_the_re
     assert dataclasses.replace(never, decode_speedup_sd=0.01).judgement().endswith("outside)")  # control: a tight race does not
 
 
+def test_a_second_target_alone_server_races_as_a_control_and_widens_each_judgement_by_its_offset():
+    """Identical servers differ by their process's own speed (session 17: 1.000, 1.008, 1.016x);
+    the control row measures that offset in the race, predicted as a 1.00x point and never the
+    exported one, and every judged row may miss by that much more before it is "outside"."""
+    from polyplan.engines.llama_peers import (CONTROL, POLYPLAN, TARGET_ONLY, LlamaPeersBenchmark, PeerRow, ServerConfig, judged,
+                                              llama_peers_lines, priced_on_race, with_server_spread)
+    from polyplan.planner.llama_cpp_ranking import OFF_CONFIG
+
+    by_label = {config.label: config for config in raced_configs()}
+    assert [config.label for config in raced_configs()][:2] == [TARGET_ONLY, CONTROL]
+    assert (by_label[CONTROL].args, by_label[CONTROL].predicted_speedup, by_label[CONTROL].predicted_interval) == ((), 1.0, (1.0, 1.0))
+    off = judged([ServerConfig(TARGET_ONLY, ()), ServerConfig(CONTROL, ())], fake_export(Path("/m"), recommend_off=True))
+    assert [config.exported for config in off][:2] == [True, False]  # "off" is the target alone's row, not the control's
+    assert priced_on_race(off, fake_export(Path("/m")))[1].race_priced is None
+
+    def row(label, decode, predicted=None, interval=None, sd=0.01, failure=None):
+        return PeerRow(label, 10.0, 20.0 * decode, decode, sd, 0.9, 16, 16, None, predicted, False, (),
+                       decode_speedup=decode, decode_speedup_sd=sd, predicted_interval=interval, failure=failure)
+
+    never = row("ngram-map-k (defaults)", 1.008, 0.991, (0.991, 0.991))
+    rows = with_server_spread((row(TARGET_ONLY, 1.0, 1.0), row(CONTROL, 1.016, 1.0, (1.0, 1.0)), never, row(POLYPLAN, 1.1)))
+    assert [r.server_spread for r in rows] == [0.0, 0.0, pytest.approx(0.016), 0.0]
+    assert never.judgement().endswith("outside)")  # 1.7 % above a point, sd 0.01 over 16 runs: alone, outside
+    assert rows[2].judgement().endswith("within noise)")  # within the control's 1.6 % offset of it
+    assert rows[1].judgement().endswith("outside)")  # the control itself is judged by its own sd only
+    far = with_server_spread((row(CONTROL, 1.016, 1.0, (1.0, 1.0)), row("ngram-cache (defaults)", 1.10, 0.991, (0.991, 0.991))))[1]
+    assert far.judgement().endswith("outside)")  # negative control: a 11 % miss is not the servers' noise
+    assert with_server_spread((row(CONTROL, float("nan"), 1.0, failure="failed to start: x"), never))[1].server_spread == 0.0
+    lines = llama_peers_lines(LlamaPeersBenchmark(rows, 1, 64, 16, 1, Path("/t"), "0.3.36", True))
+    assert any(line.startswith("control: a second server of the target alone measured 1.016x") and "1.6%" in line for line in lines)
+
+
 def test_the_race_prices_its_replayed_rows_again_on_its_own_prompts_and_prints_the_split():
     """The split (issue 32): the target alone's answers in the race (first group and repeat) are
     the streams; the export priced on them gives each replayed row (drafted counts: n-gram types)
