@@ -181,6 +181,7 @@ class LlamaPeersBenchmark:
     memory: str = ""  # the one line on memory and groups (`race_memory.memory_line`)
     prediction_note: str = ""  # what the predicted column is (the export's replay of this race's requests)
     loop_note: str = ""  # llama-server's loop fitted from this race's requests, beside the calibration's (`race_loop_line`)
+    pace_note: str = ""  # the target alone's step in this race against the one it was priced at (`race_pace_line`)
 
 
 def server_configs(plan, export, candidates, files: dict[str, str],
@@ -415,7 +416,8 @@ def run_llama_peers(plan_path, *, prompts_path=None, candidates_path=None, threa
     return LlamaPeersBenchmark(rows, threads, new_tokens, len(encoded), repeats, logs, llama_cpp.__version__, not prompts.raw,
                                choice.source, memory_note, prediction_note(export),
                                race_loop_line(configs, runs, [prompt.ids for prompt in encoded], export.prices,
-                                              draft_files(candidates, files)))
+                                              draft_files(candidates, files)),
+                               race_pace_line(runs, export.prices))
 
 
 def prediction_note(export) -> str:
@@ -476,6 +478,29 @@ def race_loop_line(configs: Sequence[ServerConfig], runs: Sequence[PeerRun], pro
         return f"llama-server's loop from this race: not fitted ({error}); calibrated: {calibrated}"
     return (f"llama-server's loop fitted from this race's {len(requests)} requests (target alone, ngram-simple, draft-simple at a "
             f"fixed K): {fitted.text()}; calibrated: {calibrated}")
+
+
+def race_pace_line(runs: Sequence[PeerRun], prices) -> str:
+    """The target alone's decode step in this race (its server's decode time over the steps after
+    the first token, which the prefill gives) against the step the export priced it at (the
+    target's T(1) and the calibrated per-round cost): how fast the machine ran here against when
+    it was measured. Speedups are ratios and survive a machine that is uniformly faster or
+    slower, but not one that speeds up one kind of server and not another: on the 2-core AMD EPYC
+    at 2 threads the target alone's step moved between ~25 and ~27 ms from one minute to the next
+    while a draft-model server's did not, and that configuration's ratio moved from 0.57 to 0.65
+    with it (`docs/engines.md`). "" where the race timed no target-alone decode or the export was
+    priced without llama.cpp's T(k)."""
+    from polyplan.planner.exact.latency import curve_from_profile
+
+    timed = [run for run in runs if run.config == TARGET_ONLY and run.decode_s is not None and (run.decoded or 0) > 1]
+    if prices is None or not timed:
+        return ""
+    step = sum(run.decode_s for run in timed) / sum(run.decoded - 1 for run in timed)
+    per_round = 0.0 if prices.loop is None else prices.loop.per_round_s
+    priced = curve_from_profile(prices.target)(1) + per_round
+    return (f"pace: {TARGET_ONLY} decoded at {1e3 * step:.1f} ms a step in this race ({len(timed)} requests), priced at "
+            f"{1e3 * priced:.1f} ms (T(1) {1e3 * (priced - per_round):.1f} ms + {1e3 * per_round:.1f} ms a round): the machine ran "
+            f"{step / priced - 1:+.1%} against its pricing; a ratio holds only where every server moved alike")
 
 
 def server_needs(configs: Sequence[ServerConfig], target: ModelMemory, context: int, *, mapped: bool,
@@ -701,6 +726,8 @@ def llama_peers_lines(bench: LlamaPeersBenchmark) -> list[str]:
         lines.insert(len(lines) - 1, bench.prediction_note)
     if bench.loop_note:
         lines.insert(len(lines) - 1, bench.loop_note)
+    if bench.pace_note:
+        lines.insert(len(lines) - 1, bench.pace_note)
     for row in bench.rows:
         if row.failure is not None:
             lines.append(f"{row.label:44s} {row.failure}; predicted {row.judgement()}")

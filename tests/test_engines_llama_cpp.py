@@ -185,6 +185,32 @@ def test_a_second_target_alone_server_races_as_a_control_and_widens_each_judgeme
     assert any(line.startswith("control: a second server of the target alone measured 1.016x") and "1.6%" in line for line in lines)
 
 
+def test_the_race_says_how_fast_the_target_alone_stepped_against_its_pricing():
+    """The pace line: the target alone's decode seconds over its steps after the first token (the
+    prefill gives that one), against T(1) plus the calibrated per-round cost; other servers' runs,
+    polyplan's and untimed ones are not read; nothing to say without prices or a timed run."""
+    from types import SimpleNamespace
+
+    from polyplan.engines.llama_peers import CONTROL, TARGET_ONLY, PeerRun, race_pace_line
+    from polyplan.formats.profile import LatencyPoint, ModelProfile
+    from polyplan.planner.exact.server_loop import ServerLoop
+
+    target = ModelProfile("t", "fp-t", (LatencyPoint(128, 1, 0.025), LatencyPoint(128, 2, 0.040)))
+    prices = SimpleNamespace(target=target, loop=ServerLoop(per_round_s=0.001))
+
+    def run(config, decode_s, decoded):
+        return PeerRun(config, 0, "chat", (1,) * decoded, decode_s + 0.1, 10.0, 0, 0, 0, decode_s, decoded)
+
+    runs = [run(TARGET_ONLY, 0.63 * 1.1, 64), run(TARGET_ONLY, 0.07 * 1.1, 8), run(CONTROL, 9.0, 64), run("polyplan plan", 9.0, 64),
+            PeerRun(TARGET_ONLY, 1, "chat", (1, 2), 0.2, None, 0, 0)]
+    line = race_pace_line(runs, prices)
+    assert line.startswith("pace: llama.cpp target only decoded at 11.0 ms a step in this race (2 requests), priced at 26.0 ms")
+    assert "(T(1) 25.0 ms + 1.0 ms a round)" in line and "-57.7%" in line
+    faster = race_pace_line([run(TARGET_ONLY, 63 * 0.0286, 64)], prices)  # 28.6 ms a step: +10 %
+    assert "+10.0%" in faster
+    assert race_pace_line(runs, None) == "" and race_pace_line(runs[2:4], prices) == ""
+
+
 def test_the_race_prices_its_replayed_rows_again_on_its_own_prompts_and_prints_the_split():
     """The split (issue 32): the target alone's answers in the race (first group and repeat) are
     the streams; the export priced on them gives each replayed row (drafted counts: n-gram types)
