@@ -134,7 +134,7 @@ def prices_for(source: PriceSource, profile: Profile, plan_target: str, *, reuse
     if len(measured) < len(drafters):
         notes.append("draft models' T_d(k) from the profile (llama.cpp members of their files already): "
                      + ", ".join(sorted(name for name in drafters if name in reuse)))
-    loop, ratio, reevaluations = None, None, {}
+    loop, ratio, reevaluations, pace = None, None, {}, None
     if build is None:
         notes.append("llama-server's own loop: not calibrated (llama.cpp's server is not built; run "
                      "`polyplan engines build llama.cpp`); priced with polyplan's loop")
@@ -164,6 +164,7 @@ def prices_for(source: PriceSource, profile: Profile, plan_target: str, *, reuse
             requests = _keep(key, tuple(calibrate(build, source.target, streams[:CALIBRATION_PROMPTS], source.threads,
                                                   drafter_files, source.server_flags, log)))
         loop = fit_server_loop(requests, step, draft_step)
+        pace = calibrated_step(requests)
         notes.append(f"llama-server's own loop, calibrated on {where}: {loop.text()}")
         if loop.per_draft_pass_s is not None and draft_step is not None:
             name = next(iter(drafter_files))
@@ -171,7 +172,15 @@ def prices_for(source: PriceSource, profile: Profile, plan_target: str, *, reuse
             notes.append(f"draft model {name!r} in llama-server's loop: {1e3 * loop.per_draft_pass_s:.2f} ms per pass "
                          f"against the bindings' T_d(1) {1e3 * draft_step(1):.2f} ms ({ratio - 1:+.0%}; every draft model "
                          "priced so)")
-    return LlamaCppPrices(target, drafters, tuple(streams), loop, tuple(notes), ratio, reevaluations)
+    return LlamaCppPrices(target, drafters, tuple(streams), loop, tuple(notes), ratio, reevaluations, pace)
+
+
+def calibrated_step(requests: Sequence[ServerRequest]) -> float | None:
+    """The target alone's decode step in a calibration: its requests' decode seconds over their
+    steps (each round one token; the first token, which the prefill gives, is outside the decode
+    time). None without a target-alone request."""
+    alone = [request for request in requests if request.kind == TARGET_ALONE and request.drafted]
+    return sum(request.decode_s for request in alone) / sum(len(request.drafted) for request in alone) if alone else None
 
 
 def export_prices(plan, profile: Profile, candidates, files: Mapping[str, str], server_flags: Sequence[str] = (), *,

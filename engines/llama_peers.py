@@ -482,9 +482,10 @@ def race_loop_line(configs: Sequence[ServerConfig], runs: Sequence[PeerRun], pro
 
 def race_pace_line(runs: Sequence[PeerRun], prices) -> str:
     """The target alone's decode step in this race (its server's decode time over the steps after
-    the first token, which the prefill gives) against the step the export priced it at (the
-    target's T(1) and the calibrated per-round cost): how fast the machine ran here against when
-    it was measured. Speedups are ratios and survive a machine that is uniformly faster or
+    the first token, which the prefill gives) against the same step in the export's calibration
+    of llama-server (`LlamaCppPrices.calibrated_step_s`, where there is one) and the step it was
+    priced at (the target's T(1) and the calibrated per-round cost): how fast the machine ran here
+    against when it was measured. Speedups are ratios and survive a machine that is uniformly faster or
     slower, but not one that speeds up one kind of server and not another: on the 2-core AMD EPYC
     at 2 threads the target alone's step moved between ~25 and ~27 ms from one minute to the next
     while a draft-model server's did not, and that configuration's ratio moved from 0.57 to 0.65
@@ -498,7 +499,9 @@ def race_pace_line(runs: Sequence[PeerRun], prices) -> str:
     step = sum(run.decode_s for run in timed) / sum(run.decoded - 1 for run in timed)
     per_round = 0.0 if prices.loop is None else prices.loop.per_round_s
     priced = curve_from_profile(prices.target)(1) + per_round
-    return (f"pace: {TARGET_ONLY} decoded at {1e3 * step:.1f} ms a step in this race ({len(timed)} requests), priced at "
+    calibrated = getattr(prices, "calibrated_step_s", None)
+    then = "" if calibrated is None else f", {1e3 * calibrated:.1f} ms in the calibration ({step / calibrated - 1:+.1%})"
+    return (f"pace: {TARGET_ONLY} decoded at {1e3 * step:.1f} ms a step in this race ({len(timed)} requests){then}, priced at "
             f"{1e3 * priced:.1f} ms (T(1) {1e3 * (priced - per_round):.1f} ms + {1e3 * per_round:.1f} ms a round): the machine ran "
             f"{step / priced - 1:+.1%} against its pricing; a ratio holds only where every server moved alike")
 

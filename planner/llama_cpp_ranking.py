@@ -123,6 +123,9 @@ class LlamaCppPrices:
         reevaluations: by candidate name, each GGUF draft model's pass over k tokens asking for
             the last row only (how llama-server decodes a verified batch again on it), as a
             latency entry.
+        calibrated_step_s: the target alone's decode step in the calibration's requests (seconds;
+            None: not calibrated): the machine's pace when the server's loop was measured, which
+            a race's own pace is held against (`engines.llama_peers.race_pace_line`).
     """
 
     target: ModelProfile
@@ -132,6 +135,7 @@ class LlamaCppPrices:
     notes: tuple[str, ...] = ()
     draft_ratio: float | None = None
     reevaluations: Mapping[str, ModelProfile] = field(default_factory=dict)
+    calibrated_step_s: float | None = None
 
     def applied(self, profile: Profile, target: str) -> Profile:
         """`profile` with these latency curves and streams in place of its own."""

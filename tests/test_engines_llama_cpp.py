@@ -207,7 +207,10 @@ def test_the_race_says_how_fast_the_target_alone_stepped_against_its_pricing():
     assert line.startswith("pace: llama.cpp target only decoded at 11.0 ms a step in this race (2 requests), priced at 26.0 ms")
     assert "(T(1) 25.0 ms + 1.0 ms a round)" in line and "-57.7%" in line
     faster = race_pace_line([run(TARGET_ONLY, 63 * 0.0286, 64)], prices)  # 28.6 ms a step: +10 %
-    assert "+10.0%" in faster
+    assert "+10.0%" in faster and "calibration" not in faster
+    calibrated = SimpleNamespace(target=target, loop=ServerLoop(per_round_s=0.001), calibrated_step_s=0.022)
+    assert "28.6 ms a step in this race (1 requests), 22.0 ms in the calibration (+30.0%), priced at 26.0 ms" in (
+        race_pace_line([run(TARGET_ONLY, 63 * 0.0286, 64)], calibrated))
     assert race_pace_line(runs, None) == "" and race_pace_line(runs[2:4], prices) == ""
 
 

@@ -524,3 +524,15 @@ def test_the_race_fits_the_servers_loop_from_its_own_requests_as_the_calibration
     alone = [run for run in runs if run.config != TARGET_ONLY]
     assert "not fitted (server calibration: no target-alone request)" in race_loop_line(configs, alone, [p.ids for p in prompts], prices)
     assert "not fitted (the export was priced from the profile" in race_loop_line(configs, runs, [p.ids for p in prompts], None)
+
+
+def test_the_calibrations_pace_is_the_target_alones_decode_step():
+    """Its decode seconds over its rounds (one token each; the first token comes from the
+    prefill); other kinds' requests are not read; none without a target-alone request."""
+    from polyplan.engines.llama_cpp_prices import calibrated_step
+    from polyplan.planner.exact.server_loop import DRAFT_MODEL, TARGET_ALONE, ServerRequest
+
+    requests = [ServerRequest(TARGET_ALONE, (0,) * 7, 0.07, 100), ServerRequest(TARGET_ALONE, (0,) * 23, 0.25, 100),
+                ServerRequest(DRAFT_MODEL, (3, 3), 9.0, 100)]
+    assert calibrated_step(requests) == pytest.approx(0.32 / 30)
+    assert calibrated_step(requests[2:]) is None
