@@ -485,12 +485,14 @@ def race_pace_line(runs: Sequence[PeerRun], prices) -> str:
     the first token, which the prefill gives) against the same step in the export's calibration
     of llama-server (`LlamaCppPrices.calibrated_step_s`, where there is one) and the step it was
     priced at (the target's T(1) and the calibrated per-round cost): how fast the machine ran here
-    against when it was measured. Speedups are ratios and survive a machine that is uniformly faster or
-    slower, but not one that speeds up one kind of server and not another: on the 2-core AMD EPYC
-    at 2 threads the target alone's step moved between ~25 and ~27 ms from one minute to the next
-    while a draft-model server's did not, and that configuration's ratio moved from 0.57 to 0.65
-    with it (`docs/engines.md`). "" where the race timed no target-alone decode or the export was
-    priced without llama.cpp's T(k)."""
+    against when it was measured. Speedups are ratios and survive a machine that is uniformly
+    faster or slower, but not one that speeds up one kind of server and not another: a one-token
+    step moves with the host's memory traffic far more than a wide pass (another process
+    streaming memory on the other core: T(1) +25-58 %, T(8) +8-16 %, 2-core AMD EPYC), so a
+    target alone, all one-token steps, moves more than a draft-model server, mostly wide passes,
+    and a draft row's ratio moved from 0.65 to 0.57 between minutes at 2 threads
+    (`docs/engines.md`). "" where the race timed no target-alone decode or the export was priced
+    without llama.cpp's T(k)."""
     from polyplan.planner.exact.latency import curve_from_profile
 
     timed = [run for run in runs if run.config == TARGET_ONLY and run.decode_s is not None and (run.decoded or 0) > 1]
@@ -499,7 +501,7 @@ def race_pace_line(runs: Sequence[PeerRun], prices) -> str:
     step = sum(run.decode_s for run in timed) / sum(run.decoded - 1 for run in timed)
     per_round = 0.0 if prices.loop is None else prices.loop.per_round_s
     priced = curve_from_profile(prices.target)(1) + per_round
-    calibrated = getattr(prices, "calibrated_step_s", None)
+    calibrated = prices.calibrated_step_s
     then = "" if calibrated is None else f", {1e3 * calibrated:.1f} ms in the calibration ({step / calibrated - 1:+.1%})"
     return (f"pace: {TARGET_ONLY} decoded at {1e3 * step:.1f} ms a step in this race ({len(timed)} requests){then}, priced at "
             f"{1e3 * priced:.1f} ms (T(1) {1e3 * (priced - per_round):.1f} ms + {1e3 * per_round:.1f} ms a round): the machine ran "

@@ -196,7 +196,7 @@ def test_the_race_says_how_fast_the_target_alone_stepped_against_its_pricing():
     from polyplan.planner.exact.server_loop import ServerLoop
 
     target = ModelProfile("t", "fp-t", (LatencyPoint(128, 1, 0.025), LatencyPoint(128, 2, 0.040)))
-    prices = SimpleNamespace(target=target, loop=ServerLoop(per_round_s=0.001))
+    prices = SimpleNamespace(target=target, loop=ServerLoop(per_round_s=0.001), calibrated_step_s=None)
 
     def run(config, decode_s, decoded):
         return PeerRun(config, 0, "chat", (1,) * decoded, decode_s + 0.1, 10.0, 0, 0, 0, decode_s, decoded)
