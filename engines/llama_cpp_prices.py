@@ -50,7 +50,7 @@ from polyplan.models.file_fingerprints import file_fingerprint
 from polyplan.models.hashing import fingerprint_settings, fingerprint_tokens
 from polyplan.planner.exact.ngram_rules import NGramSimpleRule, ngram_simple_flag_sizes, replay_request
 from polyplan.planner.exact.server_loop import DRAFT_MODEL, NGRAM, TARGET_ALONE, ServerLoop, ServerRequest, fit_server_loop
-from polyplan.planner.llama_cpp_ranking import LlamaCppPrices
+from polyplan.planner.llama_cpp_ranking import LlamaCppPrices, llama_cpp_spec_flags
 
 VERSION = 4  # 2: the draft model's prefill fitted; 3: the calibration's requests kept (traced rounds, an empty-round server), fitted on use; 4: fixed K at n-min 0
 WIDEST = 65  # ngram-mod drafts up to 64 tokens: a verification of 65
@@ -316,15 +316,11 @@ def calibrate_server(build, target: Path, streams: Sequence[TargetStream], threa
         def server_factory(args, log_path):
             return LlamaServer(build.server, target, args, log_path, trace=True)
     size_n, size_m = CALIBRATION_NGRAM
-    configs = [(TARGET_ALONE, (), None),
-               (NGRAM, ("--spec-type", "ngram-simple", "--spec-ngram-simple-size-n", str(size_n),
-                        "--spec-ngram-simple-size-m", str(size_m)), None)]
+    configs = [(TARGET_ALONE, (), None), (NGRAM, tuple(llama_cpp_spec_flags("ngram", size_m, ngram_sizes=(size_n, size_n))), None)]
     for path in list(drafters.values())[:1]:
-        for k in CALIBRATION_K:
-            configs.append((DRAFT_MODEL, ("--spec-type", "draft-simple", "-md", path, "--spec-draft-n-max", str(k),
-                                          "--spec-draft-n-min", "0", "--spec-draft-p-min", "0"), k))
-        configs.append((DRAFT_MODEL, ("--spec-type", "draft-simple", "-md", path, "--spec-draft-n-max", "1",
-                                      "--spec-draft-n-min", "0", "--spec-draft-p-min", f"{CALIBRATION_STOP:g}"), 1))
+        for k in CALIBRATION_K:  # rendered as an export renders them, so `_fit_kind` reads both alike
+            configs.append((DRAFT_MODEL, tuple(llama_cpp_spec_flags("draft_model", k, path)), k))
+        configs.append((DRAFT_MODEL, tuple(llama_cpp_spec_flags("draft_model", 1, path, p_min=CALIBRATION_STOP)), 1))
     prompts = [list(stream.ids[:stream.prompt_tokens]) for stream in streams]
     requests = []
     log(f"calibrating llama-server's own loop: {len(configs)} servers x {len(prompts)} prompts x {len(CALIBRATION_LENGTHS)} "

@@ -601,10 +601,9 @@ def with_server_spread(rows: Sequence[PeerRow]) -> tuple[PeerRow, ...]:
     is one draw of it, so a row's measurement is "within noise" of its prediction when its own
     interval widened by that much reaches it (`PeerRow.judgement`). Unchanged without a
     measured control; the control itself keeps none (it is judged by its own sd)."""
-    control = next((row for row in rows if row.label == CONTROL and row.failure is None), None)
-    if control is None or not math.isfinite(control.measured):
+    spread = _control_spread(rows)
+    if spread is None:
         return tuple(rows)
-    spread = abs(control.measured - 1.0)
     return tuple(row if row.label in (CONTROL, TARGET_ONLY, POLYPLAN) else dataclasses.replace(row, server_spread=spread)
                  for row in rows)
 
@@ -704,12 +703,18 @@ def split_lines(rows: Sequence[PeerRow]) -> list[str]:
     return lines
 
 
+def _control_spread(rows: Sequence[PeerRow]) -> float | None:
+    """How far the control row measured from 1.00x, |speedup − 1|; None where it did not run."""
+    control = next((row for row in rows if row.label == CONTROL and row.failure is None), None)
+    return None if control is None or not math.isfinite(control.measured) else abs(control.measured - 1.0)
+
+
 def control_lines(rows: Sequence[PeerRow]) -> list[str]:
     """What the control row says of the race's judgements (`with_server_spread`), where it ran."""
-    control = next((row for row in rows if row.label == CONTROL and row.failure is None), None)
-    if control is None or not math.isfinite(control.measured):
+    spread = _control_spread(rows)
+    if spread is None:
         return []
-    spread = abs(control.measured - 1.0)
+    control = next(row for row in rows if row.label == CONTROL)
     return [f"control: a second server of the target alone measured {control.measured:.3f}x ± {control.decode_speedup_sd:.3f} "
             f"(sd of its {control.runs} paired runs): server processes differ by about {100 * spread:.1f}% by themselves, "
             "so a row is \"within noise\" where its measured 95% interval, widened by that much, reaches its prediction"]
