@@ -1,5 +1,5 @@
 """`polyplan export`: from files (the plan, its profile and its models.yaml, then
-`planner.engine_rules`), and the rendering of an export: what to type (HF `generate` arguments and
+`planner.engine_export`), and the rendering of an export: what to type (HF `generate` arguments and
 snippets, the vLLM command, llama-server's command line), its human report and its JSON object.
 """
 
@@ -12,10 +12,10 @@ import shlex
 from pathlib import Path
 
 from polyplan.formats.errors import PolyplanError
-from polyplan.planner.engine_rules import FULL, EngineExport, EngineOption, check_engine, export_plan, loadable
-from polyplan.planner.llama_cpp_ranking import LEVEL, OFF, RankedConfig, ReplayWorkload, llama_cpp_spec_flags
+from polyplan.planner.engine_export import FULL, EngineExport, EngineOption, check_engine, export_plan, loadable
+from polyplan.planner.llama_cpp.ranking import LEVEL, OFF, RankedConfig, ReplayWorkload, llama_cpp_spec_flags
 from polyplan.formats.plan import read_plan
-from polyplan.engines.race_agreement import with_race_agreement
+from polyplan.engines.llama_cpp.race_agreement import with_race_agreement
 from polyplan.formats.profile import PairAgreement, TargetStream, read_profile
 from polyplan.models.candidate_file import plan_candidates
 from polyplan.models.builtin import builtin_folder
@@ -29,7 +29,7 @@ def export_from_files(
     streams: tuple[TargetStream, ...] | None = None, agreements: tuple[PairAgreement, ...] = (), replay_also=(),
     log=lambda line: None,
 ) -> EngineExport:
-    """Export the plan at `plan_path` to `engine` (see `planner.engine_rules.export_plan`, which
+    """Export the plan at `plan_path` to `engine` (see `planner.engine_export.export_plan`, which
     also says what `in_process` and `workload` do; default workload: each of the profile's
     streams once, whole).
 
@@ -37,14 +37,14 @@ def export_from_files(
     `candidates_path`, else the plan's recorded models.yaml, checked against the plan's
     fingerprints (a missing or changed drafter file is an error).
 
-    llama.cpp: priced with llama.cpp's own numbers (`engines.llama_cpp_prices`: T(k) and greedy
+    llama.cpp: priced with llama.cpp's own numbers (`engines.llama_cpp.prices`: T(k) and greedy
     streams of the GGUF llama-server loads, llama-server's own loop; measured once and cached),
     unless `measure` is False (the profile's numbers and polyplan's loop); `log` says what is
     being measured. `streams`: the target's greedy streams to replay in place of the profile's
     and llama.cpp's (`bench peers` prices a race on its own prompts with the target alone's
     answers to them), everything else priced as before; `agreements`: draft models' agreement
-    with those streams in place of the profile's (`engines.race_agreement`); `replay_also`: flags
-    replayed and ranked besides the export's own (`planner.engine_rules.export_plan`).
+    with those streams in place of the profile's (`engines.llama_cpp.race_agreement`); `replay_also`: flags
+    replayed and ranked besides the export's own (`planner.engine_export.export_plan`).
 
     Raises:
         PolyplanError: unknown engine, unreadable plan or profile, missing or changed model
@@ -69,7 +69,7 @@ def export_from_files(
     if engine == "llama.cpp":
         flags = repack_flags(candidates.target, files)
         if measure and loadable(engine, candidates.by_name(plan.target), files.get(plan.target))[2] is None:
-            from polyplan.engines.llama_cpp_prices import export_prices
+            from polyplan.engines.llama_cpp.prices import export_prices
 
             prices = export_prices(plan, profile, candidates, files, flags, log=log)
     if streams is not None:

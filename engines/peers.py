@@ -4,7 +4,7 @@ One interleaved run on the same prompts, greedy (so every configuration must emi
 own output, token for token):
 - target-only HF `generate` (the baseline);
 - HF assisted generation with each drafter, at the K the HF export predicts best for it
-  (`planner.engine_rules`, HF's rule), drafting exactly K per round (`engines.hf_generate.configure_assistant`);
+  (`planner.engine_export`, HF's rule), drafting exactly K per round (`engines.hf_generate.configure_assistant`);
   polyplan's derived copies (quantized, early exit) are handed to `generate` as the live
   models polyplan runs, so HF races with every drafter polyplan has;
 - HF prompt lookup (`prompt_lookup_num_tokens`) for each n-gram candidate, at its exported K;
@@ -13,7 +13,7 @@ Prompts are taken round-robin: for each prompt and repeat every configuration ru
 order rotated by one each time, so machine noise hits all alike; each prompt first runs once
 untimed per configuration (warm-up, and the equality check).
 
-The HF rows' predictions are the HF export's (`planner.engine_rules`): the exact cost model with HF
+The HF rows' predictions are the HF export's (`planner.engine_export`): the exact cost model with HF
 `generate`'s own loop overhead when the profile has it (`planner.exact.engine_overhead`), else
 polyplan's (the report says which). A last line says whether the exported HF configuration's
 measured speedup is within 10% of its prediction, with its predicted and measured tokens per
@@ -45,7 +45,7 @@ from polyplan.decoder.chain import generate
 from polyplan.decoder.sampling import Sampling
 from polyplan.formats.errors import PolyplanError
 from polyplan.planner.exact.engine_overhead import prediction_error
-from polyplan.planner.engine_rules import EngineExport
+from polyplan.planner.engine_export import EngineExport
 from polyplan.formats.plan import PlanFile
 from polyplan.formats.sampling import SamplingMode
 from polyplan.planner.exact.whole_call import CallCount, CallModel, whole_call_speedup
@@ -343,7 +343,7 @@ def run_peers(
 ) -> PeersBenchmark:
     """Load the plan's models (or `candidates_path`'s), export the plan to HF for each drafter's
     K and predicted speedup, and race every configuration on the prompts (default: built-in
-    prompts held out from profiling). `loop.pipeline.race_peers_of` plans first when there is
+    prompts held out from profiling). `pipeline.stages.race_peers_of` plans first when there is
     no plan."""
     from polyplan.formats.plan import read_plan
     from polyplan.engines.export import export_from_files

@@ -1,5 +1,5 @@
 """plan.json: what `polyplan recommend` writes and `validate`, `export`, `bench` and the decoder read
-(its types and its reader; `planner.plan_file` holds the math that builds one).
+(its types and its reader; `planner.plan_builder` holds the math that builds one).
 
 Format (``plan_version`` 2; each ranked chain is stored once, the plan's own chain first)::
 
@@ -86,7 +86,7 @@ and is refused.
 The records are frozen; `formats.codec` reads and writes them from their field types and the
 checks in their metadata: `write_plan` writes a `PlanFile`, `read_plan` reads one (every field
 a consumer reads, validated once, each failure one `PolyplanError` naming the file and the
-field); `planner.plan_file.plan_of` builds one from the planner's `Recommendation`. A ranked
+field); `planner.plan_builder.plan_of` builds one from the planner's `Recommendation`. A ranked
 chain (`PlannedChain`) nests the exact model's predictions (`ExactRecord`) and Lemma 3.1's
 (`PaperRecord`) as the file does.
 """

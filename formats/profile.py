@@ -432,8 +432,8 @@ class SwitchCosts:
 CONFIDENCE_STEPS = 255  # a drafter's top probability is kept to 1/255: two hex digits a position
 # The candidates llama-server's draft-simple sampler keeps before its softmax: `top_k` 10, set in
 # `common_speculative_impl_draft_simple`'s constructor (llama.cpp's common/speculative.cpp, at the
-# pinned `engines.llama_cpp_build.BINDINGS_VERSION`); its `--spec-draft-p-min` reads the top
-# probability renormalised over these (`planner.llama_cpp_policy`).
+# pinned `engines.llama_cpp.build.BINDINGS_VERSION`); its `--spec-draft-p-min` reads the top
+# probability renormalised over these (`planner.llama_cpp.policy`).
 DRAFT_SIMPLE_TOP_K = 10
 
 
@@ -465,7 +465,7 @@ class PairAgreement:
     `confidence_top10` (the same pairs; empty in profiles made before it was kept): the same top
     probability renormalised over the drafter's `DRAFT_SIMPLE_TOP_K` (10) largest logits (their
     softmax at temperature 1), kept the same way: what llama-server's `--spec-draft-p-min`
-    compares (`planner.llama_cpp_policy`). Never below `confidence` (up to the rounding)."""
+    compares (`planner.llama_cpp.policy`). Never below `confidence` (up to the rounding)."""
 
     layout = Layout(omit=EMPTY, checks=(_confidence_per_position,))
 

@@ -12,9 +12,9 @@ FAMILY_FILE = "family.json"
 
 
 def weights_root() -> Path:
-    """The folder of the shipped family: package data of `polyplan` (`polyplan/zoo/weights`,
+    """The folder of the shipped family: package data of `polyplan` (`polyplan/data/family`,
     written by the family's training code in `polyplan.zoo`; read here as data, not imported)."""
-    return Path(str(resources.files("polyplan") / "zoo" / "weights"))
+    return Path(str(resources.files("polyplan") / "data" / "family"))
 
 
 def builtin_names(root: Path | None = None) -> tuple[str, ...]:

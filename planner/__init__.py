@@ -45,7 +45,7 @@ from polyplan.planner.paper.capped_geometric import (
 )
 from polyplan.planner.paper.insertion import InsertionAnalysis, analyze_insertion
 from polyplan.planner.paper.insertion_triples import InsertionInputs, TripleInsertion, insertion_inputs, triple_insertion
-from polyplan.planner.report import TheoryReport, theory_report
+from polyplan.planner.theory_report import TheoryReport, theory_report
 from polyplan.planner.search import ChainPlan
 
 __all__ = [

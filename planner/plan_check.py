@@ -16,7 +16,7 @@ import math
 from polyplan.formats.errors import PolyplanError
 from polyplan.formats.overhead import LoopOverhead
 from polyplan.formats.plan import PlanFile, PlannedChain
-from polyplan.planner.plan_file import profile_digest
+from polyplan.planner.plan_builder import profile_digest
 from polyplan.planner.search import evaluate_chain
 from polyplan.formats.profile import Profile
 

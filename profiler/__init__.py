@@ -9,8 +9,8 @@
   from n = 2 speculative decoding, with bootstrap intervals.
 - `prompts`: the built-in held-out Python prompt set; text, JSONL and Spec-Bench files.
 - `run`: the resumable run that writes the profile after every entry (latency, acceptance).
-- the loop (profile → plan → validate → demo) lives above this room: `loop.pipeline.profile_candidates`
-  is the one profiling entry point, `run` plus what the exact model reads besides (`loop.loop_costs`).
+- the loop (profile → plan → validate → demo) lives above this room: `pipeline.stages.profile_candidates`
+  is the one profiling entry point, `run` plus what the exact model reads besides (`pipeline.loop_costs`).
 - `summary`: the closing table.
 """
 

@@ -11,7 +11,7 @@ also gives the drafter's top probability at every position (softmax at temperatu
 1/255 beside the agreement (`formats.profile.PairAgreement.confidence`): what a confidence stop
 p_min is planned on (`planner.exact.policy_replay`); and, from the same logits, that probability
 renormalised over the drafter's 10 best (`PairAgreement.confidence_top10`): what llama-server's
-`--spec-draft-p-min` compares, which the llama.cpp export replays (`planner.llama_cpp_policy`);
+`--spec-draft-p-min` compares, which the llama.cpp export replays (`planner.llama_cpp.policy`);
 `planner.exact.runs` turns them into the run-length law the exact model uses. The target's streams
 (prompt + continuation ids) are kept beside them: `planner.exact.ngram_replay` replays an engine's
 own n-gram drafter on them.

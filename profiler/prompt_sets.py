@@ -73,7 +73,7 @@ def named_prompt_set(
 ) -> PromptSet | None:
     """The prompts a command's options name (`prompt_set`), or None when they name none: the
     run then resumes its profile's recorded prompt file, else takes the built-in prompts
-    (`loop.pipeline.profile_candidates`)."""
+    (`pipeline.stages.profile_candidates`)."""
     if prompt_file is None and max_prompts is None and not raw:
         return None
     return prompt_set(prompt_file, max_prompts=max_prompts, raw=raw, strict=strict)

@@ -9,7 +9,7 @@ Each carries a fingerprint of everything it was measured from: the model files (
 `ProfiledModel.fingerprint` the caller computes), the settings and prompts, the device. A run
 first reads the profile already at `out` (if any) and keeps every entry whose models still
 have the same fingerprint; then it measures, in this order, each entry whose fingerprint
-is missing or differs, and saves the whole profile atomically (`Profile.save`) after each
+is missing or differs, and saves the whole profile atomically (`formats.profile.write_profile`) after each
 one. So an interrupted run (Ctrl-C, kill, a crash) loses at most the entry in progress, and a
 rerun measures only what is missing or stale. Latency comes first and α second, so the file
 is usable by `polyplan recommend` long before the slower decoded entries are done.
@@ -160,7 +160,7 @@ def profile_checked_models(
     started: float | None = None,
 ) -> ProfileOutcome:
     """`profile_models` for a caller that has checked the models, prompts and `out` and holds
-    `out`'s profile lock and the timing lock (`loop.pipeline`, which reads the profile once
+    `out`'s profile lock and the timing lock (`pipeline.stages`, which reads the profile once
     and passes it as `existing`; None: read `out` here, refusing a broken file)."""
     started = time.perf_counter() if started is None else started
     if existing is None:

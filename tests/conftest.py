@@ -133,7 +133,7 @@ def synthetic_plan(folder: Path, models_yaml: Path, times: dict, pairs: dict, *,
     from polyplan.formats.plan import write_plan
     from polyplan.formats.profile import LatencyPoint, ModelProfile, Profile, SamplingStats, write_profile
     from polyplan.models.fingerprints import candidate_fingerprints
-    from polyplan.planner.plan_file import plan_of
+    from polyplan.planner.plan_builder import plan_of
     from polyplan.planner.search import recommend
 
     prints = candidate_fingerprints(read_candidates(models_yaml))

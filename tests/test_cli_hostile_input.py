@@ -343,7 +343,7 @@ def test_a_full_disk_is_one_line_and_keeps_the_old_file(tmp_path, profile, monke
 def test_report_folder_names_match_what_the_report_writes():
     from polyplan.validation import report_folder
     from polyplan.validation.plots import PLOT_FILES
-    from polyplan.validation.report import JSON_FILE, REPORT_FILE
+    from polyplan.validation.reporting import JSON_FILE, REPORT_FILE
 
     assert (report_folder.REPORT_JSON, report_folder.REPORT_MD) == (JSON_FILE, REPORT_FILE)
     assert report_folder.PLOTS == tuple(PLOT_FILES.values())

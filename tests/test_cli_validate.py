@@ -15,7 +15,7 @@ from conftest import perturbed_copy, save_model, tiny_llama, tiny_tokenizer, wri
 from polyplan.cli.app import app
 from polyplan.formats.codec import encode
 from polyplan.formats.processor import Processor
-from polyplan.formats.report import encode_report, read_report
+from polyplan.formats.validation_report import encode_report, read_report
 
 pytestmark = pytest.mark.usefixtures("single_thread")
 
@@ -195,7 +195,7 @@ def test_a_plan_from_another_processor_is_validated_with_one_line_saying_so(work
     """Fake processors on both sides (never the real machine's): the plan's record says EPYC;
     this machine is made to read as `here`."""
     plan = _plan_copy(planned, tmp_path, processor=encode(EPYC))
-    monkeypatch.setattr("polyplan.loop.pipeline.this_processor", lambda device="cpu": here)
+    monkeypatch.setattr("polyplan.pipeline.stages.this_processor", lambda device="cpu": here)
     result = _invoke("validate", "--plan", str(plan), "--prompts", str(workspace / "prompts.jsonl"), *VALIDATE_FAST,
                      "--out", str(tmp_path / "r"))
     assert result.exit_code == 0, result.output  # it warns, it does not refuse

@@ -258,7 +258,7 @@ def test_bad_vocab_input_is_one_line(tiny, tmp_path, monkeypatch, small_corpus):
 
 
 def test_engines_cannot_draft_with_a_reduced_copy(tiny, tmp_path):
-    from polyplan.planner.engine_rules import loadable
+    from polyplan.planner.engine_export import loadable
 
     candidate = parse_candidates({"candidates": entries(tiny[0], 100)}, base_dir=tmp_path).by_name("tiny-cut")
     method, _, reason = loadable("llama.cpp", candidate)

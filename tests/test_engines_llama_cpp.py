@@ -23,11 +23,11 @@ import pytest
 from typer.testing import CliRunner
 
 from polyplan.cli.app import app
-from polyplan.engines import llama_cpp_build
-from polyplan.engines.llama_peers import NGRAM_TYPES
-from polyplan.engines.llama_server import LlamaServer, _port_is_free, free_port, help_flags, parse_completion, server_flags
+from polyplan.engines.llama_cpp import build as llama_cpp_build
+from polyplan.engines.llama_cpp.race import NGRAM_TYPES
+from polyplan.engines.llama_cpp.server import LlamaServer, _port_is_free, free_port, help_flags, parse_completion, server_flags
 from polyplan.formats.errors import PolyplanError
-from polyplan.planner.llama_cpp_ranking import llama_cpp_spec_flags
+from polyplan.planner.llama_cpp.ranking import llama_cpp_spec_flags
 
 FLAGS_FILE = Path(__file__).parent / "data" / "llama_server_flags.txt"
 COMMON = ("-t", "-tb", "-c", "-np", "--no-webui", "--no-warmup", "-m", "--host", "--port", "--temp", "--spec-default")
@@ -51,7 +51,7 @@ def raced_configs():
     """The race's configurations for a plan with two GGUF drafters, the export ranking `small` best."""
     from types import SimpleNamespace
 
-    from polyplan.engines.llama_peers import server_configs
+    from polyplan.engines.llama_cpp.race import server_configs
     from polyplan.formats.candidates import parse_candidates
 
     folder = Path(tempfile.mkdtemp(prefix="polyplan-race-"))
@@ -71,7 +71,7 @@ def fake_export(folder: Path, recommend_off: bool = False):
     ngram-mod at its defaults (1.05x [0.97, 1.12]), ngram-simple at K=5 (0.9x) and off."""
     from types import SimpleNamespace
 
-    from polyplan.planner.llama_cpp_ranking import OFF_CONFIG, RankedConfig
+    from polyplan.planner.llama_cpp.ranking import OFF_CONFIG, RankedConfig
 
     options = [SimpleNamespace(drafter="small", method="draft_model", block_size=3, prediction=SimpleNamespace(speedup=1.2)),
                SimpleNamespace(drafter="small-q4_0", method="draft_model", block_size=5, prediction=SimpleNamespace(speedup=1.1))]
@@ -112,14 +112,14 @@ def test_every_configuration_the_export_predicted_is_raced_with_its_prediction()
 
 
 def test_an_export_that_says_off_marks_the_target_alone_exported():
-    from polyplan.engines.llama_peers import judged, ServerConfig, TARGET_ONLY
+    from polyplan.engines.llama_cpp.race import judged, ServerConfig, TARGET_ONLY
 
     configs = judged([ServerConfig(TARGET_ONLY, ()), ServerConfig("ngram-mod (defaults)", ("--spec-type", "ngram-mod"))],
                      fake_export(Path("/m"), recommend_off=True))
     assert configs[0].exported and configs[0].predicted_speedup == 1.0
     assert not any(config.exported for config in configs[1:])
     # the race predicts for its own requests but marks what `polyplan export` recommends
-    from polyplan.planner.llama_cpp_ranking import OFF_CONFIG
+    from polyplan.planner.llama_cpp.ranking import OFF_CONFIG
 
     pair = [ServerConfig(TARGET_ONLY, ()), ServerConfig("ngram-mod (defaults)", ("--spec-type", "ngram-mod"))]
     assert [c.exported for c in judged(pair, fake_export(Path("/m")), recommended=OFF_CONFIG)][:2] == [True, False]
@@ -130,7 +130,7 @@ def test_an_export_that_says_off_marks_the_target_alone_exported():
 def test_the_race_table_judges_every_prediction_and_says_not_modelled_for_the_rest():
     """Fake rows: each predicted configuration shows its prediction, interval and error against
     the decode speedup (inside or outside its interval); the others say "not modelled"."""
-    from polyplan.engines.llama_peers import POLYPLAN, TARGET_ONLY, LlamaPeersBenchmark, PeerRow, llama_peers_lines
+    from polyplan.engines.llama_cpp.race import POLYPLAN, TARGET_ONLY, LlamaPeersBenchmark, PeerRow, llama_peers_lines
 
     def row(label, decode, predicted=None, interval=None, exported=False, failure=None):
         return PeerRow(label, 10.0, 20.0 * decode, decode, 0.01, 0.9, 4, 4, None, predicted, exported, (),
@@ -157,9 +157,9 @@ def test_a_second_target_alone_server_races_as_a_control_and_widens_each_judgeme
     """Identical servers differ by their process's own speed (session 17: 1.000, 1.008, 1.016x);
     the control row measures that offset in the race, predicted as a 1.00x point and never the
     exported one, and every judged row may miss by that much more before it is "outside"."""
-    from polyplan.engines.llama_peers import (CONTROL, POLYPLAN, TARGET_ONLY, LlamaPeersBenchmark, PeerRow, ServerConfig, judged,
+    from polyplan.engines.llama_cpp.race import (CONTROL, POLYPLAN, TARGET_ONLY, LlamaPeersBenchmark, PeerRow, ServerConfig, judged,
                                               llama_peers_lines, priced_on_race, with_server_spread)
-    from polyplan.planner.llama_cpp_ranking import OFF_CONFIG
+    from polyplan.planner.llama_cpp.ranking import OFF_CONFIG
 
     by_label = {config.label: config for config in raced_configs()}
     assert [config.label for config in raced_configs()][:2] == [TARGET_ONLY, CONTROL]
@@ -191,9 +191,9 @@ def test_the_race_says_how_fast_the_target_alone_stepped_against_its_pricing():
     polyplan's and untimed ones are not read; nothing to say without prices or a timed run."""
     from types import SimpleNamespace
 
-    from polyplan.engines.llama_peers import CONTROL, TARGET_ONLY, PeerRun, race_pace_line
+    from polyplan.engines.llama_cpp.race import CONTROL, TARGET_ONLY, PeerRun, race_pace_line
     from polyplan.formats.profile import LatencyPoint, ModelProfile
-    from polyplan.planner.exact.server_loop import ServerLoop
+    from polyplan.planner.llama_cpp.server_loop import ServerLoop
 
     target = ModelProfile("t", "fp-t", (LatencyPoint(128, 1, 0.025), LatencyPoint(128, 2, 0.040)))
     prices = SimpleNamespace(target=target, loop=ServerLoop(per_round_s=0.001), calibrated_step_s=None)
@@ -221,9 +221,9 @@ def test_the_race_prices_its_replayed_rows_again_on_its_own_prompts_and_prints_t
     target alone get none. The table prints both errors and the worst of each."""
     from types import SimpleNamespace
 
-    from polyplan.engines.llama_peers import (TARGET_ONLY, LlamaPeersBenchmark, PeerRow, PeerRun, ServerConfig, llama_peers_lines,
+    from polyplan.engines.llama_cpp.race import (TARGET_ONLY, LlamaPeersBenchmark, PeerRow, PeerRun, ServerConfig, llama_peers_lines,
                                               priced_on_race, race_streams)
-    from polyplan.planner.llama_cpp_ranking import OFF_CONFIG, RankedConfig
+    from polyplan.planner.llama_cpp.ranking import OFF_CONFIG, RankedConfig
 
     runs = [PeerRun(TARGET_ONLY, 1, "chat", (7, 8), 1.0, 10.0, 0, 0, group=0),
             PeerRun("ngram-mod (defaults)", 0, "chat", (5, 6), 1.0, 10.0, 2, 1, group=0),
@@ -281,7 +281,7 @@ def test_a_traced_server_s_rounds_are_read_from_its_log_after_the_request(tmp_pa
     """The pinned server's trace line for each verified draft, as it writes them; lines from
     before the request are not read; totals that do not add up (a line not written yet) leave
     the rounds unread (control)."""
-    from polyplan.engines import llama_server
+    from polyplan.engines.llama_cpp import server as llama_server
 
     log = tmp_path / "server.log"
     log.write_text("slot update_slots: id  0 | task 1 | accepted  9/ 9 draft tokens\n")  # an earlier request's
@@ -411,7 +411,7 @@ def test_a_model_the_server_cannot_load_is_one_line_and_no_process(tmp_path):
 def test_a_per_token_prediction_is_held_against_the_decode_only_speedup():
     """Whole calls add the same prefill to both sides and pull every speedup toward 1; the
     server's own decode timing does not, so a per-decoded-token prediction is judged on it."""
-    from polyplan.engines.llama_peers import TARGET_ONLY, PeerRun, ServerConfig, _row
+    from polyplan.engines.llama_cpp.race import TARGET_ONLY, PeerRun, ServerConfig, _row
 
     def run(config, prompt, call_s, decode):
         return PeerRun(config, prompt, "all", (1, 2, 3), call_s, decode, 0, 0)

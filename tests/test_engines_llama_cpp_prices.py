@@ -1,5 +1,5 @@
-"""A llama.cpp export priced with llama.cpp's own numbers (`engines.llama_cpp_prices`,
-`planner.exact.server_loop`).
+"""A llama.cpp export priced with llama.cpp's own numbers (`engines.llama_cpp.prices`,
+`planner.llama_cpp.server_loop`).
 
 Fast tests: the server-loop fit recovers known costs from synthetic requests (and from a fake
 server's answers through the calibration's own bookkeeping, with a negative control: costs
@@ -23,14 +23,14 @@ import pytest
 from typer.testing import CliRunner
 
 from polyplan.cli.app import app
-from polyplan.engines.llama_server import Completion
+from polyplan.engines.llama_cpp.server import Completion
 from polyplan.formats.errors import PolyplanError
 from polyplan.formats.profile import TargetStream
 from polyplan.planner.exact.latency import LatencyCurve
-from polyplan.planner.exact.ngram_rules import NGramSimpleRule, replay_request, replay_session
-from polyplan.planner.exact.server_loop import (DRAFT_MODEL, NGRAM, NO_SERVER_LOOP, TARGET_ALONE, ServerLoop, ServerRequest,
+from polyplan.planner.llama_cpp.ngram_rules import NGramSimpleRule, replay_request, replay_session
+from polyplan.planner.llama_cpp.server_loop import (DRAFT_MODEL, NGRAM, NO_SERVER_LOOP, TARGET_ALONE, ServerLoop, ServerRequest,
                                                 fit_server_loop, request_seconds)
-from polyplan.planner.llama_cpp_ranking import session_speedup
+from polyplan.planner.llama_cpp.ranking import session_speedup
 
 STEP = LatencyCurve((1, 2, 4, 8, 16, 64), (0.010, 0.011, 0.013, 0.017, 0.025, 0.080))
 DRAFT_STEP = LatencyCurve((1, 2, 4, 8), (0.002, 0.007, 0.008, 0.010))  # llama.cpp's jump from one token to two
@@ -154,7 +154,7 @@ def _streams():
 
 
 def test_a_calibration_on_a_fake_server_recovers_its_costs(monkeypatch):
-    from polyplan.engines import llama_cpp_prices
+    from polyplan.engines.llama_cpp import prices as llama_cpp_prices
 
     streams = _streams()
     requests = llama_cpp_prices.calibrate_server(None, Path("t.gguf"), streams, 1, {"small": "small.gguf"}, (),
@@ -183,7 +183,7 @@ def workspace(tmp_path_factory):
     import yaml
 
     from polyplan.formats.profile import read_profile
-    from polyplan.planner.plan_file import planned_from_profile
+    from polyplan.planner.plan_builder import planned_from_profile
     from tiny_gguf import write_tiny_gguf
 
     root = tmp_path_factory.mktemp("prices")
@@ -222,7 +222,7 @@ def _export(plan: Path, **options):
 
 
 def test_a_torch_target_of_a_gguf_is_measured_once_for_that_file_and_says_so(workspace, cache, monkeypatch):
-    from polyplan.engines import llama_cpp_prices
+    from polyplan.engines.llama_cpp import prices as llama_cpp_prices
 
     calls = []
     real_latency, real_streams = llama_cpp_prices.measure_latency_entry, llama_cpp_prices.decode_greedy_streams
@@ -241,7 +241,7 @@ def test_a_torch_target_of_a_gguf_is_measured_once_for_that_file_and_says_so(wor
 
 
 def test_a_changed_file_is_measured_again(workspace, cache, monkeypatch, tmp_path):
-    from polyplan.engines import llama_cpp_prices
+    from polyplan.engines.llama_cpp import prices as llama_cpp_prices
     from polyplan.formats.profile import read_profile
     from polyplan.models.file_fingerprints import file_fingerprint
     from tiny_gguf import write_tiny_gguf
@@ -265,7 +265,7 @@ def test_a_changed_file_is_measured_again(workspace, cache, monkeypatch, tmp_pat
 
 
 def test_a_llama_cpp_target_reuses_the_profile_and_says_so(workspace, cache, monkeypatch):
-    from polyplan.engines import llama_cpp_prices
+    from polyplan.engines.llama_cpp import prices as llama_cpp_prices
 
     monkeypatch.setattr(llama_cpp_prices, "measure_latency_entry", lambda *a, **k: pytest.fail("measured"))
     monkeypatch.setattr(llama_cpp_prices, "decode_greedy_streams", lambda *a, **k: pytest.fail("decoded"))
@@ -279,7 +279,7 @@ def test_an_export_priced_on_other_streams_replays_those_and_prices_the_rest_ali
     the profile's own streams give the same ranking; on streams that repeat a short pattern
     ngram-mod accepts more, and a row replayed on no streams (a draft model) keeps its point
     (without a server loop nothing else moves it)."""
-    from polyplan.engines import llama_cpp_prices
+    from polyplan.engines.llama_cpp import prices as llama_cpp_prices
     from polyplan.formats.profile import TargetStream, read_profile
     from polyplan.planner.exact.ngram_replay import target_streams
 
@@ -296,7 +296,7 @@ def test_an_export_priced_on_other_streams_replays_those_and_prices_the_rest_ali
     assert {label: (c.speedup, c.drafted) for label, c in other.items() if c.drafted is None} == \
         {c.label: (c.speedup, c.drafted) for c in base.ranking if c.drafted is None and "size-n" not in c.label}
     # a raced configuration's own flags (ngram-simple at a K the export did not choose on these streams) are replayed too
-    from polyplan.planner.llama_cpp_ranking import llama_cpp_spec_flags
+    from polyplan.planner.llama_cpp.ranking import llama_cpp_spec_flags
 
     flags = next(flags for k in range(3, 12) if (flags := tuple(llama_cpp_spec_flags("ngram", k, "", (1, 2))))
                  not in {c.flags for c in other.values()})
@@ -313,9 +313,9 @@ def test_a_whole_race_with_stand_in_servers_judges_and_splits_every_replayed_row
     3 would give) and its price on the race's own prompts, and so does each draft model's row
     (the tiny drafter's agreement with the stand-ins' answers measured for real); polyplan's own
     chain ran in this process."""
-    from polyplan.engines import llama_peers
-    from polyplan.engines.llama_cpp_build import LlamaCppBuild
-    from polyplan.engines.llama_server import Completion
+    from polyplan.engines.llama_cpp import race as llama_peers
+    from polyplan.engines.llama_cpp.build import LlamaCppBuild
+    from polyplan.engines.llama_cpp.server import Completion
 
     answer = tuple(range(20, 28)) * 2
 
@@ -357,7 +357,7 @@ def test_a_whole_race_with_stand_in_servers_judges_and_splits_every_replayed_row
     text = "\n".join(llama_peers.llama_peers_lines(bench))
     assert "the predictions priced on this race's own prompts" in text and "worst error over these" in text
     from polyplan.engines.export import export_from_files
-    from polyplan.planner.llama_cpp_ranking import ReplayWorkload
+    from polyplan.planner.llama_cpp.ranking import ReplayWorkload
 
     profiled = export_from_files(workspace / "plan-llama.json", "llama.cpp", workload=ReplayWorkload(16, 1))
     three = next(c for c in profiled.ranking if c.label == "ngram-mod (defaults)")
@@ -369,8 +369,8 @@ def test_a_draft_models_agreement_with_a_races_answers_is_what_it_would_verify(w
     """`race_agreement`: the target GGUF agrees with its own greedy answers everywhere (its argmax
     is the answer), the tiny drafter where its argmax is the answer's token; confidences are kept
     per position; `with_race_agreement` sets the pair's greedy α to the share that agrees."""
-    from polyplan.engines.llama_cpp_prices import decode_greedy_streams
-    from polyplan.engines.race_agreement import race_agreement, with_race_agreement
+    from polyplan.engines.llama_cpp.prices import decode_greedy_streams
+    from polyplan.engines.llama_cpp.race_agreement import race_agreement, with_race_agreement
     from polyplan.formats.profile import TargetStream, read_profile
 
     prompts = [tuple(range(5 + i, 25 + i)) for i in range(3)]
@@ -391,7 +391,7 @@ def test_a_draft_models_agreement_with_a_races_answers_is_what_it_would_verify(w
 
 def test_without_the_bindings_one_line_says_the_profile_priced_it(workspace, cache, monkeypatch):
     from polyplan.decoder.llama_cpp import INSTALL_HINT
-    from polyplan.engines import llama_cpp_prices
+    from polyplan.engines.llama_cpp import prices as llama_cpp_prices
 
     monkeypatch.setattr(llama_cpp_prices, "bindings_missing", lambda: f"the bindings are not installed; {INSTALL_HINT}")
     export = _export(workspace / "plan-torch.json")
@@ -405,7 +405,8 @@ def test_a_calibrated_server_loop_prices_the_ranking(workspace, cache, monkeypat
     """With a (fake) build, the calibration's fit prices every replayed configuration and the
     draft model, and its note says so; a dearer server loop predicts every drafting
     configuration slower (negative control: without it, the bindings' prices)."""
-    from polyplan.engines import llama_cpp_build, llama_cpp_prices
+    from polyplan.engines.llama_cpp import build as llama_cpp_build
+    from polyplan.engines.llama_cpp import prices as llama_cpp_prices
 
     build = llama_cpp_build.LlamaCppBuild(Path("/nonexistent"), llama_cpp_build.BINDINGS_VERSION)
     monkeypatch.setattr(llama_cpp_build, "find_build", lambda *a: build)
@@ -444,8 +445,8 @@ def test_a_plan_whose_gguf_changed_since_profiling_is_one_line_naming_the_file(w
 
 @pytest.mark.slow
 def test_a_real_server_calibration_fits_non_negative_costs_that_explain_its_decode_times(tmp_path):
-    from polyplan.engines import llama_cpp_prices
-    from polyplan.engines.llama_cpp_build import require_build
+    from polyplan.engines.llama_cpp import prices as llama_cpp_prices
+    from polyplan.engines.llama_cpp.build import require_build
     from tiny_gguf import pinned_server_and_tiny_gguf, write_tiny_gguf
 
     _, model = pinned_server_and_tiny_gguf(tmp_path)
@@ -468,7 +469,7 @@ def test_a_real_server_calibration_fits_non_negative_costs_that_explain_its_deco
     predicted = [request_seconds(loop, step, r, draft_step) for r in requests]
     measured = [r.decode_s for r in requests]
     assert sum(predicted) == pytest.approx(sum(measured), rel=0.25)
-    from polyplan.engines.llama_server import LlamaServer
+    from polyplan.engines.llama_cpp.server import LlamaServer
 
     flags = ("-t", "1", "-c", "256", "-np", "1", "--no-webui", "--spec-type", "draft-simple", "-md", str(drafter),
              "--spec-draft-n-max", "3", "--spec-draft-n-min", "0", "--spec-draft-p-min", "0")
@@ -488,9 +489,9 @@ def test_the_race_fits_the_servers_loop_from_its_own_requests_as_the_calibration
     alone nothing is fitted)."""
     from types import SimpleNamespace
 
-    from polyplan.engines.llama_peers import TARGET_ONLY, ServerConfig, race_loop_line, race_requests, race_servers
+    from polyplan.engines.llama_cpp.race import TARGET_ONLY, ServerConfig, race_loop_line, race_requests, race_servers
     from polyplan.formats.profile import LatencyPoint, ModelProfile
-    from polyplan.planner.llama_cpp_ranking import LlamaCppPrices
+    from polyplan.planner.llama_cpp.ranking import LlamaCppPrices
 
     streams = _streams()
     configs = [ServerConfig(TARGET_ONLY, ()),
@@ -529,8 +530,8 @@ def test_the_race_fits_the_servers_loop_from_its_own_requests_as_the_calibration
 def test_the_calibrations_pace_is_the_target_alones_decode_step():
     """Its decode seconds over its rounds (one token each; the first token comes from the
     prefill); other kinds' requests are not read; none without a target-alone request."""
-    from polyplan.engines.llama_cpp_prices import calibrated_step
-    from polyplan.planner.exact.server_loop import DRAFT_MODEL, TARGET_ALONE, ServerRequest
+    from polyplan.engines.llama_cpp.prices import calibrated_step
+    from polyplan.planner.llama_cpp.server_loop import DRAFT_MODEL, TARGET_ALONE, ServerRequest
 
     requests = [ServerRequest(TARGET_ALONE, (0,) * 7, 0.07, 100), ServerRequest(TARGET_ALONE, (0,) * 23, 0.25, 100),
                 ServerRequest(DRAFT_MODEL, (3, 3), 9.0, 100)]

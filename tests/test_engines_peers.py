@@ -15,7 +15,7 @@ from typer.testing import CliRunner
 from polyplan.formats.candidates import read_candidates
 from polyplan.cli.app import app
 from polyplan.formats.plan import write_plan
-from polyplan.planner.plan_file import plan_of
+from polyplan.planner.plan_builder import plan_of
 from polyplan.planner.search import recommend
 from polyplan.formats.profile import LatencyPoint, ModelProfile, Profile, SamplingStats, write_profile
 from polyplan.models.fingerprints import candidate_fingerprints

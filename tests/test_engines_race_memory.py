@@ -17,10 +17,10 @@ from types import SimpleNamespace
 
 import pytest
 
-from polyplan.engines.llama_peers import (POLYPLAN, TARGET_ONLY, LlamaPeersBenchmark, ServerConfig, llama_peers_lines,
+from polyplan.engines.llama_cpp.race import (POLYPLAN, TARGET_ONLY, LlamaPeersBenchmark, ServerConfig, llama_peers_lines,
                                           peer_rows, race_servers, server_needs)
-from polyplan.engines.llama_server import Completion, LlamaServer
-from polyplan.engines.race_memory import (MODEL_ALLOWANCE, MemoryNeed, ModelMemory, available_memory, gguf_memory, group_bytes,
+from polyplan.engines.llama_cpp.server import Completion, LlamaServer
+from polyplan.engines.llama_cpp.race_memory import (MODEL_ALLOWANCE, MemoryNeed, ModelMemory, available_memory, gguf_memory, group_bytes,
                                           memory_line, race_groups, usable_memory)
 from polyplan.formats.errors import PolyplanError
 from polyplan.profiler.prompts import EncodedPrompt, Prompt
@@ -265,7 +265,7 @@ def test_with_every_server_in_one_group_nothing_changes_for_a_race_that_fits():
 def test_polyplans_own_members_are_estimated_as_they_stay_resident(tmp_path):
     import torch
 
-    from polyplan.engines.race_memory import resident_need
+    from polyplan.engines.llama_cpp.race_memory import resident_need
     from tiny_gguf import write_tiny_gguf
 
     path = tmp_path / "tiny.gguf"

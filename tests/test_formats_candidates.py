@@ -178,7 +178,7 @@ def test_derived_entries_inherit_their_base_device(folders):
 def test_fast_kernel_table():
     assert supported_quantization("int8", "cpu") is None
     assert supported_quantization("bf16", "cuda:0") is None
-    assert supported_quantization("bf16", "cpu") is None  # decoder.derive asks the CPU when the copy is made
+    assert supported_quantization("bf16", "cpu") is None  # models.derive asks the CPU when the copy is made
     assert "int4" in supported_quantization("int4", "cpu")
     assert supported_quantization("int8", "cuda") is not None
 

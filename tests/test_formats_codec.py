@@ -14,7 +14,8 @@ from typing import Annotated, Any
 
 import pytest
 
-from polyplan.formats import codec, overhead, plan, processor, profile, report
+from polyplan.formats import codec, overhead, plan, processor, profile
+from polyplan.formats import validation_report as report
 from polyplan.formats.checks import ONE_OR_MANY, non_negative, text, whole
 from polyplan.formats.codec import EMPTY, NONE, Invalid, Layout, decode, encode, spec
 from polyplan.formats.errors import PolyplanError

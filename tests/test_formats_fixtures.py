@@ -28,7 +28,7 @@ from polyplan.cli.app import app
 from polyplan.formats.codec import json_text
 from polyplan.formats.plan import decode_plan, encode_plan, read_plan, write_plan
 from polyplan.formats.profile import encode_profile, read_profile, write_profile
-from polyplan.formats.report import encode_report, read_report, write_report
+from polyplan.formats.validation_report import encode_report, read_report, write_report
 
 ROOT = Path(__file__).resolve().parents[1]
 DATA = Path(__file__).parent / "data"

@@ -14,7 +14,7 @@ from polyplan.formats.overhead import LoopOverhead
 from polyplan.formats.plan import CandidatesRecord, InsertionVerdict, ProfileRecord, SearchRecord, decode_plan, read_plan
 from polyplan.formats.profile import LoopCalibration, SCHEMA_VERSION, SwitchCosts
 from polyplan.formats.profile import read_profile
-from polyplan.planner.plan_file import plan_from_profile, profile_digest
+from polyplan.planner.plan_builder import plan_from_profile, profile_digest
 
 EXAMPLE = Path(__file__).resolve().parents[1] / "polyplan" / "data" / "paper_table1_profile.json"
 
@@ -93,10 +93,10 @@ def test_the_sampling_mode_is_parsed_once_on_read(planned):
 
 
 def test_one_codec_writes_and_reads_every_field(planned, tmp_path):
-    """What `planner.plan_file.plan_of` builds, `formats.plan` writes and reads back unchanged,
+    """What `planner.plan_builder.plan_of` builds, `formats.plan` writes and reads back unchanged,
     and re-encoding what was read gives the file's JSON again."""
     from polyplan.formats.plan import encode_plan, write_plan
-    from polyplan.planner.plan_file import plan_of
+    from polyplan.planner.plan_builder import plan_of
 
     _, profile = planned
     result = plan_from_profile(profile, None, profile_path="p.json", resamples=30)

@@ -16,7 +16,7 @@ from polyplan.formats.plan import decode_plan, read_plan
 from polyplan.formats.codec import decode, encode
 from polyplan.formats.processor import Processor, isa_flags, machine_difference, processor_line
 from polyplan.formats.profile import decode_profile, encode_profile, read_profile
-from polyplan.planner.plan_file import plan_from_profile
+from polyplan.planner.plan_builder import plan_from_profile
 
 EXAMPLE = Path(__file__).resolve().parents[1] / "polyplan" / "data" / "paper_table1_profile.json"
 EPYC = Processor("AMD EPYC 9R14", "x86_64", ("avx2", "avx512_bf16", "avx512f", "fma"), "x86", "AVX512", 2)

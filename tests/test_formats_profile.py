@@ -340,7 +340,7 @@ def test_a_migrated_profile_is_written_as_version_2_and_reads_back_the_same(tmp_
 
 def test_the_loop_costs_keep_their_fingerprints_through_the_codec_and_the_migration():
     """The pipeline reuses a loop overhead or switch costs while their fingerprint holds
-    (`loop.loop_costs`): the fingerprint survives a round trip and a version-1 file, where
+    (`pipeline.loop_costs`): the fingerprint survives a round trip and a version-1 file, where
     it sat inside the meta entry."""
     old = _version_1()
     old["meta"]["loop_overhead"]["greedy"]["fingerprint"] = "sha256:l"

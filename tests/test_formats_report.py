@@ -1,4 +1,4 @@
-"""report.json (`formats.report`, read and written by `formats.codec`): a written report decodes
+"""report.json (`formats.validation_report`, read and written by `formats.codec`): a written report decodes
 and encodes back to the same bytes, and every malformed one is one line naming the file and the
 field."""
 
@@ -13,7 +13,7 @@ import pytest
 
 from polyplan.formats.errors import PolyplanError
 from polyplan.formats.codec import json_text
-from polyplan.formats.report import REPORT_VERSION, decode_report, encode_report, read_report, write_report
+from polyplan.formats.validation_report import REPORT_VERSION, decode_report, encode_report, read_report, write_report
 
 SAVED = Path(__file__).parent / "data" / "report_v1.json"  # written by polyplan (test_validation_report_json)
 

@@ -5,8 +5,8 @@ the exact cost model in planner/exact/, the intervals in planner/intervals/, the
 plan and the engines' rules), decoder/ (the chain, its members and verification), models/
 (models.yaml to members, and model surgery: int8 and reduced-vocabulary heads), profiler/ (measures
 models), validation/ (runs planned chains and judges predictions), engines/ (other engines as peers
-and export targets, and what to type for them), the embedded family (polyplan/zoo/: its training and
-distillation, imported only by the loop, whose demo trains it, and the CLI), loop/ (profile -> plan
+and export targets, and what to type for them), the embedded family (zoo/: its training and
+distillation, imported only by the loop, whose demo trains it, and the CLI), pipeline/ (profile -> plan
 -> validate -> demo), and the CLI (cli/) on top. Every module's imports are read with `ast`, the
 ones inside functions included, so a lazy import cannot hide a layer violation.
 There are no exceptions.
@@ -22,11 +22,12 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]
 FOLDERS = {"formats": "polyplan.formats", "planner": "polyplan.planner", "decoder": "polyplan.decoder",
            "models": "polyplan.models", "profiler": "polyplan.profiler", "validation": "polyplan.validation",
-           "engines": "polyplan.engines", "loop": "polyplan.loop", "cli": "polyplan.cli", "polyplan": "polyplan"}
+           "engines": "polyplan.engines", "pipeline": "polyplan.pipeline", "zoo": "polyplan.zoo", "cli": "polyplan.cli",
+           "polyplan": "polyplan"}
 
 # From the bottom up; each room may import itself and the rooms before it.
 ORDER = ("polyplan.formats", "polyplan.planner", "polyplan.decoder", "polyplan.models", "polyplan.profiler",
-         "polyplan.validation", "polyplan.engines", "polyplan.zoo", "polyplan.loop", "polyplan.cli")
+         "polyplan.validation", "polyplan.engines", "polyplan.zoo", "polyplan.pipeline", "polyplan.cli")
 ALLOWED = {room: ORDER[: index + 1] for index, room in enumerate(ORDER)}
 FORBIDDEN_THIRD_PARTY = {"polyplan.formats": ("torch", "typer", "rich", "transformers"),
                          "polyplan.planner": ("torch", "typer", "rich", "transformers")}
@@ -108,7 +109,7 @@ def test_only_the_cli_imports_typer_and_the_cli_support(name):
     assert not [module for module in found if within(module, CLI_ONLY)], f"{name} imports the CLI's {CLI_ONLY}"
 
 
-def test_the_family_is_imported_only_by_the_loop_and_the_cli():
+def test_the_family_is_imported_only_by_the_pipeline_and_the_cli():
     below = [name for name in MODULES if layer(name) in ORDER[: ORDER.index("polyplan.zoo")]]
     wrong = {name: sorted(m for m in imports(MODULES[name], name) if within(m, ("polyplan.zoo",))) for name in below}
     assert not {name: found for name, found in wrong.items() if found}

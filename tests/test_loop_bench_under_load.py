@@ -10,8 +10,8 @@ import pytest
 from typer.testing import CliRunner
 
 from polyplan.cli.app import app
-from polyplan.loop.load import LoadReport
-from polyplan.loop.under_load import LOADED, QUIET, LoopBenchmark, LoopRun, loop_lines
+from polyplan.pipeline.load import LoadReport
+from polyplan.pipeline.under_load import LOADED, QUIET, LoopBenchmark, LoopRun, loop_lines
 
 from test_validation_paired import _validate
 
@@ -49,7 +49,7 @@ def test_bench_loop_runs_quiet_then_loaded_end_to_end(tmp_path, single_thread):
 
 def test_load_shapes_are_named_and_bad_ones_refused():
     from polyplan.formats.errors import PolyplanError
-    from polyplan.loop.load import SHAPES, load_shape
+    from polyplan.pipeline.load import SHAPES, load_shape
 
     assert set(SHAPES) == {"steady", "bursty", "two-process"}
     assert load_shape("two-process").count(1) == 2 and load_shape("bursty").count(3) == 3
@@ -61,7 +61,7 @@ def test_a_bursty_load_alternates_busy_and_asleep_spans():
     """Fake clock: each look at it takes 1 ms (a product costs a few) and each nap 20 ms; a bursty
     load spends about half its time asleep (spans of 0.1-1.0 s), a steady one none (the negative
     control)."""
-    from polyplan.loop.load import run_load
+    from polyplan.pipeline.load import run_load
 
     def timed(bursty: bool) -> tuple[int, float]:
         now = [0.0]

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from polyplan.formats.profile import LatencyPoint, ModelProfile, Profile
-from polyplan.loop.loop_costs import CALIBRATION_CALL_S, MIN_CALIBRATION_TOKENS, calibration_tokens_for
+from polyplan.pipeline.loop_costs import CALIBRATION_CALL_S, MIN_CALIBRATION_TOKENS, calibration_tokens_for
 
 
 def _profile(step_s: float | None) -> Profile:

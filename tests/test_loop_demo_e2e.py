@@ -12,7 +12,7 @@ import pytest
 from typer.testing import CliRunner
 
 from polyplan.cli.app import app
-from polyplan.formats.report import encode_report, read_report
+from polyplan.formats.validation_report import encode_report, read_report
 
 pytestmark = pytest.mark.usefixtures("single_thread")
 

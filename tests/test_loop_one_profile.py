@@ -152,7 +152,7 @@ def test_a_profiling_run_reads_its_profile_once(profiled, monkeypatch):
     import polyplan.formats.profile as profile_file
     import polyplan.profiler.checks as checks
     import polyplan.profiler.profile_cache as cache
-    from polyplan.loop.pipeline import profile_candidates
+    from polyplan.pipeline.stages import profile_candidates
 
     reads = []
 

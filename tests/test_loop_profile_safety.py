@@ -64,7 +64,7 @@ def test_a_run_on_fewer_candidates_keeps_the_other_models_entries(models, full, 
 
 
 def test_recommend_on_an_extended_profile_plans_with_the_current_candidates_only(full):
-    from polyplan.planner.plan_file import plan_from_profile
+    from polyplan.planner.plan_builder import plan_from_profile
 
     result = plan_from_profile(read_profile(full), None, profile_path=str(full), drafters=("ngram",))
     assert {name for plan in result.ranked for name in plan.chain} <= {"target", "ngram"}

@@ -160,7 +160,7 @@ def test_derivations_chain_through_models_yaml(tiny, cache, tmp_path):
 
     from polyplan.engines.export import engine_files
 
-    from polyplan.planner.engine_rules import loadable
+    from polyplan.planner.engine_export import loadable
 
     files = engine_files(candidates)
     assert files["exit2"] == str(loaded.member("exit2").path) and files["q8-exit2"] == str(pruned_quantized)

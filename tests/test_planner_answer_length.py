@@ -14,7 +14,7 @@ from polyplan.formats.plan import encode_plan, read_plan
 from polyplan.formats.profile import (AgreementRuns, LatencyPoint, ModelProfile, PairAgreement, Profile, SamplingStats,
                                       TargetStream)
 from polyplan.planner.exact.runs import at_length
-from polyplan.planner.plan_file import planned_from_profile
+from polyplan.planner.plan_builder import planned_from_profile
 
 PROMPTS, LENGTH = 8, 64
 # the drafter agrees on 1 of 2 positions over the first half of each answer, on every one after

@@ -1,4 +1,4 @@
-"""Intervals of the llama.cpp export's draft-model rows (`planner.engine_rules`, drawn by
+"""Intervals of the llama.cpp export's draft-model rows (`planner.engine_export`, drawn by
 `planner.intervals.prediction_interval.pair_replicates` as the plan's and the n-gram rows' are).
 
 Checked on synthetic profiles (stored timings spread ±6 %, agreement runs of prompts that agree
@@ -16,9 +16,9 @@ import pytest
 
 from polyplan.formats.plan import DraftPolicy
 from polyplan.formats.profile import AgreementRuns, LatencyPoint, ModelProfile, PairAgreement, Profile, SamplingStats
-from polyplan.planner.engine_rules import export_plan
-from polyplan.planner.llama_cpp_ranking import OFF, ReplayWorkload
-from polyplan.planner.plan_file import plan_of
+from polyplan.planner.engine_export import export_plan
+from polyplan.planner.llama_cpp.ranking import OFF, ReplayWorkload
+from polyplan.planner.plan_builder import plan_of
 from polyplan.planner.search import recommend
 
 SPREAD = (0.94, 0.98, 1.0, 1.02, 1.06)  # each latency point's stored timings around its median
@@ -96,7 +96,7 @@ def test_a_raced_draft_simple_is_predicted_at_its_own_flags_defaults_filled_in(g
     at the same K and p-min is; each with intervals. Not modelled (no row): a combination with
     ngram-mod, a drafter file the export does not hold, a stop whose short drafts are discarded
     (n-min > 0)."""
-    from polyplan.planner.llama_cpp_policy import draft_simple_flags
+    from polyplan.planner.llama_cpp.policy import draft_simple_flags
 
     profile = _profile(16, 0.035, confidences=True)
     base = _export(profile, gguf_pair, DraftPolicy(p_min=0.5))
@@ -110,7 +110,7 @@ def test_a_raced_draft_simple_is_predicted_at_its_own_flags_defaults_filled_in(g
     plan = plan_of(recommend(profile, max_levels=2, k_max=4, draft_policies=False))
     best = dataclasses.replace(plan.best, chain=("target", "draft"), block_sizes=(2,), draft_policy=DraftPolicy(p_min=0.5))
     plan = dataclasses.replace(plan, alternatives=(best, *plan.alternatives[1:]))
-    from polyplan.planner.llama_cpp_ranking import llama_cpp_spec_flags
+    from polyplan.planner.llama_cpp.ranking import llama_cpp_spec_flags
 
     three = tuple(llama_cpp_spec_flags("draft_model", 3, source))  # what the export renders for exactly 3 a round
     export = export_plan(plan, profile, gguf_pair, "llama.cpp", k_max=4, replay_also=[defaults, three, sweep, *unmodelled])

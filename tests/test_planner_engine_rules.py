@@ -1,4 +1,4 @@
-"""planner.engine_rules and `polyplan export`: engine acceptance rules, loadability, the best
+"""planner.engine_export and `polyplan export`: engine acceptance rules, loadability, the best
 engine-expressible chain, and one clear line for every bad input. No models run here except
 the engine-rate check on hand-made distributions."""
 
@@ -18,11 +18,11 @@ from polyplan.cli.app import app
 from polyplan.formats.errors import PolyplanError
 from polyplan.planner.exact.cost_model import predict_chain
 from polyplan.engines.export import config_text, engine_config, export_lines, export_to_json
-from polyplan.planner.engine_rules import export_plan, loadable
+from polyplan.planner.engine_export import export_plan, loadable
 from polyplan.planner.exact.latency import curve_from_profile
 from polyplan.formats.plan import read_plan
 from polyplan.formats.plan import write_plan
-from polyplan.planner.plan_file import plan_of
+from polyplan.planner.plan_builder import plan_of
 from polyplan.planner.search import recommend
 from polyplan.formats.profile import (
     LatencyPoint, ModelProfile, Profile, SamplingStats, decode_profile, encode_profile, write_profile,

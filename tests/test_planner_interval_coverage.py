@@ -21,7 +21,7 @@ from polyplan.formats.errors import PolyplanError
 from polyplan.formats.profile import AgreementRuns, LatencyPoint, ModelProfile, PairAgreement, Profile, SamplingStats
 from polyplan.formats.profile import write_profile
 from polyplan.planner.intervals.interval_coverage import coverage_lines, interval_coverage
-from polyplan.planner.plan_file import planned_from_profile
+from polyplan.planner.plan_builder import planned_from_profile
 
 KS = (1, 2, 4, 8)
 TIMES = {"target": 0.010, "mid": 0.004, "drafter": 0.001}

@@ -1,4 +1,4 @@
-"""A plan's draft policy in the llama.cpp export (`planner.llama_cpp_policy`, `planner.engine_rules`).
+"""A plan's draft policy in the llama.cpp export (`planner.llama_cpp.policy`, `planner.engine_export`).
 
 Checked: the confidence stop is rendered as `--spec-draft-p-min` (with `--spec-draft-n-min 0`, so a
 draft the stop cut short is verified, not discarded); its prediction equals a hand computation of
@@ -19,10 +19,10 @@ import pytest
 from polyplan.engines.export import config_text
 from polyplan.formats.plan import DraftPolicy
 from polyplan.formats.profile import AgreementRuns, LatencyPoint, ModelProfile, PairAgreement, Profile, SamplingStats
-from polyplan.planner.engine_rules import export_plan
-from polyplan.planner.llama_cpp_policy import policy_rounds, server_view
-from polyplan.planner.llama_cpp_ranking import llama_cpp_spec_flags
-from polyplan.planner.plan_file import plan_of
+from polyplan.planner.engine_export import export_plan
+from polyplan.planner.llama_cpp.policy import policy_rounds, server_view
+from polyplan.planner.llama_cpp.ranking import llama_cpp_spec_flags
+from polyplan.planner.plan_builder import plan_of
 from polyplan.planner.search import evaluate_chain, recommend
 
 # one prompt: where the drafter agrees with the target, and its top probability there (x 255)
@@ -203,14 +203,14 @@ def test_the_export_replays_the_10_best_confidences_and_says_when_it_falls_back(
 
 
 def test_in_llama_servers_loop_a_stop_round_pays_its_passes_and_the_verified_batch_decoded_again(gguf_pair):
-    """With llama-server's loop (`planner.exact.server_loop`), each replayed round of the stop costs
+    """With llama-server's loop (`planner.llama_cpp.server_loop`), each replayed round of the stop costs
     the target's T(m + 1) and the server's per-round and per-row costs, the draft model's round
     cost, a pass per drafted token plus one for the stop (the bindings' T_d(1) times the
     calibrated ratio), and its second decode of the m + 1 verified tokens (the last-row curve, a
     jump from one token to two as on llama.cpp's CPU kernels): a round that drafted nothing costs
     one pass and a one-token decode, not a drafted token and a round."""
-    from polyplan.planner.exact.server_loop import ServerLoop
-    from polyplan.planner.llama_cpp_ranking import LlamaCppPrices
+    from polyplan.planner.llama_cpp.server_loop import ServerLoop
+    from polyplan.planner.llama_cpp.ranking import LlamaCppPrices
 
     profile = _profile(alpha=0.2)
     reeval = ModelProfile("draft", "fp-draft-last", tuple(LatencyPoint(64, k, 0.01 if k == 1 else 0.02 + 0.002 * k) for k in range(1, 9)))

@@ -64,8 +64,8 @@ def test_the_llama_cpp_export_replays_ngram_simple_where_the_profile_has_streams
     from polyplan.formats.candidates import parse_candidates
     from polyplan.formats.profile import (AgreementRuns, LatencyPoint, ModelProfile, PairAgreement, Profile,
                                           SamplingStats)
-    from polyplan.planner.engine_rules import export_plan
-    from polyplan.planner.plan_file import planned_from_profile
+    from polyplan.planner.engine_export import export_plan
+    from polyplan.planner.plan_builder import planned_from_profile
 
     models = (ModelProfile("gemma", "fp-g", tuple(LatencyPoint(64, k, 0.018 * (1 + 0.05 * (k - 1))) for k in (1, 2, 4, 8, 16))),
               ModelProfile("ngram", "fp-n", (LatencyPoint(64, 1, 1e-5),)))
@@ -93,8 +93,8 @@ def _export(tmp_path, stream: TargetStream, slope: float):
     from polyplan.formats.candidates import parse_candidates
     from polyplan.formats.profile import (AgreementRuns, LatencyPoint, ModelProfile, PairAgreement, Profile,
                                           SamplingStats)
-    from polyplan.planner.engine_rules import export_plan
-    from polyplan.planner.plan_file import planned_from_profile
+    from polyplan.planner.engine_export import export_plan
+    from polyplan.planner.plan_builder import planned_from_profile
 
     models = (ModelProfile("gemma", "fp-g", tuple(LatencyPoint(64, k, 0.018 * (1 + slope * (k - 1))) for k in (1, 2, 4, 8, 16))),
               ModelProfile("ngram", "fp-n", (LatencyPoint(64, 1, 1e-5),)))
@@ -141,7 +141,7 @@ def test_negative_control_the_llama_cpp_export_recommends_what_pays(tmp_path):
 def test_the_replay_drafts_and_accepts_what_a_real_llama_server_does(tmp_path):
     """The pinned llama-server with ngram-simple on a tiny GGUF: its reported drafted and
     accepted tokens equal the replay's on its own target-only stream (prompt + output)."""
-    from polyplan.engines.llama_server import LlamaServer
+    from polyplan.engines.llama_cpp.server import LlamaServer
     from tiny_gguf import pinned_server_and_tiny_gguf
 
     server_binary, model = pinned_server_and_tiny_gguf(tmp_path)

@@ -1,6 +1,6 @@
-"""llama.cpp's n-gram drafters ported to pure Python (planner.exact.ngram_rules), on hand-made token
+"""llama.cpp's n-gram drafters ported to pure Python (planner.llama_cpp.ngram_rules), on hand-made token
 streams: what each rule drafts, its cap, the state it keeps between requests; and the ranking
-of llama-server configurations with "off" (planner.llama_cpp_ranking)."""
+of llama-server configurations with "off" (planner.llama_cpp.ranking)."""
 
 from __future__ import annotations
 
@@ -11,10 +11,10 @@ import pytest
 
 from polyplan.formats.errors import PolyplanError
 from polyplan.formats.profile import TargetStream
-from polyplan.planner.llama_cpp_ranking import (OFF, RankedConfig, Replicates, ReplayWorkload, ranked, recommend,
+from polyplan.planner.llama_cpp.ranking import (OFF, RankedConfig, Replicates, ReplayWorkload, ranked, recommend,
                                                 replayed_config, session_interval, session_speedup)
 from polyplan.planner.exact.ngram_replay import ngram_simple_draft, replay_stream
-from polyplan.planner.exact.ngram_rules import (LLAMA_CPP_RULES, NGramCacheRule, NGramMapRule, NGramModRule, NGramSimpleRule,
+from polyplan.planner.llama_cpp.ngram_rules import (LLAMA_CPP_RULES, NGramCacheRule, NGramMapRule, NGramModRule, NGramSimpleRule,
                                                 StdUnorderedCounts, replay_request, replay_session)
 
 DATA = Path(__file__).parent / "data"
@@ -309,7 +309,7 @@ def test_a_race_on_fewer_prompts_than_the_profiles_is_judged_by_a_wider_interval
     and the point are the same whatever the race's size."""
     step = lambda k: 0.010 + 0.002 * (k - 1)  # noqa: E731
     streams = _sixteen_streams()
-    from polyplan.planner.engine_rules import _replicates as replicates_for
+    from polyplan.planner.engine_export import _replicates as replicates_for
     from polyplan.formats.profile import LatencyPoint, ModelProfile, Profile
 
     target = ModelProfile("target", "fp", tuple(LatencyPoint(64, k, step(k)) for k in (1, 2, 4, 8, 16, 32, 64)))
@@ -355,7 +355,7 @@ def test_the_stateful_replays_draft_and_accept_what_a_real_llama_server_does(tmp
     as the replay on the server's own output.)"""
     from collections import Counter
 
-    from polyplan.engines.llama_server import LlamaServer
+    from polyplan.engines.llama_cpp.server import LlamaServer
     from tiny_gguf import pinned_server_and_tiny_gguf
 
     server_binary, model = pinned_server_and_tiny_gguf(tmp_path)
@@ -396,7 +396,7 @@ def test_the_stateful_replays_draft_and_accept_what_a_real_llama_server_does(tmp
 
 
 def test_the_rule_of_a_servers_flags_is_the_one_it_runs_or_none():
-    from polyplan.planner.exact.ngram_rules import rule_for_flags
+    from polyplan.planner.llama_cpp.ngram_rules import rule_for_flags
 
     label, make_rule = rule_for_flags(("--spec-type", "ngram-mod"))
     assert label == "ngram-mod (defaults)" and isinstance(make_rule(), NGramModRule)

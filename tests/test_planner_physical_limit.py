@@ -19,7 +19,7 @@ from polyplan.planner.exact.cost_model import predict_chain
 from polyplan.planner.exact.draft_rounds import DraftRounds
 from polyplan.planner.exact.latency import LatencyCurve
 from polyplan.planner.exact.physical_limit import limit_interval, limit_speedups, physical_limit, target_limit
-from polyplan.planner.plan_file import plan_from_profile
+from polyplan.planner.plan_builder import plan_from_profile
 from polyplan.planner.search import recommend
 
 EXAMPLE = Path(__file__).resolve().parents[1] / "polyplan" / "data" / "paper_table1_profile.json"

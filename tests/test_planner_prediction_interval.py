@@ -20,7 +20,7 @@ from polyplan.formats.errors import PolyplanError
 from polyplan.planner.exact.cost_model import predict_chain
 from polyplan.planner.exact.latency import LatencyCurve
 from polyplan.formats.plan import read_plan
-from polyplan.planner.plan_file import plan_from_profile
+from polyplan.planner.plan_builder import plan_from_profile
 from polyplan.planner.intervals.prediction_interval import prediction_intervals
 from polyplan.planner.exact.runs import run_survival
 from polyplan.formats.profile import AgreementRuns, LatencyPoint, ModelProfile, PairAgreement, Profile, SamplingStats
@@ -268,7 +268,7 @@ def test_a_profile_biased_for_one_model_widens_to_the_truth():
 def test_a_widened_interval_is_named_in_the_plan_and_the_validation_notes(tmp_path):
     """The widening travels: plan.json keeps `prediction_intervals.widened` and reads it back,
     and the validation report's notes name it; a clean profile's plan names none."""
-    from polyplan.planner.plan_file import planned_from_profile
+    from polyplan.planner.plan_builder import planned_from_profile
     from polyplan.validation.chain_runs import plan_notes
 
     clean = drawn_profile(np.random.default_rng(5))

@@ -16,7 +16,7 @@ from polyplan.planner.exact.cost_model import predict_chain
 from polyplan.planner.exact.latency import curve_from_profile
 from polyplan.formats.plan import read_plan
 from polyplan.formats.plan import write_plan
-from polyplan.planner.plan_file import plan_of
+from polyplan.planner.plan_builder import plan_of
 from polyplan.planner.search import evaluate_chain, recommend
 from polyplan.formats.profile import DecodedStats, LatencyPoint, ModelProfile, Profile, SamplingStats
 from polyplan.formats.profile import read_profile

@@ -22,7 +22,7 @@ from polyplan.formats.plan import DraftPolicy, read_plan
 from polyplan.formats.profile import AgreementRuns, LatencyPoint, ModelProfile, PairAgreement, Profile, SamplingStats, confidence_text
 from polyplan.planner.intervals.interval_coverage import interval_coverage
 from polyplan.planner.plan_check import check_plan
-from polyplan.planner.plan_file import planned_from_profile, profile_digest
+from polyplan.planner.plan_builder import planned_from_profile, profile_digest
 from polyplan.planner.search import evaluate_chain, recommend
 
 KS = tuple(range(1, 17))

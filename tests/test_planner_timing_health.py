@@ -1,5 +1,5 @@
 """Timing warnings (planner.intervals.timing_health), the outlier rule (profiler.stats) and the bounded
-load generator (profiler.load)."""
+load generator (pipeline.load)."""
 
 from __future__ import annotations
 
@@ -77,14 +77,14 @@ def test_tukey_fences_flag_far_outliers_only():
 
 
 def test_load_runs_for_its_time_limit_and_reports_what_it_did():
-    from polyplan.loop.load import run_load_processes
+    from polyplan.pipeline.load import run_load_processes
 
     (report,) = run_load_processes(0.3)
     assert report.products > 0 and report.seconds >= 0.3
 
 
 def test_load_stops_at_the_end_of_its_block():
-    from polyplan.loop.load import background_load
+    from polyplan.pipeline.load import background_load
 
     with background_load(600.0) as running:
         time.sleep(0.5)
@@ -97,7 +97,7 @@ def test_load_never_outlives_its_parent():
     exits (polled for up to 30 s; it checks between products, every few milliseconds)."""
     script = (
         "import os, subprocess, sys\n"
-        "from polyplan.loop import load\n"
+        "from polyplan.pipeline import load\n"
         "child = subprocess.Popen([sys.executable, load.__file__, '--seconds', '600', '--parent', str(os.getpid())],"
         " stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)\n"
         "print(child.pid, flush=True)\n"
@@ -120,7 +120,7 @@ def _running(pid: int) -> bool:
 
 
 def test_load_settings_are_one_clear_error():
-    from polyplan.loop.load import background_load, check_seconds
+    from polyplan.pipeline.load import background_load, check_seconds
 
     with pytest.raises(PolyplanError, match="--seconds"):
         check_seconds(0)

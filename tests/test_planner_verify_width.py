@@ -187,7 +187,7 @@ def test_the_plan_records_the_widths_it_assumed(tmp_path):
 
     from polyplan.formats.plan import read_plan
     from polyplan.formats.plan import write_plan
-    from polyplan.planner.plan_file import plan_of
+    from polyplan.planner.plan_builder import plan_of
     from polyplan.planner.search import evaluate_chain, recommend
 
     profile = _non_monotone_profile()

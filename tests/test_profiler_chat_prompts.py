@@ -109,7 +109,7 @@ def test_profile_cli_bad_inputs_are_one_line_and_keep_the_profile(tmp_path, sing
 
 
 def test_demo_splits_a_prompt_file_alternately_between_profiling_and_validation(tmp_path):
-    from polyplan.loop.demo import DemoSettings, demo_prompt_sets
+    from polyplan.pipeline.demo import DemoSettings, demo_prompt_sets
 
     path = tmp_path / "q.jsonl"
     path.write_text("\n".join(json.dumps({"category": c, "turns": [f"w{i + 4}"]}) for i, c in enumerate("aabbc")) + "\n")

@@ -78,7 +78,7 @@ def test_a_profile_from_elsewhere_keeps_its_acceptance_and_loses_its_timings():
 def test_export_and_bench_warn_in_one_line_on_stderr(tmp_path, monkeypatch, capsys):
     """`cli.support.warn_other_processor` (what export and bench peers call) on fake records."""
     from polyplan.cli.support import warn_other_processor
-    from polyplan.planner.plan_file import plan_from_profile
+    from polyplan.planner.plan_builder import plan_from_profile
 
     profile = dataclasses.replace(read_profile(EXAMPLE), processor=Processor("AMD EPYC 9R14", flags=("avx512f",), quantized_engine="x86"))
     plan_from_profile(profile, tmp_path / "plan.json", profile_path=str(EXAMPLE), resamples=0)

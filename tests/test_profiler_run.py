@@ -125,7 +125,7 @@ def test_complete_run_writes_a_profile_that_recommend_accepts(complete, models):
         assert set(pair.sampling) == {"greedy", "t1.0"}
         for key, stats in pair.sampling.items():
             assert [d.k for d in stats.decoded] == [2, 3]
-            # 4 prompts (2 decoded) are too few for a bootstrap interval (profiler.sample_size):
+            # 4 prompts (2 decoded) are too few for a bootstrap interval (planner.intervals.sample_size):
             # none is recorded, and the entry says why.
             assert stats.alpha_samples == positions[key] and stats.alpha_ci is None
             assert "alpha from 4 prompt(s): no interval (needs >= 5 prompts)" in stats.warnings

@@ -24,9 +24,10 @@ from functools import lru_cache
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
+OWN = Path(__file__).resolve()  # its negative controls cite names that do not exist
 # room path (as docstrings cite it) -> folder; `polyplan.<room>` is the same module
 ROOMS = {"formats": "formats", "planner": "planner", "decoder": "decoder", "models": "models", "profiler": "profiler",
-         "validation": "validation", "engines": "engines", "loop": "loop", "cli": "cli", "zoo": "polyplan/zoo"}
+         "validation": "validation", "engines": "engines", "pipeline": "pipeline", "cli": "cli", "zoo": "zoo"}
 # top-level folders a backticked repository path may start with
 TOP_FOLDERS = (*ROOMS, "polyplan", "tests", "examples", "notebooks", "docs")
 FILE_SUFFIXES = {"yaml", "yml", "json", "jsonl", "md", "py", "gguf", "txt", "toml", "csv", "png", "ipynb", "safetensors"}
@@ -34,6 +35,7 @@ FILE_SUFFIXES = {"yaml", "yml", "json", "jsonl", "md", "py", "gguf", "txt", "tom
 SPAN = re.compile(r"`([^`\n]+)`")
 NAME = re.compile(r"(?<![\w.])((?:polyplan|%s)(?:\.\w+)+)" % "|".join(ROOMS))
 PATH = re.compile(r"(?:%s)/[\w.-]*(?:/[\w.-]*)*" % "|".join(TOP_FOLDERS))
+ATTRIBUTE = re.compile(r"(?<![\w.])([A-Z]\w+)\.([a-z_]\w*)\b")
 IMPORT = re.compile(r"^\s*(?:>>>\s*)?from\s+(polyplan(?:\.\w+)*)\s+import\s+\(?([\w\s,]+)\)?\s*$")
 
 
@@ -61,26 +63,28 @@ def texts(path: Path) -> Iterator[tuple[int, str]]:
 
 
 def cited_names(text: str) -> list[str]:
-    """The dotted polyplan names `text` cites: in backticks, and in a `from polyplan... import ...` line."""
+    """The dotted polyplan names `text` cites: in backticks or in plain prose (`profiler.retime` and
+    profiler.retime alike), and in a `from polyplan... import ...` line."""
     names = [name for span in SPAN.findall(text) for name in NAME.findall(span)]
+    names += NAME.findall(SPAN.sub(" ", text))
     imported = IMPORT.match(text)
     if imported:
         module, listed = imported.groups()
         names.append(module)
         names += [f"{module}.{name.split(' as ')[0].strip()}" for name in listed.split(",") if name.strip()]
-    return [name for name in names if name.rsplit(".", 1)[-1] not in FILE_SUFFIXES]  # `models.yaml` is a file
+    return [name for name in dict.fromkeys(names) if name.rsplit(".", 1)[-1] not in FILE_SUFFIXES]  # `models.yaml` is a file
 
 
 def cited_paths(text: str) -> list[str]:
     """The repository paths `text` cites: backticked spans that are a path under a top-level folder.
     Under a room only source files and folders count: a room's name is also the usual name of an
-    output folder (`validation/report.md` is what `polyplan validate --out validation` writes)."""
+    output folder (`validation/reporting.md` is what `polyplan validate --out validation` writes)."""
     return [span for span in SPAN.findall(text) if PATH.fullmatch(span) and (
         span.split("/")[0] not in ROOMS or span.endswith(("/", ".py", ".ipynb")))]
 
 
 def repository_path(cited: str) -> Path:
-    """Where a cited path lies: room paths as the rooms are laid out (`zoo/` is `polyplan/zoo/`)."""
+    """Where a cited path lies: room paths as the rooms are laid out (`zoo/` is `zoo/`)."""
     first, _, rest = cited.partition("/")
     return ROOT / ROOMS.get(first, first) / rest
 
@@ -142,6 +146,36 @@ def resolves(name: str) -> bool:
     return False
 
 
+@lru_cache(maxsize=None)
+def classes() -> dict[str, ast.ClassDef | None]:
+    """Every class the package defines, by name; None for a name two modules define (not checked)."""
+    found: dict[str, ast.ClassDef | None] = {}
+    for path in sources():
+        if path.suffix != ".py" or path.relative_to(ROOT).parts[0] not in (*ROOMS.values(), "polyplan"):
+            continue
+        for node in parsed(path).body:
+            if isinstance(node, ast.ClassDef):
+                found[node.name] = None if node.name in found else node
+    return found
+
+
+def cited_attributes(text: str) -> list[str]:
+    """`Class.name` citations of the package's own classes (`Profile.save`), in backticks or prose."""
+    known = classes()
+    return [f"{cls}.{name}" for cls, name in ATTRIBUTE.findall(text)
+            if known.get(cls) is not None and not known[cls].bases and name not in FILE_SUFFIXES]
+
+
+def attribute_resolves(cited: str) -> bool:
+    """Whether the class binds the name in its body or as `self.<name> = ...` in a method."""
+    cls, name = cited.split(".")
+    node = classes()[cls]
+    instance = {target.attr for method in ast.walk(node) if isinstance(method, (ast.Assign, ast.AnnAssign))
+                for target in (method.targets if isinstance(method, ast.Assign) else [method.target])
+                if isinstance(target, ast.Attribute) and isinstance(target.value, ast.Name) and target.value.id == "self"}
+    return name in defined(node.body) | instance
+
+
 def where(path: Path, line: int) -> str:
     return f"{path.relative_to(ROOT)}:{line}"
 
@@ -152,9 +186,15 @@ def test_the_sources_are_found():
 
 
 def test_every_cited_module_resolves():
-    stale = [f"{where(path, line)}: `{name}`" for path in sources() for line, text in texts(path)
+    stale = [f"{where(path, line)}: `{name}`" for path in sources() if path != OWN for line, text in texts(path)
              for name in cited_names(text) if not resolves(name)]
     assert not stale, "references to modules or names that do not exist:\n" + "\n".join(stale)
+
+
+def test_every_cited_class_attribute_exists():
+    stale = [f"{where(path, line)}: {cited}" for path in sources() if path != OWN for line, text in texts(path)
+             for cited in cited_attributes(text) if not attribute_resolves(cited)]
+    assert not stale, "references to class attributes that do not exist:\n" + "\n".join(stale)
 
 
 def test_every_cited_path_exists():
@@ -181,5 +221,9 @@ def test_the_checks_catch_a_stale_reference():
     assert cited_names("    from polyplan.decoder import HFMember, Nothing") == [
         "polyplan.decoder", "polyplan.decoder.HFMember", "polyplan.decoder.Nothing"]
     assert not resolves("polyplan.decoder.Nothing")
+    assert cited_names("the retimed curves of profiler.retime.") == ["profiler.retime"]  # prose, no backticks
+    assert not resolves("profiler.retime")
+    assert cited_attributes("written by Profile.save, read by Profile.model") == ["Profile.save", "Profile.model"]
+    assert not attribute_resolves("Profile.save") and attribute_resolves("Profile.model")
     assert cited_paths("(`polyplan/commands/run.py`, `cli/commands/<group>.py`)") == ["polyplan/commands/run.py"]
     assert not repository_path("polyplan/commands/run.py").exists() and repository_path("zoo/refine.py").exists()

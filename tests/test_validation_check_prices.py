@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from polyplan.formats.profile import AgreementRuns, LatencyPoint, ModelProfile, PairAgreement, Profile, SamplingStats, TargetStream
-from polyplan.planner.plan_file import planned_from_profile
+from polyplan.planner.plan_builder import planned_from_profile
 from polyplan.planner.search import evaluate_chain
 from polyplan.validation.check_prices import PromptPrice, one_prompt, priced_composition, prompt_prices, stream_index
 from polyplan.validation.results import RunRecord

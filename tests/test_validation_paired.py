@@ -1,4 +1,4 @@
-"""Paired per-prompt speedups and their CIs (profiler.paired), and the checks built on them.
+"""Paired per-prompt speedups and their CIs (validation.paired), and the checks built on them.
 
 Statistical tests draw decode times from known distributions: per prompt a base cost, per
 (prompt, repeat) independent log-normal timing noise (sd 10%) on both runs of a pair, so the

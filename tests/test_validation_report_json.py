@@ -1,7 +1,7 @@
 """report.json is pinned byte for byte: a validation built from fixed run records (no model, no
 planner: the planned chains are written out here) is written by `write_report`, and the file must
 equal `tests/data/report_v1.json` (the report folder's path replaced by `FOLDER`). The fixture was
-saved before the report's codec moved into `formats.report`; it keeps every report.json that
+saved before the report's codec moved into `formats.validation_report`; it keeps every report.json that
 polyplan writes for the same result the same bytes, whoever builds the JSON."""
 
 from __future__ import annotations
@@ -15,9 +15,9 @@ from polyplan.decoder.result import PassTally
 from dataclasses import replace
 
 from polyplan.formats.plan import ChainCheck, ExactRecord, PaperRecord, PlannedChain
-from polyplan.formats.report import ReportSettings
+from polyplan.formats.validation_report import ReportSettings
 from polyplan.validation.categories import CategoryRow, ChainCategories, chain_categories
-from polyplan.validation.report import write_report
+from polyplan.validation.reporting import write_report
 from polyplan.validation.results import (
     ROLE_ALTERNATIVE,
     ROLE_RECOMMENDED,

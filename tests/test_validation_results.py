@@ -15,7 +15,7 @@ from polyplan.planner.exact.cost_model import predict_chain
 from polyplan.formats.overhead import LoopOverhead
 from polyplan.planner.exact.overhead import profile_overhead
 from polyplan.formats.plan import read_plan
-from polyplan.planner.plan_file import plan_from_profile
+from polyplan.planner.plan_builder import plan_from_profile
 from polyplan.formats.profile import LoopCalibration, read_profile
 from polyplan.profiler.prompts import EncodedPrompt, Prompt
 from polyplan.validation.chain_runs import fit_prompts, select_chains
@@ -198,8 +198,8 @@ def test_recommended_within_noise_of_the_fastest_uses_the_paired_ratio(plan):
 
 
 def test_json_twin_has_the_documented_shape(plan):
-    from polyplan.formats.report import ReportSettings, encode_report
-    from polyplan.validation.report import report_of
+    from polyplan.formats.validation_report import ReportSettings, encode_report
+    from polyplan.validation.reporting import report_of
     from polyplan.validation.results import Validation
 
     specs = select_chains(plan, top=1)

@@ -106,7 +106,7 @@ def pinned_server_and_tiny_gguf(folder: Path) -> tuple[Path, Path]:
     skipped where llama_cpp is not installed or the server has not been built."""
     import pytest
 
-    from polyplan.engines.llama_cpp_build import require_build
+    from polyplan.engines.llama_cpp.build import require_build
     from polyplan.formats.errors import PolyplanError
 
     pytest.importorskip("llama_cpp")

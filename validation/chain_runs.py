@@ -28,7 +28,7 @@ from polyplan.formats.sampling import SamplingMode
 from polyplan.formats.errors import PolyplanError
 from polyplan.formats.plan import PlanFile
 from polyplan.formats.processor import Processor, machine_difference
-from polyplan.formats.report import ReportSettings
+from polyplan.formats.validation_report import ReportSettings
 from polyplan.formats.profile import Profile
 from polyplan.formats.options import integer_at_least
 from polyplan.planner.intervals.prediction_interval import stretch_words

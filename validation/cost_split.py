@@ -32,7 +32,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from polyplan.decoder.result import PassTally
-from polyplan.formats.report import CostSplit
+from polyplan.formats.validation_report import CostSplit
 
 Price = Callable[[str, int, float], float]  # (model, width, context) -> the profile's seconds for one pass
 

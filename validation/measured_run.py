@@ -17,7 +17,7 @@ from typing import Sequence
 from polyplan.formats.plan import PlanFile, read_plan
 from polyplan.formats.profile import Profile
 from polyplan.formats.profile import read_profile
-from polyplan.formats.report import ReportChain, ValidationReport, read_report
+from polyplan.formats.validation_report import ReportChain, ValidationReport, read_report
 
 PLAN_FILE = "plan.json"
 REPORT_FILE = "report.json"

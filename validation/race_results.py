@@ -27,7 +27,7 @@ class RaceRow:
     where the server timed it, else whole calls) and its sd over prompts, the export's prediction
     and interval (None: not predicted; `judgement` then says why, as the race printed it), and
     whether the export recommended it; `race_priced`: the same prediction priced on the race's own
-    prompts (`engines.llama_peers.priced_on_race`; None: not priced so)."""
+    prompts (`engines.llama_cpp.race.priced_on_race`; None: not priced so)."""
 
     label: str
     measured: float

@@ -13,8 +13,8 @@ from pathlib import Path
 
 from polyplan.formats.outputs import check_report_folder, is_json_with
 from polyplan.validation.plots import PLOT_FILES
-from polyplan.validation.report import JSON_FILE as REPORT_JSON
-from polyplan.validation.report import REPORT_FILE as REPORT_MD
+from polyplan.validation.reporting import JSON_FILE as REPORT_JSON
+from polyplan.validation.reporting import REPORT_FILE as REPORT_MD
 
 PLOTS = tuple(PLOT_FILES.values())
 
@@ -22,7 +22,7 @@ PLOTS = tuple(PLOT_FILES.values())
 def is_validation_report(path: Path) -> bool:
     """Whether `path` is the report.json of a polyplan validation (what `--out` may replace).
 
-    Told by its keys, not decoded (`formats.report.read_report`): a report of an older polyplan,
+    Told by its keys, not decoded (`formats.validation_report.read_report`): a report of an older polyplan,
     or a damaged one, is still ours to replace."""
     return is_json_with(path, ("chains", "headline", "settings"))
 

@@ -2,7 +2,7 @@
 
 Pure Python and numpy (no torch): `summarise_chain` and `headline` turn the raw runs of
 `validation.chain_runs` into frozen results that the report, the plots and `--json` read. What
-report.json records of them (`validation.report.report_of`) is typed in `formats.report`, whose
+report.json records of them (`validation.reporting.report_of`) is typed in `formats.validation_report`, whose
 records `Check`, `ErrorSources`, `PromptRecord` and `ReportSettings` these results hold as they are.
 
 Measured quantities (decoding only; each member's prompt prefill is timed on its own):
@@ -37,7 +37,7 @@ import numpy as np
 
 from polyplan.formats.plan import DraftPolicy, PlannedChain, blocks_text
 from polyplan.decoder.result import PassTally
-from polyplan.formats.report import Check, CostSplit, ErrorSources, PassSeconds, PromptRecord, ReportSettings
+from polyplan.formats.validation_report import Check, CostSplit, ErrorSources, PassSeconds, PromptRecord, ReportSettings
 from polyplan.validation.cost_split import LevelCosts, Price, cost_split, mean_width, merged_tallies, profile_seconds_per_pass
 from polyplan.validation.paired import PairedSpeedup, RatioInterval, paired_speedup, ratio_interval
 
@@ -145,7 +145,7 @@ class ChainResult:
     recommended: bool
     predicted_exact: float
     predicted_paper: float
-    retimed_exact: float | None  # the exact model on latency timed during this run (profiler.retime)
+    retimed_exact: float | None  # the exact model on latency timed during this run (validation.retime)
     greedy_equal: bool | None  # None when sampling (outputs are random; losslessness is tested statistically)
     first_difference: str | None  # where a lossy chain first left the target's output
     speedup: Repeated  # per repeat, over target-only decoding
@@ -155,7 +155,7 @@ class ChainResult:
     loop_seconds_per_token: float  # decoding minus time inside forward passes
     predicted_loop_seconds_per_token: float
     levels: tuple[LevelResult, ...]
-    paired: PairedSpeedup | None = None  # the paired per-prompt speedup and its CI (profiler.paired)
+    paired: PairedSpeedup | None = None  # the paired per-prompt speedup and its CI (validation.paired)
     predicted_interval: tuple[float, float] | None = None  # the plan's interval of predicted_exact
     prompts: tuple[PromptRecord, ...] = ()
     # the exact model on re-timed latency and on acceptance measured on the validation prompts (greedy)

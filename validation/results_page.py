@@ -26,7 +26,7 @@ from pathlib import Path
 from polyplan.formats.errors import PolyplanError
 from polyplan.formats.plan import PlanFile, blocks_text
 from polyplan.formats.profile import Profile
-from polyplan.formats.report import ReportChain, ValidationReport
+from polyplan.formats.validation_report import ReportChain, ValidationReport
 from polyplan.planner.exact.latency import curve_from_profile
 from polyplan.validation.figure import agg_figure, save_figure
 from polyplan.validation.measured_run import read_plan_and_report, read_run as read_measured

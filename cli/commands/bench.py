@@ -138,7 +138,7 @@ def peers(
     assisted per drafter, prompt lookup), or llama-server (target alone, each GGUF drafter, its
     n-gram types, its default)."""
     from polyplan.engines.peers import peers_json, peers_lines
-    from polyplan.loop.pipeline import race_peers_of
+    from polyplan.pipeline.stages import race_peers_of
     from polyplan.profiler.threads import set_threads
 
     if engine not in ("hf", "llama.cpp"):
@@ -171,7 +171,7 @@ def load(
     Each load process is one thread multiplying 256 x 256 matrices; it exits at its time limit,
     when this command ends, or when its parent dies. Prints the products each process ran.
     """
-    from polyplan.loop.load import run_load_processes
+    from polyplan.pipeline.load import run_load_processes
 
     for index, report in enumerate(run_load_processes(seconds, cores), start=1):
         typer.echo(f"load process {index}: {report.products} matrix products in {report.seconds:.1f} s "
@@ -199,9 +199,9 @@ def loop(
     and chain: predicted [interval], measured [CI], error, inside, and the ranking check."""
     from polyplan.cli.commands.progress import progress_bars
     from polyplan.profiler.threads import choose_threads, set_threads
-    from polyplan.loop.demo import DemoSettings
-    from polyplan.loop.load import check_cores, load_shape
-    from polyplan.loop.under_load import loop_lines, run_load_loop
+    from polyplan.pipeline.demo import DemoSettings
+    from polyplan.pipeline.load import check_cores, load_shape
+    from polyplan.pipeline.under_load import loop_lines, run_load_loop
 
     names = tuple(name.strip() for name in shapes.split(",") if name.strip())
     if not names or len(set(names)) != len(names):
@@ -237,7 +237,7 @@ def intervals(
 
     from polyplan.formats import options
     from polyplan.formats.plan import read_plan
-    from polyplan.loop.pipeline import plan_profile
+    from polyplan.pipeline.stages import plan_profile
     from polyplan.planner.intervals.interval_coverage import coverage_lines, interval_coverage, nothing_to_check
 
     options.at_least(top, 1, "--top")
@@ -265,10 +265,10 @@ def intervals(
 
 
 def _llama_cpp_peers(plan, prompts, candidates, new_tokens, repeats, max_prompts, threads, json_output) -> None:
-    """`bench peers --engine llama.cpp` (engines.llama_peers)."""
+    """`bench peers --engine llama.cpp` (engines.llama_cpp.race)."""
     import dataclasses
 
-    from polyplan.engines.llama_peers import llama_peers_lines, run_llama_peers
+    from polyplan.engines.llama_cpp.race import llama_peers_lines, run_llama_peers
 
     if plan is None:
         raise PolyplanError("--engine llama.cpp: give --plan plan.json (profile and recommend a GGUF target first)")

@@ -42,8 +42,8 @@ def demo(
     from polyplan.cli.commands.progress import progress_bars
     from polyplan.profiler.threads import choose_threads
     from polyplan.cli.commands.validate import result_lines
-    from polyplan.loop.demo import DemoSettings
-    from polyplan.loop.pipeline import run_demo
+    from polyplan.pipeline.demo import DemoSettings
+    from polyplan.pipeline.stages import run_demo
 
     choice = choose_threads(threads)
     settings = DemoSettings(

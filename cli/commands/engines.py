@@ -20,8 +20,8 @@ def build(
 ) -> None:
     """Build ENGINE's tools from source into the polyplan cache, once (llama.cpp: llama-server and
     llama-bench from the pinned llama-cpp-python's source distribution, fetched by pip)."""
-    from polyplan.engines.llama_cpp_build import build as build_llama_cpp
-    from polyplan.engines.llama_cpp_build import find_build
+    from polyplan.engines.llama_cpp.build import build as build_llama_cpp
+    from polyplan.engines.llama_cpp.build import find_build
 
     if engine != "llama.cpp":
         raise PolyplanError(f"engines build: unknown engine {engine!r} (only llama.cpp is built from source)")
@@ -34,7 +34,7 @@ def build(
 @fails_cleanly
 def status() -> None:
     """Say which engine tools are built and where."""
-    from polyplan.engines.llama_cpp_build import BINDINGS_VERSION, BUILD_COMMAND, build_root, find_build
+    from polyplan.engines.llama_cpp.build import BINDINGS_VERSION, BUILD_COMMAND, build_root, find_build
 
     found = find_build()
     if found is None:

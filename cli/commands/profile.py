@@ -1,5 +1,5 @@
 """`polyplan profile`: measure T_i(k), pairwise acceptance and the loop costs of the candidates into a
-profile, through the loop's one profiling entry point (`loop.pipeline.profile_candidates`)."""
+profile, through the loop's one profiling entry point (`pipeline.stages.profile_candidates`)."""
 
 from __future__ import annotations
 
@@ -95,7 +95,7 @@ def profile(
     A rerun reuses every entry whose models and settings are unchanged and measures the rest.
     """
     from polyplan.cli.commands.progress import progress_bars
-    from polyplan.loop.pipeline import profile_candidates
+    from polyplan.pipeline.stages import profile_candidates
     from polyplan.profiler.forward_timing import LatencySettings
     from polyplan.profiler.prompt_sets import named_prompt_set
     from polyplan.profiler.settings import AcceptanceSettings, ProfileSettings

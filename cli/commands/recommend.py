@@ -229,7 +229,7 @@ def _plan_profile(profile: Path | None, out: Path | None, options: dict, samplin
     `generate --plan` and `validate` find the models. Without `--sampling`, a profile with no
     greedy entries is planned for the mode it has (`planner.profile_sampling`), with a note."""
     from polyplan.formats.profile import read_profile
-    from polyplan.planner.plan_file import planned_from_profile
+    from polyplan.planner.plan_builder import planned_from_profile
     from polyplan.planner.profile_sampling import default_sampling
     from polyplan.planner.intervals.sample_size import profile_warning
 
@@ -286,7 +286,7 @@ def _recommend_candidates(candidates, out, profile, mode: SamplingMode, prompts,
     """Profile what is missing for the sampling `mode`, then plan (torch is imported only here):
     (the `ThreadChoice` it timed with, the recommendation)."""
     from polyplan.cli.commands.progress import progress_bars
-    from polyplan.loop.pipeline import recommend_candidates
+    from polyplan.pipeline.stages import recommend_candidates
     from polyplan.profiler.profile_cache import resumed_threads
     from polyplan.profiler.prompt_sets import named_prompt_set
     from polyplan.profiler.threads import choose_threads, set_threads

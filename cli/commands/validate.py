@@ -17,7 +17,7 @@ def result_lines(validation, files, said: str | None = None) -> list[str]:
     """The table, the headline and where the report went; the notes but `said` (a warning
     already printed on stderr before the run, kept in the report's notes)."""
     from polyplan.validation.categories import category_lines
-    from polyplan.validation.report import table_lines
+    from polyplan.validation.reporting import table_lines
 
     lines = table_lines(validation)
     lines += ["", "checks:"] + [
@@ -81,7 +81,7 @@ def validate(
     on the same prompts and seeds, interleaved; report measured against predicted speedups."""
     from polyplan.formats import options
     from polyplan.cli.commands.progress import progress_bars
-    from polyplan.loop.pipeline import validate_plan_file
+    from polyplan.pipeline.stages import validate_plan_file
     from polyplan.validation.report_folder import check_validation_folder
     from polyplan.validation.chain_runs import ValidationSettings
 

@@ -277,7 +277,7 @@ def predict_chain(
         verify_curves: what a verification pass over k tokens costs, per model, where that is
             not its `curves` entry: an engine that does more per verified batch than the
             verifier's pass (llama-server's draft model decodes the verified batch again,
-            `planner.exact.server_loop`); target-only decoding, the baseline, still costs
+            `planner.llama_cpp.server_loop`); target-only decoding, the baseline, still costs
             `curves[0]`. None: `curves`.
     """
     n = len(curves)

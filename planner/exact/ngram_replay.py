@@ -45,7 +45,7 @@ from polyplan.formats.plan import FIXED_DRAFTS, DraftPolicy
 from polyplan.formats.profile import Profile, TargetStream
 from polyplan.planner.exact.cost_model import ChainPrediction
 from polyplan.planner.exact.draft_rounds import DraftRounds
-from polyplan.planner.exact.server_loop import NGRAM, NO_SERVER_LOOP, ServerLoop
+from polyplan.planner.llama_cpp.server_loop import NGRAM, NO_SERVER_LOOP, ServerLoop
 
 LLAMA_CPP_DEFAULT_SIZES = (12, 48)  # --spec-ngram-simple-size-n / -size-m when not given (common/common.h)
 
@@ -187,7 +187,7 @@ def replay_prediction(streams: Sequence[TargetStream], size_n: int, size_m: int,
                       new_tokens: int | None = None, loop: ServerLoop = NO_SERVER_LOOP) -> ChainPrediction:
     """The exact model's prediction of `ngram-simple` over `streams`, pooled: the time of every
     round (`step(k)`: the target's T(k), and llama-server's own costs `loop`,
-    `planner.exact.server_loop`) against one T(1) per token (and the server's per-round cost;
+    `planner.llama_cpp.server_loop`) against one T(1) per token (and the server's per-round cost;
     each stream one request on both sides). Level 1's drafted pmf is the distribution of draft
     lengths over the rounds (0: no draft, a plain step)."""
     rounds = [item for stream in streams for item in replay_stream(stream, size_n, size_m, new_tokens)]

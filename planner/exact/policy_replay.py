@@ -18,7 +18,7 @@ gives its rounds exactly, as the decoder's greedy run takes them:
   for its own: an approximation that moves only how many doomed tokens a round drafts, never
   how many are accepted. llama-server's `--spec-draft-p-min` stops by the same comparison on a
   top probability renormalised over the drafter's 10 best tokens, which the profile keeps too
-  (`PairAgreement.confidence_top10`): the llama.cpp export replays those (`planner.llama_cpp_policy`).
+  (`PairAgreement.confidence_top10`): the llama.cpp export replays those (`planner.llama_cpp.policy`).
 
 The law is kept as counts per prompt (`planner.exact.draft_rounds.DraftRounds`, `model_drafter`):
 the exact model reads it in place of the run survival, and the bootstrap resamples it by prompt

@@ -20,7 +20,7 @@ independent of each other. Beyond the longest observed run, S continues with the
 continuation rate.
 
 The sequences travel in the profile's `acceptance_runs[sampling]` (`formats.profile.AgreementRuns`,
-written by `profiler.agreement_runs`, through `loop.loop_costs`), one string of 0/1 per prompt and pair.
+written by `profiler.agreement_runs`, through `pipeline.loop_costs`), one string of 0/1 per prompt and pair.
 """
 
 from __future__ import annotations

@@ -49,7 +49,7 @@ How each input is resampled (per replicate, independently):
   profile's prompts with replacement: the error of the profile's estimate alone), and an α's
   standard error is not multiplied for a new set. It is the narrower one: a validation on 16
   other prompts moves by that set's own spread as well, and is judged by the two-draw interval.
-  A llama.cpp export decides on it (`planner.llama_cpp_ranking`: whether a configuration pays
+  A llama.cpp export decides on it (`planner.llama_cpp.ranking`: whether a configuration pays
   on the user's traffic), and `recommend` prints it beside the other.
 - a new set of another size (`set_size` m): a race or validation on m prompts where the profile
   had n draws its second draw m times (an α's standard error gains sqrt(n / m) of it, not the
@@ -457,7 +457,7 @@ def pair_replicates(profile: Profile, target: str, drafter: str, block: int, *, 
                     set_size: int | None = None) -> PairReplicates:
     """`resamples` replicates of what predicts `target > drafter` at block size `block` (under
     `policy`), drawn as `prediction_intervals` draws them: for a caller that prices the pair its
-    own way (an engine's loop, `planner.engine_rules`) and reads the interval with `percentile_interval`.
+    own way (an engine's loop, `planner.engine_export`) and reads the interval with `percentile_interval`.
     `set_size`: the new prompt set's count (a race on fewer prompts than the profile's; None: as many)."""
     integer_at_least(resamples, 20, "resamples")
     rng = np.random.default_rng(seed)

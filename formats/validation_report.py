@@ -1,5 +1,5 @@
 """report.json: what `polyplan validate` (and the demo) writes beside report.md, and prints with
-`--json` (its typed records and its one codec; `validation.report.report_of` builds one from a
+`--json` (its typed records and its one codec; `validation.reporting.report_of` builds one from a
 validation's results).
 
 Format (``report_version`` 1; every key is always written, null where there is no value; a key

@@ -1,6 +1,6 @@
 """`polyplan demo`'s settings: the closed loop on the embedded family, profile → recommend → validate.
 
-`loop.pipeline.run_demo` runs the loop; this module says on what: the candidates (default
+`pipeline.stages.run_demo` runs the loop; this module says on what: the candidates (default
 `examples/zoo.yaml`, the shipped family), the profiling settings, and the prompts (built-in
 ones, the first of each kind profiling and later ones validating, or a user's file split
 alternately).

@@ -2,7 +2,7 @@
 
 A plan's last member may draft under a `formats.plan.DraftPolicy`: an adaptive cap (k_min, k_max)
 and/or a confidence stop p_min. llama-server's `draft-simple` (the pinned llama.cpp,
-`engines.llama_cpp_build.BINDINGS_VERSION`) has the stop and no adaptive cap. Its rule, in
+`engines.llama_cpp.build.BINDINGS_VERSION`) has the stop and no adaptive cap. Its rule, in
 `common/speculative.cpp`, `common_speculative_impl_draft_simple::draft`:
 
 - the draft model decodes the last accepted token, then at each position its sampler (`top_k`
@@ -34,7 +34,7 @@ tokens, n-max 8): the server drafted 36-41 tokens a request at p_min 0.5 and 29-
 replay on whole-vocabulary probabilities 0-4 fewer at 0.5 and 1-7 fewer (up to 21 %) at 0.8, on
 10-best ones 0-4 fewer (3 of the 8 requests' outputs parted from the target alone's, by
 llama.cpp's batch numerics).
-The replayed rounds are priced as the fixed-K row's (`planner.engine_rules`, llama-server's draft
+The replayed rounds are priced as the fixed-K row's (`planner.engine_export`, llama-server's draft
 loop): the pass that read a low confidence costs a drafted token's.
 
 An adaptive cap has no llama-server flag: `--spec-draft-n-max` is fixed for the server. The

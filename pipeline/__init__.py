@@ -1,4 +1,4 @@
-"""polyplan.loop: profile -> plan -> validate -> demo, and the benchmarks of the whole loop.
+"""polyplan.pipeline: profile -> plan -> validate -> demo, and the benchmarks of the whole loop.
 
 `pipeline` is the loop in one module (`profile_candidates` is the one profiling entry point);
 `loop_costs` measures what the exact model reads besides T_i(k) and alpha (agreement runs,

@@ -3,7 +3,7 @@
 A llama.cpp export used to be priced with the profile's numbers: the T(k) and the greedy
 streams of the plan's target as polyplan ran it (a torch member when the plan was made on torch)
 and polyplan's loop overhead. Here the export gets, for the GGUF it hands to `llama-server`
-(`planner.llama_cpp_ranking.LlamaCppPrices`):
+(`planner.llama_cpp.ranking.LlamaCppPrices`):
 
 - T(k) of that file, and T_d(k) of every GGUF draft model, through the bindings
   (`decoder.llama_cpp.LlamaCppMember`, timed by `profiler.forward_timing.measure_latency`, every
@@ -11,13 +11,13 @@ and polyplan's loop overhead. Here the export gets, for the GGUF it hands to `ll
   verification a ranked configuration needs (ngram-mod's 64 drafted tokens + 1);
 - each GGUF draft model's pass over k tokens asking for the last row only, k = 1 … 16: how
   llama-server decodes every verified batch again on the draft model
-  (`planner.exact.server_loop`), at every width since llama.cpp's kernels change regime between
+  (`planner.llama_cpp.server_loop`), at every width since llama.cpp's kernels change regime between
   widths (the 0.5B Qwen at one thread, every row: 156 ms at k = 7, 129 ms at k = 8);
 - the target's greedy streams on the profile's prompts, decoded by the bindings (llama.cpp's
   argmax, not torch's);
 - llama-server's own per-request, per-round and per-drafted-token costs
-  (`planner.exact.server_loop`), fitted from a short calibration against the pinned server
-  (`engines.llama_server`): a few requests of a few tokens, target alone, ngram-simple, a draft
+  (`planner.llama_cpp.server_loop`), fitted from a short calibration against the pinned server
+  (`engines.llama_cpp.server`): a few requests of a few tokens, target alone, ngram-simple, a draft
   model at three K, and a draft model capped at one token whose confidence stop ends most of its
   rounds empty (what a round with no draft costs), each request's rounds replayed on the
   server's own output (a draft model's prefill of the prompt falls inside the server's decode
@@ -40,7 +40,7 @@ import json
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 
-from polyplan.engines.llama_server import round_widths
+from polyplan.engines.llama_cpp.server import round_widths
 from polyplan.formats.atomic import write_text_atomically
 from polyplan.formats.cache import cache_root
 from polyplan.formats.codec import decode, encode
@@ -48,9 +48,9 @@ from polyplan.formats.errors import PolyplanError
 from polyplan.formats.profile import ModelProfile, Profile, TargetStream
 from polyplan.models.file_fingerprints import file_fingerprint
 from polyplan.models.hashing import fingerprint_settings, fingerprint_tokens
-from polyplan.planner.exact.ngram_rules import NGramSimpleRule, ngram_simple_flag_sizes, replay_request
-from polyplan.planner.exact.server_loop import DRAFT_MODEL, NGRAM, TARGET_ALONE, ServerLoop, ServerRequest, fit_server_loop
-from polyplan.planner.llama_cpp_ranking import LlamaCppPrices, llama_cpp_spec_flags
+from polyplan.planner.llama_cpp.ngram_rules import NGramSimpleRule, ngram_simple_flag_sizes, replay_request
+from polyplan.planner.llama_cpp.server_loop import DRAFT_MODEL, NGRAM, TARGET_ALONE, ServerLoop, ServerRequest, fit_server_loop
+from polyplan.planner.llama_cpp.ranking import LlamaCppPrices, llama_cpp_spec_flags
 
 VERSION = 4  # 2: the draft model's prefill fitted; 3: the calibration's requests kept (traced rounds, an empty-round server), fitted on use; 4: fixed K at n-min 0
 WIDEST = 65  # ngram-mod drafts up to 64 tokens: a verification of 65
@@ -189,8 +189,8 @@ def export_prices(plan, profile: Profile, candidates, files: Mapping[str, str], 
     llama-server loads as the target and every GGUF draft model, at the plan's threads, on the
     profile's prompts; the profile's own numbers, with one line saying why, where the bindings
     are missing. `files`: `engines.export.engine_files`; `measure`: passed to `prices_for`."""
-    from polyplan.engines.llama_cpp_build import find_build
-    from polyplan.planner.engine_rules import loadable
+    from polyplan.engines.llama_cpp.build import find_build
+    from polyplan.planner.engine_export import loadable
     from polyplan.profiler.threads import plan_threads
 
     target = candidates.by_name(plan.target)
@@ -304,11 +304,11 @@ def calibrate_server(build, target: Path, streams: Sequence[TargetStream], threa
     (`CALIBRATION_STOP`: its rounds mostly draft nothing), every server started first and the requests sent to them in
     turn, the order rotated each time (as the race does: a load that comes and goes falls on
     every configuration alike); each request as the server ran it
-    (`planner.exact.server_loop.ServerRequest`). `server_factory(args, log_path)` replaces
-    `engines.llama_server.LlamaServer` (tests)."""
+    (`planner.llama_cpp.server_loop.ServerRequest`). `server_factory(args, log_path)` replaces
+    `engines.llama_cpp.server.LlamaServer` (tests)."""
     import time
 
-    from polyplan.engines.llama_server import LlamaServer
+    from polyplan.engines.llama_cpp.server import LlamaServer
 
     logs = cache_root() / "engines" / "logs" / ("calibration-" + time.strftime("%Y%m%d-%H%M%S"))
     common = ("-t", str(threads), "-tb", str(threads), "-c", str(SERVER_CONTEXT), "-np", "1", "--no-webui", *server_flags)
@@ -345,8 +345,8 @@ def calibrate_server(build, target: Path, streams: Sequence[TargetStream], threa
 
 
 def server_request(args: Sequence[str], prompt: Sequence[int], done) -> ServerRequest | None:
-    """One finished request (`engines.llama_server.Completion`) of a server started with `args`
-    (its flags after `-m TARGET`) as the loop's fit reads it (`planner.exact.server_loop.ServerRequest`),
+    """One finished request (`engines.llama_cpp.server.Completion`) of a server started with `args`
+    (its flags after `-m TARGET`) as the loop's fit reads it (`planner.llama_cpp.server_loop.ServerRequest`),
     for the calibration and the race alike: the target alone; `ngram-simple` at its sizes, its
     rounds replayed on the server's own output; `draft-simple` at a fixed K (n-max K, n-min 0,
     p-min 0), K a round; `draft-simple` at n-max 1 behind a confidence stop, one pass a round
@@ -369,7 +369,7 @@ def _fit_kind(args: tuple[str, ...]) -> tuple[str | None, int | None, tuple[int,
     discards the drafts it caps near a request's end, passes the trace does not count), and as
     `STOPPED` at n-max 1, n-min 0 and a p-min above 0 (each round one pass, drafting its token or
     stopping)."""
-    from polyplan.planner.llama_cpp_policy import draft_simple_flags
+    from polyplan.planner.llama_cpp.policy import draft_simple_flags
 
     if "--spec-type" not in args and "--spec-default" not in args and "-md" not in args:
         return TARGET_ALONE, None, None

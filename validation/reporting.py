@@ -2,7 +2,7 @@
 
 `write_report(validation, folder)` writes `report.md`, `report.json` and the three PNG plots of
 `validation.plots` into `folder`. report.json's records and its one codec live in
-`formats.report`; `report_of` builds that record from a `Validation` (what `polyplan validate
+`formats.validation_report`; `report_of` builds that record from a `Validation` (what `polyplan validate
 --json` prints is its encoding, the same object the file holds).
 """
 
@@ -17,7 +17,7 @@ from typing import Any
 from polyplan.formats.errors import PolyplanError
 from polyplan.formats.atomic import write_text_atomically
 from polyplan.formats.plan import blocks_text
-from polyplan.formats.report import (
+from polyplan.formats.validation_report import (
     AcceptedFraction,
     CategoryEntry,
     ChainCategoryRows,
@@ -36,7 +36,7 @@ from polyplan.formats.report import (
     ValidationReport,
     encode_report,
 )
-from polyplan.formats import report as report_file
+from polyplan.formats import validation_report as report_file
 from polyplan.validation.categories import category_lines
 from polyplan.validation.plots import write_plots
 from polyplan.validation.results import (

@@ -1,14 +1,14 @@
 """Rank every llama-server configuration polyplan can predict, and "off", and pick one.
 
 The configurations: each n-gram type llama.cpp offers at its defaults (`ngram-simple`,
-`ngram-map-k`, `ngram-map-k4v`, `ngram-mod`, `ngram-cache`: `planner.exact.ngram_rules`), `ngram-simple` at the
+`ngram-map-k`, `ngram-map-k4v`, `ngram-mod`, `ngram-cache`: `planner.llama_cpp.ngram_rules`), `ngram-simple` at the
 block size the export chose, each draft model (`draft-simple` at its K, the exact model, with an
-interval drawn the same way from its agreement runs: `planner.engine_rules`), and
+interval drawn the same way from its agreement runs: `planner.engine_export`), and
 "off" (the target alone, 1.00x by definition). An n-gram type is replayed on the target's
 greedy streams as one server session (its state carried from request to request,
-`planner.exact.ngram_rules.replay_session`) and priced with the target's T(k): a round that drafts L tokens
+`planner.llama_cpp.ngram_rules.replay_session`) and priced with the target's T(k): a round that drafts L tokens
 costs T(L + 1), target-only T(1) per token, each plus llama-server's own costs where they were
-calibrated (`planner.exact.server_loop.ServerLoop`; the curves and streams themselves may be
+calibrated (`planner.llama_cpp.server_loop.ServerLoop`; the curves and streams themselves may be
 llama.cpp's, `LlamaCppPrices`). Its interval is a bootstrap of the same kind as the
 plan's (`planner.intervals.prediction_interval`): the target's latency curve resampled from its stored
 timings, the streams drawn as a new prompt set (twice: the profile's, then a new set of the
@@ -44,8 +44,8 @@ import numpy as np
 
 from polyplan.formats.profile import ModelProfile, Profile, TargetStream
 from polyplan.planner.intervals.prediction_interval import percentile_interval
-from polyplan.planner.exact.ngram_rules import DraftRule, SessionReplay, replay_session
-from polyplan.planner.exact.server_loop import NGRAM, NO_SERVER_LOOP, ServerLoop
+from polyplan.planner.llama_cpp.ngram_rules import DraftRule, SessionReplay, replay_session
+from polyplan.planner.llama_cpp.server_loop import NGRAM, NO_SERVER_LOOP, ServerLoop
 
 OFF = "off (no speculation)"
 LEVEL = 0.95
@@ -108,14 +108,14 @@ OFF_CONFIG = RankedConfig(OFF, (), 1.0, None, "the target alone")
 @dataclass(frozen=True)
 class LlamaCppPrices:
     """What a llama.cpp export is priced with, in place of the profile's numbers
-    (`engines.llama_cpp_prices` measures them):
+    (`engines.llama_cpp.prices` measures them):
 
     Attributes:
         target: the latency entry of the GGUF llama-server loads as the target (its T(k) through
             the bindings at the plan's threads), under any name (the plan's target's is used).
         drafters: by candidate name, the latency entries of GGUF drafters measured the same way.
         streams: the target's greedy streams decoded by llama.cpp (empty: keep the profile's).
-        loop: llama-server's own costs (`planner.exact.server_loop`; None: not calibrated).
+        loop: llama-server's own costs (`planner.llama_cpp.server_loop`; None: not calibrated).
         notes: one line each on where the numbers came from, printed with the ranking.
         draft_ratio: what a draft model's pass (a drafted token or a confidence stop) costs
             inside llama-server over its T_d(1) through the bindings, as calibrated on one draft
@@ -125,7 +125,7 @@ class LlamaCppPrices:
             latency entry.
         calibrated_step_s: the target alone's decode step in the calibration's requests (seconds;
             None: not calibrated): the machine's pace when the server's loop was measured, which
-            a race's own pace is held against (`engines.llama_peers.race_pace_line`).
+            a race's own pace is held against (`engines.llama_cpp.race.race_pace_line`).
     """
 
     target: ModelProfile
@@ -159,7 +159,7 @@ class Replicates:
 def session_speedup(session: SessionReplay, step: Callable[[int], float], loop: ServerLoop = NO_SERVER_LOOP) -> float:
     """Target-only decode time over the session's: T(1) and the server's per-round cost per
     token against T(L + 1) and the server's n-gram round per round, each request paying the
-    server's per-request cost on both sides (`planner.exact.server_loop`; none: the bindings'
+    server's per-request cost on both sides (`planner.llama_cpp.server_loop`; none: the bindings'
     T(k) alone)."""
     rounds = [item for request in session.requests for item in request]
     tokens = sum(item.accepted + 1 for item in rounds)
@@ -204,7 +204,7 @@ def replayed_config(label: str, flags: Sequence[str], streams: Sequence[TargetSt
                     step: Callable[[int], float], workload: ReplayWorkload, replicates: Replicates | None,
                     note: str = "", loop: ServerLoop = NO_SERVER_LOOP) -> RankedConfig:
     """`label` predicted by replaying its rule over `streams` as one server session (with the
-    server's own costs `loop`, `planner.exact.server_loop`), in `ORDERS` request orders: the
+    server's own costs `loop`, `planner.llama_cpp.server_loop`), in `ORDERS` request orders: the
     median order's speedup and drafted/accepted counts, the interval over all (module docstring)."""
     orders = request_orders(len(streams), 1 if workload.in_order else ORDERS)
     sessions = [replay_session(streams, make_rule, new_tokens=workload.new_tokens, repeats=workload.repeats, order=order)
@@ -235,7 +235,7 @@ def recommend(ranking: Sequence[RankedConfig]) -> RankedConfig:
 def llama_cpp_spec_flags(method: str, k: int, source: str = "", ngram_sizes: tuple[int, int] | None = None,
                          p_min: float | None = None) -> list[str]:
     """llama-server's flags for one drafter at block size `k`, as the pinned llama.cpp spells them
-    (`engines.llama_cpp_build.BINDINGS_VERSION`; tests/test_engines_llama_cpp.py checks each one
+    (`engines.llama_cpp.build.BINDINGS_VERSION`; tests/test_engines_llama_cpp.py checks each one
     against that build's --help): a draft model drafts k tokens a round (`draft-simple`, no
     probability cut-off), or with `p_min` up to k tokens, stopping where its confidence falls
     below p_min; an n-gram drafter is `ngram-simple`, looking up its longest n-gram and drafting
@@ -244,7 +244,7 @@ def llama_cpp_spec_flags(method: str, k: int, source: str = "", ngram_sizes: tup
     drafts fewer instead of discarding them (with n-min = k the pinned server drafts and throws
     away up to k − 1 tokens in each of the last k rounds: a K = 15 draft model on 64-token
     answers raced 23 % below its price so); a draft the stop cut short is kept, not discarded
-    (`planner.llama_cpp_policy`)."""
+    (`planner.llama_cpp.policy`)."""
     if method == "ngram":
         size_n = (ngram_sizes or (1, 3))[1]
         return ["--spec-type", "ngram-simple", "--spec-ngram-simple-size-n", str(size_n), "--spec-ngram-simple-size-m", str(k)]

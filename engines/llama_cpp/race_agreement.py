@@ -1,7 +1,7 @@
 """A draft model's greedy agreement with a race's own target streams: `bench peers`' split for
 draft models.
 
-The split (`engines.llama_peers.priced_on_race`) prices each raced configuration again on the
+The split (`engines.llama_cpp.race.priced_on_race`) prices each raced configuration again on the
 race's own prompts. An n-gram type needs only the target's streams (the target alone's answers in
 the race). A draft model's row reads the pair's agreement sequences and confidences, which the
 profile measured on its own prompts; here they are measured on the race's streams the way the

@@ -1,8 +1,8 @@
 """`polyplan bench loop`: the closed loop (profile → recommend → validate) quiet, then under loads.
 
-Each run is `polyplan demo` (`loop.pipeline.run_demo`) into its own folder: `<out>/quiet`, then
-one folder per load shape (`loop.load.SHAPES`: `<out>/steady`, `<out>/bursty`,
-`<out>/two-process`) with `loop.load.background_load` running that shape for the whole run
+Each run is `polyplan demo` (`pipeline.stages.run_demo`) into its own folder: `<out>/quiet`, then
+one folder per load shape (`pipeline.load.SHAPES`: `<out>/steady`, `<out>/bursty`,
+`<out>/two-process`) with `pipeline.load.background_load` running that shape for the whole run
 (profiling and validation alike; the load stops when the run ends). The latency curves are
 re-timed in each run (acceptance is reused from the cache), so a loaded run plans on timings
 taken under its load, as a user on a busy machine would.
@@ -20,10 +20,10 @@ import dataclasses
 from dataclasses import dataclass
 from pathlib import Path
 
-from polyplan.loop.demo import DemoSettings
-from polyplan.loop.pipeline import DemoResult, run_demo
-from polyplan.loop.load import MAX_SECONDS, SHAPES, LoadReport, background_load
-from polyplan.validation.report import yes_no
+from polyplan.pipeline.demo import DemoSettings
+from polyplan.pipeline.stages import DemoResult, run_demo
+from polyplan.pipeline.load import MAX_SECONDS, SHAPES, LoadReport, background_load
+from polyplan.validation.reporting import yes_no
 
 QUIET = "quiet"
 LOADED = "steady"  # the shape `bench loop` runs when no other is asked for

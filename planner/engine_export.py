@@ -26,10 +26,10 @@ set-up and prefills), which `bench peers` sums over its prompts. llama.cpp's n-g
 (`ngram-simple`) drafts only where the stream repeats itself, which α does not say: where the
 profile holds the target's greedy streams it is predicted by replaying that drafter on them
 (`planner.exact.ngram_replay`), else by α with a note saying so. A llama.cpp export can be priced
-with llama.cpp's own numbers instead of the profile's (`planner.llama_cpp_ranking.LlamaCppPrices`:
-the GGUF's T(k) and greedy streams, and llama-server's own loop, `planner.exact.server_loop`,
+with llama.cpp's own numbers instead of the profile's (`planner.llama_cpp.ranking.LlamaCppPrices`:
+the GGUF's T(k) and greedy streams, and llama-server's own loop, `planner.llama_cpp.server_loop`,
 in place of polyplan's); a plan's confidence stop is ranked as llama-server runs it
-(`planner.llama_cpp_policy`). A member an engine cannot load is
+(`planner.llama_cpp.policy`). A member an engine cannot load is
 listed with the reason, never exported. What to type for the chosen drafter (commands, flags,
 snippets) and the export's report are rendered by `engines.export`. Pure: no torch, no I/O.
 """
@@ -47,15 +47,15 @@ from polyplan.formats.errors import PolyplanError
 from polyplan.planner.exact.cost_model import ChainPrediction, predict_chain
 from polyplan.planner.exact.engine_overhead import profile_call_seconds, prediction_overhead
 from polyplan.planner.exact.latency import LatencyCurve, constant_curve, curve_from_profile
-from polyplan.planner.exact.server_loop import NO_SERVER_LOOP, ServerLoop, draft_model_speedup
+from polyplan.planner.llama_cpp.server_loop import NO_SERVER_LOOP, ServerLoop, draft_model_speedup
 from polyplan.formats.overhead import LoopOverhead, SwitchCost
-from polyplan.planner.llama_cpp_policy import (draft_simple_flags, plan_policy, policy_notes, policy_rounds,
+from polyplan.planner.llama_cpp.policy import (draft_simple_flags, plan_policy, policy_notes, policy_rounds,
                                                server_policy, server_view)
-from polyplan.planner.llama_cpp_ranking import (LlamaCppPrices, RankedConfig, Replicates, ReplayWorkload, llama_cpp_spec_flags,
+from polyplan.planner.llama_cpp.ranking import (LlamaCppPrices, RankedConfig, Replicates, ReplayWorkload, llama_cpp_spec_flags,
                                                 recommend, replayed_config)
-from polyplan.planner.llama_cpp_ranking import ranked as rank_configs
+from polyplan.planner.llama_cpp.ranking import ranked as rank_configs
 from polyplan.planner.exact.ngram_replay import replay_prediction, target_streams
-from polyplan.planner.exact.ngram_rules import LLAMA_CPP_RULES, LLAMA_CPP_VERSION, NGramSimpleRule, rule_for_flags
+from polyplan.planner.llama_cpp.ngram_rules import LLAMA_CPP_RULES, LLAMA_CPP_VERSION, NGramSimpleRule, rule_for_flags
 from polyplan.formats.overhead import NO_SWITCH
 from polyplan.planner.exact.overhead import profile_switch_costs
 from polyplan.formats.plan import FIXED_DRAFTS, DraftPolicy, PlanFile
@@ -267,9 +267,9 @@ def _llama_cpp_ranking(profile: Profile, target: str, options: list[EngineOption
                        sampling: str = "greedy",
                        replay_also: Sequence[Sequence[str]] = ()) -> tuple[tuple[RankedConfig, ...], tuple[str, ...]]:
     """Every llama-server configuration the export can predict, and off, fastest first; and
-    the notes on how (`planner.llama_cpp_ranking`; `prices`: llama.cpp's own numbers, already
+    the notes on how (`planner.llama_cpp.ranking`; `prices`: llama.cpp's own numbers, already
     in `profile`, and llama-server's loop; `policy`: the plan's last drafter and its draft
-    policy, whose confidence stop gets a row of its own, `planner.llama_cpp_policy`; `replay_also`:
+    policy, whose confidence stop gets a row of its own, `planner.llama_cpp.policy`; `replay_also`:
     flags replayed too, `export_plan`)."""
     streams = target_streams(profile) if greedy else ()
     loop = NO_SERVER_LOOP if prices is None or prices.loop is None else prices.loop
@@ -336,7 +336,7 @@ def _raced_draft_rows(replay_also: Sequence[Sequence[str]], ranked: list[RankedC
                       profile: Profile, target: str, pricing: "_DraftPricing", loop: ServerLoop, requests: list[tuple[int, int]],
                       sampling: str, set_size: int | None) -> tuple[list[RankedConfig], list[str]]:
     """A row for each `draft-simple` configuration among `replay_also` that the ranking does not
-    hold and the replay models (`planner.llama_cpp_policy.draft_simple_flags`: a race's
+    hold and the replay models (`planner.llama_cpp.policy.draft_simple_flags`: a race's
     defaults and its n-max/p-min sweep): its drafter found by file among `options`, exactly n-max
     tokens a round priced by the exact model with α as the fixed-K rows are, or the confidence
     stop replayed on the drafter's agreement sequences as the plan's policy row is; each with
@@ -386,7 +386,7 @@ def _draft_config(label: str, flags, point: float, how: str, pricing: "_DraftPri
 def _server_speedup(prediction: ChainPrediction, loop: ServerLoop, requests: list[tuple[int, int]]) -> float:
     """A draft model's decode speedup in llama-server: the exact model's, with the server's
     per-request cost and the draft model's prefill of each prompt over `requests` where
-    there are any (`planner.exact.server_loop.draft_model_speedup`)."""
+    there are any (`planner.llama_cpp.server_loop.draft_model_speedup`)."""
     if not requests:
         return prediction.speedup
     return draft_model_speedup(loop, prediction.cost_per_token, prediction.speedup * prediction.cost_per_token, requests)
@@ -451,7 +451,7 @@ def _draft_interval(pricing: _DraftPricing, target: str, drafter: str, k: int, p
 def _policy_config(profile: Profile, target: str, options: list[EngineOption], policy: tuple[str, DraftPolicy],
                    pricing: _DraftPricing, loop: ServerLoop, requests: list[tuple[int, int]], sampling: str,
                    k_max: int, set_size: int | None = None) -> tuple[list[RankedConfig], list[str]]:
-    """The plan's draft policy as llama-server runs it (`planner.llama_cpp_policy`): a
+    """The plan's draft policy as llama-server runs it (`planner.llama_cpp.policy`): a
     draft-simple row with its confidence stop at the best fixed K (its rounds replayed on the
     drafter's agreement sequences and its 10-best confidences, `server_view`), and a line where
     the plan's policy is more than that (an adaptive cap) or the replay falls back to the
@@ -482,7 +482,7 @@ def _policy_config(profile: Profile, target: str, options: list[EngineOption], p
 
 def _server_draft_model(curves: list[LatencyCurve], loop: ServerLoop, method: str, ratio: float | None,
                         reeval: LatencyCurve) -> tuple[list, list, LoopOverhead, list | None]:
-    """The exact model's inputs for one llama-server round with a drafter (`planner.exact.server_loop`):
+    """The exact model's inputs for one llama-server round with a drafter (`planner.llama_cpp.server_loop`):
     curves, switch costs (none: they are inside the calibration), loop overhead and verification
     curves. Every target pass pays the server's per-round cost (the target's curve shifted by
     it, so the baseline pays it too). A draft model's pass, drafted token or confidence stop,
@@ -550,9 +550,9 @@ def export_plan(
             of the profile's streams once, whole).
         prices: llama.cpp only: llama.cpp's own T(k) and greedy streams in place of the
             profile's, and llama-server's own loop in place of polyplan's
-            (`planner.llama_cpp_ranking.LlamaCppPrices`; None: the profile's numbers).
+            (`planner.llama_cpp.ranking.LlamaCppPrices`; None: the profile's numbers).
         replay_also: llama.cpp only: the flags of configurations to replay and rank besides
-            the export's own, where the replay models them (`planner.exact.ngram_rules.rule_for_flags`):
+            the export's own, where the replay models them (`planner.llama_cpp.ngram_rules.rule_for_flags`):
             a race's, whose ngram-simple K was chosen on other streams.
 
     A plan whose profile has no drafter the engine can run (a target-only plan, or drafters it

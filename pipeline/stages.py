@@ -5,11 +5,11 @@
   else the user cache, `profiler.profile_cache`) lacks for everything the exact model reads —
   the profiling run's latency curves and acceptance (`profiler.run.profile_checked_models`, written
   after every entry), then the agreement sequences, the loop overhead, HF's loop overhead and
-  the switch costs (`loop.loop_costs`), each reused while its fingerprint holds.
-- `recommend_candidates`: profile, then plan (`planner.plan_file.plan_from_profile`, with the
+  the switch costs (`pipeline.loop_costs`), each reused while its fingerprint holds.
+- `recommend_candidates`: profile, then plan (`planner.plan_builder.plan_from_profile`, with the
   plan recording which models.yaml it was made from).
 - `validate_plan_file`: a plan's chains, measured side by side on held-out prompts, reported.
-- `run_demo`: all three on the embedded family (`loop.demo` holds its settings).
+- `run_demo`: all three on the embedded family (`pipeline.demo` holds its settings).
 
 Each takes its models.yaml as a path and parses it once (`models.candidate_file`).
 """
@@ -29,7 +29,7 @@ from polyplan.formats.errors import PolyplanError
 from polyplan.formats.outputs import check_output_file
 from polyplan.formats.plan import PlanFile, read_plan
 from polyplan.formats.profile import Profile, read_profile, write_profile
-from polyplan.planner.plan_file import plan_from_profile, planned_from_profile
+from polyplan.planner.plan_builder import plan_from_profile, planned_from_profile
 from polyplan.planner.search import Recommendation
 from polyplan.models.candidate_file import CandidateFile, read_candidate_file
 from polyplan.models.fingerprints import load_fingerprinted
@@ -39,7 +39,7 @@ from polyplan.profiler.checks import (
     check_inputs_fit, check_models, fit_default_contexts, foreign_machine_reason, foreign_models_reason, foreign_profile_reason,
 )
 from polyplan.profiler.locks import profile_lock, timing_lock
-from polyplan.loop.loop_costs import LoopCostsRun, ensure_loop_costs
+from polyplan.pipeline.loop_costs import LoopCostsRun, ensure_loop_costs
 from polyplan.profiler.profile_cache import (
     cached_profile_path, forget_latency, previous_runs, prompts_of, readable_profile, recorded_prompts, retimed_here,
     settings_of,
@@ -49,7 +49,7 @@ from polyplan.profiler.prompt_sets import PromptSet, encode_for, prompt_set, val
 from polyplan.profiler.processor import this_processor
 from polyplan.profiler.run import ProfileOutcome, describe_device, profile_checked_models
 from polyplan.profiler.settings import ProfileSettings
-from polyplan.validation.report import ReportFiles, write_report
+from polyplan.validation.reporting import ReportFiles, write_report
 from polyplan.validation.results import Validation
 from polyplan.validation.chain_runs import (
     ValidationSettings, context_limit, fit_prompts, reserve_for, select_chains, validate_plan,
@@ -393,7 +393,7 @@ class DemoResult:
 
 
 def run_demo(settings, *, profile_progress=None, validation_progress=None, log=lambda line: None, threads=None) -> DemoResult:
-    """Profile, recommend and validate (`loop.demo` says how; `settings` is its `DemoSettings`).
+    """Profile, recommend and validate (`pipeline.demo` says how; `settings` is its `DemoSettings`).
 
     1. Profile the candidates on the profiling prompts, resuming the profile in the user
        cache: the acceptance statistics are reused, the timings (latency curves, loop
@@ -406,7 +406,7 @@ def run_demo(settings, *, profile_progress=None, validation_progress=None, log=l
     `threads` (a `profiler.threads.ThreadChoice`) is set once the settings pass their checks;
     None leaves torch's threads as they are.
     """
-    from polyplan.loop.demo import PLAN_FILE, check_settings, demo_candidates, demo_prompt_sets, profile_settings, typical_context
+    from polyplan.pipeline.demo import PLAN_FILE, check_settings, demo_candidates, demo_prompt_sets, profile_settings, typical_context
 
     started = time.perf_counter()
     check_settings(settings)

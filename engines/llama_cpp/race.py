@@ -1,6 +1,6 @@
 """`bench peers --engine llama.cpp`: the real llama-server against polyplan's plan.
 
-Configurations, every one a running `llama-server` (the pinned build, `engines.llama_cpp_build`)
+Configurations, every one a running `llama-server` (the pinned build, `engines.llama_cpp.build`)
 on 127.0.0.1 with the same threads: the target alone; each GGUF drafter among the plan's
 candidates (`draft-simple`) at llama.cpp's defaults and at the K the llama.cpp export predicts
 best for it, the best one also at a small sweep of `--spec-draft-n-max`/`--spec-draft-p-min`
@@ -11,7 +11,7 @@ first (start-up is never timed), then the prompts go round-robin: for each repea
 every configuration of the group in turn, the order rotated each time, so load drifts fall on
 all alike. A second server of the target alone races as a control (`CONTROL`): how far it lands
 from 1.00x is how much two server processes differ by themselves, and each judgement allows
-for it (`with_server_spread`). One group holds every server when they all fit in memory (`engines.race_memory`:
+for it (`with_server_spread`). One group holds every server when they all fit in memory (`engines.llama_cpp.race_memory`:
 the estimate and the grouping); else each group holds the target alone and polyplan's plan
 besides its share, and a speedup is a ratio over its own group's target alone. A configuration
 that cannot start (too large for memory even so, a server that exits or never becomes healthy)
@@ -44,9 +44,9 @@ from pathlib import Path
 
 import torch
 
-from polyplan.engines.llama_cpp_build import require_build
-from polyplan.engines.llama_server import LlamaServer, round_widths
-from polyplan.engines.race_memory import (GB, MemoryNeed, ModelMemory, RaceGroups, gguf_memory, memory_line, process_need,
+from polyplan.engines.llama_cpp.build import require_build
+from polyplan.engines.llama_cpp.server import LlamaServer, round_widths
+from polyplan.engines.llama_cpp.race_memory import (GB, MemoryNeed, ModelMemory, RaceGroups, gguf_memory, memory_line, process_need,
                                           race_groups, resident_need, usable_memory)
 from polyplan.formats.candidates import RULE_DRAFTERS, Quantize
 from polyplan.formats.errors import PolyplanError
@@ -195,7 +195,7 @@ def server_configs(plan, export, candidates, files: dict[str, str],
     process's own offset (1-2 % measured at one thread), which no paired per-prompt sd shows
     (`with_server_spread`). Predictions are `export`'s (`judged`); `recommended` (default:
     `export`'s) is the configuration marked exported."""
-    from polyplan.planner.llama_cpp_ranking import llama_cpp_spec_flags
+    from polyplan.planner.llama_cpp.ranking import llama_cpp_spec_flags
 
     configs = [ServerConfig(TARGET_ONLY, ()), ServerConfig(CONTROL, ())]
     by_drafter = {option.drafter: option for option in export.options}
@@ -236,7 +236,7 @@ def judged(configs: Sequence[ServerConfig], export, recommended=None) -> list[Se
     `--spec-default` is ngram-mod at its defaults, the target alone is "off"), the recommended
     one marked exported; then every ranked configuration not among them, so each prediction is
     raced."""
-    from polyplan.planner.llama_cpp_ranking import OFF
+    from polyplan.planner.llama_cpp.ranking import OFF
 
     ranking = tuple(getattr(export, "ranking", ()))
     recommended = recommended if recommended is not None else getattr(export, "recommended", None)
@@ -262,7 +262,7 @@ def judged(configs: Sequence[ServerConfig], export, recommended=None) -> list[Se
 
 def _ranked_flags(config: ServerConfig) -> tuple[str, ...]:
     """The flags the export ranks `config` under (`--spec-default` is ngram-mod at its defaults)."""
-    from polyplan.planner.exact.ngram_rules import SPEC_DEFAULT_FLAGS
+    from polyplan.planner.llama_cpp.ngram_rules import SPEC_DEFAULT_FLAGS
 
     return SPEC_DEFAULT_FLAGS if config.args == ("--spec-default",) else tuple(config.args)
 
@@ -283,7 +283,7 @@ def race_streams(runs: Sequence[PeerRun], prompts: Sequence[Sequence[int]]) -> t
 def priced_on_race(configs: Sequence[ServerConfig], export, drafts: frozenset[str] = frozenset()) -> list[ServerConfig]:
     """`configs` with `race_priced`: `export`'s prediction of each configuration it replays on
     target streams (the n-gram types) and of each draft model among `drafts` (files whose
-    agreement with the race's answers was measured, `engines.race_agreement`), where `export` was
+    agreement with the race's answers was measured, `engines.llama_cpp.race_agreement`), where `export` was
     priced on this race's own prompts (`race_streams`; the same T(k), server loop and rules as the
     predicted column). Held against the measurement beside the prediction from the profile's
     prompts, it tells the prompt set's share of an error from the model's. A draft model not
@@ -302,9 +302,9 @@ def priced_on_race(configs: Sequence[ServerConfig], export, drafts: frozenset[st
 
 def race_agreements(configs: Sequence[ServerConfig], drafts: Sequence[tuple[str, str]], target: str, threads: int,
                     streams: Sequence, log=lambda line: None) -> tuple[tuple, frozenset[str]]:
-    """Each raced draft model's agreement with the race's answers (`engines.race_agreement`),
+    """Each raced draft model's agreement with the race's answers (`engines.llama_cpp.race_agreement`),
     and the files measured; a file the bindings cannot run is left out with one line."""
-    from polyplan.engines.race_agreement import race_agreement
+    from polyplan.engines.llama_cpp.race_agreement import race_agreement
 
     raced = {config.args[config.args.index("-md") + 1] for config in configs if "-md" in config.args}
     agreements, measured = [], set()
@@ -352,12 +352,12 @@ def run_llama_peers(plan_path, *, prompts_path=None, candidates_path=None, threa
     target = candidates.target
     if target.source_kind != "gguf":
         raise PolyplanError(f"{plan_path}: target {target.name!r} is not a GGUF file; llama-server runs only GGUF")
-    from polyplan.planner.llama_cpp_ranking import ReplayWorkload
+    from polyplan.planner.llama_cpp.ranking import ReplayWorkload
 
     prompts = validation_prompt_set(prompts_path, max_prompts=max_prompts)
     # predicted for this race's requests: its new tokens, its prompts `repeats` times in turn
     # (a server's n-gram state carries over, so a repeated prompt drafts its earlier answer),
-    # priced with llama.cpp's own numbers (`engines.llama_cpp_prices`: measured by the first call,
+    # priced with llama.cpp's own numbers (`engines.llama_cpp.prices`: measured by the first call,
     # cached for the others), judged by intervals for a new set of as many prompts as this race
     # sends, and every raced configuration the replay models predicted (a draft model's defaults
     # and its n-max/p-min sweep too)
@@ -429,13 +429,13 @@ def prediction_note(export) -> str:
 
 
 def race_requests(configs: Sequence[ServerConfig], runs: Sequence[PeerRun], prompts: Sequence[Sequence[int]]) -> tuple[list, str | None]:
-    """This race's requests as the loop's fit reads them (`planner.exact.server_loop.ServerRequest`),
+    """This race's requests as the loop's fit reads them (`planner.llama_cpp.server_loop.ServerRequest`),
     and the draft model file they use: each run of the target alone, of `ngram-simple` and of
     the first draft model at a fixed K, read as the calibration reads its own
-    (`engines.llama_cpp_prices.server_request`); polyplan's runs, the other configurations and a
+    (`engines.llama_cpp.prices.server_request`); polyplan's runs, the other configurations and a
     second draft model (the fit has one cost per draft pass) are left out."""
-    from polyplan.engines.llama_cpp_prices import server_request
-    from polyplan.engines.llama_server import Completion
+    from polyplan.engines.llama_cpp.prices import server_request
+    from polyplan.engines.llama_cpp.server import Completion
 
     by_label = {config.label: config.args for config in configs}
     by_label[TARGET_ONLY] = ()
@@ -456,13 +456,13 @@ def race_requests(configs: Sequence[ServerConfig], runs: Sequence[PeerRun], prom
 def race_loop_line(configs: Sequence[ServerConfig], runs: Sequence[PeerRun], prompts: Sequence[Sequence[int]], prices,
                    drafts: Sequence[tuple[str, str]] = ()) -> str:
     """llama-server's own loop fitted from this race's requests (`race_requests`) by the
-    calibration's fit (`planner.exact.server_loop.fit_server_loop`) against the export's T(k) of
+    calibration's fit (`planner.llama_cpp.server_loop.fit_server_loop`) against the export's T(k) of
     the target and of the draft model (`drafts`: (candidate name, GGUF file) of each), beside
     the calibration's (`prices`: the export's `LlamaCppPrices`; None: not fitted). Every
     request of a race has the same new tokens, so its per-request and per-round costs are told
     apart only by how the drafting configurations' rounds vary."""
     from polyplan.planner.exact.latency import curve_from_profile
-    from polyplan.planner.exact.server_loop import DRAFT_MODEL, fit_server_loop
+    from polyplan.planner.llama_cpp.server_loop import DRAFT_MODEL, fit_server_loop
 
     if prices is None:
         return "llama-server's loop from this race: not fitted (the export was priced from the profile, without llama.cpp's T(k))"

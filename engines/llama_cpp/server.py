@@ -1,7 +1,7 @@
 """A real `llama-server` on 127.0.0.1: started, asked, and always stopped.
 
 `LlamaServer` is a context manager. It takes a free loopback port (another one when the
-chosen port turns out to be taken), starts the pinned build (`engines.llama_cpp_build`) with
+chosen port turns out to be taken), starts the pinned build (`engines.llama_cpp.build`) with
 the model and flags it is given, waits for `/health` within a bounded time, and on leaving --
 normally, on an exception or on Ctrl-C -- terminates the process (then kills it if it lingers).
 Its log goes to a file whose last line is quoted when it fails to start.
