@@ -249,14 +249,14 @@ def _replicates(profile: Profile, target: str, streams: int, width: int, context
     per replicate (`llama_cpp_ranking`)."""
     import numpy as np
 
-    from polyplan.planner.intervals.prediction_interval import DEFAULT_LEVEL, _prompt_weights, few_prompts_stretch, latency_replicates
+    from polyplan.planner.intervals.prediction_interval import DEFAULT_LEVEL, prompt_weights, few_prompts_stretch, latency_replicates
 
     rng = np.random.default_rng(0)
     curves, _, _ = latency_replicates(profile, [target], RESAMPLES, rng, context_length)
     ks = np.arange(1, width + 1, dtype=float)
     steps = np.stack([curve.many(ks) for curve in curves[target]])
-    workload = _prompt_weights(streams, RESAMPLES, rng, new_set=False)  # first: the same draw whatever the new set's size
-    return Replicates(steps, _prompt_weights(streams, RESAMPLES, rng, set_size=set_size), few_prompts_stretch(streams, DEFAULT_LEVEL),
+    workload = prompt_weights(streams, RESAMPLES, rng, new_set=False)  # first: the same draw whatever the new set's size
+    return Replicates(steps, prompt_weights(streams, RESAMPLES, rng, set_size=set_size), few_prompts_stretch(streams, DEFAULT_LEVEL),
                       workload)
 
 

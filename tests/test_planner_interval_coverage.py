@@ -59,7 +59,7 @@ def test_negative_control_intervals_of_the_profiles_mean_only_are_found_narrow(m
     import polyplan.planner.intervals.prediction_interval as module
 
 
-    monkeypatch.setattr(module, "_prompt_weights", profile_only_weights)
+    monkeypatch.setattr(module, "prompt_weights", profile_only_weights)
     monkeypatch.setattr(module, "few_prompts_stretch", lambda prompts, level: 1.0)
     result = interval_coverage(pooled_profile(1), CHAINS, split=16, splits=40, resamples=100)
     assert all(item.interval_spread < 0.8 * item.actual_spread for item in result.chains)

@@ -284,10 +284,10 @@ def test_a_replayed_rows_workload_interval_lies_inside_its_new_sets():
     # 16 streams: after a stretch that never repeats (0, 16, 32 or 48 tokens), a pattern of 3 to 7 tokens over and over
     streams = [TargetStream(4, ((1, 2, 3, 4) + tuple(range(100 * s, 100 * s + 16 * (s % 4)))
                                 + tuple(range(1000 + 10 * s, 1003 + 10 * s + s % 5)) * 20)[:68]) for s in range(16)]
-    from polyplan.planner.intervals.prediction_interval import _prompt_weights
+    from polyplan.planner.intervals.prediction_interval import prompt_weights
 
-    replicates = Replicates(_replicates(len(streams)).steps, _prompt_weights(16, 200, np.random.default_rng(3)), 1.0,
-                            _prompt_weights(16, 200, np.random.default_rng(3), new_set=False))
+    replicates = Replicates(_replicates(len(streams)).steps, prompt_weights(16, 200, np.random.default_rng(3)), 1.0,
+                            prompt_weights(16, 200, np.random.default_rng(3), new_set=False))
     row = replayed_config("ngram-simple size-n=2 K=4", (), streams, lambda: NGramSimpleRule(2, 4), step, ReplayWorkload(), replicates)
     assert row.interval[0] <= row.workload_interval[0] <= row.speedup <= row.workload_interval[1] <= row.interval[1]
     assert row.workload_interval[1] - row.workload_interval[0] < row.interval[1] - row.interval[0]

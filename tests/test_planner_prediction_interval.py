@@ -220,7 +220,7 @@ def test_the_interval_covers_a_new_prompt_sets_speedup(monkeypatch):
     assert new_set >= 30
 
 
-    monkeypatch.setattr(module, "_prompt_weights", profile_only_weights)
+    monkeypatch.setattr(module, "prompt_weights", profile_only_weights)
     assert covered() <= new_set - 4
 
 
@@ -395,11 +395,11 @@ def test_the_workload_interval_draws_once_and_is_narrower_than_a_new_sets():
     """For the workload's mean (`new_set` False) a replicate is the cluster resample of the
     profile's prompts alone, the very draw of the negative control above; its interval lies
     inside the two-draw one and holds the same point."""
-    from polyplan.planner.intervals.prediction_interval import _prompt_weights
+    from polyplan.planner.intervals.prediction_interval import prompt_weights
 
-    once = _prompt_weights(12, 50, np.random.default_rng(3), new_set=False)
+    once = prompt_weights(12, 50, np.random.default_rng(3), new_set=False)
     assert np.array_equal(once, profile_only_weights(12, 50, np.random.default_rng(3)))
-    assert not np.array_equal(once, _prompt_weights(12, 50, np.random.default_rng(3)))  # control: two draws differ
+    assert not np.array_equal(once, prompt_weights(12, 50, np.random.default_rng(3)))  # control: two draws differ
     rng = np.random.default_rng(5)
     profile = with_runs(heterogeneous_runs(rng, 12))
     chains = [(("target", "drafter"), (BLOCK,), point_speedup(profile))]

@@ -232,7 +232,7 @@ def _merge(sources: set[str]) -> str:
     return next(iter(sources)) if len(sources) == 1 else "mixed"
 
 
-def _prompt_weights(prompts: int, resamples: int, rng: np.random.Generator, new_set: bool = True,
+def prompt_weights(prompts: int, resamples: int, rng: np.random.Generator, new_set: bool = True,
                     set_size: int | None = None) -> np.ndarray:
     """[resamples, prompts]: how often each prompt is drawn in each replicate's new prompt set
     (a set of `set_size` prompts, default the profile's count, drawn from a cluster resample of
@@ -300,7 +300,7 @@ class _AcceptanceReplicates:
         the same prompts: a prompt that is hard for one drafter is hard for the others, so the
         levels of a chain move together."""
         if prompts not in self._weights:
-            self._weights[prompts] = _prompt_weights(prompts, self.resamples, self.rng, self.new_set, self.set_size)
+            self._weights[prompts] = prompt_weights(prompts, self.resamples, self.rng, self.new_set, self.set_size)
             self.prompts = prompts if self.prompts is None else min(self.prompts, prompts)
         return self._weights[prompts]
 
