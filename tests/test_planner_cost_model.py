@@ -10,7 +10,7 @@ from polyplan.planner.paper.capped_geometric import capped_geometric_mean
 from polyplan.planner.exact.cost_model import predict_chain
 from polyplan.planner.exact.latency import LatencyCurve
 from polyplan.planner.paper.lemma31 import ideal_time
-from polyplan.planner.exact.simulate import simulate_chain
+from simulate_reference import simulate_chain
 
 # Latency curves in seconds: measured at a few k, interpolated linearly in between.
 TARGET = LatencyCurve(ks=(1, 2, 4, 8), seconds=(0.025, 0.026, 0.028, 0.033))

@@ -16,7 +16,7 @@ from polyplan.decoder.sampling import Sampling
 from polyplan.formats.errors import PolyplanError
 from polyplan.planner.exact.cost_model import predict_chain
 from polyplan.planner.exact.latency import LatencyCurve
-from polyplan.planner.exact.simulate import simulate_chain
+from simulate_reference import simulate_chain
 from polyplan.formats.codec import decode, encode
 from polyplan.formats.plan import NO_PADDING, VerifyWidths
 from polyplan.planner.exact.verify_width import monotone_envelope, verify_widths

@@ -1,7 +1,6 @@
 """polyplan.planner.exact: the exact cost model of a chain, and what it reads from a profile.
 
 - `cost_model`: the exact expected cost per token of a chain of any length (DP).
-- `simulate`: Monte-Carlo simulation of the same recursion (the cost model's reference).
 - `latency`: latency curves T_i(k) between measured widths; `verify_width`: their monotone envelope.
 - `overhead`: the decoding loop's own cost and switch costs (and the one fit of loop costs).
 - `runs`: acceptance runs (bursty acceptance) from measured agreement sequences.

@@ -27,7 +27,7 @@ Fast form: a dynamic program over the distribution of X_i (finite support). For 
 the state is the number of tokens gathered so far (0 … K−1); rounds are i.i.d., so
 E[cost of draft(i, K)] = E[rounds] · E[round cost] (Wald), and X_i's pmf is the mass that
 first reaches >= K. The top level is a renewal-reward process: cost per token =
-E[round cost] / E[tokens per round]. `planner.exact.simulate` is the Monte-Carlo reference.
+E[round cost] / E[tokens per round]. The Monte-Carlo reference is tests/simulate_reference.py.
 
 Optionally the decoding loop's own cost (`planner.exact.overhead.LoopOverhead`) is added: each
 autoregressive step of M_n pays `per_step_s` on top of T_n(1), each verification round at
@@ -126,7 +126,8 @@ def _gathered_given_drafted(acceptance: Acceptance, max_drafted: int) -> np.ndar
     return table
 
 
-def _as_curve(curve: CurveLike, name: str) -> LatencyCurve:
+def as_curve(curve: CurveLike, name: str) -> LatencyCurve:
+    """`curve`, or a constant curve of `curve` seconds; `PolyplanError` naming `name` otherwise."""
     if isinstance(curve, LatencyCurve):
         return curve
     try:
@@ -292,7 +293,7 @@ def predict_chain(
     for i, a in enumerate(alphas):
         if isinstance(a, DraftRounds) and i != n - 2:
             raise PolyplanError(f"acceptances[{i}]: measured rounds (DraftRounds) are read at the last level only, got level {i} of {n - 1}")
-    lat = [_as_curve(c, f"curves[{i}]") for i, c in enumerate(curves)]
+    lat = [as_curve(c, f"curves[{i}]") for i, c in enumerate(curves)]
     if switch_costs is not None and len(switch_costs) != n:
         raise PolyplanError(f"switch_costs: need {n} (one per model), got {len(switch_costs)}")
     switch = [NO_SWITCH] * n if switch_costs is None else [switch_cost(c, f"switch_costs[{i}]") for i, c in enumerate(switch_costs)]
@@ -303,7 +304,7 @@ def predict_chain(
 
     if verify_curves is not None and len(verify_curves) != n:
         raise PolyplanError(f"verify_curves: need {n} (one per model), got {len(verify_curves)}")
-    verifying = lat if verify_curves is None else [_as_curve(c, f"verify_curves[{i}]") for i, c in enumerate(verify_curves)]
+    verifying = lat if verify_curves is None else [as_curve(c, f"verify_curves[{i}]") for i, c in enumerate(verify_curves)]
     verify = [monotone_envelope(c) for c in verifying] if pad_verification else verifying
     below = _draft(1, blocks[0], alphas, lat, blocks, loop, switch, verify)
     gathered, verify_time, stats = _level_round(alphas[0], below.pmf, verify[0], switch[0][0])

@@ -20,7 +20,6 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 from functools import cached_property
-from typing import Sequence
 
 import numpy as np
 
@@ -100,8 +99,3 @@ def curve_from_profile(model: ModelProfile, context_length: int | None = None) -
 def _curve(points: dict[int, float]) -> LatencyCurve:
     ks = sorted(points)
     return LatencyCurve(ks=tuple(ks), seconds=tuple(points[k] for k in ks))
-
-
-def curves_for(models: Sequence[ModelProfile], context_length: int | None = None) -> dict[str, LatencyCurve]:
-    """`curve_from_profile` for several models, keyed by name."""
-    return {model.name: curve_from_profile(model, context_length) for model in models}

@@ -1,4 +1,5 @@
-"""Monte-Carlo simulation of the staged-verification recursion: the exact model's reference.
+"""Monte-Carlo simulation of the staged-verification recursion: the reference the exact model
+(`planner.exact.cost_model`) is tested against.
 
 It runs the recursion literally (see `planner.exact.cost_model` and docs/design.md), token by token:
 each drafted token handed to level i is accepted with probability α_{i,i+1} independently,
@@ -20,7 +21,7 @@ import numpy as np
 
 from polyplan.formats.errors import PolyplanError
 from polyplan.planner.paper.capped_geometric import check_acceptance, check_block_size
-from polyplan.planner.exact.cost_model import CurveLike, _as_curve
+from polyplan.planner.exact.cost_model import CurveLike, as_curve
 from polyplan.formats.plan import NO_PADDING
 from polyplan.planner.exact.verify_width import verify_widths
 
@@ -93,7 +94,7 @@ def simulate_chain(
         raise PolyplanError(f"rounds: need at least 2, got {rounds}")
     alphas = [check_acceptance(a, f"acceptances[{i}]") for i, a in enumerate(acceptances)]
     blocks = [check_block_size(k, f"block_sizes[{i}]") for i, k in enumerate(block_sizes)]
-    lat = [_as_curve(c, f"curves[{i}]") for i, c in enumerate(curves)]
+    lat = [as_curve(c, f"curves[{i}]") for i, c in enumerate(curves)]
     smallest_step = lat[-1](1)
     catch_up = max(0.0, lat[-1](2) - smallest_step)  # the drafter's two-token first pass (`cost_model._with_catch_up`)
     widths = [verify_widths(c) if pad_verification else NO_PADDING for c in lat]
