@@ -1,123 +1,17 @@
-"""The profile: what the profiler measures and the planner reads (versioned JSON).
+"""profile.json: what the profiler measures and the planner reads (versioned JSON).
 
 A profile describes one target model and its candidate drafters on one device: each model's
 latency curve `T_i(k)` and, for ordered (verifier, drafter) pairs, the per-token acceptance
-rate `α` and the decoded tokens per verification `μ`, `σ` at given block sizes `K`.
+rate `α` and the decoded tokens per verification `μ`, `σ` at given block sizes `K`. The file's
+layout, key by key: docs/profiling.md, "The profile file".
 
-Format (``schema_version`` 2)
------------------------------
-One JSON object; every number must be finite (NaN and infinities are rejected), times are in
-seconds and must be > 0 (and at most 1e6); unknown keys are rejected (free-form extras go under ``meta``)::
-
-    {
-      "schema_version": 2,
-      "target": "vicuna-7b",                 # name of the model every chain verifies with
-      "device": "cuda:0 NVIDIA H100",        # free text
-      "processor": {"name": "AMD EPYC 9R14", "flags": ["avx2", …], …},   # optional: where it
-                                             # was timed (formats.processor; absent in older files)
-      "created": "2025-01-01T00:00:00Z",     # optional, free text
-      "notes": "...",                        # optional, free text
-      "meta": {...},                         # optional, free-form JSON object (yours: polyplan
-                                             # never writes or reads it)
-      "profiler": {"latency": {...}, "acceptance": {...},   # optional: the settings it was
-                   "prompts": 16, "decoded_prompts": 8, "torch": "2.4.0"},   # measured with
-      "loop_overhead": {"greedy": {"per_step_s": 1e-4, "per_round_s": 3e-4,  # optional, per
-                        "vocab": 32000, "threads": 1, "method": "...",      # sampling mode
-                        "fingerprint": ".."}},                              # optional
-      "engine_overhead": {"hf": {"greedy": {"per_step_s": .., "per_round_s": ..,  # optional, per
-                          "per_call_s": .., "fingerprint": "..", "details": {...}}}},  # engine, mode
-      "switch_costs": {"models": {"eagle": [0.0002, 0.00005]},   # optional: extra seconds of
-                       "context_length": 128, "method": "...",    # the 1st, 2nd, … pass after a switch
-                       "fingerprint": ".."},                      # optional
-      "acceptance_runs": {"greedy": {"fingerprint": "..", "prompts": 16, "new_tokens": 64,
-                          "pairs": [{"verifier": "vicuna-7b", "drafter": "eagle",
-                                     "agreement": ["1101…", …],   # optional: 0/1 per position
-                                     "confidence": ["e6fa…", …],  # optional: the drafter's top
-                                     "confidence_top10": ["f0fc…", …]}]}},  # probability over the
-                                             # vocabulary, over its 10 best logits (PairAgreement)
-      "models": [
-        {
-          "name": "vicuna-7b",               # unique; pairs refer to models by name
-          "fingerprint": "sha256:1f2e...",   # non-empty; the profiler keys its cache by it
-          "latency": [                       # T_i(k): >= 1 point; one per (context_length, k)
-            {"context_length": 128, "k": 1, "median_s": 0.025, "iqr_s": 0.0004,
-             "repeats": 20,                  # iqr_s >= 0; repeats optional (>= 1)
-             "samples_s": [0.0251, …],       # optional: the kept timings (> 0), what the
-             "outliers": 1}                  # planner's bootstrap resamples; outliers: timings
-                                             # dropped by the profiler's rule (>= 0, optional)
-          ],
-          "prefill": [                       # optional: prompt processing time
-            {"context_length": 128, "median_s": 0.031, "iqr_s": 0.001, "repeats": 5}
-          ],
-          "latency_fingerprint": "sha256:..",  # optional: model + latency settings + device
-          "timing": {"reference_median_s": 0.002, "reference_relative_iqr": 0.03,  # optional:
-                     "latency_outliers": 1, "latency_timings": 400,   # the machine's state while
-                     "noise_budget_exhausted": false, "threads": 1,   # it was timed
-                     "cpus": 2, "load_average": 0.4},                 # (planner.intervals.timing_health)
-          "meta": {...}                      # optional, free-form (yours)
-        }
-      ],
-      "pairs": [
-        {
-          "verifier": "vicuna-7b",           # M_i: the model that verifies
-          "drafter": "eagle",                # M_j: the model whose tokens it verifies
-          "sampling": {                      # one entry per sampling mode (key below)
-            "greedy": {
-              "alpha": 0.78,                 # per-token acceptance rate, in [0, 1)
-              "alpha_samples": 4096,         # optional: tokens alpha was averaged over
-              "alpha_ci": [0.75, 0.81],      # optional: confidence interval of alpha
-              "engine_alpha": 0.74,          # optional: the engines' rule (see below), in [0, 1)
-              "engine_alpha_ci": [0.70, 0.78],  # optional: its confidence interval
-              "alpha_distribution": {        # optional: spread of the per-position rate
-                "mean": 0.78, "std": 0.31, "samples": 4096,
-                "quantiles": {"0.1": 0.2, "0.5": 0.93, "0.9": 1.0},
-                "autocorrelation": 0.12      # optional: lag-1, in [-1, 1]
-              },
-              "implied": [                   # optional: mu(K) implied by the distributions
-                {"k": 5, "mu": 3.6, "mu_positional": 3.9}
-              ],                             # mu: i.i.d. formula from alpha; positional: the
-                                             # per-position rates walked as decoding does
-                                             # (both in [1, k + 1])
-              "decoded": [                   # optional: measured by dualistic decoding
-                {"k": 5, "mu": 4.34, "sigma": 1.2, "samples": 300,
-                 "mu_ci": [4.1, 4.5], "sigma_ci": [1.0, 1.4],   # optional intervals
-                 "prompts": 16, "fingerprint": "sha256:.."}     # optional
-              ],                             # 1 <= mu <= k + 1; sigma, samples optional
-              "fingerprint": "sha256:..",    # optional: what alpha/implied were computed from
-              "warnings": ["..."]            # optional: e.g. decoded and implied mu disagree
-            }
-          }
-        }
-      ]
-    }
-
-Fingerprints (all optional, opaque non-empty strings) let the profiler reuse an entry only
-when everything it was measured from is unchanged; confidence intervals are ``[low, high]``
-with ``low <= high``.
-
-``engine_alpha`` is the acceptance rate under the rule vLLM and llama.cpp use: the drafter
-proposes its argmax x̂ = argmax p (p: the drafter's distribution, q: the verifier's, as in
-docs/design.md) and the verifier accepts it with probability q(x̂) (vLLM's one-hot draft
-distribution; llama.cpp's exact match with the verifier's sample), i.e. E[q(argmax p)] over
-the same teacher-forced positions as ``alpha``. At greedy it equals ``alpha``. Profiles
-written before it existed lack it; re-profiling adds it (the α entry is then re-measured).
-
-Sampling-mode keys are `formats.sampling.SamplingMode` keys: ``"greedy"`` for temperature 0,
-otherwise ``"t"`` followed by the temperature (``"t1.0"``).
-
-Version 1 kept the profiler's loop overhead, engine overhead, switch costs, agreement runs
-and settings under ``meta`` (``meta.loop_overhead``, ``meta.switch_cost``, …) and each
-model's timing health in its ``meta``; `migrate_v1` reads such a file by moving those entries
-to the typed fields above, so no profiling work is lost, and it is written as version 2.
-
-The records are frozen; `formats.codec` reads and writes them from their field types, and each
-field's check is named once, in its metadata (`formats.checks`); the checks that span fields
-(μ within [1, k + 1], duplicates, the names a pair refers to) are each record's `layout`.
-`read_profile(path)` validates everything while decoding and raises `PolyplanError` naming
-the file and the field path (``profile.json: pairs[2].sampling.greedy.alpha: must be in
-[0, 1), got 1.3``). The profiler builds a profile measurement by measurement (`with_model`,
-`with_stats`, `dataclasses.replace`) and writes it with `write_profile` after every one;
-`write_profile` validates and writes atomically.
+The records are frozen and are that layout: `formats.codec` reads and writes them from their
+field types, each field's check is in its metadata (`formats.checks`), and the checks that span
+fields (μ within [1, k + 1], duplicates, the names a pair refers to) are each record's `layout`.
+`read_profile` raises `PolyplanError` naming the file and the field path (``profile.json:
+pairs[2].sampling.greedy.alpha: must be in [0, 1), got 1.3``); a version-1 file is migrated on
+read (`migrate_v1`). The profiler builds a profile measurement by measurement (`with_model`,
+`with_stats`, `dataclasses.replace`) and writes it with `write_profile` after every one.
 """
 
 
@@ -170,8 +64,7 @@ class LatencyPoint:
     median_s: float = spec(seconds)
     iqr_s: float = spec(non_negative, default=0.0)
     repeats: int | None = spec(whole(1), default=None)
-    # The timings kept after outlier rejection (seconds), for the planner's bootstrap; None in
-    # profiles written before they were recorded (the planner then uses median and IQR).
+    # the timings kept after outlier rejection, which the planner's bootstrap resamples (None: it uses median and IQR)
     samples_s: tuple[float, ...] | None = spec(non_empty("timing"), each(positive), default=None)
     outliers: int | None = spec(whole(0), default=None)  # timings dropped as outliers (profiler.stats.robust_spread)
 
@@ -191,10 +84,8 @@ class PrefillPoint:
 @dataclass(frozen=True)
 class TimingHealth:
     """The machine's state while a model's latency curve was timed (`planner.intervals.timing_health`
-    reads it): the floor of a fixed workload measured in the same rounds (its median and
-    IQR/median), the timings dropped as outliers of those taken, whether the budget for
-    repeating noisy rounds ran out, the torch threads against the available cores, and the
-    load average when timing began."""
+    reads it): the machine floor's median and IQR/median, the outliers dropped of the timings taken,
+    whether the noise budget ran out, torch threads against cores, and the load average at the start."""
 
     layout = MEASURED
 
@@ -226,11 +117,9 @@ class ModelProfile:
     latency: tuple[LatencyPoint, ...] = spec(default=(), omit=NEVER)
     prefill: tuple[PrefillPoint, ...] = ()
     meta: Mapping[str, Any] = spec(factory=dict)  # free-form: the user's, never polyplan's
-    # Fingerprint of (model, latency settings, device) the latency and prefill were measured with.
-    latency_fingerprint: str | None = spec(text, default=None)
+    latency_fingerprint: str | None = spec(text, default=None)  # of the model, latency settings and device
     timing: TimingHealth | None = None
-    # size_n of an `ngram-simple` drafter: it drafts only where the stream repeats itself, so the
-    # planner replays it on the target's streams instead of reading its α (`planner.exact.ngram_replay`).
+    # an `ngram-simple` drafter's size_n: the planner replays it, not its α (`planner.exact.ngram_replay`)
     ngram_simple: int | None = spec(whole(1), default=None)
 
 
@@ -266,13 +155,9 @@ def _mu_within_k(entry: ImpliedStats | DecodedStats) -> None:
 
 @dataclass(frozen=True)
 class ImpliedStats:
-    """Tokens per verification at block size `k` implied by the distribution-based rates.
-
-    `mu` is eq. 3 with i.i.d. acceptance, (1 − α^(k+1)) / (1 − α); `mu_positional` walks the
-    per-position rates α_t verification by verification as decoding does (expected tokens over
-    expected verifications), so it keeps how the rate varies along a sequence (what the i.i.d.
-    formula ignores).
-    """
+    """Tokens per verification at block size `k` implied by the distribution-based rates: `mu` by
+    eq. 3 with i.i.d. acceptance, (1 − α^(k+1)) / (1 − α); `mu_positional` by walking the per-position
+    rates α_t as decoding does, which keeps how the rate varies along a sequence."""
 
     layout = Layout(omit=EMPTY, checks=(_mu_within_k,))
 
@@ -314,11 +199,9 @@ class SamplingStats:
     decoded: tuple[DecodedStats, ...] = ()
     alpha_ci: tuple[float, float] | None = spec(interval_in(0.0, 1.0), default=None)
     implied: tuple[ImpliedStats, ...] = ()
-    # Fingerprint of what alpha, its distribution and `implied` were computed from.
-    fingerprint: str | None = spec(text, default=None)
+    fingerprint: str | None = spec(text, default=None)  # of what alpha, its distribution and `implied` came from
     warnings: tuple[str, ...] = spec(each(text), default=())
-    # E[q(argmax p)]: acceptance when the drafter proposes its argmax and the verifier accepts
-    # with its probability of that token (vLLM, llama.cpp); None in profiles from before it.
+    # E[q(argmax p)]: the engines' acceptance rule (docs/profiling.md, "The profile file")
     engine_alpha: float | None = spec(probability, default=None)
     engine_alpha_ci: tuple[float, float] | None = spec(interval_in(0.0, 1.0), default=None)
 
@@ -345,7 +228,6 @@ class PairProfile:
 
     verifier: str = spec(text)
     drafter: str = spec(text)
-    # keyed by `formats.sampling.SamplingMode` key
     sampling: Mapping[ModeKey, SamplingStats] = spec(factory=dict, omit=NEVER)
 
 
@@ -364,16 +246,13 @@ class ProfilerRecord:
     prompts: int | None = spec(whole(0), default=None)
     decoded_prompts: int | None = spec(whole(0), default=None)
     torch: str | None = spec(text, default=None)
-    # the user's prompt file (an absolute path; None: built-in prompts) and whether it was sent
-    # raw: a later run that names no prompts resumes with these, so it re-measures nothing
+    # the user's prompt file (absolute; None: built-in prompts) and whether it was sent raw, which
+    # a later run that names no prompts resumes with
     prompt_file: str | None = spec(text, default=None)
     raw_prompts: bool = False
-    # the models.yaml it measured (its path, contents and device: the record a plan keeps), so that
-    # `recommend --profile` alone writes a plan that `generate --plan` and `validate` can run
+    # the models.yaml measured (path, contents, device), so that a plan made from the profile alone can run
     candidates: Mapping[str, Any] | None = None
-    # seconds the profiler spent measuring the entries (latency, acceptance, decoded runs), summed
-    # over the runs that measured them: what recommend's self-check is budgeted against (None:
-    # a profile from before it was recorded)
+    # seconds spent measuring the entries, summed over runs: what recommend's self-check is budgeted against
     seconds: float | None = spec(non_negative, default=None)
 
 
@@ -398,9 +277,8 @@ class LoopCalibration:
 
 @dataclass(frozen=True)
 class EngineCalibration:
-    """An engine's own loop overhead for one sampling mode (`engines.hf_overhead`):
-    per step and round, per `generate` call (None in entries from before it was stored), the
-    fingerprint of what it was measured on, and the measurement's details (for people)."""
+    """An engine's own loop overhead for one sampling mode (`engines.hf_overhead`): per step, round
+    and `generate` call, the fingerprint of what it was measured on, and details for people."""
 
     layout = MEASURED
 
@@ -430,10 +308,8 @@ class SwitchCosts:
 
 
 CONFIDENCE_STEPS = 255  # a drafter's top probability is kept to 1/255: two hex digits a position
-# The candidates llama-server's draft-simple sampler keeps before its softmax: `top_k` 10, set in
-# `common_speculative_impl_draft_simple`'s constructor (llama.cpp's common/speculative.cpp, at the
-# pinned `engines.llama_cpp.build.BINDINGS_VERSION`); its `--spec-draft-p-min` reads the top
-# probability renormalised over these (`planner.llama_cpp.policy`).
+# The candidates llama-server's draft-simple sampler keeps before the softmax its `--spec-draft-p-min`
+# reads (`top_k` of `common_speculative_impl_draft_simple`, llama.cpp's common/speculative.cpp).
 DRAFT_SIMPLE_TOP_K = 10
 
 
@@ -457,15 +333,11 @@ class PairAgreement:
     """One pair's greedy agreement along each prompt's target continuation: "1" where the
     drafter's argmax equals the verifier's, "0" where not (`profiler.agreement_runs`).
 
-    `confidence` (pairs under the target only; empty in profiles made before it was kept): the
-    drafter's top probability (softmax at temperature 1) at each of those positions, measured in
-    the same teacher-forced pass, as round(p · 255) in two hex digits per position: what a
-    confidence stop p_min is replayed on (`planner.exact.policy_replay`).
-
-    `confidence_top10` (the same pairs; empty in profiles made before it was kept): the same top
-    probability renormalised over the drafter's `DRAFT_SIMPLE_TOP_K` (10) largest logits (their
-    softmax at temperature 1), kept the same way: what llama-server's `--spec-draft-p-min`
-    compares (`planner.llama_cpp.policy`). Never below `confidence` (up to the rounding)."""
+    `confidence` (pairs under the target only): the drafter's top probability (softmax at
+    temperature 1) at each position, from the same teacher-forced pass, as `confidence_text`
+    keeps it: what a confidence stop p_min is replayed on (`planner.exact.policy_replay`).
+    `confidence_top10`: the same, renormalised over the drafter's `DRAFT_SIMPLE_TOP_K` largest
+    logits: what llama-server's `--spec-draft-p-min` compares (`planner.llama_cpp.policy`)."""
 
     layout = Layout(omit=EMPTY, checks=(_confidence_per_position,))
 
@@ -510,9 +382,8 @@ class TargetStream:
 
 @dataclass(frozen=True)
 class AgreementRuns:
-    """The agreement sequences of every pair under one sampling mode (`planner.exact.runs` reads
-    them), with the fingerprint of the models, prompts and settings they were measured from,
-    and the target's greedy streams they were measured on (empty in profiles made before)."""
+    """The agreement sequences of every pair under one sampling mode (`planner.exact.runs`), the
+    fingerprint of what they were measured from, and the target's greedy streams they ran on."""
 
     layout = MEASURED
 
@@ -566,8 +437,7 @@ class Profile:
 
     target: str = spec(text)
     device: str = spec(text)
-    # The processor its timings were taken on (None in profiles from before it was recorded).
-    processor: Processor | None = None
+    processor: Processor | None = None  # where its timings were taken (None: not recorded)
     models: tuple[ModelProfile, ...] = spec(omit=NEVER)
     pairs: tuple[PairProfile, ...] = spec(omit=NEVER)
     created: str | None = spec(text, default=None)
@@ -578,8 +448,7 @@ class Profile:
     engine_overhead: Mapping[str, Mapping[ModeKey, EngineCalibration]] = spec(factory=dict)
     switch_costs: SwitchCosts | None = None
     acceptance_runs: Mapping[ModeKey, AgreementRuns] = spec(factory=dict)
-    # Where the profile came from (the path `read_profile` read), for error messages; not saved.
-    source: str = local("profile")
+    source: str = local("profile")  # the path `read_profile` read, for messages; not saved
 
     def model(self, name: str) -> ModelProfile:
         """The model called `name`; `PolyplanError` if the profile has none."""
@@ -645,8 +514,7 @@ class Profile:
 
 # --------------------------------------------------------------------------- version 1
 
-# Version 1 kept these under the profile's `meta` (old key -> field) and each model's timing
-# health in the model's `meta`.
+# version 1's keys under the profile's `meta` -> their fields (and the timing health under a model's `meta`)
 V1_META_FIELDS = {
     "profiler": "profiler", "loop_overhead": "loop_overhead", "engine_overhead": "engine_overhead",
     "switch_cost": "switch_costs", "acceptance_runs": "acceptance_runs",
