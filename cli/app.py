@@ -9,20 +9,8 @@ from typing import Annotated
 
 import typer
 
-from polyplan.cli.commands import bench
-from polyplan.cli.commands import demo
-from polyplan.cli.commands import drafter
-from polyplan.cli.commands import engines
-from polyplan.cli.commands import export
-from polyplan.cli.commands import fetch
-from polyplan.cli.commands import generate
-from polyplan.cli.commands import models
-from polyplan.cli.commands import profile
-from polyplan.cli.commands import quiet
-from polyplan.cli.commands import recommend
-from polyplan.cli.commands import theory
-from polyplan.cli.commands import validate
-from polyplan.cli.commands import zoo
+from polyplan.cli.commands import (bench, demo, drafter, engines, export, fetch, generate, models, profile, quiet,
+                                    recommend, theory, validate, zoo)
 
 app = typer.Typer(
     name="polyplan",

@@ -1,13 +1,8 @@
-"""Benchmark (not a test): our decoding loop against Hugging Face's, side by side in one run.
-
-Two races on the same models, prompts and greedy settings, interleaved so that machine noise
-hits both sides alike:
-- plain decoding: polyplan with n = 1 against `model.generate(do_sample=False)`;
-- speculative decoding: polyplan with n = 2 against `model.generate(assistant_model=draft)`
-  with the draft's `num_assistant_tokens = K` and the "constant" schedule (transformers 5.x
-  reads both from the *assistant's* generation config; its confidence-threshold early exit
-  is switched off so both sides draft exactly K tokens per round).
-A ratio is Hugging Face time / polyplan time: above 1 means our loop is faster.
+"""Benchmark (not a test): polyplan's decoding loop against Hugging Face `generate`, greedy, side
+by side in one run (plain: n = 1 against `generate()`; speculative: n = 2 against
+`generate(assistant_model=draft)` drafting exactly K tokens a round), interleaved so that machine
+noise hits both sides alike. A ratio is Hugging Face time / polyplan time. docs/validation.md,
+"`polyplan bench decoder`".
 """
 
 from __future__ import annotations
@@ -57,39 +52,23 @@ class DecoderBenchmark:
     threads: int
 
 
-def random_llama_pair(
-    seed: int = 0,
-    *,
-    layers: int = 8,
-    hidden: int = 256,
-    vocab: int = 4096,
-    draft_layers: int = 1,
-    residual_scale: float = 0.05,
-):
-    """A random-initialised float32 Llama target and a layer-skip draft built from it.
+def _random_llama_pair(seed: int = 0, *, layers: int = 8, hidden: int = 256, vocab: int = 4096, draft_layers: int = 1,
+                       residual_scale: float = 0.05):
+    """A random-initialised float32 Llama target and a layer-skip draft: the target's first
+    `draft_layers` layers with the same embeddings and head.
 
-    The draft is the target's first `draft_layers` layers with the same embeddings and head.
-    Untrained, the remaining layers would scramble the argmax completely (acceptance ≈ 0), so
-    their residual branches (attention output and MLP down projections) are scaled by
-    `residual_scale`: the default gives about 2–3.5 tokens per verification at K = 4, like
-    a real drafter. They still cost a full layer's compute each. The vocabulary is
-    kept small because at hidden size 256 a 32k-token head would cost as much as the eight
-    layers and make the one-layer draft nearly as slow as the target.
+    Untrained, the remaining layers would scramble the argmax (acceptance near 0), so their
+    residual branches (attention output and MLP down projections) are scaled by
+    `residual_scale`, which leaves the draft right often enough to stand in for a real drafter;
+    they still cost a full layer's compute each. The vocabulary is small so that the head does
+    not cost as much as the layers and make the one-layer draft nearly as slow as the target.
     """
     from transformers import LlamaConfig, LlamaForCausalLM
 
-    config = LlamaConfig(
-        vocab_size=vocab,
-        hidden_size=hidden,
-        intermediate_size=4 * hidden,
-        num_hidden_layers=layers,
-        num_attention_heads=max(1, hidden // 64),
-        num_key_value_heads=max(1, hidden // 64),
-        max_position_embeddings=2048,
-        bos_token_id=None,
-        eos_token_id=None,
-        pad_token_id=0,
-    )
+    heads = max(1, hidden // 64)
+    config = LlamaConfig(vocab_size=vocab, hidden_size=hidden, intermediate_size=4 * hidden, num_hidden_layers=layers,
+                         num_attention_heads=heads, num_key_value_heads=heads, max_position_embeddings=2048,
+                         bos_token_id=None, eos_token_id=None, pad_token_id=0)
     state = torch.random.get_rng_state()
     torch.manual_seed(seed)  # the initialisers draw from the global generator
     try:
@@ -107,9 +86,9 @@ def random_llama_pair(
 
 
 def configure_assistant(draft, block_size: int) -> None:
-    """Make HF assisted generation draft exactly `block_size` tokens per round with `draft`:
-    transformers 5.x reads K and its schedule from the *assistant's* generation config, and its
-    confidence-threshold early exit is switched off."""
+    """Make HF assisted generation draft exactly `block_size` tokens per round with `draft`
+    (transformers reads K and its schedule from the *assistant's* generation config), with the
+    confidence-threshold early exit off."""
     assistant = draft.generation_config
     assistant.num_assistant_tokens = block_size
     assistant.num_assistant_tokens_schedule = "constant"
@@ -118,9 +97,8 @@ def configure_assistant(draft, block_size: int) -> None:
 
 @contextlib.contextmanager
 def transformers_errors_only() -> Iterator[None]:
-    """transformers' own logging at error level for a while: assisted `generate` in 5.x warns on
-    every call about arguments its assistant path passes itself (`generation_config` together
-    with `max_new_tokens`, a duplicated `MinNewTokensLengthLogitsProcessor`), nothing the user set."""
+    """transformers' own logging at error level for a while: assisted `generate` warns on every
+    call about arguments its assistant path passes itself, nothing the user set."""
     from transformers.utils import logging
 
     if other_output_shown():  # `polyplan --verbose`
@@ -139,29 +117,13 @@ def hf_generate(target, prompt: Sequence[int], *, max_new_tokens: int, eos, pad:
     the new token ids only."""
     ids = torch.tensor([list(prompt)], device=target.device)
     with torch.inference_mode(), transformers_errors_only():
-        out = target.generate(
-            ids,
-            attention_mask=torch.ones_like(ids),
-            do_sample=False,
-            max_new_tokens=max_new_tokens,
-            eos_token_id=eos,
-            pad_token_id=pad,
-            **extra,
-        )
+        out = target.generate(ids, attention_mask=torch.ones_like(ids), do_sample=False, max_new_tokens=max_new_tokens,
+                              eos_token_id=eos, pad_token_id=pad, **extra)
     return out[0, len(prompt) :].tolist()  # .tolist() synchronises an asynchronous device
 
 
-def benchmark_decoder(
-    target,
-    draft,
-    prompts: Sequence[Sequence[int]],
-    *,
-    max_new_tokens: int = 64,
-    block_size: int = 4,
-    repeats: int = 3,
-    target_name: str = "target",
-    draft_name: str = "draft",
-) -> DecoderBenchmark:
+def _benchmark_decoder(target, draft, prompts: Sequence[Sequence[int]], *, max_new_tokens: int = 64, block_size: int = 4,
+                       repeats: int = 3, target_name: str = "target", draft_name: str = "draft") -> DecoderBenchmark:
     """Race polyplan against Hugging Face `generate` (plain and assisted), greedy.
 
     Each prompt is run once untimed to warm up, then `repeats` times per side, alternating
@@ -212,12 +174,11 @@ def benchmark_decoder(
                     produced += len(tokens) if side == 0 else 0
         mean = sum(per_verification) / len(per_verification) if per_verification else 1.0
         races.append(Race(label, seconds[0], seconds[1], equal, produced, mean))
-    return DecoderBenchmark(
-        tuple(races), target_name, draft_name, len(prompts), max_new_tokens, block_size, repeats, torch.get_num_threads()
-    )
+    return DecoderBenchmark(tuple(races), target_name, draft_name, len(prompts), max_new_tokens, block_size, repeats,
+                            torch.get_num_threads())
 
 
-def random_prompts(count: int, length: int, vocab: int, seed: int = 0) -> list[list[int]]:
+def _random_prompts(count: int, length: int, vocab: int, seed: int = 0) -> list[list[int]]:
     """`count` prompts of `length` random token ids in [1, vocab)."""
     generator = torch.Generator().manual_seed(seed)
     return torch.randint(1, vocab, (count, length), generator=generator).tolist()
@@ -238,6 +199,13 @@ def report_lines(bench: DecoderBenchmark) -> list[str]:
     return lines
 
 
+def benchmark_json(bench: DecoderBenchmark) -> dict:
+    """`polyplan bench decoder --json`: the settings and one object per race."""
+    settings = ("target", "draft", "prompts", "max_new_tokens", "block_size", "repeats", "threads")
+    measured = ("polyplan_s", "huggingface_s", "ratio", "tokens_equal", "mean_tokens_per_verification")
+    races = [{"race": race.label} | {name: getattr(race, name) for name in measured} for race in bench.races]
+    return {name: getattr(bench, name) for name in settings} | {"races": races}
+
 _TEXT_PROMPTS = (
     "The quick brown fox jumps over the lazy dog because",
     "def fibonacci(n):\n    \"\"\"Return the n-th Fibonacci number.\"\"\"\n",
@@ -248,20 +216,10 @@ _TEXT_PROMPTS = (
 )
 
 
-def run_decoder_benchmark(
-    target_dir: str | None = None,
-    draft_dir: str | None = None,
-    *,
-    prompts: int = 4,
-    prompt_length: int = 16,
-    max_new_tokens: int = 64,
-    block_size: int = 4,
-    repeats: int = 3,
-    device: str = "cpu",
-    texts: Sequence[str] | None = None,
-    raw: bool = False,
-) -> DecoderBenchmark:
-    """`benchmark_decoder` on local model folders (or .gguf files), or on `random_llama_pair()`
+def run_decoder_benchmark(target_dir: str | None = None, draft_dir: str | None = None, *, prompts: int = 4,
+                          prompt_length: int = 16, max_new_tokens: int = 64, block_size: int = 4, repeats: int = 3,
+                          device: str = "cpu", texts: Sequence[str] | None = None, raw: bool = False) -> DecoderBenchmark:
+    """`_benchmark_decoder` on local model folders (or .gguf files), or on `_random_llama_pair()`
     when none are given.
 
     With folders, the prompts are `texts` (e.g. a user's prompt file) or else `prompts` fixed
@@ -278,10 +236,10 @@ def run_decoder_benchmark(
     if texts is not None and target_dir is None:
         raise PolyplanError("--prompts FILE: needs --target and --draft (the random models have no tokenizer)")
     if target_dir is None:
-        target, draft = random_llama_pair()
+        target, draft = _random_llama_pair()
         target, draft = target.to(device), draft.to(device)
         names = ("random-llama-8x256", "its-first-layer")
-        ids = random_prompts(prompts, prompt_length, target.config.vocab_size)
+        ids = _random_prompts(prompts, prompt_length, target.config.vocab_size)
     else:
         from polyplan.models.chain_candidates import ChainCandidates
 
@@ -294,13 +252,5 @@ def run_decoder_benchmark(
         if texts is None:
             texts = [_TEXT_PROMPTS[i % len(_TEXT_PROMPTS)] for i in range(prompts)]
         ids = [encode_prompt(loaded.tokenizer, text, raw=raw) for text in texts]
-    return benchmark_decoder(
-        target,
-        draft,
-        ids,
-        max_new_tokens=max_new_tokens,
-        block_size=block_size,
-        repeats=repeats,
-        target_name=names[0],
-        draft_name=names[1],
-    )
+    return _benchmark_decoder(target, draft, ids, max_new_tokens=max_new_tokens, block_size=block_size, repeats=repeats,
+                              target_name=names[0], draft_name=names[1])

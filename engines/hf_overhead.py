@@ -1,21 +1,13 @@
-"""Measure HF transformers `generate`'s own loop overhead (see `polyplan.planner.exact.engine_overhead`).
+"""Measure HF transformers `generate`'s own loop overhead (`planner.exact.engine_overhead`), which
+the HF export and `bench peers` read: both compare HF assisted with HF target-only `generate`,
+so both pay HF's loop, not polyplan's. docs/engines.md, "HF generate's own loop".
 
-`polyplan bench peers` and `polyplan export --engine hf` compare HF assisted generation with HF
-target-only `generate`; both pay HF's loop, not polyplan's. Here the target's (and a real
-drafter's) forward calls are timed by forward hooks (device-synchronised), and a `generate`
-call's loop time is its wall time minus the time inside those forward calls:
-
-1. target-only `generate`, at `tokens // 2` and `tokens` new tokens (`min_new_tokens` equal to
-   the maximum, so EOS never cuts a call short): one call, `steps` = target forward calls;
-2. assisted `generate` with the cheapest drafter HF can load, at K = 1, 2 and 4 drafted tokens
-   per round (`engines.hf_generate.configure_assistant`: constant schedule, no early exit):
-   `steps` = the drafter's forward calls, `rounds` = the target's.
-
-Every configuration runs once untimed (warm-up) and then `repeats` times, interleaved (one of
-each per round, in an order rotated every round), with the project's reference workload timed
-once per round as the machine's floor and Python's cyclic collector paused. The median loop
-time and median counts of each configuration are fitted to
-calls × per_call + steps × per_step + rounds × per_round (`planner.exact.engine_overhead`).
+A call's loop time is its wall time minus the time inside the models' forward calls (forward
+hooks, device-synchronised). Target-only calls run at two lengths (`min_new_tokens` = the maximum,
+so EOS never cuts one short); assisted calls with the cheapest drafter HF can load at K = 1, 2
+and 4. Configurations are interleaved in a rotated order after one untimed call each, with
+the reference workload timed once a round as the machine's floor and the cyclic collector paused;
+the medians are fitted to calls × per_call + steps × per_step + rounds × per_round.
 """
 
 from __future__ import annotations
@@ -37,16 +29,16 @@ from polyplan.models.hashing import fingerprint_settings
 from polyplan.profiler.forward_timing import collector_paused, reference_workload, synchronizer
 from polyplan.profiler.stats import Spread, robust_spread
 
-BLOCK_SIZES = (1, 2, 4)
-METHOD = (
+_BLOCK_SIZES = (1, 2, 4)
+_METHOD = (
     "HF generate wall time minus the time inside the models' forward calls (forward hooks): target-only at "
     "two lengths and assisted with the cheapest HF-loadable drafter at K = 1, 2, 4, interleaved; medians fitted "
-    "per call, per step and per round (profiler.engine_overhead)"
+    "per call, per step and per round (planner.exact.engine_overhead)"
 )
 
 
 @dataclass(frozen=True)
-class HFOverheadMeasurement:
+class _HFOverheadMeasurement:
     """The fitted overhead, each configuration's median counts, loop seconds and seconds inside
     the target's and the drafter's forward calls (for comparison with the profile's curves), and
     the floor."""
@@ -92,17 +84,8 @@ def _sampling_arguments(temperature: float) -> dict:
     return {"do_sample": False} if temperature == 0 else {"do_sample": True, "temperature": temperature}
 
 
-def measure_hf_overhead(
-    target,
-    drafter,
-    prompt: Sequence[int],
-    *,
-    temperature: float = 0.0,
-    tokens: int = 64,
-    repeats: int = 3,
-    seed: int = 0,
-    sync=lambda: None,
-) -> HFOverheadMeasurement:
+def _measure_hf_overhead(target, drafter, prompt: Sequence[int], *, temperature: float = 0.0, tokens: int = 64,
+                         repeats: int = 3, seed: int = 0, sync=lambda: None) -> _HFOverheadMeasurement:
     """HF `generate`'s per-call, per-step and per-round costs (module docstring).
 
     Args:
@@ -115,12 +98,12 @@ def measure_hf_overhead(
         sync: waits for the models' device (timing an asynchronous device).
     """
     if tokens < 2 or repeats < 1:
-        raise ValueError("measure_hf_overhead: tokens >= 2 and repeats >= 1")
+        raise ValueError("_measure_hf_overhead: tokens >= 2 and repeats >= 1")
     ids = torch.tensor([list(prompt)], device=target.device)
     pad = target.generation_config.pad_token_id
     base = dict(attention_mask=torch.ones_like(ids), pad_token_id=0 if pad is None else pad, **_sampling_arguments(temperature))
     configurations = [("target-only", tokens // 2, None), ("target-only", tokens, None)]
-    configurations += [("assisted", tokens, k) for k in BLOCK_SIZES]
+    configurations += [("assisted", tokens, k) for k in _BLOCK_SIZES]
     target_clock, drafter_clock = _ForwardClock(target, sync), _ForwardClock(drafter, sync)
     saved = {name: getattr(drafter.generation_config, name, None) for name in ("num_assistant_tokens",
              "num_assistant_tokens_schedule", "assistant_confidence_threshold")}
@@ -176,10 +159,10 @@ def measure_hf_overhead(
     )
     labels = tuple(f"{kind} {new} tokens" + ("" if k is None else f" K={k}") for kind, new, k in configurations)
     inside = tuple(tuple(statistics.median(pair[j] for pair in pairs) for j in (0, 1)) for pairs in forwards)
-    return HFOverheadMeasurement(fit_engine_overhead(typical, medians), labels, typical, medians, inside, robust_spread(floor))
+    return _HFOverheadMeasurement(fit_engine_overhead(typical, medians), labels, typical, medians, inside, robust_spread(floor))
 
 
-def cheapest_hf_drafter(profile: Profile, models: Sequence):
+def _cheapest_hf_drafter(profile: Profile, models: Sequence):
     """The `models.fingerprints.ProfiledModel` of the fastest drafter (T(1) in the profile) that HF can
     use as an assistant as it is (an HF model with the target's logit count and config
     vocabulary: a reduced-vocabulary head would need HF's universal assisted decoding), else None."""
@@ -221,7 +204,7 @@ def ensure_hf_overhead(
     target = models[0]
     if not hasattr(getattr(target.member, "model", None), "generate"):
         return profile, 0
-    drafter = cheapest_hf_drafter(profile, models)
+    drafter = _cheapest_hf_drafter(profile, models)
     if drafter is None:
         return profile, 0
     prompt = list(prompt)[-64:]
@@ -231,11 +214,11 @@ def ensure_hf_overhead(
         key = SamplingMode(temperature).key
         fingerprint = fingerprint_settings(
             "hf-overhead", target.fingerprint, drafter.fingerprint, prompt, temperature, tokens, repeats,
-            torch.get_num_threads(), transformers.__version__, BLOCK_SIZES,
+            torch.get_num_threads(), transformers.__version__, _BLOCK_SIZES,
         )
         if stored_fingerprint(profile, HF, key) == fingerprint:
             continue
-        result = measure_hf_overhead(
+        result = _measure_hf_overhead(
             target.member.model, drafter.member.model, prompt, temperature=temperature, tokens=tokens, repeats=repeats,
             sync=synchronizer(target.member),
         )
@@ -250,7 +233,7 @@ def ensure_hf_overhead(
             "reference_relative_iqr": result.floor.relative_iqr,
             "threads": torch.get_num_threads(),
             "transformers": transformers.__version__,
-            "method": METHOD,
+            "method": _METHOD,
         })
         measured += 1
     return replace(profile, engine_overhead={**profile.engine_overhead, HF: table}), measured

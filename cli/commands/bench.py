@@ -59,58 +59,15 @@ def decoder(
     set_threads(choice)
     count, texts = _prompt_option(prompts)
     options.at_least(count, 1, "--prompts")
+    from polyplan.engines.hf_generate import benchmark_json, report_lines, run_decoder_benchmark
+
     with timing_lock():
-        bench = _run(target, draft, count, texts, raw_prompts, prompt_length, max_new_tokens, block_size, repeats, device)
-    _print(bench, json_output)
-    if not json_output:
-        typer.echo(choice.line)
-
-
-def _run(target, draft, count, texts, raw_prompts, prompt_length, max_new_tokens, block_size, repeats, device):
-    from polyplan.engines.hf_generate import run_decoder_benchmark
-
-    return run_decoder_benchmark(
-        target,
-        draft,
-        prompts=count,
-        texts=texts,
-        raw=raw_prompts,
-        prompt_length=prompt_length,
-        max_new_tokens=max_new_tokens,
-        block_size=block_size,
-        repeats=repeats,
-        device=device,
-    )
-
-
-def _print(bench, json_output: bool) -> None:
-    from polyplan.engines.hf_generate import report_lines
-
+        bench = run_decoder_benchmark(target, draft, prompts=count, texts=texts, raw=raw_prompts, prompt_length=prompt_length,
+                                      max_new_tokens=max_new_tokens, block_size=block_size, repeats=repeats, device=device)
     if json_output:
-        echo_json(
-            {
-                "target": bench.target,
-                "draft": bench.draft,
-                "prompts": bench.prompts,
-                "max_new_tokens": bench.max_new_tokens,
-                "block_size": bench.block_size,
-                "repeats": bench.repeats,
-                "threads": bench.threads,
-                "races": [
-                    {
-                        "race": race.label,
-                        "polyplan_s": race.polyplan_s,
-                        "huggingface_s": race.huggingface_s,
-                        "ratio": race.ratio,
-                        "tokens_equal": race.tokens_equal,
-                        "mean_tokens_per_verification": race.mean_tokens_per_verification,
-                    }
-                    for race in bench.races
-                ],
-            }
-        )
-        return
-    typer.echo("\n".join(report_lines(bench)))
+        echo_json(benchmark_json(bench))
+    else:
+        typer.echo("\n".join(report_lines(bench) + [choice.line]))
 
 
 @app.command("peers")
@@ -168,7 +125,7 @@ def load(
 ) -> None:
     """Keep CPU cores busy with matrix products for --seconds, then stop (a bounded, documented load).
 
-    Each load process is one thread multiplying 256 x 256 matrices; it exits at its time limit,
+    Each load process is one thread multiplying 256-by-256 matrices; it exits at its time limit,
     when this command ends, or when its parent dies. Prints the products each process ran.
     """
     from polyplan.pipeline.load import run_load_processes
