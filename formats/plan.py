@@ -1,94 +1,14 @@
 """plan.json: what `polyplan recommend` writes and `validate`, `export`, `bench` and the decoder read
-(its types and its reader; `planner.plan_builder` holds the math that builds one).
+(its types and its reader; `planner.plan_builder` holds the math that builds one). Its layout,
+key by key: docs/cost-model.md, "plan.json".
 
-Format (``plan_version`` 2; each ranked chain is stored once, the plan's own chain first)::
-
-    {
-      "plan_version": 2,
-      "target": "vicuna-7b",
-      "device": "...",                       # copied from the profile
-      "processor": {"name": "AMD EPYC 9R14", …},   # copied from the profile (formats.processor);
-                                             # null or absent: not recorded (older profiles)
-      "sampling": "greedy",                  # the profile key the plan was made for
-      "fingerprints": {"vicuna-7b": "...", …},   # of every profiled model, from the profile
-      "profile": {"path": "profile.json", "schema_version": 1,
-                  "digest": "sha256:..."},  # optional: of the profile planned on (plan_check)
-      "candidates": {"path": "/abs/models.yaml", "yaml": {...}},   # optional: how to load the
-                                             # models again (the file and its parsed contents)
-      "loop_overhead": {"per_step_s": ..., "per_round_s": ...},    # or null: see planner.exact.overhead
-      "switch_costs": {"eagle": [0.0002, 0.00005], …},  # per model: extra seconds of the 1st, 2nd, …
-                                             # pass after a switch (planner.exact.overhead); {} when none
-      "alternatives": [                      # every ranked chain, best first: the first is the
-        {                                    # plan's chain (what generate --plan and export run)
-          "chain": ["vicuna-7b", "w4", "eagle"],   # from the target down (M_1 … M_n)
-          "block_sizes": [7, 1],             # K_1 … K_{n-1}
-          "verify_widths": [[[2, 4], [3, 4]], []], # per verifying level, [k, width]: a pass over
-                                             # k tokens runs padded to width (planner.exact.verify_width)
-          "draft_policy": {"k_min": 1, "k_max": 8},   # optional (absent: the last level drafts a fixed
-                                             # K_{n-1}): an adaptive cap from K_{n-1} and/or a
-                                             # confidence stop {"p_min": 0.7} (DraftPolicy)
-          "exact": {                         # the exact model (planner.exact.cost_model)
-            "speedup": 2.32, "cost_per_token_s": 0.0107,
-            "forwards_per_token": [...], "time_per_token_s": [...],
-            "tokens_per_verification": [...], "drafted_per_verification": [...],
-            "wasted_per_verification": [...], "acceptances": [...], "overhead_per_token_s": ...,
-            "interval": [2.18, 2.41],        # optional: bootstrap interval of "speedup" for a new
-                                             # prompt set of the profile's size (two draws)
-            "workload_interval": [2.22, 2.37]  # optional: for the workload's mean (one draw)
-          },                                 # (planner.intervals.prediction_interval)
-          "paper": {                         # Lemma 3.1 (planner.paper.paper_model)
-            "speedup": 4.54, "time_per_token_s": ..., "phi_per_token": [...],
-            "mean_lengths": [...], "length_sources": ["decoded", "eq3"], "alpha_scale": 1
-          },
-          "insertion_verdicts": [{"model": "w4", "verdict": "helps"}]   # per intermediate model
-        }                                    # (Theorem 3.2, planner.paper.insertion)
-      ],
-      "insertions": ["in: w4: ...", ...],
-      "prediction_intervals": {              # optional (absent in older plans)
-        "level": 0.95, "resamples": 200, "seed": 0,
-        "latency_source": "samples", "acceptance_source": "runs",
-        "tied_with_best": [["vicuna-7b", "eagle"]],   # chains whose interval overlaps the best's
-        "ranking": "ranking: cannot tell ... apart from: ...",
-        "widened": ["gemma: latency x [0.68, 0.99] (the machine floor was 1.52x slower ...)"],
-        "prompt_stretch": 1.12           # optional: each replicate stretched for few prompts
-      },
-      "warnings": ["..."],                   # optional: why the timings are doubtful
-                                             # (planner.intervals.timing_health); [] when none
-      "physical_limit": {                    # optional (null or absent in older plans): what a
-        "speedup": 2.02, "block_size": 6,    # free, always-right drafter gives (planner.exact.physical_limit)
-        "measured_block_size": 7,            # the widest K whose width K + 1 the target was timed at
-        "speedups": [1.4, 1.7, ...],         # S(K) for K = 1 …
-        "interval": [1.95, 2.09]             # optional: bootstrap interval of "speedup"
-      },
-      "insertion_triples": [                 # optional ([] or absent in older plans): Theorem 3.2
-        {"upper": "vicuna-7b", "middle": "w4", "lower": "eagle",   # on each insertion that matters
-         "with": {"chain": [...], "block_sizes": [7, 1], "exact_speedup": 2.32},
-         "without": {"chain": [...], "block_sizes": [5], "exact_speedup": 2.12},
-         "condition1": {"lhs": 0.28, "rhs": 0.37, "holds": true}, "condition2": {...},
-         "assumptions_hold": false, "theorem_guarantees_gain": false,   # planner.paper.insertion_triples
-         "lemma31_difference_s": -0.0021, "line": "w4 between vicuna-7b and eagle: ..."}
-      ],
-      "search": {"max_levels": 4, "k_max": 8, "method": "grid", "context_length": null,
-                 "acceptance_model": "iid"}   # or "runs": see planner.exact.runs
-    }
-
-Every key is written (null where there is no value) but for the optional records marked so
-above; a field added within version 2 has a default, so a plan written before it still reads.
-An unknown key is an error naming the file and the field.
-
-A version-1 plan (polyplan before plan version 2) still reads: `decode_plan` migrates it on
-read (`migrate_v1`). Version 1 repeated the first chain at the top level (`chain`,
-`block_sizes`, `verify_widths`, `predicted`, `paper`) and its predicted speedups in each
-entry (`exact_speedup`, `paper_speedup`, `acceptances`), and called the verdicts
-`theorem_3_2`; a version-1 plan whose top level disagrees with its first chain was edited
-and is refused.
-
-The records are frozen; `formats.codec` reads and writes them from their field types and the
-checks in their metadata: `write_plan` writes a `PlanFile`, `read_plan` reads one (every field
-a consumer reads, validated once, each failure one `PolyplanError` naming the file and the
-field); `planner.plan_builder.plan_of` builds one from the planner's `Recommendation`. A ranked
-chain (`PlannedChain`) nests the exact model's predictions (`ExactRecord`) and Lemma 3.1's
-(`PaperRecord`) as the file does.
+The records are frozen and are that layout: `formats.codec` reads and writes them from their field
+types and the checks in their metadata; each ranked chain is stored once, the plan's own chain
+first. `write_plan` writes a `PlanFile`, `read_plan` reads one (every field a consumer reads,
+validated once, each failure one `PolyplanError` naming the file and the field); a version-1 plan
+is migrated on read (`migrate_v1`). A field added within version 2 has a default, so a plan written
+before it still reads. A ranked chain (`PlannedChain`) nests the exact model's predictions
+(`ExactRecord`) and Lemma 3.1's (`PaperRecord`) as the file does.
 """
 
 from __future__ import annotations
@@ -184,21 +104,13 @@ def _policy_values(policy: DraftPolicy) -> None:
 @dataclass(frozen=True)
 class DraftPolicy:
     """How the last member of a chain chooses how many tokens to draft per round, beyond the
-    fixed block size K of its level (the default, which a plan does not write).
+    fixed block size K of its level (the default, which a plan does not write): an adaptive cap
+    (`k_min`, `k_max`; HF transformers' "heuristic" schedule, restarted at K with every
+    generation) and/or a confidence stop (`p_min`, model drafters only: the drafter stops before
+    a token whose top probability is below p_min, as llama.cpp's `--spec-draft-p-min` does).
 
-    - Adaptive cap (`k_min`, `k_max`): the cap starts at the level's K and follows the prompt's
-      own acceptance, as HF transformers' assistant "heuristic" schedule does
-      (`AssistedCandidateGenerator.update_candidate_strategy`): +2 after a round whose every
-      drafted token was accepted, −1 after any other, kept within [k_min, k_max]. It restarts at
-      K with every generation, so a round's length depends only on the rounds before it.
-    - Confidence stop (`p_min`, model drafters only): the drafter stops when its top probability
-      (softmax of its logits at temperature 1; the sampling distribution's top at a temperature)
-      at the next position is below p_min, and that token is not drafted, as llama.cpp's
-      `common_speculative_impl_draft_simple::draft` does (`--spec-draft-p-min`; llama.cpp reads the top
-      probability renormalised over its 10 best candidates, polyplan over the whole vocabulary).
-
-    Both depend on the drafter's own context and the rounds already verified, never on the
-    verifier's view of the tokens being drafted, so the chain stays lossless. In the file:
+    Both depend only on the drafter's own context and the rounds already verified, so the chain
+    stays lossless (docs/cost-model.md, "Draft lengths that adapt"). In the file:
     `{"k_min": 1, "k_max": 8}` and/or `{"p_min": 0.7}`."""
 
     layout = Layout(omit=NONE, checks=(_policy_values,))
@@ -261,12 +173,12 @@ class ExactRecord:
     acceptance rate α_{i,i+1}; the loop overhead per token it included (0 when none)."""
 
     speedup: float = spec(positive)
-    cost_per_token_s: float | None = None  # None in plans that lack it
+    cost_per_token_s: float | None = None
     forwards_per_token: tuple[float, ...]
     time_per_token_s: tuple[float, ...]
     tokens_per_verification: tuple[float, ...]
     drafted_per_verification: tuple[float, ...]  # E[m], tokens handed up per verification
-    wasted_per_verification: tuple[float, ...] = ()  # drafted tokens rejected; () in plans that lack it
+    wasted_per_verification: tuple[float, ...] = ()  # drafted tokens rejected
     acceptances: tuple[float, ...]
     overhead_per_token_s: float = 0.0
     interval: tuple[float, float] | None = spec(interval_in(), default=None, omit=NONE)
@@ -304,14 +216,10 @@ def _positive_terms(check: ChainCheck) -> None:
 
 @dataclass(frozen=True)
 class ChainCheck:
-    """recommend's self-check of one chain (`validation.self_check`): the composition term C, the
-    exact model's error on this machine (its speedup on the check's own prompts over the measured
-    one, or, in `SelfCheckRecord.priced` "plan", on time per token with acceptance as measured), from a
-    short run of the chain beside target-only decoding; the prediction it gives, exact / C,
-    and that prediction's interval (the exact interval widened by C's).
-
-    pooled: C was not measured on this chain but taken from the chains that were (their
-    median, its interval spanning theirs)."""
+    """recommend's self-check of one chain (`validation.self_check`, docs/cost-model.md "The
+    self-check"): the composition term C with its interval, the prediction it gives, exact / C,
+    and that prediction's interval (the exact interval widened by C's). `pooled`: C was taken from
+    the chains that were checked, not measured on this one."""
 
     layout = Layout(checks=(_positive_terms,))
 
@@ -359,8 +267,7 @@ class PlannedChain:
 
     chain: tuple[str, ...] = spec(non_empty("model"))
     block_sizes: tuple[int, ...] = spec(each(whole(1)))  # K_1 … K_{n-1}
-    # per verifying level, the padded widths the exact model assumed (planner.exact.verify_width);
-    # () in a plan from before they were recorded: the decoder then never pads
+    # per verifying level, the padded widths the exact model assumed (planner.exact.verify_width; (): never pad)
     verify_widths: tuple[VerifyWidths, ...] = ()
     exact: ExactRecord
     paper: PaperRecord
@@ -405,7 +312,7 @@ class IntervalsRecord:
     tied_with_best: tuple[tuple[str, ...], ...]  # chains whose interval overlaps the best's
     ranking: str
     widened: tuple[str, ...] = ()  # a line per model whose failed timing-health check widened its latency
-    # every replicate's deviation stretched for few prompts (1.0 in older plans)
+    # every replicate's deviation stretched for few prompts (1.0: not stretched)
     prompt_stretch: float = spec(at_least(1.0), default=1.0)
 
 
@@ -501,12 +408,10 @@ class SelfCheckRecord:
     seconds: float = 0.0
     checked: tuple[tuple[str, ...], ...] = ()  # the chains run (the rest take the pooled term)
     skipped: str | None = None  # why it did not run (then the intervals ignore the model's own error)
-    # the time it was allowed (a share of the profile's measuring time) and what the plan's own
-    # predictions said its run would take at the size it chose (None: no budget was set)
+    # the time it was allowed (a share of the profile's measuring time) and what the plan predicted its run takes
     budget_s: float | None = spec(non_negative, default=None, omit=NONE)
     estimated_s: float | None = spec(non_negative, default=None, omit=NONE)
-    # what C's predicted side is: the exact model on each check prompt (PRICED_BY_PROMPT), or the
-    # plan's seconds per pass at the passes the check measured (PRICED_BY_PLAN; None: plans before)
+    # C's predicted side: the exact model on each check prompt, or the plan's seconds per pass at the measured passes
     priced: str | None = spec(one_of(PRICED_BY_PROMPT, PRICED_BY_PLAN), default=None, omit=NONE)
 
 
