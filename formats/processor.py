@@ -1,28 +1,17 @@
 """The processor a profile was measured on, and the one line that says a plan's timings come
-from another (issue 33: predictions made on an AMD EPYC were 30-64 % off on an Intel Xeon).
+from another (docs/profiling.md, "Timing health").
 
 `Processor` is what the profile and the plan record (`profiler.processor.this_processor` probes
-the live machine): the CPU's model name, its architecture, the ISA flags that change which
-kernels run (a short sorted subset, `ISA_FLAGS`), torch's quantized engine and CPU capability,
-the logical cores, for a CUDA device the GPU's name, and where /proc/cpuinfo gives it the CPU's
-generation (x86 "family 25 model 17", ARM "implementer 0x41 part 0xd40"): virtual machines show
-an AMD EPYC of two generations (Zen 4, family 25; Zen 5, family 26) under one model name and the
-same flags, and their kernels time differently. Its JSON form (in `profile.json` and
-`plan.json`, both optional: files from before it was recorded have none)::
+the live machine): the CPU's model name and architecture, the ISA flags that change which kernels
+run (`ISA_FLAGS`), torch's quantized engine and CPU capability, the logical cores, on CUDA the
+GPU's name, and where /proc/cpuinfo gives it the CPU's generation (x86 "family 25 model 17"):
+virtual machines show two generations under one model name and the same flags, and their kernels
+time differently. The capability follows the flags and the core count is not compared (the thread
+count is in the profile's device label), so neither decides whether two processors differ.
 
-    "processor": {"name": "AMD EPYC 9R14", "architecture": "x86_64",
-                  "flags": ["avx2", "avx512f", "fma"], "quantized_engine": "x86",
-                  "capability": "AVX512", "cores": 2, "gpu": null}
-
-Two processors differ (`differs`) when the model name, the ISA subset, the quantized engine, the
-GPU, or (where both record it; files from before it have none) the generation differ; the capability follows the flags, and the core count is not compared (the
-thread count a profile was timed with is in its device label, `profiler.threads`).
-
-`machine_difference` is the one comparison every consumer of a plan's timings makes (`validate`
-puts it in the report's notes and on stderr, `generate --plan`, `export` and `bench` print it):
-a different processor, else (when asked) a different device label (another thread count). It
-warns and never refuses: the plan still runs, and validating it elsewhere measures how far off
-it is.
+`machine_difference` is the one comparison every consumer of a plan's timings makes (`validate`,
+`generate --plan`, `export`, `bench`). It warns and never refuses: the plan still runs, and
+validating it elsewhere measures how far off it is.
 """
 
 from __future__ import annotations

@@ -1,61 +1,11 @@
 """report.json: what `polyplan validate` (and the demo) writes beside report.md, and prints with
 `--json` (its typed records and its one codec; `validation.reporting.report_of` builds one from a
-validation's results).
+validation's results). Its layout, key by key: docs/validation.md, "The report".
 
-Format (``report_version`` 1; every key is always written, null where there is no value; a key
-added within version 1 has a default, so a file written before it still reads)::
-
-    {
-      "report_version": 1,
-      "chains": [{                              # every validated chain, in the order validated
-        "chain": ["t", "m", "d"], "block_sizes": [4, 2],
-        "predicted_speedup": {"exact": 2.31, "paper": 3.07, "exact_retimed": 2.24},
-        "exact_retimed_reaccepted": 2.15,       # re-timed and re-accepted exact model (greedy)
-        "measured_speedup": 2.0,                # null for a lossy chain
-        "greedy_equal": true, "recommended": true, "roles": ["recommended"], "rank": 1,
-        "speedup_std": ..., "speedup_per_repeat": [...],
-        "error": {"exact": ..., "paper": ..., "exact_retimed": ...},
-        "end_to_end_speedup": ..., "tokens_per_second": ..., "seconds_per_token": ...,
-        "loop_seconds_per_token": {"measured": ..., "exact": ...},
-        "first_difference": null,               # where a lossy chain left target-only's output
-        "levels": [{"model": "t",
-                    "forwards_per_token": {"measured": ..., "exact": ..., "paper": ...},
-                    "seconds_per_token": {"measured": ..., "exact": ...},
-                    "tokens_per_verification": {"mu": ..., "sigma": ..., "exact": ..., "paper": ...},
-                    "accepted_fraction": {"measured": ..., "exact": ..., "alpha": ...},
-                    "tokens_drafted": 42, "tokens_accepted": 24}, ...],  # both sections null
-                                                # for the last model (it verifies nothing)
-        "tokens_per_target_pass": 2.29, "predicted_interval": [2.05, 2.58],
-        "measured_ci": {"low": ..., "high": ..., "level": 0.95, "method": "..."},
-        "inside_interval": false, "prediction_holds": false,
-        "error_sources": {"total": ..., "latency": ..., "after_latency": ..., "acceptance": ...,
-                          "residual": ..., "tokens_per_pass": ..., "noise": ...},
-        "per_prompt": [{"prompt": 0, "tokens": 8, "target_passes": 3.5, "decode_s": ...,
-                        "target_only_s": ..., "speedup": ...}, ...],
-        "near_tie": null                        # why a chain that parted is measured anyway
-      }],
-      "headline": {"line": "recommended ...", "recommended": "t > m > d", "measured_speedup": ...,
-                   "speedup_std": ..., "predicted_speedup": {"exact": ..., "paper": ...},
-                   "over_two_model": {"mean": ..., "std": ..., "chain": "t > d"},
-                   "fastest": "t > d", "fastest_speedup": ..., "recommended_within_noise": false,
-                   "fastest_over_recommended": {"point": ..., "low": ..., "high": ..., "level": 0.95}},
-      "checks": [{"name": "...", "value": ..., "threshold": 0.1, "passed": true, "detail": "..."}],
-      "categories": [{"chain": "t > m > d", "rows": [{"category": "code", "runs": 4,
-                                                      "speedup": ..., "tokens_per_target_pass": ...}]}],
-      "settings": {"sampling": "greedy", "prompts": 3, "prompt_sources": [...], "dropped_prompts": [...],
-                   "truncated_prompts": 0, "new_tokens": 128, "repeats": 3, "seed": 0, "device": "...",
-                   "plan_device": "...", "plan": "plan.json", "wall_time_s": 12.5, "exact_model": "..."},
-      "notes": ["..."],
-      "files": {"report": ".../report.md", "json": ".../report.json", "phi": "...png", ...}
-    }
-
-What each number means is `validation.results`' business; this module knows the layout only.
-Every record's JSON keys are its field names, in field order, and its field types are the
-file's schema: `formats.codec` encodes and decodes them by walking the fields (a nested record
-is a JSON object, a tuple a JSON array, a `Mapping` an object), so a field is spelled once. A
-number that is not finite is written as null (JSON has no NaN). Decoding checks every field and
-fails with one `PolyplanError` line ``label: field.path: problem``; `read_report`,
-`write_report`, `decode_report` and `encode_report` are its entry points.
+What each number means is `validation.results`' business; this module knows the layout only: the
+records' fields are the file's keys, in field order, read and written by `formats.codec`. Decoding
+checks every field and fails with one `PolyplanError` line ``label: field.path: problem``;
+`read_report`, `write_report`, `decode_report` and `encode_report` are its entry points.
 """
 
 from __future__ import annotations
@@ -133,7 +83,7 @@ class ReportLevel:
     accepted_fraction: AcceptedFraction | None
     tokens_drafted: int
     tokens_accepted: int
-    seconds_per_pass: PassSeconds | None = None  # None: no pass timed (reports before issue 33)
+    seconds_per_pass: PassSeconds | None = None  # None: no pass timed
 
 
 @dataclass(frozen=True)
@@ -166,23 +116,12 @@ class MeasuredInterval:
 
 @dataclass(frozen=True)
 class ErrorSources:
-    """Where a chain's prediction error comes from (each relative, signed as predicted / measured − 1).
-
-    total: the plan's exact model against the measured speedup.
-    latency: the exact model on the profile's latency against the same model on latency re-timed
-        during this run (None when not re-timed): how far the profile's timings had drifted.
-    after_latency: the re-timed exact model against the measured speedup (what latency does not
-        explain: acceptance, the loop's cost and noise).
-    acceptance: the re-timed exact model against the same with the acceptance measured on the
-        validation prompts (greedy; None otherwise): profile prompts against validation prompts.
-    residual: the exact model on re-timed latency and validation acceptance against the
-        measured speedup: the model's own error (loop, switches, rounds taken as independent)
-        plus validation noise. (1 + latency)(1 + acceptance)(1 + residual) = 1 + total.
-    tokens_per_pass: tokens per target pass, predicted against measured (level 1), the
-        acceptance effect in the simplest terms (always available).
-    noise: half the width of the measured speedup's CI, relative to it (what validation noise
-        alone can account for).
-    """
+    """Where a chain's prediction error comes from, each predicted / measured − 1 (docs/validation.md,
+    "Where the prediction error comes from"): `total`, the plan's exact model; `latency`, profile
+    against re-timed latency (None: not re-timed); `after_latency`, the re-timed model; `acceptance`,
+    profile against validation acceptance (greedy only); `residual`, what is left, so that
+    (1 + latency)(1 + acceptance)(1 + residual) = 1 + total; `tokens_per_pass` at level 1; `noise`,
+    the measured CI's relative half-width."""
 
     total: float
     latency: float | None
@@ -196,15 +135,10 @@ class ErrorSources:
 @dataclass(frozen=True)
 class CostSplit:
     """The exact model's error on a chain split into the factors of its time per token
-    (`validation.cost_split`): each predicted / measured − 1, and their product is 1 + total.
-
-    baseline: the profile's target step against target-only decoding now.
-    forwards: forward passes per token (acceptance), predicted against measured.
-    per_pass: seconds per pass inside the chain, the plan's against measured.
-    loop: the decoding loop's own time.
-    aggregation: total-time ratio against the paired per-prompt speedup.
-    model: the plan's speedup beyond b̂ / t̂ (0 for the exact model).
-    """
+    (`validation.cost_split`), each predicted / measured − 1, their (1 + x) multiplying to 1 + total:
+    the target-only step (`baseline`), passes per token (`forwards`), seconds per pass (`per_pass`),
+    the loop, total-time against paired ratio (`aggregation`), and the plan's speedup beyond b̂ / t̂
+    (`model`, 0 for the exact model)."""
 
     total: float
     baseline: float
