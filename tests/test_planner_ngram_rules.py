@@ -11,7 +11,7 @@ import pytest
 
 from polyplan.formats.errors import PolyplanError
 from polyplan.formats.profile import TargetStream
-from polyplan.planner.llama_cpp.ranking import (OFF, RankedConfig, Replicates, ReplayWorkload, ranked, recommend,
+from polyplan.planner.llama_cpp.ranking import (OFF, RankedConfig, Replicates, ReplayWorkload, choose_config, ranked,
                                                 replayed_config, session_interval, session_speedup)
 from polyplan.planner.exact.ngram_replay import ngram_simple_draft, replay_stream
 from polyplan.planner.llama_cpp.ngram_rules import (LLAMA_CPP_RULES, NGramCacheRule, NGramMapRule, NGramModRule, NGramSimpleRule,
@@ -243,7 +243,7 @@ def test_the_ranking_says_off_when_nothing_pays():
                for kind, (make_rule, flags) in LLAMA_CPP_RULES.items()]
     configs.append(RankedConfig("draft-simple d K=3", ("--spec-type", "draft-simple"), 0.93))
     ranking = ranked(configs)
-    assert ranking[0].label == OFF and recommend(ranking).label == OFF and recommend(ranking).flags == ()
+    assert ranking[0].label == OFF and choose_config(ranking).label == OFF and choose_config(ranking).flags == ()
     assert all(config.speedup < 1.0 + 1e-9 for config in ranking)  # none drafts: 1.00x at best
 
 
@@ -255,14 +255,14 @@ def test_negative_control_the_ranking_picks_what_clearly_pays():
                                                          "--spec-ngram-simple-size-m", "4"),
                            streams, lambda: NGramSimpleRule(2, 4), step, ReplayWorkload(), replicates)
     ranking = ranked([good, RankedConfig("draft-simple d K=3", ("-md", "d.gguf"), 1.1)])
-    assert good.low > 2.0 and recommend(ranking) is good and ranking[0] is good
+    assert good.low > 2.0 and choose_config(ranking) is good and ranking[0] is good
 
 
 def test_off_wins_over_a_faster_point_whose_interval_reaches_below_one():
     unsure = RankedConfig("ngram-mod (defaults)", ("--spec-type", "ngram-mod"), 1.08, (0.95, 1.2))
     sure = RankedConfig("draft-simple d K=2", ("-md", "d.gguf"), 1.04, (1.01, 1.07))
-    assert recommend(ranked([unsure])).label == OFF
-    assert recommend(ranked([unsure, sure])) is sure  # the fastest of those beyond their interval
+    assert choose_config(ranked([unsure])).label == OFF
+    assert choose_config(ranked([unsure, sure])) is sure  # the fastest of those beyond their interval
 
 
 def test_the_choice_reads_the_workload_interval_and_a_race_the_new_sets():
@@ -272,8 +272,8 @@ def test_the_choice_reads_the_workload_interval_and_a_race_the_new_sets():
     one whose workload interval reaches below 1.00x is not (control)."""
     pays = RankedConfig("ngram-simple (defaults)", ("--spec-type", "ngram-simple"), 1.09, (0.98, 1.26), workload_interval=(1.02, 1.18))
     unsure = RankedConfig("ngram-mod (defaults)", ("--spec-type", "ngram-mod"), 1.12, (0.90, 1.35), workload_interval=(0.97, 1.28))
-    assert pays.low == 1.02 and recommend(ranked([pays])) is pays
-    assert recommend(ranked([unsure])).label == OFF and recommend(ranked([unsure, pays])) is pays
+    assert pays.low == 1.02 and choose_config(ranked([pays])) is pays
+    assert choose_config(ranked([unsure])).label == OFF and choose_config(ranked([unsure, pays])) is pays
     assert RankedConfig("x", (), 1.09, (0.98, 1.26)).low == 0.98  # a row without the workload's interval reads the other
 
 
@@ -309,7 +309,7 @@ def test_a_race_on_fewer_prompts_than_the_profiles_is_judged_by_a_wider_interval
     and the point are the same whatever the race's size."""
     step = lambda k: 0.010 + 0.002 * (k - 1)  # noqa: E731
     streams = _sixteen_streams()
-    from polyplan.planner.engine_export import _replicates as replicates_for
+    from polyplan.planner.llama_cpp.export import ranking_replicates as replicates_for
     from polyplan.formats.profile import LatencyPoint, ModelProfile, Profile
 
     target = ModelProfile("target", "fp", tuple(LatencyPoint(64, k, step(k)) for k in (1, 2, 4, 8, 16, 32, 64)))

@@ -225,7 +225,7 @@ def ranked(configs: Sequence[RankedConfig]) -> tuple[RankedConfig, ...]:
     return tuple(sorted([OFF_CONFIG, *rest], key=lambda config: (-round(config.speedup, 9), config.label != OFF)))
 
 
-def recommend(ranking: Sequence[RankedConfig]) -> RankedConfig:
+def choose_config(ranking: Sequence[RankedConfig]) -> RankedConfig:
     """The fastest configuration whose workload interval's low end (its point, without one) is
     above 1.00x; "off" when none is (module docstring)."""
     paying = [config for config in ranking if config.label != OFF and config.low > 1.0]
