@@ -118,8 +118,8 @@ class HFMember:
 
 
 def cache_keyword(model) -> str:
-    """The keyword `model.forward` takes its KV cache by: `cache` (transformers >= 5.2x, where
-    `past_key_values` still works but warns that it is deprecated), else `past_key_values`."""
+    """The keyword `model.forward` takes its KV cache by: `cache` where it has one (newer
+    transformers releases, where `past_key_values` still works but warns), else `past_key_values`."""
     return "cache" if "cache" in inspect.signature(model.forward).parameters else "past_key_values"
 
 

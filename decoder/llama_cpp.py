@@ -1,19 +1,12 @@
 """A GGUF file on llama.cpp's own kernels as a chain member (llama-cpp-python's C API).
 
-The member keeps the file at its own quantization: every forward is one `llama_decode` of
-the new tokens as a single batch, with logits requested only for the rows the decoder asks
-for, and `crop` removes the cut positions from llama.cpp's KV memory
-(`llama_memory_seq_rm`). The only per-call Python work that touches the vocabulary is one
-copy of the requested rows out of llama.cpp's logits buffer, and under greedy sampling not even
-that: `forward_argmax` (the chain's `ArgmaxForward` capability) takes each row's argmax with
-numpy on a view of the buffer, and only the ids leave llama.cpp.
-
-A file whose head covers only a subset of the token ids (`derive: {vocab: N}`,
-`models.llama_vocab`) runs with a `VocabSubset` (`decoder.llama_cpp_subset`): its inputs go in
-as embedding rows of the full file, its logits come out at full-vocabulary ids, −inf elsewhere.
-
-The bindings are an optional install (`pip install -e '.[llama]'`); they are imported when a
-member is made, never at import of this module.
+The file runs at its own quantization: a forward is one `llama_decode` of the new tokens with
+logits only for the rows the decoder asks for, and `crop` removes the cut positions from llama.cpp's
+KV memory (`llama_memory_seq_rm`). Under greedy sampling `forward_argmax` (`ArgmaxForward`) takes
+each row's argmax with numpy on a view of llama.cpp's buffer, so only the ids leave it. A file
+whose head covers a subset of the ids runs with a `VocabSubset` (`decoder.llama_cpp_subset`).
+The bindings are an optional install (`pip install -e '.[llama]'`), imported when a member is
+made; docs/engines.md, "llama.cpp members".
 
     member = LlamaCppMember("gemma-3-270m-q4_k_m.gguf", tokenizer=tokenizer, threads=1)
     logits = member.forward(torch.tensor(prompt_ids), keep_last=1)  # (1, vocab_size)
@@ -64,12 +57,9 @@ _LOG_CALLBACK = None
 
 @dataclass(frozen=True)
 class LlamaCppInfo:
-    """What the fingerprint and `models check` say about a llama.cpp member."""
+    """What `models check` says about a llama.cpp member."""
 
-    bindings_version: str
     description: str  # llama.cpp's model description, e.g. "gemma3 270M Q4_K - Medium"
-    n_vocab: int
-    n_ctx_train: int
     parameters: int
 
 
@@ -156,13 +146,8 @@ class LlamaCppMember:
         self.max_context = min(context, int(llama_cpp.llama_n_ctx(self._ctx)))  # llama.cpp rounds n_ctx up to 256s
         description = ctypes.create_string_buffer(256)
         llama_cpp.llama_model_desc(self._model, description, 256)
-        self.info = LlamaCppInfo(
-            bindings_version=llama_cpp.__version__,
-            description=description.value.decode("utf-8", "replace"),
-            n_vocab=self.vocab_size,
-            n_ctx_train=int(llama_cpp.llama_model_n_ctx_train(self._model)),
-            parameters=int(llama_cpp.llama_model_n_params(self._model)),
-        )
+        self.info = LlamaCppInfo(description.value.decode("utf-8", "replace"),
+                                 int(llama_cpp.llama_model_n_params(self._model)))
         self._token_map: dict[str, int] | None = None
         self._length = 0
 
@@ -190,11 +175,8 @@ class LlamaCppMember:
 
     def forward_argmax(self, new_ids: torch.Tensor, keep_last: int | None = None) -> torch.Tensor:
         """`forward`'s rows reduced to their argmax inside llama.cpp's buffer: `(r,)` int64 ids
-        (`ArgmaxForward`). numpy scans a view of the buffer, so no row is copied: 0.59-0.73 ms for
-        12 rows of gemma's 262,144 logits, against 5.8-15.1 ms to copy them and take torch's
-        argmax, and 4.8-9.1 ms for llama.cpp's own greedy sampler (`llama_sampler_sample`, which
-        first builds a candidate array of the whole vocabulary per row); 1 thread, two runs on a
-        shared machine."""
+        (`ArgmaxForward`). numpy scans a view of the buffer, so no row is copied, and no candidate
+        array of the whole vocabulary is built per row as llama.cpp's own greedy sampler does."""
         return _joined(self._decode_all(new_ids, keep_last, self._argmax))
 
     def forward_argmax_confidence(self, new_ids: torch.Tensor, keep_last: int | None = None) -> tuple[torch.Tensor, torch.Tensor]:
@@ -261,7 +243,7 @@ class LlamaCppMember:
         if self.subset is None:
             return torch.from_numpy(view.copy())
         full = np.full((rows, self.vocab_size), -np.inf, dtype=np.float32)  # `models.reduced_vocab.restrict_logits`, in numpy:
-        full[:, self._keep] = view  # torch's fill and index_copy_ wake its thread pool, ~10 ms on a busy machine
+        full[:, self._keep] = view  # torch's fill and index_copy_ would wake its thread pool
         return torch.from_numpy(full)
 
     def _argmax(self, rows: int) -> torch.Tensor:

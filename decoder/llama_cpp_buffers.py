@@ -1,21 +1,15 @@
 """Whether llama.cpp's extra weight buffers run on this CPU, asked once per CPU and file type.
 
-llama.cpp's CPU backend can move quantized weights into "extra" buffer types at load time:
-repacked layouts for its AVX/NEON kernels and, on CPUs that announce AMX, Intel's AMX tiles.
-On some virtual machines the CPU announces AMX and the kernel grants it, yet llama.cpp's AMX
-matrix multiply dies with a segmentation fault on the first batch of more than one token (seen
-on a 2-core Intel Xeon with AMX under Firecracker: `ldtilecfg` faults inside
-`ggml_backend_amx_mul_mat`, in the Python bindings and in `llama-bench -p 8` alike, while a
-plain C program using the same tile configuration runs). One-token decoding still works, so
-the crash appears only when a chain verifies or a prompt is prefilled: far from its cause.
-
-So before a quantized GGUF is first run, a child process loads it with the extra buffers on and
-decodes one 8-token batch. When the child dies, polyplan runs llama.cpp without them
-(`use_extra_bufts = false` in the bindings, `--repack 0` / `--no-repack` for llama-bench and
-llama-server) and says so once. The answer is cached per (CPU model, llama.cpp bindings
-version, GGUF file type, probe version) under `<cache>/llama.cpp/extra-buffers.json`; probe
-version 1 crashed by itself (a freed log callback) and its verdicts, all "off", are asked again. Float files (F32, F16,
-BF16) use no extra buffer and are never probed. `POLYPLAN_LLAMA_EXTRA_BUFFERS=0|1` overrides.
+llama.cpp's CPU backend can move quantized weights into "extra" buffer types at load time
+(repacked layouts, and Intel's AMX tiles where the CPU announces AMX). On some virtual machines
+its AMX matrix multiply dies with a segmentation fault on the first batch of more than one token,
+while one-token decoding works, so the crash would appear far from its cause. So before a
+quantized GGUF first runs, a child process decodes one batch of it with the extra buffers on;
+where the child dies, llama.cpp runs without them and polyplan says so once. The verdict is cached
+per (CPU model, bindings version, file type, probe version) under
+`<cache>/llama.cpp/extra-buffers.json`; float files use no extra buffer and are never probed;
+`POLYPLAN_LLAMA_EXTRA_BUFFERS=0|1` overrides. docs/engines.md, "CPUs where llama.cpp's AMX
+kernels crash".
 """
 
 from __future__ import annotations
@@ -27,13 +21,15 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
+from polyplan.formats.atomic import write_text_atomically
 from polyplan.formats.cache import cache_root
+from polyplan.formats.errors import PolyplanError
 
 OVERRIDE_ENV = "POLYPLAN_LLAMA_EXTRA_BUFFERS"
 CACHE_FILE = "extra-buffers.json"
 _FLOAT_FILE_TYPES = {0, 1, 32}  # llama_ftype: ALL_F32, MOSTLY_F16, MOSTLY_BF16
 PROBE_TOKENS = 8
-PROBE_VERSION = 2  # part of the cache key: a verdict of another probe is asked again
+_PROBE_VERSION = 2  # part of the cache key: a verdict of another probe is asked again
 
 _PROBE = r"""
 import sys
@@ -105,7 +101,7 @@ def extra_buffers(path: str | os.PathLike[str], bindings_version: str, *, log=la
     file_type = gguf_file_type(path)
     if file_type in _FLOAT_FILE_TYPES:
         return ExtraBuffers(True, "float file")
-    key = f"{cpu_model()} | llama-cpp-python {bindings_version} | file type {file_type} | probe {PROBE_VERSION}"
+    key = f"{cpu_model()} | llama-cpp-python {bindings_version} | file type {file_type} | probe {_PROBE_VERSION}"
     store = cache_root() / "llama.cpp" / CACHE_FILE
     known = _read(store)
     if key in known:
@@ -142,8 +138,6 @@ def _write(store: Path, data: dict) -> None:
     """Best effort: a cache that cannot be written only means probing again next time."""
     try:
         store.parent.mkdir(parents=True, exist_ok=True)
-        partial = store.with_name(f".{store.name}.partial-{os.getpid()}")
-        partial.write_text(json.dumps(data, indent=1, sort_keys=True), encoding="utf-8")
-        os.replace(partial, store)
-    except OSError:
+        write_text_atomically(store, json.dumps(data, indent=1, sort_keys=True))
+    except (OSError, PolyplanError):
         pass

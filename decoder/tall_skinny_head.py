@@ -1,18 +1,15 @@
 """A float32 LM head computed as (W hᵀ)ᵀ, so that verifying k tokens costs about one token's
 pass on a CPU.
 
-Why (measured on gemma-3-270m, issue 11; 1 thread): a real small model's LM head is most of a
-decode step (262,144 x 640 weights), and torch's CPU kernel for `F.linear(h, W)` with a few rows
-of `h` is slow and not monotone in the row count: 67, 118, 200, 130 ms for 1, 2, 3, 4 rows. The
-same product taken as `W @ hᵀ` (one tall, skinny matrix times a few columns) streams `W` once:
-64, 46, 59, 56 ms. A verification pass of 2-4 tokens then costs 1.07-1.17x a one-token step
-instead of 1.7-2.6x, which is what makes a drafter pay on such a model.
+A real small model's LM head is most of a decode step, and torch's CPU kernel for `F.linear(h, W)`
+with a few rows of `h` is slow and not monotone in the row count; the same product taken as
+`W @ hᵀ` (one tall, skinny matrix times a few columns) streams `W` once, so a few-token
+verification costs about one step (docs/cost-model.md, "A kernel path that keeps T(k) flat").
 
-The logits are the same product summed in another order: equal to `F.linear` within float32
-rounding (about 1e-6 here). Every pass of the model uses the one head, the target-only baseline
-included, so the model's distribution is simply defined by this kernel. It is used only where it
-helps: a plain `nn.Linear` with float32 weights on the CPU and at least `TALL` times more rows
-than columns (bf16 and CUDA kernels handle few rows well).
+The logits equal `F.linear`'s within float32 rounding, and every pass of the model uses this one
+head, the target-only baseline included. It is used only where it helps: a plain float32
+`nn.Linear` on the CPU with at least `TALL` times more rows than columns (bf16 and CUDA kernels
+handle few rows well).
 """
 
 from __future__ import annotations
