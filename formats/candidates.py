@@ -1,81 +1,9 @@
 """The `models.yaml` schema: the candidate models of a chain, strictly validated.
 
-    candidates:
-      - name: target                  # unique; shown in every table and error
-        source: builtin:target        # a local folder (relative to this file), a .gguf file
-        target: true                  #   (dequantized once into the cache), a hub id
-        dtype: float32                #   (org/name, from the local HF cache only) or
-                                      #   builtin:<name> for the embedded zoo family
-        device: cpu
-      - name: target-int8
-        derive: {from: target, quantize: int8}     # int8 | int8-head | int4 | bf16
-      - name: target-bf16
-        derive: {from: target, quantize: bf16, head: int8}  # optional: the LM head as int8-head's
-      - name: target-exit2
-        derive: {from: target, layers: 2}          # keep the first k decoder layers
-      - name: drafter
-        source: builtin:drafter
-      - name: ngram
-        derive: {kind: ngram, max_n: 4, min_n: 1}  # prompt lookup, no weights
-      - name: ngram-simple
-        derive: {kind: ngram-simple, size_n: 3}    # drafts only where the stream repeats itself
-      - name: padded
-        source: ./models/padded
-        padded_vocab: true            # the model has more logit rows than tokens: mask them
-      - name: gemma-cpp
-        source: ./gemma-3-270m-q4_k_m.gguf
-        engine: llama.cpp             # run the GGUF on llama.cpp's kernels at its own quantization
-        context: 4096                 #   (optional, llama.cpp entries: the context it reserves)
-      - name: qwen-1.5b
-        source: fetch:qwen2.5-coder-1.5b-instruct   # a file `polyplan fetch NAME` put in the cache
-        engine: llama.cpp
-      - name: gemma-cpp-q4_0
-        derive: {from: gemma-cpp, quantize: q4_0}  # llama.cpp's quantizer: q4_0 | q8_0 | q2_k | ...
-      - name: gemma-cpp-exit9
-        derive: {from: gemma-cpp, layers: 9}       # a GGUF of its first 9 blocks, on llama.cpp
-      - name: gemma-cpp-v32k
-        derive: {from: gemma-cpp, vocab: 32768}    # a head over 32768 token ids only (or vocab: ./ids.json)
-      - name: big
-        source: ./models/big
-        device_map: auto              # accelerate spreads the layers over GPUs, CPU and disk
-        max_memory: {0: 20GiB, cpu: 60GiB}   # optional: per-device limits (accelerate's)
-        offload_folder: ./offload     # optional: where layers beyond them go on disk
-                                      #   (default: <polyplan cache>/offload/<name>)
-
-Rules (each violation is a `PolyplanError` whose one line names the entry):
-- top level: a mapping with the single key `candidates`, a non-empty list of mappings;
-- entry keys: `name`, `source` xor `derive`, optional `target`, `dtype` (float32, float16,
-  bfloat16), `device` (cpu, cuda, cuda:N), `padded_vocab`; nothing else (a derived entry
-  takes its base's dtype and padded_vocab and may not set them);
-- exactly one entry has `target: true`, and it is a `source` entry;
-- names are unique; a local `source` folder exists;
-- `derive.from` names another entry; derivations form no cycle; `layers` is an integer
-  >= 1 (checked against the model's depth when it is loaded); `quantize` must have a fast
-  kernel on the entry's device (see `supported_quantization`); `head: int8` (with `quantize:
-  int8` or `bf16`) replaces that copy's LM head by int8-head's rescored int8 head;
-- `derive: {kind: ngram}` takes `max_n` and `min_n` (1 <= min_n <= max_n) and nothing else;
-  `derive: {kind: ngram-simple}` takes `size_n` (>= 1, default 3) and nothing else;
-- `device_map` is `auto` only, on a `source` entry without `device`; `max_memory` (device →
-  bytes or a size like "2GiB") and `offload_folder` only with it. A derived entry runs where
-  its base's layers are: an early-exit copy of a split model works, a `quantize` copy does not
-  (quantization needs every weight in memory, and a split model keeps some on other devices
-  or on disk).
-
-A derived entry runs on its base's device unless it names its own.
-
-`engine: llama.cpp` (default `torch`) runs a `.gguf` source on llama.cpp's own kernels through
-its Python bindings (the `llama` install extra), at the file's own quantization; it takes
-`context` (tokens llama.cpp reserves, default 4096) and no torch keys (`dtype`, `device`,
-`padded_vocab`, `device_map`). Entries derived from it inherit the engine: `quantize` takes
-llama.cpp's types (`LLAMA_CPP_QUANTIZATIONS`, made by llama.cpp's quantizer, a requantization
-when the file is already quantized); `layers` keeps the file's first blocks in a new GGUF at
-their own quantization (`models.gguf_prune`; checked against the file's block count when it is
-loaded); derivations chain (a quantized copy of a pruned copy, or the reverse); `head` is
-torch-only. `vocab` (llama.cpp
-only) makes a drafter whose output head covers N token ids: `vocab: N` (an integer >= 1) keeps
-the end-of-generation and control tokens and then the most frequent ones, `vocab: <file>.json`
-(relative to this file) the ids it lists (`models.llama_vocab`); the member still reads and
-proposes full-vocabulary ids. Nothing derives from a `vocab` entry.
+Every key and every rule, with an example of each kind of entry: docs/models-yaml.md, "Rules".
+Each violation is one `PolyplanError` line naming the entry. `read_candidates` reads a file,
+`parse_candidates` its parsed YAML; local sources resolve relative to the file's folder, and a
+derived entry takes its root's device (unless it names its own), dtype, padded_vocab and engine.
 """
 
 from __future__ import annotations
@@ -106,13 +34,8 @@ _ENTRY_KEYS = frozenset(
 _HUB_ID = re.compile(r"^[A-Za-z0-9][\w.-]*/[\w.-]+$")
 _DEVICE = re.compile(r"^(cpu|cuda(:\d+)?)$")
 
-# Which reduced precision has a fast kernel where, with plain torch 2.13:
-#   int8  CPU: yes, dynamic int8 Linear (fbgemm/onednn); CUDA: no (those kernels are CPU-only)
-#   int8-head  the LM head only, in dynamic int8 with its top logits recomputed exactly
-#         (models/int8_head.py): CPU yes; CUDA no (same kernel)
-#   bf16  CUDA: yes; CPU: only where the CPU has native bf16 matmul (AVX512-BF16 or AMX), which
-#         needs torch to find out, so `models.derive` checks it when the copy is made
-#   int4  CPU and CUDA: refused, plain torch has no int4 matmul kernel (it needs torchao)
+# The quantizations without a fast kernel on a device family (docs/models-yaml.md, "Derived copies"); bf16 on a
+# CPU without native bf16 matmul needs torch to find out, so `models.derive` checks it when the copy is made.
 _REFUSED = {
     ("int8", "cuda"): "dynamic int8 quantization has CPU kernels only",
     ("int8-head", "cuda"): "dynamic int8 quantization has CPU kernels only",
@@ -247,7 +170,7 @@ def read_candidates(path: str | Path) -> CandidateSet:
 
 
 def parse_candidates(data: Any, *, base_dir: Path, origin: str = "models.yaml") -> CandidateSet:
-    """Validate the parsed YAML `data` (see the module docstring for the rules)."""
+    """Validate the parsed YAML `data` (the rules: docs/models-yaml.md)."""
     if not isinstance(data, dict) or set(data) != {"candidates"}:
         keys = sorted(data) if isinstance(data, dict) else type(data).__name__
         raise PolyplanError(f"{origin}: expected one top-level key 'candidates', got {keys}")
@@ -383,7 +306,7 @@ def _check_llama_cpp_derivation(candidate: Candidate, origin: str, by_name: dict
 
 
 def _parse_device_map(entry: dict, has_source: bool, device: str, base_dir: Path, label: str):
-    """(device_map, max_memory, offload_folder) of an entry (see the module docstring)."""
+    """(device_map, max_memory, offload_folder) of an entry (the rules: docs/models-yaml.md)."""
     if "device_map" not in entry:
         extra = sorted({"max_memory", "offload_folder"} & set(entry))
         if extra:

@@ -533,7 +533,7 @@ PLAN = FileFormat(kind="plan", record=PlanFile, version_key="plan_version", vers
 
 
 def encode_plan(plan: PlanFile) -> dict[str, Any]:
-    """The plan.json object of `plan` (the layout in the module docstring)."""
+    """The plan.json object of `plan` (its layout: docs/cost-model.md, "plan.json")."""
     return encode_file(PLAN, plan)
 
 

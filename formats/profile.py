@@ -431,7 +431,7 @@ def _names_hold_together(profile: Profile) -> None:
 
 @dataclass(frozen=True, kw_only=True)
 class Profile:
-    """A whole profile (see the module docstring for the JSON format)."""
+    """A whole profile (its JSON layout: docs/profiling.md, "The profile file")."""
 
     layout = Layout(omit=EMPTY, checks=(_names_hold_together,))
 

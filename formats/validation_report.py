@@ -309,7 +309,7 @@ REPORT = FileFormat(kind="report", record=ValidationReport, version_key="report_
 
 
 def encode_report(report: ValidationReport) -> dict[str, Any]:
-    """The report.json object of `report` (the layout in the module docstring)."""
+    """The report.json object of `report` (its layout: docs/validation.md, "The report")."""
     return encode_file(REPORT, report)
 
 
