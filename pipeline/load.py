@@ -1,25 +1,17 @@
 """A bounded background load: keep CPU cores busy with matrix products, then stop by itself.
 
 Used by `polyplan bench load` and `polyplan bench loop` to show how predictions hold on a busy
-machine. Three shapes (`SHAPES`), because users' machines are not busy the way one generator is:
+machine, in three shapes (`SHAPES`), because users' machines are not busy the way one generator is:
+`steady` (`cores` processes, busy all the time), `bursty` (`cores` processes, each alternating busy
+and asleep for random spans of `BURST_SPAN_S` seconds: a build, a notebook kernel, a browser) and
+`two-process` (two bursty processes with independent phases, whatever `cores` says).
 
-- `steady`: `cores` processes, each busy all the time;
-- `bursty`: `cores` processes, each alternating busy and asleep for random spans of 0.1-1.0 s
-  (half busy on average: a build, a notebook kernel, a browser);
-- `two-process`: two bursty processes with independent phases, whatever `cores` says: at times
-  both cores of a small machine are taken, at times none.
- The load runs in a child process (this file run as a script, so that the child never
-imports torch through the `polyplan.profiler` package), one thread
-(BLAS/OpenMP thread counts set to 1 in its environment before numpy is imported), doing
-chained 256 x 256 float64 matrix products in a loop. It can never outlive its purpose:
-
-- a time limit: it exits after `seconds` (at most `MAX_SECONDS`), whatever happens;
-- a parent-death check: between products (every few milliseconds) it exits as soon as the
-  process that started it is gone (its parent id changes, or the given pid no longer exists);
-- `background_load` (a context manager) terminates it when the block ends, normally or not,
-  and kills it if it does not exit within a second.
-
-Each child prints one line on exit: the products it ran and the seconds it ran for.
+Each load process is this file run as a script (so that it never imports torch through the
+package), one thread (BLAS/OpenMP thread counts set to 1 before numpy is imported), chaining
+`SIZE`-square float64 matrix products. It can never outlive its purpose: it exits at its time
+limit (at most `MAX_SECONDS`), as soon as the process that started it is gone (checked between
+products), and when `background_load`'s block ends (terminated, killed if it does not exit within a
+second). On exit it prints one line: the products it ran and the seconds it ran for.
 """
 
 from __future__ import annotations
@@ -195,7 +187,7 @@ def _parse(output: str | None) -> LoadReport | None:
 
 
 def main(argv: list[str] | None = None) -> None:
-    """The child process: `python .../profiler/load.py --seconds S --parent PID`."""
+    """The child process: `python .../pipeline/load.py --seconds S --parent PID`."""
     import signal
 
     parser = argparse.ArgumentParser(description="Keep one core busy with matrix products (bounded).")

@@ -101,10 +101,9 @@ MIN_CALIBRATION_TOKENS = 16
 def calibration_tokens_for(profile: Profile, target: str, most: int) -> int:
     """Tokens per calibration call: `most`, or for a target whose one-token step (the profile's
     T(1)) would make a call of `most` tokens take longer than `CALIBRATION_CALL_S`, the largest
-    power of two that fits (at least `MIN_CALIBRATION_TOKENS`). The overheads are fitted per
-    step and per round, so fewer steps of a slow target still measure them; gemma-3-270m (75 ms
-    a step) gets 32 and its calibrations take half the time. A power of two, so that a re-timed
-    T(1) rarely changes it (it is part of the entries' fingerprints)."""
+    power of two that fits (at least `MIN_CALIBRATION_TOKENS`; docs/profiling.md, "What it
+    measures"). A power of two, so that a re-timed T(1) rarely changes it (it is part of the
+    entries' fingerprints)."""
     steps = [point.median_s for point in profile.model(target).latency if point.k == 1] if target in profile.model_names() else []
     if not steps or min(steps) <= 0:
         return most
@@ -149,7 +148,7 @@ def loop_overhead_entry(target, temperature: float, tokens: int = 64, *, fingerp
     return LoopCalibration(
         overhead.per_step_s, overhead.per_round_s, vocab=target.valid_vocab_size, threads=torch.get_num_threads(),
         method="decoding loop time outside forward passes, the target verifying a stand-in drafter "
-               "at block sizes 1..8 and decoding alone, fitted per step and per round (profiler.overhead)",
+               "at block sizes 1..8 and decoding alone, fitted per step and per round (profiler.loop_overhead)",
         fingerprint=fingerprint,
     )
 

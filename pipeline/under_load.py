@@ -7,11 +7,9 @@ one folder per load shape (`pipeline.load.SHAPES`: `<out>/steady`, `<out>/bursty
 re-timed in each run (acceptance is reused from the cache), so a loaded run plans on timings
 taken under its load, as a user on a busy machine would.
 
-Per run and chain it reports the exact model's prediction with its interval, the measured
-paired speedup with its CI, the error, whether the measurement is inside the interval,
-whether the prediction holds (inside and within 10%), and the ranking check; then per run: the
-worst exact-model error, how many measured speedups fall inside their intervals, whether
-every prediction holds, and whether the recommended chain is the fastest or tied.
+Per run and chain it reports the prediction with its interval, the measured paired speedup with
+its CI, the error, and whether the prediction holds (`loop_lines`); then per run the validation's
+headline checks (docs/validation.md).
 """
 
 from __future__ import annotations
@@ -79,8 +77,8 @@ def loop_lines(bench: LoopBenchmark) -> list[str]:
                 continue
             error = "-" if chain.judged_error is None else f"{chain.judged_error:+.1%}"
             lines.append(
-                f"{run.label:<11} {chain.label() + (' *' if chain.recommended else ''):<40} {chain.judged_text():>25} "
-                f"{chain.measured_text():>22} {error:>7} {yes_no(chain.inside_interval):>6} {yes_no(chain.prediction_holds):>5}"
+                f"{run.label:<11} {chain.label() + (' *' if chain.recommended else ''):<40} {chain.predicted.judged_text():>25} "
+                f"{chain.measured.text():>22} {error:>7} {yes_no(chain.inside_interval):>6} {yes_no(chain.prediction_holds):>5}"
             )
         head = validation.headline
         ranking = next(check for check in head.checks if check.name.startswith("recommended chain is the fastest"))

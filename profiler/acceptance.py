@@ -1,37 +1,25 @@
 """Acceptance statistics of a (verifier, drafter) pair, measured two ways.
 
 Notation (docs/design.md): the drafter's distribution is p, the verifier's q; a drafted token is
-accepted with probability min(1, q/p), so the per-token acceptance rate at one position is
+accepted with probability min(1, q/p), so the acceptance rate at one position is
 α_t = Σ_x min(p_t(x), q_t(x)) (greedy: 1 when the argmaxes agree, else 0).
 
-1. **From distributions** (`teacher_forced`, `pair_alpha`): the target generates a
-   continuation of every prompt; each model then reads prompt + continuation teacher-forced,
-   in passes of `TEACHER_FORCING_WIDTH` tokens with its KV cache (as a chain's verification
-   passes run), which gives its distribution at every continuation position. Any two models'
-   distributions give α_t for every position, so n models cost one read each for all n²
-   pairs. Short passes, not one pass over the whole sequence: a model whose numerics depend
-   on the batch (dynamic int8 quantizes activations with one scale per pass) agrees with the
-   target differently over a whole sequence at once than in the short passes a chain runs
-   it in (the family's int8 copy: 0.964 over whole sequences, 0.979 in 4-token passes, 0.983
-   token by token, on 8 prompts x 128 tokens), and the one-pass figure under-predicted every
-   chain through it (the 4-model chain's tokens per target pass by 6%, in every run of
-   `bench loop`). α is the mean of α_t; its interval is a bootstrap over prompts. The μ(K) this
-   implies is eq. 3 under i.i.d. acceptance, (1 − α^(K+1)) / (1 − α), and, keeping how α_t
-   varies along a sequence, the *positional* μ: the rates walked verification by
-   verification as decoding does (`positional_mu`).
-2. **Decoded** (`measure_decoded`): run the decoder's n = 2 mode (classic speculative
-   decoding) at block size K over the prompts and collect the tokens emitted per
-   verification: μ, σ and their bootstrap intervals over prompts.
+1. **From distributions** (`teacher_forced`, `pair_alpha`): the target continues every prompt;
+   each model reads prompt + continuation teacher-forced, in passes of `TEACHER_FORCING_WIDTH`
+   tokens with its KV cache, which gives its distribution at every position, so n models cost
+   one read each for all n² pairs. Short passes, as a chain's verifications run, because a model
+   whose numerics depend on the batch (dynamic int8: one activation scale per pass) agrees with
+   the target differently in one long pass (docs/profiling.md, "What it measures"). α is the
+   mean of α_t with a bootstrap interval over prompts; it implies μ(K) by eq. 3 under i.i.d.
+   acceptance and, keeping how α_t varies along a sequence, the *positional* μ (`positional_mu`).
+2. **Decoded** (`measure_decoded`): the decoder's n = 2 mode at block size K over the prompts;
+   μ, σ of the tokens emitted per verification, with bootstrap intervals over prompts.
 
-Way 1 also gives the acceptance under the *engines'* rule (vLLM, llama.cpp): the drafter
-proposes its argmax x̂ = argmax p_t and the verifier accepts it with probability q_t(x̂), so
-the per-position rate is q_t(argmax p_t) (`PairAlpha.engine`; greedy: argmax agreement, the
-same as α_t; a one-hot drafter such as n-gram lookup: also α_t). At T > 0 it is usually below
-Σ min(p_t, q_t), though not always (when q puts more mass on x̂ than p does).
-
-The contexts of way 1 are the *target's* continuations for every pair (the prefixes a chain
-commits); a decoded run of a pair whose verifier is not the target follows the verifier's
-own samples instead, one source of disagreement between the two ways.
+Way 1 also gives the acceptance under the *engines'* rule (vLLM, llama.cpp): the verifier keeps
+the drafter's argmax x̂ with probability q_t(x̂) (`PairAlpha.engine`; equal to α_t when greedy or
+for a one-hot drafter). The contexts of way 1 are the *target's* continuations for every pair; a
+decoded run whose verifier is not the target follows the verifier's own samples, one source of
+disagreement between the two ways.
 """
 
 from __future__ import annotations
@@ -46,18 +34,17 @@ from polyplan.decoder.chain import generate
 from polyplan.decoder.member import ChainMember, stop_token_ids
 from polyplan.decoder.sampling import Sampling, probabilities, top_probability
 from polyplan.formats.profile import DRAFT_SIMPLE_TOP_K
+from polyplan.profiler.stats import Interval, cluster_bootstrap, lag1_autocorrelation, quantile_summary
 
 TEACHER_FORCING_WIDTH = 4  # tokens per teacher-forced pass (the module docstring says why)
-from polyplan.profiler.stats import Interval, cluster_bootstrap, lag1_autocorrelation, quantile_summary
 
 
 @dataclass(frozen=True)
 class TeacherForced:
     """One model's next-token choice or distribution at every continuation position.
 
-    Greedy: `argmax[i]` holds the argmax token at each position of prompt i (shape `(L_i,)`),
-    `probs` is None. Sampled: `probs[i]` is the distribution, shape `(L_i, V)` float32 on CPU.
-    """
+    Greedy: `argmax[i]`, the argmax at each position of prompt i `(L_i,)`, `probs` None. Sampled:
+    `probs[i]`, the distribution `(L_i, V)` float32 on CPU."""
 
     argmax: tuple[torch.Tensor, ...] | None
     probs: tuple[torch.Tensor, ...] | None
@@ -137,12 +124,11 @@ def positional_mu(per_prompt: Sequence[np.ndarray], k: int) -> float | None:
     """μ at block size `k` from the per-position rates, walked along each sequence as decoding does.
 
     A verification starting at position s accepts j drafted tokens with probability
-    Π_{t<j} α_(s+t) · (1 − α_(s+j)) (j < k; all k with Π_{t<k} α_(s+t)), emits j + 1 tokens and
-    the next verification starts after them. A dynamic program over s gives the expected
-    tokens and the expected verifications of each sequence; μ is their ratio over all
-    sequences (a renewal-reward mean). Positions past a sequence's end take its mean rate.
-    With greedy 0/1 rates this is exactly the decoded run over the same contexts; unlike eq. 3
-    it keeps how the rate varies and clusters along a sequence. None without positions.
+    Π_{t<j} α_(s+t) · (1 − α_(s+j)) (j < k; all k with Π_{t<k} α_(s+t)) and emits j + 1 tokens.
+    A dynamic program over s gives each sequence's expected tokens and verifications; μ is their
+    ratio over all sequences (a renewal-reward mean). Positions past a sequence's end take its
+    mean rate. With greedy 0/1 rates this is exactly the decoded run over the same contexts; unlike
+    eq. 3 it keeps how the rate varies and clusters along a sequence. None without positions.
     """
     tokens = verifications = 0.0
     for rates in per_prompt:
@@ -174,12 +160,9 @@ def target_continuations(
     seed: int,
 ) -> tuple[tuple[int, ...], ...]:
     """The target's own continuation of each prompt: `new_tokens` each, or fewer when the
-    target emits one of its EOS ids (`decoder.member.stop_token_ids`: an instruct model's
-    `<end_of_turn>` ends its answer; what it would write after that is not text anyone serves).
-
-    Prompt i is sampled with a generator seeded `seed + i`, so one prompt's continuation does
-    not depend on the others.
-    """
+    target emits one of its EOS ids (`decoder.member.stop_token_ids`: what an instruct model
+    writes after its end of turn is not text anyone serves). Prompt i is sampled with a generator
+    seeded `seed + i`, so one prompt's continuation does not depend on the others."""
     sampling = Sampling(temperature=temperature)
     device = getattr(target, "device", torch.device("cpu"))
     continuations = []
@@ -203,11 +186,8 @@ def teacher_forced(
     width: int = TEACHER_FORCING_WIDTH,
 ) -> TeacherForced:
     """`member` over each prompt + continuation, teacher-forced in passes of `width` tokens
-    after one pass over the prompt (see the module docstring).
-
-    Position j of prompt i is the distribution of continuation token j given the prompt and
-    continuation tokens before it. `vocab` is the chain's common (valid) vocabulary size.
-    """
+    after one pass over the prompt (module docstring). Position j of prompt i is the distribution
+    of continuation token j given what precedes it; `vocab`: the chain's common vocabulary size."""
     sampling = Sampling(temperature=temperature)
     device = getattr(member, "device", torch.device("cpu"))
     argmaxes, probs, tops, tops10 = [], [], [], []
@@ -293,14 +273,11 @@ def measure_decoded(
 ) -> DecodedMeasurement:
     """Run [verifier, drafter] with block size `k` on the prompts in order; tokens per verification.
 
-    Prompt i uses a generator seeded `seed + i`; EOS is not honoured, so every prompt
-    contributes `new_tokens` tokens. The last verification of a prompt counts every token it
-    produced, also those past `new_tokens` (the decoder's convention), so μ is not biased
-    down by the cut.
-
-    With `enough` set, the run stops taking prompts once it has `enough` verifications from
-    at least `min_prompts` prompts: a pair that emits few tokens per verification reaches a
-    given precision on fewer prompts (and costs the most per prompt).
+    Prompt i uses a generator seeded `seed + i` and stops at `new_tokens` or at one of the
+    verifier's EOS ids. The last verification of a prompt counts every token it produced, also
+    those past `new_tokens` (the decoder's convention), so μ is not biased down by the cut.
+    With `enough` set, the run stops taking prompts once it has `enough` verifications from at
+    least `min_prompts` prompts (`AcceptanceSettings.decoded_verifications` says why).
     """
     sampling = Sampling(temperature=temperature)
     device = getattr(verifier, "device", torch.device("cpu"))

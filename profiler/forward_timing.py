@@ -1,29 +1,16 @@
 """Latency curves: T_i(k), one forward pass over k new tokens with a warm KV cache, and prefill.
 
-For each context length c the member first processes c real tokens (the prefill, timed on
-its own from an empty cache), then the timed loop repeatedly feeds k new tokens, asking for
-the logits of all k rows exactly as a verification does (`keep_last = k`), and crops the
-cache back to c outside the timed region. Block sizes are interleaved round-robin within
-each repeat, so a burst of background load spreads over every k instead of distorting one
-point of the curve. Warm-up rounds run first (lazy initialisation, allocator growth and any
-compilation happen there and are never timed); the garbage collector is paused while timing.
-
-Each round also times a fixed *reference workload* (the same matrix products every time, no
-model involved). Its spread is the machine's own noise floor during the measurement: on a
-shared virtual machine even a fixed loop of arithmetic varies by tens of percent from one
-run to the next, and a model's T(1) cannot be steadier than that. The profile records it
-beside each model's curve so that a wide IQR can be told apart from a flaw in the procedure.
-
-On CUDA (and MPS) the device is synchronised before starting and before stopping the clock,
-so the time is the kernels' and not their launch.
-
-Robust statistics: each point's summary is the median and IQR of the timings kept after
-Tukey's far-out fences (`profiler.stats.robust_spread`, Q1 − 3 IQR … Q3 + 3 IQR); dropped
-timings are counted and recorded (`outliers`), never averaged in, and the kept timings go
-into the profile for the planner's bootstrap. When the floor is noisy (the reference
-workload's IQR/median above `max_noise`) more rounds are timed, up to `noise_budget_s`
-extra seconds per context length; if the floor is still noisy then, the measurement says
-so (`budget_exhausted`) and the profile and plan carry the warning.
+For each context length c the member first processes c real tokens (the prefill, timed on its
+own from an empty cache); then each timed pass feeds k new tokens and asks for all k rows of
+logits, as a verification does, and the cache is cropped back to c outside the timed region.
+Block sizes are interleaved within each round, so a burst of background load spreads over every
+k; warm-up rounds are never timed; the garbage collector is paused; CUDA and MPS are synchronised
+around each pass. Each round also times a fixed *reference workload* (no model): its spread is
+the machine's own noise floor, beside which a model's IQR is read. Each point keeps the median
+and IQR of the timings inside Tukey's far-out fences (`profiler.stats.robust_spread`), the kept
+timings and the count dropped. While the floor is noisier than `max_noise`, more rounds are
+timed within a budget; past it the measurement says so (`budget_exhausted`). docs/profiling.md,
+"What it measures".
 """
 
 from __future__ import annotations
@@ -43,7 +30,7 @@ from polyplan.profiler.threads import available_cpus, machine_load
 
 DEFAULT_KS = (1, 2, 3, 4, 6, 8, 12, 16)
 DEFAULT_CONTEXT_LENGTHS = (128, 384)
-MAX_ROUNDS_FACTOR = 10  # extra rounds for a noisy floor stop at 10x the planned repeats, budget or not
+_MAX_ROUNDS_FACTOR = 10  # extra rounds for a noisy floor stop at this many times the planned repeats, budget or not
 
 
 @dataclass(frozen=True)
@@ -174,13 +161,11 @@ def measure_latencies(
     clock: Callable[[], float] = time.perf_counter,
     workload: Callable[[], None] | None = None,
 ) -> tuple[LatencyMeasurement, ...]:
-    """Time several members' forward passes *interleaved*: in every round each member (in an
-    order rotated from round to round) runs one untimed pass to bring its weights back into
-    the caches, then its timed passes over every k; the reference workload runs once per
-    round. Background load then falls on every member's curve alike, so the ratios of their
-    T's, which decide the chain, hold even while the load changes. One member: as
-    `measure_latency` (no re-warming pass). Arguments as `measure_latency`; one measurement
-    per member, in order, all with the same floor."""
+    """Time several members' forward passes *interleaved*, as `measure_latency` times one: in
+    every round each member (in a rotated order) runs one untimed pass to bring its weights back
+    into the caches, then its timed passes over every k. Background load then falls on every
+    curve alike, so the ratios of their T's, which decide the chain, hold while the load changes.
+    One measurement per member, in order, all with the same floor."""
     if not members:
         raise PolyplanError("latency: no model to time")
     if len(tokens) < settings.tokens_needed:
@@ -225,10 +210,9 @@ def measure_latencies(
     )
 
 
-# The reference workload's matrix side per device type: about a millisecond of arithmetic on
-# one CPU core at 128; on a GPU, 128-wide products take a few microseconds each, so the timing
-# is kernel-launch jitter (an H200 read IQR/median 29% on a quiet machine) and says nothing of
-# interference. At 1024 the arithmetic (about 0.3 ms on an H200) dominates the launches.
+# The reference workload's matrix side per device type: on a GPU a small product times
+# kernel-launch jitter rather than interference, so it is sized for the arithmetic to dominate
+# the launches (docs/profiling.md, "What it measures").
 REFERENCE_SIZE = {"cpu": 128, "cuda": 1024}  # other devices: the CPU's (not measured there)
 
 
@@ -262,12 +246,6 @@ def _time_prefill(member, context_ids, settings, sync, clock) -> Spread:
     return robust_spread(times)
 
 
-def floor_noise(reference: Sequence[float]) -> float:
-    """The machine floor's noise: IQR/median of the reference workload's timings (after the
-    outlier rule), the figure `LatencySettings.max_noise` bounds."""
-    return robust_spread(reference).relative_iqr
-
-
 def _time_steps(members, streams, context, settings, syncs, clock, workload) -> tuple[list[dict[int, list[float]]], list[float], bool]:
     """Each member's cache holds `context` tokens on entry (the prefill); times forward passes of
     k tokens, member after member within a round (rotated), and the reference `workload` once
@@ -284,9 +262,9 @@ def _time_steps(members, streams, context, settings, syncs, clock, workload) -> 
     rewarm = len(members) > 1
     while True:
         if round_index >= settings.warmup + settings.repeats:
-            if not floor_noise(reference) > settings.max_noise:  # NaN (a zero median) cannot be judged: stop
+            if not robust_spread(reference).relative_iqr > settings.max_noise:  # NaN (a zero median): stop
                 return samples, reference, False
-            if round_index >= settings.warmup + MAX_ROUNDS_FACTOR * settings.repeats:
+            if round_index >= settings.warmup + _MAX_ROUNDS_FACTOR * settings.repeats:
                 return samples, reference, True
             extra_began = clock() if extra_began is None else extra_began
             if clock() - extra_began >= settings.noise_budget_s:

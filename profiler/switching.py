@@ -1,15 +1,12 @@
 """Measure switch costs: how much slower a model's first passes are after another model ran.
 
-The profiler times T_i(k) in a tight loop of one model, so its weights and Python state stay
-in the CPU caches. In a chain the models take turns: every verification pass, and the first
-steps of each drafting loop, follow another model's pass, which has evicted part of that
-state, and it comes back over a few passes (on this project's 2-core CPU the drafter's 1st
-pass after the target's was 0.49 ms slower than in a tight loop, the 2nd 0.14 ms, the 3rd
-0.06 ms). For each model this measures, at one context length, rounds of: one pass of
-another model (the largest, which evicts the most), then `after` one-token passes of the
-model (cold: the 1st, 2nd, … after the switch), then as many again (warm: the tight loop).
-It stores, per position j after the switch, median(cold_j) − median(warm), floored at 0, in
-the profile's `switch_costs` (see `planner.exact.overhead`).
+The profiler times T_i(k) in a tight loop of one model, whose weights and Python state stay in
+the CPU caches. In a chain the models take turns, and a pass after another model's pays for what
+that pass evicted, less with each pass after it (docs/profiling.md, "What it measures"). For each
+model this times, at one context length, rounds of: one pass of the largest other model, then
+`after` one-token passes of the model (cold), then as many again (warm). It stores, per position j
+after the switch, median(cold_j) − median(warm), floored at 0, in the profile's `switch_costs`
+(see `planner.exact.overhead`).
 """
 
 from __future__ import annotations
@@ -19,7 +16,6 @@ from collections.abc import Sequence
 from dataclasses import replace
 
 import torch
-
 
 from polyplan.formats.profile import Profile, SwitchCosts
 from polyplan.profiler.forward_timing import collector_paused, synchronizer, timed_pass

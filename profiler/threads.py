@@ -4,17 +4,13 @@ Latency depends on the thread count, so every timing command answers "how many t
 same way (`choose_threads`):
 
 1. `--threads N` when the user gives it;
-2. else the count a profile or plan was measured with (`recorded`), so a resumed profile is not
-   re-measured and a plan is validated as it was profiled (the device label keeps it:
-   "cpu … (2 threads)");
-3. else the machine's free cores at start: the cores this process may run on less the ones the
-   load says are busy (rounded; `machine_load`: the 1-minute load average, or the busy share of
-   this process's own cores when it is pinned to some), and less one kept for everything else (the
-   OS, a load that starts after the load average was read), at least 1. An OpenMP region waits
-   for its slowest thread, so threads on every core let any other process stall them all (2
-   threads on a loaded 2-core machine once timed a target's T(1) at 193 ms against 9.5 ms on
-   1; `planner.intervals.timing_health` warns of it). On a 2-core machine that is 1 thread; on an idle
-   16-core one, 15; with 3 cores busy there, 13.
+2. else the count a profile or plan was measured with (`recorded`, kept in its device label
+   "cpu … (2 threads)"), so a resumed profile is not re-timed and a plan is validated as it was
+   profiled;
+3. else the machine's free cores at start: the cores this process may run on, less the busy ones
+   (`machine_load`), less one kept for everything else, at least 1. An OpenMP region waits for its
+   slowest thread, so threads on every core let any other process stall them all
+   (docs/profiling.md, "How many threads"; `planner.intervals.timing_health` warns of it).
 
 The choice and why are one line (`ThreadChoice.line`) the timing commands print.
 """
@@ -53,16 +49,13 @@ def available_cpus() -> int:
 def machine_load() -> float | None:
     """Runnable work on the cores this process may run on, this process included; None where unknown.
 
-    The 1-minute load average counts every core's work. That is the answer when this process
-    may run on every core; when it is pinned to some (`taskset`, a cpuset), work on the others
-    does not compete for its cores, so the answer is then the busy share of its own cores over
-    a short window (Linux `/proc/stat`), plus this process. (A 1-thread profile pinned to one
-    core of two, with other work on the other, once read "load average 2.1 on 1 core" and
-    widened every interval although its timings were as steady as the machine floor.)
+    The 1-minute load average counts every core's work; when this process is pinned to some cores
+    (`taskset`, a cpuset), work on the others does not compete for them, so the answer is then the
+    busy share of its own cores over a short window (Linux `/proc/stat`), plus this process.
     """
     allowed = _affinity()
     if allowed is not None and len(allowed) < (os.cpu_count() or len(allowed)):
-        busy = busy_cores(allowed)
+        busy = _busy_cores(allowed)
         if busy is not None:
             return busy + 1.0
     try:
@@ -94,7 +87,7 @@ def _cpu_times() -> dict[int, tuple[int, int]] | None:
     return times
 
 
-def busy_cores(cpus: set[int], window_s: float = 0.25) -> float | None:
+def _busy_cores(cpus: set[int], window_s: float = 0.25) -> float | None:
     """How many of `cpus` other work kept busy over `window_s` (0 … len(cpus)), this process
     sleeping meanwhile; None where /proc/stat is unavailable."""
     before = _cpu_times()
