@@ -51,7 +51,7 @@ class _HFOverheadMeasurement:
     floor: Spread
 
 
-class _ForwardClock:
+class ForwardClock:
     """Forward calls of one HF model and the seconds spent inside them (device-synchronised)."""
 
     def __init__(self, model, sync) -> None:
@@ -104,7 +104,7 @@ def _measure_hf_overhead(target, drafter, prompt: Sequence[int], *, temperature:
     base = dict(attention_mask=torch.ones_like(ids), pad_token_id=0 if pad is None else pad, **_sampling_arguments(temperature))
     configurations = [("target-only", tokens // 2, None), ("target-only", tokens, None)]
     configurations += [("assisted", tokens, k) for k in _BLOCK_SIZES]
-    target_clock, drafter_clock = _ForwardClock(target, sync), _ForwardClock(drafter, sync)
+    target_clock, drafter_clock = ForwardClock(target, sync), ForwardClock(drafter, sync)
     saved = {name: getattr(drafter.generation_config, name, None) for name in ("num_assistant_tokens",
              "num_assistant_tokens_schedule", "assistant_confidence_threshold")}
     loops: list[list[float]] = [[] for _ in configurations]

@@ -471,13 +471,13 @@ def plan_candidates_greedy(candidates_path, *, log=lambda line: None) -> Path:
 
 
 def race_peers_of(plan_path, *, candidates_path=None, log=lambda line: None, **options):
-    """`bench peers`: race the plan's exported configurations (`engines.peers.run_peers`); with
+    """`bench peers`: race the plan's exported configurations (`engines.hf_race.run_hf_race`); with
     no plan, `candidates_path` is profiled (greedy, built-in profiling prompts, resumed from the
     cache) and planned first, as `polyplan recommend --candidates` does."""
-    from polyplan.engines.peers import run_peers
+    from polyplan.engines.hf_race import run_hf_race
 
     if plan_path is None:
         if candidates_path is None:
             raise PolyplanError("--plan: give a plan.json, or --candidates models.yaml to profile and plan first")
         plan_path = plan_candidates_greedy(candidates_path, log=log)
-    return run_peers(plan_path, candidates_path=candidates_path, log=log, **options)
+    return run_hf_race(plan_path, candidates_path=candidates_path, log=log, **options)

@@ -166,20 +166,20 @@ def test_no_usable_hf_drafter_measures_nothing():
 
 
 def test_prediction_error_and_the_ten_percent_line():
-    from polyplan.engines.peers import PeerRow, PeersBenchmark, exported_check, exported_check_lines
+    from polyplan.engines.hf_race import TOLERANCE, exported_row, hf_race_lines
+    from polyplan.formats.race import Race, RaceRow
 
-    def bench(measured: float) -> PeersBenchmark:
-        rows = (
-            PeerRow("base", "all", 100, 1.0, 100, 1.0, None),
-            PeerRow("HF assisted draft K=4", "all", 100, 1.0 / measured, 40, measured, 1.5, 0.02),
-        )
-        return PeersBenchmark(rows, ("all",), (), 2, 8, 3, 1, "HF assisted draft K=4", "loop overhead: HF generate's own")
+    def race(measured: float, exported: bool = True) -> Race:
+        rows = (RaceRow("base", 1.0, 0.0, 3, 100, 100.0, 100),
+                RaceRow("HF assisted draft K=4", measured, 0.02, 3, 100, 100.0 * measured, 40, predicted_speedup=1.5,
+                        exported=exported, tolerance=TOLERANCE if exported else None))
+        return Race("hf", rows, 2, 8, 3, 1, notes=(("hf_overhead", "loop overhead: HF generate's own"),))
 
     assert prediction_error(1.5, 1.4) == pytest.approx(1.5 / 1.4 - 1)
-    row, error = exported_check(bench(1.4))
-    assert row.label == "HF assisted draft K=4" and error == pytest.approx(0.0714285714, rel=1e-6)
-    assert "error +7.1%: WITHIN 10%" in exported_check_lines(bench(1.4))[-1]
+    row = exported_row(race(1.4))
+    assert row.label == "HF assisted draft K=4" and row.error == pytest.approx(0.0714285714, rel=1e-6)
+    assert "error +7.1%: within 10%" in hf_race_lines(race(1.4))[-3]
     # negative control: a prediction 25% off must fail the check
-    assert "error +25.0%: NOT within 10%" in exported_check_lines(bench(1.2))[-1]
-    none = PeersBenchmark(bench(1.4).rows, ("all",), (), 2, 8, 3, 1, None)
-    assert exported_check(none) is None and "none raced" in exported_check_lines(none)[-1]
+    assert "error +25.0%: outside 10%" in hf_race_lines(race(1.2))[-3]
+    none = race(1.4, exported=False)
+    assert exported_row(none) is None and "none raced" in hf_race_lines(none)[-3]

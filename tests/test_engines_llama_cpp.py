@@ -112,16 +112,17 @@ def test_every_configuration_the_export_predicted_is_raced_with_its_prediction()
 
 
 def test_an_export_that_says_off_marks_the_target_alone_exported():
-    from polyplan.engines.llama_cpp.race import judged, ServerConfig, TARGET_ONLY
+    from polyplan.engines.llama_cpp.race import judged, TARGET_ONLY
+    from polyplan.engines.race import Contender
 
-    configs = judged([ServerConfig(TARGET_ONLY, ()), ServerConfig("ngram-mod (defaults)", ("--spec-type", "ngram-mod"))],
+    configs = judged([Contender(TARGET_ONLY, ()), Contender("ngram-mod (defaults)", ("--spec-type", "ngram-mod"))],
                      fake_export(Path("/m"), recommend_off=True))
     assert configs[0].exported and configs[0].predicted_speedup == 1.0
     assert not any(config.exported for config in configs[1:])
     # the race predicts for its own requests but marks what `polyplan export` recommends
     from polyplan.planner.llama_cpp.ranking import OFF_CONFIG
 
-    pair = [ServerConfig(TARGET_ONLY, ()), ServerConfig("ngram-mod (defaults)", ("--spec-type", "ngram-mod"))]
+    pair = [Contender(TARGET_ONLY, ()), Contender("ngram-mod (defaults)", ("--spec-type", "ngram-mod"))]
     assert [c.exported for c in judged(pair, fake_export(Path("/m")), recommended=OFF_CONFIG)][:2] == [True, False]
     mod = fake_export(Path("/m")).ranking[1]
     assert [c.exported for c in judged(pair, fake_export(Path("/m")), recommended=mod)][:2] == [False, True]
@@ -130,16 +131,18 @@ def test_an_export_that_says_off_marks_the_target_alone_exported():
 def test_the_race_table_judges_every_prediction_and_says_not_modelled_for_the_rest():
     """Fake rows: each predicted configuration shows its prediction, interval and error against
     the decode speedup (inside or outside its interval); the others say "not modelled"."""
-    from polyplan.engines.llama_cpp.race import POLYPLAN, TARGET_ONLY, LlamaPeersBenchmark, PeerRow, llama_peers_lines
+    from polyplan.engines.llama_cpp.race import POLYPLAN, TARGET_ONLY, UNJUDGED, llama_peers_lines
+    from polyplan.formats.race import Race, RaceRow
 
     def row(label, decode, predicted=None, interval=None, exported=False, failure=None):
-        return PeerRow(label, 10.0, 20.0 * decode, decode, 0.01, 0.9, 4, 4, None, predicted, exported, (),
-                       decode_speedup=decode, predicted_interval=interval, failure=failure)
+        return RaceRow(label, decode, 0.01, 4, 40, 10.0, decode_tokens_per_s=20.0 * decode, accepted_per_drafted=0.9, equal_outputs=4,
+                       predicted_speedup=predicted, exported=exported, decode_speedup=decode, predicted_interval=interval,
+                       failure=failure, unjudged=UNJUDGED if label == POLYPLAN else None)
 
     rows = (row(TARGET_ONLY, 1.0, 1.0), row("ngram-mod (defaults)", 1.22, 1.05, (0.97, 1.12)),
             row("draft-simple small K=3", 1.25, 1.2, None, True), row("ngram-cache (defaults)", 0.99),
             row("ngram-map-k (defaults)", float("nan"), 1.0, (0.99, 1.02), failure="failed to start: boom"), row(POLYPLAN, 1.1))
-    bench = LlamaPeersBenchmark(rows, 1, 64, 2, 2, Path("/tmp/logs"), "0.3.36", True, prediction_note="predicted: replayed")
+    bench = Race("llama.cpp", rows, 2, 64, 2, 1, notes=(("prediction", "predicted: replayed"),))
     lines = {line.split("  ")[0].strip(): line for line in llama_peers_lines(bench)}
     assert "1.05x [0.97, 1.12] (-13.9%, outside)" in lines["ngram-mod (defaults)"]
     assert "1.20x (-4.0%, exported)" in lines["draft-simple small K=3"]
@@ -154,22 +157,23 @@ def test_the_race_table_judges_every_prediction_and_says_not_modelled_for_the_re
 
 
 def test_a_second_target_alone_server_races_as_a_control_and_widens_each_judgement_by_its_offset():
-    """Identical servers differ by their process's own speed (session 17: 1.000, 1.008, 1.016x);
+    """Identical servers differ by their process's own speed (docs/engines.md, "The control");
     the control row measures that offset in the race, predicted as a 1.00x point and never the
     exported one, and every judged row may miss by that much more before it is "outside"."""
-    from polyplan.engines.llama_cpp.race import (CONTROL, POLYPLAN, TARGET_ONLY, LlamaPeersBenchmark, PeerRow, ServerConfig, judged,
-                                              llama_peers_lines, priced_on_race, with_server_spread)
+    from polyplan.engines.llama_cpp.race import CONTROL, POLYPLAN, TARGET_ONLY, judged, llama_peers_lines, priced_on_race, with_server_spread
+    from polyplan.engines.race import Contender
+    from polyplan.formats.race import Race, RaceRow
     from polyplan.planner.llama_cpp.ranking import OFF_CONFIG
 
     by_label = {config.label: config for config in raced_configs()}
     assert [config.label for config in raced_configs()][:2] == [TARGET_ONLY, CONTROL]
     assert (by_label[CONTROL].args, by_label[CONTROL].predicted_speedup, by_label[CONTROL].predicted_interval) == ((), 1.0, (1.0, 1.0))
-    off = judged([ServerConfig(TARGET_ONLY, ()), ServerConfig(CONTROL, ())], fake_export(Path("/m"), recommend_off=True))
+    off = judged([Contender(TARGET_ONLY, ()), Contender(CONTROL, ())], fake_export(Path("/m"), recommend_off=True))
     assert [config.exported for config in off][:2] == [True, False]  # "off" is the target alone's row, not the control's
     assert priced_on_race(off, fake_export(Path("/m")))[1].race_priced is None
 
     def row(label, decode, predicted=None, interval=None, sd=0.01, failure=None):
-        return PeerRow(label, 10.0, 20.0 * decode, decode, sd, 0.9, 16, 16, None, predicted, False, (),
+        return RaceRow(label, decode, sd, 16, 160, 10.0, decode_tokens_per_s=20.0 * decode, equal_outputs=16, predicted_speedup=predicted,
                        decode_speedup=decode, decode_speedup_sd=sd, predicted_interval=interval, failure=failure)
 
     never = row("ngram-map-k (defaults)", 1.008, 0.991, (0.991, 0.991))
@@ -181,7 +185,7 @@ def test_a_second_target_alone_server_races_as_a_control_and_widens_each_judgeme
     far = with_server_spread((row(CONTROL, 1.016, 1.0, (1.0, 1.0)), row("ngram-cache (defaults)", 1.10, 0.991, (0.991, 0.991))))[1]
     assert far.judgement().endswith("outside)")  # negative control: a 11 % miss is not the servers' noise
     assert with_server_spread((row(CONTROL, float("nan"), 1.0, failure="failed to start: x"), never))[1].server_spread == 0.0
-    lines = llama_peers_lines(LlamaPeersBenchmark(rows, 1, 64, 16, 1, Path("/t"), "0.3.36", True))
+    lines = llama_peers_lines(Race("llama.cpp", rows, 16, 64, 1, 1))
     assert any(line.startswith("control: a second server of the target alone measured 1.016x") and "1.6%" in line for line in lines)
 
 
@@ -191,7 +195,8 @@ def test_the_race_says_how_fast_the_target_alone_stepped_against_its_pricing():
     polyplan's and untimed ones are not read; nothing to say without prices or a timed run."""
     from types import SimpleNamespace
 
-    from polyplan.engines.llama_cpp.race import CONTROL, TARGET_ONLY, PeerRun, race_pace_line
+    from polyplan.engines.llama_cpp.race import CONTROL, TARGET_ONLY, race_pace_line
+    from polyplan.engines.race import RaceRun
     from polyplan.formats.profile import LatencyPoint, ModelProfile
     from polyplan.planner.llama_cpp.server_loop import ServerLoop
 
@@ -199,10 +204,10 @@ def test_the_race_says_how_fast_the_target_alone_stepped_against_its_pricing():
     prices = SimpleNamespace(target=target, loop=ServerLoop(per_round_s=0.001), calibrated_step_s=None)
 
     def run(config, decode_s, decoded):
-        return PeerRun(config, 0, "chat", (1,) * decoded, decode_s + 0.1, 10.0, 0, 0, 0, decode_s, decoded)
+        return RaceRun((1,) * decoded, decode_s + 0.1, decode_s=decode_s, decoded=decoded, label=config, category="chat")
 
     runs = [run(TARGET_ONLY, 0.63 * 1.1, 64), run(TARGET_ONLY, 0.07 * 1.1, 8), run(CONTROL, 9.0, 64), run("polyplan plan", 9.0, 64),
-            PeerRun(TARGET_ONLY, 1, "chat", (1, 2), 0.2, None, 0, 0)]
+            RaceRun((1, 2), 0.2, label=TARGET_ONLY, prompt=1, category="chat")]
     line = race_pace_line(runs, prices)
     assert line.startswith("pace: llama.cpp target only decoded at 11.0 ms a step in this race (2 requests), priced at 26.0 ms")
     assert "(T(1) 25.0 ms + 1.0 ms a round)" in line and "-57.7%" in line
@@ -215,45 +220,46 @@ def test_the_race_says_how_fast_the_target_alone_stepped_against_its_pricing():
 
 
 def test_the_race_prices_its_replayed_rows_again_on_its_own_prompts_and_prints_the_split():
-    """The split (issue 32): the target alone's answers in the race (first group and repeat) are
+    """The split: the target alone's answers in the race (first group and repeat) are
     the streams; the export priced on them gives each replayed row (drafted counts: n-gram types)
     a second prediction, matched by flags (`--spec-default` too); a draft model's row and the
     target alone get none. The table prints both errors and the worst of each."""
     from types import SimpleNamespace
 
-    from polyplan.engines.llama_cpp.race import (TARGET_ONLY, LlamaPeersBenchmark, PeerRow, PeerRun, ServerConfig, llama_peers_lines,
-                                              priced_on_race, race_streams)
+    from polyplan.engines.llama_cpp.race import TARGET_ONLY, llama_peers_lines, priced_on_race, race_streams
+    from polyplan.engines.race import Contender, RaceRun
+    from polyplan.formats.race import Race, RaceRow
     from polyplan.planner.llama_cpp.ranking import OFF_CONFIG, RankedConfig
 
-    runs = [PeerRun(TARGET_ONLY, 1, "chat", (7, 8), 1.0, 10.0, 0, 0, group=0),
-            PeerRun("ngram-mod (defaults)", 0, "chat", (5, 6), 1.0, 10.0, 2, 1, group=0),
-            PeerRun(TARGET_ONLY, 0, "chat", (5, 6), 1.0, 10.0, 0, 0, group=0),
-            PeerRun(TARGET_ONLY, 0, "chat", (9, 9), 1.0, 10.0, 0, 0, group=1),  # another group's run: not the stream
-            PeerRun(TARGET_ONLY, 0, "chat", (5, 9), 1.0, 10.0, 0, 0, group=0)]  # a second repeat: not the stream
+    runs = [RaceRun((7, 8), 1.0, label=TARGET_ONLY, prompt=1),
+            RaceRun((5, 6), 1.0, drafted=2, accepted=1, label="ngram-mod (defaults)"),
+            RaceRun((5, 6), 1.0, label=TARGET_ONLY),
+            RaceRun((9, 9), 1.0, label=TARGET_ONLY, group=1),  # another group's run: not the stream
+            RaceRun((5, 9), 1.0, label=TARGET_ONLY, repeat=1)]  # a second repeat: not the stream
     streams = race_streams(runs, [(1, 2, 3), (4,)])
     assert [(stream.prompt_tokens, stream.ids) for stream in streams] == [(3, (1, 2, 3, 5, 6)), (1, (4, 7, 8))]
     mod = RankedConfig("ngram-mod (defaults)", ("--spec-type", "ngram-mod"), 1.30, drafted=40, accepted=30)
     small = RankedConfig("draft-simple small K=3", ("--spec-type", "draft-simple", "-md", "s.gguf"), 1.5)
-    configs = [ServerConfig(TARGET_ONLY, (), 1.0), ServerConfig("ngram-mod (defaults)", ("--spec-type", "ngram-mod"), 1.05),
-               ServerConfig("llama.cpp default (--spec-default)", ("--spec-default",), 1.05),
-               ServerConfig("draft-simple small K=3", small.flags, 1.2)]
+    configs = [Contender(TARGET_ONLY, (), 1.0), Contender("ngram-mod (defaults)", ("--spec-type", "ngram-mod"), 1.05),
+               Contender("llama.cpp default (--spec-default)", ("--spec-default",), 1.05),
+               Contender("draft-simple small K=3", small.flags, 1.2)]
     priced = priced_on_race(configs, SimpleNamespace(ranking=(mod, small, OFF_CONFIG)))
     assert [config.race_priced for config in priced] == [None, 1.30, 1.30, None]
 
     def row(label, decode, predicted, race_priced=None):
-        return PeerRow(label, 10.0, 20.0 * decode, decode, 0.01, 0.9, 4, 4, None, predicted, False, (),
+        return RaceRow(label, decode, 0.01, 4, 40, 10.0, decode_tokens_per_s=20.0 * decode, predicted_speedup=predicted,
                        decode_speedup=decode, race_priced=race_priced)
 
     rows = (row(TARGET_ONLY, 1.0, 1.0), row("ngram-mod (defaults)", 1.25, 1.05, 1.30), row("ngram-simple size-n=3 K=15", 1.57, 1.22, 1.46),
             row("draft-simple small K=3", 1.25, 1.2))
-    lines = llama_peers_lines(LlamaPeersBenchmark(rows, 1, 64, 8, 1, Path("/tmp/logs"), "0.3.36", True))
+    lines = llama_peers_lines(Race("llama.cpp", rows, 8, 64, 1, 1))
     at = next(i for i, line in enumerate(lines) if line.startswith("the predictions priced on this race's own prompts"))
     assert lines[at + 2].startswith("ngram-mod (defaults)") and "(-16.0%)" in lines[at + 2] and "1.30x (+4.0%)" in lines[at + 2]
     assert lines[at + 3].startswith("ngram-simple size-n=3 K=15") and "(-22.3%)" in lines[at + 3] and "(-7.0%)" in lines[at + 3]
     assert lines[at + 4] == "worst error over these 2 configurations: -22.3% priced on the profile's prompts, -7.0% on this race's"
     # control: without race prices there is no split
     plain = tuple(dataclasses.replace(item, race_priced=None) for item in rows)
-    assert not any("this race's own prompts" in line for line in llama_peers_lines(LlamaPeersBenchmark(plain, 1, 64, 8, 1, Path("/t"), "0", True)))
+    assert not any("this race's own prompts" in line for line in llama_peers_lines(Race("llama.cpp", plain, 8, 64, 1, 1)))
 
 
 def test_every_flag_polyplan_prints_is_one_the_pinned_server_accepts():
@@ -411,16 +417,16 @@ def test_a_model_the_server_cannot_load_is_one_line_and_no_process(tmp_path):
 def test_a_per_token_prediction_is_held_against_the_decode_only_speedup():
     """Whole calls add the same prefill to both sides and pull every speedup toward 1; the
     server's own decode timing does not, so a per-decoded-token prediction is judged on it."""
-    from polyplan.engines.llama_cpp.race import TARGET_ONLY, PeerRun, ServerConfig, _row
+    from polyplan.engines.llama_cpp.race import TARGET_ONLY
+    from polyplan.engines.race import Contender, RaceRun, race_rows
 
-    def run(config, prompt, call_s, decode):
-        return PeerRun(config, prompt, "all", (1, 2, 3), call_s, decode, 0, 0)
+    def run(config, prompt, call_s, decode_s):
+        return RaceRun((1, 2, 3), call_s, decode_s=decode_s, decoded=None if decode_s is None else 3, label=config, prompt=prompt)
 
-    runs = [run(TARGET_ONLY, 0, 1.0, 50.0), run(TARGET_ONLY, 1, 1.0, 50.0),
-            run("ngram", 0, 0.8, 75.0), run("ngram", 1, 0.8, 75.0)]
-    row = _row("ngram", runs, [ServerConfig("ngram", (), predicted_speedup=1.5)])
+    runs = [run(TARGET_ONLY, 0, 1.0, 0.06), run(TARGET_ONLY, 1, 1.0, 0.06), run("ngram", 0, 0.8, 0.04), run("ngram", 1, 0.8, 0.04),
+            run("polyplan", 0, 0.8, None), run("polyplan", 1, 0.8, None)]
+    _, row, polyplan = race_rows([Contender(TARGET_ONLY), Contender("ngram", predicted_speedup=1.5),
+                                  Contender("polyplan", predicted_speedup=1.5)], runs)
     assert row.speedup == pytest.approx(1.25) and row.decode_speedup == pytest.approx(1.5)
     assert row.error == pytest.approx(0.0)  # against whole calls it would read +20%
-    polyplan = _row("polyplan", runs + [run("polyplan", 0, 0.8, None), run("polyplan", 1, 0.8, None)],
-                    [ServerConfig("polyplan", (), predicted_speedup=1.5)])
     assert polyplan.decode_speedup is None and polyplan.error == pytest.approx(0.2)  # no decode timing: whole calls

@@ -489,25 +489,26 @@ def test_the_race_fits_the_servers_loop_from_its_own_requests_as_the_calibration
     alone nothing is fitted)."""
     from types import SimpleNamespace
 
-    from polyplan.engines.llama_cpp.race import TARGET_ONLY, ServerConfig, race_loop_line, race_requests, race_servers
+    from polyplan.engines.llama_cpp.race import TARGET_ONLY, race_loop_line, race_requests, race_servers
+    from polyplan.engines.race import Contender, Timed
     from polyplan.formats.profile import LatencyPoint, ModelProfile
     from polyplan.planner.llama_cpp.ranking import LlamaCppPrices
 
     streams = _streams()
-    configs = [ServerConfig(TARGET_ONLY, ()),
-               ServerConfig("ngram-simple 2/8", ("--spec-type", "ngram-simple", "--spec-ngram-simple-size-n", "2",
+    configs = [Contender(TARGET_ONLY, ()),
+               Contender("ngram-simple 2/8", ("--spec-type", "ngram-simple", "--spec-ngram-simple-size-n", "2",
                                                  "--spec-ngram-simple-size-m", "8")),
-               ServerConfig("ngram-mod (defaults)", ("--spec-type", "ngram-mod")),
-               ServerConfig("draft K=2", ("--spec-type", "draft-simple", "-md", "d.gguf", "--spec-draft-n-max", "2",
+               Contender("ngram-mod (defaults)", ("--spec-type", "ngram-mod")),
+               Contender("draft K=2", ("--spec-type", "draft-simple", "-md", "d.gguf", "--spec-draft-n-max", "2",
                                           "--spec-draft-n-min", "0", "--spec-draft-p-min", "0")),
-               ServerConfig("draft K=6", ("--spec-type", "draft-simple", "-md", "d.gguf", "--spec-draft-n-max", "6",
+               Contender("draft K=6", ("--spec-type", "draft-simple", "-md", "d.gguf", "--spec-draft-n-max", "6",
                                           "--spec-draft-n-min", "0", "--spec-draft-p-min", "0")),
-               ServerConfig("draft p-min", ("--spec-type", "draft-simple", "-md", "d.gguf", "--spec-draft-n-max", "6",
+               Contender("draft p-min", ("--spec-type", "draft-simple", "-md", "d.gguf", "--spec-draft-n-max", "6",
                                             "--spec-draft-n-min", "0", "--spec-draft-p-min", "0.7")),
-               ServerConfig("other draft K=3", ("--spec-type", "draft-simple", "-md", "e.gguf", "--spec-draft-n-max", "3",
+               Contender("other draft K=3", ("--spec-type", "draft-simple", "-md", "e.gguf", "--spec-draft-n-max", "3",
                                                 "--spec-draft-n-min", "0", "--spec-draft-p-min", "0"))]
     prompts = [SimpleNamespace(ids=list(s.ids[:s.prompt_tokens]), prompt=SimpleNamespace(kind="chat")) for s in streams]
-    ours = lambda ids: ((), 1.0, 0, 0)  # noqa: E731
+    ours = lambda ids: Timed((), 1.0)  # noqa: E731
     runs, failures = race_servers([configs], lambda config: FakeServer(config.args, streams), ours, prompts, repeats=2, new_tokens=24)
     assert not failures
     requests, draft = race_requests(configs, runs, [p.ids for p in prompts])
@@ -522,7 +523,7 @@ def test_the_race_fits_the_servers_loop_from_its_own_requests_as_the_calibration
     line = race_loop_line(configs, runs, [p.ids for p in prompts], prices, [("small", "d.gguf"), ("other", "e.gguf")])
     assert line == (f"llama-server's loop fitted from this race's 24 requests (target alone, ngram-simple, draft-simple at a "
                     f"fixed K): {fitted.text()}; calibrated: {prices.loop.text()}")
-    alone = [run for run in runs if run.config != TARGET_ONLY]
+    alone = [run for run in runs if run.label != TARGET_ONLY]
     assert "not fitted (server calibration: no target-alone request)" in race_loop_line(configs, alone, [p.ids for p in prompts], prices)
     assert "not fitted (the export was priced from the profile" in race_loop_line(configs, runs, [p.ids for p in prompts], None)
 

@@ -1,4 +1,4 @@
-"""Races that fit (issue 34): `bench peers --engine llama.cpp` estimates each llama-server's
+"""Races that fit: `bench peers --engine llama.cpp` estimates each llama-server's
 memory, races in groups that fit (the target alone and polyplan's plan in every group, requests
 interleaved within a group, speedups over the group's own target alone), and a configuration
 that cannot start is a row saying why while the rest of the race completes.
@@ -17,8 +17,9 @@ from types import SimpleNamespace
 
 import pytest
 
-from polyplan.engines.llama_cpp.race import (POLYPLAN, TARGET_ONLY, LlamaPeersBenchmark, ServerConfig, llama_peers_lines,
-                                          peer_rows, race_servers, server_needs)
+from polyplan.engines.llama_cpp.race import POLYPLAN, TARGET_ONLY, llama_peers_lines, peer_rows, race_servers, server_needs
+from polyplan.engines.race import Contender, Timed
+from polyplan.formats.race import Race
 from polyplan.engines.llama_cpp.server import Completion, LlamaServer
 from polyplan.engines.llama_cpp.race_memory import (MODEL_ALLOWANCE, MemoryNeed, ModelMemory, available_memory, gguf_memory, group_bytes,
                                           memory_line, race_groups, usable_memory)
@@ -29,12 +30,12 @@ GiB = 2**30
 TARGET = ModelMemory("/m/target.gguf", 4 * GiB, 100_000)  # a 7B-sized q4 target: 4 GiB, 100 kB of KV per token
 DRAFT = ModelMemory("/m/draft.gguf", 1 * GiB, 20_000)
 CONTEXT = 4096
-CONFIGS = [ServerConfig(TARGET_ONLY, ()),
-           ServerConfig("draft-simple d (defaults)", ("--spec-type", "draft-simple", "-md", "/m/draft.gguf")),
-           ServerConfig("draft-simple d K=3", ("--spec-type", "draft-simple", "-md", "/m/draft.gguf", "--spec-draft-n-max", "3"),
-                        predicted_speedup=1.5, exported=True),
-           ServerConfig("ngram-simple (defaults)", ("--spec-type", "ngram-simple",)),
-           ServerConfig("ngram-mod (defaults)", ("--spec-type", "ngram-mod",))]
+CONFIGS = [Contender(TARGET_ONLY, ()),
+           Contender("draft-simple d (defaults)", ("--spec-type", "draft-simple", "-md", "/m/draft.gguf")),
+           Contender("draft-simple d K=3", ("--spec-type", "draft-simple", "-md", "/m/draft.gguf", "--spec-draft-n-max", "3"),
+                     predicted_speedup=1.5, exported=True),
+           Contender("ngram-simple (defaults)", ("--spec-type", "ngram-simple",)),
+           Contender("ngram-mod (defaults)", ("--spec-type", "ngram-mod",))]
 RESIDENT = MemoryNeed(POLYPLAN, 2 * GiB)
 
 
@@ -172,7 +173,7 @@ def race(groups, servers, events, *, repeats=2, ours_seconds=0.5):
 
     def ours(ids):
         events.append(("call", POLYPLAN))
-        return tuple(range(4)), ours_seconds, 8, 6
+        return Timed(tuple(range(4)), ours_seconds, drafted=8, accepted=6)
 
     by_label = {config.label: config for config in CONFIGS}
     return race_servers([[by_label[label] for label in group] for group in groups], start, ours, prompts(), repeats=repeats,
@@ -198,7 +199,7 @@ def test_groups_race_one_after_another_interleaved_within_and_paired_with_their_
     # within a group every configuration answers each (repeat, prompt) once, the order rotated
     for group in (0, 1):
         mine = [run for run in runs if run.group == group]
-        labels = {run.config for run in mine}
+        labels = {run.label for run in mine}
         assert labels == {TARGET_ONLY, groups[group][1], POLYPLAN}
         assert len(mine) == 3 * 2 * 2  # 3 racers x 2 prompts x 2 repeats
     calls = [label for kind, label in events if kind == "call"]
@@ -228,13 +229,13 @@ def test_a_server_that_fails_to_start_is_a_row_with_its_reason_and_the_race_comp
     assert failures["draft-simple d K=3"].startswith(
         "failed to start: llama-server exited at start (error: failed to allocate CPU buffer of size 9000000000)")
     assert failures["ngram-mod (defaults)"].startswith("stopped answering: llama-server did not answer")
-    assert {run.config for run in runs} == {TARGET_ONLY, "ngram-simple (defaults)", POLYPLAN}  # a failed one keeps no runs
+    assert {run.label for run in runs} == {TARGET_ONLY, "ngram-simple (defaults)", POLYPLAN}  # a failed one keeps no runs
     plan = SimpleNamespace(groups=tuple(groups), too_large=(), available=0)
     rows = peer_rows([CONFIGS[0], CONFIGS[2], CONFIGS[3], CONFIGS[4]], runs, failures, plan)
     assert [row.label for row in rows] == [TARGET_ONLY, "draft-simple d K=3", "ngram-simple (defaults)", "ngram-mod (defaults)",
                                            POLYPLAN]  # the table keeps its shape
     assert rows[2].speedup == pytest.approx(2.0) and rows[2].runs == 4
-    bench = LlamaPeersBenchmark(rows, 1, 4, 2, 2, tmp_path, "0", True, memory="memory: 4 configurations need 1.0 GB")
+    bench = Race("llama.cpp", rows, 2, 4, 2, 1, notes=(("memory", "memory: 4 configurations need 1.0 GB"),))
     text = "\n".join(llama_peers_lines(bench))
     assert "memory: 4 configurations need 1.0 GB" in text
     assert any(line.startswith("draft-simple d K=3") and "failed to start: llama-server exited at start" in line

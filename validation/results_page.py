@@ -4,11 +4,8 @@ Every folder of `docs/results/` is one run: the `report.json` that `polyplan val
 or one shape of `bench loop`) wrote, the `plan.json` it validated and, where kept, the
 `profile.json` behind the plan; where the plan was raced against llama-server, the `race.json`
 that `polyplan bench peers --json` printed (`validation.race_results`); and a `run.json` that says
-what produced them (with `race_command` where there is a race):
-
-    {"title": "the default loop, quiet", "group": "The embedded family on an AMD EPYC",
-     "command": "polyplan bench loop --shapes steady,bursty", "commit": "63d7747",
-     "date": "2026-11-26", "machine": "AMD EPYC, 2 cores", "threads": "1"}
+what produced them (`MANIFEST_KEYS`: title, group, command, commit, date, machine and threads, as
+text; and `race_command` where there is a race).
 
 Runs of one group share a table. The page and its plots (in `docs/img/`) are rebuilt with
 `python -m polyplan.validation.results_page`; `tests/test_results_page.py` fails when the page
@@ -30,7 +27,8 @@ from polyplan.formats.validation_report import ReportChain, ValidationReport
 from polyplan.planner.exact.latency import curve_from_profile
 from polyplan.validation.figure import agg_figure, save_figure
 from polyplan.validation.measured_run import read_plan_and_report, read_run as read_measured
-from polyplan.validation.race_results import RACE_FILE, RaceRow, plot_race, race_lines, read_race
+from polyplan.formats.race import RaceRow
+from polyplan.validation.race_results import RACE_FILE, plot_race, race_lines, read_race
 
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "docs" / "results"

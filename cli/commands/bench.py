@@ -94,7 +94,8 @@ def peers(
     """Race another engine's configurations against polyplan's chain, greedy: HF generate (plain,
     assisted per drafter, prompt lookup), or llama-server (target alone, each GGUF drafter, its
     n-gram types, its default)."""
-    from polyplan.engines.peers import peers_json, peers_lines
+    from polyplan.engines.hf_race import hf_race_lines
+    from polyplan.formats.race import race_json
     from polyplan.pipeline.stages import race_peers_of
     from polyplan.profiler.threads import set_threads
 
@@ -107,14 +108,16 @@ def peers(
     if plan is not None:
         warn_other_processor(plan)  # the race compares with the plan's predictions
     set_threads(choice)
-    bench = race_peers_of(plan, prompts_path=prompts, candidates_path=candidates, repeats=repeats, new_tokens=new_tokens,
-                      max_prompts=max_prompts, log=log_line)
+    race = race_peers_of(plan, prompts_path=prompts, candidates_path=candidates, repeats=repeats, new_tokens=new_tokens,
+                         max_prompts=max_prompts, log=log_line)
     if json_output:
-        echo_json(peers_json(bench))
+        echo_json(race_json(race))
     else:
-        typer.echo("\n".join(peers_lines(bench) + [choice.line]))
-    if bench.mismatches:
-        raise PolyplanError(f"greedy outputs differ from target-only in {len(bench.mismatches)} run(s): {bench.mismatches[0]}")
+        typer.echo("\n".join(hf_race_lines(race) + [choice.line]))
+    differ = [row for row in race.rows if row.category == "all" and row.first_difference]
+    if differ:
+        raise PolyplanError(f"greedy outputs differ from target-only in {sum(row.runs - row.equal_outputs for row in differ)} "
+                            f"run(s): {differ[0].label}: {differ[0].first_difference}")
 
 
 @app.command("load")
@@ -223,21 +226,19 @@ def intervals(
 
 def _llama_cpp_peers(plan, prompts, candidates, new_tokens, repeats, max_prompts, threads, json_output) -> None:
     """`bench peers --engine llama.cpp` (engines.llama_cpp.race)."""
-    import dataclasses
-
     from polyplan.engines.llama_cpp.race import llama_peers_lines, run_llama_peers
+    from polyplan.formats.race import race_json
 
     if plan is None:
         raise PolyplanError("--engine llama.cpp: give --plan plan.json (profile and recommend a GGUF target first)")
     from polyplan.profiler.threads import ThreadChoice
 
-    bench = run_llama_peers(plan, prompts_path=prompts, candidates_path=candidates, threads=threads, repeats=repeats,
-                            new_tokens=new_tokens, max_prompts=max_prompts, log=log_line)
+    race = run_llama_peers(plan, prompts_path=prompts, candidates_path=candidates, threads=threads, repeats=repeats,
+                           new_tokens=new_tokens, max_prompts=max_prompts, log=log_line)
     if json_output:
-        echo_json({**dataclasses.asdict(bench), "logs": str(bench.logs),
-                   "rows": [dataclasses.asdict(row) | {"error": row.error, "judgement": row.judgement()} for row in bench.rows]})
+        echo_json(race_json(race))
     else:
-        typer.echo("\n".join(llama_peers_lines(bench) + [ThreadChoice(bench.threads, bench.threads_source).line]))
+        typer.echo("\n".join(llama_peers_lines(race) + [ThreadChoice(race.threads, race.threads_source).line]))
 
 
 def _plan_threads(plan: Path | None, threads: int | None):

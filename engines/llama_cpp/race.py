@@ -1,34 +1,19 @@
-"""`bench peers --engine llama.cpp`: the real llama-server against polyplan's plan.
+"""`bench peers --engine llama.cpp`: the real llama-server against polyplan's plan (`engines.race`).
 
-Configurations, every one a running `llama-server` (the pinned build, `engines.llama_cpp.build`)
-on 127.0.0.1 with the same threads: the target alone; each GGUF drafter among the plan's
-candidates (`draft-simple`) at llama.cpp's defaults and at the K the llama.cpp export predicts
-best for it, the best one also at a small sweep of `--spec-draft-n-max`/`--spec-draft-p-min`
-and combined with ngram-mod; every n-gram type (`ngram-simple`, `ngram-map-k`, `ngram-map-k4v`,
-`ngram-mod`, `ngram-cache`) at llama.cpp's defaults; llama.cpp's own default (`--spec-default`);
-and, in this process, polyplan's plan on its own members. The servers of a group are started
-first (start-up is never timed), then the prompts go round-robin: for each repeat and prompt,
-every configuration of the group in turn, the order rotated each time, so load drifts fall on
-all alike. A second server of the target alone races as a control (`CONTROL`): how far it lands
-from 1.00x is how much two server processes differ by themselves, and each judgement allows
-for it (`with_server_spread`). One group holds every server when they all fit in memory (`engines.llama_cpp.race_memory`:
-the estimate and the grouping); else each group holds the target alone and polyplan's plan
-besides its share, and a speedup is a ratio over its own group's target alone. A configuration
-that cannot start (too large for memory even so, a server that exits or never becomes healthy)
-or that stops answering is a row saying why; the race goes on. A request is greedy, of exactly
-`new_tokens` tokens (end-of-sequence ignored), with the same token ids polyplan's run uses (the
-target's chat template applied the same way).
+The contenders, every one a running `llama-server` (the pinned build, `engines.llama_cpp.build`)
+on 127.0.0.1 with the same threads (`server_configs`), and polyplan's plan in this process. A
+group's servers are started first (start-up is never timed), then raced round-robin; a second
+server of the target alone races as a control (`CONTROL`), whose offset from the target alone
+widens every judgement (`with_server_spread`). When all servers do not fit in memory, they race in
+groups (`engines.llama_cpp.race_memory`), each with the target alone and polyplan's plan, and a
+speedup is over its own group's target alone. A configuration that cannot start or stops
+answering is a row saying why; the race goes on. A request is greedy, of exactly `new_tokens`
+tokens (end-of-sequence ignored), with the token ids polyplan's run uses.
 
-Reported per configuration: tokens/s over the whole call (the client's wall clock for a
-server, `generate`'s for polyplan: prefill included for both), the server's own decode-only
-tokens/s, the speedup over llama.cpp's target alone as paired per-prompt ratios (mean and sd),
-accepted tokens per drafted token, and whether the greedy output equals the target alone's
-(else the first differing position). The exported configuration is marked, with its
-predicted speedup and the error. Each prediction is judged by its interval for a new set of as
-many prompts as the race sends (8 race prompts move by more than the profile's 16 would). The
-split: after the race, every replayed configuration is priced again on the race's own prompts
-(the target alone's answers, in the order the servers got them) and printed beside its error
-on the profile's prompts, so an error is told apart into the prompt set's and the model's.
+Each prediction is the export's replay of this race's requests, judged by its interval for a new
+set of as many prompts as the race sends, against the server's own decode-only speedup. The split
+(`priced_on_race`) prices every replayed configuration again on the race's own prompts, so an
+error is told apart into the prompt set's and the model's. docs/engines.md, "`polyplan bench peers`".
 """
 
 from __future__ import annotations
@@ -36,10 +21,8 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import math
-import statistics
 import time
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
 from pathlib import Path
 
 import torch
@@ -47,157 +30,33 @@ import torch
 from polyplan.engines.llama_cpp.build import require_build
 from polyplan.engines.llama_cpp.server import LlamaServer, round_widths
 from polyplan.engines.llama_cpp.race_memory import (GB, MemoryNeed, ModelMemory, RaceGroups, gguf_memory, memory_line, process_need,
-                                          race_groups, resident_need, usable_memory)
-from polyplan.formats.candidates import RULE_DRAFTERS, Quantize
+                                                    race_groups, resident_need, usable_memory)
+from polyplan.engines.race import Contender, RaceRun, Timed, race, race_rows
+from polyplan.formats.candidates import RULE_DRAFTERS
 from polyplan.formats.errors import PolyplanError
+from polyplan.formats.race import Race, RaceRow
 
 TARGET_ONLY = "llama.cpp target only"
 CONTROL = "llama.cpp target only (control)"  # a second server of the target alone: how far two identical servers differ
 POLYPLAN = "polyplan plan"
 NGRAM_TYPES = ("ngram-simple", "ngram-map-k", "ngram-map-k4v", "ngram-mod", "ngram-cache")
 DRAFT_SWEEP = ((4, 0.6), (8, 0.6), (8, 0.8))  # (--spec-draft-n-max, --spec-draft-p-min) tried for the best drafter
-TOLERANCE = 0.10
-
-
-@dataclass(frozen=True)
-class ServerConfig:
-    """One llama-server configuration: its label, flags after `-m TARGET`, and its prediction."""
-
-    label: str
-    args: tuple[str, ...]
-    predicted_speedup: float | None = None
-    exported: bool = False
-    predicted_interval: tuple[float, float] | None = None  # the export's interval, where it has one
-    race_priced: float | None = None  # the export's replay on this race's own prompts (`priced_on_race`), replayed rows only
-
-
-@dataclass(frozen=True)
-class PeerRun:
-    """One timed request (or polyplan `generate` call)."""
-
-    config: str
-    prompt: int
-    category: str
-    tokens: tuple[int, ...]
-    call_s: float
-    decode_tokens_per_s: float | None  # the server's own figure; None for polyplan
-    drafted: int
-    accepted: int
-    group: int = 0  # the memory group it ran in (its speedup is over that group's target alone)
-    decode_s: float | None = None  # the server's own decode time (`timings.predicted_ms`); None for polyplan
-    decoded: int | None = None  # the tokens it timed (`timings.predicted_n`)
-    rounds: tuple[tuple[int, int], ...] | None = None  # (drafted, accepted) of each round that drafted, from the server's trace
-
-
-@dataclass(frozen=True)
-class PeerRow:
-    """One configuration's results over every run."""
-
-    label: str
-    tokens_per_s: float  # whole calls: new tokens / summed call time
-    decode_tokens_per_s: float | None  # the server's decode-only median
-    speedup: float  # mean of per-(prompt, repeat) ratios over llama.cpp target only
-    speedup_sd: float
-    accepted_per_drafted: float | None
-    equal_outputs: int
-    runs: int
-    first_difference: str | None
-    predicted_speedup: float | None
-    exported: bool
-    by_category: tuple[tuple[str, float], ...]  # (category, speedup)
-    decode_speedup: float | None = None  # mean of paired ratios of the server's decode-only tok/s (no prefill)
-    decode_speedup_sd: float = 0.0
-    group: int | None = None  # its memory group (1, 2, ...); None: raced in every group, or never raced
-    failure: str | None = None  # why it has no numbers ("not started: ...", "failed to start: ...", "stopped answering: ..."); NaN then
-    predicted_interval: tuple[float, float] | None = None  # the export's interval of `predicted_speedup`
-    race_priced: float | None = None  # the same prediction priced on this race's own prompts (`priced_on_race`)
-    drafted_rounds: tuple[int, ...] | None = None  # its rounds by tokens drafted (index m), from the servers' traces (`traced_rounds`)
-    server_spread: float = 0.0  # how far this race's control (a second target-alone server) lay from 1: `with_server_spread`
-
-    @property
-    def measured(self) -> float:
-        """What a per-token prediction is held against: the decode-only speedup, else whole calls."""
-        return self.decode_speedup if self.decode_speedup is not None else self.speedup
-
-    @property
-    def error(self) -> float | None:
-        """Predicted / measured − 1 for a configuration with a prediction. The prediction is per
-        decoded token, so it is held against the decode-only speedup where the server timed it
-        (a whole call adds the same prefill to both sides), else against whole calls."""
-        if self.predicted_speedup is None:
-            return None
-        return self.predicted_speedup / self.measured - 1.0
-
-    @property
-    def race_priced_error(self) -> float | None:
-        """`race_priced` / measured − 1: the error left when the prompts are the race's own."""
-        return None if self.race_priced is None else self.race_priced / self.measured - 1.0
-
-    @property
-    def measured_ci(self) -> tuple[float, float]:
-        """A normal 95% interval of the measured mean speedup (its per-run sd over sqrt(runs))."""
-        sd = self.decode_speedup_sd if self.decode_speedup is not None else self.speedup_sd
-        half = 1.96 * sd / math.sqrt(max(self.runs, 1))
-        return self.measured - half, self.measured + half
-
-    def judgement(self) -> str:
-        """The predicted column: `1.22x [1.10, 1.31] (+3.1%, inside)`, with `, exported`; "not
-        modelled" for a configuration the export does not predict, so none is silently unjudged.
-        "inside": the measurement lies in the predicted interval; "within noise": it does not,
-        but the measured mean's own 95% interval (`measured_ci`), widened on each side by the
-        race's `server_spread`, reaches it (a configuration that never drafts is predicted as a
-        point, and its measurement carries the race's noise and its server process's own
-        offset); "outside": neither."""
-        if self.label == POLYPLAN:
-            return "not judged here (polyplan validate judges the plan)"
-        if self.predicted_speedup is None:
-            return "not modelled"
-        interval = "" if self.predicted_interval is None else f" [{self.predicted_interval[0]:.2f}, {self.predicted_interval[1]:.2f}]"
-        if not math.isfinite(self.measured):
-            words = ["not measured"]
-        else:
-            words = [f"{100 * self.error:+.1f}%"]
-        if self.predicted_interval is not None and math.isfinite(self.measured):
-            low, high = self.predicted_interval
-            below, above = self.measured_ci
-            below, above = below - self.server_spread, above + self.server_spread
-            words.append("inside" if low <= self.measured <= high else "within noise" if below <= high and low <= above else "outside")
-        if self.exported:
-            words.append("exported")
-        return f"{self.predicted_speedup:.2f}x{interval} ({', '.join(words)})"
-
-
-@dataclass(frozen=True)
-class LlamaPeersBenchmark:
-    rows: tuple[PeerRow, ...]
-    threads: int
-    new_tokens: int
-    prompts: int
-    repeats: int
-    logs: Path
-    llama_cpp_version: str
-    chat_template: bool
-    threads_source: str = ""  # why this many threads (profiler.threads.ThreadChoice.source)
-    memory: str = ""  # the one line on memory and groups (`race_memory.memory_line`)
-    prediction_note: str = ""  # what the predicted column is (the export's replay of this race's requests)
-    loop_note: str = ""  # llama-server's loop fitted from this race's requests, beside the calibration's (`race_loop_line`)
-    pace_note: str = ""  # the target alone's step in this race against the one it was priced at (`race_pace_line`)
+UNJUDGED = "not judged here (polyplan validate judges the plan)"
 
 
 def server_configs(plan, export, candidates, files: dict[str, str],
-                   draft_sweep: tuple[tuple[int, float], ...] = DRAFT_SWEEP, recommended=None) -> list[ServerConfig]:
+                   draft_sweep: tuple[tuple[int, float], ...] = DRAFT_SWEEP, recommended=None) -> list[Contender]:
     """What to race besides the target alone and polyplan: each GGUF drafter at llama.cpp's
     defaults and at the K the export predicts best for it; the drafter the export ranks best also
     at each (n-max, p-min) of `draft_sweep` (llama.cpp's confidence stop); every n-gram type at
     its defaults; the best drafter together with ngram-mod (llama.cpp combines types); the
     exported n-gram configuration; llama.cpp's own default (`--spec-default`); and a second server
-    of the target alone (`CONTROL`, predicted 1.00x as a point): identical servers differ by their
-    process's own offset (1-2 % measured at one thread), which no paired per-prompt sd shows
-    (`with_server_spread`). Predictions are `export`'s (`judged`); `recommended` (default:
+    of the target alone (`CONTROL`, predicted as exactly as fast, a point; `with_server_spread`).
+    Predictions are `export`'s (`judged`); `recommended` (default:
     `export`'s) is the configuration marked exported."""
     from polyplan.planner.llama_cpp.ranking import llama_cpp_spec_flags
 
-    configs = [ServerConfig(TARGET_ONLY, ()), ServerConfig(CONTROL, ())]
+    configs = [Contender(TARGET_ONLY, ()), Contender(CONTROL, ())]
     by_drafter = {option.drafter: option for option in export.options}
     drafters = []  # (name, file, predicted speedup at the export's K)
     for name, source in draft_files(candidates, files):
@@ -205,18 +64,18 @@ def server_configs(plan, export, candidates, files: dict[str, str],
         k = option.block_size if option is not None and option.block_size else 4
         predicted = option.prediction.speedup if option is not None and option.prediction is not None else None
         drafters.append((name, source, predicted))
-        configs.append(ServerConfig(f"draft-simple {name} (defaults)", ("--spec-type", "draft-simple", "-md", source)))
-        configs.append(ServerConfig(f"draft-simple {name} K={k}", tuple(llama_cpp_spec_flags("draft_model", k, source))))
+        configs.append(Contender(f"draft-simple {name} (defaults)", ("--spec-type", "draft-simple", "-md", source)))
+        configs.append(Contender(f"draft-simple {name} K={k}", tuple(llama_cpp_spec_flags("draft_model", k, source))))
     if drafters:
         name, source, _ = max(drafters, key=lambda drafter: -1.0 if drafter[2] is None else drafter[2])
         for n_max, p_min in draft_sweep:
-            configs.append(ServerConfig(f"draft-simple {name} n-max={n_max} p-min={p_min:g}",
+            configs.append(Contender(f"draft-simple {name} n-max={n_max} p-min={p_min:g}",
                                         ("--spec-type", "draft-simple", "-md", source, "--spec-draft-n-max", str(n_max),
                                          "--spec-draft-p-min", f"{p_min:g}")))
-        configs.append(ServerConfig(f"draft-simple {name} + ngram-mod (defaults)", ("--spec-type", "draft-simple,ngram-mod", "-md", source)))
+        configs.append(Contender(f"draft-simple {name} + ngram-mod (defaults)", ("--spec-type", "draft-simple,ngram-mod", "-md", source)))
     for kind in NGRAM_TYPES:
-        configs.append(ServerConfig(f"{kind} (defaults)", ("--spec-type", kind)))
-    configs.append(ServerConfig("llama.cpp default (--spec-default)", ("--spec-default",)))
+        configs.append(Contender(f"{kind} (defaults)", ("--spec-type", kind)))
+    configs.append(Contender("llama.cpp default (--spec-default)", ("--spec-default",)))
     return judged(configs, export, recommended)
 
 
@@ -231,7 +90,7 @@ def draft_files(candidates, files: Mapping[str, str]) -> list[tuple[str, str]]:
     return drafts
 
 
-def judged(configs: Sequence[ServerConfig], export, recommended=None) -> list[ServerConfig]:
+def judged(configs: Sequence[Contender], export, recommended=None) -> list[Contender]:
     """`configs` with the export's prediction of each one it ranks (matched by flags;
     `--spec-default` is ngram-mod at its defaults, the target alone is "off"), the recommended
     one marked exported; then every ranked configuration not among them, so each prediction is
@@ -255,32 +114,32 @@ def judged(configs: Sequence[ServerConfig], export, recommended=None) -> list[Se
     raced = {tuple(config.args) for config in out}
     for ranked in ranking:
         if ranked.label != OFF and tuple(ranked.flags) not in raced:
-            out.append(ServerConfig(ranked.label, tuple(ranked.flags), ranked.speedup,
+            out.append(Contender(ranked.label, tuple(ranked.flags), ranked.speedup,
                                     recommended is not None and ranked.flags == recommended.flags, ranked.interval))
     return out
 
 
-def _ranked_flags(config: ServerConfig) -> tuple[str, ...]:
+def _ranked_flags(config: Contender) -> tuple[str, ...]:
     """The flags the export ranks `config` under (`--spec-default` is ngram-mod at its defaults)."""
     from polyplan.planner.llama_cpp.ngram_rules import SPEC_DEFAULT_FLAGS
 
     return SPEC_DEFAULT_FLAGS if config.args == ("--spec-default",) else tuple(config.args)
 
 
-def race_streams(runs: Sequence[PeerRun], prompts: Sequence[Sequence[int]]) -> tuple:
+def race_streams(runs: Sequence[RaceRun], prompts: Sequence[Sequence[int]]) -> tuple:
     """The target alone's greedy answer to each prompt in this race (its first group and repeat),
     as target streams (`formats.profile.TargetStream`), in the prompts' order."""
     from polyplan.formats.profile import TargetStream
 
     answers: dict[int, tuple[int, ...]] = {}
     for run in runs:
-        if run.config == TARGET_ONLY and run.group == 0:
+        if run.label == TARGET_ONLY and run.group == 0:
             answers.setdefault(run.prompt, run.tokens)
     return tuple(TargetStream(len(prompt), tuple(prompt) + answers[index])
                  for index, prompt in enumerate(prompts) if index in answers and len(prompt) > 0 and answers[index])
 
 
-def priced_on_race(configs: Sequence[ServerConfig], export, drafts: frozenset[str] = frozenset()) -> list[ServerConfig]:
+def priced_on_race(configs: Sequence[Contender], export, drafts: frozenset[str] = frozenset()) -> list[Contender]:
     """`configs` with `race_priced`: `export`'s prediction of each configuration it replays on
     target streams (the n-gram types) and of each draft model among `drafts` (files whose
     agreement with the race's answers was measured, `engines.llama_cpp.race_agreement`), where `export` was
@@ -300,7 +159,7 @@ def priced_on_race(configs: Sequence[ServerConfig], export, drafts: frozenset[st
     return out
 
 
-def race_agreements(configs: Sequence[ServerConfig], drafts: Sequence[tuple[str, str]], target: str, threads: int,
+def race_agreements(configs: Sequence[Contender], drafts: Sequence[tuple[str, str]], target: str, threads: int,
                     streams: Sequence, log=lambda line: None) -> tuple[tuple, frozenset[str]]:
     """Each raced draft model's agreement with the race's answers (`engines.llama_cpp.race_agreement`),
     and the files measured; a file the bindings cannot run is left out with one line."""
@@ -321,7 +180,7 @@ def race_agreements(configs: Sequence[ServerConfig], drafts: Sequence[tuple[str,
 
 def run_llama_peers(plan_path, *, prompts_path=None, candidates_path=None, threads: int | None = None, repeats: int = 2,
                     new_tokens: int = 64, max_prompts: int | None = None, context: int = 4096,
-                    log=lambda line: None) -> LlamaPeersBenchmark:
+                    log=lambda line: None) -> Race:
     """Race llama-server's configurations and polyplan's plan (see the module docstring).
     `threads` None: as the plan's profile was measured, else the machine's free cores
     (`profiler.threads.choose_threads`), the same for every server and for polyplan."""
@@ -390,16 +249,17 @@ def run_llama_peers(plan_path, *, prompts_path=None, candidates_path=None, threa
     torch.set_num_threads(threads)
     index = {config.label: number for number, config in enumerate(configs)}
 
-    def start(config: ServerConfig) -> LlamaServer:
+    def start(config: Contender) -> LlamaServer:
         log(f"starting llama-server: {config.label}")
         return LlamaServer(build.server, Path(target.source), (*common, *config.args), logs / f"server-{index[config.label]}.log",
                            trace=True)
 
-    def ours(ids: Sequence[int]) -> tuple[tuple[int, ...], float, int, int]:
+    def ours(ids: Sequence[int]) -> Timed:
         began = time.perf_counter()
         result = generate(chain, list(ids), max_new_tokens=new_tokens, block_sizes=block_sizes,
                           sampling=Sampling(0.0), draft_policy=loaded.resolved.draft_policy)  # no eos: exactly new_tokens, as the servers
-        return tuple(result.token_ids), time.perf_counter() - began, result.levels[0].tokens_drafted, result.levels[0].tokens_accepted
+        level = result.levels[0]
+        return Timed(tuple(result.token_ids), time.perf_counter() - began, None, level.tokens_drafted, level.tokens_accepted)
 
     runs, failures = race_servers(groups, start, ours, encoded, repeats=repeats, new_tokens=new_tokens, log=log)
     streams = race_streams(runs, [prompt.ids for prompt in encoded])
@@ -413,11 +273,12 @@ def run_llama_peers(plan_path, *, prompts_path=None, candidates_path=None, threa
     rows = peer_rows(configs, runs, failures, memory)
     import llama_cpp
 
-    return LlamaPeersBenchmark(rows, threads, new_tokens, len(encoded), repeats, logs, llama_cpp.__version__, not prompts.raw,
-                               choice.source, memory_note, prediction_note(export),
-                               race_loop_line(configs, runs, [prompt.ids for prompt in encoded], export.prices,
-                                              draft_files(candidates, files)),
-                               race_pace_line(runs, export.prices))
+    notes = (("memory", memory_note), ("prediction", prediction_note(export)),
+             ("loop", race_loop_line(configs, runs, [prompt.ids for prompt in encoded], export.prices, draft_files(candidates, files))),
+             ("pace", race_pace_line(runs, export.prices)))
+    notes = tuple((name, line) for name, line in notes if line)
+    about = (("llama_cpp_version", llama_cpp.__version__), ("chat_template", str(not prompts.raw)), ("logs", str(logs)))
+    return Race("llama.cpp", rows, len(encoded), new_tokens, repeats, threads, choice.source, notes, about)
 
 
 def prediction_note(export) -> str:
@@ -428,7 +289,7 @@ def prediction_note(export) -> str:
             "\"not modelled\": the export predicts no such configuration")
 
 
-def race_requests(configs: Sequence[ServerConfig], runs: Sequence[PeerRun], prompts: Sequence[Sequence[int]]) -> tuple[list, str | None]:
+def race_requests(configs: Sequence[Contender], runs: Sequence[RaceRun], prompts: Sequence[Sequence[int]]) -> tuple[list, str | None]:
     """This race's requests as the loop's fit reads them (`planner.llama_cpp.server_loop.ServerRequest`),
     and the draft model file they use: each run of the target alone, of `ngram-simple` and of
     the first draft model at a fixed K, read as the calibration reads its own
@@ -442,10 +303,10 @@ def race_requests(configs: Sequence[ServerConfig], runs: Sequence[PeerRun], prom
     drafts = [args[args.index("-md") + 1] for args in by_label.values() if "-md" in args]
     requests = []
     for run in runs:
-        args = by_label.get(run.config)
+        args = by_label.get(run.label)
         if args is None or run.decode_s is None or ("-md" in args and args[args.index("-md") + 1] != drafts[0]):
             continue
-        done = Completion(run.tokens, run.decoded or len(run.tokens), 1000.0 * run.decode_s, 0.0, run.drafted, run.accepted, run.call_s,
+        done = Completion(run.tokens, run.decoded or len(run.tokens), 1000.0 * run.decode_s, 0.0, run.drafted, run.accepted, run.seconds,
                           run.rounds)
         request = server_request(args, prompts[run.prompt], done)
         if request is not None:
@@ -453,7 +314,7 @@ def race_requests(configs: Sequence[ServerConfig], runs: Sequence[PeerRun], prom
     return requests, (drafts[0] if drafts else None)
 
 
-def race_loop_line(configs: Sequence[ServerConfig], runs: Sequence[PeerRun], prompts: Sequence[Sequence[int]], prices,
+def race_loop_line(configs: Sequence[Contender], runs: Sequence[RaceRun], prompts: Sequence[Sequence[int]], prices,
                    drafts: Sequence[tuple[str, str]] = ()) -> str:
     """llama-server's own loop fitted from this race's requests (`race_requests`) by the
     calibration's fit (`planner.llama_cpp.server_loop.fit_server_loop`) against the export's T(k) of
@@ -480,22 +341,20 @@ def race_loop_line(configs: Sequence[ServerConfig], runs: Sequence[PeerRun], pro
             f"fixed K): {fitted.text()}; calibrated: {calibrated}")
 
 
-def race_pace_line(runs: Sequence[PeerRun], prices) -> str:
+def race_pace_line(runs: Sequence[RaceRun], prices) -> str:
     """The target alone's decode step in this race (its server's decode time over the steps after
     the first token, which the prefill gives) against the same step in the export's calibration
     of llama-server (`LlamaCppPrices.calibrated_step_s`, where there is one) and the step it was
     priced at (the target's T(1) and the calibrated per-round cost): how fast the machine ran here
     against when it was measured. Speedups are ratios and survive a machine that is uniformly
     faster or slower, but not one that speeds up one kind of server and not another: a one-token
-    step moves with the host's memory traffic far more than a wide pass (another process
-    streaming memory on the other core: T(1) +25-58 %, T(8) +8-16 %, 2-core AMD EPYC), so a
-    target alone, all one-token steps, moves more than a draft-model server, mostly wide passes,
-    and a draft row's ratio moved from 0.65 to 0.57 between minutes at 2 threads
-    (`docs/engines.md`). "" where the race timed no target-alone decode or the export was priced
+    step moves with the host's memory traffic far more than a wide pass, so a target alone, all
+    one-token steps, moves more than a draft-model server, mostly wide passes (docs/engines.md,
+    the pace). "" where the race timed no target-alone decode or the export was priced
     without llama.cpp's T(k)."""
     from polyplan.planner.exact.latency import curve_from_profile
 
-    timed = [run for run in runs if run.config == TARGET_ONLY and run.decode_s is not None and (run.decoded or 0) > 1]
+    timed = [run for run in runs if run.label == TARGET_ONLY and run.decode_s is not None and (run.decoded or 0) > 1]
     if prices is None or not timed:
         return ""
     step = sum(run.decode_s for run in timed) / sum(run.decoded - 1 for run in timed)
@@ -508,7 +367,7 @@ def race_pace_line(runs: Sequence[PeerRun], prices) -> str:
             f"{step / priced - 1:+.1%} against its pricing; a ratio holds only where every server moved alike")
 
 
-def server_needs(configs: Sequence[ServerConfig], target: ModelMemory, context: int, *, mapped: bool,
+def server_needs(configs: Sequence[Contender], target: ModelMemory, context: int, *, mapped: bool,
                  memory: Callable[[str], ModelMemory] = gguf_memory) -> list[MemoryNeed]:
     """Each configuration's server: the target, and the draft model of its `-md` (read once per
     file by `memory`), both at `context` tokens (`race_memory.process_need`)."""
@@ -525,82 +384,75 @@ def server_needs(configs: Sequence[ServerConfig], target: ModelMemory, context: 
     return needs
 
 
-def race_servers(groups: Sequence[Sequence[ServerConfig]], start: Callable[[ServerConfig], contextlib.AbstractContextManager],
-                 ours: Callable[[Sequence[int]], tuple[tuple[int, ...], float, int, int]], prompts, *, repeats: int,
-                 new_tokens: int, log=lambda line: None) -> tuple[list[PeerRun], dict[str, str]]:
+def race_servers(groups: Sequence[Sequence[Contender]], start: Callable[[Contender], contextlib.AbstractContextManager],
+                 ours: Callable[[Sequence[int]], Timed], prompts, *, repeats: int, new_tokens: int,
+                 log=lambda line: None) -> tuple[list[RaceRun], dict[str, str]]:
     """Race each group in turn (its first configuration the target alone): start its servers
     (`start(config)`: a context manager entered to a started server with `complete(ids, n)`,
-    `LlamaServer`), then for each repeat and prompt every configuration and polyplan's plan
-    (`ours(ids)`: tokens, seconds, drafted, accepted) in an order rotated each time; stop them
-    before the next group starts.
+    `LlamaServer`), race them and polyplan's plan (`ours(ids)`) with `engines.race.race`, and
+    stop them before the next group starts.
 
-    Returns every run (`PeerRun.group`: the group's index) but those of a configuration that
+    Returns every run (`RaceRun.group`: the group's index) but those of a configuration that
     failed, and by label why each one failed ("failed to start: ...", "stopped answering: ...").
 
     Raises:
         PolyplanError: the target alone fails to start or stops answering (no baseline).
     """
-    runs: list[PeerRun] = []
+    runs: list[RaceRun] = []
     failures: dict[str, str] = {}
     for number, group in enumerate(groups):
         with contextlib.ExitStack() as stack:
-            servers = {}
+            contenders = []
             for config in group:
                 try:
-                    servers[config.label] = stack.enter_context(start(config))
+                    server = stack.enter_context(start(config))
                 except (PolyplanError, OSError) as error:
                     if config.label == TARGET_ONLY:
                         raise PolyplanError(f"{TARGET_ONLY} failed to start, so nothing has a baseline: {error}") from None
                     failures[config.label] = f"failed to start: {error}"
                     log(f"{config.label}: {failures[config.label]}")
-            labels = [*servers, POLYPLAN]
-            for repeat in range(repeats):
-                for index, prompt in enumerate(prompts):
-                    shift = (repeat * len(prompts) + index) % len(labels)
-                    for label in labels[shift:] + labels[:shift]:
-                        if label == POLYPLAN:
-                            tokens, seconds, drafted, accepted = ours(prompt.ids)
-                            runs.append(PeerRun(label, index, prompt.prompt.kind, tuple(tokens), seconds, None, drafted, accepted, number))
-                            continue
-                        if label in failures:
-                            continue
-                        try:
-                            done = servers[label].complete(prompt.ids, new_tokens)
-                        except PolyplanError as error:
-                            if label == TARGET_ONLY:
-                                raise
-                            failures[label] = f"stopped answering: {error}"
-                            log(f"{label}: {failures[label]}")
-                            continue
-                        runs.append(PeerRun(label, index, prompt.prompt.kind, done.token_ids, done.wall_s, done.tokens_per_s,
-                                            done.draft_n, done.draft_accepted, number, done.predicted_ms / 1000.0, done.predicted_n,
-                                            done.rounds))
-                log(f"{f'group {number + 1}/{len(groups)}: ' if len(groups) > 1 else ''}repeat {repeat + 1}/{repeats} done")
-    return [run for run in runs if run.config not in failures], failures
+                    continue
+                contenders.append(dataclasses.replace(config, run=_server_run(server, new_tokens)))
+            prefix = f"group {number + 1}/{len(groups)}: " if len(groups) > 1 else ""
+            done, failed = race([*contenders, Contender(POLYPLAN, run=ours)], prompts, repeats=repeats, group=number,
+                                log=lambda line: log(prefix + line))
+            runs += done
+            failures |= failed
+    return [run for run in runs if run.label not in failures], failures
 
 
-def peer_rows(configs: list[ServerConfig], runs: list[PeerRun], failures: Mapping[str, str], memory: RaceGroups) -> tuple[PeerRow, ...]:
-    """A row per configuration, in `configs`' order, then polyplan's: its numbers, or why it has
-    none (`failures`, and every configuration too large for memory: "not started: ...")."""
+def _server_run(server, new_tokens: int) -> Callable[[Sequence[int]], Timed]:
+    """A started server's `run`: one request, as the server timed it."""
+    def run(ids: Sequence[int]) -> Timed:
+        done = server.complete(ids, new_tokens)
+        return Timed(done.token_ids, done.wall_s, None, done.draft_n, done.draft_accepted, done.predicted_ms / 1000.0,
+                     done.predicted_n, done.rounds)
+
+    return run
+
+
+def peer_rows(configs: list[Contender], runs: list[RaceRun], failures: Mapping[str, str], memory: RaceGroups) -> tuple[RaceRow, ...]:
+    """A row per configuration, in `configs`' order, then polyplan's (`engines.race.race_rows`),
+    with its traced rounds (`traced_rounds`) and the control's offset (`with_server_spread`); a
+    configuration too large for memory says so ("not started: ...")."""
     failures = dict(failures)
     for label, needed in memory.too_large:
         failures[label] = (f"not started: needs {needed / GB:.1f} GB together with {TARGET_ONLY} and polyplan's plan, "
                            f"{memory.available / GB:.1f} GB available")
-    group_of = {label: number for number, group in enumerate(memory.groups, 1) for label in group[1:]}
-    labels = [config.label for config in configs] + [POLYPLAN]
-    return with_server_spread(tuple(_failed_row(label, failures[label], configs, group_of.get(label)) if label in failures
-                                    else _row(label, runs, configs, group_of.get(label)) for label in labels))
+    groups = {label: number for number, group in enumerate(memory.groups, 1) for label in group[1:]}
+    rows = race_rows([*configs, Contender(POLYPLAN, unjudged=UNJUDGED)], runs, failures, groups=groups)
+    return with_server_spread(tuple(row if row.failure else
+                                    dataclasses.replace(row, drafted_rounds=traced_rounds([r for r in runs if r.label == row.label]))
+                                    for row in rows))
 
 
-def with_server_spread(rows: Sequence[PeerRow]) -> tuple[PeerRow, ...]:
+def with_server_spread(rows: Sequence[RaceRow]) -> tuple[RaceRow, ...]:
     """`rows` with every judged row's `server_spread`: how far the control (`CONTROL`, a second
     server of the target alone, the same flags) measured from 1, |speedup − 1|. Each server
-    process runs at its own speed (three identical target-alone servers: 1.000, 1.008 and
-    1.016x the first, Qwen2.5-Coder 1.5B, one thread, session 17), an offset the paired
-    per-prompt sd cannot show, as every prompt of a row runs on the same process; the control
-    is one draw of it, so a row's measurement is "within noise" of its prediction when its own
-    interval widened by that much reaches it (`PeerRow.judgement`). Unchanged without a
-    measured control; the control itself keeps none (it is judged by its own sd)."""
+    process runs at its own speed, an offset the paired per-prompt sd cannot show, as every
+    prompt of a row runs on the same process; the control is one draw of it (docs/engines.md,
+    "The control"). Unchanged without a measured control; the control itself keeps none (it is
+    judged by its own sd)."""
     spread = _control_spread(rows)
     if spread is None:
         return tuple(rows)
@@ -608,56 +460,7 @@ def with_server_spread(rows: Sequence[PeerRow]) -> tuple[PeerRow, ...]:
                  for row in rows)
 
 
-def _row(label: str, runs: list[PeerRun], configs: list[ServerConfig], group: int | None = None) -> PeerRow:
-    """`label`'s row: each of its runs paired with the target alone's run of the same group,
-    prompt and repeat."""
-    mine = [run for run in runs if run.config == label]
-    reference: dict[tuple[int, int], list[PeerRun]] = {}  # target-only runs per (group, prompt), in repeat order
-    for run in runs:
-        if run.config == TARGET_ONLY:
-            reference.setdefault((run.group, run.prompt), []).append(run)
-    ratios, decode_ratios, by_category, equal, difference = [], [], {}, 0, None
-    seen: dict[tuple[int, int], int] = {}
-    for run in mine:
-        key = (run.group, run.prompt)
-        repeat = seen[key] = seen.get(key, -1) + 1
-        other = reference[key][min(repeat, len(reference[key]) - 1)]  # the same group, prompt and repeat
-        ratio = other.call_s / run.call_s
-        ratios.append(ratio)
-        if run.decode_tokens_per_s and other.decode_tokens_per_s:
-            decode_ratios.append(run.decode_tokens_per_s / other.decode_tokens_per_s)
-        by_category.setdefault(run.category, []).append(ratio)
-        if run.tokens == other.tokens:
-            equal += 1
-        elif difference is None:
-            at = next((i for i, (a, b) in enumerate(zip(run.tokens, other.tokens)) if a != b), min(len(run.tokens), len(other.tokens)))
-            difference = f"prompt {run.prompt}: first differs at new token {at}"
-    config = next((c for c in configs if c.label == label), None)
-    decode = [run.decode_tokens_per_s for run in mine if run.decode_tokens_per_s is not None]
-    drafted = sum(run.drafted for run in mine)
-    return PeerRow(
-        label=label,
-        tokens_per_s=sum(len(run.tokens) for run in mine) / sum(run.call_s for run in mine),
-        decode_tokens_per_s=statistics.median(decode) if decode else None,
-        speedup=statistics.fmean(ratios),
-        speedup_sd=statistics.stdev(ratios) if len(ratios) > 1 else 0.0,
-        accepted_per_drafted=sum(run.accepted for run in mine) / drafted if drafted else None,
-        equal_outputs=equal,
-        runs=len(mine),
-        first_difference=difference,
-        predicted_speedup=config.predicted_speedup if config is not None else None,
-        exported=config.exported if config is not None else False,
-        by_category=tuple((category, statistics.fmean(values)) for category, values in sorted(by_category.items())),
-        decode_speedup=statistics.fmean(decode_ratios) if len(decode_ratios) == len(mine) and mine else None,
-        decode_speedup_sd=statistics.stdev(decode_ratios) if len(decode_ratios) > 1 else 0.0,
-        group=group,
-        predicted_interval=config.predicted_interval if config is not None else None,
-        race_priced=config.race_priced if config is not None else None,
-        drafted_rounds=traced_rounds(mine),
-    )
-
-
-def traced_rounds(runs: Sequence[PeerRun]) -> tuple[int, ...] | None:
+def traced_rounds(runs: Sequence[RaceRun]) -> tuple[int, ...] | None:
     """How many of `runs`' rounds drafted m tokens, m = 0 … the most drafted, from the servers'
     traces (the rounds that drafted nothing are the rest of each request's rounds: every round
     emits its accepted tokens and one more); None where a run was not traced (polyplan's, or a
@@ -672,16 +475,7 @@ def traced_rounds(runs: Sequence[PeerRun]) -> tuple[int, ...] | None:
     return tuple(counts)
 
 
-def _failed_row(label: str, failure: str, configs: list[ServerConfig], group: int | None = None) -> PeerRow:
-    """The row of a configuration without runs: NaN numbers and why."""
-    config = next((c for c in configs if c.label == label), None)
-    nan = float("nan")
-    return PeerRow(label, nan, None, nan, nan, None, 0, 0, None, config.predicted_speedup if config else None,
-                   config.exported if config else False, (), group=group, failure=failure,
-                   predicted_interval=config.predicted_interval if config else None)
-
-
-def split_lines(rows: Sequence[PeerRow]) -> list[str]:
+def split_lines(rows: Sequence[RaceRow]) -> list[str]:
     """The split (`priced_on_race`): each replayed configuration's error with the profile's
     prompts and with this race's own, and the worst of each; nothing without such rows."""
     split = [row for row in rows if row.race_priced is not None and row.predicted_speedup is not None
@@ -703,13 +497,13 @@ def split_lines(rows: Sequence[PeerRow]) -> list[str]:
     return lines
 
 
-def _control_spread(rows: Sequence[PeerRow]) -> float | None:
-    """How far the control row measured from 1.00x, |speedup − 1|; None where it did not run."""
+def _control_spread(rows: Sequence[RaceRow]) -> float | None:
+    """How far the control row measured from 1, |speedup − 1|; None where it did not run."""
     control = next((row for row in rows if row.label == CONTROL and row.failure is None), None)
     return None if control is None or not math.isfinite(control.measured) else abs(control.measured - 1.0)
 
 
-def control_lines(rows: Sequence[PeerRow]) -> list[str]:
+def control_lines(rows: Sequence[RaceRow]) -> list[str]:
     """What the control row says of the race's judgements (`with_server_spread`), where it ran."""
     spread = _control_spread(rows)
     if spread is None:
@@ -720,47 +514,42 @@ def control_lines(rows: Sequence[PeerRow]) -> list[str]:
             "so a row is \"within noise\" where its measured 95% interval, widened by that much, reaches its prediction"]
 
 
-def llama_peers_lines(bench: LlamaPeersBenchmark) -> list[str]:
+def llama_peers_lines(race: Race) -> list[str]:
     """The terminal table."""
+    about = dict(race.about)
     lines = [
-        f"llama-server (llama-cpp-python {bench.llama_cpp_version}'s llama.cpp) against polyplan's plan: {bench.prompts} prompts x "
-        f"{bench.repeats} repeats, {bench.new_tokens} new tokens, greedy, {bench.threads} thread(s), "
-        f"{'chat template applied' if bench.chat_template else 'raw prompts'}; interleaved round-robin",
-        *([bench.memory] if bench.memory else []),
+        f"llama-server (llama-cpp-python {about.get('llama_cpp_version')}'s llama.cpp) against polyplan's plan: {race.prompts} "
+        f"prompts x {race.repeats} repeats, {race.new_tokens} new tokens, greedy, {race.threads} thread(s), "
+        f"{'chat template applied' if about.get('chat_template') == 'True' else 'raw prompts'}; interleaved round-robin",
+        *[line for line in (race.note("memory"),) if line],
         "speedup: whole calls (prefill included) over llama.cpp target only, paired per prompt, mean ± sd; "
         "decode tok/s and decode speedup: the server's own decode timing (what a per-token prediction is held against)",
+        *[line for line in (race.note("prediction"), race.note("loop"), race.note("pace")) if line],
         f"{'configuration':44s} {'tok/s':>7s} {'decode':>7s} {'speedup':>14s} {'decode speedup':>14s} {'acc/draft':>9s} "
         f"{'greedy equal':>12s}  predicted [interval] (error vs decode speedup)",
     ]
-    if bench.prediction_note:
-        lines.insert(len(lines) - 1, bench.prediction_note)
-    if bench.loop_note:
-        lines.insert(len(lines) - 1, bench.loop_note)
-    if bench.pace_note:
-        lines.insert(len(lines) - 1, bench.pace_note)
-    for row in bench.rows:
+    for row in race.rows:
         if row.failure is not None:
             lines.append(f"{row.label:44s} {row.failure}; predicted {row.judgement()}")
             continue
         decode = "-" if row.decode_tokens_per_s is None else f"{row.decode_tokens_per_s:.1f}"
         accepted = "-" if row.accepted_per_drafted is None else f"{row.accepted_per_drafted:.2f}"
-        predicted = row.judgement()
         decoded = "-" if row.decode_speedup is None else f"{row.decode_speedup:7.2f}x ±{row.decode_speedup_sd:4.2f}"
         lines.append(f"{row.label:44s} {row.tokens_per_s:7.1f} {decode:>7s} {row.speedup:7.2f}x ±{row.speedup_sd:4.2f} "
-                     f"{decoded:>14s} {accepted:>9s} {row.equal_outputs:>5d}/{row.runs:<6d}  {predicted}")
-    lines += control_lines(bench.rows)
-    lines += split_lines(bench.rows)
-    categories = sorted({category for row in bench.rows for category, _ in row.by_category})
+                     f"{decoded:>14s} {accepted:>9s} {row.equal_outputs:>5d}/{row.runs:<6d}  {row.judgement()}")
+    lines += control_lines(race.rows)
+    lines += split_lines(race.rows)
+    categories = sorted({category for row in race.rows for category, _ in row.by_category})
     if len(categories) > 1:
         lines.append("\nspeedup by category:")
         lines.append(f"{'configuration':44s} " + " ".join(f"{c[:10]:>10s}" for c in categories))
-        for row in (row for row in bench.rows if row.failure is None):
+        for row in (row for row in race.rows if row.failure is None):
             values = dict(row.by_category)
             lines.append(f"{row.label:44s} " + " ".join(f"{values.get(c, float('nan')):10.2f}" for c in categories))
-    differences = [f"  {row.label}: {row.first_difference}" for row in bench.rows if row.first_difference]
+    differences = [f"  {row.label}: {row.first_difference}" for row in race.rows if row.first_difference]
     if differences:
         lines.append("\ngreedy outputs that differ from llama.cpp target only:")
         lines += differences
-    lines.append(f"\nserver logs: {bench.logs}")
+    lines.append(f"\nserver logs: {about.get('logs')}")
     lines.append("vLLM: on paper only here (no GPU on this machine); see `polyplan export --engine vllm`")
     return lines

@@ -2,8 +2,8 @@
 
 `bench peers --engine llama.cpp` runs one `llama-server` per configuration beside polyplan's
 own loaded models. Each server holds, per GGUF it loads (the target, and the drafter of `-md`):
-the weights (the file's size), its KV cache at the context (`-c`; f16 K and V:
-2 × n_layer × context × n_head_kv × head_dim × 2 bytes, read from the GGUF's metadata), and
+the weights (the file's size), its KV cache at the context (`-c`; f16 K and V for every layer's
+KV heads, from the GGUF's metadata: `gguf_memory`), and
 `MODEL_ALLOWANCE` for compute buffers and the rest. Weights llama.cpp maps from the file
 (`--no-repack`, mmap on) are page cache shared by every process mapping that file, so a group
 counts each such file once; repacked weights are each server's own copy, counted per server.
@@ -26,10 +26,8 @@ from polyplan.formats.errors import PolyplanError
 
 GB = 1e9
 F16_BYTES = 2
-# Compute buffers, output buffer and runtime per model a process loads, beyond weights and KV.
-# Measured on the pinned llama-server (`-c 4096 --no-repack`, a 1500-token prompt): the anonymous
-# memory beyond the f16 KV cache was ~130 MB for Qwen2.5-Coder-1.5B and ~90 MB more for its 0.5B
-# drafter; llama.cpp reserves ~300 MB of compute buffer for a 152k vocabulary (not all touched).
+# Compute buffers, output buffer and runtime per model a process loads, beyond weights and KV
+# (what it was sized on: docs/engines.md, "The race harness").
 MODEL_ALLOWANCE = 256 * 2**20
 # Kept free of MemAvailable: it is a snapshot (other processes grow, the page cache of prompts and
 # logs), and the estimate above is one.

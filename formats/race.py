@@ -1,0 +1,201 @@
+"""A race's file: one row per contender, its judgement, and the JSON `polyplan bench peers --json` prints.
+
+Both races (HF `generate` and llama-server against polyplan's plan, `engines.race`) write one
+format (`FORMAT`, `VERSION`); `read_race_file` reads it, and older files through one converter
+(`upgraded`). The row's judgement is here, beside the row, so that the results page
+(`validation.race_results`) shows what the race printed. docs/engines.md, "The race harness".
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+from dataclasses import dataclass
+from pathlib import Path
+
+from polyplan.formats.errors import PolyplanError
+
+FORMAT = "polyplan race"
+VERSION = 2
+NAN = float("nan")
+
+
+@dataclass(frozen=True)
+class RaceRow:
+    """One contender's results over its runs (of one category, or all of them: "all").
+
+    Measured: `speedup` is its tokens/s over the baseline's, whole calls (prefill included);
+    `decode_speedup` the same from the engine's own decode timing, where it has one. Predicted:
+    `predicted_speedup` per decoded token with its `predicted_interval`, `predicted_call_speedup`
+    for whole calls where modelled, `race_priced` the same prediction priced on the race's own
+    prompts. A row without runs has NaN numbers and says why (`failure`).
+    """
+
+    label: str
+    speedup: float = NAN
+    speedup_sd: float = 0.0  # over paired runs, or over repeats (HF's Spec-Bench speedup)
+    runs: int = 0
+    tokens: int = 0
+    tokens_per_s: float = NAN
+    target_passes: int | None = None  # forward passes of the target, where counted
+    decode_tokens_per_s: float | None = None  # the engine's own decode-only median
+    decode_speedup: float | None = None  # mean of paired decode-only ratios (no prefill)
+    decode_speedup_sd: float = 0.0
+    accepted_per_drafted: float | None = None
+    equal_outputs: int = 0  # runs whose greedy output equals the baseline's
+    first_difference: str | None = None
+    category: str = "all"
+    by_category: tuple[tuple[str, float], ...] = ()  # (category, speedup)
+    predicted_speedup: float | None = None
+    predicted_interval: tuple[float, float] | None = None
+    predicted_call_speedup: float | None = None
+    predicted_tokens_per_pass: float | None = None
+    race_priced: float | None = None
+    exported: bool = False  # what `polyplan export` recommends
+    tolerance: float | None = None  # a relative error it promised to stay within
+    unjudged: str | None = None  # why a row without a prediction is not judged ("not modelled" when None)
+    server_spread: float = 0.0  # the race's control offset, widening the judgement
+    group: int | None = None  # its memory group (1, 2, ...); None: raced in every group, or never
+    failure: str | None = None
+    drafted_rounds: tuple[int, ...] | None = None  # its rounds by tokens drafted (index m), where traced
+
+    @property
+    def tokens_per_target_pass(self) -> float:
+        return self.tokens / self.target_passes if self.target_passes else NAN
+
+    @property
+    def measured(self) -> float:
+        """What a prediction is held against: the decode-only speedup, else whole calls."""
+        return self.decode_speedup if self.decode_speedup is not None else self.speedup
+
+    @property
+    def measured_sd(self) -> float:
+        return self.decode_speedup_sd if self.decode_speedup is not None else self.speedup_sd
+
+    @property
+    def predicted(self) -> float | None:
+        """The prediction a row is judged by: whole calls where modelled, else per decoded token
+        (held against the decode-only speedup where the engine timed one: a whole call adds the
+        same prefill to both sides)."""
+        return self.predicted_call_speedup if self.predicted_call_speedup is not None else self.predicted_speedup
+
+    @property
+    def error(self) -> float | None:
+        """Predicted / measured − 1; None without a prediction."""
+        if self.predicted is None:
+            return None
+        return self.predicted / self.measured - 1.0 if math.isfinite(self.measured) and self.measured > 0 else NAN
+
+    @property
+    def race_priced_error(self) -> float | None:
+        return None if self.race_priced is None else self.race_priced / self.measured - 1.0
+
+    @property
+    def measured_ci(self) -> tuple[float, float]:
+        """A normal 95% interval of the measured mean speedup (its sd over sqrt(runs))."""
+        half = 1.96 * self.measured_sd / math.sqrt(max(self.runs, 1))
+        return self.measured - half, self.measured + half
+
+    @property
+    def verdict(self) -> str | None:
+        """"inside": the measurement lies in the predicted interval; "within noise": it does not,
+        but the measured mean's own 95% interval (`measured_ci`), widened on each side by
+        `server_spread`, reaches it (a configuration that never drafts is predicted as a point,
+        and its measurement carries the race's noise and its process's own offset); "outside":
+        neither. Without an interval, within or outside `tolerance`; None when neither applies."""
+        if self.predicted is None or not math.isfinite(self.measured):
+            return None
+        if self.predicted_interval is not None:
+            low, high = self.predicted_interval
+            below, above = self.measured_ci
+            below, above = below - self.server_spread, above + self.server_spread
+            return "inside" if low <= self.measured <= high else "within noise" if below <= high and low <= above else "outside"
+        if self.tolerance is not None:
+            return f"{'within' if abs(self.error) <= self.tolerance else 'outside'} {self.tolerance:.0%}"
+        return None
+
+    def judgement(self) -> str:
+        """The predicted column: the prediction [interval] (error, verdict, exported); `unjudged`
+        or "not modelled" for a row without one, so none is silently unjudged."""
+        if self.predicted is None:
+            return self.unjudged or "not modelled"
+        interval = "" if self.predicted_interval is None else f" [{self.predicted_interval[0]:.2f}, {self.predicted_interval[1]:.2f}]"
+        words = [f"{100 * self.error:+.1f}%" if math.isfinite(self.measured) else "not measured"]
+        words += [word for word in (self.verdict, "exported" if self.exported else None) if word]
+        return f"{self.predicted:.2f}x{interval} ({', '.join(words)})"
+
+
+@dataclass(frozen=True)
+class Race:
+    """A whole race: its rows, its setting, and the lines it printed about itself."""
+
+    engine: str  # "hf" or "llama.cpp"
+    rows: tuple[RaceRow, ...]
+    prompts: int
+    new_tokens: int
+    repeats: int
+    threads: int
+    threads_source: str = ""  # why this many threads (`profiler.threads.ThreadChoice.source`)
+    notes: tuple[tuple[str, str], ...] = ()  # (name, line): what the race says of its predictions, memory, pace ...
+    about: tuple[tuple[str, str], ...] = ()  # (name, value): the engine's version, its logs ...
+
+    def note(self, name: str) -> str:
+        return dict(self.notes).get(name, "")
+
+
+def race_json(race: Race) -> dict:
+    """The JSON object of `polyplan bench peers --json` (`FORMAT`, `VERSION`)."""
+    fields = {field.name: getattr(race, field.name) for field in dataclasses.fields(race)}
+    return {"format": FORMAT, "version": VERSION, **fields, "notes": dict(race.notes), "about": dict(race.about),
+            "rows": [dataclasses.asdict(row) | {"error": row.error, "judgement": row.judgement()} for row in race.rows]}
+
+
+def upgraded(payload: dict) -> dict:
+    """A race file of any version as the current one: version 1 of llama-server's race (its rows
+    already this row's fields, its notes at the top level) and the HF race's JSON before it
+    (`configuration` rows per category, the exported verdict apart)."""
+    if payload.get("format") == FORMAT:
+        if payload.get("version") != VERSION:
+            raise PolyplanError(f"race file version {payload.get('version')!r}: this polyplan reads up to {VERSION}")
+        return payload
+    rows = payload["rows"]
+    if any("configuration" in row for row in rows):  # HF's race before version 2
+        exported = (payload.get("exported") or {}).get("configuration")
+        rows = [{"label": row["configuration"], "category": row["category"], "speedup": row["speedup"],
+                 "speedup_sd": row.get("speedup_sd") or 0.0, "tokens": row["tokens"], "target_passes": row["target_passes"],
+                 "tokens_per_s": row["tokens_per_second"], "predicted_speedup": row["predicted_speedup"],
+                 "predicted_call_speedup": row.get("predicted_whole_call_speedup"), "exported": row["configuration"] == exported,
+                 "tolerance": (payload.get("exported") or {}).get("tolerance") if row["configuration"] == exported else None}
+                for row in rows]
+        notes = {"hf_overhead": payload.get("hf_overhead"), "whole_call": payload.get("whole_call_note")}
+        engine, about = "hf", {}
+    else:  # llama-server's version 1: a row without a prediction keeps the words it printed
+        rows = [row | {"unjudged": row.get("judgement")} if row.get("predicted_speedup") is None else row for row in rows]
+        notes = {name: payload.get(f"{name}_note") for name in ("prediction", "loop", "pace")} | {"memory": payload.get("memory")}
+        engine = "llama.cpp"
+        about = {key: str(payload[key]) for key in ("logs", "llama_cpp_version", "chat_template") if key in payload}
+    return {"format": FORMAT, "version": VERSION, "engine": engine, "rows": rows, "prompts": payload.get("prompts", 0),
+            "new_tokens": payload.get("new_tokens", 0), "repeats": payload.get("repeats", 0), "threads": payload.get("threads", 0),
+            "threads_source": payload.get("threads_source", ""), "notes": {k: v for k, v in notes.items() if v}, "about": about}
+
+
+def read_race_file(path: Path) -> Race:
+    """The race in `path`, written by any version (`upgraded`).
+
+    Raises:
+        PolyplanError: the file cannot be read or is not a race's JSON.
+    """
+    try:
+        payload = upgraded(json.loads(path.read_text(encoding="utf-8")))
+        names = {field.name for field in dataclasses.fields(RaceRow)}
+        rows = tuple(RaceRow(**{key: _tuples(value) for key, value in row.items() if key in names}) for row in payload["rows"])
+        return Race(payload["engine"], rows, payload["prompts"], payload["new_tokens"], payload["repeats"], payload["threads"],
+                    payload["threads_source"], tuple(payload["notes"].items()), tuple(payload["about"].items()))
+    except (OSError, ValueError, KeyError, TypeError, AttributeError) as error:
+        raise PolyplanError(f"{path}: not the JSON `polyplan bench peers --json` prints ({error})") from None
+
+
+def _tuples(value):
+    """JSON's lists as the row's tuples."""
+    return tuple(_tuples(item) for item in value) if isinstance(value, list) else value
