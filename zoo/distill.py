@@ -1,33 +1,16 @@
-"""`polyplan drafter distill`: a small drafter for ANY target, distilled from it, with an LM head
-over the target's N most frequent tokens (FR-Spec style, `models.reduced_vocab`).
+"""`polyplan drafter distill`: a small drafter for ANY target of a models.yaml, distilled from it,
+with an LM head over the target's N most frequent tokens (FR-Spec style, `models.reduced_vocab`).
 
-1. Load the target of a models.yaml (any source: folder, .gguf, hub id, builtin).
-2. Data, encoded with the target's tokenizer (`training_data`):
-   - the standard library's source (`models.corpus`, the family's corpus) and its English prose
-     (`pydoc_data.topics`, the Python reference manual's topics): every machine has both;
-   - an optional user file (`--data`: text, or jsonl prompts with `turns`/`prompt`/`text`);
-   - on-policy text: the target's own greedy continuations (`--on-policy-tokens`), first of
-     the `--data` prompts as decoding sends them (through the chat template unless
-     `--raw-prompts`), then of prompts cut from the corpus, since speculative decoding
-     verifies the drafter on the target's output. Half of every training batch is this text.
-   One text in twenty of each source is held out to score the result.
-3. Keep the N most frequent target tokens of that stream, plus every EOS id of the target.
-4. A Llama-style drafter (the target's full vocabulary in its embeddings, so it reads any
-   token; a `SubsetHead` over the N kept ids). Its embeddings and head start from the
-   target's own, projected onto their top principal directions (`projected_embeddings`), so
-   a token the short training never shows still lands near its neighbours. With
-   `--exit-layers K` the drafter is instead the target's own first K layers (frozen) with a
-   trained copy of the final norm and a trained reduced head (`exit_student`).
-5. It is distilled from the frozen target with the zoo's refinement loop
-   (`zoo.refine.refine_drafter`: total variation + KL, the loop that refines the shipped
-   drafter; no second training loop). The teacher is the target with its head restricted to
-   the kept ids: the best a drafter without the other tokens can do is the target's
-   distribution renormalised over the kept ones, and the teacher's step is then its body
-   plus an N-row head instead of a V-row one.
-6. Written as a HF folder (`save_reduced`: tied embeddings, so no V-row head is written; the
-   kept head rows in `polyplan-reduced-head.safetensors` and their ids in
-   `polyplan-reduced-vocab.json`), with the target's tokenizer, so it works as a `source:`
-   candidate; loading restores the reduced head.
+The data (`training_data`) are the standard library's code and English prose, which every machine
+has, an optional user file, and on-policy text: the target's own greedy continuations (half of every
+batch), since speculative decoding verifies the drafter on the target's output. The drafter reads
+the target's full vocabulary; its embeddings and head start from the target's, projected onto their
+top principal directions (`projected_embeddings`), so that a token the short training never shows
+still lands near its neighbours; or, with `--exit-layers K`, it is the target's own first K layers,
+frozen, with a trained norm and reduced head (`exit_student`). It is distilled with the zoo's one
+refinement loop (`zoo.refine.refine_drafter`) from the target with its head restricted to the kept
+ids: the best a drafter without the other tokens can do is the target's distribution renormalised
+over the kept ones. The result is a HF folder with the target's tokenizer (`save_reduced`).
 """
 
 from __future__ import annotations
@@ -102,11 +85,8 @@ def distill_drafter(candidates_path: str | Path, out: str | Path, settings: Dist
 
     `fit_vocab`: a head size larger than the target's vocabulary (the default 8192 on a target of
     2048 tokens, say) becomes the whole vocabulary, with a note on `log`; False (the size was
-    chosen, `--vocab`) refuses it in one line instead.
-
-    With `exit_layers` = k, the drafter is instead the target's own first k layers (an early
-    exit) with a trained copy of the final norm and a trained reduced head (`exit_student`):
-    the layers are the target's, frozen; only the exit's norm and head rows learn."""
+    chosen, `--vocab`) refuses it in one line instead. `exit_layers` = k: the drafter is the
+    target's own first k layers instead (`exit_student`)."""
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     from polyplan.formats.candidates import read_candidates

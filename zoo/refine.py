@@ -1,28 +1,16 @@
 """Refining the drafter against the finished target: offline distillation, the target frozen.
 
-`train.train_pair` distils the drafter *online*, from a target that is still learning: what
-the drafter matches early on is a target that no longer exists at the end. This stage
-continues from that drafter with the final target as a fixed teacher. Its loss is aimed at
-what speculative decoding pays for:
+`train.train_pair` distils the drafter online, from a target that is still learning; this stage
+continues with the final target as a fixed teacher. Its loss aims at what speculative decoding pays
+for: the total variation TV(p, q) = 1 - sum(min(p, q)), since the acceptance rate at temperature 1
+is alpha = 1 - E[TV(p, q)] (p the target's, q the drafter's next-token distribution), plus the
+forward KL(p || q), which keeps the gradient informative where q puts almost no mass on the
+target's choice (TV's is flat there) and so serves greedy agreement.
 
-- the total variation distance TV(p, q) = 1 - sum(min(p, q)), because the acceptance rate at
-  temperature 1 is exactly alpha = 1 - E[TV(p, q)] (p the target's, q the drafter's
-  next-token distribution);
-- plus the forward KL(p || q), which keeps the gradient informative where q puts almost no
-  mass on the target's choice (TV's gradient is flat there), and so serves greedy agreement.
-
-Its data are windows of the training corpus as long as the family's context (1024 tokens),
-four times the pre-training windows: decoding reads the drafter at every position up to the
-context, and a drafter refined on 256-token windows agreed more often with the target's
-greedy continuations of short prompts (+0.08) but far less on long-context prompts (down by
-up to 0.35: positions it never trained at, and copying from far back, which short windows
-never show). Besides held-out corpus windows, the result is scored *on-policy*, on text the
-frozen target wrote itself (greedy continuations of held-out prompts), since speculative
-decoding verifies the drafter on the target's own output.
-
-Only the drafter's forward and backward pass and the target's forward pass run per step, so
-the target's weights (and every fingerprint and profile entry that depends on them) stay
-exactly as they were.
+It trains on windows as long as the family's context, since decoding reads the drafter at every
+position up to it, and scores before and after on held-out windows and on-policy, on the frozen
+target's own greedy continuations. Only the drafter learns, so the target's weights (and every
+fingerprint and profile entry that depends on them) stay exactly as they were.
 """
 
 from __future__ import annotations
@@ -84,7 +72,7 @@ def acceptance_on(target: nn.Module, drafter: nn.Module, windows: torch.Tensor, 
     alpha = mean over positions of sum(min(p, q)); agreement = fraction of positions where the
     argmaxes agree. `windows` is (count, L + 1) held-out token ids. At most `batch_size`
     windows go at once, fewer where the vocabulary is large (each probability tensor stays
-    under 2^26 entries: a 262k-token gemma takes one 255-token window at a time).
+    under 2^26 entries).
     """
     head = target.get_output_embeddings()
     vocab = int(getattr(head, "out_features", head.weight.shape[0]))
@@ -141,7 +129,7 @@ def refine_drafter(
     restricted to a reduced-vocabulary drafter's kept ids; the scores always use `target`.
     When both the teacher and the drafter have reduced heads over the same ids, the loss is
     computed over those columns only (`compact_logits`): the same loss, since both are −inf
-    elsewhere, at a fraction of the time and memory (gemma: 8,192 of 262,144 columns).
+    elsewhere, at a fraction of the time and memory.
     """
     teacher = target if teacher is None else teacher
     compact = _compact_if_both_reduced(teacher, drafter)

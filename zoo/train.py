@@ -63,8 +63,7 @@ def train_pair(
     Drafter loss: w x KL(target || drafter) + (1 - w) x corpus cross-entropy, where w ramps
     from 0 to `distill_weight` over the first half of training (the target's outputs are
     noise at first). Distilling from the logits the target computes anyway costs only the
-    drafter's own forward and backward pass: on 2 CPU cores a separate distillation pass
-    through the target would cost a third of the target's training again.
+    drafter's own forward and backward pass, not a second pass through the target.
     """
     torch.manual_seed(seed)  # HF initialises weights from the global generator
     target = LlamaForCausalLM(target_config).train()
@@ -121,12 +120,6 @@ def validation_loss(model: nn.Module, windows: torch.Tensor, batch_size: int = 8
         total += F.cross_entropy(logits.flatten(0, 1), chunk[:, 1:].flatten(), reduction="sum").item()
         count += chunk[:, 1:].numel()
     return total / count
-
-
-@torch.inference_mode()
-def greedy_agreement(reference: nn.Module, other: nn.Module, windows: torch.Tensor, batch_size: int = 8) -> float:
-    """Fraction of held-out positions where both models' argmax next tokens agree."""
-    return agreement_with(greedy_tokens(reference, windows, batch_size), other, windows, batch_size)
 
 
 @torch.inference_mode()
