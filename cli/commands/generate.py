@@ -26,7 +26,7 @@ def _int_list(text: str, option: str) -> list[int]:
         raise PolyplanError(f"{option}: expected comma-separated integers, got {text!r}") from None
 
 
-def stats_lines(result) -> list[str]:
+def _stats_lines(result) -> list[str]:
     """The per-level statistics table (level 1 = target)."""
     lines = [
         f"{'level':>5}  {'model':<24} {'forwards':>8} {'proposed':>8} {'accepted':>8} {'accept':>7} "
@@ -107,25 +107,16 @@ def _sampling(temperature: float, top_k: int | None, top_p: float):
     return sampling
 
 
+_LEVEL_FIELDS = ("model", "forward_passes", "tokens_accepted", "tokens_per_verification", "wall_time_s", "tokens_drafted",
+                 "verifications", "acceptance_rate", "mean_tokens_per_verification")
+
+
 def _json(run) -> dict:
     result = run.result
     return {
         "text": run.text,
-        "token_ids": list(result.token_ids),
-        "levels": [
-            {
-                "model": level.model,
-                "forward_passes": level.forward_passes,
-                "tokens_accepted": level.tokens_accepted,
-                "tokens_per_verification": list(level.tokens_per_verification),
-                "wall_time_s": level.wall_time_s,
-                "tokens_drafted": level.tokens_drafted,
-                "verifications": level.verifications,
-                "acceptance_rate": level.acceptance_rate,
-                "mean_tokens_per_verification": level.mean_tokens_per_verification,
-            }
-            for level in result.levels
-        ],
+        "token_ids": result.token_ids,
+        "levels": [{name: getattr(level, name) for name in _LEVEL_FIELDS} for level in result.levels],
         "tokens_per_target_pass": result.tokens_per_target_pass,
         "wall_time_s": result.wall_time_s,
         "stopped_at_eos": result.stopped_at_eos,
@@ -192,21 +183,12 @@ def generate(
     choice = choose_threads(threads, None if planned is None else plan_threads(planned.device), recorded_by="the plan's profile")
     set_threads(choice)
     loaded = resolved.load()
-    run = generate_text(
-        list(loaded.members),
-        loaded.tokenizer,
-        prompt,
-        block_sizes=resolved.block_sizes,
-        max_new_tokens=max_new_tokens,
-        sampling=sampling,
-        seed=seed,
-        raw=raw_prompts,
-        verify_widths=resolved.verify_widths,
-        draft_policy=resolved.draft_policy,
-        on_text=None if json_output else (lambda piece: typer.echo(piece, nl=False)),
-    )
+    run = generate_text(list(loaded.members), loaded.tokenizer, prompt, block_sizes=resolved.block_sizes,
+                        max_new_tokens=max_new_tokens, sampling=sampling, seed=seed, raw=raw_prompts,
+                        verify_widths=resolved.verify_widths, draft_policy=resolved.draft_policy,
+                        on_text=None if json_output else (lambda piece: typer.echo(piece, nl=False)))
     if json_output:
         echo_json(_json(run) | {"threads": choice.threads})
         return
     typer.echo("\n")  # ends the streamed text's line, then one blank line
-    typer.echo("\n".join(stats_lines(run.result) + [choice.line]))
+    typer.echo("\n".join(_stats_lines(run.result) + [choice.line]))

@@ -124,10 +124,10 @@ def profile(
         )
     overheads = _bindings_overheads(profiled)
     if json_output:
-        echo_json({**run_json(profiled), "bindings_overhead": [dataclasses.asdict(o) | {"relative": o.relative} for o in overheads],
+        echo_json({**_run_json(profiled), "bindings_overhead": [dataclasses.asdict(o) | {"relative": o.relative} for o in overheads],
                    "threads": None if choice is None else dataclasses.asdict(choice)})
         return
-    typer.echo("\n".join(run_lines(profiled) + _bindings_lines(overheads) + ([] if choice is None else [choice.line])))
+    typer.echo("\n".join(_run_lines(profiled) + _bindings_lines(overheads) + ([] if choice is None else [choice.line])))
 
 
 def _bindings_overheads(profiled) -> list:
@@ -173,7 +173,7 @@ def _set_threads(threads: int | None, out: Path | None):
     return choice
 
 
-def run_lines(profiled) -> list[str]:
+def _run_lines(profiled) -> list[str]:
     """The closing table, the timing warnings and what the run did."""
     from polyplan.cli.commands.recommend import warning_lines
     from polyplan.planner.intervals.timing_health import timing_warnings
@@ -195,19 +195,19 @@ def run_lines(profiled) -> list[str]:
     return lines
 
 
-def run_json(profiled) -> dict:
+def _run_json(profiled) -> dict:
     """`profile --json`: the run's entries, its timing warnings and the closing table's rows."""
     from polyplan.planner.intervals.timing_health import timing_warnings
     from polyplan.profiler.summary import model_rows, pair_rows
 
-    profile, run = profiled.profile, profiled.run
+    profile, run, loop = profiled.profile, profiled.run, profiled.loop_costs
     return {
         "profile": str(profiled.path),
         "measured": [step.label for step in run.measured],
         "reused": [step.label for step in run.reused],
-        "loop_costs_measured": profiled.loop_costs.measured,
-        "loop_costs_seconds": {"agreement_runs": profiled.loop_costs.agreement_s, "loop_overhead": profiled.loop_costs.loop_overhead_s,
-                               "hf_overhead": profiled.loop_costs.hf_overhead_s, "switch_costs": profiled.loop_costs.switch_costs_s},
+        "loop_costs_measured": loop.measured,
+        "loop_costs_seconds": {"agreement_runs": loop.agreement_s, "loop_overhead": loop.loop_overhead_s,
+                               "hf_overhead": loop.hf_overhead_s, "switch_costs": loop.switch_costs_s},
         "wall_time_s": profiled.wall_time_s,
         "warnings": list(timing_warnings(profile)),
         "phase_seconds": {"latency": run.phases.latency, "alpha": run.phases.alpha, "decoded": run.phases.decoded},
@@ -218,26 +218,6 @@ def run_json(profiled) -> dict:
 
 
 def _pair_json(row) -> dict:
-    return {
-        "verifier": row.verifier,
-        "drafter": row.drafter,
-        "sampling": row.sampling,
-        "alpha": row.alpha,
-        "best_k": row.best_k,
-        "mu_best": row.mu_best,
-        "mu_best_source": row.mu_best_source,
-        "alpha_ci": row.alpha_ci,
-        "decoded": [
-            {
-                "k": d.k,
-                "mu": d.mu,
-                "implied_mu": d.implied_mu,
-                "positional_mu": d.positional_mu,
-                "relative_variability": d.relative_variability,
-                "iid_relative_variability": d.iid_relative_variability,
-            }
-            for d in row.decoded
-        ],
-        "speedup_at_best_k": row.speedup,
-        "warnings": list(row.warnings),
-    }
+    payload = dataclasses.asdict(row)
+    payload["speedup_at_best_k"] = payload.pop("speedup")
+    return payload
