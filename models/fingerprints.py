@@ -1,22 +1,13 @@
 """From a models.yaml to the models a profiling run measures, each with its fingerprint.
 
-A model has one type per stage: a models.yaml entry is a `formats.candidates.Candidate`; loaded
-(by the one loader, `polyplan.models.loader`) it is a `LoadedCandidate` of `LoadedCandidates`;
-the profiler measures it as a `ProfiledModel` (name, chain member, fingerprint), which
-`LoadedCandidates.profiled` gives once `load_fingerprinted` has loaded the candidates with
-their fingerprints; a chain runs its `decoder.member.ChainMember`. This module adds the
-fingerprint that keys a candidate's profile entries:
-- a `source` entry: the contents of its folder (config, weights, tokenizer) or .gguf file, or
-  the hub id when it is not cached, plus its dtype, device and `padded_vocab`;
-- a `source` entry on llama.cpp (`engine: llama.cpp`): the file's contents, the engine and its
-  version, the file's quantization type and the context it reserves;
-- a derived entry: its derivation and device on top of its base's fingerprint (a `vocab` id
-  list: the file's contents, not its path);
-- an n-gram drafter: its parameters and the target's fingerprint (it uses that vocabulary).
+The fingerprint keys a candidate's profile entries: a source entry hashes its files (or its hub
+id when not cached) with what changes how it runs (dtype, device, padded rows, placement; on
+llama.cpp the engine, its version, the file type and the context); a derived entry adds its
+derivation to its base's; an n-gram drafter adds its parameters to the target's. Files are
+hashed through `models.file_fingerprints`, and only for the candidates asked for.
 
-Files are hashed through `file_fingerprints` (the same values, kept in the cache while the
-files keep their size and mtime), and only for the candidates asked for: a command that runs
-one chain fingerprints that chain's members and what they derive from, not all of models.yaml.
+A model has one type per stage: `formats.candidates.Candidate` in models.yaml,
+`models.loader.LoadedCandidate` once loaded, `ProfiledModel` as the profiler measures it.
 """
 
 from __future__ import annotations

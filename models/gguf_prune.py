@@ -1,20 +1,12 @@
 """Derived llama.cpp members: a GGUF cut to its first L transformer blocks, cached by content.
 
-`derive: {from: <llama.cpp entry>, layers: L}` in models.yaml becomes a GGUF that keeps the
-tensors of blocks `blk.0` … `blk.L-1` and every tensor outside the blocks (token embedding,
-output norm, output head when the file has one), byte for byte at their own quantization type
-(nothing is dequantized), with all metadata (tokenizer included) copied and the block count
-`<arch>.block_count` set to L. An architecture's per-layer arrays (head counts, feed-forward
-lengths or sliding-window flags per layer) are the arrays under `<arch>.` with one element per
-block; they are cut to their first L elements. llama.cpp then runs the early exit on its own
-kernels: the first L blocks, the final norm and the head, as the torch `layers` copy does
-(`models.derive.early_exit_model`).
-
-The copy lives in the polyplan cache next to llama.cpp's quantized copies
-(`models.llama_quantize`), named by the base file's content hash and L
-(`<sha24>-layers<L>.gguf`), written to a hidden partial file and renamed, so an interrupted run
-never leaves a file that looks whole. A file whose last blocks are multi-token-prediction
-layers (`<arch>.nextn_predict_layers`) or that is split over several files is refused.
+`derive: {from: <llama.cpp entry>, layers: L}` keeps the tensors of blocks `blk.0` … `blk.L-1`
+and every tensor outside the blocks byte for byte, copies all metadata, sets
+`<arch>.block_count` to L and cuts the per-layer arrays under `<arch>.` to their first L
+elements: llama.cpp then runs an early exit, as the torch `layers` copy does
+(`models.derive.early_exit_model`). Files with multi-token-prediction blocks or split over
+several files are refused. The copy is cached beside `models.llama_quantize`'s, by the base
+file's content hash and L.
 """
 
 from __future__ import annotations
@@ -26,7 +18,7 @@ from pathlib import Path
 from polyplan.formats.cache import cache_root
 from polyplan.formats.errors import PolyplanError
 from polyplan.models.file_fingerprints import content_sha256
-from polyplan.models.llama_quantize import FOLDER
+from polyplan.models.llama_quantize import FOLDER, cached_copy
 
 _BLOCK = re.compile(r"^blk\.(\d+)\.")
 # Arrays under `<arch>.` whose length is fixed by the format, not by the depth: never cut.
@@ -68,22 +60,12 @@ def pruned_copy(base: str | os.PathLike[str], layers: int, *, log=lambda line: N
     if not 1 <= layers <= depth:
         raise PolyplanError(f"layers {layers}: outside 1..{depth} ({base.name} has {depth} transformer blocks)")
     out = copy_path(base, layers)
-    if out.is_file():
-        return out
-    folder = out.parent
-    try:
-        folder.mkdir(parents=True, exist_ok=True)
-    except OSError as error:
-        raise PolyplanError(f"cache: cannot create {folder} ({error.strerror or error})") from None
-    partial = out.with_name(f".{out.name}.partial-{os.getpid()}")
-    log(f"keeping the first {layers} of {depth} blocks of {base.name} in {out} (once)")
-    try:
+
+    def write(partial: Path) -> None:
+        log(f"keeping the first {layers} of {depth} blocks of {base.name} in {out} (once)")
         write_pruned(base, partial, layers)
-    except BaseException:
-        partial.unlink(missing_ok=True)
-        raise
-    os.replace(partial, out)
-    return out
+
+    return cached_copy(out, write)
 
 
 def write_pruned(base: str | os.PathLike[str], out: str | os.PathLike[str], layers: int) -> None:

@@ -1,21 +1,10 @@
 """A `.gguf` file as a model source: dequantized once into a Hugging Face folder in the cache.
 
-transformers reads a GGUF file through `from_pretrained(..., gguf_file=...)` (it needs the
-`gguf` package), dequantizing every tensor to float on each load, which takes long for a real
-model. `hf_folder_for_gguf` does that once and saves the model, its tokenizer (with the chat
-template the file carries) and its generation config with `save_pretrained` into
-
-    <cache>/gguf/<first 24 hex digits of the file's sha256>/
-
-so a second load is an ordinary, fast folder load. The file's hash is streamed (the file is
-never read into memory at once), and kept while the file keeps its size and mtime
-(`models.file_fingerprints.content_sha256`). The folder is written as a hidden partial
-folder next to its final place and renamed at the end: an interrupted conversion leaves no
-half folder that a later run would trust, and two processes converting the same file both end
-with one whole folder.
-
-Errors a user can cause (a missing or truncated file, an architecture transformers cannot read
-from GGUF) raise `PolyplanError` with one line naming the file.
+transformers reads a GGUF file (`from_pretrained(..., gguf_file=...)`) by dequantizing every
+tensor on each load; `hf_folder_for_gguf` does that once and saves the model, its tokenizer and
+generation config into `<cache>/gguf/<first 24 hex digits of the file's sha256>/`, so later loads
+are ordinary folder loads. The folder is written under a hidden name and renamed when whole, so
+an interrupted conversion leaves nothing a later run would trust.
 """
 
 from __future__ import annotations
@@ -25,6 +14,7 @@ import json
 import os
 import shutil
 import tempfile
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -33,7 +23,7 @@ from polyplan.formats.cache import cache_root
 from polyplan.formats.errors import PolyplanError, first_line
 from polyplan.models.hf_bars import hf_progress_bars_off
 
-GGUF_FOLDER = "gguf"
+_GGUF_FOLDER = "gguf"
 SOURCE_RECORD = "polyplan-gguf.json"  # written into the folder: which file it came from
 _CHUNK = 1 << 20
 
@@ -92,7 +82,7 @@ def read_gguf_info(path: str | os.PathLike[str]) -> GGUFInfo:
 
 def cached_folder(sha256: str, cache_dir: str | os.PathLike[str] | None = None) -> Path:
     """Where the dequantized folder of a file with this content hash lives."""
-    return cache_root(cache_dir) / GGUF_FOLDER / sha256[:24]
+    return cache_root(cache_dir) / _GGUF_FOLDER / sha256[:24]
 
 
 def hf_folder_for_gguf(
@@ -119,15 +109,25 @@ def hf_folder_for_gguf(
     folder = cached_folder(sha256, cache_dir)
     if (folder / SOURCE_RECORD).is_file():
         return folder
-    try:
-        folder.parent.mkdir(parents=True, exist_ok=True)
-    except OSError as error:
-        raise PolyplanError(f"cache: cannot create {folder.parent} ({error.strerror or error})") from None
     log(f"dequantizing {path.name} ({info.architecture}, {info.tensors} tensors) into {folder} (once)")
-    partial = Path(tempfile.mkdtemp(prefix=f".{folder.name}.partial-", dir=folder.parent))
-    try:
+
+    def fill(partial: Path) -> None:
         with hf_progress_bars_off():  # loading and saving ("Writing model shards") alike
             _convert(path, partial, sha256, info)
+
+    return _publish(folder, fill)
+
+
+def _publish(folder: Path, fill: Callable[[Path], None]) -> Path:
+    """`folder`, filled by `fill(partial)` in a hidden partial folder next to it and renamed when
+    whole; when another process finished first, its folder is kept."""
+    try:
+        folder.parent.mkdir(parents=True, exist_ok=True)
+        partial = Path(tempfile.mkdtemp(prefix=f".{folder.name}.partial-", dir=folder.parent))
+    except OSError as error:
+        raise PolyplanError(f"cache: cannot create a folder in {folder.parent} ({error.strerror or error})") from None
+    try:
+        fill(partial)
         _honour_umask(partial)
         try:
             os.rename(partial, folder)
@@ -154,7 +154,7 @@ def _convert(path: Path, out: Path, sha256: str, info: GGUFInfo) -> None:
         raise PolyplanError(
             f"{path}: transformers cannot load this {info.architecture} GGUF file ({first_line(error)})"
         ) from None
-    model.generation_config.eos_token_id = list(end_of_generation_ids(info, model.generation_config.eos_token_id))
+    model.generation_config.eos_token_id = list(_end_of_generation_ids(info, model.generation_config.eos_token_id))
     # The weights are plain float32 tensors by now; transformers still marks the model as "gguf
     # quantized" and refuses to save it, so drop that mark (and its config entry).
     model.hf_quantizer = None
@@ -169,7 +169,7 @@ def _convert(path: Path, out: Path, sha256: str, info: GGUFInfo) -> None:
         raise PolyplanError(f"cache: cannot write the dequantized model into {out} ({error.strerror or error})") from None
 
 
-def end_of_generation_ids(info: GGUFInfo, eos: int | list[int] | None) -> tuple[int, ...]:
+def _end_of_generation_ids(info: GGUFInfo, eos: int | list[int] | None) -> tuple[int, ...]:
     """`eos` and the file's end-of-turn and end-of-message ids (llama.cpp's "end of generation"
     tokens, e.g. `<end_of_turn>`, `<|im_end|>`), which transformers does not carry over."""
     ids = [eos] if isinstance(eos, int) else list(eos or [])
@@ -211,14 +211,10 @@ def tokenizer_folder_for_gguf(
     folder = full.with_name(full.name + "-tokenizer")
     if (folder / SOURCE_RECORD).is_file():
         return folder
-    from transformers import AutoTokenizer
 
-    try:
-        folder.parent.mkdir(parents=True, exist_ok=True)
-        partial = Path(tempfile.mkdtemp(prefix=f".{folder.name}.partial-", dir=folder.parent))
-    except OSError as error:
-        raise PolyplanError(f"cache: cannot create a folder in {folder.parent} ({error.strerror or error})") from None
-    try:
+    def fill(partial: Path) -> None:
+        from transformers import AutoTokenizer
+
         try:
             tokenizer = AutoTokenizer.from_pretrained(path.parent, gguf_file=path.name, local_files_only=True)
         except Exception as error:  # noqa: BLE001 - transformers' GGUF path raises ValueError, KeyError, OSError…
@@ -226,13 +222,5 @@ def tokenizer_folder_for_gguf(
         tokenizer.save_pretrained(partial)
         record = {"gguf_file": str(path.resolve()), "sha256": sha256, "architecture": info.architecture, "tokenizer_only": True}
         (partial / SOURCE_RECORD).write_text(json.dumps(record, indent=2) + "\n", encoding="utf-8")
-        _honour_umask(partial)
-        try:
-            os.rename(partial, folder)
-        except OSError:
-            if not (folder / SOURCE_RECORD).is_file():
-                raise
-    finally:
-        if partial.exists():
-            shutil.rmtree(partial, ignore_errors=True)
-    return folder
+
+    return _publish(folder, fill)

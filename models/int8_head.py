@@ -1,20 +1,17 @@
 """`quantize: int8-head`: a copy whose LM head runs torch's dynamic int8 kernel, with its top
 logits recomputed exactly, and everything else shared with the base model.
 
-Why (measured on gemma-3-270m, issue 11): on a real small model the LM head is most of a
-decode step (262,144 x 640 weights: 92 ms of a 145 ms fp32 step on one thread), and the fast
-CPU path for it is torch's dynamic int8 `Linear` (fbgemm: 9 ms). Quantizing every linear layer
-that way (`quantize: int8`) agrees with the target's greedy token on only 83% of positions:
-the loss is mostly in the decoder layers' linears, whose activations are quantized per tensor.
-The LM head alone in int8 keeps 94%; the remaining misses are near-ties among the top logits,
-where the int8 error (weights and the per-tensor activation scale) swaps the order. So this copy
-computes all logits with the int8 kernel, takes the `top` largest, and recomputes those exactly
-in float32 from the original weights (top x hidden multiply-adds): its argmax is the float32
-argmax unless that token is not even among the int8 top `top`.
+On a real small model the LM head is most of a decode step and torch's dynamic int8 `Linear` is
+the fast CPU path for it, but quantizing every linear layer that way loses the target's greedy
+token often (mostly in the decoder layers, whose activations are quantized per tensor), and the
+head alone in int8 still swaps near-ties among the top logits. So this copy computes all logits
+with the int8 kernel, takes the `top` largest, and recomputes those exactly in float32 from the
+original weights: its argmax is the float32 argmax unless that token is not even among the int8
+top `top` (figures: docs/models-yaml.md, "Derived copies").
 
 The copy shares the base model's decoder layers, embeddings and (tied) LM-head weights, so it
-costs only the int8 copy of the head (a quarter of the fp32 head's memory). As a chain member it
-is a different model whose distribution is its own; the chain stays lossless whatever it is.
+costs only the int8 copy of the head. As a chain member it is a different model whose
+distribution is its own; the chain stays lossless whatever it is.
 """
 
 from __future__ import annotations
@@ -27,7 +24,7 @@ from torch import nn
 from polyplan.decoder.shallow_copy import shallow_copy
 from polyplan.formats.errors import PolyplanError
 
-DEFAULT_RESCORED = 32  # top logits recomputed exactly (gemma-3-270m: see docs/models-yaml.md)
+DEFAULT_RESCORED = 32  # top logits recomputed exactly (docs/models-yaml.md)
 
 
 class RescoredInt8Head(nn.Module):
@@ -66,13 +63,10 @@ class RescoredInt8Head(nn.Module):
 
 def quantize_dynamic_quietly(module: nn.Module, inplace: bool = False) -> nn.Module:
     """torch's dynamic int8 quantization of every `nn.Linear` in `module` (in a deep copy, or
-    in place with `inplace`), without the deprecation warnings: torch 2.13 deprecates the eager
+    in place with `inplace`), without the deprecation warnings: torch deprecates the eager
     quantization API in favour of torchao (not installed); it is still the int8 path with a
-    fast CPU kernel.
-
-    Weights get one scale per output channel: as fast as one per tensor, and more faithful
-    (gemma-3-270m's decoder layers in int8 with int8-head's head: greedy agreement 0.88 per
-    channel, 0.80 per tensor; `examples/int8_agreement.py`)."""
+    fast CPU kernel. Weights get one scale per output channel: as fast as one per tensor, and
+    more faithful (docs/models-yaml.md)."""
     with warnings.catch_warnings():
         warnings.filterwarnings("ignore", message="torch.ao.quantization is deprecated", category=DeprecationWarning)
         warnings.filterwarnings("ignore", message="torch.quantize_per_tensor, torch.quantize_per_channel", category=UserWarning)

@@ -1,15 +1,15 @@
 """Derived llama.cpp members: a GGUF requantized by llama.cpp's own quantizer, cached by content.
 
-`derive: {from: <llama.cpp entry>, quantize: q4_0}` in models.yaml becomes the file that
-`llama_model_quantize` writes from the base file (with `allow_requantize`: the base is usually
-quantized already, so the copy is a requantization and loses what both roundings lose). The copy
-lives in the polyplan cache under the base file's content hash and the type, written to a hidden
-partial file and renamed, so an interrupted run never leaves a file that looks whole.
+`derive: {from: <llama.cpp entry>, quantize: q4_0}` becomes the file `llama_model_quantize`
+writes from the base file, with `allow_requantize` (the base is usually quantized already, so
+the copy loses what both roundings lose). Every derived llama.cpp file lives in the polyplan
+cache under `FOLDER`, named by its base file's content hash, and is made by `cached_copy`.
 """
 
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 from pathlib import Path
 
 from polyplan.decoder.llama_cpp import llama_cpp_module
@@ -34,23 +34,40 @@ def quantized_copy(base: str | os.PathLike[str], kind: str, *, log=lambda line: 
     ftype = getattr(llama_cpp, f"LLAMA_FTYPE_MOSTLY_{kind.upper()}", None)
     if ftype is None:
         raise PolyplanError(f"quantize {kind!r}: the installed llama.cpp ({llama_cpp.__version__}) has no such type")
-    out = copy_path(base, kind)
+    base, out = Path(base), copy_path(base, kind)
+
+    def write(partial: Path) -> None:
+        params = llama_cpp.llama_model_quantize_default_params()
+        params.ftype = ftype
+        params.allow_requantize = True
+        params.nthread = max(1, os.cpu_count() or 1)
+        log(f"quantizing {base.name} to {kind} with llama.cpp into {out} (once)")
+        status = llama_cpp.llama_model_quantize(str(base).encode(), str(partial).encode(), params)
+        if status != 0 or not partial.is_file():
+            raise PolyplanError(f"quantize {kind}: llama.cpp could not quantize {base} (status {status})")
+
+    return cached_copy(out, write)
+
+
+def cached_copy(out: Path, write: Callable[[Path], None]) -> Path:
+    """`out`, made on first use by `write(partial)`: a hidden partial file next to it, renamed
+    when whole, so an interrupted run never leaves a file that looks whole.
+
+    Raises:
+        PolyplanError: what `write` raises, or the cache folder cannot be written.
+    """
     if out.is_file():
         return out
-    base, folder = Path(base), out.parent
     try:
-        folder.mkdir(parents=True, exist_ok=True)
+        out.parent.mkdir(parents=True, exist_ok=True)
     except OSError as error:
-        raise PolyplanError(f"cache: cannot create {folder} ({error.strerror or error})") from None
+        raise PolyplanError(f"cache: cannot create {out.parent} ({error.strerror or error})") from None
     partial = out.with_name(f".{out.name}.partial-{os.getpid()}")
-    params = llama_cpp.llama_model_quantize_default_params()
-    params.ftype = ftype
-    params.allow_requantize = True
-    params.nthread = max(1, os.cpu_count() or 1)
-    log(f"quantizing {base.name} to {kind} with llama.cpp into {out} (once)")
-    status = llama_cpp.llama_model_quantize(str(base).encode(), str(partial).encode(), params)
-    if status != 0 or not partial.is_file():
+    try:
+        write(partial)
+        os.replace(partial, out)
+    except OSError as error:
+        raise PolyplanError(f"cache: cannot write {out} ({error.strerror or error})") from None
+    finally:
         partial.unlink(missing_ok=True)
-        raise PolyplanError(f"quantize {kind}: llama.cpp could not quantize {base} (status {status})")
-    os.replace(partial, out)
     return out

@@ -1,30 +1,17 @@
 """Derived llama.cpp members whose output head covers only a subset S of the token ids.
 
-`derive: {from: <llama.cpp entry>, vocab: 32768}` in models.yaml (or `vocab: ./ids.json`)
-becomes a GGUF file made from the base file with a vocabulary of N = |S| entries: the output
-head's rows (`output.weight`, or `token_embd.weight` when the head is tied to it) and bias are
-cut to the rows of S, the tokenizer's arrays are dropped (`tokenizer.ggml.model: none`, which
-llama.cpp accepts with `<arch>.vocab_size` = N), and every other tensor is copied byte for byte.
-llama.cpp then computes N logits a step instead of V. The member
-(`decoder.llama_cpp_subset`) reads every context token exactly, in S or not, as the embedding
-row of the BASE file's `token_embd`, and returns full-vocabulary logits, −inf outside S; the
-chain stays lossless (the drafter's p is zero outside S; verification recovers the target's
-mass there) and loses only acceptance where the target would emit a token outside S.
+`derive: {from: <llama.cpp entry>, vocab: N}` (or `vocab: ./ids.json`) becomes a GGUF file whose
+head tensors (`_HEAD_TENSORS`) keep only the rows of S and whose tokenizer arrays are dropped
+(`tokenizer.ggml.model: none`); every other tensor is copied byte for byte, so llama.cpp computes
+N logits a step instead of V. The member (`decoder.llama_cpp_subset`) reads context tokens as the
+base file's embedding rows and returns full-vocabulary logits, −inf outside S: lossless, at the
+cost of α where the target emits a token outside S.
 
-Which ids form S: always llama.cpp's end-of-generation ids and the file's control tokens, then
-for `vocab: N` the most frequent tokens of a fixed corpus (the Python standard library's code
-and its reference manual's prose, `models.corpus`; ties and unseen tokens by lowest id, as BPE
-ids roughly follow merge rank), for `vocab: ids.json` the ids the file lists (a JSON list of
-ids, or an object with `kept_ids`, as `polyplan drafter distill` writes).
-
-The copy lives in the polyplan cache under the base file's content hash and N (or the hash of
-the listed ids), written to a hidden partial file and renamed. It records, in its metadata,
-the kept ids, the full vocabulary's size and end ids, and the input scale, so the member needs
-nothing else from it (`vocab_subset`).
-
-Architectures: those whose llama.cpp graph reads input embeddings as it reads token
-embeddings (llama, qwen2, qwen3), and gemma3, which scales token embeddings by sqrt(n_embd) in
-the graph but raw embeddings not, so the member scales them itself.
+S always holds llama.cpp's end-of-generation ids and the file's control tokens; then, for
+`vocab: N`, the most frequent tokens of a fixed corpus (`models.corpus`: the standard library's
+code and reference prose), or the ids a JSON file lists. The copy records in its metadata what
+the member needs (`vocab_subset`). `_ARCHITECTURES` lists the graphs that read input embeddings
+as token embeddings (gemma3 scales token embeddings by sqrt(n_embd), so the member scales them).
 """
 
 from __future__ import annotations
@@ -42,17 +29,17 @@ from polyplan.formats.cache import cache_root
 from polyplan.formats.candidates import ReducedVocab
 from polyplan.formats.errors import PolyplanError
 from polyplan.models.gguf_header import GGUFHeader, read_header
+from polyplan.models.llama_quantize import FOLDER, cached_copy
 
-FOLDER = "llama.cpp"
 # architecture -> does its graph scale token embeddings by sqrt(n_embd) (and raw ones not)?
-ARCHITECTURES = {"llama": False, "qwen2": False, "qwen3": False, "gemma3": True}
-HEAD_TENSORS = ("token_embd.weight", "output.weight", "output.bias")  # the tensors with a row per token
+_ARCHITECTURES = {"llama": False, "qwen2": False, "qwen3": False, "gemma3": True}
+_HEAD_TENSORS = ("token_embd.weight", "output.weight", "output.bias")  # the tensors with a row per token
 CORPUS_CODE_CHARS = 2_000_000  # the standard library's code counted for `vocab: N`
 CORPUS_PROSE_CHARS = 1_000_000  # and its reference manual's prose (about 0.5M characters)
-KEPT_IDS = "polyplan.vocab_subset.kept_ids"
-FULL_VOCAB = "polyplan.vocab_subset.vocab"
-END_IDS = "polyplan.vocab_subset.end_ids"
-INPUT_SCALE = "polyplan.vocab_subset.input_scale"
+_KEPT_IDS = "polyplan.vocab_subset.kept_ids"
+_FULL_VOCAB = "polyplan.vocab_subset.vocab"
+_END_IDS = "polyplan.vocab_subset.end_ids"
+_INPUT_SCALE = "polyplan.vocab_subset.input_scale"
 _CONTROL = 3  # llama.cpp's token type of control tokens (`tokenizer.ggml.token_type`)
 _UINT32, _INT32, _FLOAT32, _STRING, _ARRAY = 4, 5, 6, 8, 9
 
@@ -72,58 +59,48 @@ def reduced_vocab_copy(base: str | os.PathLike[str], derive: ReducedVocab, token
     read_gguf_info(base)  # a missing, foreign or truncated file: one line
     header = read_header(base)
     vocab = _check_base(header, base)
-    listed = None if derive.ids is None else read_id_list(derive.ids, vocab)
+    listed = None if derive.ids is None else _read_id_list(derive.ids, vocab)
     digest = content_sha256(base)[:24]
     tag = f"vocab{derive.size}" if listed is None else f"ids-{hashlib.sha256(listed.tobytes()).hexdigest()[:12]}"
     out = cache_root() / FOLDER / f"{digest}-{tag}.gguf"
-    if out.is_file():
-        return out
-    from polyplan.decoder.llama_cpp import file_end_of_generation_ids
 
-    end_ids = file_end_of_generation_ids(base)
-    control = np.flatnonzero(header.arrays.get("tokenizer.ggml.token_type", np.zeros(0)) == _CONTROL)
-    always = sorted({*end_ids, *control.tolist()})
-    if listed is None:
-        keep = frequent_ids(tokenizer, vocab, derive.size, always)
-    else:
-        keep = np.union1d(listed, np.asarray(always, dtype=np.int64))
-    log(f"cutting the head of {base.name} to {len(keep)} of its {vocab} tokens into {out} (once)")
-    architecture = header.architecture
-    width = _tensor(header, "token_embd.weight").shape[0]
-    scale = float(np.sqrt(np.float32(width))) if ARCHITECTURES[architecture] else 1.0
-    metadata = [(KEPT_IDS, _ARRAY, keep.astype(np.int32)), (FULL_VOCAB, _UINT32, vocab),
-                (END_IDS, _ARRAY, np.asarray(end_ids, dtype=np.int32)), (INPUT_SCALE, _FLOAT32, scale),
-                ("tokenizer.ggml.model", _STRING, "none"), (f"{architecture}.vocab_size", _UINT32, len(keep))]
-    try:
-        out.parent.mkdir(parents=True, exist_ok=True)
-    except OSError as error:
-        raise PolyplanError(f"cache: cannot create {out.parent} ({error.strerror or error})") from None
-    partial = out.with_name(f".{out.name}.partial-{os.getpid()}")
-    try:
-        write_subset_gguf(base, header, keep, metadata, partial)
-        os.replace(partial, out)
-    except OSError as error:
-        raise PolyplanError(f"cache: cannot write {out} ({error.strerror or error})") from None
-    finally:
-        partial.unlink(missing_ok=True)
-    return out
+    def write(partial: Path) -> None:
+        from polyplan.decoder.llama_cpp import file_end_of_generation_ids
+
+        end_ids = file_end_of_generation_ids(base)
+        control = np.flatnonzero(header.arrays.get("tokenizer.ggml.token_type", np.zeros(0)) == _CONTROL)
+        always = sorted({*end_ids, *control.tolist()})
+        if listed is None:
+            keep = _frequent_ids(tokenizer, vocab, derive.size, always)
+        else:
+            keep = np.union1d(listed, np.asarray(always, dtype=np.int64))
+        log(f"cutting the head of {base.name} to {len(keep)} of its {vocab} tokens into {out} (once)")
+        architecture = header.architecture
+        width = _tensor(header, "token_embd.weight").shape[0]
+        scale = float(np.sqrt(np.float32(width))) if _ARCHITECTURES[architecture] else 1.0
+        metadata = [(_KEPT_IDS, _ARRAY, keep.astype(np.int32)), (_FULL_VOCAB, _UINT32, vocab),
+                    (_END_IDS, _ARRAY, np.asarray(end_ids, dtype=np.int32)), (_INPUT_SCALE, _FLOAT32, scale),
+                    ("tokenizer.ggml.model", _STRING, "none"), (f"{architecture}.vocab_size", _UINT32, len(keep))]
+        _write_subset_gguf(base, header, keep, metadata, partial)
+
+    return cached_copy(out, write)
 
 
 def vocab_subset(path: str | os.PathLike[str], base: str | os.PathLike[str]) -> VocabSubset:
     """How the reduced file `path` (`reduced_vocab_copy`) maps to the full vocabulary, reading
     input embeddings from `base`, the file it was made from."""
     header, full = read_header(path), read_header(base)
-    if KEPT_IDS not in header.arrays:
-        raise PolyplanError(f"{path}: not a reduced-vocabulary copy (no {KEPT_IDS})")
+    if _KEPT_IDS not in header.arrays:
+        raise PolyplanError(f"{path}: not a reduced-vocabulary copy (no {_KEPT_IDS})")
     embd = _tensor(full, "token_embd.weight")
-    width, vocab = embd.shape[0], int(header.metadata[FULL_VOCAB])
+    width, vocab = embd.shape[0], int(header.metadata[_FULL_VOCAB])
     embeddings = TokenEmbeddings(base, offset=full.data_start + embd.offset, ggml_type=embd.ggml_type, rows=embd.shape[1],
-                                 width=width, scale=float(header.metadata[INPUT_SCALE]))
-    keep = torch.from_numpy(header.arrays[KEPT_IDS].astype(np.int64))
-    return VocabSubset(keep, vocab, embeddings, tuple(int(i) for i in header.arrays[END_IDS]))
+                                 width=width, scale=float(header.metadata[_INPUT_SCALE]))
+    keep = torch.from_numpy(header.arrays[_KEPT_IDS].astype(np.int64))
+    return VocabSubset(keep, vocab, embeddings, tuple(int(i) for i in header.arrays[_END_IDS]))
 
 
-def read_id_list(path: str | os.PathLike[str], vocab: int) -> np.ndarray:
+def _read_id_list(path: str | os.PathLike[str], vocab: int) -> np.ndarray:
     """The distinct ids a JSON file lists (a list, or an object with `kept_ids`), sorted.
 
     Raises:
@@ -143,9 +120,9 @@ def read_id_list(path: str | os.PathLike[str], vocab: int) -> np.ndarray:
     return np.unique(np.asarray(ids, dtype=np.int64))
 
 
-def frequent_ids(tokenizer, vocab: int, n: int, always: list[int]) -> np.ndarray:
+def _frequent_ids(tokenizer, vocab: int, n: int, always: list[int]) -> np.ndarray:
     """The `n` ids: `always`, then the most frequent tokens of the corpus (ties and unseen
-    tokens by lowest id); sorted ascending."""
+    tokens by lowest id, as BPE ids roughly follow merge rank); sorted ascending."""
     from polyplan.models.reduced_vocab import most_frequent_tokens
     from polyplan.models.corpus import read_texts, split_stdlib, stdlib_prose
 
@@ -160,18 +137,18 @@ def frequent_ids(tokenizer, vocab: int, n: int, always: list[int]) -> np.ndarray
 def _check_base(header: GGUFHeader, path: Path) -> int:
     """The vocabulary size V of a base file the member can run cut; PolyplanError if it cannot."""
     architecture = header.architecture
-    if architecture not in ARCHITECTURES:
+    if architecture not in _ARCHITECTURES:
         raise PolyplanError(
             f"vocab: {path.name} is a {architecture} model; a reduced vocabulary needs a graph that reads input embeddings "
-            f"like token embeddings ({', '.join(ARCHITECTURES)})"
+            f"like token embeddings ({', '.join(_ARCHITECTURES)})"
         )
-    if KEPT_IDS in header.arrays:
+    if _KEPT_IDS in header.arrays:
         raise PolyplanError(f"vocab: {path.name} is a reduced-vocabulary copy already")
     embd = _tensor(header, "token_embd.weight")
     if embd is None or len(embd.shape) != 2:
         raise PolyplanError(f"vocab: {path.name} has no two-dimensional token_embd.weight")
     vocab = embd.shape[1]
-    other = next((t.name for t in header.tensor_table if t.name not in HEAD_TENSORS and vocab in t.shape), None)
+    other = next((t.name for t in header.tensor_table if t.name not in _HEAD_TENSORS and vocab in t.shape), None)
     if other is not None:
         raise PolyplanError(f"vocab: {path.name}: tensor {other} has a row per token too; only the head can be cut")
     return vocab
@@ -181,8 +158,8 @@ def _tensor(header: GGUFHeader, name: str):
     return next((t for t in header.tensor_table if t.name == name), None)
 
 
-def write_subset_gguf(base: Path, header: GGUFHeader, keep: np.ndarray, metadata: list[tuple[str, int, object]], out: Path) -> None:
-    """Write `base` with the rows `keep` of its head tensors (`HEAD_TENSORS`), without its
+def _write_subset_gguf(base: Path, header: GGUFHeader, keep: np.ndarray, metadata: list[tuple[str, int, object]], out: Path) -> None:
+    """Write `base` with the rows `keep` of its head tensors (`_HEAD_TENSORS`), without its
     `tokenizer.ggml.*` entries and with `metadata` (key, GGUF type, value) added to `out`."""
     replaced = {key for key, _, _ in metadata}
     entries = [key for key in header.spans if not key.startswith("tokenizer.ggml.") and key not in replaced]
@@ -196,7 +173,7 @@ def write_subset_gguf(base: Path, header: GGUFHeader, keep: np.ndarray, metadata
             sink.write(_string(key) + struct.pack("<I", kind) + _encode(kind, value))
         shapes, offset, offsets = [], 0, []
         for tensor in header.tensor_table:
-            cut = tensor.name in HEAD_TENSORS
+            cut = tensor.name in _HEAD_TENSORS
             shape = tensor.shape[:-1] + (len(keep),) if cut else tensor.shape
             nbytes = tensor.nbytes // tensor.shape[-1] * len(keep) if cut else tensor.nbytes
             offsets.append(offset)
@@ -206,7 +183,7 @@ def write_subset_gguf(base: Path, header: GGUFHeader, keep: np.ndarray, metadata
         data_start = _aligned(sink.tell(), header.alignment)
         for tensor, start in zip(header.tensor_table, offsets):
             sink.write(b"\0" * (data_start + start - sink.tell()))
-            if tensor.name in HEAD_TENSORS:
+            if tensor.name in _HEAD_TENSORS:
                 rows = np.memmap(base, dtype=np.uint8, mode="r", offset=header.data_start + tensor.offset,
                                  shape=(tensor.shape[-1], tensor.nbytes // tensor.shape[-1]))
                 sink.write(np.ascontiguousarray(rows[keep]).tobytes())

@@ -1,30 +1,13 @@
 """The one model loader: candidates (`polyplan.formats.candidates.CandidateSet`) to chain members.
 
-Every command that runs models loads them here: profile, validate, the benches, `models check`
-and generate. A chain (`models.chain_candidates.ChainCandidates`, from a plan or from names) is
-a candidate set too: each entry a name of models.yaml (a derived member like `target-int8`
-included) or a model folder / .gguf file, which becomes an ad-hoc `source:` candidate.
-
-Sources (`models.sources`): `builtin:<name>` (the shipped zoo family), a local HF folder, a
-`.gguf` file (dequantized once into the cache), or a hub id (from the local Hugging Face cache
-only; an uncached one is a clear error). A `.gguf` entry with `engine: llama.cpp` is run by
-llama.cpp at its own quantization instead (`decoder.llama_cpp.LlamaCppMember`, with the
-tokenizer transformers reads from the same file); its `quantize` copies are made by
-llama.cpp's quantizer (`models.llama_quantize`) and its `layers` copies are GGUF files cut to
-their first blocks (`models.gguf_prune`), each derivation applied to the file the previous
-one made. Torch entries derived from a (loaded) base: `quantize` → `derive.quantize_model`,
-`layers` → `derive.early_exit_model`, `kind: ngram` → `NGramMember` over the target's vocabulary.
-
-What it returns, `LoadedCandidates` (each `LoadedCandidate` with its member, parameters, dtype
-and device), is the one loaded stage of a model; loaded to be profiled
-(`models.fingerprints.load_fingerprinted`) each candidate also carries its fingerprint, and
-`LoadedCandidates.profiled` gives the profiler's `ProfiledModel`s.
-
-The compatibility check (`decoder.compatibility`) is run here, and only here: once per loaded
-candidate, against the target, before any model runs, naming the models.yaml entry (or chain
-position) at fault: identical token-to-id maps, identical special tokens, and as many logit
-rows as tokens unless the entry declares `padded_vocab: true` (then the extra rows are masked by
-`HFMember.valid_vocab_size`). The decoder and the profiler take the members it passed as they are.
+Every command that runs models loads them here (profile, validate, the benches, `models check`,
+generate), a chain from `models.chain_candidates` included. Sources resolve through
+`models.sources`; `engine: llama.cpp` entries become `decoder.llama_cpp.LlamaCppMember`s, their
+derived copies made file by file (`models.llama_quantize`, `models.gguf_prune`,
+`models.llama_vocab`); torch entries derive through `models.derive`; rule drafters take the
+target's vocabulary. The compatibility check (`decoder.compatibility`) runs here and only here,
+once per candidate against the target, before any model runs, naming the entry at fault; padded
+logit rows pass only when the entry declares `padded_vocab: true`.
 """
 
 from __future__ import annotations
@@ -62,7 +45,8 @@ class LoadedCandidate:
         dtype: What its weights run in, e.g. "float32" or "int8 (dynamic)"; "-" for ngram.
         validation_loss: Held-out loss (nats/token) measured when the builtin family was
             trained, when this candidate is that family's model or variant; else None.
-        fingerprint: What keys its profile entries, when it was loaded to be profiled.
+        fingerprint: What keys its profile entries (`models.fingerprints`); None unless loaded
+            to be profiled (`models.fingerprints.load_fingerprinted`).
     """
 
     candidate: Candidate
@@ -71,8 +55,6 @@ class LoadedCandidate:
     dtype: str
     device: str
     validation_loss: float | None
-    # what keys its profile entries (`models.fingerprints`); None unless loaded to be profiled
-    # (`models.fingerprints.load_fingerprinted`)
     fingerprint: str | None = None
 
 
@@ -207,7 +189,7 @@ def _load_model(candidate: Candidate, candidates: CandidateSet, models: dict[str
     if isinstance(derive, Quantize):
         base = _load_model(candidates.by_name(derive.base), candidates, models, labels)
         model = quantize_model(base.model, derive.kind, candidate.device, derive.head)
-        result = _Model(model, base.tokenizer, base.parameters, quantized_label(derive),
+        result = _Model(model, base.tokenizer, base.parameters, _quantized_label(derive),
                         _variant(base.variant, f"-{derive.kind}" + ("" if derive.head is None else f"-head{derive.head}")),
                         base.folder)
     elif isinstance(derive, EarlyExit):
@@ -276,7 +258,7 @@ def _llama_cpp_copy(path: Path, derive: Quantize | EarlyExit) -> tuple[Path, str
     return pruned_copy(path, derive.layers), f"first {derive.layers} of {depth} blocks"
 
 
-def quantized_label(derive: Quantize) -> str:
+def _quantized_label(derive: Quantize) -> str:
     """What a quantized copy's weights run in, as `models check` shows it."""
     label = f"{derive.kind} (dynamic)" if derive.kind in ("int8", "int8-head") else derive.kind
     return label if derive.head is None else f"{label}, {derive.head} head (dynamic)"

