@@ -30,7 +30,7 @@ def _number(value: float | None) -> str:
     return f"{value:.6g}"
 
 
-def insertion_payload(analysis: InsertionAnalysis) -> dict[str, Any]:
+def _insertion_payload(analysis: InsertionAnalysis) -> dict[str, Any]:
     """The JSON object of a Theorem 3.2 analysis (the CLI's --json shape)."""
     payload: dict[str, Any] = {
         "condition1": vars(analysis.condition1).copy(),
@@ -48,13 +48,9 @@ def insertion_payload(analysis: InsertionAnalysis) -> dict[str, Any]:
         "verdict_basis": analysis.verdict_basis,
     }
     if analysis.alpha_scale is not None:
-        payload.update(
-            alpha=analysis.alpha_scale,
-            exact_difference=analysis.exact_difference,
-            paper_bound_difference=analysis.paper_bound_difference,
-            two_model_time=analysis.two_model_time,
-            three_model_time=analysis.three_model_time,
-        )
+        payload.update(alpha=analysis.alpha_scale, exact_difference=analysis.exact_difference,
+                       paper_bound_difference=analysis.paper_bound_difference, two_model_time=analysis.two_model_time,
+                       three_model_time=analysis.three_model_time)
     return payload
 
 
@@ -96,13 +92,13 @@ def insertion(
     """Theorem 3.2: does inserting M_2' between M_1 and the drafter M_2 help?"""
     analysis = analyze_insertion(t1=t1, t2=t2, t2_new=t2_new, l1=l1, l1_new=l1_new, l2_new=l2_new, alpha_scale=alpha)
     if json_output:
-        echo_json(insertion_payload(analysis))
+        echo_json(_insertion_payload(analysis))
         return
     typer.echo("Theorem 3.2 (insert M2' between M1 and the drafter; times per token, N = 1)")
     typer.echo("\n".join(_insertion_lines(analysis)))
 
 
-def capped_geometric_payload(acceptance: float, k: int) -> dict[str, Any]:
+def _capped_geometric_payload(acceptance: float, k: int) -> dict[str, Any]:
     """Exact moments of tokens per verification beside the paper's printed formulas."""
     a = check_acceptance(acceptance, "alpha")
     k = check_block_size(k, "k")
@@ -132,7 +128,7 @@ def capped_geometric(
     json_output: Annotated[bool, typer.Option("--json", help="Print one JSON object.")] = False,
 ) -> None:
     """Tokens per verification L = min(A, K) + 1: exact mean/variance vs the paper's formulas."""
-    payload = capped_geometric_payload(alpha, k)
+    payload = _capped_geometric_payload(alpha, k)
     if json_output:
         echo_json(payload)
         return
@@ -164,46 +160,38 @@ def _chain_lines(plan: ChainPlan) -> list[str]:
     ]
 
 
-def report_lines(report: TheoryReport) -> list[str]:
+def _report_lines(report: TheoryReport) -> list[str]:
     """The human-readable theory report."""
     lines = [
-        f"Theory report for {report.source} (sampling {report.sampling}, K = {report.block_size}, "
-        f"paper's alpha = K)",
+        f"Theory report for {report.source} (sampling {report.sampling}, K = {report.block_size}, paper's alpha = K)",
         "",
         "Models, T(1): " + ", ".join(f"{name} {seconds * 1e3:.4g} ms" for name, seconds in report.times),
         "",
     ]
     if report.note is not None:
-        lines += [f"note: {report.note}"]
+        lines.append(f"note: {report.note}")
     if report.two_model is not None:
         lines.append("Lemma 3.1 (as printed) and the exact model, per emitted token:")
     for plan in ((report.two_model,) if report.two_model is not None else ()) + report.three_model:
         lines += _chain_lines(plan)
     if report.three_model:
-        lines.append(
-            "  (for 3+ models Lemma 3.1's phi_i/N are not the forward counts of the staged "
-            "recursion: compare phi_i/N with the exact forwards/token)"
-        )
+        lines.append("  (for 3+ models Lemma 3.1's phi_i/N are not the forward counts of the staged recursion: "
+                     "compare phi_i/N with the exact forwards/token)")
     for item in report.insertions:
         lines += ["", f"Theorem 3.2: insert {item.model} (T in seconds)"]
         lines += _insertion_lines(item.with_alpha, " s")
-        lines.append(
-            f"  without alpha, the printed conditions alone say: {item.theorem_only.verdict}"
-        )
+        lines.append(f"  without alpha, the printed conditions alone say: {item.theorem_only.verdict}")
     lines += ["", "Errata (printed vs exact):"]
     for erratum in report.errata:
-        lines.append(f"  {erratum.name}: printed {_number(erratum.printed)}, exact {_number(erratum.exact)}")
-        lines.append(f"      {erratum.note}")
+        lines += [f"  {erratum.name}: printed {_number(erratum.printed)}, exact {_number(erratum.exact)}",
+                  f"      {erratum.note}"]
     lines += ["", "Exact model, best block sizes (K in 1..8), ranked:"]
-    for plan in report.search.ranked:
-        lines.append(
-            f"  {plan.exact_speedup:7.3f}x exact  {plan.paper_speedup:7.3f}x paper  "
-            f"{plan.label()}  K = {list(plan.block_sizes)}"
-        )
+    lines += [f"  {plan.exact_speedup:7.3f}x exact  {plan.paper_speedup:7.3f}x paper  {plan.label()}  "
+              f"K = {list(plan.block_sizes)}" for plan in report.search.ranked]
     return lines
 
 
-def report_payload(report: TheoryReport) -> dict[str, Any]:
+def _report_payload(report: TheoryReport) -> dict[str, Any]:
     def chain(plan: ChainPlan) -> dict[str, Any]:
         return {
             "chain": list(plan.chain),
@@ -224,7 +212,7 @@ def report_payload(report: TheoryReport) -> dict[str, Any]:
         "times_s": dict(report.times),
         "two_model": None if report.two_model is None else chain(report.two_model),
         "three_model": [chain(plan) for plan in report.three_model],
-        "insertions": {item.model: insertion_payload(item.with_alpha) for item in report.insertions},
+        "insertions": {item.model: _insertion_payload(item.with_alpha) for item in report.insertions},
         "errata": [vars(erratum).copy() for erratum in report.errata],
         "ranked": [chain(plan) for plan in report.search.ranked],
         "note": report.note,
@@ -235,11 +223,9 @@ def report_payload(report: TheoryReport) -> dict[str, Any]:
 @fails_cleanly
 def report(
     profile: Annotated[Optional[Path], typer.Option("--profile", help="Profile JSON (default: the paper's Table 1 example).")] = None,
-    sampling: Annotated[
-        Optional[str],
-        typer.Option("--sampling", help="Profile sampling key: 'greedy' or 't<temperature>' (default: greedy, or the "
-                     "profile's own mode when it has no greedy entries)."),
-    ] = None,
+    sampling: Annotated[Optional[str], typer.Option("--sampling", help="Profile sampling key: 'greedy' or "
+                                                    "'t<temperature>' (default: greedy, or the profile's own mode when it "
+                                                    "has no greedy entries).")] = None,
     json_output: Annotated[bool, typer.Option("--json", help="Print one JSON object.")] = False,
 ) -> None:
     """The theory report: Lemma 3.1, Theorem 3.2, the errata and exact speedups on a profile."""
@@ -259,6 +245,6 @@ def report(
     if note is not None:  # once reported: a run that fails prints its one error line only
         typer.echo(f"note: {note}", err=True)
     if json_output:
-        echo_json(report_payload(result))
+        echo_json(_report_payload(result))
         return
-    typer.echo("\n".join(report_lines(result)))
+    typer.echo("\n".join(_report_lines(result)))
