@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -29,13 +30,24 @@ from polyplan.formats.profile import TargetStream
 from polyplan.planner.exact.latency import LatencyCurve
 from polyplan.planner.llama_cpp.ngram_rules import NGramSimpleRule, replay_request, replay_session
 from polyplan.planner.llama_cpp.server_loop import (DRAFT_MODEL, NGRAM, NO_SERVER_LOOP, TARGET_ALONE, ServerLoop, ServerRequest,
-                                                fit_server_loop, request_seconds)
+                                                fit_server_loop)
 from polyplan.planner.llama_cpp.ranking import session_speedup
 
 STEP = LatencyCurve((1, 2, 4, 8, 16, 64), (0.010, 0.011, 0.013, 0.017, 0.025, 0.080))
 DRAFT_STEP = LatencyCurve((1, 2, 4, 8), (0.002, 0.007, 0.008, 0.010))  # llama.cpp's jump from one token to two
 KNOWN = ServerLoop(per_request_s=0.004, per_round_s=0.002, per_row_s=0.0003, per_ngram_round_s=0.0005,
                    per_draft_round_s=0.001, per_draft_pass_s=0.0025, per_draft_prompt_token_s=0.0008, draft_reeval=0.7)
+
+
+def request_seconds(loop: ServerLoop, step: Callable[[int], float], request: ServerRequest,
+                    draft_step: Callable[[int], float] | None = None) -> float:
+    """`request`'s decode seconds as `loop` charges them (its decode_s is not read): its rounds'
+    T(L + 1) and the server's costs (`draft_step`: the draft model's T_d(k), for a draft model's);
+    the model `fit_server_loop` inverts."""
+    prefill = loop.per_draft_prompt_token_s * request.prompt_tokens if request.kind == DRAFT_MODEL else 0.0
+    passes = request.round_passes()
+    return loop.per_request_s + prefill + sum(step(item + 1) + loop.round_s(item, request.kind, count, draft_step)
+                                              for item, count in zip(request.drafted, passes))
 
 
 def _timed(loop: ServerLoop, kind: str, widths: tuple[int, ...], prompt: int = 0, passes=None) -> ServerRequest:

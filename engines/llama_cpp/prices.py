@@ -1,35 +1,24 @@
 """llama.cpp's own numbers for a llama.cpp export: measured once per file, threads and machine.
 
-A llama.cpp export used to be priced with the profile's numbers: the T(k) and the greedy
-streams of the plan's target as polyplan ran it (a torch member when the plan was made on torch)
-and polyplan's loop overhead. Here the export gets, for the GGUF it hands to `llama-server`
-(`planner.llama_cpp.ranking.LlamaCppPrices`):
+For the GGUF an export hands to `llama-server`, this fills `planner.llama_cpp.ranking.LlamaCppPrices`
+(declared in the pure planner that reads it):
 
-- T(k) of that file, and T_d(k) of every GGUF draft model, through the bindings
-  (`decoder.llama_cpp.LlamaCppMember`, timed by `profiler.forward_timing.measure_latency`, every
-  logits row asked for, as a verification does) at the plan's threads, for k = 1 … the widest
-  verification a ranked configuration needs (ngram-mod's 64 drafted tokens + 1);
-- each GGUF draft model's pass over k tokens asking for the last row only, k = 1 … 16: how
-  llama-server decodes every verified batch again on the draft model
-  (`planner.llama_cpp.server_loop`), at every width since llama.cpp's kernels change regime between
-  widths (the 0.5B Qwen at one thread, every row: 156 ms at k = 7, 129 ms at k = 8);
-- the target's greedy streams on the profile's prompts, decoded by the bindings (llama.cpp's
-  argmax, not torch's);
-- llama-server's own per-request, per-round and per-drafted-token costs
-  (`planner.llama_cpp.server_loop`), fitted from a short calibration against the pinned server
-  (`engines.llama_cpp.server`): a few requests of a few tokens, target alone, ngram-simple, a draft
-  model at three K, and a draft model capped at one token whose confidence stop ends most of its
-  rounds empty (what a round with no draft costs), each request's rounds replayed on the
-  server's own output (a draft model's prefill of the prompt falls inside the server's decode
-  time, and is fitted too).
+- T(k) of that file and T_d(k) of every GGUF draft model, through the bindings at the plan's
+  threads, every logits row asked for as a verification does (`measure_latency_entry`), up to
+  the widest verification a ranked configuration needs;
+- each draft model's pass over k tokens asking for the last row only, at every k up to 16: how
+  llama-server decodes a verified batch again on it (`planner.llama_cpp.server_loop`), timed at
+  every width since llama.cpp's kernels change regime between widths;
+- the target's greedy streams on the profile's prompts, decoded by the bindings;
+- llama-server's own costs, fitted (`planner.llama_cpp.server_loop.fit_server_loop`) from a short
+  calibration against the pinned server (`calibrate_server`).
 
-Each is kept in the polyplan cache (`<cache>/engines/prices/`), keyed by the file's fingerprint
-(`models.file_fingerprints`), the threads, the processor, the bindings' version, the prompts and
-the settings: a second export costs nothing, a changed file is measured again (the server's
-calibration is kept as its requests and fitted on use, so a refined fit needs no new run). Where the plan's
-target already is a llama.cpp member of that file at those threads, the profile's T(k) and
-streams are llama.cpp's own and are reused, and the notes say so. Without the bindings the
-export keeps the profile's numbers; without a built server, polyplan's loop; one line says which.
+Each is kept in the polyplan cache (`prices_folder`), keyed by the file's fingerprint, the threads,
+the processor, the bindings' version, the prompts and the settings; the calibration is kept as
+its requests and fitted on use. Where the plan's target already is a llama.cpp member of that
+file at those threads, the profile's numbers are reused. Without the bindings the export keeps
+the profile's numbers, without a built server polyplan's loop; one line says which.
+docs/engines.md, "How a llama.cpp export is priced".
 """
 
 from __future__ import annotations
@@ -49,12 +38,11 @@ from polyplan.formats.profile import ModelProfile, Profile, TargetStream
 from polyplan.models.file_fingerprints import file_fingerprint
 from polyplan.models.hashing import fingerprint_settings, fingerprint_tokens
 from polyplan.planner.llama_cpp.ngram_rules import NGramSimpleRule, ngram_simple_flag_sizes, replay_request
-from polyplan.planner.llama_cpp.server_loop import DRAFT_MODEL, NGRAM, TARGET_ALONE, ServerLoop, ServerRequest, fit_server_loop
+from polyplan.planner.llama_cpp.server_loop import DRAFT_MODEL, NGRAM, TARGET_ALONE, ServerRequest, fit_server_loop
 from polyplan.planner.llama_cpp.ranking import LlamaCppPrices, llama_cpp_spec_flags
 
-VERSION = 4  # 2: the draft model's prefill fitted; 3: the calibration's requests kept (traced rounds, an empty-round server), fitted on use; 4: fixed K at n-min 0
-WIDEST = 65  # ngram-mod drafts up to 64 tokens: a verification of 65
-PRICE_KS = (1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 48, 64)  # measured widths; the curve continues the last slope up to WIDEST
+VERSION = 4  # of the cache's keys: raised whenever what is measured, or how, changes
+PRICE_KS = (1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 48, 64)  # measured widths (ngram-mod drafts up to 64); the curve extends the last slope
 DRAFTER_KS = (1, 2, 4, 8)  # a draft model decodes one token a round step, and its accepted tokens in one batch
 REEVAL_KS = tuple(range(1, 17))  # the server's second decode of a verified batch on the draft model (last row only)
 CONTEXT = 128  # cached tokens before each timed pass (the profile's shorter context)
@@ -301,11 +289,10 @@ def calibrate_server(build, target: Path, streams: Sequence[TargetStream], threa
     """A few short greedy requests against the pinned llama-server on `target` (the prompts of
     `streams`): the target alone, ngram-simple (`CALIBRATION_NGRAM`), the first draft model at
     each K of `CALIBRATION_K` and at one token a round behind a confidence stop
-    (`CALIBRATION_STOP`: its rounds mostly draft nothing), every server started first and the requests sent to them in
-    turn, the order rotated each time (as the race does: a load that comes and goes falls on
-    every configuration alike); each request as the server ran it
-    (`planner.llama_cpp.server_loop.ServerRequest`). `server_factory(args, log_path)` replaces
-    `engines.llama_cpp.server.LlamaServer` (tests)."""
+    (`CALIBRATION_STOP`: its rounds mostly draft nothing). Every server is started first and the
+    requests sent to them in rotated order, so that a load that comes and goes falls on every
+    configuration alike; each request as the server ran it (`ServerRequest`).
+    `server_factory(args, log_path)` replaces `engines.llama_cpp.server.LlamaServer` (tests)."""
     import time
 
     from polyplan.engines.llama_cpp.server import LlamaServer
@@ -388,12 +375,10 @@ def _fit_kind(args: tuple[str, ...]) -> tuple[str | None, int | None, tuple[int,
 def _rounds(kind: str, prompt: Sequence[int], done, k: int | None, sizes: tuple[int, int] | None = None) -> tuple[int, ...] | None:
     """The tokens each round of a finished request drafted (None: not known, left out): none
     for the target alone; ngram-simple's (at `sizes`) replayed on the server's own output (None
-    when the replay's totals are not the server's); a draft model at fixed K: K a round while
-    its drafted tokens last (the server's totals give the rounds: every round but the prefill's
-    token emits its accepted tokens and one more; near the end it drafts fewer); `STOPPED` (n-max 1 behind a confidence stop):
-    one token in as many rounds as it drafted, none in the rest (the fit reads only totals). A
-    traced server's rounds (`Completion.rounds`) are read as logged: a fixed K drafts fewer near
-    the request's end, where the server caps the draft at the tokens left."""
+    when the replay's totals are not the server's); `STOPPED`: one token in as many rounds as it
+    drafted, none in the rest (the fit reads only totals); a draft model at fixed K: its traced
+    rounds as logged (`engines.llama_cpp.server.round_widths`), else K a round while its drafted
+    tokens last (every round emits its accepted tokens and one more)."""
     generated = done.predicted_n
     if generated < 2:
         return None

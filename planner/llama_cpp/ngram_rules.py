@@ -1,30 +1,23 @@
 """llama.cpp's n-gram drafters as rules, replayed through a llama-server session.
 
-`planner.exact.ngram_replay` replays `ngram-simple`, which drafts from the request's history alone.
-llama.cpp's other n-gram drafters keep state: `ngram-mod` a hash table shared by every request
-the server ever served, `ngram-map-k` and `ngram-map-k4v` a map of n-grams per slot that a new
-request only partly clears, `ngram-cache` counts of n-gram followers per slot, never cleared. So their drafts depend on what the server served before, and a
-replay must feed them the requests in the order the server sees them (`replay_session`): each
-rule's `begin(prompt)`, then per round `draft(history, sampled)`, truncated to the tokens left
-(the server's `n_draft_max`), and `accept(accepted)` after a round that drafted, exactly as
-llama-server calls `common_speculative_begin/draft/accept` (tools/server/server-context.cpp).
+`planner.exact.ngram_replay` replays `ngram-simple`, which drafts from the request's history
+alone. llama.cpp's other n-gram drafters keep state: `ngram-mod` a hash table shared by every
+request the server served, `ngram-map-k` and `ngram-map-k4v` a map of n-grams per slot that a new
+request only partly clears, `ngram-cache` counts of n-gram followers per slot, never cleared. So
+a replay must feed them the requests in the order the server sees them (`replay_session`): each
+rule's `begin(prompt)`, then per round `draft(history, sampled)`, cut to the tokens left, and
+`accept(accepted)` after a round that drafted, as llama-server calls
+`common_speculative_begin/draft/accept` (tools/server/server-context.cpp).
 
-Each rule is a literal port of the pinned llama.cpp (`LLAMA_CPP_VERSION`: the llama.cpp that
-llama-cpp-python 0.3.36 vendors), hashes included, so hash collisions draft what they draft
-there. Defaults are llama.cpp's (`common/common.h`, and `--spec-default`: ngram-mod at its
-defaults, common/arg.cpp).
+Each rule is a literal port of the pinned llama.cpp (`LLAMA_CPP_VERSION`), hashes included, so
+hash collisions draft what they draft there; defaults are llama.cpp's (common/common.h, and
+`--spec-default`: ngram-mod, common/arg.cpp). `ngram-cache` runs as the server runs it, with no
+cache files; where two followers tie it drafts the one its `std::unordered_map` iterates first,
+so the replay reproduces libstdc++'s order (`StdUnorderedCounts`: the pinned build's library).
 
-`ngram-cache` is modelled as the server runs it with no cache files (`NGramCacheRule`): its draft
-is a deterministic function of the token history the slot served, up to one thing outside the
-history: where two tokens followed an n-gram equally often, it drafts the one its
-`std::unordered_map` iterates first, so the replay reproduces libstdc++'s iteration order
-(`StdUnorderedCounts`; the pinned build is compiled with GCC's libstdc++; a server built against
-another C++ library may break such ties differently).
-
-Not modelled: `ngram-cache`'s static and dynamic cache files (`-lcs`, `-lcd`); the server's checkpoint path for
-models whose memory cannot drop a partial draft (recurrent/hybrid, where a partly accepted
-draft is verified again as a "replay"); a context too small for the draft (`n_ctx` minus the
-tokens so far minus 2). Pure: no I/O.
+Not modelled: `ngram-cache`'s cache files (`-lcs`, `-lcd`); the server's checkpoint path for
+models whose memory cannot drop a partial draft (recurrent/hybrid); a context too small for the
+draft. Pure: no I/O.
 """
 
 from __future__ import annotations

@@ -2,44 +2,29 @@
 
 A plan's last member may draft under a `formats.plan.DraftPolicy`: an adaptive cap (k_min, k_max)
 and/or a confidence stop p_min. llama-server's `draft-simple` (the pinned llama.cpp,
-`engines.llama_cpp.build.BINDINGS_VERSION`) has the stop and no adaptive cap. Its rule, in
-`common/speculative.cpp`, `common_speculative_impl_draft_simple::draft`:
+`engines.llama_cpp.build.BINDINGS_VERSION`) has the stop and no adaptive cap. Its rule
+(`common_speculative_impl_draft_simple::draft`, common/speculative.cpp):
 
-- the draft model decodes the last accepted token, then at each position its sampler (`top_k`
-  10, then `dist`: the softmax at temperature 1 over those 10 logits, built in that class's
-  constructor) sorts the candidates (`common_sampler_get_candidates`); the best one is the
-  draft token. If its p is below `--spec-draft-p-min` (`cur_p->data[0].p < params.p_min`) the
-  draft stops there and that token is not drafted: the pass that read it ran. Otherwise it is
-  drafted, and once `--spec-draft-n-max` are drafted the draft stops (the last one is not fed
-  back: no pass more);
-- a draft shorter than `--spec-draft-n-min` is discarded whole (`dp.result->clear()`), so the
-  export renders `--spec-draft-n-min 0`: every draft the stop cut short is verified;
-- the server verifies a non-empty draft and takes a plain step after an empty one
-  (`tools/server/server-context.cpp`).
+- at each position the draft model's sampler (`top_k` 10, then the softmax over those 10 logits)
+  sorts the candidates; the best is the draft token. If its p is below `--spec-draft-p-min` the
+  draft stops and that token is not drafted, though the pass that read it ran. Otherwise it is
+  drafted, up to `--spec-draft-n-max` (the last one is not fed back: no pass more);
+- a draft shorter than `--spec-draft-n-min` is discarded whole, so the export renders
+  `--spec-draft-n-min 0`: every draft the stop cut short is verified;
+- the server verifies a non-empty draft and takes a plain step after an empty one.
 
-polyplan's own loop stops by the same comparison (`decoder.chain`, `_confident_draft`: `top <
-p_min`, the token not drafted, its pass paid), and `planner.exact.policy_replay.walk` replays it
-on the drafter's agreement sequences with the confidences the profile keeps. So llama-server's
-rounds are that walk at a fixed cap, on what the server compares: llama.cpp's p is the top
-probability renormalised over the drafter's 10 best tokens (`formats.profile.DRAFT_SIMPLE_TOP_K`),
-which the profile keeps beside the whole-vocabulary one (`PairAgreement.confidence_top10`, from
-the same teacher-forced logits, to 1/255); `server_view` hands the replay those, for the point
-and its interval alike. polyplan's own loop and planner keep the whole-vocabulary probability
-(`forward_argmax_confidence` and `sampling.top_probability` give it), which is what
-`_confident_draft` compares. A profile made before the 10-best ones were kept falls back to the
-whole-vocabulary ones, with one line saying so: those are never above the 10-best ones, so that
-replay stops no later than the server, and earlier where the drafter's probability is spread
-beyond its 10 best tokens. Measured with gemma-3-270m drafting for itself (four prompts, 48 new
-tokens, n-max 8): the server drafted 36-41 tokens a request at p_min 0.5 and 29-39 at 0.8; the
-replay on whole-vocabulary probabilities 0-4 fewer at 0.5 and 1-7 fewer (up to 21 %) at 0.8, on
-10-best ones 0-4 fewer (3 of the 8 requests' outputs parted from the target alone's, by
-llama.cpp's batch numerics).
-The replayed rounds are priced as the fixed-K row's (`planner.engine_export`, llama-server's draft
-loop): the pass that read a low confidence costs a drafted token's.
+polyplan's own loop stops by the same comparison (`decoder.chain`), and
+`planner.exact.policy_replay.walk` replays it on the drafter's agreement sequences, so
+llama-server's rounds are that walk at a fixed cap, on what the server compares: the top
+probability renormalised over the drafter's 10 best tokens (`formats.profile.DRAFT_SIMPLE_TOP_K`,
+kept as `PairAgreement.confidence_top10`), which `server_view` hands the replay. A profile made
+before those were kept falls back to the whole-vocabulary ones, with one line saying so: they are
+never above the 10-best ones, so that replay stops no later than the server (how close each
+comes: docs/engines.md, "A plan's draft policy"). The replayed rounds are priced as the fixed-K
+row's (`planner.llama_cpp.export`): the pass that read a low confidence costs a drafted token's.
 
-An adaptive cap has no llama-server flag: `--spec-draft-n-max` is fixed for the server. The
-export replays the stop alone (`server_policy`) at each fixed K, renders the best one, and says
-so in one line (`policy_notes`). Pure: no I/O.
+An adaptive cap has no llama-server flag. The export replays the stop alone (`server_policy`) at
+each fixed K, renders the best one, and says so in one line (`policy_notes`). Pure: no I/O.
 """
 
 from __future__ import annotations

@@ -1,37 +1,23 @@
-"""Rank every llama-server configuration polyplan can predict, and "off", and pick one.
+"""Rank every llama-server configuration polyplan can predict, and "off", and choose one.
 
-The configurations: each n-gram type llama.cpp offers at its defaults (`ngram-simple`,
-`ngram-map-k`, `ngram-map-k4v`, `ngram-mod`, `ngram-cache`: `planner.llama_cpp.ngram_rules`), `ngram-simple` at the
-block size the export chose, each draft model (`draft-simple` at its K, the exact model, with an
-interval drawn the same way from its agreement runs: `planner.engine_export`), and
-"off" (the target alone, 1.00x by definition). An n-gram type is replayed on the target's
-greedy streams as one server session (its state carried from request to request,
-`planner.llama_cpp.ngram_rules.replay_session`) and priced with the target's T(k): a round that drafts L tokens
-costs T(L + 1), target-only T(1) per token, each plus llama-server's own costs where they were
-calibrated (`planner.llama_cpp.server_loop.ServerLoop`; the curves and streams themselves may be
-llama.cpp's, `LlamaCppPrices`). Its interval is a bootstrap of the same kind as the
-plan's (`planner.intervals.prediction_interval`): the target's latency curve resampled from its stored
-timings, the streams drawn as a new prompt set (twice: the profile's, then a new set of the
-workload's count, `ReplayWorkload.prompts`: a race's, else as many) with each stream's rounds
-held as replayed, each deviation stretched for few prompts. The stateful rules' rounds change with the order of the requests (`ngram-cache` counts
-little beyond its first request, so which prompt comes first decides whether it drafts at all:
-the profile's order predicted 0.58x for gemma-3-270m where a race in another order drafted
-nothing, 1.00x), so the session is also replayed in `ORDERS` - 1 random orders of the same
-requests, and replicate r reads the session of order r mod `ORDERS`: the interval spans the
-order a user's requests come in, and the point is the session of the median order (the profile's
-prompts are not the user's, so their order says nothing about the user's). A stateless rule reads
-the same in every order. A race priced on its own prompts knows their order
-(`ReplayWorkload.in_order`): one session, in that order.
+The configurations (`planner.llama_cpp.export` gathers them): each n-gram type at llama.cpp's
+defaults and `ngram-simple` at the export's block size, replayed on the target's greedy streams
+as one server session (`planner.llama_cpp.ngram_rules.replay_session`) and priced with the
+target's T(k) plus llama-server's own costs where calibrated (`planner.llama_cpp.server_loop`);
+each draft model at its K; and "off", the target alone, at 1.00 by definition.
 
-The recommendation is the fastest configuration whose interval lies above 1.00x (its point
-above 1.00x where it has no interval), else "off": nothing beats the target alone beyond its
-interval. The interval it reads is the one for the workload's mean (one prompt draw,
-`planner.intervals.prediction_interval`): a server answers many requests, and whether a
-configuration pays is a question about their mean, not about the next 16. Each row also carries
-the interval for a new prompt set (two draws) of the workload's count, which a race on that many
-prompts is judged by (`bench peers`: 8 race prompts move by their own spread, more than 16). With the two-draw interval the rule left a configuration
-measured at 1.16x [1.07, 1.25] off (gemma-3-270m, 2 threads: ngram-simple predicted 1.09x
-[0.98, 1.26]). Pure: no I/O.
+An interval is a bootstrap of the plan's kind (`planner.intervals.prediction_interval`): the
+target's curve resampled from its timings, the streams drawn as a new prompt set, each stream's
+rounds held as replayed. A stateful rule's rounds depend on the order of the requests, and the
+profile's order says nothing about a user's, so each session is also replayed in other orders
+(`ORDERS`): the point is the median order's, replicate r reads order r mod `ORDERS`. A race
+priced on its own prompts knows their order (`ReplayWorkload.in_order`).
+
+Each row has two intervals: for the workload's mean (one prompt draw), which the choice reads, as
+a server answers many requests; and for a new prompt set of the workload's size (two draws),
+which a race is judged by. `choose_config` takes the fastest configuration whose workload
+interval lies above 1.00, else "off". The races behind these rules: docs/engines.md, "polyplan
+export". Pure: no I/O.
 """
 
 from __future__ import annotations
@@ -72,7 +58,7 @@ class ReplayWorkload:
         return f"one server serving {streams} target streams in turn ({tokens} each{times}{order})"
 
     def set_words(self, streams: int) -> str:
-        """What the new-set interval is for: `a new set of 8 prompts`."""
+        """What the new-set interval is for (`a new set of N prompts`)."""
         return f"a new set of {streams if self.prompts is None else self.prompts} prompts"
 
 
@@ -98,7 +84,7 @@ class RankedConfig:
         return self.speedup if bounds is None else bounds[0]
 
     def text(self) -> str:
-        """`1.22x [1.10, 1.31]`, or `1.22x` without an interval."""
+        """The speedup and its new-set interval where there is one, as the ranking prints them."""
         return f"{self.speedup:.2f}x" + ("" if self.interval is None else f" [{self.interval[0]:.2f}, {self.interval[1]:.2f}]")
 
 
@@ -107,8 +93,8 @@ OFF_CONFIG = RankedConfig(OFF, (), 1.0, None, "the target alone")
 
 @dataclass(frozen=True)
 class LlamaCppPrices:
-    """What a llama.cpp export is priced with, in place of the profile's numbers
-    (`engines.llama_cpp.prices` measures them):
+    """What a llama.cpp export is priced with, in place of the profile's numbers. Declared here,
+    in the pure planner that reads it; filled by `engines.llama_cpp.prices`, which measures it.
 
     Attributes:
         target: the latency entry of the GGUF llama-server loads as the target (its T(k) through
@@ -125,7 +111,7 @@ class LlamaCppPrices:
             latency entry.
         calibrated_step_s: the target alone's decode step in the calibration's requests (seconds;
             None: not calibrated): the machine's pace when the server's loop was measured, which
-            a race's own pace is held against (`engines.llama_cpp.race.race_pace_line`).
+            a race's own pace is held against.
     """
 
     target: ModelProfile
@@ -219,7 +205,7 @@ def replayed_config(label: str, flags: Sequence[str], streams: Sequence[TargetSt
 
 
 def ranked(configs: Sequence[RankedConfig]) -> tuple[RankedConfig, ...]:
-    """`configs` and "off", fastest first (off before a configuration predicted at 1.00x, to
+    """`configs` and "off", fastest first (off before a configuration predicted at 1.00, to
     rounding: one that never drafts)."""
     rest = [config for config in configs if config.label != OFF]
     return tuple(sorted([OFF_CONFIG, *rest], key=lambda config: (-round(config.speedup, 9), config.label != OFF)))
@@ -227,7 +213,7 @@ def ranked(configs: Sequence[RankedConfig]) -> tuple[RankedConfig, ...]:
 
 def choose_config(ranking: Sequence[RankedConfig]) -> RankedConfig:
     """The fastest configuration whose workload interval's low end (its point, without one) is
-    above 1.00x; "off" when none is (module docstring)."""
+    above 1.00; "off" when none is (module docstring)."""
     paying = [config for config in ranking if config.label != OFF and config.low > 1.0]
     return max(paying, key=lambda config: config.speedup) if paying else OFF_CONFIG
 
@@ -239,12 +225,10 @@ def llama_cpp_spec_flags(method: str, k: int, source: str = "", ngram_sizes: tup
     against that build's --help): a draft model drafts k tokens a round (`draft-simple`, no
     probability cut-off), or with `p_min` up to k tokens, stopping where its confidence falls
     below p_min; an n-gram drafter is `ngram-simple`, looking up its longest n-gram and drafting
-    k tokens. A draft model's minimum is 0 (`--spec-draft-n-min 0`): with no stop it still drafts
-    k a round, and near a request's end, where the server caps a draft at the tokens left, it
-    drafts fewer instead of discarding them (with n-min = k the pinned server drafts and throws
-    away up to k − 1 tokens in each of the last k rounds: a K = 15 draft model on 64-token
-    answers raced 23 % below its price so); a draft the stop cut short is kept, not discarded
-    (`planner.llama_cpp.policy`)."""
+    k tokens. A draft model's minimum is 0 (`--spec-draft-n-min 0`): near a request's end, where
+    the server caps a draft at the tokens left, it then drafts fewer instead of drafting and
+    discarding up to k − 1 tokens in each of the last k rounds (CHANGELOG.md); a draft the stop
+    cut short is kept (`planner.llama_cpp.policy`)."""
     if method == "ngram":
         size_n = (ngram_sizes or (1, 3))[1]
         return ["--spec-type", "ngram-simple", "--spec-ngram-simple-size-n", str(size_n), "--spec-ngram-simple-size-m", str(k)]

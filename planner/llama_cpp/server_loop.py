@@ -1,12 +1,10 @@
 """llama-server's own decoding loop: what a request costs besides the target's forward passes.
 
 The bindings' T(k) (`decoder.llama_cpp`, timed by `profiler.forward_timing`) is one
-`llama_decode` of k tokens. llama-server spends more per round: its sampler chain over the
-whole vocabulary for every row it verifies, the speculative implementation's draft call and
-bookkeeping, a draft model's own decode and sampling for each drafted token, the slot's
-state. Its predicted speedups missed by 20–35 % while those costs were left out. So a request's
-decode time (the server's own `timings.predicted_ms`: from the first token, which the prefill
-gives, to the last) is modelled as
+`llama_decode` of k tokens. llama-server spends more per round: its sampler over the whole
+vocabulary for every row it verifies, the speculative implementation's bookkeeping, a draft
+model's own decode and sampling, the slot's state. A request's decode time (the server's own
+`timings.predicted_ms`: from the first token, which the prefill gives, to the last) is modelled as
 
     decode = per_request + Σ_rounds [T(L + 1) + per_round + per_row · L + spec(L)]
              + per_draft_prompt_token · prompt tokens                           if it drafts by a model
@@ -15,27 +13,17 @@ gives, to the last) is modelled as
             = per_draft_round + per_draft_pass · P + reeval · T_d(L + 1)         a draft model
 
 with L the tokens a round drafted and P the draft model's passes in it: one per drafted token,
-and one more where a confidence stop (`--spec-draft-p-min`) ended the round, so a round that
-drafted nothing still ran one. The last term is how the pinned server (llama-cpp-python 0.3.36's
-llama.cpp, `common_speculative_process` after every target decode, its TAG_SPEC_AVOID_DRAFT_REEVAL)
-keeps the draft model's cache: it rolls back the draft model's own passes and decodes the batch
-the target verified (the last token and the L drafted) again on the draft model, one pass of
-width L + 1 asking for the last row only, priced as `reeval` times that pass through the
-bindings, T_d(L + 1). On llama.cpp's CPU kernels a pass of two tokens costs several one-token
-steps (the 0.5B Qwen sibling at one thread, the last row only: T_d(1) 20 ms, T_d(2) 53 ms), so this pass, not the drafted tokens, is most of a short round's cost: a
-round that drafted nothing measured about 42 ms beside the target's 41 ms step, where one price
-per drafted token and per round (fitted on fixed-K rounds) charged 68 ms.
+and one more where a confidence stop ended the round. The last term is how the pinned server
+keeps the draft model's cache (`common_speculative_process` after every target decode): it
+decodes the batch the target verified again on the draft model, one pass of width L + 1 asking
+for the last row only. On llama.cpp's CPU kernels that pass costs several one-token steps, so it,
+not the drafted tokens, is most of a short round's cost. The draft model's prefill of the prompt
+falls inside the server's decode time too, so its speedup depends on the requests
+(`draft_model_speedup`).
 
-`ServerLoop` holds the costs, `fit_server_loop` fits them by non-negative least squares
-(`planner.exact.overhead.fit_loop_costs`) from calibration requests whose rounds are known
-(`ServerRequest`: target alone, every round one token; an n-gram type, its rounds replayed on
-the server's own output; a draft model at a fixed K, K tokens a round; a draft model capped at
-one token with a confidence stop, one pass a round whether it drafted or not). The draft
-model's prefill of the prompt falls inside the server's decode time too (Qwen2.5-Coder 0.5B
-drafting for the 1.5B at one thread, K = 6, a ~140-token prompt: 1.0-1.1 s for 8 new tokens in
-one round, of which the bindings' T(k) account for about 0.3 s; rough, a shared core), so a draft
-model's decode speedup depends on the prompt and the tokens generated (`draft_model_speedup`).
-Pure: no I/O.
+`ServerLoop` holds the costs; `fit_server_loop` fits them by non-negative least squares from
+calibration requests whose rounds are known (`ServerRequest`). The measurements behind each
+term: docs/engines.md, "How a llama.cpp export is priced". Pure: no I/O.
 """
 
 from __future__ import annotations
@@ -101,7 +89,7 @@ class ServerLoop:
         return extra
 
     def text(self) -> str:
-        """`4.1 ms/request, 2.30 ms/round + 0.21 ms/verified row, n-gram +0.05 ms/round, ...`."""
+        """The costs in milliseconds, one clause each, as the export's notes print them."""
         parts = [f"{1e3 * self.per_request_s:.2f} ms/request", f"{1e3 * self.per_round_s:.2f} ms/round",
                  f"+{1e3 * self.per_row_s:.2f} ms/drafted row", f"n-gram +{1e3 * self.per_ngram_round_s:.2f} ms/round"]
         if self.per_draft_pass_s is not None:
@@ -162,11 +150,11 @@ def fit_server_loop(requests: Sequence[ServerRequest], step: Callable[[int], flo
     the n-gram types' requests fit the costs every configuration pays (per request, per round,
     per drafted row) and the n-gram round; the draft model's requests, less those, fit its own
     (per round, per pass, its prefill per prompt token, and the factor on its second decode of
-    each verified batch, `draft_step`: that pass's T_d(k) through the bindings). In one fit the
-    draft model's long requests pulled the per-row cost to 6.8 ms where the n-gram requests
-    alone put it at 1.3-1.6 ms (Qwen2.5-Coder 1.5B, 1 thread): a drafted row and a draft pass
-    are paid together in every fixed-K round. A cost no request paid is 0; the draft model's
-    pass and re-evaluation are None without draft-model requests.
+    each verified batch, `draft_step`: that pass's T_d(k) through the bindings). Two stages,
+    because a drafted row and a draft pass are paid together in every fixed-K round, so one
+    joint fit lets the draft model's long requests pull the per-row cost (docs/engines.md). A
+    cost no request paid is 0; the draft model's pass and re-evaluation are None without
+    draft-model requests.
 
     Raises:
         PolyplanError: no target-alone request (nothing pins the per-round cost), fewer
@@ -194,16 +182,6 @@ def _fit_columns(requests: Sequence[ServerRequest], step: Callable[[int], float]
             - sum(known[j] * row[j] for j in range(COSTS) if j not in columns) for request, row in zip(requests, rows)]
     fitted = dict(zip(paid, fit_loop_costs([[row[j] for j in paid] for row in rows], left)))
     return [fitted.get(j, 0.0) if j in columns else known[j] for j in range(COSTS)]
-
-
-def request_seconds(loop: ServerLoop, step: Callable[[int], float], request: ServerRequest,
-                    draft_step: Callable[[int], float] | None = None) -> float:
-    """`request`'s predicted decode seconds (its decode_s is not read): its rounds' T(L + 1)
-    and the server's costs (`draft_step`: the draft model's T_d(k), for a draft model's)."""
-    prefill = loop.per_draft_prompt_token_s * request.prompt_tokens if request.kind == DRAFT_MODEL else 0.0
-    passes = request.round_passes()
-    return loop.per_request_s + prefill + sum(step(item + 1) + loop.round_s(item, request.kind, count, draft_step)
-                                              for item, count in zip(request.drafted, passes))
 
 
 def draft_model_speedup(loop: ServerLoop, per_token_s: float, baseline_s: float,
