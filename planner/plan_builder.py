@@ -14,7 +14,7 @@ from polyplan.planner.exact.overhead import profile_overhead
 from polyplan.planner.exact.physical_limit import limit_interval
 from polyplan.planner.exact.runs import at_length
 from polyplan.planner.intervals.prediction_interval import DEFAULT_RESAMPLES, PredictionIntervals, prediction_intervals
-from polyplan.planner.search import ChainPlan, Recommendation, recommend
+from polyplan.planner.search import ChainPlan, Recommendation, SearchSettings, rank_chains
 from polyplan.planner.intervals.timing_health import timing_warnings
 from polyplan.formats.plan import (
     CandidatesRecord, ChainSpeedRecord, ConditionRecord, ExactRecord, InsertionVerdict, IntervalsRecord, LimitRecord, PaperRecord,
@@ -150,7 +150,7 @@ def planned_from_profile(
     new_tokens: int | None = None,
     **search_options: Any,
 ) -> Planned:
-    """`recommend` with the loop overhead the profile records (if any), the bootstrap
+    """`rank_chains` with the loop overhead the profile records (if any), the bootstrap
     intervals of every ranked chain's exact speedup (`resamples` replicates; 0: none) and the
     profile's timing warnings, and its plan (with the profile's digest), written to `out`.
 
@@ -159,16 +159,17 @@ def planned_from_profile(
     `new_tokens`: the answer length the plan is for: acceptance is read over the first
     `new_tokens` tokens of each profiled continuation (`planner.exact.runs.at_length`; None: all
     of them), and the plan records it.
-    `search_options` go to `planner.search.recommend` (max_levels, k_max, block_sizes, seed, …).
+    `search_options`: the other fields of `planner.search.SearchSettings` (max_levels, k_max, seed, …).
     """
     digest = profile_digest(profile)
     if new_tokens is not None:
         profile = at_length(profile, new_tokens)
     overhead = profile_overhead(profile, sampling)
-    result = recommend(profile, sampling=sampling, overhead=overhead, candidates=drafters, **search_options)
+    settings = SearchSettings(sampling=sampling, overhead=overhead, candidates=drafters, **search_options)
+    result = rank_chains(profile, settings)
     intervals, workload, limit = None, None, result.limit
     if resamples:
-        seed = int(search_options.get("seed", 0))
+        seed = settings.seed
         intervals, workload = (prediction_intervals(
             profile, [(plan.chain, plan.block_sizes, plan.exact_speedup, plan.draft_policy) for plan in result.ranked], sampling=sampling,
             context_length=result.context_length, overhead=overhead, acceptance_model=result.acceptance_model,

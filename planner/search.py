@@ -1,6 +1,6 @@
 """Search: the best chain and block sizes for a profile, with both models' predictions.
 
-`recommend(profile)` enumerates every chain that is an ordered subset of the candidate
+`rank_chains(profile)` enumerates every chain that is an ordered subset of the candidate
 drafters below the target (members ordered by cost T_i(1), cheapest last), chooses the
 per-level block sizes K_1 … K_{n−1} that minimise the exact model's cost per token (a full
 grid over 1 … k_max when the grid is small, else optuna's TPE sampler with a fixed seed),
@@ -107,7 +107,7 @@ class InsertionNote:
 
 @dataclass(frozen=True)
 class Recommendation:
-    """The result of `recommend`: the best plan, every chain ranked, and the insertion notes."""
+    """The result of `rank_chains`: the best plan, every chain ranked, and the insertion notes."""
 
     best: ChainPlan
     ranked: tuple[ChainPlan, ...]  # best first, by exact speedup
@@ -335,51 +335,55 @@ def default_k_max(profile: Profile) -> int:
     return max(SMALLEST_DEFAULT_K_MAX, widest - 1)
 
 
-def recommend(
-    profile: Profile,
-    *,
-    max_levels: int = 4,
-    k_max: int | None = None,
-    block_sizes: str = "auto",
-    sampling: str = "greedy",
-    candidates: Sequence[str] | None = None,
-    context_length: int | None = None,
-    grid_limit: int = 1024,
-    optuna_trials: int = 200,
-    seed: int = 0,
-    overhead: LoopOverhead | None = None,
-    acceptance_model: str = "auto",
-    draft_policies: bool = True,
-) -> Recommendation:
-    """Rank every chain (target on top) with its best block sizes; see the module docstring.
+@dataclass(frozen=True)
+class SearchSettings:
+    """What `rank_chains` searches; the defaults are `polyplan recommend`'s.
 
-    Args:
-        profile: a validated profile.
+    Attributes:
         max_levels: the longest chain considered, counting the target (>= 1).
-        k_max: block sizes are searched in 1 … k_max (default: `default_k_max(profile)`, the
-            widest block whose verification the profile timed, and at least 8).
+        k_max: block sizes are searched in 1 … k_max (None: `default_k_max(profile)`).
         block_sizes: "grid" (exhaustive), "optuna" (TPE, `optuna_trials` trials, `seed`), or
             "auto" (grid when k_max^(levels) <= grid_limit for that chain, else optuna).
         sampling: the profile's sampling-mode key ("greedy", "t1.0", …).
-        candidates: drafters to consider (default: every model but the target).
-        context_length: latency context (default: average over the measured ones).
+        candidates: drafters to consider (None: every model but the target).
+        context_length: latency context (None: the average over the measured ones).
         overhead: the decoding loop's own cost per step and per round, added to the exact
             model (and so to the block-size search); the paper's model never sees it.
-        acceptance_model: how the exact model reads acceptance: "iid" (rate α per token),
-            "runs" (the measured acceptance runs of `planner.exact.runs`, greedy profiles), or "auto"
-            (runs where the profile records them, else α).
+        acceptance_model: "iid" (rate α per token), "runs" (the measured acceptance runs of
+            `planner.exact.runs`, greedy profiles), or "auto" (runs where the profile has them).
         draft_policies: also try draft lengths that adapt for a chain of the target and one
             drafter (module docstring); False: a fixed K only.
     """
+
+    max_levels: int = 4
+    k_max: int | None = None
+    block_sizes: str = "auto"
+    sampling: str = "greedy"
+    candidates: Sequence[str] | None = None
+    context_length: int | None = None
+    grid_limit: int = 1024
+    optuna_trials: int = 200
+    seed: int = 0
+    overhead: LoopOverhead | None = None
+    acceptance_model: str = "auto"
+    draft_policies: bool = True
+
+
+def rank_chains(profile: Profile, settings: SearchSettings = SearchSettings()) -> Recommendation:
+    """Rank every chain (target on top) of a validated `profile` with its best block sizes (module
+    docstring); `PolyplanError` on settings the profile cannot answer."""
+    max_levels, k_max, block_sizes = settings.max_levels, settings.k_max, settings.block_sizes
+    sampling, context_length, overhead = settings.sampling, settings.context_length, settings.overhead
     integer_at_least(max_levels, 1, "max_levels")
     if k_max is None:
         k_max = default_k_max(profile)
     integer_at_least(k_max, 1, "k_max, a block size")
     if block_sizes not in SEARCH_MODES:
         raise PolyplanError(f"block_sizes: must be one of {', '.join(SEARCH_MODES)}, got {block_sizes!r}")
-    context = _Context(profile, sampling, context_length, overhead, acceptance_model)
+    context = _Context(profile, sampling, context_length, overhead, settings.acceptance_model)
     target = profile.target
-    names = [name for name in profile.model_names() if name != target] if candidates is None else list(candidates)
+    names = [name for name in profile.model_names() if name != target] if settings.candidates is None \
+        else list(settings.candidates)
     for name in names:
         if name == target:
             raise PolyplanError(f"candidates: {target!r} is the target, not a drafter")
@@ -404,13 +408,13 @@ def recommend(
             def cost(blocks: tuple[int, ...], pairs=pairs, curves=curves, switches=switches, policy=None) -> float:
                 return predict_chain(_reads(context, pairs, blocks, policy), curves, blocks, overhead, switches).cost_per_token
 
-            use_grid = block_sizes == "grid" or (block_sizes == "auto" and k_max**levels <= grid_limit)
+            use_grid = block_sizes == "grid" or (block_sizes == "auto" and k_max**levels <= settings.grid_limit)
             if use_grid:
                 best_blocks, how = _best_blocks_grid(cost, levels, k_max), "grid"
             else:
-                best_blocks, how = _best_blocks_optuna(cost, levels, k_max, optuna_trials, seed), "optuna"
+                best_blocks, how = _best_blocks_optuna(cost, levels, k_max, settings.optuna_trials, settings.seed), "optuna"
             policy = None
-            if draft_policies:
+            if settings.draft_policies:
                 best_blocks, policy = _best_policy(cost, context.policies(chain, k_max), best_blocks, k_max)
             plans[chain] = _evaluate(context, chain, best_blocks, how, policy)
 

@@ -31,7 +31,7 @@ from polyplan.planner.paper.capped_geometric import (
 )
 from polyplan.planner.paper.insertion import InsertionAnalysis, analyze_insertion
 from polyplan.planner.exact.latency import curve_from_profile
-from polyplan.planner.search import ChainPlan, Recommendation, evaluate_chain, recommend
+from polyplan.planner.search import ChainPlan, Recommendation, SearchSettings, evaluate_chain, rank_chains
 from polyplan.formats.profile import Profile
 
 
@@ -83,7 +83,8 @@ def theory_report(profile: Profile, *, source: str = "profile", sampling: str = 
     if not drafters:
         return TheoryReport(
             source=source, sampling=sampling, block_size=4, times=((target, step[target]),), two_model=None, three_model=(),
-            insertions=(), errata=_errata(None, 4, []), search=recommend(profile, max_levels=1, sampling=sampling),
+            insertions=(), errata=_errata(None, 4, []),
+            search=rank_chains(profile, SearchSettings(max_levels=1, sampling=sampling)),
             note=(f"no drafter is faster than the target {target!r} (T(1) of every model: "
                   + ", ".join(f"{name} {seconds * 1e3:.4g} ms" for name, seconds in step.items())
                   + "): Lemma 3.1 and Theorem 3.2 have no chain to compare; the target alone is the plan"),
@@ -118,7 +119,7 @@ def theory_report(profile: Profile, *, source: str = "profile", sampling: str = 
         three_model=threes,
         insertions=tuple(insertions),
         errata=_errata(two, k, insertions),
-        search=recommend(profile, max_levels=min(4, len(drafters) + 1), sampling=sampling),
+        search=rank_chains(profile, SearchSettings(max_levels=min(4, len(drafters) + 1), sampling=sampling)),
     )
 
 

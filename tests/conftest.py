@@ -134,7 +134,7 @@ def synthetic_plan(folder: Path, models_yaml: Path, times: dict, pairs: dict, *,
     from polyplan.formats.profile import LatencyPoint, ModelProfile, Profile, SamplingStats, write_profile
     from polyplan.models.fingerprints import candidate_fingerprints
     from polyplan.planner.plan_builder import plan_of
-    from polyplan.planner.search import recommend
+    from polyplan.planner.search import SearchSettings, rank_chains
 
     prints = candidate_fingerprints(read_candidates(models_yaml))
     models = tuple(ModelProfile(name, prints[name], tuple(LatencyPoint(64, k, seconds * (1 + 0.1 * (k - 1))) for k in (1, 2, 4, 8)))
@@ -145,7 +145,7 @@ def synthetic_plan(folder: Path, models_yaml: Path, times: dict, pairs: dict, *,
     write_profile(profile, folder / "profile.json")
     record = {"path": str(models_yaml), "yaml": yaml.safe_load(Path(models_yaml).read_text())} if recorded else None
     path = folder / "plan.json"
-    write_plan(plan_of(recommend(profile, max_levels=max_levels, k_max=4, sampling=sampling),
+    write_plan(plan_of(rank_chains(profile, SearchSettings(max_levels=max_levels, k_max=4, sampling=sampling)),
                        profile_path=str(folder / "profile.json"), candidates=record), path)
     return path
 

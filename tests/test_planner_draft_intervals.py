@@ -19,7 +19,7 @@ from polyplan.formats.profile import AgreementRuns, LatencyPoint, ModelProfile, 
 from polyplan.planner.engine_export import export_plan
 from polyplan.planner.llama_cpp.ranking import OFF, ReplayWorkload
 from polyplan.planner.plan_builder import plan_of
-from polyplan.planner.search import recommend
+from polyplan.planner.search import SearchSettings, rank_chains
 
 SPREAD = (0.94, 0.98, 1.0, 1.02, 1.06)  # each latency point's stored timings around its median
 RATES = (0.85, 0.35)  # agreement of the even and the odd prompts
@@ -42,7 +42,7 @@ def _profile(prompts: int, draft_s: float, length: int = 64, confidences: bool =
 
 
 def _export(profile: Profile, candidates, policy: DraftPolicy | None = None, workload: ReplayWorkload = ReplayWorkload()):
-    plan = plan_of(recommend(profile, max_levels=2, k_max=4, draft_policies=False))
+    plan = plan_of(rank_chains(profile, SearchSettings(max_levels=2, k_max=4, draft_policies=False)))
     if policy is not None:
         best = dataclasses.replace(plan.best, chain=("target", "draft"), block_sizes=(2,), draft_policy=policy)
         plan = dataclasses.replace(plan, alternatives=(best, *plan.alternatives[1:]))
@@ -107,7 +107,7 @@ def test_a_raced_draft_simple_is_predicted_at_its_own_flags_defaults_filled_in(g
     sweep = ("--spec-type", "draft-simple", "-md", source, "--spec-draft-n-max", str(k_stop), "--spec-draft-p-min", "0.5")
     unmodelled = [("--spec-type", "draft-simple,ngram-mod", "-md", source), ("--spec-type", "draft-simple", "-md", "other.gguf"),
                   (*sweep, "--spec-draft-n-min", "2")]
-    plan = plan_of(recommend(profile, max_levels=2, k_max=4, draft_policies=False))
+    plan = plan_of(rank_chains(profile, SearchSettings(max_levels=2, k_max=4, draft_policies=False)))
     best = dataclasses.replace(plan.best, chain=("target", "draft"), block_sizes=(2,), draft_policy=DraftPolicy(p_min=0.5))
     plan = dataclasses.replace(plan, alternatives=(best, *plan.alternatives[1:]))
     from polyplan.planner.llama_cpp.ranking import llama_cpp_spec_flags

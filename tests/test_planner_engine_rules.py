@@ -23,7 +23,7 @@ from polyplan.planner.exact.latency import curve_from_profile
 from polyplan.formats.plan import read_plan
 from polyplan.formats.plan import write_plan
 from polyplan.planner.plan_builder import plan_of
-from polyplan.planner.search import recommend
+from polyplan.planner.search import SearchSettings, rank_chains
 from polyplan.formats.profile import (
     LatencyPoint, ModelProfile, Profile, SamplingStats, decode_profile, encode_profile, write_profile,
 )
@@ -60,7 +60,7 @@ def files(tmp_path) -> tuple[Path, Path]:
     profile = _profile()
     prints = candidate_fingerprints(_candidates(tmp_path))  # as `recommend --candidates` records them
     profile = dataclasses.replace(profile, models=tuple(dataclasses.replace(model, fingerprint=prints[model.name]) for model in profile.models))
-    result = recommend(profile, sampling="t1.0", max_levels=2, k_max=8)
+    result = rank_chains(profile, SearchSettings(sampling="t1.0", max_levels=2, k_max=8))
     plan = tmp_path / "plan.json"
     write_plan(plan_of(result, profile_path=str(tmp_path / "profile.json"),
                        candidates={"path": str(tmp_path / "models.yaml"), "yaml": YAML}), plan)

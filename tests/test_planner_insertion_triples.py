@@ -14,7 +14,7 @@ from polyplan.formats.profile import DecodedStats, LatencyPoint, ModelProfile, P
 from polyplan.planner.paper.capped_geometric import paper_eq3_mean
 from polyplan.planner.paper.insertion import analyze_insertion
 from polyplan.planner.paper.insertion_triples import insertion_inputs, profile_triples, triple_chains, triple_insertion
-from polyplan.planner.search import TOP_CHAINS, recommend
+from polyplan.planner.search import SearchSettings, TOP_CHAINS, rank_chains
 
 TIMES = {"A": 0.1, "B": 0.02, "C": 0.004, "D": 0.0005}
 ALPHAS = {("A", "B"): 0.95, ("B", "C"): 0.9, ("C", "D"): 0.85, ("A", "C"): 0.5, ("A", "D"): 0.3, ("B", "D"): 0.5}
@@ -54,7 +54,7 @@ def test_the_inputs_of_a_triple_are_the_papers():
 
 
 def test_recommend_covers_a_middle_between_the_target_and_every_lower_member():
-    result = recommend(_cascade())
+    result = rank_chains(_cascade())
     triples = {(t.with_chain, t.middle): t for t in result.insertion_triples}
     # every three-model chain: B under the target above C and above D, C above D
     for chain in (("A", "B", "C"), ("A", "B", "D"), ("A", "C", "D")):
@@ -74,7 +74,7 @@ def test_recommend_covers_a_middle_between_the_target_and_every_lower_member():
     assert cheap.line().startswith("C between A and D: Thm 3.2 ")
     assert f"exact {'helps' if cheap.exact_delta > 0 else 'no gain'}: {cheap.with_speedup:.3f}x (A > C > D, K = " in cheap.line()
     # negative control: with chains of two models at most there is nothing to insert
-    assert recommend(_cascade(), max_levels=2).insertion_triples == ()
+    assert rank_chains(_cascade(), SearchSettings(max_levels=2)).insertion_triples == ()
 
 
 def test_the_inputs_of_any_triple_are_public_api():

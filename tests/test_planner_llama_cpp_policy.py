@@ -23,7 +23,7 @@ from polyplan.planner.engine_export import export_plan
 from polyplan.planner.llama_cpp.policy import policy_rounds, server_view
 from polyplan.planner.llama_cpp.ranking import llama_cpp_spec_flags
 from polyplan.planner.plan_builder import plan_of
-from polyplan.planner.search import evaluate_chain, recommend
+from polyplan.planner.search import SearchSettings, evaluate_chain, rank_chains
 
 # one prompt: where the drafter agrees with the target, and its top probability there (x 255)
 AGREEMENT = "11010010"
@@ -42,7 +42,7 @@ def _profile(agreement: str = AGREEMENT, confidence=CONFIDENCE, alpha: float = 0
 
 
 def _plan(profile: Profile, policy: DraftPolicy | None, block: int = 2):
-    plan = plan_of(recommend(profile, max_levels=2, k_max=2, draft_policies=False))
+    plan = plan_of(rank_chains(profile, SearchSettings(max_levels=2, k_max=2, draft_policies=False)))
     best = dataclasses.replace(plan.best, chain=("target", "draft"), block_sizes=(block,), draft_policy=policy)
     return dataclasses.replace(plan, alternatives=(best, *plan.alternatives[1:]))
 

@@ -20,7 +20,7 @@ from polyplan.planner.exact.draft_rounds import DraftRounds
 from polyplan.planner.exact.latency import LatencyCurve
 from polyplan.planner.exact.ngram_replay import NGramSimpleIndex, chain_rounds, draft_rounds, ngram_simple_draft
 from polyplan.planner.intervals.prediction_interval import prediction_intervals
-from polyplan.planner.search import evaluate_chain, recommend
+from polyplan.planner.search import SearchSettings, evaluate_chain, rank_chains
 
 REPEATING = TargetStream(8, (1, 2, 3, 4, 5, 6, 7, 4) + (5, 6, 7, 4) * 15)  # a target that loops
 FRESH = TargetStream(4, tuple(range(100, 164)))  # never repeats: never drafts
@@ -108,7 +108,7 @@ def synthetic_profile(streams=(REPEATING, FRESH)) -> Profile:
 
 def test_recommend_plans_the_rule_drafter_directly_under_the_target_only():
     profile = synthetic_profile()
-    result = recommend(profile)
+    result = rank_chains(profile)
     chains = {plan.chain for plan in result.ranked}
     assert chains == {("big",), ("big", "small"), ("big", "lookup")}  # big > small > lookup is not predictable
     lookup = next(plan for plan in result.ranked if plan.chain == ("big", "lookup"))
@@ -129,7 +129,7 @@ def test_recommend_plans_the_rule_drafter_directly_under_the_target_only():
 ])
 def test_without_greedy_streams_the_rule_drafter_is_left_out_and_the_note_says_why(sampling, streams, reason):
     profile = synthetic_profile(streams)
-    result = recommend(profile, sampling=sampling)
+    result = rank_chains(profile, SearchSettings(sampling=sampling))
     assert all("lookup" not in plan.chain for plan in result.ranked)
     note = next(item for item in result.insertions if item.model == "lookup")
     assert note.line.startswith("out:") and reason in note.line
@@ -137,7 +137,7 @@ def test_without_greedy_streams_the_rule_drafter_is_left_out_and_the_note_says_w
 
 def test_the_interval_resamples_the_streams_and_holds_the_point():
     profile = synthetic_profile((REPEATING, FRESH, REPEATING, FRESH, REPEATING))
-    result = recommend(profile)
+    result = rank_chains(profile)
     lookup = next(plan for plan in result.ranked if plan.chain == ("big", "lookup"))
     intervals = prediction_intervals(profile, [(lookup.chain, lookup.block_sizes, lookup.exact_speedup)], resamples=100)
     interval = intervals.chains[0].speedup
@@ -159,7 +159,7 @@ def test_the_profiles_closing_table_reads_the_rule_drafter_as_recommend_does():
     profile = synthetic_profile()
     rows = {(row.verifier, row.drafter, row.sampling): row for row in pair_rows(profile)}
     lookup = rows[("big", "lookup", "greedy")]
-    planned = next(plan for plan in recommend(profile).ranked if plan.chain == ("big", "lookup"))
+    planned = next(plan for plan in rank_chains(profile).ranked if plan.chain == ("big", "lookup"))
     assert lookup.mu_best_source == "replay" and lookup.best_k == planned.block_sizes[0]
     assert lookup.speedup == pytest.approx(planned.exact_speedup)
     assert ("small", "lookup", "greedy") not in rows and ("big", "lookup", "t1.0") not in rows

@@ -20,7 +20,7 @@ from polyplan.planner.exact.draft_rounds import DraftRounds
 from polyplan.planner.exact.latency import LatencyCurve
 from polyplan.planner.exact.physical_limit import limit_interval, limit_speedups, physical_limit, target_limit
 from polyplan.planner.plan_builder import plan_from_profile
-from polyplan.planner.search import recommend
+from polyplan.planner.search import rank_chains
 
 EXAMPLE = Path(__file__).resolve().parents[1] / "polyplan" / "data" / "paper_table1_profile.json"
 # T(1), T(2), T(4), T(8) = 10, 12, 16, 40 ms: linear in between, so T(3) = 14, T(5) = 22, T(6) = 28, T(7) = 34 ms
@@ -130,7 +130,7 @@ def test_no_ranked_chain_beats_the_limit(name, profile):
 def test_the_limit_reaches_as_far_as_any_chain_hands_its_target_tokens():
     """A 3-level chain can hand its target more than K_1 tokens (level 2 overshoots K_1): the
     limit's K then runs past the widest width timed, extrapolated as the exact model does."""
-    result = recommend(read_profile(EXAMPLE))  # one-point curves: timed at k = 1 only
+    result = rank_chains(read_profile(EXAMPLE))  # one-point curves: timed at k = 1 only
     assert result.limit.measured_block_size == 0 and result.limit.extrapolated
     widest = max(len(plan.exact.drafted_pmf[0]) - 1 for plan in result.ranked if len(plan.chain) > 1)
     assert len(result.limit.speedups) <= widest and len(result.limit.speedups) > max(result.best.block_sizes)

@@ -1,4 +1,4 @@
-"""recommend(): finds known optima, explains insertions, writes plans; no torch anywhere."""
+"""rank_chains(): finds known optima, explains insertions, writes plans; no torch anywhere."""
 
 from __future__ import annotations
 
@@ -17,7 +17,7 @@ from polyplan.planner.exact.latency import curve_from_profile
 from polyplan.formats.plan import read_plan
 from polyplan.formats.plan import write_plan
 from polyplan.planner.plan_builder import plan_of
-from polyplan.planner.search import evaluate_chain, recommend
+from polyplan.planner.search import SearchSettings, evaluate_chain, rank_chains
 from polyplan.formats.profile import DecodedStats, LatencyPoint, ModelProfile, Profile, SamplingStats
 from polyplan.formats.profile import read_profile
 
@@ -57,7 +57,7 @@ FOUR = synthetic(
     ids=["2-models", "3-models", "4-models"],
 )
 def test_recommend_finds_the_known_optimum(profile, expected):
-    result = recommend(profile, max_levels=4, k_max=8)
+    result = rank_chains(profile, SearchSettings(max_levels=4, k_max=8))
     assert result.best.chain == expected
     speeds = [plan.exact_speedup for plan in result.ranked]
     assert speeds == sorted(speeds, reverse=True)
@@ -73,30 +73,30 @@ def test_recommend_finds_the_known_optimum(profile, expected):
 
 
 def test_insertion_notes_explain_in_and_out():
-    notes = {note.model: note for note in recommend(TWO).insertions}
+    notes = {note.model: note for note in rank_chains(TWO).insertions}
     assert notes["B"].included is False and notes["B"].theorem_verdict == "no_gain"
     assert notes["B"].line.startswith("out: B: exact model")
     assert notes["B"].exact_speedup_with < notes["B"].exact_speedup_without
     assert notes["C"].included is True and notes["C"].theorem_verdict is None  # bottom: n/a
     assert "does not apply" in notes["C"].line
-    notes = {note.model: note for note in recommend(FOUR).insertions}
+    notes = {note.model: note for note in rank_chains(FOUR).insertions}
     assert all(note.included for note in notes.values())
     assert notes["B"].theorem_verdict == "helps" and "between A and C" in notes["B"].line
     assert notes["C"].theorem_verdict == "helps" and "between B and D" in notes["C"].line
-    limited = {note.model: note for note in recommend(FOUR, max_levels=2).insertions}
+    limited = {note.model: note for note in rank_chains(FOUR, SearchSettings(max_levels=2)).insertions}
     assert not limited["D"].included and "would exceed max_levels = 2" in limited["D"].line
 
 
 def test_max_levels_limits_the_chain():
-    result = recommend(FOUR, max_levels=2)
+    result = rank_chains(FOUR, SearchSettings(max_levels=2))
     assert all(len(plan.chain) <= 2 for plan in result.ranked)
     assert result.best.chain == ("A", "B")
 
 
 def test_optuna_search_is_seeded_and_near_the_grid_optimum():
-    grid = recommend(THREE, max_levels=3, k_max=8, block_sizes="grid")
-    first = recommend(THREE, max_levels=3, k_max=8, block_sizes="optuna", optuna_trials=40, seed=3)
-    second = recommend(THREE, max_levels=3, k_max=8, block_sizes="optuna", optuna_trials=40, seed=3)
+    grid = rank_chains(THREE, SearchSettings(max_levels=3, k_max=8, block_sizes="grid"))
+    first = rank_chains(THREE, SearchSettings(max_levels=3, k_max=8, block_sizes="optuna", optuna_trials=40, seed=3))
+    second = rank_chains(THREE, SearchSettings(max_levels=3, k_max=8, block_sizes="optuna", optuna_trials=40, seed=3))
     assert first.best.chain == grid.best.chain == ("A", "B", "C")
     assert first.best.search == "optuna"
     assert first.best.block_sizes == second.best.block_sizes
@@ -119,7 +119,7 @@ def test_paper_model_uses_decoded_mu_when_measured_else_eq3():
 
 
 def test_table1_example_prefers_the_quantized_intermediate():
-    result = recommend(read_profile(EXAMPLE))
+    result = rank_chains(read_profile(EXAMPLE))
     assert result.best.chain == ("vicuna-7b", "vicuna-7b-w4", "eagle")
     two = next(plan for plan in result.ranked if plan.chain == ("vicuna-7b", "eagle"))
     assert result.best.exact_speedup > two.exact_speedup
@@ -129,31 +129,31 @@ def test_bad_profiles_and_arguments():
     incomplete = synthetic({"A": 0.1, "B": 0.02, "C": 0.002}, {})
     incomplete = dataclasses.replace(incomplete, pairs=tuple(pair for pair in incomplete.pairs if (pair.verifier, pair.drafter) != ("B", "C")))
     with pytest.raises(PolyplanError, match="no entry for verifier 'B', drafter 'C' under sampling 'greedy'"):
-        recommend(incomplete)
+        rank_chains(incomplete)
     with pytest.raises(PolyplanError, match="under sampling 't1.0'"):
-        recommend(THREE, sampling="t1.0")
+        rank_chains(THREE, SearchSettings(sampling="t1.0"))
     with pytest.raises(PolyplanError, match="max_levels: must be an integer >= 1"):
-        recommend(THREE, max_levels=0)
+        rank_chains(THREE, SearchSettings(max_levels=0))
     with pytest.raises(PolyplanError, match="k_max, a block size: must be an integer >= 1"):
-        recommend(THREE, k_max=0)
+        rank_chains(THREE, SearchSettings(k_max=0))
     with pytest.raises(PolyplanError, match="block_sizes: must be one of"):
-        recommend(THREE, block_sizes="random")
+        rank_chains(THREE, SearchSettings(block_sizes="random"))
     with pytest.raises(PolyplanError, match="chain: must start with the target 'A'"):
         evaluate_chain(THREE, ("B", "C"), (2,))
     with pytest.raises(PolyplanError, match="no model named 'Z'"):
-        recommend(THREE, candidates=["Z"])
+        rank_chains(THREE, SearchSettings(candidates=["Z"]))
 
 
 def test_slower_candidates_are_explained_not_used():
     profile = synthetic({"A": 0.1, "C": 0.002, "Z": 0.3}, {("A", "C"): 0.85})
-    result = recommend(profile)
+    result = rank_chains(profile)
     assert all("Z" not in plan.chain for plan in result.ranked)
     note = next(note for note in result.insertions if note.model == "Z")
     assert note.line.startswith("out: Z is not faster than the target")
 
 
 def test_plan_file_round_trip(tmp_path):
-    result = recommend(THREE)
+    result = rank_chains(THREE)
     path = tmp_path / "plan.json"
     write_plan(plan_of(result, profile_path="profile.json"), path)
     plan = read_plan(path)
@@ -194,9 +194,9 @@ def test_k_max_defaults_to_the_widest_width_the_profile_timed():
 
     wide = _timed_to(16)
     assert default_k_max(wide) == 15  # a block of 15 is verified at width 16, the widest timed
-    result = recommend(wide)
+    result = rank_chains(wide)
     assert result.k_max == 15 and result.best.block_sizes[0] > 8  # long blocks pay here: the old default cut them
-    assert recommend(wide, k_max=8).best.block_sizes == (8,)  # an explicit --k-max still rules
+    assert rank_chains(wide, SearchSettings(k_max=8)).best.block_sizes == (8,)  # an explicit --k-max still rules
     assert default_k_max(_timed_to(8)) == 8  # the embedded family's widths: as before
     assert default_k_max(read_profile(EXAMPLE)) == 8  # one-point (constant) curves: as before
     assert default_k_max(_timed_to(32)) == 31

@@ -23,7 +23,7 @@ from polyplan.formats.profile import AgreementRuns, LatencyPoint, ModelProfile, 
 from polyplan.planner.intervals.interval_coverage import interval_coverage
 from polyplan.planner.plan_check import check_plan
 from polyplan.planner.plan_builder import planned_from_profile, profile_digest
-from polyplan.planner.search import evaluate_chain, recommend
+from polyplan.planner.search import SearchSettings, evaluate_chain, rank_chains
 
 KS = tuple(range(1, 17))
 PROMPTS, LENGTH = 24, 96
@@ -62,10 +62,10 @@ def telling() -> tuple[list[str], list[str]]:
 
 def test_an_adaptive_cap_is_planned_where_prompts_differ(tmp_path):
     profile = profile_with(bimodal(), 0.0015)
-    result = recommend(profile)
+    result = rank_chains(profile)
     plan = next(p for p in result.ranked if p.chain == ("target", "drafter"))
     assert plan.draft_policy is not None and plan.draft_policy.adaptive
-    fixed = recommend(profile, draft_policies=False).ranked
+    fixed = rank_chains(profile, SearchSettings(draft_policies=False)).ranked
     assert plan.exact_speedup > next(p for p in fixed if p.chain == plan.chain).exact_speedup * 1.02
     assert "adaptive" in plan.blocks_label()
 
@@ -95,9 +95,9 @@ def test_a_confidence_stop_is_planned_where_the_drafter_knows_when_it_is_wrong(t
 
 def test_without_confidences_no_stop_is_offered_and_deeper_chains_keep_a_fixed_k():
     agreement, _ = telling()
-    bare = recommend(profile_with(agreement, 0.004))
+    bare = rank_chains(profile_with(agreement, 0.004))
     assert all(p.draft_policy is None or p.draft_policy.p_min is None for p in bare.ranked)
-    deep = recommend(profile_with(bimodal(), 0.0015, mid=True))
+    deep = rank_chains(profile_with(bimodal(), 0.0015, mid=True))
     assert all(p.draft_policy is None for p in deep.ranked if len(p.chain) > 2)
     with pytest.raises(PolyplanError, match="directly under the target only"):
         evaluate_chain(profile_with(bimodal(), 0.0015, mid=True), ("target", "mid", "drafter"), (3, 3), draft_policy=DraftPolicy(1, 8))

@@ -188,10 +188,10 @@ def test_the_plan_records_the_widths_it_assumed(tmp_path):
     from polyplan.formats.plan import read_plan
     from polyplan.formats.plan import write_plan
     from polyplan.planner.plan_builder import plan_of
-    from polyplan.planner.search import evaluate_chain, recommend
+    from polyplan.planner.search import SearchSettings, evaluate_chain, rank_chains
 
     profile = _non_monotone_profile()
-    result = recommend(profile, k_max=4)
+    result = rank_chains(profile, SearchSettings(k_max=4))
     path = tmp_path / "plan.json"
     write_plan(plan_of(result, profile_path="profile.json"), path)
     payload = json.loads(path.read_text())
@@ -216,9 +216,9 @@ def test_the_plan_records_the_widths_it_assumed(tmp_path):
 
 def test_recommend_says_which_passes_it_pads():
     from polyplan.cli.commands.recommend import table_lines
-    from polyplan.planner.search import recommend
+    from polyplan.planner.search import SearchSettings, rank_chains
 
-    lines = table_lines(recommend(_non_monotone_profile(), k_max=4))
+    lines = table_lines(rank_chains(_non_monotone_profile(), SearchSettings(k_max=4)))
     assert "padded: A verifies 2 tokens at width 4, 3 tokens at width 4 (cheaper there: its T(k) is not monotone)" in lines
 
 

@@ -12,7 +12,7 @@ import torch
 from conftest import perturbed_copy, target_early_ngram
 from polyplan.decoder import HFMember, NGramMember
 from polyplan.formats.errors import PolyplanError
-from polyplan.planner.search import recommend
+from polyplan.planner.search import SearchSettings, rank_chains
 from polyplan.formats.profile import LoopCalibration, read_profile, write_profile
 from polyplan.profiler import (
     AcceptanceSettings,
@@ -134,9 +134,9 @@ def test_complete_run_writes_a_profile_that_recommend_accepts(complete, models):
                 assert decoded.prompts == 2 and decoded.mu_ci is None and decoded.sigma_ci is None
                 assert f"K={decoded.k}: decoded mu from 2 prompt(s): no interval (needs >= 5 prompts)" in stats.warnings
     assert step["ngram"] < step["early"] < step["target"]
-    plan = recommend(profile, sampling="greedy")
+    plan = rank_chains(profile, SearchSettings(sampling="greedy"))
     assert plan.best.chain[0] == "target"
-    assert recommend(profile, sampling="t1.0").ranked
+    assert rank_chains(profile, SearchSettings(sampling="t1.0")).ranked
 
 
 def test_interrupted_run_resumes_without_remeasuring(models, tmp_path):
@@ -175,7 +175,7 @@ def test_interrupt_during_decoded_phase_keeps_a_usable_profile(models, tmp_path)
         profile_models(models, _prompts(), out, SETTINGS, progress=Counter(stop_after=3 + 6 + 1))
     profile = read_profile(out)
     assert sum(len(s.decoded) for p in profile.pairs for s in p.sampling.values()) == 1
-    assert recommend(profile).best.chain[0] == "target"
+    assert rank_chains(profile).best.chain[0] == "target"
 
 
 def test_changed_settings_and_models_remeasure_only_what_they_affect(models, complete, tmp_path):

@@ -1,41 +1,24 @@
 """The exact cost model: expected wall time per emitted token of a chain of any length.
 
-It models the staged-verification recursion (the decoder's contract, see docs/design.md):
+It models the staged-verification recursion the decoder runs (docs/design.md):
 
-- `draft(n, K)`: M_n runs K forward passes of one token each and returns exactly K tokens
-  (the first one two tokens wide after its verifier accepted all of its last draft:
-  `_with_catch_up`).
-- `draft(i, K)`, 1 < i < n: repeat rounds until >= K tokens are gathered; a round takes
+- `draft(n, K)`: the last model M_n runs K one-token passes and returns exactly K tokens.
+- `draft(i, K)`, 1 < i < n: rounds until >= K tokens are gathered; a round takes
   m ~ X_{i+1} = draft(i+1, K_i) tokens, costs cost(draft(i+1, K_i)) + T̃_i(m + 1) and gathers
-  min(A_i, m) + 1 tokens, A_i = acceptances before the first rejection (success prob
-  α_{i,i+1} per token, i.i.d.). It returns everything gathered, so X_i >= K is random.
+  min(A_i, m) + 1 tokens (A_i: acceptances before the first rejection, at rate α_{i,i+1} per
+  token, i.i.d., or by the measured runs). It returns everything gathered, so X_i >= K is random.
 - the top level repeats rounds of draft(2, K_1) verified by M_1 the same way.
 
-Every token a lower level produced for a round is paid for, whether or not the level above
-accepts it, which is how wasted work enters the cost.
+Every token a lower level produced for a round is paid for, accepted or not: that is how wasted
+work enters the cost. A rule drafter at the bottom, or a model drafter under a draft policy, reads
+the measured law of its rounds (`planner.exact.draft_rounds.DraftRounds`) instead of "exactly K
+tokens at rate α".
 
-A rule drafter at the bottom (`kind: ngram-simple`) drafts by one call that hands up 0 … K
-tokens; its level then reads the measured law of its rounds (`planner.exact.draft_rounds.DraftRounds`:
-how many tokens each call drafted and how many the level above accepted) in place of
-"exactly K tokens, rate α", and a call costs one step of the drafter. A model drafter whose
-draft length varies (a `formats.plan.DraftPolicy`: adaptive cap, confidence stop) reads a
-`DraftRounds` law too, replayed on its agreement sequences (`planner.exact.policy_replay`); a
-round then costs its passes × T_n(1) (m passes, m + 1 after a confidence stop), each with its
-step overhead and the switch excess of the first passes, averaged over the law of the passes.
-
-Fast form: a dynamic program over the distribution of X_i (finite support). For draft(i, K)
-the state is the number of tokens gathered so far (0 … K−1); rounds are i.i.d., so
-E[cost of draft(i, K)] = E[rounds] · E[round cost] (Wald), and X_i's pmf is the mass that
-first reaches >= K. The top level is a renewal-reward process: cost per token =
-E[round cost] / E[tokens per round]. The Monte-Carlo reference is tests/simulate_reference.py.
-
-Optionally the decoding loop's own cost (`planner.exact.overhead.LoopOverhead`) is added: each
-autoregressive step of M_n pays `per_step_s` on top of T_n(1), each verification round at
-any level pays `per_round_s`, and the baseline (M_1 alone) pays `per_step_s` per token too.
-Optionally each model's *switch cost* (its first passes after another model's are slower:
-its weights and state left the CPU caches) is added: its 1st-pass excess to every
-verification pass, and the excess of the first K passes to each drafting loop of K steps of
-the last model; plain decoding with M_1 alone never switches.
+A dynamic program over the distribution of X_i (finite support): rounds are i.i.d., so
+E[cost of draft(i, K)] = E[rounds] · E[round cost] (Wald), and the top level is a renewal-reward
+process, cost per token = E[round cost] / E[tokens per round]. The decoding loop's own cost and
+each model's switch cost are added when given (`predict_chain`). docs/cost-model.md, "The exact
+model"; the Monte-Carlo reference it is tested against is tests/simulate_reference.py.
 """
 
 from __future__ import annotations
@@ -153,21 +136,15 @@ def _level_round(
 
 
 def _with_catch_up(below: _Draft, acceptance: Acceptance, curve: LatencyCurve) -> _Draft:
-    """The drafter's first pass of a round, widened by the token it has not seen (`below` is the
-    last model's draft, `acceptance` the law of its verifier, `curve` its own T(k)).
+    """The drafter's first pass of a round, widened by the token it has not seen (`below`: the
+    last model's draft, `acceptance`: its verifier's law, `curve`: its own T(k)).
 
-    A model drafter never feeds its own last draft d_m (nothing follows it). When its verifier
-    accepts all m, the next round's first pass feeds d_m and the bonus token: width 2, T(2)
-    instead of T(1); after a rejection it feeds the recovered token alone. So each round pays
-    P(all accepted) · (T(2) − T(1)) more (at least 0: a measured T(2) below T(1) is noise). On
-    torch's CPU kernels T(2) ≈ T(1) and this is small; on llama.cpp's, where a two-token pass
-    can cost several one-token steps, it is most of the drafter's cost (the 0.5B Qwen sibling on an
-    AMD EPYC at one thread: T(2)/T(1) = 3.7, its passes inside the chain 3.3x what T(1) priced).
-    Only the rounds of the level right above the drafter are counted: after a round of a level
-    further up the drafter may be further behind (a stated approximation). A drafter with a
-    policy (`DraftRounds` of a model drafter) counts the rounds that drafted at least one token,
-    had all accepted and did not stop on confidence. Rule drafters read the whole stream in one
-    call, so they have no catch-up."""
+    A model drafter never feeds its own last draft; after its verifier accepted all of it, the next
+    round's first pass feeds that draft and the bonus token: T(2) instead of T(1). So each round
+    pays P(all accepted) · max(0, T(2) − T(1)) more, counted for the rounds of the level right
+    above the drafter only (a stated approximation); under a draft policy, for the rounds that
+    drafted, had all accepted and did not stop on confidence. A rule drafter reads the whole
+    stream in one call: no catch-up. docs/cost-model.md, "The drafter's catch-up pass"."""
     if isinstance(acceptance, DraftRounds):
         if not acceptance.model_drafter:
             return below

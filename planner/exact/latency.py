@@ -3,12 +3,9 @@
 Interpolation is piecewise linear in k between measured points. Below the smallest measured k
 the curve is flat (the value there). Above the largest it grows from the last point along the
 least-squares slope of the points in the upper half of the measured widths (k >= k_max / 2, at
-least the last two), floored at 0 (a forward over more tokens never costs less): for large k a
-forward is compute-bound and grows about linearly. The slope of the last two points alone was
-used before; one non-monotone pair at the end (a kernel that suits width 16 better than 12, as
-float32 gemma-3-270m measured on an AMD EPYC: T(12) 214 ms, T(16) 194 ms) made the curve flat
-beyond it, while the chain's 18-23-token verifications cost 1.2-1.5x T(16). A curve with one
-point is constant.
+least the last two), floored at 0: for large k a forward is compute-bound and grows about
+linearly, and a fit over several widths is not flattened by one non-monotone pair at the end
+(CHANGELOG.md tells the case). A curve with one point is constant.
 
 Profiles measure at several context lengths; `curve_from_profile` averages the median times
 over the measured context lengths at each k (a typical context), or interpolates linearly

@@ -1,35 +1,23 @@
 """llama.cpp's `ngram-simple` drafter replayed on the target's own greedy streams.
 
-polyplan's n-gram member (`decoder.ngram`) proposes a token at every position, falling back to
-shorter n-grams; its α is what the exact model reads. llama.cpp's `ngram-simple` is another
-drafter: it drafts only when the last `size_n` tokens (the sampled one included) occurred
-before, and then copies up to `size_m` tokens that followed that earlier occurrence (fewer when
-the history ends first, none when fewer than `size_n` could be copied). A round without a
-draft is a plain one-token step; a round with L drafts is one target pass over L + 1 tokens.
-So its speed depends on how often the stream repeats itself, which α does not say: predicted
-with α, an exported `ngram-simple` configuration was 40% below the speed measured in
-llama-server on gemma-3-270m.
+`ngram-simple` drafts only when the last `size_n` tokens (the sampled one included) occurred
+before, and then copies up to `size_m` tokens that followed that occurrence. Its speed depends on
+how often the stream repeats itself, which an acceptance rate α does not say, so it is predicted
+by replaying its rule (CHANGELOG.md tells what α predicted).
 
-This module mirrors `common_ngram_simple_draft` of the pinned llama.cpp (common/ngram-map.cpp,
-llama-cpp-python 0.3.36) and the server's round: after the prompt, the first token comes from
-the prefill (the same in every configuration, left out); then each round drafts from the
-history (prompt and accepted tokens, without the sampled one) and the sampled token, the
-target verifies `[sampled] + draft` in one pass, the longest prefix of the draft equal to the
-target's own continuation is accepted, and the target's next token is the new sampled one.
-Greedy decoding makes the target's continuation the stream the profile recorded
-(`formats.profile.TargetStream`), so the replay is exact up to numerics: which rounds draft,
-how long the drafts are and how many tokens are accepted. Time comes from the target's latency
-curve: target only spends T(1) per token, a round T(L + 1).
+The replay mirrors `common_ngram_simple_draft` of the pinned llama.cpp (common/ngram-map.cpp) and
+the server's round: the first token comes from the prefill (left out, the same in every
+configuration); each round drafts from the history and the sampled token, the target verifies
+`[sampled] + draft` in one pass, and the longest prefix of the draft equal to the target's own
+continuation is accepted. Greedy decoding makes that continuation the stream the profile recorded
+(`formats.profile.TargetStream`), so the replay is exact up to numerics; time comes from the
+target's latency curve (`replay_prediction`).
 
-polyplan's own `ngram-simple` member (`decoder.ngram_simple`) drafts by the same rule, through
-`NGramSimpleIndex` (the same drafts, found through an index of n-gram starts instead of a scan),
-with the chain's block size K as size_m. Its rounds differ from the server's only at the start:
-the chain drafts right after the prompt, in the pass that also reads the prompt's last token,
-where the server first takes one token from the prefill. `chain_rounds` replays those, and
-`draft_rounds` pools them into the law the exact model reads (`planner.exact.draft_rounds`).
-With an adaptive cap (`formats.plan.DraftPolicy`) the chain's size_m is the cap of each round,
-starting at K and moved after each round by what it drafted and accepted, as the decoder moves it.
-Pure: no torch, no I/O.
+polyplan's own `ngram-simple` member (`decoder.ngram_simple`) drafts by the same rule through
+`NGramSimpleIndex`, with the chain's block size K (or an adaptive cap, `formats.plan.DraftPolicy`)
+as size_m; it drafts right after the prompt, where the server first takes one token from the
+prefill. `chain_rounds` replays those rounds and `draft_rounds` pools them into the law the exact
+model reads (`planner.exact.draft_rounds`). Pure: no torch, no I/O.
 """
 
 from __future__ import annotations

@@ -1,29 +1,22 @@
 """The decoding loop's own cost: what a chain spends outside its models' forward passes.
 
-T_i(k) times one forward pass of a model. Running a chain also costs the loop around those
-passes: choosing the next token (argmax or sampling over the vocabulary), verification, the
-one host transfer per verification, cutting caches back, Python bookkeeping. With small
-models on a CPU these are a few percent of a forward pass, enough to move a prediction by
-more than the 10% polyplan promises, so the exact model can take them into account:
+Besides its models' passes T_i(k), a chain pays the loop around them: choosing the next token,
+verification, the host transfer per verification, cutting caches back, Python bookkeeping. With
+small models on a CPU that moves a prediction by more than polyplan's promise, so the exact model
+can charge it (`formats.overhead.LoopOverhead`):
 
-- `per_step_s`: one autoregressive step of the last member (also one step of plain decoding
-  with the target alone, so the baseline pays it too);
+- `per_step_s`: one autoregressive step of the last member (and of plain decoding, the baseline);
 - `per_round_s`: one verification round at any level (verification, transfer, crops).
 
-Both are measured on their own (`polyplan.profiler.loop_overhead`), with stand-in members whose
-forward passes cost nothing, never fitted to a chain's measured speed. `fit_loop_costs` is the one
-fit of loop costs: per configuration, how often each cost was paid and the loop's seconds, solved
-by non-negative least squares; polyplan's loop (`profiler.loop_overhead`) and HF `generate`'s
-(`planner.exact.engine_overhead`, measured by `engines.hf_overhead`) are its callers. They are stored in
-the profile's `loop_overhead`, keyed by sampling mode (`formats.profile.LoopCalibration`).
+Both are measured on their own with stand-in members whose passes cost nothing
+(`profiler.loop_overhead`), never fitted to a chain's speed. `fit_loop_costs` is the one fit of
+loop costs (non-negative least squares over configurations), for polyplan's loop and for HF
+`generate`'s (`planner.exact.engine_overhead`).
 
-A chain also switches between models, and a model's first forward passes after another
-model's are slower than in the profiler's tight loop (its weights and Python state were
-evicted from the CPU caches and come back over a few passes). That *switch cost* is per
-model and per position after the switch: the extra seconds of the 1st, 2nd, … consecutive
-pass, measured by `polyplan.profiler.switching` and stored as
-the profile's `switch_costs.models[name]` (a list of seconds; a single number means the 1st pass
-only; `formats.overhead.SwitchCost`). A verification pass is always a 1st pass; a drafting loop of K passes pays the first K.
+A model's first passes after another model's are slower than in a tight loop (its weights and
+state left the CPU caches): its *switch cost*, the extra seconds of the 1st, 2nd, … pass after a
+switch (`profiler.switching`, `formats.overhead.SwitchCost`). A verification pass is always a 1st
+pass; a drafting loop of K passes pays the first K.
 """
 
 from __future__ import annotations

@@ -23,7 +23,7 @@ It bounds every chain the exact model predicts: a chain's top round hands the ta
 emits min(A, m) + 1 <= m + 1 tokens; a ratio of expectations is at most the largest ratio, so
 the chain's speedup is at most the largest S(m) over the m it hands up (S(0) <= max(1, S(1)),
 as T̃ never decreases). K runs up to the widest width the target was timed at, less one
-(`measured_block_size`), and, in `planner.search.recommend`, as far as any ranked chain hands
+(`measured_block_size`), and, in `planner.search.rank_chains`, as far as any ranked chain hands
 its target tokens; beyond the measured widths T(k) is extrapolated as the exact model does it
 (`planner.exact.latency`), and the result says so (`extrapolated`).
 
@@ -83,7 +83,7 @@ class PhysicalLimit:
         return speedup / self.speedup
 
     def text(self) -> str:
-        """`2.02x [1.95, 2.09] at K = 6` (`1.00x at K = 0` when speculation cannot pay)."""
+        """The limit, with its interval when made, and its K (`at K = 0` when speculation cannot pay)."""
         value = f"{self.speedup:.2f}x" if self.interval is None else self.interval.text()
         return f"{value} at K = {self.block_size}"
 

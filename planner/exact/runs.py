@@ -1,26 +1,18 @@
 """Acceptance runs: how many drafted tokens in a row a verifier accepts, from measured sequences.
 
-The exact model's default reads a pair's acceptance as i.i.d. per token at rate α, so a
-verification accepts at least j tokens with probability α^j. Real acceptance is bursty: an
-n-gram drafter copying a repeated block is right many times in a row, then wrong many times
-(the profiles of the embedded family show a lag-1 autocorrelation of about 0.6 for it), and
-the i.i.d. reading then misjudges the tokens per verification by tens of percent.
+Real acceptance is bursty (an n-gram drafter copying a repeated block is right many times in a
+row, then wrong many times), so the i.i.d. reading, P(at least j accepted) = α^j, can be far off.
+Under greedy decoding the sequence of agreements along a target continuation is measured
+(`profiler.agreement_runs`), and speculative decoding of the pair at block size K walks it
+deterministically: a verification starting at position s accepts the r consecutive agreements
+from s, up to K, and the next one starts at s + min(r, K) + 1.
 
-Under greedy decoding the exact sequence of agreements is measurable: along a target
-continuation, position t agrees when the drafter's argmax equals the target's token t (one
-teacher-forced pass of each model, `profiler.agreement_runs`). Speculative decoding of the pair at block
-size K walks that sequence deterministically: a verification starting at position s accepts
-the r consecutive agreements from s, up to K, and the next one starts at s + min(r, K) + 1.
-`run_survival` walks every measured sequence that way and estimates, over the verification
-starts it visits, S(j) = P(at least j consecutive agreements from a start), with the product
-of per-step continuation rates (a run cut off by the end of a sequence counts as surviving
-only as far as it was observed). The cost model then uses P(min(A, m) = a) = S(a) − S(a + 1)
-(a < m) and S(m) (all m accepted) instead of the geometric law; rounds are still taken as
-independent of each other. Beyond the longest observed run, S continues with the last
-continuation rate.
-
-The sequences travel in the profile's `acceptance_runs[sampling]` (`formats.profile.AgreementRuns`,
-written by `profiler.agreement_runs`, through `pipeline.loop_costs`), one string of 0/1 per prompt and pair.
+`run_survival` walks every sequence that way and estimates, over the verification starts it
+visits, S(j) = P(at least j consecutive agreements from a start), as a product of per-step
+continuation rates (a run cut off by the end of a sequence counts only as far as it was
+observed; beyond the longest run S continues at the last rate). The cost model reads
+P(min(A, m) = a) = S(a) − S(a + 1) (a < m) and S(m); rounds stay independent of each other.
+The sequences are the profile's `acceptance_runs[sampling]` (`formats.profile.AgreementRuns`).
 """
 
 from __future__ import annotations
@@ -168,13 +160,9 @@ def on_prompts(profile: Profile, indices) -> Profile:
 def at_length(profile: Profile, new_tokens: int) -> Profile:
     """`profile` with its acceptance read over the first `new_tokens` positions of each profiled
     continuation: the agreement sequences, the drafters' confidences and the target's streams
-    cut there, and each greedy α its agreement rate over them (`with_agreement_alphas`).
-
-    Acceptance changes along an answer: on gemma-3-270m's chat answers the int8 copy agreed with
-    the target on 0.933 of the first 64 tokens and 0.986 of the next 64, prompt lookup on 0.763
-    and 0.910: read over the first 64 tokens, the recommended chain's exact prediction falls
-    from 3.29x to 2.91x, for 64-token answers measured at 2.20x. Runs measured over no more than
-    `new_tokens` are kept as they are."""
+    cut there, and each greedy α its agreement rate over them (`with_agreement_alphas`), since
+    acceptance changes along an answer (docs/cost-model.md, "The answer length"). Runs measured
+    over no more than `new_tokens` are kept as they are."""
     if new_tokens < 1:
         raise PolyplanError(f"new_tokens: must be an integer >= 1, got {new_tokens!r}")
     runs = {}

@@ -1,18 +1,16 @@
 """A target pass never costs more for fewer tokens: the monotone envelope of T(k).
 
-CPU kernels can make T(k) non-monotone: on gemma-3-270m (fp32, 1 thread) verifying 2 tokens
-took 262 ms and 4 tokens 245 ms. A verifier can always run a pass over k tokens at a larger
-width w (pad it with w − k tokens whose logits are ignored; attention is causal, so the k real
-positions get exactly the same distributions) and then crop its cache back. So the time of a
-verification pass over k tokens is the envelope
+CPU kernels can make T(k) non-monotone (docs/cost-model.md, "Verification widths"). A verifier
+can always run a pass over k tokens at a larger width w, padded with tokens whose logits are
+ignored (attention is causal, so the k real positions get the same distributions), and crop its
+cache back. So a verification pass over k tokens costs the envelope
 
     T̃(k) = min(T(k), min over measured widths j >= k of T(j)),
 
-with T(k) itself read between measured widths as `LatencyCurve` does (piecewise linear: the
-minimum over all widths >= k of that piecewise-linear curve is at k or at a measured width).
-`verify_widths` records, for every k the envelope pads, the width it chose (the smallest width
-reaching the minimum; k itself on a tie), so the plan and the decoder agree on what is run.
-Above the largest measured width the curve already never decreases, so nothing is padded there.
+T(k) read between measured widths as `LatencyCurve` does. `verify_widths` records, for every k
+the envelope pads, the width it chose (the smallest reaching the minimum; k itself on a tie), so
+the plan and the decoder agree on what is run. Above the largest measured width the curve never
+decreases, so nothing is padded there.
 """
 
 from __future__ import annotations

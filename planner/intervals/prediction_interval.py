@@ -1,73 +1,24 @@
 """Prediction intervals: how far the exact model's speedup can move with the measurement noise.
 
-A predicted speedup is a function of measured inputs: each model's latency curve T_i(k) and
-each pair's acceptance (the rate α, or the measured agreement runs). Both are estimates from
-finite, noisy samples, so the prediction has a sampling distribution. This module propagates
-it by bootstrap: B replicates of the inputs, each drawn as the profiler's own sampling would
+A bootstrap: B replicates of the measured inputs, each drawn as the profiler's own sampling would
 have varied, the exact model (`planner.exact.cost_model.predict_chain`) re-evaluated on each with
-the chain's block sizes fixed, and the percentile interval of the B speedups reported.
+the chain's block sizes fixed, and the percentile interval of the B speedups reported. Per replicate:
 
-How each input is resampled (per replicate, independently):
+- each latency point's kept timings are resampled and their median taken, as the profiler does
+  (a profile without timings: the median drawn from its normal law, from the IQR);
+- acceptance is resampled by prompt (it is correlated along a prompt): twice for a new prompt set
+  (the profile's prompts, then a new set drawn from them; `set_size` prompts for a race on fewer)
+  and once for the workload's mean (`new_set` False). One draw serves every pair and the target's
+  streams, so a chain's levels move together. The run survival and replayed rounds (a rule
+  drafter's, a draft policy's) are re-estimated from the draw; an α without runs is drawn from
+  its interval or binomial error;
+- a failed timing-health check (`planner.intervals.timing_health`) scales the model's curve by
+  the correction its record measures, in full in half the replicates and part-way in the others;
+- each replicate's deviation is stretched for few prompts (`few_prompts_stretch`).
 
-- latency point (context c, k): its kept timings (`samples_s`, after the profiler's outlier
-  rule) resampled with replacement, the replicate's T(k) their median, exactly as the
-  profiler summarises. Profiles written before the timings were stored give only median and
-  IQR: the median is then drawn from its asymptotic normal law, standard error
-  1.2533 · (IQR / 1.349) / sqrt(repeats) (Gaussian timings; a stated approximation).
-- acceptance, with agreement runs in the profile (greedy): the prompts are the clusters, as
-  the acceptance is correlated along a prompt. The prediction is for prompts the profile never
-  saw (validation and use run other prompts), so each replicate draws twice: the profile's
-  prompts with replacement (the error of the profile's estimate), then a new prompt set of the
-  same size from that draw (the spread of a new set around it: every validation so far
-  measured acceptance 4-12% off the profiled one). The run survival (`planner.exact.runs`) is
-  re-estimated from the pooled counts of the second draw; α (for the i.i.d. reading) is scaled
-  by that draw's agreement rate over the full one. Every pair (and the target's streams) was
-  measured on the same prompts, so a replicate draws one new prompt set for all of them: a
-  prompt hard for one drafter is hard for the others, and the levels of a chain move together
-  (drawn apart, their shifts averaged out and a deep chain's interval came out too narrow).
-- a rule drafter (`ngram-simple`): its rounds replayed on the target's streams
-  (`planner.exact.draft_rounds`), the streams resampled as the prompts above (twice: the profile's,
-  then a new set). A model drafter under a draft policy (`formats.plan.DraftPolicy`): its rounds
-  replayed on its agreement sequences (`planner.exact.policy_replay`), resampled the same way.
-- acceptance otherwise: α drawn from a normal law matching its 95% interval `alpha_ci`
-  (clipped to [0, 1)), else from the binomial standard error sqrt(α(1 − α)/alpha_samples),
-  either standard error times sqrt(2) for the new prompt set; with neither, α is held fixed
-  and the result says so.
-- timing health (`planner.intervals.timing_health`): where a check failed, the model's whole curve is
-  scaled, per replicate, by a correction its own record measures, instead of trusting the
-  timings: the floor shift (a fixed workload f times slower while this model was timed than
-  while the least-loaded model was: a load that slows the floor slows a model's forward about
-  as much, so the corrected curve is T / f) and an overloaded machine (load average L above its
-  C cores when timing began: T · C / L). Half the replicates take the correction in full, half
-  a share of it uniform in [0, 1], so the interval spans the timings as measured through fully
-  corrected. A noisy floor (IQR/median r above the limit) scales by a log-normal factor with
-  sd r / 1.349. The intervals list each widening (`widened`), and the plan and the validation
-  report print them.
-
-- the workload (`new_set` False): the interval of the speedup averaged over the workload the
-  profile's prompts sample, as a deployment serving many requests sees it, draws once (the
-  profile's prompts with replacement: the error of the profile's estimate alone), and an α's
-  standard error is not multiplied for a new set. It is the narrower one: a validation on 16
-  other prompts moves by that set's own spread as well, and is judged by the two-draw interval.
-  A llama.cpp export decides on it (`planner.llama_cpp.ranking`: whether a configuration pays
-  on the user's traffic), and `recommend` prints it beside the other.
-- a new set of another size (`set_size` m): a race or validation on m prompts where the profile
-  had n draws its second draw m times (an α's standard error gains sqrt(n / m) of it, not the
-  same again): 8 race prompts against 16 profiled ones move by their own spread, wider than 16
-  would (`bench peers` judges its rows so).
-- few prompts: the bootstrap reads the prompts' spread as if it were known, from a handful of
-  prompts (16 by default), some of which a drafter reads almost perfectly. Each replicate's
-  log-speedup deviation from the point is stretched by Student's t allowance for n prompts
-  (`few_prompts_stretch`: 1.12 for 16). Measured on the family (`polyplan bench intervals`:
-  48 prompts, 100 profile/new-set splits of 16 each, six chains), coverage at 95% was 76-95%
-  per chain before the shared draw and the stretch, 89-97% after.
-
-The loop overhead and switch costs are held fixed (they are small, measured on their own).
-Lemma 3.1 is not resampled: it stays a point prediction beside the exact model.
-
-Every replicate's speedups of all chains come from the same inputs, so chains are compared
-pairwise on replicates too: `overlaps_best` (the plain criterion: intervals overlap) and
-`beats_best` (the share of replicates in which a chain beats the best one).
+The loop overhead, the switch costs and Lemma 3.1 are not resampled. Chains are compared on the
+same replicates (`overlaps_best`, `beats_best`). The laws, the reasons and the measured coverage:
+docs/cost-model.md, "Prediction intervals".
 """
 
 from __future__ import annotations
@@ -110,7 +61,7 @@ class SpeedupInterval:
     level: float
 
     def text(self) -> str:
-        """`2.01x [1.88, 2.15]`."""
+        """The point and the interval: `<point>x [<low>, <high>]`, two decimals each."""
         return f"{self.point:.2f}x [{self.low:.2f}, {self.high:.2f}]"
 
     def contains(self, value: float) -> bool:
@@ -386,7 +337,7 @@ def prediction_intervals(
         chains: (chain, block sizes, point speedup) per chain, best first (the point is the
             prediction on the profile as measured; the interval comes from the replicates), each
             optionally with a fourth item, the last level's `formats.plan.DraftPolicy` (None: fixed).
-        acceptance_model: as in `planner.search.recommend` ("auto", "iid" or "runs").
+        acceptance_model: as in `planner.search.SearchSettings` ("auto", "iid" or "runs").
         resamples: bootstrap replicates B (>= 20).
         level: interval coverage, in (0, 1).
         seed: of the numpy Generator every draw comes from.
@@ -481,7 +432,7 @@ def percentile_interval(point: float, replicates: np.ndarray, measured: float, s
 
 
 def stretch_words(stretch: float) -> str:
-    """`, each deviation x1.12 for few prompts (Student's t)`, or nothing when there was none."""
+    """The few-prompts stretch as words for a line (`, each deviation x<stretch> …`), or nothing."""
     return "" if stretch == 1.0 else f", each deviation x{stretch:.2f} for few prompts (Student's t)"
 
 
@@ -489,12 +440,10 @@ def few_prompts_stretch(prompts: int | None, level: float) -> float:
     """How far each replicate's log-speedup is moved away from the point when the acceptance came
     from only `prompts` prompts (None: no prompts were resampled, 1.0).
 
-    A bootstrap over n clusters reads their spread as if it were known: its variance is short by
-    (n − 1)/n, and the spread it reads varies from profile to profile (a profile whose prompts
-    happen to lack the rare prompt a drafter reads almost perfectly gets a narrow interval just
-    when a new set may hold one). Student's t is the textbook allowance for both with a mean of n
-    observations, so every deviation is stretched by t_{n−1} / z · sqrt(n / (n − 1)) at the
-    interval's level: 1.12 for 16 prompts, 1.03 for 64, → 1.
+    A bootstrap over n clusters reads their spread as if it were known (its variance is short by
+    (n − 1)/n, and the spread it reads varies from profile to profile); Student's t is the textbook
+    allowance for both, so every deviation is stretched by t_{n−1} / z · sqrt(n / (n − 1)) at the
+    interval's level, which tends to 1 as n grows.
     """
     if prompts is None or prompts < 2:
         return 1.0

@@ -1,11 +1,10 @@
 """How many prompts an interval needs, and the warnings when a profile has fewer.
 
-The profiler's intervals are cluster bootstraps over prompts (`profiler.stats`). With n
-prompts a resample is a multiset of n prompts, so there are at most C(2n - 1, n) distinct
-resamples: 1 for n = 1 (a zero-width "95% interval"), 3 for n = 2, 10, 35, then 126 for n = 5.
-A 95% percentile interval cuts 2.5% from each tail, which needs at least 40 distinct values
-to mean anything; so an interval is computed from `MIN_PROMPTS` = 5 prompts or more, and
-from fewer the profile records none and says why, and `recommend` warns about a plan made from such a profile.
+The profiler's intervals are cluster bootstraps over prompts (`profiler.stats`). With n prompts
+there are at most C(2n - 1, n) distinct resamples (1 for n = 1, 126 for n = 5), and a 95%
+percentile interval needs at least 40 distinct values to mean anything; so an interval is computed
+from `MIN_PROMPTS` prompts or more, and from fewer the profile records none and says why, and
+`recommend` warns about a plan made from such a profile.
 """
 
 from __future__ import annotations

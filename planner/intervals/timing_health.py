@@ -1,20 +1,15 @@
 """Whether a profile's timings can be planned on: the warnings a plan carries when they cannot.
 
 The profiler records, beside each model's latency curve (`ModelProfile.timing`), the machine
-floor measured in the same rounds (IQR/median of a fixed matrix-product workload, and its
-median), the outliers it dropped, whether its budget for repeating noisy rounds ran out, and
-the torch threads it timed with against the cores available. This module reads them and says,
-one line per problem, what makes the predictions doubtful, so that `recommend`, plan.json,
-`validate` and the demo warn instead of planning silently. Pure Python (no torch).
-
-Rules (each stated in its line):
+floor measured in the same rounds (a fixed workload's IQR/median and median), the outliers it
+dropped, whether its budget for repeating noisy rounds ran out, and its threads against the cores.
+This module says, one line per problem, what makes the predictions doubtful, so that `recommend`,
+plan.json, `validate` and the demo warn instead of planning silently. The rules:
 - floor noise: the fixed workload's IQR/median above `MAX_FLOOR_NOISE` while a model was timed;
 - budget: the profiler's extra rounds ran out with the floor still noisy;
-- oversubscription: more torch threads than available cores, or several threads claiming
-  every core (an OpenMP region waits for its slowest thread, so any other process on any
-  core stalls all of them: a 2-thread run on a loaded 2-core machine once timed a target's
-  T(1) at 193 ms against 9.5 ms on 1 thread, and the plan then recommended target-only
-  decoding with no warning), or a load above the cores when timing began (`profiler.threads.machine_load`);
+- oversubscription: several threads claiming every core (an OpenMP region waits for its slowest
+  thread, so any other process stalls all of them; CHANGELOG.md tells the case), or a load above
+  the cores when timing began (`profiler.threads.machine_load`);
 - floor shift: the fixed workload was more than `MAX_FLOOR_SHIFT` times slower while one model
   was timed than while another was (the load changed between models, so their curves are not
   comparable: the ratio of T's, which decides the chain, is off);
