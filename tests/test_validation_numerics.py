@@ -93,13 +93,16 @@ def test_a_parting_within_the_noise_is_a_near_tie_and_one_beyond_it_is_not():
 
 def test_a_near_tie_chain_is_measured_and_reported_as_such():
     from polyplan.formats.plan import PlannedChain  # noqa: F401 (the spec type the summary reads)
-    from polyplan.validation.results import ChainResult
+    from polyplan.validation.results import ChainResult, MeasuredChain
 
-    fields = {name: None for name in ChainResult.__dataclass_fields__}
+    fields = {name: None for name in MeasuredChain.__dataclass_fields__}
     assert "near_tie" in fields
-    lossy = ChainResult(**{**fields, "greedy_equal": False, "near_tie": None, "paired": None,
-                           "speedup": SimpleNamespace(mean=1.2)})
-    tied = ChainResult(**{**fields, "greedy_equal": False, "near_tie": "1 run(s) part ...", "paired": None,
-                          "speedup": SimpleNamespace(mean=1.2)})
-    assert not lossy.lossless and lossy.measured_speedup is None and lossy.measured_text() == "LOSSY"
+
+    def chain(near_tie):
+        measured = MeasuredChain(**{**fields, "greedy_equal": False, "near_tie": near_tie, "paired": None,
+                                    "speedup": SimpleNamespace(mean=1.2)})
+        return ChainResult(*[None] * 5, measured, None)
+
+    lossy, tied = chain(None), chain("1 run(s) part ...")
+    assert not lossy.lossless and lossy.measured_speedup is None and lossy.measured.text() == "LOSSY"
     assert tied.lossless and tied.measured_speedup == pytest.approx(1.2)

@@ -142,7 +142,7 @@ def test_a_prediction_holds_only_inside_its_interval_and_within_ten_percent():
 
 def test_error_sources_split_latency_acceptance_and_noise():
     chains, _ = _validate(1.76, 1.70)
-    staged = dataclasses.replace(chains[0], retimed_exact=1.80, reaccepted_exact=1.70)
+    staged = dataclasses.replace(chains[0], predicted=dataclasses.replace(chains[0].predicted, retimed=1.80, reaccepted=1.70))
     sources = staged.error_sources
     measured = staged.measured_speedup
     assert sources.total == pytest.approx(1.75 / measured - 1)
@@ -152,6 +152,6 @@ def test_error_sources_split_latency_acceptance_and_noise():
     assert (1 + sources.latency) * (1 + sources.acceptance) * (1 + sources.residual) == pytest.approx(1 + sources.total)
     assert sources.tokens_per_pass == pytest.approx(0.0)  # predicted 2.0 tokens per target pass, measured 2.0
     assert 0 < sources.noise < 0.05
-    only_retimed = dataclasses.replace(chains[0], retimed_exact=1.80).error_sources
+    only_retimed = dataclasses.replace(chains[0], predicted=dataclasses.replace(chains[0].predicted, retimed=1.80)).error_sources
     assert only_retimed.acceptance is None and only_retimed.after_latency == pytest.approx(1.80 / measured - 1)
-    assert len(staged.prompts) == 8 and staged.prompts[0].target_passes == 2
+    assert len(staged.measured.prompts) == 8 and staged.measured.prompts[0].target_passes == 2

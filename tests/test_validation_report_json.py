@@ -132,7 +132,7 @@ def test_the_fixture_covers_every_kind_of_chain(index):
     validation = fixed_validation()
     chain = validation.chains[index]
     assert chain.lossless == (index != 2)
-    assert (chain.paired is not None) and len(chain.prompts) == PROMPTS
-    assert (chain.predicted_interval is None) == (index == 2)
+    assert (chain.measured.paired is not None) and len(chain.measured.prompts) == PROMPTS
+    assert (chain.predicted.interval is None) == (index == 2)
     assert validation.headline.fastest == validation.chains[1].label()
     assert validation.headline.fastest_over_recommended is not None

@@ -157,9 +157,9 @@ def test_speedups_are_paired_per_repeat_and_a_lossy_chain_gets_none(plan):
     best = specs[plan.chain]
     fast = [_record(1, r, p, (1.0 + r) / 2.5, levels=3) for r in range(3) for p in range(2)]
     result = summarise_chain(best, fast, base, greedy=True)
-    assert result.speedup.samples == pytest.approx((2.5, 2.5, 2.5)) and result.speedup.std == pytest.approx(0.0)
-    assert result.greedy_equal is True and result.measured_speedup == pytest.approx(2.5)
-    assert result.exact_error == pytest.approx(result.predicted_exact / 2.5 - 1)
+    assert result.measured.speedup.samples == pytest.approx((2.5, 2.5, 2.5)) and result.measured.speedup.std == pytest.approx(0.0)
+    assert result.measured.greedy_equal is True and result.measured_speedup == pytest.approx(2.5)
+    assert result.exact_error == pytest.approx(result.predicted.exact / 2.5 - 1)
     assert result.levels[0].forwards_per_token == pytest.approx(0.5) and result.levels[0].mu == 2.0
     # acceptance as engines report it: 4 tokens per 2 target passes; 6 runs x 4 drafted, 2 accepted
     assert result.tokens_per_target_pass == pytest.approx(2.0)
@@ -167,8 +167,8 @@ def test_speedups_are_paired_per_repeat_and_a_lossy_chain_gets_none(plan):
     two = next(spec for spec in specs.values() if ROLE_TWO_MODEL in spec.roles)
     lossy_runs = [_record(2, r, p, (1.0 + r) / 4, tokens=(1, 2, 9, 4), levels=2) for r in range(3) for p in range(2)]
     lossy = summarise_chain(two, lossy_runs, base, greedy=True)
-    assert lossy.greedy_equal is False and lossy.measured_speedup is None and lossy.exact_error is None
-    assert lossy.first_difference == "prompt 1, repeat 1: token 3 differs from target-only decoding"
+    assert lossy.measured.greedy_equal is False and lossy.measured_speedup is None and lossy.exact_error is None
+    assert lossy.measured.first_difference == "prompt 1, repeat 1: token 3 differs from target-only decoding"
     alone = summarise_chain(target, base, base, greedy=True)
     head = headline([result, lossy, alone])
     assert head.fastest == result.label()  # the lossy chain looks 4x faster but is excluded
@@ -178,7 +178,7 @@ def test_speedups_are_paired_per_repeat_and_a_lossy_chain_gets_none(plan):
     # profile has no noise)
     assert [check.passed for check in head.checks][1:] == [None, None, True, True, None, False]  # not checked, not re-timed
     sampled = summarise_chain(two, lossy_runs, base, greedy=False)
-    assert sampled.greedy_equal is None and sampled.measured_speedup == pytest.approx(4.0)
+    assert sampled.measured.greedy_equal is None and sampled.measured_speedup == pytest.approx(4.0)
 
 
 def test_recommended_within_noise_of_the_fastest_uses_the_paired_ratio(plan):

@@ -1,10 +1,9 @@
-"""polyplan.validation: running planned chains side by side and judging their predictions.
+"""polyplan.validation: running planned chains side by side and judging their predictions
+(docs/validation.md).
 
-`chain_runs` decodes each chain next to target-only, prompt by prompt and interleaved, re-timing
-the latency the prediction used (`retime`) on primed members (`primed`); `paired` holds the
-paired-ratio statistics; `results` judges each prediction (inside its interval and within
-10%); `report` builds report.json's record (typed, with its codec, in `formats.validation_report`) and
-writes it, report.md and the terminal table, `plots` the PNGs, `report_folder` the folder they
-go to, `categories` the per-category breakdown; `measured_run` reads a measured run back (a
-profile, with its plan and report beside it) and pairs its validated chains into insertions.
+`chain_runs` decodes each chain next to target-only decoding, interleaved, on primed members
+(`primed`), re-timing latency as it goes (`retime`); `paired` holds the paired-ratio statistics;
+`results` judges each prediction; `reporting` writes report.md, report.json (typed in
+`formats.validation_report`) and the plots (`plots`); `self_check` is recommend's short run;
+`measured_run` reads a measured run back and pairs its chains into insertions.
 """

@@ -1,13 +1,8 @@
 """Results broken down by prompt category, as Spec-Bench reports them.
 
-Fed by per-prompt records (`PromptRun`: one chain's run and target-only's run on the same
-prompt in the same repeat), `category_rows` gives, for each prompt kind (a Spec-Bench
-`category`, or the built-in set's kinds), the chain's speedup over target-only decoding and
-its mean tokens per target pass (tokens emitted / forward passes of M_1), plus an "all" row.
-
-Speedup of a category = total target-only decoding time / total chain decoding time over its
-runs (Spec-Bench's ratio of totals, so long prompts weigh by their time); tokens per target
-pass = total tokens / total target passes. Nothing here runs a model.
+Per prompt kind, from `PromptRun`s (one chain's and target-only's run on the same prompt and
+repeat): the speedup as total target-only time over total chain time (Spec-Bench's ratio of
+totals) and tokens per target pass, plus an "all" row. Nothing here runs a model.
 """
 
 from __future__ import annotations

@@ -1,14 +1,11 @@
 """`polyplan validate`: run the planned chains side by side and measure what was predicted.
 
 On the same prompts and seeds it runs the recommended chain, the plan's next `top` chains,
-target-only decoding and the best two-model chain (`select_chains`). The runs are
-interleaved: in every repeat, for every prompt, each chain runs once, in an order rotated
-from one prompt to the next, so a burst of background load falls on all chains alike. Each
-member's prompt is prefilled first and timed on its own (`validation.primed`), so the timed
-`generate` call is decoding only, what the exact model predicts. The garbage collector is
-paused while timing (it runs between prompts), and every chain runs once untimed first.
-
-`validation.results.summarise_chain` turns the runs into measured-vs-predicted results.
+target-only decoding and the best two-model chain (`select_chains`), interleaved: in every repeat,
+for every prompt, each chain once, in an order rotated from prompt to prompt, so background load
+falls on all chains alike. Prefill is timed apart (`validation.primed`), the garbage collector
+paused while timing, and every chain runs once untimed first. `validation.results.summarise_chain`
+turns the runs into results.
 """
 
 from __future__ import annotations

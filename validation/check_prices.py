@@ -1,30 +1,22 @@
-"""The exact model's price of the self-check's own run, prompt by prompt (issue 33).
+"""The exact model's price of the self-check's own run, prompt by prompt (docs/cost-model.md,
+"The self-check").
 
 recommend's self-check (`validation.self_check`) runs a few chains on a few profiling prompts for
-a few dozen tokens, and fits from it the term C by which the plan's predictions are wrong on this
-machine. The plan's predictions are for another workload: every profiling prompt, answers of the
-plan's length, the latency curves read at its typical context. A check that compares its run with
-those predictions reads the difference of workloads as model error: on an AMD EPYC (family 26) a
-4-prompt x 32-token check fitted C = 0.89 for `target > target-int8 > drafter > ngram`, and the
-checked prediction ended 12 % above the measured speedup on held-out prompts, while the same
-plan's exact model was within 1 %.
-
-So the check is priced as its own workload: for each prompt it ran, the exact model with that
-prompt's measured acceptance alone (the profile's agreement runs and the target's stream for the
-prompt, cut at the check's answer length: `planner.exact.runs.at_length`) and its latency curves
-read at that prompt's mean context (its length plus half the answer); the chain's seconds per
-token, and target-only decoding's (T_1(1) plus the loop's step, at the same context). Over a set
-of prompts D (all of them, or a bootstrap draw)
+a few dozen tokens and fits from it the term C by which the plan's predictions are wrong on this
+machine. The plan's predictions are for another workload (every profiling prompt, answers of the
+plan's length, the latency curves at its typical context); a check compared with them would read
+the difference of workloads as model error. So the check is priced as its own workload: for each
+prompt it ran, the exact model with that prompt's measured acceptance alone (cut at the check's
+answer length: `planner.exact.runs.at_length`) and its latency curves read at that prompt's mean
+context (its length plus half the answer). Over a set of prompts D (all, or a bootstrap draw)
 
     C(D) = [Σ_D N_j β̂_j / Σ_D b_j] · [Σ_D t_j / Σ_D N_j τ̂_j]
 
 with N_j the tokens decoded, τ̂_j and β̂_j the chain's and target-only decoding's predicted seconds
 per token, t_j and b_j their measured decode seconds: the predicted speedup on D over the measured
-one. What C holds is then only what the model lacks for the very prompts, lengths and contexts
-that ran: passes per token as the decoder makes them from that acceptance, seconds per pass
-inside the chain, the loop. A prompt is matched to the profile's stream by its token ids; a check
-whose prompts the profile's greedy runs do not cover (another sampling mode, a profile without
-streams) is priced the old way, by the plan's seconds per pass (`validation.self_check.composition`).
+one. A prompt is matched to the profile's stream by its token ids; a check whose prompts the
+profile's greedy runs do not cover is priced by the plan's seconds per pass instead
+(`validation.self_check.composition`).
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""The exact model's error on one chain split into the terms it multiplies (issue 33).
+"""The exact model's error on one chain split into the terms it multiplies (docs/validation.md).
 
 The exact model predicts a chain's speedup as b̂ / t̂: the target-only step b̂ over the chain's
 seconds per emitted token t̂ = Σ_i f̂_i ŝ_i + l̂, where for each member M_i f̂_i is its forward

@@ -1,24 +1,14 @@
-"""Greedy outputs that part at a near-tie which the target itself resolves both ways.
+"""Greedy outputs that part at a near-tie which the target itself resolves both ways
+(docs/validation.md, "Greedy equality and near-ties").
 
 Some engines compute a position's logits differently in a one-token step and inside a pass over
-several tokens: llama.cpp's one-row and k-row kernels quantize activations differently (up to
-0.8 in a logit on gemma-3-270m Q4_K_M). A speculative chain reads the target in k-token passes,
-target-only decoding in one-token steps, so where the target's two best tokens are closer than
-that, the two can pick different tokens: each is the target's greedy choice, computed in another
-batch shape, and the outputs part there. Equality with target-only decoding then says nothing
-about the chain's verification.
-
-So for every chain whose greedy output parts from target-only decoding, `validate` measures two
-things with the target member alone:
-- its batch-shape noise on this text (`batch_shape_noise`): the largest logit difference
-  between one-token steps and one pass over the same tokens, at the chain's verification
-  width, over a few windows of the run's own output;
-- the tie margin where the outputs part (`tie_margin`): how far apart the target's logits for
-  the two tokens are in the one-token step that target-only decoding took there.
-Every parting within the noise makes the chain a near-tie (`NearTie`), not a lossy chain: its
-speedup is measured, and the report says where and by how much. A margin above the noise is a
-real difference (a bug, or a lossy member): the chain stays lossy. On float32 torch members the
-noise is ~1e-5, so only exact ties pass.
+several tokens (llama.cpp's one-row and k-row kernels quantize activations differently). A chain
+reads the target in k-token passes, target-only decoding in one-token steps, so at a near-tie the
+two can pick different tokens, each the target's greedy choice in another batch shape. For every
+chain that parts from target-only decoding, `validate` measures with the target alone its
+batch-shape noise on this text (`batch_shape_noise`) and the tie margin where the outputs part
+(`tie_margin`). Every parting within the noise makes the chain a `NearTie`, measured; a margin
+above it is a real difference and the chain stays lossy.
 """
 
 from __future__ import annotations

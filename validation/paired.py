@@ -1,26 +1,18 @@
-"""Paired per-prompt speedups with bootstrap confidence intervals (what `validate` reports).
+"""Paired per-prompt speedups with bootstrap confidence intervals (docs/validation.md, "How it judges").
 
-Validation runs every chain next to target-only decoding, prompt by prompt, in every repeat
-(interleaved), so each (prompt p, repeat r) gives a *paired* time ratio
+Every chain runs next to target-only decoding, prompt by prompt, in every repeat, so each
+(prompt p, repeat r) gives a paired time ratio ρ[p, r] = T_chain[p, r] / T_target-only[p, r],
+from which background load, hitting both runs alike, mostly cancels out:
 
-    ρ[p, r] = T_chain[p, r] / T_target-only[p, r]
-
-that background load, hitting both runs of the pair alike, mostly cancels out of. The
-estimate is robust to a single slowed pass:
-
-- per prompt, ρ_p = median over repeats of ρ[p, r] (one disturbed repeat of three cannot move a
-  median; a mean of ratios is what once turned (4.82, 1.77, 1.66) into 2.75x);
-- over prompts, the cost ratio is the target-only-time-weighted mean Σ_p B_p ρ_p / Σ_p B_p,
-  B_p = median over repeats of the target-only time (so, with no noise, exactly the ratio of
-  total times, what a user sees over the whole prompt set);
+- per prompt, ρ_p = median over repeats of ρ[p, r] (one disturbed repeat cannot move a median);
+- over prompts, the cost ratio is Σ_p B_p ρ_p / Σ_p B_p, B_p = median over repeats of the
+  target-only time (with no noise, exactly the ratio of total times);
 - the speedup is its inverse.
 
-The confidence interval is a two-stage percentile bootstrap: prompts are drawn with
-replacement (they are the independent units: acceptance differs from prompt to prompt), and
-within each drawn prompt its repeats are drawn with replacement (timing noise). With a fixed
-seed and the same (prompts, repeats) shape, every chain of one validation gets the *same*
-draws, so replicates pair up across chains: `ratio_interval` gives the CI of one chain's
-speedup over another's on the same draws (the ranking check).
+The CI is a two-stage percentile bootstrap: prompts drawn with replacement (the independent
+units), then repeats within each drawn prompt (timing noise). With a fixed seed and the same
+shape every chain of one validation gets the same draws, so `ratio_interval` gives the CI of one
+chain's speedup over another's on the same draws (the ranking check).
 """
 
 from __future__ import annotations
@@ -39,7 +31,7 @@ PAIRED_SEED = 0
 @dataclass(frozen=True)
 class PairedSpeedup(SpeedupInterval):
     """A measured speedup over target-only decoding with its bootstrap CI (`point`, `low`,
-    `high`, `level`, printed as `1.76x [1.70, 1.83]` like a predicted interval).
+    `high`, `level`, printed like a predicted interval).
 
     `per_prompt`: 1 / ρ_p for each prompt; `replicates`: the bootstrap speedups (paired across
     the chains of one validation; not written to JSON)."""

@@ -32,15 +32,17 @@ def _identity(axes, low: float, high: float) -> None:
 
 def _measured_error(chain: ChainResult) -> list[list[float]]:
     """Asymmetric error bar [[below], [above]]: the paired CI (zero when none was computed)."""
-    if chain.paired is None:
-        return [[chain.speedup.std or 0.0], [chain.speedup.std or 0.0]]
-    return [[chain.measured_speedup - chain.paired.low], [chain.paired.high - chain.measured_speedup]]
+    paired, std = chain.measured.paired, chain.measured.speedup.std
+    if paired is None:
+        return [[std or 0.0], [std or 0.0]]
+    return [[chain.measured_speedup - paired.low], [paired.high - chain.measured_speedup]]
 
 
 def _predicted_error(chain: ChainResult) -> list[list[float]] | None:
-    if chain.predicted_interval is None:
+    predicted = chain.predicted
+    if predicted.interval is None:
         return None
-    return [[chain.predicted_exact - chain.predicted_interval[0]], [chain.predicted_interval[1] - chain.predicted_exact]]
+    return [[predicted.exact - predicted.interval[0]], [predicted.interval[1] - predicted.exact]]
 
 
 def plot_predicted_vs_measured(validation: Validation, path: Path) -> None:
@@ -48,22 +50,22 @@ def plot_predicted_vs_measured(validation: Validation, path: Path) -> None:
     chains = [chain for chain in validation.chains if chain.lossless]
     figure = agg_figure(6.4, 5.6)
     axes = figure.add_subplot()
-    values = [v for chain in chains for v in (chain.measured_speedup, chain.predicted_exact, chain.predicted_paper,
-                                              chain.retimed_exact or 0.0)]
+    values = [v for chain in chains for v in (chain.measured_speedup, chain.predicted.exact, chain.predicted.paper,
+                                              chain.predicted.retimed or 0.0)]
     low, high = 0.0, max(values + [1.0]) * 1.1
     grid = [low, high]
     axes.fill_between(grid, [0.9 * x for x in grid], [1.1 * x for x in grid], color="tab:blue", alpha=0.08, label="±10% of measured")
     _identity(axes, low, high)
     for chain in chains:
-        error, measured = _measured_error(chain), chain.measured_speedup
-        axes.errorbar(measured, chain.predicted_exact, xerr=error, yerr=_predicted_error(chain), fmt="o", color="tab:blue",
+        error, measured, predicted = _measured_error(chain), chain.measured_speedup, chain.predicted
+        axes.errorbar(measured, predicted.exact, xerr=error, yerr=_predicted_error(chain), fmt="o", color="tab:blue",
                       capsize=3)
-        axes.errorbar(measured, chain.predicted_paper, xerr=error, fmt="^", color="tab:orange", capsize=3)
-        if chain.retimed_exact is not None:
-            axes.plot(measured, chain.retimed_exact, "o", markerfacecolor="none", color="tab:blue")
-        axes.annotate(_short(chain), (measured, chain.predicted_exact), textcoords="offset points", xytext=(5, -10), fontsize=7)
+        axes.errorbar(measured, predicted.paper, xerr=error, fmt="^", color="tab:orange", capsize=3)
+        if predicted.retimed is not None:
+            axes.plot(measured, predicted.retimed, "o", markerfacecolor="none", color="tab:blue")
+        axes.annotate(_short(chain), (measured, predicted.exact), textcoords="offset points", xytext=(5, -10), fontsize=7)
     axes.plot([], [], "o", color="tab:blue", label="exact model")
-    if any(chain.retimed_exact is not None for chain in chains):
+    if any(chain.predicted.retimed is not None for chain in chains):
         axes.plot([], [], "o", markerfacecolor="none", color="tab:blue", label="exact model, latency re-timed in the run")
     axes.plot([], [], "^", color="tab:orange", label="paper (Lemma 3.1)")
     save_figure(figure, axes, path, xlabel="measured speedup over target-only decoding", ylabel="predicted speedup",
@@ -81,12 +83,12 @@ def plot_measured_speedup(validation: Validation, path: Path) -> None:
     errors = [_measured_error(c) for c in chains]
     axes.bar(positions, [c.measured_speedup for c in chains], yerr=[[e[0][0] for e in errors], [e[1][0] for e in errors]],
              color=colours, capsize=4, label="measured (paired 95% CI)")
-    axes.plot(positions, [c.predicted_exact for c in chains], "o", color="tab:blue", label="exact model")
-    retimed = [(x, c.retimed_exact) for x, c in zip(positions, chains) if c.retimed_exact is not None]
+    axes.plot(positions, [c.predicted.exact for c in chains], "o", color="tab:blue", label="exact model")
+    retimed = [(x, c.predicted.retimed) for x, c in zip(positions, chains) if c.predicted.retimed is not None]
     if retimed:
         axes.plot([x for x, _ in retimed], [y for _, y in retimed], "o", markerfacecolor="none", color="tab:blue",
                   markersize=9, label="exact model, latency re-timed in the run")
-    axes.plot(positions, [c.predicted_paper for c in chains], "^", color="tab:orange", label="paper (Lemma 3.1)")
+    axes.plot(positions, [c.predicted.paper for c in chains], "^", color="tab:orange", label="paper (Lemma 3.1)")
     axes.axhline(1.0, color="0.4", linewidth=1)
     axes.set_xticks(positions)
     axes.set_xticklabels([_short(c) + (" *" if c.recommended else "") for c in chains], rotation=25, ha="right", fontsize=7)

@@ -1,13 +1,10 @@
 """A chain member whose prompt is already in its cache, so a timed run measures decoding only.
 
-`generate` empties every member's cache and processes the prompt inside its first forward
-pass (the prefill is fused with the first decoding step). The exact model predicts the
-steady state, T_i(k) with a warm cache, so `polyplan validate` times the prefill on its own
-and decodes from a primed cache: `prime(prompt[:-1])` runs the member over all but the last
-prompt token (timed, returned), and the member's `reset` then crops back to that primed
-prefix instead of emptying the cache. `generate` reads `cache_length` to decide which
-tokens are pending, so its first pass feeds only the last prompt token (plus any drafts),
-exactly as every later step does.
+`generate` empties every member's cache and fuses the prefill with the first decoding step; the
+exact model predicts the steady state. So `polyplan validate` primes each member with all but
+the last prompt token (`prime`, timed apart), and `reset` crops back to that prefix instead of
+emptying the cache: `generate` reads `cache_length`, so its first pass feeds only the last prompt
+token (plus any drafts), as every later step does.
 """
 
 from __future__ import annotations

@@ -94,9 +94,9 @@ def yes_no(value: bool | None) -> str:
 
 
 def _greedy(chain: ChainResult) -> str:
-    if chain.near_tie is not None:
+    if chain.measured.near_tie is not None:
         return "near-tie"
-    return {True: "equal", False: "DIFFERS", None: "n/a"}[chain.greedy_equal]
+    return {True: "equal", False: "DIFFERS", None: "n/a"}[chain.measured.greedy_equal]
 
 
 def _role(chain: ChainResult) -> str:
@@ -112,12 +112,13 @@ def table_lines(validation: Validation) -> list[str]:
     )
     lines, run = [header], validation.settings
     for chain in validation.chains:
-        retimed = "-" if chain.retimed_exact is None else f"{chain.retimed_exact:.2f}x"
+        predicted = chain.predicted
+        retimed = "-" if predicted.retimed is None else f"{predicted.retimed:.2f}x"
         lines.append(
-            f"{_role(chain):>3} {chain.label():<40} {blocks_text(chain.block_sizes, chain.draft_policy):<10} {chain.predicted_text():>20} "
-            f"{chain.checked_text():>20} {retimed:>7} {chain.predicted_paper:>5.2f}x {chain.measured_text():>20} "
-            f"{_pct(chain.exact_error):>9} {_pct(chain.checked_error):>7} {_pct(chain.retimed_error):>7} {_pct(chain.paper_error):>7} {yes_no(chain.prediction_holds):>5} {_greedy(chain):>7} "
-            f"{chain.tokens_per_second:>6.1f}"
+            f"{_role(chain):>3} {chain.label():<40} {blocks_text(chain.block_sizes, chain.draft_policy):<10} {predicted.text():>20} "
+            f"{predicted.checked_text():>20} {retimed:>7} {predicted.paper:>5.2f}x {chain.measured.text():>20} "
+            f"{_pct(chain.exact_error):>9} {_pct(chain.checked_error):>7} {_pct(chain.retimed_error):>7} {_pct(chain.paper_error):>7} "
+            f"{yes_no(chain.prediction_holds):>5} {_greedy(chain):>7} {chain.measured.tokens_per_second:>6.1f}"
         )
     lines.append("(* recommended, 2 best two-model chain, 1 target only, #r rank r in the plan; speedups over target-only "
                  f"decoding: paired per-prompt ratio (median over {run.repeats} repeat(s)) of {run.prompts} "
@@ -196,8 +197,8 @@ def _level_table(chain: ChainResult) -> list[str]:
          _number(level.accepted_fraction), _number(level.predicted_accepted_fraction), _number(level.alpha))
         for level in chain.levels
     ])
-    lines.append(f"| (decoding loop) | | | | {chain.loop_seconds_per_token * 1e3:.3f} | "
-                 f"{chain.predicted_loop_seconds_per_token * 1e3:.3f} | | | | | | |")
+    lines.append(f"| (decoding loop) | | | | {chain.measured.loop_seconds_per_token * 1e3:.3f} | "
+                 f"{chain.predicted.loop_seconds_per_token * 1e3:.3f} | | | | | | |")
     return lines
 
 
@@ -221,10 +222,10 @@ def limit_lines(validation: Validation) -> list[str]:
         target = chain.levels[0]
         per_pass = target.seconds_per_token / target.forwards_per_token
         drafters = sum(level.seconds_per_token for level in chain.levels[1:])
-        rest = target.seconds_per_token + chain.loop_seconds_per_token
-        bound = f"{base.seconds_per_token / rest:.2f}x" if rest > 0 else "-"
+        rest = target.seconds_per_token + chain.measured.loop_seconds_per_token
+        bound = f"{base.measured.seconds_per_token / rest:.2f}x" if rest > 0 else "-"
         rows.append((chain.label(), f"{1 / target.forwards_per_token:.2f}", f"{per_pass / step:.2f}x",
-                     f"{target.seconds_per_token * 1e3:.3f}", f"{drafters * 1e3:.3f}", f"{chain.loop_seconds_per_token * 1e3:.3f}",
+                     f"{target.seconds_per_token * 1e3:.3f}", f"{drafters * 1e3:.3f}", f"{chain.measured.loop_seconds_per_token * 1e3:.3f}",
                      f"{chain.measured_speedup:.2f}x", bound))
     columns = ("chain", "tokens per target pass", "target pass / target-only step", "target ms/token", "drafters ms/token",
                "loop ms/token", "measured speedup", "with free drafters")
@@ -278,7 +279,7 @@ def report_markdown(validation: Validation, plots: dict[str, str]) -> str:
     limits = limit_lines(validation)
     if limits:  # the prose names the target-only chain, which a report without one lacks
         lines += _section("What limits the speedup (measured)",
-                          f"Target-only decoding: {next(c for c in validation.chains if len(c.chain) == 1).seconds_per_token * 1e3:.3f} "
+                          f"Target-only decoding: {next(c for c in validation.chains if len(c.chain) == 1).measured.seconds_per_token * 1e3:.3f} "
                           "ms/token. "
                           "A chain is bounded by its target passes: tokens per pass against the cost of a pass that verifies "
                           "several tokens; the drafters and the loop take the rest.", limits)
@@ -289,13 +290,14 @@ def report_markdown(validation: Validation, plots: dict[str, str]) -> str:
         lines += ["```"]
     lines += ["", "## Per model: forward passes per token (φ_i / N), time, tokens per verification", ""]
     for chain in validation.chains:
-        e2e = "-" if not chain.lossless else f"{chain.end_to_end_speedup:.2f}x"
+        measured = chain.measured
+        e2e = "-" if not chain.lossless else f"{measured.end_to_end_speedup:.2f}x"
         lines += [
             f"### {chain.label()}  (K = {blocks_text(chain.block_sizes, chain.draft_policy)}; {', '.join(chain.roles)})",
             "",
-            f"measured {chain.measured_text()} (decoding), {e2e} with the prompt prefill; {chain.tokens_per_second:.1f} tokens/s; "
-            f"greedy output {_greedy(chain)}" + (f" ({chain.first_difference})" if chain.first_difference else "")
-            + (f"; {chain.near_tie}" if chain.near_tie else ""),
+            f"measured {measured.text()} (decoding), {e2e} with the prompt prefill; {measured.tokens_per_second:.1f} tokens/s; "
+            f"greedy output {_greedy(chain)}" + (f" ({measured.first_difference})" if measured.first_difference else "")
+            + (f"; {measured.near_tie}" if measured.near_tie else ""),
             "",
             *_level_table(chain),
             "",
@@ -372,37 +374,38 @@ def _finite(value: float) -> float | None:
 
 
 def _chain_record(chain: ChainResult) -> ReportChain:
-    lossless, paired = chain.lossless, chain.paired
+    lossless, measured, predicted = chain.lossless, chain.measured, chain.predicted
+    paired = measured.paired
     return ReportChain(
         chain=chain.chain,
         block_sizes=chain.block_sizes,
-        predicted_speedup=PredictedSpeedup(chain.predicted_exact, chain.predicted_paper, chain.retimed_exact),
-        exact_retimed_reaccepted=chain.reaccepted_exact,
+        predicted_speedup=PredictedSpeedup(predicted.exact, predicted.paper, predicted.retimed),
+        exact_retimed_reaccepted=predicted.reaccepted,
         measured_speedup=chain.measured_speedup,
-        greedy_equal=chain.greedy_equal,
+        greedy_equal=measured.greedy_equal,
         recommended=chain.recommended,
         roles=chain.roles,
         rank=chain.rank,
-        speedup_std=chain.speedup.std if lossless else None,
-        speedup_per_repeat=chain.speedup.samples if lossless else None,
+        speedup_std=measured.speedup.std if lossless else None,
+        speedup_per_repeat=measured.speedup.samples if lossless else None,
         error=SpeedupErrors(chain.exact_error, chain.paper_error, chain.retimed_error),
-        end_to_end_speedup=chain.end_to_end_speedup if lossless else None,
-        tokens_per_second=chain.tokens_per_second,
-        seconds_per_token=chain.seconds_per_token,
-        loop_seconds_per_token=MeasuredExact(chain.loop_seconds_per_token, chain.predicted_loop_seconds_per_token),
-        first_difference=chain.first_difference,
+        end_to_end_speedup=measured.end_to_end_speedup if lossless else None,
+        tokens_per_second=measured.tokens_per_second,
+        seconds_per_token=measured.seconds_per_token,
+        loop_seconds_per_token=MeasuredExact(measured.loop_seconds_per_token, predicted.loop_seconds_per_token),
+        first_difference=measured.first_difference,
         levels=tuple(_level_record(level) for level in chain.levels),
         tokens_per_target_pass=chain.tokens_per_target_pass,
-        predicted_interval=chain.predicted_interval,
+        predicted_interval=predicted.interval,
         measured_ci=None if paired is None or not lossless else MeasuredInterval(paired.low, paired.high, paired.level, CI_METHOD),
         inside_interval=chain.inside_interval,
         prediction_holds=chain.prediction_holds,
         error_sources=chain.error_sources,
-        near_tie=chain.near_tie,
-        per_prompt=chain.prompts,
+        near_tie=measured.near_tie,
+        per_prompt=measured.prompts,
         cost_split=chain.cost_split,
-        checked_speedup=chain.checked,
-        checked_interval=chain.checked_interval,
+        checked_speedup=predicted.checked,
+        checked_interval=predicted.checked_interval,
         draft_policy=chain.draft_policy,
     )
 

@@ -1,29 +1,12 @@
 """What `polyplan validate` found: measured against predicted, per chain, and the headline.
 
 Pure Python and numpy (no torch): `summarise_chain` and `headline` turn the raw runs of
-`validation.chain_runs` into frozen results that the report, the plots and `--json` read. What
-report.json records of them (`validation.reporting.report_of`) is typed in `formats.validation_report`, whose
-records `Check`, `ErrorSources`, `PromptRecord` and `ReportSettings` these results hold as they are.
-
-Measured quantities (decoding only; each member's prompt prefill is timed on its own):
-- the speedup of a chain is the paired per-prompt ratio of `validation.paired`: per (prompt,
-  repeat) the chain's time over target-only decoding's in the same repeat, the median over
-  repeats per prompt (robust to one slowed pass), combined over prompts weighted by the
-  target-only time, with a 95% two-stage bootstrap CI (prompts, then repeats within a prompt);
-  the per-repeat ratios Σ_prompts T_target-only / Σ_prompts T_chain are kept beside it;
-- a prediction holds when the measured speedup lies inside the plan's interval for that chain
-  and within 10% of its point value; the ranking check passes when the recommended chain is the
-  fastest measured or the 95% CI of the fastest chain's paired speedup over it contains 1;
-- the error of the exact model split by source (`ErrorSources`): latency (profile T against T
-  re-timed during the run), acceptance (tokens per target pass predicted against measured) and
-  validation noise (half the CI width);
-- φ_i / N: forward passes of each model per emitted token (the prefill not counted);
-- μ, σ: mean and standard deviation of the tokens one verification at each level produced;
-- the loop's own time: decode time minus the time inside forward passes.
-A chain whose greedy output differs from target-only decoding in the same repeat is lossy:
-it gets no measured speedup (`measured_speedup` is None) and no place in the headline, unless
-every difference is a near-tie the target itself resolves both ways in the two batch shapes
-(`validation.numerics`: llama.cpp's kernels); such a chain is measured, and says so (`near_tie`).
+`validation.chain_runs` into frozen results that the report, the plots and `--json` read
+(`validation.reporting.report_of`). Each `ChainResult` keeps what was measured (`MeasuredChain`)
+apart from what was predicted (`ChainPredictions`). How speedups are measured and predictions
+judged: docs/validation.md, "How it judges". A chain whose greedy output differs from target-only
+decoding is lossy and gets no measured speedup, unless every difference is a near-tie the target
+resolves both ways (`validation.numerics`).
 """
 
 from __future__ import annotations
@@ -46,7 +29,7 @@ ROLE_ALTERNATIVE = "alternative"
 ROLE_TWO_MODEL = "best two-model"
 ROLE_TARGET_ONLY = "target only"
 
-PREDICTION_TOLERANCE = 0.10  # the exact model's promise: within 10% of the measured speedup
+PREDICTION_TOLERANCE = 0.10  # the exact model's promise, relative to the measured speedup
 TARGET_SPEEDUP = 2.0  # the recommended chain over target-only decoding
 TARGET_OVER_TWO_MODEL = 1.15  # the recommended chain over the best two-model chain
 
@@ -135,37 +118,55 @@ class LevelResult:
 
 
 @dataclass(frozen=True)
-class ChainResult:
-    """One validated chain."""
+class MeasuredChain:
+    """What a validation run measured of one chain (decoding only where not said otherwise)."""
 
-    chain: tuple[str, ...]
-    block_sizes: tuple[int, ...]
-    roles: tuple[str, ...]
-    rank: int
-    recommended: bool
-    predicted_exact: float
-    predicted_paper: float
-    retimed_exact: float | None  # the exact model on latency timed during this run (validation.retime)
     greedy_equal: bool | None  # None when sampling (outputs are random; losslessness is tested statistically)
     first_difference: str | None  # where a lossy chain first left the target's output
     speedup: Repeated  # per repeat, over target-only decoding
     end_to_end_speedup: float  # prefill included, over all repeats
     tokens_per_second: float
-    seconds_per_token: float  # decoding
+    seconds_per_token: float
     loop_seconds_per_token: float  # decoding minus time inside forward passes
-    predicted_loop_seconds_per_token: float
-    levels: tuple[LevelResult, ...]
     paired: PairedSpeedup | None = None  # the paired per-prompt speedup and its CI (validation.paired)
-    predicted_interval: tuple[float, float] | None = None  # the plan's interval of predicted_exact
     prompts: tuple[PromptRecord, ...] = ()
-    # the exact model on re-timed latency and on acceptance measured on the validation prompts (greedy)
-    reaccepted_exact: float | None = None
     near_tie: str | None = None  # why a chain that parted from target-only decoding is still measured
-    # target-only decoding in the same runs: (measured, the plan's) seconds per token, for `cost_split`
-    baseline_seconds: tuple[float, float] | None = None
+    baseline_seconds_per_token: float | None = None  # target-only decoding's in the same runs, for `cost_split`
+
+    @property
+    def lossless(self) -> bool:
+        return self.greedy_equal is not False or self.near_tie is not None
+
+    @property
+    def speedup_point(self) -> float | None:
+        """The paired per-prompt speedup (the mean over repeats where none was computed); None
+        for a lossy chain (never reported)."""
+        if not self.lossless:
+            return None
+        return self.paired.point if self.paired is not None else self.speedup.mean
+
+    def text(self) -> str:
+        """The paired speedup with its CI (or the mean when no CI was computed; LOSSY for a lossy chain)."""
+        if not self.lossless:
+            return "LOSSY"
+        return self.paired.text() if self.paired is not None else f"{self.speedup.mean:.2f}x"
+
+
+@dataclass(frozen=True)
+class ChainPredictions:
+    """What was predicted for one chain: the plan's speedups, and the exact model again on what
+    the run measured."""
+
+    exact: float
+    paper: float  # Lemma 3.1
+    interval: tuple[float, float] | None  # the plan's interval of `exact`
+    loop_seconds_per_token: float  # the exact model's
     checked: float | None = None  # recommend's self-check: exact / C (formats.plan.ChainCheck); None: not checked
     checked_interval: tuple[float, float] | None = None
-    draft_policy: DraftPolicy | None = None  # the last level's draft lengths (None: a fixed K)
+    retimed: float | None = None  # the exact model on latency timed during this run (validation.retime)
+    # the exact model on re-timed latency and on acceptance measured on the validation prompts (greedy)
+    reaccepted: float | None = None
+    baseline_seconds_per_token: float | None = None  # the plan's, of target-only decoding, for `cost_split`
 
     @property
     def judged(self) -> tuple[float, tuple[float, float] | None]:
@@ -173,106 +174,51 @@ class ChainResult:
         ran its self-check, else the exact model's."""
         if self.checked is not None:
             return self.checked, self.checked_interval
-        return self.predicted_exact, self.predicted_interval
+        return self.exact, self.interval
 
-    @property
-    def checked_error(self) -> float | None:
-        """(checked prediction − measured) / measured; None when not checked or lossy."""
-        return self.error_of(self.checked)
+    def text(self) -> str:
+        """The exact model's point with its interval (the point alone when the plan has none)."""
+        return _speedup_text(self.exact, self.interval)
 
-    @property
-    def judged_error(self) -> float | None:
-        """The error of the prediction the plan stands by (`judged`); None for a lossy chain."""
-        return self.checked_error if self.checked is not None else self.exact_error
+    def checked_text(self) -> str:
+        """The checked prediction with its interval, or - when the plan ran no self-check."""
+        return "-" if self.checked is None else _speedup_text(self.checked, self.checked_interval)
 
     def judged_text(self) -> str:
         """The prediction the plan stands by with its interval, `(checked)` when it is the self-check's."""
-        return f"{self.checked_text()} (checked)" if self.checked is not None else self.predicted_text()
+        return f"{self.checked_text()} (checked)" if self.checked is not None else self.text()
 
-    def checked_text(self) -> str:
-        """`1.52x [1.31, 1.70]`, or - when the plan ran no self-check."""
-        return "-" if self.checked is None else _speedup_text(self.checked, self.checked_interval)
+
+@dataclass(frozen=True)
+class ChainResult:
+    """One validated chain: what was measured next to what was predicted."""
+
+    chain: tuple[str, ...]
+    block_sizes: tuple[int, ...]
+    roles: tuple[str, ...]
+    rank: int
+    levels: tuple[LevelResult, ...]
+    measured: MeasuredChain
+    predicted: ChainPredictions
+    draft_policy: DraftPolicy | None = None  # the last level's draft lengths (None: a fixed K)
 
     @property
-    def cost_split(self) -> CostSplit | None:
-        """The exact model's error split by the factors of time per token (`validation.cost_split`);
-        None for a lossy chain, target-only, or without the baseline."""
-        measured = self.measured_speedup
-        if measured is None or len(self.chain) == 1 or self.baseline_seconds is None:
-            return None
-        return cost_split(
-            [level.costs for level in self.levels], loop=self.loop_seconds_per_token,
-            predicted_loop=self.predicted_loop_seconds_per_token, baseline=self.baseline_seconds[0],
-            predicted_baseline=self.baseline_seconds[1], predicted_speedup=self.predicted_exact, measured_speedup=measured,
-        )
+    def recommended(self) -> bool:
+        return ROLE_RECOMMENDED in self.roles
 
     @property
     def lossless(self) -> bool:
-        return self.greedy_equal is not False or self.near_tie is not None
+        return self.measured.lossless
+
+    @property
+    def measured_speedup(self) -> float | None:
+        """`MeasuredChain.speedup_point`: None for a lossy chain."""
+        return self.measured.speedup_point
 
     @property
     def tokens_per_target_pass(self) -> float:
         """Emitted tokens per forward pass of the target (Spec-Bench's mean accepted tokens)."""
         return 1.0 / self.levels[0].forwards_per_token
-
-    @property
-    def measured_speedup(self) -> float | None:
-        """The paired per-prompt speedup (mean over repeats where none was computed); None for
-        a lossy chain (never reported)."""
-        if not self.lossless:
-            return None
-        return self.paired.point if self.paired is not None else self.speedup.mean
-
-    @property
-    def inside_interval(self) -> bool | None:
-        """The measured speedup lies inside the plan's interval (the checked one where recommend
-        ran its self-check; None: no interval, lossy)."""
-        measured, (_, interval) = self.measured_speedup, self.judged
-        if measured is None or interval is None:
-            return None
-        return interval[0] <= measured <= interval[1]
-
-    @property
-    def prediction_holds(self) -> bool | None:
-        """Inside the plan's interval and within PREDICTION_TOLERANCE of its point (`judged`)."""
-        inside, measured = self.inside_interval, self.measured_speedup
-        if inside is None or measured is None:
-            return None
-        return inside and abs(self.judged[0] / measured - 1.0) <= PREDICTION_TOLERANCE
-
-    @property
-    def error_sources(self) -> ErrorSources | None:
-        """The exact model's error split by source (None for a lossy chain or target-only)."""
-        measured = self.measured_speedup
-        if measured is None or len(self.chain) == 1:
-            return None
-        level = self.levels[0]
-        per_pass = None
-        if level.mu and level.predicted_mu:
-            per_pass = level.predicted_mu / level.mu - 1.0
-        noise = 0.0 if self.paired is None else (self.paired.high - self.paired.low) / 2 / measured
-        both = self.retimed_exact is not None and self.reaccepted_exact is not None
-        return ErrorSources(
-            total=self.predicted_exact / measured - 1.0,
-            latency=None if self.retimed_exact is None else self.predicted_exact / self.retimed_exact - 1.0,
-            after_latency=None if self.retimed_exact is None else self.retimed_exact / measured - 1.0,
-            acceptance=self.retimed_exact / self.reaccepted_exact - 1.0 if both else None,
-            residual=self.reaccepted_exact / measured - 1.0 if self.reaccepted_exact is not None else None,
-            tokens_per_pass=per_pass,
-            noise=noise,
-        )
-
-    def measured_text(self) -> str:
-        """`1.76x [1.70, 1.83]` (or the mean when no CI was computed; LOSSY for a lossy chain)."""
-        if not self.lossless:
-            return "LOSSY"
-        if self.paired is not None:
-            return self.paired.text()
-        return f"{self.speedup.mean:.2f}x"
-
-    def predicted_text(self) -> str:
-        """`2.01x [1.88, 2.15]` (the point alone when the plan has no interval)."""
-        return _speedup_text(self.predicted_exact, self.predicted_interval)
 
     def error_of(self, predicted: float | None) -> float | None:
         """(predicted − measured) / measured; None for a lossy chain or without a prediction."""
@@ -281,23 +227,80 @@ class ChainResult:
 
     @property
     def exact_error(self) -> float | None:
-        """(exact prediction − measured) / measured; None for a lossy chain."""
-        return self.error_of(self.predicted_exact)
+        return self.error_of(self.predicted.exact)
+
+    @property
+    def checked_error(self) -> float | None:
+        return self.error_of(self.predicted.checked)
 
     @property
     def retimed_error(self) -> float | None:
-        return self.error_of(self.retimed_exact)
+        return self.error_of(self.predicted.retimed)
 
     @property
     def paper_error(self) -> float | None:
-        return self.error_of(self.predicted_paper)
+        return self.error_of(self.predicted.paper)
+
+    @property
+    def judged_error(self) -> float | None:
+        """The error of the prediction the plan stands by (`ChainPredictions.judged`); None for a lossy chain."""
+        return self.error_of(self.predicted.judged[0])
+
+    @property
+    def inside_interval(self) -> bool | None:
+        """The measured speedup lies inside the plan's interval (the checked one where recommend
+        ran its self-check; None: no interval, lossy)."""
+        measured, (_, interval) = self.measured_speedup, self.predicted.judged
+        if measured is None or interval is None:
+            return None
+        return interval[0] <= measured <= interval[1]
+
+    @property
+    def prediction_holds(self) -> bool | None:
+        """Inside the plan's interval and within PREDICTION_TOLERANCE of its point (`judged`)."""
+        inside, error = self.inside_interval, self.judged_error
+        if inside is None or error is None:
+            return None
+        return inside and abs(error) <= PREDICTION_TOLERANCE
+
+    @property
+    def cost_split(self) -> CostSplit | None:
+        """The exact model's error split by the factors of time per token (`validation.cost_split`);
+        None for a lossy chain, target-only, or without the baseline."""
+        measured, predicted = self.measured, self.predicted
+        if self.measured_speedup is None or len(self.chain) == 1 or predicted.baseline_seconds_per_token is None:
+            return None
+        return cost_split(
+            [level.costs for level in self.levels], loop=measured.loop_seconds_per_token,
+            predicted_loop=predicted.loop_seconds_per_token, baseline=measured.baseline_seconds_per_token,
+            predicted_baseline=predicted.baseline_seconds_per_token, predicted_speedup=predicted.exact,
+            measured_speedup=self.measured_speedup,
+        )
+
+    @property
+    def error_sources(self) -> ErrorSources | None:
+        """The exact model's error split by source (None for a lossy chain or target-only)."""
+        measured, predicted = self.measured_speedup, self.predicted
+        if measured is None or len(self.chain) == 1:
+            return None
+        level, paired = self.levels[0], self.measured.paired
+        retimed, reaccepted = predicted.retimed, predicted.reaccepted
+        return ErrorSources(
+            total=predicted.exact / measured - 1.0,
+            latency=None if retimed is None else predicted.exact / retimed - 1.0,
+            after_latency=None if retimed is None else retimed / measured - 1.0,
+            acceptance=retimed / reaccepted - 1.0 if retimed is not None and reaccepted is not None else None,
+            residual=reaccepted / measured - 1.0 if reaccepted is not None else None,
+            tokens_per_pass=level.predicted_mu / level.mu - 1.0 if level.mu and level.predicted_mu else None,
+            noise=0.0 if paired is None else (paired.high - paired.low) / 2 / measured,
+        )
 
     def label(self) -> str:
         return " > ".join(self.chain)
 
 
 def _speedup_text(speedup: float, interval: tuple[float, float] | None) -> str:
-    """`2.01x [1.88, 2.15]`, or `2.01x` without an interval."""
+    """The speedup with its interval in brackets, or alone without one."""
     if interval is None:
         return f"{speedup:.2f}x"
     return f"{speedup:.2f}x [{interval[0]:.2f}, {interval[1]:.2f}]"
@@ -388,29 +391,29 @@ def summarise_chain(
     for i, model in enumerate(planned.chain):
         verifies = i < len(planned.chain) - 1
         mu, sigma = _pooled([run.tokens_per_verification[i] for run in runs]) if verifies else (None, None)
-        proposed = sum(run.tokens_drafted[i] for run in runs)
+        proposed, accepted = sum(run.tokens_drafted[i] for run in runs), sum(run.tokens_accepted[i] for run in runs)
         passes = sum(run.forward_passes[i] for run in runs)
         tallies = merged_tallies([run.passes[i] for run in runs if run.passes])
         timed = sum(run.forward_seconds[i] for run in runs)
         levels.append(
             LevelResult(
                 model=model,
-                forwards_per_token=sum(run.forward_passes[i] for run in runs) / tokens,
+                forwards_per_token=passes / tokens,
                 predicted_forwards_per_token=planned.exact.forwards_per_token[i],
                 paper_phi_per_token=planned.paper.phi_per_token[i],
-                seconds_per_token=sum(run.forward_seconds[i] for run in runs) / tokens,
+                seconds_per_token=timed / tokens,
                 predicted_seconds_per_token=planned.exact.time_per_token_s[i],
                 mu=mu,
                 sigma=sigma,
                 predicted_mu=planned.exact.tokens_per_verification[i] if verifies else None,
                 paper_mu=planned.paper.mean_lengths[i] if verifies else None,
-                accepted_fraction=(sum(run.tokens_accepted[i] for run in runs) / proposed) if verifies and proposed else None,
+                accepted_fraction=accepted / proposed if verifies and proposed else None,
                 predicted_accepted_fraction=(planned.exact.tokens_per_verification[i] - 1.0) / planned.exact.drafted_per_verification[i]
                 if verifies and planned.exact.drafted_per_verification[i] > 0
                 else None,
                 alpha=planned.exact.acceptances[i] if verifies else None,
                 tokens_drafted=proposed,
-                tokens_accepted=sum(run.tokens_accepted[i] for run in runs),
+                tokens_accepted=accepted,
                 seconds_per_pass=PassSeconds(
                     measured=timed / passes,
                     exact=planned.exact.time_per_token_s[i] / planned.exact.forwards_per_token[i],
@@ -419,34 +422,32 @@ def summarise_chain(
                 ) if passes and planned.exact.forwards_per_token[i] > 0 else None,
             )
         )
-    return ChainResult(
-        chain=planned.chain,
-        block_sizes=planned.block_sizes,
-        roles=spec.roles,
-        rank=spec.rank,
-        recommended=spec.recommended,
-        predicted_exact=planned.exact.speedup,
-        predicted_paper=planned.paper.speedup,
-        retimed_exact=retimed,
+    measured = MeasuredChain(
         greedy_equal=(difference is None) if greedy else None,
         first_difference=difference,
-        near_tie=near_tie if difference is not None else None,
         speedup=Repeated(tuple(speedups)),
         end_to_end_speedup=base_total / sum(run.decode_s + run.prefill_s for run in runs),
         tokens_per_second=tokens / decode,
         seconds_per_token=decode / tokens,
         loop_seconds_per_token=(decode - inside) / tokens,
-        predicted_loop_seconds_per_token=planned.exact.overhead_per_token_s,
-        levels=tuple(levels),
         paired=paired,
-        predicted_interval=planned.exact.interval,
         prompts=prompts,
-        reaccepted_exact=reaccepted,
-        baseline_seconds=None if predicted_baseline is None else (_seconds_per_token(baseline, runs), predicted_baseline),
+        near_tie=near_tie if difference is not None else None,
+        baseline_seconds_per_token=_seconds_per_token(baseline, runs),
+    )
+    predicted = ChainPredictions(
+        exact=planned.exact.speedup,
+        paper=planned.paper.speedup,
+        interval=planned.exact.interval,
+        loop_seconds_per_token=planned.exact.overhead_per_token_s,
         checked=None if planned.check is None else planned.check.speedup,
         checked_interval=None if planned.check is None else planned.check.interval,
-        draft_policy=planned.draft_policy,
+        retimed=retimed,
+        reaccepted=reaccepted,
+        baseline_seconds_per_token=predicted_baseline,
     )
+    return ChainResult(planned.chain, planned.block_sizes, spec.roles, spec.rank, tuple(levels), measured, predicted,
+                       planned.draft_policy)
 
 
 def _seconds_per_token(baseline: Sequence[RunRecord], runs: Sequence[RunRecord]) -> float:
@@ -492,40 +493,40 @@ def headline(chains: Sequence[ChainResult]) -> Headline:
     lossless = [chain for chain in chains if chain.lossless]
     two = next((chain for chain in chains if ROLE_TWO_MODEL in chain.roles), None)
     fastest = max(lossless, key=lambda chain: chain.measured_speedup) if lossless else None
-    over_two = _ratio(recommended.speedup, two.speedup) if two is not None and two.lossless and recommended.lossless else None
+    over_two = _ratio(recommended.measured.speedup, two.measured.speedup) if two is not None and two.lossless and recommended.lossless else None
     within, gap = None, None
     if fastest is not None and recommended.lossless:
         if fastest is recommended:
             within = True
-        elif fastest.paired is not None and recommended.paired is not None:
-            gap = ratio_interval(fastest.paired, recommended.paired)
+        elif fastest.measured.paired is not None and recommended.measured.paired is not None:
+            gap = ratio_interval(fastest.measured.paired, recommended.measured.paired)
             within = gap.includes_one
         else:
-            gap_repeats = _ratio(fastest.speedup, recommended.speedup)
+            gap_repeats = _ratio(fastest.measured.speedup, recommended.measured.speedup)
             noise = gap_repeats.stderr
             within = gap_repeats.mean - 1.0 <= (2.0 * noise if noise is not None else 0.0)
     checks = _checks(recommended, lossless, over_two, two, fastest, within, gap)
     if recommended.lossless:
         line = (
             f"recommended {recommended.label()} (K = {blocks_text(recommended.block_sizes, recommended.draft_policy)}): measured "
-            f"{recommended.measured_text()} over target-only decoding "
-            f"(exact model predicted {recommended.predicted_text()}, {recommended.exact_error:+.1%}; "
-            f"paper's Lemma 3.1 {recommended.predicted_paper:.2f}x, {recommended.paper_error:+.1%})"
+            f"{recommended.measured.text()} over target-only decoding "
+            f"(exact model predicted {recommended.predicted.text()}, {recommended.exact_error:+.1%}; "
+            f"paper's Lemma 3.1 {recommended.predicted.paper:.2f}x, {recommended.paper_error:+.1%})"
         )
         if over_two is not None and two is not recommended:
             line += f"; {over_two.mean:.2f}x over the best two-model chain {two.label()}"
         if fastest is not None and fastest is not recommended:
-            line += f"; fastest measured: {fastest.label()} at {fastest.measured_text()}" + (
+            line += f"; fastest measured: {fastest.label()} at {fastest.measured.text()}" + (
                 " (within noise)" if within else ""
             )
     else:
-        line = f"recommended {recommended.label()}: LOSSY ({recommended.first_difference}); no speedup reported"
+        line = f"recommended {recommended.label()}: LOSSY ({recommended.measured.first_difference}); no speedup reported"
     return Headline(
         recommended=recommended.label(),
         measured_speedup=recommended.measured_speedup,
-        speedup_std=recommended.speedup.std if recommended.lossless else None,
-        predicted_exact=recommended.predicted_exact,
-        predicted_paper=recommended.predicted_paper,
+        speedup_std=recommended.measured.speedup.std if recommended.lossless else None,
+        predicted_exact=recommended.predicted.exact,
+        predicted_paper=recommended.predicted.paper,
         over_two_model=over_two,
         two_model=None if two is None else two.label(),
         fastest=None if fastest is None else fastest.label(),
@@ -552,15 +553,14 @@ def _prediction_check(name: str, errors: list[tuple[ChainResult, float]], missin
 
 
 def _holds_check(lossless: Sequence[ChainResult]) -> Check:
-    """Every lossless chain's measured speedup inside its predicted interval and within 10%."""
+    """Every lossless chain's measured speedup inside its predicted interval and within PREDICTION_TOLERANCE."""
     judged = [chain for chain in lossless if chain.prediction_holds is not None]
     name = "every prediction holds: measured speedup inside its predicted interval and within 10% of the point"
     if not judged:
         return Check(name, None, PREDICTION_TOLERANCE, None, "the plan has no prediction intervals (re-run polyplan recommend)")
     failing = [chain for chain in judged if not chain.prediction_holds]
     detail = "; ".join(
-        f"{chain.label()}: measured {chain.measured_speedup:.2f}x vs "
-        f"{chain.checked_text() + ' (checked)' if chain.checked is not None else chain.predicted_text()}" for chain in failing
+        f"{chain.label()}: measured {chain.measured_speedup:.2f}x vs {chain.predicted.judged_text()}" for chain in failing
     ) or f"{len(judged)} chain(s) hold"
     return Check(name, float(len(failing)), 0.0, not failing, detail)
 
@@ -568,7 +568,7 @@ def _holds_check(lossless: Sequence[ChainResult]) -> Check:
 def _checks(recommended, lossless, over_two, two, fastest, within, gap=None) -> tuple[Check, ...]:
     errors = [(chain, chain.exact_error) for chain in lossless if chain.exact_error is not None]
     retimed = [(chain, chain.retimed_error) for chain in lossless if chain.retimed_error is not None]
-    ranking = "no lossless chain" if fastest is None else f"fastest: {fastest.label()} {fastest.measured_text()}"
+    ranking = "no lossless chain" if fastest is None else f"fastest: {fastest.label()} {fastest.measured.text()}"
     if gap is not None:
         ranking += (f"; its paired speedup over the recommended chain {gap.point:.3f}x, "
                     f"{gap.level:.0%} CI [{gap.low:.3f}, {gap.high:.3f}] {'contains' if gap.includes_one else 'excludes'} 1")

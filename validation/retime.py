@@ -1,15 +1,11 @@
 """Latency re-timed inside a validation run, and the exact model's prediction from it.
 
-The plan's prediction uses latency curves timed when the profile was made. On a shared
-machine the load then and during validation differ, and so do T_i(k); a chain's measured
-speed follows today's T_i(k), not yesterday's. So `polyplan validate` also times every
-model's forward passes *during* the run, interleaved with the chains (after the chains of
-each prompt and repeat: each model prefilled with the prompt and the first half of the
-target's continuation, then one pass over k of the next continuation tokens for each k),
-and evaluates the same exact model, with the same acceptance, loop overhead and switch costs
-and block sizes, on curves made of the medians of those passes. Nothing of a chain's own
-timing enters it. The report shows both predictions: the plan's, and the re-timed one, which
-separates "the model is wrong" from "the machine changed since profiling".
+On a shared machine the load when profiling and during validation differ, and a chain's measured
+speed follows today's T_i(k). So `polyplan validate` also times every model's forward passes
+during the run, interleaved with the chains (each model prefilled with the prompt and half the
+target's continuation, then one pass over k of the next tokens for each k), and evaluates the same
+exact model on curves made of those passes' medians. Nothing of a chain's own timing enters it:
+it separates "the model is wrong" from "the machine changed since profiling".
 """
 
 from __future__ import annotations

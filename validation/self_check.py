@@ -1,41 +1,26 @@
 """recommend's self-check: a short run of the top chains that owns the exact model's error on
-this machine (issue 33).
+this machine (docs/cost-model.md, "The self-check").
 
-The exact model composes a chain's time per token from parts measured apart: each member's
-T_i(k) timed in a loop of its own, switch costs timed in isolation, the loop's cost fitted on
-its own, and the target-only step T_1(1). How those parts compose inside a running chain
-depends on the processor (caches, the int8 kernels, what a pass finds after another model's):
-on one CPU they compose as predicted, on another the same code was off by a third. So after
-planning, `recommend` runs the recommended chain, the next ones and target-only decoding on a
-few of the profiling prompts, interleaved (`validation.chain_runs.measure_chains`), and fits
-for each chain one *composition term*: the exact model's speedup on the check's own run over the
-speedup the check measured,
+The exact model composes a chain's time per token from parts measured apart (each member's
+T_i(k), switch costs, the loop, the target-only step T_1(1)); how they compose inside a running
+chain depends on the processor. So after planning, `recommend` runs the recommended chain, the
+next ones and target-only decoding on a few of the profiling prompts, interleaved
+(`validation.chain_runs.measure_chains`), and fits for each chain one *composition term*
 
     C = Ŝ(check) / S(check),
 
-the exact model priced prompt by prompt on the check's workload (`validation.check_prices`: each
-prompt's own measured acceptance, cut at the check's answer length, and its latency curves read at
-that prompt's context). C then holds what the model lacks on this machine (passes per token as the
-decoder makes them, seconds per pass inside the chain, the loop, the target-only step) and not how
-the check's few prompts and short answers differ from the plan's workload: priced by the plan, a
-4-prompt x 32-token check on an AMD EPYC (family 26) fitted C = 0.89 for a chain whose exact
-prediction was within 1 % on held-out prompts, and the checked one 12 % too high; priced by
-prompt, a 4-prompt x 64-token check of the same plan predicted that chain on each prompt within
-4 % and fitted C = 1.02.
-Where the profile cannot price the check's prompts (another sampling mode, a profile without
-the target's streams), C compares the run with the plan's own parts instead:
+the exact model's speedup on the check's own run, priced prompt by prompt
+(`validation.check_prices`), over the speedup the check measured. Pricing the check as its own
+workload keeps out of C how its few prompts and short answers differ from the plan's workload.
+Where the profile cannot price the check's prompts (another sampling mode, a profile without the
+target's streams), C compares the run with the plan's own parts instead:
 
     C = (b̂ / b) · t / t(f, ŝ, l̂)
 
-where b̂ / b is the plan's target-only step over the one measured in the check, t the chain's
-measured seconds per token and t(f, ŝ, l̂) the exact model's time per token at the measured
-passes per token f with the plan's seconds per pass ŝ and loop l̂ (`validation.cost_split`), and
-the record says which (`SelfCheckRecord.priced`). On a new prompt set acceptance is what the
-plan's interval resamples. The checked prediction is exact / C; its intervals widen the exact
-ones by C's bootstrap interval over the check's prompts, the two deviations added in quadrature
-in log space (`combined`). Chains not run take C from the checked chains whose drafters are most
-like theirs (`pooled_term`: drafters shared over drafters in either). The ranking is then
-re-sorted by the checked predictions.
+(`validation.cost_split.composition`), and the record says which (`SelfCheckRecord.priced`).
+The checked prediction is exact / C, its intervals widened by C's bootstrap interval over the
+check's prompts (`combined`). Chains not run take C from the checked chains whose drafters are
+most like theirs (`pooled_term`). The ranking is then re-sorted by the checked predictions.
 """
 
 from __future__ import annotations
@@ -64,12 +49,10 @@ CHECK_TOP = 2  # chains checked besides the recommended one (the plan's next bes
 CHECK_PROMPTS = 4  # profiling prompts run (the built-in set alternates kinds: one of each)
 CHECK_TOKENS = 64  # tokens per prompt and chain
 CHECK_REPEATS = 1
-CHECK_BUDGET_SHARE = 0.10  # of the profile's measuring time (the issue's "about 10 %")
+CHECK_BUDGET_SHARE = 0.10  # of the profile's measuring time
 # sizes tried, largest first, until the plan's own predictions say the run fits the budget; never
 # fewer than CHECK_PROMPTS prompts: a bootstrap over 2 or 3 prompts reads C's spread as next to
-# none (on an AMD EPYC family 26, `bench loop`'s quiet run checked 2 prompts x 32 tokens in a 0.6 s
-# budget and fitted C = 0.914 [0.913, 0.915] for a chain the run then measured 12 % below its
-# checked prediction); a budget too small for the smallest is exceeded, and the output says so
+# none (docs/cost-model.md); a budget too small for the smallest is exceeded, and the output says so
 CHECK_SIZES = ((CHECK_PROMPTS, CHECK_TOKENS), (CHECK_PROMPTS, 48), (CHECK_PROMPTS, 32))
 WARMUP_TOKENS = 8
 RESAMPLES = 500
@@ -175,9 +158,7 @@ def combined(point: float, exact: tuple[float, float] | None, term: tuple[float,
     """The interval of exact / C around `point` (= exact point / C): the exact interval's and C's
     deviations, in log space, added in quadrature on each side. They are independent errors (one
     from resampling the profile, one from the check's prompts), so they add as standard errors
-    do; dividing bound by bound added them in full, as if both fell at their worst together (on
-    an AMD EPYC family 26 that made the demo's checked interval −20 %/+34 % around an exact one of
-    −12 %/+23 %)."""
+    do, not bound by bound as if both fell at their worst together."""
     if exact is None:
         return None
     c, low, high = term
@@ -249,9 +230,7 @@ def pooled_term(chain: Sequence[str], terms: Mapping[tuple[str, ...], tuple[tupl
     """C for a chain the check did not run: from the checked chains whose drafters are most like
     its own (what composes inside a chain is its members' passes after one another's; likeness:
     drafters in common over drafters in either), their median C with an interval spanning
-    theirs; from all of them when none shares a drafter; 1 when nothing was checked. On an AMD
-    EPYC (family 26) the median of all three checked chains (C 0.93, 1.03, 1.13) gave `target > drafter` 1.54x for a measured 1.72x; the chain sharing
-    its drafter (`target > drafter > ngram`, C = 0.93) gives 1.71x."""
+    theirs; from all of them when none shares a drafter; 1 when nothing was checked."""
     if not terms:
         return 1.0, 1.0, 1.0
     mine = set(chain[1:])
