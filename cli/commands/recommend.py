@@ -24,7 +24,7 @@ def _verdicts(plan: ChainPlan) -> str:
     return ", ".join(f"{model}: {verdict}" for model, verdict in plan.insertion_verdicts) or "-"
 
 
-def limit_line(result: Recommendation) -> list[str]:
+def _limit_line(result: Recommendation) -> list[str]:
     """The physical limit: what a free drafter that is always right would give (nothing when
     the recommendation has none)."""
     limit = result.limit
@@ -48,7 +48,7 @@ def _share(result: Recommendation, speedup: float) -> str:
     return "" if result.limit is None else f"{result.limit.share(speedup):.0%}"
 
 
-def best_line(result: Recommendation) -> str:
+def _best_line(result: Recommendation) -> str:
     """`best: …`: the plan's chain with its interval and share of the limit, or, when no chain
     beats the target alone, "don't speculate" beside the best chain there is."""
     intervals = result.intervals
@@ -93,7 +93,7 @@ def table_lines(result: Recommendation) -> list[str]:
            if overhead is not None else "none recorded in the profile (forward passes only)")
         + ("; acceptance from the measured agreement runs" if result.acceptance_model == "runs"
            else "; acceptance i.i.d. at each pair's rate alpha"),
-        *limit_line(result),
+        *_limit_line(result),
         header,
     ]
     for rank, plan in enumerate(result.ranked, start=1):
@@ -104,8 +104,8 @@ def table_lines(result: Recommendation) -> list[str]:
             f"{rank:>4}  {exact:<26}  {_share(result, plan.exact_speedup):>5}  {plan.paper_speedup:>7.3f}x  "
             f"{plan.blocks_label():<{width}} {phi:<28} {_verdicts(plan):<34} {plan.label()}"
         )
-    lines += ["", best_line(result)]
-    lines += padding_lines(result.best)
+    lines += ["", _best_line(result)]
+    lines += _padding_lines(result.best)
     lines += [
         "",
         "Why each model is in or out:",
@@ -126,7 +126,7 @@ def table_lines(result: Recommendation) -> list[str]:
     return lines
 
 
-def padding_lines(plan: ChainPlan) -> list[str]:
+def _padding_lines(plan: ChainPlan) -> list[str]:
     """One line per verifier whose passes the plan pads (its T(k) is not monotone)."""
     return [
         f"padded: {name} verifies " + ", ".join(f"{k} tokens at width {width}" for k, width in widths.pads)
@@ -146,49 +146,38 @@ def warning_lines(warnings) -> list[str]:
 
 @fails_cleanly
 def recommend(
-    profile: Annotated[
-        Optional[Path],
-        typer.Option("--profile", help="Profile JSON. With --candidates: resumed and completed (default: the user cache)."),
-    ] = None,
-    candidates: Annotated[
-        Optional[Path], typer.Option("--candidates", help="models.yaml: profile what is missing, then plan.")
-    ] = None,
+    profile: Annotated[Optional[Path], typer.Option(
+        "--profile", help="Profile JSON. With --candidates: resumed and completed (default: the user cache).")] = None,
+    candidates: Annotated[Optional[Path], typer.Option(
+        "--candidates", help="models.yaml: profile what is missing, then plan.")] = None,
     max_levels: Annotated[int, typer.Option("--max-levels", help="Longest chain, counting the target.")] = 4,
-    k_max: Annotated[
-        Optional[int],
-        typer.Option("--k-max", help="Search block sizes 1..k_max (default: up to the widest width the profile timed, at least 8)."),
-    ] = None,
+    k_max: Annotated[Optional[int], typer.Option(
+        "--k-max", help="Search block sizes 1..k_max (default: up to the widest width the profile timed, at least "
+        "8).")] = None,
     search: Annotated[str, typer.Option("--search", help="Block-size search: auto, grid or optuna.")] = "auto",
-    sampling: Annotated[
-        Optional[str],
-        typer.Option("--sampling", help="Profile sampling key: 'greedy' or 't<temperature>' (default: greedy; with --profile "
-                     "alone, the profile's own mode when it has no greedy entries)."),
-    ] = None,
+    sampling: Annotated[Optional[str], typer.Option(
+        "--sampling", help="Profile sampling key: 'greedy' or 't<temperature>' (default: greedy; with --profile "
+        "alone, the profile's own mode when it has no greedy entries).")] = None,
     seed: Annotated[int, typer.Option("--seed", help="Seed of optuna's TPE sampler.")] = 0,
     out: Annotated[Optional[Path], typer.Option("--out", help="Where to write the plan JSON.")] = Path("plan.json"),
     prompts: Annotated[
         Optional[Path], typer.Option("--prompts", help="With --candidates: prompt file to profile with (default: the one --profile was measured on, else built-in).")
     ] = None,
     raw_prompts: RawPrompts = False,
-    cache_dir: Annotated[
-        Optional[Path], typer.Option("--cache-dir", help="Profile cache folder (default: $POLYPLAN_CACHE_DIR or ~/.cache/polyplan).")
-    ] = None,
+    cache_dir: Annotated[Optional[Path], typer.Option(
+        "--cache-dir", help="Profile cache folder (default: $POLYPLAN_CACHE_DIR or ~/.cache/polyplan).")] = None,
     device: Annotated[Optional[str], typer.Option("--device", help="With --candidates: put every model on this device.")] = None,
     threads: Annotated[Optional[int], typer.Option("--threads", help="With --candidates: torch CPU threads (default: those --profile was timed with, else the machine's free cores at start).")] = None,
     json_output: Annotated[bool, typer.Option("--json", help="Print the plan as one JSON object.")] = False,
-    resamples: Annotated[
-        int, typer.Option("--resamples", help="Bootstrap resamples for each predicted speedup's 95% interval (0: none).")
-    ] = 200,
-    no_check: Annotated[
-        bool, typer.Option("--no-check", help="With --candidates: skip the self-check (a short run of the top chains that "
-                                              "fits the model's error on this machine); the intervals then ignore it.")
-    ] = False,
-    new_tokens: Annotated[
-        Optional[int],
-        typer.Option("--new-tokens", help="The answer length the plan is for: acceptance is read over the first N tokens of "
-                     "each profiled continuation (it changes along an answer; default: all the profile measured). "
-                     "validate then decodes N tokens by default."),
-    ] = None,
+    resamples: Annotated[int, typer.Option(
+        "--resamples", help="Bootstrap resamples for each predicted speedup's 95% interval (0: none).")] = 200,
+    no_check: Annotated[bool, typer.Option(
+        "--no-check", help="With --candidates: skip the self-check (a short run of the top chains that fits the "
+        "model's error on this machine); the intervals then ignore it.")] = False,
+    new_tokens: Annotated[Optional[int], typer.Option(
+        "--new-tokens", help="The answer length the plan is for: acceptance is read over the first N tokens of each "
+        "profiled continuation (it changes along an answer; default: all the profile measured). validate then "
+        "decodes N tokens by default.")] = None,
 ) -> None:
     """Rank every chain of the profiled models with its best block sizes and write the plan.
 

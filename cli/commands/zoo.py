@@ -83,28 +83,23 @@ def measure(
     (ratio to the target), their held-out numbers from family.json, and a greedy sample."""
     import json
 
-    import torch
+    from transformers import AutoTokenizer
 
     from polyplan.formats.errors import PolyplanError
     from polyplan.models.builtin import weights_root
     from polyplan.zoo.measure import decode_step_ms, family_variants, greedy_sample
+    from polyplan.zoo.train import torch_threads
 
     folder = family if family is not None else weights_root()
     if not (folder / "family.json").is_file():
         raise PolyplanError(f"--family: {folder} has no family.json; train one with `polyplan zoo train`")
     payload = json.loads((folder / "family.json").read_text())
     report = payload["report"]
-    previous = torch.get_num_threads()
-    torch.set_num_threads(threads)
-    try:
+    with torch_threads(threads):
         variants = family_variants(folder, payload["recipe"]["early_exit_layers"])
         timings = decode_step_ms(variants, repeats=repeats)
-        from transformers import AutoTokenizer
-
         tokenizer = AutoTokenizer.from_pretrained(folder / "target", local_files_only=True)
         sample = greedy_sample(variants["target"], tokenizer, prompt, new_tokens)
-    finally:
-        torch.set_num_threads(previous)
     base = timings["target"].median_ms
     typer.echo(f"family: {folder}  (threads {threads}, {repeats} interleaved one-token steps each, warm cache of 64 tokens)")
     typer.echo(f"{'model':<14} {'step ms':>8} {'IQR ms':>13} {'target/this':>11} {'val loss':>8} {'agree w/ target':>15}")
