@@ -1,20 +1,13 @@
 """`polyplan bench peers` against HF transformers' own speculative decoding (`engines.race`).
 
-The contenders, greedy on the same prompts (so each must emit the target's own output, token for
-token): target-only HF `generate` (the baseline); HF assisted generation with each drafter at the
-K the HF export predicts best for it (`planner.engine_export`, HF's rule, drafting exactly K a
-round: `engines.hf_generate.configure_assistant`), polyplan's derived copies handed to `generate`
-as the live models polyplan runs, so HF races with every drafter polyplan has; HF prompt lookup
-for each n-gram candidate at its exported K; polyplan's plan in polyplan's decoder. Each prompt
-first runs once untimed per contender (warm-up).
-
-Speedup is Spec-Bench's, per category and overall: tokens/s summed over a category's prompts
-over the baseline's. Tokens per target pass are new tokens over the target's forward calls (a
-forward hook counts HF's; polyplan's decoder counts its own; the prefill included in both).
-The HF rows' predictions are the HF export's, per decoded token, and for whole calls
-(`planner.exact.whole_call`: HF's per-call cost and the prompts' prefills, over this race's own
-prompts and the tokens each call emitted): what is measured here, so the exported
-configuration is judged by it, within `TOLERANCE` or not.
+The contenders, greedy on the same prompts (each must emit the target's own output): target-only
+HF `generate` (the baseline); HF assisted generation with each drafter at the K the HF export
+predicts best for it (`planner.engine_export`; polyplan's derived copies handed to `generate` as
+live models, so HF races with every drafter polyplan has); HF prompt lookup for each n-gram
+candidate; polyplan's plan in polyplan's decoder. Speedups are Spec-Bench's, per category and
+overall; tokens per target pass count the target's forward calls, prefill included. The exported
+configuration is judged by its whole-call prediction (`planner.exact.whole_call`, over this race's
+own calls), within `TOLERANCE` or not. docs/engines.md, "`polyplan bench peers`".
 """
 
 from __future__ import annotations
@@ -42,7 +35,7 @@ BASELINE = "target only (HF generate)"
 TOLERANCE = 0.10  # how far the exported HF configuration's speedup may lie from its prediction
 
 
-def hf_contenders(plan: PlanFile, export: EngineExport, members, eos, *, new_tokens: int,
+def _hf_contenders(plan: PlanFile, export: EngineExport, members, eos, *, new_tokens: int,
                   counter: ForwardClock) -> tuple[Contender, ...]:
     """The baseline, HF assisted per loadable drafter, HF prompt lookup, polyplan's chain.
     `members`: candidate name → loaded chain member; `export`: the HF export; `counter`: the
@@ -196,7 +189,7 @@ def run_hf_race(plan_path, *, prompts_path=None, candidates_path=None, repeats: 
     target = loaded.by_name[plan.target]
     counter = ForwardClock(target.model, sync=lambda: None)  # counts the target's forward calls
     try:
-        contenders = hf_contenders(plan, export, loaded.by_name, target.model.generation_config.eos_token_id,
+        contenders = _hf_contenders(plan, export, loaded.by_name, target.model.generation_config.eos_token_id,
                                    new_tokens=new_tokens, counter=counter)
         return race_hf(contenders, encode_for(prompts, loaded.tokenizer), repeats=repeats, new_tokens=new_tokens,
                        notes=(("hf_overhead", export.overhead_note), ("whole_call", export.call_note)))

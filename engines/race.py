@@ -149,15 +149,17 @@ def _row(label: str, runs: Sequence[RaceRun], baseline: str, pooled: bool) -> Ra
     passes = [run.target_passes for run in mine]
     decode_rates = [run.decode_tokens_per_s for run in mine if run.decode_tokens_per_s is not None]
     categories = sorted({run.category for run in mine})
+    tokens = sum(len(run.tokens) for run in mine)
     return RaceRow(
-        label, speedup, sd, len(mine), sum(len(run.tokens) for run in mine), sum(len(run.tokens) for run in mine) / sum(run.seconds for run in mine),
+        label, speedup, sd, len(mine), tokens, tokens / sum(run.seconds for run in mine),
         target_passes=sum(passes) if passes and None not in passes else None,
         decode_tokens_per_s=statistics.median(decode_rates) if decode_rates else None,
         decode_speedup=statistics.fmean(decode) if decode and len(decode) == len(mine) else None,
         decode_speedup_sd=statistics.stdev(decode) if len(decode) > 1 else 0.0,
         accepted_per_drafted=sum(run.accepted for run in mine) / drafted if drafted else None,
         equal_outputs=sum(equal), first_difference=difference,
-        by_category=tuple((name, _speedup([pair for pair in pairs if pair[0].category == name], pooled)[0]) for name in categories))
+        by_category=tuple((name, _speedup([(run, other) for run, other in pairs if run.category == name], pooled)[0])
+                          for name in categories))
 
 
 def _speedup(pairs: Sequence[tuple[RaceRun, RaceRun]], pooled: bool) -> tuple[float, float]:

@@ -18,26 +18,22 @@ from polyplan.formats.errors import PolyplanError
 
 FORMAT = "polyplan race"
 VERSION = 2
-NAN = float("nan")
+_NAN = float("nan")
 
 
 @dataclass(frozen=True)
 class RaceRow:
-    """One contender's results over its runs (of one category, or all of them: "all").
-
-    Measured: `speedup` is its tokens/s over the baseline's, whole calls (prefill included);
-    `decode_speedup` the same from the engine's own decode timing, where it has one. Predicted:
-    `predicted_speedup` per decoded token with its `predicted_interval`, `predicted_call_speedup`
-    for whole calls where modelled, `race_priced` the same prediction priced on the race's own
-    prompts. A row without runs has NaN numbers and says why (`failure`).
-    """
+    """One contender's results over its runs (of one category, or "all"): its tokens/s over the
+    baseline's, whole calls and (where the engine timed it) decode-only, and what was predicted
+    (per decoded token with its interval, for whole calls where modelled, and priced on the race's
+    own prompts). A row without runs has NaN numbers and says why (`failure`)."""
 
     label: str
-    speedup: float = NAN
+    speedup: float = _NAN
     speedup_sd: float = 0.0  # over paired runs, or over repeats (HF's Spec-Bench speedup)
     runs: int = 0
     tokens: int = 0
-    tokens_per_s: float = NAN
+    tokens_per_s: float = _NAN
     target_passes: int | None = None  # forward passes of the target, where counted
     decode_tokens_per_s: float | None = None  # the engine's own decode-only median
     decode_speedup: float | None = None  # mean of paired decode-only ratios (no prefill)
@@ -62,7 +58,7 @@ class RaceRow:
 
     @property
     def tokens_per_target_pass(self) -> float:
-        return self.tokens / self.target_passes if self.target_passes else NAN
+        return self.tokens / self.target_passes if self.target_passes else _NAN
 
     @property
     def measured(self) -> float:
@@ -85,7 +81,7 @@ class RaceRow:
         """Predicted / measured − 1; None without a prediction."""
         if self.predicted is None:
             return None
-        return self.predicted / self.measured - 1.0 if math.isfinite(self.measured) and self.measured > 0 else NAN
+        return self.predicted / self.measured - 1.0 if math.isfinite(self.measured) and self.measured > 0 else _NAN
 
     @property
     def race_priced_error(self) -> float | None:
@@ -99,11 +95,10 @@ class RaceRow:
 
     @property
     def verdict(self) -> str | None:
-        """"inside": the measurement lies in the predicted interval; "within noise": it does not,
-        but the measured mean's own 95% interval (`measured_ci`), widened on each side by
-        `server_spread`, reaches it (a configuration that never drafts is predicted as a point,
-        and its measurement carries the race's noise and its process's own offset); "outside":
-        neither. Without an interval, within or outside `tolerance`; None when neither applies."""
+        """"inside" its predicted interval; "within noise": not, but the measured mean's 95% interval
+        (`measured_ci`) widened by `server_spread` reaches it (a configuration that never drafts is
+        predicted as a point); "outside": neither. Without an interval, within or outside
+        `tolerance`; None when neither applies."""
         if self.predicted is None or not math.isfinite(self.measured):
             return None
         if self.predicted_interval is not None:
@@ -120,7 +115,8 @@ class RaceRow:
         or "not modelled" for a row without one, so none is silently unjudged."""
         if self.predicted is None:
             return self.unjudged or "not modelled"
-        interval = "" if self.predicted_interval is None else f" [{self.predicted_interval[0]:.2f}, {self.predicted_interval[1]:.2f}]"
+        low_high = self.predicted_interval
+        interval = "" if low_high is None else f" [{low_high[0]:.2f}, {low_high[1]:.2f}]"
         words = [f"{100 * self.error:+.1f}%" if math.isfinite(self.measured) else "not measured"]
         words += [word for word in (self.verdict, "exported" if self.exported else None) if word]
         return f"{self.predicted:.2f}x{interval} ({', '.join(words)})"

@@ -102,20 +102,21 @@ def peers(
     if engine not in ("hf", "llama.cpp"):
         raise PolyplanError(f"--engine: {engine!r} is not raced here (hf or llama.cpp; vLLM needs a GPU)")
     if engine == "llama.cpp":
-        _llama_cpp_peers(plan, prompts, candidates, new_tokens, repeats, max_prompts, threads, json_output)
-        return
-    choice = _plan_threads(plan, threads)
-    if plan is not None:
-        warn_other_processor(plan)  # the race compares with the plan's predictions
-    set_threads(choice)
-    race = race_peers_of(plan, prompts_path=prompts, candidates_path=candidates, repeats=repeats, new_tokens=new_tokens,
-                         max_prompts=max_prompts, log=log_line)
+        race, lines, threads_line = _llama_cpp_race(plan, prompts, candidates, new_tokens, repeats, max_prompts, threads)
+    else:
+        choice = _plan_threads(plan, threads)
+        if plan is not None:
+            warn_other_processor(plan)  # the race compares with the plan's predictions
+        set_threads(choice)
+        race = race_peers_of(plan, prompts_path=prompts, candidates_path=candidates, repeats=repeats, new_tokens=new_tokens,
+                             max_prompts=max_prompts, log=log_line)
+        lines, threads_line = hf_race_lines, choice.line
     if json_output:
         echo_json(race_json(race))
     else:
-        typer.echo("\n".join(hf_race_lines(race) + [choice.line]))
-    differ = [row for row in race.rows if row.category == "all" and row.first_difference]
-    if differ:
+        typer.echo("\n".join(lines(race) + [threads_line]))
+    differ = [row for row in race.rows if race.engine == "hf" and row.category == "all" and row.first_difference]
+    if differ:  # HF's greedy outputs must equal target-only's; a server's may part by llama.cpp's batch numerics
         raise PolyplanError(f"greedy outputs differ from target-only in {sum(row.runs - row.equal_outputs for row in differ)} "
                             f"run(s): {differ[0].label}: {differ[0].first_difference}")
 
@@ -224,21 +225,16 @@ def intervals(
         typer.echo("\n".join(coverage_lines(result)))
 
 
-def _llama_cpp_peers(plan, prompts, candidates, new_tokens, repeats, max_prompts, threads, json_output) -> None:
-    """`bench peers --engine llama.cpp` (engines.llama_cpp.race)."""
+def _llama_cpp_race(plan, prompts, candidates, new_tokens, repeats, max_prompts, threads):
+    """`bench peers --engine llama.cpp` (`engines.llama_cpp.race`): the race, its lines, its threads' line."""
     from polyplan.engines.llama_cpp.race import llama_peers_lines, run_llama_peers
-    from polyplan.formats.race import race_json
+    from polyplan.profiler.threads import ThreadChoice
 
     if plan is None:
         raise PolyplanError("--engine llama.cpp: give --plan plan.json (profile and recommend a GGUF target first)")
-    from polyplan.profiler.threads import ThreadChoice
-
     race = run_llama_peers(plan, prompts_path=prompts, candidates_path=candidates, threads=threads, repeats=repeats,
                            new_tokens=new_tokens, max_prompts=max_prompts, log=log_line)
-    if json_output:
-        echo_json(race_json(race))
-    else:
-        typer.echo("\n".join(llama_peers_lines(race) + [ThreadChoice(race.threads, race.threads_source).line]))
+    return race, llama_peers_lines, ThreadChoice(race.threads, race.threads_source).line
 
 
 def _plan_threads(plan: Path | None, threads: int | None):

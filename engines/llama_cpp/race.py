@@ -40,26 +40,22 @@ TARGET_ONLY = "llama.cpp target only"
 CONTROL = "llama.cpp target only (control)"  # a second server of the target alone: how far two identical servers differ
 POLYPLAN = "polyplan plan"
 NGRAM_TYPES = ("ngram-simple", "ngram-map-k", "ngram-map-k4v", "ngram-mod", "ngram-cache")
-DRAFT_SWEEP = ((4, 0.6), (8, 0.6), (8, 0.8))  # (--spec-draft-n-max, --spec-draft-p-min) tried for the best drafter
+_DRAFT_SWEEP = ((4, 0.6), (8, 0.6), (8, 0.8))  # (--spec-draft-n-max, --spec-draft-p-min) tried for the best drafter
 UNJUDGED = "not judged here (polyplan validate judges the plan)"
 
 
 def server_configs(plan, export, candidates, files: dict[str, str],
-                   draft_sweep: tuple[tuple[int, float], ...] = DRAFT_SWEEP, recommended=None) -> list[Contender]:
-    """What to race besides the target alone and polyplan: each GGUF drafter at llama.cpp's
-    defaults and at the K the export predicts best for it; the drafter the export ranks best also
-    at each (n-max, p-min) of `draft_sweep` (llama.cpp's confidence stop); every n-gram type at
-    its defaults; the best drafter together with ngram-mod (llama.cpp combines types); the
-    exported n-gram configuration; llama.cpp's own default (`--spec-default`); and a second server
-    of the target alone (`CONTROL`, predicted as exactly as fast, a point; `with_server_spread`).
-    Predictions are `export`'s (`judged`); `recommended` (default:
-    `export`'s) is the configuration marked exported."""
+                   draft_sweep: tuple[tuple[int, float], ...] = _DRAFT_SWEEP, recommended=None) -> list[Contender]:
+    """The servers to race: the target alone and its control (`CONTROL`); each GGUF drafter at
+    llama.cpp's defaults and at the export's K, the best one also at each (n-max, p-min) of
+    `draft_sweep` and combined with ngram-mod; every n-gram type at its defaults; `--spec-default`;
+    with `export`'s predictions (`judged`; `recommended`, default `export`'s, marked exported)."""
     from polyplan.planner.llama_cpp.ranking import llama_cpp_spec_flags
 
     configs = [Contender(TARGET_ONLY, ()), Contender(CONTROL, ())]
     by_drafter = {option.drafter: option for option in export.options}
     drafters = []  # (name, file, predicted speedup at the export's K)
-    for name, source in draft_files(candidates, files):
+    for name, source in _draft_files(candidates, files):
         option = by_drafter.get(name)
         k = option.block_size if option is not None and option.block_size else 4
         predicted = option.prediction.speedup if option is not None and option.prediction is not None else None
@@ -79,9 +75,8 @@ def server_configs(plan, export, candidates, files: dict[str, str],
     return judged(configs, export, recommended)
 
 
-def draft_files(candidates, files: Mapping[str, str]) -> list[tuple[str, str]]:
-    """(name, GGUF file) of every candidate a llama-server can load as its draft model: each
-    model drafter below the target with a GGUF of its own or one polyplan made (`files`)."""
+def _draft_files(candidates, files: Mapping[str, str]) -> list[tuple[str, str]]:
+    """(name, GGUF file) of each model drafter with a GGUF of its own or one polyplan made (`files`)."""
     drafts = []
     for candidate in candidates.candidates[1:]:
         source = files.get(candidate.name) or (candidate.source if candidate.source_kind == "gguf" else None)
@@ -91,10 +86,9 @@ def draft_files(candidates, files: Mapping[str, str]) -> list[tuple[str, str]]:
 
 
 def judged(configs: Sequence[Contender], export, recommended=None) -> list[Contender]:
-    """`configs` with the export's prediction of each one it ranks (matched by flags;
-    `--spec-default` is ngram-mod at its defaults, the target alone is "off"), the recommended
-    one marked exported; then every ranked configuration not among them, so each prediction is
-    raced."""
+    """`configs` with the export's prediction of each one it ranks (matched by flags; the target
+    alone is "off", the control a 1.00 point), the recommended one marked exported; then every
+    ranked configuration not among them, so each prediction is raced."""
     from polyplan.planner.llama_cpp.ranking import OFF
 
     ranking = tuple(getattr(export, "ranking", ()))
@@ -102,7 +96,7 @@ def judged(configs: Sequence[Contender], export, recommended=None) -> list[Conte
     by_flags = {tuple(config.flags): config for config in ranking}
     out = []
     for config in configs:
-        if config.label == CONTROL:  # the target alone again: exactly as fast, as a point; never the exported row
+        if config.label == CONTROL:  # never the exported row
             out.append(dataclasses.replace(config, predicted_speedup=1.0, predicted_interval=(1.0, 1.0), exported=False))
             continue
         ranked = by_flags.get(_ranked_flags(config)) if config.label != TARGET_ONLY else next((r for r in ranking if r.label == OFF), None)
@@ -140,13 +134,10 @@ def race_streams(runs: Sequence[RaceRun], prompts: Sequence[Sequence[int]]) -> t
 
 
 def priced_on_race(configs: Sequence[Contender], export, drafts: frozenset[str] = frozenset()) -> list[Contender]:
-    """`configs` with `race_priced`: `export`'s prediction of each configuration it replays on
-    target streams (the n-gram types) and of each draft model among `drafts` (files whose
-    agreement with the race's answers was measured, `engines.llama_cpp.race_agreement`), where `export` was
-    priced on this race's own prompts (`race_streams`; the same T(k), server loop and rules as the
-    predicted column). Held against the measurement beside the prediction from the profile's
-    prompts, it tells the prompt set's share of an error from the model's. A draft model not
-    among `drafts` would still read the profile's agreement: not priced again."""
+    """`configs` with `race_priced`: the prediction of `export`, priced on this race's own
+    prompts (`race_streams`), of each n-gram type and each draft model among `drafts` (files
+    whose agreement with the race's answers was measured, `engines.llama_cpp.race_agreement`;
+    any other would still read the profile's agreement)."""
     def again(ranked) -> bool:
         flags = tuple(ranked.flags)
         return ranked.drafted is not None or ("-md" in flags and flags[flags.index("-md") + 1] in drafts)
@@ -159,10 +150,10 @@ def priced_on_race(configs: Sequence[Contender], export, drafts: frozenset[str] 
     return out
 
 
-def race_agreements(configs: Sequence[Contender], drafts: Sequence[tuple[str, str]], target: str, threads: int,
+def _race_agreements(configs: Sequence[Contender], drafts: Sequence[tuple[str, str]], target: str, threads: int,
                     streams: Sequence, log=lambda line: None) -> tuple[tuple, frozenset[str]]:
-    """Each raced draft model's agreement with the race's answers (`engines.llama_cpp.race_agreement`),
-    and the files measured; a file the bindings cannot run is left out with one line."""
+    """Each raced draft model's agreement with the race's answers, and the files measured; a file
+    the bindings cannot run is left out with one line."""
     from polyplan.engines.llama_cpp.race_agreement import race_agreement
 
     raced = {config.args[config.args.index("-md") + 1] for config in configs if "-md" in config.args}
@@ -181,9 +172,8 @@ def race_agreements(configs: Sequence[Contender], drafts: Sequence[tuple[str, st
 def run_llama_peers(plan_path, *, prompts_path=None, candidates_path=None, threads: int | None = None, repeats: int = 2,
                     new_tokens: int = 64, max_prompts: int | None = None, context: int = 4096,
                     log=lambda line: None) -> Race:
-    """Race llama-server's configurations and polyplan's plan (see the module docstring).
-    `threads` None: as the plan's profile was measured, else the machine's free cores
-    (`profiler.threads.choose_threads`), the same for every server and for polyplan."""
+    """Race llama-server's configurations and polyplan's plan (module docstring). `threads`
+    None: as the plan's profile was measured (`profiler.threads.choose_threads`)."""
     from polyplan.decoder.chain import generate
     from polyplan.decoder.sampling import Sampling
     from polyplan.engines.export import engine_files, export_from_files
@@ -214,12 +204,8 @@ def run_llama_peers(plan_path, *, prompts_path=None, candidates_path=None, threa
     from polyplan.planner.llama_cpp.ranking import ReplayWorkload
 
     prompts = validation_prompt_set(prompts_path, max_prompts=max_prompts)
-    # predicted for this race's requests: its new tokens, its prompts `repeats` times in turn
-    # (a server's n-gram state carries over, so a repeated prompt drafts its earlier answer),
-    # priced with llama.cpp's own numbers (`engines.llama_cpp.prices`: measured by the first call,
-    # cached for the others), judged by intervals for a new set of as many prompts as this race
-    # sends, and every raced configuration the replay models predicted (a draft model's defaults
-    # and its n-max/p-min sweep too)
+    # predicted for this race's requests (a server's n-gram state carries over between them),
+    # priced with llama.cpp's own numbers (`engines.llama_cpp.prices`), at every raced flag set
     exported = export_from_files(plan_path, "llama.cpp", candidates_path=candidates_path, log=log)  # what `polyplan export` prints
     files = engine_files(candidates)
     raced = server_configs(plan, exported, candidates, files)
@@ -264,7 +250,7 @@ def run_llama_peers(plan_path, *, prompts_path=None, candidates_path=None, threa
     runs, failures = race_servers(groups, start, ours, encoded, repeats=repeats, new_tokens=new_tokens, log=log)
     streams = race_streams(runs, [prompt.ids for prompt in encoded])
     if streams:  # the split: the same export priced on this race's prompts, in the order the servers got them
-        agreements, measured = race_agreements(configs, draft_files(candidates, files), plan.target, threads,
+        agreements, measured = _race_agreements(configs, _draft_files(candidates, files), plan.target, threads,
                                                streams, log)
         on_race = export_from_files(plan_path, "llama.cpp", candidates_path=candidates_path, streams=streams, agreements=agreements,
                                     workload=ReplayWorkload(new_tokens, repeats, len(streams), in_order=True),
@@ -273,15 +259,15 @@ def run_llama_peers(plan_path, *, prompts_path=None, candidates_path=None, threa
     rows = peer_rows(configs, runs, failures, memory)
     import llama_cpp
 
-    notes = (("memory", memory_note), ("prediction", prediction_note(export)),
-             ("loop", race_loop_line(configs, runs, [prompt.ids for prompt in encoded], export.prices, draft_files(candidates, files))),
+    notes = (("memory", memory_note), ("prediction", _prediction_note(export)),
+             ("loop", race_loop_line(configs, runs, [prompt.ids for prompt in encoded], export.prices, _draft_files(candidates, files))),
              ("pace", race_pace_line(runs, export.prices)))
     notes = tuple((name, line) for name, line in notes if line)
     about = (("llama_cpp_version", llama_cpp.__version__), ("chat_template", str(not prompts.raw)), ("logs", str(logs)))
     return Race("llama.cpp", rows, len(encoded), new_tokens, repeats, threads, choice.source, notes, about)
 
 
-def prediction_note(export) -> str:
+def _prediction_note(export) -> str:
     """One line on what the predicted column holds."""
     notes = "; ".join(getattr(export, "ranking_notes", ()))
     return ("predicted: `polyplan export --engine llama.cpp`'s decode speedup replayed for this race's new tokens and repeats"
@@ -290,11 +276,9 @@ def prediction_note(export) -> str:
 
 
 def race_requests(configs: Sequence[Contender], runs: Sequence[RaceRun], prompts: Sequence[Sequence[int]]) -> tuple[list, str | None]:
-    """This race's requests as the loop's fit reads them (`planner.llama_cpp.server_loop.ServerRequest`),
-    and the draft model file they use: each run of the target alone, of `ngram-simple` and of
-    the first draft model at a fixed K, read as the calibration reads its own
-    (`engines.llama_cpp.prices.server_request`); polyplan's runs, the other configurations and a
-    second draft model (the fit has one cost per draft pass) are left out."""
+    """This race's requests of the target alone, `ngram-simple` and the first draft model at a
+    fixed K, read as the calibration reads its own (`engines.llama_cpp.prices.server_request`;
+    the fit has one cost per draft pass), and that draft model's file."""
     from polyplan.engines.llama_cpp.prices import server_request
     from polyplan.engines.llama_cpp.server import Completion
 
@@ -316,12 +300,9 @@ def race_requests(configs: Sequence[Contender], runs: Sequence[RaceRun], prompts
 
 def race_loop_line(configs: Sequence[Contender], runs: Sequence[RaceRun], prompts: Sequence[Sequence[int]], prices,
                    drafts: Sequence[tuple[str, str]] = ()) -> str:
-    """llama-server's own loop fitted from this race's requests (`race_requests`) by the
-    calibration's fit (`planner.llama_cpp.server_loop.fit_server_loop`) against the export's T(k) of
-    the target and of the draft model (`drafts`: (candidate name, GGUF file) of each), beside
-    the calibration's (`prices`: the export's `LlamaCppPrices`; None: not fitted). Every
-    request of a race has the same new tokens, so its per-request and per-round costs are told
-    apart only by how the drafting configurations' rounds vary."""
+    """llama-server's own loop fitted from this race's requests (`race_requests`) as the
+    calibration fits its own (`planner.llama_cpp.server_loop.fit_server_loop`, on `prices`' T(k);
+    `drafts`: (candidate name, GGUF file) of each draft model), beside the calibration's."""
     from polyplan.planner.exact.latency import curve_from_profile
     from polyplan.planner.llama_cpp.server_loop import DRAFT_MODEL, fit_server_loop
 
@@ -342,16 +323,11 @@ def race_loop_line(configs: Sequence[Contender], runs: Sequence[RaceRun], prompt
 
 
 def race_pace_line(runs: Sequence[RaceRun], prices) -> str:
-    """The target alone's decode step in this race (its server's decode time over the steps after
-    the first token, which the prefill gives) against the same step in the export's calibration
-    of llama-server (`LlamaCppPrices.calibrated_step_s`, where there is one) and the step it was
-    priced at (the target's T(1) and the calibrated per-round cost): how fast the machine ran here
-    against when it was measured. Speedups are ratios and survive a machine that is uniformly
-    faster or slower, but not one that speeds up one kind of server and not another: a one-token
-    step moves with the host's memory traffic far more than a wide pass, so a target alone, all
-    one-token steps, moves more than a draft-model server, mostly wide passes (docs/engines.md,
-    the pace). "" where the race timed no target-alone decode or the export was priced
-    without llama.cpp's T(k)."""
+    """The target alone's decode step in this race (its decode time over the steps after the
+    first token) against the calibration's (`LlamaCppPrices.calibrated_step_s`) and the step it was
+    priced at (T(1) and the per-round cost): a one-token step moves with the host's memory traffic
+    far more than a draft-model server's wide passes, so a ratio holds only while they move alike
+    (docs/engines.md, the pace). "" without a timed target-alone decode or llama.cpp's prices."""
     from polyplan.planner.exact.latency import curve_from_profile
 
     timed = [run for run in runs if run.label == TARGET_ONLY and run.decode_s is not None and (run.decoded or 0) > 1]
@@ -433,7 +409,7 @@ def _server_run(server, new_tokens: int) -> Callable[[Sequence[int]], Timed]:
 
 def peer_rows(configs: list[Contender], runs: list[RaceRun], failures: Mapping[str, str], memory: RaceGroups) -> tuple[RaceRow, ...]:
     """A row per configuration, in `configs`' order, then polyplan's (`engines.race.race_rows`),
-    with its traced rounds (`traced_rounds`) and the control's offset (`with_server_spread`); a
+    with its traced rounds (`_traced_rounds`) and the control's offset (`with_server_spread`); a
     configuration too large for memory says so ("not started: ...")."""
     failures = dict(failures)
     for label, needed in memory.too_large:
@@ -442,7 +418,7 @@ def peer_rows(configs: list[Contender], runs: list[RaceRun], failures: Mapping[s
     groups = {label: number for number, group in enumerate(memory.groups, 1) for label in group[1:]}
     rows = race_rows([*configs, Contender(POLYPLAN, unjudged=UNJUDGED)], runs, failures, groups=groups)
     return with_server_spread(tuple(row if row.failure else
-                                    dataclasses.replace(row, drafted_rounds=traced_rounds([r for r in runs if r.label == row.label]))
+                                    dataclasses.replace(row, drafted_rounds=_traced_rounds([r for r in runs if r.label == row.label]))
                                     for row in rows))
 
 
@@ -460,7 +436,7 @@ def with_server_spread(rows: Sequence[RaceRow]) -> tuple[RaceRow, ...]:
                  for row in rows)
 
 
-def traced_rounds(runs: Sequence[RaceRun]) -> tuple[int, ...] | None:
+def _traced_rounds(runs: Sequence[RaceRun]) -> tuple[int, ...] | None:
     """How many of `runs`' rounds drafted m tokens, m = 0 … the most drafted, from the servers'
     traces (the rounds that drafted nothing are the rest of each request's rounds: every round
     emits its accepted tokens and one more); None where a run was not traced (polyplan's, or a
@@ -475,7 +451,7 @@ def traced_rounds(runs: Sequence[RaceRun]) -> tuple[int, ...] | None:
     return tuple(counts)
 
 
-def split_lines(rows: Sequence[RaceRow]) -> list[str]:
+def _split_lines(rows: Sequence[RaceRow]) -> list[str]:
     """The split (`priced_on_race`): each replayed configuration's error with the profile's
     prompts and with this race's own, and the worst of each; nothing without such rows."""
     split = [row for row in rows if row.race_priced is not None and row.predicted_speedup is not None
@@ -503,7 +479,7 @@ def _control_spread(rows: Sequence[RaceRow]) -> float | None:
     return None if control is None or not math.isfinite(control.measured) else abs(control.measured - 1.0)
 
 
-def control_lines(rows: Sequence[RaceRow]) -> list[str]:
+def _control_lines(rows: Sequence[RaceRow]) -> list[str]:
     """What the control row says of the race's judgements (`with_server_spread`), where it ran."""
     spread = _control_spread(rows)
     if spread is None:
@@ -537,8 +513,8 @@ def llama_peers_lines(race: Race) -> list[str]:
         decoded = "-" if row.decode_speedup is None else f"{row.decode_speedup:7.2f}x ±{row.decode_speedup_sd:4.2f}"
         lines.append(f"{row.label:44s} {row.tokens_per_s:7.1f} {decode:>7s} {row.speedup:7.2f}x ±{row.speedup_sd:4.2f} "
                      f"{decoded:>14s} {accepted:>9s} {row.equal_outputs:>5d}/{row.runs:<6d}  {row.judgement()}")
-    lines += control_lines(race.rows)
-    lines += split_lines(race.rows)
+    lines += _control_lines(race.rows)
+    lines += _split_lines(race.rows)
     categories = sorted({category for row in race.rows for category, _ in row.by_category})
     if len(categories) > 1:
         lines.append("\nspeedup by category:")

@@ -1,15 +1,10 @@
-"""A draft model's greedy agreement with a race's own target streams: `bench peers`' split for
-draft models.
+"""A draft model's greedy agreement with a race's own answers: `bench peers`' split for draft models.
 
 The split (`engines.llama_cpp.race.priced_on_race`) prices each raced configuration again on the
-race's own prompts. An n-gram type needs only the target's streams (the target alone's answers in
-the race). A draft model's row reads the pair's agreement sequences and confidences, which the
-profile measured on its own prompts; here they are measured on the race's streams the way the
-profiler measures them (`profiler.agreement_runs`): the draft GGUF through llama.cpp's bindings,
-one teacher-forced pass over each prompt and its answer, its argmax and top probability
-(whole-vocabulary and over its 10 best) at every answer position. Position j agrees when the
-drafter's argmax is the answer's token j: what llama-server's verification compares. The pair's
-greedy α becomes the share of positions that agree (the fixed-K rows read α).
+race's own prompts; a draft model's row reads the pair's agreement and confidences, measured here
+on the race's answers as the profiler measures them (`profiler.agreement_runs`): the draft GGUF
+teacher-forced through llama.cpp's bindings, position j agreeing where its argmax is the answer's
+token j, which is what llama-server's verification compares.
 """
 
 from __future__ import annotations

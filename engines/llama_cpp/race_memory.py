@@ -1,18 +1,11 @@
 """Will a race's llama-servers fit in memory? The estimate, and groups that fit.
 
-`bench peers --engine llama.cpp` runs one `llama-server` per configuration beside polyplan's
-own loaded models. Each server holds, per GGUF it loads (the target, and the drafter of `-md`):
-the weights (the file's size), its KV cache at the context (`-c`; f16 K and V for every layer's
-KV heads, from the GGUF's metadata: `gguf_memory`), and
-`MODEL_ALLOWANCE` for compute buffers and the rest. Weights llama.cpp maps from the file
-(`--no-repack`, mmap on) are page cache shared by every process mapping that file, so a group
-counts each such file once; repacked weights are each server's own copy, counted per server.
-Polyplan's own members (`resident_need`) are resident for the whole race and in every group.
-
-When every process does not fit into `MEMORY_MARGIN` less than MemAvailable, `race_groups`
-splits the servers into groups that do (first fit, largest first), each with the target alone
-(every speedup is a ratio over it, measured in the same group) and polyplan's plan; a
-configuration too large even beside those two alone is left out and says so.
+Each server holds, per GGUF it loads (the target, the drafter of `-md`): the weights, its f16 KV
+cache at the context (`gguf_memory`) and `MODEL_ALLOWANCE`. Weights llama.cpp maps from the file
+(`--no-repack`) are page cache shared by every process mapping it, so a group counts each such
+file once; repacked weights are each server's own. Polyplan's own members (`resident_need`) stay
+resident all along. When not everything fits, `race_groups` splits the servers into groups that
+do, each with the target alone (every speedup is over its own group's) and polyplan's plan.
 """
 
 from __future__ import annotations
@@ -31,7 +24,7 @@ F16_BYTES = 2
 MODEL_ALLOWANCE = 256 * 2**20
 # Kept free of MemAvailable: it is a snapshot (other processes grow, the page cache of prompts and
 # logs), and the estimate above is one.
-MEMORY_MARGIN = 0.10
+_MEMORY_MARGIN = 0.10
 
 
 @dataclass(frozen=True)
@@ -152,7 +145,7 @@ def race_groups(base: MemoryNeed, others: Sequence[MemoryNeed], resident: Memory
 def memory_line(plan: RaceGroups, servers: int) -> str:
     """The race's one line on memory: the need, what is available, and the groups."""
     head = (f"memory: {servers} configurations need {plan.needed / GB:.1f} GB (polyplan's plan in this process "
-            f"{plan.resident / GB:.1f} GB), {plan.available / GB:.1f} GB available (MemAvailable less {MEMORY_MARGIN:.0%})")
+            f"{plan.resident / GB:.1f} GB), {plan.available / GB:.1f} GB available (MemAvailable less {_MEMORY_MARGIN:.0%})")
     left = f"; too large even beside the target alone: {', '.join(label for label, _ in plan.too_large)}" if plan.too_large else ""
     if len(plan.groups) == 1:
         return f"{head}; racing {'the rest' if plan.too_large else 'them'} all at once{left}"
@@ -181,8 +174,8 @@ def available_memory(meminfo: Path = Path("/proc/meminfo")) -> int:
 
 
 def usable_memory(meminfo: Path = Path("/proc/meminfo")) -> int:
-    """`available_memory` less `MEMORY_MARGIN`."""
-    return int(available_memory(meminfo) * (1.0 - MEMORY_MARGIN))
+    """`available_memory` less `_MEMORY_MARGIN`."""
+    return int(available_memory(meminfo) * (1.0 - _MEMORY_MARGIN))
 
 
 def resident_need(label: str, loaded, *, mapped: bool) -> MemoryNeed:
