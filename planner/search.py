@@ -1,28 +1,19 @@
 """Search: the best chain and block sizes for a profile, with both models' predictions.
 
-`rank_chains(profile)` enumerates every chain that is an ordered subset of the candidate
-drafters below the target (members ordered by cost T_i(1), cheapest last), chooses the
-per-level block sizes K_1 … K_{n−1} that minimise the exact model's cost per token (a full
-grid over 1 … k_max when the grid is small, else optuna's TPE sampler with a fixed seed),
-and ranks the chains by exact speedup. Each plan also carries the paper's Lemma 3.1
-prediction (see `planner.paper.paper_model`), and each candidate model gets one line saying why
-it is in or out of the best chain: Theorem 3.2 applied locally to its insertion between its
-neighbours, plus the exact model's speedup with and without it.
+`rank_chains(profile)` enumerates every chain that is an ordered subset of the candidate drafters
+below the target (members ordered by cost T_i(1), cheapest last), chooses the per-level block
+sizes that minimise the exact model's cost per token (a full grid when it is small, else optuna's
+TPE sampler with a fixed seed), and ranks the chains by exact speedup, each with the paper's
+Lemma 3.1 prediction beside it (`planner.paper.paper_model`) and each candidate's reason for being
+in or out of the best chain (Theorem 3.2 on its insertion, and the exact speedup with and without it).
 
-For a chain of the target and one drafter, the last level's draft length may also adapt
-(`formats.plan.DraftPolicy`): besides the fixed K the search tries an adaptive cap (a few
-(k_min, k_max) pairs) and, for a model drafter whose confidences the profile keeps, a confidence
-stop p_min (`DRAFT_P_MINS`), each planned by replaying it on the measured sequences
-(`planner.exact.policy_replay`, `planner.exact.ngram_replay`), and keeps whichever the exact model
-ranks best. Deeper chains keep a fixed K at every level: the agreement sequences and streams are
-measured along the target's own continuation, which only the level directly under the target
-verifies against.
-
-Beside the ranking: the physical limit of the target on this machine (`planner.exact.physical_limit`:
-what a free, always-right drafter would give; no chain exceeds it) and Theorem 3.2 on every
-insertion that matters (`planner.paper.insertion_triples`): each intermediate level of the top
-`TOP_CHAINS` chains, and every model inserted between the target and any cheaper member
-(every three-model chain), each against the same chain without it.
+For the target and one drafter at greedy, the last level may also draft by a policy
+(`formats.plan.DraftPolicy`: an adaptive cap, or a confidence stop for a model drafter whose
+confidences the profile keeps), planned by replaying it on the measured sequences. Deeper chains
+keep a fixed K: their sequences are measured along the target's own continuation, which only the
+level directly under the target verifies against. Beside the ranking: the target's physical limit
+(`planner.exact.physical_limit`) and Theorem 3.2 on every insertion that matters
+(`planner.paper.insertion_triples`). docs/cost-model.md, "The search".
 """
 
 from __future__ import annotations

@@ -5,14 +5,15 @@ two tiny random Llamas (a few hundred milliseconds); no timed asserts."""
 
 from __future__ import annotations
 
+import math
+
 import pytest
 
 from conftest import tiny_llama, truncated_copy
 from polyplan.formats.errors import PolyplanError
 from polyplan.planner.exact.cost_model import predict_chain
 from polyplan.planner.exact.engine_overhead import (
-    EngineOverhead, LoopCounts, engine_overhead_entry, fit_engine_overhead, prediction_error,
-    prediction_overhead, profile_call_seconds, profile_engine_overhead, stored_fingerprint,
+    EngineOverhead, LoopCounts, engine_overhead_entry, fit_engine_overhead, prediction_overhead, profile_call_seconds, profile_engine_overhead, stored_fingerprint,
 )
 from polyplan.formats.overhead import LoopOverhead
 from polyplan.formats.profile import (
@@ -163,6 +164,13 @@ def test_no_usable_hf_drafter_measures_nothing():
     other_vocab = ProfiledModel("draft", HFMember(tiny_llama(1, vocab=TINY_VOCAB + 8)), "fp-draft")
     assert ensure_hf_overhead(profile, [hf_target, other_vocab], [1, 2, 3], [0.0]) == (profile, 0)
     assert not profile.engine_overhead
+
+
+def prediction_error(predicted: float, measured: float) -> float:
+    """Relative error of a predicted speedup: predicted / measured − 1."""
+    if not (math.isfinite(predicted) and math.isfinite(measured)) or measured <= 0:
+        return float("nan")
+    return predicted / measured - 1.0
 
 
 def test_prediction_error_and_the_ten_percent_line():

@@ -7,7 +7,12 @@ import math
 import pytest
 
 from polyplan.formats.errors import PolyplanError
-from polyplan.planner.paper.lemma31 import ideal_speedup, ideal_time
+from polyplan.planner.paper.lemma31 import ideal_time
+
+
+def ideal_speedup(mean_lengths, times, *, alpha_scale: float) -> float:
+    """N · T_1 / T: the speedup Lemma 3.1 predicts over autoregressive decoding with M_1."""
+    return float(times[0]) / ideal_time(mean_lengths, times, alpha_scale=alpha_scale).total
 
 
 def test_two_models_is_the_papers_eq1():

@@ -1,20 +1,13 @@
-"""A rule drafter's rounds, as measured: the joint law of tokens drafted and accepted.
+"""A last drafter's rounds, as measured: the joint law of tokens drafted and accepted.
 
-A model drafter under the exact model drafts exactly K tokens per call and each is accepted
-with rate α (or by the measured acceptance runs). A rule drafter (`kind: ngram-simple`) drafts
-only where the context repeats itself: a call hands up anywhere from 0 to K tokens, and how
-many it drafts and how many of those the verifier keeps are properties of the stream, which
-no per-token rate says. Replayed on the target's own greedy streams (`planner.exact.ngram_replay`),
-every round is known exactly; the exact model then reads their joint law
-P(drafted = m, accepted = a) in place of "K tokens, rate α" (`planner.exact.cost_model`).
-
-A model drafter whose draft length varies (a `formats.plan.DraftPolicy`: an adaptive cap, a
-confidence stop) is read the same way, its rounds replayed on the agreement sequences
-(`planner.exact.policy_replay`); it pays one pass per drafted token, and one more in a round a
-confidence stop ended (that pass ran, its token was not drafted): `stops` counts those rounds.
-
-The law is kept as counts per prompt (the prompts are the clusters a bootstrap resamples:
-`planner.intervals.prediction_interval`). Pure numpy.
+A rule drafter (`kind: ngram-simple`) drafts only where the context repeats itself, so a call hands
+up 0 to K tokens, and how many it drafts and how many are kept are properties of the stream, which
+no per-token rate says. Replayed on the target's greedy streams (`planner.exact.ngram_replay`),
+every round is known; the exact model reads the law P(drafted = m, accepted = a) in place of
+"K tokens, rate α". A model drafter under a draft policy is read the same way, its rounds replayed
+on its agreement sequences (`planner.exact.policy_replay`): one pass per drafted token, and one
+more in a round a confidence stop ended (`stops`). Counts are kept per prompt, the clusters the
+bootstrap resamples. Pure numpy.
 """
 
 from __future__ import annotations

@@ -1,31 +1,21 @@
 """An engine's own decoding-loop overhead (HF transformers `generate`), stored in the profile.
 
-`planner.exact.overhead.LoopOverhead` is polyplan's loop: what polyplan's decoder spends outside the
-models' forward passes. An engine's loop costs something else: HF `generate` runs its logits
-processors and stopping criteria every step, and assisted generation calls the assistant's own
-`generate` every round and re-checks the candidates. Predicting the speedup an engine's user
-gets (the engine's assisted tokens/s over the SAME engine's target-only tokens/s, Spec-Bench's
-definition, what `polyplan bench peers` measures) therefore needs the engine's overhead, in
-the same shape as polyplan's:
+An engine's loop costs something other than polyplan's (`formats.overhead.LoopOverhead`): HF
+`generate` runs its logits processors and stopping criteria every step, and assisted generation
+calls the assistant's own `generate` every round. The speedup an engine's user gets (its assisted
+tokens/s over its own target-only tokens/s) needs that overhead, in the same shape:
 
-- `per_step_s`: one autoregressive step of HF `generate` (target-only decoding, and each of
-  the assistant's drafting steps, which run in the assistant's own `generate` loop);
-- `per_round_s`: one assisted-generation round (the assistant's `generate` call set-up, the
-  candidates' check and the cache bookkeeping around the target's verification pass);
-- `per_call_s`: one `generate` call's fixed set-up, fitted so it does not leak into the two
-  above (the cost model predicts per token; the set-up is amortised over a call's tokens).
+- `per_step_s`: one autoregressive step (target-only, and each of the assistant's drafting steps);
+- `per_round_s`: one assisted round (the assistant's call set-up, the candidates' check, the cache);
+- `per_call_s`: one `generate` call's fixed set-up, fitted apart so it does not leak into the two.
 
-The timings are `seconds of a generate call − seconds inside the models' forward passes`
-(`polyplan.engines.hf_overhead` measures them); this module fits
-loop = calls × per_call + steps × per_step + rounds × per_round (non-negative least squares
-over the median of each configuration) and reads and writes the profile entry
-`engine_overhead["hf"][sampling]` (`formats.profile.EngineCalibration`); the fit is the one every
-loop's costs get (`planner.exact.overhead.fit_loop_costs`). Pure: no torch, no I/O.
+`engines.hf_overhead` measures seconds outside the models' passes; this module fits
+loop = calls × per_call + steps × per_step + rounds × per_round (`planner.exact.overhead.fit_loop_costs`)
+and reads and writes the profile's `engine_overhead["hf"][sampling]`. Pure: no torch, no I/O.
 """
 
 from __future__ import annotations
 
-import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -122,10 +112,3 @@ def prediction_overhead(profile: Profile, engine: str, sampling: str) -> Predict
 
 def _text(overhead: LoopOverhead) -> str:
     return f"{overhead.per_step_s * 1e6:.0f} us/step + {overhead.per_round_s * 1e6:.0f} us/round"
-
-
-def prediction_error(predicted: float, measured: float) -> float:
-    """Relative error of a predicted speedup: predicted / measured − 1."""
-    if not (math.isfinite(predicted) and math.isfinite(measured)) or measured <= 0:
-        return float("nan")
-    return predicted / measured - 1.0

@@ -1,34 +1,22 @@
 """The physical limit: the speedup a free drafter that is always right would give.
 
-However good its drafters, a chain's target verifies m drafted tokens in one pass of width
-m + 1 and emits at most m + 1 tokens for it. The best any drafter can do is cost nothing and
-never be rejected: every round then emits K + 1 tokens for one target pass of width K + 1. On
-this machine's measured T(k) of the target that gives, per block size K,
+However good its drafters, a chain's target verifies m drafted tokens in one pass of width m + 1
+and emits at most m + 1 tokens for it. A drafter that costs nothing and is never rejected emits
+K + 1 tokens per target pass of width K + 1, so on the target's measured T(k), per block size K,
 
     S(K) = (K + 1) · (T(1) + p) / (T̃(K + 1) + s + r + p),
 
-each cost the one the exact model (`planner.exact.cost_model`) charges a one-level chain: T̃ the
-monotone envelope a verification pass runs at (`planner.exact.verify_width`), s the target's switch
-cost (a verification pass is a 1st pass after another model's), r the loop's cost per
-verification round and p its cost per step (`planner.exact.overhead`). Plain decoding pays T(1) + p
-per token; the free drafter pays one drafting call per round, the least the exact model ever
-charges (a rule drafter's one call; a model drafter's K steps cost K · p). With no loop costs
-recorded, S(K) = (K + 1) · T(1) / T̃(K + 1).
+each cost the one the exact model charges a one-level chain: T̃ the monotone envelope
+(`planner.exact.verify_width`), s the target's switch cost, r and p the loop's cost per round and
+per step (`planner.exact.overhead`); the free drafter pays one drafting call per round, the least
+the exact model charges. The limit is max(1, max over K of S(K)).
 
-The limit is max(1, max over K of S(K)): where no K gives more than 1, even a free perfect
-drafter loses to the target alone (K = 0).
-
-It bounds every chain the exact model predicts: a chain's top round hands the target m tokens
-(m random), costs at least T̃(m + 1) + s + r + p (its drafting pays at least one call) and
-emits min(A, m) + 1 <= m + 1 tokens; a ratio of expectations is at most the largest ratio, so
-the chain's speedup is at most the largest S(m) over the m it hands up (S(0) <= max(1, S(1)),
-as T̃ never decreases). K runs up to the widest width the target was timed at, less one
-(`measured_block_size`), and, in `planner.search.rank_chains`, as far as any ranked chain hands
-its target tokens; beyond the measured widths T(k) is extrapolated as the exact model does it
-(`planner.exact.latency`), and the result says so (`extrapolated`).
-
-`limit_interval` gives the limit a bootstrap interval from the target's latency samples, drawn
-as `planner.intervals.prediction_interval` draws them (K held at its value, as a chain's block sizes are).
+It bounds every chain the exact model predicts: a round handing the target m tokens costs at least
+T̃(m + 1) + s + r + p and emits at most m + 1, and a ratio of expectations is at most the largest
+ratio. K runs up to the widest width the target was timed at, less one (`measured_block_size`),
+and, in `planner.search.rank_chains`, as far as any ranked chain hands its target tokens; beyond
+the measured widths T(k) is extrapolated (`extrapolated`). `limit_interval` gives the limit a
+bootstrap interval, drawn as `planner.intervals.prediction_interval` draws the timings.
 """
 
 from __future__ import annotations

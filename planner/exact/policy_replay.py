@@ -1,34 +1,22 @@
 """A model drafter's draft policy replayed on its agreement sequences: the law of its rounds.
 
-Under greedy decoding, a model drafter at block size K walks its agreement sequence with the
-target deterministically (`planner.exact.runs`): a round starting at position s accepts the
-consecutive agreements from s, up to K, and the next round starts at s + a + 1. A draft policy
-(`formats.plan.DraftPolicy`) changes only how many tokens each round drafts, so the same walk
-gives its rounds exactly, as the decoder's greedy run takes them:
+Under greedy decoding a model drafter walks its agreement sequence with the target
+deterministically (`planner.exact.runs`). A draft policy (`formats.plan.DraftPolicy`) changes only
+how many tokens each round drafts, so the same walk gives its rounds exactly, as the decoder takes them:
 
-- adaptive cap: the round drafts m = cap tokens; the cap starts at K and moves after each round
-  by `DraftPolicy.next_cap(cap, m, a)`, restarting with every prompt;
-- confidence stop p_min: from s, the drafter drafts while its top probability at the next
-  position is >= p_min and fewer than the cap are drafted; when it stops below the cap, the
-  pass that read the low confidence ran and its token was not drafted (one pass more than m).
-  The confidences are the drafter's along the target's stream (`formats.profile.PairAgreement.confidence`,
-  kept to 1/255). Up to the first disagreement they are exactly what the drafter sees while
-  drafting (its context is the target's stream there); beyond it the drafter continues from its
-  own rejected token, which the profile did not observe, and the stream's confidences stand in
-  for its own: an approximation that moves only how many doomed tokens a round drafts, never
-  how many are accepted. llama-server's `--spec-draft-p-min` stops by the same comparison on a
-  top probability renormalised over the drafter's 10 best tokens, which the profile keeps too
-  (`PairAgreement.confidence_top10`): the llama.cpp export replays those (`planner.llama_cpp.policy`).
+- adaptive cap: a round drafts the cap; the cap starts at K and moves after each round by
+  `DraftPolicy.next_cap`, restarting with every prompt;
+- confidence stop p_min: the drafter drafts while its top probability at the next position is
+  >= p_min and fewer than the cap are drafted; a stop below the cap costs one pass more (the pass
+  that read the low confidence ran). The confidences are the drafter's along the target's stream
+  (`formats.profile.PairAgreement.confidence`); past a round's first disagreement the stream's
+  stand in for the drafter's own, which moves only how many doomed tokens are drafted, never how
+  many are accepted (docs/cost-model.md, "Draft lengths that adapt").
 
-The law is kept as counts per prompt (`planner.exact.draft_rounds.DraftRounds`, `model_drafter`):
-the exact model reads it in place of the run survival, and the bootstrap resamples it by prompt
-(`planner.intervals.prediction_interval`). A round that would need positions past the end of a
-sequence (still agreeing there) ends the walk of that prompt, as `planner.exact.runs` does; a
-round that is kept saw its first disagreement before the end, and confidences past the end (in
-the approximated part of the round) count as high: with every confidence above p_min the walk is
-the fixed one. Only the pairs under the target are replayed this way: their
-sequences are measured on the target's own stream, which is what the last level directly under
-the target verifies against. Pure numpy.
+The law is kept as counts per prompt (`planner.exact.draft_rounds.DraftRounds`) for the exact model
+and the bootstrap. A round that would reach past the end of a sequence ends that prompt's walk, as
+in `planner.exact.runs`; confidences past the end count as high. Only pairs under the target are
+replayed: their sequences are measured on the target's own stream. Pure numpy.
 """
 
 from __future__ import annotations

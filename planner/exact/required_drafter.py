@@ -1,28 +1,21 @@
 """What would pay: the acceptance a drafter needs, or the cost it may have, for a target speedup.
 
-One model drafter directly under the target M_1, accepted i.i.d. at rate α per token, drafting
-K tokens per round at c · T_1(1) a step (c = T_d(1) / T_1(1), its cost ratio). The exact model
-(`planner.exact.cost_model.predict_chain`) prices its rounds as
+One model drafter directly under the target M_1, accepted i.i.d. at rate α, drafting K tokens per
+round at c · T_1(1) a step (c = T_d(1) / T_1(1), its cost ratio). The exact model prices it as
 
-    tokens per verification   g(α, K) = (1 − α^{K+1}) / (1 − α) = 1 + α + … + α^K
+    tokens per verification   g(α, K) = (1 − α^{K+1}) / (1 − α)
     seconds per round         R(c, K) = K · (c · T_1(1) + p) + T̃_1(K + 1) + s + r
     speedup                   S(α, c, K) = g(α, K) · (T_1(1) + p) / R(c, K)
 
-with T̃_1 the monotone envelope of the target's measured T(k) (`planner.exact.verify_width`: a
-pass over K + 1 tokens runs at the cheapest width >= K + 1), p and r the loop's cost per step
-and per round (`planner.exact.overhead`) and s the target's switch cost (a verification pass is a
-1st pass after the drafter's). Without loop or switch costs S = g · T_1(1) / (K c T_1(1) +
-T̃_1(K + 1)). A hypothetical drafter has no measured switch cost, so none is charged for it.
+with T̃_1 the monotone envelope of the target's T(k), p and r the loop's cost per step and per
+round, s the target's switch cost (a hypothetical drafter has none of its own).
 
-- `required_acceptance`: for a target speedup S and cost ratio c, the least α that reaches S at
-  its best K. S rises with α at every K (g does), so each K has one α_K with S(α_K, c, K) = S,
-  found by bisection on g; K runs over 1 … k_max (default: the widest block the target's curve
-  was timed for, as `planner.exact.physical_limit` does).
-- `largest_cost_ratio`: the other way round: for S and α, the largest c that still reaches S,
-  in closed form per K: c_K = ((g (T_1(1) + p) / S − T̃_1(K + 1) − s − r) / K − p) / T_1(1).
+- `required_acceptance`: for S and c, the least α that reaches S at its best K (S rises with α at
+  every K, so each K has one α_K, found by bisection on g); K runs over 1 … k_max.
+- `largest_cost_ratio`: for S and α, the largest c that still reaches S, in closed form per K:
+  c_K = ((g (T_1(1) + p) / S − T̃_1(K + 1) − s − r) / K − p) / T_1(1).
 
-A drafter that costs nothing and is always right (c = 0, α → 1) gives (K + 1)(T_1(1) + p) /
-(K p + T̃_1(K + 1) + s + r), at most the physical limit's S(K): no α or c found here beats it.
+No α or c found here beats the physical limit (`planner.exact.physical_limit`): c = 0, α → 1 is it.
 """
 
 from __future__ import annotations

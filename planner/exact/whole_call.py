@@ -1,25 +1,21 @@
-"""Whole `generate` calls: what `polyplan bench peers` measures, predicted from the profile.
+"""Whole `generate` calls: what a race measures, predicted from the profile.
 
-The cost model (`planner.exact.cost_model`) predicts seconds per decoded token: the speedup of a
-long generation. `bench peers` times whole calls (Spec-Bench's tokens/s), so each call also
-pays its set-up (HF `generate`'s per-call cost, `planner.exact.engine_overhead`) and the prompt's
-prefill, by the target and, in assisted generation, by the drafter (the assistant's own
-`generate` reads the prompt first; HF prompt lookup has no model, so no drafter prefill).
-For one call with a prompt of L tokens that emits N new tokens:
+The cost model predicts seconds per decoded token; a race times whole calls (Spec-Bench's
+tokens/s), so each call also pays its set-up (`planner.exact.engine_overhead`) and the prompt's
+prefill, by the target and, in assisted generation, by the drafter (HF prompt lookup has no model,
+so no drafter prefill). For one call with a prompt of L tokens that emits N new tokens:
 
     seconds = per_call + P_target(L + extra) + P_drafter(L) + N × per_token − replaced
 
 - `per_token`: the cost model's seconds per emitted token (forward passes and loop);
-- `extra`: tokens the target's first pass reads besides the prompt (HF's assisted loop has no
-  separate prefill: its first verification reads the prompt and the K drafted tokens);
-- `replaced`: the decode work that N × per_token counts but the prefill passes do instead
-  (target-only: the prefill emits the first token, one T_target(1); assisted: the first
-  verification T_target(K + 1), and the drafter's first step T_drafter(1)).
+- `extra`: tokens the target's first pass reads besides the prompt (HF's assisted loop reads the
+  prompt and the K drafted tokens in its first verification);
+- `replaced`: decode work N × per_token counts that the prefill passes do instead (target-only:
+  one T_target(1); assisted: the first verification T_target(K + 1) and the drafter's first step).
 
-P(L) interpolates the profile's prefill times piecewise linearly in L through (0, 0) and the
-measured context lengths, continuing the last slope beyond the longest (a prefill grows about
-linearly with its length). The speedup over a set of calls is Spec-Bench's: Σ tokens / Σ
-seconds over the baseline's. Pure: no torch, no I/O.
+P(L) is piecewise linear in L through (0, 0) and the measured context lengths, continuing the last
+slope beyond them. The speedup over a set of calls is Σ tokens / Σ seconds over the baseline's.
+Pure: no torch, no I/O.
 """
 
 from __future__ import annotations

@@ -81,9 +81,3 @@ def ideal_time(
     phi.append(scale * phi[-1])
     terms = tuple(p * time for p, time in zip(phi, t))
     return IdealTime(phi=tuple(phi), terms=terms, total=math.fsum(terms), ceilings=tuple(ceilings))
-
-
-def ideal_speedup(mean_lengths: Sequence[float], times: Sequence[float], *, alpha_scale: float) -> float:
-    """N · T_1 / T: the speedup Lemma 3.1 predicts over autoregressive decoding with M_1."""
-    result = ideal_time(mean_lengths, times, alpha_scale=alpha_scale)
-    return float(times[0]) / result.total
