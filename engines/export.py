@@ -29,22 +29,16 @@ def export_from_files(
     streams: tuple[TargetStream, ...] | None = None, agreements: tuple[PairAgreement, ...] = (), replay_also=(),
     log=lambda line: None,
 ) -> EngineExport:
-    """Export the plan at `plan_path` to `engine` (see `planner.engine_export.export_plan`, which
-    also says what `in_process` and `workload` do; default workload: each of the profile's
-    streams once, whole).
+    """Export the plan at `plan_path` to `engine` (`planner.engine_export.export_plan`, which also
+    says what `in_process`, `workload` and `replay_also` do).
 
     The profile is `profile_path`, else the one the plan records; the models are
     `candidates_path`, else the plan's recorded models.yaml, checked against the plan's
-    fingerprints (a missing or changed drafter file is an error).
-
-    llama.cpp: priced with llama.cpp's own numbers (`engines.llama_cpp.prices`: T(k) and greedy
-    streams of the GGUF llama-server loads, llama-server's own loop; measured once and cached),
-    unless `measure` is False (the profile's numbers and polyplan's loop); `log` says what is
-    being measured. `streams`: the target's greedy streams to replay in place of the profile's
-    and llama.cpp's (`bench peers` prices a race on its own prompts with the target alone's
-    answers to them), everything else priced as before; `agreements`: draft models' agreement
-    with those streams in place of the profile's (`engines.llama_cpp.race_agreement`); `replay_also`: flags
-    replayed and ranked besides the export's own (`planner.engine_export.export_plan`).
+    fingerprints. llama.cpp: priced with llama.cpp's own numbers (`engines.llama_cpp.prices`,
+    measured once and cached; `log` says what is measured) unless `measure` is False.
+    `streams` and `agreements`: the target's greedy streams and draft models' agreement with
+    them in place of the profile's (a race priced on its own prompts,
+    `engines.llama_cpp.race_agreement`).
 
     Raises:
         PolyplanError: unknown engine, unreadable plan or profile, missing or changed model
@@ -225,10 +219,10 @@ def export_lines(export: EngineExport) -> list[str]:
         )
         if option.speedup < 1.0 and export.recommended is None:
             lines.append(f"note: slower than the target alone (1.00x) on {export.engine}: leave speculative decoding off")
-        lines += ranking_lines(export)
+        lines += _ranking_lines(export)
         lines += ["", "what to type:"] + ["  " + line for line in config_text(export).splitlines()]
     else:
-        lines.append(unexported_line(export))
+        lines.append(_unexported_line(export))
     if not export.options:
         return lines
     lines += ["", f"{'drafter':<20} {'method':<12} {'rule':<7} {'alpha':>6} {'K':>3} {'speedup':>8}  note"]
@@ -248,7 +242,7 @@ def _is_exported(export: EngineExport, option: EngineOption) -> bool:
     return list(export.recommended.flags) == llama_cpp_spec_flags(option.method, option.block_size, option.source, option.ngram_sizes)
 
 
-def ranking_lines(export: EngineExport) -> list[str]:
+def _ranking_lines(export: EngineExport) -> list[str]:
     """llama.cpp: every configuration predicted, fastest first, and the recommendation."""
     if not export.ranking:
         return []
@@ -271,7 +265,7 @@ def _bounds(interval: tuple[float, float] | None) -> str:
     return "" if interval is None else f"[{interval[0]:.2f}, {interval[1]:.2f}]"
 
 
-def unexported_line(export: EngineExport) -> str:
+def _unexported_line(export: EngineExport) -> str:
     """The one line of an export that chose no drafter: run the target alone, and why."""
     return (f"best: {export.target} alone: no drafter of the plan can run on {export.engine} ({export.unexported}); "
             f"leave speculative decoding off (polyplan's chain {' > '.join(export.polyplan_chain)}: "

@@ -17,6 +17,7 @@ import os
 import socket
 import tempfile
 import stat
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -25,12 +26,33 @@ from typer.testing import CliRunner
 from polyplan.cli.app import app
 from polyplan.engines.llama_cpp import build as llama_cpp_build
 from polyplan.engines.llama_cpp.race import NGRAM_TYPES
-from polyplan.engines.llama_cpp.server import LlamaServer, _port_is_free, free_port, help_flags, parse_completion, server_flags
+from polyplan.engines.llama_cpp.server import LlamaServer, _port_is_free, free_port, parse_completion
 from polyplan.formats.errors import PolyplanError
 from polyplan.planner.llama_cpp.ranking import llama_cpp_spec_flags
 
 FLAGS_FILE = Path(__file__).parent / "data" / "llama_server_flags.txt"
 COMMON = ("-t", "-tb", "-c", "-np", "--no-webui", "--no-warmup", "-m", "--host", "--port", "--temp", "--spec-default")
+
+
+def server_flags(binary: Path) -> set[str]:
+    """Every flag `binary --help` lists (what that build accepts)."""
+    done = subprocess.run([str(binary), "--help"], capture_output=True, text=True, timeout=60)
+    return help_flags(done.stdout + done.stderr)
+
+
+def help_flags(text: str) -> set[str]:
+    """The flags of llama.cpp's `--help` text: at the start of a line, comma-separated aliases
+    (`-t, --threads N`), each followed by its value name or the description."""
+    flags = set()
+    for line in text.splitlines():
+        rest = line.strip()
+        while rest.startswith("-"):
+            flag, _, rest = rest.partition(" ")
+            flags.add(flag.rstrip(","))
+            if not flag.endswith(","):
+                break
+            rest = rest.lstrip()
+    return flags
 
 
 def pinned_flags() -> set[str]:

@@ -249,7 +249,7 @@ def test_a_torch_target_of_a_gguf_is_measured_once_for_that_file_and_says_so(wor
     calls.clear()
     again = _export(workspace / "plan-torch.json")
     assert calls == [] and [c.speedup for c in again.ranking] == [c.speedup for c in export.ranking]  # kept: nothing measured
-    assert len(llama_cpp_prices.kept_files()) == 2
+    assert len(list(llama_cpp_prices.prices_folder().glob("*.json"))) == 2
 
 
 def test_a_changed_file_is_measured_again(workspace, cache, monkeypatch, tmp_path):

@@ -1,13 +1,10 @@
 """llama.cpp's own tools (llama-server, llama-bench), built once from source into the polyplan cache.
 
-The source is the llama.cpp that llama-cpp-python's source distribution vendors, at the one
-pinned version (`BINDINGS_VERSION`, the same as the `llama` install extra's), fetched from the
-package registry by pip: so the server polyplan races and the bindings its llama.cpp members use
-are the same llama.cpp. `build()` downloads the source distribution, unpacks its
-`vendor/llama.cpp`, and builds the tools with cmake and ninja into
-`<cache>/engines/llama.cpp-<version>/` (a partial build never looks finished: the `bin/`
-folder is moved into place last). Nothing is downloaded at run time: a command that needs the
-build and finds none says which command makes it.
+The source is the llama.cpp that llama-cpp-python's source distribution vendors at the pinned
+version (`BINDINGS_VERSION`), fetched by pip: so the server polyplan races and the bindings its
+llama.cpp members use are the same llama.cpp. `build()` unpacks it and builds the tools with
+cmake and ninja into `<cache>/engines/llama.cpp-<version>/`, moving `bin/` into place last so
+that a partial build never looks finished. Nothing is downloaded at run time.
 """
 
 from __future__ import annotations
@@ -62,7 +59,7 @@ def find_build(cache_dir: str | os.PathLike[str] | None = None) -> LlamaCppBuild
     return found if all((found.root / "bin" / tool).is_file() for tool in TOOLS) else None
 
 
-def other_builds(cache_dir: str | os.PathLike[str] | None = None) -> list[str]:
+def _other_builds(cache_dir: str | os.PathLike[str] | None = None) -> list[str]:
     """The versions of finished builds of another llama-cpp-python than the pinned one (a build
     left by an older polyplan), oldest name first."""
     engines = cache_root(cache_dir) / "engines"
@@ -77,7 +74,7 @@ def require_build(cache_dir: str | os.PathLike[str] | None = None) -> LlamaCppBu
     flags it prints are those of the pinned llama.cpp)."""
     found = find_build(cache_dir)
     if found is None:
-        others = other_builds(cache_dir)
+        others = _other_builds(cache_dir)
         if others:
             raise PolyplanError(f"llama.cpp's server is built for llama-cpp-python {', '.join(others)}, not {BINDINGS_VERSION}, "
                                 f"the llama.cpp polyplan's replayed rules and flags are pinned to; run `{BUILD_COMMAND}` once "

@@ -78,12 +78,11 @@ def prices_for(source: PriceSource, profile: Profile, plan_target: str, *, reuse
                calibrate: Callable | None = None) -> LlamaCppPrices:
     """llama.cpp's numbers for `source` (module docstring), from the cache when kept there.
 
-    `reuse`: by candidate name (the plan's target among them), the models whose profile entry
-    already is llama.cpp's on that file at these threads: their T(k), and the target's streams,
-    come from `profile`, with a note. `build`: the pinned llama.cpp build (None: the server's
-    loop is not calibrated, said so). `latency`, `decode_streams` and `calibrate` replace the
-    measurements (tests); by default `measure_latency_entry`, `decode_greedy_streams`,
-    `calibrate_server`.
+    `reuse`: the models (by candidate name) whose profile entry already is llama.cpp's on that
+    file at these threads; their T(k), and the target's streams, come from `profile`. `build`:
+    the pinned llama.cpp build (None: the server's loop is not calibrated). `latency`,
+    `decode_streams` and `calibrate` replace `measure_latency_entry`, `decode_greedy_streams`
+    and `calibrate_server` (tests).
 
     Raises:
         PolyplanError: the bindings are missing, or a file cannot be loaded.
@@ -100,12 +99,10 @@ def prices_for(source: PriceSource, profile: Profile, plan_target: str, *, reuse
         streams = () if runs is None else runs.streams
         notes.append(f"priced from the profile: T(k) and greedy streams of {plan_target!r} are llama.cpp's on {where} already")
     else:
-        key = _key("latency", fingerprint, source.threads, PRICE_KS, CONTEXT, REPEATS)
-        target = _kept(key, ModelProfile) or _keep(key, latency(source.target, source.threads, PRICE_KS, fingerprint, key, log))
-        skey = _key("streams", fingerprint, source.threads, fingerprint_tokens(source.prompts), source.new_tokens)
-        streams = () if not source.prompts else _kept(skey, tuple[TargetStream, ...])
-        if streams is None:
-            streams = _keep(skey, decode_streams(source.target, source.threads, source.prompts, source.new_tokens, log))
+        target = _latency_entry(latency, source.target, fingerprint, source.threads, PRICE_KS, log)
+        key = _key("streams", fingerprint, source.threads, fingerprint_tokens(source.prompts), source.new_tokens)
+        streams = () if not source.prompts else _cached(key, tuple[TargetStream, ...], lambda: decode_streams(
+            source.target, source.threads, source.prompts, source.new_tokens, log))
         notes.append(f"priced by llama.cpp: T(k), k = 1 … {PRICE_KS[-1]}, and {len(streams)} greedy streams measured through the "
                      f"bindings on {where} (cached by the file's fingerprint)")
     drafters = {}
@@ -113,9 +110,7 @@ def prices_for(source: PriceSource, profile: Profile, plan_target: str, *, reuse
         if name in reuse:
             drafters[name] = profile.model(name)
             continue
-        dfp = file_fingerprint(path)
-        key = _key("latency", dfp, source.threads, DRAFTER_KS, CONTEXT, REPEATS)
-        drafters[name] = _kept(key, ModelProfile) or _keep(key, latency(path, source.threads, DRAFTER_KS, dfp, key, log))
+        drafters[name] = _latency_entry(latency, path, file_fingerprint(path), source.threads, DRAFTER_KS, log)
     measured = sorted(name for name in drafters if name not in reuse)
     if measured:
         notes.append(f"draft models' T_d(k) measured through the bindings at {source.threads} thread(s): {', '.join(measured)}")
@@ -133,10 +128,7 @@ def prices_for(source: PriceSource, profile: Profile, plan_target: str, *, reuse
 
         step = curve_from_profile(target)
         for name, path in source.drafters.items():  # only llama-server re-decodes a verified batch on the draft model
-            dfp = file_fingerprint(path)
-            key = _key("reeval", dfp, source.threads, REEVAL_KS, CONTEXT, REPEATS)
-            reevaluations[name] = (_kept(key, ModelProfile)
-                                   or _keep(key, latency(path, source.threads, REEVAL_KS, dfp, key, log, last_row_only=True)))
+            reevaluations[name] = _latency_entry(latency, path, file_fingerprint(path), source.threads, REEVAL_KS, log, "reeval")
         if reevaluations:
             notes.append(f"draft models' second decode of a verified batch in llama-server (the last row only), k = 1 … "
                          f"{REEVAL_KS[-1]}, measured through the bindings at {source.threads} thread(s): {', '.join(sorted(reevaluations))}")
@@ -147,10 +139,8 @@ def prices_for(source: PriceSource, profile: Profile, plan_target: str, *, reuse
                    CALIBRATION_LENGTHS, CALIBRATION_NGRAM, CALIBRATION_K, CALIBRATION_STOP, CALIBRATION_REPEATS,
                    SERVER_CONTEXT)
         draft_step = next((curve_from_profile(reevaluations[name]) for name in drafter_files), None)
-        requests = _kept(key, tuple[ServerRequest, ...])
-        if requests is None:
-            requests = _keep(key, tuple(calibrate(build, source.target, streams[:CALIBRATION_PROMPTS], source.threads,
-                                                  drafter_files, source.server_flags, log)))
+        requests = _cached(key, tuple[ServerRequest, ...], lambda: tuple(calibrate(
+            build, source.target, streams[:CALIBRATION_PROMPTS], source.threads, drafter_files, source.server_flags, log)))
         loop = fit_server_loop(requests, step, draft_step)
         pace = calibrated_step(requests)
         notes.append(f"llama-server's own loop, calibrated on {where}: {loop.text()}")
@@ -233,7 +223,7 @@ def measure_latency_entry(path: Path, threads: int, ks: Sequence[int], fingerpri
                           log: Callable[[str], None] = lambda line: None, last_row_only: bool = False) -> ModelProfile:
     """T(k) of the GGUF at `path` through the bindings at `threads`, every row asked for, as
     the profile times a member (`profiler.forward_timing.measure_latency`), as a profile entry;
-    `last_row_only`: each pass asks for its last row only (`LastRowOnly`)."""
+    `last_row_only`: each pass asks for its last row only (`_LastRowOnly`)."""
     from polyplan.decoder.llama_cpp import LlamaCppMember
     from polyplan.profiler.entries import model_entry
     from polyplan.profiler.forward_timing import LatencySettings, measure_latency
@@ -245,13 +235,13 @@ def measure_latency_entry(path: Path, threads: int, ks: Sequence[int], fingerpri
     member = LlamaCppMember(path, threads=threads, context=settings.tokens_needed + 8)
     try:
         tokens = _filler(member.vocab_size, settings.tokens_needed)
-        measurement = measure_latency(LastRowOnly(member) if last_row_only else member, tokens, settings)
+        measurement = measure_latency(_LastRowOnly(member) if last_row_only else member, tokens, settings)
     finally:
         member.close()
     return model_entry(path.stem, fingerprint, measurement, key)
 
 
-class LastRowOnly:
+class _LastRowOnly:
     """A member whose every pass asks for its last row only, as llama-server's draft model
     decodes a verified batch again; everything else is the wrapped member's."""
 
@@ -333,12 +323,9 @@ def calibrate_server(build, target: Path, streams: Sequence[TargetStream], threa
 
 def server_request(args: Sequence[str], prompt: Sequence[int], done) -> ServerRequest | None:
     """One finished request (`engines.llama_cpp.server.Completion`) of a server started with `args`
-    (its flags after `-m TARGET`) as the loop's fit reads it (`planner.llama_cpp.server_loop.ServerRequest`),
-    for the calibration and the race alike: the target alone; `ngram-simple` at its sizes, its
-    rounds replayed on the server's own output; `draft-simple` at a fixed K (n-max K, n-min 0,
-    p-min 0), K a round; `draft-simple` at n-max 1 behind a confidence stop, one pass a round
-    that drafted one token or none. None for any other configuration (a stateful n-gram type, a
-    draft whose length varies), or where the rounds are not known."""
+    (its flags after `-m TARGET`) as the loop's fit reads it (`ServerRequest`), for the
+    calibration and the race alike; None for a configuration whose rounds the fit cannot know
+    (`_fit_kind`), or where they are not known (`_rounds`)."""
     kind, k, sizes = _fit_kind(tuple(args))
     if kind is None:
         return None
@@ -351,11 +338,10 @@ def server_request(args: Sequence[str], prompt: Sequence[int], done) -> ServerRe
 
 def _fit_kind(args: tuple[str, ...]) -> tuple[str | None, int | None, tuple[int, int] | None]:
     """(kind, K of a fixed-K draft model or `STOPPED`, ngram-simple's sizes) of a server's flags;
-    kind None: not one the fit can read. A draft model is read at a fixed K only where its flags
-    say so outright (n-max K, n-min 0, p-min 0, all three given: with n-min = K the server
-    discards the drafts it caps near a request's end, passes the trace does not count), and as
-    `STOPPED` at n-max 1, n-min 0 and a p-min above 0 (each round one pass, drafting its token or
-    stopping)."""
+    kind None: not one the fit can read (a stateful n-gram type, a draft whose length varies). A
+    draft model is read at a fixed K only where n-max K, n-min 0 and p-min 0 are all given (with
+    n-min > 0 the server discards drafts the trace does not count), and as `STOPPED` at n-max 1,
+    n-min 0 and a p-min above 0 (each round one pass, drafting its token or stopping)."""
     from polyplan.planner.llama_cpp.policy import draft_simple_flags
 
     if "--spec-type" not in args and "--spec-default" not in args and "-md" not in args:
@@ -427,6 +413,21 @@ def _path(key: str) -> Path:
     return prices_folder() / f"{key.split(':', 1)[-1][:24]}.json"
 
 
+def _latency_entry(latency: Callable, path: Path, fingerprint: str, threads: int, ks: Sequence[int], log,
+                   kind: str = "latency") -> ModelProfile:
+    """`latency`'s entry for the GGUF at `path` over `ks`, every row asked for (`kind` "reeval":
+    the last row only), from the cache when kept there."""
+    key = _key(kind, fingerprint, threads, ks, CONTEXT, REPEATS)
+    last_row = {"last_row_only": True} if kind == "reeval" else {}
+    return _cached(key, ModelProfile, lambda: latency(path, threads, ks, fingerprint, key, log, **last_row))
+
+
+def _cached(key: str, kind, measure: Callable[[], object]):
+    """The value kept under `key`, else `measure()`'s, kept."""
+    kept = _kept(key, kind)
+    return _keep(key, measure()) if kept is None else kept
+
+
 def _kept(key: str, kind):
     """The value kept under `key`, decoded as `kind`; None when absent or unreadable."""
     try:
@@ -447,9 +448,3 @@ def _keep(key: str, value):
     except (OSError, PolyplanError):
         pass
     return value
-
-
-def kept_files() -> list[Path]:
-    """The cache's files (for `engines status` and tests)."""
-    folder = prices_folder()
-    return sorted(folder.glob("*.json")) if folder.is_dir() else []

@@ -1,15 +1,10 @@
 """A real `llama-server` on 127.0.0.1: started, asked, and always stopped.
 
-`LlamaServer` is a context manager. It takes a free loopback port (another one when the
-chosen port turns out to be taken), starts the pinned build (`engines.llama_cpp.build`) with
-the model and flags it is given, waits for `/health` within a bounded time, and on leaving --
-normally, on an exception or on Ctrl-C -- terminates the process (then kills it if it lingers).
-Its log goes to a file whose last line is quoted when it fails to start.
-
-`complete` sends one greedy `/completion` request of fixed length and returns the server's own
-account of it (`Completion`: the tokens, tokens/s and the draft statistics it reports). Started
-with `trace`, the server logs every verified draft (`LLAMA_TRACE=1`: "accepted a/m draft
-tokens"), and `complete` reads each round's drafted and accepted tokens from the log.
+`LlamaServer` is a context manager: it starts the pinned build (`engines.llama_cpp.build`) on a
+free loopback port, waits for `/health` within a bounded time, and on leaving, normally, on an
+exception or on Ctrl-C, stops the process; its log goes to a file quoted when it fails to start.
+`complete` sends one greedy `/completion` request and returns the server's own account of it
+(`Completion`), each round's drafted and accepted tokens included when started with `trace`.
 """
 
 from __future__ import annotations
@@ -221,24 +216,3 @@ def _port_is_free(port: int) -> bool:
         except OSError:
             return False
         return True
-
-
-def server_flags(binary: Path) -> set[str]:
-    """Every flag `binary --help` lists (what that build accepts)."""
-    done = subprocess.run([str(binary), "--help"], capture_output=True, text=True, timeout=60)
-    return help_flags(done.stdout + done.stderr)
-
-
-def help_flags(text: str) -> set[str]:
-    """The flags of llama.cpp's `--help` text: at the start of a line, comma-separated aliases
-    (`-t, --threads N`), each followed by its value name or the description."""
-    flags = set()
-    for line in text.splitlines():
-        rest = line.strip()
-        while rest.startswith("-"):
-            flag, _, rest = rest.partition(" ")
-            flags.add(flag.rstrip(","))
-            if not flag.endswith(","):
-                break
-            rest = rest.lstrip()
-    return flags
