@@ -4,8 +4,8 @@ Every folder of `docs/results/` is one run: the `report.json` that `polyplan val
 or one shape of `bench loop`) wrote, the `plan.json` it validated and, where kept, the
 `profile.json` behind the plan; where the plan was raced against llama-server, the `race.json`
 that `polyplan bench peers --json` printed (`validation.race_results`); and a `run.json` that says
-what produced them (`MANIFEST_KEYS`: title, group, command, commit, date, machine and threads, as
-text; and `race_command` where there is a race).
+what produced them (title, group, command, commit, date, machine and threads, as text; and
+`race_command` where there is a race).
 
 Runs of one group share a table. The page and its plots (in `docs/img/`) are rebuilt with
 `python -m polyplan.validation.results_page`; `tests/test_results_page.py` fails when the page
@@ -33,9 +33,9 @@ from polyplan.validation.race_results import RACE_FILE, plot_race, race_lines, r
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "docs" / "results"
 PAGE = ROOT / "docs" / "results.md"
-IMAGES = ROOT / "docs" / "img"
-MANIFEST_KEYS = ("title", "group", "command", "commit", "date", "machine", "threads")
-RACE_KEY = "race_command"  # run.json's command of the race.json beside it (`validation.race_results`)
+_IMAGES = ROOT / "docs" / "img"
+_MANIFEST_KEYS = ("title", "group", "command", "commit", "date", "machine", "threads")
+_RACE_KEY = "race_command"  # run.json's command of the race.json beside it (`validation.race_results`)
 PLOTS = {"predicted_vs_measured": "results_predicted_vs_measured.png", "latency": "results_latency_curves.png",
          "load": "results_load_shapes.png"}
 
@@ -61,17 +61,17 @@ class ResultRun:
 
 def read_runs(results: Path = RESULTS) -> tuple[ResultRun, ...]:
     """Every run under `results` (folders with a run.json), by group then folder name."""
-    runs = [read_run(folder) for folder in sorted(results.iterdir()) if (folder / "run.json").is_file()]
+    runs = [_read_run(folder) for folder in sorted(results.iterdir()) if (folder / "run.json").is_file()]
     return tuple(sorted(runs, key=lambda run: (run.group, run.folder)))
 
 
-def read_run(folder: Path) -> ResultRun:
+def _read_run(folder: Path) -> ResultRun:
     manifest = json.loads((folder / "run.json").read_text(encoding="utf-8"))
     raced = (folder / RACE_FILE).is_file()
-    missing = [key for key in MANIFEST_KEYS + ((RACE_KEY,) if raced else ()) if not isinstance(manifest.get(key), str)]
-    unknown = sorted(set(manifest) - set(MANIFEST_KEYS) - ({RACE_KEY} if raced else set()))
+    missing = [key for key in _MANIFEST_KEYS + ((_RACE_KEY,) if raced else ()) if not isinstance(manifest.get(key), str)]
+    unknown = sorted(set(manifest) - set(_MANIFEST_KEYS) - ({_RACE_KEY} if raced else set()))
     if missing or unknown:
-        raise PolyplanError(f"{folder / 'run.json'}: needs text fields {', '.join(MANIFEST_KEYS)}"
+        raise PolyplanError(f"{folder / 'run.json'}: needs text fields {', '.join(_MANIFEST_KEYS)}"
                             f"{'; missing ' + ', '.join(missing) if missing else ''}{'; unknown ' + ', '.join(unknown) if unknown else ''}")
     if (folder / "profile.json").is_file():
         measured = read_measured(folder / "profile.json")
@@ -81,8 +81,8 @@ def read_run(folder: Path) -> ResultRun:
     if report is None:
         raise PolyplanError(f"{folder}: a run folder needs the report.json its validation wrote")
     race = read_race(folder / RACE_FILE) if raced else ()
-    return ResultRun(folder=folder.name, report=report, plan=plan, profile=profile, race=race, race_command=manifest.get(RACE_KEY),
-                     **{key: manifest[key] for key in MANIFEST_KEYS})
+    return ResultRun(folder=folder.name, report=report, plan=plan, profile=profile, race=race, race_command=manifest.get(_RACE_KEY),
+                     **{key: manifest[key] for key in _MANIFEST_KEYS})
 
 
 def page_text(runs: tuple[ResultRun, ...]) -> str:
@@ -163,7 +163,7 @@ def _prediction(chain: ReportChain) -> tuple[float, tuple[float, float] | None, 
     return chain.predicted_speedup.exact, chain.predicted_interval, "exact"
 
 
-def write_plots(runs: tuple[ResultRun, ...], images: Path = IMAGES) -> list[Path]:
+def write_plots(runs: tuple[ResultRun, ...], images: Path = _IMAGES) -> list[Path]:
     """The page's PNGs (matplotlib's object API on an Agg canvas: no global backend touched)."""
     images.mkdir(parents=True, exist_ok=True)
     written = [_plot_predicted(runs, images / PLOTS["predicted_vs_measured"]), _plot_latency(runs, images / PLOTS["latency"])]
