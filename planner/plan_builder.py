@@ -150,15 +150,11 @@ def planned_from_profile(
     new_tokens: int | None = None,
     **search_options: Any,
 ) -> Planned:
-    """`rank_chains` with the loop overhead the profile records (if any), the bootstrap
-    intervals of every ranked chain's exact speedup (`resamples` replicates; 0: none) and the
-    profile's timing warnings, and its plan (with the profile's digest), written to `out`.
-
-    `drafters`: the models a chain may use besides the target (default: every profiled one; a
-    profile keeps entries of models outside the current candidates, which cannot be run).
-    `new_tokens`: the answer length the plan is for: acceptance is read over the first
-    `new_tokens` tokens of each profiled continuation (`planner.exact.runs.at_length`; None: all
-    of them), and the plan records it.
+    """`rank_chains` with the loop overhead the profile records, the bootstrap intervals of every
+    ranked chain (`resamples` replicates; 0: none) and the timing warnings, and its plan, written to
+    `out` (None: not written). `drafters`: the models a chain may use besides the target (None:
+    every profiled one). `new_tokens`: the answer length the plan is for, acceptance read over the
+    first `new_tokens` tokens of each continuation (`planner.exact.runs.at_length`; None: all).
     `search_options`: the other fields of `planner.search.SearchSettings` (max_levels, k_max, seed, …).
     """
     digest = profile_digest(profile)

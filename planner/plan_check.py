@@ -1,12 +1,9 @@
 """Is plan.json still what the planner made? Checked before `validate` runs anything.
 
-A plan is consistent when (1) its loop overhead and switch costs are well formed (read by
-`formats.plan`, which also refuses a version-1 plan whose headline disagrees with its first
-ranked chain), and (2) when the profile it records is still readable and unchanged (the digest
-the plan records), the exact model gives, for every ranked chain and its block sizes, the
-speedup the plan recorded. A hand-edited plan
-(or one whose profile changed since) is refused with a line saying which field disagrees,
-instead of being validated against predictions that are no longer the planner's.
+Beyond what `formats.plan` checks when it reads a plan, when the profile it records is unchanged
+(its digest), the exact model must give, for every ranked chain and its block sizes, the speedup
+the plan recorded. A hand-edited plan is refused with a line saying which field disagrees, instead
+of being validated against predictions that are no longer the planner's.
 """
 
 from __future__ import annotations

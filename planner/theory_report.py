@@ -1,18 +1,11 @@
 """The theory report: the paper's formulas and the exact model side by side on one profile.
 
-For the shipped example (the paper's Table 1) this reproduces the paper's reasoning: Lemma 3.1's
-ideal time for the dualistic chain (target, cheapest drafter) and for each three-model chain
-(target, intermediate, cheapest drafter), Theorem 3.2's verdict on inserting the intermediate,
-the exact model's speedups, and the paper's errata evaluated numerically.
-
-The block size K is the one the profile's decoded μ of (target, cheapest drafter) was measured
-at (the first listed), else 4; the paper's scaling factor α is taken as K (see
-`planner.paper.paper_model`). Times are T_i(1).
-
-A profile with no drafter faster than the target (a models.yaml of the target alone, or only
-drafters slower than it) is valid: the report then has no chain to compare, says so in its
-`note`, and keeps what needs no chain (the models' times, the errata of Appendix A.2, and the
-exact model's ranking, target alone).
+Lemma 3.1's ideal time for the chain (target, cheapest drafter) and each three-model chain with an
+intermediate, Theorem 3.2's verdict on each insertion, the exact model's speedups and the paper's
+errata evaluated numerically; on the paper's Table 1 (the shipped example) it reproduces the
+paper's reasoning. K is the block size of the pair's first decoded μ, else 4, and α = K
+(`planner.paper.paper_model`). A profile with no drafter faster than the target has no chain to
+compare: the report says so in its `note` and keeps the times, the errata and the ranking.
 """
 
 from __future__ import annotations

@@ -4,15 +4,11 @@
 - `latency`: latency curves T_i(k) between measured widths; `verify_width`: their monotone envelope.
 - `overhead`: the decoding loop's own cost and switch costs (and the one fit of loop costs).
 - `runs`: acceptance runs (bursty acceptance) from measured agreement sequences.
-- `draft_rounds`: a last drafter's rounds, the joint law of tokens drafted and accepted (a rule
-  drafter's, or a model drafter's under a draft policy).
-- `policy_replay`: a model drafter's draft policy (adaptive cap, confidence stop) replayed on its
-  agreement sequences.
-- `ngram_replay`: llama.cpp's `ngram-simple` (and polyplan's) replayed on the target's streams;
-  `ngram_rules`: llama.cpp's other n-gram drafters, ported, replayed through a server session.
+- `draft_rounds`: a last drafter's rounds, the joint law of tokens drafted and accepted.
+- `policy_replay`: a model drafter's draft policy replayed on its agreement sequences.
+- `ngram_replay`: `ngram-simple` replayed on the target's streams.
 - `physical_limit`: what a free, always-right drafter would give the target.
-- `required_drafter`: what would pay: the acceptance a drafter of a given cost needs for a
-  target speedup, and the largest cost it may have at a given acceptance.
+- `required_drafter`: the acceptance or cost a drafter needs for a target speedup.
 - `engine_overhead`: an engine's own loop overhead (HF `generate`), as the profile stores it;
   `whole_call`: whole `generate` calls (set-up and prefills) as `bench peers` times them.
 """

@@ -243,20 +243,15 @@ def predict_chain(
         curves: T_1 … T_n as `LatencyCurve`s (or constant times in seconds).
         block_sizes: K_1 … K_{n−1}, each >= 1 (empty for n = 1).
         overhead: the decoding loop's own cost per step and per round (None: none).
-        switch_costs: per model, the extra seconds of its 1st, 2nd, … forward pass after
-            another model ran (its weights and state were evicted from the CPU caches), as
-            a sequence (or one number: the 1st pass only). Every verification pass pays the
-            1st; a drafting loop of K steps of the last model pays the first K. None: none
-            (every pass as fast as in a tight loop).
-        pad_verification: a verification pass over k tokens costs the monotone envelope
-            T̃(k) (`planner.exact.verify_width`: run at the cheapest measured width >= k, as the
-            decoder does with the plan's `verify_widths`); False: T(k) as measured (a decoder
-            that never pads, e.g. another engine's).
-        verify_curves: what a verification pass over k tokens costs, per model, where that is
-            not its `curves` entry: an engine that does more per verified batch than the
-            verifier's pass (llama-server's draft model decodes the verified batch again,
-            `planner.llama_cpp.server_loop`); target-only decoding, the baseline, still costs
-            `curves[0]`. None: `curves`.
+        switch_costs: per model, the extra seconds of its 1st, 2nd, … pass after another
+            model ran (`planner.exact.overhead`), or one number (the 1st pass only). Every
+            verification pass pays the 1st; a drafting loop of K steps pays the first K. None: none.
+        pad_verification: a verification pass over k tokens costs the monotone envelope T̃(k)
+            (`planner.exact.verify_width`), as the decoder runs it; False: T(k) as measured (an
+            engine that never pads).
+        verify_curves: per model, what a verification pass costs where that is not its `curves`
+            entry (llama-server's draft model decodes the verified batch again,
+            `planner.llama_cpp.server_loop`); the baseline still costs `curves[0]`. None: `curves`.
     """
     n = len(curves)
     if n < 1:

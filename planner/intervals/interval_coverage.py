@@ -1,14 +1,10 @@
 """Do the acceptance intervals cover a new prompt set? A check on the profile's own prompts.
 
-A plan's interval promises that the speedup on prompts the profile never saw falls inside it
-at its level (`planner.intervals.prediction_interval`). That promise can be checked without running a
-model: split the profile's own N prompts at random into a profiling set P and a new set V of
-n prompts each (2n <= N), predict from P alone (point and interval), and hold the interval
-against the exact model evaluated on V's acceptance. Latency is held as profiled on both sides
-and is not resampled (its timings and timing-health widenings are dropped), so only the
-acceptance part of the interval is judged, against a truth that differs from P only in its
-prompts. Over many splits, a calibrated interval covers about `level` of them; the binomial
-range printed beside the count is where a calibrated interval's count falls 95% of the time.
+Without running a model: split the profile's prompts at random into a profiling set P and a new
+set V of n prompts each, predict from P alone (point and interval), and hold the interval against
+the exact model on V's acceptance. Latency is held as profiled (not resampled), so only the
+acceptance part of the interval is judged. Over many splits a calibrated interval covers about
+`level` of them; the binomial range printed beside the count is where its count falls 95% of the time.
 """
 
 from __future__ import annotations

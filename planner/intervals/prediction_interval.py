@@ -334,9 +334,8 @@ def prediction_intervals(
 
     Args:
         profile: the profile the predictions were made from.
-        chains: (chain, block sizes, point speedup) per chain, best first (the point is the
-            prediction on the profile as measured; the interval comes from the replicates), each
-            optionally with a fourth item, the last level's `formats.plan.DraftPolicy` (None: fixed).
+        chains: (chain, block sizes, point speedup on the profile as measured) per chain, best
+            first, optionally with the last level's `formats.plan.DraftPolicy` as a fourth item.
         acceptance_model: as in `planner.search.SearchSettings` ("auto", "iid" or "runs").
         resamples: bootstrap replicates B (>= 20).
         level: interval coverage, in (0, 1).

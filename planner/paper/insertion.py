@@ -68,17 +68,10 @@ def analyze_insertion(
     l2_new: float,
     alpha_scale: float | None = None,
 ) -> InsertionAnalysis:
-    """Evaluate Theorem 3.2 (see the module docstring for the notation).
-
-    Args:
-        t1, t2: forward times of the target M_1 and the old drafter M_2 (= M_3'), > 0.
-        t2_new: forward time T_2' of the inserted model, > 0.
-        l1: E[L_1], mean acceptance length of M_1 over M_2 in the dualistic system.
-        l1_new: E[L_1]', of M_1 over the new sub-chain (M_2', M_3').
-        l2_new: E[L_2]', of M_2' over M_3'.
-        alpha_scale: the paper's scaling factor α (> 0); None leaves condition 2's rhs and the
-            exact difference undetermined.
-    """
+    """Evaluate Theorem 3.2 in the module docstring's notation: `t1`, `t2`, `t2_new` are T_1,
+    T_2 (= T_3') and T_2'; `l1`, `l1_new`, `l2_new` are E[L_1], E[L_1]' and E[L_2]' (all > 0);
+    `alpha_scale` is the paper's α (> 0; None leaves condition 2's rhs and the exact difference
+    undetermined)."""
     t1 = check_positive(t1, "t1")
     t2 = check_positive(t2, "t2")
     t2_new = check_positive(t2_new, "t2_new")

@@ -2,21 +2,10 @@
 
 An insertion is a triple (upper, middle, lower) of profiled models: a chain in which `middle`
 verifies `lower`'s drafts and is verified by `upper` (the paper's M_1, M_2', M_3'), against the
-same chain without `middle`, where `upper` verifies `lower` directly (M_1, M_2). The paper's
-inputs come from the profile as Lemma 3.1's do (`planner.paper.paper_model`):
-
-- T_1, T_2' and T_2 = T_3': T(1) of upper, middle and lower;
-- E[L_1]: the mean acceptance length of (upper, lower) at the block size of that level in the
-  chain without `middle`; E[L_1]', E[L_2]': of (upper, middle) and (middle, lower) at their
-  levels' block sizes in the chain with it (decoded μ where measured, else eq. 3 from α);
-- the scaling factor α: the block size of the level `middle` verifies (the passes its drafter
-  makes per verification, as Lemma 3.1's φ_n = α φ_{n−1} counts them).
-
-`insertion_inputs` gives those inputs for any triple and block sizes (public API, exported by
-`polyplan.planner`): the triple alone, `insertion_inputs(profile, ("A", "B", "C"), (K_1', K_2'),
-(K_1,))`, or a middle level of a longer chain. `triple_insertion` evaluates Theorem 3.2 on them
-(`planner.paper.insertion`: its two conditions, whether they guarantee a gain, and Lemma 3.1's
-eq. 2 − eq. 1) and keeps the exact model's speedups of the two chains beside it.
+same chain without `middle` (M_1, M_2). The paper's inputs come from the profile as Lemma 3.1's do
+(`planner.paper.paper_model`; `InsertionInputs` lists them). `insertion_inputs` gives them for any
+triple and block sizes (public API, exported by `polyplan.planner`), `triple_insertion` evaluates
+Theorem 3.2 on them (`planner.paper.insertion`) beside the exact model's speedups of the two chains,
 `profile_triples` lists every triple a chain of a profile can hold, and `triple_chains` the two
 chains, topped by the target, in which one is inserted.
 """
@@ -81,26 +70,12 @@ def insertion_inputs(
     sampling: str = "greedy",
     context_length: int | None = None,
 ) -> InsertionInputs:
-    """Theorem 3.2's inputs for inserting `middle` between its neighbours in `with_chain`.
-
-    Any triple (upper, middle, lower) of profiled models works: the chain need not start at the
-    profile's target, and the three pairs (upper, lower), (upper, middle) and (middle, lower)
-    must be profiled under `sampling`.
-
-    Args:
-        profile: the profile the times and acceptance lengths are read from.
-        with_chain: the chain with `middle`, costliest first: the triple itself, or a longer
-            chain in which `middle` sits between `upper` and `lower`.
-        with_blocks: its block sizes, one per verifying level (K_1', K_2' for a triple; the
-            level `middle` verifies gives the paper's scaling factor α).
-        without_blocks: the block sizes of the same chain without `middle` (K_1 for a triple).
-        middle: the inserted model; None: the middle of a three-model `with_chain`.
-        sampling: the profile's sampling-mode key.
-        context_length: where T(1) is read (None: averaged over the profiled contexts).
-
-    Returns:
-        `InsertionInputs` in the paper's notation; `.analyze()` evaluates Theorem 3.2 on them.
-    """
+    """Theorem 3.2's inputs (`.analyze()` evaluates it) for inserting `middle` between its
+    neighbours in `with_chain`, costliest first: the triple itself or a longer chain, which need not
+    start at the target; the three pairs must be profiled under `sampling`. `with_blocks`: its
+    block sizes, one per verifying level; `without_blocks`: those of the same chain without
+    `middle`; `middle` None: the middle of a chain of three; `context_length`: where T(1) is read
+    (None: averaged over the profiled contexts)."""
     chain = tuple(with_chain)
     if middle is None:
         if len(chain) != 3:

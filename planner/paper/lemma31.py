@@ -1,8 +1,7 @@
 """Lemma 3.1 of the paper: the ideal forward counts φ_i and the ideal time T, as printed.
 
 For a chain M_1 … M_n, with E[L_i] the mean acceptance length when M_i verifies what the
-sub-chain below it proposes (the paper fills it with the dualistic μ of the pair
-(M_i, M_{i+1})), T_i the average time of one forward of M_i, N the number of tokens and the
+sub-chain below it proposes, T_i the time of one forward of M_i, N the number of tokens and the
 paper's scaling factor α (here `alpha_scale`, NOT an acceptance rate):
 
     φ_1 = N / E[L_1]
@@ -10,10 +9,8 @@ paper's scaling factor α (here `alpha_scale`, NOT an acceptance rate):
     φ_n = α · φ_{n−1}
     T   = Σ_i φ_i · T_i
 
-The paper states the convention E[L_0] = 0 so that the sum form of T covers i = 1; a literal
-⌈0 / E[L_1]⌉ = 0 would divide by zero, and the paper's own eq. 1 (n = 2) reads
-φ_1 = N / E[L_1], φ_2 = α N / E[L_1]. So the i = 1 term has no ceiling factor, which is what
-φ_1 says; for i > 1, ⌈x⌉ >= 1 for any x > 0, so no further guard is needed.
+The paper's convention E[L_0] = 0 would make the i = 1 ceiling ⌈0 / E[L_1]⌉ = 0, yet its own
+eq. 1 reads φ_1 = N / E[L_1]: so the i = 1 term has no ceiling factor.
 """
 
 from __future__ import annotations

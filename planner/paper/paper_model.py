@@ -1,15 +1,10 @@
 """The paper's model of a concrete chain: Lemma 3.1 fed from a profile.
 
-Lemma 3.1 needs, per verifying level i, the mean acceptance length E[L_i] of the pair
-(M_i, M_{i+1}) at that level's block size K_i, one time T_i per model and the scaling
-factor α. From a profile we take:
-
-- E[L_i]: the decoded μ measured at K_i when the profile has it ("decoded"), otherwise
-  eq. 3 with the pair's acceptance rate, (1 − α^{K_i+1}) / (1 − α) ("eq3");
-- T_i: T_i(1), one forward over one token (the paper uses one number per model, so its
-  model ignores how verification time grows with the number of tokens verified);
-- α (`alpha_scale`): K_{n−1}, the forward passes the smallest drafter makes per
-  verification, which is what φ_n = α φ_{n−1} counts in the paper's eq. 1.
+Per verifying level i, E[L_i] is the decoded μ measured at K_i when the profile has it
+("decoded"), else eq. 3 with the pair's acceptance rate ("eq3"); T_i is T_i(1), one number per
+model as in the paper (so the model ignores how verification grows with the tokens verified);
+the scaling factor α is K_{n−1}, the passes the smallest drafter makes per verification, which
+is what φ_n = α φ_{n−1} counts in the paper's eq. 1.
 """
 
 from __future__ import annotations
