@@ -145,12 +145,6 @@ def _is_gguf(candidate: Candidate) -> bool:
     return candidate.source is not None and (candidate.source_kind == "gguf" or candidate.source.lower().endswith(".gguf"))
 
 
-def _weights_source(candidate: Candidate, file: str | None) -> str:
-    if file is not None:
-        return file
-    return candidate.source or ""
-
-
 IN_PROCESS = "(in process: polyplan's copy)"  # the source of a derived drafter handed to HF as a live model
 
 
@@ -188,7 +182,7 @@ def loadable(engine: str, candidate: Candidate, file: str | None = None,
             f"a copy of {candidate.derive.base!r} whose head covers a subset of the tokens; only polyplan's member maps it "
             f"back to the full vocabulary, so {engine} cannot draft with it"
         )
-    source = _weights_source(candidate, file)
+    source = file if file is not None else candidate.source or ""
     if engine == "llama.cpp" and not _is_gguf(candidate):
         return "", "", f"{candidate.source!r} is not a GGUF file; llama.cpp loads only GGUF (convert it with convert_hf_to_gguf.py)"
     if engine == "vllm" and _is_gguf(candidate):

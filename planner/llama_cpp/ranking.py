@@ -155,7 +155,7 @@ def session_speedup(session: SessionReplay, step: Callable[[int], float], loop: 
 
 
 def session_interval(sessions: Sequence[SessionReplay], streams: int, point: float, replicates: Replicates,
-                     level: float = LEVEL, loop: ServerLoop = NO_SERVER_LOOP, workload: bool = False) -> tuple[float, float]:
+                     loop: ServerLoop = NO_SERVER_LOOP, workload: bool = False) -> tuple[float, float]:
     """The percentile interval of the sessions' speedup over `replicates`, replicate r reading
     the session `sessions[r mod len(sessions)]` (the same requests in other orders; module
     docstring; the server's costs `loop` held fixed); `workload`: over the replicates' one-draw
@@ -177,22 +177,22 @@ def session_interval(sessions: Sequence[SessionReplay], streams: int, point: flo
     seconds = (np.einsum("rs,rsk,rk->r", weights, counts[which], replicates.steps)
                + np.einsum("rs,rs->r", weights, extra[which]) + fixed)
     speedups = (fixed + (replicates.steps[:, 0] + loop.per_round_s) * np.einsum("rs,rs->r", weights, tokens[which])) / seconds
-    return percentile_interval(point, speedups, point, replicates.stretch, level)
+    return percentile_interval(point, speedups, point, replicates.stretch, LEVEL)
 
 
-def request_orders(streams: int, orders: int = ORDERS, seed: int = 0) -> list[list[int]]:
+def _request_orders(streams: int, orders: int) -> list[list[int]]:
     """The given order of `streams` requests, then `orders` - 1 seeded random ones."""
-    rng = np.random.default_rng(seed)
+    rng = np.random.default_rng(0)
     return [list(range(streams))] + [[int(i) for i in rng.permutation(streams)] for _ in range(orders - 1)]
 
 
 def replayed_config(label: str, flags: Sequence[str], streams: Sequence[TargetStream], make_rule: Callable[[], DraftRule],
                     step: Callable[[int], float], workload: ReplayWorkload, replicates: Replicates | None,
-                    note: str = "", loop: ServerLoop = NO_SERVER_LOOP) -> RankedConfig:
+                    loop: ServerLoop = NO_SERVER_LOOP) -> RankedConfig:
     """`label` predicted by replaying its rule over `streams` as one server session (with the
     server's own costs `loop`, `planner.llama_cpp.server_loop`), in `ORDERS` request orders: the
     median order's speedup and drafted/accepted counts, the interval over all (module docstring)."""
-    orders = request_orders(len(streams), 1 if workload.in_order else ORDERS)
+    orders = _request_orders(len(streams), 1 if workload.in_order else ORDERS)
     sessions = [replay_session(streams, make_rule, new_tokens=workload.new_tokens, repeats=workload.repeats, order=order)
                 for order in orders]
     speedups = [session_speedup(session, step, loop) for session in sessions]
@@ -201,7 +201,7 @@ def replayed_config(label: str, flags: Sequence[str], streams: Sequence[TargetSt
     interval = None if replicates is None else session_interval(sessions, len(streams), point, replicates, loop=loop)
     workload_interval = None if replicates is None or replicates.workload is None else \
         session_interval(sessions, len(streams), point, replicates, loop=loop, workload=True)
-    return RankedConfig(label, tuple(flags), point, interval, note or "replayed", middle.drafted, middle.accepted, workload_interval)
+    return RankedConfig(label, tuple(flags), point, interval, "replayed", middle.drafted, middle.accepted, workload_interval)
 
 
 def ranked(configs: Sequence[RankedConfig]) -> tuple[RankedConfig, ...]:
