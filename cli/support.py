@@ -8,7 +8,7 @@ from typing import Any, Callable, TypeVar
 
 import typer
 
-from polyplan.formats.atomic import json_safe
+from polyplan.formats.codec import encode
 from polyplan.formats.errors import PolyplanError
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -43,7 +43,7 @@ def one_line(text: str) -> str:
 
 def echo_json(payload: Any) -> None:
     """Print one JSON object (strict: no NaN) on stdout."""
-    typer.echo(json.dumps(json_safe(payload), indent=2, allow_nan=False))
+    typer.echo(json.dumps(encode(payload), indent=2, allow_nan=False))  # NaN and infinities as null
 
 
 def log_line(line: str) -> None:

@@ -2,7 +2,7 @@
 
 - the files the stages exchange, each with its types and its entry points (`read_X`, `write_X`,
   `decode_X`, `encode_X`): `candidates` (models.yaml), `profile`, `plan` (`planner.plan_builder`
-  builds one), `report` (report.json, the validation report; `validation.reporting` builds one);
+  builds one), `validation_report` (report.json; `validation.reporting` builds one);
 - `codec`: the one field-driven encoder/decoder of profile, plan and report (frozen records,
   their field types the schema, unknown keys refused), and `checks`, the field checks their
   records name in their metadata;

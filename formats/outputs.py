@@ -1,11 +1,5 @@
-"""Where a command may write: checked before any work starts, so no result is lost at the end.
-
-- `check_output_file`: a file path that can be created or replaced, is not a folder, and is
-  not one of the command's own inputs (`recommend --profile p.json --out p.json`).
-- `check_report_folder`: a folder (existing or creatable) where the files a report writes are
-  either absent or earlier polyplan outputs of the same kind, never someone else's file.
-
-No torch here: `recommend --profile` runs on a machine without it.
+"""Where a command may write (`check_output_file`, `check_report_folder`): checked before any work
+starts, so no result is lost at the end, and no input or someone else's file is overwritten.
 """
 
 from __future__ import annotations

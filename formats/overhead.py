@@ -1,11 +1,5 @@
-"""The decoding loop's costs as profiles and plans record them (see `planner.exact.overhead` for
-what they mean and how the exact model uses them).
-
-- `LoopOverhead`: seconds the loop spends per autoregressive step and per verification round;
-- `SwitchCost`: extra seconds of a model's 1st, 2nd, … consecutive pass after another model's
-  (in a file: one number, the 1st pass only, or a non-empty list of them).
-
-Both are read and written by `formats.codec` from their types and checks.
+"""The decoding loop's costs as profiles and plans record them (what they mean and how the exact
+model uses them: `planner.exact.overhead`).
 """
 
 from __future__ import annotations

@@ -1,13 +1,9 @@
 """The sampling mode a profile entry, a plan and a report are made for: one type, parsed once.
 
 A mode is a temperature: 0 is greedy (argmax at every level; α is then the argmax agreement
-rate), anything above samples. Files and planner tables name it by its key: ``"greedy"`` at
-temperature 0, otherwise ``"t"`` followed by the temperature as Python writes the float
-(``SamplingMode(1.0).key == "t1.0"``, ``SamplingMode(0.7).key == "t0.7"``). `SamplingMode.parse`
-is the one reader of a key; the planner then treats keys as opaque and looks them up exactly.
-
-The decoder's runtime sampler (`decoder.sampling.Sampling`) adds top-k and top-p to a
-temperature; its `mode` is the `SamplingMode` it samples under.
+rate), anything above samples. Files and planner tables name it by its key (``"greedy"``,
+``"t1.0"``); `SamplingMode.parse` is the one reader of a key, and the planner then looks keys up
+exactly. The decoder's runtime sampler (`decoder.sampling.Sampling`) adds top-k and top-p.
 """
 
 from __future__ import annotations

@@ -1,12 +1,8 @@
-"""Whether other libraries may print on stderr: one setting for the process.
+"""Whether other libraries may print on stderr: one setting for the process, off by default.
 
-Off by default: where polyplan itself quiets a library (transformers' and huggingface_hub's
-progress bars while a model loads, llama.cpp's log, optuna's per-trial lines, transformers'
-warnings about arguments its own assisted `generate` passes), it asks `other_output_shown()`
-first. `polyplan --verbose` turns it on (`cli/commands/quiet.py`, which also quiets what
-polyplan does not call itself: tqdm bars, Python warnings and logs of other modules).
-
-    show_other_output(True)   # e.g. to debug a model that fails to load
+Where polyplan quiets a library (progress bars while a model loads, llama.cpp's log, optuna's
+per-trial lines, transformers' warnings), it asks `other_output_shown()` first; `polyplan --verbose`
+turns it on (`cli/commands/quiet.py`).
 """
 
 from __future__ import annotations
