@@ -133,11 +133,12 @@ def hf_race_lines(race: Race) -> list[str]:
         lines += ["", f"HF predictions' {race.note('hf_overhead')}"]
     lines += ["", _exported_line(race)]
     overall = [row for row in race.rows if row.category == "all"]
-    differ = [row for row in overall if row.first_difference or row.failure]
+    lines += [f"{row.label}: {row.failure}" for row in overall if row.failure]
+    differ = [row for row in overall if row.first_difference]
     if differ:
         lines += ["", f"OUTPUTS DIFFER in {sum(row.runs - row.equal_outputs for row in differ)} run(s) (greedy outputs must all "
                       "equal target-only):"]
-        lines += [f"  ! {row.label}: {row.first_difference or row.failure}" for row in differ]
+        lines += [f"  ! {row.label}: {row.first_difference}" for row in differ]
     else:
         lines += ["", "greedy outputs: identical in every configuration"]
     return lines

@@ -115,11 +115,14 @@ class RaceRow:
         or "not modelled" for a row without one, so none is silently unjudged."""
         if self.predicted is None:
             return self.unjudged or "not modelled"
-        low_high = self.predicted_interval
-        interval = "" if low_high is None else f" [{low_high[0]:.2f}, {low_high[1]:.2f}]"
         words = [f"{100 * self.error:+.1f}%" if math.isfinite(self.measured) else "not measured"]
         words += [word for word in (self.verdict, "exported" if self.exported else None) if word]
-        return f"{self.predicted:.2f}x{interval} ({', '.join(words)})"
+        return f"{self.prediction_text()} ({', '.join(words)})"
+
+    def prediction_text(self) -> str:
+        """`1.22x [1.10, 1.31]`: the prediction and its interval, where there is one."""
+        low_high = self.predicted_interval
+        return f"{self.predicted:.2f}x" + ("" if low_high is None else f" [{low_high[0]:.2f}, {low_high[1]:.2f}]")
 
 
 @dataclass(frozen=True)

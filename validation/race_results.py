@@ -36,8 +36,7 @@ def race_lines(rows: tuple[RaceRow, ...]) -> list[str]:
         if row.predicted is None:
             predicted, error = row.judgement(), "–"
         else:
-            interval = "" if row.predicted_interval is None else f" [{row.predicted_interval[0]:.2f}, {row.predicted_interval[1]:.2f}]"
-            predicted, error = f"{row.predicted:.2f}x{interval}", f"{row.error:+.1%}"
+            predicted, error = row.prediction_text(), f"{row.error:+.1%}"
         mark = " (exported)" if row.exported else ""
         again = "" if not split else (" – |" if row.race_priced is None else
                                       f" {row.race_priced:.2f}x ({row.race_priced_error:+.1%}) |")
