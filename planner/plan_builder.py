@@ -91,11 +91,8 @@ def plan_of(
     candidates: dict[str, Any] | None = None,
     profile_digest: str | None = None,
 ) -> PlanFile:
-    """The plan of a recommendation (`formats.plan` writes and reads it).
-
-    `candidates` ({"path": ..., "yaml": ..., "device": ...}) records the models.yaml the
-    profile was made from, so that `polyplan validate` can load the same models later.
-    """
+    """The plan of a ranking (`formats.plan` writes and reads it); `candidates` ({"path", "yaml",
+    "device"}) records the models.yaml the profile was made from, for `validate` to load them."""
     best = result.best
     intervals = result.intervals
     return PlanFile(

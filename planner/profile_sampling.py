@@ -12,7 +12,7 @@ from polyplan.formats.profile import Profile
 from polyplan.formats.sampling import GREEDY_KEY, SamplingMode
 
 
-def measured_modes(profile: Profile) -> tuple[str, ...]:
+def _measured_modes(profile: Profile) -> tuple[str, ...]:
     """The sampling keys the profile's pairs were measured at, lowest temperature first."""
     keys = {key for pair in profile.pairs for key in pair.sampling}
     return tuple(sorted(keys, key=lambda key: SamplingMode.parse(key, f"{profile.source}: pairs").temperature))
@@ -23,7 +23,7 @@ def default_sampling(profile: Profile, given: str | None, option: str = "--sampl
     (parsed, so a bad key is one line), else greedy, else the profile's only (or lowest) mode."""
     if given is not None:
         return SamplingMode.parse(given, option).key, None
-    modes = measured_modes(profile)
+    modes = _measured_modes(profile)
     if not modes or GREEDY_KEY in modes:
         return GREEDY_KEY, None
     chosen = modes[0]

@@ -319,9 +319,8 @@ SMALLEST_DEFAULT_K_MAX = 8
 def default_k_max(profile: Profile) -> int:
     """The block sizes a plan searches when the user names none: up to the widest block whose
     verification every model's curve timed (a block of K is verified at width K + 1, so the
-    profile's widest common k, less one), never below `SMALLEST_DEFAULT_K_MAX`. A profile timed
-    to k = 16 searches K <= 15; the embedded family's (k <= 8) and one-point curves (the paper's
-    Table 1, constant in k) keep 8."""
+    profile's widest common k, less one), never below `SMALLEST_DEFAULT_K_MAX` (one-point curves,
+    constant in k, keep it)."""
     widest = min(max(point.k for point in model.latency) for model in profile.models)
     return max(SMALLEST_DEFAULT_K_MAX, widest - 1)
 

@@ -51,12 +51,11 @@ def ngram_simple_sizes(profile: Profile) -> dict[str, int]:
 
 
 def ngram_simple_draft(history: Sequence[int], sampled: int, size_n: int, size_m: int) -> list[int]:
-    """The literal mirror of llama.cpp's backward scan, the reference `NGramSimpleIndex` is
-    tested against: the draft `ngram-simple` proposes after `history` (the tokens before the sampled one)
-    and `sampled`: the tokens after the latest earlier occurrence of the last `size_n` tokens
-    (`sampled` included), at most `size_m`; empty when there is none, when the history is
-    shorter than size_n + size_m + 2 tokens, or when fewer than `size_n` tokens could be copied.
-    Position 0 of the history never counts as a match (as in llama.cpp)."""
+    """The draft `ngram-simple` proposes after `history` and the `sampled` token, by llama.cpp's
+    literal backward scan (the reference `NGramSimpleIndex` is tested against): at most `size_m`
+    tokens after the latest earlier occurrence of the last `size_n` tokens; empty when there is
+    none (position 0 never matches), when the history is shorter than size_n + size_m + 2 tokens,
+    or when fewer than `size_n` tokens could be copied."""
     length = len(history)
     if length <= size_n + size_m + 1:
         return []
@@ -204,13 +203,11 @@ def replay_prediction(streams: Sequence[TargetStream], size_n: int, size_m: int,
 
 def chain_rounds(stream: TargetStream, size_n: int, block: int, new_tokens: int | None = None,
                  policy: DraftPolicy = FIXED_DRAFTS) -> tuple[ReplayRound, ...]:
-    """The rounds polyplan's chain target > ngram-simple(size_n) runs at block size `block` to
-    generate the stream's continuation greedily (its first `new_tokens`; all of it when None):
-    each round drafts after the context so far (the prompt's last token is the first round's
-    sampled one), the target verifies the pending token and the draft in one pass, the longest
-    prefix of the draft equal to the stream is accepted and the target's own next token emitted.
-    A draft running past the recorded stream is cut where the stream ends (the stream cannot
-    say what the target would have done there). `policy`: an adaptive cap starting at `block`."""
+    """The rounds polyplan's chain target > ngram-simple(size_n) runs at block size `block` (or
+    `policy`'s adaptive cap starting there) to generate the stream's continuation greedily (its
+    first `new_tokens`; None: all): the first round drafts after the prompt, whose last token is its
+    sampled one. A draft running past the recorded stream is cut where the stream ends (the stream
+    cannot say what the target would have done there)."""
     integer_at_least(block, 1, "ngram-simple: block size")
     continuation = stream.ids[stream.prompt_tokens:]
     total = len(continuation) if new_tokens is None else min(new_tokens, len(continuation))

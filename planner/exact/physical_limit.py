@@ -99,15 +99,9 @@ def physical_limit(
     switch: SwitchCost = NO_SWITCH,
     k_max: int | None = None,
 ) -> PhysicalLimit:
-    """The physical limit on the target's latency `curve`.
-
-    Args:
-        curve: T(k) of the target.
-        overhead: the decoding loop's cost per step and per round (None: none).
-        switch: the target's switch cost (its 1st pass after another model's is what a
-            verification pass pays).
-        k_max: the largest K considered (default: `measured_block_size(curve)`, at least 1).
-    """
+    """The physical limit on the target's latency `curve`, with the loop's `overhead` and the
+    target's `switch` cost (a verification pass is a 1st pass); `k_max`: the largest K considered
+    (None: `measured_block_size(curve)`, at least 1)."""
     if k_max is None:
         k_max = max(1, measured_block_size(curve))
     integer_at_least(k_max, 1, "k_max")

@@ -157,16 +157,9 @@ def required_acceptance(
     k_max: int | None = None,
 ) -> RequiredAcceptance:
     """The least acceptance α a drafter of cost ratio `cost_ratio` needs for `speedup` over the
-    target alone, at its best block size (module docstring).
-
-    Args:
-        curve: T(k) of the target.
-        speedup: the target speedup S (> 0).
-        cost_ratio: c = T_d(1) / T_1(1) (>= 0).
-        overhead: the decoding loop's cost per step and per round (None: none).
-        switch: the target's switch cost (its verification pass follows the drafter's steps).
-        k_max: the largest K considered (default: the widest block the curve was timed for).
-    """
+    target alone (S > 0, c >= 0), at its best block size (module docstring), on the target's
+    `curve`, with the loop's `overhead` and the target's `switch` cost; `k_max`: the largest K
+    considered (None: the widest block the curve was timed for)."""
     s = check_positive(speedup, "speedup")
     c = _check_cost_ratio(cost_ratio)
     target, k_max = _round(curve, overhead, switch, k_max)

@@ -56,9 +56,8 @@ class RunSurvival:
 class RunCounts:
     """What one agreement sequence contributes to `run_survival` at one block size:
     at_risk[j] starts seen with a run of at least j whose continuation past j is known,
-    going_on[j] of those whose run reached j + 1, and the number of verification starts.
-    Counts add over sequences, which is what lets the planner's bootstrap resample prompts
-    with a matrix product instead of walking the sequences again."""
+    going_on[j] of those whose run reached j + 1, and the number of verification starts. Counts
+    add over sequences, so the bootstrap resamples prompts with a matrix product."""
 
     at_risk: tuple[int, ...]
     going_on: tuple[int, ...]

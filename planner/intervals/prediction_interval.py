@@ -336,12 +336,10 @@ def prediction_intervals(
         profile: the profile the predictions were made from.
         chains: (chain, block sizes, point speedup on the profile as measured) per chain, best
             first, optionally with the last level's `formats.plan.DraftPolicy` as a fourth item.
-        acceptance_model: as in `planner.search.SearchSettings` ("auto", "iid" or "runs").
-        resamples: bootstrap replicates B (>= 20).
-        level: interval coverage, in (0, 1).
-        seed: of the numpy Generator every draw comes from.
-        new_set: the interval for a new prompt set of the profile's size (True: two draws, what a
-            validation on other prompts is judged by) or for the workload's mean (one draw).
+        acceptance_model: as in `planner.search.SearchSettings`; resamples: B (>= 20); level: the
+            interval's coverage, in (0, 1); seed: of the one numpy Generator every draw comes from.
+        new_set: the interval for a new prompt set of the profile's size (two draws, what a
+            validation on other prompts is judged by); False: for the workload's mean (one draw).
     """
     integer_at_least(resamples, 20, "resamples")
     if not 0 < level < 1:

@@ -108,12 +108,8 @@ def relative_variability(acceptance: float, k: int) -> float:
 
 
 def paper_eq3_mean(alpha: float, n: int) -> float:
-    """The paper's eq. 3 as printed: μ = (1 − α^{n+1}) / (1 − α).
-
-    The paper calls its α "the failure probability in each step"; the formula is the
-    expected token count only when `alpha` is the ACCEPTANCE rate and `n` the block size.
-    This function takes the number the caller chooses to call α (see `paper_eq3_mean_literal`).
-    """
+    """The paper's eq. 3 as printed, μ = (1 − α^{n+1}) / (1 − α), for whatever number the caller
+    calls α: the expected token count only when it is the ACCEPTANCE rate and `n` the block size."""
     a = check_acceptance(alpha, "alpha")
     n = check_block_size(n, "n", MAX_PAPER_N)
     return float(closed_form_mean(a, n))
