@@ -46,11 +46,6 @@ class RunSurvival:
         extra = known[-1] * self.tail ** np.arange(1, max_j + 2 - len(known))
         return np.concatenate([known, extra])
 
-    @property
-    def mean_rate(self) -> float:
-        """S(1): the probability that the first drafted token of a verification is accepted."""
-        return self.values[1] if len(self.values) > 1 else self.tail
-
 
 @dataclass(frozen=True)
 class RunCounts:

@@ -40,10 +40,6 @@ class ChainCoverage:
     actual_spread: float  # sd over splits of log(new set's speedup / the profiling set's point)
     draft_policy: DraftPolicy | None = None  # the last level's (None: a fixed K)
 
-    @property
-    def coverage(self) -> float:
-        return self.covered / self.splits
-
 
 @dataclass(frozen=True)
 class IntervalCoverage:
