@@ -120,7 +120,7 @@ class RaceRow:
         return f"{self.prediction_text()} ({', '.join(words)})"
 
     def prediction_text(self) -> str:
-        """`1.22x [1.10, 1.31]`: the prediction and its interval, where there is one."""
+        """The prediction, and its interval where there is one, as the race prints them."""
         low_high = self.predicted_interval
         return f"{self.predicted:.2f}x" + ("" if low_high is None else f" [{low_high[0]:.2f}, {low_high[1]:.2f}]")
 
