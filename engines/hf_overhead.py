@@ -107,10 +107,8 @@ def _measure_hf_overhead(target, drafter, prompt: Sequence[int], *, temperature:
     target_clock, drafter_clock = ForwardClock(target, sync), ForwardClock(drafter, sync)
     saved = {name: getattr(drafter.generation_config, name, None) for name in ("num_assistant_tokens",
              "num_assistant_tokens_schedule", "assistant_confidence_threshold")}
-    loops: list[list[float]] = [[] for _ in configurations]
-    counts: list[list[LoopCounts]] = [[] for _ in configurations]
+    samples: list[list[tuple[LoopCounts, float, tuple[float, float]]]] = [[] for _ in configurations]
     floor: list[float] = []
-    forwards: list[list[tuple[float, float]]] = [[] for _ in configurations]
     workload = reference_workload(target.device)
 
     def call(index: int) -> tuple[LoopCounts, float, tuple[float, float]]:
@@ -143,22 +141,17 @@ def _measure_hf_overhead(target, drafter, prompt: Sequence[int], *, temperature:
                 floor.append(time.perf_counter() - began)
                 for step in range(len(configurations)):
                     index = (step + repeat) % len(configurations)
-                    row, seconds, inside = call(index)
-                    counts[index].append(row)
-                    loops[index].append(seconds)
-                    forwards[index].append(inside)
+                    samples[index].append(call(index))
     finally:
         target_clock.remove()
         drafter_clock.remove()
         for name, value in saved.items():
             setattr(drafter.generation_config, name, value)
-    medians = tuple(statistics.median(times) for times in loops)
-    typical = tuple(
-        LoopCounts(*(round(statistics.median(getattr(row, field) for row in rows)) for field in ("calls", "steps", "rounds")))
-        for rows in counts
-    )
+    medians = tuple(statistics.median(seconds for _, seconds, _ in rows) for rows in samples)
+    typical = tuple(LoopCounts(*(round(statistics.median(getattr(row, field) for row, _, _ in rows))
+                                 for field in ("calls", "steps", "rounds"))) for rows in samples)
     labels = tuple(f"{kind} {new} tokens" + ("" if k is None else f" K={k}") for kind, new, k in configurations)
-    inside = tuple(tuple(statistics.median(pair[j] for pair in pairs) for j in (0, 1)) for pairs in forwards)
+    inside = tuple(tuple(statistics.median(pair[j] for _, _, pair in rows) for j in (0, 1)) for rows in samples)
     return _HFOverheadMeasurement(fit_engine_overhead(typical, medians), labels, typical, medians, inside, robust_spread(floor))
 
 

@@ -30,11 +30,9 @@ def _prompt_option(value: str) -> tuple[int, list[str] | None]:
 def decoder(
     target: Annotated[Optional[str], typer.Option("--target", help="Target model folder (default: a random 8-layer Llama).")] = None,
     draft: Annotated[Optional[str], typer.Option("--draft", help="Draft model folder (default: the random target's first layer).")] = None,
-    prompts: Annotated[
-        str,
-        typer.Option("--prompts", help="Number of prompts, or a prompt file (*.jsonl, e.g. Spec-Bench question.jsonl, or "
-                     "blank-line separated text; needs --target/--draft) whose prompts are run instead."),
-    ] = "4",
+    prompts: Annotated[str, typer.Option(
+        "--prompts", help="Number of prompts, or a prompt file (*.jsonl, e.g. Spec-Bench question.jsonl, or "
+        "blank-line separated text; needs --target/--draft) whose prompts are run instead.")] = "4",
     raw_prompts: RawPrompts = False,
     prompt_length: Annotated[int, typer.Option("--prompt-length", help="Tokens per random prompt (random models only).")] = 16,
     max_new_tokens: Annotated[int, typer.Option("--max-new-tokens", help="New tokens per prompt.")] = 64,

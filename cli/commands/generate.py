@@ -126,43 +126,33 @@ def _json(run) -> dict:
 @fails_cleanly
 def generate(
     prompt: Annotated[str, typer.Argument(help="The prompt text.")],
-    chain: Annotated[
-        Optional[str],
-        typer.Option("--chain", help="TARGET[,DRAFT,...]: names from --candidates (derived ones too, e.g. target-int8) "
-                                     "or local model folders, target first."),
-    ] = None,
-    plan: Annotated[
-        Optional[Path], typer.Option("--plan", help="plan.json from `polyplan recommend`: run its chain, block sizes and sampling.")
-    ] = None,
-    candidates: Annotated[
-        Optional[Path],
-        typer.Option("--candidates", help="models.yaml the --chain names come from (default: the packaged family); "
-                                          "with --plan, instead of the one the plan records."),
-    ] = None,
-    block_sizes: Annotated[
-        Optional[str], typer.Option("--block-sizes", help="K1[,K2,...]: one block size per verifying level (default 4 each).")
-    ] = None,
-    draft_cap: Annotated[
-        Optional[str], typer.Option("--draft-cap", help="MIN..MAX: the last drafter's cap adapts to the acceptance, "
-                                                         "starting at its block size (+2 after a fully accepted round, -1 otherwise).")
-    ] = None,
-    p_min: Annotated[
-        Optional[float], typer.Option("--p-min", help="A model drafter at the bottom stops before a token whose top "
-                                                      "probability is below this, in (0, 1).")
-    ] = None,
+    chain: Annotated[Optional[str], typer.Option(
+        "--chain", help="TARGET[,DRAFT,...]: names from --candidates (derived ones too, e.g. target-int8) or local "
+        "model folders, target first.")] = None,
+    plan: Annotated[Optional[Path], typer.Option(
+        "--plan", help="plan.json from `polyplan recommend`: run its chain, block sizes and sampling.")] = None,
+    candidates: Annotated[Optional[Path], typer.Option(
+        "--candidates", help="models.yaml the --chain names come from (default: the packaged family); with --plan, "
+        "instead of the one the plan records.")] = None,
+    block_sizes: Annotated[Optional[str], typer.Option(
+        "--block-sizes", help="K1[,K2,...]: one block size per verifying level (default 4 each).")] = None,
+    draft_cap: Annotated[Optional[str], typer.Option(
+        "--draft-cap", help="MIN..MAX: the last drafter's cap adapts to the acceptance, starting at its block size "
+        "(+2 after a fully accepted round, -1 otherwise).")] = None,
+    p_min: Annotated[Optional[float], typer.Option(
+        "--p-min", help="A model drafter at the bottom stops before a token whose top probability is below this, in "
+        "(0, 1).")] = None,
     max_new_tokens: Annotated[int, typer.Option("--max-new-tokens", help="Stop after this many new tokens.")] = 64,
     temperature: Annotated[Optional[float], typer.Option("--temperature", help="0 is greedy (the default).")] = None,
     top_k: Annotated[Optional[int], typer.Option("--top-k", help="Keep the k most likely tokens.")] = None,
     top_p: Annotated[float, typer.Option("--top-p", help="Nucleus mass in (0, 1].")] = 1.0,
     seed: Annotated[int, typer.Option("--seed", help="Seed of the sampling generator.")] = 0,
-    device: Annotated[
-        Optional[str], typer.Option("--device", help="torch device for every model (default: the candidates' own; folders: cpu).")
-    ] = None,
+    device: Annotated[Optional[str], typer.Option(
+        "--device", help="torch device for every model (default: the candidates' own; folders: cpu).")] = None,
     raw_prompts: RawPrompts = False,
-    threads: Annotated[
-        Optional[int], typer.Option("--threads", help="CPU threads of every member (default: as the plan was profiled, "
-                                                      "else the machine's free cores at start).")
-    ] = None,
+    threads: Annotated[Optional[int], typer.Option(
+        "--threads", help="CPU threads of every member (default: as the plan was profiled, else the machine's free "
+        "cores at start).")] = None,
     json_output: Annotated[bool, typer.Option("--json", help="Print one JSON object instead of text and a table.")] = False,
 ) -> None:
     """Generate from PROMPT with a speculative chain (a plan's, or one named with --chain),

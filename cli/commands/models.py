@@ -35,7 +35,7 @@ def _role(loaded) -> str:
     return f"ngram {derive.min_n}..{derive.max_n}"
 
 
-def table_lines(result) -> list[str]:
+def _table_lines(result) -> list[str]:
     """One row per candidate: parameters, dtype, device, held-out loss, compatibility (each
     column as wide as its longest entry)."""
     checks = {c.name: c for c in result.compatibility}
@@ -67,27 +67,14 @@ def check(
     path = candidates if candidates is not None else default_candidates_path()
     result = load_candidates(read_candidates(path), require_compatible=False)
     if json_output:
-        echo_json({
-            "candidates": str(path),
-            "compatible": result.compatible,
-            "models": [
-                {
-                    "name": loaded.candidate.name,
-                    "role": _role(loaded),
-                    "parameters": loaded.parameters,
-                    "dtype": loaded.dtype,
-                    "device": loaded.device,
-                    "validation_loss": math.nan if loaded.validation_loss is None else loaded.validation_loss,
-                    "compatible": check.ok,
-                    "compatibility": check.detail,
-                }
-                for loaded, check in zip(result.candidates, result.compatibility)
-            ],
-        })
+        models = [{"name": loaded.candidate.name, "role": _role(loaded), "parameters": loaded.parameters,
+                   "dtype": loaded.dtype, "device": loaded.device,
+                   "validation_loss": math.nan if loaded.validation_loss is None else loaded.validation_loss,
+                   "compatible": check.ok, "compatibility": check.detail}
+                  for loaded, check in zip(result.candidates, result.compatibility)]
+        echo_json({"candidates": str(path), "compatible": result.compatible, "models": models})
     else:
-        typer.echo(f"candidates: {path}")
-        for line in table_lines(result):
-            typer.echo(line)
+        typer.echo("\n".join([f"candidates: {path}", *_table_lines(result)]))
     if not result.compatible:
         failed = next(c for c in result.compatibility if not c.ok)
         raise PolyplanError(f"{path}: candidate {failed.name!r}: {failed.detail}")

@@ -49,25 +49,20 @@ def _check_up_front(out, candidates, prompts, max_prompts, device, seed, repeats
 def profile(
     candidates: Annotated[Optional[Path], typer.Option("--candidates", help="models.yaml (default: examples/zoo.yaml).")] = None,
     out: Annotated[Path, typer.Option("--out", help="Profile JSON to write (resumed when it exists).")] = Path("profile.json"),
-    prompts: Annotated[
-        Optional[Path],
-        typer.Option("--prompts", help="Prompt file: *.jsonl (strings, or objects with turns/prompt/text) or text "
-                     "(blank-line separated). Default: the file the --out profile being resumed was measured on, else the "
-                     "built-in held-out Python snippets."),
-    ] = None,
+    prompts: Annotated[Optional[Path], typer.Option(
+        "--prompts", help="Prompt file: *.jsonl (strings, or objects with turns/prompt/text) or text (blank-line "
+        "separated). Default: the file the --out profile being resumed was measured on, else the built-in held-out "
+        "Python snippets.")] = None,
     max_prompts: Annotated[Optional[int], typer.Option("--max-prompts", help="Use only the first N prompts.")] = None,
     raw_prompts: RawPrompts = False,
     new_tokens: Annotated[int, typer.Option("--new-tokens", help="Tokens the target generates per prompt (the contexts acceptance is measured on; as long as the chains will generate: validate's default).")] = 128,
     block_sizes: Annotated[str, typer.Option("--block-sizes", help="K for the decoded mu, comma-separated.")] = "2,4",
     temperatures: Annotated[str, typer.Option("--temperatures", help="Sampling modes, comma-separated (0 = greedy).")] = "0,1",
-    decoded_prompts: Annotated[
-        Optional[int], typer.Option("--decoded-prompts", help="Prompts per decoded run: the first N (default: all).")
-    ] = None,
-    decoded_verifications: Annotated[
-        int,
-        typer.Option("--decoded-verifications", help="A decoded run stops taking prompts once it has this many "
-                     "verifications from at least 4 prompts (0: use every prompt)."),
-    ] = 160,
+    decoded_prompts: Annotated[Optional[int], typer.Option(
+        "--decoded-prompts", help="Prompts per decoded run: the first N (default: all).")] = None,
+    decoded_verifications: Annotated[int, typer.Option(
+        "--decoded-verifications", help="A decoded run stops taking prompts once it has this many verifications from "
+        "at least 4 prompts (0: use every prompt).")] = 160,
     decoded: Annotated[bool, typer.Option("--decoded/--no-decoded", help="Measure the decoded mu (the slow part).")] = True,
     latency_ks: Annotated[str, typer.Option("--latency-ks", help="k of T(k), comma-separated.")] = "1,2,3,4,6,8,12,16",
     context_lengths: Annotated[str, typer.Option("--context-lengths", help="Cached tokens for T(k), comma-separated.")] = "128,384",
@@ -76,16 +71,13 @@ def profile(
     max_noise: Annotated[
         float, typer.Option("--max-noise", help="Acceptable machine floor: IQR/median of a fixed workload timed in the same rounds.")
     ] = 0.10,
-    noise_budget: Annotated[
-        float, typer.Option("--noise-budget", help="Extra seconds per context length for more rounds while the floor is above "
-                            "--max-noise (0: never; when it runs out the profile and the plan say so).")
-    ] = 20.0,
+    noise_budget: Annotated[float, typer.Option(
+        "--noise-budget", help="Extra seconds per context length for more rounds while the floor is above "
+        "--max-noise (0: never; when it runs out the profile and the plan say so).")] = 20.0,
     device: Annotated[Optional[str], typer.Option("--device", help="Put every model on this device (default: as in models.yaml).")] = None,
-    threads: Annotated[
-        Optional[int],
-        typer.Option("--threads", help="torch CPU threads (default: as --out was measured, else the machine's free cores at "
-                     "start, from the load average; 0 keeps torch's choice)."),
-    ] = None,
+    threads: Annotated[Optional[int], typer.Option(
+        "--threads", help="torch CPU threads (default: as --out was measured, else the machine's free cores at "
+        "start, from the load average; 0 keeps torch's choice).")] = None,
     seed: Annotated[int, typer.Option("--seed", help="Prompt i is sampled with seed + i.")] = 0,
     json_output: Annotated[bool, typer.Option("--json", help="Print one JSON object instead of the table.")] = False,
 ) -> None:

@@ -1,20 +1,13 @@
 """Only polyplan's own lines on stderr: other libraries' progress bars, warnings and logs are
-off unless `polyplan --verbose`.
+off unless `polyplan --verbose` (docs/safety.md, "stderr holds polyplan's lines only").
 
 `quiet_other_libraries` runs once, from the app's callback, before any command imports torch,
 transformers, huggingface_hub, tqdm or llama.cpp (`polyplan.cli.app` imports none of them), so
-the environment variables those libraries read when they are imported take effect:
-
-- tqdm (`TQDM_DISABLE`): transformers' "Converting and de-quantizing GGUF tensors" bar is a bare
-  tqdm; huggingface_hub's and transformers' bars ("Loading weights", "Writing model shards")
-  start from `HF_HUB_DISABLE_PROGRESS_BARS`;
-- transformers' and huggingface_hub's logs at error level (`TRANSFORMERS_VERBOSITY`,
-  `HF_HUB_VERBOSITY`, and no advisory warnings);
-- Python warnings: ignored unless raised in a polyplan module;
-- Python logging of other libraries (accelerate, …): a root handler that drops their records
-  (polyplan itself does not log through `logging`);
-- llama.cpp's log, and the bars and logs polyplan quiets itself around its own calls: through
-  `formats.verbosity` (llama.cpp's C log goes to a no-op callback).
+that the switches those libraries read when imported take effect (`QUIET_ENVIRONMENT`: tqdm's
+bars, which transformers' GGUF conversion draws bare; huggingface_hub's and transformers' bars
+and logs). Python warnings are ignored unless raised in a polyplan module; other libraries'
+`logging` records (accelerate, …) reach a handler that drops them; llama.cpp's log, and what
+polyplan quiets around its own calls, go through `formats.verbosity`.
 
 Nothing redirects file descriptors: a C library's direct write to stderr (a crash message)
 stays visible.

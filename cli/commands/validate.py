@@ -26,7 +26,7 @@ def result_lines(validation, files, said: str | None = None) -> list[str]:
     ]
     lines += [f"note: {note}" for note in validation.notes if note != said]
     # the recommended chain's breakdown (the first other chain's when target-only is recommended)
-    shown = next((item for item in validation.categories if item.label == validation.headline.recommended),
+    shown = next((item for item in validation.categories if item.label == validation.headline.record.recommended),
                  validation.categories[0] if validation.categories else None)
     if shown is not None and len(shown.rows) > 2:  # more than one kind besides "all"
         lines += ["", *category_lines(shown.label, shown.rows)]
@@ -53,20 +53,16 @@ def _answer_length(plan: Path, new_tokens: int | None) -> int:
 @fails_cleanly
 def validate(
     plan: Annotated[Path, typer.Option("--plan", help="plan.json written by polyplan recommend.")],
-    prompts: Annotated[
-        Optional[Path],
-        typer.Option("--prompts", help="Prompt file (*.jsonl or blank-line separated text). Default: built-in "
-                     "prompts held out from profiling."),
-    ] = None,
+    prompts: Annotated[Optional[Path], typer.Option(
+        "--prompts", help="Prompt file (*.jsonl or blank-line separated text). Default: built-in prompts held out "
+        "from profiling.")] = None,
     top: Annotated[int, typer.Option("--top", help="Also validate the plan's next N chains.")] = 3,
-    new_tokens: Annotated[
-        Optional[int], typer.Option("--new-tokens", help="Tokens generated per prompt and chain (default: the answer length "
-                                                         "the plan was made for, recommend --new-tokens, else 128).")
-    ] = None,
+    new_tokens: Annotated[Optional[int], typer.Option(
+        "--new-tokens", help="Tokens generated per prompt and chain (default: the answer length the plan was made "
+        "for, recommend --new-tokens, else 128).")] = None,
     repeats: Annotated[int, typer.Option("--repeats", help="Passes over the prompts (per prompt, the median over repeats enters the paired speedup).")] = 3,
-    prompts_per_kind: Annotated[
-        Optional[int], typer.Option("--prompts-per-kind", help="Built-in prompts of each kind (default 4; not with --prompts).")
-    ] = None,
+    prompts_per_kind: Annotated[Optional[int], typer.Option(
+        "--prompts-per-kind", help="Built-in prompts of each kind (default 4; not with --prompts).")] = None,
     max_prompts: Annotated[Optional[int], typer.Option("--max-prompts", help="Use only the first N prompts.")] = None,
     raw_prompts: RawPrompts = False,
     seed: Annotated[int, typer.Option("--seed", help="Prompt i is decoded with seed + i.")] = 0,
