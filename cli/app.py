@@ -1,7 +1,4 @@
-"""The `polyplan` command line: thin typer commands over the library API.
-
-Each command group lives in `cli/commands/<group>.py`; this module only assembles them.
-"""
+"""The `polyplan` app: the command groups of `cli/commands/`, assembled."""
 
 from __future__ import annotations
 

@@ -122,16 +122,13 @@ def hf_generate(target, prompt: Sequence[int], *, max_new_tokens: int, eos, pad:
     return out[0, len(prompt) :].tolist()  # .tolist() synchronises an asynchronous device
 
 
-def _benchmark_decoder(target, draft, prompts: Sequence[Sequence[int]], *, max_new_tokens: int = 64, block_size: int = 4,
-                       repeats: int = 3, target_name: str = "target", draft_name: str = "draft") -> DecoderBenchmark:
-    """Race polyplan against Hugging Face `generate` (plain and assisted), greedy.
-
-    Each prompt is run once untimed to warm up, then `repeats` times per side, alternating
-    which side goes first. Both sides stop at the target's EOS (if its generation config has
-    one) or after `max_new_tokens`.
-    """
-    eos = target.generation_config.eos_token_id
-    pad = target.generation_config.pad_token_id
+def _benchmark_decoder(target, draft, prompts: Sequence[Sequence[int]], *, max_new_tokens: int = 64,
+                       block_size: int = 4, repeats: int = 3, target_name: str = "target",
+                       draft_name: str = "draft") -> DecoderBenchmark:
+    """Race polyplan against Hugging Face `generate` (plain and assisted), greedy: each prompt once
+    untimed (warm-up), then `repeats` times per side, alternating which side goes first; both
+    stop at the target's EOS (if its generation config has one) or after `max_new_tokens`."""
+    eos, pad = target.generation_config.eos_token_id, target.generation_config.pad_token_id
     pad = pad if pad is not None else 0
     configure_assistant(draft, block_size)
     members = [HFMember(target, name=target_name), HFMember(draft, name=draft_name)]
@@ -206,6 +203,7 @@ def benchmark_json(bench: DecoderBenchmark) -> dict:
     races = [{"race": race.label} | {name: getattr(race, name) for name in measured} for race in bench.races]
     return {name: getattr(bench, name) for name in settings} | {"races": races}
 
+
 _TEXT_PROMPTS = (
     "The quick brown fox jumps over the lazy dog because",
     "def fibonacci(n):\n    \"\"\"Return the n-th Fibonacci number.\"\"\"\n",
@@ -218,7 +216,8 @@ _TEXT_PROMPTS = (
 
 def run_decoder_benchmark(target_dir: str | None = None, draft_dir: str | None = None, *, prompts: int = 4,
                           prompt_length: int = 16, max_new_tokens: int = 64, block_size: int = 4, repeats: int = 3,
-                          device: str = "cpu", texts: Sequence[str] | None = None, raw: bool = False) -> DecoderBenchmark:
+                          device: str = "cpu", texts: Sequence[str] | None = None,
+                          raw: bool = False) -> DecoderBenchmark:
     """`_benchmark_decoder` on local model folders (or .gguf files), or on `_random_llama_pair()`
     when none are given.
 

@@ -86,17 +86,11 @@ def _sampling_arguments(temperature: float) -> dict:
 
 def _measure_hf_overhead(target, drafter, prompt: Sequence[int], *, temperature: float = 0.0, tokens: int = 64,
                          repeats: int = 3, seed: int = 0, sync=lambda: None) -> _HFOverheadMeasurement:
-    """HF `generate`'s per-call, per-step and per-round costs (module docstring).
-
-    Args:
-        target, drafter: HF models (`PreTrainedModel`) sharing a tokenizer, on one device.
-        prompt: real token ids to start every call from.
-        temperature: 0 for greedy, else HF's sampling at that temperature (seeded; torch's
-            global generators are restored afterwards).
-        tokens: new tokens of the longer target-only call and of every assisted call (>= 2).
-        repeats: timed calls per configuration.
-        sync: waits for the models' device (timing an asynchronous device).
-    """
+    """HF `generate`'s per-call, per-step and per-round costs (module docstring) for HF models
+    `target` and `drafter` sharing a tokenizer on one device, every call started from `prompt`:
+    greedy at `temperature` 0, else HF's sampling, seeded (torch's global generators restored
+    after); `tokens` (>= 2) new tokens in the longer target-only and every assisted call;
+    `repeats` timed calls per configuration; `sync` waits for an asynchronous device."""
     if tokens < 2 or repeats < 1:
         raise ValueError("_measure_hf_overhead: tokens >= 2 and repeats >= 1")
     ids = torch.tensor([list(prompt)], device=target.device)

@@ -194,10 +194,9 @@ def recommend(
         result, plan = _plan_profile(profile, out, options, sampling)
     else:
         choice, recommended = _recommend_candidates(candidates, out, profile, mode, prompts, cache_dir, device, threads, options,
-                                            quiet=json_output, raw=raw_prompts, check=not no_check)
-        profiled = recommended.profiled
-        result, plan = recommended.recommendation, recommended.plan
-        check_lines = recommended.check_lines
+                                                    quiet=json_output, raw=raw_prompts, check=not no_check)
+        result, plan, check_lines, profiled = (recommended.recommendation, recommended.plan, recommended.check_lines,
+                                               recommended.profiled)
         if not json_output:
             typer.echo(f"profile {profiled.path}: {profiled.measured} entries measured, {profiled.reused} reused; {choice.line}")
     if json_output:
@@ -252,18 +251,15 @@ def _check_up_front(profile, candidates, max_levels, k_max, seed, out, prompts, 
     if resamples != 0 and resamples < 20:
         raise PolyplanError(f"--resamples: must be 0 (no intervals) or >= 20, got {resamples}")
     if candidates is None:
-        options.unused_without(
-            "--candidates",
-            [("--prompts", prompts), ("--raw-prompts", raw_prompts or None), ("--threads", threads), ("--device", device), ("--cache-dir", cache_dir)],
-            "recommend --profile reads numbers only, it measures nothing",
-        )
+        unused = [("--prompts", prompts), ("--raw-prompts", raw_prompts or None), ("--threads", threads), ("--device", device),
+                  ("--cache-dir", cache_dir)]
+        options.unused_without("--candidates", unused, "recommend --profile reads numbers only, it measures nothing")
     else:
         options.at_least(threads, 1, "--threads")
         if profile is not None:
             check_output_file(profile, "--profile", inputs=[("--candidates", candidates), ("--prompts", prompts)])
-    inputs = [("--profile", profile), ("--candidates", candidates), ("--prompts", prompts)]
     if out is not None:
-        check_output_file(out, "--out", inputs=inputs)
+        check_output_file(out, "--out", inputs=[("--profile", profile), ("--candidates", candidates), ("--prompts", prompts)])
     if device is not None and candidates is not None:
         from polyplan.models.devices import check_device
 

@@ -223,9 +223,9 @@ def _report_payload(report: TheoryReport) -> dict[str, Any]:
 @fails_cleanly
 def report(
     profile: Annotated[Optional[Path], typer.Option("--profile", help="Profile JSON (default: the paper's Table 1 example).")] = None,
-    sampling: Annotated[Optional[str], typer.Option("--sampling", help="Profile sampling key: 'greedy' or "
-                                                    "'t<temperature>' (default: greedy, or the profile's own mode when it "
-                                                    "has no greedy entries).")] = None,
+    sampling: Annotated[Optional[str], typer.Option(
+        "--sampling", help="Profile sampling key: 'greedy' or 't<temperature>' (default: greedy, or the profile's own "
+        "mode when it has no greedy entries).")] = None,
     json_output: Annotated[bool, typer.Option("--json", help="Print one JSON object.")] = False,
 ) -> None:
     """The theory report: Lemma 3.1, Theorem 3.2, the errata and exact speedups on a profile."""
