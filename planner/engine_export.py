@@ -46,10 +46,10 @@ from polyplan.planner.llama_cpp.policy import plan_policy
 from polyplan.planner.llama_cpp.ranking import LlamaCppPrices, RankedConfig, ReplayWorkload, choose_config
 from polyplan.planner.llama_cpp.server_loop import NO_SERVER_LOOP
 
-EXPORT_ENGINES = ("hf", "vllm", "llama.cpp")  # what `polyplan export --engine` exports a plan to
+_EXPORT_ENGINES = ("hf", "vllm", "llama.cpp")  # what `polyplan export --engine` exports a plan to
 FULL, ARGMAX = "full", "argmax"
-EXAMPLE_NEW_TOKENS = 128  # the whole-call example `polyplan export` prints (Spec-Bench's and bench peers' usual length)
-EXAMPLE_PROMPT_TOKENS = 128  # its prompt length when the plan records no context length
+_EXAMPLE_NEW_TOKENS = 128  # the whole-call example `polyplan export` prints (Spec-Bench's and bench peers' usual length)
+_EXAMPLE_PROMPT_TOKENS = 128  # its prompt length when the plan records no context length
 
 
 @dataclass(frozen=True)
@@ -119,11 +119,11 @@ class EngineExport:
     def whole_call_example(self) -> tuple[int, int, float] | None:
         """(prompt tokens, new tokens, predicted whole-call speedup) of one example `generate`
         call of the chosen option (HF only; None otherwise): the plan's context length as the
-        prompt, `EXAMPLE_NEW_TOKENS` new tokens."""
+        prompt, `_EXAMPLE_NEW_TOKENS` new tokens."""
         option = self.chosen
         if option is None or option.call is None or self.baseline_call is None:
             return None
-        calls = [CallCount(self.context_length or EXAMPLE_PROMPT_TOKENS, EXAMPLE_NEW_TOKENS)]
+        calls = [CallCount(self.context_length or _EXAMPLE_PROMPT_TOKENS, _EXAMPLE_NEW_TOKENS)]
         return calls[0].prompt_tokens, calls[0].new_tokens, whole_call_speedup(self.baseline_call, option.call, calls, calls)
 
     @property
@@ -136,8 +136,8 @@ class EngineExport:
 
 def check_engine(engine: str) -> str:
     """`engine` if polyplan knows it, else a `PolyplanError` naming the known ones."""
-    if engine not in EXPORT_ENGINES:
-        raise PolyplanError(f"--engine: unknown engine {engine!r} (choose one of {', '.join(EXPORT_ENGINES)})")
+    if engine not in _EXPORT_ENGINES:
+        raise PolyplanError(f"--engine: unknown engine {engine!r} (choose one of {', '.join(_EXPORT_ENGINES)})")
     return engine
 
 
@@ -145,7 +145,7 @@ def _is_gguf(candidate: Candidate) -> bool:
     return candidate.source is not None and (candidate.source_kind == "gguf" or candidate.source.lower().endswith(".gguf"))
 
 
-IN_PROCESS = "(in process: polyplan's copy)"  # the source of a derived drafter handed to HF as a live model
+_IN_PROCESS = "(in process: polyplan's copy)"  # the source of a derived drafter handed to HF as a live model
 
 
 def loadable(engine: str, candidate: Candidate, file: str | None = None,
@@ -161,7 +161,7 @@ def loadable(engine: str, candidate: Candidate, file: str | None = None,
     if isinstance(candidate.derive, RULE_DRAFTERS):
         return "ngram", "", None
     if in_process and engine == "hf" and isinstance(candidate.derive, (Quantize, EarlyExit)):
-        return "draft_model", IN_PROCESS, None
+        return "draft_model", _IN_PROCESS, None
     if engine == "llama.cpp" and candidate.engine == "llama.cpp" and isinstance(candidate.derive, (Quantize, EarlyExit)):
         if file is None:
             what = candidate.derive.kind if isinstance(candidate.derive, Quantize) else f"{candidate.derive.layers}-block"
@@ -313,7 +313,7 @@ def export_plan(
         options.append(EngineOption(pair.drafter, method, rule, alpha, k, prediction, source, None, sizes, call, model))
     ranked = sorted((o for o in options if o.reason is None), key=lambda o: -o.speedup)
     others = [o for o in options if o.reason is not None]
-    typeable = [o for o in ranked if o.source != IN_PROCESS]  # what a user can hand the engine
+    typeable = [o for o in ranked if o.source != _IN_PROCESS]  # what a user can hand the engine
     unexported = ""
     if not typeable:
         unexported = "; ".join(f"{o.drafter}: {o.reason}" for o in others) or f"the profile has no drafter for {plan.target!r}"

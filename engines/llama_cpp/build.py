@@ -25,7 +25,7 @@ BINDINGS_VERSION = "0.3.36"  # llama-cpp-python; keep equal to pyproject's `llam
 TOOLS = ("llama-server", "llama-bench")
 BUILD_COMMAND = "polyplan engines build llama.cpp"
 # No network at build time: no prebuilt web UI download, no HTTPS client, no tests or examples.
-CMAKE_OPTIONS = (
+_CMAKE_OPTIONS = (
     "-DCMAKE_BUILD_TYPE=Release", "-DGGML_NATIVE=ON", "-DLLAMA_USE_PREBUILT_UI=OFF", "-DLLAMA_BUILD_UI=OFF",
     "-DLLAMA_OPENSSL=OFF", "-DLLAMA_BUILD_TESTS=OFF", "-DLLAMA_BUILD_EXAMPLES=OFF", "-DLLAMA_BUILD_SERVER=ON",
     "-DLLAMA_BUILD_TOOLS=ON", "-DBUILD_SHARED_LIBS=OFF",
@@ -106,7 +106,7 @@ def build(*, jobs: int | None = None, cache_dir: str | os.PathLike[str] | None =
         jobs = jobs or os.cpu_count() or 1
         log(f"building {', '.join(TOOLS)} from llama-cpp-python {BINDINGS_VERSION}'s llama.cpp (log: {log_file})")
         with open(log_file, "w", encoding="utf-8") as stream:
-            _run(["cmake", "-S", str(source), "-B", str(out), "-G", "Ninja", *CMAKE_OPTIONS], stream, log_file)
+            _run(["cmake", "-S", str(source), "-B", str(out), "-G", "Ninja", *_CMAKE_OPTIONS], stream, log_file)
             _run(["cmake", "--build", str(out), "-j", str(jobs), "--target", *TOOLS], stream, log_file)
         staged = work / "bin"
         staged.mkdir()

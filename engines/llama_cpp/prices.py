@@ -43,19 +43,19 @@ from polyplan.planner.llama_cpp.ranking import LlamaCppPrices, llama_cpp_spec_fl
 
 VERSION = 4  # of the cache's keys: raised whenever what is measured, or how, changes
 PRICE_KS = (1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 48, 64)  # measured widths (ngram-mod drafts up to 64); the curve extends the last slope
-DRAFTER_KS = (1, 2, 4, 8)  # a draft model decodes one token a round step, and its accepted tokens in one batch
+_DRAFTER_KS = (1, 2, 4, 8)  # a draft model decodes one token a round step, and its accepted tokens in one batch
 REEVAL_KS = tuple(range(1, 17))  # the server's second decode of a verified batch on the draft model (last row only)
 CONTEXT = 128  # cached tokens before each timed pass (the profile's shorter context)
 REPEATS = 5
-STREAM_TOKENS = 128  # new tokens per stream when the profile does not say (the profile's default)
-CALIBRATION_PROMPTS = 3
-CALIBRATION_LENGTHS = (8, 24)  # n_predict of the calibration requests
-CALIBRATION_NGRAM = (2, 8)  # ngram-simple size-n / size-m: drafts often, so its rounds vary
-CALIBRATION_K = (1, 3, 6)  # draft-simple K of the fixed-K draft-model servers: one pass (width 2), a few, many
-CALIBRATION_STOP = 0.999  # p-min of a draft-simple server at n-max 1: most rounds stop before drafting
-CALIBRATION_REPEATS = 2
-SERVER_CONTEXT = 1024
-STOPPED = -1  # `_fit_kind`'s K of a draft model at n-max 1 behind a confidence stop
+_STREAM_TOKENS = 128  # new tokens per stream when the profile does not say (the profile's default)
+_CALIBRATION_PROMPTS = 3
+_CALIBRATION_LENGTHS = (8, 24)  # n_predict of the calibration requests
+_CALIBRATION_NGRAM = (2, 8)  # ngram-simple size-n / size-m: drafts often, so its rounds vary
+_CALIBRATION_K = (1, 3, 6)  # draft-simple K of the fixed-K draft-model servers: one pass (width 2), a few, many
+_CALIBRATION_STOP = 0.999  # p-min of a draft-simple server at n-max 1: most rounds stop before drafting
+_CALIBRATION_REPEATS = 2
+_SERVER_CONTEXT = 1024
+_STOPPED = -1  # `_fit_kind`'s K of a draft model at n-max 1 behind a confidence stop
 
 
 @dataclasses.dataclass(frozen=True)
@@ -110,7 +110,7 @@ def prices_for(source: PriceSource, profile: Profile, plan_target: str, *, reuse
         if name in reuse:
             drafters[name] = profile.model(name)
             continue
-        drafters[name] = _latency_entry(latency, path, file_fingerprint(path), source.threads, DRAFTER_KS, log)
+        drafters[name] = _latency_entry(latency, path, file_fingerprint(path), source.threads, _DRAFTER_KS, log)
     measured = sorted(name for name in drafters if name not in reuse)
     if measured:
         notes.append(f"draft models' T_d(k) measured through the bindings at {source.threads} thread(s): {', '.join(measured)}")
@@ -135,12 +135,12 @@ def prices_for(source: PriceSource, profile: Profile, plan_target: str, *, reuse
         drafter_files = {name: str(path) for name, path in list(source.drafters.items())[:1]}  # the first draft model
         key = _key("server", fingerprint, target.latency_fingerprint, source.threads, build.version, source.server_flags,
                    {name: file_fingerprint(path) for name, path in drafter_files.items()},
-                   fingerprint_tokens([s.ids[:s.prompt_tokens] for s in streams[:CALIBRATION_PROMPTS]]),
-                   CALIBRATION_LENGTHS, CALIBRATION_NGRAM, CALIBRATION_K, CALIBRATION_STOP, CALIBRATION_REPEATS,
-                   SERVER_CONTEXT)
+                   fingerprint_tokens([s.ids[:s.prompt_tokens] for s in streams[:_CALIBRATION_PROMPTS]]),
+                   _CALIBRATION_LENGTHS, _CALIBRATION_NGRAM, _CALIBRATION_K, _CALIBRATION_STOP, _CALIBRATION_REPEATS,
+                   _SERVER_CONTEXT)
         draft_step = next((curve_from_profile(reevaluations[name]) for name in drafter_files), None)
         requests = _cached(key, tuple[ServerRequest, ...], lambda: tuple(calibrate(
-            build, source.target, streams[:CALIBRATION_PROMPTS], source.threads, drafter_files, source.server_flags, log)))
+            build, source.target, streams[:_CALIBRATION_PROMPTS], source.threads, drafter_files, source.server_flags, log)))
         loop = fit_server_loop(requests, step, draft_step)
         pace = calibrated_step(requests)
         notes.append(f"llama-server's own loop, calibrated on {where}: {loop.text()}")
@@ -183,7 +183,7 @@ def export_prices(plan, profile: Profile, candidates, files: Mapping[str, str], 
     runs = profile.acceptance_runs.get("greedy")
     streams = () if runs is None else runs.streams
     prompts = tuple(tuple(stream.ids[:stream.prompt_tokens]) for stream in streams)
-    new_tokens = (runs.new_tokens if runs is not None and runs.new_tokens else None) or STREAM_TOKENS
+    new_tokens = (runs.new_tokens if runs is not None and runs.new_tokens else None) or _STREAM_TOKENS
     names = set(profile.model_names())
     drafters, reuse = {}, {}
     for candidate in candidates.candidates:
@@ -277,9 +277,9 @@ def calibrate_server(build, target: Path, streams: Sequence[TargetStream], threa
                      server_flags: Sequence[str], log: Callable[[str], None] = lambda line: None,
                      server_factory=None) -> list[ServerRequest]:
     """A few short greedy requests against the pinned llama-server on `target` (the prompts of
-    `streams`): the target alone, ngram-simple (`CALIBRATION_NGRAM`), the first draft model at
-    each K of `CALIBRATION_K` and at one token a round behind a confidence stop
-    (`CALIBRATION_STOP`: its rounds mostly draft nothing). Every server is started first and the
+    `streams`): the target alone, ngram-simple (`_CALIBRATION_NGRAM`), the first draft model at
+    each K of `_CALIBRATION_K` and at one token a round behind a confidence stop
+    (`_CALIBRATION_STOP`: its rounds mostly draft nothing). Every server is started first and the
     requests sent to them in rotated order, so that a load that comes and goes falls on every
     configuration alike; each request as the server ran it (`ServerRequest`).
     `server_factory(args, log_path)` replaces `engines.llama_cpp.server.LlamaServer` (tests)."""
@@ -288,29 +288,29 @@ def calibrate_server(build, target: Path, streams: Sequence[TargetStream], threa
     from polyplan.engines.llama_cpp.server import LlamaServer
 
     logs = cache_root() / "engines" / "logs" / ("calibration-" + time.strftime("%Y%m%d-%H%M%S"))
-    common = ("-t", str(threads), "-tb", str(threads), "-c", str(SERVER_CONTEXT), "-np", "1", "--no-webui", *server_flags)
+    common = ("-t", str(threads), "-tb", str(threads), "-c", str(_SERVER_CONTEXT), "-np", "1", "--no-webui", *server_flags)
     if server_factory is None:
         def server_factory(args, log_path):
             return LlamaServer(build.server, target, args, log_path, trace=True)
-    size_n, size_m = CALIBRATION_NGRAM
+    size_n, size_m = _CALIBRATION_NGRAM
     configs = [(TARGET_ALONE, (), None), (NGRAM, tuple(llama_cpp_spec_flags("ngram", size_m, ngram_sizes=(size_n, size_n))), None)]
     for path in list(drafters.values())[:1]:
-        for k in CALIBRATION_K:  # rendered as an export renders them, so `_fit_kind` reads both alike
+        for k in _CALIBRATION_K:  # rendered as an export renders them, so `_fit_kind` reads both alike
             configs.append((DRAFT_MODEL, tuple(llama_cpp_spec_flags("draft_model", k, path)), k))
-        configs.append((DRAFT_MODEL, tuple(llama_cpp_spec_flags("draft_model", 1, path, p_min=CALIBRATION_STOP)), 1))
+        configs.append((DRAFT_MODEL, tuple(llama_cpp_spec_flags("draft_model", 1, path, p_min=_CALIBRATION_STOP)), 1))
     prompts = [list(stream.ids[:stream.prompt_tokens]) for stream in streams]
     requests = []
-    log(f"calibrating llama-server's own loop: {len(configs)} servers x {len(prompts)} prompts x {len(CALIBRATION_LENGTHS)} "
-        f"lengths x {CALIBRATION_REPEATS} repeats, interleaved (once; cached)")
+    log(f"calibrating llama-server's own loop: {len(configs)} servers x {len(prompts)} prompts x {len(_CALIBRATION_LENGTHS)} "
+        f"lengths x {_CALIBRATION_REPEATS} repeats, interleaved (once; cached)")
     with contextlib.ExitStack() as stack:
         servers = [stack.enter_context(server_factory((*common, *flags), logs / f"server-{number}.log"))
                    for number, (_, flags, _) in enumerate(configs)]
         for server in servers:
-            server.complete(prompts[0], CALIBRATION_LENGTHS[0])  # untimed: the first request pays allocations
+            server.complete(prompts[0], _CALIBRATION_LENGTHS[0])  # untimed: the first request pays allocations
         turn = 0
-        for _ in range(CALIBRATION_REPEATS):
+        for _ in range(_CALIBRATION_REPEATS):
             for prompt in prompts:
-                for length in CALIBRATION_LENGTHS:
+                for length in _CALIBRATION_LENGTHS:
                     order = list(range(len(configs)))
                     turn += 1
                     for number in order[turn % len(order):] + order[:turn % len(order)]:  # rotated: load drifts fall on all
@@ -332,15 +332,15 @@ def server_request(args: Sequence[str], prompt: Sequence[int], done) -> ServerRe
     drafted = _rounds(kind, prompt, done, k, sizes)
     if drafted is None:
         return None
-    passes = (1,) * len(drafted) if kind == DRAFT_MODEL and k == STOPPED else None
+    passes = (1,) * len(drafted) if kind == DRAFT_MODEL and k == _STOPPED else None
     return ServerRequest(kind, drafted, done.predicted_ms / 1000.0, len(prompt), passes)
 
 
 def _fit_kind(args: tuple[str, ...]) -> tuple[str | None, int | None, tuple[int, int] | None]:
-    """(kind, K of a fixed-K draft model or `STOPPED`, ngram-simple's sizes) of a server's flags;
+    """(kind, K of a fixed-K draft model or `_STOPPED`, ngram-simple's sizes) of a server's flags;
     kind None: not one the fit can read (a stateful n-gram type, a draft whose length varies). A
     draft model is read at a fixed K only where n-max K, n-min 0 and p-min 0 are all given (with
-    n-min > 0 the server discards drafts the trace does not count), and as `STOPPED` at n-max 1,
+    n-min > 0 the server discards drafts the trace does not count), and as `_STOPPED` at n-max 1,
     n-min 0 and a p-min above 0 (each round one pass, drafting its token or stopping)."""
     from polyplan.planner.llama_cpp.policy import draft_simple_flags
 
@@ -354,14 +354,14 @@ def _fit_kind(args: tuple[str, ...]) -> tuple[str | None, int | None, tuple[int,
     if draft is not None and explicit and draft.n_min == 0 and draft.p_min == 0.0:
         return DRAFT_MODEL, draft.n_max, None
     if draft is not None and explicit and draft.n_max == 1 and draft.n_min == 0 and draft.p_min > 0.0:
-        return DRAFT_MODEL, STOPPED, None
+        return DRAFT_MODEL, _STOPPED, None
     return None, None, None
 
 
 def _rounds(kind: str, prompt: Sequence[int], done, k: int | None, sizes: tuple[int, int] | None = None) -> tuple[int, ...] | None:
     """The tokens each round of a finished request drafted (None: not known, left out): none
     for the target alone; ngram-simple's (at `sizes`) replayed on the server's own output (None
-    when the replay's totals are not the server's); `STOPPED`: one token in as many rounds as it
+    when the replay's totals are not the server's); `_STOPPED`: one token in as many rounds as it
     drafted, none in the rest (the fit reads only totals); a draft model at fixed K: its traced
     rounds as logged (`engines.llama_cpp.server.round_widths`), else K a round while its drafted
     tokens last (every round emits its accepted tokens and one more)."""
@@ -373,11 +373,11 @@ def _rounds(kind: str, prompt: Sequence[int], done, k: int | None, sizes: tuple[
     rounds = generated - 1 - done.draft_accepted
     if kind == NGRAM:
         stream = TargetStream(len(prompt), tuple(prompt) + tuple(done.token_ids))
-        replayed = replay_request(NGramSimpleRule(*(sizes or CALIBRATION_NGRAM)), stream, generated)
+        replayed = replay_request(NGramSimpleRule(*(sizes or _CALIBRATION_NGRAM)), stream, generated)
         if (sum(r.drafted for r in replayed), sum(r.accepted for r in replayed)) != (done.draft_n, done.draft_accepted):
             return None
         return tuple(r.drafted for r in replayed)
-    if k == STOPPED:
+    if k == _STOPPED:
         return (1,) * done.draft_n + (0,) * (rounds - done.draft_n) if 0 <= done.draft_n <= rounds else None
     if done.rounds is not None:
         return round_widths(done.rounds, generated, done.draft_accepted)

@@ -24,11 +24,11 @@ from typing import Sequence
 
 from polyplan.formats.errors import PolyplanError
 
-HOST = "127.0.0.1"
-START_TIMEOUT_S = 120.0
-REQUEST_TIMEOUT_S = 600.0
+_HOST = "127.0.0.1"
+_START_TIMEOUT_S = 120.0
+_REQUEST_TIMEOUT_S = 600.0
 TRACE_WAIT_S = 2.0  # the server's log is written by a thread of its own: the last round's line may follow the answer
-ROUND_LINE = re.compile(r"accepted\s+(\d+)/\s*(\d+) draft tokens")
+_ROUND_LINE = re.compile(r"accepted\s+(\d+)/\s*(\d+) draft tokens")
 
 
 @dataclass(frozen=True)
@@ -64,7 +64,7 @@ class Completion:
 def free_port() -> int:
     """A loopback port nobody listens on right now."""
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
-        probe.bind((HOST, 0))
+        probe.bind((_HOST, 0))
         return probe.getsockname()[1]
 
 
@@ -82,7 +82,7 @@ class LlamaServer:
     """
 
     def __init__(self, binary: Path, model: Path, args: Sequence[str], log_path: Path, *, port: int | None = None,
-                 start_timeout_s: float = START_TIMEOUT_S, trace: bool = False) -> None:
+                 start_timeout_s: float = _START_TIMEOUT_S, trace: bool = False) -> None:
         self.binary, self.model, self.args = Path(binary), Path(model), tuple(args)
         self.log_path = Path(log_path)
         self.port = port
@@ -92,13 +92,13 @@ class LlamaServer:
 
     @property
     def url(self) -> str:
-        return f"http://{HOST}:{self.port}"
+        return f"http://{_HOST}:{self.port}"
 
     def __enter__(self) -> "LlamaServer":
         if self.port is None or not _port_is_free(self.port):
             self.port = free_port()
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
-        command = [str(self.binary), "-m", str(self.model), "--host", HOST, "--port", str(self.port), *self.args]
+        command = [str(self.binary), "-m", str(self.model), "--host", _HOST, "--port", str(self.port), *self.args]
         with open(self.log_path, "w", encoding="utf-8") as log:
             log.write("$ " + " ".join(command) + "\n")
         log = open(self.log_path, "a", encoding="utf-8")
@@ -156,7 +156,7 @@ class LlamaServer:
         logged = self.log_path.stat().st_size if self.trace else 0
         start = time.perf_counter()
         try:
-            with urllib.request.urlopen(request, timeout=REQUEST_TIMEOUT_S) as answer:
+            with urllib.request.urlopen(request, timeout=_REQUEST_TIMEOUT_S) as answer:
                 payload = json.loads(answer.read())
         except urllib.error.HTTPError as error:
             detail = error.read().decode("utf-8", "replace")[:200]
@@ -175,7 +175,7 @@ class LlamaServer:
             with open(self.log_path, "rb") as log:
                 log.seek(offset)
                 text = log.read().decode("utf-8", "replace")
-            rounds = tuple((int(m), int(a)) for a, m in ROUND_LINE.findall(text))
+            rounds = tuple((int(m), int(a)) for a, m in _ROUND_LINE.findall(text))
             if (sum(m for m, _ in rounds), sum(a for _, a in rounds)) == (done.draft_n, done.draft_accepted):
                 return dataclasses.replace(done, rounds=rounds)
             if time.monotonic() > deadline:
@@ -212,7 +212,7 @@ def parse_completion(payload: dict, wall_s: float) -> Completion:
 def _port_is_free(port: int) -> bool:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
         try:
-            probe.bind((HOST, port))
+            probe.bind((_HOST, port))
         except OSError:
             return False
         return True

@@ -31,9 +31,9 @@ from polyplan.formats.profile import TargetStream
 from polyplan.planner.exact.ngram_replay import LLAMA_CPP_DEFAULT_SIZES, ReplayRound, ngram_simple_draft
 
 LLAMA_CPP_VERSION = "llama-cpp-python 0.3.36"  # the vendored llama.cpp every rule below is ported from
-NGRAM_MOD_DEFAULTS = (24, 48, 64)  # (n_match, n_min, n_max): common_params_speculative_ngram_mod, and --spec-default
-SPEC_DEFAULT_FLAGS = ("--spec-type", "ngram-mod")  # what `--spec-default` sets: ngram-mod at NGRAM_MOD_DEFAULTS (common/arg.cpp)
-NGRAM_MAP_DEFAULTS = (12, 48, 1)  # (size_n, size_m, min_hits): common_params_speculative_ngram_map
+_NGRAM_MOD_DEFAULTS = (24, 48, 64)  # (n_match, n_min, n_max): common_params_speculative_ngram_mod, and --spec-default
+SPEC_DEFAULT_FLAGS = ("--spec-type", "ngram-mod")  # what `--spec-default` sets: ngram-mod at _NGRAM_MOD_DEFAULTS (common/arg.cpp)
+_NGRAM_MAP_DEFAULTS = (12, 48, 1)  # (size_n, size_m, min_hits): common_params_speculative_ngram_map
 _MASK64 = (1 << 64) - 1
 _MASK32 = (1 << 32) - 1
 
@@ -83,8 +83,8 @@ class NGramModRule:
     SIZE = 4 * 1024 * 1024
     MULTIPLIER = 6364136223846793005
 
-    def __init__(self, n_match: int = NGRAM_MOD_DEFAULTS[0], n_min: int = NGRAM_MOD_DEFAULTS[1],
-                 n_max: int = NGRAM_MOD_DEFAULTS[2]) -> None:
+    def __init__(self, n_match: int = _NGRAM_MOD_DEFAULTS[0], n_min: int = _NGRAM_MOD_DEFAULTS[1],
+                 n_max: int = _NGRAM_MOD_DEFAULTS[2]) -> None:
         if n_match < 1 or n_max < 1:
             raise PolyplanError(f"ngram-mod: n_match and n_max must be >= 1, got {n_match}, {n_max}")
         self.n, self.n_min, self.n_max = n_match, n_min, n_max
@@ -182,8 +182,8 @@ class NGramMapRule:
     MAX_VALUES = 4
     MAX_COUNT = 16380
 
-    def __init__(self, size_n: int = NGRAM_MAP_DEFAULTS[0], size_m: int = NGRAM_MAP_DEFAULTS[1],
-                 min_hits: int = NGRAM_MAP_DEFAULTS[2], key_only: bool = True) -> None:
+    def __init__(self, size_n: int = _NGRAM_MAP_DEFAULTS[0], size_m: int = _NGRAM_MAP_DEFAULTS[1],
+                 min_hits: int = _NGRAM_MAP_DEFAULTS[2], key_only: bool = True) -> None:
         if size_n < 1 or size_m < 1:
             raise PolyplanError(f"ngram-map: size_n and size_m must be >= 1, got {size_n}, {size_m}")
         self.n, self.m, self.min_hits, self.key_only = size_n, size_m, min_hits, key_only

@@ -95,7 +95,7 @@ def policy_rounds(profile: Profile, target: str, drafter: str, p_min: float) -> 
     return lambda k: model_rounds(sequences, k, policy, confidences)
 
 
-DRAFT_SIMPLE_DEFAULTS = (3, 0, 0.0)  # --spec-draft-n-max, -n-min, -p-min where not given (the pinned build's --help)
+_DRAFT_SIMPLE_DEFAULTS = (3, 0, 0.0)  # --spec-draft-n-max, -n-min, -p-min where not given (the pinned build's --help)
 
 
 @dataclass(frozen=True)
@@ -131,9 +131,9 @@ def draft_simple_flags(flags) -> DraftSimpleFlags | None:
     if "-md" not in options or not options.keys() <= {"-md", "--spec-draft-n-max", "--spec-draft-n-min", "--spec-draft-p-min"}:
         return None
     try:
-        n_max = int(options.get("--spec-draft-n-max", DRAFT_SIMPLE_DEFAULTS[0]))
-        n_min = int(options.get("--spec-draft-n-min", DRAFT_SIMPLE_DEFAULTS[1]))
-        p_min = float(options.get("--spec-draft-p-min", DRAFT_SIMPLE_DEFAULTS[2]))
+        n_max = int(options.get("--spec-draft-n-max", _DRAFT_SIMPLE_DEFAULTS[0]))
+        n_min = int(options.get("--spec-draft-n-min", _DRAFT_SIMPLE_DEFAULTS[1]))
+        p_min = float(options.get("--spec-draft-p-min", _DRAFT_SIMPLE_DEFAULTS[2]))
     except ValueError:
         return None
     return DraftSimpleFlags(options["-md"], n_max, n_min, p_min)
