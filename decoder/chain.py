@@ -12,26 +12,13 @@ This is the recursion of docs/design.md ("The decoder: staged verification for a
 - The top level runs the same rounds with M_1 until `max_new_tokens` or EOS.
 
 State is one token buffer shared by all levels: level i's working sequence is always a
-prefix of level i+1's, so a level only tracks where its sequence ends. Each member's cache
-holds a prefix of that sequence; the tokens it has not seen yet ("pending") are fed with its
-next forward pass.
-
-The last member's draft length per round is its level's block size K_{n-1}, unless a
-`formats.plan.DraftPolicy` says otherwise: an adaptive cap (starting at K_{n-1}, moved after
-each verification of the last level by what it accepted) and/or a confidence stop p_min (a
-model drafter stops before a token whose top probability is below p_min; `_confident_draft`).
-Both read only the drafter's own context and the rounds already verified, so every verified
-token is still an exact sample of its verifier (the tests check it as for fixed blocks).
-
-Greedy sampling needs only each row's argmax, at every level (`_Run._argmax`): a member that
-offers `forward_argmax` (`member.ArgmaxForward`: llama.cpp's, whose logits live in its own
-buffer) takes it where its rows are, and no (k, V) logits are copied or scanned in torch;
-other members' rows are reduced by `sampling.argmax_ids`. Sampling at a temperature takes the
-rows (`_Run._logits`).
-
-Device synchronisation: drafting by the last member never leaves the device; each
-verification moves its (m+1) emitted candidates and m accept flags to the host in one
-transfer (the number accepted decides the control flow).
+prefix of level i+1's, so a level only tracks where its sequence ends; each member's cache
+holds a prefix of it and is fed the tokens it has not seen ("pending") with its next pass.
+A `formats.plan.DraftPolicy` may move the last member's draft length (an adaptive cap, a
+confidence stop p_min); both read only the drafter's context and the rounds already verified,
+so every verified token is still an exact sample of its verifier. Greedy sampling needs only
+each row's argmax (`_Run._argmax`), which an `ArgmaxForward` member takes where its rows are.
+Each verification moves its candidates and accept flags to the host in one transfer.
 """
 
 from __future__ import annotations
@@ -65,35 +52,26 @@ def generate(
     """Generate with the chain M_1 (target, `chain[0]`) … M_n (cheapest, `chain[-1]`).
 
     Args:
-        chain: n >= 1 members sharing one vocabulary (the one loader checks it when it
-            loads them: `models.loader`; `decoder.compatibility.incompatibility` says why two
-            members cannot). n = 1 is plain autoregressive decoding, n = 2 classic
-            speculative decoding, n >= 3 staged verification.
+        chain: n >= 1 members sharing one vocabulary (checked where they are loaded,
+            `decoder.compatibility`): n = 1 is plain decoding, n = 2 classic speculative
+            decoding, n >= 3 staged verification.
         prompt_ids: The prompt, 1-D (or 2-D with one row); batches are not supported.
         max_new_tokens: Exactly this many tokens are returned unless EOS comes first.
         block_sizes: K_1 … K_{n-1}: level i asks the sub-chain below for K_i tokens per round.
         sampling: Temperature (0 = greedy), top-k and top-p, applied at every level.
-        generator: Every random draw comes from it (put it on the members' device); the
-            same seed gives the same tokens.
-        eos_token_id: Stop after emitting this token (or any of these); None never stops early.
-            Pass `member.stop_token_ids(chain[0])` to stop at every EOS id of the target.
-        verify_widths: Per verifying level (n − 1 of them, or none: never pad), the width
-            its verification passes run at (`formats.plan`, a plan's record): a pass
-            over k tokens is padded with copies of its last token up to `width(k)`, their
-            logits ignored and the caches cropped back. Attention is causal, so the real
-            positions' distributions, and the output, do not change; only the time does.
-        on_tokens: Called with the new tokens of the output as each is committed (accepted,
-            recovered or bonus tokens of a top-level round, in order); their concatenation is
-            `token_ids`. For streaming; None costs nothing.
-        draft_policy: How the last member chooses its draft lengths (`formats.plan.DraftPolicy`:
-            an adaptive cap starting at K_{n-1}, a confidence stop p_min for a model drafter);
+        generator: Every random draw comes from it (on the members' device): one seed, one output.
+        eos_token_id: Stop after emitting this token (or any of these, e.g.
+            `member.stop_token_ids(chain[0])`); None never stops early.
+        verify_widths: Per verifying level (n − 1 of them, or none: never pad), the width its
+            passes run at (`formats.plan.VerifyWidths`): a pass over k tokens is padded with
+            copies of its last token up to `width(k)`; attention is causal, so only the time changes.
+        on_tokens: Called with the output's new tokens as they are committed, in order (for
+            streaming); their concatenation is `token_ids`.
+        draft_policy: How the last member chooses its draft lengths (`formats.plan.DraftPolicy`);
             None: a fixed K_{n-1}.
 
-    Returns:
-        The new tokens and per-level statistics.
-
-    Raises:
-        PolyplanError: naming the argument or member at fault.
+    Returns the new tokens and per-level statistics; raises PolyplanError naming the argument or
+    member at fault.
     """
     members = list(chain)
     prompt = _check_prompt(prompt_ids)
@@ -192,14 +170,9 @@ class _Run:
 
     def _pass(self, i: int, end: int, keep_last: int, pad: bool, call: Callable[..., torch.Tensor]) -> torch.Tensor:
         """Feed member i its pending tokens buf[cache_length:end] through `call` (its `forward` or
-        `forward_argmax`); what that returns for the last `keep_last` positions.
-
-        `pad`: run the pass at the width `self.widths[i]` gives for its token count, padded
-        with copies of the last token whose outputs are dropped (the cache then holds them
-        too; the caller crops it back to the committed prefix).
-        On an asynchronous device the time measured here is mostly launch time; the
-        per-verification transfer in `_rounds` is where the device catches up.
-        """
+        `forward_argmax`); what that returns for the last `keep_last` positions. `pad`: run at
+        the width `self.widths[i]` gives, the padding's outputs dropped (the caller crops the
+        cache back). On an asynchronous device the time measured here is mostly launch time."""
         context = self.members[i].cache_length
         ids = self.buf[context:end]  # (k,)
         extra = self.widths[i].width(len(ids)) - len(ids) if pad and self.widths else 0
@@ -217,9 +190,8 @@ class _Run:
         return self._pass(i, end, keep_last, pad, self.members[i].forward)[:, : self.vocab]
 
     def _argmax(self, i: int, end: int, keep_last: int, pad: bool = False) -> torch.Tensor:
-        """Greedy: member i's argmax at its last `keep_last` positions `(keep_last,)` (see `_pass`).
-        A member with `forward_argmax` takes it inside its pass, and no rows leave it; for any
-        other the argmax of its logits is taken here, outside its timed pass."""
+        """Greedy: member i's argmax at its last `keep_last` positions `(keep_last,)` (see `_pass`),
+        inside the pass of a member with `forward_argmax`, else here, outside the timed pass."""
         if self.own_argmax[i]:
             return self._pass(i, end, keep_last, pad, self.members[i].forward_argmax)
         return argmax_ids(self._logits(i, end, keep_last, pad))
@@ -254,10 +226,8 @@ class _Run:
 
     def _confident_draft(self, i: int, start: int, want: int, p_min: float) -> tuple[int, torch.Tensor | None]:
         """The last member drafts up to `want` tokens at buf[start:], stopping before the first
-        whose top probability is below `p_min` (that pass ran, its token is not drafted), as
-        llama.cpp's `common_speculative_impl_draft_simple::draft`; returns the count and the q rows (greedy:
-        None; at a temperature `(count, V)`, possibly empty). The top probability is the softmax
-        of the logits at temperature 1 when greedy, else the sampling distribution's top."""
+        whose top probability is below `p_min`, as llama.cpp's draft-simple does; returns the count
+        and the q rows (greedy: None, its top probability the softmax at temperature 1)."""
         rows = []
         pos = start
         for _ in range(want):
@@ -377,8 +347,7 @@ def _check_prompt(prompt_ids: Sequence[int] | torch.Tensor) -> list[int]:
 
 
 def _check_chain(members: list[ChainMember]) -> int:
-    """The chain's vocabulary size: the target's. That the members share it is checked once,
-    where they are loaded (`models.loader`, with `decoder.compatibility`), not on every call."""
+    """The chain's vocabulary size: the target's (the members' is checked where they are loaded)."""
     if not members:
         raise PolyplanError("chain: empty; give at least the target model")
     return members[0].valid_vocab_size
@@ -426,10 +395,8 @@ def _check_policy(policy: DraftPolicy | None, members: list[ChainMember], blocks
 
 def context_reserve(block_sizes: Sequence[int], verify_widths: Sequence[VerifyWidths] = (),
                     draft_policy: DraftPolicy | None = None) -> int:
-    """Context a chain needs beyond the committed prefix: the deepest draft lookahead (the last
-    level at its widest, `draft_policy`'s k_max for an adaptive cap) plus the widest padding of
-    a verification pass (what `generate` checks against every member's context; callers that
-    fit prompts reserve the same)."""
+    """Context a chain needs beyond the committed prefix: the deepest draft lookahead (an adaptive
+    cap at its widest) plus the widest padding of a verification pass."""
     blocks = tuple(block_sizes)
     if blocks and draft_policy is not None:
         blocks = blocks[:-1] + (max(blocks[-1], draft_policy.widest(blocks[-1])),)
@@ -437,11 +404,9 @@ def context_reserve(block_sizes: Sequence[int], verify_widths: Sequence[VerifyWi
 
 
 def _lookahead(blocks: tuple[int, ...]) -> int:
-    """Most tokens a top-level round can hold beyond the committed prefix: B_2(K_1).
-
-    draft(n, K) returns K tokens; draft(i, K) at most K + B_{i+1}(K_i) (its last round
-    starts below K and adds up to B_{i+1}(K_i) + 1).
-    """
+    """Most tokens a top-level round can hold beyond the committed prefix: B_2(K_1), where
+    draft(n, K) returns K tokens and draft(i, K) at most K + B_{i+1}(K_i) (its last round
+    starts below K and adds up to B_{i+1}(K_i) + 1)."""
     if not blocks:
         return 0
     bound = blocks[-1]

@@ -12,35 +12,24 @@ from __future__ import annotations
 from polyplan.formats.errors import PolyplanError, first_line
 
 
-def has_chat_template(tokenizer) -> bool:
-    """True when the tokenizer carries a chat template."""
-    return bool(getattr(tokenizer, "chat_template", None))
-
-
-def render_chat(tokenizer, text: str, where: str = "prompt") -> str:
-    """`text` as one user turn with the generation prompt, rendered by the chat template.
+def encode_prompt(tokenizer, text: str, *, raw: bool = False, where: str = "prompt") -> list[int]:
+    """Token ids of `text`: through the chat template unless `raw` or the tokenizer has none.
 
     Raises:
         PolyplanError: naming `where`, when the template fails to render (a Jinja error, a
             template that raises, or one that does not return text).
     """
+    if raw or not getattr(tokenizer, "chat_template", None):
+        return [int(i) for i in tokenizer(text)["input_ids"]]
     try:
         rendered = tokenizer.apply_chat_template(
             [{"role": "user", "content": text}], add_generation_prompt=True, tokenize=False
         )
     except Exception as error:  # noqa: BLE001 - Jinja's TemplateError, raise_exception(), TypeError…
-        reason = first_line(error)
         raise PolyplanError(
-            f"{where}: the target's chat template failed to render ({reason}); pass --raw-prompts to send raw text"
+            f"{where}: the target's chat template failed to render ({first_line(error)}); "
+            "pass --raw-prompts to send raw text"
         ) from None
     if not isinstance(rendered, str):
         raise PolyplanError(f"{where}: the target's chat template did not render to text; pass --raw-prompts to send raw text")
-    return rendered
-
-
-def encode_prompt(tokenizer, text: str, *, raw: bool = False, where: str = "prompt") -> list[int]:
-    """Token ids of `text`: through the chat template unless `raw` or the tokenizer has none."""
-    if raw or not has_chat_template(tokenizer):
-        return [int(i) for i in tokenizer(text)["input_ids"]]
-    rendered = render_chat(tokenizer, text, where)
     return [int(i) for i in tokenizer(rendered, add_special_tokens=False)["input_ids"]]

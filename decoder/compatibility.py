@@ -1,14 +1,8 @@
-"""Whether a member can share a chain with the target: the one vocabulary check.
-
-The one loader (`models.loader`) runs it once on every candidate it loads, against the target,
-and prefixes a failure with the entry's label (the models.yaml entry, or the chain position of a
-model folder); `generate` and the profiling commands take the members it passed as they are.
-`profiler.run.profile_models`, the profiler's library entry, runs it on the models it is handed
-(they did not come through the loader).
-
-Two members share a vocabulary when their token-to-id maps are equal (members without a
-tokenizer, e.g. the n-gram drafter, adopt the chain's), their special tokens play the same
-roles, they have as many valid vocabulary entries, and the member returns a logit for every one.
+"""Whether a member can share a chain with the target: the one vocabulary check, run by the one
+loader (`models.loader`) on every candidate it loads and by `profiler.run.profile_models` on the
+models it is handed. Two members share a vocabulary when their token-to-id maps are equal
+(members without a tokenizer adopt the chain's), their special tokens play the same roles, they
+have as many valid entries, and the member returns a logit for every one.
 """
 
 from __future__ import annotations

@@ -25,10 +25,8 @@ class HFMember:
     Args:
         model: The model; it is put in eval mode.
         name: Shown in statistics and errors (default: the model's folder or class name).
-        tokenizer: Its tokenizer, if any: gives the token map the chain checks and the
-            number of real (unpadded) vocabulary entries.
-        eos_token_id: Overrides the end-of-sequence ids read from the model's generation config,
-            config and tokenizer (`eos_token_ids`; `eos_token_id` is the first of them).
+        tokenizer: Its tokenizer, if any: the token map and the number of real (unpadded) tokens.
+        eos_token_id: Overrides the end-of-sequence ids (`eos_token_ids`, `end_of_sequence_ids`).
         max_context: Overrides `max_position_embeddings`.
     """
 

@@ -32,13 +32,12 @@ from polyplan.formats.verbosity import other_output_shown
 
 INSTALL_HINT = "install llama.cpp's Python bindings with `pip install -e '.[llama]'` (builds llama-cpp-python from source, a few minutes)"
 DEFAULT_CONTEXT = 4096
-DEFAULT_BATCH = 512
+_DEFAULT_BATCH = 512
 
 
 def llama_cpp_module():
-    """The `llama_cpp` bindings, initialised and silenced (llama.cpp prints every tensor it loads
-    to stderr; unless `formats.verbosity` shows other output) once a process; or one line saying
-    how to install them."""
+    """The `llama_cpp` bindings, initialised once a process and silenced unless `formats.verbosity`
+    shows other output (llama.cpp logs every tensor it loads); or one line saying how to install them."""
     global _LOG_CALLBACK
     try:
         import llama_cpp
@@ -74,16 +73,13 @@ class LlamaCppMember:
     Args:
         path: The .gguf file.
         name: Shown in statistics and errors (default: the file's stem).
-        tokenizer: The HF tokenizer of the same file (prompts, chat template, the vocabulary
-            check); its token map is the member's.
-        eos_token_ids: The ids that end a generation (default: llama.cpp's end-of-generation
-            ids: EOS, EOT and every token the file marks as ending a generation).
+        tokenizer: The HF tokenizer of the same file; its token map is the member's.
+        eos_token_ids: The ids that end a generation (default: llama.cpp's end-of-generation ids).
         threads: llama.cpp's threads; None follows `torch.get_num_threads()` at every call, so
             polyplan's one `--threads` setting governs every member.
         context: The context length llama.cpp reserves (`max_context`).
         batch: The most tokens one `llama_decode` takes; longer inputs go in several.
-        subset: The file's head covers only these ids of the full vocabulary: inputs go in as
-            embeddings, logits come out over the full vocabulary (−inf outside the subset).
+        subset: The file's head covers only these ids (`decoder.llama_cpp_subset`).
     """
 
     def __init__(
@@ -95,7 +91,7 @@ class LlamaCppMember:
         eos_token_ids: tuple[int, ...] | None = None,
         threads: int | None = None,
         context: int = DEFAULT_CONTEXT,
-        batch: int = DEFAULT_BATCH,
+        batch: int = _DEFAULT_BATCH,
         subset: VocabSubset | None = None,
     ) -> None:
         llama_cpp = llama_cpp_module()
@@ -181,15 +177,13 @@ class LlamaCppMember:
 
     def forward_argmax_confidence(self, new_ids: torch.Tensor, keep_last: int | None = None) -> tuple[torch.Tensor, torch.Tensor]:
         """`forward_argmax` with each argmax's softmax probability at temperature 1
-        (`ConfidentArgmax`), both taken in numpy on the buffer's view (a log-sum-exp per row),
-        so a confidence stop copies no row either."""
+        (`ConfidentArgmax`), both taken in numpy on the buffer's view: no row is copied."""
         parts = self._decode_all(new_ids, keep_last, self._confident_argmax)
         return _joined([ids for ids, _ in parts]), _joined([top for _, top in parts])
 
     def _decode_all(self, new_ids: torch.Tensor, keep_last: int | None, read) -> list[torch.Tensor]:
-        """Decode `new_ids` in batches of at most `batch` tokens, asking for the last `keep_last`
-        rows (all when None); `read(rows)` turns each batch's rows, in llama.cpp's buffer, into
-        what is returned."""
+        """Decode `new_ids` in batches, asking for the last `keep_last` rows (all when None);
+        `read(rows)` turns each batch's rows, in llama.cpp's buffer, into what is returned."""
         k = int(new_ids.shape[0])
         rows = k if keep_last is None else min(keep_last, k)
         if self._length + k > self.max_context:
@@ -231,8 +225,8 @@ class LlamaCppMember:
         self._length += n
 
     def _view(self, rows: int) -> np.ndarray:
-        """The last decode's `rows` output rows where llama.cpp keeps them: a numpy view, shape
-        (rows, the file's head rows: vocab_size, or a subset model's N), valid until the next decode."""
+        """The last decode's `rows` output rows as a numpy view of llama.cpp's buffer, shape (rows,
+        the file's head rows), valid until the next decode."""
         pointer = self._lib.llama_get_logits(self._ctx)  # float[n_outputs * n_vocab], in batch order
         return np.ctypeslib.as_array(pointer, shape=(rows, self._head_rows))
 
@@ -278,8 +272,7 @@ class LlamaCppMember:
     token_map = HFMember.token_map
 
     def eval_time_ms(self) -> tuple[float, int]:
-        """llama.cpp's own timer: (milliseconds spent in decode calls, decode calls) since the
-        last `reset_eval_time`, for measuring what the bindings add per call."""
+        """llama.cpp's own timer since `reset_eval_time`: (milliseconds in decode calls, calls)."""
         data = self._lib.llama_perf_context(self._ctx)
         return data.t_eval_ms + data.t_p_eval_ms, data.n_eval + data.n_p_eval
 

@@ -13,8 +13,8 @@ import torch
 
 @runtime_checkable
 class ChainMember(Protocol):
-    """A model in a chain: the protocol every member implements (the implementations are the
-    decoder's other modules, `decoder.hf`, `decoder.ngram`, `decoder.ngram_simple`, `decoder.llama_cpp`).
+    """A model in a chain (implemented in `decoder.hf`, `decoder.ngram`, `decoder.ngram_simple`,
+    `decoder.llama_cpp`).
 
     Attributes:
         name: Shown in statistics and error messages.
@@ -37,13 +37,9 @@ class ChainMember(Protocol):
         ...
 
     def forward(self, new_ids: torch.Tensor, keep_last: int | None = None) -> torch.Tensor:
-        """Append `new_ids` (shape `(k,)`, int64, k >= 1) to the cache.
-
-        Returns float logits of shape `(k, vocab_size)`: row `j` is the next-token
-        distribution after `new_ids[j]`. With `keep_last = r` only the last `r` rows are
-        returned, shape `(r, vocab_size)`: the decoder never needs the logits of a prompt's
-        earlier positions, and a language-model head over a long prompt is not free.
-        """
+        """Append `new_ids` (`(k,)`, int64, k >= 1) to the cache; float logits `(k, vocab_size)`,
+        row `j` the next-token distribution after `new_ids[j]`. With `keep_last = r` only the last
+        `r` rows: the decoder never needs a prompt's earlier rows, and an LM head over them is not free."""
         ...
 
     def crop(self, length: int) -> None:
@@ -55,20 +51,17 @@ class ChainMember(Protocol):
         ...
 
     def token_map(self) -> dict[str, int] | None:
-        """The token-to-id map used to check that members share a vocabulary.
-
-        None for members that have no tokenizer of their own (they adopt the chain's).
-        """
+        """The token-to-id map the vocabulary check compares; None for members without a
+        tokenizer of their own (they adopt the chain's)."""
         ...
 
 
 @runtime_checkable
 class BlockDrafter(Protocol):
-    """A drafter that proposes a whole block in one call and may propose fewer tokens than
-    asked, or none (`NGramSimpleMember`). At the bottom of a chain the decoder calls
-    `draft_block` instead of stepping `forward` K times; its proposals are one-hot (p(x) = 1).
-    The length must depend on the context alone, never on the verifier: then every verified
-    token is still an exact sample (the test for each is the same, however many there are)."""
+    """A drafter that proposes a whole block in one call, possibly shorter or empty
+    (`NGramSimpleMember`); at the bottom of a chain `draft_block` replaces K `forward` steps, its
+    proposals one-hot (p(x) = 1). The length must depend on the context alone, never on the
+    verifier: then every verified token is still an exact sample."""
 
     def draft_block(self, new_ids: torch.Tensor, limit: int) -> list[int]:
         """Append `new_ids` (`(k,)`, int64, k >= 0: the tokens committed since the last call)
@@ -79,11 +72,9 @@ class BlockDrafter(Protocol):
 
 @runtime_checkable
 class ArgmaxForward(Protocol):
-    """A member that can return just the argmax of its logits rows (`LlamaCppMember`). Under
-    greedy sampling the decoder needs nothing else from a pass, at any level: drafting takes the
-    drafter's argmax, verification compares the verifier's argmax with the drafts. A member whose
-    rows live outside torch (llama.cpp's buffer) then takes the argmax where they are instead
-    of copying (k, V) floats out per pass."""
+    """A member that can return just the argmax of its logits rows (`LlamaCppMember`): all that
+    greedy sampling needs from a pass, at any level, so a member whose rows live outside torch
+    takes it where they are instead of copying (k, V) floats out per pass."""
 
     def forward_argmax(self, new_ids: torch.Tensor, keep_last: int | None = None) -> torch.Tensor:
         """`forward(new_ids, keep_last)` reduced to the argmax of each returned row: int64 ids of
@@ -95,10 +86,9 @@ class ArgmaxForward(Protocol):
 
 @runtime_checkable
 class ConfidentArgmax(Protocol):
-    """A member that can return each row's argmax together with its probability (`LlamaCppMember`),
-    still without copying rows out of its own buffer: what a confidence stop
-    (`formats.plan.DraftPolicy.p_min`) reads from a greedy drafter. Members without it hand the
-    decoder their rows, which it reduces itself (`sampling.top_probability`)."""
+    """A member that can return each row's argmax with its probability (`LlamaCppMember`), without
+    copying rows out: what a confidence stop (`formats.plan.DraftPolicy.p_min`) reads from a
+    greedy drafter. Others hand the decoder their rows (`sampling.top_probability`)."""
 
     def forward_argmax_confidence(self, new_ids: torch.Tensor, keep_last: int | None = None) -> tuple[torch.Tensor, torch.Tensor]:
         """`forward_argmax(new_ids, keep_last)` and, per returned row, the softmax probability (at

@@ -1,13 +1,9 @@
 """A model-free drafter: prompt lookup (n-gram matching against the context so far).
 
-After each position it finds the most recent earlier occurrence of the longest suffix n-gram
-(n from `max_n` down to `min_n`) and proposes, one-hot, the token that followed it. With no
-match it proposes the last token again (a valid one-hot distribution; it is simply often
-rejected). Its "forward pass" is a few dictionary look-ups, so its cost is close to zero.
-
-One-hot proposals are a valid drafter distribution p at any temperature: a proposal x is
-accepted with probability min(1, q(x)/1) = q(x), and a rejection recovers from
-norm(max(0, q − onehot(x))), which is q without x.
+After each position it proposes, one-hot, the token that followed the most recent earlier
+occurrence of the longest suffix n-gram (n from `max_n` down to `min_n`), or the last token
+again without a match. One-hot proposals are a valid drafter distribution p at any temperature:
+x is accepted with probability q(x), and a rejection recovers from q without x.
 """
 
 from __future__ import annotations

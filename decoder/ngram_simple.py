@@ -1,21 +1,13 @@
 """A rule drafter that drafts only where the stream repeats itself: llama.cpp's `ngram-simple`.
 
 When the last `size_n` tokens occurred before, it drafts the tokens that followed their latest
-earlier occurrence, up to the block size the chain asks for (llama.cpp's size_m); otherwise it
-drafts nothing, and the target takes a plain one-token step. The rule is
-`planner.exact.ngram_replay.NGramSimpleIndex`, so the planner predicts this member's rounds exactly by
-replaying the target's streams, and `export --engine llama.cpp` hands the same drafter to
-llama-server.
-
-Unlike a model drafter it proposes a whole block at once (`draft_block`, the chain's
-`BlockDrafter` protocol) and its drafts are not added to its context: what stays there is what
-the chain committed. Drafting a variable number of tokens keeps the chain lossless: the length
-is decided from the context alone, before the verifier runs, and every drafted token is a
-one-hot proposal (p(x) = 1), accepted with probability q(x) and recovered from q without x.
-
-`forward` serves the profiler's teacher-forced passes: one-hot rows of the first token it would
-draft after each position (the position's own token when it would draft nothing), so its α is
-the accuracy of its first drafted token where it drafts.
+earlier occurrence, up to the block size asked for; otherwise nothing, and the target takes a
+one-token step. The rule is `planner.exact.ngram_replay.NGramSimpleIndex`, so the planner
+predicts its rounds exactly by replaying the target's streams. It is a `BlockDrafter`: the
+length is decided from the context alone and every draft is one-hot, so the chain stays
+lossless; drafts are not added to its context. `forward` serves the profiler's teacher-forced
+passes: one-hot rows of the first token it would draft (the position's own token where it
+would draft nothing), so its α is the accuracy of its first drafted token.
 """
 
 from __future__ import annotations
@@ -25,7 +17,7 @@ import torch
 from polyplan.decoder.ngram import one_hot_logits
 from polyplan.planner.exact.ngram_replay import NGramSimpleIndex
 
-PROFILE_SIZE_M = 16  # the block size `forward` assumes when it looks one draft ahead
+_PROFILE_SIZE_M = 16  # the block size `forward` assumes when it looks one draft ahead
 
 
 class NGramSimpleMember:
@@ -55,7 +47,7 @@ class NGramSimpleMember:
         proposals = []
         for token in new_ids.tolist():
             self._index.append(token)
-            draft = self._index.draft(PROFILE_SIZE_M)
+            draft = self._index.draft(_PROFILE_SIZE_M)
             proposals.append(draft[0] if draft else token)
         return one_hot_logits(proposals, self.vocab_size, keep_last)
 

@@ -31,15 +31,12 @@ class LevelStats:
             (it is fused with the member's first pass).
         tokens_drafted: Drafted tokens this member verified.
         tokens_accepted: Of those, the accepted ones.
-        tokens_per_verification: Tokens each verification produced (accepted + 1 recovered
-            or bonus), in order: the samples of L_i from which μ and σ come. The top level's
-            last entry counts every token the step produced, even those cut off by
-            `max_new_tokens` or EOS.
-        wall_time_s: Time spent inside this member's `forward` (on an asynchronous device
-            this is launch time unless the member synchronises).
-        passes: The forward passes by width (`PassTally` per width, narrowest first): what
-            the exact model prices with T_i(width), to compare a member's seconds per pass
-            inside the chain with its profile at the same width and context.
+        tokens_per_verification: Tokens each verification produced (accepted + 1 recovered or
+            bonus), in order: the samples of L_i (μ, σ); the top level's last entry counts
+            tokens cut off by `max_new_tokens` or EOS too.
+        wall_time_s: Time inside this member's `forward` (launch time on an asynchronous device).
+        passes: The forward passes by width, narrowest first, to compare with the profile's
+            T_i(width) at the same context.
     """
 
     model: str

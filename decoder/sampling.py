@@ -1,10 +1,8 @@
 """How logits become the distributions every level of a chain samples from and verifies with.
 
-The same `Sampling` is applied to every member's logits, so the verifier distribution q and
-the drafter distribution p of a verification step are both "temperature, then top-k, then
-top-p" of their model's logits. Speculative decoding is then lossless with respect to the
-target's *transformed* distribution, which is what plain sampling with those settings draws.
-Greedy sampling (temperature 0) needs only each row's argmax (`argmax_ids`).
+The same `Sampling` (temperature, then top-k, then top-p) is applied to every member's logits,
+so speculative decoding is lossless with respect to the target's *transformed* distribution,
+which is what plain sampling with those settings draws. Greedy needs only argmaxes (`argmax_ids`).
 """
 
 from __future__ import annotations
@@ -15,7 +13,6 @@ from dataclasses import dataclass
 import torch
 
 from polyplan.formats.errors import PolyplanError
-from polyplan.formats.sampling import SamplingMode
 
 
 @dataclass(frozen=True)
@@ -45,18 +42,10 @@ class Sampling:
         """True when every level takes the argmax (temperature 0)."""
         return self.temperature == 0.0
 
-    @property
-    def mode(self) -> SamplingMode:
-        """The sampling mode (profile and plan key) these settings sample under."""
-        return SamplingMode(self.temperature)
-
 
 def probabilities(logits: torch.Tensor, sampling: Sampling) -> torch.Tensor:
-    """Turn logits `(k, V)` into sampling distributions `(k, V)` (rows sum to 1).
-
-    Not for greedy sampling: there the distribution is the one-hot argmax and the decoder
-    never materialises it.
-    """
+    """Logits `(k, V)` to sampling distributions `(k, V)`; not for greedy sampling, whose one-hot
+    distribution the decoder never materialises."""
     scaled = logits.float()  # (k, V)
     if sampling.temperature != 1.0:
         scaled = scaled / sampling.temperature
@@ -77,12 +66,9 @@ def probabilities(logits: torch.Tensor, sampling: Sampling) -> torch.Tensor:
 
 
 def sample(weights: torch.Tensor, generator: torch.Generator | None) -> torch.Tensor:
-    """Draw one token per row of non-negative `weights` `(k, V)` (rows need not sum to 1).
-
-    Uses the exponential race argmax(w / E), E ~ Exp(1), as gpt-fast does: one kernel for
-    all rows and no device-to-host synchronisation, unlike `torch.multinomial` on a GPU.
-    Returns `(k,)` int64.
-    """
+    """One token per row of non-negative `weights` `(k, V)` (rows need not sum to 1): `(k,)` int64.
+    The exponential race argmax(w / E), E ~ Exp(1), as gpt-fast does: one kernel for all rows and
+    no device-to-host synchronisation, unlike `torch.multinomial` on a GPU."""
     race = torch.empty_like(weights).exponential_(1.0, generator=generator)
     # An exact zero from the exponential would turn a zero weight into 0/0 = NaN, which
     # argmax treats as the maximum.
@@ -102,13 +88,10 @@ def argmax_ids(logits: torch.Tensor) -> torch.Tensor:
 
 def top_probability(logits: torch.Tensor, among: int | None = None) -> torch.Tensor:
     """The probability of each row's most likely token under the softmax of `logits` `(k, V)` at
-    temperature 1: `(k,)` float, 1 / Σ exp(l − max l). A drafter's confidence in its greedy
-    choice (`formats.plan.DraftPolicy.p_min`).
-
-    `among`: the softmax over each row's `among` largest logits only (all of them when the row
-    has fewer), as a sampler that keeps its top-k candidates and then normalises reads it
-    (llama-server's draft-simple: `formats.profile.DRAFT_SIMPLE_TOP_K`); never below the
-    whole-row value, equal where the rest of the row carries no probability."""
+    temperature 1: `(k,)` float, 1 / Σ exp(l − max l), a drafter's confidence in its greedy choice
+    (`formats.plan.DraftPolicy.p_min`). `among`: the softmax over each row's `among` largest
+    logits only, as a sampler that keeps its top-k candidates reads it (llama-server's
+    draft-simple: `formats.profile.DRAFT_SIMPLE_TOP_K`)."""
     if among is None:
         rows = logits.double()
     else:  # the same `among` values at any precision: only they are widened

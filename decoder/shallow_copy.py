@@ -1,10 +1,7 @@
-"""A shallow copy of a torch model whose submodules can be replaced without touching the original.
-
-Model surgery (a reduced or int8 head, a copy of the first layers: `models.reduced_vocab`,
-`models.int8_head`, `models.derive`) and the tall-skinny head an `HFMember` runs on a CPU
-(`decoder.tall_skinny_head`) all hand back such a copy, so the model they were given, often
-shared with another member of the chain, keeps its own head and hooks.
-"""
+"""A shallow copy of a torch model whose submodules can be replaced without touching the original:
+what model surgery (`models.reduced_vocab`, `models.int8_head`, `models.derive`) and the
+tall-skinny head (`decoder.tall_skinny_head`) hand back, since the original is often shared with
+another chain member."""
 
 from __future__ import annotations
 
@@ -14,13 +11,10 @@ from torch import nn
 
 
 def shallow_copy(model: nn.Module) -> nn.Module:
-    """A shallow copy of `model` whose submodules can be replaced without touching `model`:
-    it shares every weight and submodule, but has its own `_modules` dict (where nn.Module
-    keeps them), and its own hook tables, so that a forward hook registered on `model` later
-    (a profiler counting the target's passes) does not fire for the copy's passes, nor the
-    reverse. On a `device_map` model, accelerate's hook is re-attached to the copy: the
-    copied `forward` is bound to the ORIGINAL module, so the copy's replaced submodules (a new
-    head, a shorter layer list) would never run."""
+    """`model`'s weights and submodules, shared, in its own `_modules` dict and hook tables (a
+    hook later registered on `model`, a profiler counting the target's passes, does not fire for
+    the copy, nor the reverse). On a `device_map` model accelerate's hook is re-attached: the
+    copied `forward` is bound to the ORIGINAL module, so replaced submodules would never run."""
     shallow = copy.copy(model)
     shallow._modules = dict(model._modules)
     for name, value in model.__dict__.items():

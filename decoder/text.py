@@ -19,7 +19,7 @@ from polyplan.formats.plan import DraftPolicy
 if TYPE_CHECKING:
     from polyplan.formats.plan import VerifyWidths
 
-DEFAULT_BLOCK_SIZE = 4
+_DEFAULT_BLOCK_SIZE = 4
 
 
 @dataclass(frozen=True)
@@ -33,11 +33,9 @@ class TextGeneration:
 class IncrementalText:
     """Decodes a growing list of token ids and hands out only the text not handed out yet.
 
-    A token of a byte-level vocabulary can hold part of a multi-byte UTF-8 character; until the
-    rest arrives the decoded text ends in U+FFFD, so nothing is handed out for it then. It
-    assumes, as Hugging Face's `TextStreamer` does, that decoding a longer list only appends
-    text (true of byte-level and SentencePiece vocabularies; a tokenizer that cleans up spaces
-    across tokens could rewrite what was already handed out).
+    A byte-level token can hold part of a UTF-8 character; until the rest arrives the text ends
+    in U+FFFD and nothing is handed out. Like Hugging Face's `TextStreamer` it assumes that
+    decoding a longer list only appends text (true of byte-level and SentencePiece vocabularies).
     """
 
     def __init__(self, tokenizer) -> None:
@@ -81,15 +79,11 @@ def generate_text(
     on_text: Callable[[str], None] | None = None,
     draft_policy: DraftPolicy | None = None,
 ) -> TextGeneration:
-    """Run the loaded chain `members` (target first) on `prompt`: encode it with the target's
-    `tokenizer` (through its chat template, as one user turn, unless `raw` or it has none),
-    generate until `max_new_tokens` or any of the target's EOS ids, and decode the new tokens.
-
-    `block_sizes=None` uses `DEFAULT_BLOCK_SIZE` at every verifying level. `on_text` receives
-    the text as the chain commits tokens (`IncrementalText`); the pieces join to `text`.
-    `draft_policy`: the last member's draft lengths (`formats.plan.DraftPolicy`; None: fixed).
-    """
-    blocks = [DEFAULT_BLOCK_SIZE] * (len(members) - 1) if block_sizes is None else list(block_sizes)
+    """Run the loaded chain `members` (target first) on `prompt`, encoded with the target's
+    `tokenizer` (`decoder.chat.encode_prompt`), until `max_new_tokens` or any of the target's EOS
+    ids, and decode the new tokens. `block_sizes=None`: `_DEFAULT_BLOCK_SIZE` at every level.
+    `on_text` receives the text as the chain commits tokens; the pieces join to `text`."""
+    blocks = [_DEFAULT_BLOCK_SIZE] * (len(members) - 1) if block_sizes is None else list(block_sizes)
     prompt_ids = encode_prompt(tokenizer, prompt, raw=raw)
     device = getattr(members[0], "device", torch.device("cpu")) if members else torch.device("cpu")
     generator = torch.Generator(device=device).manual_seed(seed)

@@ -26,37 +26,24 @@ from polyplan.decoder.sampling import sample
 
 
 def acceptance_probability(p_draft: torch.Tensor, q_draft: torch.Tensor) -> torch.Tensor:
-    """min(1, q(x)/p(x)) elementwise, given p(x) and q(x) of the drafted tokens.
-
-    Where p(x) = 0 the token cannot have been drafted; the value there is 1 so that
-    analytic sums over the whole vocabulary stay free of 0/0.
-    """
+    """min(1, q(x)/p(x)) elementwise, given p(x) and q(x) of the drafted tokens; 1 where p(x) = 0
+    (such a token cannot have been drafted), so analytic sums over the vocabulary stay free of 0/0."""
     # q/0 is inf (or NaN when q is 0 too); both become 1 after the cap.
     return (q_draft / p_draft).nan_to_num_(nan=1.0).clamp_(max=1.0)
 
 
 def recovery_distribution(p: torch.Tensor, q: torch.Tensor) -> torch.Tensor:
-    """norm(max(0, q − p)) row-wise over `(..., V)`.
-
-    When the residual is empty (q ≤ p everywhere, i.e. q == p up to rounding) a rejection
-    has probability zero, and the row falls back to q instead of dividing 0 by 0.
-    """
+    """norm(max(0, q − p)) row-wise over `(..., V)`. When the residual is empty (q == p up to
+    rounding) a rejection has probability zero, and the row falls back to q instead of 0/0."""
     residual = (q - p).clamp_min_(0.0)
     mass = residual.sum(dim=-1, keepdim=True)
-    # Rows with no mass divide 0 by 0 here; `where` replaces them by q.
     return torch.where(mass > 0, residual / mass, q)
 
 
 def verify_greedy(q_argmax: torch.Tensor, draft: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """Greedy verification: p and q are one-hot argmaxes, so accept iff the tokens agree.
-
-    Args:
-        q_argmax: `(m+1,)` the verifier's argmax at the m drafted positions and the one after
-            (`sampling.argmax_ids` of its logits, or its `forward_argmax`: no rows needed).
-        draft: `(m,)` drafted tokens.
-    Returns:
-        accepted `(m,)` bool, emitted `(m+1,)` int64 (the verifier's argmax everywhere).
-    """
+    `q_argmax` `(m+1,)`: the verifier's argmax at the m drafted positions and the one after;
+    `draft` `(m,)`. Returns accepted `(m,)` bool, emitted `(m+1,)` int64 (`q_argmax` itself)."""
     return q_argmax[:-1] == draft, q_argmax
 
 

@@ -35,19 +35,15 @@ def builtin_folder(name: str, root: Path | None = None) -> Path:
     return folder
 
 
-def family_metadata(folder: Path) -> dict:
-    """The `family.json` of the family whose model folder is `folder` ({} when absent)."""
+def cached_validation_loss(folder: Path, variant: str) -> float | None:
+    """The held-out loss of `variant` ('target', 'target-int8', …) measured at training time, from
+    the `family.json` beside model folder `folder` (None when there is none)."""
     path = folder.parent / FAMILY_FILE
     if not path.is_file():
-        return {}
+        return None
     try:
-        return json.loads(path.read_text())
+        family = json.loads(path.read_text())
     except json.JSONDecodeError:
         raise PolyplanError(f"{path}: not valid JSON") from None
-
-
-def cached_validation_loss(folder: Path, variant: str) -> float | None:
-    """The held-out loss of `variant` ('target', 'target-int8', …) measured at training time."""
-    losses = family_metadata(folder).get("report", {}).get("validation_loss", {})
-    value = losses.get(variant)
+    value = family.get("report", {}).get("validation_loss", {}).get(variant)
     return float(value) if value is not None else None

@@ -1,10 +1,6 @@
-"""A models.yaml read once: the validated candidates and the record a plan keeps of them.
-
-`read_candidate_file` reads the file once, through the one models.yaml reader
-(`formats.candidates.read_candidates`), and adds the record a profile and a plan keep; every
-stage of the loop takes the result (the loader, the fingerprints, the plan's `candidates`
-entry). `plan_candidates` goes the other way: from a plan back to the candidates it names,
-refusing models whose files changed since.
+"""A models.yaml read once: the validated candidates and the record a plan keeps of them
+(`read_candidate_file`), and back from a plan to the candidates it names (`plan_candidates`,
+refusing models whose files changed since).
 """
 
 from __future__ import annotations
@@ -23,8 +19,8 @@ from polyplan.models.fingerprints import candidate_fingerprints, with_device
 
 @dataclass(frozen=True)
 class CandidateFile:
-    """The validated candidates of one models.yaml (placed on `device` if one was given) and
-    the plan's record of them (path, contents, device)."""
+    """The validated candidates of one models.yaml and the plan's record of them (path, contents,
+    device)."""
 
     candidates: CandidateSet
     record: dict[str, Any]  # the plan's `candidates` entry: JSON edge
@@ -38,20 +34,15 @@ def read_candidate_file(path: str | os.PathLike[str], device: str | None = None)
     """
     candidates = read_candidates(path)
     record = {"path": str(Path(path).resolve()), "yaml": candidates.yaml, "device": device}
-    return CandidateFile(with_device(candidates, device) if device is not None else candidates, record)
+    return CandidateFile(with_device(candidates, device), record)
 
 
 def plan_candidates(
     plan: PlanFile, label: str, candidates_path: str | os.PathLike[str] | None = None, names: Iterable[str] | None = None
 ) -> CandidateSet:
-    """The candidates of `plan` (its recorded models.yaml, or `candidates_path`), the models
-    called `names` (default: every model the plan profiled) checked against the fingerprints
-    the plan recorded; only those are fingerprinted, and nothing is loaded yet.
-
-    Raises:
-        PolyplanError: the plan records no models.yaml and none was given; a model of the plan
-            is missing; a model's files or derivation changed since the plan was made.
-    """
+    """The candidates of `plan` (its recorded models.yaml, or `candidates_path`), the models called
+    `names` (default: every model it profiled) checked against the plan's fingerprints; only those
+    are fingerprinted. PolyplanError: no models.yaml, a model missing or changed since the plan."""
     record = plan.candidates
     device = None if record is None else record.device
     if candidates_path is not None:
@@ -60,8 +51,8 @@ def plan_candidates(
         if Path(record.path).is_file():
             candidates = read_candidate_file(record.path, device).candidates
         else:  # the file moved: its recorded contents, relative sources resolved where it was
-            candidates = parse_candidates(record.yaml, base_dir=Path(record.path).parent, origin=record.path)
-            candidates = with_device(candidates, device) if device is not None else candidates
+            candidates = with_device(parse_candidates(record.yaml, base_dir=Path(record.path).parent, origin=record.path),
+                                     device)
     else:
         raise PolyplanError(
             f"{label}: candidates: the plan does not record its models.yaml (made by `recommend --profile` alone); "

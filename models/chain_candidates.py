@@ -33,9 +33,8 @@ class ChainCandidates:
     """A chain as models.yaml entries to load, with how to run it.
 
     Attributes:
-        candidates: The chain's members (the first is the target), the members of the other
-            chains the command runs, then the entries a derived member is built from; each is
-            loaded, none twice.
+        candidates: The chain's members (target first), the other chains' members the command
+            runs, then the entries a derived member is built from; each loaded once.
         chain: The members' names, M_1 (target) first; a repeated entry gets a "#2" suffix.
         labels: How each ad-hoc (folder) member is named in errors: "chain member i ('name')".
         block_sizes: K_1 … K_{n-1}; None: the decoder's default.
@@ -64,21 +63,18 @@ class ChainCandidates:
         also: Sequence[Sequence[str]] = (),
         label: str | None = None,
     ) -> ChainCandidates:
-        """The plan's own chain, block sizes, widths and temperature; its models from
-        `models_yaml` (default: the one the plan records), placed on `device` (default: where
-        they were profiled). `also`: other chains of the plan the command runs (their members
-        are loaded and checked too). `label` names the plan in errors (default: its path).
+        """The plan's own chain, block sizes, widths and temperature; its models from `models_yaml`
+        (default: the plan's), on `device` (default: where profiled). `also`: other chains of the
+        plan the command runs. `label` names the plan in errors (default: its path).
 
         Raises:
-            PolyplanError: an unreadable plan, no models.yaml recorded or given, a model of
-                the chains missing from it, or changed since the plan was made.
+            PolyplanError: an unreadable plan, no models.yaml, a model missing or changed since.
         """
         planned = plan if isinstance(plan, PlanFile) else read_plan(plan)
         label = label if label is not None else ("plan.json" if isinstance(plan, PlanFile) else str(plan))
         names = tuple(dict.fromkeys(name for chain in (planned.chain, *also) for name in chain))
         candidates = plan_candidates(planned, label, models_yaml, names)
-        placed = candidates if device is None else with_device(candidates, device)
-        resolved = _resolve(names, placed, "cpu")
+        resolved = _resolve(names, with_device(candidates, device), "cpu")
         return cls(resolved.candidates, tuple(planned.chain), resolved.labels, tuple(planned.block_sizes),
                    tuple(planned.best.verify_widths), SamplingMode.parse(planned.sampling).temperature, planned,
                    planned.best.draft_policy)
@@ -93,12 +89,10 @@ class ChainCandidates:
         block_sizes: Sequence[int] | None = None,
         temperature: float = 0.0,
     ) -> ChainCandidates:
-        """The chain `names` (target first): an entry that names a candidate of `models_yaml`
-        is that candidate (derived ones too, e.g. `target-int8`, with the entries they derive
-        from); any other is a model folder or .gguf file, an ad-hoc `source:` candidate on
-        `device` (default cpu; in the dtype it was saved in; padded logit rows masked, as a
-        folder cannot declare them). `models_yaml` None: folders only. `device` places every
-        candidate too.
+        """The chain `names` (target first): a candidate of `models_yaml` (derived ones with the
+        entries they derive from), else a model folder or .gguf file as an ad-hoc `source:`
+        candidate in the dtype it was saved in. `models_yaml` None: folders only. `device`
+        (default cpu) places every candidate.
 
         Raises:
             PolyplanError: an unreadable models.yaml, an empty chain, an entry that is neither
@@ -120,8 +114,8 @@ class ChainCandidates:
 
 @dataclass(frozen=True)
 class LoadedChain:
-    """A resolved chain, loaded: `members` in chain order, the target's `tokenizer`, and
-    every loaded entry by name (`member`: the other chains' members too)."""
+    """A resolved chain, loaded: `members` in chain order, the target's `tokenizer`, and every
+    loaded entry `by_name`."""
 
     resolved: ChainCandidates
     loaded: LoadedCandidates

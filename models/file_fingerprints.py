@@ -25,7 +25,7 @@ from polyplan.models.hashing import fingerprint_files
 CACHE_FILE = "file-fingerprints.json"
 _VERSION = 1
 
-Stamp = list[list[Any]]  # [[relative name, size, mtime_ns], ...], as JSON keeps it
+_Stamp = list[list[Any]]  # [[relative name, size, mtime_ns], ...], as JSON keeps it
 
 
 def file_fingerprint(path: str | os.PathLike[str]) -> str:
@@ -62,7 +62,7 @@ def _kept(path: str | os.PathLike[str], kind: str, compute: Callable[[Path], str
     return value
 
 
-def _stamp(root: Path) -> Stamp | None:
+def _stamp(root: Path) -> _Stamp | None:
     """Name, size and mtime_ns of `root` (a file) or of every file under it (a folder); None
     when it cannot be read."""
     try:

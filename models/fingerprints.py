@@ -93,15 +93,17 @@ def _source_fingerprint(candidate: Candidate) -> str:
         return file_fingerprint(builtin_folder(candidate.source.split(":", 1)[1]))
     if candidate.source_kind in ("local", "gguf"):  # a GGUF file: its contents, as its cache key
         return file_fingerprint(candidate.source)
-    from polyplan.models.hub_source import cached_hub_folder
+    from polyplan.models.sources import cached_hub_folder
 
     folder = cached_hub_folder(candidate.source)  # the cached snapshot's files, when there is one
     return file_fingerprint(folder) if folder is not None else f"hub:{candidate.source}"
 
 
-def with_device(candidates: CandidateSet, device: str) -> CandidateSet:
-    """The same candidates, every one placed on `device` (the n-gram drafter stays on the CPU, and
-    a `device_map: auto` model and its derived copies where accelerate puts their layers)."""
+def with_device(candidates: CandidateSet, device: str | None) -> CandidateSet:
+    """The same candidates, every one placed on `device` (None: left where they are; the n-gram
+    drafter stays on the CPU, and a `device_map: auto` model where accelerate puts its layers)."""
+    if device is None:
+        return candidates
     moved = tuple(
         c if isinstance(c.derive, RULE_DRAFTERS) or base_chain(candidates, c.name)[-1].device_map is not None
         else dataclasses.replace(c, device=device)

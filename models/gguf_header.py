@@ -1,11 +1,10 @@
 """A GGUF file's header, read fast and checked against the file's size.
 
-`gguf.GGUFReader` builds a numpy object for every metadata element (about 20 s for a
-262k-token vocabulary) and transformers' header reader refuses some quantization types that
-its loader handles, so polyplan reads the few things it checks itself: the metadata values it
-needs (string arrays are skipped, not parsed; number arrays are kept as numpy arrays), the
-tensor table, where the data section starts and ends, and where each metadata entry lies in
-the file (so a derived file can copy entries byte for byte: `models.llama_vocab`).
+`gguf.GGUFReader` builds a numpy object for every metadata element (slow for a large
+vocabulary) and transformers' header reader refuses some quantization types its loader handles,
+so polyplan reads what it checks itself: scalar metadata, number arrays (string arrays are
+skipped), the tensor table, the data section's bounds, and each metadata entry's place in the
+file (so a derived file can copy entries byte for byte: `models.llama_vocab`).
 
 Layout (GGUF v2/v3, little-endian): magic "GGUF", u32 version, u64 tensor count, u64 metadata
 count; metadata entries (string key, u32 type, value); tensor infos (string name, u32 dims,
@@ -22,8 +21,6 @@ import numpy as np
 
 _SCALARS = {0: "<B", 1: "<b", 2: "<H", 3: "<h", 4: "<I", 5: "<i", 6: "<f", 7: "<?", 10: "<Q", 11: "<q", 12: "<d"}
 _STRING, _ARRAY = 8, 9
-
-
 _NUMPY = {0: "<u1", 1: "<i1", 2: "<u2", 3: "<i2", 4: "<u4", 5: "<i4", 6: "<f4", 7: "?", 10: "<u8", 11: "<i8", 12: "<f8"}
 
 
@@ -45,22 +42,12 @@ class TensorInfo:
 
 @dataclass(frozen=True)
 class GGUFHeader:
-    """What polyplan checks before handing a file to transformers.
-
-    Attributes:
-        metadata: scalar and string metadata values by key (arrays are left out).
-        tensors: number of tensors.
-        data_end: the byte offset where the last tensor's data ends (the file must be this long).
-        arrays: metadata arrays of numbers by key (e.g. `tokenizer.ggml.token_type`).
-        spans: where each metadata entry (key, type and value) lies in the file, (start, end).
-        tensor_table: the tensors, in file order.
-        data_start: the byte offset of the data section.
-        alignment: the data section's alignment (`general.alignment`, default 32).
-    """
+    """What polyplan reads of a GGUF file: scalar and string `metadata` and number `arrays` by
+    key, where each metadata entry lies (`spans`, (start, end)), the `tensor_table` in file order,
+    and the data section's `data_start`, `data_end` (the file must be this long) and `alignment`."""
 
     version: int
     metadata: dict[str, object]
-    tensors: int
     data_end: int
     arrays: dict[str, np.ndarray]
     spans: dict[str, tuple[int, int]]
@@ -108,9 +95,14 @@ def read_header(path) -> GGUFHeader:
             table.append(TensorInfo(name, shape, ggml_type, offset, _nbytes(ggml_type, shape)))
         alignment = metadata.get("general.alignment", 32)
         alignment = alignment if isinstance(alignment, int) and alignment > 0 else 32
-        start = (stream.tell() + alignment - 1) // alignment * alignment
+        start = aligned(stream.tell(), alignment)
     end = start + max((t.offset + t.nbytes for t in table), default=0)
-    return GGUFHeader(version, metadata, tensors, end, arrays, spans, tuple(table), start, alignment)
+    return GGUFHeader(version, metadata, end, arrays, spans, tuple(table), start, alignment)
+
+
+def aligned(offset: int, alignment: int) -> int:
+    """`offset` rounded up to a multiple of `alignment`."""
+    return (offset + alignment - 1) // alignment * alignment
 
 
 def _unpack(stream: BinaryIO, fmt: str) -> tuple:

@@ -31,12 +31,8 @@ def copy_path(base: str | os.PathLike[str], layers: int) -> Path:
 
 
 def block_count(path: str | os.PathLike[str]) -> int:
-    """The number of transformer blocks of GGUF file `path` (`<arch>.block_count`, read from
-    its header).
-
-    Raises:
-        PolyplanError: the file cannot be read as GGUF, or it has no transformer blocks.
-    """
+    """The number of transformer blocks of GGUF file `path` (`<arch>.block_count`); PolyplanError
+    when the file cannot be read as GGUF or has no blocks."""
     from polyplan.models.gguf_source import read_gguf_info
 
     path = Path(path)
@@ -47,38 +43,25 @@ def block_count(path: str | os.PathLike[str]) -> int:
     return count
 
 
-def pruned_copy(base: str | os.PathLike[str], layers: int, *, log=lambda line: None) -> Path:
-    """The cached copy of GGUF file `base` that keeps its first `layers` blocks, made on first use.
-
-    Raises:
-        PolyplanError: `layers` outside 1..the file's block count (naming the count), a file
-            without blocks, with multi-token-prediction blocks or split in parts, or a cache
-            folder that cannot be written.
-    """
+def pruned_copy(base: str | os.PathLike[str], layers: int) -> Path:
+    """The cached copy of GGUF file `base` that keeps its first `layers` blocks, made on first
+    use; PolyplanError for `layers` outside 1..the block count, or a file that cannot be cut."""
     base = Path(base)
     depth = block_count(base)
     if not 1 <= layers <= depth:
         raise PolyplanError(f"layers {layers}: outside 1..{depth} ({base.name} has {depth} transformer blocks)")
-    out = copy_path(base, layers)
-
-    def write(partial: Path) -> None:
-        log(f"keeping the first {layers} of {depth} blocks of {base.name} in {out} (once)")
-        write_pruned(base, partial, layers)
-
-    return cached_copy(out, write)
+    return cached_copy(copy_path(base, layers), lambda partial: write_pruned(base, partial, layers))
 
 
 def write_pruned(base: str | os.PathLike[str], out: str | os.PathLike[str], layers: int) -> None:
     """Write to `out` the GGUF file `base` with only its first `layers` blocks (see the module
-    docstring); `layers` must be within 1..the file's block count."""
+    docstring); `layers` must be within 1..the file's block count (`pruned_copy` checks it)."""
     import gguf
 
     reader = gguf.GGUFReader(base, "r")
     architecture = _contents(reader.get_field(gguf.Keys.General.ARCHITECTURE)).decode("utf-8")
     depth_key = f"{architecture}.block_count"
     depth = _contents(reader.get_field(depth_key))
-    if not 1 <= layers <= depth:
-        raise PolyplanError(f"layers {layers}: outside 1..{depth} ({Path(base).name} has {depth} transformer blocks)")
     nextn = reader.get_field(f"{architecture}.nextn_predict_layers")
     if nextn is not None and _contents(nextn):
         raise PolyplanError(f"{Path(base).name}: its last blocks are multi-token-prediction layers; polyplan cannot cut it to {layers} blocks")

@@ -33,7 +33,6 @@ class GGUFInfo:
     """What the file's header says: its architecture and whether transformers can load it."""
 
     architecture: str
-    tensors: int
     supported: bool
     metadata: dict  # scalar and string metadata values by key (arrays left out)
 
@@ -48,13 +47,8 @@ def file_sha256(path: str | os.PathLike[str]) -> str:
 
 
 def read_gguf_info(path: str | os.PathLike[str]) -> GGUFInfo:
-    """Read and check a GGUF file's header and tensor table (`models.gguf_header`: no tensor
-    is read, the tokenizer's arrays are skipped, so it takes well under a second).
-
-    Raises:
-        PolyplanError: no such file, not a GGUF file, or truncated/corrupt (the header cannot
-            be parsed, or the tensor table points past the end of the file).
-    """
+    """Read and check a GGUF file's header and tensor table (`models.gguf_header`, no tensor
+    read); PolyplanError for no such file, not GGUF, or a truncated or corrupt one."""
     from transformers.modeling_gguf_pytorch_utils import GGUF_SUPPORTED_ARCHITECTURES
 
     from polyplan.models.gguf_header import HeaderError, read_header
@@ -77,23 +71,17 @@ def read_gguf_info(path: str | os.PathLike[str]) -> GGUFInfo:
     if architecture is None:
         raise PolyplanError(f"{path}: truncated or corrupt GGUF file (no general.architecture)")
     supported = architecture in GGUF_SUPPORTED_ARCHITECTURES or architecture.replace("-", "_") in GGUF_SUPPORTED_ARCHITECTURES
-    return GGUFInfo(architecture, header.tensors, supported, header.metadata)
+    return GGUFInfo(architecture, supported, header.metadata)
 
 
-def cached_folder(sha256: str, cache_dir: str | os.PathLike[str] | None = None) -> Path:
+def cached_folder(sha256: str) -> Path:
     """Where the dequantized folder of a file with this content hash lives."""
-    return cache_root(cache_dir) / _GGUF_FOLDER / sha256[:24]
+    return cache_root() / _GGUF_FOLDER / sha256[:24]
 
 
-def hf_folder_for_gguf(
-    path: str | os.PathLike[str], *, cache_dir: str | os.PathLike[str] | None = None, log=lambda line: None
-) -> Path:
-    """The cached Hugging Face folder of GGUF file `path`, converting it on first use.
-
-    Raises:
-        PolyplanError: the file is missing, not GGUF, truncated, of an architecture that
-            transformers cannot load from GGUF, or the cache folder cannot be written.
-    """
+def hf_folder_for_gguf(path: str | os.PathLike[str]) -> Path:
+    """The cached Hugging Face folder of GGUF file `path`, converting it on first use;
+    PolyplanError for a bad file, an architecture transformers cannot load, or an unwritable cache."""
     from polyplan.models.file_fingerprints import content_sha256
 
     path = Path(path).expanduser()
@@ -106,10 +94,9 @@ def hf_folder_for_gguf(
             f"(it reads: {', '.join(sorted(GGUF_SUPPORTED_ARCHITECTURES))})"
         )
     sha256 = content_sha256(path)  # hashed once while the file is unchanged
-    folder = cached_folder(sha256, cache_dir)
+    folder = cached_folder(sha256)
     if (folder / SOURCE_RECORD).is_file():
         return folder
-    log(f"dequantizing {path.name} ({info.architecture}, {info.tensors} tensors) into {folder} (once)")
 
     def fill(partial: Path) -> None:
         with hf_progress_bars_off():  # loading and saving ("Writing model shards") alike
@@ -189,23 +176,16 @@ def _honour_umask(folder: Path) -> None:
         os.chmod(file, 0o666 & ~umask)
 
 
-def tokenizer_folder_for_gguf(
-    path: str | os.PathLike[str], *, cache_dir: str | os.PathLike[str] | None = None
-) -> Path:
-    """A cached folder holding only the tokenizer of GGUF file `path` (what a llama.cpp member
-    needs from transformers: prompts, the chat template, the vocabulary check); the dequantized
-    folder's when that exists already.
-
-    Raises:
-        PolyplanError: the file is missing or not GGUF, transformers cannot read its tokenizer,
-            or the cache folder cannot be written.
-    """
+def tokenizer_folder_for_gguf(path: str | os.PathLike[str]) -> Path:
+    """A cached folder holding only the tokenizer of GGUF file `path` (all a llama.cpp member
+    needs from transformers), or the dequantized folder when that exists; PolyplanError for a bad
+    file, a tokenizer transformers cannot read, or an unwritable cache."""
     from polyplan.models.file_fingerprints import content_sha256
 
     path = Path(path).expanduser()
     info = read_gguf_info(path)
     sha256 = content_sha256(path)  # hashed once while the file is unchanged
-    full = cached_folder(sha256, cache_dir)
+    full = cached_folder(sha256)
     if (full / SOURCE_RECORD).is_file():
         return full
     folder = full.with_name(full.name + "-tokenizer")

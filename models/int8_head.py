@@ -24,7 +24,7 @@ from torch import nn
 from polyplan.decoder.shallow_copy import shallow_copy
 from polyplan.formats.errors import PolyplanError
 
-DEFAULT_RESCORED = 32  # top logits recomputed exactly (docs/models-yaml.md)
+_DEFAULT_RESCORED = 32  # top logits recomputed exactly (docs/models-yaml.md)
 
 
 class RescoredInt8Head(nn.Module):
@@ -35,7 +35,7 @@ class RescoredInt8Head(nn.Module):
         top: How many of each row's largest int8 logits are recomputed exactly.
     """
 
-    def __init__(self, head: nn.Linear, top: int = DEFAULT_RESCORED) -> None:
+    def __init__(self, head: nn.Linear, top: int = _DEFAULT_RESCORED) -> None:
         super().__init__()
         if top < 1:
             raise ValueError(f"top: must be >= 1, got {top}")
@@ -83,13 +83,10 @@ def _float_copy_sharing_nothing(head: nn.Linear) -> nn.Linear:
     return fresh
 
 
-def int8_head_model(model: nn.Module, top: int = DEFAULT_RESCORED, exact: nn.Linear | None = None) -> nn.Module:
-    """A shallow copy of the HF causal LM `model` whose output embeddings (LM head) are a
-    `RescoredInt8Head`; every other module is shared with `model` (no extra memory).
-
-    `exact`: the float32 head the new one is made from (default: `model`'s own), e.g. the
-    original model's head for a bf16 or int8 copy of it.
-    """
+def int8_head_model(model: nn.Module, top: int = _DEFAULT_RESCORED, exact: nn.Linear | None = None) -> nn.Module:
+    """A shallow copy of the HF causal LM `model` whose LM head is a `RescoredInt8Head` made from
+    `exact` (default: `model`'s own head; the original's for a bf16 or int8 copy); every other
+    module is shared with `model`."""
     head = model.get_output_embeddings()
     exact = head if exact is None else exact
     for what in (head, exact):

@@ -26,7 +26,7 @@ def copy_path(base: str | os.PathLike[str], kind: str) -> Path:
     return cache_root() / FOLDER / f"{content_sha256(base)[:24]}-{kind}.gguf"
 
 
-def quantized_copy(base: str | os.PathLike[str], kind: str, *, log=lambda line: None) -> Path:
+def quantized_copy(base: str | os.PathLike[str], kind: str) -> Path:
     """The cached copy of GGUF file `base` quantized to `kind` by llama.cpp, made on first use."""
     if kind not in LLAMA_CPP_QUANTIZATIONS:
         raise PolyplanError(f"quantize {kind!r}: not a llama.cpp type (choose one of {', '.join(LLAMA_CPP_QUANTIZATIONS)})")
@@ -34,19 +34,18 @@ def quantized_copy(base: str | os.PathLike[str], kind: str, *, log=lambda line: 
     ftype = getattr(llama_cpp, f"LLAMA_FTYPE_MOSTLY_{kind.upper()}", None)
     if ftype is None:
         raise PolyplanError(f"quantize {kind!r}: the installed llama.cpp ({llama_cpp.__version__}) has no such type")
-    base, out = Path(base), copy_path(base, kind)
+    base = Path(base)
 
     def write(partial: Path) -> None:
         params = llama_cpp.llama_model_quantize_default_params()
         params.ftype = ftype
         params.allow_requantize = True
         params.nthread = max(1, os.cpu_count() or 1)
-        log(f"quantizing {base.name} to {kind} with llama.cpp into {out} (once)")
         status = llama_cpp.llama_model_quantize(str(base).encode(), str(partial).encode(), params)
         if status != 0 or not partial.is_file():
             raise PolyplanError(f"quantize {kind}: llama.cpp could not quantize {base} (status {status})")
 
-    return cached_copy(out, write)
+    return cached_copy(copy_path(base, kind), write)
 
 
 def cached_copy(out: Path, write: Callable[[Path], None]) -> Path:

@@ -28,7 +28,7 @@ from polyplan.decoder.llama_cpp_subset import TokenEmbeddings, VocabSubset
 from polyplan.formats.cache import cache_root
 from polyplan.formats.candidates import ReducedVocab
 from polyplan.formats.errors import PolyplanError
-from polyplan.models.gguf_header import GGUFHeader, read_header
+from polyplan.models.gguf_header import GGUFHeader, aligned, read_header
 from polyplan.models.llama_quantize import FOLDER, cached_copy
 
 # architecture -> does its graph scale token embeddings by sqrt(n_embd) (and raw ones not)?
@@ -44,7 +44,7 @@ _CONTROL = 3  # llama.cpp's token type of control tokens (`tokenizer.ggml.token_
 _UINT32, _INT32, _FLOAT32, _STRING, _ARRAY = 4, 5, 6, 8, 9
 
 
-def reduced_vocab_copy(base: str | os.PathLike[str], derive: ReducedVocab, tokenizer, *, log=lambda line: None) -> Path:
+def reduced_vocab_copy(base: str | os.PathLike[str], derive: ReducedVocab, tokenizer) -> Path:
     """The cached copy of GGUF file `base` whose head covers the ids `derive` asks for, made on
     first use; `tokenizer` (the base's) counts the corpus for `vocab: N`.
 
@@ -74,7 +74,6 @@ def reduced_vocab_copy(base: str | os.PathLike[str], derive: ReducedVocab, token
             keep = _frequent_ids(tokenizer, vocab, derive.size, always)
         else:
             keep = np.union1d(listed, np.asarray(always, dtype=np.int64))
-        log(f"cutting the head of {base.name} to {len(keep)} of its {vocab} tokens into {out} (once)")
         architecture = header.architecture
         width = _tensor(header, "token_embd.weight").shape[0]
         scale = float(np.sqrt(np.float32(width))) if _ARCHITECTURES[architecture] else 1.0
@@ -179,8 +178,8 @@ def _write_subset_gguf(base: Path, header: GGUFHeader, keep: np.ndarray, metadat
             offsets.append(offset)
             shapes.append(shape)
             sink.write(_string(tensor.name) + struct.pack(f"<I{len(shape)}QIQ", len(shape), *shape, tensor.ggml_type, offset))
-            offset = _aligned(offset + nbytes, header.alignment)
-        data_start = _aligned(sink.tell(), header.alignment)
+            offset = aligned(offset + nbytes, header.alignment)
+        data_start = aligned(sink.tell(), header.alignment)
         for tensor, start in zip(header.tensor_table, offsets):
             sink.write(b"\0" * (data_start + start - sink.tell()))
             if tensor.name in _HEAD_TENSORS:
@@ -199,10 +198,6 @@ def _copy(source, sink, size: int) -> None:
             raise OSError("the base file ends early")
         sink.write(chunk)
         size -= len(chunk)
-
-
-def _aligned(offset: int, alignment: int) -> int:
-    return (offset + alignment - 1) // alignment * alignment
 
 
 def _string(text: str) -> bytes:

@@ -69,10 +69,8 @@ class Compatibility:
 
 @dataclass(frozen=True)
 class LoadedCandidates:
-    """Every loaded candidate (target first), the target's tokenizer, and the check result: the
-    one loaded stage between models.yaml's candidates and the chain members. Loaded to be
-    profiled (`models.fingerprints.load_fingerprinted`), each candidate carries its fingerprint
-    and `profiled` is the profiler's input."""
+    """Every loaded candidate (target first), the target's tokenizer, and the check's results:
+    the one loaded stage between models.yaml's candidates and the chain members."""
 
     candidates: tuple[LoadedCandidate, ...]
     tokenizer: object
@@ -110,9 +108,8 @@ class LoadedCandidates:
 
 @dataclass(frozen=True)
 class _Model:
-    """The raw torch model of a candidate, before it becomes a chain member (`LoadedCandidate`):
-    what its derived copies are built from (`HFMember` may wrap a shallow copy with another
-    head, so copies cannot be made from the member), cached by name while one set loads."""
+    """A candidate's raw torch model, what its derived copies are built from (an `HFMember` may
+    wrap a shallow copy with another head), cached by name while one set loads."""
 
     model: torch.nn.Module
     tokenizer: object

@@ -1,16 +1,13 @@
-"""A reduced-vocabulary drafter: its LM head covers only a subset of the target's tokens.
+"""A reduced-vocabulary drafter: its LM head covers only a subset S of the target's tokens.
 
-A 100M+-parameter model with a 49k–262k-token vocabulary spends most of a decoding step in
-its LM head (Gemma 3 270M: 168M of its 268M parameters). A drafter whose head covers only the
-N most frequent target tokens (FR-Spec style) skips most of that cost.
+A small model with a large vocabulary spends most of a decoding step in its LM head; a drafter
+whose head covers only the N most frequent target tokens (FR-Spec style) skips most of that cost.
 
-Why the chain stays lossless: the drafter's distribution p is zero outside the subset S
-(`restrict_logits` puts −inf there, so no token outside S is ever drafted). Verification by
-the full-vocabulary verifier q accepts a drafted x with min(1, q(x)/p(x)) and, on rejection,
-samples from norm(max(0, q − p)), which holds all of q's mass outside S. The emitted token is
-therefore distributed as q, exactly as for any other drafter; only the acceptance rate drops
-by the q-mass outside S. (Restricting the VERIFIER to S instead would be lossy: the negative
-control of the tests.)
+Why the chain stays lossless: the drafter's p is zero outside S (`restrict_logits` puts −inf
+there, so nothing outside S is drafted). The verifier q accepts a drafted x with
+min(1, q(x)/p(x)) and on rejection samples from norm(max(0, q − p)), which holds all of q's mass
+outside S: the emitted token is distributed as q, and only the acceptance rate drops. (Restricting
+the VERIFIER to S instead would be lossy: the negative control of the tests.)
 
 Shapes: V the full vocabulary, N = |S|, H the hidden size.
 """
@@ -83,13 +80,9 @@ def compact_logits(*models: nn.Module) -> Iterator[None]:
 
 
 def most_frequent_tokens(token_ids: Iterable[int] | torch.Tensor, vocab: int, n: int, *, always: Iterable[int] = ()) -> torch.Tensor:
-    """The `n` most frequent ids of `token_ids` (ties: lower id first), always including the
-    ids in `always` (e.g. the EOS ids, so the drafter can propose the end of an answer);
-    sorted ascending, shape (n,).
-
-    Raises:
-        PolyplanError: `n` is not in [len(always), vocab].
-    """
+    """The `n` most frequent ids of `token_ids` (ties: lower id first), always including the ids
+    in `always` (e.g. EOS, so the drafter can end an answer); sorted, shape (n,). PolyplanError
+    when `n` is not in [len(always), vocab]."""
     always = sorted(set(int(i) for i in always))
     if not len(always) <= n <= vocab:
         raise PolyplanError(f"reduced vocabulary: N = {n} must lie in [{len(always)}, {vocab}]")
@@ -120,14 +113,9 @@ def restrict_head(model: nn.Module, keep: torch.Tensor) -> nn.Module:
 
 def with_saved_subset(model: nn.Module, folder: str | Path) -> nn.Module:
     """`model` loaded from `folder`, with its reduced head restored when the folder holds a
-    `REDUCED_VOCAB_FILE` (as `polyplan drafter distill` writes); else `model` unchanged. The
-    head's kept rows come from `REDUCED_HEAD_FILE` when the folder has one (a trained exit's
-    head, or a drafter saved with tied embeddings), else from the loaded model's own head.
-
-    Raises:
-        PolyplanError: the file is not valid JSON, its ids are not a subset of the vocabulary,
-            or the head file does not match them.
-    """
+    `REDUCED_VOCAB_FILE` (as `polyplan drafter distill` writes), its rows from `REDUCED_HEAD_FILE`
+    when there is one (a trained head), else from the model's own head. PolyplanError for a bad
+    record or a head file that does not match it."""
     path = Path(folder) / REDUCED_VOCAB_FILE
     if not path.is_file():
         return model

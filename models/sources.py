@@ -3,7 +3,8 @@
 - `builtin:<name>`: the shipped zoo family's folder;
 - a local folder: itself;
 - a `.gguf` file: its dequantized copy in the polyplan cache (`models.gguf_source`, made once);
-- a hub id: its snapshot in the local Hugging Face cache (`models.hub_source`, never downloaded).
+- a hub id: its snapshot in the local Hugging Face cache: polyplan never downloads at run time, so
+  `org/name` names a model that `hf download org/name` (or an earlier `from_pretrained`) put there.
 """
 
 from __future__ import annotations
@@ -15,12 +16,8 @@ from polyplan.formats.errors import PolyplanError
 
 
 def source_folder(candidate: Candidate, label: str) -> Path:
-    """The folder `from_pretrained` loads candidate `candidate` from (a `source` entry).
-
-    Raises:
-        PolyplanError: prefixed with `label`: the GGUF file cannot be converted, the hub id is
-            not cached, or the builtin model is unknown.
-    """
+    """The folder `from_pretrained` loads `candidate` (a `source` entry) from; PolyplanError
+    prefixed with `label` when it cannot be had."""
     try:
         if candidate.source_kind == "builtin":
             from polyplan.models.builtin import builtin_folder
@@ -31,9 +28,29 @@ def source_folder(candidate: Candidate, label: str) -> Path:
 
             return hf_folder_for_gguf(candidate.source)
         if candidate.source_kind == "hub":
-            from polyplan.models.hub_source import hub_folder
-
             return hub_folder(candidate.source)
     except PolyplanError as error:
         raise PolyplanError(f"{label}: {error}") from None
     return Path(candidate.source)
+
+
+def cached_hub_folder(repo_id: str) -> Path | None:
+    """The cached snapshot folder of `repo_id` (the one holding its config.json), or None."""
+    from huggingface_hub import try_to_load_from_cache
+
+    try:
+        config = try_to_load_from_cache(repo_id, "config.json")
+    except ValueError:  # huggingface_hub refuses ids it cannot parse
+        return None
+    return Path(config).parent if isinstance(config, str) else None
+
+
+def hub_folder(repo_id: str) -> Path:
+    """The cached snapshot folder of `repo_id`; PolyplanError saying how to get it there if it is not."""
+    folder = cached_hub_folder(repo_id)
+    if folder is None:
+        raise PolyplanError(
+            f"hub id {repo_id!r} is not in the local cache (polyplan never downloads); fetch it once with "
+            f"`hf download {repo_id}` where a network exists, or give a local folder or .gguf file as source"
+        )
+    return folder
