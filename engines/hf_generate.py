@@ -22,14 +22,13 @@ from polyplan.formats.verbosity import other_output_shown
 
 
 @dataclass(frozen=True)
-class Race:
+class DecoderRace:
     """One comparison: total seconds of each side over every prompt and repeat."""
 
     label: str
     polyplan_s: float
     huggingface_s: float
     tokens_equal: bool
-    new_tokens: int
     mean_tokens_per_verification: float
 
     @property
@@ -42,7 +41,7 @@ class Race:
 class DecoderBenchmark:
     """Both races and the settings they ran with."""
 
-    races: tuple[Race, ...]
+    races: tuple[DecoderRace, ...]
     target: str
     draft: str
     prompts: int
@@ -157,7 +156,7 @@ def _benchmark_decoder(target, draft, prompts: Sequence[Sequence[int]], *, max_n
     races = []
     for label, mine, reference in pairs:
         seconds = [0.0, 0.0]
-        equal, produced = True, 0
+        equal = True
         per_verification.clear()
         for prompt in prompts:
             prompt = list(prompt)
@@ -166,11 +165,10 @@ def _benchmark_decoder(target, draft, prompts: Sequence[Sequence[int]], *, max_n
                 order = ((0, mine), (1, reference)) if repeat % 2 == 0 else ((1, reference), (0, mine))
                 for side, run in order:
                     began = time.perf_counter()
-                    tokens = run(prompt)
+                    run(prompt)
                     seconds[side] += time.perf_counter() - began
-                    produced += len(tokens) if side == 0 else 0
         mean = sum(per_verification) / len(per_verification) if per_verification else 1.0
-        races.append(Race(label, seconds[0], seconds[1], equal, produced, mean))
+        races.append(DecoderRace(label, seconds[0], seconds[1], equal, mean))
     return DecoderBenchmark(tuple(races), target_name, draft_name, len(prompts), max_new_tokens, block_size, repeats,
                             torch.get_num_threads())
 

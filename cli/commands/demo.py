@@ -42,10 +42,9 @@ def demo(
     from polyplan.pipeline.stages import run_demo
 
     choice = choose_threads(threads)
-    settings = DemoSettings(
-        candidates=candidates, quick=quick, prompts_per_kind=prompts_per_kind, prompts=prompts, raw_prompts=raw_prompts, new_tokens=new_tokens, repeats=repeats,
-        top=top, max_levels=max_levels, out=out, cache_dir=cache_dir,
-    )
+    settings = DemoSettings(candidates=candidates, quick=quick, prompts_per_kind=prompts_per_kind, prompts=prompts,
+                            raw_prompts=raw_prompts, new_tokens=new_tokens, repeats=repeats, top=top,
+                            max_levels=max_levels, out=out, cache_dir=cache_dir)
     log = (lambda line: None) if json_output else log_line
     with progress_bars(disable=json_output) as (profiling, validating):
         result = run_demo(settings, profile_progress=profiling, validation_progress=validating, log=log, threads=choice)

@@ -58,13 +58,11 @@ def _draft_policy(cap: str | None, p_min: float | None):
         return None
     bounds: tuple[int | None, int | None] = (None, None)
     if cap is not None:
-        low, dots, high = cap.partition("..")
+        low, _, high = cap.partition("..")  # without "..", high is "" and not an integer
         try:
             bounds = (int(low), int(high))
         except ValueError:
             raise PolyplanError(f"--draft-cap: expected MIN..MAX (two integers), got {cap!r}") from None
-        if not dots:
-            raise PolyplanError(f"--draft-cap: expected MIN..MAX (two integers), got {cap!r}")
     return DraftPolicy(*bounds, p_min)
 
 

@@ -30,8 +30,7 @@ class _Display:
     """One rich `Progress`, started when the first bar needs it."""
 
     def __init__(self, disable: bool) -> None:
-        self.disable = disable
-        self.progress = None
+        self.disable, self.progress = disable, None
 
     def add(self, label: str, size: int):
         if self.progress is None:
@@ -39,9 +38,9 @@ class _Display:
             from rich.progress import (BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn,
                                        TimeRemainingColumn)
 
-            columns = (TextColumn("{task.description:<56}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
-                       TimeRemainingColumn())
-            self.progress = Progress(*columns, console=Console(stderr=True), transient=True, disable=self.disable)
+            self.progress = Progress(TextColumn("{task.description:<56}"), BarColumn(), MofNCompleteColumn(),
+                                     TimeElapsedColumn(), TimeRemainingColumn(), console=Console(stderr=True),
+                                     transient=True, disable=self.disable)
             self.progress.start()
         return self.progress.add_task(label, total=size)
 
@@ -54,9 +53,7 @@ class _Bar:
     """One task of a display, created on the first `total` call."""
 
     def __init__(self, display: _Display, label: str) -> None:
-        self.display = display
-        self.label = label
-        self.task = None
+        self.display, self.label, self.task = display, label, None
 
     def total(self, size: int) -> None:
         if self.task is None:
@@ -137,10 +134,8 @@ class ProfileLines(_Lines):
         self.count += 1
         if not reused:
             self.measured, self.measured_s = self.measured + 1, self.measured_s + now - self.since
-            mean = self.measured_s / self.measured
-            elapsed = now - self.began
-            self.write(f"{PREFIX} profile {self.count}/{self.size} ({step.label}) done, "
-                       f"{_timing(elapsed, mean, self.size - self.count)}")
+            timing = _timing(now - self.began, self.measured_s / self.measured, self.size - self.count)
+            self.write(f"{PREFIX} profile {self.count}/{self.size} ({step.label}) done, {timing}")
         self.since = now
 
 
