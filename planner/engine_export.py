@@ -218,22 +218,17 @@ def export_plan(
 
     Args:
         files: what the engine loads for a candidate, by name, where that is not its `source`:
-            the folder of a `builtin:<name>` source, the file of a llama.cpp-quantized copy.
+            the folder of a `builtin:<name>` source, the file of a llama.cpp-made copy.
         k_max: largest K searched (default: the plan's own search limit, else 8).
         in_process: derived drafters count as loadable (`loadable`): for racing HF in this
             process, never for a configuration a user would type.
-        workload: llama.cpp only: the requests its n-gram types are replayed on (default: each
-            of the profile's streams once, whole).
-        prices: llama.cpp only: llama.cpp's own T(k) and greedy streams in place of the
-            profile's, and llama-server's own loop in place of polyplan's
-            (`planner.llama_cpp.ranking.LlamaCppPrices`; None: the profile's numbers).
-        replay_also: llama.cpp only: the flags of configurations to replay and rank besides
-            the export's own, where the replay models them (`planner.llama_cpp.ngram_rules.rule_for_flags`):
-            a race's, whose ngram-simple K was chosen on other streams.
+        workload, prices, replay_also: llama.cpp only: the requests its n-gram types are replayed
+            on, llama.cpp's own numbers in place of the profile's (None: the profile's), and the
+            flags of configurations to rank besides the export's own (a race's;
+            `planner.llama_cpp.export.ServerRanking`).
 
-    A plan whose profile has no drafter the engine can run (a target-only plan, or drafters it
-    cannot load) is valid: the export then chooses none (`chosen` None) and says why in
-    `unexported`: the engine runs the target alone.
+    A plan whose profile has no drafter the engine can run is valid: the export then chooses
+    none (`chosen` None) and says why in `unexported`: the engine runs the target alone.
 
     Raises:
         PolyplanError: unknown engine; the engine cannot load the target; the profile lacks
