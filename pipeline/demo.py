@@ -1,13 +1,10 @@
 """`polyplan demo`'s settings: the closed loop on the embedded family, profile → recommend → validate.
 
 `pipeline.stages.run_demo` runs the loop; this module says on what: the candidates (default
-`examples/zoo.yaml`, the shipped family), the profiling settings, and the prompts (built-in
-ones, the first of each kind profiling and later ones validating, or a user's file split
-alternately).
-
-`quick=True` reduces the profiling settings (CI-sized) and, unless candidates are given,
-swaps in the tiny family of `polyplan zoo train --quick` (trained once into the cache);
-those models have a 256-token context, so the built-in prompts are cut from the left to fit.
+`examples/zoo.yaml`, the shipped family), the profiling settings, and the prompts. `quick=True`
+reduces the profiling settings (CI-sized) and, unless candidates are given, swaps in the tiny
+family of `polyplan zoo train --quick` (trained once into the cache), whose 256-token context
+the built-in prompts are cut to fit.
 """
 
 from __future__ import annotations
@@ -23,9 +20,9 @@ from polyplan.profiler.prompt_sets import PromptSet, prompt_set, validation_prom
 from polyplan.profiler.prompts import read_prompt_file
 from polyplan.profiler.settings import AcceptanceSettings, ProfileSettings
 
-QUICK_FOLDER = "quick-family"
+_QUICK_FOLDER = "quick-family"
 PLAN_FILE = "plan.json"
-QUICK_NOISE_BUDGET_S = 2.0  # --quick: a CI-sized run spends at most 2 s per context on a noisy floor
+_QUICK_NOISE_BUDGET_S = 2.0  # --quick: a CI-sized run's seconds per context on a noisy floor
 
 
 @dataclass(frozen=True)
@@ -46,15 +43,13 @@ class DemoSettings:
 
 
 def profile_settings(quick: bool, new_tokens: int) -> ProfileSettings:
-    """Greedy only (the demo validates greedy decoding), and acceptance measured over target
-    continuations as long as the validated generations (`new_tokens`): how often a drafter
-    agrees changes along a generation (small models drift into repetition, which n-gram
-    lookup loves), so a shorter profile would describe other text than the one validated.
-    Smaller everything for the quick family."""
+    """Greedy only (the demo validates greedy decoding), acceptance measured over continuations as
+    long as the validated generations (`new_tokens`), since agreement changes along a generation
+    (docs/cost-model.md, "The answer length"); smaller everything for the quick family."""
     if quick:
         return ProfileSettings(
             latency=LatencySettings(ks=(1, 2, 4, 8), context_lengths=(32, 96), repeats=5, warmup=1, prefill_repeats=2,
-                                    noise_budget_s=QUICK_NOISE_BUDGET_S),
+                                    noise_budget_s=_QUICK_NOISE_BUDGET_S),
             acceptance=AcceptanceSettings(
                 temperatures=(0.0,), block_sizes=(2,), new_tokens=new_tokens, decoded_prompts=2, resamples=200
             ),
@@ -62,12 +57,12 @@ def profile_settings(quick: bool, new_tokens: int) -> ProfileSettings:
     return ProfileSettings(acceptance=AcceptanceSettings(temperatures=(0.0,), new_tokens=new_tokens, decoded_prompts=4))
 
 
-def quick_candidates(cache_dir: Path | None, log=lambda line: None) -> Path:
+def _quick_candidates(cache_dir: Path | None, log=lambda line: None) -> Path:
     """models.yaml of the quick family in the cache, training it first if it is not there."""
     from polyplan.zoo.recipe import QUICK
     from polyplan.zoo.train import train_family
 
-    folder = cache_root(cache_dir) / QUICK_FOLDER
+    folder = cache_root(cache_dir) / _QUICK_FOLDER
     if not (folder / "family.json").is_file():
         folder.parent.mkdir(parents=True, exist_ok=True)
         if folder.exists():
@@ -95,8 +90,7 @@ def typical_context(prompts, new_tokens: int) -> int:
 
 def demo_prompt_sets(settings: DemoSettings) -> tuple[PromptSet, PromptSet]:
     """The prompts that profile and the held-out prompts that validate: built-in ones, or the
-    user's file split alternately (prompt 1 profiles, prompt 2 validates, …), so that both
-    halves cover the file's categories alike."""
+    user's file split alternately, so that both halves cover its categories alike."""
     raw = settings.raw_prompts
     if settings.prompts is None:
         return prompt_set(per_kind=1 if settings.quick else 4, raw=raw), validation_prompt_set(per_kind=settings.prompts_per_kind, raw=raw)
@@ -109,11 +103,10 @@ def demo_prompt_sets(settings: DemoSettings) -> tuple[PromptSet, PromptSet]:
 
 
 def demo_candidates(settings: DemoSettings, log=lambda line: None) -> Path:
-    """The models.yaml the demo runs on: the given one, the quick family (trained once into the
-    cache), or the shipped family."""
+    """The models.yaml the demo runs on: the given one, the quick family, or the shipped family."""
     if settings.candidates is not None:
         return Path(settings.candidates)
-    return quick_candidates(settings.cache_dir, log) if settings.quick else default_candidates_path()
+    return _quick_candidates(settings.cache_dir, log) if settings.quick else default_candidates_path()
 
 
 def check_settings(settings: DemoSettings) -> None:

@@ -3,7 +3,7 @@
 Used by `polyplan bench load` and `polyplan bench loop` to show how predictions hold on a busy
 machine, in three shapes (`SHAPES`), because users' machines are not busy the way one generator is:
 `steady` (`cores` processes, busy all the time), `bursty` (`cores` processes, each alternating busy
-and asleep for random spans of `BURST_SPAN_S` seconds: a build, a notebook kernel, a browser) and
+and asleep for random spans of `_BURST_SPAN_S` seconds: a build, a notebook kernel, a browser) and
 `two-process` (two bursty processes with independent phases, whatever `cores` says).
 
 Each load process is this file run as a script (so that it never imports torch through the
@@ -51,7 +51,7 @@ SHAPES = {
     "bursty": LoadShape("bursty", bursty=True, processes=None),
     "two-process": LoadShape("two-process", bursty=True, processes=2),
 }
-BURST_SPAN_S = (0.1, 1.0)
+_BURST_SPAN_S = (0.1, 1.0)
 
 
 def load_shape(name: str, option: str = "--shape") -> LoadShape:
@@ -101,7 +101,7 @@ def run_load(seconds: float, parent: int | None = None, *, clock=time.monotonic,
              bursty: bool = False, seed: int = 0, sleep=time.sleep) -> LoadReport:
     """Busy one core with matrix products for `seconds`, until `parent` is gone, or until
     `stop()` is true (this is the child's body; call it through `background_load`). `bursty`:
-    alternate busy and asleep spans drawn uniformly from `BURST_SPAN_S` (generator `seed`)."""
+    alternate busy and asleep spans drawn uniformly from `_BURST_SPAN_S` (generator `seed`)."""
     import numpy as np
 
     seconds = check_seconds(seconds)
@@ -112,13 +112,13 @@ def run_load(seconds: float, parent: int | None = None, *, clock=time.monotonic,
     right = rng.standard_normal((SIZE, SIZE)) / SIZE**0.5
     began = clock()
     products = 0
-    phase_end, busy = began + (spans.uniform(*BURST_SPAN_S) if bursty else seconds), True
+    phase_end, busy = began + (spans.uniform(*_BURST_SPAN_S) if bursty else seconds), True
     while clock() - began < seconds and not stop():
         if parent is not None and (os.getppid() != started_parent or not _alive(parent)):
             break
         if bursty and clock() >= phase_end:
             busy = not busy
-            phase_end = clock() + spans.uniform(*BURST_SPAN_S)
+            phase_end = clock() + spans.uniform(*_BURST_SPAN_S)
         if not busy:
             sleep(0.02)  # short naps, so the stop and parent checks stay prompt
             continue

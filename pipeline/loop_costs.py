@@ -1,15 +1,11 @@
 """What the exact model reads beyond the profiling run's entries, measured resumably.
 
-After `profiler.run.profile_models` has the latency curves and pairwise acceptance, the exact
-cost model still needs, in the profile's typed fields:
-- the greedy agreement sequence of every pair (`profiler.agreement_runs`, the acceptance-runs law);
-- the decoding loop's own overhead per sampling mode (`profiler.loop_overhead`);
-- HF `generate`'s own loop overhead (`engines.hf_overhead`, for the HF export);
-- each model's switch cost (`profiler.switching`).
-Each entry carries a fingerprint of what it was measured from (models, settings, threads,
-device), so a rerun with nothing changed reuses it and plans on exactly the same numbers;
-`fresh` re-times the loop overhead and the switch costs anyway (timings go stale with the
-machine's load, as the latency curves do).
+After `profiler.run.profile_models`, the exact cost model still needs the greedy agreement
+sequence of every pair (`profiler.agreement_runs`), the decoding loop's own overhead per sampling
+mode (`profiler.loop_overhead`), HF `generate`'s loop overhead (`engines.hf_overhead`, for the HF
+export) and each model's switch cost (`profiler.switching`). Each entry carries a fingerprint of
+what it was measured from, so a rerun with nothing changed plans on exactly the same numbers;
+`fresh` re-times the loop overhead and the switch costs anyway (timings go stale with the load).
 """
 
 from __future__ import annotations
@@ -25,7 +21,7 @@ from polyplan.formats.profile import AgreementRuns, LoopCalibration, Profile
 from polyplan.formats.sampling import SamplingMode
 from polyplan.engines.hf_overhead import ensure_hf_overhead
 from polyplan.models.hashing import fingerprint_settings, fingerprint_tokens
-from polyplan.profiler.prompts import EncodedPrompt
+from polyplan.profiler.prompts import EncodedPrompt, token_stream
 from polyplan.profiler.agreement_runs import ensure_agreement
 from polyplan.profiler.settings import ProfileSettings
 from polyplan.profiler.switching import measure_switch_costs, store_switch_costs
@@ -33,8 +29,7 @@ from polyplan.profiler.switching import measure_switch_costs, store_switch_costs
 
 @dataclass(frozen=True)
 class LoopCostsRun:
-    """What `ensure_loop_costs` measured: how many entries, and the seconds each step took
-    (reused entries take next to none)."""
+    """What `ensure_loop_costs` measured: how many entries, and the seconds each step took."""
 
     measured: int
     agreement_s: float
@@ -58,20 +53,14 @@ def ensure_loop_costs(
     calibration_tokens: int = 64,
     fresh: bool = False,
 ) -> tuple[Profile, LoopCostsRun]:
-    """`profile` with every entry of the module docstring, and what was measured.
-
-    Args:
-        models: `models.fingerprints.ProfiledModel`s, the target first.
-        prompts: the prompts the run profiled with.
-        previous_runs: the agreement entry of the profile before the run (`profile_cache.previous_runs`).
-        calibration_tokens: the most tokens per timed call of the loop-overhead and HF-overhead
-            calibrations (`calibration_tokens_for` takes fewer for a slow target).
-    """
+    """`profile` with every entry of the module docstring, and what was measured. `models`: the
+    `models.fingerprints.ProfiledModel`s, target first; `prompts`: those the run profiled with;
+    `previous_runs`: the agreement entry before the run; `calibration_tokens`: the most tokens per
+    timed call of the loop calibrations (`calibration_tokens_for`)."""
     acceptance = settings.acceptance
     calibration_tokens = calibration_tokens_for(profile, models[0].name, calibration_tokens)
     context = min(settings.latency.context_lengths)
-    flat = [token for prompt in prompts for token in prompt.ids]
-    stream = (flat * (context // max(len(flat), 1) + 2))[: context + 1]
+    stream = token_stream([prompt.ids for prompt in prompts], context + 1)
 
     def agreement(profile: Profile) -> tuple[Profile, int]:  # greedy only: the agreement sequences are argmax matches
         if 0.0 not in acceptance.temperatures:
@@ -81,9 +70,9 @@ def ensure_loop_costs(
 
     steps = (
         agreement,
-        lambda profile: ensure_loop_overhead(profile, models[0], acceptance.temperatures, calibration_tokens, device_label, fresh=fresh),
+        lambda profile: _ensure_loop_overhead(profile, models[0], acceptance.temperatures, calibration_tokens, device_label, fresh=fresh),
         lambda profile: ensure_hf_overhead(profile, models, prompts[0].ids, acceptance.temperatures, tokens=calibration_tokens),
-        lambda profile: ensure_switch_costs(profile, models, stream, context, device_label, fresh=fresh),
+        lambda profile: _ensure_switch_costs(profile, models, stream, context, device_label, fresh=fresh),
     )
     measured, seconds = 0, []
     for step in steps:
@@ -113,12 +102,11 @@ def calibration_tokens_for(profile: Profile, target: str, most: int) -> int:
     return min(most, max(MIN_CALIBRATION_TOKENS, 2 ** int(math.log2(max(fits, 1.0)))))
 
 
-def ensure_loop_overhead(
+def _ensure_loop_overhead(
     profile: Profile, target, temperatures: Sequence[float], tokens: int, device_label: str, *, fresh: bool = False
 ) -> tuple[Profile, int]:
-    """`profile` with the loop overhead of every sampling mode in `temperatures` (the table holds
-    only those), reusing an entry whose fingerprint still holds unless `fresh`; and how many were
-    measured."""
+    """`profile` with the loop overhead of each sampling mode in `temperatures` (and no other),
+    reusing an entry whose fingerprint holds unless `fresh`; and how many were measured."""
     old = profile.loop_overhead
     table, measured = {}, 0
     for temperature in temperatures:
@@ -130,14 +118,13 @@ def ensure_loop_overhead(
         if not fresh and kept is not None and kept.fingerprint == fingerprint:
             table[mode] = kept
             continue
-        table[mode] = loop_overhead_entry(target.member, temperature, tokens, fingerprint=fingerprint)
+        table[mode] = _loop_overhead_entry(target.member, temperature, tokens, fingerprint=fingerprint)
         measured += 1
     return replace(profile, loop_overhead=table), measured
 
 
-def loop_overhead_entry(target, temperature: float, tokens: int = 64, *, fingerprint: str | None = None) -> LoopCalibration:
-    """The loop overhead measured for the target's vocabulary and device (the profile's entry),
-    with the `fingerprint` of what it was measured on."""
+def _loop_overhead_entry(target, temperature: float, tokens: int = 64, *, fingerprint: str | None = None) -> LoopCalibration:
+    """The profile's loop-overhead entry for the target's vocabulary and device, with `fingerprint`."""
     from polyplan.decoder.sampling import Sampling
     from polyplan.profiler.loop_overhead import measure_loop_overhead
 
@@ -153,7 +140,7 @@ def loop_overhead_entry(target, temperature: float, tokens: int = 64, *, fingerp
     )
 
 
-def ensure_switch_costs(profile: Profile, models: Sequence, stream: Sequence[int], context: int, device_label: str,
+def _ensure_switch_costs(profile: Profile, models: Sequence, stream: Sequence[int], context: int, device_label: str,
                         *, fresh: bool = False) -> tuple[Profile, int]:
     """`profile` with every model's switch cost, kept while its fingerprint holds unless `fresh`;
     and 1 if measured."""

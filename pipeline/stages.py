@@ -1,17 +1,13 @@
-"""The loop in one place: candidates → profile → plan → validation, and the demo that runs it all.
+"""The pipeline: candidates → profile → plan → validation, and the demo that runs it all.
 
-- `profile_candidates` is the one profiling entry point (`polyplan profile`, `recommend
-  --candidates`, `demo`, `bench peers`): it measures whatever the profile (the given file,
-  else the user cache, `profiler.profile_cache`) lacks for everything the exact model reads —
-  the profiling run's latency curves and acceptance (`profiler.run.profile_checked_models`, written
-  after every entry), then the agreement sequences, the loop overhead, HF's loop overhead and
-  the switch costs (`pipeline.loop_costs`), each reused while its fingerprint holds.
-- `recommend_candidates`: profile, then plan (`planner.plan_builder.plan_from_profile`, with the
-  plan recording which models.yaml it was made from).
+- `profile_candidates`: the one profiling entry point (`polyplan profile`, `recommend
+  --candidates`, `demo`, `bench peers`); it measures whatever the profile (the given file, else
+  the user cache, `profiler.profile_cache`) lacks for everything the exact model reads: the
+  profiling run's entries (`profiler.run`), then `pipeline.loop_costs`, each reused while its
+  fingerprint holds.
+- `recommend_candidates`: profile, then plan (`planner.plan_builder.plan_from_profile`).
 - `validate_plan_file`: a plan's chains, measured side by side on held-out prompts, reported.
 - `run_demo`: all three on the embedded family (`pipeline.demo` holds its settings).
-
-Each takes its models.yaml as a path and parses it once (`models.candidate_file`).
 """
 
 from __future__ import annotations
@@ -19,7 +15,6 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import os
-import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -27,8 +22,9 @@ from typing import Any, Callable
 
 from polyplan.formats.errors import PolyplanError
 from polyplan.formats.outputs import check_output_file
-from polyplan.formats.plan import PlanFile, read_plan
-from polyplan.formats.profile import Profile, read_profile, write_profile
+from polyplan.formats.plan import PlanFile, read_plan, write_plan
+from polyplan.formats.profile import Profile, write_profile
+from polyplan.planner.intervals.sample_size import too_few_prompts
 from polyplan.planner.plan_builder import plan_from_profile, planned_from_profile
 from polyplan.planner.search import Recommendation
 from polyplan.models.candidate_file import CandidateFile, read_candidate_file
@@ -38,7 +34,7 @@ from polyplan.formats.processor import machine_difference
 from polyplan.profiler.checks import (
     check_inputs_fit, check_models, fit_default_contexts, foreign_machine_reason, foreign_models_reason, foreign_profile_reason,
 )
-from polyplan.profiler.locks import profile_lock, timing_lock
+from polyplan.profiler.locks import profile_lock, stderr_line, timing_lock
 from polyplan.pipeline.loop_costs import LoopCostsRun, ensure_loop_costs
 from polyplan.profiler.profile_cache import (
     cached_profile_path, forget_latency, previous_runs, prompts_of, readable_profile, recorded_prompts, retimed_here,
@@ -95,26 +91,23 @@ def profile_candidates(
     log=None,
 ) -> ProfiledCandidates:
     """Profile what is missing (resuming `profile_path`, else the cache) for everything the
-    exact model reads (module docstring); the profile is saved as it is measured.
+    exact model reads (module docstring); the profile is saved as it is measured, its file locked
+    and the machine's timing lock held.
 
-    `candidates_path`: a models.yaml, or one already read (`read_candidate_file`, whose device
-    wins over `device`). `settings` None: as the profile being resumed was measured
-    (`settings_of`, which adds the sampling `temperature` if given); `prompts` None: the
-    prompt file it was measured on (`prompts_of`), else the built-in prompts. `fresh_timings`:
-    re-time every latency curve, the loop overhead and the switch costs even when cached
-    (timings go stale with the machine's load; acceptance statistics do not), keeping
-    everything else. `calibration_tokens`: tokens per timed call of the loop-overhead
-    calibration (fewer: faster, noisier). A `profile_path` made for other models or on another
-    machine is never overwritten: with `keep_foreign` the run goes to the cache instead and
-    `log` (default: stderr) says so; without, it is refused (`polyplan profile --out`). The
-    profile file is locked while the run works, and the machine's timing lock is held; it is
-    read once, its checks made once.
+    `candidates_path`: a models.yaml, or one already read (whose device wins over `device`).
+    `settings` None: as the profile being resumed was measured (`settings_of`, adding the sampling
+    `temperature` if given); `prompts` None: the prompt file it was measured on, else the built-in
+    prompts. `fresh_timings`: re-time the latency curves, the loop overhead and the switch costs
+    even when cached (timings go stale with the machine's load; acceptance does not).
+    `calibration_tokens`: tokens per timed call of the loop calibrations. A `profile_path` made
+    for other models or on another machine is never overwritten: with `keep_foreign` the run goes
+    to the cache instead and `log` (default: stderr) says so; without, it is refused.
 
     Raises:
         PolyplanError: a bad models.yaml or prompt file, models that cannot share a chain,
             no prompt that fits, an unwritable or foreign profile, an unwritable cache folder.
     """
-    started = time.perf_counter()
+    started, log = time.perf_counter(), log or stderr_line
     read = candidates_path if isinstance(candidates_path, CandidateFile) else read_candidate_file(candidates_path, device)
     loaded = load_fingerprinted(read.candidates)
     models = loaded.profiled
@@ -137,7 +130,7 @@ def profile_candidates(
                 seeded = existing is None and elsewhere is not None and foreign_models_reason(elsewhere, models[0]) is None
                 if seeded:  # the same models timed elsewhere: their acceptance holds here, their timings do not
                     existing = retimed_here(elsewhere, device_label, processor, fingerprints)
-                (log or _stderr)(f"note: {path} is kept as it is ({foreign}); profiling into {cached} instead"
+                log(f"note: {path} is kept as it is ({foreign}); profiling into {cached} instead"
                                  + (", re-timing every model and keeping its acceptance statistics" if seeded else ""))
                 path = cached
         elif profile_path is None and existing is not None:
@@ -145,7 +138,7 @@ def profile_candidates(
             # model name virtual machines share) is re-timed in place, its acceptance kept
             other = foreign_machine_reason(existing, device_label, processor)
             if other is not None:
-                (log or _stderr)(f"note: {path} {other.removeprefix('it ')}: re-timing every model there, "
+                log(f"note: {path} {other.removeprefix('it ')}: re-timing every model there, "
                                  "keeping its acceptance statistics")
                 existing = retimed_here(existing, device_label, processor, fingerprints)
         if settings is None:
@@ -157,57 +150,30 @@ def profile_candidates(
         check_inputs_fit(models, fitted, settings)
         check_output_file(path, "--out")
         if note is not None:  # after the checks: a run that fails prints its one error line only
-            (log or _stderr)(f"note: {note}")
+            log(f"note: {note}")
         held.enter_context(timing_lock())
-        run = _Run(path, loaded, read.record, settings, prompts, fitted, device_label, existing, started)
-        return _profile_into(run, fresh_timings, calibration_tokens, progress, log or _stderr)
-
-
-@dataclass(frozen=True)
-class _Run:
-    """What one `profile_candidates` run settled before measuring: the profile file and what
-    it held (read once; None: none, or a broken file the profiler refuses), the models, the
-    settings and the prompts."""
-
-    path: Path
-    loaded: LoadedCandidates  # fingerprinted: `loaded.profiled` is what the profiler measures
-    record: Any  # the models.yaml record the profile keeps
-    settings: ProfileSettings
-    prompts: PromptSet
-    fitted: tuple[EncodedPrompt, ...]
-    device_label: str
-    existing: Profile | None
-    started: float
-
-
-def _profile_into(run: _Run, fresh_timings: bool, calibration_tokens: int, progress, log) -> ProfiledCandidates:
-    """The body of `profile_candidates`, with the profile's lock and the timing lock held."""
-    from polyplan.planner.intervals.sample_size import too_few_prompts
-
-    path, loaded, settings, prompts, fitted, device_label = run.path, run.loaded, run.settings, run.prompts, run.fitted, run.device_label
-    previous = previous_runs(run.existing)
-    existing = forget_latency(run.existing) if fresh_timings and run.existing is not None else run.existing
-    models = loaded.profiled
-    outcome = profile_checked_models(models, fitted, path, settings, device=loaded.device, progress=progress,
-                                     existing=existing)
-    warning = too_few_prompts(len(fitted))
-    if warning is not None:
-        log(f"warning: {warning}")
-    profile = dataclasses.replace(outcome.profile, profiler=dataclasses.replace(recorded_prompts(outcome.profile.profiler, prompts),
-                                                                                candidates=run.record))
-    profile, loop_costs = ensure_loop_costs(
-        profile, models, fitted, settings, previous_runs=previous, device_label=device_label,
-        calibration_tokens=calibration_tokens, fresh=fresh_timings,
-    )
+        previous = previous_runs(existing)
+        if fresh_timings and existing is not None:
+            existing = forget_latency(existing)
+        outcome = profile_checked_models(models, fitted, path, settings, device=loaded.device, progress=progress,
+                                         existing=existing)
+        warning = too_few_prompts(len(fitted))
+        if warning is not None:
+            log(f"warning: {warning}")
+        record = dataclasses.replace(recorded_prompts(outcome.profile.profiler, prompts), candidates=read.record)
+        profile, loop_costs = ensure_loop_costs(
+            dataclasses.replace(outcome.profile, profiler=record), models, fitted, settings, previous_runs=previous,
+            device_label=device_label, calibration_tokens=calibration_tokens, fresh=fresh_timings,
+        )
+        write_profile(profile, path)
     measured = len(outcome.measured) + loop_costs.measured
-    write_profile(profile, path)
-    return ProfiledCandidates(profile, path, models, loaded.tokenizer, run.record, measured, len(outcome.reused),
-                              time.perf_counter() - run.started, outcome, len(fitted), loop_costs, tuple(fitted))
+    return ProfiledCandidates(profile, path, models, loaded.tokenizer, read.record, measured, len(outcome.reused),
+                              time.perf_counter() - started, outcome, len(fitted), loop_costs, tuple(fitted))
 
 
 def _fitted_prompts(prompts: PromptSet, loaded: LoadedCandidates, settings: ProfileSettings) -> tuple[EncodedPrompt, ...]:
-    """The prompts, encoded, cut or left out to fit every model's context (a strict set is
-    left whole: the run refuses a prompt that does not fit, naming it)."""
+    """The prompts, encoded, cut or left out to fit every model's context (a strict set is left
+    whole: the run refuses a prompt that does not fit)."""
     encoded = encode_for(prompts, loaded.tokenizer)
     if prompts.strict:
         return tuple(encoded)
@@ -217,14 +183,9 @@ def _fitted_prompts(prompts: PromptSet, loaded: LoadedCandidates, settings: Prof
     return fit_prompts(encoded, min(limits) if limits else None, reserve, truncate=prompts.truncate, source=prompts.source).prompts
 
 
-def _stderr(line: str) -> None:
-    print(line, file=sys.stderr, flush=True)
-
-
 @dataclass(frozen=True)
 class Recommended:
-    """A plan made from freshly completed profiling: the search's result, its profile and the
-    plan written (as it was written)."""
+    """A plan made from freshly completed profiling: the search's result, its profile, the plan."""
 
     recommendation: Recommendation
     profiled: ProfiledCandidates
@@ -248,7 +209,6 @@ def recommend_candidates(
     """Profile what is missing for the sampling `temperature` (`profile_candidates`), then
     rank the chains (`plan_from_profile` with `plan_options`), run the self-check
     (`validation.self_check`; `check` False: skipped, and the plan says so) and write the plan to `out`."""
-    from polyplan.formats.plan import write_plan
     from polyplan.validation.self_check import skipped_plan
 
     profiled = profile_candidates(candidates_path, profile_path=profile_path, prompts=prompts, cache_dir=cache_dir,
@@ -267,9 +227,8 @@ def recommend_candidates(
 
 def _self_checked(plan: PlanFile, profiled: ProfiledCandidates, out) -> tuple[PlanFile, tuple[str, ...]]:
     """The plan after recommend's self-check (`validation.self_check`) on the profiled members
-    and prompts, with what it found, saved over `out` (written first unchecked by the planner,
-    so an interrupted check leaves a valid plan); a plan with target-only alone is returned as is."""
-    from polyplan.formats.plan import write_plan
+    and prompts, with what it found, saved over `out` (which the planner wrote unchecked first, so
+    an interrupted check leaves a valid plan); a plan with target-only alone is returned as is."""
     from polyplan.validation.self_check import check_budget, self_check
 
     if len(plan.alternatives) < 2:
@@ -285,13 +244,7 @@ def _self_checked(plan: PlanFile, profiled: ProfiledCandidates, out) -> tuple[Pl
 def plan_profile(planned: PlanFile) -> Profile | None:
     """The profile the plan was made from, if its file is still readable (for the re-timed
     prediction); None otherwise."""
-    path = planned.profile.path
-    if path is None or not Path(path).is_file():
-        return None
-    try:
-        return read_profile(path)
-    except PolyplanError:
-        return None
+    return None if planned.profile.path is None else readable_profile(Path(planned.profile.path))
 
 
 @dataclass(frozen=True)
@@ -322,11 +275,9 @@ def validate_plan_file(
     prompt options) and write the report into `out`.
 
     Cheap checks come first (a hand-edited plan, a bad `settings.top`, a model whose files
-    changed), before a prompt is read or a model loaded. `threads` None: as many torch threads
-    as the plan's profile was measured with (else the machine's free cores); the result says
-    which. A plan profiled on another processor (or device) is validated all the same: `log`
-    (default: stderr) gets one `warning:` line before the run, and the report's notes keep it
-    (`formats.processor.machine_difference`).
+    changed), before a prompt is read or a model loaded. `threads` None: as the plan's profile
+    was measured (`profiler.threads.choose_threads`). A plan profiled on another processor is
+    validated all the same, with one `warning:` line to `log` (default: stderr) and in the report.
     """
     from polyplan.models.chain_candidates import ChainCandidates
     from polyplan.planner.plan_check import check_plan
@@ -351,7 +302,7 @@ def validate_plan_file(
     device = getattr(members[planned.target], "device", "cpu")
     warning = machine_difference(planned.device, planned.processor, describe_device(device), this_processor(device))
     if warning is not None:
-        (log or _stderr)(f"warning: {warning}")
+        (log or stderr_line)(f"warning: {warning}")
     with timing_lock():
         validation = _validate(planned, members, encoded, settings, label, prompts, progress, profiled)
     return Validated(validation, write_report(validation, Path(out)), choice, warning)
@@ -360,19 +311,9 @@ def validate_plan_file(
 def _validate(plan: PlanFile, members, encoded, settings: ValidationSettings, plan_label: str, prompts: PromptSet, progress,
               profile: Profile | None) -> Validation:
     device = getattr(members[plan.target], "device", "cpu")
-    return validate_plan(
-        plan,
-        members,
-        encoded,
-        settings,
-        device_label=describe_device(device),
-        plan_path=plan_label,
-        prompt_source=prompts.source,
-        truncate_prompts=prompts.truncate,
-        progress=progress,
-        profile=profile,
-        processor=this_processor(device),
-    )
+    return validate_plan(plan, members, encoded, settings, device_label=describe_device(device), plan_path=plan_label,
+                         prompt_source=prompts.source, truncate_prompts=prompts.truncate, progress=progress,
+                         profile=profile, processor=this_processor(device))
 
 
 @dataclass(frozen=True)
@@ -393,15 +334,12 @@ class DemoResult:
 
 
 def run_demo(settings, *, profile_progress=None, validation_progress=None, log=lambda line: None, threads=None) -> DemoResult:
-    """Profile, recommend and validate (`pipeline.demo` says how; `settings` is its `DemoSettings`).
+    """Profile, recommend and validate (`pipeline.demo` says on what; `settings`: a `DemoSettings`).
 
-    1. Profile the candidates on the profiling prompts, resuming the profile in the user
-       cache: the acceptance statistics are reused, the timings (latency curves, loop
-       overhead, switch costs) re-timed, since they go stale with the machine's load.
-    2. Recommend a chain and its block sizes with the exact model, run the self-check
-       (`validation.self_check`) and write plan.json.
-    3. Validate the plan on prompts the profile never saw, in one interleaved run, and write
-       report.md, report.json and the plots.
+    1. Profile the candidates, resuming the profile in the user cache: acceptance is reused, the
+       timings re-timed, since they go stale with the machine's load.
+    2. Recommend a chain with the exact model, run the self-check and write plan.json.
+    3. Validate the plan on prompts the profile never saw and write the report.
 
     `threads` (a `profiler.threads.ThreadChoice`) is set once the settings pass their checks;
     None leaves torch's threads as they are.
@@ -424,15 +362,9 @@ def run_demo(settings, *, profile_progress=None, validation_progress=None, log=l
 
         set_threads(threads)
 
-    profiled = profile_candidates(
-        read,
-        settings=profile_settings(settings.quick, settings.new_tokens),
-        prompts=profiling_prompts,
-        cache_dir=settings.cache_dir,
-        fresh_timings=True,
-        calibration_tokens=24 if settings.quick else 64,
-        progress=profile_progress,
-    )
+    profiled = profile_candidates(read, settings=profile_settings(settings.quick, settings.new_tokens),
+                                  prompts=profiling_prompts, cache_dir=settings.cache_dir, fresh_timings=True,
+                                  calibration_tokens=24 if settings.quick else 64, progress=profile_progress)
     plan_path = out / PLAN_FILE
     encoded = encode_for(held_out, profiled.tokenizer)
     planned = planned_from_profile(
@@ -445,22 +377,12 @@ def run_demo(settings, *, profile_progress=None, validation_progress=None, log=l
     with timing_lock():
         validation = _validate(plan, members, encoded, validation_settings, str(plan_path), held_out, validation_progress,
                                profiled.profile)
-    return DemoResult(
-        candidates=Path(candidates),
-        profile_path=profiled.path,
-        plan_path=plan_path,
-        recommendation=recommendation,
-        validation=validation,
-        files=write_report(validation, out),
-        profile_measured=profiled.measured,
-        profile_reused=profiled.reused,
-        profile_seconds=profiled.wall_time_s,
-        wall_time_s=time.perf_counter() - started,
-        check_lines=lines,
-    )
+    files = write_report(validation, out)
+    return DemoResult(Path(candidates), profiled.path, plan_path, recommendation, validation, files, profiled.measured,
+                      profiled.reused, profiled.wall_time_s, time.perf_counter() - started, lines)
 
 
-def plan_candidates_greedy(candidates_path, *, log=lambda line: None) -> Path:
+def _plan_candidates_greedy(candidates_path, *, log=lambda line: None) -> Path:
     """Profile what the cache lacks for `candidates_path` (built-in profiling prompts, greedy)
     and write the recommended plan next to the cached profile; its path."""
     profiled = profile_candidates(candidates_path, temperature=0.0)
@@ -479,5 +401,5 @@ def race_peers_of(plan_path, *, candidates_path=None, log=lambda line: None, **o
     if plan_path is None:
         if candidates_path is None:
             raise PolyplanError("--plan: give a plan.json, or --candidates models.yaml to profile and plan first")
-        plan_path = plan_candidates_greedy(candidates_path, log=log)
+        plan_path = _plan_candidates_greedy(candidates_path, log=log)
     return run_hf_race(plan_path, candidates_path=candidates_path, log=log, **options)

@@ -4,14 +4,9 @@
     prompts = encode_prompts(builtin_prompts(), tokenizer)
     outcome = profile_models([ProfiledModel("target", target_member, fp1), ...], prompts, "profile.json")
 
-- `forward_timing`: T_i(k) with a warm KV cache at several context lengths, prefill times.
-- `acceptance`: α from one teacher-forced pass per model (every pair at once) and decoded μ, σ
-  from n = 2 speculative decoding, with bootstrap intervals.
-- `prompts`: the built-in held-out Python prompt set; text, JSONL and Spec-Bench files.
-- `run`: the resumable run that writes the profile after every entry (latency, acceptance).
-- the loop (profile → plan → validate → demo) lives above this room: `pipeline.stages.profile_candidates`
-  is the one profiling entry point, `run` plus what the exact model reads besides (`pipeline.loop_costs`).
-- `summary`: the closing table.
+`forward_timing` times T_i(k), `acceptance` measures α and decoded μ, `prompts` reads prompt sets,
+`run` is the resumable run and `summary` its closing table. The pipeline above this room
+(`pipeline.stages.profile_candidates`) adds what the exact model reads besides (`pipeline.loop_costs`).
 """
 
 from polyplan.profiler.acceptance import DecodedMeasurement, PairAlpha, implied_mu, measure_decoded, pair_alpha

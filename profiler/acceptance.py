@@ -34,6 +34,7 @@ from polyplan.decoder.chain import generate
 from polyplan.decoder.member import ChainMember, stop_token_ids
 from polyplan.decoder.sampling import Sampling, probabilities, top_probability
 from polyplan.formats.profile import DRAFT_SIMPLE_TOP_K
+from polyplan.profiler.settings import AcceptanceSettings
 from polyplan.profiler.stats import Interval, cluster_bootstrap, lag1_autocorrelation, quantile_summary
 
 TEACHER_FORCING_WIDTH = 4  # tokens per teacher-forced pass (the module docstring says why)
@@ -89,14 +90,9 @@ class PairAlpha:
 
 @dataclass(frozen=True)
 class DecodedMeasurement:
-    """Tokens emitted per verification by n = 2 decoding at block size `k`.
-
-    Attributes:
-        per_prompt: the tokens per verification of each prompt's run, in order.
-        mu, sigma: mean and standard deviation (ddof = 1) over all verifications.
-        mu_interval, sigma_interval: bootstrap intervals over prompts.
-        verifications: total verifications (the sample size).
-    """
+    """Tokens emitted per verification by n = 2 decoding at block size `k`: each prompt's run in
+    order (`per_prompt`), their mean and standard deviation (ddof = 1) over all `verifications`,
+    with bootstrap intervals over prompts."""
 
     k: int
     per_prompt: tuple[tuple[int, ...], ...]
@@ -263,31 +259,30 @@ def measure_decoded(
     *,
     k: int,
     temperature: float,
-    new_tokens: int,
-    seed: int,
-    resamples: int = 1000,
-    level: float = 0.95,
+    settings: AcceptanceSettings,
     rng: np.random.Generator,
-    enough: int | None = None,
-    min_prompts: int = 1,
 ) -> DecodedMeasurement:
     """Run [verifier, drafter] with block size `k` on the prompts in order; tokens per verification.
 
-    Prompt i uses a generator seeded `seed + i` and stops at `new_tokens` or at one of the
-    verifier's EOS ids. The last verification of a prompt counts every token it produced, also
-    those past `new_tokens` (the decoder's convention), so μ is not biased down by the cut.
-    With `enough` set, the run stops taking prompts once it has `enough` verifications from at
-    least `min_prompts` prompts (`AcceptanceSettings.decoded_verifications` says why).
+    Prompt i uses a generator seeded `settings.seed + i` and stops at `settings.new_tokens` or at
+    one of the verifier's EOS ids. The last verification of a prompt counts every token it
+    produced, also those past the cut (the decoder's convention), so μ is not biased down by it.
+    The run stops taking prompts once it has `settings.decoded_verifications` verifications from at
+    least `settings.decoded_min_prompts` prompts (the settings say why); the bootstrap takes
+    `settings.resamples` at `settings.confidence`.
     """
+    enough, min_prompts = settings.decoded_verifications, settings.decoded_min_prompts
+    resamples, level = settings.resamples, settings.confidence
     sampling = Sampling(temperature=temperature)
     device = getattr(verifier, "device", torch.device("cpu"))
     per_prompt: list[tuple[int, ...]] = []
     for index, prompt in enumerate(prompts):
         if enough is not None and len(per_prompt) >= min_prompts and sum(map(len, per_prompt)) >= enough:
             break
-        generator = torch.Generator(device=device).manual_seed(seed + index)
+        generator = torch.Generator(device=device).manual_seed(settings.seed + index)
         result = generate(
-            [verifier, drafter], list(prompt), max_new_tokens=new_tokens, block_sizes=[k], sampling=sampling, generator=generator,
+            [verifier, drafter], list(prompt), max_new_tokens=settings.new_tokens, block_sizes=[k], sampling=sampling,
+            generator=generator,
             eos_token_id=stop_token_ids(verifier),
         )
         per_prompt.append(result.levels[0].tokens_per_verification)

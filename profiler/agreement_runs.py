@@ -1,20 +1,14 @@
 """Measure acceptance runs: the greedy agreement sequence of every profiled pair.
 
-The target continues each prompt greedily (`profiler.acceptance.target_continuations`);
-every model then makes one teacher-forced pass over prompt + continuation
-(`profiler.acceptance.teacher_forced`), which gives its argmax at every continuation
-position. Position t of pair (verifier, drafter) agrees when their argmaxes are equal. The
-sequences go into the profile's `acceptance_runs["greedy"]` as strings of 0/1, with a
-fingerprint of the models, prompts and settings, so a rerun with nothing changed reuses them;
-for each pair under the target whose drafter is a model (not a `BlockDrafter` rule), the same pass
-also gives the drafter's top probability at every position (softmax at temperature 1), kept to
-1/255 beside the agreement (`formats.profile.PairAgreement.confidence`): what a confidence stop
-p_min is planned on (`planner.exact.policy_replay`); and, from the same logits, that probability
-renormalised over the drafter's 10 best (`PairAgreement.confidence_top10`): what llama-server's
-`--spec-draft-p-min` compares, which the llama.cpp export replays (`planner.llama_cpp.policy`);
-`planner.exact.runs` turns them into the run-length law the exact model uses. The target's streams
-(prompt + continuation ids) are kept beside them: `planner.exact.ngram_replay` replays an engine's
-own n-gram drafter on them.
+The target continues each prompt greedily and every model makes one teacher-forced pass over
+prompt + continuation (`profiler.acceptance`); position t of pair (verifier, drafter) agrees when
+their argmaxes are equal. The sequences go into the profile's `acceptance_runs["greedy"]` with a
+fingerprint, so a rerun with nothing changed reuses them, and `planner.exact.runs` turns them into
+the run-length law the exact model uses. For each model drafter under the target the same pass
+also keeps its top probability at every position, over the whole vocabulary (what a confidence
+stop is planned on, `planner.exact.policy_replay`) and over its 10 best logits (what llama-server's
+`--spec-draft-p-min` compares, `planner.llama_cpp.policy`); and the target's streams, on which
+`planner.exact.ngram_replay` replays an engine's n-gram drafter.
 """
 
 from __future__ import annotations
@@ -28,7 +22,7 @@ from polyplan.profiler.acceptance import TEACHER_FORCING_WIDTH, target_continuat
 from polyplan.models.hashing import fingerprint_settings, fingerprint_tokens
 
 
-def runs_fingerprint(models: Sequence, prompts: Sequence[Sequence[int]], new_tokens: int, seed: int) -> str:
+def _runs_fingerprint(models: Sequence, prompts: Sequence[Sequence[int]], new_tokens: int, seed: int) -> str:
     """Fingerprint of what the agreement sequences are measured from."""
     return fingerprint_settings(
         "agreement-runs", [(model.name, model.fingerprint) for model in models], fingerprint_tokens(prompts), new_tokens, seed,
@@ -39,13 +33,8 @@ def runs_fingerprint(models: Sequence, prompts: Sequence[Sequence[int]], new_tok
 def measure_agreement(
     models: Sequence, pairs: Sequence[tuple[str, str]], prompts: Sequence[Sequence[int]], *, new_tokens: int, seed: int
 ) -> AgreementRuns:
-    """The greedy agreement strings of every pair (see the module docstring).
-
-    Args:
-        models: `models.fingerprints.ProfiledModel`s, the target first.
-        pairs: (verifier, drafter) names.
-        prompts: token ids of each prompt.
-    """
+    """The greedy agreement strings of every (verifier, drafter) pair of names (module docstring);
+    `models`: `models.fingerprints.ProfiledModel`s, the target first; `prompts`: token ids."""
     target = models[0].member
     continuations = target_continuations(target, prompts, new_tokens=new_tokens, temperature=0.0, seed=seed)
     vocab = target.valid_vocab_size
@@ -65,7 +54,7 @@ def measure_agreement(
                                      confidence_texts(forced[drafter].top10) if kept else ()))
     streams = tuple(TargetStream(len(prompt), tuple(prompt) + tuple(continuation))
                     for prompt, continuation in zip(prompts, continuations) if len(prompt) > 0)
-    return AgreementRuns(tuple(entries), runs_fingerprint(models, prompts, new_tokens, seed), len(prompts), new_tokens, streams)
+    return AgreementRuns(tuple(entries), _runs_fingerprint(models, prompts, new_tokens, seed), len(prompts), new_tokens, streams)
 
 
 def confidence_texts(tops) -> tuple[str, ...]:
@@ -77,13 +66,13 @@ def ensure_agreement(
     profile: Profile, previous: AgreementRuns | None, models: Sequence, prompts: Sequence[Sequence[int]], *, new_tokens: int, seed: int
 ) -> tuple[Profile, bool]:
     """`profile` with the greedy agreement sequences in `acceptance_runs`, reusing `previous` (the
-    entry of the profile before this run) when its fingerprint still matches and it holds the
-    target's streams and both confidences of the model drafters under the target (older profiles
-    lack them: the whole-vocabulary ones, or the 10-best ones); and whether they were measured."""
+    entry before this run) when its fingerprint matches and it holds the target's streams and both
+    confidences of the model drafters under the target (older profiles lack some); and whether
+    they were measured."""
     loaded = {model.name for model in models}  # a profile keeps other models' pairs; only these can run
     pairs = [(pair.verifier, pair.drafter) for pair in profile.pairs
              if "greedy" in pair.sampling and {pair.verifier, pair.drafter} <= loaded]
-    key = runs_fingerprint(models, prompts, new_tokens, seed)
+    key = _runs_fingerprint(models, prompts, new_tokens, seed)
     wanted = set(pairs)
     rules = {model.name for model in models if isinstance(model.member, BlockDrafter)}
     confident = (set(previous.confidences_by_pair()) & set(previous.top10_confidences_by_pair())

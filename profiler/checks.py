@@ -20,9 +20,7 @@ if TYPE_CHECKING:
 
 
 def check_models(models: Sequence[ProfiledModel]) -> None:
-    """Unique names. (Models loaded from a models.yaml were checked to share the target's
-    vocabulary when the loader loaded them, `models.loader`; `check_handed_models` checks
-    models handed in directly.)"""
+    """Unique names (the loader checked that models from a models.yaml can share a chain)."""
     names = [model.name for model in models]
     for name in names:
         if names.count(name) > 1:
@@ -30,9 +28,9 @@ def check_models(models: Sequence[ProfiledModel]) -> None:
 
 
 def check_handed_models(models: Sequence[ProfiledModel]) -> None:
-    """Every model can share a chain with the target (`decoder.compatibility`), for models that
-    did not come through the loader: `profile_models`, the library entry, is handed any
-    members; the profiling commands load theirs, already checked, and do not run it again."""
+    """Every model can share a chain with the target (`decoder.compatibility`): for
+    `profile_models`, the library entry, which is handed members that did not come through the
+    loader."""
     target = models[0]
     for model in models[1:]:
         reason = incompatibility(model.member, target.member, f"the target {target.name!r}")
@@ -55,10 +53,10 @@ def check_inputs_fit(models: Sequence[ProfiledModel], prompts: Sequence[EncodedP
 
 
 def fit_default_contexts(models: Sequence[ProfiledModel], settings: ProfileSettings) -> tuple[ProfileSettings, str | None]:
-    """The default latency context lengths cut to what every model's context holds (a model of a
-    256-token context is valid, and the defaults 128 and 384 must not fail on it): the lengths
-    that fit, else the longest that does; with a one-line note saying so. Other lengths are left
-    as they are (`check_inputs_fit` then names the one that does not fit)."""
+    """The default latency context lengths cut to what every model's context holds (a short
+    context is valid, and the defaults must not fail on it): the lengths that fit, else the
+    longest that does, with a one-line note saying so. Other lengths are left as they are
+    (`check_inputs_fit` then names the one that does not fit)."""
     latency = settings.latency
     limits = [(model.member.max_context, model.name) for model in models if model.member.max_context is not None]
     if latency.context_lengths != DEFAULT_CONTEXT_LENGTHS or not limits:

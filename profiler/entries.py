@@ -88,7 +88,7 @@ def decoded_entry(measurement: DecodedMeasurement, prompts: int, key: str) -> De
     )
 
 
-def disagreement_warning(stats: SamplingStats, decoded: DecodedStats, threshold: float, *, own_output: str | None = None) -> str | None:
+def _disagreement_warning(stats: SamplingStats, decoded: DecodedStats, threshold: float, *, own_output: str | None = None) -> str | None:
     """One line when the decoded μ and the μ implied by α differ by more than `threshold`,
     with what can explain it. `own_output` names the verifier when it is not the target (its
     decoded run follows its own output, while α is measured on the target's)."""
@@ -116,7 +116,7 @@ def disagreement_warning(stats: SamplingStats, decoded: DecodedStats, threshold:
 def refresh_warnings(stats: SamplingStats, threshold: float, own_output: str | None, prompts: int | None = None) -> SamplingStats:
     """`stats` with its warnings recomputed from its decoded and implied μ, and from the sample
     sizes (`prompts`: what α was measured over, when known)."""
-    lines = [disagreement_warning(stats, decoded, threshold, own_output=own_output) for decoded in stats.decoded]
+    lines = [_disagreement_warning(stats, decoded, threshold, own_output=own_output) for decoded in stats.decoded]
     alpha_prompts = prompts if stats.alpha_ci is None else None
     lines += interval_warnings([(d.k, d.prompts) for d in stats.decoded if d.mu_ci is None], alpha_prompts)
     return replace(stats, warnings=tuple(line for line in lines if line is not None))

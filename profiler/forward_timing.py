@@ -28,7 +28,7 @@ from polyplan.formats.errors import PolyplanError
 from polyplan.profiler.stats import Spread, robust_spread
 from polyplan.profiler.threads import available_cpus, machine_load
 
-DEFAULT_KS = (1, 2, 3, 4, 6, 8, 12, 16)
+_DEFAULT_KS = (1, 2, 3, 4, 6, 8, 12, 16)
 DEFAULT_CONTEXT_LENGTHS = (128, 384)
 _MAX_ROUNDS_FACTOR = 10  # extra rounds for a noisy floor stop at this many times the planned repeats, budget or not
 
@@ -50,7 +50,7 @@ class LatencySettings:
             floor is not acceptable (0: never repeat).
     """
 
-    ks: tuple[int, ...] = DEFAULT_KS
+    ks: tuple[int, ...] = _DEFAULT_KS
     context_lengths: tuple[int, ...] = DEFAULT_CONTEXT_LENGTHS
     repeats: int = 15
     warmup: int = 3

@@ -1,19 +1,15 @@
 """Measure the decoding loop's own cost, on its own (see `polyplan.planner.exact.overhead`).
 
-The decoder times every member's `forward` (`LevelStats.wall_time_s`); what a `generate`
-call spends beyond those passes is its loop: token choice, verification, the host transfer,
-cache crops, bookkeeping. Here the loop runs with stand-in members whose forward pass only
-returns rows of a fixed logit table, over the chain's vocabulary size and with the plan's
-sampling settings, so the loop does exactly its usual work while the models cost nothing:
-
-1. one stand-in alone (plain decoding): steps only;
-2. a stand-in verifying a stand-in at block sizes 1, 2, 4 and 8, the drafter proposing a
-   rejected token at every seventh position (so rounds both accept and reject): steps and
-   rounds in different proportions.
-
-Loop time = steps × `per_step_s` + rounds × `per_round_s` is fitted (non-negative least
-squares, `planner.exact.overhead.fit_loop_costs`) to the median loop time of each configuration, after a warm-up call of each. Member-specific work the stand-ins
-do not do (an HF cache crop costs some tens of microseconds after a rejection) is left out.
+What a `generate` call spends beyond its members' timed forward passes is its loop: token choice,
+verification, the host transfer, cache crops, bookkeeping. Here the loop runs with stand-in
+members whose forward pass only returns rows of a fixed logit table, over the chain's vocabulary
+and sampling settings, so the loop does its usual work while the models cost nothing: one
+stand-in decoding alone (steps only), and a stand-in verifying a stand-in that proposes a rejected
+token at every `_REJECT_EVERY`-th position, at block sizes 1, 2, 4 and 8 (steps and rounds in
+other proportions). Loop time = steps × `per_step_s` + rounds × `per_round_s` is fitted by
+non-negative least squares (`planner.exact.overhead.fit_loop_costs`) to each configuration's
+median, after a warm-up call of each. Member-specific work the stand-ins do not do (an HF cache
+crop after a rejection) is left out.
 """
 
 from __future__ import annotations
@@ -89,12 +85,9 @@ def measure_loop_overhead(
     seed: int = 0,
     verifier=None,
 ) -> LoopOverhead:
-    """The loop's cost per autoregressive step and per verification round (module docstring).
-
-    Runs plain decoding and a stand-in pair at block sizes 1, 2, 4 and 8, interleaved,
-    `repeats` times each; per configuration the median loop time, then a non-negative least
-    squares fit of loop time = steps × per_step + rounds × per_round over the configurations
-    (one subtraction of two noisy medians can go negative on a busy machine; the fit uses all).
+    """The loop's cost per autoregressive step and per verification round (module docstring):
+    each configuration `repeats` times, interleaved; a fit over all of them rather than one
+    subtraction of two noisy medians, which can go negative on a busy machine.
 
     Args:
         vocab: the chain's vocabulary size (token choice and verification scan it).

@@ -1,11 +1,9 @@
 """The processor of this machine (`formats.processor.Processor`), probed where timings are taken.
 
-The model name and flags come from /proc/cpuinfo (Linux: "model name" and "flags" on x86,
-"Features" on ARM), else `platform.processor()` with no flags; the quantized engine and CPU
-capability from torch; the logical cores from `os.cpu_count`; on a CUDA device, the GPU's name;
-the generation from /proc/cpuinfo's "cpu family" and "model" (x86) or "CPU implementer" and
-"CPU part" (ARM).
-`plan_machine_line` is what a consumer of a plan's timings prints (`formats.processor`).
+The model name, flags and generation come from /proc/cpuinfo's first processor (x86: "model name",
+"flags", "cpu family" and "model"; ARM: "Features", "CPU implementer" and "CPU part"), else
+`platform.processor()`; the quantized engine and CPU capability from torch; the cores from
+`os.cpu_count`; on a CUDA device, the GPU's name.
 """
 
 from __future__ import annotations
@@ -16,7 +14,7 @@ import platform
 from polyplan.formats.processor import Processor, isa_flags, machine_difference
 
 
-def first_processor(path: str = "/proc/cpuinfo") -> dict[str, str]:
+def _first_processor(path: str = "/proc/cpuinfo") -> dict[str, str]:
     """The first processor's block of `path`: each key's first value, up to the first blank line
     after it began ({} where unreadable)."""
     fields: dict[str, str] = {}
@@ -36,15 +34,15 @@ def first_processor(path: str = "/proc/cpuinfo") -> dict[str, str]:
 
 def cpuinfo_fields(path: str = "/proc/cpuinfo", block: dict[str, str] | None = None) -> tuple[str | None, tuple[str, ...]]:
     """The first processor's model name and flags ((None, ()) where unreadable); `block`: its
-    fields already read (`first_processor`)."""
-    fields = first_processor(path) if block is None else block
+    fields already read (`_first_processor`)."""
+    fields = _first_processor(path) if block is None else block
     return fields.get("model name") or None, tuple((fields.get("flags") or fields.get("Features") or "").split())
 
 
 def cpu_generation(path: str = "/proc/cpuinfo", block: dict[str, str] | None = None) -> str | None:
     """The first processor's generation: "family 26 model 2" (x86), "implementer 0x41 part
     0xd40" (ARM), None where unreadable or not given; `block` as in `cpuinfo_fields`."""
-    fields = first_processor(path) if block is None else block
+    fields = _first_processor(path) if block is None else block
     if fields.get("cpu family") and fields.get("model"):
         return f"family {fields['cpu family']} model {fields['model']}"
     if fields.get("CPU implementer") and fields.get("CPU part"):
@@ -61,7 +59,7 @@ def this_processor(device: str = "cpu") -> Processor:
     """This machine's processor, and the GPU's name when `device` is a CUDA device."""
     import torch
 
-    block = first_processor()
+    block = _first_processor()
     name, flags = cpuinfo_fields(block=block)
     name = name or platform.processor() or platform.machine() or "unknown CPU"
     capability = torch.backends.cpu.get_cpu_capability() if hasattr(torch.backends, "cpu") else None

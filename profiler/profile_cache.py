@@ -1,12 +1,11 @@
-"""Where the loop keeps a profile, and what it reads back from one before extending it.
+"""Where the pipeline keeps a profile, and what it reads back from one before extending it.
 
-The profile cache lives in a user cache folder, never inside the installed package:
-`--cache-dir`, else `$POLYPLAN_CACHE_DIR`, else `$XDG_CACHE_HOME/polyplan`, else
-`~/.cache/polyplan`. A cached profile is named by a hash of the candidates' fingerprints and
-the device, so changed weights or another thread count start (or resume) another file. The
-device label names the CPU model, not its flags: a cached profile whose recorded processor
-differs (virtual machines share a model name) is re-timed in place, its acceptance statistics
-kept (`retimed_here`), rather than keyed apart, which would orphan every cached profile.
+The profile cache lives in a user cache folder, never inside the installed package
+(`formats.cache.cache_root`). A cached profile is named by a hash of the candidates' fingerprints
+and the device label, so changed weights or another thread count start (or resume) another file.
+The label names the CPU model, not its flags: a cached profile whose recorded processor differs
+(virtual machines share a model name) is re-timed in place, its acceptance kept (`retimed_here`),
+rather than keyed apart, which would orphan every cached profile.
 """
 
 from __future__ import annotations
@@ -46,10 +45,9 @@ def readable_profile(path: Path) -> Profile | None:
 
 
 def settings_of(profile: Profile | None, temperature: float | None = None) -> ProfileSettings:
-    """The settings `profile` was measured with (its `profiler` record), else the defaults
-    (with only `temperature` as sampling mode, when given); `temperature` is always among the
-    modes. Resuming with other settings would re-measure every entry, since each entry's
-    fingerprint includes its settings."""
+    """The settings `profile` was measured with (its `profiler` record), else the defaults (with
+    only `temperature` as sampling mode, when given); `temperature` is always among the modes.
+    Other settings would re-measure every entry (each entry's fingerprint includes them)."""
     settings = ProfileSettings() if temperature is None else ProfileSettings(acceptance=AcceptanceSettings(temperatures=(temperature,)))
     if profile is not None:
         recorded = profile.profiler
@@ -106,10 +104,9 @@ def forget_latency(profile: Profile) -> Profile:
 def retimed_here(profile: Profile, device_label: str, processor: Processor | None, fingerprints: dict[str, str]) -> Profile:
     """A copy of `profile`, measured on another processor or device, for a run here to extend:
     its acceptance statistics and agreement runs kept (they do not depend on the processor for
-    float models), every timing dropped so that the run takes it again (each latency curve's
-    fingerprint, the loop and engine overheads, the switch costs), and the models that are not
-    among `fingerprints` (name -> fingerprint: this run's candidates) left out with their
-    pairs, since their timings could not be re-taken. Timings of two machines are never mixed."""
+    float models), every timing dropped so that the run takes it again, and the models not among
+    `fingerprints` (this run's candidates) left out with their pairs, since their timings could
+    not be re-taken. Timings of two machines are never mixed."""
     models = tuple(dataclasses.replace(model, latency_fingerprint=None, timing=None)
                    for model in profile.models if model.name in fingerprints)
     kept = {model.name for model in models}

@@ -1,6 +1,6 @@
 """The prompts a stage of the loop runs on: a user's file, or the built-in held-out prompts.
 
-Profiling takes the first `PROFILE_PER_KIND` built-in prompts of each kind; validation takes
+Profiling takes the first `_PROFILE_PER_KIND` built-in prompts of each kind; validation takes
 the next ones, which the profile never saw. A `PromptSet` says where its prompts came from and
 what happens to one that does not fit a model's context: built-in prompts are cut from the
 left, a user's are left out (`strict`: refused, as `polyplan profile --prompts` does).
@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from polyplan.formats.errors import PolyplanError
 from polyplan.profiler.prompts import EncodedPrompt, Prompt, builtin_prompts, encode_prompts, read_prompt_file
 
-PROFILE_PER_KIND = 4  # the profiler's default built-in set: the first 4 prompts of each kind
+_PROFILE_PER_KIND = 4  # the profiler's default built-in set: the first 4 prompts of each kind
 
 
 @dataclass(frozen=True)
@@ -33,7 +33,7 @@ class PromptSet:
 def prompt_set(
     prompt_file: str | os.PathLike[str] | None = None,
     *,
-    per_kind: int = PROFILE_PER_KIND,
+    per_kind: int = _PROFILE_PER_KIND,
     skip_per_kind: int = 0,
     max_prompts: int | None = None,
     raw: bool = False,
@@ -49,7 +49,7 @@ def prompt_set(
         raise PolyplanError(f"--prompts-per-kind: must be >= 1, got {per_kind}")
     if prompt_file is not None:
         return PromptSet(tuple(read_prompt_file(prompt_file)[:max_prompts]), str(prompt_file), False, raw, strict)
-    ranked = _builtin(max(2 * PROFILE_PER_KIND, skip_per_kind + per_kind))
+    ranked = _builtin(max(2 * _PROFILE_PER_KIND, skip_per_kind + per_kind))
     by_kind: dict[str, list[Prompt]] = {}
     for prompt in ranked:
         by_kind.setdefault(prompt.kind, []).append(prompt)
@@ -83,7 +83,7 @@ def validation_prompt_set(
     prompt_file: str | os.PathLike[str] | None = None, *, per_kind: int = 4, max_prompts: int | None = None, raw: bool = False
 ) -> PromptSet:
     """What validation runs on: a user's file, else built-in prompts the profile never saw."""
-    return prompt_set(prompt_file, per_kind=per_kind, skip_per_kind=PROFILE_PER_KIND, max_prompts=max_prompts, raw=raw)
+    return prompt_set(prompt_file, per_kind=per_kind, skip_per_kind=_PROFILE_PER_KIND, max_prompts=max_prompts, raw=raw)
 
 
 def encode_for(prompts: PromptSet, tokenizer) -> Sequence[EncodedPrompt]:

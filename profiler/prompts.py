@@ -1,37 +1,24 @@
 """Prompt sets: the built-in held-out Python snippets, and user files (text or JSONL).
 
-Built-in set
-------------
-Taken deterministically from the Python standard library files that the embedded family
-holds out of its training (`polyplan.models.corpus.split_stdlib`), four kinds of prompt:
+The built-in set is taken deterministically from the standard-library files the embedded family
+holds out of its training (`polyplan.models.corpus.split_stdlib`), in four `KINDS`: a function's
+lead and signature (the model writes the body), a signature and an opening docstring quote, a
+whole function then its signature under a new name (the model mostly copies: the case prompt
+lookup shines on), and a long stretch of a file. Candidates are ranked by a hash of (kind, file,
+line), so the selection is stable while the held-out files do not change, and no file gives two
+prompts of one kind.
 
-- ``function_body``: the lines before a function, its signature (and docstring): the model
-  continues with the body;
-- ``docstring``: a signature followed by the opening ``\"\"\"``: the model writes the docstring;
-- ``repetitive_edit``: a whole function, then the same signature under a new name: the model
-  mostly copies the body (the case prompt lookup and high-acceptance drafters shine on);
-- ``long_context``: a long stretch of a file, cut at a line end.
-
-Candidates are ranked by a hash of (kind, file, line), so the selection is stable as long as
-the held-out files do not change, and no file gives two prompts of one kind.
-
-User files
-----------
-- ``*.jsonl``: one JSON value per line. A string is a prompt; an object gives its prompt
-  through ``"turns"`` (the Spec-Bench ``question.jsonl`` format: the FIRST turn is used,
-  since later turns answer the model's first reply), ``"prompt"`` or ``"text"``. Its
-  ``"category"`` (Spec-Bench: writing, roleplay, reasoning, math, coding, extraction, stem,
-  humanities, translation, summarization, qa, math_reasoning, rag…) becomes ``Prompt.kind``;
-  without one the kind is ``spec_bench`` (objects with turns) or ``user``.
-- any other file is plain text: prompts are separated by one or more blank lines (use JSONL
-  for prompts that themselves contain blank lines, as most code does).
+User files (docs/profiling.md, "Prompts"): ``*.jsonl``, one JSON value per line, a string or an
+object with ``"turns"`` (Spec-Bench's ``question.jsonl``: the first turn, since later ones answer
+the model's first reply), ``"prompt"`` or ``"text"``, its ``"category"`` becoming ``Prompt.kind``
+(else ``spec_bench`` for objects with turns, ``user`` otherwise); any other file is plain text,
+prompts separated by blank lines.
 """
 
 from __future__ import annotations
 
 import ast
 import hashlib
-import json
 import textwrap
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -41,7 +28,7 @@ from polyplan.formats.errors import PolyplanError
 from polyplan.formats.inputs import parse_json_text
 
 KINDS = ("function_body", "docstring", "repetitive_edit", "long_context")
-DEFAULT_PER_KIND = 4
+_DEFAULT_PER_KIND = 4
 _LEAD_CHARS = 500  # text kept before a function, so the model sees the surrounding code
 _LONG_CHARS = 1400  # length of a long-context prompt
 _MIN_BODY_LINES = 6
@@ -65,7 +52,7 @@ class EncodedPrompt:
     ids: tuple[int, ...]
 
 
-def builtin_prompts(per_kind: int = DEFAULT_PER_KIND, *, root: Path | None = None, files: Sequence[str] | None = None) -> tuple[Prompt, ...]:
+def builtin_prompts(per_kind: int = _DEFAULT_PER_KIND, *, root: Path | None = None, files: Sequence[str] | None = None) -> tuple[Prompt, ...]:
     """The built-in prompt set: `per_kind` prompts of each kind in `KINDS`, kinds interleaved.
 
     Args:
@@ -282,3 +269,10 @@ def check_fits(prompts: Sequence[EncodedPrompt], name: str, max_context: int | N
                 f"{prompt.prompt.source}: prompt of {len(prompt.ids)} tokens + {extra} generated/drafted tokens "
                 f"does not fit the context of {name!r} ({max_context} tokens); shorten it or lower --new-tokens"
             )
+
+
+def token_stream(prompts: Sequence[Sequence[int]], length: int) -> tuple[int, ...]:
+    """`length` real tokens: the prompts' ids one after another, repeated if they are too few."""
+    flat = [token for prompt in prompts for token in prompt]
+    repeats = -(-length // len(flat))
+    return tuple((flat * repeats)[:length])

@@ -1,21 +1,13 @@
 """The resumable profiling run: measure what is missing, write the profile after every entry.
 
-A profile entry is one of
-- a model's latency curve and prefill times (`latency`);
-- a pair's distribution-based α under one sampling mode, with its spread and implied μ (`alpha`);
-- a pair's decoded μ, σ at one block size under one sampling mode (`decoded`).
-
-Each carries a fingerprint of everything it was measured from: the model files (the
-`ProfiledModel.fingerprint` the caller computes), the settings and prompts, the device. A run
-first reads the profile already at `out` (if any) and keeps every entry whose models still
-have the same fingerprint; then it measures, in this order, each entry whose fingerprint
-is missing or differs, and saves the whole profile atomically (`formats.profile.write_profile`) after each
-one. So an interrupted run (Ctrl-C, kill, a crash) loses at most the entry in progress, and a
-rerun measures only what is missing or stale. Latency comes first and α second, so the file
-is usable by `polyplan recommend` long before the slower decoded entries are done.
-
-Pairs: every ordered (verifier, drafter) whose drafter is cheaper, by the measured T(1)
-averaged over context lengths (the planner's reading of a latency curve).
+An entry is a model's latency curve and prefill times (`latency`), a pair's distribution-based α
+under one sampling mode (`alpha`), or a pair's decoded μ, σ at one block size (`decoded`). Each
+carries a fingerprint of everything it was measured from (the model files, settings, prompts and
+device); a run keeps every entry of the profile at `out` whose fingerprint still holds, measures
+the others, and writes the profile atomically after each one, so an interrupted run loses at most
+the entry in progress. Latency comes first and α second, so the file is usable by `polyplan
+recommend` before the slower decoded entries are done (docs/profiling.md, "Resumable, never redone").
+Pairs: every ordered (verifier, drafter) whose drafter is cheaper by the measured T(1).
 """
 
 from __future__ import annotations
@@ -49,10 +41,10 @@ from polyplan.formats.outputs import check_output_file
 from polyplan.models.fingerprints import ProfiledModel
 from polyplan.profiler.checks import check_handed_models, check_inputs_fit, check_models, check_same_profile, read_existing
 from polyplan.profiler.processor import cpu_name, this_processor
-from polyplan.profiler.prompts import EncodedPrompt
+from polyplan.profiler.prompts import EncodedPrompt, token_stream
 from polyplan.profiler.settings import ProfileSettings
 
-IMPLIED_KS = tuple(range(1, 9))  # μ(K) implied by α is stored for these K (and every decoded K)
+_IMPLIED_KS = tuple(range(1, 9))  # μ(K) implied by α is stored for these K (and every decoded K)
 
 
 @dataclass(frozen=True)
@@ -76,15 +68,8 @@ class Progress(Protocol):
         """An entry is in the saved profile (`reused`: it was already there)."""
 
 
-class _Silent:
-    def total(self, steps: int) -> None:
-        pass
-
-    def start(self, step: Step) -> None:
-        pass
-
-    def done(self, step: Step, reused: bool) -> None:
-        pass
+class _Silent(Progress):
+    """Reports nothing (the protocol's methods do nothing)."""
 
 
 @dataclass(frozen=True)
@@ -193,7 +178,7 @@ class _Run:
         self.measured: list[Step] = []
         self.seconds = {"latency": 0.0, "alpha": 0.0, "decoded": 0.0}
         self._began = 0.0
-        # measuring seconds of the entries an earlier run wrote (a profile is only ever extended)
+        # seconds spent on the entries an earlier run wrote
         self.earlier_seconds = (existing.profiler.seconds or 0.0) if existing is not None and existing.profiler else 0.0
         self.reused: list[Step] = []
         acceptance = settings.acceptance
@@ -201,7 +186,7 @@ class _Run:
         self.decoded_prompts = self.prompts[:count]
         self.prompts_fingerprint = fingerprint_tokens(self.prompts)
         self.decoded_prompts_fingerprint = fingerprint_tokens(self.decoded_prompts)
-        self.stream = _token_stream(self.prompts, settings.latency.tokens_needed)
+        self.stream = token_stream(self.prompts, settings.latency.tokens_needed)
         self.continuations: dict[float, tuple[tuple[int, ...], ...]] = {}
         self.forced: dict[tuple[float, str], TeacherForced] = {}
         self.profile = self._start_profile(existing)
@@ -217,29 +202,15 @@ class _Run:
         return {"new_tokens": acceptance.new_tokens, "seed": acceptance.seed, "resamples": acceptance.resamples, "confidence": acceptance.confidence}
 
     def alpha_key(self, verifier: str, drafter: str, temperature: float) -> str:
-        return fingerprint_settings(
-            "alpha",
-            self.by_name[verifier].fingerprint,
-            self.by_name[drafter].fingerprint,
-            self.target.fingerprint,
-            SamplingMode(temperature).key,
-            self.prompts_fingerprint,
-            self._acceptance_common(),
-            {"teacher_forcing_width": TEACHER_FORCING_WIDTH},
-        )
+        return fingerprint_settings("alpha", self.by_name[verifier].fingerprint, self.by_name[drafter].fingerprint,
+                                    self.target.fingerprint, SamplingMode(temperature).key, self.prompts_fingerprint,
+                                    self._acceptance_common(), {"teacher_forcing_width": TEACHER_FORCING_WIDTH})
 
     def decoded_key(self, verifier: str, drafter: str, temperature: float, k: int) -> str:
         acceptance = self.settings.acceptance
-        return fingerprint_settings(
-            "decoded",
-            self.by_name[verifier].fingerprint,
-            self.by_name[drafter].fingerprint,
-            SamplingMode(temperature).key,
-            k,
-            self.decoded_prompts_fingerprint,
-            self._acceptance_common(),
-            {"verifications": acceptance.decoded_verifications, "min_prompts": acceptance.decoded_min_prompts},
-        )
+        return fingerprint_settings("decoded", self.by_name[verifier].fingerprint, self.by_name[drafter].fingerprint,
+                                    SamplingMode(temperature).key, k, self.decoded_prompts_fingerprint, self._acceptance_common(),
+                                    {"verifications": acceptance.decoded_verifications, "min_prompts": acceptance.decoded_min_prompts})
 
     # ---- profile bookkeeping
     def _start_profile(self, existing: Profile | None) -> Profile:
@@ -267,13 +238,11 @@ class _Run:
         if existing is None:
             return profile
         fingerprints = {model.name: model.fingerprint for model in self.models}
-        # A profile is only ever extended: entries of models outside these candidates stay.
-        # Entries of a candidate whose files changed describe something else: drop them now
-        # (they are measured again). Entries measured with other settings stay until replaced.
+        # A profile is only ever extended; entries of a candidate whose files changed describe
+        # something else (measured again), those of other settings stay until replaced.
         models = tuple(m for m in existing.models if fingerprints.get(m.name, m.fingerprint) == m.fingerprint)
         kept = {m.name for m in models}
-        # What other steps measured (e.g. the loop overhead `recommend --candidates` measures)
-        # is theirs to keep current, and `meta` is the user's; only the profiler's record is replaced.
+        # What other steps measured (`pipeline.loop_costs`) is theirs to keep current, `meta` the user's.
         profile = replace(
             profile, models=models, pairs=tuple(p for p in existing.pairs if p.verifier in kept and p.drafter in kept),
             meta=dict(existing.meta), loop_overhead=existing.loop_overhead, engine_overhead=existing.engine_overhead,
@@ -382,14 +351,10 @@ class _Run:
             return
         self._begin(step)
         acceptance = self.settings.acceptance
-        estimate = pair_alpha(
-            self._forced(temperature, verifier),
-            self._forced(temperature, drafter),
-            resamples=acceptance.resamples,
-            level=acceptance.confidence,
-            rng=np.random.default_rng(_seed_of(key)),
-        )
-        stats = sampling_entry(estimate, key, sorted(set(IMPLIED_KS) | set(acceptance.block_sizes)), len(self.prompts))
+        estimate = pair_alpha(self._forced(temperature, verifier), self._forced(temperature, drafter),
+                              resamples=acceptance.resamples, level=acceptance.confidence,
+                              rng=np.random.default_rng(_seed_of(key)))
+        stats = sampling_entry(estimate, key, sorted(set(_IMPLIED_KS) | set(acceptance.block_sizes)), len(self.prompts))
         if old is not None:
             stats = replace(stats, decoded=old.decoded)  # decoded entries carry their own fingerprints
         stats = refresh_warnings(stats, acceptance.disagreement, self._own(verifier), len(self.prompts))
@@ -408,20 +373,8 @@ class _Run:
             return
         self._begin(step)
         acceptance = self.settings.acceptance
-        measurement = measure_decoded(
-            self.by_name[verifier].member,
-            self.by_name[drafter].member,
-            self.decoded_prompts,
-            k=k,
-            temperature=temperature,
-            new_tokens=acceptance.new_tokens,
-            seed=acceptance.seed,
-            resamples=acceptance.resamples,
-            level=acceptance.confidence,
-            rng=np.random.default_rng(_seed_of(key)),
-            enough=acceptance.decoded_verifications,
-            min_prompts=acceptance.decoded_min_prompts,
-        )
+        measurement = measure_decoded(self.by_name[verifier].member, self.by_name[drafter].member, self.decoded_prompts, k=k,
+                                      temperature=temperature, settings=acceptance, rng=np.random.default_rng(_seed_of(key)))
         entry = decoded_entry(measurement, len(measurement.per_prompt), key)
         stats = replace(stats, decoded=tuple(sorted([d for d in stats.decoded if d.k != k] + [entry], key=lambda d: d.k)))
         stats = refresh_warnings(stats, acceptance.disagreement, self._own(verifier), len(self.prompts))
@@ -470,24 +423,10 @@ class _Run:
 
     def _forced(self, temperature: float, name: str) -> TeacherForced:
         if (temperature, name) not in self.forced:
-            self.forced[(temperature, name)] = teacher_forced(
-                self.by_name[name].member,
-                self.prompts,
-                self._continuations(temperature),
-                temperature=temperature,
-                vocab=self.target.member.valid_vocab_size,
-            )
+            self.forced[(temperature, name)] = teacher_forced(self.by_name[name].member, self.prompts,
+                                                              self._continuations(temperature), temperature=temperature,
+                                                              vocab=self.target.member.valid_vocab_size)
         return self.forced[(temperature, name)]
-
-
-# --------------------------------------------------------------------------- conversions
-
-
-def _token_stream(prompts: Sequence[Sequence[int]], length: int) -> tuple[int, ...]:
-    """`length` real tokens: the prompts one after another, repeated if they are too few."""
-    flat = [token for prompt in prompts for token in prompt]
-    repeats = -(-length // len(flat))
-    return tuple((flat * repeats)[:length])
 
 
 def _seed_of(key: str) -> int:

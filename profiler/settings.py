@@ -37,7 +37,7 @@ class AcceptanceSettings:
     new_tokens: int = 128
     decoded_prompts: int | None = None
     decoded_verifications: int | None = 160
-    decoded_min_prompts: int = 4  # with 128-token runs, 4 prompts hold >= 160 verifications at K = 2
+    decoded_min_prompts: int = 4  # with the default runs, this many prompts hold the verifications at K = 2
     decoded: bool = True
     seed: int = 0
     resamples: int = 1000
@@ -54,14 +54,10 @@ class AcceptanceSettings:
             raise PolyplanError(f"block_sizes: need integers >= 1, got {list(self.block_sizes)}")
         if len(set(self.block_sizes)) != len(self.block_sizes):
             raise PolyplanError(f"block_sizes: duplicate values in {list(self.block_sizes)}")
-        if self.new_tokens < 2:
-            raise PolyplanError(f"new_tokens: must be >= 2, got {self.new_tokens}")
-        if self.decoded_prompts is not None and self.decoded_prompts < 1:
-            raise PolyplanError(f"decoded_prompts: must be >= 1, got {self.decoded_prompts}")
-        if self.decoded_verifications is not None and self.decoded_verifications < 1:
-            raise PolyplanError(f"decoded_verifications: must be >= 1, got {self.decoded_verifications}")
-        if self.decoded_min_prompts < 1:
-            raise PolyplanError(f"decoded_min_prompts: must be >= 1, got {self.decoded_min_prompts}")
+        for name, least in (("new_tokens", 2), ("decoded_prompts", 1), ("decoded_verifications", 1),
+                            ("decoded_min_prompts", 1)):
+            if getattr(self, name) is not None and getattr(self, name) < least:
+                raise PolyplanError(f"{name}: must be >= {least}, got {getattr(self, name)}")
         if not 0.0 < self.confidence < 1.0:
             raise PolyplanError(f"confidence: must be in (0, 1), got {self.confidence}")
         if self.resamples < 10:

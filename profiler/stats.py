@@ -12,18 +12,16 @@ from dataclasses import dataclass
 
 import numpy as np
 
-QUANTILE_LEVELS = (0.1, 0.25, 0.5, 0.75, 0.9)
+_QUANTILE_LEVELS = (0.1, 0.25, 0.5, 0.75, 0.9)
 
 
-OUTLIER_FENCE = 3.0  # Tukey's "far out" fences: Q1 − 3 IQR, Q3 + 3 IQR
+_OUTLIER_FENCE = 3.0  # Tukey's "far out" fences: Q1 − 3 IQR, Q3 + 3 IQR
 
 
 @dataclass(frozen=True)
 class Spread:
-    """Median and interquartile range of repeated timings (seconds).
-
-    From `robust_spread`: the median and IQR of the timings kept (`kept`), `outliers` of the
-    `repeats + outliers` taken having been dropped by the fence rule."""
+    """Median and interquartile range of repeated timings (seconds); from `robust_spread`, of the
+    timings `kept`, `outliers` of the `repeats + outliers` taken dropped by the fence rule."""
 
     median: float
     iqr: float
@@ -46,12 +44,10 @@ def spread(samples: Sequence[float]) -> Spread:
     return Spread(median=float(median), iqr=float(q3 - q1), repeats=int(values.size))
 
 
-def outlier_mask(samples: Sequence[float], fence: float = OUTLIER_FENCE) -> np.ndarray:
-    """True for each sample outside Tukey's fences [Q1 − fence·IQR, Q3 + fence·IQR].
-
-    The stated rule for timings: a pass slowed by a burst of background load lands far above
-    Q3 and is dropped instead of averaged in. With fewer than 4 samples nothing is flagged
-    (quartiles of 3 values say nothing about tails)."""
+def outlier_mask(samples: Sequence[float], fence: float = _OUTLIER_FENCE) -> np.ndarray:
+    """True for each sample outside Tukey's fences [Q1 − fence·IQR, Q3 + fence·IQR]: a pass slowed
+    by a burst of background load is dropped instead of averaged in. With fewer than 4 samples
+    nothing is flagged (quartiles of 3 values say nothing about tails)."""
     values = np.asarray(samples, dtype=float)
     if values.size < 4:
         return np.zeros(values.shape, dtype=bool)
@@ -60,7 +56,7 @@ def outlier_mask(samples: Sequence[float], fence: float = OUTLIER_FENCE) -> np.n
     return (values < q1 - fence * width) | (values > q3 + fence * width)
 
 
-def robust_spread(samples: Sequence[float], fence: float = OUTLIER_FENCE) -> Spread:
+def robust_spread(samples: Sequence[float], fence: float = _OUTLIER_FENCE) -> Spread:
     """`spread` of the samples inside the fences of `outlier_mask`, with the dropped count and
     the kept samples (what the planner's bootstrap resamples)."""
     values = np.asarray(samples, dtype=float)
@@ -108,7 +104,7 @@ def cluster_bootstrap(
     return Interval(low=float(low), high=float(high), level=level)
 
 
-def quantile_summary(values: np.ndarray, levels: Sequence[float] = QUANTILE_LEVELS) -> dict[str, float]:
+def quantile_summary(values: np.ndarray, levels: Sequence[float] = _QUANTILE_LEVELS) -> dict[str, float]:
     """Quantiles of `values` keyed by the level as a string ("0.1", "0.5", …)."""
     points = np.quantile(np.asarray(values, dtype=float), list(levels))
     return {str(level): float(point) for level, point in zip(levels, points)}

@@ -1,9 +1,8 @@
 """The short table a profiling run ends with: T_i(1) per model, α and μ(K*) per pair.
 
-K* is the block size that minimises the exact cost model's time per token of the two-model
-chain (verifier, drafter), searched in 1 … `k_max` (default: the block sizes `recommend` searches,
-`planner.search.default_k_max`). μ(K*) is the decoded μ when one was
-measured at K*, else the μ that α implies (marked "(α)").
+K* minimises the exact cost model's time per token of the two-model chain (verifier, drafter),
+searched in 1 … `k_max` (default: `planner.search.default_k_max`). μ(K*) is the decoded μ when one
+was measured at K*, else the μ that α implies (marked "(α)").
 """
 
 from __future__ import annotations
@@ -20,9 +19,8 @@ from polyplan.formats.profile import Profile
 
 @dataclass(frozen=True)
 class ModelRow:
-    """One model: T(1) (seconds, averaged over context lengths), its worst relative IQR, and
-    the relative IQR of the fixed reference workload timed in the same rounds (the machine's
-    noise floor; None when the profile does not record it)."""
+    """One model: T(1) (seconds, averaged over context lengths), its worst relative IQR, and the
+    machine floor's (None when the profile does not record it)."""
 
     name: str
     step_s: float
@@ -33,8 +31,8 @@ class ModelRow:
 
 @dataclass(frozen=True)
 class DecodedRow:
-    """A decoded μ beside what α implies, and σ/μ (Theorem 3.3's relative variability)
-    measured and as i.i.d. acceptance at rate α would give it."""
+    """A decoded μ beside what α implies, and σ/μ (Theorem 3.3's relative variability) measured
+    and under i.i.d. acceptance at rate α."""
 
     k: int
     mu: float
@@ -99,31 +97,12 @@ def pair_rows(profile: Profile, k_max: int | None = None) -> tuple[PairRow, ...]
                 mu_best, source = measured.mu, "decoded"
             else:
                 mu_best, source = costs[best_k].tokens_per_verification[0], "replay" if replayed else "alpha"
-            rows.append(
-                PairRow(
-                    verifier=pair.verifier,
-                    drafter=pair.drafter,
-                    sampling=mode,
-                    alpha=stats.alpha,
-                    alpha_ci=stats.alpha_ci,
-                    best_k=best_k,
-                    mu_best=mu_best,
-                    mu_best_source=source,
-                    decoded=tuple(
-                        DecodedRow(
-                            k=d.k,
-                            mu=d.mu,
-                            implied_mu=implied[d.k].mu if d.k in implied else None,
-                            positional_mu=implied[d.k].mu_positional if d.k in implied else None,
-                            relative_variability=None if d.sigma is None else d.sigma / d.mu,
-                            iid_relative_variability=relative_variability(stats.alpha, d.k),
-                        )
-                        for d in stats.decoded
-                    ),
-                    speedup=costs[best_k].speedup,
-                    warnings=tuple(stats.warnings),
-                )
-            )
+            decoded = tuple(DecodedRow(d.k, d.mu, implied[d.k].mu if d.k in implied else None,
+                                       implied[d.k].mu_positional if d.k in implied else None,
+                                       None if d.sigma is None else d.sigma / d.mu, relative_variability(stats.alpha, d.k))
+                            for d in stats.decoded)
+            rows.append(PairRow(pair.verifier, pair.drafter, mode, stats.alpha, stats.alpha_ci, best_k, mu_best, source,
+                                decoded, costs[best_k].speedup, tuple(stats.warnings)))
     return tuple(rows)
 
 

@@ -20,21 +20,15 @@ import torch
 from polyplan.formats.profile import Profile, SwitchCosts
 from polyplan.profiler.forward_timing import collector_paused, synchronizer, timed_pass
 
-PASSES_AFTER = 4  # positions after a switch that are timed; later passes count as warm
+_PASSES_AFTER = 4  # positions after a switch that are timed; later passes count as warm
 
 
 def measure_switch_costs(
-    models: Sequence, tokens: Sequence[int], *, context: int = 128, repeats: int = 15, after: int = PASSES_AFTER
+    models: Sequence, tokens: Sequence[int], *, context: int = 128, repeats: int = 15, after: int = _PASSES_AFTER
 ) -> dict[str, tuple[float, ...]]:
-    """Extra seconds of each model's 1st … `after`-th pass after another model's (module docstring).
-
-    Args:
-        models: `models.fingerprints.ProfiledModel`s; their `member` caches are reset afterwards.
-        tokens: real token ids, at least `context + 1` of them.
-        context: cached tokens before every timed pass.
-        repeats: timed rounds per model.
-        after: consecutive passes timed after each switch (and as many warm ones).
-    """
+    """Extra seconds of each model's 1st … `after`-th pass after another model's (module docstring),
+    timed `repeats` rounds per model over `context` cached tokens of `tokens` (at least `context + 1`
+    real ids). `models`: `models.fingerprints.ProfiledModel`s, whose caches are reset afterwards."""
     members = {model.name: model.member for model in models}
     sizes = {name: _size(member) for name, member in members.items()}
     device = getattr(models[0].member, "device", torch.device("cpu"))

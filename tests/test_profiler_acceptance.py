@@ -6,6 +6,7 @@ sizes stated in each test; each has a negative control that the same test must r
 
 from __future__ import annotations
 
+import dataclasses
 import math
 
 import numpy as np
@@ -25,6 +26,7 @@ from polyplan.profiler.acceptance import (
     target_continuations,
     teacher_forced,
 )
+from polyplan.profiler.settings import AcceptanceSettings
 
 pytestmark = pytest.mark.usefixtures("single_thread")
 
@@ -121,9 +123,8 @@ def test_decoded_mu_matches_theory_when_acceptance_is_iid():
     drafter = TableMember(p_row.repeat(7, 1), name="p")
     alpha = float(torch.minimum(torch.softmax(q_row, 0), torch.softmax(p_row, 0)).sum())
     k = 4
-    measured = measure_decoded(
-        verifier, drafter, [[0]] * 24, k=k, temperature=1.0, new_tokens=60, seed=11, resamples=200, rng=np.random.default_rng(0)
-    )
+    settings = AcceptanceSettings(new_tokens=60, seed=11, resamples=200, decoded_verifications=None)
+    measured = measure_decoded(verifier, drafter, [[0]] * 24, k=k, temperature=1.0, settings=settings, rng=np.random.default_rng(0))
     n = measured.verifications
     assert n > 400
     standard_error = math.sqrt(capped_geometric_variance(alpha, k) / n)
@@ -154,9 +155,9 @@ def test_greedy_decoding_reproduces_the_teacher_forced_runs_exactly():
         resamples=20,
         rng=np.random.default_rng(0),
     ).per_prompt
-    decoded = measure_decoded(
-        verifier_member, drafter_member, prompts, k=k, temperature=0.0, new_tokens=new_tokens, seed=0, resamples=20, rng=np.random.default_rng(0)
-    )
+    settings = AcceptanceSettings(new_tokens=new_tokens, seed=0, resamples=20, decoded_verifications=None)
+    decoded = measure_decoded(verifier_member, drafter_member, prompts, k=k, temperature=0.0, settings=settings,
+                              rng=np.random.default_rng(0))
     runs_seen = set()
     for agree, counts in zip(agreement, decoded.per_prompt):
         expected, position = [], 0
@@ -176,10 +177,11 @@ def test_greedy_decoding_reproduces_the_teacher_forced_runs_exactly():
 def test_decoded_run_stops_taking_prompts_once_it_has_enough_verifications():
     verifier, drafter = _tables(seed=2)
     prompts = [[i % 6] for i in range(10)]
-    common = dict(k=2, temperature=1.0, new_tokens=12, seed=0, resamples=20)
-    full = measure_decoded(verifier, drafter, prompts, rng=np.random.default_rng(0), **common)
+    every = AcceptanceSettings(new_tokens=12, seed=0, resamples=20, decoded_verifications=None)
+    full = measure_decoded(verifier, drafter, prompts, k=2, temperature=1.0, settings=every, rng=np.random.default_rng(0))
     assert len(full.per_prompt) == 10
-    short = measure_decoded(verifier, drafter, prompts, rng=np.random.default_rng(0), enough=20, min_prompts=3, **common)
+    enough = dataclasses.replace(every, decoded_verifications=20, decoded_min_prompts=3)
+    short = measure_decoded(verifier, drafter, prompts, k=2, temperature=1.0, settings=enough, rng=np.random.default_rng(0))
     used = len(short.per_prompt)
     counts = [len(c) for c in full.per_prompt]
     assert used == next(i for i in range(3, 11) if sum(counts[:i]) >= 20)
