@@ -119,14 +119,14 @@ def _check(head, start):
 def test_ranking_check_fails_when_the_recommended_chain_is_clearly_slower():
     """Negative control, the issue's run 2: recommended 1.76x, the alternative 2.75x, low noise."""
     chains, head = _validate(1.76, 2.75)
-    assert head.fastest == "t > d > n" and head.recommended_within_noise is False
+    assert head.record.fastest == "t > d > n" and head.record.recommended_within_noise is False
     assert _check(head, "recommended chain is the fastest").passed is False
-    assert head.fastest_over_recommended is not None and head.fastest_over_recommended.low > 1.0
+    assert head.record.fastest_over_recommended is not None and head.record.fastest_over_recommended.low > 1.0
 
 
 def test_ranking_check_passes_when_the_two_are_within_noise():
     chains, head = _validate(1.76, 1.765)
-    assert head.recommended_within_noise is True
+    assert head.record.recommended_within_noise is True
     assert _check(head, "recommended chain is the fastest").passed is True
 
 

@@ -134,5 +134,5 @@ def test_the_fixture_covers_every_kind_of_chain(index):
     assert chain.lossless == (index != 2)
     assert (chain.measured.paired is not None) and len(chain.measured.prompts) == PROMPTS
     assert (chain.predicted.interval is None) == (index == 2)
-    assert validation.headline.fastest == validation.chains[1].label()
-    assert validation.headline.fastest_over_recommended is not None
+    assert validation.headline.record.fastest == validation.chains[1].label()
+    assert validation.headline.record.fastest_over_recommended is not None

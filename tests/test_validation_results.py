@@ -171,8 +171,8 @@ def test_speedups_are_paired_per_repeat_and_a_lossy_chain_gets_none(plan):
     assert lossy.measured.first_difference == "prompt 1, repeat 1: token 3 differs from target-only decoding"
     alone = summarise_chain(target, base, base, greedy=True)
     head = headline([result, lossy, alone])
-    assert head.fastest == result.label()  # the lossy chain looks 4x faster but is excluded
-    assert head.over_two_model is None and head.measured_speedup == pytest.approx(2.5)
+    assert head.record.fastest == result.label()  # the lossy chain looks 4x faster but is excluded
+    assert head.record.over_two_model is None and head.record.measured_speedup == pytest.approx(2.5)
     # checks: prediction within 10% (plan, self-checked, re-timed), recommended fastest, >= 2x, >= 1.15x over the
     # two-model chain, every prediction holds (2.5x measured is outside the Table 1 plan's zero-width interval: that
     # profile has no noise)
@@ -190,11 +190,11 @@ def test_recommended_within_noise_of_the_fastest_uses_the_paired_ratio(plan):
     clearly = summarise_chain(specs[1], [_record(2, r, 0, t * 0.8, levels=2) for r, t in enumerate(noisy)], base, greedy=True)
     alone = summarise_chain(specs[-1], base, base, greedy=True)
     # A constant 1% gap in every repeat is not noise; neither is 25%: the paired ratio has no spread.
-    assert headline([rec, slightly, alone]).recommended_within_noise is False
+    assert headline([rec, slightly, alone]).record.recommended_within_noise is False
     wobble = [t * f for t, f in zip(noisy, (0.97, 1.03, 0.98, 1.02))]
     close = summarise_chain(specs[1], [_record(2, r, 0, t, levels=2) for r, t in enumerate(wobble)], base, greedy=True)
-    assert headline([rec, close, alone]).recommended_within_noise is True
-    assert headline([rec, clearly, alone]).fastest == clearly.label()
+    assert headline([rec, close, alone]).record.recommended_within_noise is True
+    assert headline([rec, clearly, alone]).record.fastest == clearly.label()
 
 
 def test_json_twin_has_the_documented_shape(plan):

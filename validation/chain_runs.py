@@ -34,7 +34,7 @@ from polyplan.profiler.forward_timing import synchronizer
 from polyplan.profiler.forward_timing import collector_paused
 from polyplan.validation.numerics import near_ties
 from polyplan.validation.primed import PrimedMember
-from polyplan.validation.retime import PassTiming, reaccepted_speedups, retimed_speedups, time_passes
+from polyplan.validation.retime import PassTiming, exact_speedups, reaccepted_profile, retimed_profile, time_passes
 from polyplan.profiler.prompts import EncodedPrompt
 from polyplan.validation.results import (
     ROLE_ALTERNATIVE,
@@ -230,6 +230,14 @@ def measure_chains(
     return tuple(records), tuple(timings)
 
 
+def target_only(specs: Sequence[ChainSpec], records: Sequence[RunRecord]) -> tuple[int, list[RunRecord], float]:
+    """Target-only decoding among `specs`: its index, its runs among `records`, and the plan's
+    seconds per token for it (what `validation.cost_split` calls b̂)."""
+    index = next(i for i, spec in enumerate(specs) if ROLE_TARGET_ONLY in spec.roles)
+    exact = specs[index].planned.exact
+    return index, [run for run in records if run.chain == index], exact.time_per_token_s[0] + exact.overhead_per_token_s
+
+
 def _position(records: Sequence[RunRecord], chain: int) -> int:
     return next(i for i, record in enumerate(records) if record.chain == chain)
 
@@ -301,18 +309,14 @@ def validate_plan(
         chains_run = [(spec.planned.chain, spec.planned.block_sizes, spec.planned.draft_policy) for spec in specs]
         acceptance_model = plan.search.acceptance_model or "iid"
         overhead = plan.loop_overhead
-        retimed = retimed_speedups(
-            profile, timings, chains_run, sampling=plan.sampling, overhead=overhead, acceptance_model=acceptance_model,
-        )
+        retimed = exact_speedups(retimed_profile(profile, timings), chains_run, sampling=plan.sampling, overhead=overhead,
+                                 acceptance_model=acceptance_model)
         if sampling.greedy:
-            agreement = validation_agreement(specs, members, [p.ids for p in fitted.prompts], settings)
-            reaccepted = reaccepted_speedups(profile, timings, agreement, chains_run, overhead=overhead,
-                                             acceptance_model=acceptance_model)
-    baseline_index = next(i for i, spec in enumerate(specs) if ROLE_TARGET_ONLY in spec.roles)
-    baseline = [run for run in records if run.chain == baseline_index]
-    alone = specs[baseline_index].planned
-    predicted_baseline = alone.exact.time_per_token_s[0] + alone.exact.overhead_per_token_s
-    price = profile_price(profile) if profile is not None else None
+            agreement = _validation_agreement(specs, members, [p.ids for p in fitted.prompts], settings)
+            reaccepted = exact_speedups(reaccepted_profile(profile, timings, agreement), chains_run, sampling="greedy",
+                                        overhead=overhead, acceptance_model=acceptance_model)
+    baseline_index, baseline, predicted_baseline = target_only(specs, records)
+    price = _profile_price(profile) if profile is not None else None
     ties = near_ties(specs, records, baseline_index, members[plan.target], [p.ids for p in fitted.prompts]) if sampling.greedy else {}
     chains = tuple(
         summarise_chain(
@@ -350,14 +354,14 @@ def validate_plan(
             plan_device=plan_device,
             plan=plan_path,
             wall_time_s=time.perf_counter() - started,
-            exact_model=exact_model_description(plan),
+            exact_model=_exact_model_description(plan),
         ),
         notes=tuple(notes),
         categories=chain_categories(specs, records, [p.prompt.kind for p in fitted.prompts], baseline_index),
     )
 
 
-def profile_price(profile: Profile):
+def _profile_price(profile: Profile):
     """(model, width, context) -> the profile's T at that width, its curves read at that context
     (`planner.exact.latency.curve_from_profile`), for pricing a member's passes where the chain ran them."""
     from functools import lru_cache
@@ -383,7 +387,7 @@ def plan_notes(plan: PlanFile) -> list[str]:
     return notes
 
 
-def validation_agreement(specs: Sequence[ChainSpec], members: Mapping[str, ChainMember], prompts: Sequence[Sequence[int]],
+def _validation_agreement(specs: Sequence[ChainSpec], members: Mapping[str, ChainMember], prompts: Sequence[Sequence[int]],
                          settings: ValidationSettings) -> dict:
     """Greedy agreement sequences of every adjacent pair of the validated chains on the
     validation prompts (`profiler.agreement_runs.measure_agreement`: the target's continuation of
@@ -403,7 +407,7 @@ def validation_agreement(specs: Sequence[ChainSpec], members: Mapping[str, Chain
     return entry
 
 
-def exact_model_description(plan: PlanFile) -> str:
+def _exact_model_description(plan: PlanFile) -> str:
     """One line on what the plan's exact predictions include (acceptance law, loop, context)."""
     runs = plan.search.acceptance_model == "runs"
     acceptance = "measured acceptance runs (planner.exact.runs)" if runs else "i.i.d. acceptance at rate alpha"

@@ -1,29 +1,23 @@
-"""The exact model's error on one chain split into the terms it multiplies (docs/validation.md).
+"""The exact model's error on one chain split into the terms it multiplies (docs/validation.md,
+"The error by the factors of time per token").
 
 The exact model predicts a chain's speedup as b̂ / t̂: the target-only step b̂ over the chain's
-seconds per emitted token t̂ = Σ_i f̂_i ŝ_i + l̂, where for each member M_i f̂_i is its forward
-passes per token (what acceptance decides), ŝ_i its seconds per pass (T_i at the widths and
-contexts it runs, switch costs included) and l̂ the decoding loop's own seconds per token.
-A validation run measures every one of these: b (target-only decoding's seconds per token in the
-same repeats), f_i and s_i (passes and time inside each member's forward, `decoder.result.PassTally`),
-l (decode time outside any forward). Replacing one predicted factor at a time by its
-measurement gives an exact product:
+seconds per token t̂ = Σ_i f̂_i ŝ_i + l̂ (per member M_i: passes per token f̂_i, seconds per pass ŝ_i,
+switch costs included; l̂ the loop's own seconds per token). A validation run measures each of
+them (b, f_i, s_i from `decoder.result.PassTally`, l), and replacing one predicted factor at a time
+by its measurement gives an exact product:
 
     1 + total = (1 + baseline)(1 + forwards)(1 + per_pass)(1 + loop)(1 + aggregation)(1 + model)
 
-- baseline = b̂ / b − 1: the profile's target step against target-only decoding measured now;
-- forwards = t(f, ŝ, l̂) / t(f̂, ŝ, l̂) − 1: passes per token (acceptance, the chain's shape);
-- per_pass = t(f, s, l̂) / t(f, ŝ, l̂) − 1: seconds per pass inside the chain against the plan's;
-- loop = t(f, s, l) / t(f, s, l̂) − 1: the loop's own time;
-- aggregation = (b / t) / measured − 1: the ratio of total times against the paired per-prompt
-  speedup the report headlines (their weighting differs);
-- model = Ŝ / (b̂ / t̂) − 1: what the plan's speedup holds beyond this sum (0 for the exact
-  model; kept so that the product is exact for any plan).
+- baseline = b̂ / b − 1;
+- forwards = t(f, ŝ, l̂) / t(f̂, ŝ, l̂) − 1 (acceptance, the chain's shape);
+- per_pass = t(f, s, l̂) / t(f, ŝ, l̂) − 1;
+- loop = t(f, s, l) / t(f, s, l̂) − 1;
+- aggregation = (b / t) / measured − 1: the ratio of total times against the paired speedup;
+- model = Ŝ / (b̂ / t̂) − 1: what the plan's speedup holds beyond this sum (0 for the exact model).
 
 Each term is signed like the total error (predicted / measured − 1): positive where the
-prediction was too optimistic. `per_pass` has a finer reading per member: the profile's T_i at
-the very widths and contexts the chain ran (`LevelPassSeconds.profile`) separates "the chain
-ran other widths than planned" from "the member is slower inside the chain than alone".
+prediction was too optimistic.
 """
 
 from __future__ import annotations
@@ -46,8 +40,14 @@ class LevelCosts:
     seconds_per_pass: float  # measured
     predicted_seconds_per_pass: float  # the plan's (switch costs included)
 
+    @classmethod
+    def per_token(cls, forwards: float, seconds: float, predicted_forwards: float, predicted_seconds: float) -> LevelCosts:
+        """From passes and seconds per emitted token, measured and predicted (0 s a pass without passes)."""
+        return cls(forwards, predicted_forwards, seconds / forwards if forwards else 0.0,
+                   predicted_seconds / predicted_forwards if predicted_forwards else 0.0)
 
-def chain_seconds(levels: Sequence[LevelCosts], loop: float, *, forwards: bool, per_pass: bool) -> float:
+
+def _chain_seconds(levels: Sequence[LevelCosts], loop: float, *, forwards: bool, per_pass: bool) -> float:
     """Σ_i f_i s_i + l, each factor measured (True) or predicted (False); `loop` as given."""
     return sum(
         (level.forwards if forwards else level.predicted_forwards)
@@ -67,10 +67,10 @@ def cost_split(
     measured_speedup: float,
 ) -> CostSplit:
     """The split of the module docstring (all times in seconds per emitted token)."""
-    planned = chain_seconds(levels, predicted_loop, forwards=False, per_pass=False)
-    counted = chain_seconds(levels, predicted_loop, forwards=True, per_pass=False)
-    timed = chain_seconds(levels, predicted_loop, forwards=True, per_pass=True)
-    measured = chain_seconds(levels, loop, forwards=True, per_pass=True)
+    planned = _chain_seconds(levels, predicted_loop, forwards=False, per_pass=False)
+    counted = _chain_seconds(levels, predicted_loop, forwards=True, per_pass=False)
+    timed = _chain_seconds(levels, predicted_loop, forwards=True, per_pass=True)
+    measured = _chain_seconds(levels, loop, forwards=True, per_pass=True)
     return CostSplit(
         total=predicted_speedup / measured_speedup - 1.0,
         baseline=predicted_baseline / baseline - 1.0,
@@ -87,8 +87,8 @@ def composition(levels: Sequence[LevelCosts], *, loop: float, predicted_loop: fl
     """C = (1 + baseline)(1 + per_pass)(1 + loop) of `cost_split`, in closed form
     (b̂ / b) · t(f, s, l) / t(f, ŝ, l̂): the error on time per token with acceptance as measured
     (`validation.self_check` corrects predictions by it)."""
-    measured = chain_seconds(levels, loop, forwards=True, per_pass=True)
-    modelled = chain_seconds(levels, predicted_loop, forwards=True, per_pass=False)
+    measured = _chain_seconds(levels, loop, forwards=True, per_pass=True)
+    modelled = _chain_seconds(levels, predicted_loop, forwards=True, per_pass=False)
     return (predicted_baseline / baseline) * measured / modelled
 
 

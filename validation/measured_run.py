@@ -1,10 +1,9 @@
 """A measured run as `docs/results/` keeps it: profile.json, and beside it the plan made from it
-(plan.json) and the validation report of that plan (report.json), as the programs wrote them.
+(plan.json) and the validation report of that plan (report.json).
 
-`read_run` is the one place the notebooks read these files (one reader per file), so a renamed
-reader is a one-line change here. The plan and the report are optional: a user's own profile
-alone is a run too. `MeasuredRun.insertions` pairs the report's validated chains into measured
-insertions: a chain with a model between two neighbours against the same chain without it.
+`read_run` is the one place the notebooks read these files; the plan and the report are
+optional. `MeasuredRun.insertions` pairs the report's validated chains into measured insertions:
+a chain with a model between two neighbours against the same chain without it.
 """
 
 from __future__ import annotations

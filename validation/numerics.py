@@ -21,7 +21,7 @@ import torch
 from polyplan.decoder.member import ChainMember
 from polyplan.validation.results import ChainSpec, RunRecord, parting
 
-NOISE_WINDOWS = 4  # passes compared with one-token steps, spread over the output
+_NOISE_WINDOWS = 4  # passes compared with one-token steps, spread over the output
 
 
 @dataclass(frozen=True)
@@ -56,11 +56,11 @@ def tie_margin(member: ChainMember, context: torch.Tensor, first: int, second: i
 
 def batch_shape_noise(member: ChainMember, ids: torch.Tensor, start: int, width: int) -> float:
     """The largest |logit difference| between one-token steps and one pass of `width` tokens
-    over the same positions of `ids` (`(L,)`), over `NOISE_WINDOWS` windows from `start` on."""
+    over the same positions of `ids` (`(L,)`), over `_NOISE_WINDOWS` windows from `start` on."""
     last = ids.shape[0] - width
     if width < 2 or last < start:
         return 0.0
-    starts = sorted({start + (last - start) * i // max(NOISE_WINDOWS - 1, 1) for i in range(NOISE_WINDOWS)})
+    starts = sorted({start + (last - start) * i // max(_NOISE_WINDOWS - 1, 1) for i in range(_NOISE_WINDOWS)})
     worst = 0.0
     for begin in starts:
         member.reset()

@@ -45,7 +45,7 @@ def _predicted_error(chain: ChainResult) -> list[list[float]] | None:
     return [[predicted.exact - predicted.interval[0]], [predicted.interval[1] - predicted.exact]]
 
 
-def plot_predicted_vs_measured(validation: Validation, path: Path) -> None:
+def _plot_predicted_vs_measured(validation: Validation, path: Path) -> None:
     """Predicted (exact model and Lemma 3.1) against measured speedup, one point per chain."""
     chains = [chain for chain in validation.chains if chain.lossless]
     figure = agg_figure(6.4, 5.6)
@@ -73,7 +73,7 @@ def plot_predicted_vs_measured(validation: Validation, path: Path) -> None:
                 legend_loc="lower right")
 
 
-def plot_measured_speedup(validation: Validation, path: Path) -> None:
+def _plot_measured_speedup(validation: Validation, path: Path) -> None:
     """Measured speedup per chain with its paired 95% CI, predictions as markers."""
     chains = [chain for chain in validation.chains if chain.lossless]
     figure = agg_figure(max(6.4, 1.1 * len(chains) + 2), 4.8)
@@ -95,7 +95,7 @@ def plot_measured_speedup(validation: Validation, path: Path) -> None:
     save_figure(figure, axes, path, ylabel="speedup over target-only decoding", title="Measured speedup per chain (* recommended)")
 
 
-def plot_phi(validation: Validation, path: Path) -> None:
+def _plot_phi(validation: Validation, path: Path) -> None:
     """The paper's φ_i / N and the exact model's against the measured forwards per token."""
     figure = agg_figure(6.4, 5.6)
     axes = figure.add_subplot()
@@ -120,7 +120,7 @@ def plot_phi(validation: Validation, path: Path) -> None:
 def write_plots(validation: Validation, folder: Path) -> dict[str, Path]:
     """Write the three plots into `folder`; returns their paths by name (see `PLOT_FILES`)."""
     paths = {name: folder / file for name, file in PLOT_FILES.items()}
-    plot_predicted_vs_measured(validation, paths["predicted_vs_measured"])
-    plot_measured_speedup(validation, paths["measured_speedup"])
-    plot_phi(validation, paths["phi"])
+    _plot_predicted_vs_measured(validation, paths["predicted_vs_measured"])
+    _plot_measured_speedup(validation, paths["measured_speedup"])
+    _plot_phi(validation, paths["phi"])
     return paths

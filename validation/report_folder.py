@@ -1,8 +1,6 @@
-"""Where a validation report may go: checked before anything is profiled or decoded.
-
-`--out` of `validate` and `demo` is a folder. It may not exist yet, or hold an earlier
-polyplan report (replaced), but never an unrelated file under a name the report writes, and
-never be a file itself (`polyplan.formats.outputs.check_report_folder`).
+"""Where a validation report may go, checked before anything is profiled or decoded: a folder
+that may not exist yet or hold an earlier polyplan report (replaced), but never an unrelated file
+under a name the report writes (`polyplan.formats.outputs.check_report_folder`).
 """
 
 from __future__ import annotations
@@ -19,7 +17,7 @@ from polyplan.validation.reporting import REPORT_FILE as REPORT_MD
 PLOTS = tuple(PLOT_FILES.values())
 
 
-def is_validation_report(path: Path) -> bool:
+def _is_validation_report(path: Path) -> bool:
     """Whether `path` is the report.json of a polyplan validation (what `--out` may replace).
 
     Told by its keys, not decoded (`formats.validation_report.read_report`): a report of an older polyplan,
@@ -39,6 +37,6 @@ def check_validation_folder(
 ) -> Path:
     """`out` as a folder where a validation report may go."""
     return check_report_folder(
-        out, "--out", owner=REPORT_JSON, is_ours=is_validation_report, files=[REPORT_MD, *PLOTS],
+        out, "--out", owner=REPORT_JSON, is_ours=_is_validation_report, files=[REPORT_MD, *PLOTS],
         own_files=own_files, inputs=inputs,
     )

@@ -1,9 +1,7 @@
-"""The validation report: one table for the terminal, report.md, its JSON twin and the plots.
+"""The validation report: the terminal's table, report.md, report.json and the plots.
 
-`write_report(validation, folder)` writes `report.md`, `report.json` and the three PNG plots of
-`validation.plots` into `folder`. report.json's records and its one codec live in
-`formats.validation_report`; `report_of` builds that record from a `Validation` (what `polyplan validate
---json` prints is its encoding, the same object the file holds).
+`write_report(validation, folder)` writes them into `folder`; `report_of` builds report.json's
+record (`formats.validation_report`) from a `Validation`, and `--json` prints its encoding.
 """
 
 from __future__ import annotations
@@ -22,16 +20,12 @@ from polyplan.formats.validation_report import (
     CategoryEntry,
     ChainCategoryRows,
     ForwardsPerToken,
-    HeadlinePrediction,
     MeasuredExact,
     MeasuredInterval,
-    OverTwoModel,
     PredictedSpeedup,
     ReportChain,
-    ReportHeadline,
     ReportLevel,
     SpeedupErrors,
-    SpeedupRatio,
     TokensPerVerification,
     ValidationReport,
     encode_report,
@@ -128,7 +122,7 @@ def table_lines(validation: Validation) -> list[str]:
                  "err = predicted / measured − 1; holds: measured inside the interval and within 10% of the point "
                  "(the checked one where the plan has it))")
     lines.append("")
-    lines.append(validation.headline.line)
+    lines.append(validation.headline.record.line)
     return lines
 
 
@@ -140,7 +134,7 @@ def _check_lines(validation: Validation) -> list[str]:
     return lines
 
 
-def error_source_lines(validation: Validation) -> list[str]:
+def _error_source_lines(validation: Validation) -> list[str]:
     """The exact model's error per chain split by source (`ErrorSources`), as a markdown table."""
     rows = [(chain, chain.error_sources) for chain in validation.chains if chain.error_sources is not None]
     if not rows:
@@ -155,7 +149,7 @@ def error_source_lines(validation: Validation) -> list[str]:
     ])
 
 
-def cost_split_lines(validation: Validation) -> list[str]:
+def _cost_split_lines(validation: Validation) -> list[str]:
     """The exact model's error per chain split by the factors of time per token (`CostSplit`),
     and per member its seconds per pass inside the chain against the plan's and the profile's."""
     rows = [(chain, chain.cost_split) for chain in validation.chains if chain.cost_split is not None]
@@ -202,15 +196,11 @@ def _level_table(chain: ChainResult) -> list[str]:
     return lines
 
 
-def limit_lines(validation: Validation) -> list[str]:
-    """Where each chain's decoding time goes, measured: what bounds its speedup.
-
-    Per lossless chain: tokens per target pass (1 / φ_1), the time of one target pass
-    relative to a target-only step (verification cost growth), and the time per token in the
-    target, in the drafters and in the loop. "Free drafters" is the speedup the chain would
-    reach if its drafters and their loop steps cost nothing: target-only time per token over
-    the chain's target time plus loop time per token.
-    """
+def _limit_lines(validation: Validation) -> list[str]:
+    """Where each lossless chain's decoding time goes, measured: tokens per target pass, a target
+    pass against a target-only step, the time per token in the target, the drafters and the loop,
+    and "free drafters": the speedup if the drafters cost nothing (target-only time per token
+    over the chain's target and loop time per token)."""
     base = next((chain for chain in validation.chains if len(chain.chain) == 1), None)
     if base is None:
         return []
@@ -242,13 +232,13 @@ def _acceptance_lines(chain: ChainResult) -> list[str]:
     return [f"acceptance: {chain.tokens_per_target_pass:.2f} tokens per target pass" + "".join(f"; {line}" for line in levels), ""]
 
 
-def report_markdown(validation: Validation, plots: dict[str, str]) -> str:
+def _report_markdown(validation: Validation, plots: dict[str, str]) -> str:
     """report.md: settings, the table, the targets, per-model detail and the plots."""
-    head, run = validation.headline, validation.settings
+    run = validation.settings
     lines = [
         "# polyplan validation report",
         "",
-        f"**{head.line}**",
+        f"**{validation.headline.record.line}**",
         "",
         f"- plan: `{run.plan}`; sampling `{run.sampling}`",
         f"- device: {run.device} (plan profiled on: {run.plan_device or 'unknown'})",
@@ -267,7 +257,7 @@ def report_markdown(validation: Validation, plots: dict[str, str]) -> str:
                       "acceptance what the other prompts changed, the residual the model's own error plus noise, "
                       "which the CI's half-width bounds. (Residual falls back to re-timed vs measured when "
                       "acceptance was not re-measured: sampling runs.) The last column is the acceptance effect in "
-                      "plain terms.", error_source_lines(validation))
+                      "plain terms.", _error_source_lines(validation))
     lines += _section("The error by the factors of time per token",
                       "The exact model prices a chain as the target-only step over Σ_i (passes per token × seconds per "
                       "pass) + the loop's time per token. Each column replaces one predicted factor by its measurement "
@@ -275,8 +265,8 @@ def report_markdown(validation: Validation, plots: dict[str, str]) -> str:
                       "profile's T(1) against target-only decoding now), passes per token (acceptance), seconds per "
                       "pass inside the chain, the loop, and the paired per-prompt ratio against the ratio of total "
                       "times. The second table says which member's passes cost more inside the chain than its "
-                      "profile at the same widths and contexts (switching, cache state, numerics).", cost_split_lines(validation))
-    limits = limit_lines(validation)
+                      "profile at the same widths and contexts (switching, cache state, numerics).", _cost_split_lines(validation))
+    limits = _limit_lines(validation)
     if limits:  # the prose names the target-only chain, which a report without one lacks
         lines += _section("What limits the speedup (measured)",
                           f"Target-only decoding: {next(c for c in validation.chains if len(c.chain) == 1).measured.seconds_per_token * 1e3:.3f} "
@@ -328,34 +318,21 @@ def write_report(validation: Validation, folder: str | os.PathLike[str]) -> Repo
     files = {"report": str(report), "json": str(twin), **{name: str(path) for name, path in plots.items()}}
     contents = report_of(validation, files)
     report_file.write_report(contents, twin)
-    write_text_atomically(report, report_markdown(validation, {name: path.name for name, path in plots.items()}) + "\n")
+    write_text_atomically(report, _report_markdown(validation, {name: path.name for name, path in plots.items()}) + "\n")
     return ReportFiles(report, twin, tuple(plots.items()), contents)
 
 
 # --------------------------------------------------------------------------- report.json's record
 
-CI_METHOD = "paired per-prompt ratio, median over repeats, two-stage bootstrap (profiler.paired)"
+_CI_METHOD = "paired per-prompt ratio, median over repeats, two-stage bootstrap (profiler.paired)"
 
 
 def report_of(validation: Validation, files: dict[str, str] | None = None) -> ValidationReport:
     """What report.json records of `validation` (`files`: what the report wrote, name -> path)."""
-    head = validation.headline
-    over_two, gap = head.over_two_model, head.fastest_over_recommended
     return ValidationReport(
         chains=tuple(_chain_record(chain) for chain in validation.chains),
-        headline=ReportHeadline(
-            line=head.line,
-            recommended=head.recommended,
-            measured_speedup=head.measured_speedup,
-            speedup_std=head.speedup_std,
-            predicted_speedup=HeadlinePrediction(head.predicted_exact, head.predicted_paper),
-            over_two_model=None if over_two is None else OverTwoModel(over_two.mean, over_two.std, head.two_model),
-            fastest=head.fastest,
-            fastest_speedup=head.fastest_speedup,
-            recommended_within_noise=head.recommended_within_noise,
-            fastest_over_recommended=None if gap is None else SpeedupRatio(gap.point, gap.low, gap.high, gap.level),
-        ),
-        checks=head.checks,
+        headline=validation.headline.record,
+        checks=validation.headline.checks,
         categories=tuple(
             ChainCategoryRows(item.label, tuple(
                 CategoryEntry(row.kind, row.runs, _finite(row.speedup), _finite(row.tokens_per_target_pass)) for row in item.rows
@@ -397,7 +374,7 @@ def _chain_record(chain: ChainResult) -> ReportChain:
         levels=tuple(_level_record(level) for level in chain.levels),
         tokens_per_target_pass=chain.tokens_per_target_pass,
         predicted_interval=predicted.interval,
-        measured_ci=None if paired is None or not lossless else MeasuredInterval(paired.low, paired.high, paired.level, CI_METHOD),
+        measured_ci=None if paired is None or not lossless else MeasuredInterval(paired.low, paired.high, paired.level, _CI_METHOD),
         inside_interval=chain.inside_interval,
         prediction_holds=chain.prediction_holds,
         error_sources=chain.error_sources,

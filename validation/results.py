@@ -20,9 +20,12 @@ import numpy as np
 
 from polyplan.formats.plan import DraftPolicy, PlannedChain, blocks_text
 from polyplan.decoder.result import PassTally
-from polyplan.formats.validation_report import Check, CostSplit, ErrorSources, PassSeconds, PromptRecord, ReportSettings
+from polyplan.formats.validation_report import (
+    Check, CostSplit, ErrorSources, HeadlinePrediction, OverTwoModel, PassSeconds, PromptRecord, ReportHeadline, ReportSettings,
+    SpeedupRatio,
+)
 from polyplan.validation.cost_split import LevelCosts, Price, cost_split, mean_width, merged_tallies, profile_seconds_per_pass
-from polyplan.validation.paired import PairedSpeedup, RatioInterval, paired_speedup, ratio_interval
+from polyplan.validation.paired import PairedSpeedup, paired_speedup, ratio_interval
 
 ROLE_RECOMMENDED = "recommended"
 ROLE_ALTERNATIVE = "alternative"
@@ -41,10 +44,6 @@ class ChainSpec:
     planned: PlannedChain
     roles: tuple[str, ...]
     rank: int  # 1-based position in the plan's ranking
-
-    @property
-    def recommended(self) -> bool:
-        return ROLE_RECOMMENDED in self.roles
 
 
 @dataclass(frozen=True)
@@ -110,11 +109,8 @@ class LevelResult:
     @property
     def costs(self) -> LevelCosts:
         """Its factors of the chain's time per token (`validation.cost_split`)."""
-        return LevelCosts(
-            self.forwards_per_token, self.predicted_forwards_per_token,
-            self.seconds_per_token / self.forwards_per_token if self.forwards_per_token else 0.0,
-            self.predicted_seconds_per_token / self.predicted_forwards_per_token if self.predicted_forwards_per_token else 0.0,
-        )
+        return LevelCosts.per_token(self.forwards_per_token, self.seconds_per_token, self.predicted_forwards_per_token,
+                                    self.predicted_seconds_per_token)
 
 
 @dataclass(frozen=True)
@@ -308,21 +304,11 @@ def _speedup_text(speedup: float, interval: tuple[float, float] | None) -> str:
 
 @dataclass(frozen=True)
 class Headline:
-    """The recommended chain's measured result and how it compares."""
+    """The recommended chain's measured result and how it compares (`record`, as report.json
+    keeps it), and the checks it is held to."""
 
-    recommended: str
-    measured_speedup: float | None
-    speedup_std: float | None
-    predicted_exact: float
-    predicted_paper: float
-    over_two_model: Repeated | None  # per repeat: T(best two-model) / T(recommended)
-    two_model: str | None
-    fastest: str | None
-    fastest_speedup: float | None
-    recommended_within_noise: bool | None
+    record: ReportHeadline
     checks: tuple[Check, ...]
-    line: str
-    fastest_over_recommended: RatioInterval | None = None  # paired: the fastest chain's speedup over the recommended's
 
 
 @dataclass(frozen=True)
@@ -493,7 +479,9 @@ def headline(chains: Sequence[ChainResult]) -> Headline:
     lossless = [chain for chain in chains if chain.lossless]
     two = next((chain for chain in chains if ROLE_TWO_MODEL in chain.roles), None)
     fastest = max(lossless, key=lambda chain: chain.measured_speedup) if lossless else None
-    over_two = _ratio(recommended.measured.speedup, two.measured.speedup) if two is not None and two.lossless and recommended.lossless else None
+    over_two = None
+    if two is not None and two.lossless and recommended.lossless:
+        over_two = _ratio(recommended.measured.speedup, two.measured.speedup)
     within, gap = None, None
     if fastest is not None and recommended.lossless:
         if fastest is recommended:
@@ -521,21 +509,19 @@ def headline(chains: Sequence[ChainResult]) -> Headline:
             )
     else:
         line = f"recommended {recommended.label()}: LOSSY ({recommended.measured.first_difference}); no speedup reported"
-    return Headline(
+    record = ReportHeadline(
+        line=line,
         recommended=recommended.label(),
         measured_speedup=recommended.measured_speedup,
         speedup_std=recommended.measured.speedup.std if recommended.lossless else None,
-        predicted_exact=recommended.predicted.exact,
-        predicted_paper=recommended.predicted.paper,
-        over_two_model=over_two,
-        two_model=None if two is None else two.label(),
+        predicted_speedup=HeadlinePrediction(recommended.predicted.exact, recommended.predicted.paper),
+        over_two_model=None if over_two is None else OverTwoModel(over_two.mean, over_two.std, two.label()),
         fastest=None if fastest is None else fastest.label(),
         fastest_speedup=None if fastest is None else fastest.measured_speedup,
         recommended_within_noise=within,
-        checks=checks,
-        line=line,
-        fastest_over_recommended=gap,
+        fastest_over_recommended=None if gap is None else SpeedupRatio(gap.point, gap.low, gap.high, gap.level),
     )
+    return Headline(record, checks)
 
 
 def _prediction_check(name: str, errors: list[tuple[ChainResult, float]], missing: str) -> Check:

@@ -24,7 +24,7 @@ from polyplan.planner.search import evaluate_chain
 from polyplan.formats.profile import AgreementRuns, LatencyPoint, Profile
 from polyplan.profiler.forward_timing import timed_pass
 
-CALIBRATION_KS = (1, 2, 4, 8, 16)
+_CALIBRATION_KS = (1, 2, 4, 8, 16)
 
 
 @dataclass(frozen=True)
@@ -38,7 +38,7 @@ class PassTiming:
 
 
 def time_passes(
-    members: Mapping[str, ChainMember], context: torch.Tensor, new: torch.Tensor, sync, ks: Sequence[int] = CALIBRATION_KS
+    members: Mapping[str, ChainMember], context: torch.Tensor, new: torch.Tensor, sync, ks: Sequence[int] = _CALIBRATION_KS
 ) -> list[PassTiming]:
     """Prefill each member with `context` (L,), then time one pass over new[:k] per k (crop after each)."""
     timings = []
@@ -70,21 +70,7 @@ def retimed_profile(profile: Profile, timings: Sequence[PassTiming]) -> Profile:
     return dataclasses.replace(profile, models=tuple(models))
 
 
-def retimed_speedups(
-    profile: Profile,
-    timings: Sequence[PassTiming],
-    chains: Sequence[tuple[tuple[str, ...], tuple[int, ...]]],
-    *,
-    sampling: str,
-    overhead: LoopOverhead | None,
-    acceptance_model: str,
-) -> dict[tuple[str, ...], float]:
-    """The exact model's speedup of each (chain, block sizes) on the re-timed curves."""
-    return _exact_speedups(retimed_profile(profile, timings), chains, sampling=sampling, overhead=overhead,
-                           acceptance_model=acceptance_model)
-
-
-def _exact_speedups(
+def exact_speedups(
     profile: Profile,
     chains: Sequence[tuple[tuple[str, ...], tuple[int, ...]]],
     *,
@@ -92,7 +78,8 @@ def _exact_speedups(
     overhead: LoopOverhead | None,
     acceptance_model: str,
 ) -> dict[tuple[str, ...], float]:
-    """The exact model's speedup of each (chain, block sizes[, the last level's draft policy]) on `profile`."""
+    """The exact model's speedup of each (chain, block sizes[, the last level's draft policy]) on
+    `profile` (`retimed_profile` or `reaccepted_profile`)."""
     model = "runs" if acceptance_model == "runs" else "iid"
     return {
         chain: evaluate_chain(profile, chain, blocks, sampling=sampling, overhead=overhead, acceptance_model=model,
@@ -105,23 +92,10 @@ def reaccepted_profile(profile: Profile, timings: Sequence[PassTiming], agreemen
     """The re-timed profile (`retimed_profile`) with the greedy acceptance measured on the
     validation's own prompts: `agreement` is what `profiler.agreement_runs.measure_agreement` returns; it
     replaces the profile's agreement sequences, and each pair's α becomes its agreement rate
-    there (what the i.i.d. reading uses). Pairs it does not cover keep the profile's values."""
+    there (what the i.i.d. reading uses). Pairs it does not cover keep the profile's values. The
+    exact model on it leaves only its own error (the loop, switches, independence of rounds) and
+    the validation's noise."""
     revised = retimed_profile(profile, timings)
     revised = dataclasses.replace(revised, acceptance_runs={**revised.acceptance_runs, "greedy": agreement})
     return with_agreement_alphas(revised, agreement.pairs)
 
-
-def reaccepted_speedups(
-    profile: Profile,
-    timings: Sequence[PassTiming],
-    agreement: AgreementRuns,
-    chains: Sequence[tuple[tuple[str, ...], tuple[int, ...]]],
-    *,
-    overhead: LoopOverhead | None,
-    acceptance_model: str,
-) -> dict[tuple[str, ...], float]:
-    """The exact model's speedup of each chain on latency re-timed in the run AND acceptance
-    measured on the validation prompts (greedy): what is left of its error is the model's own
-    (the loop, switches, independence of rounds) and the validation's noise."""
-    return _exact_speedups(reaccepted_profile(profile, timings, agreement), chains, sampling="greedy",
-                           overhead=overhead, acceptance_model=acceptance_model)

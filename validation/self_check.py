@@ -38,7 +38,7 @@ from polyplan.formats.plan import PRICED_BY_PLAN, PRICED_BY_PROMPT, ChainCheck, 
 from polyplan.formats.profile import Profile
 from polyplan.profiler.prompts import EncodedPrompt
 from polyplan.validation.chain_runs import (
-    ValidationSettings, context_limit, fit_prompts, measure_chains, reserve_for, sampling_of, select_chains,
+    ValidationSettings, context_limit, fit_prompts, measure_chains, reserve_for, sampling_of, select_chains, target_only,
 )
 from polyplan.validation.check_prices import PromptPrice, priced_composition, prompt_prices
 from polyplan.validation.cost_split import LevelCosts
@@ -104,20 +104,13 @@ def composition(planned: PlannedChain, runs: Sequence[RunRecord], baseline: Sequ
                 predicted_baseline: float) -> float:
     """C of the module docstring (`validation.cost_split.composition`) over `runs` and the
     target-only `baseline` runs of the same cells."""
-    tokens = sum(len(run.token_ids) for run in runs)
-    levels = []
-    for i in range(len(planned.chain)):
-        passes = sum(run.forward_passes[i] for run in runs)
-        levels.append(LevelCosts(
-            forwards=passes / tokens,
-            predicted_forwards=planned.exact.forwards_per_token[i],
-            seconds_per_pass=sum(run.forward_seconds[i] for run in runs) / passes if passes else 0.0,
-            predicted_seconds_per_pass=planned.exact.time_per_token_s[i] / planned.exact.forwards_per_token[i]
-            if planned.exact.forwards_per_token[i] else 0.0,
-        ))
+    tokens, exact = sum(len(run.token_ids) for run in runs), planned.exact
+    levels = [LevelCosts.per_token(sum(run.forward_passes[i] for run in runs) / tokens,
+                                   sum(run.forward_seconds[i] for run in runs) / tokens,
+                                   exact.forwards_per_token[i], exact.time_per_token_s[i]) for i in range(len(planned.chain))]
     inside = sum(sum(run.forward_seconds) for run in runs)
     return cost_composition(
-        levels, loop=(sum(run.decode_s for run in runs) - inside) / tokens, predicted_loop=planned.exact.overhead_per_token_s,
+        levels, loop=(sum(run.decode_s for run in runs) - inside) / tokens, predicted_loop=exact.overhead_per_token_s,
         baseline=sum(run.decode_s for run in baseline) / sum(len(run.token_ids) for run in baseline),
         predicted_baseline=predicted_baseline,
     )
@@ -207,10 +200,7 @@ def self_check(
     records, _ = measure_chains(specs, members, [p.ids for p in fitted], settings, sampling_of(plan.sampling))
     prices = None if profile is None else prompt_prices(plan, profile, [spec.planned for spec in specs], [p.ids for p in fitted],
                                                         new_tokens)
-    baseline_index = next(i for i, spec in enumerate(specs) if ROLE_TARGET_ONLY in spec.roles)
-    baseline = [run for run in records if run.chain == baseline_index]
-    alone = specs[baseline_index].planned
-    predicted_baseline = alone.exact.time_per_token_s[0] + alone.exact.overhead_per_token_s
+    baseline_index, baseline, predicted_baseline = target_only(specs, records)
     rng = np.random.default_rng(seed)
     terms: dict[tuple[str, ...], tuple[tuple[float, float, float], float]] = {}
     for index, spec in enumerate(specs):
