@@ -13,10 +13,9 @@ imports torch, so `polyplan recommend` runs on a machine without any model.
 - `engine_export`: a plan exported to HF transformers, vLLM or llama.cpp under their acceptance
   rules; `llama_cpp/`: llama-server's configurations predicted and ranked.
 
-The package exports what `polyplan theory` reads from it: the paper's formulas, Theorem 3.2 and
-the theory report; and Theorem 3.2's inputs for any (upper, middle, lower) triple of a profile
-and block sizes (`insertion_inputs`, `InsertionInputs`), with its evaluation beside the exact
-model (`triple_insertion`, `TripleInsertion`). Everything else is imported from its module.
+The package exports what `polyplan theory` and the notebooks read: the paper's formulas, Theorem
+3.2 (with its inputs for any triple of a profile, `insertion_inputs`, and its evaluation beside
+the exact model, `triple_insertion`) and the theory report. Everything else is imported from its module.
 """
 
 from polyplan.planner.paper.capped_geometric import (

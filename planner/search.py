@@ -59,14 +59,10 @@ class ChainPlan:
     exact: ChainPrediction
     paper: PaperPrediction
     search: str  # how the block sizes were chosen: "grid", "optuna" or "given"
-    # Theorem 3.2 on each intermediate model (not the last drafter) against this chain
-    # without it: (model, "helps" / "no_gain"); empty for chains of fewer than 3 models.
+    # Theorem 3.2 on each intermediate model against this chain without it: (model, "helps" / "no_gain")
     insertion_verdicts: tuple[tuple[str, str], ...] = ()
-    # Per verifying level, the widths its verification passes run at (planner.exact.verify_width):
-    # what the exact model assumed and what the decoder must do to match it.
-    verify_widths: tuple[VerifyWidths, ...] = ()
-    # how the last member chooses its draft lengths (None: the fixed last block size)
-    draft_policy: DraftPolicy | None = None
+    verify_widths: tuple[VerifyWidths, ...] = ()  # per verifying level, the widths its passes run at
+    draft_policy: DraftPolicy | None = None  # how the last member chooses its draft lengths (None: fixed)
 
     @property
     def exact_speedup(self) -> float:

@@ -13,11 +13,9 @@ continuation is accepted. Greedy decoding makes that continuation the stream the
 (`formats.profile.TargetStream`), so the replay is exact up to numerics; time comes from the
 target's latency curve (`replay_prediction`).
 
-polyplan's own `ngram-simple` member (`decoder.ngram_simple`) drafts by the same rule through
-`NGramSimpleIndex`, with the chain's block size K (or an adaptive cap, `formats.plan.DraftPolicy`)
-as size_m; it drafts right after the prompt, where the server first takes one token from the
-prefill. `chain_rounds` replays those rounds and `draft_rounds` pools them into the law the exact
-model reads (`planner.exact.draft_rounds`). Pure: no torch, no I/O.
+polyplan's own `ngram-simple` member (`decoder.ngram_simple`) drafts by the same rule, with the
+chain's block size as size_m, from right after the prompt: `chain_rounds` replays its rounds and
+`draft_rounds` pools them into the law the exact model reads. Pure: no torch, no I/O.
 """
 
 from __future__ import annotations

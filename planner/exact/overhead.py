@@ -1,9 +1,8 @@
 """The decoding loop's own cost: what a chain spends outside its models' forward passes.
 
-Besides its models' passes T_i(k), a chain pays the loop around them: choosing the next token,
-verification, the host transfer per verification, cutting caches back, Python bookkeeping. With
-small models on a CPU that moves a prediction by more than polyplan's promise, so the exact model
-can charge it (`formats.overhead.LoopOverhead`):
+Besides its models' passes, a chain pays the loop around them (choosing tokens, verification,
+host transfers, cutting caches back, bookkeeping), enough with small models on a CPU to move a
+prediction, so the exact model can charge it (`formats.overhead.LoopOverhead`):
 
 - `per_step_s`: one autoregressive step of the last member (and of plain decoding, the baseline);
 - `per_round_s`: one verification round at any level (verification, transfer, crops).
