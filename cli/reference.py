@@ -14,7 +14,7 @@ from typing import Any, Iterator
 
 import typer
 
-HEADER = """# Command reference
+_HEADER = """# Command reference
 
 Generated from the command-line app by `python -m polyplan.cli.reference > docs/cli.md`; do not
 edit by hand (`tests/test_cli_reference.py` checks it). `polyplan COMMAND --help` prints the same.
@@ -24,7 +24,7 @@ edit by hand (`tests/test_cli_reference.py` checks it). `polyplan COMMAND --help
 def cli_reference(app: typer.Typer) -> str:
     """The markdown reference of every command of `app`, in the order `--help` lists them."""
     root = typer.main.get_command(app)
-    sections = [HEADER]
+    sections = [_HEADER]
     for path, command in _commands(root, ("polyplan",)):
         sections.append(_section(path, command))
     return "\n".join(sections)

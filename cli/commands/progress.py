@@ -21,9 +21,9 @@ from contextlib import contextmanager
 
 from polyplan.cli.support import log_line
 
-PREFIX = "[polyplan]"
-VALIDATION_LINES = 10  # validation: a line per tenth of the runs ...
-VALIDATION_EVERY_S = 30.0  # ... or when this long has passed since the last line
+_PREFIX = "[polyplan]"
+_VALIDATION_LINES = 10  # validation: a line per tenth of the runs ...
+_VALIDATION_EVERY_S = 30.0  # ... or when this long has passed since the last line
 
 
 class _Display:
@@ -135,13 +135,13 @@ class ProfileLines(_Lines):
         if not reused:
             self.measured, self.measured_s = self.measured + 1, self.measured_s + now - self.since
             timing = _timing(now - self.began, self.measured_s / self.measured, self.size - self.count)
-            self.write(f"{PREFIX} profile {self.count}/{self.size} ({step.label}) done, {timing}")
+            self.write(f"{_PREFIX} profile {self.count}/{self.size} ({step.label}) done, {timing}")
         self.since = now
 
 
 class ValidationLines(_Lines):
     """`validation.chain_runs.ValidationProgress` as a line per tenth of the runs, or when
-    `VALIDATION_EVERY_S` has passed since the last line, and after the last run; the time left
+    `_VALIDATION_EVERY_S` has passed since the last line, and after the last run; the time left
     is the mean run's times the runs left."""
 
     def restart(self) -> None:
@@ -150,11 +150,11 @@ class ValidationLines(_Lines):
     def advance(self, label: str) -> None:
         now = self.clock()
         self.count += 1
-        every = max(1, self.size // VALIDATION_LINES)
-        if self.count < self.size and self.count - self.printed < every and now - self.printed_at < VALIDATION_EVERY_S:
+        every = max(1, self.size // _VALIDATION_LINES)
+        if self.count < self.size and self.count - self.printed < every and now - self.printed_at < _VALIDATION_EVERY_S:
             return
         elapsed = now - self.began
-        self.write(f"{PREFIX} validate {self.count}/{self.size} ({label}), {_timing(elapsed, elapsed / self.count, self.size - self.count)}")
+        self.write(f"{_PREFIX} validate {self.count}/{self.size} ({label}), {_timing(elapsed, elapsed / self.count, self.size - self.count)}")
         self.printed, self.printed_at = self.count, now
 
 

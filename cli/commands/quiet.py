@@ -28,7 +28,7 @@ QUIET_ENVIRONMENT = {
     "HF_HUB_VERBOSITY": "error",
     "TRANSFORMERS_NO_ADVISORY_WARNINGS": "1",
 }
-POLYPLAN_MODULES = r"polyplan(\.|$)"  # a warning's module: where it was raised (after its stacklevel)
+_POLYPLAN_MODULES = r"polyplan(\.|$)"  # a warning's module: where it was raised (after its stacklevel)
 
 
 def quiet_other_libraries(verbose: bool) -> None:
@@ -38,7 +38,7 @@ def quiet_other_libraries(verbose: bool) -> None:
         return
     os.environ.update(QUIET_ENVIRONMENT)
     warnings.filterwarnings("ignore")
-    warnings.filterwarnings("default", module=POLYPLAN_MODULES)  # inserted before the line above: it wins
+    warnings.filterwarnings("default", module=_POLYPLAN_MODULES)  # inserted before the line above: it wins
     root = logging.getLogger()
     if not any(isinstance(handler, logging.NullHandler) for handler in root.handlers):
         root.addHandler(logging.NullHandler())  # records reach a handler, so logging's last resort prints none

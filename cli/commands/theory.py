@@ -19,7 +19,7 @@ from polyplan.formats.profile import read_profile
 
 app = typer.Typer(help="The paper's theory (Lemma 3.1, Theorems 3.2/3.3, eq. 3, Appendix A) beside the exact model.", no_args_is_help=True)
 
-EXAMPLE_PROFILE = "data/paper_table1_profile.json"
+_EXAMPLE_PROFILE = "data/paper_table1_profile.json"
 
 
 def _number(value: float | None) -> str:
@@ -234,7 +234,7 @@ def report(
     if sampling is not None:
         SamplingMode.parse(sampling, "--sampling")  # a bad key is one line before any file is read
     if profile is None:
-        with resources.as_file(resources.files("polyplan") / EXAMPLE_PROFILE) as path:
+        with resources.as_file(resources.files("polyplan") / _EXAMPLE_PROFILE) as path:
             loaded = read_profile(path)
         source = "the paper's Table 1 (shipped example profile)"
     else:
