@@ -17,11 +17,11 @@ from polyplan.planner.plan_builder import profile_digest
 from polyplan.planner.search import evaluate_chain
 from polyplan.formats.profile import Profile
 
-RELATIVE_TOLERANCE = 1e-6  # JSON keeps 17 digits; anything beyond rounding is an edit
+_RELATIVE_TOLERANCE = 1e-6  # JSON keeps 17 digits; anything beyond rounding is an edit
 
 
 def _close(a: float, b: float) -> bool:
-    return math.isclose(a, b, rel_tol=RELATIVE_TOLERANCE, abs_tol=1e-12)
+    return math.isclose(a, b, rel_tol=_RELATIVE_TOLERANCE, abs_tol=1e-12)
 
 
 def check_plan(plan: PlanFile, label: str, profile: Profile | None = None) -> tuple[PlannedChain, ...]:

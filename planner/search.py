@@ -43,10 +43,10 @@ from polyplan.planner.intervals.prediction_interval import PredictionIntervals
 from polyplan.formats.profile import Profile, SamplingStats
 from polyplan.formats.options import integer_at_least
 
-SEARCH_MODES = ("auto", "grid", "optuna")
-ACCEPTANCE_MODELS = ("auto", "iid", "runs")
+_SEARCH_MODES = ("auto", "grid", "optuna")
+_ACCEPTANCE_MODELS = ("auto", "iid", "runs")
 TOP_CHAINS = 5  # the ranked chains whose every intermediate level gets Theorem 3.2 in `insertion_triples`
-DRAFT_P_MINS = (0.3, 0.5, 0.7, 0.9)  # the confidence stops the search tries (llama.cpp's --spec-draft-p-min)
+_DRAFT_P_MINS = (0.3, 0.5, 0.7, 0.9)  # the confidence stops the search tries (llama.cpp's --spec-draft-p-min)
 
 
 @dataclass(frozen=True)
@@ -133,8 +133,8 @@ class _Context:
         overhead: LoopOverhead | None = None,
         acceptance_model: str = "iid",
     ) -> None:
-        if acceptance_model not in ACCEPTANCE_MODELS:
-            raise PolyplanError(f"acceptance_model: must be one of {', '.join(ACCEPTANCE_MODELS)}, got {acceptance_model!r}")
+        if acceptance_model not in _ACCEPTANCE_MODELS:
+            raise PolyplanError(f"acceptance_model: must be one of {', '.join(_ACCEPTANCE_MODELS)}, got {acceptance_model!r}")
         self.profile = profile
         self.sampling = sampling
         self.context_length = context_length
@@ -197,7 +197,7 @@ class _Context:
         caps = dict.fromkeys((low, high) for low, high in ((1, min(4, k_max)), (1, k_max), (2, k_max)) if low < high)
         policies = [DraftPolicy(low, high) for low, high in caps]
         if drafter not in self.rule_drafters and (target, drafter) in self.confidences:
-            policies += [DraftPolicy(p_min=p_min) for p_min in DRAFT_P_MINS]
+            policies += [DraftPolicy(p_min=p_min) for p_min in _DRAFT_P_MINS]
         return policies
 
     def stats(self, verifier: str, drafter: str) -> SamplingStats:
@@ -309,16 +309,16 @@ def _best_blocks_optuna(cost: Callable[[tuple[int, ...]], float], levels: int, k
     return tuple(int(study.best_params[f"k{level + 1}"]) for level in range(levels))
 
 
-SMALLEST_DEFAULT_K_MAX = 8
+_SMALLEST_DEFAULT_K_MAX = 8
 
 
 def default_k_max(profile: Profile) -> int:
     """The block sizes a plan searches when the user names none: up to the widest block whose
     verification every model's curve timed (a block of K is verified at width K + 1, so the
-    profile's widest common k, less one), never below `SMALLEST_DEFAULT_K_MAX` (one-point curves,
+    profile's widest common k, less one), never below `_SMALLEST_DEFAULT_K_MAX` (one-point curves,
     constant in k, keep it)."""
     widest = min(max(point.k for point in model.latency) for model in profile.models)
-    return max(SMALLEST_DEFAULT_K_MAX, widest - 1)
+    return max(_SMALLEST_DEFAULT_K_MAX, widest - 1)
 
 
 @dataclass(frozen=True)
@@ -364,8 +364,8 @@ def rank_chains(profile: Profile, settings: SearchSettings = SearchSettings()) -
     if k_max is None:
         k_max = default_k_max(profile)
     integer_at_least(k_max, 1, "k_max, a block size")
-    if block_sizes not in SEARCH_MODES:
-        raise PolyplanError(f"block_sizes: must be one of {', '.join(SEARCH_MODES)}, got {block_sizes!r}")
+    if block_sizes not in _SEARCH_MODES:
+        raise PolyplanError(f"block_sizes: must be one of {', '.join(_SEARCH_MODES)}, got {block_sizes!r}")
     context = _Context(profile, sampling, context_length, overhead, settings.acceptance_model)
     target = profile.target
     names = [name for name in profile.model_names() if name != target] if settings.candidates is None \

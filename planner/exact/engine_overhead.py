@@ -25,7 +25,7 @@ from polyplan.formats.profile import EngineCalibration, Profile
 from polyplan.planner.exact.overhead import fit_loop_costs, profile_overhead
 
 HF = "hf"
-MEASURED_ENGINES = (HF,)  # vLLM and llama.cpp cannot be run here: their predictions keep polyplan's loop
+_MEASURED_ENGINES = (HF,)  # vLLM and llama.cpp cannot be run here: their predictions keep polyplan's loop
 
 
 @dataclass(frozen=True)
@@ -97,7 +97,7 @@ def prediction_overhead(profile: Profile, engine: str, sampling: str) -> Predict
     llama.cpp: polyplan's (they cannot be measured here)."""
     ours = profile_overhead(profile, sampling)
     ours_text = "none measured" if ours is None else _text(ours)
-    if engine in MEASURED_ENGINES:
+    if engine in _MEASURED_ENGINES:
         theirs = profile_engine_overhead(profile, engine, sampling)
         if theirs is not None:
             return PredictionOverhead(theirs, f"loop overhead: HF generate's own, measured ({_text(theirs)})")

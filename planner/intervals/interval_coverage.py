@@ -24,8 +24,8 @@ from polyplan.planner.intervals.prediction_interval import DEFAULT_LEVEL, predic
 from polyplan.planner.exact.runs import on_prompts
 from polyplan.planner.search import evaluate_chain
 
-DEFAULT_SPLITS = 100
-MIN_SPLITS = 10
+_DEFAULT_SPLITS = 100
+_MIN_SPLITS = 10
 
 
 @dataclass(frozen=True)
@@ -77,7 +77,7 @@ def interval_coverage(
     chains: Sequence[tuple[Sequence[str], Sequence[int]] | tuple[Sequence[str], Sequence[int], DraftPolicy | None]],
     *,
     split: int | None = None,
-    splits: int = DEFAULT_SPLITS,
+    splits: int = _DEFAULT_SPLITS,
     sampling: str = "greedy",
     context_length: int | None = None,
     overhead: LoopOverhead | None = None,
@@ -103,7 +103,7 @@ def interval_coverage(
     if 2 * split > prompts:
         raise PolyplanError(f"--split {split}: the profile has {prompts} prompts, two sets of {split} need {2 * split} "
                             f"(profile on more prompts, or give a smaller --split)")
-    integer_at_least(splits, MIN_SPLITS, "--splits")
+    integer_at_least(splits, _MIN_SPLITS, "--splits")
     if not chains:
         raise PolyplanError("chains: give at least one chain")
     fixed = _fixed_latency(profile)

@@ -44,11 +44,11 @@ from polyplan.planner.intervals.timing_health import MAX_FLOOR_NOISE, MAX_FLOOR_
 
 DEFAULT_RESAMPLES = 200
 DEFAULT_LEVEL = 0.95
-MEDIAN_EFFICIENCY = 1.2533  # sd(median) / sd(mean) for Gaussian samples: sqrt(pi / 2)
-IQR_TO_SD = 1.349  # IQR of a standard normal
-Z95 = 1.96
-NEW_PROMPT_SET = float(np.sqrt(2.0))  # a new prompt set's error on top of the profile's: the same again, independent
-TIES_SHOWN = 3  # chains named in the ranking line (the plan lists them all)
+_MEDIAN_EFFICIENCY = 1.2533  # sd(median) / sd(mean) for Gaussian samples: sqrt(pi / 2)
+_IQR_TO_SD = 1.349  # IQR of a standard normal
+_Z95 = 1.96
+_NEW_PROMPT_SET = float(np.sqrt(2.0))  # a new prompt set's error on top of the profile's: the same again, independent
+_TIES_SHOWN = 3  # chains named in the ranking line (the plan lists them all)
 
 
 @dataclass(frozen=True)
@@ -124,9 +124,9 @@ class PredictionIntervals:
             return (f"ranking: {' > '.join(best.chain)} is ahead of every other chain "
                     f"(no {level} interval overlaps {best.speedup.text()})")
         names = "; ".join(f"{' > '.join(item.chain)} {item.speedup.text()} (faster in {item.beats_best:.0%} of resamples)"
-                          for item in tied[:TIES_SHOWN])
-        if len(tied) > TIES_SHOWN:
-            names += f"; and {len(tied) - TIES_SHOWN} more"
+                          for item in tied[:_TIES_SHOWN])
+        if len(tied) > _TIES_SHOWN:
+            names += f"; and {len(tied) - _TIES_SHOWN} more"
         return (f"ranking: cannot tell {' > '.join(best.chain)} {best.speedup.text()} apart from: {names} "
                 f"({level} intervals overlap)")
 
@@ -142,7 +142,7 @@ def _latency_replicates(model: ModelProfile, resamples: int, rng: np.random.Gene
             sources.add("samples")
         else:
             repeats = point.repeats or 1
-            error = MEDIAN_EFFICIENCY * (point.iqr_s / IQR_TO_SD) / np.sqrt(repeats)
+            error = _MEDIAN_EFFICIENCY * (point.iqr_s / _IQR_TO_SD) / np.sqrt(repeats)
             draws = point.median_s + error * rng.standard_normal(resamples)
             columns.append(np.maximum(draws, point.median_s * 1e-3))  # a time stays > 0
             sources.add("median_iqr")
@@ -266,7 +266,7 @@ class _AcceptanceReplicates:
             return 1.0
         profiled = None if self.profile.profiler is None else self.profile.profiler.prompts
         if self.set_size is None or not profiled:
-            return NEW_PROMPT_SET
+            return _NEW_PROMPT_SET
         return float(np.sqrt(1.0 + profiled / self.set_size))
 
     def alphas(self, pair: tuple[str, str]) -> np.ndarray:
@@ -283,7 +283,7 @@ class _AcceptanceReplicates:
             values = alpha * rates / full if full > 0 else np.full(self.resamples, alpha)
             self.sources.add("runs")
         elif stats.alpha_ci is not None:
-            error = self._set_factor * (stats.alpha_ci[1] - stats.alpha_ci[0]) / (2 * Z95)
+            error = self._set_factor * (stats.alpha_ci[1] - stats.alpha_ci[0]) / (2 * _Z95)
             values = alpha + error * self.rng.standard_normal(self.resamples)
             self.sources.add("alpha_ci")
         elif stats.alpha_samples:
@@ -485,7 +485,7 @@ def _health_factors(profile: Profile, names: Sequence[str], resamples: int,
             reasons.append(f"load {load:.1f} on {cpus} core(s) when timing began")
         noise = health.reference_relative_iqr
         if noise is not None and noise > MAX_FLOOR_NOISE:
-            factor *= np.exp(noise / IQR_TO_SD * rng.standard_normal(resamples))
+            factor *= np.exp(noise / _IQR_TO_SD * rng.standard_normal(resamples))
             reasons.append(f"the machine floor's IQR/median was {noise:.1%}")
         if reasons:
             factors[name] = factor

@@ -13,7 +13,7 @@ plan.json, `validate` and the demo warn instead of planning silently. The rules:
 - floor shift: the fixed workload was more than `MAX_FLOOR_SHIFT` times slower while one model
   was timed than while another was (the load changed between models, so their curves are not
   comparable: the ratio of T's, which decides the chain, is off);
-- outliers: more than `MAX_OUTLIER_SHARE` of a model's timings dropped as outliers.
+- outliers: more than `_MAX_OUTLIER_SHARE` of a model's timings dropped as outliers.
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ from polyplan.formats.profile import Profile, TimingHealth
 
 MAX_FLOOR_NOISE = 0.10
 MAX_FLOOR_SHIFT = 1.5
-MAX_OUTLIER_SHARE = 0.10
+_MAX_OUTLIER_SHARE = 0.10
 
 
 def timing_warnings(profile: Profile) -> tuple[str, ...]:
@@ -50,8 +50,8 @@ def timing_warnings(profile: Profile) -> tuple[str, ...]:
                       f"curves reflect the load, not the models")
             machine.setdefault(reason, []).append(model.name)
         dropped, taken = health.latency_outliers, health.latency_timings
-        if dropped is not None and taken is not None and taken > 0 and dropped / taken > MAX_OUTLIER_SHARE:
-            lines.append(f"{model.name}: {dropped} of {taken} timings were outliers (dropped, > {MAX_OUTLIER_SHARE:.0%}): "
+        if dropped is not None and taken is not None and taken > 0 and dropped / taken > _MAX_OUTLIER_SHARE:
+            lines.append(f"{model.name}: {dropped} of {taken} timings were outliers (dropped, > {_MAX_OUTLIER_SHARE:.0%}): "
                          f"the machine was disturbed while it was timed")
         median = health.reference_median_s
         if median is not None and median > 0:

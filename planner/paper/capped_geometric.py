@@ -41,11 +41,11 @@ def check_acceptance(acceptance: float, name: str = "acceptance") -> float:
     return value
 
 
-MAX_THEORY_K = 10**6  # beyond it every formula has long converged, and float powers overflow
-MAX_PAPER_N = MAX_THEORY_K + 1  # the paper's n is K or K + 1
+_MAX_THEORY_K = 10**6  # beyond it every formula has long converged, and float powers overflow
+_MAX_PAPER_N = _MAX_THEORY_K + 1  # the paper's n is K or K + 1
 
 
-def check_block_size(k: int, name: str = "k", maximum: int = MAX_THEORY_K) -> int:
+def check_block_size(k: int, name: str = "k", maximum: int = _MAX_THEORY_K) -> int:
     """`k` as an int in 1..`maximum`; `PolyplanError` naming `name` otherwise."""
     if isinstance(k, bool) or not isinstance(k, int):
         if isinstance(k, float) and k.is_integer():
@@ -111,7 +111,7 @@ def paper_eq3_mean(alpha: float, n: int) -> float:
     """The paper's eq. 3 as printed, μ = (1 − α^{n+1}) / (1 − α), for whatever number the caller
     calls α: the expected token count only when it is the ACCEPTANCE rate and `n` the block size."""
     a = check_acceptance(alpha, "alpha")
-    n = check_block_size(n, "n", MAX_PAPER_N)
+    n = check_block_size(n, "n", _MAX_PAPER_N)
     return float(closed_form_mean(a, n))
 
 
@@ -136,14 +136,14 @@ def paper_a2_variance(p_success: float, n: int) -> float:
     """
     if isinstance(p_success, bool) or not (isinstance(p_success, (int, float)) and 0 < p_success <= 1):
         raise PolyplanError(f"p_success: must be in (0, 1], got {p_success!r}")
-    n = check_block_size(n, "n", MAX_PAPER_N)
+    n = check_block_size(n, "n", _MAX_PAPER_N)
     return float(paper_a2_expression(float(p_success), n))
 
 
 def paper_sigma2(alpha_fail: float, n: int) -> float:
     """Section 3.1's σ² as printed, in the paper's α (A.2 with p = 1 − α)."""
     a = check_acceptance(alpha_fail, "alpha_fail")
-    n = check_block_size(n, "n", MAX_PAPER_N)
+    n = check_block_size(n, "n", _MAX_PAPER_N)
     return float(paper_a2_expression(1.0 - a, n))
 
 
@@ -154,7 +154,7 @@ def paper_eq4_relative_variability(alpha_fail: float, n: int) -> float:
     so eq. 4 is undefined). Note eq. 4 divides by (1 − α^n) while eq. 3 has (1 − α^{n+1}).
     """
     a = check_acceptance(alpha_fail, "alpha_fail")
-    n = check_block_size(n, "n", MAX_PAPER_N)
+    n = check_block_size(n, "n", _MAX_PAPER_N)
     radicand = a * (1 - (n**2 - 1) * a**n) - (n**2 - 1) * a ** (n + 1)
     if radicand < 0 or a == 0:
         return math.nan if radicand < 0 else 0.0
