@@ -16,6 +16,7 @@ from polyplan.planner.engine_export import FULL, EngineExport, EngineOption, che
 from polyplan.planner.llama_cpp.ranking import LEVEL, OFF, RankedConfig, ReplayWorkload, llama_cpp_spec_flags
 from polyplan.formats.plan import read_plan
 from polyplan.engines.llama_cpp.race_agreement import with_race_agreement
+from polyplan.engines.llama_cpp.server import repack_flags
 from polyplan.formats.profile import PairAgreement, TargetStream, read_profile
 from polyplan.models.candidate_file import plan_candidates
 from polyplan.models.builtin import builtin_folder
@@ -80,20 +81,6 @@ def export_from_files(
         export = dataclasses.replace(export, ranking_notes=(
             "priced from the profile and polyplan's loop (--profile-prices)", *export.ranking_notes))
     return dataclasses.replace(export, server_flags=flags)
-
-
-def repack_flags(target, files: dict[str, str]) -> tuple[str, ...]:
-    """`--no-repack` when llama.cpp's extra weight buffers crash on this CPU for any GGUF a
-    llama-server would load (`decoder.llama_cpp_buffers`: the verdict polyplan's own members use)."""
-    from polyplan.decoder.llama_cpp import llama_cpp_module
-    from polyplan.decoder.llama_cpp_buffers import extra_buffers
-
-    try:
-        version = llama_cpp_module().__version__
-    except PolyplanError:  # no bindings: nothing to probe with, and the flags are only advice
-        return ()
-    paths = sorted({str(path) for path in (target.source, *files.values()) if path and str(path).endswith(".gguf")})
-    return () if all(extra_buffers(path, version).enabled for path in paths) else ("--no-repack",)
 
 
 def engine_files(candidates) -> dict[str, str]:

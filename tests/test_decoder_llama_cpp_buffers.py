@@ -64,12 +64,12 @@ def test_the_file_type_is_read_from_the_header(tmp_path):
 def test_the_export_hands_llama_server_the_flag_this_machine_needs(tmp_path, monkeypatch):
     from types import SimpleNamespace
 
-    from polyplan.engines import export
+    from polyplan.engines.llama_cpp import server
 
     monkeypatch.setattr(buffers, "extra_buffers", lambda path, version, **_: buffers.ExtraBuffers("bad" not in str(path), "probed"))
     target = SimpleNamespace(source=str(tmp_path / "target.gguf"))
-    assert export.repack_flags(target, {"drafter": str(tmp_path / "drafter.gguf")}) == ()
-    assert export.repack_flags(target, {"drafter": str(tmp_path / "bad-drafter.gguf")}) == ("--no-repack",)
+    assert server.repack_flags(target, {"drafter": str(tmp_path / "drafter.gguf")}) == ()
+    assert server.repack_flags(target, {"drafter": str(tmp_path / "bad-drafter.gguf")}) == ("--no-repack",)
 
 
 

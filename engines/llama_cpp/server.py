@@ -5,6 +5,7 @@ free loopback port, waits for `/health` within a bounded time, and on leaving, n
 exception or on Ctrl-C, stops the process; its log goes to a file quoted when it fails to start.
 `complete` sends one greedy `/completion` request and returns the server's own account of it
 (`Completion`), each round's drafted and accepted tokens included when started with `trace`.
+`repack_flags`: the flags this machine's CPU needs for any server it starts.
 """
 
 from __future__ import annotations
@@ -216,3 +217,17 @@ def _port_is_free(port: int) -> bool:
         except OSError:
             return False
         return True
+
+
+def repack_flags(target, files: dict[str, str]) -> tuple[str, ...]:
+    """`--no-repack` when llama.cpp's extra weight buffers crash on this CPU for any GGUF a
+    llama-server would load (`decoder.llama_cpp_buffers`: the verdict polyplan's own members use)."""
+    from polyplan.decoder.llama_cpp import llama_cpp_module
+    from polyplan.decoder.llama_cpp_buffers import extra_buffers
+
+    try:
+        version = llama_cpp_module().__version__
+    except PolyplanError:  # no bindings: nothing to probe with, and the flags are only advice
+        return ()
+    paths = sorted({str(path) for path in (target.source, *files.values()) if path and str(path).endswith(".gguf")})
+    return () if all(extra_buffers(path, version).enabled for path in paths) else ("--no-repack",)

@@ -502,15 +502,21 @@ LLAMA_CPP_RULES: dict[str, tuple[Callable[[], DraftRule], tuple[str, ...]]] = {
 }
 
 
-def ngram_simple_flag_sizes(flags: Sequence[str]) -> tuple[int, int] | None:
-    """(size-n, size-m) of a llama-server `ngram-simple` configuration's flags (after `-m
-    TARGET`), llama.cpp's defaults where not given (`LLAMA_CPP_DEFAULT_SIZES`); None for anything
-    else (another type, a combination, a flag not read here)."""
+def spec_options(flags: Sequence[str], spec_type: str, allowed: set[str]) -> dict[str, str] | None:
+    """The options of llama-server flags (after `-m TARGET`) asking for `--spec-type spec_type`
+    alone, by flag; None for anything else (another type, a combination, a flag not in `allowed`)."""
     flags = tuple(flags)
     options = dict(zip(flags[2::2], flags[3::2]))
-    if (flags[:2] != ("--spec-type", "ngram-simple") or len(flags) % 2
-            or not options.keys() <= {"--spec-ngram-simple-size-n", "--spec-ngram-simple-size-m"}
-            or not all(value.isdigit() and int(value) > 0 for value in options.values())):
+    if flags[:2] != ("--spec-type", spec_type) or len(flags) % 2 or not options.keys() <= allowed:
+        return None
+    return options
+
+
+def ngram_simple_flag_sizes(flags: Sequence[str]) -> tuple[int, int] | None:
+    """(size-n, size-m) of a llama-server `ngram-simple` configuration's flags, llama.cpp's
+    defaults where not given (`LLAMA_CPP_DEFAULT_SIZES`); None for anything else (`spec_options`)."""
+    options = spec_options(flags, "ngram-simple", {"--spec-ngram-simple-size-n", "--spec-ngram-simple-size-m"})
+    if options is None or not all(value.isdigit() and int(value) > 0 for value in options.values()):
         return None
     return (int(options.get("--spec-ngram-simple-size-n", LLAMA_CPP_DEFAULT_SIZES[0])),
             int(options.get("--spec-ngram-simple-size-m", LLAMA_CPP_DEFAULT_SIZES[1])))

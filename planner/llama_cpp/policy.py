@@ -38,6 +38,7 @@ from polyplan.formats.profile import Profile
 from polyplan.planner.exact.draft_rounds import DraftRounds
 from polyplan.planner.exact.policy_replay import model_rounds
 from polyplan.planner.exact.runs import profile_runs
+from polyplan.planner.llama_cpp.ngram_rules import spec_options
 
 GREEDY = "greedy"
 
@@ -123,12 +124,10 @@ class DraftSimpleFlags:
 
 def draft_simple_flags(flags) -> DraftSimpleFlags | None:
     """`flags` (after `-m TARGET`) read as one `draft-simple` draft model; None for anything else
-    (an n-gram type, a combination such as `draft-simple,ngram-mod`, a flag not read here)."""
-    flags = tuple(flags)
-    if flags[:2] != ("--spec-type", "draft-simple") or len(flags) % 2:
-        return None
-    options = dict(zip(flags[2::2], flags[3::2]))
-    if "-md" not in options or not options.keys() <= {"-md", "--spec-draft-n-max", "--spec-draft-n-min", "--spec-draft-p-min"}:
+    (`planner.llama_cpp.ngram_rules.spec_options`: an n-gram type, a combination such as
+    `draft-simple,ngram-mod`, a flag not read here)."""
+    options = spec_options(flags, "draft-simple", {"-md", "--spec-draft-n-max", "--spec-draft-n-min", "--spec-draft-p-min"})
+    if options is None or "-md" not in options:
         return None
     try:
         n_max = int(options.get("--spec-draft-n-max", _DRAFT_SIMPLE_DEFAULTS[0]))
