@@ -202,10 +202,10 @@ class _Run:
         (None when greedy)."""
         if i == self.last and isinstance(self.members[i], BlockDrafter):
             return self._draft_block(i, start, want)
-        if i == self.last and self.policy.p_min is not None:
-            return self._confident_draft(i, start, want, self.policy.p_min)
-        run_level = self._autoregress if i == self.last else self._rounds
-        end, rows, _ = run_level(i, start, want, None)
+        if i == self.last:
+            end, rows, _ = self._autoregress(i, start, want, None, self.policy.p_min)
+        else:
+            end, rows, _ = self._rounds(i, start, want, None)
         return end - start, rows
 
     def _draft_block(self, i: int, start: int, want: int) -> tuple[int, torch.Tensor | None]:
@@ -224,29 +224,6 @@ class _Run:
         rows[torch.arange(m), self.buf[start : start + m]] = 1.0
         return m, rows
 
-    def _confident_draft(self, i: int, start: int, want: int, p_min: float) -> tuple[int, torch.Tensor | None]:
-        """The last member drafts up to `want` tokens at buf[start:], stopping before the first
-        whose top probability is below `p_min`, as llama.cpp's draft-simple does; returns the count
-        and the q rows (greedy: None, its top probability the softmax at temperature 1)."""
-        rows = []
-        pos = start
-        for _ in range(want):
-            if self.greedy:
-                token, top = self._confident_argmax(i, pos)
-            else:
-                probs = probabilities(self._logits(i, pos, 1), self.sampling)  # (1, V)
-                top = float(probs.max())
-            if top < p_min:  # a host sync per drafted token: the stop is control flow
-                break
-            if not self.greedy:
-                token = sample(probs, self.generator)
-                rows.append(probs)
-            self.buf[pos : pos + 1] = token
-            pos += 1
-        if self.greedy:
-            return pos - start, None
-        return pos - start, (torch.cat(rows) if rows else torch.zeros(0, self.vocab, device=self.buf.device))
-
     def _confident_argmax(self, i: int, end: int) -> tuple[torch.Tensor, float]:
         """Greedy: member i's argmax after buf[:end] `(1,)` and its softmax probability at
         temperature 1 (a `ConfidentArgmax` member takes both in its own buffer)."""
@@ -258,16 +235,23 @@ class _Run:
         return argmax_ids(logits), float(top_probability(logits)[0])
 
     def _autoregress(
-        self, i: int, start: int, want: int, eos: frozenset[int] | None
+        self, i: int, start: int, want: int, eos: frozenset[int] | None, p_min: float | None = None
     ) -> tuple[int, torch.Tensor | None, bool]:
-        """M_i samples `want` tokens one at a time; returns (end, q_i rows or None, hit EOS)."""
+        """M_i samples `want` tokens one at a time; returns (end, q_i rows or None, hit EOS). With
+        `p_min` (the last member's confidence stop) it stops before the first token whose top
+        probability is below `p_min`, as llama.cpp's draft-simple does (greedy: the softmax at
+        temperature 1); rows at a temperature are then `(count, V)`, possibly empty."""
         rows = []
         pos = start
         for _ in range(want):
             if self.greedy:
-                token = self._argmax(i, pos, 1)  # (1,)
+                token, top = self._confident_argmax(i, pos) if p_min is not None else (self._argmax(i, pos, 1), 1.0)
             else:
                 probs = probabilities(self._logits(i, pos, 1), self.sampling)  # (1, V)
+                top = float(probs.max()) if p_min is not None else 1.0
+            if p_min is not None and top < p_min:  # a host sync per drafted token: the stop is control flow
+                break
+            if not self.greedy:
                 token = sample(probs, self.generator)
                 rows.append(probs)
             self.buf[pos : pos + 1] = token
@@ -276,7 +260,9 @@ class _Run:
                 self.on_tokens((int(token),))
             if eos is not None and int(token) in eos:  # a host sync per token, only when stopping on EOS
                 return pos, None, True
-        return pos, (torch.cat(rows) if rows else None), False
+        if rows or self.greedy:
+            return pos, (torch.cat(rows) if rows else None), False
+        return pos, torch.zeros(0, self.vocab, device=self.buf.device), False
 
     def _rounds(
         self, i: int, start: int, want: int, eos: frozenset[int] | None

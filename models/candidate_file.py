@@ -27,11 +27,8 @@ class CandidateFile:
 
 
 def read_candidate_file(path: str | os.PathLike[str], device: str | None = None) -> CandidateFile:
-    """Parse the models.yaml at `path` (once); `device` overrides every candidate's.
-
-    Raises:
-        PolyplanError: no such file, bad YAML, an invalid candidate.
-    """
+    """Parse the models.yaml at `path` (once); `device` overrides every candidate's. PolyplanError
+    for no such file, bad YAML or an invalid candidate."""
     candidates = read_candidates(path)
     record = {"path": str(Path(path).resolve()), "yaml": candidates.yaml, "device": device}
     return CandidateFile(with_device(candidates, device), record)
@@ -51,8 +48,8 @@ def plan_candidates(
         if Path(record.path).is_file():
             candidates = read_candidate_file(record.path, device).candidates
         else:  # the file moved: its recorded contents, relative sources resolved where it was
-            candidates = with_device(parse_candidates(record.yaml, base_dir=Path(record.path).parent, origin=record.path),
-                                     device)
+            moved = parse_candidates(record.yaml, base_dir=Path(record.path).parent, origin=record.path)
+            candidates = with_device(moved, device)
     else:
         raise PolyplanError(
             f"{label}: candidates: the plan does not record its models.yaml (made by `recommend --profile` alone); "

@@ -95,9 +95,8 @@ class ChainCandidates:
         (default cpu) places every candidate.
 
         Raises:
-            PolyplanError: an unreadable models.yaml, an empty chain, an entry that is neither
-                a candidate nor an existing folder or .gguf file, or an n-gram drafter as the
-                target (checked before any load).
+            PolyplanError: an unreadable models.yaml, an empty chain, an entry that is neither a
+                candidate nor a model, or an n-gram drafter as the target (before any load).
         """
         candidates = read_candidates(models_yaml) if isinstance(models_yaml, (str, os.PathLike)) else models_yaml
         if candidates is not None and device is not None:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import hashlib
 import sysconfig
+from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -65,26 +66,24 @@ def split_stdlib(root: Path | None = None, held_out_every: int = 20) -> CorpusSp
 
 def read_texts(root: Path, relative_paths: tuple[str, ...], max_chars: int | None = None) -> list[str]:
     """Read the files (undecodable bytes replaced), stopping once `max_chars` are gathered."""
-    texts: list[str] = []
-    total = 0
-    for relative in relative_paths:
-        text = (root / relative).read_text(encoding="utf-8", errors="replace")
-        texts.append(text)
-        total += len(text)
-        if max_chars is not None and total >= max_chars:
-            break
-    return texts
+    texts = ((root / relative).read_text(encoding="utf-8", errors="replace") for relative in relative_paths)
+    return _gather(texts, max_chars)
 
 
 def stdlib_prose(max_chars: int) -> list[str]:
-    """English prose every Python has: the reference manual's topics in `pydoc_data.topics`
-    (about 0.5M characters), one text per topic, in a fixed order."""
+    """English prose every Python has: the reference manual's topics in `pydoc_data.topics`, one
+    text per topic, in a fixed order, until `max_chars` are gathered."""
     from pydoc_data.topics import topics
 
-    texts, total = [], 0
-    for name in sorted(topics):
-        texts.append(topics[name])
-        total += len(topics[name])
-        if total >= max_chars:
+    return _gather((topics[name] for name in sorted(topics)), max_chars)
+
+
+def _gather(texts: Iterable[str], max_chars: int | None) -> list[str]:
+    """The texts in order, stopping after the one that reaches `max_chars` in all (None: every one)."""
+    gathered, total = [], 0
+    for text in texts:
+        gathered.append(text)
+        total += len(text)
+        if max_chars is not None and total >= max_chars:
             break
-    return texts
+    return gathered

@@ -62,12 +62,8 @@ class GGUFHeader:
 
 
 def read_header(path) -> GGUFHeader:
-    """Parse the header and tensor table of the GGUF file at `path`.
-
-    Raises:
-        HeaderError: not GGUF, an unknown version or value type, or the header is cut short.
-        OSError: the file cannot be read.
-    """
+    """Parse the header and tensor table of the GGUF file at `path`; HeaderError when it is not
+    GGUF, of an unknown version or value type, or cut short; OSError when it cannot be read."""
     with open(path, "rb") as stream:
         if stream.read(4) != b"GGUF":
             raise HeaderError("it does not start with 'GGUF'")

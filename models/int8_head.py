@@ -28,12 +28,8 @@ _DEFAULT_RESCORED = 32  # top logits recomputed exactly (docs/models-yaml.md)
 
 
 class RescoredInt8Head(nn.Module):
-    """A linear LM head: dynamic int8 logits, the `top` largest of each row recomputed in float32.
-
-    Args:
-        head: The float32 `nn.Linear` head (its weight is referenced, not copied).
-        top: How many of each row's largest int8 logits are recomputed exactly.
-    """
+    """A linear LM head: dynamic int8 logits, the `top` largest of each row recomputed in float32
+    from the float32 `nn.Linear` `head` (its weight referenced, not copied)."""
 
     def __init__(self, head: nn.Linear, top: int = _DEFAULT_RESCORED) -> None:
         super().__init__()

@@ -49,12 +49,9 @@ def quantized_copy(base: str | os.PathLike[str], kind: str) -> Path:
 
 
 def cached_copy(out: Path, write: Callable[[Path], None]) -> Path:
-    """`out`, made on first use by `write(partial)`: a hidden partial file next to it, renamed
-    when whole, so an interrupted run never leaves a file that looks whole.
-
-    Raises:
-        PolyplanError: what `write` raises, or the cache folder cannot be written.
-    """
+    """`out`, made on first use by `write(partial)`: a hidden partial file next to it, renamed when
+    whole, so an interrupted run never leaves a file that looks whole. PolyplanError: what `write`
+    raises, or the cache folder cannot be written."""
     if out.is_file():
         return out
     try:

@@ -46,12 +46,8 @@ _UINT32, _INT32, _FLOAT32, _STRING, _ARRAY = 4, 5, 6, 8, 9
 
 def reduced_vocab_copy(base: str | os.PathLike[str], derive: ReducedVocab, tokenizer) -> Path:
     """The cached copy of GGUF file `base` whose head covers the ids `derive` asks for, made on
-    first use; `tokenizer` (the base's) counts the corpus for `vocab: N`.
-
-    Raises:
-        PolyplanError: an architecture the member cannot feed embeddings to, N outside
-            [kept-always ids, V], an id list that is not one or has ids outside [0, V).
-    """
+    first use; `tokenizer` (the base's) counts the corpus for `vocab: N`. PolyplanError for an
+    architecture the member cannot feed embeddings to, N outside [kept-always ids, V], or a bad id list."""
     from polyplan.models.file_fingerprints import content_sha256
     from polyplan.models.gguf_source import read_gguf_info
 
@@ -100,11 +96,8 @@ def vocab_subset(path: str | os.PathLike[str], base: str | os.PathLike[str]) -> 
 
 
 def _read_id_list(path: str | os.PathLike[str], vocab: int) -> np.ndarray:
-    """The distinct ids a JSON file lists (a list, or an object with `kept_ids`), sorted.
-
-    Raises:
-        PolyplanError: not JSON, not a list of integers, no id, or an id outside [0, vocab).
-    """
+    """The distinct ids a JSON file lists (a list, or an object with `kept_ids`), sorted;
+    PolyplanError for not JSON, not a list of integers, no id, or an id outside [0, vocab)."""
     from polyplan.formats.inputs import read_json_file
 
     data = read_json_file(path, "id list")

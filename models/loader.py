@@ -128,9 +128,8 @@ def load_candidates(
     'name'"; a chain of folders names its positions, `models.chain_candidates`).
 
     Raises:
-        PolyplanError: naming the entry: a folder or builtin that cannot be loaded, a corrupt
-            weights file, `layers` deeper than the model, an offline hub id, or (when
-            `require_compatible`) the first candidate that fails the compatibility check.
+        PolyplanError: naming the entry that cannot be loaded or (when `require_compatible`) the
+            first that fails the compatibility check.
     """
     from polyplan.models.devices import check_device
 
@@ -238,12 +237,8 @@ def _load_llama_cpp(candidate: Candidate, candidates: CandidateSet, label: str) 
 
 
 def _llama_cpp_copy(path: Path, derive: Quantize | EarlyExit) -> tuple[Path, str]:
-    """The cached file one llama.cpp derivation makes from GGUF file `path`, and what it did.
-
-    Raises:
-        PolyplanError: `layers` outside 1..the file's block count (naming the base entry and
-            its depth), a file without blocks, or a copy that cannot be made.
-    """
+    """The cached file one llama.cpp derivation makes from GGUF file `path`, and what it did;
+    PolyplanError naming the base entry and its depth for `layers` outside it, or a failed copy."""
     from polyplan.models.gguf_prune import block_count, pruned_copy
     from polyplan.models.llama_quantize import quantized_copy
 
