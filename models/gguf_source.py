@@ -30,10 +30,9 @@ _CHUNK = 1 << 20
 
 @dataclass(frozen=True)
 class GGUFInfo:
-    """What the file's header says: its architecture and whether transformers can load it."""
+    """What the file's header says: its architecture and its metadata."""
 
     architecture: str
-    supported: bool
     metadata: dict  # scalar and string metadata values by key (arrays left out)
 
 
@@ -49,8 +48,6 @@ def file_sha256(path: str | os.PathLike[str]) -> str:
 def read_gguf_info(path: str | os.PathLike[str]) -> GGUFInfo:
     """Read and check a GGUF file's header and tensor table (`models.gguf_header`, no tensor
     read); PolyplanError for no such file, not GGUF, or a truncated or corrupt one."""
-    from transformers.modeling_gguf_pytorch_utils import GGUF_SUPPORTED_ARCHITECTURES
-
     from polyplan.models.gguf_header import HeaderError, read_header
 
     path = Path(path)
@@ -70,8 +67,7 @@ def read_gguf_info(path: str | os.PathLike[str]) -> GGUFInfo:
     architecture = header.architecture
     if architecture is None:
         raise PolyplanError(f"{path}: truncated or corrupt GGUF file (no general.architecture)")
-    supported = architecture in GGUF_SUPPORTED_ARCHITECTURES or architecture.replace("-", "_") in GGUF_SUPPORTED_ARCHITECTURES
-    return GGUFInfo(architecture, supported, header.metadata)
+    return GGUFInfo(architecture, header.metadata)
 
 
 def cached_folder(sha256: str) -> Path:
@@ -85,10 +81,10 @@ def hf_folder_for_gguf(path: str | os.PathLike[str]) -> Path:
     from polyplan.models.file_fingerprints import content_sha256
 
     path = Path(path).expanduser()
-    info = read_gguf_info(path)  # cheap checks before hashing hundreds of megabytes
-    if not info.supported:
-        from transformers.modeling_gguf_pytorch_utils import GGUF_SUPPORTED_ARCHITECTURES
+    from transformers.modeling_gguf_pytorch_utils import GGUF_SUPPORTED_ARCHITECTURES
 
+    info = read_gguf_info(path)  # cheap checks before hashing hundreds of megabytes
+    if not {info.architecture, info.architecture.replace("-", "_")} & set(GGUF_SUPPORTED_ARCHITECTURES):
         raise PolyplanError(
             f"{path}: GGUF architecture {info.architecture!r} cannot be loaded by transformers "
             f"(it reads: {', '.join(sorted(GGUF_SUPPORTED_ARCHITECTURES))})"
