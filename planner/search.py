@@ -27,8 +27,8 @@ from polyplan.formats.errors import PolyplanError
 from polyplan.formats.verbosity import other_output_shown
 from polyplan.planner.exact.cost_model import ChainPrediction, predict_chain
 from polyplan.planner.exact.draft_rounds import DraftRounds
-from polyplan.planner.exact.ngram_replay import draft_rounds, ngram_simple_sizes, target_streams
-from polyplan.planner.exact.policy_replay import model_rounds
+from polyplan.planner.exact.ngram_replay import ngram_simple_sizes, target_streams
+from polyplan.planner.exact.policy_replay import replayed_rounds
 from polyplan.planner.paper.insertion_triples import TripleInsertion, insertion_inputs, triple_insertion
 from polyplan.planner.exact.latency import LatencyCurve, curve_from_profile
 from polyplan.formats.overhead import NO_SWITCH, LoopOverhead, SwitchCost
@@ -169,21 +169,12 @@ class _Context:
             return f"{name} drafts by rule and the profile holds no target streams to replay (re-run polyplan profile)"
         return None
 
-    def draft_rounds(self, name: str, block: int, policy: DraftPolicy = FIXED_DRAFTS) -> DraftRounds:
-        """The rule drafter's rounds at block size `block` (under `policy`), replayed on the target's streams."""
-        key = (name, block, policy)
+    def replayed(self, pair: tuple[str, str], block: int, policy: DraftPolicy) -> DraftRounds:
+        """The pair's last-level rounds under `policy` (`planner.exact.policy_replay.replayed_rounds`), cached."""
+        key = (pair, block, policy)
         if key not in self._rounds:
-            self._rounds[key] = draft_rounds(self.streams, self.rule_drafters[name], block, policy=policy)
-        return self._rounds[key]
-
-    def policy_rounds(self, verifier: str, drafter: str, block: int, policy: DraftPolicy) -> DraftRounds:
-        """A model drafter's rounds under `policy` from block size `block`, replayed on its agreement sequences."""
-        key = (verifier, drafter, block, policy)
-        if key not in self._rounds:
-            sequences = self.runs.get((verifier, drafter))
-            if sequences is None:
-                raise PolyplanError(f"{verifier} > {drafter}: a draft policy is planned on agreement runs, and the profile has none")
-            self._rounds[key] = model_rounds(sequences, block, policy, self.confidences.get((verifier, drafter)))
+            self._rounds[key] = replayed_rounds(pair, block, policy, self.rule_drafters, self.streams, self.runs,
+                                                self.confidences)[0]
         return self._rounds[key]
 
     def policies(self, chain: Sequence[str], k_max: int) -> list[DraftPolicy]:
@@ -219,10 +210,8 @@ class _Context:
         """What the exact model reads for the pair at a level of block size `block`: a rule
         drafter's replayed rounds, a model drafter's under a draft `policy` (the last level's),
         the measured acceptance runs when the profile has them, else the i.i.d. rate α."""
-        if drafter in self.rule_drafters:
-            return self.draft_rounds(drafter, block, policy)
-        if policy != FIXED_DRAFTS:
-            return self.policy_rounds(verifier, drafter, block, policy)
+        if drafter in self.rule_drafters or policy != FIXED_DRAFTS:
+            return self.replayed((verifier, drafter), block, policy)
         sequences = self.runs.get((verifier, drafter))
         if sequences is None:
             return self.stats(verifier, drafter).alpha

@@ -21,7 +21,7 @@ replayed: their sequences are measured on the target's own stream. Pure numpy.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -29,7 +29,9 @@ import numpy as np
 from polyplan.formats.errors import PolyplanError
 from polyplan.formats.options import integer_at_least
 from polyplan.formats.plan import DraftPolicy
+from polyplan.formats.profile import TargetStream
 from polyplan.planner.exact.draft_rounds import DraftRounds
+from polyplan.planner.exact.ngram_replay import draft_rounds
 
 
 @dataclass(frozen=True)
@@ -86,3 +88,18 @@ def model_rounds(sequences: Sequence[Sequence[bool]], block: int, policy: DraftP
     if counts.sum() == 0:
         raise PolyplanError("draft policy replay: no complete round in the measured sequences")
     return DraftRounds(counts, model_drafter=True, stops=stops)
+
+
+def replayed_rounds(pair: tuple[str, str], block: int, policy: DraftPolicy, rule_drafters: Mapping[str, int],
+                    streams: Sequence[TargetStream], runs: Mapping[tuple[str, str], Sequence[Sequence[bool]]],
+                    confidences: Mapping[tuple[str, str], Sequence[Sequence[float]]]) -> tuple[DraftRounds, int]:
+    """A last drafter's rounds from block size `block` under `policy`, and the prompts they come
+    from: a rule drafter's (`rule_drafters`: size_n by name) replayed on the target's `streams`, a
+    model drafter's on the pair's agreement sequences in `runs`, with its `confidences`."""
+    verifier, drafter = pair
+    if drafter in rule_drafters:
+        return draft_rounds(streams, rule_drafters[drafter], block, policy=policy), len(streams)
+    sequences = runs.get(pair)
+    if sequences is None:
+        raise PolyplanError(f"{verifier} > {drafter}: a draft policy is replayed on agreement runs, and the profile has none")
+    return model_rounds(sequences, block, policy, confidences.get(pair)), len(sequences)

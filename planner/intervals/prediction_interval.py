@@ -32,8 +32,8 @@ import numpy as np
 from polyplan.formats.errors import PolyplanError
 from polyplan.planner.exact.cost_model import predict_chain
 from polyplan.formats.plan import FIXED_DRAFTS, DraftPolicy
-from polyplan.planner.exact.ngram_replay import draft_rounds, ngram_simple_sizes, target_streams
-from polyplan.planner.exact.policy_replay import model_rounds
+from polyplan.planner.exact.ngram_replay import ngram_simple_sizes, target_streams
+from polyplan.planner.exact.policy_replay import replayed_rounds
 from polyplan.planner.exact.latency import LatencyCurve, curve_from_profile
 from polyplan.formats.overhead import NO_SWITCH, LoopOverhead
 from polyplan.planner.exact.overhead import profile_switch_costs
@@ -227,14 +227,9 @@ class _AcceptanceReplicates:
 
     def _replayed(self, pair: tuple[str, str], block: int, policy: DraftPolicy):
         """The replayed rounds as measured (`_rounds` resamples them), and how many prompts they come from."""
-        if pair[1] in self.rule_drafters:
-            self.sources.add("streams")
-            return draft_rounds(self.streams, self.rule_drafters[pair[1]], block, policy=policy), len(self.streams)
-        sequences = self.runs.get(pair)
-        if sequences is None:
-            raise PolyplanError(f"{pair[0]} > {pair[1]}: a draft policy is replayed on agreement runs, and the profile has none")
-        self.sources.add("runs")
-        return model_rounds(sequences, block, policy, self.confidences.get(pair)), len(sequences)
+        replayed = replayed_rounds(pair, block, policy, self.rule_drafters, self.streams, self.runs, self.confidences)
+        self.sources.add("streams" if pair[1] in self.rule_drafters else "runs")
+        return replayed
 
     def measured(self, pair: tuple[str, str], block: int, policy: DraftPolicy = FIXED_DRAFTS):
         """What `read` resamples, on the profile as measured: the replayed rounds, the run
