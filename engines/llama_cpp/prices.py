@@ -26,7 +26,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import json
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from pathlib import Path
 
 from polyplan.engines.llama_cpp.server import round_widths
@@ -72,7 +72,7 @@ class PriceSource:
     server_flags: tuple[str, ...] = ()
 
 
-def prices_for(source: PriceSource, profile: Profile, plan_target: str, *, reuse: Mapping[str, str] = {},
+def prices_for(source: PriceSource, profile: Profile, plan_target: str, *, reuse: Collection[str] = frozenset(),
                build=None, log: Callable[[str], None] = lambda line: None,
                latency: Callable | None = None, decode_streams: Callable | None = None,
                calibrate: Callable | None = None) -> LlamaCppPrices:
@@ -185,7 +185,7 @@ def export_prices(plan, profile: Profile, candidates, files: Mapping[str, str], 
     prompts = tuple(tuple(stream.ids[:stream.prompt_tokens]) for stream in streams)
     new_tokens = (runs.new_tokens if runs is not None and runs.new_tokens else None) or _STREAM_TOKENS
     names = set(profile.model_names())
-    drafters, reuse = {}, {}
+    drafters, reuse = {}, set()
     for candidate in candidates.candidates:
         if candidate.name == target.name or candidate.name not in names:
             continue
@@ -194,7 +194,7 @@ def export_prices(plan, profile: Profile, candidates, files: Mapping[str, str], 
             drafters[candidate.name] = Path(path)
     for candidate in [target, *(candidates.by_name(name) for name in drafters)]:
         if candidate.engine == "llama.cpp" and recorded is not None and candidate.name in names:
-            reuse[candidate.name] = candidate.name
+            reuse.add(candidate.name)
     source = PriceSource(Path(target_file), drafters, threads, prompts, new_tokens, tuple(server_flags))
     prices = prices_for(source, profile, plan.target, reuse=reuse, build=find_build(), log=log, **measure)
     if target.engine != "llama.cpp":
