@@ -28,7 +28,7 @@ def source_folder(candidate: Candidate, label: str) -> Path:
 
             return hf_folder_for_gguf(candidate.source)
         if candidate.source_kind == "hub":
-            return hub_folder(candidate.source)
+            return _hub_folder(candidate.source)
     except PolyplanError as error:
         raise PolyplanError(f"{label}: {error}") from None
     return Path(candidate.source)
@@ -45,7 +45,7 @@ def cached_hub_folder(repo_id: str) -> Path | None:
     return Path(config).parent if isinstance(config, str) else None
 
 
-def hub_folder(repo_id: str) -> Path:
+def _hub_folder(repo_id: str) -> Path:
     """The cached snapshot folder of `repo_id`; PolyplanError saying how to get it there if it is not."""
     folder = cached_hub_folder(repo_id)
     if folder is None:
