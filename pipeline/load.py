@@ -1,17 +1,13 @@
 """A bounded background load: keep CPU cores busy with matrix products, then stop by itself.
 
-Used by `polyplan bench load` and `polyplan bench loop` to show how predictions hold on a busy
-machine, in three shapes (`SHAPES`), because users' machines are not busy the way one generator is:
-`steady` (`cores` processes, busy all the time), `bursty` (`cores` processes, each alternating busy
-and asleep for random spans of `_BURST_SPAN_S` seconds: a build, a notebook kernel, a browser) and
-`two-process` (two bursty processes with independent phases, whatever `cores` says).
-
-Each load process is this file run as a script (so that it never imports torch through the
-package), one thread (BLAS/OpenMP thread counts set to 1 before numpy is imported), chaining
-`SIZE`-square float64 matrix products. It can never outlive its purpose: it exits at its time
-limit (at most `MAX_SECONDS`), as soon as the process that started it is gone (checked between
-products), and when `background_load`'s block ends (terminated, killed if it does not exit within a
-second). On exit it prints one line: the products it ran and the seconds it ran for.
+Used by `polyplan bench load` and `polyplan bench loop`, in three `SHAPES`, because users'
+machines are not busy the way one generator is: `steady` (`cores` processes, busy all the time),
+`bursty` (each alternating busy and asleep for random spans: a build, a notebook kernel, a browser)
+and `two-process` (two bursty processes with independent phases, whatever `cores` says). Each load
+process is this file run as a script (so it never imports torch), one thread chaining `SIZE`-square
+matrix products. It cannot outlive its purpose: it exits at its time limit (at most `MAX_SECONDS`),
+once the process that started it is gone, or when `background_load`'s block ends, and prints the
+products it ran and the seconds it ran for.
 """
 
 from __future__ import annotations
@@ -138,12 +134,8 @@ class LoadProcesses:
 
 @contextmanager
 def background_load(seconds: float, cores: int = 1, shape: LoadShape = SHAPES["steady"]) -> Iterator[LoadProcesses]:
-    """Run the `shape`'s load processes (one core each; `cores` of them unless the shape fixes
-    the count) for at most `seconds` while the block runs.
-
-    They stop at the end of the block (terminated), at their own time limit, or when this
-    process dies, whichever comes first.
-    """
+    """Run the `shape`'s load processes (one core each; `cores` of them unless the shape fixes the
+    count) while the block runs: they stop at its end, at `seconds`, or when this process dies."""
     seconds = check_seconds(seconds)
     check_cores(cores)
     environment = {**os.environ, **_ONE_THREAD}

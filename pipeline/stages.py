@@ -37,7 +37,7 @@ from polyplan.profiler.checks import (
 from polyplan.profiler.locks import profile_lock, stderr_line, timing_lock
 from polyplan.pipeline.loop_costs import LoopCostsRun, ensure_loop_costs
 from polyplan.profiler.profile_cache import (
-    cached_profile_path, forget_latency, previous_runs, prompts_of, readable_profile, recorded_prompts, retimed_here,
+    cached_profile_path, forget_latency, prompts_of, readable_profile, recorded_prompts, retimed_here,
     settings_of,
 )
 from polyplan.profiler.prompts import EncodedPrompt
@@ -91,17 +91,16 @@ def profile_candidates(
     log=None,
 ) -> ProfiledCandidates:
     """Profile what is missing (resuming `profile_path`, else the cache) for everything the
-    exact model reads (module docstring); the profile is saved as it is measured, its file locked
-    and the machine's timing lock held.
+    exact model reads (module docstring), saved as it is measured, under the profile's and the
+    machine's timing locks.
 
     `candidates_path`: a models.yaml, or one already read (whose device wins over `device`).
     `settings` None: as the profile being resumed was measured (`settings_of`, adding the sampling
     `temperature` if given); `prompts` None: the prompt file it was measured on, else the built-in
     prompts. `fresh_timings`: re-time the latency curves, the loop overhead and the switch costs
     even when cached (timings go stale with the machine's load; acceptance does not).
-    `calibration_tokens`: tokens per timed call of the loop calibrations. A `profile_path` made
-    for other models or on another machine is never overwritten: with `keep_foreign` the run goes
-    to the cache instead and `log` (default: stderr) says so; without, it is refused.
+    A `profile_path` made for other models or on another machine is never overwritten: with
+    `keep_foreign` the run goes to the cache instead and `log` says so; without, it is refused.
 
     Raises:
         PolyplanError: a bad models.yaml or prompt file, models that cannot share a chain,
@@ -152,7 +151,7 @@ def profile_candidates(
         if note is not None:  # after the checks: a run that fails prints its one error line only
             log(f"note: {note}")
         held.enter_context(timing_lock())
-        previous = previous_runs(existing)
+        previous_runs = None if existing is None else existing.acceptance_runs.get("greedy")  # before the run rewrites it
         if fresh_timings and existing is not None:
             existing = forget_latency(existing)
         outcome = profile_checked_models(models, fitted, path, settings, device=loaded.device, progress=progress,
@@ -162,7 +161,7 @@ def profile_candidates(
             log(f"warning: {warning}")
         record = dataclasses.replace(recorded_prompts(outcome.profile.profiler, prompts), candidates=read.record)
         profile, loop_costs = ensure_loop_costs(
-            dataclasses.replace(outcome.profile, profiler=record), models, fitted, settings, previous_runs=previous,
+            dataclasses.replace(outcome.profile, profiler=record), models, fitted, settings, previous_runs=previous_runs,
             device_label=device_label, calibration_tokens=calibration_tokens, fresh=fresh_timings,
         )
         write_profile(profile, path)

@@ -1,15 +1,10 @@
 """`polyplan bench loop`: the closed loop (profile → recommend → validate) quiet, then under loads.
 
-Each run is `polyplan demo` (`pipeline.stages.run_demo`) into its own folder: `<out>/quiet`, then
-one folder per load shape (`pipeline.load.SHAPES`: `<out>/steady`, `<out>/bursty`,
-`<out>/two-process`) with `pipeline.load.background_load` running that shape for the whole run
-(profiling and validation alike; the load stops when the run ends). The latency curves are
-re-timed in each run (acceptance is reused from the cache), so a loaded run plans on timings
-taken under its load, as a user on a busy machine would.
-
-Per run and chain it reports the prediction with its interval, the measured paired speedup with
-its CI, the error, and whether the prediction holds (`loop_lines`); then per run the validation's
-headline checks (docs/validation.md).
+Each run is `polyplan demo` (`pipeline.stages.run_demo`) into its own folder, `<out>/quiet` and
+one per load shape (`<out>/steady`, …), with `pipeline.load.background_load` running that shape for
+the whole run. The timings are re-timed in each run and acceptance reused, so a loaded run plans on
+timings taken under its load, as a user on a busy machine would; `loop_lines` reports each chain's
+prediction against its measurement and each run's headline checks (docs/validation.md).
 """
 
 from __future__ import annotations

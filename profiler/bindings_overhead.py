@@ -1,9 +1,8 @@
 """What the Python bindings add to a llama.cpp member's forward, against llama.cpp's own timer.
 
-A forward of one token through `LlamaCppMember` should cost what llama.cpp's decode of one token
-costs: the member fills a batch, calls `llama_decode` and copies one row of logits. This times
-`steps` such forwards on the wall clock and reads llama.cpp's own decode time for the same calls
-(`llama_perf_context`), so the difference is exactly the bindings' and polyplan's per-call work.
+This times one-token forwards of a `LlamaCppMember` on the wall clock and reads llama.cpp's own
+decode time for the same calls (`llama_perf_context`): the difference is the bindings' and
+polyplan's per-call work (filling a batch, copying a row of logits).
 """
 
 from __future__ import annotations

@@ -1,16 +1,12 @@
 """Latency curves: T_i(k), one forward pass over k new tokens with a warm KV cache, and prefill.
 
-For each context length c the member first processes c real tokens (the prefill, timed on its
-own from an empty cache); then each timed pass feeds k new tokens and asks for all k rows of
-logits, as a verification does, and the cache is cropped back to c outside the timed region.
-Block sizes are interleaved within each round, so a burst of background load spreads over every
-k; warm-up rounds are never timed; the garbage collector is paused; CUDA and MPS are synchronised
-around each pass. Each round also times a fixed *reference workload* (no model): its spread is
-the machine's own noise floor, beside which a model's IQR is read. Each point keeps the median
-and IQR of the timings inside Tukey's far-out fences (`profiler.stats.robust_spread`), the kept
-timings and the count dropped. While the floor is noisier than `max_noise`, more rounds are
-timed within a budget; past it the measurement says so (`budget_exhausted`). docs/profiling.md,
-"What it measures".
+After a prefill of c real tokens (timed on its own), each timed pass feeds k new tokens and asks
+for all k rows of logits, as a verification does; the cache is cropped back outside the timed
+region. Block sizes are interleaved within each round, warm-up rounds are never timed, the garbage
+collector is paused and the device synchronised around each pass. Each round also times a fixed
+*reference workload*, the machine's noise floor; while it is noisier than `max_noise`, more rounds
+are timed within a budget. Each point keeps the median and IQR inside Tukey's far-out fences
+(`profiler.stats.robust_spread`). docs/profiling.md, "What it measures".
 """
 
 from __future__ import annotations
@@ -38,16 +34,12 @@ class LatencySettings:
     """How latency curves are measured.
 
     Attributes:
-        ks: numbers of new tokens per timed forward pass (T_i(k) for each).
-        context_lengths: cached tokens before the timed pass (at least one; two or more
-            show how T grows with context).
-        repeats: timed forward passes per (context length, k).
-        warmup: untimed rounds over every k before timing, per context length.
+        ks: new tokens per timed forward pass (T_i(k) for each).
+        context_lengths: cached tokens before the timed pass (two or more show how T grows).
+        repeats, warmup: timed and untimed rounds per context length, over every k.
         prefill_repeats: timed prefills per context length (after one untimed prefill).
-        max_noise: the floor is acceptable when the reference workload's IQR/median is at
-            most this; above it, more rounds are timed.
-        noise_budget_s: extra seconds per context length spent on more rounds while the
-            floor is not acceptable (0: never repeat).
+        max_noise: the largest acceptable IQR/median of the reference workload; above it,
+            more rounds are timed, for at most `noise_budget_s` extra seconds per context length.
     """
 
     ks: tuple[int, ...] = _DEFAULT_KS

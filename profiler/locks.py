@@ -1,14 +1,11 @@
 """Locks that keep concurrent polyplan runs from spoiling each other's work.
 
-- `profile_lock(path)`: held while a run reads, extends and writes one profile file, so a
-  second run on the same file waits (and says so) instead of measuring everything again and
-  overwriting the first run's entries when it finishes.
-- `timing_lock()`: one lock per machine, held while a run takes timings, so two polyplan runs
-  never time under each other's load (the second waits and says so).
-
-Both are advisory file locks (`filelock`), reentrant within a thread, released when the
-process dies (a killed run never leaves a stale lock). `POLYPLAN_LOCK_TIMEOUT` (seconds) bounds
-the wait; past it the run stops with one line saying the file or the machine is busy.
+`profile_lock(path)` is held while a run reads, extends and writes one profile file, so a second
+run on it waits instead of measuring everything again and overwriting the first run's entries;
+`timing_lock()`, one per machine, while a run takes timings, so two runs never time under each
+other's load. Both are advisory file locks (`filelock`), reentrant within a thread, released when
+the process dies; `POLYPLAN_LOCK_TIMEOUT` (seconds) bounds the wait, past which the run stops with
+one line saying the file or the machine is busy.
 """
 
 from __future__ import annotations

@@ -89,16 +89,10 @@ def measure_loop_overhead(
     each configuration `repeats` times, interleaved; a fit over all of them rather than one
     subtraction of two noisy medians, which can go negative on a busy machine.
 
-    Args:
-        vocab: the chain's vocabulary size (token choice and verification scan it).
-        sampling: the sampling settings the chain will run with.
-        device: where the chain's members live.
-        tokens: tokens generated per timed call.
-        repeats: timed calls per configuration.
-        verifier: a real chain member (normally the target) to decode and verify with instead
-            of a stand-in: its passes are still excluded, but the loop then runs as it does
-            around real passes (its cache crops, and the loop's own code and data evicted from
-            the CPU caches by each pass). Its cache is reset afterwards.
+    `vocab`, `sampling` and `device` are the chain's; `tokens` are generated per timed call.
+    `verifier`: a real chain member (normally the target) to decode and verify with instead of a
+    stand-in: its passes are still excluded, but the loop then runs as it does around real passes
+    (its cache crops, its own code and data evicted by each pass). Its cache is reset afterwards.
     """
     top = StandIn(vocab, (0,), device=device, name="verifier") if verifier is None else verifier
     plain = [top]

@@ -17,7 +17,7 @@ from pathlib import Path
 from polyplan.formats.cache import cache_root
 from polyplan.formats.errors import PolyplanError
 from polyplan.formats.processor import Processor
-from polyplan.formats.profile import AgreementRuns, Profile, ProfilerRecord, read_profile
+from polyplan.formats.profile import Profile, ProfilerRecord, read_profile
 from polyplan.models.hashing import fingerprint_settings
 from polyplan.profiler.forward_timing import LatencySettings
 from polyplan.profiler.prompt_sets import PromptSet, prompt_set
@@ -115,7 +115,3 @@ def retimed_here(profile: Profile, device_label: str, processor: Processor | Non
         device=device_label, processor=processor, loop_overhead={}, engine_overhead={}, switch_costs=None,
     )
 
-
-def previous_runs(profile: Profile | None) -> AgreementRuns | None:
-    """The greedy agreement runs of `profile` before a run rewrites it."""
-    return None if profile is None else profile.acceptance_runs.get("greedy")

@@ -1,9 +1,9 @@
 """The prompts a stage of the loop runs on: a user's file, or the built-in held-out prompts.
 
-Profiling takes the first `_PROFILE_PER_KIND` built-in prompts of each kind; validation takes
-the next ones, which the profile never saw. A `PromptSet` says where its prompts came from and
-what happens to one that does not fit a model's context: built-in prompts are cut from the
-left, a user's are left out (`strict`: refused, as `polyplan profile --prompts` does).
+Profiling takes the first built-in prompts of each kind; validation the next ones, which the
+profile never saw. A `PromptSet` says where its prompts came from and what happens to one that
+does not fit a model's context: built-in prompts are cut from the left, a user's left out
+(`strict`: refused).
 """
 
 from __future__ import annotations

@@ -53,13 +53,9 @@ class EncodedPrompt:
 
 
 def builtin_prompts(per_kind: int = _DEFAULT_PER_KIND, *, root: Path | None = None, files: Sequence[str] | None = None) -> tuple[Prompt, ...]:
-    """The built-in prompt set: `per_kind` prompts of each kind in `KINDS`, kinds interleaved.
-
-    Args:
-        per_kind: prompts per kind (>= 1).
-        root, files: the stdlib folder and the relative files to draw from (default: the
-            zoo's held-out validation files).
-    """
+    """The built-in prompt set: `per_kind` (>= 1) prompts of each kind in `KINDS`, kinds
+    interleaved, drawn from the `files` under the stdlib folder `root` (default: the family's
+    held-out validation files)."""
     if per_kind < 1:
         raise PolyplanError(f"per_kind: must be >= 1, got {per_kind}")
     if root is None or files is None:

@@ -1,13 +1,11 @@
 """The resumable profiling run: measure what is missing, write the profile after every entry.
 
-An entry is a model's latency curve and prefill times (`latency`), a pair's distribution-based α
-under one sampling mode (`alpha`), or a pair's decoded μ, σ at one block size (`decoded`). Each
-carries a fingerprint of everything it was measured from (the model files, settings, prompts and
-device); a run keeps every entry of the profile at `out` whose fingerprint still holds, measures
-the others, and writes the profile atomically after each one, so an interrupted run loses at most
-the entry in progress. Latency comes first and α second, so the file is usable by `polyplan
-recommend` before the slower decoded entries are done (docs/profiling.md, "Resumable, never redone").
-Pairs: every ordered (verifier, drafter) whose drafter is cheaper by the measured T(1).
+An entry is a model's latency curve (`latency`), a pair's α under one sampling mode (`alpha`) or a
+pair's decoded μ, σ at one block size (`decoded`), each with a fingerprint of what it was measured
+from. A run keeps every entry of the profile at `out` whose fingerprint holds, measures the others
+(latency, then α, then decoded) and writes the profile atomically after each one
+(docs/profiling.md, "Resumable, never redone"). Pairs: every ordered (verifier, drafter) whose
+drafter is cheaper by the measured T(1).
 """
 
 from __future__ import annotations

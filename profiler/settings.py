@@ -20,12 +20,11 @@ class AcceptanceSettings:
         block_sizes: K at which the decoded μ is measured.
         new_tokens: tokens the target generates per prompt (the teacher-forced contexts) and
             tokens each decoded run produces per prompt.
-        decoded_prompts: decoded runs use the first this-many prompts (None: all, the same
-            prompts as α, so that the two ways are compared on the same contexts).
+        decoded_prompts: decoded runs use the first this-many prompts (None: all, as α does).
         decoded_verifications, decoded_min_prompts: a decoded run stops taking prompts once it
-            has this many verifications from at least `decoded_min_prompts` prompts (None:
-            every decoded prompt). Pairs with few tokens per verification reach the same
-            precision on fewer prompts, and they cost the most per prompt.
+            has this many verifications from at least `decoded_min_prompts` prompts (None: never),
+            since pairs with few tokens per verification reach a precision on fewer prompts
+            and cost the most per prompt.
         decoded: measure decoded μ at all (False: distribution-based α only).
         seed: prompt i is generated with seed + i.
         resamples, confidence: the bootstrap (resamples over prompts, interval level).

@@ -1,8 +1,7 @@
 """Summaries of repeated measurements: median and IQR, cluster bootstrap intervals, quantiles.
 
-Pure numpy. The bootstrap resamples whole *clusters* (prompts), not single observations:
-tokens per verification within one prompt are correlated (an easy stretch of code gives
-long runs), so resampling observations one by one would give intervals that are too narrow.
+Pure numpy. The bootstrap resamples whole *clusters* (prompts): observations within one prompt
+are correlated, so resampling them one by one would give intervals that are too narrow.
 """
 
 from __future__ import annotations

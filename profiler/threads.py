@@ -1,18 +1,12 @@
 """torch's CPU thread count for a run: one default for every command that times.
 
-Latency depends on the thread count, so every timing command answers "how many threads?" the
-same way (`choose_threads`):
-
-1. `--threads N` when the user gives it;
-2. else the count a profile or plan was measured with (`recorded`, kept in its device label
-   "cpu … (2 threads)"), so a resumed profile is not re-timed and a plan is validated as it was
-   profiled;
-3. else the machine's free cores at start: the cores this process may run on, less the busy ones
-   (`machine_load`), less one kept for everything else, at least 1. An OpenMP region waits for its
-   slowest thread, so threads on every core let any other process stall them all
-   (docs/profiling.md, "How many threads"; `planner.intervals.timing_health` warns of it).
-
-The choice and why are one line (`ThreadChoice.line`) the timing commands print.
+Latency depends on the thread count, so every timing command answers "how many threads?" the same
+way (`choose_threads`, docs/profiling.md "How many threads"): `--threads N` when given; else the
+count a profile or plan was measured with (kept in its device label), so a resumed profile is not
+re-timed and a plan is validated as it was profiled; else the free cores at start: the cores this
+process may run on, less the busy ones (`machine_load`), less one kept for everything else, at
+least 1, since an OpenMP region waits for its slowest thread and threads on every core let any
+other process stall them all. The choice and why are one line (`ThreadChoice.line`).
 """
 
 from __future__ import annotations
