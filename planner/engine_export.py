@@ -2,15 +2,12 @@
 under each one's acceptance rule.
 
 Each engine runs ONE drafter (a draft model, or n-gram prompt lookup) with a block size K, so
-the best chain an engine can express is the target and one drafter it can load. Engines also
-accept drafts by different rules. Notation as everywhere in polyplan (docs/design.md): p is the
-DRAFTER's distribution, q the VERIFIER's (the target's here).
-
-- ``full`` (polyplan's own rule, and HF assisted generation with a draft model: when sampling
-  it draws the draft from p and accepts x with min(1, q(x)/p(x))): the profile's α = E[Σ min(p, q)].
-- ``argmax`` (vLLM, llama.cpp and HF prompt lookup: the draft is argmax p, kept with
-  probability q(x̂)): the profile's ``engine_alpha`` = E[q(argmax p)].
-At greedy both are the argmax agreement rate; for an n-gram drafter p is one-hot, so both agree.
+the best chain an engine can express is the target and one drafter it can load. Engines accept
+drafts by different rules (p the drafter's distribution, q the target's): ``full``, polyplan's own
+and HF assisted generation's, reads the profile's α = E[Σ min(p, q)]; ``argmax`` (vLLM, llama.cpp,
+HF prompt lookup: the draft is argmax p, kept with probability q(x̂)) its ``engine_alpha`` =
+E[q(argmax p)]. At greedy, or for an n-gram drafter, both are the argmax agreement rate
+(docs/engines.md, "The engines' acceptance rules").
 
 For every drafter the engine can load, the best K under that engine's rule comes from the
 exact cost model (`planner.exact.cost_model.predict_chain`) with the profile's latency curves,

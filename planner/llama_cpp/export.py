@@ -2,12 +2,9 @@
 
 `planner.engine_export.export_plan` chooses a drafter and its K for every engine; for llama.cpp
 it also hands its options to `rank_server_configs`, which predicts each llama-server
-configuration with its two intervals (`planner.llama_cpp.ranking`): the n-gram types replayed
-on the target's greedy streams, each draft model at its K, the configurations a race adds, and
-the plan's confidence stop as the server runs it (`planner.llama_cpp.policy`). A draft model's
-round is priced by the exact model with llama-server's own loop where it was calibrated
-(`DraftPricing`, `planner.llama_cpp.server_loop`); its interval is drawn as the plan's. The
-export's whole story: docs/engines.md, "polyplan export". Pure: no I/O.
+configuration with its two intervals (`planner.llama_cpp.ranking`), a draft model's round priced
+by the exact model with llama-server's own loop where calibrated (`DraftPricing`,
+`planner.llama_cpp.server_loop`). docs/engines.md, "polyplan export". Pure: no I/O.
 """
 
 from __future__ import annotations
