@@ -87,6 +87,7 @@ def profile(
     A rerun reuses every entry whose models and settings are unchanged and measures the rest.
     """
     from polyplan.cli.commands.progress import progress_bars
+    from polyplan.formats.candidates import default_candidates_path
     from polyplan.pipeline.stages import profile_candidates
     from polyplan.profiler.forward_timing import LatencySettings
     from polyplan.profiler.prompt_sets import named_prompt_set
@@ -111,7 +112,7 @@ def profile(
     choice = _set_threads(threads, out)
     with progress_bars(disable=json_output) as (progress, _):
         profiled = profile_candidates(
-            _candidates_path(candidates), profile_path=out, settings=settings, device=device, keep_foreign=False,
+            candidates or default_candidates_path(), profile_path=out, settings=settings, device=device, keep_foreign=False,
             prompts=named_prompt_set(prompts, max_prompts=max_prompts, raw=raw_prompts, strict=True), progress=progress,
         )
     overheads = _bindings_overheads(profiled)
@@ -142,12 +143,6 @@ def _bindings_lines(overheads) -> list[str]:
     lines += [f"  {o.member:24s} forward {1000 * o.forward_s:7.2f} ms  llama.cpp decode {1000 * o.llama_decode_s:7.2f} ms  "
               f"bindings {100 * o.relative:+.1f}%" for o in overheads]
     return lines
-
-
-def _candidates_path(candidates: Path | None) -> Path:
-    from polyplan.formats.candidates import default_candidates_path
-
-    return candidates if candidates is not None else default_candidates_path()
 
 
 def _set_threads(threads: int | None, out: Path | None):

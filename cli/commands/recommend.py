@@ -100,16 +100,9 @@ def table_lines(result: Recommendation) -> list[str]:
         phi = "[" + ", ".join(f"{value:.3g}" for value in plan.paper.phi_per_token) + "]"
         found = None if intervals is None else intervals.of(plan.chain)
         exact = f"{plan.exact_speedup:.3f}x" if found is None else found.speedup.text()
-        lines.append(
-            f"{rank:>4}  {exact:<26}  {_share(result, plan.exact_speedup):>5}  {plan.paper_speedup:>7.3f}x  "
-            f"{plan.blocks_label():<{width}} {phi:<28} {_verdicts(plan):<34} {plan.label()}"
-        )
-    lines += ["", _best_line(result)]
-    lines += _padding_lines(result.best)
-    lines += [
-        "",
-        "Why each model is in or out:",
-    ]
+        lines.append(f"{rank:>4}  {exact:<26}  {_share(result, plan.exact_speedup):>5}  {plan.paper_speedup:>7.3f}x  "
+                     f"{plan.blocks_label():<{width}} {phi:<28} {_verdicts(plan):<34} {plan.label()}")
+    lines += ["", _best_line(result), *_padding_lines(result.best), "", "Why each model is in or out:"]
     lines += [f"  {note.line}" for note in result.insertions] or ["  (no candidate drafters)"]
     if result.insertion_triples:
         lines += ["", "Insertions (Theorem 3.2: its conditions, lhs vs rhs with alpha = the K the inserted model verifies, "
@@ -139,9 +132,7 @@ def warning_lines(warnings) -> list[str]:
     """The timing warnings, one `warning:` line each (nothing when there is none)."""
     if not warnings:
         return []
-    return ["", "Timing warnings (the predictions above may not hold on this machine):"] + [
-        f"  warning: {line}" for line in warnings
-    ]
+    return ["", "Timing warnings (the predictions above may not hold on this machine):"] + [f"  warning: {line}" for line in warnings]
 
 
 @fails_cleanly
