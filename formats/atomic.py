@@ -17,7 +17,7 @@ def current_umask() -> int:
     return mask
 
 
-def new_file_mode(path: Path) -> int:
+def _new_file_mode(path: Path) -> int:
     """The permission bits `path` gets: an existing file keeps its own; a new one gets what
     `open()` would give it, 0o666 less the umask (mkstemp alone would give 0o600)."""
     try:
@@ -41,7 +41,7 @@ def write_text_atomically(path: str | os.PathLike[str], text: str) -> None:
         raise PolyplanError(f"{path}: folder {directory} does not exist")
     if path.is_dir():
         raise PolyplanError(f"{path}: is a folder; cannot write a file there")
-    mode = new_file_mode(path)
+    mode = _new_file_mode(path)
     temporary = None
     try:
         handle, temporary = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=directory)

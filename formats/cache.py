@@ -11,15 +11,15 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-CACHE_ENV = "POLYPLAN_CACHE_DIR"
+_CACHE_ENV = "POLYPLAN_CACHE_DIR"
 
 
 def cache_root(override: str | os.PathLike[str] | None = None) -> Path:
     """The cache folder (see the module docstring for the order of precedence)."""
     if override is not None:
         return Path(override).expanduser()
-    if os.environ.get(CACHE_ENV):
-        return Path(os.environ[CACHE_ENV]).expanduser()
+    if os.environ.get(_CACHE_ENV):
+        return Path(os.environ[_CACHE_ENV]).expanduser()
     if os.environ.get("XDG_CACHE_HOME"):
         return Path(os.environ["XDG_CACHE_HOME"]).expanduser() / "polyplan"
     return Path.home() / ".cache" / "polyplan"

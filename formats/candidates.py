@@ -18,14 +18,14 @@ from polyplan.formats.errors import PolyplanError
 from polyplan.formats.options import integer_at_least
 from polyplan.formats.fetchable import FETCH_PREFIX, fetched_path
 
-BUILTIN_PREFIX = "builtin:"
+_BUILTIN_PREFIX = "builtin:"
 DTYPES = ("float32", "float16", "bfloat16")
-QUANTIZATIONS = ("int8", "int8-head", "int4", "bf16")
-MEMBER_ENGINES = ("torch", "llama.cpp")  # what a models.yaml member runs on (its `engine:`)
+_QUANTIZATIONS = ("int8", "int8-head", "int4", "bf16")
+_MEMBER_ENGINES = ("torch", "llama.cpp")  # what a models.yaml member runs on (its `engine:`)
 # llama.cpp's quantizer types a llama.cpp entry's `quantize` may name (its `llama_ftype`s).
 LLAMA_CPP_QUANTIZATIONS = ("f16", "bf16", "q8_0", "q6_k", "q5_k_m", "q5_k_s", "q5_0", "q5_1", "q4_k_m", "q4_k_s",
                            "q4_0", "q4_1", "q3_k_m", "q3_k_s", "q3_k_l", "q2_k", "iq4_nl", "iq4_xs")
-DEFAULT_LLAMA_CPP_CONTEXT = 4096
+_DEFAULT_LLAMA_CPP_CONTEXT = 4096
 
 _ENTRY_KEYS = frozenset(
     {"name", "source", "derive", "target", "dtype", "device", "padded_vocab", "device_map", "max_memory", "offload_folder",
@@ -42,14 +42,14 @@ _REFUSED = {
     ("int4", "cpu"): "plain torch has no int4 matmul kernel on CPU",
     ("int4", "cuda"): "plain torch has no int4 matmul kernel (it needs torchao)",
 }
-HEADS = ("int8",)  # `head:` of a quantize derivation: the LM head as `int8-head` makes it
+_HEADS = ("int8",)  # `head:` of a quantize derivation: the LM head as `int8-head` makes it
 _HEAD_KINDS = ("int8", "bf16")  # the quantizations a `head:` can be combined with
 
 
 def supported_quantization(kind: str, device: str) -> str | None:
     """None when quantization `kind` has a fast kernel on `device`, else the reason why not."""
-    if kind not in QUANTIZATIONS:
-        return f"unknown quantization {kind!r} (choose one of {', '.join(QUANTIZATIONS)})"
+    if kind not in _QUANTIZATIONS:
+        return f"unknown quantization {kind!r} (choose one of {', '.join(_QUANTIZATIONS)})"
     family = "cuda" if device.startswith("cuda") else device
     return _REFUSED.get((kind, family))
 
@@ -193,10 +193,10 @@ def parse_candidates(data: Any, *, base_dir: Path, origin: str = "models.yaml") 
                 f"{origin}: candidate {candidate.name!r}: derive: vocab cuts a llama.cpp file's head, and "
                 f"{_root(candidate, by_name).name!r} runs on torch (give it 'engine: llama.cpp')"
             )
-        if isinstance(candidate.derive, Quantize) and candidate.derive.kind not in QUANTIZATIONS:
+        if isinstance(candidate.derive, Quantize) and candidate.derive.kind not in _QUANTIZATIONS:
             raise PolyplanError(
                 f"{origin}: candidate {candidate.name!r}: derive: quantize {candidate.derive.kind!r} is a llama.cpp type, and "
-                f"{_root(candidate, by_name).name!r} runs on torch (give it 'engine: llama.cpp', or choose one of {', '.join(QUANTIZATIONS)})"
+                f"{_root(candidate, by_name).name!r} runs on torch (give it 'engine: llama.cpp', or choose one of {', '.join(_QUANTIZATIONS)})"
             )
         if isinstance(candidate.derive, Quantize) and _root(candidate, by_name).device_map is not None:
             raise PolyplanError(
@@ -256,8 +256,8 @@ def _parse_entry(entry: Any, index: int, base_dir: Path, origin: str) -> Candida
 def _parse_engine(entry: dict, kind: str, label: str) -> tuple[str, int | None]:
     """(engine, context) of an entry; a derived entry's engine is filled in from its root later."""
     engine = entry.get("engine", "torch")
-    if engine not in MEMBER_ENGINES:
-        raise PolyplanError(f"{label}: engine {engine!r} is not one of {', '.join(MEMBER_ENGINES)}")
+    if engine not in _MEMBER_ENGINES:
+        raise PolyplanError(f"{label}: engine {engine!r} is not one of {', '.join(_MEMBER_ENGINES)}")
     if engine == "torch":
         if "context" in entry:
             raise PolyplanError(f"{label}: 'context' belongs to 'engine: llama.cpp' entries")
@@ -269,7 +269,7 @@ def _parse_engine(entry: dict, kind: str, label: str) -> tuple[str, int | None]:
     torch_keys = sorted({"dtype", "device", "padded_vocab", "device_map"} & set(entry))
     if torch_keys:
         raise PolyplanError(f"{label}: {torch_keys[0]!r} is a torch setting; engine llama.cpp runs the file at its own quantization on the CPU")
-    context = entry.get("context", DEFAULT_LLAMA_CPP_CONTEXT)
+    context = entry.get("context", _DEFAULT_LLAMA_CPP_CONTEXT)
     if not isinstance(context, int) or isinstance(context, bool) or context < 16:
         raise PolyplanError(f"{label}: context must be an integer >= 16 (tokens llama.cpp reserves), got {context!r}")
     return engine, context
@@ -335,8 +335,8 @@ def _resolve_source(source: Any, base_dir: Path, label: str) -> tuple[str, str]:
             return str(fetched_path(source[len(FETCH_PREFIX):])), "gguf"
         except PolyplanError as error:
             raise PolyplanError(f"{label}: {error}") from None
-    if source.startswith(BUILTIN_PREFIX):
-        name = source[len(BUILTIN_PREFIX):]
+    if source.startswith(_BUILTIN_PREFIX):
+        name = source[len(_BUILTIN_PREFIX):]
         if not name:
             raise PolyplanError(f"{label}: 'builtin:' needs a model name, e.g. builtin:target")
         return source, "builtin"
@@ -387,14 +387,14 @@ def _parse_derive(derive: Any, label: str, base_dir: Path) -> Derivation:
         return _parse_vocab(derive["vocab"], base, label, base_dir)
     if "quantize" in operations:
         kind = derive["quantize"]
-        if kind not in QUANTIZATIONS and kind not in LLAMA_CPP_QUANTIZATIONS:
+        if kind not in _QUANTIZATIONS and kind not in LLAMA_CPP_QUANTIZATIONS:
             raise PolyplanError(
-                f"{label}: derive: quantize {kind!r} is not one of {', '.join(QUANTIZATIONS)} (torch) "
+                f"{label}: derive: quantize {kind!r} is not one of {', '.join(_QUANTIZATIONS)} (torch) "
                 f"or {', '.join(LLAMA_CPP_QUANTIZATIONS)} (llama.cpp)"
             )
         head = derive.get("head")
-        if head is not None and head not in HEADS:
-            raise PolyplanError(f"{label}: derive: head {head!r} is not one of {', '.join(HEADS)}")
+        if head is not None and head not in _HEADS:
+            raise PolyplanError(f"{label}: derive: head {head!r} is not one of {', '.join(_HEADS)}")
         if head is not None and kind not in _HEAD_KINDS:
             raise PolyplanError(f"{label}: derive: head: {head} goes with quantize {' or '.join(_HEAD_KINDS)}, not {kind}")
         return Quantize(base=base, kind=kind, head=head)

@@ -40,7 +40,7 @@ from polyplan.formats.errors import PolyplanError
 from polyplan.formats.inputs import read_json_file
 from polyplan.formats.kinds import foreign_file
 
-MAX_INTEGER = 2**53  # integers beyond it lose precision as floats (and 10^400 overflows one)
+_MAX_INTEGER = 2**53  # integers beyond it lose precision as floats (and 10^400 overflows one)
 
 NEVER, NONE, EMPTY = "never", "none", "empty"  # when a field is left out of the file (`spec`'s omit)
 
@@ -75,7 +75,7 @@ class Layout:
     transparent: bool = False
 
 
-PLAIN = Layout()
+_PLAIN = Layout()
 
 
 def spec(*checks: Any, default: Any = dataclasses.MISSING, factory: Any = dataclasses.MISSING, key: str | None = None,
@@ -120,8 +120,8 @@ def _fields(cls: type) -> tuple[_Field, ...]:
 
 
 def _layout(cls: type) -> Layout:
-    layout = cls.__dict__.get("layout", PLAIN)
-    return layout if isinstance(layout, Layout) else PLAIN
+    layout = cls.__dict__.get("layout", _PLAIN)
+    return layout if isinstance(layout, Layout) else _PLAIN
 
 
 # --------------------------------------------------------------------------- encoding
@@ -213,7 +213,7 @@ class _Decoder:
             return self.record(kind, value, where)
         if origin is tuple:
             if not isinstance(value, list):
-                self.fail(where, f"must be a JSON array, got {kind_of(value)}")
+                self.fail(where, f"must be a JSON array, got {_kind_of(value)}")
             if len(arguments) == 2 and arguments[1] is Ellipsis:
                 return tuple(self.value(arguments[0], item, f"{where}[{index}]") for index, item in enumerate(value))
             if len(value) != len(arguments):
@@ -221,26 +221,26 @@ class _Decoder:
             return tuple(self.value(argument, item, f"{where}[{index}]") for index, (argument, item) in enumerate(zip(arguments, value)))
         if origin in (Mapping, dict):
             if not isinstance(value, dict):
-                self.fail(where, f"must be a JSON object, got {kind_of(value)}")
+                self.fail(where, f"must be a JSON object, got {_kind_of(value)}")
             keys = [self.value(arguments[0], key, where) for key in value]
             return {key: self.value(arguments[1], item, join(where, str(raw))) for key, (raw, item) in zip(keys, value.items())}
         if kind is bool:
             if not isinstance(value, bool):
-                self.fail(where, f"must be true or false, got {kind_of(value)}")
+                self.fail(where, f"must be true or false, got {_kind_of(value)}")
             return value
         if kind is int:
             return self.integer(value, where)
         if kind is float:
             if isinstance(value, bool) or not isinstance(value, (int, float)):
-                self.fail(where, f"must be a number, got {kind_of(value)}")
-            if isinstance(value, int) and abs(value) > MAX_INTEGER:
+                self.fail(where, f"must be a number, got {_kind_of(value)}")
+            if isinstance(value, int) and abs(value) > _MAX_INTEGER:
                 self.fail(where, f"must be a finite number, got an integer of {len(str(abs(value)))} digits")
             if not math.isfinite(value):
                 self.fail(where, f"must be a finite number, got {value!r}".replace("nan", "NaN"))
             return float(value)
         if kind is str:
             if not isinstance(value, str):
-                self.fail(where, f"must be a string, got {kind_of(value)}")
+                self.fail(where, f"must be a string, got {_kind_of(value)}")
             return value
         raise TypeError(f"the codec has no rule for {kind!r} ({where})")  # a field type the codec does not know
 
@@ -249,8 +249,8 @@ class _Decoder:
         if isinstance(value, float) and math.isfinite(value) and value.is_integer():
             value = int(value)
         if isinstance(value, bool) or not isinstance(value, int):
-            self.fail(where, f"must be an integer, got {kind_of(value)}")
-        if abs(value) > MAX_INTEGER:
+            self.fail(where, f"must be an integer, got {_kind_of(value)}")
+        if abs(value) > _MAX_INTEGER:
             self.fail(where, f"must be an integer of at most 2^53, got one of {len(str(abs(value)))} digits")
         return value
 
@@ -261,7 +261,7 @@ class _Decoder:
             built = self.construct(cls, {field.name: self.value(field.kind, value, where, field.checks)}, where)
         else:
             if not isinstance(value, dict):
-                self.fail(where, f"must be a JSON object, got {kind_of(value)}")
+                self.fail(where, f"must be a JSON object, got {_kind_of(value)}")
             keys = {field.key for field in fields}
             for key in value:
                 if key not in keys:
@@ -323,7 +323,7 @@ def decode_file(form: FileFormat, payload: Any, label: str) -> Any:
     """The record of a parsed file (errors name `label`): checked for its kind and version,
     migrated from an older version."""
     if not isinstance(payload, dict):
-        raise PolyplanError(f"{label}: must hold one JSON object, got {kind_of(payload)}")
+        raise PolyplanError(f"{label}: must hold one JSON object, got {_kind_of(payload)}")
     foreign = foreign_file(payload, form.kind)
     if foreign is not None:
         raise PolyplanError(f"{label}: {foreign}")
@@ -367,7 +367,7 @@ def _below(where: str, at: str) -> str:
     return (where + at) if where else at.removeprefix(".")
 
 
-def kind_of(value: Any) -> str:
+def _kind_of(value: Any) -> str:
     """How a message names a JSON value's kind ("an object", "a string", "the number 3")."""
     names = {dict: "an object", list: "an array", str: "a string", bool: "a boolean", type(None): "null"}
     return names.get(type(value), f"the number {value!r}" if isinstance(value, (int, float)) else type(value).__name__)

@@ -16,10 +16,10 @@ from typing import Any
 
 from polyplan.formats.errors import PolyplanError
 
-MAX_DEPTH = 64  # no polyplan format nests deeper than ~10; deeper input is hostile or broken
+_MAX_DEPTH = 64  # no polyplan format nests deeper than ~10; deeper input is hostile or broken
 
 
-def read_text_file(path: str | os.PathLike[str], what: str = "file") -> str:
+def _read_text_file(path: str | os.PathLike[str], what: str = "file") -> str:
     """The UTF-8 text of `path`; `PolyplanError` naming it when it cannot be read as text."""
     label = str(path)
     try:
@@ -43,23 +43,23 @@ def parse_json_text(text: str, label: str) -> Any:
     except ValueError as error:  # e.g. an integer longer than Python's int-string limit (4300 digits)
         raise PolyplanError(f"{label}: not valid JSON ({error})") from None
     except RecursionError:
-        raise PolyplanError(f"{label}: nested too deeply (more than {MAX_DEPTH} levels)") from None
-    check_depth(value, label)
+        raise PolyplanError(f"{label}: nested too deeply (more than {_MAX_DEPTH} levels)") from None
+    _check_depth(value, label)
     return value
 
 
 def read_json_file(path: str | os.PathLike[str], what: str = "file") -> Any:
     """The parsed JSON of `path` (see the module docstring for what is refused)."""
-    return parse_json_text(read_text_file(path, what), str(path))
+    return parse_json_text(_read_text_file(path, what), str(path))
 
 
 def read_yaml_file(path: str | os.PathLike[str], what: str = "file") -> Any:
     """The parsed YAML of `path`; a mapping that repeats a key is refused (PyYAML would keep
     the last value silently)."""
-    return parse_yaml_text(read_text_file(path, what), str(path))
+    return _parse_yaml_text(_read_text_file(path, what), str(path))
 
 
-def parse_yaml_text(text: str, label: str) -> Any:
+def _parse_yaml_text(text: str, label: str) -> Any:
     """The YAML value of `text` (from the file `label`), duplicate keys and nesting checked."""
     import yaml
 
@@ -73,12 +73,12 @@ def parse_yaml_text(text: str, label: str) -> Any:
         problem = getattr(error, "problem", None)
         raise PolyplanError(f"{label}: not valid YAML{where}" + (f" ({problem})" if problem else "")) from None
     except RecursionError:
-        raise PolyplanError(f"{label}: nested too deeply (more than {MAX_DEPTH} levels)") from None
-    check_depth(value, label)
+        raise PolyplanError(f"{label}: nested too deeply (more than {_MAX_DEPTH} levels)") from None
+    _check_depth(value, label)
     return value
 
 
-def check_depth(value: Any, label: str, limit: int = MAX_DEPTH) -> None:
+def _check_depth(value: Any, label: str, limit: int = _MAX_DEPTH) -> None:
     """Refuse a value nested deeper than `limit` (checked without recursion)."""
     stack = [(value, 1)]
     while stack:

@@ -15,7 +15,7 @@ KINDS = {
 }
 
 
-def file_kind(payload: Any) -> str | None:
+def _file_kind(payload: Any) -> str | None:
     """The kind of polyplan file `payload` (a parsed JSON object) is, None when none fits."""
     if not isinstance(payload, dict):
         return None
@@ -27,7 +27,7 @@ def file_kind(payload: Any) -> str | None:
 
 def foreign_file(payload: Any, expected: str) -> str | None:
     """None when `payload` can be the `expected` kind; else the problem, naming what it is."""
-    kind = file_kind(payload)
+    kind = _file_kind(payload)
     if kind == expected:
         return None
     wanted = KINDS[expected][1]

@@ -13,7 +13,7 @@ from typing import Any
 from polyplan.formats.errors import PolyplanError
 
 MAX_BLOCK_SIZE = 128
-MAX_SEED = 2**32 - 1
+_MAX_SEED = 2**32 - 1
 
 
 def at_least(value: int | float | None, minimum: int | float, option: str) -> None:
@@ -29,7 +29,7 @@ def integer_at_least(value: Any, minimum: int, option: str) -> int:
     return value
 
 
-def in_range(value: int | float | None, low: int | float, high: int | float, option: str) -> None:
+def _in_range(value: int | float | None, low: int | float, high: int | float, option: str) -> None:
     """`value` (when given) lies in [low, high]."""
     if value is not None and not low <= value <= high:
         raise PolyplanError(f"{option}: must be in {low}..{high}, got {value}")
@@ -37,12 +37,12 @@ def in_range(value: int | float | None, low: int | float, high: int | float, opt
 
 def block_size(value: int | None, option: str) -> None:
     """A block size K (or a bound on it) in 1..MAX_BLOCK_SIZE."""
-    in_range(value, 1, MAX_BLOCK_SIZE, option)
+    _in_range(value, 1, MAX_BLOCK_SIZE, option)
 
 
 def seed(value: int | None, option: str = "--seed") -> None:
     """A seed numpy's and torch's generators accept."""
-    in_range(value, 0, MAX_SEED, option)
+    _in_range(value, 0, _MAX_SEED, option)
 
 
 def unused_without(flag: str, given: Iterable[tuple[str, Any]], why: str) -> None:

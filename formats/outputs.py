@@ -13,7 +13,7 @@ from pathlib import Path
 from polyplan.formats.errors import PolyplanError
 
 
-def same_file(first: str | os.PathLike[str], second: str | os.PathLike[str]) -> bool:
+def _same_file(first: str | os.PathLike[str], second: str | os.PathLike[str]) -> bool:
     """Whether two paths name one file (through links, `..`, or hard links)."""
     a, b = Path(first), Path(second)
     try:
@@ -40,20 +40,20 @@ def check_output_file(
         raise PolyplanError(f"{option}: give a file path (got an empty path)")
     path = Path(path)
     for name, source in inputs:
-        if source is not None and same_file(path, source):
+        if source is not None and _same_file(path, source):
             raise PolyplanError(f"{option}: {path} is the file given to {name}; writing there would destroy it, choose another {option}")
     if path.is_dir():
         raise PolyplanError(f"{option}: {path} is a folder; give a file path")
     folder = path.parent if str(path.parent) else Path(".")
     if not folder.is_dir():
         raise PolyplanError(f"{option}: cannot write {path} (folder {folder} does not exist)")
-    probe_folder(folder, f"{option}: cannot write {path}")
+    _probe_folder(folder, f"{option}: cannot write {path}")
     if path.exists() and not os.access(path, os.W_OK):
         raise PolyplanError(f"{option}: cannot write {path} (permission denied)")
     return path
 
 
-def probe_folder(folder: Path, message: str) -> None:
+def _probe_folder(folder: Path, message: str) -> None:
     """A file can be created (and renamed) in `folder`: probed with a temporary file."""
     try:
         handle, probe = tempfile.mkstemp(prefix=".polyplan.", suffix=".probe", dir=folder)
@@ -101,7 +101,7 @@ def check_report_folder(
     names = [owner, *files, *(own_files or {})]
     for name, source in inputs:
         for written in names:
-            if source is not None and same_file(folder / written, source):
+            if source is not None and _same_file(folder / written, source):
                 raise PolyplanError(
                     f"{option}: the report would write {folder / written}, the file given to {name}; choose another {option}"
                 )
@@ -109,9 +109,9 @@ def check_report_folder(
         parent = next((p for p in folder.absolute().parents if p.exists()), None)
         if parent is None or not parent.is_dir():
             raise PolyplanError(f"{option}: cannot create the folder {folder}")
-        probe_folder(parent, f"{option}: cannot create the folder {folder}")
+        _probe_folder(parent, f"{option}: cannot create the folder {folder}")
         return folder
-    probe_folder(folder, f"{option}: cannot write into {folder}")
+    _probe_folder(folder, f"{option}: cannot write into {folder}")
     ours = (folder / owner).is_file() and is_ours(folder / owner)
     if (folder / owner).exists() and not ours:
         raise PolyplanError(f"{option}: {folder / owner} exists and is not a polyplan {owner}; move it away or choose another {option}")

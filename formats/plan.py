@@ -26,7 +26,7 @@ from polyplan.formats.inputs import is_finite_number
 from polyplan.formats.overhead import LoopOverhead, SwitchCost
 from polyplan.formats.processor import Processor
 
-PLAN_VERSION = 2
+_PLAN_VERSION = 2
 
 
 def _pads_problem(pads: tuple[tuple[int, int], ...]) -> str | None:
@@ -95,12 +95,6 @@ def _policy_problem(policy: DraftPolicy) -> str | None:
     return None
 
 
-def _policy_values(policy: DraftPolicy) -> None:
-    problem = _policy_problem(policy)
-    if problem is not None:
-        raise Invalid(problem)
-
-
 @dataclass(frozen=True)
 class DraftPolicy:
     """How the last member of a chain chooses how many tokens to draft per round, beyond the
@@ -113,7 +107,7 @@ class DraftPolicy:
     stays lossless (docs/cost-model.md, "Draft lengths that adapt"). In the file:
     `{"k_min": 1, "k_max": 8}` and/or `{"p_min": 0.7}`."""
 
-    layout = Layout(omit=NONE, checks=(_policy_values,))
+    layout = Layout(omit=NONE)  # a policy's values are checked once, by __post_init__, when decoded too
 
     k_min: int | None = None
     k_max: int | None = None
@@ -528,25 +522,25 @@ def _migrated_entry(entry: Any) -> Any:
 
 # --------------------------------------------------------------------------- the file
 
-PLAN = FileFormat(kind="plan", record=PlanFile, version_key="plan_version", version=PLAN_VERSION,
+_PLAN = FileFormat(kind="plan", record=PlanFile, version_key="plan_version", version=_PLAN_VERSION,
                   migrations={1: migrate_v1}, advice="upgrade polyplan or re-run polyplan recommend")
 
 
 def encode_plan(plan: PlanFile) -> dict[str, Any]:
     """The plan.json object of `plan` (its layout: docs/cost-model.md, "plan.json")."""
-    return encode_file(PLAN, plan)
+    return encode_file(_PLAN, plan)
 
 
 def decode_plan(payload: Any, label: str = "plan.json") -> PlanFile:
     """The `PlanFile` of a parsed plan.json object (errors name `label` and the field)."""
-    return decode_file(PLAN, payload, label)
+    return decode_file(_PLAN, payload, label)
 
 
 def read_plan(path: str | os.PathLike[str]) -> PlanFile:
     """Read and check plan.json; `PolyplanError` naming the file and field on any problem."""
-    return read_file(PLAN, path)
+    return read_file(_PLAN, path)
 
 
 def write_plan(plan: PlanFile, path: str | os.PathLike[str]) -> None:
     """Write plan.json atomically (temporary file in the same folder, then os.replace)."""
-    write_file(PLAN, plan, path)
+    write_file(_PLAN, plan, path)

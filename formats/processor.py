@@ -2,12 +2,10 @@
 from another (docs/profiling.md, "Timing health").
 
 `Processor` is what the profile and the plan record (`profiler.processor.this_processor` probes
-the live machine): the CPU's model name and architecture, the ISA flags that change which kernels
-run (`ISA_FLAGS`), torch's quantized engine and CPU capability, the logical cores, on CUDA the
-GPU's name, and where /proc/cpuinfo gives it the CPU's generation (x86 "family 25 model 17"):
-virtual machines show two generations under one model name and the same flags, and their kernels
-time differently. The capability follows the flags and the core count is not compared (the thread
-count is in the profile's device label), so neither decides whether two processors differ.
+the live machine). Its generation (x86 "family 25 model 17", where /proc/cpuinfo gives it) tells
+apart what virtual machines show under one model name and the same flags, and whose kernels time
+differently; the capability follows the flags and the core count is in the device label, so
+neither decides whether two processors differ.
 
 `machine_difference` is the one comparison every consumer of a plan's timings makes (`validate`,
 `generate --plan`, `export`, `bench`). It warns and never refuses: the plan still runs, and

@@ -38,8 +38,8 @@ from polyplan.formats.processor import Processor
 
 SCHEMA_VERSION = 2
 
-ModeKey = Annotated[str, mode_key]  # a `formats.sampling.SamplingMode` key, read in its canonical form
-MEASURED = Layout(omit=EMPTY)  # the profile leaves out what was not measured (None, empty, false)
+_ModeKey = Annotated[str, mode_key]  # a `formats.sampling.SamplingMode` key, read in its canonical form
+_MEASURED = Layout(omit=EMPTY)  # the profile leaves out what was not measured (None, empty, false)
 
 
 def _unique(keys: list[Any], where: str, problem) -> None:
@@ -57,7 +57,7 @@ def _unique(keys: list[Any], where: str, problem) -> None:
 class LatencyPoint:
     """Wall time of one forward pass over `k` new tokens with `context_length` tokens cached."""
 
-    layout = MEASURED
+    layout = _MEASURED
 
     context_length: int = spec(whole(0))
     k: int = spec(whole(1))
@@ -73,7 +73,7 @@ class LatencyPoint:
 class PrefillPoint:
     """Wall time of processing a prompt of `context_length` tokens from an empty cache."""
 
-    layout = MEASURED
+    layout = _MEASURED
 
     context_length: int = spec(whole(1))
     median_s: float = spec(seconds)
@@ -87,7 +87,7 @@ class TimingHealth:
     reads it): the machine floor's median and IQR/median, the outliers dropped of the timings taken,
     whether the noise budget ran out, torch threads against cores, and the load average at the start."""
 
-    layout = MEASURED
+    layout = _MEASURED
 
     reference_median_s: float | None = spec(non_negative, default=None)
     reference_relative_iqr: float | None = spec(non_negative, default=None)
@@ -130,7 +130,7 @@ class ModelProfile:
 class AlphaDistribution:
     """Spread of the per-position acceptance probability behind the mean `alpha`."""
 
-    layout = MEASURED
+    layout = _MEASURED
 
     mean: float = spec(within(0.0, 1.0))
     std: float = spec(non_negative)
@@ -228,7 +228,7 @@ class PairProfile:
 
     verifier: str = spec(text)
     drafter: str = spec(text)
-    sampling: Mapping[ModeKey, SamplingStats] = spec(factory=dict, omit=NEVER)
+    sampling: Mapping[_ModeKey, SamplingStats] = spec(factory=dict, omit=NEVER)
 
 
 # --------------------------------------------------------------------------- whole-profile records
@@ -239,7 +239,7 @@ class ProfilerRecord:
     """The settings the profiler measured with (`profiler.settings`, as JSON: the profiler
     owns their meaning and reads them back to resume), and the prompts it used."""
 
-    layout = MEASURED
+    layout = _MEASURED
 
     latency: Mapping[str, Any] | None = None
     acceptance: Mapping[str, Any] | None = None
@@ -260,7 +260,7 @@ class ProfilerRecord:
 class LoopCalibration:
     """polyplan's decoding-loop overhead measured for one sampling mode (`profiler.loop_overhead`)."""
 
-    layout = MEASURED
+    layout = _MEASURED
 
     per_step_s: float = spec(non_negative)
     per_round_s: float = spec(non_negative)
@@ -280,7 +280,7 @@ class EngineCalibration:
     """An engine's own loop overhead for one sampling mode (`engines.hf_overhead`): per step, round
     and `generate` call, the fingerprint of what it was measured on, and details for people."""
 
-    layout = MEASURED
+    layout = _MEASURED
 
     per_step_s: float = spec(non_negative)
     per_round_s: float = spec(non_negative)
@@ -298,7 +298,7 @@ class SwitchCosts:
     """Per model, the extra seconds of its 1st, 2nd, … pass after another model's
     (`profiler.switching`), measured at `context_length`."""
 
-    layout = MEASURED
+    layout = _MEASURED
 
     models: Mapping[str, SwitchCost] = spec(factory=dict, omit=NEVER)
     context_length: int | None = spec(whole(0), default=None)
@@ -307,7 +307,7 @@ class SwitchCosts:
     fingerprint: str | None = spec(text, default=None)
 
 
-CONFIDENCE_STEPS = 255  # a drafter's top probability is kept to 1/255: two hex digits a position
+_CONFIDENCE_STEPS = 255  # a drafter's top probability is kept to 1/255: two hex digits a position
 # The candidates llama-server's draft-simple sampler keeps before the softmax its `--spec-draft-p-min`
 # reads (`top_k` of `common_speculative_impl_draft_simple`, llama.cpp's common/speculative.cpp).
 DRAFT_SIMPLE_TOP_K = 10
@@ -325,7 +325,7 @@ def _probabilities(texts: tuple[str, ...]) -> tuple[tuple[float, ...], ...] | No
     """Per prompt, the probabilities `confidence_text` kept (None: none kept)."""
     if not texts:
         return None
-    return tuple(tuple(int(text[j:j + 2], 16) / CONFIDENCE_STEPS for j in range(0, len(text), 2)) for text in texts)
+    return tuple(tuple(int(text[j:j + 2], 16) / _CONFIDENCE_STEPS for j in range(0, len(text), 2)) for text in texts)
 
 
 @dataclass(frozen=True)
@@ -361,7 +361,7 @@ class PairAgreement:
 
 def confidence_text(values) -> str:
     """Top probabilities in [0, 1] as `PairAgreement.confidence` keeps them: round(p · 255), two hex digits each."""
-    return "".join(f"{min(CONFIDENCE_STEPS, max(0, round(float(v) * CONFIDENCE_STEPS))):02x}" for v in values)
+    return "".join(f"{min(_CONFIDENCE_STEPS, max(0, round(float(v) * _CONFIDENCE_STEPS))):02x}" for v in values)
 
 
 def _prompt_inside(stream: TargetStream) -> None:
@@ -385,7 +385,7 @@ class AgreementRuns:
     """The agreement sequences of every pair under one sampling mode (`planner.exact.runs`), the
     fingerprint of what they were measured from, and the target's greedy streams they ran on."""
 
-    layout = MEASURED
+    layout = _MEASURED
 
     pairs: tuple[PairAgreement, ...] = spec(omit=NEVER)
     fingerprint: str | None = spec(text, default=None)
@@ -444,10 +444,10 @@ class Profile:
     notes: str | None = None
     meta: Mapping[str, Any] = spec(factory=dict)  # free-form: the user's, never polyplan's
     profiler: ProfilerRecord | None = None
-    loop_overhead: Mapping[ModeKey, LoopCalibration] = spec(factory=dict)
-    engine_overhead: Mapping[str, Mapping[ModeKey, EngineCalibration]] = spec(factory=dict)
+    loop_overhead: Mapping[_ModeKey, LoopCalibration] = spec(factory=dict)
+    engine_overhead: Mapping[str, Mapping[_ModeKey, EngineCalibration]] = spec(factory=dict)
     switch_costs: SwitchCosts | None = None
-    acceptance_runs: Mapping[ModeKey, AgreementRuns] = spec(factory=dict)
+    acceptance_runs: Mapping[_ModeKey, AgreementRuns] = spec(factory=dict)
     source: str = local("profile")  # the path `read_profile` read, for messages; not saved
 
     def model(self, name: str) -> ModelProfile:
@@ -515,11 +515,11 @@ class Profile:
 # --------------------------------------------------------------------------- version 1
 
 # version 1's keys under the profile's `meta` -> their fields (and the timing health under a model's `meta`)
-V1_META_FIELDS = {
+_V1_META_FIELDS = {
     "profiler": "profiler", "loop_overhead": "loop_overhead", "engine_overhead": "engine_overhead",
     "switch_cost": "switch_costs", "acceptance_runs": "acceptance_runs",
 }
-V1_TIMING_KEYS = tuple(field.name for field in fields(TimingHealth))
+_V1_TIMING_KEYS = tuple(field.name for field in fields(TimingHealth))
 
 
 def migrate_v1(payload: dict[str, Any], label: str = "profile") -> dict[str, Any]:
@@ -532,7 +532,7 @@ def migrate_v1(payload: dict[str, Any], label: str = "profile") -> dict[str, Any
     if isinstance(meta, dict):
         meta = dict(meta)
         kinds = get_type_hints(Profile, include_extras=True)
-        for old, new in V1_META_FIELDS.items():
+        for old, new in _V1_META_FIELDS.items():
             if meta.get(old) is None:
                 meta.pop(old, None)  # read as absent before
             elif new != "profiler" or _quietly_valid(ProfilerRecord, meta[old]):
@@ -552,7 +552,7 @@ def _migrated_model(model: Any) -> Any:
     if not isinstance(model, dict) or not isinstance(model.get("meta"), dict):
         return model
     meta = dict(model["meta"])
-    timing = {key: meta[key] for key in V1_TIMING_KEYS if key in meta}
+    timing = {key: meta[key] for key in _V1_TIMING_KEYS if key in meta}
     if not timing or not _quietly_valid(TimingHealth, timing):
         return model  # read leniently before: values of another type were ignored, and stay the user's
     for key in timing:

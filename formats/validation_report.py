@@ -304,25 +304,25 @@ class ValidationReport:
 
 # --------------------------------------------------------------------------- the file
 
-REPORT = FileFormat(kind="report", record=ValidationReport, version_key="report_version", version=REPORT_VERSION,
+_REPORT = FileFormat(kind="report", record=ValidationReport, version_key="report_version", version=REPORT_VERSION,
                     migrations={}, advice="upgrade polyplan or re-run polyplan validate")
 
 
 def encode_report(report: ValidationReport) -> dict[str, Any]:
     """The report.json object of `report` (its layout: docs/validation.md, "The report")."""
-    return encode_file(REPORT, report)
+    return encode_file(_REPORT, report)
 
 
 def decode_report(payload: Any, label: str = "report.json") -> ValidationReport:
     """The `ValidationReport` of a parsed report.json object (errors name `label` and the field)."""
-    return decode_file(REPORT, payload, label)
+    return decode_file(_REPORT, payload, label)
 
 
 def read_report(path: str | os.PathLike[str]) -> ValidationReport:
     """Read and check report.json; `PolyplanError` naming the file and field on any problem."""
-    return read_file(REPORT, path)
+    return read_file(_REPORT, path)
 
 
 def write_report(report: ValidationReport, path: str | os.PathLike[str]) -> None:
     """Write report.json atomically (temporary file in the same folder, then os.replace)."""
-    write_file(REPORT, report, path)
+    write_file(_REPORT, report, path)

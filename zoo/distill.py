@@ -7,10 +7,10 @@ batch), since speculative decoding verifies the drafter on the target's output. 
 the target's full vocabulary; its embeddings and head start from the target's, projected onto their
 top principal directions (`projected_embeddings`), so that a token the short training never shows
 still lands near its neighbours; or, with `--exit-layers K`, it is the target's own first K layers,
-frozen, with a trained norm and reduced head (`exit_student`). It is distilled with the zoo's one
+frozen, with a trained norm and reduced head (`_exit_student`). It is distilled with the zoo's one
 refinement loop (`zoo.refine.refine_drafter`) from the target with its head restricted to the kept
 ids: the best a drafter without the other tokens can do is the target's distribution renormalised
-over the kept ones. The result is a HF folder with the target's tokenizer (`save_reduced`).
+over the kept ones. The result is a HF folder with the target's tokenizer (`_save_reduced`).
 """
 
 from __future__ import annotations
@@ -86,7 +86,7 @@ def distill_drafter(candidates_path: str | Path, out: str | Path, settings: Dist
     `fit_vocab`: a head size larger than the target's vocabulary (the default 8192 on a target of
     2048 tokens, say) becomes the whole vocabulary, with a note on `log`; False (the size was
     chosen, `--vocab`) refuses it in one line instead. `exit_layers` = k: the drafter is the
-    target's own first k layers instead (`exit_student`)."""
+    target's own first k layers instead (`_exit_student`)."""
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     from polyplan.formats.candidates import read_candidates
@@ -107,7 +107,7 @@ def distill_drafter(candidates_path: str | Path, out: str | Path, settings: Dist
     out = Path(out)
     if out.exists():
         raise PolyplanError(f"--out: {out} already exists; choose a new folder")
-    user = None if data is None else user_texts(data)  # a bad file fails before the target loads
+    user = None if data is None else _user_texts(data)  # a bad file fails before the target loads
     folder = source_folder(candidate, f"{candidates.origin}: candidate {candidate.name!r}")
     with hf_progress_bars_off():  # a bad --vocab below is then the only line on stderr
         tokenizer = AutoTokenizer.from_pretrained(folder, local_files_only=True)
@@ -129,7 +129,7 @@ def distill_drafter(candidates_path: str | Path, out: str | Path, settings: Dist
         f"{settings.vocab} kept ids cover {kept_mass:.1%} of the held-out tokens")
     train = corpus.train
     if settings.on_policy_tokens:
-        on_policy = on_policy_stream(target, corpus.train, settings, log, user_prompt_ids(tokenizer, user or [], raw_prompts))
+        on_policy = _on_policy_stream(target, corpus.train, settings, log, _user_prompt_ids(tokenizer, user or [], raw_prompts))
         repeats = max(1, round(corpus.train.numel() / max(1, on_policy.numel())))
         train = torch.cat([corpus.train, on_policy.repeat(repeats)])  # about half the windows on-policy
     torch.manual_seed(settings.seed)  # the initialisers draw from the global generator
@@ -137,7 +137,7 @@ def distill_drafter(candidates_path: str | Path, out: str | Path, settings: Dist
         drafter = restrict_head(_drafter(target, vocab, settings), keep)
         _start_from_target_embeddings(drafter, target, keep)
     else:
-        drafter = exit_student(target, exit_layers, keep)
+        drafter = _exit_student(target, exit_layers, keep)
     refinement = Refinement(
         schedule=Schedule(steps=settings.steps, batch_size=settings.batch_size, learning_rate=settings.learning_rate,
                           warmup_steps=max(1, settings.steps // 10)),
@@ -146,7 +146,7 @@ def distill_drafter(candidates_path: str | Path, out: str | Path, settings: Dist
     metrics = refine_drafter(target, drafter, train, corpus.held_out, refinement, teacher=restrict_head(target, keep),
                              eval_windows_count=settings.eval_windows, seed=settings.seed, log=log)
     with building(out) as work:
-        save_reduced(drafter, work)
+        _save_reduced(drafter, work)
         tokenizer.save_pretrained(work)
         (work / REDUCED_VOCAB_FILE).write_text(json.dumps({
             "kept_ids": keep.tolist(), "target": candidate.name, "settings": asdict(settings),
@@ -173,7 +173,7 @@ class TrainingData:
 
 
 def training_data(tokenizer, settings: DistillSettings, user: list[str] | None = None) -> TrainingData:
-    """The stdlib's code and English prose, and the user's texts (`user_texts`), each split
+    """The stdlib's code and English prose, and the user's texts (`_user_texts`), each split
     19:1 into training and held-out text and encoded with the target's `tokenizer`."""
     from polyplan.models.corpus import read_texts, split_stdlib
     from polyplan.zoo.tokenizer import encode_corpus
@@ -192,7 +192,7 @@ def training_data(tokenizer, settings: DistillSettings, user: list[str] | None =
     return TrainingData(encode(train), encode(held_out))
 
 
-def user_prompt_ids(tokenizer, texts: list[str], raw: bool = False) -> list[list[int]]:
+def _user_prompt_ids(tokenizer, texts: list[str], raw: bool = False) -> list[list[int]]:
     """The user's texts as decoding sends them: through the target's chat template unless
     `raw` or the tokenizer has none (`decoder.chat.encode_prompt`)."""
     from polyplan.decoder.chat import encode_prompt
@@ -200,7 +200,7 @@ def user_prompt_ids(tokenizer, texts: list[str], raw: bool = False) -> list[list
     return [encode_prompt(tokenizer, text, raw=raw, where=f"--data text {index + 1}") for index, text in enumerate(texts)]
 
 
-def user_texts(path: str | Path) -> list[str]:
+def _user_texts(path: str | Path) -> list[str]:
     """The texts of a user's data file: a jsonl of prompts (`turns`, `prompt` or `text`) or
     plain text (blank-line separated), read by the profiler's prompt reader."""
     from polyplan.profiler.prompts import read_prompt_file
@@ -214,7 +214,7 @@ def _held_out_every(texts: list[str], every: int = 20) -> tuple[list[str], list[
     return [text for index, text in enumerate(texts) if index % every != every - 1], held or texts[-1:]
 
 
-def on_policy_stream(target, train: torch.Tensor, settings: DistillSettings, log,
+def _on_policy_stream(target, train: torch.Tensor, settings: DistillSettings, log,
                      prompts: list[list[int]] | None = None) -> torch.Tensor:
     """About `settings.on_policy_tokens` tokens of the target's own greedy text, each piece a
     prompt and its continuation (the loss sees the prompt as context). First the user's
@@ -278,7 +278,7 @@ def _drafter(target, vocab: int, settings: DistillSettings):
     return LlamaForCausalLM(drafter_config).float()
 
 
-def exit_student(target, layers: int, keep: torch.Tensor):
+def _exit_student(target, layers: int, keep: torch.Tensor):
     """The target's first `layers` layers (shared and frozen: the target never changes), then a
     trainable copy of its final norm, then a trainable head over the kept ids (its rows start
     as the target's head rows)."""
@@ -299,7 +299,7 @@ def exit_student(target, layers: int, keep: torch.Tensor):
     return student
 
 
-def save_reduced(model, folder: Path) -> None:
+def _save_reduced(model, folder: Path) -> None:
     """Save a model with a reduced head as a standard HF folder: its config with tied
     embeddings (so no V-row head is written; a V x H zero-padded head would double a gemma
     drafter's size) and its kept head rows in `REDUCED_HEAD_FILE`, which loading restores."""

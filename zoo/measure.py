@@ -1,10 +1,5 @@
 """Side-by-side measurements of a trained family: decode-step latency and a greedy sample.
-
-`decode_step_ms` times what one speculative-decoding draft step costs: an HF forward pass of
-ONE new token against a warm `DynamicCache`, median of many (model load and warm-up never
-timed), the models interleaved step by step. Timings on a shared CPU are noisy, so compare
-the ratios within one run.
-"""
+Timings on a shared CPU are noisy, so compare the ratios within one run."""
 
 from __future__ import annotations
 
@@ -68,12 +63,8 @@ def decode_step_ms(
     return timings
 
 
-def family_variants(folder: Path, early_exit_layers: int) -> dict[str, nn.Module]:
-    """target, target-int8, target-exit<k> and drafter of the family in `folder` (float32, CPU)."""
-    from transformers import AutoModelForCausalLM
-
-    target = AutoModelForCausalLM.from_pretrained(folder / "target", local_files_only=True, dtype=torch.float32).eval()
-    drafter = AutoModelForCausalLM.from_pretrained(folder / "drafter", local_files_only=True, dtype=torch.float32).eval()
+def family_members(target: nn.Module, drafter: nn.Module, early_exit_layers: int) -> dict[str, nn.Module]:
+    """The family's table: target, target-int8, target-exit<k> and drafter."""
     return {
         "target": target,
         "target-int8": quantize_model(target, "int8"),
@@ -82,19 +73,18 @@ def family_variants(folder: Path, early_exit_layers: int) -> dict[str, nn.Module
     }
 
 
-@torch.inference_mode()
-def greedy_sample(model: nn.Module, tokenizer, prompt: str, new_tokens: int) -> str:
-    """The model's greedy continuation of `prompt` (plain HF loop with a cache)."""
-    from transformers import DynamicCache
+def family_variants(folder: Path, early_exit_layers: int) -> dict[str, nn.Module]:
+    """`family_members` of the family in `folder` (float32, CPU)."""
+    from transformers import AutoModelForCausalLM
 
-    from polyplan.decoder.hf import cache_keyword
+    target = AutoModelForCausalLM.from_pretrained(folder / "target", local_files_only=True, dtype=torch.float32).eval()
+    drafter = AutoModelForCausalLM.from_pretrained(folder / "drafter", local_files_only=True, dtype=torch.float32).eval()
+    return family_members(target, drafter, early_exit_layers)
+
+
+def greedy_sample(model: nn.Module, tokenizer, prompt: str, new_tokens: int) -> str:
+    """The model's greedy continuation of `prompt` (`zoo.refine.greedy_continuations`)."""
+    from polyplan.zoo.refine import greedy_continuations
 
     ids = torch.tensor([tokenizer(prompt)["input_ids"]])
-    cache = {cache_keyword(model): DynamicCache(config=model.config)}
-    logits = model(input_ids=ids, use_cache=True, **cache).logits[:, -1]
-    out = []
-    for _ in range(new_tokens):
-        token = logits.argmax(-1, keepdim=True)  # (1, 1)
-        out.append(int(token))
-        logits = model(input_ids=token, use_cache=True, **cache).logits[:, -1]
-    return tokenizer.decode(out)
+    return tokenizer.decode(greedy_continuations(model, ids, new_tokens)[0, ids.shape[1]:].tolist())

@@ -61,15 +61,9 @@ class Refinement:
 
 @dataclass(frozen=True)
 class Recipe:
-    """Everything `polyplan zoo train` needs to reproduce a family from a seed.
-
-    The target is trained on the corpus with an auxiliary loss on its first
-    `early_exit_layers` layers (so its early-exit copy is a useful drafter); the drafter is
-    alongside on the same batches, distilled online from the target (`distill_weight` of KL to
-    the target's next-token distribution, the rest cross-entropy on the corpus). When
-    `drafter_refine` is set, the drafter is then distilled further from the finished, frozen
-    target (`polyplan.zoo.refine`: total variation plus KL, aimed at the acceptance rate).
-    """
+    """Everything `polyplan zoo train` needs to reproduce a family from a seed: the shapes, the
+    schedules and the losses' weights of `zoo.train.train_pair`, and the refinement after it
+    (`drafter_refine`, `zoo.refine`; None: none)."""
 
     name: str
     vocab_size: int

@@ -8,11 +8,11 @@ import numpy as np
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
 from transformers import PreTrainedTokenizerFast
 
-EOS_TOKEN = "<|endoftext|>"
+_EOS_TOKEN = "<|endoftext|>"
 
 
 def train_tokenizer(texts: list[str], vocab_size: int) -> PreTrainedTokenizerFast:
-    """Train a byte-level BPE with `vocab_size` tokens; `EOS_TOKEN` is id 0.
+    """Train a byte-level BPE with `vocab_size` tokens; `_EOS_TOKEN` is id 0.
 
     Byte-level means every string round-trips, so held-out code never meets an unknown token.
     Training `tokenizers` BPE is deterministic for a fixed input order.
@@ -22,16 +22,16 @@ def train_tokenizer(texts: list[str], vocab_size: int) -> PreTrainedTokenizerFas
     core.decoder = decoders.ByteLevel()
     trainer = trainers.BpeTrainer(
         vocab_size=vocab_size,
-        special_tokens=[EOS_TOKEN],
+        special_tokens=[_EOS_TOKEN],
         initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
         show_progress=False,
     )
     core.train_from_iterator(texts, trainer=trainer)
     return PreTrainedTokenizerFast(
         tokenizer_object=core,
-        eos_token=EOS_TOKEN,
-        bos_token=EOS_TOKEN,
-        pad_token=EOS_TOKEN,
+        eos_token=_EOS_TOKEN,
+        bos_token=_EOS_TOKEN,
+        pad_token=_EOS_TOKEN,
         unk_token=None,
         model_max_length=1_000_000,
     )

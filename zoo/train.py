@@ -1,9 +1,7 @@
 """Training the zoo family: target with an early-exit auxiliary loss, then a distilled drafter.
 
-`train_family(recipe, out, seed)` runs the whole recipe and writes the family into `out`
-(one HF folder per trained model plus `family.json` with the measured numbers). It works in a
-temporary sibling folder and renames it at the very end, so a killed run never leaves a
-folder that looks complete.
+`train_family(recipe, out, seed)` runs the whole recipe and writes the family into `out` (one HF
+folder per trained model plus `family.json` with the measured numbers), through `building`.
 """
 
 from __future__ import annotations
@@ -22,10 +20,10 @@ import torch.nn.functional as F
 from torch import nn
 from transformers import AutoTokenizer, LlamaForCausalLM, PreTrainedTokenizerFast
 
-from polyplan.models.derive import early_exit_model, quantize_model
 from polyplan.formats.errors import PolyplanError
 from polyplan.models.builtin import FAMILY_FILE
 from polyplan.models.corpus import read_texts, split_stdlib
+from polyplan.zoo.measure import family_members
 from polyplan.zoo.optim import adamw, eval_windows, learning_rate, optimizer_step, random_windows
 from polyplan.zoo.recipe import Recipe, Refinement
 from polyplan.zoo.refine import RefineMetrics, refine_drafter
@@ -123,18 +121,18 @@ def validation_loss(model: nn.Module, windows: torch.Tensor, batch_size: int = 8
 
 
 @torch.inference_mode()
-def greedy_tokens(model: nn.Module, windows: torch.Tensor, batch_size: int = 8) -> torch.Tensor:
+def _greedy_tokens(model: nn.Module, windows: torch.Tensor, batch_size: int = 8) -> torch.Tensor:
     """The argmax next token at every position of `windows` (count, L + 1): shape (count, L)."""
     return torch.cat([model(chunk[:, :-1]).logits.argmax(-1) for chunk in windows.split(batch_size)])
 
 
 @torch.inference_mode()
-def agreement_with(reference: torch.Tensor, other: nn.Module, windows: torch.Tensor, batch_size: int = 8) -> float:
+def _agreement_with(reference: torch.Tensor, other: nn.Module, windows: torch.Tensor, batch_size: int = 8) -> float:
     """Fraction of positions where `other`'s argmax equals the `reference` tokens (count, L)."""
-    return float((greedy_tokens(other, windows, batch_size) == reference).float().mean())
+    return float((_greedy_tokens(other, windows, batch_size) == reference).float().mean())
 
 
-def round_trip_half(model: nn.Module) -> nn.Module:
+def _round_trip_half(model: nn.Module) -> nn.Module:
     """Round the weights through float16, as they are shipped, so numbers match the files."""
     with torch.no_grad():
         for parameter in model.parameters():
@@ -145,11 +143,11 @@ def round_trip_half(model: nn.Module) -> nn.Module:
 def save_model(model: LlamaForCausalLM, tokenizer: PreTrainedTokenizerFast, folder: Path) -> None:
     """A new HF folder: float16 weights, config and tokenizer."""
     folder.mkdir(parents=True)
-    save_weights(model, folder)
+    _save_weights(model, folder)
     save_tokenizer(tokenizer, folder)
 
 
-def save_weights(model: LlamaForCausalLM, folder: Path) -> None:
+def _save_weights(model: LlamaForCausalLM, folder: Path) -> None:
     """The model's config and float16 weights into `folder` (the model stays float32)."""
     model.to(torch.float16).save_pretrained(str(folder), safe_serialization=True)
     model.to(torch.float32)
@@ -181,7 +179,7 @@ def train_family(recipe: Recipe, out: Path, seed: int = 0, log: Log = print) -> 
             seed,
             log,
         )
-        round_trip_half(target)
+        _round_trip_half(target)
         clock["training"] = time.perf_counter() - started
         windows = eval_windows(validation, recipe.seq_len, recipe.eval_batches * 8)
         refined = None
@@ -189,21 +187,16 @@ def train_family(recipe: Recipe, out: Path, seed: int = 0, log: Log = print) -> 
             refined = refine_drafter(target, drafter, train, validation, recipe.drafter_refine,
                                      eval_windows_count=windows.shape[0], seed=seed, log=log)
             clock["refine"] = refined.seconds
-        round_trip_half(drafter)
+        _round_trip_half(drafter)
         save_model(target, tokenizer, work / TARGET)
         save_model(drafter, tokenizer, work / DRAFTER)
 
         started = time.perf_counter()
-        variants = {
-            TARGET: target,
-            "target-int8": quantize_model(target, "int8"),
-            f"target-exit{recipe.early_exit_layers}": early_exit_model(target, recipe.early_exit_layers),
-            DRAFTER: drafter,
-        }
+        variants = family_members(target, drafter, recipe.early_exit_layers)
         losses = {name: validation_loss(model, windows) for name, model in variants.items()}
-        reference = greedy_tokens(target, windows)
+        reference = _greedy_tokens(target, windows)
         agreement = {
-            name: agreement_with(reference, model, windows)
+            name: _agreement_with(reference, model, windows)
             for name, model in variants.items() if name != TARGET
         }
         clock["evaluation"] = time.perf_counter() - started
@@ -231,8 +224,7 @@ def refine_family(family: Path, out: Path, refinement: Refinement, *, seed: int 
 
     `out` (which must not exist) gets a copy of the family with the refined drafter, and a
     `family.json` whose recipe records the refinement and whose report holds the
-    drafter's new held-out numbers. Like training, it works in a hidden sibling folder and
-    renames it at the very end, so a killed run never leaves a folder that looks complete.
+    drafter's new held-out numbers. Like training, it writes through `building`.
     """
     family, out = Path(family), Path(out)
     meta_path = family / FAMILY_FILE
@@ -251,12 +243,12 @@ def refine_family(family: Path, out: Path, refinement: Refinement, *, seed: int 
         windows = eval_windows(validation, recipe["seq_len"], payload["eval_windows"]["count"])
         metrics = refine_drafter(target, drafter, train, validation, refinement,
                                  eval_windows_count=payload["eval_windows"]["count"], seed=seed, log=log)
-        round_trip_half(drafter)
-        save_weights(drafter, work / DRAFTER)  # the tokenizer files stay the copied ones
+        _round_trip_half(drafter)
+        _save_weights(drafter, work / DRAFTER)  # the tokenizer files stay the copied ones
         report = payload["report"]
         report["validation_loss"][DRAFTER] = validation_loss(drafter, windows)
         # on the same 256-token windows as every other variant of the table
-        report["greedy_agreement_with_target"][DRAFTER] = agreement_with(greedy_tokens(target, windows), drafter, windows)
+        report["greedy_agreement_with_target"][DRAFTER] = _agreement_with(_greedy_tokens(target, windows), drafter, windows)
         report["wall_seconds"]["refine"] = metrics.seconds
         report["refine"] = asdict(metrics)
         recipe["drafter_refine"] = asdict(refinement)
