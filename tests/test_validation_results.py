@@ -160,7 +160,7 @@ def test_speedups_are_paired_per_repeat_and_a_lossy_chain_gets_none(plan):
     assert result.measured.speedup.samples == pytest.approx((2.5, 2.5, 2.5)) and result.measured.speedup.std == pytest.approx(0.0)
     assert result.measured.greedy_equal is True and result.measured_speedup == pytest.approx(2.5)
     assert result.exact_error == pytest.approx(result.predicted.exact / 2.5 - 1)
-    assert result.levels[0].forwards_per_token == pytest.approx(0.5) and result.levels[0].mu == 2.0
+    assert result.levels[0].forwards_per_token.measured == pytest.approx(0.5) and result.levels[0].tokens_per_verification.mu == 2.0
     # acceptance as engines report it: 4 tokens per 2 target passes; 6 runs x 4 drafted, 2 accepted
     assert result.tokens_per_target_pass == pytest.approx(2.0)
     assert (result.levels[0].tokens_drafted, result.levels[0].tokens_accepted) == (24, 12)

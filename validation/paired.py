@@ -23,9 +23,9 @@ import numpy as np
 
 from polyplan.planner.intervals.prediction_interval import SpeedupInterval
 
-PAIRED_RESAMPLES = 1000
-PAIRED_LEVEL = 0.95
-PAIRED_SEED = 0
+_PAIRED_RESAMPLES = 1000
+_PAIRED_LEVEL = 0.95
+_PAIRED_SEED = 0
 
 
 @dataclass(frozen=True)
@@ -51,9 +51,9 @@ def paired_speedup(
     chain_s: np.ndarray,
     base_s: np.ndarray,
     *,
-    resamples: int = PAIRED_RESAMPLES,
-    level: float = PAIRED_LEVEL,
-    seed: int = PAIRED_SEED,
+    resamples: int = _PAIRED_RESAMPLES,
+    level: float = _PAIRED_LEVEL,
+    seed: int = _PAIRED_SEED,
 ) -> PairedSpeedup:
     """The paired speedup of a chain over target-only decoding and its CI.
 

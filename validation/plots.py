@@ -100,16 +100,18 @@ def _plot_phi(validation: Validation, path: Path) -> None:
     figure = agg_figure(6.4, 5.6)
     axes = figure.add_subplot()
     points = [(level, chain) for chain in validation.chains if chain.lossless and len(chain.chain) > 1 for level in chain.levels]
-    values = [v for level, _ in points for v in (level.forwards_per_token, level.paper_phi_per_token, level.predicted_forwards_per_token)]
+    values = [v for level, _ in points for v in (level.forwards_per_token.measured, level.forwards_per_token.paper,
+                                                 level.forwards_per_token.exact)]
     positive = [v for v in values if v > 0] or [1.0]
     low, high = min(positive) / 1.5, max(positive) * 1.5
     axes.set_xscale("log")
     axes.set_yscale("log")
     _identity(axes, low, high)
     for level, chain in points:
-        axes.plot(level.forwards_per_token, level.paper_phi_per_token, "^", color="tab:orange")
-        axes.plot(level.forwards_per_token, level.predicted_forwards_per_token, "o", color="tab:blue", markersize=4)
-        axes.annotate(level.model, (level.forwards_per_token, level.paper_phi_per_token), textcoords="offset points",
+        forwards = level.forwards_per_token
+        axes.plot(forwards.measured, forwards.paper, "^", color="tab:orange")
+        axes.plot(forwards.measured, forwards.exact, "o", color="tab:blue", markersize=4)
+        axes.annotate(level.model, (forwards.measured, forwards.paper), textcoords="offset points",
                       xytext=(4, 3), fontsize=6)
     axes.plot([], [], "^", color="tab:orange", label="paper φ_i / N (Lemma 3.1)")
     axes.plot([], [], "o", color="tab:blue", label="exact model")

@@ -16,17 +16,13 @@ from polyplan.formats.errors import PolyplanError
 from polyplan.formats.atomic import write_text_atomically
 from polyplan.formats.plan import blocks_text
 from polyplan.formats.validation_report import (
-    AcceptedFraction,
     CategoryEntry,
     ChainCategoryRows,
-    ForwardsPerToken,
     MeasuredExact,
     MeasuredInterval,
     PredictedSpeedup,
     ReportChain,
-    ReportLevel,
     SpeedupErrors,
-    TokensPerVerification,
     ValidationReport,
     encode_report,
 )
@@ -39,7 +35,6 @@ from polyplan.validation.results import (
     ROLE_TARGET_ONLY,
     ROLE_TWO_MODEL,
     ChainResult,
-    LevelResult,
     Validation,
 )
 
@@ -183,14 +178,18 @@ def _number(value: float | None) -> str:
 def _level_table(chain: ChainResult) -> list[str]:
     columns = ("model", "φ/N measured", "φ/N exact", "φ/N paper", "ms/token measured", "ms/token exact", "μ ± σ measured", "μ exact",
                "E[L] paper", "accepted/drafted measured", "accepted/drafted exact", "α")
-    lines = _table(columns, [
-        (level.model, f"{level.forwards_per_token:.3f}", f"{level.predicted_forwards_per_token:.3f}", f"{level.paper_phi_per_token:.3f}",
-         f"{level.seconds_per_token * 1e3:.3f}", f"{level.predicted_seconds_per_token * 1e3:.3f}",
-         "-" if level.mu is None else f"{level.mu:.2f} ± {level.sigma:.2f}",
-         "-" if level.predicted_mu is None else f"{level.predicted_mu:.2f}", "-" if level.paper_mu is None else f"{level.paper_mu:.2f}",
-         _number(level.accepted_fraction), _number(level.predicted_accepted_fraction), _number(level.alpha))
-        for level in chain.levels
-    ])
+    rows = []
+    for level in chain.levels:
+        forwards, seconds = level.forwards_per_token, level.seconds_per_token
+        verifications, fraction = level.tokens_per_verification, level.accepted_fraction
+        rows.append((
+            level.model, f"{forwards.measured:.3f}", f"{forwards.exact:.3f}", f"{forwards.paper:.3f}",
+            f"{seconds.measured * 1e3:.3f}", f"{seconds.exact * 1e3:.3f}",
+            *(("-", "-", "-") if verifications is None else (f"{verifications.mu:.2f} ± {verifications.sigma:.2f}",
+                                                            f"{verifications.exact:.2f}", f"{verifications.paper:.2f}")),
+            *(("-", "-", "-") if fraction is None else (_number(fraction.measured), _number(fraction.exact), _number(fraction.alpha))),
+        ))
+    lines = _table(columns, rows)
     lines.append(f"| (decoding loop) | | | | {chain.measured.loop_seconds_per_token * 1e3:.3f} | "
                  f"{chain.predicted.loop_seconds_per_token * 1e3:.3f} | | | | | | |")
     return lines
@@ -204,18 +203,18 @@ def _limit_lines(validation: Validation) -> list[str]:
     base = next((chain for chain in validation.chains if len(chain.chain) == 1), None)
     if base is None:
         return []
-    step = base.levels[0].seconds_per_token  # one target-only forward per token
+    step = base.levels[0].seconds_per_token.measured  # one target-only forward per token
     rows = []
     for chain in validation.chains:
         if len(chain.chain) == 1 or not chain.lossless:
             continue
-        target = chain.levels[0]
-        per_pass = target.seconds_per_token / target.forwards_per_token
-        drafters = sum(level.seconds_per_token for level in chain.levels[1:])
-        rest = target.seconds_per_token + chain.measured.loop_seconds_per_token
+        target, passes = chain.levels[0].seconds_per_token.measured, chain.levels[0].forwards_per_token.measured
+        per_pass = target / passes
+        drafters = sum(level.seconds_per_token.measured for level in chain.levels[1:])
+        rest = target + chain.measured.loop_seconds_per_token
         bound = f"{base.measured.seconds_per_token / rest:.2f}x" if rest > 0 else "-"
-        rows.append((chain.label(), f"{1 / target.forwards_per_token:.2f}", f"{per_pass / step:.2f}x",
-                     f"{target.seconds_per_token * 1e3:.3f}", f"{drafters * 1e3:.3f}", f"{chain.measured.loop_seconds_per_token * 1e3:.3f}",
+        rows.append((chain.label(), f"{1 / passes:.2f}", f"{per_pass / step:.2f}x",
+                     f"{target * 1e3:.3f}", f"{drafters * 1e3:.3f}", f"{chain.measured.loop_seconds_per_token * 1e3:.3f}",
                      f"{chain.measured_speedup:.2f}x", bound))
     columns = ("chain", "tokens per target pass", "target pass / target-only step", "target ms/token", "drafters ms/token",
                "loop ms/token", "measured speedup", "with free drafters")
@@ -371,7 +370,7 @@ def _chain_record(chain: ChainResult) -> ReportChain:
         seconds_per_token=measured.seconds_per_token,
         loop_seconds_per_token=MeasuredExact(measured.loop_seconds_per_token, predicted.loop_seconds_per_token),
         first_difference=measured.first_difference,
-        levels=tuple(_level_record(level) for level in chain.levels),
+        levels=chain.levels,
         tokens_per_target_pass=chain.tokens_per_target_pass,
         predicted_interval=predicted.interval,
         measured_ci=None if paired is None or not lossless else MeasuredInterval(paired.low, paired.high, paired.level, _CI_METHOD),
@@ -384,19 +383,4 @@ def _chain_record(chain: ChainResult) -> ReportChain:
         checked_speedup=predicted.checked,
         checked_interval=predicted.checked_interval,
         draft_policy=chain.draft_policy,
-    )
-
-
-def _level_record(level: LevelResult) -> ReportLevel:
-    return ReportLevel(
-        model=level.model,
-        forwards_per_token=ForwardsPerToken(level.forwards_per_token, level.predicted_forwards_per_token, level.paper_phi_per_token),
-        seconds_per_token=MeasuredExact(level.seconds_per_token, level.predicted_seconds_per_token),
-        tokens_per_verification=None if level.mu is None
-        else TokensPerVerification(level.mu, level.sigma, level.predicted_mu, level.paper_mu),
-        accepted_fraction=None if level.alpha is None
-        else AcceptedFraction(level.accepted_fraction, level.predicted_accepted_fraction, level.alpha),
-        tokens_drafted=level.tokens_drafted,
-        tokens_accepted=level.tokens_accepted,
-        seconds_per_pass=level.seconds_per_pass,
     )

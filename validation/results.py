@@ -21,8 +21,8 @@ import numpy as np
 from polyplan.formats.plan import DraftPolicy, PlannedChain, blocks_text
 from polyplan.decoder.result import PassTally
 from polyplan.formats.validation_report import (
-    Check, CostSplit, ErrorSources, HeadlinePrediction, OverTwoModel, PassSeconds, PromptRecord, ReportHeadline, ReportSettings,
-    SpeedupRatio,
+    AcceptedFraction, Check, CostSplit, ErrorSources, ForwardsPerToken, HeadlinePrediction, MeasuredExact, OverTwoModel, PassSeconds,
+    PromptRecord, ReportHeadline, ReportLevel, ReportSettings, SpeedupRatio, TokensPerVerification,
 )
 from polyplan.validation.cost_split import LevelCosts, Price, cost_split, mean_width, merged_tallies, profile_seconds_per_pass
 from polyplan.validation.paired import PairedSpeedup, paired_speedup, ratio_interval
@@ -83,34 +83,6 @@ class Repeated:
     def stderr(self) -> float | None:
         std = self.std
         return None if std is None else std / math.sqrt(len(self.samples))
-
-
-@dataclass(frozen=True)
-class LevelResult:
-    """One model of a validated chain: measured next to both models' predictions."""
-
-    model: str
-    forwards_per_token: float  # measured φ_i / N
-    predicted_forwards_per_token: float  # exact model
-    paper_phi_per_token: float  # Lemma 3.1
-    seconds_per_token: float  # measured time inside this model's forward passes per token
-    predicted_seconds_per_token: float  # exact model
-    mu: float | None  # tokens per verification at this level (None: it verifies nothing)
-    sigma: float | None
-    predicted_mu: float | None  # exact model
-    paper_mu: float | None  # Lemma 3.1's E[L_i]
-    accepted_fraction: float | None  # drafted tokens accepted / drafted tokens verified at this level
-    predicted_accepted_fraction: float | None  # exact model: E[min(A, m)] / E[m]
-    alpha: float | None  # α_{i,i+1} the plan used (per-token acceptance under i.i.d. draws)
-    tokens_drafted: int = 0  # drafted tokens this level verified, over every run (0: it verifies nothing)
-    tokens_accepted: int = 0  # of those, the accepted ones
-    seconds_per_pass: PassSeconds | None = None  # inside the chain, against the plan's and the profile's (None: no pass)
-
-    @property
-    def costs(self) -> LevelCosts:
-        """Its factors of the chain's time per token (`validation.cost_split`)."""
-        return LevelCosts.per_token(self.forwards_per_token, self.seconds_per_token, self.predicted_forwards_per_token,
-                                    self.predicted_seconds_per_token)
 
 
 @dataclass(frozen=True)
@@ -193,7 +165,7 @@ class ChainResult:
     block_sizes: tuple[int, ...]
     roles: tuple[str, ...]
     rank: int
-    levels: tuple[LevelResult, ...]
+    levels: tuple[ReportLevel, ...]  # measured next to both models' predictions, as report.json keeps them
     measured: MeasuredChain
     predicted: ChainPredictions
     draft_policy: DraftPolicy | None = None  # the last level's draft lengths (None: a fixed K)
@@ -214,7 +186,7 @@ class ChainResult:
     @property
     def tokens_per_target_pass(self) -> float:
         """Emitted tokens per forward pass of the target (Spec-Bench's mean accepted tokens)."""
-        return 1.0 / self.levels[0].forwards_per_token
+        return 1.0 / self.levels[0].forwards_per_token.measured
 
     def error_of(self, predicted: float | None) -> float | None:
         """(predicted − measured) / measured; None for a lossy chain or without a prediction."""
@@ -267,7 +239,7 @@ class ChainResult:
         if self.measured_speedup is None or len(self.chain) == 1 or predicted.baseline_seconds_per_token is None:
             return None
         return cost_split(
-            [level.costs for level in self.levels], loop=measured.loop_seconds_per_token,
+            [_level_costs(level) for level in self.levels], loop=measured.loop_seconds_per_token,
             predicted_loop=predicted.loop_seconds_per_token, baseline=measured.baseline_seconds_per_token,
             predicted_baseline=predicted.baseline_seconds_per_token, predicted_speedup=predicted.exact,
             measured_speedup=self.measured_speedup,
@@ -279,7 +251,7 @@ class ChainResult:
         measured, predicted = self.measured_speedup, self.predicted
         if measured is None or len(self.chain) == 1:
             return None
-        level, paired = self.levels[0], self.measured.paired
+        verifications, paired = self.levels[0].tokens_per_verification, self.measured.paired
         retimed, reaccepted = predicted.retimed, predicted.reaccepted
         return ErrorSources(
             total=predicted.exact / measured - 1.0,
@@ -287,12 +259,19 @@ class ChainResult:
             after_latency=None if retimed is None else retimed / measured - 1.0,
             acceptance=retimed / reaccepted - 1.0 if retimed is not None and reaccepted is not None else None,
             residual=reaccepted / measured - 1.0 if reaccepted is not None else None,
-            tokens_per_pass=level.predicted_mu / level.mu - 1.0 if level.mu and level.predicted_mu else None,
+            tokens_per_pass=verifications.exact / verifications.mu - 1.0
+            if verifications is not None and verifications.mu and verifications.exact else None,
             noise=0.0 if paired is None else (paired.high - paired.low) / 2 / measured,
         )
 
     def label(self) -> str:
         return " > ".join(self.chain)
+
+
+def _level_costs(level: ReportLevel) -> LevelCosts:
+    """A member's factors of the chain's time per token (`validation.cost_split`)."""
+    forwards, seconds = level.forwards_per_token, level.seconds_per_token
+    return LevelCosts.per_token(forwards.measured, seconds.measured, forwards.exact, seconds.exact)
 
 
 def _speedup_text(speedup: float, interval: tuple[float, float] | None) -> str:
@@ -373,7 +352,7 @@ def summarise_chain(
     decode = sum(run.decode_s for run in runs)
     inside = sum(sum(run.forward_seconds) for run in runs)
     base_total = sum(base[(run.repeat, run.prompt)].decode_s + base[(run.repeat, run.prompt)].prefill_s for run in runs)
-    levels = []
+    levels, exact, paper = [], planned.exact, planned.paper
     for i, model in enumerate(planned.chain):
         verifies = i < len(planned.chain) - 1
         mu, sigma = _pooled([run.tokens_per_verification[i] for run in runs]) if verifies else (None, None)
@@ -381,31 +360,28 @@ def summarise_chain(
         passes = sum(run.forward_passes[i] for run in runs)
         tallies = merged_tallies([run.passes[i] for run in runs if run.passes])
         timed = sum(run.forward_seconds[i] for run in runs)
+        alpha = exact.acceptances[i] if verifies else None
         levels.append(
-            LevelResult(
+            ReportLevel(
                 model=model,
-                forwards_per_token=passes / tokens,
-                predicted_forwards_per_token=planned.exact.forwards_per_token[i],
-                paper_phi_per_token=planned.paper.phi_per_token[i],
-                seconds_per_token=timed / tokens,
-                predicted_seconds_per_token=planned.exact.time_per_token_s[i],
-                mu=mu,
-                sigma=sigma,
-                predicted_mu=planned.exact.tokens_per_verification[i] if verifies else None,
-                paper_mu=planned.paper.mean_lengths[i] if verifies else None,
-                accepted_fraction=accepted / proposed if verifies and proposed else None,
-                predicted_accepted_fraction=(planned.exact.tokens_per_verification[i] - 1.0) / planned.exact.drafted_per_verification[i]
-                if verifies and planned.exact.drafted_per_verification[i] > 0
-                else None,
-                alpha=planned.exact.acceptances[i] if verifies else None,
+                forwards_per_token=ForwardsPerToken(passes / tokens, exact.forwards_per_token[i], paper.phi_per_token[i]),
+                seconds_per_token=MeasuredExact(timed / tokens, exact.time_per_token_s[i]),
+                tokens_per_verification=None if mu is None
+                else TokensPerVerification(mu, sigma, exact.tokens_per_verification[i], paper.mean_lengths[i]),
+                accepted_fraction=None if alpha is None else AcceptedFraction(
+                    accepted / proposed if proposed else None,
+                    (exact.tokens_per_verification[i] - 1.0) / exact.drafted_per_verification[i]  # E[min(A, m)] / E[m]
+                    if exact.drafted_per_verification[i] > 0 else None,
+                    alpha,
+                ),
                 tokens_drafted=proposed,
                 tokens_accepted=accepted,
                 seconds_per_pass=PassSeconds(
                     measured=timed / passes,
-                    exact=planned.exact.time_per_token_s[i] / planned.exact.forwards_per_token[i],
+                    exact=exact.time_per_token_s[i] / exact.forwards_per_token[i],
                     profile=profile_seconds_per_pass(model, tallies, price) if price is not None else None,
                     mean_width=mean_width(tallies) or 0.0,
-                ) if passes and planned.exact.forwards_per_token[i] > 0 else None,
+                ) if passes and exact.forwards_per_token[i] > 0 else None,
             )
         )
     measured = MeasuredChain(

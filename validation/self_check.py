@@ -45,32 +45,32 @@ from polyplan.validation.cost_split import LevelCosts
 from polyplan.validation.cost_split import composition as cost_composition
 from polyplan.validation.results import ROLE_TARGET_ONLY, ChainSpec, RunRecord
 
-CHECK_TOP = 2  # chains checked besides the recommended one (the plan's next best)
-CHECK_PROMPTS = 4  # profiling prompts run (the built-in set alternates kinds: one of each)
-CHECK_TOKENS = 64  # tokens per prompt and chain
-CHECK_REPEATS = 1
-CHECK_BUDGET_SHARE = 0.10  # of the profile's measuring time
+_CHECK_TOP = 2  # chains checked besides the recommended one (the plan's next best)
+_CHECK_PROMPTS = 4  # profiling prompts run (the built-in set alternates kinds: one of each)
+_CHECK_TOKENS = 64  # tokens per prompt and chain
+_CHECK_REPEATS = 1
+_CHECK_BUDGET_SHARE = 0.10  # of the profile's measuring time
 # sizes tried, largest first, until the plan's own predictions say the run fits the budget; never
-# fewer than CHECK_PROMPTS prompts: a bootstrap over 2 or 3 prompts reads C's spread as next to
+# fewer than _CHECK_PROMPTS prompts: a bootstrap over 2 or 3 prompts reads C's spread as next to
 # none (docs/cost-model.md); a budget too small for the smallest is exceeded, and the output says so
-CHECK_SIZES = ((CHECK_PROMPTS, CHECK_TOKENS), (CHECK_PROMPTS, 48), (CHECK_PROMPTS, 32))
-WARMUP_TOKENS = 8
-RESAMPLES = 500
-LEVEL = 0.95
+CHECK_SIZES = ((_CHECK_PROMPTS, _CHECK_TOKENS), (_CHECK_PROMPTS, 48), (_CHECK_PROMPTS, 32))
+_WARMUP_TOKENS = 8
+_RESAMPLES = 500
+_LEVEL = 0.95
 
 
 def check_budget(profile: Profile | None) -> float | None:
-    """The seconds the self-check may take: `CHECK_BUDGET_SHARE` of the profile's measuring time
+    """The seconds the self-check may take: `_CHECK_BUDGET_SHARE` of the profile's measuring time
     (None when the profile does not record it: a profile from before it was)."""
     seconds = profile.profiler.seconds if profile is not None and profile.profiler is not None else None
-    return None if seconds is None else CHECK_BUDGET_SHARE * seconds
+    return None if seconds is None else _CHECK_BUDGET_SHARE * seconds
 
 
 def estimated_seconds(specs: Sequence[ChainSpec], prompts: int, new_tokens: int, repeats: int) -> float:
     """What the check's run takes by the plan's own exact model: every chain (target-only
     included) decodes warm-up + `new_tokens` tokens on each prompt, `repeats` times."""
     per_token = sum(_seconds_per_token(spec.planned) for spec in specs)
-    return repeats * prompts * (new_tokens + WARMUP_TOKENS) * per_token
+    return repeats * prompts * (new_tokens + _WARMUP_TOKENS) * per_token
 
 
 def _seconds_per_token(planned: PlannedChain) -> float:
@@ -80,7 +80,7 @@ def _seconds_per_token(planned: PlannedChain) -> float:
     return sum(exact.time_per_token_s) + exact.overhead_per_token_s
 
 
-def check_size(specs: Sequence[ChainSpec], budget_s: float | None, repeats: int = CHECK_REPEATS) -> tuple[int, int, float]:
+def check_size(specs: Sequence[ChainSpec], budget_s: float | None, repeats: int = _CHECK_REPEATS) -> tuple[int, int, float]:
     """(prompts, tokens, estimated seconds): the largest of `CHECK_SIZES` whose estimate fits
     `budget_s` (the smallest when none does: a check too short to fit C is no check; None: no
     budget, the largest)."""
@@ -127,10 +127,10 @@ def composition_interval(fit: Callable[[Sequence[RunRecord], Sequence[RunRecord]
     if len(prompts) < 2:
         return point, point, point
     draws = []
-    for _ in range(RESAMPLES):
+    for _ in range(_RESAMPLES):
         picked = rng.choice(prompts, size=len(prompts), replace=True)
         draws.append(fit([r for p in picked for r in mine[p]], [r for p in picked for r in theirs[p]]))
-    tail = (1.0 - LEVEL) / 2 * 100
+    tail = (1.0 - _LEVEL) / 2 * 100
     low, high = np.percentile(draws, [tail, 100 - tail])
     return point, float(min(low, point)), float(max(high, point))
 
@@ -161,7 +161,7 @@ def combined(point: float, exact: tuple[float, float] | None, term: tuple[float,
     return point * math.exp(-below), point * math.exp(above)
 
 
-def checked(planned: PlannedChain, term: tuple[float, float, float], measured: float | None, pooled: bool) -> PlannedChain:
+def _checked(planned: PlannedChain, term: tuple[float, float, float], measured: float | None, pooled: bool) -> PlannedChain:
     """`planned` with its check: exact / C, the exact intervals (a new prompt set's, the workload's)
     widened by C's interval (`combined`)."""
     c = term[0]
@@ -179,9 +179,9 @@ def self_check(
     members: Mapping[str, ChainMember],
     prompts: Sequence[EncodedPrompt],
     *,
-    top: int = CHECK_TOP,
+    top: int = _CHECK_TOP,
     budget_s: float | None = None,
-    repeats: int = CHECK_REPEATS,
+    repeats: int = _CHECK_REPEATS,
     seed: int = 0,
     profile: Profile | None = None,
 ) -> SelfCheck:
@@ -196,7 +196,7 @@ def self_check(
     count, new_tokens, estimate = check_size(specs, budget_s, repeats)
     fitted = fit_prompts(list(prompts)[:count], context_limit(members, specs), reserve_for(specs, new_tokens),
                          truncate=True, source="the profiling prompts").prompts
-    settings = ValidationSettings(new_tokens=new_tokens, repeats=repeats, top=top, seed=seed, warmup_tokens=WARMUP_TOKENS)
+    settings = ValidationSettings(new_tokens=new_tokens, repeats=repeats, top=top, seed=seed, warmup_tokens=_WARMUP_TOKENS)
     records, _ = measure_chains(specs, members, [p.ids for p in fitted], settings, sampling_of(plan.sampling))
     prices = None if profile is None else prompt_prices(plan, profile, [spec.planned for spec in specs], [p.ids for p in fitted],
                                                         new_tokens)
@@ -235,19 +235,19 @@ def _checked_plan(plan: PlanFile, terms, specs: Sequence[ChainSpec], record: Sel
     ranked = []
     for planned in plan.alternatives:
         if len(planned.chain) == 1:
-            ranked.append(checked(planned, (1.0, 1.0, 1.0), 1.0, False))
+            ranked.append(_checked(planned, (1.0, 1.0, 1.0), 1.0, False))
         elif planned.chain in terms:
             term, measured = terms[planned.chain]
-            ranked.append(checked(planned, term, measured, False))
+            ranked.append(_checked(planned, term, measured, False))
         else:
-            ranked.append(checked(planned, pooled_term(planned.chain, terms), None, True))
+            ranked.append(_checked(planned, pooled_term(planned.chain, terms), None, True))
     ranked.sort(key=lambda chain: -chain.predicted_speedup)  # stable: ties keep the model's order
     record = replace(record, checked=tuple(spec.planned.chain for spec in specs if len(spec.planned.chain) > 1))
     new_plan = replace(plan, alternatives=tuple(ranked), self_check=record)
-    return SelfCheck(new_plan, record, tuple(check_lines(plan, new_plan, record)))
+    return SelfCheck(new_plan, record, tuple(_check_lines(plan, new_plan, record)))
 
 
-def check_lines(before: PlanFile, after: PlanFile, record: SelfCheckRecord) -> list[str]:
+def _check_lines(before: PlanFile, after: PlanFile, record: SelfCheckRecord) -> list[str]:
     """What recommend prints of the self-check."""
     priced = ("each prompt priced by the exact model on its own acceptance and context" if record.priced == PRICED_BY_PROMPT
               else "priced by the plan's seconds per pass, acceptance as measured")
@@ -282,7 +282,7 @@ def _budget_text(record: SelfCheckRecord) -> str:
         return ""
     estimate = "" if record.estimated_s is None else f"; estimated {record.estimated_s:.1f} s"
     over = ", OVER it" if record.seconds > record.budget_s else ""
-    return f" of a {record.budget_s:.1f} s budget{over} ({CHECK_BUDGET_SHARE:.0%} of the profile's measuring time{estimate})"
+    return f" of a {record.budget_s:.1f} s budget{over} ({_CHECK_BUDGET_SHARE:.0%} of the profile's measuring time{estimate})"
 
 
 def skipped_plan(plan: PlanFile, reason: str) -> PlanFile:
