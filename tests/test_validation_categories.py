@@ -14,7 +14,7 @@ def test_rows_are_ratios_of_totals_per_kind_then_all():
         PromptRun("writing", chain_s=3.0, target_only_s=5.0, tokens=30, target_passes=5),
     ]
     rows = category_rows(runs)
-    assert [row.kind for row in rows] == ["writing", "math", ALL]
+    assert [row.category for row in rows] == ["writing", "math", ALL]
     writing, math_row, total = rows
     assert writing.runs == 2 and math.isclose(writing.speedup, 8.0 / 4.0) and math.isclose(writing.tokens_per_target_pass, 60 / 15)
     assert math.isclose(math_row.speedup, 1.0) and math.isclose(math_row.tokens_per_target_pass, 1.0)

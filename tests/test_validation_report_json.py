@@ -6,7 +6,6 @@ polyplan writes for the same result the same bytes, whoever builds the JSON."""
 
 from __future__ import annotations
 
-import math
 from pathlib import Path
 
 import pytest
@@ -15,8 +14,8 @@ from polyplan.decoder.result import PassTally
 from dataclasses import replace
 
 from polyplan.formats.plan import ChainCheck, ExactRecord, PaperRecord, PlannedChain
-from polyplan.formats.validation_report import ReportSettings
-from polyplan.validation.categories import CategoryRow, ChainCategories, chain_categories
+from polyplan.formats.validation_report import CategoryEntry, ChainCategoryRows, ReportSettings
+from polyplan.validation.categories import chain_categories
 from polyplan.validation.reporting import write_report
 from polyplan.validation.results import (
     ROLE_ALTERNATIVE,
@@ -104,7 +103,7 @@ def fixed_validation() -> Validation:
         for index, spec in enumerate(SPECS)
     )
     categories = chain_categories(SPECS, records, KINDS, BASELINE) + (
-        ChainCategories("t > empty", (CategoryRow("none", 0, math.nan, math.nan),)),
+        ChainCategoryRows("t > empty", (CategoryEntry("none", 0, None, None),)),
     )
     settings = ReportSettings(
         sampling="greedy", prompts=PROMPTS, prompt_sources=("builtin:1", "builtin:2", "builtin:3"), dropped_prompts=("builtin:9",),

@@ -2,13 +2,17 @@
 
 Per prompt kind, from `PromptRun`s (one chain's and target-only's run on the same prompt and
 repeat): the speedup as total target-only time over total chain time (Spec-Bench's ratio of
-totals) and tokens per target pass, plus an "all" row. Nothing here runs a model.
+totals) and tokens per target pass, plus an "all" row, as report.json keeps them
+(`formats.validation_report.CategoryEntry`). Nothing here runs a model.
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass
+
+from polyplan.formats.validation_report import CategoryEntry, ChainCategoryRows
 
 ALL = "all"
 
@@ -24,17 +28,7 @@ class PromptRun:
     target_passes: int
 
 
-@dataclass(frozen=True)
-class CategoryRow:
-    """One category's figures; `runs` counts prompt × repeat pairs."""
-
-    kind: str
-    runs: int
-    speedup: float
-    tokens_per_target_pass: float
-
-
-def category_rows(runs: Sequence[PromptRun]) -> tuple[CategoryRow, ...]:
+def category_rows(runs: Sequence[PromptRun]) -> tuple[CategoryEntry, ...]:
     """One row per kind (in order of first appearance), then the "all" row; () without runs."""
     if not runs:
         return ()
@@ -43,35 +37,29 @@ def category_rows(runs: Sequence[PromptRun]) -> tuple[CategoryRow, ...]:
     return tuple(rows + [_row(ALL, list(runs))])
 
 
-def _row(kind: str, runs: Sequence[PromptRun]) -> CategoryRow:
+def _row(kind: str, runs: Sequence[PromptRun]) -> CategoryEntry:
+    """A category's figures as report.json keeps them (None where a total is zero)."""
     chain = sum(run.chain_s for run in runs)
     baseline = sum(run.target_only_s for run in runs)
     passes = sum(run.target_passes for run in runs)
-    return CategoryRow(
+    return CategoryEntry(
         kind,
         len(runs),
-        baseline / chain if chain > 0 else float("nan"),
-        sum(run.tokens for run in runs) / passes if passes > 0 else float("nan"),
+        baseline / chain if chain > 0 else None,
+        sum(run.tokens for run in runs) / passes if passes > 0 else None,
     )
 
 
-def category_lines(label: str, rows: Sequence[CategoryRow]) -> list[str]:
-    """A text table of `rows` for the chain called `label`."""
+def category_lines(label: str, rows: Sequence[CategoryEntry]) -> list[str]:
+    """A text table of `rows` for the chain called `label` (nan where a ratio is undefined)."""
     lines = [f"per category, {label}:", f"  {'category':<20} {'runs':>5} {'speedup':>8} {'tokens/target pass':>19}"]
     for row in rows:
-        lines.append(f"  {row.kind[:20]:<20} {row.runs:>5} {row.speedup:>7.2f}x {row.tokens_per_target_pass:>19.2f}")
+        speedup, per_pass = (math.nan if value is None else value for value in (row.speedup, row.tokens_per_target_pass))
+        lines.append(f"  {row.category[:20]:<20} {row.runs:>5} {speedup:>7.2f}x {per_pass:>19.2f}")
     return lines
 
 
-@dataclass(frozen=True)
-class ChainCategories:
-    """The per-category rows of one validated chain (`label` as in the report's table)."""
-
-    label: str
-    rows: tuple[CategoryRow, ...]
-
-
-def chain_categories(specs, records, kinds: Sequence[str], baseline: int) -> tuple[ChainCategories, ...]:
+def chain_categories(specs, records, kinds: Sequence[str], baseline: int) -> tuple[ChainCategoryRows, ...]:
     """Per-category rows of every chain but target-only (`baseline`, an index into `specs`),
     from validation's run records (`validation_results.RunRecord`) and each prompt's kind."""
     reference = {(run.repeat, run.prompt): run for run in records if run.chain == baseline}
@@ -85,5 +73,5 @@ def chain_categories(specs, records, kinds: Sequence[str], baseline: int) -> tup
             for run in records
             if run.chain == index and (run.repeat, run.prompt) in reference
         ]
-        result.append(ChainCategories(spec.planned.label(), category_rows(runs)))
+        result.append(ChainCategoryRows(spec.planned.label(), category_rows(runs)))
     return tuple(result)

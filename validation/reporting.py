@@ -16,8 +16,6 @@ from polyplan.formats.errors import PolyplanError
 from polyplan.formats.atomic import write_text_atomically
 from polyplan.formats.plan import blocks_text
 from polyplan.formats.validation_report import (
-    CategoryEntry,
-    ChainCategoryRows,
     MeasuredExact,
     MeasuredInterval,
     PredictedSpeedup,
@@ -275,7 +273,7 @@ def _report_markdown(validation: Validation, plots: dict[str, str]) -> str:
     if validation.categories:
         lines += ["", "## Per category (speedup over target-only, tokens per target pass)", "", "```"]
         for item in validation.categories:
-            lines += [*category_lines(item.label, item.rows), ""]
+            lines += [*category_lines(item.chain, item.rows), ""]
         lines += ["```"]
     lines += ["", "## Per model: forward passes per token (φ_i / N), time, tokens per verification", ""]
     for chain in validation.chains:
@@ -332,21 +330,11 @@ def report_of(validation: Validation, files: dict[str, str] | None = None) -> Va
         chains=tuple(_chain_record(chain) for chain in validation.chains),
         headline=validation.headline.record,
         checks=validation.headline.checks,
-        categories=tuple(
-            ChainCategoryRows(item.label, tuple(
-                CategoryEntry(row.kind, row.runs, _finite(row.speedup), _finite(row.tokens_per_target_pass)) for row in item.rows
-            ))
-            for item in validation.categories
-        ),
+        categories=validation.categories,
         settings=validation.settings,
         notes=validation.notes,
         files=dict(files or {}),
     )
-
-
-def _finite(value: float) -> float | None:
-    """A category's ratio, None where its total was zero (NaN)."""
-    return value if math.isfinite(value) else None
 
 
 def _chain_record(chain: ChainResult) -> ReportChain:

@@ -21,7 +21,7 @@ import numpy as np
 from polyplan.formats.plan import DraftPolicy, PlannedChain, blocks_text
 from polyplan.decoder.result import PassTally
 from polyplan.formats.validation_report import (
-    AcceptedFraction, Check, CostSplit, ErrorSources, ForwardsPerToken, HeadlinePrediction, MeasuredExact, OverTwoModel, PassSeconds,
+    AcceptedFraction, ChainCategoryRows, Check, CostSplit, ErrorSources, ForwardsPerToken, HeadlinePrediction, MeasuredExact, OverTwoModel, PassSeconds,
     PromptRecord, ReportHeadline, ReportLevel, ReportSettings, SpeedupRatio, TokensPerVerification,
 )
 from polyplan.validation.cost_split import LevelCosts, Price, cost_split, mean_width, merged_tallies, profile_seconds_per_pass
@@ -298,7 +298,7 @@ class Validation:
     headline: Headline
     settings: ReportSettings  # as report.json records them
     notes: tuple[str, ...]
-    categories: tuple = ()  # validation.categories.ChainCategories per chain but target-only
+    categories: tuple[ChainCategoryRows, ...] = ()  # per chain but target-only (validation.categories)
 
 
 def _pooled(values: Sequence[Sequence[int]]) -> tuple[float | None, float | None]:

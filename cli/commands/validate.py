@@ -26,10 +26,10 @@ def result_lines(validation, files, said: str | None = None) -> list[str]:
     ]
     lines += [f"note: {note}" for note in validation.notes if note != said]
     # the recommended chain's breakdown (the first other chain's when target-only is recommended)
-    shown = next((item for item in validation.categories if item.label == validation.headline.record.recommended),
+    shown = next((item for item in validation.categories if item.chain == validation.headline.record.recommended),
                  validation.categories[0] if validation.categories else None)
     if shown is not None and len(shown.rows) > 2:  # more than one kind besides "all"
-        lines += ["", *category_lines(shown.label, shown.rows)]
+        lines += ["", *category_lines(shown.chain, shown.rows)]
     lines += ["", f"report: {files.report}", f"json:   {files.json}"]
     lines += [f"plot:   {path}" for _, path in files.plots]
     return lines
