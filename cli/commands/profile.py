@@ -11,7 +11,7 @@ from typing import Annotated, Optional
 import typer
 
 from polyplan.cli.support import echo_json, fails_cleanly
-from polyplan.cli.commands.options import RawPrompts
+from polyplan.cli.commands.options import Candidates, RawPrompts
 from polyplan.formats.errors import PolyplanError
 
 
@@ -47,7 +47,7 @@ def _check_up_front(out, candidates, prompts, max_prompts, device, seed, repeats
 
 @fails_cleanly
 def profile(
-    candidates: Annotated[Optional[Path], typer.Option("--candidates", help="models.yaml (default: examples/zoo.yaml).")] = None,
+    candidates: Candidates = None,
     out: Annotated[Path, typer.Option("--out", help="Profile JSON to write (resumed when it exists).")] = Path("profile.json"),
     prompts: Annotated[Optional[Path], typer.Option(
         "--prompts", help="Prompt file: *.jsonl (strings, or objects with turns/prompt/text) or text (blank-line "

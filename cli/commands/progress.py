@@ -1,15 +1,10 @@
 """Progress on stderr for the long commands (profiling, validation).
 
-On a terminal, bars drawn with rich (with the time left). A bar appears only when its work
-reports its size (`total`), so an error found before any measurement leaves stderr with nothing
-but its one line. Bars of one command share one display (rich allows one live display at a time).
-
-Elsewhere (a log file, CI), where rich draws nothing, lines a person can follow: one per
-measured profile entry, and one per tenth of the validation runs or per half minute, each with
-the time elapsed and an estimate of the time left (the mean time per entry or run so far):
-
-    [polyplan] profile 5/27 (latency: target) done, 1m12s elapsed, ~4m50s left
-    [polyplan] validate 12/120 (target > small, K = [3]), 2m05s elapsed, ~18m45s left
+On a terminal, rich bars on one display per command (rich allows one live display at a time),
+each appearing only when its work reports its size (`total`), so that an error found before any
+measurement leaves stderr with nothing but its one line. Elsewhere (a log, CI), lines a person can
+follow: one per measured profile entry, one per tenth of the validation runs or half minute, each
+with the time elapsed and an estimate of the time left (docs/profiling.md shows one).
 """
 
 from __future__ import annotations
