@@ -59,10 +59,8 @@ class PairAlpha:
     """Distribution-based acceptance of one pair under one sampling mode.
 
     Attributes:
-        alpha: the mean per-position acceptance rate, capped just below 1 (see `cap_alpha`).
-        raw_alpha: the mean before capping.
-        samples: positions averaged over.
-        interval: bootstrap interval of the mean over prompts.
+        alpha, raw_alpha: the mean per-position rate over `samples` positions, capped just below 1
+            (`cap_alpha`) and before capping; `interval`: its bootstrap interval over prompts.
         std, quantiles, autocorrelation: the spread of α_t over positions (quantile keys
             "0.1" … "0.9") and its lag-1 autocorrelation along a sequence (None if undefined).
         per_prompt: α_t for each prompt (float64 arrays), for the positional μ.

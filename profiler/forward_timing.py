@@ -129,15 +129,10 @@ def measure_latency(
     clock: Callable[[], float] = time.perf_counter,
     workload: Callable[[], None] | None = None,
 ) -> LatencyMeasurement:
-    """Time `member`'s forward passes (see the module docstring for the procedure).
-
-    Args:
-        member: any chain member; its cache is reset before and after.
-        tokens: real token ids, at least `settings.tokens_needed` of them: the first c form
-            the context, the next k are the new tokens.
-        settings: block sizes, context lengths, repeats.
-        clock: the timer (tests inject a fake one).
-        workload: the reference workload (default: `reference_workload` on the member's device).
+    """Time `member`'s forward passes (module docstring), its cache reset before and after, over
+    `tokens` (at least `settings.tokens_needed` real ids: the first c the context, the next k the
+    new tokens). `clock`: the timer (tests inject one); `workload`: the reference workload
+    (default: `reference_workload` on the member's device).
 
     Raises:
         PolyplanError: the token stream is too short, or a context does not fit the member.
