@@ -1,23 +1,11 @@
-"""llama.cpp's n-gram drafters as rules, replayed through a llama-server session.
-
-`planner.exact.ngram_replay` replays `ngram-simple`, which drafts from the request's history
-alone. llama.cpp's other n-gram drafters keep state: `ngram-mod` a hash table shared by every
-request the server served, `ngram-map-k` and `ngram-map-k4v` a map of n-grams per slot that a new
-request only partly clears, `ngram-cache` counts of n-gram followers per slot, never cleared. So
-a replay must feed them the requests in the order the server sees them (`replay_session`): each
-rule's `begin(prompt)`, then per round `draft(history, sampled)`, cut to the tokens left, and
-`accept(accepted)` after a round that drafted, as llama-server calls
-`common_speculative_begin/draft/accept` (tools/server/server-context.cpp).
+"""llama.cpp's n-gram drafters as rules (`DraftRule`), replayed through a llama-server session.
 
 Each rule is a literal port of the pinned llama.cpp (`LLAMA_CPP_VERSION`), hashes included, so
-hash collisions draft what they draft there; defaults are llama.cpp's (common/common.h, and
-`--spec-default`: ngram-mod, common/arg.cpp). `ngram-cache` runs as the server runs it, with no
-cache files; where two followers tie it drafts the one its `std::unordered_map` iterates first,
-so the replay reproduces libstdc++'s order (`StdUnorderedCounts`: the pinned build's library).
-
-Not modelled: `ngram-cache`'s cache files (`-lcs`, `-lcd`); the server's checkpoint path for
-models whose memory cannot drop a partial draft (recurrent/hybrid); a context too small for the
-draft. Pure: no I/O.
+hash collisions draft what they draft there; defaults are llama.cpp's (common/common.h,
+common/arg.cpp). The stateful ones carry state across requests, so `replay_session` feeds them the
+requests in the order the server sees them, calling `begin`, `draft` and `accept` as
+tools/server/server-context.cpp does. What each rule does and what is not modelled:
+docs/engines.md, "llama.cpp's n-gram rules as ported". Pure: no I/O.
 """
 
 from __future__ import annotations
@@ -67,18 +55,8 @@ class NGramSimpleRule:
 
 class NGramModRule:
     """`common_speculative_impl_ngram_mod` (common/speculative.cpp) over `common_ngram_mod`
-    (common/ngram-mod.cpp): a table of 4M entries indexed by a hash of the n_match tokens
-    before a position (res = res * 6364136223846793005 + token, mod 2^64, then mod the size),
-    holding the token that followed the last n-gram written there. Shared by every request of
-    the server and never cleared between them.
-
-    - begin(prompt): adds every n-gram of the prompt; the table is cleared when over a quarter full.
-    - draft: adds the history's new n-grams only when more than 32 have piled up (in chunks),
-      then walks the table from the last n_match tokens (the sampled one included): up to n_max
-      tokens, none unless at least n_min were found (the cap: a draft is all or nothing).
-    - accept: a draft with less than a quarter accepted counts as low; after 5 low drafts in a
-      row the table is cleared (and refilled from the history at the next draft).
-    """
+    (common/ngram-mod.cpp): one hash table shared by every request of the server (docs/engines.md,
+    "llama.cpp's n-gram rules as ported")."""
 
     SIZE = 4 * 1024 * 1024
     MULTIPLIER = 6364136223846793005
@@ -163,19 +141,8 @@ class _Key:
 
 class NGramMapRule:
     """`common_speculative_impl_ngram_map_k` (common/speculative.cpp) over `common_ngram_map`
-    (common/ngram-map.cpp: `common_ngram_map_begin`, `_draft`, `_accept`), one per slot.
-
-    The key n-gram (the last size_n tokens, the sampled one included) is looked up through a
-    hash map (2^18 entries, LCG hash mod 2^32, the first position written to an entry keeps
-    it) of n-gram starts, else by a backward scan of the positions the map does not cover yet;
-    the draft is the size_m tokens after the match, at most as many as the target accepted the
-    last time this key drafted (the per-key adaptive cap: a key whose draft was rejected at its
-    first token never drafts again). `ngram-map-k4v` (key_only False) also counts up to 4
-    different m-grams seen after the key and drafts only when the key was looked up at least
-    min_hits times and its most frequent m-gram is at least twice as frequent as the others
-    together. A new request clears the entries beyond the part of the history it shares with
-    the last one, as far as the map can tell (by length only, as llama.cpp).
-    """
+    (common/ngram-map.cpp: `common_ngram_map_begin`, `_draft`, `_accept`), one per slot;
+    `key_only` False is `ngram-map-k4v` (docs/engines.md, "llama.cpp's n-gram rules as ported")."""
 
     HASH_SIZE = 262144
     LCG_FACTOR = 2654435761
@@ -309,13 +276,8 @@ class NGramMapRule:
 class StdUnorderedCounts:
     """A token -> count map that iterates as libstdc++'s `std::unordered_map<int, int32_t>` does
     when built by `emplace` alone (GCC 12's `bits/hashtable.h`: `_M_insert_bucket_begin`,
-    `_M_rehash_aux`; checked against the compiled map in tests/test_planner_ngram_rules.py).
-
-    A key's bucket is key % bucket count (`std::hash<int>` is the identity). A new key whose
-    bucket is empty goes to the front of the list; one whose bucket holds keys goes just before
-    them. The bucket count starts at 1, becomes 13 at the first insertion and then the next of
-    `GROWTH` whenever an insertion would hold more keys than buckets, and a rehash re-inserts
-    the keys in their list order by the same rule. A copy keeps the order (`_M_assign`)."""
+    `_M_rehash_aux`; checked against the compiled map in tests/test_planner_ngram_rules.py; the
+    rule: docs/engines.md, "llama.cpp's n-gram rules as ported")."""
 
     GROWTH = (13, 29, 59, 127, 257, 541, 1109, 2357, 5087, 10273, 20753, 42043, 85229, 172933)
 
@@ -359,23 +321,9 @@ class StdUnorderedCounts:
 
 class NGramCacheRule:
     """`common_speculative_impl_ngram_cache` (common/speculative.cpp) over `common_ngram_cache_update`
-    and `common_ngram_cache_draft` (common/ngram-cache.cpp), as llama-server runs it: no static
-    or dynamic cache file (both stay empty: the server never saves or fills them), one context
-    cache per slot, never cleared, and `n_draft` 8 (`create_state_ngram_cache`).
-
-    - The context cache counts, for every n-gram of 1 to 4 tokens (`LLAMA_NGRAM_MIN`,
-      `LLAMA_NGRAM_MAX`), the tokens that followed it. `draft_one` adds the history from
-      `cache_size` (what the cache has read) and the sampled token, when the history has grown
-      past it, as a chunk of its own: only n-grams inside the chunk are counted (the chunk is
-      the `inp_data` of `common_ngram_cache_update`, with `nnew` its whole length). A new
-      request's shorter history adds nothing until it outgrows the previous request's.
-    - A draft appends up to 8 tokens: at each, the longest of the last 4, 3, 2, 1 tokens (the
-      drafted ones included) whose followers number at least (1, 1, 2, 2) for sizes (4, 3, 2, 1)
-      and whose most frequent follower has at least (50, 50, 50, 66) % of them (the "lax"
-      thresholds) gives that follower; none: the draft ends. Ties are broken by the map's
-      iteration order (`StdUnorderedCounts`).
-    - begin and accept do nothing.
-    """
+    and `common_ngram_cache_draft` (common/ngram-cache.cpp), as llama-server runs it: no cache
+    files, one context cache per slot, never cleared, `n_draft` 8 (`create_state_ngram_cache`);
+    docs/engines.md, "llama.cpp's n-gram rules as ported"."""
 
     N_MAX = 4  # LLAMA_NGRAM_MAX (LLAMA_NGRAM_MIN is 1)
     N_STATIC = 2  # LLAMA_NGRAM_STATIC: no draft from a history shorter than this
