@@ -68,12 +68,9 @@ def _random_llama_pair(seed: int = 0, *, layers: int = 8, hidden: int = 256, voc
     config = LlamaConfig(vocab_size=vocab, hidden_size=hidden, intermediate_size=4 * hidden, num_hidden_layers=layers,
                          num_attention_heads=heads, num_key_value_heads=heads, max_position_embeddings=2048,
                          bos_token_id=None, eos_token_id=None, pad_token_id=0)
-    state = torch.random.get_rng_state()
-    torch.manual_seed(seed)  # the initialisers draw from the global generator
-    try:
+    with torch.random.fork_rng(devices=[]):  # the initialisers draw from the global generator, restored after
+        torch.manual_seed(seed)
         target = LlamaForCausalLM(config).float().eval()
-    finally:
-        torch.random.set_rng_state(state)
     with torch.no_grad():
         for layer in target.model.layers[draft_layers:]:
             layer.self_attn.o_proj.weight.mul_(residual_scale)
