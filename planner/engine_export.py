@@ -1,24 +1,13 @@
 """A plan exported to the engines users deploy on (HF transformers, vLLM and llama.cpp), predicted
 under each one's acceptance rule.
 
-Each engine runs ONE drafter (a draft model, or n-gram prompt lookup) with a block size K, so
-the best chain an engine can express is the target and one drafter it can load. Engines accept
-drafts by different rules (p the drafter's distribution, q the target's): ``full``, polyplan's own
-and HF assisted generation's, reads the profile's α = E[Σ min(p, q)]; ``argmax`` (vLLM, llama.cpp,
-HF prompt lookup: the draft is argmax p, kept with probability q(x̂)) its ``engine_alpha`` =
-E[q(argmax p)]. At greedy, or for an n-gram drafter, both are the argmax agreement rate
-(docs/engines.md, "The engines' acceptance rules").
-
-For every drafter the engine can load, the best K under that engine's rule comes from the
-exact cost model (`planner.exact.cost_model.predict_chain`) with the profile's latency curves,
-loop overhead and switch costs, as the plan's own chains, except that HF's loop overhead is HF
-`generate`'s own where the profile has it (`planner.exact.engine_overhead`), and HF options also
-carry their whole-call cost (`planner.exact.whole_call`). llama.cpp's part (its n-gram replay,
-llama-server's own loop and the ranking of every server configuration) is
-`planner.llama_cpp.export`. Predictions are per decoded token (the long-generation limit), and
-the loss is against the plan's own predicted speedup. A member an engine cannot load is listed
-with the reason, never exported. What to type is rendered by `engines.export`. Pure: no torch,
-no I/O.
+Each engine runs ONE drafter with a block size K, so the best chain an engine can express is the
+target and one drafter it can load. ``full`` (polyplan's and HF assisted generation's rule) reads
+the profile's α; ``argmax`` (vLLM, llama.cpp, HF prompt lookup) its ``engine_alpha``
+(docs/engines.md, "The engines' acceptance rules"). The best K per drafter comes from the exact
+cost model with the plan's curves, loop overhead and switch costs (HF's own `generate` overhead
+where profiled), per decoded token; llama.cpp's ranking is `planner.llama_cpp.export`, and what
+to type is rendered by `engines.export`. Pure: no torch, no I/O.
 """
 
 from __future__ import annotations
@@ -211,21 +200,17 @@ def export_plan(
     prices: LlamaCppPrices | None = None,
     replay_also: Sequence[Sequence[str]] = (),
 ) -> EngineExport:
-    """The best chain `engine` can express for `plan`, predicted under the engine's rule.
+    """The best chain `engine` can express for `plan`, predicted under the engine's rule; with no
+    drafter the engine can run, none is chosen and `unexported` says why.
 
     Args:
-        files: what the engine loads for a candidate, by name, where that is not its `source`:
-            the folder of a `builtin:<name>` source, the file of a llama.cpp-made copy.
+        files: what the engine loads for a candidate, by name, where that is not its `source`
+            (a `builtin:` folder, a llama.cpp-made copy).
         k_max: largest K searched (default: the plan's own search limit, else 8).
         in_process: derived drafters count as loadable (`loadable`): for racing HF in this
             process, never for a configuration a user would type.
-        workload, prices, replay_also: llama.cpp only: the requests its n-gram types are replayed
-            on, llama.cpp's own numbers in place of the profile's (None: the profile's), and the
-            flags of configurations to rank besides the export's own (a race's;
-            `planner.llama_cpp.export.ServerRanking`).
-
-    A plan whose profile has no drafter the engine can run is valid: the export then chooses
-    none (`chosen` None) and says why in `unexported`: the engine runs the target alone.
+        workload, prices, replay_also: llama.cpp only (`planner.llama_cpp.export.ServerRanking`);
+            `prices` None: the profile's numbers.
 
     Raises:
         PolyplanError: unknown engine; the engine cannot load the target; the profile lacks

@@ -1,10 +1,8 @@
 """llama-server's part of an export: every configuration it can predict, ranked with "off".
 
-`planner.engine_export.export_plan` chooses a drafter and its K for every engine; for llama.cpp
-it also hands its options to `rank_server_configs`, which predicts each llama-server
-configuration with its two intervals (`planner.llama_cpp.ranking`), a draft model's round priced
-by the exact model with llama-server's own loop where calibrated (`DraftPricing`,
-`planner.llama_cpp.server_loop`). docs/engines.md, "polyplan export". Pure: no I/O.
+`rank_server_configs` predicts each configuration with its two intervals
+(`planner.llama_cpp.ranking`), a draft model's round priced by the exact model with llama-server's
+own loop where calibrated (`DraftPricing`). docs/engines.md, "polyplan export". Pure: no I/O.
 """
 
 from __future__ import annotations
@@ -50,12 +48,10 @@ def best_block(prediction_at: Callable[[int], ChainPrediction], k_max: int) -> t
 
 @dataclass(frozen=True)
 class DraftPricing:
-    """What a drafter's round costs in an export, for any engine: the target's curve and switch
-    cost, polyplan's loop overhead (None: none) or llama-server's own loop and drafter cost ratio
-    (`_server_round`), each drafter's curve (from `profile` at `context_length`) and switch
-    cost, and in llama-server each GGUF drafter's second decode of a verified batch (`reevals`:
-    its pass over k tokens asking for the last row only). It lives here because llama-server's
-    loop is the one engine-specific price; HF and vLLM use it with `loop` None."""
+    """What a drafter's round costs in an export, for any engine: polyplan's loop overhead (None:
+    none) or llama-server's own loop, drafter cost ratio and each GGUF drafter's last-row-only
+    second decode of a verified batch (`reevals`; `_server_round`). It lives here because
+    llama-server's loop is the one engine-specific price; HF and vLLM use it with `loop` None."""
 
     target_curve: LatencyCurve
     target_switch: SwitchCost
@@ -84,14 +80,11 @@ class DraftPricing:
 
 def _server_round(curves: list[LatencyCurve], loop: ServerLoop, method: str, ratio: float | None,
                   reeval: LatencyCurve) -> tuple[list, list, LoopOverhead, list | None]:
-    """The exact model's inputs for one llama-server round with a drafter
-    (`planner.llama_cpp.server_loop`): curves, switch costs (none: they are inside the
-    calibration), loop overhead and verification curves. Every target pass pays the server's
-    per-round cost (the target's curve shifted by it, so the baseline pays it too). A draft
-    model's pass costs the bindings' T_d(1) times the calibrated `ratio` (1 without one); its
-    verification of L + 1 tokens pays the per-row cost for the L drafted rows and the draft
-    model's second decode of that batch (`ServerLoop.reeval` times `reeval`(L + 1)). An n-gram
-    drafter without streams (priced at α) costs the per-row cost a token and its round cost."""
+    """The exact model's inputs (curves, switch costs, loop overhead, verification curves) for one
+    llama-server round (`planner.llama_cpp.server_loop`). Switch costs are none: they are inside
+    the calibration. The target's curve is shifted by the per-round cost, so the baseline pays it
+    too; a draft model's pass costs T_d(1) times `ratio`; an n-gram drafter priced at α costs the
+    per-row cost a token."""
     target = LatencyCurve(curves[0].ks, tuple(value + loop.per_round_s for value in curves[0].seconds))
     if method == "ngram":
         drafter = constant_curve(loop.per_row_s + 1e-9)
@@ -105,9 +98,8 @@ def _server_round(curves: list[LatencyCurve], loop: ServerLoop, method: str, rat
 
 def replayed_ngram_simple(profile: Profile, sizes: tuple[int, int], target_curve: LatencyCurve, k_max: int, greedy: bool,
                           loop: ServerLoop = NO_SERVER_LOOP) -> tuple[int | None, ChainPrediction | None, str]:
-    """(K, prediction, how) of llama.cpp's `ngram-simple` with lookup size `sizes[1]`: replayed
-    on the profile's greedy target streams where it holds them (K = --spec-ngram-simple-size-m
-    searched in 1..k_max), else (None, None, why α is used)."""
+    """(K, prediction, how) of llama.cpp's `ngram-simple` at lookup size `sizes[1]`, replayed on the
+    profile's greedy target streams (K searched in 1..k_max); (None, None, why α is used) without."""
     streams = target_streams(profile)
     if not greedy:
         return None, None, "alpha model: llama.cpp's n-gram drafts are replayed at greedy only"
@@ -220,13 +212,11 @@ def rank_server_configs(options: Sequence[EngineOption],
 
 def _raced_draft_rows(request: ServerRanking, held_configs: Sequence[RankedConfig], options: Sequence[EngineOption],
                       requests: list[tuple[int, int]]) -> tuple[list[RankedConfig], list[str]]:
-    """A row for each `draft-simple` configuration among `request.replay_also` that the ranking
-    does not hold and the replay models (`planner.llama_cpp.policy.draft_simple_flags`: a race's
-    defaults and its n-max/p-min sweep): its drafter found by file among `options`, exactly
-    n-max tokens a round priced as the fixed-K rows are, or the confidence stop replayed on the
-    drafter's agreement sequences as the plan's policy row is; under the flags as given. Also
-    one line each where a stop fell back to the whole-vocabulary confidences or could not be
-    replayed (its row then stays "not modelled")."""
+    """A row for each `draft-simple` configuration of `request.replay_also` (a race's defaults and
+    n-max/p-min sweep) that the ranking does not hold and the replay models
+    (`planner.llama_cpp.policy.draft_simple_flags`), priced as the fixed-K rows or, behind a
+    stop, as the plan's policy row; and the notes of stops replayed on fallback confidences or
+    not replayed (those rows stay "not modelled")."""
     by_source = {o.source: o for o in options if o.reason is None and o.method == "draft_model"}
     held = {config.flags for config in held_configs}
     rows, notes = [], []
@@ -256,11 +246,9 @@ def _raced_draft_rows(request: ServerRanking, held_configs: Sequence[RankedConfi
 
 def _policy_row(request: ServerRanking, options: Sequence[EngineOption],
                 requests: list[tuple[int, int]]) -> tuple[list[RankedConfig], list[str]]:
-    """The plan's draft policy as llama-server runs it (`planner.llama_cpp.policy`): a
-    draft-simple row with its confidence stop at the best fixed K (its rounds replayed on the
-    drafter's agreement sequences and its 10-best confidences, `server_view`), and a line where
-    the plan's policy is more than that (an adaptive cap) or the replay falls back to the
-    whole-vocabulary confidences, or why no row."""
+    """The plan's draft policy as llama-server runs it (`planner.llama_cpp.policy`): a draft-simple
+    row with its confidence stop at the best fixed K, and the notes (an adaptive cap, fallback
+    confidences, or why no row)."""
     if request.policy is None:
         return [], []
     drafter, plan_policy = request.policy
@@ -301,9 +289,7 @@ def _workload_requests(streams: Sequence[TargetStream], workload: ReplayWorkload
 
 def _draft_row(request: ServerRanking, label: str, flags, point: float, how: str, pricing: DraftPricing, drafter: str, k: int,
                requests: list[tuple[int, int]], policy: DraftPolicy = FIXED_DRAFTS) -> RankedConfig:
-    """A draft-simple row at `point` with both its intervals (`_draft_interval`: for a new set
-    of the workload's prompts, and for the workload's mean), `how` it was predicted saying
-    where it has no interval."""
+    """A draft-simple row at `point` with both its intervals (`_draft_interval`)."""
     interval, workload_interval = (_draft_interval(request, pricing, drafter, k, point, requests, policy, new_set)
                                    for new_set in (True, False))
     return RankedConfig(label, tuple(flags), point, interval, how + (" (no interval)" if interval is None else ""),
@@ -311,9 +297,8 @@ def _draft_row(request: ServerRanking, label: str, flags, point: float, how: str
 
 
 def _server_speedup(prediction: ChainPrediction, loop: ServerLoop, requests: list[tuple[int, int]]) -> float:
-    """A draft model's decode speedup in llama-server: the exact model's, with the server's
-    per-request cost and the draft model's prefill of each prompt over `requests` where there
-    are any (`planner.llama_cpp.server_loop.draft_model_speedup`)."""
+    """A draft model's decode speedup in llama-server, over `requests` where there are any
+    (`planner.llama_cpp.server_loop.draft_model_speedup`)."""
     if not requests:
         return prediction.speedup
     return draft_model_speedup(loop, prediction.cost_per_token, prediction.speedup * prediction.cost_per_token, requests)
@@ -321,13 +306,10 @@ def _server_speedup(prediction: ChainPrediction, loop: ServerLoop, requests: lis
 
 def _draft_interval(request: ServerRanking, pricing: DraftPricing, drafter: str, k: int, point: float,
                     requests: list[tuple[int, int]], policy: DraftPolicy, new_set: bool) -> tuple[float, float] | None:
-    """A draft-simple row's interval, of the same kind as the plan's and the n-gram rows'
-    (`planner.intervals.prediction_interval.pair_replicates`): the target's and the drafter's
-    T(k) resampled from their stored timings, the drafter's agreement runs (or its policy's
-    replayed rounds) resampled by prompt, each replicate priced as the point is and its
-    deviation stretched for few prompts; llama-server's loop held fixed. `new_set` False: for the
-    workload's mean (one prompt draw). None where the profile's sequences hold no complete
-    round at block size `k`."""
+    """A draft-simple row's interval, of the plan's kind
+    (`planner.intervals.prediction_interval.pair_replicates`), each replicate priced as the point
+    with llama-server's loop held fixed; `new_set` False: for the workload's mean. None where the
+    profile's sequences hold no complete round at block size `k`."""
     try:
         replicates = pair_replicates(pricing.profile, request.target, drafter, k, policy=policy, sampling=request.sampling,
                                      context_length=pricing.context_length, resamples=RESAMPLES, new_set=new_set,

@@ -1,30 +1,11 @@
 """A plan's draft policy on llama-server: the confidence stop it carries, the adaptive cap it cannot.
 
-A plan's last member may draft under a `formats.plan.DraftPolicy`: an adaptive cap (k_min, k_max)
-and/or a confidence stop p_min. llama-server's `draft-simple` (the pinned llama.cpp,
-`engines.llama_cpp.build.BINDINGS_VERSION`) has the stop and no adaptive cap. Its rule
-(`common_speculative_impl_draft_simple::draft`, common/speculative.cpp):
-
-- at each position the draft model's sampler (`top_k` 10, then the softmax over those 10 logits)
-  sorts the candidates; the best is the draft token. If its p is below `--spec-draft-p-min` the
-  draft stops and that token is not drafted, though the pass that read it ran. Otherwise it is
-  drafted, up to `--spec-draft-n-max` (the last one is not fed back: no pass more);
-- a draft shorter than `--spec-draft-n-min` is discarded whole, so the export renders
-  `--spec-draft-n-min 0`: every draft the stop cut short is verified;
-- the server verifies a non-empty draft and takes a plain step after an empty one.
-
-polyplan's own loop stops by the same comparison (`decoder.chain`), and
-`planner.exact.policy_replay.walk` replays it on the drafter's agreement sequences, so
-llama-server's rounds are that walk at a fixed cap, on what the server compares: the top
-probability renormalised over the drafter's 10 best tokens (`formats.profile.DRAFT_SIMPLE_TOP_K`,
-kept as `PairAgreement.confidence_top10`), which `server_view` hands the replay. A profile made
-before those were kept falls back to the whole-vocabulary ones, with one line saying so: they are
-never above the 10-best ones, so that replay stops no later than the server (how close each
-comes: docs/engines.md, "A plan's draft policy"). The replayed rounds are priced as the fixed-K
-row's (`planner.llama_cpp.export`): the pass that read a low confidence costs a drafted token's.
-
-An adaptive cap has no llama-server flag. The export replays the stop alone (`server_policy`) at
-each fixed K, renders the best one, and says so in one line (`policy_notes`). Pure: no I/O.
+llama-server's `draft-simple` (common/speculative.cpp, `common_speculative_impl_draft_simple::draft`)
+stops a draft where the draft model's top probability over its 10 best tokens falls below
+`--spec-draft-p-min`, and has no adaptive cap. Its rounds are `planner.exact.policy_replay.walk`
+at a fixed cap, replayed on what the server compares (`server_view`: the 10-best confidences);
+an adaptive cap is replaced by the best fixed K, with one line saying so (`policy_notes`).
+The server's rule in full: docs/engines.md, "A plan's draft policy". Pure: no I/O.
 """
 
 from __future__ import annotations

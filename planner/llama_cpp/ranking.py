@@ -1,23 +1,12 @@
 """Rank every llama-server configuration polyplan can predict, and "off", and choose one.
 
-The configurations (`planner.llama_cpp.export` gathers them): each n-gram type at llama.cpp's
-defaults and `ngram-simple` at the export's block size, replayed on the target's greedy streams
-as one server session (`planner.llama_cpp.ngram_rules.replay_session`) and priced with the
-target's T(k) plus llama-server's own costs where calibrated (`planner.llama_cpp.server_loop`);
-each draft model at its K; and "off", the target alone, at 1.00 by definition.
-
-An interval is a bootstrap of the plan's kind (`planner.intervals.prediction_interval`): the
-target's curve resampled from its timings, the streams drawn as a new prompt set, each stream's
-rounds held as replayed. A stateful rule's rounds depend on the order of the requests, and the
-profile's order says nothing about a user's, so each session is also replayed in other orders
-(`ORDERS`): the point is the median order's, replicate r reads order r mod `ORDERS`. A race
-priced on its own prompts knows their order (`ReplayWorkload.in_order`).
-
-Each row has two intervals: for the workload's mean (one prompt draw), which the choice reads, as
-a server answers many requests; and for a new prompt set of the workload's size (two draws),
-which a race is judged by. `choose_config` takes the fastest configuration whose workload
-interval lies above 1.00, else "off". The races behind these rules: docs/engines.md, "polyplan
-export". Pure: no I/O.
+A replayed configuration (`replayed_config`) is one server session over the target's streams,
+priced with T(k) and llama-server's own loop. A stateful rule's rounds depend on the order of the
+requests, and the profile's order says nothing about a user's, so each session is replayed in
+`ORDERS` orders: the point is the median order's, and bootstrap replicate r reads order r mod
+`ORDERS`. Each row has an interval for a new prompt set (what a race is judged by) and one for the
+workload's mean, which `choose_config` reads, since a server answers many requests.
+docs/engines.md, "polyplan export". Pure: no I/O.
 """
 
 from __future__ import annotations
@@ -97,21 +86,18 @@ class LlamaCppPrices:
     in the pure planner that reads it; filled by `engines.llama_cpp.prices`, which measures it.
 
     Attributes:
-        target: the latency entry of the GGUF llama-server loads as the target (its T(k) through
-            the bindings at the plan's threads), under any name (the plan's target's is used).
+        target: the latency entry (T(k) through the bindings) of the GGUF llama-server loads as
+            the target, under any name (the plan's target's is used).
         drafters: by candidate name, the latency entries of GGUF drafters measured the same way.
         streams: the target's greedy streams decoded by llama.cpp (empty: keep the profile's).
         loop: llama-server's own costs (`planner.llama_cpp.server_loop`; None: not calibrated).
         notes: one line each on where the numbers came from, printed with the ranking.
-        draft_ratio: what a draft model's pass (a drafted token or a confidence stop) costs
-            inside llama-server over its T_d(1) through the bindings, as calibrated on one draft
-            model (None: not calibrated; 1 is used, the bindings' T_d(1)).
-        reevaluations: by candidate name, each GGUF draft model's pass over k tokens asking for
-            the last row only (how llama-server decodes a verified batch again on it), as a
-            latency entry.
-        calibrated_step_s: the target alone's decode step in the calibration's requests (seconds;
-            None: not calibrated): the machine's pace when the server's loop was measured, which
-            a race's own pace is held against.
+        draft_ratio: a draft model's pass inside llama-server over its T_d(1) through the
+            bindings, calibrated on one draft model (None: not calibrated, 1 is used).
+        reevaluations: by candidate name, each GGUF draft model's last-row-only pass over k
+            tokens (the server's second decode of a verified batch), as a latency entry.
+        calibrated_step_s: the target alone's decode step in the calibration (seconds; None: not
+            calibrated), which a race's own pace is held against.
     """
 
     target: ModelProfile
@@ -221,14 +207,11 @@ def choose_config(ranking: Sequence[RankedConfig]) -> RankedConfig:
 def llama_cpp_spec_flags(method: str, k: int, source: str = "", ngram_sizes: tuple[int, int] | None = None,
                          p_min: float | None = None) -> list[str]:
     """llama-server's flags for one drafter at block size `k`, as the pinned llama.cpp spells them
-    (`engines.llama_cpp.build.BINDINGS_VERSION`; tests/test_engines_llama_cpp.py checks each one
-    against that build's --help): a draft model drafts k tokens a round (`draft-simple`, no
-    probability cut-off), or with `p_min` up to k tokens, stopping where its confidence falls
-    below p_min; an n-gram drafter is `ngram-simple`, looking up its longest n-gram and drafting
-    k tokens. A draft model's minimum is 0 (`--spec-draft-n-min 0`): near a request's end, where
-    the server caps a draft at the tokens left, it then drafts fewer instead of drafting and
-    discarding up to k − 1 tokens in each of the last k rounds (CHANGELOG.md); a draft the stop
-    cut short is kept (`planner.llama_cpp.policy`)."""
+    (tests/test_engines_llama_cpp.py checks each against its --help): `draft-simple` drafting k
+    tokens a round, or up to k behind the confidence stop `p_min`; an n-gram drafter as
+    `ngram-simple` at its longest n-gram. A draft model's minimum is 0 (`--spec-draft-n-min 0`):
+    near a request's end the server caps a draft at the tokens left and would discard one
+    shorter than n-min, and a draft the stop cut short is kept (CHANGELOG.md)."""
     if method == "ngram":
         size_n = (ngram_sizes or (1, 3))[1]
         return ["--spec-type", "ngram-simple", "--spec-ngram-simple-size-n", str(size_n), "--spec-ngram-simple-size-m", str(k)]

@@ -1,29 +1,11 @@
 """llama-server's own decoding loop: what a request costs besides the target's forward passes.
 
-The bindings' T(k) (`decoder.llama_cpp`, timed by `profiler.forward_timing`) is one
-`llama_decode` of k tokens. llama-server spends more per round: its sampler over the whole
-vocabulary for every row it verifies, the speculative implementation's bookkeeping, a draft
-model's own decode and sampling, the slot's state. A request's decode time (the server's own
-`timings.predicted_ms`: from the first token, which the prefill gives, to the last) is modelled as
-
-    decode = per_request + Σ_rounds [T(L + 1) + per_round + per_row · L + spec(L)]
-             + per_draft_prompt_token · prompt tokens                           if it drafts by a model
-
-    spec(L) = per_ngram_round                                                    an n-gram type
-            = per_draft_round + per_draft_pass · P + reeval · T_d(L + 1)         a draft model
-
-with L the tokens a round drafted and P the draft model's passes in it: one per drafted token,
-and one more where a confidence stop ended the round. The last term is how the pinned server
-keeps the draft model's cache (`common_speculative_process` after every target decode): it
-decodes the batch the target verified again on the draft model, one pass of width L + 1 asking
-for the last row only. On llama.cpp's CPU kernels that pass costs several one-token steps, so it,
-not the drafted tokens, is most of a short round's cost. The draft model's prefill of the prompt
-falls inside the server's decode time too, so its speedup depends on the requests
-(`draft_model_speedup`).
-
-`ServerLoop` holds the costs; `fit_server_loop` fits them by non-negative least squares from
-calibration requests whose rounds are known (`ServerRequest`). The measurements behind each
-term: docs/engines.md, "How a llama.cpp export is priced". Pure: no I/O.
+A request's decode time is per_request + Σ_rounds [T(L + 1) + per_round + per_row · L + spec(L)]
+plus a draft model's prefill, spec(L) an n-gram type's round cost or a draft model's round, passes
+and second decode of the verified batch (`common_speculative_process` after every target decode),
+which on llama.cpp's CPU kernels is most of a short round's cost. `ServerLoop` holds the costs;
+`fit_server_loop` fits them from calibration requests (`ServerRequest`). The model in full and the
+measurements behind each term: docs/engines.md, "How a llama.cpp export is priced". Pure: no I/O.
 """
 
 from __future__ import annotations
@@ -145,16 +127,13 @@ class ServerRequest:
 def fit_server_loop(requests: Sequence[ServerRequest], step: Callable[[int], float],
                     draft_step: Callable[[int], float] | None = None) -> ServerLoop:
     """The server's costs from calibration `requests`: each request's decode time less the
-    target's T(L + 1) of its rounds (`step`: the bindings' T(k)), fitted to the counts of
-    `ServerRequest.counts` by non-negative least squares, in two stages: the target alone's and
-    the n-gram types' requests fit the costs every configuration pays (per request, per round,
-    per drafted row) and the n-gram round; the draft model's requests, less those, fit its own
-    (per round, per pass, its prefill per prompt token, and the factor on its second decode of
-    each verified batch, `draft_step`: that pass's T_d(k) through the bindings). Two stages,
-    because a drafted row and a draft pass are paid together in every fixed-K round, so one
-    joint fit lets the draft model's long requests pull the per-row cost (docs/engines.md). A
-    cost no request paid is 0; the draft model's pass and re-evaluation are None without
-    draft-model requests.
+    target's T(L + 1) of its rounds (`step`: the bindings' T(k)), fitted to
+    `ServerRequest.counts` by non-negative least squares in two stages: the target alone's and
+    the n-gram requests fit the shared costs and the n-gram round, then the draft model's
+    requests, less those, fit its own (`draft_step`: its last-row pass through the bindings).
+    Two stages, because a drafted row and a draft pass are paid together in every fixed-K round,
+    so one joint fit lets the draft model's long requests pull the per-row cost. A cost no
+    request paid is 0; the draft model's pass and re-evaluation are None without its requests.
 
     Raises:
         PolyplanError: no target-alone request (nothing pins the per-round cost), fewer
