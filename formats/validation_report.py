@@ -224,6 +224,10 @@ class SpeedupRatio:
     high: float
     level: float
 
+    @property
+    def includes_one(self) -> bool:
+        return self.low <= 1.0 <= self.high
+
 
 @dataclass(frozen=True)
 class ReportHeadline:

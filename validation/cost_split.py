@@ -1,23 +1,10 @@
 """The exact model's error on one chain split into the terms it multiplies (docs/validation.md,
-"The error by the factors of time per token").
+"The error by the factors of time per token", which gives each term's formula).
 
-The exact model predicts a chain's speedup as b̂ / t̂: the target-only step b̂ over the chain's
-seconds per token t̂ = Σ_i f̂_i ŝ_i + l̂ (per member M_i: passes per token f̂_i, seconds per pass ŝ_i,
-switch costs included; l̂ the loop's own seconds per token). A validation run measures each of
-them (b, f_i, s_i from `decoder.result.PassTally`, l), and replacing one predicted factor at a time
-by its measurement gives an exact product:
-
-    1 + total = (1 + baseline)(1 + forwards)(1 + per_pass)(1 + loop)(1 + aggregation)(1 + model)
-
-- baseline = b̂ / b − 1;
-- forwards = t(f, ŝ, l̂) / t(f̂, ŝ, l̂) − 1 (acceptance, the chain's shape);
-- per_pass = t(f, s, l̂) / t(f, ŝ, l̂) − 1;
-- loop = t(f, s, l) / t(f, s, l̂) − 1;
-- aggregation = (b / t) / measured − 1: the ratio of total times against the paired speedup;
-- model = Ŝ / (b̂ / t̂) − 1: what the plan's speedup holds beyond this sum (0 for the exact model).
-
-Each term is signed like the total error (predicted / measured − 1): positive where the
-prediction was too optimistic.
+The exact model predicts b̂ / t̂, the target-only step over the chain's seconds per token
+t̂ = Σ_i f̂_i ŝ_i + l̂; replacing one predicted factor at a time by its measurement gives an exact
+product 1 + total = Π (1 + term). Each term is signed like the total error (predicted / measured
+− 1): positive where the prediction was too optimistic.
 """
 
 from __future__ import annotations

@@ -1,18 +1,10 @@
-"""Paired per-prompt speedups with bootstrap confidence intervals (docs/validation.md, "How it judges").
+"""Paired per-prompt speedups with two-stage bootstrap CIs (docs/validation.md, "How it judges").
 
-Every chain runs next to target-only decoding, prompt by prompt, in every repeat, so each
-(prompt p, repeat r) gives a paired time ratio ρ[p, r] = T_chain[p, r] / T_target-only[p, r],
-from which background load, hitting both runs alike, mostly cancels out:
-
-- per prompt, ρ_p = median over repeats of ρ[p, r] (one disturbed repeat cannot move a median);
-- over prompts, the cost ratio is Σ_p B_p ρ_p / Σ_p B_p, B_p = median over repeats of the
-  target-only time (with no noise, exactly the ratio of total times);
-- the speedup is its inverse.
-
-The CI is a two-stage percentile bootstrap: prompts drawn with replacement (the independent
-units), then repeats within each drawn prompt (timing noise). With a fixed seed and the same
-shape every chain of one validation gets the same draws, so `ratio_interval` gives the CI of one
-chain's speedup over another's on the same draws (the ranking check).
+ρ[p, r] = T_chain[p, r] / T_target-only[p, r] per prompt p and repeat r; ρ_p is its median over
+repeats, the cost ratio Σ_p B_p ρ_p / Σ_p B_p (B_p: the median target-only time), the speedup
+its inverse. Pairing cancels background load that hits both runs alike. The bootstrap draws
+prompts with replacement, then repeats within each: with a fixed seed and one shape every chain
+of a validation gets the same draws, which `ratio_interval` relies on.
 """
 
 from __future__ import annotations
@@ -21,6 +13,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from polyplan.formats.validation_report import SpeedupRatio
 from polyplan.planner.intervals.prediction_interval import SpeedupInterval
 
 _PAIRED_RESAMPLES = 1000
@@ -88,27 +81,13 @@ def paired_speedup(
     )
 
 
-@dataclass(frozen=True)
-class RatioInterval:
-    """How much faster chain A ran than chain B on the same draws: point and CI."""
-
-    point: float
-    low: float
-    high: float
-    level: float
-
-    @property
-    def includes_one(self) -> bool:
-        return self.low <= 1.0 <= self.high
-
-
-def ratio_interval(a: PairedSpeedup, b: PairedSpeedup) -> RatioInterval:
+def ratio_interval(a: PairedSpeedup, b: PairedSpeedup) -> SpeedupRatio:
     """A's speedup over B's, with the percentile CI of the paired replicate ratios (both from
     `paired_speedup` with the same seed and shape, so their replicates share draws)."""
     point = a.point / b.point
     if not a.replicates or len(a.replicates) != len(b.replicates):
-        return RatioInterval(point, point, point, a.level)
+        return SpeedupRatio(point, point, point, a.level)
     ratios = np.asarray(a.replicates) / np.asarray(b.replicates)
     tail = 100 * (1 - a.level) / 2
     low, high = np.percentile(ratios, [tail, 100 - tail])
-    return RatioInterval(point, min(float(low), point), max(float(high), point), a.level)
+    return SpeedupRatio(point, min(float(low), point), max(float(high), point), a.level)

@@ -22,7 +22,7 @@ from polyplan.formats.plan import DraftPolicy, PlannedChain, blocks_text
 from polyplan.decoder.result import PassTally
 from polyplan.formats.validation_report import (
     AcceptedFraction, ChainCategoryRows, Check, CostSplit, ErrorSources, ForwardsPerToken, HeadlinePrediction, MeasuredExact, OverTwoModel, PassSeconds,
-    PromptRecord, ReportHeadline, ReportLevel, ReportSettings, SpeedupRatio, TokensPerVerification,
+    PromptRecord, ReportHeadline, ReportLevel, ReportSettings, TokensPerVerification,
 )
 from polyplan.validation.cost_split import LevelCosts, Price, cost_split, mean_width, merged_tallies, profile_seconds_per_pass
 from polyplan.validation.paired import PairedSpeedup, paired_speedup, ratio_interval
@@ -495,7 +495,7 @@ def headline(chains: Sequence[ChainResult]) -> Headline:
         fastest=None if fastest is None else fastest.label(),
         fastest_speedup=None if fastest is None else fastest.measured_speedup,
         recommended_within_noise=within,
-        fastest_over_recommended=None if gap is None else SpeedupRatio(gap.point, gap.low, gap.high, gap.level),
+        fastest_over_recommended=gap,
     )
     return Headline(record, checks)
 

@@ -1,26 +1,11 @@
-"""recommend's self-check: a short run of the top chains that owns the exact model's error on
+"""recommend's self-check: a short run of the top chains that measures the exact model's error on
 this machine (docs/cost-model.md, "The self-check").
 
-The exact model composes a chain's time per token from parts measured apart (each member's
-T_i(k), switch costs, the loop, the target-only step T_1(1)); how they compose inside a running
-chain depends on the processor. So after planning, `recommend` runs the recommended chain, the
-next ones and target-only decoding on a few of the profiling prompts, interleaved
-(`validation.chain_runs.measure_chains`), and fits for each chain one *composition term*
-
-    C = Ŝ(check) / S(check),
-
-the exact model's speedup on the check's own run, priced prompt by prompt
-(`validation.check_prices`), over the speedup the check measured. Pricing the check as its own
-workload keeps out of C how its few prompts and short answers differ from the plan's workload.
-Where the profile cannot price the check's prompts (another sampling mode, a profile without the
-target's streams), C compares the run with the plan's own parts instead:
-
-    C = (b̂ / b) · t / t(f, ŝ, l̂)
-
-(`validation.cost_split.composition`), and the record says which (`SelfCheckRecord.priced`).
-The checked prediction is exact / C, its intervals widened by C's bootstrap interval over the
-check's prompts (`combined`). Chains not run take C from the checked chains whose drafters are
-most like theirs (`pooled_term`). The ranking is then re-sorted by the checked predictions.
+How a chain's separately timed parts compose when it runs depends on the processor, so `self_check`
+runs the best chains beside target-only decoding on a few profiling prompts and fits for each a
+composition term C = Ŝ(check) / S(check): the exact model's speedup on the check's own run, priced
+prompt by prompt (`validation.check_prices`) or, where the profile cannot, by the plan's parts
+(`composition`), over the measured one. The plan then predicts exact / C, re-ranked.
 """
 
 from __future__ import annotations
@@ -149,9 +134,8 @@ def prompt_priced(prices: Sequence[PromptPrice]) -> Callable[[Sequence[RunRecord
 
 def combined(point: float, exact: tuple[float, float] | None, term: tuple[float, float, float]) -> tuple[float, float] | None:
     """The interval of exact / C around `point` (= exact point / C): the exact interval's and C's
-    deviations, in log space, added in quadrature on each side. They are independent errors (one
-    from resampling the profile, one from the check's prompts), so they add as standard errors
-    do, not bound by bound as if both fell at their worst together."""
+    log deviations added in quadrature on each side, as independent errors (the profile's
+    resampling, the check's prompts) add, not bound by bound."""
     if exact is None:
         return None
     c, low, high = term
@@ -162,16 +146,10 @@ def combined(point: float, exact: tuple[float, float] | None, term: tuple[float,
 
 
 def _checked(planned: PlannedChain, term: tuple[float, float, float], measured: float | None, pooled: bool) -> PlannedChain:
-    """`planned` with its check: exact / C, the exact intervals (a new prompt set's, the workload's)
-    widened by C's interval (`combined`)."""
-    c = term[0]
-    point = planned.exact.speedup / c
-
-    def widened(exact: tuple[float, float] | None) -> tuple[float, float] | None:
-        return combined(point, exact, term)
-
-    return replace(planned, check=ChainCheck(c, term[1], term[2], point, widened(planned.exact.interval), measured, pooled,
-                                             widened(planned.exact.workload_interval)))
+    """`planned` with its check: exact / C, both exact intervals widened by C's (`combined`)."""
+    point = planned.exact.speedup / term[0]
+    return replace(planned, check=ChainCheck(term[0], term[1], term[2], point, combined(point, planned.exact.interval, term),
+                                             measured, pooled, combined(point, planned.exact.workload_interval, term)))
 
 
 def self_check(
@@ -185,12 +163,10 @@ def self_check(
     seed: int = 0,
     profile: Profile | None = None,
 ) -> SelfCheck:
-    """Run the plan's best chains beside target-only decoding on the first few of `prompts`
-    (the profiling prompts; cut from the left to fit the chains' context) and return the plan
-    with checked predictions, re-ranked (module docstring). `budget_s`: the seconds it may take
-    (`check_size` shrinks prompts and tokens until the plan's own estimate fits). `profile`: the
-    plan's, to price the check's run prompt by prompt (`validation.check_prices`); without it, or
-    where it cannot, C is priced by the plan's seconds per pass."""
+    """The plan with checked predictions, re-ranked, from a run of its best chains beside target-only
+    decoding on the first few of the profiling `prompts` (cut from the left to fit). `budget_s`: the
+    seconds it may take (`check_size`); `profile`: the plan's, to price the run prompt by prompt
+    (without it, or where it cannot, the plan's parts price it)."""
     started = time.perf_counter()
     specs = [spec for spec in select_chains(plan, top) if spec.rank <= top + 1 or ROLE_TARGET_ONLY in spec.roles]
     count, new_tokens, estimate = check_size(specs, budget_s, repeats)
