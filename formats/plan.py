@@ -1,14 +1,9 @@
 """plan.json: what `polyplan recommend` writes and `validate`, `export`, `bench` and the decoder read
-(its types and its reader; `planner.plan_builder` holds the math that builds one). Its layout,
-key by key: docs/cost-model.md, "plan.json".
+(`planner.plan_builder` builds one). Its layout, key by key: docs/cost-model.md, "plan.json".
 
-The records are frozen and are that layout: `formats.codec` reads and writes them from their field
-types and the checks in their metadata; each ranked chain is stored once, the plan's own chain
-first. `write_plan` writes a `PlanFile`, `read_plan` reads one (every field a consumer reads,
-validated once, each failure one `PolyplanError` naming the file and the field); a version-1 plan
-is migrated on read (`migrate_v1`). A field added within version 2 has a default, so a plan written
-before it still reads. A ranked chain (`PlannedChain`) nests the exact model's predictions
-(`ExactRecord`) and Lemma 3.1's (`PaperRecord`) as the file does.
+`read_plan` validates every field a consumer reads once, each failure one `PolyplanError` naming
+the file and the field; a version-1 plan is migrated on read (`migrate_v1`), and a field added
+within version 2 has a default, so a plan written before it still reads.
 """
 
 from __future__ import annotations
@@ -80,32 +75,12 @@ NO_PADDING = VerifyWidths()
 CAP_GROWTH, CAP_SHRINK = 2, 1  # the adaptive cap's steps (HF transformers' "heuristic" assistant schedule)
 
 
-def _policy_problem(policy: DraftPolicy) -> str | None:
-    """What is wrong with a draft policy's values (None: nothing)."""
-    k_min, k_max, p_min = policy.k_min, policy.k_max, policy.p_min
-    if (k_min is None) != (k_max is None):
-        return f"k_min and k_max go together (an adaptive cap needs both), got k_min={k_min!r}, k_max={k_max!r}"
-    for name, value in (("k_min", k_min), ("k_max", k_max)):
-        if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
-            return f"{name} must be an integer >= 1, got {value!r}"
-    if k_min is not None and k_min > k_max:
-        return f"k_min {k_min} is above k_max {k_max}"
-    if p_min is not None and (isinstance(p_min, bool) or not isinstance(p_min, (int, float)) or not 0.0 < p_min < 1.0):
-        return f"p_min must be a number in (0, 1), got {p_min!r}"
-    return None
-
-
 @dataclass(frozen=True)
 class DraftPolicy:
-    """How the last member of a chain chooses how many tokens to draft per round, beyond the
-    fixed block size K of its level (the default, which a plan does not write): an adaptive cap
-    (`k_min`, `k_max`; HF transformers' "heuristic" schedule, restarted at K with every
-    generation) and/or a confidence stop (`p_min`, model drafters only: the drafter stops before
-    a token whose top probability is below p_min, as llama.cpp's `--spec-draft-p-min` does).
-
-    Both depend only on the drafter's own context and the rounds already verified, so the chain
-    stays lossless (docs/cost-model.md, "Draft lengths that adapt"). In the file:
-    `{"k_min": 1, "k_max": 8}` and/or `{"p_min": 0.7}`."""
+    """How the last member of a chain chooses how many tokens to draft per round instead of its
+    level's fixed K (None in a plan): an adaptive cap (`k_min`, `k_max`) and/or a confidence stop
+    (`p_min`, model drafters only). Both read only the drafter's own context and the rounds already
+    verified, so the chain stays lossless (docs/cost-model.md, "Draft lengths that adapt")."""
 
     layout = Layout(omit=NONE)  # a policy's values are checked once, by __post_init__, when decoded too
 
@@ -114,9 +89,17 @@ class DraftPolicy:
     p_min: float | None = None
 
     def __post_init__(self) -> None:
-        problem = _policy_problem(self)
-        if problem is not None:
-            raise PolyplanError(f"draft policy: {problem}")
+        k_min, k_max, p_min = self.k_min, self.k_max, self.p_min
+        if (k_min is None) != (k_max is None):
+            raise PolyplanError(f"draft policy: k_min and k_max go together (an adaptive cap needs both), got k_min={k_min!r}, "
+                                f"k_max={k_max!r}")
+        for name, value in (("k_min", k_min), ("k_max", k_max)):
+            if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
+                raise PolyplanError(f"draft policy: {name} must be an integer >= 1, got {value!r}")
+        if k_min is not None and k_min > k_max:
+            raise PolyplanError(f"draft policy: k_min {k_min} is above k_max {k_max}")
+        if p_min is not None and (isinstance(p_min, bool) or not isinstance(p_min, (int, float)) or not 0.0 < p_min < 1.0):
+            raise PolyplanError(f"draft policy: p_min must be a number in (0, 1), got {p_min!r}")
 
     @property
     def adaptive(self) -> bool:
@@ -160,11 +143,9 @@ def blocks_text(block_sizes: tuple[int, ...], policy: DraftPolicy | None) -> str
 
 @dataclass(frozen=True, kw_only=True)
 class ExactRecord:
-    """What the exact model (`planner.exact.cost_model`) predicts for a chain: its speedup (and
-    bootstrap interval, `planner.intervals.prediction_interval`; None: not made), seconds per emitted
-    token, forward passes and seconds in each model's forwards per token (models M_1 first),
-    and per verifying level the tokens emitted, handed up and wasted per verification and the
-    acceptance rate α_{i,i+1}; the loop overhead per token it included (0 when none)."""
+    """What the exact model (`planner.exact.cost_model`) predicts for a chain: per model (M_1 first)
+    forward passes and seconds per token; per verifying level tokens emitted, handed up and wasted
+    per verification and α_{i,i+1}; the interval is `planner.intervals.prediction_interval`'s."""
 
     speedup: float = spec(positive)
     cost_per_token_s: float | None = None
@@ -182,9 +163,8 @@ class ExactRecord:
 
 @dataclass(frozen=True, kw_only=True)
 class PaperRecord:
-    """What Lemma 3.1 (`planner.paper.paper_model`) predicts for a chain: its speedup, T / N, φ_i / N
-    per model, E[L_i] per verifying level and where each came from ("decoded" or "eq3"), and
-    the scale applied to α (None / () in plans that lack them)."""
+    """What Lemma 3.1 (`planner.paper.paper_model`) predicts for a chain: T / N, φ_i / N per model,
+    E[L_i] per verifying level and its source ("decoded" or "eq3"), the scale applied to α."""
 
     speedup: float = spec(positive)
     time_per_token_s: float | None = None

@@ -1,17 +1,11 @@
 """profile.json: what the profiler measures and the planner reads (versioned JSON).
 
-A profile describes one target model and its candidate drafters on one device: each model's
-latency curve `T_i(k)` and, for ordered (verifier, drafter) pairs, the per-token acceptance
-rate `α` and the decoded tokens per verification `μ`, `σ` at given block sizes `K`. The file's
-layout, key by key: docs/profiling.md, "The profile file".
-
-The records are frozen and are that layout: `formats.codec` reads and writes them from their
-field types, each field's check is in its metadata (`formats.checks`), and the checks that span
-fields (μ within [1, k + 1], duplicates, the names a pair refers to) are each record's `layout`.
-`read_profile` raises `PolyplanError` naming the file and the field path (``profile.json:
-pairs[2].sampling.greedy.alpha: must be in [0, 1), got 1.3``); a version-1 file is migrated on
-read (`migrate_v1`). The profiler builds a profile measurement by measurement (`with_model`,
-`with_stats`, `dataclasses.replace`) and writes it with `write_profile` after every one.
+A profile holds, for one target and its candidate drafters on one device, each model's latency
+curve T_i(k) and, per ordered (verifier, drafter) pair and sampling mode, α and the tokens per
+verification μ, σ. Its layout, key by key, and every check: docs/profiling.md, "The profile file".
+`read_profile` raises one `PolyplanError` naming the file and the field path; a version-1 file is
+migrated on read (`migrate_v1`). The profiler updates a profile measurement by measurement
+(`with_model`, `with_stats`) and writes it with `write_profile` after every one.
 """
 
 
@@ -84,8 +78,7 @@ class PrefillPoint:
 @dataclass(frozen=True)
 class TimingHealth:
     """The machine's state while a model's latency curve was timed (`planner.intervals.timing_health`
-    reads it): the machine floor's median and IQR/median, the outliers dropped of the timings taken,
-    whether the noise budget ran out, torch threads against cores, and the load average at the start."""
+    reads it; the reference is the machine floor, its spread IQR / median)."""
 
     layout = _MEASURED
 
@@ -277,8 +270,7 @@ class LoopCalibration:
 
 @dataclass(frozen=True)
 class EngineCalibration:
-    """An engine's own loop overhead for one sampling mode (`engines.hf_overhead`): per step, round
-    and `generate` call, the fingerprint of what it was measured on, and details for people."""
+    """An engine's own loop overhead for one sampling mode (`engines.hf_overhead`); `details` are for people."""
 
     layout = _MEASURED
 
@@ -332,12 +324,10 @@ def _probabilities(texts: tuple[str, ...]) -> tuple[tuple[float, ...], ...] | No
 class PairAgreement:
     """One pair's greedy agreement along each prompt's target continuation: "1" where the
     drafter's argmax equals the verifier's, "0" where not (`profiler.agreement_runs`).
-
-    `confidence` (pairs under the target only): the drafter's top probability (softmax at
-    temperature 1) at each position, from the same teacher-forced pass, as `confidence_text`
-    keeps it: what a confidence stop p_min is replayed on (`planner.exact.policy_replay`).
-    `confidence_top10`: the same, renormalised over the drafter's `DRAFT_SIMPLE_TOP_K` largest
-    logits: what llama-server's `--spec-draft-p-min` compares (`planner.llama_cpp.policy`)."""
+    `confidence` (pairs under the target only): the drafter's top probability at each position
+    (`confidence_text`), what a p_min stop is replayed on (`planner.exact.policy_replay`);
+    `confidence_top10`: the same over its `DRAFT_SIMPLE_TOP_K` largest logits, what llama-server's
+    `--spec-draft-p-min` compares (`planner.llama_cpp.policy`)."""
 
     layout = Layout(omit=EMPTY, checks=(_confidence_per_position,))
 
@@ -350,13 +340,10 @@ class PairAgreement:
     def sequences(self) -> tuple[tuple[bool, ...], ...]:
         return tuple(tuple(bit == "1" for bit in text) for text in self.agreement)
 
-    def confidences(self) -> tuple[tuple[float, ...], ...] | None:
-        """The drafter's top probability at each position, per prompt (None: not kept)."""
-        return _probabilities(self.confidence)
-
-    def confidences_top10(self) -> tuple[tuple[float, ...], ...] | None:
-        """The drafter's top probability over its 10 best logits at each position, per prompt (None: not kept)."""
-        return _probabilities(self.confidence_top10)
+    def confidences(self, top10: bool = False) -> tuple[tuple[float, ...], ...] | None:
+        """The drafter's top probability at each position, per prompt, over the vocabulary or
+        (`top10`) over its 10 best logits (None: not kept)."""
+        return _probabilities(self.confidence_top10 if top10 else self.confidence)
 
 
 def confidence_text(values) -> str:
@@ -396,14 +383,9 @@ class AgreementRuns:
     def by_pair(self) -> dict[tuple[str, str], tuple[tuple[bool, ...], ...]]:
         return {(entry.verifier, entry.drafter): entry.sequences() for entry in self.pairs}
 
-    def confidences_by_pair(self) -> dict[tuple[str, str], tuple[tuple[float, ...], ...]]:
-        """The drafter's top probabilities along the agreement sequences, for the pairs that keep them."""
-        kept = {(entry.verifier, entry.drafter): entry.confidences() for entry in self.pairs}
-        return {pair: values for pair, values in kept.items() if values is not None}
-
-    def top10_confidences_by_pair(self) -> dict[tuple[str, str], tuple[tuple[float, ...], ...]]:
-        """The drafter's top probabilities over its 10 best logits, for the pairs that keep them."""
-        kept = {(entry.verifier, entry.drafter): entry.confidences_top10() for entry in self.pairs}
+    def confidences_by_pair(self, top10: bool = False) -> dict[tuple[str, str], tuple[tuple[float, ...], ...]]:
+        """`PairAgreement.confidences` of the pairs that keep them."""
+        kept = {(entry.verifier, entry.drafter): entry.confidences(top10) for entry in self.pairs}
         return {pair: values for pair, values in kept.items() if values is not None}
 
 

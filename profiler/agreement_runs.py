@@ -75,7 +75,7 @@ def ensure_agreement(
     key = _runs_fingerprint(models, prompts, new_tokens, seed)
     wanted = set(pairs)
     rules = {model.name for model in models if isinstance(model.member, BlockDrafter)}
-    confident = (set(previous.confidences_by_pair()) & set(previous.top10_confidences_by_pair())
+    confident = (set(previous.confidences_by_pair()) & set(previous.confidences_by_pair(top10=True))
                  if previous is not None else set())
     lacking = {pair for pair in wanted if pair[0] == models[0].name and pair[1] not in rules} - confident
     if previous is not None and previous.fingerprint == key and set(previous.by_pair()) >= wanted and previous.streams and not lacking:

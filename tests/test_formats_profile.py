@@ -440,14 +440,14 @@ def test_the_10_best_confidences_round_trip_and_an_old_profile_re_encodes_unchan
     again = decode_profile(payload, label="p.json")
     assert again == profile
     runs = again.acceptance_runs["greedy"]
-    assert runs.top10_confidences_by_pair() == {("a", "b"): ((64 / 255, 1.0), (1 / 255, 144 / 255, 1.0))}
+    assert runs.confidences_by_pair(top10=True) == {("a", "b"): ((64 / 255, 1.0), (1 / 255, 144 / 255, 1.0))}
     assert runs.confidences_by_pair() == {("a", "b"): ((51 / 255, 1.0), (0.0, 128 / 255, 1.0))}
     # a profile made before: confidences only; nothing new appears when it is written again
     old = json.loads(json.dumps(payload))
     del old["acceptance_runs"]["greedy"]["pairs"][0]["confidence_top10"]
     decoded = decode_profile(old, label="old.json")
     assert decoded.acceptance_runs["greedy"].pairs[0].confidence_top10 == ()
-    assert decoded.acceptance_runs["greedy"].top10_confidences_by_pair() == {}
+    assert decoded.acceptance_runs["greedy"].confidences_by_pair(top10=True) == {}
     assert json_text(encode_profile(decoded)) == json_text(old)
     assert json_text(encode_profile(decode_profile(payload))) != json_text(old)  # negative control
     for edit, message in [

@@ -279,7 +279,7 @@ def test_agreement_runs_keep_the_drafters_10_best_confidence_and_older_runs_are_
     models = [SimpleNamespace(name="q", member=verifier, fingerprint="fq"), SimpleNamespace(name="p", member=drafter, fingerprint="fp")]
     prompts = [[0, 1, 2, 0, 1], [3, 4]]
     runs = measure_agreement(models, [("q", "p")], prompts, new_tokens=6, seed=0)
-    whole, ten = runs.confidences_by_pair()[("q", "p")], runs.top10_confidences_by_pair()[("q", "p")]
+    whole, ten = runs.confidences_by_pair()[("q", "p")], runs.confidences_by_pair(top10=True)[("q", "p")]
     continuations = target_continuations(verifier, prompts, new_tokens=6, temperature=0.0, seed=0)
     forced = teacher_forced(drafter, prompts, continuations, temperature=0.0, vocab=16)
     for values, top in zip(ten, forced.top10):
@@ -291,4 +291,4 @@ def test_agreement_runs_keep_the_drafters_10_best_confidence_and_older_runs_are_
     assert not measured and kept.acceptance_runs["greedy"] is runs  # both kept: reused
     older = dataclasses.replace(runs, pairs=tuple(dataclasses.replace(pair, confidence_top10=()) for pair in runs.pairs))
     again, measured = ensure_agreement(profile, older, models, prompts, new_tokens=6, seed=0)
-    assert measured and again.acceptance_runs["greedy"].top10_confidences_by_pair() == runs.top10_confidences_by_pair()
+    assert measured and again.acceptance_runs["greedy"].confidences_by_pair(top10=True) == runs.confidences_by_pair(top10=True)

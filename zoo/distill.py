@@ -1,16 +1,7 @@
-"""`polyplan drafter distill`: a small drafter for ANY target of a models.yaml, distilled from it,
-with an LM head over the target's N most frequent tokens (FR-Spec style, `models.reduced_vocab`).
-
-The data (`training_data`) are the standard library's code and English prose, which every machine
-has, an optional user file, and on-policy text: the target's own greedy continuations (half of every
-batch), since speculative decoding verifies the drafter on the target's output. The drafter reads
-the target's full vocabulary; its embeddings and head start from the target's, projected onto their
-top principal directions (`projected_embeddings`), so that a token the short training never shows
-still lands near its neighbours; or, with `--exit-layers K`, it is the target's own first K layers,
-frozen, with a trained norm and reduced head (`_exit_student`). It is distilled with the zoo's one
-refinement loop (`zoo.refine.refine_drafter`) from the target with its head restricted to the kept
-ids: the best a drafter without the other tokens can do is the target's distribution renormalised
-over the kept ones. The result is a HF folder with the target's tokenizer (`_save_reduced`).
+"""`polyplan drafter distill`: a small drafter for any target of a models.yaml, distilled from it,
+with an LM head over the target's N most frequent tokens (`models.reduced_vocab`). `distill_drafter`
+is the entry point; the data, the start and the loss are explained in docs/models-yaml.md, "The
+embedded family".
 """
 
 from __future__ import annotations

@@ -1,16 +1,8 @@
-"""Refining the drafter against the finished target: offline distillation, the target frozen.
-
-`train.train_pair` distils the drafter online, from a target that is still learning; this stage
-continues with the final target as a fixed teacher. Its loss aims at what speculative decoding pays
-for: the total variation TV(p, q) = 1 - sum(min(p, q)), since the acceptance rate at temperature 1
-is alpha = 1 - E[TV(p, q)] (p the target's, q the drafter's next-token distribution), plus the
-forward KL(p || q), which keeps the gradient informative where q puts almost no mass on the
-target's choice (TV's is flat there) and so serves greedy agreement.
-
-It trains on windows as long as the family's context, since decoding reads the drafter at every
-position up to it, and scores before and after on held-out windows and on-policy, on the frozen
-target's own greedy continuations. Only the drafter learns, so the target's weights (and every
-fingerprint and profile entry that depends on them) stay exactly as they were.
+"""Refining the drafter against the finished, frozen target (`refine_drafter`): the loss is
+TV(p, q) + KL(p || q), since alpha at temperature 1 is 1 - E[TV] and the KL keeps the gradient alive
+where q misses the target's choice (docs/models-yaml.md, "The embedded family"). Only the drafter
+learns, so the target's weights, and every fingerprint and profile entry that depends on them, stay
+exactly as they were.
 """
 
 from __future__ import annotations
@@ -67,13 +59,9 @@ def distillation_loss(target_logits: torch.Tensor, drafter_logits: torch.Tensor)
 
 @torch.inference_mode()
 def acceptance_on(target: nn.Module, drafter: nn.Module, windows: torch.Tensor, batch_size: int = 8) -> DrafterFit:
-    """Alpha at temperature 1 and greedy agreement of `drafter` under `target` on `windows`.
-
-    alpha = mean over positions of sum(min(p, q)); agreement = fraction of positions where the
-    argmaxes agree. `windows` is (count, L + 1) held-out token ids. At most `batch_size`
-    windows go at once, fewer where the vocabulary is large (each probability tensor stays
-    under 2^26 entries).
-    """
+    """`DrafterFit` of `drafter` under `target` on `windows` (count, L + 1); at most `batch_size`
+    windows go at once, fewer where the vocabulary is large (each probability tensor stays under
+    2^26 entries)."""
     head = target.get_output_embeddings()
     vocab = int(getattr(head, "out_features", head.weight.shape[0]))
     batch_size = max(1, min(batch_size, (1 << 26) // max(1, (windows.shape[1] - 1) * vocab)))
@@ -119,17 +107,13 @@ def refine_drafter(
     log: Log,
     teacher: nn.Module | None = None,
 ) -> RefineMetrics:
-    """Distil `drafter` (in place) from the frozen `target` for `refinement.schedule.steps`
-    batches of `refinement.window`-token windows of the `train` token stream.
+    """Distil `drafter` (in place) from the frozen `target` on windows of the `train` stream, scored
+    before and after on `eval_windows_count` windows of `validation` and on as many on-policy ones.
 
-    `validation` is the held-out stream: the before/after numbers are measured on
-    `eval_windows_count` evenly spaced windows of it, and on as many on-policy windows (the
-    target's greedy continuation of each window's first `eval_prompt_tokens` tokens).
     `teacher` (default: `target`) gives the training logits, e.g. the target with its head
-    restricted to a reduced-vocabulary drafter's kept ids; the scores always use `target`.
-    When both the teacher and the drafter have reduced heads over the same ids, the loss is
-    computed over those columns only (`compact_logits`): the same loss, since both are −inf
-    elsewhere, at a fraction of the time and memory.
+    restricted to a reduced-vocabulary drafter's kept ids; the scores always use `target`. When
+    both heads are reduced over the same ids, the loss is computed over those columns only
+    (`compact_logits`): the same loss, since both are −inf elsewhere, in a fraction of the time.
     """
     teacher = target if teacher is None else teacher
     compact = _compact_if_both_reduced(teacher, drafter)
