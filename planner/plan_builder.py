@@ -164,8 +164,7 @@ def planned_from_profile(
     if resamples:
         seed = settings.seed
         intervals, workload = (prediction_intervals(
-            profile, [(plan.chain, plan.block_sizes, plan.exact_speedup, plan.draft_policy) for plan in result.ranked], sampling=sampling,
-            context_length=result.context_length, overhead=overhead, acceptance_model=result.acceptance_model,
+            profile, [(plan.chain, plan.block_sizes, plan.exact_speedup, plan.draft_policy) for plan in result.ranked], settings,
             resamples=resamples, seed=seed, new_set=new_set,
         ) for new_set in (True, False))
         if limit is not None:

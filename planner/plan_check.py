@@ -14,6 +14,7 @@ from polyplan.formats.errors import PolyplanError
 from polyplan.formats.overhead import LoopOverhead
 from polyplan.formats.plan import PlanFile, PlannedChain
 from polyplan.planner.plan_builder import profile_digest
+from polyplan.planner.exact.cost_model import ChainSettings
 from polyplan.planner.search import evaluate_chain
 from polyplan.formats.profile import Profile
 
@@ -51,8 +52,8 @@ def _check_against_profile(plan: PlanFile, chains, profile: Profile, overhead: L
     for index, planned in enumerate(chains):
         try:
             now = evaluate_chain(
-                profile, planned.chain, planned.block_sizes, sampling=plan.sampling,
-                context_length=context_length, overhead=overhead, acceptance_model=acceptance_model,
+                profile, planned.chain, planned.block_sizes,
+                ChainSettings(plan.sampling, context_length, overhead, acceptance_model),
                 draft_policy=planned.draft_policy,
             )
         except PolyplanError as error:

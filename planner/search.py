@@ -25,7 +25,7 @@ from typing import Callable, Sequence
 
 from polyplan.formats.errors import PolyplanError
 from polyplan.formats.verbosity import other_output_shown
-from polyplan.planner.exact.cost_model import ChainPrediction, predict_chain
+from polyplan.planner.exact.cost_model import ChainPrediction, ChainSettings, predict_chain
 from polyplan.planner.exact.draft_rounds import DraftRounds
 from polyplan.planner.exact.ngram_replay import ngram_simple_sizes, target_streams
 from polyplan.planner.exact.policy_replay import replayed_rounds
@@ -125,20 +125,14 @@ class Recommendation:
 class _Context:
     """Profile lookups shared by every chain evaluation."""
 
-    def __init__(
-        self,
-        profile: Profile,
-        sampling: str,
-        context_length: int | None,
-        overhead: LoopOverhead | None = None,
-        acceptance_model: str = "iid",
-    ) -> None:
+    def __init__(self, profile: Profile, settings: ChainSettings) -> None:
+        sampling, context_length, acceptance_model = settings.sampling, settings.context_length, settings.acceptance_model
         if acceptance_model not in _ACCEPTANCE_MODELS:
             raise PolyplanError(f"acceptance_model: must be one of {', '.join(_ACCEPTANCE_MODELS)}, got {acceptance_model!r}")
         self.profile = profile
         self.sampling = sampling
         self.context_length = context_length
-        self.overhead = overhead
+        self.overhead = settings.overhead
         self.runs = {} if acceptance_model == "iid" else profile_runs(profile, sampling)
         if acceptance_model == "runs" and not self.runs:
             raise PolyplanError(f"{profile.source}: acceptance_runs: none recorded for sampling {sampling!r}")
@@ -244,15 +238,11 @@ def evaluate_chain(
     profile: Profile,
     chain: Sequence[str],
     block_sizes: Sequence[int],
+    settings: ChainSettings = ChainSettings(),
     *,
-    sampling: str = "greedy",
-    context_length: int | None = None,
-    overhead: LoopOverhead | None = None,
-    acceptance_model: str = "auto",
     draft_policy: DraftPolicy | None = None,
 ) -> ChainPlan:
-    """Both models' predictions for one given chain (target first) and block sizes
-    (`overhead`: the decoding loop's own cost, added to the exact model only; `draft_policy`:
+    """Both models' predictions for one given chain (target first) and block sizes (`draft_policy`:
     the last level's, planned for the target and one drafter only)."""
     if not chain or chain[0] != profile.target:
         raise PolyplanError(f"chain: must start with the target {profile.target!r}, got {list(chain)}")
@@ -260,7 +250,7 @@ def evaluate_chain(
         profile.model(name)
     if len(block_sizes) != len(chain) - 1:
         raise PolyplanError(f"block_sizes: need {len(chain) - 1} for a chain of {len(chain)}, got {len(block_sizes)}")
-    context = _Context(profile, sampling, context_length, overhead, acceptance_model)
+    context = _Context(profile, settings)
     reason = context.unplannable(chain)
     if reason is not None:
         raise PolyplanError(f"chain {' > '.join(chain)}: {reason}")
@@ -311,21 +301,16 @@ def default_k_max(profile: Profile) -> int:
 
 
 @dataclass(frozen=True)
-class SearchSettings:
-    """What `rank_chains` searches; the defaults are `polyplan recommend`'s.
+class SearchSettings(ChainSettings):
+    """What `rank_chains` searches, beside how it reads the profile (`ChainSettings`); the
+    defaults are `polyplan recommend`'s.
 
     Attributes:
         max_levels: the longest chain considered, counting the target (>= 1).
         k_max: block sizes are searched in 1 … k_max (None: `default_k_max(profile)`).
         block_sizes: "grid" (exhaustive), "optuna" (TPE, `optuna_trials` trials, `seed`), or
             "auto" (grid when k_max^(levels) <= grid_limit for that chain, else optuna).
-        sampling: the profile's sampling-mode key ("greedy", "t1.0", …).
         candidates: drafters to consider (None: every model but the target).
-        context_length: latency context (None: the average over the measured ones).
-        overhead: the decoding loop's own cost per step and per round, added to the exact
-            model (and so to the block-size search); the paper's model never sees it.
-        acceptance_model: "iid" (rate α per token), "runs" (the measured acceptance runs of
-            `planner.exact.runs`, greedy profiles), or "auto" (runs where the profile has them).
         draft_policies: also try draft lengths that adapt for a chain of the target and one
             drafter (module docstring); False: a fixed K only.
     """
@@ -333,14 +318,10 @@ class SearchSettings:
     max_levels: int = 4
     k_max: int | None = None
     block_sizes: str = "auto"
-    sampling: str = "greedy"
     candidates: Sequence[str] | None = None
-    context_length: int | None = None
     grid_limit: int = 1024
     optuna_trials: int = 200
     seed: int = 0
-    overhead: LoopOverhead | None = None
-    acceptance_model: str = "auto"
     draft_policies: bool = True
 
 
@@ -355,7 +336,7 @@ def rank_chains(profile: Profile, settings: SearchSettings = SearchSettings()) -
     integer_at_least(k_max, 1, "k_max, a block size")
     if block_sizes not in _SEARCH_MODES:
         raise PolyplanError(f"block_sizes: must be one of {', '.join(_SEARCH_MODES)}, got {block_sizes!r}")
-    context = _Context(profile, sampling, context_length, overhead, settings.acceptance_model)
+    context = _Context(profile, settings)
     target = profile.target
     names = [name for name in profile.model_names() if name != target] if settings.candidates is None \
         else list(settings.candidates)

@@ -24,6 +24,7 @@ from polyplan.planner.paper.capped_geometric import (
 )
 from polyplan.planner.paper.insertion import InsertionAnalysis, analyze_insertion
 from polyplan.planner.exact.latency import curve_from_profile
+from polyplan.planner.exact.cost_model import ChainSettings
 from polyplan.planner.search import ChainPlan, Recommendation, SearchSettings, evaluate_chain, rank_chains
 from polyplan.formats.profile import Profile
 
@@ -84,8 +85,9 @@ def theory_report(profile: Profile, *, source: str = "profile", sampling: str = 
         )
     cheapest = drafters[-1]
     k = _report_block_size(profile, sampling, target, cheapest)
-    two = evaluate_chain(profile, (target, cheapest), (k,), sampling=sampling)
-    threes = tuple(evaluate_chain(profile, (target, mid, cheapest), (k, k), sampling=sampling) for mid in drafters[:-1])
+    reading = ChainSettings(sampling=sampling)
+    two = evaluate_chain(profile, (target, cheapest), (k,), reading)
+    threes = tuple(evaluate_chain(profile, (target, mid, cheapest), (k, k), reading) for mid in drafters[:-1])
     insertions = []
     for plan in threes:
         arguments = dict(

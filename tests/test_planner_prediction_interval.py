@@ -17,7 +17,7 @@ import pytest
 from interval_controls import profile_only_weights
 
 from polyplan.formats.errors import PolyplanError
-from polyplan.planner.exact.cost_model import predict_chain
+from polyplan.planner.exact.cost_model import ChainSettings, predict_chain
 from polyplan.planner.exact.latency import LatencyCurve
 from polyplan.formats.plan import read_plan
 from polyplan.planner.plan_builder import plan_from_profile
@@ -336,7 +336,7 @@ def test_every_pair_draws_the_same_new_prompt_set(monkeypatch):
     profile = profile.with_stats("mid", "drafter", "greedy", profile.pair("target", "mid").sampling["greedy"])
 
     def correlation() -> float:
-        replicates = module._AcceptanceReplicates(profile, "greedy", "auto", 200, np.random.default_rng(0))
+        replicates = module._AcceptanceReplicates(profile, ChainSettings(), 200, np.random.default_rng(0))
         return float(np.corrcoef(replicates.alphas(("target", "mid")), replicates.alphas(("mid", "drafter")))[0, 1])
 
     assert correlation() == pytest.approx(1.0)
@@ -403,8 +403,9 @@ def test_the_workload_interval_draws_once_and_is_narrower_than_a_new_sets():
     rng = np.random.default_rng(5)
     profile = with_runs(heterogeneous_runs(rng, 12))
     chains = [(("target", "drafter"), (BLOCK,), point_speedup(profile))]
-    new_set = prediction_intervals(profile, chains, resamples=400, acceptance_model="runs").chains[0].speedup
-    workload = prediction_intervals(profile, chains, resamples=400, acceptance_model="runs", new_set=False).chains[0].speedup
+    runs = ChainSettings(acceptance_model="runs")
+    new_set = prediction_intervals(profile, chains, runs, resamples=400).chains[0].speedup
+    workload = prediction_intervals(profile, chains, runs, resamples=400, new_set=False).chains[0].speedup
     assert workload.point == new_set.point
     assert new_set.low < workload.low <= workload.point <= workload.high < new_set.high
     assert (workload.high - workload.low) < 0.85 * (new_set.high - new_set.low)
@@ -421,7 +422,7 @@ def test_an_alphas_error_for_a_new_set_of_another_size_adds_sqrt_n_over_m():
 
     profile = with_runs(heterogeneous_runs(np.random.default_rng(2), 16))
     counted = dataclasses.replace(profile, profiler=ProfilerRecord(prompts=16))
-    factor = lambda p, new_set, size: module._AcceptanceReplicates(p, "greedy", "iid", 20, np.random.default_rng(0),  # noqa: E731
+    factor = lambda p, new_set, size: module._AcceptanceReplicates(p, ChainSettings(acceptance_model="iid"), 20, np.random.default_rng(0),  # noqa: E731
                                                                    new_set, size)._set_factor
     assert factor(counted, True, 4) == pytest.approx(np.sqrt(5.0)) and factor(counted, True, 16) == pytest.approx(np.sqrt(2.0))
     assert factor(counted, False, 4) == 1.0 and factor(profile, True, 4) == pytest.approx(np.sqrt(2.0))

@@ -11,6 +11,7 @@ import pytest
 
 from polyplan.formats.profile import AgreementRuns, LatencyPoint, ModelProfile, PairAgreement, Profile, SamplingStats, TargetStream
 from polyplan.planner.plan_builder import planned_from_profile
+from polyplan.planner.exact.cost_model import ChainSettings
 from polyplan.planner.search import evaluate_chain
 from polyplan.validation.check_prices import PromptPrice, one_prompt, priced_composition, prompt_prices, stream_index
 from polyplan.validation.results import RunRecord
@@ -94,8 +95,8 @@ def test_a_check_on_easier_prompts_than_the_plans_is_no_model_error(tmp_path):
     profile = _profile()
     plan = _plan(tmp_path, profile)
     chain = _chain(plan)
-    predicted = evaluate_chain(one_prompt(profile, 0, LENGTH), chain.chain, chain.block_sizes, context_length=len(PROMPTS["easy"]) + LENGTH // 2,
-                               overhead=plan.loop_overhead, acceptance_model="runs", draft_policy=chain.draft_policy).exact
+    reading = ChainSettings(context_length=len(PROMPTS["easy"]) + LENGTH // 2, overhead=plan.loop_overhead, acceptance_model="runs")
+    predicted = evaluate_chain(one_prompt(profile, 0, LENGTH), chain.chain, chain.block_sizes, reading, draft_policy=chain.draft_policy).exact
     passes = tuple(round(f * LENGTH) for f in predicted.forwards_per_token)
     seconds = tuple(t * LENGTH for t in predicted.time_per_token)
     runs = [RunRecord(0, 0, 0, predicted.cost_per_token * LENGTH, 0.0, tuple(range(LENGTH)), passes, seconds, ((), ()), (0, 0), (0, 0))]

@@ -28,6 +28,7 @@ from polyplan.formats.errors import PolyplanError
 from polyplan.formats.plan import PlanFile, PlannedChain
 from polyplan.formats.profile import Profile
 from polyplan.planner.exact.runs import at_length, on_prompts
+from polyplan.planner.exact.cost_model import ChainSettings
 from polyplan.planner.search import evaluate_chain
 
 GREEDY = "greedy"
@@ -75,8 +76,8 @@ def prompt_prices(plan: PlanFile, profile: Profile, chains: Sequence[PlannedChai
         context = len(ids) + new_tokens // 2
         for planned in chains:
             try:
-                predicted = evaluate_chain(single, planned.chain, planned.block_sizes, sampling=GREEDY, context_length=context,
-                                           overhead=plan.loop_overhead, acceptance_model="runs",
+                predicted = evaluate_chain(single, planned.chain, planned.block_sizes,
+                                           ChainSettings(GREEDY, context, plan.loop_overhead, "runs"),
                                            draft_policy=planned.draft_policy).exact
             except PolyplanError:
                 return None  # a chain the one-prompt profile cannot price (a pair without runs): price by the plan

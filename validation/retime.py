@@ -20,6 +20,7 @@ import torch
 from polyplan.decoder.member import ChainMember
 from polyplan.formats.overhead import LoopOverhead
 from polyplan.planner.exact.runs import with_agreement_alphas
+from polyplan.planner.exact.cost_model import ChainSettings
 from polyplan.planner.search import evaluate_chain
 from polyplan.formats.profile import AgreementRuns, LatencyPoint, Profile
 from polyplan.profiler.forward_timing import timed_pass
@@ -82,7 +83,7 @@ def exact_speedups(
     `profile` (`retimed_profile` or `reaccepted_profile`)."""
     model = "runs" if acceptance_model == "runs" else "iid"
     return {
-        chain: evaluate_chain(profile, chain, blocks, sampling=sampling, overhead=overhead, acceptance_model=model,
+        chain: evaluate_chain(profile, chain, blocks, ChainSettings(sampling, None, overhead, model),
                               draft_policy=rest[0] if rest else None).exact_speedup
         for chain, blocks, *rest in chains
     }

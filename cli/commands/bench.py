@@ -197,6 +197,7 @@ def intervals(
     from polyplan.formats import options
     from polyplan.formats.plan import read_plan
     from polyplan.pipeline.stages import plan_profile
+    from polyplan.planner.exact.cost_model import ChainSettings
     from polyplan.planner.intervals.interval_coverage import coverage_lines, interval_coverage, nothing_to_check
 
     options.at_least(top, 1, "--top")
@@ -213,9 +214,9 @@ def intervals(
         return
     chains = [(item.chain, item.block_sizes, item.draft_policy) for item in planned.alternatives[:top]]
     result = interval_coverage(
-        profile, chains, split=split, splits=splits, sampling=planned.sampling,
-        context_length=planned.search.context_length, overhead=planned.loop_overhead,
-        acceptance_model=planned.search.acceptance_model or "auto", seed=seed,
+        profile, chains, ChainSettings(planned.sampling, planned.search.context_length, planned.loop_overhead,
+                                       planned.search.acceptance_model or "auto"),
+        split=split, splits=splits, seed=seed,
     )
     if json_output:
         echo_json(dataclasses.asdict(result))

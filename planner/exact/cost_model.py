@@ -1,24 +1,14 @@
 """The exact cost model: expected wall time per emitted token of a chain of any length.
 
-It models the staged-verification recursion the decoder runs (docs/design.md):
-
-- `draft(n, K)`: the last model M_n runs K one-token passes and returns exactly K tokens.
-- `draft(i, K)`, 1 < i < n: rounds until >= K tokens are gathered; a round takes
-  m ~ X_{i+1} = draft(i+1, K_i) tokens, costs cost(draft(i+1, K_i)) + T̃_i(m + 1) and gathers
-  min(A_i, m) + 1 tokens (A_i: acceptances before the first rejection, at rate α_{i,i+1} per
-  token, i.i.d., or by the measured runs). It returns everything gathered, so X_i >= K is random.
-- the top level repeats rounds of draft(2, K_1) verified by M_1 the same way.
-
-Every token a lower level produced for a round is paid for, accepted or not: that is how wasted
-work enters the cost. A rule drafter at the bottom, or a model drafter under a draft policy, reads
-the measured law of its rounds (`planner.exact.draft_rounds.DraftRounds`) instead of "exactly K
-tokens at rate α".
-
-A dynamic program over the distribution of X_i (finite support): rounds are i.i.d., so
+It follows the staged-verification recursion the decoder runs (docs/design.md): a round of level
+i takes m ~ X_{i+1} = draft(i+1, K_i) tokens, costs cost(draft(i+1, K_i)) + T̃_i(m + 1) and gathers
+min(A_i, m) + 1 tokens (A_i: acceptances before the first rejection, i.i.d. at rate α or by the
+measured runs; at the last level possibly the measured law of its rounds, `DraftRounds`);
+draft(i, K) repeats rounds until >= K tokens are gathered. Every drafted token is paid for,
+accepted or not: that is how wasted work enters the cost. Rounds are i.i.d., so
 E[cost of draft(i, K)] = E[rounds] · E[round cost] (Wald), and the top level is a renewal-reward
-process, cost per token = E[round cost] / E[tokens per round]. The decoding loop's own cost and
-each model's switch cost are added when given (`predict_chain`). docs/cost-model.md, "The exact
-model"; the Monte-Carlo reference it is tested against is tests/simulate_reference.py.
+process. docs/cost-model.md, "The exact model"; the Monte-Carlo reference it is tested against
+is tests/simulate_reference.py.
 """
 
 from __future__ import annotations
@@ -39,6 +29,26 @@ from polyplan.planner.exact.verify_width import monotone_envelope
 
 CurveLike = Union[LatencyCurve, float]
 Acceptance = Union[float, RunSurvival, DraftRounds]  # i.i.d. rate α, measured acceptance runs, or a rule drafter's rounds
+
+
+@dataclass(frozen=True)
+class ChainSettings:
+    """How a profile is read into the exact model's inputs; shared by the search
+    (`planner.search.SearchSettings` extends it), one chain's prediction and the intervals.
+
+    Attributes:
+        sampling: the profile's sampling-mode key ("greedy", "t1.0", …).
+        context_length: where the latency curves are read (None: the average over the measured ones).
+        overhead: the decoding loop's own cost per step and per round, added to the exact model
+            only (the paper's model never sees it).
+        acceptance_model: "iid" (rate α per token), "runs" (the measured acceptance runs of
+            `planner.exact.runs`, greedy profiles), or "auto" (runs where the profile has them).
+    """
+
+    sampling: str = "greedy"
+    context_length: int | None = None
+    overhead: LoopOverhead | None = None
+    acceptance_model: str = "auto"
 
 
 @dataclass(frozen=True)
@@ -137,14 +147,9 @@ def _level_round(
 
 def _with_catch_up(below: _Draft, acceptance: Acceptance, curve: LatencyCurve) -> _Draft:
     """The drafter's first pass of a round, widened by the token it has not seen (`below`: the
-    last model's draft, `acceptance`: its verifier's law, `curve`: its own T(k)).
-
-    A model drafter never feeds its own last draft; after its verifier accepted all of it, the next
-    round's first pass feeds that draft and the bonus token: T(2) instead of T(1). So each round
-    pays P(all accepted) · max(0, T(2) − T(1)) more, counted for the rounds of the level right
-    above the drafter only (a stated approximation); under a draft policy, for the rounds that
-    drafted, had all accepted and did not stop on confidence. A rule drafter reads the whole
-    stream in one call: no catch-up. docs/cost-model.md, "The drafter's catch-up pass"."""
+    last model's draft, `acceptance`: its verifier's law, `curve`: its own T(k)): each round pays
+    P(all accepted) · max(0, T(2) − T(1)) more, at the level right above the drafter only; a rule
+    drafter reads the whole stream in one call. docs/cost-model.md, "The drafter's catch-up pass"."""
     if isinstance(acceptance, DraftRounds):
         if not acceptance.model_drafter:
             return below

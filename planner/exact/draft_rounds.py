@@ -87,7 +87,7 @@ class DraftRounds:
         """A model drafter's share of rounds after which it has two tokens to feed: it drafted
         m >= 1, all were accepted, and it did not stop on confidence (a stop's extra pass already
         fed its last draft). Stops are taken as independent of full acceptance given m (the rounds
-        record them by m only). See `planner.exact.cost_model._with_catch_up`."""
+        record them by m only). docs/cost-model.md, "The drafter's catch-up pass"."""
         joint = self.joint()
         rounds = self.counts.sum(axis=(0, 2))  # [K + 1] by m
         stopped = np.zeros_like(rounds) if self.stops is None else self.stops.sum(axis=0)

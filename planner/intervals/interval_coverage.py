@@ -16,7 +16,7 @@ from typing import Sequence
 import numpy as np
 
 from polyplan.formats.errors import PolyplanError
-from polyplan.formats.overhead import LoopOverhead
+from polyplan.planner.exact.cost_model import ChainSettings
 from polyplan.formats.plan import DraftPolicy, blocks_text
 from polyplan.formats.profile import Profile
 from polyplan.formats.options import integer_at_least
@@ -75,13 +75,10 @@ def nothing_to_check(profile: Profile, sampling: str = "greedy", split: int | No
 def interval_coverage(
     profile: Profile,
     chains: Sequence[tuple[Sequence[str], Sequence[int]] | tuple[Sequence[str], Sequence[int], DraftPolicy | None]],
+    settings: ChainSettings = ChainSettings(),
     *,
     split: int | None = None,
     splits: int = _DEFAULT_SPLITS,
-    sampling: str = "greedy",
-    context_length: int | None = None,
-    overhead: LoopOverhead | None = None,
-    acceptance_model: str = "auto",
     level: float = DEFAULT_LEVEL,
     resamples: int = 200,
     seed: int = 0,
@@ -95,7 +92,7 @@ def interval_coverage(
             of `split`, or a setting out of range.
     """
     runs = profile.acceptance_runs.get("greedy")
-    if sampling != "greedy" or runs is None or not runs.pairs:
+    if settings.sampling != "greedy" or runs is None or not runs.pairs:
         raise PolyplanError("the profile has no greedy agreement runs to split (profile at temperature 0 first)")
     prompts = len(runs.pairs[0].agreement)
     split = prompts // 2 if split is None else split
@@ -115,8 +112,7 @@ def interval_coverage(
     chains = [(chain, blocks, rest[0] if rest else None) for chain, blocks, *rest in chains]
 
     def speedup(part: Profile, chain, blocks, policy) -> float:
-        return evaluate_chain(part, chain, blocks, sampling=sampling, context_length=context_length, overhead=overhead,
-                              acceptance_model=acceptance_model, draft_policy=policy).exact_speedup
+        return evaluate_chain(part, chain, blocks, settings, draft_policy=policy).exact_speedup
 
     z = _z(level)
     for s in range(splits):
@@ -124,9 +120,8 @@ def interval_coverage(
         profiled, new = on_prompts(fixed, order[:split]), on_prompts(fixed, order[split:2 * split])
         points = [speedup(profiled, *item) for item in chains]
         intervals = prediction_intervals(
-            profiled, [(chain, blocks, point, policy) for (chain, blocks, policy), point in zip(chains, points)], sampling=sampling,
-            context_length=context_length, overhead=overhead, acceptance_model=acceptance_model, resamples=resamples,
-            level=level, seed=seed + s,
+            profiled, [(chain, blocks, point, policy) for (chain, blocks, policy), point in zip(chains, points)], settings,
+            resamples=resamples, level=level, seed=seed + s,
         )
         for i, (item, point) in enumerate(zip(chains, points)):
             truth = speedup(new, *item)

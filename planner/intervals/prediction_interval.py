@@ -30,12 +30,12 @@ from typing import Sequence
 import numpy as np
 
 from polyplan.formats.errors import PolyplanError
-from polyplan.planner.exact.cost_model import predict_chain
+from polyplan.planner.exact.cost_model import ChainSettings, predict_chain
 from polyplan.formats.plan import FIXED_DRAFTS, DraftPolicy
 from polyplan.planner.exact.ngram_replay import ngram_simple_sizes, target_streams
 from polyplan.planner.exact.policy_replay import replayed_rounds
 from polyplan.planner.exact.latency import LatencyCurve, curve_from_profile
-from polyplan.formats.overhead import NO_SWITCH, LoopOverhead
+from polyplan.formats.overhead import NO_SWITCH
 from polyplan.planner.exact.overhead import profile_switch_costs
 from polyplan.planner.exact.runs import count_matrix, profile_runs, survival_from_counts
 from polyplan.formats.profile import ModelProfile, Profile, TimingHealth
@@ -200,12 +200,12 @@ def prompt_weights(prompts: int, resamples: int, rng: np.random.Generator, new_s
 class _AcceptanceReplicates:
     """Per (verifier, drafter): what the exact model reads in each replicate."""
 
-    def __init__(self, profile: Profile, sampling: str, acceptance_model: str, resamples: int, rng: np.random.Generator,
+    def __init__(self, profile: Profile, settings: ChainSettings, resamples: int, rng: np.random.Generator,
                  new_set: bool = True, set_size: int | None = None):
-        self.profile, self.sampling, self.resamples, self.rng, self.new_set = profile, sampling, resamples, rng, new_set
+        self.profile, self.sampling, self.resamples, self.rng, self.new_set = profile, settings.sampling, resamples, rng, new_set
         self.set_size = set_size  # the new set's prompt count (None: as many as the profile's)
-        self.runs = profile_runs(profile, sampling) if acceptance_model in ("auto", "runs") else {}
-        entry = profile.acceptance_runs.get(sampling)
+        self.runs = profile_runs(profile, self.sampling) if settings.acceptance_model in ("auto", "runs") else {}
+        entry = profile.acceptance_runs.get(self.sampling)
         self.confidences = {} if entry is None else entry.confidences_by_pair()
         self._weights: dict[int, np.ndarray] = {}
         self.prompts: int | None = None  # how many prompts were resampled (the fewest, if several sets)
@@ -315,11 +315,8 @@ class _AcceptanceReplicates:
 def prediction_intervals(
     profile: Profile,
     chains: Sequence[tuple[Sequence[str], Sequence[int], float]],
+    settings: ChainSettings = ChainSettings(),
     *,
-    sampling: str = "greedy",
-    context_length: int | None = None,
-    overhead: LoopOverhead | None = None,
-    acceptance_model: str = "auto",
     resamples: int = DEFAULT_RESAMPLES,
     level: float = DEFAULT_LEVEL,
     seed: int = 0,
@@ -331,7 +328,7 @@ def prediction_intervals(
         profile: the profile the predictions were made from.
         chains: (chain, block sizes, point speedup on the profile as measured) per chain, best
             first, optionally with the last level's `formats.plan.DraftPolicy` as a fourth item.
-        acceptance_model: as in `planner.search.SearchSettings`; resamples: B (>= 20); level: the
+        settings: how the predictions read the profile; resamples: B (>= 20); level: the
             interval's coverage, in (0, 1); seed: of the one numpy Generator every draw comes from.
         new_set: the interval for a new prompt set of the profile's size (two draws, what a
             validation on other prompts is judged by); False: for the workload's mean (one draw).
@@ -343,8 +340,8 @@ def prediction_intervals(
         raise PolyplanError("chains: give at least one chain")
     rng = np.random.default_rng(seed)
     names = sorted({name for chain, *_ in chains for name in chain})
-    curves, latency_source, widened = latency_replicates(profile, names, resamples, rng, context_length)
-    acceptance = _AcceptanceReplicates(profile, sampling, acceptance_model, resamples, rng, new_set)
+    curves, latency_source, widened = latency_replicates(profile, names, resamples, rng, settings.context_length)
+    acceptance = _AcceptanceReplicates(profile, settings, resamples, rng, new_set)
     switches = profile_switch_costs(profile)
     speedups = np.empty((len(chains), resamples))
     for row, (chain, blocks, _, *rest) in enumerate(chains):
@@ -355,7 +352,7 @@ def prediction_intervals(
         switch = [switches.get(name, NO_SWITCH) for name in chain]
         for b in range(resamples):
             speedups[row, b] = predict_chain(
-                [read[b] for read in reads], [curves[name][b] for name in chain], list(blocks), overhead, switch
+                [read[b] for read in reads], [curves[name][b] for name in chain], list(blocks), settings.overhead, switch
             ).speedup
     stretch = few_prompts_stretch(acceptance.prompts, level)
     points = np.asarray([point for _, _, point, *_ in chains], dtype=float)[:, None]
@@ -394,9 +391,8 @@ class PairReplicates:
     stretch: float
 
 
-def pair_replicates(profile: Profile, target: str, drafter: str, block: int, *, policy: DraftPolicy = FIXED_DRAFTS,
-                    sampling: str = "greedy", context_length: int | None = None, resamples: int = DEFAULT_RESAMPLES,
-                    level: float = DEFAULT_LEVEL, seed: int = 0, new_set: bool = True,
+def pair_replicates(profile: Profile, target: str, drafter: str, block: int, settings: ChainSettings = ChainSettings(), *,
+                    policy: DraftPolicy = FIXED_DRAFTS, resamples: int = DEFAULT_RESAMPLES, level: float = DEFAULT_LEVEL, seed: int = 0, new_set: bool = True,
                     set_size: int | None = None) -> PairReplicates:
     """`resamples` replicates of what predicts `target > drafter` at block size `block` (under
     `policy`), drawn as `prediction_intervals` draws them: for a caller that prices the pair its
@@ -404,8 +400,8 @@ def pair_replicates(profile: Profile, target: str, drafter: str, block: int, *, 
     `set_size`: the new prompt set's count (a race on fewer prompts than the profile's; None: as many)."""
     integer_at_least(resamples, 20, "resamples")
     rng = np.random.default_rng(seed)
-    curves, _, _ = latency_replicates(profile, [target, drafter], resamples, rng, context_length)
-    acceptance = _AcceptanceReplicates(profile, sampling, "auto", resamples, rng, new_set, set_size)
+    curves, _, _ = latency_replicates(profile, [target, drafter], resamples, rng, settings.context_length)
+    acceptance = _AcceptanceReplicates(profile, settings, resamples, rng, new_set, set_size)
     reads = acceptance.read((target, drafter), block, policy)
     measured = acceptance.measured((target, drafter), block, policy)
     return PairReplicates(tuple(curves[target]), tuple(curves[drafter]), tuple(reads), measured,

@@ -19,7 +19,7 @@ from polyplan.formats.overhead import NO_SWITCH, LoopOverhead, SwitchCost
 from polyplan.formats.plan import FIXED_DRAFTS, DraftPolicy
 from polyplan.formats.profile import Profile, TargetStream
 from polyplan.formats.sampling import SamplingMode
-from polyplan.planner.exact.cost_model import ChainPrediction, predict_chain
+from polyplan.planner.exact.cost_model import ChainPrediction, ChainSettings, predict_chain
 from polyplan.planner.exact.latency import LatencyCurve, constant_curve, curve_from_profile
 from polyplan.planner.exact.ngram_replay import replay_prediction, target_streams
 from polyplan.planner.intervals.prediction_interval import (DEFAULT_LEVEL, few_prompts_stretch, latency_replicates,
@@ -311,9 +311,9 @@ def _draft_interval(request: ServerRanking, pricing: DraftPricing, drafter: str,
     with llama-server's loop held fixed; `new_set` False: for the workload's mean. None where the
     profile's sequences hold no complete round at block size `k`."""
     try:
-        replicates = pair_replicates(pricing.profile, request.target, drafter, k, policy=policy, sampling=request.sampling,
-                                     context_length=pricing.context_length, resamples=RESAMPLES, new_set=new_set,
-                                     set_size=request.workload.prompts)
+        replicates = pair_replicates(pricing.profile, request.target, drafter, k,
+                                     ChainSettings(request.sampling, pricing.context_length), policy=policy,
+                                     resamples=RESAMPLES, new_set=new_set, set_size=request.workload.prompts)
     except PolyplanError:
         return None
     measured = _server_speedup(pricing.predict(drafter, replicates.measured, k), request.loop, requests)
