@@ -1,13 +1,8 @@
 """`polyplan bench peers` against HF transformers' own speculative decoding (`engines.race`).
 
-The contenders, greedy on the same prompts (each must emit the target's own output): target-only
-HF `generate` (the baseline); HF assisted generation with each drafter at the K the HF export
-predicts best for it (`planner.engine_export`; polyplan's derived copies handed to `generate` as
-live models, so HF races with every drafter polyplan has); HF prompt lookup for each n-gram
-candidate; polyplan's plan in polyplan's decoder. Speedups are Spec-Bench's, per category and
-overall; tokens per target pass count the target's forward calls, prefill included. The exported
-configuration is judged by its whole-call prediction (`planner.exact.whole_call`, over this race's
-own calls), within `TOLERANCE` or not. docs/engines.md, "`polyplan bench peers`".
+`run_hf_race` races target-only HF `generate`, HF assisted generation and prompt lookup at the
+export's K, and polyplan's plan, greedy on the same prompts; the exported configuration is judged
+by its whole-call prediction within `TOLERANCE`. docs/engines.md, "`polyplan bench peers`".
 """
 
 from __future__ import annotations

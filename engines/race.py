@@ -1,12 +1,7 @@
 """`polyplan bench peers`: one race harness for every engine raced against polyplan's plan.
 
-A contender (`Contender`) is a label, a prediction (its speedup over the baseline, the interval,
-whether `polyplan export` recommends it) and a way to run one prompt and be timed (`run(ids)` →
-`Timed`): polyplan's chain, an HF `generate` configuration (`engines.hf_race`), a llama-server
-configuration (`engines.llama_cpp.race`, whose `run` exists while its server does). `race` runs
-them round-robin, the first being the baseline; `race_rows` reduces the runs to one row per
-contender (`formats.race.RaceRow`, which judges itself and is written as the one race file).
-docs/engines.md, "The race harness".
+`race` runs `Contender`s round-robin, the first being the baseline; `race_rows` reduces the runs to
+one `formats.race.RaceRow` per contender. docs/engines.md, "The race harness".
 """
 
 from __future__ import annotations

@@ -1,9 +1,8 @@
 """A race's file: one row per contender, its judgement, and the JSON `polyplan bench peers --json` prints.
 
-Both races (HF `generate` and llama-server against polyplan's plan, `engines.race`) write one
-format (`FORMAT`, `VERSION`); `read_race_file` reads it, and older files through one converter
-(`upgraded`). The row's judgement is here, beside the row, so that the results page
-(`validation.race_results`) shows what the race printed. docs/engines.md, "The race harness".
+The row's judgement is here, beside the row, so that the results page (`validation.race_results`)
+shows what the race printed; older files read through one converter (`upgraded`).
+docs/engines.md, "The race harness".
 """
 
 from __future__ import annotations

@@ -1,10 +1,8 @@
 """A race on the results page: read back, tabled and plotted.
 
-A run folder of `docs/results/` may keep, beside the plan it raced, the JSON that
-`polyplan bench peers --json` printed (`race.json`, `formats.race`), and name that command in its
-run.json (`race_command`). `validation.results_page` then puts the race under the run: each
-configuration's measured speedup over the baseline (the engine's decode-only speedup where it
-timed one, else whole calls), with its spread, beside what `polyplan export` predicted for it.
+A run folder of `docs/results/` may keep the JSON `polyplan bench peers --json` printed
+(`RACE_FILE`, `formats.race`) and name that command in its run.json (`race_command`);
+`validation.results_page` then puts the race under the run.
 """
 
 from __future__ import annotations

@@ -1,10 +1,9 @@
 """llama.cpp's own tools (llama-server, llama-bench), built once from source into the polyplan cache.
 
 The source is the llama.cpp that llama-cpp-python's source distribution vendors at the pinned
-version (`BINDINGS_VERSION`), fetched by pip: so the server polyplan races and the bindings its
-llama.cpp members use are the same llama.cpp. `build()` unpacks it and builds the tools with
-cmake and ninja into `<cache>/engines/llama.cpp-<version>/`, moving `bin/` into place last so
-that a partial build never looks finished. Nothing is downloaded at run time.
+version (`BINDINGS_VERSION`), so the server polyplan races and the bindings its llama.cpp members
+use are the same llama.cpp. `build()` moves `bin/` into place last: a partial build never looks
+finished.
 """
 
 from __future__ import annotations
@@ -69,9 +68,8 @@ def _other_builds(cache_dir: str | os.PathLike[str] | None = None) -> list[str]:
 
 
 def require_build(cache_dir: str | os.PathLike[str] | None = None) -> LlamaCppBuild:
-    """The finished build, or one line naming the command that makes it (and, where a build of
-    another version is there, that it is not used: the n-gram rules polyplan replays and the
-    flags it prints are those of the pinned llama.cpp)."""
+    """The finished build, or one line naming the command that makes it (a build of another
+    version is not used: polyplan's replayed rules and printed flags are the pinned llama.cpp's)."""
     found = find_build(cache_dir)
     if found is None:
         others = _other_builds(cache_dir)

@@ -1,24 +1,11 @@
-"""llama.cpp's own numbers for a llama.cpp export: measured once per file, threads and machine.
+"""llama.cpp's own numbers for a llama.cpp export (`planner.llama_cpp.ranking.LlamaCppPrices`).
 
-For the GGUF an export hands to `llama-server`, this fills `planner.llama_cpp.ranking.LlamaCppPrices`
-(declared in the pure planner that reads it):
-
-- T(k) of that file and T_d(k) of every GGUF draft model, through the bindings at the plan's
-  threads, every logits row asked for as a verification does (`measure_latency_entry`), up to
-  the widest verification a ranked configuration needs;
-- each draft model's pass over k tokens asking for the last row only, at every k up to 16: how
-  llama-server decodes a verified batch again on it (`planner.llama_cpp.server_loop`), timed at
-  every width since llama.cpp's kernels change regime between widths;
-- the target's greedy streams on the profile's prompts, decoded by the bindings;
-- llama-server's own costs, fitted (`planner.llama_cpp.server_loop.fit_server_loop`) from a short
-  calibration against the pinned server (`calibrate_server`).
-
-Each is kept in the polyplan cache (`prices_folder`), keyed by the file's fingerprint, the threads,
-the processor, the bindings' version, the prompts and the settings; the calibration is kept as
-its requests and fitted on use. Where the plan's target already is a llama.cpp member of that
-file at those threads, the profile's numbers are reused. Without the bindings the export keeps
-the profile's numbers, without a built server polyplan's loop; one line says which.
-docs/engines.md, "How a llama.cpp export is priced".
+`export_prices` measures, for the GGUF llama-server loads and every GGUF draft model: T(k) through
+the bindings (`measure_latency_entry`), each draft model's last-row-only pass at every width (its
+kernels change regime between widths), the target's greedy streams, and llama-server's own loop
+from a short calibration (`calibrate_server`). Each is kept in the polyplan cache (`prices_folder`)
+by file fingerprint, threads, processor, bindings and settings, so a second export measures
+nothing. docs/engines.md, "How a llama.cpp export is priced".
 """
 
 from __future__ import annotations
@@ -78,11 +65,9 @@ def prices_for(source: PriceSource, profile: Profile, plan_target: str, *, reuse
                calibrate: Callable | None = None) -> LlamaCppPrices:
     """llama.cpp's numbers for `source` (module docstring), from the cache when kept there.
 
-    `reuse`: the models (by candidate name) whose profile entry already is llama.cpp's on that
-    file at these threads; their T(k), and the target's streams, come from `profile`. `build`:
-    the pinned llama.cpp build (None: the server's loop is not calibrated). `latency`,
-    `decode_streams` and `calibrate` replace `measure_latency_entry`, `decode_greedy_streams`
-    and `calibrate_server` (tests).
+    `reuse`: the models whose profile entry already is llama.cpp's on that file at these threads
+    (their T(k), and the target's streams, come from `profile`). `build` None: the server's loop
+    is not calibrated. `latency`, `decode_streams` and `calibrate` replace the measurements (tests).
 
     Raises:
         PolyplanError: the bindings are missing, or a file cannot be loaded.
@@ -163,10 +148,9 @@ def calibrated_step(requests: Sequence[ServerRequest]) -> float | None:
 
 def export_prices(plan, profile: Profile, candidates, files: Mapping[str, str], server_flags: Sequence[str] = (), *,
                   log: Callable[[str], None] = lambda line: None, **measure) -> LlamaCppPrices:
-    """What `polyplan export --engine llama.cpp` prices `plan` with: `prices_for` the GGUF
-    llama-server loads as the target and every GGUF draft model, at the plan's threads, on the
-    profile's prompts; the profile's own numbers, with one line saying why, where the bindings
-    are missing. `files`: `engines.export.engine_files`; `measure`: passed to `prices_for`."""
+    """What `polyplan export --engine llama.cpp` prices `plan` with (`prices_for` at the plan's
+    threads on the profile's prompts); the profile's own numbers, with one line saying why, where
+    the bindings are missing. `files`: `engines.export.engine_files`; `measure`: to `prices_for`."""
     from polyplan.engines.llama_cpp.build import find_build
     from polyplan.planner.engine_export import loadable
     from polyplan.profiler.threads import plan_threads
@@ -277,12 +261,10 @@ def calibrate_server(build, target: Path, streams: Sequence[TargetStream], threa
                      server_flags: Sequence[str], log: Callable[[str], None] = lambda line: None,
                      server_factory=None) -> list[ServerRequest]:
     """A few short greedy requests against the pinned llama-server on `target` (the prompts of
-    `streams`): the target alone, ngram-simple (`_CALIBRATION_NGRAM`), the first draft model at
-    each K of `_CALIBRATION_K` and at one token a round behind a confidence stop
-    (`_CALIBRATION_STOP`: its rounds mostly draft nothing). Every server is started first and the
-    requests sent to them in rotated order, so that a load that comes and goes falls on every
-    configuration alike; each request as the server ran it (`ServerRequest`).
-    `server_factory(args, log_path)` replaces `engines.llama_cpp.server.LlamaServer` (tests)."""
+    `streams`), each as the server ran it: the target alone, ngram-simple, the first draft model
+    at each K of `_CALIBRATION_K` and behind a confidence stop at n-max 1. Every server starts
+    first and requests go round in rotated order, so a load that comes and goes falls on all
+    alike. `server_factory(args, log_path)` replaces `LlamaServer` (tests)."""
     import time
 
     from polyplan.engines.llama_cpp.server import LlamaServer
@@ -323,9 +305,8 @@ def calibrate_server(build, target: Path, streams: Sequence[TargetStream], threa
 
 def server_request(args: Sequence[str], prompt: Sequence[int], done) -> ServerRequest | None:
     """One finished request (`engines.llama_cpp.server.Completion`) of a server started with `args`
-    (its flags after `-m TARGET`) as the loop's fit reads it (`ServerRequest`), for the
-    calibration and the race alike; None for a configuration whose rounds the fit cannot know
-    (`_fit_kind`), or where they are not known (`_rounds`)."""
+    as the loop's fit reads it, for the calibration and the race alike; None where its rounds are
+    not known (`_fit_kind`, `_rounds`)."""
     kind, k, sizes = _fit_kind(tuple(args))
     if kind is None:
         return None
@@ -359,12 +340,10 @@ def _fit_kind(args: tuple[str, ...]) -> tuple[str | None, int | None, tuple[int,
 
 
 def _rounds(kind: str, prompt: Sequence[int], done, k: int | None, sizes: tuple[int, int] | None = None) -> tuple[int, ...] | None:
-    """The tokens each round of a finished request drafted (None: not known, left out): none
-    for the target alone; ngram-simple's (at `sizes`) replayed on the server's own output (None
-    when the replay's totals are not the server's); `_STOPPED`: one token in as many rounds as it
-    drafted, none in the rest (the fit reads only totals); a draft model at fixed K: its traced
-    rounds as logged (`engines.llama_cpp.server.round_widths`), else K a round while its drafted
-    tokens last (every round emits its accepted tokens and one more)."""
+    """The tokens each round of a finished request drafted (None: not known): ngram-simple's
+    replayed on the server's own output (None where its totals differ from the server's); behind
+    `_STOPPED`, one token in as many rounds as it drafted (the fit reads only totals); a fixed K
+    its traced rounds, else K a round while its drafted tokens last."""
     generated = done.predicted_n
     if generated < 2:
         return None

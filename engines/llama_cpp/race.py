@@ -1,19 +1,11 @@
 """`bench peers --engine llama.cpp`: the real llama-server against polyplan's plan (`engines.race`).
 
-The contenders, every one a running `llama-server` (the pinned build, `engines.llama_cpp.build`)
-on 127.0.0.1 with the same threads (`server_configs`), and polyplan's plan in this process. A
-group's servers are started first (start-up is never timed), then raced round-robin; a second
-server of the target alone races as a control (`CONTROL`), whose offset from the target alone
-widens every judgement (`with_server_spread`). When all servers do not fit in memory, they race in
-groups (`engines.llama_cpp.race_memory`), each with the target alone and polyplan's plan, and a
-speedup is over its own group's target alone. A configuration that cannot start or stops
-answering is a row saying why; the race goes on. A request is greedy, of exactly `new_tokens`
-tokens (end-of-sequence ignored), with the token ids polyplan's run uses.
-
-Each prediction is the export's replay of this race's requests, judged by its interval for a new
-set of as many prompts as the race sends, against the server's own decode-only speedup. The split
-(`priced_on_race`) prices every replayed configuration again on the race's own prompts, so an
-error is told apart into the prompt set's and the model's. docs/engines.md, "`polyplan bench peers`".
+`run_llama_peers` starts a group's servers (`server_configs`, the pinned build on 127.0.0.1)
+before timing anything, races them round-robin with polyplan's plan, in memory groups where they
+do not all fit (`engines.llama_cpp.race_memory`), and judges each against the export's replay of
+this race's requests; a control server (`CONTROL`) widens every judgement by its offset
+(`with_server_spread`), and the split (`priced_on_race`) prices each prediction again on the
+race's own prompts. docs/engines.md, "`polyplan bench peers`".
 """
 
 from __future__ import annotations
@@ -46,10 +38,8 @@ UNJUDGED = "not judged here (polyplan validate judges the plan)"
 
 def server_configs(plan, export, candidates, files: dict[str, str],
                    draft_sweep: tuple[tuple[int, float], ...] = _DRAFT_SWEEP, recommended=None) -> list[Contender]:
-    """The servers to race: the target alone and its control (`CONTROL`); each GGUF drafter at
-    llama.cpp's defaults and at the export's K, the best one also at each (n-max, p-min) of
-    `draft_sweep` and combined with ngram-mod; every n-gram type at its defaults; `--spec-default`;
-    with `export`'s predictions (`judged`; `recommended`, default `export`'s, marked exported)."""
+    """The servers to race (docs/engines.md, "`polyplan bench peers`"), the best drafter also at
+    each (n-max, p-min) of `draft_sweep`, with `export`'s predictions (`judged`)."""
     from polyplan.planner.llama_cpp.ranking import llama_cpp_spec_flags
 
     configs = [Contender(TARGET_ONLY, ()), Contender(CONTROL, ())]
@@ -73,6 +63,11 @@ def server_configs(plan, export, candidates, files: dict[str, str],
         configs.append(Contender(f"{kind} (defaults)", ("--spec-type", kind)))
     configs.append(Contender("llama.cpp default (--spec-default)", ("--spec-default",)))
     return judged(configs, export, recommended)
+
+
+def _draft_file(args: Sequence[str]) -> str | None:
+    """The draft model's file of a server's flags (`-md`), None without one."""
+    return args[args.index("-md") + 1] if "-md" in args else None
 
 
 def _draft_files(candidates, files: Mapping[str, str]) -> list[tuple[str, str]]:
@@ -140,7 +135,7 @@ def priced_on_race(configs: Sequence[Contender], export, drafts: frozenset[str] 
     any other would still read the profile's agreement)."""
     def again(ranked) -> bool:
         flags = tuple(ranked.flags)
-        return ranked.drafted is not None or ("-md" in flags and flags[flags.index("-md") + 1] in drafts)
+        return ranked.drafted is not None or _draft_file(flags) in drafts
 
     by_flags = {tuple(ranked.flags): ranked for ranked in getattr(export, "ranking", ()) if again(ranked)}
     out = []
@@ -156,7 +151,7 @@ def _race_agreements(configs: Sequence[Contender], drafts: Sequence[tuple[str, s
     the bindings cannot run is left out with one line."""
     from polyplan.engines.llama_cpp.race_agreement import race_agreement
 
-    raced = {config.args[config.args.index("-md") + 1] for config in configs if "-md" in config.args}
+    raced = {_draft_file(config.args) for config in configs}
     agreements, measured = [], set()
     for name, source in drafts:
         if source not in raced or source in measured:
@@ -284,11 +279,11 @@ def race_requests(configs: Sequence[Contender], runs: Sequence[RaceRun], prompts
 
     by_label = {config.label: config.args for config in configs}
     by_label[TARGET_ONLY] = ()
-    drafts = [args[args.index("-md") + 1] for args in by_label.values() if "-md" in args]
+    drafts = [_draft_file(args) for args in by_label.values() if "-md" in args]
     requests = []
     for run in runs:
         args = by_label.get(run.label)
-        if args is None or run.decode_s is None or ("-md" in args and args[args.index("-md") + 1] != drafts[0]):
+        if args is None or run.decode_s is None or ("-md" in args and _draft_file(args) != drafts[0]):
             continue
         done = Completion(run.tokens, run.decoded or len(run.tokens), 1000.0 * run.decode_s, 0.0, run.drafted, run.accepted, run.seconds,
                           run.rounds)
@@ -323,10 +318,8 @@ def race_loop_line(configs: Sequence[Contender], runs: Sequence[RaceRun], prompt
 
 
 def race_pace_line(runs: Sequence[RaceRun], prices) -> str:
-    """The target alone's decode step in this race (its decode time over the steps after the
-    first token) against the calibration's (`LlamaCppPrices.calibrated_step_s`) and the step it was
-    priced at (T(1) and the per-round cost): a one-token step moves with the host's memory traffic
-    far more than a draft-model server's wide passes, so a ratio holds only while they move alike
+    """The target alone's decode step in this race against the calibration's and the step it was
+    priced at: a one-token step moves with the host's memory traffic far more than a wide pass
     (docs/engines.md, the pace). "" without a timed target-alone decode or llama.cpp's prices."""
     from polyplan.planner.exact.latency import curve_from_profile
 
@@ -351,8 +344,8 @@ def server_needs(configs: Sequence[Contender], target: ModelMemory, context: int
     needs = []
     for config in configs:
         models = [(target, context)]
-        if "-md" in config.args:
-            path = config.args[config.args.index("-md") + 1]
+        path = _draft_file(config.args)
+        if path is not None:
             if path not in drafts:
                 drafts[path] = memory(path)
             models.append((drafts[path], context))
@@ -364,12 +357,10 @@ def race_servers(groups: Sequence[Sequence[Contender]], start: Callable[[Contend
                  ours: Callable[[Sequence[int]], Timed], prompts, *, repeats: int, new_tokens: int,
                  log=lambda line: None) -> tuple[list[RaceRun], dict[str, str]]:
     """Race each group in turn (its first configuration the target alone): start its servers
-    (`start(config)`: a context manager entered to a started server with `complete(ids, n)`,
-    `LlamaServer`), race them and polyplan's plan (`ours(ids)`) with `engines.race.race`, and
-    stop them before the next group starts.
+    (`start(config)`: a context manager giving a `LlamaServer`-like server), race them and
+    polyplan's plan (`ours(ids)`) with `engines.race.race`, and stop them before the next group.
 
-    Returns every run (`RaceRun.group`: the group's index) but those of a configuration that
-    failed, and by label why each one failed ("failed to start: ...", "stopped answering: ...").
+    Returns every run but those of a configuration that failed, and by label why each failed.
 
     Raises:
         PolyplanError: the target alone fails to start or stops answering (no baseline).
@@ -423,12 +414,10 @@ def peer_rows(configs: list[Contender], runs: list[RaceRun], failures: Mapping[s
 
 
 def with_server_spread(rows: Sequence[RaceRow]) -> tuple[RaceRow, ...]:
-    """`rows` with every judged row's `server_spread`: how far the control (`CONTROL`, a second
-    server of the target alone, the same flags) measured from 1, |speedup − 1|. Each server
-    process runs at its own speed, an offset the paired per-prompt sd cannot show, as every
-    prompt of a row runs on the same process; the control is one draw of it (docs/engines.md,
-    "The control"). Unchanged without a measured control; the control itself keeps none (it is
-    judged by its own sd)."""
+    """`rows` with every judged row's `server_spread`, |control's speedup − 1|: each server process
+    runs at its own speed, an offset no paired per-prompt sd shows, and the control is one draw of
+    it (docs/engines.md, "The control"). Unchanged without a measured control; the control itself
+    is judged by its own sd."""
     spread = _control_spread(rows)
     if spread is None:
         return tuple(rows)
@@ -438,9 +427,8 @@ def with_server_spread(rows: Sequence[RaceRow]) -> tuple[RaceRow, ...]:
 
 def _traced_rounds(runs: Sequence[RaceRun]) -> tuple[int, ...] | None:
     """How many of `runs`' rounds drafted m tokens, m = 0 … the most drafted, from the servers'
-    traces (the rounds that drafted nothing are the rest of each request's rounds: every round
-    emits its accepted tokens and one more); None where a run was not traced (polyplan's, or a
-    trace that did not add up) or nothing was drafted."""
+    traces (`engines.llama_cpp.server.round_widths`); None where a run was not traced or nothing
+    was drafted."""
     widths = [round_widths(run.rounds, run.decoded or len(run.tokens), run.accepted) for run in runs]
     if not runs or any(each is None for each in widths) or not any(run.rounds for run in runs):
         return None

@@ -1,10 +1,7 @@
-"""A draft model's greedy agreement with a race's own answers: `bench peers`' split for draft models.
-
-The split (`engines.llama_cpp.race.priced_on_race`) prices each raced configuration again on the
-race's own prompts; a draft model's row reads the pair's agreement and confidences, measured here
-on the race's answers as the profiler measures them (`profiler.agreement_runs`): the draft GGUF
-teacher-forced through llama.cpp's bindings, position j agreeing where its argmax is the answer's
-token j, which is what llama-server's verification compares.
+"""A draft model's greedy agreement with a race's own answers, for the split
+(`engines.llama_cpp.race.priced_on_race`): the draft GGUF teacher-forced through the bindings as
+the profiler measures it (`profiler.agreement_runs`), position j agreeing where its argmax is the
+answer's token j, which is what llama-server's verification compares.
 """
 
 from __future__ import annotations

@@ -1,11 +1,9 @@
-"""Will a race's llama-servers fit in memory? The estimate, and groups that fit.
+"""Will a race's llama-servers fit in memory? The estimate, and groups that fit (`race_groups`).
 
-Each server holds, per GGUF it loads (the target, the drafter of `-md`): the weights, its f16 KV
-cache at the context (`gguf_memory`) and `MODEL_ALLOWANCE`. Weights llama.cpp maps from the file
-(`--no-repack`) are page cache shared by every process mapping it, so a group counts each such
-file once; repacked weights are each server's own. Polyplan's own members (`resident_need`) stay
-resident all along. When not everything fits, `race_groups` splits the servers into groups that
-do, each with the target alone (every speedup is over its own group's) and polyplan's plan.
+Each server holds, per GGUF it loads, the weights, its f16 KV cache at the context and
+`MODEL_ALLOWANCE`. Weights llama.cpp maps from the file (`--no-repack`) are page cache shared by
+every process mapping it, so a group counts each such file once; repacked weights are each
+server's own. docs/engines.md, "Memory".
 """
 
 from __future__ import annotations

@@ -1,11 +1,8 @@
 """A real `llama-server` on 127.0.0.1: started, asked, and always stopped.
 
-`LlamaServer` is a context manager: it starts the pinned build (`engines.llama_cpp.build`) on a
-free loopback port, waits for `/health` within a bounded time, and on leaving, normally, on an
-exception or on Ctrl-C, stops the process; its log goes to a file quoted when it fails to start.
-`complete` sends one greedy `/completion` request and returns the server's own account of it
-(`Completion`), each round's drafted and accepted tokens included when started with `trace`.
-`repack_flags`: the flags this machine's CPU needs for any server it starts.
+`LlamaServer` is a context manager that stops its process however the block is left (Ctrl-C
+included); `complete` sends one greedy `/completion` request and returns the server's own account
+of it (`Completion`). `repack_flags`: the flags this machine's CPU needs for any server.
 """
 
 from __future__ import annotations
@@ -148,8 +145,7 @@ class LlamaServer:
             self.process.wait()
 
     def complete(self, prompt_ids: Sequence[int], n_predict: int) -> Completion:
-        """One greedy completion of exactly `n_predict` tokens (end-of-sequence ignored), with no
-        prompt cache reused between requests."""
+        """One greedy completion of exactly `n_predict` tokens (end-of-sequence ignored, no prompt cache)."""
         body = {"prompt": list(map(int, prompt_ids)), "n_predict": n_predict, "temperature": 0.0, "top_k": 1,
                 "seed": 0, "cache_prompt": False, "ignore_eos": True, "return_tokens": True, "stream": False}
         request = urllib.request.Request(f"{self.url}/completion", data=json.dumps(body).encode(),
