@@ -1,9 +1,5 @@
-"""Where polyplan keeps what it computes once and reuses: profiles, dequantized GGUF models,
-the quick family, fetched model files.
-
-The cache lives in a user folder, never inside the installed package: an explicit override
-(`--cache-dir`), else `$POLYPLAN_CACHE_DIR`, else `$XDG_CACHE_HOME/polyplan`, else
-`~/.cache/polyplan`.
+"""Where polyplan keeps what it computes once and reuses (profiles, dequantized GGUF models, the
+quick family, fetched model files): a user folder, never inside the installed package.
 """
 
 from __future__ import annotations
@@ -15,7 +11,8 @@ _CACHE_ENV = "POLYPLAN_CACHE_DIR"
 
 
 def cache_root(override: str | os.PathLike[str] | None = None) -> Path:
-    """The cache folder (see the module docstring for the order of precedence)."""
+    """`override` (`--cache-dir`), else `$POLYPLAN_CACHE_DIR`, else `$XDG_CACHE_HOME/polyplan`, else
+    `~/.cache/polyplan`."""
     if override is not None:
         return Path(override).expanduser()
     if os.environ.get(_CACHE_ENV):

@@ -1,25 +1,10 @@
-"""The one JSON codec of polyplan's files (profile.json, plan.json, report.json) and of the
-records inside them.
-
-A record is a frozen dataclass; its fields are the file's keys, in field order, and its field
-types are the schema. `encode` and `decode` both walk the fields:
-
-- a nested record is a JSON object, a `tuple[X, ...]` an array (a `tuple[X, Y]` an array of
-  two), a `Mapping[K, V]` an object, `Any` free-form JSON (finite numbers only), `X | None`
-  null or an X; a `float` field holds a float (an integer in the file is read as one);
-- a field's checks are its metadata (`spec(check, ...)`), run on the decoded value: a check
-  raises `Invalid` naming the problem, or returns a replacement (a normalised value, e.g. a
-  sampling mode's canonical key); `Annotated[T, check, ...]` puts checks on a type where a
-  field cannot (the keys of a map, the items of a list); `Before(step)` rewrites the raw JSON
-  before it is decoded (one number read as a list of one);
-- a record's `layout` (a `Layout`) holds the checks that span its fields;
-- a key the record has no field for is an error, and so is a missing field without a default
-  (a field with a default came later: older files lack it);
-- a number that is not finite is written as null (JSON has neither NaN nor infinity).
-
-Every failure is one `PolyplanError` line ``label: field.path: problem``. A whole file is a
-`FileFormat`; each file module wraps `read_file`, `write_file`, `decode_file` and `encode_file` as
-`read_X`, `write_X`, `decode_X` and `encode_X`.
+"""The one JSON codec of polyplan's files (profile.json, plan.json, report.json): a record is a
+frozen dataclass whose fields are the file's keys, in field order, and whose field types are the
+schema; `encode` and `decode` walk them. How each type maps to JSON, where checks go and why an
+unknown key is an error: docs/design.md, "The file codec". Every failure is one `PolyplanError`
+line ``label: field.path: problem``. A whole file is a `FileFormat`; each file module wraps
+`read_file`, `write_file`, `decode_file` and `encode_file` as `read_X`, `write_X`, `decode_X` and
+`encode_X`.
 """
 
 from __future__ import annotations

@@ -1,9 +1,5 @@
-"""The one exception type a user can cause.
-
-Anything a user can get wrong (a bad file, an impossible argument, models that do not fit
-together) raises `PolyplanError` with one line that names the culprit. The CLI prints that
-line and exits non-zero; everything else is a bug and keeps its traceback.
-"""
+"""The one exception type a user can cause: the CLI prints its one line and exits non-zero;
+anything else is a bug and keeps its traceback."""
 
 
 class PolyplanError(Exception):

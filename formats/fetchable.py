@@ -1,9 +1,6 @@
-"""The models `polyplan fetch` knows: their chunk packages, sizes, hashes and licences, and
-where a fetched file lives in the cache (`<cache>/models/<file name>`).
-
-A models.yaml `source: fetch:<name>` resolves here, so the schema check can say which fetch
-command is missing without importing the downloader (`polyplan.models.fetch`).
-"""
+"""The models `polyplan fetch` knows (chunk packages, sizes, hashes, licences) and where a fetched
+file lives; a models.yaml `source: fetch:<name>` resolves here, without the downloader
+(`polyplan.models.fetch`)."""
 
 from __future__ import annotations
 

@@ -1,8 +1,6 @@
-"""One reader for every JSON or YAML file a user hands polyplan (profiles, plans, models.yaml).
-
-Whatever is wrong with the file (missing, a folder, unreadable, not UTF-8, not valid JSON or
-YAML, a YAML mapping that repeats a key, nesting deeper than any polyplan format uses) ends
-in one `PolyplanError` naming the file, never in a traceback. The schema checks of each format
+"""One reader for every JSON or YAML file a user hands polyplan: whatever is wrong with the file
+(missing, a folder, not UTF-8, not valid JSON or YAML, a repeated YAML key, nesting deeper than any
+polyplan format) is one `PolyplanError` naming it, never a traceback; each format's schema checks
 come after, on the parsed value.
 """
 
@@ -49,7 +47,7 @@ def parse_json_text(text: str, label: str) -> Any:
 
 
 def read_json_file(path: str | os.PathLike[str], what: str = "file") -> Any:
-    """The parsed JSON of `path` (see the module docstring for what is refused)."""
+    """The parsed JSON of `path`."""
     return parse_json_text(_read_text_file(path, what), str(path))
 
 

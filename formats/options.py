@@ -1,9 +1,6 @@
-"""Range checks of command-line numbers, done before any work (one line naming the option).
-
-The bounds keep memory and time sane: a block size beyond `MAX_BLOCK_SIZE` drafts more tokens per
-verification than any latency curve covers, and the planner's tables grow with it. Seeds are what
-numpy and torch accept.
-"""
+"""Range checks of command-line numbers, done before any work (one line naming the option). A block
+size beyond `MAX_BLOCK_SIZE` drafts more than any latency curve covers, and the planner's tables grow
+with it."""
 
 from __future__ import annotations
 

@@ -1,15 +1,6 @@
-"""The processor a profile was measured on, and the one line that says a plan's timings come
-from another (docs/profiling.md, "Timing health").
-
-`Processor` is what the profile and the plan record (`profiler.processor.this_processor` probes
-the live machine). Its generation (x86 "family 25 model 17", where /proc/cpuinfo gives it) tells
-apart what virtual machines show under one model name and the same flags, and whose kernels time
-differently; the capability follows the flags and the core count is in the device label, so
-neither decides whether two processors differ.
-
-`machine_difference` is the one comparison every consumer of a plan's timings makes (`validate`,
-`generate --plan`, `export`, `bench`). It warns and never refuses: the plan still runs, and
-validating it elsewhere measures how far off it is.
+"""The processor a profile was measured on (`Processor`, probed by `profiler.processor.this_processor`),
+and `machine_difference`, the one line every consumer of a plan's timings prints when they come
+from another machine; it warns and never refuses (docs/profiling.md, "Timing health").
 """
 
 from __future__ import annotations
@@ -36,7 +27,7 @@ _RERUN = "its timings may not hold; re-run polyplan profile here"
 
 @dataclass(frozen=True)
 class Processor:
-    """Where timings were taken (module docstring): the CPU and, on CUDA, the GPU."""
+    """Where timings were taken: the CPU and, on CUDA, the GPU."""
 
     name: str = spec(text)
     architecture: str | None = spec(text, default=None)
@@ -45,7 +36,7 @@ class Processor:
     capability: str | None = spec(text, default=None)  # torch.backends.cpu.get_cpu_capability()
     cores: int | None = spec(whole(1), default=None)  # logical cores
     gpu: str | None = spec(text, default=None)  # the CUDA device's name; None on CPU
-    generation: str | None = spec(text, default=None, omit=NONE)  # "family 26 model 2" (module docstring)
+    generation: str | None = spec(text, default=None, omit=NONE)  # x86 "family 26 model 2", from /proc/cpuinfo
 
     @property
     def level(self) -> str:
@@ -61,7 +52,8 @@ class Processor:
         return cpu if self.gpu is None else f"{self.gpu} on {cpu}"
 
     def differs(self, other: Processor) -> bool:
-        """Whether timings taken on one may not hold on the other (module docstring)."""
+        """Whether timings taken on one may not hold on the other (the capability follows the
+        flags and the core count is in the device label, so neither decides)."""
         if (self.name, self.flags, self.quantized_engine, self.gpu) != (other.name, other.flags, other.quantized_engine, other.gpu):
             return True
         return None not in (self.generation, other.generation) and self.generation != other.generation
@@ -97,11 +89,8 @@ def processor_line(planned: Processor, here: Processor) -> str | None:
 
 
 def machine_difference(planned_device: str, planned: Processor | None, here_device: str | None, here: Processor | None) -> str | None:
-    """The one line on where a plan's timings were taken against where they are used now, or
-    None: another processor when both are recorded (`processor_line`), else, when
-    `here_device` is given, another device label (another thread count, or a plan from before
-    processors were recorded: its label names the CPU model). A plan that records neither says
-    nothing: there is nothing to compare."""
+    """The one line on where a plan's timings were taken against where they are used now, or None:
+    another processor when both are recorded, else (with `here_device`) another device label."""
     if planned is not None and here is not None:
         line = processor_line(planned, here)
         if line is not None:

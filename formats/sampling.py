@@ -1,9 +1,6 @@
-"""The sampling mode a profile entry, a plan and a report are made for: one type, parsed once.
-
-A mode is a temperature: 0 is greedy (argmax at every level; α is then the argmax agreement
-rate), anything above samples. Files and planner tables name it by its key (``"greedy"``,
-``"t1.0"``); `SamplingMode.parse` is the one reader of a key, and the planner then looks keys up
-exactly. The decoder's runtime sampler (`decoder.sampling.Sampling`) adds top-k and top-p.
+"""The sampling mode a profile entry, a plan and a report are made for: a temperature (0: greedy),
+named in files by its key (``"greedy"``, ``"t1.0"``). `SamplingMode.parse` is the one reader of a
+key, so the planner looks keys up exactly; `decoder.sampling.Sampling` adds top-k and top-p.
 """
 
 from __future__ import annotations

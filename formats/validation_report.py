@@ -1,11 +1,6 @@
-"""report.json: what `polyplan validate` (and the demo) writes beside report.md, and prints with
-`--json` (its typed records and its one codec; `validation.reporting.report_of` builds one from a
-validation's results). Its layout, key by key: docs/validation.md, "The report".
-
-What each number means is `validation.results`' business; this module knows the layout only: the
-records' fields are the file's keys, in field order, read and written by `formats.codec`. Decoding
-checks every field and fails with one `PolyplanError` line ``label: field.path: problem``;
-`read_report`, `write_report`, `decode_report` and `encode_report` are its entry points.
+"""report.json: what `polyplan validate` (and the demo) writes beside report.md and prints with
+`--json` (`validation.reporting.report_of` builds one). Its layout, key by key: docs/validation.md,
+"The report"; what each number means is `validation.results`' business, not this module's.
 """
 
 from __future__ import annotations
@@ -116,12 +111,10 @@ class MeasuredInterval:
 
 @dataclass(frozen=True)
 class ErrorSources:
-    """Where a chain's prediction error comes from, each predicted / measured − 1 (docs/validation.md,
-    "Where the prediction error comes from"): `total`, the plan's exact model; `latency`, profile
-    against re-timed latency (None: not re-timed); `after_latency`, the re-timed model; `acceptance`,
-    profile against validation acceptance (greedy only); `residual`, what is left, so that
-    (1 + latency)(1 + acceptance)(1 + residual) = 1 + total; `tokens_per_pass` at level 1; `noise`,
-    the measured CI's relative half-width."""
+    """Where a chain's prediction error comes from, each predicted / measured − 1, with
+    (1 + latency)(1 + acceptance)(1 + residual) = 1 + total (docs/validation.md, "Where the
+    prediction error comes from"); None where not measured (`acceptance`: greedy only);
+    `tokens_per_pass` is level 1's, `noise` the measured CI's relative half-width."""
 
     total: float
     latency: float | None
@@ -135,10 +128,9 @@ class ErrorSources:
 @dataclass(frozen=True)
 class CostSplit:
     """The exact model's error on a chain split into the factors of its time per token
-    (`validation.cost_split`), each predicted / measured − 1, their (1 + x) multiplying to 1 + total:
-    the target-only step (`baseline`), passes per token (`forwards`), seconds per pass (`per_pass`),
-    the loop, total-time against paired ratio (`aggregation`), and the plan's speedup beyond b̂ / t̂
-    (`model`, 0 for the exact model)."""
+    (`validation.cost_split`; docs/validation.md, "The error by the factors of time per token"),
+    each predicted / measured − 1, their (1 + x) multiplying to 1 + total; `model` is the plan's
+    speedup beyond b̂ / t̂ (0 for the exact model)."""
 
     total: float
     baseline: float

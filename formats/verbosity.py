@@ -1,9 +1,5 @@
-"""Whether other libraries may print on stderr: one setting for the process, off by default.
-
-Where polyplan quiets a library (progress bars while a model loads, llama.cpp's log, optuna's
-per-trial lines, transformers' warnings), it asks `other_output_shown()` first; `polyplan --verbose`
-turns it on (`cli/commands/quiet.py`).
-"""
+"""Whether other libraries (progress bars, llama.cpp's log, optuna, transformers' warnings) may print
+on stderr: one setting for the process, off by default, on with `polyplan --verbose`."""
 
 from __future__ import annotations
 
