@@ -1,19 +1,11 @@
 """Search: the best chain and block sizes for a profile, with both models' predictions.
 
-`rank_chains(profile)` enumerates every chain that is an ordered subset of the candidate drafters
-below the target (members ordered by cost T_i(1), cheapest last), chooses the per-level block
-sizes that minimise the exact model's cost per token (a full grid when it is small, else optuna's
-TPE sampler with a fixed seed), and ranks the chains by exact speedup, each with the paper's
-Lemma 3.1 prediction beside it (`planner.paper.paper_model`) and each candidate's reason for being
-in or out of the best chain (Theorem 3.2 on its insertion, and the exact speedup with and without it).
-
-For the target and one drafter at greedy, the last level may also draft by a policy
-(`formats.plan.DraftPolicy`: an adaptive cap, or a confidence stop for a model drafter whose
-confidences the profile keeps), planned by replaying it on the measured sequences. Deeper chains
-keep a fixed K: their sequences are measured along the target's own continuation, which only the
-level directly under the target verifies against. Beside the ranking: the target's physical limit
-(`planner.exact.physical_limit`) and Theorem 3.2 on every insertion that matters
-(`planner.paper.insertion_triples`). docs/cost-model.md, "The search".
+`rank_chains(profile)` ranks every chain of ordered candidate drafters by the exact model's
+speedup at its best block sizes, with Lemma 3.1 beside it and each candidate's reason for being
+in or out. For the target and one drafter at greedy the last level may also draft by a policy
+(`formats.plan.DraftPolicy`), planned by replaying it on the measured sequences; deeper chains
+keep a fixed K, since their sequences follow the target's own continuation, which only the level
+directly under the target verifies against. docs/cost-model.md, "The search".
 """
 
 from __future__ import annotations
@@ -172,8 +164,8 @@ class _Context:
         return self._rounds[key]
 
     def policies(self, chain: Sequence[str], k_max: int) -> list[DraftPolicy]:
-        """The draft policies the search tries for `chain`'s last level (module docstring): none
-        unless it is the target and one drafter, at greedy, with the sequences to replay."""
+        """The draft policies the search tries for `chain`'s last level: none unless it is the
+        target and one drafter, at greedy, with the sequences to replay."""
         if len(chain) != 2 or self.sampling != "greedy":
             return []
         target, drafter = chain
@@ -292,10 +284,9 @@ _SMALLEST_DEFAULT_K_MAX = 8
 
 
 def default_k_max(profile: Profile) -> int:
-    """The block sizes a plan searches when the user names none: up to the widest block whose
-    verification every model's curve timed (a block of K is verified at width K + 1, so the
-    profile's widest common k, less one), never below `_SMALLEST_DEFAULT_K_MAX` (one-point curves,
-    constant in k, keep it)."""
+    """The largest block size searched when the user names none: the profile's widest common
+    timed width less one (a block of K is verified at width K + 1), never below
+    `_SMALLEST_DEFAULT_K_MAX`."""
     widest = min(max(point.k for point in model.latency) for model in profile.models)
     return max(_SMALLEST_DEFAULT_K_MAX, widest - 1)
 
@@ -303,17 +294,10 @@ def default_k_max(profile: Profile) -> int:
 @dataclass(frozen=True)
 class SearchSettings(ChainSettings):
     """What `rank_chains` searches, beside how it reads the profile (`ChainSettings`); the
-    defaults are `polyplan recommend`'s.
-
-    Attributes:
-        max_levels: the longest chain considered, counting the target (>= 1).
-        k_max: block sizes are searched in 1 … k_max (None: `default_k_max(profile)`).
-        block_sizes: "grid" (exhaustive), "optuna" (TPE, `optuna_trials` trials, `seed`), or
-            "auto" (grid when k_max^(levels) <= grid_limit for that chain, else optuna).
-        candidates: drafters to consider (None: every model but the target).
-        draft_policies: also try draft lengths that adapt for a chain of the target and one
-            drafter (module docstring); False: a fixed K only.
-    """
+    defaults are `polyplan recommend`'s. `max_levels` counts the target; block sizes run over
+    1 … `k_max` (None: `default_k_max`), searched by "grid", "optuna" (TPE, `optuna_trials`,
+    `seed`) or "auto" (grid when k_max^levels <= `grid_limit`); `candidates` None: every model
+    but the target; `draft_policies` False: a fixed K only."""
 
     max_levels: int = 4
     k_max: int | None = None

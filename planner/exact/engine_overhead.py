@@ -1,9 +1,8 @@
 """An engine's own decoding-loop overhead (HF transformers `generate`), stored in the profile.
 
-An engine's loop costs something other than polyplan's (`formats.overhead.LoopOverhead`): HF
-`generate` runs its logits processors and stopping criteria every step, and assisted generation
-calls the assistant's own `generate` every round. The speedup an engine's user gets (its assisted
-tokens/s over its own target-only tokens/s) needs that overhead, in the same shape:
+HF `generate` runs its logits processors and stopping criteria every step, and assisted generation
+calls the assistant's own `generate` every round, so the speedup an engine's user gets needs that
+engine's loop cost, in the shape of polyplan's (`formats.overhead.LoopOverhead`):
 
 - `per_step_s`: one autoregressive step (target-only, and each of the assistant's drafting steps);
 - `per_round_s`: one assisted round (the assistant's call set-up, the candidates' check, the cache);

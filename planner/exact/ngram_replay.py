@@ -1,21 +1,13 @@
 """llama.cpp's `ngram-simple` drafter replayed on the target's own greedy streams.
 
 `ngram-simple` drafts only when the last `size_n` tokens (the sampled one included) occurred
-before, and then copies up to `size_m` tokens that followed that occurrence. Its speed depends on
-how often the stream repeats itself, which an acceptance rate α does not say, so it is predicted
-by replaying its rule (CHANGELOG.md tells what α predicted).
-
-The replay mirrors `common_ngram_simple_draft` of the pinned llama.cpp (common/ngram-map.cpp) and
-the server's round: the first token comes from the prefill (left out, the same in every
-configuration); each round drafts from the history and the sampled token, the target verifies
-`[sampled] + draft` in one pass, and the longest prefix of the draft equal to the target's own
-continuation is accepted. Greedy decoding makes that continuation the stream the profile recorded
-(`formats.profile.TargetStream`), so the replay is exact up to numerics; time comes from the
-target's latency curve (`replay_prediction`).
-
-polyplan's own `ngram-simple` member (`decoder.ngram_simple`) drafts by the same rule, with the
-chain's block size as size_m, from right after the prompt: `chain_rounds` replays its rounds and
-`draft_rounds` pools them into the law the exact model reads. Pure: no torch, no I/O.
+before, and then copies up to `size_m` tokens that followed that occurrence, so its speed depends
+on how often the stream repeats itself, which an acceptance rate α does not say. The replay mirrors
+`common_ngram_simple_draft` of the pinned llama.cpp (common/ngram-map.cpp) and the server's round;
+greedy decoding makes the target's continuation the stream the profile recorded
+(`formats.profile.TargetStream`), so the replay is exact up to numerics. polyplan's own
+`ngram-simple` member (`decoder.ngram_simple`) drafts by the same rule with the chain's block size
+as size_m (`chain_rounds`). docs/cost-model.md, "Rule drafters replayed". Pure: no torch, no I/O.
 """
 
 from __future__ import annotations

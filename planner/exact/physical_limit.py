@@ -13,10 +13,7 @@ the exact model charges. The limit is max(1, max over K of S(K)).
 
 It bounds every chain the exact model predicts: a round handing the target m tokens costs at least
 T̃(m + 1) + s + r + p and emits at most m + 1, and a ratio of expectations is at most the largest
-ratio. K runs up to the widest width the target was timed at, less one (`measured_block_size`),
-and, in `planner.search.rank_chains`, as far as any ranked chain hands its target tokens; beyond
-the measured widths T(k) is extrapolated (`extrapolated`). `limit_interval` gives the limit a
-bootstrap interval, drawn as `planner.intervals.prediction_interval` draws the timings.
+ratio. docs/cost-model.md, "The search".
 """
 
 from __future__ import annotations

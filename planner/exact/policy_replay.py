@@ -13,9 +13,8 @@ how many tokens each round drafts, so the same walk gives its rounds exactly, as
   stand in for the drafter's own, which moves only how many doomed tokens are drafted, never how
   many are accepted (docs/cost-model.md, "Draft lengths that adapt").
 
-The law is kept as counts per prompt (`planner.exact.draft_rounds.DraftRounds`) for the exact model
-and the bootstrap. A round that would reach past the end of a sequence ends that prompt's walk, as
-in `planner.exact.runs`; confidences past the end count as high. Only pairs under the target are
+A round that would reach past the end of a sequence ends that prompt's walk, as in
+`planner.exact.runs`; confidences past the end count as high. Only pairs under the target are
 replayed: their sequences are measured on the target's own stream. Pure numpy.
 """
 

@@ -1,10 +1,8 @@
 """Do the acceptance intervals cover a new prompt set? A check on the profile's own prompts.
 
-Without running a model: split the profile's prompts at random into a profiling set P and a new
-set V of n prompts each, predict from P alone (point and interval), and hold the interval against
-the exact model on V's acceptance. Latency is held as profiled (not resampled), so only the
-acceptance part of the interval is judged. Over many splits a calibrated interval covers about
-`level` of them; the binomial range printed beside the count is where its count falls 95% of the time.
+Split the profile's prompts at random into a profiling set and a new set, predict from the first
+alone and hold its interval against the exact model on the second's acceptance (latency held as
+profiled). docs/cost-model.md, "Checking the intervals on your prompts".
 """
 
 from __future__ import annotations

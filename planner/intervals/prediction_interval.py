@@ -1,23 +1,10 @@
 """Prediction intervals: how far the exact model's speedup can move with the measurement noise.
 
-A bootstrap: B replicates of the measured inputs, each drawn as the profiler's own sampling would
-have varied, the exact model (`planner.exact.cost_model.predict_chain`) re-evaluated on each with
-the chain's block sizes fixed, and the percentile interval of the B speedups reported. Per replicate:
-
-- each latency point's kept timings are resampled and their median taken, as the profiler does
-  (a profile without timings: the median drawn from its normal law, from the IQR);
-- acceptance is resampled by prompt (it is correlated along a prompt): twice for a new prompt set
-  (the profile's prompts, then a new set drawn from them; `set_size` prompts for a race on fewer)
-  and once for the workload's mean (`new_set` False). One draw serves every pair and the target's
-  streams, so a chain's levels move together. The run survival and replayed rounds (a rule
-  drafter's, a draft policy's) are re-estimated from the draw; an α without runs is drawn from
-  its interval or binomial error;
-- a failed timing-health check (`planner.intervals.timing_health`) scales the model's curve by
-  the correction its record measures, in full in half the replicates and part-way in the others;
-- each replicate's deviation is stretched for few prompts (`few_prompts_stretch`).
-
-The loop overhead, the switch costs and Lemma 3.1 are not resampled. Chains are compared on the
-same replicates (`overlaps_best`, `beats_best`). The laws, the reasons and the measured coverage:
+A seeded bootstrap: each replicate redraws the measured inputs as the profiler's own sampling
+would have varied (latency timings; acceptance by prompt, one draw shared by every pair and
+stream; timing-health corrections), re-evaluates `planner.exact.cost_model.predict_chain` with the
+block sizes fixed, and stretches its deviation for few prompts (`few_prompts_stretch`). The loop
+overhead, the switch costs and Lemma 3.1 are not resampled. The laws and their reasons:
 docs/cost-model.md, "Prediction intervals".
 """
 
@@ -169,9 +156,8 @@ def _curve_replicates(profile: Profile, names: Sequence[str], resamples: int, rn
 
 def latency_replicates(profile: Profile, names: Sequence[str], resamples: int, rng: np.random.Generator,
                        context_length: int | None = None) -> tuple[dict[str, list[LatencyCurve]], str, tuple[str, ...]]:
-    """Per model of `names`, `resamples` replicate latency curves (each point's timings
-    resampled, then the timing-health corrections: the module docstring), the latency source
-    ("samples", "median_iqr" or "mixed") and one line per timing-health widening."""
+    """Per model of `names`, `resamples` replicate latency curves with the timing-health
+    corrections, the latency source ("samples", "median_iqr" or "mixed") and one line per widening."""
     curves, source = _curve_replicates(profile, names, resamples, rng, context_length)
     factors, widened = _health_factors(profile, names, resamples, rng)
     for name, scale in factors.items():
@@ -185,10 +171,9 @@ def _merge(sources: set[str]) -> str:
 
 def prompt_weights(prompts: int, resamples: int, rng: np.random.Generator, new_set: bool = True,
                     set_size: int | None = None) -> np.ndarray:
-    """[resamples, prompts]: how often each prompt is drawn in each replicate's new prompt set
-    (a set of `set_size` prompts, default the profile's count, drawn from a cluster resample of
-    the profile's prompts); `new_set` False: in the cluster resample itself (the workload's mean,
-    one draw: module docstring)."""
+    """[resamples, prompts]: how often each prompt is drawn in each replicate's new prompt set of
+    `set_size` prompts (None: the profile's count) drawn from a cluster resample of the profile's;
+    `new_set` False: in the cluster resample itself."""
     profiled = rng.integers(0, prompts, size=(resamples, prompts))
     size = prompts if set_size is None else set_size
     picks = np.take_along_axis(profiled, rng.integers(0, prompts, size=(resamples, size)), axis=1) if new_set else profiled
@@ -216,9 +201,8 @@ class _AcceptanceReplicates:
         self.streams = target_streams(profile)
 
     def _rounds(self, pair: tuple[str, str], block: int, policy: DraftPolicy = FIXED_DRAFTS) -> list:
-        """A rule drafter's replayed rounds, the target's streams resampled as new prompt sets
-        (the same draw for every rule drafter, so they compare on equal replicates); or a model
-        drafter's under a draft policy, its agreement sequences resampled the same way."""
+        """The replayed rounds (a rule drafter's, or a model drafter's under a draft policy), their
+        streams or agreement sequences resampled by the shared prompt draw."""
         key = pair + (block, policy)
         if key not in self._survivals:
             rounds, prompts = self._replayed(pair, block, policy)
@@ -242,9 +226,8 @@ class _AcceptanceReplicates:
         return survival_from_counts(at_risk.sum(axis=0), going_on.sum(axis=0), int(starts.sum()))
 
     def _prompt_draw(self, prompts: int) -> np.ndarray:
-        """The replicates' new prompt sets, one draw shared by every pair and stream measured on
-        the same prompts: a prompt that is hard for one drafter is hard for the others, so the
-        levels of a chain move together."""
+        """The replicates' prompt sets, one draw shared by every pair and stream measured on the
+        same prompts, so that the levels of a chain move together."""
         if prompts not in self._weights:
             self._weights[prompts] = prompt_weights(prompts, self.resamples, self.rng, self.new_set, self.set_size)
             self.prompts = prompts if self.prompts is None else min(self.prompts, prompts)
@@ -322,17 +305,11 @@ def prediction_intervals(
     seed: int = 0,
     new_set: bool = True,
 ) -> PredictionIntervals:
-    """Bootstrap intervals of the exact model's speedup for `chains` (see the module docstring).
-
-    Args:
-        profile: the profile the predictions were made from.
-        chains: (chain, block sizes, point speedup on the profile as measured) per chain, best
-            first, optionally with the last level's `formats.plan.DraftPolicy` as a fourth item.
-        settings: how the predictions read the profile; resamples: B (>= 20); level: the
-            interval's coverage, in (0, 1); seed: of the one numpy Generator every draw comes from.
-        new_set: the interval for a new prompt set of the profile's size (two draws, what a
-            validation on other prompts is judged by); False: for the workload's mean (one draw).
-    """
+    """Bootstrap intervals of the exact model's speedup for `chains`: (chain, block sizes, point
+    speedup on the profile as measured[, the last level's `formats.plan.DraftPolicy`]), best first,
+    read as `settings` says. `resamples` (>= 20) replicates, `level` in (0, 1), every draw from one
+    Generator seeded `seed`; `new_set` False: for the workload's mean (one prompt draw) instead of
+    a new prompt set of the profile's size."""
     integer_at_least(resamples, 20, "resamples")
     if not 0 < level < 1:
         raise PolyplanError(f"level: must be in (0, 1), got {level!r}")
@@ -380,9 +357,7 @@ def prediction_intervals(
 
 @dataclass(frozen=True)
 class PairReplicates:
-    """The inputs of one target > drafter prediction, as measured and per bootstrap replicate
-    (the module docstring's draws): each model's latency curves, the exact model's acceptance
-    input (α, the run survival, or a draft policy's replayed rounds), and the few-prompts stretch."""
+    """One target > drafter prediction's inputs per replicate and as measured (`pair_replicates`)."""
 
     target: tuple[LatencyCurve, ...]
     drafter: tuple[LatencyCurve, ...]
@@ -395,9 +370,9 @@ def pair_replicates(profile: Profile, target: str, drafter: str, block: int, set
                     policy: DraftPolicy = FIXED_DRAFTS, resamples: int = DEFAULT_RESAMPLES, level: float = DEFAULT_LEVEL, seed: int = 0, new_set: bool = True,
                     set_size: int | None = None) -> PairReplicates:
     """`resamples` replicates of what predicts `target > drafter` at block size `block` (under
-    `policy`), drawn as `prediction_intervals` draws them: for a caller that prices the pair its
-    own way (an engine's loop, `planner.engine_export`) and reads the interval with `percentile_interval`.
-    `set_size`: the new prompt set's count (a race on fewer prompts than the profile's; None: as many)."""
+    `policy`), drawn as `prediction_intervals` draws them, for a caller that prices the pair its own
+    way and reads the interval with `percentile_interval`. `set_size`: the new prompt set's count
+    (None: the profile's)."""
     integer_at_least(resamples, 20, "resamples")
     rng = np.random.default_rng(seed)
     curves, _, _ = latency_replicates(profile, [target, drafter], resamples, rng, settings.context_length)
@@ -425,14 +400,9 @@ def stretch_words(stretch: float) -> str:
 
 
 def few_prompts_stretch(prompts: int | None, level: float) -> float:
-    """How far each replicate's log-speedup is moved away from the point when the acceptance came
-    from only `prompts` prompts (None: no prompts were resampled, 1.0).
-
-    A bootstrap over n clusters reads their spread as if it were known (its variance is short by
-    (n − 1)/n, and the spread it reads varies from profile to profile); Student's t is the textbook
-    allowance for both, so every deviation is stretched by t_{n−1} / z · sqrt(n / (n − 1)) at the
-    interval's level, which tends to 1 as n grows.
-    """
+    """The factor on each replicate's log-speedup deviation when the acceptance came from only
+    `prompts` prompts (None or < 2: 1.0): t_{n−1} / z · sqrt(n / (n − 1)) at `level`, Student's t
+    allowance for a bootstrap over n clusters reading their spread as if it were known."""
     if prompts is None or prompts < 2:
         return 1.0
     from scipy.stats import norm, t
@@ -454,8 +424,8 @@ def _correction(full: float, resamples: int, rng: np.random.Generator) -> np.nda
 
 def _health_factors(profile: Profile, names: Sequence[str], resamples: int,
                     rng: np.random.Generator) -> tuple[dict[str, np.ndarray], tuple[str, ...]]:
-    """Per model whose timing-health check failed, a factor on its whole curve per replicate,
-    and one line per widening (the module docstring gives the laws)."""
+    """Per model whose timing-health check failed, a factor on its curve per replicate, and one
+    line per widening."""
     floors = {model.name: model.timing.reference_median_s for model in profile.models
               if model.timing is not None and model.timing.reference_median_s}
     quietest = min(floors.values()) if floors else None

@@ -1,19 +1,11 @@
 """Whether a profile's timings can be planned on: the warnings a plan carries when they cannot.
 
-The profiler records, beside each model's latency curve (`ModelProfile.timing`), the machine
-floor measured in the same rounds (a fixed workload's IQR/median and median), the outliers it
-dropped, whether its budget for repeating noisy rounds ran out, and its threads against the cores.
-This module says, one line per problem, what makes the predictions doubtful, so that `recommend`,
-plan.json, `validate` and the demo warn instead of planning silently. The rules:
-- floor noise: the fixed workload's IQR/median above `MAX_FLOOR_NOISE` while a model was timed;
-- budget: the profiler's extra rounds ran out with the floor still noisy;
-- oversubscription: several threads claiming every core (an OpenMP region waits for its slowest
-  thread, so any other process stalls all of them; CHANGELOG.md tells the case), or a load above
-  the cores when timing began (`profiler.threads.machine_load`);
-- floor shift: the fixed workload was more than `MAX_FLOOR_SHIFT` times slower while one model
-  was timed than while another was (the load changed between models, so their curves are not
-  comparable: the ratio of T's, which decides the chain, is off);
-- outliers: more than `_MAX_OUTLIER_SHARE` of a model's timings dropped as outliers.
+From what the profiler records beside each latency curve (`ModelProfile.timing`: the machine
+floor, dropped outliers, the noise budget, threads against cores), one line per problem, so that
+`recommend`, plan.json, `validate` and the demo warn instead of planning silently. Several threads
+claiming every core stall on any other process (an OpenMP region waits for its slowest thread);
+a floor that shifted between models makes their curves, and so the ratio of T's that decides the
+chain, not comparable. The rules: docs/profiling.md, "Timing health".
 """
 
 from __future__ import annotations

@@ -15,10 +15,7 @@ function says in its parameter name which probability it takes:
   of a geometric trial whose success probability is `p = 1 − α`;
 - `p_success` — the paper's Appendix A `p`.
 
-The paper's eq. 3 is the expected token count only when its α is the ACCEPTANCE rate and n = K;
-`paper_eq3_mean` evaluates it as printed and the caller decides which probability to feed it.
-Appendix A.2's variance (and section 3.1's σ²) is wrong: negative where the true variance of the
-paper's own variable (N = L with acceptance 1 − p and K = n − 1) is positive. The errata:
+The `paper_*` functions evaluate the paper's formulas as printed; where and why they are wrong:
 docs/theory.md, "The errata".
 """
 

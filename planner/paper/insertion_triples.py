@@ -1,13 +1,9 @@
 """Theorem 3.2 on one insertion of a profile's chains, beside the exact model.
 
-An insertion is a triple (upper, middle, lower) of profiled models: a chain in which `middle`
-verifies `lower`'s drafts and is verified by `upper` (the paper's M_1, M_2', M_3'), against the
-same chain without `middle` (M_1, M_2). The paper's inputs come from the profile as Lemma 3.1's do
-(`planner.paper.paper_model`; `InsertionInputs` lists them). `insertion_inputs` gives them for any
-triple and block sizes (public API, exported by `polyplan.planner`), `triple_insertion` evaluates
-Theorem 3.2 on them (`planner.paper.insertion`) beside the exact model's speedups of the two chains,
-`profile_triples` lists every triple a chain of a profile can hold, and `triple_chains` the two
-chains, topped by the target, in which one is inserted.
+An insertion is a triple (upper, middle, lower) of profiled models: `middle` verifies `lower`'s
+drafts and is verified by `upper` (the paper's M_1, M_2', M_3'), against the same chain without
+`middle` (M_1, M_2). The paper's inputs come from the profile as Lemma 3.1's do
+(`planner.paper.paper_model`). docs/theory.md, "polyplan theory insertion".
 """
 
 from __future__ import annotations
