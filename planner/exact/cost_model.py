@@ -34,20 +34,12 @@ Acceptance = Union[float, RunSurvival, DraftRounds]  # i.i.d. rate α, measured 
 @dataclass(frozen=True)
 class ChainSettings:
     """How a profile is read into the exact model's inputs; shared by the search
-    (`planner.search.SearchSettings` extends it), one chain's prediction and the intervals.
+    (`planner.search.SearchSettings` extends it), one chain's prediction and the intervals."""
 
-    Attributes:
-        sampling: the profile's sampling-mode key ("greedy", "t1.0", …).
-        context_length: where the latency curves are read (None: the average over the measured ones).
-        overhead: the decoding loop's own cost per step and per round, added to the exact model
-            only (the paper's model never sees it).
-        acceptance_model: "iid" (rate α per token), "runs" (the measured acceptance runs of
-            `planner.exact.runs`, greedy profiles), or "auto" (runs where the profile has them).
-    """
-
-    sampling: str = "greedy"
-    context_length: int | None = None
-    overhead: LoopOverhead | None = None
+    sampling: str = "greedy"  # the profile's sampling-mode key ("greedy", "t1.0", …)
+    context_length: int | None = None  # where the latency curves are read (None: their average over the measured ones)
+    overhead: LoopOverhead | None = None  # the loop's own cost per step and round, for the exact model only
+    # "iid" (rate α per token), "runs" (measured acceptance runs, `planner.exact.runs`), "auto" (runs where recorded)
     acceptance_model: str = "auto"
 
 

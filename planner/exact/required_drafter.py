@@ -38,21 +38,13 @@ from polyplan.planner.paper.lemma31 import check_positive
 
 @dataclass(frozen=True)
 class RequiredAcceptance:
-    """The least acceptance α that reaches `speedup` with a drafter of cost ratio `cost_ratio`.
+    """The least acceptance α that reaches `speedup` with a drafter of cost ratio `cost_ratio`."""
 
-    Attributes:
-        speedup: the target speedup S over the target alone.
-        cost_ratio: c = T_d(1) / T_1(1).
-        acceptance: the least α over K (None: no α < 1 reaches S at any K up to k_max).
-        block_size: the K it is reached at (None with `acceptance`).
-        acceptances: α_K for K = 1 … k_max (None where no α < 1 reaches S at that K).
-    """
-
-    speedup: float
-    cost_ratio: float
-    acceptance: float | None
-    block_size: int | None
-    acceptances: tuple[float | None, ...]
+    speedup: float  # the target speedup S over the target alone
+    cost_ratio: float  # c = T_d(1) / T_1(1)
+    acceptance: float | None  # the least α over K (None: no α < 1 reaches S at any K up to k_max)
+    block_size: int | None  # the K it is reached at (None with `acceptance`)
+    acceptances: tuple[float | None, ...]  # α_K for K = 1 … k_max (None where no α < 1 reaches S at that K)
 
     @property
     def reachable(self) -> bool:
@@ -61,21 +53,13 @@ class RequiredAcceptance:
 
 @dataclass(frozen=True)
 class RequiredCost:
-    """The largest cost ratio c at which a drafter accepted at `acceptance` reaches `speedup`.
+    """The largest cost ratio c at which a drafter accepted at `acceptance` reaches `speedup`."""
 
-    Attributes:
-        speedup: the target speedup S over the target alone.
-        acceptance: the drafter's α.
-        cost_ratio: the largest c over K (None: even a free drafter at this α misses S).
-        block_size: the K it is reached at (None with `cost_ratio`).
-        cost_ratios: c_K for K = 1 … k_max (None where even c = 0 misses S at that K).
-    """
-
-    speedup: float
-    acceptance: float
-    cost_ratio: float | None
-    block_size: int | None
-    cost_ratios: tuple[float | None, ...]
+    speedup: float  # the target speedup S over the target alone
+    acceptance: float  # the drafter's α
+    cost_ratio: float | None  # the largest c over K (None: even a free drafter at this α misses S)
+    block_size: int | None  # the K it is reached at (None with `cost_ratio`)
+    cost_ratios: tuple[float | None, ...]  # c_K for K = 1 … k_max (None where even c = 0 misses S at that K)
 
     @property
     def reachable(self) -> bool:
