@@ -19,8 +19,7 @@ from polyplan.models.fingerprints import candidate_fingerprints, with_device
 
 @dataclass(frozen=True)
 class CandidateFile:
-    """The validated candidates of one models.yaml and the plan's record of them (path, contents,
-    device)."""
+    """The validated candidates of one models.yaml and the plan's record of them."""
 
     candidates: CandidateSet
     record: dict[str, Any]  # the plan's `candidates` entry: JSON edge

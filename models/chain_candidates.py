@@ -1,10 +1,6 @@
-"""A chain resolved once: from a plan, or from names, to the models.yaml entries that make it.
-
-`generate`, `validate` and `bench` resolve their chains here: `ChainCandidates.from_plan` (the
-plan's chain, block sizes, widths and temperature, its members checked against the plan's
-fingerprints) or `ChainCandidates.from_names` (models.yaml names or model folders / .gguf files,
-target first). Nothing is loaded until `ChainCandidates.load`, so every error a file or a name
-can cause comes before any model loads.
+"""A chain resolved once, from a plan (`ChainCandidates.from_plan`) or from names
+(`ChainCandidates.from_names`), to the models.yaml entries that make it. Nothing is loaded until
+`ChainCandidates.load`, so every error a file or a name can cause comes before any model loads.
 """
 
 from __future__ import annotations
@@ -30,19 +26,11 @@ PathLike = str | os.PathLike[str]
 
 @dataclass(frozen=True)
 class ChainCandidates:
-    """A chain as models.yaml entries to load, with how to run it.
-
-    Attributes:
-        candidates: The chain's members (target first), the other chains' members the command
-            runs, then the entries a derived member is built from; each loaded once.
-        chain: The members' names, M_1 (target) first; a repeated entry gets a "#2" suffix.
-        labels: How each ad-hoc (folder) member is named in errors: "chain member i ('name')".
-        block_sizes: K_1 … K_{n-1}; None: the decoder's default.
-        verify_widths: Per verifying level, the widths its passes run at (a plan's); (): never pad.
-        temperature: Sampling temperature, 0 greedy (a plan's sampling mode).
-        plan: The plan it was resolved from (None: from names).
-        draft_policy: How the last member chooses its draft lengths (a plan's; None: fixed).
-    """
+    """A chain as models.yaml entries to load, with how to run it. `candidates`: the chain's members
+    (target first), the other chains' the command runs, then the entries derived members are built
+    from, each loaded once. `chain`: the members' names, M_1 first ("#2" on a repeated entry).
+    `labels`: how ad-hoc (folder) members are named in errors. `block_sizes` None: the decoder's
+    default; `verify_widths` (): never pad; `plan` None: resolved from names."""
 
     candidates: CandidateSet
     chain: tuple[str, ...]
@@ -63,13 +51,9 @@ class ChainCandidates:
         also: Sequence[Sequence[str]] = (),
         label: str | None = None,
     ) -> ChainCandidates:
-        """The plan's own chain, block sizes, widths and temperature; its models from `models_yaml`
-        (default: the plan's), on `device` (default: where profiled). `also`: other chains of the
-        plan the command runs. `label` names the plan in errors (default: its path).
-
-        Raises:
-            PolyplanError: an unreadable plan, no models.yaml, a model missing or changed since.
-        """
+        """The plan's own chain and settings, its models from `models_yaml` (default: the plan's), on
+        `device` (default: where profiled); `also`: other chains of the plan the command runs.
+        PolyplanError: an unreadable plan, no models.yaml, a model missing or changed since."""
         planned = plan if isinstance(plan, PlanFile) else read_plan(plan)
         label = label if label is not None else ("plan.json" if isinstance(plan, PlanFile) else str(plan))
         names = tuple(dict.fromkeys(name for chain in (planned.chain, *also) for name in chain))
@@ -89,15 +73,10 @@ class ChainCandidates:
         block_sizes: Sequence[int] | None = None,
         temperature: float = 0.0,
     ) -> ChainCandidates:
-        """The chain `names` (target first): a candidate of `models_yaml` (derived ones with the
-        entries they derive from), else a model folder or .gguf file as an ad-hoc `source:`
-        candidate in the dtype it was saved in. `models_yaml` None: folders only. `device`
-        (default cpu) places every candidate.
-
-        Raises:
-            PolyplanError: an unreadable models.yaml, an empty chain, an entry that is neither a
-                candidate nor a model, or an n-gram drafter as the target (before any load).
-        """
+        """The chain `names` (target first): candidates of `models_yaml` (None: folders only), else
+        model folders or .gguf files as ad-hoc `source:` candidates in their saved dtype. PolyplanError
+        before any load: an unreadable models.yaml, an empty chain, an entry that is neither a
+        candidate nor a model, or an n-gram drafter as the target."""
         candidates = read_candidates(models_yaml) if isinstance(models_yaml, (str, os.PathLike)) else models_yaml
         if candidates is not None and device is not None:
             candidates = with_device(candidates, device)
@@ -106,22 +85,19 @@ class ChainCandidates:
         return dataclasses.replace(resolved, block_sizes=blocks, temperature=temperature)
 
     def load(self) -> LoadedChain:
-        """Load every needed entry once (`models.loader.load_candidates`, which refuses members
-        that cannot share a chain with the target, naming the entry)."""
+        """Load every needed entry once (`models.loader.load_candidates`)."""
         return LoadedChain(self, load_candidates(self.candidates, labels=self.labels))
 
 
 @dataclass(frozen=True)
 class LoadedChain:
-    """A resolved chain, loaded: `members` in chain order, the target's `tokenizer`, and every
-    loaded entry `by_name`."""
+    """A resolved chain, loaded."""
 
     resolved: ChainCandidates
     loaded: LoadedCandidates
 
     @property
     def members(self) -> tuple[ChainMember, ...]:
-        """M_1 (target) … M_n."""
         return tuple(self.loaded.chain(self.resolved.chain))
 
     @property
@@ -135,7 +111,6 @@ class LoadedChain:
 
     @property
     def by_name(self) -> dict[str, ChainMember]:
-        """Every loaded member by candidate name."""
         return {item.candidate.name: item.member for item in self.loaded.candidates}
 
 
@@ -182,8 +157,8 @@ def _folder_candidate(entry: str, index: int, device: str, candidates: Candidate
 
 
 def _saved_dtype(folder: Path) -> str:
-    """The dtype a model folder's config.json says its weights were saved in, when it is one a
-    candidate may name (as `from_pretrained(dtype="auto")` would load it), else float32."""
+    """The dtype a folder's config.json saved its weights in (as `dtype="auto"` loads), if a
+    candidate may name it, else float32."""
     try:
         config = json.loads((folder / "config.json").read_text(encoding="utf-8"))
     except (OSError, ValueError):

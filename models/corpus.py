@@ -1,8 +1,6 @@
-"""The training corpus: the Python standard library's source, split by file.
-
-The file list is deterministic (sorted relative paths, tests and vendored packages left
-out) and the held-out validation files are chosen by a hash of the relative path, so the
-split does not move when a file is added elsewhere.
+"""The training corpus: the Python standard library's source (`split_stdlib`), split by file. The
+held-out files are chosen by a hash of the relative path, so the split does not move when a file
+is added elsewhere.
 """
 
 from __future__ import annotations
@@ -15,8 +13,7 @@ from pathlib import Path
 
 from polyplan.formats.errors import PolyplanError
 
-# Folders whose code is tests, generated data or vendored third-party code: leaving them
-# out keeps the corpus to idiomatic library code and makes it smaller.
+# tests, generated data and vendored code: the corpus keeps idiomatic library code
 _SKIPPED_PARTS = frozenset(
     {"test", "tests", "idle_test", "site-packages", "dist-packages", "lib2to3", "__pycache__",
      "ensurepip", "turtledemo", "idlelib", "tkinter", "pydoc_data", "encodings"}
@@ -34,7 +31,6 @@ class CorpusSplit:
 
 
 def _stdlib_root() -> Path:
-    """The folder of the running interpreter's standard library."""
     root = Path(sysconfig.get_paths()["stdlib"])
     if not root.is_dir():
         raise PolyplanError(f"stdlib: folder {root} not found; the zoo corpus needs it")

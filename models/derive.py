@@ -1,9 +1,7 @@
-"""Derived variants of a Hugging Face causal LM: quantized copies and an early-exit copy.
-
-Which reduced precision has a fast kernel on which device is decided in one place,
-`polyplan.formats.candidates.supported_quantization`, so the schema check and this module agree;
-whether this CPU multiplies bf16 natively is checked here, where torch can tell. Speed and
-fidelity of each copy: docs/models-yaml.md, "Derived copies".
+"""Derived variants of a Hugging Face causal LM: quantized copies and an early-exit copy
+(docs/models-yaml.md, "Derived copies"). Which precision has a fast kernel where is decided in
+`polyplan.formats.candidates.supported_quantization`, so the schema check agrees; whether this CPU
+multiplies bf16 natively is checked here, where torch can tell.
 """
 
 from __future__ import annotations
@@ -49,7 +47,7 @@ def cpu_has_fast_bf16() -> bool:
 
 
 def num_layers(model: nn.Module) -> int:
-    """The number of decoder layers of a Llama-style HF causal LM."""
+    """The number of decoder layers of an HF causal LM."""
     return int(model.config.num_hidden_layers)
 
 

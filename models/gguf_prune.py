@@ -1,12 +1,8 @@
-"""Derived llama.cpp members: a GGUF cut to its first L transformer blocks, cached by content.
-
-`derive: {from: <llama.cpp entry>, layers: L}` keeps the tensors of blocks `blk.0` … `blk.L-1`
-and every tensor outside the blocks byte for byte, copies all metadata, sets
-`<arch>.block_count` to L and cuts the per-layer arrays under `<arch>.` to their first L
-elements: llama.cpp then runs an early exit, as the torch `layers` copy does
-(`models.derive.early_exit_model`). Files with multi-token-prediction blocks or split over
-several files are refused. The copy is cached beside `models.llama_quantize`'s, by the base
-file's content hash and L.
+"""Derived llama.cpp members: a GGUF cut to its first L transformer blocks (`pruned_copy`), an
+early exit as `models.derive.early_exit_model` makes in torch. Tensors outside the blocks and all
+metadata are copied byte for byte, except `<arch>.block_count` (L) and the per-layer arrays under
+`<arch>.` (cut to L). Files with multi-token-prediction blocks or split over several files are
+refused. Cached at `models.llama_quantize.copy_path`.
 """
 
 from __future__ import annotations
@@ -15,10 +11,8 @@ import os
 import re
 from pathlib import Path
 
-from polyplan.formats.cache import cache_root
 from polyplan.formats.errors import PolyplanError
-from polyplan.models.file_fingerprints import content_sha256
-from polyplan.models.llama_quantize import FOLDER, cached_copy
+from polyplan.models import llama_quantize
 
 _BLOCK = re.compile(r"^blk\.(\d+)\.")
 # Arrays under `<arch>.` whose length is fixed by the format, not by the depth: never cut.
@@ -27,7 +21,7 @@ _NOT_PER_LAYER = ("rope.dimension_sections",)
 
 def copy_path(base: str | os.PathLike[str], layers: int) -> Path:
     """Where the copy of GGUF file `base` cut to its first `layers` blocks lives (made or not)."""
-    return cache_root() / FOLDER / f"{content_sha256(base)[:24]}-layers{layers}.gguf"
+    return llama_quantize.copy_path(base, f"layers{layers}")
 
 
 def block_count(path: str | os.PathLike[str]) -> int:
@@ -50,12 +44,11 @@ def pruned_copy(base: str | os.PathLike[str], layers: int) -> Path:
     depth = block_count(base)
     if not 1 <= layers <= depth:
         raise PolyplanError(f"layers {layers}: outside 1..{depth} ({base.name} has {depth} transformer blocks)")
-    return cached_copy(copy_path(base, layers), lambda partial: write_pruned(base, partial, layers))
+    return llama_quantize.cached_copy(copy_path(base, layers), lambda partial: write_pruned(base, partial, layers))
 
 
 def write_pruned(base: str | os.PathLike[str], out: str | os.PathLike[str], layers: int) -> None:
-    """Write to `out` the GGUF file `base` with only its first `layers` blocks (see the module
-    docstring); `layers` must be within 1..the file's block count (`pruned_copy` checks it)."""
+    """Write to `out` GGUF file `base` with only its first `layers` blocks (1..depth: `pruned_copy` checks)."""
     import gguf
 
     reader = gguf.GGUFReader(base, "r")
@@ -71,8 +64,8 @@ def write_pruned(base: str | os.PathLike[str], out: str | os.PathLike[str], laye
     writer = gguf.GGUFWriter(out, architecture, endianess=reader.endianess)
     for field in reader.fields.values():
         name = field.name
-        if name == gguf.Keys.General.ARCHITECTURE or name.startswith("GGUF."):
-            continue  # the writer writes these itself
+        if name == gguf.Keys.General.ARCHITECTURE or name.startswith("GGUF."):  # the writer's own
+            continue
         if name == gguf.Keys.General.ALIGNMENT:
             writer.add_custom_alignment(_contents(field))
             continue

@@ -1,10 +1,6 @@
-"""A `.gguf` file as a model source: dequantized once into a Hugging Face folder in the cache.
-
-transformers reads a GGUF file (`from_pretrained(..., gguf_file=...)`) by dequantizing every
-tensor on each load; `hf_folder_for_gguf` does that once and saves the model, its tokenizer and
-generation config into `<cache>/gguf/<first 24 hex digits of the file's sha256>/`, so later loads
-are ordinary folder loads. The folder is written under a hidden name and renamed when whole, so
-an interrupted conversion leaves nothing a later run would trust.
+"""A `.gguf` file as a model source (`hf_folder_for_gguf`): transformers dequantizes every tensor
+of a GGUF on each load, so it is done once into `<cache>/gguf/<sha256[:24]>/`, written under a
+hidden name and renamed when whole (an interrupted conversion leaves nothing a later run trusts).
 """
 
 from __future__ import annotations
@@ -138,9 +134,7 @@ def _convert(path: Path, out: Path, sha256: str, info: GGUFInfo) -> None:
             f"{path}: transformers cannot load this {info.architecture} GGUF file ({first_line(error)})"
         ) from None
     model.generation_config.eos_token_id = list(_end_of_generation_ids(info, model.generation_config.eos_token_id))
-    # The weights are plain float32 tensors by now; transformers still marks the model as "gguf
-    # quantized" and refuses to save it, so drop that mark (and its config entry).
-    model.hf_quantizer = None
+    model.hf_quantizer = None  # float32 by now, but marked "gguf quantized", which refuses to save
     if hasattr(model.config, "quantization_config"):
         del model.config.quantization_config
     try:
@@ -164,8 +158,7 @@ def _end_of_generation_ids(info: GGUFInfo, eos: int | list[int] | None) -> tuple
 
 
 def _honour_umask(folder: Path) -> None:
-    """mkdtemp makes a private (0700) folder; give it, and its files, the modes of ordinary
-    files and folders under the user's umask (the cache may be shared)."""
+    """Give mkdtemp's private (0700) folder and its files the umask's modes (the cache may be shared)."""
     umask = current_umask()
     os.chmod(folder, 0o777 & ~umask)
     for file in folder.iterdir():
@@ -173,9 +166,8 @@ def _honour_umask(folder: Path) -> None:
 
 
 def tokenizer_folder_for_gguf(path: str | os.PathLike[str]) -> Path:
-    """A cached folder holding only the tokenizer of GGUF file `path` (all a llama.cpp member
-    needs from transformers), or the dequantized folder when that exists; PolyplanError for a bad
-    file, a tokenizer transformers cannot read, or an unwritable cache."""
+    """A cached folder of only the tokenizer of GGUF file `path` (all a llama.cpp member needs from
+    transformers), or the dequantized folder where that exists; PolyplanError as `hf_folder_for_gguf`."""
     from polyplan.models.file_fingerprints import content_sha256
 
     path = Path(path).expanduser()

@@ -12,7 +12,6 @@ from polyplan.formats.verbosity import other_output_shown
 
 @contextmanager
 def hf_progress_bars_off() -> Iterator[None]:
-    """The bars off for the block (unless other output is shown), restored after it."""
     from transformers.utils import logging as hf_logging
 
     turned_off = hf_logging.is_progress_bar_enabled() and not other_output_shown()

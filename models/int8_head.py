@@ -1,17 +1,9 @@
-"""`quantize: int8-head`: a copy whose LM head runs torch's dynamic int8 kernel, with its top
-logits recomputed exactly, and everything else shared with the base model.
-
-On a real small model the LM head is most of a decode step and torch's dynamic int8 `Linear` is
-the fast CPU path for it, but quantizing every linear layer that way loses the target's greedy
-token often (mostly in the decoder layers, whose activations are quantized per tensor), and the
-head alone in int8 still swaps near-ties among the top logits. So this copy computes all logits
-with the int8 kernel, takes the `top` largest, and recomputes those exactly in float32 from the
-original weights: its argmax is the float32 argmax unless that token is not even among the int8
-top `top` (figures: docs/models-yaml.md, "Derived copies").
-
-The copy shares the base model's decoder layers, embeddings and (tied) LM-head weights, so it
-costs only the int8 copy of the head. As a chain member it is a different model whose
-distribution is its own; the chain stays lossless whatever it is.
+"""`quantize: int8-head` (`int8_head_model`): a copy whose LM head runs torch's dynamic int8 kernel
+(the fast CPU path for what is most of a small model's step), its `top` largest logits recomputed
+in float32 from the original weights, since int8 alone swaps near-ties: its argmax is the float32
+one unless that token is not even among the int8 top. Everything but the int8 head is shared with
+the base. As a chain member it is a model of its own, so the chain stays lossless whatever it is.
+docs/models-yaml.md, "Derived copies".
 """
 
 from __future__ import annotations
@@ -38,8 +30,7 @@ class RescoredInt8Head(nn.Module):
         self.in_features, self.out_features = head.in_features, head.out_features
         self.top = min(top, head.out_features)
         self.int8 = quantize_dynamic_quietly(nn.Sequential(_float_copy_sharing_nothing(head)))
-        # the exact weights stay those of the base model (shared, e.g. tied with the embeddings)
-        self.exact_weight = head.weight  # (V, H)
+        self.exact_weight = head.weight  # (V, H), the base's (shared, e.g. tied with the embeddings)
         self.exact_bias = head.bias  # (V,) or None
 
     @property
@@ -58,11 +49,9 @@ class RescoredInt8Head(nn.Module):
 
 
 def quantize_dynamic_quietly(module: nn.Module, inplace: bool = False) -> nn.Module:
-    """torch's dynamic int8 quantization of every `nn.Linear` in `module` (in a deep copy, or
-    in place with `inplace`), without the deprecation warnings: torch deprecates the eager
-    quantization API in favour of torchao (not installed); it is still the int8 path with a
-    fast CPU kernel. Weights get one scale per output channel: as fast as one per tensor, and
-    more faithful (docs/models-yaml.md)."""
+    """torch's dynamic int8 quantization of every `nn.Linear` in `module` (a deep copy, or in place),
+    one weight scale per output channel (docs/models-yaml.md), without the warnings that deprecate
+    the eager API in favour of torchao (not installed): it is still the int8 path with a fast CPU kernel."""
     with warnings.catch_warnings():
         warnings.filterwarnings("ignore", message="torch.ao.quantization is deprecated", category=DeprecationWarning)
         warnings.filterwarnings("ignore", message="torch.quantize_per_tensor, torch.quantize_per_channel", category=UserWarning)
@@ -80,9 +69,8 @@ def _float_copy_sharing_nothing(head: nn.Linear) -> nn.Linear:
 
 
 def int8_head_model(model: nn.Module, top: int = _DEFAULT_RESCORED, exact: nn.Linear | None = None) -> nn.Module:
-    """A shallow copy of the HF causal LM `model` whose LM head is a `RescoredInt8Head` made from
-    `exact` (default: `model`'s own head; the original's for a bf16 or int8 copy); every other
-    module is shared with `model`."""
+    """A shallow copy of HF causal LM `model` with a `RescoredInt8Head` made from `exact` (default:
+    `model`'s own head; the original's for a bf16 or int8 copy)."""
     head = model.get_output_embeddings()
     exact = head if exact is None else exact
     for what in (head, exact):

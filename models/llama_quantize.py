@@ -1,9 +1,7 @@
-"""Derived llama.cpp members: a GGUF requantized by llama.cpp's own quantizer, cached by content.
-
-`derive: {from: <llama.cpp entry>, quantize: q4_0}` becomes the file `llama_model_quantize`
-writes from the base file, with `allow_requantize` (the base is usually quantized already, so
-the copy loses what both roundings lose). Every derived llama.cpp file lives in the polyplan
-cache under `FOLDER`, named by its base file's content hash, and is made by `cached_copy`.
+"""Derived llama.cpp members: a GGUF requantized by llama.cpp's `llama_model_quantize`
+(`quantized_copy`), with `allow_requantize`: the base is usually quantized already, so the copy
+loses what both roundings lose. Every derived llama.cpp file lives at `copy_path` (under `FOLDER`,
+named by its base file's content hash) and is made by `cached_copy`.
 """
 
 from __future__ import annotations
@@ -21,9 +19,9 @@ from polyplan.models.file_fingerprints import content_sha256
 FOLDER = "llama.cpp"
 
 
-def copy_path(base: str | os.PathLike[str], kind: str) -> Path:
-    """Where the copy of GGUF file `base` quantized to `kind` lives (whether made or not)."""
-    return cache_root() / FOLDER / f"{content_sha256(base)[:24]}-{kind}.gguf"
+def copy_path(base: str | os.PathLike[str], tag: str) -> Path:
+    """Where the copy of GGUF file `base` that `tag` names (a quantization type, "layers9", …) lives."""
+    return cache_root() / FOLDER / f"{content_sha256(base)[:24]}-{tag}.gguf"
 
 
 def quantized_copy(base: str | os.PathLike[str], kind: str) -> Path:
@@ -49,9 +47,8 @@ def quantized_copy(base: str | os.PathLike[str], kind: str) -> Path:
 
 
 def cached_copy(out: Path, write: Callable[[Path], None]) -> Path:
-    """`out`, made on first use by `write(partial)`: a hidden partial file next to it, renamed when
-    whole, so an interrupted run never leaves a file that looks whole. PolyplanError: what `write`
-    raises, or the cache folder cannot be written."""
+    """`out`, made on first use by `write(partial)` into a hidden file renamed when whole (an
+    interrupted run leaves nothing that looks whole); PolyplanError where the cache cannot be written."""
     if out.is_file():
         return out
     try:

@@ -1,17 +1,10 @@
-"""Derived llama.cpp members whose output head covers only a subset S of the token ids.
-
-`derive: {from: <llama.cpp entry>, vocab: N}` (or `vocab: ./ids.json`) becomes a GGUF file whose
-head tensors (`_HEAD_TENSORS`) keep only the rows of S and whose tokenizer arrays are dropped
-(`tokenizer.ggml.model: none`); every other tensor is copied byte for byte, so llama.cpp computes
-N logits a step instead of V. The member (`decoder.llama_cpp_subset`) reads context tokens as the
-base file's embedding rows and returns full-vocabulary logits, −inf outside S: lossless, at the
-cost of α where the target emits a token outside S.
-
-S always holds llama.cpp's end-of-generation ids and the file's control tokens; then, for
-`vocab: N`, the most frequent tokens of a fixed corpus (`models.corpus`: the standard library's
-code and reference prose), or the ids a JSON file lists. The copy records in its metadata what
-the member needs (`vocab_subset`). `_ARCHITECTURES` lists the graphs that read input embeddings
-as token embeddings (gemma3 scales token embeddings by sqrt(n_embd), so the member scales them).
+"""Derived llama.cpp members whose head covers only a subset S of the ids (`reduced_vocab_copy`;
+the member: `decoder.llama_cpp_subset`; docs/engines.md, "llama.cpp members"). The copy keeps
+only S's rows of the head tensors (`_HEAD_TENSORS`), drops the tokenizer arrays, copies every other
+tensor byte for byte and records in its metadata what the member needs (`vocab_subset`). S holds
+the end-of-generation and control ids, then the most frequent tokens of `models.corpus` (the
+standard library's code and reference prose) or the ids a JSON file lists. `_ARCHITECTURES`: the
+graphs that read input embeddings as token embeddings (gemma3 scales them by sqrt(n_embd)).
 """
 
 from __future__ import annotations
@@ -25,11 +18,10 @@ import numpy as np
 import torch
 
 from polyplan.decoder.llama_cpp_subset import TokenEmbeddings, VocabSubset
-from polyplan.formats.cache import cache_root
 from polyplan.formats.candidates import ReducedVocab
 from polyplan.formats.errors import PolyplanError
 from polyplan.models.gguf_header import GGUFHeader, aligned, read_header
-from polyplan.models.llama_quantize import FOLDER, cached_copy
+from polyplan.models.llama_quantize import cached_copy, copy_path
 
 # architecture -> does its graph scale token embeddings by sqrt(n_embd) (and raw ones not)?
 _ARCHITECTURES = {"llama": False, "qwen2": False, "qwen3": False, "gemma3": True}
@@ -48,7 +40,6 @@ def reduced_vocab_copy(base: str | os.PathLike[str], derive: ReducedVocab, token
     """The cached copy of GGUF file `base` whose head covers the ids `derive` asks for, made on
     first use; `tokenizer` (the base's) counts the corpus for `vocab: N`. PolyplanError for an
     architecture the member cannot feed embeddings to, N outside [kept-always ids, V], or a bad id list."""
-    from polyplan.models.file_fingerprints import content_sha256
     from polyplan.models.gguf_source import read_gguf_info
 
     base = Path(base)
@@ -56,9 +47,7 @@ def reduced_vocab_copy(base: str | os.PathLike[str], derive: ReducedVocab, token
     header = read_header(base)
     vocab = _check_base(header, base)
     listed = None if derive.ids is None else _read_id_list(derive.ids, vocab)
-    digest = content_sha256(base)[:24]
     tag = f"vocab{derive.size}" if listed is None else f"ids-{hashlib.sha256(listed.tobytes()).hexdigest()[:12]}"
-    out = cache_root() / FOLDER / f"{digest}-{tag}.gguf"
 
     def write(partial: Path) -> None:
         from polyplan.decoder.llama_cpp import file_end_of_generation_ids
@@ -78,7 +67,7 @@ def reduced_vocab_copy(base: str | os.PathLike[str], derive: ReducedVocab, token
                     ("tokenizer.ggml.model", _STRING, "none"), (f"{architecture}.vocab_size", _UINT32, len(keep))]
         _write_subset_gguf(base, header, keep, metadata, partial)
 
-    return cached_copy(out, write)
+    return cached_copy(copy_path(base, tag), write)
 
 
 def vocab_subset(path: str | os.PathLike[str], base: str | os.PathLike[str]) -> VocabSubset:

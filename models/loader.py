@@ -1,13 +1,9 @@
-"""The one model loader: candidates (`polyplan.formats.candidates.CandidateSet`) to chain members.
-
-Every command that runs models loads them here (profile, validate, the benches, `models check`,
-generate), a chain from `models.chain_candidates` included. Sources resolve through
-`models.sources`; `engine: llama.cpp` entries become `decoder.llama_cpp.LlamaCppMember`s, their
-derived copies made file by file (`models.llama_quantize`, `models.gguf_prune`,
-`models.llama_vocab`); torch entries derive through `models.derive`; rule drafters take the
-target's vocabulary. The compatibility check (`decoder.compatibility`) runs here and only here,
-once per candidate against the target, before any model runs, naming the entry at fault; padded
-logit rows pass only when the entry declares `padded_vocab: true`.
+"""The one model loader (`load_candidates`): models.yaml candidates to chain members, for every
+command that runs models. `engine: llama.cpp` entries become `decoder.llama_cpp.LlamaCppMember`s,
+derived file by file; torch entries derive through `models.derive`; rule drafters take the target's
+vocabulary. The compatibility check (`decoder.compatibility`) runs here and only here, once per
+candidate against the target, before any model runs; padded logit rows pass only when the entry
+declares `padded_vocab: true`.
 """
 
 from __future__ import annotations
@@ -37,17 +33,10 @@ _TORCH_DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16":
 
 @dataclass(frozen=True)
 class LoadedCandidate:
-    """One candidate ready to sit in a chain.
-
-    Attributes:
-        parameters: Parameter count (of the base model for derived copies; shared weights of
-            an early-exit copy counted once for the layers it keeps); None for ngram.
-        dtype: What its weights run in, e.g. "float32" or "int8 (dynamic)"; "-" for ngram.
-        validation_loss: Held-out loss (nats/token) measured when the builtin family was
-            trained, when this candidate is that family's model or variant; else None.
-        fingerprint: What keys its profile entries (`models.fingerprints`); None unless loaded
-            to be profiled (`models.fingerprints.load_fingerprinted`).
-    """
+    """One candidate ready to sit in a chain. `parameters`: the base model's for derived copies (an
+    early exit's for the layers it keeps), None for ngram; `dtype` e.g. "int8 (dynamic)", "-" for
+    ngram; `validation_loss` (nats/token) measured when the builtin family was trained, for its
+    models; `fingerprint` (`models.fingerprints`) only when loaded to be profiled."""
 
     candidate: Candidate
     member: ChainMember
@@ -69,8 +58,7 @@ class Compatibility:
 
 @dataclass(frozen=True)
 class LoadedCandidates:
-    """Every loaded candidate (target first), the target's tokenizer, and the check's results:
-    the one loaded stage between models.yaml's candidates and the chain members."""
+    """Every loaded candidate (target first), the target's tokenizer, and the check's results."""
 
     candidates: tuple[LoadedCandidate, ...]
     tokenizer: object
@@ -91,11 +79,9 @@ class LoadedCandidates:
 
     @property
     def compatible(self) -> bool:
-        """True when every candidate passed the compatibility check."""
         return all(result.ok for result in self.compatibility)
 
     def member(self, name: str) -> ChainMember:
-        """The chain member of candidate `name`."""
         for loaded in self.candidates:
             if loaded.candidate.name == name:
                 return loaded.member
@@ -122,15 +108,9 @@ class _Model:
 def load_candidates(
     candidates: CandidateSet, *, require_compatible: bool = True, labels: Mapping[str, str] | None = None
 ) -> LoadedCandidates:
-    """Load every candidate and run the compatibility check against the target.
-
-    `labels`: how to name a candidate in errors, by name (default "<models.yaml>: candidate
-    'name'"; a chain of folders names its positions, `models.chain_candidates`).
-
-    Raises:
-        PolyplanError: naming the entry that cannot be loaded or (when `require_compatible`) the
-            first that fails the compatibility check.
-    """
+    """Load every candidate and check it against the target; PolyplanError naming the entry that
+    cannot be loaded or (`require_compatible`) the first that fails. `labels`: a candidate's name
+    in errors (default "<models.yaml>: candidate 'name'"; `models.chain_candidates` names positions)."""
     from polyplan.models.devices import check_device
 
     label_of = {c.name: f"{candidates.origin}: candidate {c.name!r}" for c in candidates.candidates} | dict(labels or {})
@@ -148,9 +128,6 @@ def load_candidates(
             loaded.append(item)
             continue
         model = _load_model(candidate, candidates, models, label_of)
-        rows, tokens = model.model.get_output_embeddings().out_features, len(model.tokenizer)
-        if rows < tokens:
-            raise PolyplanError(f"{label_of[candidate.name]}: its tokenizer has {tokens} tokens but the model only {rows} logit rows")
         member = HFMember(model.model, name=candidate.name, tokenizer=model.tokenizer)
         loss = cached_validation_loss(model.folder, model.variant) if model.variant and model.folder else None
         loaded.append(LoadedCandidate(candidate, member, model.parameters, model.dtype, candidate.device, loss))
@@ -205,10 +182,9 @@ def _load_model(candidate: Candidate, candidates: CandidateSet, models: dict[str
 
 
 def _load_llama_cpp(candidate: Candidate, candidates: CandidateSet, label: str) -> LoadedCandidate:
-    """A GGUF entry on llama.cpp (`engine: llama.cpp`), or its derived copy: each derivation from
-    the root on applied to the file the previous one made (a quantized copy of a pruned copy
-    quantizes the pruned file); a reduced-vocabulary copy is always the last derivation (its
-    inputs are the rows of the file it was cut from)."""
+    """A GGUF entry on llama.cpp, or its derived copy: each derivation from the root on applied to
+    the file the previous one made; a reduced vocabulary always comes last (its inputs are the
+    rows of the file it was cut from)."""
     from transformers import AutoTokenizer
 
     from polyplan.decoder.llama_cpp import LlamaCppMember
@@ -237,8 +213,7 @@ def _load_llama_cpp(candidate: Candidate, candidates: CandidateSet, label: str) 
 
 
 def _llama_cpp_copy(path: Path, derive: Quantize | EarlyExit) -> tuple[Path, str]:
-    """The cached file one llama.cpp derivation makes from GGUF file `path`, and what it did;
-    PolyplanError naming the base entry and its depth for `layers` outside it, or a failed copy."""
+    """The cached file one llama.cpp derivation makes from GGUF file `path`, and what it did."""
     from polyplan.models.gguf_prune import block_count, pruned_copy
     from polyplan.models.llama_quantize import quantized_copy
 

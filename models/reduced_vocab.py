@@ -1,7 +1,5 @@
-"""A reduced-vocabulary drafter: its LM head covers only a subset S of the target's tokens.
-
-A small model with a large vocabulary spends most of a decoding step in its LM head; a drafter
-whose head covers only the N most frequent target tokens (FR-Spec style) skips most of that cost.
+"""A reduced-vocabulary drafter: its LM head covers only a subset S of the target's tokens (the N
+most frequent, FR-Spec style), skipping most of a small model's step, which its head dominates.
 
 Why the chain stays lossless: the drafter's p is zero outside S (`restrict_logits` puts −inf
 there, so nothing outside S is drafted). The verifier q accepts a drafted x with
@@ -36,11 +34,8 @@ def restrict_logits(subset_logits: torch.Tensor, keep: torch.Tensor, vocab: int)
 
 
 class SubsetHead(nn.Module):
-    """An LM head over the token ids `keep` only; returns full-vocabulary logits (−inf outside).
-
-    `out_features` is the full vocabulary V, so a model with this head still reports V logit
-    rows (the chain checks that all members share one vocabulary).
-    """
+    """An LM head over the token ids `keep` only, returning full-vocabulary logits (−inf outside);
+    `out_features` is V, so the model still reports V logit rows to the vocabulary check."""
 
     def __init__(self, weight: torch.Tensor, keep: torch.Tensor, vocab: int, bias: torch.Tensor | None = None) -> None:
         super().__init__()
@@ -94,8 +89,7 @@ def most_frequent_tokens(token_ids: Iterable[int] | torch.Tensor, vocab: int, n:
 
 
 def restrict_head(model: nn.Module, keep: torch.Tensor) -> nn.Module:
-    """A shallow copy of HF causal LM `model` whose LM head covers only the ids `keep` (its
-    rows of the original head); the body's weights are shared with `model`."""
+    """A shallow copy of HF causal LM `model` whose head is the rows `keep` of its own."""
     head = model.get_output_embeddings()
     if head is None or not hasattr(head, "weight"):
         raise PolyplanError(f"reduced head: {type(model).__name__} has no linear LM head")
@@ -106,16 +100,14 @@ def restrict_head(model: nn.Module, keep: torch.Tensor) -> nn.Module:
     bias = getattr(head, "bias", None)
     with torch.no_grad():
         reduced = SubsetHead(head.weight[keep].clone(), keep, vocab, None if bias is None else bias[keep].clone())
-    shallow = shallow_copy(model)  # so the original keeps its own head
+    shallow = shallow_copy(model)
     shallow.set_output_embeddings(reduced)
     return shallow
 
 
 def with_saved_subset(model: nn.Module, folder: str | Path) -> nn.Module:
-    """`model` loaded from `folder`, with its reduced head restored when the folder holds a
-    `REDUCED_VOCAB_FILE` (as `polyplan drafter distill` writes), its rows from `REDUCED_HEAD_FILE`
-    when there is one (a trained head), else from the model's own head. PolyplanError for a bad
-    record or a head file that does not match it."""
+    """`model` loaded from `folder`, with the reduced head its `REDUCED_VOCAB_FILE` records (as
+    `polyplan drafter distill` writes), rows from `REDUCED_HEAD_FILE` (a trained head) or its own."""
     path = Path(folder) / REDUCED_VOCAB_FILE
     if not path.is_file():
         return model

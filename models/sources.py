@@ -1,10 +1,6 @@
-"""From a `source:` entry of models.yaml to the local Hugging Face folder that holds it.
-
-- `builtin:<name>`: the shipped zoo family's folder;
-- a local folder: itself;
-- a `.gguf` file: its dequantized copy in the polyplan cache (`models.gguf_source`, made once);
-- a hub id: its snapshot in the local Hugging Face cache: polyplan never downloads at run time, so
-  `org/name` names a model that `hf download org/name` (or an earlier `from_pretrained`) put there.
+"""From a `source:` entry of models.yaml to the local Hugging Face folder that holds it
+(`source_folder`); docs/models-yaml.md, "Sources". A hub id names its snapshot in the local
+Hugging Face cache: polyplan never downloads at run time.
 """
 
 from __future__ import annotations
