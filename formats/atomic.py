@@ -27,14 +27,9 @@ def _new_file_mode(path: Path) -> int:
 
 
 def write_text_atomically(path: str | os.PathLike[str], text: str) -> None:
-    """Write `text` to a temporary file next to `path`, flush it to disk, then rename it over
-    `path`: the file is either the old one or the complete new one, never a partial write.
-    The file's mode honours the umask (or stays what it was when `path` existed).
-
-    Raises:
-        PolyplanError: the folder of `path` does not exist, or the write fails (a full disk,
-            a read-only folder, `path` is a folder); the old file is then left as it was.
-    """
+    """Write `text` to a temporary file next to `path`, flush it to disk, then rename it over `path`:
+    the file is the old one or the complete new one, its mode what it was or what the umask gives.
+    `PolyplanError` when the folder is missing or the write fails; the old file is then untouched."""
     path = Path(path)
     directory = path.parent if str(path.parent) else Path(".")
     if not directory.is_dir():

@@ -1,9 +1,6 @@
-"""The `models.yaml` schema: the candidate models of a chain, strictly validated.
-
-Every key and every rule, with an example of each kind of entry: docs/models-yaml.md, "Rules".
-Each violation is one `PolyplanError` line naming the entry. `read_candidates` reads a file,
-`parse_candidates` its parsed YAML; local sources resolve relative to the file's folder, and a
-derived entry takes its root's device (unless it names its own), dtype, padded_vocab and engine.
+"""The `models.yaml` schema, strictly validated (`read_candidates`, `parse_candidates`): each
+violation is one `PolyplanError` line naming the entry. Every key and rule: docs/models-yaml.md,
+"Rules".
 """
 
 from __future__ import annotations
@@ -147,7 +144,8 @@ class CandidateSet:
 
 
 def read_candidates(path: str | Path) -> CandidateSet:
-    """Read and validate a models.yaml file; local sources resolve relative to its folder."""
+    """Read and validate a models.yaml file; local sources resolve relative to its folder, and a
+    derived entry takes its root's device (unless it names its own), dtype, padded_vocab and engine."""
     from polyplan.formats.inputs import read_yaml_file
 
     path = Path(path)
@@ -473,9 +471,8 @@ def base_chain(candidates: CandidateSet, name: str) -> tuple[Candidate, ...]:
 
 
 def default_candidates_path() -> Path:
-    """The embedded family's models.yaml, shipped inside the package (`polyplan/data/zoo.yaml`,
-    also reachable as `examples/zoo.yaml` in a checkout), so the default works after
-    `pip install .` from any directory."""
+    """The embedded family's models.yaml, shipped inside the package (`polyplan/data/zoo.yaml`) so
+    that the default works after `pip install .` from any directory."""
     from importlib.resources import files
 
     path = Path(str(files("polyplan") / "data" / "zoo.yaml"))

@@ -49,11 +49,10 @@ class Before:
 
 @dataclass(frozen=True)
 class Layout:
-    """What a record says about itself beyond its fields: when its fields are left out of the
-    file by default (`NEVER`: every key written, null where None; `NONE`: left out when None;
-    `EMPTY`: left out when None, False or an empty collection), the checks that span its
-    fields (each `check(record)` raises `Invalid` with `at` naming the field), and whether it
-    is written as its one field's value alone (`transparent`)."""
+    """What a record says about itself beyond its fields: when its fields are left out of the file
+    (`NEVER`: null where None; `NONE`: when None; `EMPTY`: when None, False or empty), the checks
+    that span its fields (raising `Invalid` whose `at` names the field), and whether it is written
+    as its one field's value alone (`transparent`)."""
 
     omit: str = NEVER
     checks: tuple[Callable[[Any], None], ...] = ()
@@ -73,9 +72,6 @@ def spec(*checks: Any, default: Any = dataclasses.MISSING, factory: Any = datacl
 def local(default: Any) -> Any:
     """A field that is not in the file (e.g. where a record was read from, for messages)."""
     return dataclasses.field(default=default, compare=False, repr=False, metadata={"local": True})
-
-
-# --------------------------------------------------------------------------- fields
 
 
 @dataclass(frozen=True)
@@ -109,9 +105,6 @@ def _layout(cls: type) -> Layout:
     return layout if isinstance(layout, Layout) else _PLAIN
 
 
-# --------------------------------------------------------------------------- encoding
-
-
 def encode(value: Any) -> Any:
     """The JSON value of a record (an object, its keys in field order), or of anything a
     record's field holds."""
@@ -140,9 +133,6 @@ def _left_out(value: Any, omit: str) -> bool:
     if omit == EMPTY:
         return value is None or value is False or (isinstance(value, (list, tuple, Mapping)) and not value)
     return False
-
-
-# --------------------------------------------------------------------------- decoding
 
 
 def decode(cls: type, payload: Any, label: str = "JSON", where: str = "") -> Any:
@@ -220,8 +210,7 @@ class _Decoder:
                 self.fail(where, f"must be a number, got {_kind_of(value)}")
             if isinstance(value, int) and abs(value) > _MAX_INTEGER:
                 self.fail(where, f"must be a finite number, got an integer of {len(str(abs(value)))} digits")
-            if not math.isfinite(value):
-                self.fail(where, f"must be a finite number, got {value!r}".replace("nan", "NaN"))
+            self.finite_everywhere(value, where)
             return float(value)
         if kind is str:
             if not isinstance(value, str):
@@ -282,14 +271,11 @@ class _Decoder:
                 self.finite_everywhere(item, f"{where}[{index}]")
 
 
-# --------------------------------------------------------------------------- files
-
-
 @dataclass(frozen=True)
 class FileFormat:
-    """A polyplan file: its kind (a `formats.kinds` key), the record it holds, its version key
-    and number, a migration per older version it still reads (`migrate(payload, label)`: the
-    current version's object), and what to do about a version this polyplan does not read."""
+    """A polyplan file: its kind (a `formats.kinds` key), record, version key and number, a
+    migration per older version (`migrate(payload, label)` gives the current version's object),
+    and what to do about a version this polyplan does not read."""
 
     kind: str
     record: type
@@ -338,9 +324,6 @@ def json_text(payload: Any) -> str:
 def write_file(form: FileFormat, record: Any, path: str | os.PathLike[str]) -> None:
     """Write a file atomically (temporary file in the same folder, then os.replace)."""
     write_text_atomically(path, json_text(encode_file(form, record)))
-
-
-# --------------------------------------------------------------------------- messages
 
 
 def join(where: str, key: str) -> str:

@@ -60,11 +60,8 @@ def default_path(model: ChunkedModel, cache_dir: str | os.PathLike[str] | None =
 
 
 def fetched_path(name: str, cache_dir: str | os.PathLike[str] | None = None) -> Path:
-    """The cached file of fetched model `name` (a models.yaml `source: fetch:<name>`).
-
-    Raises:
-        PolyplanError: unknown model, or not fetched yet (naming the command that fetches it).
-    """
+    """The cached file of fetched model `name`; `PolyplanError` when it is unknown or not fetched yet
+    (naming the command that fetches it)."""
     model = known_model(name)
     path = default_path(model, cache_dir)
     if not path.is_file():

@@ -15,19 +15,12 @@ KINDS = {
 }
 
 
-def _file_kind(payload: Any) -> str | None:
-    """The kind of polyplan file `payload` (a parsed JSON object) is, None when none fits."""
-    if not isinstance(payload, dict):
-        return None
-    for kind, (markers, _) in KINDS.items():
-        if any(key in payload for key in markers):
-            return kind
-    return None
-
-
 def foreign_file(payload: Any, expected: str) -> str | None:
-    """None when `payload` can be the `expected` kind; else the problem, naming what it is."""
-    kind = _file_kind(payload)
+    """None when `payload` (a parsed JSON object) can be the `expected` kind; else the problem,
+    naming what it is."""
+    kind = None
+    if isinstance(payload, dict):
+        kind = next((kind for kind, (markers, _) in KINDS.items() if any(key in payload for key in markers)), None)
     if kind == expected:
         return None
     wanted = KINDS[expected][1]

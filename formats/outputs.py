@@ -27,15 +27,9 @@ def _same_file(first: str | os.PathLike[str], second: str | os.PathLike[str]) ->
 def check_output_file(
     path: str | os.PathLike[str], option: str = "--out", *, inputs: Iterable[tuple[str, str | os.PathLike[str] | None]] = ()
 ) -> Path:
-    """`path` as a file this process can create or replace.
-
-    Args:
-        inputs: (option, path) of every file the command reads; writing over one is refused.
-
-    Raises:
-        PolyplanError: an empty path, a folder, a missing or unwritable folder (e.g. /proc),
-            a read-only file, or the same file as an input.
-    """
+    """`path` as a file this process can create or replace; `PolyplanError` for an empty path, a
+    folder, a missing or unwritable folder (e.g. /proc), a read-only file, or one of the files
+    `inputs` ((option, path) of each file the command reads) names."""
     if str(path) in ("", "."):
         raise PolyplanError(f"{option}: give a file path (got an empty path)")
     path = Path(path)
@@ -83,16 +77,10 @@ def check_report_folder(
     own_files: Mapping[str, Callable[[Path], bool]] | None = None,
     inputs: Iterable[tuple[str, str | os.PathLike[str] | None]] = (),
 ) -> Path:
-    """`folder` as a place for a report: a folder (created later if missing) that is writable
-    and holds, under the names the report writes (`files`), nothing but an earlier report.
-
-    Args:
-        owner: the file that proves an earlier report is there (e.g. "report.json").
-        is_ours: whether the file `owner` is a polyplan report of this kind.
-        files: every other name the report writes (replaced only when `owner` is ours).
-        own_files: names with their own check (e.g. plan.json must be a plan).
-        inputs: (option, path) of files the command reads; a report file over one is refused.
-    """
+    """`folder` as a place for a report: a writable folder (created later if missing) that holds,
+    under the names the report writes, nothing but an earlier report: `owner` (e.g. "report.json",
+    `is_ours` tells) proves one is there, `files` are replaced only then, `own_files` have their own
+    check (plan.json must be a plan), and none may be one of the `inputs` ((option, path))."""
     if str(folder) == "":
         raise PolyplanError(f"{option}: give a folder path (got an empty path)")
     folder = Path(folder)

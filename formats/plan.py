@@ -24,22 +24,15 @@ from polyplan.formats.processor import Processor
 _PLAN_VERSION = 2
 
 
-def _pads_problem(pads: tuple[tuple[int, int], ...]) -> str | None:
+def _pads(pads: tuple[tuple[int, int], ...]) -> None:
     ks = [k for k, _ in pads]
     if any(b <= a for a, b in zip(ks, ks[1:])):
-        return f"k values must increase, got {ks}"
+        raise Invalid(f"k values must increase, got {ks}")
     for k, width in pads:
         if isinstance(k, bool) or isinstance(width, bool) or not isinstance(k, int) or not isinstance(width, int):
-            return f"({k!r}, {width!r}) must be integers"
+            raise Invalid(f"({k!r}, {width!r}) must be integers")
         if not 1 <= k < width:
-            return f"width {width} for {k} tokens must be larger than {k} >= 1"
-    return None
-
-
-def _pads(pads: tuple[tuple[int, int], ...]) -> None:
-    problem = _pads_problem(pads)
-    if problem is not None:
-        raise Invalid(problem)
+            raise Invalid(f"width {width} for {k} tokens must be larger than {k} >= 1")
 
 
 @dataclass(frozen=True)
@@ -52,9 +45,10 @@ class VerifyWidths:
     pads: tuple[tuple[int, int], ...] = spec(_pads, default=())
 
     def __post_init__(self) -> None:
-        problem = _pads_problem(self.pads)
-        if problem is not None:
-            raise PolyplanError(f"verify_widths: {problem}")
+        try:
+            _pads(self.pads)
+        except Invalid as invalid:
+            raise PolyplanError(f"verify_widths: {invalid.problem}") from None
 
     def width(self, k: int) -> int:
         """The width a pass over `k` tokens runs at (k itself unless padded)."""
@@ -462,10 +456,8 @@ _EDITED = "the plan was edited; refused, re-run polyplan recommend"
 
 
 def migrate_v1(payload: dict[str, Any], label: str = "plan.json") -> dict[str, Any]:
-    """The version-2 object of a version-1 plan: its headline fields, which repeated the first
-    ranked chain, are dropped once they agree with it (a plan whose headline disagrees was
-    edited: `PolyplanError`); so are each entry's repeated speedups and acceptances;
-    `theorem_3_2` is called `insertion_verdicts`."""
+    """The version-2 object of a version-1 plan (what changed: docs/cost-model.md, "plan.json"); a
+    plan whose headline disagrees with its first ranked chain was edited: `PolyplanError`."""
     entries = payload.get("alternatives")
     if not isinstance(entries, list) or not entries or not isinstance(entries[0], dict):
         raise PolyplanError(f"{label}: alternatives: must be a non-empty list of ranked chains")
@@ -499,8 +491,6 @@ def _migrated_entry(entry: Any) -> Any:
         migrated["insertion_verdicts"] = entry["theorem_3_2"]
     return migrated
 
-
-# --------------------------------------------------------------------------- the file
 
 _PLAN = FileFormat(kind="plan", record=PlanFile, version_key="plan_version", version=_PLAN_VERSION,
                   migrations={1: migrate_v1}, advice="upgrade polyplan or re-run polyplan recommend")

@@ -44,9 +44,6 @@ def _unique(keys: list[Any], where: str, problem) -> None:
         seen.add(key)
 
 
-# --------------------------------------------------------------------------- per model
-
-
 @dataclass(frozen=True)
 class LatencyPoint:
     """Wall time of one forward pass over `k` new tokens with `context_length` tokens cached."""
@@ -114,9 +111,6 @@ class ModelProfile:
     timing: TimingHealth | None = None
     # an `ngram-simple` drafter's size_n: the planner replays it, not its α (`planner.exact.ngram_replay`)
     ngram_simple: int | None = spec(whole(1), default=None)
-
-
-# --------------------------------------------------------------------------- per pair
 
 
 @dataclass(frozen=True)
@@ -222,9 +216,6 @@ class PairProfile:
     verifier: str = spec(text)
     drafter: str = spec(text)
     sampling: Mapping[_ModeKey, SamplingStats] = spec(factory=dict, omit=NEVER)
-
-
-# --------------------------------------------------------------------------- whole-profile records
 
 
 @dataclass(frozen=True)
@@ -389,9 +380,6 @@ class AgreementRuns:
         return {pair: values for pair, values in kept.items() if values is not None}
 
 
-# --------------------------------------------------------------------------- the profile
-
-
 def _names_hold_together(profile: Profile) -> None:
     """The target is one of the models, each named once, and every pair names two of them, once."""
     if not profile.models:
@@ -505,10 +493,9 @@ _V1_TIMING_KEYS = tuple(field.name for field in fields(TimingHealth))
 
 
 def migrate_v1(payload: dict[str, Any], label: str = "profile") -> dict[str, Any]:
-    """A version-1 object as version 2: the profiler's entries leave `meta` for their fields
-    (a malformed one is named where the file keeps it, ``meta.loop_overhead…``). The settings
-    and timing health the version-1 readers took leniently stay in `meta` (the user's) when
-    they are not valid as their typed record."""
+    """A version-1 object as version 2 (docs/profiling.md, "The profile file"); a malformed entry is
+    named where the file keeps it (``meta.loop_overhead…``). The settings and timing health the
+    version-1 readers took leniently stay in `meta` when they are not valid as their record."""
     payload = {**payload, "schema_version": SCHEMA_VERSION}
     meta = payload.get("meta")
     if isinstance(meta, dict):
@@ -568,8 +555,6 @@ def _engine_details(table: Any) -> Any:
         for engine, modes in table.items()
     }
 
-
-# --------------------------------------------------------------------------- the file
 
 PROFILE = FileFormat(kind="profile", record=Profile, version_key="schema_version", version=SCHEMA_VERSION,
                      migrations={1: migrate_v1}, advice="re-run the profiler or upgrade polyplan")

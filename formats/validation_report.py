@@ -16,9 +16,6 @@ from polyplan.formats.plan import DraftPolicy
 REPORT_VERSION = 1
 
 
-# --------------------------------------------------------------------------- the records
-
-
 @dataclass(frozen=True)
 class ForwardsPerToken:
     """φ_i / N of one model: measured, and predicted by the exact model and by Lemma 3.1."""
@@ -297,8 +294,6 @@ class ValidationReport:
     notes: tuple[str, ...]
     files: Mapping[str, str] = field(default_factory=dict)  # what the report wrote: name -> path
 
-
-# --------------------------------------------------------------------------- the file
 
 _REPORT = FileFormat(kind="report", record=ValidationReport, version_key="report_version", version=REPORT_VERSION,
                     migrations={}, advice="upgrade polyplan or re-run polyplan validate")
