@@ -24,28 +24,20 @@ from polyplan.planner.paper.paper_model import mean_length
 
 @dataclass(frozen=True)
 class InsertionInputs:
-    """Theorem 3.2's inputs for inserting `middle` between `upper` and `lower`, in the paper's notation.
+    """Theorem 3.2's inputs for inserting `middle` between `upper` and `lower`, in the paper's
+    notation; each E[L] is a mean acceptance length at its level's block size in its chain."""
 
-    Attributes:
-        upper, middle, lower: the models M_1, M_2' and M_2 = M_3'.
-        t1, t2, t2_new: T_1, T_2 = T_3' and T_2': T(1) of upper, lower and middle, in seconds.
-        l1: E[L_1], the mean acceptance length of (upper, lower) at the block size of that level
-            in the chain without `middle`.
-        l1_new, l2_new: E[L_1]' and E[L_2]', of (upper, middle) and (middle, lower) at their
-            levels' block sizes in the chain with it.
-        alpha_scale: the paper's scaling factor α: the block size of the level `middle` verifies
-            (the passes `lower` makes per verification); not an acceptance rate.
-    """
-
-    upper: str
-    middle: str
-    lower: str
-    t1: float
-    t2: float
-    t2_new: float
-    l1: float
-    l1_new: float
-    l2_new: float
+    upper: str  # M_1
+    middle: str  # M_2'
+    lower: str  # M_2 = M_3'
+    t1: float  # T_1: T(1) of upper, in seconds
+    t2: float  # T_2 = T_3': of lower
+    t2_new: float  # T_2': of middle
+    l1: float  # E[L_1]: of (upper, lower) in the chain without `middle`
+    l1_new: float  # E[L_1]': of (upper, middle) in the chain with it
+    l2_new: float  # E[L_2]': of (middle, lower) in the chain with it
+    # the paper's scaling factor α: the block size of the level `middle` verifies (the passes `lower`
+    # makes per verification); not an acceptance rate
     alpha_scale: float
 
     def analyze(self) -> InsertionAnalysis:
