@@ -45,33 +45,17 @@ class ChainSettings:
 
 @dataclass(frozen=True)
 class ChainPrediction:
-    """What the exact model predicts for one chain (models M_1 … M_n, levels 1 … n−1).
+    """What the exact model predicts for one chain (models M_1 … M_n, levels 1 … n−1); per-model
+    tuples start at M_1, per-level ones at level 1."""
 
-    Attributes:
-        cost_per_token: expected seconds per token emitted by M_1 (forward passes plus the
-            loop overhead, when one is given).
-        speedup: (T_1(1) + per-step overhead) / cost_per_token: over M_1 decoding alone.
-        forwards_per_token: expected forward passes of each M_i per emitted token (the
-            measured counterpart of the paper's φ_i / N), M_1 first.
-        time_per_token: expected seconds spent in each M_i's forward passes per emitted token
-            (sums to the cost, together with `overhead_per_token`).
-        tokens_per_verification: per verifying level i, E[min(A_i, m) + 1], the tokens one
-            verification by M_i gathers (level 1: tokens emitted per target forward).
-        drafted_per_verification: per level, E[m], the tokens handed up for one verification.
-        wasted_per_verification: per level, E[m − min(A_i, m)], drafted tokens rejected (the
-            work spent producing them is lost).
-        drafted_pmf: per level, P(m = j) for j = 0 … (index = j), the distribution of tokens
-            handed to that level for one verification.
-    """
-
-    cost_per_token: float
-    speedup: float
-    forwards_per_token: tuple[float, ...]
-    time_per_token: tuple[float, ...]
-    tokens_per_verification: tuple[float, ...]
-    drafted_per_verification: tuple[float, ...]
-    wasted_per_verification: tuple[float, ...]
-    drafted_pmf: tuple[tuple[float, ...], ...]
+    cost_per_token: float  # expected seconds per token M_1 emits (forward passes plus the loop overhead)
+    speedup: float  # (T_1(1) + per-step overhead) / cost_per_token: over M_1 decoding alone
+    forwards_per_token: tuple[float, ...]  # E[forward passes of each M_i] per token (the paper's φ_i / N)
+    time_per_token: tuple[float, ...]  # E[seconds in each M_i's passes] per token (with the overhead: the cost)
+    tokens_per_verification: tuple[float, ...]  # per level i, E[min(A_i, m) + 1]: tokens one verification gathers
+    drafted_per_verification: tuple[float, ...]  # per level, E[m]: tokens handed up for one verification
+    wasted_per_verification: tuple[float, ...]  # per level, E[m − min(A_i, m)]: drafted tokens rejected
+    drafted_pmf: tuple[tuple[float, ...], ...]  # per level, P(m = j) at index j
     overhead_per_token: float = 0.0  # expected seconds of the decoding loop per emitted token
 
 
