@@ -33,22 +33,13 @@ from polyplan.planner.exact.verify_width import monotone_envelope
 
 @dataclass(frozen=True)
 class PhysicalLimit:
-    """The best speedup a free, always-right drafter gives the target (module docstring).
+    """The best speedup a free, always-right drafter gives the target (module docstring)."""
 
-    Attributes:
-        speedup: max(1, max over K of S(K)).
-        block_size: the K reaching it (the smallest on a tie); 0 when no K beats the target alone.
-        speedups: S(K) for K = 1 … len(speedups).
-        measured_block_size: the largest K whose pass (width K + 1) the target was timed at
-            (0: timed at one token only).
-        interval: bootstrap interval of `speedup` at `block_size` (None: not made).
-    """
-
-    speedup: float
-    block_size: int
-    speedups: tuple[float, ...]
-    measured_block_size: int
-    interval: SpeedupInterval | None = None
+    speedup: float  # max(1, max over K of S(K))
+    block_size: int  # the K reaching it (the smallest on a tie); 0 when no K beats the target alone
+    speedups: tuple[float, ...]  # S(K) for K = 1 … len(speedups)
+    measured_block_size: int  # the largest K whose pass (width K + 1) the target was timed at (0: one token only)
+    interval: SpeedupInterval | None = None  # bootstrap interval of `speedup` at `block_size` (None: not made)
 
     @property
     def extrapolated(self) -> bool:

@@ -28,15 +28,11 @@ from polyplan.formats.profile import PairAgreement, Profile
 
 @dataclass(frozen=True)
 class RunSurvival:
-    """S(j) = P(a verification accepts at least j drafted tokens), j = 0 … len(values) − 1.
-
-    `tail` is the continuation rate used beyond the last value; `starts` the verification
-    starts the estimate is over (its sample size).
-    """
+    """S(j) = P(a verification accepts at least j drafted tokens), j = 0 … len(values) − 1."""
 
     values: tuple[float, ...]
-    tail: float
-    starts: int
+    tail: float  # the continuation rate beyond the last value
+    starts: int  # the verification starts the estimate is over (its sample size)
 
     def __call__(self, max_j: int) -> np.ndarray:
         """S(0 … max_j) as float64 (length max_j + 1)."""
