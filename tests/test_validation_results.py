@@ -159,7 +159,7 @@ def test_speedups_are_paired_per_repeat_and_a_lossy_chain_gets_none(plan):
     result = summarise_chain(best, fast, base, greedy=True)
     assert result.measured.speedup.samples == pytest.approx((2.5, 2.5, 2.5)) and result.measured.speedup.std == pytest.approx(0.0)
     assert result.measured.greedy_equal is True and result.measured_speedup == pytest.approx(2.5)
-    assert result.exact_error == pytest.approx(result.predicted.exact / 2.5 - 1)
+    assert result.errors.exact == pytest.approx(result.predicted.exact / 2.5 - 1)
     assert result.levels[0].forwards_per_token.measured == pytest.approx(0.5) and result.levels[0].tokens_per_verification.mu == 2.0
     # acceptance as engines report it: 4 tokens per 2 target passes; 6 runs x 4 drafted, 2 accepted
     assert result.tokens_per_target_pass == pytest.approx(2.0)
@@ -167,7 +167,7 @@ def test_speedups_are_paired_per_repeat_and_a_lossy_chain_gets_none(plan):
     two = next(spec for spec in specs.values() if ROLE_TWO_MODEL in spec.roles)
     lossy_runs = [_record(2, r, p, (1.0 + r) / 4, tokens=(1, 2, 9, 4), levels=2) for r in range(3) for p in range(2)]
     lossy = summarise_chain(two, lossy_runs, base, greedy=True)
-    assert lossy.measured.greedy_equal is False and lossy.measured_speedup is None and lossy.exact_error is None
+    assert lossy.measured.greedy_equal is False and lossy.measured_speedup is None and lossy.errors.exact is None
     assert lossy.measured.first_difference == "prompt 1, repeat 1: token 3 differs from target-only decoding"
     alone = summarise_chain(target, base, base, greedy=True)
     head = headline([result, lossy, alone])

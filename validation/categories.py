@@ -1,9 +1,6 @@
-"""Results broken down by prompt category, as Spec-Bench reports them.
-
-Per prompt kind, from `PromptRun`s (one chain's and target-only's run on the same prompt and
-repeat): the speedup as total target-only time over total chain time (Spec-Bench's ratio of
-totals) and tokens per target pass, plus an "all" row, as report.json keeps them
-(`formats.validation_report.CategoryEntry`). Nothing here runs a model.
+"""Results broken down by prompt category, as Spec-Bench reports them (docs/validation.md, "Per
+category"): per kind, Spec-Bench's ratio of total times and tokens per target pass, plus an "all"
+row, as report.json keeps them (`formats.validation_report.CategoryEntry`).
 """
 
 from __future__ import annotations
@@ -60,8 +57,8 @@ def category_lines(label: str, rows: Sequence[CategoryEntry]) -> list[str]:
 
 
 def chain_categories(specs, records, kinds: Sequence[str], baseline: int) -> tuple[ChainCategoryRows, ...]:
-    """Per-category rows of every chain but target-only (`baseline`, an index into `specs`),
-    from validation's run records (`validation_results.RunRecord`) and each prompt's kind."""
+    """Per-category rows of every chain but target-only (`baseline`, an index into `specs`), from
+    the run records (`validation.results.RunRecord`) and each prompt's kind."""
     reference = {(run.repeat, run.prompt): run for run in records if run.chain == baseline}
     result = []
     for index, spec in enumerate(specs):

@@ -1,11 +1,10 @@
-"""`polyplan validate`: run the planned chains side by side and measure what was predicted.
+"""`polyplan validate`: run the planned chains side by side and measure what was predicted
+(docs/validation.md, "What it runs").
 
-On the same prompts and seeds it runs the recommended chain, the plan's next `top` chains,
-target-only decoding and the best two-model chain (`select_chains`), interleaved: in every repeat,
-for every prompt, each chain once, in an order rotated from prompt to prompt, so background load
-falls on all chains alike. Prefill is timed apart (`validation.primed`), the garbage collector
-paused while timing, and every chain runs once untimed first. `validation.results.summarise_chain`
-turns the runs into results.
+`validate_plan` selects the chains (`select_chains`), fits the prompts and runs them interleaved
+(`measure_chains`: each chain once per prompt and repeat, in an order rotated from prompt to
+prompt, so background load falls on all alike; prefill timed apart by `validation.primed`, the
+garbage collector paused, every chain run once untimed first); `validation.results` judges them.
 """
 
 from __future__ import annotations
@@ -51,18 +50,12 @@ from polyplan.validation.results import (
 
 @dataclass(frozen=True)
 class ValidationSettings:
-    """How the chains are run.
-
-    Attributes:
-        new_tokens: tokens every chain generates per prompt. Greedy runs stop early at any of
-            the target's EOS ids (every chain emits the target's tokens, so all do the same
-            work); sampled runs do not (chains would emit different lengths and their times
-            would not compare), so each produces exactly this many.
-        repeats: passes over the prompt set; each prompt's paired ratio is the median over repeats.
-        top: alternatives validated besides the recommended chain (the plan's next best).
-        seed: prompt i is decoded with a generator seeded seed + i, for every chain.
-        warmup_tokens: tokens of the untimed first run of each chain.
-    """
+    """How the chains are run: `new_tokens` per prompt and chain (greedy runs stop early at the
+    target's EOS ids, where every chain, emitting the target's tokens, stops alike; sampled runs
+    never do, or their times would not compare); `repeats` passes over the prompts (each prompt's
+    paired ratio is their median); `top` alternatives besides the recommended chain; prompt i
+    decoded with a generator seeded `seed` + i by every chain; `warmup_tokens` of each chain's
+    untimed first run."""
 
     new_tokens: int = 128
     repeats: int = 3
@@ -90,14 +83,6 @@ class ValidationProgress(Protocol):
     def total(self, runs: int) -> None: ...
 
     def advance(self, label: str) -> None: ...
-
-
-class _Silent:
-    def total(self, runs: int) -> None:
-        pass
-
-    def advance(self, label: str) -> None:
-        pass
 
 
 def sampling_of(key: str) -> Sampling:
@@ -136,11 +121,9 @@ def select_chains(plan: PlanFile, top: int, label: str = "plan.json") -> tuple[C
 def fit_prompts(
     prompts: Sequence[EncodedPrompt], limit: int | None, reserve: int, *, truncate: bool, source: str
 ) -> FittedPrompts:
-    """Prompts that leave `reserve` tokens of a `limit`-token context (None: unbounded).
-
-    With `truncate`, a longer prompt keeps its last tokens; without, it is left out. No
-    usable prompt at all is a `PolyplanError` naming `source`.
-    """
+    """Prompts that leave `reserve` tokens of a `limit`-token context (None: unbounded): with
+    `truncate` a longer prompt keeps its last tokens, else it is left out; none usable at all is a
+    `PolyplanError` naming `source`."""
     if not prompts:
         raise PolyplanError(f"{source}: no usable prompt (the set is empty)")
     if limit is None:
@@ -189,13 +172,9 @@ def measure_chains(
     progress: ValidationProgress | None = None,
     retime: bool = False,
 ) -> tuple[tuple[RunRecord, ...], tuple[PassTiming, ...]]:
-    """Run every chain on every prompt, `settings.repeats` times, interleaved (module docstring).
-
-    With `retime`, after the chains of each prompt and repeat every model's passes are timed
-    too (`validation.retime`), on the target-only continuation of that prompt. Returns the runs
-    and those pass timings.
-    """
-    progress = progress or _Silent()
+    """The runs of every chain on every prompt, `settings.repeats` times, interleaved, and (with
+    `retime`) every model's passes timed after each prompt and repeat on the target-only
+    continuation of that prompt (`validation.retime`)."""
     missing = sorted({name for spec in specs for name in spec.planned.chain} - set(members))
     if missing:
         raise PolyplanError(f"models: {missing[0]!r} is in the plan but was not loaded")
@@ -207,7 +186,8 @@ def measure_chains(
     timings: list[PassTiming] = []
     baseline = next((i for i, spec in enumerate(specs) if len(spec.planned.chain) == 1), None)
     raw = {name: wrapper.member for name, wrapper in primed.items()}
-    progress.total(len(specs) * len(prompts) * settings.repeats)
+    if progress is not None:
+        progress.total(len(specs) * len(prompts) * settings.repeats)
     with torch.inference_mode(), collector_paused():
         for spec in specs:
             _run(spec, primed, tensors[0], 0, min(settings.warmup_tokens, settings.new_tokens), settings.seed, sampling, sync)
@@ -218,10 +198,11 @@ def measure_chains(
                 for chain in [(offset + step) % len(specs) for step in range(len(specs))]:
                     run = _run(specs[chain], primed, prompt, index, settings.new_tokens, settings.seed + index, sampling, sync)
                     records.append(RunRecord(chain, repeat, index, *run))
-                    progress.advance(specs[chain].planned.label())
+                    if progress is not None:
+                        progress.advance(specs[chain].planned.label())
                 if retime and baseline is not None:
-                    continuation = torch.tensor(records[-len(specs) + _position(records[-len(specs):], baseline)].token_ids,
-                                                dtype=torch.int64, device=device)
+                    reference = next(run for run in records[-len(specs):] if run.chain == baseline)
+                    continuation = torch.tensor(reference.token_ids, dtype=torch.int64, device=device)
                     half = continuation.shape[0] // 2
                     context = torch.cat([prompt, continuation[:half]])
                     timings.extend(time_passes(raw, context, continuation[half:], sync))
@@ -236,10 +217,6 @@ def target_only(specs: Sequence[ChainSpec], records: Sequence[RunRecord]) -> tup
     index = next(i for i, spec in enumerate(specs) if ROLE_TARGET_ONLY in spec.roles)
     exact = specs[index].planned.exact
     return index, [run for run in records if run.chain == index], exact.time_per_token_s[0] + exact.overhead_per_token_s
-
-
-def _position(records: Sequence[RunRecord], chain: int) -> int:
-    return next(i for i, record in enumerate(records) if record.chain == chain)
 
 
 def _run(spec: ChainSpec, primed, prompt: torch.Tensor, index: int, tokens: int, seed: int, sampling: Sampling, sync):
@@ -280,19 +257,11 @@ def validate_plan(
     profile: Profile | None = None,
     processor: Processor | None = None,
 ) -> Validation:
-    """Validate `plan`: select the chains, fit the prompts, run, and compare with the predictions.
-
-    Args:
-        plan: a plan read by `read_plan` (its alternatives carry the predictions).
-        members: the loaded chain members by model name (every model of the chains run).
-        prompts: encoded prompts; those that do not fit the context are left out (or, with
-            `truncate_prompts`, shortened from the left).
-        device_label: where this runs (compared with the plan's device in the notes).
-        processor: the processor this runs on (compared with the plan's, `formats.processor`;
-            None: the device labels only).
-        profile: the profile the plan was made from; with it, every model's passes are also
-            timed during the run and the exact model re-evaluated on them (`validation.retime`).
-    """
+    """Validate `plan` (read by `read_plan`) with the loaded `members` on `prompts` (those that do
+    not fit the context left out, or shortened from the left with `truncate_prompts`).
+    `device_label` and `processor` (None: the labels only) are compared with the plan's in the
+    notes; with the plan's `profile`, every model's passes are also timed during the run and the
+    exact model re-evaluated on them (`validation.retime`)."""
     started = time.perf_counter()
     label = plan_path or "plan.json"
     specs = select_chains(plan, settings.top, label)
@@ -326,9 +295,8 @@ def validate_plan(
         )
         for index, spec in enumerate(specs)
     )
-    plan_device = plan.device
     notes = [note] if (note := top_note(plan, settings.top, label)) else []
-    machine = machine_difference(plan_device, plan.processor, device_label, processor)
+    machine = machine_difference(plan.device, plan.processor, device_label, processor)
     if machine is not None:
         notes.append(machine)
     if not sampling.greedy:
@@ -351,7 +319,7 @@ def validate_plan(
             repeats=settings.repeats,
             seed=settings.seed,
             device=device_label,
-            plan_device=plan_device,
+            plan_device=plan.device,
             plan=plan_path,
             wall_time_s=time.perf_counter() - started,
             exact_model=_exact_model_description(plan),

@@ -71,9 +71,8 @@ def cost_split(
 
 def composition(levels: Sequence[LevelCosts], *, loop: float, predicted_loop: float, baseline: float,
                 predicted_baseline: float) -> float:
-    """C = (1 + baseline)(1 + per_pass)(1 + loop) of `cost_split`, in closed form
-    (b̂ / b) · t(f, s, l) / t(f, ŝ, l̂): the error on time per token with acceptance as measured
-    (`validation.self_check` corrects predictions by it)."""
+    """C = (1 + baseline)(1 + per_pass)(1 + loop) of `cost_split`, in closed form (b̂ / b) · t(f, s, l) /
+    t(f, ŝ, l̂): the error on time per token with acceptance as measured (`validation.self_check`)."""
     measured = _chain_seconds(levels, loop, forwards=True, per_pass=True)
     modelled = _chain_seconds(levels, predicted_loop, forwards=True, per_pass=False)
     return (predicted_baseline / baseline) * measured / modelled

@@ -1,6 +1,5 @@
 """One PNG figure: a matplotlib `Figure` on its own Agg canvas (pyplot's global backend is never
-touched), and its labels, legend and file written in one step. The validation plots
-(`polyplan.validation.plots`) and the results page (`polyplan.validation.results_page`) draw with it.
+touched), its labels, legend and file written in one step.
 """
 
 from __future__ import annotations

@@ -1,9 +1,6 @@
-"""A measured run as `docs/results/` keeps it: profile.json, and beside it the plan made from it
-(plan.json) and the validation report of that plan (report.json).
-
-`read_run` is the one place the notebooks read these files; the plan and the report are
-optional. `MeasuredRun.insertions` pairs the report's validated chains into measured insertions:
-a chain with a model between two neighbours against the same chain without it.
+"""A measured run as `docs/results/` keeps it: profile.json with, where they exist, plan.json and
+report.json beside it. `read_run` is the one place the notebooks read these files;
+`MeasuredRun.insertions` pairs validated chains with and without a model between two neighbours.
 """
 
 from __future__ import annotations

@@ -1,14 +1,11 @@
 """Greedy outputs that part at a near-tie which the target itself resolves both ways
 (docs/validation.md, "Greedy equality and near-ties").
 
-Some engines compute a position's logits differently in a one-token step and inside a pass over
-several tokens (llama.cpp's one-row and k-row kernels quantize activations differently). A chain
-reads the target in k-token passes, target-only decoding in one-token steps, so at a near-tie the
-two can pick different tokens, each the target's greedy choice in another batch shape. For every
-chain that parts from target-only decoding, `validate` measures with the target alone its
-batch-shape noise on this text (`batch_shape_noise`) and the tie margin where the outputs part
-(`tie_margin`). Every parting within the noise makes the chain a `NearTie`, measured; a margin
-above it is a real difference and the chain stays lossy.
+A chain reads the target in k-token passes, target-only decoding in one-token steps, and some
+engines compute logits differently in the two batch shapes. Where a chain parts from target-only
+decoding, `near_ties` holds the target's tie margin there (`tie_margin`) against its batch-shape
+noise on that text (`batch_shape_noise`): every parting within the noise makes the chain a
+`NearTie`, measured; a margin above it is a real difference and the chain stays lossy.
 """
 
 from __future__ import annotations

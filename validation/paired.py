@@ -23,11 +23,8 @@ _PAIRED_SEED = 0
 
 @dataclass(frozen=True)
 class PairedSpeedup(SpeedupInterval):
-    """A measured speedup over target-only decoding with its bootstrap CI (`point`, `low`,
-    `high`, `level`, printed like a predicted interval).
-
-    `per_prompt`: 1 / ρ_p for each prompt; `replicates`: the bootstrap speedups (paired across
-    the chains of one validation; not written to JSON)."""
+    """A measured speedup over target-only decoding with its bootstrap CI, printed like a predicted
+    interval; `per_prompt`: 1 / ρ_p per prompt; `replicates`: the bootstrap speedups (not in JSON)."""
 
     per_prompt: tuple[float, ...] = ()
     replicates: tuple[float, ...] = field(default=(), repr=False, compare=False)
@@ -48,13 +45,8 @@ def paired_speedup(
     level: float = _PAIRED_LEVEL,
     seed: int = _PAIRED_SEED,
 ) -> PairedSpeedup:
-    """The paired speedup of a chain over target-only decoding and its CI.
-
-    Args:
-        chain_s: [prompts, repeats] decoding seconds of the chain.
-        base_s: [prompts, repeats] decoding seconds of target-only decoding, same cells.
-        resamples, level, seed: the two-stage bootstrap (module docstring).
-    """
+    """The paired speedup of a chain over target-only decoding and its CI, from [prompts, repeats]
+    decoding seconds of the chain (`chain_s`) and of target-only decoding in the same cells (`base_s`)."""
     chain_s = np.asarray(chain_s, dtype=float)
     base_s = np.asarray(base_s, dtype=float)
     if chain_s.shape != base_s.shape or chain_s.ndim != 2 or chain_s.size == 0:

@@ -1,9 +1,6 @@
 """The validation plots (PNG): predicted against measured speedup, measured speedup with error
-bars, and the paper's φ_i against the measured φ_i.
-
-Figures are drawn with matplotlib's object-oriented API on an Agg canvas created inside each
-function, so importing this module, or plotting, never touches pyplot's global backend.
-Lossy chains are left out of every plot (they have no measured speedup).
+bars, and the paper's φ_i against the measured φ_i. Lossy chains are left out of every plot (they
+have no measured speedup); figures never touch pyplot's global backend (`validation.figure`).
 """
 
 from __future__ import annotations

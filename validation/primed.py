@@ -1,10 +1,10 @@
 """A chain member whose prompt is already in its cache, so a timed run measures decoding only.
 
 `generate` empties every member's cache and fuses the prefill with the first decoding step; the
-exact model predicts the steady state. So `polyplan validate` primes each member with all but
-the last prompt token (`prime`, timed apart), and `reset` crops back to that prefix instead of
-emptying the cache: `generate` reads `cache_length`, so its first pass feeds only the last prompt
-token (plus any drafts), as every later step does.
+exact model predicts the steady state. So each member is primed with all but the last prompt
+token (`prime`, timed apart) and `reset` crops back to that prefix instead of emptying the cache:
+`generate` reads `cache_length`, so its first pass feeds only the last prompt token (plus any
+drafts), as every later step does.
 """
 
 from __future__ import annotations

@@ -18,10 +18,8 @@ PLOTS = tuple(PLOT_FILES.values())
 
 
 def _is_validation_report(path: Path) -> bool:
-    """Whether `path` is the report.json of a polyplan validation (what `--out` may replace).
-
-    Told by its keys, not decoded (`formats.validation_report.read_report`): a report of an older polyplan,
-    or a damaged one, is still ours to replace."""
+    """Whether `path` is a polyplan validation's report.json (what `--out` may replace): told by its
+    keys, not decoded, so that an older or damaged report is still ours to replace."""
     return is_json_with(path, ("chains", "headline", "settings"))
 
 

@@ -20,7 +20,6 @@ from polyplan.formats.validation_report import (
     MeasuredInterval,
     PredictedSpeedup,
     ReportChain,
-    SpeedupErrors,
     ValidationReport,
     encode_report,
 )
@@ -57,8 +56,7 @@ class ReportFiles:
 
 
 def _section(title: str, prose: str, table: list[str]) -> list[str]:
-    """A report section: its heading, a paragraph saying how to read it, and its table; nothing
-    when the table is empty."""
+    """A report section: heading, how to read it, and its table; nothing when the table is empty."""
     return ["", f"## {title}", "", prose, "", *table] if table else []
 
 
@@ -99,12 +97,12 @@ def table_lines(validation: Validation) -> list[str]:
     )
     lines, run = [header], validation.settings
     for chain in validation.chains:
-        predicted = chain.predicted
+        predicted, errors = chain.predicted, chain.errors
         retimed = "-" if predicted.retimed is None else f"{predicted.retimed:.2f}x"
         lines.append(
             f"{_role(chain):>3} {chain.label():<40} {blocks_text(chain.block_sizes, chain.draft_policy):<10} {predicted.text():>20} "
             f"{predicted.checked_text():>20} {retimed:>7} {predicted.paper:>5.2f}x {chain.measured.text():>20} "
-            f"{_pct(chain.exact_error):>9} {_pct(chain.checked_error):>7} {_pct(chain.retimed_error):>7} {_pct(chain.paper_error):>7} "
+            f"{_pct(errors.exact):>9} {_pct(chain.checked_error):>7} {_pct(errors.exact_retimed):>7} {_pct(errors.paper):>7} "
             f"{yes_no(chain.prediction_holds):>5} {_greedy(chain):>7} {chain.measured.tokens_per_second:>6.1f}"
         )
     lines.append("(* recommended, 2 best two-model chain, 1 target only, #r rank r in the plan; speedups over target-only "
@@ -120,11 +118,8 @@ def table_lines(validation: Validation) -> list[str]:
 
 
 def _check_lines(validation: Validation) -> list[str]:
-    lines = []
-    for check in validation.headline.checks:
-        verdict = {True: "met", False: "NOT met", None: "undecided"}[check.passed]
-        lines.append(f"- {check.name}: **{verdict}** ({check.detail})")
-    return lines
+    verdicts = {True: "met", False: "NOT met", None: "undecided"}
+    return [f"- {check.name}: **{verdicts[check.passed]}** ({check.detail})" for check in validation.headline.checks]
 
 
 def _error_source_lines(validation: Validation) -> list[str]:
@@ -194,10 +189,8 @@ def _level_table(chain: ChainResult) -> list[str]:
 
 
 def _limit_lines(validation: Validation) -> list[str]:
-    """Where each lossless chain's decoding time goes, measured: tokens per target pass, a target
-    pass against a target-only step, the time per token in the target, the drafters and the loop,
-    and "free drafters": the speedup if the drafters cost nothing (target-only time per token
-    over the chain's target and loop time per token)."""
+    """Where each lossless chain's decoding time goes, measured, and "free drafters": the speedup if
+    the drafters cost nothing (target-only time per token over the chain's target and loop time)."""
     base = next((chain for chain in validation.chains if len(chain.chain) == 1), None)
     if base is None:
         return []
@@ -352,7 +345,7 @@ def _chain_record(chain: ChainResult) -> ReportChain:
         rank=chain.rank,
         speedup_std=measured.speedup.std if lossless else None,
         speedup_per_repeat=measured.speedup.samples if lossless else None,
-        error=SpeedupErrors(chain.exact_error, chain.paper_error, chain.retimed_error),
+        error=chain.errors,
         end_to_end_speedup=measured.end_to_end_speedup if lossless else None,
         tokens_per_second=measured.tokens_per_second,
         seconds_per_token=measured.seconds_per_token,

@@ -1,12 +1,11 @@
-"""What `polyplan validate` found: measured against predicted, per chain, and the headline.
+"""What `polyplan validate` found: measured against predicted, per chain, and the headline
+(docs/validation.md, "How it judges").
 
-Pure Python and numpy (no torch): `summarise_chain` and `headline` turn the raw runs of
-`validation.chain_runs` into frozen results that the report, the plots and `--json` read
-(`validation.reporting.report_of`). Each `ChainResult` keeps what was measured (`MeasuredChain`)
-apart from what was predicted (`ChainPredictions`). How speedups are measured and predictions
-judged: docs/validation.md, "How it judges". A chain whose greedy output differs from target-only
-decoding is lossy and gets no measured speedup, unless every difference is a near-tie the target
-resolves both ways (`validation.numerics`).
+Pure Python and numpy (no torch): `summarise_chain` and `headline` turn the runs of
+`validation.chain_runs` into frozen results; each `ChainResult` keeps what was measured
+(`MeasuredChain`) apart from what was predicted (`ChainPredictions`). A chain whose greedy output
+differs from target-only decoding is lossy, with no measured speedup, unless every difference is a
+near-tie (`validation.numerics`).
 """
 
 from __future__ import annotations
@@ -22,7 +21,7 @@ from polyplan.formats.plan import DraftPolicy, PlannedChain, blocks_text
 from polyplan.decoder.result import PassTally
 from polyplan.formats.validation_report import (
     AcceptedFraction, ChainCategoryRows, Check, CostSplit, ErrorSources, ForwardsPerToken, HeadlinePrediction, MeasuredExact, OverTwoModel, PassSeconds,
-    PromptRecord, ReportHeadline, ReportLevel, ReportSettings, TokensPerVerification,
+    PromptRecord, ReportHeadline, ReportLevel, ReportSettings, SpeedupErrors, TokensPerVerification,
 )
 from polyplan.validation.cost_split import LevelCosts, Price, cost_split, mean_width, merged_tallies, profile_seconds_per_pass
 from polyplan.validation.paired import PairedSpeedup, paired_speedup, ratio_interval
@@ -79,11 +78,6 @@ class Repeated:
         """Sample standard deviation over repeats (None with a single repeat)."""
         return statistics.stdev(self.samples) if len(self.samples) > 1 else None
 
-    @property
-    def stderr(self) -> float | None:
-        std = self.std
-        return None if std is None else std / math.sqrt(len(self.samples))
-
 
 @dataclass(frozen=True)
 class MeasuredChain:
@@ -107,8 +101,7 @@ class MeasuredChain:
 
     @property
     def speedup_point(self) -> float | None:
-        """The paired per-prompt speedup (the mean over repeats where none was computed); None
-        for a lossy chain (never reported)."""
+        """The paired per-prompt speedup (else the mean over repeats); None for a lossy chain."""
         if not self.lossless:
             return None
         return self.paired.point if self.paired is not None else self.speedup.mean
@@ -122,8 +115,7 @@ class MeasuredChain:
 
 @dataclass(frozen=True)
 class ChainPredictions:
-    """What was predicted for one chain: the plan's speedups, and the exact model again on what
-    the run measured."""
+    """What was predicted for one chain: the plan's speedups, and the exact model again on what the run measured."""
 
     exact: float
     paper: float  # Lemma 3.1
@@ -138,8 +130,7 @@ class ChainPredictions:
 
     @property
     def judged(self) -> tuple[float, tuple[float, float] | None]:
-        """The prediction the plan stands by, with its interval: the checked one where recommend
-        ran its self-check, else the exact model's."""
+        """The prediction the plan stands by, with its interval: the self-check's, else the exact model's."""
         if self.checked is not None:
             return self.checked, self.checked_interval
         return self.exact, self.interval
@@ -194,20 +185,14 @@ class ChainResult:
         return None if measured is None or predicted is None else predicted / measured - 1.0
 
     @property
-    def exact_error(self) -> float | None:
-        return self.error_of(self.predicted.exact)
+    def errors(self) -> SpeedupErrors:
+        """The exact model's, Lemma 3.1's and the re-timed exact model's errors, as report.json keeps them."""
+        return SpeedupErrors(*(self.error_of(value) for value in (self.predicted.exact, self.predicted.paper,
+                                                                   self.predicted.retimed)))
 
     @property
     def checked_error(self) -> float | None:
         return self.error_of(self.predicted.checked)
-
-    @property
-    def retimed_error(self) -> float | None:
-        return self.error_of(self.predicted.retimed)
-
-    @property
-    def paper_error(self) -> float | None:
-        return self.error_of(self.predicted.paper)
 
     @property
     def judged_error(self) -> float | None:
@@ -216,8 +201,7 @@ class ChainResult:
 
     @property
     def inside_interval(self) -> bool | None:
-        """The measured speedup lies inside the plan's interval (the checked one where recommend
-        ran its self-check; None: no interval, lossy)."""
+        """The measured speedup lies inside the `judged` interval (None: no interval, or lossy)."""
         measured, (_, interval) = self.measured_speedup, self.predicted.judged
         if measured is None or interval is None:
             return None
@@ -234,7 +218,7 @@ class ChainResult:
     @property
     def cost_split(self) -> CostSplit | None:
         """The exact model's error split by the factors of time per token (`validation.cost_split`);
-        None for a lossy chain, target-only, or without the baseline."""
+        None for a lossy chain, target-only, or without the plan's baseline."""
         measured, predicted = self.measured, self.predicted
         if self.measured_speedup is None or len(self.chain) == 1 or predicted.baseline_seconds_per_token is None:
             return None
@@ -283,8 +267,7 @@ def _speedup_text(speedup: float, interval: tuple[float, float] | None) -> str:
 
 @dataclass(frozen=True)
 class Headline:
-    """The recommended chain's measured result and how it compares (`record`, as report.json
-    keeps it), and the checks it is held to."""
+    """The recommended chain's result and how it compares, as report.json keeps it, and its checks."""
 
     record: ReportHeadline
     checks: tuple[Check, ...]
@@ -328,11 +311,10 @@ def summarise_chain(
     reaccepted: float | None = None, near_tie: str | None = None, *, predicted_baseline: float | None = None,
     price: Price | None = None,
 ) -> ChainResult:
-    """Aggregate one chain's runs against the target-only runs of the same repeats
-    (`retimed`: the exact model's speedup on latency timed during the run, if any; `near_tie`:
-    why its greedy differences are the target's own near-ties, `validation.numerics`;
-    `predicted_baseline`: the plan's seconds per token of target-only decoding; `price`: the
-    profile's T_i(width, context), to price each member's passes at the widths it ran)."""
+    """One chain's runs against the target-only runs of the same cells. `retimed`, `reaccepted`: the
+    exact model re-evaluated on this run (`ChainPredictions`); `near_tie`: why its greedy
+    differences are measured anyway; `predicted_baseline`: the plan's b̂; `price`: the profile's
+    T_i(width, context), to price each member's passes at the widths it ran."""
     planned = spec.planned
     base = {(run.repeat, run.prompt): run for run in baseline}
     repeats = sorted({run.repeat for run in runs})
@@ -449,8 +431,7 @@ def _ratio(numerator: Repeated, denominator: Repeated) -> Repeated:
 
 
 def headline(chains: Sequence[ChainResult]) -> Headline:
-    """Compare the recommended chain with target-only decoding, the best two-model chain and
-    the fastest measured chain; evaluate the targets."""
+    """The recommended chain against target-only decoding, the best two-model and the fastest chain, and its checks."""
     recommended = next(chain for chain in chains if chain.recommended)
     lossless = [chain for chain in chains if chain.lossless]
     two = next((chain for chain in chains if ROLE_TWO_MODEL in chain.roles), None)
@@ -467,15 +448,15 @@ def headline(chains: Sequence[ChainResult]) -> Headline:
             within = gap.includes_one
         else:
             gap_repeats = _ratio(fastest.measured.speedup, recommended.measured.speedup)
-            noise = gap_repeats.stderr
-            within = gap_repeats.mean - 1.0 <= (2.0 * noise if noise is not None else 0.0)
+            stderr = 0.0 if gap_repeats.std is None else gap_repeats.std / math.sqrt(len(gap_repeats.samples))
+            within = gap_repeats.mean - 1.0 <= 2.0 * stderr
     checks = _checks(recommended, lossless, over_two, two, fastest, within, gap)
     if recommended.lossless:
         line = (
             f"recommended {recommended.label()} (K = {blocks_text(recommended.block_sizes, recommended.draft_policy)}): measured "
             f"{recommended.measured.text()} over target-only decoding "
-            f"(exact model predicted {recommended.predicted.text()}, {recommended.exact_error:+.1%}; "
-            f"paper's Lemma 3.1 {recommended.predicted.paper:.2f}x, {recommended.paper_error:+.1%})"
+            f"(exact model predicted {recommended.predicted.text()}, {recommended.errors.exact:+.1%}; "
+            f"paper's Lemma 3.1 {recommended.predicted.paper:.2f}x, {recommended.errors.paper:+.1%})"
         )
         if over_two is not None and two is not recommended:
             line += f"; {over_two.mean:.2f}x over the best two-model chain {two.label()}"
@@ -528,8 +509,8 @@ def _holds_check(lossless: Sequence[ChainResult]) -> Check:
 
 
 def _checks(recommended, lossless, over_two, two, fastest, within, gap=None) -> tuple[Check, ...]:
-    errors = [(chain, chain.exact_error) for chain in lossless if chain.exact_error is not None]
-    retimed = [(chain, chain.retimed_error) for chain in lossless if chain.retimed_error is not None]
+    errors = [(chain, chain.errors.exact) for chain in lossless if chain.errors.exact is not None]
+    retimed = [(chain, chain.errors.exact_retimed) for chain in lossless if chain.errors.exact_retimed is not None]
     ranking = "no lossless chain" if fastest is None else f"fastest: {fastest.label()} {fastest.measured.text()}"
     if gap is not None:
         ranking += (f"; its paired speedup over the recommended chain {gap.point:.3f}x, "

@@ -1,16 +1,8 @@
-"""docs/results.md: the current run of each benchmark, regenerated from the files the runs wrote.
+"""docs/results.md: the current run of each benchmark, regenerated from the files the runs wrote
+(docs/validation.md, "The results page": a run folder's files and its run.json).
 
-Every folder of `docs/results/` is one run: the `report.json` that `polyplan validate` (or `demo`,
-or one shape of `bench loop`) wrote, the `plan.json` it validated and, where kept, the
-`profile.json` behind the plan; where the plan was raced against llama-server, the `race.json`
-that `polyplan bench peers --json` printed (`validation.race_results`); and a `run.json` that says
-what produced them (title, group, command, commit, date, machine and threads, as text; and
-`race_command` where there is a race).
-
-Runs of one group share a table. The page and its plots (in `docs/img/`) are rebuilt with
-`python -m polyplan.validation.results_page`; `tests/test_results_page.py` fails when the page
-and the files differ. Nothing on the page is typed by hand: a figure that is not in a run's
-files is not on the page.
+`python -m polyplan.validation.results_page` rebuilds the page and its plots (`--check`: only say
+whether the page is current). Nothing on the page is typed by hand.
 """
 
 from __future__ import annotations
@@ -105,8 +97,7 @@ def page_text(runs: tuple[ResultRun, ...]) -> str:
 
 
 def _load_groups(runs: tuple[ResultRun, ...]) -> list[str]:
-    """The groups with more than one run (one benchmark under several load shapes, workloads or
-    thread counts), in order."""
+    """The groups with more than one run (one benchmark under several load shapes, workloads or threads)."""
     groups = [run.group for run in runs]
     return [group for group in dict.fromkeys(groups) if groups.count(group) > 1]
 
@@ -114,7 +105,8 @@ def _load_groups(runs: tuple[ResultRun, ...]) -> list[str]:
 def _group(group: str, runs: list[ResultRun]) -> list[str]:
     lines = [f"## {group}", ""]
     for run in runs:
-        lines += [f"**{run.title}** ({run.date}, commit {run.commit}, {run.machine}, {run.threads} {_threads(run)}): `{run.command}`", ""]
+        threads = "thread" if run.threads == "1" else "threads"
+        lines += [f"**{run.title}** ({run.date}, commit {run.commit}, {run.machine}, {run.threads} {threads}): `{run.command}`", ""]
     lines += ["| run | chain [K] | predicted [95% interval] | measured [95% CI] | error | holds |",
               "| --- | --- | --- | --- | --- | --- |"]
     for run in runs:
@@ -141,10 +133,6 @@ def _group(group: str, runs: list[ResultRun]) -> list[str]:
 
 def _race_plot(run: ResultRun) -> str:
     return f"results_race_{run.folder}.png"
-
-
-def _threads(run: ResultRun) -> str:
-    return "thread" if run.threads == "1" else "threads"
 
 
 def _chain_row(run: ResultRun, chain: ReportChain) -> str:

@@ -67,8 +67,7 @@ def _seconds_per_token(planned: PlannedChain) -> float:
 
 def check_size(specs: Sequence[ChainSpec], budget_s: float | None, repeats: int = _CHECK_REPEATS) -> tuple[int, int, float]:
     """(prompts, tokens, estimated seconds): the largest of `CHECK_SIZES` whose estimate fits
-    `budget_s` (the smallest when none does: a check too short to fit C is no check; None: no
-    budget, the largest)."""
+    `budget_s` (None: the largest), else the smallest: a check too short to fit C is no check."""
     for prompts, tokens in CHECK_SIZES:
         estimate = estimated_seconds(specs, prompts, tokens, repeats)
         if budget_s is None or estimate <= budget_s:
@@ -78,11 +77,10 @@ def check_size(specs: Sequence[ChainSpec], budget_s: float | None, repeats: int 
 
 @dataclass(frozen=True)
 class SelfCheck:
-    """What the self-check found: the plan with its checked predictions, and how it ran."""
+    """The plan with its checked predictions (how the check ran: `plan.self_check`) and what recommend prints."""
 
     plan: PlanFile
-    record: SelfCheckRecord
-    lines: tuple[str, ...]  # what recommend prints
+    lines: tuple[str, ...]
 
 
 def composition(planned: PlannedChain, runs: Sequence[RunRecord], baseline: Sequence[RunRecord],
@@ -193,10 +191,9 @@ def self_check(
 
 
 def pooled_term(chain: Sequence[str], terms: Mapping[tuple[str, ...], tuple[tuple[float, float, float], float]]) -> tuple[float, float, float]:
-    """C for a chain the check did not run: from the checked chains whose drafters are most like
-    its own (what composes inside a chain is its members' passes after one another's; likeness:
-    drafters in common over drafters in either), their median C with an interval spanning
-    theirs; from all of them when none shares a drafter; 1 when nothing was checked."""
+    """C for a chain the check did not run: the median C of the checked chains whose drafters are most
+    like its own (drafters in common over drafters in either), with an interval spanning theirs;
+    of all of them when none shares a drafter; 1 when nothing was checked."""
     if not terms:
         return 1.0, 1.0, 1.0
     mine = set(chain[1:])
@@ -220,7 +217,7 @@ def _checked_plan(plan: PlanFile, terms, specs: Sequence[ChainSpec], record: Sel
     ranked.sort(key=lambda chain: -chain.predicted_speedup)  # stable: ties keep the model's order
     record = replace(record, checked=tuple(spec.planned.chain for spec in specs if len(spec.planned.chain) > 1))
     new_plan = replace(plan, alternatives=tuple(ranked), self_check=record)
-    return SelfCheck(new_plan, record, tuple(_check_lines(plan, new_plan, record)))
+    return SelfCheck(new_plan, tuple(_check_lines(plan, new_plan, record)))
 
 
 def _check_lines(before: PlanFile, after: PlanFile, record: SelfCheckRecord) -> list[str]:
