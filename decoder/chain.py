@@ -1,24 +1,15 @@
-"""The n-level chain: staged speculative decoding, lossless for any n >= 1.
+"""The n-level chain: staged speculative decoding, lossless for any n >= 1 (`generate`).
 
-This is the recursion of docs/design.md ("The decoder: staged verification for any n"):
+The recursion of docs/design.md ("The decoder: staged verification for any n"): `draft(n, K)` is
+M_n sampling K tokens (a `BlockDrafter` proposes up to K in one call, possibly none); `draft(i, K)`,
+i < n, runs rounds of { `draft(i+1, K_i)` → m tokens; ONE pass of M_i over [pending, d_1..d_m];
+verify left to right; emit a recovered or bonus token; cut M_i..M_n back to the committed prefix }
+until ≥ K tokens are gathered, each an exact sample of M_i carried up with q_i (the p above).
 
-- `draft(n, K)`: the last member M_n samples K tokens autoregressively; a `BlockDrafter`
-  (a rule drafter such as `ngram-simple`) proposes up to K tokens in one call, possibly none.
-- `draft(i, K)`, 1 < i < n: rounds of { `draft(i+1, K_i)` → m tokens; ONE forward pass of M_i
-  over [pending tokens, d_1..d_m]; verify left to right; emit a recovered or bonus token;
-  cut every member M_i..M_n back to the committed prefix } until ≥ K tokens are gathered.
-  Every gathered token is an exact sample of M_i and travels up with q_i, M_i's distribution
-  at its position, which the level above uses as p.
-- The top level runs the same rounds with M_1 until `max_new_tokens` or EOS.
-
-State is one token buffer shared by all levels: level i's working sequence is always a
-prefix of level i+1's, so a level only tracks where its sequence ends; each member's cache
-holds a prefix of it and is fed the tokens it has not seen ("pending") with its next pass.
-A `formats.plan.DraftPolicy` may move the last member's draft length (an adaptive cap, a
-confidence stop p_min); both read only the drafter's context and the rounds already verified,
-so every verified token is still an exact sample of its verifier. Greedy sampling needs only
-each row's argmax (`_Run._argmax`), which an `ArgmaxForward` member takes where its rows are.
-Each verification moves its candidates and accept flags to the host in one transfer.
+State is one token buffer shared by all levels: level i's working sequence is always a prefix of
+level i+1's, so a level only tracks where its sequence ends; each member's cache holds a prefix of
+it and is fed its pending tokens with its next pass. A `formats.plan.DraftPolicy` reads only the
+drafter's context and the verified rounds, so every verified token is still an exact sample.
 """
 
 from __future__ import annotations
@@ -130,7 +121,6 @@ class _Run:
         self.own_argmax = [isinstance(member, ArgmaxForward) for member in members]  # takes its argmax itself
         self.generator = generator
         self.vocab = vocab
-        # Members may expose `device` (HFMember does); the generator must live there too.
         device = generator.device if generator is not None else getattr(members[0], "device", torch.device("cpu"))
         self.buf = torch.zeros(capacity, dtype=torch.int64, device=device)  # (capacity,)
         self.buf[: len(prompt)] = torch.tensor(prompt, dtype=torch.int64)
@@ -151,7 +141,6 @@ class _Run:
         tally[2] += context
 
     def _committed(self, i: int, tokens: list[int]) -> None:
-        """Hand the output tokens a top-level round committed to `on_tokens` (when streaming)."""
         if i == 0 and tokens and self.on_tokens is not None:
             self.on_tokens(tuple(tokens))
 
@@ -169,10 +158,9 @@ class _Run:
         return min(end, start + want), stopped  # the last round may overshoot `want`
 
     def _pass(self, i: int, end: int, keep_last: int, pad: bool, call: Callable[..., torch.Tensor]) -> torch.Tensor:
-        """Feed member i its pending tokens buf[cache_length:end] through `call` (its `forward` or
-        `forward_argmax`); what that returns for the last `keep_last` positions. `pad`: run at
-        the width `self.widths[i]` gives, the padding's outputs dropped (the caller crops the
-        cache back). On an asynchronous device the time measured here is mostly launch time."""
+        """`call` (member i's `forward` or `forward_argmax`) over its pending buf[cache_length:end],
+        for the last `keep_last` positions; `pad`: at `self.widths[i]`'s width, the padding's rows
+        dropped (the caller crops the cache). On an asynchronous device this times mostly launches."""
         context = self.members[i].cache_length
         ids = self.buf[context:end]  # (k,)
         extra = self.widths[i].width(len(ids)) - len(ids) if pad and self.widths else 0
@@ -190,8 +178,7 @@ class _Run:
         return self._pass(i, end, keep_last, pad, self.members[i].forward)[:, : self.vocab]
 
     def _argmax(self, i: int, end: int, keep_last: int, pad: bool = False) -> torch.Tensor:
-        """Greedy: member i's argmax at its last `keep_last` positions `(keep_last,)` (see `_pass`),
-        inside the pass of a member with `forward_argmax`, else here, outside the timed pass."""
+        """Greedy: member i's argmax `(keep_last,)`, inside the timed pass where it has `forward_argmax`."""
         if self.own_argmax[i]:
             return self._pass(i, end, keep_last, pad, self.members[i].forward_argmax)
         return argmax_ids(self._logits(i, end, keep_last, pad))
@@ -382,23 +369,13 @@ def _check_policy(policy: DraftPolicy | None, members: list[ChainMember], blocks
 def context_reserve(block_sizes: Sequence[int], verify_widths: Sequence[VerifyWidths] = (),
                     draft_policy: DraftPolicy | None = None) -> int:
     """Context a chain needs beyond the committed prefix: the deepest draft lookahead (an adaptive
-    cap at its widest) plus the widest padding of a verification pass."""
+    cap at its widest) plus the widest padding of a verification pass. The lookahead is B_2(K_1) =
+    K_1 + … + K_{n-1}: draft(n, K) returns K tokens and draft(i, K) at most K + B_{i+1}(K_i) (its
+    last round starts below K and adds up to B_{i+1}(K_i) + 1)."""
     blocks = tuple(block_sizes)
     if blocks and draft_policy is not None:
         blocks = blocks[:-1] + (max(blocks[-1], draft_policy.widest(blocks[-1])),)
-    return _lookahead(blocks) + max((widths.max_padding for widths in verify_widths), default=0)
-
-
-def _lookahead(blocks: tuple[int, ...]) -> int:
-    """Most tokens a top-level round can hold beyond the committed prefix: B_2(K_1), where
-    draft(n, K) returns K tokens and draft(i, K) at most K + B_{i+1}(K_i) (its last round
-    starts below K and adds up to B_{i+1}(K_i) + 1)."""
-    if not blocks:
-        return 0
-    bound = blocks[-1]
-    for block in reversed(blocks[:-1]):
-        bound = block + bound
-    return bound
+    return sum(blocks) + max((widths.max_padding for widths in verify_widths), default=0)
 
 
 def _check_context(members: list[ChainMember], prompt_length: int, max_new_tokens: int, lookahead: int) -> None:

@@ -1,10 +1,7 @@
-"""Prompt text to token ids, through the target's chat template when it has one.
-
-An instruct model expects its own turn markup: `encode_prompt` wraps the text as one user turn
-and adds the generation prompt (the assistant's turn opening), exactly as the tokenizer's
-`apply_chat_template` renders it, then tokenizes the rendered text without adding special
-tokens a second time (templates write their own BOS). `raw=True`, or a tokenizer without a
-chat template (a base model), sends the text as it is, with the tokenizer's usual specials.
+"""Prompt text to token ids (`encode_prompt`): an instruct model expects its own turn markup, so
+the text becomes one user turn plus the generation prompt as `apply_chat_template` renders it,
+tokenized without a second set of specials (templates write their own BOS). `raw=True`, or a
+tokenizer without a template (a base model), sends the text as it is, with the usual specials.
 """
 
 from __future__ import annotations
@@ -13,12 +10,8 @@ from polyplan.formats.errors import PolyplanError, first_line
 
 
 def encode_prompt(tokenizer, text: str, *, raw: bool = False, where: str = "prompt") -> list[int]:
-    """Token ids of `text`: through the chat template unless `raw` or the tokenizer has none.
-
-    Raises:
-        PolyplanError: naming `where`, when the template fails to render (a Jinja error, a
-            template that raises, or one that does not return text).
-    """
+    """Token ids of `text`; PolyplanError naming `where` when the template fails to render or
+    does not return text."""
     if raw or not getattr(tokenizer, "chat_template", None):
         return [int(i) for i in tokenizer(text)["input_ids"]]
     try:

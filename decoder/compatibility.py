@@ -13,10 +13,8 @@ _SPECIAL_ROLES = ("bos_token", "eos_token", "unk_token", "pad_token")
 
 
 def incompatibility(member: ChainMember, reference: ChainMember, against: str) -> str | None:
-    """Why `member` cannot share a chain with `reference` (None when it can).
-
-    `against` names the reference in the message, e.g. "the target 'vicuna-7b'".
-    """
+    """Why `member` cannot share a chain with `reference` (None when it can); `against` names the
+    reference in the message, e.g. "the target 'vicuna-7b'"."""
     mine, theirs = member.token_map(), reference.token_map()
     if mine is not None and theirs is not None:
         difference = first_difference(theirs, mine)

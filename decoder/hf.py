@@ -20,15 +20,9 @@ if TYPE_CHECKING:  # importing transformers takes seconds; only `HFMember` users
 
 
 class HFMember:
-    """A causal LM (any `AutoModelForCausalLM`, loaded or built in memory) in a chain.
-
-    Args:
-        model: The model; it is put in eval mode.
-        name: Shown in statistics and errors (default: the model's folder or class name).
-        tokenizer: Its tokenizer, if any: the token map and the number of real (unpadded) tokens.
-        eos_token_id: Overrides the end-of-sequence ids (`eos_token_ids`, `end_of_sequence_ids`).
-        max_context: Overrides `max_position_embeddings`.
-    """
+    """A causal LM (any `AutoModelForCausalLM`, put in eval mode) in a chain. `name` defaults to the
+    model's folder or class name; `tokenizer` gives the token map and the number of real (unpadded)
+    tokens; `eos_token_id` overrides `end_of_sequence_ids`, `max_context` `max_position_embeddings`."""
 
     def __init__(
         self,

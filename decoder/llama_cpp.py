@@ -1,10 +1,5 @@
-"""A GGUF file on llama.cpp's own kernels as a chain member (llama-cpp-python's C API).
-
-The file runs at its own quantization: a forward is one `llama_decode` of the new tokens with
-logits only for the rows the decoder asks for, and `crop` removes the cut positions from llama.cpp's
-KV memory (`llama_memory_seq_rm`). Under greedy sampling `forward_argmax` (`ArgmaxForward`) takes
-each row's argmax with numpy on a view of llama.cpp's buffer, so only the ids leave it. A file
-whose head covers a subset of the ids runs with a `VocabSubset` (`decoder.llama_cpp_subset`).
+"""A GGUF file on llama.cpp's own kernels as a chain member (`LlamaCppMember`, llama-cpp-python's
+C API), at the file's own quantization; `crop` is `llama_memory_seq_rm` on llama.cpp's KV memory.
 The bindings are an optional install (`pip install -e '.[llama]'`), imported when a member is
 made; docs/engines.md, "llama.cpp members".
 
@@ -25,7 +20,6 @@ import torch
 
 from polyplan.decoder.hf import HFMember
 from polyplan.decoder import llama_cpp_buffers
-from polyplan.decoder.sampling import argmax_ids
 from polyplan.decoder.llama_cpp_subset import VocabSubset
 from polyplan.formats.errors import PolyplanError
 from polyplan.formats.verbosity import other_output_shown
@@ -68,18 +62,13 @@ def engine_version() -> str:
 
 
 class LlamaCppMember:
-    """A GGUF model run by llama.cpp in a chain.
+    """A GGUF model run by llama.cpp in a chain (`ChainMember`, `ArgmaxForward`, `ConfidentArgmax`).
 
-    Args:
-        path: The .gguf file.
-        name: Shown in statistics and errors (default: the file's stem).
-        tokenizer: The HF tokenizer of the same file; its token map is the member's.
-        eos_token_ids: The ids that end a generation (default: llama.cpp's end-of-generation ids).
-        threads: llama.cpp's threads; None follows `torch.get_num_threads()` at every call, so
-            polyplan's one `--threads` setting governs every member.
-        context: The context length llama.cpp reserves (`max_context`).
-        batch: The most tokens one `llama_decode` takes; longer inputs go in several.
-        subset: The file's head covers only these ids (`decoder.llama_cpp_subset`).
+    `name` defaults to the file's stem; `tokenizer` (the same file's HF tokenizer) gives the token
+    map; `eos_token_ids` default to llama.cpp's end-of-generation ids; `threads` None follows
+    `torch.get_num_threads()` at every call, so polyplan's one `--threads` governs every member;
+    `context` is `max_context`; `batch` the most tokens one `llama_decode` takes; `subset`: the
+    file's head covers only these ids (`decoder.llama_cpp_subset`).
     """
 
     def __init__(
@@ -170,20 +159,17 @@ class LlamaCppMember:
         return _joined(self._decode_all(new_ids, keep_last, self._logits))
 
     def forward_argmax(self, new_ids: torch.Tensor, keep_last: int | None = None) -> torch.Tensor:
-        """`forward`'s rows reduced to their argmax inside llama.cpp's buffer: `(r,)` int64 ids
-        (`ArgmaxForward`). numpy scans a view of the buffer, so no row is copied, and no candidate
-        array of the whole vocabulary is built per row as llama.cpp's own greedy sampler does."""
+        """`ArgmaxForward`: numpy scans a view of llama.cpp's buffer, so no row is copied, and no
+        candidate array of the whole vocabulary is built per row as llama.cpp's greedy sampler does."""
         return _joined(self._decode_all(new_ids, keep_last, self._argmax))
 
     def forward_argmax_confidence(self, new_ids: torch.Tensor, keep_last: int | None = None) -> tuple[torch.Tensor, torch.Tensor]:
-        """`forward_argmax` with each argmax's softmax probability at temperature 1
-        (`ConfidentArgmax`), both taken in numpy on the buffer's view: no row is copied."""
+        """`ConfidentArgmax`, taken in numpy on the buffer's view: no row is copied."""
         parts = self._decode_all(new_ids, keep_last, self._confident_argmax)
         return _joined([ids for ids, _ in parts]), _joined([top for _, top in parts])
 
     def _decode_all(self, new_ids: torch.Tensor, keep_last: int | None, read) -> list[torch.Tensor]:
-        """Decode `new_ids` in batches, asking for the last `keep_last` rows (all when None);
-        `read(rows)` turns each batch's rows, in llama.cpp's buffer, into what is returned."""
+        """Decode `new_ids` in batches, with `read(rows)` of each batch's share of the last `keep_last`."""
         k = int(new_ids.shape[0])
         rows = k if keep_last is None else min(keep_last, k)
         if self._length + k > self.max_context:
@@ -225,14 +211,12 @@ class LlamaCppMember:
         self._length += n
 
     def _view(self, rows: int) -> np.ndarray:
-        """The last decode's `rows` output rows as a numpy view of llama.cpp's buffer, shape (rows,
-        the file's head rows), valid until the next decode."""
+        """The last decode's output rows as a numpy view `(rows, head rows)`, valid until the next decode."""
         pointer = self._lib.llama_get_logits(self._ctx)  # float[n_outputs * n_vocab], in batch order
         return np.ctypeslib.as_array(pointer, shape=(rows, self._head_rows))
 
     def _logits(self, rows: int) -> torch.Tensor:
-        """The last `rows` output rows, copied out of llama.cpp's buffer: shape (rows, vocab_size)
-        (a subset model's head rows put at their full-vocabulary ids, −inf elsewhere)."""
+        """The last `rows` rows copied out `(rows, vocab_size)`; a subset's at their ids, −inf elsewhere."""
         view = self._view(rows)
         if self.subset is None:
             return torch.from_numpy(view.copy())
@@ -241,21 +225,19 @@ class LlamaCppMember:
         return torch.from_numpy(full)
 
     def _argmax(self, rows: int) -> torch.Tensor:
-        """The argmax of the last `rows` output rows over the valid vocabulary, taken in place: (rows,).
-        A subset model's head row ids map through `keep` (ascending, so ties still go to the lowest id)."""
-        if self.subset is None:
-            return argmax_ids(torch.from_numpy(self._view(rows))[:, : self.valid_vocab_size])
-        return torch.from_numpy(self._keep[np.argmax(self._view(rows), axis=1)])
+        return self._confident_argmax(rows, with_top=False)[0]
 
-    def _confident_argmax(self, rows: int) -> tuple[torch.Tensor, torch.Tensor]:
-        """`_argmax` of the last `rows` rows with each one's softmax probability (a subset model's
-        other ids are −inf, so its head rows alone make the softmax)."""
+    def _confident_argmax(self, rows: int, with_top: bool = True) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """The argmax of the last `rows` rows over the valid vocabulary `(rows,)`, taken in place as
+        `decoder.sampling.argmax_ids` takes it, and (`with_top`) each one's softmax probability. A
+        subset's head row ids map through `keep` (ascending, so ties still go to the lowest id), and
+        its head rows alone make the softmax (its other ids are −inf)."""
         view = self._view(rows)
         if self.subset is None:
             view = view[:, : self.valid_vocab_size]
         columns = np.argmax(view, axis=1)
-        ids = columns if self.subset is None else self._keep[columns]
-        return torch.from_numpy(np.asarray(ids, dtype=np.int64)), torch.from_numpy(_top_probabilities(view, columns))
+        ids = torch.from_numpy(np.asarray(columns if self.subset is None else self._keep[columns], dtype=np.int64))
+        return ids, (torch.from_numpy(_top_probabilities(view, columns)) if with_top else None)
 
     def crop(self, length: int) -> None:
         if not 0 <= length <= self._length:
@@ -280,7 +262,7 @@ class LlamaCppMember:
         self._lib.llama_perf_context_reset(self._ctx)
 
     def close(self) -> None:
-        """Free llama.cpp's context and model (also done when the member is collected)."""
+        """Free llama.cpp's context and model (also when the member is collected)."""
         if getattr(self, "_ctx", None):
             self._lib.llama_batch_free(self._batch)
             self._lib.llama_free(self._ctx)
@@ -305,14 +287,13 @@ def _warn_once(line: str) -> None:
 
 
 def _top_probabilities(view: np.ndarray, columns: np.ndarray) -> np.ndarray:
-    """Per row of `view` `(rows, V)`, the softmax probability of the entry at `columns` (its
-    argmax): 1 / Σ exp(l − l_max), in float64."""
+    """Per row of `view` `(rows, V)`, the softmax probability of its argmax at `columns`:
+    1 / Σ exp(l − l_max), in float64."""
     top = view[np.arange(view.shape[0]), columns].astype(np.float64)[:, None]  # (rows, 1)
     return 1.0 / np.exp(view.astype(np.float64) - top).sum(axis=1)
 
 
 def _joined(parts: list[torch.Tensor]) -> torch.Tensor:
-    """One batch's output as it is, several batches' concatenated."""
     return parts[0] if len(parts) == 1 else torch.cat(parts)
 
 

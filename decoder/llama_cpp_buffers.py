@@ -1,15 +1,8 @@
-"""Whether llama.cpp's extra weight buffers run on this CPU, asked once per CPU and file type.
-
-llama.cpp's CPU backend can move quantized weights into "extra" buffer types at load time
-(repacked layouts, and Intel's AMX tiles where the CPU announces AMX). On some virtual machines
-its AMX matrix multiply dies with a segmentation fault on the first batch of more than one token,
-while one-token decoding works, so the crash would appear far from its cause. So before a
-quantized GGUF first runs, a child process decodes one batch of it with the extra buffers on;
-where the child dies, llama.cpp runs without them and polyplan says so once. The verdict is cached
-per (CPU model, bindings version, file type, probe version) under
-`<cache>/llama.cpp/extra-buffers.json`; float files use no extra buffer and are never probed;
-`POLYPLAN_LLAMA_EXTRA_BUFFERS=0|1` overrides. docs/engines.md, "CPUs where llama.cpp's AMX
-kernels crash".
+"""Whether llama.cpp's extra weight buffers (repacked layouts, AMX tiles) run on this CPU
+(`extra_buffers`): where its AMX kernels crash on the first multi-token batch, a child process
+(`probe`) dies instead of the member, far from the cause. The verdict is cached under
+`<cache>/llama.cpp/extra-buffers.json`; float files are never probed. docs/engines.md, "CPUs where
+llama.cpp's AMX kernels crash".
 """
 
 from __future__ import annotations

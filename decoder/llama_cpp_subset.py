@@ -1,11 +1,7 @@
-"""A llama.cpp model whose output head covers a subset S of the token ids, as a full-vocabulary
-chain member (the file: `models.llama_vocab`).
-
-Its N = |S| logits are the rows of S in the order of `keep`. At the member's edge every context
-token, in S or not, goes in as its input EMBEDDING (a batch with `embd`) from the full file's
-`token_embd`, times the graph's token-path input scale; the logits come out at their
-full-vocabulary ids, −inf elsewhere (`models.reduced_vocab.restrict_logits`). The chain stays
-lossless for the reason `models.reduced_vocab` gives.
+"""A llama.cpp model whose head covers a subset S of the ids, as a full-vocabulary member (the file:
+`models.llama_vocab`): every context token, in S or not, goes in as its input EMBEDDING from the
+full file's `token_embd`, and the N = |S| logits come out at their ids, −inf elsewhere; lossless
+for the reason `models.reduced_vocab` gives.
 """
 
 from __future__ import annotations

@@ -1,7 +1,5 @@
-"""The chain-member protocol: what a model must offer to sit in a speculative chain.
-
-A member owns its own KV cache (or whatever state stands in for one). The decoder only
-ever appends new tokens, reads next-token logits, and cuts the cache back after a rejection.
+"""The chain-member protocols: a member owns its KV cache (or what stands in for one); the decoder
+only appends tokens, reads next-token logits, and cuts the cache back after a rejection.
 """
 
 from __future__ import annotations
@@ -13,17 +11,9 @@ import torch
 
 @runtime_checkable
 class ChainMember(Protocol):
-    """A model in a chain (implemented in `decoder.hf`, `decoder.ngram`, `decoder.ngram_simple`,
-    `decoder.llama_cpp`).
-
-    Attributes:
-        name: Shown in statistics and error messages.
-        vocab_size: Number of logits `forward` returns per position (padded rows included;
-            see `valid_vocab_size`).
-        valid_vocab_size: Ids `>= valid_vocab_size` are padding and are masked to -inf.
-        eos_token_id: The end-of-sequence id, or None.
-        max_context: The longest sequence the member can hold, or None when unbounded.
-    """
+    """A model in a chain (`decoder.hf`, `decoder.ngram`, `decoder.ngram_simple`, `decoder.llama_cpp`).
+    `vocab_size` counts the logits `forward` returns per position, padding included: ids
+    `>= valid_vocab_size` are padding, masked to -inf. `max_context` None: unbounded."""
 
     name: str
     vocab_size: int
@@ -33,7 +23,7 @@ class ChainMember(Protocol):
 
     @property
     def cache_length(self) -> int:
-        """Number of tokens whose keys/values are in the cache."""
+        """Tokens whose keys/values are in the cache."""
         ...
 
     def forward(self, new_ids: torch.Tensor, keep_last: int | None = None) -> torch.Tensor:
@@ -47,7 +37,7 @@ class ChainMember(Protocol):
         ...
 
     def reset(self) -> None:
-        """Empty the cache, ready for a new prompt."""
+        """Empty the cache."""
         ...
 
     def token_map(self) -> dict[str, int] | None:

@@ -23,23 +23,33 @@ def one_hot_logits(proposals: list[int], vocab_size: int, keep_last: int | None 
     return logits
 
 
-class NGramMember:
-    """Prompt-lookup drafter over a vocabulary of `vocab_size` tokens."""
+class RuleDrafter:
+    """What the drafters without a model share: no EOS, no context limit, and no tokenizer (they
+    adopt the chain's vocabulary of `vocab_size` tokens)."""
 
     eos_token_id: int | None = None
     max_context: int | None = None
 
-    def __init__(self, vocab_size: int, *, max_n: int = 3, min_n: int = 1, name: str = "ngram") -> None:
-        if not 1 <= min_n <= max_n:
-            raise ValueError(f"need 1 <= min_n <= max_n, got min_n={min_n}, max_n={max_n}")
+    def __init__(self, vocab_size: int, name: str) -> None:
         self.name = name
         self.vocab_size = vocab_size
         self.valid_vocab_size = vocab_size
+
+    def token_map(self) -> None:
+        return None
+
+
+class NGramMember(RuleDrafter):
+    """Prompt-lookup drafter over a vocabulary of `vocab_size` tokens."""
+
+    def __init__(self, vocab_size: int, *, max_n: int = 3, min_n: int = 1, name: str = "ngram") -> None:
+        if not 1 <= min_n <= max_n:
+            raise ValueError(f"need 1 <= min_n <= max_n, got min_n={min_n}, max_n={max_n}")
+        super().__init__(vocab_size, name)
         self.max_n = max_n
         self.min_n = min_n
         self._tokens: list[int] = []
-        # n-gram -> end positions (ascending) of its occurrences in the context.
-        self._ends: dict[tuple[int, ...], list[int]] = {}
+        self._ends: dict[tuple[int, ...], list[int]] = {}  # n-gram -> end positions (ascending) of its occurrences
 
     @property
     def cache_length(self) -> int:
@@ -78,9 +88,6 @@ class NGramMember:
     def reset(self) -> None:
         self._tokens.clear()
         self._ends.clear()
-
-    def token_map(self) -> None:
-        return None
 
     def tokens(self) -> tuple[int, ...]:
         """The token ids in the context."""

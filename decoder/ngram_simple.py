@@ -1,35 +1,26 @@
-"""A rule drafter that drafts only where the stream repeats itself: llama.cpp's `ngram-simple`.
-
-When the last `size_n` tokens occurred before, it drafts the tokens that followed their latest
-earlier occurrence, up to the block size asked for; otherwise nothing, and the target takes a
-one-token step. The rule is `planner.exact.ngram_replay.NGramSimpleIndex`, so the planner
-predicts its rounds exactly by replaying the target's streams. It is a `BlockDrafter`: the
-length is decided from the context alone and every draft is one-hot, so the chain stays
-lossless; drafts are not added to its context. `forward` serves the profiler's teacher-forced
-passes: one-hot rows of the first token it would draft (the position's own token where it
-would draft nothing), so its α is the accuracy of its first drafted token.
+"""llama.cpp's `ngram-simple` as a `BlockDrafter`: where the last `size_n` tokens occurred before,
+it drafts what followed their latest occurrence, else nothing. The rule is
+`planner.exact.ngram_replay.NGramSimpleIndex`, which the planner replays exactly. The length depends
+on the context alone and every draft is one-hot, so the chain stays lossless. `forward` serves the
+profiler's teacher-forced passes: one-hot rows of the first token it would draft (the position's
+own token where none), so its α is the accuracy of its first drafted token.
 """
 
 from __future__ import annotations
 
 import torch
 
-from polyplan.decoder.ngram import one_hot_logits
+from polyplan.decoder.ngram import RuleDrafter, one_hot_logits
 from polyplan.planner.exact.ngram_replay import NGramSimpleIndex
 
 _PROFILE_SIZE_M = 16  # the block size `forward` assumes when it looks one draft ahead
 
 
-class NGramSimpleMember:
-    """`ngram-simple` over a vocabulary of `vocab_size` tokens (see the module docstring)."""
-
-    eos_token_id: int | None = None
-    max_context: int | None = None
+class NGramSimpleMember(RuleDrafter):
+    """`ngram-simple` over a vocabulary of `vocab_size` tokens."""
 
     def __init__(self, vocab_size: int, *, size_n: int = 3, name: str = "ngram-simple") -> None:
-        self.name = name
-        self.vocab_size = vocab_size
-        self.valid_vocab_size = vocab_size
+        super().__init__(vocab_size, name)
         self.size_n = size_n
         self._index = NGramSimpleIndex(size_n)
 
@@ -58,9 +49,6 @@ class NGramSimpleMember:
 
     def reset(self) -> None:
         self._index = NGramSimpleIndex(self.size_n)
-
-    def token_map(self) -> None:
-        return None
 
     def tokens(self) -> tuple[int, ...]:
         """The token ids in the context."""

@@ -19,17 +19,14 @@ class PassTally:
 
 @dataclass(frozen=True)
 class LevelStats:
-    """Counts for one chain member M_i over one `generate` call.
-
-    The verification counts belong to the *verifier*: level i's `tokens_drafted` are the
-    tokens the sub-chain below handed M_i to verify. The last member M_n verifies nothing,
-    so its verification fields are zero and empty (as is M_1's when n = 1).
+    """Counts for one chain member M_i over one `generate` call. The verification counts belong to
+    the *verifier*: M_n verifies nothing, so its are zero and empty (as are M_1's when n = 1).
 
     Attributes:
         model: The member's name.
         forward_passes: Forward passes of this member (φ_i), the prompt prefill included
             (it is fused with the member's first pass).
-        tokens_drafted: Drafted tokens this member verified.
+        tokens_drafted: Drafted tokens this member verified (the sub-chain below handed it).
         tokens_accepted: Of those, the accepted ones.
         tokens_per_verification: Tokens each verification produced (accepted + 1 recovered or
             bonus), in order: the samples of L_i (μ, σ); the top level's last entry counts
@@ -49,7 +46,6 @@ class LevelStats:
 
     @property
     def verifications(self) -> int:
-        """Number of verification steps this member ran."""
         return len(self.tokens_per_verification)
 
     @property
@@ -65,14 +61,8 @@ class LevelStats:
 
 @dataclass(frozen=True)
 class GenerationResult:
-    """The outcome of `generate`.
-
-    Attributes:
-        token_ids: The new tokens only (not the prompt), EOS included when it stopped there.
-        levels: One `LevelStats` per chain member, target first.
-        wall_time_s: Wall time of the whole call.
-        stopped_at_eos: True when generation ended on an EOS token rather than the length.
-    """
+    """The outcome of `generate`: the new tokens only (EOS included when it `stopped_at_eos`), one
+    `LevelStats` per member (target first), and the call's wall time."""
 
     token_ids: tuple[int, ...]
     levels: tuple[LevelStats, ...]

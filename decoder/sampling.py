@@ -44,8 +44,7 @@ class Sampling:
 
 
 def probabilities(logits: torch.Tensor, sampling: Sampling) -> torch.Tensor:
-    """Logits `(k, V)` to sampling distributions `(k, V)`; not for greedy sampling, whose one-hot
-    distribution the decoder never materialises."""
+    """Logits `(k, V)` to sampling distributions `(k, V)`; not for greedy (no one-hot rows are made)."""
     scaled = logits.float()  # (k, V)
     if sampling.temperature != 1.0:
         scaled = scaled / sampling.temperature
@@ -77,21 +76,17 @@ def sample(weights: torch.Tensor, generator: torch.Generator | None) -> torch.Te
 
 
 def argmax_ids(logits: torch.Tensor) -> torch.Tensor:
-    """The greedy choice of each row of `logits` `(k, V)`: `(k,)` int64, the lowest id on ties
-    (`torch.argmax`'s rule; a NaN counts as the maximum, as there). On the CPU it is numpy's
-    argmax over the same memory (no copy), a faster scan with the same result (docs/engines.md,
-    "llama.cpp members")."""
+    """The greedy choice of each row of `logits` `(k, V)`: `(k,)` int64, the lowest id on ties and a
+    NaN the maximum (`torch.argmax`'s rules). On the CPU numpy's argmax scans the same memory faster."""
     if logits.device.type == "cpu" and logits.dtype in (torch.float32, torch.float64):
         return torch.from_numpy(logits.detach().numpy().argmax(axis=-1))
     return logits.argmax(dim=-1)
 
 
 def top_probability(logits: torch.Tensor, among: int | None = None) -> torch.Tensor:
-    """The probability of each row's most likely token under the softmax of `logits` `(k, V)` at
-    temperature 1: `(k,)` float, 1 / Σ exp(l − max l), a drafter's confidence in its greedy choice
-    (`formats.plan.DraftPolicy.p_min`). `among`: the softmax over each row's `among` largest
-    logits only, as a sampler that keeps its top-k candidates reads it (llama-server's
-    draft-simple: `formats.profile.DRAFT_SIMPLE_TOP_K`)."""
+    """Each row's top softmax probability at temperature 1, 1 / Σ exp(l − max l): `(k,)`, a drafter's
+    confidence (`formats.plan.DraftPolicy.p_min`). `among`: over each row's `among` largest logits
+    only, as llama-server's draft-simple reads it (`formats.profile.DRAFT_SIMPLE_TOP_K`)."""
     if among is None:
         rows = logits.double()
     else:  # the same `among` values at any precision: only they are widened

@@ -1,15 +1,9 @@
-"""A float32 LM head computed as (W hᵀ)ᵀ, so that verifying k tokens costs about one token's
-pass on a CPU.
-
-A real small model's LM head is most of a decode step, and torch's CPU kernel for `F.linear(h, W)`
-with a few rows of `h` is slow and not monotone in the row count; the same product taken as
-`W @ hᵀ` (one tall, skinny matrix times a few columns) streams `W` once, so a few-token
-verification costs about one step (docs/cost-model.md, "A kernel path that keeps T(k) flat").
-
-The logits equal `F.linear`'s within float32 rounding, and every pass of the model uses this one
-head, the target-only baseline included. It is used only where it helps: a plain float32
-`nn.Linear` on the CPU with at least `TALL` times more rows than columns (bf16 and CUDA kernels
-handle few rows well).
+"""A float32 CPU LM head computed as (W hᵀ)ᵀ (`with_tall_skinny_head`): torch's CPU kernel for
+`F.linear(h, W)` with a few rows of h is slow and not monotone in the row count, while `W @ hᵀ`
+streams W once, so a few-token verification costs about one step (docs/cost-model.md, "A kernel
+path that keeps T(k) flat"). The logits equal `F.linear`'s within float32 rounding, and every pass
+uses this one head, the target-only baseline included. bf16 and CUDA kernels handle few rows well,
+so only a plain float32 CPU `nn.Linear` at least `TALL` times taller than wide gets it.
 """
 
 from __future__ import annotations
@@ -50,8 +44,7 @@ def is_tall_cpu_head(head: object) -> bool:
 
 
 def with_tall_skinny_head(model: nn.Module) -> nn.Module:
-    """`model` itself, or where its LM head qualifies (`is_tall_cpu_head`), a shallow copy of it
-    whose head is a `TallSkinnyHead` over the same weights; `model` is never modified."""
+    """`model`, or where its head qualifies a shallow copy with a `TallSkinnyHead` (never modified)."""
     head = model.get_output_embeddings() if hasattr(model, "get_output_embeddings") else None
     if not is_tall_cpu_head(head):
         return model

@@ -31,12 +31,10 @@ class TextGeneration:
 
 
 class IncrementalText:
-    """Decodes a growing list of token ids and hands out only the text not handed out yet.
-
-    A byte-level token can hold part of a UTF-8 character; until the rest arrives the text ends
-    in U+FFFD and nothing is handed out. Like Hugging Face's `TextStreamer` it assumes that
-    decoding a longer list only appends text (true of byte-level and SentencePiece vocabularies).
-    """
+    """Decodes a growing list of token ids and hands out only the text not handed out yet. A
+    byte-level token can hold part of a UTF-8 character: until the rest arrives the text ends in
+    U+FFFD and nothing is handed out. Like HF's `TextStreamer` it assumes that decoding a longer
+    list only appends text (true of byte-level and SentencePiece vocabularies)."""
 
     def __init__(self, tokenizer) -> None:
         self.tokenizer = tokenizer

@@ -50,16 +50,10 @@ def verify_greedy(q_argmax: torch.Tensor, draft: torch.Tensor) -> tuple[torch.Te
 def verify_sampled(
     p: torch.Tensor, q: torch.Tensor, draft: torch.Tensor, generator: torch.Generator | None
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """Stochastic verification of a drafted block.
-
-    Args:
-        p: `(m, V)` drafter distributions at the drafted positions.
-        q: `(m+1, V)` verifier distributions at the drafted positions and the one after.
-        draft: `(m,)` drafted tokens, draft[j] ~ p[j].
-        generator: Source of every random number drawn here.
-    Returns:
-        accepted `(m,)` bool, emitted `(m+1,)` int64 (see the module docstring).
-    """
+    """Stochastic verification of a drafted block: `p` `(m, V)` the drafter's distributions at the
+    drafted positions, `q` `(m+1, V)` the verifier's there and at the one after, `draft` `(m,)` with
+    draft[j] ~ p[j]; every random number from `generator`. Returns accepted `(m,)` bool, emitted
+    `(m+1,)` int64 (module docstring)."""
     m = draft.shape[0]
     index = draft.unsqueeze(-1)  # (m, 1)
     p_draft = p.gather(-1, index).squeeze(-1)  # (m,)
