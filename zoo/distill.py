@@ -10,12 +10,17 @@ import json
 import time
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import torch
 
 from polyplan.formats.errors import PolyplanError
 from polyplan.formats.options import integer_at_least
 from polyplan.models.corpus import stdlib_prose
+
+if TYPE_CHECKING:
+    from polyplan.zoo.refine import RefineMetrics
+
 
 @dataclass(frozen=True)
 class DistillSettings:
@@ -58,13 +63,7 @@ class DistillResult:
     vocab: int
     kept_mass: float  # fraction of the held-out target tokens inside the kept set
     parameters: int
-    alpha_before: float
-    alpha_after: float
-    agreement_before: float
-    agreement_after: float
-    on_policy_alpha_before: float  # on the target's greedy continuations of held-out prompts
-    on_policy_alpha_after: float
-    on_policy_agreement_after: float
+    metrics: RefineMetrics  # before and after, on held-out windows and on-policy
     seconds: float
 
 
@@ -74,10 +73,9 @@ def distill_drafter(candidates_path: str | Path, out: str | Path, settings: Dist
                     log=lambda line: None) -> DistillResult:
     """Distil a reduced-vocabulary drafter for the target of `candidates_path` into `out`.
 
-    `fit_vocab`: a head size larger than the target's vocabulary (the default 8192 on a target of
-    2048 tokens, say) becomes the whole vocabulary, with a note on `log`; False (the size was
-    chosen, `--vocab`) refuses it in one line instead. `exit_layers` = k: the drafter is the
-    target's own first k layers instead (`_exit_student`)."""
+    `fit_vocab`: a head larger than the target's vocabulary becomes the whole vocabulary, with a
+    note on `log`; False (`--vocab` was given) refuses it instead. `exit_layers` = k: the drafter
+    is the target's own first k layers instead (`_exit_student`)."""
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     from polyplan.formats.candidates import read_candidates
@@ -147,12 +145,8 @@ def distill_drafter(candidates_path: str | Path, out: str | Path, settings: Dist
             "on_policy_greedy_agreement": {"before": metrics.on_policy_before.agreement, "after": metrics.on_policy_after.agreement},
             "data": None if data is None else str(data), "exit_layers": exit_layers,
         }, indent=2) + "\n", encoding="utf-8")
-    return DistillResult(
-        out, settings.vocab, vocab, kept_mass, sum(p.numel() for p in drafter.parameters() if p.requires_grad),
-        metrics.corpus_before.alpha, metrics.corpus_after.alpha, metrics.corpus_before.agreement,
-        metrics.corpus_after.agreement, metrics.on_policy_before.alpha, metrics.on_policy_after.alpha,
-        metrics.on_policy_after.agreement, time.perf_counter() - started,
-    )
+    parameters = sum(p.numel() for p in drafter.parameters() if p.requires_grad)
+    return DistillResult(out, settings.vocab, vocab, kept_mass, parameters, metrics, time.perf_counter() - started)
 
 
 @dataclass(frozen=True)
@@ -207,12 +201,10 @@ def _held_out_every(texts: list[str], every: int = 20) -> tuple[list[str], list[
 
 def _on_policy_stream(target, train: torch.Tensor, settings: DistillSettings, log,
                      prompts: list[list[int]] | None = None) -> torch.Tensor:
-    """About `settings.on_policy_tokens` tokens of the target's own greedy text, each piece a
-    prompt and its continuation (the loss sees the prompt as context). First the user's
-    `prompts` (token ids exactly as decoding will send them: through the target's chat template
-    unless raw), each continued for `window - on_policy_prompt` tokens; then, for the rest of
-    the budget, `on_policy_prompt`-token prompts cut at evenly spaced places of the training
-    stream, continued in wide batches (the head streams once per step)."""
+    """About `settings.on_policy_tokens` tokens of the target's own greedy text, each piece a prompt
+    and its continuation: first the user's `prompts` (token ids as decoding sends them), then
+    `on_policy_prompt`-token prompts cut evenly from `train`, continued in wide batches (the head
+    streams once per step)."""
     from polyplan.zoo.optim import eval_windows
     from polyplan.zoo.refine import greedy_continuations
 

@@ -29,12 +29,9 @@ class StepTiming:
 def decode_step_ms(
     models: dict[str, nn.Module], *, context: int = 64, repeats: int = 100, warmup: int = 10
 ) -> dict[str, StepTiming]:
-    """Time one-token forward passes of every model with a warm cache of `context` tokens.
-
-    The models take turns step by step (target, drafter, target, …) so that load from other
-    processes on a shared machine hits all of them alike and the ratios stay fair; each
-    cache is cropped back after every step so every timed step sees the same context.
-    """
+    """Time one-token forward passes of every model with a warm cache of `context` tokens. The
+    models take turns step by step, so that load from other processes hits all of them alike, and
+    each cache is cropped back after every step, so that every timed step sees the same context."""
     from transformers import DynamicCache
 
     from polyplan.decoder.hf import cache_keyword

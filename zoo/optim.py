@@ -44,7 +44,6 @@ def adamw(model: nn.Module, schedule: Schedule) -> torch.optim.Optimizer:
     return torch.optim.AdamW(groups, lr=schedule.learning_rate, betas=(0.9, 0.95))
 
 
-
 def optimizer_step(model: nn.Module, optimizer: torch.optim.Optimizer, loss: torch.Tensor, lr: float) -> None:
     """One update at learning rate `lr`, gradients clipped to norm 1."""
     for group in optimizer.param_groups:

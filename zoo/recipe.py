@@ -47,11 +47,9 @@ class Schedule:
 
 @dataclass(frozen=True)
 class Refinement:
-    """The drafter's refinement against the finished target (`polyplan.zoo.refine`): batches
-    of `schedule.batch_size` corpus windows of `window` tokens (the family's context: the
-    drafter is read at every position up to it). Scored before and after on held-out windows
-    and on the target's greedy continuation (`eval_continuation_tokens`) of their first
-    `eval_prompt_tokens` tokens."""
+    """The drafter's refinement against the finished target (`polyplan.zoo.refine`) on windows of
+    `window` tokens (the family's context: decoding reads the drafter at every position up to it),
+    scored on-policy on the target's continuations of `eval_prompt_tokens`-token prompts."""
 
     schedule: Schedule
     window: int

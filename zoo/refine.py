@@ -95,18 +95,9 @@ def greedy_continuations(target: nn.Module, prompts: torch.Tensor, new_tokens: i
     return torch.cat(pieces, dim=1)
 
 
-def refine_drafter(
-    target: nn.Module,
-    drafter: nn.Module,
-    train: torch.Tensor,
-    validation: torch.Tensor,
-    refinement: Refinement,
-    *,
-    eval_windows_count: int,
-    seed: int,
-    log: Log,
-    teacher: nn.Module | None = None,
-) -> RefineMetrics:
+def refine_drafter(target: nn.Module, drafter: nn.Module, train: torch.Tensor, validation: torch.Tensor,
+                   refinement: Refinement, *, eval_windows_count: int, seed: int, log: Log,
+                   teacher: nn.Module | None = None) -> RefineMetrics:
     """Distil `drafter` (in place) from the frozen `target` on windows of the `train` stream, scored
     before and after on `eval_windows_count` windows of `validation` and on as many on-policy ones.
 

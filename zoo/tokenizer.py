@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import numpy as np
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
 from transformers import PreTrainedTokenizerFast
@@ -39,15 +37,6 @@ def train_tokenizer(texts: list[str], vocab_size: int) -> PreTrainedTokenizerFas
 
 def encode_corpus(tokenizer: PreTrainedTokenizerFast, texts: list[str]) -> np.ndarray:
     """One flat int32 stream of all texts, each followed by the EOS id."""
-    eos = tokenizer.eos_token_id
+    eos = [tokenizer.eos_token_id]
     encodings = tokenizer.backend_tokenizer.encode_batch(texts)
-    pieces = []
-    for encoding in encodings:
-        pieces.append(np.asarray(encoding.ids, dtype=np.int32))
-        pieces.append(np.asarray([eos], dtype=np.int32))
-    return np.concatenate(pieces)
-
-
-def save_tokenizer(tokenizer: PreTrainedTokenizerFast, folder: Path) -> None:
-    """Write tokenizer.json and its configuration files into `folder`."""
-    tokenizer.save_pretrained(str(folder))
+    return np.concatenate([np.asarray(encoding.ids + eos, dtype=np.int32) for encoding in encodings])

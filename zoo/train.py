@@ -1,7 +1,5 @@
-"""Training the zoo family: target with an early-exit auxiliary loss, then a distilled drafter.
-
-`train_family(recipe, out, seed)` runs the whole recipe and writes the family into `out` (one HF
-folder per trained model plus `family.json` with the measured numbers), through `building`.
+"""Training the zoo family (`train_family`): a target with an early-exit auxiliary loss and a drafter
+distilled from it, one HF folder each plus `family.json` with the measured numbers.
 """
 
 from __future__ import annotations
@@ -27,7 +25,7 @@ from polyplan.zoo.measure import family_members
 from polyplan.zoo.optim import adamw, eval_windows, learning_rate, optimizer_step, random_windows
 from polyplan.zoo.recipe import Recipe, Refinement
 from polyplan.zoo.refine import RefineMetrics, refine_drafter
-from polyplan.zoo.tokenizer import encode_corpus, save_tokenizer, train_tokenizer
+from polyplan.zoo.tokenizer import encode_corpus, train_tokenizer
 
 TARGET, DRAFTER = "target", "drafter"
 
@@ -54,15 +52,11 @@ def train_pair(
 ) -> tuple[LlamaForCausalLM, LlamaForCausalLM]:
     """Train the target and, on the same batches, the drafter distilled from it online.
 
-    Target loss: corpus cross-entropy + `early_exit_weight` x the cross-entropy of its first
-    `early_exit_layers` layers read through the final norm and LM head (so that the
-    early-exit copy is a drafter worth having).
-
-    Drafter loss: w x KL(target || drafter) + (1 - w) x corpus cross-entropy, where w ramps
-    from 0 to `distill_weight` over the first half of training (the target's outputs are
-    noise at first). Distilling from the logits the target computes anyway costs only the
-    drafter's own forward and backward pass, not a second pass through the target.
-    """
+    Target loss: cross-entropy + `early_exit_weight` x the cross-entropy of its first
+    `early_exit_layers` layers through the final norm and head (so its early exit drafts well).
+    Drafter loss: w x KL(target || drafter) + (1 - w) x cross-entropy, w ramping from 0 to
+    `distill_weight` over the first half (the target's outputs are noise at first); the target's
+    logits are computed anyway, so distilling costs no second pass through it."""
     torch.manual_seed(seed)  # HF initialises weights from the global generator
     target = LlamaForCausalLM(target_config).train()
     drafter = LlamaForCausalLM(drafter_config).train()
@@ -144,7 +138,7 @@ def save_model(model: LlamaForCausalLM, tokenizer: PreTrainedTokenizerFast, fold
     """A new HF folder: float16 weights, config and tokenizer."""
     folder.mkdir(parents=True)
     _save_weights(model, folder)
-    save_tokenizer(tokenizer, folder)
+    tokenizer.save_pretrained(str(folder))
 
 
 def _save_weights(model: LlamaForCausalLM, folder: Path) -> None:
@@ -171,14 +165,8 @@ def train_family(recipe: Recipe, out: Path, seed: int = 0, log: Log = print) -> 
         vocab = len(tokenizer)
 
         started = time.perf_counter()
-        target, drafter = train_pair(
-            recipe,
-            train,
-            recipe.target.config(vocab, recipe.max_context, eos),
-            recipe.drafter.config(vocab, recipe.max_context, eos),
-            seed,
-            log,
-        )
+        target, drafter = train_pair(recipe, train, recipe.target.config(vocab, recipe.max_context, eos),
+                                     recipe.drafter.config(vocab, recipe.max_context, eos), seed, log)
         _round_trip_half(target)
         clock["training"] = time.perf_counter() - started
         windows = eval_windows(validation, recipe.seq_len, recipe.eval_batches * 8)
@@ -220,12 +208,8 @@ def train_family(recipe: Recipe, out: Path, seed: int = 0, log: Log = print) -> 
 
 
 def refine_family(family: Path, out: Path, refinement: Refinement, *, seed: int = 0, threads: int = 1, log: Log = print) -> RefineMetrics:
-    """Refine the drafter of the trained family in `family`; write the result into `out`.
-
-    `out` (which must not exist) gets a copy of the family with the refined drafter, and a
-    `family.json` whose recipe records the refinement and whose report holds the
-    drafter's new held-out numbers. Like training, it writes through `building`.
-    """
+    """A copy of the family in `family` with its drafter refined, written into `out` through
+    `building`; its `family.json` records the refinement and the drafter's new held-out numbers."""
     family, out = Path(family), Path(out)
     meta_path = family / FAMILY_FILE
     if not meta_path.is_file():

@@ -53,11 +53,12 @@ def distill(
         result = distill_drafter(candidates if candidates is not None else default_candidates_path(), out, settings,
                                  target_name=target, data=data, exit_layers=exit_layers, raw_prompts=raw_prompts,
                                  fit_vocab=vocab is None, log=log_line)
+    fit = result.metrics
     typer.echo(
         f"wrote {result.out}: {result.parameters / 1e6:.2f}M parameters, head over {result.kept_tokens} of {result.vocab} "
-        f"tokens ({result.kept_mass:.1%} of held-out target tokens); held-out alpha {result.alpha_before:.3f} -> "
-        f"{result.alpha_after:.3f}, greedy agreement {result.agreement_before:.3f} -> {result.agreement_after:.3f}, "
-        f"on-policy alpha {result.on_policy_alpha_before:.3f} -> {result.on_policy_alpha_after:.3f} "
-        f"(greedy agreement {result.on_policy_agreement_after:.3f}) "
+        f"tokens ({result.kept_mass:.1%} of held-out target tokens); held-out alpha {fit.corpus_before.alpha:.3f} -> "
+        f"{fit.corpus_after.alpha:.3f}, greedy agreement {fit.corpus_before.agreement:.3f} -> "
+        f"{fit.corpus_after.agreement:.3f}, on-policy alpha {fit.on_policy_before.alpha:.3f} -> "
+        f"{fit.on_policy_after.alpha:.3f} (greedy agreement {fit.on_policy_after.agreement:.3f}) "
         f"({result.seconds:.0f} s)"
     )
