@@ -30,16 +30,10 @@ def export_from_files(
     streams: tuple[TargetStream, ...] | None = None, agreements: tuple[PairAgreement, ...] = (), replay_also=(),
     log=lambda line: None,
 ) -> EngineExport:
-    """Export the plan at `plan_path` to `engine` (`planner.engine_export.export_plan`, which also
-    says what `in_process`, `workload` and `replay_also` do).
-
-    The profile is `profile_path`, else the one the plan records; the models are
-    `candidates_path`, else the plan's recorded models.yaml, checked against the plan's
-    fingerprints. llama.cpp: priced with llama.cpp's own numbers (`engines.llama_cpp.prices`,
-    measured once and cached; `log` says what is measured) unless `measure` is False.
-    `streams` and `agreements`: the target's greedy streams and draft models' agreement with
-    them in place of the profile's (a race priced on its own prompts,
-    `engines.llama_cpp.race_agreement`).
+    """Export the plan at `plan_path` to `engine` (`planner.engine_export.export_plan`), with the
+    profile and models.yaml the plan records unless given. llama.cpp: priced with llama.cpp's own
+    numbers (`engines.llama_cpp.prices`) unless `measure` is False. `streams` and `agreements`
+    replace the profile's (a race priced on its own prompts, `engines.llama_cpp.race_agreement`).
 
     Raises:
         PolyplanError: unknown engine, unreadable plan or profile, missing or changed model
@@ -112,12 +106,8 @@ def engine_files(candidates) -> dict[str, str]:
 
 
 def engine_config(export: EngineExport) -> dict | None:
-    """The engine's own configuration for the chosen drafter (JSON edge), None without one.
-
-    HF: `generate` keyword arguments (of which `num_assistant_tokens`, its schedule and
-    `assistant_confidence_threshold` belong on the assistant's generation config); vLLM: the `--speculative-config` object; llama.cpp: the
-    `llama-server` arguments as a list.
-    """
+    """The engine's own configuration for the chosen drafter (JSON edge), None without one: HF's
+    `generate` keyword arguments, vLLM's `--speculative-config`, llama-server's arguments."""
     option = export.chosen
     if option is None:
         return None

@@ -32,9 +32,8 @@ TOLERANCE = 0.10  # how far the exported HF configuration's speedup may lie from
 
 def _hf_contenders(plan: PlanFile, export: EngineExport, members, eos, *, new_tokens: int,
                   counter: ForwardClock) -> tuple[Contender, ...]:
-    """The baseline, HF assisted per loadable drafter, HF prompt lookup, polyplan's chain.
-    `members`: candidate name → loaded chain member; `export`: the HF export; `counter`: the
-    target's forward clock (its `calls`: one per target pass of `generate`)."""
+    """The baseline, HF assisted per loadable drafter, HF prompt lookup, polyplan's chain;
+    `counter` counts the target's passes."""
     target = members[plan.target].model
     pad = target.generation_config.pad_token_id
     pad = pad if pad is not None else 0
@@ -164,9 +163,8 @@ def _exported_line(race: Race) -> str:
 
 def run_hf_race(plan_path, *, prompts_path=None, candidates_path=None, repeats: int = 3, new_tokens: int = 64,
                 max_prompts: int | None = None, log=lambda line: None) -> Race:
-    """Load the plan's models (or `candidates_path`'s), export the plan to HF for each drafter's
-    K and predicted speedup, and race every contender on the prompts (default: built-in prompts
-    held out from profiling). `pipeline.stages.race_peers_of` plans first when there is no plan."""
+    """Race the plan's HF export against polyplan's plan on the prompts (default: built-in
+    prompts held out from profiling)."""
     from polyplan.engines.export import export_from_files
     from polyplan.formats.plan import read_plan
     from polyplan.models.chain_candidates import ChainCandidates

@@ -70,12 +70,11 @@ def category_of(kind: str) -> str:
 
 def race(contenders: Sequence[Contender], prompts, *, repeats: int, warm_up: bool = False, group: int = 0,
          log: Callable[[str], None] = lambda line: None) -> tuple[list[RaceRun], dict[str, str]]:
-    """Run each contender on each of `prompts` (`profiler.prompts.EncodedPrompt`) `repeats` times:
-    for each repeat and prompt every contender once, in an order rotated each time, so that drifts
-    of the machine fall on all alike; with `warm_up`, first one untimed run of each per prompt.
+    """Run each contender on each of `prompts` `repeats` times, in an order rotated for each prompt
+    so that drifts of the machine fall on all alike; with `warm_up`, one untimed run each first.
 
-    Returns every run but those of a contender that failed, and by label why each one failed
-    ("stopped answering: ...": its `run` raised PolyplanError; it runs no more).
+    Returns every run but those of a contender that failed (its `run` raised PolyplanError), and
+    by label why each failed.
 
     Raises:
         PolyplanError: the baseline (the first contender) failed.
@@ -108,11 +107,10 @@ def race(contenders: Sequence[Contender], prompts, *, repeats: int, warm_up: boo
 
 def race_rows(contenders: Sequence[Contender], runs: Sequence[RaceRun], failures: Mapping[str, str] = {}, *,
               category: str = "all", pooled: bool = False, groups: Mapping[str, int] = {}) -> tuple[RaceRow, ...]:
-    """A row per contender, in order (`groups`: the memory group each raced in, by label), each
-    run paired with the baseline's (the first contender's) run of the same group, prompt and
-    repeat; of `category`'s runs only, unless "all". The speedup is the mean of the paired
-    tokens/s ratios, or with `pooled` Spec-Bench's (tokens/s summed over the runs, over the
-    baseline's; its sd over repeats). A contender in `failures` gets a row saying why."""
+    """A row per contender, each run paired with the baseline's run of the same group, prompt and
+    repeat (of `category`'s runs unless "all"). The speedup is the mean of the paired tokens/s
+    ratios, or with `pooled` Spec-Bench's (summed tokens/s; sd over repeats). A contender in
+    `failures` gets a row saying why; `groups`: the memory group each raced in."""
     if category != "all":
         runs = [run for run in runs if run.category == category]
     baseline = contenders[0].label

@@ -22,10 +22,8 @@ _NAN = float("nan")
 
 @dataclass(frozen=True)
 class RaceRow:
-    """One contender's results over its runs (of one category, or "all"): its tokens/s over the
-    baseline's, whole calls and (where the engine timed it) decode-only, and what was predicted
-    (per decoded token with its interval, for whole calls where modelled, and priced on the race's
-    own prompts). A row without runs has NaN numbers and says why (`failure`)."""
+    """One contender's results over its runs (of one category, or "all") against the baseline's,
+    and what was predicted. A row without runs has NaN numbers and says why (`failure`)."""
 
     label: str
     speedup: float = _NAN
@@ -94,10 +92,9 @@ class RaceRow:
 
     @property
     def verdict(self) -> str | None:
-        """"inside" its predicted interval; "within noise": not, but the measured mean's 95% interval
-        (`measured_ci`) widened by `server_spread` reaches it (a configuration that never drafts is
-        predicted as a point); "outside": neither. Without an interval, within or outside
-        `tolerance`; None when neither applies."""
+        """"inside" its predicted interval; "within noise": not, but `measured_ci` widened by
+        `server_spread` reaches it; "outside": neither. Without an interval, within or outside
+        `tolerance`; None when neither applies (docs/engines.md, "The judgement")."""
         if self.predicted is None or not math.isfinite(self.measured):
             return None
         if self.predicted_interval is not None:

@@ -40,29 +40,18 @@ _EXAMPLE_PROMPT_TOKENS = 128  # its prompt length when the plan records no conte
 
 @dataclass(frozen=True)
 class EngineOption:
-    """One drafter under one engine: its rule, rate, best K and prediction, or why not.
-
-    Attributes:
-        drafter: the candidate's name.
-        method: "draft_model" or "ngram"; "" when the engine cannot run it at all.
-        rule: FULL or ARGMAX (see the module docstring).
-        alpha: the per-token acceptance under `rule` (None: not measured, see `reason`).
-        block_size: the best K under the exact model (None when not exportable).
-        prediction: the exact model's prediction at that K (None when not exportable).
-        source: what to hand the engine (a folder, hub id or GGUF file; "" for n-gram).
-        reason: None when exportable, else one line saying why not.
-        ngram_sizes: (min_n, max_n) of an n-gram drafter, else None.
-    """
+    """One drafter under one engine: its rule, rate, best K and prediction, or why not (`reason`;
+    then no K or prediction)."""
 
     drafter: str
-    method: str
-    rule: str
-    alpha: float | None
+    method: str  # "draft_model" or "ngram"; "" when the engine cannot run it at all
+    rule: str  # FULL or ARGMAX
+    alpha: float | None  # the per-token acceptance under `rule`
     block_size: int | None
     prediction: ChainPrediction | None
-    source: str
+    source: str  # what to hand the engine (a folder, hub id or GGUF file; "" for n-gram)
     reason: str | None
-    ngram_sizes: tuple[int, int] | None = None
+    ngram_sizes: tuple[int, int] | None = None  # (min_n, max_n) of an n-gram drafter
     call: CallModel | None = None  # its whole-`generate`-call cost (`planner.exact.whole_call`), HF only
     model: str = ""  # how the prediction was made, when not by α (llama.cpp's n-gram replay), or why α
 
@@ -73,24 +62,17 @@ class EngineOption:
 
 @dataclass(frozen=True)
 class EngineExport:
-    """The best chain `engine` can express for a plan, and every drafter considered.
-
-    Attributes:
-        chosen: the exportable option with the highest predicted speedup (None: none is).
-        options: every drafter of the profile under this engine, best first, then the others.
-        polyplan_speedup: the plan's own predicted speedup (its chain may have several drafters).
-        temperature: the sampling temperature the plan was made for (0: greedy).
-    """
+    """The best chain `engine` can express for a plan, and every drafter considered."""
 
     engine: str
     target: str
     target_source: str
     sampling: str
-    temperature: float
-    chosen: EngineOption | None
-    options: tuple[EngineOption, ...]
+    temperature: float  # 0: greedy
+    chosen: EngineOption | None  # the exportable option with the highest predicted speedup
+    options: tuple[EngineOption, ...]  # best first, then those the engine cannot run
     polyplan_chain: tuple[str, ...]
-    polyplan_speedup: float
+    polyplan_speedup: float  # the plan's own predicted speedup (its chain may have several drafters)
     overhead_note: str = ""  # which loop overhead the predictions used (`planner.exact.engine_overhead`)
     baseline_call: CallModel | None = None  # target-only `generate`'s whole-call cost (HF only)
     call_note: str = ""  # what the whole-call model lacks in the profile ("" when nothing)

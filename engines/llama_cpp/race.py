@@ -81,9 +81,9 @@ def _draft_files(candidates, files: Mapping[str, str]) -> list[tuple[str, str]]:
 
 
 def judged(configs: Sequence[Contender], export, recommended=None) -> list[Contender]:
-    """`configs` with the export's prediction of each one it ranks (matched by flags; the target
-    alone is "off", the control a 1.00 point), the recommended one marked exported; then every
-    ranked configuration not among them, so each prediction is raced."""
+    """`configs` with the export's prediction of each one it ranks (matched by flags; the control a
+    1.00 point), the recommended one marked exported; then every ranked configuration not among
+    them, so each prediction is raced."""
     from polyplan.planner.llama_cpp.ranking import OFF
 
     ranking = tuple(getattr(export, "ranking", ()))
@@ -129,13 +129,11 @@ def race_streams(runs: Sequence[RaceRun], prompts: Sequence[Sequence[int]]) -> t
 
 
 def priced_on_race(configs: Sequence[Contender], export, drafts: frozenset[str] = frozenset()) -> list[Contender]:
-    """`configs` with `race_priced`: the prediction of `export`, priced on this race's own
-    prompts (`race_streams`), of each n-gram type and each draft model among `drafts` (files
-    whose agreement with the race's answers was measured, `engines.llama_cpp.race_agreement`;
-    any other would still read the profile's agreement)."""
+    """`configs` with `race_priced`, `export`'s prediction on this race's own prompts, for each
+    n-gram type and each draft model among `drafts` (the files whose agreement with the race's
+    answers was measured; any other would still read the profile's)."""
     def again(ranked) -> bool:
-        flags = tuple(ranked.flags)
-        return ranked.drafted is not None or _draft_file(flags) in drafts
+        return ranked.drafted is not None or _draft_file(ranked.flags) in drafts
 
     by_flags = {tuple(ranked.flags): ranked for ranked in getattr(export, "ranking", ()) if again(ranked)}
     out = []
@@ -271,9 +269,9 @@ def _prediction_note(export) -> str:
 
 
 def race_requests(configs: Sequence[Contender], runs: Sequence[RaceRun], prompts: Sequence[Sequence[int]]) -> tuple[list, str | None]:
-    """This race's requests of the target alone, `ngram-simple` and the first draft model at a
-    fixed K, read as the calibration reads its own (`engines.llama_cpp.prices.server_request`;
-    the fit has one cost per draft pass), and that draft model's file."""
+    """This race's requests, read as the calibration reads its own
+    (`engines.llama_cpp.prices.server_request`; of the first draft model only, as the fit has one
+    cost per draft pass), and that draft model's file."""
     from polyplan.engines.llama_cpp.prices import server_request
     from polyplan.engines.llama_cpp.server import Completion
 
@@ -296,8 +294,7 @@ def race_requests(configs: Sequence[Contender], runs: Sequence[RaceRun], prompts
 def race_loop_line(configs: Sequence[Contender], runs: Sequence[RaceRun], prompts: Sequence[Sequence[int]], prices,
                    drafts: Sequence[tuple[str, str]] = ()) -> str:
     """llama-server's own loop fitted from this race's requests (`race_requests`) as the
-    calibration fits its own (`planner.llama_cpp.server_loop.fit_server_loop`, on `prices`' T(k);
-    `drafts`: (candidate name, GGUF file) of each draft model), beside the calibration's."""
+    calibration's is, beside the calibration's; `drafts`: (name, GGUF file) of each draft model."""
     from polyplan.planner.exact.latency import curve_from_profile
     from polyplan.planner.llama_cpp.server_loop import DRAFT_MODEL, fit_server_loop
 
@@ -338,8 +335,8 @@ def race_pace_line(runs: Sequence[RaceRun], prices) -> str:
 
 def server_needs(configs: Sequence[Contender], target: ModelMemory, context: int, *, mapped: bool,
                  memory: Callable[[str], ModelMemory] = gguf_memory) -> list[MemoryNeed]:
-    """Each configuration's server: the target, and the draft model of its `-md` (read once per
-    file by `memory`), both at `context` tokens (`race_memory.process_need`)."""
+    """Each configuration's server's need: the target and its `-md` draft model (read once per
+    file by `memory`) at `context` tokens."""
     drafts: dict[str, ModelMemory] = {}
     needs = []
     for config in configs:
@@ -399,9 +396,8 @@ def _server_run(server, new_tokens: int) -> Callable[[Sequence[int]], Timed]:
 
 
 def peer_rows(configs: list[Contender], runs: list[RaceRun], failures: Mapping[str, str], memory: RaceGroups) -> tuple[RaceRow, ...]:
-    """A row per configuration, in `configs`' order, then polyplan's (`engines.race.race_rows`),
-    with its traced rounds (`_traced_rounds`) and the control's offset (`with_server_spread`); a
-    configuration too large for memory says so ("not started: ...")."""
+    """A row per configuration, then polyplan's (`engines.race.race_rows`), with traced rounds
+    and the control's offset; a configuration too large for memory says so."""
     failures = dict(failures)
     for label, needed in memory.too_large:
         failures[label] = (f"not started: needs {needed / GB:.1f} GB together with {TARGET_ONLY} and polyplan's plan, "
@@ -440,8 +436,7 @@ def _traced_rounds(runs: Sequence[RaceRun]) -> tuple[int, ...] | None:
 
 
 def _split_lines(rows: Sequence[RaceRow]) -> list[str]:
-    """The split (`priced_on_race`): each replayed configuration's error with the profile's
-    prompts and with this race's own, and the worst of each; nothing without such rows."""
+    """The split (`priced_on_race`): each error on the profile's prompts and on this race's."""
     split = [row for row in rows if row.race_priced is not None and row.predicted_speedup is not None
              and row.failure is None and math.isfinite(row.measured)]
     if not split:

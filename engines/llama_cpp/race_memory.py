@@ -57,10 +57,8 @@ class RaceGroups:
 
 
 def gguf_memory(path: str | os.PathLike[str]) -> ModelMemory:
-    """The size of GGUF file `path` and its KV cache per token, from `<arch>.block_count`,
-    `attention.head_count_kv` (a number or one per block) and `attention.key_length` /
-    `value_length` (default: embedding_length / head_count). A file without attention
-    metadata (a recurrent model) gets no KV cache.
+    """The size of GGUF file `path` and its f16 KV cache per token, from its header (a file without
+    attention metadata, a recurrent model, gets none).
 
     Raises:
         PolyplanError: the file cannot be read or is not GGUF.
@@ -95,9 +93,8 @@ def gguf_memory(path: str | os.PathLike[str]) -> ModelMemory:
 
 
 def process_need(label: str, models: Sequence[tuple[ModelMemory, int]], *, mapped: bool, other_bytes: int = 0) -> MemoryNeed:
-    """A process loading `models` ((model, its context in tokens) each): KV cache and
-    `MODEL_ALLOWANCE` per model, the weights mapped (`mapped`: counted once per group) or its own,
-    plus `other_bytes` (weights it holds outside llama.cpp)."""
+    """A process loading `models` ((model, context in tokens) each), its weights `mapped` or its
+    own, plus `other_bytes` (weights it holds outside llama.cpp)."""
     private = other_bytes + sum(model.kv_bytes_per_token * context + MODEL_ALLOWANCE for model, context in models)
     if not mapped:
         return MemoryNeed(label, private + sum(model.file_bytes for model, _ in models))

@@ -31,28 +31,16 @@ _ROUND_LINE = re.compile(r"accepted\s+(\d+)/\s*(\d+) draft tokens")
 
 @dataclass(frozen=True)
 class Completion:
-    """One `/completion` answer, as the server timed it.
-
-    Attributes:
-        token_ids: The generated ids (greedy).
-        predicted_n: Tokens generated.
-        predicted_ms: The server's generation time (prefill excluded).
-        prompt_ms: The server's prefill time.
-        draft_n: Drafted tokens (0 without speculation).
-        draft_accepted: Drafted tokens accepted.
-        wall_s: The request's wall time seen from the client.
-        rounds: (drafted, accepted) of each round that drafted, in order, from the server's
-            trace (None: not traced, or its lines did not add up to the totals).
-    """
+    """One `/completion` answer, as the server timed it (its `timings`, greedy)."""
 
     token_ids: tuple[int, ...]
-    predicted_n: int
-    predicted_ms: float
-    prompt_ms: float
-    draft_n: int
+    predicted_n: int  # tokens generated
+    predicted_ms: float  # the server's generation time (prefill excluded)
+    prompt_ms: float  # the server's prefill time
+    draft_n: int  # drafted tokens (0 without speculation)
     draft_accepted: int
-    wall_s: float
-    rounds: tuple[tuple[int, int], ...] | None = None
+    wall_s: float  # the request's wall time seen from the client
+    rounds: tuple[tuple[int, int], ...] | None = None  # (drafted, accepted) of each round that drafted, from the trace
 
     @property
     def tokens_per_s(self) -> float:
@@ -67,17 +55,9 @@ def free_port() -> int:
 
 
 class LlamaServer:
-    """`llama-server -m MODEL ARGS` on 127.0.0.1, for the duration of a `with` block.
-
-    Args:
-        binary: The `llama-server` executable.
-        model: The GGUF file.
-        args: Further flags (threads, speculation), as the pinned server spells them.
-        log_path: Where the server's output goes (kept afterwards).
-        port: A fixed port (default: a free one; a taken port is replaced by a free one).
-        trace: Log every verified draft and read each request's rounds from the log
-            (`Completion.rounds`).
-    """
+    """`llama-server -m MODEL ARGS` on 127.0.0.1, for the duration of a `with` block; its output
+    goes to `log_path` (kept). `port`: a fixed port (a taken one is replaced by a free one).
+    `trace`: log every verified draft and read each request's rounds from it (`Completion.rounds`)."""
 
     def __init__(self, binary: Path, model: Path, args: Sequence[str], log_path: Path, *, port: int | None = None,
                  start_timeout_s: float = _START_TIMEOUT_S, trace: bool = False) -> None:

@@ -377,12 +377,10 @@ class NGramCacheRule:
 
 
 def replay_request(rule: DraftRule, stream: TargetStream, new_tokens: int | None = None) -> tuple[ReplayRound, ...]:
-    """The rounds llama-server runs with `rule` for one request whose greedy output is the
-    stream's continuation (its first `new_tokens`; all of it when None). The rule's state
-    carries over from the requests it served before. The first token comes from the prefill;
-    each round drafts after the history (prompt and accepted tokens) and the sampled token, cut
-    to the tokens left minus one (no draft call when none may be drafted), accepts the longest
-    prefix the stream agrees with and reports it to the rule when it drafted."""
+    """The rounds llama-server runs with `rule` (its state carried over from earlier requests) for
+    one request whose greedy output is the stream's continuation (its first `new_tokens`; all
+    when None). The first token comes from the prefill; a round's draft is cut to the tokens left
+    minus one, with no draft call when none may be drafted."""
     prompt = list(stream.ids[:stream.prompt_tokens])
     continuation = stream.ids[stream.prompt_tokens:]
     total = len(continuation) if new_tokens is None else min(new_tokens, len(continuation))

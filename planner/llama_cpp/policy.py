@@ -38,12 +38,10 @@ def server_policy(policy: DraftPolicy) -> DraftPolicy | None:
 
 
 def server_view(profile: Profile, target: str, drafter: str) -> tuple[Profile, tuple[str, ...]]:
-    """`profile` as llama-server's confidence stop reads it: the pair's confidences are its top
-    probabilities over the drafter's 10 best logits (`PairAgreement.confidence_top10`), so that
-    every replay of the stop (`policy_rounds`, the interval's replicates) compares what the
-    server compares; and one line where the profile keeps none (made before they were kept),
-    the replay then falling back to the whole-vocabulary ones. Unchanged, with no line, where
-    the pair keeps no confidences at all (`policy_rounds` says why nothing is replayed)."""
+    """`profile` with the pair's confidences replaced by the 10-best ones
+    (`PairAgreement.confidence_top10`), so that every replay of the stop compares what the server
+    compares; with one line where the profile keeps none (the whole-vocabulary ones, never above
+    them, then stop no later than the server). Unchanged where the pair keeps no confidences."""
     entry = profile.acceptance_runs.get(GREEDY)
     pair = None if entry is None else next((p for p in entry.pairs if (p.verifier, p.drafter) == (target, drafter)), None)
     if pair is None or not pair.confidence:
@@ -58,9 +56,8 @@ def server_view(profile: Profile, target: str, drafter: str) -> tuple[Profile, t
 
 
 def policy_rounds(profile: Profile, target: str, drafter: str, p_min: float) -> Callable[[int], DraftRounds]:
-    """The drafter's rounds under llama-server's confidence stop at each fixed cap K (a function of
-    K), replayed on the pair's greedy agreement sequences and the drafter's confidences the
-    profile keeps (`server_view`'s profile: the 10-best ones).
+    """The drafter's rounds under llama-server's confidence stop as a function of the fixed cap K,
+    replayed on the pair's greedy agreement sequences and the confidences `profile` keeps.
 
     Raises:
         PolyplanError: the profile keeps no agreement sequences or no confidences for the pair.

@@ -23,31 +23,16 @@ COSTS = 8  # the columns of `ServerRequest.counts`, the fields of `ServerLoop` i
 
 @dataclass(frozen=True)
 class ServerLoop:
-    """llama-server's seconds outside the bindings' T(k) (module docstring).
+    """llama-server's seconds outside the bindings' T(k) (module docstring); None: not calibrated."""
 
-    Attributes:
-        per_request_s: once per request's decode.
-        per_round_s: every target pass (sampling the first row, the slot's bookkeeping).
-        per_row_s: every drafted row the target verifies (its sampling).
-        per_ngram_round_s: a round of an n-gram type (its draft call and accept).
-        per_draft_round_s: a round with a draft model (its draft call, set-up, bookkeeping).
-        per_draft_pass_s: a draft model's pass inside the server: a drafted token's one-token
-            decode and sampling, or a confidence stop's (None: not calibrated; the bindings'
-            T_d(1) is used then).
-        per_draft_prompt_token_s: a draft model's prefill, per prompt token, inside the decode time.
-        draft_reeval: the draft model's second decode of each verified batch (L + 1 tokens), as a
-            multiple of its pass over L + 1 tokens asking for the last row only, through the
-            bindings (None: not calibrated; `reeval` is 1 then).
-    """
-
-    per_request_s: float = 0.0
-    per_round_s: float = 0.0
-    per_row_s: float = 0.0
-    per_ngram_round_s: float = 0.0
-    per_draft_round_s: float = 0.0
-    per_draft_pass_s: float | None = None
-    per_draft_prompt_token_s: float = 0.0
-    draft_reeval: float | None = None
+    per_request_s: float = 0.0  # once per request's decode
+    per_round_s: float = 0.0  # every target pass (sampling the first row, the slot's bookkeeping)
+    per_row_s: float = 0.0  # every drafted row the target verifies (its sampling)
+    per_ngram_round_s: float = 0.0  # an n-gram type's round (its draft call and accept)
+    per_draft_round_s: float = 0.0  # a draft model's round (its draft call, set-up, bookkeeping)
+    per_draft_pass_s: float | None = None  # a draft model's pass: a drafted token, or a stop's (None: T_d(1))
+    per_draft_prompt_token_s: float = 0.0  # a draft model's prefill per prompt token, inside the decode time
+    draft_reeval: float | None = None  # the second decode of a verified batch over its last-row T_d(L + 1)
 
     @property
     def reeval(self) -> float:
@@ -111,10 +96,8 @@ class ServerRequest:
         return self.drafted if self.passes is None else self.passes
 
     def counts(self, draft_step: Callable[[int], float] | None = None) -> tuple[float, ...]:
-        """How often each cost of `ServerLoop` was paid, in its fields' order: request, rounds,
-        drafted rows, n-gram rounds, draft-model rounds, draft-model passes, draft-model prompt
-        tokens, and the seconds of its last-row pass over L + 1 tokens through the bindings over
-        the rounds (`draft_step`: required for a draft model's request)."""
+        """How often each cost of `ServerLoop` was paid, in its fields' order (the re-evaluation as
+        the seconds of `draft_step`(L + 1) over the rounds; required for a draft model's request)."""
         rounds, drafted = len(self.drafted), sum(self.drafted)
         if self.kind != DRAFT_MODEL:
             return (1.0, float(rounds), float(drafted), float(rounds if self.kind == NGRAM else 0), 0.0, 0.0, 0.0, 0.0)
@@ -166,10 +149,9 @@ def _fit_columns(requests: Sequence[ServerRequest], step: Callable[[int], float]
 def draft_model_speedup(loop: ServerLoop, per_token_s: float, baseline_s: float,
                         requests: Sequence[tuple[int, int]]) -> float:
     """A draft model's decode speedup over the target alone in llama-server for `requests`
-    ((prompt tokens, decoded tokens) each: the tokens after the prefill's first): `per_token_s`
-    its seconds per token by the exact model, `baseline_s` the target alone's (both with the
-    server's per-round costs), each request paying the server's per-request cost on both sides
-    and the draft model's prefill of its prompt (module docstring)."""
+    ((prompt tokens, tokens decoded after the prefill's first) each): `per_token_s` and
+    `baseline_s` by the exact model, plus the per-request cost on both sides and the draft model's
+    prefill of each prompt."""
     fixed = loop.per_request_s * len(requests)
     tokens = sum(decoded for _, decoded in requests)
     prefill = loop.per_draft_prompt_token_s * sum(prompt for prompt, _ in requests)
