@@ -78,9 +78,8 @@ def export_from_files(
 
 
 def engine_files(candidates) -> dict[str, str]:
-    """What an engine loads for each candidate whose weights polyplan keeps elsewhere, by name:
-    the shipped family's folders, and the GGUF files polyplan made for llama.cpp copies
-    (llama.cpp's quantizer's, or cut to their first blocks; left out while not made)."""
+    """What an engine loads for each candidate whose weights polyplan keeps elsewhere, by name: the
+    shipped family's folders, and the GGUF files polyplan made for llama.cpp copies (once made)."""
     from polyplan.formats.candidates import EarlyExit, Quantize, base_chain
     from polyplan.models import gguf_prune, llama_quantize
 

@@ -197,8 +197,6 @@ def run_llama_peers(plan_path, *, prompts_path=None, candidates_path=None, threa
     from polyplan.planner.llama_cpp.ranking import ReplayWorkload
 
     prompts = validation_prompt_set(prompts_path, max_prompts=max_prompts)
-    # predicted for this race's requests (a server's n-gram state carries over between them),
-    # priced with llama.cpp's own numbers (`engines.llama_cpp.prices`), at every raced flag set
     exported = export_from_files(plan_path, "llama.cpp", candidates_path=candidates_path, log=log)  # what `polyplan export` prints
     files = engine_files(candidates)
     raced = server_configs(plan, exported, candidates, files)

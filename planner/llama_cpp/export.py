@@ -126,28 +126,17 @@ def ranking_replicates(profile: Profile, target: str, streams: int, width: int, 
 
 @dataclass(frozen=True)
 class ServerRanking:
-    """What `rank_server_configs` reads besides the export's options.
+    """What `rank_server_configs` reads besides the export's options; n-gram types and confidence
+    stops replay at greedy `sampling` only."""
 
-    Attributes:
-        pricing: the draft models' prices, and the profile as priced (llama.cpp's own numbers
-            already applied where `LlamaCppPrices` measured them).
-        target: the plan's target.
-        sampling: the plan's sampling mode; n-gram types and confidence stops replay at greedy only.
-        workload: the requests each n-gram type is replayed on, and the race size an interval is for.
-        price_notes: one line each on where the numbers came from (`LlamaCppPrices.notes`).
-        policy: the plan's last drafter and its draft policy, whose confidence stop gets a row (None: none).
-        k_max: the largest K searched for that row.
-        replay_also: flags of configurations to rank besides the export's own (a race's).
-    """
-
-    pricing: DraftPricing
+    pricing: DraftPricing  # the profile as priced (llama.cpp's own numbers applied where measured)
     target: str
     sampling: str
-    workload: ReplayWorkload = ReplayWorkload()
-    price_notes: tuple[str, ...] = ()
-    policy: tuple[str, DraftPolicy] | None = None
-    k_max: int = 8
-    replay_also: Sequence[Sequence[str]] = ()
+    workload: ReplayWorkload = ReplayWorkload()  # the requests replayed, and the prompt set an interval is for
+    price_notes: tuple[str, ...] = ()  # where the numbers came from (`LlamaCppPrices.notes`)
+    policy: tuple[str, DraftPolicy] | None = None  # the plan's last drafter and its policy, whose stop gets a row
+    k_max: int = 8  # the largest K searched for that row
+    replay_also: Sequence[Sequence[str]] = ()  # flags to rank besides the export's own (a race's)
 
     @property
     def loop(self) -> ServerLoop:

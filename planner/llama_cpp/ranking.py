@@ -30,15 +30,12 @@ ORDERS = 8  # request orders each replayed session is drawn over (module docstri
 @dataclass(frozen=True)
 class ReplayWorkload:
     """The requests a replay feeds one server: each stream's first `new_tokens` (all when None),
-    the whole list `repeats` times in turn (`bench peers` sends its prompts so). `prompts`: how
-    many prompts the new set a row's interval is for holds (a race's; None: as many as the
-    streams). `in_order`: the requests come in the streams' own order (a race priced on its own
-    prompts, whose order is known), not drawn over `ORDERS` orders."""
+    the whole list `repeats` times in turn, as `bench peers` sends its prompts."""
 
     new_tokens: int | None = None
     repeats: int = 1
-    prompts: int | None = None
-    in_order: bool = False
+    prompts: int | None = None  # the size of the new prompt set an interval is for (None: the streams')
+    in_order: bool = False  # the streams' own order, not `ORDERS` orders (a race priced on its own prompts)
 
     def words(self, streams: int) -> str:
         tokens = "its whole continuation" if self.new_tokens is None else f"{self.new_tokens} new tokens"
@@ -129,10 +126,8 @@ class Replicates:
 
 
 def session_speedup(session: SessionReplay, step: Callable[[int], float], loop: ServerLoop = NO_SERVER_LOOP) -> float:
-    """Target-only decode time over the session's: T(1) and the server's per-round cost per
-    token against T(L + 1) and the server's n-gram round per round, each request paying the
-    server's per-request cost on both sides (`planner.llama_cpp.server_loop`; none: the bindings'
-    T(k) alone)."""
+    """Target-only decode time over the session's, each priced with the server's own costs `loop`
+    (`planner.llama_cpp.server_loop`; none: the bindings' T(k) alone)."""
     rounds = [item for request in session.requests for item in request]
     tokens = sum(item.accepted + 1 for item in rounds)
     fixed = loop.per_request_s * len(session.requests)
@@ -143,9 +138,8 @@ def session_speedup(session: SessionReplay, step: Callable[[int], float], loop: 
 def session_interval(sessions: Sequence[SessionReplay], streams: int, point: float, replicates: Replicates,
                      loop: ServerLoop = NO_SERVER_LOOP, workload: bool = False) -> tuple[float, float]:
     """The percentile interval of the sessions' speedup over `replicates`, replicate r reading
-    the session `sessions[r mod len(sessions)]` (the same requests in other orders; module
-    docstring; the server's costs `loop` held fixed); `workload`: over the replicates' one-draw
-    weights (the workload's mean) rather than their new prompt sets."""
+    `sessions[r mod len(sessions)]` with `loop` held fixed; `workload`: over the replicates'
+    one-draw weights (the workload's mean) rather than their new prompt sets."""
     width = replicates.steps.shape[1]
     counts = np.zeros((len(sessions), streams, width))  # rounds per order, stream and round width L + 1
     tokens = np.zeros((len(sessions), streams))
@@ -175,9 +169,8 @@ def _request_orders(streams: int, orders: int) -> list[list[int]]:
 def replayed_config(label: str, flags: Sequence[str], streams: Sequence[TargetStream], make_rule: Callable[[], DraftRule],
                     step: Callable[[int], float], workload: ReplayWorkload, replicates: Replicates | None,
                     loop: ServerLoop = NO_SERVER_LOOP) -> RankedConfig:
-    """`label` predicted by replaying its rule over `streams` as one server session (with the
-    server's own costs `loop`, `planner.llama_cpp.server_loop`), in `ORDERS` request orders: the
-    median order's speedup and drafted/accepted counts, the interval over all (module docstring)."""
+    """`label` predicted by replaying its rule over `streams` as one server session in `ORDERS`
+    request orders: the median order's speedup and counts, the interval over all."""
     orders = _request_orders(len(streams), 1 if workload.in_order else ORDERS)
     sessions = [replay_session(streams, make_rule, new_tokens=workload.new_tokens, repeats=workload.repeats, order=order)
                 for order in orders]
