@@ -34,9 +34,8 @@ def race_agreement(path: Path, threads: int, target: str, drafter: str, streams:
 
 
 def with_race_agreement(profile: Profile, agreement: PairAgreement) -> Profile:
-    """`profile` with `agreement` as its pair's greedy agreement, and the pair's greedy α the share
-    of positions that agree (`planner.exact.runs.with_agreement_alphas`, as a profile cut to some
-    prompts reads it)."""
+    """`profile` with `agreement` as its pair's greedy agreement and α the share of positions that
+    agree (`planner.exact.runs.with_agreement_alphas`)."""
     from polyplan.planner.exact.runs import with_agreement_alphas
 
     return with_agreement_alphas(profile.with_agreement(agreement), [agreement])

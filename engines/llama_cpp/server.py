@@ -161,10 +161,9 @@ class LlamaServer:
 
 
 def round_widths(rounds: Sequence[tuple[int, int]] | None, generated: int, accepted: int) -> tuple[int, ...] | None:
-    """Tokens each round of a request drafted: its traced `rounds` ((drafted, accepted) of those
-    that drafted), then as many rounds that drafted nothing as its totals leave (every round after
-    the prefill's token emits its accepted tokens and one more: `generated` − 1 − `accepted`
-    rounds); None where it was not traced, or the trace holds more rounds than that."""
+    """Tokens each round of a request drafted: its traced `rounds`, then empty rounds up to
+    `generated` − 1 − `accepted` (every round emits its accepted tokens and one more); None where
+    it was not traced, or the trace holds more rounds than that."""
     total = generated - 1 - accepted
     if rounds is None or len(rounds) > total:
         return None

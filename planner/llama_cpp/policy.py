@@ -102,8 +102,7 @@ class DraftSimpleFlags:
 
 def draft_simple_flags(flags) -> DraftSimpleFlags | None:
     """`flags` (after `-m TARGET`) read as one `draft-simple` draft model; None for anything else
-    (`planner.llama_cpp.ngram_rules.spec_options`: an n-gram type, a combination such as
-    `draft-simple,ngram-mod`, a flag not read here)."""
+    (`planner.llama_cpp.ngram_rules.spec_options`: a combination such as `draft-simple,ngram-mod`)."""
     options = spec_options(flags, "draft-simple", {"-md", "--spec-draft-n-max", "--spec-draft-n-min", "--spec-draft-p-min"})
     if options is None or "-md" not in options:
         return None
