@@ -199,6 +199,11 @@ class ChainCheck:
     measured: float | None  # the paired speedup the check measured on this chain (None: pooled)
     pooled: bool = False
     workload_interval: tuple[float, float] | None = spec(interval_in(), default=None, omit=NONE)  # the exact one's, widened by C's
+    # C as the check measured it, the share of its log kept after weighing the evidence
+    # (validation.shrinkage), and the check's noise (a log standard deviation); None: a plan that did not weigh
+    measured_composition: float | None = spec(positive, default=None, omit=NONE)
+    weight: float | None = spec(non_negative, default=None, omit=NONE)
+    noise: float | None = spec(non_negative, default=None, omit=NONE)
 
 
 def _levels(planned: PlannedChain) -> None:
@@ -381,6 +386,10 @@ class SelfCheckRecord:
     estimated_s: float | None = spec(non_negative, default=None, omit=NONE)
     # C's predicted side: the exact model on each check prompt, or the plan's seconds per pass at the measured passes
     priced: str | None = spec(one_of(PRICED_BY_PROMPT, PRICED_BY_PLAN), default=None, omit=NONE)
+    # the noise of ln C that every prompt of the check shares (validation.self_check.shared_variance, a
+    # standard deviation) and the profile's machine floor (IQR/median) it was read from
+    shared_noise: float | None = spec(non_negative, default=None, omit=NONE)
+    floor: float | None = spec(non_negative, default=None, omit=NONE)
 
 
 def _predictions_recorded(entry: Any) -> Any:

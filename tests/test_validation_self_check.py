@@ -13,11 +13,17 @@ import pytest
 from polyplan.formats.plan import ExactRecord, PaperRecord, PlanFile, PlannedChain, SelfCheckRecord
 from polyplan.formats.profile import Profile, ProfilerRecord
 from polyplan.validation.results import ChainSpec, RunRecord
+from polyplan.validation.shrinkage import WeighedTerm
 from polyplan.validation.self_check import (
-    CHECK_SIZES, _checked_plan, check_budget, check_size, composition, composition_interval, estimated_seconds, plan_priced, pooled_term, combined,
+    CHECK_REPEATS, CHECK_SIZES, _checked_plan, check_budget, check_size, composition, composition_interval, estimated_seconds, plan_priced, pooled_term, combined,
 )
 
 RECORD = SelfCheckRecord(prompts=4, new_tokens=64, repeats=1, seconds=1.0)
+
+
+def term(c: float, low: float, high: float) -> WeighedTerm:
+    """C as applied, with its interval (measured as applied: a check whose evidence kept all of it)."""
+    return WeighedTerm(c, low, high, c, 1.0, 0.0)
 
 STEP = 0.010  # the plan's target-only seconds per token
 TOKENS = 20
@@ -59,7 +65,7 @@ def test_a_member_slower_inside_the_chain_gives_c_above_one_and_lowers_the_predi
     assert c == pytest.approx(expected, rel=0.02)
     assert low <= c <= high
     plan = PlanFile(target="t", sampling="greedy", profiled_fingerprints={}, alternatives=(CHAIN, ALONE))
-    checked = _checked_plan(plan, {CHAIN.chain: ((c, low, high), 1.6)}, (), RECORD).plan
+    checked = _checked_plan(plan, {CHAIN.chain: (term(c, low, high), 1.6)}, (), RECORD).plan
     chain = next(item for item in checked.alternatives if item.chain == CHAIN.chain)
     assert chain.predicted_speedup == pytest.approx(CHAIN.exact.speedup / c)
     assert chain.predicted_interval[1] < CHAIN.exact.interval[1] and chain.predicted_interval[0] < CHAIN.exact.interval[0]
@@ -73,7 +79,7 @@ def test_a_chain_that_runs_as_planned_keeps_c_at_one_negative_control():
     c, low, high = composition_interval(plan_priced(CHAIN, STEP), runs, base, rng=np.random.default_rng(0))
     assert c == pytest.approx(1.0, abs=1e-9) and low == pytest.approx(1.0, abs=1e-9) and high == pytest.approx(1.0, abs=1e-9)
     plan = PlanFile(target="t", sampling="greedy", profiled_fingerprints={}, alternatives=(CHAIN, ALONE))
-    chain = _checked_plan(plan, {CHAIN.chain: ((c, low, high), 2.0)}, (), RECORD).plan.alternatives[0]
+    chain = _checked_plan(plan, {CHAIN.chain: (term(c, low, high), 2.0)}, (), RECORD).plan.alternatives[0]
     assert chain.predicted_speedup == pytest.approx(CHAIN.exact.speedup)
     assert chain.predicted_interval == pytest.approx(CHAIN.exact.interval)
 
@@ -82,7 +88,7 @@ def test_the_check_can_re_rank_and_unchecked_chains_take_the_pooled_term():
     other = replace(CHAIN, chain=("t", "e"), exact=replace(CHAIN.exact, speedup=CHAIN.exact.speedup * 0.95))
     third = replace(CHAIN, chain=("t", "f"), exact=replace(CHAIN.exact, speedup=CHAIN.exact.speedup * 0.5))
     plan = PlanFile(target="t", sampling="greedy", profiled_fingerprints={}, alternatives=(CHAIN, other, third, ALONE))
-    found = _checked_plan(plan, {CHAIN.chain: ((1.3, 1.2, 1.4), 1.5), other.chain: ((1.0, 0.95, 1.05), 1.9)}, (), RECORD)
+    found = _checked_plan(plan, {CHAIN.chain: (term(1.3, 1.2, 1.4), 1.5), other.chain: (term(1.0, 0.95, 1.05), 1.9)}, (), RECORD)
     assert found.plan.best.chain == ("t", "e")  # measured faster here: first now
     assert any("re-ranked" in line for line in found.lines)
     pooled = next(item for item in found.plan.alternatives if item.chain == ("t", "f")).check
@@ -92,15 +98,21 @@ def test_the_check_can_re_rank_and_unchecked_chains_take_the_pooled_term():
 def test_an_unchecked_chain_takes_c_from_the_checked_chains_whose_drafters_are_most_like_its_own():
     """The loop's quiet run on an AMD EPYC (family 26): checked C 0.93, 1.03, 1.13; `target > drafter`
     (measured 1.72x, exact 1.58x) takes `target > drafter > ngram`'s, not the median of all three."""
-    terms = {("t", "d", "n"): ((0.93, 0.90, 0.99), 1.9), ("t", "i", "d", "n"): ((1.03, 0.99, 1.06), 1.8), ("t", "i", "n"): ((1.13, 1.06, 1.27), 1.2)}
-    assert pooled_term(("t", "d"), terms) == (0.93, 0.90, 0.99)  # shares 1 of 2 drafters with ("t", "d", "n"), 1 of 3 with the next
-    assert pooled_term(("t", "i", "d"), terms) == (1.03, 0.99, 1.06)  # 2 of 3
-    assert pooled_term(("t", "i"), terms) == (1.13, 1.06, 1.27)  # 1 of 2 with ("t", "i", "n"), 1 of 3 with ("t", "i", "d", "n")
+    terms = {("t", "d", "n"): (term(0.93, 0.90, 0.99), 1.9), ("t", "i", "d", "n"): (term(1.03, 0.99, 1.06), 1.8),
+             ("t", "i", "n"): (term(1.13, 1.06, 1.27), 1.2)}
+
+    def pooled(chain, found=terms):
+        found = pooled_term(chain, found)
+        return found.composition, found.low, found.high
+
+    assert pooled(("t", "d")) == (0.93, 0.90, 0.99)  # shares 1 of 2 drafters with ("t", "d", "n"), 1 of 3 with the next
+    assert pooled(("t", "i", "d")) == (1.03, 0.99, 1.06)  # 2 of 3
+    assert pooled(("t", "i")) == (1.13, 1.06, 1.27)  # 1 of 2 with ("t", "i", "n"), 1 of 3 with ("t", "i", "d", "n")
     # ties (1 of 2 with ("t", "d", "n") and with ("t", "i", "n")): the median of the tied, the interval spanning theirs
-    assert pooled_term(("t", "n"), terms) == (pytest.approx(1.03), 0.90, 1.27)
+    assert pooled(("t", "n")) == (pytest.approx(1.03), 0.90, 1.27)
     # control: a chain sharing no drafter takes the median of all, as before
-    assert pooled_term(("t", "e"), terms) == (1.03, 0.90, 1.27)
-    assert pooled_term(("t", "e"), {}) == (1.0, 1.0, 1.0)
+    assert pooled(("t", "e")) == (1.03, 0.90, 1.27)
+    assert pooled(("t", "e"), {}) == (1.0, 1.0, 1.0)
 
 
 def test_the_checked_interval_adds_the_two_errors_in_quadrature():
@@ -129,8 +141,8 @@ def specs(*chains: PlannedChain) -> list[ChainSpec]:
 def test_the_check_is_sized_to_its_budget_by_the_plans_own_estimate():
     chains = specs(CHAIN, ALONE)
     per_token = STEP / CHAIN.exact.speedup + STEP  # the chain and target-only decoding, by the exact model
-    largest = estimated_seconds(chains, *CHECK_SIZES[0], repeats=1)
-    assert largest == pytest.approx(CHECK_SIZES[0][0] * (CHECK_SIZES[0][1] + 8) * per_token)
+    largest = estimated_seconds(chains, *CHECK_SIZES[0], repeats=CHECK_REPEATS)
+    assert largest == pytest.approx(CHECK_REPEATS * CHECK_SIZES[0][0] * (CHECK_SIZES[0][1] + 8) * per_token)
     assert check_size(chains, None) == (*CHECK_SIZES[0], largest)  # no budget: the full check
     assert check_size(chains, largest * 1.01)[:2] == CHECK_SIZES[0]  # negative control: it fits
     prompts, tokens, estimate = check_size(chains, largest * 0.6)

@@ -29,11 +29,14 @@ from polyplan.validation.check_prices import PromptPrice, priced_composition, pr
 from polyplan.validation.cost_split import LevelCosts
 from polyplan.validation.cost_split import composition as cost_composition
 from polyplan.validation.results import ROLE_TARGET_ONLY, ChainSpec, RunRecord
+from polyplan.validation.shrinkage import (
+    CheckEvidence, WeighedTerm, bootstrap_variance, floor_variance, pass_variance, weigh,
+)
 
 _CHECK_TOP = 2  # chains checked besides the recommended one (the plan's next best)
 _CHECK_PROMPTS = 4  # profiling prompts run (the built-in set alternates kinds: one of each)
 _CHECK_TOKENS = 64  # tokens per prompt and chain
-_CHECK_REPEATS = 1
+CHECK_REPEATS = 2  # interleaved passes over the same prompts: their spread is the machine's share of C's noise
 _CHECK_BUDGET_SHARE = 0.10  # of the profile's measuring time
 # sizes tried, largest first, until the plan's own predictions say the run fits the budget; never
 # fewer than _CHECK_PROMPTS prompts: a bootstrap over 2 or 3 prompts reads C's spread as next to
@@ -65,7 +68,7 @@ def _seconds_per_token(planned: PlannedChain) -> float:
     return sum(exact.time_per_token_s) + exact.overhead_per_token_s
 
 
-def check_size(specs: Sequence[ChainSpec], budget_s: float | None, repeats: int = _CHECK_REPEATS) -> tuple[int, int, float]:
+def check_size(specs: Sequence[ChainSpec], budget_s: float | None, repeats: int = CHECK_REPEATS) -> tuple[int, int, float]:
     """(prompts, tokens, estimated seconds): the largest of `CHECK_SIZES` whose estimate fits
     `budget_s` (None: the largest), else the smallest: a check too short to fit C is no check."""
     for prompts, tokens in CHECK_SIZES:
@@ -118,6 +121,32 @@ def composition_interval(fit: Callable[[Sequence[RunRecord], Sequence[RunRecord]
     return point, float(min(low, point)), float(max(high, point))
 
 
+def check_evidence(fit: Callable[[Sequence[RunRecord], Sequence[RunRecord]], float], runs: Sequence[RunRecord],
+                   baseline: Sequence[RunRecord], *, rng: np.random.Generator) -> CheckEvidence:
+    """One chain's evidence (`validation.shrinkage.CheckEvidence`): ln C over every run with its
+    bootstrap variance over prompts (`composition_interval`), and ln C of each pass alone."""
+    point, low, high = composition_interval(fit, runs, baseline, rng=rng)
+    repeats = sorted({run.repeat for run in runs})
+    passes = tuple(math.log(fit([run for run in runs if run.repeat == repeat],
+                                [run for run in baseline if run.repeat == repeat])) for repeat in repeats)
+    return CheckEvidence(math.log(point), bootstrap_variance(point, low, high), passes if len(passes) > 1 else ())
+
+
+def profile_floor(profile: Profile | None) -> float | None:
+    """The machine floor's IQR/median while the profile was timed (the median over its models; None
+    when it recorded none)."""
+    floors = [] if profile is None else [model.timing.reference_relative_iqr for model in profile.models
+                                         if model.timing is not None and model.timing.reference_relative_iqr is not None]
+    return statistics.median(floors) if floors else None
+
+
+def shared_variance(evidence: Sequence[CheckEvidence], floor: float | None) -> float:
+    """The variance of ln C that every chain's check shares with the machine's state: the larger of
+    what the interleaved passes show (`validation.shrinkage.pass_variance`) and what the profile's
+    floor implies (`floor_variance`); passes seconds apart miss the slower drift the floor sees."""
+    return max(pass_variance(evidence) or 0.0, floor_variance(floor))
+
+
 def plan_priced(planned: PlannedChain, predicted_baseline: float) -> Callable[[Sequence[RunRecord], Sequence[RunRecord]], float]:
     """C by the plan's own seconds per pass and target-only step (`composition`): how a check is
     priced when the profile cannot price its prompts (`validation.check_prices`)."""
@@ -143,11 +172,15 @@ def combined(point: float, exact: tuple[float, float] | None, term: tuple[float,
     return point * math.exp(-below), point * math.exp(above)
 
 
-def _checked(planned: PlannedChain, term: tuple[float, float, float], measured: float | None, pooled: bool) -> PlannedChain:
+def _checked(planned: PlannedChain, term: WeighedTerm, measured: float | None, pooled: bool) -> PlannedChain:
     """`planned` with its check: exact / C, both exact intervals widened by C's (`combined`)."""
-    point = planned.exact.speedup / term[0]
-    return replace(planned, check=ChainCheck(term[0], term[1], term[2], point, combined(point, planned.exact.interval, term),
-                                             measured, pooled, combined(point, planned.exact.workload_interval, term)))
+    point = planned.exact.speedup / term.composition
+    bounds = (term.composition, term.low, term.high)
+    return replace(planned, check=ChainCheck(
+        term.composition, term.low, term.high, point, combined(point, planned.exact.interval, bounds), measured, pooled,
+        combined(point, planned.exact.workload_interval, bounds), measured_composition=term.measured, weight=term.weight,
+        noise=term.noise,
+    ))
 
 
 def self_check(
@@ -157,7 +190,7 @@ def self_check(
     *,
     top: int = _CHECK_TOP,
     budget_s: float | None = None,
-    repeats: int = _CHECK_REPEATS,
+    repeats: int = CHECK_REPEATS,
     seed: int = 0,
     profile: Profile | None = None,
 ) -> SelfCheck:
@@ -176,31 +209,42 @@ def self_check(
                                                         new_tokens)
     baseline_index, baseline, predicted_baseline = target_only(specs, records)
     rng = np.random.default_rng(seed)
-    terms: dict[tuple[str, ...], tuple[tuple[float, float, float], float]] = {}
+    evidence: dict[tuple[str, ...], CheckEvidence] = {}
+    measured: dict[tuple[str, ...], float] = {}
     for index, spec in enumerate(specs):
         if index == baseline_index:
             continue
         runs = [run for run in records if run.chain == index]
-        measured = sum(run.decode_s for run in baseline) / sum(run.decode_s for run in runs)
+        measured[spec.planned.chain] = sum(run.decode_s for run in baseline) / sum(run.decode_s for run in runs)
         fit = plan_priced(spec.planned, predicted_baseline) if prices is None else prompt_priced(prices[spec.planned.chain])
-        terms[spec.planned.chain] = (composition_interval(fit, runs, baseline, rng=rng), measured)
+        evidence[spec.planned.chain] = check_evidence(fit, runs, baseline, rng=rng)
+    floor = profile_floor(profile)
+    shared = shared_variance(list(evidence.values()), floor)
+    weighed = weigh(evidence, shared)
+    terms = {chain: (term, measured[chain]) for chain, term in weighed.items()}
     record = SelfCheckRecord(prompts=len(fitted), new_tokens=new_tokens, repeats=repeats,
                              seconds=time.perf_counter() - started, budget_s=budget_s, estimated_s=estimate,
-                             priced=PRICED_BY_PLAN if prices is None else PRICED_BY_PROMPT)
+                             priced=PRICED_BY_PLAN if prices is None else PRICED_BY_PROMPT,
+                             shared_noise=math.sqrt(shared), floor=floor)
     return _checked_plan(plan, terms, specs, record)
 
 
-def pooled_term(chain: Sequence[str], terms: Mapping[tuple[str, ...], tuple[tuple[float, float, float], float]]) -> tuple[float, float, float]:
+def pooled_term(chain: Sequence[str], terms: Mapping[tuple[str, ...], tuple[WeighedTerm, float]]) -> WeighedTerm:
     """C for a chain the check did not run: the median C of the checked chains whose drafters are most
     like its own (drafters in common over drafters in either), with an interval spanning theirs;
     of all of them when none shares a drafter; 1 when nothing was checked."""
     if not terms:
-        return 1.0, 1.0, 1.0
+        return _UNCHECKED
     mine = set(chain[1:])
     likeness = {other: len(set(other[1:]) & mine) / len(set(other[1:]) | mine) for other in terms}
     most = max(likeness.values())
     nearest = [terms[other][0] for other, like in likeness.items() if like == most]
-    return statistics.median(term[0] for term in nearest), min(term[1] for term in nearest), max(term[2] for term in nearest)
+    return WeighedTerm(statistics.median(term.composition for term in nearest), min(term.low for term in nearest),
+                       max(term.high for term in nearest), statistics.median(term.measured for term in nearest),
+                       statistics.median(term.weight for term in nearest), max(term.noise for term in nearest))
+
+
+_UNCHECKED = WeighedTerm(1.0, 1.0, 1.0, 1.0, 1.0, 0.0)  # target-only is its own baseline; nothing checked: no term
 
 
 def _checked_plan(plan: PlanFile, terms, specs: Sequence[ChainSpec], record: SelfCheckRecord) -> SelfCheck:
@@ -208,7 +252,7 @@ def _checked_plan(plan: PlanFile, terms, specs: Sequence[ChainSpec], record: Sel
     ranked = []
     for planned in plan.alternatives:
         if len(planned.chain) == 1:
-            ranked.append(_checked(planned, (1.0, 1.0, 1.0), 1.0, False))
+            ranked.append(_checked(planned, _UNCHECKED, 1.0, False))
         elif planned.chain in terms:
             term, measured = terms[planned.chain]
             ranked.append(_checked(planned, term, measured, False))
@@ -225,8 +269,9 @@ def _check_lines(before: PlanFile, after: PlanFile, record: SelfCheckRecord) -> 
     priced = ("each prompt priced by the exact model on its own acceptance and context" if record.priced == PRICED_BY_PROMPT
               else "priced by the plan's seconds per pass, acceptance as measured")
     lines = [f"Self-check ({len(record.checked)} chain(s) beside target-only decoding, {record.prompts} profiling prompt(s) x "
-             f"{record.new_tokens} tokens, {record.seconds:.1f} s{_budget_text(record)}): composition term C = the exact "
-             f"model's error on this machine ({priced}); checked prediction = exact / C"]
+             f"{record.new_tokens} tokens x {record.repeats} interleaved pass(es), {record.seconds:.1f} s{_budget_text(record)}): "
+             f"composition term C = the exact model's error on this machine ({priced}); C as measured is shrunk toward 1 "
+             f"by its evidence ({_noise_text(record)}); checked prediction = exact / C"]
     for planned in after.alternatives:
         check = planned.check
         if check is None or len(planned.chain) == 1 or check.pooled:
@@ -234,8 +279,10 @@ def _check_lines(before: PlanFile, after: PlanFile, record: SelfCheckRecord) -> 
         interval = "" if check.interval is None else f" [{check.interval[0]:.2f}, {check.interval[1]:.2f}]"
         workload = "" if check.workload_interval is None else \
             f" (workload [{check.workload_interval[0]:.2f}, {check.workload_interval[1]:.2f}])"
+        weighed = "" if check.measured_composition is None else \
+            f"measured C = {check.measured_composition:.3f} ± {check.noise:.1%}, {check.weight:.0%} of it kept: "
         lines.append(f"  {planned.label():<44} exact {planned.exact.speedup:.2f}x, measured {check.measured:.2f}x, "
-                     f"C = {check.composition:.3f} [{check.composition_low:.3f}, {check.composition_high:.3f}] -> "
+                     f"{weighed}C = {check.composition:.3f} [{check.composition_low:.3f}, {check.composition_high:.3f}] -> "
                      f"{check.speedup:.2f}x{interval}{workload}")
     pooled = [planned for planned in after.alternatives if planned.check is not None and planned.check.pooled]
     if pooled:
@@ -246,6 +293,14 @@ def _check_lines(before: PlanFile, after: PlanFile, record: SelfCheckRecord) -> 
         lines.append(f"  re-ranked: {after.best.label()} (K = {after.best.blocks_label()}) is now first, "
                      f"checked {after.best.predicted_speedup:.2f}x")
     return lines
+
+
+def _noise_text(record: SelfCheckRecord) -> str:
+    """The check's noise shared by its prompts, and where it was read."""
+    if record.shared_noise is None:
+        return "its prompts' spread"
+    floor = "" if record.floor is None else f"; the profile's machine floor IQR/median {record.floor:.1%}"
+    return f"its prompts' spread and the machine's, ± {record.shared_noise:.1%} shared by every prompt{floor}"
 
 
 def _budget_text(record: SelfCheckRecord) -> str:
