@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import math
 
 import numpy as np
 import pytest
@@ -263,6 +264,25 @@ def test_a_profile_biased_for_one_model_widens_to_the_truth():
     assert len(result.widened) == 1 and result.widened[0].startswith("drafter: latency x [0.5")
     assert "1.80x slower" in result.widened[0]
     assert prediction_intervals(clean, [(("target", "drafter"), (BLOCK,), point_speedup(clean))]).widened == ()
+
+
+def test_a_noisy_floor_shared_by_every_model_is_one_widening_line_at_the_levels_drift():
+    """Models timed on the same noisy floor get one line naming them all; the factor's spread is
+    the level's drift (FLOOR_DRIFT_SHARE of the per-call spread), not the per-call spread itself."""
+    from polyplan.formats.profile import TimingHealth
+    from polyplan.planner.intervals.prediction_interval import FLOOR_DRIFT_SHARE
+
+    clean = drawn_profile(np.random.default_rng(7))
+    noisy = dataclasses.replace(clean, models=[
+        dataclasses.replace(model, timing=TimingHealth(reference_median_s=0.001, reference_relative_iqr=0.34))
+        for model in clean.models])
+    result = prediction_intervals(noisy, [(("target", "drafter"), (BLOCK,), point_speedup(noisy))], resamples=400)
+    assert len(result.widened) == 1 and result.widened[0].startswith("drafter, target: latency x [")
+    low, high = (float(x) for x in result.widened[0].split("[")[1].split("]")[0].split(", "))
+    sd = FLOOR_DRIFT_SHARE * 0.34 / 1.349
+    assert math.exp(-1.96 * sd) * 0.93 < low < math.exp(-1.96 * sd) * 1.07
+    assert math.exp(1.96 * sd) * 0.93 < high < math.exp(1.96 * sd) * 1.07
+    assert high < math.exp(1.96 * 0.34 / 1.349) * 0.9  # narrower than the per-call spread would make it
 
 
 def test_a_widened_interval_is_named_in_the_plan_and_the_validation_notes(tmp_path):

@@ -33,6 +33,10 @@ DEFAULT_RESAMPLES = 200
 DEFAULT_LEVEL = 0.95
 _MEDIAN_EFFICIENCY = 1.2533  # sd(median) / sd(mean) for Gaussian samples: sqrt(pi / 2)
 _IQR_TO_SD = 1.349  # IQR of a standard normal
+# A noisy floor's spread is per call; a latency curve is a median over many rounds, and what moves
+# it between the profile and the run is the machine's level drifting, about half the per-call
+# spread where it was measured (docs/profiling.md, "What the floor measures").
+FLOOR_DRIFT_SHARE = 0.5
 _Z95 = 1.96
 _NEW_PROMPT_SET = float(np.sqrt(2.0))  # a new prompt set's error on top of the profile's: the same again, independent
 _TIES_SHOWN = 3  # chains named in the ranking line (the plan lists them all)
@@ -431,7 +435,7 @@ def _health_factors(profile: Profile, names: Sequence[str], resamples: int,
     quietest = min(floors.values()) if floors else None
     shifted = quietest is not None and max(floors.values()) / quietest > MAX_FLOOR_SHIFT
     factors: dict[str, np.ndarray] = {}
-    lines: list[str] = []
+    widened: dict[str, list[str]] = {}  # reasons -> models
     for name in names:
         health = profile.model(name).timing or TimingHealth()
         factor = np.ones(resamples)
@@ -446,10 +450,14 @@ def _health_factors(profile: Profile, names: Sequence[str], resamples: int,
             reasons.append(f"load {load:.1f} on {cpus} core(s) when timing began")
         noise = health.reference_relative_iqr
         if noise is not None and noise > MAX_FLOOR_NOISE:
-            factor *= np.exp(noise / _IQR_TO_SD * rng.standard_normal(resamples))
+            factor *= np.exp(FLOOR_DRIFT_SHARE * noise / _IQR_TO_SD * rng.standard_normal(resamples))
             reasons.append(f"the machine floor's IQR/median was {noise:.1%}")
         if reasons:
             factors[name] = factor
-            low, high = np.percentile(factor, [2.5, 97.5])
-            lines.append(f"{name}: latency x [{low:.2f}, {high:.2f}] ({'; '.join(reasons)})")
+            widened.setdefault("; ".join(reasons), []).append(name)
+    lines = []
+    for reasons, models in widened.items():
+        low = min(float(np.percentile(factors[name], 2.5)) for name in models)
+        high = max(float(np.percentile(factors[name], 97.5)) for name in models)
+        lines.append(f"{', '.join(models)}: latency x [{low:.2f}, {high:.2f}] ({reasons})")
     return factors, tuple(lines)
