@@ -28,6 +28,7 @@ from polyplan.formats.validation_report import ReportSettings
 from polyplan.formats.profile import Profile
 from polyplan.formats.options import integer_at_least
 from polyplan.planner.intervals.prediction_interval import stretch_words
+from polyplan.planner.intervals.width import wide_interval_lines
 from polyplan.validation.categories import chain_categories
 from polyplan.profiler.forward_timing import synchronizer
 from polyplan.profiler.forward_timing import collector_paused
@@ -352,6 +353,7 @@ def plan_notes(plan: PlanFile) -> list[str]:
         if plan.prediction_intervals.prompt_stretch != 1.0:
             notes.append(f"prediction intervals: acceptance resampled for a new prompt set"
                          f"{stretch_words(plan.prediction_intervals.prompt_stretch)}")
+    notes += [f"wide interval: {line}" for line in wide_interval_lines(plan)]
     return notes
 
 
