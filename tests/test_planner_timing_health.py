@@ -37,7 +37,8 @@ def test_a_quiet_profile_has_no_warning():
 def test_threads_claiming_every_core_are_warned_about(threads):
     """The issue's case: 2 threads on a loaded 2-core machine timed T(1) at 193 ms against 9.5 ms."""
     lines = timing_warnings(_profile(target={**QUIET, "threads": threads, "cpus": 2}, drafter=QUIET))
-    assert len(lines) == 1 and f"{threads} torch threads on 2 available core(s)" in lines[0] and "--threads 1" in lines[0]
+    assert len(lines) == 1 and f"target was timed with {threads} threads on 2 available core(s)" in lines[0]
+    assert "--threads 1" in lines[0]
     assert timing_warnings(_profile(target={**QUIET, "threads": 2, "cpus": 8}, drafter=QUIET)) == ()  # room to spare
 
 
@@ -45,7 +46,7 @@ def test_an_overloaded_machine_is_warned_about():
     lines = timing_warnings(_profile(target={**QUIET, "load_average": 3.5}, drafter=QUIET))
     assert len(lines) == 1 and "load 3.5 on 2 core(s)" in lines[0]
     both = timing_warnings(_profile(target={**QUIET, "load_average": 3.5}, drafter={**QUIET, "load_average": 3.5}))
-    assert len(both) == 1 and both[0].startswith("target, drafter: ")  # one line for a machine-wide reason
+    assert len(both) == 1 and "while target and drafter were timed" in both[0]  # one line for a machine-wide reason
 
 
 @pytest.mark.parametrize(
@@ -53,13 +54,40 @@ def test_an_overloaded_machine_is_warned_about():
     [
         ({**QUIET, "reference_relative_iqr": 0.4}, "machine floor was noisy"),
         ({**QUIET, "noise_budget_exhausted": True}, "budget"),
-        ({**QUIET, "latency_outliers": 9, "latency_timings": 40}, "9 of 40 timings were outliers"),
+        ({**QUIET, "latency_outliers": 9, "latency_timings": 40}, "target 9 of 40"),
         ({**QUIET, "reference_median_s": 0.003}, "3.0x slower while target was timed"),
     ],
 )
 def test_each_rule_names_the_model_and_the_reason(meta, words):
     lines = timing_warnings(_profile(target=meta, drafter=QUIET))
     assert len(lines) == 1 and words in lines[0]
+
+
+def test_a_noisy_floor_on_three_models_is_one_line_naming_them_all():
+    """The floor is the machine's: one finding, said once, with the spread of what each model saw."""
+    noisy = {**QUIET, "reference_relative_iqr": 0.22}
+    lines = timing_warnings(_profile(target=noisy, **{"target-int8": {**noisy, "reference_relative_iqr": 0.34}},
+                                     drafter={**noisy, "reference_relative_iqr": 0.3}, ngram=QUIET))
+    assert len(lines) == 1
+    assert "while target, target-int8 and drafter were timed" in lines[0] and "22.0%-34.0%" in lines[0]
+    assert "ngram" not in lines[0] and "their latency curves are uncertain" in lines[0]
+
+
+def test_two_reasons_on_several_models_are_two_lines():
+    bad = {**QUIET, "reference_relative_iqr": 0.3, "noise_budget_exhausted": True}
+    lines = timing_warnings(_profile(target=bad, drafter=bad, ngram=bad))
+    assert len(lines) == 2
+    assert [("IQR/median" in line, "budget" in line) for line in lines] == [(True, False), (False, True)]
+    assert all("target, drafter and ngram were timed" in line for line in lines)
+
+
+def test_the_thread_warning_names_every_member_without_calling_the_threads_torch_s():
+    """llama.cpp members follow the one thread setting (their OpenMP region waits for its slowest
+    thread as torch's does), so a member of either engine is named, and the line says threads."""
+    two = {**QUIET, "threads": 2, "cpus": 2}
+    lines = timing_warnings(_profile(target=two, **{"qwen-0.5b-gguf": two}))
+    assert len(lines) == 1 and lines[0].startswith("target and qwen-0.5b-gguf were timed with 2 threads")
+    assert "torch" not in lines[0]
 
 
 def test_tukey_fences_flag_far_outliers_only():
