@@ -24,7 +24,8 @@ from polyplan.formats.profile import Profile
 from polyplan.planner.intervals.width import wide_interval_lines
 from polyplan.profiler.prompts import EncodedPrompt
 from polyplan.validation.chain_runs import (
-    ValidationSettings, context_limit, fit_prompts, measure_chains, reserve_for, sampling_of, select_chains, target_only,
+    ValidationProgress, ValidationSettings, context_limit, fit_prompts, measure_chains, reserve_for, sampling_of, select_chains,
+    target_only,
 )
 from polyplan.validation.check_prices import PromptPrice, priced_composition, prompt_prices
 from polyplan.validation.cost_split import LevelCosts
@@ -194,18 +195,19 @@ def self_check(
     repeats: int = CHECK_REPEATS,
     seed: int = 0,
     profile: Profile | None = None,
+    progress: ValidationProgress | None = None,
 ) -> SelfCheck:
     """The plan with checked predictions, re-ranked, from a run of its best chains beside target-only
     decoding on the first few of the profiling `prompts` (cut from the left to fit). `budget_s`: the
     seconds it may take (`check_size`); `profile`: the plan's, to price the run prompt by prompt
-    (without it, or where it cannot, the plan's parts price it)."""
+    (without it, or where it cannot, the plan's parts price it); `progress` hears of each run."""
     started = time.perf_counter()
     specs = [spec for spec in select_chains(plan, top) if spec.rank <= top + 1 or ROLE_TARGET_ONLY in spec.roles]
     count, new_tokens, estimate = check_size(specs, budget_s, repeats)
     fitted = fit_prompts(list(prompts)[:count], context_limit(members, specs), reserve_for(specs, new_tokens),
                          truncate=True, source="the profiling prompts").prompts
     settings = ValidationSettings(new_tokens=new_tokens, repeats=repeats, top=top, seed=seed, warmup_tokens=_WARMUP_TOKENS)
-    records, _ = measure_chains(specs, members, [p.ids for p in fitted], settings, sampling_of(plan.sampling))
+    records, _ = measure_chains(specs, members, [p.ids for p in fitted], settings, sampling_of(plan.sampling), progress)
     prices = None if profile is None else prompt_prices(plan, profile, [spec.planned for spec in specs], [p.ids for p in fitted],
                                                         new_tokens)
     baseline_index, baseline, predicted_baseline = target_only(specs, records)
