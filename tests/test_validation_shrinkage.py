@@ -51,7 +51,7 @@ def test_pass_variance_pools_each_chains_spread_of_passes():
 def test_floor_and_bootstrap_variances():
     assert floor_variance(None) == 0.0 and floor_variance(0.0) == 0.0
     assert floor_variance(0.1) < floor_variance(0.3)
-    assert floor_variance(0.3) == pytest.approx((math.log(1.3) / 1.349) ** 2)
+    assert floor_variance(0.3) == pytest.approx((0.5 * math.log(1.3) / 1.349) ** 2)
     assert bootstrap_variance(1.0, math.exp(-0.196), math.exp(0.196)) == pytest.approx(0.1**2, rel=1e-3)
 
 

@@ -27,6 +27,8 @@ import statistics
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
+from polyplan.planner.intervals.prediction_interval import FLOOR_DRIFT_SHARE
+
 # The least spread of ln C assumed: the exact model is never taken to be exactly right
 # (docs/validation.md argues the value from the exact model's measured errors).
 PRIOR_FLOOR = 0.05
@@ -84,11 +86,12 @@ def pass_variance(evidence: Sequence[CheckEvidence]) -> float | None:
 
 def floor_variance(floor_relative_iqr: float | None) -> float:
     """The variance of ln Ĉ that the machine floor's measured spread implies: a check's speedup is
-    a ratio of two timings taken on that floor (IQR/median over `IQR_TO_SD`, as a log standard
-    deviation). 0 when the profile recorded no floor."""
+    a ratio of two sums of many passes on that floor, which move with the machine's level, not with
+    the spread of one call (`FLOOR_DRIFT_SHARE` of the floor's IQR/median over `IQR_TO_SD`, as a log
+    standard deviation, as the prediction intervals widen a curve). 0 when the profile recorded no floor."""
     if floor_relative_iqr is None or not floor_relative_iqr > 0:
         return 0.0
-    return (math.log1p(floor_relative_iqr) / IQR_TO_SD) ** 2
+    return (FLOOR_DRIFT_SHARE * math.log1p(floor_relative_iqr) / IQR_TO_SD) ** 2
 
 
 def weigh(evidence: Mapping[tuple[str, ...], CheckEvidence], shared_variance: float,
