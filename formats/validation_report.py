@@ -10,7 +10,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from polyplan.formats.codec import NONE, FileFormat, decode_file, encode_file, read_file, spec, write_file
+from polyplan.formats.codec import EMPTY, NONE, FileFormat, decode_file, encode_file, read_file, spec, write_file
 from polyplan.formats.plan import DraftPolicy
 
 REPORT_VERSION = 1
@@ -236,7 +236,8 @@ class ReportHeadline:
 
 @dataclass(frozen=True)
 class Check:
-    """One of the targets polyplan is held to, with the measured value and whether it is met."""
+    """One check of a validation run (a fact about the run: does it hold?) or one diagnostic
+    reported beside the checks, with its value, its threshold and whether it holds."""
 
     name: str
     value: float | None
@@ -292,6 +293,9 @@ class ValidationReport:
     categories: tuple[ChainCategoryRows, ...]
     settings: ReportSettings
     notes: tuple[str, ...]
+    # the predictions' errors against the tolerance: information beside `checks`, not verdicts
+    # (a report written before them has none, and reads and writes back without the key)
+    diagnostics: tuple[Check, ...] = spec(default=(), omit=EMPTY)
     files: Mapping[str, str] = field(default_factory=dict)  # what the report wrote: name -> path
 
 

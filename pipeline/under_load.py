@@ -17,6 +17,7 @@ from polyplan.pipeline.demo import DemoSettings
 from polyplan.pipeline.stages import DemoResult, run_demo
 from polyplan.pipeline.load import MAX_SECONDS, SHAPES, LoadReport, background_load
 from polyplan.validation.reporting import yes_no
+from polyplan.validation.results import CHECK_FASTEST, CHECK_HOLDS, DIAGNOSTIC_CHECKED, DIAGNOSTIC_EXACT
 
 QUIET = "quiet"
 LOADED = "steady"  # the shape `bench loop` runs when no other is asked for
@@ -76,11 +77,9 @@ def loop_lines(bench: LoopBenchmark) -> list[str]:
                 f"{chain.measured.text():>22} {error:>7} {yes_no(chain.inside_interval):>6} {yes_no(chain.prediction_holds):>5}"
             )
         head = validation.headline
-        ranking = next(check for check in head.checks if check.name.startswith("recommended chain is the fastest"))
-        checked = next((check for check in head.checks if check.name.startswith("checked prediction")), None)
-        within = checked if checked is not None and checked.passed is not None else next(
-            check for check in head.checks if check.name.startswith("exact model within 10%"))
-        holds = next(check for check in head.checks if check.name.startswith("every prediction holds"))
+        ranking, holds = head.find(CHECK_FASTEST), head.find(CHECK_HOLDS)
+        checked = head.find(DIAGNOSTIC_CHECKED)
+        within = checked if checked is not None and checked.passed is not None else head.find(DIAGNOSTIC_EXACT)
         inside = [chain.inside_interval for chain in validation.chains if len(chain.chain) > 1 and chain.lossless]
         judged = [value for value in inside if value is not None]
         load = ""

@@ -17,7 +17,7 @@ import pytest
 from polyplan.validation.paired import paired_speedup, ratio_interval
 from polyplan.validation.results import ChainSpec, RunRecord, headline, summarise_chain
 from polyplan.formats.plan import ExactRecord, PaperRecord, PlannedChain
-from polyplan.validation.results import ROLE_ALTERNATIVE, ROLE_RECOMMENDED, ROLE_TARGET_ONLY
+from polyplan.validation.results import CHECK_FASTEST, CHECK_HOLDS, ROLE_ALTERNATIVE, ROLE_RECOMMENDED, ROLE_TARGET_ONLY
 
 
 def simulated(rng: np.random.Generator, speedup: float, prompts: int = 8, repeats: int = 3):
@@ -112,22 +112,18 @@ def _validate(recommended_speedup, other_speedup, *, interval=(1.6, 1.9), predic
     return chains, headline(chains)
 
 
-def _check(head, start):
-    return next(check for check in head.checks if check.name.startswith(start))
-
-
 def test_ranking_check_fails_when_the_recommended_chain_is_clearly_slower():
     """Negative control, the issue's run 2: recommended 1.76x, the alternative 2.75x, low noise."""
     chains, head = _validate(1.76, 2.75)
     assert head.record.fastest == "t > d > n" and head.record.recommended_within_noise is False
-    assert _check(head, "recommended chain is the fastest").passed is False
+    assert head.find(CHECK_FASTEST).passed is False
     assert head.record.fastest_over_recommended is not None and head.record.fastest_over_recommended.low > 1.0
 
 
 def test_ranking_check_passes_when_the_two_are_within_noise():
     chains, head = _validate(1.76, 1.765)
     assert head.record.recommended_within_noise is True
-    assert _check(head, "recommended chain is the fastest").passed is True
+    assert head.find(CHECK_FASTEST).passed is True
 
 
 def test_a_prediction_holds_only_inside_its_interval_and_within_ten_percent():
@@ -137,7 +133,7 @@ def test_a_prediction_holds_only_inside_its_interval_and_within_ten_percent():
     assert outside[0].prediction_holds is False
     wide, _ = _validate(1.55, 1.70, interval=(1.2, 2.3))  # inside a wide interval but 13% off
     assert wide[0].inside_interval is True and wide[0].prediction_holds is False
-    assert _check(head, "every prediction holds").passed is True
+    assert head.find(CHECK_HOLDS).passed is True
 
 
 def test_error_sources_split_latency_acceptance_and_noise():

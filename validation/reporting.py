@@ -16,6 +16,7 @@ from polyplan.formats.errors import PolyplanError
 from polyplan.formats.atomic import write_text_atomically
 from polyplan.formats.plan import blocks_text
 from polyplan.formats.validation_report import (
+    Check,
     MeasuredExact,
     MeasuredInterval,
     PredictedSpeedup,
@@ -31,6 +32,7 @@ from polyplan.validation.results import (
     ROLE_RECOMMENDED,
     ROLE_TARGET_ONLY,
     ROLE_TWO_MODEL,
+    PREDICTION_TOLERANCE,
     ChainResult,
     Validation,
 )
@@ -117,9 +119,20 @@ def table_lines(validation: Validation) -> list[str]:
     return lines
 
 
+VERDICTS = {True: "holds", False: "does not hold", None: "undecided"}  # a check's outcome, as printed
+
+
+def check_line(check: Check) -> str:
+    """One check as the terminal prints it: its verdict, what it says and the run's facts behind it."""
+    return f"{VERDICTS[check.passed]}: {check.name} ({check.detail})"
+
+
 def _check_lines(validation: Validation) -> list[str]:
-    verdicts = {True: "met", False: "NOT met", None: "undecided"}
-    return [f"- {check.name}: **{verdicts[check.passed]}** ({check.detail})" for check in validation.headline.checks]
+    return [f"- {check.name}: **{VERDICTS[check.passed]}** ({check.detail})" for check in validation.headline.checks]
+
+
+def _diagnostic_lines(validation: Validation) -> list[str]:
+    return [f"- {check.name}: {yes_no(check.passed)} ({check.detail})" for check in validation.headline.diagnostics]
 
 
 def _error_source_lines(validation: Validation) -> list[str]:
@@ -223,7 +236,7 @@ def _acceptance_lines(chain: ChainResult) -> list[str]:
 
 
 def _report_markdown(validation: Validation, plots: dict[str, str]) -> str:
-    """report.md: settings, the table, the targets, per-model detail and the plots."""
+    """report.md: settings, the table, the checks and diagnostics, per-model detail and the plots."""
     run = validation.settings
     lines = [
         "# polyplan validation report",
@@ -238,7 +251,10 @@ def _report_markdown(validation: Validation, plots: dict[str, str]) -> str:
         f"- wall time {run.wall_time_s:.1f} s",
     ]
     lines += [f"- note: {note}" for note in validation.notes]
-    lines += ["", "## Chains", "", "```", *table_lines(validation)[:-2], "```", "", "## Targets", "", *_check_lines(validation)]
+    lines += ["", "## Chains", "", "```", *table_lines(validation)[:-2], "```", "", "## Checks", "", *_check_lines(validation)]
+    lines += _section("Diagnostics", "How far each prediction's point fell from the measurement, against the "
+                      f"{PREDICTION_TOLERANCE:.0%} a prediction holds within: information beside the checks, not verdicts "
+                      "(the table above gives every chain's errors).", _diagnostic_lines(validation))
     lines += _section("Where the prediction error comes from",
                       "The exact model is re-evaluated step by step: on the profile (the plan), on latency re-timed "
                       "during this run, then also on the greedy acceptance measured on these validation prompts. "
@@ -323,6 +339,7 @@ def report_of(validation: Validation, files: dict[str, str] | None = None) -> Va
         chains=tuple(_chain_record(chain) for chain in validation.chains),
         headline=validation.headline.record,
         checks=validation.headline.checks,
+        diagnostics=validation.headline.diagnostics,
         categories=validation.categories,
         settings=validation.settings,
         notes=validation.notes,

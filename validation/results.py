@@ -21,7 +21,7 @@ from polyplan.formats.plan import DraftPolicy, PlannedChain, blocks_text
 from polyplan.decoder.result import PassTally
 from polyplan.formats.validation_report import (
     AcceptedFraction, ChainCategoryRows, Check, CostSplit, ErrorSources, ForwardsPerToken, HeadlinePrediction, MeasuredExact, OverTwoModel, PassSeconds,
-    PromptRecord, ReportHeadline, ReportLevel, ReportSettings, SpeedupErrors, TokensPerVerification,
+    PromptRecord, ReportHeadline, ReportLevel, ReportSettings, SpeedupErrors, SpeedupRatio, TokensPerVerification,
 )
 from polyplan.validation.cost_split import LevelCosts, Price, cost_split, mean_width, merged_tallies, profile_seconds_per_pass
 from polyplan.validation.paired import PairedSpeedup, paired_speedup, ratio_interval
@@ -32,8 +32,16 @@ ROLE_TWO_MODEL = "best two-model"
 ROLE_TARGET_ONLY = "target only"
 
 PREDICTION_TOLERANCE = 0.10  # the exact model's promise, relative to the measured speedup
-TARGET_SPEEDUP = 2.0  # the recommended chain over target-only decoding
-TARGET_OVER_TWO_MODEL = 1.15  # the recommended chain over the best two-model chain
+
+# What validate judges of a run (`Headline.checks`), each a fact about the user's own run
+CHECK_HOLDS = f"every prediction inside its interval and within {PREDICTION_TOLERANCE:.0%} of its point"
+CHECK_FASTEST = "the recommended chain the fastest measured, or tied within the paired CI"
+CHECK_GREEDY = "greedy output equal to target-only decoding's, token for token"
+CHECK_NO_WORSE = "the self-check made no prediction worse than the exact model's by more than its own stated uncertainty"
+# What it reports beside them without judging (`Headline.diagnostics`): the table shows the same errors
+DIAGNOSTIC_EXACT = f"exact model within {PREDICTION_TOLERANCE:.0%} of the measured speedup (every lossless chain)"
+DIAGNOSTIC_CHECKED = f"checked prediction (recommend's self-check) within {PREDICTION_TOLERANCE:.0%} (every lossless chain)"
+DIAGNOSTIC_RETIMED = f"exact model on latency re-timed during the run within {PREDICTION_TOLERANCE:.0%} (every lossless chain)"
 
 
 @dataclass(frozen=True)
@@ -127,6 +135,17 @@ class ChainPredictions:
     # the exact model on re-timed latency and on acceptance measured on the validation prompts (greedy)
     reaccepted: float | None = None
     baseline_seconds_per_token: float | None = None  # the plan's, of target-only decoding, for `cost_split`
+    composition: float | None = None  # the self-check's C (formats.plan.ChainCheck); None: not checked
+    composition_interval: tuple[float, float] | None = None  # C's interval
+
+    @property
+    def check_uncertainty(self) -> float | None:
+        """The self-check's own stated uncertainty, relative: the half-width of C's log interval,
+        max(ln(C / low), ln(high / C)); None without a check."""
+        if self.composition is None or self.composition_interval is None:
+            return None
+        low, high = self.composition_interval
+        return max(math.log(self.composition / low), math.log(high / self.composition))
 
     @property
     def judged(self) -> tuple[float, tuple[float, float] | None]:
@@ -200,6 +219,13 @@ class ChainResult:
         return self.error_of(self.predicted.judged[0])
 
     @property
+    def check_worsened_by(self) -> float | None:
+        """How much further off the checked prediction is than the exact model, |checked error| −
+        |exact error| (negative: the check brought it closer); None without both."""
+        checked, exact = self.checked_error, self.errors.exact
+        return None if checked is None or exact is None else abs(checked) - abs(exact)
+
+    @property
     def inside_interval(self) -> bool | None:
         """The measured speedup lies inside the `judged` interval (None: no interval, or lossy)."""
         measured, (_, interval) = self.measured_speedup, self.predicted.judged
@@ -267,10 +293,16 @@ def _speedup_text(speedup: float, interval: tuple[float, float] | None) -> str:
 
 @dataclass(frozen=True)
 class Headline:
-    """The recommended chain's result and how it compares, as report.json keeps it, and its checks."""
+    """The recommended chain's result and how it compares, as report.json keeps it; the checks
+    judged on the run, and diagnostics reported beside them without a verdict on the run."""
 
     record: ReportHeadline
     checks: tuple[Check, ...]
+    diagnostics: tuple[Check, ...] = ()
+
+    def find(self, name: str) -> Check | None:
+        """The check or diagnostic called `name` (one of this module's CHECK_ and DIAGNOSTIC_ names)."""
+        return next((check for check in (*self.checks, *self.diagnostics) if check.name == name), None)
 
 
 @dataclass(frozen=True)
@@ -389,6 +421,8 @@ def summarise_chain(
         retimed=retimed,
         reaccepted=reaccepted,
         baseline_seconds_per_token=predicted_baseline,
+        composition=None if planned.check is None else planned.check.composition,
+        composition_interval=None if planned.check is None else (planned.check.composition_low, planned.check.composition_high),
     )
     return ChainResult(planned.chain, planned.block_sizes, spec.roles, spec.rank, tuple(levels), measured, predicted,
                        planned.draft_policy)
@@ -431,7 +465,8 @@ def _ratio(numerator: Repeated, denominator: Repeated) -> Repeated:
 
 
 def headline(chains: Sequence[ChainResult]) -> Headline:
-    """The recommended chain against target-only decoding, the best two-model and the fastest chain, and its checks."""
+    """The recommended chain against target-only decoding, the best two-model and the fastest chain;
+    the checks judged on the run and the diagnostics (docs/validation.md, "How it judges")."""
     recommended = next(chain for chain in chains if chain.recommended)
     lossless = [chain for chain in chains if chain.lossless]
     two = next((chain for chain in chains if ROLE_TWO_MODEL in chain.roles), None)
@@ -450,22 +485,23 @@ def headline(chains: Sequence[ChainResult]) -> Headline:
             gap_repeats = _ratio(fastest.measured.speedup, recommended.measured.speedup)
             stderr = 0.0 if gap_repeats.std is None else gap_repeats.std / math.sqrt(len(gap_repeats.samples))
             within = gap_repeats.mean - 1.0 <= 2.0 * stderr
-    checks = _checks(recommended, lossless, over_two, two, fastest, within, gap)
+    checks = (_holds_check(lossless), _ranking_check(fastest, within, gap), _greedy_check(chains),
+              _no_worse_check(chains, lossless))
     if recommended.lossless:
-        line = (
-            f"recommended {recommended.label()} (K = {blocks_text(recommended.block_sizes, recommended.draft_policy)}): measured "
-            f"{recommended.measured.text()} over target-only decoding "
-            f"(exact model predicted {recommended.predicted.text()}, {recommended.errors.exact:+.1%}; "
-            f"paper's Lemma 3.1 {recommended.predicted.paper:.2f}x, {recommended.errors.paper:+.1%})"
-        )
+        predicted, errors = recommended.predicted, recommended.errors
+        line = prediction_sentence(recommended) + " " + (
+            f"Exact model {predicted.text()} ({errors.exact:+.1%}), paper's" if predicted.checked is not None else "Paper's"
+        ) + f" Lemma 3.1 {predicted.paper:.2f}x ({errors.paper:+.1%})"
         if over_two is not None and two is not recommended:
             line += f"; {over_two.mean:.2f}x over the best two-model chain {two.label()}"
         if fastest is not None and fastest is not recommended:
             line += f"; fastest measured: {fastest.label()} at {fastest.measured.text()}" + (
                 " (within noise)" if within else ""
             )
+        line += "."
     else:
-        line = f"recommended {recommended.label()}: LOSSY ({recommended.measured.first_difference}); no speedup reported"
+        line = (f"polyplan's prediction is not judged: the recommended chain {recommended.label()} is LOSSY "
+                f"({recommended.measured.first_difference}); no speedup reported.")
     record = ReportHeadline(
         line=line,
         recommended=recommended.label(),
@@ -478,10 +514,101 @@ def headline(chains: Sequence[ChainResult]) -> Headline:
         recommended_within_noise=within,
         fastest_over_recommended=gap,
     )
-    return Headline(record, checks)
+    return Headline(record, checks, _diagnostics(lossless))
 
 
-def _prediction_check(name: str, errors: list[tuple[ChainResult, float]], missing: str) -> Check:
+@dataclass(frozen=True)
+class Factor:
+    """One factor of a prediction's error (predicted / measured − 1 of that factor alone), what it
+    is called and why it moves the prediction that way."""
+
+    name: str
+    term: float
+    why: str
+
+
+def error_factors(chain: ChainResult) -> tuple[Factor, ...]:
+    """The judged prediction's error split into factors whose (1 + term) multiply to 1 + the
+    judged error: the exact model's cost split (`validation.cost_split`), times the self-check's
+    correction where the plan stands by the checked prediction; () without a cost split."""
+    split = chain.cost_split
+    if split is None:
+        return ()
+    factors = [
+        Factor("the target-only step", split.baseline,
+               _by_sign(split.baseline, "target-only decoding ran faster in this run than the profile timed it",
+                        "target-only decoding ran slower in this run than the profile timed it")),
+        Factor("passes per token", split.forwards,
+               _by_sign(split.forwards, "the drafters were accepted less on these prompts than on the profiled ones",
+                        "the drafters were accepted more on these prompts than on the profiled ones")),
+        _per_pass_factor(chain, split.per_pass),
+        Factor("the decoding loop", split.loop,
+               _by_sign(split.loop, "the loop between passes took longer than the plan's", "the loop between passes took less than the plan's")),
+        Factor("the paired per-prompt ratio", split.aggregation,
+               _by_sign(split.aggregation, "the paired speedup (per prompt, medians over repeats) is below the ratio of total times",
+                        "the paired speedup (per prompt, medians over repeats) is above the ratio of total times")),
+        Factor("the plan's speedup beyond its factors", split.model,
+               "the plan's speedup is not its own target-only step over the time per token it priced"),
+    ]
+    predicted = chain.predicted
+    if predicted.checked is not None:
+        correction = predicted.checked / predicted.exact - 1.0
+        measured_c = "" if predicted.composition is None else f" C = {predicted.composition:.3f}" + (
+            "" if predicted.composition_interval is None else
+            f" [{predicted.composition_interval[0]:.3f}, {predicted.composition_interval[1]:.3f}]")
+        factors.append(Factor(
+            "the self-check's correction", correction,
+            f"its{measured_c} moved the exact model's prediction {'up' if correction > 0 else 'down'}, "
+            f"and the exact model was off by {chain.errors.exact:+.1%}",
+        ))
+    return tuple(factors)
+
+
+def _by_sign(term: float, positive: str, negative: str) -> str:
+    """The reason for a factor's term: `positive` when it made the prediction too high, else `negative`."""
+    return positive if term > 0 else negative
+
+
+def _per_pass_factor(chain: ChainResult, term: float) -> Factor:
+    """The seconds-per-pass factor, named by the member whose passes moved the chain's time most."""
+    moved = [(level.model, costs.forwards * (costs.seconds_per_pass - costs.predicted_seconds_per_pass))
+             for level, costs in ((level, _level_costs(level)) for level in chain.levels)]
+    model, _ = max(moved, key=lambda item: abs(item[1]))
+    slower = term > 0
+    return Factor(f"seconds per pass of {model}", term,
+                  f"its passes took {'longer' if slower else 'less'} inside the chain than the plan priced them")
+
+
+def moved_most(chain: ChainResult) -> Factor | None:
+    """The factor of `error_factors` that moved the judged prediction most in the direction of its
+    error (largest |ln(1 + term)| of the terms signed like the error: a term of the other sign
+    pulled the other way); None without factors or error."""
+    error = chain.judged_error
+    if error is None:
+        return None
+    along = [factor for factor in error_factors(chain) if factor.term * error > 0]
+    return max(along, key=lambda factor: abs(math.log1p(factor.term)), default=None)
+
+
+def prediction_sentence(chain: ChainResult) -> str:
+    """One sentence: whether polyplan's prediction for the (lossless) recommended chain held, its
+    measurement against the prediction the plan stands by, and, when it did not, the factor that moved most."""
+    error, holds = chain.judged_error, chain.prediction_holds
+    facts = (f"recommended {chain.label()} (K = {blocks_text(chain.block_sizes, chain.draft_policy)}) measured "
+             f"{chain.measured.text()}, predicted {chain.predicted.judged_text()}")
+    if holds is None:
+        return f"polyplan's prediction is not judged (the plan gives it no interval): {facts}, {error:+.1%}."
+    if holds:
+        return f"polyplan's prediction held: {facts}, {error:+.1%}."
+    where = "outside its interval" if not chain.inside_interval else f"more than {PREDICTION_TOLERANCE:.0%} from its point"
+    sentence = f"polyplan's prediction did not hold: {facts}, off by {error:+.1%} ({where})"
+    factor = moved_most(chain)
+    if factor is not None:
+        sentence += f", mostly in {factor.name} ({factor.term:+.1%}): {factor.why}"
+    return sentence + "."
+
+
+def _prediction_diagnostic(name: str, errors: list[tuple[ChainResult, float]], missing: str) -> Check:
     """Every (chain, prediction error) within PREDICTION_TOLERANCE; `missing` when there is none."""
     worst = max(errors, key=lambda item: abs(item[1]), default=None)
     if worst is None:
@@ -495,54 +622,82 @@ def _prediction_check(name: str, errors: list[tuple[ChainResult, float]], missin
     )
 
 
+def _diagnostics(lossless: Sequence[ChainResult]) -> tuple[Check, ...]:
+    """The three predictions' errors against PREDICTION_TOLERANCE: information, not verdicts."""
+    errors = [(chain, chain.errors.exact) for chain in lossless if chain.errors.exact is not None]
+    checked = [(chain, chain.checked_error) for chain in lossless if chain.checked_error is not None]
+    retimed = [(chain, chain.errors.exact_retimed) for chain in lossless if chain.errors.exact_retimed is not None]
+    return (
+        _prediction_diagnostic(DIAGNOSTIC_EXACT, errors, "no lossless chain"),
+        _prediction_diagnostic(DIAGNOSTIC_CHECKED, checked, "the plan ran no self-check (recommend --candidates runs it; --no-check skips it)"),
+        _prediction_diagnostic(DIAGNOSTIC_RETIMED, retimed, "not re-timed (no profile)"),
+    )
+
+
+def _miss(chain: ChainResult) -> str:
+    """How a prediction that does not hold misses: outside its interval, or too far from its point."""
+    facts = f"{chain.label()} measured {chain.measured_speedup:.2f}x"
+    if not chain.inside_interval:
+        return f"{facts} outside {chain.predicted.judged_text()}"
+    return f"{facts} inside {chain.predicted.judged_text()} but {chain.judged_error:+.1%} from its point"
+
+
 def _holds_check(lossless: Sequence[ChainResult]) -> Check:
     """Every lossless chain's measured speedup inside its predicted interval and within PREDICTION_TOLERANCE."""
     judged = [chain for chain in lossless if chain.prediction_holds is not None]
-    name = "every prediction holds: measured speedup inside its predicted interval and within 10% of the point"
     if not judged:
-        return Check(name, None, PREDICTION_TOLERANCE, None, "the plan has no prediction intervals (re-run polyplan recommend)")
+        return Check(CHECK_HOLDS, None, 0.0, None, "the plan has no prediction intervals (re-run polyplan recommend)")
     failing = [chain for chain in judged if not chain.prediction_holds]
-    detail = "; ".join(
-        f"{chain.label()}: measured {chain.measured_speedup:.2f}x vs {chain.predicted.judged_text()}" for chain in failing
-    ) or f"{len(judged)} chain(s) hold"
-    return Check(name, float(len(failing)), 0.0, not failing, detail)
+    detail = "; ".join(_miss(chain) for chain in failing) or f"{len(judged)} chain(s) hold"
+    return Check(CHECK_HOLDS, float(len(failing)), 0.0, not failing, detail)
 
 
-def _checks(recommended, lossless, over_two, two, fastest, within, gap=None) -> tuple[Check, ...]:
-    errors = [(chain, chain.errors.exact) for chain in lossless if chain.errors.exact is not None]
-    retimed = [(chain, chain.errors.exact_retimed) for chain in lossless if chain.errors.exact_retimed is not None]
-    ranking = "no lossless chain" if fastest is None else f"fastest: {fastest.label()} {fastest.measured.text()}"
+def _ranking_check(fastest: ChainResult | None, within: bool | None, gap: SpeedupRatio | None) -> Check:
+    """The recommended chain the fastest measured, or tied with it within the paired CI."""
+    detail = "no lossless chain" if fastest is None else f"fastest: {fastest.label()} {fastest.measured.text()}"
     if gap is not None:
-        ranking += (f"; its paired speedup over the recommended chain {gap.point:.3f}x, "
-                    f"{gap.level:.0%} CI [{gap.low:.3f}, {gap.high:.3f}] {'contains' if gap.includes_one else 'excludes'} 1")
-    checked = [(chain, chain.checked_error) for chain in lossless if chain.checked_error is not None]
-    checks = [
-        _prediction_check("exact model within 10% of the measured speedup (every lossless chain)", errors, "no lossless chain"),
-        _prediction_check("checked prediction (recommend's self-check) within 10% (every lossless chain)", checked,
-                          "the plan ran no self-check (recommend --candidates runs it; --no-check skips it)"),
-        _prediction_check("exact model on latency re-timed during the run within 10% (every lossless chain)", retimed,
-                          "not re-timed (no profile)"),
-        Check(
-            "recommended chain is the fastest measured (or tied: the paired CI of the fastest over it contains 1)",
-            None if fastest is None else fastest.measured_speedup,
-            0.0,
-            within,
-            ranking,
-        ),
-        Check(
-            f"recommended chain >= {TARGET_SPEEDUP:g}x over target-only decoding",
-            recommended.measured_speedup,
-            TARGET_SPEEDUP,
-            None if recommended.measured_speedup is None else recommended.measured_speedup >= TARGET_SPEEDUP,
-            "lossy" if recommended.measured_speedup is None else f"{recommended.measured_speedup:.2f}x",
-        ),
-        Check(
-            f"recommended chain >= {TARGET_OVER_TWO_MODEL:g}x over the best two-model chain",
-            None if over_two is None else over_two.mean,
-            TARGET_OVER_TWO_MODEL,
-            None if over_two is None else over_two.mean >= TARGET_OVER_TWO_MODEL,
-            "no lossless two-model chain" if over_two is None else f"{over_two.mean:.2f}x over {two.label()}",
-        ),
-        _holds_check(lossless),
-    ]
-    return tuple(checks)
+        detail += (f"; its paired speedup over the recommended chain {gap.point:.3f}x, "
+                   f"{gap.level:.0%} CI [{gap.low:.3f}, {gap.high:.3f}] {'contains' if gap.includes_one else 'excludes'} 1")
+    return Check(CHECK_FASTEST, None if fastest is None else fastest.measured_speedup, 0.0, within, detail)
+
+
+def _greedy_check(chains: Sequence[ChainResult]) -> Check:
+    """Every chain's greedy output target-only decoding's, token for token (a near-tie counts as
+    equal, with its reason); undecided under sampling, whose outputs are random."""
+    drafting = [chain for chain in chains if len(chain.chain) > 1]
+    if not drafting or all(chain.measured.greedy_equal is None for chain in drafting):
+        return Check(CHECK_GREEDY, None, 0.0, None,
+                     "sampling: outputs are random, so they are not compared token for token" if drafting else "no chain drafts")
+    lossy = [chain for chain in drafting if not chain.lossless]
+    ties = [chain for chain in drafting if chain.measured.near_tie is not None]
+    if lossy:
+        detail = "; ".join(f"{chain.label()} differs: {chain.measured.first_difference}" for chain in lossy)
+    else:
+        detail = f"{len(drafting)} chain(s) equal" + "".join(
+            f"; {chain.label()} parted at a near-tie ({chain.measured.near_tie})" for chain in ties)
+    return Check(CHECK_GREEDY, float(len(lossy)), 0.0, not lossy, detail)
+
+
+def _no_worse_check(chains: Sequence[ChainResult], lossless: Sequence[ChainResult]) -> Check:
+    """Every lossless checked chain: |checked error| − |exact error| at most the check's own stated
+    uncertainty (`ChainPredictions.check_uncertainty`); undecided when the plan ran no self-check."""
+    judged = [chain for chain in lossless if len(chain.chain) > 1
+              and chain.check_worsened_by is not None and chain.predicted.check_uncertainty is not None]
+    if not judged:
+        ran = any(chain.predicted.checked is not None for chain in chains)
+        return Check(CHECK_NO_WORSE, None, 0.0, None, "no lossless chain was self-checked" if ran
+                     else "the plan ran no self-check (recommend --candidates runs it; --no-check skips it)")
+    excess = [(chain, chain.check_worsened_by - chain.predicted.check_uncertainty) for chain in judged]
+    failing = [(chain, beyond) for chain, beyond in excess if beyond > 0]
+
+    def said(chain: ChainResult) -> str:
+        worsened = chain.check_worsened_by
+        return (f"{chain.label()} checked {chain.checked_error:+.1%} against exact {chain.errors.exact:+.1%}, "
+                f"{abs(worsened):.1%} {'further off' if worsened > 0 else 'closer'}, C's uncertainty ±{chain.predicted.check_uncertainty:.1%}")
+
+    worst, beyond = max(excess, key=lambda item: item[1])
+    if failing:
+        detail = "; ".join(said(chain) for chain, _ in failing)
+    else:
+        detail = f"{len(judged)} chain(s); the closest to failing: {said(worst)}"
+    return Check(CHECK_NO_WORSE, beyond, 0.0, not failing, detail)

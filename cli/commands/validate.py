@@ -11,19 +11,17 @@ from polyplan.cli.support import echo_json, fails_cleanly
 from polyplan.cli.commands.options import PlanCandidates, RawPrompts, ReportJson
 
 DEFAULT_NEW_TOKENS = 128  # validate's answer length when neither --new-tokens nor the plan gives one
+DEFAULT_OUT = "polyplan-validation"  # a name of its own: run from the repository root, never the package's validation/
 
 
 def result_lines(validation, files, said: str | None = None) -> list[str]:
     """The table, the headline and where the report went; the notes but `said` (a warning
     already printed on stderr before the run, kept in the report's notes)."""
     from polyplan.validation.categories import category_lines
-    from polyplan.validation.reporting import table_lines
+    from polyplan.validation.reporting import check_line, table_lines
 
     lines = table_lines(validation)
-    lines += ["", "checks:"] + [
-        f"  {({True: 'met', False: 'NOT met', None: 'undecided'})[check.passed]}: {check.name} ({check.detail})"
-        for check in validation.headline.checks
-    ]
+    lines += ["", "checks:"] + [f"  {check_line(check)}" for check in validation.headline.checks]
     lines += [f"note: {note}" for note in validation.notes if note != said]
     # the recommended chain's breakdown (the first other chain's when target-only is recommended)
     shown = next((item for item in validation.categories if item.chain == validation.headline.record.recommended),
@@ -66,7 +64,7 @@ def validate(
     max_prompts: Annotated[Optional[int], typer.Option("--max-prompts", help="Use only the first N prompts.")] = None,
     raw_prompts: RawPrompts = False,
     seed: Annotated[int, typer.Option("--seed", help="Prompt i is decoded with seed + i.")] = 0,
-    out: Annotated[Path, typer.Option("--out", help="Folder for report.md, report.json and the plots.")] = Path("validation"),
+    out: Annotated[Path, typer.Option("--out", help="Folder for report.md, report.json and the plots.")] = Path(DEFAULT_OUT),
     candidates: PlanCandidates = None,
     threads: Annotated[
         Optional[int], typer.Option("--threads", help="torch CPU threads (default: as the plan was profiled, else the machine's free cores at start).")
