@@ -178,7 +178,7 @@ def test_the_self_check_fails_when_it_made_a_prediction_worse_than_its_own_uncer
     assert chain.check_worsened_by == pytest.approx(worsened)
     verdict = head.find(CHECK_NO_WORSE)
     assert verdict.passed is holds and verdict.value == pytest.approx(worsened * (1 - scale))
-    assert "t > d checked +8.7% against exact +0.0%, 8.7% further off" in verdict.detail
+    assert "t > d checked +8.7% against exact +0.0%, 8.7 points further off" in verdict.detail
     if holds:  # target-only decoding's C = 1 [1, 1] predicts nothing: it is not what the check judges
         assert verdict.detail.startswith("1 chain(s); the closest to failing: t > d checked")
     assert head.find(CHECK_HOLDS).passed is True  # both inside their intervals: only the fourth check sees it

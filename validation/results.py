@@ -693,7 +693,8 @@ def _no_worse_check(chains: Sequence[ChainResult], lossless: Sequence[ChainResul
     def said(chain: ChainResult) -> str:
         worsened = chain.check_worsened_by
         return (f"{chain.label()} checked {chain.checked_error:+.1%} against exact {chain.errors.exact:+.1%}, "
-                f"{abs(worsened):.1%} {'further off' if worsened > 0 else 'closer'}, C's uncertainty ±{chain.predicted.check_uncertainty:.1%}")
+                f"{abs(worsened) * 100:.1f} points {'further off' if worsened > 0 else 'closer'}, C's uncertainty "
+                f"±{chain.predicted.check_uncertainty:.1%}")
 
     worst, beyond = max(excess, key=lambda item: item[1])
     if failing:
