@@ -43,7 +43,7 @@ from polyplan.profiler.profile_cache import (
 from polyplan.profiler.prompts import EncodedPrompt
 from polyplan.profiler.prompt_sets import PromptSet, encode_for, prompt_set, validation_prompt_set
 from polyplan.profiler.processor import this_processor
-from polyplan.profiler.run import ProfileOutcome, describe_device, profile_checked_models
+from polyplan.profiler.run import ProfileOutcome, Step, describe_device, profile_checked_models
 from polyplan.profiler.settings import ProfileSettings
 from polyplan.validation.reporting import ReportFiles, write_report
 from polyplan.validation.results import Validation
@@ -154,20 +154,49 @@ def profile_candidates(
         previous_runs = None if existing is None else existing.acceptance_runs.get("greedy")  # before the run rewrites it
         if fresh_timings and existing is not None:
             existing = forget_latency(existing)
-        outcome = profile_checked_models(models, fitted, path, settings, device=loaded.device, progress=progress,
+        counted = None if progress is None else _WithLoopCosts(progress)
+        outcome = profile_checked_models(models, fitted, path, settings, device=loaded.device, progress=counted,
                                          existing=existing)
         warning = too_few_prompts(len(fitted))
         if warning is not None:
             log(f"warning: {warning}")
         record = dataclasses.replace(recorded_prompts(outcome.profile.profiler, prompts), candidates=read.record)
+        if counted is not None:
+            counted.start(LOOP_COSTS)
         profile, loop_costs = ensure_loop_costs(
             dataclasses.replace(outcome.profile, profiler=record), models, fitted, settings, previous_runs=previous_runs,
             device_label=device_label, calibration_tokens=calibration_tokens, fresh=fresh_timings,
         )
+        if counted is not None:
+            counted.done(LOOP_COSTS, reused=loop_costs.measured == 0)
         write_profile(profile, path)
     measured = len(outcome.measured) + loop_costs.measured
     return ProfiledCandidates(profile, path, models, loaded.tokenizer, read.record, measured, len(outcome.reused),
                               time.perf_counter() - started, outcome, len(fitted), loop_costs, tuple(fitted))
+
+
+LOOP_COSTS = Step("loop costs", "loop costs: agreement runs, loop overhead, HF overhead, switch costs")
+
+
+class _WithLoopCosts:
+    """A profiling run's progress (`profiler.run.Progress`) that counts the loop costs
+    (`ensure_loop_costs`, `LOOP_COSTS`) as one entry more, the last: they follow the run's
+    entries and take as long as several of them, so the time left counts them too."""
+
+    def __init__(self, progress) -> None:
+        self.progress = progress
+
+    def total(self, steps: int) -> None:
+        self.progress.total(steps + 1)
+
+    def start(self, step: Step) -> None:
+        self.progress.start(step)
+
+    def done(self, step: Step, reused: bool) -> None:
+        self.progress.done(step, reused)
+
+
+_PLANNING = "planning: every chain ranked with its best block sizes and a bootstrap interval"
 
 
 def _fitted_prompts(prompts: PromptSet, loaded: LoadedCandidates, settings: ProfileSettings) -> tuple[EncodedPrompt, ...]:
@@ -203,19 +232,25 @@ def recommend_candidates(
     temperature: float = 0.0,
     progress=None,
     check: bool = True,
+    check_progress=None,
+    log: Callable[[str], None] | None = None,
     **plan_options,
 ) -> Recommended:
     """Profile what is missing for the sampling `temperature` (`profile_candidates`), then
     rank the chains (`plan_from_profile` with `plan_options`), run the self-check
-    (`validation.self_check`; `check` False: skipped, and the plan says so) and write the plan to `out`."""
+    (`validation.self_check`; `check` False: skipped, and the plan says so) and write the plan to `out`.
+    `progress`: the profiling's; `check_progress`: the self-check's
+    (`validation.chain_runs.ValidationProgress`); `log` (default: stderr) says when planning begins."""
     from polyplan.validation.self_check import skipped_plan
 
+    log = log or stderr_line
     profiled = profile_candidates(candidates_path, profile_path=profile_path, prompts=prompts, cache_dir=cache_dir,
-                                  device=device, temperature=temperature, progress=progress)
+                                  device=device, temperature=temperature, progress=progress, log=log)
+    log(_PLANNING)
     planned = planned_from_profile(profiled.profile, out, profile_path=str(profiled.path), candidates=profiled.record,
                                    drafters=profiled.drafters, **plan_options)
     if check:
-        plan, lines = _self_checked(planned.plan, profiled, out)
+        plan, lines = _self_checked(planned.plan, profiled, out, check_progress)
     else:
         plan = skipped_plan(planned.plan, "--no-check: the intervals ignore the exact model's own error on this machine")
         lines = ("Self-check skipped (--no-check): the prediction intervals ignore the exact model's own error on this machine",)
@@ -224,17 +259,19 @@ def recommend_candidates(
     return Recommended(planned.recommendation, profiled, plan, lines)
 
 
-def _self_checked(plan: PlanFile, profiled: ProfiledCandidates, out) -> tuple[PlanFile, tuple[str, ...]]:
-    """The plan after recommend's self-check (`validation.self_check`) on the profiled members
-    and prompts, with what it found, saved over `out` (which the planner wrote unchecked first, so
-    an interrupted check leaves a valid plan); a plan with target-only alone is returned as is."""
+def _self_checked(plan: PlanFile, profiled: ProfiledCandidates, out, progress=None) -> tuple[PlanFile, tuple[str, ...]]:
+    """The plan after recommend's self-check (`validation.self_check`, reporting its runs to
+    `progress`) on the profiled members and prompts, with what it found, saved over `out` (which
+    the planner wrote unchecked first, so an interrupted check leaves a valid plan); a plan with
+    target-only alone is returned as is."""
     from polyplan.validation.self_check import check_budget, self_check
 
     if len(plan.alternatives) < 2:
         return plan, ()
     members = {model.name: model.member for model in profiled.models}
     with timing_lock():
-        checked = self_check(plan, members, profiled.encoded, budget_s=check_budget(profiled.profile), profile=profiled.profile)
+        checked = self_check(plan, members, profiled.encoded, budget_s=check_budget(profiled.profile), profile=profiled.profile,
+                             progress=progress)
     if out is not None:
         write_plan(checked.plan, out)
     return checked.plan, checked.lines
@@ -276,7 +313,8 @@ def validate_plan_file(
     Cheap checks come first (a hand-edited plan, a bad `settings.top`, a model whose files
     changed), before a prompt is read or a model loaded. `threads` None: as the plan's profile
     was measured (`profiler.threads.choose_threads`). A plan profiled on another processor is
-    validated all the same, with one `warning:` line to `log` (default: stderr) and in the report.
+    validated all the same, with one `warning:` line to `log` (default: stderr; it also says when
+    the report is written) and in the report.
     """
     from polyplan.models.chain_candidates import ChainCandidates
     from polyplan.planner.plan_check import check_plan
@@ -299,11 +337,13 @@ def validate_plan_file(
     fit_prompts(encoded, context_limit(members, specs), reserve_for(specs, settings.new_tokens), truncate=prompts.truncate,
                 source=prompts.source)
     device = getattr(members[planned.target], "device", "cpu")
+    log = log or stderr_line
     warning = machine_difference(planned.device, planned.processor, describe_device(device), this_processor(device))
     if warning is not None:
-        (log or stderr_line)(f"warning: {warning}")
+        log(f"warning: {warning}")
     with timing_lock():
         validation = _validate(planned, members, encoded, settings, label, prompts, progress, profiled)
+    log(f"writing the report and plots into {out}")
     return Validated(validation, write_report(validation, Path(out)), choice, warning)
 
 
@@ -332,7 +372,8 @@ class DemoResult:
     check_lines: tuple[str, ...] = ()  # recommend's self-check (validation.self_check)
 
 
-def run_demo(settings, *, profile_progress=None, validation_progress=None, log=lambda line: None, threads=None) -> DemoResult:
+def run_demo(settings, *, profile_progress=None, validation_progress=None, check_progress=None, log=lambda line: None,
+             threads=None) -> DemoResult:
     """Profile, recommend and validate (`pipeline.demo` says on what; `settings`: a `DemoSettings`).
 
     1. Profile the candidates, resuming the profile in the user cache: acceptance is reused, the
@@ -340,6 +381,8 @@ def run_demo(settings, *, profile_progress=None, validation_progress=None, log=l
     2. Recommend a chain with the exact model, run the self-check and write plan.json.
     3. Validate the plan on prompts the profile never saw and write the report.
 
+    Each step reports to its progress (`check_progress`: the self-check's; None: `validation_progress`),
+    and `log` says when the steps without one (planning, the report) begin.
     `threads` (a `profiler.threads.ThreadChoice`) is set once the settings pass their checks;
     None leaves torch's threads as they are.
     """
@@ -366,16 +409,18 @@ def run_demo(settings, *, profile_progress=None, validation_progress=None, log=l
                                   calibration_tokens=24 if settings.quick else 64, progress=profile_progress)
     plan_path = out / PLAN_FILE
     encoded = encode_for(held_out, profiled.tokenizer)
+    log(_PLANNING)
     planned = planned_from_profile(
         profiled.profile, plan_path, profile_path=str(profiled.path), candidates=profiled.record, drafters=profiled.drafters,
         max_levels=settings.max_levels, context_length=typical_context(encoded, settings.new_tokens),
     )
     recommendation, plan = planned.recommendation, planned.plan  # as written to plan_path, not read back
     members = {model.name: model.member for model in profiled.models}
-    plan, lines = _self_checked(plan, profiled, plan_path)
+    plan, lines = _self_checked(plan, profiled, plan_path, validation_progress if check_progress is None else check_progress)
     with timing_lock():
         validation = _validate(plan, members, encoded, validation_settings, str(plan_path), held_out, validation_progress,
                                profiled.profile)
+    log(f"writing the report and plots into {out}")
     files = write_report(validation, out)
     return DemoResult(Path(candidates), profiled.path, plan_path, recommendation, validation, files, profiled.measured,
                       profiled.reused, profiled.wall_time_s, time.perf_counter() - started, lines)

@@ -96,13 +96,27 @@ def test_a_short_validation_prints_every_run():
                                                      "[polyplan] validate 3/3 (c)"]
 
 
+def test_self_check_lines_name_the_self_check():
+    clock, lines = Clock(), []
+    progress = ValidationLines(lines.append, clock, verb="self-check")
+    progress.total(2)
+    for label in ("target", "target > small"):
+        clock.now += 3
+        progress.advance(label)
+    assert lines == ["[polyplan] self-check 1/2 (target), 3s elapsed, ~3s left", "[polyplan] self-check 2/2 (target > small), 6s elapsed"]
+
+
 def test_lines_off_a_terminal_and_nothing_when_disabled(capsys):
-    with progress_bars() as (profiling, validating):  # pytest's captured stderr is not a terminal
-        assert isinstance(profiling, ProfileLines) and isinstance(validating, ValidationLines)
-        validating.total(1)
-        validating.advance("target")
-    with progress_bars(disable=True) as (profiling, validating):  # --json: no progress at all
-        assert not isinstance(profiling, ProfileLines)
-        validating.total(1)
-        validating.advance("target")
-    assert capsys.readouterr().err.splitlines() == ["[polyplan] validate 1/1 (target), 0s elapsed"]
+    with progress_bars() as progress:  # pytest's captured stderr is not a terminal
+        assert isinstance(progress.profile, ProfileLines) and isinstance(progress.validation, ValidationLines)
+        progress.check.total(1)
+        progress.check.advance("target")
+        progress.validation.total(1)
+        progress.validation.advance("target")
+    with progress_bars(disable=True) as progress:  # tests: no progress at all
+        assert not isinstance(progress.profile, ProfileLines)
+        progress.validation.total(1)
+        progress.validation.advance("target")
+    captured = capsys.readouterr()
+    assert captured.err.splitlines() == ["[polyplan] self-check 1/1 (target), 0s elapsed", "[polyplan] validate 1/1 (target), 0s elapsed"]
+    assert captured.out == ""  # stdout stays for results and --json

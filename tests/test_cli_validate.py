@@ -90,6 +90,9 @@ def test_validate_json_has_one_entry_per_chain_and_greedy_outputs_equal(workspac
         assert entry["predicted_speedup"]["exact_retimed"] > 0  # the plan's profile is still there
         assert [level["model"] for level in entry["levels"]] == entry["chain"]
     assert payload["settings"]["prompts"] == 3 and payload["settings"]["repeats"] == 2
+    runs = 3 * 2 * len(chains) + 3  # prompts x repeats x chains, then the agreement runs, one per prompt
+    progress = [line for line in result.stderr.splitlines() if line.startswith("[polyplan] validate ")]
+    assert progress and progress[-1].startswith(f"[polyplan] validate {runs}/{runs} ")  # --json keeps its progress, on stderr
     for name in ("report.md", "report.json", "predicted_vs_measured.png", "measured_speedup.png", "phi_paper_vs_measured.png"):
         assert (tmp_path / "report" / name).is_file()
     assert (tmp_path / "report" / "measured_speedup.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
@@ -177,6 +180,12 @@ def test_recommend_runs_its_self_check_and_validate_judges_the_checked_predictio
     assert any(not entry["pooled"] for entry in checked)
     ranked = [entry["check"]["speedup"] for entry in payload["alternatives"]]
     assert ranked == sorted(ranked, reverse=True)  # re-ranked by the checked prediction
+    again = _invoke("recommend", "--candidates", str(workspace / "models.yaml"), "--profile", str(workspace / "profile.json"),
+                    "--prompts", str(workspace / "prompts.jsonl"), "--out", str(workspace / "json.json"), "--threads", "1", "--json")
+    assert again.exit_code == 0, again.output
+    assert json.loads(again.stdout)["self_check"]["prompts"] == record["prompts"]  # stdout: the plan alone
+    checking = [line for line in again.stderr.splitlines() if line.startswith("[polyplan] self-check ")]
+    assert checking and re.match(r"\[polyplan\] self-check (\d+)/\1 ", checking[-1])  # the check says how far it is
     skipped = _invoke("recommend", "--candidates", str(workspace / "models.yaml"), "--profile", str(workspace / "profile.json"),
                       "--prompts", str(workspace / "prompts.jsonl"), "--out", str(workspace / "unchecked.json"), "--threads", "1",
                       "--no-check")

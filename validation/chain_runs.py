@@ -172,10 +172,12 @@ def measure_chains(
     sampling: Sampling,
     progress: ValidationProgress | None = None,
     retime: bool = False,
+    more: int = 0,
 ) -> tuple[tuple[RunRecord, ...], tuple[PassTiming, ...]]:
     """The runs of every chain on every prompt, `settings.repeats` times, interleaved, and (with
     `retime`) every model's passes timed after each prompt and repeat on the target-only
-    continuation of that prompt (`validation.retime`)."""
+    continuation of that prompt (`validation.retime`). `progress` hears of each run, its total
+    counting `more` steps the caller reports after these."""
     missing = sorted({name for spec in specs for name in spec.planned.chain} - set(members))
     if missing:
         raise PolyplanError(f"models: {missing[0]!r} is in the plan but was not loaded")
@@ -188,7 +190,7 @@ def measure_chains(
     baseline = next((i for i, spec in enumerate(specs) if len(spec.planned.chain) == 1), None)
     raw = {name: wrapper.member for name, wrapper in primed.items()}
     if progress is not None:
-        progress.total(len(specs) * len(prompts) * settings.repeats)
+        progress.total(len(specs) * len(prompts) * settings.repeats + more)
     with torch.inference_mode(), collector_paused():
         for spec in specs:
             _run(spec, primed, tensors[0], 0, min(settings.warmup_tokens, settings.new_tokens), settings.seed, sampling, sync)
@@ -270,8 +272,10 @@ def validate_plan(
         prompts, context_limit(members, specs), reserve_for(specs, settings.new_tokens), truncate=truncate_prompts, source=prompt_source
     )
     sampling = sampling_of(plan.sampling)
+    agreeing = profile is not None and sampling.greedy  # the agreement runs below: about a target-only run per prompt
     records, timings = measure_chains(
-        specs, members, [p.ids for p in fitted.prompts], settings, sampling, progress, retime=profile is not None
+        specs, members, [p.ids for p in fitted.prompts], settings, sampling, progress, retime=profile is not None,
+        more=len(fitted.prompts) if agreeing else 0,
     )
     retimed: dict[tuple[str, ...], float] = {}
     reaccepted: dict[tuple[str, ...], float] = {}
@@ -285,6 +289,8 @@ def validate_plan(
             agreement = _validation_agreement(specs, members, [p.ids for p in fitted.prompts], settings)
             reaccepted = exact_speedups(reaccepted_profile(profile, timings, agreement), chains_run, sampling="greedy",
                                         overhead=overhead, acceptance_model=acceptance_model)
+    for _ in fitted.prompts if agreeing and progress is not None else ():
+        progress.advance("agreement runs on the prompts")
     baseline_index, baseline, predicted_baseline = target_only(specs, records)
     price = _profile_price(profile) if profile is not None else None
     ties = near_ties(specs, records, baseline_index, members[plan.target], [p.ids for p in fitted.prompts]) if sampling.greedy else {}

@@ -170,9 +170,9 @@ def loop(
     set_threads(choice)
     settings = DemoSettings(candidates=candidates, quick=quick, prompts_per_kind=prompts_per_kind, new_tokens=new_tokens,
                             repeats=repeats, top=top, out=out, cache_dir=cache_dir)
-    with progress_bars() as (profiling, validating):
+    with progress_bars() as progress:
         bench = run_load_loop(settings, cores=cores, shapes=names, log=log_line,
-                              profile_progress=profiling, validation_progress=validating)
+                              profile_progress=progress.profile, validation_progress=progress.validation)
     typer.echo("\n".join(loop_lines(bench) + [choice.line]))
     typer.echo(f"\nreports: {', '.join(str(run.result.files.report) for run in bench.runs)}")
 

@@ -45,9 +45,9 @@ def demo(
     settings = DemoSettings(candidates=candidates, quick=quick, prompts_per_kind=prompts_per_kind, prompts=prompts,
                             raw_prompts=raw_prompts, new_tokens=new_tokens, repeats=repeats, top=top,
                             max_levels=max_levels, out=out, cache_dir=cache_dir)
-    log = (lambda line: None) if json_output else log_line
-    with progress_bars(disable=json_output) as (profiling, validating):
-        result = run_demo(settings, profile_progress=profiling, validation_progress=validating, log=log, threads=choice)
+    with progress_bars() as progress:  # on stderr, --json or not: the JSON alone goes to stdout
+        result = run_demo(settings, profile_progress=progress.profile, validation_progress=progress.validation,
+                          check_progress=progress.check, log=log_line, threads=choice)
     if json_output:
         echo_json(result.files.payload)
         return

@@ -110,10 +110,10 @@ def profile(
         ),
     )
     choice = _set_threads(threads, out)
-    with progress_bars(disable=json_output) as (progress, _):
+    with progress_bars() as progress:  # on stderr, --json or not
         profiled = profile_candidates(
             candidates or default_candidates_path(), profile_path=out, settings=settings, device=device, keep_foreign=False,
-            prompts=named_prompt_set(prompts, max_prompts=max_prompts, raw=raw_prompts, strict=True), progress=progress,
+            prompts=named_prompt_set(prompts, max_prompts=max_prompts, raw=raw_prompts, strict=True), progress=progress.profile,
         )
     overheads = _bindings_overheads(profiled)
     if json_output:

@@ -1,10 +1,11 @@
-"""Progress on stderr for the long commands (profiling, validation).
+"""Progress on stderr for the long commands (profiling, recommend's self-check, validation).
 
 On a terminal, rich bars on one display per command (rich allows one live display at a time),
 each appearing only when its work reports its size (`total`), so that an error found before any
-measurement leaves stderr with nothing but its one line. Elsewhere (a log, CI), lines a person can
-follow: one per measured profile entry, one per tenth of the validation runs or half minute, each
-with the time elapsed and an estimate of the time left (docs/profiling.md shows one).
+measurement leaves stderr with nothing but its one line. Elsewhere (a log, CI, `--json` piped
+on), lines a person can follow: one per measured profile entry, one per tenth of the self-check's
+or validation's runs or half minute, each with the time elapsed and an estimate of the time left
+(docs/profiling.md shows one). Progress never touches stdout, so `--json` keeps it.
 """
 
 from __future__ import annotations
@@ -13,8 +14,14 @@ import sys
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from polyplan.cli.support import log_line
+
+if TYPE_CHECKING:  # for the annotations only: importing them imports torch
+    from polyplan.profiler.run import Progress
+    from polyplan.validation.chain_runs import ValidationProgress
 
 _PREFIX = "[polyplan]"
 _VALIDATION_LINES = 10  # validation: a line per tenth of the runs ...
@@ -53,6 +60,8 @@ class _Bar:
     def total(self, size: int) -> None:
         if self.task is None:
             self.task = self.display.add(self.label, size)
+        elif next(task for task in self.display.progress.tasks if task.id == self.task).finished:  # a next run: count afresh
+            self.display.progress.reset(self.task, total=size)
         else:
             self.display.progress.update(self.task, total=size)
 
@@ -72,10 +81,14 @@ class _ProfileBar(_Bar):
 
 
 class _ValidationBar(_Bar):
-    """`validation.chain_runs.ValidationProgress` callbacks."""
+    """`validation.chain_runs.ValidationProgress` callbacks; `verb` names the run."""
+
+    def __init__(self, display: _Display, label: str, verb: str) -> None:
+        super().__init__(display, label)
+        self.verb = verb
 
     def advance(self, label: str) -> None:
-        self.update(f"validate: {label}", 1)
+        self.update(f"{self.verb}: {label}", 1)
 
 
 def duration(seconds: float) -> str:
@@ -137,7 +150,12 @@ class ProfileLines(_Lines):
 class ValidationLines(_Lines):
     """`validation.chain_runs.ValidationProgress` as a line per tenth of the runs, or when
     `_VALIDATION_EVERY_S` has passed since the last line, and after the last run; the time left
-    is the mean run's times the runs left."""
+    is the mean run's times the runs left. `verb` names the run (validate, self-check)."""
+
+    def __init__(self, write: Callable[[str], None] = log_line, clock: Callable[[], float] = time.monotonic,
+                 verb: str = "validate") -> None:
+        self.verb = verb
+        super().__init__(write, clock)
 
     def restart(self) -> None:
         self.printed, self.printed_at = 0, self.clock()
@@ -149,19 +167,30 @@ class ValidationLines(_Lines):
         if self.count < self.size and self.count - self.printed < every and now - self.printed_at < _VALIDATION_EVERY_S:
             return
         elapsed = now - self.began
-        self.write(f"{_PREFIX} validate {self.count}/{self.size} ({label}), {_timing(elapsed, elapsed / self.count, self.size - self.count)}")
+        self.write(f"{_PREFIX} {self.verb} {self.count}/{self.size} ({label}), {_timing(elapsed, elapsed / self.count, self.size - self.count)}")
         self.printed, self.printed_at = self.count, now
 
 
+@dataclass(frozen=True)
+class Callbacks:
+    """What a command hands its runs: `profile` (`profiler.run.Progress`), `check` (recommend's
+    self-check) and `validation` (both `validation.chain_runs.ValidationProgress`)."""
+
+    profile: Progress
+    check: ValidationProgress
+    validation: ValidationProgress
+
+
 @contextmanager
-def progress_bars(disable: bool = False) -> Iterator[tuple]:
-    """Profiling and validation callbacks `(profile, validation)` on stderr: bars on one display
-    on a terminal, else lines (`ProfileLines`, `ValidationLines`); nothing with `disable`."""
+def progress_bars(disable: bool = False) -> Iterator[Callbacks]:
+    """Progress callbacks on stderr: bars on one display on a terminal, else lines
+    (`ProfileLines`, `ValidationLines`), `--json` or not; nothing with `disable` (tests)."""
     if not disable and not sys.stderr.isatty():
-        yield ProfileLines(), ValidationLines()
+        yield Callbacks(ProfileLines(), ValidationLines(verb="self-check"), ValidationLines())
         return
     display = _Display(disable)
     try:
-        yield _ProfileBar(display, "profiling"), _ValidationBar(display, "validating")
+        yield Callbacks(_ProfileBar(display, "profiling"), _ValidationBar(display, "self-checking", "self-check"),
+                        _ValidationBar(display, "validating", "validate"))
     finally:
         display.stop()

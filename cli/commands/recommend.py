@@ -12,7 +12,7 @@ from typing import Annotated, Optional
 
 import typer
 
-from polyplan.cli.support import echo_json, fails_cleanly
+from polyplan.cli.support import echo_json, fails_cleanly, log_line
 from polyplan.cli.commands.options import RawPrompts
 from polyplan.formats.errors import PolyplanError
 from polyplan.planner.intervals.prediction_interval import stretch_words
@@ -185,7 +185,7 @@ def recommend(
         result, plan = _plan_profile(profile, out, options, sampling)
     else:
         choice, recommended = _recommend_candidates(candidates, out, profile, mode, prompts, cache_dir, device, threads, options,
-                                                    quiet=json_output, raw=raw_prompts, check=not no_check)
+                                                    raw=raw_prompts, check=not no_check)
         result, plan, check_lines, profiled = (recommended.recommendation, recommended.plan, recommended.check_lines,
                                                recommended.profiled)
         if not json_output:
@@ -257,10 +257,10 @@ def _check_up_front(profile, candidates, max_levels, k_max, seed, out, prompts, 
         check_device(device)
 
 
-def _recommend_candidates(candidates, out, profile, mode: SamplingMode, prompts, cache_dir, device, threads, options, *, quiet,
+def _recommend_candidates(candidates, out, profile, mode: SamplingMode, prompts, cache_dir, device, threads, options, *,
                           raw=False, check=True):
     """Profile what is missing for the sampling `mode`, then plan (torch is imported only here):
-    (the `ThreadChoice` it timed with, the recommendation)."""
+    (the `ThreadChoice` it timed with, the recommendation). Progress goes to stderr, `--json` or not."""
     from polyplan.cli.commands.progress import progress_bars
     from polyplan.pipeline.stages import recommend_candidates
     from polyplan.profiler.profile_cache import resumed_threads
@@ -271,9 +271,10 @@ def _recommend_candidates(candidates, out, profile, mode: SamplingMode, prompts,
     # a new one is timed on the machine's free cores, as `polyplan profile` would
     choice = choose_threads(threads, resumed_threads(profile))
     set_threads(choice)
-    with progress_bars(disable=quiet) as (progress, _):
+    with progress_bars() as progress:
         return choice, recommend_candidates(
-            candidates, out, profile_path=profile, prompts=named_prompt_set(prompts, raw=raw),
-            cache_dir=cache_dir, device=device, temperature=mode.temperature, progress=progress, check=check, **options,
+            candidates, out, profile_path=profile, prompts=named_prompt_set(prompts, raw=raw), cache_dir=cache_dir,
+            device=device, temperature=mode.temperature, progress=progress.profile, check=check,
+            check_progress=progress.check, log=log_line, **options,
         )
 

@@ -86,10 +86,11 @@ def validate(
         options.unused_without("the built-in prompts", [("--prompts-per-kind", prompts_per_kind)], "--prompts gives the prompts")
     check_validation_folder(out, [("--plan", plan), ("--prompts", prompts), ("--candidates", candidates)])
     settings = ValidationSettings(new_tokens=_answer_length(plan, new_tokens), repeats=repeats, top=top, seed=seed)
-    with progress_bars(disable=json_output) as (_, progress):
+    with progress_bars() as progress:  # on stderr, --json or not
         validated = validate_plan_file(
             plan, out, settings, prompt_file=prompts, prompts_per_kind=4 if prompts_per_kind is None else prompts_per_kind,
-            max_prompts=max_prompts, raw_prompts=raw_prompts, candidates_path=candidates, threads=threads, progress=progress,
+            max_prompts=max_prompts, raw_prompts=raw_prompts, candidates_path=candidates, threads=threads,
+            progress=progress.validation,
         )
     if json_output:
         echo_json(validated.files.payload)
