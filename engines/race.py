@@ -69,9 +69,12 @@ def category_of(kind: str) -> str:
 
 
 def race(contenders: Sequence[Contender], prompts, *, repeats: int, warm_up: bool = False, group: int = 0,
-         log: Callable[[str], None] = lambda line: None) -> tuple[list[RaceRun], dict[str, str]]:
+         log: Callable[[str], None] = lambda line: None,
+         on_run: Callable[[int, int, str], None] | None = None) -> tuple[list[RaceRun], dict[str, str]]:
     """Run each contender on each of `prompts` `repeats` times, in an order rotated for each prompt
     so that drifts of the machine fall on all alike; with `warm_up`, one untimed run each first.
+    `on_run(done, total, label)` hears of every run as it ends (warm-ups included; a contender that
+    fails takes its runs left out of `total`), so a caller can say how long the race has left.
 
     Returns every run but those of a contender that failed (its `run` raised PolyplanError), and
     by label why each failed.
@@ -81,10 +84,13 @@ def race(contenders: Sequence[Contender], prompts, *, repeats: int, warm_up: boo
     """
     runs: list[RaceRun] = []
     failures: dict[str, str] = {}
+    rounds = len(prompts) * (repeats + (1 if warm_up else 0))  # runs of each contender
+    count = _RunCount(len(contenders) * rounds, on_run or (lambda done, total, label: None))
     if warm_up:
         for prompt in prompts:
             for contender in contenders:
                 contender.run(prompt.ids)
+                count.ran(f"warm-up: {contender.label}")
     for repeat in range(repeats):
         for index, prompt in enumerate(prompts):
             shift = (repeat * len(prompts) + index) % len(contenders)
@@ -98,11 +104,28 @@ def race(contenders: Sequence[Contender], prompts, *, repeats: int, warm_up: boo
                         raise
                     failures[contender.label] = f"stopped answering: {error}"
                     log(f"{contender.label}: {failures[contender.label]}")
+                    count.drop(len(prompts) * (repeats - repeat) - index - 1)  # its runs after this one
+                    count.ran(contender.label)
                     continue
                 runs.append(RaceRun(**vars(timed), label=contender.label, prompt=index, category=category_of(prompt.prompt.kind),
                                     repeat=repeat, group=group))
+                count.ran(contender.label)
         log(f"repeat {repeat + 1}/{repeats} done")
     return [run for run in runs if run.label not in failures], failures
+
+
+class _RunCount:
+    """The runs a race has made out of how many it will make, told to `report(done, total, label)`."""
+
+    def __init__(self, total: int, report: Callable[[int, int, str], None]) -> None:
+        self.done, self.total, self.report = 0, total, report
+
+    def ran(self, label: str) -> None:
+        self.done += 1
+        self.report(self.done, self.total, label)
+
+    def drop(self, runs: int) -> None:
+        self.total -= runs
 
 
 def race_rows(contenders: Sequence[Contender], runs: Sequence[RaceRun], failures: Mapping[str, str] = {}, *,

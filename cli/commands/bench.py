@@ -226,13 +226,14 @@ def intervals(
 
 def _llama_cpp_race(plan, prompts, candidates, new_tokens, repeats, max_prompts, threads):
     """`bench peers --engine llama.cpp` (`engines.llama_cpp.race`): the race, its lines, its threads' line."""
+    from polyplan.cli.commands.progress import RaceLines
     from polyplan.engines.llama_cpp.race import llama_peers_lines, run_llama_peers
     from polyplan.profiler.threads import ThreadChoice
 
     if plan is None:
         raise PolyplanError("--engine llama.cpp: give --plan plan.json (profile and recommend a GGUF target first)")
     race = run_llama_peers(plan, prompts_path=prompts, candidates_path=candidates, threads=threads, repeats=repeats,
-                           new_tokens=new_tokens, max_prompts=max_prompts, log=log_line)
+                           new_tokens=new_tokens, max_prompts=max_prompts, log=log_line, on_run=RaceLines())
     return race, llama_peers_lines, ThreadChoice(race.threads, race.threads_source).line
 
 

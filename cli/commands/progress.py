@@ -171,6 +171,30 @@ class ValidationLines(_Lines):
         self.printed, self.printed_at = self.count, now
 
 
+class RaceLines:
+    """`engines.race.race`'s `on_run(done, total, label)` as a line per tenth of the runs, or when
+    `_VALIDATION_EVERY_S` has passed since the last line, and after the last run; the clock starts
+    at the first run's end (servers start before it), so the time left is the mean run since then
+    times the runs left."""
+
+    def __init__(self, write: Callable[[str], None] = log_line, clock: Callable[[], float] = time.monotonic) -> None:
+        self.write, self.clock = write, clock
+        self.first = self.first_at = self.printed = self.printed_at = None
+
+    def __call__(self, done: int, total: int, label: str) -> None:
+        now = self.clock()
+        if self.first is None:
+            self.first, self.first_at, self.printed, self.printed_at = done, now, 0, now
+        every = max(1, total // _VALIDATION_LINES)
+        if done < total and done - self.printed < every and now - self.printed_at < _VALIDATION_EVERY_S:
+            return
+        runs = done - self.first
+        mean = (now - self.first_at) / runs if runs > 0 else None
+        left = f", ~{duration(mean * (total - done))} left" if mean is not None and done < total else ""
+        self.write(f"{_PREFIX} race {done}/{total} ({label}), {duration(now - self.first_at)} elapsed{left}")
+        self.printed, self.printed_at = done, now
+
+
 @dataclass(frozen=True)
 class Callbacks:
     """What a command hands its runs: `profile` (`profiler.run.Progress`), `check` (recommend's

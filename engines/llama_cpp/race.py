@@ -164,9 +164,10 @@ def _race_agreements(configs: Sequence[Contender], drafts: Sequence[tuple[str, s
 
 def run_llama_peers(plan_path, *, prompts_path=None, candidates_path=None, threads: int | None = None, repeats: int = 2,
                     new_tokens: int = 64, max_prompts: int | None = None, context: int = 4096,
-                    log=lambda line: None) -> Race:
+                    log=lambda line: None, on_run=None) -> Race:
     """Race llama-server's configurations and polyplan's plan (module docstring). `threads`
-    None: as the plan's profile was measured (`profiler.threads.choose_threads`)."""
+    None: as the plan's profile was measured (`profiler.threads.choose_threads`); `on_run(done,
+    total, label)` hears of each run of the race (`race_servers`)."""
     from polyplan.decoder.chain import generate
     from polyplan.decoder.sampling import Sampling
     from polyplan.engines.export import engine_files, export_from_files
@@ -238,7 +239,7 @@ def run_llama_peers(plan_path, *, prompts_path=None, candidates_path=None, threa
         level = result.levels[0]
         return Timed(tuple(result.token_ids), time.perf_counter() - began, None, level.tokens_drafted, level.tokens_accepted)
 
-    runs, failures = race_servers(groups, start, ours, encoded, repeats=repeats, new_tokens=new_tokens, log=log)
+    runs, failures = race_servers(groups, start, ours, encoded, repeats=repeats, new_tokens=new_tokens, log=log, on_run=on_run)
     streams = race_streams(runs, [prompt.ids for prompt in encoded])
     if streams:  # the split: the same export priced on this race's prompts, in the order the servers got them
         agreements, measured = _race_agreements(configs, _draft_files(candidates, files), plan.target, threads,
@@ -350,10 +351,12 @@ def server_needs(configs: Sequence[Contender], target: ModelMemory, context: int
 
 def race_servers(groups: Sequence[Sequence[Contender]], start: Callable[[Contender], contextlib.AbstractContextManager],
                  ours: Callable[[Sequence[int]], Timed], prompts, *, repeats: int, new_tokens: int,
-                 log=lambda line: None) -> tuple[list[RaceRun], dict[str, str]]:
+                 log=lambda line: None, on_run: Callable[[int, int, str], None] | None = None) -> tuple[list[RaceRun], dict[str, str]]:
     """Race each group in turn (its first configuration the target alone): start its servers
     (`start(config)`: a context manager giving a `LlamaServer`-like server), race them and
     polyplan's plan (`ours(ids)`) with `engines.race.race`, and stop them before the next group.
+    `on_run(done, total, label)` hears of every run of every group (`engines.race.race`'s count,
+    the groups still to race included in `total`).
 
     Returns every run but those of a configuration that failed, and by label why each failed.
 
@@ -362,7 +365,17 @@ def race_servers(groups: Sequence[Sequence[Contender]], start: Callable[[Contend
     """
     runs: list[RaceRun] = []
     failures: dict[str, str] = {}
+    planned = [(len(group) + 1) * len(prompts) * repeats for group in groups]  # each group's servers and polyplan's plan
+    finished = ran = 0  # runs of the groups raced, and of the one racing
     for number, group in enumerate(groups):
+        later = sum(planned[number + 1:])
+
+        def counted(done: int, total: int, label: str) -> None:  # called while this group races
+            nonlocal ran
+            ran = done
+            if on_run is not None:
+                on_run(finished + done, finished + total + later, label)
+
         with contextlib.ExitStack() as stack:
             contenders = []
             for config in group:
@@ -376,10 +389,11 @@ def race_servers(groups: Sequence[Sequence[Contender]], start: Callable[[Contend
                     continue
                 contenders.append(dataclasses.replace(config, run=_server_run(server, new_tokens)))
             prefix = f"group {number + 1}/{len(groups)}: " if len(groups) > 1 else ""
-            done, failed = race([*contenders, Contender(POLYPLAN, run=ours)], prompts, repeats=repeats, group=number,
-                                log=lambda line: log(prefix + line))
+            raced = [*contenders, Contender(POLYPLAN, run=ours)]
+            done, failed = race(raced, prompts, repeats=repeats, group=number, log=lambda line: log(prefix + line), on_run=counted)
             runs += done
             failures |= failed
+            finished, ran = finished + ran, 0
     return [run for run in runs if run.label not in failures], failures
 
 
