@@ -51,8 +51,6 @@ def demo(
     if json_output:
         echo_json(result.files.payload)
         return
-    from polyplan.cli.commands.recommend import warning_lines
-
     recommendation = result.recommendation
     best = recommendation.best
     found = None if recommendation.intervals is None else recommendation.intervals.of(best.chain)
@@ -64,8 +62,7 @@ def demo(
         f"plan {result.plan_path}: {best.label()} K = {best.blocks_label()}, predicted {predicted} "
         f"(exact model), {best.paper_speedup:.2f}x (Lemma 3.1)\n{ranking}"
     )
-    for line in warning_lines(recommendation.warnings):
-        typer.echo(line)
+    # the plan's timing warnings are said once, among the validation's notes ("timing warning from the plan")
     if result.check_lines:
         typer.echo("\n".join(result.check_lines) + "\n")
     typer.echo("\n".join(result_lines(result.validation, result.files)))
