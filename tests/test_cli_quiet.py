@@ -66,9 +66,10 @@ def test_profile_in_a_log_prints_polyplan_lines_only(workspace, tmp_path):
     assert not foreign, f"lines on stderr that are not polyplan's: {foreign[:5]}"
     stages = [STAGE.match(line) for line in lines if line.startswith("[polyplan] profile ")]
     assert all(stages), lines
-    assert len(stages) == 6  # 3 latency curves, 3 pairs at one temperature, all measured
-    assert [int(stage.group(1)) for stage in stages] == [1, 2, 3, 4, 5, 6] and {stage.group(2) for stage in stages} == {"6"}
+    assert len(stages) == 7  # 3 latency curves, 3 pairs at one temperature, the loop costs, all measured
+    assert [int(stage.group(1)) for stage in stages] == [1, 2, 3, 4, 5, 6, 7] and {stage.group(2) for stage in stages} == {"7"}
     assert stages[0].group(3) == "latency target" and stages[0].group(4) and not stages[-1].group(4)  # no time left at the end
+    assert stages[-1].group(3).startswith("loop costs")
     assert "T(1) ms" in done.stdout  # the results stay on stdout
 
 
@@ -80,7 +81,7 @@ def test_verbose_shows_the_other_libraries_output(workspace, tmp_path):
     assert "Writing model shards" in done.stderr
     if HAS_LLAMA:
         assert "llama_model_loader" in done.stderr  # llama.cpp's own log
-    assert re.search(r"^\[polyplan\] profile 6/6 ", done.stderr, re.M)
+    assert re.search(r"^\[polyplan\] profile 7/7 ", done.stderr, re.M)
 
 
 _EMIT = """

@@ -129,13 +129,18 @@ class _Lines:
 
 class ProfileLines(_Lines):
     """`profiler.run.Progress` as one line per measured entry (reused entries print none; the
-    next line counts them); the time left is the mean measured entry's times the entries left."""
+    next line counts them); the time left is the mean measured entry's times the entries left.
+    The latency curves are timed together before any of their entries is done (and a noisy floor
+    repeats rounds), so their start says so in a line of its own."""
 
     def restart(self) -> None:
         self.measured, self.measured_s, self.since = 0, 0.0, self.clock()
 
     def start(self, step) -> None:
         self.since = self.clock()
+        if step.kind == "latency":
+            self.write(f"{_PREFIX} profile: timing the models' latency curves together, round by round (a noisy machine "
+                       "floor repeats rounds, up to the noise budget)")
 
     def done(self, step, reused: bool) -> None:
         now = self.clock()
