@@ -55,3 +55,23 @@ def test_a_narrow_interval_gets_no_line():
     chain = planned((1.5, 1.5 * WIDE * 0.99), (1.6, 2.0))
     assert wide_interval_line(chain, floor=0.5) is None
     assert wide_interval_line(replace(chain, exact=replace(chain.exact, interval=None)), None) is None
+
+
+def test_recommend_says_why_a_wide_interval_is_wide(tmp_path):
+    """The Qwen pair's recorded profile (docs/results) plans chains whose intervals span about 2x:
+    recommend names each with its largest source; the family's narrower ones get no line (control)."""
+    from pathlib import Path
+
+    from typer.testing import CliRunner
+
+    from polyplan.cli.app import app
+
+    results = Path(__file__).resolve().parent.parent / "docs" / "results"
+    wide = CliRunner().invoke(app, ["recommend", "--profile", str(results / "qwen-code-amd" / "profile.json"),
+                                    "--out", str(tmp_path / "qwen.json")])
+    assert wide.exit_code == 0, wide.output
+    assert "wide interval: qwen-1.5b > qwen-0.5b: interval [" in wide.output and "mostly " in wide.output
+    narrow = CliRunner().invoke(app, ["recommend", "--profile", str(results / "family-amd" / "profile.json"),
+                                      "--out", str(tmp_path / "family.json")])
+    assert narrow.exit_code == 0, narrow.output
+    assert "wide interval" not in narrow.output

@@ -21,7 +21,6 @@ import numpy as np
 from polyplan.decoder.member import ChainMember
 from polyplan.formats.plan import PRICED_BY_PLAN, PRICED_BY_PROMPT, ChainCheck, PlanFile, PlannedChain, SelfCheckRecord
 from polyplan.formats.profile import Profile
-from polyplan.planner.intervals.width import wide_interval_lines
 from polyplan.profiler.prompts import EncodedPrompt
 from polyplan.validation.chain_runs import (
     ValidationProgress, ValidationSettings, context_limit, fit_prompts, measure_chains, reserve_for, sampling_of, select_chains,
@@ -295,7 +294,6 @@ def _check_lines(before: PlanFile, after: PlanFile, record: SelfCheckRecord) -> 
     if after.best.chain != before.best.chain:
         lines.append(f"  re-ranked: {after.best.label()} (K = {after.best.blocks_label()}) is now first, "
                      f"checked {after.best.predicted_speedup:.2f}x")
-    lines.extend(f"  wide: {line}" for line in wide_interval_lines(after))
     return lines
 
 

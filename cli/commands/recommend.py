@@ -195,9 +195,14 @@ def recommend(
 
         echo_json(encode_plan(plan))  # the plan as saved to --out (profile digest included)
         return
+    from polyplan.planner.intervals.width import wide_interval_lines
+
     typer.echo("\n".join(table_lines(result)))
     if check_lines:
         typer.echo("\n" + "\n".join(check_lines))
+    wide = wide_interval_lines(plan)
+    if wide:
+        typer.echo("\n" + "\n".join(f"wide interval: {line}" for line in wide))
     if out is not None:
         typer.echo(f"\nwrote {out}")
 
