@@ -107,6 +107,70 @@ def tokenizer_factory():
     return tiny_tokenizer
 
 
+@pytest.fixture(scope="session", autouse=True)
+def cli_command_built_once():
+    """typer's `CliRunner.invoke(app, ...)` builds the click command tree of the whole app on every
+    call (every command's signature and annotations evaluated: most of a refused command's
+    time, and the suite invokes the CLI in-process thousands of times). Build it once per app:
+    the same objects typer would build, invoked afresh each time (a click command keeps no state
+    between invocations)."""
+    import typer.testing
+
+    build = typer.testing._get_command
+    built: dict = {}
+
+    def once(app):
+        if app not in built:
+            built[app] = build(app)
+        return built[app]
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(typer.testing, "_get_command", once)
+        yield
+
+
+@pytest.fixture(scope="session", autouse=True)
+def private_timing_lock(tmp_path_factory):
+    """The machine-wide timing lock (`profiler.locks.timing_lock`) in a folder of this test
+    session's own (`POLYPLAN_LOCK_DIR`, inherited by the CLI subprocesses the tests start), so a
+    test never waits for another polyplan run on the machine to finish its timings; the tests of
+    the lock itself set their own folder."""
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("POLYPLAN_LOCK_DIR", str(tmp_path_factory.mktemp("locks")))
+        yield
+
+
+SHORT_CALIBRATION_TOKENS = 16  # the product's own floor (pipeline.loop_costs.MIN_CALIBRATION_TOKENS)
+
+
+@pytest.fixture(scope="module")
+def short_calibrations():
+    """Profiling runs of a test module decode `SHORT_CALIBRATION_TOKENS` tokens per timed call of
+    the loop-cost calibrations (the loop overhead, HF generate's overhead) instead of
+    `pipeline.stages.profile_candidates`' default, as the product does for a slow target: the same
+    entries, fitted from shorter calls, for modules that test something else than their values.
+    Module fixtures that profile should request it, so that it is in place before they run."""
+    from polyplan.pipeline.stages import profile_candidates
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setitem(profile_candidates.__kwdefaults__, "calibration_tokens", SHORT_CALIBRATION_TOKENS)
+        yield
+
+
+@pytest.fixture(scope="session")
+def quick_family(tmp_path_factory) -> Path:
+    """The quick recipe's family, trained once through `polyplan zoo train --quick --seed 3` (the
+    zoo tests read it; none may change it)."""
+    from typer.testing import CliRunner
+
+    from polyplan.cli.app import app
+
+    out = tmp_path_factory.mktemp("zoo") / "family"
+    result = CliRunner().invoke(app, ["zoo", "train", "--quick", "--out", str(out), "--seed", "3"])
+    assert result.exit_code == 0, result.output
+    return out
+
+
 @pytest.fixture(scope="module")
 def single_thread():
     """Run a test module with one torch thread, then restore the previous setting.

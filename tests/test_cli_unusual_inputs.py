@@ -29,7 +29,7 @@ from polyplan.formats.profile import (AgreementRuns, LatencyPoint, ModelProfile,
                                       SamplingStats, write_profile)
 from polyplan.models.fingerprints import candidate_fingerprints
 
-pytestmark = pytest.mark.usefixtures("single_thread")
+pytestmark = pytest.mark.usefixtures("single_thread", "short_calibrations")
 
 DEVICE = "cpu test (1 thread)"  # the plans then run at one thread (`profiler.threads.plan_threads`)
 TARGET_STEP = 0.004

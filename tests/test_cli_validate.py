@@ -17,7 +17,7 @@ from polyplan.formats.codec import encode
 from polyplan.formats.processor import Processor
 from polyplan.formats.validation_report import encode_report, read_report
 
-pytestmark = pytest.mark.usefixtures("single_thread")
+pytestmark = pytest.mark.usefixtures("single_thread", "short_calibrations")
 
 PROFILE_FAST = [
     "--new-tokens", "8", "--latency-ks", "1,2,4", "--context-lengths", "8,16", "--repeats", "3", "--warmup", "1", "--noise-budget", "0",
@@ -31,7 +31,7 @@ def _invoke(*args: str):
 
 
 @pytest.fixture(scope="module")
-def workspace(tmp_path_factory) -> Path:
+def workspace(tmp_path_factory, short_calibrations) -> Path:
     root = write_candidate_workspace(tmp_path_factory.mktemp("validate_cli"))
     result = _invoke("profile", "--candidates", str(root / "models.yaml"), "--prompts", str(root / "prompts.jsonl"),
                      "--out", str(root / "profile.json"), *PROFILE_FAST)

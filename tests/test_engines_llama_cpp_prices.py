@@ -188,7 +188,7 @@ TINY = ["--threads", "1", "--temperatures", "0", "--no-decoded", "--new-tokens",
 
 
 @pytest.fixture(scope="module")
-def workspace(tmp_path_factory):
+def workspace(tmp_path_factory, short_calibrations):
     """Tiny GGUF target and drafter, an ngram-simple drafter, and a plan of each kind of target:
     a llama.cpp member (`plan-llama.json`) and a torch member of the same GGUF (`plan-torch.json`)."""
     pytest.importorskip("llama_cpp")
@@ -413,13 +413,29 @@ def test_without_the_bindings_one_line_says_the_profile_priced_it(workspace, cac
     assert quiet.ranking_notes[0] == "priced from the profile and polyplan's loop (--profile-prices)"
 
 
+def _fixed_latency_entry(path, threads, ks, fingerprint, key, log=None, last_row_only=False):
+    """What `measure_latency_entry` returns, without timing anything: T(k) = base + 0.1 ms per
+    extra row (base 2 ms for the target's file, 0.5 ms for a drafter's)."""
+    from polyplan.formats.profile import LatencyPoint, ModelProfile
+
+    base = 0.002 if path.name == "target.gguf" else 0.0005
+    points = tuple(LatencyPoint(128, k, base + 0.0001 * (k - 1)) for k in ks)
+    return ModelProfile(path.stem, fingerprint, points, latency_fingerprint=key)
+
+
 def test_a_calibrated_server_loop_prices_the_ranking(workspace, cache, monkeypatch):
     """With a (fake) build, the calibration's fit prices every replayed configuration and the
     draft model, and its note says so; a dearer server loop predicts every drafting
-    configuration slower (negative control: without it, the bindings' prices)."""
+    configuration slower (negative control: without a build, the same T(k) priced with
+    polyplan's loop). T(k) is a fixed curve, not timed, so the two exports differ only in the
+    loop they price with (the bindings' timing is tested above)."""
     from polyplan.engines.llama_cpp import build as llama_cpp_build
     from polyplan.engines.llama_cpp import prices as llama_cpp_prices
 
+    monkeypatch.setattr(llama_cpp_prices, "measure_latency_entry", _fixed_latency_entry)
+    monkeypatch.setattr(llama_cpp_build, "find_build", lambda *a: None)
+    bare = _export(workspace / "plan-torch.json")
+    assert any(note.startswith("llama-server's own loop: not calibrated") for note in bare.ranking_notes)
     build = llama_cpp_build.LlamaCppBuild(Path("/nonexistent"), llama_cpp_build.BINDINGS_VERSION)
     monkeypatch.setattr(llama_cpp_build, "find_build", lambda *a: build)
     monkeypatch.setattr(llama_cpp_prices, "calibrate_server", lambda *a, **k: [
@@ -430,10 +446,11 @@ def test_a_calibrated_server_loop_prices_the_ranking(workspace, cache, monkeypat
                for note in priced.ranking_notes)
     assert any("draft model 'small' in llama-server's loop: 2.50 ms per pass" in note for note in priced.ranking_notes)
     assert "llama-server's own" in priced.overhead_note
-    bare = _export(workspace / "plan-torch.json", measure=False)
     by_label = {c.label: c.speedup for c in bare.ranking}
+    compared = [config.label for config in priced.ranking if config.drafted or config.label.startswith("draft-simple")]
+    assert compared  # the ranking has drafting configurations to compare
     for config in priced.ranking:
-        if config.drafted or config.label.startswith("draft-simple"):
+        if config.label in compared:
             assert config.speedup < by_label[config.label], config.label
 
 

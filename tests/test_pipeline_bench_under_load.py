@@ -57,11 +57,15 @@ def test_load_shapes_are_named_and_bad_ones_refused():
         load_shape("wavy")
 
 
-def test_a_bursty_load_alternates_busy_and_asleep_spans():
+def test_a_bursty_load_alternates_busy_and_asleep_spans(monkeypatch):
     """Fake clock: each look at it takes 1 ms (a product costs a few) and each nap 20 ms; a bursty
     load spends about half its time asleep (spans of 0.1-1.0 s), a steady one none (the negative
-    control)."""
+    control). The products are of small matrices: on the fake clock their size changes nothing
+    but the real seconds the test takes."""
+    from polyplan.pipeline import load as load_module
     from polyplan.pipeline.load import run_load
+
+    monkeypatch.setattr(load_module, "SIZE", 8)
 
     def timed(bursty: bool) -> tuple[int, float]:
         now = [0.0]

@@ -74,11 +74,18 @@ def test_reduced_demo_prints_one_table_and_writes_a_complete_report(family, tmp_
 
     assert all(entry["predicted_speedup"]["exact_retimed"] > 0 for entry in payload["chains"])
 
+
+@pytest.mark.slow
+def test_a_second_demo_re_times_the_models_and_reuses_the_rest_of_the_warm_cache(family, tmp_path):
+    """Two demos on one cache (slow: a second whole demo; the default run checks the same at the
+    profiling step, `test_pipeline_one_profile.test_a_profiling_run_reads_its_profile_once`)."""
+    first = _demo(family, tmp_path)
+    assert first.exit_code == 0, first.output
     again = _demo(family, tmp_path, "--repeats", "1")
     assert again.exit_code == 0, again.output
     # the warm cache is reused: the 5 latency curves are re-timed, acceptance entries reused
     # (a pair whose drafter's re-timed T(1) now ranks differently is measured anew)
-    first_measured = int(re.search(r"profile .*: (\d+) entries measured", out).group(1))
+    first_measured = int(re.search(r"profile .*: (\d+) entries measured", first.stdout).group(1))
     measured, reused = map(int, re.search(r"profile .*: (\d+) entries measured, (\d+) reused", again.stdout).groups())
     assert 5 <= measured < first_measured and reused > 0
 

@@ -15,7 +15,7 @@ from conftest import write_candidate_workspace
 from polyplan.cli.app import app
 from polyplan.formats.profile import read_profile
 
-pytestmark = pytest.mark.usefixtures("single_thread")
+pytestmark = pytest.mark.usefixtures("single_thread", "short_calibrations")
 
 PROFILE_FAST = [
     "--new-tokens", "8", "--latency-ks", "1,2,4", "--context-lengths", "8,16", "--repeats", "3", "--warmup", "1", "--noise-budget", "0",
@@ -30,7 +30,7 @@ def _invoke(*args: str):
 
 
 @pytest.fixture(scope="module")
-def profiled(tmp_path_factory) -> Path:
+def profiled(tmp_path_factory, short_calibrations) -> Path:
     root = write_candidate_workspace(tmp_path_factory.mktemp("one_profile"))
     result = _invoke("profile", "--candidates", root / "models.yaml", "--prompts", root / "prompts.jsonl",
                      "--out", root / "profile.json", *PROFILE_FAST)
@@ -165,3 +165,7 @@ def test_a_profiling_run_reads_its_profile_once(profiled, monkeypatch):
     result = profile_candidates(profiled / "models.yaml", profile_path=profiled / "profile.json", fresh_timings=True)
     assert reads == ["profile.json"]
     assert result.path == profiled / "profile.json" and result.reused > 0
+    # fresh timings (what every demo asks for): each model's latency curve re-timed, acceptance reused
+    retimed = sorted(step.label for step in result.run.measured if step.kind == "latency")
+    assert retimed == ["latency ngram", "latency small", "latency target"]
+    assert {step.kind for step in result.run.reused} >= {"alpha", "decoded"}

@@ -15,7 +15,7 @@ from polyplan.formats.profile import read_profile
 from polyplan.profiler.forward_timing import LatencySettings
 from polyplan.profiler.settings import AcceptanceSettings
 
-pytestmark = pytest.mark.usefixtures("single_thread")
+pytestmark = pytest.mark.usefixtures("single_thread", "short_calibrations")
 
 FAST = [
     "--new-tokens", "8", "--latency-ks", "1,2", "--context-lengths", "8,16", "--repeats", "3", "--warmup", "1", "--noise-budget", "0",

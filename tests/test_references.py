@@ -47,8 +47,14 @@ def sources() -> list[Path]:
     return found
 
 
-def texts(path: Path) -> Iterator[tuple[int, str]]:
-    """(line number, text) of every docstring and comment line of a .py file; every line of a .md file."""
+@lru_cache(maxsize=None)
+def texts(path: Path) -> tuple[tuple[int, str], ...]:
+    """(line number, text) of every docstring and comment line of a .py file; every line of a .md file
+    (read and parsed once per file for the checks below)."""
+    return tuple(_texts(path))
+
+
+def _texts(path: Path) -> Iterator[tuple[int, str]]:
     source = path.read_text(encoding="utf-8")
     if path.suffix == ".md":
         yield from enumerate(source.splitlines(), 1)

@@ -13,7 +13,6 @@ import torch
 from typer.testing import CliRunner
 
 from polyplan.cli.app import app
-from polyplan.zoo import train as train_module
 from polyplan.zoo.recipe import QUICK
 from polyplan.zoo.refine import acceptance_on, distillation_loss, greedy_continuations
 from conftest import perturbed_copy, tiny_llama
@@ -62,11 +61,9 @@ def _digest(folder: Path) -> str:
 
 
 @pytest.fixture(scope="module")
-def refined(tmp_path_factory) -> tuple[Path, Path, str]:
-    root = tmp_path_factory.mktemp("refine")
-    family = root / "family"
-    train_module.train_family(QUICK, family, seed=1, log=lambda _line: None)
-    out = root / "refined"
+def refined(tmp_path_factory, quick_family) -> tuple[Path, Path, str]:
+    family = quick_family  # conftest's, trained once for this module and test_zoo_train; refine only reads it
+    out = tmp_path_factory.mktemp("refine") / "refined"
     result = runner.invoke(app, ["zoo", "refine", "--family", str(family), "--out", str(out), "--steps", "3"])
     return family, out, result.output
 

@@ -18,14 +18,6 @@ from polyplan.zoo.recipe import QUICK
 runner = CliRunner()
 
 
-@pytest.fixture(scope="module")
-def quick_family(tmp_path_factory) -> Path:
-    out = tmp_path_factory.mktemp("zoo") / "family"
-    result = runner.invoke(app, ["zoo", "train", "--quick", "--out", str(out), "--seed", "3"])
-    assert result.exit_code == 0, result.output
-    return out
-
-
 def test_quick_family_is_loadable_by_transformers(quick_family):
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
