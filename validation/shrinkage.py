@@ -27,13 +27,12 @@ import statistics
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-from polyplan.planner.intervals.prediction_interval import FLOOR_DRIFT_SHARE
+from polyplan.planner.intervals.prediction_interval import FLOOR_DRIFT_SHARE, IQR_TO_SD
 
 # The least spread of ln C assumed: the exact model is never taken to be exactly right
 # (docs/validation.md argues the value from the exact model's measured errors).
 PRIOR_FLOOR = 0.05
 _Z = 1.959964  # two-sided 95%
-IQR_TO_SD = 1.349  # a normal distribution's interquartile range in standard deviations
 
 
 @dataclass(frozen=True)

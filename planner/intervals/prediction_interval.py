@@ -32,7 +32,7 @@ from polyplan.planner.intervals.timing_health import MAX_FLOOR_NOISE, MAX_FLOOR_
 DEFAULT_RESAMPLES = 200
 DEFAULT_LEVEL = 0.95
 _MEDIAN_EFFICIENCY = 1.2533  # sd(median) / sd(mean) for Gaussian samples: sqrt(pi / 2)
-_IQR_TO_SD = 1.349  # IQR of a standard normal
+IQR_TO_SD = 1.349  # IQR of a standard normal
 # A noisy floor's spread is per call; a latency curve is a median over many rounds, and what moves
 # it between the profile and the run is the machine's level drifting, about half the per-call
 # spread where it was measured (docs/profiling.md, "What the floor measures").
@@ -133,7 +133,7 @@ def _latency_replicates(model: ModelProfile, resamples: int, rng: np.random.Gene
             sources.add("samples")
         else:
             repeats = point.repeats or 1
-            error = _MEDIAN_EFFICIENCY * (point.iqr_s / _IQR_TO_SD) / np.sqrt(repeats)
+            error = _MEDIAN_EFFICIENCY * (point.iqr_s / IQR_TO_SD) / np.sqrt(repeats)
             draws = point.median_s + error * rng.standard_normal(resamples)
             columns.append(np.maximum(draws, point.median_s * 1e-3))  # a time stays > 0
             sources.add("median_iqr")
@@ -450,7 +450,7 @@ def _health_factors(profile: Profile, names: Sequence[str], resamples: int,
             reasons.append(f"load {load:.1f} on {cpus} core(s) when timing began")
         noise = health.reference_relative_iqr
         if noise is not None and noise > MAX_FLOOR_NOISE:
-            factor *= np.exp(FLOOR_DRIFT_SHARE * noise / _IQR_TO_SD * rng.standard_normal(resamples))
+            factor *= np.exp(FLOOR_DRIFT_SHARE * noise / IQR_TO_SD * rng.standard_normal(resamples))
             reasons.append(f"the machine floor's IQR/median was {noise:.1%}")
         if reasons:
             factors[name] = factor

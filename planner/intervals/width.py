@@ -15,12 +15,11 @@ import math
 from dataclasses import dataclass
 
 from polyplan.formats.plan import PlanFile, PlannedChain
-from polyplan.planner.intervals.prediction_interval import FLOOR_DRIFT_SHARE
+from polyplan.planner.intervals.prediction_interval import FLOOR_DRIFT_SHARE, IQR_TO_SD
 from polyplan.planner.intervals.timing_health import MAX_FLOOR_NOISE
 
 WIDE = 1.5  # an interval whose high over low exceeds this gets a line saying why
 _Z = 1.959964
-_IQR_TO_SD = 1.349
 
 _REMEDY = {
     "new_set": "it is for a new set of as many prompts as the profile's, and any such set reads the drafters "
@@ -70,7 +69,7 @@ def width_sources(planned: PlannedChain, floor: float | None) -> WidthSources:
         check = math.log(planned.check.composition_high / planned.check.composition_low)
     floor_width = 0.0
     if floor is not None and floor > MAX_FLOOR_NOISE:
-        floor_width = min(workload, 2 * _Z * FLOOR_DRIFT_SHARE * floor / _IQR_TO_SD)
+        floor_width = min(workload, 2 * _Z * FLOOR_DRIFT_SHARE * floor / IQR_TO_SD)
     return WidthSources(new_set=_apart(exact, workload), profile=_apart(workload, floor_width), floor=floor_width,
                         check=check)
 
