@@ -144,7 +144,7 @@ def profile_candidates(
             settings = settings_of(existing, temperature)
         settings, note = fit_default_contexts(models, settings)
         prompts = prompts or prompts_of(existing, path) or prompt_set()
-        fitted = _fitted_prompts(prompts, loaded, settings)
+        fitted = fitted_prompts(prompts, loaded, settings)
         check_models(models)  # bad input fails before waiting for another run's timings
         check_inputs_fit(models, fitted, settings)
         check_output_file(path, "--out")
@@ -199,7 +199,7 @@ class _WithLoopCosts:
 _PLANNING = "planning: every chain ranked with its best block sizes and a bootstrap interval"
 
 
-def _fitted_prompts(prompts: PromptSet, loaded: LoadedCandidates, settings: ProfileSettings) -> tuple[EncodedPrompt, ...]:
+def fitted_prompts(prompts: PromptSet, loaded: LoadedCandidates, settings: ProfileSettings) -> tuple[EncodedPrompt, ...]:
     """The prompts, encoded, cut or left out to fit every model's context (a strict set is left
     whole: the run refuses a prompt that does not fit)."""
     encoded = encode_for(prompts, loaded.tokenizer)
@@ -250,7 +250,7 @@ def recommend_candidates(
     planned = planned_from_profile(profiled.profile, out, profile_path=str(profiled.path), candidates=profiled.record,
                                    drafters=profiled.drafters, **plan_options)
     if check:
-        plan, lines = _self_checked(planned.plan, profiled, out, check_progress)
+        plan, lines = self_checked(planned.plan, profiled, out, check_progress)
     else:
         plan = skipped_plan(planned.plan, "--no-check: the intervals ignore the exact model's own error on this machine")
         lines = ("Self-check skipped (--no-check): the prediction intervals ignore the exact model's own error on this machine",)
@@ -259,7 +259,7 @@ def recommend_candidates(
     return Recommended(planned.recommendation, profiled, plan, lines)
 
 
-def _self_checked(plan: PlanFile, profiled: ProfiledCandidates, out, progress=None) -> tuple[PlanFile, tuple[str, ...]]:
+def self_checked(plan: PlanFile, profiled: ProfiledCandidates, out, progress=None) -> tuple[PlanFile, tuple[str, ...]]:
     """The plan after recommend's self-check (`validation.self_check`, reporting its runs to
     `progress`) on the profiled members and prompts, with what it found, saved over `out` (which
     the planner wrote unchecked first, so an interrupted check leaves a valid plan); a plan with
@@ -416,7 +416,7 @@ def run_demo(settings, *, profile_progress=None, validation_progress=None, check
     )
     recommendation, plan = planned.recommendation, planned.plan  # as written to plan_path, not read back
     members = {model.name: model.member for model in profiled.models}
-    plan, lines = _self_checked(plan, profiled, plan_path, validation_progress if check_progress is None else check_progress)
+    plan, lines = self_checked(plan, profiled, plan_path, validation_progress if check_progress is None else check_progress)
     with timing_lock():
         validation = _validate(plan, members, encoded, validation_settings, str(plan_path), held_out, validation_progress,
                                profiled.profile)
