@@ -22,6 +22,7 @@ from polyplan.formats.sampling import SamplingMode
 from polyplan.engines.hf_overhead import ensure_hf_overhead
 from polyplan.models.hashing import fingerprint_settings, fingerprint_tokens
 from polyplan.profiler.prompts import EncodedPrompt, token_stream
+from polyplan.profiler.acceptance import GreedyReads
 from polyplan.profiler.agreement_runs import ensure_agreement
 from polyplan.profiler.settings import ProfileSettings
 from polyplan.profiler.switching import measure_switch_costs, store_switch_costs
@@ -52,11 +53,13 @@ def ensure_loop_costs(
     device_label: str,
     calibration_tokens: int = 64,
     fresh: bool = False,
+    reads: GreedyReads | None = None,
 ) -> tuple[Profile, LoopCostsRun]:
     """`profile` with every entry of the module docstring, and what was measured. `models`: the
     `models.fingerprints.ProfiledModel`s, target first; `prompts`: those the run profiled with;
     `previous_runs`: the agreement entry before the run; `calibration_tokens`: the most tokens per
-    timed call of the loop calibrations (`calibration_tokens_for`)."""
+    timed call of the loop calibrations (`calibration_tokens_for`); `reads`: the greedy reads of
+    the profiling run (`profiler.run.ProfileOutcome.greedy`), which the agreement runs reuse."""
     acceptance = settings.acceptance
     calibration_tokens = calibration_tokens_for(profile, models[0].name, calibration_tokens)
     context = min(settings.latency.context_lengths)
@@ -66,7 +69,8 @@ def ensure_loop_costs(
         if 0.0 not in acceptance.temperatures:
             return profile, 0
         ids = [prompt.ids for prompt in prompts]
-        return ensure_agreement(profile, previous_runs, models, ids, new_tokens=acceptance.new_tokens, seed=acceptance.seed)
+        return ensure_agreement(profile, previous_runs, models, ids, new_tokens=acceptance.new_tokens, seed=acceptance.seed,
+                                reads=reads)
 
     steps = (
         agreement,

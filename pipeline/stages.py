@@ -165,7 +165,7 @@ def profile_candidates(
             counted.start(LOOP_COSTS)
         profile, loop_costs = ensure_loop_costs(
             dataclasses.replace(outcome.profile, profiler=record), models, fitted, settings, previous_runs=previous_runs,
-            device_label=device_label, calibration_tokens=calibration_tokens, fresh=fresh_timings,
+            device_label=device_label, calibration_tokens=calibration_tokens, fresh=fresh_timings, reads=outcome.greedy,
         )
         if counted is not None:
             counted.done(LOOP_COSTS, reused=loop_costs.measured == 0)

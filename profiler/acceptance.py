@@ -24,7 +24,7 @@ disagreement between the two ways.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 
 import numpy as np
@@ -52,6 +52,24 @@ class TeacherForced:
     top: tuple[torch.Tensor, ...] | None = None  # greedy: the softmax probability (temperature 1) of each argmax
     # greedy: the same over the model's DRAFT_SIMPLE_TOP_K largest logits (what llama-server's p_min reads)
     top10: tuple[torch.Tensor, ...] | None = None
+
+
+@dataclass(frozen=True)
+class GreedyReads:
+    """What a run's greedy phase read: the target's greedy `continuations` of `prompts` (`new_tokens`
+    each, generator seeds from `seed`) and the greedy teacher-forced pass of each model named in
+    `forced` over them, at `TEACHER_FORCING_WIDTH`. Handed on so that what needs the same reads
+    (`profiler.agreement_runs`) does not repeat them; kept in memory only."""
+
+    prompts: tuple[tuple[int, ...], ...]
+    new_tokens: int
+    seed: int
+    continuations: tuple[tuple[int, ...], ...]
+    forced: Mapping[str, TeacherForced]
+
+    def fits(self, prompts: Sequence[Sequence[int]], new_tokens: int, seed: int) -> bool:
+        """Whether these reads are of exactly `prompts`, `new_tokens` and `seed`."""
+        return (self.new_tokens, self.seed) == (new_tokens, seed) and self.prompts == tuple(tuple(p) for p in prompts)
 
 
 @dataclass(frozen=True)

@@ -18,7 +18,7 @@ from dataclasses import replace
 
 from polyplan.decoder.member import BlockDrafter
 from polyplan.formats.profile import AgreementRuns, PairAgreement, Profile, TargetStream, confidence_text
-from polyplan.profiler.acceptance import TEACHER_FORCING_WIDTH, target_continuations, teacher_forced
+from polyplan.profiler.acceptance import TEACHER_FORCING_WIDTH, GreedyReads, target_continuations, teacher_forced
 from polyplan.models.hashing import fingerprint_settings, fingerprint_tokens
 
 
@@ -31,16 +31,25 @@ def _runs_fingerprint(models: Sequence, prompts: Sequence[Sequence[int]], new_to
 
 
 def measure_agreement(
-    models: Sequence, pairs: Sequence[tuple[str, str]], prompts: Sequence[Sequence[int]], *, new_tokens: int, seed: int
+    models: Sequence, pairs: Sequence[tuple[str, str]], prompts: Sequence[Sequence[int]], *, new_tokens: int, seed: int,
+    reads: GreedyReads | None = None,
 ) -> AgreementRuns:
     """The greedy agreement strings of every (verifier, drafter) pair of names (module docstring);
-    `models`: `models.fingerprints.ProfiledModel`s, the target first; `prompts`: token ids."""
+    `models`: `models.fingerprints.ProfiledModel`s, the target first; `prompts`: token ids.
+    `reads`: what a profiling run's greedy phase already read (`profiler.run.ProfileOutcome.greedy`);
+    used where it is of the same prompts, `new_tokens` and `seed` (the same entry, without
+    generating or reading again), a model it lacks read here."""
     target = models[0].member
-    continuations = target_continuations(target, prompts, new_tokens=new_tokens, temperature=0.0, seed=seed)
     vocab = target.valid_vocab_size
+    usable = reads is not None and reads.fits(prompts, new_tokens, seed)
+    if usable:
+        continuations = reads.continuations
+    else:
+        continuations = target_continuations(target, prompts, new_tokens=new_tokens, temperature=0.0, seed=seed)
     needed = {name for pair in pairs for name in pair}
     forced = {
-        model.name: teacher_forced(model.member, prompts, continuations, temperature=0.0, vocab=vocab)
+        model.name: reads.forced[model.name] if usable and model.name in reads.forced
+        else teacher_forced(model.member, prompts, continuations, temperature=0.0, vocab=vocab)
         for model in models
         if model.name in needed
     }
@@ -63,12 +72,13 @@ def confidence_texts(tops) -> tuple[str, ...]:
 
 
 def ensure_agreement(
-    profile: Profile, previous: AgreementRuns | None, models: Sequence, prompts: Sequence[Sequence[int]], *, new_tokens: int, seed: int
+    profile: Profile, previous: AgreementRuns | None, models: Sequence, prompts: Sequence[Sequence[int]], *, new_tokens: int, seed: int,
+    reads: GreedyReads | None = None,
 ) -> tuple[Profile, bool]:
     """`profile` with the greedy agreement sequences in `acceptance_runs`, reusing `previous` (the
     entry before this run) when its fingerprint matches and it holds the target's streams and both
     confidences of the model drafters under the target (older profiles lack some); and whether
-    they were measured."""
+    they were measured (from `reads` where they fit, `measure_agreement`)."""
     loaded = {model.name for model in models}  # a profile keeps other models' pairs; only these can run
     pairs = [(pair.verifier, pair.drafter) for pair in profile.pairs
              if "greedy" in pair.sampling and {pair.verifier, pair.drafter} <= loaded]
@@ -81,5 +91,5 @@ def ensure_agreement(
     if previous is not None and previous.fingerprint == key and set(previous.by_pair()) >= wanted and previous.streams and not lacking:
         entry, measured = previous, False
     else:
-        entry, measured = measure_agreement(models, pairs, prompts, new_tokens=new_tokens, seed=seed), True
+        entry, measured = measure_agreement(models, pairs, prompts, new_tokens=new_tokens, seed=seed, reads=reads), True
     return replace(profile, acceptance_runs={**profile.acceptance_runs, "greedy": entry}), measured

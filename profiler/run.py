@@ -15,7 +15,7 @@ import os
 import platform
 import time
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass, replace
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Protocol
 
@@ -27,7 +27,7 @@ from polyplan.planner.exact.latency import curve_from_profile
 from polyplan.formats.profile import Profile, ProfilerRecord, write_profile
 from polyplan.formats.sampling import SamplingMode
 from polyplan.profiler.acceptance import (
-    TEACHER_FORCING_WIDTH, TeacherForced, measure_decoded, pair_alpha, target_continuations, teacher_forced,
+    TEACHER_FORCING_WIDTH, GreedyReads, TeacherForced, measure_decoded, pair_alpha, target_continuations, teacher_forced,
 )
 from polyplan.decoder.ngram import NGramMember
 from polyplan.decoder.ngram_simple import NGramSimpleMember
@@ -89,6 +89,9 @@ class ProfileOutcome:
     reused: tuple[Step, ...]
     wall_time_s: float
     phases: PhaseSeconds
+    # the greedy continuations and teacher-forced passes this run read (None: it read none), for
+    # the agreement runs (`profiler.agreement_runs.measure_agreement`); not written to the profile
+    greedy: GreedyReads | None = field(default=None, repr=False, compare=False)
 
 
 def describe_device(device: str | torch.device) -> str:
@@ -153,7 +156,8 @@ def profile_checked_models(
     run = _Run(models, prompts, out, settings, device_label, existing, progress or _Silent(), processor)
     run.execute()
     phases = PhaseSeconds(**run.seconds)
-    return ProfileOutcome(run.profile, out, tuple(run.measured), tuple(run.reused), time.perf_counter() - started, phases)
+    return ProfileOutcome(run.profile, out, tuple(run.measured), tuple(run.reused), time.perf_counter() - started, phases,
+                          run.greedy_reads())
 
 
 # --------------------------------------------------------------------------- the run
@@ -411,6 +415,14 @@ class _Run:
         return None if verifier == self.target.name else verifier
 
     # ---- lazily computed inputs
+    def greedy_reads(self) -> GreedyReads | None:
+        """The greedy continuations and teacher-forced passes read so far (None: none)."""
+        if 0.0 not in self.continuations:
+            return None
+        acceptance = self.settings.acceptance
+        forced = {name: result for (temperature, name), result in self.forced.items() if temperature == 0.0}
+        return GreedyReads(tuple(tuple(p) for p in self.prompts), acceptance.new_tokens, acceptance.seed, self.continuations[0.0], forced)
+
     def _continuations(self, temperature: float) -> tuple[tuple[int, ...], ...]:
         if temperature not in self.continuations:
             acceptance = self.settings.acceptance

@@ -295,3 +295,26 @@ def test_an_ngram_simple_drafter_is_marked_and_no_ngram_member_verifies(models, 
     assert {("target", "simple"), ("early", "simple"), ("target", "ngram")} <= pairs
     assert not pairs & {("ngram", "simple"), ("simple", "ngram")}
     assert profile.model("simple").ngram_simple == 2 and profile.model("ngram").ngram_simple is None
+
+
+def test_the_agreement_runs_reuse_the_runs_greedy_reads_and_equal_those_measured_from_scratch(models, tmp_path):
+    """The run hands out its greedy continuations and teacher-forced passes; the agreement entry
+    made from them (all of them, or with one model's pass missing and read then) is the one
+    measured from scratch, fingerprint included; reads of other prompts are not used."""
+    from polyplan.profiler.agreement_runs import measure_agreement
+
+    greedy = ProfileSettings(SETTINGS.latency, dataclasses.replace(SETTINGS.acceptance, temperatures=(0.0,), decoded=False))
+    outcome = profile_models(models, _prompts(), tmp_path / "p.json", greedy)
+    reads = outcome.greedy
+    assert reads is not None and set(reads.forced) == {"target", "early", "ngram"}
+    pairs = [(p.verifier, p.drafter) for p in outcome.profile.pairs]
+    ids = [p.ids for p in _prompts()]
+    kwargs = dict(new_tokens=greedy.acceptance.new_tokens, seed=greedy.acceptance.seed)
+    scratch = measure_agreement(models, pairs, ids, **kwargs)
+    assert measure_agreement(models, pairs, ids, reads=reads, **kwargs) == scratch
+    partial = dataclasses.replace(reads, forced={name: f for name, f in reads.forced.items() if name != "early"})
+    assert measure_agreement(models, pairs, ids, reads=partial, **kwargs) == scratch
+    # Negative control: reads of other continuations give other strings, and are refused for other prompts.
+    shifted = dataclasses.replace(reads, forced={**reads.forced, "early": reads.forced["ngram"]})
+    assert measure_agreement(models, pairs, ids, reads=shifted, **kwargs) != scratch
+    assert measure_agreement(models, pairs, ids[:3], reads=shifted, **kwargs) == measure_agreement(models, pairs, ids[:3], **kwargs)
