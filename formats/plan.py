@@ -337,11 +337,16 @@ class TripleRecord:
 
 @dataclass(frozen=True)
 class ProfileRecord:
-    """The profile a plan was made from: its path, schema version and digest (`planner.plan_check`)."""
+    """The profile a plan was made from: its path, schema version and digest (`planner.plan_check`);
+    for a profile re-priced for another prompt file (`pipeline.reprice`), which prompts its
+    acceptance, and so the plan's numbers, are for and the profile its timings were kept from."""
 
     path: str | None = None
     schema_version: int | None = None
     digest: str | None = spec(default=None, omit=NONE)
+    prompt_file: str | None = spec(text, default=None, omit=NONE)
+    prompts: int | None = spec(whole(0), default=None, omit=NONE)
+    timings_from: str | None = spec(text, default=None, omit=NONE)
 
 
 @dataclass(frozen=True)

@@ -248,7 +248,8 @@ def test_options_a_command_would_ignore_are_errors(args, message):
         (["--search", "optuna", "--seed", "-1"], "--seed: must be in 0..4294967295"),
         (["--seed", str(2**40)], "--seed"),
         (["--max-levels", "0"], "--max-levels: must be >= 1"),
-        (["--prompts", "x.jsonl"], "--prompts: only used with --candidates"),
+        (["--prompts", "x.jsonl"], "x.jsonl: no such prompt file"),  # --profile with --prompts re-prices the profile
+        (["--raw-prompts"], "--raw-prompts: only used with --candidates"),
         (["--threads", "2"], "--threads: only used with --candidates"),
         (["--device", "cpu"], "--device: only used with --candidates"),
         (["--cache-dir", "c"], "--cache-dir: only used with --candidates"),

@@ -2,7 +2,8 @@
 
 With `--profile` alone it reads numbers only (no models, no torch). With `--candidates` it
 first profiles whatever the profile (`--profile`, else the user cache) lacks, then plans;
-torch is imported only then.
+torch is imported only then. With `--profile` and `--prompts` it re-prices the profile for those
+prompts first (`pipeline.reprice`: acceptance measured anew, timings kept), then plans for them.
 """
 
 from __future__ import annotations
@@ -152,18 +153,23 @@ def recommend(
     seed: Annotated[int, typer.Option("--seed", help="Seed of optuna's TPE sampler.")] = 0,
     out: Annotated[Optional[Path], typer.Option("--out", help="Where to write the plan JSON.")] = Path("plan.json"),
     prompts: Annotated[
-        Optional[Path], typer.Option("--prompts", help="With --candidates: prompt file to profile with (default: the one --profile was measured on, else built-in).")
+        Optional[Path], typer.Option("--prompts", help="With --candidates: prompt file to profile with (default: the one --profile was measured on, else built-in). "
+                                     "With --profile alone: re-price the profile for these prompts (acceptance measured anew on them, "
+                                     "its timings kept; written to --repriced-out), then plan for them.")
     ] = None,
+    repriced_out: Annotated[Optional[Path], typer.Option(
+        "--repriced-out", help="With --profile and --prompts: where the re-priced profile goes (default: next to --profile, "
+        "<profile stem>.<prompt file stem>.json; never over --profile).")] = None,
     raw_prompts: RawPrompts = False,
     cache_dir: Annotated[Optional[Path], typer.Option(
         "--cache-dir", help="Profile cache folder (default: $POLYPLAN_CACHE_DIR or ~/.cache/polyplan).")] = None,
     device: Annotated[Optional[str], typer.Option("--device", help="With --candidates: put every model on this device.")] = None,
-    threads: Annotated[Optional[int], typer.Option("--threads", help="With --candidates: torch CPU threads (default: those --profile was timed with, else the machine's free cores at start).")] = None,
+    threads: Annotated[Optional[int], typer.Option("--threads", help="With --candidates or --prompts: torch CPU threads (default: those --profile was timed with, else the machine's free cores at start).")] = None,
     json_output: Annotated[bool, typer.Option("--json", help="Print the plan as one JSON object.")] = False,
     resamples: Annotated[int, typer.Option(
         "--resamples", help="Bootstrap resamples for each predicted speedup's 95% interval (0: none).")] = 200,
     no_check: Annotated[bool, typer.Option(
-        "--no-check", help="With --candidates: skip the self-check (a short run of the top chains that fits the "
+        "--no-check", help="With --candidates or --prompts: skip the self-check (a short run of the top chains that fits the "
         "model's error on this machine); the intervals then ignore it.")] = False,
     new_tokens: Annotated[Optional[int], typer.Option(
         "--new-tokens", help="The answer length the plan is for: acceptance is read over the first N tokens of each "
@@ -173,15 +179,24 @@ def recommend(
     """Rank every chain of the profiled models with its best block sizes and write the plan.
 
     Give --profile (numbers only), --candidates (profile what is missing, then plan), or both
-    (the profile file is resumed and completed).
+    (the profile file is resumed and completed); --profile with --prompts re-prices the profile
+    for those prompts (acceptance only, its timings kept), then plans for them.
     """
     _check_up_front(profile, candidates, max_levels, k_max, seed, out, prompts, raw_prompts, resamples, cache_dir, device, threads,
-                    new_tokens)
+                    new_tokens, repriced_out)
     mode = SamplingMode.parse(sampling or "greedy", "--sampling")
     options = dict(max_levels=max_levels, k_max=k_max, block_sizes=search, sampling=mode.key, seed=seed, resamples=resamples,
                    new_tokens=new_tokens)
     check_lines: tuple[str, ...] = ()
-    if candidates is None:
+    if candidates is None and prompts is not None:
+        choice, repriced, recommended = _reprice(profile, prompts, out, repriced_out, threads, options, raw=raw_prompts,
+                                                 check=not no_check)
+        result, plan, check_lines = recommended.recommendation, recommended.plan, recommended.check_lines
+        if not json_output:
+            typer.echo(f"re-priced profile {repriced.path}: {len(repriced.measured)} entries measured, {len(repriced.reused)} reused, "
+                       f"for {repriced.prompts} prompts of {repriced.prompt_source}; kept from {repriced.original}: "
+                       f"{', '.join(repriced.kept)}; {choice.line}")
+    elif candidates is None:
         result, plan = _plan_profile(profile, out, options, sampling)
     else:
         choice, recommended = _recommend_candidates(candidates, out, profile, mode, prompts, cache_dir, device, threads, options,
@@ -234,7 +249,7 @@ def _plan_profile(profile: Path | None, out: Path | None, options: dict, samplin
 
 
 def _check_up_front(profile, candidates, max_levels, k_max, seed, out, prompts, raw_prompts, resamples, cache_dir, device, threads,
-                     new_tokens=None) -> None:
+                     new_tokens=None, repriced_out=None) -> None:
     """Everything that can be wrong with the options, before a profile is read or measured."""
     from polyplan.formats import options
     from polyplan.formats.outputs import check_output_file
@@ -246,7 +261,18 @@ def _check_up_front(profile, candidates, max_levels, k_max, seed, out, prompts, 
     options.at_least(new_tokens, 1, "--new-tokens")
     if resamples != 0 and resamples < 20:
         raise PolyplanError(f"--resamples: must be 0 (no intervals) or >= 20, got {resamples}")
-    if candidates is None:
+    if repriced_out is not None and (candidates is not None or prompts is None):
+        raise PolyplanError("--repriced-out: only used with --profile and --prompts without --candidates (it names where the "
+                            "re-priced profile goes); drop it")
+    if candidates is None and prompts is not None:
+        if profile is None:
+            raise PolyplanError("--prompts: give --profile to re-price it for these prompts, or --candidates models.yaml to profile them")
+        options.unused_without("--candidates", [("--device", device), ("--cache-dir", cache_dir)],
+                               "re-pricing keeps the profile's models, device and file")
+        options.at_least(threads, 1, "--threads")
+        if repriced_out is not None:
+            check_output_file(repriced_out, "--repriced-out", inputs=[("--profile", profile), ("--prompts", prompts)])
+    elif candidates is None:
         unused = [("--prompts", prompts), ("--raw-prompts", raw_prompts or None), ("--threads", threads), ("--device", device),
                   ("--cache-dir", cache_dir)]
         options.unused_without("--candidates", unused, "recommend --profile reads numbers only, it measures nothing")
@@ -255,7 +281,8 @@ def _check_up_front(profile, candidates, max_levels, k_max, seed, out, prompts, 
         if profile is not None:
             check_output_file(profile, "--profile", inputs=[("--candidates", candidates), ("--prompts", prompts)])
     if out is not None:
-        check_output_file(out, "--out", inputs=[("--profile", profile), ("--candidates", candidates), ("--prompts", prompts)])
+        check_output_file(out, "--out", inputs=[("--profile", profile), ("--candidates", candidates), ("--prompts", prompts),
+                                                ("--repriced-out", repriced_out)])
     if device is not None and candidates is not None:
         from polyplan.models.devices import check_device
 
@@ -283,3 +310,24 @@ def _recommend_candidates(candidates, out, profile, mode: SamplingMode, prompts,
             check_progress=progress.check, log=log_line, **options,
         )
 
+
+
+def _reprice(profile, prompts, out, repriced_out, threads, options, *, raw=False, check=True):
+    """Re-price `profile` for `prompts`, then plan (`pipeline.reprice.recommend_repriced`; torch is
+    imported only here): (the `ThreadChoice`, the `Repriced`, the recommendation). The threads are
+    those the profile was timed with unless given. Progress goes to stderr, `--json` or not."""
+    from polyplan.cli.commands.progress import progress_bars
+    from polyplan.pipeline.reprice import recommend_repriced
+    from polyplan.profiler.profile_cache import resumed_threads
+    from polyplan.profiler.prompt_sets import prompt_set
+    from polyplan.profiler.threads import choose_threads, set_threads
+
+    prompt_file = prompt_set(prompts, raw=raw)  # a missing or empty file fails before anything loads
+    choice = choose_threads(threads, resumed_threads(profile))
+    set_threads(choice)
+    with progress_bars() as progress:
+        repriced, recommended = recommend_repriced(
+            profile, prompt_file, out, repriced_out=repriced_out, check=check, progress=progress.profile,
+            check_progress=progress.check, log=log_line, **options,
+        )
+    return choice, repriced, recommended
