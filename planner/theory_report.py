@@ -3,7 +3,10 @@
 Lemma 3.1's ideal time for the chain (target, cheapest drafter) and each three-model chain with an
 intermediate, Theorem 3.2's verdict on each insertion, the exact model's speedups and the paper's
 errata evaluated numerically; on the paper's Table 1 (the shipped example) it reproduces the
-paper's reasoning. K is the block size of the pair's first decoded μ, else 4, and α = K
+paper's reasoning. Beside Theorem 3.2 it states each pair's bound before measurement
+(`planner.exact.pair_bound`: the best the drafter could give with every draft accepted, from the
+latency curves alone) and, for a pair under the target, the acceptance it needs to reach the
+search's leader. K is the block size of the pair's first decoded μ, else 4, and α = K
 (`planner.paper.paper_model`). A profile with no drafter faster than the target has no chain to
 compare: the report says so in its `note` and keeps the times, the errata and the ranking.
 """
@@ -25,6 +28,7 @@ from polyplan.planner.paper.capped_geometric import (
 from polyplan.planner.paper.insertion import InsertionAnalysis, analyze_insertion
 from polyplan.planner.exact.latency import curve_from_profile
 from polyplan.planner.exact.cost_model import ChainSettings
+from polyplan.planner.exact.pair_bound import PairBound, pair_bound, required_acceptance_at
 from polyplan.planner.search import ChainPlan, Recommendation, SearchSettings, evaluate_chain, rank_chains
 from polyplan.formats.profile import Profile
 
@@ -49,6 +53,26 @@ class InsertionReport:
 
 
 @dataclass(frozen=True)
+class BoundReport:
+    """One pair's bound before measurement, and what acceptance would reach the leader."""
+
+    bound: PairBound
+    leader: ChainPlan | None  # the search's best chain, for a pair under the target (None: an inner pair)
+    acceptance: float | None  # the least i.i.d. α reaching the leader's speedup (None: none < 1 does, or no leader)
+    block_size: int | None  # the K it is reached at
+
+    def text(self) -> str:
+        """The bound, then the acceptance the leader asks for (or why there is none)."""
+        line = self.bound.text()
+        if self.leader is None:
+            return f"{line}; an inner pair: its speedup is over {self.bound.verifier} alone"
+        leader = f"the leader ({self.leader.exact_speedup:.3f}x)"
+        if self.acceptance is None:
+            return f"{line}; no alpha reaches {leader}"
+        return f"{line}; {leader} needs alpha >= {self.acceptance:.3f} at K = {self.block_size}"
+
+
+@dataclass(frozen=True)
 class TheoryReport:
     """Everything `polyplan theory report` prints."""
 
@@ -62,6 +86,7 @@ class TheoryReport:
     errata: tuple[Erratum, ...]
     search: Recommendation  # the exact model's best chains over block sizes 1 … 8
     note: str | None = None  # why a part of the report is empty
+    bounds: tuple[BoundReport, ...] = ()  # each pair's bound before measurement: under the target, then the inner pairs
 
 
 def _report_block_size(profile: Profile, sampling: str, verifier: str, drafter: str) -> int:
@@ -105,6 +130,7 @@ def theory_report(profile: Profile, *, source: str = "profile", sampling: str = 
                 theorem_only=analyze_insertion(**arguments),
             )
         )
+    search = rank_chains(profile, SearchSettings(max_levels=min(4, len(drafters) + 1), sampling=sampling))
     return TheoryReport(
         source=source,
         sampling=sampling,
@@ -114,8 +140,21 @@ def theory_report(profile: Profile, *, source: str = "profile", sampling: str = 
         three_model=threes,
         insertions=tuple(insertions),
         errata=_errata(two, k, insertions),
-        search=rank_chains(profile, SearchSettings(max_levels=min(4, len(drafters) + 1), sampling=sampling)),
+        search=search,
+        bounds=_bounds(profile, search, [(target, name) for name in drafters] + [plan.chain[1:] for plan in threes], reading),
     )
+
+
+def _bounds(profile: Profile, search: Recommendation, pairs: list[tuple[str, str]], reading: ChainSettings) -> tuple[BoundReport, ...]:
+    """Each pair's bound, priced as the report's search prices chains (no loop overhead, its k_max);
+    a pair under the target with the acceptance that reaches the search's leader."""
+    reports = []
+    for verifier, drafter in pairs:
+        bound = pair_bound(profile, verifier, drafter, k_max=search.k_max, settings=reading)
+        leader = search.best if verifier == profile.target else None
+        acceptance, block = (None, None) if leader is None else required_acceptance_at(bound, leader.exact_speedup)
+        reports.append(BoundReport(bound, leader, acceptance, block))
+    return tuple(reports)
 
 
 def _errata(two: ChainPlan | None, k: int, insertions: list[InsertionReport]) -> tuple[Erratum, ...]:

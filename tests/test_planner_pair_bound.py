@@ -4,6 +4,7 @@ drafter could give its verifier; never beaten by the exact model at any acceptan
 from __future__ import annotations
 
 import dataclasses
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -247,3 +248,30 @@ def test_bad_input_is_one_clear_error():
         pair_bound(profile, "t", "d", k_max=0)
     with pytest.raises(PolyplanError, match="at most 16"):
         pair_bound(profile, "t", "d").prices.iid(0.5, 17)
+
+
+def test_the_theory_report_states_each_pairs_bound_beside_theorem_32():
+    """On the paper's Table 1: one bound per pair under the target (with the acceptance the leader
+    asks for) and one per inner pair; none below the two-model chain the search ranks, and the
+    acceptance reaches the leader's speedup exactly."""
+    from typer.testing import CliRunner
+
+    from polyplan.cli.app import app
+    from polyplan.formats.profile import read_profile
+    from polyplan.planner.theory_report import theory_report
+
+    example = read_profile(Path(__file__).resolve().parents[1] / "polyplan" / "data" / "paper_table1_profile.json")
+    report = theory_report(example)
+    assert [(item.bound.verifier, item.bound.drafter) for item in report.bounds] == [
+        ("vicuna-7b", "vicuna-7b-w4"), ("vicuna-7b", "eagle"), ("vicuna-7b-w4", "eagle")]
+    leader = report.search.best
+    ranked = {plan.chain: plan.exact_speedup for plan in report.search.ranked}
+    for item in report.bounds[:2]:
+        assert item.leader == leader and item.bound.speedup >= ranked[("vicuna-7b", item.bound.drafter)]
+        assert item.bound.prices.iid(item.acceptance, item.block_size) == pytest.approx(leader.exact_speedup, abs=1e-6)
+    assert report.bounds[2].leader is None and report.bounds[2].acceptance is None
+    text = CliRunner().invoke(app, ["theory", "report"]).stdout
+    section = text.split("Bounds before measurement")[1].split("Errata")[0]
+    assert "vicuna-7b <- eagle: at best x3.95 at K = 8 with perfect acceptance (cost 0.16 of a vicuna-7b step); " \
+           f"the leader ({leader.exact_speedup:.3f}x) needs alpha >= {report.bounds[1].acceptance:.3f} at K = 6" in section
+    assert "vicuna-7b-w4 <- eagle" in section and "an inner pair" in section

@@ -181,6 +181,9 @@ def _report_lines(report: TheoryReport) -> list[str]:
         lines += ["", f"Theorem 3.2: insert {item.model} (T in seconds)"]
         lines += _insertion_lines(item.with_alpha, " s")
         lines.append(f"  without alpha, the printed conditions alone say: {item.theorem_only.verdict}")
+    if report.bounds:
+        lines += ["", "Bounds before measurement (latency curves only, every draft accepted; docs/cost-model.md):"]
+        lines += [f"  {item.text()}" for item in report.bounds]
     lines += ["", "Errata (printed vs exact):"]
     for erratum in report.errata:
         lines += [f"  {erratum.name}: printed {_number(erratum.printed)}, exact {_number(erratum.exact)}",
@@ -215,6 +218,17 @@ def _report_payload(report: TheoryReport) -> dict[str, Any]:
         "insertions": {item.model: _insertion_payload(item.with_alpha) for item in report.insertions},
         "errata": [vars(erratum).copy() for erratum in report.errata],
         "ranked": [chain(plan) for plan in report.search.ranked],
+        "pair_bounds": [{
+            "verifier": item.bound.verifier,
+            "drafter": item.bound.drafter,
+            "speedup": item.bound.speedup,
+            "block_size": item.bound.block_size,
+            "cost_ratio": item.bound.cost_ratio,
+            "can_pay": item.bound.can_pay,
+            "leader": None if item.leader is None else {"chain": list(item.leader.chain), "exact_speedup": item.leader.exact_speedup},
+            "acceptance_to_reach_leader": item.acceptance,
+            "at_block_size": item.block_size,
+        } for item in report.bounds],
         "note": report.note,
     }
 

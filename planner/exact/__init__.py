@@ -9,6 +9,7 @@
 - `ngram_replay`: `ngram-simple` replayed on the target's streams.
 - `physical_limit`: what a free, always-right drafter would give the target.
 - `required_drafter`: the acceptance or cost a drafter needs for a target speedup.
+- `pair_bound`: the best a drafter could give its verifier, from latency curves alone.
 - `engine_overhead`: an engine's own loop overhead (HF `generate`), as the profile stores it;
   `whole_call`: whole `generate` calls (set-up and prefills) as `bench peers` times them.
 """
