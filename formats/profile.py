@@ -167,6 +167,10 @@ class DecodedStats:
     sigma_ci: tuple[float, float] | None = spec(interval_in(0.0), default=None)
     prompts: int | None = spec(whole(1), default=None)
     fingerprint: str | None = spec(text, default=None)
+    # replayed from the teacher-forced pass (greedy, the target verifying), not decoded (absent: decoded)
+    replayed: bool = False
+    # the run stopped taking prompts once its interval held the mu the teacher-forced pass implied
+    confirmed: bool = False
 
 
 def _one_entry_per_k(stats: SamplingStats) -> None:

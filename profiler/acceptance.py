@@ -13,7 +13,9 @@ accepted with probability min(1, q/p), so the acceptance rate at one position is
    mean of α_t with a bootstrap interval over prompts; it implies μ(K) by eq. 3 under i.i.d.
    acceptance and, keeping how α_t varies along a sequence, the *positional* μ (`positional_mu`).
 2. **Decoded** (`measure_decoded`): the decoder's n = 2 mode at block size K over the prompts;
-   μ, σ of the tokens emitted per verification, with bootstrap intervals over prompts.
+   μ, σ of the tokens emitted per verification, with bootstrap intervals over prompts. Greedy with
+   the target verifying, the same counts follow from way 1's agreement along the target's
+   continuation (`replay_counts`), which `profiler.run` uses instead of decoding.
 
 Way 1 also gives the acceptance under the *engines'* rule (vLLM, llama.cpp): the verifier keeps
 the drafter's argmax x̂ with probability q_t(x̂) (`PairAlpha.engine`; equal to α_t when greedy or
@@ -24,7 +26,8 @@ disagreement between the two ways.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+import copy
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 
 import numpy as np
@@ -117,6 +120,8 @@ class DecodedMeasurement:
     mu_interval: Interval
     sigma_interval: Interval
     verifications: int
+    replayed: bool = False  # the runs were replayed from the teacher-forced pass (`replay_counts`), not decoded
+    confirmed: bool = False  # the run stopped taking prompts once its interval held the μ the teacher-forced pass implied
 
 
 def cap_alpha(alpha: float, samples: int) -> float:
@@ -277,42 +282,113 @@ def measure_decoded(
     temperature: float,
     settings: AcceptanceSettings,
     rng: np.random.Generator,
+    expected: float | None = None,
 ) -> DecodedMeasurement:
     """Run [verifier, drafter] with block size `k` on the prompts in order; tokens per verification.
 
     Prompt i uses a generator seeded `settings.seed + i` and stops at `settings.new_tokens` or at
     one of the verifier's EOS ids. The last verification of a prompt counts every token it
     produced, also those past the cut (the decoder's convention), so μ is not biased down by it.
-    The run stops taking prompts once it has `settings.decoded_verifications` verifications from at
-    least `settings.decoded_min_prompts` prompts (the settings say why); the bootstrap takes
+    The run stops taking prompts as `decoded_measurement` says (`expected`: the μ the
+    teacher-forced pass implies, which a run confirms and stops at); the bootstrap takes
     `settings.resamples` at `settings.confidence`.
     """
-    enough, min_prompts = settings.decoded_verifications, settings.decoded_min_prompts
-    resamples, level = settings.resamples, settings.confidence
     sampling = Sampling(temperature=temperature)
     device = getattr(verifier, "device", torch.device("cpu"))
+
+    def runs():
+        for index, prompt in enumerate(prompts):
+            generator = torch.Generator(device=device).manual_seed(settings.seed + index)
+            result = generate(
+                [verifier, drafter], list(prompt), max_new_tokens=settings.new_tokens, block_sizes=[k], sampling=sampling,
+                generator=generator,
+                eos_token_id=stop_token_ids(verifier),
+            )
+            yield result.levels[0].tokens_per_verification
+
+    return decoded_measurement(runs(), k=k, settings=settings, rng=rng, expected=expected)
+
+
+def decoded_measurement(
+    runs: Iterable[Sequence[int]],
+    *,
+    k: int,
+    settings: AcceptanceSettings,
+    rng: np.random.Generator,
+    expected: float | None = None,
+    replayed: bool = False,
+) -> DecodedMeasurement:
+    """μ, σ and their bootstrap intervals over prompts from each prompt's tokens per verification,
+    taken from `runs` in order (a lazy iterable: a prompt not taken is never run).
+
+    Prompts stop being taken once there are `settings.decoded_verifications` verifications from at
+    least `settings.decoded_min_prompts` prompts (the settings say why), or, with `expected` given,
+    once at least `settings.decoded_min_prompts` prompts give a μ interval that holds `expected`
+    (`confirmed`: the run has shown what the teacher-forced pass predicts; the check draws from a
+    copy of `rng`, so a run that never confirms gives the entry it gave without the check, and
+    one that does reports the interval it stopped on)."""
+    enough, min_prompts = settings.decoded_verifications, settings.decoded_min_prompts
+    resamples, level = settings.resamples, settings.confidence
     per_prompt: list[tuple[int, ...]] = []
-    for index, prompt in enumerate(prompts):
-        if enough is not None and len(per_prompt) >= min_prompts and sum(map(len, per_prompt)) >= enough:
+    confirmed = False
+    for counts in runs:
+        per_prompt.append(tuple(counts))
+        if len(per_prompt) < min_prompts:
+            continue
+        if expected is not None:
+            probe = cluster_bootstrap(per_prompt, np.mean, resamples=resamples, level=level, rng=copy.deepcopy(rng))
+            if probe.low <= expected <= probe.high:
+                confirmed = True
+                break
+        if enough is not None and sum(map(len, per_prompt)) >= enough:
             break
-        generator = torch.Generator(device=device).manual_seed(settings.seed + index)
-        result = generate(
-            [verifier, drafter], list(prompt), max_new_tokens=settings.new_tokens, block_sizes=[k], sampling=sampling,
-            generator=generator,
-            eos_token_id=stop_token_ids(verifier),
-        )
-        per_prompt.append(result.levels[0].tokens_per_verification)
     pooled = np.concatenate([np.asarray(counts, dtype=float) for counts in per_prompt])
     sigma = _std(pooled)
     return DecodedMeasurement(
         k=k,
-        per_prompt=tuple(tuple(counts) for counts in per_prompt),
+        per_prompt=tuple(per_prompt),
         mu=float(pooled.mean()),
         sigma=sigma,
         mu_interval=cluster_bootstrap(per_prompt, np.mean, resamples=resamples, level=level, rng=rng),
         sigma_interval=cluster_bootstrap(per_prompt, _std, resamples=resamples, level=level, rng=rng),
         verifications=int(pooled.size),
+        replayed=replayed,
+        confirmed=confirmed,
     )
+
+
+def replay_counts(agree: Sequence[bool], length: int, k: int) -> tuple[int, ...] | None:
+    """Tokens per verification of greedy n = 2 decoding at block size `k` with the target
+    verifying, replayed along the target's greedy continuation of `length` tokens.
+
+    `agree[j]`: whether the drafter's argmax at position j of that continuation equals the
+    target's. Each verification starting at position s accepts drafted tokens while they agree
+    (at most `k`; a drafted token is the drafter's argmax on the target's prefix as long as every
+    one before it was accepted) and emits them and one token of the target's (the correction, or
+    the bonus after a full accept). Verifications go on until one covers position `length` − 1
+    (the last token, or the target's EOS), and that one counts every token it produced, as
+    `measure_decoded` counts. It can read up to `k` − 1 positions past `length` (along the
+    target's greedy continuation past it, EOS or not); None when it needs one `agree` lacks.
+    """
+    counts, position = [], 0
+    while position < length:
+        accepted = 0
+        while accepted < k:
+            if position + accepted >= len(agree):
+                return None
+            if not agree[position + accepted]:
+                break
+            accepted += 1
+        counts.append(accepted + 1)
+        position += accepted + 1
+    return tuple(counts)
+
+
+def greedy_tail(target: ChainMember, ids: Sequence[int], tokens: int) -> tuple[int, ...]:
+    """The target's greedy continuation of `ids` by `tokens` tokens, EOS or not: where the last
+    verification of a replayed run drafts past the profiled continuation (`replay_counts`)."""
+    result = generate([target], list(ids), max_new_tokens=tokens, sampling=Sampling(temperature=0.0), eos_token_id=None)
+    return tuple(result.token_ids)
 
 
 def _std(values: np.ndarray) -> float:

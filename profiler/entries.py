@@ -85,6 +85,8 @@ def decoded_entry(measurement: DecodedMeasurement, prompts: int, key: str) -> De
         sigma_ci=(measurement.sigma_interval.low, measurement.sigma_interval.high) if enough else None,
         prompts=prompts,
         fingerprint=key,
+        replayed=measurement.replayed,
+        confirmed=measurement.confirmed,
     )
 
 

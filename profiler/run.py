@@ -27,8 +27,10 @@ from polyplan.planner.exact.latency import curve_from_profile
 from polyplan.formats.profile import Profile, ProfilerRecord, write_profile
 from polyplan.formats.sampling import SamplingMode
 from polyplan.profiler.acceptance import (
-    TEACHER_FORCING_WIDTH, GreedyReads, TeacherForced, measure_decoded, pair_alpha, target_continuations, teacher_forced,
+    TEACHER_FORCING_WIDTH, GreedyReads, TeacherForced, decoded_measurement, greedy_tail, measure_decoded, pair_alpha,
+    replay_counts, target_continuations, teacher_forced,
 )
+from polyplan.decoder.member import BlockDrafter
 from polyplan.decoder.ngram import NGramMember
 from polyplan.decoder.ngram_simple import NGramSimpleMember
 from polyplan.profiler.entries import decoded_entry, model_entry, ngram_simple_size, refresh_warnings, sampling_entry
@@ -191,6 +193,8 @@ class _Run:
         self.stream = token_stream(self.prompts, settings.latency.tokens_needed)
         self.continuations: dict[float, tuple[tuple[int, ...], ...]] = {}
         self.forced: dict[tuple[float, str], TeacherForced] = {}
+        self.tails: dict[int, tuple[int, ...]] = {}  # prompt -> the target's greedy tokens past its continuation
+        self.tail_agreement: dict[tuple[str, int], list[bool]] = {}
         self.profile = self._start_profile(existing)
 
     # ---- keys
@@ -210,9 +214,21 @@ class _Run:
 
     def decoded_key(self, verifier: str, drafter: str, temperature: float, k: int) -> str:
         acceptance = self.settings.acceptance
+        rule = {"verifications": acceptance.decoded_verifications, "min_prompts": acceptance.decoded_min_prompts}
+        if self.replays(verifier, drafter, temperature):  # a replay reads the continuations at the forcing width
+            return fingerprint_settings("decoded-replay", self.by_name[verifier].fingerprint, self.by_name[drafter].fingerprint,
+                                        SamplingMode(temperature).key, k, self.decoded_prompts_fingerprint, self._acceptance_common(),
+                                        rule, {"teacher_forcing_width": TEACHER_FORCING_WIDTH})
         return fingerprint_settings("decoded", self.by_name[verifier].fingerprint, self.by_name[drafter].fingerprint,
                                     SamplingMode(temperature).key, k, self.decoded_prompts_fingerprint, self._acceptance_common(),
-                                    {"verifications": acceptance.decoded_verifications, "min_prompts": acceptance.decoded_min_prompts})
+                                    rule)
+
+    def replays(self, verifier: str, drafter: str, temperature: float) -> bool:
+        """Whether the pair's decoded runs are replayed from the teacher-forced pass (`replay_counts`)
+        instead of decoded: greedy, the target verifying, a drafter that drafts token by token (a
+        block drafter's later tokens are not its argmax on the target's prefix)."""
+        return (temperature == 0.0 and verifier == self.target.name
+                and not isinstance(self.by_name[drafter].member, BlockDrafter))
 
     # ---- profile bookkeeping
     def _start_profile(self, existing: Profile | None) -> Profile:
@@ -375,8 +391,12 @@ class _Run:
             return
         self._begin(step)
         acceptance = self.settings.acceptance
-        measurement = measure_decoded(self.by_name[verifier].member, self.by_name[drafter].member, self.decoded_prompts, k=k,
-                                      temperature=temperature, settings=acceptance, rng=np.random.default_rng(_seed_of(key)))
+        rng = np.random.default_rng(_seed_of(key))
+        if self.replays(verifier, drafter, temperature):
+            measurement = decoded_measurement(self._replayed_runs(drafter, k), k=k, settings=acceptance, rng=rng, replayed=True)
+        else:
+            measurement = measure_decoded(self.by_name[verifier].member, self.by_name[drafter].member, self.decoded_prompts, k=k,
+                                          temperature=temperature, settings=acceptance, rng=rng)
         entry = decoded_entry(measurement, len(measurement.per_prompt), key)
         stats = replace(stats, decoded=tuple(sorted([d for d in stats.decoded if d.k != k] + [entry], key=lambda d: d.k)))
         stats = refresh_warnings(stats, acceptance.disagreement, self._own(verifier), len(self.prompts))
@@ -437,6 +457,34 @@ class _Run:
                                                               self._continuations(temperature), temperature=temperature,
                                                               vocab=self.target.member.valid_vocab_size)
         return self.forced[(temperature, name)]
+
+
+    def _replayed_runs(self, drafter: str, k: int):
+        """Each decoded prompt's tokens per verification, replayed (`replay_counts`) from the pair's
+        agreement along the target's greedy continuation, and past its end where the last
+        verification drafts there (`_tail_agreement`)."""
+        continuations = self._continuations(0.0)
+        target, other = self._forced(0.0, self.target.name), self._forced(0.0, drafter)
+        for index in range(len(self.decoded_prompts)):
+            agree = (target.argmax[index] == other.argmax[index]).tolist()
+            length = len(continuations[index])
+            counts = replay_counts(agree, length, k)
+            if counts is None:
+                counts = replay_counts(agree + self._tail_agreement(drafter, index), length, k)
+            yield counts
+
+    def _tail_agreement(self, drafter: str, index: int) -> list[bool]:
+        """Whether `drafter`'s argmax agrees with the target's greedy tokens past the end of
+        prompt `index`'s continuation (as many as the largest block size drafts there)."""
+        if (drafter, index) not in self.tail_agreement:
+            context = tuple(self.prompts[index]) + tuple(self._continuations(0.0)[index])
+            if index not in self.tails:
+                self.tails[index] = greedy_tail(self.target.member, context, max(self.settings.acceptance.block_sizes) - 1)
+            tail = self.tails[index]
+            guesses = teacher_forced(self.by_name[drafter].member, [context], [tail], temperature=0.0,
+                                     vocab=self.target.member.valid_vocab_size).argmax[0]
+            self.tail_agreement[(drafter, index)] = [int(guess) == token for guess, token in zip(guesses.tolist(), tail)]
+        return self.tail_agreement[(drafter, index)]
 
 
 def _seed_of(key: str) -> int:

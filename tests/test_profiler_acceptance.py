@@ -23,6 +23,7 @@ from polyplan.profiler.acceptance import (
     measure_decoded,
     pair_alpha,
     positional_mu,
+    replay_counts,
     target_continuations,
     teacher_forced,
 )
@@ -292,3 +293,72 @@ def test_agreement_runs_keep_the_drafters_10_best_confidence_and_older_runs_are_
     older = dataclasses.replace(runs, pairs=tuple(dataclasses.replace(pair, confidence_top10=()) for pair in runs.pairs))
     again, measured = ensure_agreement(profile, older, models, prompts, new_tokens=6, seed=0)
     assert measured and again.acceptance_runs["greedy"].confidences_by_pair(top10=True) == runs.confidences_by_pair(top10=True)
+
+
+def test_a_replayed_run_is_the_decoded_run_prompt_by_prompt():
+    """Greedy, the target verifying: replaying the agreement along the target's continuation
+    (`replay_counts`, reading past its end with `greedy_tail` where the last verification drafts
+    there) gives exactly the decoded run's tokens per verification, for a model drafter and an
+    n-gram drafter, at K = 1, 2 and 4; prompts end at the cut and at the target's EOS alike.
+    float32 models on one thread whose argmax margins are wide (`tiny_llama`'s spread-out
+    logits), so a pass's width does not flip an argmax."""
+    from polyplan.decoder.member import stop_token_ids
+    from polyplan.profiler.acceptance import decoded_measurement, greedy_tail, replay_counts
+
+    target = HFMember(tiny_llama(0), name="t")
+    drafters = [HFMember(perturbed_copy(target.model, 0.6, seed=2), name="d"), NGramMember(64, max_n=3)]
+    generator = torch.Generator().manual_seed(0)
+    prompts = [torch.randint(4, 64, (24,), generator=generator).tolist() for _ in range(8)]
+    new_tokens = 24
+    settings = AcceptanceSettings(new_tokens=new_tokens, seed=0, resamples=50, decoded_verifications=None)
+    continuations = target_continuations(target, prompts, new_tokens=new_tokens, temperature=0.0, seed=0)
+    ended = [len(c) < new_tokens or c[-1] in stop_token_ids(target) for c in continuations]
+    assert any(ended) and not all(ended)  # both ends are exercised
+    forced_target = teacher_forced(target, prompts, continuations, temperature=0.0, vocab=64)
+    tails_read = 0
+    for drafter in drafters:
+        forced = teacher_forced(drafter, prompts, continuations, temperature=0.0, vocab=64)
+        for k in (1, 2, 4):
+            replayed = []
+            for prompt, continuation, t, d in zip(prompts, continuations, forced_target.argmax, forced.argmax):
+                agree = (t == d).tolist()
+                counts = replay_counts(agree, len(continuation), k)
+                if counts is None:
+                    tails_read += 1
+                    tail = greedy_tail(target, prompt + list(continuation), k - 1)
+                    guesses = teacher_forced(drafter, [prompt + list(continuation)], [tail], temperature=0.0, vocab=64).argmax[0]
+                    counts = replay_counts(agree + [int(g) == x for g, x in zip(guesses.tolist(), tail)], len(continuation), k)
+                replayed.append(counts)
+            decoded = measure_decoded(target, drafter, prompts, k=k, temperature=0.0, settings=settings, rng=np.random.default_rng(1))
+            assert tuple(replayed) == decoded.per_prompt, (drafter.name, k)
+            again = decoded_measurement(replayed, k=k, settings=settings, rng=np.random.default_rng(1), replayed=True)
+            assert dataclasses.replace(again, replayed=False) == decoded
+    assert tails_read > 0  # the last verification did draft past the continuation
+
+
+def test_replay_counts_walks_runs_and_needs_the_tail_only_where_it_drafts_past_the_end():
+    # K = 2 over 1 0 0 1 | 1: accept 1 (2 tokens), then 0 (1), then 1 + the tail's 1 (3 tokens).
+    assert replay_counts([True, False, False, True, True], 4, 2) == (2, 1, 3)
+    assert replay_counts([True, False, False, True], 4, 2) is None  # the tail is missing
+    assert replay_counts([True, True, False, True, False], 4, 2) == (3, 2)  # a full accept's bonus covers position 2
+    assert replay_counts([False, False, True], 3, 1) == (1, 1, 2)  # K = 1 reads no further than the end
+    # Negative control: the same agreement at another K walks otherwise.
+    assert replay_counts([True, False, False, True, True], 4, 1) == (2, 1, 2)
+
+
+def test_a_decoded_run_stops_once_its_interval_holds_what_the_teacher_forced_pass_implies():
+    """With `expected` inside the interval of the first `decoded_min_prompts` prompts the run
+    stops there, confirmed; with an `expected` no interval holds (the negative control) it runs to
+    the verifications rule and gives exactly the entry it gives without the check."""
+    from polyplan.profiler.acceptance import decoded_measurement
+
+    rng = np.random.default_rng(4)
+    runs = [tuple(int(x) for x in rng.integers(1, 4, size=30)) for _ in range(12)]
+    settings = AcceptanceSettings(new_tokens=60, seed=0, resamples=200, decoded_verifications=200, decoded_min_prompts=5)
+    plain = decoded_measurement(runs, k=2, settings=settings, rng=np.random.default_rng(0))
+    assert len(plain.per_prompt) == 7 and not plain.confirmed  # 7 x 30 >= 200
+    agreeing = decoded_measurement(runs, k=2, settings=settings, rng=np.random.default_rng(0), expected=plain.mu)
+    assert agreeing.confirmed and len(agreeing.per_prompt) == 5
+    assert agreeing.mu_interval.low <= plain.mu <= agreeing.mu_interval.high  # it reports the interval it stopped on
+    disagreeing = decoded_measurement(runs, k=2, settings=settings, rng=np.random.default_rng(0), expected=plain.mu + 0.8)
+    assert disagreeing == plain

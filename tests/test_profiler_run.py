@@ -318,3 +318,27 @@ def test_the_agreement_runs_reuse_the_runs_greedy_reads_and_equal_those_measured
     shifted = dataclasses.replace(reads, forced={**reads.forced, "early": reads.forced["ngram"]})
     assert measure_agreement(models, pairs, ids, reads=shifted, **kwargs) != scratch
     assert measure_agreement(models, pairs, ids[:3], reads=shifted, **kwargs) == measure_agreement(models, pairs, ids[:3], **kwargs)
+
+
+def test_greedy_decoded_entries_under_the_target_are_replayed_and_equal_decoding(models, tmp_path):
+    """The run replays greedy decoded runs with the target verifying (fingerprint of its own, the
+    entry marked) and they equal a real decoded run's μ, σ and verifications at K = 1, 2, 4; a
+    pair verified by another model is decoded."""
+    import numpy as np
+
+    from polyplan.profiler.acceptance import measure_decoded
+
+    acceptance = dataclasses.replace(SETTINGS.acceptance, temperatures=(0.0,), block_sizes=(1, 2, 4), decoded_prompts=None,
+                                     decoded_verifications=None)
+    outcome = profile_models(models, _prompts(6), tmp_path / "p.json", ProfileSettings(SETTINGS.latency, acceptance))
+    members = {model.name: model.member for model in models}
+    ids = [p.ids for p in _prompts(6)]
+    for pair in outcome.profile.pairs:
+        for decoded in pair.sampling["greedy"].decoded:
+            assert decoded.replayed == (pair.verifier == "target"), (pair.verifier, pair.drafter)
+            if not decoded.replayed:
+                continue
+            real = measure_decoded(members["target"], members[pair.drafter], ids, k=decoded.k, temperature=0.0, settings=acceptance,
+                                   rng=np.random.default_rng(0))
+            assert (decoded.mu, decoded.sigma, decoded.samples, decoded.prompts) == (real.mu, real.sigma, real.verifications, 6)
+    assert read_profile(tmp_path / "p.json").stats("target", "early", "greedy").decoded_at(2).replayed  # it is written
