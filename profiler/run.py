@@ -396,7 +396,7 @@ class _Run:
             measurement = decoded_measurement(self._replayed_runs(drafter, k), k=k, settings=acceptance, rng=rng, replayed=True)
         else:
             measurement = measure_decoded(self.by_name[verifier].member, self.by_name[drafter].member, self.decoded_prompts, k=k,
-                                          temperature=temperature, settings=acceptance, rng=rng)
+                                          temperature=temperature, settings=acceptance, rng=rng, expected=_expected_mu(stats, k))
         entry = decoded_entry(measurement, len(measurement.per_prompt), key)
         stats = replace(stats, decoded=tuple(sorted([d for d in stats.decoded if d.k != k] + [entry], key=lambda d: d.k)))
         stats = refresh_warnings(stats, acceptance.disagreement, self._own(verifier), len(self.prompts))
@@ -485,6 +485,15 @@ class _Run:
                                      vocab=self.target.member.valid_vocab_size).argmax[0]
             self.tail_agreement[(drafter, index)] = [int(guess) == token for guess, token in zip(guesses.tolist(), tail)]
         return self.tail_agreement[(drafter, index)]
+
+
+def _expected_mu(stats, k: int) -> float | None:
+    """The μ the teacher-forced pass implies for the pair at block size `k` (positional where
+    there is one, else eq. 3's), which a decoded run stops on once its interval holds it."""
+    implied = next((item for item in stats.implied if item.k == k), None)
+    if implied is None:
+        return None
+    return implied.mu if implied.mu_positional is None else implied.mu_positional
 
 
 def _seed_of(key: str) -> int:

@@ -24,7 +24,9 @@ class AcceptanceSettings:
         decoded_verifications, decoded_min_prompts: a decoded run stops taking prompts once it
             has this many verifications from at least `decoded_min_prompts` prompts (None: never),
             since pairs with few tokens per verification reach a precision on fewer prompts
-            and cost the most per prompt.
+            and cost the most per prompt; or, sooner, once at least `decoded_min_prompts` prompts
+            give a μ interval that holds the μ the teacher-forced pass implies for the pair
+            (`profiler.acceptance.decoded_measurement`: it confirmed what was known).
         decoded: measure decoded μ at all (False: distribution-based α only).
         seed: prompt i is generated with seed + i.
         resamples, confidence: the bootstrap (resamples over prompts, interval level).
