@@ -275,3 +275,25 @@ def test_the_theory_report_states_each_pairs_bound_beside_theorem_32():
     assert "vicuna-7b <- eagle: at best x3.95 at K = 8 with perfect acceptance (cost 0.16 of a vicuna-7b step); " \
            f"the leader ({leader.exact_speedup:.3f}x) needs alpha >= {report.bounds[1].acceptance:.3f} at K = 6" in section
     assert "vicuna-7b-w4 <- eagle" in section and "an inner pair" in section
+
+
+def test_the_profilers_bounded_pairs_are_never_in_the_chosen_chain():
+    """`bounded_pairs` (what the profiler measures only briefly) never holds a pair of the chain
+    the full search chooses, over random families up to three levels; negative control: the
+    pair bound alone (`can_pay` under the target) would have excluded a chosen intermediate."""
+    from polyplan.planner.exact.pair_bound import bounded_pairs
+
+    rng = np.random.default_rng(5)
+    bounded_seen = pair_bound_alone_wrong = 0
+    for _ in range(40):
+        profile = _random_family(rng)
+        settings = SearchSettings(max_levels=3, k_max=8, overhead=profile_overhead(profile, "greedy"))
+        best = rank_chains(profile, settings).best
+        pairs = [(p.verifier, p.drafter) for p in profile.pairs]
+        moot = bounded_pairs(profile, pairs, "t", k_max=8, settings=settings)
+        chosen = set(zip(best.chain, best.chain[1:]))
+        assert not chosen & set(moot), (best.chain, moot)
+        bounded_seen += len(moot)
+        if len(best.chain) == 3:
+            pair_bound_alone_wrong += not pair_bound(profile, "t", best.chain[1], k_max=8, settings=settings).can_pay
+    assert bounded_seen >= 10 and pair_bound_alone_wrong >= 1

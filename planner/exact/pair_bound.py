@@ -209,3 +209,58 @@ def pair_bounds(profile: Profile, pairs: Iterable[tuple[str, str]], *, k_max: in
                 settings: ChainSettings | None = None) -> tuple[PairBound, ...]:
     """`pair_bound` of each (verifier, drafter) in `pairs`, in order."""
     return tuple(pair_bound(profile, verifier, drafter, k_max=k_max, settings=settings) for verifier, drafter in pairs)
+
+
+def middle_bound(profile: Profile, target: str, member: str, *, k_max: int = 16,
+                 settings: ChainSettings | None = None) -> float:
+    """The best speedup `member` could give `target` directly under it whatever drafts below it.
+
+    As an intermediate level the member hands up tokens it has verified, a round of its own over
+    m + 1 tokens costing at least T̃_m(m + 1) + s_m(1) + r and yielding at most m + 1 of them, so a
+    token it hands up costs at least c = min over m of that ratio (m = 0 … k_max: alone, it is its
+    own step). A target round handing up X tokens then costs at least X · c + T̃_t(X + 1) + s_t(1) + r
+    and emits at most X + 1: the bound is max over X = 1 … 2 k_max of (X + 1)(T_t(1) + p) over that
+    (the loop's per-step cost left out of the member's share, which only lowers the price)."""
+    integer_at_least(k_max, 1, "k_max")
+    context_length, overhead = _reading(profile, settings)
+    loop = NO_OVERHEAD if overhead is None else overhead
+    switches = profile_switch_costs(profile)
+    lower = monotone_envelope(curve_from_profile(profile.model(member), context_length))
+    upper = curve_from_profile(profile.model(target), context_length)
+    widths = np.arange(1, k_max + 2, dtype=float)
+    per_token = float(np.min((lower.many(widths) + switches.get(member, NO_SWITCH)[0] + loop.per_round_s) / widths))
+    if member in ngram_simple_sizes(profile):
+        per_token = 0.0  # a rule drafter verifies nothing: its own bound is the pair bound, this one only loosens it
+    handed = np.arange(1, 2 * k_max + 1, dtype=float)
+    price = handed * per_token + monotone_envelope(upper).many(handed + 1) + switches.get(target, NO_SWITCH)[0] + loop.per_round_s
+    return float(np.max((handed + 1) * (upper(1) + loop.per_step_s) / price))
+
+
+def bounded_pairs(profile: Profile, pairs: Iterable[tuple[str, str]], target: str, *, k_max: int = 16,
+                  settings: ChainSettings | None = None) -> dict[tuple[str, str], str]:
+    """The pairs whose acceptance cannot change the choice, each with the reason in one line.
+
+    A member that can pay neither as the target's drafter (`pair_bound`) nor as an intermediate
+    level (`middle_bound`) makes no chain beat the target alone directly under it; every pair it
+    verifies is then moot too. A pair (verifier, drafter) under another verifier whose bound cannot
+    pay only slows that verifier down. The profiler measures such pairs briefly (a few prompts, no
+    decoded runs) so that their α is still shown, with its interval."""
+    pairs = list(pairs)
+    moot: dict[tuple[str, str], str] = {}
+    members = {name for pair in pairs for name in pair if name != target}
+    useless = {}
+    for member in sorted(members):
+        direct = pair_bound(profile, target, member, k_max=k_max, settings=settings)
+        middle = middle_bound(profile, target, member, k_max=k_max, settings=settings)
+        if not direct.can_pay and middle <= 1.0:
+            useless[member] = (f"{direct.text()}; as an intermediate level at best x{middle:.2f}")
+    for verifier, drafter in pairs:
+        if verifier == target and drafter in useless:
+            moot[(verifier, drafter)] = useless[drafter]
+        elif verifier in useless:
+            moot[(verifier, drafter)] = f"{verifier} cannot pay under {target}: {useless[verifier]}"
+        elif verifier != target:
+            bound = pair_bound(profile, verifier, drafter, k_max=k_max, settings=settings)
+            if not bound.can_pay:
+                moot[(verifier, drafter)] = bound.text()
+    return moot
