@@ -5,7 +5,10 @@ Fast tests: the server-loop fit recovers known costs from synthetic requests (an
 server's answers through the calibration's own bookkeeping, with a negative control: costs
 left out of the timings fit to zero); the replay with the server's costs reduces to the bindings'
 T(k) without them and charges them with; the measurements are cached by the file's
-fingerprint (a second export measures nothing, a changed file is measured again); a plan whose
+fingerprint (a second export measures nothing, a changed file is measured again); the server's
+calibration is kept by machine, files, threads, flags and build (other prompts or a re-timed
+profile reuse it) and its fit subtracts the T(k) timed in its own sitting, on polyplan's fixed
+prompts in the target's own vocabulary; a plan whose
 target is a torch member of a GGUF is measured for that GGUF and says so, one that already is a
 llama.cpp member reuses the profile and says so; without the bindings, or without a built
 server, one line says what priced the export instead; a plan whose GGUF changed since
@@ -50,20 +53,21 @@ def request_seconds(loop: ServerLoop, step: Callable[[int], float], request: Ser
                                               for item, count in zip(request.drafted, passes))
 
 
-def _timed(loop: ServerLoop, kind: str, widths: tuple[int, ...], prompt: int = 0, passes=None) -> ServerRequest:
-    """A request of `kind` whose decode time is what `loop` charges for its rounds."""
+def _timed(loop: ServerLoop, kind: str, widths: tuple[int, ...], prompt: int = 0, passes=None, step=STEP,
+           draft_step=DRAFT_STEP) -> ServerRequest:
+    """A request of `kind` whose decode time is what `loop` charges for its rounds (on `step`)."""
     request = ServerRequest(kind, widths, 0.0, prompt, passes)
-    return dataclasses.replace(request, decode_s=request_seconds(loop, STEP, request, DRAFT_STEP))
+    return dataclasses.replace(request, decode_s=request_seconds(loop, step, request, draft_step))
 
 
-def _synthetic(loop: ServerLoop) -> list[ServerRequest]:
-    requests = [_timed(loop, TARGET_ALONE, (0,) * (n - 1)) for n in (8, 24, 40)]
+def _synthetic(loop: ServerLoop, step=STEP, draft_step=DRAFT_STEP) -> list[ServerRequest]:
+    requests = [_timed(loop, TARGET_ALONE, (0,) * (n - 1), step=step, draft_step=draft_step) for n in (8, 24, 40)]
     for widths in ((0, 3, 0, 8, 1), (2, 2, 0, 0, 0, 0, 5), (8, 8, 8), (0, 1, 0, 1, 0, 6, 0, 0)):
-        requests.append(_timed(loop, NGRAM, widths))
+        requests.append(_timed(loop, NGRAM, widths, step=step, draft_step=draft_step))
     for widths, prompt in (((2,) * 10, 30), ((6,) * 4 + (3,), 120), ((2,) * 20, 64), ((6,) * 7, 30), ((6,) * 3, 200)):
-        requests.append(_timed(loop, DRAFT_MODEL, widths, prompt))
+        requests.append(_timed(loop, DRAFT_MODEL, widths, prompt, step=step, draft_step=draft_step))
     for widths, prompt in (((0, 1, 0, 0, 1, 1, 0), 40), ((1, 1, 0, 1), 90)):  # n-max 1 behind a confidence stop
-        requests.append(_timed(loop, DRAFT_MODEL, widths, prompt, (1,) * len(widths)))
+        requests.append(_timed(loop, DRAFT_MODEL, widths, prompt, (1,) * len(widths), step=step, draft_step=draft_step))
     return requests
 
 
@@ -122,8 +126,8 @@ class FakeServer:
     continuation; an n-gram server's drafts by the replayed rule, a draft model's K a round
     with one accepted."""
 
-    def __init__(self, args, streams, traced=True):
-        self.args, self.streams, self.traced = tuple(args), streams, traced
+    def __init__(self, args, streams, traced=True, events=None):
+        self.args, self.streams, self.traced, self.events = tuple(args), streams, traced, events
 
     def __enter__(self):
         return self
@@ -132,6 +136,8 @@ class FakeServer:
         return None
 
     def complete(self, prompt, n):
+        if self.events is not None:
+            self.events.append("request")
         stream = next(s for s in self.streams if list(s.ids[:s.prompt_tokens]) == list(prompt))
         output = stream.ids[stream.prompt_tokens:stream.prompt_tokens + n]
         if "ngram-simple" in self.args:
@@ -165,19 +171,194 @@ def _streams():
             TargetStream(4, (3, 4, 5, 6) + tuple(range(20, 70))))
 
 
-def test_a_calibration_on_a_fake_server_recovers_its_costs(monkeypatch):
+def _entry(name: str, curve: LatencyCurve, stamp: str = "key"):
+    """A profile entry whose T(k) is `curve` at its widths."""
+    from polyplan.formats.profile import LatencyPoint, ModelProfile
+
+    return ModelProfile(name, "fp-" + name, tuple(LatencyPoint(128, k, s) for k, s in zip(curve.ks, curve.seconds)),
+                        latency_fingerprint=stamp)
+
+
+def test_a_calibration_on_a_fake_server_recovers_its_costs(tmp_path, cache):
+    """Through the calibration's own bookkeeping; the target's T(k) is timed in the same sitting,
+    with the servers up: after their untimed first requests, before the first timed request and
+    after each round of them."""
     from polyplan.engines.llama_cpp import prices as llama_cpp_prices
 
-    streams = _streams()
-    requests = llama_cpp_prices.calibrate_server(None, Path("t.gguf"), streams, 1, {"small": "small.gguf"}, (),
-                                                 server_factory=lambda args, log: FakeServer(args, streams))
+    streams, events = _streams(), []
+    target = tmp_path / "t.gguf"
+    target.write_bytes(b"not read")
+
+    def sitting(path, threads, ks, fingerprint, key, log=None):
+        events.append("T(k)")
+        return _entry("t", LatencyCurve(tuple(ks), tuple(STEP(k) for k in ks)))
+
+    calibration = llama_cpp_prices.calibrate_server(None, target, 1, {"small": "small.gguf"}, (), streams=streams,
+                                                    latency=sitting,
+                                                    server_factory=lambda args, log: FakeServer(args, streams, events=events))
+    requests = calibration.requests
+    servers = 6  # the target alone, ngram-simple, the draft model at three K and behind the stop
+    assert events[:servers] == ["request"] * servers and events[servers] == "T(k)" and events[-1] == "T(k)"
+    assert events.count("T(k)") == 3 and len(calibration.target_steps) == 3 and calibration.streams == streams
+    rounds = "".join("T" if event == "T(k)" else "r" for event in events[servers:])
+    assert rounds.strip("T").count("T") == 1  # one timing between the two rounds of requests
+    assert calibration.step().ks == tuple(range(1, 10))  # every T(L + 1) the rounds paid: ngram-simple drafts up to 8
     kinds = {request.kind for request in requests}
     assert kinds == {TARGET_ALONE, NGRAM, DRAFT_MODEL} and any(sum(r.drafted) for r in requests if r.kind == NGRAM)
     stopped = [r for r in requests if r.passes is not None]
     assert stopped and all(r.passes == (1,) * len(r.drafted) and 0 in r.drafted for r in stopped)  # the empty-round probe
-    fitted = fit_server_loop(requests, STEP, DRAFT_STEP)
+    fitted = fit_server_loop(requests, calibration.step(), DRAFT_STEP)
     for name in ("per_request_s", "per_round_s", "per_draft_round_s", "per_draft_pass_s", "per_draft_prompt_token_s", "draft_reeval"):
         assert getattr(fitted, name) == pytest.approx(getattr(KNOWN, name), rel=1e-6), name
+
+
+SITTING = LatencyCurve(tuple(range(1, 10)), tuple(0.004 + 0.0003 * (k - 1) for k in range(1, 10)))  # not the profile's T(k)
+
+
+class _Profile:
+    """What `prices_for` reads of a profile whose target is already llama.cpp's: the target's
+    entry (T(k) = `base` + 0.1 ms a row, stamped `stamp`) and no greedy streams."""
+
+    def __init__(self, base: float, stamp: str):
+        self.entry = _entry("target", LatencyCurve((1, 2, 64), (base, base + 0.0001, base + 0.0063)), stamp)
+        self.acceptance_runs = {}
+
+    def model(self, name):
+        assert name == "target"
+        return self.entry
+
+
+def _sitting_calibration(calls, draft_step):
+    """A fake `calibrate_server`: `KNOWN`'s costs on `SITTING` (timed before the requests 0.5 ms
+    faster and after them 0.5 ms slower, so the sitting's mean is `SITTING`), each call recorded."""
+    from polyplan.engines.llama_cpp.prices import ServerCalibration
+
+    def calibrate(build, target, threads, drafters, server_flags, log):
+        calls.append((build.version, target, threads, dict(drafters), tuple(server_flags)))
+        shifted = [LatencyCurve(SITTING.ks, tuple(s + d for s in SITTING.seconds)) for d in (-0.0005, 0.0005)]
+        return ServerCalibration(tuple(_synthetic(KNOWN, SITTING, draft_step())), tuple(_entry("target", c) for c in shifted))
+    return calibrate
+
+
+def _gguf_pair(folder: Path) -> tuple[Path, Path]:
+    """A target and a drafter file the fakes never load (named as `_fixed_latency_entry` prices them)."""
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / "target.gguf").write_bytes(b"target " + folder.name.encode())
+    (folder / "small.gguf").write_bytes(b"drafter " + folder.name.encode())
+    return folder / "target.gguf", folder / "small.gguf"
+
+
+def test_the_calibration_is_kept_per_machine_file_threads_flags_and_build_not_per_prompts_or_profile(cache, tmp_path, monkeypatch):
+    """A second `prices_for` with other user prompts, and a third with the target's T(k) re-timed
+    in the profile, calibrate nothing (and a draft model of the same file under another name);
+    another processor, target file, draft model file, thread count, server flags or build
+    calibrates again, each once."""
+    import polyplan.profiler.processor as processor
+    from polyplan.engines.llama_cpp import prices as llama_cpp_prices
+    from polyplan.engines.llama_cpp.build import LlamaCppBuild
+    from polyplan.planner.exact.latency import curve_from_profile
+
+    calls = []
+    target, small = _gguf_pair(tmp_path / "a")
+    build = LlamaCppBuild(tmp_path, "b1")
+    source = llama_cpp_prices.PriceSource(target, {"small": small}, 1, ((1, 2, 3),), 8)
+    draft = lambda: curve_from_profile(_fixed_latency_entry(small, 1, llama_cpp_prices.REEVAL_KS, "fp", "key"))  # noqa: E731
+    measure = dict(latency=_fixed_latency_entry, decode_streams=lambda path, threads, prompts, new, log: _streams(),
+                   calibrate=_sitting_calibration(calls, draft))
+
+    def price(changed=source, profile=_Profile(0.002, "profiled"), reuse=frozenset(), on=build):
+        return llama_cpp_prices.prices_for(changed, profile, "target", reuse=reuse, build=on, **measure)
+
+    first = price()
+    assert len(calls) == 1 and first.loop is not None
+    price(dataclasses.replace(source, prompts=((7, 8, 9, 10),), new_tokens=16))  # another prompt file
+    retimed = price(profile=_Profile(0.003, "re-timed"), reuse={"target"})  # the profile's T(k) timed again
+    price(dataclasses.replace(source, drafters={"renamed": small}))
+    assert len(calls) == 1  # nothing calibrated again
+    assert retimed.loop == first.loop and retimed.target.latency_fingerprint == "re-timed"  # the prediction's T(k) is the profile's
+    other_target, other_small = _gguf_pair(tmp_path / "b")
+    elsewhere = dataclasses.replace(processor.this_processor(), name="another processor")
+    with monkeypatch.context() as patch:
+        patch.setattr(processor, "this_processor", lambda *a, **k: elsewhere)
+        price()
+    assert len(calls) == 2
+    for changed, on in ((dataclasses.replace(source, target=other_target), build),
+                        (dataclasses.replace(source, drafters={"small": other_small}), build),
+                        (dataclasses.replace(source, threads=2), build),
+                        (dataclasses.replace(source, server_flags=("--no-repack",)), build),
+                        (source, LlamaCppBuild(tmp_path, "b2"))):
+        before = len(calls)
+        price(changed, on=on)
+        assert len(calls) == before + 1, changed
+    assert [call[2] for call in calls].count(2) == 1 and calls[-1][0] == "b2" and calls[-2][4] == ("--no-repack",)
+    price()
+    assert len(calls) == 7  # the first key still kept
+
+
+def test_the_fit_subtracts_the_t_k_timed_in_the_calibrations_sitting(cache, tmp_path):
+    """The requests cost `KNOWN` on the sitting's T(k) (`SITTING`, 2 ms above the profile's):
+    the export's loop is the fit on the sitting's mean and recovers `KNOWN`; the same requests
+    fitted on the prices' T(k) (negative control) put the sitting's extra 2 ms a pass into the
+    server's per-round cost. The prediction's T(k) stays the prices'."""
+    from polyplan.engines.llama_cpp import prices as llama_cpp_prices
+    from polyplan.engines.llama_cpp.build import LlamaCppBuild
+    from polyplan.planner.exact.latency import curve_from_profile
+
+    calls = []
+    target, small = _gguf_pair(tmp_path / "a")
+    draft = lambda: curve_from_profile(_fixed_latency_entry(small, 1, llama_cpp_prices.REEVAL_KS, "fp", "key"))  # noqa: E731
+    source = llama_cpp_prices.PriceSource(target, {"small": small}, 1, ((1, 2, 3),), 8)
+    prices = llama_cpp_prices.prices_for(source, _Profile(0.002, "profiled"), "target", reuse={"target"},
+                                         build=LlamaCppBuild(tmp_path, "b1"), latency=_fixed_latency_entry,
+                                         calibrate=_sitting_calibration(calls, draft))
+    for name in ("per_request_s", "per_round_s", "per_row_s", "per_ngram_round_s", "per_draft_round_s", "per_draft_pass_s",
+                 "per_draft_prompt_token_s", "draft_reeval"):
+        assert getattr(prices.loop, name) == pytest.approx(getattr(KNOWN, name), abs=1e-9), name
+    step = curve_from_profile(prices.target)
+    assert step(1) == pytest.approx(0.002) and prices.target.latency_fingerprint == "profiled"
+    requests = _synthetic(KNOWN, SITTING, draft())
+    control = fit_server_loop(requests, step, draft())
+    assert control.per_round_s > KNOWN.per_round_s + 0.001  # the profile's faster T(k) leaves the sitting's pace to the server
+    notes = "\n".join(prices.notes)
+    assert "subtracts the target's T(k) timed in its own sitting: T(1) 3.50 ms before its requests, 4.50 ms after" in notes
+    assert "(the prices' T(1): 2.00 ms)" in notes
+
+
+def test_the_calibration_prompts_ship_with_polyplan_and_read_in_the_targets_own_vocabulary(tmp_path):
+    """The fixed prompts are package data (pyproject's globs hold the file), of three lengths,
+    tokenized by llama.cpp with the file's own vocabulary (its HF tokenizer reads the ids back as the text), and
+    repeat themselves (an n-gram drafter finds drafts in the target's continuation of them)."""
+    import fnmatch
+    import tomllib
+
+    from polyplan.engines.llama_cpp import prices as llama_cpp_prices
+
+    texts = llama_cpp_prices.calibration_texts()
+    assert len(texts) == 3 and len(texts[0]) < len(texts[1]) < len(texts[2])
+    root = Path(__file__).resolve().parents[1]
+    globs = tomllib.loads((root / "pyproject.toml").read_text())["tool"]["setuptools"]["package-data"]["polyplan"]
+    assert any(fnmatch.fnmatch(f"data/{llama_cpp_prices.CALIBRATION_PROMPTS}", glob) for glob in globs)
+    assert (root / "polyplan" / "data" / llama_cpp_prices.CALIBRATION_PROMPTS).is_file()
+    pytest.importorskip("llama_cpp")
+    from tokenizers import Tokenizer
+
+    from polyplan.models.builtin import weights_root
+    from tiny_gguf import write_tiny_gguf
+
+    write_tiny_gguf(tmp_path / "t.gguf")
+    hf = Tokenizer.from_file(str(next(weights_root().rglob("tokenizer.json"))))
+    ids = [llama_cpp_prices.gguf_tokens(tmp_path / "t.gguf", text) for text in texts]
+    assert [hf.decode(list(tokens)) for tokens in ids] == list(texts)  # the file's vocabulary, read back to the text
+    assert [len(tokens) for tokens in ids] == pytest.approx([len(hf.encode(text).ids) for text in texts], rel=0.1)
+    streams = llama_cpp_prices.calibration_streams(tmp_path / "t.gguf", 1)
+    assert [stream.ids[:stream.prompt_tokens] for stream in streams] == ids
+    assert all(0 < len(stream.ids) - stream.prompt_tokens <= 24 for stream in streams)
+    for prompt in ids[1:]:  # the prompt's second half, read as if generated, drafts and accepts by ngram-simple
+        rounds = replay_request(NGramSimpleRule(2, 8), TargetStream(len(prompt) // 2, prompt), len(prompt) - len(prompt) // 2)
+        assert sum(r.accepted for r in rounds) > len(prompt) // 10
+    with pytest.raises(PolyplanError, match="cannot load the vocabulary"):
+        (tmp_path / "bad.gguf").write_bytes(b"not a gguf")
+        llama_cpp_prices.gguf_tokens(tmp_path / "bad.gguf", "text")
 
 
 # --------------------------------------------------------------------------- the export, on tiny GGUFs
@@ -438,8 +619,8 @@ def test_a_calibrated_server_loop_prices_the_ranking(workspace, cache, monkeypat
     assert any(note.startswith("llama-server's own loop: not calibrated") for note in bare.ranking_notes)
     build = llama_cpp_build.LlamaCppBuild(Path("/nonexistent"), llama_cpp_build.BINDINGS_VERSION)
     monkeypatch.setattr(llama_cpp_build, "find_build", lambda *a: build)
-    monkeypatch.setattr(llama_cpp_prices, "calibrate_server", lambda *a, **k: [
-        ServerRequest(TARGET_ALONE, (0,) * 7, 0.0), ServerRequest(TARGET_ALONE, (0,) * 23, 0.0)])
+    monkeypatch.setattr(llama_cpp_prices, "calibrate_server", lambda *a, **k: llama_cpp_prices.ServerCalibration(
+        (ServerRequest(TARGET_ALONE, (0,) * 7, 0.0), ServerRequest(TARGET_ALONE, (0,) * 23, 0.0)), (_entry("t", STEP),)))
     monkeypatch.setattr(llama_cpp_prices, "fit_server_loop", lambda requests, step, draft_step: KNOWN)
     priced = _export(workspace / "plan-torch.json")
     assert any(note.startswith("llama-server's own loop, calibrated on target.gguf, 1 thread: 4.00 ms/request, 2.00 ms/round")
@@ -482,14 +663,11 @@ def test_a_real_server_calibration_fits_non_negative_costs_that_explain_its_deco
     build = require_build()
     drafter = tmp_path / "small.gguf"
     write_tiny_gguf(drafter, seed=1, layers=1)
-    entry = llama_cpp_prices.measure_latency_entry(model, 1, llama_cpp_prices.PRICE_KS, "fp", "key")
     from polyplan.planner.exact.latency import curve_from_profile
 
-    step = curve_from_profile(entry)
-    prompts = [(5, 9, 33, 70, 101, 7, 5, 9, 33, 70, 101, 7, 5, 9), (4, 8, 15, 16, 23, 42, 4, 8, 15, 16, 23, 42, 4)]
-    streams = llama_cpp_prices.decode_greedy_streams(model, 1, prompts, 32)
-    requests = llama_cpp_prices.calibrate_server(build, model, streams, 1, {"small": str(drafter)}, ())
-    assert {r.kind for r in requests} == {TARGET_ALONE, NGRAM, DRAFT_MODEL}
+    calibration = llama_cpp_prices.calibrate_server(build, model, 1, {"small": str(drafter)}, ())  # polyplan's fixed prompts
+    requests, step = calibration.requests, calibration.step()
+    assert {r.kind for r in requests} == {TARGET_ALONE, NGRAM, DRAFT_MODEL} and len(calibration.streams) == 3
     draft_step = curve_from_profile(llama_cpp_prices.measure_latency_entry(drafter, 1, llama_cpp_prices.REEVAL_KS, "fp-d", "key-d",
                                                                            last_row_only=True))
     assert any(r.passes is not None for r in requests)  # the empty-round probe ran
@@ -503,7 +681,7 @@ def test_a_real_server_calibration_fits_non_negative_costs_that_explain_its_deco
     flags = ("-t", "1", "-c", "256", "-np", "1", "--no-webui", "--spec-type", "draft-simple", "-md", str(drafter),
              "--spec-draft-n-max", "3", "--spec-draft-n-min", "0", "--spec-draft-p-min", "0")
     with LlamaServer(build.server, model, flags, tmp_path / "traced.log", trace=True) as server:
-        done = server.complete(list(prompts[0]), 24)
+        done = server.complete(list(calibration.streams[0].ids[:calibration.streams[0].prompt_tokens]), 24)
     assert done.draft_n > 0 and done.rounds is not None and all(0 < m <= 3 for m, _ in done.rounds)  # the trace is read
 
 

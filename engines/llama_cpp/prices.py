@@ -3,9 +3,12 @@
 `export_prices` measures, for the GGUF llama-server loads and every GGUF draft model: T(k) through
 the bindings (`measure_latency_entry`), each draft model's last-row-only pass at every width (its
 kernels change regime between widths), the target's greedy streams, and llama-server's own loop
-from a short calibration (`calibrate_server`). Each is kept in the polyplan cache (`prices_folder`)
-by file fingerprint, threads, processor, bindings and settings, so a second export measures
-nothing. docs/engines.md, "How a llama.cpp export is priced".
+from a short calibration (`calibrate_server`) on polyplan's fixed calibration prompts, with the
+target's T(k) it subtracts timed in the same sitting (`ServerCalibration`). Each is kept in the
+polyplan cache (`prices_folder`) by file fingerprint, threads, processor, bindings and settings,
+so a second export measures nothing; the calibration is not keyed by the user's prompts or the
+profile, so every plan and prompt file on this machine and file reuses it. docs/engines.md, "How
+a llama.cpp export is priced".
 """
 
 from __future__ import annotations
@@ -26,21 +29,23 @@ from polyplan.models.file_fingerprints import file_fingerprint
 from polyplan.models.hashing import fingerprint_settings, fingerprint_tokens
 from polyplan.planner.llama_cpp.ngram_rules import NGramSimpleRule, ngram_simple_flag_sizes, replay_request
 from polyplan.planner.llama_cpp.server_loop import DRAFT_MODEL, NGRAM, TARGET_ALONE, ServerRequest, fit_server_loop
+from polyplan.planner.exact.latency import LatencyCurve, curve_from_profile
 from polyplan.planner.llama_cpp.ranking import LlamaCppPrices, llama_cpp_spec_flags
 
-VERSION = 4  # of the cache's keys: raised whenever what is measured, or how, changes
+VERSION = 5  # of the cache's keys: raised whenever what is measured, or how, changes
 PRICE_KS = (1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 48, 64)  # measured widths (ngram-mod drafts up to 64); the curve extends the last slope
 _DRAFTER_KS = (1, 2, 4, 8)  # a draft model decodes one token a round step, and its accepted tokens in one batch
 REEVAL_KS = tuple(range(1, 17))  # the server's second decode of a verified batch on the draft model (last row only)
 CONTEXT = 128  # cached tokens before each timed pass (the profile's shorter context)
 REPEATS = 5
 _STREAM_TOKENS = 128  # new tokens per stream when the profile does not say (the profile's default)
-_CALIBRATION_PROMPTS = 3
+CALIBRATION_PROMPTS = "llama_cpp_calibration.json"  # polyplan/data: fixed code and prose that repeats itself
 _CALIBRATION_LENGTHS = (8, 24)  # n_predict of the calibration requests
 _CALIBRATION_NGRAM = (2, 8)  # ngram-simple size-n / size-m: drafts often, so its rounds vary
 _CALIBRATION_K = (1, 3, 6)  # draft-simple K of the fixed-K draft-model servers: one pass (width 2), a few, many
 _CALIBRATION_STOP = 0.999  # p-min of a draft-simple server at n-max 1: most rounds stop before drafting
 _CALIBRATION_REPEATS = 2
+_SITTING_KS = tuple(range(1, max(_CALIBRATION_NGRAM[1], *_CALIBRATION_K) + 2))  # every T(L + 1) a calibration round pays
 _SERVER_CONTEXT = 1024
 _STOPPED = -1  # `_fit_kind`'s K of a draft model at n-max 1 behind a confidence stop
 
@@ -59,6 +64,34 @@ class PriceSource:
     server_flags: tuple[str, ...] = ()
 
 
+@dataclasses.dataclass(frozen=True)
+class ServerCalibration:
+    """One sitting of llama-server's calibration: its requests as the server ran them, the
+    target's T(k) through the bindings timed with the servers up, before the first round of
+    requests and after each (`_SITTING_KS`, in that order), and the streams it sent (the target's
+    greedy continuation of the fixed calibration prompts). The fit subtracts these T(k), not the
+    profile's, because a machine's pace moves between sittings and the fit reads that move as the
+    server's own cost."""
+
+    requests: tuple[ServerRequest, ...]
+    target_steps: tuple[ModelProfile, ...]
+    streams: tuple[TargetStream, ...] = ()
+
+    def step(self) -> LatencyCurve:
+        """The sitting's T(k): the mean of its timings at each width.
+
+        Raises:
+            PolyplanError: the sitting timed no T(k), or its timings are at different widths.
+        """
+        if not self.target_steps:
+            raise PolyplanError("server calibration: no T(k) timed in its sitting")
+        curves = [curve_from_profile(entry) for entry in self.target_steps]
+        ks = curves[0].ks
+        if any(curve.ks != ks for curve in curves):
+            raise PolyplanError("server calibration: the sitting's T(k) timings are at different widths")
+        return LatencyCurve(ks, tuple(sum(curve.seconds[j] for curve in curves) / len(curves) for j in range(len(ks))))
+
+
 def prices_for(source: PriceSource, profile: Profile, plan_target: str, *, reuse: Collection[str] = frozenset(),
                build=None, log: Callable[[str], None] = lambda line: None,
                latency: Callable | None = None, decode_streams: Callable | None = None,
@@ -67,7 +100,10 @@ def prices_for(source: PriceSource, profile: Profile, plan_target: str, *, reuse
 
     `reuse`: the models whose profile entry already is llama.cpp's on that file at these threads
     (their T(k), and the target's streams, come from `profile`). `build` None: the server's loop
-    is not calibrated. `latency`, `decode_streams` and `calibrate` replace the measurements (tests).
+    is not calibrated. The calibration (`calibrate_server`) is kept by what changes it: this
+    processor, the bindings, the target's and the first draft model's files, the threads, the
+    build, the server's flags and its own settings and prompts, so other prompts or a re-timed
+    profile reuse it. `latency`, `decode_streams` and `calibrate` replace the measurements (tests).
 
     Raises:
         PolyplanError: the bindings are missing, or a file cannot be loaded.
@@ -106,29 +142,28 @@ def prices_for(source: PriceSource, profile: Profile, plan_target: str, *, reuse
     if build is None:
         notes.append("llama-server's own loop: not calibrated (llama.cpp's server is not built; run "
                      "`polyplan engines build llama.cpp`); priced with polyplan's loop")
-    elif not streams:
-        notes.append("llama-server's own loop: not calibrated (no greedy streams to send it)")
     else:
-        from polyplan.planner.exact.latency import curve_from_profile
-
-        step = curve_from_profile(target)
         for name, path in source.drafters.items():  # only llama-server re-decodes a verified batch on the draft model
             reevaluations[name] = _latency_entry(latency, path, file_fingerprint(path), source.threads, REEVAL_KS, log, "reeval")
         if reevaluations:
             notes.append(f"draft models' second decode of a verified batch in llama-server (the last row only), k = 1 … "
                          f"{REEVAL_KS[-1]}, measured through the bindings at {source.threads} thread(s): {', '.join(sorted(reevaluations))}")
         drafter_files = {name: str(path) for name, path in list(source.drafters.items())[:1]}  # the first draft model
-        key = _key("server", fingerprint, target.latency_fingerprint, source.threads, build.version, source.server_flags,
-                   {name: file_fingerprint(path) for name, path in drafter_files.items()},
-                   fingerprint_tokens([s.ids[:s.prompt_tokens] for s in streams[:_CALIBRATION_PROMPTS]]),
+        key = _key("server", fingerprint, source.threads, build.version, source.server_flags,
+                   [file_fingerprint(path) for path in drafter_files.values()], calibration_texts(),
                    _CALIBRATION_LENGTHS, _CALIBRATION_NGRAM, _CALIBRATION_K, _CALIBRATION_STOP, _CALIBRATION_REPEATS,
-                   _SERVER_CONTEXT)
+                   _SITTING_KS, CONTEXT, REPEATS, _SERVER_CONTEXT)
         draft_step = next((curve_from_profile(reevaluations[name]) for name in drafter_files), None)
-        requests = _cached(key, tuple[ServerRequest, ...], lambda: tuple(calibrate(
-            build, source.target, streams[:_CALIBRATION_PROMPTS], source.threads, drafter_files, source.server_flags, log)))
-        loop = fit_server_loop(requests, step, draft_step)
-        pace = calibrated_step(requests)
+        calibration = _cached(key, ServerCalibration, lambda: calibrate(
+            build, source.target, source.threads, drafter_files, source.server_flags, log))
+        loop = fit_server_loop(calibration.requests, calibration.step(), draft_step)
+        pace = calibrated_step(calibration.requests)
         notes.append(f"llama-server's own loop, calibrated on {where}: {loop.text()}")
+        first, last = (curve_from_profile(entry)(1) for entry in (calibration.target_steps[0], calibration.target_steps[-1]))
+        notes.append(f"the calibration ran on polyplan's fixed prompts ({len(calibration.requests)} requests; kept for this "
+                     f"processor, file, draft model, threads, build and flags, whatever the prompts or profile) and subtracts "
+                     f"the target's T(k) timed in its own sitting: T(1) {1e3 * first:.2f} ms before its requests, "
+                     f"{1e3 * last:.2f} ms after (the prices' T(1): {1e3 * curve_from_profile(target)(1):.2f} ms)")
         if loop.per_draft_pass_s is not None and draft_step is not None:
             name = next(iter(drafter_files))
             ratio = loop.per_draft_pass_s / draft_step(1)
@@ -257,17 +292,71 @@ def decode_greedy_streams(path: Path, threads: int, prompts: Sequence[Sequence[i
                  for prompt, continuation in zip(prompts, continuations) if len(prompt) > 0)
 
 
-def calibrate_server(build, target: Path, streams: Sequence[TargetStream], threads: int, drafters: Mapping[str, str],
-                     server_flags: Sequence[str], log: Callable[[str], None] = lambda line: None,
-                     server_factory=None) -> list[ServerRequest]:
-    """A few short greedy requests against the pinned llama-server on `target` (the prompts of
-    `streams`), each as the server ran it: the target alone, ngram-simple, the first draft model
-    at each K of `_CALIBRATION_K` and behind a confidence stop at n-max 1. Every server starts
-    first and requests go round in rotated order, so a load that comes and goes falls on all
-    alike. `server_factory(args, log_path)` replaces `LlamaServer` (tests)."""
+def calibration_texts() -> tuple[str, ...]:
+    """The fixed calibration prompts that ship with polyplan (`CALIBRATION_PROMPTS`), as text."""
+    from importlib.resources import files
+
+    payload = json.loads((files("polyplan") / "data" / CALIBRATION_PROMPTS).read_text(encoding="utf-8"))
+    return tuple(payload["prompts"])
+
+
+def gguf_tokens(path: Path, text: str) -> tuple[int, ...]:
+    """`text` in GGUF `path`'s own vocabulary: llama.cpp's tokenizer through the bindings (the
+    vocabulary alone is loaded), with the start token where the file asks for one.
+
+    Raises:
+        PolyplanError: the bindings are missing, or llama.cpp cannot load the file's vocabulary.
+    """
+    from polyplan.decoder.llama_cpp import llama_cpp_module
+
+    llama_cpp = llama_cpp_module()
+    params = llama_cpp.llama_model_default_params()
+    params.vocab_only = True
+    model = llama_cpp.llama_model_load_from_file(str(path).encode(), params)
+    if not model:
+        raise PolyplanError(f"llama.cpp cannot load the vocabulary of {path} (not a GGUF it knows, or a damaged file)")
+    try:
+        vocab = llama_cpp.llama_model_get_vocab(model)
+        data = text.encode("utf-8")
+        room = len(data) + 8  # a token covers at least one byte; the start and end tokens besides
+        tokens = (llama_cpp.llama_token * room)()
+        count = int(llama_cpp.llama_tokenize(vocab, data, len(data), tokens, room, True, False))
+        if count < 0:
+            raise PolyplanError(f"llama.cpp could not tokenize polyplan's calibration text with {path.name}")
+        return tuple(int(token) for token in tokens[:count])
+    finally:
+        llama_cpp.llama_model_free(model)
+
+
+def calibration_streams(target: Path, threads: int, log: Callable[[str], None] = lambda line: None,
+                        decode_streams: Callable | None = None) -> tuple[TargetStream, ...]:
+    """The target's greedy continuation, through the bindings, of the fixed calibration prompts
+    in its own vocabulary (as long as the longest calibration request)."""
+    prompts = [gguf_tokens(target, text) for text in calibration_texts()]
+    return tuple((decode_streams or decode_greedy_streams)(target, threads, prompts, max(_CALIBRATION_LENGTHS), log))
+
+
+def calibrate_server(build, target: Path, threads: int, drafters: Mapping[str, str], server_flags: Sequence[str],
+                     log: Callable[[str], None] = lambda line: None, *, server_factory=None,
+                     streams: Sequence[TargetStream] | None = None, latency: Callable | None = None) -> ServerCalibration:
+    """A few short greedy requests against the pinned llama-server on `target`, each as the
+    server ran it: the target alone, ngram-simple, the first draft model at each K of
+    `_CALIBRATION_K` and behind a confidence stop at n-max 1; and the target's T(k) through the
+    bindings in the same sitting, with every server up: before the first round of requests and
+    after each (`ServerCalibration`). Every server starts first and requests go round in rotated
+    order, so a load that comes and goes falls on all alike. `streams` None: the fixed
+    calibration prompts' (`calibration_streams`); `server_factory(args, log_path)` replaces
+    `LlamaServer` and `latency` `measure_latency_entry` (tests)."""
     import time
 
     from polyplan.engines.llama_cpp.server import LlamaServer
+
+    streams = calibration_streams(target, threads, log) if streams is None else tuple(streams)
+    latency = latency or measure_latency_entry
+    fingerprint = file_fingerprint(target)
+
+    def timed(when: str) -> ModelProfile:
+        return latency(target, threads, _SITTING_KS, fingerprint, f"llama-server calibration sitting, {when}", log)
 
     logs = cache_root() / "engines" / "logs" / ("calibration-" + time.strftime("%Y%m%d-%H%M%S"))
     common = ("-t", str(threads), "-tb", str(threads), "-c", str(_SERVER_CONTEXT), "-np", "1", "--no-webui", *server_flags)
@@ -281,16 +370,18 @@ def calibrate_server(build, target: Path, streams: Sequence[TargetStream], threa
             configs.append((DRAFT_MODEL, tuple(llama_cpp_spec_flags("draft_model", k, path)), k))
         configs.append((DRAFT_MODEL, tuple(llama_cpp_spec_flags("draft_model", 1, path, p_min=_CALIBRATION_STOP)), 1))
     prompts = [list(stream.ids[:stream.prompt_tokens]) for stream in streams]
-    requests = []
+    requests, steps = [], []
     log(f"calibrating llama-server's own loop: {len(configs)} servers x {len(prompts)} prompts x {len(_CALIBRATION_LENGTHS)} "
-        f"lengths x {_CALIBRATION_REPEATS} repeats, interleaved (once; cached)")
+        f"lengths x {_CALIBRATION_REPEATS} repeats, interleaved, and the target's T(k) between the rounds (once per "
+        "machine, file and threads; cached)")
     with contextlib.ExitStack() as stack:
         servers = [stack.enter_context(server_factory((*common, *flags), logs / f"server-{number}.log"))
                    for number, (_, flags, _) in enumerate(configs)]
         for server in servers:
             server.complete(prompts[0], _CALIBRATION_LENGTHS[0])  # untimed: the first request pays allocations
         turn = 0
-        for _ in range(_CALIBRATION_REPEATS):
+        steps.append(timed("before its requests"))
+        for repeat in range(_CALIBRATION_REPEATS):
             for prompt in prompts:
                 for length in _CALIBRATION_LENGTHS:
                     order = list(range(len(configs)))
@@ -300,7 +391,8 @@ def calibrate_server(build, target: Path, streams: Sequence[TargetStream], threa
                         request = server_request(configs[number][1], prompt, done)
                         if request is not None:
                             requests.append(request)
-    return requests
+            steps.append(timed(f"after round {repeat + 1}"))
+    return ServerCalibration(tuple(requests), tuple(steps), streams)
 
 
 def server_request(args: Sequence[str], prompt: Sequence[int], done) -> ServerRequest | None:
