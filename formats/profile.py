@@ -195,6 +195,8 @@ class SamplingStats:
     # E[q(argmax p)]: the engines' acceptance rule (docs/profiling.md, "The profile file")
     engine_alpha: float | None = spec(probability, default=None)
     engine_alpha_ci: tuple[float, float] | None = spec(interval_in(0.0, 1.0), default=None)
+    # the prompts alpha was read on when fewer than the profile's: a pair that cannot pay (absent: all of them)
+    alpha_prompts: int | None = spec(whole(1), default=None)
 
     def decoded_at(self, k: int) -> DecodedStats | None:
         """The decoded statistics measured at block size `k`, if any."""

@@ -24,6 +24,7 @@ import torch
 
 from polyplan.formats.errors import PolyplanError
 from polyplan.planner.exact.latency import curve_from_profile
+from polyplan.planner.exact.pair_bound import PairBound, pair_bound
 from polyplan.formats.profile import Profile, ProfilerRecord, write_profile
 from polyplan.formats.sampling import SamplingMode
 from polyplan.profiler.acceptance import (
@@ -45,6 +46,7 @@ from polyplan.profiler.prompts import EncodedPrompt, token_stream
 from polyplan.profiler.settings import ProfileSettings
 
 _IMPLIED_KS = tuple(range(1, 9))  # μ(K) implied by α is stored for these K (and every decoded K)
+BOUNDED_PROMPTS = 4  # α of a pair that cannot pay is read on this many prompts: enough to show the bound, not to rank
 
 
 @dataclass(frozen=True)
@@ -94,6 +96,8 @@ class ProfileOutcome:
     # the greedy continuations and teacher-forced passes this run read (None: it read none), for
     # the agreement runs (`profiler.agreement_runs.measure_agreement`); not written to the profile
     greedy: GreedyReads | None = field(default=None, repr=False, compare=False)
+    # each profiled pair's bound from the latency curves (`planner.exact.pair_bound`), in pair order
+    bounds: tuple[PairBound, ...] = ()
 
 
 def describe_device(device: str | torch.device) -> str:
@@ -159,7 +163,7 @@ def profile_checked_models(
     run.execute()
     phases = PhaseSeconds(**run.seconds)
     return ProfileOutcome(run.profile, out, tuple(run.measured), tuple(run.reused), time.perf_counter() - started, phases,
-                          run.greedy_reads())
+                          run.greedy_reads(), tuple(run.bounds.values()))
 
 
 # --------------------------------------------------------------------------- the run
@@ -193,6 +197,8 @@ class _Run:
         self.stream = token_stream(self.prompts, settings.latency.tokens_needed)
         self.continuations: dict[float, tuple[tuple[int, ...], ...]] = {}
         self.forced: dict[tuple[float, str], TeacherForced] = {}
+        self.bounds: dict[tuple[str, str], PairBound] = {}  # filled once the latency curves are in
+        self.bounded_forced: dict[tuple[float, str], TeacherForced] = {}  # read over the bounded prefix only
         self.tails: dict[int, tuple[int, ...]] = {}  # prompt -> the target's greedy tokens past its continuation
         self.tail_agreement: dict[tuple[str, int], list[bool]] = {}
         self.profile = self._start_profile(existing)
@@ -207,10 +213,31 @@ class _Run:
         acceptance = self.settings.acceptance
         return {"new_tokens": acceptance.new_tokens, "seed": acceptance.seed, "resamples": acceptance.resamples, "confidence": acceptance.confidence}
 
-    def alpha_key(self, verifier: str, drafter: str, temperature: float) -> str:
+    def alpha_key(self, verifier: str, drafter: str, temperature: float, *, bounded: bool | None = None) -> str:
+        """The α entry's fingerprint; a bounded pair's (`bounded` None: as this run measures the
+        pair) is of the prompts it reads, `BOUNDED_PROMPTS` of them."""
+        bounded = self.is_bounded(verifier, drafter) if bounded is None else bounded
+        if bounded:
+            return fingerprint_settings("alpha", self.by_name[verifier].fingerprint, self.by_name[drafter].fingerprint,
+                                        self.target.fingerprint, SamplingMode(temperature).key,
+                                        fingerprint_tokens(self.prompts[:BOUNDED_PROMPTS]), self._acceptance_common(),
+                                        {"teacher_forcing_width": TEACHER_FORCING_WIDTH, "bounded_prompts": BOUNDED_PROMPTS})
         return fingerprint_settings("alpha", self.by_name[verifier].fingerprint, self.by_name[drafter].fingerprint,
                                     self.target.fingerprint, SamplingMode(temperature).key, self.prompts_fingerprint,
                                     self._acceptance_common(), {"teacher_forcing_width": TEACHER_FORCING_WIDTH})
+
+    def alpha_keys(self, verifier: str, drafter: str, temperature: float) -> tuple[str, ...]:
+        """The fingerprints an α entry may have and still hold: a bounded pair keeps an entry of
+        all the prompts (measured when it could pay, more than it needs)."""
+        if self.is_bounded(verifier, drafter):
+            return (self.alpha_key(verifier, drafter, temperature), self.alpha_key(verifier, drafter, temperature, bounded=False))
+        return (self.alpha_key(verifier, drafter, temperature),)
+
+    def is_bounded(self, verifier: str, drafter: str) -> bool:
+        """Whether the pair cannot pay whatever its acceptance (its bound, `planner.exact.pair_bound`),
+        and so gets α on the first `BOUNDED_PROMPTS` prompts and no decoded runs."""
+        bound = self.bounds.get((verifier, drafter))
+        return bound is not None and not bound.can_pay and len(self.prompts) > BOUNDED_PROMPTS
 
     def decoded_key(self, verifier: str, drafter: str, temperature: float, k: int) -> str:
         acceptance = self.settings.acceptance
@@ -302,13 +329,16 @@ class _Run:
         self.progress.total(n + n * (n - 1) // 2 * per_pair)
         self._latencies(self.models)
         pairs = self._pairs()
-        self.progress.total(n + len(pairs) * per_pair)
+        self.bounds = {(verifier, drafter): pair_bound(self.profile, verifier, drafter) for verifier, drafter in pairs}
+        measured = [pair for pair in pairs if not self.is_bounded(*pair)]
+        decoded_steps = len(acceptance.temperatures) * len(acceptance.block_sizes) if acceptance.decoded else 0
+        self.progress.total(n + len(pairs) * per_pair - (len(pairs) - len(measured)) * decoded_steps)
         for temperature in acceptance.temperatures:
             for verifier, drafter in pairs:
                 self._alpha(verifier, drafter, temperature)
         if acceptance.decoded:
             for temperature in acceptance.temperatures:
-                for verifier, drafter in pairs:
+                for verifier, drafter in measured:
                     for k in acceptance.block_sizes:
                         self._decoded(verifier, drafter, temperature, k)
         self._prune(pairs)
@@ -359,23 +389,33 @@ class _Run:
 
     def _alpha(self, verifier: str, drafter: str, temperature: float) -> None:
         mode = SamplingMode(temperature).key
-        step = Step("alpha", f"alpha {verifier} <- {drafter} [{mode}]")
+        bounded = self.is_bounded(verifier, drafter)
+        label = f"alpha {verifier} <- {drafter} [{mode}]"
+        if bounded:
+            label += f", bounded: at best x{self.bounds[(verifier, drafter)].speedup:.2f}, first {BOUNDED_PROMPTS} prompts"
+        step = Step("alpha", label)
         key = self.alpha_key(verifier, drafter, temperature)
         pair = self.profile.pair(verifier, drafter)
         old = None if pair is None else pair.sampling.get(mode)
         # An entry from before the engines' rate was recorded is re-measured to add it.
-        if old is not None and old.fingerprint == key and old.engine_alpha is not None:
+        if old is not None and old.fingerprint in self.alpha_keys(verifier, drafter, temperature) and old.engine_alpha is not None:
             self._finish(step, reused=True)
             return
         self._begin(step)
         acceptance = self.settings.acceptance
-        estimate = pair_alpha(self._forced(temperature, verifier), self._forced(temperature, drafter),
-                              resamples=acceptance.resamples, level=acceptance.confidence,
+        if bounded:
+            upper, lower = self._bounded_forced(temperature, verifier), self._bounded_forced(temperature, drafter)
+        else:
+            upper, lower = self._forced(temperature, verifier), self._forced(temperature, drafter)
+        prompts = BOUNDED_PROMPTS if bounded else len(self.prompts)
+        estimate = pair_alpha(upper, lower, resamples=acceptance.resamples, level=acceptance.confidence,
                               rng=np.random.default_rng(_seed_of(key)))
-        stats = sampling_entry(estimate, key, sorted(set(_IMPLIED_KS) | set(acceptance.block_sizes)), len(self.prompts))
+        stats = sampling_entry(estimate, key, sorted(set(_IMPLIED_KS) | set(acceptance.block_sizes)), prompts)
+        if bounded:
+            stats = replace(stats, alpha_prompts=prompts)
         if old is not None:
             stats = replace(stats, decoded=old.decoded)  # decoded entries carry their own fingerprints
-        stats = refresh_warnings(stats, acceptance.disagreement, self._own(verifier), len(self.prompts))
+        stats = refresh_warnings(stats, acceptance.disagreement, self._own(verifier), prompts)
         self.profile = self.profile.with_stats(verifier, drafter, mode, stats)
         self.save()
         self._finish(step, reused=False)
@@ -422,13 +462,14 @@ class _Run:
                 if mode not in modes:
                     continue
                 temperature = SamplingMode.parse(mode).temperature
-                if stats.fingerprint != self.alpha_key(pair.verifier, pair.drafter, temperature):
+                if stats.fingerprint not in self.alpha_keys(pair.verifier, pair.drafter, temperature):
                     self.profile = self.profile.with_stats(pair.verifier, pair.drafter, mode, None)
                     continue
                 stats = replace(stats, decoded=tuple(
                     d for d in stats.decoded if d.fingerprint == self.decoded_key(pair.verifier, pair.drafter, temperature, d.k)
                 ))
-                stats = refresh_warnings(stats, self.settings.acceptance.disagreement, self._own(pair.verifier), len(self.prompts))
+                stats = refresh_warnings(stats, self.settings.acceptance.disagreement, self._own(pair.verifier),
+                                         stats.alpha_prompts or len(self.prompts))
                 self.profile = self.profile.with_stats(pair.verifier, pair.drafter, mode, stats)
 
     def _own(self, verifier: str) -> str | None:
@@ -459,6 +500,17 @@ class _Run:
         return self.forced[(temperature, name)]
 
 
+    def _bounded_forced(self, temperature: float, name: str) -> TeacherForced:
+        """`name`'s teacher-forced pass over the first `BOUNDED_PROMPTS` prompts: a slice of the
+        whole pass where another pair needed it, else read over those prompts alone."""
+        if (temperature, name) in self.forced:
+            return _first(self.forced[(temperature, name)], BOUNDED_PROMPTS)
+        if (temperature, name) not in self.bounded_forced:
+            self.bounded_forced[(temperature, name)] = teacher_forced(
+                self.by_name[name].member, self.prompts[:BOUNDED_PROMPTS], self._continuations(temperature)[:BOUNDED_PROMPTS],
+                temperature=temperature, vocab=self.target.member.valid_vocab_size)
+        return self.bounded_forced[(temperature, name)]
+
     def _replayed_runs(self, drafter: str, k: int):
         """Each decoded prompt's tokens per verification, replayed (`replay_counts`) from the pair's
         agreement along the target's greedy continuation, and past its end where the last
@@ -485,6 +537,11 @@ class _Run:
                                      vocab=self.target.member.valid_vocab_size).argmax[0]
             self.tail_agreement[(drafter, index)] = [int(guess) == token for guess, token in zip(guesses.tolist(), tail)]
         return self.tail_agreement[(drafter, index)]
+
+
+def _first(forced: TeacherForced, count: int) -> TeacherForced:
+    """`forced` of the first `count` prompts."""
+    return TeacherForced(*(None if part is None else part[:count] for part in (forced.argmax, forced.probs, forced.top, forced.top10)))
 
 
 def _expected_mu(stats, k: int) -> float | None:

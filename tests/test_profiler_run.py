@@ -342,3 +342,39 @@ def test_greedy_decoded_entries_under_the_target_are_replayed_and_equal_decoding
                                    rng=np.random.default_rng(0))
             assert (decoded.mu, decoded.sigma, decoded.samples, decoded.prompts) == (real.mu, real.sigma, real.verifications, 6)
     assert read_profile(tmp_path / "p.json").stats("target", "early", "greedy").decoded_at(2).replayed  # it is written
+
+
+def test_a_pair_that_cannot_pay_is_bounded_not_measured_in_full(models, tmp_path):
+    """A drafter whose timings (kept from an earlier run, their fingerprints holding) put it at 0.95
+    of the target's step, beside a target whose verification grows 10% a token, cannot pay at any acceptance: its pair under the target gets α on the
+    first prompts only (the entry says how many), no decoded run, and the progress says "bounded";
+    the other pairs are measured as before (the negative control)."""
+    from polyplan.formats.profile import LatencyPoint
+
+    greedy = ProfileSettings(SETTINGS.latency, dataclasses.replace(SETTINGS.acceptance, temperatures=(0.0,), decoded_prompts=None))
+    out = tmp_path / "p.json"
+    profile_models(models, _prompts(6), out, greedy)
+    profile = read_profile(out)
+    step = {p.context_length: p.median_s for p in profile.model("target").latency if p.k == 1}
+
+    def timed(name: str, share: float):  # a verification of k tokens costs 10% more per token beyond the first
+        model = profile.model(name)
+        return dataclasses.replace(model, latency=tuple(
+            dataclasses.replace(p, median_s=share * step[p.context_length] * (1 + 0.1 * (p.k - 1)), samples_s=None)
+            for p in model.latency))
+
+    write_profile(dataclasses.replace(profile.with_model(timed("target", 1.0)).with_model(timed("early", 0.95)), pairs=()), out)
+    counter = Counter()
+    outcome = profile_models(models, _prompts(6), out, greedy, progress=counter)
+    bounds = {(b.verifier, b.drafter): b for b in outcome.bounds}
+    assert not bounds[("target", "early")].can_pay and bounds[("target", "ngram")].can_pay
+    assert any(label.startswith("alpha target <- early [greedy], bounded") for label in counter.measured)
+    assert not any(label.startswith("decoded target <- early") for label in counter.measured + counter.reused)
+    assert counter.totals[-1] == len(counter.measured) + len(counter.reused)
+    saved = read_profile(out)
+    bounded, full = saved.stats("target", "early", "greedy"), saved.stats("target", "ngram", "greedy")
+    assert bounded.alpha_prompts == 4 and bounded.decoded == () and bounded.alpha_ci is None
+    assert full.alpha_prompts is None and [d.k for d in full.decoded] == [2, 3] and full.alpha_ci is not None
+    again = Counter()
+    profile_models(models, _prompts(6), out, greedy, progress=again)
+    assert again.measured == []  # the bounded entries hold on a rerun
