@@ -74,6 +74,15 @@ class ProfiledCandidates:
         """The candidates' drafters (the profile may hold more models, kept from earlier runs)."""
         return tuple(model.name for model in self.models[1:])
 
+    @property
+    def stage_seconds(self) -> tuple[tuple[str, float], ...]:
+        """Seconds each profiling stage took, in order: the run's phases (`profiler.run.PhaseSeconds`;
+        the decoded phase holds the replays) and the loop costs' steps (`LoopCostsRun`)."""
+        phases, loop = self.run.phases, self.loop_costs
+        return (("latency", phases.latency), ("alpha", phases.alpha), ("decoded", phases.decoded),
+                ("agreement", loop.agreement_s), ("loop overhead", loop.loop_overhead_s), ("HF overhead", loop.hf_overhead_s),
+                ("switch costs", loop.switch_costs_s))
+
 
 def profile_candidates(
     candidates_path: str | os.PathLike[str] | CandidateFile,

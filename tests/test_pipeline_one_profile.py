@@ -169,3 +169,7 @@ def test_a_profiling_run_reads_its_profile_once(profiled, monkeypatch):
     retimed = sorted(step.label for step in result.run.measured if step.kind == "latency")
     assert retimed == ["latency ngram", "latency small", "latency target"]
     assert {step.kind for step in result.run.reused} >= {"alpha", "decoded"}
+    # one row per stage, for the closing table: the re-timed latency took time, the reused acceptance none
+    stages = dict(result.stage_seconds)
+    assert list(stages) == ["latency", "alpha", "decoded", "agreement", "loop overhead", "HF overhead", "switch costs"]
+    assert stages["latency"] > 0 and stages["alpha"] == 0 and stages["switch costs"] > 0
