@@ -24,7 +24,7 @@ import torch
 
 from polyplan.formats.errors import PolyplanError
 from polyplan.planner.exact.latency import curve_from_profile
-from polyplan.planner.exact.pair_bound import PairBound, pair_bound
+from polyplan.planner.exact.pair_bound import PairBound, bounded_pairs, pair_bound
 from polyplan.formats.profile import Profile, ProfilerRecord, write_profile
 from polyplan.formats.sampling import SamplingMode
 from polyplan.profiler.acceptance import (
@@ -198,6 +198,7 @@ class _Run:
         self.continuations: dict[float, tuple[tuple[int, ...], ...]] = {}
         self.forced: dict[tuple[float, str], TeacherForced] = {}
         self.bounds: dict[tuple[str, str], PairBound] = {}  # filled once the latency curves are in
+        self.moot: dict[tuple[str, str], str] = {}  # the pairs measured briefly, with why
         self.bounded_forced: dict[tuple[float, str], TeacherForced] = {}  # read over the bounded prefix only
         self.tails: dict[int, tuple[int, ...]] = {}  # prompt -> the target's greedy tokens past its continuation
         self.tail_agreement: dict[tuple[str, int], list[bool]] = {}
@@ -234,10 +235,9 @@ class _Run:
         return (self.alpha_key(verifier, drafter, temperature),)
 
     def is_bounded(self, verifier: str, drafter: str) -> bool:
-        """Whether the pair cannot pay whatever its acceptance (its bound, `planner.exact.pair_bound`),
-        and so gets α on the first `BOUNDED_PROMPTS` prompts and no decoded runs."""
-        bound = self.bounds.get((verifier, drafter))
-        return bound is not None and not bound.can_pay and len(self.prompts) > BOUNDED_PROMPTS
+        """Whether the pair's acceptance cannot change the choice (`planner.exact.pair_bound.bounded_pairs`:
+        its drafter can pay neither directly nor as an intermediate level), and so gets α on the first `BOUNDED_PROMPTS` prompts and no decoded runs."""
+        return (verifier, drafter) in self.moot and len(self.prompts) > BOUNDED_PROMPTS
 
     def decoded_key(self, verifier: str, drafter: str, temperature: float, k: int) -> str:
         acceptance = self.settings.acceptance
@@ -330,6 +330,7 @@ class _Run:
         self._latencies(self.models)
         pairs = self._pairs()
         self.bounds = {(verifier, drafter): pair_bound(self.profile, verifier, drafter) for verifier, drafter in pairs}
+        self.moot = bounded_pairs(self.profile, pairs, self.target.name)
         measured = [pair for pair in pairs if not self.is_bounded(*pair)]
         decoded_steps = len(acceptance.temperatures) * len(acceptance.block_sizes) if acceptance.decoded else 0
         self.progress.total(n + len(pairs) * per_pair - (len(pairs) - len(measured)) * decoded_steps)

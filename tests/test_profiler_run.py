@@ -346,7 +346,8 @@ def test_greedy_decoded_entries_under_the_target_are_replayed_and_equal_decoding
 
 def test_a_pair_that_cannot_pay_is_bounded_not_measured_in_full(models, tmp_path):
     """A drafter whose timings (kept from an earlier run, their fingerprints holding) put it at 0.95
-    of the target's step, beside a target whose verification grows 10% a token, cannot pay at any acceptance: its pair under the target gets α on the
+    of the target's step, a token costing as much in a pass as alone (so no use as an intermediate
+    level either), beside a target whose verification grows 10% a token, cannot pay at any acceptance: its pair under the target gets α on the
     first prompts only (the entry says how many), no decoded run, and the progress says "bounded";
     the other pairs are measured as before (the negative control)."""
     from polyplan.formats.profile import LatencyPoint
@@ -357,13 +358,14 @@ def test_a_pair_that_cannot_pay_is_bounded_not_measured_in_full(models, tmp_path
     profile = read_profile(out)
     step = {p.context_length: p.median_s for p in profile.model("target").latency if p.k == 1}
 
-    def timed(name: str, share: float):  # a verification of k tokens costs 10% more per token beyond the first
+    def timed(name: str, share: float, growth: float):  # k tokens in one pass cost `growth` more per token beyond the first
         model = profile.model(name)
         return dataclasses.replace(model, latency=tuple(
-            dataclasses.replace(p, median_s=share * step[p.context_length] * (1 + 0.1 * (p.k - 1)), samples_s=None)
+            dataclasses.replace(p, median_s=share * step[p.context_length] * (1 + growth * (p.k - 1)), samples_s=None)
             for p in model.latency))
 
-    write_profile(dataclasses.replace(profile.with_model(timed("target", 1.0)).with_model(timed("early", 0.95)), pairs=()), out)
+    write_profile(dataclasses.replace(profile.with_model(timed("target", 1.0, 0.1)).with_model(timed("early", 0.95, 1.0)), pairs=()),
+                  out)
     counter = Counter()
     outcome = profile_models(models, _prompts(6), out, greedy, progress=counter)
     bounds = {(b.verifier, b.drafter): b for b in outcome.bounds}
