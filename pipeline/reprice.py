@@ -49,7 +49,7 @@ from polyplan.profiler.processor import this_processor
 from polyplan.profiler.profile_cache import recorded_prompts, settings_of
 from polyplan.profiler.prompt_sets import PromptSet
 from polyplan.profiler.prompts import EncodedPrompt, token_stream
-from polyplan.profiler.run import ProfileOutcome, Step, describe_device, profile_checked_models
+from polyplan.profiler.run import Step, describe_device, profile_checked_models
 from polyplan.profiler.settings import ProfileSettings
 
 KEPT = ("latency curves", "loop overhead", "HF overhead", "switch costs")  # what re-pricing never measures
@@ -161,7 +161,8 @@ def reprice_profile(
             began = time.perf_counter()
             previous = None if existing is None else existing.acceptance_runs.get("greedy")
             profile, agreement_measured = ensure_agreement(profile, previous, models, [prompt.ids for prompt in fitted],
-                                                           new_tokens=measuring.acceptance.new_tokens, seed=measuring.acceptance.seed)
+                                                           new_tokens=measuring.acceptance.new_tokens, seed=measuring.acceptance.seed,
+                                                           reads=outcome.greedy)  # the α phase's greedy reads, not read again
             agreement_s = time.perf_counter() - began
             counted.done(AGREEMENT, reused=not agreement_measured)
             write_profile(profile, path)
@@ -185,21 +186,16 @@ def _candidates_of(original: Profile, label: Path, candidates) -> tuple[Candidat
     A source file that is missing fails here, named (`formats.candidates`)."""
     recorded = original.profiler.candidates if original.profiler is not None else None
     device = None if recorded is None else recorded.get("device")
+    if candidates is None and (recorded is None or recorded.get("path") is None):
+        raise PolyplanError(f"--profile: {label} does not record its models.yaml (made by an older polyplan); "
+                            "profile it again with polyplan profile --candidates models.yaml")
     try:
-        if candidates is not None:
-            read = read_candidate_file(candidates, device)
-            return read.candidates, read.record
-        if recorded is None or recorded.get("path") is None:
-            raise PolyplanError(f"--profile: {label} does not record its models.yaml (made by an older polyplan); "
-                                "profile it again with polyplan profile --candidates models.yaml")
-        if Path(recorded["path"]).is_file():
-            read = read_candidate_file(recorded["path"], device)
+        if candidates is not None or Path(recorded["path"]).is_file():
+            read = read_candidate_file(candidates if candidates is not None else recorded["path"], device)
             return read.candidates, read.record
         moved = parse_candidates(recorded.get("yaml"), base_dir=Path(recorded["path"]).parent, origin=recorded["path"])
         return with_device(moved, device), dict(recorded)
     except PolyplanError as error:
-        if str(error).startswith("--profile"):
-            raise
         raise PolyplanError(f"--profile: the models of {label} are not loadable here: {error}") from None
 
 

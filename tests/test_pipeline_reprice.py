@@ -206,11 +206,11 @@ def test_recommend_reprices_then_plans_for_the_new_prompts(profiled, repriced, t
     assert plan["profile"]["prompt_file"] == str((profiled / "new.jsonl").resolve()) and plan["profile"]["prompts"] == 4
     assert plan["profile"]["timings_from"] == str((profiled / "profile.json").resolve())
     assert _digest(profiled / "profile.json") == before
-    # the plan is the one `recommend --profile` makes from the re-priced file, with the same records
+    # the chains are those `recommend --profile` ranks from the re-priced file (the self-check may reorder them)
     again = _invoke("recommend", "--profile", first.path, "--out", tmp_path / "numbers.json")
     assert again.exit_code == 0, again.output
     numbers = json.loads((tmp_path / "numbers.json").read_text())
-    assert [alt["chain"] for alt in numbers["alternatives"]] == [alt["chain"] for alt in plan["alternatives"]]
+    assert sorted(alt["chain"] for alt in numbers["alternatives"]) == sorted(alt["chain"] for alt in plan["alternatives"])
     assert "prompt_file" not in numbers["profile"]
 
 
@@ -222,3 +222,16 @@ def test_recommend_writes_the_repriced_profile_where_asked(profiled, tmp_path):
     plan = json.loads(result.stdout)  # --json: the plan alone on stdout
     assert plan["profile"]["path"] == str(out) and read_profile(out).profiler.prompts == 4
     assert plan["self_check"]["skipped"]
+
+
+def test_a_profile_that_does_not_record_its_models_is_refused_before_anything_loads(profiled, tmp_path):
+    from polyplan.pipeline.reprice import reprice_profile
+    from polyplan.profiler.prompt_sets import prompt_set
+
+    payload = json.loads((profiled / "profile.json").read_text())
+    del payload["profiler"]["candidates"]
+    older = tmp_path / "older.json"
+    older.write_text(json.dumps(payload))
+    with pytest.raises(PolyplanError, match="does not record its models.yaml"):
+        reprice_profile(older, prompt_set(profiled / "new.jsonl"), log=lambda line: None)
+    assert not (tmp_path / "older.new.json").exists()
