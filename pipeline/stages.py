@@ -44,6 +44,7 @@ from polyplan.profiler.prompts import EncodedPrompt
 from polyplan.profiler.prompt_sets import PromptSet, encode_for, prompt_set, validation_prompt_set
 from polyplan.profiler.processor import this_processor
 from polyplan.profiler.run import ProfileOutcome, Step, describe_device, profile_checked_models
+from polyplan.profiler.budget import Budget, BudgetClock
 from polyplan.profiler.settings import ProfileSettings
 from polyplan.validation.reporting import ReportFiles, write_report
 from polyplan.validation.results import Validation
@@ -98,6 +99,7 @@ def profile_candidates(
     keep_foreign: bool = True,
     progress=None,
     log=None,
+    budget: Budget | None = None,
 ) -> ProfiledCandidates:
     """Profile what is missing (resuming `profile_path`, else the cache) for everything the
     exact model reads (module docstring), saved as it is measured, under the profile's and the
@@ -110,6 +112,8 @@ def profile_candidates(
     even when cached (timings go stale with the machine's load; acceptance does not).
     A `profile_path` made for other models or on another machine is never overwritten: with
     `keep_foreign` the run goes to the cache instead and `log` says so; without, it is refused.
+    `budget`: the wall time the profiling may take from this call on (`profiler.budget`; None:
+    measure everything the settings ask); `log` says how it was spent and what more would buy.
 
     Raises:
         PolyplanError: a bad models.yaml or prompt file, models that cannot share a chain,
@@ -164,8 +168,14 @@ def profile_candidates(
         if fresh_timings and existing is not None:
             existing = forget_latency(existing)
         counted = None if progress is None else _WithLoopCosts(progress)
+        clock = None if budget is None else BudgetClock(budget, started, calibration_tokens)
         outcome = profile_checked_models(models, fitted, path, settings, device=loaded.device, progress=counted,
-                                         existing=existing)
+                                         existing=existing, budget=clock)
+        fitted = fitted[:outcome.prompts] if outcome.budget is not None else fitted  # a budget may take a prefix
+        for line in outcome.budget_lines():
+            log(line)
+        for line in outcome.bounded:
+            log(f"bounded before measurement (alpha on the first few prompts, no decoded runs): {line}")
         warning = too_few_prompts(len(fitted))
         if warning is not None:
             log(f"warning: {warning}")
@@ -243,18 +253,23 @@ def recommend_candidates(
     check: bool = True,
     check_progress=None,
     log: Callable[[str], None] | None = None,
+    budget: Budget | None = None,
     **plan_options,
 ) -> Recommended:
     """Profile what is missing for the sampling `temperature` (`profile_candidates`), then
     rank the chains (`plan_from_profile` with `plan_options`), run the self-check
     (`validation.self_check`; `check` False: skipped, and the plan says so) and write the plan to `out`.
     `progress`: the profiling's; `check_progress`: the self-check's
-    (`validation.chain_runs.ValidationProgress`); `log` (default: stderr) says when planning begins."""
-    from polyplan.validation.self_check import skipped_plan
+    (`validation.chain_runs.ValidationProgress`); `log` (default: stderr) says when planning begins.
+    `budget`: the wall time of the whole command; the profiling gets all of it but the self-check's
+    share of its own measuring time (`validation.self_check.CHECK_BUDGET_SHARE`)."""
+    from polyplan.validation.self_check import CHECK_BUDGET_SHARE, skipped_plan
 
     log = log or stderr_line
+    if budget is not None and check:
+        budget = dataclasses.replace(budget, share=1 / (1 + CHECK_BUDGET_SHARE))
     profiled = profile_candidates(candidates_path, profile_path=profile_path, prompts=prompts, cache_dir=cache_dir,
-                                  device=device, temperature=temperature, progress=progress, log=log)
+                                  device=device, temperature=temperature, progress=progress, log=log, budget=budget)
     log(_PLANNING)
     planned = planned_from_profile(profiled.profile, out, profile_path=str(profiled.path), candidates=profiled.record,
                                    drafters=profiled.drafters, **plan_options)

@@ -34,10 +34,16 @@ CALIBRATION_STEPS = 57  # target steps per calibration token, read off a cold pr
 
 @dataclass(frozen=True)
 class Budget:
-    """A wall-time budget in `seconds`, as the user wrote it (`text`)."""
+    """A wall-time budget in `seconds`, as the user wrote it (`text`); the profiling may take
+    `share` of it (`recommend` keeps the rest for its self-check)."""
 
     seconds: float
     text: str
+    share: float = 1.0
+
+    @property
+    def profiling_s(self) -> float:
+        return self.share * self.seconds
 
 
 def parse_budget(text: str, option: str = "--budget") -> Budget:
@@ -172,11 +178,11 @@ class BudgetPlan:
     @property
     def left_s(self) -> float:
         """Estimated seconds left for the optional measurements (the decoded runs)."""
-        return self.budget.seconds - self.spent_s - self.acceptance_s - self.calibration_s
+        return self.budget.profiling_s - self.spent_s - self.acceptance_s - self.calibration_s
 
     def lines(self) -> tuple[str, ...]:
         """What the plan is, in words, for the log."""
-        lines = [f"budget {self.budget.text}: latency curves took {duration_text(self.spent_s)}; acceptance on "
+        lines = [f"budget {self.budget.text}: loading and latency curves took {duration_text(self.spent_s)}; acceptance on "
                  f"{self.prompts} of {self.available} prompts about {duration_text(self.acceptance_s)}, the loop "
                  f"calibrations about {duration_text(self.calibration_s)}"]
         if self.prompts < self.available:
@@ -194,14 +200,45 @@ def plan_budget(budget: Budget, spent_s: float, cost: AcceptanceCost, calibratio
     """
     available = len(cost.per_prompt_s)
     least = min(MIN_PROMPTS, available)
-    left = budget.seconds - spent_s - calibration_s
+    left = budget.profiling_s - spent_s - calibration_s
     prompts = min(available, cost.prompts_within(left))
     if prompts < least:
         needed = spent_s + calibration_s + cost.seconds_for(least)
         raise PolyplanError(
-            f"--budget {budget.text}: too small to measure the target on this machine: the latency curves took "
+            f"--budget {budget.text}: too small to measure the target on this machine: loading the models and their latency curves took "
             f"{duration_text(spent_s)}, acceptance on {least} prompts and the loop calibrations need about "
-            f"{duration_text(needed - spent_s)} more; give at least --budget {math.ceil(needed / 60)}m "
+            f"{duration_text(needed - spent_s)} more; give at least --budget {math.ceil(needed / budget.share / 60)}m "
             "(the curves measured are kept and reused)")
     return BudgetPlan(budget, spent_s, prompts, available, cost.seconds_for(prompts), calibration_s,
                       acceptance_s_all=cost.seconds_for(available))
+
+
+@dataclass(frozen=True)
+class BudgetClock:
+    """A budget and when its command began (`time.perf_counter`), with what the run needs to price
+    the calibrations that follow it (`calibration_tokens` per timed call)."""
+
+    budget: Budget
+    started: float
+    calibration_tokens: int = 64
+
+    def elapsed(self, now: float) -> float:
+        return now - self.started
+
+
+@dataclass(frozen=True)
+class SkippedMeasurement:
+    """A measurement the budget left out: what it is and about how long it would have taken."""
+
+    label: str
+    seconds: float
+
+
+def skipped_lines(budget: Budget, skipped: Sequence[SkippedMeasurement]) -> tuple[str, ...]:
+    """What more time would have bought, in one line (none when nothing was left out)."""
+    if not skipped:
+        return ()
+    total = sum(item.seconds for item in skipped)
+    return (f"budget {budget.text}: left out {len(skipped)} decoded run(s), about {duration_text(total)} more "
+            "(they check the paper's eq. 3 by decoding; the exact model's choice does not read them): "
+            + ", ".join(item.label for item in skipped),)

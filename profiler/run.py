@@ -43,6 +43,10 @@ from polyplan.models.fingerprints import ProfiledModel
 from polyplan.profiler.checks import check_handed_models, check_inputs_fit, check_models, check_same_profile, read_existing
 from polyplan.profiler.processor import cpu_name, this_processor
 from polyplan.profiler.prompts import EncodedPrompt, token_stream
+from polyplan.profiler.budget import (
+    BudgetClock, BudgetPlan, MemberCost, SkippedMeasurement, acceptance_cost, calibration_seconds, decoded_seconds, plan_budget,
+    skipped_lines,
+)
 from polyplan.profiler.settings import ProfileSettings
 
 _IMPLIED_KS = tuple(range(1, 9))  # μ(K) implied by α is stored for these K (and every decoded K)
@@ -98,6 +102,20 @@ class ProfileOutcome:
     greedy: GreedyReads | None = field(default=None, repr=False, compare=False)
     # each profiled pair's bound from the latency curves (`planner.exact.pair_bound`), in pair order
     bounds: tuple[PairBound, ...] = ()
+    budget: BudgetPlan | None = None  # how `--budget` was spent (None: no budget, or nothing to measure under it)
+    skipped: tuple[SkippedMeasurement, ...] = ()  # what the budget left out
+    bounded: tuple[str, ...] = ()  # the pairs measured briefly because they cannot pay, each with why
+
+    @property
+    def prompts(self) -> int:
+        """Prompts the acceptance entries were measured on (a budget may take a prefix)."""
+        return self.profile.profiler.prompts if self.profile.profiler else 0
+
+    def budget_lines(self) -> tuple[str, ...]:
+        """How the budget was spent and what more time would buy (none without a budget)."""
+        if self.budget is None:
+            return ()
+        return self.budget.lines() + skipped_lines(self.budget.budget, self.skipped)
 
 
 def describe_device(device: str | torch.device) -> str:
@@ -150,20 +168,25 @@ def profile_checked_models(
     progress: Progress | None = None,
     existing: Profile | None = None,
     started: float | None = None,
+    budget: BudgetClock | None = None,
 ) -> ProfileOutcome:
     """`profile_models` for a caller that has checked the models, prompts and `out` and holds
     `out`'s profile lock and the timing lock (`pipeline.stages`, which reads the profile once
-    and passes it as `existing`; None: read `out` here, refusing a broken file)."""
+    and passes it as `existing`; None: read `out` here, refusing a broken file). `budget`: the
+    wall time the command may take (`profiler.budget`): after the latency curves the acceptance
+    stage takes the prompts that fit, and decoded runs are measured only while they fit."""
     started = time.perf_counter() if started is None else started
     if existing is None:
         existing = read_existing(out)
     device_label, processor = describe_device(device), this_processor(device)
     check_same_profile(existing, out, models[0], device_label, processor)
-    run = _Run(models, prompts, out, settings, device_label, existing, progress or _Silent(), processor)
+    run = _Run(models, prompts, out, settings, device_label, existing, progress or _Silent(), processor, budget)
     run.execute()
     phases = PhaseSeconds(**run.seconds)
     return ProfileOutcome(run.profile, out, tuple(run.measured), tuple(run.reused), time.perf_counter() - started, phases,
-                          run.greedy_reads(), tuple(run.bounds.values()))
+                          run.greedy_reads(), tuple(run.bounds.values()), run.budget_plan, tuple(run.skipped),
+                          tuple(why if why.startswith(f"{v} <- {d}") else f"{v} <- {d}: {why}"
+                                for (v, d), why in run.moot.items() if run.is_bounded(v, d)))
 
 
 # --------------------------------------------------------------------------- the run
@@ -172,7 +195,10 @@ def profile_checked_models(
 class _Run:
     """The state of one profiling run: the profile being built and the lazily computed inputs."""
 
-    def __init__(self, models, prompts, out, settings, device_label, existing, progress, processor=None) -> None:
+    def __init__(self, models, prompts, out, settings, device_label, existing, progress, processor=None, budget=None) -> None:
+        self.budget: BudgetClock | None = budget
+        self.budget_plan: BudgetPlan | None = None
+        self.skipped: list[SkippedMeasurement] = []
         self.models: list[ProfiledModel] = list(models)
         self.by_name = {model.name: model for model in self.models}
         self.order = {model.name: index for index, model in enumerate(self.models)}
@@ -331,6 +357,10 @@ class _Run:
         pairs = self._pairs()
         self.bounds = {(verifier, drafter): pair_bound(self.profile, verifier, drafter) for verifier, drafter in pairs}
         self.moot = bounded_pairs(self.profile, pairs, self.target.name)
+        if self.budget is not None and self._alpha_to_measure(pairs):
+            self.budget_plan = self._plan_budget()
+            if self.budget_plan.prompts < len(self.prompts):
+                self._use_prompts(self.budget_plan.prompts)
         measured = [pair for pair in pairs if not self.is_bounded(*pair)]
         decoded_steps = len(acceptance.temperatures) * len(acceptance.block_sizes) if acceptance.decoded else 0
         self.progress.total(n + len(pairs) * per_pair - (len(pairs) - len(measured)) * decoded_steps)
@@ -344,6 +374,58 @@ class _Run:
                         self._decoded(verifier, drafter, temperature, k)
         self._prune(pairs)
         self.save()
+
+    # ---- the budget
+    def _alpha_to_measure(self, pairs: Sequence[tuple[str, str]]) -> bool:
+        """Whether some α entry must be measured (a budget plans only what is measured)."""
+        for temperature in self.settings.acceptance.temperatures:
+            for verifier, drafter in pairs:
+                pair = self.profile.pair(verifier, drafter)
+                old = None if pair is None else pair.sampling.get(SamplingMode(temperature).key)
+                if old is None or old.fingerprint not in self.alpha_keys(verifier, drafter, temperature) or old.engine_alpha is None:
+                    return True
+        return False
+
+    def _costs(self) -> dict[str, MemberCost]:
+        """Every candidate's latency curve and prefill, as measured, for the budget's prices."""
+        costs = {}
+        for model in self.models:
+            entry = self.profile.model(model.name)
+            costs[model.name] = MemberCost(curve_from_profile(entry), tuple((p.context_length, p.median_s) for p in entry.prefill))
+        return costs
+
+    def _plan_budget(self) -> BudgetPlan:
+        """The prompts the acceptance stage takes within the budget (`profiler.budget.plan_budget`)."""
+        acceptance, costs = self.settings.acceptance, self._costs()
+        modes = len(acceptance.temperatures)
+        cost = acceptance_cost(self.target.name, costs, [len(prompt) for prompt in self.prompts], new_tokens=acceptance.new_tokens,
+                               modes=modes, width=TEACHER_FORCING_WIDTH)
+        calibration = calibration_seconds(costs[self.target.name], tokens=self.budget.calibration_tokens, modes=modes)
+        return plan_budget(self.budget.budget, self.budget.elapsed(time.perf_counter()), cost, calibration)
+
+    def _use_prompts(self, count: int) -> None:
+        """Measure acceptance on the first `count` prompts (the latency curves keep their stream)."""
+        acceptance = self.settings.acceptance
+        self.prompts = self.prompts[:count]
+        self.decoded_prompts = self.prompts[:len(self.prompts) if acceptance.decoded_prompts is None else min(acceptance.decoded_prompts, count)]
+        self.prompts_fingerprint = fingerprint_tokens(self.prompts)
+        self.decoded_prompts_fingerprint = fingerprint_tokens(self.decoded_prompts)
+        self.profile = replace(self.profile, profiler=replace(self.profile.profiler, prompts=count,
+                                                              decoded_prompts=len(self.decoded_prompts)))
+
+    def _decoded_fits(self, verifier: str, drafter: str, stats, k: int) -> SkippedMeasurement | None:
+        """None when a decoded run fits what the budget has left after the calibrations; else what
+        it would have cost."""
+        if self.budget is None or self.budget_plan is None:
+            return None
+        costs = self._costs()
+        mu = _expected_mu(stats, k) or 1.0
+        seconds = decoded_seconds(costs[verifier], costs[drafter], k, mu, prompts=len(self.decoded_prompts),
+                                  new_tokens=self.settings.acceptance.new_tokens)
+        left = self.budget.budget.profiling_s - self.budget.elapsed(time.perf_counter()) - self.budget_plan.calibration_s
+        if seconds <= left:
+            return None
+        return SkippedMeasurement(f"{verifier} <- {drafter} K={k}", seconds)
 
     def _latencies(self, models: Sequence[ProfiledModel]) -> None:
         """Every model whose curve is missing or stale, timed together, interleaved round by round
@@ -430,6 +512,12 @@ class _Run:
         if old is not None and old.fingerprint == key:
             self._finish(step, reused=True)
             return
+        if not self.replays(verifier, drafter, temperature):
+            skipped = self._decoded_fits(verifier, drafter, stats, k)
+            if skipped is not None:
+                self.skipped.append(skipped)
+                self.progress.done(replace(step, label=step.label + " (left out: over the budget)"), True)
+                return
         self._begin(step)
         acceptance = self.settings.acceptance
         rng = np.random.default_rng(_seed_of(key))

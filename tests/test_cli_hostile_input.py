@@ -253,6 +253,7 @@ def test_options_a_command_would_ignore_are_errors(args, message):
         (["--threads", "2"], "--threads: only used with --candidates"),
         (["--device", "cpu"], "--device: only used with --candidates"),
         (["--cache-dir", "c"], "--cache-dir: only used with --candidates"),
+        (["--budget", "5m"], "--budget: only used with --candidates"),
     ],
 )
 def test_recommend_options_are_checked_and_none_is_silently_ignored(profile, tmp_path, args, message):
@@ -413,3 +414,19 @@ def test_an_integer_longer_than_pythons_digit_limit_is_one_line(tmp_path):
     bad = tmp_path / "p.json"
     bad.write_text('{"schema_version": ' + "9" * 5000 + "}\n", encoding="utf-8")
     _fails(_run("recommend", "--profile", bad), "not valid JSON")
+
+
+@pytest.mark.parametrize(
+    "budget, message",
+    [
+        ("0", "--budget: must be more than 0 seconds"),
+        ("5d", "--budget: unknown unit 'd' in '5d' (use s, m or h"),
+        ("5", "--budget: give a unit, e.g. 5m or 5s"),
+        ("soon", "--budget: cannot read 'soon' as a duration"),
+    ],
+)
+@pytest.mark.parametrize("command", ["recommend", "profile"])
+def test_a_budget_polyplan_cannot_read_is_one_line_before_any_model_loads(tmp_path, command, budget, message):
+    out = ["--out", tmp_path / ("plan.json" if command == "recommend" else "profile.json")]
+    candidates = Path(__file__).resolve().parents[1] / "examples" / "zoo.yaml"
+    _fails(_run(command, "--candidates", candidates, "--budget", budget, *out), message)

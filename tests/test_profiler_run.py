@@ -380,3 +380,70 @@ def test_a_pair_that_cannot_pay_is_bounded_not_measured_in_full(models, tmp_path
     again = Counter()
     profile_models(models, _prompts(6), out, greedy, progress=again)
     assert again.measured == []  # the bounded entries hold on a rerun
+
+
+def _clock(seconds: float, started: float | None = None):
+    import time
+
+    from polyplan.profiler.budget import Budget, BudgetClock
+
+    return BudgetClock(Budget(seconds, f"{seconds:g}s"), time.perf_counter() if started is None else started, calibration_tokens=8)
+
+
+def _run_with_budget(models, prompts, out, budget, settings=SETTINGS):
+    from polyplan.profiler.run import profile_checked_models
+
+    return profile_checked_models(models, prompts, out, settings, budget=budget)
+
+
+def test_a_budget_takes_the_prompts_that_fit_and_says_what_more_would_buy(models, tmp_path, monkeypatch):
+    """With each prompt priced at one second and the calibrations at none, a budget that leaves
+    five seconds after the latency curves measures acceptance on the first five of eight prompts;
+    a generous one on all eight; the profile records the prompts it is for."""
+    from polyplan.profiler import budget as budget_module, run as run_module
+
+    monkeypatch.setattr(run_module, "acceptance_cost", lambda *a, **k: budget_module.AcceptanceCost((1.0,) * 8))
+    monkeypatch.setattr(run_module, "calibration_seconds", lambda *a, **k: 0.0)
+    monkeypatch.setattr(run_module, "decoded_seconds", lambda *a, **k: 1e9)  # every real decoded run over the budget
+    prompts = _prompts(8)
+    spent = {}
+
+    def plan(self):
+        spent["at"] = self.budget.elapsed(__import__("time").perf_counter())
+        return budget_module.plan_budget(self.budget.budget, spent["at"], budget_module.AcceptanceCost((1.0,) * 8), 0.0)
+
+    monkeypatch.setattr(run_module._Run, "_plan_budget", plan)
+    import time
+
+    started = time.perf_counter()
+    outcome = _run_with_budget(models, prompts, tmp_path / "p.json", _clock(5.5, started - 0.0))
+    taken = outcome.budget.prompts
+    assert taken == int(5.5 - spent["at"]) and 1 <= taken < 8  # whole prompts within what was left
+    assert outcome.prompts == taken and read_profile(tmp_path / "p.json").profiler.prompts == taken
+    lines = outcome.budget_lines()
+    assert any(f"other {8 - taken} prompts" in line for line in lines)
+    assert outcome.skipped and any("left out" in line and "decoded run(s)" in line for line in lines)
+    # no real decoded run was measured; the replayed ones (greedy, under the target) cost nothing and are kept
+    for pair in read_profile(tmp_path / "p.json").pairs:
+        for mode, stats in pair.sampling.items():
+            assert all(d.replayed for d in stats.decoded), (pair.verifier, pair.drafter, mode)
+    monkeypatch.setattr(run_module, "decoded_seconds", lambda *a, **k: 0.0)
+    whole = _run_with_budget(models, prompts, tmp_path / "q.json", _clock(1e6))
+    assert whole.prompts == 8 and not whole.skipped
+
+
+def test_a_budget_too_small_for_the_target_names_the_least_and_keeps_the_curves(models, tmp_path):
+    with pytest.raises(PolyplanError) as error:
+        _run_with_budget(models, _prompts(4), tmp_path / "p.json", _clock(1e-3))
+    assert "too small to measure the target" in str(error.value) and "give at least --budget" in str(error.value)
+    kept = read_profile(tmp_path / "p.json")  # the latency curves measured are kept for the next run
+    assert {m.name for m in kept.models} == {m.name for m in models} and not kept.pairs
+
+
+def test_a_budget_plans_only_what_is_measured(models, complete, tmp_path):
+    """A complete profile rerun under a budget far too small measures nothing and refuses nothing."""
+    import shutil
+
+    shutil.copy(complete[0], tmp_path / "p.json")
+    outcome = _run_with_budget(models, _prompts(), tmp_path / "p.json", _clock(1e-3))
+    assert outcome.budget is None and outcome.budget_lines() == () and not outcome.measured

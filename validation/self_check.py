@@ -38,7 +38,7 @@ _CHECK_TOP = 2  # chains checked besides the recommended one (the plan's next be
 _CHECK_PROMPTS = 4  # profiling prompts run (the built-in set alternates kinds: one of each)
 _CHECK_TOKENS = 64  # tokens per prompt and chain
 CHECK_REPEATS = 2  # interleaved passes over the same prompts: their spread is the machine's share of C's noise
-_CHECK_BUDGET_SHARE = 0.10  # of the profile's measuring time
+CHECK_BUDGET_SHARE = 0.10  # of the profile's measuring time
 # sizes tried, largest first, until the plan's own predictions say the run fits the budget; never
 # fewer than _CHECK_PROMPTS prompts: a bootstrap over 2 or 3 prompts reads C's spread as next to
 # none (docs/cost-model.md); a budget too small for the smallest is exceeded, and the output says so
@@ -49,10 +49,10 @@ _LEVEL = 0.95
 
 
 def check_budget(profile: Profile | None) -> float | None:
-    """The seconds the self-check may take: `_CHECK_BUDGET_SHARE` of the profile's measuring time
+    """The seconds the self-check may take: `CHECK_BUDGET_SHARE` of the profile's measuring time
     (None when the profile does not record it: a profile from before it was)."""
     seconds = profile.profiler.seconds if profile is not None and profile.profiler is not None else None
-    return None if seconds is None else _CHECK_BUDGET_SHARE * seconds
+    return None if seconds is None else CHECK_BUDGET_SHARE * seconds
 
 
 def estimated_seconds(specs: Sequence[ChainSpec], prompts: int, new_tokens: int, repeats: int) -> float:
@@ -312,7 +312,7 @@ def _budget_text(record: SelfCheckRecord) -> str:
         return ""
     estimate = "" if record.estimated_s is None else f"; estimated {record.estimated_s:.1f} s"
     over = ", OVER it" if record.seconds > record.budget_s else ""
-    return f" of a {record.budget_s:.1f} s budget{over} ({_CHECK_BUDGET_SHARE:.0%} of the profile's measuring time{estimate})"
+    return f" of a {record.budget_s:.1f} s budget{over} ({CHECK_BUDGET_SHARE:.0%} of the profile's measuring time{estimate})"
 
 
 def skipped_plan(plan: PlanFile, reason: str) -> PlanFile:

@@ -79,6 +79,10 @@ def profile(
         "--threads", help="torch CPU threads (default: as --out was measured, else the machine's free cores at "
         "start, from the load average; 0 keeps torch's choice).")] = None,
     seed: Annotated[int, typer.Option("--seed", help="Prompt i is sampled with seed + i.")] = 0,
+    budget: Annotated[Optional[str], typer.Option(
+        "--budget", help="Wall time the run may take, e.g. 5m, 90s, 1h30m (default: none, measure everything asked). "
+        "After the latency curves the acceptance is measured on the prompts that fit, decoded runs while they fit; "
+        "what it left out is printed.")] = None,
     json_output: Annotated[bool, typer.Option("--json", help="Print one JSON object instead of the table.")] = False,
 ) -> None:
     """Measure latency curves, pairwise acceptance and what the exact model reads besides (the
@@ -94,6 +98,9 @@ def profile(
     from polyplan.profiler.settings import AcceptanceSettings, ProfileSettings
 
     _check_up_front(out, candidates, prompts, max_prompts, device, seed, repeats, warmup, latency_ks, block_sizes)
+    from polyplan.profiler.budget import parse_budget
+
+    parsed_budget = None if budget is None else parse_budget(budget)
     if not decoded:
         from polyplan.formats.options import unused_without
 
@@ -114,6 +121,7 @@ def profile(
         profiled = profile_candidates(
             candidates or default_candidates_path(), profile_path=out, settings=settings, device=device, keep_foreign=False,
             prompts=named_prompt_set(prompts, max_prompts=max_prompts, raw=raw_prompts, strict=True), progress=progress.profile,
+            budget=parsed_budget,
         )
     overheads = _bindings_overheads(profiled)
     if json_output:
@@ -198,6 +206,9 @@ def _run_json(profiled) -> dict:
         "wall_time_s": profiled.wall_time_s,
         "warnings": list(timing_warnings(profile)),
         "phase_seconds": {"latency": run.phases.latency, "alpha": run.phases.alpha, "decoded": run.phases.decoded},
+        "stage_seconds": dict(profiled.stage_seconds),
+        "bounded": list(run.bounded),
+        "budget": list(run.budget_lines()),
         "models": [{"name": r.name, "step_s": r.step_s, "relative_iqr": r.relative_iqr, "reference_relative_iqr": r.reference_relative_iqr}
                    for r in model_rows(profile)],
         "pairs": [_pair_json(r) for r in pair_rows(profile)],

@@ -171,6 +171,10 @@ def recommend(
     no_check: Annotated[bool, typer.Option(
         "--no-check", help="With --candidates or --prompts: skip the self-check (a short run of the top chains that fits the "
         "model's error on this machine); the intervals then ignore it.")] = False,
+    budget: Annotated[Optional[str], typer.Option(
+        "--budget", help="With --candidates: the wall time the command may take, e.g. 5m, 90s, 1h30m (default: "
+        f"{DEFAULT_BUDGET}). After the latency curves the acceptance is measured on the prompts that fit, decoded runs "
+        "while they fit; what it left out is printed. A budget too small for the target alone says the least it needs.")] = None,
     new_tokens: Annotated[Optional[int], typer.Option(
         "--new-tokens", help="The answer length the plan is for: acceptance is read over the first N tokens of each "
         "profiled continuation (it changes along an answer; default: all the profile measured). validate then "
@@ -184,6 +188,7 @@ def recommend(
     """
     _check_up_front(profile, candidates, max_levels, k_max, seed, out, prompts, raw_prompts, resamples, cache_dir, device, threads,
                     new_tokens, repriced_out)
+    parsed_budget = _budget(budget, candidates)
     mode = SamplingMode.parse(sampling or "greedy", "--sampling")
     options = dict(max_levels=max_levels, k_max=k_max, block_sizes=search, sampling=mode.key, seed=seed, resamples=resamples,
                    new_tokens=new_tokens)
@@ -200,7 +205,7 @@ def recommend(
         result, plan = _plan_profile(profile, out, options, sampling)
     else:
         choice, recommended = _recommend_candidates(candidates, out, profile, mode, prompts, cache_dir, device, threads, options,
-                                                    raw=raw_prompts, check=not no_check)
+                                                    raw=raw_prompts, check=not no_check, budget=parsed_budget)
         result, plan, check_lines, profiled = (recommended.recommendation, recommended.plan, recommended.check_lines,
                                                recommended.profiled)
         if not json_output:
@@ -289,8 +294,22 @@ def _check_up_front(profile, candidates, max_levels, k_max, seed, out, prompts, 
         check_device(device)
 
 
+DEFAULT_BUDGET = "30m"  # a guard against runaway profiling of large models; the shipped family needs a few minutes
+
+
+def _budget(text: str | None, candidates):
+    """--budget read (the default with --candidates; refused without it, where nothing is measured)."""
+    from polyplan.profiler.budget import parse_budget
+
+    if candidates is None:
+        if text is not None:
+            raise PolyplanError("--budget: only used with --candidates (it bounds the profiling); drop it")
+        return None
+    return parse_budget(DEFAULT_BUDGET if text is None else text)
+
+
 def _recommend_candidates(candidates, out, profile, mode: SamplingMode, prompts, cache_dir, device, threads, options, *,
-                          raw=False, check=True):
+                          raw=False, check=True, budget=None):
     """Profile what is missing for the sampling `mode`, then plan (torch is imported only here):
     (the `ThreadChoice` it timed with, the recommendation). Progress goes to stderr, `--json` or not."""
     from polyplan.cli.commands.progress import progress_bars
@@ -307,7 +326,7 @@ def _recommend_candidates(candidates, out, profile, mode: SamplingMode, prompts,
         return choice, recommend_candidates(
             candidates, out, profile_path=profile, prompts=named_prompt_set(prompts, raw=raw), cache_dir=cache_dir,
             device=device, temperature=mode.temperature, progress=progress.profile, check=check,
-            check_progress=progress.check, log=log_line, **options,
+            check_progress=progress.check, log=log_line, budget=budget, **options,
         )
 
 
