@@ -23,7 +23,7 @@ from polyplan.engines.hf_overhead import ensure_hf_overhead
 from polyplan.models.hashing import fingerprint_settings, fingerprint_tokens
 from polyplan.profiler.prompts import EncodedPrompt, token_stream
 from polyplan.profiler.acceptance import GreedyReads
-from polyplan.profiler.agreement_runs import ensure_agreement
+from polyplan.profiler.agreement_runs import ensure_agreement, measure_agreement, runs_fingerprint
 from polyplan.profiler.settings import ProfileSettings
 from polyplan.profiler.switching import measure_switch_costs, store_switch_costs
 
@@ -85,6 +85,30 @@ def ensure_loop_costs(
         measured += count
         seconds.append(time.perf_counter() - began)
     return profile, LoopCostsRun(measured, *seconds)
+
+
+def provisional_agreement(profile: Profile, models: Sequence, prompts: Sequence[Sequence[int]], settings: ProfileSettings,
+                          reads: GreedyReads | None) -> Profile:
+    """`profile` (a profiling run's, α on the first `len(prompts)` prompts) with the greedy
+    agreement sequences of those prompts, for sequential measuring's rule: the stored entry where
+    its fingerprint is of them, else made from `reads` (nothing read again) for the pairs whose
+    models both have a teacher-forced pass in them, else (no reads: a run resuming a round an
+    earlier run measured) measured. Without greedy acceptance, `profile` as it is; pairs left out
+    are ranked on their α alone."""
+    acceptance = settings.acceptance
+    if 0.0 not in acceptance.temperatures:
+        return profile
+    loaded = {model.name for model in models}
+    pairs = [(pair.verifier, pair.drafter) for pair in profile.pairs
+             if "greedy" in pair.sampling and {pair.verifier, pair.drafter} <= loaded]
+    stored = profile.acceptance_runs.get("greedy")
+    key = runs_fingerprint(models, prompts, acceptance.new_tokens, acceptance.seed)
+    if stored is not None and stored.fingerprint == key and set(stored.by_pair()) >= set(pairs):
+        return profile
+    if reads is not None:
+        pairs = [pair for pair in pairs if set(pair) <= set(reads.forced)]
+    entry = measure_agreement(models, pairs, prompts, new_tokens=acceptance.new_tokens, seed=acceptance.seed, reads=reads)
+    return replace(profile, acceptance_runs={**profile.acceptance_runs, "greedy": entry})
 
 
 CALIBRATION_CALL_S = 2.5  # about the longest one calibration call of the target alone should take

@@ -25,6 +25,7 @@ from polyplan.formats.outputs import check_output_file
 from polyplan.formats.plan import PlanFile, read_plan, write_plan
 from polyplan.formats.profile import Profile, write_profile
 from polyplan.planner.intervals.sample_size import too_few_prompts
+from polyplan.planner.intervals.sequential import Resolution, SequentialSettings, decision_resolved
 from polyplan.planner.plan_builder import plan_from_profile, planned_from_profile
 from polyplan.planner.search import Recommendation
 from polyplan.models.candidate_file import CandidateFile, read_candidate_file
@@ -35,7 +36,7 @@ from polyplan.profiler.checks import (
     check_inputs_fit, check_models, fit_default_contexts, foreign_machine_reason, foreign_models_reason, foreign_profile_reason,
 )
 from polyplan.profiler.locks import profile_lock, stderr_line, timing_lock
-from polyplan.pipeline.loop_costs import LoopCostsRun, ensure_loop_costs
+from polyplan.pipeline.loop_costs import LoopCostsRun, ensure_loop_costs, provisional_agreement
 from polyplan.profiler.profile_cache import (
     cached_profile_path, forget_latency, prompts_of, readable_profile, recorded_prompts, retimed_here,
     settings_of,
@@ -43,7 +44,9 @@ from polyplan.profiler.profile_cache import (
 from polyplan.profiler.prompts import EncodedPrompt
 from polyplan.profiler.prompt_sets import PromptSet, encode_for, prompt_set, validation_prompt_set
 from polyplan.profiler.processor import this_processor
-from polyplan.profiler.run import ProfileOutcome, Step, describe_device, profile_checked_models
+from polyplan.profiler.acceptance import GreedyReads
+from polyplan.formats.sampling import SamplingMode
+from polyplan.profiler.run import Decide, ProfileOutcome, Step, describe_device, profile_checked_models
 from polyplan.profiler.budget import Budget, BudgetClock
 from polyplan.profiler.settings import ProfileSettings
 from polyplan.validation.reporting import ReportFiles, write_report
@@ -100,6 +103,7 @@ def profile_candidates(
     progress=None,
     log=None,
     budget: Budget | None = None,
+    sequential: bool | SequentialSettings = False,
 ) -> ProfiledCandidates:
     """Profile what is missing (resuming `profile_path`, else the cache) for everything the
     exact model reads (module docstring), saved as it is measured, under the profile's and the
@@ -114,6 +118,9 @@ def profile_candidates(
     `keep_foreign` the run goes to the cache instead and `log` says so; without, it is refused.
     `budget`: the wall time the profiling may take from this call on (`profiler.budget`; None:
     measure everything the settings ask); `log` says how it was spent and what more would buy.
+    `sequential` (True: `SequentialSettings()`'s rule): measure acceptance on rounds of prompts
+    until more cannot change the decision (`sequential_rule`; the budget caps the rounds); `log`
+    says where it stopped.
 
     Raises:
         PolyplanError: a bad models.yaml or prompt file, models that cannot share a chain,
@@ -169,11 +176,15 @@ def profile_candidates(
             existing = forget_latency(existing)
         counted = None if progress is None else _WithLoopCosts(progress)
         clock = None if budget is None else BudgetClock(budget, started, calibration_tokens)
+        rule = None if sequential is False else SequentialSettings() if sequential is True else sequential
+        decide = None if rule is None else sequential_rule(models, fitted, settings, rule)
         outcome = profile_checked_models(models, fitted, path, settings, device=loaded.device, progress=counted,
-                                         existing=existing, budget=clock)
-        fitted = fitted[:outcome.prompts] if outcome.budget is not None else fitted  # a budget may take a prefix
+                                         existing=existing, budget=clock, decide=decide)
+        fitted = fitted[:outcome.prompts] if 0 < outcome.prompts < len(fitted) else fitted  # a budget or the rule may take a prefix
         for line in outcome.budget_lines():
             log(line)
+        if outcome.sequential is not None:
+            log(outcome.sequential.line())
         for line in outcome.bounded:
             log(f"bounded before measurement (alpha on the first few prompts, no decoded runs): {line}")
         warning = too_few_prompts(len(fitted))
@@ -192,6 +203,30 @@ def profile_candidates(
     measured = len(outcome.measured) + loop_costs.measured
     return ProfiledCandidates(profile, path, models, loaded.tokenizer, read.record, measured, len(outcome.reused),
                               time.perf_counter() - started, outcome, len(fitted), loop_costs, tuple(fitted))
+
+
+def sequential_rule(models, prompts: tuple[EncodedPrompt, ...], settings: ProfileSettings, rule: SequentialSettings) -> Decide:
+    """The stopping rule a profiling run calls after each round of prompts (`profiler.run.Decide`):
+    the provisional profile with the agreement sequences of the prefix (`provisional_agreement`,
+    from the round's greedy reads) judged by `planner.intervals.sequential.decision_resolved` in
+    every sampling mode measured, among the candidates; resolved when every mode is."""
+    drafters = tuple(model.name for model in models[1:])
+    modes = [SamplingMode(t).key for t in settings.acceptance.temperatures]
+
+    def decide(profile: Profile, reads: GreedyReads | None) -> Resolution:
+        count = profile.profiler.prompts
+        provisional = provisional_agreement(profile, models, [prompt.ids for prompt in prompts[:count]], settings, reads)
+        found = None
+        for mode in modes:
+            resolution = decision_resolved(provisional, dataclasses.replace(rule, sampling=mode, candidates=drafters))
+            if len(modes) > 1:
+                resolution = dataclasses.replace(resolution, reason=f"{mode}: {resolution.reason}")
+            if not resolution.resolved:
+                return resolution
+            found = found or resolution
+        return found
+
+    return decide
 
 
 LOOP_COSTS = Step("loop costs", "loop costs: agreement runs, loop overhead, HF overhead, switch costs")
@@ -254,6 +289,7 @@ def recommend_candidates(
     check_progress=None,
     log: Callable[[str], None] | None = None,
     budget: Budget | None = None,
+    sequential: bool = True,
     **plan_options,
 ) -> Recommended:
     """Profile what is missing for the sampling `temperature` (`profile_candidates`), then
@@ -262,14 +298,17 @@ def recommend_candidates(
     `progress`: the profiling's; `check_progress`: the self-check's
     (`validation.chain_runs.ValidationProgress`); `log` (default: stderr) says when planning begins.
     `budget`: the wall time of the whole command; the profiling gets all of it but the self-check's
-    share of its own measuring time (`validation.self_check.CHECK_BUDGET_SHARE`)."""
+    share of its own measuring time (`validation.self_check.CHECK_BUDGET_SHARE`). `sequential`:
+    acceptance measured in rounds of prompts until the ranking is decided (`profile_candidates`),
+    ranking chains of up to the `max_levels` planned."""
     from polyplan.validation.self_check import CHECK_BUDGET_SHARE, skipped_plan
 
     log = log or stderr_line
     if budget is not None and check:
         budget = dataclasses.replace(budget, share=1 / (1 + CHECK_BUDGET_SHARE))
     profiled = profile_candidates(candidates_path, profile_path=profile_path, prompts=prompts, cache_dir=cache_dir,
-                                  device=device, temperature=temperature, progress=progress, log=log, budget=budget)
+                                  device=device, temperature=temperature, progress=progress, log=log, budget=budget,
+                                  sequential=_rule(sequential, plan_options))
     log(_PLANNING)
     planned = planned_from_profile(profiled.profile, out, profile_path=str(profiled.path), candidates=profiled.record,
                                    drafters=profiled.drafters, **plan_options)
@@ -281,6 +320,14 @@ def recommend_candidates(
         if out is not None:
             write_plan(plan, out)
     return Recommended(planned.recommendation, profiled, plan, lines)
+
+
+def _rule(sequential: bool, plan_options: dict) -> SequentialSettings | bool:
+    """The stopping rule of a plan searched with `plan_options` (False: none)."""
+    if not sequential:
+        return False
+    return SequentialSettings(max_levels=plan_options.get("max_levels", SequentialSettings.max_levels),
+                              k_max=plan_options.get("k_max"))
 
 
 def self_checked(plan: PlanFile, profiled: ProfiledCandidates, out, progress=None) -> tuple[PlanFile, tuple[str, ...]]:
@@ -430,7 +477,8 @@ def run_demo(settings, *, profile_progress=None, validation_progress=None, check
 
     profiled = profile_candidates(read, settings=profile_settings(settings.quick, settings.new_tokens),
                                   prompts=profiling_prompts, cache_dir=settings.cache_dir, fresh_timings=True,
-                                  calibration_tokens=24 if settings.quick else 64, progress=profile_progress)
+                                  calibration_tokens=24 if settings.quick else 64, progress=profile_progress,
+                                  sequential=SequentialSettings(max_levels=settings.max_levels))
     plan_path = out / PLAN_FILE
     encoded = encode_for(held_out, profiled.tokenizer)
     log(_PLANNING)

@@ -22,7 +22,7 @@ from polyplan.profiler.acceptance import TEACHER_FORCING_WIDTH, GreedyReads, tar
 from polyplan.models.hashing import fingerprint_settings, fingerprint_tokens
 
 
-def _runs_fingerprint(models: Sequence, prompts: Sequence[Sequence[int]], new_tokens: int, seed: int) -> str:
+def runs_fingerprint(models: Sequence, prompts: Sequence[Sequence[int]], new_tokens: int, seed: int) -> str:
     """Fingerprint of what the agreement sequences are measured from."""
     return fingerprint_settings(
         "agreement-runs", [(model.name, model.fingerprint) for model in models], fingerprint_tokens(prompts), new_tokens, seed,
@@ -63,7 +63,7 @@ def measure_agreement(
                                      confidence_texts(forced[drafter].top10) if kept else ()))
     streams = tuple(TargetStream(len(prompt), tuple(prompt) + tuple(continuation))
                     for prompt, continuation in zip(prompts, continuations) if len(prompt) > 0)
-    return AgreementRuns(tuple(entries), _runs_fingerprint(models, prompts, new_tokens, seed), len(prompts), new_tokens, streams)
+    return AgreementRuns(tuple(entries), runs_fingerprint(models, prompts, new_tokens, seed), len(prompts), new_tokens, streams)
 
 
 def confidence_texts(tops) -> tuple[str, ...]:
@@ -82,7 +82,7 @@ def ensure_agreement(
     loaded = {model.name for model in models}  # a profile keeps other models' pairs; only these can run
     pairs = [(pair.verifier, pair.drafter) for pair in profile.pairs
              if "greedy" in pair.sampling and {pair.verifier, pair.drafter} <= loaded]
-    key = _runs_fingerprint(models, prompts, new_tokens, seed)
+    key = runs_fingerprint(models, prompts, new_tokens, seed)
     wanted = set(pairs)
     rules = {model.name for model in models if isinstance(model.member, BlockDrafter)}
     confident = (set(previous.confidences_by_pair()) & set(previous.confidences_by_pair(top10=True))

@@ -14,7 +14,7 @@ import datetime
 import os
 import platform
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Protocol
@@ -25,6 +25,7 @@ import torch
 from polyplan.formats.errors import PolyplanError
 from polyplan.planner.exact.latency import curve_from_profile
 from polyplan.planner.exact.pair_bound import PairBound, bounded_pairs, pair_bound
+from polyplan.planner.intervals.sequential import Resolution, prompt_rounds
 from polyplan.formats.profile import Profile, ProfilerRecord, write_profile
 from polyplan.formats.sampling import SamplingMode
 from polyplan.profiler.acceptance import (
@@ -87,6 +88,28 @@ class PhaseSeconds:
     decoded: float
 
 
+# The stopping rule of sequential measuring: after each round of prompts, the provisional profile
+# (α on the prefix) and the greedy reads of that prefix (None: the run read none this time) ->
+# whether more prompts could change the decision (`planner.intervals.sequential.decision_resolved`).
+Decide = Callable[[Profile, GreedyReads | None], Resolution]
+
+
+@dataclass(frozen=True)
+class SequentialRun:
+    """How sequential measuring ended: the prompts α was measured on, of how many were offered,
+    and the rule's last finding."""
+
+    prompts: int
+    offered: int
+    resolution: Resolution
+
+    def line(self) -> str:
+        """One line for the log: where the acceptance stage stopped, and why."""
+        if self.resolution.resolved and self.prompts < self.offered:
+            return f"acceptance: decided after {self.prompts} of {self.offered} prompts ({self.resolution.reason})"
+        return f"acceptance: all {self.prompts} prompts: {self.resolution.reason}"
+
+
 @dataclass(frozen=True)
 class ProfileOutcome:
     """What a run did: the final profile, and which entries it measured or reused."""
@@ -105,6 +128,7 @@ class ProfileOutcome:
     budget: BudgetPlan | None = None  # how `--budget` was spent (None: no budget, or nothing to measure under it)
     skipped: tuple[SkippedMeasurement, ...] = ()  # what the budget left out
     bounded: tuple[str, ...] = ()  # the pairs measured briefly because they cannot pay, each with why
+    sequential: SequentialRun | None = None  # where sequential measuring stopped (None: it was not asked for)
 
     @property
     def prompts(self) -> int:
@@ -169,24 +193,27 @@ def profile_checked_models(
     existing: Profile | None = None,
     started: float | None = None,
     budget: BudgetClock | None = None,
+    decide: Decide | None = None,
 ) -> ProfileOutcome:
     """`profile_models` for a caller that has checked the models, prompts and `out` and holds
     `out`'s profile lock and the timing lock (`pipeline.stages`, which reads the profile once
     and passes it as `existing`; None: read `out` here, refusing a broken file). `budget`: the
     wall time the command may take (`profiler.budget`): after the latency curves the acceptance
-    stage takes the prompts that fit, and decoded runs are measured only while they fit."""
+    stage takes the prompts that fit, and decoded runs are measured only while they fit. `decide`:
+    measure α sequentially, on rounds of prompts (`planner.intervals.sequential.prompt_rounds`),
+    until the rule says more prompts cannot change the decision (None: on every prompt)."""
     started = time.perf_counter() if started is None else started
     if existing is None:
         existing = read_existing(out)
     device_label, processor = describe_device(device), this_processor(device)
     check_same_profile(existing, out, models[0], device_label, processor)
-    run = _Run(models, prompts, out, settings, device_label, existing, progress or _Silent(), processor, budget)
+    run = _Run(models, prompts, out, settings, device_label, existing, progress or _Silent(), processor, budget, decide)
     run.execute()
     phases = PhaseSeconds(**run.seconds)
     return ProfileOutcome(run.profile, out, tuple(run.measured), tuple(run.reused), time.perf_counter() - started, phases,
                           run.greedy_reads(), tuple(run.bounds.values()), run.budget_plan, tuple(run.skipped),
                           tuple(why if why.startswith(f"{v} <- {d}") else f"{v} <- {d}: {why}"
-                                for (v, d), why in run.moot.items() if run.is_bounded(v, d)))
+                                for (v, d), why in run.moot.items() if run.is_bounded(v, d)), run.sequential)
 
 
 # --------------------------------------------------------------------------- the run
@@ -195,15 +222,19 @@ def profile_checked_models(
 class _Run:
     """The state of one profiling run: the profile being built and the lazily computed inputs."""
 
-    def __init__(self, models, prompts, out, settings, device_label, existing, progress, processor=None, budget=None) -> None:
+    def __init__(self, models, prompts, out, settings, device_label, existing, progress, processor=None, budget=None,
+                 decide=None) -> None:
         self.budget: BudgetClock | None = budget
+        self.decide: Decide | None = decide
+        self.sequential: SequentialRun | None = None
         self.budget_plan: BudgetPlan | None = None
         self.skipped: list[SkippedMeasurement] = []
         self.models: list[ProfiledModel] = list(models)
         self.by_name = {model.name: model for model in self.models}
         self.order = {model.name: index for index, model in enumerate(self.models)}
         self.target = self.models[0]
-        self.prompts = [prompt.ids for prompt in prompts]
+        self.offered = [prompt.ids for prompt in prompts]  # the prompts α may be measured on (a budget may cut them)
+        self.prompts = list(self.offered)  # those it is measured on now (sequential measuring: a prefix)
         self.out = out
         self.settings = settings
         self.device_label = device_label
@@ -360,13 +391,23 @@ class _Run:
         if self.budget is not None and self._alpha_to_measure(pairs):
             self.budget_plan = self._plan_budget()
             if self.budget_plan.prompts < len(self.prompts):
+                self.offered = self.offered[:self.budget_plan.prompts]  # the budget caps what sequential rounds may reach
                 self._use_prompts(self.budget_plan.prompts)
-        measured = [pair for pair in pairs if not self.is_bounded(*pair)]
-        decoded_steps = len(acceptance.temperatures) * len(acceptance.block_sizes) if acceptance.decoded else 0
-        self.progress.total(n + len(pairs) * per_pair - (len(pairs) - len(measured)) * decoded_steps)
-        for temperature in acceptance.temperatures:
-            for verifier, drafter in pairs:
-                self._alpha(verifier, drafter, temperature)
+        rounds = self._rounds(pairs)
+        for index, count in enumerate(rounds):
+            self._use_prompts(count)
+            measured = [pair for pair in pairs if not self.is_bounded(*pair)]
+            decoded_steps = len(acceptance.temperatures) * len(acceptance.block_sizes) if acceptance.decoded else 0
+            alpha_steps = len(acceptance.temperatures) * len(pairs)
+            self.progress.total(n + len(pairs) * per_pair - (len(pairs) - len(measured)) * decoded_steps + index * alpha_steps)
+            for temperature in acceptance.temperatures:
+                for verifier, drafter in pairs:
+                    self._alpha(verifier, drafter, temperature)
+            if self.decide is not None and pairs:
+                resolution = self.decide(self.profile, self.greedy_reads())
+                self.sequential = SequentialRun(count, len(self.offered), resolution)
+                if resolution.resolved:
+                    break
         if acceptance.decoded:
             for temperature in acceptance.temperatures:
                 for verifier, drafter in measured:
@@ -374,6 +415,20 @@ class _Run:
                         self._decoded(verifier, drafter, temperature, k)
         self._prune(pairs)
         self.save()
+
+    def _rounds(self, pairs: Sequence[tuple[str, str]]) -> tuple[int, ...]:
+        """The prompt counts α is measured on in turn: all of them, or with `decide` the sequential
+        rounds (`prompt_rounds`) from the largest whose entries all hold (an earlier run's; it is
+        judged again, from the stored entries, before more prompts are read)."""
+        total = len(self.offered)
+        if self.decide is None:
+            return (total,)
+        rounds = prompt_rounds(total)
+        for start in range(len(rounds) - 1, -1, -1):
+            self._use_prompts(rounds[start])
+            if not self._alpha_to_measure(pairs):
+                return rounds[start:]
+        return rounds
 
     # ---- the budget
     def _alpha_to_measure(self, pairs: Sequence[tuple[str, str]]) -> bool:
@@ -404,9 +459,9 @@ class _Run:
         return plan_budget(self.budget.budget, self.budget.elapsed(time.perf_counter()), cost, calibration)
 
     def _use_prompts(self, count: int) -> None:
-        """Measure acceptance on the first `count` prompts (the latency curves keep their stream)."""
+        """Measure acceptance on the first `count` offered prompts (the latency curves keep their stream)."""
         acceptance = self.settings.acceptance
-        self.prompts = self.prompts[:count]
+        self.prompts = self.offered[:count]
         self.decoded_prompts = self.prompts[:len(self.prompts) if acceptance.decoded_prompts is None else min(acceptance.decoded_prompts, count)]
         self.prompts_fingerprint = fingerprint_tokens(self.prompts)
         self.decoded_prompts_fingerprint = fingerprint_tokens(self.decoded_prompts)
@@ -476,6 +531,8 @@ class _Run:
         label = f"alpha {verifier} <- {drafter} [{mode}]"
         if bounded:
             label += f", bounded: at best x{self.bounds[(verifier, drafter)].speedup:.2f}, first {BOUNDED_PROMPTS} prompts"
+        elif self.decide is not None and len(self.prompts) < len(self.offered):
+            label += f", first {len(self.prompts)} of {len(self.offered)} prompts"
         step = Step("alpha", label)
         key = self.alpha_key(verifier, drafter, temperature)
         pair = self.profile.pair(verifier, drafter)
@@ -566,33 +623,44 @@ class _Run:
 
     # ---- lazily computed inputs
     def greedy_reads(self) -> GreedyReads | None:
-        """The greedy continuations and teacher-forced passes read so far (None: none)."""
-        if 0.0 not in self.continuations:
+        """The greedy continuations and teacher-forced passes of the prompts α is measured on now,
+        as far as they were read (None: no continuation of them)."""
+        count = len(self.prompts)
+        if len(self.continuations.get(0.0, ())) < count:
             return None
         acceptance = self.settings.acceptance
-        forced = {name: result for (temperature, name), result in self.forced.items() if temperature == 0.0}
-        return GreedyReads(tuple(tuple(p) for p in self.prompts), acceptance.new_tokens, acceptance.seed, self.continuations[0.0], forced)
+        forced = {name: _first(result, count) for (temperature, name), result in self.forced.items()
+                  if temperature == 0.0 and _count(result) >= count}
+        return GreedyReads(tuple(tuple(p) for p in self.prompts), acceptance.new_tokens, acceptance.seed,
+                           self.continuations[0.0][:count], forced)
 
     def _continuations(self, temperature: float) -> tuple[tuple[int, ...], ...]:
-        if temperature not in self.continuations:
+        """The target's continuation of each prompt α is measured on now; a prefix read in an
+        earlier round is extended, never read again (prompt i is seeded seed + i alone)."""
+        done = self.continuations.get(temperature, ())
+        if len(done) < len(self.prompts):
             acceptance = self.settings.acceptance
-            self.continuations[temperature] = target_continuations(
-                self.target.member, self.prompts, new_tokens=acceptance.new_tokens, temperature=temperature, seed=acceptance.seed
-            )
-        return self.continuations[temperature]
+            self.continuations[temperature] = done + target_continuations(
+                self.target.member, self.prompts[len(done):], new_tokens=acceptance.new_tokens, temperature=temperature,
+                seed=acceptance.seed + len(done))
+        return self.continuations[temperature][:len(self.prompts)]
 
     def _forced(self, temperature: float, name: str) -> TeacherForced:
-        if (temperature, name) not in self.forced:
-            self.forced[(temperature, name)] = teacher_forced(self.by_name[name].member, self.prompts,
-                                                              self._continuations(temperature), temperature=temperature,
-                                                              vocab=self.target.member.valid_vocab_size)
-        return self.forced[(temperature, name)]
-
+        """`name`'s teacher-forced pass over the prompts α is measured on now, extending the pass
+        of an earlier round's prefix (each prompt is read on its own)."""
+        count = len(self.prompts)
+        done = self.forced.get((temperature, name))
+        have = 0 if done is None else _count(done)
+        if have < count:
+            more = teacher_forced(self.by_name[name].member, self.prompts[have:], self._continuations(temperature)[have:],
+                                  temperature=temperature, vocab=self.target.member.valid_vocab_size)
+            self.forced[(temperature, name)] = more if done is None else _joined(done, more)
+        return _first(self.forced[(temperature, name)], count)
 
     def _bounded_forced(self, temperature: float, name: str) -> TeacherForced:
         """`name`'s teacher-forced pass over the first `BOUNDED_PROMPTS` prompts: a slice of the
         whole pass where another pair needed it, else read over those prompts alone."""
-        if (temperature, name) in self.forced:
+        if (temperature, name) in self.forced and _count(self.forced[(temperature, name)]) >= BOUNDED_PROMPTS:
             return _first(self.forced[(temperature, name)], BOUNDED_PROMPTS)
         if (temperature, name) not in self.bounded_forced:
             self.bounded_forced[(temperature, name)] = teacher_forced(
@@ -631,6 +699,17 @@ class _Run:
 def _first(forced: TeacherForced, count: int) -> TeacherForced:
     """`forced` of the first `count` prompts."""
     return TeacherForced(*(None if part is None else part[:count] for part in (forced.argmax, forced.probs, forced.top, forced.top10)))
+
+
+def _count(forced: TeacherForced) -> int:
+    """The prompts `forced` holds."""
+    return len(forced.argmax if forced.argmax is not None else forced.probs)
+
+
+def _joined(first: TeacherForced, then: TeacherForced) -> TeacherForced:
+    """`first`'s prompts followed by `then`'s."""
+    return TeacherForced(*(None if a is None else a + b for a, b in zip(
+        (first.argmax, first.probs, first.top, first.top10), (then.argmax, then.probs, then.top, then.top10))))
 
 
 def _expected_mu(stats, k: int) -> float | None:

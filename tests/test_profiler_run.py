@@ -447,3 +447,109 @@ def test_a_budget_plans_only_what_is_measured(models, complete, tmp_path):
     shutil.copy(complete[0], tmp_path / "p.json")
     outcome = _run_with_budget(models, _prompts(), tmp_path / "p.json", _clock(1e-3))
     assert outcome.budget is None and outcome.budget_lines() == () and not outcome.measured
+
+
+# ---- sequential measuring
+
+def _stub_rule(resolved_after: int | None):
+    """A stopping rule that says "resolved" once α is on `resolved_after` prompts (None: never),
+    recording the prompts of every provisional profile and of the reads it was handed."""
+    from polyplan.planner.intervals.sequential import Resolution
+
+    calls = []
+
+    def decide(profile, reads):
+        prompts = profile.profiler.prompts
+        calls.append((prompts, None if reads is None else len(reads.prompts)))
+        done = resolved_after is not None and prompts >= resolved_after
+        return Resolution(done, ("target", "early"), () if done else (("target", "ngram"),), "stub", prompts)
+
+    return decide, calls
+
+
+SEQUENTIAL = ProfileSettings(SETTINGS.latency, dataclasses.replace(SETTINGS.acceptance, temperatures=(0.0,), decoded_prompts=None))
+
+
+def _reading(monkeypatch):
+    """Counts the prompts each model is teacher-forced over, and the target's continuations, in the run."""
+    import polyplan.profiler.run as run
+
+    read = {"continued": 0}
+    forced, continued = run.teacher_forced, run.target_continuations
+
+    def counting_forced(member, prompts, *args, **kwargs):
+        read[id(member)] = read.get(id(member), 0) + len(prompts)
+        return forced(member, prompts, *args, **kwargs)
+
+    def counting_continuations(target, prompts, **kwargs):
+        read["continued"] += len(prompts)
+        return continued(target, prompts, **kwargs)
+
+    monkeypatch.setattr(run, "teacher_forced", counting_forced)
+    monkeypatch.setattr(run, "target_continuations", counting_continuations)
+    return read
+
+
+def test_a_rule_resolved_after_the_first_round_measures_alpha_and_the_agreement_on_four_prompts(models, tmp_path, monkeypatch):
+    """Eight prompts, a rule that is resolved at once: α (and the decoded runs) on the first 4
+    prompts, entry for entry those of a run given only those 4; the greedy reads handed to the
+    agreement runs are of the same 4 and make them without reading anything again."""
+    import polyplan.profiler.agreement_runs as agreement_runs
+    from polyplan.profiler.agreement_runs import measure_agreement
+    from polyplan.profiler.run import profile_checked_models
+
+    decide, calls = _stub_rule(4)
+    outcome = profile_checked_models(models, _prompts(8), tmp_path / "p.json", SEQUENTIAL, decide=decide)
+    assert calls == [(4, 4)]
+    assert outcome.prompts == 4 and read_profile(tmp_path / "p.json").profiler.prompts == 4
+    assert outcome.sequential.line() == "acceptance: decided after 4 of 8 prompts (stub)"
+    first_four = profile_models(models, _prompts(4), tmp_path / "four.json", SEQUENTIAL)
+    assert _entries(outcome.profile) == _entries(first_four.profile)
+    ids = [p.ids for p in _prompts(8)][:4]
+    pairs = [(p.verifier, p.drafter) for p in outcome.profile.pairs]
+    kwargs = dict(new_tokens=SEQUENTIAL.acceptance.new_tokens, seed=SEQUENTIAL.acceptance.seed)
+    scratch = measure_agreement(models, pairs, ids, **kwargs)
+
+    def no_reading(*args, **kwargs):
+        raise AssertionError("the agreement runs read again")
+
+    monkeypatch.setattr(agreement_runs, "teacher_forced", no_reading)
+    monkeypatch.setattr(agreement_runs, "target_continuations", no_reading)
+    assert measure_agreement(models, pairs, ids, reads=outcome.greedy, **kwargs) == scratch
+
+
+def test_a_rule_never_resolved_measures_every_prompt_reading_each_once(models, tmp_path, monkeypatch):
+    """A rule that never resolves: rounds of 4 then 8 prompts, the rule asked after each with the
+    reads of that prefix, and α on all 8, entry for entry a run without the rule; each prompt is
+    continued and teacher-forced once per model (the second round extends the first's reads; no
+    decoded runs here, whose replays read past the continuations' ends)."""
+    from polyplan.profiler.run import profile_checked_models
+
+    alpha_only = ProfileSettings(SEQUENTIAL.latency, dataclasses.replace(SEQUENTIAL.acceptance, decoded=False))
+    everything = profile_models(models, _prompts(8), tmp_path / "all.json", alpha_only)
+    read = _reading(monkeypatch)
+    decide, calls = _stub_rule(None)
+    outcome = profile_checked_models(models, _prompts(8), tmp_path / "p.json", alpha_only, decide=decide)
+    assert calls == [(4, 4), (8, 8)]
+    assert outcome.prompts == 8 and outcome.sequential.line() == "acceptance: all 8 prompts: stub"
+    assert _entries(outcome.profile) == _entries(everything.profile)
+    assert read["continued"] == 8
+    assert {count for key, count in read.items() if key != "continued"} == {8}
+
+
+def test_a_sequential_rerun_reuses_its_prefix_and_a_run_without_it_measures_every_prompt(models, tmp_path):
+    """A rerun with the same rule keeps the entries of the prefix it stopped at (judged again,
+    nothing measured); a rerun without the rule measures α on every prompt."""
+    from polyplan.profiler.run import profile_checked_models
+
+    out = tmp_path / "p.json"
+    decide, _ = _stub_rule(4)
+    profile_checked_models(models, _prompts(8), out, SEQUENTIAL, decide=decide)
+    decide, calls = _stub_rule(4)
+    again = Counter()
+    rerun = profile_checked_models(models, _prompts(8), out, SEQUENTIAL, decide=decide, progress=again)
+    assert again.measured == [] and calls == [(4, None)] and rerun.prompts == 4
+    whole = Counter()
+    assert profile_models(models, _prompts(8), out, SEQUENTIAL, progress=whole).prompts == 8
+    assert any(label.startswith("alpha") for label in whole.measured)
+    assert read_profile(out).profiler.prompts == 8

@@ -83,6 +83,10 @@ def profile(
         "--budget", help="Wall time the run may take, e.g. 5m, 90s, 1h30m (default: none, measure everything asked). "
         "After the latency curves the acceptance is measured on the prompts that fit, decoded runs while they fit; "
         "what it left out is printed.")] = None,
+    sequential: Annotated[bool, typer.Option(
+        "--sequential/--all-prompts", help="Measure acceptance in rounds of 4, 8, 16, ... prompts and stop once more "
+        "prompts cannot change which chain ranks first (recommend --candidates and demo do this by default; "
+        "default here: every prompt).")] = False,
     json_output: Annotated[bool, typer.Option("--json", help="Print one JSON object instead of the table.")] = False,
 ) -> None:
     """Measure latency curves, pairwise acceptance and what the exact model reads besides (the
@@ -121,7 +125,7 @@ def profile(
         profiled = profile_candidates(
             candidates or default_candidates_path(), profile_path=out, settings=settings, device=device, keep_foreign=False,
             prompts=named_prompt_set(prompts, max_prompts=max_prompts, raw=raw_prompts, strict=True), progress=progress.profile,
-            budget=parsed_budget,
+            budget=parsed_budget, sequential=sequential,
         )
     overheads = _bindings_overheads(profiled)
     if json_output:
