@@ -10,6 +10,7 @@ made; docs/engines.md, "llama.cpp members".
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import sys
 from dataclasses import dataclass
@@ -297,8 +298,14 @@ def _joined(parts: list[torch.Tensor]) -> torch.Tensor:
     return parts[0] if len(parts) == 1 else torch.cat(parts)
 
 
-def file_end_of_generation_ids(path: str | Path) -> tuple[int, ...]:
-    """The ids llama.cpp ends a generation at for GGUF file `path` (its vocabulary alone is loaded)."""
+@contextlib.contextmanager
+def file_vocabulary(path: str | Path):
+    """GGUF file `path`'s vocabulary alone, loaded by llama.cpp: yields (the bindings' module, the
+    vocabulary handle), and frees the model on leaving.
+
+    Raises:
+        PolyplanError: the bindings are missing, or llama.cpp cannot load the file's vocabulary.
+    """
     llama_cpp = llama_cpp_module()
     params = llama_cpp.llama_model_default_params()
     params.vocab_only = True
@@ -306,10 +313,15 @@ def file_end_of_generation_ids(path: str | Path) -> tuple[int, ...]:
     if not model:
         raise PolyplanError(f"llama.cpp cannot load the vocabulary of {path} (not a GGUF it knows, or a damaged file)")
     try:
-        vocab = llama_cpp.llama_model_get_vocab(model)
-        return _end_of_generation_ids(llama_cpp, vocab, int(llama_cpp.llama_vocab_n_tokens(vocab)))
+        yield llama_cpp, llama_cpp.llama_model_get_vocab(model)
     finally:
         llama_cpp.llama_model_free(model)
+
+
+def file_end_of_generation_ids(path: str | Path) -> tuple[int, ...]:
+    """The ids llama.cpp ends a generation at for GGUF file `path` (its vocabulary alone is loaded)."""
+    with file_vocabulary(path) as (llama_cpp, vocab):
+        return _end_of_generation_ids(llama_cpp, vocab, int(llama_cpp.llama_vocab_n_tokens(vocab)))
 
 
 def _end_of_generation_ids(llama_cpp, vocab, n_vocab: int) -> tuple[int, ...]:

@@ -62,14 +62,22 @@ def plan_candidates(
             raise PolyplanError(f"{label}: model {name!r} of the plan is not in {candidates.origin}")
     checked = [name for name in wanted if name in recorded]
     now = candidate_fingerprints(candidates, checked)
-    # files first: a changed GGUF is named, not the n-gram drafter or copy made from it
-    for name in sorted(checked, key=lambda name: candidates.by_name(name).derive is not None):
+    check_unchanged(candidates, checked, recorded, now, label=label, since="the plan was made", where="the plan",
+                    remedy="re-run polyplan recommend")
+    return candidates
+
+
+def check_unchanged(candidates, names, recorded: dict[str, str], now: dict[str, str], *, label: str, since: str, where: str,
+                    remedy: str) -> None:
+    """Each of `names` has the fingerprint `recorded` for it (`now`: as the files are). PolyplanError
+    naming the first that changed, source files before what is derived from them (a changed GGUF
+    is named, not the n-gram drafter or copy made from it), with its file and `remedy`."""
+    for name in sorted(names, key=lambda name: candidates.by_name(name).derive is not None):
         fingerprint = recorded[name]
         if now[name] != fingerprint:
             candidate = candidates.by_name(name)
             file = f" (its file {candidate.source})" if candidate.source_kind in ("gguf", "local") and candidate.source else ""
             raise PolyplanError(
-                f"{label}: model {name!r} changed since the plan was made{file} (fingerprint {fingerprint[:19]}… in the plan, "
-                f"{now[name][:19]}… now); re-run polyplan recommend"
+                f"{label}: model {name!r} changed since {since}{file} (fingerprint {fingerprint[:19]}… in {where}, "
+                f"{now[name][:19]}… now); {remedy}"
             )
-    return candidates

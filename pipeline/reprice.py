@@ -35,7 +35,7 @@ from polyplan.formats.outputs import check_output_file
 from polyplan.formats.plan import PlanFile, write_plan
 from polyplan.formats.profile import Profile, read_profile, write_profile
 from polyplan.formats.sampling import SamplingMode
-from polyplan.models.candidate_file import read_candidate_file
+from polyplan.models.candidate_file import check_unchanged, read_candidate_file
 from polyplan.models.fingerprints import candidate_fingerprints, load_fingerprinted, with_device
 from polyplan.models.hashing import fingerprint_settings, fingerprint_tokens
 from polyplan.pipeline.loop_costs import LoopCostsRun
@@ -216,14 +216,8 @@ def _check_unchanged(original: Profile, label: Path, candidates: CandidateSet) -
         now = candidate_fingerprints(candidates)
     except OSError as error:
         raise PolyplanError(f"--profile: the models of {label} are not loadable here ({error})") from None
-    for name in sorted(names, key=lambda name: candidates.by_name(name).derive is not None):
-        if now[name] != timed[name]:
-            candidate = candidates.by_name(name)
-            file = f" (its file {candidate.source})" if candidate.source_kind in ("gguf", "local") and candidate.source else ""
-            raise PolyplanError(
-                f"--profile: model {name!r} changed since {label} was measured{file} (fingerprint {timed[name][:19]}… in the "
-                f"profile, {now[name][:19]}… now); its timings no longer hold: profile it again"
-            )
+    check_unchanged(candidates, names, timed, now, label="--profile", since=f"{label} was measured", where="the profile",
+                    remedy="its timings no longer hold: profile it again")
     return names
 
 

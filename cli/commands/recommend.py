@@ -299,12 +299,12 @@ DEFAULT_BUDGET = "30m"  # a guard against runaway profiling of large models; the
 
 def _budget(text: str | None, candidates):
     """--budget read (the default with --candidates; refused without it, where nothing is measured)."""
-    from polyplan.profiler.budget import parse_budget
-
     if candidates is None:
         if text is not None:
             raise PolyplanError("--budget: only used with --candidates (it bounds the profiling); drop it")
         return None
+    from polyplan.profiler.budget import parse_budget  # the profiler imports torch: only when profiling
+
     return parse_budget(DEFAULT_BUDGET if text is None else text)
 
 

@@ -307,16 +307,9 @@ def gguf_tokens(path: Path, text: str) -> tuple[int, ...]:
     Raises:
         PolyplanError: the bindings are missing, or llama.cpp cannot load the file's vocabulary.
     """
-    from polyplan.decoder.llama_cpp import llama_cpp_module
+    from polyplan.decoder.llama_cpp import file_vocabulary
 
-    llama_cpp = llama_cpp_module()
-    params = llama_cpp.llama_model_default_params()
-    params.vocab_only = True
-    model = llama_cpp.llama_model_load_from_file(str(path).encode(), params)
-    if not model:
-        raise PolyplanError(f"llama.cpp cannot load the vocabulary of {path} (not a GGUF it knows, or a damaged file)")
-    try:
-        vocab = llama_cpp.llama_model_get_vocab(model)
+    with file_vocabulary(path) as (llama_cpp, vocab):
         data = text.encode("utf-8")
         room = len(data) + 8  # a token covers at least one byte; the start and end tokens besides
         tokens = (llama_cpp.llama_token * room)()
@@ -324,8 +317,6 @@ def gguf_tokens(path: Path, text: str) -> tuple[int, ...]:
         if count < 0:
             raise PolyplanError(f"llama.cpp could not tokenize polyplan's calibration text with {path.name}")
         return tuple(int(token) for token in tokens[:count])
-    finally:
-        llama_cpp.llama_model_free(model)
 
 
 def calibration_streams(target: Path, threads: int, log: Callable[[str], None] = lambda line: None,
