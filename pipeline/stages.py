@@ -209,7 +209,8 @@ def sequential_rule(models, prompts: tuple[EncodedPrompt, ...], settings: Profil
     """The stopping rule a profiling run calls after each round of prompts (`profiler.run.Decide`):
     the provisional profile with the agreement sequences of the prefix (`provisional_agreement`,
     from the round's greedy reads) judged by `planner.intervals.sequential.decision_resolved` in
-    every sampling mode measured, among the candidates; resolved when every mode is."""
+    every sampling mode measured, among the candidates; resolved when every mode is (a profile the
+    planner refuses is not resolved)."""
     drafters = tuple(model.name for model in models[1:])
     modes = [SamplingMode(t).key for t in settings.acceptance.temperatures]
 
@@ -218,7 +219,10 @@ def sequential_rule(models, prompts: tuple[EncodedPrompt, ...], settings: Profil
         provisional = provisional_agreement(profile, models, [prompt.ids for prompt in prompts[:count]], settings, reads)
         found = None
         for mode in modes:
-            resolution = decision_resolved(provisional, dataclasses.replace(rule, sampling=mode, candidates=drafters))
+            try:
+                resolution = decision_resolved(provisional, dataclasses.replace(rule, sampling=mode, candidates=drafters))
+            except PolyplanError as error:  # a profile the planner cannot rank yet: measure on, and say why
+                return Resolution(False, (), (), f"not ranked ({error})", count)
             if len(modes) > 1:
                 resolution = dataclasses.replace(resolution, reason=f"{mode}: {resolution.reason}")
             if not resolution.resolved:

@@ -6,7 +6,9 @@ own acceptance rate from a Beta law, then agreement along 40 positions. The trut
 model's speedup of the chosen chain at the chosen block sizes on 6000 prompts of the same law. With
 the design's defaults the final 95% interval (the workload's mean, `new_set` False) must cover the
 truth in at least 90% of the simulations; a rule that stops after the first round whatever the ties
-covers measurably less on the same draws.
+covers measurably less on the same draws (here still about 90%: on 4 prompts the few-prompts
+stretch widens the interval a lot; docs/profiling.md has a closer pair of drafters where it falls
+below).
 """
 
 from __future__ import annotations
@@ -94,7 +96,8 @@ def test_no_decision_on_fewer_prompts_than_the_minimum():
     rng = np.random.default_rng(3)
     profile = profile_of(drawn(rng, 16, APART), 16)
     early = decision_resolved(profile, dataclasses.replace(FAST, min_prompts=32))
-    assert not early.resolved and early.leader == ("target", "a") and "fewer than 32 prompts" in early.reason
+    assert not early.resolved and "no decision on fewer than 32 prompts" in early.reason
+    assert not resolution_of(acceptance_intervals(profile, FAST), 16, 32).resolved
     assert decision_resolved(profile, dataclasses.replace(FAST, min_prompts=16)).resolved  # the negative control
 
 
@@ -120,3 +123,53 @@ def test_an_acceptance_without_noise_is_never_resolved():
     profile = dataclasses.replace(profile, acceptance_runs={})
     found = decision_resolved(profile, FAST)
     assert not found.resolved and "nothing to resample" in found.reason
+
+
+SIMULATIONS = 300
+POOL = 16
+STUDY = {"a": (7.0, 2.0), "b": (3.0, 3.0)}  # a accepts 0.78, b 0.50: decided on 8 or 16 prompts, or not at all
+DESIGN = dataclasses.replace(FAST, resamples=50)
+
+
+@functools.lru_cache(maxsize=None)
+def population() -> Profile:
+    return profile_of(drawn(np.random.default_rng(12345), 6000, STUDY), 6000)
+
+
+@functools.lru_cache(maxsize=None)
+def true_speedup(chain: tuple[str, ...], blocks: tuple[int, ...]) -> float:
+    return evaluate_chain(population(), chain, blocks).exact_speedup
+
+
+def final_covers(profile: Profile) -> bool:
+    """Whether the chosen chain's 95% interval, as the plan states it (a new prompt set, latency
+    held: it is exact here), holds the chain's true speedup at its chosen block sizes."""
+    best = acceptance_intervals(profile, dataclasses.replace(DESIGN, level=0.95, new_set=True)).chains[0]
+    return best.speedup.contains(true_speedup(best.chain, best.block_sizes))
+
+
+def sequential_coverage(stop) -> tuple[int, list[int]]:
+    """Over the seeded simulations: how often the final interval covers, and where each stopped
+    (`stop(profile)`: whether to stop after that round; the last round stops anyway)."""
+    covered, stopped = 0, []
+    for seed in range(SIMULATIONS):
+        strings = drawn(np.random.default_rng(seed), POOL, STUDY)
+        for count in prompt_rounds(POOL):
+            profile = profile_of(strings, count)
+            if count == POOL or stop(profile):
+                break
+        covered += final_covers(profile)
+        stopped.append(count)
+    return covered, stopped
+
+
+def test_the_sequential_design_covers_the_truth_and_stopping_at_once_does_not():
+    """The design's rule (99% acceptance-only intervals, at least 8 prompts) stops at varied
+    rounds and its final 95% interval covers the true speedup in >= 90% of 300 simulations; the
+    negative control, stopping after the first round of 4 whatever the ties, covers at least 10
+    fewer on the same draws (docs/profiling.md, "Sequential measuring", has the study's figures)."""
+    covered, stopped = sequential_coverage(lambda profile: decision_resolved(profile, DESIGN).resolved)
+    assert covered >= 0.90 * SIMULATIONS, (covered, stopped)
+    assert stopped.count(POOL) < SIMULATIONS and min(stopped) >= DESIGN.min_prompts  # it does stop early, never before 8
+    early, _ = sequential_coverage(lambda profile: True)
+    assert early <= covered - 10, (early, covered)

@@ -95,8 +95,10 @@ def acceptance_intervals(profile: Profile, settings: SequentialSettings = Sequen
 def decision_resolved(profile: Profile, settings: SequentialSettings = SequentialSettings()) -> Resolution:
     """Whether more prompts could change the ranking's leader on `profile` (module docstring):
     resolved when the leader is the only chain, or no other chain's acceptance-only interval
-    overlaps its own and the profile holds at least `settings.min_prompts` prompts."""
+    overlaps its own; never on fewer than `settings.min_prompts` prompts (nothing is ranked then)."""
     prompts = profile.profiler.prompts if profile.profiler is not None else 0
+    if prompts < settings.min_prompts:  # nothing to rank yet: a bootstrap over so few prompts decides nothing
+        return Resolution(False, (), (), f"no decision on fewer than {settings.min_prompts} prompts", prompts)
     intervals = acceptance_intervals(profile, settings)
     return resolution_of(intervals, prompts, settings.min_prompts)
 
@@ -117,5 +119,5 @@ def resolution_of(intervals: PredictionIntervals, prompts: int, min_prompts: int
         return Resolution(False, leader, tied, f"{named} still tied with {names} on acceptance alone ({level} intervals)",
                           prompts)
     if prompts < min_prompts:
-        return Resolution(False, leader, (), f"{named} ahead, but on fewer than {min_prompts} prompts", prompts)
+        return Resolution(False, leader, (), f"{named} ahead, but no decision on fewer than {min_prompts} prompts", prompts)
     return Resolution(True, leader, (), f"{named} ahead of every other chain on acceptance alone ({level} intervals)", prompts)
