@@ -5,4 +5,5 @@
 - `insertion`: Theorem 3.2 (conditions, assumptions, exact 3-vs-2 difference, verdict).
 - `paper_model`: Lemma 3.1 fed from a profile.
 - `insertion_triples`: Theorem 3.2 on one insertion (upper, middle, lower) of a profile's chains.
+- `at_load`: Lemma 3.1, Theorem 3.2 and the physical limit with B sequences in flight.
 """
