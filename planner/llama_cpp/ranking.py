@@ -160,7 +160,7 @@ def session_interval(sessions: Sequence[SessionReplay], streams: int, point: flo
     return percentile_interval(point, speedups, point, replicates.stretch, LEVEL)
 
 
-def _request_orders(streams: int, orders: int) -> list[list[int]]:
+def request_orders(streams: int, orders: int) -> list[list[int]]:
     """The given order of `streams` requests, then `orders` - 1 seeded random ones."""
     rng = np.random.default_rng(0)
     return [list(range(streams))] + [[int(i) for i in rng.permutation(streams)] for _ in range(orders - 1)]
@@ -171,7 +171,7 @@ def replayed_config(label: str, flags: Sequence[str], streams: Sequence[TargetSt
                     loop: ServerLoop = NO_SERVER_LOOP) -> RankedConfig:
     """`label` predicted by replaying its rule over `streams` as one server session in `ORDERS`
     request orders: the median order's speedup and counts, the interval over all."""
-    orders = _request_orders(len(streams), 1 if workload.in_order else ORDERS)
+    orders = request_orders(len(streams), 1 if workload.in_order else ORDERS)
     sessions = [replay_session(streams, make_rule, new_tokens=workload.new_tokens, repeats=workload.repeats, order=order)
                 for order in orders]
     speedups = [session_speedup(session, step, loop) for session in sessions]

@@ -1,0 +1,695 @@
+"""llama-server under load: every configuration the export ranks, priced with B requests in flight.
+
+llama-server with B slots serves B clients, each sending its share of the requests back to back
+(request i of the workload to client i mod B). The server runs in lock-step iterations: every
+decoding slot adds its sampled token and its draft to one target decode, and a slot with a new
+prompt adds the prompt's rows to the same decode, so an iteration of Σ rows costs T(Σ rows) plus
+each decoding slot's own loop costs (`planner.llama_cpp.server_loop`). A replayed configuration
+(`planner.llama_cpp.ranking.replayed_config`) is simulated iteration by iteration over its
+replayed rounds (`simulate_load`); a draft model's configuration drafts the same K on every slot,
+so it is priced by the exact model on loaded curves, T_B(k) = T(B·k) / B (`LoadedCurve`), with the
+other slots' prompts as stalls. The speedup is aggregate decode throughput (all requests' decoded
+tokens over the union of their decode intervals) over the target alone's at the same B; at B = 1
+every figure is `planner.llama_cpp.export.rank_server_configs`'s. The model, its assumptions and
+what it leaves out: docs/cost-model.md, "Under load: B requests in flight". Pure: no I/O.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+from polyplan.formats.errors import PolyplanError
+from polyplan.formats.plan import FIXED_DRAFTS, DraftPolicy
+from polyplan.formats.profile import TargetStream
+from polyplan.formats.sampling import SamplingMode
+from polyplan.planner.exact.cost_model import ChainPrediction, ChainSettings
+from polyplan.planner.exact.latency import LatencyCurve, curve_from_profile
+from polyplan.planner.exact.ngram_replay import ReplayRound, target_streams
+from polyplan.planner.intervals.prediction_interval import pair_replicates, percentile_interval
+from polyplan.planner.llama_cpp.export import RESAMPLES, DraftPricing, ServerRanking, best_block, ranking_replicates
+from polyplan.planner.llama_cpp.ngram_rules import LLAMA_CPP_RULES, NGramSimpleRule, SessionReplay, replay_session, rule_for_flags
+from polyplan.planner.llama_cpp.policy import draft_simple_flags, policy_notes, policy_rounds, server_policy, server_view
+from polyplan.planner.llama_cpp.ranking import (LEVEL, OFF, ORDERS, RankedConfig, Replicates, choose_config,
+                                                llama_cpp_spec_flags, ranked, request_orders)
+from polyplan.planner.llama_cpp.server_loop import NGRAM, NO_SERVER_LOOP, TARGET_ALONE, ServerLoop
+
+if TYPE_CHECKING:
+    from polyplan.planner.engine_export import EngineOption
+
+
+def parse_clients(text: str, option: str) -> tuple[int, ...]:
+    """"1,2,4" as (1, 2, 4), sorted and unique.
+
+    Raises:
+        PolyplanError: one line naming `option` for an empty list, a non-integer, 0 or a negative.
+    """
+    parts = [part.strip() for part in str(text).split(",")]
+    if not any(parts):
+        raise PolyplanError(f"{option}: give one or more client counts, such as 1,2,4")
+    counts = []
+    for part in parts:
+        if not part.lstrip("+").isdigit():
+            raise PolyplanError(f"{option}: {part!r} is not a whole number of concurrent requests (such as 1,2,4)")
+        if int(part) < 1:
+            raise PolyplanError(f"{option}: {part} concurrent requests; each count must be at least 1")
+        counts.append(int(part))
+    return tuple(sorted(set(counts)))
+
+
+@dataclass(frozen=True)
+class LoadedConfig:
+    """One configuration at `clients` requests in flight: its speedup (aggregate decode
+    throughput over the target alone's at the same count), its two intervals where there are
+    any (`planner.llama_cpp.ranking.RankedConfig`), the predicted aggregate decode tokens/s and
+    mean per-request decode speed, and how it was predicted."""
+
+    label: str
+    flags: tuple[str, ...]
+    clients: int
+    speedup: float
+    interval: tuple[float, float] | None  # for a new prompt set
+    workload_interval: tuple[float, float] | None  # for the workload's mean (what the choice reads)
+    tokens_per_s: float  # predicted aggregate decode tokens/s
+    request_tokens_per_s: float  # predicted mean per-request decode speed
+    note: str = ""
+
+    @property
+    def low(self) -> float:
+        """The low end the recommendation reads: the workload interval's, else the other's, else the point."""
+        bounds = self.workload_interval or self.interval
+        return self.speedup if bounds is None else bounds[0]
+
+    @property
+    def bounds(self) -> tuple[float, float] | None:
+        """The interval a tie is read in: the workload interval, else the new-set one."""
+        return self.workload_interval or self.interval
+
+    def text(self) -> str:
+        """The speedup and its new-set interval where there is one."""
+        return f"{self.speedup:.2f}x" + ("" if self.interval is None else f" [{self.interval[0]:.2f}, {self.interval[1]:.2f}]")
+
+
+@dataclass(frozen=True)
+class LoadRanking:
+    """Every configuration at `clients` requests in flight, fastest first ("off" included), the
+    choice (`planner.llama_cpp.ranking.choose_config`'s rule), the physical limit at this count
+    (`load_limit`) and the target alone's predicted aggregate decode tokens/s."""
+
+    clients: int
+    configs: tuple[LoadedConfig, ...]
+    chosen: LoadedConfig
+    limit: float
+    target_tokens_per_s: float
+    notes: tuple[str, ...] = ()
+
+    def config(self, label: str) -> LoadedConfig | None:
+        """The row labelled `label` (None: not ranked at this count)."""
+        return next((config for config in self.configs if config.label == label), None)
+
+
+@dataclass(frozen=True)
+class LoadRange:
+    """Contiguous client counts `first`..`last` (of those asked) sharing one choice."""
+
+    first: int
+    last: int
+    config: LoadedConfig
+
+
+@dataclass(frozen=True)
+class LoadedCurve(LatencyCurve):
+    """T_B(k) = T(B·k) / B of `base` at `clients` = B: one slot's share of a decode that carries
+    every slot's k rows (the identity at B = 1). Its `ks` are the integers up to the base's
+    widest, so a copy made from `ks` and `seconds` is exact at every integer width it holds."""
+
+    base: LatencyCurve | None = None
+    clients: int = 1
+
+    def many(self, ks: np.ndarray) -> np.ndarray:
+        return self.base.many(np.asarray(ks, dtype=float) * self.clients) / self.clients
+
+
+def loaded_curve(curve: LatencyCurve, clients: int) -> LoadedCurve:
+    """`curve` as one of `clients` slots sees it (`LoadedCurve`)."""
+    ks = tuple(range(1, max(curve.ks) + 1))
+    seconds = tuple(float(value) / clients for value in curve.many(np.asarray(ks, dtype=float) * clients))
+    return LoadedCurve(ks, seconds, curve, clients)
+
+
+# ----------------------------------------------------------------------------------------------
+# The lock-step simulation of replayed rounds
+
+
+@dataclass(frozen=True)
+class LoadRun:
+    """What `simulate_load` saw: per request its stream, decoded tokens and decode seconds;
+    the union of the decode intervals; and that union attributed to streams, each iteration's
+    T(width) shared by rows (`counts[(stream, width)]`, fractional) and each slot's loop costs
+    to its own stream (`extra`), so a replicate re-prices it with its own T(k) and weights."""
+
+    streams: tuple[int, ...]
+    tokens: tuple[int, ...]
+    decode_s: tuple[float, ...]
+    union_s: float
+    counts: dict[tuple[int, int], float]
+    extra: dict[int, float]
+
+    @property
+    def aggregate(self) -> float:
+        """All requests' decoded tokens over the union of their decode intervals (tokens/s)."""
+        return sum(self.tokens) / self.union_s if self.union_s > 0 else 0.0
+
+    @property
+    def per_request(self) -> float:
+        """Mean over requests of decoded tokens / decode seconds (requests that decoded any)."""
+        speeds = [tokens / seconds for tokens, seconds in zip(self.tokens, self.decode_s) if tokens and seconds > 0]
+        return float(np.mean(speeds)) if speeds else 0.0
+
+    def widest(self) -> int:
+        return max((width for _, width in self.counts), default=1)
+
+
+def simulate_load(requests: Sequence[Sequence[ReplayRound]], stream_of: Sequence[int], prompts: Sequence[int],
+                  clients: int, step: Callable[[int], float], loop: ServerLoop = NO_SERVER_LOOP,
+                  kind: str = NGRAM) -> LoadRun:
+    """llama-server's lock-step iterations over `requests` (each its rounds: tokens drafted,
+    tokens accepted), request i sent by client i mod `clients` after that client's previous one
+    ended. An iteration carries each decoding slot's round (its sampled token and draft) and each
+    new request's `prompts` rows, and costs `step`(Σ rows) plus each decoding slot's
+    `ServerLoop.round_s` of `kind`, and a finishing request's per-request cost. A request's
+    decode interval runs from the end of the iteration that carried its prompt to the end of its
+    last round (module docstring)."""
+    queues = [list(range(c, len(requests), clients)) for c in range(clients)]
+    slots = [None] * clients  # per slot: [request, next round (-1: prompt pending), decode seconds]
+    for c in range(clients):
+        if queues[c]:
+            slots[c] = [queues[c].pop(0), -1, 0.0]
+    done: dict[int, tuple[int, float]] = {}
+    counts: dict[tuple[int, int], float] = {}
+    extra: dict[int, float] = {}
+    union = 0.0
+    while any(slot is not None for slot in slots):
+        rows, costs = [], []
+        for slot in slots:
+            if slot is None:
+                rows.append(0)
+                costs.append(0.0)
+                continue
+            request, at, _ = slot
+            rounds = requests[request]
+            if at < 0:
+                rows.append(prompts[request])
+                costs.append(loop.per_request_s if not rounds else 0.0)
+            else:
+                drafted = rounds[at].drafted
+                rows.append(drafted + 1)
+                costs.append(loop.round_s(drafted, kind) + (loop.per_request_s if at == len(rounds) - 1 else 0.0))
+        width = sum(rows)
+        seconds = step(width) + sum(costs)
+        decoding = [slot is not None and slot[1] >= 0 for slot in slots]
+        if any(decoding):
+            union += seconds
+            for slot, row, cost in zip(slots, rows, costs):
+                if slot is not None:
+                    stream = stream_of[slot[0]]
+                    counts[(stream, width)] = counts.get((stream, width), 0.0) + row / width
+                    extra[stream] = extra.get(stream, 0.0) + cost
+        else:  # prompts only: in no decode interval but a request that ends at its prompt (its per-request cost)
+            ending = [slot[0] for slot in slots if slot is not None and not requests[slot[0]]]
+            if ending and loop.per_request_s:
+                union += loop.per_request_s
+                for request in ending:
+                    stream = stream_of[request]
+                    extra[stream] = extra.get(stream, 0.0) + loop.per_request_s / len(ending)
+        for c, slot in enumerate(slots):
+            if slot is None:
+                continue
+            request, at, spent = slot
+            rounds = requests[request]
+            if at < 0:
+                slot[1] = 0
+                if rounds:
+                    continue
+                done[request] = (0, loop.per_request_s)
+            else:
+                slot[2] = spent + seconds
+                slot[1] = at + 1
+                if slot[1] < len(rounds):
+                    continue
+                done[request] = (sum(item.accepted + 1 for item in rounds), slot[2])
+            slots[c] = [queues[c].pop(0), -1, 0.0] if queues[c] else None
+    order = range(len(requests))
+    return LoadRun(tuple(stream_of), tuple(done[i][0] for i in order), tuple(done[i][1] for i in order), union, counts, extra)
+
+
+def target_rounds(requests: Sequence[Sequence[ReplayRound]]) -> list[tuple[ReplayRound, ...]]:
+    """The same requests decoded by the target alone: one round drafting nothing per token."""
+    return [(ReplayRound(0, 0),) * sum(item.accepted + 1 for item in rounds) for rounds in requests]
+
+
+def _run_seconds(runs: Sequence[LoadRun], streams: int, replicates: Replicates, weights: np.ndarray) -> np.ndarray:
+    """Each replicate's union of decode intervals: replicate r reads `runs[r mod len(runs)]`, its
+    streams weighted by `weights[r]` and its widths priced by `replicates.steps[r]`."""
+    widths = sorted({width for run in runs for _, width in run.counts})
+    column = {width: j for j, width in enumerate(widths)}
+    counts = np.zeros((len(runs), streams, len(widths)))
+    extra = np.zeros((len(runs), streams))
+    for order, run in enumerate(runs):
+        for (stream, width), value in run.counts.items():
+            counts[order, stream, column[width]] += value
+        for stream, value in run.extra.items():
+            extra[order, stream] += value
+    which = np.arange(weights.shape[0]) % len(runs)
+    steps = replicates.steps[:, np.asarray(widths, dtype=int) - 1]
+    return np.einsum("rs,rsk,rk->r", weights, counts[which], steps) + np.einsum("rs,rs->r", weights, extra[which])
+
+
+# ----------------------------------------------------------------------------------------------
+# Ranking at each load
+
+
+@dataclass(frozen=True)
+class _Replayed:
+    """One replayed configuration: its label, flags and sessions (one per request order)."""
+
+    label: str
+    flags: tuple[str, ...]
+    sessions: tuple[SessionReplay, ...]
+
+
+@dataclass(frozen=True)
+class _Drafted:
+    """One draft-model configuration: label, flags, how it is priced, at which K and policy."""
+
+    label: str
+    flags: tuple[str, ...]
+    how: str
+    pricing: DraftPricing
+    drafter: str
+    k: int
+    acceptance: object
+    policy: DraftPolicy = FIXED_DRAFTS
+    method: str = "draft_model"
+    interval: bool = True
+
+
+def _replayed_configs(options: Sequence[EngineOption], request: ServerRanking,
+                      streams: Sequence[TargetStream]) -> tuple[list[_Replayed], list]:
+    """What `rank_server_configs` replays, as sessions in each request order; and the n-gram
+    drafters priced by α where nothing is replayed, (label, flags, option)."""
+    workload = request.workload
+    orders = request_orders(len(streams), 1 if workload.in_order else ORDERS) if streams else []
+
+    def sessions(make_rule) -> tuple[SessionReplay, ...]:
+        return tuple(replay_session(streams, make_rule, new_tokens=workload.new_tokens, repeats=workload.repeats, order=order)
+                     for order in orders)
+
+    replayed, by_alpha, seen = [], [], set()
+    if streams:
+        for kind, (make_rule, flags) in LLAMA_CPP_RULES.items():
+            replayed.append(_Replayed(f"{kind} (defaults)", tuple(flags), sessions(make_rule)))
+    for option in (o for o in options if o.reason is None and o.method == "ngram"):
+        size_n, k = option.ngram_sizes[1], option.block_size
+        flags = tuple(llama_cpp_spec_flags("ngram", k, "", option.ngram_sizes))
+        if flags in seen:
+            continue
+        seen.add(flags)
+        label = f"ngram-simple size-n={size_n} K={k}"
+        if streams:
+            replayed.append(_Replayed(label, flags, sessions(lambda size_n=size_n, k=k: NGramSimpleRule(size_n, k))))
+        elif option.prediction is not None:
+            by_alpha.append((label, flags, option))
+    for flags in request.replay_also if streams else ():
+        rule = rule_for_flags(flags)
+        if rule is not None and tuple(flags) not in seen and all(tuple(flags) != item.flags for item in replayed):
+            seen.add(tuple(flags))
+            replayed.append(_Replayed(rule[0], tuple(flags), sessions(rule[1])))
+    return replayed, by_alpha
+
+
+def _drafted_configs(options: Sequence[EngineOption], request: ServerRanking) -> tuple[list[_Drafted], list[str]]:
+    """Every draft-model configuration `rank_server_configs` ranks (the options' fixed K, a
+    race's draft-simple flags, the plan's confidence stop), with its K fixed as there, and notes."""
+    pricing = request.pricing
+    how = "exact model with alpha and llama-server's draft loop" if pricing.ratio is not None else "exact model with alpha"
+    rows, notes = [], []
+    for option in options:
+        if option.reason is None and option.method == "draft_model":
+            rows.append(_Drafted(f"draft-simple {option.drafter} K={option.block_size}",
+                                 tuple(llama_cpp_spec_flags("draft_model", option.block_size, option.source)), how, pricing,
+                                 option.drafter, option.block_size, option.alpha))
+    by_source = {o.source: o for o in options if o.reason is None and o.method == "draft_model"}
+    held = {row.flags for row in rows}
+    for flags in (tuple(flags) for flags in request.replay_also):
+        draft = draft_simple_flags(flags)
+        option = None if draft is None else by_source.get(draft.source)
+        if flags in held or option is None or not draft.modelled or (draft.policy is not None and request.sampling != "greedy"):
+            continue
+        held.add(flags)
+        k, drafter = draft.n_max, option.drafter
+        label = f"draft-simple {drafter} n-max={k}" + ("" if draft.policy is None else f" p-min={draft.p_min:g}")
+        if draft.policy is None:
+            rows.append(_Drafted(label, flags, "exact model with alpha", pricing, drafter, k, option.alpha))
+            continue
+        view, fallback = server_view(pricing.profile, request.target, drafter)
+        try:
+            acceptance = policy_rounds(view, request.target, drafter, draft.p_min)(k)
+        except PolyplanError as error:
+            notes.append(f"{drafter}'s confidence stop p_min {draft.p_min:g}: not modelled ({error})")
+            continue
+        notes += [line for line in fallback if line not in notes]
+        rows.append(_Drafted(label, flags, "its confidence stop replayed on the agreement sequences",
+                             dataclasses.replace(pricing, profile=view), drafter, k, acceptance, draft.policy))
+    row, lines = _policy_config(options, request)
+    rows += row
+    notes += [line for line in lines if line not in notes]
+    return rows, notes
+
+
+def _policy_config(options: Sequence[EngineOption], request: ServerRanking) -> tuple[list[_Drafted], list[str]]:
+    """The plan's confidence stop as a draft-simple configuration at the K `rank_server_configs`
+    chooses for it (one request in flight), and its notes."""
+    if request.policy is None:
+        return [], []
+    drafter, plan_policy = request.policy
+    option = next((o for o in options if o.drafter == drafter and o.reason is None and o.method == "draft_model"), None)
+    if option is None:
+        return [], list(policy_notes(drafter, plan_policy, None)) if any(o.drafter == drafter for o in options) else []
+    stop = server_policy(plan_policy)
+    if stop is None:
+        return [], list(policy_notes(drafter, plan_policy, option.block_size))
+    if request.sampling != "greedy":
+        return [], [f"{drafter}'s confidence stop p_min {stop.p_min:g}: not modelled (replayed at greedy only)"]
+    view, fallback = server_view(request.pricing.profile, request.target, drafter)
+    try:
+        rounds_at = policy_rounds(view, request.target, drafter, stop.p_min)
+        k, _ = best_block(lambda k: request.pricing.predict(drafter, rounds_at(k), k), request.k_max)
+    except PolyplanError as error:
+        return [], [f"{drafter}'s confidence stop p_min {stop.p_min:g}: not modelled ({error})"]
+    row = _Drafted(f"draft-simple {drafter} K={k} p-min={stop.p_min:g}",
+                   tuple(llama_cpp_spec_flags("draft_model", k, option.source, p_min=stop.p_min)),
+                   "the plan's confidence stop replayed on the drafter's agreement sequences",
+                   dataclasses.replace(request.pricing, profile=view), drafter, k, rounds_at(k), stop)
+    return [row], [*fallback, *policy_notes(drafter, plan_policy, k)]
+
+
+def workload_prompts(streams: Sequence[TargetStream], request: ServerRanking) -> list[tuple[int, int]]:
+    """(prompt tokens, tokens decoded after the prefill's first) of every request the workload
+    sends, in the order sent (the streams' order, the list `repeats` times); requests that decode
+    nothing after their first token are left out, as the draft model's pricing leaves them."""
+    requests = []
+    for stream in streams:
+        generated = len(stream.ids) - stream.prompt_tokens
+        if request.workload.new_tokens is not None:
+            generated = min(generated, request.workload.new_tokens)
+        if generated > 1:
+            requests.append((stream.prompt_tokens, generated - 1))
+    return requests * request.workload.repeats
+
+
+def prompt_stall(step: Callable[[int], float], clients: int, rows: int, prompt: int) -> float:
+    """Seconds a new request's prompt adds to the other slots' decoding when every slot decodes
+    `rows` rows an iteration: the iteration carrying it costs T((B − 1)·rows + P) where B − 1
+    slots make the progress of (B − 1)/B of a full iteration T(B·rows). None of it is in a decode
+    interval when no other slot decodes (B = 1)."""
+    if clients == 1:
+        return 0.0
+    return step((clients - 1) * rows + prompt) - (clients - 1) / clients * step(clients * rows)
+
+
+def _loaded_speedup(prediction: ChainPrediction, loop: ServerLoop, requests: list[tuple[int, int]], stalls: tuple[float, float]) -> float:
+    """A draft model's aggregate speedup on loaded curves: every request's per-request cost, its
+    draft model's prefill and its prompt's stall, plus the loaded cost of its tokens, against the
+    target alone's; `stalls`: (the configuration's, the target alone's) summed over the requests."""
+    if not requests:
+        return prediction.speedup
+    fixed = loop.per_request_s * len(requests)
+    tokens = sum(decoded for _, decoded in requests)
+    prefill = loop.per_draft_prompt_token_s * sum(prompt for prompt, _ in requests)
+    baseline = prediction.speedup * prediction.cost_per_token
+    return (fixed + stalls[1] + baseline * tokens) / (fixed + stalls[0] + prefill + prediction.cost_per_token * tokens)
+
+
+class _Ranker:
+    """State shared by the counts asked: the replays, the draft rows' bootstrap replicates."""
+
+    def __init__(self, options: Sequence[EngineOption], request: ServerRanking):
+        self.options, self.request = options, request
+        pricing = request.pricing
+        self.loop = request.loop
+        greedy = SamplingMode.parse(request.sampling).greedy
+        self.streams = target_streams(pricing.profile) if greedy else ()
+        self.replayed, self.by_alpha = _replayed_configs(options, request, self.streams)
+        self.drafted, notes = _drafted_configs(options, request)
+        self.notes = [*request.price_notes, *notes]
+        self.requests = workload_prompts(self.streams, request)
+        self.widest = max(pricing.target_curve.ks)
+        self._targets: dict[tuple, LoadRun] = {}
+        self._pairs: dict[tuple, object] = {}
+        self.replicates: Replicates | None = None
+
+    # -- replayed rows
+
+    def prompts(self, session: SessionReplay) -> list[int]:
+        return [self.streams[stream].prompt_tokens for stream in session.stream_of]
+
+    def run(self, session: SessionReplay, clients: int, target: bool = False) -> LoadRun:
+        """The simulation of one session at `clients` (the target alone's kept per order)."""
+        curve = self.request.pricing.target_curve
+        if not target:
+            return simulate_load(session.requests, session.stream_of, self.prompts(session), clients, curve, self.loop)
+        key = (session.stream_of, tuple(sum(item.accepted + 1 for item in rounds) for rounds in session.requests), clients)
+        if key not in self._targets:
+            self._targets[key] = simulate_load(target_rounds(session.requests), session.stream_of, self.prompts(session),
+                                               clients, curve, self.loop, TARGET_ALONE)
+        return self._targets[key]
+
+    def replicates_for(self, width: int) -> Replicates:
+        """The replayed rows' replicates, T(k) to `width` (the same draws as the export's)."""
+        if self.replicates is None or self.replicates.steps.shape[1] < width:
+            pricing = self.request.pricing
+            width = max([width, 48, 64, *(o.block_size for o in self.options if o.block_size)]) + 1
+            self.replicates = ranking_replicates(pricing.profile, self.request.target, len(self.streams), width,
+                                                 pricing.context_length, self.request.workload.prompts)
+        return self.replicates
+
+    def replayed_row(self, item: _Replayed, clients: int) -> tuple[RankedConfig, LoadRun]:
+        runs = [self.run(session, clients) for session in item.sessions]
+        bases = [self.run(session, clients, target=True) for session in item.sessions]
+        speedups = [base.union_s / run.union_s for run, base in zip(runs, bases)]
+        median = int(np.argsort(speedups, kind="stable")[len(runs) // 2])
+        point = speedups[median]
+        replicates = self.replicates_for(max(max(run.widest(), base.widest()) for run, base in zip(runs, bases)))
+        intervals = []
+        for weights in (replicates.weights, replicates.workload):
+            if weights is None:
+                intervals.append(None)
+                continue
+            values = _run_seconds(bases, len(self.streams), replicates, weights) / _run_seconds(runs, len(self.streams), replicates, weights)
+            intervals.append(percentile_interval(point, values, point, replicates.stretch, LEVEL))
+        note = "replayed" + self._extrapolated(runs[median])
+        return RankedConfig(item.label, item.flags, point, intervals[0], note, workload_interval=intervals[1]), runs[median]
+
+    def _extrapolated(self, run: LoadRun) -> str:
+        """The share of the run's predicted time at widths beyond the widest T(k) measured."""
+        curve = self.request.pricing.target_curve
+        total = run.union_s
+        beyond = sum(value * curve(width) for (_, width), value in run.counts.items() if width > self.widest)
+        if total <= 0 or beyond <= 0:
+            return ""
+        return f"; {100 * beyond / total:.0f}% of its predicted time at widths beyond the widest T(k) measured ({self.widest})"
+
+    # -- draft-model rows
+
+    def stalls(self, clients: int, rows: int) -> float:
+        curve = self.request.pricing.target_curve
+        return sum(prompt_stall(curve, clients, rows, prompt) for prompt, _ in self.requests[clients:])
+
+    def drafted_row(self, item: _Drafted, clients: int) -> RankedConfig:
+        pricing = item.pricing
+        loaded = dataclasses.replace(pricing, target_curve=loaded_curve(pricing.target_curve, clients),
+                                     reevals={name: loaded_curve(curve, clients) for name, curve in pricing.reevals.items()})
+        drafter_curve = curve_from_profile(pricing.profile.model(item.drafter), pricing.context_length)
+        curves = (loaded.target_curve, loaded_curve(drafter_curve, clients))
+        stalls = (self.stalls(clients, item.k + 1), self.stalls(clients, 1))
+        point = _loaded_speedup(loaded.predict(item.drafter, item.acceptance, item.k, item.method, curves=curves),
+                                self.loop, self.requests, stalls)
+        intervals = [self._draft_interval(item, loaded, clients, point, stalls, new_set) if item.interval else None
+                     for new_set in (True, False)]
+        how = item.how + ("" if not self.requests else self.server_words(clients))
+        how += "" if not item.interval or intervals[0] is not None else " (no interval)"
+        return RankedConfig(item.label, item.flags, point, intervals[0], how, workload_interval=intervals[1])
+
+    def server_words(self, clients: int) -> str:
+        """What the draft model's price adds to the exact model's, in words."""
+        parts = []
+        if self.loop.per_draft_prompt_token_s or self.loop.per_request_s:
+            parts.append("the server's per-request cost and the draft model's prefill of each prompt")
+        if clients > 1:
+            parts.append(f"the other {clients - 1} slots' prompts as stalls")
+        return "" if not parts else ", " + " and ".join(parts) + " over the replays' requests"
+
+    def _draft_interval(self, item: _Drafted, loaded: DraftPricing, clients: int, point: float, stalls,
+                        new_set: bool) -> tuple[float, float] | None:
+        request = self.request
+        key = (id(item.pricing.profile), item.drafter, item.k, item.policy, new_set)
+        if key not in self._pairs:
+            try:
+                self._pairs[key] = pair_replicates(item.pricing.profile, request.target, item.drafter, item.k,
+                                                   ChainSettings(request.sampling, item.pricing.context_length),
+                                                   policy=item.policy, resamples=RESAMPLES, new_set=new_set,
+                                                   set_size=request.workload.prompts)
+            except PolyplanError:
+                self._pairs[key] = None
+        replicates = self._pairs[key]
+        if replicates is None:
+            return None
+        drafter_curve = curve_from_profile(item.pricing.profile.model(item.drafter), item.pricing.context_length)
+        curves = (loaded.target_curve, loaded_curve(drafter_curve, clients))
+        measured = _loaded_speedup(loaded.predict(item.drafter, replicates.measured, item.k, curves=curves),
+                                   self.loop, self.requests, stalls)
+        speedups = np.asarray([
+            _loaded_speedup(loaded.predict(item.drafter, acceptance, item.k,
+                                           curves=(loaded_curve(target_curve, clients), loaded_curve(drafter_curve, clients))),
+                            self.loop, self.requests, (self._stalls_on(target_curve, clients, item.k + 1),
+                                                       self._stalls_on(target_curve, clients, 1)))
+            for acceptance, target_curve, drafter_curve in zip(replicates.acceptance, replicates.target, replicates.drafter)])
+        return percentile_interval(point, speedups, measured, replicates.stretch)
+
+    def _stalls_on(self, curve: LatencyCurve, clients: int, rows: int) -> float:
+        return sum(prompt_stall(curve, clients, rows, prompt) for prompt, _ in self.requests[clients:])
+
+    def alpha_row(self, label: str, flags, option, clients: int) -> RankedConfig:
+        """An n-gram drafter priced by α (nothing replayed), on loaded curves."""
+        item = _Drafted(label, flags, "alpha model (no interval)", self.request.pricing, option.drafter,
+                        option.block_size, option.alpha, method="ngram", interval=False)
+        return self.drafted_row(item, clients)
+
+    # -- one count
+
+    def target_speed(self, clients: int) -> tuple[float, float]:
+        """The target alone's (aggregate, per-request) decode tokens/s at `clients`: simulated
+        over the workload in its own order where there are streams, else on the loaded curve."""
+        if self.replayed:
+            run = self.run(self.replayed[0].sessions[0], clients, target=True)
+            return run.aggregate, run.per_request
+        curve = self.request.pricing.target_curve
+        aggregate = 1.0 / (curve(clients) / clients + self.loop.per_round_s)
+        return aggregate, aggregate / clients
+
+    def rank(self, clients: int) -> LoadRanking:
+        rows, speeds = [], {}
+        target_aggregate, target_request = self.target_speed(clients)
+        for item in self.replayed:
+            row, run = self.replayed_row(item, clients)
+            rows.append(row)
+            speeds[row.label] = (run.aggregate, run.per_request)
+        for label, flags, option in self.by_alpha:
+            rows.append(self.alpha_row(label, flags, option, clients))
+        for item in self.drafted:
+            rows.append(self.drafted_row(item, clients))
+        order = ranked(rows)
+        chosen = choose_config(order)
+        configs = []
+        for row in order:
+            aggregate, per_request = speeds.get(row.label, (row.speedup * target_aggregate, row.speedup * target_request))
+            configs.append(LoadedConfig(row.label, row.flags, clients, row.speedup, row.interval, row.workload_interval,
+                                        aggregate, per_request, row.note))
+        limit, _ = load_limit(self.request.pricing.target_curve, clients, self.request.k_max, self.loop)
+        chosen_row = next(config for config in configs if config.label == chosen.label)
+        return LoadRanking(clients, tuple(configs), chosen_row, limit, target_aggregate, tuple(self.notes))
+
+
+def rank_under_load(options: Sequence[EngineOption], request: ServerRanking, clients: Sequence[int]) -> tuple[LoadRanking, ...]:
+    """Every configuration `planner.llama_cpp.export.rank_server_configs` ranks, and off, at each
+    count of `clients` requests in flight, fastest first, with the choice at each (module
+    docstring). The replays are made once and simulated at every count."""
+    ranker = _Ranker(options, request)
+    return tuple(ranker.rank(count) for count in sorted(set(clients)))
+
+
+# ----------------------------------------------------------------------------------------------
+# The physical limit, the widths a plan needs, and the plan across counts
+
+
+def load_limit(step: Callable[[int], float], clients: int, k_max: int, loop: ServerLoop = NO_SERVER_LOOP) -> tuple[float, int]:
+    """(speedup, K) of a free drafter that is always right at `clients` slots: each slot gains
+    K + 1 tokens an iteration of width B·(K + 1) and pays the server's per-slot costs of an
+    n-gram round that drafted K, against the target alone's iteration of width B; the best K in
+    1..k_max, (1.0, 0) where none beats the target alone."""
+    baseline = step(clients) / clients + loop.per_round_s
+    best = (1.0, 0)
+    for k in range(1, k_max + 1):
+        speedup = (k + 1) * baseline / (step(clients * (k + 1)) / clients + loop.round_s(k, NGRAM))
+        if speedup > best[0]:
+            best = (speedup, k)
+    return best
+
+
+def needed_width(request: ServerRanking, clients: Sequence[int] | int, k_max: int) -> int:
+    """The widest target decode the decision reads at `clients`: B·(K + 1) of a fixed-K row at
+    the largest K searched, and B of the target alone."""
+    most = max(clients) if isinstance(clients, Sequence) else int(clients)
+    return most * (k_max + 1)
+
+
+def measured_width(request: ServerRanking) -> int:
+    """The widest target decode whose T(k) the pricing holds."""
+    return max(request.pricing.target_curve.ks)
+
+
+def check_widths(request: ServerRanking, clients: Sequence[int], k_max: int, command: str) -> None:
+    """Nothing where the target's T(k) reaches every width the decision at `clients` reads.
+
+    Raises:
+        PolyplanError: the widths measured, the widths needed and `command`, which measures them.
+    """
+    needed, measured = needed_width(request, clients, k_max), measured_width(request)
+    if needed > measured:
+        raise PolyplanError(f"--concurrency {','.join(str(c) for c in sorted(set(clients)))}: the target's T(k) is measured "
+                            f"at widths up to {measured}, and {max(clients)} requests at K up to {k_max} need widths up to "
+                            f"{needed}; measure them with: {command}")
+
+
+def _tied(row: LoadedConfig | None, other: LoadedConfig) -> bool:
+    """Whether `row` and `other` are tied: either's interval holds the other's point."""
+    if row is None:
+        return False
+    if row.label == other.label:
+        return True
+    return any(bounds is not None and bounds[0] <= point <= bounds[1]
+               for bounds, point in ((row.bounds, other.speedup), (other.bounds, row.speedup)))
+
+
+def load_ranges(rankings: Sequence[LoadRanking]) -> tuple[LoadRange, ...]:
+    """Contiguous client counts sharing one choice, in increasing count: a count whose choice is
+    tied within its interval with the current range's (that configuration still paying there, or
+    off) extends the range."""
+    ordered = sorted(rankings, key=lambda item: item.clients)
+    ranges: list[LoadRange] = []
+    for ranking in ordered:
+        if ranges:
+            current = ranges[-1]
+            row = ranking.config(current.config.label)
+            pays = row is not None and (row.label == OFF or row.low > 1.0)
+            if pays and _tied(row, ranking.chosen):
+                ranges[-1] = dataclasses.replace(current, last=ranking.clients)
+                continue
+        ranges.append(LoadRange(ranking.clients, ranking.clients, ranking.chosen))
+    return tuple(ranges)
+
+
+def off_from(rankings: Sequence[LoadRanking]) -> int | None:
+    """The least client count from which the choice is off at every larger count asked (None:
+    the largest count's choice drafts)."""
+    first = None
+    for ranking in sorted(rankings, key=lambda item: item.clients, reverse=True):
+        if ranking.chosen.label != OFF:
+            break
+        first = ranking.clients
+    return first
