@@ -194,3 +194,108 @@ def read_race_file(path: Path) -> Race:
 def _tuples(value):
     """JSON's lists as the row's tuples."""
     return tuple(_tuples(item) for item in value) if isinstance(value, list) else value
+
+
+LOAD_FORMAT = "polyplan load race"
+LOAD_VERSION = 1
+
+
+@dataclass(frozen=True)
+class LoadRow:
+    """One configuration at one number of concurrent clients (`bench peers --clients`): its
+    measures, each a mean over the race's repeats with its sd over them, and what was predicted.
+    The speedup is its aggregate decode throughput over the target alone's at the same clients;
+    it is judged as a `RaceRow` is (`judged`). A row without runs says why (`failure`)."""
+
+    label: str
+    clients: int
+    tokens_per_s: float = _NAN  # aggregate decode throughput: decoded tokens / the union of the decode intervals
+    tokens_per_s_sd: float = 0.0
+    request_tokens_per_s: float = _NAN  # mean over requests of decoded / decode seconds
+    request_tokens_per_s_sd: float = 0.0
+    first_token_s: float = _NAN  # time to first token, mean over requests, seen from the client
+    first_token_s_sd: float = 0.0
+    speedup: float = _NAN  # aggregate over the target alone's at the same clients and repeat, mean over repeats
+    speedup_sd: float = 0.0
+    request_speedup: float | None = None  # mean of the paired per-request decode ratios (today's decode speedup)
+    request_speedup_sd: float = 0.0
+    repeats: int = 0  # load runs measured
+    requests: int = 0
+    decoded: int = 0
+    accepted_per_drafted: float | None = None
+    equal_outputs: int = 0  # requests whose greedy output equals the target alone's
+    predicted_speedup: float | None = None
+    predicted_interval: tuple[float, float] | None = None
+    predicted_tokens_per_s: float | None = None
+    chosen: bool = False  # the plan's choice at these clients
+    server_spread: float = 0.0  # the control's offset at these clients
+    unjudged: str | None = None
+    group: int | None = None
+    failure: str | None = None
+
+    def judged(self) -> RaceRow:
+        """This row as a `RaceRow` whose measured speedup is the aggregate one, over its repeats:
+        the same judgement as the race at one request (`RaceRow.verdict`)."""
+        return RaceRow(self.label, speedup=self.speedup, speedup_sd=self.speedup_sd, runs=self.repeats, tokens=self.decoded,
+                       predicted_speedup=self.predicted_speedup, predicted_interval=self.predicted_interval,
+                       exported=self.chosen, unjudged=self.unjudged, server_spread=self.server_spread, failure=self.failure)
+
+    @property
+    def verdict(self) -> str | None:
+        return self.judged().verdict
+
+    @property
+    def error(self) -> float | None:
+        return self.judged().error
+
+    def judgement(self) -> str:
+        return self.judged().judgement().replace("exported", "the plan's choice")
+
+
+@dataclass(frozen=True)
+class LoadLevel:
+    """What one number of clients says: the fastest configuration measured, the plan's choice and
+    whether it was the fastest ("fastest"), tied with it ("tied": the fastest's mean inside the
+    choice's measured 95% interval widened by the control's offset) or "slower"; the physical
+    limit there (a free, perfect drafter) and llama-server's own default's row."""
+
+    clients: int
+    fastest: str | None
+    chosen: str | None
+    choice: str | None  # "fastest", "tied", "slower"; None without a choice or a measurement
+    limit: float | None = None
+    spec_default: str | None = None  # the label of llama-server's `--spec-default` row
+    note: str = ""
+
+
+@dataclass(frozen=True)
+class LoadRace:
+    """A race under load: a row per configuration and clients, a level per clients."""
+
+    engine: str
+    clients: tuple[int, ...]
+    rows: tuple[LoadRow, ...]
+    levels: tuple[LoadLevel, ...]
+    prompts: int
+    new_tokens: int
+    repeats: int
+    threads: int
+    slot_context: int  # tokens of context per slot (llama-server's -c is this times the clients)
+    threads_source: str = ""
+    notes: tuple[tuple[str, str], ...] = ()
+    about: tuple[tuple[str, str], ...] = ()
+
+    def note(self, name: str) -> str:
+        return dict(self.notes).get(name, "")
+
+    def at(self, clients: int) -> tuple[LoadRow, ...]:
+        return tuple(row for row in self.rows if row.clients == clients)
+
+
+def load_race_json(race: LoadRace) -> dict:
+    """The JSON object of `polyplan bench peers --clients ... --json` (`LOAD_FORMAT`, `LOAD_VERSION`)."""
+    fields = {field.name: getattr(race, field.name) for field in dataclasses.fields(race)}
+    return {"format": LOAD_FORMAT, "version": LOAD_VERSION, **fields, "notes": dict(race.notes), "about": dict(race.about),
+            "rows": [dataclasses.asdict(row) | {"verdict": row.verdict, "error": row.error, "judgement": row.judgement()}
+                     for row in race.rows],
+            "levels": [dataclasses.asdict(level) for level in race.levels]}

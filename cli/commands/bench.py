@@ -87,11 +87,14 @@ def peers(
                                          "profile was measured, else the machine's free cores at start).")] = None,
     engine: Annotated[str, typer.Option("--engine", help="hf (in this process) or llama.cpp (a real llama-server "
                                         "on 127.0.0.1; build it once with `polyplan engines build llama.cpp`).")] = "hf",
+    clients: Annotated[Optional[str], typer.Option("--clients", help="llama.cpp only: race under load instead, at each of "
+                                                   "these numbers of concurrent clients (e.g. 1,2,4): llama-server with -np N "
+                                                   "slots, N clients sharing the prompts.")] = None,
     json_output: Annotated[bool, typer.Option("--json", help="Print one JSON object.")] = False,
 ) -> None:
     """Race another engine's configurations against polyplan's chain, greedy: HF generate (plain,
     assisted per drafter, prompt lookup), or llama-server (target alone, each GGUF drafter, its
-    n-gram types, its default)."""
+    n-gram types, its default); with --clients, llama-server's configurations under load."""
     from polyplan.engines.hf_race import hf_race_lines
     from polyplan.formats.race import race_json
     from polyplan.pipeline.stages import race_peers_of
@@ -99,6 +102,9 @@ def peers(
 
     if engine not in ("hf", "llama.cpp"):
         raise PolyplanError(f"--engine: {engine!r} is not raced here (hf or llama.cpp; vLLM needs a GPU)")
+    if clients is not None:
+        _load_race(plan, prompts, candidates, new_tokens, repeats, max_prompts, threads, engine, clients, json_output)
+        return
     if engine == "llama.cpp":
         race, lines, threads_line = _llama_cpp_race(plan, prompts, candidates, new_tokens, repeats, max_prompts, threads)
     else:
@@ -235,6 +241,35 @@ def _llama_cpp_race(plan, prompts, candidates, new_tokens, repeats, max_prompts,
     race = run_llama_peers(plan, prompts_path=prompts, candidates_path=candidates, threads=threads, repeats=repeats,
                            new_tokens=new_tokens, max_prompts=max_prompts, log=log_line, on_run=RaceLines())
     return race, llama_peers_lines, ThreadChoice(race.threads, race.threads_source).line
+
+
+def _clients_option(text: str) -> tuple[int, ...]:
+    """`--clients`: positive integers, comma-separated, sorted and unique."""
+    parts = [part.strip() for part in text.split(",")]
+    if not text.strip() or not all(part.isdigit() and int(part) >= 1 for part in parts):
+        raise PolyplanError(f"--clients: give numbers of concurrent clients >= 1, comma-separated (e.g. 1,2,4), got {text!r}")
+    return tuple(sorted({int(part) for part in parts}))
+
+
+def _load_race(plan, prompts, candidates, new_tokens, repeats, max_prompts, threads, engine, clients, json_output) -> None:
+    """`bench peers --engine llama.cpp --clients N,...` (`engines.llama_cpp.load_race`)."""
+    from polyplan.cli.commands.progress import RaceLines
+    from polyplan.formats.race import load_race_json
+    from polyplan.profiler.threads import ThreadChoice
+
+    counts = _clients_option(clients)
+    if engine != "llama.cpp":
+        raise PolyplanError(f"--clients: races llama-server under load; add --engine llama.cpp ({engine} serves one request at a time)")
+    if plan is None:
+        raise PolyplanError("--engine llama.cpp: give --plan plan.json (profile and recommend a GGUF target first)")
+    from polyplan.engines.llama_cpp.load_race import load_race_lines, run_llama_load_race
+
+    race = run_llama_load_race(plan, counts, prompts_path=prompts, candidates_path=candidates, threads=threads, repeats=repeats,
+                               new_tokens=new_tokens, max_prompts=max_prompts, log=log_line, on_run=RaceLines())
+    if json_output:
+        echo_json(load_race_json(race))
+    else:
+        typer.echo("\n".join(load_race_lines(race) + [ThreadChoice(race.threads, race.threads_source).line]))
 
 
 def _plan_threads(plan: Path | None, threads: int | None):

@@ -2,12 +2,15 @@
 
 `LlamaServer` is a context manager that stops its process however the block is left (Ctrl-C
 included); `complete` sends one greedy `/completion` request and returns the server's own account
-of it (`Completion`). `repack_flags`: the flags this machine's CPU needs for any server.
+of it (`Completion`); `stream` sends it streamed, which also times its first token (the load race,
+`engines.llama_cpp.load_race`). `slot_args`: the flags of a server with N parallel slots.
+`repack_flags`: the flags this machine's CPU needs for any server.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import http.client
 import json
 import os
 import re
@@ -41,6 +44,7 @@ class Completion:
     draft_accepted: int
     wall_s: float  # the request's wall time seen from the client
     rounds: tuple[tuple[int, int], ...] | None = None  # (drafted, accepted) of each round that drafted, from the trace
+    first_token_s: float | None = None  # from sending the request to its first token's chunk (streamed requests only)
 
     @property
     def tokens_per_s(self) -> float:
@@ -144,6 +148,15 @@ class LlamaServer:
         done = parse_completion(payload, wall)
         return self._traced(done, logged) if self.trace else done
 
+    def stream(self, prompt_ids: Sequence[int], n_predict: int, timeout_s: float = _REQUEST_TIMEOUT_S) -> Completion:
+        """`complete`, streamed (`stream_completion`): the same account, with its first token's
+        time; never traced (with several slots the log interleaves their rounds). A server that
+        stops answering is named with its last log line."""
+        try:
+            return stream_completion(self.url, prompt_ids, n_predict, timeout_s)
+        except PolyplanError as error:
+            raise PolyplanError(f"{error}; its last log line: {self.last_log_line()}; log: {self.log_path}") from None
+
     def _traced(self, done: Completion, offset: int) -> Completion:
         """`done` with its rounds read from the log written after `offset`, once they add up to
         its drafted and accepted totals (waiting up to `TRACE_WAIT_S` for the log's writer)."""
@@ -158,6 +171,61 @@ class LlamaServer:
             if time.monotonic() > deadline:
                 return done
             time.sleep(0.02)
+
+
+def slot_args(slots: int, slot_context: int) -> tuple[str, ...]:
+    """`-np slots` with a context of `slot_context` tokens each: llama-server divides `-c` among
+    its slots (the KV cache is not unified when `-np` is given), so `-c` is their product."""
+    return ("-np", str(slots), "-c", str(slots * slot_context))
+
+
+def stream_completion(url: str, prompt_ids: Sequence[int], n_predict: int, timeout_s: float = _REQUEST_TIMEOUT_S) -> Completion:
+    """One greedy completion as `LlamaServer.complete` asks it, streamed from the server at `url`
+    (server-sent events, a chunk per token, the last one with the timings): the same `Completion`,
+    its `first_token_s` timed at the first chunk holding a token. The whole request is bounded by
+    `timeout_s`, not only each read.
+
+    Raises:
+        PolyplanError: the server refused, did not answer, broke off or took longer than `timeout_s`.
+    """
+    body = {"prompt": list(map(int, prompt_ids)), "n_predict": n_predict, "temperature": 0.0, "top_k": 1, "seed": 0,
+            "cache_prompt": False, "ignore_eos": True, "return_tokens": True, "stream": True}
+    request = urllib.request.Request(f"{url}/completion", data=json.dumps(body).encode(),
+                                     headers={"Content-Type": "application/json"})
+    start = time.perf_counter()
+    deadline = start + timeout_s
+    tokens: list[int] = []
+    first = final = None
+    try:
+        with urllib.request.urlopen(request, timeout=timeout_s) as answer:
+            for raw in answer:
+                if time.perf_counter() > deadline:
+                    raise PolyplanError(f"llama-server took over {timeout_s:.0f} s for one completion")
+                line = raw.decode("utf-8", "replace").strip()
+                if not line.startswith("data:"):
+                    continue
+                data = line[len("data:"):].strip()
+                if data == "[DONE]":
+                    break
+                chunk = json.loads(data)
+                if "error" in chunk:
+                    raise PolyplanError(f"llama-server failed a completion ({str(chunk['error'])[:200]})")
+                got = [int(token) for token in chunk.get("tokens") or ()]
+                if got and first is None:
+                    first = time.perf_counter() - start
+                tokens += got
+                if chunk.get("stop"):
+                    final = chunk
+                    break
+    except urllib.error.HTTPError as error:
+        detail = error.read().decode("utf-8", "replace")[:200]
+        raise PolyplanError(f"llama-server refused a completion ({error.code}: {detail})") from None
+    except (urllib.error.URLError, http.client.HTTPException, OSError, ValueError) as error:
+        raise PolyplanError(f"llama-server did not answer ({error or type(error).__name__})") from None
+    if final is None:
+        raise PolyplanError("llama-server ended a streamed completion before its last chunk")
+    done = parse_completion({**final, "tokens": tokens}, time.perf_counter() - start)
+    return dataclasses.replace(done, first_token_s=first)
 
 
 def round_widths(rounds: Sequence[tuple[int, int]] | None, generated: int, accepted: int) -> tuple[int, ...] | None:

@@ -1,0 +1,387 @@
+"""llama-server under load (`bench peers --clients`): the load generator, its arithmetic, and the rows.
+
+Fast tests run against a fake llama-server: a small Python script standing in for the binary,
+started and stopped by `LlamaServer` as the real one is, answering `/health` and streamed
+`/completion` requests with canned timings (and one that dies after a few requests). They check
+that a load run is bounded (every client thread joined, every process gone), the aggregate
+throughput's union of decode intervals by hand, that one client reduces to the race at one
+request, a dying server's row, the judgement against a ranking under load, and bad input. The
+slow test races a real llama-server at `-np 2` on a tiny GGUF.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import statistics
+import sys
+import textwrap
+import threading
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from polyplan.cli.app import app
+from polyplan.engines.llama_cpp import load_race
+from polyplan.engines.llama_cpp.load_race import (SPEC_DEFAULT, LoadRequest, LoadRun, aggregate_tokens_per_s, load_groups,
+                                                  load_race_lines, load_rows, race_under_load, request_tokens_per_s, run_load,
+                                                  union_seconds)
+from polyplan.engines.llama_cpp.race import CONTROL, TARGET_ONLY
+from polyplan.engines.llama_cpp.race_memory import GB, ModelMemory
+from polyplan.engines.llama_cpp.server import Completion, LlamaServer, slot_args, stream_completion
+from polyplan.engines.race import Contender, RaceRun, race_rows
+from polyplan.formats.errors import PolyplanError
+from polyplan.formats.race import load_race_json
+
+FAKE_SERVER = textwrap.dedent('''\
+    """A stand-in for llama-server: /health, and /completion streamed with canned timings."""
+    import json, os, sys, threading, time
+    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+    args = sys.argv[1:]
+    port = int(args[args.index("--port") + 1])
+    die_after = int(args[args.index("--fake-die-after") + 1]) if "--fake-die-after" in args else None
+    step_s = float(args[args.index("--fake-step-ms") + 1]) / 1000 if "--fake-step-ms" in args else 0.002
+    lock = threading.Lock()
+    served = [0]
+
+    class Handler(BaseHTTPRequestHandler):
+        def log_message(self, *a):
+            pass
+
+        def do_GET(self):
+            self.send_response(200)
+            self.end_headers()
+            self.wfile.write(b'{"status": "ok"}')
+
+        def do_POST(self):
+            body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+            with lock:
+                served[0] += 1
+                if die_after is not None and served[0] > die_after:
+                    print(f"fake: out of memory after {die_after} requests", flush=True)
+                    os._exit(1)
+            self.send_response(200)
+            self.send_header("Content-Type", "text/event-stream")
+            self.end_headers()
+            prompt, n = body["prompt"], body["n_predict"]
+            began = time.perf_counter()
+            for i in range(n):
+                time.sleep(step_s)
+                chunk = {"content": "x", "tokens": [(sum(prompt) + i) % 97], "stop": False}
+                self.wfile.write(("data: " + json.dumps(chunk) + "\\n\\n").encode())
+                self.wfile.flush()
+            decode_ms = 1000 * (time.perf_counter() - began)
+            final = {"content": "", "tokens": [], "stop": True,
+                     "timings": {"predicted_n": n, "predicted_ms": decode_ms, "prompt_ms": 1.0, "draft_n": 2 * n, "draft_n_accepted": n}}
+            self.wfile.write(("data: " + json.dumps(final) + "\\n\\n").encode())
+            self.wfile.flush()
+
+    print("fake llama-server listening", flush=True)
+    ThreadingHTTPServer(("127.0.0.1", port), Handler).serve_forever()
+''')
+
+
+@pytest.fixture()
+def fake_binary(tmp_path) -> Path:
+    script = tmp_path / "fake-llama-server"
+    script.write_text(f"#!{sys.executable}\n" + FAKE_SERVER, encoding="utf-8")
+    script.chmod(0o755)
+    return script
+
+
+def fake_start(binary: Path, folder: Path, started: list):
+    """`race_under_load`'s `start`: a fake server with N slots, each remembered (to check it is gone)."""
+    def start(config: Contender, clients: int) -> LlamaServer:
+        server = LlamaServer(binary, folder / "m.gguf", (*slot_args(clients, 64), *config.args),
+                             folder / f"server-{clients}-{len(started)}.log", start_timeout_s=20)
+        started.append(server)
+        return server
+
+    return start
+
+
+def request(end: float, decode: float, decoded: int, prompt: int = 0, client: int = 0, tokens=(1,), first=0.1) -> LoadRequest:
+    return LoadRequest(client, prompt, end - decode - 0.05, end, tuple(tokens), decoded, decode, first)
+
+
+def client_threads() -> list[threading.Thread]:
+    return [thread for thread in threading.enumerate() if thread.name.startswith("polyplan-load-client")]
+
+
+# ----------------------------------------------------------------------------- the arithmetic
+
+
+def test_the_aggregate_is_the_decoded_tokens_over_the_union_of_decode_intervals_by_hand():
+    """[1, 3] and [2, 4] overlap into [1, 4] (3 s), [9, 10] adds 1 s: 25 tokens over 4 s. The
+    per-request speed is each one's own rate, averaged."""
+    requests = [request(3.0, 2.0, 10), request(4.0, 2.0, 10), request(10.0, 1.0, 5)]
+    assert union_seconds([r.decode_interval for r in requests]) == pytest.approx(4.0)
+    assert aggregate_tokens_per_s(requests) == pytest.approx(25 / 4.0)
+    assert request_tokens_per_s(requests) == pytest.approx(5.0)
+    assert union_seconds([(0.0, 5.0), (1.0, 2.0), (5.0, 6.0)]) == pytest.approx(6.0)  # nested and touching
+    assert union_seconds([]) == 0.0 and math.isnan(aggregate_tokens_per_s([]))
+
+
+def test_at_one_client_the_numbers_reduce_to_the_race_at_one_request():
+    """One client sends its requests one after another: the union is the sum of the decode times,
+    so the aggregate is the pooled decode rate; the paired per-request speedup is the decode
+    speedup `engines.race.race_rows` gives on the same runs; the speedup is the ratio of the
+    aggregates (what the replay predicts: total decode times)."""
+    decode = {TARGET_ONLY: [0.50, 0.40, 0.55, 0.45], "ngram": [0.30, 0.35, 0.25, 0.40]}
+    runs, race_runs = [], []
+    for label, times in decode.items():
+        for repeat in range(2):
+            clock, requests = 0.0, []
+            for prompt in range(2):
+                seconds = times[2 * repeat + prompt]
+                clock += 0.1 + seconds
+                requests.append(LoadRequest(0, prompt, clock - seconds - 0.1, clock, (1, 2), 20, seconds, 0.05))
+                race_runs.append(RaceRun((1, 2), seconds + 0.1, None, 0, 0, seconds, 20, label=label, prompt=prompt, repeat=repeat))
+            runs.append(LoadRun(label, 1, repeat, tuple(requests)))
+    configs = [Contender(TARGET_ONLY), Contender("ngram", ("--spec-type", "ngram-simple"))]
+    rows, _ = load_rows(configs, runs, {}, (1,))
+    row = rows[1]
+    ours = race_rows(configs, race_runs)[1]
+    assert row.request_speedup == pytest.approx(ours.decode_speedup)
+    assert row.request_speedup_sd == pytest.approx(ours.decode_speedup_sd)
+    pooled = [40 / sum(decode["ngram"][2 * r:2 * r + 2]) / (40 / sum(decode[TARGET_ONLY][2 * r:2 * r + 2])) for r in range(2)]
+    assert row.speedup == pytest.approx(statistics.fmean(pooled)) and row.speedup_sd == pytest.approx(statistics.stdev(pooled))
+    assert row.tokens_per_s == pytest.approx(40 / 0.65) and rows[0].tokens_per_s == pytest.approx(statistics.fmean([40 / 0.90, 40 / 1.00]))
+    assert row.speedup != pytest.approx(ours.decode_speedup, abs=1e-6)  # control: the two means do differ here
+    assert rows[0].speedup == pytest.approx(1.0) and rows[0].equal_outputs == 4
+
+
+# ----------------------------------------------------------------------------- the load generator
+
+
+def test_a_load_run_shares_the_prompts_among_clients_ends_by_itself_and_joins_every_thread():
+    """Prompt i goes to client i mod N; a client whose request fails stops (its later prompts are
+    never sent) while the others finish; the run returns with no client thread left."""
+    sent: dict[int, str] = {}
+    lock = threading.Lock()
+
+    def send(ids):
+        with lock:
+            sent[ids[0]] = threading.current_thread().name
+        if ids[0] == 4:
+            raise PolyplanError("llama-server did not answer (connection refused)")
+        return Completion(tuple(ids), 3, 30.0, 1.0, 0, 0, 0.05, first_token_s=0.01)
+
+    run = run_load(send, [[i] for i in range(10)], 3, label="x")
+    assert not client_threads()
+    assert {prompt: int(name.rsplit("-", 1)[1]) for prompt, name in sent.items() if prompt != 4} == \
+        {prompt: prompt % 3 for prompt in sent if prompt != 4}
+    assert 7 not in sent and {0, 1, 2, 3, 5, 6, 8, 9} <= set(sent)  # client 1 stopped at prompt 4; the others finished
+    assert run.failure.startswith("client 2 of 3, prompt 4: llama-server did not answer")
+    assert sorted(r.prompt for r in run.requests) == [0, 1, 2, 3, 5, 6, 8, 9]
+    assert all(r.decode_s == pytest.approx(0.03) and r.first_token_s == 0.01 for r in run.requests)
+
+
+def test_a_streamed_completion_times_its_first_token(fake_binary, tmp_path):
+    with LlamaServer(fake_binary, tmp_path / "m.gguf", ("--fake-step-ms", "20"), tmp_path / "s.log", start_timeout_s=20) as server:
+        done = server.stream([3, 4], 5)
+        pid = server.process.pid
+    assert done.token_ids == tuple((7 + i) % 97 for i in range(5)) and done.predicted_n == 5
+    assert (done.draft_n, done.draft_accepted, done.prompt_ms) == (10, 5, 1.0)
+    assert 0.015 < done.first_token_s < done.wall_s and done.predicted_ms > 80
+    with pytest.raises(ProcessLookupError):
+        os.kill(pid, 0)
+    with pytest.raises(PolyplanError, match="did not answer"):
+        stream_completion(server.url, [1], 2, timeout_s=2)  # control: nothing listens any more
+
+
+def test_a_server_that_dies_mid_run_gives_a_row_saying_why_and_the_others_complete(fake_binary, tmp_path):
+    started: list[LlamaServer] = []
+    dying = Contender("dies", ("--fake-die-after", "3"))
+    configs = [Contender(TARGET_ONLY), Contender(CONTROL), dying]
+    groups = {1: (tuple(configs),), 2: (tuple(configs),)}
+    lines: list[str] = []
+    counted: list[tuple[int, int]] = []
+    runs, failures = race_under_load(groups, fake_start(fake_binary, tmp_path, started), [[i, i + 1] for i in range(4)],
+                                     repeats=2, new_tokens=3, timeout_s=10, log=lines.append,
+                                     on_run=lambda done, total, label: counted.append((done, total)))
+    assert not client_threads()
+    assert len(started) == 6 and all(server.process.poll() is not None for server in started)  # no process left
+    for clients in (1, 2):
+        assert "fake: out of memory after 3 requests" in failures[("dies", clients)]
+        assert failures[("dies", clients)].startswith("stopped answering: client")
+    rows, levels = load_rows(configs, runs, failures, (1, 2))
+    for clients in (1, 2):
+        by_label = {row.label: row for row in rows if row.clients == clients}
+        assert by_label["dies"].failure is not None and "out of memory" in by_label["dies"].failure
+        assert by_label[TARGET_ONLY].repeats == 2 and by_label[TARGET_ONLY].requests == 8
+        assert by_label[CONTROL].repeats == 2 and math.isfinite(by_label[CONTROL].speedup)
+        assert by_label[CONTROL].equal_outputs == 8 and by_label[CONTROL].first_token_s > 0
+    assert counted[-1][0] == counted[-1][1]  # the count ends at its total, the dead server's runs taken out
+    text = "\n".join(load_race_lines(race_of(rows, levels)))
+    assert "out of memory after 3 requests" in text
+
+
+def test_at_two_clients_the_slots_decode_together(fake_binary, tmp_path):
+    """Two clients against a server that serves them in parallel: their decode intervals overlap,
+    so the aggregate exceeds the per-request speed (control: one client, they are equal)."""
+    started: list[LlamaServer] = []
+    start = fake_start(fake_binary, tmp_path, started)
+    out = {}
+    for clients in (1, 2):
+        with start(Contender(TARGET_ONLY, ("--fake-step-ms", "10")), clients) as server:
+            out[clients] = run_load(lambda ids: server.stream(ids, 5, 10), [[i] for i in range(4)], clients)
+    one, two = out[1], out[2]
+    assert aggregate_tokens_per_s(two.requests) > 1.5 * request_tokens_per_s(two.requests)
+    assert aggregate_tokens_per_s(one.requests) == pytest.approx(request_tokens_per_s(one.requests), rel=0.1)
+    assert {r.client for r in two.requests} == {0, 1}
+
+
+# ----------------------------------------------------------------------------- predicted against measured
+
+
+@dataclass(frozen=True)
+class FakeLoaded:
+    label: str
+    flags: tuple[str, ...]
+    clients: int
+    speedup: float
+    interval: tuple[float, float] | None
+    workload_interval: tuple[float, float] | None = None
+    tokens_per_s: float = 10.0
+    request_tokens_per_s: float = 5.0
+    note: str = ""
+
+
+@dataclass(frozen=True)
+class FakeRanking:
+    clients: int
+    configs: tuple
+    chosen: FakeLoaded
+    limit: float
+    target_tokens_per_s: float = 10.0
+
+
+def measured_runs(speedups: dict[str, list[float]], clients: int) -> list[LoadRun]:
+    """Runs whose aggregate speedups over the target alone are `speedups` (per repeat)."""
+    runs = []
+    for label, values in speedups.items():
+        for repeat, value in enumerate(values):
+            requests = tuple(LoadRequest(c, c, 0.0, 1.0, (5,), round(100 * value), 1.0, 0.2) for c in range(clients))
+            runs.append(LoadRun(label, clients, repeat, requests))
+    return runs
+
+
+def race_of(rows, levels):
+    from polyplan.formats.race import LoadRace
+
+    return LoadRace("llama.cpp", tuple(sorted({row.clients for row in rows})), rows, levels, 4, 3, 2, 1, 64,
+                    notes=(("prediction", "predicted: fake"),), about=(("logs", "/tmp/logs"),))
+
+
+def test_each_row_is_judged_at_its_clients_and_the_plans_choice_against_the_fastest():
+    from polyplan.planner.llama_cpp.ranking import OFF
+
+    ngram = Contender("ngram-mod (defaults)", ("--spec-type", "ngram-mod"))
+    configs = [Contender(TARGET_ONLY), Contender(CONTROL), ngram, Contender("ngram-simple (defaults)", ("--spec-type", "ngram-simple")),
+               Contender(SPEC_DEFAULT, ("--spec-default",))]
+    off = FakeLoaded(OFF, (), 2, 1.0, (1.0, 1.0))
+    mod = FakeLoaded("ngram-mod (defaults)", ("--spec-type", "ngram-mod"), 2, 1.30, (1.20, 1.40))
+    simple = FakeLoaded("ngram-simple (defaults)", ("--spec-type", "ngram-simple"), 2, 1.10, (1.05, 1.12))
+    rankings = {1: FakeRanking(1, (mod, simple, off), mod, 3.0), 2: FakeRanking(2, (simple, mod, off), simple, 2.0)}
+    runs = (measured_runs({TARGET_ONLY: [1, 1], CONTROL: [1.0, 1.02], "ngram-mod (defaults)": [1.30, 1.32],
+                           "ngram-simple (defaults)": [1.10, 1.10], SPEC_DEFAULT: [1.30, 1.32]}, 1)
+            + measured_runs({TARGET_ONLY: [1, 1], CONTROL: [1.0, 1.0], "ngram-mod (defaults)": [1.50, 1.50],
+                             "ngram-simple (defaults)": [1.20, 1.20], SPEC_DEFAULT: [1.50, 1.50]}, 2))
+    rows, levels = load_rows(configs, runs, {}, (1, 2), rankings)
+    at = {(row.label, row.clients): row for row in rows}
+    assert at[("ngram-mod (defaults)", 1)].verdict == "inside" and at[("ngram-mod (defaults)", 1)].chosen
+    assert at[("ngram-mod (defaults)", 1)].server_spread == pytest.approx(0.01)  # the control's offset at 1 client
+    assert at[("ngram-mod (defaults)", 2)].verdict == "outside" and not at[("ngram-mod (defaults)", 2)].chosen
+    assert at[("ngram-simple (defaults)", 2)].verdict == "outside" and at[("ngram-simple (defaults)", 2)].chosen
+    assert at[(SPEC_DEFAULT, 1)].predicted_speedup == 1.30 and not at[(SPEC_DEFAULT, 1)].chosen  # ranked as ngram-mod
+    assert at[(TARGET_ONLY, 2)].predicted_speedup == 1.0 and at[(CONTROL, 2)].predicted_interval == (1.0, 1.0)
+    first, second = levels
+    assert (first.fastest, first.chosen, first.choice, first.limit) == ("ngram-mod (defaults)", "ngram-mod (defaults)", "fastest", 3.0)
+    assert second.chosen == "ngram-simple (defaults)" and second.choice == "slower" and second.limit == 2.0
+    text = "\n".join(load_race_lines(race_of(rows, levels)))
+    assert "physical limit at 2 client(s) (a free, perfect drafter): 2.00x" in text
+    assert f"{SPEC_DEFAULT}: 1.50x" in text and "slower than the fastest" in text
+    payload = load_race_json(race_of(rows, levels))
+    assert payload["format"] == "polyplan load race" and payload["levels"][1]["choice"] == "slower"
+    assert {row["verdict"] for row in payload["rows"] if row["label"] == "ngram-mod (defaults)"} == {"inside", "outside"}
+
+
+def test_a_choice_within_its_measured_interval_of_the_fastest_is_tied():
+    configs = [Contender(TARGET_ONLY), Contender("a", ("--spec-type", "ngram-mod")), Contender("b", ("--spec-type", "ngram-simple"))]
+    a = FakeLoaded("a", ("--spec-type", "ngram-mod"), 1, 1.2, (1.1, 1.3))
+    b = FakeLoaded("b", ("--spec-type", "ngram-simple"), 1, 1.1, (1.0, 1.2))
+    ranking = {1: FakeRanking(1, (a, b), a, 2.0)}
+    noisy = measured_runs({TARGET_ONLY: [1, 1, 1], "a": [1.10, 1.30, 1.20], "b": [1.22, 1.22, 1.22]}, 1)
+    assert load_rows(configs, noisy, {}, (1,), ranking)[1][0].choice == "tied"
+    sharp = measured_runs({TARGET_ONLY: [1, 1, 1], "a": [1.15, 1.15, 1.15], "b": [1.22, 1.22, 1.22]}, 1)
+    assert load_rows(configs, sharp, {}, (1,), ranking)[1][0].choice == "slower"  # control: no spread, no tie
+
+
+# ----------------------------------------------------------------------------- bad input
+
+
+@pytest.mark.parametrize("value", ["0", "two", "1,,2", "-1", ""])
+def test_bad_clients_are_one_line_and_exit_2(value, tmp_path):
+    result = CliRunner().invoke(app, ["bench", "peers", "--engine", "llama.cpp", "--plan", str(tmp_path / "p.json"),
+                                      "--clients", value])
+    assert result.exit_code == 2 and result.output.count("\n") == 1 and "--clients" in result.output
+
+
+def test_clients_on_the_hf_engine_is_one_line():
+    result = CliRunner().invoke(app, ["bench", "peers", "--clients", "1,2"])
+    assert result.exit_code == 2 and "--engine llama.cpp" in result.output and result.output.count("\n") == 1
+
+
+def test_more_slots_than_memory_allows_is_refused_with_the_estimate():
+    target = ModelMemory("/t.gguf", int(1 * GB), 100_000)  # 100 kB of KV cache a token
+    configs = [Contender(TARGET_ONLY), Contender(CONTROL), Contender("draft", ("-md", "/d.gguf"))]
+    draft = ModelMemory("/d.gguf", int(0.5 * GB), 50_000)
+    # a slot: 4096 x 100 kB = 0.41 GB of the target's KV (0.20 GB of the draft's), each model 0.27 GB more, weights mapped once
+    groups, too_large = load_groups(configs, target, (1, 2), 4096, int(6 * GB), mapped=True, memory=lambda path: draft)
+    assert [len(groups[n]) for n in (1, 2)] == [1, 1] and not too_large  # 4.0 and 5.4 GB
+    with pytest.raises(PolyplanError) as caught:  # the target alone at 16 slots: 7.8 GB
+        load_groups(configs, target, (1, 16), 4096, int(6 * GB), mapped=True, memory=lambda path: draft)
+    message = str(caught.value)
+    assert message.startswith("--clients 16: ") and "16 slots x 0.410 GB" in message and "at most 11 fit" in message
+    groups, too_large = load_groups(configs, target, (4,), 4096, int(5 * GB), mapped=True, memory=lambda path: draft)
+    assert [config.label for group in groups[4] for config in group] == [TARGET_ONLY, CONTROL]
+    assert too_large[("draft", 4)].startswith("not started: 4 slots need")
+
+
+# ----------------------------------------------------------------------------- the real build
+
+
+@pytest.mark.slow
+def test_a_real_server_with_two_slots_races_under_load_and_is_gone_afterwards(tmp_path):
+    from polyplan.engines.llama_cpp import build as llama_cpp_build
+    from tiny_gguf import write_tiny_gguf
+
+    build = llama_cpp_build.find_build()
+    if build is None:
+        pytest.skip(f"llama.cpp is not built; run `{llama_cpp_build.BUILD_COMMAND}`")
+    model = tmp_path / "tiny.gguf"
+    write_tiny_gguf(model)
+    started: list[LlamaServer] = []
+
+    def start(config: Contender, clients: int) -> LlamaServer:
+        server = LlamaServer(build.server, model, ("-t", "1", *slot_args(clients, 128), "--no-webui", *config.args),
+                             tmp_path / f"server-{clients}-{len(started)}.log")
+        started.append(server)
+        return server
+
+    configs = (Contender(TARGET_ONLY), Contender("ngram-simple (defaults)", ("--spec-type", "ngram-simple")))
+    prompts = [[5, 9, 33, 70, 101], [7, 7, 7, 7], [12, 40, 3], [99, 98, 97, 96, 95]]
+    runs, failures = race_under_load({2: (configs,)}, start, prompts, repeats=2, new_tokens=12, timeout_s=60)
+    assert not failures and not client_threads()
+    assert all(server.process.poll() is not None for server in started)
+    rows, levels = load_rows(configs, runs, failures, (2,))
+    target, ngram = rows
+    assert target.requests == 8 and target.decoded == 8 * 12 and target.speedup == pytest.approx(1.0)
+    assert target.equal_outputs == 8 and ngram.equal_outputs == 8  # greedy: the same answers, slot by slot
+    assert target.first_token_s > 0 and math.isfinite(ngram.speedup)
+    assert {request.client for run in runs for request in run.requests} == {0, 1}
+    assert "-np 2" in (tmp_path / "server-2-0.log").read_text().splitlines()[0].replace("'", "")
