@@ -243,21 +243,14 @@ def _llama_cpp_race(plan, prompts, candidates, new_tokens, repeats, max_prompts,
     return race, llama_peers_lines, ThreadChoice(race.threads, race.threads_source).line
 
 
-def _clients_option(text: str) -> tuple[int, ...]:
-    """`--clients`: positive integers, comma-separated, sorted and unique."""
-    parts = [part.strip() for part in text.split(",")]
-    if not text.strip() or not all(part.isdigit() and int(part) >= 1 for part in parts):
-        raise PolyplanError(f"--clients: give numbers of concurrent clients >= 1, comma-separated (e.g. 1,2,4), got {text!r}")
-    return tuple(sorted({int(part) for part in parts}))
-
-
 def _load_race(plan, prompts, candidates, new_tokens, repeats, max_prompts, threads, engine, clients, json_output) -> None:
     """`bench peers --engine llama.cpp --clients N,...` (`engines.llama_cpp.load_race`)."""
     from polyplan.cli.commands.progress import RaceLines
     from polyplan.formats.race import load_race_json
+    from polyplan.planner.llama_cpp.under_load import parse_clients
     from polyplan.profiler.threads import ThreadChoice
 
-    counts = _clients_option(clients)
+    counts = parse_clients(clients, "--clients")
     if engine != "llama.cpp":
         raise PolyplanError(f"--clients: races llama-server under load; add --engine llama.cpp ({engine} serves one request at a time)")
     if plan is None:
