@@ -128,3 +128,136 @@ def test_at_one_request_every_row_is_the_exports_own(captured):
                 assert got == pytest.approx(want, rel=1e-9), mine.label
     replayed = [config for config in today if config.interval is not None]
     assert len(replayed) >= 6  # every row above has its interval
+    at_four = rank_under_load(options, request, (4,))[0]
+    assert at_four.target_tokens_per_s > load.target_tokens_per_s  # a sub-linear T(k): batching pays the target alone
+    for config in today:  # T(k) grows 0.6 T(1) a row: every drafting row pays less with four in flight
+        if config.label != OFF:
+            assert at_four.config(config.label).speedup < config.speedup, config.label
+    assert at_four.limit < load.limit
+
+
+def _linear(a: float, b: float):
+    return lambda k: a + b * k
+
+
+HAND_LOOP = ServerLoop(per_request_s=0.0005, per_round_s=0.001, per_row_s=0.0001, per_ngram_round_s=0.0002)
+
+
+def test_two_slots_by_hand_one_whose_ngram_found_nothing():
+    """T(k) = 0.01 + 0.002 k. Request 0 (3 prompt rows) drafts 2 twice (2 then 1 accepted: 5
+    tokens); request 1 (2 prompt rows) finds no draft three times (3 tokens). Iteration 1 carries
+    both prompts (in no decode interval); 2 and 3 carry 3 + 1 rows; 4 request 1's last row alone."""
+    step = _linear(0.01, 0.002)
+    requests = [(ReplayRound(2, 2), ReplayRound(2, 1)), (ReplayRound(0, 0),) * 3]
+    run = simulate_load(requests, (0, 1), (3, 2), 2, step, HAND_LOOP)
+    ngram_round = 0.001 + 0.0002  # per round + per n-gram round, plus 0.0001 a drafted row
+    second = step(4) + (ngram_round + 0.0002) + ngram_round
+    third = step(4) + (ngram_round + 0.0002 + 0.0005) + ngram_round
+    fourth = step(1) + ngram_round + 0.0005
+    assert run.decode_s == pytest.approx((second + third, second + third + fourth), rel=1e-12)
+    assert run.union_s == pytest.approx(second + third + fourth, rel=1e-12)
+    assert run.tokens == (5, 3)
+    assert run.aggregate == pytest.approx(8 / run.union_s, rel=1e-12)
+    assert run.per_request == pytest.approx((5 / (second + third) + 3 / (second + third + fourth)) / 2, rel=1e-12)
+    assert run.counts[(0, 4)] == pytest.approx(2 * 3 / 4) and run.counts[(1, 4)] == pytest.approx(2 * 1 / 4)
+    attributed = sum(value * step(width) for (_, width), value in run.counts.items()) + sum(run.extra.values())
+    assert attributed == pytest.approx(run.union_s, rel=1e-12)
+    # the target alone: 2 slots of one row for three iterations, then request 0's last two alone
+    alone = simulate_load(under_load.target_rounds(requests), (0, 1), (3, 2), 2, step, HAND_LOOP, TARGET_ALONE)
+    both, single = step(2) + 2 * 0.001, step(1) + 0.001
+    assert alone.union_s == pytest.approx(3 * both + 0.0005 + 2 * single + 0.0005, rel=1e-12)
+    assert alone.union_s / run.union_s == pytest.approx(0.075 / 0.0554, rel=1e-9)
+
+
+def _rounds(requests: int, tokens: int, drafted: int, accepted: int):
+    return [(ReplayRound(drafted, accepted),) * (tokens // (accepted + 1)) for _ in range(requests)]
+
+
+def test_the_target_alone_gains_from_batching_on_a_sublinear_t_and_not_on_a_linear_one():
+    requests = [(ReplayRound(0, 0),) * (40 + 7 * i) for i in range(8)]  # requests end at different times
+    prompts, streams = (20,) * 8, tuple(range(8))
+    for step, gains in ((_linear(0.03, 0.002), True), (_linear(0.0, 0.01), False)):
+        rates = [simulate_load(requests, streams, prompts, b, step, HAND_LOOP, TARGET_ALONE).aggregate for b in (1, 2, 4)]
+        if gains:
+            assert rates[0] < rates[1] < rates[2]
+        else:  # linear: a batch costs its rows, and the others' prompts now stall the decoding
+            assert max(rates[1:]) < rates[0]
+
+
+def test_on_a_cpu_like_t_speculation_that_pays_at_one_request_pays_less_at_more():
+    step = _linear(0.03, 0.02)  # T(k) grows 0.4 T(1) a row: T(4) = 2.2 T(1), T(32) = 13.4 T(1)
+    rounds = _rounds(8, 60, 3, 2)  # every round drafts 3 and keeps 2
+    streams, prompts = tuple(range(8)), (10,) * 8
+    speedups = []
+    for b in (1, 2, 4, 8):
+        run = simulate_load(rounds, streams, prompts, b, step, NO_SERVER_LOOP)
+        alone = simulate_load(under_load.target_rounds(rounds), streams, prompts, b, step, NO_SERVER_LOOP, TARGET_ALONE)
+        speedups.append(alone.union_s / run.union_s)
+    assert speedups[0] > 1.2 and speedups[-1] < 1.0
+    assert all(a > b for a, b in zip(speedups, speedups[1:]))
+
+
+def test_a_prompt_delays_the_other_slots_decode():
+    """Client 1 decodes one long request; client 0's second request's prompt rides in one of its
+    iterations and makes it longer by the prompt's rows, T(1 + 1 + P) − T(1 + 1)."""
+    step = _linear(0.01, 0.001)
+    requests = [(ReplayRound(0, 0),) * 2, (ReplayRound(0, 0),) * 10, (ReplayRound(0, 0),) * 2]
+    decode = {}
+    for prompt in (1, 200):
+        run = simulate_load(requests, (0, 1, 2), (1, 1, prompt), 2, step, NO_SERVER_LOOP, TARGET_ALONE)
+        decode[prompt] = run.decode_s[1]
+    assert decode[200] - decode[1] == pytest.approx(step(1 + 200) - step(1 + 1), rel=1e-9)
+
+
+def test_the_physical_limit_at_one_request_is_physical_limits_and_falls_with_b():
+    curve = LatencyCurve(tuple(range(1, 65)), tuple(_cpu_curve(k) for k in range(1, 65)))
+    speedup, k = load_limit(curve, 1, 8)
+    reference = physical_limit(curve, k_max=8)
+    assert (speedup, k) == (pytest.approx(reference.speedup, rel=1e-12), reference.block_size)
+    limits = [load_limit(curve, b, 8)[0] for b in (1, 2, 4, 8)]
+    assert all(a > b for a, b in zip(limits, limits[1:]))
+    assert load_limit(LatencyCurve((1, 64), (0.01, 0.64)), 4, 8) == (1.0, 0)  # T(k) = k T(1): nothing pays
+
+
+@pytest.mark.parametrize("text", ["0", "-1", "two", "", "1,,2", "1.5", "2,0"])
+def test_bad_client_counts_are_one_line_naming_the_option(text):
+    with pytest.raises(PolyplanError, match="^--clients: ") as error:
+        parse_clients(text, "--clients")
+    assert "\n" not in str(error.value)
+
+
+def test_client_counts_are_sorted_and_unique():
+    assert parse_clients(" 4,1,2,2 ", "--concurrency") == (1, 2, 4)
+
+
+def test_missing_widths_name_what_is_measured_what_is_needed_and_the_command(captured):
+    _, request = captured["args"]
+    under_load.check_widths(request, (1, 2), 4, "polyplan profile --latency-ks 1-64")
+    with pytest.raises(PolyplanError) as error:
+        under_load.check_widths(request, (1, 4), 4, "polyplan profile --latency-ks 1-64")
+    text = str(error.value)
+    assert "up to 16" in text and "up to 20" in text and "polyplan profile --latency-ks 1-64" in text
+
+
+def _ranking(clients: int, chosen: str, rows: dict[str, tuple[float, tuple[float, float] | None]]) -> LoadRanking:
+    configs = tuple(LoadedConfig(label, (), clients, speedup, bounds, bounds, 10.0 * speedup, 10.0 * speedup / clients)
+                    for label, (speedup, bounds) in rows.items())
+    return LoadRanking(clients, configs, next(c for c in configs if c.label == chosen), 1.5, 10.0)
+
+
+def test_ranges_merge_ties_and_off_is_from_the_first_count_off_to_the_end():
+    off = (1.0, None)
+    rankings = [
+        _ranking(1, "a", {"a": (1.5, (1.3, 1.7)), "b": (1.2, (1.1, 1.3)), OFF: off}),
+        _ranking(2, "b", {"a": (1.25, (1.1, 1.4)), "b": (1.3, (1.2, 1.4)), OFF: off}),  # tied with a: one range
+        _ranking(4, OFF, {"a": (0.9, (0.8, 1.0)), "b": (0.95, (0.9, 1.0)), OFF: off}),
+        _ranking(8, OFF, {"a": (0.8, (0.7, 0.9)), OFF: off}),
+    ]
+    ranges = load_ranges(rankings)
+    assert [(r.first, r.last, r.config.label) for r in ranges] == [(1, 2, "a"), (4, 8, OFF)]
+    assert off_from(rankings) == 4
+    # control: b beyond a's interval at 2 splits the range; a count drafting again at the end clears off
+    split = [rankings[0], _ranking(2, "b", {"a": (1.05, (1.01, 1.1)), "b": (1.3, (1.2, 1.4)), OFF: off}), *rankings[2:]]
+    assert [(r.first, r.last, r.config.label) for r in load_ranges(split)] == [(1, 1, "a"), (2, 2, "b"), (4, 8, OFF)]
+    assert off_from([*rankings[:3], _ranking(8, "a", {"a": (1.2, (1.1, 1.3)), OFF: off})]) is None
+    assert off_from(rankings[:2]) is None

@@ -133,6 +133,12 @@ class LoadedCurve(LatencyCurve):
     def many(self, ks: np.ndarray) -> np.ndarray:
         return self.base.many(np.asarray(ks, dtype=float) * self.clients) / self.clients
 
+    def __call__(self, k: float) -> float:
+        """T_B(k); at an integer width it holds, the value it holds (the same number, read faster)."""
+        if float(k).is_integer() and 1 <= k <= len(self.seconds):
+            return self.seconds[int(k) - 1]
+        return float(self.many(np.asarray([k], dtype=float))[0])
+
 
 def loaded_curve(curve: LatencyCurve, clients: int) -> LoadedCurve:
     """`curve` as one of `clients` slots sees it (`LoadedCurve`)."""
@@ -193,6 +199,7 @@ def simulate_load(requests: Sequence[Sequence[ReplayRound]], stream_of: Sequence
     counts: dict[tuple[int, int], float] = {}
     extra: dict[int, float] = {}
     union = 0.0
+    priced: dict[int, float] = {}  # step(width), read once per width
     while any(slot is not None for slot in slots):
         rows, costs = [], []
         for slot in slots:
@@ -210,7 +217,9 @@ def simulate_load(requests: Sequence[Sequence[ReplayRound]], stream_of: Sequence
                 rows.append(drafted + 1)
                 costs.append(loop.round_s(drafted, kind) + (loop.per_request_s if at == len(rounds) - 1 else 0.0))
         width = sum(rows)
-        seconds = step(width) + sum(costs)
+        if width not in priced:
+            priced[width] = step(width)
+        seconds = priced[width] + sum(costs)
         decoding = [slot is not None and slot[1] >= 0 for slot in slots]
         if any(decoding):
             union += seconds
@@ -506,9 +515,16 @@ class _Ranker:
 
     # -- draft-model rows
 
-    def stalls(self, clients: int, rows: int) -> float:
-        curve = self.request.pricing.target_curve
-        return sum(prompt_stall(curve, clients, rows, prompt) for prompt, _ in self.requests[clients:])
+    def stalls(self, clients: int, rows: int, curve: LatencyCurve | None = None) -> float:
+        """The prompts' stalls (`prompt_stall`) summed over the workload's requests but the
+        first `clients`, which start together before any decode interval; `curve`: the target's
+        T(k) (None: the pricing's)."""
+        curve = self.request.pricing.target_curve if curve is None else curve
+        prompts = np.asarray([prompt for prompt, _ in self.requests[clients:]], dtype=float)
+        if clients == 1 or not len(prompts):
+            return 0.0
+        full = (clients - 1) / clients * curve(clients * rows)
+        return float(np.sum(curve.many((clients - 1) * rows + prompts)) - len(prompts) * full)
 
     def drafted_row(self, item: _Drafted, clients: int) -> RankedConfig:
         pricing = item.pricing
@@ -556,13 +572,10 @@ class _Ranker:
         speedups = np.asarray([
             _loaded_speedup(loaded.predict(item.drafter, acceptance, item.k,
                                            curves=(loaded_curve(target_curve, clients), loaded_curve(drafter_curve, clients))),
-                            self.loop, self.requests, (self._stalls_on(target_curve, clients, item.k + 1),
-                                                       self._stalls_on(target_curve, clients, 1)))
+                            self.loop, self.requests, (self.stalls(clients, item.k + 1, target_curve),
+                                                       self.stalls(clients, 1, target_curve)))
             for acceptance, target_curve, drafter_curve in zip(replicates.acceptance, replicates.target, replicates.drafter)])
         return percentile_interval(point, speedups, measured, replicates.stretch)
-
-    def _stalls_on(self, curve: LatencyCurve, clients: int, rows: int) -> float:
-        return sum(prompt_stall(curve, clients, rows, prompt) for prompt, _ in self.requests[clients:])
 
     def alpha_row(self, label: str, flags, option, clients: int) -> RankedConfig:
         """An n-gram drafter priced by α (nothing replayed), on loaded curves."""
@@ -632,10 +645,12 @@ def load_limit(step: Callable[[int], float], clients: int, k_max: int, loop: Ser
 
 
 def needed_width(request: ServerRanking, clients: Sequence[int] | int, k_max: int) -> int:
-    """The widest target decode the decision reads at `clients`: B·(K + 1) of a fixed-K row at
-    the largest K searched, and B of the target alone."""
+    """The widest target decode the decision reads at `clients`: B·(K + 1) of a fixed-K row (K
+    up to `k_max`, or a race's larger `--spec-draft-n-max`) at the largest B; the target alone
+    reads B."""
     most = max(clients) if isinstance(clients, Sequence) else int(clients)
-    return most * (k_max + 1)
+    drafts = [draft.n_max for draft in (draft_simple_flags(flags) for flags in request.replay_also) if draft is not None]
+    return most * (max([k_max, *drafts]) + 1)
 
 
 def measured_width(request: ServerRanking) -> int:
@@ -643,16 +658,19 @@ def measured_width(request: ServerRanking) -> int:
     return max(request.pricing.target_curve.ks)
 
 
-def check_widths(request: ServerRanking, clients: Sequence[int], k_max: int, command: str) -> None:
+def check_widths(request: ServerRanking, clients: Sequence[int], k_max: int, command: str,
+                 option: str = "--concurrency") -> None:
     """Nothing where the target's T(k) reaches every width the decision at `clients` reads.
 
     Raises:
-        PolyplanError: the widths measured, the widths needed and `command`, which measures them.
+        PolyplanError: one line naming `option`, the widths measured, the widths needed and
+            `command`, which measures them.
     """
     needed, measured = needed_width(request, clients, k_max), measured_width(request)
     if needed > measured:
-        raise PolyplanError(f"--concurrency {','.join(str(c) for c in sorted(set(clients)))}: the target's T(k) is measured "
-                            f"at widths up to {measured}, and {max(clients)} requests at K up to {k_max} need widths up to "
+        counts = ",".join(str(count) for count in sorted(set(clients)))
+        raise PolyplanError(f"{option} {counts}: the target's T(k) is measured at widths up to {measured}, and "
+                            f"{max(clients)} requests in flight at K up to {needed // max(clients) - 1} need widths up to "
                             f"{needed}; measure them with: {command}")
 
 
