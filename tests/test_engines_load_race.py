@@ -321,6 +321,43 @@ def test_a_choice_within_its_measured_interval_of_the_fastest_is_tied():
     assert load_rows(configs, sharp, {}, (1,), ranking)[1][0].choice == "slower"  # control: no spread, no tie
 
 
+def test_the_race_under_load_races_every_ranked_configuration_at_each_clients_and_leaves_nothing(fake_binary, tmp_path):
+    """`race_load`: the raced configurations and a ranked one none of them runs, each at 1 and 2
+    clients on fake servers of N slots, a row per (configuration, clients), the plan's choice
+    judged at each; a configuration too large for memory is a row saying so."""
+    from polyplan.planner.llama_cpp.ranking import OFF
+
+    started: list[LlamaServer] = []
+    contexts: list[int] = []
+
+    def start(config: Contender, clients: int, context: int, name: str) -> LlamaServer:
+        contexts.append(context)
+        server = LlamaServer(fake_binary, tmp_path / "m.gguf", (*slot_args(clients, context), *config.args),
+                             tmp_path / f"server-{name}.log", start_timeout_s=20)
+        started.append(server)
+        return server
+
+    raced = [Contender(TARGET_ONLY), Contender(CONTROL), Contender("big", ("-md", "/big.gguf"))]
+    ranked = FakeLoaded("ranked only", ("--spec-type", "ngram-map-k"), 1, 1.1, (0.9, 1.3))
+    off = FakeLoaded(OFF, (), 1, 1.0, (1.0, 1.0))
+    rankings = {n: FakeRanking(n, (ranked, off), ranked, 2.0) for n in (1, 2)}
+    target = ModelMemory("/t.gguf", 1000, 10)
+    big = ModelMemory("/big.gguf", 10**12, 10)
+    rows, levels, context = load_race.race_load(raced, rankings, [[1, 2, 3], [4, 5]], start, (1, 2), target, mapped=True,
+                                                repeats=2, new_tokens=3, timeout_s=10, available=10**11,
+                                                memory=lambda path: big)
+    assert context == 3 + 3 + load_race.SLOT_HEADROOM and set(contexts) == {context}
+    assert [(row.label, row.clients) for row in rows] == [(label, n) for n in (1, 2)
+                                                          for label in (TARGET_ONLY, CONTROL, "big", "ranked only")]
+    assert all(server.process.poll() is not None for server in started) and len(started) == 6 and not client_threads()
+    assert "-np 2 -c 140" in (tmp_path / "server-2-3.log").read_text().splitlines()[0]
+    at = {(row.label, row.clients): row for row in rows}
+    assert at[("big", 2)].failure.startswith("not started: 2 slots need")
+    assert at[("ranked only", 2)].chosen and at[("ranked only", 2)].requests == 4 and at[("ranked only", 2)].repeats == 2
+    assert at[("ranked only", 1)].verdict in ("inside", "within noise", "outside")
+    assert [level.chosen for level in levels] == ["ranked only", "ranked only"] and levels[1].limit == 2.0
+
+
 # ----------------------------------------------------------------------------- bad input
 
 

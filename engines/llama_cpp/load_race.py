@@ -420,6 +420,11 @@ def run_llama_load_race(plan_path, clients: Sequence[int], *, prompts_path=None,
     if target.source_kind != "gguf":
         raise PolyplanError(f"{plan_path}: target {target.name!r} is not a GGUF file; llama-server runs only GGUF")
     prompts = validation_prompt_set(prompts_path, max_prompts=max_prompts)
+    tokenizer = AutoTokenizer.from_pretrained(str(tokenizer_folder_for_gguf(target.source)), local_files_only=True)
+    encoded = [prompt.ids for prompt in encode_for(prompts, tokenizer)]
+    target_memory = gguf_memory(target.source)
+    load_groups([Contender(TARGET_ONLY)], target_memory, clients, slot_context(encoded, new_tokens), usable_memory(),
+                mapped=False)  # more slots than memory allows: said before anything is priced or started
     exported = export_from_files(plan_path, "llama.cpp", candidates_path=candidates_path, log=log)
     files = engine_files(candidates)
     raced = server_configs(plan, exported, candidates, files)
@@ -427,27 +432,17 @@ def run_llama_load_race(plan_path, clients: Sequence[int], *, prompts_path=None,
                                workload=ReplayWorkload(new_tokens, repeats, len(prompts.prompts)),
                                replay_also=[ranked_flags(config) for config in raced])
     rankings, predicted_note = _rankings(export, clients)
-    configs = with_ranked(raced, rankings)
-    tokenizer = AutoTokenizer.from_pretrained(str(tokenizer_folder_for_gguf(target.source)), local_files_only=True)
-    encoded = [prompt.ids for prompt in encode_for(prompts, tokenizer)]
-    context = slot_context(encoded, new_tokens)
-    mapped = "--no-repack" in export.server_flags
-    available = usable_memory()
-    groups, too_large = load_groups(configs, gguf_memory(target.source), clients, context, available, mapped=mapped)
-    log(f"memory: each server at N slots of {context} tokens (-c N x {context}), {available / GB:.1f} GB available; "
-        + "; ".join(f"{count} client(s): {len(groups[count])} group(s)" for count in clients))
     logs = cache_root() / "engines" / "logs" / time.strftime("%Y%m%d-%H%M%S-load")
-    index = {config.label: number for number, config in enumerate(configs)}
 
-    def start(config: Contender, count: int) -> LlamaServer:
+    def start(config: Contender, count: int, context: int, name: str) -> LlamaServer:
         log(f"starting llama-server ({count} slot(s)): {config.label}")
         args = ("-t", str(choice.threads), "-tb", str(choice.threads), *slot_args(count, context), "--no-webui", "--no-warmup",
                 *export.server_flags, *config.args)
-        return LlamaServer(build.server, Path(target.source), args, logs / f"server-{count}-{index[config.label]}.log")
+        return LlamaServer(build.server, Path(target.source), args, logs / f"server-{name}.log")
 
-    runs, failures = race_under_load(groups, start, encoded, repeats=repeats, new_tokens=new_tokens, timeout_s=timeout_s,
-                                     log=log, on_run=on_run)
-    rows, levels = load_rows(configs, runs, {**too_large, **failures}, clients, rankings)
+    rows, levels, context = race_load(raced, rankings, encoded, start, clients, target_memory,
+                                      mapped="--no-repack" in export.server_flags, repeats=repeats, new_tokens=new_tokens,
+                                      timeout_s=timeout_s, log=log, on_run=on_run)
     import llama_cpp
 
     notes = (("prediction", predicted_note),
@@ -458,6 +453,33 @@ def run_llama_load_race(plan_path, clients: Sequence[int], *, prompts_path=None,
     about = (("llama_cpp_version", llama_cpp.__version__), ("chat_template", str(not prompts.raw)), ("logs", str(logs)))
     return LoadRace("llama.cpp", clients, rows, levels, len(encoded), new_tokens, repeats, choice.threads, context, choice.source,
                     notes, about)
+
+
+def race_load(raced: Sequence[Contender], rankings: Mapping[int, object], prompts: Sequence[Sequence[int]],
+              start: Callable[[Contender, int, int, str], contextlib.AbstractContextManager], clients: Sequence[int],
+              target: ModelMemory, *, mapped: bool, repeats: int, new_tokens: int, timeout_s: float = REQUEST_TIMEOUT_S,
+              available: int | None = None, memory: Callable[[str], ModelMemory] = gguf_memory, log=lambda line: None,
+              on_run=None) -> tuple[tuple[LoadRow, ...], tuple[LoadLevel, ...], int]:
+    """The race under load of `raced` and every configuration `rankings` holds besides
+    (`with_ranked`) on `prompts` at each of `clients`: memory groups (`load_groups`, `available`
+    None: the machine's usable memory), the race (`race_under_load`; `start(config, N, slot
+    context, name)` a server with N slots of that many tokens, `name` unique for its log), the
+    rows and levels (`load_rows`); and the slot context.
+
+    Raises:
+        PolyplanError: more slots than memory allows (`load_groups`).
+    """
+    configs = with_ranked(raced, rankings)
+    context = slot_context(prompts, new_tokens)
+    available = usable_memory() if available is None else available
+    groups, too_large = load_groups(configs, target, clients, context, available, mapped=mapped, memory=memory)
+    log(f"memory: each server at N slots of {context} tokens (-c N x {context}), {available / GB:.1f} GB available; "
+        + "; ".join(f"{count} client(s): {len(groups[count])} group(s)" for count in clients))
+    index = {config.label: number for number, config in enumerate(configs)}
+    runs, failures = race_under_load(groups, lambda config, count: start(config, count, context, f"{count}-{index[config.label]}"),
+                                     prompts, repeats=repeats, new_tokens=new_tokens, timeout_s=timeout_s, log=log, on_run=on_run)
+    rows, levels = load_rows(configs, runs, {**too_large, **failures}, clients, rankings)
+    return rows, levels, context
 
 
 def _rankings(export, clients: Sequence[int]) -> tuple[dict[int, object], str]:
