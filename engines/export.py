@@ -28,11 +28,12 @@ def export_from_files(
     plan_path: PathLike, engine: str, *, profile_path: PathLike | None = None, candidates_path: PathLike | None = None,
     in_process: bool = False, workload: ReplayWorkload | None = None, measure: bool = True,
     streams: tuple[TargetStream, ...] | None = None, agreements: tuple[PairAgreement, ...] = (), replay_also=(),
-    log=lambda line: None,
+    log=lambda line: None, clients: tuple[int, ...] = (1,),
 ) -> EngineExport:
     """Export the plan at `plan_path` to `engine` (`planner.engine_export.export_plan`), with the
     profile and models.yaml the plan records unless given. llama.cpp: priced with llama.cpp's own
-    numbers (`engines.llama_cpp.prices`) unless `measure` is False. `streams` and `agreements`
+    numbers (`engines.llama_cpp.prices`) unless `measure` is False, the target's T(k) measured to
+    the widths `clients` concurrent requests reach (`engines.load_plan`). `streams` and `agreements`
     replace the profile's (a race priced on its own prompts, `engines.llama_cpp.race_agreement`).
 
     Raises:
@@ -60,7 +61,7 @@ def export_from_files(
         if measure and loadable(engine, candidates.by_name(plan.target), files.get(plan.target))[2] is None:
             from polyplan.engines.llama_cpp.prices import export_prices
 
-            prices = export_prices(plan, profile, candidates, files, flags, log=log)
+            prices = export_prices(plan, profile, candidates, files, flags, log=log, clients=clients)
     if streams is not None:
         profile = profile.with_streams(streams)
         if prices is not None:

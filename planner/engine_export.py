@@ -83,6 +83,7 @@ class EngineExport:
     ranking_notes: tuple[str, ...] = ()  # llama.cpp only: how the ranking was predicted, and what it leaves out
     unexported: str = ""  # why no drafter is exported (`chosen` None): the target alone is the answer
     prices: LlamaCppPrices | None = None  # llama.cpp only: the numbers it was priced with (None: the profile's)
+    server_request: ServerRanking | None = None  # llama.cpp and vLLM: what a ranking under load reads (`planner.llama_cpp.under_load`)
 
     def whole_call_example(self) -> tuple[int, int, float] | None:
         """(prompt tokens, new tokens, predicted whole-call speedup) of one example `generate`
@@ -276,10 +277,12 @@ def export_plan(
     unexported = ""
     if not typeable:
         unexported = "; ".join(f"{o.drafter}: {o.reason}" for o in others) or f"the profile has no drafter for {plan.target!r}"
-    ranking, notes = ((), ())
+    ranking, notes, request = (), (), None
+    if engine != "hf":
+        request = ServerRanking(pricing, plan.target, sampling, workload, () if prices is None else prices.notes, plan_policy(plan),
+                                k_max, replay_also)
     if engine == "llama.cpp":
-        ranking, notes = rank_server_configs(ranked + others, ServerRanking(
-            pricing, plan.target, sampling, workload, () if prices is None else prices.notes, plan_policy(plan), k_max, replay_also))
+        ranking, notes = rank_server_configs(ranked + others, request)
     return EngineExport(
         engine=engine,
         target=plan.target,
@@ -302,4 +305,5 @@ def export_plan(
         ),
         unexported=unexported,
         prices=prices,
+        server_request=request,
     )

@@ -179,6 +179,10 @@ def recommend(
         "--new-tokens", help="The answer length the plan is for: acceptance is read over the first N tokens of each "
         "profiled continuation (it changes along an answer; default: all the profile measured). validate then "
         "decodes N tokens by default.")] = None,
+    concurrency: Annotated[str, typer.Option(
+        "--concurrency", help="After the plan, llama-server's best configuration at each number of concurrent requests, "
+        "comma-separated (e.g. 1,2,4), priced as `polyplan export --engine llama.cpp` prices it (default 1: the plan "
+        "alone, as before).")] = "1",
 ) -> None:
     """Rank every chain of the profiled models with its best block sizes and write the plan.
 
@@ -189,6 +193,7 @@ def recommend(
     _check_up_front(profile, candidates, max_levels, k_max, seed, out, prompts, raw_prompts, resamples, cache_dir, device, threads,
                     new_tokens, repriced_out)
     parsed_budget = _budget(budget, candidates)
+    clients = _clients(concurrency, out)
     mode = SamplingMode.parse(sampling or "greedy", "--sampling")
     options = dict(max_levels=max_levels, k_max=k_max, block_sizes=search, sampling=mode.key, seed=seed, resamples=resamples,
                    new_tokens=new_tokens)
@@ -210,14 +215,22 @@ def recommend(
                                                recommended.profiled)
         if not json_output:
             typer.echo(f"profile {profiled.path}: {profiled.measured} entries measured, {profiled.reused} reused; {choice.line}")
+    under_load = None if clients is None else _under_load(out, clients, candidates)  # before printing: a refusal is its one line
     if json_output:
         from polyplan.formats.plan import encode_plan
 
-        echo_json(encode_plan(plan))  # the plan as saved to --out (profile digest included)
+        payload = encode_plan(plan)  # the plan as saved to --out (profile digest included)
+        if under_load is not None:
+            from polyplan.engines.load_plan import load_json
+
+            payload = {**payload, "under_load": load_json(*under_load)}  # printed, not saved: the plan file is one request's
+        echo_json(payload)
         return
     from polyplan.planner.intervals.width import wide_interval_lines
 
     typer.echo("\n".join(table_lines(result)))
+    if under_load is not None:
+        typer.echo("\n".join(_under_load_lines(*under_load)))
     if check_lines:
         typer.echo("\n" + "\n".join(check_lines))
     wide = wide_interval_lines(plan)
@@ -292,6 +305,42 @@ def _check_up_front(profile, candidates, max_levels, k_max, seed, out, prompts, 
         from polyplan.models.devices import check_device
 
         check_device(device)
+
+
+def _clients(text: str, out: Path | None) -> tuple[int, ...] | None:
+    """--concurrency read (None: one request, the plan alone); the section under load exports
+    the plan written to --out."""
+    from polyplan.planner.llama_cpp.under_load import parse_clients
+
+    clients = parse_clients(text, "--concurrency")
+    if clients == (1,):
+        return None
+    if out is None:
+        raise PolyplanError("--concurrency: the section under load exports the plan written to --out; give --out")
+    return clients
+
+
+def _under_load(out: Path, clients: tuple[int, ...], candidates: Path | None):
+    """(the llama.cpp export of the plan at `out`, its plan under load), priced as `polyplan
+    export --engine llama.cpp --concurrency` prices it (`engines.export.export_from_files`)."""
+    from polyplan.engines.export import export_from_files
+    from polyplan.engines.load_plan import models_yaml, plan_under_load
+
+    try:
+        export = export_from_files(out, "llama.cpp", log=log_line, clients=clients)
+    except PolyplanError as error:
+        raise PolyplanError(f"--concurrency: llama-server cannot serve this plan ({error}); {out} is written, for one request") from None
+    return export, plan_under_load(export, clients, models_yaml(out, candidates))
+
+
+def _under_load_lines(export, under_load) -> list[str]:
+    """The section under load after the plan: how it was priced and the plan per load."""
+    from polyplan.engines.load_plan import load_lines
+
+    lines = ["", "polyplan's own decoder (generate, validate) serves one request at a time: the plan above is for one request; "
+                 "under load, llama-server as `polyplan export --engine llama.cpp` prices it:"]
+    lines += [f"  ({note})" for note in export.ranking_notes]
+    return lines + load_lines(export, under_load)
 
 
 DEFAULT_BUDGET = "30m"  # a guard against runaway profiling of large models; the shipped family needs a few minutes

@@ -92,13 +92,29 @@ class ServerCalibration:
         return LatencyCurve(ks, tuple(sum(curve.seconds[j] for curve in curves) / len(curves) for j in range(len(ks))))
 
 
+def price_widths(clients: Sequence[int] = (1,), k_max: int = 0) -> tuple[int, ...]:
+    """The widths the target's T(k) is measured at for `clients` concurrent requests: `PRICE_KS`
+    (one request), and with B requests in flight, whose drafts llama-server verifies in one
+    decode, the widths up to B times the widest (B·(k_max + 1) where that is wider), at steps
+    of a half and a third (96, 128, 192, 256, ...) so that the curve between them is
+    interpolated, not extended from its last slope."""
+    most = max(clients, default=1)
+    widest = most * max(PRICE_KS[-1], k_max + 1) if most > 1 else PRICE_KS[-1]
+    extra, power = [], PRICE_KS[-1]
+    while power < widest:
+        extra += [width for width in (power * 3 // 2, power * 2) if width < widest]
+        power *= 2
+    return PRICE_KS + tuple(extra) + ((widest,) if widest > PRICE_KS[-1] else ())
+
+
 def prices_for(source: PriceSource, profile: Profile, plan_target: str, *, reuse: Collection[str] = frozenset(),
                build=None, log: Callable[[str], None] = lambda line: None,
                latency: Callable | None = None, decode_streams: Callable | None = None,
-               calibrate: Callable | None = None) -> LlamaCppPrices:
+               calibrate: Callable | None = None, ks: Sequence[int] = PRICE_KS) -> LlamaCppPrices:
     """llama.cpp's numbers for `source` (module docstring), from the cache when kept there.
 
-    `reuse`: the models whose profile entry already is llama.cpp's on that file at these threads
+    `ks`: the target's widths (`price_widths`; the cache key holds them). `reuse`: the models
+    whose profile entry already is llama.cpp's on that file at these threads
     (their T(k), and the target's streams, come from `profile`). `build` None: the server's loop
     is not calibrated. The calibration (`calibrate_server`) is kept by what changes it: this
     processor, the bindings, the target's and the first draft model's files, the threads, the
@@ -120,11 +136,11 @@ def prices_for(source: PriceSource, profile: Profile, plan_target: str, *, reuse
         streams = () if runs is None else runs.streams
         notes.append(f"priced from the profile: T(k) and greedy streams of {plan_target!r} are llama.cpp's on {where} already")
     else:
-        target = _latency_entry(latency, source.target, fingerprint, source.threads, PRICE_KS, log)
+        target = _latency_entry(latency, source.target, fingerprint, source.threads, tuple(ks), log)
         key = _key("streams", fingerprint, source.threads, fingerprint_tokens(source.prompts), source.new_tokens)
         streams = () if not source.prompts else _cached(key, tuple[TargetStream, ...], lambda: decode_streams(
             source.target, source.threads, source.prompts, source.new_tokens, log))
-        notes.append(f"priced by llama.cpp: T(k), k = 1 … {PRICE_KS[-1]}, and {len(streams)} greedy streams measured through the "
+        notes.append(f"priced by llama.cpp: T(k), k = 1 … {max(ks)}, and {len(streams)} greedy streams measured through the "
                      f"bindings on {where} (cached by the file's fingerprint)")
     drafters = {}
     for name, path in source.drafters.items():
@@ -182,10 +198,12 @@ def calibrated_step(requests: Sequence[ServerRequest]) -> float | None:
 
 
 def export_prices(plan, profile: Profile, candidates, files: Mapping[str, str], server_flags: Sequence[str] = (), *,
-                  log: Callable[[str], None] = lambda line: None, **measure) -> LlamaCppPrices:
+                  log: Callable[[str], None] = lambda line: None, clients: Sequence[int] = (1,), **measure) -> LlamaCppPrices:
     """What `polyplan export --engine llama.cpp` prices `plan` with (`prices_for` at the plan's
     threads on the profile's prompts); the profile's own numbers, with one line saying why, where
-    the bindings are missing. `files`: `engines.export.engine_files`; `measure`: to `prices_for`."""
+    the bindings are missing. `files`: `engines.export.engine_files`; `clients`: the concurrent
+    requests asked, whose widths (`price_widths`) are measured, the target's profile entry reused
+    only where it holds them; `measure`: to `prices_for`."""
     from polyplan.engines.llama_cpp.build import find_build
     from polyplan.planner.engine_export import loadable
     from polyplan.profiler.threads import plan_threads
@@ -214,8 +232,11 @@ def export_prices(plan, profile: Profile, candidates, files: Mapping[str, str], 
     for candidate in [target, *(candidates.by_name(name) for name in drafters)]:
         if candidate.engine == "llama.cpp" and recorded is not None and candidate.name in names:
             reuse.add(candidate.name)
+    widths = price_widths(clients, plan.search.k_max or 0)
+    if widths[-1] > PRICE_KS[-1] and max((point.k for point in own.latency), default=0) < widths[-1]:
+        reuse.discard(plan.target)  # the profile's T(k) lacks the widths under load: measured through the bindings
     source = PriceSource(Path(target_file), drafters, threads, prompts, new_tokens, tuple(server_flags))
-    prices = prices_for(source, profile, plan.target, reuse=reuse, build=find_build(), log=log, **measure)
+    prices = prices_for(source, profile, plan.target, reuse=reuse, build=find_build(), log=log, ks=widths, **measure)
     if target.engine != "llama.cpp":
         what = f"{target.source_kind} {target.source}" if target.derive is None else f"derived from {target.derive.base!r}"
         line = (f"the plan's target {plan.target!r} runs on torch ({what}): llama.cpp's numbers are measured for "
