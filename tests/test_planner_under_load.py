@@ -261,3 +261,33 @@ def test_ranges_merge_ties_and_off_is_from_the_first_count_off_to_the_end():
     assert [(r.first, r.last, r.config.label) for r in load_ranges(split)] == [(1, 1, "a"), (2, 2, "b"), (4, 8, OFF)]
     assert off_from([*rankings[:3], _ranking(8, "a", {"a": (1.2, (1.1, 1.3)), OFF: off})]) is None
     assert off_from(rankings[:2]) is None
+
+
+class _Counting:
+    """A rule whose state crosses requests: it drafts as many tokens as requests it has begun."""
+
+    def __init__(self):
+        self.begun = 0
+
+    def begin(self, prompt):
+        self.begun += 1
+
+    def draft(self, history, sampled):
+        return [sampled] * self.begun
+
+    def accept(self, accepted):
+        pass
+
+
+def test_a_rule_whose_state_is_each_slots_replays_each_clients_requests_with_its_own():
+    from polyplan.planner.llama_cpp.ngram_rules import replay_request, replay_session
+
+    streams = _streams()
+    session = replay_session(streams, _Counting, repeats=2)
+    assert under_load.slot_sessions(streams, _Counting, session, 1, None) == session
+    split = under_load.slot_sessions(streams, _Counting, session, 2, None)
+    fresh = _Counting()
+    own = [replay_request(fresh, streams[i]) for i in (1, 3, 5, 1, 3, 5)]  # client 1's requests, its own state
+    assert [split.requests[i] for i in range(1, 12, 2)] == own
+    assert split.stream_of == session.stream_of
+    assert split.drafted < session.drafted  # control: one state across all requests has begun more of them

@@ -17,6 +17,7 @@ what it leaves out: docs/cost-model.md, "Under load: B requests in flight". Pure
 from __future__ import annotations
 
 import dataclasses
+import functools
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
@@ -32,7 +33,8 @@ from polyplan.planner.exact.latency import LatencyCurve, curve_from_profile
 from polyplan.planner.exact.ngram_replay import ReplayRound, target_streams
 from polyplan.planner.intervals.prediction_interval import pair_replicates, percentile_interval
 from polyplan.planner.llama_cpp.export import RESAMPLES, DraftPricing, ServerRanking, best_block, ranking_replicates
-from polyplan.planner.llama_cpp.ngram_rules import LLAMA_CPP_RULES, NGramSimpleRule, SessionReplay, replay_session, rule_for_flags
+from polyplan.planner.llama_cpp.ngram_rules import (LLAMA_CPP_RULES, DraftRule, NGramSimpleRule, SessionReplay, replay_session,
+                                                    rule_for_flags)
 from polyplan.planner.llama_cpp.policy import draft_simple_flags, policy_notes, policy_rounds, server_policy, server_view
 from polyplan.planner.llama_cpp.ranking import (LEVEL, OFF, ORDERS, RankedConfig, Replicates, choose_config,
                                                 llama_cpp_spec_flags, ranked, request_orders)
@@ -282,13 +284,32 @@ def _run_seconds(runs: Sequence[LoadRun], streams: int, replicates: Replicates, 
 # Ranking at each load
 
 
+SLOT_STATE_TYPES = ("ngram-map-k", "ngram-map-k4v", "ngram-cache")  # each slot keeps its own state (common/speculative.cpp)
+
+
 @dataclass(frozen=True)
 class _Replayed:
-    """One replayed configuration: its label, flags and sessions (one per request order)."""
+    """One replayed configuration: its label, flags, sessions (one per request order, replayed
+    as one slot serves them all), its rule, and whether each slot keeps the rule's state."""
 
     label: str
     flags: tuple[str, ...]
     sessions: tuple[SessionReplay, ...]
+    make_rule: Callable[[], DraftRule]
+    per_slot: bool = False
+
+
+def slot_sessions(streams: Sequence[TargetStream], make_rule: Callable[[], DraftRule], session: SessionReplay,
+                  clients: int, new_tokens: int | None) -> SessionReplay:
+    """`session`'s requests replayed as `clients` slots serve them when each slot keeps its
+    own rule state: slot c replays requests c, c + B, ... in turn with its own rule."""
+    requests: list = [None] * len(session.stream_of)
+    for client in range(clients):
+        served = list(range(client, len(requests), clients))
+        replay = replay_session(streams, make_rule, new_tokens=new_tokens, order=[session.stream_of[i] for i in served])
+        for index, rounds in zip(served, replay.requests):
+            requests[index] = rounds
+    return SessionReplay(tuple(requests), session.stream_of)
 
 
 @dataclass(frozen=True)
@@ -321,7 +342,7 @@ def _replayed_configs(options: Sequence[EngineOption], request: ServerRanking,
     replayed, by_alpha, seen = [], [], set()
     if streams:
         for kind, (make_rule, flags) in LLAMA_CPP_RULES.items():
-            replayed.append(_Replayed(f"{kind} (defaults)", tuple(flags), sessions(make_rule)))
+            replayed.append(_Replayed(f"{kind} (defaults)", tuple(flags), sessions(make_rule), make_rule, kind in SLOT_STATE_TYPES))
     for option in (o for o in options if o.reason is None and o.method == "ngram"):
         size_n, k = option.ngram_sizes[1], option.block_size
         flags = tuple(llama_cpp_spec_flags("ngram", k, "", option.ngram_sizes))
@@ -330,14 +351,16 @@ def _replayed_configs(options: Sequence[EngineOption], request: ServerRanking,
         seen.add(flags)
         label = f"ngram-simple size-n={size_n} K={k}"
         if streams:
-            replayed.append(_Replayed(label, flags, sessions(lambda size_n=size_n, k=k: NGramSimpleRule(size_n, k))))
+            make = functools.partial(NGramSimpleRule, size_n, k)
+            replayed.append(_Replayed(label, flags, sessions(make), make))
         elif option.prediction is not None:
             by_alpha.append((label, flags, option))
     for flags in request.replay_also if streams else ():
         rule = rule_for_flags(flags)
         if rule is not None and tuple(flags) not in seen and all(tuple(flags) != item.flags for item in replayed):
             seen.add(tuple(flags))
-            replayed.append(_Replayed(rule[0], tuple(flags), sessions(rule[1])))
+            replayed.append(_Replayed(rule[0], tuple(flags), sessions(rule[1]), rule[1],
+                                      rule[0].split(" ")[0] in SLOT_STATE_TYPES))
     return replayed, by_alpha
 
 
@@ -460,6 +483,7 @@ class _Ranker:
         self.widest = max(pricing.target_curve.ks)
         self._targets: dict[tuple, LoadRun] = {}
         self._pairs: dict[tuple, object] = {}
+        self._slot_sessions: dict[tuple, tuple[SessionReplay, ...]] = {}
         self.replicates: Replicates | None = None
 
     # -- replayed rows
@@ -487,9 +511,21 @@ class _Ranker:
                                                  pricing.context_length, self.request.workload.prompts)
         return self.replicates
 
+    def sessions(self, item: _Replayed, clients: int) -> tuple[SessionReplay, ...]:
+        """`item`'s sessions as `clients` slots serve them (`slot_sessions` where each slot keeps
+        its own state; one slot's replay is every slot's otherwise)."""
+        if not item.per_slot or clients == 1:
+            return item.sessions
+        key = (item.label, clients)
+        if key not in self._slot_sessions:
+            self._slot_sessions[key] = tuple(slot_sessions(self.streams, item.make_rule, session, clients,
+                                                           self.request.workload.new_tokens) for session in item.sessions)
+        return self._slot_sessions[key]
+
     def replayed_row(self, item: _Replayed, clients: int) -> tuple[RankedConfig, LoadRun]:
-        runs = [self.run(session, clients) for session in item.sessions]
-        bases = [self.run(session, clients, target=True) for session in item.sessions]
+        sessions = self.sessions(item, clients)
+        runs = [self.run(session, clients) for session in sessions]
+        bases = [self.run(session, clients, target=True) for session in sessions]
         speedups = [base.union_s / run.union_s for run, base in zip(runs, bases)]
         median = int(np.argsort(speedups, kind="stable")[len(runs) // 2])
         point = speedups[median]
@@ -589,7 +625,7 @@ class _Ranker:
         """The target alone's (aggregate, per-request) decode tokens/s at `clients`: simulated
         over the workload in its own order where there are streams, else on the loaded curve."""
         if self.replayed:
-            run = self.run(self.replayed[0].sessions[0], clients, target=True)
+            run = self.run(self.replayed[0].sessions[0], clients, target=True)  # its tokens: every configuration's
             return run.aggregate, run.per_request
         curve = self.request.pricing.target_curve
         aggregate = 1.0 / (curve(clients) / clients + self.loop.per_round_s)
