@@ -11,6 +11,7 @@ from polyplan.formats.overhead import LoopOverhead
 from polyplan.planner.exact.latency import LatencyCurve, constant_curve
 from polyplan.planner.exact.physical_limit import physical_limit
 from polyplan.planner.exact.verify_width import monotone_envelope
+from polyplan.planner.llama_cpp.under_load import load_limit
 from polyplan.planner.paper.at_load import (
     BATCHED,
     SEQUENTIAL,
@@ -203,3 +204,13 @@ def test_bad_input_names_the_culprit():
         drafting_step(DRAFTER, 2, "interleaved")
     with pytest.raises(PolyplanError, match="block_sizes"):
         loaded_times((TARGET, MIDDLE, DRAFTER), (3,), 2)
+
+
+def test_the_limit_at_load_is_the_server_models_without_its_loop():
+    """`planner.llama_cpp.under_load.load_limit` prices llama-server's limit at B with the server's
+    loop; without it, on a curve that never falls (nothing to pad), it is this limit."""
+    monotone = LatencyCurve((1, 2, 4, 8, 16), (0.010, 0.0121, 0.0160, 0.0290, 0.0560))
+    for clients in range(1, 17):
+        ours = limit_at_load(monotone, clients, k_max=15)
+        speedup, block = load_limit(monotone, clients, 15)
+        assert (ours.speedup, ours.block_size) == (pytest.approx(speedup, rel=1e-12), block)
