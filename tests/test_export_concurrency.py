@@ -7,8 +7,9 @@ the ranges and a command per range when the choice changes, "off from N requests
 per-batch-size schedule written into its speculative config, with the version it is for and what
 it was predicted from; the widths llama.cpp's prices measure for N requests (and the cache keyed by
 them); and every bad input one line and exit 2. The rankings under load are fakes where a test is
-about what is printed (the cost model under load has its own tests); the widths refusal is the
-cost model's own.
+about what is printed (the cost model under load has its own tests); one test runs the real one
+through the CLI (at one request it is the export's own ranking); the widths refusal is the cost
+model's own.
 """
 
 from __future__ import annotations
@@ -52,9 +53,9 @@ def _profile(ks=(1, 2, 4, 8)) -> Profile:
     return profile
 
 
-def _workspace(root: Path, engine: str) -> Path:
-    """A plan of the synthetic profile whose target and draft model `engine` can load (dummy files:
-    nothing is loaded), with its profile and models.yaml recorded."""
+def _workspace(root: Path, engine: str, ks=(1, 2, 4, 8)) -> Path:
+    """A plan of the synthetic profile (T(k) timed at `ks`) whose target and draft model `engine`
+    can load (dummy files: nothing is loaded), with its profile and models.yaml recorded."""
     root.mkdir(parents=True, exist_ok=True)
     for source in SOURCES[engine]:
         path = root / source
@@ -62,7 +63,7 @@ def _workspace(root: Path, engine: str) -> Path:
     yaml = _yaml(engine)
     candidates = parse_candidates(yaml, base_dir=root, origin="models.yaml")
     prints = candidate_fingerprints(candidates)
-    profile = _profile()
+    profile = _profile(ks)
     profile = dataclasses.replace(profile, models=tuple(dataclasses.replace(m, fingerprint=prints[m.name]) for m in profile.models),
                                   profiler=ProfilerRecord(candidates={"path": str(root / "models.yaml"), "yaml": yaml}))
     write_profile(profile, root / "profile.json")
@@ -220,6 +221,23 @@ def test_recommend_adds_the_section_under_load_priced_as_the_export(llama_plan, 
                                  "--concurrency", "1,2", "--json").stdout)
     assert payload["under_load"]["clients"] == [1, 2]
     assert "under_load" not in json.loads((tmp_path / "plan.json").read_text())  # the plan file is one request's
+
+
+def test_the_model_under_load_is_wired_to_the_exports_own_ranking(tmp_path):
+    """The real ranking under load (no fake), on a profile timed to the widths 4 requests need:
+    at one request its choice is the export's recommendation at the same speedup, and the
+    aggregate tokens/s it prints are the target alone's times that speedup."""
+    plan = _workspace(tmp_path / "llama", "llama.cpp", ks=(1, 2, 4, 8, 16, 32, 64))
+    result = _invoke("export", "--plan", plan, "--engine", "llama.cpp", "--profile-prices", "--concurrency", "1,4", "--json")
+    assert result.exit_code == 0, result.output
+    payload = json.loads(result.stdout)
+    first, last = payload["under_load"]["rankings"]
+    assert first["chosen"]["label"] == payload["recommended"]["label"]
+    assert first["chosen"]["predicted_speedup"] == pytest.approx(payload["recommended"]["predicted_speedup"], rel=1e-9)
+    for ranking in (first, last):
+        chosen = ranking["chosen"]
+        assert chosen["tokens_per_s"] == pytest.approx(chosen["predicted_speedup"] * ranking["target_tokens_per_s"], rel=1e-6)
+    assert last["clients"] == 4 and last["target_tokens_per_s"] > first["target_tokens_per_s"]
 
 
 # --------------------------------------------------------------------------- vLLM
