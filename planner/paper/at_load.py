@@ -122,7 +122,9 @@ def speedup_at_load(
 
 @dataclass(frozen=True)
 class LoadedInsertion:
-    """Theorem 3.2 at B: the batched times it was fed and its analysis on them."""
+    """Theorem 3.2 at B: the batched times it was fed and its analysis on them. The analysis's eq. 1
+    and eq. 2 are then seconds per token of every sequence, B tokens in all (divide by B for the
+    aggregate seconds per token); their difference has the sign of the aggregate one."""
 
     clients: int
     t1: float  # T_1 = T̃_1(B (K_1 + 1)): the upper model's verification pass
