@@ -291,3 +291,23 @@ def test_a_rule_whose_state_is_each_slots_replays_each_clients_requests_with_its
     assert [split.requests[i] for i in range(1, 12, 2)] == own
     assert split.stream_of == session.stream_of
     assert split.drafted < session.drafted  # control: one state across all requests has begun more of them
+
+
+def test_the_loaded_pricing_of_a_fixed_draft_is_the_simulation_with_its_tail_left_out():
+    """Every slot drafting K = 3 and keeping all: the loaded curves (T(B·k)/B a slot) with the
+    other slots' prompt stalls give the simulation's speedup exactly at one request and within
+    3 % at 2 and 4 (what they leave out: the start and the tail with fewer slots)."""
+    curve = LatencyCurve(tuple(range(1, 65)), tuple(0.03 + 0.004 * k for k in range(1, 65)))
+    rng = np.random.default_rng(0)
+    lengths = [4 * int(x) for x in rng.integers(8, 30, size=24)]
+    prompts = [int(x) for x in rng.integers(10, 60, size=24)]
+    requests = [(ReplayRound(3, 3),) * (n // 4) for n in lengths]
+    fixed, tokens = 24 * LOOP.per_request_s, sum(lengths)
+    for clients, tolerance in ((1, 1e-12), (2, 0.03), (4, 0.03)):
+        run = simulate_load(requests, tuple(range(24)), prompts, clients, curve, LOOP)
+        alone = simulate_load(under_load.target_rounds(requests), tuple(range(24)), prompts, clients, curve, LOOP, TARGET_ALONE)
+        per_token = (curve(clients * 4) / clients + LOOP.round_s(3, NGRAM)) / 4
+        baseline = curve(clients) / clients + LOOP.per_round_s
+        stalls = [under_load.prompt_stalls(curve, clients, rows, prompts[clients:]) for rows in (4, 1)]
+        loaded = (fixed + stalls[1] + baseline * tokens) / (fixed + stalls[0] + per_token * tokens)
+        assert loaded == pytest.approx(alone.union_s / run.union_s, rel=tolerance), clients

@@ -444,14 +444,16 @@ def workload_prompts(streams: Sequence[TargetStream], request: ServerRanking) ->
     return requests * request.workload.repeats
 
 
-def prompt_stall(step: Callable[[int], float], clients: int, rows: int, prompt: int) -> float:
-    """Seconds a new request's prompt adds to the other slots' decoding when every slot decodes
-    `rows` rows an iteration: the iteration carrying it costs T((B − 1)·rows + P) where B − 1
-    slots make the progress of (B − 1)/B of a full iteration T(B·rows). None of it is in a decode
-    interval when no other slot decodes (B = 1)."""
-    if clients == 1:
+def prompt_stalls(curve: LatencyCurve, clients: int, rows: int, prompts: Sequence[int]) -> float:
+    """Seconds new requests' prompts add to the other slots' decoding when every slot decodes
+    `rows` rows an iteration, summed over `prompts` (each prompt's tokens): the iteration
+    carrying a prompt of P tokens costs T((B − 1)·rows + P), in which B − 1 slots make the
+    progress of (B − 1)/B of a full iteration T(B·rows). None of it is in a decode interval
+    when no other slot decodes (B = 1)."""
+    if clients == 1 or not len(prompts):
         return 0.0
-    return step((clients - 1) * rows + prompt) - (clients - 1) / clients * step(clients * rows)
+    full = (clients - 1) / clients * curve(clients * rows)
+    return float(np.sum(curve.many((clients - 1) * rows + np.asarray(prompts, dtype=float))) - len(prompts) * full)
 
 
 def _loaded_speedup(prediction: ChainPrediction, loop: ServerLoop, requests: list[tuple[int, int]], stalls: tuple[float, float]) -> float:
@@ -552,15 +554,11 @@ class _Ranker:
     # -- draft-model rows
 
     def stalls(self, clients: int, rows: int, curve: LatencyCurve | None = None) -> float:
-        """The prompts' stalls (`prompt_stall`) summed over the workload's requests but the
-        first `clients`, which start together before any decode interval; `curve`: the target's
-        T(k) (None: the pricing's)."""
+        """The prompts' stalls (`prompt_stalls`) of the workload's requests but the first
+        `clients`, which start together before any decode interval; `curve`: the target's T(k)
+        (None: the pricing's)."""
         curve = self.request.pricing.target_curve if curve is None else curve
-        prompts = np.asarray([prompt for prompt, _ in self.requests[clients:]], dtype=float)
-        if clients == 1 or not len(prompts):
-            return 0.0
-        full = (clients - 1) / clients * curve(clients * rows)
-        return float(np.sum(curve.many((clients - 1) * rows + prompts)) - len(prompts) * full)
+        return prompt_stalls(curve, clients, rows, [prompt for prompt, _ in self.requests[clients:]])
 
     def drafted_row(self, item: _Drafted, clients: int) -> RankedConfig:
         pricing = item.pricing
