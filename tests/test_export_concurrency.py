@@ -280,12 +280,16 @@ def test_a_vllm_schedule_starts_at_one_and_merges_equal_neighbours():
 
 
 def test_llama_cpps_prices_measure_the_widths_n_requests_reach():
-    from polyplan.engines.llama_cpp.prices import PRICE_KS, price_widths
+    from polyplan.engines.llama_cpp.prices import PRICE_KS, draft_widths, price_widths
 
     assert price_widths() == price_widths((1,)) == PRICE_KS  # one request: as before
     assert price_widths((1, 2, 4)) == PRICE_KS + (96, 128, 192, 256)
     assert price_widths((3,)) == PRICE_KS + (96, 128, 192)
-    assert max(price_widths((8,))) == 8 * PRICE_KS[-1]
+    assert max(price_widths((8,))) == 8 * PRICE_KS[-1] and max(price_widths((2,), k_max=99)) == 200
+    # a draft model: its draft step B rows wide, its second decode of the verified batches B·(K + 1)
+    assert draft_widths((1,), k_max=8) == ((1, 2, 4, 8), tuple(range(1, 17)))
+    assert draft_widths((1, 4), k_max=8) == ((1, 2, 4, 8), tuple(range(1, 17)) + (24, 32, 36))
+    assert draft_widths((16,), k_max=3)[0] == (1, 2, 4, 8, 12, 16)
 
 
 def test_the_widths_are_in_the_prices_cache_key(tmp_path, monkeypatch):

@@ -92,28 +92,44 @@ class ServerCalibration:
         return LatencyCurve(ks, tuple(sum(curve.seconds[j] for curve in curves) / len(curves) for j in range(len(ks))))
 
 
-def price_widths(clients: Sequence[int] = (1,), k_max: int = 0) -> tuple[int, ...]:
-    """The widths the target's T(k) is measured at for `clients` concurrent requests: `PRICE_KS`
-    (one request), and with B requests in flight, whose drafts llama-server verifies in one
-    decode, the widths up to B times the widest (B·(k_max + 1) where that is wider), at steps
-    of a half and a third (96, 128, 192, 256, ...) so that the curve between them is
-    interpolated, not extended from its last slope."""
-    most = max(clients, default=1)
-    widest = most * max(PRICE_KS[-1], k_max + 1) if most > 1 else PRICE_KS[-1]
-    extra, power = [], PRICE_KS[-1]
+def wider(base: Sequence[int], widest: int) -> tuple[int, ...]:
+    """`base`, and beyond its last width the widths up to `widest` at steps of a half and a
+    third (from 64: 96, 128, 192, 256, ...), so that a curve between them is interpolated, not
+    extended from its last slope."""
+    extra, power = [], base[-1]
     while power < widest:
         extra += [width for width in (power * 3 // 2, power * 2) if width < widest]
         power *= 2
-    return PRICE_KS + tuple(extra) + ((widest,) if widest > PRICE_KS[-1] else ())
+    return tuple(base) + tuple(extra) + ((widest,) if widest > base[-1] else ())
+
+
+def price_widths(clients: Sequence[int] = (1,), k_max: int = 0) -> tuple[int, ...]:
+    """The widths the target's T(k) is measured at for `clients` concurrent requests: `PRICE_KS`
+    (one request), and with B requests in flight, whose drafts llama-server verifies in one
+    decode, up to B times the widest (B·(k_max + 1) where that is wider; `wider`)."""
+    most = max(clients, default=1)
+    return wider(PRICE_KS, most * max(PRICE_KS[-1], k_max + 1)) if most > 1 else PRICE_KS
+
+
+def draft_widths(clients: Sequence[int] = (1,), k_max: int = 0) -> tuple[tuple[int, ...], tuple[int, ...]]:
+    """A draft model's widths for `clients` concurrent requests: its T_d(k) (with B slots drafting
+    together, one row each, a draft step is B wide) and its last-row-only second decode of the
+    verified batches (B·(k_max + 1) wide); `_DRAFTER_KS` and `REEVAL_KS` for one request."""
+    most = max(clients, default=1)
+    if most == 1:
+        return _DRAFTER_KS, REEVAL_KS
+    return wider(_DRAFTER_KS, most), wider(REEVAL_KS, most * (k_max + 1))
 
 
 def prices_for(source: PriceSource, profile: Profile, plan_target: str, *, reuse: Collection[str] = frozenset(),
                build=None, log: Callable[[str], None] = lambda line: None,
                latency: Callable | None = None, decode_streams: Callable | None = None,
-               calibrate: Callable | None = None, ks: Sequence[int] = PRICE_KS) -> LlamaCppPrices:
+               calibrate: Callable | None = None, ks: Sequence[int] = PRICE_KS,
+               draft_ks: tuple[Sequence[int], Sequence[int]] = (_DRAFTER_KS, REEVAL_KS)) -> LlamaCppPrices:
     """llama.cpp's numbers for `source` (module docstring), from the cache when kept there.
 
-    `ks`: the target's widths (`price_widths`; the cache key holds them). `reuse`: the models
+    `ks`: the target's widths (`price_widths`), `draft_ks` a draft model's (`draft_widths`);
+    the cache keys hold them. `reuse`: the models
     whose profile entry already is llama.cpp's on that file at these threads
     (their T(k), and the target's streams, come from `profile`). `build` None: the server's loop
     is not calibrated. The calibration (`calibrate_server`) is kept by what changes it: this
@@ -147,7 +163,7 @@ def prices_for(source: PriceSource, profile: Profile, plan_target: str, *, reuse
         if name in reuse:
             drafters[name] = profile.model(name)
             continue
-        drafters[name] = _latency_entry(latency, path, file_fingerprint(path), source.threads, _DRAFTER_KS, log)
+        drafters[name] = _latency_entry(latency, path, file_fingerprint(path), source.threads, tuple(draft_ks[0]), log)
     measured = sorted(name for name in drafters if name not in reuse)
     if measured:
         notes.append(f"draft models' T_d(k) measured through the bindings at {source.threads} thread(s): {', '.join(measured)}")
@@ -160,10 +176,11 @@ def prices_for(source: PriceSource, profile: Profile, plan_target: str, *, reuse
                      "`polyplan engines build llama.cpp`); priced with polyplan's loop")
     else:
         for name, path in source.drafters.items():  # only llama-server re-decodes a verified batch on the draft model
-            reevaluations[name] = _latency_entry(latency, path, file_fingerprint(path), source.threads, REEVAL_KS, log, "reeval")
+            reevaluations[name] = _latency_entry(latency, path, file_fingerprint(path), source.threads, tuple(draft_ks[1]), log,
+                                                 "reeval")
         if reevaluations:
             notes.append(f"draft models' second decode of a verified batch in llama-server (the last row only), k = 1 … "
-                         f"{REEVAL_KS[-1]}, measured through the bindings at {source.threads} thread(s): {', '.join(sorted(reevaluations))}")
+                         f"{max(draft_ks[1])}, measured through the bindings at {source.threads} thread(s): {', '.join(sorted(reevaluations))}")
         drafter_files = {name: str(path) for name, path in list(source.drafters.items())[:1]}  # the first draft model
         key = _key("server", fingerprint, source.threads, build.version, source.server_flags,
                    [file_fingerprint(path) for path in drafter_files.values()], calibration_texts(),
@@ -232,11 +249,13 @@ def export_prices(plan, profile: Profile, candidates, files: Mapping[str, str], 
     for candidate in [target, *(candidates.by_name(name) for name in drafters)]:
         if candidate.engine == "llama.cpp" and recorded is not None and candidate.name in names:
             reuse.add(candidate.name)
-    widths = price_widths(clients, plan.search.k_max or 0)
+    k_max = plan.search.k_max or 8  # the export's own default (`planner.engine_export.export_plan`)
+    widths = price_widths(clients, k_max)
     if widths[-1] > PRICE_KS[-1] and max((point.k for point in own.latency), default=0) < widths[-1]:
         reuse.discard(plan.target)  # the profile's T(k) lacks the widths under load: measured through the bindings
     source = PriceSource(Path(target_file), drafters, threads, prompts, new_tokens, tuple(server_flags))
-    prices = prices_for(source, profile, plan.target, reuse=reuse, build=find_build(), log=log, ks=widths, **measure)
+    prices = prices_for(source, profile, plan.target, reuse=reuse, build=find_build(), log=log, ks=widths,
+                        draft_ks=draft_widths(clients, k_max), **measure)
     if target.engine != "llama.cpp":
         what = f"{target.source_kind} {target.source}" if target.derive is None else f"derived from {target.derive.base!r}"
         line = (f"the plan's target {plan.target!r} runs on torch ({what}): llama.cpp's numbers are measured for "
