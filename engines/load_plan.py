@@ -21,6 +21,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from polyplan.formats.errors import PolyplanError
+from polyplan.formats.options import MAX_BLOCK_SIZE
 from polyplan.planner.engine_export import EngineExport
 from polyplan.planner.llama_cpp.ranking import LEVEL, llama_cpp_spec_flags
 from polyplan.planner.llama_cpp.under_load import (LoadedConfig, LoadRange, LoadRanking, check_widths, load_ranges, needed_width,
@@ -71,13 +72,18 @@ def models_yaml(plan_path, candidates_path=None) -> str:
 
 def profile_command(candidates_file: str, needed: int) -> str:
     """`polyplan profile` timing the target's T(k) to width `needed`: its default widths, then
-    steps of a half and a third (24, 32, 48, 64, ...) up to `needed`."""
+    steps of a half and a third (24, 32, 48, 64, ...) up to `needed`; what to do instead where
+    `needed` is wider than `--latency-ks` takes."""
     widths, power = [k for k in PROFILE_KS if k < needed], PROFILE_KS[-1]
     while power < needed:
         widths += [width for width in (power * 3 // 2, power * 2) if width < needed]
         power *= 2
     widths.append(needed)
-    return f"polyplan profile --candidates {shlex.quote(candidates_file)} --latency-ks {','.join(map(str, sorted(set(widths))))}"
+    command = f"polyplan profile --candidates {shlex.quote(candidates_file)} --latency-ks {','.join(map(str, sorted(set(widths))))}"
+    if needed > MAX_BLOCK_SIZE:
+        command += (f" (--latency-ks takes widths up to {MAX_BLOCK_SIZE}: ask for fewer concurrent requests or a smaller "
+                    "--k-max, or price with llama.cpp's own numbers)")
+    return command
 
 
 def plan_under_load(export: EngineExport, clients: Sequence[int], candidates_file: str = "models.yaml") -> LoadPlan:
