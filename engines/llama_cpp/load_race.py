@@ -32,6 +32,7 @@ from polyplan.formats.race import LoadLevel, LoadRace, LoadRow
 
 SPEC_DEFAULT = "llama.cpp default (--spec-default)"
 SLOT_HEADROOM = 64  # tokens of a slot's context beyond the longest prompt and its new tokens (a last draft's)
+CONTEXT_PAD = 256  # llama.cpp pads a context up to a multiple of this (a slot's too, so that -c divides evenly)
 REQUEST_TIMEOUT_S = 600.0  # one request's limit: a load run always ends
 UNMATCHED = "not predicted under load (the plan ranks no such configuration)"
 
@@ -340,8 +341,11 @@ def with_ranked(configs: Sequence[Contender], rankings: Mapping[int, object]) ->
 
 
 def slot_context(prompts: Sequence[Sequence[int]], new_tokens: int) -> int:
-    """Tokens one slot needs: the longest prompt, its new tokens and `SLOT_HEADROOM`."""
-    return max((len(prompt) for prompt in prompts), default=0) + new_tokens + SLOT_HEADROOM
+    """Tokens one slot needs: the longest prompt, its new tokens and `SLOT_HEADROOM`, rounded up
+    to `CONTEXT_PAD` (the context llama.cpp allocates: it pads `-c`, then divides it among the
+    slots), so the memory estimate counts what the server holds."""
+    need = max((len(prompt) for prompt in prompts), default=0) + new_tokens + SLOT_HEADROOM
+    return -(-need // CONTEXT_PAD) * CONTEXT_PAD
 
 
 def load_groups(configs: Sequence[Contender], target: ModelMemory, clients: Sequence[int], context: int, available: int, *,
