@@ -423,3 +423,65 @@ def test_a_real_server_with_two_slots_races_under_load_and_is_gone_afterwards(tm
     assert {request.client for run in runs for request in run.requests} == {0, 1}
     log = (tmp_path / "server-2-0.log").read_text()
     assert "-np 2 -c 1024" in log.splitlines()[0] and "n_ctx_seq (512)" in log  # -c is divided among the slots
+
+
+@pytest.mark.slow
+def test_bench_peers_clients_races_a_tiny_plan_end_to_end(tmp_path, monkeypatch, short_calibrations):
+    """The command itself on a tiny profiled GGUF pair (its own cache; the pinned build; priced
+    from the profile, as a plan whose target llama.cpp's own calibration cannot run is): a row
+    per configuration and clients, a level per clients; then more slots than memory allows is one
+    line and exit 2, before any server starts."""
+    import json
+
+    import yaml
+
+    from polyplan.engines.llama_cpp import build as llama_cpp_build
+    from polyplan.engines.llama_cpp import prices as llama_cpp_prices
+    from polyplan.engines.llama_cpp import race_memory
+    from polyplan.formats.profile import read_profile
+    from polyplan.planner.plan_builder import planned_from_profile
+    from tiny_gguf import write_tiny_gguf
+
+    pytest.importorskip("llama_cpp")
+    build = llama_cpp_build.find_build()
+    if build is None:
+        pytest.skip(f"llama.cpp is not built; run `{llama_cpp_build.BUILD_COMMAND}`")
+    monkeypatch.setenv("POLYPLAN_CACHE_DIR", str(tmp_path / "cache"))
+    monkeypatch.setattr(llama_cpp_build, "find_build", lambda *a: build)
+    monkeypatch.setattr(llama_cpp_prices, "export_prices", lambda *a, **k: None)  # priced from the profile: no calibration
+    write_tiny_gguf(tmp_path / "target.gguf")
+    write_tiny_gguf(tmp_path / "small.gguf", seed=1, layers=1)
+    lines = [json.dumps({"turns": [" ".join(f"w{(7 * i + j) % 60 + 4}" for j in range(20))]}) for i in range(3)]
+    (tmp_path / "prompts.jsonl").write_text("\n".join(lines) + "\n")
+    models = tmp_path / "models.yaml"
+    models.write_text("candidates:\n  - {name: target, source: ./target.gguf, target: true, engine: llama.cpp}\n"
+                      "  - {name: small, source: ./small.gguf, engine: llama.cpp}\n"
+                      "  - {name: ngram, derive: {kind: ngram-simple, size_n: 2}}\n")
+    done = CliRunner().invoke(app, ["profile", "--candidates", str(models), "--prompts", str(tmp_path / "prompts.jsonl"),
+                                    "--out", str(tmp_path / "profile.json"), "--threads", "1", "--temperatures", "0",
+                                    "--no-decoded", "--new-tokens", "12", "--latency-ks", "1,2,3,4,6,8,12,16,18", "--context-lengths", "8,16",
+                                    "--repeats", "3", "--warmup", "1", "--noise-budget", "0"])
+    assert done.exit_code == 0, done.output
+    plan = tmp_path / "plan.json"
+    planned_from_profile(read_profile(tmp_path / "profile.json"), plan, profile_path=str(tmp_path / "profile.json"),
+                         candidates={"path": str(models), "yaml": yaml.safe_load(models.read_text()), "device": None},
+                         k_max=8)  # 2 slots at K up to 8 read widths up to 18, all profiled
+    command = ["bench", "peers", "--engine", "llama.cpp", "--plan", str(plan), "--prompts", str(tmp_path / "prompts.jsonl"),
+               "--max-prompts", "2", "--repeats", "1", "--new-tokens", "8", "--threads", "1"]
+    result = CliRunner().invoke(app, [*command, "--clients", "1,2", "--json"])
+    assert result.exit_code == 0, result.output
+    payload = json.loads(result.stdout)
+    assert payload["format"] == "polyplan load race" and payload["clients"] == [1, 2]
+    labels = {row["label"] for row in payload["rows"]}
+    assert {TARGET_ONLY, CONTROL, SPEC_DEFAULT} <= labels
+    assert all(sum(row["label"] == label for row in payload["rows"]) == 2 for label in labels)
+    target = [row for row in payload["rows"] if row["label"] == TARGET_ONLY]
+    assert all(row["failure"] is None and row["requests"] == 2 and row["speedup"] == pytest.approx(1.0) for row in target)
+    assert [level["clients"] for level in payload["levels"]] == [1, 2]
+    assert payload["notes"]["prediction"].startswith("predicted: the plan under load")  # every width 2 slots read was profiled
+    assert all(row["predicted_speedup"] == 1.0 for row in target) and all(level["chosen"] for level in payload["levels"])
+    assert all(level["limit"] >= 1.0 and level["spec_default"] == SPEC_DEFAULT for level in payload["levels"])
+    assert sum(row["chosen"] for row in payload["rows"]) == 2  # one choice at each clients
+    monkeypatch.setattr(race_memory, "available_memory", lambda *a: int(0.3 * GB))
+    refused = CliRunner().invoke(app, [*command, "--clients", "64"])
+    assert refused.exit_code == 2 and "--clients 64:" in refused.output and "ask fewer clients" in refused.output, refused.output

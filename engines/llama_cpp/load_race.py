@@ -35,6 +35,7 @@ SLOT_HEADROOM = 64  # tokens of a slot's context beyond the longest prompt and i
 CONTEXT_PAD = 256  # llama.cpp pads a context up to a multiple of this (a slot's too, so that -c divides evenly)
 REQUEST_TIMEOUT_S = 600.0  # one request's limit: a load run always ends
 UNMATCHED = "not predicted under load (the plan ranks no such configuration)"
+UNPREDICTED = "not predicted (the plan was not ranked under load: the prediction line says why)"
 
 
 @dataclass(frozen=True)
@@ -237,7 +238,7 @@ def _row(config: Contender, clients: int, runs: Sequence[LoadRun], failure: str 
                  predicted_tokens_per_s=None if predicted is None else predicted.tokens_per_s,
                  chosen=predicted is not None and ranking is not None and config.label != CONTROL
                  and tuple(predicted.flags) == tuple(ranking.chosen.flags) and config.args != ("--spec-default",),
-                 unjudged=None if predicted is not None or ranking is None else UNMATCHED)
+                 unjudged=None if predicted is not None else UNMATCHED if ranking is not None else UNPREDICTED)
     if config.label == CONTROL and ranking is not None:
         known.update(predicted_speedup=1.0, predicted_interval=(1.0, 1.0), unjudged=None)
     if failure is not None:
