@@ -25,7 +25,7 @@ from polyplan.formats.options import MAX_BLOCK_SIZE
 from polyplan.planner.engine_export import EngineExport
 from polyplan.planner.llama_cpp.ranking import LEVEL, llama_cpp_spec_flags
 from polyplan.planner.llama_cpp.under_load import (LoadedConfig, LoadRange, LoadRanking, check_widths, load_ranges, needed_width,
-                                                   off_from, rank_under_load)
+                                                   off_from, rank_under_load, ranked_block_size)
 
 SLOT_CONTEXT = 4096  # tokens of context per llama-server slot (`-c` is shared by the `-np` slots; llama.cpp's own floor)
 VLLM_VERSION = "0.24.0"  # the first vLLM release whose speculative_config takes `VLLM_SCHEDULE_KEY` (docs/engines.md)
@@ -100,7 +100,8 @@ def plan_under_load(export: EngineExport, clients: Sequence[int], candidates_fil
     if export.engine == "hf" or request is None:
         raise PolyplanError(ONE_AT_A_TIME)
     if export.engine == "llama.cpp":
-        check_widths(request, clients, request.k_max, profile_command(candidates_file, needed_width(request, clients, request.k_max)))
+        k = ranked_block_size(export.options, request)
+        check_widths(request, clients, k, profile_command(candidates_file, needed_width(request, clients, k)))
         rankings = rank_under_load(export.options, request, clients)
         return LoadPlan("llama.cpp", clients, rankings, load_ranges(rankings), off_from(rankings))
     option = export.chosen

@@ -321,7 +321,7 @@ def test_a_profile_without_the_widths_names_the_command_that_measures_them(llama
     lines = result.stderr.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("error: ") and "--latency-ks" in lines[0], result.stderr
     assert "polyplan profile --candidates" in lines[0] and result.stdout == ""
-    assert lines[0].endswith("--latency-ks 1,2,3,4,6,8,12,16,24,32,36")  # 4 requests at K up to 8
+    assert lines[0].endswith("--latency-ks 1,2,3,4,6,8,12,16,20")  # 4 requests at the ranked rows' K up to 4
     wide = load_plan.profile_command("models.yaml", 200)
     assert "--latency-ks 1,2,3,4,6,8,12,16,24,32,48,64,96,128,192,200 (--latency-ks takes widths up to 128" in wide
 

@@ -311,3 +311,14 @@ def test_the_loaded_pricing_of_a_fixed_draft_is_the_simulation_with_its_tail_lef
         stalls = [under_load.prompt_stalls(curve, clients, rows, prompts[clients:]) for rows in (4, 1)]
         loaded = (fixed + stalls[1] + baseline * tokens) / (fixed + stalls[0] + per_token * tokens)
         assert loaded == pytest.approx(alone.union_s / run.union_s, rel=tolerance), clients
+
+
+def test_the_widths_needed_are_those_of_the_ranked_rows_not_the_search_limit(captured):
+    """A plan searched to the widest width timed would otherwise always ask for B times it."""
+    options, request = captured["args"]
+    k = under_load.ranked_block_size(options, request)
+    fixed = [option.block_size for option in options if option.reason is None and option.block_size]
+    assert fixed and k >= max(fixed)
+    wide = dataclasses.replace(request, k_max=max(request.pricing.target_curve.ks))
+    assert under_load.ranked_block_size(options, wide) <= max(request.pricing.target_curve.ks)
+    assert under_load.needed_width(wide, (1, 2), k) == 2 * (k + 1)

@@ -687,6 +687,15 @@ def needed_width(request: ServerRanking, clients: Sequence[int] | int, k_max: in
     return most * (max([k_max, *drafts]) + 1)
 
 
+def ranked_block_size(options: Sequence[EngineOption], request: ServerRanking) -> int:
+    """The largest K a fixed-K row of the ranking drafts (every row keeps the K chosen at one
+    request): the options' block sizes and the plan's confidence stop's K (`needed_width`'s
+    `k_max`, so that a plan searched to the widest width timed does not ask for B times it)."""
+    sizes = [option.block_size for option in options if option.reason is None and option.block_size]
+    rows, _ = _policy_config(options, request)
+    return max([1, *sizes, *(row.k for row in rows)])
+
+
 def measured_width(request: ServerRanking) -> int:
     """The widest target decode whose T(k) the pricing holds."""
     return max(request.pricing.target_curve.ks)
