@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import signal
 from typing import Annotated
 
 import typer
@@ -47,5 +48,12 @@ app.add_typer(zoo.app, name="zoo")
 
 
 def main() -> None:
-    """Console-script entry point."""
+    """Console-script entry point. A SIGTERM (a `kill`, a job scheduler's stop) unwinds the command
+    as Ctrl-C does, so no llama-server, lock or half-written file outlives it (Python's default
+    ends the process without leaving any `with` block)."""
+    signal.signal(signal.SIGTERM, _terminated)
     app()
+
+
+def _terminated(signum, frame) -> None:
+    raise SystemExit(128 + signum)

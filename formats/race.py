@@ -299,3 +299,24 @@ def load_race_json(race: LoadRace) -> dict:
             "rows": [dataclasses.asdict(row) | {"verdict": row.verdict, "error": row.error, "judgement": row.judgement()}
                      for row in race.rows],
             "levels": [dataclasses.asdict(level) for level in race.levels]}
+
+
+def read_load_race_file(path: Path) -> LoadRace:
+    """The race under load in `path`, as `load_race_json` wrote it.
+
+    Raises:
+        PolyplanError: the file cannot be read or is not a race under load's JSON.
+    """
+    try:
+        payload = json.loads(path.read_text(encoding="utf-8"))
+        if payload.get("format") != LOAD_FORMAT or payload.get("version") != LOAD_VERSION:
+            raise ValueError(f"format {payload.get('format')!r} version {payload.get('version')!r}")
+        row_names = {field.name for field in dataclasses.fields(LoadRow)}
+        level_names = {field.name for field in dataclasses.fields(LoadLevel)}
+        rows = tuple(LoadRow(**{key: _tuples(value) for key, value in row.items() if key in row_names}) for row in payload["rows"])
+        levels = tuple(LoadLevel(**{key: value for key, value in level.items() if key in level_names}) for level in payload["levels"])
+        return LoadRace(payload["engine"], tuple(payload["clients"]), rows, levels, payload["prompts"], payload["new_tokens"],
+                        payload["repeats"], payload["threads"], payload["slot_context"], payload.get("threads_source", ""),
+                        tuple(payload["notes"].items()), tuple(payload["about"].items()))
+    except (OSError, ValueError, KeyError, TypeError, AttributeError) as error:
+        raise PolyplanError(f"{path}: not the JSON `polyplan bench peers --clients ... --json` prints ({error})") from None

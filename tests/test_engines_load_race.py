@@ -17,6 +17,7 @@ import statistics
 import sys
 import textwrap
 import threading
+import time
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -485,3 +486,45 @@ def test_bench_peers_clients_races_a_tiny_plan_end_to_end(tmp_path, monkeypatch,
     monkeypatch.setattr(race_memory, "available_memory", lambda *a: int(0.3 * GB))
     refused = CliRunner().invoke(app, [*command, "--clients", "64"])
     assert refused.exit_code == 2 and "--clients 64:" in refused.output and "ask fewer clients" in refused.output, refused.output
+
+
+def test_a_sigterm_to_the_command_stops_its_llama_server(fake_binary, tmp_path):
+    """`kill` of a running polyplan command unwinds it as Ctrl-C does (`cli.app.main`): the
+    server it started goes with it instead of outliving it."""
+    import signal
+    import subprocess
+
+    script = textwrap.dedent(f'''\
+        import time
+        from pathlib import Path
+        from polyplan.cli import app
+        from polyplan.engines.llama_cpp.server import LlamaServer
+
+        def serve():
+            with LlamaServer(Path({str(fake_binary)!r}), Path({str(tmp_path / "m.gguf")!r}), (), Path({str(tmp_path / "s.log")!r}),
+                             start_timeout_s=20) as server:
+                print(server.process.pid, flush=True)
+                time.sleep(60)
+
+        app.app = serve
+        app.main()
+        ''')
+    command = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, text=True)
+    try:
+        server_pid = int(command.stdout.readline())
+        command.send_signal(signal.SIGTERM)
+        assert command.wait(timeout=30) == 128 + signal.SIGTERM
+    finally:
+        command.kill()
+    deadline = time.monotonic() + 15
+    while time.monotonic() < deadline and _alive(server_pid):
+        time.sleep(0.1)
+    assert not _alive(server_pid)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat", encoding="utf-8") as stat:
+            return stat.read().split(")")[-1].split()[0] != "Z"
+    except FileNotFoundError:
+        return False

@@ -19,7 +19,8 @@ from polyplan.formats.validation_report import ReportChain, ValidationReport
 from polyplan.planner.exact.latency import curve_from_profile
 from polyplan.validation.figure import agg_figure, save_figure
 from polyplan.validation.measured_run import read_plan_and_report, read_run as read_measured
-from polyplan.formats.race import RaceRow
+from polyplan.formats.race import LoadRace, RaceRow
+from polyplan.validation.load_race_results import LOAD_RACE_FILE, load_race_lines, plot_load_race, read_load_race
 from polyplan.validation.race_results import RACE_FILE, plot_race, race_lines, read_race
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -28,6 +29,7 @@ PAGE = ROOT / "docs" / "results.md"
 _IMAGES = ROOT / "docs" / "img"
 _MANIFEST_KEYS = ("title", "group", "command", "commit", "date", "machine", "threads")
 _RACE_KEY = "race_command"  # run.json's command of the race.json beside it (`validation.race_results`)
+_LOAD_RACE_KEY = "load_race_command"  # run.json's command of the race_load.json beside it (`validation.load_race_results`)
 PLOTS = {"predicted_vs_measured": "results_predicted_vs_measured.png", "latency": "results_latency_curves.png",
          "load": "results_load_shapes.png"}
 
@@ -49,6 +51,8 @@ class ResultRun:
     profile: Profile | None
     race: tuple[RaceRow, ...] = ()  # a race of the run's plan against llama-server, where kept
     race_command: str | None = None
+    load_race: LoadRace | None = None  # a race under load of the run's plan against llama-server, where kept
+    load_race_command: str | None = None
 
 
 def read_runs(results: Path = RESULTS) -> tuple[ResultRun, ...]:
@@ -59,9 +63,10 @@ def read_runs(results: Path = RESULTS) -> tuple[ResultRun, ...]:
 
 def _read_run(folder: Path) -> ResultRun:
     manifest = json.loads((folder / "run.json").read_text(encoding="utf-8"))
-    raced = (folder / RACE_FILE).is_file()
-    missing = [key for key in _MANIFEST_KEYS + ((_RACE_KEY,) if raced else ()) if not isinstance(manifest.get(key), str)]
-    unknown = sorted(set(manifest) - set(_MANIFEST_KEYS) - ({_RACE_KEY} if raced else set()))
+    raced, loaded = (folder / RACE_FILE).is_file(), (folder / LOAD_RACE_FILE).is_file()
+    kept = ((_RACE_KEY,) if raced else ()) + ((_LOAD_RACE_KEY,) if loaded else ())
+    missing = [key for key in _MANIFEST_KEYS + kept if not isinstance(manifest.get(key), str)]
+    unknown = sorted(set(manifest) - set(_MANIFEST_KEYS) - set(kept))
     if missing or unknown:
         raise PolyplanError(f"{folder / 'run.json'}: needs text fields {', '.join(_MANIFEST_KEYS)}"
                             f"{'; missing ' + ', '.join(missing) if missing else ''}{'; unknown ' + ', '.join(unknown) if unknown else ''}")
@@ -73,7 +78,9 @@ def _read_run(folder: Path) -> ResultRun:
     if report is None:
         raise PolyplanError(f"{folder}: a run folder needs the report.json its validation wrote")
     race = read_race(folder / RACE_FILE) if raced else ()
+    load_race = read_load_race(folder / LOAD_RACE_FILE) if loaded else None
     return ResultRun(folder=folder.name, report=report, plan=plan, profile=profile, race=race, race_command=manifest.get(_RACE_KEY),
+                     load_race=load_race, load_race_command=manifest.get(_LOAD_RACE_KEY),
                      **{key: manifest[key] for key in _MANIFEST_KEYS})
 
 
@@ -128,7 +135,15 @@ def _group(group: str, runs: list[ResultRun]) -> list[str]:
         if run.race:
             lines += [f"The plan of \"{run.title}\" raced against llama-server: `{run.race_command}`", ""] + race_lines(run.race)
             lines += ["", f"![{run.title}: the race against llama-server](img/{_race_plot(run)})", ""]
+        if run.load_race is not None:
+            lines += [f"The plan of \"{run.title}\" under load, raced against llama-server with N concurrent clients: "
+                      f"`{run.load_race_command}`", ""] + load_race_lines(run.load_race)
+            lines += [f"![{run.title}: speedup against concurrent requests](img/{_load_race_plot(run)})", ""]
     return lines
+
+
+def _load_race_plot(run: ResultRun) -> str:
+    return f"results_load_race_{run.folder}.png"
 
 
 def _race_plot(run: ResultRun) -> str:
@@ -158,6 +173,8 @@ def write_plots(runs: tuple[ResultRun, ...], images: Path = _IMAGES) -> list[Pat
     if _load_groups(runs):
         written.append(_plot_load(runs, images / PLOTS["load"]))
     written += [plot_race(run.race, images / _race_plot(run), f"{run.title}: the race against llama-server") for run in runs if run.race]
+    written += [plot_load_race(run.load_race, images / _load_race_plot(run), f"{run.title}: under load")
+                for run in runs if run.load_race is not None]
     return written
 
 
