@@ -233,34 +233,65 @@ def _raced_draft_rows(request: ServerRanking, held_configs: Sequence[RankedConfi
     return rows, notes
 
 
-def _policy_row(request: ServerRanking, options: Sequence[EngineOption],
-                requests: list[tuple[int, int]]) -> tuple[list[RankedConfig], list[str]]:
-    """The plan's draft policy as llama-server runs it (`planner.llama_cpp.policy`): a draft-simple
-    row with its confidence stop at the best fixed K, and the notes (an adaptive cap, fallback
-    confidences, or why no row)."""
+@dataclass(frozen=True)
+class PolicyStop:
+    """The plan's confidence stop as llama-server runs it: its drafter and option, the stop, the
+    profile view it is replayed on (`planner.llama_cpp.policy.server_view`), the best K at one
+    request, that K's replayed rounds and prediction, and the notes to print with it."""
+
+    drafter: str
+    option: EngineOption
+    stop: DraftPolicy
+    view: Profile
+    k: int
+    rounds: object
+    prediction: ChainPrediction
+    notes: tuple[str, ...]
+
+    def flags(self) -> list[str]:
+        return llama_cpp_spec_flags("draft_model", self.k, self.option.source, p_min=self.stop.p_min)
+
+    def label(self) -> str:
+        return f"draft-simple {self.drafter} K={self.k} p-min={self.stop.p_min:g}"
+
+
+def policy_stop(options: Sequence[EngineOption], request: ServerRanking) -> tuple[PolicyStop | None, list[str]]:
+    """The plan's draft policy as llama-server runs it (`planner.llama_cpp.policy`), its stop at
+    the best fixed K up to `request.k_max`; None and the notes (an adaptive cap, fallback
+    confidences, or why there is no such row) where it has none."""
     if request.policy is None:
-        return [], []
+        return None, []
     drafter, plan_policy = request.policy
     option = next((o for o in options if o.drafter == drafter and o.reason is None and o.method == "draft_model"), None)
     if option is None:
-        return [], list(policy_notes(drafter, plan_policy, None)) if any(o.drafter == drafter for o in options) else []
+        return None, list(policy_notes(drafter, plan_policy, None)) if any(o.drafter == drafter for o in options) else []
     stop = server_policy(plan_policy)
     if stop is None:
-        return [], list(policy_notes(drafter, plan_policy, option.block_size))
+        return None, list(policy_notes(drafter, plan_policy, option.block_size))
     if request.sampling != "greedy":
-        return [], [f"{drafter}'s confidence stop p_min {stop.p_min:g}: not modelled (replayed at greedy only)"]
+        return None, [f"{drafter}'s confidence stop p_min {stop.p_min:g}: not modelled (replayed at greedy only)"]
     view, fallback = server_view(request.pricing.profile, request.target, drafter)
     try:
         rounds_at = policy_rounds(view, request.target, drafter, stop.p_min)
         k, prediction = best_block(lambda k: request.pricing.predict(drafter, rounds_at(k), k), request.k_max)
     except PolyplanError as error:
-        return [], [f"{drafter}'s confidence stop p_min {stop.p_min:g}: not modelled ({error})"]
-    label = f"draft-simple {drafter} K={k} p-min={stop.p_min:g}"
-    point = _server_speedup(prediction, request.loop, requests)
-    row = _draft_row(request, label, llama_cpp_spec_flags("draft_model", k, option.source, p_min=stop.p_min), point,
+        return None, [f"{drafter}'s confidence stop p_min {stop.p_min:g}: not modelled ({error})"]
+    notes = (*fallback, *policy_notes(drafter, plan_policy, k))
+    return PolicyStop(drafter, option, stop, view, k, rounds_at(k), prediction, notes), list(notes)
+
+
+def _policy_row(request: ServerRanking, options: Sequence[EngineOption],
+                requests: list[tuple[int, int]]) -> tuple[list[RankedConfig], list[str]]:
+    """The plan's draft policy as llama-server runs it (`policy_stop`): a draft-simple row with its
+    confidence stop at the best fixed K, and the notes."""
+    found, notes = policy_stop(options, request)
+    if found is None:
+        return [], notes
+    point = _server_speedup(found.prediction, request.loop, requests)
+    row = _draft_row(request, found.label(), found.flags(), point,
                      "the plan's confidence stop replayed on the drafter's agreement sequences",
-                     dataclasses.replace(request.pricing, profile=view), drafter, k, requests, stop)
-    return [row], [*fallback, *policy_notes(drafter, plan_policy, k)]
+                     dataclasses.replace(request.pricing, profile=found.view), found.drafter, found.k, requests, found.stop)
+    return [row], notes
 
 
 def _workload_requests(streams: Sequence[TargetStream], workload: ReplayWorkload) -> list[tuple[int, int]]:

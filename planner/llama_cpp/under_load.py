@@ -32,10 +32,10 @@ from polyplan.planner.exact.cost_model import ChainPrediction, ChainSettings
 from polyplan.planner.exact.latency import LatencyCurve, curve_from_profile
 from polyplan.planner.exact.ngram_replay import ReplayRound, target_streams
 from polyplan.planner.intervals.prediction_interval import pair_replicates, percentile_interval
-from polyplan.planner.llama_cpp.export import RESAMPLES, DraftPricing, ServerRanking, best_block, ranking_replicates
+from polyplan.planner.llama_cpp.export import RESAMPLES, DraftPricing, ServerRanking, policy_stop, ranking_replicates
 from polyplan.planner.llama_cpp.ngram_rules import (LLAMA_CPP_RULES, DraftRule, NGramSimpleRule, SessionReplay, replay_session,
                                                     rule_for_flags)
-from polyplan.planner.llama_cpp.policy import draft_simple_flags, policy_notes, policy_rounds, server_policy, server_view
+from polyplan.planner.llama_cpp.policy import draft_simple_flags, policy_rounds, server_view
 from polyplan.planner.llama_cpp.ranking import (LEVEL, OFF, ORDERS, RankedConfig, Replicates, choose_config,
                                                 llama_cpp_spec_flags, ranked, request_orders)
 from polyplan.planner.llama_cpp.server_loop import NGRAM, NO_SERVER_LOOP, TARGET_ALONE, ServerLoop
@@ -405,29 +405,13 @@ def _drafted_configs(options: Sequence[EngineOption], request: ServerRanking) ->
 
 def _policy_config(options: Sequence[EngineOption], request: ServerRanking) -> tuple[list[_Drafted], list[str]]:
     """The plan's confidence stop as a draft-simple configuration at the K `rank_server_configs`
-    chooses for it (one request in flight), and its notes."""
-    if request.policy is None:
-        return [], []
-    drafter, plan_policy = request.policy
-    option = next((o for o in options if o.drafter == drafter and o.reason is None and o.method == "draft_model"), None)
-    if option is None:
-        return [], list(policy_notes(drafter, plan_policy, None)) if any(o.drafter == drafter for o in options) else []
-    stop = server_policy(plan_policy)
-    if stop is None:
-        return [], list(policy_notes(drafter, plan_policy, option.block_size))
-    if request.sampling != "greedy":
-        return [], [f"{drafter}'s confidence stop p_min {stop.p_min:g}: not modelled (replayed at greedy only)"]
-    view, fallback = server_view(request.pricing.profile, request.target, drafter)
-    try:
-        rounds_at = policy_rounds(view, request.target, drafter, stop.p_min)
-        k, _ = best_block(lambda k: request.pricing.predict(drafter, rounds_at(k), k), request.k_max)
-    except PolyplanError as error:
-        return [], [f"{drafter}'s confidence stop p_min {stop.p_min:g}: not modelled ({error})"]
-    row = _Drafted(f"draft-simple {drafter} K={k} p-min={stop.p_min:g}",
-                   tuple(llama_cpp_spec_flags("draft_model", k, option.source, p_min=stop.p_min)),
-                   "the plan's confidence stop replayed on the drafter's agreement sequences",
-                   dataclasses.replace(request.pricing, profile=view), drafter, k, rounds_at(k), stop)
-    return [row], [*fallback, *policy_notes(drafter, plan_policy, k)]
+    chooses for it (one request in flight, `planner.llama_cpp.export.policy_stop`), and its notes."""
+    found, notes = policy_stop(options, request)
+    if found is None:
+        return [], notes
+    row = _Drafted(found.label(), tuple(found.flags()), "the plan's confidence stop replayed on the drafter's agreement sequences",
+                   dataclasses.replace(request.pricing, profile=found.view), found.drafter, found.k, found.rounds, found.stop)
+    return [row], notes
 
 
 def workload_prompts(streams: Sequence[TargetStream], request: ServerRanking) -> list[tuple[int, int]]:
