@@ -21,7 +21,7 @@ from pathlib import Path
 import pytest
 
 from polyplan.cli.commands.quiet import QUIET_ENVIRONMENT
-from tiny_gguf import write_tiny_gguf
+from tiny_gguf import TARGET_LAYERS, write_tiny_gguf
 
 HAS_LLAMA = importlib.util.find_spec("llama_cpp") is not None
 STAGE = re.compile(r"^\[polyplan\] profile (\d+)/(\d+) \((.+)\) done, \S+ elapsed(, ~\S+ left)?$")
@@ -33,7 +33,9 @@ TINY = ["--threads", "1", "--temperatures", "0", "--no-decoded", "--new-tokens",
 @pytest.fixture(scope="module")
 def workspace(tmp_path_factory) -> Path:
     root = tmp_path_factory.mktemp("quiet")
-    write_tiny_gguf(root / "target.gguf")
+    # the target clearly costlier than the 1-layer drafter: the profiler pairs a drafter only with a
+    # costlier verifier, and 2 layers against 1 are within the timing noise of so small a model
+    write_tiny_gguf(root / "target.gguf", layers=TARGET_LAYERS)
     write_tiny_gguf(root / "small.gguf", seed=1, layers=1)
     drafter = "{name: small, source: ./small.gguf, engine: llama.cpp}" if HAS_LLAMA else "{name: small, source: ./small.gguf}"
     (root / "models.yaml").write_text(

@@ -377,10 +377,12 @@ def workspace(tmp_path_factory, short_calibrations):
 
     from polyplan.formats.profile import read_profile
     from polyplan.planner.plan_builder import planned_from_profile
-    from tiny_gguf import write_tiny_gguf
+    from tiny_gguf import TARGET_LAYERS, write_tiny_gguf
 
     root = tmp_path_factory.mktemp("prices")
-    write_tiny_gguf(root / "target.gguf")
+    # the target clearly costlier than the 1-layer drafter: the profiler pairs a drafter only with a
+    # costlier verifier, and 2 layers against 1 are within the timing noise of so small a model
+    write_tiny_gguf(root / "target.gguf", layers=TARGET_LAYERS)
     write_tiny_gguf(root / "small.gguf", seed=1, layers=1)
     lines = [json.dumps({"turns": [" ".join(f"w{(7 * i + j) % 60 + 4}" for j in range(20))]}) for i in range(3)]
     (root / "prompts.jsonl").write_text("\n".join(lines) + "\n")
@@ -661,8 +663,9 @@ def test_a_real_server_calibration_fits_non_negative_costs_that_explain_its_deco
 
     _, model = pinned_server_and_tiny_gguf(tmp_path)
     build = require_build()
+    write_tiny_gguf(model, context_length=1024)  # the calibration's fixed prompts need more than the tiny model's own 256
     drafter = tmp_path / "small.gguf"
-    write_tiny_gguf(drafter, seed=1, layers=1)
+    write_tiny_gguf(drafter, seed=1, layers=1, context_length=1024)
     from polyplan.planner.exact.latency import curve_from_profile
 
     calibration = llama_cpp_prices.calibrate_server(build, model, 1, {"small": str(drafter)}, ())  # polyplan's fixed prompts
@@ -678,7 +681,7 @@ def test_a_real_server_calibration_fits_non_negative_costs_that_explain_its_deco
     assert sum(predicted) == pytest.approx(sum(measured), rel=0.25)
     from polyplan.engines.llama_cpp.server import LlamaServer
 
-    flags = ("-t", "1", "-c", "256", "-np", "1", "--no-webui", "--spec-type", "draft-simple", "-md", str(drafter),
+    flags = ("-t", "1", "-c", "1024", "-np", "1", "--no-webui", "--spec-type", "draft-simple", "-md", str(drafter),
              "--spec-draft-n-max", "3", "--spec-draft-n-min", "0", "--spec-draft-p-min", "0")
     with LlamaServer(build.server, model, flags, tmp_path / "traced.log", trace=True) as server:
         done = server.complete(list(calibration.streams[0].ids[:calibration.streams[0].prompt_tokens]), 24)

@@ -40,15 +40,19 @@ def family_vocabulary() -> tuple[list[str], list[str]]:
     return tokens + list(CONTROL_TOKENS), merges
 
 
+TARGET_LAYERS = 6  # a tiny target a 1-layer drafter is clearly cheaper than (T(1) about twice the drafter's)
+
+
 def write_tiny_gguf(
     path: Path, *, architecture: str = "llama", chat_template: str | None = CHAT_TEMPLATE, seed: int = 0, layers: int = 2,
-    per_layer_heads: bool = False,
+    per_layer_heads: bool = False, context_length: int | None = None,
 ):
     """Write the GGUF file and return the float32 `LlamaForCausalLM` it holds.
 
     `architecture` other than "llama" writes the same tensors under another architecture name
     (to test an architecture transformers cannot read). `per_layer_heads` writes the head counts
     as per-layer arrays (one element per block, as llama.cpp accepts them) instead of numbers.
+    `context_length` overrides the trained context the file states (llama-server caps `-c` there).
     """
     import gguf
 
@@ -57,7 +61,7 @@ def write_tiny_gguf(
     config = model.config
     writer = gguf.GGUFWriter(str(path), architecture)
     writer.add_name("tiny")
-    writer.add_context_length(config.max_position_embeddings)
+    writer.add_context_length(config.max_position_embeddings if context_length is None else context_length)
     writer.add_embedding_length(config.hidden_size)
     writer.add_block_count(config.num_hidden_layers)
     writer.add_feed_forward_length(config.intermediate_size)
