@@ -359,7 +359,30 @@ def test_the_race_under_load_races_every_ranked_configuration_at_each_clients_an
     assert [level.chosen for level in levels] == ["ranked only", "ranked only"] and levels[1].limit == 2.0
 
 
+def test_configs_narrows_the_race_but_keeps_the_target_its_control_and_each_choice():
+    """`only_configs`: the labels holding a word, plus the target alone, the control and the
+    plan's choice at each count (never "off"); a word naming nothing is one error listing the labels."""
+    from polyplan.planner.llama_cpp.ranking import OFF
+
+    configs = [Contender(TARGET_ONLY), Contender(CONTROL), Contender("draft-simple d K=2"), Contender("ngram-mod (defaults)"),
+               Contender("ngram-simple (defaults)"), Contender("ngram-cache (defaults)")]
+    mod = FakeLoaded("ngram-mod (defaults)", ("--spec-type", "ngram-mod"), 1, 1.1, (0.9, 1.3))
+    off = FakeLoaded(OFF, (), 2, 1.0, (1.0, 1.0))
+    rankings = {1: FakeRanking(1, (mod, off), mod, 2.0), 2: FakeRanking(2, (off, mod), off, 1.5)}
+    assert load_race.only_configs(configs, None, rankings) == configs
+    kept = [config.label for config in load_race.only_configs(configs, ["draft-simple", "cache"], rankings)]
+    assert kept == [TARGET_ONLY, CONTROL, "draft-simple d K=2", "ngram-mod (defaults)", "ngram-cache (defaults)"]
+    with pytest.raises(PolyplanError, match=r"'eagle' names no configuration.*ngram-simple \(defaults\)"):
+        load_race.only_configs(configs, ["draft", "eagle"], rankings)
+
+
 # ----------------------------------------------------------------------------- bad input
+
+
+@pytest.mark.parametrize("args", [["--configs", "draft"], ["--clients", "1,2", "--configs", " , "]])
+def test_bad_configs_are_one_line_and_exit_2(args, tmp_path):
+    result = CliRunner().invoke(app, ["bench", "peers", "--engine", "llama.cpp", "--plan", str(tmp_path / "p.json"), *args])
+    assert result.exit_code == 2 and result.output.count("\n") == 1 and "--configs" in result.output, result.output
 
 
 @pytest.mark.parametrize("value", ["0", "two", "1,,2", "-1", ""])
@@ -441,7 +464,7 @@ def test_bench_peers_clients_races_a_tiny_plan_end_to_end(tmp_path, monkeypatch,
     from polyplan.engines.llama_cpp import race_memory
     from polyplan.formats.profile import read_profile
     from polyplan.planner.plan_builder import planned_from_profile
-    from tiny_gguf import write_tiny_gguf
+    from tiny_gguf import TARGET_LAYERS, write_tiny_gguf
 
     pytest.importorskip("llama_cpp")
     build = llama_cpp_build.find_build()
@@ -450,7 +473,9 @@ def test_bench_peers_clients_races_a_tiny_plan_end_to_end(tmp_path, monkeypatch,
     monkeypatch.setenv("POLYPLAN_CACHE_DIR", str(tmp_path / "cache"))
     monkeypatch.setattr(llama_cpp_build, "find_build", lambda *a: build)
     monkeypatch.setattr(llama_cpp_prices, "export_prices", lambda *a, **k: None)  # priced from the profile: no calibration
-    write_tiny_gguf(tmp_path / "target.gguf")
+    # the target clearly costlier than the 1-layer drafter: the profiler pairs a drafter only with a
+    # costlier verifier, and 2 layers against 1 are within the timing noise of so small a model
+    write_tiny_gguf(tmp_path / "target.gguf", layers=TARGET_LAYERS)
     write_tiny_gguf(tmp_path / "small.gguf", seed=1, layers=1)
     lines = [json.dumps({"turns": [" ".join(f"w{(7 * i + j) % 60 + 4}" for j in range(20))]}) for i in range(3)]
     (tmp_path / "prompts.jsonl").write_text("\n".join(lines) + "\n")

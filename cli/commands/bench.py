@@ -90,6 +90,9 @@ def peers(
     clients: Annotated[Optional[str], typer.Option("--clients", help="llama.cpp only: race under load instead, at each of "
                                                    "these numbers of concurrent clients (e.g. 1,2,4): llama-server with -np N "
                                                    "slots, N clients sharing the prompts.")] = None,
+    configs: Annotated[Optional[str], typer.Option("--configs", help="With --clients: race only the configurations whose "
+                                                   "label contains one of these comma-separated words (the target alone, its "
+                                                   "control and the plan's choice at each N are always raced).")] = None,
     json_output: Annotated[bool, typer.Option("--json", help="Print one JSON object.")] = False,
 ) -> None:
     """Race another engine's configurations against polyplan's chain, greedy: HF generate (plain,
@@ -102,8 +105,10 @@ def peers(
 
     if engine not in ("hf", "llama.cpp"):
         raise PolyplanError(f"--engine: {engine!r} is not raced here (hf or llama.cpp; vLLM needs a GPU)")
+    if configs is not None and clients is None:
+        raise PolyplanError("--configs: narrows a race under load; add --clients (e.g. --clients 1,2,4)")
     if clients is not None:
-        _load_race(plan, prompts, candidates, new_tokens, repeats, max_prompts, threads, engine, clients, json_output)
+        _load_race(plan, prompts, candidates, new_tokens, repeats, max_prompts, threads, engine, clients, json_output, configs)
         return
     if engine == "llama.cpp":
         race, lines, threads_line = _llama_cpp_race(plan, prompts, candidates, new_tokens, repeats, max_prompts, threads)
@@ -243,7 +248,7 @@ def _llama_cpp_race(plan, prompts, candidates, new_tokens, repeats, max_prompts,
     return race, llama_peers_lines, ThreadChoice(race.threads, race.threads_source).line
 
 
-def _load_race(plan, prompts, candidates, new_tokens, repeats, max_prompts, threads, engine, clients, json_output) -> None:
+def _load_race(plan, prompts, candidates, new_tokens, repeats, max_prompts, threads, engine, clients, json_output, configs) -> None:
     """`bench peers --engine llama.cpp --clients N,...` (`engines.llama_cpp.load_race`)."""
     from polyplan.cli.commands.progress import RaceLines
     from polyplan.formats.race import load_race_json
@@ -258,11 +263,20 @@ def _load_race(plan, prompts, candidates, new_tokens, repeats, max_prompts, thre
     from polyplan.engines.llama_cpp.load_race import load_race_lines, run_llama_load_race
 
     race = run_llama_load_race(plan, counts, prompts_path=prompts, candidates_path=candidates, threads=threads, repeats=repeats,
-                               new_tokens=new_tokens, max_prompts=max_prompts, log=log_line, on_run=RaceLines())
+                               new_tokens=new_tokens, max_prompts=max_prompts, log=log_line, on_run=RaceLines(),
+                               only=None if configs is None else _words(configs, "--configs"))
     if json_output:
         echo_json(load_race_json(race))
     else:
         typer.echo("\n".join(load_race_lines(race) + [ThreadChoice(race.threads, race.threads_source).line]))
+
+
+def _words(text: str, option: str) -> list[str]:
+    """The comma-separated, non-empty words of `text`."""
+    words = [word.strip() for word in text.split(",") if word.strip()]
+    if not words:
+        raise PolyplanError(f"{option}: give at least one word, e.g. {option} draft-simple,ngram-simple")
+    return words
 
 
 def _plan_threads(plan: Path | None, threads: int | None):

@@ -341,6 +341,27 @@ def with_ranked(configs: Sequence[Contender], rankings: Mapping[int, object]) ->
     return out
 
 
+def only_configs(configs: Sequence[Contender], patterns: Sequence[str] | None, rankings: Mapping[int, object]) -> list[Contender]:
+    """`configs` narrowed to those whose label contains one of `patterns` (None: all), always
+    keeping the target alone, its control and the plan's choice at each count (the speedups, the
+    noise and the judgement of the choice need them).
+
+    Raises:
+        PolyplanError: a pattern that names no configuration (the labels listed).
+    """
+    from polyplan.planner.llama_cpp.ranking import OFF
+
+    if patterns is None:
+        return list(configs)
+    unknown = [pattern for pattern in patterns if not any(pattern in config.label for config in configs)]
+    if unknown:
+        raise PolyplanError(f"--configs: {', '.join(map(repr, unknown))} names no configuration of this race; its labels: "
+                            + "; ".join(config.label for config in configs))
+    chosen = {ranking.chosen.label for ranking in rankings.values() if ranking.chosen.label != OFF}
+    return [config for config in configs if config.label in (TARGET_ONLY, CONTROL) or config.label in chosen
+            or any(pattern in config.label for pattern in patterns)]
+
+
 def slot_context(prompts: Sequence[Sequence[int]], new_tokens: int) -> int:
     """Tokens one slot needs: the longest prompt, its new tokens and `SLOT_HEADROOM`, rounded up
     to `CONTEXT_PAD` (the context llama.cpp allocates: it pads `-c`, then divides it among the
@@ -384,10 +405,11 @@ def load_groups(configs: Sequence[Contender], target: ModelMemory, clients: Sequ
 
 def run_llama_load_race(plan_path, clients: Sequence[int], *, prompts_path=None, candidates_path=None, threads: int | None = None,
                         repeats: int = 2, new_tokens: int = 64, max_prompts: int | None = None, timeout_s: float = REQUEST_TIMEOUT_S,
-                        log=lambda line: None, on_run=None) -> LoadRace:
+                        log=lambda line: None, on_run=None, only: Sequence[str] | None = None) -> LoadRace:
     """Race llama-server's configurations at each of `clients` concurrent clients (module
     docstring), judged against the plan under load (`engines.load_plan.plan_under_load`).
-    `threads` None: as the plan's profile was measured.
+    `threads` None: as the plan's profile was measured; `only`: label patterns to race
+    (`only_configs`; None: every configuration).
 
     Raises:
         PolyplanError: bad settings, no build, a plan polyplan cannot race, or more slots than
@@ -447,7 +469,7 @@ def run_llama_load_race(plan_path, clients: Sequence[int], *, prompts_path=None,
 
     rows, levels, context = race_load(raced, rankings, encoded, start, clients, target_memory,
                                       mapped="--no-repack" in export.server_flags, repeats=repeats, new_tokens=new_tokens,
-                                      timeout_s=timeout_s, log=log, on_run=on_run)
+                                      timeout_s=timeout_s, log=log, on_run=on_run, only=only)
     import llama_cpp
 
     notes = (("prediction", predicted_note),
@@ -464,9 +486,9 @@ def race_load(raced: Sequence[Contender], rankings: Mapping[int, object], prompt
               start: Callable[[Contender, int, int, str], contextlib.AbstractContextManager], clients: Sequence[int],
               target: ModelMemory, *, mapped: bool, repeats: int, new_tokens: int, timeout_s: float = REQUEST_TIMEOUT_S,
               available: int | None = None, memory: Callable[[str], ModelMemory] = gguf_memory, log=lambda line: None,
-              on_run=None) -> tuple[tuple[LoadRow, ...], tuple[LoadLevel, ...], int]:
+              on_run=None, only: Sequence[str] | None = None) -> tuple[tuple[LoadRow, ...], tuple[LoadLevel, ...], int]:
     """The race under load of `raced` and every configuration `rankings` holds besides
-    (`with_ranked`) on `prompts` at each of `clients`: memory groups (`load_groups`, `available`
+    (`with_ranked`), narrowed to `only` (`only_configs`), on `prompts` at each of `clients`: memory groups (`load_groups`, `available`
     None: the machine's usable memory), the race (`race_under_load`; `start(config, N, slot
     context, name)` a server with N slots of that many tokens, `name` unique for its log), the
     rows and levels (`load_rows`); and the slot context.
@@ -474,7 +496,7 @@ def race_load(raced: Sequence[Contender], rankings: Mapping[int, object], prompt
     Raises:
         PolyplanError: more slots than memory allows (`load_groups`).
     """
-    configs = with_ranked(raced, rankings)
+    configs = only_configs(with_ranked(raced, rankings), only, rankings)
     context = slot_context(prompts, new_tokens)
     available = usable_memory() if available is None else available
     groups, too_large = load_groups(configs, target, clients, context, available, mapped=mapped, memory=memory)
