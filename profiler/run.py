@@ -387,7 +387,7 @@ class _Run:
         self._latencies(self.models)
         pairs = self._pairs()
         self.bounds = {(verifier, drafter): pair_bound(self.profile, verifier, drafter) for verifier, drafter in pairs}
-        self.moot = bounded_pairs(self.profile, pairs, self.target.name)
+        self.moot = bounded_pairs(self.profile, pairs, self.target.name, bounds=self.bounds)
         if self.budget is not None and self._alpha_to_measure(pairs):
             self.budget_plan = self._plan_budget()
             if self.budget_plan.prompts < len(self.prompts):

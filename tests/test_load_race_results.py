@@ -74,6 +74,14 @@ def test_a_race_under_load_goes_on_the_page_under_its_run_and_needs_its_command(
     page = results_page.page_text(results_page.read_runs(tmp_path))
     assert "N concurrent clients: `polyplan bench peers --engine llama.cpp --plan plan.json --clients 1,2,4 --json`" in page
     assert "results_load_race_" in page
+    (copy / "race_load_long.json").write_text(json.dumps(load_race_json(_race())))  # a second race, tagged
+    with pytest.raises(PolyplanError, match="missing load_race_command_long"):
+        results_page.read_runs(tmp_path)
+    manifest["load_race_command_long"] = "polyplan bench peers --engine llama.cpp --plan plan.json --clients 1,2 --new-tokens 128"
+    (copy / "run.json").write_text(json.dumps(manifest))
+    page = results_page.page_text(results_page.read_runs(tmp_path))
+    assert "`polyplan bench peers --engine llama.cpp --plan plan.json --clients 1,2 --new-tokens 128`" in page
+    assert f"results_load_race_{copy.name}_long.png" in page and f"results_load_race_{copy.name}.png" in page
     (copy / LOAD_RACE_FILE).unlink()  # control: without the file, its command is an unknown field
     with pytest.raises(PolyplanError, match="unknown load_race_command"):
         results_page.read_runs(tmp_path)

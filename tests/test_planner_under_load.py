@@ -322,3 +322,22 @@ def test_the_widths_needed_are_those_of_the_ranked_rows_not_the_search_limit(cap
     wide = dataclasses.replace(request, k_max=max(request.pricing.target_curve.ks))
     assert under_load.ranked_block_size(options, wide) <= max(request.pricing.target_curve.ks)
     assert under_load.needed_width(wide, (1, 2), k) == 2 * (k + 1)
+
+
+def test_a_race_load_is_simulated_one_prompt_set_at_a_time():
+    """`simulate_loads`: each run of `load` requests is its own load (its clients start together),
+    so the merge is the sum of the separate simulations; one load, or one client, is the single
+    simulation (at one client nothing overlaps, so cutting changes nothing)."""
+    step = _linear(0.01, 0.002)
+    requests = [(ReplayRound(2, 2),) * (3 + i) for i in range(8)]
+    prompts, streams = tuple(10 + i for i in range(8)), tuple(range(8))
+    whole = simulate_load(requests, streams, prompts, 2, step, HAND_LOOP)
+    assert under_load.simulate_loads(requests, streams, prompts, 2, step, HAND_LOOP, load=None) == whole
+    assert under_load.simulate_loads(requests, streams, prompts, 2, step, HAND_LOOP, load=8) == whole
+    cut = under_load.simulate_loads(requests, streams, prompts, 2, step, HAND_LOOP, load=4)
+    parts = [simulate_load(requests[i:i + 4], streams[i:i + 4], prompts[i:i + 4], 2, step, HAND_LOOP) for i in (0, 4)]
+    assert cut.union_s == pytest.approx(sum(part.union_s for part in parts), rel=1e-12)
+    assert cut.tokens == parts[0].tokens + parts[1].tokens and cut.decode_s == parts[0].decode_s + parts[1].decode_s
+    assert cut.union_s != pytest.approx(whole.union_s, rel=1e-6)  # control: where the loads start matters at 2 clients
+    one = [under_load.simulate_loads(requests, streams, prompts, 1, step, HAND_LOOP, load=load).union_s for load in (None, 3)]
+    assert one[0] == pytest.approx(one[1], rel=1e-12)

@@ -51,8 +51,24 @@ class ResultRun:
     profile: Profile | None
     race: tuple[RaceRow, ...] = ()  # a race of the run's plan against llama-server, where kept
     race_command: str | None = None
-    load_race: LoadRace | None = None  # a race under load of the run's plan against llama-server, where kept
-    load_race_command: str | None = None
+    load_races: tuple[KeptLoadRace, ...] = ()  # its races under load against llama-server, where kept
+
+
+@dataclass(frozen=True)
+class KeptLoadRace:
+    """A race under load kept in a run folder: `race_load.json` (tag "") or `race_load_<tag>.json`,
+    with run.json's `load_race_command` or `load_race_command_<tag>` saying what produced it."""
+
+    tag: str
+    race: LoadRace
+    command: str
+
+    @property
+    def key(self) -> str:
+        return _LOAD_RACE_KEY + (f"_{self.tag}" if self.tag else "")
+
+    def plot(self, folder: str) -> str:
+        return f"results_load_race_{folder}" + (f"_{self.tag}" if self.tag else "") + ".png"
 
 
 def read_runs(results: Path = RESULTS) -> tuple[ResultRun, ...]:
@@ -63,8 +79,10 @@ def read_runs(results: Path = RESULTS) -> tuple[ResultRun, ...]:
 
 def _read_run(folder: Path) -> ResultRun:
     manifest = json.loads((folder / "run.json").read_text(encoding="utf-8"))
-    raced, loaded = (folder / RACE_FILE).is_file(), (folder / LOAD_RACE_FILE).is_file()
-    kept = ((_RACE_KEY,) if raced else ()) + ((_LOAD_RACE_KEY,) if loaded else ())
+    raced = (folder / RACE_FILE).is_file()
+    stem = LOAD_RACE_FILE.removesuffix(".json")
+    tags = sorted(path.stem[len(stem) + 1:] for path in folder.glob(f"{stem}*.json"))  # "" for race_load.json itself
+    kept = ((_RACE_KEY,) if raced else ()) + tuple(_LOAD_RACE_KEY + (f"_{tag}" if tag else "") for tag in tags)
     missing = [key for key in _MANIFEST_KEYS + kept if not isinstance(manifest.get(key), str)]
     unknown = sorted(set(manifest) - set(_MANIFEST_KEYS) - set(kept))
     if missing or unknown:
@@ -78,10 +96,10 @@ def _read_run(folder: Path) -> ResultRun:
     if report is None:
         raise PolyplanError(f"{folder}: a run folder needs the report.json its validation wrote")
     race = read_race(folder / RACE_FILE) if raced else ()
-    load_race = read_load_race(folder / LOAD_RACE_FILE) if loaded else None
+    load_races = tuple(KeptLoadRace(tag, read_load_race(folder / (f"{stem}_{tag}.json" if tag else LOAD_RACE_FILE)),
+                                    manifest[_LOAD_RACE_KEY + (f"_{tag}" if tag else "")]) for tag in tags)
     return ResultRun(folder=folder.name, report=report, plan=plan, profile=profile, race=race, race_command=manifest.get(_RACE_KEY),
-                     load_race=load_race, load_race_command=manifest.get(_LOAD_RACE_KEY),
-                     **{key: manifest[key] for key in _MANIFEST_KEYS})
+                     load_races=load_races, **{key: manifest[key] for key in _MANIFEST_KEYS})
 
 
 def page_text(runs: tuple[ResultRun, ...]) -> str:
@@ -135,15 +153,16 @@ def _group(group: str, runs: list[ResultRun]) -> list[str]:
         if run.race:
             lines += [f"The plan of \"{run.title}\" raced against llama-server: `{run.race_command}`", ""] + race_lines(run.race)
             lines += ["", f"![{run.title}: the race against llama-server](img/{_race_plot(run)})", ""]
-        if run.load_race is not None:
+        for kept in run.load_races:
             lines += [f"The plan of \"{run.title}\" under load, raced against llama-server with N concurrent clients: "
-                      f"`{run.load_race_command}`", ""] + load_race_lines(run.load_race)
-            lines += [f"![{run.title}: speedup against concurrent requests](img/{_load_race_plot(run)})", ""]
+                      f"`{kept.command}`", ""] + load_race_lines(kept.race)
+            lines += [f"![{run.title}: speedup against concurrent requests](img/{kept.plot(run.folder)})", ""]
     return lines
 
 
-def _load_race_plot(run: ResultRun) -> str:
-    return f"results_load_race_{run.folder}.png"
+def _tagged(kept: KeptLoadRace) -> str:
+    race = kept.race
+    return f" ({race.prompts} prompts x {race.new_tokens} tokens, {race.repeats} repeats)" if kept.tag else ""
 
 
 def _race_plot(run: ResultRun) -> str:
@@ -173,8 +192,8 @@ def write_plots(runs: tuple[ResultRun, ...], images: Path = _IMAGES) -> list[Pat
     if _load_groups(runs):
         written.append(_plot_load(runs, images / PLOTS["load"]))
     written += [plot_race(run.race, images / _race_plot(run), f"{run.title}: the race against llama-server") for run in runs if run.race]
-    written += [plot_load_race(run.load_race, images / _load_race_plot(run), f"{run.title}: under load")
-                for run in runs if run.load_race is not None]
+    written += [plot_load_race(kept.race, images / kept.plot(run.folder), f"{run.title}: under load{_tagged(kept)}")
+                for run in runs for kept in run.load_races]
     return written
 
 

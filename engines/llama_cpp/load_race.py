@@ -23,7 +23,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from polyplan.engines.llama_cpp.race import CONTROL, TARGET_ONLY, server_configs, server_needs
+from polyplan.engines.llama_cpp.race import CONTROL, TARGET_ONLY, race_setup, server_configs, server_needs
 from polyplan.engines.llama_cpp.race_memory import GB, MemoryNeed, ModelMemory, group_bytes, gguf_memory, race_groups, usable_memory
 from polyplan.engines.llama_cpp.server import Completion, LlamaServer, slot_args
 from polyplan.engines.race import Contender
@@ -418,34 +418,16 @@ def run_llama_load_race(plan_path, clients: Sequence[int], *, prompts_path=None,
     from transformers import AutoTokenizer
 
     from polyplan.engines.export import engine_files, export_from_files
-    from polyplan.engines.llama_cpp.build import require_build
     from polyplan.formats.cache import cache_root
-    from polyplan.formats.plan import read_plan
-    from polyplan.formats.sampling import SamplingMode
-    from polyplan.models.candidate_file import plan_candidates
     from polyplan.models.gguf_source import tokenizer_folder_for_gguf
     from polyplan.planner.llama_cpp.ranking import ReplayWorkload
-    from polyplan.profiler.processor import plan_machine_line
     from polyplan.profiler.prompt_sets import encode_for, validation_prompt_set
-    from polyplan.profiler.threads import choose_threads, plan_threads
 
     clients = tuple(sorted(set(clients)))
     if not clients or clients[0] < 1:
         raise PolyplanError(f"--clients: each must be >= 1, got {', '.join(map(str, clients)) or 'none'}")
-    if repeats < 1 or new_tokens < 1 or (threads is not None and threads < 1):
-        raise PolyplanError("--repeats, --new-tokens and --threads must be >= 1")
-    build = require_build()
-    plan = read_plan(plan_path)
-    if not SamplingMode.parse(plan.sampling).greedy:
-        raise PolyplanError(f"{plan_path}: sampling {plan.sampling!r}: bench peers compares greedy outputs; use a greedy plan")
-    choice = choose_threads(threads, plan_threads(plan.device), recorded_by="the plan's profile")
-    other = plan_machine_line(plan)
-    if other is not None:
-        log(f"warning: {other}")
-    candidates = plan_candidates(plan, str(plan_path), candidates_path)
+    build, plan, choice, candidates = race_setup(plan_path, candidates_path, threads, repeats, new_tokens, log)
     target = candidates.target
-    if target.source_kind != "gguf":
-        raise PolyplanError(f"{plan_path}: target {target.name!r} is not a GGUF file; llama-server runs only GGUF")
     prompts = validation_prompt_set(prompts_path, max_prompts=max_prompts)
     tokenizer = AutoTokenizer.from_pretrained(str(tokenizer_folder_for_gguf(target.source)), local_files_only=True)
     encoded = [prompt.ids for prompt in encode_for(prompts, tokenizer)]

@@ -162,6 +162,37 @@ def _race_agreements(configs: Sequence[Contender], drafts: Sequence[tuple[str, s
     return tuple(agreements), frozenset(measured)
 
 
+def race_setup(plan_path, candidates_path, threads: int | None, repeats: int, new_tokens: int, log=lambda line: None):
+    """What every llama-server race checks and reads first: the settings, the pinned build, a
+    greedy plan, its threads (`threads` None: as its profile was measured), a warning where the
+    plan was made on another machine, and its candidates with a GGUF target. Returns (build, plan,
+    thread choice, candidates).
+
+    Raises:
+        PolyplanError: a setting below 1, no build, a sampled plan, a target that is not a GGUF.
+    """
+    from polyplan.formats.plan import read_plan
+    from polyplan.formats.sampling import SamplingMode
+    from polyplan.models.candidate_file import plan_candidates
+    from polyplan.profiler.processor import plan_machine_line
+    from polyplan.profiler.threads import choose_threads, plan_threads
+
+    if repeats < 1 or new_tokens < 1 or (threads is not None and threads < 1):
+        raise PolyplanError("--repeats, --new-tokens and --threads must be >= 1")
+    build = require_build()
+    plan = read_plan(plan_path)
+    if not SamplingMode.parse(plan.sampling).greedy:
+        raise PolyplanError(f"{plan_path}: sampling {plan.sampling!r}: bench peers compares greedy outputs; use a greedy plan")
+    choice = choose_threads(threads, plan_threads(plan.device), recorded_by="the plan's profile")
+    other = plan_machine_line(plan)  # the race compares with the plan's predictions
+    if other is not None:
+        log(f"warning: {other}")
+    candidates = plan_candidates(plan, str(plan_path), candidates_path)  # every drafter gets a server
+    if candidates.target.source_kind != "gguf":
+        raise PolyplanError(f"{plan_path}: target {candidates.target.name!r} is not a GGUF file; llama-server runs only GGUF")
+    return build, plan, choice, candidates
+
+
 def run_llama_peers(plan_path, *, prompts_path=None, candidates_path=None, threads: int | None = None, repeats: int = 2,
                     new_tokens: int = 64, max_prompts: int | None = None, context: int = 4096,
                     log=lambda line: None, on_run=None) -> Race:
@@ -172,29 +203,11 @@ def run_llama_peers(plan_path, *, prompts_path=None, candidates_path=None, threa
     from polyplan.decoder.sampling import Sampling
     from polyplan.engines.export import engine_files, export_from_files
     from polyplan.formats.cache import cache_root
-    from polyplan.formats.plan import read_plan
-    from polyplan.formats.sampling import SamplingMode
-    from polyplan.models.candidate_file import plan_candidates
     from polyplan.models.chain_candidates import ChainCandidates
-    from polyplan.profiler.processor import plan_machine_line
     from polyplan.profiler.prompt_sets import encode_for, validation_prompt_set
-    from polyplan.profiler.threads import choose_threads, plan_threads
 
-    if repeats < 1 or new_tokens < 1 or (threads is not None and threads < 1):
-        raise PolyplanError("--repeats, --new-tokens and --threads must be >= 1")
-    build = require_build()
-    plan = read_plan(plan_path)
-    if not SamplingMode.parse(plan.sampling).greedy:
-        raise PolyplanError(f"{plan_path}: sampling {plan.sampling!r}: bench peers compares greedy outputs; use a greedy plan")
-    choice = choose_threads(threads, plan_threads(plan.device), recorded_by="the plan's profile")
-    threads = choice.threads
-    other = plan_machine_line(plan)  # the race compares with the plan's predictions
-    if other is not None:
-        log(f"warning: {other}")
-    candidates = plan_candidates(plan, str(plan_path), candidates_path)  # every drafter gets a server
-    target = candidates.target
-    if target.source_kind != "gguf":
-        raise PolyplanError(f"{plan_path}: target {target.name!r} is not a GGUF file; llama-server runs only GGUF")
+    build, plan, choice, candidates = race_setup(plan_path, candidates_path, threads, repeats, new_tokens, log)
+    threads, target = choice.threads, candidates.target
     from polyplan.planner.llama_cpp.ranking import ReplayWorkload
 
     prompts = validation_prompt_set(prompts_path, max_prompts=max_prompts)

@@ -41,8 +41,8 @@ and block sizes beyond k_max (pass the search's). docs/cost-model.md, "Bounds be
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import Iterable
 
 import numpy as np
 from scipy.optimize import brentq
@@ -237,20 +237,30 @@ def middle_bound(profile: Profile, target: str, member: str, *, k_max: int = 16,
 
 
 def bounded_pairs(profile: Profile, pairs: Iterable[tuple[str, str]], target: str, *, k_max: int = 16,
-                  settings: ChainSettings | None = None) -> dict[tuple[str, str], str]:
+                  settings: ChainSettings | None = None,
+                  bounds: Mapping[tuple[str, str], PairBound] | None = None) -> dict[tuple[str, str], str]:
     """The pairs whose acceptance cannot change the choice, each with the reason in one line.
 
     A member that can pay neither as the target's drafter (`pair_bound`) nor as an intermediate
     level (`middle_bound`) makes no chain beat the target alone directly under it; every pair it
     verifies is then moot too. A pair (verifier, drafter) under another verifier whose bound cannot
     pay only slows that verifier down. The profiler measures such pairs briefly (a few prompts, no
-    decoded runs) so that their α is still shown, with its interval."""
+    decoded runs) so that their α is still shown, with its interval. `bounds`: `pair_bound`s
+    already computed with the same `k_max` and `settings` (the profiler's), read instead of
+    computed again."""
     pairs = list(pairs)
+    known = dict(bounds or {})
+
+    def bound_of(verifier: str, drafter: str) -> PairBound:
+        if (verifier, drafter) not in known:
+            known[(verifier, drafter)] = pair_bound(profile, verifier, drafter, k_max=k_max, settings=settings)
+        return known[(verifier, drafter)]
+
     moot: dict[tuple[str, str], str] = {}
     members = {name for pair in pairs for name in pair if name != target}
     useless = {}
     for member in sorted(members):
-        direct = pair_bound(profile, target, member, k_max=k_max, settings=settings)
+        direct = bound_of(target, member)
         middle = middle_bound(profile, target, member, k_max=k_max, settings=settings)
         if not direct.can_pay and middle <= 1.0:
             useless[member] = (f"{direct.text()}; as an intermediate level at best x{middle:.2f}")
@@ -260,7 +270,7 @@ def bounded_pairs(profile: Profile, pairs: Iterable[tuple[str, str]], target: st
         elif verifier in useless:
             moot[(verifier, drafter)] = f"{verifier} cannot pay under {target}: {useless[verifier]}"
         elif verifier != target:
-            bound = pair_bound(profile, verifier, drafter, k_max=k_max, settings=settings)
+            bound = bound_of(verifier, drafter)
             if not bound.can_pay:
                 moot[(verifier, drafter)] = bound.text()
     return moot

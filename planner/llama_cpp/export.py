@@ -201,14 +201,43 @@ def rank_server_configs(options: Sequence[EngineOption],
 
 def _raced_draft_rows(request: ServerRanking, held_configs: Sequence[RankedConfig], options: Sequence[EngineOption],
                       requests: list[tuple[int, int]]) -> tuple[list[RankedConfig], list[str]]:
-    """A row for each `draft-simple` configuration of `request.replay_also` (a race's defaults and
-    n-max/p-min sweep) that the ranking does not hold and the replay models
-    (`planner.llama_cpp.policy.draft_simple_flags`), priced as the fixed-K rows or, behind a
-    stop, as the plan's policy row; and the notes of stops replayed on fallback confidences or
-    not replayed (those rows stay "not modelled")."""
+    """A row for each configuration of `raced_draft_configs` the ranking does not hold, priced as
+    the fixed-K rows (`_server_speedup` over `requests`) with both its intervals; and its notes."""
+    drafts, notes = raced_draft_configs(options, request, {config.flags for config in held_configs})
+    rows = [_draft_row(request, draft.label, draft.flags,
+                       _server_speedup(draft.pricing.predict(draft.drafter, draft.acceptance, draft.k), request.loop, requests),
+                       draft.how, draft.pricing, draft.drafter, draft.k, requests, draft.policy)
+            for draft in drafts]
+    return rows, notes
+
+
+@dataclass(frozen=True)
+class RacedDraft:
+    """A race's draft-simple configuration as the replay models it: label, flags, how it is
+    priced (`pricing`, on the server's view of the profile behind a confidence stop), the drafter,
+    its K (n-max), its acceptance (α, or the stop's replayed rounds) and the stop."""
+
+    label: str
+    flags: tuple[str, ...]
+    how: str
+    pricing: DraftPricing
+    drafter: str
+    k: int
+    acceptance: object
+    policy: DraftPolicy = FIXED_DRAFTS
+
+
+def raced_draft_configs(options: Sequence[EngineOption], request: ServerRanking,
+                        held: set[tuple[str, ...]]) -> tuple[list[RacedDraft], list[str]]:
+    """Each `draft-simple` configuration of `request.replay_also` (a race's defaults and n-max/p-min
+    sweep) whose flags are not in `held` and that the replay models
+    (`planner.llama_cpp.policy.draft_simple_flags`): at a fixed K priced by α, behind a stop by
+    the stop replayed on the drafter's agreement sequences; and the notes of stops replayed on
+    fallback confidences or not replayed (those rows stay "not modelled"). The ranking at one
+    request and the ranking under load both price these."""
     by_source = {o.source: o for o in options if o.reason is None and o.method == "draft_model"}
-    held = {config.flags for config in held_configs}
-    rows, notes = [], []
+    held = set(held)
+    drafts, notes = [], []
     for flags in (tuple(flags) for flags in request.replay_also):
         draft = draft_simple_flags(flags)
         option = None if draft is None else by_source.get(draft.source)
@@ -216,21 +245,20 @@ def _raced_draft_rows(request: ServerRanking, held_configs: Sequence[RankedConfi
             continue
         held.add(flags)
         k, drafter = draft.n_max, option.drafter
-        if draft.policy is None:
-            pricing, acceptance, how = request.pricing, option.alpha, "exact model with alpha"
-        else:
-            view, fallback = server_view(request.pricing.profile, request.target, drafter)
-            try:
-                acceptance = policy_rounds(view, request.target, drafter, draft.p_min)(k)
-            except PolyplanError as error:
-                notes.append(f"{drafter}'s confidence stop p_min {draft.p_min:g}: not modelled ({error})")
-                continue
-            notes += [line for line in fallback if line not in notes]
-            pricing, how = dataclasses.replace(request.pricing, profile=view), "its confidence stop replayed on the agreement sequences"
-        point = _server_speedup(pricing.predict(drafter, acceptance, k), request.loop, requests)
         label = f"draft-simple {drafter} n-max={k}" + ("" if draft.policy is None else f" p-min={draft.p_min:g}")
-        rows.append(_draft_row(request, label, flags, point, how, pricing, drafter, k, requests, draft.policy or FIXED_DRAFTS))
-    return rows, notes
+        if draft.policy is None:
+            drafts.append(RacedDraft(label, flags, "exact model with alpha", request.pricing, drafter, k, option.alpha))
+            continue
+        view, fallback = server_view(request.pricing.profile, request.target, drafter)
+        try:
+            acceptance = policy_rounds(view, request.target, drafter, draft.p_min)(k)
+        except PolyplanError as error:
+            notes.append(f"{drafter}'s confidence stop p_min {draft.p_min:g}: not modelled ({error})")
+            continue
+        notes += [line for line in fallback if line not in notes]
+        drafts.append(RacedDraft(label, flags, "its confidence stop replayed on the agreement sequences",
+                                 dataclasses.replace(request.pricing, profile=view), drafter, k, acceptance, draft.policy))
+    return drafts, notes
 
 
 @dataclass(frozen=True)

@@ -32,10 +32,11 @@ from polyplan.planner.exact.cost_model import ChainPrediction, ChainSettings
 from polyplan.planner.exact.latency import LatencyCurve, curve_from_profile
 from polyplan.planner.exact.ngram_replay import ReplayRound, target_streams
 from polyplan.planner.intervals.prediction_interval import pair_replicates, percentile_interval
-from polyplan.planner.llama_cpp.export import RESAMPLES, DraftPricing, ServerRanking, policy_stop, ranking_replicates
+from polyplan.planner.llama_cpp.export import (RESAMPLES, DraftPricing, ServerRanking, policy_stop, raced_draft_configs,
+                                               ranking_replicates)
 from polyplan.planner.llama_cpp.ngram_rules import (LLAMA_CPP_RULES, DraftRule, NGramSimpleRule, SessionReplay, replay_session,
                                                     rule_for_flags)
-from polyplan.planner.llama_cpp.policy import draft_simple_flags, policy_rounds, server_view
+from polyplan.planner.llama_cpp.policy import draft_simple_flags
 from polyplan.planner.llama_cpp.ranking import (LEVEL, OFF, ORDERS, RankedConfig, Replicates, choose_config,
                                                 llama_cpp_spec_flags, ranked, request_orders)
 from polyplan.planner.llama_cpp.server_loop import NGRAM, NO_SERVER_LOOP, TARGET_ALONE, ServerLoop
@@ -258,6 +259,29 @@ def simulate_load(requests: Sequence[Sequence[ReplayRound]], stream_of: Sequence
     return LoadRun(tuple(stream_of), tuple(done[i][0] for i in order), tuple(done[i][1] for i in order), union, counts, extra)
 
 
+def simulate_loads(requests: Sequence[Sequence[ReplayRound]], stream_of: Sequence[int], prompts: Sequence[int],
+                   clients: int, step: Callable[[int], float], loop: ServerLoop = NO_SERVER_LOOP, kind: str = NGRAM,
+                   load: int | None = None) -> LoadRun:
+    """`simulate_load` of each run of `load` consecutive requests on its own, merged: a race sends
+    its prompt set as one load (its clients start together, and the load ends before the next
+    repeat or configuration), so a workload of 4 prompts at 4 clients is one request a slot, all
+    started at once, not 16 streams' prompts landing while the others decode. `load` None: one
+    load. At one client the merge is the single simulation's (nothing overlaps)."""
+    if load is None or load >= len(requests):
+        return simulate_load(requests, stream_of, prompts, clients, step, loop, kind)
+    runs = [simulate_load(requests[i:i + load], stream_of[i:i + load], prompts[i:i + load], clients, step, loop, kind)
+            for i in range(0, len(requests), load)]
+    counts: dict[tuple[int, int], float] = {}
+    extra: dict[int, float] = {}
+    for run in runs:
+        for key, value in run.counts.items():
+            counts[key] = counts.get(key, 0.0) + value
+        for key, value in run.extra.items():
+            extra[key] = extra.get(key, 0.0) + value
+    return LoadRun(tuple(s for run in runs for s in run.streams), tuple(t for run in runs for t in run.tokens),
+                   tuple(d for run in runs for d in run.decode_s), sum(run.union_s for run in runs), counts, extra)
+
+
 def target_rounds(requests: Sequence[Sequence[ReplayRound]]) -> list[tuple[ReplayRound, ...]]:
     """The same requests decoded by the target alone: one round drafting nothing per token."""
     return [(ReplayRound(0, 0),) * sum(item.accepted + 1 for item in rounds) for rounds in requests]
@@ -369,34 +393,15 @@ def _drafted_configs(options: Sequence[EngineOption], request: ServerRanking) ->
     race's draft-simple flags, the plan's confidence stop), with its K fixed as there, and notes."""
     pricing = request.pricing
     how = "exact model with alpha and llama-server's draft loop" if pricing.ratio is not None else "exact model with alpha"
-    rows, notes = [], []
+    rows = []
     for option in options:
         if option.reason is None and option.method == "draft_model":
             rows.append(_Drafted(f"draft-simple {option.drafter} K={option.block_size}",
                                  tuple(llama_cpp_spec_flags("draft_model", option.block_size, option.source)), how, pricing,
                                  option.drafter, option.block_size, option.alpha))
-    by_source = {o.source: o for o in options if o.reason is None and o.method == "draft_model"}
-    held = {row.flags for row in rows}
-    for flags in (tuple(flags) for flags in request.replay_also):
-        draft = draft_simple_flags(flags)
-        option = None if draft is None else by_source.get(draft.source)
-        if flags in held or option is None or not draft.modelled or (draft.policy is not None and request.sampling != "greedy"):
-            continue
-        held.add(flags)
-        k, drafter = draft.n_max, option.drafter
-        label = f"draft-simple {drafter} n-max={k}" + ("" if draft.policy is None else f" p-min={draft.p_min:g}")
-        if draft.policy is None:
-            rows.append(_Drafted(label, flags, "exact model with alpha", pricing, drafter, k, option.alpha))
-            continue
-        view, fallback = server_view(pricing.profile, request.target, drafter)
-        try:
-            acceptance = policy_rounds(view, request.target, drafter, draft.p_min)(k)
-        except PolyplanError as error:
-            notes.append(f"{drafter}'s confidence stop p_min {draft.p_min:g}: not modelled ({error})")
-            continue
-        notes += [line for line in fallback if line not in notes]
-        rows.append(_Drafted(label, flags, "its confidence stop replayed on the agreement sequences",
-                             dataclasses.replace(pricing, profile=view), drafter, k, acceptance, draft.policy))
+    drafts, notes = raced_draft_configs(options, request, {row.flags for row in rows})
+    rows += [_Drafted(draft.label, draft.flags, draft.how, draft.pricing, draft.drafter, draft.k, draft.acceptance, draft.policy)
+             for draft in drafts]
     row, lines = _policy_config(options, request)
     rows += row
     notes += [line for line in lines if line not in notes]
@@ -466,6 +471,7 @@ class _Ranker:
         self.drafted, notes = _drafted_configs(options, request)
         self.notes = [*request.price_notes, *notes]
         self.requests = workload_prompts(self.streams, request)
+        self.load = request.workload.prompts or len(self.streams) or None  # requests a load sends (`simulate_loads`)
         self.widest = max(pricing.target_curve.ks)
         self._targets: dict[tuple, LoadRun] = {}
         self._pairs: dict[tuple, object] = {}
@@ -481,11 +487,12 @@ class _Ranker:
         """The simulation of one session at `clients` (the target alone's kept per order)."""
         curve = self.request.pricing.target_curve
         if not target:
-            return simulate_load(session.requests, session.stream_of, self.prompts(session), clients, curve, self.loop)
+            return simulate_loads(session.requests, session.stream_of, self.prompts(session), clients, curve, self.loop,
+                                  load=self.load)
         key = (session.stream_of, tuple(sum(item.accepted + 1 for item in rounds) for rounds in session.requests), clients)
         if key not in self._targets:
-            self._targets[key] = simulate_load(target_rounds(session.requests), session.stream_of, self.prompts(session),
-                                               clients, curve, self.loop, TARGET_ALONE)
+            self._targets[key] = simulate_loads(target_rounds(session.requests), session.stream_of, self.prompts(session),
+                                                clients, curve, self.loop, TARGET_ALONE, load=self.load)
         return self._targets[key]
 
     def replicates_for(self, width: int) -> Replicates:
@@ -539,10 +546,11 @@ class _Ranker:
 
     def stalls(self, clients: int, rows: int, curve: LatencyCurve | None = None) -> float:
         """The prompts' stalls (`prompt_stalls`) of the workload's requests but the first
-        `clients`, which start together before any decode interval; `curve`: the target's T(k)
-        (None: the pricing's)."""
+        `clients` of each load (`simulate_loads`), which start together before any decode
+        interval; `curve`: the target's T(k) (None: the pricing's)."""
         curve = self.request.pricing.target_curve if curve is None else curve
-        return prompt_stalls(curve, clients, rows, [prompt for prompt, _ in self.requests[clients:]])
+        load = self.load or len(self.requests) or 1
+        return prompt_stalls(curve, clients, rows, [prompt for i, (prompt, _) in enumerate(self.requests) if i % load >= clients])
 
     def drafted_row(self, item: _Drafted, clients: int) -> RankedConfig:
         pricing = item.pricing
