@@ -25,15 +25,14 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from polyplan.formats.errors import PolyplanError
-from polyplan.formats.plan import FIXED_DRAFTS, DraftPolicy
 from polyplan.formats.profile import TargetStream
 from polyplan.formats.sampling import SamplingMode
 from polyplan.planner.exact.cost_model import ChainPrediction, ChainSettings
 from polyplan.planner.exact.latency import LatencyCurve, curve_from_profile
 from polyplan.planner.exact.ngram_replay import ReplayRound, target_streams
 from polyplan.planner.intervals.prediction_interval import pair_replicates, percentile_interval
-from polyplan.planner.llama_cpp.export import (RESAMPLES, DraftPricing, ServerRanking, policy_stop, raced_draft_configs,
-                                               ranking_replicates)
+from polyplan.planner.llama_cpp.export import (RESAMPLES, DraftPricing, RacedDraft, ServerRanking, policy_stop,
+                                               raced_draft_configs, ranking_replicates)
 from polyplan.planner.llama_cpp.ngram_rules import (LLAMA_CPP_RULES, DraftRule, NGramSimpleRule, SessionReplay, replay_session,
                                                     rule_for_flags)
 from polyplan.planner.llama_cpp.policy import draft_simple_flags
@@ -337,17 +336,10 @@ def slot_sessions(streams: Sequence[TargetStream], make_rule: Callable[[], Draft
 
 
 @dataclass(frozen=True)
-class _Drafted:
-    """One draft-model configuration: label, flags, how it is priced, at which K and policy."""
+class _Drafted(RacedDraft):
+    """One configuration priced by the exact model on loaded curves (a draft model's, or an
+    n-gram drafter's by α): a `RacedDraft` with its method and whether it has an interval."""
 
-    label: str
-    flags: tuple[str, ...]
-    how: str
-    pricing: DraftPricing
-    drafter: str
-    k: int
-    acceptance: object
-    policy: DraftPolicy = FIXED_DRAFTS
     method: str = "draft_model"
     interval: bool = True
 
@@ -400,8 +392,7 @@ def _drafted_configs(options: Sequence[EngineOption], request: ServerRanking) ->
                                  tuple(llama_cpp_spec_flags("draft_model", option.block_size, option.source)), how, pricing,
                                  option.drafter, option.block_size, option.alpha))
     drafts, notes = raced_draft_configs(options, request, {row.flags for row in rows})
-    rows += [_Drafted(draft.label, draft.flags, draft.how, draft.pricing, draft.drafter, draft.k, draft.acceptance, draft.policy)
-             for draft in drafts]
+    rows += [_Drafted(*(getattr(draft, field.name) for field in dataclasses.fields(draft))) for draft in drafts]
     row, lines = _policy_config(options, request)
     rows += row
     notes += [line for line in lines if line not in notes]
