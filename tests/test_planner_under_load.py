@@ -341,3 +341,26 @@ def test_a_race_load_is_simulated_one_prompt_set_at_a_time():
     assert cut.union_s != pytest.approx(whole.union_s, rel=1e-6)  # control: where the loads start matters at 2 clients
     one = [under_load.simulate_loads(requests, streams, prompts, 1, step, HAND_LOOP, load=load).union_s for load in (None, 3)]
     assert one[0] == pytest.approx(one[1], rel=1e-12)
+
+
+def test_a_request_is_stretched_to_the_races_length_with_its_own_rounds():
+    """A race decodes every request to its new tokens; a replay that ended sooner repeats its
+    own rounds from the start, the last cut to fit; one that is long enough is kept."""
+    rounds = (ReplayRound(3, 3), ReplayRound(2, 0))  # 4 + 1 tokens
+    assert under_load.stretched(rounds, 5) == rounds
+    assert under_load.stretched(rounds, 12) == rounds + rounds + (ReplayRound(1, 1),)  # 10 tokens, then 2 of the next 4
+    assert sum(item.accepted + 1 for item in under_load.stretched(rounds, 12)) == 12
+    assert under_load.stretched((), 3) == (ReplayRound(0, 0),) * 3
+
+
+def test_under_load_the_slots_decode_the_races_length_and_at_one_request_nothing_changes(captured):
+    options, request = captured["args"]
+    short = dataclasses.replace(request, workload=dataclasses.replace(request.workload, new_tokens=400))  # past every stream
+    (one,) = rank_under_load(options, short, (1,))
+    (today,) = rank_under_load(options, dataclasses.replace(short, workload=dataclasses.replace(short.workload, new_tokens=None)), (1,))
+    assert [c.speedup for c in one.configs] == pytest.approx([c.speedup for c in today.configs], rel=1e-12)
+    ranker = under_load._Ranker(options, short)
+    session = ranker.replayed[0].sessions[0]
+    run = ranker.run(session, 2)
+    assert set(run.tokens) == {399}  # every request decodes 399 after the prefill's first, as the race's would
+    assert set(ranker.run(session, 1).tokens) != {399}  # control: at one request the replay's own lengths

@@ -281,6 +281,26 @@ def simulate_loads(requests: Sequence[Sequence[ReplayRound]], stream_of: Sequenc
                    tuple(d for run in runs for d in run.decode_s), sum(run.union_s for run in runs), counts, extra)
 
 
+def stretched(rounds: Sequence[ReplayRound], tokens: int) -> tuple[ReplayRound, ...]:
+    """`rounds` made to decode exactly `tokens`, as a race decodes every request (end-of-sequence
+    ignored) where the profile's stream ended sooner: its own rounds again from the start, the last
+    one cut to what is left (a round drafting nothing where it has none); longer rounds are kept.
+    With several slots decoding side by side the lengths decide who waits for whom; at one request
+    they would only weight the streams, and the one-request model is kept there."""
+    out, done = list(rounds), sum(item.accepted + 1 for item in rounds)
+    cycle = list(rounds) or [ReplayRound(0, 0)]
+    index = 0
+    while done < tokens:
+        item = cycle[index % len(cycle)]
+        left = tokens - done
+        if item.accepted + 1 > left:
+            item = ReplayRound(min(item.drafted, left - 1), left - 1)
+        out.append(item)
+        done += item.accepted + 1
+        index += 1
+    return tuple(out)
+
+
 def target_rounds(requests: Sequence[Sequence[ReplayRound]]) -> list[tuple[ReplayRound, ...]]:
     """The same requests decoded by the target alone: one round drafting nothing per token."""
     return [(ReplayRound(0, 0),) * sum(item.accepted + 1 for item in rounds) for rounds in requests]
@@ -477,12 +497,14 @@ class _Ranker:
     def run(self, session: SessionReplay, clients: int, target: bool = False) -> LoadRun:
         """The simulation of one session at `clients` (the target alone's kept per order)."""
         curve = self.request.pricing.target_curve
+        requests = session.requests
+        if clients > 1 and self.request.workload.new_tokens:
+            requests = tuple(stretched(rounds, self.request.workload.new_tokens - 1) for rounds in requests)
         if not target:
-            return simulate_loads(session.requests, session.stream_of, self.prompts(session), clients, curve, self.loop,
-                                  load=self.load)
-        key = (session.stream_of, tuple(sum(item.accepted + 1 for item in rounds) for rounds in session.requests), clients)
+            return simulate_loads(requests, session.stream_of, self.prompts(session), clients, curve, self.loop, load=self.load)
+        key = (session.stream_of, tuple(sum(item.accepted + 1 for item in rounds) for rounds in requests), clients)
         if key not in self._targets:
-            self._targets[key] = simulate_loads(target_rounds(session.requests), session.stream_of, self.prompts(session),
+            self._targets[key] = simulate_loads(target_rounds(requests), session.stream_of, self.prompts(session),
                                                 clients, curve, self.loop, TARGET_ALONE, load=self.load)
         return self._targets[key]
 
