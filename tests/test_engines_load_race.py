@@ -322,6 +322,21 @@ def test_a_choice_within_its_measured_interval_of_the_fastest_is_tied():
     assert load_rows(configs, sharp, {}, (1,), ranking)[1][0].choice == "slower"  # control: no spread, no tie
 
 
+def test_off_is_tied_with_a_fastest_within_the_controls_offset():
+    """The plan's choice the target alone (off): its speedup is 1 with no spread of its own, so
+    a configuration faster by less than the control's offset is a tie, not "slower"."""
+    from polyplan.planner.llama_cpp.ranking import OFF
+
+    configs = [Contender(TARGET_ONLY), Contender(CONTROL), Contender("a", ("--spec-type", "ngram-mod"))]
+    off = FakeLoaded(OFF, (), 2, 1.0, (1.0, 1.0))
+    a = FakeLoaded("a", ("--spec-type", "ngram-mod"), 2, 0.9, (0.8, 1.0))
+    ranking = {2: FakeRanking(2, (off, a), off, 1.5)}
+    near = measured_runs({TARGET_ONLY: [1, 1], CONTROL: [0.96, 0.96], "a": [1.02, 1.02]}, 2)
+    assert load_rows(configs, near, {}, (2,), ranking)[1][0].choice == "tied"
+    far = measured_runs({TARGET_ONLY: [1, 1], CONTROL: [0.96, 0.96], "a": [1.08, 1.08]}, 2)
+    assert load_rows(configs, far, {}, (2,), ranking)[1][0].choice == "slower"  # control: beyond the offset
+
+
 def test_the_race_under_load_races_every_ranked_configuration_at_each_clients_and_leaves_nothing(fake_binary, tmp_path):
     """`race_load`: the raced configurations and a ranked one none of them runs, each at 1 and 2
     clients on fake servers of N slots, a row per (configuration, clients), the plan's choice

@@ -322,7 +322,8 @@ def _level(clients: int, rows: Sequence[LoadRow], ranking, configs: Sequence[Con
         choice = "fastest"
     else:
         low, high = chosen.judged().measured_ci
-        choice = "tied" if low - chosen.server_spread <= fastest.speedup <= high + chosen.server_spread else "slower"
+        spread = chosen.server_spread or fastest.server_spread  # the control's offset (the target alone carries none)
+        choice = "tied" if low - spread <= fastest.speedup <= high + spread else "slower"
     return LoadLevel(clients, fastest.label, chosen.label, choice, ranking.limit, spec_default)
 
 
