@@ -63,12 +63,13 @@ class KeptLoadRace:
     race: LoadRace
     command: str
 
-    @property
-    def key(self) -> str:
-        return _LOAD_RACE_KEY + (f"_{self.tag}" if self.tag else "")
-
     def plot(self, folder: str) -> str:
-        return f"results_load_race_{folder}" + (f"_{self.tag}" if self.tag else "") + ".png"
+        return f"results_load_race_{folder}{_suffix(self.tag)}.png"
+
+
+def _suffix(tag: str) -> str:
+    """What a tagged race under load adds to its file, its run.json key and its plot ("" untagged)."""
+    return f"_{tag}" if tag else ""
 
 
 def read_runs(results: Path = RESULTS) -> tuple[ResultRun, ...]:
@@ -82,7 +83,7 @@ def _read_run(folder: Path) -> ResultRun:
     raced = (folder / RACE_FILE).is_file()
     stem = LOAD_RACE_FILE.removesuffix(".json")
     tags = sorted(path.stem[len(stem) + 1:] for path in folder.glob(f"{stem}*.json"))  # "" for race_load.json itself
-    kept = ((_RACE_KEY,) if raced else ()) + tuple(_LOAD_RACE_KEY + (f"_{tag}" if tag else "") for tag in tags)
+    kept = ((_RACE_KEY,) if raced else ()) + tuple(_LOAD_RACE_KEY + _suffix(tag) for tag in tags)
     missing = [key for key in _MANIFEST_KEYS + kept if not isinstance(manifest.get(key), str)]
     unknown = sorted(set(manifest) - set(_MANIFEST_KEYS) - set(kept))
     if missing or unknown:
@@ -96,8 +97,8 @@ def _read_run(folder: Path) -> ResultRun:
     if report is None:
         raise PolyplanError(f"{folder}: a run folder needs the report.json its validation wrote")
     race = read_race(folder / RACE_FILE) if raced else ()
-    load_races = tuple(KeptLoadRace(tag, read_load_race(folder / (f"{stem}_{tag}.json" if tag else LOAD_RACE_FILE)),
-                                    manifest[_LOAD_RACE_KEY + (f"_{tag}" if tag else "")]) for tag in tags)
+    load_races = tuple(KeptLoadRace(tag, read_load_race(folder / f"{stem}{_suffix(tag)}.json"), manifest[_LOAD_RACE_KEY + _suffix(tag)])
+                       for tag in tags)
     return ResultRun(folder=folder.name, report=report, plan=plan, profile=profile, race=race, race_command=manifest.get(_RACE_KEY),
                      load_races=load_races, **{key: manifest[key] for key in _MANIFEST_KEYS})
 

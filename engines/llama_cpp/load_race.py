@@ -226,7 +226,7 @@ def load_rows(configs: Sequence[Contender], runs: Sequence[LoadRun], failures: M
         at = [row if spread is None or row.label in (CONTROL, TARGET_ONLY) else dataclasses.replace(row, server_spread=spread)
               for row in at]
         rows += at
-        levels.append(_level(count, at, ranking, configs))
+        levels.append(_level(count, at, ranking, configs, spread or 0.0))
     return tuple(rows), tuple(levels)
 
 
@@ -305,8 +305,10 @@ def _control_spread(rows: Sequence[LoadRow]) -> float | None:
     return None if control is None or not math.isfinite(control.speedup) else abs(control.speedup - 1.0)
 
 
-def _level(clients: int, rows: Sequence[LoadRow], ranking, configs: Sequence[Contender]) -> LoadLevel:
-    """The fastest measured at `clients`, the plan's choice and how it fared (`LoadLevel`)."""
+def _level(clients: int, rows: Sequence[LoadRow], ranking, configs: Sequence[Contender], spread: float) -> LoadLevel:
+    """The fastest measured at `clients`, the plan's choice and how it fared (`LoadLevel`): tied
+    where the fastest lies inside the choice's measured interval widened by `spread`, the
+    control's offset at these clients (whichever row was chosen, the target alone included)."""
     measured = [row for row in rows if row.failure is None and row.label != CONTROL and math.isfinite(row.speedup)]
     fastest = max(measured, key=lambda row: row.speedup, default=None)
     spec_default = next((config.label for config in configs if config.args == ("--spec-default",)), None)
@@ -322,7 +324,6 @@ def _level(clients: int, rows: Sequence[LoadRow], ranking, configs: Sequence[Con
         choice = "fastest"
     else:
         low, high = chosen.judged().measured_ci
-        spread = chosen.server_spread or fastest.server_spread  # the control's offset (the target alone carries none)
         choice = "tied" if low - spread <= fastest.speedup <= high + spread else "slower"
     return LoadLevel(clients, fastest.label, chosen.label, choice, ranking.limit, spec_default)
 

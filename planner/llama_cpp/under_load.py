@@ -562,7 +562,7 @@ class _Ranker:
         `clients` of each load (`simulate_loads`), which start together before any decode
         interval; `curve`: the target's T(k) (None: the pricing's)."""
         curve = self.request.pricing.target_curve if curve is None else curve
-        load = self.load or len(self.requests) or 1
+        load = self.load or 1  # (None only without streams, when there are no requests either)
         return prompt_stalls(curve, clients, rows, [prompt for i, (prompt, _) in enumerate(self.requests) if i % load >= clients])
 
     def drafted_row(self, item: _Drafted, clients: int) -> RankedConfig:
