@@ -12,8 +12,11 @@ prompts in the target's own vocabulary; a plan whose
 target is a torch member of a GGUF is measured for that GGUF and says so, one that already is a
 llama.cpp member reuses the profile and says so; without the bindings, or without a built
 server, one line says what priced the export instead; a plan whose GGUF changed since
-profiling is one line and exit 2 naming the file. The slow test calibrates against the real
-pinned server on a tiny GGUF.
+profiling is one line and exit 2 naming the file. At several slots: a slot's per-round cost
+is the one-slot cost where not calibrated and linear between calibrated counts, is recovered from
+a fake server at -np 4 that answers only when all four requests are in flight (T(k) timed between
+rounds), and is calibrated once per count asked and kept. The slow tests calibrate against the
+real pinned server on a tiny GGUF, at one slot and at two.
 """
 
 from __future__ import annotations
@@ -688,6 +691,21 @@ def test_a_real_server_calibration_fits_non_negative_costs_that_explain_its_deco
     assert done.draft_n > 0 and done.rounds is not None and all(0 < m <= 3 for m, _ in done.rounds)  # the trace is read
 
 
+@pytest.mark.slow
+def test_a_real_server_at_two_slots_decodes_its_requests_together_and_fits_a_non_negative_cost(tmp_path):
+    from polyplan.engines.llama_cpp import prices as llama_cpp_prices
+    from polyplan.engines.llama_cpp.build import require_build
+    from polyplan.planner.llama_cpp.server_loop import slot_round_cost
+    from tiny_gguf import pinned_server_and_tiny_gguf, write_tiny_gguf
+
+    _, model = pinned_server_and_tiny_gguf(tmp_path)
+    write_tiny_gguf(model, context_length=1024)
+    calibration = llama_cpp_prices.calibrate_slots(require_build(), model, 1, 2, ())  # polyplan's fixed prompts
+    assert calibration.slots == 2 and calibration.step().ks == (1, 2)
+    assert [rounds for _, rounds in calibration.requests] == [llama_cpp_prices._SLOT_LENGTH - 1] * (2 * llama_cpp_prices._SLOT_REPEATS)
+    assert slot_round_cost(2, calibration.requests, calibration.step()(2)) >= 0.0
+
+
 # --------------------------------------------------------------------------- the race's own fit
 
 
@@ -748,3 +766,126 @@ def test_the_calibrations_pace_is_the_target_alones_decode_step():
                 ServerRequest(DRAFT_MODEL, (3, 3), 9.0, 100)]
     assert calibrated_step(requests) == pytest.approx(0.32 / 30)
     assert calibrated_step(requests[2:]) is None
+
+
+# --------------------------------------------------------------------------- the loop at several slots
+
+
+def test_a_slots_round_cost_is_the_one_slots_where_not_calibrated_and_linear_between_counts():
+    plain = ServerLoop(per_round_s=0.002)
+    assert [plain.per_round_at(n) for n in (1, 2, 8)] == [0.002] * 3
+    loop = ServerLoop(per_round_s=0.002, per_row_s=0.0001, slot_rounds=((4, 0.0002), (2, 0.0008)))
+    assert [loop.per_round_at(n) for n in (1, 2, 4, 16)] == pytest.approx([0.002, 0.0008, 0.0002, 0.0002])
+    assert loop.per_round_at(3) == pytest.approx(0.0005)
+    assert loop.round_s(3, NGRAM, slots=2) == pytest.approx(0.0008 + 0.0003)
+    assert loop.round_s(3, NGRAM) == pytest.approx(0.002 + 0.0003)  # one slot: as before
+    fixed = loop.at(3)
+    assert fixed.per_round_s == pytest.approx(0.0005) and fixed.slot_rounds == () and fixed.per_round_at(1) == fixed.per_round_s
+    assert "0.80 ms/round a slot at 2 slots" in loop.text() and "0.20 ms/round a slot at 4 slots" in loop.text()
+
+
+def test_a_slots_round_cost_is_the_iterations_seconds_less_the_sittings_t_n_shared_by_the_slots():
+    from polyplan.planner.llama_cpp.server_loop import slot_round_cost
+
+    # four slots, T(4) = 20 ms in the sitting, each slot 1 ms a round: an iteration 24 ms; 3 ms per request
+    timed = [(0.003 + 31 * 0.024, 31), (0.003 + 31 * 0.025, 31), (0.003 + 31 * 0.023, 31)]
+    assert slot_round_cost(4, timed, 0.020, per_request_s=0.003) == pytest.approx(0.001)
+    assert slot_round_cost(4, timed, 0.030, per_request_s=0.003) == 0.0  # cheaper than the bindings' pass: noise, not a refund
+    with pytest.raises(PolyplanError, match="1 slot"):
+        slot_round_cost(1, timed, 0.020)
+    with pytest.raises(PolyplanError, match="no request decoded a round"):
+        slot_round_cost(2, [(0.01, 0)], 0.020)
+
+
+class FakeSlots:
+    """llama-server at -np N serving the target alone: a request answers only once all N are in
+    flight together (a barrier: requests sent one after another fail), each iteration costs
+    T(N) + N x `cost`, a request `per_request` besides."""
+
+    def __init__(self, args, step, cost, per_request, events):
+        self.args, self.step, self.cost, self.per_request, self.events = tuple(args), step, cost, per_request, events
+        self.slots = int(self.args[self.args.index("-np") + 1])
+        import threading
+
+        self.barrier = threading.Barrier(self.slots, timeout=10)
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        return None
+
+    def complete(self, prompt, n):
+        self.events.append("request")
+        self.barrier.wait()
+        seconds = self.per_request + (n - 1) * (self.step(self.slots) + self.slots * self.cost)
+        return Completion(tuple(range(n)), n, 1000 * seconds, 1.0, 0, 0, seconds, None)
+
+
+def test_a_calibration_at_n_slots_sends_n_requests_at_once_and_recovers_a_slots_round_cost(tmp_path, cache):
+    """Through `calibrate_slots`' own bookkeeping on a fake server at -np 4 (a context of 4 x 1024):
+    an untimed round first, T(1) and T(4) timed before the timed rounds and after each, and the
+    fit gives back the server's 0.7 ms a slot a round."""
+    from polyplan.engines.llama_cpp import prices as llama_cpp_prices
+    from polyplan.planner.llama_cpp.server_loop import slot_round_cost
+
+    target = tmp_path / "t.gguf"
+    target.write_bytes(b"not read")
+    events, started = [], []
+
+    def sitting(path, threads, ks, fingerprint, key, log=None):
+        events.append("T(k)")
+        return _entry("t", LatencyCurve(tuple(ks), tuple(STEP(k) for k in ks)))
+
+    def factory(args, log_path):
+        started.append(args)
+        return FakeSlots(args, STEP, 0.0007, 0.004, events)
+
+    prompts = [(1, 2, 3), (4, 5, 6), (7, 8, 9), (10, 11, 12)]
+    calibration = llama_cpp_prices.calibrate_slots(None, target, 2, 4, ("--no-repack",), server_factory=factory,
+                                                   prompts=prompts, latency=sitting)
+    (args,) = started
+    assert args[args.index("-np") + 1] == "4" and args[args.index("-c") + 1] == "4096" and "--no-repack" in args
+    repeats = llama_cpp_prices._SLOT_REPEATS
+    assert "".join("T" if e == "T(k)" else "r" for e in events) == "rrrr" + "T" + "rrrrT" * repeats
+    assert calibration.slots == 4 and len(calibration.requests) == 4 * repeats and len(calibration.target_steps) == repeats + 1
+    assert calibration.step().ks == (1, 4)
+    assert slot_round_cost(4, calibration.requests, calibration.step()(4), 0.004) == pytest.approx(0.0007)
+
+
+def test_the_prices_calibrate_each_count_above_one_once_and_the_loop_charges_it(cache, tmp_path):
+    """`prices_for` at clients 1, 2 and 4 calibrates 2 and 4 once each (a second export, and one
+    at 1 and 4, calibrate nothing), the loop carries each count's cost and a note says it; at one
+    client alone no count is calibrated and the loop is the one-slot fit."""
+    from polyplan.engines.llama_cpp import prices as llama_cpp_prices
+    from polyplan.engines.llama_cpp.build import LlamaCppBuild
+    from polyplan.planner.exact.latency import curve_from_profile
+
+    calls, counts = [], []
+    target, small = _gguf_pair(tmp_path / "a")
+    draft = lambda: curve_from_profile(_fixed_latency_entry(small, 1, llama_cpp_prices.REEVAL_KS, "fp", "key"))  # noqa: E731
+    source = llama_cpp_prices.PriceSource(target, {"small": small}, 1, ((1, 2, 3),), 8)
+
+    def at_slots(build, path, threads, slots, flags, log):
+        counts.append(slots)
+        step = LatencyCurve((1, slots), (0.004, 0.003 + 0.001 * slots))
+        rounds = [(KNOWN.per_request_s + 31 * (step(slots) + slots * 0.0001 * slots), 31)] * 3
+        return llama_cpp_prices.SlotCalibration(slots, tuple(rounds), (_entry("target", step),))
+
+    def price(clients):
+        return llama_cpp_prices.prices_for(source, _Profile(0.002, "profiled"), "target", reuse={"target"},
+                                           build=LlamaCppBuild(tmp_path, "b1"), latency=_fixed_latency_entry,
+                                           calibrate=_sitting_calibration(calls, draft), calibrate_at=at_slots,
+                                           clients=clients)
+
+    alone = price((1,))
+    assert counts == [] and alone.loop.slot_rounds == ()
+    loaded = price((1, 2, 4))
+    assert counts == [2, 4]
+    assert [slots for slots, _ in loaded.loop.slot_rounds] == [2, 4]
+    assert [cost for _, cost in loaded.loop.slot_rounds] == pytest.approx([0.0002, 0.0004], abs=1e-9)
+    assert dataclasses.replace(loaded.loop, slot_rounds=()) == alone.loop  # the one-slot costs unchanged
+    assert "0.20 ms a slot at 2 slots" in "\n".join(loaded.notes) and "0.40 ms a slot at 4 slots" in "\n".join(loaded.notes)
+    price((1, 2, 4))
+    price((4,))
+    assert counts == [2, 4]  # kept

@@ -93,7 +93,8 @@ def captured(tmp_path_factory):
     best = dataclasses.replace(plan.best, chain=("target", "draft"), block_sizes=(3,), draft_policy=DraftPolicy(p_min=0.5))
     plan = dataclasses.replace(plan, alternatives=(best, *plan.alternatives[1:]))
     reeval = ModelProfile("draft", "fp-draft-last", tuple(LatencyPoint(64, k, 0.005 + 0.001 * k) for k in range(1, 17)))
-    prices = LlamaCppPrices(profile.model("target"), loop=LOOP, draft_ratio=1.2, reevaluations={"draft": reeval})
+    loop = dataclasses.replace(LOOP, slot_rounds=((2, 0.0012), (4, 0.0008)))  # calibrated at 2 and 4 slots: one request ignores them
+    prices = LlamaCppPrices(profile.model("target"), loop=loop, draft_ratio=1.2, reevaluations={"draft": reeval})
     seen = {}
 
     def spy(options, request):
@@ -167,6 +168,22 @@ def test_two_slots_by_hand_one_whose_ngram_found_nothing():
     both, single = step(2) + 2 * 0.001, step(1) + 0.001
     assert alone.union_s == pytest.approx(3 * both + 0.0005 + 2 * single + 0.0005, rel=1e-12)
     assert alone.union_s / run.union_s == pytest.approx(0.075 / 0.0554, rel=1e-9)
+
+
+def test_a_slots_round_cost_calibrated_at_two_slots_is_charged_where_two_decode_together():
+    """The hand case with a slot's round at 0.3 ms when two slots decode together: the second and
+    third iterations charge it to each slot, the fourth (request 1 alone) the one-slot 1 ms."""
+    step = _linear(0.01, 0.002)
+    loop = dataclasses.replace(HAND_LOOP, slot_rounds=((2, 0.0003),))
+    requests = [(ReplayRound(2, 2), ReplayRound(2, 1)), (ReplayRound(0, 0),) * 3]
+    run = simulate_load(requests, (0, 1), (3, 2), 2, step, loop)
+    together, alone_round = 0.0003 + 0.0002, 0.001 + 0.0002
+    second = step(4) + (together + 0.0002) + together
+    third = step(4) + (together + 0.0002 + 0.0005) + together
+    fourth = step(1) + alone_round + 0.0005
+    assert run.union_s == pytest.approx(second + third + fourth, rel=1e-12)
+    target = simulate_load(under_load.target_rounds(requests), (0, 1), (3, 2), 2, step, loop, TARGET_ALONE)
+    assert target.union_s == pytest.approx(3 * (step(2) + 2 * 0.0003) + 0.0005 + 2 * (step(1) + 0.001) + 0.0005, rel=1e-12)
 
 
 def _rounds(requests: int, tokens: int, drafted: int, accepted: int):

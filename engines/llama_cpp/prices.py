@@ -4,7 +4,8 @@
 the bindings (`measure_latency_entry`), each draft model's last-row-only pass at every width (its
 kernels change regime between widths), the target's greedy streams, and llama-server's own loop
 from a short calibration (`calibrate_server`) on polyplan's fixed calibration prompts, with the
-target's T(k) it subtracts timed in the same sitting (`ServerCalibration`). Each is kept in the
+target's T(k) it subtracts timed in the same sitting (`ServerCalibration`), and under load the
+server's per-round cost at each count of slots asked (`calibrate_slots`). Each is kept in the
 polyplan cache (`prices_folder`) by file fingerprint, threads, processor, bindings and settings,
 so a second export measures nothing; the calibration is not keyed by the user's prompts or the
 profile, so every plan and prompt file on this machine and file reuses it. docs/engines.md, "How
@@ -19,7 +20,7 @@ import json
 from collections.abc import Callable, Collection, Mapping, Sequence
 from pathlib import Path
 
-from polyplan.engines.llama_cpp.server import round_widths
+from polyplan.engines.llama_cpp.server import round_widths, slot_args
 from polyplan.formats.atomic import write_text_atomically
 from polyplan.formats.cache import cache_root
 from polyplan.formats.codec import decode, encode
@@ -28,7 +29,8 @@ from polyplan.formats.profile import ModelProfile, Profile, TargetStream
 from polyplan.models.file_fingerprints import file_fingerprint
 from polyplan.models.hashing import fingerprint_settings, fingerprint_tokens
 from polyplan.planner.llama_cpp.ngram_rules import NGramSimpleRule, ngram_simple_flag_sizes, replay_request
-from polyplan.planner.llama_cpp.server_loop import DRAFT_MODEL, NGRAM, TARGET_ALONE, ServerRequest, fit_server_loop
+from polyplan.planner.llama_cpp.server_loop import (DRAFT_MODEL, NGRAM, TARGET_ALONE, ServerRequest, fit_server_loop,
+                                                    slot_round_cost)
 from polyplan.planner.exact.latency import LatencyCurve, curve_from_profile
 from polyplan.planner.llama_cpp.ranking import LlamaCppPrices, llama_cpp_spec_flags
 
@@ -47,6 +49,9 @@ _CALIBRATION_STOP = 0.999  # p-min of a draft-simple server at n-max 1: most rou
 _CALIBRATION_REPEATS = 2
 _SITTING_KS = tuple(range(1, max(_CALIBRATION_NGRAM[1], *_CALIBRATION_K) + 2))  # every T(L + 1) a calibration round pays
 _SERVER_CONTEXT = 1024
+_SLOT_PROMPT = 32  # tokens of each slot's prompt at several slots: distinct windows of the calibration prompts, one length
+_SLOT_LENGTH = 32  # n_predict of each slot's request (end-of-sequence ignored): the slots decode in step
+_SLOT_REPEATS = 3
 _STOPPED = -1  # `_fit_kind`'s K of a draft model at n-max 1 behind a confidence stop
 
 
@@ -78,18 +83,39 @@ class ServerCalibration:
     streams: tuple[TargetStream, ...] = ()
 
     def step(self) -> LatencyCurve:
-        """The sitting's T(k): the mean of its timings at each width.
+        """The sitting's T(k) (`sitting_step`)."""
+        return sitting_step(self.target_steps)
 
-        Raises:
-            PolyplanError: the sitting timed no T(k), or its timings are at different widths.
-        """
-        if not self.target_steps:
-            raise PolyplanError("server calibration: no T(k) timed in its sitting")
-        curves = [curve_from_profile(entry) for entry in self.target_steps]
-        ks = curves[0].ks
-        if any(curve.ks != ks for curve in curves):
-            raise PolyplanError("server calibration: the sitting's T(k) timings are at different widths")
-        return LatencyCurve(ks, tuple(sum(curve.seconds[j] for curve in curves) / len(curves) for j in range(len(ks))))
+
+@dataclasses.dataclass(frozen=True)
+class SlotCalibration:
+    """One sitting of llama-server at `slots` slots (`calibrate_slots`): the target alone serving
+    `slots` equal requests at once, `_SLOT_REPEATS` times, each request as (decode seconds,
+    rounds), and the target's T(k) at one and at `slots` rows through the bindings, with the server
+    up, before the first round and after each."""
+
+    slots: int
+    requests: tuple[tuple[float, int], ...]
+    target_steps: tuple[ModelProfile, ...]
+
+    def step(self) -> LatencyCurve:
+        """The sitting's T(k) (`sitting_step`)."""
+        return sitting_step(self.target_steps)
+
+
+def sitting_step(entries: Sequence[ModelProfile]) -> LatencyCurve:
+    """A calibration sitting's T(k): the mean of its timings (`entries`) at each width.
+
+    Raises:
+        PolyplanError: the sitting timed no T(k), or its timings are at different widths.
+    """
+    if not entries:
+        raise PolyplanError("server calibration: no T(k) timed in its sitting")
+    curves = [curve_from_profile(entry) for entry in entries]
+    ks = curves[0].ks
+    if any(curve.ks != ks for curve in curves):
+        raise PolyplanError("server calibration: the sitting's T(k) timings are at different widths")
+    return LatencyCurve(ks, tuple(sum(curve.seconds[j] for curve in curves) / len(curves) for j in range(len(ks))))
 
 
 def wider(base: Sequence[int], widest: int) -> tuple[int, ...]:
@@ -125,7 +151,8 @@ def prices_for(source: PriceSource, profile: Profile, plan_target: str, *, reuse
                build=None, log: Callable[[str], None] = lambda line: None,
                latency: Callable | None = None, decode_streams: Callable | None = None,
                calibrate: Callable | None = None, ks: Sequence[int] = PRICE_KS,
-               draft_ks: tuple[Sequence[int], Sequence[int]] = (_DRAFTER_KS, REEVAL_KS)) -> LlamaCppPrices:
+               draft_ks: tuple[Sequence[int], Sequence[int]] = (_DRAFTER_KS, REEVAL_KS), clients: Sequence[int] = (1,),
+               calibrate_at: Callable | None = None) -> LlamaCppPrices:
     """llama.cpp's numbers for `source` (module docstring), from the cache when kept there.
 
     `ks`: the target's widths (`price_widths`), `draft_ks` a draft model's (`draft_widths`);
@@ -135,7 +162,9 @@ def prices_for(source: PriceSource, profile: Profile, plan_target: str, *, reuse
     is not calibrated. The calibration (`calibrate_server`) is kept by what changes it: this
     processor, the bindings, the target's and the first draft model's files, the threads, the
     build, the server's flags and its own settings and prompts, so other prompts or a re-timed
-    profile reuse it. `latency`, `decode_streams` and `calibrate` replace the measurements (tests).
+    profile reuse it; so is each count of `clients` above one, at which the server's per-round
+    cost is calibrated on its own (`calibrate_slots`). `latency`, `decode_streams`, `calibrate` and
+    `calibrate_at` replace the measurements (tests).
 
     Raises:
         PolyplanError: the bindings are missing, or a file cannot be loaded.
@@ -143,6 +172,7 @@ def prices_for(source: PriceSource, profile: Profile, plan_target: str, *, reuse
     latency = latency or measure_latency_entry
     decode_streams = decode_streams or decode_greedy_streams
     calibrate = calibrate or calibrate_server
+    calibrate_at = calibrate_at or calibrate_slots
     notes = []
     fingerprint = file_fingerprint(source.target)
     where = f"{source.target.name}, {source.threads} thread{'s' if source.threads != 1 else ''}"
@@ -197,6 +227,7 @@ def prices_for(source: PriceSource, profile: Profile, plan_target: str, *, reuse
                      f"processor, file, draft model, threads, build and flags, whatever the prompts or profile) and subtracts "
                      f"the target's T(k) timed in its own sitting: T(1) {1e3 * first:.2f} ms before its requests, "
                      f"{1e3 * last:.2f} ms after (the prices' T(1): {1e3 * curve_from_profile(target)(1):.2f} ms)")
+        loop = _at_slots(loop, source, build, clients, calibrate_at, notes, log)
         if loop.per_draft_pass_s is not None and draft_step is not None:
             name = next(iter(drafter_files))
             ratio = loop.per_draft_pass_s / draft_step(1)
@@ -204,6 +235,27 @@ def prices_for(source: PriceSource, profile: Profile, plan_target: str, *, reuse
                          f"against the bindings' T_d(1) {1e3 * draft_step(1):.2f} ms ({ratio - 1:+.0%}; every draft model "
                          "priced so)")
     return LlamaCppPrices(target, drafters, tuple(streams), loop, tuple(notes), ratio, reevaluations, pace)
+
+
+def _at_slots(loop, source: PriceSource, build, clients: Sequence[int], calibrate_at: Callable, notes: list[str], log):
+    """`loop` with its per-round cost at each count of `clients` above one (`calibrate_slots`,
+    kept by processor, file, threads, build, flags and count), and a note saying what it found."""
+    fingerprint, found = file_fingerprint(source.target), []
+    for slots in sorted({count for count in clients if count > 1}):
+        key = _key("slots", fingerprint, source.threads, build.version, source.server_flags, slots, calibration_texts(),
+                   _SLOT_PROMPT, _SLOT_LENGTH, _SLOT_REPEATS, CONTEXT, REPEATS, _SERVER_CONTEXT)
+        sitting = _cached(key, SlotCalibration, lambda count=slots: calibrate_at(build, source.target, source.threads, count,
+                                                                             source.server_flags, log))
+        step = sitting.step()
+        found.append((slots, slot_round_cost(slots, sitting.requests, step(slots), loop.per_request_s), step(slots)))
+    if not found:
+        return loop
+    notes.append("llama-server's per-round cost with several slots decoding together, calibrated on the target alone at "
+                 "-np N with N equal requests at once, less the bindings' T(N) timed in the same sitting: "
+                 + ", ".join(f"{1e3 * cost:.2f} ms a slot at {slots} slots (T({slots}) {1e3 * step:.1f} ms)"
+                             for slots, cost, step in found)
+                 + f" (one slot: {1e3 * loop.per_round_s:.2f} ms)")
+    return dataclasses.replace(loop, slot_rounds=tuple((slots, cost) for slots, cost, _ in found))
 
 
 def calibrated_step(requests: Sequence[ServerRequest]) -> float | None:
@@ -255,7 +307,7 @@ def export_prices(plan, profile: Profile, candidates, files: Mapping[str, str], 
         reuse.discard(plan.target)  # the profile's T(k) lacks the widths under load: measured through the bindings
     source = PriceSource(Path(target_file), drafters, threads, prompts, new_tokens, tuple(server_flags))
     prices = prices_for(source, profile, plan.target, reuse=reuse, build=find_build(), log=log, ks=widths,
-                        draft_ks=draft_widths(clients, k_max), **measure)
+                        draft_ks=draft_widths(clients, k_max), clients=clients, **measure)
     if target.engine != "llama.cpp":
         what = f"{target.source_kind} {target.source}" if target.derive is None else f"derived from {target.derive.base!r}"
         line = (f"the plan's target {plan.target!r} runs on torch ({what}): llama.cpp's numbers are measured for "
@@ -424,6 +476,62 @@ def calibrate_server(build, target: Path, threads: int, drafters: Mapping[str, s
                             requests.append(request)
             steps.append(timed(f"after round {repeat + 1}"))
     return ServerCalibration(tuple(requests), tuple(steps), streams)
+
+
+def slot_prompts(target: Path, slots: int) -> tuple[tuple[int, ...], ...]:
+    """`slots` distinct prompts of `_SLOT_PROMPT` tokens in the target's own vocabulary: windows
+    of the fixed calibration prompts, taken in turn (again from the first where there are more
+    slots than windows).
+
+    Raises:
+        PolyplanError: the calibration prompts are shorter than one window in this vocabulary.
+    """
+    windows = [tokens[start:start + _SLOT_PROMPT] for tokens in (gguf_tokens(target, text) for text in calibration_texts())
+               for start in range(0, len(tokens) - _SLOT_PROMPT + 1, _SLOT_PROMPT)]
+    if not windows:
+        raise PolyplanError(f"server calibration: polyplan's calibration prompts are under {_SLOT_PROMPT} tokens in {target.name}'s vocabulary")
+    return tuple(windows[index % len(windows)] for index in range(slots))
+
+
+def calibrate_slots(build, target: Path, threads: int, slots: int, server_flags: Sequence[str],
+                    log: Callable[[str], None] = lambda line: None, *, server_factory=None,
+                    prompts: Sequence[Sequence[int]] | None = None, latency: Callable | None = None) -> SlotCalibration:
+    """llama-server at `-np slots` on `target` serving `slots` equal greedy requests of the target
+    alone at once (`_SLOT_LENGTH` tokens, end-of-sequence ignored, so the slots decode in step),
+    `_SLOT_REPEATS` times after an untimed round, and the target's T(1) and T(slots) through the
+    bindings in the same sitting, before the first timed round and after each
+    (`SlotCalibration`). `prompts` None: `slot_prompts`; `server_factory(args, log_path)` replaces
+    `LlamaServer` and `latency` `measure_latency_entry` (tests)."""
+    import time
+    from concurrent.futures import ThreadPoolExecutor
+
+    from polyplan.engines.llama_cpp.server import LlamaServer
+
+    prompts = slot_prompts(target, slots) if prompts is None else tuple(tuple(prompt) for prompt in prompts)
+    latency = latency or measure_latency_entry
+    fingerprint = file_fingerprint(target)
+
+    def timed(when: str) -> ModelProfile:
+        return latency(target, threads, (1, slots), fingerprint, f"llama-server at {slots} slots, {when}", log)
+
+    logs = cache_root() / "engines" / "logs" / (f"slots-{slots}-" + time.strftime("%Y%m%d-%H%M%S"))
+    args = ("-t", str(threads), "-tb", str(threads), *slot_args(slots, _SERVER_CONTEXT), "--no-webui", *server_flags)
+    if server_factory is None:
+        def server_factory(args, log_path):
+            return LlamaServer(build.server, target, args, log_path)
+    log(f"calibrating llama-server at {slots} slots: {slots} requests at once x {_SLOT_REPEATS} rounds of the target alone, "
+        "and the target's T(k) between the rounds (once per machine, file, threads and count; cached)")
+    requests, steps = [], []
+    with server_factory(args, logs / "server.log") as server, ThreadPoolExecutor(max_workers=slots) as pool:
+        def round_of(length: int):
+            return list(pool.map(lambda prompt: server.complete(prompt, length), prompts))
+
+        round_of(4)  # untimed: every slot's first request pays its allocations
+        steps.append(timed("before its requests"))
+        for repeat in range(_SLOT_REPEATS):
+            requests += [(done.predicted_ms / 1000.0, done.predicted_n - 1) for done in round_of(_SLOT_LENGTH)]
+            steps.append(timed(f"after round {repeat + 1}"))
+    return SlotCalibration(slots, tuple(requests), tuple(steps))
 
 
 def server_request(args: Sequence[str], prompt: Sequence[int], done) -> ServerRequest | None:

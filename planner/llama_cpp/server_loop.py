@@ -5,11 +5,16 @@ plus a draft model's prefill, spec(L) an n-gram type's round cost or a draft mod
 and second decode of the verified batch (`common_speculative_process` after every target decode),
 which on llama.cpp's CPU kernels is most of a short round's cost. `ServerLoop` holds the costs;
 `fit_server_loop` fits them from calibration requests (`ServerRequest`). The model in full and the
-measurements behind each term: docs/engines.md, "How a llama.cpp export is priced". Pure: no I/O.
+measurements behind each term: docs/engines.md, "How a llama.cpp export is priced". With N slots
+decoding together, one iteration is one target decode of every slot's rows and each slot's own
+round; the per-round cost at N slots is calibrated on its own (`slot_round_cost`,
+`ServerLoop.per_round_at`), the other costs keep their one-slot values. Pure: no I/O.
 """
 
 from __future__ import annotations
 
+import dataclasses
+import statistics
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
@@ -33,6 +38,24 @@ class ServerLoop:
     per_draft_pass_s: float | None = None  # a draft model's pass: a drafted token, or a stop's (None: T_d(1))
     per_draft_prompt_token_s: float = 0.0  # a draft model's prefill per prompt token, inside the decode time
     draft_reeval: float | None = None  # the second decode of a verified batch over its last-row T_d(L + 1)
+    slot_rounds: tuple[tuple[int, float], ...] = ()  # (N >= 2, a slot's per-round cost with N slots decoding together)
+
+    def per_round_at(self, slots: int) -> float:
+        """A slot's per-round cost when `slots` slots decode in one iteration: `per_round_s` at
+        one slot (or where no count was calibrated), linear between calibrated counts, the widest
+        calibrated count's beyond it."""
+        points = [(1, self.per_round_s), *sorted(self.slot_rounds)]
+        if slots <= 1 or len(points) == 1:
+            return self.per_round_s
+        for (low, low_s), (high, high_s) in zip(points, points[1:]):
+            if slots <= high:
+                return low_s + (high_s - low_s) * (slots - low) / (high - low)
+        return points[-1][1]
+
+    def at(self, slots: int) -> ServerLoop:
+        """This loop as every round pays it with `slots` slots decoding together (its per-round
+        cost `per_round_at`; the result holds no other count)."""
+        return dataclasses.replace(self, per_round_s=self.per_round_at(slots), slot_rounds=())
 
     @property
     def reeval(self) -> float:
@@ -40,11 +63,12 @@ class ServerLoop:
         return 1.0 if self.draft_reeval is None else self.draft_reeval
 
     def round_s(self, drafted: int, kind: str, passes: int | None = None,
-                draft_step: Callable[[int], float] | None = None) -> float:
+                draft_step: Callable[[int], float] | None = None, slots: int = 1) -> float:
         """What a round that drafted `drafted` tokens costs besides the target's T(L + 1); a
         draft model's round in `passes` passes (None: one per drafted token) with `draft_step`
-        its last-row pass over k tokens through the bindings (required for a draft model)."""
-        extra = self.per_round_s + self.per_row_s * drafted
+        its last-row pass over k tokens through the bindings (required for a draft model);
+        `slots`: the slots decoding in the same iteration (`per_round_at`)."""
+        extra = self.per_round_at(slots) + self.per_row_s * drafted
         if kind == NGRAM:
             return extra + self.per_ngram_round_s
         if kind == DRAFT_MODEL:
@@ -63,6 +87,7 @@ class ServerLoop:
             parts.append(f"draft model +{1e3 * self.per_draft_round_s:.2f} ms/round + {1e3 * self.per_draft_pass_s:.2f} ms/pass "
                          f"+ {self.reeval:.2f} x T_d(L + 1) re-evaluating the verified batch "
                          f"+ {1e3 * self.per_draft_prompt_token_s:.3f} ms/prompt token")
+        parts += [f"{1e3 * seconds:.2f} ms/round a slot at {slots} slots" for slots, seconds in sorted(self.slot_rounds)]
         return ", ".join(parts)
 
 
@@ -144,6 +169,26 @@ def _fit_columns(requests: Sequence[ServerRequest], step: Callable[[int], float]
             - sum(known[j] * row[j] for j in range(COSTS) if j not in columns) for request, row in zip(requests, rows)]
     fitted = dict(zip(paid, fit_loop_costs([[row[j] for j in paid] for row in rows], left)))
     return [fitted.get(j, 0.0) if j in columns else known[j] for j in range(COSTS)]
+
+
+def slot_round_cost(slots: int, requests: Sequence[tuple[float, int]], step_at_slots: float,
+                    per_request_s: float = 0.0) -> float:
+    """A slot's per-round cost with `slots` slots decoding together, from the target alone at
+    `-np slots` serving `slots` equal requests at once, each as (decode seconds, rounds): the
+    median of each request's seconds a round (its per-request cost taken off), less
+    `step_at_slots` (the bindings' T(slots) timed in the same sitting), shared by the slots; never
+    below 0 (an iteration cheaper than the bindings' pass is timing noise, not a server that pays a
+    slot back).
+
+    Raises:
+        PolyplanError: fewer than 2 slots, or no request with a round.
+    """
+    if slots < 2:
+        raise PolyplanError(f"server calibration at several slots: {slots} slot(s); the one-slot loop is fitted by fit_server_loop")
+    steps = [(seconds - per_request_s) / rounds for seconds, rounds in requests if rounds > 0]
+    if not steps:
+        raise PolyplanError(f"server calibration at {slots} slots: no request decoded a round")
+    return max(0.0, (statistics.median(steps) - step_at_slots) / slots)
 
 
 def draft_model_speedup(loop: ServerLoop, per_token_s: float, baseline_s: float,

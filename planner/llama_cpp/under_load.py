@@ -189,7 +189,8 @@ def simulate_load(requests: Sequence[Sequence[ReplayRound]], stream_of: Sequence
     tokens accepted), request i sent by client i mod `clients` after that client's previous one
     ended. An iteration carries each decoding slot's round (its sampled token and draft) and each
     new request's `prompts` rows, and costs `step`(Σ rows) plus each decoding slot's
-    `ServerLoop.round_s` of `kind`, and a finishing request's per-request cost. A request's
+    `ServerLoop.round_s` of `kind` at the count of slots decoding in it, and a finishing request's
+    per-request cost. A request's
     decode interval runs from the end of the iteration that carried its prompt to the end of its
     last round (module docstring)."""
     queues = [list(range(c, len(requests), clients)) for c in range(clients)]
@@ -204,6 +205,7 @@ def simulate_load(requests: Sequence[Sequence[ReplayRound]], stream_of: Sequence
     priced: dict[int, float] = {}  # step(width), read once per width
     while any(slot is not None for slot in slots):
         rows, costs = [], []
+        together = sum(slot is not None and slot[1] >= 0 for slot in slots)  # slots decoding in this iteration
         for slot in slots:
             if slot is None:
                 rows.append(0)
@@ -217,7 +219,7 @@ def simulate_load(requests: Sequence[Sequence[ReplayRound]], stream_of: Sequence
             else:
                 drafted = rounds[at].drafted
                 rows.append(drafted + 1)
-                costs.append(loop.round_s(drafted, kind) + (loop.per_request_s if at == len(rounds) - 1 else 0.0))
+                costs.append(loop.round_s(drafted, kind, slots=together) + (loop.per_request_s if at == len(rounds) - 1 else 0.0))
         width = sum(rows)
         if width not in priced:
             priced[width] = step(width)
@@ -568,7 +570,8 @@ class _Ranker:
     def drafted_row(self, item: _Drafted, clients: int) -> RankedConfig:
         pricing = item.pricing
         loaded = dataclasses.replace(pricing, target_curve=loaded_curve(pricing.target_curve, clients),
-                                     reevals={name: loaded_curve(curve, clients) for name, curve in pricing.reevals.items()})
+                                     reevals={name: loaded_curve(curve, clients) for name, curve in pricing.reevals.items()},
+                                     loop=None if pricing.loop is None else pricing.loop.at(clients))
         drafter_curve = curve_from_profile(pricing.profile.model(item.drafter), pricing.context_length)
         curves = (loaded.target_curve, loaded_curve(drafter_curve, clients))
         stalls = (self.stalls(clients, item.k + 1), self.stalls(clients, 1))
@@ -631,7 +634,7 @@ class _Ranker:
             run = self.run(self.replayed[0].sessions[0], clients, target=True)  # its tokens: every configuration's
             return run.aggregate, run.per_request
         curve = self.request.pricing.target_curve
-        aggregate = 1.0 / (curve(clients) / clients + self.loop.per_round_s)
+        aggregate = 1.0 / (curve(clients) / clients + self.loop.per_round_at(clients))
         return aggregate, aggregate / clients
 
     def rank(self, clients: int) -> LoadRanking:
@@ -674,10 +677,10 @@ def load_limit(step: Callable[[int], float], clients: int, k_max: int, loop: Ser
     K + 1 tokens an iteration of width B·(K + 1) and pays the server's per-slot costs of an
     n-gram round that drafted K, against the target alone's iteration of width B; the best K in
     1..k_max, (1.0, 0) where none beats the target alone."""
-    baseline = step(clients) / clients + loop.per_round_s
+    baseline = step(clients) / clients + loop.per_round_at(clients)
     best = (1.0, 0)
     for k in range(1, k_max + 1):
-        speedup = (k + 1) * baseline / (step(clients * (k + 1)) / clients + loop.round_s(k, NGRAM))
+        speedup = (k + 1) * baseline / (step(clients * (k + 1)) / clients + loop.round_s(k, NGRAM, slots=clients))
         if speedup > best[0]:
             best = (speedup, k)
     return best
