@@ -227,6 +227,7 @@ class LoadRow:
     predicted_speedup: float | None = None
     predicted_interval: tuple[float, float] | None = None
     predicted_tokens_per_s: float | None = None
+    race_priced: float | None = None  # the same prediction priced on this race's own answers (the split)
     chosen: bool = False  # the plan's choice at these clients
     server_spread: float = 0.0  # the control's offset at these clients
     unjudged: str | None = None
@@ -250,6 +251,13 @@ class LoadRow:
 
     def judgement(self) -> str:
         return self.judged().judgement().replace("exported", "the plan's choice")
+
+    @property
+    def race_priced_error(self) -> float | None:
+        """The split's error: the prediction priced on this race's answers over the measured speedup, less 1."""
+        if self.race_priced is None or not math.isfinite(self.speedup) or self.speedup <= 0:
+            return None
+        return self.race_priced / self.speedup - 1.0
 
 
 @dataclass(frozen=True)

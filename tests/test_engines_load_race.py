@@ -5,12 +5,15 @@ started and stopped by `LlamaServer` as the real one is, answering `/health` and
 `/completion` requests with canned timings (and one that dies after a few requests). They check
 that a load run is bounded (every client thread joined, every process gone), the aggregate
 throughput's union of decode intervals by hand, that one client reduces to the race at one
-request, a dying server's row, the judgement against a ranking under load, and bad input. The
-slow test races a real llama-server at `-np 2` on a tiny GGUF.
+request, a dying server's row, the judgement against a ranking under load, the split (the race's
+answers are the target alone's; n-gram rows and draft models whose agreement was measured are
+priced on them, nothing else), and bad input. The slow test races a real llama-server at `-np 2`
+on a tiny GGUF.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import os
 import statistics
@@ -311,6 +314,42 @@ def test_each_row_is_judged_at_its_clients_and_the_plans_choice_against_the_fast
     assert {row["verdict"] for row in payload["rows"] if row["label"] == "ngram-mod (defaults)"} == {"inside", "outside"}
 
 
+def test_the_races_answers_are_the_target_alones_at_its_fewest_clients_in_the_prompts_order():
+    def run(label, clients, repeat, answers):
+        return LoadRun(label, clients, repeat, tuple(LoadRequest(0, prompt, 0.0, 1.0, tokens, len(tokens), 1.0)
+                                                     for prompt, tokens in answers.items()))
+
+    runs = [run("ngram-mod (defaults)", 1, 0, {0: (9, 9), 1: (9, 9)}), run(TARGET_ONLY, 2, 0, {1: (7, 7), 0: (6, 6)}),
+            run(TARGET_ONLY, 1, 1, {0: (5, 5)}), run(TARGET_ONLY, 1, 0, {1: (3, 4), 0: (1, 2)})]
+    streams = load_race.load_streams(runs, [(10, 11), (12,), (13,)])
+    assert [(s.prompt_tokens, s.ids) for s in streams] == [(2, (10, 11, 1, 2)), (1, (12, 3, 4))]  # the third: no answer
+
+
+def test_the_split_prices_n_gram_rows_and_measured_draft_models_and_nothing_else():
+    from polyplan.formats.race import LoadRow
+    from polyplan.planner.llama_cpp.ranking import OFF
+
+    mod = Contender("ngram-mod (defaults)", ("--spec-type", "ngram-mod"))
+    measured = Contender("draft-simple a K=2", ("--spec-type", "draft-simple", "-md", "/m/a.gguf", "--spec-draft-n-max", "2"))
+    unmeasured = Contender("draft-simple b K=2", ("--spec-type", "draft-simple", "-md", "/m/b.gguf", "--spec-draft-n-max", "2"))
+    configs = [Contender(TARGET_ONLY), Contender(CONTROL), mod, measured, unmeasured]
+    ranked = [FakeLoaded(OFF, (), 2, 1.0, None), FakeLoaded(mod.label, mod.args, 2, 0.8, None),
+              FakeLoaded(measured.label, measured.args, 2, 0.6, None), FakeLoaded(unmeasured.label, unmeasured.args, 2, 0.7, None)]
+    rankings = {2: FakeRanking(2, tuple(ranked), ranked[0], 2.0)}
+    rows = [LoadRow(config.label, 2, speedup=0.5) for config in configs] + [LoadRow(mod.label, 4, speedup=0.5)]
+    out = {(row.label, row.clients): row for row in load_race.priced_on_answers(rows, configs, rankings, frozenset({"/m/a.gguf"}))}
+    assert out[(mod.label, 2)].race_priced == 0.8 and out[(mod.label, 2)].race_priced_error == pytest.approx(0.6)
+    assert out[(measured.label, 2)].race_priced == 0.6
+    assert out[(unmeasured.label, 2)].race_priced is None  # its agreement with the answers was not measured
+    assert out[(TARGET_ONLY, 2)].race_priced is None and out[(CONTROL, 2)].race_priced is None
+    assert out[(mod.label, 4)].race_priced is None  # no ranking at 4 clients on the answers
+    judged = [dataclasses.replace(row, predicted_speedup=1.0) for row in out.values()]
+    lines = load_race.split_lines(judged)
+    assert len([line for line in lines if line.strip().startswith("2 ")]) == 2
+    assert "mean |error| over these 2 rows: 100.0% priced on the profile's prompts, 40.0% on this race's answers" in lines[-1]
+    assert load_race.split_lines([dataclasses.replace(row, race_priced=None) for row in judged]) == []
+
+
 def test_a_choice_within_its_measured_interval_of_the_fastest_is_tied():
     configs = [Contender(TARGET_ONLY), Contender("a", ("--spec-type", "ngram-mod")), Contender("b", ("--spec-type", "ngram-simple"))]
     a = FakeLoaded("a", ("--spec-type", "ngram-mod"), 1, 1.2, (1.1, 1.3))
@@ -359,7 +398,7 @@ def test_the_race_under_load_races_every_ranked_configuration_at_each_clients_an
     rankings = {n: FakeRanking(n, (ranked, off), ranked, 2.0) for n in (1, 2)}
     target = ModelMemory("/t.gguf", 1000, 10)
     big = ModelMemory("/big.gguf", 10**12, 10)
-    rows, levels, context = load_race.race_load(raced, rankings, [[1, 2, 3], [4, 5]], start, (1, 2), target, mapped=True,
+    rows, levels, context, _ = load_race.race_load(raced, rankings, [[1, 2, 3], [4, 5]], start, (1, 2), target, mapped=True,
                                                 repeats=2, new_tokens=3, timeout_s=10, available=10**11,
                                                 memory=lambda path: big)
     assert context == 256 and set(contexts) == {context}  # 3 + 3 + 64 tokens, padded as llama.cpp pads
@@ -523,6 +562,17 @@ def test_bench_peers_clients_races_a_tiny_plan_end_to_end(tmp_path, monkeypatch,
     assert all(row["predicted_speedup"] == 1.0 for row in target) and all(level["chosen"] for level in payload["levels"])
     assert all(level["limit"] >= 1.0 and level["spec_default"] == SPEC_DEFAULT for level in payload["levels"])
     assert sum(row["chosen"] for row in payload["rows"]) == 2  # one choice at each clients
+    # the split: every n-gram row and the draft model's fixed-K rows priced again on the race's answers (the tiny
+    # drafter's agreement with them measured for real), at each clients; the target alone and its control not
+    priced = {(row["label"], row["clients"]) for row in payload["rows"] if row["race_priced"] is not None}
+    assert {(SPEC_DEFAULT, 1), (SPEC_DEFAULT, 2)} <= priced
+    assert any(label.startswith("draft-simple small K=") for label, _ in priced)
+    assert not any(label in (TARGET_ONLY, CONTROL) for label, _ in priced)
+    from polyplan.formats.race import read_load_race_file
+
+    (tmp_path / "race.json").write_text(result.stdout)
+    text = "\n".join(load_race_lines(read_load_race_file(tmp_path / "race.json")))
+    assert "the predictions priced on this race's answers" in text and "mean |error| over these" in text
     monkeypatch.setattr(race_memory, "available_memory", lambda *a: int(0.3 * GB))
     refused = CliRunner().invoke(app, [*command, "--clients", "64"])
     assert refused.exit_code == 2 and "--clients 64:" in refused.output and "ask fewer clients" in refused.output, refused.output

@@ -8,7 +8,9 @@ back. The configurations take turns, a whole load each, in an order rotated ever
 per-request decode speed, time to first token, its speedup over the target alone at the same N,
 judged against the plan's prediction at N (`planner.llama_cpp.under_load`) as the race at one
 request judges; each N a `formats.race.LoadLevel`: the fastest, the plan's choice, the physical
-limit. docs/engines.md, "`polyplan bench peers`".
+limit. The split (`priced_on_answers`) prices each prediction again on the race's own answers, as
+the race at one request does, so that what is left of an error is the cost model's, not the
+workload's. docs/engines.md, "`polyplan bench peers`".
 """
 
 from __future__ import annotations
@@ -451,9 +453,11 @@ def run_llama_load_race(plan_path, clients: Sequence[int], *, prompts_path=None,
                 *export.server_flags, *config.args)
         return LlamaServer(build.server, Path(target.source), args, logs / f"server-{name}.log")
 
-    rows, levels, context = race_load(raced, rankings, encoded, start, clients, target_memory,
-                                      mapped="--no-repack" in export.server_flags, repeats=repeats, new_tokens=new_tokens,
-                                      timeout_s=timeout_s, log=log, on_run=on_run, only=only)
+    rows, levels, context, runs = race_load(raced, rankings, encoded, start, clients, target_memory,
+                                            mapped="--no-repack" in export.server_flags, repeats=repeats, new_tokens=new_tokens,
+                                            timeout_s=timeout_s, log=log, on_run=on_run, only=only)
+    rows = _split(rows, runs, encoded, plan, plan_path, candidates_path, candidates, files, raced, rankings, clients, choice.threads,
+                  ReplayWorkload(new_tokens, repeats, len(encoded), in_order=True), log)
     import llama_cpp
 
     notes = (("prediction", predicted_note),
@@ -470,12 +474,13 @@ def race_load(raced: Sequence[Contender], rankings: Mapping[int, object], prompt
               start: Callable[[Contender, int, int, str], contextlib.AbstractContextManager], clients: Sequence[int],
               target: ModelMemory, *, mapped: bool, repeats: int, new_tokens: int, timeout_s: float = REQUEST_TIMEOUT_S,
               available: int | None = None, memory: Callable[[str], ModelMemory] = gguf_memory, log=lambda line: None,
-              on_run=None, only: Sequence[str] | None = None) -> tuple[tuple[LoadRow, ...], tuple[LoadLevel, ...], int]:
+              on_run=None, only: Sequence[str] | None = None
+              ) -> tuple[tuple[LoadRow, ...], tuple[LoadLevel, ...], int, list[LoadRun]]:
     """The race under load of `raced` and every configuration `rankings` holds besides
     (`with_ranked`), narrowed to `only` (`only_configs`), on `prompts` at each of `clients`: memory groups (`load_groups`, `available`
     None: the machine's usable memory), the race (`race_under_load`; `start(config, N, slot
     context, name)` a server with N slots of that many tokens, `name` unique for its log), the
-    rows and levels (`load_rows`); and the slot context.
+    rows and levels (`load_rows`); the slot context; and the runs.
 
     Raises:
         PolyplanError: more slots than memory allows (`load_groups`).
@@ -490,7 +495,66 @@ def race_load(raced: Sequence[Contender], rankings: Mapping[int, object], prompt
     runs, failures = race_under_load(groups, lambda config, count: start(config, count, context, f"{count}-{index[config.label]}"),
                                      prompts, repeats=repeats, new_tokens=new_tokens, timeout_s=timeout_s, log=log, on_run=on_run)
     rows, levels = load_rows(configs, runs, {**too_large, **failures}, clients, rankings)
-    return rows, levels, context
+    return rows, levels, context, runs
+
+
+def load_streams(runs: Sequence[LoadRun], prompts: Sequence[Sequence[int]]) -> tuple:
+    """The target alone's answer to each prompt in this race (at its fewest clients, first repeat),
+    as target streams (`formats.profile.TargetStream`), in the prompts' order: the tokens every
+    configuration decoded, end-of-sequence ignored."""
+    from polyplan.formats.profile import TargetStream
+
+    answers: dict[int, tuple[int, ...]] = {}
+    for run in sorted((run for run in runs if run.label == TARGET_ONLY), key=lambda run: (run.clients, run.repeat, run.group)):
+        for request in run.requests:
+            answers.setdefault(request.prompt, request.tokens)
+    return tuple(TargetStream(len(prompt), tuple(prompt) + answers[index])
+                 for index, prompt in enumerate(prompts) if answers.get(index) and len(prompt) > 0)
+
+
+def priced_on_answers(rows: Sequence[LoadRow], configs: Sequence[Contender], rankings: Mapping[int, object],
+                      drafts: frozenset[str] = frozenset()) -> tuple[LoadRow, ...]:
+    """`rows` with `race_priced`: the plan under load priced on the race's answers (`rankings`,
+    by clients), for each n-gram type and for each draft model among `drafts` (the files whose
+    agreement with the answers was measured); the target alone, its control and anything else keep
+    None."""
+    from polyplan.engines.llama_cpp.race import _draft_file
+
+    by_label = {config.label: config for config in configs}
+    out = []
+    for row in rows:
+        config = by_label.get(row.label)
+        priced = None
+        if config is not None and row.label not in (TARGET_ONLY, CONTROL) and ("-md" not in config.args
+                                                                             or _draft_file(config.args) in drafts):
+            found = _prediction(config, rankings.get(row.clients))
+            priced = None if found is None else found.speedup
+        out.append(row if priced is None else dataclasses.replace(row, race_priced=priced))
+    return tuple(out)
+
+
+def _split(rows, runs, prompts, plan, plan_path, candidates_path, candidates, files, raced, rankings, clients, threads, workload,
+           log) -> tuple[LoadRow, ...]:
+    """`rows` priced on this race's answers (`priced_on_answers`): the target alone's answers as
+    streams, each raced draft model's agreement with them (teacher-forced through the bindings),
+    the plan under load priced on them; the rows as they were, with one line saying why, where
+    that cannot be done (a race keeps what it measured)."""
+    from polyplan.engines.export import export_from_files
+    from polyplan.engines.llama_cpp.race import _draft_files, _race_agreements
+
+    streams = load_streams(runs, prompts)
+    if not streams or not rankings:
+        return rows
+    configs = with_ranked(raced, rankings)
+    try:
+        agreements, measured = _race_agreements(configs, _draft_files(candidates, files), plan.target, threads, streams, log)
+        on_race = export_from_files(plan_path, "llama.cpp", candidates_path=candidates_path, streams=streams, agreements=agreements,
+                                    workload=workload, replay_also=[ranked_flags(config) for config in configs], clients=clients)
+        answered, _ = _rankings(on_race, clients)
+    except PolyplanError as error:
+        log(f"the predictions were not priced on this race's answers: {error}")
+        return rows
+    return priced_on_answers(rows, configs, answered, measured)
 
 
 def _rankings(export, clients: Sequence[int]) -> tuple[dict[int, object], str]:
@@ -529,7 +593,27 @@ def load_race_lines(race: LoadRace) -> list[str]:
                          f"{_pm(row.first_token_s, row.first_token_s_sd, 3):>13s} "
                          f"{row.speedup:7.2f}x ±{row.speedup_sd:4.2f}  {row.judgement()}")
         lines += _level_lines(level, race.at(level.clients))
+    lines += split_lines(race.rows)
     lines.append(f"\nserver logs: {about.get('logs')}")
+    return lines
+
+
+def split_lines(rows: Sequence[LoadRow]) -> list[str]:
+    """The split (`priced_on_answers`): each row's error priced on the profile's prompts and on
+    this race's answers, and the mean absolute error of each over those rows."""
+    split = [row for row in rows if row.race_priced_error is not None and row.error is not None]
+    if not split:
+        return []
+    lines = ["", "the predictions priced on this race's answers (the target alone's outputs, end-of-sequence ignored as the race "
+                 "decodes them, and each draft model's agreement with them): the error left is the cost model's",
+             f"{'clients':>7s}  {'configuration':44s} {'measured':>8s}  {'on the profile':>16s}  {'on the answers':>16s}"]
+    for row in split:
+        lines.append(f"{row.clients:7d}  {row.label[:44]:44s} {row.speedup:7.2f}x  {row.predicted_speedup:7.2f}x ({100 * row.error:+5.1f}%)"
+                     f"  {row.race_priced:7.2f}x ({100 * row.race_priced_error:+5.1f}%)")
+    profiled = statistics.fmean(abs(row.error) for row in split)
+    answered = statistics.fmean(abs(row.race_priced_error) for row in split)
+    lines.append(f"mean |error| over these {len(split)} rows: {100 * profiled:.1f}% priced on the profile's prompts, "
+                 f"{100 * answered:.1f}% on this race's answers")
     return lines
 
 
