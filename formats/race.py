@@ -263,8 +263,8 @@ class LoadRow:
 @dataclass(frozen=True)
 class LoadLevel:
     """What one number of clients says: the fastest configuration measured, the plan's choice and
-    whether it was the fastest ("fastest"), tied with it ("tied": the fastest's mean inside the
-    choice's measured 95% interval widened by the control's offset) or "slower"; the physical
+    whether it was the fastest ("fastest"), tied with it ("tied": their measured 95% intervals,
+    the gap between them widened by the control's offset, overlap) or "slower"; the physical
     limit there (a free, perfect drafter) and llama-server's own default's row."""
 
     clients: int

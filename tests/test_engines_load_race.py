@@ -376,6 +376,22 @@ def test_off_is_tied_with_a_fastest_within_the_controls_offset():
     assert load_rows(configs, far, {}, (2,), ranking)[1][0].choice == "slower"  # control: beyond the offset
 
 
+def test_a_fastest_row_whose_repeats_disagree_is_tied_with_the_choice():
+    """The target alone chosen, a row measured 1.20x on average but 0.75x and 1.65x in its two
+    repeats: its own interval reaches 1, so it is not called faster; the same mean with repeats
+    that agree (negative control) is."""
+    from polyplan.planner.llama_cpp.ranking import OFF
+
+    configs = [Contender(TARGET_ONLY), Contender(CONTROL), Contender("a", ("--spec-type", "ngram-mod"))]
+    off = FakeLoaded(OFF, (), 4, 1.0, (1.0, 1.0))
+    a = FakeLoaded("a", ("--spec-type", "ngram-mod"), 4, 0.9, (0.8, 1.0))
+    ranking = {4: FakeRanking(4, (off, a), off, 1.5)}
+    spread = measured_runs({TARGET_ONLY: [1, 1], CONTROL: [1.0, 1.0], "a": [0.75, 1.65]}, 4)
+    assert load_rows(configs, spread, {}, (4,), ranking)[1][0].choice == "tied"
+    agreed = measured_runs({TARGET_ONLY: [1, 1], CONTROL: [1.0, 1.0], "a": [1.19, 1.21]}, 4)
+    assert load_rows(configs, agreed, {}, (4,), ranking)[1][0].choice == "slower"
+
+
 def test_the_race_under_load_races_every_ranked_configuration_at_each_clients_and_leaves_nothing(fake_binary, tmp_path):
     """`race_load`: the raced configurations and a ranked one none of them runs, each at 1 and 2
     clients on fake servers of N slots, a row per (configuration, clients), the plan's choice

@@ -59,6 +59,22 @@ def test_a_race_under_load_is_tabled_per_count_and_plotted(tmp_path):
     assert written.stat().st_size > 5000
 
 
+def test_a_race_with_the_split_tables_both_errors_and_reads_back_as_written(tmp_path):
+    import dataclasses
+
+    race = _race()
+    assert "priced on this race's own answers" not in "\n".join(load_race_lines(race))  # a race without the split: none
+    rows = tuple(dataclasses.replace(row, race_priced=row.speedup * 1.05) if row.label.startswith("ngram-simple") else row
+                 for row in race.rows)
+    split = dataclasses.replace(race, rows=rows)
+    path = tmp_path / LOAD_RACE_FILE
+    path.write_text(json.dumps(load_race_json(split)))
+    assert read_load_race_file(path).rows[1].race_priced == pytest.approx(1.47)
+    text = "\n".join(load_race_lines(split))
+    assert "| 1 | ngram-simple size-n=3 K=5 | 1.40x | 1.48x (+5.7%) | 1.47x (+5.0%) |" in text
+    assert "mean absolute error over these 3 rows:" in text and "5.0% on the race's answers" in text
+
+
 def test_a_race_under_load_goes_on_the_page_under_its_run_and_needs_its_command(tmp_path):
     source = next(folder for folder in sorted(results_page.RESULTS.iterdir()) if (folder / "run.json").is_file())
     copy = tmp_path / source.name

@@ -3,8 +3,8 @@
 A run folder of `docs/results/` may keep the JSON `polyplan bench peers --clients ... --json`
 printed (`LOAD_RACE_FILE`, `formats.race.LoadRace`) and name that command in its run.json
 (`load_race_command`); `validation.results_page` then puts the race under load under the run: a
-table per number of clients and a plot of speedup against it, predicted with its interval and
-measured with its spread over repeats.
+table per number of clients, the split where the race has one, and a plot of speedup against it,
+predicted with its interval and measured with its spread over repeats.
 """
 
 from __future__ import annotations
@@ -50,7 +50,26 @@ def load_race_lines(race: LoadRace) -> list[str]:
         choice = "" if level.choice is None else f" ({level.choice})"
         lines += ["", f"- fastest: {level.fastest or '–'}; the plan's choice: {level.chosen or '–'}{choice}{limit}"
                       + (f"; {level.note}" if level.note else ""), ""]
-    return lines
+    return lines + _split_lines(race)
+
+
+def _split_lines(race: LoadRace) -> list[str]:
+    """The split, where the race has one (`engines.llama_cpp.load_race.priced_on_answers`): each
+    prediction priced on the profile's prompts and on the race's own answers, against the
+    measurement, and the mean absolute error of each."""
+    split = [row for row in race.rows if row.race_priced_error is not None and row.error is not None]
+    if not split:
+        return []
+    lines = ["*The predictions priced on this race's own answers* (the target alone's outputs, end-of-sequence ignored "
+             "as the race decodes them, and each draft model's agreement with them): what is left of an error is the "
+             "cost model's.", "",
+             "| clients | configuration | measured | on the profile's prompts | on the race's answers |", "| --- | --- | --- | --- | --- |"]
+    lines += [f"| {row.clients} | {row.label} | {row.speedup:.2f}x | {row.predicted_speedup:.2f}x ({100 * row.error:+.1f}%) | "
+              f"{row.race_priced:.2f}x ({100 * row.race_priced_error:+.1f}%) |" for row in split]
+    profiled = sum(abs(row.error) for row in split) / len(split)
+    answered = sum(abs(row.race_priced_error) for row in split) / len(split)
+    return lines + ["", f"- mean absolute error over these {len(split)} rows: {100 * profiled:.1f}% on the profile's prompts, "
+                        f"{100 * answered:.1f}% on the race's answers", ""]
 
 
 def plot_load_race(race: LoadRace, path: Path, title: str) -> Path:

@@ -309,8 +309,9 @@ def _control_spread(rows: Sequence[LoadRow]) -> float | None:
 
 def _level(clients: int, rows: Sequence[LoadRow], ranking, configs: Sequence[Contender], spread: float) -> LoadLevel:
     """The fastest measured at `clients`, the plan's choice and how it fared (`LoadLevel`): tied
-    where the fastest lies inside the choice's measured interval widened by `spread`, the
-    control's offset at these clients (whichever row was chosen, the target alone included)."""
+    where the two rows' measured 95% intervals, the gap between them widened by `spread` (the
+    control's offset at these clients), overlap: whichever row was chosen, the target alone (no
+    spread of its own) included, and a fastest row whose own repeats disagree is not called faster."""
     measured = [row for row in rows if row.failure is None and row.label != CONTROL and math.isfinite(row.speedup)]
     fastest = max(measured, key=lambda row: row.speedup, default=None)
     spec_default = next((config.label for config in configs if config.args == ("--spec-default",)), None)
@@ -325,8 +326,9 @@ def _level(clients: int, rows: Sequence[LoadRow], ranking, configs: Sequence[Con
     if chosen.label == fastest.label:
         choice = "fastest"
     else:
-        low, high = chosen.judged().measured_ci
-        choice = "tied" if low - spread <= fastest.speedup <= high + spread else "slower"
+        _, high = chosen.judged().measured_ci
+        low, _ = fastest.judged().measured_ci
+        choice = "tied" if low <= high + spread else "slower"
     return LoadLevel(clients, fastest.label, chosen.label, choice, ranking.limit, spec_default)
 
 
@@ -632,7 +634,7 @@ def _level_lines(level: LoadLevel, rows: Sequence[LoadRow]) -> list[str]:
     if level.fastest is not None:
         lines.append(f"fastest at {level.clients} client(s): {level.fastest} ({by_label[level.fastest].speedup:.2f}x)")
     if level.chosen is not None:
-        how = {"fastest": "the fastest", "tied": "tied with the fastest (within its measured interval and the control's offset)",
+        how = {"fastest": "the fastest", "tied": "tied with the fastest (their measured intervals, with the control's offset, overlap)",
                "slower": "slower than the fastest beyond its measured interval"}.get(level.choice, level.note)
         lines.append(f"the plan's choice: {level.chosen}: {how}")
     elif level.note:
