@@ -520,7 +520,7 @@ def priced_on_answers(rows: Sequence[LoadRow], configs: Sequence[Contender], ran
     by clients), for each n-gram type and for each draft model among `drafts` (the files whose
     agreement with the answers was measured); the target alone, its control and anything else keep
     None."""
-    from polyplan.engines.llama_cpp.race import _draft_file
+    from polyplan.engines.llama_cpp.race import draft_file
 
     by_label = {config.label: config for config in configs}
     out = []
@@ -528,7 +528,7 @@ def priced_on_answers(rows: Sequence[LoadRow], configs: Sequence[Contender], ran
         config = by_label.get(row.label)
         priced = None
         if config is not None and row.label not in (TARGET_ONLY, CONTROL) and ("-md" not in config.args
-                                                                             or _draft_file(config.args) in drafts):
+                                                                             or draft_file(config.args) in drafts):
             found = _prediction(config, rankings.get(row.clients))
             priced = None if found is None else found.speedup
         out.append(row if priced is None else dataclasses.replace(row, race_priced=priced))
@@ -542,14 +542,14 @@ def _split(rows, runs, prompts, plan, plan_path, candidates_path, candidates, fi
     the plan under load priced on them; the rows as they were, with one line saying why, where
     that cannot be done (a race keeps what it measured)."""
     from polyplan.engines.export import export_from_files
-    from polyplan.engines.llama_cpp.race import _draft_files, _race_agreements
+    from polyplan.engines.llama_cpp.race import draft_files, race_agreements_of
 
     streams = load_streams(runs, prompts)
     if not streams or not rankings:
         return rows
     configs = with_ranked(raced, rankings)
     try:
-        agreements, measured = _race_agreements(configs, _draft_files(candidates, files), plan.target, threads, streams, log)
+        agreements, measured = race_agreements_of(configs, draft_files(candidates, files), plan.target, threads, streams, log)
         on_race = export_from_files(plan_path, "llama.cpp", candidates_path=candidates_path, streams=streams, agreements=agreements,
                                     workload=workload, replay_also=[ranked_flags(config) for config in configs], clients=clients)
         answered, _ = _rankings(on_race, clients)

@@ -45,7 +45,7 @@ def server_configs(plan, export, candidates, files: dict[str, str],
     configs = [Contender(TARGET_ONLY, ()), Contender(CONTROL, ())]
     by_drafter = {option.drafter: option for option in export.options}
     drafters = []  # (name, file, predicted speedup at the export's K)
-    for name, source in _draft_files(candidates, files):
+    for name, source in draft_files(candidates, files):
         option = by_drafter.get(name)
         k = option.block_size if option is not None and option.block_size else 4
         predicted = option.prediction.speedup if option is not None and option.prediction is not None else None
@@ -65,12 +65,12 @@ def server_configs(plan, export, candidates, files: dict[str, str],
     return judged(configs, export, recommended)
 
 
-def _draft_file(args: Sequence[str]) -> str | None:
+def draft_file(args: Sequence[str]) -> str | None:
     """The draft model's file of a server's flags (`-md`), None without one."""
     return args[args.index("-md") + 1] if "-md" in args else None
 
 
-def _draft_files(candidates, files: Mapping[str, str]) -> list[tuple[str, str]]:
+def draft_files(candidates, files: Mapping[str, str]) -> list[tuple[str, str]]:
     """(name, GGUF file) of each model drafter with a GGUF of its own or one polyplan made (`files`)."""
     drafts = []
     for candidate in candidates.candidates[1:]:
@@ -133,7 +133,7 @@ def priced_on_race(configs: Sequence[Contender], export, drafts: frozenset[str] 
     n-gram type and each draft model among `drafts` (the files whose agreement with the race's
     answers was measured; any other would still read the profile's)."""
     def again(ranked) -> bool:
-        return ranked.drafted is not None or _draft_file(ranked.flags) in drafts
+        return ranked.drafted is not None or draft_file(ranked.flags) in drafts
 
     by_flags = {tuple(ranked.flags): ranked for ranked in getattr(export, "ranking", ()) if again(ranked)}
     out = []
@@ -143,13 +143,13 @@ def priced_on_race(configs: Sequence[Contender], export, drafts: frozenset[str] 
     return out
 
 
-def _race_agreements(configs: Sequence[Contender], drafts: Sequence[tuple[str, str]], target: str, threads: int,
+def race_agreements_of(configs: Sequence[Contender], drafts: Sequence[tuple[str, str]], target: str, threads: int,
                     streams: Sequence, log=lambda line: None) -> tuple[tuple, frozenset[str]]:
     """Each raced draft model's agreement with the race's answers, and the files measured; a file
     the bindings cannot run is left out with one line."""
     from polyplan.engines.llama_cpp.race_agreement import race_agreement
 
-    raced = {_draft_file(config.args) for config in configs}
+    raced = {draft_file(config.args) for config in configs}
     agreements, measured = [], set()
     for name, source in drafts:
         if source not in raced or source in measured:
@@ -255,7 +255,7 @@ def run_llama_peers(plan_path, *, prompts_path=None, candidates_path=None, threa
     runs, failures = race_servers(groups, start, ours, encoded, repeats=repeats, new_tokens=new_tokens, log=log, on_run=on_run)
     streams = race_streams(runs, [prompt.ids for prompt in encoded])
     if streams:  # the split: the same export priced on this race's prompts, in the order the servers got them
-        agreements, measured = _race_agreements(configs, _draft_files(candidates, files), plan.target, threads,
+        agreements, measured = race_agreements_of(configs, draft_files(candidates, files), plan.target, threads,
                                                streams, log)
         on_race = export_from_files(plan_path, "llama.cpp", candidates_path=candidates_path, streams=streams, agreements=agreements,
                                     workload=ReplayWorkload(new_tokens, repeats, len(streams), in_order=True),
@@ -265,7 +265,7 @@ def run_llama_peers(plan_path, *, prompts_path=None, candidates_path=None, threa
     import llama_cpp
 
     notes = (("memory", memory_note), ("prediction", _prediction_note(export)),
-             ("loop", race_loop_line(configs, runs, [prompt.ids for prompt in encoded], export.prices, _draft_files(candidates, files))),
+             ("loop", race_loop_line(configs, runs, [prompt.ids for prompt in encoded], export.prices, draft_files(candidates, files))),
              ("pace", race_pace_line(runs, export.prices)))
     notes = tuple((name, line) for name, line in notes if line)
     about = (("llama_cpp_version", llama_cpp.__version__), ("chat_template", str(not prompts.raw)), ("logs", str(logs)))
@@ -289,11 +289,11 @@ def race_requests(configs: Sequence[Contender], runs: Sequence[RaceRun], prompts
 
     by_label = {config.label: config.args for config in configs}
     by_label[TARGET_ONLY] = ()
-    drafts = [_draft_file(args) for args in by_label.values() if "-md" in args]
+    drafts = [draft_file(args) for args in by_label.values() if "-md" in args]
     requests = []
     for run in runs:
         args = by_label.get(run.label)
-        if args is None or run.decode_s is None or ("-md" in args and _draft_file(args) != drafts[0]):
+        if args is None or run.decode_s is None or ("-md" in args and draft_file(args) != drafts[0]):
             continue
         done = Completion(run.tokens, run.decoded or len(run.tokens), 1000.0 * run.decode_s, 0.0, run.drafted, run.accepted, run.seconds,
                           run.rounds)
@@ -353,7 +353,7 @@ def server_needs(configs: Sequence[Contender], target: ModelMemory, context: int
     needs = []
     for config in configs:
         models = [(target, context)]
-        path = _draft_file(config.args)
+        path = draft_file(config.args)
         if path is not None:
             if path not in drafts:
                 drafts[path] = memory(path)
