@@ -10,6 +10,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -298,6 +299,25 @@ class LoadRace:
 
     def at(self, clients: int) -> tuple[LoadRow, ...]:
         return tuple(row for row in self.rows if row.clients == clients)
+
+
+@dataclass(frozen=True)
+class LoadSplit:
+    """The split of a race under load: its rows priced on the race's own answers as well as on the
+    profile's prompts, and the mean absolute error of each over them."""
+
+    rows: tuple[LoadRow, ...]
+    profiled: float  # mean |error| priced on the profile's prompts
+    answered: float  # mean |error| priced on the race's answers
+
+
+def load_split(rows: Sequence[LoadRow]) -> LoadSplit | None:
+    """The split of `rows` (`LoadSplit`); None where no row has both errors."""
+    split = tuple(row for row in rows if row.race_priced_error is not None and row.error is not None)
+    if not split:
+        return None
+    return LoadSplit(split, sum(abs(row.error) for row in split) / len(split),
+                     sum(abs(row.race_priced_error) for row in split) / len(split))
 
 
 def load_race_json(race: LoadRace) -> dict:

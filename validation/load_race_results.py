@@ -12,7 +12,7 @@ from __future__ import annotations
 import math
 from pathlib import Path
 
-from polyplan.formats.race import LoadRace, LoadRow, read_load_race_file
+from polyplan.formats.race import LoadRace, LoadRow, load_split, read_load_race_file
 from polyplan.validation.figure import agg_figure, save_figure
 
 LOAD_RACE_FILE = "race_load.json"
@@ -54,22 +54,20 @@ def load_race_lines(race: LoadRace) -> list[str]:
 
 
 def _split_lines(race: LoadRace) -> list[str]:
-    """The split, where the race has one (`engines.llama_cpp.load_race.priced_on_answers`): each
-    prediction priced on the profile's prompts and on the race's own answers, against the
-    measurement, and the mean absolute error of each."""
-    split = [row for row in race.rows if row.race_priced_error is not None and row.error is not None]
-    if not split:
+    """The split, where the race has one (`formats.race.load_split`): each prediction priced on the
+    profile's prompts and on the race's own answers, against the measurement, and the mean
+    absolute error of each."""
+    split = load_split(race.rows)
+    if split is None:
         return []
     lines = ["*The predictions priced on this race's own answers* (the target alone's outputs, end-of-sequence ignored "
              "as the race decodes them, and each draft model's agreement with them): what is left of an error is the "
              "cost model's.", "",
              "| clients | configuration | measured | on the profile's prompts | on the race's answers |", "| --- | --- | --- | --- | --- |"]
     lines += [f"| {row.clients} | {row.label} | {row.speedup:.2f}x | {row.predicted_speedup:.2f}x ({100 * row.error:+.1f}%) | "
-              f"{row.race_priced:.2f}x ({100 * row.race_priced_error:+.1f}%) |" for row in split]
-    profiled = sum(abs(row.error) for row in split) / len(split)
-    answered = sum(abs(row.race_priced_error) for row in split) / len(split)
-    return lines + ["", f"- mean absolute error over these {len(split)} rows: {100 * profiled:.1f}% on the profile's prompts, "
-                        f"{100 * answered:.1f}% on the race's answers", ""]
+              f"{row.race_priced:.2f}x ({100 * row.race_priced_error:+.1f}%) |" for row in split.rows]
+    return lines + ["", f"- mean absolute error over these {len(split.rows)} rows: {100 * split.profiled:.1f}% on the profile's "
+                        f"prompts, {100 * split.answered:.1f}% on the race's answers", ""]
 
 
 def plot_load_race(race: LoadRace, path: Path, title: str) -> Path:

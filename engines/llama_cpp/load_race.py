@@ -30,7 +30,7 @@ from polyplan.engines.llama_cpp.race_memory import GB, MemoryNeed, ModelMemory, 
 from polyplan.engines.llama_cpp.server import Completion, LlamaServer, slot_args
 from polyplan.engines.race import Contender
 from polyplan.formats.errors import PolyplanError
-from polyplan.formats.race import LoadLevel, LoadRace, LoadRow
+from polyplan.formats.race import LoadLevel, LoadRace, LoadRow, load_split
 
 SPEC_DEFAULT = "llama.cpp default (--spec-default)"
 SLOT_HEADROOM = 64  # tokens of a slot's context beyond the longest prompt and its new tokens (a last draft's)
@@ -601,21 +601,19 @@ def load_race_lines(race: LoadRace) -> list[str]:
 
 
 def split_lines(rows: Sequence[LoadRow]) -> list[str]:
-    """The split (`priced_on_answers`): each row's error priced on the profile's prompts and on
-    this race's answers, and the mean absolute error of each over those rows."""
-    split = [row for row in rows if row.race_priced_error is not None and row.error is not None]
-    if not split:
+    """The split (`priced_on_answers`, `formats.race.load_split`): each row's error priced on the
+    profile's prompts and on this race's answers, and the mean absolute error of each."""
+    split = load_split(rows)
+    if split is None:
         return []
     lines = ["", "the predictions priced on this race's answers (the target alone's outputs, end-of-sequence ignored as the race "
                  "decodes them, and each draft model's agreement with them): the error left is the cost model's",
              f"{'clients':>7s}  {'configuration':44s} {'measured':>8s}  {'on the profile':>16s}  {'on the answers':>16s}"]
-    for row in split:
+    for row in split.rows:
         lines.append(f"{row.clients:7d}  {row.label[:44]:44s} {row.speedup:7.2f}x  {row.predicted_speedup:7.2f}x ({100 * row.error:+5.1f}%)"
                      f"  {row.race_priced:7.2f}x ({100 * row.race_priced_error:+5.1f}%)")
-    profiled = statistics.fmean(abs(row.error) for row in split)
-    answered = statistics.fmean(abs(row.race_priced_error) for row in split)
-    lines.append(f"mean |error| over these {len(split)} rows: {100 * profiled:.1f}% priced on the profile's prompts, "
-                 f"{100 * answered:.1f}% on this race's answers")
+    lines.append(f"mean |error| over these {len(split.rows)} rows: {100 * split.profiled:.1f}% priced on the profile's prompts, "
+                 f"{100 * split.answered:.1f}% on this race's answers")
     return lines
 
 
