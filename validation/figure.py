@@ -27,7 +27,9 @@ def save_figure(figure, axes, path: Path, *, ylabel: str, xlabel: str | None = N
     if title is not None:
         axes.set_title(title, fontsize=9)
     if legend_below:
-        axes.legend(fontsize=legend_size, loc="upper center", bbox_to_anchor=(0.5, -0.12), frameon=False)
+        # below the x label (about 0.45 inch under the axes whatever their height), two columns
+        below = -0.45 * figure.dpi / max(axes.get_window_extent().height, 1.0)
+        axes.legend(fontsize=legend_size, loc="upper center", bbox_to_anchor=(0.5, below), frameon=False, ncol=2)
     else:
         axes.legend(fontsize=legend_size, **({} if legend_loc is None else {"loc": legend_loc}))
     figure.tight_layout()

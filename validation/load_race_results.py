@@ -74,12 +74,12 @@ def plot_load_race(race: LoadRace, path: Path, title: str) -> Path:
     """Speedup against the number of clients: each configuration the plan predicted (its
     prediction as a square with its interval, dashed) and its measurement (mean ± sd over
     repeats, solid), llama-server's own default measured, and the physical limit (dotted)."""
-    figure = agg_figure(7.2, 4.8)
-    axes = figure.add_subplot()
     predicted = {row.label for row in race.rows if row.predicted_speedup is not None and row.label != "off (no speculation)"}
     defaults = {level.spec_default for level in race.levels if level.spec_default}
     labels = [label for label in dict.fromkeys(row.label for row in race.rows)
               if (label in predicted or label in defaults) and _CONTROL_WORD not in label]
+    figure = agg_figure(7.2, 4.0 + 0.11 * len(labels))  # room for the legend below: two entries a configuration, two columns
+    axes = figure.add_subplot()
     for index, label in enumerate(labels):
         rows = sorted((row for row in race.rows if row.label == label and _measured(row)), key=lambda row: row.clients)
         if not rows:

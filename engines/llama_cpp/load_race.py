@@ -458,8 +458,8 @@ def run_llama_load_race(plan_path, clients: Sequence[int], *, prompts_path=None,
     rows, levels, context, runs = race_load(raced, rankings, encoded, start, clients, target_memory,
                                             mapped="--no-repack" in export.server_flags, repeats=repeats, new_tokens=new_tokens,
                                             timeout_s=timeout_s, log=log, on_run=on_run, only=only)
-    rows = _split(rows, runs, encoded, plan, plan_path, candidates_path, candidates, files, raced, rankings, clients, choice.threads,
-                  ReplayWorkload(new_tokens, repeats, len(encoded), in_order=True), log)
+    rows = _split(rows, load_streams(runs, encoded), (plan_path, plan, candidates_path, candidates), with_ranked(raced, rankings),
+                  rankings, clients, choice.threads, new_tokens, repeats, log)
     import llama_cpp
 
     notes = (("prediction", predicted_note),
@@ -535,27 +535,31 @@ def priced_on_answers(rows: Sequence[LoadRow], configs: Sequence[Contender], ran
     return tuple(out)
 
 
-def _split(rows, runs, prompts, plan, plan_path, candidates_path, candidates, files, raced, rankings, clients, threads, workload,
+def _split(rows: Sequence[LoadRow], streams: Sequence, planned: tuple, configs: Sequence[Contender],
+           rankings: Mapping[int, object], clients: Sequence[int], threads: int, new_tokens: int, repeats: int,
            log) -> tuple[LoadRow, ...]:
-    """`rows` priced on this race's answers (`priced_on_answers`): the target alone's answers as
-    streams, each raced draft model's agreement with them (teacher-forced through the bindings),
-    the plan under load priced on them; the rows as they were, with one line saying why, where
-    that cannot be done (a race keeps what it measured)."""
-    from polyplan.engines.export import export_from_files
+    """`rows` priced on this race's answers (`priced_on_answers`): `streams` (`load_streams`), each
+    raced draft model's agreement with them (teacher-forced through the bindings), the plan under
+    load (`planned`: its path, the plan, the candidates' path and the candidates) priced on them as
+    this race sent them; the rows as they were, with one line saying why, where that cannot be done
+    (a race keeps what it measured)."""
+    from polyplan.engines.export import engine_files, export_from_files
     from polyplan.engines.llama_cpp.race import draft_files, race_agreements_of
+    from polyplan.planner.llama_cpp.ranking import ReplayWorkload
 
-    streams = load_streams(runs, prompts)
+    plan_path, plan, candidates_path, candidates = planned
     if not streams or not rankings:
-        return rows
-    configs = with_ranked(raced, rankings)
+        return tuple(rows)
     try:
-        agreements, measured = race_agreements_of(configs, draft_files(candidates, files), plan.target, threads, streams, log)
-        on_race = export_from_files(plan_path, "llama.cpp", candidates_path=candidates_path, streams=streams, agreements=agreements,
-                                    workload=workload, replay_also=[ranked_flags(config) for config in configs], clients=clients)
+        agreements, measured = race_agreements_of(configs, draft_files(candidates, engine_files(candidates)), plan.target, threads,
+                                                  streams, log)
+        on_race = export_from_files(plan_path, "llama.cpp", candidates_path=candidates_path, streams=tuple(streams),
+                                    agreements=agreements, workload=ReplayWorkload(new_tokens, repeats, len(streams), in_order=True),
+                                    replay_also=[ranked_flags(config) for config in configs], clients=clients)
         answered, _ = _rankings(on_race, clients)
     except PolyplanError as error:
         log(f"the predictions were not priced on this race's answers: {error}")
-        return rows
+        return tuple(rows)
     return priced_on_answers(rows, configs, answered, measured)
 
 
