@@ -71,6 +71,8 @@ FAKE_SERVER = textwrap.dedent('''\
             self.send_header("Content-Type", "text/event-stream")
             self.end_headers()
             prompt, n = body["prompt"], body["n_predict"]
+            if not body.get("ignore_eos", True):  # its "end of sequence": half way
+                n = max(1, n // 2)
             began = time.perf_counter()
             for i in range(n):
                 time.sleep(step_s)
@@ -237,6 +239,21 @@ def test_at_two_clients_the_slots_decode_together(fake_binary, tmp_path):
     assert aggregate_tokens_per_s(two.requests) > 1.5 * request_tokens_per_s(two.requests)
     assert aggregate_tokens_per_s(one.requests) == pytest.approx(request_tokens_per_s(one.requests), rel=0.1)
     assert {r.client for r in two.requests} == {0, 1}
+
+
+def test_a_race_under_load_that_stops_at_eos_asks_the_server_to_and_decodes_what_it_answers(fake_binary, tmp_path):
+    """`race_under_load(ignore_eos=False)` sends each request with end of sequence honoured (the
+    fake server then ends half way); by default every request decodes exactly its new tokens."""
+    started: list[LlamaServer] = []
+    groups = {2: ((Contender(TARGET_ONLY), Contender("a", ("--spec-type", "ngram-mod"))),)}
+    decoded = {}
+    for ignore in (True, False):
+        runs, failures = race_under_load(groups, fake_start(fake_binary, tmp_path, started), [[1, 2], [3], [4, 5]], repeats=1,
+                                         new_tokens=8, ignore_eos=ignore)
+        assert not failures
+        decoded[ignore] = {request.decoded for run in runs for request in run.requests}
+    assert decoded == {True: {8}, False: {4}}
+    assert all(server.process is None or server.process.poll() is not None for server in started)
 
 
 # ----------------------------------------------------------------------------- predicted against measured
@@ -453,6 +470,11 @@ def test_configs_narrows_the_race_but_keeps_the_target_its_control_and_each_choi
 def test_bad_configs_are_one_line_and_exit_2(args, tmp_path):
     result = CliRunner().invoke(app, ["bench", "peers", "--engine", "llama.cpp", "--plan", str(tmp_path / "p.json"), *args])
     assert result.exit_code == 2 and result.output.count("\n") == 1 and "--configs" in result.output, result.output
+
+
+def test_stop_at_eos_without_clients_is_one_line_and_exit_2(tmp_path):
+    result = CliRunner().invoke(app, ["bench", "peers", "--engine", "llama.cpp", "--plan", str(tmp_path / "p.json"), "--stop-at-eos"])
+    assert result.exit_code == 2 and result.output.count("\n") == 1 and "--stop-at-eos" in result.output, result.output
 
 
 @pytest.mark.parametrize("value", ["0", "two", "1,,2", "-1", ""])

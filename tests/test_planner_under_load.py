@@ -186,6 +186,20 @@ def test_a_slots_round_cost_calibrated_at_two_slots_is_charged_where_two_decode_
     assert target.union_s == pytest.approx(3 * (step(2) + 2 * 0.0003) + 0.0005 + 2 * (step(1) + 0.001) + 0.0005, rel=1e-12)
 
 
+def test_requests_that_end_at_eos_are_not_stretched_to_the_races_length(captured):
+    """A race that decodes past end of sequence stretches every replayed request to its length at
+    2+ clients; one that stops at it (`ReplayWorkload.to_eos`) replays the streams as they end."""
+    options, request = captured["args"]
+    fixed = dataclasses.replace(request, workload=dataclasses.replace(request.workload, new_tokens=200, repeats=1))
+    to_eos = dataclasses.replace(fixed, workload=dataclasses.replace(fixed.workload, to_eos=True))
+    ranker = under_load._Ranker(options, fixed)
+    session = ranker.replayed[0].sessions[0]
+    longest = max(sum(item.accepted + 1 for item in rounds) for rounds in session.requests)
+    assert longest < 199
+    assert set(ranker.run(session, 2).tokens) == {199}
+    assert max(under_load._Ranker(options, to_eos).run(session, 2).tokens) == longest
+
+
 def _rounds(requests: int, tokens: int, drafted: int, accepted: int):
     return [(ReplayRound(drafted, accepted),) * (tokens // (accepted + 1)) for _ in range(requests)]
 

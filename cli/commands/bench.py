@@ -93,6 +93,9 @@ def peers(
     configs: Annotated[Optional[str], typer.Option("--configs", help="With --clients: race only the configurations whose "
                                                    "label contains one of these comma-separated words (the target alone, its "
                                                    "control and the plan's choice at each N are always raced).")] = None,
+    stop_at_eos: Annotated[bool, typer.Option("--stop-at-eos", help="With --clients: each request ends at the target's "
+                                              "end of sequence (or after --new-tokens), as a server's requests do, and is "
+                                              "predicted so; by default every request decodes exactly --new-tokens.")] = False,
     json_output: Annotated[bool, typer.Option("--json", help="Print one JSON object.")] = False,
 ) -> None:
     """Race another engine's configurations against polyplan's chain, greedy: HF generate (plain,
@@ -107,8 +110,11 @@ def peers(
         raise PolyplanError(f"--engine: {engine!r} is not raced here (hf or llama.cpp; vLLM needs a GPU)")
     if configs is not None and clients is None:
         raise PolyplanError("--configs: narrows a race under load; add --clients (e.g. --clients 1,2,4)")
+    if stop_at_eos and clients is None:
+        raise PolyplanError("--stop-at-eos: ends the requests of a race under load; add --clients (e.g. --clients 1,2,4)")
     if clients is not None:
-        _load_race(plan, prompts, candidates, new_tokens, repeats, max_prompts, threads, engine, clients, json_output, configs)
+        _load_race(plan, prompts, candidates, new_tokens, repeats, max_prompts, threads, engine, clients, json_output, configs,
+                   stop_at_eos)
         return
     if engine == "llama.cpp":
         race, lines, threads_line = _llama_cpp_race(plan, prompts, candidates, new_tokens, repeats, max_prompts, threads)
@@ -248,7 +254,8 @@ def _llama_cpp_race(plan, prompts, candidates, new_tokens, repeats, max_prompts,
     return race, llama_peers_lines, ThreadChoice(race.threads, race.threads_source).line
 
 
-def _load_race(plan, prompts, candidates, new_tokens, repeats, max_prompts, threads, engine, clients, json_output, configs) -> None:
+def _load_race(plan, prompts, candidates, new_tokens, repeats, max_prompts, threads, engine, clients, json_output, configs,
+               stop_at_eos: bool = False) -> None:
     """`bench peers --engine llama.cpp --clients N,...` (`engines.llama_cpp.load_race`)."""
     from polyplan.cli.commands.progress import RaceLines
     from polyplan.formats.race import load_race_json
@@ -264,7 +271,7 @@ def _load_race(plan, prompts, candidates, new_tokens, repeats, max_prompts, thre
 
     race = run_llama_load_race(plan, counts, prompts_path=prompts, candidates_path=candidates, threads=threads, repeats=repeats,
                                new_tokens=new_tokens, max_prompts=max_prompts, log=log_line, on_run=RaceLines(),
-                               only=None if configs is None else _words(configs, "--configs"))
+                               only=None if configs is None else _words(configs, "--configs"), stop_at_eos=stop_at_eos)
     if json_output:
         echo_json(load_race_json(race))
     else:

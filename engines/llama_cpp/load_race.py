@@ -153,12 +153,14 @@ def first_token_s(requests: Sequence[LoadRequest]) -> float:
 def race_under_load(groups: Mapping[int, Sequence[Sequence[Contender]]],
                     start: Callable[[Contender, int], contextlib.AbstractContextManager], prompts: Sequence[Sequence[int]], *,
                     repeats: int, new_tokens: int, timeout_s: float = REQUEST_TIMEOUT_S, log=lambda line: None,
-                    on_run: Callable[[int, int, str], None] | None = None) -> tuple[list[LoadRun], dict[tuple[str, int], str]]:
+                    on_run: Callable[[int, int, str], None] | None = None,
+                    ignore_eos: bool = True) -> tuple[list[LoadRun], dict[tuple[str, int], str]]:
     """For each clients N of `groups` (N: its memory groups of configurations, the target alone
     first in each), start each group's servers (`start(config, N)`: a context manager giving a
     `LlamaServer`-like server with N slots), run every configuration's load `repeats` times, in
     an order rotated each repeat, and stop them before the next group. `on_run(done, total,
-    label)` hears of each load run.
+    label)` hears of each load run; `ignore_eos` False: each request ends at the target's end of
+    sequence (or `new_tokens`).
 
     Returns the runs of every configuration that did not fail, and by (label, N) why each failed:
     failed to start, stopped answering (its server's last log line), or no baseline (the target
@@ -197,7 +199,7 @@ def race_under_load(groups: Mapping[int, Sequence[Sequence[Contender]]],
                         if (config.label, clients) in failures:
                             continue
                         server = servers[config.label]
-                        run = run_load(lambda ids, server=server: server.stream(ids, new_tokens, timeout_s), prompts, clients,
+                        run = run_load(lambda ids, server=server: server.stream(ids, new_tokens, timeout_s, ignore_eos), prompts, clients,
                                        label=config.label, repeat=repeat, group=number)
                         ran(config.label)
                         if run.failure is not None:
@@ -411,11 +413,14 @@ def load_groups(configs: Sequence[Contender], target: ModelMemory, clients: Sequ
 
 def run_llama_load_race(plan_path, clients: Sequence[int], *, prompts_path=None, candidates_path=None, threads: int | None = None,
                         repeats: int = 2, new_tokens: int = 64, max_prompts: int | None = None, timeout_s: float = REQUEST_TIMEOUT_S,
-                        log=lambda line: None, on_run=None, only: Sequence[str] | None = None) -> LoadRace:
+                        log=lambda line: None, on_run=None, only: Sequence[str] | None = None, stop_at_eos: bool = False) -> LoadRace:
     """Race llama-server's configurations at each of `clients` concurrent clients (module
     docstring), judged against the plan under load (`engines.load_plan.plan_under_load`).
     `threads` None: as the plan's profile was measured; `only`: label patterns to race
-    (`only_configs`; None: every configuration).
+    (`only_configs`; None: every configuration); `stop_at_eos`: each request ends at the target's
+    end of sequence (or `new_tokens`), as a server's requests do, and is predicted so (greedy
+    decoding is lossless: every configuration stops at the same token), instead of every request
+    decoding exactly `new_tokens`.
 
     Raises:
         PolyplanError: bad settings, no build, a plan polyplan cannot race, or more slots than
@@ -444,7 +449,7 @@ def run_llama_load_race(plan_path, clients: Sequence[int], *, prompts_path=None,
     files = engine_files(candidates)
     raced = server_configs(plan, exported, candidates, files)
     export = export_from_files(plan_path, "llama.cpp", candidates_path=candidates_path,
-                               workload=ReplayWorkload(new_tokens, repeats, len(prompts.prompts)),
+                               workload=ReplayWorkload(new_tokens, repeats, len(prompts.prompts), to_eos=stop_at_eos),
                                replay_also=[ranked_flags(config) for config in raced], clients=clients)
     rankings, predicted_note = _rankings(export, clients)
     logs = cache_root() / "engines" / "logs" / time.strftime("%Y%m%d-%H%M%S-load")
@@ -457,16 +462,18 @@ def run_llama_load_race(plan_path, clients: Sequence[int], *, prompts_path=None,
 
     rows, levels, context, runs = race_load(raced, rankings, encoded, start, clients, target_memory,
                                             mapped="--no-repack" in export.server_flags, repeats=repeats, new_tokens=new_tokens,
-                                            timeout_s=timeout_s, log=log, on_run=on_run, only=only)
+                                            timeout_s=timeout_s, log=log, on_run=on_run, only=only, ignore_eos=not stop_at_eos)
     rows = _split(rows, load_streams(runs, encoded), (plan_path, plan, candidates_path, candidates), with_ranked(raced, rankings),
-                  rankings, clients, choice.threads, new_tokens, repeats, log)
+                  rankings, clients, choice.threads, ReplayWorkload(new_tokens, repeats, 0, in_order=True, to_eos=stop_at_eos), log)
     import llama_cpp
 
     notes = (("prediction", predicted_note),
              ("measures", "aggregate: all requests' decoded tokens over the union of their decode intervals (each request's "
                           "server decode time ending at its end, on the wall clock); per request: the mean of decoded / decode "
                           "time; first token: from sending to the first streamed token, seen from the client; speedup: the "
-                          "aggregate over the target alone's at the same clients and repeat, mean ± sd over repeats"))
+                          "aggregate over the target alone's at the same clients and repeat, mean ± sd over repeats"),
+             ("requests", f"each request ends at the target's end of sequence or after {new_tokens} tokens (--stop-at-eos)"
+                          if stop_at_eos else f"each request decodes exactly {new_tokens} tokens, end of sequence ignored"))
     about = (("llama_cpp_version", llama_cpp.__version__), ("chat_template", str(not prompts.raw)), ("logs", str(logs)))
     return LoadRace("llama.cpp", clients, rows, levels, len(encoded), new_tokens, repeats, choice.threads, context, choice.source,
                     notes, about)
@@ -476,7 +483,7 @@ def race_load(raced: Sequence[Contender], rankings: Mapping[int, object], prompt
               start: Callable[[Contender, int, int, str], contextlib.AbstractContextManager], clients: Sequence[int],
               target: ModelMemory, *, mapped: bool, repeats: int, new_tokens: int, timeout_s: float = REQUEST_TIMEOUT_S,
               available: int | None = None, memory: Callable[[str], ModelMemory] = gguf_memory, log=lambda line: None,
-              on_run=None, only: Sequence[str] | None = None
+              on_run=None, only: Sequence[str] | None = None, ignore_eos: bool = True
               ) -> tuple[tuple[LoadRow, ...], tuple[LoadLevel, ...], int, list[LoadRun]]:
     """The race under load of `raced` and every configuration `rankings` holds besides
     (`with_ranked`), narrowed to `only` (`only_configs`), on `prompts` at each of `clients`: memory groups (`load_groups`, `available`
@@ -495,7 +502,8 @@ def race_load(raced: Sequence[Contender], rankings: Mapping[int, object], prompt
         + "; ".join(f"{count} client(s): {len(groups[count])} group(s)" for count in clients))
     index = {config.label: number for number, config in enumerate(configs)}
     runs, failures = race_under_load(groups, lambda config, count: start(config, count, context, f"{count}-{index[config.label]}"),
-                                     prompts, repeats=repeats, new_tokens=new_tokens, timeout_s=timeout_s, log=log, on_run=on_run)
+                                     prompts, repeats=repeats, new_tokens=new_tokens, timeout_s=timeout_s, log=log, on_run=on_run,
+                                     ignore_eos=ignore_eos)
     rows, levels = load_rows(configs, runs, {**too_large, **failures}, clients, rankings)
     return rows, levels, context, runs
 
@@ -536,17 +544,14 @@ def priced_on_answers(rows: Sequence[LoadRow], configs: Sequence[Contender], ran
 
 
 def _split(rows: Sequence[LoadRow], streams: Sequence, planned: tuple, configs: Sequence[Contender],
-           rankings: Mapping[int, object], clients: Sequence[int], threads: int, new_tokens: int, repeats: int,
-           log) -> tuple[LoadRow, ...]:
+           rankings: Mapping[int, object], clients: Sequence[int], threads: int, workload, log) -> tuple[LoadRow, ...]:
     """`rows` priced on this race's answers (`priced_on_answers`): `streams` (`load_streams`), each
     raced draft model's agreement with them (teacher-forced through the bindings), the plan under
     load (`planned`: its path, the plan, the candidates' path and the candidates) priced on them as
-    this race sent them; the rows as they were, with one line saying why, where that cannot be done
-    (a race keeps what it measured)."""
+    this race sent them (`workload`, its prompt count set to the answers'); the rows as they were,
+    with one line saying why, where that cannot be done (a race keeps what it measured)."""
     from polyplan.engines.export import engine_files, export_from_files
     from polyplan.engines.llama_cpp.race import draft_files, race_agreements_of
-    from polyplan.planner.llama_cpp.ranking import ReplayWorkload
-
     plan_path, plan, candidates_path, candidates = planned
     if not streams or not rankings:
         return tuple(rows)
@@ -554,7 +559,7 @@ def _split(rows: Sequence[LoadRow], streams: Sequence, planned: tuple, configs: 
         agreements, measured = race_agreements_of(configs, draft_files(candidates, engine_files(candidates)), plan.target, threads,
                                                   streams, log)
         on_race = export_from_files(plan_path, "llama.cpp", candidates_path=candidates_path, streams=tuple(streams),
-                                    agreements=agreements, workload=ReplayWorkload(new_tokens, repeats, len(streams), in_order=True),
+                                    agreements=agreements, workload=dataclasses.replace(workload, prompts=len(streams)),
                                     replay_also=[ranked_flags(config) for config in configs], clients=clients)
         answered, _ = _rankings(on_race, clients)
     except PolyplanError as error:
@@ -585,7 +590,7 @@ def load_race_lines(race: LoadRace) -> list[str]:
              f"{', '.join(map(str, race.clients))} concurrent client(s), {race.prompts} prompts shared among them, "
              f"x {race.repeats} repeats, {race.new_tokens} new tokens, greedy, {race.threads} thread(s), -np N slots of "
              f"{race.slot_context} tokens; configurations in turn, a whole load each, the order rotated each repeat",
-             *[line for line in (race.note("measures"), race.note("prediction")) if line]]
+             *[line for line in (race.note("requests"), race.note("measures"), race.note("prediction")) if line]]
     for level in race.levels:
         lines += ["", f"{level.clients} client(s):",
                   f"{'configuration':44s} {'agg tok/s':>13s} {'req tok/s':>13s} {'first tok s':>13s} {'speedup':>14s}  "

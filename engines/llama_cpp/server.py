@@ -148,12 +148,13 @@ class LlamaServer:
         done = parse_completion(payload, wall)
         return self._traced(done, logged) if self.trace else done
 
-    def stream(self, prompt_ids: Sequence[int], n_predict: int, timeout_s: float = _REQUEST_TIMEOUT_S) -> Completion:
+    def stream(self, prompt_ids: Sequence[int], n_predict: int, timeout_s: float = _REQUEST_TIMEOUT_S,
+               ignore_eos: bool = True) -> Completion:
         """`complete`, streamed (`stream_completion`): the same account, with its first token's
         time; never traced (with several slots the log interleaves their rounds). A server that
         stops answering is named with its last log line."""
         try:
-            return stream_completion(self.url, prompt_ids, n_predict, timeout_s)
+            return stream_completion(self.url, prompt_ids, n_predict, timeout_s, ignore_eos)
         except PolyplanError as error:
             raise PolyplanError(f"{error}; its last log line: {self.last_log_line()}; log: {self.log_path}") from None
 
@@ -179,17 +180,19 @@ def slot_args(slots: int, slot_context: int) -> tuple[str, ...]:
     return ("-np", str(slots), "-c", str(slots * slot_context))
 
 
-def stream_completion(url: str, prompt_ids: Sequence[int], n_predict: int, timeout_s: float = _REQUEST_TIMEOUT_S) -> Completion:
+def stream_completion(url: str, prompt_ids: Sequence[int], n_predict: int, timeout_s: float = _REQUEST_TIMEOUT_S,
+                      ignore_eos: bool = True) -> Completion:
     """One greedy completion as `LlamaServer.complete` asks it, streamed from the server at `url`
     (server-sent events, a chunk per token, the last one with the timings): the same `Completion`,
     its `first_token_s` timed at the first chunk holding a token. The whole request is bounded by
-    `timeout_s`, not only each read.
+    `timeout_s`, not only each read. `ignore_eos` False: it ends at the model's end of sequence,
+    as a server's requests do, instead of after exactly `n_predict` tokens.
 
     Raises:
         PolyplanError: the server refused, did not answer, broke off or took longer than `timeout_s`.
     """
     body = {"prompt": list(map(int, prompt_ids)), "n_predict": n_predict, "temperature": 0.0, "top_k": 1, "seed": 0,
-            "cache_prompt": False, "ignore_eos": True, "return_tokens": True, "stream": True}
+            "cache_prompt": False, "ignore_eos": ignore_eos, "return_tokens": True, "stream": True}
     request = urllib.request.Request(f"{url}/completion", data=json.dumps(body).encode(),
                                      headers={"Content-Type": "application/json"})
     start = time.perf_counter()

@@ -36,6 +36,7 @@ class ReplayWorkload:
     repeats: int = 1
     prompts: int | None = None  # the size of the new prompt set an interval is for (None: the streams')
     in_order: bool = False  # the streams' own order, not `ORDERS` orders (a race priced on its own prompts)
+    to_eos: bool = False  # requests end at the target's end of sequence (or `new_tokens`), not all after `new_tokens`
 
     def words(self, streams: int) -> str:
         tokens = "its whole continuation" if self.new_tokens is None else f"{self.new_tokens} new tokens"

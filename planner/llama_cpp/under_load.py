@@ -500,8 +500,9 @@ class _Ranker:
         """The simulation of one session at `clients` (the target alone's kept per order)."""
         curve = self.request.pricing.target_curve
         requests = session.requests
-        if clients > 1 and self.request.workload.new_tokens:
-            requests = tuple(stretched(rounds, self.request.workload.new_tokens - 1) for rounds in requests)
+        workload = self.request.workload
+        if clients > 1 and workload.new_tokens and not workload.to_eos:  # a race that decodes past end of sequence
+            requests = tuple(stretched(rounds, workload.new_tokens - 1) for rounds in requests)
         if not target:
             return simulate_loads(requests, session.stream_of, self.prompts(session), clients, curve, self.loop, load=self.load)
         key = (session.stream_of, tuple(sum(item.accepted + 1 for item in rounds) for rounds in requests), clients)
