@@ -60,8 +60,8 @@ def _split_lines(race: LoadRace) -> list[str]:
     split = load_split(race.rows)
     if split is None:
         return []
-    lines = ["*The predictions priced on this race's own answers* (the target alone's outputs, end-of-sequence ignored "
-             "as the race decodes them, and each draft model's agreement with them): what is left of an error is the "
+    lines = ["*The predictions priced on this race's own answers* (the target alone's outputs, as long as "
+             "the race decoded them, and each draft model's agreement with them): what is left of an error is the "
              "cost model's.", "",
              "| clients | configuration | measured | on the profile's prompts | on the race's answers |", "| --- | --- | --- | --- | --- |"]
     lines += [f"| {row.clients} | {row.label} | {row.speedup:.2f}x | {row.predicted_speedup:.2f}x ({100 * row.error:+.1f}%) | "

@@ -615,8 +615,8 @@ def split_lines(rows: Sequence[LoadRow]) -> list[str]:
     split = load_split(rows)
     if split is None:
         return []
-    lines = ["", "the predictions priced on this race's answers (the target alone's outputs, end-of-sequence ignored as the race "
-                 "decodes them, and each draft model's agreement with them): the error left is the cost model's",
+    lines = ["", "the predictions priced on this race's answers (the target alone's outputs, as long as the race "
+                 "decoded them, and each draft model's agreement with them): the error left is the cost model's",
              f"{'clients':>7s}  {'configuration':44s} {'measured':>8s}  {'on the profile':>16s}  {'on the answers':>16s}"]
     for row in split.rows:
         lines.append(f"{row.clients:7d}  {row.label[:44]:44s} {row.speedup:7.2f}x  {row.predicted_speedup:7.2f}x ({100 * row.error:+5.1f}%)"
