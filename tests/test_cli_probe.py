@@ -515,7 +515,7 @@ def model_cases(workspace: Path, work: Path) -> list[Case]:
         Case("model files", "generate: config.json wrong type", ["generate", "hi", "--chain", str(broken / "config2")]),
         Case("late checks", "validate --out /proc/x (models recorded)", ["validate", "--plan", str(plan), "--out", "/proc/x"], watch=[plan]),
         Case("late checks", "validate --max-prompts 0", ["validate", "--plan", str(plan), "--max-prompts", "0", "--out", str(work / "r")]),
-        Case("late checks", "validate --top 99", ["validate", "--plan", str(plan), "--top", "99", "--out", str(work / "r")]),
+        Case("late checks", "validate --top -1", ["validate", "--plan", str(plan), "--top", "-1", "--out", str(work / "r")]),
         Case("late checks", "demo --max-levels 0 --candidates", ["demo", "--candidates", str(workspace / "models.yaml"), "--max-levels", "0"]),
         Case("sanity runs", "validate a real plan (tiny)", ["validate", "--plan", str(plan), "--prompts", str(workspace / "prompts.jsonl"),
                                                             "--top", "0", "--new-tokens", "4", "--repeats", "1", "--threads", "1",

@@ -472,9 +472,10 @@ def test_bad_configs_are_one_line_and_exit_2(args, tmp_path):
     assert result.exit_code == 2 and result.output.count("\n") == 1 and "--configs" in result.output, result.output
 
 
-def test_stop_at_eos_without_clients_is_one_line_and_exit_2(tmp_path):
-    result = CliRunner().invoke(app, ["bench", "peers", "--engine", "llama.cpp", "--plan", str(tmp_path / "p.json"), "--stop-at-eos"])
-    assert result.exit_code == 2 and result.output.count("\n") == 1 and "--stop-at-eos" in result.output, result.output
+@pytest.mark.parametrize("flag", ["--stop-at-eos", "--past-eos"])
+def test_where_requests_end_without_clients_is_one_line_and_exit_2(tmp_path, flag):
+    result = CliRunner().invoke(app, ["bench", "peers", "--engine", "llama.cpp", "--plan", str(tmp_path / "p.json"), flag])
+    assert result.exit_code == 2 and result.output.count("\n") == 1 and flag in result.output, result.output
 
 
 @pytest.mark.parametrize("value", ["0", "two", "1,,2", "-1", ""])

@@ -93,9 +93,10 @@ def peers(
     configs: Annotated[Optional[str], typer.Option("--configs", help="With --clients: race only the configurations whose "
                                                    "label contains one of these comma-separated words (the target alone, its "
                                                    "control and the plan's choice at each N are always raced).")] = None,
-    stop_at_eos: Annotated[bool, typer.Option("--stop-at-eos", help="With --clients: each request ends at the target's "
-                                              "end of sequence (or after --new-tokens), as a server's requests do, and is "
-                                              "predicted so; by default every request decodes exactly --new-tokens.")] = False,
+    stop_at_eos: Annotated[Optional[bool], typer.Option("--stop-at-eos/--past-eos", help="With --clients: each request ends "
+                                                        "at the target's end of sequence (or after --new-tokens), as a server's "
+                                                        "requests do, and is predicted so (the default); --past-eos: every "
+                                                        "request decodes exactly --new-tokens.", show_default=False)] = None,
     json_output: Annotated[bool, typer.Option("--json", help="Print one JSON object.")] = False,
 ) -> None:
     """Race another engine's configurations against polyplan's chain, greedy: HF generate (plain,
@@ -110,11 +111,12 @@ def peers(
         raise PolyplanError(f"--engine: {engine!r} is not raced here (hf or llama.cpp; vLLM needs a GPU)")
     if configs is not None and clients is None:
         raise PolyplanError("--configs: narrows a race under load; add --clients (e.g. --clients 1,2,4)")
-    if stop_at_eos and clients is None:
-        raise PolyplanError("--stop-at-eos: ends the requests of a race under load; add --clients (e.g. --clients 1,2,4)")
+    if stop_at_eos is not None and clients is None:
+        flag = "--stop-at-eos" if stop_at_eos else "--past-eos"
+        raise PolyplanError(f"{flag}: says where the requests of a race under load end; add --clients (e.g. --clients 1,2,4)")
     if clients is not None:
         _load_race(plan, prompts, candidates, new_tokens, repeats, max_prompts, threads, engine, clients, json_output, configs,
-                   stop_at_eos)
+                   stop_at_eos is not False)
         return
     if engine == "llama.cpp":
         race, lines, threads_line = _llama_cpp_race(plan, prompts, candidates, new_tokens, repeats, max_prompts, threads)
@@ -255,7 +257,7 @@ def _llama_cpp_race(plan, prompts, candidates, new_tokens, repeats, max_prompts,
 
 
 def _load_race(plan, prompts, candidates, new_tokens, repeats, max_prompts, threads, engine, clients, json_output, configs,
-               stop_at_eos: bool = False) -> None:
+               stop_at_eos: bool = True) -> None:
     """`bench peers --engine llama.cpp --clients N,...` (`engines.llama_cpp.load_race`)."""
     from polyplan.cli.commands.progress import RaceLines
     from polyplan.formats.race import load_race_json

@@ -413,14 +413,15 @@ def load_groups(configs: Sequence[Contender], target: ModelMemory, clients: Sequ
 
 def run_llama_load_race(plan_path, clients: Sequence[int], *, prompts_path=None, candidates_path=None, threads: int | None = None,
                         repeats: int = 2, new_tokens: int = 64, max_prompts: int | None = None, timeout_s: float = REQUEST_TIMEOUT_S,
-                        log=lambda line: None, on_run=None, only: Sequence[str] | None = None, stop_at_eos: bool = False) -> LoadRace:
+                        log=lambda line: None, on_run=None, only: Sequence[str] | None = None, stop_at_eos: bool = True) -> LoadRace:
     """Race llama-server's configurations at each of `clients` concurrent clients (module
     docstring), judged against the plan under load (`engines.load_plan.plan_under_load`).
     `threads` None: as the plan's profile was measured; `only`: label patterns to race
-    (`only_configs`; None: every configuration); `stop_at_eos`: each request ends at the target's
-    end of sequence (or `new_tokens`), as a server's requests do, and is predicted so (greedy
-    decoding is lossless: every configuration stops at the same token), instead of every request
-    decoding exactly `new_tokens`.
+    (`only_configs`; None: every configuration); `stop_at_eos` (the default): each request ends
+    at the target's end of sequence (or `new_tokens`), as a server's requests do, and is
+    predicted so (greedy decoding is lossless: every configuration stops at the same token);
+    False: every request decodes exactly `new_tokens`, past end of sequence, where a draft model
+    agrees less with the target than on the text the profile measured.
 
     Raises:
         PolyplanError: bad settings, no build, a plan polyplan cannot race, or more slots than
@@ -473,7 +474,8 @@ def run_llama_load_race(plan_path, clients: Sequence[int], *, prompts_path=None,
                           "time; first token: from sending to the first streamed token, seen from the client; speedup: the "
                           "aggregate over the target alone's at the same clients and repeat, mean ± sd over repeats"),
              ("requests", f"each request ends at the target's end of sequence or after {new_tokens} tokens (--stop-at-eos)"
-                          if stop_at_eos else f"each request decodes exactly {new_tokens} tokens, end of sequence ignored"))
+                          if stop_at_eos else f"each request decodes exactly {new_tokens} tokens, end of sequence ignored "
+                                              "(--past-eos)"))
     about = (("llama_cpp_version", llama_cpp.__version__), ("chat_template", str(not prompts.raw)), ("logs", str(logs)))
     return LoadRace("llama.cpp", clients, rows, levels, len(encoded), new_tokens, repeats, choice.threads, context, choice.source,
                     notes, about)
