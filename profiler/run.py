@@ -97,17 +97,21 @@ Decide = Callable[[Profile, GreedyReads | None], Resolution]
 @dataclass(frozen=True)
 class SequentialRun:
     """How sequential measuring ended: the prompts α was measured on, of how many were offered,
-    and the rule's last finding."""
+    and the rule's last finding (None: it was never asked, as when one round held every prompt).
+    The rule is not asked after the round that measures the last prompt offered: nothing is left
+    for it to stop, and the plan's own intervals say what stays tied."""
 
     prompts: int
     offered: int
-    resolution: Resolution
+    resolution: Resolution | None
 
     def line(self) -> str:
         """One line for the log: where the acceptance stage stopped, and why."""
+        if self.resolution is None:
+            return f"acceptance: all {self.prompts} prompts"
         if self.resolution.resolved and self.prompts < self.offered:
             return f"acceptance: decided after {self.prompts} of {self.offered} prompts ({self.resolution.reason})"
-        return f"acceptance: all {self.prompts} prompts: {self.resolution.reason}"
+        return f"acceptance: all {self.prompts} prompts; after {self.resolution.prompts}: {self.resolution.reason}"
 
 
 @dataclass(frozen=True)
@@ -404,9 +408,11 @@ class _Run:
                 for verifier, drafter in pairs:
                     self._alpha(verifier, drafter, temperature)
             if self.decide is not None and pairs:
-                resolution = self.decide(self.profile, self.greedy_reads())
-                self.sequential = SequentialRun(count, len(self.offered), resolution)
-                if resolution.resolved:
+                last = self.sequential.resolution if self.sequential is not None else None
+                if count < len(self.offered):  # after the last round there is nothing left to stop
+                    last = self.decide(self.profile, self.greedy_reads())
+                self.sequential = SequentialRun(count, len(self.offered), last)
+                if last is not None and last.resolved and count < len(self.offered):
                     break
         if acceptance.decoded:
             for temperature in acceptance.temperatures:

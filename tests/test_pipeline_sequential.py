@@ -31,7 +31,7 @@ def test_profile_sequential_says_where_it_stopped_and_keeps_one_prefix(tmp_path)
     assert len(said) == 1, result.stderr
     profile = read_profile(root / "p.json")
     prompts = profile.profiler.prompts
-    assert said[0].startswith(f"acceptance: decided after 4 of 6 prompts (" if prompts == 4 else "acceptance: all 6 prompts: ")
+    assert said[0].startswith(f"acceptance: decided after 4 of 6 prompts (" if prompts == 4 else "acceptance: all 6 prompts; after 4: ")
     assert prompts in (4, 6) and profile.acceptance_runs["greedy"].prompts == prompts
     assert all(len(pair.agreement) == prompts for pair in profile.acceptance_runs["greedy"].pairs)
     # without --sequential the same command measures every prompt (the negative control)

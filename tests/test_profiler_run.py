@@ -519,8 +519,8 @@ def test_a_rule_resolved_after_the_first_round_measures_alpha_and_the_agreement_
 
 
 def test_a_rule_never_resolved_measures_every_prompt_reading_each_once(models, tmp_path, monkeypatch):
-    """A rule that never resolves: rounds of 4 then 8 prompts, the rule asked after each with the
-    reads of that prefix, and α on all 8, entry for entry a run without the rule; each prompt is
+    """A rule that never resolves: rounds of 4 then 8 prompts, the rule asked after the first with
+    the reads of that prefix (not after the last: nothing would be left to stop), and α on all 8, entry for entry a run without the rule; each prompt is
     continued and teacher-forced once per model (the second round extends the first's reads; no
     decoded runs here, whose replays read past the continuations' ends)."""
     from polyplan.profiler.run import profile_checked_models
@@ -530,8 +530,8 @@ def test_a_rule_never_resolved_measures_every_prompt_reading_each_once(models, t
     read = _reading(monkeypatch)
     decide, calls = _stub_rule(None)
     outcome = profile_checked_models(models, _prompts(8), tmp_path / "p.json", alpha_only, decide=decide)
-    assert calls == [(4, 4), (8, 8)]
-    assert outcome.prompts == 8 and outcome.sequential.line() == "acceptance: all 8 prompts: stub"
+    assert calls == [(4, 4)]
+    assert outcome.prompts == 8 and outcome.sequential.line() == "acceptance: all 8 prompts; after 4: stub"
     assert _entries(outcome.profile) == _entries(everything.profile)
     assert read["continued"] == 8
     assert {count for key, count in read.items() if key != "continued"} == {8}
