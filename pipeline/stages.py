@@ -119,8 +119,9 @@ def profile_candidates(
     `budget`: the wall time the profiling may take from this call on (`profiler.budget`; None:
     measure everything the settings ask); `log` says how it was spent and what more would buy.
     `sequential` (True: `SequentialSettings()`'s rule): measure acceptance on rounds of prompts
-    until more cannot change the decision (`sequential_rule`; the budget caps the rounds); `log`
-    says where it stopped.
+    until more cannot change the decision (`sequential_rule`; the budget caps the rounds), and a
+    pair's decoded runs only until one confirms its teacher-forced μ
+    (`AcceptanceSettings.decoded_until_confirmed`); `log` says where it stopped.
 
     Raises:
         PolyplanError: a bad models.yaml or prompt file, models that cannot share a chain,
@@ -178,6 +179,9 @@ def profile_candidates(
         clock = None if budget is None else BudgetClock(budget, started, calibration_tokens)
         rule = None if sequential is False else SequentialSettings() if sequential is True else sequential
         decide = None if rule is None else sequential_rule(models, fitted, settings, rule)
+        if rule is not None:  # a plan's measuring: a pair's real decoded runs stop at the first that confirms α
+            settings = dataclasses.replace(settings, acceptance=dataclasses.replace(settings.acceptance,
+                                                                                    decoded_until_confirmed=True))
         outcome = profile_checked_models(models, fitted, path, settings, device=loaded.device, progress=counted,
                                          existing=existing, budget=clock, decide=decide)
         fitted = fitted[:outcome.prompts] if 0 < outcome.prompts < len(fitted) else fitted  # a budget or the rule may take a prefix

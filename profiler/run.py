@@ -417,8 +417,16 @@ class _Run:
         if acceptance.decoded:
             for temperature in acceptance.temperatures:
                 for verifier, drafter in measured:
-                    for k in acceptance.block_sizes:
+                    confirmed_at = None
+                    # largest K first: where α's i.i.d. law errs (bursty n-gram drafts) it errs most
+                    # there, so a confirmation at the largest K is the one that speaks for the smaller
+                    for k in sorted(acceptance.block_sizes, reverse=acceptance.decoded_until_confirmed):
+                        if confirmed_at is not None:
+                            self._left_out_confirmed(verifier, drafter, temperature, k, confirmed_at)
+                            continue
                         self._decoded(verifier, drafter, temperature, k)
+                        if acceptance.decoded_until_confirmed and self._confirmed(verifier, drafter, temperature, k):
+                            confirmed_at = k
         self._prune(pairs)
         self.save()
 
@@ -595,6 +603,20 @@ class _Run:
         self.profile = self.profile.with_stats(verifier, drafter, mode, stats)
         self.save()
         self._finish(step, reused=False)
+
+    def _confirmed(self, verifier: str, drafter: str, temperature: float, k: int) -> bool:
+        """Whether the pair's decoded run at `k` really decoded and confirmed the μ the
+        teacher-forced pass implies (`AcceptanceSettings.decoded_until_confirmed`)."""
+        entry = self.profile.stats(verifier, drafter, SamplingMode(temperature).key).decoded_at(k)
+        return entry is not None and entry.confirmed and not entry.replayed
+
+    def _left_out_confirmed(self, verifier: str, drafter: str, temperature: float, k: int, confirmed_at: int) -> None:
+        """Count the decoded run at `k` as left out: the pair's run at `confirmed_at` confirmed
+        its teacher-forced μ, so eq. 3's μ at `k` stands (an entry an earlier run measured at `k`
+        under the same settings is kept; `_prune` drops a stale one)."""
+        mode = SamplingMode(temperature).key
+        label = f"decoded {verifier} <- {drafter} [{mode}] K={k} (left out: K={confirmed_at} confirmed the teacher-forced μ)"
+        self.progress.done(Step("decoded", label), True)
 
     def _prune(self, pairs: list[tuple[str, str]]) -> None:
         """Drop what a complete run leaves stale among its own candidates: pairs the run does

@@ -28,6 +28,11 @@ class AcceptanceSettings:
             give a μ interval that holds the μ the teacher-forced pass implies for the pair
             (`profiler.acceptance.decoded_measurement`: it confirmed what was known).
         decoded: measure decoded μ at all (False: distribution-based α only).
+        decoded_until_confirmed: a pair's runs that must really decode (not replayed) go from
+            the largest block size down and stop at the first whose run confirms the μ the
+            teacher-forced pass implies; the pair's smaller block sizes then keep eq. 3's μ from α. What a plan measures
+            (`recommend --candidates`, the demo), since the exact model reads the agreement, not
+            the decoded μ; `polyplan profile` decodes every block size.
         seed: prompt i is generated with seed + i.
         resamples, confidence: the bootstrap (resamples over prompts, interval level).
         disagreement: relative gap between decoded and implied μ above which a pair is flagged.
@@ -40,6 +45,7 @@ class AcceptanceSettings:
     decoded_verifications: int | None = 160
     decoded_min_prompts: int = 4  # with the default runs, this many prompts hold the verifications at K = 2
     decoded: bool = True
+    decoded_until_confirmed: bool = False
     seed: int = 0
     resamples: int = 1000
     confidence: float = 0.95

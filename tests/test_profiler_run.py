@@ -553,3 +553,35 @@ def test_a_sequential_rerun_reuses_its_prefix_and_a_run_without_it_measures_ever
     assert profile_models(models, _prompts(8), out, SEQUENTIAL, progress=whole).prompts == 8
     assert any(label.startswith("alpha") for label in whole.measured)
     assert read_profile(out).profiler.prompts == 8
+
+
+@pytest.mark.parametrize("confirms", [True, False])
+def test_a_plan_decodes_a_pair_only_until_a_run_confirms_its_teacher_forced_mu(models, tmp_path, monkeypatch, confirms):
+    """`decoded_until_confirmed` (what recommend and the demo measure): a pair verified by another
+    model than the target decodes its largest K first; a run that confirms the teacher-forced μ
+    leaves the smaller K out (said in the progress, no entry, eq. 3 stands), one that does not is
+    followed by every K (the negative control); replayed pairs under the target keep every K."""
+    import polyplan.profiler.run as run
+
+    real, calls = run.measure_decoded, []
+
+    def decoded(verifier, drafter, prompts, *, k, **kwargs):
+        calls.append((verifier.name, drafter.name, k))
+        return dataclasses.replace(real(verifier, drafter, prompts, k=k, **kwargs), confirmed=confirms)
+
+    monkeypatch.setattr(run, "measure_decoded", decoded)
+    acceptance = dataclasses.replace(SETTINGS.acceptance, temperatures=(0.0,), decoded_until_confirmed=True)
+    counter = Counter()
+    outcome = profile_models(models, _prompts(4), tmp_path / "p.json", ProfileSettings(SETTINGS.latency, acceptance),
+                             progress=counter)
+    others = [(pair.verifier, pair.drafter) for pair in outcome.profile.pairs if pair.verifier != "target"]
+    assert others  # the fixture has a pair under the early exit
+    for verifier, drafter in others:
+        ks = [k for v, d, k in calls if (v, d) == (verifier, drafter)]
+        kept = [entry.k for entry in outcome.profile.stats(verifier, drafter, "greedy").decoded]
+        assert ks == ([3] if confirms else [3, 2]) and kept == sorted(ks)
+        left = [label for label in counter.reused if label.startswith(f"decoded {verifier} <- {drafter}") and "left out" in label]
+        assert len(left) == (1 if confirms else 0)
+    for pair in outcome.profile.pairs:
+        if pair.verifier == "target":
+            assert [entry.k for entry in pair.sampling["greedy"].decoded] == [2, 3]
