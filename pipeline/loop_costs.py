@@ -54,12 +54,15 @@ def ensure_loop_costs(
     calibration_tokens: int = 64,
     fresh: bool = False,
     reads: GreedyReads | None = None,
+    hf_overhead: bool = True,
 ) -> tuple[Profile, LoopCostsRun]:
     """`profile` with every entry of the module docstring, and what was measured. `models`: the
     `models.fingerprints.ProfiledModel`s, target first; `prompts`: those the run profiled with;
     `previous_runs`: the agreement entry before the run; `calibration_tokens`: the most tokens per
     timed call of the loop calibrations (`calibration_tokens_for`); `reads`: the greedy reads of
-    the profiling run (`profiler.run.ProfileOutcome.greedy`), which the agreement runs reuse."""
+    the profiling run (`profiler.run.ProfileOutcome.greedy`), which the agreement runs reuse;
+    `hf_overhead` False: HF generate's own loop overhead is left as it is (measured or not), for
+    a run whose plan and validation never read it."""
     acceptance = settings.acceptance
     calibration_tokens = calibration_tokens_for(profile, models[0].name, calibration_tokens)
     context = min(settings.latency.context_lengths)
@@ -75,7 +78,8 @@ def ensure_loop_costs(
     steps = (
         agreement,
         lambda profile: _ensure_loop_overhead(profile, models[0], acceptance.temperatures, calibration_tokens, device_label, fresh=fresh),
-        lambda profile: ensure_hf_overhead(profile, models, prompts[0].ids, acceptance.temperatures, tokens=calibration_tokens),
+        lambda profile: (ensure_hf_overhead(profile, models, prompts[0].ids, acceptance.temperatures, tokens=calibration_tokens)
+                         if hf_overhead else (profile, 0)),
         lambda profile: _ensure_switch_costs(profile, models, stream, context, device_label, fresh=fresh),
     )
     measured, seconds = 0, []

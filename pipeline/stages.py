@@ -104,6 +104,7 @@ def profile_candidates(
     log=None,
     budget: Budget | None = None,
     sequential: bool | SequentialSettings = False,
+    hf_overhead: bool = True,
 ) -> ProfiledCandidates:
     """Profile what is missing (resuming `profile_path`, else the cache) for everything the
     exact model reads (module docstring), saved as it is measured, under the profile's and the
@@ -121,7 +122,10 @@ def profile_candidates(
     `sequential` (True: `SequentialSettings()`'s rule): measure acceptance on rounds of prompts
     until more cannot change the decision (`sequential_rule`; the budget caps the rounds), and a
     pair's decoded runs only until one confirms its teacher-forced μ
-    (`AcceptanceSettings.decoded_until_confirmed`); `log` says where it stopped.
+    (`AcceptanceSettings.decoded_until_confirmed`); `log` says where it stopped. `hf_overhead`
+    False: HF generate's own loop overhead is not measured (the demo: its plan and validation
+    never read it; `recommend --candidates` and `bench peers` measure it when their profile lacks
+    it, and `export --engine hf` says when it is missing).
 
     Raises:
         PolyplanError: a bad models.yaml or prompt file, models that cannot share a chain,
@@ -200,6 +204,7 @@ def profile_candidates(
         profile, loop_costs = ensure_loop_costs(
             dataclasses.replace(outcome.profile, profiler=record), models, fitted, settings, previous_runs=previous_runs,
             device_label=device_label, calibration_tokens=calibration_tokens, fresh=fresh_timings, reads=outcome.greedy,
+            hf_overhead=hf_overhead,
         )
         if counted is not None:
             counted.done(LOOP_COSTS, reused=loop_costs.measured == 0)
@@ -486,7 +491,7 @@ def run_demo(settings, *, profile_progress=None, validation_progress=None, check
     profiled = profile_candidates(read, settings=profile_settings(settings.quick, settings.new_tokens),
                                   prompts=profiling_prompts, cache_dir=settings.cache_dir, fresh_timings=True,
                                   calibration_tokens=24 if settings.quick else 64, progress=profile_progress,
-                                  sequential=SequentialSettings(max_levels=settings.max_levels))
+                                  sequential=SequentialSettings(max_levels=settings.max_levels), hf_overhead=False)
     plan_path = out / PLAN_FILE
     encoded = encode_for(held_out, profiled.tokenizer)
     log(_PLANNING)

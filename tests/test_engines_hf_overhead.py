@@ -191,3 +191,43 @@ def test_prediction_error_and_the_ten_percent_line():
     assert "error +25.0%: outside 10%" in hf_race_lines(race(1.2))[-3]
     none = race(1.4, exported=False)
     assert exported_row(none) is None and "none raced" in hf_race_lines(none)[-3]
+
+
+@pytest.mark.parametrize("hf_overhead", [True, False])
+def test_the_loop_costs_leave_hf_overhead_out_only_when_asked(monkeypatch, hf_overhead):
+    """`ensure_loop_costs(hf_overhead=False)` (the demo's profile: nothing it plans or validates
+    reads HF generate's loop) never measures it; the default does (the negative control)."""
+    import types
+
+    import polyplan.pipeline.loop_costs as loop_costs
+    from polyplan.profiler import ProfileSettings
+    from polyplan.profiler.prompts import EncodedPrompt, Prompt
+
+    calls = []
+    nothing = lambda profile, *args, **kwargs: (profile, 0)  # noqa: E731
+    monkeypatch.setattr(loop_costs, "ensure_agreement", nothing)
+    monkeypatch.setattr(loop_costs, "_ensure_loop_overhead", nothing)
+    monkeypatch.setattr(loop_costs, "_ensure_switch_costs", nothing)
+    monkeypatch.setattr(loop_costs, "ensure_hf_overhead", lambda profile, *args, **kwargs: (calls.append(1), (profile, 1))[1])
+    prompts = [EncodedPrompt(Prompt("", "user", "p:1"), tuple(range(3, 40)))]
+    target = types.SimpleNamespace(name="target")
+    _, run = loop_costs.ensure_loop_costs(_profile(), [target], prompts, ProfileSettings(), previous_runs=None,
+                                          device_label="cpu", hf_overhead=hf_overhead)
+    assert calls == ([1] if hf_overhead else []) and run.measured == (1 if hf_overhead else 0)
+
+
+def test_the_demo_profiles_without_hf_overhead(monkeypatch, tmp_path):
+    """The demo asks its profile for no HF overhead (its plan and validation never read it)."""
+    import polyplan.pipeline.stages as stages
+    from polyplan.pipeline.demo import DemoSettings
+
+    class Seen(Exception):
+        pass
+
+    def profile_candidates(*args, **kwargs):
+        raise Seen(kwargs)
+
+    monkeypatch.setattr(stages, "profile_candidates", profile_candidates)
+    with pytest.raises(Seen) as seen:
+        stages.run_demo(DemoSettings(out=tmp_path / "demo", cache_dir=tmp_path / "cache"))
+    assert seen.value.args[0]["hf_overhead"] is False and seen.value.args[0]["sequential"]
