@@ -39,9 +39,7 @@ class LatencySettings:
         repeats, warmup: timed and untimed rounds per context length, over every k.
         prefill_repeats: timed prefills per context length (after one untimed prefill).
         max_noise: the largest acceptable IQR/median of the reference workload; above it,
-            more rounds are timed, for at most `noise_budget_s` extra seconds per context length,
-            and no longer once a fresh look of `repeats` extra rounds is itself still noisy
-            (`still_noisy`: the machine's steady state, which more rounds do not quiet).
+            more rounds are timed, for at most `noise_budget_s` extra seconds per context length.
     """
 
     ks: tuple[int, ...] = _DEFAULT_KS
@@ -92,8 +90,7 @@ class PrefillTiming:
 class LatencyMeasurement:
     """Every timed point of one member, its prefill times, and the reference workload's
     timings taken in the same rounds (None when not measured). `budget_exhausted`: the floor
-    was still above `max_noise` when the extra rounds stopped (their budget ran out, or they
-    were futile: `still_noisy`)."""
+    was still above `max_noise` when the extra rounds' budget ran out."""
 
     points: tuple[TimedPoint, ...]
     prefill: tuple[PrefillTiming, ...]
@@ -240,9 +237,8 @@ def _time_steps(members, streams, context, settings, syncs, clock, workload) -> 
     """Each member's cache holds `context` tokens on entry (the prefill); times forward passes of
     k tokens, member after member within a round (rotated), and the reference `workload` once
     per round; after `settings.repeats` rounds, goes on while the floor is noisier than
-    `settings.max_noise`, the budget lasts and the extra rounds are not futile (`still_noisy`).
-    Returns (per member: seconds per k, reference seconds, whether it stopped with the floor still
-    noisy)."""
+    `settings.max_noise` and the budget lasts. Returns (per member: seconds per k, reference
+    seconds, whether the budget ran out with the floor still noisy)."""
     for member, stream in zip(members, streams):
         if member.cache_length != context:
             member.reset()
@@ -256,8 +252,6 @@ def _time_steps(members, streams, context, settings, syncs, clock, workload) -> 
             if not robust_spread(reference).relative_iqr > settings.max_noise:  # NaN (a zero median): stop
                 return samples, reference, False
             if round_index >= settings.warmup + _MAX_ROUNDS_FACTOR * settings.repeats:
-                return samples, reference, True
-            if still_noisy(reference, round_index - settings.warmup - settings.repeats, settings):
                 return samples, reference, True
             extra_began = clock() if extra_began is None else extra_began
             if clock() - extra_began >= settings.noise_budget_s:
@@ -279,17 +273,6 @@ def _time_steps(members, streams, context, settings, syncs, clock, workload) -> 
         syncs[0]()
         if timed:
             reference.append(clock() - began)
-
-
-def still_noisy(reference: Sequence[float], extra_rounds: int, settings: LatencySettings) -> bool:
-    """Whether extra rounds are futile: after as many extra rounds as were planned, the floor of
-    those extra rounds alone is still above `settings.max_noise`. Extra rounds help when the
-    noise was a burst that has passed (the recent floor is quiet, so the whole sample's IQR comes
-    down); a floor noisy through a fresh look as long as the planned one is the machine's steady
-    state, which more rounds measure again instead of quieting, so the noise budget is not spent
-    on it."""
-    window = settings.repeats
-    return extra_rounds >= window and robust_spread(reference[-window:]).relative_iqr > settings.max_noise
 
 
 def timed_pass(member: ChainMember, new_ids: torch.Tensor, sync: Callable[[], None],

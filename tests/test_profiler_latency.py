@@ -190,38 +190,15 @@ def _workload(clock: FakeClock, costs):
 
 
 def test_a_noisy_floor_is_repeated_until_it_settles():
-    """Floor timings alternate 1 and 3 ms for the first 8 rounds (IQR/median far above 10%),
-    then stay at 2 ms: the burst passes within the fresh look of 6 extra rounds, so more rounds
-    are timed until the floor's IQR/median is acceptable."""
+    """Floor timings alternate 1 and 3 ms for the first 10 rounds (IQR/median far above 10%),
+    then stay at 2 ms: more rounds are timed until the floor's IQR/median is acceptable."""
     clock = FakeClock()
     settings = LatencySettings(ks=(1,), context_lengths=(10,), repeats=6, warmup=0, prefill_repeats=1, noise_budget_s=60.0)
-    costs = [0.001, 0.003] * 4 + [0.002] * 200
+    costs = [0.001, 0.003] * 5 + [0.002] * 200
     result = measure_latency(CostMember(clock), list(range(24)), settings, clock=clock, workload=_workload(clock, costs))
-    assert result.reference.repeats + result.reference.outliers > 12
+    assert result.reference.repeats + result.reference.outliers > 6
     assert result.reference.relative_iqr <= settings.max_noise
     assert not result.budget_exhausted
-
-
-def test_a_floor_noisy_through_a_fresh_look_stops_with_budget_left():
-    """The floor alternates 1 and 3 ms for good and the budget (60 fake s) would last: after the
-    6 planned rounds and 6 extra ones, as noisy as the first, more rounds are futile; it stops
-    there, flagged. The test above is its control: a burst that passes is timed through."""
-    clock = FakeClock()
-    settings = LatencySettings(ks=(1,), context_lengths=(10,), repeats=6, warmup=0, prefill_repeats=1, noise_budget_s=60.0)
-    result = measure_latency(CostMember(clock), list(range(24)), settings, clock=clock,
-                             workload=_workload(clock, [0.001, 0.003] * 1000))
-    assert result.budget_exhausted and result.reference.relative_iqr > settings.max_noise
-    assert result.reference.repeats + result.reference.outliers == 12
-    assert clock.now < 5.0  # nowhere near the 60 s budget
-
-
-@pytest.mark.parametrize(("extra", "window", "noisy"), [(5, [0.001, 0.003] * 3, False), (6, [0.002] * 6, False),
-                                                        (6, [0.001, 0.003] * 3, True)])
-def test_extra_rounds_are_futile_only_after_a_fresh_look_that_is_still_noisy(extra, window, noisy):
-    from polyplan.profiler.forward_timing import still_noisy
-
-    settings = LatencySettings(repeats=6)
-    assert still_noisy([0.001, 0.003] * 3 + window, extra, settings) is noisy
 
 
 def test_a_floor_that_stays_noisy_exhausts_the_budget_and_says_so():
