@@ -58,8 +58,8 @@ def timing_warnings(profile: Profile) -> tuple[str, ...]:
         lines.append(f"the machine floor was noisy while {_names(noisy)} {_were(noisy)} timed (a fixed workload's IQR/median "
                      f"{spread}, acceptable <= {MAX_FLOOR_NOISE:.0%}); {_their(noisy)} uncertain")
     if exhausted:
-        lines.append(f"repeating noisy rounds did not quiet the floor while {_names(exhausted)} {_were(exhausted)} timed (the "
-                     "noise lasted through a fresh look or the time budget ran out: re-profile on a quieter machine)")
+        lines.append(f"the time budget for repeating noisy rounds ran out with the floor still noisy while {_names(exhausted)} "
+                     f"{_were(exhausted)} timed (re-profile on a quieter machine or with a larger --noise-budget)")
     if outliers:
         counts = ", ".join(f"{name} {dropped} of {taken}" for name, (dropped, taken) in outliers.items())
         lines.append(f"more than {_MAX_OUTLIER_SHARE:.0%} of the timings were outliers (dropped: {counts}): the machine was "
