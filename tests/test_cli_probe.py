@@ -452,7 +452,8 @@ def fault_scenarios(workspace: Path, work: Path) -> list[Scenario]:
     other.write_text((workspace / "models.yaml").read_text() + "  - {name: ngram2, derive: {kind: ngram, max_n: 2}}\n")
     full = subprocess.run([POLYPLAN, *_profile_args(workspace, out, other)], capture_output=True, text=True, env=env, preexec_fn=small_disk, timeout=600)
     lines = full.stderr.strip().splitlines()
-    clear = full.returncode == 2 and len(lines) == 1 and lines[0].startswith("error: ")
+    # progress lines go to stderr too (issue 46): the run must end in one error line and no traceback
+    clear = full.returncode == 2 and bool(lines) and lines[-1].startswith("error: ") and "Traceback" not in full.stderr
     results.append(Scenario("write fails (file-size limit) while extending", "clear" if clear else "traceback",
                             _entries(out) < 1, (lines or ["(no stderr)"])[-1][:160]))
 
