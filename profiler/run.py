@@ -412,7 +412,7 @@ class _Run:
                 if count < len(self.offered):  # after the last round there is nothing left to stop
                     last = self.decide(self.profile, self.greedy_reads())
                 self.sequential = SequentialRun(count, len(self.offered), last)
-                if last is not None and last.resolved and count < len(self.offered):
+                if last is not None and last.resolved:  # the last round keeps the round before's finding, never a resolved one
                     break
         if acceptance.decoded:
             for temperature in acceptance.temperatures:
