@@ -87,6 +87,13 @@ class ProfiledCandidates:
                 ("agreement", loop.agreement_s), ("loop overhead", loop.loop_overhead_s), ("HF overhead", loop.hf_overhead_s),
                 ("switch costs", loop.switch_costs_s))
 
+    @property
+    def stages_text(self) -> str:
+        """`in <wall> s (<stage> <s> s, …)`: the call's wall time and each stage's seconds
+        (`stage_seconds`); the rest of the wall time is loading, checks and writing."""
+        stages = ", ".join(f"{name} {seconds:.0f} s" for name, seconds in self.stage_seconds)
+        return f"in {self.wall_time_s:.0f} s ({stages})"
+
 
 def profile_candidates(
     candidates_path: str | os.PathLike[str] | CandidateFile,

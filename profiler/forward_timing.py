@@ -27,6 +27,10 @@ from polyplan.profiler.threads import available_cpus, machine_load
 _DEFAULT_KS = (1, 2, 3, 4, 6, 8, 12, 16)
 DEFAULT_CONTEXT_LENGTHS = (128, 384)
 _MAX_ROUNDS_FACTOR = 10  # extra rounds for a noisy floor stop at this many times the planned repeats, budget or not
+# Timed prefills stop early, once at least two are timed, when they add up to this many seconds: a
+# prefill that long varies by a few percent, and five of a 9-second one (a 1.5B model's 384 tokens
+# on two cores) cost 45 s that buy nothing the two-pass mean lacks.
+_PREFILL_ENOUGH_S = 2.0
 
 
 @dataclass(frozen=True)
@@ -37,7 +41,8 @@ class LatencySettings:
         ks: new tokens per timed forward pass (T_i(k) for each).
         context_lengths: cached tokens before the timed pass (two or more show how T grows).
         repeats, warmup: timed and untimed rounds per context length, over every k.
-        prefill_repeats: timed prefills per context length (after one untimed prefill).
+        prefill_repeats: timed prefills per context length (after one untimed prefill), at most:
+            they stop at two once those add up to `_PREFILL_ENOUGH_S` seconds.
         max_noise: the largest acceptable IQR/median of the reference workload; above it,
             more rounds are timed, for at most `noise_budget_s` extra seconds per context length.
     """
@@ -221,6 +226,8 @@ def reference_workload(device: torch.device | str, size: int | None = None, prod
 
 
 def _time_prefill(member, context_ids, settings, sync, clock) -> Spread:
+    """One untimed prefill, then up to `settings.prefill_repeats` timed ones: fewer (never under
+    two) once the timed ones add up to `_PREFILL_ENOUGH_S`."""
     times = []
     for repeat in range(settings.prefill_repeats + 1):  # the first one is the warm-up
         member.reset()
@@ -230,6 +237,8 @@ def _time_prefill(member, context_ids, settings, sync, clock) -> Spread:
         sync()
         if repeat > 0:
             times.append(clock() - began)
+            if len(times) >= 2 and sum(times) >= _PREFILL_ENOUGH_S:
+                break
     return robust_spread(times)
 
 

@@ -24,9 +24,10 @@ import torch
 
 from polyplan.formats.errors import PolyplanError
 from polyplan.planner.exact.latency import curve_from_profile
+from polyplan.planner.exact.ngram_replay import chain_rounds
 from polyplan.planner.exact.pair_bound import PairBound, bounded_pairs, pair_bound
 from polyplan.planner.intervals.sequential import Resolution, prompt_rounds
-from polyplan.formats.profile import Profile, ProfilerRecord, write_profile
+from polyplan.formats.profile import Profile, ProfilerRecord, TargetStream, write_profile
 from polyplan.formats.sampling import SamplingMode
 from polyplan.profiler.acceptance import (
     TEACHER_FORCING_WIDTH, GreedyReads, TeacherForced, decoded_measurement, greedy_tail, measure_decoded, pair_alpha,
@@ -303,6 +304,10 @@ class _Run:
     def decoded_key(self, verifier: str, drafter: str, temperature: float, k: int) -> str:
         acceptance = self.settings.acceptance
         rule = {"verifications": acceptance.decoded_verifications, "min_prompts": acceptance.decoded_min_prompts}
+        if self.rule_replays(verifier, drafter, temperature):  # the rule's rounds on the target's greedy streams
+            return fingerprint_settings("decoded-rule-replay", self.by_name[verifier].fingerprint, self.by_name[drafter].fingerprint,
+                                        SamplingMode(temperature).key, k, self.decoded_prompts_fingerprint, self._acceptance_common(),
+                                        rule)
         if self.replays(verifier, drafter, temperature):  # a replay reads the continuations at the forcing width
             return fingerprint_settings("decoded-replay", self.by_name[verifier].fingerprint, self.by_name[drafter].fingerprint,
                                         SamplingMode(temperature).key, k, self.decoded_prompts_fingerprint, self._acceptance_common(),
@@ -317,6 +322,21 @@ class _Run:
         block drafter's later tokens are not its argmax on the target's prefix)."""
         return (temperature == 0.0 and verifier == self.target.name
                 and not isinstance(self.by_name[drafter].member, BlockDrafter))
+
+    def rule_replays(self, verifier: str, drafter: str, temperature: float) -> bool:
+        """Whether the pair's decoded runs are the rounds of a rule drafter (`ngram-simple`)
+        replayed on the target's greedy continuations (`planner.exact.ngram_replay.chain_rounds`,
+        what the planner itself reads): greedy, the target verifying. Lossless decoding makes the
+        continuation the run's own output, and the rule drafts from that output alone, so the
+        replay is the run up to numerics, at no model cost."""
+        return (temperature == 0.0 and verifier == self.target.name
+                and isinstance(self.by_name[drafter].member, NGramSimpleMember))
+
+    def _rule_beneath(self, verifier: str, drafter: str) -> bool:
+        """Whether the pair puts a rule drafter under another model than the target: the planner
+        predicts a rule drafter only directly under the target (`planner.search`), so no chain
+        it ranks reads the pair's decoded runs."""
+        return verifier != self.target.name and isinstance(self.by_name[drafter].member, NGramSimpleMember)
 
     # ---- profile bookkeeping
     def _start_profile(self, existing: Profile | None) -> Profile:
@@ -415,20 +435,45 @@ class _Run:
                 if last is not None and last.resolved:  # the last round keeps the round before's finding, never a resolved one
                     break
         if acceptance.decoded:
-            for temperature in acceptance.temperatures:
-                for verifier, drafter in measured:
-                    confirmed_at = None
-                    # largest K first: where α's i.i.d. law errs (bursty n-gram drafts) it errs most
-                    # there, so a confirmation at the largest K is the one that speaks for the smaller
-                    for k in sorted(acceptance.block_sizes, reverse=acceptance.decoded_until_confirmed):
-                        if confirmed_at is not None:
-                            self._left_out_confirmed(verifier, drafter, temperature, k, confirmed_at)
-                            continue
-                        self._decoded(verifier, drafter, temperature, k)
-                        if acceptance.decoded_until_confirmed and self._confirmed(verifier, drafter, temperature, k):
-                            confirmed_at = k
+            self._all_decoded(measured)
         self._prune(pairs)
         self.save()
+
+    def _all_decoded(self, measured: Sequence[tuple[str, str]]) -> None:
+        """The decoded runs of the `measured` pairs in every sampling mode. A plan's measuring
+        (`AcceptanceSettings.decoded_until_confirmed`) leaves out what its ranking cannot read
+        (`_not_decoded`), and decodes a pair's largest K first, the smaller ones only until a run
+        confirms the teacher-forced μ: where α's i.i.d. law errs (bursty n-gram drafts) it errs
+        most at the largest K, so a confirmation there is the one that speaks for the smaller."""
+        acceptance = self.settings.acceptance
+        contention = self._contention()
+        for temperature in acceptance.temperatures:
+            for verifier, drafter in measured:
+                why = self._not_decoded(verifier, drafter, contention)
+                if why is not None:
+                    for k in acceptance.block_sizes:
+                        self._left_out(verifier, drafter, temperature, k, why)
+                    continue
+                confirmed_at = None
+                for k in sorted(acceptance.block_sizes, reverse=acceptance.decoded_until_confirmed):
+                    if confirmed_at is not None:
+                        self._left_out(verifier, drafter, temperature, k, f"K={confirmed_at} confirmed the teacher-forced μ")
+                        continue
+                    self._decoded(verifier, drafter, temperature, k)
+                    if acceptance.decoded_until_confirmed and self._confirmed(verifier, drafter, temperature, k):
+                        confirmed_at = k
+
+    def _not_decoded(self, verifier: str, drafter: str, contention: set[tuple[str, str]] | None) -> str | None:
+        """Why a plan's measuring decodes no run of the pair (None: it does, as `polyplan profile`
+        always does): a rule drafter under another model (`_rule_beneath`), or a pair outside the
+        chains in contention (`_contention`)."""
+        if not self.settings.acceptance.decoded_until_confirmed:
+            return None
+        if self._rule_beneath(verifier, drafter):
+            return f"{drafter} drafts by rule and is planned only directly under {self.target.name}"
+        if contention is not None and (verifier, drafter) not in contention:
+            return "no chain through the pair is still in contention for the lead"
+        return None
 
     def _rounds(self, pairs: Sequence[tuple[str, str]]) -> tuple[int, ...]:
         """The prompt counts α is measured on in turn: all of them, or with `decide` the sequential
@@ -583,7 +628,8 @@ class _Run:
         if old is not None and old.fingerprint == key:
             self._finish(step, reused=True)
             return
-        if not self.replays(verifier, drafter, temperature):
+        replayed = self.replays(verifier, drafter, temperature) or self.rule_replays(verifier, drafter, temperature)
+        if not replayed:
             skipped = self._decoded_fits(verifier, drafter, stats, k)
             if skipped is not None:
                 self.skipped.append(skipped)
@@ -592,7 +638,9 @@ class _Run:
         self._begin(step)
         acceptance = self.settings.acceptance
         rng = np.random.default_rng(_seed_of(key))
-        if self.replays(verifier, drafter, temperature):
+        if self.rule_replays(verifier, drafter, temperature):
+            measurement = decoded_measurement(self._rule_runs(drafter, k), k=k, settings=acceptance, rng=rng, replayed=True)
+        elif self.replays(verifier, drafter, temperature):
             measurement = decoded_measurement(self._replayed_runs(drafter, k), k=k, settings=acceptance, rng=rng, replayed=True)
         else:
             measurement = measure_decoded(self.by_name[verifier].member, self.by_name[drafter].member, self.decoded_prompts, k=k,
@@ -610,13 +658,25 @@ class _Run:
         entry = self.profile.stats(verifier, drafter, SamplingMode(temperature).key).decoded_at(k)
         return entry is not None and entry.confirmed and not entry.replayed
 
-    def _left_out_confirmed(self, verifier: str, drafter: str, temperature: float, k: int, confirmed_at: int) -> None:
-        """Count the decoded run at `k` as left out: the pair's run at `confirmed_at` confirmed
-        its teacher-forced μ, so eq. 3's μ at `k` stands (an entry an earlier run measured at `k`
-        under the same settings is kept; `_prune` drops a stale one)."""
+    def _left_out(self, verifier: str, drafter: str, temperature: float, k: int, why: str) -> None:
+        """Count the decoded run at `k` as left out, saying `why`: the pair's run at another K
+        confirmed its teacher-forced μ (eq. 3's μ at `k` stands), or no ranked chain reads it
+        (`_rule_beneath`, `_contention`). An entry an earlier run measured at `k` under the same
+        settings is kept; `_prune` drops a stale one."""
         mode = SamplingMode(temperature).key
-        label = f"decoded {verifier} <- {drafter} [{mode}] K={k} (left out: K={confirmed_at} confirmed the teacher-forced μ)"
-        self.progress.done(Step("decoded", label), True)
+        self.progress.done(Step("decoded", f"decoded {verifier} <- {drafter} [{mode}] K={k} (left out: {why})"), True)
+
+    def _contention(self) -> set[tuple[str, str]] | None:
+        """The pairs of the chains the sequential rule last found in contention for the lead (its
+        leader and the chains still tied with it); None where it never ranked (no rule, too few
+        prompts, a profile it could not rank). The exact model does not read decoded μ (only
+        Lemma 3.1's column and the check against the teacher-forced pass do), so a plan's
+        measuring decodes no pair outside them: their chains lost on acceptance alone, and their
+        Lemma 3.1 column reads eq. 3."""
+        resolution = None if self.sequential is None else self.sequential.resolution
+        if resolution is None or not resolution.leader:
+            return None
+        return {pair for chain in (resolution.leader,) + resolution.tied for pair in zip(chain, chain[1:])}
 
     def _prune(self, pairs: list[tuple[str, str]]) -> None:
         """Drop what a complete run leaves stale among its own candidates: pairs the run does
@@ -709,6 +769,15 @@ class _Run:
             if counts is None:
                 counts = replay_counts(agree + self._tail_agreement(drafter, index), length, k)
             yield counts
+
+    def _rule_runs(self, drafter: str, k: int):
+        """Each decoded prompt's tokens per verification of the target over the rule drafter at
+        block size `k`, replayed on the prompt's greedy continuation (`rule_replays`)."""
+        continuations = self._continuations(0.0)
+        size_n = self.by_name[drafter].member.size_n
+        for index, prompt in enumerate(self.decoded_prompts):
+            stream = TargetStream(prompt_tokens=len(prompt), ids=tuple(prompt) + tuple(continuations[index]))
+            yield tuple(item.accepted + 1 for item in chain_rounds(stream, size_n, k))
 
     def _tail_agreement(self, drafter: str, index: int) -> list[bool]:
         """Whether `drafter`'s argmax agrees with the target's greedy tokens past the end of

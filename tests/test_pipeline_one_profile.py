@@ -6,6 +6,7 @@ Tiny local family (`conftest.write_candidate_workspace`), greedy only, short set
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import pytest
@@ -173,3 +174,6 @@ def test_a_profiling_run_reads_its_profile_once(profiled, monkeypatch):
     stages = dict(result.stage_seconds)
     assert list(stages) == ["latency", "alpha", "decoded", "agreement", "loop overhead", "HF overhead", "switch costs"]
     assert stages["latency"] > 0 and stages["alpha"] == 0 and stages["switch costs"] > 0
+    # what recommend prints of them: the wall time, then each stage
+    assert re.fullmatch(r"in \d+ s \(latency \d+ s, alpha 0 s, decoded 0 s, agreement \d+ s, loop overhead \d+ s, "
+                        r"HF overhead \d+ s, switch costs \d+ s\)", result.stages_text)

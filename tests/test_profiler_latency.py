@@ -88,6 +88,28 @@ def test_procedure_with_a_fake_clock():
     assert result.reference is None or result.reference.median == 0  # the default workload leaves a fake clock alone
 
 
+class LongPrefillMember(CostMember):
+    """A member whose prefills (passes over more than 4 tokens) cost `prefill_s` fake seconds."""
+
+    def __init__(self, clock: FakeClock, prefill_s: float) -> None:
+        super().__init__(clock)
+        self.prefill_s = prefill_s
+
+    def forward(self, new_ids, keep_last=None):
+        if new_ids.shape[0] > 4:
+            self.clock.now += self.prefill_s
+        return super().forward(new_ids, keep_last)
+
+
+def test_long_prefills_are_timed_twice_and_short_ones_as_often_as_asked():
+    settings = LatencySettings(ks=(1, 2, 4), context_lengths=(10, 20), repeats=3, warmup=1, prefill_repeats=5, noise_budget_s=0.0)
+    for prefill_s, repeats in ((1.5, 2), (0.9, 3), (0.001, 5)):  # 2 x 1.5 s and 3 x 0.9 s reach 2 s; 5 x 1 ms never does
+        clock = FakeClock()
+        result = measure_latency(LongPrefillMember(clock, prefill_s), list(range(24)), settings, clock=clock, workload=lambda: None)
+        assert [p.time.repeats for p in result.prefill] == [repeats, repeats], prefill_s
+        assert result.prefill[0].time.median == pytest.approx(prefill_s + 0.001 + 0.0005 * 10)
+
+
 def test_reference_workload_is_timed_once_per_timed_round_and_recorded():
     from polyplan.profiler.entries import model_entry
 

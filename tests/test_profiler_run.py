@@ -6,6 +6,7 @@ import dataclasses
 import json
 from pathlib import Path
 
+import numpy as np
 import pytest
 import torch
 
@@ -297,6 +298,65 @@ def test_an_ngram_simple_drafter_is_marked_and_no_ngram_member_verifies(models, 
     assert profile.model("simple").ngram_simple == 2 and profile.model("ngram").ngram_simple is None
 
 
+def _with_simple(models) -> list:
+    from polyplan.decoder.ngram_simple import NGramSimpleMember
+
+    return models + [ProfiledModel("simple", NGramSimpleMember(models[0].member.vocab_size, size_n=2, name="simple"), "fp-simple")]
+
+
+def test_a_rule_drafter_under_the_target_is_replayed_round_for_round_as_decoding_runs(models, tmp_path, monkeypatch):
+    """At greedy, the target over ngram-simple is not decoded: the rule's rounds are replayed on
+    the target's greedy continuations (what the planner reads). The replay gives the real run's
+    tokens per verification round for round (the last round of a prompt may differ: the replay
+    cuts a draft at the continuation's end, the run counts tokens past it)."""
+    import polyplan.profiler.run as run
+    from polyplan.profiler.acceptance import measure_decoded
+
+    candidates = _with_simple(models)
+    real, decoded = run.measure_decoded, []
+    monkeypatch.setattr(run, "measure_decoded", lambda verifier, drafter, *a, **kw: decoded.append((verifier.name, drafter.name))
+                        or real(verifier, drafter, *a, **kw))
+    acceptance = dataclasses.replace(SETTINGS.acceptance, temperatures=(0.0,))
+    settings = ProfileSettings(SETTINGS.latency, acceptance)
+    outcome = profile_models(candidates, _prompts(4), tmp_path / "p.json", settings)
+    assert ("target", "simple") not in decoded and ("early", "simple") in decoded  # under another model: decoded
+    entries = outcome.profile.stats("target", "simple", "greedy").decoded
+    assert [entry.k for entry in entries] == [2, 3] and all(entry.replayed for entry in entries)
+    prompts = [prompt.ids for prompt in _prompts(4)][:acceptance.decoded_prompts]
+    replay = _replay_counts(candidates, settings, tmp_path)
+    for entry in entries:
+        measured = measure_decoded(candidates[0].member, candidates[3].member, prompts, k=entry.k, temperature=0.0,
+                                   settings=acceptance, rng=np.random.default_rng(0))
+        replayed = replay(entry.k)
+        assert len(replayed) == len(measured.per_prompt) == len(prompts)
+        for real_counts, replay_counts in zip(measured.per_prompt, replayed):
+            assert len(replay_counts) == len(real_counts) and replay_counts[:-1] == real_counts[:-1]
+        assert entry.mu == pytest.approx(float(np.mean([c for counts in replayed for c in counts])))
+
+
+def _replay_counts(candidates, settings, tmp_path):
+    """The rule replay's per-prompt counts at block size k, from a run's state (`_Run._rule_runs`)."""
+    from polyplan.profiler.run import _Run
+
+    state = _Run(candidates, _prompts(4), tmp_path / "state.json", settings, "cpu", None, None)
+    return lambda k: list(state._rule_runs("simple", k))
+
+
+@pytest.mark.parametrize("planning", [True, False])
+def test_a_plan_leaves_out_the_decoded_runs_of_a_rule_drafter_under_another_model(models, tmp_path, planning):
+    """No ranked chain puts ngram-simple under another model than the target, so a plan's
+    measuring (`decoded_until_confirmed`) decodes no such pair and says so; `polyplan profile`
+    (the control) still decodes it."""
+    acceptance = dataclasses.replace(SETTINGS.acceptance, temperatures=(0.0,), decoded_until_confirmed=planning)
+    counter = Counter()
+    outcome = profile_models(_with_simple(models), _prompts(4), tmp_path / "p.json", ProfileSettings(SETTINGS.latency, acceptance),
+                             progress=counter)
+    kept = [entry.k for entry in outcome.profile.stats("early", "simple", "greedy").decoded]
+    left = [label for label in counter.reused if label.startswith("decoded early <- simple") and "drafts by rule" in label]
+    assert (kept, len(left)) == (([], 2) if planning else ([2, 3], 0))
+    assert outcome.profile.stats("early", "simple", "greedy").alpha is not None  # α is still read (it costs nothing more)
+
+
 def test_the_agreement_runs_reuse_the_runs_greedy_reads_and_equal_those_measured_from_scratch(models, tmp_path):
     """The run hands out its greedy continuations and teacher-forced passes; the agreement entry
     made from them (all of them, or with one model's pass missing and read then) is the one
@@ -553,6 +613,35 @@ def test_a_sequential_rerun_reuses_its_prefix_and_a_run_without_it_measures_ever
     assert profile_models(models, _prompts(8), out, SEQUENTIAL, progress=whole).prompts == 8
     assert any(label.startswith("alpha") for label in whole.measured)
     assert read_profile(out).profiler.prompts == 8
+
+
+@pytest.mark.parametrize("ranked", [True, False])
+def test_a_plan_decodes_only_the_pairs_of_the_chains_in_contention(models, tmp_path, ranked):
+    """The exact model reads no decoded μ, so a plan's measuring decodes only the pairs of the
+    chains its rule last found in contention (leader target > early, tied target > ngram): the
+    early exit over the n-gram drafter is left out, said in the progress. The control: a rule
+    that ranked nothing (no leader) leaves every pair to be decoded."""
+    from polyplan.planner.intervals.sequential import Resolution
+    from polyplan.profiler.run import profile_checked_models
+
+    def decide(profile, reads):
+        prompts = profile.profiler.prompts
+        if not ranked:
+            return Resolution(False, (), (), "no decision on fewer than 8 prompts", prompts)
+        return Resolution(False, ("target", "early"), (("target", "ngram"),), "stub", prompts)
+
+    acceptance = dataclasses.replace(SEQUENTIAL.acceptance, decoded_until_confirmed=True)
+    counter = Counter()
+    outcome = profile_checked_models(models, _prompts(8), tmp_path / "p.json", ProfileSettings(SETTINGS.latency, acceptance),
+                                     decide=decide, progress=counter)
+    decoded = {(pair.verifier, pair.drafter): [entry.k for entry in pair.sampling["greedy"].decoded] for pair in outcome.profile.pairs}
+    left = [label for label in counter.reused if "still in contention" in label]
+    assert decoded[("target", "early")] and decoded[("target", "ngram")]
+    if ranked:
+        assert decoded[("early", "ngram")] == [] and len(left) == 2
+        assert all(label.startswith("decoded early <- ngram") for label in left)
+    else:
+        assert decoded[("early", "ngram")] and left == []
 
 
 @pytest.mark.parametrize("confirms", [True, False])

@@ -48,6 +48,34 @@ def test_primed_chain_decodes_the_same_tokens_without_the_prompt_in_any_pass(pai
         chain[0].crop(3)
 
 
+def test_a_reused_prime_crops_back_to_the_prompt_and_decodes_what_a_fresh_one_does(pair):
+    """`prime(reuse=True)` after a run on the same prompt runs no forward pass and returns the
+    first prime's seconds; the run after it decodes the tokens a freshly primed one does. Another
+    prompt, or `reuse=False` (the control), primes again."""
+    target, draft = pair
+    prompt, other = torch.tensor([5, 9, 14, 3, 22, 41, 7, 7, 12, 30]), torch.tensor([8, 2, 19, 19, 4, 33, 6, 1])
+    chain = [PrimedMember(target), PrimedMember(draft)]
+    fresh = [member.prime(prompt[:-1]) for member in chain]
+    first = generate(chain, prompt, max_new_tokens=16, block_sizes=[3])
+    calls = []
+    original = target.forward
+    target.forward = lambda new_ids, keep_last=None: calls.append(int(new_ids.shape[0])) or original(new_ids, keep_last=keep_last)
+    try:
+        assert chain[0].prime(prompt[:-1], reuse=True) == fresh[0] and calls == []
+        assert chain[0].cache_length == 9
+        chain[1].prime(prompt[:-1], reuse=True)
+        again = generate(chain, prompt, max_new_tokens=16, block_sizes=[3])
+        assert again.token_ids == first.token_ids
+        calls.clear()
+        chain[0].prime(other[:-1], reuse=True)  # another prompt: primed
+        assert calls == [7]
+        calls.clear()
+        chain[0].prime(other[:-1])  # the control: no reuse asked, primed again
+        assert calls == [7]
+    finally:
+        del target.forward
+
+
 def test_stand_in_rows_follow_their_token_pattern():
     member = StandIn(16, (0, 0, 5))
     logits = member.forward(torch.zeros(4, dtype=torch.int64))  # positions 0..3

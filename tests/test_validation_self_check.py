@@ -150,6 +150,34 @@ def test_the_check_is_sized_to_its_budget_by_the_plans_own_estimate():
     assert check_size(chains, 1e-9)[:2] == CHECK_SIZES[-1]  # nothing fits: the smallest that can still fit C
 
 
+def test_the_estimate_counts_each_members_prefill_of_the_prompts_once_per_pass():
+    """A large model's prefills cost more than its check decodes (a 1.5B model on two cores, seconds
+    per prompt): the estimate adds each member's prefill of every prompt, once per repeat, by the
+    profile's prefill curves; a member without one adds nothing."""
+    from polyplan.formats.profile import LatencyPoint, ModelProfile, PrefillPoint
+    from polyplan.validation.self_check import prefill_seconds
+
+    def model(name: str, per_token: float | None) -> ModelProfile:
+        prefill = () if per_token is None else (PrefillPoint(100, 100 * per_token, 0.0, 2),)
+        return ModelProfile(name=name, fingerprint="sha256:x", latency=(LatencyPoint(100, 1, 0.01),), prefill=prefill)
+
+    chains = specs(CHAIN, ALONE)
+    names = sorted({name for spec in chains for name in spec.planned.chain})
+    assert len(names) == 2
+    profile = Profile(target=names[0], device="cpu", models=(model(names[0], 0.02), model(names[1], 0.005)), pairs=())
+    lengths = [41, 81, 101, 201]
+    each = prefill_seconds(chains, profile, lengths)
+    # one measured length (100 tokens): through the origin, its slope continued past it
+    assert each == pytest.approx((0.02 + 0.005) * sum(length - 1 for length in lengths))
+    assert prefill_seconds(chains, None, lengths) == 0.0
+    alone = Profile(target=names[0], device="cpu", models=(model(names[0], 0.02), model(names[1], None)), pairs=())
+    assert prefill_seconds(chains, alone, lengths) == pytest.approx(0.02 * sum(length - 1 for length in lengths))
+    decode = estimated_seconds(chains, *CHECK_SIZES[0], repeats=CHECK_REPEATS)
+    assert estimated_seconds(chains, *CHECK_SIZES[0], repeats=CHECK_REPEATS, prefill_s=each) == pytest.approx(decode + CHECK_REPEATS * each)
+    assert check_size(chains, decode * 1.01)[:2] == CHECK_SIZES[0]
+    assert check_size(chains, decode * 1.01, prefill_s=each)[:2] != CHECK_SIZES[0]  # the prefills no longer fit
+
+
 def test_the_budget_is_a_tenth_of_the_profiles_measuring_time():
     def profile(record: ProfilerRecord) -> Profile:
         return Profile(target="t", device="cpu", models=(), pairs=(), profiler=record)

@@ -173,11 +173,17 @@ def measure_chains(
     progress: ValidationProgress | None = None,
     retime: bool = False,
     more: int = 0,
+    reuse_prompts: bool = False,
 ) -> tuple[tuple[RunRecord, ...], tuple[PassTiming, ...]]:
     """The runs of every chain on every prompt, `settings.repeats` times, interleaved, and (with
     `retime`) every model's passes timed after each prompt and repeat on the target-only
     continuation of that prompt (`validation.retime`). `progress` hears of each run, its total
-    counting `more` steps the caller reports after these."""
+    counting `more` steps the caller reports after these. `reuse_prompts` (not with `retime`): a
+    member that ran the same prompt in the chain before keeps its primed prompt
+    (`PrimedMember.prime`), so each member prefills a prompt once per repeat, and the runs' prefill
+    seconds are that prime's."""
+    if reuse_prompts and retime:
+        raise ValueError("measure_chains: reuse_prompts needs the members untouched between runs (retime times them)")
     missing = sorted({name for spec in specs for name in spec.planned.chain} - set(members))
     if missing:
         raise PolyplanError(f"models: {missing[0]!r} is in the plan but was not loaded")
@@ -193,13 +199,15 @@ def measure_chains(
         progress.total(len(specs) * len(prompts) * settings.repeats + more)
     with torch.inference_mode(), collector_paused():
         for spec in specs:
-            _run(spec, primed, tensors[0], 0, min(settings.warmup_tokens, settings.new_tokens), settings.seed, sampling, sync)
+            _run(spec, primed, tensors[0], 0, min(settings.warmup_tokens, settings.new_tokens), settings.seed, sampling, sync,
+                 reuse_prompts)
         for repeat in range(settings.repeats):
             for index, prompt in enumerate(tensors):
                 gc.collect()  # between prompts, never inside a timed run
                 offset = (repeat * len(tensors) + index) % len(specs)
                 for chain in [(offset + step) % len(specs) for step in range(len(specs))]:
-                    run = _run(specs[chain], primed, prompt, index, settings.new_tokens, settings.seed + index, sampling, sync)
+                    run = _run(specs[chain], primed, prompt, index, settings.new_tokens, settings.seed + index, sampling, sync,
+                               reuse_prompts)
                     records.append(RunRecord(chain, repeat, index, *run))
                     if progress is not None:
                         progress.advance(specs[chain].planned.label())
@@ -222,9 +230,10 @@ def target_only(specs: Sequence[ChainSpec], records: Sequence[RunRecord]) -> tup
     return index, [run for run in records if run.chain == index], exact.time_per_token_s[0] + exact.overhead_per_token_s
 
 
-def _run(spec: ChainSpec, primed, prompt: torch.Tensor, index: int, tokens: int, seed: int, sampling: Sampling, sync):
+def _run(spec: ChainSpec, primed, prompt: torch.Tensor, index: int, tokens: int, seed: int, sampling: Sampling, sync,
+         reuse: bool = False):
     chain = [primed[name] for name in spec.planned.chain]
-    prefill = sum(member.prime(prompt[:-1], sync) for member in chain)
+    prefill = sum(member.prime(prompt[:-1], sync, reuse) for member in chain)
     generator = torch.Generator(device=chain[0].device).manual_seed(seed)
     eos = stop_token_ids(chain[0].member) if sampling.greedy else None
     result = generate(

@@ -21,6 +21,7 @@ import numpy as np
 from polyplan.decoder.member import ChainMember
 from polyplan.formats.plan import PRICED_BY_PLAN, PRICED_BY_PROMPT, ChainCheck, PlanFile, PlannedChain, SelfCheckRecord
 from polyplan.formats.profile import Profile
+from polyplan.planner.exact.whole_call import prefill_curve
 from polyplan.profiler.prompts import EncodedPrompt
 from polyplan.validation.chain_runs import (
     ValidationProgress, ValidationSettings, context_limit, fit_prompts, measure_chains, reserve_for, sampling_of, select_chains,
@@ -55,11 +56,23 @@ def check_budget(profile: Profile | None) -> float | None:
     return None if seconds is None else CHECK_BUDGET_SHARE * seconds
 
 
-def estimated_seconds(specs: Sequence[ChainSpec], prompts: int, new_tokens: int, repeats: int) -> float:
+def estimated_seconds(specs: Sequence[ChainSpec], prompts: int, new_tokens: int, repeats: int, prefill_s: float = 0.0) -> float:
     """What the check's run takes by the plan's own exact model: every chain (target-only
-    included) decodes warm-up + `new_tokens` tokens on each prompt, `repeats` times."""
+    included) decodes warm-up + `new_tokens` tokens on each prompt, `repeats` times, and each
+    member prefills the prompts once per repeat (`prefill_s`: one pass's prefills, `prefill_seconds`)."""
     per_token = sum(_seconds_per_token(spec.planned) for spec in specs)
-    return repeats * prompts * (new_tokens + _WARMUP_TOKENS) * per_token
+    return repeats * (prompts * (new_tokens + _WARMUP_TOKENS) * per_token + prefill_s)
+
+
+def prefill_seconds(specs: Sequence[ChainSpec], profile: Profile | None, lengths: Sequence[int]) -> float:
+    """Seconds one pass over prompts of `lengths` tokens spends priming the chains' members,
+    each member once per prompt (`measure_chains(reuse_prompts=True)`), by the profile's prefill
+    curves (0 for a member without one, and without a profile)."""
+    if profile is None:
+        return 0.0
+    names = sorted({name for spec in specs for name in spec.planned.chain})
+    curves = [prefill_curve(model) for model in profile.models if model.name in names]
+    return sum(curve(max(length - 1, 0)) for curve in curves if curve is not None for length in lengths)
 
 
 def _seconds_per_token(planned: PlannedChain) -> float:
@@ -69,11 +82,13 @@ def _seconds_per_token(planned: PlannedChain) -> float:
     return sum(exact.time_per_token_s) + exact.overhead_per_token_s
 
 
-def check_size(specs: Sequence[ChainSpec], budget_s: float | None, repeats: int = CHECK_REPEATS) -> tuple[int, int, float]:
+def check_size(specs: Sequence[ChainSpec], budget_s: float | None, repeats: int = CHECK_REPEATS,
+               prefill_s: float = 0.0) -> tuple[int, int, float]:
     """(prompts, tokens, estimated seconds): the largest of `CHECK_SIZES` whose estimate fits
-    `budget_s` (None: the largest), else the smallest: a check too short to fit C is no check."""
+    `budget_s` (None: the largest), else the smallest: a check too short to fit C is no check.
+    `prefill_s`: one pass's prefills of the check's prompts (`prefill_seconds`)."""
     for prompts, tokens in CHECK_SIZES:
-        estimate = estimated_seconds(specs, prompts, tokens, repeats)
+        estimate = estimated_seconds(specs, prompts, tokens, repeats, prefill_s)
         if budget_s is None or estimate <= budget_s:
             break
     return prompts, tokens, estimate
@@ -202,11 +217,13 @@ def self_check(
     (without it, or where it cannot, the plan's parts price it); `progress` hears of each run."""
     started = time.perf_counter()
     specs = [spec for spec in select_chains(plan, top) if spec.rank <= top + 1 or ROLE_TARGET_ONLY in spec.roles]
-    count, new_tokens, estimate = check_size(specs, budget_s, repeats)
+    lengths = [len(prompt.ids) for prompt in list(prompts)[:_CHECK_PROMPTS]]
+    count, new_tokens, estimate = check_size(specs, budget_s, repeats, prefill_seconds(specs, profile, lengths))
     fitted = fit_prompts(list(prompts)[:count], context_limit(members, specs), reserve_for(specs, new_tokens),
                          truncate=True, source="the profiling prompts").prompts
     settings = ValidationSettings(new_tokens=new_tokens, repeats=repeats, top=top, seed=seed, warmup_tokens=_WARMUP_TOKENS)
-    records, _ = measure_chains(specs, members, [p.ids for p in fitted], settings, sampling_of(plan.sampling), progress)
+    records, _ = measure_chains(specs, members, [p.ids for p in fitted], settings, sampling_of(plan.sampling), progress,
+                                reuse_prompts=True)
     prices = None if profile is None else prompt_prices(plan, profile, [spec.planned for spec in specs], [p.ids for p in fitted],
                                                         new_tokens)
     baseline_index, baseline, predicted_baseline = target_only(specs, records)
@@ -307,7 +324,8 @@ def _noise_text(record: SelfCheckRecord) -> str:
 
 def _budget_text(record: SelfCheckRecord) -> str:
     """", of a B s budget (...)": the budget, the plan's estimate, and whether the run kept to it
-    (the estimate leaves out prefill and setup, which dominate on tiny models)."""
+    (the estimate counts the prompts' prefills by the profile and leaves out setup, which
+    dominates on tiny models)."""
     if record.budget_s is None:
         return ""
     estimate = "" if record.estimated_s is None else f"; estimated {record.estimated_s:.1f} s"

@@ -214,7 +214,8 @@ def recommend(
         result, plan, check_lines, profiled = (recommended.recommendation, recommended.plan, recommended.check_lines,
                                                recommended.profiled)
         if not json_output:
-            typer.echo(f"profile {profiled.path}: {profiled.measured} entries measured, {profiled.reused} reused; {choice.line}")
+            typer.echo(f"profile {profiled.path}: {profiled.measured} entries measured, {profiled.reused} reused "
+                       f"{profiled.stages_text}; {choice.line}")
     under_load = None if clients is None else _under_load(out, clients, candidates)  # before printing: a refusal is its one line
     if json_output:
         from polyplan.formats.plan import encode_plan
