@@ -32,3 +32,28 @@ def test_a_call_fits_the_budget_when_it_can():
 
 def test_an_unknown_target_gets_what_was_asked():
     assert calibration_tokens_for(_profile(0.075), "other", 64) == 64
+
+
+@pytest.mark.parametrize(("step_s", "stand_ins"), [(0.057, True), (0.020, True), (0.005, False), (None, False)])
+def test_a_slow_target_has_its_loop_calibrated_around_a_stand_in_verifier(monkeypatch, step_s, stand_ins):
+    """The loop overhead is fitted around the target where its step is short (the embedded family:
+    the loop's cost is a real share of it), around a stand-in verifier where the step takes at
+    least `STAND_IN_STEP_S` (a 1.5B model: minutes of the target's passes to fit well under 1 % of
+    a step); the entry's fingerprint and method say which."""
+    from polyplan.decoder import NGramMember
+    from polyplan.formats.overhead import LoopOverhead
+    from polyplan.pipeline import loop_costs
+    from polyplan.profiler import loop_overhead
+    from polyplan.profiler import ProfiledModel
+
+    verifiers = []
+    monkeypatch.setattr(loop_overhead, "measure_loop_overhead", lambda vocab, **kw: verifiers.append(kw["verifier"])
+                        or LoopOverhead(per_step_s=1e-5, per_round_s=1e-4))
+    target = ProfiledModel("target", NGramMember(64), "sha256:t")
+    assert loop_costs.loop_with_stand_ins(_profile(step_s), "target") is stand_ins
+    profile, measured = loop_costs._ensure_loop_overhead(_profile(step_s), target, (0.0,), 32, "cpu")
+    assert measured == 1 and verifiers == [None if stand_ins else target.member]
+    entry = profile.loop_overhead["greedy"]
+    assert ("stand-in verifier (the target's step is long)" in entry.method) is stand_ins
+    other, _ = loop_costs._ensure_loop_overhead(_profile(0.005 if stand_ins else 0.057), target, (0.0,), 32, "cpu")
+    assert other.loop_overhead["greedy"].fingerprint != entry.fingerprint  # measured one way, never reused for the other
