@@ -159,16 +159,16 @@ def _ensure_loop_overhead(
     return replace(profile, loop_overhead=table), measured
 
 
-STAND_IN_STEP_S = 0.020  # a target step this long makes the loop's own cost (well under 1 ms a round measured) a rounding error
+STAND_IN_STEP_S = 0.020  # a target step this long makes the loop's own cost a rounding error (docs/profiling.md)
 
 
 def loop_with_stand_ins(profile: Profile, target: str) -> bool:
     """Whether the loop overhead is calibrated around a stand-in verifier instead of the target:
     where the target's step (the profile's T(1)) takes at least `STAND_IN_STEP_S`. Around the
     target, the loop runs as in a chain (its data evicted by each pass) but every call pays the
-    target's passes, about two minutes on a 1.5B model at 57 ms a step, to fit a cost of well
-    under 1 % of a step there; the stand-ins do the loop's own work (the vocabulary's sampling,
-    verification, crops) at no model cost, and miss only the eviction, a share of that fraction.
+    target's passes, minutes on a large model, to fit a cost that is then a fraction of a percent
+    of a step; the stand-ins do the loop's own work (the vocabulary's sampling, verification,
+    crops) at no model cost, and miss only the eviction, a share of that fraction.
     docs/profiling.md, "What it measures"."""
     if target not in profile.model_names():
         return False

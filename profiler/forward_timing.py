@@ -28,8 +28,8 @@ _DEFAULT_KS = (1, 2, 3, 4, 6, 8, 12, 16)
 DEFAULT_CONTEXT_LENGTHS = (128, 384)
 _MAX_ROUNDS_FACTOR = 10  # extra rounds for a noisy floor stop at this many times the planned repeats, budget or not
 # Timed prefills stop early, once at least two are timed, when they add up to this many seconds: a
-# prefill that long varies by a few percent, and five of a 9-second one (a 1.5B model's 384 tokens
-# on two cores) cost 45 s that buy nothing the two-pass mean lacks.
+# prefill that long varies by a few percent, and more repeats of a large model's long prefill cost
+# tens of seconds that buy nothing the two-pass mean lacks (docs/profiling.md, "What it measures").
 _PREFILL_ENOUGH_S = 2.0
 
 
