@@ -125,10 +125,10 @@ def calibration_tokens_for(profile: Profile, target: str, most: int) -> int:
     power of two that fits (at least `MIN_CALIBRATION_TOKENS`; docs/profiling.md, "What it
     measures"). A power of two, so that a re-timed T(1) rarely changes it (it is part of the
     entries' fingerprints)."""
-    steps = [point.median_s for point in profile.model(target).latency if point.k == 1] if target in profile.model_names() else []
-    if not steps or min(steps) <= 0:
+    step = target_step(profile, target)
+    if step is None or step <= 0:
         return most
-    fits = CALIBRATION_CALL_S / min(steps)
+    fits = CALIBRATION_CALL_S / step
     if fits >= most:
         return most
     return min(most, max(MIN_CALIBRATION_TOKENS, 2 ** int(math.log2(max(fits, 1.0)))))
@@ -170,10 +170,15 @@ def loop_with_stand_ins(profile: Profile, target: str) -> bool:
     of a step; the stand-ins do the loop's own work (the vocabulary's sampling, verification,
     crops) at no model cost, and miss only the eviction, a share of that fraction.
     docs/profiling.md, "What it measures"."""
-    if target not in profile.model_names():
-        return False
-    steps = [point.median_s for point in profile.model(target).latency if point.k == 1]
-    return bool(steps) and min(steps) >= STAND_IN_STEP_S
+    step = target_step(profile, target)
+    return step is not None and step >= STAND_IN_STEP_S
+
+
+def target_step(profile: Profile, target: str) -> float | None:
+    """The target's one-token step in the profile: its shortest T(1) over the context lengths
+    (None: no T(1) of it), what the loop calibrations size themselves by."""
+    steps = [point.median_s for point in profile.model(target).latency if point.k == 1] if target in profile.model_names() else []
+    return min(steps) if steps else None
 
 
 def _loop_overhead_entry(target, temperature: float, tokens: int = 64, *, fingerprint: str | None = None,
