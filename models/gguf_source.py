@@ -167,7 +167,13 @@ def _honour_umask(folder: Path) -> None:
 
 def tokenizer_folder_for_gguf(path: str | os.PathLike[str]) -> Path:
     """A cached folder of only the tokenizer of GGUF file `path` (all a llama.cpp member needs from
-    transformers), or the dequantized folder where that exists; PolyplanError as `hf_folder_for_gguf`."""
+    transformers), or the dequantized folder where that exists; PolyplanError as `hf_folder_for_gguf`.
+
+    The folder is keyed by the tokenizer's own metadata (`tokenizer_sha256`), not by the file.
+    transformers' GGUF reader takes about 20 s to build a 151,936-token vocabulary on two cores,
+    and a family's members share theirs, often with chat templates that differ in a character: a
+    file whose vocabulary another folder already holds gets that folder's tokenizer with its own
+    chat template (loaded from the folder in about a second), not a second build."""
     from polyplan.models.file_fingerprints import content_sha256
 
     path = Path(path).expanduser()
@@ -176,19 +182,51 @@ def tokenizer_folder_for_gguf(path: str | os.PathLike[str]) -> Path:
     full = cached_folder(sha256)
     if (full / SOURCE_RECORD).is_file():
         return full
-    folder = full.with_name(full.name + "-tokenizer")
+    vocabulary = tokenizer_sha256(path, chat_template=False)
+    folder = cache_root() / _GGUF_FOLDER / f"tokenizer-{tokenizer_sha256(path)[:24]}"
     if (folder / SOURCE_RECORD).is_file():
         return folder
+    sibling = next((other for other in sorted(folder.parent.glob("tokenizer-*"))
+                    if _record(other).get("vocabulary_sha256") == vocabulary), None)
 
     def fill(partial: Path) -> None:
         from transformers import AutoTokenizer
 
         try:
-            tokenizer = AutoTokenizer.from_pretrained(path.parent, gguf_file=path.name, local_files_only=True)
+            if sibling is None:
+                tokenizer = AutoTokenizer.from_pretrained(path.parent, gguf_file=path.name, local_files_only=True)
+            else:
+                tokenizer = AutoTokenizer.from_pretrained(str(sibling), local_files_only=True)
+                tokenizer.chat_template = info.metadata.get("tokenizer.chat_template")
         except Exception as error:  # noqa: BLE001 - transformers' GGUF path raises ValueError, KeyError, OSError…
             raise PolyplanError(f"{path}: transformers cannot read the tokenizer of this {info.architecture} GGUF file ({first_line(error)})") from None
         tokenizer.save_pretrained(partial)
-        record = {"gguf_file": str(path.resolve()), "sha256": sha256, "architecture": info.architecture, "tokenizer_only": True}
+        record = {"gguf_file": str(path.resolve()), "sha256": sha256, "architecture": info.architecture, "tokenizer_only": True,
+                  "vocabulary_sha256": vocabulary, "vocabulary_from": None if sibling is None else sibling.name}
         (partial / SOURCE_RECORD).write_text(json.dumps(record, indent=2) + "\n", encoding="utf-8")
 
     return _publish(folder, fill)
+
+
+def tokenizer_sha256(path: str | os.PathLike[str], *, chat_template: bool = True) -> str:
+    """Hex sha256 of what transformers builds a GGUF file's tokenizer from: the architecture (it
+    picks the converter) and every `tokenizer.*` metadata entry, byte for byte as the file holds
+    it; without `tokenizer.chat_template` where `chat_template` is False (the vocabulary alone)."""
+    from polyplan.models.gguf_header import read_header
+
+    header = read_header(path)
+    digest = hashlib.sha256((header.architecture or "").encode())
+    with open(path, "rb") as stream:
+        for key, (begin, end) in sorted(header.spans.items()):
+            if key.startswith("tokenizer.") and (chat_template or key != "tokenizer.chat_template"):
+                stream.seek(begin)
+                digest.update(stream.read(end - begin))
+    return digest.hexdigest()
+
+
+def _record(folder: Path) -> dict:
+    """A cached folder's source record ({} where it has none or it cannot be read)."""
+    try:
+        return json.loads((folder / SOURCE_RECORD).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return {}

@@ -7,7 +7,8 @@ accepted with probability min(1, q/p), so the acceptance rate at one position is
 1. **From distributions** (`teacher_forced`, `pair_alpha`): the target continues every prompt;
    each model reads prompt + continuation teacher-forced, in passes of `TEACHER_FORCING_WIDTH`
    tokens with its KV cache, which gives its distribution at every position, so n models cost
-   one read each for all n² pairs. Short passes, as a chain's verifications run, because a model
+   one read each for all n² pairs (greedy, the target's read is its continuation itself,
+   `own_greedy_read`). Short passes, as a chain's verifications run, because a model
    whose numerics depend on the batch (dynamic int8: one activation scale per pass) agrees with
    the target differently in one long pass (docs/profiling.md, "What it measures"). α is the
    mean of α_t with a bootstrap interval over prompts; it implies μ(K) by eq. 3 under i.i.d.
@@ -34,8 +35,8 @@ import numpy as np
 import torch
 
 from polyplan.decoder.chain import generate
-from polyplan.decoder.member import ChainMember, stop_token_ids
-from polyplan.decoder.sampling import Sampling, probabilities, top_probability
+from polyplan.decoder.member import ArgmaxForward, ChainMember, stop_token_ids
+from polyplan.decoder.sampling import Sampling, argmax_ids, probabilities, top_probability
 from polyplan.formats.profile import DRAFT_SIMPLE_TOP_K
 from polyplan.profiler.settings import AcceptanceSettings
 from polyplan.profiler.stats import Interval, cluster_bootstrap, lag1_autocorrelation, quantile_summary
@@ -55,13 +56,16 @@ class TeacherForced:
     top: tuple[torch.Tensor, ...] | None = None  # greedy: the softmax probability (temperature 1) of each argmax
     # greedy: the same over the model's DRAFT_SIMPLE_TOP_K largest logits (what llama-server's p_min reads)
     top10: tuple[torch.Tensor, ...] | None = None
+    # greedy, where asked (`teacher_forced(past=...)`): the argmax at each token given past the
+    # continuation, read on in the same pass (a replayed run's last verification drafts there)
+    past_argmax: tuple[torch.Tensor, ...] | None = None
 
 
 @dataclass(frozen=True)
 class GreedyReads:
     """What a run's greedy phase read: the target's greedy `continuations` of `prompts` (`new_tokens`
     each, generator seeds from `seed`) and the greedy teacher-forced pass of each model named in
-    `forced` over them, at `TEACHER_FORCING_WIDTH`. Handed on so that what needs the same reads
+    `forced` over them, at `TEACHER_FORCING_WIDTH` (never the target: `own_greedy_read`). Handed on so that what needs the same reads
     (`profiler.agreement_runs`) does not repeat them; kept in memory only."""
 
     prompts: tuple[tuple[int, ...], ...]
@@ -180,17 +184,82 @@ def target_continuations(
     target emits one of its EOS ids (`decoder.member.stop_token_ids`: what an instruct model
     writes after its end of turn is not text anyone serves). Prompt i is sampled with a generator
     seeded `seed + i`, so one prompt's continuation does not depend on the others."""
+    return tuple(stream.continuation for stream in target_continuations_past(
+        target, prompts, new_tokens=new_tokens, temperature=temperature, seed=seed))
+
+
+@dataclass(frozen=True)
+class Continuation:
+    """One prompt's `continuation` by the target (`target_continuations`) and, greedy, its `past`:
+    the target's greedy tokens after it, EOS or not, where a replayed run's last verification
+    drafts (`replay_counts`)."""
+
+    continuation: tuple[int, ...]
+    past: tuple[int, ...] = ()
+
+
+def target_continuations_past(
+    target: ChainMember,
+    prompts: Sequence[Sequence[int]],
+    *,
+    new_tokens: int,
+    temperature: float,
+    seed: int,
+    past: int = 0,
+) -> tuple[Continuation, ...]:
+    """`target_continuations`, and when greedy `past` more tokens of each, read on from the cache
+    the continuation left (a few target steps, where reading them later costs a prefill of prompt
+    and continuation: a 1.5B model's 500-token prefill takes several seconds on two cores)."""
     sampling = Sampling(temperature=temperature)
     device = getattr(target, "device", torch.device("cpu"))
-    continuations = []
+    streams = []
     for index, prompt in enumerate(prompts):
         generator = torch.Generator(device=device).manual_seed(seed + index)
         result = generate(
             [target], list(prompt), max_new_tokens=new_tokens, sampling=sampling, generator=generator,
             eos_token_id=stop_token_ids(target),
         )
-        continuations.append(result.token_ids)
-    return tuple(continuations)
+        more = _greedy_on(target, list(prompt) + list(result.token_ids), past) if past and sampling.greedy else ()
+        streams.append(Continuation(tuple(result.token_ids), more))
+    return tuple(streams)
+
+
+def _greedy_on(target: ChainMember, ids: Sequence[int], tokens: int) -> tuple[int, ...]:
+    """The target's greedy continuation of `ids` by `tokens` tokens, EOS or not, from its cache,
+    which holds a prefix of `ids` (as `generate` leaves it)."""
+    if tokens < 1:
+        return ()
+    device = getattr(target, "device", torch.device("cpu"))
+    fed = min(target.cache_length, len(ids) - 1)
+    target.crop(fed)
+    vocab = target.valid_vocab_size
+
+    def argmax(new: list[int]) -> int:
+        tokens = torch.tensor(new, dtype=torch.int64, device=device)
+        if isinstance(target, ArgmaxForward):
+            return int(target.forward_argmax(tokens, keep_last=1)[-1])
+        return int(argmax_ids(target.forward(tokens, keep_last=1)[:, :vocab])[-1])
+
+    out: list[int] = []
+    pending = list(ids[fed:])
+    with torch.inference_mode():
+        while len(out) < tokens:
+            out.append(argmax(pending))
+            pending = out[-1:]
+    target.reset()
+    return tuple(out)
+
+
+def own_greedy_read(continuations: Sequence[Sequence[int]]) -> TeacherForced:
+    """The target's greedy read of its own greedy `continuations`, without reading them again:
+    token j of a continuation was chosen as the target's argmax given everything before it, so
+    the argmax at position j *is* token j. A second, teacher-forced read would cost the target a
+    prefill and a pass every `TEACHER_FORCING_WIDTH` tokens per prompt (on a 1.5B model at two
+    threads the largest share of a plan's acceptance stage) to learn the same tokens, up to where
+    a wider pass's numerics flip a near-tie; the decoder's verification is as wide as the chain's
+    block, so neither read is its exact numerics. Only the argmax: the target drafts for no one,
+    so nothing reads its top probabilities."""
+    return TeacherForced(argmax=tuple(torch.tensor(list(c), dtype=torch.int64) for c in continuations), probs=None)
 
 
 def teacher_forced(
@@ -201,24 +270,31 @@ def teacher_forced(
     temperature: float,
     vocab: int,
     width: int = TEACHER_FORCING_WIDTH,
+    past: Sequence[Sequence[int]] | None = None,
 ) -> TeacherForced:
     """`member` over each prompt + continuation, teacher-forced in passes of `width` tokens
     after one pass over the prompt (module docstring). Position j of prompt i is the distribution
-    of continuation token j given what precedes it; `vocab`: the chain's common vocabulary size."""
+    of continuation token j given what precedes it; `vocab`: the chain's common vocabulary size.
+    `past` (greedy): tokens after each continuation, read on in the same passes; their argmaxes
+    go to `past_argmax`, apart from every statistic of the continuation."""
     sampling = Sampling(temperature=temperature)
     device = getattr(member, "device", torch.device("cpu"))
-    argmaxes, probs, tops, tops10 = [], [], [], []
+    argmaxes, probs, tops, tops10, pasts = [], [], [], [], []
     with torch.inference_mode():
-        for prompt, continuation in zip(prompts, continuations):
+        for index, (prompt, continuation) in enumerate(zip(prompts, continuations)):
             member.reset()
             if len(prompt) > 1:
                 member.forward(torch.tensor(list(prompt[:-1]), dtype=torch.int64, device=device), keep_last=1)
-            ids = [prompt[-1]] + list(continuation[:-1])  # position j predicts continuation token j
+            after = list(past[index]) if past is not None and sampling.greedy else []
+            ids = [prompt[-1]] + (list(continuation) + after)[:-1]  # position j predicts continuation token j
             logits = torch.cat([
                 member.forward(torch.tensor(ids[start:start + width], dtype=torch.int64, device=device),
                                keep_last=len(ids[start:start + width]))
                 for start in range(0, len(ids), width)
-            ])[:, :vocab]  # (L, V)
+            ])[:, :vocab]  # (L + len(after), V)
+            if past is not None and sampling.greedy:
+                pasts.append(logits[len(continuation):].argmax(dim=-1).cpu())
+                logits = logits[:len(continuation)]
             if sampling.greedy:
                 argmaxes.append(logits.argmax(dim=-1).cpu())
                 tops.append(top_probability(logits).cpu())
@@ -227,7 +303,8 @@ def teacher_forced(
                 probs.append(probabilities(logits, sampling).float().cpu())
         member.reset()
     if sampling.greedy:
-        return TeacherForced(argmax=tuple(argmaxes), probs=None, top=tuple(tops), top10=tuple(tops10))
+        return TeacherForced(argmax=tuple(argmaxes), probs=None, top=tuple(tops), top10=tuple(tops10),
+                             past_argmax=tuple(pasts) if past is not None else None)
     return TeacherForced(argmax=None, probs=tuple(probs))
 
 
@@ -382,13 +459,6 @@ def replay_counts(agree: Sequence[bool], length: int, k: int) -> tuple[int, ...]
         counts.append(accepted + 1)
         position += accepted + 1
     return tuple(counts)
-
-
-def greedy_tail(target: ChainMember, ids: Sequence[int], tokens: int) -> tuple[int, ...]:
-    """The target's greedy continuation of `ids` by `tokens` tokens, EOS or not: where the last
-    verification of a replayed run drafts past the profiled continuation (`replay_counts`)."""
-    result = generate([target], list(ids), max_new_tokens=tokens, sampling=Sampling(temperature=0.0), eos_token_id=None)
-    return tuple(result.token_ids)
 
 
 def _std(values: np.ndarray) -> float:

@@ -1,7 +1,8 @@
 """Measure acceptance runs: the greedy agreement sequence of every profiled pair.
 
-The target continues each prompt greedily and every model makes one teacher-forced pass over
-prompt + continuation (`profiler.acceptance`); position t of pair (verifier, drafter) agrees when
+The target continues each prompt greedily and every other model makes one teacher-forced pass
+over prompt + continuation (`profiler.acceptance`); the target's argmax at position t is token t
+of its own continuation (`own_greedy_read`). Position t of pair (verifier, drafter) agrees when
 their argmaxes are equal. The sequences go into the profile's `acceptance_runs["greedy"]` with a
 fingerprint, so a rerun with nothing changed reuses them, and `planner.exact.runs` turns them into
 the run-length law the exact model uses. For each model drafter under the target the same pass
@@ -18,7 +19,7 @@ from dataclasses import replace
 
 from polyplan.decoder.member import BlockDrafter
 from polyplan.formats.profile import AgreementRuns, PairAgreement, Profile, TargetStream, confidence_text
-from polyplan.profiler.acceptance import TEACHER_FORCING_WIDTH, GreedyReads, target_continuations, teacher_forced
+from polyplan.profiler.acceptance import TEACHER_FORCING_WIDTH, GreedyReads, own_greedy_read, target_continuations, teacher_forced
 from polyplan.models.hashing import fingerprint_settings, fingerprint_tokens
 
 
@@ -48,7 +49,8 @@ def measure_agreement(
         continuations = target_continuations(target, prompts, new_tokens=new_tokens, temperature=0.0, seed=seed)
     needed = {name for pair in pairs for name in pair}
     forced = {
-        model.name: reads.forced[model.name] if usable and model.name in reads.forced
+        model.name: own_greedy_read(continuations) if model is models[0]
+        else reads.forced[model.name] if usable and model.name in reads.forced
         else teacher_forced(model.member, prompts, continuations, temperature=0.0, vocab=vocab)
         for model in models
         if model.name in needed

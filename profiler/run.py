@@ -30,8 +30,8 @@ from polyplan.planner.intervals.sequential import Resolution, prompt_rounds
 from polyplan.formats.profile import Profile, ProfilerRecord, TargetStream, write_profile
 from polyplan.formats.sampling import SamplingMode
 from polyplan.profiler.acceptance import (
-    TEACHER_FORCING_WIDTH, GreedyReads, TeacherForced, decoded_measurement, greedy_tail, measure_decoded, pair_alpha,
-    replay_counts, target_continuations, teacher_forced,
+    TEACHER_FORCING_WIDTH, GreedyReads, TeacherForced, decoded_measurement, measure_decoded, pair_alpha,
+    own_greedy_read, replay_counts, target_continuations_past, teacher_forced,
 )
 from polyplan.decoder.member import BlockDrafter
 from polyplan.decoder.ngram import NGramMember
@@ -262,8 +262,7 @@ class _Run:
         self.bounds: dict[tuple[str, str], PairBound] = {}  # filled once the latency curves are in
         self.moot: dict[tuple[str, str], str] = {}  # the pairs measured briefly, with why
         self.bounded_forced: dict[tuple[float, str], TeacherForced] = {}  # read over the bounded prefix only
-        self.tails: dict[int, tuple[int, ...]] = {}  # prompt -> the target's greedy tokens past its continuation
-        self.tail_agreement: dict[tuple[str, int], list[bool]] = {}
+        self.tails: dict[int, tuple[int, ...]] = {}  # prompt -> the target's greedy tokens past its continuation (greedy, decoded)
         self.profile = self._start_profile(existing)
 
     # ---- keys
@@ -728,26 +727,36 @@ class _Run:
         done = self.continuations.get(temperature, ())
         if len(done) < len(self.prompts):
             acceptance = self.settings.acceptance
-            self.continuations[temperature] = done + target_continuations(
+            past = max(acceptance.block_sizes) - 1 if acceptance.decoded and temperature == 0.0 else 0
+            streams = target_continuations_past(
                 self.target.member, self.prompts[len(done):], new_tokens=acceptance.new_tokens, temperature=temperature,
-                seed=acceptance.seed + len(done))
+                seed=acceptance.seed + len(done), past=past)
+            self.continuations[temperature] = done + tuple(stream.continuation for stream in streams)
+            if past:
+                self.tails.update({len(done) + index: stream.past for index, stream in enumerate(streams)})
         return self.continuations[temperature][:len(self.prompts)]
 
     def _forced(self, temperature: float, name: str) -> TeacherForced:
         """`name`'s teacher-forced pass over the prompts α is measured on now, extending the pass
         of an earlier round's prefix (each prompt is read on its own)."""
         count = len(self.prompts)
+        if temperature == 0.0 and name == self.target.name:
+            return own_greedy_read(self._continuations(0.0))
         done = self.forced.get((temperature, name))
         have = 0 if done is None else _count(done)
         if have < count:
-            more = teacher_forced(self.by_name[name].member, self.prompts[have:], self._continuations(temperature)[have:],
-                                  temperature=temperature, vocab=self.target.member.valid_vocab_size)
+            continuations = self._continuations(temperature)[have:]
+            past = [self.tails[index] for index in range(have, count)] if temperature == 0.0 and self.tails else None
+            more = teacher_forced(self.by_name[name].member, self.prompts[have:], continuations,
+                                  temperature=temperature, vocab=self.target.member.valid_vocab_size, past=past)
             self.forced[(temperature, name)] = more if done is None else _joined(done, more)
         return _first(self.forced[(temperature, name)], count)
 
     def _bounded_forced(self, temperature: float, name: str) -> TeacherForced:
         """`name`'s teacher-forced pass over the first `BOUNDED_PROMPTS` prompts: a slice of the
         whole pass where another pair needed it, else read over those prompts alone."""
+        if temperature == 0.0 and name == self.target.name:
+            return own_greedy_read(self._continuations(0.0)[:BOUNDED_PROMPTS])
         if (temperature, name) in self.forced and _count(self.forced[(temperature, name)]) >= BOUNDED_PROMPTS:
             return _first(self.forced[(temperature, name)], BOUNDED_PROMPTS)
         if (temperature, name) not in self.bounded_forced:
@@ -782,20 +791,15 @@ class _Run:
     def _tail_agreement(self, drafter: str, index: int) -> list[bool]:
         """Whether `drafter`'s argmax agrees with the target's greedy tokens past the end of
         prompt `index`'s continuation (as many as the largest block size drafts there)."""
-        if (drafter, index) not in self.tail_agreement:
-            context = tuple(self.prompts[index]) + tuple(self._continuations(0.0)[index])
-            if index not in self.tails:
-                self.tails[index] = greedy_tail(self.target.member, context, max(self.settings.acceptance.block_sizes) - 1)
-            tail = self.tails[index]
-            guesses = teacher_forced(self.by_name[drafter].member, [context], [tail], temperature=0.0,
-                                     vocab=self.target.member.valid_vocab_size).argmax[0]
-            self.tail_agreement[(drafter, index)] = [int(guess) == token for guess, token in zip(guesses.tolist(), tail)]
-        return self.tail_agreement[(drafter, index)]
+        tail = self.tails[index]  # read with the continuation (`_continuations`)
+        guesses = self._forced(0.0, drafter).past_argmax[index]  # and the drafter's argmax there with its read
+        return [int(guess) == token for guess, token in zip(guesses.tolist(), tail)]
 
 
 def _first(forced: TeacherForced, count: int) -> TeacherForced:
     """`forced` of the first `count` prompts."""
-    return TeacherForced(*(None if part is None else part[:count] for part in (forced.argmax, forced.probs, forced.top, forced.top10)))
+    return TeacherForced(*(None if part is None else part[:count]
+                           for part in (forced.argmax, forced.probs, forced.top, forced.top10, forced.past_argmax)))
 
 
 def _count(forced: TeacherForced) -> int:
@@ -805,8 +809,9 @@ def _count(forced: TeacherForced) -> int:
 
 def _joined(first: TeacherForced, then: TeacherForced) -> TeacherForced:
     """`first`'s prompts followed by `then`'s."""
-    return TeacherForced(*(None if a is None else a + b for a, b in zip(
-        (first.argmax, first.probs, first.top, first.top10), (then.argmax, then.probs, then.top, then.top10))))
+    return TeacherForced(*(None if a is None or b is None else a + b for a, b in zip(
+        (first.argmax, first.probs, first.top, first.top10, first.past_argmax),
+        (then.argmax, then.probs, then.top, then.top10, then.past_argmax))))
 
 
 def _expected_mu(stats, k: int) -> float | None:

@@ -61,6 +61,29 @@ def test_the_file_type_is_read_from_the_header(tmp_path):
     assert buffers.gguf_file_type(tmp_path / "fake.gguf") is None
 
 
+def test_a_stated_file_type_wins_and_a_quantized_tensor_without_one_is_unknown(tmp_path):
+    import gguf
+    import numpy as np
+
+    def write(path, file_type, tensor_type):
+        writer = gguf.GGUFWriter(str(path), "llama")
+        if file_type is not None:
+            writer.add_file_type(file_type)
+        data = np.zeros((4, 32), dtype=np.float32)
+        if tensor_type == gguf.GGMLQuantizationType.Q8_0:
+            data = gguf.quants.quantize(data, tensor_type)
+        writer.add_tensor("token_embd.weight", data, raw_dtype=tensor_type)
+        writer.write_header_to_file()
+        writer.write_kv_data_to_file()
+        writer.write_tensors_to_file()
+        writer.close()
+
+    write(tmp_path / "q4km.gguf", 15, gguf.GGMLQuantizationType.F32)
+    assert buffers.gguf_file_type(tmp_path / "q4km.gguf") == 15
+    write(tmp_path / "unsaid.gguf", None, gguf.GGMLQuantizationType.Q8_0)
+    assert buffers.gguf_file_type(tmp_path / "unsaid.gguf") is None
+
+
 def test_the_export_hands_llama_server_the_flag_this_machine_needs(tmp_path, monkeypatch):
     from types import SimpleNamespace
 

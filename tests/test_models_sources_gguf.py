@@ -129,3 +129,35 @@ def test_generate_cli_takes_a_gguf_and_fails_cleanly_on_a_bad_one(tiny_file, tmp
     bad = CliRunner().invoke(app, ["generate", "hello", "--chain", str(cut), "--max-new-tokens", "4"])
     assert bad.exit_code == 2 and bad.output.startswith("error: chain member 0 (") and "truncated or corrupt GGUF" in bad.output
     assert "Traceback" not in bad.output and bad.output.count("\n") == 1
+
+
+def test_a_family_shares_one_tokenizer_build_and_each_file_keeps_its_chat_template(tmp_path, cache, monkeypatch):
+    """Two files with one vocabulary and different chat templates: the second file's tokenizer
+    folder is made from the first's (transformers' GGUF reader is not called again) and equals a
+    folder built from the file itself: tokens, special tokens and chat template."""
+    from transformers import AutoTokenizer
+
+    write_tiny_gguf(tmp_path / "a.gguf")
+    write_tiny_gguf(tmp_path / "b.gguf", chat_template="{% for m in messages %}[{{ m['content'] }}]{% endfor %}", seed=1)
+    first = gguf_source.tokenizer_folder_for_gguf(tmp_path / "a.gguf")
+    assert gguf_source.tokenizer_sha256(tmp_path / "a.gguf", chat_template=False) == gguf_source.tokenizer_sha256(
+        tmp_path / "b.gguf", chat_template=False)
+    built = []
+    original = AutoTokenizer.from_pretrained.__func__
+
+    def counting(cls, *args, **kwargs):
+        built.append(kwargs.get("gguf_file"))
+        return original(cls, *args, **kwargs)
+
+    monkeypatch.setattr(AutoTokenizer, "from_pretrained", classmethod(counting))
+    second = gguf_source.tokenizer_folder_for_gguf(tmp_path / "b.gguf")
+    assert second != first and built == [None]  # loaded from the first folder, no GGUF read
+    shared = AutoTokenizer.from_pretrained(str(second))
+    direct = AutoTokenizer.from_pretrained(str(tmp_path), gguf_file="b.gguf")
+    assert shared.chat_template == direct.chat_template and "[" in shared.chat_template
+    text = "def add(a, b):\n    return a + b <|end|>"
+    assert shared(text)["input_ids"] == direct(text)["input_ids"] and shared.get_vocab() == direct.get_vocab()
+    assert (shared.eos_token, shared.bos_token, shared.all_special_tokens) == (direct.eos_token, direct.bos_token, direct.all_special_tokens)
+    message = [{"role": "user", "content": "hi"}]
+    assert shared.apply_chat_template(message, tokenize=False) == direct.apply_chat_template(message, tokenize=False)
+    assert gguf_source._record(second)["vocabulary_from"] == first.name

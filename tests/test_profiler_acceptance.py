@@ -297,13 +297,14 @@ def test_agreement_runs_keep_the_drafters_10_best_confidence_and_older_runs_are_
 
 def test_a_replayed_run_is_the_decoded_run_prompt_by_prompt():
     """Greedy, the target verifying: replaying the agreement along the target's continuation
-    (`replay_counts`, reading past its end with `greedy_tail` where the last verification drafts
-    there) gives exactly the decoded run's tokens per verification, for a model drafter and an
-    n-gram drafter, at K = 1, 2 and 4; prompts end at the cut and at the target's EOS alike.
-    float32 models on one thread whose argmax margins are wide (`tiny_llama`'s spread-out
-    logits), so a pass's width does not flip an argmax."""
+    (`replay_counts`; the target's argmax is its continuation, `own_greedy_read`; past its end,
+    where the last verification drafts there, the target's tokens read on from its cache and the
+    drafter's argmax read on in its teacher-forced pass) gives exactly the decoded run's tokens
+    per verification, for a model drafter and an n-gram drafter, at K = 1, 2 and 4; prompts end
+    at the cut and at the target's EOS alike. float32 models on one thread whose argmax margins
+    are wide (`tiny_llama`'s spread-out logits), so a pass's width does not flip an argmax."""
     from polyplan.decoder.member import stop_token_ids
-    from polyplan.profiler.acceptance import decoded_measurement, greedy_tail, replay_counts
+    from polyplan.profiler.acceptance import decoded_measurement, own_greedy_read, replay_counts, target_continuations_past
 
     target = HFMember(tiny_llama(0), name="t")
     drafters = [HFMember(perturbed_copy(target.model, 0.6, seed=2), name="d"), NGramMember(64, max_n=3)]
@@ -311,29 +312,47 @@ def test_a_replayed_run_is_the_decoded_run_prompt_by_prompt():
     prompts = [torch.randint(4, 64, (24,), generator=generator).tolist() for _ in range(8)]
     new_tokens = 24
     settings = AcceptanceSettings(new_tokens=new_tokens, seed=0, resamples=50, decoded_verifications=None)
-    continuations = target_continuations(target, prompts, new_tokens=new_tokens, temperature=0.0, seed=0)
+    streams = target_continuations_past(target, prompts, new_tokens=new_tokens, temperature=0.0, seed=0, past=3)
+    continuations = [stream.continuation for stream in streams]
+    assert continuations == list(target_continuations(target, prompts, new_tokens=new_tokens, temperature=0.0, seed=0))
     ended = [len(c) < new_tokens or c[-1] in stop_token_ids(target) for c in continuations]
     assert any(ended) and not all(ended)  # both ends are exercised
-    forced_target = teacher_forced(target, prompts, continuations, temperature=0.0, vocab=64)
+    forced_target = own_greedy_read(continuations)
     tails_read = 0
     for drafter in drafters:
-        forced = teacher_forced(drafter, prompts, continuations, temperature=0.0, vocab=64)
+        forced = teacher_forced(drafter, prompts, continuations, temperature=0.0, vocab=64, past=[s.past for s in streams])
         for k in (1, 2, 4):
             replayed = []
-            for prompt, continuation, t, d in zip(prompts, continuations, forced_target.argmax, forced.argmax):
+            for stream, t, d, guesses in zip(streams, forced_target.argmax, forced.argmax, forced.past_argmax):
                 agree = (t == d).tolist()
-                counts = replay_counts(agree, len(continuation), k)
+                counts = replay_counts(agree, len(stream.continuation), k)
                 if counts is None:
                     tails_read += 1
-                    tail = greedy_tail(target, prompt + list(continuation), k - 1)
-                    guesses = teacher_forced(drafter, [prompt + list(continuation)], [tail], temperature=0.0, vocab=64).argmax[0]
-                    counts = replay_counts(agree + [int(g) == x for g, x in zip(guesses.tolist(), tail)], len(continuation), k)
+                    past = [int(g) == x for g, x in zip(guesses.tolist(), stream.past)]
+                    counts = replay_counts(agree + past, len(stream.continuation), k)
                 replayed.append(counts)
             decoded = measure_decoded(target, drafter, prompts, k=k, temperature=0.0, settings=settings, rng=np.random.default_rng(1))
             assert tuple(replayed) == decoded.per_prompt, (drafter.name, k)
             again = decoded_measurement(replayed, k=k, settings=settings, rng=np.random.default_rng(1), replayed=True)
             assert dataclasses.replace(again, replayed=False) == decoded
     assert tails_read > 0  # the last verification did draft past the continuation
+
+
+def test_the_targets_tokens_past_its_continuation_are_its_greedy_tokens_eos_or_not():
+    """`target_continuations_past` reads on from the cache the continuation left: the same tokens
+    as a fresh greedy decode of prompt + continuation that ignores EOS; sampled, none."""
+    from polyplan.decoder.chain import generate
+    from polyplan.decoder.sampling import Sampling
+    from polyplan.profiler.acceptance import target_continuations_past
+
+    target = HFMember(tiny_llama(0), name="t")
+    generator = torch.Generator().manual_seed(3)
+    prompts = [torch.randint(4, 64, (n,), generator=generator).tolist() for n in (1, 5, 17)]
+    for stream, prompt in zip(target_continuations_past(target, prompts, new_tokens=9, temperature=0.0, seed=0, past=4), prompts):
+        fresh = generate([target], prompt + list(stream.continuation), max_new_tokens=4, sampling=Sampling(temperature=0.0))
+        assert stream.past == tuple(fresh.token_ids) and len(stream.past) == 4
+    sampled = target_continuations_past(target, prompts, new_tokens=9, temperature=1.0, seed=0, past=4)
+    assert all(stream.past == () for stream in sampled)
 
 
 def test_replay_counts_walks_runs_and_needs_the_tail_only_where_it_drafts_past_the_end():
@@ -362,3 +381,47 @@ def test_a_decoded_run_stops_once_its_interval_holds_what_the_teacher_forced_pas
     assert agreeing.mu_interval.low <= plain.mu <= agreeing.mu_interval.high  # it reports the interval it stopped on
     disagreeing = decoded_measurement(runs, k=2, settings=settings, rng=np.random.default_rng(0), expected=plain.mu + 0.8)
     assert disagreeing == plain
+
+
+def test_the_targets_greedy_read_of_its_own_continuation_is_the_continuation():
+    """Token j of a greedy continuation was the target's argmax at j, so `own_greedy_read` (no
+    second read) gives what a teacher-forced read of the target gives; a continuation the target
+    did not write (another model's) does not, the negative control."""
+    from polyplan.profiler.acceptance import own_greedy_read
+
+    target, other = HFMember(tiny_llama(0), name="t"), HFMember(perturbed_copy(tiny_llama(0), 0.6, seed=2), name="o")
+    generator = torch.Generator().manual_seed(1)
+    prompts = [torch.randint(4, 64, (n,), generator=generator).tolist() for n in (3, 9, 14)]
+    own = target_continuations(target, prompts, new_tokens=20, temperature=0.0, seed=0)
+    read = teacher_forced(target, prompts, own, temperature=0.0, vocab=64).argmax
+    assert all(torch.equal(a, b) for a, b in zip(own_greedy_read(own).argmax, read))
+    foreign = target_continuations(other, prompts, new_tokens=20, temperature=0.0, seed=0)
+    read = teacher_forced(target, prompts, foreign, temperature=0.0, vocab=64).argmax
+    assert not all(torch.equal(a, b) for a, b in zip(own_greedy_read(foreign).argmax, read))
+
+
+def test_agreement_runs_do_not_read_the_target_a_second_time():
+    """`measure_agreement` takes the target's argmaxes from its continuations: the target runs one
+    forward pass per generated token (plus prefills) and no teacher-forced pass."""
+    from types import SimpleNamespace
+
+    from polyplan.profiler.agreement_runs import measure_agreement
+
+    verifier, drafter = _tables(seed=1)
+    widths = []
+
+    class Counting(TableMember):
+        def forward(self, new_ids, keep_last=None):
+            widths.append(len(new_ids))
+            return super().forward(new_ids, keep_last)
+
+    counting = Counting(verifier.table, name="q")
+    models = [SimpleNamespace(name="q", member=counting, fingerprint="fq"), SimpleNamespace(name="p", member=drafter, fingerprint="fp")]
+    prompts = [[0, 1, 2, 0, 1], [3, 4]]
+    target_continuations(counting, prompts, new_tokens=6, temperature=0.0, seed=0)
+    generating, widths[:] = list(widths), []
+    runs = measure_agreement(models, [("q", "p")], prompts, new_tokens=6, seed=0)
+    assert widths == generating  # the continuations' passes and no teacher-forced read after them
+    assert runs.pairs[0].agreement == measure_agreement(
+        [SimpleNamespace(name="q", member=verifier, fingerprint="fq"), models[1]], [("q", "p")], prompts, new_tokens=6, seed=0
+    ).pairs[0].agreement

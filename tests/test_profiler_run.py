@@ -366,7 +366,7 @@ def test_the_agreement_runs_reuse_the_runs_greedy_reads_and_equal_those_measured
     greedy = ProfileSettings(SETTINGS.latency, dataclasses.replace(SETTINGS.acceptance, temperatures=(0.0,), decoded=False))
     outcome = profile_models(models, _prompts(), tmp_path / "p.json", greedy)
     reads = outcome.greedy
-    assert reads is not None and set(reads.forced) == {"target", "early", "ngram"}
+    assert reads is not None and set(reads.forced) == {"early", "ngram"}  # the target reads none: its argmax is its continuation
     pairs = [(p.verifier, p.drafter) for p in outcome.profile.pairs]
     ids = [p.ids for p in _prompts()]
     kwargs = dict(new_tokens=greedy.acceptance.new_tokens, seed=greedy.acceptance.seed)
@@ -535,7 +535,7 @@ def _reading(monkeypatch):
     import polyplan.profiler.run as run
 
     read = {"continued": 0}
-    forced, continued = run.teacher_forced, run.target_continuations
+    forced, continued = run.teacher_forced, run.target_continuations_past
 
     def counting_forced(member, prompts, *args, **kwargs):
         read[id(member)] = read.get(id(member), 0) + len(prompts)
@@ -546,7 +546,7 @@ def _reading(monkeypatch):
         return continued(target, prompts, **kwargs)
 
     monkeypatch.setattr(run, "teacher_forced", counting_forced)
-    monkeypatch.setattr(run, "target_continuations", counting_continuations)
+    monkeypatch.setattr(run, "target_continuations_past", counting_continuations)
     return read
 
 
