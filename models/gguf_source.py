@@ -42,9 +42,9 @@ def file_sha256(path: str | os.PathLike[str]) -> str:
 
 
 def read_gguf_info(path: str | os.PathLike[str]) -> GGUFInfo:
-    """Read and check a GGUF file's header and tensor table (`models.gguf_header`, no tensor
+    """Read and check a GGUF file's header and tensor table (`formats.gguf_header`, no tensor
     read); PolyplanError for no such file, not GGUF, or a truncated or corrupt one."""
-    from polyplan.models.gguf_header import HeaderError, read_header
+    from polyplan.formats.gguf_header import HeaderError, read_header
 
     path = Path(path)
     if not path.is_file():
@@ -212,7 +212,7 @@ def tokenizer_sha256(path: str | os.PathLike[str], *, chat_template: bool = True
     """Hex sha256 of what transformers builds a GGUF file's tokenizer from: the architecture (it
     picks the converter) and every `tokenizer.*` metadata entry, byte for byte as the file holds
     it; without `tokenizer.chat_template` where `chat_template` is False (the vocabulary alone)."""
-    from polyplan.models.gguf_header import read_header
+    from polyplan.formats.gguf_header import read_header
 
     header = read_header(path)
     digest = hashlib.sha256((header.architecture or "").encode())

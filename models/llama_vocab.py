@@ -20,7 +20,7 @@ import torch
 from polyplan.decoder.llama_cpp_subset import TokenEmbeddings, VocabSubset
 from polyplan.formats.candidates import ReducedVocab
 from polyplan.formats.errors import PolyplanError
-from polyplan.models.gguf_header import GGUFHeader, aligned, read_header
+from polyplan.formats.gguf_header import GGUFHeader, aligned, read_header
 from polyplan.models.llama_quantize import cached_copy, copy_path
 
 # architecture -> does its graph scale token embeddings by sqrt(n_embd) (and raw ones not)?

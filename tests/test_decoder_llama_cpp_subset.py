@@ -29,7 +29,7 @@ from polyplan.decoder.chain import generate
 from polyplan.decoder.sampling import Sampling
 from polyplan.formats.candidates import ReducedVocab, parse_candidates
 from polyplan.formats.errors import PolyplanError
-from polyplan.models.gguf_header import read_header
+from polyplan.formats.gguf_header import read_header
 from polyplan.models.loader import load_candidates
 from tiny_gguf import write_tiny_gguf
 

@@ -63,7 +63,7 @@ def gguf_memory(path: str | os.PathLike[str]) -> ModelMemory:
     Raises:
         PolyplanError: the file cannot be read or is not GGUF.
     """
-    from polyplan.models.gguf_header import HeaderError, read_header
+    from polyplan.formats.gguf_header import HeaderError, read_header
 
     try:
         header = read_header(path)
