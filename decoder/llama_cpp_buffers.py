@@ -74,7 +74,7 @@ def cpu_model() -> str:
 def gguf_file_type(path: str | os.PathLike[str]) -> int | None:
     """The file's `general.file_type` (a llama_ftype); for a file that does not say, 0 (ALL_F32)
     when every tensor is a float type, else None. Read with polyplan's own header reader: gguf's
-    `GGUFReader` builds an object per vocabulary string and took 15 s for a 151,936-token file."""
+    `GGUFReader` builds an object per vocabulary string, slow for a large vocabulary."""
     from polyplan.formats.gguf_header import HeaderError, read_header
 
     try:

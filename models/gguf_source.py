@@ -170,10 +170,10 @@ def tokenizer_folder_for_gguf(path: str | os.PathLike[str]) -> Path:
     transformers), or the dequantized folder where that exists; PolyplanError as `hf_folder_for_gguf`.
 
     The folder is keyed by the tokenizer's own metadata (`tokenizer_sha256`), not by the file.
-    transformers' GGUF reader takes about 20 s to build a 151,936-token vocabulary on two cores,
-    and a family's members share theirs, often with chat templates that differ in a character: a
-    file whose vocabulary another folder already holds gets that folder's tokenizer with its own
-    chat template (loaded from the folder in about a second), not a second build."""
+    transformers' GGUF reader is slow to build a large vocabulary, and a family's members share
+    theirs, often with chat templates that differ in a character: a file whose vocabulary another
+    folder already holds gets that folder's tokenizer with its own chat template (loaded from the
+    saved folder), not a second build (docs/models-yaml.md)."""
     from polyplan.models.file_fingerprints import content_sha256
 
     path = Path(path).expanduser()
@@ -182,8 +182,8 @@ def tokenizer_folder_for_gguf(path: str | os.PathLike[str]) -> Path:
     full = cached_folder(sha256)
     if (full / SOURCE_RECORD).is_file():
         return full
-    vocabulary = tokenizer_sha256(path, chat_template=False)
-    folder = cache_root() / _GGUF_FOLDER / f"tokenizer-{tokenizer_sha256(path)[:24]}"
+    whole, vocabulary = tokenizer_sha256(path)
+    folder = cache_root() / _GGUF_FOLDER / f"tokenizer-{whole[:24]}"
     if (folder / SOURCE_RECORD).is_file():
         return folder
     sibling = next((other for other in sorted(folder.parent.glob("tokenizer-*"))
@@ -208,20 +208,23 @@ def tokenizer_folder_for_gguf(path: str | os.PathLike[str]) -> Path:
     return _publish(folder, fill)
 
 
-def tokenizer_sha256(path: str | os.PathLike[str], *, chat_template: bool = True) -> str:
-    """Hex sha256 of what transformers builds a GGUF file's tokenizer from: the architecture (it
-    picks the converter) and every `tokenizer.*` metadata entry, byte for byte as the file holds
-    it; without `tokenizer.chat_template` where `chat_template` is False (the vocabulary alone)."""
+def tokenizer_sha256(path: str | os.PathLike[str]) -> tuple[str, str]:
+    """Hex sha256s of what transformers builds a GGUF file's tokenizer from, the architecture (it
+    picks the converter) and every `tokenizer.*` metadata entry byte for byte as the file holds
+    it: (all of them, all but `tokenizer.chat_template`: the vocabulary alone). One header read."""
     from polyplan.formats.gguf_header import read_header
 
     header = read_header(path)
-    digest = hashlib.sha256((header.architecture or "").encode())
+    whole, vocabulary = (hashlib.sha256((header.architecture or "").encode()) for _ in range(2))
     with open(path, "rb") as stream:
         for key, (begin, end) in sorted(header.spans.items()):
-            if key.startswith("tokenizer.") and (chat_template or key != "tokenizer.chat_template"):
+            if key.startswith("tokenizer."):
                 stream.seek(begin)
-                digest.update(stream.read(end - begin))
-    return digest.hexdigest()
+                entry = stream.read(end - begin)
+                whole.update(entry)
+                if key != "tokenizer.chat_template":
+                    vocabulary.update(entry)
+    return whole.hexdigest(), vocabulary.hexdigest()
 
 
 def _record(folder: Path) -> dict:

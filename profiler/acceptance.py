@@ -56,8 +56,8 @@ class TeacherForced:
     top: tuple[torch.Tensor, ...] | None = None  # greedy: the softmax probability (temperature 1) of each argmax
     # greedy: the same over the model's DRAFT_SIMPLE_TOP_K largest logits (what llama-server's p_min reads)
     top10: tuple[torch.Tensor, ...] | None = None
-    # greedy, where asked (`teacher_forced(past=...)`): the argmax at each token given past the
-    # continuation, read on in the same pass (a replayed run's last verification drafts there)
+    # greedy, where asked (`teacher_forced(past=...)`): the argmax at each position past the
+    # continuation, read on in the same passes (a replayed run's last verification drafts there)
     past_argmax: tuple[torch.Tensor, ...] | None = None
 
 
@@ -208,8 +208,8 @@ def target_continuations_past(
     past: int = 0,
 ) -> tuple[Continuation, ...]:
     """`target_continuations`, and when greedy `past` more tokens of each, read on from the cache
-    the continuation left (a few target steps, where reading them later costs a prefill of prompt
-    and continuation: a 1.5B model's 500-token prefill takes several seconds on two cores)."""
+    the continuation left: a few target steps, where reading them later would cost a prefill of
+    prompt and continuation."""
     sampling = Sampling(temperature=temperature)
     device = getattr(target, "device", torch.device("cpu"))
     streams = []
@@ -235,10 +235,10 @@ def _greedy_on(target: ChainMember, ids: Sequence[int], tokens: int) -> tuple[in
     vocab = target.valid_vocab_size
 
     def argmax(new: list[int]) -> int:
-        tokens = torch.tensor(new, dtype=torch.int64, device=device)
+        new_ids = torch.tensor(new, dtype=torch.int64, device=device)
         if isinstance(target, ArgmaxForward):
-            return int(target.forward_argmax(tokens, keep_last=1)[-1])
-        return int(argmax_ids(target.forward(tokens, keep_last=1)[:, :vocab])[-1])
+            return int(target.forward_argmax(new_ids, keep_last=1)[-1])
+        return int(argmax_ids(target.forward(new_ids, keep_last=1)[:, :vocab])[-1])
 
     out: list[int] = []
     pending = list(ids[fed:])
@@ -254,8 +254,8 @@ def own_greedy_read(continuations: Sequence[Sequence[int]]) -> TeacherForced:
     """The target's greedy read of its own greedy `continuations`, without reading them again:
     token j of a continuation was chosen as the target's argmax given everything before it, so
     the argmax at position j *is* token j. A second, teacher-forced read would cost the target a
-    prefill and a pass every `TEACHER_FORCING_WIDTH` tokens per prompt (on a 1.5B model at two
-    threads the largest share of a plan's acceptance stage) to learn the same tokens, up to where
+    prefill and a pass every `TEACHER_FORCING_WIDTH` tokens per prompt (the target's passes are
+    the dearest of all) to learn the same tokens, up to where
     a wider pass's numerics flip a near-tie; the decoder's verification is as wide as the chain's
     block, so neither read is its exact numerics. Only the argmax: the target drafts for no one,
     so nothing reads its top probabilities."""
@@ -280,19 +280,20 @@ def teacher_forced(
     sampling = Sampling(temperature=temperature)
     device = getattr(member, "device", torch.device("cpu"))
     argmaxes, probs, tops, tops10, pasts = [], [], [], [], []
+    reading_past = past is not None and sampling.greedy
     with torch.inference_mode():
         for index, (prompt, continuation) in enumerate(zip(prompts, continuations)):
             member.reset()
             if len(prompt) > 1:
                 member.forward(torch.tensor(list(prompt[:-1]), dtype=torch.int64, device=device), keep_last=1)
-            after = list(past[index]) if past is not None and sampling.greedy else []
+            after = list(past[index]) if reading_past else []
             ids = [prompt[-1]] + (list(continuation) + after)[:-1]  # position j predicts continuation token j
             logits = torch.cat([
                 member.forward(torch.tensor(ids[start:start + width], dtype=torch.int64, device=device),
                                keep_last=len(ids[start:start + width]))
                 for start in range(0, len(ids), width)
             ])[:, :vocab]  # (L + len(after), V)
-            if past is not None and sampling.greedy:
+            if reading_past:
                 pasts.append(logits[len(continuation):].argmax(dim=-1).cpu())
                 logits = logits[:len(continuation)]
             if sampling.greedy:
@@ -304,7 +305,7 @@ def teacher_forced(
         member.reset()
     if sampling.greedy:
         return TeacherForced(argmax=tuple(argmaxes), probs=None, top=tuple(tops), top10=tuple(tops10),
-                             past_argmax=tuple(pasts) if past is not None else None)
+                             past_argmax=tuple(pasts) if reading_past else None)
     return TeacherForced(argmax=None, probs=tuple(probs))
 
 

@@ -727,7 +727,7 @@ class _Run:
         done = self.continuations.get(temperature, ())
         if len(done) < len(self.prompts):
             acceptance = self.settings.acceptance
-            past = max(acceptance.block_sizes) - 1 if acceptance.decoded and temperature == 0.0 else 0
+            past = self._past_tokens(temperature)
             streams = target_continuations_past(
                 self.target.member, self.prompts[len(done):], new_tokens=acceptance.new_tokens, temperature=temperature,
                 seed=acceptance.seed + len(done), past=past)
@@ -735,6 +735,13 @@ class _Run:
             if past:
                 self.tails.update({len(done) + index: stream.past for index, stream in enumerate(streams)})
         return self.continuations[temperature][:len(self.prompts)]
+
+    def _past_tokens(self, temperature: float) -> int:
+        """How many of the target's greedy tokens past each continuation are read, with it and in
+        every model's teacher-forced pass: as many as a replayed run's last verification drafts
+        there (greedy runs with decoded μ only), else none."""
+        acceptance = self.settings.acceptance
+        return max(acceptance.block_sizes) - 1 if acceptance.decoded and temperature == 0.0 else 0
 
     def _forced(self, temperature: float, name: str) -> TeacherForced:
         """`name`'s teacher-forced pass over the prompts α is measured on now, extending the pass
@@ -746,7 +753,7 @@ class _Run:
         have = 0 if done is None else _count(done)
         if have < count:
             continuations = self._continuations(temperature)[have:]
-            past = [self.tails[index] for index in range(have, count)] if temperature == 0.0 and self.tails else None
+            past = [self.tails[index] for index in range(have, count)] if self._past_tokens(temperature) else None
             more = teacher_forced(self.by_name[name].member, self.prompts[have:], continuations,
                                   temperature=temperature, vocab=self.target.member.valid_vocab_size, past=past)
             self.forced[(temperature, name)] = more if done is None else _joined(done, more)
@@ -768,7 +775,8 @@ class _Run:
     def _replayed_runs(self, drafter: str, k: int):
         """Each decoded prompt's tokens per verification, replayed (`replay_counts`) from the pair's
         agreement along the target's greedy continuation, and past its end where the last
-        verification drafts there (`_tail_agreement`)."""
+        verification drafts there (the target's tokens there and the drafter's argmax on them,
+        read with the continuation and the drafter's teacher-forced pass)."""
         continuations = self._continuations(0.0)
         target, other = self._forced(0.0, self.target.name), self._forced(0.0, drafter)
         for index in range(len(self.decoded_prompts)):
@@ -776,7 +784,9 @@ class _Run:
             length = len(continuations[index])
             counts = replay_counts(agree, length, k)
             if counts is None:
-                counts = replay_counts(agree + self._tail_agreement(drafter, index), length, k)
+                tail = self.tails[index]  # read with the continuation (`_continuations`), the drafter's argmax there with its pass
+                counts = replay_counts(agree + [int(guess) == token for guess, token in zip(other.past_argmax[index].tolist(), tail)],
+                                       length, k)
             yield counts
 
     def _rule_runs(self, drafter: str, k: int):
@@ -787,13 +797,6 @@ class _Run:
         for index, prompt in enumerate(self.decoded_prompts):
             stream = TargetStream(prompt_tokens=len(prompt), ids=tuple(prompt) + tuple(continuations[index]))
             yield tuple(item.accepted + 1 for item in chain_rounds(stream, size_n, k))
-
-    def _tail_agreement(self, drafter: str, index: int) -> list[bool]:
-        """Whether `drafter`'s argmax agrees with the target's greedy tokens past the end of
-        prompt `index`'s continuation (as many as the largest block size drafts there)."""
-        tail = self.tails[index]  # read with the continuation (`_continuations`)
-        guesses = self._forced(0.0, drafter).past_argmax[index]  # and the drafter's argmax there with its read
-        return [int(guess) == token for guess, token in zip(guesses.tolist(), tail)]
 
 
 def _first(forced: TeacherForced, count: int) -> TeacherForced:
