@@ -45,3 +45,20 @@ class VocabSubset:
     vocab: int
     embeddings: TokenEmbeddings
     end_ids: tuple[int, ...]
+
+
+def head_subset(member, base) -> torch.Tensor | None:
+    """The ids (`VocabSubset.keep`) at which llama.cpp member `member` computes exactly the
+    logits that member `base` does, where `member` is a head cut of `base`'s own file: every
+    tensor but the head's copied byte for byte (`models.llama_vocab`), its inputs the same file's
+    embedding rows, its weight buffers placed alike; None for any other pair. Its logits are then
+    `base`'s masked to those ids (the tests check it), so one read of `base` reads both."""
+    subset = getattr(member, "subset", None)
+    path = getattr(base, "path", None)
+    if subset is None or path is None or getattr(base, "subset", None) is not None or member is base:
+        return None
+    same_buffers = getattr(getattr(member, "extra_buffers", None), "enabled", None) == \
+        getattr(getattr(base, "extra_buffers", None), "enabled", None)
+    if not same_buffers or Path(subset.embeddings.path).resolve() != Path(path).resolve():
+        return None
+    return subset.keep

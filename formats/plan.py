@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from typing import Annotated, Any
 
 from polyplan.formats.checks import at_least, each, interval_in, mode_key, non_empty, non_negative, one_of, positive, text, whole
-from polyplan.formats.codec import NONE, Before, FileFormat, Invalid, Layout, decode_file, encode_file, read_file, spec, write_file
+from polyplan.formats.codec import EMPTY, NONE, Before, FileFormat, Invalid, Layout, decode_file, encode_file, read_file, spec, write_file
 from polyplan.formats.errors import PolyplanError
 from polyplan.formats.inputs import is_finite_number
 from polyplan.formats.overhead import LoopOverhead, SwitchCost
@@ -385,6 +385,8 @@ class SelfCheckRecord:
     repeats: int = 0
     seconds: float = 0.0
     checked: tuple[tuple[str, ...], ...] = ()  # the chains run (the rest take the pooled term)
+    # chains of the check's usual set left out so that its smallest run fits the budget, lowest ranked first
+    left_out: tuple[tuple[str, ...], ...] = spec(default=(), omit=EMPTY)
     skipped: str | None = None  # why it did not run (then the intervals ignore the model's own error)
     # the time it was allowed (a share of the profile's measuring time) and what the plan predicted its run takes
     budget_s: float | None = spec(non_negative, default=None, omit=NONE)

@@ -277,9 +277,28 @@ def teacher_forced(
     of continuation token j given what precedes it; `vocab`: the chain's common vocabulary size.
     `past` (greedy): tokens after each continuation, read on in the same passes; their argmaxes
     go to `past_argmax`, apart from every statistic of the continuation."""
+    return teacher_forced_views(member, prompts, continuations, temperature=temperature, vocab=vocab, width=width, past=past)[0]
+
+
+def teacher_forced_views(
+    member: ChainMember,
+    prompts: Sequence[Sequence[int]],
+    continuations: Sequence[Sequence[int]],
+    *,
+    temperature: float,
+    vocab: int,
+    width: int = TEACHER_FORCING_WIDTH,
+    past: Sequence[Sequence[int]] | None = None,
+    subsets: Sequence[torch.Tensor] = (),
+) -> tuple[TeacherForced, ...]:
+    """`teacher_forced` of `member`, then one read per id set in `subsets` from the same passes:
+    the model whose head covers only those ids (`decoder.llama_cpp_subset.head_subset`) computes
+    exactly `member`'s logits there and −inf elsewhere, so its read is `member`'s logits masked to
+    them, at no cost of its own."""
     sampling = Sampling(temperature=temperature)
     device = getattr(member, "device", torch.device("cpu"))
-    argmaxes, probs, tops, tops10, pasts = [], [], [], [], []
+    kept = [ids[ids < vocab].to(device) for ids in subsets]
+    views = [_ViewRead() for _ in range(1 + len(kept))]
     reading_past = past is not None and sampling.greedy
     with torch.inference_mode():
         for index, (prompt, continuation) in enumerate(zip(prompts, continuations)):
@@ -293,20 +312,42 @@ def teacher_forced(
                                keep_last=len(ids[start:start + width]))
                 for start in range(0, len(ids), width)
             ])[:, :vocab]  # (L + len(after), V)
-            if reading_past:
-                pasts.append(logits[len(continuation):].argmax(dim=-1).cpu())
-                logits = logits[:len(continuation)]
-            if sampling.greedy:
-                argmaxes.append(logits.argmax(dim=-1).cpu())
-                tops.append(top_probability(logits).cpu())
-                tops10.append(top_probability(logits, among=DRAFT_SIMPLE_TOP_K).cpu())
-            else:
-                probs.append(probabilities(logits, sampling).float().cpu())
+            for view, ids_kept in zip(views, [None, *kept]):
+                view.add(logits if ids_kept is None else _masked(logits, ids_kept), len(continuation), sampling, reading_past)
         member.reset()
-    if sampling.greedy:
-        return TeacherForced(argmax=tuple(argmaxes), probs=None, top=tuple(tops), top10=tuple(tops10),
-                             past_argmax=tuple(pasts) if reading_past else None)
-    return TeacherForced(argmax=None, probs=tuple(probs))
+    return tuple(view.result(sampling, reading_past) for view in views)
+
+
+def _masked(logits: torch.Tensor, ids: torch.Tensor) -> torch.Tensor:
+    """`logits` (L, V) at `ids`, −inf elsewhere: what a model whose head covers only `ids` computes."""
+    masked = torch.full_like(logits, float("-inf"))
+    masked[:, ids] = logits[:, ids]
+    return masked
+
+
+class _ViewRead:
+    """One model's teacher-forced read, prompt by prompt (`teacher_forced_views`)."""
+
+    def __init__(self) -> None:
+        self.argmaxes, self.probs, self.tops, self.tops10, self.pasts = [], [], [], [], []
+
+    def add(self, logits: torch.Tensor, length: int, sampling: Sampling, reading_past: bool) -> None:
+        """One prompt's logits (L + past, V); the first `length` rows are the continuation's."""
+        if reading_past:
+            self.pasts.append(logits[length:].argmax(dim=-1).cpu())
+            logits = logits[:length]
+        if sampling.greedy:
+            self.argmaxes.append(logits.argmax(dim=-1).cpu())
+            self.tops.append(top_probability(logits).cpu())
+            self.tops10.append(top_probability(logits, among=DRAFT_SIMPLE_TOP_K).cpu())
+        else:
+            self.probs.append(probabilities(logits, sampling).float().cpu())
+
+    def result(self, sampling: Sampling, reading_past: bool) -> TeacherForced:
+        if sampling.greedy:
+            return TeacherForced(argmax=tuple(self.argmaxes), probs=None, top=tuple(self.tops), top10=tuple(self.tops10),
+                                 past_argmax=tuple(self.pasts) if reading_past else None)
+        return TeacherForced(argmax=None, probs=tuple(self.probs))
 
 
 def pair_alpha(

@@ -31,8 +31,9 @@ from polyplan.formats.profile import Profile, ProfilerRecord, TargetStream, writ
 from polyplan.formats.sampling import SamplingMode
 from polyplan.profiler.acceptance import (
     TEACHER_FORCING_WIDTH, GreedyReads, TeacherForced, decoded_measurement, measure_decoded, pair_alpha,
-    own_greedy_read, replay_counts, target_continuations_past, teacher_forced,
+    own_greedy_read, replay_counts, target_continuations_past, teacher_forced, teacher_forced_views,
 )
+from polyplan.decoder.llama_cpp_subset import head_subset
 from polyplan.decoder.member import BlockDrafter
 from polyplan.decoder.ngram import NGramMember
 from polyplan.decoder.ngram_simple import NGramSimpleMember
@@ -263,6 +264,8 @@ class _Run:
         self.moot: dict[tuple[str, str], str] = {}  # the pairs measured briefly, with why
         self.bounded_forced: dict[tuple[float, str], TeacherForced] = {}  # read over the bounded prefix only
         self.tails: dict[int, tuple[int, ...]] = {}  # prompt -> the target's greedy tokens past its continuation (greedy, decoded)
+        # a head cut's name -> (its base's name, the ids it keeps): its teacher-forced read comes from the base's passes
+        self.carried: dict[str, tuple[str, torch.Tensor]] = carried_reads(self.models)
         self.profile = self._start_profile(existing)
 
     # ---- keys
@@ -464,12 +467,20 @@ class _Run:
 
     def _not_decoded(self, verifier: str, drafter: str, contention: set[tuple[str, str]] | None) -> str | None:
         """Why a plan's measuring decodes no run of the pair (None: it does, as `polyplan profile`
-        always does): a rule drafter under another model (`_rule_beneath`), or a pair outside the
-        chains in contention (`_contention`)."""
+        always does): a rule drafter under another model (`_rule_beneath`), any other verifier
+        than the target, or a pair outside the chains in contention (`_contention`). The exact
+        model ranks on the teacher-forced pass and the agreement runs, never on a decoded μ; under
+        the target a decoded run checks that pass where it is cheap (replayed, or sampled until
+        one run confirms it), while under another verifier it would decode for real only to fill
+        Lemma 3.1's column and its disagreement flag, and recommend's self-check decodes the
+        leading chains, every level of them, against the plan's own predictions."""
         if not self.settings.acceptance.decoded_until_confirmed:
             return None
         if self._rule_beneath(verifier, drafter):
             return f"{drafter} drafts by rule and is planned only directly under {self.target.name}"
+        if verifier != self.target.name:
+            return (f"verified by {verifier}, not {self.target.name}: no ranking reads its decoded μ, and the self-check "
+                    "decodes the leading chains through it")
         if contention is not None and (verifier, drafter) not in contention:
             return "no chain through the pair is still in contention for the lead"
         return None
@@ -749,15 +760,29 @@ class _Run:
         count = len(self.prompts)
         if temperature == 0.0 and name == self.target.name:
             return own_greedy_read(self._continuations(0.0))
+        carrier = self._carrier(temperature, name)
+        if carrier is not None:  # read along with its base (`carried_reads`)
+            self._forced(temperature, carrier)
+            return _first(self.forced[(temperature, name)], count)
         done = self.forced.get((temperature, name))
         have = 0 if done is None else _count(done)
         if have < count:
             continuations = self._continuations(temperature)[have:]
             past = [self.tails[index] for index in range(have, count)] if self._past_tokens(temperature) else None
-            more = teacher_forced(self.by_name[name].member, self.prompts[have:], continuations,
-                                  temperature=temperature, vocab=self.target.member.valid_vocab_size, past=past)
-            self.forced[(temperature, name)] = more if done is None else _joined(done, more)
+            riders = [rider for rider in self.carried if self._carrier(temperature, rider) == name]
+            reads = teacher_forced_views(self.by_name[name].member, self.prompts[have:], continuations,
+                                         temperature=temperature, vocab=self.target.member.valid_vocab_size, past=past,
+                                         subsets=[self.carried[rider][1] for rider in riders])
+            for reader, more in zip([name, *riders], reads):
+                done = self.forced.get((temperature, reader))
+                self.forced[(temperature, reader)] = more if done is None else _joined(done, more)
         return _first(self.forced[(temperature, name)], count)
+
+    def _carrier(self, temperature: float, name: str) -> str | None:
+        """The model whose passes read `name` along (`carried_reads`), or None: `name` reads its
+        own; so does a cut of the target when greedy, whose own read is no pass at all."""
+        base = self.carried.get(name, (None, None))[0]
+        return None if base is None or (temperature == 0.0 and base == self.target.name) else base
 
     def _bounded_forced(self, temperature: float, name: str) -> TeacherForced:
         """`name`'s teacher-forced pass over the first `BOUNDED_PROMPTS` prompts: a slice of the
@@ -797,6 +822,21 @@ class _Run:
         for index, prompt in enumerate(self.decoded_prompts):
             stream = TargetStream(prompt_tokens=len(prompt), ids=tuple(prompt) + tuple(continuations[index]))
             yield tuple(item.accepted + 1 for item in chain_rounds(stream, size_n, k))
+
+
+def carried_reads(models: Sequence[ProfiledModel]) -> dict[str, tuple[str, torch.Tensor]]:
+    """Each model whose teacher-forced read is another's masked to the ids its head keeps
+    (`decoder.llama_cpp_subset.head_subset`: a reduced-vocabulary copy of a loaded model's file),
+    by name: (that model's name, the ids). Its read then costs nothing: the base's passes give it.
+    Its latency curve is still its own (its head is what makes it cheaper)."""
+    carried = {}
+    for model in models:
+        for base in models:
+            ids = head_subset(model.member, base.member)
+            if ids is not None:
+                carried[model.name] = (base.name, ids)
+                break
+    return carried
 
 
 def _first(forced: TeacherForced, count: int) -> TeacherForced:

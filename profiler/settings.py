@@ -30,9 +30,10 @@ class AcceptanceSettings:
         decoded: measure decoded μ at all (False: distribution-based α only).
         decoded_until_confirmed: a pair's runs that must really decode (not replayed) go from
             the largest block size down and stop at the first whose run confirms the μ the
-            teacher-forced pass implies; the pair's smaller block sizes then keep eq. 3's μ from α. What a plan measures
-            (`recommend --candidates`, the demo), since the exact model reads the agreement, not
-            the decoded μ; `polyplan profile` decodes every block size.
+            teacher-forced pass implies; the pair's smaller block sizes then keep eq. 3's μ from α;
+            and only pairs the target verifies are decoded (`profiler.run._Run._not_decoded`). What
+            a plan measures (`recommend --candidates`, the demo), since the exact model reads the
+            agreement, not the decoded μ; `polyplan profile` decodes every pair at every block size.
         seed: prompt i is generated with seed + i.
         resamples, confidence: the bootstrap (resamples over prompts, interval level).
         disagreement: relative gap between decoded and implied μ above which a pair is flagged.

@@ -263,3 +263,76 @@ def test_engines_cannot_draft_with_a_reduced_copy(tiny, tmp_path):
     candidate = parse_candidates({"candidates": entries(tiny[0], 100)}, base_dir=tmp_path).by_name("tiny-cut")
     method, _, reason = loadable("llama.cpp", candidate)
     assert method == "" and "head covers a subset of the tokens" in reason
+
+
+@pytest.mark.parametrize("which", ["float32", "q8_0"])
+def test_a_head_cut_is_read_along_with_its_base_and_equals_its_own_read(tiny, tmp_path, which):
+    """`profiler.run` reads a head cut of a loaded model's file from that model's passes
+    (`head_subset`, `teacher_forced_views`): its argmax and confidences equal its own teacher-forced
+    read, greedy and sampled, and the cut itself runs no pass. Negative controls: a cut of another
+    file (the other precision's) is not carried, and masking to other ids gives other argmaxes."""
+    from polyplan.decoder.llama_cpp_subset import head_subset
+    from polyplan.models.fingerprints import ProfiledModel
+    from polyplan.profiler.acceptance import teacher_forced, teacher_forced_views
+    from polyplan.profiler.run import carried_reads
+
+    path, other = (tiny[0], tiny[1]) if which == "float32" else (tiny[1], tiny[0])
+    base = LlamaCppMember(path, context=256)
+    cut = reduced_member(path, list(range(0, 2050, 3)), tmp_path)
+    (tmp_path / "other").mkdir()
+    foreign = reduced_member(other, list(range(0, 2050, 3)), tmp_path / "other")
+    assert torch.equal(head_subset(cut, base), cut.subset.keep)
+    assert head_subset(foreign, base) is None and head_subset(base, cut) is None and head_subset(cut, cut) is None
+    models = [ProfiledModel("base", base, "sha256:b"), ProfiledModel("cut", cut, "sha256:c"), ProfiledModel("foreign", foreign, "sha256:f")]
+    assert set(carried_reads(models)) == {"cut"} and carried_reads(models)["cut"][0] == "base"
+    prompts = [PROMPT, [3, 40, 41, 90, 7, 8]]
+    continuations = [greedy_ids(base, prompt, 12) for prompt in prompts]
+    for temperature in (0.0, 1.0):
+        kwargs = dict(temperature=temperature, vocab=2050)
+        whole, along = teacher_forced_views(base, prompts, continuations, subsets=[cut.subset.keep], **kwargs)
+        own = teacher_forced(cut, prompts, continuations, **kwargs)
+        if temperature == 0.0:
+            assert [a.tolist() for a in teacher_forced(base, prompts, continuations, **kwargs).argmax] == \
+                [a.tolist() for a in whole.argmax]  # the base's own view is its plain read
+            assert [a.tolist() for a in along.argmax] == [a.tolist() for a in own.argmax]
+            for mine, theirs in zip(along.top + along.top10, own.top + own.top10):
+                assert torch.allclose(mine, theirs, atol=1e-5)
+            elsewhere = teacher_forced_views(base, prompts, continuations, subsets=[cut.subset.keep + 1], **kwargs)[1]
+            assert [a.tolist() for a in elsewhere.argmax] != [a.tolist() for a in own.argmax]
+        else:
+            for mine, theirs in zip(along.probs, own.probs):
+                assert torch.allclose(mine, theirs, atol=1e-5)
+
+
+def test_the_profiler_reads_a_head_cut_without_running_it(tiny, tmp_path):
+    """A profiling run's teacher-forced read of a head cut comes from its base's passes (the cut
+    runs no pass), and equals the cut's own read (the control: the same run with nothing carried,
+    which runs the cut)."""
+    from polyplan.models.fingerprints import ProfiledModel
+    from polyplan.profiler.prompts import EncodedPrompt, Prompt
+    from polyplan.profiler.run import _Run
+    from test_profiler_run import SETTINGS
+
+    path, other = tiny  # the target is the other precision's file: a cut of the target reads itself when greedy
+    target, base = LlamaCppMember(other, context=256, name="target"), LlamaCppMember(path, context=256)
+    cut = reduced_member(path, list(range(0, 2050, 2)), tmp_path)
+    passes, real = {"n": 0}, cut.forward
+
+    def counted(*args, **kwargs):
+        passes["n"] += 1
+        return real(*args, **kwargs)
+
+    cut.forward = counted
+    models = [ProfiledModel("target", target, "sha256:t"), ProfiledModel("base", base, "sha256:b"),
+              ProfiledModel("cut", cut, "sha256:c")]
+    prompts = [EncodedPrompt(Prompt("", "user", f"p:{i}"), tuple(PROMPT + [i + 10, i + 11])) for i in range(3)]
+    settings = dataclasses.replace(SETTINGS, acceptance=dataclasses.replace(SETTINGS.acceptance, temperatures=(0.0,), decoded=False))
+    carried = _Run(models, prompts, tmp_path / "a.json", settings, "cpu", None, None)
+    assert set(carried.carried) == {"cut"}
+    along = carried._forced(0.0, "cut")
+    assert passes["n"] == 0 and ("base" in {name for _, name in carried.forced})
+    own = _Run(models, prompts, tmp_path / "b.json", settings, "cpu", None, None)
+    own.carried = {}
+    itself = own._forced(0.0, "cut")
+    assert passes["n"] > 0
+    assert [a.tolist() for a in along.argmax] == [a.tolist() for a in itself.argmax]

@@ -535,17 +535,22 @@ def _reading(monkeypatch):
     import polyplan.profiler.run as run
 
     read = {"continued": 0}
-    forced, continued = run.teacher_forced, run.target_continuations_past
+    forced, views, continued = run.teacher_forced, run.teacher_forced_views, run.target_continuations_past
 
     def counting_forced(member, prompts, *args, **kwargs):
         read[id(member)] = read.get(id(member), 0) + len(prompts)
         return forced(member, prompts, *args, **kwargs)
+
+    def counting_views(member, prompts, *args, **kwargs):
+        read[id(member)] = read.get(id(member), 0) + len(prompts)
+        return views(member, prompts, *args, **kwargs)
 
     def counting_continuations(target, prompts, **kwargs):
         read["continued"] += len(prompts)
         return continued(target, prompts, **kwargs)
 
     monkeypatch.setattr(run, "teacher_forced", counting_forced)
+    monkeypatch.setattr(run, "teacher_forced_views", counting_views)
     monkeypatch.setattr(run, "target_continuations_past", counting_continuations)
     return read
 
@@ -618,9 +623,9 @@ def test_a_sequential_rerun_reuses_its_prefix_and_a_run_without_it_measures_ever
 @pytest.mark.parametrize("ranked", [True, False])
 def test_a_plan_decodes_only_the_pairs_of_the_chains_in_contention(models, tmp_path, ranked):
     """The exact model reads no decoded μ, so a plan's measuring decodes only the pairs of the
-    chains its rule last found in contention (leader target > early, tied target > ngram): the
-    early exit over the n-gram drafter is left out, said in the progress. The control: a rule
-    that ranked nothing (no leader) leaves every pair to be decoded."""
+    chains its rule last found in contention (here the leader target > early alone): target >
+    ngram is left out, said in the progress. The control: a rule that ranked nothing (no leader)
+    leaves every pair the target verifies to be decoded."""
     from polyplan.planner.intervals.sequential import Resolution
     from polyplan.profiler.run import profile_checked_models
 
@@ -628,7 +633,7 @@ def test_a_plan_decodes_only_the_pairs_of_the_chains_in_contention(models, tmp_p
         prompts = profile.profiler.prompts
         if not ranked:
             return Resolution(False, (), (), "no decision on fewer than 8 prompts", prompts)
-        return Resolution(False, ("target", "early"), (("target", "ngram"),), "stub", prompts)
+        return Resolution(False, ("target", "early"), (), "stub", prompts)
 
     acceptance = dataclasses.replace(SEQUENTIAL.acceptance, decoded_until_confirmed=True)
     counter = Counter()
@@ -636,21 +641,39 @@ def test_a_plan_decodes_only_the_pairs_of_the_chains_in_contention(models, tmp_p
                                      decide=decide, progress=counter)
     decoded = {(pair.verifier, pair.drafter): [entry.k for entry in pair.sampling["greedy"].decoded] for pair in outcome.profile.pairs}
     left = [label for label in counter.reused if "still in contention" in label]
-    assert decoded[("target", "early")] and decoded[("target", "ngram")]
+    assert decoded[("target", "early")]
     if ranked:
-        assert decoded[("early", "ngram")] == [] and len(left) == 2
-        assert all(label.startswith("decoded early <- ngram") for label in left)
+        assert decoded[("target", "ngram")] == [] and len(left) == 2
+        assert all(label.startswith("decoded target <- ngram") for label in left)
     else:
-        assert decoded[("early", "ngram")] and left == []
+        assert decoded[("target", "ngram")] and left == []
+
+
+@pytest.mark.parametrize("planning", [True, False])
+def test_a_plan_decodes_no_pair_another_model_than_the_target_verifies(models, tmp_path, planning):
+    """A plan's measuring (`decoded_until_confirmed`) decodes no pair under another verifier: no
+    ranking reads its decoded μ and the self-check decodes the leading chains whole; the progress
+    says so. `polyplan profile` (the control) decodes it at every block size. α is read either way."""
+    acceptance = dataclasses.replace(SETTINGS.acceptance, temperatures=(0.0,), decoded_until_confirmed=planning)
+    counter = Counter()
+    outcome = profile_models(models, _prompts(4), tmp_path / "p.json", ProfileSettings(SETTINGS.latency, acceptance),
+                             progress=counter)
+    kept = [entry.k for entry in outcome.profile.stats("early", "ngram", "greedy").decoded]
+    left = [label for label in counter.reused if label.startswith("decoded early <- ngram") and "verified by early" in label]
+    assert (kept, len(left)) == (([], 2) if planning else ([2, 3], 0))
+    assert outcome.profile.stats("early", "ngram", "greedy").alpha is not None
+    for drafter in ("early", "ngram"):
+        assert [entry.k for entry in outcome.profile.stats("target", drafter, "greedy").decoded] == [2, 3]
 
 
 @pytest.mark.parametrize("confirms", [True, False])
 def test_a_plan_decodes_a_pair_only_until_a_run_confirms_its_teacher_forced_mu(models, tmp_path, monkeypatch, confirms):
-    """`decoded_until_confirmed` (what recommend and the demo measure): a pair verified by another
-    model than the target decodes its largest K first; a run that confirms the teacher-forced μ
-    leaves the smaller K out (said in the progress, no entry, eq. 3 stands), one that does not is
-    followed by every K (the negative control); replayed pairs under the target keep every K."""
+    """`decoded_until_confirmed` (what recommend and the demo measure): a pair that really decodes
+    (sampled, the target verifying) decodes its largest K first; a run that confirms the
+    teacher-forced μ leaves the smaller K out (said in the progress, no entry, eq. 3 stands), one
+    that does not is followed by every K (the negative control)."""
     import polyplan.profiler.run as run
+    from polyplan.formats.sampling import SamplingMode
 
     real, calls = run.measure_decoded, []
 
@@ -659,18 +682,15 @@ def test_a_plan_decodes_a_pair_only_until_a_run_confirms_its_teacher_forced_mu(m
         return dataclasses.replace(real(verifier, drafter, prompts, k=k, **kwargs), confirmed=confirms)
 
     monkeypatch.setattr(run, "measure_decoded", decoded)
-    acceptance = dataclasses.replace(SETTINGS.acceptance, temperatures=(0.0,), decoded_until_confirmed=True)
+    acceptance = dataclasses.replace(SETTINGS.acceptance, temperatures=(1.0,), decoded_until_confirmed=True)
     counter = Counter()
     outcome = profile_models(models, _prompts(4), tmp_path / "p.json", ProfileSettings(SETTINGS.latency, acceptance),
                              progress=counter)
-    others = [(pair.verifier, pair.drafter) for pair in outcome.profile.pairs if pair.verifier != "target"]
-    assert others  # the fixture has a pair under the early exit
-    for verifier, drafter in others:
-        ks = [k for v, d, k in calls if (v, d) == (verifier, drafter)]
-        kept = [entry.k for entry in outcome.profile.stats(verifier, drafter, "greedy").decoded]
+    mode = SamplingMode(1.0).key
+    for drafter in ("early", "ngram"):
+        ks = [k for v, d, k in calls if (v, d) == ("target", drafter)]
+        kept = [entry.k for entry in outcome.profile.stats("target", drafter, mode).decoded]
         assert ks == ([3] if confirms else [3, 2]) and kept == sorted(ks)
-        left = [label for label in counter.reused if label.startswith(f"decoded {verifier} <- {drafter}") and "left out" in label]
+        left = [label for label in counter.reused if label.startswith(f"decoded target <- {drafter}") and "confirmed" in label]
         assert len(left) == (1 if confirms else 0)
-    for pair in outcome.profile.pairs:
-        if pair.verifier == "target":
-            assert [entry.k for entry in pair.sampling["greedy"].decoded] == [2, 3]
+    assert not [call for call in calls if call[0] != "target"]  # under the early exit: left out (the test above)

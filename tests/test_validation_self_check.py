@@ -15,7 +15,7 @@ from polyplan.formats.profile import Profile, ProfilerRecord
 from polyplan.validation.results import ChainSpec, RunRecord
 from polyplan.validation.shrinkage import WeighedTerm
 from polyplan.validation.self_check import (
-    CHECK_REPEATS, CHECK_SIZES, _checked_plan, check_budget, check_size, composition, composition_interval, estimated_seconds, plan_priced, pooled_term, combined,
+    CHECK_REPEATS, CHECK_SIZES, _checked_plan, check_budget, check_size, composition, fitted_check, composition_interval, estimated_seconds, plan_priced, pooled_term, combined,
 )
 
 RECORD = SelfCheckRecord(prompts=4, new_tokens=64, repeats=1, seconds=1.0)
@@ -148,6 +148,28 @@ def test_the_check_is_sized_to_its_budget_by_the_plans_own_estimate():
     prompts, tokens, estimate = check_size(chains, largest * 0.6)
     assert (prompts, tokens) != CHECK_SIZES[0] and estimate <= largest * 0.6
     assert check_size(chains, 1e-9)[:2] == CHECK_SIZES[-1]  # nothing fits: the smallest that can still fit C
+
+
+def test_a_check_over_its_budget_leaves_out_its_lowest_ranked_chains_first():
+    """Where no size fits the budget with every chain, the lowest-ranked checked chain is left out,
+    then the next, until the smallest size fits; target-only and the recommended chain are always
+    run (the negative controls: a budget that fits keeps every chain; none that fits keeps those two)."""
+    from polyplan.validation.results import ROLE_TARGET_ONLY
+
+    second = planned(("t", "e"), (0.5, 1.5), (0.5 * 0.012, 1.5 * 0.0008), 1.2, (1.0, 1.4))
+    third = planned(("t", "e", "d"), (0.4, 0.6, 1.2), (0.4 * 0.012, 0.6 * 0.002, 1.2 * 0.0008), 1.1, (0.9, 1.3))
+    chains = [ChainSpec(CHAIN, (), 1), ChainSpec(second, (), 2), ChainSpec(third, (), 3), ChainSpec(ALONE, (ROLE_TARGET_ONLY,), 9)]
+    smallest = lambda chosen: estimated_seconds(chosen, *CHECK_SIZES[-1], repeats=CHECK_REPEATS)
+    assert fitted_check(chains, None) == (tuple(chains), check_size(chains, None))
+    assert fitted_check(chains, smallest(chains) * 1.01)[0] == tuple(chains)  # it fits: nothing left out
+    without_third = [chains[0], chains[1], chains[3]]
+    kept, (prompts, tokens, estimate) = fitted_check(chains, smallest(without_third) * 1.01)
+    assert kept == tuple(without_third) and (prompts, tokens) == CHECK_SIZES[-1] and estimate <= smallest(without_third) * 1.01
+    two = [chains[0], chains[3]]
+    assert fitted_check(chains, smallest(two) * 1.01)[0] == tuple(two)
+    assert fitted_check(chains, 1e-9)[0] == tuple(two)  # nothing fits: the recommended chain beside target-only
+    prefilled = fitted_check(chains, smallest(chains) * 1.01, prefill=lambda chosen: 1.0 * len(chosen))
+    assert len(prefilled[0]) < len(chains)  # the prefills of the chains' members count toward the fit
 
 
 def test_the_estimate_counts_each_members_prefill_of_the_prompts_once_per_pass():

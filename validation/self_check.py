@@ -94,6 +94,25 @@ def check_size(specs: Sequence[ChainSpec], budget_s: float | None, repeats: int 
     return prompts, tokens, estimate
 
 
+def fitted_check(specs: Sequence[ChainSpec], budget_s: float | None, repeats: int = CHECK_REPEATS,
+                 prefill: Callable[[Sequence[ChainSpec]], float] = lambda specs: 0.0
+                 ) -> tuple[tuple[ChainSpec, ...], tuple[int, int, float]]:
+    """(the chains run, `check_size` of them): all of `specs` where one of `CHECK_SIZES` fits
+    `budget_s`; else the lowest-ranked checked chain is left out, one at a time, until the smallest
+    size fits, never target-only nor the recommended chain (rank 1), whose run may then still
+    exceed the budget, and the output says so. A chain left out takes the pooled C of the checked
+    chains most like it (`pooled_term`), so the check costs what its budget allows rather than
+    whatever the chain count makes it. `prefill`: one pass's prefills of the chains given
+    (`prefill_seconds`)."""
+    kept = list(specs)
+    while True:
+        size = check_size(kept, budget_s, repeats, prefill(kept))
+        droppable = [spec for spec in kept if ROLE_TARGET_ONLY not in spec.roles and spec.rank > 1]
+        if budget_s is None or size[2] <= budget_s or not droppable:
+            return tuple(kept), size
+        kept.remove(max(droppable, key=lambda spec: spec.rank))
+
+
 @dataclass(frozen=True)
 class SelfCheck:
     """The plan with its checked predictions (how the check ran: `plan.self_check`) and what recommend prints."""
@@ -216,9 +235,11 @@ def self_check(
     seconds it may take (`check_size`); `profile`: the plan's, to price the run prompt by prompt
     (without it, or where it cannot, the plan's parts price it); `progress` hears of each run."""
     started = time.perf_counter()
-    specs = [spec for spec in select_chains(plan, top) if spec.rank <= top + 1 or ROLE_TARGET_ONLY in spec.roles]
+    wanted = [spec for spec in select_chains(plan, top) if spec.rank <= top + 1 or ROLE_TARGET_ONLY in spec.roles]
     lengths = [len(prompt.ids) for prompt in list(prompts)[:_CHECK_PROMPTS]]
-    count, new_tokens, estimate = check_size(specs, budget_s, repeats, prefill_seconds(specs, profile, lengths))
+    specs, (count, new_tokens, estimate) = fitted_check(wanted, budget_s, repeats,
+                                                        lambda chosen: prefill_seconds(chosen, profile, lengths))
+    specs = list(specs)
     fitted = fit_prompts(list(prompts)[:count], context_limit(members, specs), reserve_for(specs, new_tokens),
                          truncate=True, source="the profiling prompts").prompts
     settings = ValidationSettings(new_tokens=new_tokens, repeats=repeats, top=top, seed=seed, warmup_tokens=_WARMUP_TOKENS)
@@ -244,7 +265,8 @@ def self_check(
     record = SelfCheckRecord(prompts=len(fitted), new_tokens=new_tokens, repeats=repeats,
                              seconds=time.perf_counter() - started, budget_s=budget_s, estimated_s=estimate,
                              priced=PRICED_BY_PLAN if prices is None else PRICED_BY_PROMPT,
-                             shared_noise=math.sqrt(shared), floor=floor)
+                             shared_noise=math.sqrt(shared), floor=floor,
+                             left_out=tuple(spec.planned.chain for spec in wanted if spec not in specs))
     return _checked_plan(plan, terms, specs, record)
 
 
@@ -330,7 +352,9 @@ def _budget_text(record: SelfCheckRecord) -> str:
         return ""
     estimate = "" if record.estimated_s is None else f"; estimated {record.estimated_s:.1f} s"
     over = ", OVER it" if record.seconds > record.budget_s else ""
-    return f" of a {record.budget_s:.1f} s budget{over} ({CHECK_BUDGET_SHARE:.0%} of the profile's measuring time{estimate})"
+    left = "" if not record.left_out else \
+        f"; left out to fit it: {', '.join(' > '.join(chain) for chain in record.left_out)}"
+    return f" of a {record.budget_s:.1f} s budget{over} ({CHECK_BUDGET_SHARE:.0%} of the profile's measuring time{estimate}{left})"
 
 
 def skipped_plan(plan: PlanFile, reason: str) -> PlanFile:
