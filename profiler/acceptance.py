@@ -313,7 +313,7 @@ def teacher_forced_views(
                 for start in range(0, len(ids), width)
             ])[:, :vocab]  # (L + len(after), V)
             for view, ids_kept in zip(views, [None, *kept]):
-                view.add(logits if ids_kept is None else _masked(logits, ids_kept), len(continuation), sampling, reading_past)
+                view.add(logits, len(continuation), sampling, reading_past, ids_kept)
         member.reset()
     return tuple(view.result(sampling, reading_past) for view in views)
 
@@ -331,17 +331,22 @@ class _ViewRead:
     def __init__(self) -> None:
         self.argmaxes, self.probs, self.tops, self.tops10, self.pasts = [], [], [], [], []
 
-    def add(self, logits: torch.Tensor, length: int, sampling: Sampling, reading_past: bool) -> None:
-        """One prompt's logits (L + past, V); the first `length` rows are the continuation's."""
+    def add(self, logits: torch.Tensor, length: int, sampling: Sampling, reading_past: bool, keep: torch.Tensor | None = None) -> None:
+        """One prompt's logits (L + past, V); the first `length` rows are the continuation's.
+        `keep`: the read of a model whose head covers only these ids (ascending): greedy reads only
+        their columns (−inf elsewhere adds nothing to a softmax; ties still go to the lowest id),
+        sampled reads the masked distribution."""
+        if not sampling.greedy:
+            self.probs.append(probabilities(logits[:length] if keep is None else _masked(logits[:length], keep), sampling).float().cpu())
+            return
+        columns = logits if keep is None else logits[:, keep]
+        ids = (lambda index: index) if keep is None else (lambda index: keep[index])
         if reading_past:
-            self.pasts.append(logits[length:].argmax(dim=-1).cpu())
-            logits = logits[:length]
-        if sampling.greedy:
-            self.argmaxes.append(logits.argmax(dim=-1).cpu())
-            self.tops.append(top_probability(logits).cpu())
-            self.tops10.append(top_probability(logits, among=DRAFT_SIMPLE_TOP_K).cpu())
-        else:
-            self.probs.append(probabilities(logits, sampling).float().cpu())
+            self.pasts.append(ids(columns[length:].argmax(dim=-1)).cpu())
+        columns = columns[:length]
+        self.argmaxes.append(ids(columns.argmax(dim=-1)).cpu())
+        self.tops.append(top_probability(columns).cpu())
+        self.tops10.append(top_probability(columns, among=DRAFT_SIMPLE_TOP_K).cpu())
 
     def result(self, sampling: Sampling, reading_past: bool) -> TeacherForced:
         if sampling.greedy:
