@@ -170,6 +170,9 @@ def test_a_check_over_its_budget_leaves_out_its_lowest_ranked_chains_first():
     assert fitted_check(chains, 1e-9)[0] == tuple(two)  # nothing fits: the recommended chain beside target-only
     prefilled = fitted_check(chains, smallest(chains) * 1.01, prefill=lambda chosen: 1.0 * len(chosen))
     assert len(prefilled[0]) < len(chains)  # the prefills of the chains' members count toward the fit
+    # a plan that recommends the target alone: its best speculating chain is kept, not a check of nothing
+    off = [ChainSpec(ALONE, (ROLE_TARGET_ONLY,), 1), ChainSpec(CHAIN, (), 2), ChainSpec(second, (), 3), ChainSpec(third, (), 4)]
+    assert fitted_check(off, 1e-9)[0] == (off[0], off[1])
 
 
 def test_the_estimate_counts_each_members_prefill_of_the_prompts_once_per_pass():

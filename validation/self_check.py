@@ -99,15 +99,18 @@ def fitted_check(specs: Sequence[ChainSpec], budget_s: float | None, repeats: in
                  ) -> tuple[tuple[ChainSpec, ...], tuple[int, int, float]]:
     """(the chains run, `check_size` of them): all of `specs` where one of `CHECK_SIZES` fits
     `budget_s`; else the lowest-ranked checked chain is left out, one at a time, until the smallest
-    size fits, never target-only nor the recommended chain (rank 1), whose run may then still
-    exceed the budget, and the output says so. A chain left out takes the pooled C of the checked
-    chains most like it (`pooled_term`), so the check costs what its budget allows rather than
-    whatever the chain count makes it. `prefill`: one pass's prefills of the chains given
-    (`prefill_seconds`)."""
+    size fits, never target-only nor the best-ranked speculating chain, whose run may then still
+    exceed the budget, and the output says so. Where the plan recommends the target alone, its
+    best speculating chain stands in for the recommended one: a check of target-only decoding
+    against itself measures nothing. A chain left out takes the pooled C of the checked chains most
+    like it (`pooled_term`), so the check costs what its budget allows rather than whatever the
+    chain count makes it. `prefill`: one pass's prefills of the chains given (`prefill_seconds`)."""
     kept = list(specs)
     while True:
         size = check_size(kept, budget_s, repeats, prefill(kept))
-        droppable = [spec for spec in kept if ROLE_TARGET_ONLY not in spec.roles and spec.rank > 1]
+        speculating = sorted((spec for spec in kept if len(spec.planned.chain) > 1 and ROLE_TARGET_ONLY not in spec.roles),
+                             key=lambda spec: spec.rank)
+        droppable = speculating[1:]
         if budget_s is None or size[2] <= budget_s or not droppable:
             return tuple(kept), size
         kept.remove(max(droppable, key=lambda spec: spec.rank))
