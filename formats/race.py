@@ -192,6 +192,11 @@ def read_race_file(path: Path) -> Race:
         raise PolyplanError(f"{path}: not the JSON `polyplan bench peers --json` prints ({error})") from None
 
 
+def _spans(value) -> tuple[RequestSpan, ...]:
+    """A row's `timeline` as JSON holds it (a list of objects) as its spans."""
+    return tuple(RequestSpan(**span) for span in value)
+
+
 def _tuples(value):
     """JSON's lists as the row's tuples."""
     return tuple(_tuples(item) for item in value) if isinstance(value, list) else value
@@ -199,6 +204,24 @@ def _tuples(value):
 
 LOAD_FORMAT = "polyplan load race"
 LOAD_VERSION = 1
+
+
+@dataclass(frozen=True)
+class RequestSpan:
+    """One request of a race under load, on its run's clock (seconds since the run began): when its
+    client sent it, when the server's decode of it began (its end less the server's own decode
+    time), when its answer ended; the tokens it decoded, drafted and had accepted. A row's spans
+    show how its requests overlapped and where its load's tail fell, which the aggregate alone hides."""
+
+    repeat: int
+    client: int
+    prompt: int
+    start_s: float
+    decode_start_s: float
+    end_s: float
+    decoded: int
+    drafted: int = 0
+    accepted: int = 0
 
 
 @dataclass(frozen=True)
@@ -234,6 +257,7 @@ class LoadRow:
     unjudged: str | None = None
     group: int | None = None
     failure: str | None = None
+    timeline: tuple[RequestSpan, ...] = ()  # every request of every repeat, in the order they ended
 
     def judged(self) -> RaceRow:
         """This row as a `RaceRow` whose measured speedup is the aggregate one, over its repeats:
@@ -341,7 +365,8 @@ def read_load_race_file(path: Path) -> LoadRace:
             raise ValueError(f"format {payload.get('format')!r} version {payload.get('version')!r}")
         row_names = {field.name for field in dataclasses.fields(LoadRow)}
         level_names = {field.name for field in dataclasses.fields(LoadLevel)}
-        rows = tuple(LoadRow(**{key: _tuples(value) for key, value in row.items() if key in row_names}) for row in payload["rows"])
+        rows = tuple(LoadRow(**{key: _spans(value) if key == "timeline" else _tuples(value) for key, value in row.items()
+                                if key in row_names}) for row in payload["rows"])
         levels = tuple(LoadLevel(**{key: value for key, value in level.items() if key in level_names}) for level in payload["levels"])
         return LoadRace(payload["engine"], tuple(payload["clients"]), rows, levels, payload["prompts"], payload["new_tokens"],
                         payload["repeats"], payload["threads"], payload["slot_context"], payload.get("threads_source", ""),

@@ -158,6 +158,12 @@ def test_at_one_client_the_numbers_reduce_to_the_race_at_one_request():
     assert row.tokens_per_s == pytest.approx(40 / 0.65) and rows[0].tokens_per_s == pytest.approx(statistics.fmean([40 / 0.90, 40 / 1.00]))
     assert row.speedup != pytest.approx(ours.decode_speedup, abs=1e-6)  # control: the two means do differ here
     assert rows[0].speedup == pytest.approx(1.0) and rows[0].equal_outputs == 4
+    # the row's timeline: every request of every repeat, its decode starting its server decode time before its end
+    assert [(span.repeat, span.prompt) for span in row.timeline] == [(0, 0), (0, 1), (1, 0), (1, 1)]
+    first = row.timeline[0]
+    assert (first.start_s, first.end_s, first.decoded) == pytest.approx((0.0, 0.40, 20))
+    assert first.decode_start_s == pytest.approx(first.end_s - decode["ngram"][0]) and first.decode_start_s > first.start_s
+    assert sum(span.end_s - span.decode_start_s for span in row.timeline) == pytest.approx(sum(decode["ngram"]))
 
 
 # ----------------------------------------------------------------------------- the load generator

@@ -10,7 +10,7 @@ import shutil
 import pytest
 
 from polyplan.formats.errors import PolyplanError
-from polyplan.formats.race import LoadLevel, LoadRace, LoadRow, load_race_json, read_load_race_file
+from polyplan.formats.race import LoadLevel, LoadRace, LoadRow, RequestSpan, load_race_json, read_load_race_file
 from polyplan.validation import results_page
 from polyplan.validation.load_race_results import LOAD_RACE_FILE, load_race_lines, plot_load_race
 
@@ -22,7 +22,8 @@ def _race() -> LoadRace:
                          repeats=2, requests=8, decoded=512, predicted_speedup=1.0, chosen=clients > 1),
                  LoadRow("ngram-simple size-n=3 K=5", clients, 40.0 * spec, 1.0, 40.0 * spec, 0.5, 0.2, 0.01, spec, 0.03,
                          repeats=2, requests=8, decoded=512, predicted_speedup=predicted,
-                         predicted_interval=(predicted - 0.2, predicted + 0.2), chosen=clients == 1),
+                         predicted_interval=(predicted - 0.2, predicted + 0.2), chosen=clients == 1,
+                         timeline=(RequestSpan(0, 0, 0, 0.0, 0.1, 1.6, 64, 40, 30), RequestSpan(0, 1, 1, 0.0, 0.2, 1.9, 64))),
                  LoadRow("llama.cpp default (--spec-default)", clients, 40.0, 1.0, 40.0, 0.5, 0.2, 0.01, 1.05, 0.02,
                          repeats=2, requests=8, decoded=512),
                  LoadRow("too large", clients, failure="not started: memory")]
@@ -41,6 +42,8 @@ def test_a_race_under_load_reads_back_as_written(tmp_path):
     assert back.clients == race.clients and back.levels == race.levels
     assert [row.label for row in back.rows] == [row.label for row in race.rows]
     assert back.rows[1].predicted_interval == race.rows[1].predicted_interval
+    assert back.rows[1].timeline == race.rows[1].timeline and back.rows[1].timeline[1].client == 1  # the spans, as written
+    assert back.rows[0].timeline == ()
     assert math.isnan(back.rows[3].speedup) and back.rows[3].failure == "not started: memory"
     path.write_text(json.dumps({"format": "polyplan race", "version": 1, "rows": []}))  # control: another format
     with pytest.raises(PolyplanError, match="bench peers --clients"):

@@ -30,7 +30,7 @@ from polyplan.engines.llama_cpp.race_memory import GB, MemoryNeed, ModelMemory, 
 from polyplan.engines.llama_cpp.server import Completion, LlamaServer, slot_args
 from polyplan.engines.race import Contender
 from polyplan.formats.errors import PolyplanError
-from polyplan.formats.race import LoadLevel, LoadRace, LoadRow, load_split
+from polyplan.formats.race import LoadLevel, LoadRace, LoadRow, RequestSpan, load_split
 
 SPEC_DEFAULT = "llama.cpp default (--spec-default)"
 SLOT_HEADROOM = 64  # tokens of a slot's context beyond the longest prompt and its new tokens (a last draft's)
@@ -269,12 +269,16 @@ def _row(config: Contender, clients: int, runs: Sequence[LoadRun], failure: str 
                 paired.append(request.tokens_per_s / twin.tokens_per_s)
     requests = [request for run in mine for request in run.requests]
     drafted = sum(request.drafted for request in requests)
+    timeline = tuple(RequestSpan(run.repeat, request.client, request.prompt, request.start_s, request.decode_interval[0],
+                                 request.end_s, request.decoded, request.drafted, request.accepted)
+                     for run in mine for request in run.requests)
     return LoadRow(config.label, clients, *_mean_sd(aggregate), *_mean_sd(speed), *_mean_sd(first), *_mean_sd(ratios),
                    request_speedup=statistics.fmean(paired) if paired else None,
                    request_speedup_sd=statistics.stdev(paired) if len(paired) > 1 else 0.0,
                    repeats=len(mine), requests=len(requests), decoded=sum(request.decoded for request in requests),
                    accepted_per_drafted=sum(request.accepted for request in requests) / drafted if drafted else None,
-                   equal_outputs=equal, group=mine[0].group + 1 if any(run.group for run in runs) else None, **known)
+                   equal_outputs=equal, group=mine[0].group + 1 if any(run.group for run in runs) else None,
+                   timeline=timeline, **known)
 
 
 def _mean_sd(values: Sequence[float]) -> tuple[float, float]:
