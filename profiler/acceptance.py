@@ -297,9 +297,8 @@ def teacher_forced_views(
     them, at no cost of its own."""
     sampling = Sampling(temperature=temperature)
     device = getattr(member, "device", torch.device("cpu"))
-    kept = [ids[ids < vocab].to(device) for ids in subsets]
-    views = [_ViewRead() for _ in range(1 + len(kept))]
     reading_past = past is not None and sampling.greedy
+    views = [_ViewRead(sampling, reading_past, None if kept is None else kept[kept < vocab].to(device)) for kept in [None, *subsets]]
     with torch.inference_mode():
         for index, (prompt, continuation) in enumerate(zip(prompts, continuations)):
             member.reset()
@@ -312,10 +311,10 @@ def teacher_forced_views(
                                keep_last=len(ids[start:start + width]))
                 for start in range(0, len(ids), width)
             ])[:, :vocab]  # (L + len(after), V)
-            for view, ids_kept in zip(views, [None, *kept]):
-                view.add(logits, len(continuation), sampling, reading_past, ids_kept)
+            for view in views:
+                view.add(logits, len(continuation))
         member.reset()
-    return tuple(view.result(sampling, reading_past) for view in views)
+    return tuple(view.result() for view in views)
 
 
 def _masked(logits: torch.Tensor, ids: torch.Tensor) -> torch.Tensor:
@@ -326,32 +325,35 @@ def _masked(logits: torch.Tensor, ids: torch.Tensor) -> torch.Tensor:
 
 
 class _ViewRead:
-    """One model's teacher-forced read, prompt by prompt (`teacher_forced_views`)."""
+    """One model's teacher-forced read, prompt by prompt (`teacher_forced_views`), in `sampling`'s
+    mode, with the argmaxes past each continuation where `reading_past`. `keep`: the read of a model
+    whose head covers only these ids (ascending): greedy reads only their columns (−inf elsewhere
+    adds nothing to a softmax; ties still go to the lowest id), sampled reads the masked
+    distribution."""
 
-    def __init__(self) -> None:
+    def __init__(self, sampling: Sampling, reading_past: bool, keep: torch.Tensor | None) -> None:
+        self.sampling, self.reading_past, self.keep = sampling, reading_past, keep
         self.argmaxes, self.probs, self.tops, self.tops10, self.pasts = [], [], [], [], []
 
-    def add(self, logits: torch.Tensor, length: int, sampling: Sampling, reading_past: bool, keep: torch.Tensor | None = None) -> None:
-        """One prompt's logits (L + past, V); the first `length` rows are the continuation's.
-        `keep`: the read of a model whose head covers only these ids (ascending): greedy reads only
-        their columns (−inf elsewhere adds nothing to a softmax; ties still go to the lowest id),
-        sampled reads the masked distribution."""
+    def add(self, logits: torch.Tensor, length: int) -> None:
+        """One prompt's logits (L + past, V); the first `length` rows are the continuation's."""
+        sampling, keep = self.sampling, self.keep
         if not sampling.greedy:
             self.probs.append(probabilities(logits[:length] if keep is None else _masked(logits[:length], keep), sampling).float().cpu())
             return
         columns = logits if keep is None else logits[:, keep]
-        ids = (lambda index: index) if keep is None else (lambda index: keep[index])
-        if reading_past:
-            self.pasts.append(ids(columns[length:].argmax(dim=-1)).cpu())
+        to_vocab = (lambda index: index) if keep is None else (lambda index: keep[index])  # column -> token id
+        if self.reading_past:
+            self.pasts.append(to_vocab(columns[length:].argmax(dim=-1)).cpu())
         columns = columns[:length]
-        self.argmaxes.append(ids(columns.argmax(dim=-1)).cpu())
+        self.argmaxes.append(to_vocab(columns.argmax(dim=-1)).cpu())
         self.tops.append(top_probability(columns).cpu())
         self.tops10.append(top_probability(columns, among=DRAFT_SIMPLE_TOP_K).cpu())
 
-    def result(self, sampling: Sampling, reading_past: bool) -> TeacherForced:
-        if sampling.greedy:
+    def result(self) -> TeacherForced:
+        if self.sampling.greedy:
             return TeacherForced(argmax=tuple(self.argmaxes), probs=None, top=tuple(self.tops), top10=tuple(self.tops10),
-                                 past_argmax=tuple(self.pasts) if reading_past else None)
+                                 past_argmax=tuple(self.pasts) if self.reading_past else None)
         return TeacherForced(argmax=None, probs=tuple(self.probs))
 
 

@@ -774,8 +774,8 @@ class _Run:
                                          temperature=temperature, vocab=self.target.member.valid_vocab_size, past=past,
                                          subsets=[self.carried[rider][1] for rider in riders])
             for reader, more in zip([name, *riders], reads):
-                done = self.forced.get((temperature, reader))
-                self.forced[(temperature, reader)] = more if done is None else _joined(done, more)
+                earlier = self.forced.get((temperature, reader))
+                self.forced[(temperature, reader)] = more if earlier is None else _joined(earlier, more)
         return _first(self.forced[(temperature, name)], count)
 
     def _carrier(self, temperature: float, name: str) -> str | None:
