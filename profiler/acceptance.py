@@ -37,8 +37,11 @@ import torch
 from polyplan.decoder.chain import generate
 from polyplan.decoder.member import ArgmaxForward, ChainMember, stop_token_ids
 from polyplan.decoder.sampling import Sampling, argmax_ids, probabilities, top_probability
-from polyplan.formats.profile import DRAFT_SIMPLE_TOP_K
+from polyplan.decoder.ngram_simple import NGramSimpleMember
+from polyplan.formats.profile import DRAFT_SIMPLE_TOP_K, TargetStream
+from polyplan.planner.exact.latency import LatencyCurve
 from polyplan.profiler.settings import AcceptanceSettings
+from polyplan.profiler.stream_drafting import SIZE_N, stream_block
 from polyplan.profiler.stats import Interval, cluster_bootstrap, lag1_autocorrelation, quantile_summary
 
 TEACHER_FORCING_WIDTH = 4  # tokens per teacher-forced pass (the module docstring says why)
@@ -196,6 +199,7 @@ class Continuation:
 
     continuation: tuple[int, ...]
     past: tuple[int, ...] = ()
+    block: int | None = None  # the block size it was decoded at with ngram-simple drafting (`profiler.stream_drafting`); None: plainly
 
 
 def target_continuations_past(
@@ -206,21 +210,30 @@ def target_continuations_past(
     temperature: float,
     seed: int,
     past: int = 0,
+    curve: LatencyCurve | None = None,
+    earlier: Sequence[TargetStream] = (),
 ) -> tuple[Continuation, ...]:
     """`target_continuations`, and when greedy `past` more tokens of each, read on from the cache
     the continuation left: a few target steps, where reading them later would cost a prefill of
-    prompt and continuation."""
+    prompt and continuation. Greedy with the target's latency `curve`, each prompt is decoded
+    speculatively with prompt lookup at the block size that would have been fastest on the streams
+    before it (`earlier` ones, then this call's; `profiler.stream_drafting`): the same tokens,
+    sooner where the workload repeats itself."""
     sampling = Sampling(temperature=temperature)
     device = getattr(target, "device", torch.device("cpu"))
+    history = list(earlier)
     streams = []
     for index, prompt in enumerate(prompts):
         generator = torch.Generator(device=device).manual_seed(seed + index)
+        block = stream_block(history, curve) if curve is not None and sampling.greedy else None
+        chain = [target] if block is None else [target, NGramSimpleMember(target.valid_vocab_size, size_n=SIZE_N)]
         result = generate(
-            [target], list(prompt), max_new_tokens=new_tokens, sampling=sampling, generator=generator,
-            eos_token_id=stop_token_ids(target),
+            chain, list(prompt), max_new_tokens=new_tokens, block_sizes=() if block is None else (block,), sampling=sampling,
+            generator=generator, eos_token_id=stop_token_ids(target),
         )
         more = _greedy_on(target, list(prompt) + list(result.token_ids), past) if past and sampling.greedy else ()
-        streams.append(Continuation(tuple(result.token_ids), more))
+        streams.append(Continuation(tuple(result.token_ids), more, block))
+        history.append(TargetStream(len(prompt), tuple(prompt) + tuple(result.token_ids)))
     return tuple(streams)
 
 

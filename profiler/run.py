@@ -23,7 +23,7 @@ import numpy as np
 import torch
 
 from polyplan.formats.errors import PolyplanError
-from polyplan.planner.exact.latency import curve_from_profile
+from polyplan.planner.exact.latency import LatencyCurve, curve_from_profile
 from polyplan.planner.exact.ngram_replay import chain_rounds
 from polyplan.planner.exact.pair_bound import PairBound, bounded_pairs, pair_bound
 from polyplan.planner.intervals.sequential import Resolution, prompt_rounds
@@ -739,13 +739,20 @@ class _Run:
         if len(done) < len(self.prompts):
             acceptance = self.settings.acceptance
             past = self._past_tokens(temperature)
+            earlier = [TargetStream(len(prompt), tuple(prompt) + tuple(ids)) for prompt, ids in zip(self.prompts, done)]
             streams = target_continuations_past(
                 self.target.member, self.prompts[len(done):], new_tokens=acceptance.new_tokens, temperature=temperature,
-                seed=acceptance.seed + len(done), past=past)
+                seed=acceptance.seed + len(done), past=past, curve=self._target_curve(), earlier=earlier)
             self.continuations[temperature] = done + tuple(stream.continuation for stream in streams)
             if past:
                 self.tails.update({len(done) + index: stream.past for index, stream in enumerate(streams)})
         return self.continuations[temperature][:len(self.prompts)]
+
+    def _target_curve(self) -> LatencyCurve | None:
+        """The target's latency curve where this run has it (it decides whether the target's greedy
+        streams are decoded speculatively, `profiler.stream_drafting`); None: they are decoded plainly."""
+        entry = next((m for m in self.profile.models if m.name == self.target.name), None)
+        return curve_from_profile(entry) if entry is not None and entry.latency else None
 
     def _past_tokens(self, temperature: float) -> int:
         """How many of the target's greedy tokens past each continuation are read, with it and in
