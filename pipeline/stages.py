@@ -198,6 +198,8 @@ def profile_candidates(
         fitted = fitted[:outcome.prompts] if 0 < outcome.prompts < len(fitted) else fitted  # a budget or the rule may take a prefix
         for line in outcome.budget_lines():
             log(line)
+        if outcome.streams_line() is not None:
+            log(outcome.streams_line())
         if outcome.sequential is not None:
             log(outcome.sequential.line())
         for line in outcome.bounded:

@@ -40,6 +40,7 @@ from polyplan.decoder.ngram_simple import NGramSimpleMember
 from polyplan.profiler.entries import decoded_entry, model_entry, ngram_simple_size, refresh_warnings, sampling_entry
 from polyplan.models.hashing import fingerprint_settings, fingerprint_tokens
 from polyplan.profiler.forward_timing import measure_latencies
+from polyplan.profiler.stream_drafting import MIN_GAIN as STREAM_MIN_GAIN
 from polyplan.profiler.locks import profile_lock, timing_lock
 from polyplan.formats.outputs import check_output_file
 from polyplan.models.fingerprints import ProfiledModel
@@ -135,6 +136,22 @@ class ProfileOutcome:
     skipped: tuple[SkippedMeasurement, ...] = ()  # what the budget left out
     bounded: tuple[str, ...] = ()  # the pairs measured briefly because they cannot pay, each with why
     sequential: SequentialRun | None = None  # where sequential measuring stopped (None: it was not asked for)
+    # the block size each greedy stream this run decoded was drafted at (`profiler.stream_drafting`; None: plainly)
+    stream_blocks: tuple[int | None, ...] = ()
+
+    def streams_line(self) -> str | None:
+        """One line for the log on how the target's greedy streams were decoded (None: this run decoded none)."""
+        if not self.stream_blocks:
+            return None
+        drafted = sorted({block for block in self.stream_blocks if block is not None})
+        if not drafted:
+            return (f"the target's greedy streams: {len(self.stream_blocks)} decoded plainly "
+                    f"(prompt lookup would not have gained {STREAM_MIN_GAIN - 1:.0%} on the streams before each)")
+        count = sum(block is not None for block in self.stream_blocks)
+        sizes = ("block size " if len(drafted) == 1 else "block sizes ") + ", ".join(str(block) for block in drafted)
+        rest = "" if count == len(self.stream_blocks) else ", the others plainly"
+        return (f"the target's greedy streams: {count} of {len(self.stream_blocks)} decoded speculatively with prompt lookup "
+                f"({sizes}: the same tokens, sooner){rest}")
 
     @property
     def prompts(self) -> int:
@@ -219,7 +236,8 @@ def profile_checked_models(
     return ProfileOutcome(run.profile, out, tuple(run.measured), tuple(run.reused), time.perf_counter() - started, phases,
                           run.greedy_reads(), tuple(run.bounds.values()), run.budget_plan, tuple(run.skipped),
                           tuple(why if why.startswith(f"{v} <- {d}") else f"{v} <- {d}: {why}"
-                                for (v, d), why in run.moot.items() if run.is_bounded(v, d)), run.sequential)
+                                for (v, d), why in run.moot.items() if run.is_bounded(v, d)), run.sequential,
+                          tuple(run.stream_blocks))
 
 
 # --------------------------------------------------------------------------- the run
@@ -259,6 +277,7 @@ class _Run:
         self.decoded_prompts_fingerprint = fingerprint_tokens(self.decoded_prompts)
         self.stream = token_stream(self.prompts, settings.latency.tokens_needed)
         self.continuations: dict[float, tuple[tuple[int, ...], ...]] = {}
+        self.stream_blocks: list[int | None] = []  # per greedy stream decoded by this run, its drafted block size
         self.forced: dict[tuple[float, str], TeacherForced] = {}
         self.bounds: dict[tuple[str, str], PairBound] = {}  # filled once the latency curves are in
         self.moot: dict[tuple[str, str], str] = {}  # the pairs measured briefly, with why
@@ -744,6 +763,8 @@ class _Run:
                 self.target.member, self.prompts[len(done):], new_tokens=acceptance.new_tokens, temperature=temperature,
                 seed=acceptance.seed + len(done), past=past, curve=self._target_curve(), earlier=earlier)
             self.continuations[temperature] = done + tuple(stream.continuation for stream in streams)
+            if temperature == 0.0:
+                self.stream_blocks.extend(stream.block for stream in streams)
             if past:
                 self.tails.update({len(done) + index: stream.past for index, stream in enumerate(streams)})
         return self.continuations[temperature][:len(self.prompts)]

@@ -694,3 +694,13 @@ def test_a_plan_decodes_a_pair_only_until_a_run_confirms_its_teacher_forced_mu(m
         left = [label for label in counter.reused if label.startswith(f"decoded target <- {drafter}") and "confirmed" in label]
         assert len(left) == (1 if confirms else 0)
     assert not [call for call in calls if call[0] != "target"]  # under the early exit: left out (the test above)
+
+
+def test_a_run_records_how_it_decoded_each_greedy_stream(models, tmp_path):
+    """One entry per prompt's greedy stream (`profiler.stream_drafting`): the first plainly, since
+    no stream before it says whether prompt lookup pays; a rerun decodes none."""
+    out = tmp_path / "p.json"
+    outcome = profile_models(models, _prompts(), out, SETTINGS)
+    assert len(outcome.stream_blocks) == 4 and outcome.stream_blocks[0] is None
+    assert outcome.streams_line().startswith("the target's greedy streams: ")
+    assert profile_models(models, _prompts(), out, SETTINGS).stream_blocks == ()

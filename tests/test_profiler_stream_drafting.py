@@ -94,3 +94,18 @@ def test_sampled_streams_are_never_drafted():
     control: list[int] = []
     again = target_continuations_past(_target(control), prompts, new_tokens=16, temperature=1.0, seed=0)
     assert sampled == again and widths == control and all(s.block is None for s in sampled)
+
+
+def test_the_log_line_says_how_many_streams_were_drafted_and_at_which_block_sizes():
+    from pathlib import Path
+
+    from polyplan.profiler.run import ProfileOutcome
+
+    def line(blocks):
+        return ProfileOutcome(None, Path("p.json"), (), (), 0.0, None, stream_blocks=blocks).streams_line()
+
+    assert line(()) is None  # this run decoded no stream (all reused)
+    assert line((None, 16, 12, 16)) == ("the target's greedy streams: 3 of 4 decoded speculatively with prompt lookup "
+                                        "(block sizes 12, 16: the same tokens, sooner), the others plainly")
+    assert line((None, None)) == ("the target's greedy streams: 2 decoded plainly "
+                                  "(prompt lookup would not have gained 10% on the streams before each)")
