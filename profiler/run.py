@@ -40,7 +40,6 @@ from polyplan.decoder.ngram_simple import NGramSimpleMember
 from polyplan.profiler.entries import decoded_entry, model_entry, ngram_simple_size, refresh_warnings, sampling_entry
 from polyplan.models.hashing import fingerprint_settings, fingerprint_tokens
 from polyplan.profiler.forward_timing import measure_latencies
-from polyplan.profiler.stream_drafting import MIN_GAIN as STREAM_MIN_GAIN
 from polyplan.profiler.locks import profile_lock, timing_lock
 from polyplan.formats.outputs import check_output_file
 from polyplan.models.fingerprints import ProfiledModel
@@ -140,18 +139,16 @@ class ProfileOutcome:
     stream_blocks: tuple[int | None, ...] = ()
 
     def streams_line(self) -> str | None:
-        """One line for the log on how the target's greedy streams were decoded (None: this run decoded none)."""
-        if not self.stream_blocks:
+        """A note for the log on the target's greedy streams this run decoded speculatively (None:
+        it drafted none, so they were decoded as always)."""
+        count = sum(block is not None for block in self.stream_blocks)
+        if not count:
             return None
         drafted = sorted({block for block in self.stream_blocks if block is not None})
-        if not drafted:
-            return (f"the target's greedy streams: {len(self.stream_blocks)} decoded plainly "
-                    f"(prompt lookup would not have gained {STREAM_MIN_GAIN - 1:.0%} on the streams before each)")
-        count = sum(block is not None for block in self.stream_blocks)
         sizes = ("block size " if len(drafted) == 1 else "block sizes ") + ", ".join(str(block) for block in drafted)
         rest = "" if count == len(self.stream_blocks) else ", the others plainly"
-        return (f"the target's greedy streams: {count} of {len(self.stream_blocks)} decoded speculatively with prompt lookup "
-                f"({sizes}: the same tokens, sooner){rest}")
+        return (f"note: the target's greedy streams: {count} of {len(self.stream_blocks)} decoded speculatively with prompt "
+                f"lookup ({sizes}: the same tokens, sooner){rest}")
 
     @property
     def prompts(self) -> int:

@@ -105,7 +105,6 @@ def test_the_log_line_says_how_many_streams_were_drafted_and_at_which_block_size
         return ProfileOutcome(None, Path("p.json"), (), (), 0.0, None, stream_blocks=blocks).streams_line()
 
     assert line(()) is None  # this run decoded no stream (all reused)
-    assert line((None, 16, 12, 16)) == ("the target's greedy streams: 3 of 4 decoded speculatively with prompt lookup "
+    assert line((None, None)) is None  # none drafted: decoded as always, nothing to say
+    assert line((None, 16, 12, 16)) == ("note: the target's greedy streams: 3 of 4 decoded speculatively with prompt lookup "
                                         "(block sizes 12, 16: the same tokens, sooner), the others plainly")
-    assert line((None, None)) == ("the target's greedy streams: 2 decoded plainly "
-                                  "(prompt lookup would not have gained 10% on the streams before each)")
