@@ -198,8 +198,9 @@ def profile_candidates(
         fitted = fitted[:outcome.prompts] if 0 < outcome.prompts < len(fitted) else fitted  # a budget or the rule may take a prefix
         for line in outcome.budget_lines():
             log(line)
-        if outcome.streams_line() is not None:
-            log(outcome.streams_line())
+        streams = outcome.streams_line()
+        if streams is not None:
+            log(streams)
         if outcome.sequential is not None:
             log(outcome.sequential.line())
         for line in outcome.bounded:

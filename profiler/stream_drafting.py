@@ -4,9 +4,9 @@ Measuring acceptance starts with the target continuing every prompt greedily, on
 on a 1.5B model that is most of a plan's measuring. Greedy speculative decoding emits exactly the
 target's argmax at every position, so the same streams can be decoded faster with a drafter that
 costs nothing: `ngram-simple` (prompt lookup, `decoder.ngram_simple`), which drafts only where the
-stream repeats itself. Whether that pays depends on the machine (a k-token pass costs 3.5 target
-steps at k = 16 on one Intel Xeon, 8.8 on an AMD EPYC) and on the workload (code repeats itself,
-chat rarely), and both are known before a prompt is decoded: the target's latency curve is timed
+stream repeats itself. Whether that pays depends on the machine (what a k-token pass costs in
+target steps differs several-fold between CPUs) and on the workload (code repeats itself, chat
+rarely), and both are known before a prompt is decoded: the target's latency curve is timed
 first, and every stream decoded so far replays exactly under any block size
 (`planner.exact.ngram_replay.chain_rounds`). So each prompt is decoded at the block size that
 would have been fastest on the streams before it, or plainly where none gains `MIN_GAIN`
@@ -28,8 +28,8 @@ from polyplan.planner.exact.ngram_replay import chain_rounds
 STREAM_BLOCKS = (3, 4, 6, 8, 12, 16)  # block sizes tried on the streams so far (ngram-simple drafts >= SIZE_N tokens)
 SIZE_N = 3  # tokens an `ngram-simple` lookup matches (polyplan's member's default)
 # The replayed gain a block size must promise before a stream is decoded with it: the replay
-# prices the target's passes only, and the decoding loop's own cost per round (under a
-# millisecond) is a few percent of a small model's step.
+# prices the target's passes only, and the decoding loop's own cost per round is a few percent of
+# a small model's step.
 MIN_GAIN = 1.10
 
 
