@@ -5,18 +5,21 @@ for all k rows of logits, as a verification does; the cache is cropped back outs
 region. Block sizes are interleaved within each round, warm-up rounds are never timed, the garbage
 collector is paused and the device synchronised around each pass. Each round also times a fixed
 *reference workload*, the machine's noise floor; while it is noisier than `max_noise`, more rounds
-are timed within a budget. Each point keeps the median and IQR inside Tukey's far-out fences
+are timed within a budget, unless the models' own timings show the floor overstating their noise
+(`medians_settled`). Each point keeps the median and IQR inside Tukey's far-out fences
 (`profiler.stats.robust_spread`). docs/profiling.md, "What it measures".
 """
 
 from __future__ import annotations
 
 import gc
+import math
 import time
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 
+import numpy as np
 import torch
 
 from polyplan.decoder.member import ChainMember
@@ -27,6 +30,10 @@ from polyplan.profiler.threads import available_cpus, machine_load
 _DEFAULT_KS = (1, 2, 3, 4, 6, 8, 12, 16)
 DEFAULT_CONTEXT_LENGTHS = (128, 384)
 _MAX_ROUNDS_FACTOR = 10  # extra rounds for a noisy floor stop at this many times the planned repeats, budget or not
+# The floor stands for the models' own noise only while it is about as noisy as they are: where its
+# IQR/median is more than this many times the noisiest model's, the models' own spread judges the
+# extra rounds (`medians_settled`; docs/profiling.md, "What the floor measures").
+FLOOR_OVERSTATES = 3.0
 # Timed prefills stop early, once at least two are timed, when they add up to this many seconds: a
 # prefill that long varies by a few percent, and more repeats of a large model's long prefill cost
 # tens of seconds that buy nothing the two-pass mean lacks (docs/profiling.md, "What it measures").
@@ -44,7 +51,9 @@ class LatencySettings:
         prefill_repeats: timed prefills per context length (after one untimed prefill), at most:
             they stop at two once those add up to `_PREFILL_ENOUGH_S` seconds.
         max_noise: the largest acceptable IQR/median of the reference workload; above it,
-            more rounds are timed, for at most `noise_budget_s` extra seconds per context length.
+            more rounds are timed, for at most `noise_budget_s` extra seconds per context length,
+            unless the floor overstates the models' own noise and their medians are already as
+            precise as `repeats` rounds at `max_noise` make them (`medians_settled`).
     """
 
     ks: tuple[int, ...] = _DEFAULT_KS
@@ -95,7 +104,7 @@ class PrefillTiming:
 class LatencyMeasurement:
     """Every timed point of one member, its prefill times, and the reference workload's
     timings taken in the same rounds (None when not measured). `budget_exhausted`: the floor
-    was still above `max_noise` when the extra rounds' budget ran out."""
+    was still above `max_noise`, and the medians not settled, when the extra rounds' budget ran out."""
 
     points: tuple[TimedPoint, ...]
     prefill: tuple[PrefillTiming, ...]
@@ -246,7 +255,7 @@ def _time_steps(members, streams, context, settings, syncs, clock, workload) -> 
     """Each member's cache holds `context` tokens on entry (the prefill); times forward passes of
     k tokens, member after member within a round (rotated), and the reference `workload` once
     per round; after `settings.repeats` rounds, goes on while the floor is noisier than
-    `settings.max_noise` and the budget lasts. Returns (per member: seconds per k, reference
+    `settings.max_noise`, the medians are not settled (`medians_settled`) and the budget lasts. Returns (per member: seconds per k, reference
     seconds, whether the budget ran out with the floor still noisy)."""
     for member, stream in zip(members, streams):
         if member.cache_length != context:
@@ -258,7 +267,10 @@ def _time_steps(members, streams, context, settings, syncs, clock, workload) -> 
     rewarm = len(members) > 1
     while True:
         if round_index >= settings.warmup + settings.repeats:
-            if not robust_spread(reference).relative_iqr > settings.max_noise:  # NaN (a zero median): stop
+            floor = robust_spread(reference).relative_iqr
+            if not floor > settings.max_noise:  # NaN (a zero median): stop
+                return samples, reference, False
+            if medians_settled(samples, floor, settings.max_noise, settings.repeats):
                 return samples, reference, False
             if round_index >= settings.warmup + _MAX_ROUNDS_FACTOR * settings.repeats:
                 return samples, reference, True
@@ -282,6 +294,34 @@ def _time_steps(members, streams, context, settings, syncs, clock, workload) -> 
         syncs[0]()
         if timed:
             reference.append(clock() - began)
+
+
+def medians_settled(samples: Sequence[dict[int, list[float]]], floor: float, max_noise: float, repeats: int) -> bool:
+    """Whether a noisy floor's extra rounds can stop because the models' own timings say they buy
+    nothing: each model's noise is the median over its k of the timings' IQR/median, weighted by its
+    step against the slowest model's (a rule drafter's microseconds of jitter move no chain's cost);
+    where the floor (`floor`, its IQR/median) is more than `FLOOR_OVERSTATES` times the largest of
+    those, it is not measuring what the models meet, and the rounds stop once that noise over the
+    rounds taken is no more than `max_noise` over `repeats` rounds: a median's standard error
+    shrinks as one over the square root of its samples, so the medians are then at least as precise
+    as the planned rounds make them on a machine at the acceptable noise. `samples`: per model,
+    seconds per k, every model timed the same rounds."""
+    if not samples or not samples[0]:
+        return False
+    smallest = min(samples[0])
+    rounds = len(samples[0][smallest])
+    if rounds < 2:
+        return False
+    steps = [float(np.median(member[min(member)])) for member in samples]
+    slowest = max(steps)
+    if not slowest > 0:
+        return False
+    noises = [step / slowest * float(np.median([robust_spread(times).relative_iqr for times in member.values()]))
+              for step, member in zip(steps, samples)]
+    if not all(math.isfinite(noise) for noise in noises):
+        return False
+    noise = max(noises)
+    return floor > FLOOR_OVERSTATES * noise and noise * math.sqrt(repeats / rounds) <= max_noise
 
 
 def timed_pass(member: ChainMember, new_ids: torch.Tensor, sync: Callable[[], None],
