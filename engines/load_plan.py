@@ -265,7 +265,8 @@ def _loaded_json(config: LoadedConfig) -> dict:
     return {"label": config.label, "flags": list(config.flags), "clients": config.clients, "predicted_speedup": config.speedup,
             "interval": None if config.interval is None else list(config.interval),
             "workload_interval": None if config.workload_interval is None else list(config.workload_interval),
-            "tokens_per_s": config.tokens_per_s, "request_tokens_per_s": config.request_tokens_per_s, "note": config.note or None}
+            "tokens_per_s": config.tokens_per_s, "request_tokens_per_s": config.request_tokens_per_s,
+            "overlap": config.overlap, "note": config.note or None}
 
 
 def load_json(export: EngineExport, plan: LoadPlan) -> dict:

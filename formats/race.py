@@ -251,6 +251,8 @@ class LoadRow:
     predicted_speedup: float | None = None
     predicted_interval: tuple[float, float] | None = None
     predicted_tokens_per_s: float | None = None
+    predicted_request_tokens_per_s: float | None = None
+    predicted_overlap: float | None = None  # requests decoding at once in the simulation (None: not simulated)
     race_priced: float | None = None  # the same prediction priced on this race's own answers (the split)
     chosen: bool = False  # the plan's choice at these clients
     server_spread: float = 0.0  # the control's offset at these clients
@@ -276,6 +278,26 @@ class LoadRow:
 
     def judgement(self) -> str:
         return self.judged().judgement().replace("exported", "the plan's choice")
+
+    @property
+    def overlap(self) -> float | None:
+        """Requests decoding at once, measured: per repeat, the requests' decode seconds over the
+        union of their decode intervals (`timeline`), the mean over repeats; None without a timeline.
+        Beside `predicted_overlap` it says whether an aggregate's error is the requests' own speed
+        or how they overlapped."""
+        repeats = sorted({span.repeat for span in self.timeline})
+        values = []
+        for repeat in repeats:
+            intervals = sorted((span.decode_start_s, span.end_s) for span in self.timeline
+                               if span.repeat == repeat and span.end_s > span.decode_start_s)
+            union, reached = 0.0, -math.inf
+            for began, ended in intervals:
+                if ended > reached:
+                    union += ended - max(began, reached)
+                    reached = ended
+            if union > 0:
+                values.append(sum(ended - began for began, ended in intervals) / union)
+        return sum(values) / len(values) if values else None
 
     @property
     def race_priced_error(self) -> float | None:

@@ -36,7 +36,7 @@ def test_profile_lines_one_per_measured_entry_with_the_mean_entry_time_left():
     progress.done(Step("alpha", "alpha target <- small [greedy]"), reused=False)
     assert lines == [
         "[polyplan] profile: timing the models' latency curves together, round by round (a noisy machine floor repeats "
-        "rounds, up to the noise budget)",  # the joint timing says it began
+        "rounds, up to the noise budget, unless the models' own timings are steady)",  # the joint timing says it began
         "[polyplan] profile 1/5 (latency target) done, 12s elapsed, ~40s left",  # 10 s a entry, 4 left
         "[polyplan] profile 3/5 (alpha target <- small [greedy]) done, 42s elapsed, ~40s left",  # 20 s, 2 left
     ]

@@ -14,6 +14,7 @@ on a tiny GGUF.
 from __future__ import annotations
 
 import dataclasses
+import json
 import math
 import os
 import statistics
@@ -276,6 +277,7 @@ class FakeLoaded:
     tokens_per_s: float = 10.0
     request_tokens_per_s: float = 5.0
     note: str = ""
+    overlap: float | None = None
 
 
 @dataclass(frozen=True)
@@ -335,6 +337,34 @@ def test_each_row_is_judged_at_its_clients_and_the_plans_choice_against_the_fast
     payload = load_race_json(race_of(rows, levels))
     assert payload["format"] == "polyplan load race" and payload["levels"][1]["choice"] == "slower"
     assert {row["verdict"] for row in payload["rows"] if row["label"] == "ngram-mod (defaults)"} == {"inside", "outside"}
+
+
+def test_a_rows_overlap_is_measured_from_its_timeline_beside_the_simulations(tmp_path):
+    """Per repeat, the requests' decode seconds over the union of their decode intervals, the
+    mean over repeats: [0, 2] and [1, 3] overlap 4/3, two identical spans 2, disjoint ones 1;
+    no timeline, None. The table prints it with the simulation's in brackets; the JSON keeps both."""
+    from polyplan.formats.race import LoadRow, RequestSpan, read_load_race_file
+    from polyplan.planner.llama_cpp.ranking import OFF
+
+    def span(repeat, began, ended):
+        return RequestSpan(repeat, 0, 0, began - 0.1, began, ended, 10)
+
+    row = LoadRow("x", 2, timeline=(span(0, 0.0, 2.0), span(0, 1.0, 3.0), span(1, 0.0, 1.0), span(1, 0.0, 1.0)))
+    assert row.overlap == pytest.approx((4 / 3 + 2.0) / 2)
+    assert LoadRow("x", 2, timeline=(span(0, 0.0, 1.0), span(0, 2.0, 3.0))).overlap == pytest.approx(1.0)
+    assert LoadRow("x", 2).overlap is None
+    configs = [Contender(TARGET_ONLY), Contender(CONTROL)]
+    rankings = {2: FakeRanking(2, (FakeLoaded(OFF, (), 2, 1.0, (1.0, 1.0), overlap=1.9),),
+                               FakeLoaded(OFF, (), 2, 1.0, (1.0, 1.0), overlap=1.9), 2.0)}
+    rows, levels = load_rows(configs, measured_runs({TARGET_ONLY: [1, 1], CONTROL: [1.0, 1.0]}, 2), {}, (2,), rankings)
+    target = next(row for row in rows if row.label == TARGET_ONLY)
+    assert target.predicted_overlap == 1.9 and target.predicted_request_tokens_per_s == 5.0
+    text = "\n".join(load_race_lines(race_of(rows, levels)))
+    assert "overlap (pred)" in text and f"{target.overlap:.2f} (1.90)" in text
+    path = tmp_path / "race.json"
+    path.write_text(json.dumps(load_race_json(race_of(rows, levels))))
+    again = next(row for row in read_load_race_file(path).rows if row.label == TARGET_ONLY)
+    assert again.predicted_overlap == 1.9 and again.overlap == pytest.approx(target.overlap)
 
 
 def test_the_races_answers_are_the_target_alones_at_its_fewest_clients_in_the_prompts_order():

@@ -170,6 +170,35 @@ def test_two_slots_by_hand_one_whose_ngram_found_nothing():
     assert alone.union_s / run.union_s == pytest.approx(0.075 / 0.0554, rel=1e-9)
 
 
+def test_the_overlap_is_the_requests_decode_seconds_over_their_union():
+    """The hand case: request 0 decodes in iterations 2-3, request 1 in 2-4, so on average
+    (2 + 3 iterations' seconds) / (3 iterations' seconds) requests decode at once; one client
+    decodes one request at a time (overlap 1 exactly); the target alone at two slots overlaps
+    more than the n-gram run, whose requests end apart."""
+    step = _linear(0.01, 0.002)
+    requests = [(ReplayRound(2, 2), ReplayRound(2, 1)), (ReplayRound(0, 0),) * 3]
+    run = simulate_load(requests, (0, 1), (3, 2), 2, step, HAND_LOOP)
+    assert run.overlap == pytest.approx(sum(run.decode_s) / run.union_s, rel=1e-12)
+    assert 1.0 < run.overlap < 2.0
+    assert simulate_load(requests, (0, 1), (3, 2), 1, step, HAND_LOOP).overlap == pytest.approx(1.0, rel=1e-12)
+    even = [(ReplayRound(0, 0),) * 4] * 2  # two requests of equal length, prompts of one row: always together
+    assert simulate_load(even, (0, 1), (1, 1), 2, step, HAND_LOOP, TARGET_ALONE).overlap == pytest.approx(2.0, rel=1e-12)
+
+
+def test_every_ranked_row_says_its_overlap_where_it_was_simulated(captured):
+    """Replayed rows and the target alone carry the simulation's overlap (1 at one request, more
+    at four); a draft model's row, priced on loaded curves without a simulation, says None."""
+    options, request = captured["args"]
+    one, four = rank_under_load(options, request, (1, 4))
+    for ranking in (one, four):
+        replayed = [config for config in ranking.configs if config.note.startswith("replayed")]
+        assert replayed and all(config.overlap is not None for config in replayed)
+        assert ranking.config(OFF).overlap is not None
+        assert all(config.overlap is None for config in ranking.configs if config.label.startswith("draft-simple"))
+    assert all(config.overlap == pytest.approx(1.0, rel=1e-9) for config in one.configs if config.overlap is not None)
+    assert 1.0 < four.config(OFF).overlap <= 4.0
+
+
 def test_a_slots_round_cost_calibrated_at_two_slots_is_charged_where_two_decode_together():
     """The hand case with a slot's round at 0.3 ms when two slots decode together: the second and
     third iterations charge it to each slot, the fourth (request 1 alone) the one-slot 1 ms."""

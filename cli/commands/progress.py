@@ -140,7 +140,7 @@ class ProfileLines(_Lines):
         self.since = self.clock()
         if step.kind == "latency":
             self.write(f"{_PREFIX} profile: timing the models' latency curves together, round by round (a noisy machine "
-                       "floor repeats rounds, up to the noise budget)")
+                       "floor repeats rounds, up to the noise budget, unless the models' own timings are steady)")
 
     def done(self, step, reused: bool) -> None:
         now = self.clock()

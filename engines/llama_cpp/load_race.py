@@ -240,6 +240,8 @@ def _row(config: Contender, clients: int, runs: Sequence[LoadRun], failure: str 
     known = dict(predicted_speedup=None if predicted is None else predicted.speedup,
                  predicted_interval=None if predicted is None else predicted.interval,
                  predicted_tokens_per_s=None if predicted is None else predicted.tokens_per_s,
+                 predicted_request_tokens_per_s=None if predicted is None else predicted.request_tokens_per_s,
+                 predicted_overlap=None if predicted is None else predicted.overlap,
                  chosen=predicted is not None and ranking is not None and config.label != CONTROL
                  and tuple(predicted.flags) == tuple(ranking.chosen.flags) and config.args != ("--spec-default",),
                  unjudged=None if predicted is not None else UNMATCHED if ranking is not None else UNPREDICTED)
@@ -599,20 +601,26 @@ def load_race_lines(race: LoadRace) -> list[str]:
              *[line for line in (race.note("requests"), race.note("measures"), race.note("prediction")) if line]]
     for level in race.levels:
         lines += ["", f"{level.clients} client(s):",
-                  f"{'configuration':44s} {'agg tok/s':>13s} {'req tok/s':>13s} {'first tok s':>13s} {'speedup':>14s}  "
-                  f"predicted [interval] (error, verdict)"]
+                  f"{'configuration':44s} {'agg tok/s':>13s} {'req tok/s':>13s} {'first tok s':>13s} {'overlap (pred)':>14s} "
+                  f"{'speedup':>14s}  predicted [interval] (error, verdict)"]
         for row in race.at(level.clients):
             if row.failure is not None:
                 lines.append(f"{row.label:44s} {row.failure}; predicted {row.judgement()}")
                 continue
             lines.append(f"{row.label:44s} {_pm(row.tokens_per_s, row.tokens_per_s_sd, 1):>13s} "
                          f"{_pm(row.request_tokens_per_s, row.request_tokens_per_s_sd, 1):>13s} "
-                         f"{_pm(row.first_token_s, row.first_token_s_sd, 3):>13s} "
+                         f"{_pm(row.first_token_s, row.first_token_s_sd, 3):>13s} {_overlap(row):>14s} "
                          f"{row.speedup:7.2f}x ±{row.speedup_sd:4.2f}  {row.judgement()}")
         lines += _level_lines(level, race.at(level.clients))
     lines += split_lines(race.rows)
     lines.append(f"\nserver logs: {about.get('logs')}")
     return lines
+
+
+def _overlap(row: LoadRow) -> str:
+    """`LoadRow.overlap` measured, with the simulation's in brackets where there is one."""
+    measured = "-" if row.overlap is None else f"{row.overlap:.2f}"
+    return measured + ("" if row.predicted_overlap is None else f" ({row.predicted_overlap:.2f})")
 
 
 def split_lines(rows: Sequence[LoadRow]) -> list[str]:

@@ -79,6 +79,7 @@ class LoadedConfig:
     tokens_per_s: float  # predicted aggregate decode tokens/s
     request_tokens_per_s: float  # predicted mean per-request decode speed
     note: str = ""
+    overlap: float | None = None  # simulated requests decoding at once (`LoadRun.overlap`); None: not simulated
 
     @property
     def low(self) -> float:
@@ -177,6 +178,14 @@ class LoadRun:
         """Mean over requests of decoded tokens / decode seconds (requests that decoded any)."""
         speeds = [tokens / seconds for tokens, seconds in zip(self.tokens, self.decode_s) if tokens and seconds > 0]
         return float(np.mean(speeds)) if speeds else 0.0
+
+    @property
+    def overlap(self) -> float:
+        """Requests decoding at once, on average: their decode seconds over the union of their
+        decode intervals (B while every slot decodes; less where a slot waits on a prompt or the
+        load's tail runs with fewer). A race's timeline gives the measured one
+        (`formats.race.LoadRow.overlap`)."""
+        return sum(self.decode_s) / self.union_s if self.union_s > 0 else 0.0
 
     def widest(self) -> int:
         return max((width for _, width in self.counts), default=1)
@@ -628,23 +637,24 @@ class _Ranker:
 
     # -- one count
 
-    def target_speed(self, clients: int) -> tuple[float, float]:
-        """The target alone's (aggregate, per-request) decode tokens/s at `clients`: simulated
-        over the workload in its own order where there are streams, else on the loaded curve."""
+    def target_speed(self, clients: int) -> tuple[float, float, float | None]:
+        """The target alone's (aggregate, per-request) decode tokens/s at `clients`, and its
+        overlap: simulated over the workload in its own order where there are streams, else on
+        the loaded curve (overlap None: not simulated)."""
         if self.replayed:
             run = self.run(self.replayed[0].sessions[0], clients, target=True)  # its tokens: every configuration's
-            return run.aggregate, run.per_request
+            return run.aggregate, run.per_request, run.overlap
         curve = self.request.pricing.target_curve
         aggregate = 1.0 / (curve(clients) / clients + self.loop.per_round_at(clients))
-        return aggregate, aggregate / clients
+        return aggregate, aggregate / clients, None
 
     def rank(self, clients: int) -> LoadRanking:
         rows, speeds = [], {}
-        target_aggregate, target_request = self.target_speed(clients)
+        target_aggregate, target_request, target_overlap = self.target_speed(clients)
         for item in self.replayed:
             row, run = self.replayed_row(item, clients)
             rows.append(row)
-            speeds[row.label] = (run.aggregate, run.per_request)
+            speeds[row.label] = (run.aggregate, run.per_request, run.overlap)
         for label, flags, option in self.by_alpha:
             rows.append(self.alpha_row(label, flags, option, clients))
         for item in self.drafted:
@@ -653,9 +663,11 @@ class _Ranker:
         chosen = choose_config(order)
         configs = []
         for row in order:
-            aggregate, per_request = speeds.get(row.label, (row.speedup * target_aggregate, row.speedup * target_request))
+            off = (target_aggregate, target_request, target_overlap) if row.label == OFF else None
+            aggregate, per_request, overlap = speeds.get(row.label, off or (row.speedup * target_aggregate,
+                                                                           row.speedup * target_request, None))
             configs.append(LoadedConfig(row.label, row.flags, clients, row.speedup, row.interval, row.workload_interval,
-                                        aggregate, per_request, row.note))
+                                        aggregate, per_request, row.note, overlap))
         limit, _ = load_limit(self.request.pricing.target_curve, clients, self.request.k_max, self.loop)
         chosen_row = next(config for config in configs if config.label == chosen.label)
         return LoadRanking(clients, tuple(configs), chosen_row, limit, target_aggregate, tuple(self.notes))
