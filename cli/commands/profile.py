@@ -73,7 +73,8 @@ def profile(
     ] = 0.10,
     noise_budget: Annotated[float, typer.Option(
         "--noise-budget", help="Extra seconds per context length for more rounds while the floor is above "
-        "--max-noise (0: never; when it runs out the profile and the plan say so).")] = 20.0,
+        "--max-noise, unless the models' own timings show it overstating their noise (0: never; when it runs out "
+        "the profile and the plan say so).")] = 20.0,
     device: Annotated[Optional[str], typer.Option("--device", help="Put every model on this device (default: as in models.yaml).")] = None,
     threads: Annotated[Optional[int], typer.Option(
         "--threads", help="torch CPU threads (default: as --out was measured, else the machine's free cores at "
