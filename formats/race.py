@@ -206,6 +206,17 @@ LOAD_FORMAT = "polyplan load race"
 LOAD_VERSION = 1
 
 
+def union_seconds(intervals: Sequence[tuple[float, float]]) -> float:
+    """The length of the union of `intervals` ((start, end) each) on one clock."""
+    total, reach = 0.0, -math.inf
+    for start, end in sorted(intervals):
+        if end <= reach:
+            continue
+        total += end - max(start, reach)
+        reach = end
+    return total
+
+
 @dataclass(frozen=True)
 class RequestSpan:
     """One request of a race under load, on its run's clock (seconds since the run began): when its
@@ -285,16 +296,11 @@ class LoadRow:
         union of their decode intervals (`timeline`), the mean over repeats; None without a timeline.
         Beside `predicted_overlap` it says whether an aggregate's error is the requests' own speed
         or how they overlapped."""
-        repeats = sorted({span.repeat for span in self.timeline})
         values = []
-        for repeat in repeats:
-            intervals = sorted((span.decode_start_s, span.end_s) for span in self.timeline
-                               if span.repeat == repeat and span.end_s > span.decode_start_s)
-            union, reached = 0.0, -math.inf
-            for began, ended in intervals:
-                if ended > reached:
-                    union += ended - max(began, reached)
-                    reached = ended
+        for repeat in sorted({span.repeat for span in self.timeline}):
+            intervals = [(span.decode_start_s, span.end_s) for span in self.timeline
+                         if span.repeat == repeat and span.end_s > span.decode_start_s]
+            union = union_seconds(intervals)
             if union > 0:
                 values.append(sum(ended - began for began, ended in intervals) / union)
         return sum(values) / len(values) if values else None

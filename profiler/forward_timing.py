@@ -255,8 +255,9 @@ def _time_steps(members, streams, context, settings, syncs, clock, workload) -> 
     """Each member's cache holds `context` tokens on entry (the prefill); times forward passes of
     k tokens, member after member within a round (rotated), and the reference `workload` once
     per round; after `settings.repeats` rounds, goes on while the floor is noisier than
-    `settings.max_noise`, the medians are not settled (`medians_settled`) and the budget lasts. Returns (per member: seconds per k, reference
-    seconds, whether the budget ran out with the floor still noisy)."""
+    `settings.max_noise`, the medians are not settled (`medians_settled`) and the budget lasts.
+    Returns (per member: seconds per k, reference seconds, whether the budget ran out with the
+    floor still noisy)."""
     for member, stream in zip(members, streams):
         if member.cache_length != context:
             member.reset()

@@ -30,7 +30,7 @@ from polyplan.engines.llama_cpp.race_memory import GB, MemoryNeed, ModelMemory, 
 from polyplan.engines.llama_cpp.server import Completion, LlamaServer, slot_args
 from polyplan.engines.race import Contender
 from polyplan.formats.errors import PolyplanError
-from polyplan.formats.race import LoadLevel, LoadRace, LoadRow, RequestSpan, load_split
+from polyplan.formats.race import LoadLevel, LoadRace, LoadRow, RequestSpan, load_split, union_seconds
 
 SPEC_DEFAULT = "llama.cpp default (--spec-default)"
 SLOT_HEADROOM = 64  # tokens of a slot's context beyond the longest prompt and its new tokens (a last draft's)
@@ -118,17 +118,6 @@ def run_load(send: Callable[[Sequence[int]], Completion], prompts: Sequence[Sequ
         thread.join()
     return LoadRun(label, clients, repeat, tuple(sorted(done, key=lambda request: request.end_s)), group,
                    failures[0] if failures else None)
-
-
-def union_seconds(intervals: Sequence[tuple[float, float]]) -> float:
-    """The length of the union of `intervals` ((start, end) each) on one clock."""
-    total, reach = 0.0, -math.inf
-    for start, end in sorted(intervals):
-        if end <= reach:
-            continue
-        total += end - max(start, reach)
-        reach = end
-    return total
 
 
 def aggregate_tokens_per_s(requests: Sequence[LoadRequest]) -> float:

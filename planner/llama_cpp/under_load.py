@@ -649,8 +649,8 @@ class _Ranker:
         return aggregate, aggregate / clients, None
 
     def rank(self, clients: int) -> LoadRanking:
-        rows, speeds = [], {}
         target_aggregate, target_request, target_overlap = self.target_speed(clients)
+        rows, speeds = [], {OFF: (target_aggregate, target_request, target_overlap)}
         for item in self.replayed:
             row, run = self.replayed_row(item, clients)
             rows.append(row)
@@ -663,9 +663,8 @@ class _Ranker:
         chosen = choose_config(order)
         configs = []
         for row in order:
-            off = (target_aggregate, target_request, target_overlap) if row.label == OFF else None
-            aggregate, per_request, overlap = speeds.get(row.label, off or (row.speedup * target_aggregate,
-                                                                           row.speedup * target_request, None))
+            aggregate, per_request, overlap = speeds.get(row.label, (row.speedup * target_aggregate,
+                                                                    row.speedup * target_request, None))
             configs.append(LoadedConfig(row.label, row.flags, clients, row.speedup, row.interval, row.workload_interval,
                                         aggregate, per_request, row.note, overlap))
         limit, _ = load_limit(self.request.pricing.target_curve, clients, self.request.k_max, self.loop)
