@@ -71,21 +71,21 @@ def printed_flags() -> set[str]:
 
 def raced_configs():
     """The race's configurations for a plan with two GGUF drafters, the export ranking `small` best."""
-    from types import SimpleNamespace
 
     from polyplan.engines.llama_cpp.race import server_configs
     from polyplan.formats.candidates import parse_candidates
 
-    folder = Path(tempfile.mkdtemp(prefix="polyplan-race-"))
-    for name in ("big.gguf", "small.gguf"):
-        (folder / name).write_bytes(b"GGUF")  # the schema checks that they exist; nothing loads them
-    candidates = parse_candidates({"candidates": [
-        {"name": "big", "source": "big.gguf", "target": True, "engine": "llama.cpp"},
-        {"name": "small", "source": "small.gguf", "engine": "llama.cpp"},
-        {"name": "small-q4_0", "derive": {"from": "small", "quantize": "q4_0"}},
-        {"name": "ngram", "derive": {"kind": "ngram"}},
-    ]}, base_dir=folder)
-    return server_configs(None, fake_export(folder), candidates, {"small-q4_0": "small-q4_0.gguf"})
+    with tempfile.TemporaryDirectory(prefix="polyplan-race-") as name:
+        folder = Path(name)
+        for name in ("big.gguf", "small.gguf"):
+            (folder / name).write_bytes(b"GGUF")  # the schema checks that they exist; nothing loads them
+        candidates = parse_candidates({"candidates": [
+            {"name": "big", "source": "big.gguf", "target": True, "engine": "llama.cpp"},
+            {"name": "small", "source": "small.gguf", "engine": "llama.cpp"},
+            {"name": "small-q4_0", "derive": {"from": "small", "quantize": "q4_0"}},
+            {"name": "ngram", "derive": {"kind": "ngram"}},
+        ]}, base_dir=folder)
+        return server_configs(None, fake_export(folder), candidates, {"small-q4_0": "small-q4_0.gguf"})
 
 
 def fake_export(folder: Path, recommend_off: bool = False):
