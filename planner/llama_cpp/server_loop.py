@@ -68,16 +68,28 @@ class ServerLoop:
         draft model's round in `passes` passes (None: one per drafted token) with `draft_step`
         its last-row pass over k tokens through the bindings (required for a draft model);
         `slots`: the slots decoding in the same iteration (`per_round_at`)."""
-        extra = self.per_round_at(slots) + self.per_row_s * drafted
+        own = self.slot_share_s(drafted, kind, slots)
+        if kind != DRAFT_MODEL:
+            return own
+        if draft_step is None:
+            raise PolyplanError("server loop: a draft model's round needs the draft model's T_d(k)")
+        return own + self.draft_pass_s(draft_step) * (drafted if passes is None else passes) + self.reeval * draft_step(drafted + 1)
+
+    def slot_share_s(self, drafted: int, kind: str, slots: int = 1) -> float:
+        """What a round costs its own slot alone, whatever the other slots do: the per-round cost
+        at `slots` slots, its drafted rows' sampling, an n-gram type's call or a draft model's round
+        set-up; not a draft model's passes and second decode, which llama-server batches across
+        the slots (`round_s` adds them for one slot, the simulation under load for several)."""
+        own = self.per_round_at(slots) + self.per_row_s * drafted
         if kind == NGRAM:
-            return extra + self.per_ngram_round_s
+            return own + self.per_ngram_round_s
         if kind == DRAFT_MODEL:
-            if draft_step is None:
-                raise PolyplanError("server loop: a draft model's round needs the draft model's T_d(k)")
-            per_pass = draft_step(1) if self.per_draft_pass_s is None else self.per_draft_pass_s
-            return (extra + self.per_draft_round_s + per_pass * (drafted if passes is None else passes)
-                    + self.reeval * draft_step(drafted + 1))
-        return extra
+            return own + self.per_draft_round_s
+        return own
+
+    def draft_pass_s(self, draft_step: Callable[[int], float]) -> float:
+        """A draft model's one-row pass inside the server: the calibrated one, else the bindings' T_d(1)."""
+        return draft_step(1) if self.per_draft_pass_s is None else self.per_draft_pass_s
 
     def text(self) -> str:
         """The costs in milliseconds, one clause each, as the export's notes print them."""

@@ -38,7 +38,8 @@ from polyplan.planner.llama_cpp.ngram_rules import (LLAMA_CPP_RULES, DraftRule, 
 from polyplan.planner.llama_cpp.policy import draft_simple_flags
 from polyplan.planner.llama_cpp.ranking import (LEVEL, OFF, ORDERS, RankedConfig, Replicates, choose_config,
                                                 llama_cpp_spec_flags, ranked, request_orders)
-from polyplan.planner.llama_cpp.server_loop import NGRAM, NO_SERVER_LOOP, TARGET_ALONE, ServerLoop
+from polyplan.planner.llama_cpp.draft_replay import draft_sessions
+from polyplan.planner.llama_cpp.server_loop import DRAFT_MODEL, NGRAM, NO_SERVER_LOOP, TARGET_ALONE, ServerLoop
 
 if TYPE_CHECKING:
     from polyplan.planner.engine_export import EngineOption
@@ -191,17 +192,76 @@ class LoadRun:
         return max((width for _, width in self.counts), default=1)
 
 
+N_UBATCH = 512  # llama-server's default --ubatch-size: the most rows one forward pass takes
+
+
+def ubatches(rows: Sequence[int], order: Sequence[int] | None = None, n_ubatch: int = N_UBATCH) -> list[list[tuple[int, int]]]:
+    """The forward passes llama.cpp splits one decode into when every slot keeps its own KV stream
+    (llama-server at `-np N` > 1 without `--kv-unified`): `llama_batch_allocr::split_equal` with
+    sequential sequence ids (src/llama-batch.cpp). `rows[c]`: slot c's rows in the decode; `order`:
+    the slots in the order their rows sit in the batch (default: by slot). Each pass takes the
+    same number of rows from each slot it holds: the slots with rows left whose ids follow one
+    another from the first such in batch order, as many rows each as the one with fewest left has
+    (at most `n_ubatch` in all). Slots of unequal rows (an n-gram slot that found nothing beside
+    one that drafted 15, a confidence stop, a new prompt beside a decode) or a gap in the ids (a
+    slot that waits) cost several passes where one sequence of the same width costs one. Returns
+    each pass as (slot, rows) pairs."""
+    left = list(rows)
+    order = list(range(len(rows))) if order is None else list(order)
+    passes = []
+    while any(left[c] > 0 for c in order):
+        members, last = [], None
+        for c in order:
+            if left[c] > 0 and (last is None or c == last + 1):
+                members.append(c)
+                last = c
+        each = max(1, min(min(left[c] for c in members), n_ubatch // len(members)))
+        for c in members:
+            left[c] -= each
+        passes.append([(c, each) for c in members])
+    return passes
+
+
+@dataclass(frozen=True)
+class DraftBatch:
+    """A draft model's work in one llama-server iteration, batched across slots (common/speculative.cpp):
+    draft step j decodes one row for every slot still drafting, costing the server's one-row pass
+    scaled by the draft model's T_d(n)/T_d(1) for n rows; after the target's decode the draft model
+    decodes the verified batch again (`reeval` x T_d(Σ decoding rows)) and a new prompt's rows
+    (`per_prompt_token_s` each, the one-slot calibration's). At one slot it is `ServerLoop.round_s`'s
+    draft-model terms exactly."""
+
+    step: Callable[[int], float]  # the draft model's T_d(k) through the bindings
+    per_pass_s: float  # its one-row pass inside the server (`ServerLoop.draft_pass_s`)
+    reeval: float  # the factor on the second decode (`ServerLoop.reeval`)
+    reeval_step: Callable[[int], float]  # the curve that second decode reads (its last-row T_d)
+    per_prompt_token_s: float = 0.0
+
+    def seconds(self, passes: Sequence[int], rows: Sequence[int], split: bool = True) -> float:
+        """The iteration's draft-model seconds for each slot's draft `passes` and decoding `rows`
+        (0 for a slot that does not decode; a new prompt's rows are `per_prompt_token_s` a token,
+        apart). `split`: the slots keep their own KV streams, so each decode is split as the
+        target's is (`ubatches`); one slot's is one pass either way."""
+        def decode(each: Sequence[int], step: Callable[[int], float]) -> float:
+            parts = ubatches(each) if split else [[(0, sum(each))]]
+            return sum(step(sum(count for _, count in part)) for part in parts if part)
+
+        drafting = sum(decode([int(count > j) for count in passes], self.step) for j in range(max(passes, default=0)))
+        return self.per_pass_s * drafting / self.step(1) + (self.reeval * decode(rows, self.reeval_step) if any(rows) else 0.0)
+
+
 def simulate_load(requests: Sequence[Sequence[ReplayRound]], stream_of: Sequence[int], prompts: Sequence[int],
                   clients: int, step: Callable[[int], float], loop: ServerLoop = NO_SERVER_LOOP,
-                  kind: str = NGRAM) -> LoadRun:
+                  kind: str = NGRAM, draft: DraftBatch | None = None) -> LoadRun:
     """llama-server's lock-step iterations over `requests` (each its rounds: tokens drafted,
     tokens accepted), request i sent by client i mod `clients` after that client's previous one
     ended. An iteration carries each decoding slot's round (its sampled token and draft) and each
-    new request's `prompts` rows, and costs `step`(Σ rows) plus each decoding slot's
-    `ServerLoop.round_s` of `kind` at the count of slots decoding in it, and a finishing request's
-    per-request cost. A request's
-    decode interval runs from the end of the iteration that carried its prompt to the end of its
-    last round (module docstring)."""
+    new request's `prompts` rows, and costs `step`(Σ rows) plus each decoding slot's own share
+    (`ServerLoop.slot_share_s` of `kind` at the count of slots decoding in it), a finishing
+    request's per-request cost and, for a draft model (`draft`; its rounds `ModelRound`s), the
+    batched draft passes and second decode (`DraftBatch`), shared by the decoding slots in
+    proportion to their rows. A request's decode interval runs from the end of the iteration that
+    carried its prompt to the end of its last round (module docstring)."""
     queues = [list(range(c, len(requests), clients)) for c in range(clients)]
     slots = [None] * clients  # per slot: [request, next round (-1: prompt pending), decode seconds]
     for c in range(clients):
@@ -228,18 +288,26 @@ def simulate_load(requests: Sequence[Sequence[ReplayRound]], stream_of: Sequence
             else:
                 drafted = rounds[at].drafted
                 rows.append(drafted + 1)
-                costs.append(loop.round_s(drafted, kind, slots=together) + (loop.per_request_s if at == len(rounds) - 1 else 0.0))
-        width = sum(rows)
-        if width not in priced:
-            priced[width] = step(width)
-        seconds = priced[width] + sum(costs)
+                costs.append(loop.slot_share_s(drafted, kind, slots=together) + (loop.per_request_s if at == len(rounds) - 1 else 0.0))
         decoding = [slot is not None and slot[1] >= 0 for slot in slots]
+        batch_order = [c for c in range(clients) if decoding[c]] + [c for c in range(clients) if not decoding[c]]
+        parts = ubatches(rows, batch_order) if clients > 1 else [[(0, rows[0])]]
+        for width in (sum(count for _, count in part) for part in parts):
+            if width not in priced:
+                priced[width] = step(width)
+        if draft is not None:
+            _share_draft_batch(draft, slots, requests, rows, costs, clients > 1)
+        seconds = sum(priced[sum(count for _, count in part)] for part in parts) + sum(costs)
         if any(decoding):
             union += seconds
-            for slot, row, cost in zip(slots, rows, costs):
+            for part in parts:
+                width = sum(count for _, count in part)
+                for c, count in part:
+                    key = (stream_of[slots[c][0]], width)
+                    counts[key] = counts.get(key, 0.0) + count / width
+            for slot, cost in zip(slots, costs):
                 if slot is not None:
                     stream = stream_of[slot[0]]
-                    counts[(stream, width)] = counts.get((stream, width), 0.0) + row / width
                     extra[stream] = extra.get(stream, 0.0) + cost
         else:  # prompts only: in no decode interval but a request that ends at its prompt (its per-request cost)
             ending = [slot[0] for slot in slots if slot is not None and not requests[slot[0]]]
@@ -269,17 +337,32 @@ def simulate_load(requests: Sequence[Sequence[ReplayRound]], stream_of: Sequence
     return LoadRun(tuple(stream_of), tuple(done[i][0] for i in order), tuple(done[i][1] for i in order), union, counts, extra)
 
 
+def _share_draft_batch(draft: DraftBatch, slots: list, requests: Sequence[Sequence[ReplayRound]], rows: list[int],
+                       costs: list[float], split: bool) -> None:
+    """Adds one iteration's batched draft-model seconds (`DraftBatch.seconds`) to `costs`, each
+    decoding slot's share in proportion to its rows (a prompt's draft prefill to its own slot)."""
+    decoding = [slot is not None and slot[1] >= 0 for slot in slots]
+    passes = [requests[slot[0]][slot[1]].passes if is_decoding else 0 for slot, is_decoding in zip(slots, decoding)]
+    verified = [row if is_decoding else 0 for row, is_decoding in zip(rows, decoding)]
+    shared = draft.seconds(passes, verified, split)
+    for c, slot in enumerate(slots):
+        if decoding[c]:
+            costs[c] += shared * verified[c] / sum(verified)
+        elif slot is not None:
+            costs[c] += draft.per_prompt_token_s * rows[c]
+
+
 def simulate_loads(requests: Sequence[Sequence[ReplayRound]], stream_of: Sequence[int], prompts: Sequence[int],
                    clients: int, step: Callable[[int], float], loop: ServerLoop = NO_SERVER_LOOP, kind: str = NGRAM,
-                   load: int | None = None) -> LoadRun:
+                   load: int | None = None, draft: DraftBatch | None = None) -> LoadRun:
     """`simulate_load` of each run of `load` consecutive requests on its own, merged: a race sends
     its prompt set as one load (its clients start together, and the load ends before the next
     repeat or configuration), so a workload of 4 prompts at 4 clients is one request a slot, all
     started at once, not 16 streams' prompts landing while the others decode. `load` None: one
     load. At one client the merge is the single simulation's (nothing overlaps)."""
     if load is None or load >= len(requests):
-        return simulate_load(requests, stream_of, prompts, clients, step, loop, kind)
-    runs = [simulate_load(requests[i:i + load], stream_of[i:i + load], prompts[i:i + load], clients, step, loop, kind)
+        return simulate_load(requests, stream_of, prompts, clients, step, loop, kind, draft)
+    runs = [simulate_load(requests[i:i + load], stream_of[i:i + load], prompts[i:i + load], clients, step, loop, kind, draft)
             for i in range(0, len(requests), load)]
     counts: dict[tuple[int, int], float] = {}
     extra: dict[int, float] = {}
@@ -498,6 +581,9 @@ class _Ranker:
         self._targets: dict[tuple, LoadRun] = {}
         self._pairs: dict[tuple, object] = {}
         self._slot_sessions: dict[tuple, tuple[SessionReplay, ...]] = {}
+        self._draft_sessions: dict[str, tuple[SessionReplay, ...] | None] = {}
+        workload = request.workload
+        self.orders = request_orders(len(self.streams), 1 if workload.in_order else ORDERS) if self.streams else []
         self.replicates: Replicates | None = None
 
     # -- replayed rows
@@ -505,15 +591,17 @@ class _Ranker:
     def prompts(self, session: SessionReplay) -> list[int]:
         return [self.streams[stream].prompt_tokens for stream in session.stream_of]
 
-    def run(self, session: SessionReplay, clients: int, target: bool = False) -> LoadRun:
-        """The simulation of one session at `clients` (the target alone's kept per order)."""
+    def run(self, session: SessionReplay, clients: int, target: bool = False, draft: DraftBatch | None = None) -> LoadRun:
+        """The simulation of one session at `clients` (the target alone's kept per order; `draft`:
+        a draft model's session, its batched passes priced so)."""
         curve = self.request.pricing.target_curve
         requests = session.requests
         workload = self.request.workload
         if clients > 1 and workload.new_tokens and not workload.to_eos:  # a race that decodes past end of sequence
             requests = tuple(stretched(rounds, workload.new_tokens - 1) for rounds in requests)
         if not target:
-            return simulate_loads(requests, session.stream_of, self.prompts(session), clients, curve, self.loop, load=self.load)
+            return simulate_loads(requests, session.stream_of, self.prompts(session), clients, curve, self.loop,
+                                  NGRAM if draft is None else DRAFT_MODEL, load=self.load, draft=draft)
         key = (session.stream_of, tuple(sum(item.accepted + 1 for item in rounds) for rounds in requests), clients)
         if key not in self._targets:
             self._targets[key] = simulate_loads(target_rounds(requests), session.stream_of, self.prompts(session),
@@ -541,8 +629,13 @@ class _Ranker:
         return self._slot_sessions[key]
 
     def replayed_row(self, item: _Replayed, clients: int) -> tuple[RankedConfig, LoadRun]:
-        sessions = self.sessions(item, clients)
-        runs = [self.run(session, clients) for session in sessions]
+        return self.simulated_row(item.label, item.flags, self.sessions(item, clients), clients, "replayed")
+
+    def simulated_row(self, label: str, flags: tuple[str, ...], sessions: Sequence[SessionReplay], clients: int, note: str,
+                      draft: DraftBatch | None = None) -> tuple[RankedConfig, LoadRun]:
+        """A configuration simulated over `sessions` (one per request order) at `clients`: the
+        median order's speedup over the target alone, the interval over the replicates."""
+        runs = [self.run(session, clients, draft=draft) for session in sessions]
         bases = [self.run(session, clients, target=True) for session in sessions]
         speedups = [base.union_s / run.union_s for run, base in zip(runs, bases)]
         median = int(np.argsort(speedups, kind="stable")[len(runs) // 2])
@@ -555,8 +648,8 @@ class _Ranker:
                 continue
             values = _run_seconds(bases, len(self.streams), replicates, weights) / _run_seconds(runs, len(self.streams), replicates, weights)
             intervals.append(percentile_interval(point, values, point, replicates.stretch, LEVEL))
-        note = "replayed" + self._extrapolated(runs[median])
-        return RankedConfig(item.label, item.flags, point, intervals[0], note, workload_interval=intervals[1]), runs[median]
+        note += self._extrapolated(runs[median])
+        return RankedConfig(label, flags, point, intervals[0], note, workload_interval=intervals[1]), runs[median]
 
     def _extrapolated(self, run: LoadRun) -> str:
         """The share of the run's predicted time at widths beyond the widest T(k) measured."""
@@ -577,7 +670,44 @@ class _Ranker:
         load = self.load or 1  # (None only without streams, when there are no requests either)
         return prompt_stalls(curve, clients, rows, [prompt for i, (prompt, _) in enumerate(self.requests) if i % load >= clients])
 
-    def drafted_row(self, item: _Drafted, clients: int) -> RankedConfig:
+    def draft_sessions(self, item: _Drafted) -> tuple[SessionReplay, ...] | None:
+        """A draft model's sessions (`planner.llama_cpp.draft_replay`) in the replays' request
+        orders; None where it is not replayed (no greedy streams, an n-gram drafter priced by α, a
+        profile without the pair's sequences: it keeps the loaded curves)."""
+        if item.label not in self._draft_sessions:
+            sessions = None
+            if self.streams and item.method == "draft_model":
+                workload = self.request.workload
+                try:
+                    sessions = draft_sessions(item.pricing.profile, self.request.target, item.drafter, item.k, item.policy.p_min,
+                                              self.streams, workload.new_tokens, workload.repeats, self.orders)
+                except PolyplanError as error:
+                    note = f"{item.label}: priced on loaded curves under load, not simulated ({error})"
+                    self.notes += [] if note in self.notes else [note]
+            self._draft_sessions[item.label] = sessions
+        return self._draft_sessions[item.label]
+
+    def draft_batch(self, item: _Drafted) -> DraftBatch:
+        """How `item`'s draft model's batched work in an iteration costs (`DraftBatch`), as the
+        one-request price reads it (`planner.llama_cpp.export.DraftPricing.predict`)."""
+        pricing, loop = item.pricing, self.loop
+        curve = curve_from_profile(pricing.profile.model(item.drafter), pricing.context_length)
+        per_pass = curve(1) * (1.0 if pricing.ratio is None else pricing.ratio)
+        return DraftBatch(curve, per_pass, loop.reeval, pricing.reevals.get(item.drafter, curve), loop.per_draft_prompt_token_s)
+
+    def drafted_row(self, item: _Drafted, clients: int) -> tuple[RankedConfig, LoadRun | None]:
+        """`item` at `clients`: at one request the exact model's price (the export's, exactly);
+        with several, simulated iteration by iteration on its replayed rounds where it has them,
+        else on loaded curves."""
+        sessions = self.draft_sessions(item) if clients > 1 else None
+        if sessions is None:
+            return self.loaded_row(item, clients), None
+        return self.simulated_row(item.label, item.flags, sessions, clients,
+                                  "its rounds replayed on the agreement sequences, the server's batched draft simulated",
+                                  self.draft_batch(item))
+
+    def loaded_row(self, item: _Drafted, clients: int) -> RankedConfig:
+        """`item` priced by the exact model on loaded curves (module docstring)."""
         pricing = item.pricing
         loaded = dataclasses.replace(pricing, target_curve=loaded_curve(pricing.target_curve, clients),
                                      reevals={name: loaded_curve(curve, clients) for name, curve in pricing.reevals.items()},
@@ -633,7 +763,7 @@ class _Ranker:
         """An n-gram drafter priced by α (nothing replayed), on loaded curves."""
         item = _Drafted(label, flags, "alpha model (no interval)", self.request.pricing, option.drafter,
                         option.block_size, option.alpha, method="ngram", interval=False)
-        return self.drafted_row(item, clients)
+        return self.loaded_row(item, clients)
 
     # -- one count
 
@@ -658,7 +788,10 @@ class _Ranker:
         for label, flags, option in self.by_alpha:
             rows.append(self.alpha_row(label, flags, option, clients))
         for item in self.drafted:
-            rows.append(self.drafted_row(item, clients))
+            row, run = self.drafted_row(item, clients)
+            rows.append(row)
+            if run is not None:
+                speeds[row.label] = (run.aggregate, run.per_request, run.overlap)
         order = ranked(rows)
         chosen = choose_config(order)
         configs = []
