@@ -18,6 +18,7 @@ import os
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from collections.abc import Sequence
 from typing import Any, Callable
 
 from polyplan.formats.errors import PolyplanError
@@ -47,7 +48,7 @@ from polyplan.profiler.processor import this_processor
 from polyplan.profiler.acceptance import GreedyReads
 from polyplan.formats.sampling import SamplingMode
 from polyplan.profiler.run import Decide, ProfileOutcome, Step, describe_device, profile_checked_models
-from polyplan.profiler.budget import Budget, BudgetClock
+from polyplan.profiler.budget import Budget, BudgetClock, MemberCost
 from polyplan.profiler.settings import ProfileSettings
 from polyplan.validation.reporting import ReportFiles, write_report
 from polyplan.validation.results import Validation
@@ -112,6 +113,7 @@ def profile_candidates(
     budget: Budget | None = None,
     sequential: bool | SequentialSettings = False,
     hf_overhead: bool = True,
+    reserve: Callable[[MemberCost, Sequence[int]], float] | None = None,
 ) -> ProfiledCandidates:
     """Profile what is missing (resuming `profile_path`, else the cache) for everything the
     exact model reads (module docstring), saved as it is measured, under the profile's and the
@@ -126,6 +128,8 @@ def profile_candidates(
     `keep_foreign` the run goes to the cache instead and `log` says so; without, it is refused.
     `budget`: the wall time the profiling may take from this call on (`profiler.budget`; None:
     measure everything the settings ask); `log` says how it was spent and what more would buy.
+    `reserve`: what the caller runs after the profile within the same budget, priced from the
+    target's costs and the prompts' lengths (`profiler.budget.BudgetClock.reserve`).
     `sequential` (True: `SequentialSettings()`'s rule): measure acceptance on rounds of prompts
     until more cannot change the decision (`sequential_rule`; the budget caps the rounds), and a
     pair's decoded runs only until one confirms its teacher-forced μ
@@ -187,7 +191,7 @@ def profile_candidates(
         if fresh_timings and existing is not None:
             existing = forget_latency(existing)
         counted = None if progress is None else _WithLoopCosts(progress)
-        clock = None if budget is None else BudgetClock(budget, started, calibration_tokens)
+        clock = None if budget is None else BudgetClock(budget, started, calibration_tokens, reserve)
         rule = None if sequential is False else SequentialSettings() if sequential is True else sequential
         decide = None if rule is None else sequential_rule(models, fitted, settings, rule)
         if rule is not None:  # a plan's measuring: a pair's real decoded runs stop at the first that confirms α
@@ -320,23 +324,24 @@ def recommend_candidates(
     (`validation.self_check`; `check` False: skipped, and the plan says so) and write the plan to `out`.
     `progress`: the profiling's; `check_progress`: the self-check's
     (`validation.chain_runs.ValidationProgress`); `log` (default: stderr) says when planning begins.
-    `budget`: the wall time of the whole command; the profiling gets all of it but the self-check's
-    share of its own measuring time (`validation.self_check.CHECK_BUDGET_SHARE`). `sequential`:
-    acceptance measured in rounds of prompts until the ranking is decided (`profile_candidates`),
-    ranking chains of up to the `max_levels` planned."""
-    from polyplan.validation.self_check import CHECK_BUDGET_SHARE, skipped_plan
+    `budget`: the wall time of the whole command; the profiling keeps the smallest self-check's
+    estimate for after it (`validation.self_check.least_check_s`, priced once the target's curve is
+    timed), and the self-check may take what is left of the budget then, never less than its
+    smallest size. `sequential`: acceptance measured in rounds of prompts until the ranking is
+    decided (`profile_candidates`), ranking chains of up to the `max_levels` planned."""
+    from polyplan.validation.self_check import least_check_s, skipped_plan
 
-    log = log or stderr_line
-    if budget is not None and check:
-        budget = dataclasses.replace(budget, share=1 / (1 + CHECK_BUDGET_SHARE))
+    log, started = log or stderr_line, time.perf_counter()
     profiled = profile_candidates(candidates_path, profile_path=profile_path, prompts=prompts, cache_dir=cache_dir,
                                   device=device, temperature=temperature, progress=progress, log=log, budget=budget,
-                                  sequential=_rule(sequential, plan_options))
+                                  sequential=_rule(sequential, plan_options),
+                                  reserve=least_check_s if check and budget is not None else None)
     log(_PLANNING)
     planned = planned_from_profile(profiled.profile, out, profile_path=str(profiled.path), candidates=profiled.record,
                                    drafters=profiled.drafters, **plan_options)
     if check:
-        plan, lines = self_checked(planned.plan, profiled, out, check_progress)
+        left = None if budget is None else budget.seconds - (time.perf_counter() - started)
+        plan, lines = self_checked(planned.plan, profiled, out, check_progress, left)
     else:
         plan = skipped_plan(planned.plan, "--no-check: the intervals ignore the exact model's own error on this machine")
         lines = ("Self-check skipped (--no-check): the prediction intervals ignore the exact model's own error on this machine",)
@@ -353,18 +358,21 @@ def _rule(sequential: bool, plan_options: dict) -> SequentialSettings | bool:
                               k_max=plan_options.get("k_max"))
 
 
-def self_checked(plan: PlanFile, profiled: ProfiledCandidates, out, progress=None) -> tuple[PlanFile, tuple[str, ...]]:
+def self_checked(plan: PlanFile, profiled: ProfiledCandidates, out, progress=None,
+                 left_s: float | None = None) -> tuple[PlanFile, tuple[str, ...]]:
     """The plan after recommend's self-check (`validation.self_check`, reporting its runs to
     `progress`) on the profiled members and prompts, with what it found, saved over `out` (which
     the planner wrote unchecked first, so an interrupted check leaves a valid plan); a plan with
-    target-only alone is returned as is."""
+    target-only alone is returned as is. `left_s`: what is left of the command's `--budget`, the
+    check's budget (None: `check_budget`'s share of the profile's measuring time)."""
     from polyplan.validation.self_check import check_budget, self_check
 
     if len(plan.alternatives) < 2:
         return plan, ()
     members = {model.name: model.member for model in profiled.models}
+    budget_s = check_budget(profiled.profile, left_s)
     with timing_lock():
-        checked = self_check(plan, members, profiled.encoded, budget_s=check_budget(profiled.profile), profile=profiled.profile,
+        checked = self_check(plan, members, profiled.encoded, budget_s=budget_s, profile=profiled.profile,
                              progress=progress)
     if out is not None:
         write_plan(checked.plan, out)

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import math
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
 from polyplan.formats.errors import PolyplanError
@@ -34,16 +34,10 @@ CALIBRATION_STEPS = 57  # target steps per calibration token, read off a cold pr
 
 @dataclass(frozen=True)
 class Budget:
-    """A wall-time budget in `seconds`, as the user wrote it (`text`); the profiling may take
-    `share` of it (`recommend` keeps the rest for its self-check)."""
+    """A wall-time budget in `seconds`, as the user wrote it (`text`)."""
 
     seconds: float
     text: str
-    share: float = 1.0
-
-    @property
-    def profiling_s(self) -> float:
-        return self.share * self.seconds
 
 
 def parse_budget(text: str, option: str = "--budget") -> Budget:
@@ -174,43 +168,48 @@ class BudgetPlan:
     acceptance_s: float  # estimated, for `prompts`
     calibration_s: float  # estimated
     acceptance_s_all: float = 0.0  # estimated, for every available prompt
+    reserve_s: float = 0.0  # kept for what the command runs after the profile (recommend's self-check)
 
     @property
     def left_s(self) -> float:
         """Estimated seconds left for the optional measurements (the decoded runs)."""
-        return self.budget.profiling_s - self.spent_s - self.acceptance_s - self.calibration_s
+        return self.budget.seconds - self.spent_s - self.acceptance_s - self.calibration_s - self.reserve_s
 
     def lines(self) -> tuple[str, ...]:
         """What the plan is, in words, for the log."""
+        kept = "" if not self.reserve_s else f", the self-check after it about {duration_text(self.reserve_s)}"
         lines = [f"budget {self.budget.text}: loading and latency curves took {duration_text(self.spent_s)}; acceptance on "
                  f"{self.prompts} of {self.available} prompts about {duration_text(self.acceptance_s)}, the loop "
-                 f"calibrations about {duration_text(self.calibration_s)}"]
+                 f"calibrations about {duration_text(self.calibration_s)}{kept}"]
         if self.prompts < self.available:
             lines.append(f"budget {self.budget.text}: the other {self.available - self.prompts} prompts would take about "
                          f"{duration_text(self.acceptance_s_all - self.acceptance_s)} more (narrower acceptance intervals)")
         return tuple(lines)
 
 
-def plan_budget(budget: Budget, spent_s: float, cost: AcceptanceCost, calibration_s: float) -> BudgetPlan:
-    """The prompts the acceptance stage may take within `budget` after `spent_s`.
+def plan_budget(budget: Budget, spent_s: float, cost: AcceptanceCost, calibration_s: float,
+                reserve_s: float = 0.0) -> BudgetPlan:
+    """The prompts the acceptance stage may take within `budget` after `spent_s`, keeping
+    `reserve_s` for what the command runs after the profile (recommend's self-check).
 
     Raises:
-        PolyplanError: not even `MIN_PROMPTS` prompts and the calibrations fit; the message says
-            the least budget that would.
+        PolyplanError: not even `MIN_PROMPTS` prompts, the calibrations and the reserve fit; the
+            message says the least budget that would.
     """
     available = len(cost.per_prompt_s)
     least = min(MIN_PROMPTS, available)
-    left = budget.profiling_s - spent_s - calibration_s
+    left = budget.seconds - spent_s - calibration_s - reserve_s
     prompts = min(available, cost.prompts_within(left))
     if prompts < least:
-        needed = spent_s + calibration_s + cost.seconds_for(least)
+        needed = spent_s + calibration_s + reserve_s + cost.seconds_for(least)
+        after = "" if not reserve_s else " and the self-check"
         raise PolyplanError(
             f"--budget {budget.text}: too small to measure the target on this machine: loading the models and their latency curves took "
-            f"{duration_text(spent_s)}, acceptance on {least} prompts and the loop calibrations need about "
-            f"{duration_text(needed - spent_s)} more; give at least --budget {math.ceil(needed / budget.share / 60)}m "
+            f"{duration_text(spent_s)}, acceptance on {least} prompts, the loop calibrations{after} need about "
+            f"{duration_text(needed - spent_s)} more; give at least --budget {math.ceil(needed / 60)}m "
             "(the curves measured are kept and reused)")
     return BudgetPlan(budget, spent_s, prompts, available, cost.seconds_for(prompts), calibration_s,
-                      acceptance_s_all=cost.seconds_for(available))
+                      acceptance_s_all=cost.seconds_for(available), reserve_s=reserve_s)
 
 
 @dataclass(frozen=True)
@@ -221,9 +220,16 @@ class BudgetClock:
     budget: Budget
     started: float
     calibration_tokens: int = 64
+    # what the command runs after the profile, priced from the target's costs and the prompts'
+    # lengths once its latency curve is timed (recommend's self-check: `validation.self_check.least_check_s`)
+    reserve: Callable[[MemberCost, Sequence[int]], float] | None = None
 
     def elapsed(self, now: float) -> float:
         return now - self.started
+
+    def left(self, now: float) -> float:
+        """Seconds of the budget not yet spent at `now`."""
+        return self.budget.seconds - self.elapsed(now)
 
 
 @dataclass(frozen=True)

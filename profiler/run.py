@@ -541,7 +541,9 @@ class _Run:
         cost = acceptance_cost(self.target.name, costs, [len(prompt) for prompt in self.prompts], new_tokens=acceptance.new_tokens,
                                modes=modes, width=TEACHER_FORCING_WIDTH)
         calibration = calibration_seconds(costs[self.target.name], tokens=self.budget.calibration_tokens, modes=modes)
-        return plan_budget(self.budget.budget, self.budget.elapsed(time.perf_counter()), cost, calibration)
+        reserve = self.budget.reserve
+        kept = 0.0 if reserve is None else reserve(costs[self.target.name], [len(prompt) for prompt in self.offered])
+        return plan_budget(self.budget.budget, self.budget.elapsed(time.perf_counter()), cost, calibration, kept)
 
     def _use_prompts(self, count: int) -> None:
         """Measure acceptance on the first `count` offered prompts (the latency curves keep their stream)."""
@@ -562,7 +564,7 @@ class _Run:
         mu = _expected_mu(stats, k) or 1.0
         seconds = decoded_seconds(costs[verifier], costs[drafter], k, mu, prompts=len(self.decoded_prompts),
                                   new_tokens=self.settings.acceptance.new_tokens)
-        left = self.budget.budget.profiling_s - self.budget.elapsed(time.perf_counter()) - self.budget_plan.calibration_s
+        left = self.budget.left(time.perf_counter()) - self.budget_plan.calibration_s - self.budget_plan.reserve_s
         if seconds <= left:
             return None
         return SkippedMeasurement(f"{verifier} <- {drafter} K={k}", seconds)

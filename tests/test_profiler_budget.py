@@ -5,7 +5,7 @@ import pytest
 from polyplan.formats.errors import PolyplanError
 from polyplan.planner.exact.latency import LatencyCurve
 from polyplan.profiler.budget import (
-    MIN_PROMPTS, AcceptanceCost, Budget, MemberCost, acceptance_cost, decoded_seconds, duration_text, parse_budget,
+    MIN_PROMPTS, AcceptanceCost, Budget, BudgetClock, MemberCost, acceptance_cost, decoded_seconds, duration_text, parse_budget,
     plan_budget,
 )
 
@@ -85,3 +85,24 @@ def test_decoded_run_price_falls_with_tokens_per_verification():
     fast = decoded_seconds(costs["target"], costs["drafter"], 4, 4.0, prompts=4, new_tokens=128)
     assert fast == pytest.approx(slow / 4)
     assert slow == pytest.approx(4 * 128 * (4 * 0.001 + costs["target"].curve(5)))
+
+
+def test_a_reserve_for_what_runs_after_the_profile_comes_off_the_prompts():
+    """recommend keeps its self-check's estimate out of the profile's budget: the prompts that fit
+    and the left-over shrink by it, the log names it, and the least budget asked for counts it."""
+    cost = AcceptanceCost((1.0, 2.0, 3.0, 4.0, 5.0, 6.0))
+    plan = plan_budget(Budget(30.0, "30s"), spent_s=5.0, cost=cost, calibration_s=4.0, reserve_s=6.0)  # 15 s left
+    assert plan.prompts == 5 and plan.left_s == pytest.approx(0.0)
+    assert plan.spent_s + plan.acceptance_s + plan.calibration_s + plan.reserve_s <= 30.0
+    assert "the self-check after it about 6 s" in plan.lines()[0]
+    with pytest.raises(PolyplanError) as error:
+        plan_budget(Budget(60.0, "1m"), spent_s=30.0, cost=AcceptanceCost((10.0,) * 8), calibration_s=5.0, reserve_s=30.0)
+    message = str(error.value)
+    assert "and the self-check" in message and "--budget 2m" in message  # 30 + 5 + 30 + 4 * 10 = 105 s
+    with pytest.raises(PolyplanError, match="--budget 3m"):  # the same without the reserve asks for 75 s, with a larger one 135 s
+        plan_budget(Budget(60.0, "1m"), spent_s=30.0, cost=AcceptanceCost((10.0,) * 8), calibration_s=5.0, reserve_s=60.0)
+
+
+def test_a_clock_says_what_is_left_of_its_budget():
+    clock = BudgetClock(Budget(100.0, "100s"), started=10.0)
+    assert clock.left(40.0) == pytest.approx(70.0) and clock.elapsed(40.0) == pytest.approx(30.0)

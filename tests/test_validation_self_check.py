@@ -15,7 +15,7 @@ from polyplan.formats.profile import Profile, ProfilerRecord
 from polyplan.validation.results import ChainSpec, RunRecord
 from polyplan.validation.shrinkage import WeighedTerm
 from polyplan.validation.self_check import (
-    CHECK_REPEATS, CHECK_SIZES, _checked_plan, check_budget, check_size, composition, fitted_check, composition_interval, estimated_seconds, plan_priced, pooled_term, combined,
+    CHECK_REPEATS, CHECK_SIZES, _budget_text, _checked_plan, check_budget, least_check_s, check_size, composition, fitted_check, composition_interval, estimated_seconds, plan_priced, pooled_term, combined,
 )
 
 RECORD = SelfCheckRecord(prompts=4, new_tokens=64, repeats=1, seconds=1.0)
@@ -210,3 +210,33 @@ def test_the_budget_is_a_tenth_of_the_profiles_measuring_time():
     assert check_budget(profile(ProfilerRecord(seconds=221.0))) == pytest.approx(22.1)
     assert check_budget(profile(ProfilerRecord())) is None  # a profile from before it was recorded
     assert check_budget(None) is None
+
+
+def test_under_a_budget_the_check_may_take_what_is_left_of_it():
+    """`--budget`'s rest is the check's budget, whatever the profile's measuring time (never below 0)."""
+    profile = Profile(target="t", device="cpu", models=(), pairs=(), profiler=ProfilerRecord(seconds=221.0))
+    assert check_budget(profile, left_s=95.0) == pytest.approx(95.0)
+    assert check_budget(profile, left_s=-3.0) == 0.0
+    assert check_budget(None, left_s=10.0) == pytest.approx(10.0)
+
+
+def test_the_least_check_is_priced_from_the_target_alone_before_any_chain_is_ranked():
+    """The last check size on the first prompts: two chains at target-only's pace, each priming
+    its target once a repeat; prompts past the check's are not counted."""
+    from polyplan.planner.exact.latency import LatencyCurve
+    from polyplan.profiler.budget import MemberCost
+
+    target = MemberCost(LatencyCurve((1, 2), (0.05, 0.08)), prefill_points=((100, 0.5),))
+    prompts, tokens = CHECK_SIZES[-1]
+    lengths = [101] * prompts + [5000]
+    decode = 2 * prompts * (tokens + 8) * 0.05
+    assert least_check_s(target, lengths) == pytest.approx(CHECK_REPEATS * (decode + 2 * prompts * 0.5))
+
+
+def test_a_smallest_check_above_its_budget_says_it_ran_whole_and_over_is_for_a_wrong_estimate():
+    whole = replace(RECORD, seconds=50.0, budget_s=30.0, estimated_s=51.0)
+    assert "the smallest check run whole above it" in _budget_text(whole) and "OVER" not in _budget_text(whole)
+    wrong = replace(RECORD, seconds=50.0, budget_s=30.0, estimated_s=20.0)
+    assert ", OVER it" in _budget_text(wrong)
+    kept = replace(RECORD, seconds=25.0, budget_s=30.0, estimated_s=24.0)
+    assert "OVER" not in _budget_text(kept) and "run whole" not in _budget_text(kept)

@@ -22,6 +22,7 @@ from polyplan.decoder.member import ChainMember
 from polyplan.formats.plan import PRICED_BY_PLAN, PRICED_BY_PROMPT, ChainCheck, PlanFile, PlannedChain, SelfCheckRecord
 from polyplan.formats.profile import Profile
 from polyplan.planner.exact.whole_call import prefill_curve
+from polyplan.profiler.budget import MemberCost
 from polyplan.profiler.prompts import EncodedPrompt
 from polyplan.validation.chain_runs import (
     ValidationProgress, ValidationSettings, context_limit, fit_prompts, measure_chains, reserve_for, sampling_of, select_chains,
@@ -49,11 +50,25 @@ _RESAMPLES = 500
 _LEVEL = 0.95
 
 
-def check_budget(profile: Profile | None) -> float | None:
-    """The seconds the self-check may take: `CHECK_BUDGET_SHARE` of the profile's measuring time
-    (None when the profile does not record it: a profile from before it was)."""
+def check_budget(profile: Profile | None, left_s: float | None = None) -> float | None:
+    """The seconds the self-check may take: `left_s`, what is left of the command's `--budget`,
+    where there is one; else `CHECK_BUDGET_SHARE` of the profile's measuring time (None when the
+    profile does not record it: a profile from before it was). The smallest check runs whatever
+    either says (`fitted_check`): a shorter one fits no C."""
+    if left_s is not None:
+        return max(0.0, left_s)
     seconds = profile.profiler.seconds if profile is not None and profile.profiler is not None else None
     return None if seconds is None else CHECK_BUDGET_SHARE * seconds
+
+
+def least_check_s(target: MemberCost, lengths: Sequence[int]) -> float:
+    """About what the smallest check costs, known before any chain is ranked (what a `--budget`
+    keeps for it, `profiler.budget.BudgetClock.reserve`): the last of `CHECK_SIZES` on the first
+    prompts of `lengths`, run by target-only decoding and one chain at target-only's pace each
+    (a chain recommended above it is faster), every repeat priming both chains' targets."""
+    prompts, tokens = CHECK_SIZES[-1]
+    prefill = sum(target.prefill(max(length - 1, 0)) for length in list(lengths)[:prompts])
+    return CHECK_REPEATS * (2 * prompts * (tokens + _WARMUP_TOKENS) * target.curve(1) + 2 * prefill)
 
 
 def estimated_seconds(specs: Sequence[ChainSpec], prompts: int, new_tokens: int, repeats: int, prefill_s: float = 0.0) -> float:
@@ -350,14 +365,17 @@ def _noise_text(record: SelfCheckRecord) -> str:
 def _budget_text(record: SelfCheckRecord) -> str:
     """", of a B s budget (...)": the budget, the plan's estimate, and whether the run kept to it
     (the estimate counts the prompts' prefills by the profile and leaves out setup, which
-    dominates on tiny models)."""
+    dominates on tiny models). A run whose smallest size was estimated above the budget ran whole
+    by design and says so; "OVER it" is for a run the estimate said would fit."""
     if record.budget_s is None:
         return ""
     estimate = "" if record.estimated_s is None else f"; estimated {record.estimated_s:.1f} s"
-    over = ", OVER it" if record.seconds > record.budget_s else ""
+    smallest = record.estimated_s is not None and record.estimated_s > record.budget_s
+    over = "" if record.seconds <= record.budget_s else \
+        ", the smallest check run whole above it (a shorter one fits no C)" if smallest else ", OVER it"
     left = "" if not record.left_out else \
         f"; left out to fit it: {', '.join(' > '.join(chain) for chain in record.left_out)}"
-    return f" of a {record.budget_s:.1f} s budget{over} ({CHECK_BUDGET_SHARE:.0%} of the profile's measuring time{estimate}{left})"
+    return f" of a {record.budget_s:.1f} s budget{over} ({CHECK_BUDGET_SHARE:.0%} of the profile's measuring time or what --budget left{estimate}{left})"
 
 
 def skipped_plan(plan: PlanFile, reason: str) -> PlanFile:

@@ -3,12 +3,15 @@
 llama-server with B slots serves B clients, each sending its share of the requests back to back
 (request i of the workload to client i mod B). The server runs in lock-step iterations: every
 decoding slot adds its sampled token and its draft to one target decode, and a slot with a new
-prompt adds the prompt's rows to the same decode, so an iteration of Σ rows costs T(Σ rows) plus
-each decoding slot's own loop costs (`planner.llama_cpp.server_loop`). A replayed configuration
-(`planner.llama_cpp.ranking.replayed_config`) is simulated iteration by iteration over its
-replayed rounds (`simulate_load`); a draft model's configuration drafts the same K on every slot,
-so it is priced by the exact model on loaded curves, T_B(k) = T(B·k) / B (`LoadedCurve`), with the
-other slots' prompts as stalls. The speedup is aggregate decode throughput (all requests' decoded
+prompt adds the prompt's rows to the same decode, which llama.cpp splits into passes of equal rows
+per slot where the slots keep their own KV streams (`ubatches`); an iteration costs those passes'
+T(rows) plus each decoding slot's own loop costs (`planner.llama_cpp.server_loop`). A replayed
+configuration (`planner.llama_cpp.ranking.replayed_config`) is simulated iteration by iteration
+over its replayed rounds (`simulate_load`), and so, from two requests up, is a draft model's, on
+its rounds replayed from the agreement sequences (`planner.llama_cpp.draft_replay`) with its
+batched draft (`DraftBatch`); at one request a draft model's row is the exact model's price, and
+where its rounds cannot be replayed it is priced on loaded curves, T_B(k) = T(B·k) / B
+(`LoadedCurve`), with the other slots' prompts as stalls. The speedup is aggregate decode throughput (all requests' decoded
 tokens over the union of their decode intervals) over the target alone's at the same B; at B = 1
 every figure is `planner.llama_cpp.export.rank_server_configs`'s. The model, its assumptions and
 what it leaves out: docs/cost-model.md, "Under load: B requests in flight". Pure: no I/O.
@@ -252,7 +255,7 @@ class DraftBatch:
 
 def simulate_load(requests: Sequence[Sequence[ReplayRound]], stream_of: Sequence[int], prompts: Sequence[int],
                   clients: int, step: Callable[[int], float], loop: ServerLoop = NO_SERVER_LOOP,
-                  kind: str = NGRAM, draft: DraftBatch | None = None) -> LoadRun:
+                  kind: str = NGRAM, draft: DraftBatch | None = None, split: bool = True) -> LoadRun:
     """llama-server's lock-step iterations over `requests` (each its rounds: tokens drafted,
     tokens accepted), request i sent by client i mod `clients` after that client's previous one
     ended. An iteration carries each decoding slot's round (its sampled token and draft) and each
@@ -261,7 +264,8 @@ def simulate_load(requests: Sequence[Sequence[ReplayRound]], stream_of: Sequence
     request's per-request cost and, for a draft model (`draft`; its rounds `ModelRound`s), the
     batched draft passes and second decode (`DraftBatch`), shared by the decoding slots in
     proportion to their rows. A request's decode interval runs from the end of the iteration that
-    carried its prompt to the end of its last round (module docstring)."""
+    carried its prompt to the end of its last round (module docstring). `split` False: the slots
+    share one KV stream (llama-server `--kv-unified`), so every decode is one pass."""
     queues = [list(range(c, len(requests), clients)) for c in range(clients)]
     slots = [None] * clients  # per slot: [request, next round (-1: prompt pending), decode seconds]
     for c in range(clients):
@@ -291,12 +295,12 @@ def simulate_load(requests: Sequence[Sequence[ReplayRound]], stream_of: Sequence
                 costs.append(loop.slot_share_s(drafted, kind, slots=together) + (loop.per_request_s if at == len(rounds) - 1 else 0.0))
         decoding = [slot is not None and slot[1] >= 0 for slot in slots]
         batch_order = [c for c in range(clients) if decoding[c]] + [c for c in range(clients) if not decoding[c]]
-        parts = ubatches(rows, batch_order) if clients > 1 else [[(0, rows[0])]]
+        parts = ubatches(rows, batch_order) if clients > 1 and split else [[(c, count) for c, count in enumerate(rows) if count]]
         for width in (sum(count for _, count in part) for part in parts):
             if width not in priced:
                 priced[width] = step(width)
         if draft is not None:
-            _share_draft_batch(draft, slots, requests, rows, costs, clients > 1)
+            _share_draft_batch(draft, slots, requests, rows, costs, clients > 1 and split)
         seconds = sum(priced[sum(count for _, count in part)] for part in parts) + sum(costs)
         if any(decoding):
             union += seconds
@@ -354,15 +358,15 @@ def _share_draft_batch(draft: DraftBatch, slots: list, requests: Sequence[Sequen
 
 def simulate_loads(requests: Sequence[Sequence[ReplayRound]], stream_of: Sequence[int], prompts: Sequence[int],
                    clients: int, step: Callable[[int], float], loop: ServerLoop = NO_SERVER_LOOP, kind: str = NGRAM,
-                   load: int | None = None, draft: DraftBatch | None = None) -> LoadRun:
+                   load: int | None = None, draft: DraftBatch | None = None, split: bool = True) -> LoadRun:
     """`simulate_load` of each run of `load` consecutive requests on its own, merged: a race sends
     its prompt set as one load (its clients start together, and the load ends before the next
     repeat or configuration), so a workload of 4 prompts at 4 clients is one request a slot, all
     started at once, not 16 streams' prompts landing while the others decode. `load` None: one
     load. At one client the merge is the single simulation's (nothing overlaps)."""
     if load is None or load >= len(requests):
-        return simulate_load(requests, stream_of, prompts, clients, step, loop, kind, draft)
-    runs = [simulate_load(requests[i:i + load], stream_of[i:i + load], prompts[i:i + load], clients, step, loop, kind, draft)
+        return simulate_load(requests, stream_of, prompts, clients, step, loop, kind, draft, split)
+    runs = [simulate_load(requests[i:i + load], stream_of[i:i + load], prompts[i:i + load], clients, step, loop, kind, draft, split)
             for i in range(0, len(requests), load)]
     counts: dict[tuple[int, int], float] = {}
     extra: dict[int, float] = {}
@@ -451,8 +455,9 @@ def slot_sessions(streams: Sequence[TargetStream], make_rule: Callable[[], Draft
 
 @dataclass(frozen=True)
 class _Drafted(RacedDraft):
-    """One configuration priced by the exact model on loaded curves (a draft model's, or an
-    n-gram drafter's by α): a `RacedDraft` with its method and whether it has an interval."""
+    """One configuration priced by the exact model (a draft model's, or an n-gram drafter's by α;
+    under load a draft model's is simulated where its rounds replay, else on loaded curves): a
+    `RacedDraft` with its method and whether it has an interval."""
 
     method: str = "draft_model"
     interval: bool = True
@@ -591,9 +596,10 @@ class _Ranker:
     def prompts(self, session: SessionReplay) -> list[int]:
         return [self.streams[stream].prompt_tokens for stream in session.stream_of]
 
-    def run(self, session: SessionReplay, clients: int, target: bool = False, draft: DraftBatch | None = None) -> LoadRun:
+    def run(self, session: SessionReplay, clients: int, target: bool = False, draft: DraftBatch | None = None,
+            split: bool = True) -> LoadRun:
         """The simulation of one session at `clients` (the target alone's kept per order; `draft`:
-        a draft model's session, its batched passes priced so)."""
+        a draft model's session, its batched passes priced so; `split` False: `--kv-unified`)."""
         curve = self.request.pricing.target_curve
         requests = session.requests
         workload = self.request.workload
@@ -601,7 +607,7 @@ class _Ranker:
             requests = tuple(stretched(rounds, workload.new_tokens - 1) for rounds in requests)
         if not target:
             return simulate_loads(requests, session.stream_of, self.prompts(session), clients, curve, self.loop,
-                                  NGRAM if draft is None else DRAFT_MODEL, load=self.load, draft=draft)
+                                  NGRAM if draft is None else DRAFT_MODEL, load=self.load, draft=draft, split=split)
         key = (session.stream_of, tuple(sum(item.accepted + 1 for item in rounds) for rounds in requests), clients)
         if key not in self._targets:
             self._targets[key] = simulate_loads(target_rounds(requests), session.stream_of, self.prompts(session),
