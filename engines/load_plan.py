@@ -109,7 +109,7 @@ def plan_under_load(export: EngineExport, clients: Sequence[int], candidates_fil
         raise PolyplanError(f"--concurrency: no drafter of the plan runs on vLLM ({export.unexported}); nothing to schedule")
     check_widths(request, clients, option.block_size,
                  profile_command(candidates_file, needed_width(request, clients, option.block_size)))
-    rankings = rank_under_load([option], request, clients)
+    rankings = rank_under_load([option], request, clients, unified=False)  # vLLM has no per-slot KV split
     flags = tuple(llama_cpp_spec_flags(option.method, option.block_size, option.source, option.ngram_sizes))
     steps = []
     for ranking in rankings:
@@ -206,6 +206,22 @@ def load_lines(export: EngineExport, plan: LoadPlan) -> list[str]:
         lines += [f"  {_requests(item.first, item.last)}: {server_command(export, item.config.flags, item.last)}"
                   for item in plan.ranges]
     lines.append(f"  (-np N serves N requests at once; -c is shared by the slots: {SLOT_CONTEXT} tokens of context each)")
+    return lines + _unified_lines(export, plan)
+
+
+def _unified_lines(export: EngineExport, plan: LoadPlan) -> list[str]:
+    """The best configuration with `--kv-unified` at each count from 2 up (`LoadRanking.unified`),
+    where it beats the choice: llama-server at -np N keeps a KV stream per slot and splits a decode
+    whose slots carry unequal rows into several passes; one stream decodes it in one."""
+    better = [ranking for ranking in plan.rankings
+              if ranking.unified is not None and ranking.unified.speedup > ranking.chosen.speedup]
+    if not better:
+        return []
+    lines = ["", "with --kv-unified (one KV stream for all slots: each iteration one forward pass where -np N alone splits "
+                 "slots of unequal drafts into several; every row's attention then spans every slot's cells, which is not "
+                 "priced; predicted, not raced by bench peers):"]
+    lines += _table(better, [(ranking.unified.label, ranking.unified) for ranking in better])
+    lines += [f"  {ranking.clients} requests: {server_command(export, ranking.unified.flags, ranking.clients)}" for ranking in better]
     return lines
 
 
@@ -276,7 +292,9 @@ def load_json(export: EngineExport, plan: LoadPlan) -> dict:
         "clients": list(plan.clients),
         "rankings": [{"clients": ranking.clients, "chosen": _loaded_json(ranking.chosen), "limit": ranking.limit,
                       "target_tokens_per_s": ranking.target_tokens_per_s,
-                      "configs": [_loaded_json(config) for config in ranking.configs]} for ranking in plan.rankings],
+                      "configs": [_loaded_json(config) for config in ranking.configs],
+                      "kv_unified": None if ranking.unified is None else _loaded_json(ranking.unified)}
+                     for ranking in plan.rankings],
         "off_from": plan.off_from,
         "slot_context": SLOT_CONTEXT,
     }

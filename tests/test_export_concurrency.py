@@ -97,18 +97,20 @@ def _off(clients: int) -> LoadedConfig:
     return LoadedConfig(OFF, (), clients, 1.0, None, None, 100.0 * clients, 100.0)
 
 
-def _fake_rankings(monkeypatch, choices):
+def _fake_rankings(monkeypatch, choices, unified=None):
     """Replace the ranking under load by `choices`: {clients: [rows]}, the first row chosen (the
-    rows fastest first, off added last where absent); the widths check passes."""
+    rows fastest first, off added last where absent), and `unified`: {clients: the best row with
+    --kv-unified}; the widths check passes."""
 
-    def rank(options, request, clients):
+    def rank(options, request, clients, unified_too=True, **kwargs):
         out = []
         for count in clients:
             rows = list(choices[count])
             if all(row.label != OFF for row in rows):
                 rows.append(_off(count))
             chosen = rows[0] if rows[0].low > 1.0 else next(row for row in rows if row.label == OFF)
-            out.append(LoadRanking(count, tuple(rows), chosen, 1.5 + 0.1 * count, 100.0 * count))
+            out.append(LoadRanking(count, tuple(rows), chosen, 1.5 + 0.1 * count, 100.0 * count,
+                                   unified=(unified or {}).get(count) if kwargs.get("unified", True) else None))
         return tuple(out)
 
     monkeypatch.setattr(load_plan, "rank_under_load", rank)
@@ -165,6 +167,29 @@ def test_one_command_when_one_configuration_is_chosen_over_the_whole_range(llama
     table = [line.split() for line in out.splitlines() if line.strip()[:1].isdigit() and "tok/s" in line]
     assert [row[0] for row in table] == ["1", "2", "4"]
     assert table[1][5:7] == ["[1.20,", "1.50]"] and table[1][7] == "1.70x" and table[1][8:10] == ["200.0", "tok/s"]
+
+
+def test_a_kv_unified_row_that_beats_the_choice_gets_its_own_table_and_command(llama_plan, monkeypatch):
+    """At 4 requests the choice is off; one KV stream makes ngram-simple pay there: the section
+    says so with its own command (the flag in it); at 2 the unified row is no better and is not
+    shown; the JSON carries each count's unified row."""
+    unified = ("--kv-unified",)
+    _fake_rankings(monkeypatch, {1: [_row("ngram-simple size-n=3 K=4", NGRAM_FLAGS, 1, 1.4, 1.2, 1.5)],
+                                 2: [_row("ngram-simple size-n=3 K=4", NGRAM_FLAGS, 2, 1.2, 1.05, 1.3)],
+                                 4: [_row("ngram-simple size-n=3 K=4", NGRAM_FLAGS, 4, 0.9, 0.8, 1.0)]},
+                   {2: _row("ngram-simple size-n=3 K=4 --kv-unified", NGRAM_FLAGS + unified, 2, 1.15, 1.0, 1.3),
+                    4: _row("ngram-simple size-n=3 K=4 --kv-unified", NGRAM_FLAGS + unified, 4, 1.25, 1.1, 1.4)})
+    result = _invoke("export", "--plan", llama_plan, "--engine", "llama.cpp", "--profile-prices", "--concurrency", "1,2,4")
+    assert result.exit_code == 0, result.output
+    section = result.stdout.split("with --kv-unified", 1)[1]
+    rows = [line.split() for line in section.splitlines() if line.strip()[:1].isdigit() and "tok/s" in line]
+    assert [row[0] for row in rows] == ["4"] and "1.25x" in rows[0]
+    commands = [line for line in section.splitlines() if line.strip().startswith("4 requests: llama-server")]
+    assert len(commands) == 1 and "--kv-unified" in commands[0] and commands[0].endswith("-np 4 -c 16384")
+    payload = json.loads(_invoke("export", "--plan", llama_plan, "--engine", "llama.cpp", "--profile-prices",
+                                 "--concurrency", "1,2,4", "--json").stdout)
+    kept = {ranking["clients"]: ranking["kv_unified"] for ranking in payload["under_load"]["rankings"]}
+    assert kept[1] is None and kept[4]["flags"][-1] == "--kv-unified" and kept[4]["predicted_speedup"] == 1.25
 
 
 def test_a_table_and_a_command_per_range_when_the_choice_changes(llama_plan, monkeypatch):

@@ -429,3 +429,32 @@ def test_under_load_the_slots_decode_the_races_length_and_at_one_request_nothing
     run = ranker.run(session, 2)
     assert set(run.tokens) == {399}  # every request decodes 399 after the prefill's first, as the race's would
     assert set(ranker.run(session, 1).tokens) != {399}  # control: at one request the replay's own lengths
+
+
+def test_one_kv_stream_prices_every_decode_as_one_pass_and_is_reported_beside_the_ranking(captured):
+    """`--kv-unified`: at one request nothing to report; at four the best row simulated with one
+    KV stream (its flag added, never in the ranking itself), no slower than the same configuration
+    split; the vLLM path asks for none."""
+    options, request = captured["args"]
+    one, four = rank_under_load(options, request, (1, 4))
+    assert one.unified is None
+    best = four.unified
+    assert best is not None and best.label.endswith(" --kv-unified") and best.flags[-1] == "--kv-unified"
+    assert all(not config.label.endswith("--kv-unified") for config in four.configs)
+    split = four.config(best.label.removesuffix(" --kv-unified"))
+    assert split is not None and best.speedup >= split.speedup - 1e-9
+    (plain,) = rank_under_load(options, request, (4,), unified=False)
+    assert plain.unified is None
+
+
+def test_one_kv_stream_is_the_same_lock_step_in_one_pass_by_hand():
+    """The hand case with `split=False`: iterations 2 and 3 are one pass of 4 rows again."""
+    step = _linear(0.01, 0.002)
+    requests = [(ReplayRound(2, 2), ReplayRound(2, 1)), (ReplayRound(0, 0),) * 3]
+    run = simulate_load(requests, (0, 1), (3, 2), 2, step, HAND_LOOP, split=False)
+    ngram_round = 0.001 + 0.0002
+    second = step(4) + (ngram_round + 0.0002) + ngram_round
+    third = step(4) + (ngram_round + 0.0002 + 0.0005) + ngram_round
+    fourth = step(1) + ngram_round + 0.0005
+    assert run.union_s == pytest.approx(second + third + fourth, rel=1e-12)
+    assert run.counts[(0, 4)] == pytest.approx(2 * 3 / 4) and run.counts[(1, 4)] == pytest.approx(2 * 1 / 4)

@@ -113,6 +113,7 @@ class LoadRanking:
     limit: float
     target_tokens_per_s: float
     notes: tuple[str, ...] = ()
+    unified: LoadedConfig | None = None  # the fastest with `--kv-unified` (`_Ranker.unified`), not ranked nor raced
 
     def config(self, label: str) -> LoadedConfig | None:
         """The row labelled `label` (None: not ranked at this count)."""
@@ -196,6 +197,7 @@ class LoadRun:
 
 
 N_UBATCH = 512  # llama-server's default --ubatch-size: the most rows one forward pass takes
+UNIFIED_FLAG = "--kv-unified"  # llama-server: one KV stream for every slot, so a decode is never split
 
 
 def ubatches(rows: Sequence[int], order: Sequence[int] | None = None, n_ubatch: int = N_UBATCH) -> list[list[tuple[int, int]]]:
@@ -590,6 +592,7 @@ class _Ranker:
         workload = request.workload
         self.orders = request_orders(len(self.streams), 1 if workload.in_order else ORDERS) if self.streams else []
         self.replicates: Replicates | None = None
+        self.with_unified = True  # price `--kv-unified` beside the default server (`unified`)
 
     # -- replayed rows
 
@@ -638,10 +641,11 @@ class _Ranker:
         return self.simulated_row(item.label, item.flags, self.sessions(item, clients), clients, "replayed")
 
     def simulated_row(self, label: str, flags: tuple[str, ...], sessions: Sequence[SessionReplay], clients: int, note: str,
-                      draft: DraftBatch | None = None) -> tuple[RankedConfig, LoadRun]:
+                      draft: DraftBatch | None = None, split: bool = True) -> tuple[RankedConfig, LoadRun]:
         """A configuration simulated over `sessions` (one per request order) at `clients`: the
-        median order's speedup over the target alone, the interval over the replicates."""
-        runs = [self.run(session, clients, draft=draft) for session in sessions]
+        median order's speedup over the target alone (served as llama-server serves it by default),
+        the interval over the replicates; `split` False: the configuration with `--kv-unified`."""
+        runs = [self.run(session, clients, draft=draft, split=split) for session in sessions]
         bases = [self.run(session, clients, target=True) for session in sessions]
         speedups = [base.union_s / run.union_s for run, base in zip(runs, bases)]
         median = int(np.argsort(speedups, kind="stable")[len(runs) // 2])
@@ -784,6 +788,27 @@ class _Ranker:
         aggregate = 1.0 / (curve(clients) / clients + self.loop.per_round_at(clients))
         return aggregate, aggregate / clients, None
 
+    def unified(self, clients: int) -> LoadedConfig | None:
+        """The fastest simulated configuration with one KV stream for every slot (`--kv-unified`:
+        each decode one pass, `ubatches` not applied), against the target alone as the server runs
+        it by default; None at one request (nothing to split) or where nothing is simulated."""
+        if clients < 2:
+            return None
+        items = [(item.label, item.flags, self.sessions(item, clients), None) for item in self.replayed]
+        items += [(item.label, item.flags, sessions, self.draft_batch(item))
+                  for item in self.drafted if (sessions := self.draft_sessions(item)) is not None]
+        best = None
+        for label, flags, sessions, draft in items:
+            row, run = self.simulated_row(f"{label} --kv-unified", (*flags, UNIFIED_FLAG), sessions, clients,
+                                          "simulated with one KV stream", draft, split=False)
+            if best is None or row.speedup > best[0].speedup:
+                best = (row, run)
+        if best is None:
+            return None
+        row, run = best
+        return LoadedConfig(row.label, row.flags, clients, row.speedup, row.interval, row.workload_interval,
+                            run.aggregate, run.per_request, row.note, run.overlap)
+
     def rank(self, clients: int) -> LoadRanking:
         target_aggregate, target_request, target_overlap = self.target_speed(clients)
         rows, speeds = [], {OFF: (target_aggregate, target_request, target_overlap)}
@@ -808,14 +833,18 @@ class _Ranker:
                                         aggregate, per_request, row.note, overlap))
         limit, _ = load_limit(self.request.pricing.target_curve, clients, self.request.k_max, self.loop)
         chosen_row = next(config for config in configs if config.label == chosen.label)
-        return LoadRanking(clients, tuple(configs), chosen_row, limit, target_aggregate, tuple(self.notes))
+        return LoadRanking(clients, tuple(configs), chosen_row, limit, target_aggregate, tuple(self.notes),
+                           self.unified(clients) if self.with_unified else None)
 
 
-def rank_under_load(options: Sequence[EngineOption], request: ServerRanking, clients: Sequence[int]) -> tuple[LoadRanking, ...]:
+def rank_under_load(options: Sequence[EngineOption], request: ServerRanking, clients: Sequence[int],
+                    unified: bool = True) -> tuple[LoadRanking, ...]:
     """Every configuration `planner.llama_cpp.export.rank_server_configs` ranks, and off, at each
     count of `clients` requests in flight, fastest first, with the choice at each (module
-    docstring). The replays are made once and simulated at every count."""
+    docstring). The replays are made once and simulated at every count. `unified`: also the
+    fastest with llama-server's `--kv-unified` at each count (`LoadRanking.unified`)."""
     ranker = _Ranker(options, request)
+    ranker.with_unified = unified
     return tuple(ranker.rank(count) for count in sorted(set(clients)))
 
 
