@@ -287,6 +287,7 @@ class FakeRanking:
     chosen: FakeLoaded
     limit: float
     target_tokens_per_s: float = 10.0
+    unified: FakeLoaded | None = None
 
 
 def measured_runs(speedups: dict[str, list[float]], clients: int) -> list[LoadRun]:
@@ -480,6 +481,32 @@ def test_the_race_under_load_races_every_ranked_configuration_at_each_clients_an
     assert at[("ranked only", 2)].chosen and at[("ranked only", 2)].requests == 4 and at[("ranked only", 2)].repeats == 2
     assert at[("ranked only", 1)].verdict in ("inside", "within noise", "outside")
     assert [level.chosen for level in levels] == ["ranked only", "ranked only"] and levels[1].limit == 2.0
+
+
+def test_a_kv_unified_row_races_from_two_clients_against_its_own_prediction(fake_binary, tmp_path):
+    """The plan's best with --kv-unified at 2 clients is raced there (its server started with the
+    flag) and judged against that prediction; at one client it has no row and no server."""
+    from polyplan.planner.llama_cpp.ranking import OFF
+
+    started: list[tuple[str, int]] = []
+
+    def start(config: Contender, clients: int, context: int, name: str) -> LlamaServer:
+        started.append((config.label, clients))
+        return LlamaServer(fake_binary, tmp_path / "m.gguf", (*slot_args(clients, context), *config.args),
+                           tmp_path / f"server-{name}.log", start_timeout_s=20)
+
+    mod = FakeLoaded("ngram-mod (defaults)", ("--spec-type", "ngram-mod"), 1, 1.1, (0.9, 1.3))
+    unified = FakeLoaded("ngram-mod (defaults) --kv-unified", ("--spec-type", "ngram-mod", "--kv-unified"), 2, 1.2, (1.0, 1.4))
+    off = FakeLoaded(OFF, (), 1, 1.0, (1.0, 1.0))
+    rankings = {1: FakeRanking(1, (mod, off), mod, 2.0), 2: FakeRanking(2, (mod, off), mod, 2.0, unified=unified)}
+    raced = [Contender(TARGET_ONLY), Contender(CONTROL), Contender("ngram-mod (defaults)", ("--spec-type", "ngram-mod"))]
+    rows, _, _, _ = load_race.race_load(raced, rankings, [[1, 2, 3], [4, 5]], start, (1, 2), ModelMemory("/t.gguf", 1000, 10),
+                                        mapped=True, repeats=1, new_tokens=3, timeout_s=10, available=10**11)
+    at = {(row.label, row.clients): row for row in rows}
+    assert (unified.label, 1) not in at and (unified.label, 1) not in started
+    assert (unified.label, 2) in started and at[(unified.label, 2)].predicted_speedup == 1.2
+    assert at[(unified.label, 2)].failure is None and at[(unified.label, 2)].requests == 2
+    assert "--kv-unified" in (tmp_path / "server-2-3.log").read_text().splitlines()[0]
 
 
 def test_configs_narrows_the_race_but_keeps_the_target_its_control_and_each_choice():

@@ -26,6 +26,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from polyplan.engines.llama_cpp.race import CONTROL, TARGET_ONLY, race_setup, server_configs, server_needs
+from polyplan.planner.llama_cpp.under_load import UNIFIED_FLAG
 from polyplan.engines.llama_cpp.race_memory import GB, MemoryNeed, ModelMemory, group_bytes, gguf_memory, race_groups, usable_memory
 from polyplan.engines.llama_cpp.server import Completion, LlamaServer, slot_args
 from polyplan.engines.race import Contender
@@ -214,7 +215,8 @@ def load_rows(configs: Sequence[Contender], runs: Sequence[LoadRun], failures: M
     levels: list[LoadLevel] = []
     for count in clients:
         ranking = rankings.get(count)
-        at = [_row(config, count, runs, failures.get((config.label, count)), ranking) for config in configs]
+        at = [_row(config, count, runs, failures.get((config.label, count)), ranking) for config in configs
+              if count > 1 or UNIFIED_FLAG not in config.args]  # one slot: nothing for --kv-unified to change
         spread = _control_spread(at)
         at = [row if spread is None or row.label in (CONTROL, TARGET_ONLY) else dataclasses.replace(row, server_spread=spread)
               for row in at]
@@ -295,6 +297,9 @@ def _prediction(config: Contender, ranking):
     if config.label == TARGET_ONLY:
         return next((loaded for loaded in ranking.configs if loaded.label == OFF), None)
     flags = ranked_flags(config)
+    unified = getattr(ranking, "unified", None)
+    if unified is not None and tuple(unified.flags) == flags:
+        return unified
     return next((loaded for loaded in ranking.configs if tuple(loaded.flags) == flags), None)
 
 
@@ -337,7 +342,8 @@ def with_ranked(configs: Sequence[Contender], rankings: Mapping[int, object]) ->
     out = [Contender(config.label, tuple(config.args)) for config in configs]
     raced = {ranked_flags(config) for config in out} | {tuple(config.args) for config in out}
     for ranking in rankings.values():
-        for loaded in ranking.configs:
+        unified = getattr(ranking, "unified", None)
+        for loaded in (*ranking.configs, *(() if unified is None else (unified,))):
             if loaded.label != OFF and tuple(loaded.flags) not in raced:
                 raced.add(tuple(loaded.flags))
                 out.append(Contender(loaded.label, tuple(loaded.flags)))
@@ -389,7 +395,9 @@ def load_groups(configs: Sequence[Contender], target: ModelMemory, clients: Sequ
     resident = MemoryNeed("this process", 0)
     groups, too_large = {}, {}
     for count in clients:
-        needs = server_needs(configs, target, count * context, mapped=mapped, memory=memory)
+        # one slot has one KV stream whatever the flag says: a --kv-unified row races from 2 clients up
+        at_count = [config for config in configs if count > 1 or UNIFIED_FLAG not in config.args]
+        needs = server_needs(at_count, target, count * context, mapped=mapped, memory=memory)
         alone = group_bytes([needs[0]])
         if alone > available:
             slot = target.kv_bytes_per_token * context
