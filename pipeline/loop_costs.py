@@ -25,6 +25,7 @@ from polyplan.profiler.prompts import EncodedPrompt, token_stream
 from polyplan.profiler.acceptance import GreedyReads
 from polyplan.profiler.agreement_runs import ensure_agreement, measure_agreement, runs_fingerprint
 from polyplan.profiler.settings import ProfileSettings
+from polyplan.profiler.loop_overhead import STAND_IN_STEP_S
 from polyplan.profiler.switching import measure_switch_costs, store_switch_costs
 
 
@@ -157,9 +158,6 @@ def _ensure_loop_overhead(
         table[mode] = _loop_overhead_entry(target.member, temperature, tokens, fingerprint=fingerprint, stand_ins=stand_ins)
         measured += 1
     return replace(profile, loop_overhead=table), measured
-
-
-STAND_IN_STEP_S = 0.020  # a target step this long makes the loop's own cost a rounding error (docs/profiling.md)
 
 
 def loop_with_stand_ins(profile: Profile, target: str) -> bool:

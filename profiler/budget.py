@@ -25,6 +25,8 @@ from dataclasses import dataclass
 
 from polyplan.formats.errors import PolyplanError
 from polyplan.planner.exact.latency import LatencyCurve
+from polyplan.profiler.loop_overhead import STAND_IN_STEP_S
+from polyplan.profiler.switching import SWITCH_PASSES_AFTER, SWITCH_REPEATS
 
 MIN_PROMPTS = 4  # fewer prompts give no bootstrap interval worth the name
 _UNITS = {"s": 1.0, "sec": 1.0, "m": 60.0, "min": 60.0, "h": 3600.0}
@@ -131,23 +133,45 @@ class AcceptanceCost:
 
 
 def acceptance_cost(target: str, costs: Mapping[str, MemberCost], prompt_lengths: Sequence[int], *, new_tokens: int,
-                    modes: int, width: int) -> AcceptanceCost:
+                    modes: int, width: int, greedy: bool = False) -> AcceptanceCost:
     """The price of the acceptance stage per prompt (module docstring): `costs` by model name,
-    the target's among them; `modes` sampling modes; `width` tokens per teacher-forced pass."""
+    the target's among them; `modes` sampling modes; `width` tokens per teacher-forced pass;
+    `greedy`: one of the modes is greedy, where the target's own read is its continuation and
+    costs nothing (`profiler.acceptance.own_greedy_read`)."""
     passes = math.ceil(new_tokens / width)
     per_prompt = []
     for length in prompt_lengths:
         stream = costs[target].prefill(length) + new_tokens * costs[target].curve(1)
-        forced = sum(cost.prefill(length) + passes * cost.curve(width) for cost in costs.values())
-        per_prompt.append(modes * (stream + forced))
+        forced = {name: cost.prefill(length) + passes * cost.curve(width) for name, cost in costs.items()}
+        per_prompt.append(modes * (stream + sum(forced.values())) - (forced[target] if greedy else 0.0))
     return AcceptanceCost(tuple(per_prompt))
 
 
-def calibration_seconds(target: MemberCost, *, tokens: int, modes: int) -> float:
+def calibration_seconds(target: MemberCost, *, tokens: int, modes: int, costs: Mapping[str, MemberCost] | None = None,
+                        context: int = 128) -> float:
     """The loop calibrations' price (the loop overhead, HF's loop, the switch costs) per sampling
     mode: `CALIBRATION_STEPS` target steps per token of a timed call; docs/profiling.md, "A time
-    budget", says how that count was read and how close the estimate comes."""
+    budget", says how that count was read and how close the estimate comes. A target whose step
+    takes `STAND_IN_STEP_S` or more has its loop calibrated around stand-in verifiers at no
+    model cost, so what is left is the switch costs, priced from their own loop
+    (`switch_seconds`; `costs`: every model's, by name)."""
+    if costs is not None and target.curve(1) >= STAND_IN_STEP_S:
+        return switch_seconds(costs, context=context)
     return modes * CALIBRATION_STEPS * tokens * target.curve(1)
+
+
+def switch_seconds(costs: Mapping[str, MemberCost], *, context: int = 128, repeats: int = SWITCH_REPEATS,
+                   after: int = SWITCH_PASSES_AFTER) -> float:
+    """The switch costs' price (`profiler.switching.measure_switch_costs`): every model primed
+    over `context` tokens, then for each model `repeats` + 1 rounds of the costliest other model's
+    pass and 2 x `after` of its own (its size read from its step)."""
+    primed = sum(cost.prefill(context) for cost in costs.values())
+    rounds = 0.0
+    for name, cost in costs.items():
+        other = max((c.curve(1) for n, c in costs.items() if n != name), default=None)
+        if other is not None:
+            rounds += other + 2 * after * cost.curve(1)
+    return primed + (repeats + 1) * rounds
 
 
 def decoded_seconds(verifier: MemberCost, drafter: MemberCost, k: int, mu: float, *, prompts: int, new_tokens: int) -> float:

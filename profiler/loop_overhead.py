@@ -28,6 +28,9 @@ _BLOCK = 4
 _REJECT_EVERY = 7
 
 
+STAND_IN_STEP_S = 0.020  # a target step this long makes the loop's own cost a rounding error: calibrated around stand-ins (docs/profiling.md)
+
+
 class StandIn:
     """A chain member whose forward pass returns rows of a fixed logit table (position-periodic).
 

@@ -539,8 +539,9 @@ class _Run:
         acceptance, costs = self.settings.acceptance, self._costs()
         modes = len(acceptance.temperatures)
         cost = acceptance_cost(self.target.name, costs, [len(prompt) for prompt in self.prompts], new_tokens=acceptance.new_tokens,
-                               modes=modes, width=TEACHER_FORCING_WIDTH)
-        calibration = calibration_seconds(costs[self.target.name], tokens=self.budget.calibration_tokens, modes=modes)
+                               modes=modes, width=TEACHER_FORCING_WIDTH, greedy=0.0 in acceptance.temperatures)
+        calibration = calibration_seconds(costs[self.target.name], tokens=self.budget.calibration_tokens, modes=modes, costs=costs,
+                                          context=min(self.settings.latency.context_lengths))
         reserve = self.budget.reserve
         kept = 0.0 if reserve is None else reserve(costs[self.target.name], [len(prompt) for prompt in self.offered])
         return plan_budget(self.budget.budget, self.budget.elapsed(time.perf_counter()), cost, calibration, kept)

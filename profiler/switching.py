@@ -20,11 +20,12 @@ import torch
 from polyplan.formats.profile import Profile, SwitchCosts
 from polyplan.profiler.forward_timing import collector_paused, synchronizer, timed_pass
 
-_PASSES_AFTER = 4  # positions after a switch that are timed; later passes count as warm
+SWITCH_PASSES_AFTER = 4  # positions after a switch that are timed; later passes count as warm
+SWITCH_REPEATS = 15  # timed rounds per model (after one that warms up)
 
 
 def measure_switch_costs(
-    models: Sequence, tokens: Sequence[int], *, context: int = 128, repeats: int = 15, after: int = _PASSES_AFTER
+    models: Sequence, tokens: Sequence[int], *, context: int = 128, repeats: int = SWITCH_REPEATS, after: int = SWITCH_PASSES_AFTER
 ) -> dict[str, tuple[float, ...]]:
     """Extra seconds of each model's 1st … `after`-th pass after another model's (module docstring),
     timed `repeats` rounds per model over `context` cached tokens of `tokens` (at least `context + 1`

@@ -5,7 +5,7 @@ import pytest
 from polyplan.formats.errors import PolyplanError
 from polyplan.planner.exact.latency import LatencyCurve
 from polyplan.profiler.budget import (
-    MIN_PROMPTS, AcceptanceCost, Budget, BudgetClock, MemberCost, acceptance_cost, decoded_seconds, duration_text, parse_budget,
+    CALIBRATION_STEPS, MIN_PROMPTS, AcceptanceCost, Budget, BudgetClock, MemberCost, acceptance_cost, calibration_seconds, switch_seconds, decoded_seconds, duration_text, parse_budget,
     plan_budget,
 )
 
@@ -45,6 +45,23 @@ def test_acceptance_cost_counts_stream_and_reads_per_mode():
     assert one.per_prompt_s[0] == pytest.approx(stream + forced)
     two = acceptance_cost("target", costs, [100], new_tokens=8, modes=2, width=4)
     assert two.per_prompt_s[0] == pytest.approx(2 * one.per_prompt_s[0])
+    # greedy: the target's own read is its continuation (no pass), the other mode still reads it
+    greedy = acceptance_cost("target", costs, [100], new_tokens=8, modes=2, width=4, greedy=True)
+    assert greedy.per_prompt_s[0] == pytest.approx(2 * one.per_prompt_s[0] - (0.05 + 2 * 0.015))
+
+
+def test_a_large_targets_calibrations_are_its_switch_costs_priced_from_their_loop():
+    """At a step of 20 ms or more the loop overhead runs around stand-ins (no model cost), so the
+    calibrations cost the switch costs: each model primed, then 16 rounds of the costliest other
+    model's pass and 8 of its own; a small target keeps the shipped family's steps per token."""
+    big = MemberCost(LatencyCurve((1, 4), (0.08, 0.18)), prefill_points=((128, 1.0),))
+    small = MemberCost(LatencyCurve((1, 4), (0.03, 0.05)), prefill_points=((128, 0.3),))
+    costs = {"target": big, "drafter": small}
+    rounds = (0.03 + 8 * 0.08) + (0.08 + 8 * 0.03)
+    assert switch_seconds(costs, context=128) == pytest.approx(1.3 + 16 * rounds)
+    assert calibration_seconds(big, tokens=64, modes=1, costs=costs) == pytest.approx(switch_seconds(costs))
+    tiny = MemberCost(LatencyCurve((1, 4), (0.002, 0.003)))
+    assert calibration_seconds(tiny, tokens=64, modes=1, costs={"target": tiny}) == pytest.approx(CALIBRATION_STEPS * 64 * 0.002)
 
 
 def test_prefill_scales_beyond_the_longest_measured_prompt():
