@@ -65,10 +65,11 @@ def least_check_s(target: MemberCost, lengths: Sequence[int]) -> float:
     """About what the smallest check costs, known before any chain is ranked (what a `--budget`
     keeps for it, `profiler.budget.BudgetClock.reserve`): the last of `CHECK_SIZES` on the first
     prompts of `lengths`, run by target-only decoding and one chain at target-only's pace each
-    (a chain recommended above it is faster), every repeat priming both chains' targets."""
+    (a chain recommended above it is faster), every repeat priming the target once a prompt (the
+    members keep a primed prompt from one chain's run to the next, `measure_chains(reuse_prompts=True)`)."""
     prompts, tokens = CHECK_SIZES[-1]
     prefill = sum(target.prefill(max(length - 1, 0)) for length in list(lengths)[:prompts])
-    return CHECK_REPEATS * (2 * prompts * (tokens + _WARMUP_TOKENS) * target.curve(1) + 2 * prefill)
+    return CHECK_REPEATS * (2 * prompts * (tokens + _WARMUP_TOKENS) * target.curve(1) + prefill)
 
 
 def estimated_seconds(specs: Sequence[ChainSpec], prompts: int, new_tokens: int, repeats: int, prefill_s: float = 0.0) -> float:
