@@ -164,7 +164,7 @@ def switch_seconds(costs: Mapping[str, MemberCost], *, context: int = 128, repea
                    after: int = SWITCH_PASSES_AFTER) -> float:
     """The switch costs' price (`profiler.switching.measure_switch_costs`): every model primed
     over `context` tokens, then for each model `repeats` + 1 rounds of the costliest other model's
-    pass and 2 x `after` of its own (its size read from its step)."""
+    pass and twice `after` of its own (its size read from its step)."""
     primed = sum(cost.prefill(context) for cost in costs.values())
     rounds = 0.0
     for name, cost in costs.items():
