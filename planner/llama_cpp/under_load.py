@@ -573,8 +573,9 @@ def _loaded_speedup(prediction: ChainPrediction, loop: ServerLoop, requests: lis
 class _Ranker:
     """State shared by the counts asked: the replays, the draft rows' bootstrap replicates."""
 
-    def __init__(self, options: Sequence[EngineOption], request: ServerRanking):
+    def __init__(self, options: Sequence[EngineOption], request: ServerRanking, with_unified: bool = True):
         self.options, self.request = options, request
+        self.with_unified = with_unified  # price `--kv-unified` beside the default server (`unified`)
         pricing = request.pricing
         self.loop = request.loop
         greedy = SamplingMode.parse(request.sampling).greedy
@@ -592,7 +593,6 @@ class _Ranker:
         workload = request.workload
         self.orders = request_orders(len(self.streams), 1 if workload.in_order else ORDERS) if self.streams else []
         self.replicates: Replicates | None = None
-        self.with_unified = True  # price `--kv-unified` beside the default server (`unified`)
 
     # -- replayed rows
 
@@ -843,8 +843,7 @@ def rank_under_load(options: Sequence[EngineOption], request: ServerRanking, cli
     count of `clients` requests in flight, fastest first, with the choice at each (module
     docstring). The replays are made once and simulated at every count. `unified`: also the
     fastest with llama-server's `--kv-unified` at each count (`LoadRanking.unified`)."""
-    ranker = _Ranker(options, request)
-    ranker.with_unified = unified
+    ranker = _Ranker(options, request, unified)
     return tuple(ranker.rank(count) for count in sorted(set(clients)))
 
 
