@@ -216,7 +216,7 @@ def load_rows(configs: Sequence[Contender], runs: Sequence[LoadRun], failures: M
     for count in clients:
         ranking = rankings.get(count)
         at = [_row(config, count, runs, failures.get((config.label, count)), ranking) for config in configs
-              if count > 1 or UNIFIED_FLAG not in config.args]  # one slot: nothing for --kv-unified to change
+              if races_at(config, count)]
         spread = _control_spread(at)
         at = [row if spread is None or row.label in (CONTROL, TARGET_ONLY) else dataclasses.replace(row, server_spread=spread)
               for row in at]
@@ -274,6 +274,12 @@ def _row(config: Contender, clients: int, runs: Sequence[LoadRun], failure: str 
                    timeline=timeline, **known)
 
 
+def races_at(config: Contender, clients: int) -> bool:
+    """Whether `config` is raced at `clients`: a `--kv-unified` row from 2 clients up only (one
+    slot has one KV stream whatever the flag says: nothing for it to change)."""
+    return clients > 1 or UNIFIED_FLAG not in config.args
+
+
 def _mean_sd(values: Sequence[float]) -> tuple[float, float]:
     finite = [value for value in values if math.isfinite(value)]
     if not finite:
@@ -297,9 +303,8 @@ def _prediction(config: Contender, ranking):
     if config.label == TARGET_ONLY:
         return next((loaded for loaded in ranking.configs if loaded.label == OFF), None)
     flags = ranked_flags(config)
-    unified = getattr(ranking, "unified", None)
-    if unified is not None and tuple(unified.flags) == flags:
-        return unified
+    if ranking.unified is not None and tuple(ranking.unified.flags) == flags:
+        return ranking.unified
     return next((loaded for loaded in ranking.configs if tuple(loaded.flags) == flags), None)
 
 
@@ -342,8 +347,7 @@ def with_ranked(configs: Sequence[Contender], rankings: Mapping[int, object]) ->
     out = [Contender(config.label, tuple(config.args)) for config in configs]
     raced = {ranked_flags(config) for config in out} | {tuple(config.args) for config in out}
     for ranking in rankings.values():
-        unified = getattr(ranking, "unified", None)
-        for loaded in (*ranking.configs, *(() if unified is None else (unified,))):
+        for loaded in (*ranking.configs, *(() if ranking.unified is None else (ranking.unified,))):
             if loaded.label != OFF and tuple(loaded.flags) not in raced:
                 raced.add(tuple(loaded.flags))
                 out.append(Contender(loaded.label, tuple(loaded.flags)))
@@ -395,9 +399,8 @@ def load_groups(configs: Sequence[Contender], target: ModelMemory, clients: Sequ
     resident = MemoryNeed("this process", 0)
     groups, too_large = {}, {}
     for count in clients:
-        # one slot has one KV stream whatever the flag says: a --kv-unified row races from 2 clients up
-        at_count = [config for config in configs if count > 1 or UNIFIED_FLAG not in config.args]
-        needs = server_needs(at_count, target, count * context, mapped=mapped, memory=memory)
+        needs = server_needs([config for config in configs if races_at(config, count)], target, count * context,
+                             mapped=mapped, memory=memory)
         alone = group_bytes([needs[0]])
         if alone > available:
             slot = target.kv_bytes_per_token * context

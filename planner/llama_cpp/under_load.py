@@ -302,7 +302,7 @@ def simulate_load(requests: Sequence[Sequence[ReplayRound]], stream_of: Sequence
             if width not in priced:
                 priced[width] = step(width)
         if draft is not None:
-            _share_draft_batch(draft, slots, requests, rows, costs, clients > 1 and split)
+            _share_draft_batch(draft, slots, decoding, requests, rows, costs, clients > 1 and split)
         seconds = sum(priced[sum(count for _, count in part)] for part in parts) + sum(costs)
         if any(decoding):
             union += seconds
@@ -343,11 +343,10 @@ def simulate_load(requests: Sequence[Sequence[ReplayRound]], stream_of: Sequence
     return LoadRun(tuple(stream_of), tuple(done[i][0] for i in order), tuple(done[i][1] for i in order), union, counts, extra)
 
 
-def _share_draft_batch(draft: DraftBatch, slots: list, requests: Sequence[Sequence[ReplayRound]], rows: list[int],
-                       costs: list[float], split: bool) -> None:
+def _share_draft_batch(draft: DraftBatch, slots: list, decoding: Sequence[bool], requests: Sequence[Sequence[ReplayRound]],
+                       rows: list[int], costs: list[float], split: bool) -> None:
     """Adds one iteration's batched draft-model seconds (`DraftBatch.seconds`) to `costs`, each
-    decoding slot's share in proportion to its rows (a prompt's draft prefill to its own slot)."""
-    decoding = [slot is not None and slot[1] >= 0 for slot in slots]
+    `decoding` slot's share in proportion to its rows (a prompt's draft prefill to its own slot)."""
     passes = [requests[slot[0]][slot[1]].passes if is_decoding else 0 for slot, is_decoding in zip(slots, decoding)]
     verified = [row if is_decoding else 0 for row, is_decoding in zip(rows, decoding)]
     shared = draft.seconds(passes, verified, split)
@@ -465,12 +464,11 @@ class _Drafted(RacedDraft):
     interval: bool = True
 
 
-def _replayed_configs(options: Sequence[EngineOption], request: ServerRanking,
-                      streams: Sequence[TargetStream]) -> tuple[list[_Replayed], list]:
-    """What `rank_server_configs` replays, as sessions in each request order; and the n-gram
-    drafters priced by α where nothing is replayed, (label, flags, option)."""
+def _replayed_configs(options: Sequence[EngineOption], request: ServerRanking, streams: Sequence[TargetStream],
+                      orders: Sequence[Sequence[int]]) -> tuple[list[_Replayed], list]:
+    """What `rank_server_configs` replays, as sessions in each of the request `orders`; and the
+    n-gram drafters priced by α where nothing is replayed, (label, flags, option)."""
     workload = request.workload
-    orders = request_orders(len(streams), 1 if workload.in_order else ORDERS) if streams else []
 
     def sessions(make_rule) -> tuple[SessionReplay, ...]:
         return tuple(replay_session(streams, make_rule, new_tokens=workload.new_tokens, repeats=workload.repeats, order=order)
@@ -580,7 +578,9 @@ class _Ranker:
         self.loop = request.loop
         greedy = SamplingMode.parse(request.sampling).greedy
         self.streams = target_streams(pricing.profile) if greedy else ()
-        self.replayed, self.by_alpha = _replayed_configs(options, request, self.streams)
+        workload = request.workload
+        self.orders = request_orders(len(self.streams), 1 if workload.in_order else ORDERS) if self.streams else []
+        self.replayed, self.by_alpha = _replayed_configs(options, request, self.streams, self.orders)
         self.drafted, notes = _drafted_configs(options, request)
         self.notes = [*request.price_notes, *notes]
         self.requests = workload_prompts(self.streams, request)
@@ -590,8 +590,6 @@ class _Ranker:
         self._pairs: dict[tuple, object] = {}
         self._slot_sessions: dict[tuple, tuple[SessionReplay, ...]] = {}
         self._draft_sessions: dict[str, tuple[SessionReplay, ...] | None] = {}
-        workload = request.workload
-        self.orders = request_orders(len(self.streams), 1 if workload.in_order else ORDERS) if self.streams else []
         self.replicates: Replicates | None = None
 
     # -- replayed rows
