@@ -219,7 +219,7 @@ def _unified_lines(export: EngineExport, plan: LoadPlan) -> list[str]:
         return []
     lines = ["", "with --kv-unified (one KV stream for all slots: each iteration one forward pass where -np N alone splits "
                  "slots of unequal drafts into several; every row's attention then spans every slot's cells, which is not "
-                 "priced; predicted, not raced by bench peers):"]
+                 "priced; `bench peers --clients` races it):"]
     lines += _table(better, [(ranking.unified.label, ranking.unified) for ranking in better])
     lines += [f"  {ranking.clients} requests: {server_command(export, ranking.unified.flags, ranking.clients)}" for ranking in better]
     return lines
