@@ -217,9 +217,11 @@ def _unified_lines(export: EngineExport, plan: LoadPlan) -> list[str]:
               if ranking.unified is not None and ranking.unified.speedup > ranking.chosen.speedup]
     if not better:
         return []
+    attention = ("priced from T(k) timed at a long context" if all(ranking.unified_attention for ranking in better)
+                 else "not priced")
     lines = ["", "with --kv-unified (one KV stream for all slots: each iteration one forward pass where -np N alone splits "
-                 "slots of unequal drafts into several; every row's attention then spans every slot's cells, which is not "
-                 "priced; `bench peers --clients` races it):"]
+                 f"slots of unequal drafts into several; every row's attention then spans every slot's cells, {attention}; "
+                 "`bench peers --clients` races it):"]
     lines += _table(better, [(ranking.unified.label, ranking.unified) for ranking in better])
     lines += [f"  {ranking.clients} requests: {server_command(export, ranking.unified.flags, ranking.clients)}" for ranking in better]
     return lines

@@ -28,6 +28,7 @@ from polyplan.planner.exact.latency import curve_from_profile
 from polyplan.planner.exact.overhead import profile_switch_costs
 from polyplan.planner.exact.whole_call import CallCount, CallModel, prefill_curve, whole_call_speedup
 from polyplan.planner.llama_cpp.export import DraftPricing, ServerRanking, best_block, rank_server_configs, replayed_ngram_simple
+from polyplan.planner.llama_cpp.kv_cells import cell_cost
 from polyplan.planner.llama_cpp.policy import plan_policy
 from polyplan.planner.llama_cpp.ranking import LlamaCppPrices, RankedConfig, ReplayWorkload, choose_config
 from polyplan.planner.llama_cpp.server_loop import NO_SERVER_LOOP
@@ -279,8 +280,9 @@ def export_plan(
         unexported = "; ".join(f"{o.drafter}: {o.reason}" for o in others) or f"the profile has no drafter for {plan.target!r}"
     ranking, notes, request = (), (), None
     if engine != "hf":
+        attention = None if prices is None or prices.attention is None else cell_cost(prices.attention)
         request = ServerRanking(pricing, plan.target, sampling, workload, () if prices is None else prices.notes, plan_policy(plan),
-                                k_max, replay_also)
+                                k_max, replay_also, attention)
     if engine == "llama.cpp":
         ranking, notes = rank_server_configs(ranked + others, request)
     return EngineExport(

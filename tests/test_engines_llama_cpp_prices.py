@@ -34,6 +34,7 @@ from polyplan.engines.llama_cpp.server import Completion
 from polyplan.formats.errors import PolyplanError
 from polyplan.formats.profile import TargetStream
 from polyplan.planner.exact.latency import LatencyCurve
+from polyplan.planner.llama_cpp.kv_cells import cell_cost
 from polyplan.planner.llama_cpp.ngram_rules import NGramSimpleRule, replay_request, replay_session
 from polyplan.planner.llama_cpp.server_loop import (DRAFT_MODEL, NGRAM, NO_SERVER_LOOP, TARGET_ALONE, ServerLoop, ServerRequest,
                                                 fit_server_loop)
@@ -599,13 +600,14 @@ def test_without_the_bindings_one_line_says_the_profile_priced_it(workspace, cac
     assert quiet.ranking_notes[0] == "priced from the profile and polyplan's loop (--profile-prices)"
 
 
-def _fixed_latency_entry(path, threads, ks, fingerprint, key, log=None, last_row_only=False):
+def _fixed_latency_entry(path, threads, ks, fingerprint, key, log=None, last_row_only=False, contexts=(128,)):
     """What `measure_latency_entry` returns, without timing anything: T(k) = base + 0.1 ms per
-    extra row (base 2 ms for the target's file, 0.5 ms for a drafter's)."""
+    extra row (base 2 ms for the target's file, 0.5 ms for a drafter's), plus 10 ns per row and
+    cached token beyond 128 at each of `contexts`."""
     from polyplan.formats.profile import LatencyPoint, ModelProfile
 
     base = 0.002 if path.name == "target.gguf" else 0.0005
-    points = tuple(LatencyPoint(128, k, base + 0.0001 * (k - 1)) for k in ks)
+    points = tuple(LatencyPoint(context, k, base + 0.0001 * (k - 1) + 1e-8 * k * (context - 128)) for context in contexts for k in ks)
     return ModelProfile(path.stem, fingerprint, points, latency_fingerprint=key)
 
 
@@ -856,7 +858,8 @@ def test_a_calibration_at_n_slots_sends_n_requests_at_once_and_recovers_a_slots_
 def test_the_prices_calibrate_each_count_above_one_once_and_the_loop_charges_it(cache, tmp_path):
     """`prices_for` at clients 1, 2 and 4 calibrates 2 and 4 once each (a second export, and one
     at 1 and 4, calibrate nothing), the loop carries each count's cost and a note says it; at one
-    client alone no count is calibrated and the loop is the one-slot fit."""
+    client alone no count is calibrated and the loop is the one-slot fit. Under load the target is
+    also timed at a long context (`--kv-unified`'s price per KV cell), at one client not."""
     from polyplan.engines.llama_cpp import prices as llama_cpp_prices
     from polyplan.engines.llama_cpp.build import LlamaCppBuild
     from polyplan.planner.exact.latency import curve_from_profile
@@ -889,3 +892,9 @@ def test_the_prices_calibrate_each_count_above_one_once_and_the_loop_charges_it(
     price((1, 2, 4))
     price((4,))
     assert counts == [2, 4]  # kept
+    assert alone.attention is None  # one request: no `--kv-unified` to price
+    cells = cell_cost(loaded.attention)  # timed at 128 and 1920 cached tokens: 10 ns a row and token, 1,792 tokens over 1,792 padded cells
+    assert (cells.short, cells.long) == (128, llama_cpp_prices.ATTENTION_CONTEXT)
+    assert cells.ks == llama_cpp_prices.ATTENTION_KS
+    assert cells.per_cell_s == pytest.approx([1e-8 * k for k in llama_cpp_prices.ATTENTION_KS], rel=1e-6)
+    assert any("at 128 and 1920 cached tokens" in note for note in loaded.notes)

@@ -548,6 +548,30 @@ def test_bad_clients_are_one_line_and_exit_2(value, tmp_path):
     assert result.exit_code == 2 and result.output.count("\n") == 1 and "--clients" in result.output
 
 
+def test_the_race_says_which_prompts_the_plan_is_for_and_how_to_re_price_for_its_own(tmp_path):
+    """The plan re-priced for the race's own file: said so; priced on another file: both named and
+    the re-pricing command given with the race's file and counts; a race on built-in prompts:
+    said that the profile never saw them; a plan whose profile cannot be read is for built-in
+    prompts."""
+    from types import SimpleNamespace
+
+    from polyplan.formats.plan import ProfileRecord
+    from polyplan.profiler.prompt_sets import PromptSet
+
+    mine, other = tmp_path / "mine.jsonl", tmp_path / "other.jsonl"
+    plan = SimpleNamespace(profile=ProfileRecord(path=str(tmp_path / "profile.json"), prompt_file=str(mine)))
+    sent = PromptSet((), str(mine), False)
+    assert load_race.prompts_note(plan, sent, (1, 2)) == "prompts: the plan's numbers are for this race's own prompts (mine.jsonl)"
+    note = load_race.prompts_note(plan, PromptSet((), str(other), False), (1, 2, 4))
+    assert "for mine.jsonl, this race sends other.jsonl" in note
+    assert note.endswith(f"polyplan recommend --profile {tmp_path / 'profile.json'} --prompts {other} --concurrency 1,2,4 "
+                         "(the target's streams and the agreement runs only)")
+    built_in = load_race.prompts_note(plan, PromptSet((), "built-in prompts", True), (2,))
+    assert "built-in validation prompts, which the profile never saw" in built_in
+    unread = SimpleNamespace(profile=ProfileRecord(path=str(tmp_path / "missing.json")))
+    assert "for built-in prompts, this race sends mine.jsonl" in load_race.prompts_note(unread, sent, (2,))
+
+
 def test_clients_on_the_hf_engine_is_one_line():
     result = CliRunner().invoke(app, ["bench", "peers", "--clients", "1,2"])
     assert result.exit_code == 2 and "--engine llama.cpp" in result.output and result.output.count("\n") == 1

@@ -100,7 +100,8 @@ def _off(clients: int) -> LoadedConfig:
 def _fake_rankings(monkeypatch, choices, unified=None):
     """Replace the ranking under load by `choices`: {clients: [rows]}, the first row chosen (the
     rows fastest first, off added last where absent), and `unified`: {clients: the best row with
-    --kv-unified}; the widths check passes."""
+    --kv-unified}, chosen instead where it pays and is faster, as the ranker chooses; the widths
+    check passes."""
 
     def rank(options, request, clients, unified_too=True, **kwargs):
         out = []
@@ -109,8 +110,10 @@ def _fake_rankings(monkeypatch, choices, unified=None):
             if all(row.label != OFF for row in rows):
                 rows.append(_off(count))
             chosen = rows[0] if rows[0].low > 1.0 else next(row for row in rows if row.label == OFF)
-            out.append(LoadRanking(count, tuple(rows), chosen, 1.5 + 0.1 * count, 100.0 * count,
-                                   unified=(unified or {}).get(count) if kwargs.get("unified", True) else None))
+            best = (unified or {}).get(count) if kwargs.get("unified", True) else None
+            if best is not None and best.low > 1.0 and best.speedup > chosen.speedup:
+                chosen = best
+            out.append(LoadRanking(count, tuple(rows), chosen, 1.5 + 0.1 * count, 100.0 * count, unified=best))
         return tuple(out)
 
     monkeypatch.setattr(load_plan, "rank_under_load", rank)
@@ -169,16 +172,17 @@ def test_one_command_when_one_configuration_is_chosen_over_the_whole_range(llama
     assert table[1][5:7] == ["[1.20,", "1.50]"] and table[1][7] == "1.70x" and table[1][8:10] == ["200.0", "tok/s"]
 
 
-def test_a_kv_unified_row_that_beats_the_choice_gets_its_own_table_and_command(llama_plan, monkeypatch):
-    """At 4 requests the choice is off; one KV stream makes ngram-simple pay there: the section
-    says so with its own command (the flag in it); at 2 the unified row is no better and is not
-    shown; the JSON carries each count's unified row."""
+def test_a_kv_unified_row_faster_than_the_choice_but_not_sure_to_pay_gets_its_own_table_and_command(llama_plan, monkeypatch):
+    """At 4 requests the choice is off; one KV stream makes ngram-simple faster there, its
+    interval reaching below 1 (so not chosen): the section says so with its own command (the flag
+    in it); at 2 the unified row is no better and is not shown; the JSON carries each count's
+    unified row."""
     unified = ("--kv-unified",)
     _fake_rankings(monkeypatch, {1: [_row("ngram-simple size-n=3 K=4", NGRAM_FLAGS, 1, 1.4, 1.2, 1.5)],
                                  2: [_row("ngram-simple size-n=3 K=4", NGRAM_FLAGS, 2, 1.2, 1.05, 1.3)],
                                  4: [_row("ngram-simple size-n=3 K=4", NGRAM_FLAGS, 4, 0.9, 0.8, 1.0)]},
                    {2: _row("ngram-simple size-n=3 K=4 --kv-unified", NGRAM_FLAGS + unified, 2, 1.15, 1.0, 1.3),
-                    4: _row("ngram-simple size-n=3 K=4 --kv-unified", NGRAM_FLAGS + unified, 4, 1.25, 1.1, 1.4)})
+                    4: _row("ngram-simple size-n=3 K=4 --kv-unified", NGRAM_FLAGS + unified, 4, 1.25, 0.98, 1.4)})
     result = _invoke("export", "--plan", llama_plan, "--engine", "llama.cpp", "--profile-prices", "--concurrency", "1,2,4")
     assert result.exit_code == 0, result.output
     section = result.stdout.split("with --kv-unified", 1)[1]
@@ -190,6 +194,31 @@ def test_a_kv_unified_row_that_beats_the_choice_gets_its_own_table_and_command(l
                                  "--concurrency", "1,2,4", "--json").stdout)
     kept = {ranking["clients"]: ranking["kv_unified"] for ranking in payload["under_load"]["rankings"]}
     assert kept[1] is None and kept[4]["flags"][-1] == "--kv-unified" and kept[4]["predicted_speedup"] == 1.25
+
+
+def test_a_kv_unified_row_that_pays_and_is_fastest_is_the_choice_with_its_command(llama_plan, monkeypatch):
+    """At 2 and 4 requests one KV stream makes ngram-simple the fastest that pays: it is the choice
+    there (the range 2-4 with the flag in its command, no section aside), while 1 request keeps
+    the split server's row; the JSON's choice carries the flag."""
+    unified = ("--kv-unified",)
+    label = "ngram-simple size-n=3 K=4 --kv-unified"
+    _fake_rankings(monkeypatch, {1: [_row("ngram-simple size-n=3 K=4", NGRAM_FLAGS, 1, 1.4, 1.2, 1.5)],
+                                 2: [_row("ngram-simple size-n=3 K=4", NGRAM_FLAGS, 2, 1.1, 0.95, 1.3)],
+                                 4: [_row("ngram-simple size-n=3 K=4", NGRAM_FLAGS, 4, 0.9, 0.8, 1.0)]},
+                   {2: _row(label, NGRAM_FLAGS + unified, 2, 1.3, 1.1, 1.5), 4: _row(label, NGRAM_FLAGS + unified, 4, 1.25, 1.1, 1.4)})
+    result = _invoke("export", "--plan", llama_plan, "--engine", "llama.cpp", "--profile-prices", "--concurrency", "1,2,4")
+    assert result.exit_code == 0, result.output
+    out = result.stdout
+    assert "with --kv-unified (" not in out and "off from" not in out
+    commands = _server_lines(out.split("under load:", 1)[1])
+    assert len(commands) == 2, commands
+    assert commands[0].strip().startswith("1 request: llama-server") and "--kv-unified" not in commands[0]
+    assert commands[1].strip().startswith("2-4 requests: llama-server") and "--kv-unified" in commands[1]
+    assert commands[1].endswith("-np 4 -c 16384")
+    payload = json.loads(_invoke("export", "--plan", llama_plan, "--engine", "llama.cpp", "--profile-prices", "--concurrency",
+                                 "1,2,4", "--json").stdout)["under_load"]
+    assert [ranking["chosen"]["label"] for ranking in payload["rankings"]] == ["ngram-simple size-n=3 K=4", label, label]
+    assert [(item["first"], item["last"]) for item in payload["ranges"]] == [(1, 1), (2, 4)]
 
 
 def test_a_table_and_a_command_per_range_when_the_choice_changes(llama_plan, monkeypatch):

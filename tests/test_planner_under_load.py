@@ -26,9 +26,9 @@ from polyplan.planner.exact.ngram_replay import ReplayRound
 from polyplan.planner.exact.physical_limit import physical_limit
 from polyplan.planner.llama_cpp import under_load
 from polyplan.planner.llama_cpp.export import rank_server_configs
-from polyplan.planner.llama_cpp.ranking import OFF, LlamaCppPrices
+from polyplan.planner.llama_cpp.ranking import OFF, LlamaCppPrices, choose_config
 from polyplan.planner.llama_cpp.server_loop import NGRAM, NO_SERVER_LOOP, TARGET_ALONE, ServerLoop
-from polyplan.planner.llama_cpp.under_load import (LoadedConfig, LoadRanking, load_limit, load_ranges, off_from,
+from polyplan.planner.llama_cpp.under_load import (UNIFIED_FLAG, LoadedConfig, LoadRanking, load_limit, load_ranges, off_from,
                                                    parse_clients, rank_under_load, simulate_load)
 from polyplan.planner.plan_builder import plan_of
 from polyplan.planner.search import SearchSettings, rank_chains
@@ -445,6 +445,36 @@ def test_one_kv_stream_prices_every_decode_as_one_pass_and_is_reported_beside_th
     assert split is not None and best.speedup >= split.speedup - 1e-9
     (plain,) = rank_under_load(options, request, (4,), unified=False)
     assert plain.unified is None
+
+
+def test_the_choice_is_the_kv_unified_row_where_it_pays_and_is_the_fastest(captured):
+    """At each count the choice is `choose_config`'s over the ranked rows and the unified one:
+    the unified row where its low end is above 1 and it is faster than the split server's choice,
+    else that choice; `config` finds the unified row by its label; without `--kv-unified` priced
+    (vLLM) no choice carries the flag."""
+    options, request = captured["args"]
+    for ranking in rank_under_load(options, request, (2, 4)):
+        split = choose_config(ranking.configs)
+        unified = ranking.unified
+        wins = unified.low > 1.0 and unified.speedup > split.speedup
+        assert ranking.chosen.label == (unified.label if wins else split.label)
+        assert ranking.config(unified.label) is unified
+    for ranking in rank_under_load(options, request, (2, 4), unified=False):
+        assert UNIFIED_FLAG not in ranking.chosen.flags and ranking.chosen.label == choose_config(ranking.configs).label
+
+
+def test_a_unified_row_that_pays_and_beats_the_split_choice_is_chosen(captured):
+    """The rule by hand on the real ranking at 4: the unified row made faster than every ranked
+    row and sure to pay is chosen; made unsure (its interval below 1) it is not (control)."""
+    options, request = captured["args"]
+    (four,) = rank_under_load(options, request, (4,))
+    top = max(config.speedup for config in four.configs)
+    faster = dataclasses.replace(four.unified, speedup=top + 0.5, workload_interval=(1.01, top + 1))
+    unsure = dataclasses.replace(faster, workload_interval=(0.99, top + 1))
+    ranker = under_load._Ranker(options, request)
+    for row, chosen in ((faster, True), (unsure, False)):
+        ranker.unified = lambda clients, row=row: row
+        assert (ranker.rank(4).chosen is row) is chosen
 
 
 def test_one_kv_stream_is_the_same_lock_step_in_one_pass_by_hand():

@@ -475,6 +475,7 @@ def run_llama_load_race(plan_path, clients: Sequence[int], *, prompts_path=None,
     import llama_cpp
 
     notes = (("prediction", predicted_note),
+             ("prompts", prompts_note(plan, prompts, clients)),
              ("measures", "aggregate: all requests' decoded tokens over the union of their decode intervals (each request's "
                           "server decode time ending at its end, on the wall clock); per request: the mean of decoded / decode "
                           "time; first token: from sending to the first streamed token, seen from the client; speedup: the "
@@ -485,6 +486,40 @@ def run_llama_load_race(plan_path, clients: Sequence[int], *, prompts_path=None,
     about = (("llama_cpp_version", llama_cpp.__version__), ("chat_template", str(not prompts.raw)), ("logs", str(logs)))
     return LoadRace("llama.cpp", clients, rows, levels, len(encoded), new_tokens, repeats, choice.threads, context, choice.source,
                     notes, about)
+
+
+def plan_prompt_file(plan) -> str | None:
+    """The prompt file the plan's numbers are for: the one it was re-priced for
+    (`formats.plan.ProfileRecord.prompt_file`), else its profile's (None: built-in prompts, or a
+    profile that cannot be read)."""
+    from polyplan.formats.profile import read_profile
+
+    if plan.profile.prompt_file:
+        return plan.profile.prompt_file
+    try:
+        recorded = read_profile(plan.profile.path).profiler if plan.profile.path else None
+    except PolyplanError:
+        return None
+    return None if recorded is None else recorded.prompt_file
+
+
+def prompts_note(plan, prompts, clients: Sequence[int]) -> str:
+    """Which prompts the predictions are for beside the race's `prompts` (`PromptSet`): an n-gram
+    type's worth is its prompts' own repetition, so a race on other prompts than the plan's
+    measures them, not the cost model (the split prices every row on the race's answers either
+    way); the command that re-prices the plan for the race's prompts where they differ."""
+    planned = plan_prompt_file(plan)
+    sent = Path(prompts.source) if not prompts.truncate else None  # a user's file (built-in prompts may be cut)
+    if planned is not None and sent is not None and Path(planned).resolve() == sent.resolve():
+        return f"prompts: the plan's numbers are for this race's own prompts ({sent.name})"
+    where = "built-in prompts" if planned is None else Path(planned).name
+    if sent is None:
+        return (f"prompts: the plan's numbers are for {where}; this race sends polyplan's built-in validation prompts, "
+                "which the profile never saw (the split below prices every row on this race's answers)")
+    return (f"prompts: the plan's numbers are for {where}, this race sends {sent.name}: an n-gram type's worth is its "
+            "prompts' own repetition (the split below prices every row on this race's answers); to predict for these "
+            f"prompts, re-price the plan first: polyplan recommend --profile {plan.profile.path} --prompts {sent} "
+            f"--concurrency {','.join(map(str, clients))} (the target's streams and the agreement runs only)")
 
 
 def race_load(raced: Sequence[Contender], rankings: Mapping[int, object], prompts: Sequence[Sequence[int]],
@@ -598,7 +633,8 @@ def load_race_lines(race: LoadRace) -> list[str]:
              f"{', '.join(map(str, race.clients))} concurrent client(s), {race.prompts} prompts shared among them, "
              f"x {race.repeats} repeats, {race.new_tokens} new tokens, greedy, {race.threads} thread(s), -np N slots of "
              f"{race.slot_context} tokens; configurations in turn, a whole load each, the order rotated each repeat",
-             *[line for line in (race.note("requests"), race.note("measures"), race.note("prediction")) if line]]
+             *[line for line in (race.note("requests"), race.note("measures"), race.note("prediction"), race.note("prompts"))
+               if line]]
     for level in race.levels:
         lines += ["", f"{level.clients} client(s):",
                   f"{'configuration':44s} {'agg tok/s':>13s} {'req tok/s':>13s} {'first tok s':>13s} {'overlap (pred)':>14s} "

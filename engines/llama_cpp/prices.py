@@ -39,6 +39,8 @@ PRICE_KS = (1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 48, 64)  # measured widths (ngram-
 _DRAFTER_KS = (1, 2, 4, 8)  # a draft model decodes one token a round step, and its accepted tokens in one batch
 REEVAL_KS = tuple(range(1, 17))  # the server's second decode of a verified batch on the draft model (last row only)
 CONTEXT = 128  # cached tokens before each timed pass (the profile's shorter context)
+ATTENTION_CONTEXT = 1920  # the long context the target is timed at beside CONTEXT: 2048 cells read against 256
+ATTENTION_KS = (1, 4, 16, 64)  # its widths there: one slot's step to four slots' drafts of 15
 REPEATS = 5
 _STREAM_TOKENS = 128  # new tokens per stream when the profile does not say (the profile's default)
 CALIBRATION_PROMPTS = "llama_cpp_calibration.json"  # polyplan/data: fixed code and prose that repeats itself
@@ -234,7 +236,13 @@ def prices_for(source: PriceSource, profile: Profile, plan_target: str, *, reuse
             notes.append(f"draft model {name!r} in llama-server's loop: {1e3 * loop.per_draft_pass_s:.2f} ms per pass "
                          f"against the bindings' T_d(1) {1e3 * draft_step(1):.2f} ms ({ratio - 1:+.0%}; every draft model "
                          "priced so)")
-    return LlamaCppPrices(target, drafters, tuple(streams), loop, tuple(notes), ratio, reevaluations, pace)
+    attention = None
+    if any(count > 1 for count in clients):  # what `--kv-unified`'s wider attention costs (`planner.llama_cpp.kv_cells`)
+        attention = _latency_entry(latency, source.target, fingerprint, source.threads, ATTENTION_KS, log, "attention")
+        notes.append(f"the target's T(k) at {CONTEXT} and {ATTENTION_CONTEXT} cached tokens in one sitting, k = "
+                     f"{', '.join(map(str, ATTENTION_KS))}, through the bindings on {where}: what a pass pays per KV cell "
+                     "it reads, for `--kv-unified` under load")
+    return LlamaCppPrices(target, drafters, tuple(streams), loop, tuple(notes), ratio, reevaluations, pace, attention)
 
 
 def _at_slots(loop, source: PriceSource, build, clients: Sequence[int], calibrate_at: Callable, notes: list[str], log):
@@ -331,17 +339,20 @@ def bindings_missing() -> str | None:
 
 
 def measure_latency_entry(path: Path, threads: int, ks: Sequence[int], fingerprint: str, key: str,
-                          log: Callable[[str], None] = lambda line: None, last_row_only: bool = False) -> ModelProfile:
+                          log: Callable[[str], None] = lambda line: None, last_row_only: bool = False,
+                          contexts: Sequence[int] = (CONTEXT,)) -> ModelProfile:
     """T(k) of the GGUF at `path` through the bindings at `threads`, every row asked for, as
     the profile times a member (`profiler.forward_timing.measure_latency`), as a profile entry;
-    `last_row_only`: each pass asks for its last row only (`_LastRowOnly`)."""
+    `last_row_only`: each pass asks for its last row only (`_LastRowOnly`); `contexts`: the
+    cached tokens before the timed passes, each in turn in one sitting."""
     from polyplan.decoder.llama_cpp import LlamaCppMember
     from polyplan.profiler.entries import model_entry
     from polyplan.profiler.forward_timing import LatencySettings, measure_latency
 
     rows = "the last row" if last_row_only else "every row"
-    log(f"timing {path.name} through llama.cpp's bindings at {threads} thread(s), k = 1 … {max(ks)}, {rows} (once; cached)")
-    settings = LatencySettings(ks=tuple(ks), context_lengths=(CONTEXT,), repeats=REPEATS, warmup=1, prefill_repeats=1,
+    at = f" at {' and '.join(map(str, contexts))} cached tokens" if len(contexts) > 1 else ""
+    log(f"timing {path.name} through llama.cpp's bindings at {threads} thread(s), k = 1 … {max(ks)}{at}, {rows} (once; cached)")
+    settings = LatencySettings(ks=tuple(ks), context_lengths=tuple(contexts), repeats=REPEATS, warmup=1, prefill_repeats=1,
                                noise_budget_s=0.0)
     member = LlamaCppMember(path, threads=threads, context=settings.tokens_needed + 8)
     try:
@@ -626,7 +637,12 @@ def _path(key: str) -> Path:
 def _latency_entry(latency: Callable, path: Path, fingerprint: str, threads: int, ks: Sequence[int], log,
                    kind: str = "latency") -> ModelProfile:
     """`latency`'s entry for the GGUF at `path` over `ks`, every row asked for (`kind` "reeval":
-    the last row only), from the cache when kept there."""
+    the last row only; "attention": at `CONTEXT` and `ATTENTION_CONTEXT` cached tokens), from
+    the cache when kept there."""
+    if kind == "attention":
+        key = _key(kind, fingerprint, threads, ks, CONTEXT, ATTENTION_CONTEXT, REPEATS)
+        return _cached(key, ModelProfile, lambda: latency(path, threads, ks, fingerprint, key, log,
+                                                          contexts=(CONTEXT, ATTENTION_CONTEXT)))
     key = _key(kind, fingerprint, threads, ks, CONTEXT, REPEATS)
     last_row = {"last_row_only": True} if kind == "reeval" else {}
     return _cached(key, ModelProfile, lambda: latency(path, threads, ks, fingerprint, key, log, **last_row))

@@ -24,6 +24,7 @@ from polyplan.planner.exact.latency import LatencyCurve, constant_curve, curve_f
 from polyplan.planner.exact.ngram_replay import replay_prediction, target_streams
 from polyplan.planner.intervals.prediction_interval import (DEFAULT_LEVEL, few_prompts_stretch, latency_replicates,
                                                             pair_replicates, percentile_interval, prompt_weights)
+from polyplan.planner.llama_cpp.kv_cells import CellCost
 from polyplan.planner.llama_cpp.ngram_rules import LLAMA_CPP_RULES, LLAMA_CPP_VERSION, NGramSimpleRule, rule_for_flags
 from polyplan.planner.llama_cpp.policy import draft_simple_flags, policy_notes, policy_rounds, server_policy, server_view
 from polyplan.planner.llama_cpp.ranking import (RankedConfig, Replicates, ReplayWorkload, llama_cpp_spec_flags, ranked,
@@ -137,6 +138,7 @@ class ServerRanking:
     policy: tuple[str, DraftPolicy] | None = None  # the plan's last drafter and its policy, whose stop gets a row
     k_max: int = 8  # the largest K searched for that row
     replay_also: Sequence[Sequence[str]] = ()  # flags to rank besides the export's own (a race's)
+    kv_cells: CellCost | None = None  # the target's seconds per KV cell read (`--kv-unified` under load); None: not priced
 
     @property
     def loop(self) -> ServerLoop:

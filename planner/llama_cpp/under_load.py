@@ -42,6 +42,7 @@ from polyplan.planner.llama_cpp.policy import draft_simple_flags
 from polyplan.planner.llama_cpp.ranking import (LEVEL, OFF, ORDERS, RankedConfig, Replicates, choose_config,
                                                 llama_cpp_spec_flags, ranked, request_orders)
 from polyplan.planner.llama_cpp.draft_replay import draft_sessions
+from polyplan.planner.llama_cpp.kv_cells import CellCost
 from polyplan.planner.llama_cpp.server_loop import DRAFT_MODEL, NGRAM, NO_SERVER_LOOP, TARGET_ALONE, ServerLoop
 
 if TYPE_CHECKING:
@@ -104,8 +105,9 @@ class LoadedConfig:
 @dataclass(frozen=True)
 class LoadRanking:
     """Every configuration at `clients` requests in flight, fastest first ("off" included), the
-    choice (`planner.llama_cpp.ranking.choose_config`'s rule), the physical limit at this count
-    (`load_limit`) and the target alone's predicted aggregate decode tokens/s."""
+    choice (`planner.llama_cpp.ranking.choose_config`'s rule over those and the fastest with
+    `--kv-unified`, `unified`), the physical limit at this count (`load_limit`) and the target
+    alone's predicted aggregate decode tokens/s."""
 
     clients: int
     configs: tuple[LoadedConfig, ...]
@@ -113,11 +115,12 @@ class LoadRanking:
     limit: float
     target_tokens_per_s: float
     notes: tuple[str, ...] = ()
-    unified: LoadedConfig | None = None  # the fastest with `--kv-unified` (`_Ranker.unified`), not ranked nor raced
+    unified: LoadedConfig | None = None  # the fastest with `--kv-unified` (`_Ranker.unified`): not in `configs`, chosen where it wins
+    unified_attention: bool = False  # whether that row's reading of every slot's KV cells is priced (`kv_cells`)
 
     def config(self, label: str) -> LoadedConfig | None:
-        """The row labelled `label` (None: not ranked at this count)."""
-        return next((config for config in self.configs if config.label == label), None)
+        """The row labelled `label`, the `--kv-unified` one included (None: not priced at this count)."""
+        return next((config for config in (*self.configs, *((self.unified,) if self.unified else ())) if config.label == label), None)
 
 
 @dataclass(frozen=True)
@@ -257,7 +260,8 @@ class DraftBatch:
 
 def simulate_load(requests: Sequence[Sequence[ReplayRound]], stream_of: Sequence[int], prompts: Sequence[int],
                   clients: int, step: Callable[[int], float], loop: ServerLoop = NO_SERVER_LOOP,
-                  kind: str = NGRAM, draft: DraftBatch | None = None, split: bool = True) -> LoadRun:
+                  kind: str = NGRAM, draft: DraftBatch | None = None, split: bool = True,
+                  cells: CellCost | None = None) -> LoadRun:
     """llama-server's lock-step iterations over `requests` (each its rounds: tokens drafted,
     tokens accepted), request i sent by client i mod `clients` after that client's previous one
     ended. An iteration carries each decoding slot's round (its sampled token and draft) and each
@@ -267,12 +271,16 @@ def simulate_load(requests: Sequence[Sequence[ReplayRound]], stream_of: Sequence
     batched draft passes and second decode (`DraftBatch`), shared by the decoding slots in
     proportion to their rows. A request's decode interval runs from the end of the iteration that
     carried its prompt to the end of its last round (module docstring). `split` False: the slots
-    share one KV stream (llama-server `--kv-unified`), so every decode is one pass."""
+    share one KV stream (llama-server `--kv-unified`), so every decode is one pass, which reads
+    every slot's cells: `cells` prices that (`kv_cells.CellCost.extra_s`: the cells of every slot
+    holding a request, its prompt and the tokens it decoded, against the longest of the pass's own
+    slots, the cells a split pass would read), shared by the slots in the pass in proportion to
+    their rows; None: not priced."""
     queues = [list(range(c, len(requests), clients)) for c in range(clients)]
-    slots = [None] * clients  # per slot: [request, next round (-1: prompt pending), decode seconds]
+    slots = [None] * clients  # per slot: [request, next round (-1: prompt pending), decode seconds, KV cells]
     for c in range(clients):
         if queues[c]:
-            slots[c] = [queues[c].pop(0), -1, 0.0]
+            slots[c] = [queues[c].pop(0), -1, 0.0, 0]
     done: dict[int, tuple[int, float]] = {}
     counts: dict[tuple[int, int], float] = {}
     extra: dict[int, float] = {}
@@ -286,7 +294,7 @@ def simulate_load(requests: Sequence[Sequence[ReplayRound]], stream_of: Sequence
                 rows.append(0)
                 costs.append(0.0)
                 continue
-            request, at, _ = slot
+            request, at, _, _ = slot
             rounds = requests[request]
             if at < 0:
                 rows.append(prompts[request])
@@ -303,6 +311,8 @@ def simulate_load(requests: Sequence[Sequence[ReplayRound]], stream_of: Sequence
                 priced[width] = step(width)
         if draft is not None:
             _share_draft_batch(draft, slots, decoding, requests, rows, costs, clients > 1 and split)
+        if cells is not None and not split and clients > 1:
+            _share_wider_attention(cells, slots, rows, costs)
         seconds = sum(priced[sum(count for _, count in part)] for part in parts) + sum(costs)
         if any(decoding):
             union += seconds
@@ -325,22 +335,38 @@ def simulate_load(requests: Sequence[Sequence[ReplayRound]], stream_of: Sequence
         for c, slot in enumerate(slots):
             if slot is None:
                 continue
-            request, at, spent = slot
+            request, at, spent, _ = slot
             rounds = requests[request]
             if at < 0:
                 slot[1] = 0
+                slot[3] = prompts[request]
                 if rounds:
                     continue
                 done[request] = (0, loop.per_request_s)
             else:
                 slot[2] = spent + seconds
                 slot[1] = at + 1
+                slot[3] += rounds[at].accepted + 1  # the verified rows stay, the rejected draft's are removed
                 if slot[1] < len(rounds):
                     continue
                 done[request] = (sum(item.accepted + 1 for item in rounds), slot[2])
-            slots[c] = [queues[c].pop(0), -1, 0.0] if queues[c] else None
+            slots[c] = [queues[c].pop(0), -1, 0.0, 0] if queues[c] else None
     order = range(len(requests))
     return LoadRun(tuple(stream_of), tuple(done[i][0] for i in order), tuple(done[i][1] for i in order), union, counts, extra)
+
+
+def _share_wider_attention(cells: CellCost, slots: list, rows: Sequence[int], costs: list[float]) -> None:
+    """Adds one unified pass's wider attention (`simulate_load`'s `cells`) to `costs`, each slot
+    in the pass its share in proportion to its rows."""
+    width = sum(rows)
+    if width <= 0:
+        return
+    held = [slot[3] + count if slot is not None else 0 for slot, count in zip(slots, rows)]  # cells once the pass is written
+    own = max(cell for cell, count in zip(held, rows) if count)
+    extra = cells.extra_s(width, sum(held), own)
+    for c, count in enumerate(rows):
+        if count:
+            costs[c] += extra * count / width
 
 
 def _share_draft_batch(draft: DraftBatch, slots: list, decoding: Sequence[bool], requests: Sequence[Sequence[ReplayRound]],
@@ -359,16 +385,17 @@ def _share_draft_batch(draft: DraftBatch, slots: list, decoding: Sequence[bool],
 
 def simulate_loads(requests: Sequence[Sequence[ReplayRound]], stream_of: Sequence[int], prompts: Sequence[int],
                    clients: int, step: Callable[[int], float], loop: ServerLoop = NO_SERVER_LOOP, kind: str = NGRAM,
-                   load: int | None = None, draft: DraftBatch | None = None, split: bool = True) -> LoadRun:
+                   load: int | None = None, draft: DraftBatch | None = None, split: bool = True,
+                   cells: CellCost | None = None) -> LoadRun:
     """`simulate_load` of each run of `load` consecutive requests on its own, merged: a race sends
     its prompt set as one load (its clients start together, and the load ends before the next
     repeat or configuration), so a workload of 4 prompts at 4 clients is one request a slot, all
     started at once, not 16 streams' prompts landing while the others decode. `load` None: one
     load. At one client the merge is the single simulation's (nothing overlaps)."""
     if load is None or load >= len(requests):
-        return simulate_load(requests, stream_of, prompts, clients, step, loop, kind, draft, split)
-    runs = [simulate_load(requests[i:i + load], stream_of[i:i + load], prompts[i:i + load], clients, step, loop, kind, draft, split)
-            for i in range(0, len(requests), load)]
+        return simulate_load(requests, stream_of, prompts, clients, step, loop, kind, draft, split, cells)
+    runs = [simulate_load(requests[i:i + load], stream_of[i:i + load], prompts[i:i + load], clients, step, loop, kind, draft,
+                          split, cells) for i in range(0, len(requests), load)]
     counts: dict[tuple[int, int], float] = {}
     extra: dict[int, float] = {}
     for run in runs:
@@ -608,7 +635,8 @@ class _Ranker:
             requests = tuple(stretched(rounds, workload.new_tokens - 1) for rounds in requests)
         if not target:
             return simulate_loads(requests, session.stream_of, self.prompts(session), clients, curve, self.loop,
-                                  NGRAM if draft is None else DRAFT_MODEL, load=self.load, draft=draft, split=split)
+                                  NGRAM if draft is None else DRAFT_MODEL, load=self.load, draft=draft, split=split,
+                                  cells=None if split else self.request.kv_cells)
         key = (session.stream_of, tuple(sum(item.accepted + 1 for item in rounds) for rounds in requests), clients)
         if key not in self._targets:
             self._targets[key] = simulate_loads(target_rounds(requests), session.stream_of, self.prompts(session),
@@ -797,8 +825,10 @@ class _Ranker:
                   for item in self.drafted if (sessions := self.draft_sessions(item)) is not None]
         best = None
         for label, flags, sessions, draft in items:
-            row, run = self.simulated_row(f"{label} --kv-unified", (*flags, UNIFIED_FLAG), sessions, clients,
-                                          "simulated with one KV stream", draft, split=False)
+            how = ("simulated with one KV stream, its passes reading every slot's cells" if self.request.kv_cells is not None
+                   else "simulated with one KV stream, the other slots' cells its passes read not priced")
+            row, run = self.simulated_row(f"{label} --kv-unified", (*flags, UNIFIED_FLAG), sessions, clients, how, draft,
+                                          split=False)
             if best is None or row.speedup > best[0].speedup:
                 best = (row, run)
         if best is None:
@@ -831,8 +861,11 @@ class _Ranker:
                                         aggregate, per_request, row.note, overlap))
         limit, _ = load_limit(self.request.pricing.target_curve, clients, self.request.k_max, self.loop)
         chosen_row = next(config for config in configs if config.label == chosen.label)
-        return LoadRanking(clients, tuple(configs), chosen_row, limit, target_aggregate, tuple(self.notes),
-                           self.unified(clients) if self.with_unified else None)
+        unified = self.unified(clients) if self.with_unified else None
+        if unified is not None and unified.low > 1.0 and unified.speedup > chosen_row.speedup:
+            chosen_row = unified  # `choose_config`'s rule over the ranked rows and the unified one
+        return LoadRanking(clients, tuple(configs), chosen_row, limit, target_aggregate, tuple(self.notes), unified,
+                           self.request.kv_cells is not None)
 
 
 def rank_under_load(options: Sequence[EngineOption], request: ServerRanking, clients: Sequence[int],
