@@ -24,7 +24,7 @@ from polyplan.formats.errors import PolyplanError
 from polyplan.formats.options import MAX_BLOCK_SIZE
 from polyplan.planner.engine_export import EngineExport
 from polyplan.planner.llama_cpp.ranking import LEVEL, llama_cpp_spec_flags
-from polyplan.planner.llama_cpp.under_load import (LoadedConfig, LoadRange, LoadRanking, check_widths, load_ranges, needed_width,
+from polyplan.planner.llama_cpp.under_load import (LoadedConfig, LoadRange, LoadRanking, check_widths, load_ranges, needed_width, same_server,
                                                    off_from, rank_under_load, ranked_block_size)
 
 SLOT_CONTEXT = 4096  # tokens of context per llama-server slot (`-c` is shared by the `-np` slots; llama.cpp's own floor)
@@ -195,7 +195,7 @@ def load_lines(export: EngineExport, plan: LoadPlan) -> list[str]:
     lines += _off_line(plan, "speculation")
     if len(plan.ranges) == 1:
         only = plan.ranges[0]
-        tied = any(ranking.chosen.label != only.config.label for ranking in plan.rankings)
+        tied = any(not same_server(only.config.label, ranking.chosen) for ranking in plan.rankings)
         lines += ["", f"one configuration for {_requests(only.first, only.last)}: {only.config.label}"
                       + (" (tied within its interval where another is chosen)" if tied else ""),
                   "what to type under load:", "  " + server_command(export, only.config.flags, only.last)]

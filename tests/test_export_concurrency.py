@@ -198,8 +198,9 @@ def test_a_kv_unified_row_faster_than_the_choice_but_not_sure_to_pay_gets_its_ow
 
 def test_a_kv_unified_row_that_pays_and_is_fastest_is_the_choice_with_its_command(llama_plan, monkeypatch):
     """At 2 and 4 requests one KV stream makes ngram-simple the fastest that pays: it is the choice
-    there (the range 2-4 with the flag in its command, no section aside), while 1 request keeps
-    the split server's row; the JSON's choice carries the flag."""
+    there, and since one slot has one KV stream anyway the same server serves 1 request too: one
+    range 1-4 and one command with the flag, not said to be tied, no section aside; the JSON's
+    choice at 1 is the split row (what was priced there), at 2 and 4 the unified one."""
     unified = ("--kv-unified",)
     label = "ngram-simple size-n=3 K=4 --kv-unified"
     _fake_rankings(monkeypatch, {1: [_row("ngram-simple size-n=3 K=4", NGRAM_FLAGS, 1, 1.4, 1.2, 1.5)],
@@ -210,15 +211,13 @@ def test_a_kv_unified_row_that_pays_and_is_fastest_is_the_choice_with_its_comman
     assert result.exit_code == 0, result.output
     out = result.stdout
     assert "with --kv-unified (" not in out and "off from" not in out
+    assert f"one configuration for 1-4 requests: {label}\n" in out
     commands = _server_lines(out.split("under load:", 1)[1])
-    assert len(commands) == 2, commands
-    assert commands[0].strip().startswith("1 request: llama-server") and "--kv-unified" not in commands[0]
-    assert commands[1].strip().startswith("2-4 requests: llama-server") and "--kv-unified" in commands[1]
-    assert commands[1].endswith("-np 4 -c 16384")
+    assert len(commands) == 1 and "--kv-unified" in commands[0] and commands[0].endswith("-np 4 -c 16384"), commands
     payload = json.loads(_invoke("export", "--plan", llama_plan, "--engine", "llama.cpp", "--profile-prices", "--concurrency",
                                  "1,2,4", "--json").stdout)["under_load"]
     assert [ranking["chosen"]["label"] for ranking in payload["rankings"]] == ["ngram-simple size-n=3 K=4", label, label]
-    assert [(item["first"], item["last"]) for item in payload["ranges"]] == [(1, 1), (2, 4)]
+    assert [(item["first"], item["last"]) for item in payload["ranges"]] == [(1, 4)]
 
 
 def test_a_table_and_a_command_per_range_when_the_choice_changes(llama_plan, monkeypatch):

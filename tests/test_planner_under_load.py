@@ -328,6 +328,27 @@ def test_ranges_merge_ties_and_off_is_from_the_first_count_off_to_the_end():
     assert off_from(rankings[:2]) is None
 
 
+def test_one_request_joins_the_range_of_its_choice_with_kv_unified():
+    """At 1 request "a"; at 2 and 4 "a --kv-unified" (one slot has one KV stream anyway): one
+    range 1-4 served with the flag. Control: at 1 request "b", whose unified form is not chosen
+    beyond it, keeps a range of its own; a range of 2 requests or more is never taken over so."""
+    off = (1.0, None)
+    unified = "a " + UNIFIED_FLAG
+
+    def with_unified(ranking, speedup, bounds):
+        row = LoadedConfig(unified, (UNIFIED_FLAG,), ranking.clients, speedup, bounds, bounds, 1.0, 1.0)
+        return dataclasses.replace(ranking, unified=row, chosen=row)
+
+    two = with_unified(_ranking(2, "a", {"a": (1.1, (0.9, 1.05)), OFF: off}), 1.4, (1.2, 1.6))
+    four = with_unified(_ranking(4, OFF, {"a": (0.9, (0.8, 1.0)), OFF: off}), 1.3, (1.1, 1.5))
+    rankings = [_ranking(1, "a", {"a": (1.8, (1.5, 2.1)), OFF: off}), two, four]
+    assert [(r.first, r.last, r.config.label) for r in load_ranges(rankings)] == [(1, 4, unified)]
+    other = [_ranking(1, "b", {"a": (1.2, (1.1, 1.3)), "b": (1.8, (1.5, 2.1)), OFF: off}), two, four]
+    assert [(r.first, r.last, r.config.label) for r in load_ranges(other)] == [(1, 1, "b"), (2, 4, unified)]
+    split_at_two = _ranking(2, "a", {"a": (1.5, (1.3, 1.7)), OFF: off})
+    assert [(r.first, r.last, r.config.label) for r in load_ranges([split_at_two, four])] == [(2, 2, "a"), (4, 4, unified)]
+
+
 class _Counting:
     """A rule whose state crosses requests: it drafts as many tokens as requests it has begun."""
 

@@ -945,15 +945,25 @@ def _tied(row: LoadedConfig | None, other: LoadedConfig) -> bool:
                for bounds, point in ((row.bounds, other.speedup), (other.bounds, row.speedup)))
 
 
+def same_server(label: str, chosen: LoadedConfig) -> bool:
+    """Whether a server run as `label` is the one `chosen` is: the same configuration, or at one
+    request the same with `--kv-unified` (one slot has one KV stream whatever the flag says)."""
+    return label == chosen.label or (chosen.clients == 1 and label == f"{chosen.label} {UNIFIED_FLAG}")
+
+
 def load_ranges(rankings: Sequence[LoadRanking]) -> tuple[LoadRange, ...]:
     """Contiguous client counts sharing one choice, in increasing count: a count whose choice is
     tied within its interval with the current range's (that configuration still paying there, or
-    off) extends the range."""
+    off) extends the range; so does a choice that is the current range's with `--kv-unified` where
+    the range holds one request only (`same_server`), the range then served with the flag."""
     ordered = sorted(rankings, key=lambda item: item.clients)
     ranges: list[LoadRange] = []
     for ranking in ordered:
         if ranges:
             current = ranges[-1]
+            if current.last == 1 and same_server(ranking.chosen.label, current.config):
+                ranges[-1] = LoadRange(current.first, ranking.clients, ranking.chosen)
+                continue
             row = ranking.config(current.config.label)
             pays = row is not None and (row.label == OFF or row.low > 1.0)
             if pays and _tied(row, ranking.chosen):
