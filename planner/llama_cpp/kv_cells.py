@@ -7,7 +7,10 @@ at `-np N`) a pass reads its own slots' streams; with one stream for every slot
 (`--kv-unified`) every pass reads every slot's cells. T(k) is timed at a short context, so a
 unified pass costs T(k) plus the seconds per cell at k rows times the cells it reads beyond what
 the split server's pass would (`CellCost.extra_s`). The seconds per cell come from T(k) timed
-through the bindings at a short and a long context in one sitting (`cell_cost`). Pure: no I/O.
+through the bindings at a short and a long context in one sitting (`cell_cost`): cells every row
+attends. Another slot's cells are masked for a row, and the CPU kernel skips masked cells, so the
+price is an upper bound that is loose at long contexts (docs/cost-model.md, "What it leaves out").
+Pure: no I/O.
 """
 
 from __future__ import annotations
