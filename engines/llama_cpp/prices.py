@@ -639,13 +639,13 @@ def _latency_entry(latency: Callable, path: Path, fingerprint: str, threads: int
     """`latency`'s entry for the GGUF at `path` over `ks`, every row asked for (`kind` "reeval":
     the last row only; "attention": at `CONTEXT` and `ATTENTION_CONTEXT` cached tokens), from
     the cache when kept there."""
-    if kind == "attention":
-        key = _key(kind, fingerprint, threads, ks, CONTEXT, ATTENTION_CONTEXT, REPEATS)
-        return _cached(key, ModelProfile, lambda: latency(path, threads, ks, fingerprint, key, log,
-                                                          contexts=(CONTEXT, ATTENTION_CONTEXT)))
-    key = _key(kind, fingerprint, threads, ks, CONTEXT, REPEATS)
-    last_row = {"last_row_only": True} if kind == "reeval" else {}
-    return _cached(key, ModelProfile, lambda: latency(path, threads, ks, fingerprint, key, log, **last_row))
+    options = _ENTRY_OPTIONS.get(kind, {})
+    key = _key(kind, fingerprint, threads, ks, *options.get("contexts", (CONTEXT,)), REPEATS)
+    return _cached(key, ModelProfile, lambda: latency(path, threads, ks, fingerprint, key, log, **options))
+
+
+# what `measure_latency_entry` is asked for each kind of entry besides the plain one
+_ENTRY_OPTIONS = {"reeval": {"last_row_only": True}, "attention": {"contexts": (CONTEXT, ATTENTION_CONTEXT)}}
 
 
 def _cached(key: str, kind, measure: Callable[[], object]):

@@ -2,7 +2,7 @@
 
 llama.cpp attends every row of a pass over the cache's cells up to the highest one in use, padded
 to a multiple of 256 (`llama_kv_cache::get_n_kv`, src/llama-kv-cache.cpp; the mask hides other
-sequences' cells, the kernels still read them). With a KV stream per slot (llama-server's default
+sequences' cells from a row). With a KV stream per slot (llama-server's default
 at `-np N`) a pass reads its own slots' streams; with one stream for every slot
 (`--kv-unified`) every pass reads every slot's cells. T(k) is timed at a short context, so a
 unified pass costs T(k) plus the seconds per cell at k rows times the cells it reads beyond what

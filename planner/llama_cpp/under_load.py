@@ -823,10 +823,10 @@ class _Ranker:
         items = [(item.label, item.flags, self.sessions(item, clients), None) for item in self.replayed]
         items += [(item.label, item.flags, sessions, self.draft_batch(item))
                   for item in self.drafted if (sessions := self.draft_sessions(item)) is not None]
+        how = ("simulated with one KV stream, its passes reading every slot's cells" if self.request.kv_cells is not None
+               else "simulated with one KV stream, the other slots' cells its passes read not priced")
         best = None
         for label, flags, sessions, draft in items:
-            how = ("simulated with one KV stream, its passes reading every slot's cells" if self.request.kv_cells is not None
-                   else "simulated with one KV stream, the other slots' cells its passes read not priced")
             row, run = self.simulated_row(f"{label} --kv-unified", (*flags, UNIFIED_FLAG), sessions, clients, how, draft,
                                           split=False)
             if best is None or row.speedup > best[0].speedup:
