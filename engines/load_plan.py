@@ -217,7 +217,7 @@ def _unified_lines(export: EngineExport, plan: LoadPlan) -> list[str]:
               if ranking.unified is not None and ranking.unified.speedup > ranking.chosen.speedup]
     if not better:
         return []
-    attention = ("priced from T(k) timed at a long context" if all(ranking.unified_attention for ranking in better)
+    attention = ("priced from the target's step timed split and unified" if all(ranking.unified_attention for ranking in better)
                  else "not priced")
     lines = ["", "with --kv-unified (one KV stream for all slots: each iteration one forward pass where -np N alone splits "
                  f"slots of unequal drafts into several; every row's attention then spans every slot's cells, {attention}; "

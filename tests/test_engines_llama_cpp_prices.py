@@ -34,7 +34,7 @@ from polyplan.engines.llama_cpp.server import Completion
 from polyplan.formats.errors import PolyplanError
 from polyplan.formats.profile import TargetStream
 from polyplan.planner.exact.latency import LatencyCurve
-from polyplan.planner.llama_cpp.kv_cells import cell_cost
+from polyplan.planner.llama_cpp.kv_cells import UnifiedSteps, cell_cost
 from polyplan.planner.llama_cpp.ngram_rules import NGramSimpleRule, replay_request, replay_session
 from polyplan.planner.llama_cpp.server_loop import (DRAFT_MODEL, NGRAM, NO_SERVER_LOOP, TARGET_ALONE, ServerLoop, ServerRequest,
                                                 fit_server_loop)
@@ -859,13 +859,20 @@ def test_the_prices_calibrate_each_count_above_one_once_and_the_loop_charges_it(
     """`prices_for` at clients 1, 2 and 4 calibrates 2 and 4 once each (a second export, and one
     at 1 and 4, calibrate nothing), the loop carries each count's cost and a note says it; at one
     client alone no count is calibrated and the loop is the one-slot fit. Under load the target is
-    also timed at a long context (`--kv-unified`'s price per KV cell), at one client not."""
+    also timed over several sequences split and unified (`--kv-unified`'s price per cell), once
+    (kept), at one client not."""
     from polyplan.engines.llama_cpp import prices as llama_cpp_prices
     from polyplan.engines.llama_cpp.build import LlamaCppBuild
     from polyplan.planner.exact.latency import curve_from_profile
 
-    calls, counts = [], []
+    calls, counts, unified = [], [], []
     target, small = _gguf_pair(tmp_path / "a")
+
+    def unified_steps(path, threads, ks, sequences, cells, repeats, log):  # 10 ns a row and extra cell
+        unified.append((path, threads, ks, sequences, cells))
+        split = tuple(0.01 * k for k in ks)
+        extra = [UnifiedSteps(sequences, cells, ks, split, split).extra_cells(k) for k in ks]
+        return UnifiedSteps(sequences, cells, ks, split, tuple(s + 1e-8 * k * e for s, k, e in zip(split, ks, extra)))
     draft = lambda: curve_from_profile(_fixed_latency_entry(small, 1, llama_cpp_prices.REEVAL_KS, "fp", "key"))  # noqa: E731
     source = llama_cpp_prices.PriceSource(target, {"small": small}, 1, ((1, 2, 3),), 8)
 
@@ -879,7 +886,7 @@ def test_the_prices_calibrate_each_count_above_one_once_and_the_loop_charges_it(
         return llama_cpp_prices.prices_for(source, _Profile(0.002, "profiled"), "target", reuse={"target"},
                                            build=LlamaCppBuild(tmp_path, "b1"), latency=_fixed_latency_entry,
                                            calibrate=_sitting_calibration(calls, draft), calibrate_at=at_slots,
-                                           clients=clients)
+                                           clients=clients, unified_steps=unified_steps)
 
     alone = price((1,))
     assert counts == [] and alone.loop.slot_rounds == ()
@@ -892,9 +899,11 @@ def test_the_prices_calibrate_each_count_above_one_once_and_the_loop_charges_it(
     price((1, 2, 4))
     price((4,))
     assert counts == [2, 4]  # kept
-    assert alone.attention is None  # one request: no `--kv-unified` to price
-    cells = cell_cost(loaded.attention)  # timed at 128 and 1920 cached tokens: 10 ns a row and token, 1,792 tokens over 1,792 padded cells
-    assert (cells.short, cells.long) == (128, llama_cpp_prices.ATTENTION_CONTEXT)
-    assert cells.ks == llama_cpp_prices.ATTENTION_KS
-    assert cells.per_cell_s == pytest.approx([1e-8 * k for k in llama_cpp_prices.ATTENTION_KS], rel=1e-6)
-    assert any("at 128 and 1920 cached tokens" in note for note in loaded.notes)
+    assert alone.unified is None  # one request: no `--kv-unified` to price
+    assert unified == [(target, 1, llama_cpp_prices.UNIFIED_KS, llama_cpp_prices.UNIFIED_SEQUENCES,
+                        llama_cpp_prices.UNIFIED_CELLS)]  # timed once, kept
+    cells = cell_cost(loaded.unified)
+    assert (cells.sequences, cells.cells) == (llama_cpp_prices.UNIFIED_SEQUENCES, llama_cpp_prices.UNIFIED_CELLS)
+    assert cells.ks == llama_cpp_prices.UNIFIED_KS
+    assert cells.per_cell_s == pytest.approx([1e-8 * k for k in llama_cpp_prices.UNIFIED_KS], rel=1e-9)
+    assert any("a KV stream each against one unified stream" in note for note in loaded.notes)

@@ -1,8 +1,9 @@
 """The price of reading more KV cells (`planner.llama_cpp.kv_cells`) and `--kv-unified`'s wider
 attention under load (`planner.llama_cpp.under_load.simulate_load(split=False, cells=...)`).
 
-Checked: llama.cpp's padding of the cells a pass reads; the seconds per cell read from T(k) timed
-at two contexts (noise floored at 0; one context prices nothing); a two-slot unified run by hand
+Checked: llama.cpp's padding of the cells a pass reads; the rows of a pass spread over the slots;
+the seconds per cell read from a sitting of split and unified steps (noise floored at 0; a sitting
+whose steps read the same cells prices nothing); a two-slot unified run by hand
 whose slots together cross a padding boundary their own lengths do not (and its control, slots
 short enough that the sum pads alike: nothing added); the split server and one slot never pay it.
 """
@@ -11,13 +12,12 @@ from __future__ import annotations
 
 import pytest
 
-from polyplan.formats.profile import LatencyPoint, ModelProfile
 from polyplan.planner.exact.ngram_replay import ReplayRound
-from polyplan.planner.llama_cpp.kv_cells import KV_PAD, CellCost, cell_cost, padded_cells
+from polyplan.planner.llama_cpp.kv_cells import KV_PAD, CellCost, UnifiedSteps, cell_cost, padded_cells, spread_rows
 from polyplan.planner.llama_cpp.server_loop import ServerLoop
 from polyplan.planner.llama_cpp.under_load import simulate_load
 
-CELLS = CellCost(ks=(1, 4), per_cell_s=(1e-6, 4e-6), short=128, long=1920)
+CELLS = CellCost(ks=(1, 4), per_cell_s=(1e-6, 4e-6), sequences=4, cells=768)
 LOOP = ServerLoop(per_request_s=0.0005, per_round_s=0.001, per_row_s=0.0001, per_ngram_round_s=0.0002)
 
 
@@ -37,17 +37,22 @@ def test_the_cost_per_cell_is_linear_between_widths_and_proportional_to_rows_bey
     assert CELLS.extra_s(2, 202, 101) == 0.0  # both pad to 256
 
 
-def test_the_cost_per_cell_comes_from_t_at_a_short_and_a_long_context():
-    """T(k) at 128 and 1920 cached tokens: the difference over the padded cells between them
-    (2048 − 256 at every width here); a width timed slower at the short context gives 0, not a
-    negative cost; one context gives nothing to read."""
-    points = [LatencyPoint(128, 1, 0.010), LatencyPoint(1920, 1, 0.010 + 1792e-7),
-              LatencyPoint(128, 4, 0.020), LatencyPoint(1920, 4, 0.020 + 1792e-6),
-              LatencyPoint(128, 16, 0.050), LatencyPoint(1920, 16, 0.049)]
-    cost = cell_cost(ModelProfile("target", "fp", tuple(points)))
-    assert (cost.short, cost.long, cost.ks) == (128, 1920, (1, 4, 16))
-    assert cost.per_cell_s == pytest.approx((1e-7, 1e-6, 0.0))
-    assert cell_cost(ModelProfile("target", "fp", tuple(p for p in points if p.context_length == 128))) is None
+def test_a_pass_spreads_its_rows_over_the_slots():
+    assert spread_rows(1, 4) == (1, 0, 0, 0) and spread_rows(4, 4) == (1, 1, 1, 1)
+    assert spread_rows(6, 4) == (2, 2, 1, 1) and spread_rows(64, 4) == (16,) * 4
+
+
+def test_the_cost_per_cell_comes_from_the_unified_step_beyond_the_split_one():
+    """Four sequences of 768 cached tokens: the unified step of k rows reads 4·768 + k cells
+    (3,328 padded) against the split step's 768 + its most rows on one sequence (1,024 padded), so
+    2,304 extra cells at every width here; a width timed slower split gives 0, not a negative
+    cost; sequences too short to cross a padding boundary give nothing to read."""
+    steps = UnifiedSteps(4, 768, (1, 4, 64), (0.080, 0.180, 0.700), (0.080 + 2304e-6, 0.180 + 2304e-5, 0.690))
+    assert [steps.extra_cells(k) for k in steps.ks] == [2304, 2304, 2304]
+    cost = cell_cost(steps)
+    assert (cost.sequences, cost.cells, cost.ks) == (4, 768, (1, 4, 64))
+    assert cost.per_cell_s == pytest.approx((1e-6, 1e-5, 0.0))
+    assert cell_cost(UnifiedSteps(2, 60, (1, 4), (0.01, 0.02), (0.02, 0.03))) is None  # 124 cells pad as 64 do
 
 
 def _two_slots(prompt: int, cells: CellCost | None, split: bool = False, clients: int = 2):

@@ -21,6 +21,7 @@ from collections.abc import Callable, Collection, Mapping, Sequence
 from pathlib import Path
 
 from polyplan.engines.llama_cpp.server import round_widths, slot_args
+from polyplan.engines.llama_cpp.unified_steps import measure_unified_steps
 from polyplan.formats.atomic import write_text_atomically
 from polyplan.formats.cache import cache_root
 from polyplan.formats.codec import decode, encode
@@ -32,6 +33,7 @@ from polyplan.planner.llama_cpp.ngram_rules import NGramSimpleRule, ngram_simple
 from polyplan.planner.llama_cpp.server_loop import (DRAFT_MODEL, NGRAM, TARGET_ALONE, ServerRequest, fit_server_loop,
                                                     slot_round_cost)
 from polyplan.planner.exact.latency import LatencyCurve, curve_from_profile
+from polyplan.planner.llama_cpp.kv_cells import UnifiedSteps
 from polyplan.planner.llama_cpp.ranking import LlamaCppPrices, llama_cpp_spec_flags
 
 VERSION = 5  # of the cache's keys: raised whenever what is measured, or how, changes
@@ -39,8 +41,9 @@ PRICE_KS = (1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 48, 64)  # measured widths (ngram-
 _DRAFTER_KS = (1, 2, 4, 8)  # a draft model decodes one token a round step, and its accepted tokens in one batch
 REEVAL_KS = tuple(range(1, 17))  # the server's second decode of a verified batch on the draft model (last row only)
 CONTEXT = 128  # cached tokens before each timed pass (the profile's shorter context)
-ATTENTION_CONTEXT = 1920  # the long context the target is timed at beside CONTEXT: 2048 cells read against 256
-ATTENTION_KS = (1, 4, 16, 64)  # its widths there: one slot's step to four slots' drafts of 15
+UNIFIED_SEQUENCES = 4  # `--kv-unified`'s price: the target's step over this many sequences (`measure_unified_steps`)
+UNIFIED_CELLS = 768  # cached tokens of each: 3,328 cells read unified against 1,024 split
+UNIFIED_KS = (1, 4, 16, 64)  # the step's rows, spread over the sequences: one slot's step to four slots' drafts of 15
 REPEATS = 5
 _STREAM_TOKENS = 128  # new tokens per stream when the profile does not say (the profile's default)
 CALIBRATION_PROMPTS = "llama_cpp_calibration.json"  # polyplan/data: fixed code and prose that repeats itself
@@ -154,7 +157,7 @@ def prices_for(source: PriceSource, profile: Profile, plan_target: str, *, reuse
                latency: Callable | None = None, decode_streams: Callable | None = None,
                calibrate: Callable | None = None, ks: Sequence[int] = PRICE_KS,
                draft_ks: tuple[Sequence[int], Sequence[int]] = (_DRAFTER_KS, REEVAL_KS), clients: Sequence[int] = (1,),
-               calibrate_at: Callable | None = None) -> LlamaCppPrices:
+               calibrate_at: Callable | None = None, unified_steps: Callable | None = None) -> LlamaCppPrices:
     """llama.cpp's numbers for `source` (module docstring), from the cache when kept there.
 
     `ks`: the target's widths (`price_widths`), `draft_ks` a draft model's (`draft_widths`);
@@ -165,8 +168,9 @@ def prices_for(source: PriceSource, profile: Profile, plan_target: str, *, reuse
     processor, the bindings, the target's and the first draft model's files, the threads, the
     build, the server's flags and its own settings and prompts, so other prompts or a re-timed
     profile reuse it; so is each count of `clients` above one, at which the server's per-round
-    cost is calibrated on its own (`calibrate_slots`). `latency`, `decode_streams`, `calibrate` and
-    `calibrate_at` replace the measurements (tests).
+    cost is calibrated on its own (`calibrate_slots`), and the target's step over several sequences
+    split and unified is timed (`measure_unified_steps`). `latency`, `decode_streams`, `calibrate`,
+    `calibrate_at` and `unified_steps` replace the measurements (tests).
 
     Raises:
         PolyplanError: the bindings are missing, or a file cannot be loaded.
@@ -175,6 +179,7 @@ def prices_for(source: PriceSource, profile: Profile, plan_target: str, *, reuse
     decode_streams = decode_streams or decode_greedy_streams
     calibrate = calibrate or calibrate_server
     calibrate_at = calibrate_at or calibrate_slots
+    unified_steps = unified_steps or measure_unified_steps
     notes = []
     fingerprint = file_fingerprint(source.target)
     where = f"{source.target.name}, {source.threads} thread{'s' if source.threads != 1 else ''}"
@@ -236,13 +241,16 @@ def prices_for(source: PriceSource, profile: Profile, plan_target: str, *, reuse
             notes.append(f"draft model {name!r} in llama-server's loop: {1e3 * loop.per_draft_pass_s:.2f} ms per pass "
                          f"against the bindings' T_d(1) {1e3 * draft_step(1):.2f} ms ({ratio - 1:+.0%}; every draft model "
                          "priced so)")
-    attention = None
-    if any(count > 1 for count in clients):  # what `--kv-unified`'s wider attention costs (`planner.llama_cpp.kv_cells`)
-        attention = _latency_entry(latency, source.target, fingerprint, source.threads, ATTENTION_KS, log, "attention")
-        notes.append(f"the target's T(k) at {CONTEXT} and {ATTENTION_CONTEXT} cached tokens in one sitting, k = "
-                     f"{', '.join(map(str, ATTENTION_KS))}, through the bindings on {where}: what a pass pays per KV cell "
-                     "it reads, for `--kv-unified` under load")
-    return LlamaCppPrices(target, drafters, tuple(streams), loop, tuple(notes), ratio, reevaluations, pace, attention)
+    unified = None
+    if any(count > 1 for count in clients):  # what `--kv-unified`'s one stream costs (`planner.llama_cpp.kv_cells`)
+        key = _key("unified", fingerprint, source.threads, UNIFIED_KS, UNIFIED_SEQUENCES, UNIFIED_CELLS, REPEATS)
+        unified = _cached(key, UnifiedSteps, lambda: unified_steps(source.target, source.threads, UNIFIED_KS,
+                                                                  UNIFIED_SEQUENCES, UNIFIED_CELLS, REPEATS, log))
+        notes.append(f"the target's step over {UNIFIED_SEQUENCES} sequences of {UNIFIED_CELLS} cached tokens, a KV stream "
+                     f"each against one unified stream, k = {', '.join(map(str, UNIFIED_KS))} rows spread over them, through "
+                     f"the bindings on {where}: what a pass pays per cell of other slots in its view, for `--kv-unified` "
+                     "under load")
+    return LlamaCppPrices(target, drafters, tuple(streams), loop, tuple(notes), ratio, reevaluations, pace, unified)
 
 
 def _at_slots(loop, source: PriceSource, build, clients: Sequence[int], calibrate_at: Callable, notes: list[str], log):
@@ -339,20 +347,17 @@ def bindings_missing() -> str | None:
 
 
 def measure_latency_entry(path: Path, threads: int, ks: Sequence[int], fingerprint: str, key: str,
-                          log: Callable[[str], None] = lambda line: None, last_row_only: bool = False,
-                          contexts: Sequence[int] = (CONTEXT,)) -> ModelProfile:
+                          log: Callable[[str], None] = lambda line: None, last_row_only: bool = False) -> ModelProfile:
     """T(k) of the GGUF at `path` through the bindings at `threads`, every row asked for, as
     the profile times a member (`profiler.forward_timing.measure_latency`), as a profile entry;
-    `last_row_only`: each pass asks for its last row only (`_LastRowOnly`); `contexts`: the
-    cached tokens before the timed passes, each in turn in one sitting."""
+    `last_row_only`: each pass asks for its last row only (`_LastRowOnly`)."""
     from polyplan.decoder.llama_cpp import LlamaCppMember
     from polyplan.profiler.entries import model_entry
     from polyplan.profiler.forward_timing import LatencySettings, measure_latency
 
     rows = "the last row" if last_row_only else "every row"
-    at = f" at {' and '.join(map(str, contexts))} cached tokens" if len(contexts) > 1 else ""
-    log(f"timing {path.name} through llama.cpp's bindings at {threads} thread(s), k = 1 … {max(ks)}{at}, {rows} (once; cached)")
-    settings = LatencySettings(ks=tuple(ks), context_lengths=tuple(contexts), repeats=REPEATS, warmup=1, prefill_repeats=1,
+    log(f"timing {path.name} through llama.cpp's bindings at {threads} thread(s), k = 1 … {max(ks)}, {rows} (once; cached)")
+    settings = LatencySettings(ks=tuple(ks), context_lengths=(CONTEXT,), repeats=REPEATS, warmup=1, prefill_repeats=1,
                                noise_budget_s=0.0)
     member = LlamaCppMember(path, threads=threads, context=settings.tokens_needed + 8)
     try:
@@ -637,15 +642,14 @@ def _path(key: str) -> Path:
 def _latency_entry(latency: Callable, path: Path, fingerprint: str, threads: int, ks: Sequence[int], log,
                    kind: str = "latency") -> ModelProfile:
     """`latency`'s entry for the GGUF at `path` over `ks`, every row asked for (`kind` "reeval":
-    the last row only; "attention": at `CONTEXT` and `ATTENTION_CONTEXT` cached tokens), from
-    the cache when kept there."""
+    the last row only), from the cache when kept there."""
     options = _ENTRY_OPTIONS.get(kind, {})
-    key = _key(kind, fingerprint, threads, ks, *options.get("contexts", (CONTEXT,)), REPEATS)
+    key = _key(kind, fingerprint, threads, ks, CONTEXT, REPEATS)
     return _cached(key, ModelProfile, lambda: latency(path, threads, ks, fingerprint, key, log, **options))
 
 
 # what `measure_latency_entry` is asked for each kind of entry besides the plain one
-_ENTRY_OPTIONS = {"reeval": {"last_row_only": True}, "attention": {"contexts": (CONTEXT, ATTENTION_CONTEXT)}}
+_ENTRY_OPTIONS = {"reeval": {"last_row_only": True}}
 
 
 def _cached(key: str, kind, measure: Callable[[], object]):

@@ -1,16 +1,19 @@
-"""What a forward pass pays to attend over more KV cells: the price of llama-server's `--kv-unified`.
+"""What a forward pass pays to hold other slots' KV cells in its view: the price of llama-server's
+`--kv-unified`.
 
 llama.cpp attends every row of a pass over the cache's cells up to the highest one in use, padded
-to a multiple of 256 (`llama_kv_cache::get_n_kv`, src/llama-kv-cache.cpp; the mask hides other
-sequences' cells from a row). With a KV stream per slot (llama-server's default
-at `-np N`) a pass reads its own slots' streams; with one stream for every slot
-(`--kv-unified`) every pass reads every slot's cells. T(k) is timed at a short context, so a
-unified pass costs T(k) plus the seconds per cell at k rows times the cells it reads beyond what
-the split server's pass would (`CellCost.extra_s`). The seconds per cell come from T(k) timed
-through the bindings at a short and a long context in one sitting (`cell_cost`): cells every row
-attends. Another slot's cells are masked for a row, and the CPU kernel skips masked cells, so the
-price is an upper bound that is loose at long contexts (docs/cost-model.md, "What it leaves out").
-Pure: no I/O.
+to a multiple of 256 (`llama_kv_cache::get_n_kv`, src/llama-kv-cache.cpp). With a KV stream per
+slot (llama-server's default at `-np N`) a pass reads its slots' streams, each as long as the
+longest; with one stream for every slot (`--kv-unified`) every pass reads every slot's cells, the
+other slots' masked for a row. A masked cell is cheaper than one a row attends (the CPU kernel
+skips it, and skips a whole tile where every row of the tile masks it) but not free, and how much
+cheaper depends on how the rows of a pass spread over the slots. So it is measured as the server
+runs it (`UnifiedSteps`): the target's decode step of `sequences` sequences of `cells` cached
+tokens each, its rows spread over them (`spread_rows`), in one stream per sequence and in one
+unified stream, in one sitting; the seconds per extra cell at k rows (`cell_cost`) are their
+difference over the padded cells the unified step reads beyond the split one. A unified pass then
+costs T(k) plus that times its extra cells (`CellCost.extra_s`). docs/cost-model.md, "What it
+leaves out". Pure: no I/O.
 """
 
 from __future__ import annotations
@@ -18,8 +21,6 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import numpy as np
-
-from polyplan.formats.profile import ModelProfile
 
 KV_PAD = 256  # llama.cpp pads the cells a pass reads to a multiple of this (at least this many)
 
@@ -29,19 +30,42 @@ def padded_cells(cells: int) -> int:
     return max(KV_PAD, -(-int(cells) // KV_PAD) * KV_PAD)
 
 
+def spread_rows(k: int, sequences: int) -> tuple[int, ...]:
+    """The rows of a k-row pass per sequence, as evenly as they go (the first sequences one more):
+    every slot of a loaded server decodes in each pass, one row or a draft's."""
+    return tuple(k // sequences + (i < k % sequences) for i in range(sequences))
+
+
+@dataclass(frozen=True)
+class UnifiedSteps:
+    """One sitting of the target's decode step over `sequences` sequences of `cells` cached tokens
+    each, k rows spread over them (`spread_rows`) at each of `ks`: median seconds with a KV stream
+    per sequence (`split_s`) and with one stream for all (`unified_s`), timed in turn."""
+
+    sequences: int
+    cells: int
+    ks: tuple[int, ...]
+    split_s: tuple[float, ...]
+    unified_s: tuple[float, ...]
+
+    def extra_cells(self, k: int) -> int:
+        """The padded cells the unified step of k rows reads beyond the split one."""
+        return padded_cells(self.sequences * self.cells + k) - padded_cells(self.cells + max(spread_rows(k, self.sequences)))
+
+
 @dataclass(frozen=True)
 class CellCost:
-    """Seconds a pass of k rows pays per KV cell it reads (`per_cell_s[i]` at `ks[i]`): linear
-    between the widths measured, flat below the first, proportional to k beyond the last (every
-    row attends over every cell); measured between `short` and `long` cached tokens."""
+    """Seconds a pass of k rows pays per KV cell of other slots in its view (`per_cell_s[i]` at
+    `ks[i]`): linear between the widths measured, flat below the first, proportional to k beyond
+    the last; measured over `sequences` sequences of `cells` cached tokens each (`UnifiedSteps`)."""
 
     ks: tuple[int, ...]
     per_cell_s: tuple[float, ...]
-    short: int
-    long: int
+    sequences: int
+    cells: int
 
     def __call__(self, k: int) -> float:
-        """Seconds per cell read by a pass of `k` rows."""
+        """Seconds per extra cell in the view of a pass of `k` rows."""
         if k > self.ks[-1]:
             return self.per_cell_s[-1] * k / self.ks[-1]
         return float(np.interp(k, self.ks, self.per_cell_s))
@@ -58,19 +82,12 @@ class CellCost:
                          for k, value in zip(self.ks, self.per_cell_s))
 
 
-def cell_cost(entry: ModelProfile) -> CellCost | None:
-    """`CellCost` from a latency entry timed at two or more context lengths (the shortest and the
-    longest read): at each width timed at both, their difference over the padded cells between
-    them, floored at 0 (timing noise); None where the entry has one context or no common width."""
-    by_context: dict[int, dict[int, float]] = {}
-    for point in entry.latency:
-        by_context.setdefault(point.context_length, {})[point.k] = point.median_s
-    if len(by_context) < 2:
-        return None
-    short, long = min(by_context), max(by_context)
-    ks = sorted(set(by_context[short]) & set(by_context[long]))
-    cells = [padded_cells(long + k) - padded_cells(short + k) for k in ks]
-    pairs = [(k, max(0.0, (by_context[long][k] - by_context[short][k]) / more)) for k, more in zip(ks, cells) if more > 0]
+def cell_cost(steps: UnifiedSteps) -> CellCost | None:
+    """`CellCost` from a sitting of split and unified steps: at each width, the unified step's
+    seconds beyond the split one's over the extra cells it reads, floored at 0 (timing noise);
+    None where no width reads more cells unified."""
+    pairs = [(k, max(0.0, (unified - split) / steps.extra_cells(k)))
+             for k, split, unified in zip(steps.ks, steps.split_s, steps.unified_s) if steps.extra_cells(k) > 0]
     if not pairs:
         return None
-    return CellCost(tuple(k for k, _ in pairs), tuple(value for _, value in pairs), short, long)
+    return CellCost(tuple(k for k, _ in pairs), tuple(value for _, value in pairs), steps.sequences, steps.cells)

@@ -96,9 +96,10 @@ class LlamaCppPrices:
             tokens (the server's second decode of a verified batch), as a latency entry.
         calibrated_step_s: the target alone's decode step in the calibration (seconds; None: not
             calibrated), which a race's own pace is held against.
-        attention: the target's T(k) through the bindings at a short and a long context in one
-            sitting (`planner.llama_cpp.kv_cells.cell_cost` reads the seconds per KV cell from
-            it); None: not measured (no plan under load asked for).
+        unified: the target's step over several sequences with a KV stream each and with one
+            unified stream, in one sitting (`planner.llama_cpp.kv_cells.cell_cost` reads the
+            seconds per cell of other slots in a pass's view from it); None: not measured (no
+            plan under load asked for).
     """
 
     target: ModelProfile
@@ -109,7 +110,7 @@ class LlamaCppPrices:
     draft_ratio: float | None = None
     reevaluations: Mapping[str, ModelProfile] = field(default_factory=dict)
     calibrated_step_s: float | None = None
-    attention: ModelProfile | None = None
+    unified: UnifiedSteps | None = None
 
     def applied(self, profile: Profile, target: str) -> Profile:
         """`profile` with these latency curves and streams in place of its own."""
