@@ -9,10 +9,10 @@ import dataclasses
 import pytest
 
 from polyplan.formats.errors import PolyplanError
-from polyplan.formats.profile import TargetStream
+from polyplan.formats.profile import LatencyPoint, ModelProfile, PrefillPoint, TargetStream
 from polyplan.planner.llama_cpp.draft_replay import ModelRound, draft_sessions, server_rounds
 from polyplan.planner.llama_cpp.server_loop import DRAFT_MODEL, ServerLoop
-from polyplan.planner.llama_cpp.under_load import DraftBatch, simulate_load, ubatches
+from polyplan.planner.llama_cpp.under_load import DraftBatch, draft_prefill_per_token_s, simulate_load, ubatches
 
 
 def _linear(a: float, b: float):
@@ -133,6 +133,32 @@ def test_a_simulated_iteration_of_two_drafting_slots_by_hand():
     assert run.decode_s == pytest.approx((second, second), rel=1e-12)
     attributed = sum(value * step(width) for (_, width), value in run.counts.items()) + sum(run.extra.values())
     assert attributed == pytest.approx(run.union_s, rel=1e-12)
+
+
+def test_a_new_prompts_draft_prefill_stalls_the_slot_decoding_beside_it_by_hand():
+    """Two slots, slot 0 with two requests of one round (drafting 1, kept), slot 1 one request of
+    two such rounds; prompts of 5 rows; the draft model prefills 2 ms a prompt token. Iteration 1
+    carries both first prompts (no decode interval); iteration 2 both slots' rounds; iteration 3
+    slot 0's second prompt beside slot 1's last round: the draft model's prefill of those 5 rows
+    (10 ms) is in it, so in slot 1's decode interval. At one client the prefill is in no decode
+    interval, and without it (the control) the difference is exactly 10 ms."""
+    step = _linear(0.01, 0.002)
+    requests = [(ModelRound(1, 1),), (ModelRound(1, 1),) * 2, (ModelRound(1, 1),)]
+    plain = DraftBatch(DRAFT_STEP, LOOP.per_draft_pass_s, LOOP.reeval, REEVAL_STEP)
+    prefilled = dataclasses.replace(plain, prefill_per_token_s=0.002)
+    runs = [simulate_load(requests, (0, 1, 2), (5, 5, 5), 2, step, LOOP, DRAFT_MODEL, draft=batch) for batch in (plain, prefilled)]
+    assert runs[1].union_s - runs[0].union_s == pytest.approx(5 * 0.002, rel=1e-9)
+    assert runs[1].decode_s[1] - runs[0].decode_s[1] == pytest.approx(5 * 0.002, rel=1e-9)  # slot 1 stalled
+    assert runs[1].decode_s[0] == pytest.approx(runs[0].decode_s[0], rel=1e-12)  # slot 0's first request ended before
+    alone = [simulate_load(requests, (0, 1, 2), (5, 5, 5), 1, step, LOOP, DRAFT_MODEL, draft=batch) for batch in (plain, prefilled)]
+    assert alone[1].union_s == pytest.approx(alone[0].union_s, rel=1e-12)
+
+
+def test_a_draft_models_prefill_per_token_is_its_entrys_prefill_seconds_over_tokens():
+    entry = ModelProfile("draft", "fp", (LatencyPoint(128, 1, 0.01),),
+                         prefill=(PrefillPoint(128, 0.5), PrefillPoint(384, 1.5)))
+    assert draft_prefill_per_token_s(entry) == pytest.approx(2.0 / 512)
+    assert draft_prefill_per_token_s(dataclasses.replace(entry, prefill=())) == 0.0
 
 
 def test_the_one_slot_share_and_the_batched_terms_make_the_one_request_round():

@@ -28,7 +28,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from polyplan.formats.errors import PolyplanError
-from polyplan.formats.profile import TargetStream
+from polyplan.formats.profile import ModelProfile, TargetStream
 from polyplan.formats.sampling import SamplingMode
 from polyplan.planner.exact.cost_model import ChainPrediction, ChainSettings
 from polyplan.planner.exact.latency import LatencyCurve, curve_from_profile
@@ -235,21 +235,25 @@ class DraftBatch:
     """A draft model's work in one llama-server iteration, batched across slots (common/speculative.cpp):
     draft step j decodes one row for every slot still drafting, costing the server's one-row pass
     scaled by the draft model's T_d(n)/T_d(1) for n rows; after the target's decode the draft model
-    decodes the verified batch again (`reeval` x T_d(Σ decoding rows)) and a new prompt's rows
-    (`per_prompt_token_s` each, the one-slot calibration's). At one slot it is `ServerLoop.round_s`'s
-    draft-model terms exactly."""
+    decodes the verified batch again (`reeval` x T_d(Σ decoding rows)) and a new prompt's rows:
+    the draft model's own prefill (`prefill_per_token_s` a token, `draft_prefill_per_token_s`:
+    the server hands it the batch that carried the prompt, `common_speculative_process`, so it
+    stalls every slot decoding in that iteration) and the one-slot calibration's
+    `per_prompt_token_s`. At one slot it is `ServerLoop.round_s`'s draft-model terms exactly (an
+    iteration that carries a prompt is in no decode interval there)."""
 
     step: Callable[[int], float]  # the draft model's T_d(k) through the bindings
     per_pass_s: float  # its one-row pass inside the server (`ServerLoop.draft_pass_s`)
     reeval: float  # the factor on the second decode (`ServerLoop.reeval`)
     reeval_step: Callable[[int], float]  # the curve that second decode reads (its last-row T_d)
-    per_prompt_token_s: float = 0.0
+    per_prompt_token_s: float = 0.0  # the one-slot calibration's draft-model cost per prompt token, in the decode time
+    prefill_per_token_s: float = 0.0  # the draft model's own prefill per prompt token (`draft_prefill_per_token_s`)
 
     def seconds(self, passes: Sequence[int], rows: Sequence[int], split: bool = True) -> float:
         """The iteration's draft-model seconds for each slot's draft `passes` and decoding `rows`
-        (0 for a slot that does not decode; a new prompt's rows are `per_prompt_token_s` a token,
-        apart). `split`: the slots keep their own KV streams, so each decode is split as the
-        target's is (`ubatches`); one slot's is one pass either way."""
+        (0 for a slot that does not decode; a new prompt's rows are priced apart, by
+        `_share_draft_batch`). `split`: the slots keep their own KV streams, so each decode is
+        split as the target's is (`ubatches`); one slot's is one pass either way."""
         def decode(each: Sequence[int], step: Callable[[int], float]) -> float:
             parts = ubatches(each) if split else [[(0, sum(each))]]
             return sum(step(sum(count for _, count in part)) for part in parts if part)
@@ -380,7 +384,7 @@ def _share_draft_batch(draft: DraftBatch, slots: list, decoding: Sequence[bool],
         if decoding[c]:
             costs[c] += shared * verified[c] / sum(verified)
         elif slot is not None:
-            costs[c] += draft.per_prompt_token_s * rows[c]
+            costs[c] += (draft.per_prompt_token_s + draft.prefill_per_token_s) * rows[c]
 
 
 def simulate_loads(requests: Sequence[Sequence[ReplayRound]], stream_of: Sequence[int], prompts: Sequence[int],
@@ -570,16 +574,24 @@ def workload_prompts(streams: Sequence[TargetStream], request: ServerRanking) ->
     return requests * request.workload.repeats
 
 
-def prompt_stalls(curve: LatencyCurve, clients: int, rows: int, prompts: Sequence[int]) -> float:
+def prompt_stalls(curve: LatencyCurve, clients: int, rows: int, prompts: Sequence[int], prefill_per_token_s: float = 0.0) -> float:
     """Seconds new requests' prompts add to the other slots' decoding when every slot decodes
     `rows` rows an iteration, summed over `prompts` (each prompt's tokens): the iteration
-    carrying a prompt of P tokens costs T((B − 1)·rows + P), in which B − 1 slots make the
-    progress of (B − 1)/B of a full iteration T(B·rows). None of it is in a decode interval
-    when no other slot decodes (B = 1)."""
+    carrying a prompt of P tokens costs T((B − 1)·rows + P) plus a draft model's prefill of it
+    (`prefill_per_token_s`·P), in which B − 1 slots make the progress of (B − 1)/B of a full
+    iteration T(B·rows). None of it is in a decode interval when no other slot decodes (B = 1)."""
     if clients == 1 or not len(prompts):
         return 0.0
     full = (clients - 1) / clients * curve(clients * rows)
-    return float(np.sum(curve.many((clients - 1) * rows + np.asarray(prompts, dtype=float))) - len(prompts) * full)
+    tokens = np.asarray(prompts, dtype=float)
+    return float(np.sum(curve.many((clients - 1) * rows + tokens)) + prefill_per_token_s * np.sum(tokens) - len(prompts) * full)
+
+
+def draft_prefill_per_token_s(entry: ModelProfile) -> float:
+    """A draft model's prefill seconds per prompt token from its entry's prefill timings (their
+    seconds over their tokens; 0 where it has none)."""
+    tokens = sum(point.context_length for point in entry.prefill)
+    return sum(point.median_s for point in entry.prefill) / tokens if tokens else 0.0
 
 
 def _loaded_speedup(prediction: ChainPrediction, loop: ServerLoop, requests: list[tuple[int, int]], stalls: tuple[float, float]) -> float:
@@ -698,13 +710,15 @@ class _Ranker:
 
     # -- draft-model rows
 
-    def stalls(self, clients: int, rows: int, curve: LatencyCurve | None = None) -> float:
+    def stalls(self, clients: int, rows: int, curve: LatencyCurve | None = None, prefill_per_token_s: float = 0.0) -> float:
         """The prompts' stalls (`prompt_stalls`) of the workload's requests but the first
         `clients` of each load (`simulate_loads`), which start together before any decode
-        interval; `curve`: the target's T(k) (None: the pricing's)."""
+        interval; `curve`: the target's T(k) (None: the pricing's); `prefill_per_token_s`: a
+        draft model's prefill of each prompt in the same iteration."""
         curve = self.request.pricing.target_curve if curve is None else curve
         load = self.load or 1  # (None only without streams, when there are no requests either)
-        return prompt_stalls(curve, clients, rows, [prompt for i, (prompt, _) in enumerate(self.requests) if i % load >= clients])
+        return prompt_stalls(curve, clients, rows, [prompt for i, (prompt, _) in enumerate(self.requests) if i % load >= clients],
+                             prefill_per_token_s)
 
     def draft_sessions(self, item: _Drafted) -> tuple[SessionReplay, ...] | None:
         """A draft model's sessions (`planner.llama_cpp.draft_replay`) in the replays' request
@@ -727,9 +741,11 @@ class _Ranker:
         """How `item`'s draft model's batched work in an iteration costs (`DraftBatch`), as the
         one-request price reads it (`planner.llama_cpp.export.DraftPricing.predict`)."""
         pricing, loop = item.pricing, self.loop
-        curve = curve_from_profile(pricing.profile.model(item.drafter), pricing.context_length)
+        entry = pricing.profile.model(item.drafter)
+        curve = curve_from_profile(entry, pricing.context_length)
         per_pass = curve(1) * (1.0 if pricing.ratio is None else pricing.ratio)
-        return DraftBatch(curve, per_pass, loop.reeval, pricing.reevals.get(item.drafter, curve), loop.per_draft_prompt_token_s)
+        return DraftBatch(curve, per_pass, loop.reeval, pricing.reevals.get(item.drafter, curve), loop.per_draft_prompt_token_s,
+                          draft_prefill_per_token_s(entry))
 
     def drafted_row(self, item: _Drafted, clients: int) -> tuple[RankedConfig, LoadRun | None]:
         """`item` at `clients`: at one request the exact model's price (the export's, exactly);
@@ -750,7 +766,8 @@ class _Ranker:
                                      loop=None if pricing.loop is None else pricing.loop.at(clients))
         drafter_curve = curve_from_profile(pricing.profile.model(item.drafter), pricing.context_length)
         curves = (loaded.target_curve, loaded_curve(drafter_curve, clients))
-        stalls = (self.stalls(clients, item.k + 1), self.stalls(clients, 1))
+        prefill = draft_prefill_per_token_s(pricing.profile.model(item.drafter)) if item.method == "draft_model" else 0.0
+        stalls = (self.stalls(clients, item.k + 1, prefill_per_token_s=prefill), self.stalls(clients, 1))
         point = _loaded_speedup(loaded.predict(item.drafter, item.acceptance, item.k, item.method, curves=curves),
                                 self.loop, self.requests, stalls)
         intervals = [self._draft_interval(item, loaded, clients, point, stalls, new_set) if item.interval else None
@@ -785,12 +802,13 @@ class _Ranker:
             return None
         drafter_curve = curve_from_profile(item.pricing.profile.model(item.drafter), item.pricing.context_length)
         curves = (loaded.target_curve, loaded_curve(drafter_curve, clients))
+        prefill = draft_prefill_per_token_s(item.pricing.profile.model(item.drafter)) if item.method == "draft_model" else 0.0
         measured = _loaded_speedup(loaded.predict(item.drafter, replicates.measured, item.k, curves=curves),
                                    self.loop, self.requests, stalls)
         speedups = np.asarray([
             _loaded_speedup(loaded.predict(item.drafter, acceptance, item.k,
                                            curves=(loaded_curve(target_curve, clients), loaded_curve(drafter_curve, clients))),
-                            self.loop, self.requests, (self.stalls(clients, item.k + 1, target_curve),
+                            self.loop, self.requests, (self.stalls(clients, item.k + 1, target_curve, prefill),
                                                        self.stalls(clients, 1, target_curve)))
             for acceptance, target_curve, drafter_curve in zip(replicates.acceptance, replicates.target, replicates.drafter)])
         return percentile_interval(point, speedups, measured, replicates.stretch)
