@@ -741,11 +741,18 @@ class _Ranker:
         """How `item`'s draft model's batched work in an iteration costs (`DraftBatch`), as the
         one-request price reads it (`planner.llama_cpp.export.DraftPricing.predict`)."""
         pricing, loop = item.pricing, self.loop
-        entry = pricing.profile.model(item.drafter)
-        curve = curve_from_profile(entry, pricing.context_length)
+        curve = curve_from_profile(pricing.profile.model(item.drafter), pricing.context_length)
         per_pass = curve(1) * (1.0 if pricing.ratio is None else pricing.ratio)
         return DraftBatch(curve, per_pass, loop.reeval, pricing.reevals.get(item.drafter, curve), loop.per_draft_prompt_token_s,
-                          draft_prefill_per_token_s(entry))
+                          self.prefill_per_token_s(item))
+
+    @staticmethod
+    def prefill_per_token_s(item: _Drafted) -> float:
+        """`item`'s draft model's prefill per prompt token (`draft_prefill_per_token_s`); 0 for an
+        n-gram drafter priced by α, which reads no prompt through a model."""
+        if item.method != "draft_model":
+            return 0.0
+        return draft_prefill_per_token_s(item.pricing.profile.model(item.drafter))
 
     def drafted_row(self, item: _Drafted, clients: int) -> tuple[RankedConfig, LoadRun | None]:
         """`item` at `clients`: at one request the exact model's price (the export's, exactly);
@@ -766,8 +773,7 @@ class _Ranker:
                                      loop=None if pricing.loop is None else pricing.loop.at(clients))
         drafter_curve = curve_from_profile(pricing.profile.model(item.drafter), pricing.context_length)
         curves = (loaded.target_curve, loaded_curve(drafter_curve, clients))
-        prefill = draft_prefill_per_token_s(pricing.profile.model(item.drafter)) if item.method == "draft_model" else 0.0
-        stalls = (self.stalls(clients, item.k + 1, prefill_per_token_s=prefill), self.stalls(clients, 1))
+        stalls = (self.stalls(clients, item.k + 1, prefill_per_token_s=self.prefill_per_token_s(item)), self.stalls(clients, 1))
         point = _loaded_speedup(loaded.predict(item.drafter, item.acceptance, item.k, item.method, curves=curves),
                                 self.loop, self.requests, stalls)
         intervals = [self._draft_interval(item, loaded, clients, point, stalls, new_set) if item.interval else None
@@ -802,7 +808,7 @@ class _Ranker:
             return None
         drafter_curve = curve_from_profile(item.pricing.profile.model(item.drafter), item.pricing.context_length)
         curves = (loaded.target_curve, loaded_curve(drafter_curve, clients))
-        prefill = draft_prefill_per_token_s(item.pricing.profile.model(item.drafter)) if item.method == "draft_model" else 0.0
+        prefill = self.prefill_per_token_s(item)
         measured = _loaded_speedup(loaded.predict(item.drafter, replicates.measured, item.k, curves=curves),
                                    self.loop, self.requests, stalls)
         speedups = np.asarray([
