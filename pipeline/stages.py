@@ -326,8 +326,8 @@ def recommend_candidates(
     (`validation.chain_runs.ValidationProgress`); `log` (default: stderr) says when planning begins.
     `budget`: the wall time of the whole command; the profiling keeps the smallest self-check's
     estimate for after it (`validation.self_check.least_check_s`, priced once the target's curve is
-    timed), and the self-check may take what is left of the budget then, never less than its
-    smallest size. `sequential`: acceptance measured in rounds of prompts until the ranking is
+    timed), and the self-check takes its share of the profile's measuring time within what is
+    left of the budget then, never less than its smallest size (`validation.self_check.check_budget`). `sequential`: acceptance measured in rounds of prompts until the ranking is
     decided (`profile_candidates`), ranking chains of up to the `max_levels` planned."""
     from polyplan.validation.self_check import least_check_s, skipped_plan
 
@@ -363,8 +363,8 @@ def self_checked(plan: PlanFile, profiled: ProfiledCandidates, out, progress=Non
     """The plan after recommend's self-check (`validation.self_check`, reporting its runs to
     `progress`) on the profiled members and prompts, with what it found, saved over `out` (which
     the planner wrote unchecked first, so an interrupted check leaves a valid plan); a plan with
-    target-only alone is returned as is. `left_s`: what is left of the command's `--budget`, the
-    check's budget (None: `check_budget`'s share of the profile's measuring time)."""
+    target-only alone is returned as is. `left_s`: what is left of the command's `--budget` (None:
+    no budget), which caps the check's share of the profile's measuring time (`check_budget`)."""
     from polyplan.validation.self_check import check_budget, self_check
 
     if len(plan.alternatives) < 2:

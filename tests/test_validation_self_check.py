@@ -212,11 +212,15 @@ def test_the_budget_is_a_tenth_of_the_profiles_measuring_time():
     assert check_budget(None) is None
 
 
-def test_under_a_budget_the_check_may_take_what_is_left_of_it():
-    """`--budget`'s rest is the check's budget, whatever the profile's measuring time (never below 0)."""
+def test_under_a_budget_the_check_takes_its_share_within_what_is_left():
+    """`--budget`'s rest caps the check's 10 % of the profile's measuring time (never below 0);
+    a roomy budget (the default 30m guard on a quick plan) does not grow the check past its share."""
     profile = Profile(target="t", device="cpu", models=(), pairs=(), profiler=ProfilerRecord(seconds=221.0))
-    assert check_budget(profile, left_s=95.0) == pytest.approx(95.0)
+    assert check_budget(profile, left_s=1463.0) == pytest.approx(22.1)
+    assert check_budget(profile, left_s=15.0) == pytest.approx(15.0)
     assert check_budget(profile, left_s=-3.0) == 0.0
+    unrecorded = Profile(target="t", device="cpu", models=(), pairs=(), profiler=ProfilerRecord())
+    assert check_budget(unrecorded, left_s=95.0) == pytest.approx(95.0)
     assert check_budget(None, left_s=10.0) == pytest.approx(10.0)
 
 

@@ -51,14 +51,18 @@ _LEVEL = 0.95
 
 
 def check_budget(profile: Profile | None, left_s: float | None = None) -> float | None:
-    """The seconds the self-check may take: `left_s`, what is left of the command's `--budget`,
-    where there is one; else `CHECK_BUDGET_SHARE` of the profile's measuring time (None when the
-    profile does not record it: a profile from before it was). The smallest check runs whatever
-    either says (`fitted_check`): a shorter one fits no C."""
-    if left_s is not None:
-        return max(0.0, left_s)
+    """The seconds the self-check may take: `CHECK_BUDGET_SHARE` of the profile's measuring time,
+    never more than `left_s`, what is left of the command's `--budget` where there is one (None
+    when neither is known: a profile from before its time was recorded, and no budget). The
+    share, not the rest of the budget: a budget bounds the command (the default is a guard
+    against runaway profiling), and a check sized to fill it would cost a quick plan minutes
+    that buy a slightly narrower C. The smallest check runs whatever either says
+    (`fitted_check`): a shorter one fits no C."""
     seconds = profile.profiler.seconds if profile is not None and profile.profiler is not None else None
-    return None if seconds is None else CHECK_BUDGET_SHARE * seconds
+    share = None if seconds is None else CHECK_BUDGET_SHARE * seconds
+    if left_s is None:
+        return share
+    return max(0.0, left_s) if share is None else min(share, max(0.0, left_s))
 
 
 def least_check_s(target: MemberCost, lengths: Sequence[int]) -> float:
@@ -376,7 +380,7 @@ def _budget_text(record: SelfCheckRecord) -> str:
         ", the smallest check run whole above it (a shorter one fits no C)" if smallest else ", OVER it"
     left = "" if not record.left_out else \
         f"; left out to fit it: {', '.join(' > '.join(chain) for chain in record.left_out)}"
-    return f" of a {record.budget_s:.1f} s budget{over} ({CHECK_BUDGET_SHARE:.0%} of the profile's measuring time or what --budget left{estimate}{left})"
+    return f" of a {record.budget_s:.1f} s budget{over} ({CHECK_BUDGET_SHARE:.0%} of the profile's measuring time, within what --budget left{estimate}{left})"
 
 
 def skipped_plan(plan: PlanFile, reason: str) -> PlanFile:

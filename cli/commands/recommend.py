@@ -174,7 +174,8 @@ def recommend(
     budget: Annotated[Optional[str], typer.Option(
         "--budget", help="With --candidates: the wall time the command may take, e.g. 5m, 90s, 1h30m (default: "
         f"{DEFAULT_BUDGET}). After the latency curves the acceptance is measured on the prompts that fit beside the "
-        "smallest self-check's estimate, decoded runs while they fit, and the self-check takes what is left; what it "
+        "smallest self-check's estimate, decoded runs while they fit, and the self-check takes its 10 % of the "
+        "profile's time within what is left; what it "
         "left out is printed. A budget too small for the target alone says the least it needs.")] = None,
     new_tokens: Annotated[Optional[int], typer.Option(
         "--new-tokens", help="The answer length the plan is for: acceptance is read over the first N tokens of each "
