@@ -30,12 +30,12 @@ def test_ngram_simple_through_the_session_loop_is_the_existing_replay():
 def test_ngram_mod_hash_is_llama_cpps():
     # common_ngram_mod::idx: res = res * 6364136223846793005 + token (size_t), then % 4M entries
     rule = NGramModRule(2, 1, 4)
-    assert rule._index([1, 2], 0) == (6364136223846793005 * 1 + 2) % (1 << 64) % (4 * 1024 * 1024)
+    assert rule.table.index([1, 2], 0) == (6364136223846793005 * 1 + 2) % (1 << 64) % (4 * 1024 * 1024)
     big = [2**31 - 1, 2**31 - 2, 7]
     expected = 0
     for token in big:
         expected = (expected * 6364136223846793005 + token) % (1 << 64)
-    assert NGramModRule(3, 1, 4)._index(big, 0) == expected % (4 * 1024 * 1024)
+    assert NGramModRule(3, 1, 4).table.index(big, 0) == expected % (4 * 1024 * 1024)
 
 
 def test_ngram_mod_drafts_all_or_nothing_from_n_min_to_n_max():
@@ -90,7 +90,127 @@ def test_ngram_mod_clears_its_table_after_five_low_drafts_in_a_row():
     for _ in range(5):
         assert rule.draft([7], 5) == [6]
         rule.accept(0)
-    assert rule.resets == 1 and not rule.entries and rule.draft([7], 5) == []
+    assert rule.resets == 1 and not rule.table.entries and rule.draft([7], 5) == []
+
+
+def test_ngram_mod_slots_share_the_table_but_each_counts_its_own_low_drafts():
+    """common_speculative_impl_ngram_mod: one `common_ngram_mod` for the server, a `seq_info` per
+    slot. Five low drafts split over two slots clear nothing; five on one slot clear the table
+    for both."""
+    first = NGramModRule(n_match=1, n_min=1, n_max=1)
+    other = first.slot()
+    assert other.table is first.table and other is not first
+    first.begin([5, 6])
+    assert other.draft([7], 5) == [6]  # the other slot drafts from what this one's prompt added
+    for rule in (first, other, first, other, first):
+        assert rule.draft([7], 5) == [6]
+        rule.accept(0)
+    assert first.resets == 0 and (first.n_low, other.n_low) == (3, 2)
+    for rule in (other, other, other):
+        rule.draft([7], 5)
+        rule.accept(0)
+    assert first.resets == other.resets == 1 and first.draft([7], 5) == []
+    assert other.n_low == 0 and first.n_low == 3  # the streak that cleared it was the other slot's alone
+    with pytest.raises(PolyplanError, match="cannot serve n_match"):
+        NGramModRule(n_match=2, table=first.table)
+
+
+def test_each_rule_gives_another_slot_its_own_state_or_the_servers_shared_one():
+    """`DraftRule.slot`: ngram-simple is stateless (the same rule), ngram-map-k/k4v and ngram-cache
+    keep one state per slot (a fresh rule with the same settings), ngram-mod shares its table."""
+    simple = NGramSimpleRule(3, 7)
+    assert simple.slot() is simple
+    mapped = NGramMapRule(size_n=2, size_m=5, min_hits=2, key_only=False)
+    twin = mapped.slot()
+    assert twin is not mapped and (twin.n, twin.m, twin.min_hits, twin.key_only) == (2, 5, 2, False) and not twin.keys
+    cache = NGramCacheRule()
+    assert cache.slot() is not cache and not cache.slot().context
+    mod = NGramModRule(4, 8, 16)
+    assert mod.slot().table is mod.table and (mod.slot().n, mod.slot().n_min, mod.slot().n_max) == (4, 8, 16)
+
+
+class _Recording:
+    """A rule that logs every call the server makes, by slot, and drafts one wrong token."""
+
+    def __init__(self, log, slot=0):
+        self.log, self.number = log, slot
+
+    def slot(self):
+        return _Recording(self.log, self.number + 1)
+
+    def begin(self, prompt):
+        self.log.append(("begin", self.number, len(prompt)))
+
+    def draft(self, history, sampled):
+        self.log.append(("draft", self.number))
+        return [-1]
+
+    def accept(self, accepted):
+        self.log.append(("accept", self.number))
+
+
+def test_slots_are_served_iteration_by_iteration_as_the_server_does():
+    """All decoding slots draft, then each verifies and accepts in slot order; a slot whose request
+    ended takes its next prompt the iteration after (its `begin`), and drafts from the one after
+    that; requests go to slots by their place in the load, and the loads run one after another."""
+    from polyplan.planner.llama_cpp.ngram_rules import serve_slots
+
+    short, longer = TargetStream(2, (1, 2, 3, 4, 5)), TargetStream(3, (1, 2, 3, 4, 5, 6, 7))  # 3 and 4 new tokens
+    log: list = []
+    session = serve_slots([short, longer], lambda: _Recording(log), (0, 1, 0), 2, new_tokens=None)
+    # iteration 0: both prompts; 1-2: both slots decode (slot 0 drafts then while it has room: 3 tokens = 2 rounds,
+    # the last without a draft call); 3: slot 0's next prompt, slot 1's last round; 4-5: slot 0's rounds
+    assert log == [("begin", 0, 2), ("begin", 1, 3),
+                   ("draft", 0), ("draft", 1), ("accept", 0), ("accept", 1),
+                   ("draft", 1), ("accept", 1),
+                   ("begin", 0, 2),
+                   ("draft", 0), ("accept", 0)]
+    assert session.stream_of == (0, 1, 0)
+    assert [len(rounds) for rounds in session.requests] == [2, 3, 2]
+    log.clear()
+    serve_slots([short, longer], lambda: _Recording(log), (0, 1), 2)
+    one_load = list(log)
+    log.clear()
+    serve_slots([short, longer], lambda: _Recording(log), (0, 1, 0, 1), 2, load=2)
+    assert log == one_load * 2  # the second load starts when the first has ended, both slots together
+    log.clear()
+    serve_slots([short, longer], lambda: _Recording(log), (0, 1, 0, 1), 2)
+    assert log != one_load * 2  # control: in one load slot 0 takes its next prompt while slot 1 decodes
+    with pytest.raises(PolyplanError, match="slots and load must be >= 1"):
+        serve_slots([short], NGramSimpleRule, (0,), 0)
+
+
+def test_one_slot_serves_the_requests_as_the_sequential_replay_does():
+    from polyplan.planner.llama_cpp.ngram_rules import serve_slots
+
+    streams = [REPEATING, TargetStream(30, tuple(range(100, 130)) + tuple(range(200, 240)))]
+    for make_rule in (NGramSimpleRule, lambda: NGramModRule(4, 8, 16), NGramMapRule, NGramCacheRule):
+        for new_tokens in (None, 12):
+            sequential = replay_session(streams, make_rule, new_tokens=new_tokens, repeats=2)
+            assert serve_slots(streams, make_rule, sequential.stream_of, 1, new_tokens=new_tokens, load=2) == sequential
+
+
+def test_ngram_mod_at_two_slots_remembers_the_first_repeat_where_one_slot_clears_it():
+    """What the Qwen race under load measured (docs/engines.md): one slot's five low drafts in a
+    row, counted across its requests, clear the table before the prompts come again; spread over
+    two slots no slot reaches five, so the second repeat drafts the first's answers."""
+    from polyplan.planner.llama_cpp.ngram_rules import serve_slots
+
+    rng = np.random.default_rng(7)
+    common = (901, 902, 903, 904)  # in every answer, followed by different tokens: a draft there fails at once
+    streams = []
+    for i in range(6):
+        prompt = tuple(int(t) for t in rng.integers(1000 * (i + 1), 1000 * (i + 1) + 500, size=12))
+        answer = tuple(int(t) for t in rng.integers(100, 900, size=2)) + common + tuple(int(t) for t in rng.integers(100, 900, size=34))
+        streams.append(TargetStream(len(prompt), prompt + answer))
+
+    def make_rule():
+        return NGramModRule(n_match=4, n_min=2, n_max=8)
+    order = tuple(range(6)) * 2
+    one = serve_slots(streams, make_rule, order, 1, load=6)
+    two = serve_slots(streams, make_rule, order, 2, load=6)
+    second = lambda session: sum(item.accepted for rounds in session.requests[6:] for item in rounds)
+    assert second(two) > 2 * max(second(one), 1)
 
 
 def test_ngram_map_k_drafts_from_the_first_indexed_occurrence_and_caps_by_the_last_acceptance():

@@ -350,10 +350,13 @@ def test_one_request_joins_the_range_of_its_choice_with_kv_unified():
 
 
 class _Counting:
-    """A rule whose state crosses requests: it drafts as many tokens as requests it has begun."""
+    """A rule whose state crosses requests, one per slot: it drafts as many tokens as requests it has begun."""
 
     def __init__(self):
         self.begun = 0
+
+    def slot(self):
+        return _Counting()
 
     def begin(self, prompt):
         self.begun += 1
@@ -366,12 +369,12 @@ class _Counting:
 
 
 def test_a_rule_whose_state_is_each_slots_replays_each_clients_requests_with_its_own():
-    from polyplan.planner.llama_cpp.ngram_rules import replay_request, replay_session
+    from polyplan.planner.llama_cpp.ngram_rules import replay_request, replay_session, serve_slots
 
     streams = _streams()
     session = replay_session(streams, _Counting, repeats=2)
-    assert under_load.slot_sessions(streams, _Counting, session, 1, None) == session
-    split = under_load.slot_sessions(streams, _Counting, session, 2, None)
+    assert serve_slots(streams, _Counting, session.stream_of, 1) == session
+    split = serve_slots(streams, _Counting, session.stream_of, 2, load=6)
     fresh = _Counting()
     own = [replay_request(fresh, streams[i]) for i in (1, 3, 5, 1, 3, 5)]  # client 1's requests, its own state
     assert [split.requests[i] for i in range(1, 12, 2)] == own

@@ -4,7 +4,9 @@ Each rule is a literal port of the pinned llama.cpp (`LLAMA_CPP_VERSION`), hashe
 hash collisions draft what they draft there; defaults are llama.cpp's (common/common.h,
 common/arg.cpp). The stateful ones carry state across requests, so `replay_session` feeds them the
 requests in the order the server sees them, calling `begin`, `draft` and `accept` as
-tools/server/server-context.cpp does. What each rule does and what is not modelled:
+tools/server/server-context.cpp does; with several slots (`serve_slots`) each slot runs its own
+rule (`DraftRule.slot`), sharing what the server shares (ngram-mod's table), the slots' rounds
+interleaved iteration by iteration as the server decodes them. What each rule does and what is not modelled:
 docs/engines.md, "llama.cpp's n-gram rules as ported". Pure: no I/O.
 """
 
@@ -35,6 +37,12 @@ class DraftRule(Protocol):
 
     def accept(self, accepted: int) -> None: ...
 
+    def slot(self) -> DraftRule:
+        """The rule the same server runs for another of its slots: a fresh one where each slot
+        keeps its own state (common/speculative.cpp's per-sequence configs), one sharing what the
+        server shares otherwise (ngram-mod's table)."""
+        ...
+
 
 class NGramSimpleRule:
     """`common_speculative_impl_ngram_simple` (common/speculative.cpp): stateless,
@@ -52,38 +60,66 @@ class NGramSimpleRule:
     def accept(self, accepted: int) -> None:
         pass
 
+    def slot(self) -> NGramSimpleRule:
+        return self  # stateless: every slot drafts from its own history alone
 
-class NGramModRule:
-    """`common_speculative_impl_ngram_mod` (common/speculative.cpp) over `common_ngram_mod`
-    (common/ngram-mod.cpp): one hash table shared by every request of the server (docs/engines.md,
-    "llama.cpp's n-gram rules as ported")."""
+
+class NGramModTable:
+    """`common_ngram_mod`'s table (common/ngram-mod.cpp): 4M entries, each the token that followed
+    the last n-gram hashed there; one per server, shared by every slot."""
 
     SIZE = 4 * 1024 * 1024
     MULTIPLIER = 6364136223846793005
 
-    def __init__(self, n_match: int = _NGRAM_MOD_DEFAULTS[0], n_min: int = _NGRAM_MOD_DEFAULTS[1],
-                 n_max: int = _NGRAM_MOD_DEFAULTS[2]) -> None:
-        if n_match < 1 or n_max < 1:
-            raise PolyplanError(f"ngram-mod: n_match and n_max must be >= 1, got {n_match}, {n_max}")
-        self.n, self.n_min, self.n_max = n_match, n_min, n_max
+    def __init__(self, n: int) -> None:
+        self.n = n
         self.entries: dict[int, int] = {}  # index -> token (absent: EMPTY)
-        self.i_last = 0
-        self.n_draft_last = 0
-        self.n_low = 0
-        self.resets = 0  # how often the table was cleared (for tests and notes)
+        self.resets = 0  # how often it was cleared (for tests and notes)
 
-    def _index(self, tokens: Sequence[int], start: int) -> int:
+    def index(self, tokens: Sequence[int], start: int) -> int:
         res = 0
         for token in tokens[start:start + self.n]:
             res = (res * self.MULTIPLIER + token) & _MASK64
         return res % self.SIZE
 
-    def _add(self, tokens: Sequence[int], start: int) -> None:
-        self.entries[self._index(tokens, start)] = tokens[start + self.n]
+    def add(self, tokens: Sequence[int], start: int) -> None:
+        self.entries[self.index(tokens, start)] = tokens[start + self.n]
 
-    def _reset(self) -> None:
+    def get(self, tokens: Sequence[int], start: int) -> int | None:
+        return self.entries.get(self.index(tokens, start))
+
+    def occupancy(self) -> float:
+        return len(self.entries) / self.SIZE
+
+    def reset(self) -> None:
         self.entries.clear()
         self.resets += 1
+
+
+class NGramModRule:
+    """`common_speculative_impl_ngram_mod` (common/speculative.cpp) for one slot: its own
+    `seq_info` (i_last, n_draft_last, n_low, kept across the slot's requests) over the server's
+    one `NGramModTable`, shared by every slot (docs/engines.md, "llama.cpp's n-gram rules as ported")."""
+
+    def __init__(self, n_match: int = _NGRAM_MOD_DEFAULTS[0], n_min: int = _NGRAM_MOD_DEFAULTS[1],
+                 n_max: int = _NGRAM_MOD_DEFAULTS[2], table: NGramModTable | None = None) -> None:
+        if n_match < 1 or n_max < 1:
+            raise PolyplanError(f"ngram-mod: n_match and n_max must be >= 1, got {n_match}, {n_max}")
+        if table is not None and table.n != n_match:
+            raise PolyplanError(f"ngram-mod: a table of {table.n}-grams cannot serve n_match {n_match}")
+        self.n, self.n_min, self.n_max = n_match, n_min, n_max
+        self.table = NGramModTable(n_match) if table is None else table
+        self.i_last = 0
+        self.n_draft_last = 0
+        self.n_low = 0
+
+    @property
+    def resets(self) -> int:
+        """How often the shared table was cleared, by any slot."""
+        return self.table.resets
+
+    def slot(self) -> NGramModRule:
+        return NGramModRule(self.n, self.n_min, self.n_max, table=self.table)
 
     def begin(self, prompt: Sequence[int]) -> None:
         self.i_last = 0
@@ -91,10 +127,10 @@ class NGramModRule:
         if len(prompt) < self.n:
             return
         for i in range(len(prompt) - self.n):
-            self._add(prompt, i)
+            self.table.add(prompt, i)
         self.i_last = len(prompt) - self.n
-        if len(self.entries) / self.SIZE > 0.25:
-            self._reset()
+        if self.table.occupancy() > 0.25:
+            self.table.reset()
 
     def draft(self, history: Sequence[int], sampled: int) -> list[int]:
         self.n_draft_last = 0
@@ -103,11 +139,11 @@ class NGramModRule:
             return []
         if self.i_last + 32 < cur_len:
             for i in range(self.i_last, cur_len - n):
-                self._add(history, i)
+                self.table.add(history, i)
             self.i_last = cur_len - n
         result = list(history[cur_len - n + 1:]) + [sampled]
         for i in range(self.n_max):
-            token = self.entries.get(self._index(result, i))
+            token = self.table.get(result, i)
             if token is None:
                 if i < self.n_min:
                     return []
@@ -122,7 +158,7 @@ class NGramModRule:
             if accepted / self.n_draft_last < 0.25:
                 self.n_low += 1
                 if self.n_low >= 5:
-                    self._reset()
+                    self.table.reset()
                     self.n_low = 0
                     self.i_last = 0
             else:
@@ -272,6 +308,9 @@ class NGramMapRule:
         if self.last_draft_created:
             self.keys[self.last_draft_key_idx].values[self.last_draft_value_idx][2] = accepted
 
+    def slot(self) -> NGramMapRule:
+        return NGramMapRule(self.n, self.m, self.min_hits, self.key_only)  # one `common_ngram_map` per slot
+
 
 class StdUnorderedCounts:
     """A token -> count map that iterates as libstdc++'s `std::unordered_map<int, int32_t>` does
@@ -372,36 +411,59 @@ class NGramCacheRule:
     def accept(self, accepted: int) -> None:
         pass
 
+    def slot(self) -> NGramCacheRule:
+        return NGramCacheRule()  # one context cache per slot
+
 
 # --------------------------------------------------------------------------- the server's loop
+
+
+class _Request:
+    """One request as a slot serves it with `rule`: `begin` on its prompt (the first token comes
+    from the prefill), then rounds of `draft` (cut to the tokens left minus one, the server's
+    n_draft_max; no draft call when none may be drafted) and `verify` (the greedy target keeps the
+    draft up to its first disagreement with the stream; `accept` after a round that drafted)."""
+
+    def __init__(self, rule: DraftRule, stream: TargetStream, new_tokens: int | None) -> None:
+        self.rule = rule
+        self.history = list(stream.ids[:stream.prompt_tokens])
+        self.continuation = stream.ids[stream.prompt_tokens:]
+        self.total = len(self.continuation) if new_tokens is None else min(new_tokens, len(self.continuation))
+        self.generated = 1
+        self.sampled = self.continuation[0] if self.continuation else -1
+        self.rounds: list[ReplayRound] = []
+        rule.begin(self.history)
+
+    @property
+    def done(self) -> bool:
+        return self.generated >= self.total
+
+    def draft(self) -> list[int]:
+        room = self.total - self.generated - 1  # the server's n_draft_max: n_remaining - 1
+        return self.rule.draft(self.history, self.sampled)[:room] if room > 0 else []
+
+    def verify(self, draft: Sequence[int]) -> None:
+        at = self.generated
+        accepted = 0
+        while accepted < len(draft) and draft[accepted] == self.continuation[at + accepted]:
+            accepted += 1
+        if draft:
+            self.rule.accept(accepted)
+        self.rounds.append(ReplayRound(len(draft), accepted))
+        self.history.append(self.sampled)
+        self.history.extend(self.continuation[at:at + accepted])
+        self.sampled = self.continuation[at + accepted]
+        self.generated += accepted + 1
 
 
 def replay_request(rule: DraftRule, stream: TargetStream, new_tokens: int | None = None) -> tuple[ReplayRound, ...]:
     """The rounds llama-server runs with `rule` (its state carried over from earlier requests) for
     one request whose greedy output is the stream's continuation (its first `new_tokens`; all
-    when None). The first token comes from the prefill; a round's draft is cut to the tokens left
-    minus one, with no draft call when none may be drafted."""
-    prompt = list(stream.ids[:stream.prompt_tokens])
-    continuation = stream.ids[stream.prompt_tokens:]
-    total = len(continuation) if new_tokens is None else min(new_tokens, len(continuation))
-    rule.begin(prompt)
-    if total < 1:
-        return ()
-    history, sampled, generated, rounds = prompt, continuation[0], 1, []
-    while generated < total:
-        room = total - generated - 1  # the server's n_draft_max: n_remaining - 1
-        draft = rule.draft(history, sampled)[:room] if room > 0 else []
-        accepted = 0
-        while accepted < len(draft) and draft[accepted] == continuation[generated + accepted]:
-            accepted += 1
-        if draft:
-            rule.accept(accepted)
-        rounds.append(ReplayRound(len(draft), accepted))
-        history.append(sampled)
-        history.extend(continuation[generated:generated + accepted])
-        sampled = continuation[generated + accepted]
-        generated += accepted + 1
-    return tuple(rounds)
+    when None), alone on its server (`_Request`)."""
+    request = _Request(rule, stream, new_tokens)
+    while not request.done:
+        request.verify(request.draft())
+    return tuple(request.rounds)
 
 
 @dataclass(frozen=True)
@@ -436,6 +498,45 @@ def replay_session(streams: Sequence[TargetStream], make_rule: Callable[[], Draf
             requests.append(replay_request(rule, streams[number], new_tokens))
             stream_of.append(number)
     return SessionReplay(tuple(requests), tuple(stream_of))
+
+
+def serve_slots(streams: Sequence[TargetStream], make_rule: Callable[[], DraftRule], stream_of: Sequence[int], clients: int, *,
+                new_tokens: int | None = None, load: int | None = None) -> SessionReplay:
+    """The requests `stream_of` (stream numbers, in the order sent) as llama-server with `clients`
+    slots serves them: slot c runs its own rule (`make_rule()` for the first, `DraftRule.slot` of
+    it for the others, sharing what the server shares) and serves requests c, c + clients, ... of
+    each load of `load` consecutive requests (None: one load), the loads one after another with
+    the rules' state kept, as `bench peers` sends each repeat. Iteration by iteration, as
+    `planner.llama_cpp.under_load.simulate_load` times them: every decoding slot drafts, then each
+    verifies and accepts in slot order; a request's prompt takes the iteration after its slot's
+    last one ended, and it drafts from the next. At one slot this is `replay_session`'s order.
+
+    Raises:
+        PolyplanError: `clients` or `load` below 1.
+    """
+    if clients < 1 or (load is not None and load < 1):
+        raise PolyplanError(f"n-gram replay: slots and load must be >= 1, got {clients}, {load}")
+    first = make_rule()
+    rules = [first, *(first.slot() for _ in range(clients - 1))]
+    rounds: list[tuple[ReplayRound, ...]] = [()] * len(stream_of)
+    size = len(stream_of) if load is None else load
+    for start in range(0, len(stream_of), size):
+        sent = list(range(start, min(start + size, len(stream_of))))
+        queues = [sent[c::clients] for c in range(clients)]
+        serving: list[tuple[int, _Request] | None] = [None] * clients
+        while any(queues) or any(serving):
+            drafts = [None if item is None else item[1].draft() for item in serving]
+            for c in range(clients):
+                if serving[c] is not None:
+                    number, request = serving[c]
+                    request.verify(drafts[c])
+                    if request.done:
+                        rounds[number], serving[c] = tuple(request.rounds), None
+                elif queues[c]:
+                    number = queues[c].pop(0)
+                    request = _Request(rules[c], streams[stream_of[number]], new_tokens)
+                    serving[c] = None if request.done else (number, request)
+    return SessionReplay(tuple(rounds), tuple(stream_of))
 
 
 LLAMA_CPP_RULES: dict[str, tuple[Callable[[], DraftRule], tuple[str, ...]]] = {

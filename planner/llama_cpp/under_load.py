@@ -37,7 +37,7 @@ from polyplan.planner.intervals.prediction_interval import pair_replicates, perc
 from polyplan.planner.llama_cpp.export import (RESAMPLES, DraftPricing, RacedDraft, ServerRanking, policy_stop,
                                                raced_draft_configs, ranking_replicates)
 from polyplan.planner.llama_cpp.ngram_rules import (LLAMA_CPP_RULES, DraftRule, NGramSimpleRule, SessionReplay, replay_session,
-                                                    rule_for_flags)
+                                                    rule_for_flags, serve_slots)
 from polyplan.planner.llama_cpp.policy import draft_simple_flags
 from polyplan.planner.llama_cpp.ranking import (LEVEL, OFF, ORDERS, RankedConfig, Replicates, choose_config,
                                                 llama_cpp_spec_flags, ranked, request_orders)
@@ -457,32 +457,15 @@ def _run_seconds(runs: Sequence[LoadRun], streams: int, replicates: Replicates, 
 # Ranking at each load
 
 
-SLOT_STATE_TYPES = ("ngram-map-k", "ngram-map-k4v", "ngram-cache")  # each slot keeps its own state (common/speculative.cpp)
-
-
 @dataclass(frozen=True)
 class _Replayed:
     """One replayed configuration: its label, flags, sessions (one per request order, replayed
-    as one slot serves them all), its rule, and whether each slot keeps the rule's state."""
+    as one slot serves them all) and its rule (`serve_slots` replays it at more slots)."""
 
     label: str
     flags: tuple[str, ...]
     sessions: tuple[SessionReplay, ...]
     make_rule: Callable[[], DraftRule]
-    per_slot: bool = False
-
-
-def slot_sessions(streams: Sequence[TargetStream], make_rule: Callable[[], DraftRule], session: SessionReplay,
-                  clients: int, new_tokens: int | None) -> SessionReplay:
-    """`session`'s requests replayed as `clients` slots serve them when each slot keeps its
-    own rule state: slot c replays requests c, c + B, ... in turn with its own rule."""
-    requests: list = [None] * len(session.stream_of)
-    for client in range(clients):
-        served = list(range(client, len(requests), clients))
-        replay = replay_session(streams, make_rule, new_tokens=new_tokens, order=[session.stream_of[i] for i in served])
-        for index, rounds in zip(served, replay.requests):
-            requests[index] = rounds
-    return SessionReplay(tuple(requests), session.stream_of)
 
 
 @dataclass(frozen=True)
@@ -508,7 +491,7 @@ def _replayed_configs(options: Sequence[EngineOption], request: ServerRanking, s
     replayed, by_alpha, seen = [], [], set()
     if streams:
         for kind, (make_rule, flags) in LLAMA_CPP_RULES.items():
-            replayed.append(_Replayed(f"{kind} (defaults)", tuple(flags), sessions(make_rule), make_rule, kind in SLOT_STATE_TYPES))
+            replayed.append(_Replayed(f"{kind} (defaults)", tuple(flags), sessions(make_rule), make_rule))
     for option in (o for o in options if o.reason is None and o.method == "ngram"):
         size_n, k = option.ngram_sizes[1], option.block_size
         flags = tuple(llama_cpp_spec_flags("ngram", k, "", option.ngram_sizes))
@@ -525,8 +508,7 @@ def _replayed_configs(options: Sequence[EngineOption], request: ServerRanking, s
         rule = rule_for_flags(flags)
         if rule is not None and tuple(flags) not in seen and all(tuple(flags) != item.flags for item in replayed):
             seen.add(tuple(flags))
-            replayed.append(_Replayed(rule[0], tuple(flags), sessions(rule[1]), rule[1],
-                                      rule[0].split(" ")[0] in SLOT_STATE_TYPES))
+            replayed.append(_Replayed(rule[0], tuple(flags), sessions(rule[1]), rule[1]))
     return replayed, by_alpha
 
 
@@ -665,14 +647,15 @@ class _Ranker:
         return self.replicates
 
     def sessions(self, item: _Replayed, clients: int) -> tuple[SessionReplay, ...]:
-        """`item`'s sessions as `clients` slots serve them (`slot_sessions` where each slot keeps
-        its own state; one slot's replay is every slot's otherwise)."""
-        if not item.per_slot or clients == 1:
+        """`item`'s sessions as `clients` slots serve them (`ngram_rules.serve_slots`: each slot its
+        own rule state, ngram-mod's table shared, the slots' rounds interleaved as they decode)."""
+        if clients == 1:
             return item.sessions
         key = (item.label, clients)
         if key not in self._slot_sessions:
-            self._slot_sessions[key] = tuple(slot_sessions(self.streams, item.make_rule, session, clients,
-                                                           self.request.workload.new_tokens) for session in item.sessions)
+            self._slot_sessions[key] = tuple(serve_slots(self.streams, item.make_rule, session.stream_of, clients,
+                                                         new_tokens=self.request.workload.new_tokens, load=self.load)
+                                             for session in item.sessions)
         return self._slot_sessions[key]
 
     def replayed_row(self, item: _Replayed, clients: int) -> tuple[RankedConfig, LoadRun]:
