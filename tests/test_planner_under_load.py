@@ -512,3 +512,57 @@ def test_one_kv_stream_is_the_same_lock_step_in_one_pass_by_hand():
     fourth = step(1) + ngram_round + 0.0005
     assert run.union_s == pytest.approx(second + third + fourth, rel=1e-12)
     assert run.counts[(0, 4)] == pytest.approx(2 * 3 / 4) and run.counts[(1, 4)] == pytest.approx(2 * 1 / 4)
+
+
+def test_a_replicate_prompt_set_is_served_as_the_session_serves_its_prompts():
+    """`replicate_session`: stream s `counts[s]` times in stream order, once per repeat, each
+    request with the rounds the session replayed for that stream in that repeat (a rule whose
+    state crosses requests drafts differently in the second repeat); all ones is the session."""
+    from polyplan.planner.llama_cpp.ngram_rules import replay_session
+
+    streams = _streams()
+    session = replay_session(streams, _Counting, repeats=2)
+    assert under_load.replicate_session(session, np.ones(6), 6) == session
+    counts = np.array([2, 0, 1, 0, 0, 3])
+    replicate = under_load.replicate_session(session, counts, 6)
+    assert replicate.stream_of == (0, 0, 2, 5, 5, 5) * 2
+    first, second = session.requests[:6], session.requests[6:]
+    assert replicate.requests == (first[0], first[0], first[2], first[5], first[5], first[5],
+                                  second[0], second[0], second[2], second[5], second[5], second[5])
+    assert first[0] != second[0]  # control: the repeats' rounds differ, and each repeat kept its own
+
+
+def test_a_simulated_loads_union_is_its_passes_at_their_t_plus_its_loop_costs():
+    """`_priced_union` at the T(k) a load was simulated with is its union, so a replicate's T(k)
+    re-prices the same schedule."""
+    streams = _streams()
+    requests = [tuple(ReplayRound(d, a) for d, a in ((3, 1), (0, 0), (2, 2), (4, 0))) for _ in streams]
+    step = _linear(0.01, 0.004)
+    for clients in (1, 2, 4):
+        run = under_load.simulate_loads(requests, list(range(6)), [s.prompt_tokens for s in streams], clients, step, HAND_LOOP,
+                                        NGRAM, load=3)
+        steps = np.array([step(k) for k in range(1, run.widest() + 1)])
+        assert under_load._priced_union(run, steps) == pytest.approx(run.union_s, rel=1e-12)
+        assert under_load._priced_union(run, 2 * steps) > run.union_s  # control: a slower T prices it slower
+
+
+def test_under_load_a_replicate_of_the_profiled_prompts_at_the_nominal_t_is_the_point(captured):
+    """At B > 1 each replicate's prompt set is simulated as a load: the replicate that is the
+    profiled set itself, priced at the nominal T(k), gives the row's own speedup exactly; another
+    set gives another speedup (not the same load reweighted)."""
+    options, request = captured["args"]
+    request = dataclasses.replace(request, workload=dataclasses.replace(request.workload, in_order=True))
+    ranker = under_load._Ranker(options, request)
+    item = next(item for item in ranker.replayed if item.label.startswith("ngram-simple size-n=2"))
+    session = ranker.sessions(item, 2)[0]
+    count = len(ranker.streams)
+    curve = request.pricing.target_curve
+    nominal = np.array([curve(k) for k in range(1, 2000)])
+    from polyplan.planner.llama_cpp.ranking import Replicates
+    ranker.replicates = Replicates(np.tile(nominal, (3, 1)), np.ones((3, count)), 1.0)
+    run, base = ranker.run(session, 2), ranker.run(session, 2, target=True)
+    values = ranker._simulated_replicates(session, 2, np.ones((3, count)), None, True)
+    assert values == pytest.approx([base.union_s / run.union_s] * 3, rel=1e-9)
+    other = np.zeros((1, count))
+    other[0, 0] = count  # the first prompt alone, as often as the set has prompts
+    assert ranker._simulated_replicates(session, 2, other, None, True)[0] != pytest.approx(values[0], rel=1e-3)

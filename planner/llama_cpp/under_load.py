@@ -453,6 +453,28 @@ def _run_seconds(runs: Sequence[LoadRun], streams: int, replicates: Replicates, 
     return np.einsum("rs,rsk,rk->r", weights, counts[which], steps) + np.einsum("rs,rs->r", weights, extra[which])
 
 
+def replicate_session(session: SessionReplay, counts: np.ndarray, streams: int) -> SessionReplay:
+    """A replicate's prompt set served as `session` serves its prompts: stream s `counts[s]`
+    times, in stream order, once for each of the session's repeats (its requests in runs of
+    `streams`), each request taking the rounds `session` replayed for that stream in that repeat."""
+    rounds_of = {(index // streams, stream): rounds for index, (rounds, stream) in enumerate(zip(session.requests, session.stream_of))}
+    picks = np.repeat(np.arange(streams), np.asarray(counts, dtype=int))
+    repeats = max(1, -(-len(session.stream_of) // streams))
+    stream_of = tuple(int(stream) for _ in range(repeats) for stream in picks)
+    requests = tuple(rounds_of.get((number // max(len(picks), 1), stream), rounds_of[(0, stream)])
+                     for number, stream in enumerate(stream_of))
+    return SessionReplay(requests, stream_of)
+
+
+def _priced_union(run: LoadRun, steps: np.ndarray) -> float:
+    """The union of a simulated load's decode intervals with T(k) = `steps[k - 1]`: each width's
+    passes (`LoadRun.counts` summed over streams) at that T, plus the loop's costs."""
+    passes: dict[int, float] = {}
+    for (_, width), value in run.counts.items():
+        passes[width] = passes.get(width, 0.0) + value
+    return sum(value * steps[width - 1] for width, value in passes.items()) + sum(run.extra.values())
+
+
 # ----------------------------------------------------------------------------------------------
 # Ranking at each load
 
@@ -619,22 +641,24 @@ class _Ranker:
         return [self.streams[stream].prompt_tokens for stream in session.stream_of]
 
     def run(self, session: SessionReplay, clients: int, target: bool = False, draft: DraftBatch | None = None,
-            split: bool = True) -> LoadRun:
+            split: bool = True, load: int | None = None) -> LoadRun:
         """The simulation of one session at `clients` (the target alone's kept per order; `draft`:
-        a draft model's session, its batched passes priced so; `split` False: `--kv-unified`)."""
+        a draft model's session, its batched passes priced so; `split` False: `--kv-unified`;
+        `load`: the requests a load sends, None: the workload's)."""
         curve = self.request.pricing.target_curve
         requests = session.requests
         workload = self.request.workload
+        load = self.load if load is None else load
         if clients > 1 and workload.new_tokens and not workload.to_eos:  # a race that decodes past end of sequence
             requests = tuple(stretched(rounds, workload.new_tokens - 1) for rounds in requests)
         if not target:
             return simulate_loads(requests, session.stream_of, self.prompts(session), clients, curve, self.loop,
-                                  NGRAM if draft is None else DRAFT_MODEL, load=self.load, draft=draft, split=split,
+                                  NGRAM if draft is None else DRAFT_MODEL, load=load, draft=draft, split=split,
                                   cells=None if split else self.request.kv_cells)
-        key = (session.stream_of, tuple(sum(item.accepted + 1 for item in rounds) for rounds in requests), clients)
+        key = (session.stream_of, tuple(sum(item.accepted + 1 for item in rounds) for rounds in requests), clients, load)
         if key not in self._targets:
             self._targets[key] = simulate_loads(target_rounds(requests), session.stream_of, self.prompts(session),
-                                                clients, curve, self.loop, TARGET_ALONE, load=self.load)
+                                                clients, curve, self.loop, TARGET_ALONE, load=load)
         return self._targets[key]
 
     def replicates_for(self, width: int) -> Replicates:
@@ -677,10 +701,29 @@ class _Ranker:
             if weights is None:
                 intervals.append(None)
                 continue
-            values = _run_seconds(bases, len(self.streams), replicates, weights) / _run_seconds(runs, len(self.streams), replicates, weights)
+            if clients == 1:  # one request at a time: a load's seconds are its requests' own, linear in the weights
+                values = _run_seconds(bases, len(self.streams), replicates, weights) / _run_seconds(runs, len(self.streams), replicates, weights)
+            else:
+                values = self._simulated_replicates(sessions[median], clients, weights, draft, split)
             intervals.append(percentile_interval(point, values, point, replicates.stretch, LEVEL))
         note += self._extrapolated(runs[median])
         return RankedConfig(label, flags, point, intervals[0], note, workload_interval=intervals[1]), runs[median]
+
+    def _simulated_replicates(self, session: SessionReplay, clients: int, weights: np.ndarray, draft: DraftBatch | None,
+                              split: bool) -> np.ndarray:
+        """Each replicate's speedup with `clients` slots, its prompt set (`weights[r]`: how often
+        each stream is in it) simulated as a load of its own (`replicate_session`) beside the
+        target alone on the same set, each priced with the replicate's T(k). Under load a prompt
+        set's speedup is not a weighted sum of its streams': a stream whose drafts fail widens
+        the passes every other slot decodes in, so the loads are simulated, not reweighted."""
+        pairs = []
+        for row in weights:
+            replicate = replicate_session(session, row, len(self.streams))
+            size = int(row.sum())
+            pairs.append((self.run(replicate, clients, draft=draft, split=split, load=size),
+                          self.run(replicate, clients, target=True, load=size)))
+        steps = self.replicates_for(max(max(run.widest(), base.widest()) for run, base in pairs)).steps
+        return np.array([_priced_union(base, steps[r]) / _priced_union(run, steps[r]) for r, (run, base) in enumerate(pairs)])
 
     def _extrapolated(self, run: LoadRun) -> str:
         """The share of the run's predicted time at widths beyond the widest T(k) measured."""
