@@ -41,8 +41,13 @@ class LatencyCurve:
                 raise PolyplanError(f"latency: T({k}) must be a finite time > 0, got {value!r}")
 
     def __call__(self, k: float) -> float:
-        """T(k) for one k >= 1."""
-        return float(self.many(np.asarray([k], dtype=float))[0])
+        """T(k) for one k >= 1 (kept per k: a simulation under load reads the same widths
+        millions of times)."""
+        known = self.__dict__.setdefault("_called", {})
+        value = known.get(k)
+        if value is None:
+            value = known[k] = float(self.many(np.asarray([k], dtype=float))[0])
+        return value
 
     def many(self, ks: np.ndarray) -> np.ndarray:
         """T(k) for an array of k (float64, same shape)."""

@@ -131,9 +131,15 @@ class Replicates:
     workload: np.ndarray | None = None  # [B, streams]: the profile's prompts resampled alone (the workload's mean, one draw)
 
 
-def session_speedup(session: SessionReplay, step: Callable[[int], float], loop: ServerLoop = NO_SERVER_LOOP) -> float:
+def session_speedup(session: SessionReplay, step: Callable[[int], float], loop: ServerLoop = NO_SERVER_LOOP,
+                    repeats: int = 1) -> float:
     """Target-only decode time over the session's, each priced with the server's own costs `loop`
-    (`planner.llama_cpp.server_loop`; none: the bindings' T(k) alone)."""
+    (`planner.llama_cpp.server_loop`; none: the bindings' T(k) alone); over `repeats` equal runs
+    of the session's requests (a race's repeats), the mean of each run's, as a race reports them."""
+    return float(np.mean([_run_speedup(part, step, loop) for part in repeat_parts(session, repeats)]))
+
+
+def _run_speedup(session: SessionReplay, step: Callable[[int], float], loop: ServerLoop) -> float:
     rounds = [item for request in session.requests for item in request]
     tokens = sum(item.accepted + 1 for item in rounds)
     fixed = loop.per_request_s * len(session.requests)
@@ -141,11 +147,30 @@ def session_speedup(session: SessionReplay, step: Callable[[int], float], loop: 
     return (fixed + (step(1) + loop.per_round_s) * tokens) / seconds
 
 
+def repeat_parts(session: SessionReplay, repeats: int) -> list[SessionReplay]:
+    """The session's requests in `repeats` equal runs, in order (one run when they do not divide)."""
+    count = len(session.requests)
+    if repeats <= 1 or count % repeats:
+        return [session]
+    size = count // repeats
+    return [SessionReplay(session.requests[i:i + size], session.stream_of[i:i + size]) for i in range(0, count, size)]
+
+
 def session_interval(sessions: Sequence[SessionReplay], streams: int, point: float, replicates: Replicates,
-                     loop: ServerLoop = NO_SERVER_LOOP, workload: bool = False) -> tuple[float, float]:
+                     loop: ServerLoop = NO_SERVER_LOOP, workload: bool = False, repeats: int = 1) -> tuple[float, float]:
     """The percentile interval of the sessions' speedup over `replicates`, replicate r reading
     `sessions[r mod len(sessions)]` with `loop` held fixed; `workload`: over the replicates'
-    one-draw weights (the workload's mean) rather than their new prompt sets."""
+    one-draw weights (the workload's mean) rather than their new prompt sets; over `repeats`
+    equal runs of each session, the mean of each run's (`session_speedup`)."""
+    parts = [repeat_parts(session, repeats) for session in sessions]
+    runs = len(parts[0])
+    speedups = np.mean([_replicate_speedups([part[j] for part in parts], streams, replicates, loop, workload)
+                        for j in range(runs)], axis=0)
+    return percentile_interval(point, speedups, point, replicates.stretch, LEVEL)
+
+
+def _replicate_speedups(sessions: Sequence[SessionReplay], streams: int, replicates: Replicates, loop: ServerLoop,
+                        workload: bool) -> np.ndarray:
     width = replicates.steps.shape[1]
     counts = np.zeros((len(sessions), streams, width))  # rounds per order, stream and round width L + 1
     tokens = np.zeros((len(sessions), streams))
@@ -162,8 +187,7 @@ def session_interval(sessions: Sequence[SessionReplay], streams: int, point: flo
     fixed = weights @ (requests * loop.per_request_s)
     seconds = (np.einsum("rs,rsk,rk->r", weights, counts[which], replicates.steps)
                + np.einsum("rs,rs->r", weights, extra[which]) + fixed)
-    speedups = (fixed + (replicates.steps[:, 0] + loop.per_round_s) * np.einsum("rs,rs->r", weights, tokens[which])) / seconds
-    return percentile_interval(point, speedups, point, replicates.stretch, LEVEL)
+    return (fixed + (replicates.steps[:, 0] + loop.per_round_s) * np.einsum("rs,rs->r", weights, tokens[which])) / seconds
 
 
 def request_orders(streams: int, orders: int) -> list[list[int]]:
@@ -180,12 +204,13 @@ def replayed_config(label: str, flags: Sequence[str], streams: Sequence[TargetSt
     orders = request_orders(len(streams), 1 if workload.in_order else ORDERS)
     sessions = [replay_session(streams, make_rule, new_tokens=workload.new_tokens, repeats=workload.repeats, order=order)
                 for order in orders]
-    speedups = [session_speedup(session, step, loop) for session in sessions]
+    speedups = [session_speedup(session, step, loop, workload.repeats) for session in sessions]
     median = int(np.argsort(speedups, kind="stable")[len(sessions) // 2])  # the median order (module docstring)
     middle, point = sessions[median], speedups[median]
-    interval = None if replicates is None else session_interval(sessions, len(streams), point, replicates, loop=loop)
+    interval = None if replicates is None else \
+        session_interval(sessions, len(streams), point, replicates, loop=loop, repeats=workload.repeats)
     workload_interval = None if replicates is None or replicates.workload is None else \
-        session_interval(sessions, len(streams), point, replicates, loop=loop, workload=True)
+        session_interval(sessions, len(streams), point, replicates, loop=loop, workload=True, repeats=workload.repeats)
     return RankedConfig(label, tuple(flags), point, interval, "replayed", middle.drafted, middle.accepted, workload_interval)
 
 

@@ -175,6 +175,12 @@ class LoadRun:
     union_s: float
     counts: dict[tuple[int, int], float]
     extra: dict[int, float]
+    parts: tuple[LoadRun, ...] = ()  # each load's own run where the requests were several loads (`simulate_loads`)
+
+    @property
+    def loads(self) -> tuple[LoadRun, ...]:
+        """Each load's run, one after another (this run where it was one load)."""
+        return self.parts or (self,)
 
     @property
     def aggregate(self) -> float:
@@ -408,7 +414,7 @@ def simulate_loads(requests: Sequence[Sequence[ReplayRound]], stream_of: Sequenc
         for key, value in run.extra.items():
             extra[key] = extra.get(key, 0.0) + value
     return LoadRun(tuple(s for run in runs for s in run.streams), tuple(t for run in runs for t in run.tokens),
-                   tuple(d for run in runs for d in run.decode_s), sum(run.union_s for run in runs), counts, extra)
+                   tuple(d for run in runs for d in run.decode_s), sum(run.union_s for run in runs), counts, extra, tuple(runs))
 
 
 def stretched(rounds: Sequence[ReplayRound], tokens: int) -> tuple[ReplayRound, ...]:
@@ -464,6 +470,13 @@ def replicate_session(session: SessionReplay, counts: np.ndarray, streams: int) 
     requests = tuple(rounds_of.get((number // max(len(picks), 1), stream), rounds_of[(0, stream)])
                      for number, stream in enumerate(stream_of))
     return SessionReplay(requests, stream_of)
+
+
+def load_speedup(run: LoadRun, base: LoadRun) -> float:
+    """The target alone's decode time over the configuration's, load by load, and the mean over
+    the loads: a race's repeats are loads of their own, each reported as its own ratio and the
+    mean taken (a rule that remembers one repeat in the next speeds only the later loads)."""
+    return float(np.mean([b.union_s / r.union_s for r, b in zip(run.loads, base.loads)]))
 
 
 def _priced_union(run: LoadRun, steps: np.ndarray) -> float:
@@ -692,7 +705,7 @@ class _Ranker:
         the interval over the replicates; `split` False: the configuration with `--kv-unified`."""
         runs = [self.run(session, clients, draft=draft, split=split) for session in sessions]
         bases = [self.run(session, clients, target=True) for session in sessions]
-        speedups = [base.union_s / run.union_s for run, base in zip(runs, bases)]
+        speedups = [load_speedup(run, base) for run, base in zip(runs, bases)]
         median = int(np.argsort(speedups, kind="stable")[len(runs) // 2])
         point = speedups[median]
         replicates = self.replicates_for(max(max(run.widest(), base.widest()) for run, base in zip(runs, bases)))
@@ -701,10 +714,13 @@ class _Ranker:
             if weights is None:
                 intervals.append(None)
                 continue
-            if clients == 1:  # one request at a time: a load's seconds are its requests' own, linear in the weights
-                values = _run_seconds(bases, len(self.streams), replicates, weights) / _run_seconds(runs, len(self.streams), replicates, weights)
-            else:
+            if clients > 1 and weights is replicates.workload and point > 1.0:
                 values = self._simulated_replicates(sessions[median], clients, weights, draft, split)
+            else:  # the streams' shares reweighted, load by load: exact at one request, wider than simulated sets under load
+                loads = len(runs[0].loads)
+                values = np.mean([_run_seconds([base.loads[j] for base in bases], len(self.streams), replicates, weights)
+                                  / _run_seconds([run.loads[j] for run in runs], len(self.streams), replicates, weights)
+                                  for j in range(loads)], axis=0)
             intervals.append(percentile_interval(point, values, point, replicates.stretch, LEVEL))
         note += self._extrapolated(runs[median])
         return RankedConfig(label, flags, point, intervals[0], note, workload_interval=intervals[1]), runs[median]
@@ -713,9 +729,12 @@ class _Ranker:
                               split: bool) -> np.ndarray:
         """Each replicate's speedup with `clients` slots, its prompt set (`weights[r]`: how often
         each stream is in it) simulated as a load of its own (`replicate_session`) beside the
-        target alone on the same set, each priced with the replicate's T(k). Under load a prompt
-        set's speedup is not a weighted sum of its streams': a stream whose drafts fail widens
-        the passes every other slot decodes in, so the loads are simulated, not reweighted."""
+        target alone on the same set, each priced with the replicate's T(k), the mean over its
+        loads. Under load a prompt set's speedup is not a weighted sum of its streams': a stream
+        whose drafts fail widens the passes every other slot decodes in, so the loads are
+        simulated, not reweighted. Used for the workload interval (what the choice reads) of a
+        row whose point pays (only such a row can be chosen): a simulation per replicate costs
+        what reweighting one does not."""
         pairs = []
         for row in weights:
             replicate = replicate_session(session, row, len(self.streams))
@@ -723,7 +742,8 @@ class _Ranker:
             pairs.append((self.run(replicate, clients, draft=draft, split=split, load=size),
                           self.run(replicate, clients, target=True, load=size)))
         steps = self.replicates_for(max(max(run.widest(), base.widest()) for run, base in pairs)).steps
-        return np.array([_priced_union(base, steps[r]) / _priced_union(run, steps[r]) for r, (run, base) in enumerate(pairs)])
+        return np.array([np.mean([_priced_union(base_load, steps[r]) / _priced_union(run_load, steps[r])
+                                  for run_load, base_load in zip(run.loads, base.loads)]) for r, (run, base) in enumerate(pairs)])
 
     def _extrapolated(self, run: LoadRun) -> str:
         """The share of the run's predicted time at widths beyond the widest T(k) measured."""
