@@ -332,6 +332,27 @@ def test_a_session_is_priced_with_t_of_k_and_its_interval_holds_the_point():
     assert low < point < high and low < 1.05  # one stream repeats, one never does: a new set may hold neither
 
 
+def test_a_session_of_repeats_is_priced_as_the_race_reports_it_the_mean_of_each_repeats_ratio():
+    """ngram-mod remembers the first repeat in the second: the two repeats' speedups differ, and
+    the session's is their mean (the race's statistic), not the ratio of the summed times; its
+    interval with nothing resampled is the point."""
+    from polyplan.planner.llama_cpp.ranking import repeat_parts
+
+    step = lambda k: 0.010 + 0.002 * (k - 1)  # noqa: E731
+    stream = TargetStream(30, tuple(range(100, 130)) + tuple(range(200, 240)))
+    session = replay_session([stream], lambda: NGramModRule(4, 8, 16), repeats=2)
+    first, second = repeat_parts(session, 2)
+    assert (first.requests, second.requests) == ((session.requests[0],), (session.requests[1],))
+    each = [session_speedup(part, step) for part in (first, second)]
+    assert each[0] == pytest.approx(1.0) and each[1] > 1.5
+    assert session_speedup(session, step, repeats=2) == pytest.approx(sum(each) / 2)
+    assert session_speedup(session, step) < sum(each) / 2  # control: the summed times weigh the slow repeat more
+    assert repeat_parts(session, 3) == [session]  # runs that do not divide the requests: one
+    fixed = Replicates(np.tile([step(k) for k in range(1, 40)], (3, 1)), np.ones((3, 1)), 1.0)
+    point = session_speedup(session, step, repeats=2)
+    assert session_interval([session], 1, point, fixed, repeats=2) == pytest.approx((point, point))
+
+
 def test_a_stateful_rules_interval_spans_the_orders_its_requests_may_come_in():
     """ngram-cache counts its first request's prompt and little after, so the order of the
     requests decides whether it drafts: the interval reads the session in other orders too."""

@@ -566,3 +566,25 @@ def test_under_load_a_replicate_of_the_profiled_prompts_at_the_nominal_t_is_the_
     other = np.zeros((1, count))
     other[0, 0] = count  # the first prompt alone, as often as the set has prompts
     assert ranker._simulated_replicates(session, 2, other, None, True)[0] != pytest.approx(values[0], rel=1e-3)
+
+
+def test_a_workload_of_several_loads_is_the_mean_of_each_loads_ratio():
+    """`load_speedup`: each load (a race's repeat) its own ratio, the mean taken; one load is the
+    plain ratio of the unions."""
+    streams = _streams()
+    fast = [tuple(ReplayRound(3, 3) for _ in range(4)) for _ in range(3)]
+    slow = [tuple(ReplayRound(3, 0) for _ in range(16)) for _ in range(3)]
+    requests = fast + slow  # the first load drafts well, the second never keeps a draft
+    prompts = [s.prompt_tokens for s in streams]
+    step = _linear(0.01, 0.004)
+    run = under_load.simulate_loads(requests, list(range(6)), prompts, 2, step, HAND_LOOP, NGRAM, load=3)
+    base = under_load.simulate_loads(under_load.target_rounds(requests), list(range(6)), prompts, 2, step, HAND_LOOP,
+                                     TARGET_ALONE, load=3)
+    assert len(run.loads) == len(base.loads) == 2
+    each = [b.union_s / r.union_s for r, b in zip(run.loads, base.loads)]
+    assert each[0] > 1.0 > each[1]
+    assert under_load.load_speedup(run, base) == pytest.approx(sum(each) / 2)
+    assert under_load.load_speedup(run, base) != pytest.approx(base.union_s / run.union_s, rel=1e-3)  # control
+    one = under_load.simulate_loads(requests, list(range(6)), prompts, 2, step, HAND_LOOP, NGRAM)
+    one_base = under_load.simulate_loads(under_load.target_rounds(requests), list(range(6)), prompts, 2, step, HAND_LOOP, TARGET_ALONE)
+    assert one.loads == (one,) and under_load.load_speedup(one, one_base) == pytest.approx(one_base.union_s / one.union_s)
