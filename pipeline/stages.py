@@ -327,8 +327,9 @@ def recommend_candidates(
     `budget`: the wall time of the whole command; the profiling keeps the smallest self-check's
     estimate for after it (`validation.self_check.least_check_s`, priced once the target's curve is
     timed), and the self-check takes its share of the profile's measuring time within what is
-    left of the budget then, never less than its smallest size (`validation.self_check.check_budget`). `sequential`: acceptance measured in rounds of prompts until the ranking is
-    decided (`profile_candidates`), ranking chains of up to the `max_levels` planned."""
+    left of the budget then, never less than its smallest size (`validation.self_check.check_budget`).
+    `sequential`: acceptance measured in rounds of prompts until the ranking is decided
+    (`profile_candidates`), ranking chains of up to the `max_levels` planned."""
     from polyplan.validation.self_check import least_check_s, skipped_plan
 
     log, started = log or stderr_line, time.perf_counter()

@@ -6,8 +6,8 @@ common/arg.cpp). The stateful ones carry state across requests, so `replay_sessi
 requests in the order the server sees them, calling `begin`, `draft` and `accept` as
 tools/server/server-context.cpp does; with several slots (`serve_slots`) each slot runs its own
 rule (`DraftRule.slot`), sharing what the server shares (ngram-mod's table), the slots' rounds
-interleaved iteration by iteration as the server decodes them. What each rule does and what is not modelled:
-docs/engines.md, "llama.cpp's n-gram rules as ported". Pure: no I/O.
+interleaved iteration by iteration as the server decodes them. What each rule does and what is
+not modelled: docs/engines.md, "llama.cpp's n-gram rules as ported". Pure: no I/O.
 """
 
 from __future__ import annotations

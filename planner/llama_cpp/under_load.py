@@ -472,11 +472,12 @@ def replicate_session(session: SessionReplay, counts: np.ndarray, streams: int) 
     return SessionReplay(requests, stream_of)
 
 
-def load_speedup(run: LoadRun, base: LoadRun) -> float:
+def load_speedup(run: LoadRun, base: LoadRun, union: Callable[[LoadRun], float] = lambda load: load.union_s) -> float:
     """The target alone's decode time over the configuration's, load by load, and the mean over
     the loads: a race's repeats are loads of their own, each reported as its own ratio and the
-    mean taken (a rule that remembers one repeat in the next speeds only the later loads)."""
-    return float(np.mean([b.union_s / r.union_s for r, b in zip(run.loads, base.loads)]))
+    mean taken (a rule that remembers one repeat in the next speeds only the later loads).
+    `union`: a load's seconds (default: as simulated; `_priced_union` re-prices them)."""
+    return float(np.mean([union(b) / union(r) for r, b in zip(run.loads, base.loads)]))
 
 
 def _priced_union(run: LoadRun, steps: np.ndarray) -> float:
@@ -742,8 +743,8 @@ class _Ranker:
             pairs.append((self.run(replicate, clients, draft=draft, split=split, load=size),
                           self.run(replicate, clients, target=True, load=size)))
         steps = self.replicates_for(max(max(run.widest(), base.widest()) for run, base in pairs)).steps
-        return np.array([np.mean([_priced_union(base_load, steps[r]) / _priced_union(run_load, steps[r])
-                                  for run_load, base_load in zip(run.loads, base.loads)]) for r, (run, base) in enumerate(pairs)])
+        return np.array([load_speedup(run, base, functools.partial(_priced_union, steps=steps[r]))
+                         for r, (run, base) in enumerate(pairs)])
 
     def _extrapolated(self, run: LoadRun) -> str:
         """The share of the run's predicted time at widths beyond the widest T(k) measured."""
