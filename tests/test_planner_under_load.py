@@ -588,3 +588,25 @@ def test_a_workload_of_several_loads_is_the_mean_of_each_loads_ratio():
     one = under_load.simulate_loads(requests, list(range(6)), prompts, 2, step, HAND_LOOP, NGRAM)
     one_base = under_load.simulate_loads(under_load.target_rounds(requests), list(range(6)), prompts, 2, step, HAND_LOOP, TARGET_ALONE)
     assert one.loads == (one,) and under_load.load_speedup(one, one_base) == pytest.approx(one_base.union_s / one.union_s)
+
+
+def test_a_replicate_that_draws_none_of_a_loads_prompts_leaves_that_load_out_of_its_mean():
+    """Where a load sends fewer prompts than the profile has streams (a race of 3 prompts on 6
+    streams), a replicate can draw none of one load's streams: that load is no part of it (its
+    mean is over the loads it draws from), not a 0/0 that makes the interval NaN."""
+    streams = _streams()
+    requests = [tuple(ReplayRound(3, s % 3) for _ in range(5)) for s in range(6)]
+    prompts = [s.prompt_tokens for s in streams]
+    step = _linear(0.01, 0.004)
+    run = under_load.simulate_loads(requests, list(range(6)), prompts, 2, step, HAND_LOOP, NGRAM, load=3)
+    base = under_load.simulate_loads(under_load.target_rounds(requests), list(range(6)), prompts, 2, step, HAND_LOOP,
+                                     TARGET_ALONE, load=3)
+    nominal = np.array([step(k) for k in range(1, 64)])
+    from polyplan.planner.llama_cpp.ranking import Replicates
+    weights = np.array([[1.0] * 6, [3.0, 0, 0, 0, 0, 0], [0, 0, 0, 0, 0, 3.0]])  # all; the first load's only; the second's only
+    replicates = Replicates(np.tile(nominal, (3, 1)), weights, 1.0)
+    values = under_load._reweighted_speedups([run], [base], 6, replicates, weights)
+    assert np.all(np.isfinite(values))
+    assert values[0] == pytest.approx(under_load.load_speedup(run, base), rel=1e-9)
+    first = under_load._reweighted_speedups([run.loads[0]], [base.loads[0]], 6, replicates, weights[1:2])
+    assert values[1] == pytest.approx(first[0], rel=1e-9)  # the second load, which it draws nothing of, left out

@@ -459,6 +459,19 @@ def _run_seconds(runs: Sequence[LoadRun], streams: int, replicates: Replicates, 
     return np.einsum("rs,rsk,rk->r", weights, counts[which], steps) + np.einsum("rs,rs->r", weights, extra[which])
 
 
+def _reweighted_speedups(runs: Sequence[LoadRun], bases: Sequence[LoadRun], streams: int, replicates: Replicates,
+                         weights: np.ndarray) -> np.ndarray:
+    """Each replicate's speedup with its streams reweighted (`_run_seconds`), load by load, the
+    mean over the loads it draws a prompt from: where a load sends fewer prompts than the profile
+    has streams, a replicate can draw none of one load's, and that load is no part of it."""
+    ratios = []
+    for j in range(len(runs[0].loads)):
+        base = _run_seconds([run.loads[j] for run in bases], streams, replicates, weights)
+        own = _run_seconds([run.loads[j] for run in runs], streams, replicates, weights)
+        ratios.append(np.divide(base, own, out=np.full_like(base, np.nan), where=own > 0))
+    return np.nanmean(ratios, axis=0)
+
+
 def replicate_session(session: SessionReplay, counts: np.ndarray, streams: int) -> SessionReplay:
     """A replicate's prompt set served as `session` serves its prompts: stream s `counts[s]`
     times, in stream order, once for each of the session's repeats (its requests in runs of
@@ -718,10 +731,7 @@ class _Ranker:
             if clients > 1 and weights is replicates.workload and point > 1.0:
                 values = self._simulated_replicates(sessions[median], clients, weights, draft, split)
             else:  # the streams' shares reweighted, load by load: exact at one request, wider than simulated sets under load
-                loads = len(runs[0].loads)
-                values = np.mean([_run_seconds([base.loads[j] for base in bases], len(self.streams), replicates, weights)
-                                  / _run_seconds([run.loads[j] for run in runs], len(self.streams), replicates, weights)
-                                  for j in range(loads)], axis=0)
+                values = _reweighted_speedups(runs, bases, len(self.streams), replicates, weights)
             intervals.append(percentile_interval(point, values, point, replicates.stretch, LEVEL))
         note += self._extrapolated(runs[median])
         return RankedConfig(label, flags, point, intervals[0], note, workload_interval=intervals[1]), runs[median]
