@@ -260,3 +260,13 @@ def gguf_pair(tmp_path):
         {"name": "target", "source": "target.gguf", "target": True, "engine": "llama.cpp"},
         {"name": "draft", "source": "draft.gguf", "engine": "llama.cpp"},
     ]}, base_dir=tmp_path)
+
+
+@pytest.fixture
+def no_tie_check(monkeypatch):
+    """Streams' near-ties without the bindings: no flips (the check itself: test_near_ties.py)."""
+    from polyplan.engines.llama_cpp import prices as llama_cpp_prices
+    from polyplan.planner.llama_cpp.near_ties import NearTies, StreamTies, stream_digest
+
+    monkeypatch.setattr(llama_cpp_prices, "measure_near_ties", lambda path, threads, streams, widths, log=None: NearTies(
+        tuple(widths), tuple(StreamTies(stream_digest(stream), tuple(() for _ in widths)) for stream in streams)))

@@ -33,6 +33,8 @@ from polyplan.planner.llama_cpp.under_load import LoadedConfig, LoadRanking
 from polyplan.planner.plan_builder import plan_of
 from polyplan.planner.search import SearchSettings, rank_chains
 
+pytestmark = pytest.mark.usefixtures("no_tie_check")
+
 TIMES = {"target": 0.1, "draft": 0.01, "ngram": 0.0005}
 ALPHAS = {"draft": 0.8, "ngram": 0.5}
 SOURCES = {"llama.cpp": ("./target.gguf", "./draft.gguf"), "vllm": ("./target", "./draft")}

@@ -22,6 +22,7 @@ from pathlib import Path
 
 from polyplan.engines.llama_cpp.server import round_widths, slot_args
 from polyplan.engines.llama_cpp.unified_steps import measure_unified_steps
+from polyplan.engines.llama_cpp.wide_flips import TIE_WIDTHS, measure_near_ties
 from polyplan.formats.atomic import write_text_atomically
 from polyplan.formats.cache import cache_root
 from polyplan.formats.codec import decode, encode
@@ -34,6 +35,7 @@ from polyplan.planner.llama_cpp.server_loop import (DRAFT_MODEL, NGRAM, TARGET_A
                                                     slot_round_cost)
 from polyplan.planner.exact.latency import LatencyCurve, curve_from_profile
 from polyplan.planner.llama_cpp.kv_cells import UnifiedSteps
+from polyplan.planner.llama_cpp.near_ties import NearTies
 from polyplan.planner.llama_cpp.ranking import LlamaCppPrices, llama_cpp_spec_flags
 
 VERSION = 5  # of the cache's keys: raised whenever what is measured, or how, changes
@@ -157,7 +159,8 @@ def prices_for(source: PriceSource, profile: Profile, plan_target: str, *, reuse
                latency: Callable | None = None, decode_streams: Callable | None = None,
                calibrate: Callable | None = None, ks: Sequence[int] = PRICE_KS,
                draft_ks: tuple[Sequence[int], Sequence[int]] = (_DRAFTER_KS, REEVAL_KS), clients: Sequence[int] = (1,),
-               calibrate_at: Callable | None = None, unified_steps: Callable | None = None) -> LlamaCppPrices:
+               calibrate_at: Callable | None = None, unified_steps: Callable | None = None,
+               near_ties: Callable | None = None) -> LlamaCppPrices:
     """llama.cpp's numbers for `source` (module docstring), from the cache when kept there.
 
     `ks`: the target's widths (`price_widths`), `draft_ks` a draft model's (`draft_widths`);
@@ -170,7 +173,9 @@ def prices_for(source: PriceSource, profile: Profile, plan_target: str, *, reuse
     profile reuse it; so is each count of `clients` above one, at which the server's per-round
     cost is calibrated on its own (`calibrate_slots`), and the target's step over several sequences
     split and unified is timed (`measure_unified_steps`). `latency`, `decode_streams`, `calibrate`,
-    `calibrate_at` and `unified_steps` replace the measurements (tests).
+    `calibrate_at`, `unified_steps` and `near_ties` replace the measurements (tests). The streams'
+    near-ties (`engines.llama_cpp.wide_flips`) are checked on the target's file at `TIE_WIDTHS`,
+    kept by its fingerprint, the threads and the streams.
 
     Raises:
         PolyplanError: the bindings are missing, or a file cannot be loaded.
@@ -180,6 +185,7 @@ def prices_for(source: PriceSource, profile: Profile, plan_target: str, *, reuse
     calibrate = calibrate or calibrate_server
     calibrate_at = calibrate_at or calibrate_slots
     unified_steps = unified_steps or measure_unified_steps
+    near_ties = near_ties or measure_near_ties
     notes = []
     fingerprint = file_fingerprint(source.target)
     where = f"{source.target.name}, {source.threads} thread{'s' if source.threads != 1 else ''}"
@@ -195,6 +201,13 @@ def prices_for(source: PriceSource, profile: Profile, plan_target: str, *, reuse
             source.target, source.threads, source.prompts, source.new_tokens, log))
         notes.append(f"priced by llama.cpp: T(k), k = 1 … {max(ks)}, and {len(streams)} greedy streams measured through the "
                      f"bindings on {where} (cached by the file's fingerprint)")
+    ties = None
+    if streams:
+        key = _key("ties", fingerprint, source.threads, TIE_WIDTHS, fingerprint_tokens([(s.prompt_tokens,) + s.ids for s in streams]))
+        ties = _cached(key, NearTies, lambda: near_ties(source.target, source.threads, streams, TIE_WIDTHS, log=log))
+        flipped, total = ties.count()
+        notes.append(f"near-ties: a pass of {' or '.join(map(str, TIE_WIDTHS))} rows gives another token than the one-token "
+                     f"stream in {flipped} of {total} streams; a repeated request's remembered answer departs there")
     drafters = {}
     for name, path in source.drafters.items():
         if name in reuse:
@@ -250,7 +263,7 @@ def prices_for(source: PriceSource, profile: Profile, plan_target: str, *, reuse
                      f"each against one unified stream, k = {', '.join(map(str, UNIFIED_KS))} rows spread over them, through "
                      f"the bindings on {where}: what a pass pays per cell of other slots in its view, for `--kv-unified` "
                      "under load")
-    return LlamaCppPrices(target, drafters, tuple(streams), loop, tuple(notes), ratio, reevaluations, pace, unified)
+    return LlamaCppPrices(target, drafters, tuple(streams), loop, tuple(notes), ratio, reevaluations, pace, unified, ties)
 
 
 def _at_slots(loop, source: PriceSource, build, clients: Sequence[int], calibrate_at: Callable, notes: list[str], log):

@@ -25,6 +25,7 @@ from polyplan.planner.exact.ngram_replay import replay_prediction, target_stream
 from polyplan.planner.intervals.prediction_interval import (DEFAULT_LEVEL, few_prompts_stretch, latency_replicates,
                                                             pair_replicates, percentile_interval, prompt_weights)
 from polyplan.planner.llama_cpp.kv_cells import CellCost
+from polyplan.planner.llama_cpp.near_ties import NearTies
 from polyplan.planner.llama_cpp.ngram_rules import LLAMA_CPP_RULES, LLAMA_CPP_VERSION, NGramSimpleRule, rule_for_flags
 from polyplan.planner.llama_cpp.policy import draft_simple_flags, policy_notes, policy_rounds, server_policy, server_view
 from polyplan.planner.llama_cpp.ranking import (RankedConfig, Replicates, ReplayWorkload, llama_cpp_spec_flags, ranked,
@@ -139,6 +140,7 @@ class ServerRanking:
     k_max: int = 8  # the largest K searched for that row
     replay_also: Sequence[Sequence[str]] = ()  # flags to rank besides the export's own (a race's)
     kv_cells: CellCost | None = None  # the target's seconds per KV cell read (`--kv-unified` under load); None: not priced
+    near_ties: NearTies | None = None  # where a wide pass flips the streams' answers (`planner.llama_cpp.near_ties`)
 
     @property
     def loop(self) -> ServerLoop:
@@ -163,7 +165,7 @@ def rank_server_configs(options: Sequence[EngineOption],
                      f"the first interval for {workload.set_words(len(streams))}")
         for kind, (make_rule, flags) in LLAMA_CPP_RULES.items():
             configs.append(replayed_config(f"{kind} (defaults)", flags, streams, make_rule, pricing.target_curve, workload,
-                                           replicates, loop=loop))
+                                           replicates, loop=loop, near=request.near_ties))
     else:
         why = "at greedy only" if not greedy else "the profile holds no target streams (re-run polyplan profile)"
         notes.append(f"ngram-map-k, ngram-map-k4v, ngram-mod, ngram-cache: not modelled ({why})")
@@ -177,14 +179,15 @@ def rank_server_configs(options: Sequence[EngineOption],
         if streams:
             configs.append(replayed_config(f"ngram-simple size-n={size_n} K={k}", flags, streams,
                                            lambda size_n=size_n, k=k: NGramSimpleRule(size_n, k), pricing.target_curve,
-                                           workload, replicates, loop=loop))
+                                           workload, replicates, loop=loop, near=request.near_ties))
         elif option.prediction is not None:
             configs.append(RankedConfig(f"ngram-simple size-n={size_n} K={k}", flags, option.speedup, None, "alpha model (no interval)"))
     for flags in request.replay_also if streams else ():
         rule = rule_for_flags(flags)
         if rule is not None and tuple(flags) not in seen and all(tuple(flags) != config.flags for config in configs):
             seen.add(tuple(flags))
-            configs.append(replayed_config(rule[0], flags, streams, rule[1], pricing.target_curve, workload, replicates, loop=loop))
+            configs.append(replayed_config(rule[0], flags, streams, rule[1], pricing.target_curve, workload, replicates, loop=loop,
+                                           near=request.near_ties))
     requests = _workload_requests(streams, workload) if loop.per_draft_prompt_token_s or loop.per_request_s else []
     server_words = (", the server's per-request cost and the draft model's prefill of each prompt over the replays' requests"
                     if requests else "")

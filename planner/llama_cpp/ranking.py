@@ -19,6 +19,7 @@ import numpy as np
 
 from polyplan.formats.profile import ModelProfile, Profile, TargetStream
 from polyplan.planner.intervals.prediction_interval import percentile_interval
+from polyplan.planner.llama_cpp.near_ties import NearTies, departed
 from polyplan.planner.llama_cpp.ngram_rules import DraftRule, SessionReplay, replay_session
 from polyplan.planner.llama_cpp.server_loop import NGRAM, NO_SERVER_LOOP, ServerLoop
 
@@ -100,6 +101,8 @@ class LlamaCppPrices:
             unified stream, in one sitting (`planner.llama_cpp.kv_cells.cell_cost` reads the
             seconds per cell of other slots in a pass's view from it); None: not measured (no
             plan under load asked for).
+        near_ties: where a wide verification pass flips the target's answer on the streams
+            (`planner.llama_cpp.near_ties`); None: not measured.
     """
 
     target: ModelProfile
@@ -111,6 +114,7 @@ class LlamaCppPrices:
     reevaluations: Mapping[str, ModelProfile] = field(default_factory=dict)
     calibrated_step_s: float | None = None
     unified: UnifiedSteps | None = None
+    near_ties: NearTies | None = None
 
     def applied(self, profile: Profile, target: str) -> Profile:
         """`profile` with these latency curves and streams in place of its own."""
@@ -198,12 +202,13 @@ def request_orders(streams: int, orders: int) -> list[list[int]]:
 
 def replayed_config(label: str, flags: Sequence[str], streams: Sequence[TargetStream], make_rule: Callable[[], DraftRule],
                     step: Callable[[int], float], workload: ReplayWorkload, replicates: Replicates | None,
-                    loop: ServerLoop = NO_SERVER_LOOP) -> RankedConfig:
+                    loop: ServerLoop = NO_SERVER_LOOP, near: NearTies | None = None) -> RankedConfig:
     """`label` predicted by replaying its rule over `streams` as one server session in `ORDERS`
-    request orders: the median order's speedup and counts, the interval over all."""
+    request orders: the median order's speedup and counts, the interval over all; `near`: the
+    streams' near-ties, where a repeated request's remembered answer departs (`near_ties.departed`)."""
     orders = request_orders(len(streams), 1 if workload.in_order else ORDERS)
-    sessions = [replay_session(streams, make_rule, new_tokens=workload.new_tokens, repeats=workload.repeats, order=order)
-                for order in orders]
+    sessions = [departed(replay_session(streams, make_rule, new_tokens=workload.new_tokens, repeats=workload.repeats,
+                                        order=order), streams, near) for order in orders]
     speedups = [session_speedup(session, step, loop, workload.repeats) for session in sessions]
     median = int(np.argsort(speedups, kind="stable")[len(sessions) // 2])  # the median order (module docstring)
     middle, point = sessions[median], speedups[median]

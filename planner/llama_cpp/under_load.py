@@ -36,6 +36,7 @@ from polyplan.planner.exact.ngram_replay import ReplayRound, target_streams
 from polyplan.planner.intervals.prediction_interval import pair_replicates, percentile_interval
 from polyplan.planner.llama_cpp.export import (RESAMPLES, DraftPricing, RacedDraft, ServerRanking, policy_stop,
                                                raced_draft_configs, ranking_replicates)
+from polyplan.planner.llama_cpp.near_ties import departed
 from polyplan.planner.llama_cpp.ngram_rules import (LLAMA_CPP_RULES, DraftRule, NGramSimpleRule, SessionReplay, replay_session,
                                                     rule_for_flags, serve_slots)
 from polyplan.planner.llama_cpp.policy import draft_simple_flags
@@ -534,8 +535,8 @@ def _replayed_configs(options: Sequence[EngineOption], request: ServerRanking, s
     workload = request.workload
 
     def sessions(make_rule) -> tuple[SessionReplay, ...]:
-        return tuple(replay_session(streams, make_rule, new_tokens=workload.new_tokens, repeats=workload.repeats, order=order)
-                     for order in orders)
+        return tuple(departed(replay_session(streams, make_rule, new_tokens=workload.new_tokens, repeats=workload.repeats,
+                                             order=order), streams, request.near_ties) for order in orders)
 
     replayed, by_alpha, seen = [], [], set()
     if streams:
@@ -704,8 +705,9 @@ class _Ranker:
             return item.sessions
         key = (item.label, clients)
         if key not in self._slot_sessions:
-            self._slot_sessions[key] = tuple(serve_slots(self.streams, item.make_rule, session.stream_of, clients,
-                                                         new_tokens=self.request.workload.new_tokens, load=self.load)
+            self._slot_sessions[key] = tuple(departed(serve_slots(self.streams, item.make_rule, session.stream_of, clients,
+                                                                  new_tokens=self.request.workload.new_tokens, load=self.load),
+                                                      self.streams, self.request.near_ties)
                                              for session in item.sessions)
         return self._slot_sessions[key]
 
