@@ -35,7 +35,7 @@ from polyplan.planner.llama_cpp.server_loop import (DRAFT_MODEL, NGRAM, TARGET_A
                                                     slot_round_cost)
 from polyplan.planner.exact.latency import LatencyCurve, curve_from_profile
 from polyplan.planner.llama_cpp.kv_cells import UnifiedSteps
-from polyplan.planner.llama_cpp.near_ties import NearTies
+from polyplan.planner.llama_cpp.near_ties import NearTies, stream_digest
 from polyplan.planner.llama_cpp.ranking import LlamaCppPrices, llama_cpp_spec_flags
 
 VERSION = 5  # of the cache's keys: raised whenever what is measured, or how, changes
@@ -203,7 +203,7 @@ def prices_for(source: PriceSource, profile: Profile, plan_target: str, *, reuse
                      f"bindings on {where} (cached by the file's fingerprint)")
     ties = None
     if streams:
-        key = _key("ties", fingerprint, source.threads, TIE_WIDTHS, fingerprint_tokens([(s.prompt_tokens,) + s.ids for s in streams]))
+        key = _key("ties", fingerprint, source.threads, TIE_WIDTHS, [stream_digest(stream) for stream in streams])
         ties = _cached(key, NearTies, lambda: near_ties(source.target, source.threads, streams, TIE_WIDTHS, log=log))
         flipped, total = ties.count()
         notes.append(f"near-ties: a pass of {' or '.join(map(str, TIE_WIDTHS))} rows gives another token than the one-token "

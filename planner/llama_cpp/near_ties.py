@@ -5,7 +5,7 @@ another again from some width on), so the target's logits move in their last bit
 width of the pass. Where the target's two best tokens are nearly tied, the argmax flips: a greedy
 answer decoded one token at a time (the target's stream) is not, at that position, what a wide
 verification pass gives. `NearTies` keeps, for each stream, the positions where a teacher-forced
-pass of each measured width disagrees with the stream (`engines.llama_cpp.near_ties` measures
+pass of each measured width disagrees with the stream (`engines.llama_cpp.wide_flips` measures
 them through the bindings).
 
 What it moves: a rule that remembers earlier answers (ngram-mod's table, ngram-cache's dynamic
@@ -24,12 +24,12 @@ rounds' own widths are a lower bound). Pure.
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Sequence
 from dataclasses import dataclass
 
 from polyplan.formats.errors import PolyplanError
 from polyplan.formats.profile import TargetStream
-from polyplan.models.hashing import fingerprint_tokens
 from polyplan.planner.exact.ngram_replay import ReplayRound
 from polyplan.planner.llama_cpp.ngram_rules import SessionReplay
 
@@ -77,8 +77,9 @@ class NearTies:
 
 
 def stream_digest(stream: TargetStream) -> str:
-    """A stream's identity for `NearTies`: the fingerprint of its prompt length and tokens."""
-    return fingerprint_tokens([(stream.prompt_tokens,), stream.ids])
+    """A stream's identity for `NearTies`: a digest of its prompt length and tokens."""
+    text = f"{stream.prompt_tokens};{','.join(map(str, stream.ids))}"
+    return "sha256:" + hashlib.sha256(text.encode()).hexdigest()[:32]
 
 
 def _produced(rounds: Sequence[ReplayRound]) -> dict[int, int]:
