@@ -610,3 +610,29 @@ def test_a_replicate_that_draws_none_of_a_loads_prompts_leaves_that_load_out_of_
     assert values[0] == pytest.approx(under_load.load_speedup(run, base), rel=1e-9)
     first = under_load._reweighted_speedups([run.loads[0]], [base.loads[0]], 6, replicates, weights[1:2])
     assert values[1] == pytest.approx(first[0], rel=1e-9)  # the second load, which it draws nothing of, left out
+
+
+def test_the_exports_replicates_do_not_slow_the_target_alone_where_its_floor_read_slower():
+    """A target timed while the machine floor read 2x the quietest model's: the plan's own
+    replicates scale its curve down (half of them fully, to 0.5), but the export's ranking holds
+    the server's loop fixed, so its replicates keep T(k) where it was measured, with its sampling
+    noise; the floor's symmetric spread stays."""
+    from polyplan.formats.profile import TimingHealth
+    from polyplan.planner.intervals.prediction_interval import latency_replicates
+    from polyplan.planner.llama_cpp.export import ranking_replicates
+
+    profile = _profile()
+    slow = TimingHealth(reference_median_s=0.002, reference_relative_iqr=0.05)
+    quiet = TimingHealth(reference_median_s=0.001, reference_relative_iqr=0.05)
+    for model in profile.models:
+        profile = profile.with_model(dataclasses.replace(model, timing=slow if model.name == "target" else quiet))
+    nominal = _cpu_curve(1)
+    plan_curves, _, widened = latency_replicates(profile, ["target"], 200, np.random.default_rng(0))
+    assert np.median([curve(1) for curve in plan_curves["target"]]) < 0.8 * nominal  # control: the plan's correction
+    assert any("slower while it was timed" in line for line in widened)
+    steps = ranking_replicates(profile, "target", len(_streams()), 8, None).steps
+    assert np.median(steps[:, 0]) == pytest.approx(nominal, rel=0.02)
+    noisy = TimingHealth(reference_median_s=0.002, reference_relative_iqr=0.6)  # a noisy floor still widens both ways
+    wide = profile.with_model(dataclasses.replace(profile.model("target"), timing=noisy))
+    spread = ranking_replicates(wide, "target", len(_streams()), 8, None).steps[:, 0]
+    assert np.percentile(spread, 2.5) < 0.95 * nominal < 1.05 * nominal < np.percentile(spread, 97.5)

@@ -159,11 +159,16 @@ def _curve_replicates(profile: Profile, names: Sequence[str], resamples: int, rn
 
 
 def latency_replicates(profile: Profile, names: Sequence[str], resamples: int, rng: np.random.Generator,
-                       context_length: int | None = None) -> tuple[dict[str, list[LatencyCurve]], str, tuple[str, ...]]:
+                       context_length: int | None = None, *, slower_only: bool = True
+                       ) -> tuple[dict[str, list[LatencyCurve]], str, tuple[str, ...]]:
     """Per model of `names`, `resamples` replicate latency curves with the timing-health
-    corrections, the latency source ("samples", "median_iqr" or "mixed") and one line per widening."""
+    corrections, the latency source ("samples", "median_iqr" or "mixed") and one line per widening.
+    `slower_only` False leaves out the corrections that only ever scale a curve down (a floor
+    slower than the quietest, a loaded machine), keeping the floor's symmetric noise: for a ratio
+    whose other seconds (a server's loop) are not replicated, a one-sided scale of T(k) alone is a
+    bias, not an uncertainty."""
     curves, source = _curve_replicates(profile, names, resamples, rng, context_length)
-    factors, widened = _health_factors(profile, names, resamples, rng)
+    factors, widened = _health_factors(profile, names, resamples, rng, slower_only)
     for name, scale in factors.items():
         curves[name] = [_scaled(curve, float(f)) for curve, f in zip(curves[name], scale)]
     return curves, source, widened
@@ -426,10 +431,10 @@ def _correction(full: float, resamples: int, rng: np.random.Generator) -> np.nda
     return 1.0 - share * (1.0 - full)
 
 
-def _health_factors(profile: Profile, names: Sequence[str], resamples: int,
-                    rng: np.random.Generator) -> tuple[dict[str, np.ndarray], tuple[str, ...]]:
+def _health_factors(profile: Profile, names: Sequence[str], resamples: int, rng: np.random.Generator,
+                    slower_only: bool = True) -> tuple[dict[str, np.ndarray], tuple[str, ...]]:
     """Per model whose timing-health check failed, a factor on its curve per replicate, and one
-    line per widening."""
+    line per widening (`slower_only` False: the floor's noise alone, `latency_replicates`)."""
     floors = {model.name: model.timing.reference_median_s for model in profile.models
               if model.timing is not None and model.timing.reference_median_s}
     quietest = min(floors.values()) if floors else None
@@ -440,12 +445,12 @@ def _health_factors(profile: Profile, names: Sequence[str], resamples: int,
         health = profile.model(name).timing or TimingHealth()
         factor = np.ones(resamples)
         reasons = []
-        if shifted and name in floors and floors[name] > quietest:
+        if slower_only and shifted and name in floors and floors[name] > quietest:
             shift = floors[name] / quietest
             factor *= _correction(1.0 / shift, resamples, rng)
             reasons.append(f"the machine floor was {shift:.2f}x slower while it was timed than at the quietest")
         load, cpus = health.load_average, health.cpus
-        if load is not None and cpus is not None and load > cpus:
+        if slower_only and load is not None and cpus is not None and load > cpus:
             factor *= _correction(cpus / load, resamples, rng)
             reasons.append(f"load {load:.1f} on {cpus} core(s) when timing began")
         noise = health.reference_relative_iqr
