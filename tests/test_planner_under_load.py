@@ -473,14 +473,16 @@ def test_one_kv_stream_prices_every_decode_as_one_pass_and_is_reported_beside_th
 
 def test_the_choice_is_the_kv_unified_row_where_it_pays_and_is_the_fastest(captured):
     """At each count the choice is `choose_config`'s over the ranked rows and the unified one:
-    the unified row where its low end is above 1 and it is faster than the split server's choice,
-    else that choice; `config` finds the unified row by its label; without `--kv-unified` priced
-    (vLLM) no choice carries the flag."""
+    the unified row where its low end is above 1 and it pays more surely than the split server's
+    choice (`surety`), else that choice; `config` finds the unified row by its label; without
+    `--kv-unified` priced (vLLM) no choice carries the flag."""
+    from polyplan.planner.llama_cpp.ranking import surety
+
     options, request = captured["args"]
     for ranking in rank_under_load(options, request, (2, 4)):
         split = choose_config(ranking.configs)
         unified = ranking.unified
-        wins = unified.low > 1.0 and unified.speedup > split.speedup
+        wins = unified.low > 1.0 and surety(unified) > surety(split)
         assert ranking.chosen.label == (unified.label if wins else split.label)
         assert ranking.config(unified.label) is unified
     for ranking in rank_under_load(options, request, (2, 4), unified=False):
@@ -489,11 +491,12 @@ def test_the_choice_is_the_kv_unified_row_where_it_pays_and_is_the_fastest(captu
 
 def test_a_unified_row_that_pays_and_beats_the_split_choice_is_chosen(captured):
     """The rule by hand on the real ranking at 4: the unified row made faster than every ranked
-    row and sure to pay is chosen; made unsure (its interval below 1) it is not (control)."""
+    row and surer to pay is chosen; made unsure (its interval below 1) it is not (control)."""
     options, request = captured["args"]
     (four,) = rank_under_load(options, request, (4,))
     top = max(config.speedup for config in four.configs)
-    faster = dataclasses.replace(four.unified, speedup=top + 0.5, workload_interval=(1.01, top + 1))
+    surest = max([1.0, *(config.low for config in four.configs if config.label != OFF)])
+    faster = dataclasses.replace(four.unified, speedup=top + 0.5, workload_interval=(surest + 0.01, top + 1))
     unsure = dataclasses.replace(faster, workload_interval=(0.99, top + 1))
     ranker = under_load._Ranker(options, request)
     for row, chosen in ((faster, True), (unsure, False)):

@@ -118,8 +118,8 @@ def ranking_replicates(profile: Profile, target: str, streams: int, width: int, 
     per replicate, and the workload's one-draw weights, drawn first so that they do not depend
     on the new set's size. T(k) without the timing-health corrections that only slow it down:
     every ratio here holds the server's calibrated loop fixed, so scaling the target's curve
-    alone (a floor read 1.7x slower in the prices' sitting: every replicate's T at 0.5-1.0 of
-    the measured) only moves each row toward its loop costs (docs/cost-model.md, "Under load")."""
+    alone (a floor read slower in the prices' sitting than in the profile's) only moves each row
+    toward its loop costs (docs/cost-model.md, "Under load")."""
     rng = np.random.default_rng(0)
     curves, _, _ = latency_replicates(profile, [target], RESAMPLES, rng, context_length, slower_only=False)
     ks = np.arange(1, width + 1, dtype=float)

@@ -5,7 +5,8 @@ priced with T(k) and llama-server's own loop. A stateful rule's rounds depend on
 requests, and the profile's order says nothing about a user's, so each session is replayed in
 `ORDERS` orders: the point is the median order's, and bootstrap replicate r reads order r mod
 `ORDERS`. Each row has an interval for a new prompt set (what a race is judged by) and one for the
-workload's mean, which `choose_config` reads, since a server answers many requests.
+workload's mean, whose low end `choose_config` reads (the configuration that pays most surely),
+since a server answers many requests.
 docs/engines.md, "polyplan export". Pure: no I/O.
 """
 
@@ -227,10 +228,19 @@ def ranked(configs: Sequence[RankedConfig]) -> tuple[RankedConfig, ...]:
 
 
 def choose_config(ranking: Sequence[RankedConfig]) -> RankedConfig:
-    """The fastest configuration whose workload interval's low end (its point, without one) is
-    above 1.00; "off" when none is (module docstring)."""
+    """The configuration that pays most surely: of those whose workload interval's low end (its
+    point, without one) is above 1.00, the one whose low end is highest, the point breaking ties;
+    "off" when none pays. Not the highest point: a point that rests on state crossing requests
+    (ngram-mod's table surviving until a prompt comes again) moves with the prompt set far more
+    than one that rests on each request's own text, and the low end carries that (module
+    docstring; docs/engines.md, "polyplan export")."""
     paying = [config for config in ranking if config.label != OFF and config.low > 1.0]
-    return max(paying, key=lambda config: config.speedup) if paying else OFF_CONFIG
+    return max(paying, key=surety) if paying else OFF_CONFIG
+
+
+def surety(config) -> tuple[float, float]:
+    """What `choose_config` ranks a configuration by: its low end, then its point."""
+    return (round(config.low, 9), config.speedup)
 
 
 def llama_cpp_spec_flags(method: str, k: int, source: str = "", ngram_sizes: tuple[int, int] | None = None,

@@ -40,7 +40,7 @@ from polyplan.planner.llama_cpp.near_ties import departed
 from polyplan.planner.llama_cpp.ngram_rules import (LLAMA_CPP_RULES, DraftRule, NGramSimpleRule, SessionReplay, replay_session,
                                                     rule_for_flags, serve_slots)
 from polyplan.planner.llama_cpp.policy import draft_simple_flags
-from polyplan.planner.llama_cpp.ranking import (LEVEL, OFF, ORDERS, RankedConfig, Replicates, choose_config,
+from polyplan.planner.llama_cpp.ranking import (LEVEL, OFF, ORDERS, RankedConfig, Replicates, choose_config, surety,
                                                 llama_cpp_spec_flags, ranked, request_orders)
 from polyplan.planner.llama_cpp.draft_replay import draft_sessions
 from polyplan.planner.llama_cpp.kv_cells import CellCost
@@ -898,9 +898,10 @@ class _Ranker:
         return aggregate, aggregate / clients, None
 
     def unified(self, clients: int) -> LoadedConfig | None:
-        """The fastest simulated configuration with one KV stream for every slot (`--kv-unified`:
-        each decode one pass, `ubatches` not applied), against the target alone as the server runs
-        it by default; None at one request (nothing to split) or where nothing is simulated."""
+        """The simulated configuration with one KV stream for every slot (`--kv-unified`: each
+        decode one pass, `ubatches` not applied) that pays most surely (`choose_config`'s rule),
+        else the fastest, against the target alone as the server runs it by default; None at one
+        request (nothing to split) or where nothing is simulated."""
         if clients < 2:
             return None
         items = [(item.label, item.flags, self.sessions(item, clients), None) for item in self.replayed]
@@ -908,15 +909,11 @@ class _Ranker:
                   for item in self.drafted if (sessions := self.draft_sessions(item)) is not None]
         how = ("simulated with one KV stream, its passes reading every slot's cells" if self.request.kv_cells is not None
                else "simulated with one KV stream, the other slots' cells its passes read not priced")
-        best = None
-        for label, flags, sessions, draft in items:
-            row, run = self.simulated_row(f"{label} --kv-unified", (*flags, UNIFIED_FLAG), sessions, clients, how, draft,
-                                          split=False)
-            if best is None or row.speedup > best[0].speedup:
-                best = (row, run)
-        if best is None:
+        simulated = [self.simulated_row(f"{label} --kv-unified", (*flags, UNIFIED_FLAG), sessions, clients, how, draft,
+                                        split=False) for label, flags, sessions, draft in items]
+        if not simulated:
             return None
-        row, run = best
+        row, run = max(simulated, key=lambda item: (item[0].low > 1.0, surety(item[0]) if item[0].low > 1.0 else (item[0].speedup,)))
         return LoadedConfig(row.label, row.flags, clients, row.speedup, row.interval, row.workload_interval,
                             run.aggregate, run.per_request, row.note, run.overlap)
 
@@ -945,7 +942,7 @@ class _Ranker:
         limit, _ = load_limit(self.request.pricing.target_curve, clients, self.request.k_max, self.loop)
         chosen_row = next(config for config in configs if config.label == chosen.label)
         unified = self.unified(clients) if self.with_unified else None
-        if unified is not None and unified.low > 1.0 and unified.speedup > chosen_row.speedup:
+        if unified is not None and unified.low > 1.0 and (chosen_row.label == OFF or surety(unified) > surety(chosen_row)):
             chosen_row = unified  # `choose_config`'s rule over the ranked rows and the unified one
         return LoadRanking(clients, tuple(configs), chosen_row, limit, target_aggregate, tuple(self.notes), unified,
                            self.request.kv_cells is not None)
