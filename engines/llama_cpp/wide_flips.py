@@ -4,8 +4,7 @@
 continuation in passes of w rows for each width w asked, and keeps the positions where the pass's
 argmax is not the stream's next token (`planner.llama_cpp.near_ties` says why they matter and
 what reads them). A pass of w rows costs T(w), so a stream of n tokens costs about n / w · T(w)
-per width: a few seconds a stream for a 1.5B model at 16 and 64 rows, and the result is kept in
-the prices' cache.
+per width, after one prefill of its prompt; the result is kept in the prices' cache.
 """
 
 from __future__ import annotations
@@ -20,9 +19,9 @@ TIE_WIDTHS = (16, 64)  # one pass of many rows and one of the widest a server ro
 
 
 def measure_near_ties(path: Path, threads: int, streams: Sequence[TargetStream], widths: Sequence[int] = TIE_WIDTHS,
-                      new_tokens: int | None = None, log: Callable[[str], None] = lambda line: None) -> NearTies:
-    """The flips of `streams` (their first `new_tokens` continuation tokens; all when None) in
-    teacher-forced passes of each of `widths` rows through the bindings (module docstring)."""
+                      log: Callable[[str], None] = lambda line: None) -> NearTies:
+    """The flips of `streams` in teacher-forced passes of each of `widths` rows through the
+    bindings (module docstring)."""
     import torch
 
     from polyplan.decoder.llama_cpp import LlamaCppMember
@@ -34,12 +33,12 @@ def measure_near_ties(path: Path, threads: int, streams: Sequence[TargetStream],
     found = []
     try:
         for stream in streams:
-            prompt = stream.prompt_tokens
-            end = len(stream.ids) if new_tokens is None else min(len(stream.ids), prompt + new_tokens)
+            prompt, end = stream.prompt_tokens, len(stream.ids)
+            member.reset()
+            member.forward_argmax(torch.tensor(stream.ids[:prompt]), keep_last=1)
             positions = []
             for width in widths:
-                member.reset()
-                member.forward_argmax(torch.tensor(stream.ids[:prompt]), keep_last=1)
+                member.crop(prompt)  # the prompt's cache, prefilled once, under every width's passes
                 flips = []
                 for start in range(prompt, end - 1, width):  # rows from the prefill's token on, every pass `width` rows
                     block = list(stream.ids[start:start + width])

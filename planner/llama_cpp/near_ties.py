@@ -128,10 +128,11 @@ def departed(session: SessionReplay, streams: Sequence[TargetStream], near: Near
     first appearance (module docstring); the session itself without `near` or where nothing parts."""
     if near is None:
         return session
+    ties_of = {stream: near.of(streams[stream]) for stream in set(session.stream_of)}
     first: dict[int, tuple[ReplayRound, ...]] = {}
     requests = []
     for rounds, stream in zip(session.requests, session.stream_of):
-        ties = near.of(streams[stream])
+        ties = ties_of[stream]
         if stream not in first or ties is None:
             first.setdefault(stream, rounds)
             requests.append(rounds)

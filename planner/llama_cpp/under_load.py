@@ -913,7 +913,8 @@ class _Ranker:
                                         split=False) for label, flags, sessions, draft in items]
         if not simulated:
             return None
-        row, run = max(simulated, key=lambda item: (item[0].low > 1.0, surety(item[0]) if item[0].low > 1.0 else (item[0].speedup,)))
+        surest = choose_config([row for row, _ in simulated])  # "off" where none pays: then the fastest
+        row, run = max(simulated, key=lambda item: (item[0] is surest, item[0].speedup))
         return LoadedConfig(row.label, row.flags, clients, row.speedup, row.interval, row.workload_interval,
                             run.aggregate, run.per_request, row.note, run.overlap)
 
@@ -942,7 +943,7 @@ class _Ranker:
         limit, _ = load_limit(self.request.pricing.target_curve, clients, self.request.k_max, self.loop)
         chosen_row = next(config for config in configs if config.label == chosen.label)
         unified = self.unified(clients) if self.with_unified else None
-        if unified is not None and unified.low > 1.0 and (chosen_row.label == OFF or surety(unified) > surety(chosen_row)):
+        if unified is not None and unified.low > 1.0 and surety(unified) > surety(chosen_row):  # "off" is (1.0, 1.0)
             chosen_row = unified  # `choose_config`'s rule over the ranked rows and the unified one
         return LoadRanking(clients, tuple(configs), chosen_row, limit, target_aggregate, tuple(self.notes), unified,
                            self.request.kv_cells is not None)
