@@ -164,7 +164,9 @@ def measure_latencies(
 ) -> tuple[LatencyMeasurement, ...]:
     """Time several members' forward passes *interleaved*, as `measure_latency` times one: in
     every round each member (in a rotated order) runs one untimed pass to bring its weights back
-    into the caches, then its timed passes over every k. Background load then falls on every
+    into the caches, then its timed passes over every k. A lone member takes that pass too: the
+    round's reference workload and its own widest passes evict what its first, narrowest timed
+    pass would find, so without it T(1) reads the refill. Background load then falls on every
     curve alike, so the ratios of their T's, which decide the chain, hold while the load changes.
     One measurement per member, in order, all with the same floor."""
     if not members:
@@ -265,7 +267,6 @@ def _time_steps(members, streams, context, settings, syncs, clock, workload) -> 
     samples: list[dict[int, list[float]]] = [{k: [] for k in settings.ks} for _ in members]
     reference: list[float] = []
     round_index, extra_began = 0, None
-    rewarm = len(members) > 1
     while True:
         if round_index >= settings.warmup + settings.repeats:
             floor = robust_spread(reference).relative_iqr
@@ -283,8 +284,7 @@ def _time_steps(members, streams, context, settings, syncs, clock, workload) -> 
         round_index += 1
         for i in order:
             member, stream, sync = members[i], streams[i], syncs[i]
-            if rewarm:  # untimed: the weights come back into the caches after another model ran
-                timed_pass(member, stream[context : context + 1], sync, clock)
+            timed_pass(member, stream[context : context + 1], sync, clock)  # untimed: the weights back into the caches
             for k in settings.ks:
                 elapsed = timed_pass(member, stream[context : context + k], sync, clock)
                 if timed:

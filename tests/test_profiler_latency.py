@@ -83,7 +83,7 @@ def test_procedure_with_a_fake_clock():
     steps = [call for call in member.calls if call[1] in (1, 2, 4) and call[0] in (10, 20)]
     # every step starts from the context (cropped back), returns the logits of all k rows
     assert all(keep == k for _, k, keep in steps)
-    assert len(steps) == 2 * (2 + 5) * 3
+    assert len(steps) == 2 * (2 + 5) * (1 + 3)  # each round: the untimed re-warm pass, then k = 1, 2, 4
     assert member.cache_length == 0  # reset afterwards
     assert result.reference is None or result.reference.median == 0  # the default workload leaves a fake clock alone
 
@@ -175,8 +175,8 @@ def test_cuda_members_are_synchronised_around_every_timed_call(monkeypatch):
     # device, which this CPU-only machine cannot allocate, so build it on the CPU instead.
     monkeypatch.setattr(latency_module.torch, "as_tensor", lambda data, dtype, device: torch.tensor(data, dtype=dtype))
     measure_latency(member, list(range(24)), SETTINGS, clock=clock, workload=lambda: None)
-    # per context: the prefills, then every round's 3 block sizes and its reference workload
-    timed_calls = 2 * ((SETTINGS.prefill_repeats + 1) + (SETTINGS.warmup + SETTINGS.repeats) * (3 + 1))
+    # per context: the prefills, then every round's untimed re-warm pass, its 3 block sizes and its reference workload
+    timed_calls = 2 * ((SETTINGS.prefill_repeats + 1) + (SETTINGS.warmup + SETTINGS.repeats) * (1 + 3 + 1))
     assert len(synced) == 2 * timed_calls
     assert set(synced) == {torch.device("cuda:0")}
     assert latency_module.synchronizer(CostMember(clock))() is None  # CPU: nothing to wait for
@@ -212,9 +212,10 @@ def _workload(clock: FakeClock, costs):
 
 
 class JitterMember(CostMember):
-    """A CostMember whose passes cost (1 + jitter) and (1 - jitter) times as much, call by call,
-    for its first `calls` calls (every call when None), then exactly as much: one timed pass a
-    round alternates, an IQR/median of 2 x jitter."""
+    """A CostMember whose passes cost (1 + jitter) and (1 - jitter) times as much, two calls by
+    two calls, for its first `calls` calls (every call when None), then exactly as much: with one
+    k, a round is the untimed re-warm pass and one timed pass, so the timed passes alternate, an
+    IQR/median of 2 x jitter."""
 
     def __init__(self, clock, jitter, calls=None):
         super().__init__(clock)
@@ -225,7 +226,7 @@ class JitterMember(CostMember):
         before = self.clock.now
         result = super().forward(new_ids, keep_last)
         if self.calls_left is None or self.count < self.calls_left:
-            sign = 1.0 if self.count % 2 == 0 else -1.0
+            sign = 1.0 if (self.count // 2) % 2 == 0 else -1.0
             self.clock.now = before + (self.clock.now - before) * (1.0 + sign * self.jitter)
         self.count += 1
         return result
@@ -238,7 +239,7 @@ def test_a_noisy_floor_is_repeated_until_it_settles():
     clock = FakeClock()
     settings = LatencySettings(ks=(1,), context_lengths=(10,), repeats=6, warmup=0, prefill_repeats=1, noise_budget_s=60.0)
     costs = [0.001, 0.003] * 5 + [0.002] * 200
-    member = JitterMember(clock, 0.5, calls=12)  # 2 prefills (one untimed) first, then the 10 noisy rounds' passes
+    member = JitterMember(clock, 0.5, calls=22)  # 2 prefills (one untimed) first, then the 10 noisy rounds' 2 passes each
     result = measure_latency(member, list(range(24)), settings, clock=clock, workload=_workload(clock, costs))
     assert result.reference.repeats + result.reference.outliers > 6
     assert result.reference.relative_iqr <= settings.max_noise
@@ -356,8 +357,8 @@ class LoadedMember(CostMember):
 
 
 def test_models_timed_together_keep_their_ratio_when_the_load_changes():
-    """A load doubling every pass starts 0.35 fake s in (before the target's timed passes are half
-    done when timed alone; about a quarter into the interleaved run). Timed interleaved, the target's and the
+    """A load doubling every pass starts 0.48 fake s in (when the target's timed rounds are more than
+    half done timed alone; under half into the interleaved run). Timed interleaved, the target's and the
     drafter's T(1) are both doubled and their ratio (what decides the chain) stays 5; timed one
     after the other (the negative control) the drafter alone is doubled and the ratio is off 2x."""
     from polyplan.profiler.forward_timing import measure_latencies
@@ -366,7 +367,7 @@ def test_models_timed_together_keep_their_ratio_when_the_load_changes():
 
     def ratio(together: bool) -> float:
         clock = FakeClock()
-        target, drafter = LoadedMember(clock, 10.0, 0.35), LoadedMember(clock, 2.0, 0.35)
+        target, drafter = LoadedMember(clock, 10.0, 0.48), LoadedMember(clock, 2.0, 0.48)
         if together:
             a, b = measure_latencies([target, drafter], list(range(24)), settings, clock=clock)
         else:
@@ -376,3 +377,32 @@ def test_models_timed_together_keep_their_ratio_when_the_load_changes():
 
     assert ratio(True) == pytest.approx(5.0, rel=0.01)
     assert ratio(False) == pytest.approx(2.5, rel=0.05)
+
+
+class EvictedMember(CostMember):
+    """A CostMember whose first pass after the reference workload costs `refill` fake seconds more:
+    the workload (and a round's widest passes) evicted its weights from the caches."""
+
+    def __init__(self, clock, refill):
+        super().__init__(clock)
+        self.refill, self.cold, self.first_extra = refill, False, 0.0
+
+    def forward(self, new_ids, keep_last=None):
+        result = super().forward(new_ids, keep_last)
+        self.clock.now += self.refill if self.cold else 0.0
+        self.cold = False
+        return result
+
+
+def test_a_lone_member_rewarms_before_its_timed_passes():
+    """The prices' sweep times one GGUF alone, its reference workload between rounds: T(1), the
+    first timed pass of each round, must not pay the refill the workload causes."""
+    clock = FakeClock()
+    member = EvictedMember(clock, refill=0.01)
+
+    def workload() -> None:
+        member.cold = True
+
+    result = measure_latency(member, list(range(24)), SETTINGS, clock=clock, workload=workload)
+    for k in (1, 2, 4):
+        assert result.at(10, k).median == pytest.approx(0.001 + 0.0005 * k + 0.00001 * 10)

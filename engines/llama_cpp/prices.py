@@ -38,7 +38,7 @@ from polyplan.planner.llama_cpp.kv_cells import UnifiedSteps
 from polyplan.planner.llama_cpp.near_ties import NearTies, stream_digest
 from polyplan.planner.llama_cpp.ranking import LlamaCppPrices, llama_cpp_spec_flags
 
-VERSION = 5  # of the cache's keys: raised whenever what is measured, or how, changes
+VERSION = 6  # of the cache's keys: raised whenever what is measured, or how, changes
 PRICE_KS = (1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 48, 64)  # measured widths (ngram-mod drafts up to 64); the curve extends the last slope
 _DRAFTER_KS = (1, 2, 4, 8)  # a draft model decodes one token a round step, and its accepted tokens in one batch
 REEVAL_KS = tuple(range(1, 17))  # the server's second decode of a verified batch on the draft model (last row only)
