@@ -421,6 +421,21 @@ def test_the_choice_is_the_configuration_that_pays_most_surely_not_the_highest_p
     assert choose_config(ranked([simple, level])) is level
 
 
+def test_low_ends_within_the_bootstraps_resolution_are_tied_and_the_point_decides():
+    """gemma-3-270m's plan for 8 chat prompts at one request (prices re-timed with the re-warm
+    fix): ngram-mod 1.64x [1.16, 2.49] against ngram-simple K=13 1.70x [1.16, 2.69]; raced, 1.26x
+    and 1.68x. Low ends that close are tied (`LOW_TIE`), so the higher point wins, in either
+    order; a low end further below than `LOW_TIE` still loses whatever its point."""
+    from polyplan.planner.llama_cpp.ranking import LOW_TIE, surest
+
+    mod = RankedConfig("ngram-mod (defaults)", ("--spec-type", "ngram-mod"), 1.64, (1.11, 3.12), workload_interval=(1.163, 2.49))
+    simple = RankedConfig("ngram-simple size-n=3 K=13", ("--spec-type", "ngram-simple"), 1.70, (0.91, 3.25),
+                          workload_interval=(1.158, 2.69))
+    assert choose_config(ranked([mod, simple])) is simple and choose_config(ranked([simple, mod])) is simple
+    far = dataclasses.replace(simple, workload_interval=(1.163 * (1 - LOW_TIE) - 0.01, 2.69))
+    assert choose_config(ranked([mod, far])) is mod and surest([far, mod]) is mod
+
+
 def test_the_choice_reads_the_workload_interval_and_a_race_the_new_sets():
     """A configuration whose interval for a new prompt set reaches below 1.00x but whose interval
     for the workload's mean does not is exported (gemma-3-270m at 2 threads: ngram-simple

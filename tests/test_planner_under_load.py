@@ -474,15 +474,15 @@ def test_one_kv_stream_prices_every_decode_as_one_pass_and_is_reported_beside_th
 def test_the_choice_is_the_kv_unified_row_where_it_pays_and_is_the_fastest(captured):
     """At each count the choice is `choose_config`'s over the ranked rows and the unified one:
     the unified row where its low end is above 1 and it pays more surely than the split server's
-    choice (`surety`), else that choice; `config` finds the unified row by its label; without
+    choice (`surest`), else that choice; `config` finds the unified row by its label; without
     `--kv-unified` priced (vLLM) no choice carries the flag."""
-    from polyplan.planner.llama_cpp.ranking import surety
+    from polyplan.planner.llama_cpp.ranking import surest
 
     options, request = captured["args"]
     for ranking in rank_under_load(options, request, (2, 4)):
         split = choose_config(ranking.configs)
         unified = ranking.unified
-        wins = unified.low > 1.0 and surety(unified) > surety(split)
+        wins = unified.low > 1.0 and surest([split, unified]) is unified
         assert ranking.chosen.label == (unified.label if wins else split.label)
         assert ranking.config(unified.label) is unified
     for ranking in rank_under_load(options, request, (2, 4), unified=False):

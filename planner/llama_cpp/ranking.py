@@ -27,6 +27,7 @@ from polyplan.planner.llama_cpp.server_loop import NGRAM, NO_SERVER_LOOP, Server
 OFF = "off (no speculation)"
 LEVEL = 0.95
 ORDERS = 8  # request orders each replayed session is drawn over (module docstring)
+LOW_TIE = 0.03  # low ends within this share of the highest are tied and the point decides (`surest`)
 
 
 @dataclass(frozen=True)
@@ -229,18 +230,23 @@ def ranked(configs: Sequence[RankedConfig]) -> tuple[RankedConfig, ...]:
 
 def choose_config(ranking: Sequence[RankedConfig]) -> RankedConfig:
     """The configuration that pays most surely: of those whose workload interval's low end (its
-    point, without one) is above 1.00, the one whose low end is highest, the point breaking ties;
-    "off" when none pays. Not the highest point: a point that rests on state crossing requests
-    (ngram-mod's table surviving until a prompt comes again) moves with the prompt set far more
-    than one that rests on each request's own text, and the low end carries that (module
-    docstring; docs/engines.md, "polyplan export")."""
+    point, without one) is above 1.00, the one whose low end is highest (`surest`, the point
+    breaking ties); "off" when none pays. Not the highest point: a point that rests on state
+    crossing requests (ngram-mod's table surviving until a prompt comes again) moves with the
+    prompt set far more than one that rests on each request's own text, and the low end carries
+    that (module docstring; docs/engines.md, "polyplan export")."""
     paying = [config for config in ranking if config.label != OFF and config.low > 1.0]
-    return max(paying, key=surety) if paying else OFF_CONFIG
+    return surest(paying) if paying else OFF_CONFIG
 
 
-def surety(config) -> tuple[float, float]:
-    """What `choose_config` ranks a configuration by: its low end, then its point."""
-    return (round(config.low, 9), config.speedup)
+def surest(configs: Sequence) -> object:
+    """Of `configs` (not empty), the one `choose_config` takes: the highest point among those
+    whose low end is within `LOW_TIE` of the highest low end. A low end is the 2.5 % quantile of
+    the bootstrap's replicates, about the fifth smallest of 200, which another resampling moves by
+    a few ranks: low ends that close do not say which configuration pays more surely."""
+    best = max(config.low for config in configs)
+    tied = [config for config in configs if config.low >= best * (1.0 - LOW_TIE)]
+    return max(tied, key=lambda config: (config.speedup, config.low))
 
 
 def llama_cpp_spec_flags(method: str, k: int, source: str = "", ngram_sizes: tuple[int, int] | None = None,

@@ -40,7 +40,7 @@ from polyplan.planner.llama_cpp.near_ties import departed
 from polyplan.planner.llama_cpp.ngram_rules import (LLAMA_CPP_RULES, DraftRule, NGramSimpleRule, SessionReplay, replay_session,
                                                     rule_for_flags, serve_slots)
 from polyplan.planner.llama_cpp.policy import draft_simple_flags
-from polyplan.planner.llama_cpp.ranking import (LEVEL, OFF, ORDERS, RankedConfig, Replicates, choose_config, surety,
+from polyplan.planner.llama_cpp.ranking import (LEVEL, OFF, ORDERS, RankedConfig, Replicates, choose_config, surest,
                                                 llama_cpp_spec_flags, ranked, request_orders)
 from polyplan.planner.llama_cpp.draft_replay import draft_sessions
 from polyplan.planner.llama_cpp.kv_cells import CellCost
@@ -943,7 +943,7 @@ class _Ranker:
         limit, _ = load_limit(self.request.pricing.target_curve, clients, self.request.k_max, self.loop)
         chosen_row = next(config for config in configs if config.label == chosen.label)
         unified = self.unified(clients) if self.with_unified else None
-        if unified is not None and unified.low > 1.0 and surety(unified) > surety(chosen_row):  # "off" is (1.0, 1.0)
+        if unified is not None and unified.low > 1.0 and surest([chosen_row, unified]) is unified:  # "off" is (1.0, 1.0)
             chosen_row = unified  # `choose_config`'s rule over the ranked rows and the unified one
         return LoadRanking(clients, tuple(configs), chosen_row, limit, target_aggregate, tuple(self.notes), unified,
                            self.request.kv_cells is not None)
