@@ -241,9 +241,10 @@ def choose_config(ranking: Sequence[RankedConfig]) -> RankedConfig:
 
 def surest(configs: Sequence) -> object:
     """Of `configs` (not empty), the one `choose_config` takes: the highest point among those
-    whose low end is within `LOW_TIE` of the highest low end. A low end is the 2.5 % quantile of
-    the bootstrap's replicates, about the fifth smallest of 200, which another resampling moves by
-    a few ranks: low ends that close do not say which configuration pays more surely."""
+    whose low end is within `LOW_TIE` of the highest low end. A low end is the interval's lower
+    quantile of the bootstrap's replicates, one of their few smallest, which another resampling
+    moves by a few ranks: low ends that close do not say which configuration pays more surely
+    (docs/engines.md, "polyplan export")."""
     best = max(config.low for config in configs)
     tied = [config for config in configs if config.low >= best * (1.0 - LOW_TIE)]
     return max(tied, key=lambda config: (config.speedup, config.low))
