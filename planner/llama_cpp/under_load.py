@@ -913,8 +913,8 @@ class _Ranker:
                                         split=False) for label, flags, sessions, draft in items]
         if not simulated:
             return None
-        surest = choose_config([row for row, _ in simulated])  # "off" where none pays: then the fastest
-        row, run = max(simulated, key=lambda item: (item[0] is surest, item[0].speedup))
+        chosen = choose_config([row for row, _ in simulated])  # "off" where none pays: then the fastest
+        row, run = max(simulated, key=lambda item: (item[0] is chosen, item[0].speedup))
         return LoadedConfig(row.label, row.flags, clients, row.speedup, row.interval, row.workload_interval,
                             run.aggregate, run.per_request, row.note, run.overlap)
 
@@ -943,7 +943,7 @@ class _Ranker:
         limit, _ = load_limit(self.request.pricing.target_curve, clients, self.request.k_max, self.loop)
         chosen_row = next(config for config in configs if config.label == chosen.label)
         unified = self.unified(clients) if self.with_unified else None
-        if unified is not None and unified.low > 1.0 and surest([chosen_row, unified]) is unified:  # "off" is (1.0, 1.0)
+        if unified is not None and unified.low > 1.0 and surest([chosen_row, unified]) is unified:  # "off" never outranks a row that pays
             chosen_row = unified  # `choose_config`'s rule over the ranked rows and the unified one
         return LoadRanking(clients, tuple(configs), chosen_row, limit, target_aggregate, tuple(self.notes), unified,
                            self.request.kv_cells is not None)
