@@ -687,6 +687,7 @@ def test_bench_peers_clients_races_a_tiny_plan_end_to_end(tmp_path, monkeypatch,
     assert all(row["failure"] is None and row["requests"] == 2 and row["speedup"] == pytest.approx(1.0) for row in target)
     assert [level["clients"] for level in payload["levels"]] == [1, 2]
     assert payload["notes"]["prediction"].startswith("predicted: the plan under load")  # every width 2 slots read was profiled
+    assert payload["notes"]["prediction"].endswith("in the order it sent them")  # the race's own order (ReplayWorkload.sent)
     assert all(row["predicted_speedup"] == 1.0 for row in target) and all(level["chosen"] for level in payload["levels"])
     assert all(level["limit"] >= 1.0 and level["spec_default"] == SPEC_DEFAULT for level in payload["levels"])
     assert sum(row["chosen"] for row in payload["rows"]) == 2  # one choice at each clients

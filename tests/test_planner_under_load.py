@@ -571,6 +571,25 @@ def test_under_load_a_replicate_of_the_profiled_prompts_at_the_nominal_t_is_the_
     assert ranker._simulated_replicates(session, 2, other, None, True)[0] != pytest.approx(values[0], rel=1e-3)
 
 
+def test_a_race_replays_the_order_it_sends_where_a_plan_draws_orders(captured):
+    """`ReplayWorkload.sent`: a race's prediction replays one session, the prompts in their own
+    order each repeat, so client c's requests are prompts c, c + N, ... as `run_load` sends them;
+    the plan a user exports (order unknown) replays `ORDERS` drawn orders and takes the median."""
+    from polyplan.planner.llama_cpp.ranking import ORDERS, ReplayWorkload
+
+    options, request = captured["args"]
+    drawn = under_load._Ranker(options, request)
+    count = len(drawn.streams)
+    sent = under_load._Ranker(options, dataclasses.replace(request, workload=ReplayWorkload.sent(
+        request.workload.new_tokens or 64, 2, count, to_eos=True)))
+    assert sent.orders == [list(range(count))]
+    item = next(item for item in sent.replayed if item.label.startswith("ngram-simple size-n=2"))
+    sessions = sent.sessions(item, 2)
+    assert len(sessions) == 1 and sessions[0].stream_of == tuple(range(count)) * 2
+    assert len(drawn.orders) == ORDERS and drawn.orders[0] == list(range(count))
+    assert any(order != list(range(count)) for order in drawn.orders[1:])  # control: the plan's orders are drawn
+
+
 def test_a_workload_of_several_loads_is_the_mean_of_each_loads_ratio():
     """`load_speedup`: each load (a race's repeat) its own ratio, the mean taken; one load is the
     plain ratio of the unions."""

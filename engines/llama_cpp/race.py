@@ -215,7 +215,7 @@ def run_llama_peers(plan_path, *, prompts_path=None, candidates_path=None, threa
     files = engine_files(candidates)
     raced = server_configs(plan, exported, candidates, files)
     export = export_from_files(plan_path, "llama.cpp", candidates_path=candidates_path,
-                               workload=ReplayWorkload(new_tokens, repeats, len(prompts.prompts)),
+                               workload=ReplayWorkload.sent(new_tokens, repeats, len(prompts.prompts)),
                                replay_also=[_ranked_flags(config) for config in raced])
     configs = judged([dataclasses.replace(config, predicted_speedup=None, predicted_interval=None, exported=False)
                       for config in raced], export, exported.recommended)
@@ -258,7 +258,7 @@ def run_llama_peers(plan_path, *, prompts_path=None, candidates_path=None, threa
         agreements, measured = race_agreements_of(configs, draft_files(candidates, files), plan.target, threads,
                                                streams, log)
         on_race = export_from_files(plan_path, "llama.cpp", candidates_path=candidates_path, streams=streams, agreements=agreements,
-                                    workload=ReplayWorkload(new_tokens, repeats, len(streams), in_order=True),
+                                    workload=ReplayWorkload.sent(new_tokens, repeats, len(streams)),
                                     replay_also=[_ranked_flags(config) for config in configs])
         configs = priced_on_race(configs, on_race, measured)
     rows = peer_rows(configs, runs, failures, memory)

@@ -4,7 +4,8 @@ A replayed configuration (`replayed_config`) is one server session over the targ
 priced with T(k) and llama-server's own loop. A stateful rule's rounds depend on the order of the
 requests, and the profile's order says nothing about a user's, so each session is replayed in
 `ORDERS` orders: the point is the median order's, and bootstrap replicate r reads order r mod
-`ORDERS`. Each row has an interval for a new prompt set (what a race is judged by) and one for the
+`ORDERS`. A race knows the order it sends, so its own prediction replays that one
+(`ReplayWorkload.sent`). Each row has an interval for a new prompt set (what a race is judged by) and one for the
 workload's mean, whose low end `choose_config` reads (the configuration that pays most surely),
 since a server answers many requests.
 docs/engines.md, "polyplan export". Pure: no I/O.
@@ -40,6 +41,14 @@ class ReplayWorkload:
     prompts: int | None = None  # the size of the new prompt set an interval is for (None: the streams')
     in_order: bool = False  # the streams' own order, not `ORDERS` orders (a race priced on its own prompts)
     to_eos: bool = False  # requests end at the target's end of sequence (or `new_tokens`), not all after `new_tokens`
+
+    @classmethod
+    def sent(cls, new_tokens: int, repeats: int, prompts: int, to_eos: bool = False) -> ReplayWorkload:
+        """What a race sends, priced as it sends it: `prompts` prompts in their file's order,
+        `repeats` times, to servers that keep their state between repeats (`bench peers`; under
+        load, prompt i by client i mod N). The order is known, so it is replayed, not drawn: which
+        requests decode side by side, and what a stateful rule has learnt by each, is the race's."""
+        return cls(new_tokens, repeats, prompts, in_order=True, to_eos=to_eos)
 
     def words(self, streams: int) -> str:
         tokens = "its whole continuation" if self.new_tokens is None else f"{self.new_tokens} new tokens"
