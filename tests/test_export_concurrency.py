@@ -347,6 +347,19 @@ def test_llama_cpps_prices_measure_the_widths_n_requests_reach():
     assert draft_widths((16,), k_max=3)[0] == (1, 2, 4, 8, 12, 16)
 
 
+def test_an_export_that_times_the_target_times_its_draft_models_with_it():
+    """`one_sitting`: the profile's llama.cpp entries are taken as they are only where the target's
+    is; where the target is timed now (its T(k) lacks the widths under load, or it is not a
+    llama.cpp member), every draft model is timed with it, never beside a profile of another day."""
+    from polyplan.engines.llama_cpp.prices import one_sitting, price_widths
+
+    both = {"target", "draft"}
+    assert one_sitting(both, "target", 8, price_widths((1,))) == both  # one request: the profile's own entries
+    assert one_sitting(both, "target", 256, price_widths((1, 4))) == both  # a profile timed as wide as 4 requests reach
+    assert one_sitting(both, "target", 8, price_widths((1, 4))) == frozenset()  # the target timed now, its draft model too
+    assert one_sitting({"draft"}, "target", 256, price_widths((1,))) == frozenset()  # a torch target: timed now, with it
+
+
 def test_the_widths_are_in_the_prices_cache_key(tmp_path, monkeypatch):
     pytest.importorskip("llama_cpp")
     from polyplan.engines.llama_cpp import prices

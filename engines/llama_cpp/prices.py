@@ -332,8 +332,7 @@ def export_prices(plan, profile: Profile, candidates, files: Mapping[str, str], 
             reuse.add(candidate.name)
     k_max = plan.search.k_max or 8  # the export's own default (`planner.engine_export.export_plan`)
     widths = price_widths(clients, k_max)
-    if widths[-1] > PRICE_KS[-1] and max((point.k for point in own.latency), default=0) < widths[-1]:
-        reuse.discard(plan.target)  # the profile's T(k) lacks the widths under load: measured through the bindings
+    reuse = one_sitting(reuse, plan.target, max((point.k for point in own.latency), default=0), widths)
     source = PriceSource(Path(target_file), drafters, threads, prompts, new_tokens, tuple(server_flags))
     prices = prices_for(source, profile, plan.target, reuse=reuse, build=find_build(), log=log, ks=widths,
                         draft_ks=draft_widths(clients, k_max), clients=clients, **measure)
@@ -343,6 +342,19 @@ def export_prices(plan, profile: Profile, candidates, files: Mapping[str, str], 
                 f"{target_file}, the GGUF llama-server loads")
         prices = dataclasses.replace(prices, notes=(line, *prices.notes))
     return prices
+
+
+def one_sitting(reuse: Collection[str], target: str, target_widest: int, widths: Sequence[int]) -> frozenset[str]:
+    """The profile entries an export's prices take as they are, of `reuse` (the llama.cpp members
+    on their own files at the plan's threads). Where the target's T(k) is timed now (it is not
+    among them, or its profile, timed to `target_widest`, lacks the widths under load asked,
+    `widths`), none: the draft models' T_d(k) are timed with it, in one sitting. The machine's
+    pace moves between sittings, and a draft-model row's speedup reads the draft model's cost
+    against the target's, so the two must come from the same one (docs/engines.md, "How a
+    llama.cpp export is priced")."""
+    if widths and widths[-1] > PRICE_KS[-1] and target_widest < widths[-1]:
+        return frozenset()  # the profile's T(k) lacks the widths under load: every model timed now
+    return frozenset(reuse) if target in reuse else frozenset()
 
 
 def bindings_missing() -> str | None:
