@@ -435,11 +435,13 @@ def test_a_torch_target_of_a_gguf_is_measured_once_for_that_file_and_says_so(wor
     assert "the plan's target 'target' runs on torch" in notes and f"measured for {workspace / 'target.gguf'}" in notes
     assert "priced by llama.cpp: T(k), k = 1 … 64, and 3 greedy streams measured through the bindings on target.gguf, 1 thread" in notes
     assert "not calibrated (llama.cpp's server is not built" in notes  # the fallback line: no build in this cache
-    assert sorted(calls) == [("latency", "target.gguf"), ("streams", "target.gguf")]  # the drafter is a profiled llama.cpp member
+    # the drafter, a profiled llama.cpp member, is timed with the target all the same: one sitting (`one_sitting`)
+    assert sorted(calls) == [("latency", "small.gguf"), ("latency", "target.gguf"), ("streams", "target.gguf")]
+    assert "draft models' T_d(k) measured through the bindings at 1 thread(s): small" in notes
     calls.clear()
     again = _export(workspace / "plan-torch.json")
     assert calls == [] and [c.speedup for c in again.ranking] == [c.speedup for c in export.ranking]  # kept: nothing measured
-    assert len(list(llama_cpp_prices.prices_folder().glob("*.json"))) == 3  # T(k), the streams, their near-ties
+    assert len(list(llama_cpp_prices.prices_folder().glob("*.json"))) == 4  # T(k), T_d(k), the streams, their near-ties
 
 
 def test_a_changed_file_is_measured_again(workspace, cache, monkeypatch, tmp_path):
