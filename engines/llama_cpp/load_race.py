@@ -623,7 +623,7 @@ def _rankings(export, clients: Sequence[int]) -> tuple[dict[int, object], str]:
     return ({ranking.clients: ranking for ranking in planned.rankings},
             "predicted: the plan under load (`polyplan export --engine llama.cpp --concurrency`), its aggregate speedup "
             "over the target alone at the same clients, replayed for this race's new tokens and repeats, each client's "
-             "prompts in the order it sent them")
+            "prompts in the order it sent them")
 
 
 def load_race_lines(race: LoadRace) -> list[str]:
