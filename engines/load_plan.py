@@ -23,11 +23,12 @@ from dataclasses import dataclass
 from polyplan.formats.errors import PolyplanError
 from polyplan.formats.options import MAX_BLOCK_SIZE
 from polyplan.planner.engine_export import EngineExport
+from polyplan.planner.llama_cpp.kv_placement import DEFAULT_SLOT_CONTEXT
 from polyplan.planner.llama_cpp.ranking import LEVEL, llama_cpp_spec_flags
 from polyplan.planner.llama_cpp.under_load import (LoadedConfig, LoadRange, LoadRanking, check_widths, load_ranges, needed_width, same_server,
                                                    off_from, rank_under_load, ranked_block_size)
 
-SLOT_CONTEXT = 4096  # tokens of context per llama-server slot (`-c` is shared by the `-np` slots; llama.cpp's own floor)
+SLOT_CONTEXT = DEFAULT_SLOT_CONTEXT  # tokens of context per llama-server slot (`-c` is shared by the `-np` slots)
 VLLM_VERSION = "0.24.0"  # the first vLLM release whose speculative_config takes `VLLM_SCHEDULE_KEY` (docs/engines.md)
 VLLM_SCHEDULE_KEY = "num_speculative_tokens_per_batch_size"  # [[first, last, K], ...], batch sizes first..last inclusive
 

@@ -456,7 +456,8 @@ def run_llama_load_race(plan_path, clients: Sequence[int], *, prompts_path=None,
     files = engine_files(candidates)
     raced = server_configs(plan, exported, candidates, files)
     export = export_from_files(plan_path, "llama.cpp", candidates_path=candidates_path,
-                               workload=ReplayWorkload.sent(new_tokens, repeats, len(prompts.prompts), to_eos=stop_at_eos),
+                               workload=ReplayWorkload.sent(new_tokens, repeats, len(prompts.prompts), to_eos=stop_at_eos,
+                                                            slot_context=slot_context(encoded, new_tokens)),
                                replay_also=[ranked_flags(config) for config in raced], clients=clients)
     rankings, predicted_note = _rankings(export, clients)
     logs = cache_root() / "engines" / "logs" / time.strftime("%Y%m%d-%H%M%S-load")
@@ -471,7 +472,8 @@ def run_llama_load_race(plan_path, clients: Sequence[int], *, prompts_path=None,
                                             mapped="--no-repack" in export.server_flags, repeats=repeats, new_tokens=new_tokens,
                                             timeout_s=timeout_s, log=log, on_run=on_run, only=only, ignore_eos=not stop_at_eos)
     rows = _split(rows, load_streams(runs, encoded), (plan_path, plan, candidates_path, candidates), with_ranked(raced, rankings),
-                  rankings, clients, choice.threads, ReplayWorkload.sent(new_tokens, repeats, 0, to_eos=stop_at_eos), log)
+                  rankings, clients, choice.threads, ReplayWorkload.sent(new_tokens, repeats, 0, to_eos=stop_at_eos,
+                                                                         slot_context=context), log)
     import llama_cpp
 
     notes = (("prediction", predicted_note),

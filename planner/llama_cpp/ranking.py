@@ -21,6 +21,7 @@ import numpy as np
 
 from polyplan.formats.profile import ModelProfile, Profile, TargetStream
 from polyplan.planner.intervals.prediction_interval import percentile_interval
+from polyplan.planner.llama_cpp.kv_placement import DEFAULT_SLOT_CONTEXT
 from polyplan.planner.llama_cpp.near_ties import NearTies, departed
 from polyplan.planner.llama_cpp.ngram_rules import DraftRule, SessionReplay, replay_session
 from polyplan.planner.llama_cpp.server_loop import NGRAM, NO_SERVER_LOOP, ServerLoop
@@ -41,14 +42,16 @@ class ReplayWorkload:
     prompts: int | None = None  # the size of the new prompt set an interval is for (None: the streams')
     in_order: bool = False  # the streams' own order, not `ORDERS` orders (a race priced on its own prompts)
     to_eos: bool = False  # requests end at the target's end of sequence (or `new_tokens`), not all after `new_tokens`
+    slot_context: int = DEFAULT_SLOT_CONTEXT  # tokens of KV per slot (`-c` over `-np`): the size of `--kv-unified`'s stream
 
     @classmethod
-    def sent(cls, new_tokens: int, repeats: int, prompts: int, to_eos: bool = False) -> ReplayWorkload:
+    def sent(cls, new_tokens: int, repeats: int, prompts: int, to_eos: bool = False,
+             slot_context: int = DEFAULT_SLOT_CONTEXT) -> ReplayWorkload:
         """What a race sends, priced as it sends it: `prompts` prompts in their file's order,
         `repeats` times, to servers that keep their state between repeats (`bench peers`; under
         load, prompt i by client i mod N). The order is known, so it is replayed, not drawn: which
         requests decode side by side, and what a stateful rule has learnt by each, is the race's."""
-        return cls(new_tokens, repeats, prompts, in_order=True, to_eos=to_eos)
+        return cls(new_tokens, repeats, prompts, in_order=True, to_eos=to_eos, slot_context=slot_context)
 
     def words(self, streams: int) -> str:
         tokens = "its whole continuation" if self.new_tokens is None else f"{self.new_tokens} new tokens"

@@ -44,6 +44,7 @@ from polyplan.planner.llama_cpp.ranking import (LEVEL, OFF, ORDERS, RankedConfig
                                                 llama_cpp_spec_flags, ranked, request_orders)
 from polyplan.planner.llama_cpp.draft_replay import draft_sessions
 from polyplan.planner.llama_cpp.kv_cells import CellCost
+from polyplan.planner.llama_cpp.kv_placement import DEFAULT_SLOT_CONTEXT, UnifiedStream
 from polyplan.planner.llama_cpp.server_loop import DRAFT_MODEL, NGRAM, NO_SERVER_LOOP, TARGET_ALONE, ServerLoop
 
 if TYPE_CHECKING:
@@ -272,7 +273,7 @@ class DraftBatch:
 def simulate_load(requests: Sequence[Sequence[ReplayRound]], stream_of: Sequence[int], prompts: Sequence[int],
                   clients: int, step: Callable[[int], float], loop: ServerLoop = NO_SERVER_LOOP,
                   kind: str = NGRAM, draft: DraftBatch | None = None, split: bool = True,
-                  cells: CellCost | None = None) -> LoadRun:
+                  cells: CellCost | None = None, slot_context: int = DEFAULT_SLOT_CONTEXT) -> LoadRun:
     """llama-server's lock-step iterations over `requests` (each its rounds: tokens drafted,
     tokens accepted), request i sent by client i mod `clients` after that client's previous one
     ended. An iteration carries each decoding slot's round (its sampled token and draft) and each
@@ -283,10 +284,11 @@ def simulate_load(requests: Sequence[Sequence[ReplayRound]], stream_of: Sequence
     proportion to their rows. A request's decode interval runs from the end of the iteration that
     carried its prompt to the end of its last round (module docstring). `split` False: the slots
     share one KV stream (llama-server `--kv-unified`), so every decode is one pass, which reads
-    every slot's cells: `cells` prices that (`kv_cells.CellCost.extra_s`: the cells of every slot
-    holding a request, its prompt and the tokens it decoded, against the longest of the pass's own
-    slots, the cells a split pass would read), shared by the slots in the pass in proportion to
-    their rows; None: not priced."""
+    every slot's cells: `cells` prices that (`kv_cells.CellCost.extra_s`: the cells up to the
+    highest one in use, as llama.cpp places and removes each slot's tokens in the stream of
+    `clients` · `slot_context` cells (`kv_placement.UnifiedStream`), against the longest of the
+    pass's own slots, the cells a split pass would read), shared by the slots in the pass in
+    proportion to their rows; None: not priced."""
     queues = [list(range(c, len(requests), clients)) for c in range(clients)]
     slots = [None] * clients  # per slot: [request, next round (-1: prompt pending), decode seconds, KV cells]
     for c in range(clients):
@@ -297,6 +299,7 @@ def simulate_load(requests: Sequence[Sequence[ReplayRound]], stream_of: Sequence
     extra: dict[int, float] = {}
     union = 0.0
     priced: dict[int, float] = {}  # step(width), read once per width
+    unified = UnifiedStream(clients * slot_context) if cells is not None and not split and clients > 1 else None
     while any(slot is not None for slot in slots):
         rows, costs = [], []
         together = sum(slot is not None and slot[1] >= 0 for slot in slots)  # slots decoding in this iteration
@@ -322,8 +325,8 @@ def simulate_load(requests: Sequence[Sequence[ReplayRound]], stream_of: Sequence
                 priced[width] = step(width)
         if draft is not None:
             _share_draft_batch(draft, slots, decoding, requests, rows, costs, clients > 1 and split)
-        if cells is not None and not split and clients > 1:
-            _share_wider_attention(cells, slots, rows, costs)
+        if unified is not None:
+            _share_wider_attention(cells, _placed(unified, slots, rows, batch_order), slots, rows, costs)
         seconds = sum(priced[sum(count for _, count in part)] for part in parts) + sum(costs)
         if any(decoding):
             union += seconds
@@ -358,6 +361,8 @@ def simulate_load(requests: Sequence[Sequence[ReplayRound]], stream_of: Sequence
                 slot[2] = spent + seconds
                 slot[1] = at + 1
                 slot[3] += rounds[at].accepted + 1  # the verified rows stay, the rejected draft's are removed
+                if unified is not None:
+                    unified.trim(c, slot[3])
                 if slot[1] < len(rounds):
                     continue
                 done[request] = (sum(item.accepted + 1 for item in rounds), slot[2])
@@ -366,15 +371,34 @@ def simulate_load(requests: Sequence[Sequence[ReplayRound]], stream_of: Sequence
     return LoadRun(tuple(stream_of), tuple(done[i][0] for i in order), tuple(done[i][1] for i in order), union, counts, extra)
 
 
-def _share_wider_attention(cells: CellCost, slots: list, rows: Sequence[int], costs: list[float]) -> None:
-    """Adds one unified pass's wider attention (`simulate_load`'s `cells`) to `costs`, each slot
-    in the pass its share in proportion to its rows."""
+def _placed(stream: UnifiedStream, slots: list, rows: Sequence[int], batch_order: Sequence[int]) -> int:
+    """The cells one unified pass reads once its `rows` are placed in `stream`: a slot starting a
+    request's prompt first empties the cells its last request left (llama-server's `seq_rm` without
+    the prompt cache); where the stream has no room for the batch, idle slots' cells are emptied one
+    slot at a time (`try_clear_idle_slots`), and where that is not enough the stream is priced as if
+    it had room (the server would fail the batch, which a plan is not for)."""
+    for c, slot in enumerate(slots):
+        if slot is not None and slot[1] < 0:
+            stream.clear(c)
+    need = sum(rows)
+    idle = [c for c, slot in enumerate(slots) if slot is None and stream.cells.get(c)]
+    while stream.size - stream.used < need and idle:
+        stream.clear(idle.pop(0))
+    if stream.size - stream.used < need:
+        stream.grow(need - (stream.size - stream.used))
+    return stream.place([(c, rows[c]) for c in batch_order if rows[c]])
+
+
+def _share_wider_attention(cells: CellCost, extent: int, slots: list, rows: Sequence[int], costs: list[float]) -> None:
+    """Adds one unified pass's wider attention (`simulate_load`'s `cells`) to `costs`: the pass
+    reads the stream up to `extent` (`_placed`) where each slot's own stream would end at its own
+    cells; each slot in the pass pays its share in proportion to its rows."""
     width = sum(rows)
     if width <= 0:
         return
     held = [slot[3] + count if slot is not None else 0 for slot, count in zip(slots, rows)]  # cells once the pass is written
     own = max(cell for cell, count in zip(held, rows) if count)
-    extra = cells.extra_s(width, sum(held), own)
+    extra = cells.extra_s(width, extent, own)
     for c, count in enumerate(rows):
         if count:
             costs[c] += extra * count / width
@@ -397,16 +421,16 @@ def _share_draft_batch(draft: DraftBatch, slots: list, decoding: Sequence[bool],
 def simulate_loads(requests: Sequence[Sequence[ReplayRound]], stream_of: Sequence[int], prompts: Sequence[int],
                    clients: int, step: Callable[[int], float], loop: ServerLoop = NO_SERVER_LOOP, kind: str = NGRAM,
                    load: int | None = None, draft: DraftBatch | None = None, split: bool = True,
-                   cells: CellCost | None = None) -> LoadRun:
+                   cells: CellCost | None = None, slot_context: int = DEFAULT_SLOT_CONTEXT) -> LoadRun:
     """`simulate_load` of each run of `load` consecutive requests on its own, merged: a race sends
     its prompt set as one load (its clients start together, and the load ends before the next
     repeat or configuration), so a workload of 4 prompts at 4 clients is one request a slot, all
     started at once, not 16 streams' prompts landing while the others decode. `load` None: one
     load. At one client the merge is the single simulation's (nothing overlaps)."""
     if load is None or load >= len(requests):
-        return simulate_load(requests, stream_of, prompts, clients, step, loop, kind, draft, split, cells)
+        return simulate_load(requests, stream_of, prompts, clients, step, loop, kind, draft, split, cells, slot_context)
     runs = [simulate_load(requests[i:i + load], stream_of[i:i + load], prompts[i:i + load], clients, step, loop, kind, draft,
-                          split, cells) for i in range(0, len(requests), load)]
+                          split, cells, slot_context) for i in range(0, len(requests), load)]
     counts: dict[tuple[int, int], float] = {}
     extra: dict[int, float] = {}
     for run in runs:
@@ -682,7 +706,7 @@ class _Ranker:
         if not target:
             return simulate_loads(requests, session.stream_of, self.prompts(session), clients, curve, self.loop,
                                   NGRAM if draft is None else DRAFT_MODEL, load=load, draft=draft, split=split,
-                                  cells=None if split else self.request.kv_cells)
+                                  cells=None if split else self.request.kv_cells, slot_context=workload.slot_context)
         key = (session.stream_of, tuple(sum(item.accepted + 1 for item in rounds) for rounds in requests), clients, load)
         if key not in self._targets:
             self._targets[key] = simulate_loads(target_rounds(requests), session.stream_of, self.prompts(session),
