@@ -572,6 +572,25 @@ def test_the_race_says_which_prompts_the_plan_is_for_and_how_to_re_price_for_its
     assert "for built-in prompts, this race sends mine.jsonl" in load_race.prompts_note(unread, sent, (2,))
 
 
+def test_a_race_on_the_first_prompts_of_a_longer_file_is_on_the_plans_own_prompts(tmp_path):
+    """A plan re-priced for the first 2 prompts of a file, raced with `--max-prompts 2` on the whole
+    file: the same prompts, in order, so no re-pricing command; the first 3 are not the plan's."""
+    import json
+    from types import SimpleNamespace
+
+    from polyplan.formats.plan import ProfileRecord
+    from polyplan.profiler.prompt_sets import validation_prompt_set
+
+    texts = ["def add(a, b):", "class Stack:", "import os"]
+    whole, first = tmp_path / "whole.jsonl", tmp_path / "first2.jsonl"
+    whole.write_text("".join(json.dumps({"prompt": text}) + "\n" for text in texts), encoding="utf-8")
+    first.write_text("".join(json.dumps({"prompt": text}) + "\n" for text in texts[:2]), encoding="utf-8")
+    plan = SimpleNamespace(profile=ProfileRecord(path=str(tmp_path / "profile.json"), prompt_file=str(first)))
+    note = load_race.prompts_note(plan, validation_prompt_set(whole, max_prompts=2), (1, 2))
+    assert note == "prompts: the plan's numbers are for this race's own prompts (whole.jsonl, the same 2 as first2.jsonl)"
+    assert "re-price the plan first" in load_race.prompts_note(plan, validation_prompt_set(whole, max_prompts=3), (1, 2))
+
+
 def test_clients_on_the_hf_engine_is_one_line():
     result = CliRunner().invoke(app, ["bench", "peers", "--clients", "1,2"])
     assert result.exit_code == 2 and "--engine llama.cpp" in result.output and result.output.count("\n") == 1

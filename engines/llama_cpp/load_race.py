@@ -514,6 +514,9 @@ def prompts_note(plan, prompts, clients: Sequence[int]) -> str:
     sent = Path(prompts.source) if not prompts.truncate else None  # a user's file (built-in prompts may be cut)
     if planned is not None and sent is not None and Path(planned).resolve() == sent.resolve():
         return f"prompts: the plan's numbers are for this race's own prompts ({sent.name})"
+    if planned is not None and sent is not None and _same_prompts(planned, prompts):
+        return (f"prompts: the plan's numbers are for this race's own prompts ({sent.name}, the same "
+                f"{len(prompts.prompts)} as {Path(planned).name})")
     where = "built-in prompts" if planned is None else Path(planned).name
     if sent is None:
         return (f"prompts: the plan's numbers are for {where}; this race sends polyplan's built-in validation prompts, "
@@ -522,6 +525,18 @@ def prompts_note(plan, prompts, clients: Sequence[int]) -> str:
             "prompts' own repetition (the split below prices every row on this race's answers); to predict for these "
             f"prompts, re-price the plan first: polyplan recommend --profile {plan.profile.path} --prompts {sent} "
             f"--concurrency {','.join(map(str, clients))} (the target's streams and the agreement runs only)")
+
+
+def _same_prompts(planned: str, prompts) -> bool:
+    """Whether the plan's prompt file holds exactly the race's prompts, in order (a race's
+    `--max-prompts` cut of a longer file, say); False where that file cannot be read."""
+    from polyplan.profiler.prompt_sets import prompt_set
+
+    try:
+        texts = [prompt.text for prompt in prompt_set(planned).prompts]
+    except (OSError, PolyplanError):
+        return False
+    return texts == [prompt.text for prompt in prompts.prompts]
 
 
 def race_load(raced: Sequence[Contender], rankings: Mapping[int, object], prompts: Sequence[Sequence[int]],
