@@ -38,6 +38,11 @@ class UnifiedStream:
         self.used = 0
         self.top = 0  # the highest cell in use + 1
 
+    @property
+    def free(self) -> int:
+        """Cells no slot holds."""
+        return self.size - self.used
+
     def extent(self) -> int:
         """The highest cell in use + 1 (`used_max_p1`): what a pass reads before padding."""
         return self.top
@@ -77,8 +82,8 @@ class UnifiedStream:
 
     def _place_ubatch(self, slots: list[int]) -> None:
         count = len(slots)
-        if count > self.size - self.used:
-            raise ValueError(f"the KV stream of {self.size} cells has {self.size - self.used} free for {count} tokens")
+        if count > self.free:
+            raise ValueError(f"the KV stream of {self.size} cells has {self.free} free for {count} tokens")
         head = 0 if self.head > self.used + 2 * count else self.head
         found: list[int] = []
         while len(found) < count:

@@ -382,10 +382,10 @@ def _placed(stream: UnifiedStream, slots: list, rows: Sequence[int], batch_order
             stream.clear(c)
     need = sum(rows)
     idle = [c for c, slot in enumerate(slots) if slot is None and stream.cells.get(c)]
-    while stream.size - stream.used < need and idle:
+    while stream.free < need and idle:
         stream.clear(idle.pop(0))
-    if stream.size - stream.used < need:
-        stream.grow(need - (stream.size - stream.used))
+    if stream.free < need:
+        stream.grow(need - stream.free)
     return stream.place([(c, rows[c]) for c in batch_order if rows[c]])
 
 
