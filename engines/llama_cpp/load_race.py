@@ -450,14 +450,15 @@ def run_llama_load_race(plan_path, clients: Sequence[int], *, prompts_path=None,
     tokenizer = AutoTokenizer.from_pretrained(str(tokenizer_folder_for_gguf(target.source)), local_files_only=True)
     encoded = [prompt.ids for prompt in encode_for(prompts, tokenizer)]
     target_memory = gguf_memory(target.source)
-    load_groups([Contender(TARGET_ONLY)], target_memory, clients, slot_context(encoded, new_tokens), usable_memory(),
+    context = slot_context(encoded, new_tokens)
+    load_groups([Contender(TARGET_ONLY)], target_memory, clients, context, usable_memory(),
                 mapped=False)  # more slots than memory allows: said before anything is priced or started
     exported = export_from_files(plan_path, "llama.cpp", candidates_path=candidates_path, log=log, clients=clients)
     files = engine_files(candidates)
     raced = server_configs(plan, exported, candidates, files)
     export = export_from_files(plan_path, "llama.cpp", candidates_path=candidates_path,
                                workload=ReplayWorkload.sent(new_tokens, repeats, len(prompts.prompts), to_eos=stop_at_eos,
-                                                            slot_context=slot_context(encoded, new_tokens)),
+                                                            slot_context=context),
                                replay_also=[ranked_flags(config) for config in raced], clients=clients)
     rankings, predicted_note = _rankings(export, clients)
     logs = cache_root() / "engines" / "logs" / time.strftime("%Y%m%d-%H%M%S-load")
