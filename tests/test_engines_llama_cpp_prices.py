@@ -187,23 +187,29 @@ def _entry(name: str, curve: LatencyCurve, stamp: str = "key"):
 
 
 def test_a_calibration_on_a_fake_server_recovers_its_costs(tmp_path, cache):
-    """Through the calibration's own bookkeeping; the target's T(k) is timed in the same sitting,
-    with the servers up: after their untimed first requests, before the first timed request and
-    after each round of them."""
+    """Through the calibration's own bookkeeping; the target's T(k) and the draft model's
+    last-row T_d(k) are timed in the same sitting, with the servers up: after their untimed first
+    requests, before the first timed request and after each round of them."""
     from polyplan.engines.llama_cpp import prices as llama_cpp_prices
 
     streams, events = _streams(), []
-    target = tmp_path / "t.gguf"
+    target, small = tmp_path / "t.gguf", tmp_path / "small.gguf"
     target.write_bytes(b"not read")
+    small.write_bytes(b"not read either")
 
-    def sitting(path, threads, ks, fingerprint, key, log=None):
-        events.append("T(k)")
-        return _entry("t", LatencyCurve(tuple(ks), tuple(STEP(k) for k in ks)))
+    def sitting(path, threads, ks, fingerprint, key, log=None, last_row_only=False):
+        events.append("T_d(k)" if path == small else "T(k)")
+        assert last_row_only == (path == small)  # the server's draft passes and re-decodes ask for the last row only
+        return _entry(path.stem, LatencyCurve(tuple(ks), tuple((DRAFT_STEP if path == small else STEP)(k) for k in ks)))
 
-    calibration = llama_cpp_prices.calibrate_server(None, target, 1, {"small": "small.gguf"}, (), streams=streams,
+    calibration = llama_cpp_prices.calibrate_server(None, target, 1, {"small": str(small)}, (), streams=streams,
                                                     latency=sitting,
                                                     server_factory=lambda args, log: FakeServer(args, streams, events=events))
     requests = calibration.requests
+    assert events.count("T_d(k)") == 3 and len(calibration.draft_steps) == 3
+    assert all(events[i + 1] == "T(k)" for i, event in enumerate(events) if event == "T_d(k)")  # each beside the target's
+    assert calibration.draft_step().ks == tuple(range(1, 8))  # one pass, and every T_d(L + 1) up to K = 6 re-decodes
+    events = [event for event in events if event != "T_d(k)"]
     servers = 6  # the target alone, ngram-simple, the draft model at three K and behind the stop
     assert events[:servers] == ["request"] * servers and events[servers] == "T(k)" and events[-1] == "T(k)"
     assert events.count("T(k)") == 3 and len(calibration.target_steps) == 3 and calibration.streams == streams
@@ -214,7 +220,7 @@ def test_a_calibration_on_a_fake_server_recovers_its_costs(tmp_path, cache):
     assert kinds == {TARGET_ALONE, NGRAM, DRAFT_MODEL} and any(sum(r.drafted) for r in requests if r.kind == NGRAM)
     stopped = [r for r in requests if r.passes is not None]
     assert stopped and all(r.passes == (1,) * len(r.drafted) and 0 in r.drafted for r in stopped)  # the empty-round probe
-    fitted = fit_server_loop(requests, calibration.step(), DRAFT_STEP)
+    fitted = fit_server_loop(requests, calibration.step(), calibration.draft_step())
     for name in ("per_request_s", "per_round_s", "per_draft_round_s", "per_draft_pass_s", "per_draft_prompt_token_s", "draft_reeval"):
         assert getattr(fitted, name) == pytest.approx(getattr(KNOWN, name), rel=1e-6), name
 
@@ -235,15 +241,24 @@ class _Profile:
         return self.entry
 
 
-def _sitting_calibration(calls, draft_step):
+def _sitting_calibration(calls, draft_step, draft_pace: float | None = None):
     """A fake `calibrate_server`: `KNOWN`'s costs on `SITTING` (timed before the requests 0.5 ms
-    faster and after them 0.5 ms slower, so the sitting's mean is `SITTING`), each call recorded."""
+    faster and after them 0.5 ms slower, so the sitting's mean is `SITTING`), each call recorded.
+    `draft_pace`: the sitting also times the draft model, `draft_step()` times this (each timing
+    read 5 % either side of it), and `KNOWN`'s draft-model seconds are the sitting's; None: it
+    times no draft model, and the requests read `draft_step()`."""
     from polyplan.engines.llama_cpp.prices import ServerCalibration
 
     def calibrate(build, target, threads, drafters, server_flags, log):
         calls.append((build.version, target, threads, dict(drafters), tuple(server_flags)))
         shifted = [LatencyCurve(SITTING.ks, tuple(s + d for s in SITTING.seconds)) for d in (-0.0005, 0.0005)]
-        return ServerCalibration(tuple(_synthetic(KNOWN, SITTING, draft_step())), tuple(_entry("target", c) for c in shifted))
+        if draft_pace is None:
+            return ServerCalibration(tuple(_synthetic(KNOWN, SITTING, draft_step())), tuple(_entry("target", c) for c in shifted))
+        curve = draft_step()
+        own = LatencyCurve(curve.ks, tuple(draft_pace * value for value in curve.seconds))
+        timed = [LatencyCurve(own.ks, tuple(f * value for value in own.seconds)) for f in (0.95, 1.05)]
+        return ServerCalibration(tuple(_synthetic(KNOWN, SITTING, own)), tuple(_entry("target", c) for c in shifted), (),
+                                 tuple(_entry("small", c) for c in timed))
     return calibrate
 
 
@@ -329,6 +344,34 @@ def test_the_fit_subtracts_the_t_k_timed_in_the_calibrations_sitting(cache, tmp_
     notes = "\n".join(prices.notes)
     assert "subtracts the target's T(k) timed in its own sitting: T(1) 3.50 ms before its requests, 4.50 ms after" in notes
     assert "(the prices' T(1): 2.00 ms)" in notes
+
+
+def test_a_draft_models_passes_are_fitted_at_the_sittings_pace_and_priced_at_the_prices(cache, tmp_path):
+    """The sitting's draft model ran 25 % slower than in the prices' sitting, and the requests
+    cost `KNOWN` on its own T_d(k): the fit reads them against the sitting's T_d(k) and recovers
+    `KNOWN`'s factor on the re-decode, and the draft model's pass and prefill are priced at the
+    prices' pace, `KNOWN`'s over 1.25; every cost of the target's stays `KNOWN`'s. Negative control:
+    fitted on the prices' T_d(k), as before the sitting timed the draft model, the re-decode's
+    factor takes the sitting's slower pace."""
+    from polyplan.engines.llama_cpp import prices as llama_cpp_prices
+    from polyplan.engines.llama_cpp.build import LlamaCppBuild
+    from polyplan.planner.exact.latency import curve_from_profile
+
+    target, small = _gguf_pair(tmp_path / "a")
+    draft = lambda: curve_from_profile(_fixed_latency_entry(small, 1, llama_cpp_prices.REEVAL_KS, "fp", "key"))  # noqa: E731
+    source = llama_cpp_prices.PriceSource(target, {"small": small}, 1, ((1, 2, 3),), 8)
+    prices = llama_cpp_prices.prices_for(source, _Profile(0.002, "profiled"), "target", reuse={"target"},
+                                         build=LlamaCppBuild(tmp_path, "b1"), latency=_fixed_latency_entry,
+                                         calibrate=_sitting_calibration([], draft, draft_pace=1.25))
+    for name in ("per_request_s", "per_round_s", "per_row_s", "per_ngram_round_s", "per_draft_round_s", "draft_reeval"):
+        assert getattr(prices.loop, name) == pytest.approx(getattr(KNOWN, name), abs=1e-9), name
+    assert prices.loop.per_draft_pass_s == pytest.approx(KNOWN.per_draft_pass_s / 1.25)
+    assert prices.loop.per_draft_prompt_token_s == pytest.approx(KNOWN.per_draft_prompt_token_s / 1.25)
+    assert prices.draft_ratio == pytest.approx(KNOWN.per_draft_pass_s / (1.25 * draft()(1)))  # a pass over the sitting's T_d(1)
+    assert "priced at the prices' pace (-20.0%)" in "\n".join(prices.notes)
+    own = LatencyCurve(draft().ks, tuple(1.25 * value for value in draft().seconds))
+    control = fit_server_loop(_synthetic(KNOWN, SITTING, own), SITTING, draft())
+    assert control.draft_reeval > KNOWN.draft_reeval * 1.2
 
 
 def test_the_calibration_prompts_ship_with_polyplan_and_read_in_the_targets_own_vocabulary(tmp_path):

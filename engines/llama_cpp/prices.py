@@ -55,6 +55,7 @@ _CALIBRATION_K = (1, 3, 6)  # draft-simple K of the fixed-K draft-model servers:
 _CALIBRATION_STOP = 0.999  # p-min of a draft-simple server at n-max 1: most rounds stop before drafting
 _CALIBRATION_REPEATS = 2
 _SITTING_KS = tuple(range(1, max(_CALIBRATION_NGRAM[1], *_CALIBRATION_K) + 2))  # every T(L + 1) a calibration round pays
+_SITTING_DRAFT_KS = tuple(range(1, max(_CALIBRATION_K) + 2))  # a draft model's pass and every T_d(L + 1) its rounds re-decode
 _SERVER_CONTEXT = 1024
 _SLOT_PROMPT = 32  # tokens of each slot's prompt at several slots: distinct windows of the calibration prompts, one length
 _SLOT_LENGTH = 32  # n_predict of each slot's request (end-of-sequence ignored): the slots decode in step
@@ -80,18 +81,25 @@ class PriceSource:
 class ServerCalibration:
     """One sitting of llama-server's calibration: its requests as the server ran them, the
     target's T(k) through the bindings timed with the servers up, before the first round of
-    requests and after each (`_SITTING_KS`, in that order), and the streams it sent (the target's
-    greedy continuation of the fixed calibration prompts). The fit subtracts these T(k), not the
-    profile's, because a machine's pace moves between sittings and the fit reads that move as the
-    server's own cost."""
+    requests and after each (`_SITTING_KS`, in that order), the streams it sent (the target's
+    greedy continuation of the fixed calibration prompts), and at the same points the draft
+    model's last-row T_d(k) (`_SITTING_DRAFT_KS`; none without a draft model). The fit subtracts
+    these T(k), not the profile's, because a machine's pace moves between sittings and the fit
+    reads that move as the server's own cost; it reads a draft model's passes against these
+    T_d(k) for the same reason (`sitting_draft_loop`)."""
 
     requests: tuple[ServerRequest, ...]
     target_steps: tuple[ModelProfile, ...]
     streams: tuple[TargetStream, ...] = ()
+    draft_steps: tuple[ModelProfile, ...] = ()
 
     def step(self) -> LatencyCurve:
         """The sitting's T(k) (`sitting_step`)."""
         return sitting_step(self.target_steps)
+
+    def draft_step(self) -> LatencyCurve | None:
+        """The sitting's last-row T_d(k) of its draft model (`sitting_step`); None where it timed none."""
+        return sitting_step(self.draft_steps) if self.draft_steps else None
 
 
 @dataclasses.dataclass(frozen=True)
@@ -235,11 +243,11 @@ def prices_for(source: PriceSource, profile: Profile, plan_target: str, *, reuse
         key = _key("server", fingerprint, source.threads, build.version, source.server_flags,
                    [file_fingerprint(path) for path in drafter_files.values()], calibration_texts(),
                    _CALIBRATION_LENGTHS, _CALIBRATION_NGRAM, _CALIBRATION_K, _CALIBRATION_STOP, _CALIBRATION_REPEATS,
-                   _SITTING_KS, CONTEXT, REPEATS, _SERVER_CONTEXT)
+                   _SITTING_KS, _SITTING_DRAFT_KS, CONTEXT, REPEATS, _SERVER_CONTEXT)
         draft_step = next((curve_from_profile(reevaluations[name]) for name in drafter_files), None)
         calibration = _cached(key, ServerCalibration, lambda: calibrate(
             build, source.target, source.threads, drafter_files, source.server_flags, log))
-        loop = fit_server_loop(calibration.requests, calibration.step(), draft_step)
+        loop = sitting_draft_loop(calibration, draft_step, notes)
         pace = calibrated_step(calibration.requests)
         notes.append(f"llama-server's own loop, calibrated on {where}: {loop.text()}")
         first, last = (curve_from_profile(entry)(1) for entry in (calibration.target_steps[0], calibration.target_steps[-1]))
@@ -264,6 +272,27 @@ def prices_for(source: PriceSource, profile: Profile, plan_target: str, *, reuse
                      f"the bindings on {where}: what a pass pays per cell of other slots in its view, for `--kv-unified` "
                      "under load")
     return LlamaCppPrices(target, drafters, tuple(streams), loop, tuple(notes), ratio, reevaluations, pace, unified, ties)
+
+
+def sitting_draft_loop(calibration: ServerCalibration, draft_step: LatencyCurve | None, notes: list[str]):
+    """llama-server's loop fitted on `calibration` (`fit_server_loop`), its draft-model costs at
+    the prices' pace: the draft model's passes and prefill are fitted in the sitting's seconds, so
+    they are scaled by the prices' T_d(1) (`draft_step`, the last-row curve timed with the target's
+    T(k)) over the sitting's, and the re-evaluation's factor is fitted on the sitting's own T_d(k)
+    and applied to the prices'. A sitting that timed no T_d(k) is fitted on `draft_step` as it is.
+    The machine's pace moves between sittings, and the draft model's seconds in a prediction are
+    read against the target's T(k) of the prices' sitting (docs/engines.md, "How a llama.cpp export
+    is priced"); a line saying how far the paces were apart goes to `notes`."""
+    sitting = calibration.draft_step()
+    loop = fit_server_loop(calibration.requests, calibration.step(), sitting or draft_step)
+    if sitting is None or draft_step is None or loop.per_draft_pass_s is None:
+        return loop
+    pace = draft_step(1) / sitting(1)
+    notes.append(f"the draft model's T_d(1) in the calibration's sitting: {1e3 * sitting(1):.2f} ms, in the prices': "
+                 f"{1e3 * draft_step(1):.2f} ms; its passes and prefill in the server are priced at the prices' pace "
+                 f"({pace - 1:+.1%})")
+    return dataclasses.replace(loop, per_draft_pass_s=loop.per_draft_pass_s * pace,
+                               per_draft_prompt_token_s=loop.per_draft_prompt_token_s * pace)
 
 
 def _at_slots(loop, source: PriceSource, build, clients: Sequence[int], calibrate_at: Callable, notes: list[str], log):
@@ -465,9 +494,9 @@ def calibrate_server(build, target: Path, threads: int, drafters: Mapping[str, s
                      streams: Sequence[TargetStream] | None = None, latency: Callable | None = None) -> ServerCalibration:
     """A few short greedy requests against the pinned llama-server on `target`, each as the
     server ran it: the target alone, ngram-simple, the first draft model at each K of
-    `_CALIBRATION_K` and behind a confidence stop at n-max 1; and the target's T(k) through the
-    bindings in the same sitting, with every server up: before the first round of requests and
-    after each (`ServerCalibration`). Every server starts first and requests go round in rotated
+    `_CALIBRATION_K` and behind a confidence stop at n-max 1; and the target's T(k) and the first
+    draft model's last-row T_d(k) through the bindings in the same sitting, with every server up:
+    before the first round of requests and after each (`ServerCalibration`). Every server starts first and requests go round in rotated
     order, so a load that comes and goes falls on all alike. `streams` None: the fixed
     calibration prompts' (`calibration_streams`); `server_factory(args, log_path)` replaces
     `LlamaServer` and `latency` `measure_latency_entry` (tests)."""
@@ -478,8 +507,13 @@ def calibrate_server(build, target: Path, threads: int, drafters: Mapping[str, s
     streams = calibration_streams(target, threads, log) if streams is None else tuple(streams)
     latency = latency or measure_latency_entry
     fingerprint = file_fingerprint(target)
+    drafter = next((Path(path) for path in drafters.values()), None)
+    draft_steps = []
 
     def timed(when: str) -> ModelProfile:
+        if drafter is not None:
+            draft_steps.append(latency(drafter, threads, _SITTING_DRAFT_KS, file_fingerprint(drafter),
+                                       f"llama-server calibration sitting, draft model, {when}", log, last_row_only=True))
         return latency(target, threads, _SITTING_KS, fingerprint, f"llama-server calibration sitting, {when}", log)
 
     logs = cache_root() / "engines" / "logs" / ("calibration-" + time.strftime("%Y%m%d-%H%M%S"))
@@ -516,7 +550,7 @@ def calibrate_server(build, target: Path, threads: int, drafters: Mapping[str, s
                         if request is not None:
                             requests.append(request)
             steps.append(timed(f"after round {repeat + 1}"))
-    return ServerCalibration(tuple(requests), tuple(steps), streams)
+    return ServerCalibration(tuple(requests), tuple(steps), streams, tuple(draft_steps))
 
 
 def slot_prompts(target: Path, slots: int) -> tuple[tuple[int, ...], ...]:
