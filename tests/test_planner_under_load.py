@@ -274,6 +274,25 @@ def test_a_prompt_delays_the_other_slots_decode():
     assert decode[200] - decode[1] == pytest.approx(step(1 + 200) - step(1 + 1), rel=1e-9)
 
 
+def test_prompts_longer_than_the_batch_go_on_in_the_next_iterations_and_stall_the_decoding_slot_by_hand():
+    """T(k) = k seconds, two slots, two 6-token prompts, each request two plain steps. With room
+    for 8 rows an iteration: the first iteration carries slot 0's prompt and 2 rows of slot 1's;
+    the second slot 0's first step beside slot 1's 4 rows left (5 s, in slot 0's decode
+    interval); then both step (2 s) and slot 1 alone (1 s). Slot 0 decodes in 5 + 2 s, slot 1 in
+    2 + 1 s, and the union is 8 s; with room for both prompts each decodes in 2 + 2 s."""
+    step = LatencyCurve((1, 64), (1.0, 64.0))
+    requests = [(ReplayRound(0, 0),) * 2, (ReplayRound(0, 0),) * 2]
+    chunked = simulate_load(requests, (0, 1), (6, 6), 2, step, NO_SERVER_LOOP, TARGET_ALONE, n_batch=8)
+    assert chunked.decode_s == pytest.approx((7.0, 3.0)) and chunked.union_s == pytest.approx(8.0)
+    assert chunked.tokens == (2, 2)
+    whole = simulate_load(requests, (0, 1), (6, 6), 2, step, NO_SERVER_LOOP, TARGET_ALONE, n_batch=12)
+    assert whole.decode_s == pytest.approx((4.0, 4.0)) and whole.union_s == pytest.approx(4.0)
+    one = simulate_load(requests[:1], (0,), (6,), 1, step, NO_SERVER_LOOP, TARGET_ALONE, n_batch=4)
+    assert one.decode_s == pytest.approx((2.0,)) and one.union_s == pytest.approx(2.0)  # one slot: its prompt is in no decode
+    with pytest.raises(PolyplanError, match="batch size"):
+        simulate_load(requests, (0, 1), (6, 6), 2, step, NO_SERVER_LOOP, TARGET_ALONE, n_batch=0)
+
+
 def test_the_physical_limit_at_one_request_is_physical_limits_and_falls_with_b():
     curve = LatencyCurve(tuple(range(1, 65)), tuple(_cpu_curve(k) for k in range(1, 65)))
     speedup, k = load_limit(curve, 1, 8)

@@ -208,6 +208,7 @@ class LoadRun:
 
 
 N_UBATCH = 512  # llama-server's default --ubatch-size: the most rows one forward pass takes
+N_BATCH = 2048  # llama-server's default --batch-size: the most rows, decoded and prompt, one iteration takes
 UNIFIED_FLAG = "--kv-unified"  # llama-server: one KV stream for every slot, so a decode is never split
 
 
@@ -273,11 +274,14 @@ class DraftBatch:
 def simulate_load(requests: Sequence[Sequence[ReplayRound]], stream_of: Sequence[int], prompts: Sequence[int],
                   clients: int, step: Callable[[int], float], loop: ServerLoop = NO_SERVER_LOOP,
                   kind: str = NGRAM, draft: DraftBatch | None = None, split: bool = True,
-                  cells: CellCost | None = None, slot_context: int = DEFAULT_SLOT_CONTEXT) -> LoadRun:
+                  cells: CellCost | None = None, slot_context: int = DEFAULT_SLOT_CONTEXT, n_batch: int = N_BATCH) -> LoadRun:
     """llama-server's lock-step iterations over `requests` (each its rounds: tokens drafted,
     tokens accepted), request i sent by client i mod `clients` after that client's previous one
-    ended. An iteration carries each decoding slot's round (its sampled token and draft) and each
-    new request's `prompts` rows, and costs `step`(Σ rows) plus each decoding slot's own share
+    ended. An iteration carries each decoding slot's round (its sampled token and draft) and then,
+    slot by slot, the new requests' `prompts` rows while the iteration holds fewer than `n_batch`
+    rows (server.cpp's `update_slots`): a prompt longer than the room left goes on in the next
+    iterations, and a slot decodes from the iteration after its prompt's last row, so the slots
+    already decoding wait out the other prompts' chunks. An iteration costs `step`(Σ rows) plus each decoding slot's own share
     (`ServerLoop.slot_share_s` of `kind` at the count of slots decoding in it), a finishing
     request's per-request cost and, for a draft model (`draft`; its rounds `ModelRound`s), the
     batched draft passes and second decode (`DraftBatch`), shared by the decoding slots in
@@ -300,24 +304,11 @@ def simulate_load(requests: Sequence[Sequence[ReplayRound]], stream_of: Sequence
     union = 0.0
     priced: dict[int, float] = {}  # step(width), read once per width
     unified = UnifiedStream(clients * slot_context) if cells is not None and not split and clients > 1 else None
+    if n_batch < 1:
+        raise PolyplanError(f"llama-server's batch size must be at least 1 row, got {n_batch}")
     while any(slot is not None for slot in slots):
-        rows, costs = [], []
-        together = sum(slot is not None and slot[1] >= 0 for slot in slots)  # slots decoding in this iteration
-        for slot in slots:
-            if slot is None:
-                rows.append(0)
-                costs.append(0.0)
-                continue
-            request, at, _, _ = slot
-            rounds = requests[request]
-            if at < 0:
-                rows.append(prompts[request])
-                costs.append(loop.per_request_s if not rounds else 0.0)
-            else:
-                drafted = rounds[at].drafted
-                rows.append(drafted + 1)
-                costs.append(loop.slot_share_s(drafted, kind, slots=together) + (loop.per_request_s if at == len(rounds) - 1 else 0.0))
         decoding = [slot is not None and slot[1] >= 0 for slot in slots]
+        rows, costs = _iteration_rows(slots, decoding, requests, prompts, loop, kind, n_batch)
         batch_order = [c for c in range(clients) if decoding[c]] + [c for c in range(clients) if not decoding[c]]
         parts = ubatches(rows, batch_order) if clients > 1 and split else [[(c, count) for c, count in enumerate(rows) if count]]
         for width in (sum(count for _, count in part) for part in parts):
@@ -340,7 +331,8 @@ def simulate_load(requests: Sequence[Sequence[ReplayRound]], stream_of: Sequence
                     stream = stream_of[slot[0]]
                     extra[stream] = extra.get(stream, 0.0) + cost
         else:  # prompts only: in no decode interval but a request that ends at its prompt (its per-request cost)
-            ending = [slot[0] for slot in slots if slot is not None and not requests[slot[0]]]
+            ending = [slot[0] for c, slot in enumerate(slots) if slot is not None and not requests[slot[0]]
+                      and slot[3] + rows[c] >= prompts[slot[0]]]
             if ending and loop.per_request_s:
                 union += loop.per_request_s
                 for request in ending:
@@ -352,8 +344,10 @@ def simulate_load(requests: Sequence[Sequence[ReplayRound]], stream_of: Sequence
             request, at, spent, _ = slot
             rounds = requests[request]
             if at < 0:
+                slot[3] += rows[c]
+                if slot[3] < prompts[request]:
+                    continue  # the prompt's next rows in the next iteration
                 slot[1] = 0
-                slot[3] = prompts[request]
                 if rounds:
                     continue
                 done[request] = (0, loop.per_request_s)
@@ -371,6 +365,32 @@ def simulate_load(requests: Sequence[Sequence[ReplayRound]], stream_of: Sequence
     return LoadRun(tuple(stream_of), tuple(done[i][0] for i in order), tuple(done[i][1] for i in order), union, counts, extra)
 
 
+def _iteration_rows(slots: list, decoding: Sequence[bool], requests: Sequence[Sequence[ReplayRound]], prompts: Sequence[int],
+                    loop: ServerLoop, kind: str, n_batch: int) -> tuple[list[int], list[float]]:
+    """Each slot's rows in one iteration and its own loop costs (`simulate_load`): every decoding
+    slot's round first, then each slot's prompt rows left, slot by slot, while the iteration holds
+    fewer than `n_batch` rows; a request with no round pays its per-request cost with its prompt's
+    last row."""
+    rows, costs = [0] * len(slots), [0.0] * len(slots)
+    together = sum(decoding)  # slots decoding in this iteration
+    for c, slot in enumerate(slots):
+        if decoding[c]:
+            request, at = slot[0], slot[1]
+            drafted = requests[request][at].drafted
+            rows[c] = drafted + 1
+            costs[c] = loop.slot_share_s(drafted, kind, slots=together) + (loop.per_request_s if at == len(requests[request]) - 1 else 0.0)
+    room = n_batch - sum(rows)
+    for c, slot in enumerate(slots):
+        if slot is None or decoding[c]:
+            continue
+        left = prompts[slot[0]] - slot[3]
+        rows[c] = min(left, max(room, 0))
+        room -= rows[c]
+        if not requests[slot[0]] and rows[c] == left:
+            costs[c] = loop.per_request_s
+    return rows, costs
+
+
 def _placed(stream: UnifiedStream, slots: list, rows: Sequence[int], batch_order: Sequence[int]) -> int:
     """The cells one unified pass reads once its `rows` are placed in `stream`: a slot starting a
     request's prompt first empties the cells its last request left (llama-server's `seq_rm` without
@@ -378,7 +398,7 @@ def _placed(stream: UnifiedStream, slots: list, rows: Sequence[int], batch_order
     slot at a time (`try_clear_idle_slots`), and where that is not enough the stream is priced as if
     it had room (the server would fail the batch, which a plan is not for)."""
     for c, slot in enumerate(slots):
-        if slot is not None and slot[1] < 0:
+        if slot is not None and slot[1] < 0 and slot[3] == 0 and rows[c]:  # a prompt's first rows
             stream.clear(c)
     need = sum(rows)
     idle = [c for c, slot in enumerate(slots) if slot is None and stream.cells.get(c)]
