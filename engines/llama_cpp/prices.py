@@ -496,10 +496,10 @@ def calibrate_server(build, target: Path, threads: int, drafters: Mapping[str, s
     server ran it: the target alone, ngram-simple, the first draft model at each K of
     `_CALIBRATION_K` and behind a confidence stop at n-max 1; and the target's T(k) and the first
     draft model's last-row T_d(k) through the bindings in the same sitting, with every server up:
-    before the first round of requests and after each (`ServerCalibration`). Every server starts first and requests go round in rotated
-    order, so a load that comes and goes falls on all alike. `streams` None: the fixed
-    calibration prompts' (`calibration_streams`); `server_factory(args, log_path)` replaces
-    `LlamaServer` and `latency` `measure_latency_entry` (tests)."""
+    before the first round of requests and after each (`ServerCalibration`). Every server starts
+    first and requests go round in rotated order, so a load that comes and goes falls on all alike.
+    `streams` None: the fixed calibration prompts' (`calibration_streams`); `server_factory(args,
+    log_path)` replaces `LlamaServer` and `latency` `measure_latency_entry` (tests)."""
     import time
 
     from polyplan.engines.llama_cpp.server import LlamaServer

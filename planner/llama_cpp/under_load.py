@@ -281,8 +281,9 @@ def simulate_load(requests: Sequence[Sequence[ReplayRound]], stream_of: Sequence
     slot by slot, the new requests' `prompts` rows while the iteration holds fewer than `n_batch`
     rows (server.cpp's `update_slots`): a prompt longer than the room left goes on in the next
     iterations, and a slot decodes from the iteration after its prompt's last row, so the slots
-    already decoding wait out the other prompts' chunks. An iteration costs `step`(Σ rows) plus each decoding slot's own share
-    (`ServerLoop.slot_share_s` of `kind` at the count of slots decoding in it), a finishing
+    already decoding wait out the other prompts' chunks. An iteration costs `step`(Σ rows) plus
+    each decoding slot's own share (`ServerLoop.slot_share_s` of `kind` at the count of slots
+    decoding in it), a finishing
     request's per-request cost and, for a draft model (`draft`; its rounds `ModelRound`s), the
     batched draft passes and second decode (`DraftBatch`), shared by the decoding slots in
     proportion to their rows. A request's decode interval runs from the end of the iteration that
@@ -378,7 +379,8 @@ def _iteration_rows(slots: list, decoding: Sequence[bool], requests: Sequence[Se
             request, at = slot[0], slot[1]
             drafted = requests[request][at].drafted
             rows[c] = drafted + 1
-            costs[c] = loop.slot_share_s(drafted, kind, slots=together) + (loop.per_request_s if at == len(requests[request]) - 1 else 0.0)
+            ends = at == len(requests[request]) - 1
+            costs[c] = loop.slot_share_s(drafted, kind, slots=together) + (loop.per_request_s if ends else 0.0)
     room = n_batch - sum(rows)
     for c, slot in enumerate(slots):
         if slot is None or decoding[c]:
