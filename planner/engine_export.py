@@ -280,7 +280,7 @@ def export_plan(
         unexported = "; ".join(f"{o.drafter}: {o.reason}" for o in others) or f"the profile has no drafter for {plan.target!r}"
     ranking, notes, request = (), (), None
     if engine != "hf":
-        attention = None if prices is None or prices.unified is None else cell_cost(prices.unified)
+        attention = None if prices is None or prices.unified is None else cell_cost(prices.unified, prices.unified_long)
         request = ServerRanking(pricing, plan.target, sampling, workload, () if prices is None else prices.notes, plan_policy(plan),
                                 k_max, replay_also, attention, None if prices is None else prices.near_ties)
     if engine == "llama.cpp":

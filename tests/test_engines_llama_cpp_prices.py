@@ -948,9 +948,11 @@ def test_the_prices_calibrate_each_count_above_one_once_and_the_loop_charges_it(
     price((4,))
     assert counts == [2, 4]  # kept
     assert alone.unified is None  # one request: no `--kv-unified` to price
-    assert unified == [(target, 1, llama_cpp_prices.UNIFIED_KS, llama_cpp_prices.UNIFIED_SEQUENCES,
-                        llama_cpp_prices.UNIFIED_CELLS)]  # timed once, kept
-    cells = cell_cost(loaded.unified)
+    assert unified == [(target, 1, llama_cpp_prices.UNIFIED_KS, llama_cpp_prices.UNIFIED_SEQUENCES, cells)
+                       for cells in (llama_cpp_prices.UNIFIED_CELLS, llama_cpp_prices.UNIFIED_LONG_CELLS)]  # timed once, kept
+    assert loaded.unified_long.cells == llama_cpp_prices.UNIFIED_LONG_CELLS and alone.unified_long is None
+    cells = cell_cost(loaded.unified, loaded.unified_long)
+    assert cells.longer.cells == llama_cpp_prices.UNIFIED_LONG_CELLS
     assert (cells.sequences, cells.cells) == (llama_cpp_prices.UNIFIED_SEQUENCES, llama_cpp_prices.UNIFIED_CELLS)
     assert cells.ks == llama_cpp_prices.UNIFIED_KS
     assert cells.per_cell_s == pytest.approx([1e-8 * k for k in llama_cpp_prices.UNIFIED_KS], rel=1e-9)

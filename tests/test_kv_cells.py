@@ -10,6 +10,8 @@ short enough that the sum pads alike: nothing added); the split server and one s
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 
 from polyplan.planner.exact.ngram_replay import ReplayRound
@@ -76,3 +78,18 @@ def test_one_kv_stream_pays_for_every_slots_cells_by_hand():
 def test_the_split_server_and_one_slot_never_pay_it():
     assert _two_slots(200, CELLS, split=True).union_s == pytest.approx(_two_slots(200, None, split=True).union_s, rel=1e-12)
     assert _two_slots(200, CELLS, clients=1).union_s == pytest.approx(_two_slots(200, None, clients=1).union_s, rel=1e-12)
+
+
+def test_over_longer_slots_the_cost_per_cell_is_read_between_the_two_lengths_measured():
+    """Measured at 768 and 1,536 cached tokens a slot: a pass whose own slots hold 768 or fewer
+    reads the first, 1,536 or more the second, and between them linearly (at 1,152 half way);
+    the extra cells are priced at the pass's own slots' length; without the longer
+    measurement every length reads the first."""
+    short = CellCost((1, 64), (1e-6, 4e-5), 4, 768)
+    cost = dataclasses.replace(short, longer=CellCost((1, 64), (3e-6, 8e-5), 4, 1536))
+    assert cost(1, 512) == pytest.approx(1e-6) and cost(1, 768) == pytest.approx(1e-6)
+    assert cost(1, 1152) == pytest.approx(2e-6) and cost(64, 1152) == pytest.approx(6e-5)
+    assert cost(1, 1536) == pytest.approx(3e-6) and cost(1, 4096) == pytest.approx(3e-6)
+    assert cost(1) == pytest.approx(1e-6) and short(1, 4096) == pytest.approx(1e-6)
+    assert cost.extra_s(1, 4 * 1152, 1152) == pytest.approx((padded_cells(4 * 1152) - padded_cells(1152)) * 2e-6)
+    assert "over slots of 1536 tokens" in cost.text()

@@ -45,6 +45,7 @@ REEVAL_KS = tuple(range(1, 17))  # the server's second decode of a verified batc
 CONTEXT = 128  # cached tokens before each timed pass (the profile's shorter context)
 UNIFIED_SEQUENCES = 4  # `--kv-unified`'s price: the target's step over this many sequences (`measure_unified_steps`)
 UNIFIED_CELLS = 768  # cached tokens of each: 3,328 cells read unified against 1,024 split
+UNIFIED_LONG_CELLS = 1536  # and again over longer slots, where a masked cell costs more (`kv_cells.CellCost.longer`)
 UNIFIED_KS = (1, 4, 16, 64)  # the step's rows, spread over the sequences: one slot's step to four slots' drafts of 15
 REPEATS = 5
 _STREAM_TOKENS = 128  # new tokens per stream when the profile does not say (the profile's default)
@@ -262,16 +263,19 @@ def prices_for(source: PriceSource, profile: Profile, plan_target: str, *, reuse
             notes.append(f"draft model {name!r} in llama-server's loop: {1e3 * loop.per_draft_pass_s:.2f} ms per pass "
                          f"against the bindings' T_d(1) {1e3 * draft_step(1):.2f} ms ({ratio - 1:+.0%}; every draft model "
                          "priced so)")
-    unified = None
+    unified = unified_long = None
     if any(count > 1 for count in clients):  # what `--kv-unified`'s one stream costs (`planner.llama_cpp.kv_cells`)
-        key = _key("unified", fingerprint, source.threads, UNIFIED_KS, UNIFIED_SEQUENCES, UNIFIED_CELLS, REPEATS)
-        unified = _cached(key, UnifiedSteps, lambda: unified_steps(source.target, source.threads, UNIFIED_KS,
-                                                                  UNIFIED_SEQUENCES, UNIFIED_CELLS, REPEATS, log))
-        notes.append(f"the target's step over {UNIFIED_SEQUENCES} sequences of {UNIFIED_CELLS} cached tokens, a KV stream "
-                     f"each against one unified stream, k = {', '.join(map(str, UNIFIED_KS))} rows spread over them, through "
+        unified, unified_long = (
+            _cached(_key("unified", fingerprint, source.threads, UNIFIED_KS, UNIFIED_SEQUENCES, cells, REPEATS), UnifiedSteps,
+                    lambda cells=cells: unified_steps(source.target, source.threads, UNIFIED_KS, UNIFIED_SEQUENCES, cells,
+                                                      REPEATS, log))
+            for cells in (UNIFIED_CELLS, UNIFIED_LONG_CELLS))
+        notes.append(f"the target's step over {UNIFIED_SEQUENCES} sequences of {UNIFIED_CELLS} and of {UNIFIED_LONG_CELLS} "
+                     f"cached tokens, a KV stream each against one unified stream, k = {', '.join(map(str, UNIFIED_KS))} rows spread over them, through "
                      f"the bindings on {where}: what a pass pays per cell of other slots in its view, for `--kv-unified` "
                      "under load")
-    return LlamaCppPrices(target, drafters, tuple(streams), loop, tuple(notes), ratio, reevaluations, pace, unified, ties)
+    return LlamaCppPrices(target, drafters, tuple(streams), loop, tuple(notes), ratio, reevaluations, pace, unified, ties,
+                          unified_long)
 
 
 def sitting_draft_loop(calibration: ServerCalibration, draft_step: LatencyCurve | None, notes: list[str]):

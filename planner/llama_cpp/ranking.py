@@ -117,6 +117,8 @@ class LlamaCppPrices:
             plan under load asked for).
         near_ties: where a wide verification pass flips the target's answer on the streams
             (`planner.llama_cpp.near_ties`); None: not measured.
+        unified_long: `unified` over longer sequences, where a masked cell costs more; None:
+            not measured.
     """
 
     target: ModelProfile
@@ -129,6 +131,7 @@ class LlamaCppPrices:
     calibrated_step_s: float | None = None
     unified: UnifiedSteps | None = None
     near_ties: NearTies | None = None
+    unified_long: UnifiedSteps | None = None
 
     def applied(self, profile: Profile, target: str) -> Profile:
         """`profile` with these latency curves and streams in place of its own."""
