@@ -271,9 +271,9 @@ def prices_for(source: PriceSource, profile: Profile, plan_target: str, *, reuse
                                                       REPEATS, log))
             for cells in (UNIFIED_CELLS, UNIFIED_LONG_CELLS))
         notes.append(f"the target's step over {UNIFIED_SEQUENCES} sequences of {UNIFIED_CELLS} and of {UNIFIED_LONG_CELLS} "
-                     f"cached tokens, a KV stream each against one unified stream, k = {', '.join(map(str, UNIFIED_KS))} rows spread over them, through "
-                     f"the bindings on {where}: what a pass pays per cell of other slots in its view, for `--kv-unified` "
-                     "under load")
+                     f"cached tokens, a KV stream each against one unified stream, k = {', '.join(map(str, UNIFIED_KS))} "
+                     f"rows spread over them, through the bindings on {where}: what a pass pays per cell of other slots in "
+                     "its view, for `--kv-unified` under load")
     return LlamaCppPrices(target, drafters, tuple(streams), loop, tuple(notes), ratio, reevaluations, pace, unified, ties,
                           unified_long)
 
@@ -512,11 +512,12 @@ def calibrate_server(build, target: Path, threads: int, drafters: Mapping[str, s
     latency = latency or measure_latency_entry
     fingerprint = file_fingerprint(target)
     drafter = next((Path(path) for path in drafters.values()), None)
+    drafter_fingerprint = None if drafter is None else file_fingerprint(drafter)
     draft_steps = []
 
     def timed(when: str) -> ModelProfile:
         if drafter is not None:
-            draft_steps.append(latency(drafter, threads, _SITTING_DRAFT_KS, file_fingerprint(drafter),
+            draft_steps.append(latency(drafter, threads, _SITTING_DRAFT_KS, drafter_fingerprint,
                                        f"llama-server calibration sitting, draft model, {when}", log, last_row_only=True))
         return latency(target, threads, _SITTING_KS, fingerprint, f"llama-server calibration sitting, {when}", log)
 
