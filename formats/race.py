@@ -17,6 +17,8 @@ from pathlib import Path
 from polyplan.formats.errors import PolyplanError
 
 FORMAT = "polyplan race"
+TARGET_ONLY = "llama.cpp target only"  # the race's baseline row: llama-server with no speculation
+CONTROL = "llama.cpp target only (control)"  # a second server of the target alone: how far two identical servers differ
 VERSION = 2
 _NAN = float("nan")
 

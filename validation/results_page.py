@@ -20,6 +20,7 @@ from polyplan.planner.exact.latency import curve_from_profile
 from polyplan.validation.figure import agg_figure, save_figure
 from polyplan.validation.measured_run import read_plan_and_report, read_run as read_measured
 from polyplan.formats.race import LoadRace, RaceRow
+from polyplan.validation.load_goals import goals_lines
 from polyplan.validation.load_race_results import LOAD_RACE_FILE, load_race_lines, plot_load_race, read_load_race
 from polyplan.validation.race_results import RACE_FILE, plot_race, race_lines, read_race
 
@@ -114,6 +115,12 @@ def page_text(runs: tuple[ResultRun, ...]) -> str:
              "is inside its interval and within 10% of its point.", ""]
     for group in dict.fromkeys(run.group for run in runs):
         lines += _group(group, [run for run in runs if run.group == group])
+    kept = [(_load_title(run, race), race.race) for run in runs for race in run.load_races]
+    if kept:
+        lines += ["## Under load: the goals", "",
+                  "Every race under load above against the goals of a plan per load (docs/validation.md, \"The results "
+                  "page\"): a row per race and number of concurrent requests N. Each race's predictions are those its "
+                  "commit made (its command above says which); a race run with `--configs` raced some configurations only.", ""] + goals_lines(kept) + [""]
     lines += ["## Plots", "",
               f"![Predicted against measured speedup, every validated chain of every run](img/{PLOTS['predicted_vs_measured']})", "",
               f"![T(k)/T(1) of each run's target: what a k-token verification costs](img/{PLOTS['latency']})", ""]
@@ -164,6 +171,12 @@ def _group(group: str, runs: list[ResultRun]) -> list[str]:
 def _tagged(kept: KeptLoadRace) -> str:
     race = kept.race
     return f" ({race.prompts} prompts x {race.new_tokens} tokens, {race.repeats} repeats)" if kept.tag else ""
+
+
+def _load_title(run: ResultRun, kept: KeptLoadRace) -> str:
+    """A race under load named in the goals' table: its run's title, and its tag and shape where tagged."""
+    race = kept.race
+    return run.title + (f" ({kept.tag}: {race.prompts} prompts x {race.new_tokens} tokens)" if kept.tag else "")
 
 
 def _race_plot(run: ResultRun) -> str:

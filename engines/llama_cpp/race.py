@@ -26,10 +26,7 @@ from polyplan.engines.llama_cpp.race_memory import (GB, MemoryNeed, ModelMemory,
 from polyplan.engines.race import Contender, RaceRun, Timed, race, race_rows
 from polyplan.formats.candidates import RULE_DRAFTERS
 from polyplan.formats.errors import PolyplanError
-from polyplan.formats.race import Race, RaceRow
-
-TARGET_ONLY = "llama.cpp target only"
-CONTROL = "llama.cpp target only (control)"  # a second server of the target alone: how far two identical servers differ
+from polyplan.formats.race import CONTROL, TARGET_ONLY, Race, RaceRow
 POLYPLAN = "polyplan plan"
 NGRAM_TYPES = ("ngram-simple", "ngram-map-k", "ngram-map-k4v", "ngram-mod", "ngram-cache")
 _DRAFT_SWEEP = ((4, 0.6), (8, 0.6), (8, 0.8))  # (--spec-draft-n-max, --spec-draft-p-min) tried for the best drafter
