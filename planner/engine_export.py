@@ -282,7 +282,8 @@ def export_plan(
     if engine != "hf":
         attention = None if prices is None or prices.unified is None else cell_cost(prices.unified, prices.unified_long)
         request = ServerRanking(pricing, plan.target, sampling, workload, () if prices is None else prices.notes, plan_policy(plan),
-                                k_max, replay_also, attention, None if prices is None else prices.near_ties)
+                                k_max, replay_also, attention, None if prices is None else prices.near_ties,
+                                () if prices is None else prices.answers)
     if engine == "llama.cpp":
         ranking, notes = rank_server_configs(ranked + others, request)
     return EngineExport(

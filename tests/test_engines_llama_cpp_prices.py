@@ -317,6 +317,11 @@ def test_the_calibration_is_kept_per_machine_file_threads_flags_and_build_not_pe
     assert len(calls) == 7  # the first key still kept
 
 
+def _no_answers(build, source, slots, log):
+    """A built server's answers, none (the tests that use it price the server's loop only)."""
+    return ()
+
+
 def test_the_fit_subtracts_the_t_k_timed_in_the_calibrations_sitting(cache, tmp_path):
     """The requests cost `KNOWN` on the sitting's T(k) (`SITTING`, 2 ms above the profile's):
     the export's loop is the fit on the sitting's mean and recovers `KNOWN`; the same requests
@@ -332,7 +337,7 @@ def test_the_fit_subtracts_the_t_k_timed_in_the_calibrations_sitting(cache, tmp_
     source = llama_cpp_prices.PriceSource(target, {"small": small}, 1, ((1, 2, 3),), 8)
     prices = llama_cpp_prices.prices_for(source, _Profile(0.002, "profiled"), "target", reuse={"target"},
                                          build=LlamaCppBuild(tmp_path, "b1"), latency=_fixed_latency_entry,
-                                         calibrate=_sitting_calibration(calls, draft))
+                                         calibrate=_sitting_calibration(calls, draft), server_streams=_no_answers)
     for name in ("per_request_s", "per_round_s", "per_row_s", "per_ngram_round_s", "per_draft_round_s", "per_draft_pass_s",
                  "per_draft_prompt_token_s", "draft_reeval"):
         assert getattr(prices.loop, name) == pytest.approx(getattr(KNOWN, name), abs=1e-9), name
@@ -362,7 +367,7 @@ def test_a_draft_models_passes_are_fitted_at_the_sittings_pace_and_priced_at_the
     source = llama_cpp_prices.PriceSource(target, {"small": small}, 1, ((1, 2, 3),), 8)
     prices = llama_cpp_prices.prices_for(source, _Profile(0.002, "profiled"), "target", reuse={"target"},
                                          build=LlamaCppBuild(tmp_path, "b1"), latency=_fixed_latency_entry,
-                                         calibrate=_sitting_calibration([], draft, draft_pace=1.25))
+                                         calibrate=_sitting_calibration([], draft, draft_pace=1.25), server_streams=_no_answers)
     for name in ("per_request_s", "per_round_s", "per_row_s", "per_ngram_round_s", "per_draft_round_s", "draft_reeval"):
         assert getattr(prices.loop, name) == pytest.approx(getattr(KNOWN, name), abs=1e-9), name
     assert prices.loop.per_draft_pass_s == pytest.approx(KNOWN.per_draft_pass_s / 1.25)
@@ -476,7 +481,8 @@ def test_a_torch_target_of_a_gguf_is_measured_once_for_that_file_and_says_so(wor
     export = _export(workspace / "plan-torch.json")
     notes = "\n".join(export.ranking_notes)
     assert "the plan's target 'target' runs on torch" in notes and f"measured for {workspace / 'target.gguf'}" in notes
-    assert "priced by llama.cpp: T(k), k = 1 … 64, and 3 greedy streams measured through the bindings on target.gguf, 1 thread" in notes
+    assert "priced by llama.cpp: T(k), k = 1 … 64, measured through the bindings on target.gguf, 1 thread" in notes
+    assert "the target's 3 greedy streams decoded through the bindings on target.gguf, 1 thread" in notes  # no build here
     assert "not calibrated (llama.cpp's server is not built" in notes  # the fallback line: no build in this cache
     # the drafter, a profiled llama.cpp member, is timed with the target all the same: one sitting (`one_sitting`)
     assert sorted(calls) == [("latency", "small.gguf"), ("latency", "target.gguf"), ("streams", "target.gguf")]
@@ -517,7 +523,7 @@ def test_a_llama_cpp_target_reuses_the_profile_and_says_so(workspace, cache, mon
     monkeypatch.setattr(llama_cpp_prices, "measure_latency_entry", lambda *a, **k: pytest.fail("measured"))
     monkeypatch.setattr(llama_cpp_prices, "decode_greedy_streams", lambda *a, **k: pytest.fail("decoded"))
     export = _export(workspace / "plan-llama.json")
-    assert any("priced from the profile: T(k) and greedy streams of 'target' are llama.cpp's on target.gguf, 1 thread"
+    assert any("priced from the profile: T(k) of 'target' is llama.cpp's on target.gguf, 1 thread"
                in note for note in export.ranking_notes)
 
 
@@ -677,6 +683,8 @@ def test_a_calibrated_server_loop_prices_the_ranking(workspace, cache, monkeypat
     monkeypatch.setattr(llama_cpp_prices, "calibrate_server", lambda *a, **k: llama_cpp_prices.ServerCalibration(
         (ServerRequest(TARGET_ALONE, (0,) * 7, 0.0), ServerRequest(TARGET_ALONE, (0,) * 23, 0.0)), (_entry("t", STEP),)))
     monkeypatch.setattr(llama_cpp_prices, "fit_server_loop", lambda requests, step, draft_step: KNOWN)
+    monkeypatch.setattr(llama_cpp_prices, "server_answers", lambda build, source, slots, log: llama_cpp_prices.decode_greedy_streams(
+        source.target, source.threads, source.prompts, source.new_tokens, log))  # the server's answers: the bindings' here
     priced = _export(workspace / "plan-torch.json")
     assert any(note.startswith("llama-server's own loop, calibrated on target.gguf, 1 thread: 4.00 ms/request, 2.00 ms/round")
                for note in priced.ranking_notes)
@@ -934,7 +942,7 @@ def test_the_prices_calibrate_each_count_above_one_once_and_the_loop_charges_it(
         return llama_cpp_prices.prices_for(source, _Profile(0.002, "profiled"), "target", reuse={"target"},
                                            build=LlamaCppBuild(tmp_path, "b1"), latency=_fixed_latency_entry,
                                            calibrate=_sitting_calibration(calls, draft), calibrate_at=at_slots,
-                                           clients=clients, unified_steps=unified_steps)
+                                           clients=clients, unified_steps=unified_steps, server_streams=_no_answers)
 
     alone = price((1,))
     assert counts == [] and alone.loop.slot_rounds == ()
@@ -957,3 +965,38 @@ def test_the_prices_calibrate_each_count_above_one_once_and_the_loop_charges_it(
     assert cells.ks == llama_cpp_prices.UNIFIED_KS
     assert cells.per_cell_s == pytest.approx([1e-8 * k for k in llama_cpp_prices.UNIFIED_KS], rel=1e-9)
     assert any("a KV stream each against one unified stream" in note for note in loaded.notes)
+
+
+def test_a_built_server_prices_over_its_own_answers_at_each_count_kept_once(cache, tmp_path):
+    """With a build, the target's streams are llama-server's own answers (`server_answers`), taken
+    at one slot for the one-request ranking and kept per count, and a second export asks for none;
+    given `decode_streams` (the bindings') no server is asked (negative control)."""
+    from polyplan.engines.llama_cpp import prices as llama_cpp_prices
+    from polyplan.engines.llama_cpp.build import LlamaCppBuild
+    from polyplan.planner.exact.latency import curve_from_profile
+    from polyplan.planner.llama_cpp.near_ties import NearTies
+
+    asked = []
+    target, small = _gguf_pair(tmp_path / "a")
+    source = llama_cpp_prices.PriceSource(target, {"small": small}, 1, ((1, 2, 3),), 8)
+    draft = lambda: curve_from_profile(_fixed_latency_entry(small, 1, llama_cpp_prices.REEVAL_KS, "fp", "key"))  # noqa: E731
+
+    def answers(build, source, slots, log):
+        asked.append(slots)
+        return (TargetStream(3, (1, 2, 3, 40 + slots, 41)),)
+
+    def price(**measure):
+        return llama_cpp_prices.prices_for(source, _Profile(0.002, "profiled"), "target", reuse={"target"},
+                                           build=LlamaCppBuild(tmp_path, "b1"), latency=_fixed_latency_entry,
+                                           calibrate=_sitting_calibration([], draft), near_ties=lambda *a, **k: NearTies((16, 64), ()),
+                                           **measure)
+
+    first = price(server_streams=answers)
+    assert asked == [1] and first.streams == (TargetStream(3, (1, 2, 3, 41, 41)),)
+    assert first.answers == ((1, first.streams),)
+    assert any(note.startswith("the target's 1 greedy answers, which the n-gram rules are replayed over: llama-server's own")
+               for note in first.notes)
+    price(server_streams=answers)
+    assert asked == [1]  # kept
+    bindings = price(server_streams=answers, decode_streams=lambda *a: pytest.fail("decoded"))
+    assert asked == [1] and bindings.answers == ()  # the profile's streams, reused, and no server asked

@@ -2,7 +2,8 @@
 
 `export_prices` measures, for the GGUF llama-server loads and every GGUF draft model: T(k) through
 the bindings (`measure_latency_entry`), each draft model's last-row-only pass at every width (its
-kernels change regime between widths), the target's greedy streams, and llama-server's own loop
+kernels change regime between widths), the target's greedy answers (llama-server's own where it is
+built, `server_streams`, else the bindings'), and llama-server's own loop
 from a short calibration (`calibrate_server`) on polyplan's fixed calibration prompts, with the
 target's T(k) it subtracts timed in the same sitting (`ServerCalibration`), and under load the
 server's per-round cost at each count of slots asked (`calibrate_slots`). Each is kept in the
@@ -21,6 +22,7 @@ from collections.abc import Callable, Collection, Mapping, Sequence
 from pathlib import Path
 
 from polyplan.engines.llama_cpp.server import round_widths, slot_args
+from polyplan.engines.llama_cpp.server_streams import server_greedy_streams
 from polyplan.engines.llama_cpp.unified_steps import measure_unified_steps
 from polyplan.engines.llama_cpp.wide_flips import TIE_WIDTHS, measure_near_ties
 from polyplan.formats.atomic import write_text_atomically
@@ -169,26 +171,30 @@ def prices_for(source: PriceSource, profile: Profile, plan_target: str, *, reuse
                calibrate: Callable | None = None, ks: Sequence[int] = PRICE_KS,
                draft_ks: tuple[Sequence[int], Sequence[int]] = (_DRAFTER_KS, REEVAL_KS), clients: Sequence[int] = (1,),
                calibrate_at: Callable | None = None, unified_steps: Callable | None = None,
-               near_ties: Callable | None = None) -> LlamaCppPrices:
+               near_ties: Callable | None = None, server_streams: Callable | None = None) -> LlamaCppPrices:
     """llama.cpp's numbers for `source` (module docstring), from the cache when kept there.
 
     `ks`: the target's widths (`price_widths`), `draft_ks` a draft model's (`draft_widths`);
     the cache keys hold them. `reuse`: the models
     whose profile entry already is llama.cpp's on that file at these threads
-    (their T(k), and the target's streams, come from `profile`). `build` None: the server's loop
-    is not calibrated. The calibration (`calibrate_server`) is kept by what changes it: this
+    (their T(k), and without a build the target's streams, come from `profile`). `build` None: the
+    server's loop is not calibrated and the target's streams are the bindings'; built, they are
+    llama-server's own answers (`server_answers`), kept by the file, threads, build, flags and
+    prompts, unless `decode_streams` is given. The calibration (`calibrate_server`) is kept by what changes it: this
     processor, the bindings, the target's and the first draft model's files, the threads, the
     build, the server's flags and its own settings and prompts, so other prompts or a re-timed
     profile reuse it; so is each count of `clients` above one, at which the server's per-round
     cost is calibrated on its own (`calibrate_slots`), and the target's step over several sequences
     split and unified is timed (`measure_unified_steps`). `latency`, `decode_streams`, `calibrate`,
-    `calibrate_at`, `unified_steps` and `near_ties` replace the measurements (tests). The streams'
+    `calibrate_at`, `unified_steps`, `near_ties` and `server_streams` replace the measurements (tests). The streams'
     near-ties (`engines.llama_cpp.wide_flips`) are checked on the target's file at `TIE_WIDTHS`,
     kept by its fingerprint, the threads and the streams.
 
     Raises:
         PolyplanError: the bindings are missing, or a file cannot be loaded.
     """
+    server_decoded = build is not None and decode_streams is None  # the server's own answers (`server_answers`)
+    server_streams = server_streams or server_answers
     latency = latency or measure_latency_entry
     decode_streams = decode_streams or decode_greedy_streams
     calibrate = calibrate or calibrate_server
@@ -202,18 +208,33 @@ def prices_for(source: PriceSource, profile: Profile, plan_target: str, *, reuse
         target = profile.model(plan_target)
         runs = profile.acceptance_runs.get("greedy")
         streams = () if runs is None else runs.streams
-        notes.append(f"priced from the profile: T(k) and greedy streams of {plan_target!r} are llama.cpp's on {where} already")
+        notes.append(f"priced from the profile: T(k) of {plan_target!r} is llama.cpp's on {where} already")
     else:
         target = _latency_entry(latency, source.target, fingerprint, source.threads, tuple(ks), log)
         key = _key("streams", fingerprint, source.threads, fingerprint_tokens(source.prompts), source.new_tokens)
-        streams = () if not source.prompts else _cached(key, tuple[TargetStream, ...], lambda: decode_streams(
+        streams = () if not source.prompts or server_decoded else _cached(key, tuple[TargetStream, ...], lambda: decode_streams(
             source.target, source.threads, source.prompts, source.new_tokens, log))
-        notes.append(f"priced by llama.cpp: T(k), k = 1 … {max(ks)}, and {len(streams)} greedy streams measured through the "
-                     f"bindings on {where} (cached by the file's fingerprint)")
+        notes.append(f"priced by llama.cpp: T(k), k = 1 … {max(ks)}, measured through the bindings on {where} (cached by "
+                     "the file's fingerprint)")
+    answers = ()
+    if server_decoded and source.prompts:
+        counts = sorted(set(clients) | {1})
+        answers = tuple((count, _cached(
+            _key("server answers", fingerprint, source.threads, build.version, source.server_flags,
+                 fingerprint_tokens(source.prompts), source.new_tokens, count),
+            tuple[TargetStream, ...], lambda count=count: server_streams(build, source, count, log))) for count in counts)
+        streams = dict(answers)[1]
+        notes.append(f"the target's {len(streams)} greedy answers, which the n-gram rules are replayed over: llama-server's "
+                     f"own on {where} at {', '.join(map(str, counts))} slot(s), each count's prompts sent that many at a "
+                     "time (its kernels part from the bindings' one-token decode at some near-ties, and differently as "
+                     "more slots decode together)")
+    elif streams:
+        notes.append(f"the target's {len(streams)} greedy streams decoded through the bindings on {where}")
     ties = None
-    if streams:
-        key = _key("ties", fingerprint, source.threads, TIE_WIDTHS, [stream_digest(stream) for stream in streams])
-        ties = _cached(key, NearTies, lambda: near_ties(source.target, source.threads, streams, TIE_WIDTHS, log=log))
+    checked = tuple({stream_digest(stream): stream for stream in (*streams, *(s for _, more in answers for s in more))}.values())
+    if checked:
+        key = _key("ties", fingerprint, source.threads, TIE_WIDTHS, [stream_digest(stream) for stream in checked])
+        ties = _cached(key, NearTies, lambda: near_ties(source.target, source.threads, checked, TIE_WIDTHS, log=log))
         flipped, total = ties.count()
         notes.append(f"near-ties: a pass of {' or '.join(map(str, TIE_WIDTHS))} rows gives another token than the one-token "
                      f"stream in {flipped} of {total} streams; a repeated request's remembered answer departs there")
@@ -275,7 +296,7 @@ def prices_for(source: PriceSource, profile: Profile, plan_target: str, *, reuse
                      f"rows spread over them, through the bindings on {where}: what a pass pays per cell of other slots in "
                      "its view, for `--kv-unified` under load")
     return LlamaCppPrices(target, drafters, tuple(streams), loop, tuple(notes), ratio, reevaluations, pace, unified, ties,
-                          unified_long)
+                          unified_long, answers)
 
 
 def sitting_draft_loop(calibration: ServerCalibration, draft_step: LatencyCurve | None, notes: list[str]):
@@ -438,6 +459,24 @@ class _LastRowOnly:
 
     def forward(self, new_ids, keep_last: int | None = None):
         return self._member.forward(new_ids, keep_last=1)
+
+
+def server_answers(build, source: PriceSource, slots: int = 1,
+                   log: Callable[[str], None] = lambda line: None) -> tuple[TargetStream, ...]:
+    """The target's greedy answers to `source`'s prompts from llama-server itself at `slots` slots
+    (`server_streams.server_greedy_streams`), each ending at the ids that end a generation of the
+    file (`decoder.member.stop_token_ids`, read through the bindings as `decode_greedy_streams`
+    stops on them)."""
+    from polyplan.decoder.llama_cpp import LlamaCppMember
+    from polyplan.decoder.member import stop_token_ids
+
+    member = LlamaCppMember(source.target, threads=source.threads, context=16)
+    try:
+        stops = tuple(stop_token_ids(member))
+    finally:
+        member.close()
+    return server_greedy_streams(build, source.target, source.threads, source.prompts, source.new_tokens,
+                                 source.server_flags, stops, log, slots=slots)
 
 
 def decode_greedy_streams(path: Path, threads: int, prompts: Sequence[Sequence[int]], new_tokens: int,

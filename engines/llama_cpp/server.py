@@ -128,10 +128,13 @@ class LlamaServer:
             self.process.kill()
             self.process.wait()
 
-    def complete(self, prompt_ids: Sequence[int], n_predict: int) -> Completion:
-        """One greedy completion of exactly `n_predict` tokens (end-of-sequence ignored, no prompt cache)."""
+    def complete(self, prompt_ids: Sequence[int], n_predict: int, *, ignore_eos: bool = True) -> Completion:
+        """One greedy completion of exactly `n_predict` tokens (no prompt cache); `ignore_eos`
+        False: up to `n_predict`, ending after the end-of-generation token the server samples (the
+        server keeps an ignored end of sequence from being sampled, so the text after it is not
+        what the model writes there)."""
         body = {"prompt": list(map(int, prompt_ids)), "n_predict": n_predict, "temperature": 0.0, "top_k": 1,
-                "seed": 0, "cache_prompt": False, "ignore_eos": True, "return_tokens": True, "stream": False}
+                "seed": 0, "cache_prompt": False, "ignore_eos": ignore_eos, "return_tokens": True, "stream": False}
         request = urllib.request.Request(f"{self.url}/completion", data=json.dumps(body).encode(),
                                          headers={"Content-Type": "application/json"})
         logged = self.log_path.stat().st_size if self.trace else 0

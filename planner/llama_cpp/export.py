@@ -144,6 +144,7 @@ class ServerRanking:
     replay_also: Sequence[Sequence[str]] = ()  # flags to rank besides the export's own (a race's)
     kv_cells: CellCost | None = None  # the target's seconds per KV cell read (`--kv-unified` under load); None: not priced
     near_ties: NearTies | None = None  # where a wide pass flips the streams' answers (`planner.llama_cpp.near_ties`)
+    answers: tuple[tuple[int, tuple[TargetStream, ...]], ...] = ()  # the server's own answers per count of slots (`LlamaCppPrices`)
 
     @property
     def loop(self) -> ServerLoop:

@@ -119,6 +119,9 @@ class LlamaCppPrices:
             (`planner.llama_cpp.near_ties`); None: not measured.
         unified_long: `unified` over longer sequences, where a masked cell costs more; None:
             not measured.
+        answers: llama-server's own greedy answers at each count of slots measured, as (count,
+            streams) (`engines.llama_cpp.server_streams`); a ranking at that count replays its
+            rules over them. Empty: the bindings' streams at every count.
     """
 
     target: ModelProfile
@@ -132,6 +135,7 @@ class LlamaCppPrices:
     unified: UnifiedSteps | None = None
     near_ties: NearTies | None = None
     unified_long: UnifiedSteps | None = None
+    answers: tuple[tuple[int, tuple[TargetStream, ...]], ...] = ()  # llama-server's own answers at each count of slots
 
     def applied(self, profile: Profile, target: str) -> Profile:
         """`profile` with these latency curves and streams in place of its own."""

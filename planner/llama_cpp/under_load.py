@@ -999,10 +999,26 @@ def rank_under_load(options: Sequence[EngineOption], request: ServerRanking, cli
                     unified: bool = True) -> tuple[LoadRanking, ...]:
     """Every configuration `planner.llama_cpp.export.rank_server_configs` ranks, and off, at each
     count of `clients` requests in flight, fastest first, with the choice at each (module
-    docstring). The replays are made once and simulated at every count. `unified`: also the
+    docstring). The replays are made once per set of answers (`ServerRanking.answers`: the server's
+    own at each count, where measured) and simulated at every count that reads it. `unified`: also the
     fastest with llama-server's `--kv-unified` at each count (`LoadRanking.unified`)."""
-    ranker = _Ranker(options, request, unified)
-    return tuple(ranker.rank(count) for count in sorted(set(clients)))
+    rankings = {}
+    for streams, counts in _by_answers(request, sorted(set(clients))):
+        at = request if streams is None else dataclasses.replace(
+            request, pricing=dataclasses.replace(request.pricing, profile=request.pricing.profile.with_streams(streams)))
+        ranker = _Ranker(options, at, unified)
+        rankings.update({count: ranker.rank(count) for count in counts})
+    return tuple(rankings[count] for count in sorted(set(clients)))
+
+
+def _by_answers(request: ServerRanking, counts: Sequence[int]) -> list[tuple[tuple | None, list[int]]]:
+    """`counts` grouped by the answers each is replayed over (`ServerRanking.answers`, the server's
+    own at that count of slots; None: the profile's streams), in order of first count."""
+    answers = dict(request.answers)
+    groups: dict[tuple | None, list[int]] = {}
+    for count in counts:
+        groups.setdefault(answers.get(count), []).append(count)
+    return list(groups.items())
 
 
 # ----------------------------------------------------------------------------------------------
