@@ -34,7 +34,8 @@ def export_from_files(
     profile and models.yaml the plan records unless given. llama.cpp: priced with llama.cpp's own
     numbers (`engines.llama_cpp.prices`) unless `measure` is False, the target's T(k) measured to
     the widths `clients` concurrent requests reach (`engines.load_plan`). `streams` and `agreements`
-    replace the profile's (a race priced on its own prompts, `engines.llama_cpp.race_agreement`).
+    replace the profile's, and the server's answers at every count (a race priced on its own
+    prompts and answers, `engines.llama_cpp.race_agreement`).
 
     Raises:
         PolyplanError: unknown engine, unreadable plan or profile, missing or changed model
@@ -65,7 +66,7 @@ def export_from_files(
     if streams is not None:
         profile = profile.with_streams(streams)
         if prices is not None:
-            prices = dataclasses.replace(prices, streams=tuple(streams))
+            prices = dataclasses.replace(prices, streams=tuple(streams), answers=())  # every count replays these
     for agreement in agreements:
         profile = with_race_agreement(profile, agreement)
     export = export_plan(plan, profile, candidates, engine, files=files, in_process=in_process,
