@@ -365,6 +365,21 @@ class LoadSplit:
     answered: float  # mean |error| priced on the race's answers
 
 
+def control_spread(rows: Sequence[LoadRow]) -> float | None:
+    """|the control's speedup − 1| among `rows` (one count of clients), None where it did not run:
+    how far two identical servers differ by themselves, which widens every judgement there."""
+    control = next((row for row in rows if row.label == CONTROL and row.failure is None), None)
+    return None if control is None or not math.isfinite(control.speedup) else abs(control.speedup - 1.0)
+
+
+def not_slower(row: LoadRow, other: LoadRow, spread: float) -> bool:
+    """`row` is not slower than `other` beyond their measured 95% intervals, the gap between them
+    widened by `spread` (the control's offset): the tie rule of a race under load (`LoadLevel`)."""
+    _, high = row.judged().measured_ci
+    low, _ = other.judged().measured_ci
+    return low <= high + spread
+
+
 def load_split(rows: Sequence[LoadRow]) -> LoadSplit | None:
     """The split of `rows` (`LoadSplit`); None where no row has both errors."""
     split = tuple(row for row in rows if row.race_priced_error is not None and row.error is not None)

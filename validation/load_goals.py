@@ -16,7 +16,7 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from polyplan.formats.race import CONTROL, TARGET_ONLY, LoadLevel, LoadRace, LoadRow
+from polyplan.formats.race import CONTROL, TARGET_ONLY, LoadLevel, LoadRace, LoadRow, control_spread, not_slower
 
 TOLERANCE = 0.10  # the goal's bound on |predicted / measured - 1|
 
@@ -61,30 +61,21 @@ def _measured(row: LoadRow) -> bool:
     return row.failure is None and math.isfinite(row.speedup)
 
 
-def _tied_or_above(row: LoadRow, other: LoadRow, spread: float) -> bool:
-    """`row` is not slower than `other` beyond their measured 95% intervals, the gap widened by
-    `spread` (the tie rule of `LoadLevel.choice`)."""
-    _, high = row.judged().measured_ci
-    low, _ = other.judged().measured_ci
-    return low <= high + spread
-
-
 def level_goals(level: LoadLevel, rows: Sequence[LoadRow]) -> LevelGoals:
     """The goals at `level.clients` from its `rows` (`LevelGoals`)."""
     by_label = {row.label: row for row in rows}
     predicted = [row for row in rows if _measured(row) and row.error is not None and row.label not in (TARGET_ONLY, CONTROL)]
     worst = max(predicted, key=lambda row: abs(row.error), default=None)
-    control = by_label.get(CONTROL)
-    spread = abs(control.speedup - 1.0) if control is not None and _measured(control) else 0.0
+    spread = control_spread(rows) or 0.0
     target = by_label.get(TARGET_ONLY)
     chosen = by_label.get(level.chosen) if level.chosen else None
     below = None
     if chosen is not None and target is not None and _measured(chosen) and _measured(target):
-        below = not _tied_or_above(chosen, target, spread)
+        below = not not_slower(chosen, target, spread)
     fastest = by_label.get(level.fastest) if level.fastest else None
     target_fastest = fastest is not None and fastest.label == TARGET_ONLY
     target_tied = target_fastest or (target is not None and fastest is not None and _measured(target)
-                                     and _tied_or_above(target, fastest, spread))
+                                     and not_slower(target, fastest, spread))
     default = by_label.get(level.spec_default) if level.spec_default else None
     return LevelGoals(
         clients=level.clients, predicted=len(predicted),

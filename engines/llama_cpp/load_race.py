@@ -31,7 +31,7 @@ from polyplan.engines.llama_cpp.race_memory import GB, MemoryNeed, ModelMemory, 
 from polyplan.engines.llama_cpp.server import Completion, LlamaServer, slot_args
 from polyplan.engines.race import Contender
 from polyplan.formats.errors import PolyplanError
-from polyplan.formats.race import LoadLevel, LoadRace, LoadRow, RequestSpan, load_split, union_seconds
+from polyplan.formats.race import LoadLevel, LoadRace, LoadRow, RequestSpan, control_spread, load_split, not_slower, union_seconds
 
 SPEC_DEFAULT = "llama.cpp default (--spec-default)"
 SLOT_HEADROOM = 64  # tokens of a slot's context beyond the longest prompt and its new tokens (a last draft's)
@@ -217,7 +217,7 @@ def load_rows(configs: Sequence[Contender], runs: Sequence[LoadRun], failures: M
         ranking = rankings.get(count)
         at = [_row(config, count, runs, failures.get((config.label, count)), ranking) for config in configs
               if races_at(config, count)]
-        spread = _control_spread(at)
+        spread = control_spread(at)
         at = [row if spread is None or row.label in (CONTROL, TARGET_ONLY) else dataclasses.replace(row, server_spread=spread)
               for row in at]
         rows += at
@@ -308,12 +308,6 @@ def _prediction(config: Contender, ranking):
     return next((loaded for loaded in ranking.configs if tuple(loaded.flags) == flags), None)
 
 
-def _control_spread(rows: Sequence[LoadRow]) -> float | None:
-    """|control's speedup − 1| at one clients, None where it did not run (`race.with_server_spread`)."""
-    control = next((row for row in rows if row.label == CONTROL and row.failure is None), None)
-    return None if control is None or not math.isfinite(control.speedup) else abs(control.speedup - 1.0)
-
-
 def _level(clients: int, rows: Sequence[LoadRow], ranking, configs: Sequence[Contender], spread: float) -> LoadLevel:
     """The fastest measured at `clients`, the plan's choice and how it fared (`LoadLevel`): tied
     where the two rows' measured 95% intervals, the gap between them widened by `spread` (the
@@ -333,9 +327,7 @@ def _level(clients: int, rows: Sequence[LoadRow], ranking, configs: Sequence[Con
     if chosen.label == fastest.label:
         choice = "fastest"
     else:
-        _, high = chosen.judged().measured_ci
-        low, _ = fastest.judged().measured_ci
-        choice = "tied" if low <= high + spread else "slower"
+        choice = "tied" if not_slower(chosen, fastest, spread) else "slower"
     return LoadLevel(clients, fastest.label, chosen.label, choice, ranking.limit, spec_default)
 
 
