@@ -50,7 +50,7 @@ def test_each_prompt_is_answered_by_the_server_at_its_slots_and_ends_at_its_stop
     monkeypatch.setenv("POLYPLAN_CACHE_DIR", str(tmp_path))
     seen = []
     prompts = ((1, 2, 3), (), (7, 8), (4,))
-    streams = server_greedy_streams(None, Path("t.gguf"), 2, prompts, 5, ("--no-repack",), (STOP,),
+    streams = server_greedy_streams(None, Path("t.gguf"), 2, prompts, 5, ("--no-repack",),
                                     slots=2, server_factory=lambda args, log_path: _FakeServer(args, log_path, seen))
     assert streams == (TargetStream(3, (1, 2, 3, 11, 12, 13, 14, 15)), TargetStream(2, (7, 8, 17, 18, STOP)),
                        TargetStream(1, (4, 14, 15, 16, 17, 18)))  # the empty prompt left out, as the bindings leave it
@@ -60,7 +60,7 @@ def test_each_prompt_is_answered_by_the_server_at_its_slots_and_ends_at_its_stop
     assert args[args.index("-t") + 1] == "2" and "--no-repack" in args
     assert server.most == 2  # two slots, two requests at once
     seen.clear()
-    server_greedy_streams(None, Path("t.gguf"), 2, prompts, 5, (), (STOP,),
+    server_greedy_streams(None, Path("t.gguf"), 2, prompts, 5, (),
                           server_factory=lambda args, log_path: _FakeServer(args, log_path, seen))
     assert seen[0].most == 1 and seen[0].args[seen[0].args.index("-np") + 1] == "1"  # one slot: one at a time
 

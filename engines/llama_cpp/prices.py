@@ -464,19 +464,9 @@ class _LastRowOnly:
 def server_answers(build, source: PriceSource, slots: int = 1,
                    log: Callable[[str], None] = lambda line: None) -> tuple[TargetStream, ...]:
     """The target's greedy answers to `source`'s prompts from llama-server itself at `slots` slots
-    (`server_streams.server_greedy_streams`), each ending at the ids that end a generation of the
-    file (`decoder.member.stop_token_ids`, read through the bindings as `decode_greedy_streams`
-    stops on them)."""
-    from polyplan.decoder.llama_cpp import LlamaCppMember
-    from polyplan.decoder.member import stop_token_ids
-
-    member = LlamaCppMember(source.target, threads=source.threads, context=16)
-    try:
-        stops = tuple(stop_token_ids(member))
-    finally:
-        member.close()
+    (`server_streams.server_greedy_streams`)."""
     return server_greedy_streams(build, source.target, source.threads, source.prompts, source.new_tokens,
-                                 source.server_flags, stops, log, slots=slots)
+                                 source.server_flags, log, slots=slots)
 
 
 def decode_greedy_streams(path: Path, threads: int, prompts: Sequence[Sequence[int]], new_tokens: int,

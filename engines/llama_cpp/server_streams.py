@@ -7,8 +7,10 @@ server writes, and a rule that remembers earlier answers (ngram-mod's table) dra
 own answer again, so the export replays them over the server's answers where the server is built.
 The answers also change with how many slots decode together (a batch of several slots' rows takes
 another path than one row), so they are taken at each count of slots a plan is for: the prompts
-sent to the target alone's server at `-np N`, N at a time, greedy, each answer ending after its
-first end-of-generation id, as the bindings' streams end (`prices.decode_greedy_streams`).
+sent to the target alone's server at `-np N`, N at a time, greedy. The server ends each answer
+after the end-of-generation token it samples, which the answer keeps, as the bindings' streams end
+(`prices.decode_greedy_streams`); it is not asked to ignore it, since a server that ignores the end
+of sequence keeps it from being sampled and the text after it is not the model's.
 """
 
 from __future__ import annotations
@@ -22,13 +24,11 @@ from polyplan.formats.cache import cache_root
 
 
 def server_greedy_streams(build, path: Path, threads: int, prompts: Sequence[Sequence[int]], new_tokens: int,
-                          server_flags: Sequence[str], stop_ids: Sequence[int],
-                          log: Callable[[str], None] = lambda line: None, *, slots: int = 1,
+                          server_flags: Sequence[str], log: Callable[[str], None] = lambda line: None, *, slots: int = 1,
                           server_factory=None) -> tuple[TargetStream, ...]:
     """Each prompt's greedy answer from llama-server (`build`) on `path` at `threads` with `slots`
-    slots, the prompts sent `slots` at a time in order, up to `new_tokens` and through its first id
-    of `stop_ids` (module docstring); empty prompts are left out, as the bindings' streams leave
-    them. `server_factory(args, log_path)` replaces `LlamaServer` (tests)."""
+    slots, the prompts sent `slots` at a time in order, up to `new_tokens` or its end of generation
+    (module docstring); empty prompts are left out, as the bindings' streams leave them. `server_factory(args, log_path)` replaces `LlamaServer` (tests)."""
     from concurrent.futures import ThreadPoolExecutor
 
     from polyplan.engines.llama_cpp.server import LlamaServer, slot_args
@@ -43,12 +43,7 @@ def server_greedy_streams(build, path: Path, threads: int, prompts: Sequence[Seq
             return LlamaServer(build.server, path, args, log_path)
     log(f"decoding {len(kept)} greedy answers with llama-server on {path.name} at {slots} slot(s) (once; cached)")
     logs = cache_root() / "engines" / "logs" / ("streams-" + time.strftime("%Y%m%d-%H%M%S"))
-    stops = frozenset(stop_ids)
     with server_factory(args, logs / f"server-{slots}.log") as server:
         with ThreadPoolExecutor(slots) as pool:
             answers = list(pool.map(lambda prompt: server.complete(prompt, new_tokens, ignore_eos=False).token_ids[:new_tokens], kept))
-    streams = []
-    for prompt, answer in zip(kept, answers):
-        end = next((at + 1 for at, token in enumerate(answer) if token in stops), len(answer))
-        streams.append(TargetStream(len(prompt), tuple(prompt) + tuple(answer[:end])))
-    return tuple(streams)
+    return tuple(TargetStream(len(prompt), tuple(prompt) + tuple(answer)) for prompt, answer in zip(kept, answers))
